@@ -1,0 +1,63 @@
+// WeightSource: named tensors of a checkpoint, read into host memory on request.
+//
+// Implementations: safetensors checkpoints (single file or sharded through
+// model.safetensors.index.json) and dummy random weights (`--load-format dummy`).
+// A WeightSource is immutable after opening; all methods are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oasis/dtype.h"
+#include "oasis/status.h"
+#include "oasis/tensor.h"
+
+namespace oasis {
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+
+  // Human-readable origin ("model.safetensors in /path", "dummy weights").
+  virtual std::string Describe() const = 0;
+  virtual std::vector<std::string> Names() const = 0;
+  virtual bool Has(const std::string& name) const = 0;
+  virtual StatusOr<TensorInfo> Info(const std::string& name) const = 0;
+
+  // Reads the whole tensor converted to `dtype` (F32, F16 or BF16 for float tensors;
+  // integer/bool tensors only to their own dtype) into a new host tensor.
+  virtual StatusOr<Tensor> Load(const std::string& name, DType dtype) const = 0;
+
+  // Reads the index range [begin, end) of dimension `dim` (0 = rows, 1 = columns of a
+  // 2-D tensor), converted to `dtype`. For tensor-parallel sharding.
+  virtual StatusOr<Tensor> LoadSlice(const std::string& name, int dim, int64_t begin,
+                                     int64_t end, DType dtype) const = 0;
+};
+
+// Opens the safetensors checkpoint in `model_dir`: `model.safetensors.index.json` when
+// present (all shards validated), else every `*.safetensors` file in the directory.
+StatusOr<std::unique_ptr<WeightSource>> OpenSafetensorsWeights(const std::filesystem::path& model_dir);
+
+// What a model expects a checkpoint to hold; also the recipe for dummy weights.
+enum class DummyInit { kNormal, kOnes, kZeros };
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kBF16;
+  DummyInit init = DummyInit::kNormal;
+  float stddev = 0.02f;  // for kNormal
+};
+
+// Random weights following `specs` (deterministic in `seed`), generated on Load.
+std::unique_ptr<WeightSource> MakeDummyWeights(std::vector<WeightSpec> specs, uint64_t seed);
+
+}  // namespace oasis

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs the Debian packages, fetches the
+# real tokenizer files, configures and builds (build/), runs every CTest test (GPU tests
+# are skipped when no GPU is present), then runs each libFuzzer target for a bounded time.
+#   OASIS_FUZZ_SECONDS=0 skips the fuzzers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./tools/install_deps.sh
+./tools/fetch_test_data.sh
+cmake -S . -B build -G Ninja
+cmake --build build
+ctest --test-dir build --output-on-failure -j "$(nproc)"
+if [[ ${OASIS_FUZZ_SECONDS:-30} != 0 ]]; then
+  ./tools/run_fuzzers.sh
+fi

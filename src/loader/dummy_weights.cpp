@@ -1,0 +1,169 @@
+// Dummy weights (`--load-format dummy`): values are a pure function of (seed, tensor name,
+// element index), so Load and LoadSlice agree and any slice is generated without the rest.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "common/check.h"
+#include "loader/tensor_copy.h"
+#include "loader/weights.h"
+
+namespace oasis {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t Fnv1a64(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Standard normals for element pair `pair` (elements 2*pair and 2*pair+1): Box-Muller on
+// two 24-bit uniforms drawn from a counter-based hash.
+void NormalPair(uint64_t key, uint64_t pair, float* z0, float* z1) {
+  const uint64_t h = SplitMix64(key ^ SplitMix64(pair));
+  const float u1 = static_cast<float>((h >> 40) + 1) * (1.0f / 16777216.0f);  // (0, 1]
+  const float u2 = static_cast<float>(h & 0xffffffu) * (1.0f / 16777216.0f);  // [0, 1)
+  const float r = std::sqrt(-2.0f * std::log(u1));
+  const float theta = 6.28318530717958647f * u2;
+  *z0 = r * std::cos(theta);
+  *z1 = r * std::sin(theta);
+}
+
+// Writes `n` floats to `dst` as `dtype` (any dtype; integers are value-converted).
+void StoreFloats(const float* src, void* dst, DType dtype, size_t n) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: ConvertFromFloat(src, dst, dtype, n); return;
+    case DType::kF64: for (size_t i = 0; i < n; ++i) static_cast<double*>(dst)[i] = src[i]; return;
+    case DType::kI64: for (size_t i = 0; i < n; ++i) static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(src[i]); return;
+    case DType::kI32: for (size_t i = 0; i < n; ++i) static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(src[i]); return;
+    case DType::kI16: for (size_t i = 0; i < n; ++i) static_cast<int16_t*>(dst)[i] = static_cast<int16_t>(src[i]); return;
+    case DType::kI8: for (size_t i = 0; i < n; ++i) static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(src[i]); return;
+    case DType::kU8:
+    case DType::kBool: for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(dst)[i] = static_cast<uint8_t>(src[i]); return;
+  }
+  OASIS_CHECK(false) << "StoreFloats: unknown dtype";
+}
+
+// DummyWeights: owns the specs; generates tensors on request. Immutable; thread-safe.
+class DummyWeights final : public WeightSource {
+ public:
+  DummyWeights(std::vector<WeightSpec> specs, uint64_t seed) : specs_(std::move(specs)), seed_(seed) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const WeightSpec& s = specs_[i];
+      OASIS_CHECK(by_name_.emplace(s.name, i).second) << "duplicate dummy weight '" << s.name << "'";
+      for (int64_t d : s.shape) OASIS_CHECK_GE(d, 0) << "dummy weight '" << s.name << "'";
+      OASIS_CHECK(s.init != DummyInit::kNormal || IsFloatDType(s.dtype))
+          << "dummy weight '" << s.name << "': normal init needs a float dtype, not "
+          << DTypeName(s.dtype);
+      OASIS_CHECK(std::isfinite(s.stddev) && s.stddev >= 0) << "dummy weight '" << s.name << "'";
+    }
+  }
+
+  std::string Describe() const override {
+    return "dummy weights (" + std::to_string(specs_.size()) + " tensors, seed " +
+           std::to_string(seed_) + ")";
+  }
+  std::vector<std::string> Names() const override {
+    std::vector<std::string> names;
+    for (const auto& s : specs_) names.push_back(s.name);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  bool Has(const std::string& name) const override { return by_name_.count(name) != 0; }
+
+  StatusOr<TensorInfo> Info(const std::string& name) const override {
+    OASIS_ASSIGN_OR_RETURN(const WeightSpec* s, Find(name));
+    return TensorInfo{s->name, s->dtype, s->shape};
+  }
+
+  StatusOr<Tensor> Load(const std::string& name, DType dtype) const override {
+    OASIS_ASSIGN_OR_RETURN(const WeightSpec* s, Find(name));
+    OASIS_RETURN_IF_ERROR(CheckConversion(TensorInfo{s->name, s->dtype, s->shape}, dtype, Describe()));
+    Tensor out = Tensor::Empty(s->shape, dtype);
+    Generate(*s, 0, out.numel(), static_cast<uint8_t*>(out.raw()), dtype);
+    return out;
+  }
+
+  StatusOr<Tensor> LoadSlice(const std::string& name, int dim, int64_t begin, int64_t end,
+                             DType dtype) const override {
+    OASIS_ASSIGN_OR_RETURN(const WeightSpec* s, Find(name));
+    TensorInfo info{s->name, s->dtype, s->shape};
+    OASIS_RETURN_IF_ERROR(CheckConversion(info, dtype, Describe()));
+    OASIS_RETURN_IF_ERROR(CheckSlice(info, dim, begin, end, Describe()));
+    Tensor out = Tensor::Empty(SliceShape(s->shape, dim, begin, end), dtype);
+    auto* dst = static_cast<uint8_t*>(out.raw());
+    const size_t dst_size = DTypeSize(dtype);
+    ForEachSliceRun(s->shape, dim, begin, end, [&](int64_t from, int64_t to, int64_t count) {
+      Generate(*s, from, count, dst + static_cast<size_t>(to) * dst_size, dtype);
+    });
+    return out;
+  }
+
+ private:
+  StatusOr<const WeightSpec*> Find(const std::string& name) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) return NotFound(Describe() + ": no tensor '" + name + "'");
+    return &specs_[it->second];
+  }
+
+  // Elements [first, first + count) of the full row-major tensor `s`, stored as `dtype`.
+  // Values are first rounded to the spec's dtype, as a checkpoint in that dtype would be.
+  void Generate(const WeightSpec& s, int64_t first, int64_t count, uint8_t* dst, DType dtype) const {
+    constexpr int64_t kBlock = 4096;
+    alignas(8) float values[kBlock];
+    alignas(8) uint8_t rounded[kBlock * 2];
+    const uint64_t key = SplitMix64(seed_ ^ Fnv1a64(s.name));
+    const size_t dst_size = DTypeSize(dtype);
+    for (int64_t done = 0; done < count;) {
+      const int64_t n = std::min(kBlock, count - done);
+      Fill(s, key, first + done, n, values);
+      if (s.dtype == DType::kBF16 || s.dtype == DType::kF16) {
+        ConvertFromFloat(values, rounded, s.dtype, static_cast<size_t>(n));
+        ConvertToFloat(rounded, s.dtype, values, static_cast<size_t>(n));
+      }
+      StoreFloats(values, dst + static_cast<size_t>(done) * dst_size, dtype, static_cast<size_t>(n));
+      done += n;
+    }
+  }
+
+  static void Fill(const WeightSpec& s, uint64_t key, int64_t first, int64_t n, float* out) {
+    if (s.init != DummyInit::kNormal) {
+      std::fill(out, out + n, s.init == DummyInit::kOnes ? 1.0f : 0.0f);
+      return;
+    }
+    float z0, z1;
+    for (int64_t i = first, end = first + n; i < end;) {
+      NormalPair(key, static_cast<uint64_t>(i) >> 1, &z0, &z1);
+      if ((i & 1) == 0) {
+        out[i - first] = z0 * s.stddev;
+        if (i + 1 < end) out[i + 1 - first] = z1 * s.stddev;
+        i += 2;
+      } else {
+        out[i - first] = z1 * s.stddev;
+        i += 1;
+      }
+    }
+  }
+
+  std::vector<WeightSpec> specs_;
+  uint64_t seed_;
+  std::unordered_map<std::string, size_t> by_name_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> MakeDummyWeights(std::vector<WeightSpec> specs, uint64_t seed) {
+  return std::make_unique<DummyWeights>(std::move(specs), seed);
+}
+
+}  // namespace oasis

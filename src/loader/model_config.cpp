@@ -1,0 +1,285 @@
+// HF config.json -> ModelConfig for Qwen3ForCausalLM, LlamaForCausalLM and
+// LlamaForCausalLMEagle3. Field rules are documented in docs/loader.md.
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "oasis/model_config.h"
+
+namespace oasis {
+namespace {
+
+using json = nlohmann::json;
+
+struct ArchitectureName {
+  const char* name;
+  Architecture architecture;
+};
+constexpr ArchitectureName kArchitectures[] = {
+    {"Qwen3ForCausalLM", Architecture::kQwen3},
+    {"LlamaForCausalLM", Architecture::kLlama},
+    {"LlamaForCausalLMEagle3", Architecture::kEagle3Llama},
+};
+
+enum class Presence { kRequired, kOptional };
+
+// Reads typed fields of one JSON object; errors name the field (with `prefix`, e.g.
+// "rope_scaling.") and the file. A JSON null counts as absent. Not thread-shared.
+class FieldReader {
+ public:
+  FieldReader(const json& obj, const std::string& source, std::string prefix = "")
+      : obj_(obj), source_(source), prefix_(std::move(prefix)) {}
+
+  const json* Find(const char* key) const {
+    auto it = obj_.find(key);
+    return it == obj_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  Status Bad(const char* key, const std::string& what) const {
+    return InvalidArgument(source_ + ": field '" + prefix_ + key + "' " + what);
+  }
+
+  // Integer >= min_value. Leaves *out unchanged when optional and absent.
+  Status Int(const char* key, Presence presence, int64_t min_value, int64_t* out) const {
+    const json* v = Find(key);
+    if (v == nullptr) return Missing(key, presence);
+    if (!v->is_number_integer()) return Bad(key, "must be an integer, got " + v->dump());
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      return Bad(key, "is too large: " + v->dump());
+    }
+    const int64_t value = v->get<int64_t>();
+    if (value < min_value) {
+      return Bad(key, "must be " + std::string(min_value == 1 ? "positive" : ">= " + std::to_string(min_value)) +
+                          ", got " + std::to_string(value));
+    }
+    *out = value;
+    return Status::Ok();
+  }
+
+  // A finite number > 0.
+  Status PositiveNumber(const char* key, Presence presence, double* out) const {
+    const json* v = Find(key);
+    if (v == nullptr) return Missing(key, presence);
+    if (!v->is_number()) return Bad(key, "must be a number, got " + v->dump());
+    const double value = v->get<double>();
+    if (!(value > 0) || !std::isfinite(value)) return Bad(key, "must be positive, got " + v->dump());
+    *out = value;
+    return Status::Ok();
+  }
+
+  Status Bool(const char* key, bool* out) const {
+    const json* v = Find(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_boolean()) return Bad(key, "must be true or false, got " + v->dump());
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+
+  Status String(const char* key, Presence presence, std::string* out) const {
+    const json* v = Find(key);
+    if (v == nullptr) return Missing(key, presence);
+    if (!v->is_string()) return Bad(key, "must be a string, got " + v->dump());
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+
+  // An integer or a list of integers (>= 0); absent leaves *out empty.
+  Status IntList(const char* key, std::vector<int64_t>* out) const {
+    out->clear();
+    const json* v = Find(key);
+    if (v == nullptr) return Status::Ok();
+    auto take = [&](const json& x) -> Status {
+      if (!x.is_number_unsigned() || x.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return Bad(key, "must hold non-negative integers, got " + x.dump());
+      }
+      out->push_back(x.get<int64_t>());
+      return Status::Ok();
+    };
+    if (!v->is_array()) return take(*v);
+    for (const json& x : *v) OASIS_RETURN_IF_ERROR(take(x));
+    return Status::Ok();
+  }
+
+ private:
+  Status Missing(const char* key, Presence presence) const {
+    if (presence == Presence::kOptional) return Status::Ok();
+    return InvalidArgument(source_ + ": required field '" + prefix_ + key + "' is missing");
+  }
+
+  const json& obj_;
+  const std::string& source_;
+  std::string prefix_;
+};
+
+Status ParseArchitecture(const json& root, const std::string& source, ModelConfig* config) {
+  auto it = root.find("architectures");
+  if (it == root.end() || !it->is_array() || it->empty()) {
+    return InvalidArgument(source + ": field 'architectures' must be a non-empty list of names");
+  }
+  std::string names;
+  for (const json& name : *it) {
+    if (!name.is_string()) return InvalidArgument(source + ": field 'architectures' holds a non-string");
+    const auto& text = name.get_ref<const std::string&>();
+    for (const auto& a : kArchitectures) {
+      if (text == a.name) {
+        config->architecture = a.architecture;
+        config->architecture_name = text;
+        return Status::Ok();
+      }
+    }
+    names += (names.empty() ? "" : ", ") + text;
+  }
+  return Unimplemented(source + ": unsupported architecture " + names + " (supported: " +
+                       SupportedArchitectures() + ")");
+}
+
+Status ParseDType(const FieldReader& fields, ModelConfig* config) {
+  const char* key = fields.Find("dtype") != nullptr ? "dtype" : "torch_dtype";
+  std::string name;
+  OASIS_RETURN_IF_ERROR(fields.String(key, Presence::kOptional, &name));
+  if (name.empty()) return Status::Ok();  // absent: keep the bf16 default
+  if (name == "bfloat16") {
+    config->dtype = DType::kBF16;
+  } else if (name == "float16" || name == "half") {
+    config->dtype = DType::kF16;
+  } else if (name == "float32" || name == "float") {
+    config->dtype = DType::kF32;
+  } else {
+    return fields.Bad(key, "names unsupported dtype \"" + name + "\"");
+  }
+  return Status::Ok();
+}
+
+// rope_theta and rope_scaling, from transformers-5 "rope_parameters" when present, else
+// from the top-level "rope_theta" / "rope_scaling".
+Status ParseRope(const json& root, const std::string& source, ModelConfig* config) {
+  FieldReader top(root, source);
+  const json* params = top.Find("rope_parameters");
+  if (params != nullptr && !params->is_object()) return top.Bad("rope_parameters", "must be an object");
+  if (params != nullptr && params->contains("rope_theta")) {
+    OASIS_RETURN_IF_ERROR(FieldReader(*params, source, "rope_parameters.")
+                              .PositiveNumber("rope_theta", Presence::kRequired, &config->rope_theta));
+  } else {
+    OASIS_RETURN_IF_ERROR(top.PositiveNumber("rope_theta", Presence::kOptional, &config->rope_theta));
+  }
+
+  const char* scaling_key = params != nullptr ? "rope_parameters" : "rope_scaling";
+  const json* scaling = params != nullptr ? params : top.Find("rope_scaling");
+  config->rope_scaling = RopeScaling{};
+  if (scaling == nullptr) return Status::Ok();
+  if (!scaling->is_object()) return top.Bad(scaling_key, "must be an object or null");
+  FieldReader fields(*scaling, source, std::string(scaling_key) + ".");
+  std::string type;
+  const char* type_key = fields.Find("rope_type") != nullptr ? "rope_type" : "type";
+  OASIS_RETURN_IF_ERROR(fields.String(type_key, Presence::kOptional, &type));
+  if (type.empty() || type == "default") return Status::Ok();
+  if (type != "llama3") {
+    return Unimplemented(source + ": " + scaling_key + " type \"" + type +
+                         "\" is not supported (supported: default, llama3)");
+  }
+  RopeScaling& rs = config->rope_scaling;
+  rs.type = RopeScalingType::kLlama3;
+  OASIS_RETURN_IF_ERROR(fields.PositiveNumber("factor", Presence::kRequired, &rs.factor));
+  OASIS_RETURN_IF_ERROR(fields.PositiveNumber("low_freq_factor", Presence::kRequired, &rs.low_freq_factor));
+  OASIS_RETURN_IF_ERROR(fields.PositiveNumber("high_freq_factor", Presence::kRequired, &rs.high_freq_factor));
+  OASIS_RETURN_IF_ERROR(fields.Int("original_max_position_embeddings", Presence::kRequired, 1,
+                                   &rs.original_max_position_embeddings));
+  if (rs.high_freq_factor <= rs.low_freq_factor) {
+    return fields.Bad("high_freq_factor", "must be greater than low_freq_factor");
+  }
+  return Status::Ok();
+}
+
+Status ParseEagle3(const json& root, const std::string& source, ModelConfig* config) {
+  FieldReader fields(root, source);
+  config->draft_vocab_size = config->vocab_size;
+  config->target_hidden_size = config->hidden_size;
+  OASIS_RETURN_IF_ERROR(fields.Int("draft_vocab_size", Presence::kOptional, 1, &config->draft_vocab_size));
+  OASIS_RETURN_IF_ERROR(fields.Int("target_hidden_size", Presence::kOptional, 1, &config->target_hidden_size));
+  const json* eagle = fields.Find("eagle_config");
+  if (eagle == nullptr) return Status::Ok();
+  if (!eagle->is_object()) return fields.Bad("eagle_config", "must be an object");
+  return FieldReader(*eagle, source, "eagle_config.")
+      .IntList("eagle_aux_hidden_state_layer_ids", &config->aux_hidden_state_layer_ids);
+}
+
+StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
+  if (!root.is_object()) return InvalidArgument(source + ": not a JSON object");
+  ModelConfig c;
+  OASIS_RETURN_IF_ERROR(ParseArchitecture(root, source, &c));
+  FieldReader f(root, source);
+  OASIS_RETURN_IF_ERROR(f.String("model_type", Presence::kOptional, &c.model_type));
+  OASIS_RETURN_IF_ERROR(f.Int("hidden_size", Presence::kRequired, 1, &c.hidden_size));
+  OASIS_RETURN_IF_ERROR(f.Int("num_hidden_layers", Presence::kRequired, 1, &c.num_hidden_layers));
+  OASIS_RETURN_IF_ERROR(f.Int("num_attention_heads", Presence::kRequired, 1, &c.num_attention_heads));
+  c.num_key_value_heads = c.num_attention_heads;
+  OASIS_RETURN_IF_ERROR(f.Int("num_key_value_heads", Presence::kOptional, 1, &c.num_key_value_heads));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return f.Bad("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
+                                            ") must divide num_attention_heads (" +
+                                            std::to_string(c.num_attention_heads) + ")");
+  }
+  if (f.Find("head_dim") != nullptr) {
+    OASIS_RETURN_IF_ERROR(f.Int("head_dim", Presence::kRequired, 1, &c.head_dim));
+  } else if (c.hidden_size % c.num_attention_heads != 0) {
+    return f.Bad("num_attention_heads", "(" + std::to_string(c.num_attention_heads) +
+                                            ") must divide hidden_size (" +
+                                            std::to_string(c.hidden_size) + ") when head_dim is absent");
+  } else {
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  OASIS_RETURN_IF_ERROR(f.Int("intermediate_size", Presence::kRequired, 1, &c.intermediate_size));
+  OASIS_RETURN_IF_ERROR(f.Int("vocab_size", Presence::kRequired, 1, &c.vocab_size));
+  OASIS_RETURN_IF_ERROR(f.Int("max_position_embeddings", Presence::kRequired, 1, &c.max_position_embeddings));
+  OASIS_RETURN_IF_ERROR(f.PositiveNumber("rms_norm_eps", Presence::kOptional, &c.rms_norm_eps));
+  OASIS_RETURN_IF_ERROR(ParseRope(root, source, &c));
+  OASIS_RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &c.tie_word_embeddings));
+  OASIS_RETURN_IF_ERROR(f.Bool("attention_bias", &c.attention_bias));
+  bool mlp_bias = false;
+  OASIS_RETURN_IF_ERROR(f.Bool("mlp_bias", &mlp_bias));
+  if (mlp_bias) return Unimplemented(source + ": field 'mlp_bias' = true is not supported");
+  OASIS_RETURN_IF_ERROR(f.String("hidden_act", Presence::kOptional, &c.hidden_act));
+  if (c.hidden_act != "silu") {
+    return Unimplemented(source + ": field 'hidden_act' = \"" + c.hidden_act +
+                         "\" is not supported (only silu)");
+  }
+  OASIS_RETURN_IF_ERROR(ParseDType(f, &c));
+  OASIS_RETURN_IF_ERROR(f.IntList("bos_token_id", &c.bos_token_ids));
+  OASIS_RETURN_IF_ERROR(f.IntList("eos_token_id", &c.eos_token_ids));
+  c.qk_norm = c.architecture == Architecture::kQwen3;
+  if (c.architecture == Architecture::kEagle3Llama) OASIS_RETURN_IF_ERROR(ParseEagle3(root, source, &c));
+  return c;
+}
+
+}  // namespace
+
+std::string SupportedArchitectures() {
+  std::string out;
+  for (const auto& a : kArchitectures) out += (out.empty() ? "" : ", ") + std::string(a.name);
+  return out;
+}
+
+StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
+  json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return InvalidArgument(source + ": not valid JSON");
+  try {
+    return Parse(root, source);
+  } catch (const json::exception& e) {  // defensive: typed accessors are checked above
+    return InvalidArgument(source + ": " + e.what());
+  }
+}
+
+StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& dir_or_file) {
+  std::error_code ec;
+  std::filesystem::path path = dir_or_file;
+  if (std::filesystem::is_directory(path, ec)) path /= "config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path.string() + ": cannot open model config");
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseModelConfig(text.str(), path.string());
+}
+
+}  // namespace oasis

@@ -240,6 +240,11 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   bool mlp_bias = false;
   OASIS_RETURN_IF_ERROR(f.Bool("mlp_bias", &mlp_bias));
   if (mlp_bias) return Unimplemented(source + ": field 'mlp_bias' = true is not supported");
+  bool sliding_window = false;
+  OASIS_RETURN_IF_ERROR(f.Bool("use_sliding_window", &sliding_window));
+  if (sliding_window) {
+    return Unimplemented(source + ": field 'use_sliding_window' = true is not supported");
+  }
   OASIS_RETURN_IF_ERROR(f.String("hidden_act", Presence::kOptional, &c.hidden_act));
   if (c.hidden_act != "silu") {
     return Unimplemented(source + ": field 'hidden_act' = \"" + c.hidden_act +

@@ -1,0 +1,181 @@
+#include "models/decoder_lm.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/rope.h"
+#include "common/check.h"
+
+namespace oasis {
+namespace {
+
+std::string LayerName(int64_t i, const std::string& leaf) {
+  return "model.layers." + std::to_string(i) + "." + leaf;
+}
+
+// Loads `name` as `dtype` and checks its shape.
+StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name, const std::vector<int64_t>& shape,
+                             DType dtype) {
+  if (!w.Has(name)) return NotFound("weight '" + name + "' missing from " + w.Describe());
+  OASIS_ASSIGN_OR_RETURN(Tensor t, w.Load(name, dtype));
+  if (t.shape() != shape) {
+    return InvalidArgument("weight '" + name + "' has shape " + ShapeToString(t.shape()) + ", expected " +
+                           ShapeToString(shape) + " (" + w.Describe() + ")");
+  }
+  return t;
+}
+
+// Stacks host tensors of equal trailing shape along dimension 0.
+Tensor ConcatRows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.dim(0);
+  std::vector<int64_t> shape = parts[0].shape();
+  shape[0] = rows;
+  Tensor out = Tensor::Empty(shape, parts[0].dtype());
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  std::vector<WeightSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    specs.push_back({LayerName(i, "input_layernorm.weight"), {h}, DType::kBF16, DummyInit::kOnes});
+    specs.push_back({LayerName(i, "self_attn.q_proj.weight"), {c.q_size(), h}});
+    specs.push_back({LayerName(i, "self_attn.k_proj.weight"), {c.kv_size(), h}});
+    specs.push_back({LayerName(i, "self_attn.v_proj.weight"), {c.kv_size(), h}});
+    specs.push_back({LayerName(i, "self_attn.o_proj.weight"), {h, c.q_size()}});
+    if (c.qk_norm) {
+      specs.push_back({LayerName(i, "self_attn.q_norm.weight"), {c.head_dim}, DType::kBF16, DummyInit::kOnes});
+      specs.push_back({LayerName(i, "self_attn.k_norm.weight"), {c.head_dim}, DType::kBF16, DummyInit::kOnes});
+    }
+    specs.push_back({LayerName(i, "post_attention_layernorm.weight"), {h}, DType::kBF16, DummyInit::kOnes});
+    specs.push_back({LayerName(i, "mlp.gate_proj.weight"), {c.intermediate_size, h}});
+    specs.push_back({LayerName(i, "mlp.up_proj.weight"), {c.intermediate_size, h}});
+    specs.push_back({LayerName(i, "mlp.down_proj.weight"), {h, c.intermediate_size}});
+  }
+  specs.push_back({"model.norm.weight", {h}, DType::kBF16, DummyInit::kOnes});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return specs;
+}
+
+DecoderLM::DecoderLM(const ModelConfig& config, Backend& backend)
+    : config_(config), backend_(backend), rope_(ComputeRopeParams(config)) {}
+
+StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config, const WeightSource& weights,
+                                                       Backend& backend) {
+  if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
+    return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
+                         config.architecture_name);
+  }
+  if (config.attention_bias) return Unimplemented("attention_bias=true is not supported");
+  if (config.hidden_act != "silu") return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
+  if (config.head_dim % 2 != 0) return InvalidArgument("head_dim must be even for RoPE");
+  std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend));
+  OASIS_RETURN_IF_ERROR(model->LoadWeights(weights));
+  return model;
+}
+
+Status DecoderLM::LoadWeights(const WeightSource& w) {
+  const ModelConfig& c = config_;
+  const DType dt = backend_.activation_dtype();
+  const int64_t h = c.hidden_size;
+  auto load = [&](const std::string& name, std::vector<int64_t> shape) -> StatusOr<Tensor> {
+    OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(w, name, shape, dt));
+    return backend_.Upload(t);
+  };
+  OASIS_ASSIGN_OR_RETURN(Tensor embed_host, LoadChecked(w, "model.embed_tokens.weight", {c.vocab_size, h}, dt));
+  embed_tokens_ = backend_.Upload(embed_host);
+  OASIS_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {h}));
+  if (c.tie_word_embeddings && !w.Has("lm_head.weight")) {
+    lm_head_ = embed_tokens_;
+  } else {
+    OASIS_ASSIGN_OR_RETURN(lm_head_, load("lm_head.weight", {c.vocab_size, h}));
+  }
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    Layer& L = layers_[static_cast<size_t>(i)];
+    OASIS_ASSIGN_OR_RETURN(L.input_norm, load(LayerName(i, "input_layernorm.weight"), {h}));
+    OASIS_ASSIGN_OR_RETURN(L.post_norm, load(LayerName(i, "post_attention_layernorm.weight"), {h}));
+    OASIS_ASSIGN_OR_RETURN(Tensor q, LoadChecked(w, LayerName(i, "self_attn.q_proj.weight"), {c.q_size(), h}, dt));
+    OASIS_ASSIGN_OR_RETURN(Tensor k, LoadChecked(w, LayerName(i, "self_attn.k_proj.weight"), {c.kv_size(), h}, dt));
+    OASIS_ASSIGN_OR_RETURN(Tensor v, LoadChecked(w, LayerName(i, "self_attn.v_proj.weight"), {c.kv_size(), h}, dt));
+    L.qkv = backend_.Upload(ConcatRows({q, k, v}));
+    OASIS_ASSIGN_OR_RETURN(L.o_proj, load(LayerName(i, "self_attn.o_proj.weight"), {h, c.q_size()}));
+    if (c.qk_norm) {
+      OASIS_ASSIGN_OR_RETURN(L.q_norm, load(LayerName(i, "self_attn.q_norm.weight"), {c.head_dim}));
+      OASIS_ASSIGN_OR_RETURN(L.k_norm, load(LayerName(i, "self_attn.k_norm.weight"), {c.head_dim}));
+    }
+    OASIS_ASSIGN_OR_RETURN(Tensor gate, LoadChecked(w, LayerName(i, "mlp.gate_proj.weight"), {c.intermediate_size, h}, dt));
+    OASIS_ASSIGN_OR_RETURN(Tensor up, LoadChecked(w, LayerName(i, "mlp.up_proj.weight"), {c.intermediate_size, h}, dt));
+    L.gate_up = backend_.Upload(ConcatRows({gate, up}));
+    OASIS_ASSIGN_OR_RETURN(L.down, load(LayerName(i, "mlp.down_proj.weight"), {h, c.intermediate_size}));
+  }
+  return Status::Ok();
+}
+
+std::vector<LayerKvPool> DecoderLM::AllocateKvCache(int64_t num_slots) const {
+  std::vector<LayerKvPool> pools(static_cast<size_t>(config_.num_hidden_layers));
+  for (auto& p : pools) {
+    p.k = backend_.Empty({num_slots, kBlockSize, config_.head_dim}, backend_.activation_dtype());
+    p.v = backend_.Empty({num_slots, kBlockSize, config_.head_dim}, backend_.activation_dtype());
+  }
+  return pools;
+}
+
+Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) {
+  const ModelConfig& c = config_;
+  OASIS_CHECK_EQ(static_cast<int64_t>(kv.size()), c.num_hidden_layers) << "one KV pool per layer";
+  const int64_t T = in.token_ids.numel(), h = c.hidden_size;
+  const DType dt = backend_.activation_dtype();
+  Backend& B = backend_;
+  Tensor hidden = B.Empty({T, h}, dt), residual = B.Empty({T, h}, dt), normed = B.Empty({T, h}, dt);
+  Tensor qkv = B.Empty({T, c.q_size() + 2 * c.kv_size()}, dt);
+  Tensor q = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
+  Tensor k = B.Empty({T, c.num_key_value_heads, c.head_dim}, dt);
+  Tensor v = B.Empty({T, c.num_key_value_heads, c.head_dim}, dt);
+  Tensor attn = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
+  Tensor gate_up = B.Empty({T, 2 * c.intermediate_size}, dt);
+  Tensor act = B.Empty({T, c.intermediate_size}, dt);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  B.Embedding(in.token_ids, embed_tokens_, residual);
+  bool first = true;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& L = layers_[i];
+    // hidden holds the previous sub-layer's output; residual the running stream.
+    if (first) {
+      B.RmsNorm(residual, L.input_norm, eps, normed);
+      first = false;
+    } else {
+      B.AddRmsNorm(hidden, residual, L.input_norm, eps, normed);
+    }
+    B.Linear(normed, L.qkv, qkv);
+    B.SplitQkv(qkv, q, k, v);
+    B.QkNormRope(q, k, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps, in.positions, rope_);
+    B.KvAppend(k, v, in.slot_mapping, kv[i]);
+    B.Attention(q, kv[i], in.attention, scale, attn);
+    B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
+    B.AddRmsNorm(hidden, residual, L.post_norm, eps, normed);
+    B.Linear(normed, L.gate_up, gate_up);
+    B.SiluMul(gate_up, act);
+    B.Linear(act, L.down, hidden);
+  }
+  B.AddRmsNorm(hidden, residual, final_norm_, eps, normed);
+  const int64_t R = in.logit_rows.numel();
+  Tensor rows = B.Empty({R, h}, dt);
+  B.GatherRows(normed, in.logit_rows, rows);
+  Tensor logits = B.Empty({R, c.vocab_size}, dt);
+  B.Linear(rows, lm_head_, logits);
+  return logits;
+}
+
+}  // namespace oasis

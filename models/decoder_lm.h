@@ -1,0 +1,68 @@
+// DecoderLM: the dense decoder-only transformer of Qwen3 and Llama 3.x, written once in
+// the Backend op set. The architectures differ only in config: Qwen3 adds per-head q/k
+// RMSNorm before RoPE; Llama 3.x may use llama3 RoPE scaling. (EAGLE-3 heads are separate.)
+//
+// Owns its weights (device tensors of the backend). Forward() is called by one thread at
+// a time; the KV pools are owned by the caller and passed in.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "loader/weights.h"
+#include "oasis/model_config.h"
+
+namespace oasis {
+
+// One forward pass over a batch of T tokens from S sequences (prefill chunks and decode
+// tokens mixed). All tensors are on the backend's device.
+struct ForwardInput {
+  Tensor token_ids;     // [T] int32
+  Tensor positions;     // [T] int32
+  Tensor slot_mapping;  // [T, num_kv_heads] int64: where each token's K/V is written
+  AttentionMetadata attention;
+  Tensor logit_rows;    // [R] int32: the batch rows whose logits are returned
+};
+
+class DecoderLM {
+ public:
+  // Checks the config and loads every weight the architecture needs from `weights`
+  // (NotFound naming the tensor, InvalidArgument for a wrong shape).
+  static StatusOr<std::unique_ptr<DecoderLM>> Create(const ModelConfig& config,
+                                                     const WeightSource& weights, Backend& backend);
+  // The checkpoint tensors this architecture reads (also the recipe for dummy weights).
+  static std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+
+  // KV pools for `num_slots` head-blocks per layer, on the backend's device.
+  std::vector<LayerKvPool> AllocateKvCache(int64_t num_slots) const;
+
+  // Runs all layers, appends the batch's K/V to `kv`, returns logits [R, vocab].
+  Tensor Forward(const ForwardInput& input, std::vector<LayerKvPool>& kv);
+
+ private:
+  struct Layer {
+    Tensor input_norm;      // [hidden]
+    Tensor qkv;             // [q_size + 2 * kv_size, hidden]
+    Tensor q_norm, k_norm;  // [head_dim] (Qwen3 only)
+    Tensor o_proj;          // [hidden, q_size]
+    Tensor post_norm;       // [hidden]
+    Tensor gate_up;         // [2 * intermediate, hidden]
+    Tensor down;            // [hidden, intermediate]
+  };
+
+  DecoderLM(const ModelConfig& config, Backend& backend);
+  Status LoadWeights(const WeightSource& weights);
+
+  ModelConfig config_;
+  Backend& backend_;
+  RopeParams rope_;
+  Tensor embed_tokens_;  // [vocab, hidden]
+  Tensor final_norm_;    // [hidden]
+  Tensor lm_head_;       // [vocab, hidden] (the embedding when tied)
+  std::vector<Layer> layers_;
+};
+
+}  // namespace oasis

@@ -1,0 +1,125 @@
+// Backend: the op set the model code is written in (DESIGN.md §2). One implementation per
+// device: cpu/ (plain float32, the reference and the CI path) and cuda/ (fast, bf16).
+//
+// Conventions for every op:
+//  - tensors live on the backend's device and have the backend's activation dtype unless a
+//    parameter says otherwise (ids, positions, tables are int32; slot mappings int64);
+//  - linear weights use the Hugging Face layout [out_features, in_features];
+//  - outputs are written in full; inputs are never modified unless documented.
+// A Backend instance is used by one thread at a time (the engine loop or one TP worker).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "oasis/sampling.h"
+#include "oasis/tensor.h"
+
+namespace oasis {
+
+// Number of tokens in one KV block (one head-block holds kBlockSize × head_dim values).
+inline constexpr int kBlockSize = 16;
+
+// The paged KV cache of one layer: pools of head-blocks. Slot s holds kBlockSize tokens of
+// one KV head: k[s, i, :] is the key of the i-th token of that head-block.
+struct LayerKvPool {
+  Tensor k;  // [num_slots, kBlockSize, head_dim]
+  Tensor v;  // [num_slots, kBlockSize, head_dim]
+};
+
+// Where the tokens of a batch attend, with head-level block tables. Sequence s owns query
+// rows [query_start[s], query_start[s+1]) of the batch; for each of its KV heads h the
+// visible keys are the first kv_lens[s, h] tokens listed by block_tables[s, h, :], and its
+// queries are the last (query_start[s+1] - query_start[s]) of those tokens (causal among
+// themselves). Dense sequences have identical lengths for all heads; sparse ones need not.
+struct AttentionMetadata {
+  Tensor query_start;   // [num_seqs + 1] int32
+  Tensor kv_lens;       // [num_seqs, num_kv_heads] int32
+  Tensor block_tables;  // [num_seqs, num_kv_heads, max_blocks_per_seq] int32 slot ids
+  int32_t max_query_len = 0;
+};
+
+// RoPE frequencies for one model: inv_freq[i] for i < rotary_dim / 2 (HF rotate_half layout).
+struct RopeParams {
+  std::vector<float> inv_freq;  // [head_dim / 2]
+  float attention_scaling = 1.0f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // Activations and KV dtype: F32 on the CPU reference, BF16 on CUDA.
+  virtual DType activation_dtype() const = 0;
+
+  // A new uninitialised tensor on this backend's device.
+  virtual Tensor Empty(std::vector<int64_t> shape, DType dtype) = 0;
+  // Copies a host tensor to this device (a no-op view on the CPU backend) and back.
+  virtual Tensor Upload(const Tensor& host) = 0;
+  virtual Tensor Download(const Tensor& device_tensor) = 0;
+
+  // out[t, :] = table[ids[t], :]
+  virtual void Embedding(const Tensor& ids,    // [T] int32
+                         const Tensor& table,  // [vocab, hidden]
+                         Tensor& out) = 0;     // [T, hidden]
+
+  // out = x / sqrt(mean(x^2) + eps) * weight, per row.
+  virtual void RmsNorm(const Tensor& x,       // [T, hidden]
+                       const Tensor& weight,  // [hidden]
+                       float eps, Tensor& out) = 0;
+
+  // residual += x; out = RmsNorm(residual).
+  virtual void AddRmsNorm(const Tensor& x,       // [T, hidden]
+                          Tensor& residual,      // [T, hidden], updated in place
+                          const Tensor& weight,  // [hidden]
+                          float eps, Tensor& out) = 0;
+
+  // out = a + b
+  virtual void Add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // out = x · weightᵀ
+  virtual void Linear(const Tensor& x,       // [T, in]
+                      const Tensor& weight,  // [out, in]
+                      Tensor& out) = 0;      // [T, out]
+
+  // In place on q and k: optional per-head RMSNorm (Qwen3 q_norm / k_norm, nullptr = none),
+  // then RoPE (rotate_half layout) at each token's position.
+  virtual void QkNormRope(Tensor& q,                // [T, num_q_heads, head_dim]
+                          Tensor& k,                // [T, num_kv_heads, head_dim]
+                          const Tensor* q_norm,     // [head_dim] or nullptr
+                          const Tensor* k_norm,     // [head_dim] or nullptr
+                          float eps,
+                          const Tensor& positions,  // [T] int32
+                          const RopeParams& rope) = 0;
+
+  // out = silu(gate) * up where gate_up = [gate | up] along the last dimension.
+  virtual void SiluMul(const Tensor& gate_up,  // [T, 2 * inter]
+                       Tensor& out) = 0;       // [T, inter]
+
+  // Writes each token's key and value of each KV head into its head-block slot:
+  // slot_mapping[t, h] = slot * kBlockSize + offset (negative = skip).
+  virtual void KvAppend(const Tensor& k,             // [T, num_kv_heads, head_dim]
+                        const Tensor& v,             // [T, num_kv_heads, head_dim]
+                        const Tensor& slot_mapping,  // [T, num_kv_heads] int64
+                        LayerKvPool& pool) = 0;
+
+  // Attention of every query row over its sequence's head-level block tables (GQA: query
+  // head j uses KV head j / (num_q_heads / num_kv_heads)), softmax(q·k * scale) · v.
+  virtual void Attention(const Tensor& q,  // [T, num_q_heads, head_dim]
+                         const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
+                         Tensor& out) = 0;  // [T, num_q_heads, head_dim]
+
+  // Splits the fused QKV projection into its parts.
+  virtual void SplitQkv(const Tensor& qkv,  // [T, (num_q_heads + 2 * num_kv_heads) * head_dim]
+                        Tensor& q,          // [T, num_q_heads, head_dim]
+                        Tensor& k,          // [T, num_kv_heads, head_dim]
+                        Tensor& v) = 0;     // [T, num_kv_heads, head_dim]
+
+  // Copies the given rows: out[i, :] = x[rows[i], :].
+  virtual void GatherRows(const Tensor& x,     // [T, n]
+                          const Tensor& rows,  // [R] int32
+                          Tensor& out) = 0;    // [R, n]
+};
+
+}  // namespace oasis

@@ -1,0 +1,203 @@
+// CpuBackend: elementwise, normalisation, embedding, linear and RoPE ops.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "common/check.h"
+
+namespace oasis {
+namespace {
+
+void CheckF32(const Tensor& t, const char* what) {
+  OASIS_CHECK(t.dtype() == DType::kF32 && t.device() == Device::kCpu)
+      << what << " must be a host F32 tensor, got " << t.ToString();
+}
+
+void CheckI32(const Tensor& t, const char* what) {
+  OASIS_CHECK(t.dtype() == DType::kI32) << what << " must be int32, got " << t.ToString();
+}
+
+// out[i] = x[i] * inv_rms * w[i], with inv_rms of the row computed in float like PyTorch.
+void NormRow(const float* x, const float* w, float eps, int64_t n, float* out) {
+  double sum = 0;  // accumulated in double; rounding to float matches torch's mean closely
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  float mean = static_cast<float>(sum / static_cast<double>(n));
+  float inv = 1.0f / std::sqrt(mean + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads) {
+  if (num_threads <= 0) {
+    num_threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
+  }
+  num_threads_ = num_threads;
+}
+
+Tensor CpuBackend::Empty(std::vector<int64_t> shape, DType dtype) {
+  return Tensor::Empty(std::move(shape), dtype);
+}
+
+void CpuBackend::Embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  CheckI32(ids, "Embedding ids");
+  CheckF32(table, "Embedding table");
+  CheckF32(out, "Embedding out");
+  const int64_t n = ids.numel(), hidden = table.dim(1), vocab = table.dim(0);
+  OASIS_CHECK(out.dim(0) == n && out.dim(1) == hidden) << "Embedding out " << out.ToString();
+  for (int64_t t = 0; t < n; ++t) {
+    int32_t id = ids.data<int32_t>()[t];
+    OASIS_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside vocabulary " << vocab;
+    std::memcpy(out.data<float>() + t * hidden, table.data<float>() + id * hidden,
+                static_cast<size_t>(hidden) * sizeof(float));
+  }
+}
+
+void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  CheckF32(x, "RmsNorm x");
+  const int64_t n = x.dim(-1), rows = x.numel() / n;
+  OASIS_CHECK_EQ(weight.numel(), n) << "RmsNorm weight";
+  OASIS_CHECK_EQ(out.numel(), x.numel()) << "RmsNorm out";
+  for (int64_t r = 0; r < rows; ++r) {
+    NormRow(x.data<float>() + r * n, weight.data<float>(), eps, n, out.data<float>() + r * n);
+  }
+}
+
+void CpuBackend::AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                            Tensor& out) {
+  CheckF32(x, "AddRmsNorm x");
+  CheckF32(residual, "AddRmsNorm residual");
+  OASIS_CHECK_EQ(x.numel(), residual.numel()) << "AddRmsNorm shapes";
+  float* r = residual.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) r[i] += x.data<float>()[i];
+  RmsNorm(residual, weight, eps, out);
+}
+
+void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
+  CheckF32(a, "Add a");
+  CheckF32(b, "Add b");
+  OASIS_CHECK(a.numel() == b.numel() && a.numel() == out.numel()) << "Add shapes";
+  for (int64_t i = 0; i < a.numel(); ++i) out.data<float>()[i] = a.data<float>()[i] + b.data<float>()[i];
+}
+
+void CpuBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
+  CheckF32(x, "Linear x");
+  CheckF32(weight, "Linear weight");
+  CheckF32(out, "Linear out");
+  const int64_t in = weight.dim(1), outf = weight.dim(0), rows = x.numel() / in;
+  OASIS_CHECK_EQ(x.dim(-1), in) << "Linear: x " << x.ToString() << " weight " << weight.ToString();
+  OASIS_CHECK_EQ(out.numel(), rows * outf) << "Linear out " << out.ToString();
+  const float* xp = x.data<float>();
+  const float* wp = weight.data<float>();
+  float* op = out.data<float>();
+  // Each worker owns a range of output features; every weight row is read once per 4 rows.
+  auto work = [&](int64_t f_begin, int64_t f_end) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+      const int64_t rn = std::min<int64_t>(4, rows - r0);
+      for (int64_t f = f_begin; f < f_end; ++f) {
+        const float* w = wp + f * in;
+        for (int64_t r = 0; r < rn; ++r) {
+          const float* xr = xp + (r0 + r) * in;
+          float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          int64_t i = 0;
+          for (; i + 8 <= in; i += 8) {
+            for (int j = 0; j < 8; ++j) acc[j] += xr[i + j] * w[i + j];
+          }
+          float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+          for (; i < in; ++i) s += xr[i] * w[i];
+          op[(r0 + r) * outf + f] = s;
+        }
+      }
+    }
+  };
+  const int64_t flops = rows * outf * in;
+  int threads = flops < (1 << 20) ? 1 : num_threads_;
+  if (threads <= 1) {
+    work(0, outf);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t chunk = (outf + threads - 1) / threads;
+  for (int t = 0; t < threads; ++t) {
+    int64_t b = t * chunk, e = std::min(outf, b + chunk);
+    if (b < e) pool.emplace_back(work, b, e);
+  }
+  for (auto& th : pool) th.join();
+}
+
+void CpuBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm,
+                            float eps, const Tensor& positions, const RopeParams& rope) {
+  CheckF32(q, "QkNormRope q");
+  CheckF32(k, "QkNormRope k");
+  CheckI32(positions, "QkNormRope positions");
+  const int64_t tokens = q.dim(0), head_dim = q.dim(2);
+  const int64_t half = static_cast<int64_t>(rope.inv_freq.size());
+  OASIS_CHECK_EQ(half * 2, head_dim) << "rope inv_freq size vs head_dim";
+  OASIS_CHECK_EQ(k.dim(0), tokens) << "q/k token counts";
+  OASIS_CHECK_EQ(positions.numel(), tokens) << "positions";
+  std::vector<float> cosv(static_cast<size_t>(half)), sinv(static_cast<size_t>(half));
+  std::vector<float> tmp(static_cast<size_t>(head_dim));
+  auto apply = [&](float* head, const Tensor* norm) {
+    if (norm) {
+      NormRow(head, norm->data<float>(), eps, head_dim, tmp.data());
+      std::memcpy(head, tmp.data(), static_cast<size_t>(head_dim) * sizeof(float));
+    }
+    for (int64_t i = 0; i < half; ++i) {
+      float a = head[i], b = head[i + half];
+      head[i] = a * cosv[i] - b * sinv[i];
+      head[i + half] = b * cosv[i] + a * sinv[i];
+    }
+  };
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float pos = static_cast<float>(positions.data<int32_t>()[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      float angle = pos * rope.inv_freq[static_cast<size_t>(i)];  // float32, as in HF
+      cosv[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.attention_scaling;
+      sinv[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.attention_scaling;
+    }
+    for (int64_t h = 0; h < q.dim(1); ++h) apply(q.data<float>() + (t * q.dim(1) + h) * head_dim, q_norm);
+    for (int64_t h = 0; h < k.dim(1); ++h) apply(k.data<float>() + (t * k.dim(1) + h) * head_dim, k_norm);
+  }
+}
+
+void CpuBackend::SiluMul(const Tensor& gate_up, Tensor& out) {
+  CheckF32(gate_up, "SiluMul gate_up");
+  const int64_t inter = out.dim(-1), rows = out.numel() / inter;
+  OASIS_CHECK_EQ(gate_up.numel(), rows * inter * 2) << "SiluMul shapes";
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up.data<float>() + r * inter * 2;
+    const float* u = g + inter;
+    float* o = out.data<float>() + r * inter;
+    for (int64_t i = 0; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void CpuBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
+  CheckF32(qkv, "SplitQkv qkv");
+  const int64_t tokens = qkv.dim(0);
+  const int64_t nq = q.numel() / tokens, nk = k.numel() / tokens, nv = v.numel() / tokens;
+  OASIS_CHECK_EQ(qkv.dim(1), nq + nk + nv) << "SplitQkv widths";
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = qkv.data<float>() + t * (nq + nk + nv);
+    std::memcpy(q.data<float>() + t * nq, row, static_cast<size_t>(nq) * sizeof(float));
+    std::memcpy(k.data<float>() + t * nk, row + nq, static_cast<size_t>(nk) * sizeof(float));
+    std::memcpy(v.data<float>() + t * nv, row + nq + nk, static_cast<size_t>(nv) * sizeof(float));
+  }
+}
+
+void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  CheckI32(rows, "GatherRows rows");
+  const int64_t n = x.numel() / x.dim(0);
+  const size_t row_bytes = static_cast<size_t>(n) * DTypeSize(x.dtype());
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    int32_t r = rows.data<int32_t>()[i];
+    OASIS_CHECK(r >= 0 && r < x.dim(0)) << "GatherRows row " << r;
+    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
+                static_cast<const char*>(x.raw()) + r * row_bytes, row_bytes);
+  }
+}
+
+}  // namespace oasis

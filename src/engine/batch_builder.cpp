@@ -1,0 +1,65 @@
+#include "engine/batch_builder.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace oasis {
+
+ForwardInput BuildForwardInput(const std::vector<StepSequence>& seqs, LogitsFor logits, Backend& backend) {
+  OASIS_CHECK(!seqs.empty()) << "empty batch";
+  const int32_t heads = seqs[0].table->num_kv_heads();
+  int64_t total = 0, max_blocks = 1;
+  int32_t max_q = 0;
+  for (const StepSequence& s : seqs) {
+    OASIS_CHECK(!s.tokens.empty()) << "a sequence in the batch has no tokens";
+    OASIS_CHECK_EQ(s.table->num_kv_heads(), heads) << "KV head counts differ within a batch";
+    OASIS_CHECK_LE((s.start + static_cast<int64_t>(s.tokens.size()) + kBlockSize - 1) / kBlockSize, s.table->num_blocks())
+        << "block table too small for the step";
+    total += static_cast<int64_t>(s.tokens.size());
+    max_blocks = std::max(max_blocks, s.table->num_blocks());
+    max_q = std::max(max_q, static_cast<int32_t>(s.tokens.size()));
+  }
+  const int64_t S = static_cast<int64_t>(seqs.size());
+  Tensor ids = Tensor::Empty({total}, DType::kI32);
+  Tensor pos = Tensor::Empty({total}, DType::kI32);
+  Tensor slots = Tensor::Empty({total, heads}, DType::kI64);
+  Tensor qstart = Tensor::Empty({S + 1}, DType::kI32);
+  Tensor kv_lens = Tensor::Empty({S, heads}, DType::kI32);
+  Tensor tables = Tensor::Zeros({S, heads, max_blocks}, DType::kI32);
+  const int64_t num_rows = logits == LogitsFor::kEveryToken ? total : S;
+  Tensor rows = Tensor::Empty({num_rows}, DType::kI32);
+
+  int64_t t = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const StepSequence& seq = seqs[static_cast<size_t>(s)];
+    qstart.data<int32_t>()[s] = static_cast<int32_t>(t);
+    const int64_t n = static_cast<int64_t>(seq.tokens.size());
+    for (int64_t i = 0; i < n; ++i, ++t) {
+      ids.data<int32_t>()[t] = seq.tokens[static_cast<size_t>(i)];
+      pos.data<int32_t>()[t] = static_cast<int32_t>(seq.start + i);
+      for (int32_t h = 0; h < heads; ++h) slots.data<int64_t>()[t * heads + h] = seq.table->SlotMapping(h, seq.start + i);
+      if (logits == LogitsFor::kEveryToken) rows.data<int32_t>()[t] = static_cast<int32_t>(t);
+    }
+    if (logits == LogitsFor::kLastTokenOfEachSequence) rows.data<int32_t>()[s] = static_cast<int32_t>(t - 1);
+    for (int32_t h = 0; h < heads; ++h) {
+      kv_lens.data<int32_t>()[s * heads + h] = static_cast<int32_t>(seq.start + n);
+      const auto& hs = seq.table->head_slots(h);
+      std::copy(hs.begin(), hs.end(), tables.data<int32_t>() + (s * heads + h) * max_blocks);
+    }
+  }
+  qstart.data<int32_t>()[S] = static_cast<int32_t>(t);
+
+  ForwardInput in;
+  in.token_ids = backend.Upload(ids);
+  in.positions = backend.Upload(pos);
+  in.slot_mapping = backend.Upload(slots);
+  in.attention.query_start = backend.Upload(qstart);
+  in.attention.kv_lens = backend.Upload(kv_lens);
+  in.attention.block_tables = backend.Upload(tables);
+  in.attention.max_query_len = max_q;
+  in.logit_rows = backend.Upload(rows);
+  return in;
+}
+
+}  // namespace oasis

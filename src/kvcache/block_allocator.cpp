@@ -1,0 +1,31 @@
+#include "kvcache/block_allocator.h"
+
+#include "common/check.h"
+
+namespace oasis {
+
+BlockAllocator::BlockAllocator(int32_t num_slots) : in_use_(static_cast<size_t>(num_slots), false) {
+  OASIS_CHECK_GE(num_slots, 0) << "negative KV pool size";
+  free_.reserve(static_cast<size_t>(num_slots));
+  for (int32_t s = num_slots - 1; s >= 0; --s) free_.push_back(s);
+}
+
+std::optional<std::vector<int32_t>> BlockAllocator::Allocate(int32_t count) {
+  OASIS_CHECK_GE(count, 0) << "negative allocation";
+  if (count > num_free()) return std::nullopt;
+  std::vector<int32_t> out(free_.end() - count, free_.end());
+  free_.resize(free_.size() - static_cast<size_t>(count));
+  for (int32_t s : out) in_use_[static_cast<size_t>(s)] = true;
+  return out;
+}
+
+void BlockAllocator::Free(const std::vector<int32_t>& slots) {
+  for (int32_t s : slots) {
+    OASIS_CHECK(s >= 0 && s < num_slots()) << "freeing slot " << s << " outside the pool";
+    OASIS_CHECK(in_use_[static_cast<size_t>(s)]) << "double free of slot " << s;
+    in_use_[static_cast<size_t>(s)] = false;
+    free_.push_back(s);
+  }
+}
+
+}  // namespace oasis

@@ -1,0 +1,41 @@
+#include "tokenizer/incremental_detokenizer.h"
+
+#include "tokenizer/utf8.h"
+
+namespace oasis::tokenizer {
+
+std::string IncrementalDetokenizer::Push(int32_t id) {
+  if (!tokenizer_.Decodes(id, skip_)) return std::string();
+  if (tokenizer_.joins_with_space() && any_token_) pending_.push_back(' ');
+  pending_ += tokenizer_.DecodedBytes(id);
+  any_token_ = true;
+  return TakeStable();
+}
+
+std::string IncrementalDetokenizer::Push(std::span<const int32_t> ids) {
+  for (int32_t id : ids) {
+    if (!tokenizer_.Decodes(id, skip_)) continue;
+    if (tokenizer_.joins_with_space() && any_token_) pending_.push_back(' ');
+    pending_ += tokenizer_.DecodedBytes(id);
+    any_token_ = true;
+  }
+  return TakeStable();
+}
+
+std::string IncrementalDetokenizer::Finish() {
+  std::string text;
+  AppendUtf8Lossy(pending_, &text);
+  pending_.clear();
+  any_token_ = false;
+  return text;
+}
+
+std::string IncrementalDetokenizer::TakeStable() {
+  const size_t stable = StableUtf8PrefixLength(pending_);
+  std::string text;
+  AppendUtf8Lossy(std::string_view(pending_).substr(0, stable), &text);
+  pending_.erase(0, stable);
+  return text;
+}
+
+}  // namespace oasis::tokenizer

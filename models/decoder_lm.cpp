@@ -173,7 +173,7 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
   const int64_t R = in.logit_rows.numel();
   Tensor rows = B.Empty({R, h}, dt);
   B.GatherRows(normed, in.logit_rows, rows);
-  Tensor logits = B.Empty({R, c.vocab_size}, dt);
+  Tensor logits = B.Empty({R, c.vocab_size}, DType::kF32);  // float logits on every backend
   B.Linear(rows, lm_head_, logits);
   return logits;
 }

@@ -1,0 +1,41 @@
+#include "kernels/common.cuh"
+#include "kernels/norm.h"
+
+namespace oasis::kernels {
+namespace {
+
+__global__ void RmsNormKernel(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int64_t n, float eps) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const bf16* xr = x + row * n;
+  bf16* rr = residual ? residual + row * n : nullptr;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float v = ToFloat(xr[i]);
+    if (rr) {
+      const bf16 s = ToBf16(ToFloat(rr[i]) + v);
+      rr[i] = s;
+      v = ToFloat(s);
+    }
+    sum += v * v;
+  }
+  sum = BlockSum(sum, scratch);
+  const float inv = rsqrtf(sum / static_cast<float>(n) + eps);
+  const bf16* src = rr ? rr : xr;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float normed = ToFloat(ToBf16(ToFloat(src[i]) * inv));
+    out[row * n + i] = ToBf16(ToFloat(weight[i]) * normed);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNorm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int64_t rows, int64_t n,
+                          float eps, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const int threads = n >= 1024 ? 1024 : ((static_cast<int>(n) + 31) / 32) * 32;
+  RmsNormKernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, residual, weight, out, n, eps);
+  return cudaGetLastError();
+}
+
+}  // namespace oasis::kernels

@@ -1,0 +1,68 @@
+#include "kernels/common.cuh"
+#include "kernels/rope.h"
+
+namespace oasis::kernels {
+namespace {
+
+constexpr int kMaxPairsPerLane = 8;  // head_dim <= 2 * 32 * 8 = 512
+
+__global__ void QkNormRopeKernel(QkNormRopeParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int heads = p.num_q_heads + p.num_kv_heads;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp;
+  if (item >= p.tokens * heads) return;
+  const int64_t t = item / heads;
+  const int h = static_cast<int>(item % heads);
+  const bool is_q = h < p.num_q_heads;
+  bf16* head = is_q ? p.q + (t * p.num_q_heads + h) * p.head_dim
+                    : p.k + (t * p.num_kv_heads + (h - p.num_q_heads)) * p.head_dim;
+  const bf16* norm = is_q ? p.q_norm : p.k_norm;
+  const int half = p.head_dim / 2;
+  float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerLane; ++j) {
+    const int i = lane + 32 * j;
+    a[j] = i < half ? ToFloat(head[i]) : 0.0f;
+    b[j] = i < half ? ToFloat(head[i + half]) : 0.0f;
+    sum += a[j] * a[j] + b[j] * b[j];
+  }
+  if (norm) {
+    const float inv = rsqrtf(WarpSum(sum) / static_cast<float>(p.head_dim) + p.eps);
+#pragma unroll
+    for (int j = 0; j < kMaxPairsPerLane; ++j) {
+      const int i = lane + 32 * j;
+      if (i < half) {  // HF rounding: normalised value to bf16, times weight to bf16
+        a[j] = ToFloat(ToBf16(ToFloat(norm[i]) * ToFloat(ToBf16(a[j] * inv))));
+        b[j] = ToFloat(ToBf16(ToFloat(norm[i + half]) * ToFloat(ToBf16(b[j] * inv))));
+      }
+    }
+  }
+  const float pos = static_cast<float>(p.positions[t]);
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < half) {
+      float s, c;
+      sincosf(pos * p.inv_freq[i], &s, &c);
+      // HF: cos/sin are cast to bf16 before the products.
+      c = ToFloat(ToBf16(c * p.attention_scaling));
+      s = ToFloat(ToBf16(s * p.attention_scaling));
+      head[i] = ToBf16(a[j] * c - b[j] * s);
+      head[i + half] = ToBf16(b[j] * c + a[j] * s);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchQkNormRope(const QkNormRopeParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return cudaSuccess;
+  if (p.head_dim % 2 != 0 || p.head_dim > 2 * 32 * kMaxPairsPerLane) return cudaErrorInvalidValue;
+  const int warps_per_block = 8;
+  const int64_t items = p.tokens * (p.num_q_heads + p.num_kv_heads);
+  QkNormRopeKernel<<<CeilDiv(items, warps_per_block), warps_per_block * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace oasis::kernels

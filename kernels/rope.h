@@ -1,0 +1,29 @@
+// Fused per-head RMSNorm (Qwen3 q_norm/k_norm, optional) + RoPE (rotate_half layout),
+// in place on q and k. One warp per (token, head).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace oasis::kernels {
+
+struct QkNormRopeParams {
+  __nv_bfloat16* q;              // [tokens, num_q_heads, head_dim]
+  __nv_bfloat16* k;              // [tokens, num_kv_heads, head_dim]
+  const __nv_bfloat16* q_norm;   // [head_dim] or nullptr (no q/k norm)
+  const __nv_bfloat16* k_norm;   // [head_dim] or nullptr
+  const int32_t* positions;      // [tokens]
+  const float* inv_freq;         // [head_dim / 2]
+  float attention_scaling = 1.0f;
+  float eps = 1e-6f;
+  int64_t tokens = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;              // even, <= 512
+};
+
+cudaError_t LaunchQkNormRope(const QkNormRopeParams& p, cudaStream_t stream);
+
+}  // namespace oasis::kernels

@@ -1,0 +1,198 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstring>
+
+#include "common/check.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+
+namespace oasis {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+void CheckDevice(const Tensor& t, DType dtype, const char* what) {
+  OASIS_CHECK(t.device() == Device::kCuda && t.dtype() == dtype)
+      << what << ": expected a device " << DTypeName(dtype) << " tensor, got " << t.ToString()
+      << (t.device() == Device::kCpu ? " on the host" : "");
+}
+
+template <typename T = bf16>
+T* Ptr(const Tensor& t) { return static_cast<T*>(t.raw()); }
+
+#define OASIS_CUBLAS_CHECK(expr)                                                              \
+  do {                                                                                        \
+    cublasStatus_t oasis_cublas_st_ = (expr);                                                 \
+    OASIS_CHECK(oasis_cublas_st_ == CUBLAS_STATUS_SUCCESS) << #expr << " -> " << cublasGetStatusString(oasis_cublas_st_); \
+  } while (0)
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
+  if (cuda::DeviceCount() == 0) return Unavailable("no CUDA device is present");
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  if (cublasCreate(&b->cublas_) != CUBLAS_STATUS_SUCCESS) return Internal("cublasCreate failed");
+  OASIS_CUBLAS_CHECK(cublasSetStream(b->cublas_, b->stream_.get()));
+  OASIS_CUBLAS_CHECK(cublasSetMathMode(b->cublas_, CUBLAS_DEFAULT_MATH));
+  return b;
+}
+
+CudaBackend::~CudaBackend() {
+  inv_freq_.clear();
+  stream_.Synchronize();
+  if (cublas_) cublasDestroy(cublas_);
+}
+
+Tensor CudaBackend::Empty(std::vector<int64_t> shape, DType dtype) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(n) * DTypeSize(dtype), 16);
+  void* p = nullptr;
+  cudaStream_t s = stream_.get();
+  OASIS_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
+  std::shared_ptr<void> owner(p, [s](void* q) { cudaFreeAsync(q, s); });
+  return Tensor(p, dtype, std::move(shape), Device::kCuda, std::move(owner));
+}
+
+Tensor CudaBackend::Upload(const Tensor& host) {
+  OASIS_CHECK(host.device() == Device::kCpu) << "Upload of a device tensor";
+  Tensor t = Empty(host.shape(), host.dtype());
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_.get()));
+  // The host buffer may be freed as soon as we return: make the copy complete first.
+  stream_.Synchronize();
+  return t;
+}
+
+Tensor CudaBackend::Download(const Tensor& t) {
+  OASIS_CHECK(t.device() == Device::kCuda) << "Download of a host tensor";
+  Tensor host = Tensor::Empty(t.shape(), t.dtype());
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_.get()));
+  stream_.Synchronize();
+  return host;
+}
+
+void CudaBackend::Embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  CheckDevice(ids, DType::kI32, "Embedding ids");
+  CheckDevice(table, DType::kBF16, "Embedding table");
+  OASIS_CUDA_CHECK(kernels::LaunchEmbedding(Ptr<int32_t>(ids), Ptr(table), Ptr(out), ids.numel(), table.dim(1),
+                                            stream_.get()));
+}
+
+void CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  CheckDevice(x, DType::kBF16, "RmsNorm x");
+  const int64_t n = x.dim(-1);
+  OASIS_CUDA_CHECK(kernels::LaunchRmsNorm(Ptr(x), nullptr, Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream_.get()));
+}
+
+void CudaBackend::AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) {
+  CheckDevice(x, DType::kBF16, "AddRmsNorm x");
+  CheckDevice(residual, DType::kBF16, "AddRmsNorm residual");
+  const int64_t n = x.dim(-1);
+  OASIS_CUDA_CHECK(
+      kernels::LaunchRmsNorm(Ptr(x), Ptr(residual), Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream_.get()));
+}
+
+void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
+  CheckDevice(a, DType::kBF16, "Add a");
+  OASIS_CUDA_CHECK(kernels::LaunchAdd(Ptr(a), Ptr(b), Ptr(out), a.numel(), stream_.get()));
+}
+
+void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
+  CheckDevice(x, DType::kBF16, "Linear x");
+  CheckDevice(weight, DType::kBF16, "Linear weight");
+  const int64_t in = weight.dim(1), outf = weight.dim(0), rows = x.numel() / in;
+  OASIS_CHECK_EQ(x.dim(-1), in) << "Linear: x " << x.ToString() << " weight " << weight.ToString();
+  OASIS_CHECK_EQ(out.numel(), rows * outf) << "Linear out";
+  if (rows == 0) return;
+  const cudaDataType_t out_type = out.dtype() == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  OASIS_CHECK(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16) << "Linear out dtype";
+  const float alpha = 1.0f, beta = 0.0f;
+  // Row-major out[rows, outf] = x · Wᵀ is column-major outᵀ = W(ᵀ as stored) · xᵀ.
+  OASIS_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(outf), static_cast<int>(rows),
+                                  static_cast<int>(in), &alpha, weight.raw(), CUDA_R_16BF, static_cast<int>(in),
+                                  x.raw(), CUDA_R_16BF, static_cast<int>(in), &beta, out.raw(), out_type,
+                                  static_cast<int>(outf), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+const float* CudaBackend::DeviceInvFreq(const RopeParams& rope) {
+  auto it = inv_freq_.find(rope.inv_freq);
+  if (it == inv_freq_.end()) {
+    Tensor host = Tensor::FromFloats(rope.inv_freq, {static_cast<int64_t>(rope.inv_freq.size())});
+    it = inv_freq_.emplace(rope.inv_freq, Upload(host)).first;
+  }
+  return Ptr<float>(it->second);
+}
+
+void CudaBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                             const Tensor& positions, const RopeParams& rope) {
+  CheckDevice(q, DType::kBF16, "QkNormRope q");
+  CheckDevice(positions, DType::kI32, "QkNormRope positions");
+  kernels::QkNormRopeParams p;
+  p.q = Ptr(q);
+  p.k = Ptr(k);
+  p.q_norm = q_norm ? Ptr(*q_norm) : nullptr;
+  p.k_norm = k_norm ? Ptr(*k_norm) : nullptr;
+  p.positions = Ptr<int32_t>(positions);
+  p.inv_freq = DeviceInvFreq(rope);
+  p.attention_scaling = rope.attention_scaling;
+  p.eps = eps;
+  p.tokens = q.dim(0);
+  p.num_q_heads = static_cast<int>(q.dim(1));
+  p.num_kv_heads = static_cast<int>(k.dim(1));
+  p.head_dim = static_cast<int>(q.dim(2));
+  OASIS_CUDA_CHECK(kernels::LaunchQkNormRope(p, stream_.get()));
+}
+
+void CudaBackend::SiluMul(const Tensor& gate_up, Tensor& out) {
+  CheckDevice(gate_up, DType::kBF16, "SiluMul gate_up");
+  const int64_t inter = out.dim(-1);
+  OASIS_CUDA_CHECK(kernels::LaunchSiluMul(Ptr(gate_up), Ptr(out), out.numel() / inter, inter, stream_.get()));
+}
+
+void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, LayerKvPool& pool) {
+  CheckDevice(k, DType::kBF16, "KvAppend k");
+  CheckDevice(slot_mapping, DType::kI64, "KvAppend slot_mapping");
+  OASIS_CUDA_CHECK(kernels::LaunchKvAppend(Ptr(k), Ptr(v), Ptr<int64_t>(slot_mapping), Ptr(pool.k), Ptr(pool.v),
+                                           k.dim(0), static_cast<int>(k.dim(1)), static_cast<int>(k.dim(2)),
+                                           stream_.get()));
+}
+
+void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
+                            Tensor& out) {
+  CheckDevice(q, DType::kBF16, "Attention q");
+  CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
+  kernels::PagedAttentionParams p;
+  p.q = Ptr(q);
+  p.k_pool = Ptr(pool.k);
+  p.v_pool = Ptr(pool.v);
+  p.query_start = Ptr<int32_t>(meta.query_start);
+  p.kv_lens = Ptr<int32_t>(meta.kv_lens);
+  p.block_tables = Ptr<int32_t>(meta.block_tables);
+  p.out = Ptr(out);
+  p.tokens = q.dim(0);
+  p.num_seqs = static_cast<int>(meta.query_start.numel() - 1);
+  p.num_q_heads = static_cast<int>(q.dim(1));
+  p.num_kv_heads = static_cast<int>(meta.kv_lens.dim(1));
+  p.head_dim = static_cast<int>(q.dim(2));
+  p.max_blocks = static_cast<int>(meta.block_tables.dim(2));
+  p.scale = scale;
+  OASIS_CUDA_CHECK(kernels::LaunchPagedAttention(p, stream_.get()));
+}
+
+void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
+  CheckDevice(qkv, DType::kBF16, "SplitQkv qkv");
+  const int64_t tokens = qkv.dim(0);
+  OASIS_CUDA_CHECK(kernels::LaunchSplitQkv(Ptr(qkv), Ptr(q), Ptr(k), Ptr(v), tokens, q.numel() / tokens,
+                                           k.numel() / tokens, v.numel() / tokens, stream_.get()));
+}
+
+void CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  CheckDevice(rows, DType::kI32, "GatherRows rows");
+  const int64_t row_bytes = static_cast<int64_t>(x.nbytes()) / x.dim(0);
+  OASIS_CUDA_CHECK(kernels::LaunchGatherRows(x.raw(), Ptr<int32_t>(rows), out.raw(), rows.numel(), row_bytes,
+                                             stream_.get()));
+}
+
+}  // namespace oasis

@@ -1,0 +1,59 @@
+// CudaBackend: the Backend op set on one NVIDIA GPU, bf16 activations and KV, float
+// accumulation. Kernels live in kernels/ (one file per op family); GEMMs go through cuBLAS.
+//
+// Owns a CUDA stream, a cuBLAS handle and the device copies of RoPE tables it caches.
+// Tensors it returns are allocated stream-ordered (cudaMallocAsync) and freed on the same
+// stream when their last view goes away, so the backend must outlive them. All work is
+// queued on the backend's stream; Download() synchronises it. Used by one thread at a time.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <map>
+#include <memory>
+
+#include "backend/backend.h"
+#include "common/cuda_rt.h"
+
+namespace oasis {
+
+class CudaBackend final : public Backend {
+ public:
+  // Uses the current CUDA device. Fails when no device is present.
+  static StatusOr<std::unique_ptr<CudaBackend>> Create();
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::kCuda; }
+  DType activation_dtype() const override { return DType::kBF16; }
+  cudaStream_t stream() const { return stream_.get(); }
+  void Synchronize() const { stream_.Synchronize(); }
+
+  Tensor Empty(std::vector<int64_t> shape, DType dtype) override;
+  Tensor Upload(const Tensor& host) override;
+  Tensor Download(const Tensor& device_tensor) override;
+
+  void Embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
+  void AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
+  void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  // bf16 inputs; `out` may be BF16 or F32 (float logits).
+  void Linear(const Tensor& x, const Tensor& weight, Tensor& out) override;
+  void QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                  const Tensor& positions, const RopeParams& rope) override;
+  void SiluMul(const Tensor& gate_up, Tensor& out) override;
+  void KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, LayerKvPool& pool) override;
+  void Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
+                 Tensor& out) override;
+  void SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) override;
+  void GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+
+ private:
+  CudaBackend() = default;
+  const float* DeviceInvFreq(const RopeParams& rope);
+
+  cuda::Stream stream_;
+  cublasHandle_t cublas_ = nullptr;
+  std::map<std::vector<float>, Tensor> inv_freq_;  // device copies of RoPE tables, by content
+};
+
+}  // namespace oasis

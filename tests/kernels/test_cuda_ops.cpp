@@ -1,0 +1,197 @@
+// Every CUDA op against the CPU reference on fresh random inputs (bf16-exact inputs, float
+// reference), several shapes, outputs poisoned with NaN beforehand.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <numeric>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/rope.h"
+#include "gpu_test_util.h"
+
+using namespace oasis;
+using namespace oasis::testing;
+
+namespace {
+std::mt19937 FreshRng() { return std::mt19937(std::random_device{}()); }
+
+Tensor IntTensor(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+std::unique_ptr<CudaBackend> MakeBackend() {
+  auto b = CudaBackend::Create();
+  REQUIRE(b.ok());
+  return std::move(*b);
+}
+}  // namespace
+
+TEST_CASE("Linear (cuBLAS bf16) matches the CPU", "[gpu][linear]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  for (auto [rows, in, outf] : {std::tuple{1, 64, 96}, std::tuple{7, 200, 130}, std::tuple{256, 1024, 512}}) {
+    Tensor x = RandomBf16Exact({rows, in}, rng), w = RandomBf16Exact({outf, in}, rng, 0.05f);
+    Tensor want = Tensor::Empty({rows, outf}, DType::kF32);
+    cpu.Linear(x, w, want);
+    Tensor out = PoisonedBf16(*gpu, {rows, outf});
+    gpu->Linear(UploadBf16(*gpu, x), UploadBf16(*gpu, w), out);
+    ExpectClose(DownloadF32(*gpu, out), want, 2e-2, 1e-2);
+    Tensor out32 = gpu->Empty({rows, outf}, DType::kF32);
+    gpu->Linear(UploadBf16(*gpu, x), UploadBf16(*gpu, w), out32);
+    ExpectClose(DownloadF32(*gpu, out32), want, 1e-3, 1e-3);
+  }
+}
+
+TEST_CASE("RmsNorm, AddRmsNorm, Add, SiluMul match the CPU", "[gpu][norm]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  for (auto [rows, n] : {std::pair{1, 64}, std::pair{5, 4096}, std::pair{33, 1000}}) {
+    Tensor x = RandomBf16Exact({rows, n}, rng), r = RandomBf16Exact({rows, n}, rng), w = RandomBf16Exact({n}, rng);
+    Tensor want = Tensor::Empty({rows, n}, DType::kF32);
+    cpu.RmsNorm(x, w, 1e-6f, want);
+    Tensor out = PoisonedBf16(*gpu, {rows, n});
+    gpu->RmsNorm(UploadBf16(*gpu, x), UploadBf16(*gpu, w), 1e-6f, out);
+    ExpectClose(DownloadF32(*gpu, out), want, 1e-2, 1.6e-2);
+
+    Tensor res_cpu = r.Clone();
+    cpu.AddRmsNorm(x, res_cpu, w, 1e-6f, want);
+    Tensor res_gpu = UploadBf16(*gpu, r);
+    gpu->AddRmsNorm(UploadBf16(*gpu, x), res_gpu, UploadBf16(*gpu, w), 1e-6f, out);
+    ExpectClose(DownloadF32(*gpu, res_gpu), res_cpu, 1e-2, 8e-3);
+    ExpectClose(DownloadF32(*gpu, out), want, 2e-2, 2e-2);
+
+    cpu.Add(x, r, want);
+    gpu->Add(UploadBf16(*gpu, x), UploadBf16(*gpu, r), out);
+    ExpectClose(DownloadF32(*gpu, out), want, 1e-2, 8e-3);
+
+    Tensor gu = RandomBf16Exact({rows, 2 * n}, rng);
+    Tensor act_want = Tensor::Empty({rows, n}, DType::kF32);
+    cpu.SiluMul(gu, act_want);
+    Tensor act = PoisonedBf16(*gpu, {rows, n});
+    gpu->SiluMul(UploadBf16(*gpu, gu), act);
+    ExpectClose(DownloadF32(*gpu, act), act_want, 1e-2, 1.6e-2);
+  }
+}
+
+TEST_CASE("Embedding, SplitQkv and GatherRows copy exactly", "[gpu][copy]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  Tensor table = RandomBf16Exact({300, 48}, rng);
+  Tensor ids = IntTensor({5, 0, 299, 5, 17});
+  Tensor want = Tensor::Empty({5, 48}, DType::kF32);
+  cpu.Embedding(ids, table, want);
+  Tensor out = PoisonedBf16(*gpu, {5, 48});
+  gpu->Embedding(gpu->Upload(ids), UploadBf16(*gpu, table), out);
+  ExpectClose(DownloadF32(*gpu, out), want, 0, 0);
+
+  Tensor qkv = RandomBf16Exact({9, 8 * 16 + 2 * 2 * 16}, rng);
+  Tensor q = Tensor::Empty({9, 8, 16}, DType::kF32), k = Tensor::Empty({9, 2, 16}, DType::kF32),
+         v = Tensor::Empty({9, 2, 16}, DType::kF32);
+  cpu.SplitQkv(qkv, q, k, v);
+  Tensor gq = PoisonedBf16(*gpu, {9, 8, 16}), gk = PoisonedBf16(*gpu, {9, 2, 16}), gv = PoisonedBf16(*gpu, {9, 2, 16});
+  gpu->SplitQkv(UploadBf16(*gpu, qkv), gq, gk, gv);
+  ExpectClose(DownloadF32(*gpu, gq), q, 0, 0);
+  ExpectClose(DownloadF32(*gpu, gk), k, 0, 0);
+  ExpectClose(DownloadF32(*gpu, gv), v, 0, 0);
+
+  Tensor rows = IntTensor({8, 0, 3});
+  Tensor gathered = Tensor::Empty({3, 8 * 16 + 64}, DType::kF32);
+  cpu.GatherRows(qkv, rows, gathered);
+  Tensor gg = PoisonedBf16(*gpu, {3, 8 * 16 + 64});
+  gpu->GatherRows(UploadBf16(*gpu, qkv), gpu->Upload(rows), gg);
+  ExpectClose(DownloadF32(*gpu, gg), gathered, 0, 0);
+}
+
+TEST_CASE("QkNormRope matches the CPU, with and without q/k norm and llama3 scaling", "[gpu][rope]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  for (int head_dim : {16, 24, 64, 128}) {
+    for (bool qk_norm : {false, true}) {
+      ModelConfig c;
+      c.head_dim = head_dim;
+      c.rope_theta = qk_norm ? 1e6 : 500000;
+      if (!qk_norm) c.rope_scaling = {RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 64};
+      RopeParams rope = ComputeRopeParams(c);
+      const int64_t tokens = 37;
+      Tensor q = RandomBf16Exact({tokens, 8, head_dim}, rng), k = RandomBf16Exact({tokens, 2, head_dim}, rng);
+      Tensor qn = RandomBf16Exact({head_dim}, rng), kn = RandomBf16Exact({head_dim}, rng);
+      std::vector<int32_t> pos(tokens);
+      std::uniform_int_distribution<int32_t> pd(0, 40000);
+      for (auto& p : pos) p = pd(rng);
+      Tensor positions = IntTensor(pos);
+      Tensor gq = UploadBf16(*gpu, q), gk = UploadBf16(*gpu, k);
+      Tensor gqn = UploadBf16(*gpu, qn), gkn = UploadBf16(*gpu, kn);
+      gpu->QkNormRope(gq, gk, qk_norm ? &gqn : nullptr, qk_norm ? &gkn : nullptr, 1e-6f, gpu->Upload(positions), rope);
+      cpu.QkNormRope(q, k, qk_norm ? &qn : nullptr, qk_norm ? &kn : nullptr, 1e-6f, positions, rope);
+      INFO("head_dim " << head_dim << " qk_norm " << qk_norm);
+      ExpectClose(DownloadF32(*gpu, gq), q, 3e-2, 3e-2);
+      ExpectClose(DownloadF32(*gpu, gk), k, 3e-2, 3e-2);
+    }
+  }
+}
+
+TEST_CASE("KvAppend and paged attention match the CPU over shuffled head-level tables", "[gpu][attention]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  for (int head_dim : {32, 128}) {
+    const int hq = 8, hkv = 2;
+    // (query tokens, context after the step): decode, multi-token verify, prefill chunks.
+    const std::vector<std::pair<int, int>> seqs = {{1, 1}, {1, 300}, {4, 77}, {50, 50}, {16, 160}};
+    int64_t total_q = 0, max_blocks = 0, slots = 0;
+    for (auto [nq, nkv] : seqs) {
+      total_q += nq;
+      max_blocks = std::max<int64_t>(max_blocks, (nkv + 15) / 16);
+      slots += (nkv + 15) / 16 * hkv;
+    }
+    slots += 5;
+    std::vector<int32_t> free_slots(static_cast<size_t>(slots));
+    std::iota(free_slots.begin(), free_slots.end(), 0);
+    std::shuffle(free_slots.begin(), free_slots.end(), rng);
+    // Cached context is written with KvAppend too (all positions), from random K/V.
+    int64_t total_kv = 0;
+    for (auto [nq, nkv] : seqs) total_kv += nkv;
+    Tensor k_all = RandomBf16Exact({total_kv, hkv, head_dim}, rng), v_all = RandomBf16Exact({total_kv, hkv, head_dim}, rng);
+    Tensor mapping = Tensor::Empty({total_kv, hkv}, DType::kI64);
+    const int S = static_cast<int>(seqs.size());
+    Tensor qstart = Tensor::Empty({S + 1}, DType::kI32), lens = Tensor::Empty({S, hkv}, DType::kI32);
+    Tensor tables = Tensor::Zeros({S, hkv, max_blocks}, DType::kI32);
+    size_t next = 0;
+    int64_t kv_row = 0, q_row = 0;
+    for (int s = 0; s < S; ++s) {
+      auto [nq, nkv] = seqs[static_cast<size_t>(s)];
+      qstart.data<int32_t>()[s] = static_cast<int32_t>(q_row);
+      q_row += nq;
+      for (int h = 0; h < hkv; ++h) {
+        lens.data<int32_t>()[s * hkv + h] = nkv;
+        for (int b = 0; b < (nkv + 15) / 16; ++b) tables.data<int32_t>()[(s * hkv + h) * max_blocks + b] = free_slots[next++];
+        for (int p = 0; p < nkv; ++p) {
+          const int32_t slot = tables.data<int32_t>()[(s * hkv + h) * max_blocks + p / 16];
+          mapping.data<int64_t>()[(kv_row + p) * hkv + h] = int64_t{slot} * 16 + p % 16;
+        }
+      }
+      kv_row += nkv;
+    }
+    qstart.data<int32_t>()[S] = static_cast<int32_t>(q_row);
+    LayerKvPool cpu_pool{Tensor::Zeros({slots, 16, head_dim}, DType::kF32), Tensor::Zeros({slots, 16, head_dim}, DType::kF32)};
+    cpu.KvAppend(k_all, v_all, mapping, cpu_pool);
+    LayerKvPool gpu_pool{PoisonedBf16(*gpu, {slots, 16, head_dim}), PoisonedBf16(*gpu, {slots, 16, head_dim})};
+    gpu->KvAppend(UploadBf16(*gpu, k_all), UploadBf16(*gpu, v_all), gpu->Upload(mapping), gpu_pool);
+
+    Tensor q = RandomBf16Exact({total_q, hq, head_dim}, rng);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    Tensor want = Tensor::Empty({total_q, hq, head_dim}, DType::kF32);
+    cpu.Attention(q, cpu_pool, {qstart, lens, tables, 50}, scale, want);
+    Tensor out = PoisonedBf16(*gpu, {total_q, hq, head_dim});
+    AttentionMetadata meta{gpu->Upload(qstart), gpu->Upload(lens), gpu->Upload(tables), 50};
+    gpu->Attention(UploadBf16(*gpu, q), gpu_pool, meta, scale, out);
+    INFO("head_dim " << head_dim);
+    ExpectClose(DownloadF32(*gpu, out), want, 1e-2, 2e-2);
+  }
+}

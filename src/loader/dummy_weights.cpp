@@ -1,8 +1,10 @@
 // Dummy weights (`--load-format dummy`): values are a pure function of (seed, tensor name,
 // element index), so Load and LoadSlice agree and any slice is generated without the rest.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -54,7 +56,8 @@ void StoreFloats(const float* src, void* dst, DType dtype, size_t n) {
   OASIS_CHECK(false) << "StoreFloats: unknown dtype";
 }
 
-// DummyWeights: owns the specs; generates tensors on request. Immutable; thread-safe.
+// DummyWeights: owns the specs; generates tensors on request (large ones on short-lived
+// worker threads). Immutable; thread-safe.
 class DummyWeights final : public WeightSource {
  public:
   DummyWeights(std::vector<WeightSpec> specs, uint64_t seed) : specs_(std::move(specs)), seed_(seed) {
@@ -90,7 +93,7 @@ class DummyWeights final : public WeightSource {
     OASIS_ASSIGN_OR_RETURN(const WeightSpec* s, Find(name));
     OASIS_RETURN_IF_ERROR(CheckConversion(TensorInfo{s->name, s->dtype, s->shape}, dtype, Describe()));
     Tensor out = Tensor::Empty(s->shape, dtype);
-    Generate(*s, 0, out.numel(), static_cast<uint8_t*>(out.raw()), dtype);
+    GenerateParallel(*s, {{0, 0, out.numel()}}, static_cast<uint8_t*>(out.raw()), dtype);
     return out;
   }
 
@@ -101,11 +104,11 @@ class DummyWeights final : public WeightSource {
     OASIS_RETURN_IF_ERROR(CheckConversion(info, dtype, Describe()));
     OASIS_RETURN_IF_ERROR(CheckSlice(info, dim, begin, end, Describe()));
     Tensor out = Tensor::Empty(SliceShape(s->shape, dim, begin, end), dtype);
-    auto* dst = static_cast<uint8_t*>(out.raw());
-    const size_t dst_size = DTypeSize(dtype);
+    std::vector<Run> runs;
     ForEachSliceRun(s->shape, dim, begin, end, [&](int64_t from, int64_t to, int64_t count) {
-      Generate(*s, from, count, dst + static_cast<size_t>(to) * dst_size, dtype);
+      runs.push_back({from, to, count});
     });
+    GenerateParallel(*s, std::move(runs), static_cast<uint8_t*>(out.raw()), dtype);
     return out;
   }
 
@@ -114,6 +117,40 @@ class DummyWeights final : public WeightSource {
     auto it = by_name_.find(name);
     if (it == by_name_.end()) return NotFound(Describe() + ": no tensor '" + name + "'");
     return &specs_[it->second];
+  }
+
+  // Contiguous run: `count` elements from element `from` of the full tensor to element `to`
+  // of the output.
+  struct Run {
+    int64_t from, to, count;
+  };
+
+  // Generates all runs into `dst`, splitting them into pieces spread over up to
+  // hardware_concurrency threads when there is enough work. Values do not depend on the split.
+  void GenerateParallel(const WeightSpec& s, std::vector<Run> runs, uint8_t* dst, DType dtype) const {
+    constexpr int64_t kPiece = int64_t{1} << 20;
+    std::vector<Run> pieces;
+    int64_t total = 0;
+    for (const Run& r : runs) {
+      total += r.count;
+      for (int64_t off = 0; off < r.count; off += kPiece) {
+        pieces.push_back({r.from + off, r.to + off, std::min(kPiece, r.count - off)});
+      }
+    }
+    const size_t dst_size = DTypeSize(dtype);
+    auto work = [&](std::atomic<size_t>* next) {
+      for (size_t i; (i = next->fetch_add(1)) < pieces.size();) {
+        const Run& p = pieces[i];
+        Generate(s, p.from, p.count, dst + static_cast<size_t>(p.to) * dst_size, dtype);
+      }
+    };
+    std::atomic<size_t> next{0};
+    const size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                            static_cast<size_t>(total / kPiece));
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work, &next);
+    work(&next);
+    for (auto& h : helpers) h.join();
   }
 
   // Elements [first, first + count) of the full row-major tensor `s`, stored as `dtype`.
@@ -127,7 +164,8 @@ class DummyWeights final : public WeightSource {
     for (int64_t done = 0; done < count;) {
       const int64_t n = std::min(kBlock, count - done);
       Fill(s, key, first + done, n, values);
-      if (s.dtype == DType::kBF16 || s.dtype == DType::kF16) {
+      // Storing to the spec's own dtype rounds once already.
+      if ((s.dtype == DType::kBF16 || s.dtype == DType::kF16) && dtype != s.dtype) {
         ConvertFromFloat(values, rounded, s.dtype, static_cast<size_t>(n));
         ConvertToFloat(rounded, s.dtype, values, static_cast<size_t>(n));
       }

@@ -38,13 +38,19 @@ class WeightSource {
   virtual StatusOr<Tensor> Load(const std::string& name, DType dtype) const = 0;
 
   // Reads the index range [begin, end) of dimension `dim` (0 = rows, 1 = columns of a
-  // 2-D tensor), converted to `dtype`. For tensor-parallel sharding.
+  // 2-D tensor; any dim in [0, ndim) works), converted to `dtype`. For tensor-parallel
+  // sharding. The result equals the same part of Load(name, dtype).
+  // Errors (Load too): NotFound for an unknown name, InvalidArgument for a dtype the tensor
+  // cannot be converted to or a bad `dim`, OutOfRange unless 0 <= begin <= end <= shape[dim].
   virtual StatusOr<Tensor> LoadSlice(const std::string& name, int dim, int64_t begin,
                                      int64_t end, DType dtype) const = 0;
 };
 
 // Opens the safetensors checkpoint in `model_dir`: `model.safetensors.index.json` when
-// present (all shards validated), else every `*.safetensors` file in the directory.
+// present (all shards validated; only tensors named in its weight_map are exposed), else
+// every `*.safetensors` file in the directory (a tensor name in two files is an error).
+// `model_dir` may also be a single .safetensors file. Files are mmapped read-only and every
+// header is fully validated here (see loader/safetensors.h for the error codes).
 StatusOr<std::unique_ptr<WeightSource>> OpenSafetensorsWeights(const std::filesystem::path& model_dir);
 
 // What a model expects a checkpoint to hold; also the recipe for dummy weights.
@@ -57,7 +63,10 @@ struct WeightSpec {
   float stddev = 0.02f;  // for kNormal
 };
 
-// Random weights following `specs` (deterministic in `seed`), generated on Load.
+// Random weights following `specs` (deterministic in `seed`), generated on Load. Element i
+// of a kNormal tensor is a pure function of (seed, name, i), rounded to the spec's dtype, so
+// LoadSlice generates only the requested part and agrees with Load. Specs must have unique
+// names and non-negative dims; kNormal needs a float dtype (broken specs are CHECK failures).
 std::unique_ptr<WeightSource> MakeDummyWeights(std::vector<WeightSpec> specs, uint64_t seed);
 
 }  // namespace oasis

@@ -138,3 +138,27 @@ TEST_CASE("dummy weights: slices equal the same part of the full tensor", "[load
     CHECK(w->LoadSlice("embed", 3, 0, 1, DType::kF32).status().code() == StatusCode::kInvalidArgument);
   }
 }
+
+TEST_CASE("dummy weights: large tensors split across threads give the same values", "[loader][dummy]") {
+  // 1536 x 2048 = 3.1M elements: Load splits it into 1M-element pieces; small row slices are
+  // generated in one piece each, and the odd column offset splits Box-Muller pairs.
+  auto w = MakeDummyWeights({{"big", {1536, 2048}, DType::kBF16, DummyInit::kNormal, 0.02f}}, 99);
+  auto full = w->Load("big", DType::kF32);
+  REQUIRE(full.ok());
+  const float* f = full->data<float>();
+  for (int64_t b : {0, 511, 1000, 1535}) {
+    auto rows = w->LoadSlice("big", 0, b, b + 1, DType::kF32);
+    REQUIRE(rows.ok());
+    for (int64_t k = 0; k < 2048; ++k) REQUIRE(rows->data<float>()[k] == f[b * 2048 + k]);
+  }
+  auto cols = w->LoadSlice("big", 1, 1023, 1537, DType::kF32);
+  REQUIRE(cols.ok());
+  for (int64_t r = 0; r < 1536; r += 97) {
+    for (int64_t k = 0; k < 514; ++k) REQUIRE(cols->data<float>()[r * 514 + k] == f[r * 2048 + 1023 + k]);
+  }
+  auto wide = w->LoadSlice("big", 0, 100, 1500, DType::kBF16);
+  REQUIRE(wide.ok());
+  for (int64_t i = 0; i < wide->numel(); i += 4099) {
+    REQUIRE(Bf16BitsToFloat(wide->data<uint16_t>()[i]) == f[100 * 2048 + i]);
+  }
+}

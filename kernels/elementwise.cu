@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "kernels/common.cuh"
 #include "kernels/elementwise.h"
 
@@ -46,7 +48,53 @@ __global__ void GatherRowsKernel(const char* x, const int32_t* rows, char* out, 
   for (int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) out[i * row_bytes + b] = src[b];
 }
 
+__device__ __forceinline__ uint64_t Mix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+template <typename T>
+__global__ void FillNormalKernel(T* t, int64_t n, uint64_t seed, float stddev) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t r = Mix(seed ^ Mix(static_cast<uint64_t>(i)));
+    const float u1 = (static_cast<float>(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
+    const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
+    const float x = stddev * sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+    if constexpr (sizeof(T) == 2) t[i] = ToBf16(x); else t[i] = x;
+  }
+}
+
+template <typename T>
+__global__ void FillKernel(T* t, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (sizeof(T) == 2) t[i] = ToBf16(value); else t[i] = value;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchFillNormal(bf16* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillNormalKernel<<<std::min(CeilDiv(n, 256), 8192u), 256, 0, stream>>>(t, n, seed, stddev);
+  return cudaGetLastError();
+}
+cudaError_t LaunchFillNormalF32(float* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillNormalKernel<<<std::min(CeilDiv(n, 256), 8192u), 256, 0, stream>>>(t, n, seed, stddev);
+  return cudaGetLastError();
+}
+cudaError_t LaunchFill(bf16* t, int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillKernel<<<std::min(CeilDiv(n, 256), 8192u), 256, 0, stream>>>(t, n, value);
+  return cudaGetLastError();
+}
+cudaError_t LaunchFillF32(float* t, int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillKernel<<<std::min(CeilDiv(n, 256), 8192u), 256, 0, stream>>>(t, n, value);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchEmbedding(const int32_t* ids, const bf16* table, bf16* out, int64_t tokens, int64_t hidden,
                             cudaStream_t stream) {

@@ -37,4 +37,11 @@ cudaError_t LaunchGatherRows(const void* x,         // [T, row_bytes]
                              void* out,             // [num_rows, row_bytes]
                              int64_t num_rows, int64_t row_bytes, cudaStream_t stream);
 
+// t[i] = stddev * N(0,1) hashed from (seed, i) — the same values as oasis::HashNormal.
+cudaError_t LaunchFillNormal(__nv_bfloat16* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
+cudaError_t LaunchFillNormalF32(float* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
+// t[i] = value
+cudaError_t LaunchFill(__nv_bfloat16* t, int64_t n, float value, cudaStream_t stream);
+cudaError_t LaunchFillF32(float* t, int64_t n, float value, cudaStream_t stream);
+
 }  // namespace oasis::kernels

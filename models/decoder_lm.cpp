@@ -5,6 +5,7 @@
 
 #include "backend/rope.h"
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace oasis {
 namespace {
@@ -79,44 +80,81 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   if (config.hidden_act != "silu") return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
   if (config.head_dim % 2 != 0) return InvalidArgument("head_dim must be even for RoPE");
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend));
-  OASIS_RETURN_IF_ERROR(model->LoadWeights(weights));
+  const DType dt = backend.activation_dtype();
+  const bool tied_without_head = config.tie_word_embeddings && !weights.Has("lm_head.weight");
+  if (!tied_without_head && config.tie_word_embeddings) {
+    spdlog::warn("config ties word embeddings; ignoring the checkpoint's lm_head.weight");
+  }
+  WeightProvider from_checkpoint = [&](const std::vector<std::string>& names,
+                                       const std::vector<std::vector<int64_t>>& shapes, DummyInit) -> StatusOr<Tensor> {
+    std::vector<Tensor> parts;
+    for (size_t i = 0; i < names.size(); ++i) {
+      OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(weights, names[i], shapes[i], dt));
+      parts.push_back(std::move(t));
+    }
+    return backend.Upload(parts.size() == 1 ? parts[0] : ConcatRows(parts));
+  };
+  OASIS_RETURN_IF_ERROR(model->LoadWeights(from_checkpoint));
   return model;
 }
 
-Status DecoderLM::LoadWeights(const WeightSource& w) {
-  const ModelConfig& c = config_;
-  const DType dt = backend_.activation_dtype();
-  const int64_t h = c.hidden_size;
-  auto load = [&](const std::string& name, std::vector<int64_t> shape) -> StatusOr<Tensor> {
-    OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(w, name, shape, dt));
-    return backend_.Upload(t);
+StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& config, Backend& backend,
+                                                            uint64_t seed) {
+  if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
+    return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
+                         config.architecture_name);
+  }
+  std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend));
+  uint64_t counter = seed * 0x9E3779B97F4A7C15ULL;
+  WeightProvider fill = [&](const std::vector<std::string>&, const std::vector<std::vector<int64_t>>& shapes,
+                            DummyInit init) -> StatusOr<Tensor> {
+    std::vector<int64_t> shape = shapes[0];
+    for (size_t i = 1; i < shapes.size(); ++i) shape[0] += shapes[i][0];
+    Tensor t = backend.Empty(shape, backend.activation_dtype());
+    if (init == DummyInit::kNormal) {
+      backend.FillNormal(t, ++counter, 0.02f);
+    } else {
+      backend.Fill(t, init == DummyInit::kOnes ? 1.0f : 0.0f);
+    }
+    return t;
   };
-  OASIS_ASSIGN_OR_RETURN(Tensor embed_host, LoadChecked(w, "model.embed_tokens.weight", {c.vocab_size, h}, dt));
-  embed_tokens_ = backend_.Upload(embed_host);
-  OASIS_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {h}));
-  if (c.tie_word_embeddings && !w.Has("lm_head.weight")) {
+  OASIS_RETURN_IF_ERROR(model->LoadWeights(fill));
+  return model;
+}
+
+Status DecoderLM::LoadWeights(const WeightProvider& get) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size;
+  using Shapes = std::vector<std::vector<int64_t>>;
+  OASIS_ASSIGN_OR_RETURN(embed_tokens_, get({"model.embed_tokens.weight"}, Shapes{{c.vocab_size, h}}, DummyInit::kNormal));
+  OASIS_ASSIGN_OR_RETURN(final_norm_, get({"model.norm.weight"}, Shapes{{h}}, DummyInit::kOnes));
+  if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    OASIS_ASSIGN_OR_RETURN(lm_head_, load("lm_head.weight", {c.vocab_size, h}));
+    OASIS_ASSIGN_OR_RETURN(lm_head_, get({"lm_head.weight"}, Shapes{{c.vocab_size, h}}, DummyInit::kNormal));
   }
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer& L = layers_[static_cast<size_t>(i)];
-    OASIS_ASSIGN_OR_RETURN(L.input_norm, load(LayerName(i, "input_layernorm.weight"), {h}));
-    OASIS_ASSIGN_OR_RETURN(L.post_norm, load(LayerName(i, "post_attention_layernorm.weight"), {h}));
-    OASIS_ASSIGN_OR_RETURN(Tensor q, LoadChecked(w, LayerName(i, "self_attn.q_proj.weight"), {c.q_size(), h}, dt));
-    OASIS_ASSIGN_OR_RETURN(Tensor k, LoadChecked(w, LayerName(i, "self_attn.k_proj.weight"), {c.kv_size(), h}, dt));
-    OASIS_ASSIGN_OR_RETURN(Tensor v, LoadChecked(w, LayerName(i, "self_attn.v_proj.weight"), {c.kv_size(), h}, dt));
-    L.qkv = backend_.Upload(ConcatRows({q, k, v}));
-    OASIS_ASSIGN_OR_RETURN(L.o_proj, load(LayerName(i, "self_attn.o_proj.weight"), {h, c.q_size()}));
+    OASIS_ASSIGN_OR_RETURN(L.input_norm, get({LayerName(i, "input_layernorm.weight")}, Shapes{{h}}, DummyInit::kOnes));
+    OASIS_ASSIGN_OR_RETURN(L.post_norm,
+                           get({LayerName(i, "post_attention_layernorm.weight")}, Shapes{{h}}, DummyInit::kOnes));
+    OASIS_ASSIGN_OR_RETURN(L.qkv, get({LayerName(i, "self_attn.q_proj.weight"), LayerName(i, "self_attn.k_proj.weight"),
+                                       LayerName(i, "self_attn.v_proj.weight")},
+                                      Shapes{{c.q_size(), h}, {c.kv_size(), h}, {c.kv_size(), h}}, DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(L.o_proj, get({LayerName(i, "self_attn.o_proj.weight")}, Shapes{{h, c.q_size()}},
+                                         DummyInit::kNormal));
     if (c.qk_norm) {
-      OASIS_ASSIGN_OR_RETURN(L.q_norm, load(LayerName(i, "self_attn.q_norm.weight"), {c.head_dim}));
-      OASIS_ASSIGN_OR_RETURN(L.k_norm, load(LayerName(i, "self_attn.k_norm.weight"), {c.head_dim}));
+      OASIS_ASSIGN_OR_RETURN(L.q_norm, get({LayerName(i, "self_attn.q_norm.weight")}, Shapes{{c.head_dim}},
+                                           DummyInit::kOnes));
+      OASIS_ASSIGN_OR_RETURN(L.k_norm, get({LayerName(i, "self_attn.k_norm.weight")}, Shapes{{c.head_dim}},
+                                           DummyInit::kOnes));
     }
-    OASIS_ASSIGN_OR_RETURN(Tensor gate, LoadChecked(w, LayerName(i, "mlp.gate_proj.weight"), {c.intermediate_size, h}, dt));
-    OASIS_ASSIGN_OR_RETURN(Tensor up, LoadChecked(w, LayerName(i, "mlp.up_proj.weight"), {c.intermediate_size, h}, dt));
-    L.gate_up = backend_.Upload(ConcatRows({gate, up}));
-    OASIS_ASSIGN_OR_RETURN(L.down, load(LayerName(i, "mlp.down_proj.weight"), {h, c.intermediate_size}));
+    OASIS_ASSIGN_OR_RETURN(L.gate_up, get({LayerName(i, "mlp.gate_proj.weight"), LayerName(i, "mlp.up_proj.weight")},
+                                          Shapes{{c.intermediate_size, h}, {c.intermediate_size, h}},
+                                          DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(L.down, get({LayerName(i, "mlp.down_proj.weight")}, Shapes{{h, c.intermediate_size}},
+                                       DummyInit::kNormal));
   }
   return Status::Ok();
 }

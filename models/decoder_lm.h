@@ -6,7 +6,9 @@
 // a time; the KV pools are owned by the caller and passed in.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -31,6 +33,10 @@ class DecoderLM {
   // (NotFound naming the tensor, InvalidArgument for a wrong shape).
   static StatusOr<std::unique_ptr<DecoderLM>> Create(const ModelConfig& config,
                                                      const WeightSource& weights, Backend& backend);
+  // Random weights at the config's real shapes, generated on the backend's device
+  // (`--load-format dummy`, for benchmarks): normal(0, 0.02) matrices, unit norms.
+  static StatusOr<std::unique_ptr<DecoderLM>> CreateDummy(const ModelConfig& config, Backend& backend,
+                                                          uint64_t seed);
   // The checkpoint tensors this architecture reads (also the recipe for dummy weights).
   static std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 
@@ -53,8 +59,13 @@ class DecoderLM {
     Tensor down;            // [hidden, intermediate]
   };
 
+  // Produces one device weight: the named checkpoint tensors (with their expected shapes)
+  // stacked along dimension 0, or a dummy fill of that shape.
+  using WeightProvider = std::function<StatusOr<Tensor>(const std::vector<std::string>& names,
+                                                        const std::vector<std::vector<int64_t>>& shapes,
+                                                        DummyInit init)>;
   DecoderLM(const ModelConfig& config, Backend& backend);
-  Status LoadWeights(const WeightSource& weights);
+  Status LoadWeights(const WeightProvider& get);
 
   ModelConfig config_;
   Backend& backend_;

@@ -7,14 +7,19 @@
 #   device run: command "tools/gpu_suite.sh", carry [".bundle"]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-GPU_TESTS=(test_gpu_runtime test_gpu_ops test_gpu_models)
-BENCHMARKS=()
+GPU_TESTS=(test_gpu_runtime test_gpu_ops test_gpu_models test_gpu_graphs)
+# name|arguments: each runs from the bundle; its RESULT line goes into the table.
+BENCHMARKS=(
+  "bench_decode|--batch 1 --context 128"
+  "bench_decode|--batch 1 --context 128 --no-graphs --steps 10"
+  "bench_decode|--batch 64 --context 4096 --steps 20"
+)
 
 if [[ ${1:-} == --bundle ]]; then
   exes=()
   for t in "${GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
-  for b in "${BENCHMARKS[@]}"; do exes+=("build/tools/$b"); done
-  exec tools/make_bundle.sh "${exes[@]}"
+  for b in "${BENCHMARKS[@]}"; do exes+=("build/tools/bench/${b%%|*}"); done
+  exec tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
 fi
 
 CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
@@ -34,9 +39,13 @@ for t in "${GPU_TESTS[@]}"; do
   rows+=("$(printf '%-20s %-5s %7d ms  %s' "$t" "$verdict" "$ms" "$summary")")
 done
 for b in "${BENCHMARKS[@]}"; do
-  echo "=== $b"
-  ".bundle/bin/$b" 2>&1 | tee "/tmp/$b.out" | tail -30
-  rows+=("$(printf '%-20s %s' "$b" "$(grep -E '^RESULT' "/tmp/$b.out" | tail -1)")")
+  name=${b%%|*}
+  args=${b#*|}
+  echo "=== $name $args"
+  # shellcheck disable=SC2086
+  ".bundle/bin/$name" $args > /tmp/bench.out 2>&1
+  tail -30 /tmp/bench.out
+  rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
 done
 echo
 echo "---------------- GPU suite summary ----------------"

@@ -11,6 +11,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
 for exe in "$@"; do
   cp "$exe" "$OUT/bin/"
+  strip --strip-debug "$OUT/bin/$(basename "$exe")"
   ldd "$exe" | awk '/=> \// {print $3}' | while read -r lib; do
     base=$(basename "$lib")
     case "$base" in

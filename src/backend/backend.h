@@ -45,6 +45,10 @@ struct RopeParams {
   float attention_scaling = 1.0f;
 };
 
+// N(0, 1) value derived from (seed, index) by hashing (splitmix64 + Box-Muller); the same
+// function backs FillNormal on every backend.
+float HashNormal(uint64_t seed, uint64_t index);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,6 +62,11 @@ class Backend {
   // Copies a host tensor to this device (a no-op view on the CPU backend) and back.
   virtual Tensor Upload(const Tensor& host) = 0;
   virtual Tensor Download(const Tensor& device_tensor) = 0;
+
+  // Fills a float tensor (F32/BF16) with N(0, stddev) values, deterministic in `seed`.
+  virtual void FillNormal(Tensor& t, uint64_t seed, float stddev) = 0;
+  // Fills a float tensor (F32/BF16) with `value`.
+  virtual void Fill(Tensor& t, float value) = 0;
 
   // out[t, :] = table[ids[t], :]
   virtual void Embedding(const Tensor& ids,    // [T] int32

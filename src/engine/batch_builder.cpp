@@ -6,7 +6,7 @@
 
 namespace oasis {
 
-ForwardInput BuildForwardInput(const std::vector<StepSequence>& seqs, LogitsFor logits, Backend& backend) {
+ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, LogitsFor logits) {
   OASIS_CHECK(!seqs.empty()) << "empty batch";
   const int32_t heads = seqs[0].table->num_kv_heads();
   int64_t total = 0, max_blocks = 1;
@@ -51,14 +51,14 @@ ForwardInput BuildForwardInput(const std::vector<StepSequence>& seqs, LogitsFor 
   qstart.data<int32_t>()[S] = static_cast<int32_t>(t);
 
   ForwardInput in;
-  in.token_ids = backend.Upload(ids);
-  in.positions = backend.Upload(pos);
-  in.slot_mapping = backend.Upload(slots);
-  in.attention.query_start = backend.Upload(qstart);
-  in.attention.kv_lens = backend.Upload(kv_lens);
-  in.attention.block_tables = backend.Upload(tables);
+  in.token_ids = ids;
+  in.positions = pos;
+  in.slot_mapping = slots;
+  in.attention.query_start = qstart;
+  in.attention.kv_lens = kv_lens;
+  in.attention.block_tables = tables;
   in.attention.max_query_len = max_q;
-  in.logit_rows = backend.Upload(rows);
+  in.logit_rows = rows;
   return in;
 }
 

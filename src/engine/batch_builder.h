@@ -1,6 +1,6 @@
 // BatchBuilder: turns "sequence s runs tokens [start, start+n) this step" into the
 // ForwardInput tensors (token ids, positions, slot mapping, head-level attention metadata).
-// Builds host tensors and uploads them through the backend. Single-use, not thread-safe.
+// Stateless; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@ struct StepSequence {
   std::vector<int32_t> tokens;            // this step's tokens
 };
 
-ForwardInput BuildForwardInput(const std::vector<StepSequence>& seqs, LogitsFor logits, Backend& backend);
+// Host tensors for one step (ModelRunner::Execute uploads them).
+ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, LogitsFor logits);
 
 }  // namespace oasis

@@ -24,11 +24,20 @@ struct Running {
 }  // namespace
 
 Generator::Generator(DecoderLM& model, Backend& backend, GeneratorOptions options)
-    : model_(model),
-      backend_(backend),
+    : owned_runner_(std::make_unique<ModelRunner>(model, backend, options.num_kv_slots)),
+      runner_(*owned_runner_),
+      model_(model),
       options_(options),
-      kv_(model.AllocateKvCache(options.num_kv_slots)),
       allocator_(static_cast<int32_t>(options.num_kv_slots)) {
+  OASIS_CHECK_GT(options_.max_step_tokens, 0) << "max_step_tokens";
+}
+
+Generator::Generator(ModelRunner& runner, GeneratorOptions options)
+    : runner_(runner),
+      model_(runner.model()),
+      options_(options),
+      allocator_(static_cast<int32_t>(runner.num_kv_slots())) {
+  options_.num_kv_slots = runner.num_kv_slots();
   OASIS_CHECK_GT(options_.max_step_tokens, 0) << "max_step_tokens";
 }
 
@@ -91,8 +100,7 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(const std::vector<Ge
       budget -= n;
     }
     if (!status.ok() || batch.empty()) break;
-    ForwardInput in = BuildForwardInput(steps, LogitsFor::kLastTokenOfEachSequence, backend_);
-    Tensor logits = backend_.Download(model_.Forward(in, kv_));
+    Tensor logits = runner_.Execute(BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence));
     for (size_t b = 0; b < batch.size(); ++b) {
       Running& r = *batch[b];
       r.computed += static_cast<int64_t>(steps[b].tokens.size());
@@ -137,8 +145,7 @@ StatusOr<Tensor> Generator::PromptLogits(const std::vector<int32_t>& prompt) {
   for (int64_t start = 0; start < n; start += options_.max_step_tokens) {
     const int64_t len = std::min(options_.max_step_tokens, n - start);
     StepSequence s{&table, start, std::vector<int32_t>(prompt.begin() + start, prompt.begin() + start + len)};
-    ForwardInput in = BuildForwardInput({s}, LogitsFor::kEveryToken, backend_);
-    Tensor logits = backend_.Download(model_.Forward(in, kv_));
+    Tensor logits = runner_.Execute(BuildHostForwardInput({s}, LogitsFor::kEveryToken));
     Tensor f = logits.dtype() == DType::kF32 ? logits : logits.ToFloat();
     std::memcpy(out.data<float>() + start * vocab, f.raw(), static_cast<size_t>(len * vocab) * sizeof(float));
   }

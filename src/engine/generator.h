@@ -1,8 +1,8 @@
 // Generator: offline batched generation over a DecoderLM (the engine loop of the server
 // issue builds on the same pieces). All requests are prefilled — in chunks of at most
 // `max_step_tokens` tokens per step, so later chunks attend to cached KV — then decoded
-// together; a sequence leaves the batch when it stops. Owns the KV pools and the block
-// allocator. Not thread-safe: one caller at a time.
+// together; a sequence leaves the batch when it stops. Owns the block allocator; the KV
+// pools belong to the ModelRunner. Not thread-safe: one caller at a time.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "engine/sampler.h"
 #include "kvcache/block_allocator.h"
+#include "engine/model_runner.h"
 #include "models/decoder_lm.h"
 
 namespace oasis {
@@ -41,7 +42,11 @@ struct GeneratorOptions {
 
 class Generator {
  public:
+  // Runs `model` eagerly with its own KV pools of options.num_kv_slots head-blocks.
   Generator(DecoderLM& model, Backend& backend, GeneratorOptions options);
+  // Runs through `runner` (which must outlive the generator); options.num_kv_slots is
+  // taken from the runner.
+  Generator(ModelRunner& runner, GeneratorOptions options);
 
   // Validates every request first (empty prompt, ids outside the vocabulary, prompt +
   // max_tokens beyond the context, bad sampling values) and fails without generating.
@@ -53,10 +58,10 @@ class Generator {
  private:
   Status Validate(const GenerationRequest& r) const;
 
+  std::unique_ptr<ModelRunner> owned_runner_;
+  ModelRunner& runner_;
   DecoderLM& model_;
-  Backend& backend_;
   GeneratorOptions options_;
-  std::vector<LayerKvPool> kv_;
   BlockAllocator allocator_;
   std::mt19937_64 engine_rng_{0x0a515c5eULL};
 };

@@ -19,6 +19,8 @@ class CpuBackend final : public Backend {
   Tensor Upload(const Tensor& host) override { return host; }
   Tensor Download(const Tensor& t) override { return t; }
 
+  void FillNormal(Tensor& t, uint64_t seed, float stddev) override;
+  void Fill(Tensor& t, float value) override;
   void Embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,

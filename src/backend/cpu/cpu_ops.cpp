@@ -42,6 +42,17 @@ Tensor CpuBackend::Empty(std::vector<int64_t> shape, DType dtype) {
   return Tensor::Empty(std::move(shape), dtype);
 }
 
+void CpuBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
+  CheckF32(t, "FillNormal");
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = stddev * HashNormal(seed, static_cast<uint64_t>(i));
+}
+
+void CpuBackend::Fill(Tensor& t, float value) {
+  CheckF32(t, "Fill");
+  std::fill(t.data<float>(), t.data<float>() + t.numel(), value);
+}
+
 void CpuBackend::Embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
   CheckI32(ids, "Embedding ids");
   CheckF32(table, "Embedding table");

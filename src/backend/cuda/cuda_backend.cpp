@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
+#include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
 
@@ -36,6 +37,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   if (cublasCreate(&b->cublas_) != CUBLAS_STATUS_SUCCESS) return Internal("cublasCreate failed");
   OASIS_CUBLAS_CHECK(cublasSetStream(b->cublas_, b->stream_.get()));
   OASIS_CUBLAS_CHECK(cublasSetMathMode(b->cublas_, CUBLAS_DEFAULT_MATH));
+  OASIS_ASSIGN_OR_RETURN(b->cublas_workspace_, cuda::DeviceBuffer::Allocate(size_t{32} << 20));
+  OASIS_CUBLAS_CHECK(cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
   return b;
 }
 
@@ -45,10 +48,30 @@ CudaBackend::~CudaBackend() {
   if (cublas_) cublasDestroy(cublas_);
 }
 
+void CudaBackend::BeginArena(void* base, size_t bytes) {
+  OASIS_CHECK(arena_base_ == nullptr) << "arenas do not nest";
+  OASIS_CHECK(base != nullptr) << "null arena";
+  arena_base_ = static_cast<char*>(base);
+  arena_size_ = bytes;
+  arena_used_ = 0;
+}
+
+size_t CudaBackend::EndArena() {
+  OASIS_CHECK(arena_base_ != nullptr) << "EndArena without BeginArena";
+  arena_base_ = nullptr;
+  return arena_used_;
+}
+
 Tensor CudaBackend::Empty(std::vector<int64_t> shape, DType dtype) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   const size_t bytes = std::max<size_t>(static_cast<size_t>(n) * DTypeSize(dtype), 16);
+  if (arena_base_ != nullptr) {
+    const size_t offset = (arena_used_ + 255) / 256 * 256;
+    OASIS_CHECK_LE(offset + bytes, arena_size_) << "activation arena too small";
+    arena_used_ = offset + bytes;
+    return Tensor(arena_base_ + offset, dtype, std::move(shape), Device::kCuda);
+  }
   void* p = nullptr;
   cudaStream_t s = stream_.get();
   OASIS_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
@@ -71,6 +94,26 @@ Tensor CudaBackend::Download(const Tensor& t) {
   OASIS_CUDA_CHECK(cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_.get()));
   stream_.Synchronize();
   return host;
+}
+
+void CudaBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
+  OASIS_CHECK(t.device() == Device::kCuda) << "FillNormal of a host tensor";
+  if (t.dtype() == DType::kF32) {
+    OASIS_CUDA_CHECK(kernels::LaunchFillNormalF32(Ptr<float>(t), t.numel(), seed, stddev, stream_.get()));
+  } else {
+    CheckDevice(t, DType::kBF16, "FillNormal");
+    OASIS_CUDA_CHECK(kernels::LaunchFillNormal(Ptr(t), t.numel(), seed, stddev, stream_.get()));
+  }
+}
+
+void CudaBackend::Fill(Tensor& t, float value) {
+  OASIS_CHECK(t.device() == Device::kCuda) << "Fill of a host tensor";
+  if (t.dtype() == DType::kF32) {
+    OASIS_CUDA_CHECK(kernels::LaunchFillF32(Ptr<float>(t), t.numel(), value, stream_.get()));
+  } else {
+    CheckDevice(t, DType::kBF16, "Fill");
+    OASIS_CUDA_CHECK(kernels::LaunchFill(Ptr(t), t.numel(), value, stream_.get()));
+  }
 }
 
 void CudaBackend::Embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
@@ -108,6 +151,12 @@ void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
   if (rows == 0) return;
   const cudaDataType_t out_type = out.dtype() == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
   OASIS_CHECK(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16) << "Linear out dtype";
+  if (kernels::GemvSupported(rows, in, x.raw(), weight.raw())) {  // decode: bandwidth-bound
+    const bool f32 = out.dtype() == DType::kF32;
+    OASIS_CUDA_CHECK(kernels::LaunchGemv(Ptr(x), Ptr(weight), f32 ? nullptr : Ptr(out), f32 ? Ptr<float>(out) : nullptr,
+                                         rows, in, outf, stream_.get()));
+    return;
+  }
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major out[rows, outf] = x · Wᵀ is column-major outᵀ = W(ᵀ as stored) · xᵀ.
   OASIS_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(outf), static_cast<int>(rows),

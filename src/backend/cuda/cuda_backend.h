@@ -29,9 +29,19 @@ class CudaBackend final : public Backend {
   void Synchronize() const { stream_.Synchronize(); }
 
   Tensor Empty(std::vector<int64_t> shape, DType dtype) override;
+
+  // While an arena is active, Empty() hands out successive 256-byte-aligned pieces of
+  // [base, base + bytes) instead of allocating (nothing is freed): the same sequence of
+  // calls yields the same addresses, which CUDA graph capture and replay rely on.
+  // Running out of arena is a CHECK failure.
+  void BeginArena(void* base, size_t bytes);
+  // Ends the arena; returns the bytes it handed out.
+  size_t EndArena();
   Tensor Upload(const Tensor& host) override;
   Tensor Download(const Tensor& device_tensor) override;
 
+  void FillNormal(Tensor& t, uint64_t seed, float stddev) override;
+  void Fill(Tensor& t, float value) override;
   void Embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
   void AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
@@ -53,6 +63,10 @@ class CudaBackend final : public Backend {
 
   cuda::Stream stream_;
   cublasHandle_t cublas_ = nullptr;
+  cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
+  char* arena_base_ = nullptr;
+  size_t arena_size_ = 0;
+  size_t arena_used_ = 0;
   std::map<std::vector<float>, Tensor> inv_freq_;  // device copies of RoPE tables, by content
 };
 

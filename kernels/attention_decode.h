@@ -1,0 +1,81 @@
+// Split-K flash-decoding attention over head-level block tables, for decode steps whose
+// sequences have only a few query tokens (1–4: the next token, or draft/verify tokens).
+//
+// Semantics are exactly those of Backend::Attention (src/backend/backend.h) and of the
+// reference LaunchPagedAttention (kernels/attention.h): sequence s owns query rows
+// [query_start[s], query_start[s+1]); for KV head h its visible keys are the first
+// kv_lens[s, h] tokens listed by block_tables[s, h, :] (slots of 16 tokens); its queries are
+// the last q_len of those tokens, causal among themselves; query head j reads KV head
+// j / (num_q_heads / num_kv_heads). Heads of one sequence may have different lengths and
+// tables (sparse requests). Only the visible tokens of a slot are read into the result:
+// the unwritten tail of a sequence's last slot may hold anything, NaN included.
+//
+// How it runs (docs/kernels/decode_attention.md has the details and the measurements):
+//  1. split kernel: one warp-sized CTA per (sequence, KV head, KV split, 16-row chunk of the
+//     GQA group × q tokens). It streams its split's K/V head-blocks straight from HBM into
+//     registers (16-byte loads, the next block in flight while the current one is used),
+//     computes Q·Kᵀ and P·V for all query heads of the group and all q tokens of the sequence
+//     with bf16 tensor-core MMAs (m16n8k16, float accumulation) and an online softmax, so each
+//     K/V byte is read once per GQA group.
+//  2. merge kernel (only when more than one split is used): combines the splits' partial
+//     outputs by their log-sum-exp.
+// The split count comes from the host-known shapes and the GPU's resident-CTA capacity so that
+// (sequences × KV heads × splits) fills the GPU; it never reads device memory, so a launch can
+// be captured in a CUDA graph.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace oasis::kernels {
+
+// Largest query tokens per sequence the decode kernel accepts (designed for 1–4).
+inline constexpr int kDecodeMaxQueryLen = 16;
+
+// All pointers are device pointers; q, k_pool, v_pool and out must be 16-byte aligned.
+struct DecodeAttentionParams {
+  const __nv_bfloat16* q;         // [tokens, num_q_heads, head_dim]
+  const __nv_bfloat16* k_pool;    // [num_slots, 16, head_dim]
+  const __nv_bfloat16* v_pool;    // [num_slots, 16, head_dim]
+  const int32_t* query_start;     // [num_seqs + 1], sorted, query_start[0] = 0
+  const int32_t* kv_lens;         // [num_seqs, num_kv_heads], kv_lens[s, h] >= q_len(s)
+  const int32_t* block_tables;    // [num_seqs, num_kv_heads, max_blocks] slot ids
+  __nv_bfloat16* out;             // [tokens, num_q_heads, head_dim]
+  int64_t tokens = 0;             // query_start[num_seqs]
+  int num_seqs = 0;
+  int num_q_heads = 0;            // a multiple of num_kv_heads
+  int num_kv_heads = 0;
+  int head_dim = 0;               // 64, 128 or 256
+  int max_blocks = 0;             // width of block_tables
+  int max_query_len = 0;          // host-known bound of q_len over the batch, 1..kDecodeMaxQueryLen
+  float scale = 1.0f;             // softmax(q·k * scale)
+  // Optional host-known bound of kv_lens, only used to choose the split count (0: max_blocks*16).
+  // A bound that is too small costs balance, never correctness.
+  int max_kv_len = 0;
+  // Number of KV splits: 0 chooses from the shapes and the GPU; n > 0 forces about n (tests,
+  // tuning). DecodeAttentionNumSplits says how many a launch will use.
+  int num_splits = 0;
+};
+
+// The number of KV splits a launch with these params uses (1: no merge, no workspace).
+// Reads the current device's SM count and the kernel's occupancy (cached); no device memory.
+int DecodeAttentionNumSplits(const DecodeAttentionParams& p);
+
+// Workspace bytes a launch with these params needs for the splits' partial results (0 when
+// one split is used). For CUDA graphs: it is at most
+// tokens × num_q_heads × (splits) × (head_dim + 1) × 4 bytes, and splits never exceed
+// max(1, resident CTAs / (num_seqs × num_kv_heads)) unless num_splits forces more.
+size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionParams& p);
+
+// Decode attention (see above). `workspace` must hold DecodeAttentionWorkspaceBytes(p) bytes
+// (may be null when that is 0), 16-byte aligned. Returns cudaErrorInvalidValue for shapes it
+// does not support (head_dim not 64/128/256, num_q_heads % num_kv_heads != 0, max_query_len out
+// of range, misaligned pointers, workspace too small), else the launch error. Enqueues on
+// `stream` only; no host synchronisation.
+cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream);
+
+}  // namespace oasis::kernels

@@ -1,0 +1,25 @@
+// Skinny matrix products for decode: out[r, f] = Σ_k x[r, k] · w[f, k] for a few rows
+// (1..8), streaming the bf16 weight once with 16-byte loads and float accumulation. cuBLAS
+// is not bandwidth-bound at these shapes; this kernel is (it is limited by HBM reads).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace oasis::kernels {
+
+inline constexpr int kGemvMaxRows = 8;
+
+// Whether LaunchGemv handles these sizes (rows <= 8, in % 8 == 0, 16-byte aligned pointers).
+bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w);
+
+// out is bf16 when `out_f32` is null, else float (`out_bf16` null).
+cudaError_t LaunchGemv(const __nv_bfloat16* x,  // [rows, in]
+                       const __nv_bfloat16* w,  // [out, in]
+                       __nv_bfloat16* out_bf16,  // [rows, out] or nullptr
+                       float* out_f32,           // [rows, out] or nullptr
+                       int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+
+}  // namespace oasis::kernels

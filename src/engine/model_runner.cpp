@@ -1,0 +1,21 @@
+#include "engine/model_runner.h"
+
+namespace oasis {
+
+ModelRunner::ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots)
+    : model_(model), backend_(backend), num_kv_slots_(num_kv_slots), kv_(model.AllocateKvCache(num_kv_slots)) {}
+
+Tensor ModelRunner::Execute(const ForwardInput& h) {
+  ForwardInput in;
+  in.token_ids = backend_.Upload(h.token_ids);
+  in.positions = backend_.Upload(h.positions);
+  in.slot_mapping = backend_.Upload(h.slot_mapping);
+  in.attention.query_start = backend_.Upload(h.attention.query_start);
+  in.attention.kv_lens = backend_.Upload(h.attention.kv_lens);
+  in.attention.block_tables = backend_.Upload(h.attention.block_tables);
+  in.attention.max_query_len = h.attention.max_query_len;
+  in.logit_rows = backend_.Upload(h.logit_rows);
+  return backend_.Download(model_.Forward(in, kv_));
+}
+
+}  // namespace oasis

@@ -1,0 +1,34 @@
+// ModelRunner: executes forward passes of one DecoderLM over KV pools it owns.
+// The plain runner uploads the host-built batch and runs the model eagerly; backends may
+// provide faster runners (CUDA graphs for decode steps) behind the same interface.
+// Owns the KV pools. Not thread-safe: the engine loop (or a TP worker) owns it.
+#pragma once
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "models/decoder_lm.h"
+
+namespace oasis {
+
+class ModelRunner {
+ public:
+  ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots);
+  virtual ~ModelRunner() = default;
+
+  DecoderLM& model() { return model_; }
+  Backend& backend() { return backend_; }
+  int64_t num_kv_slots() const { return num_kv_slots_; }
+
+  // `host_input` holds host tensors (BuildHostForwardInput). Returns host F32 logits
+  // [R, vocab] for the requested rows.
+  virtual Tensor Execute(const ForwardInput& host_input);
+
+ protected:
+  DecoderLM& model_;
+  Backend& backend_;
+  int64_t num_kv_slots_;
+  std::vector<LayerKvPool> kv_;
+};
+
+}  // namespace oasis

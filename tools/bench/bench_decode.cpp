@@ -1,0 +1,121 @@
+// bench_decode: decode throughput of a whole model with dummy weights at real shapes on
+// one GPU, through the CUDA-graph runner, against the byte roofline of a decode step
+// (every weight but the input embedding read once, plus the KV cache of every sequence).
+//
+//   bench_decode --config tools/bench/model_configs/qwen3-8b.json --batch 1 --context 128
+//   bench_decode --config ... --batch 64 --context 4096
+// Times `--steps` decode steps after `--warmup` steps (CUDA events around each step's
+// Execute: host packing, one H2D copy, graph replay, logits D2H); reports the median.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph_runner.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "engine/batch_builder.h"
+#include "kvcache/block_allocator.h"
+#include "kvcache/head_block_table.h"
+#include "models/decoder_lm.h"
+
+using namespace oasis;
+
+namespace {
+
+constexpr double kReadCeilingTBs = 4.56;  // DESIGN.md §5: read-only streaming kernel
+constexpr double kCopyCeilingTBs = 4.24;  // device-to-device copy
+
+Status Run(int argc, char** argv) {
+  std::string config_path = "tools/bench/model_configs/qwen3-8b.json";
+  int64_t batch = 1, context = 128, steps = 50, warmup = 5;
+  bool no_graphs = false;
+  FlagParser flags("bench_decode: whole-model decode throughput with dummy weights");
+  flags.AddString("config", &config_path, "HF config.json with the model's shapes");
+  flags.AddInt("batch", &batch, "sequences decoded together");
+  flags.AddInt("context", &context, "tokens already in each sequence's KV cache");
+  flags.AddInt("steps", &steps, "timed decode steps");
+  flags.AddInt("warmup", &warmup, "untimed decode steps first");
+  flags.AddBool("no-graphs", &no_graphs, "run eagerly, without CUDA graphs");
+  OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Usage().c_str());
+    return Status::Ok();
+  }
+  OASIS_RETURN_IF_ERROR(InitLogging("warn"));
+  OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(config_path));
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create());
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model, DecoderLM::CreateDummy(config, *backend, 1));
+  const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
+  const int64_t max_ctx = context + warmup + steps + 1;
+  const int64_t slots = HeadBlockTable::SlotsFor(max_ctx, heads) * batch + 16;
+  CudaGraphOptions go;
+  go.num_kv_slots = slots;
+  go.max_batch = std::max<int64_t>(batch, 1);
+  go.max_context = max_ctx;
+  go.enabled = !no_graphs;
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*model, *backend, go));
+  // The KV content does not change the cost of a step: fill the pools with noise instead
+  // of prefilling `context` tokens.
+  BlockAllocator allocator(static_cast<int32_t>(slots));
+  std::vector<HeadBlockTable> tables;
+  for (int64_t s = 0; s < batch; ++s) {
+    tables.emplace_back(heads);
+    OASIS_RETURN_IF_ERROR(tables.back().Reserve(max_ctx, allocator));
+  }
+  double weight_bytes = 0;
+  for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
+    if (w.name == "model.embed_tokens.weight" && !config.tie_word_embeddings) continue;  // one row read
+    double n = 1;
+    for (int64_t d : w.shape) n *= static_cast<double>(d);
+    weight_bytes += 2 * n;
+  }
+  const double kv_bytes_per_token = 2.0 * 2 * config.num_hidden_layers * config.kv_size();
+
+  cuda::Event start(cuda::EventTiming::kEnabled), stop(cuda::EventTiming::kEnabled);
+  std::vector<float> ms;
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    std::vector<StepSequence> seqs;
+    for (int64_t s = 0; s < batch; ++s) {
+      seqs.push_back({&tables[static_cast<size_t>(s)], context + step, {static_cast<int32_t>((s * 7919 + step) % config.vocab_size)}});
+    }
+    ForwardInput in = BuildHostForwardInput(seqs, LogitsFor::kLastTokenOfEachSequence);
+    start.Record(backend->stream());
+    Tensor logits = runner->Execute(in);
+    stop.Record(backend->stream());
+    stop.Synchronize();
+    if (step >= warmup) ms.push_back(stop.ElapsedMsSince(start));
+  }
+  for (auto& t : tables) t.Release(allocator);
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  const double avg_ctx = static_cast<double>(context) + warmup + steps / 2.0;
+  const double bytes = weight_bytes + kv_bytes_per_token * avg_ctx * static_cast<double>(batch);
+  const double roofline_ms = bytes / (kReadCeilingTBs * 1e12) * 1e3;
+  const double copy_roofline_ms = bytes / (kCopyCeilingTBs * 1e12) * 1e3;
+  std::printf("model %s, batch %lld, context %lld, %s\n", config_path.c_str(), static_cast<long long>(batch),
+              static_cast<long long>(context), no_graphs ? "eager" : "CUDA graphs");
+  std::printf("bytes per step: weights %.2f GB + KV %.2f GB\n", weight_bytes / 1e9,
+              kv_bytes_per_token * avg_ctx * batch / 1e9);
+  std::printf("step time: median %.3f ms (min %.3f, p90 %.3f) over %zu steps\n", median, ms.front(),
+              ms[ms.size() * 9 / 10], ms.size());
+  std::printf("roofline: %.3f ms at %.2f TB/s read (%.3f ms at %.2f TB/s copy)\n", roofline_ms, kReadCeilingTBs,
+              copy_roofline_ms, kCopyCeilingTBs);
+  std::printf("RESULT decode b=%lld ctx=%lld: %.3f ms/step, %.1f tok/s, %.2f TB/s effective, "
+              "ceiling %.3f ms, ratio %.2f of read roofline (%.2f of copy roofline)\n",
+              static_cast<long long>(batch), static_cast<long long>(context), median, batch * 1e3 / median,
+              bytes / (median * 1e-3) / 1e12, roofline_ms, roofline_ms / median, copy_roofline_ms / median);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Status st = Run(argc, argv);
+  if (!st.ok()) {
+    std::fprintf(stderr, "bench_decode: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,198 @@
+// Benchmark: split-K decode attention (kernels/attention_decode.h) over head-level block tables
+// with random slots, at Qwen3-8B attention shapes (GQA 32/8, head_dim 128, bf16).
+//
+// Each case: warm-up, then >= 30 timed launches (split + merge kernels), each after an L2 flush,
+// timed with CUDA events; the median is reported as GB/s over the K+V bytes the step must read
+// (sum over sequences and KV heads of kv_len × head_dim × 2 bytes × 2), next to the read-only
+// streaming ceiling (4.56 TB/s, DESIGN.md §5) and PyTorch SDPA's 4.25 TB/s on the same machine
+// (tools/bench/bench_decode_attention_torch.py measures it again in the same device call).
+// The last line starts with RESULT (collected by tools/gpu_suite.sh).
+//
+//   bench_decode_attention [--runs N]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/attention_decode.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr double kCeilingGBs = 4560.0;  // read-only streaming, H200 (DESIGN.md §5)
+constexpr double kTorchGBs = 4250.0;    // PyTorch SDPA decode 32×16K GQA 32/8 (DESIGN.md §5)
+constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kPage = 16;
+
+#define BENCH_CHECK(expr)                                                                            \
+  do {                                                                                               \
+    cudaError_t err_ = (expr);                                                                       \
+    if (err_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
+  } while (0)
+
+__global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13, x *= 3266489917u, x ^= x >> 16;
+    p[i] = __float2bfloat16(static_cast<float>(x & 0xffff) / 32768.0f - 1.0f);
+  }
+}
+
+struct Case {
+  const char* name;
+  int batch, context, q_len;
+};
+
+// Device buffers shared by all cases (sized for the largest).
+struct Buffers {
+  bf16 *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+  int32_t *qstart = nullptr, *lens = nullptr, *tables = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  char* flush = nullptr;  // written before every timed launch to evict K/V from the 60 MB L2
+  size_t flush_bytes = size_t{256} << 20;
+};
+
+struct Stats {
+  double median_ms, min_ms;
+};
+
+template <typename Launch>
+Stats Time(Launch&& launch, const Buffers& buf, cudaStream_t stream, int runs) {
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 5; ++i) BENCH_CHECK(launch());
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    BENCH_CHECK(cudaMemsetAsync(buf.flush, i & 0xff, buf.flush_bytes, stream));
+    BENCH_CHECK(cudaEventRecord(start, stream));
+    BENCH_CHECK(launch());
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 30;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::max(20, std::atoi(argv[++i]));
+
+  const std::vector<Case> cases = {
+      {"batch 32 x 16K, q_len 1", 32, 16384, 1},
+      {"batch 32 x 16K, q_len 2", 32, 16384, 2},
+      {"batch 64 x 4K, q_len 1", 64, 4096, 1},
+      {"batch 1 x 16K, q_len 1", 1, 16384, 1},
+      {"batch 48 x 2064 (sparse set), q_len 2", 48, 2064, 2},
+  };
+  int max_slots = 0, max_tokens = 0, max_blocks = 0, max_seqs = 0;
+  for (const Case& c : cases) {
+    const int pages = (c.context + kPage - 1) / kPage;
+    max_slots = std::max(max_slots, c.batch * kHkv * pages);
+    max_tokens = std::max(max_tokens, c.batch * c.q_len);
+    max_blocks = std::max(max_blocks, pages);
+    max_seqs = std::max(max_seqs, c.batch);
+  }
+
+  cudaDeviceProp prop{};
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  std::printf("decode attention: GQA %d/%d, head_dim %d, bf16, random head-block slots; median of %d runs, L2 flushed\n",
+              kHq, kHkv, kHeadDim, runs);
+
+  cudaStream_t stream;
+  BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Buffers buf;
+  const size_t pool_elems = size_t{static_cast<size_t>(max_slots)} * kPage * kHeadDim;
+  BENCH_CHECK(cudaMalloc(&buf.k, pool_elems * sizeof(bf16)));
+  BENCH_CHECK(cudaMalloc(&buf.v, pool_elems * sizeof(bf16)));
+  BENCH_CHECK(cudaMalloc(&buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim * sizeof(bf16)));
+  BENCH_CHECK(cudaMalloc(&buf.out, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim * sizeof(bf16)));
+  BENCH_CHECK(cudaMalloc(&buf.qstart, (max_seqs + 1) * sizeof(int32_t)));
+  BENCH_CHECK(cudaMalloc(&buf.lens, size_t{static_cast<size_t>(max_seqs)} * kHkv * sizeof(int32_t)));
+  BENCH_CHECK(cudaMalloc(&buf.tables, size_t{static_cast<size_t>(max_seqs)} * kHkv * max_blocks * sizeof(int32_t)));
+  BENCH_CHECK(cudaMalloc(&buf.flush, buf.flush_bytes));
+  FillRandomBf16<<<1024, 256, 0, stream>>>(buf.k, pool_elems, 1);
+  FillRandomBf16<<<1024, 256, 0, stream>>>(buf.v, pool_elems, 2);
+  FillRandomBf16<<<1024, 256, 0, stream>>>(buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim, 3);
+  BENCH_CHECK(cudaGetLastError());
+
+  std::mt19937 rng(1234);
+  std::vector<int32_t> all_slots(static_cast<size_t>(max_slots));
+  std::iota(all_slots.begin(), all_slots.end(), 0);
+  double main_gbs = 0;
+  std::printf("\n%-40s %6s %10s %9s %10s %9s %8s\n", "case", "splits", "median us", "KV GB", "GB/s", "ceiling", "ratio");
+  for (const Case& c : cases) {
+    const int pages = (c.context + kPage - 1) / kPage;
+    std::shuffle(all_slots.begin(), all_slots.end(), rng);  // random slots from the whole pool
+    std::vector<int32_t> qstart(c.batch + 1), lens(size_t{static_cast<size_t>(c.batch)} * kHkv, c.context);
+    std::vector<int32_t> tables(size_t{static_cast<size_t>(c.batch)} * kHkv * pages);
+    for (int s = 0; s <= c.batch; ++s) qstart[s] = s * c.q_len;
+    std::copy_n(all_slots.begin(), tables.size(), tables.begin());
+    BENCH_CHECK(cudaMemcpyAsync(buf.qstart, qstart.data(), qstart.size() * 4, cudaMemcpyHostToDevice, stream));
+    BENCH_CHECK(cudaMemcpyAsync(buf.lens, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, stream));
+    BENCH_CHECK(cudaMemcpyAsync(buf.tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice, stream));
+
+    oasis::kernels::DecodeAttentionParams p;
+    p.q = buf.q, p.k_pool = buf.k, p.v_pool = buf.v, p.out = buf.out;
+    p.query_start = buf.qstart, p.kv_lens = buf.lens, p.block_tables = buf.tables;
+    p.tokens = int64_t{c.batch} * c.q_len;
+    p.num_seqs = c.batch, p.num_q_heads = kHq, p.num_kv_heads = kHkv, p.head_dim = kHeadDim;
+    p.max_blocks = pages, p.max_query_len = c.q_len, p.scale = 1.0f / std::sqrt(float(kHeadDim));
+    const size_t ws = oasis::kernels::DecodeAttentionWorkspaceBytes(p);
+    if (ws > buf.workspace_bytes) {
+      if (buf.workspace) BENCH_CHECK(cudaFree(buf.workspace));
+      BENCH_CHECK(cudaMalloc(&buf.workspace, ws));
+      buf.workspace_bytes = ws;
+    }
+    const Stats st = Time([&] { return oasis::kernels::LaunchDecodeAttention(p, buf.workspace, ws, stream); }, buf,
+                          stream, runs);
+    // The output must be finite (a cheap guard; tests/kernels/test_attention_decode.cpp checks values).
+    std::vector<uint16_t> out(static_cast<size_t>(p.tokens) * kHq * kHeadDim);
+    BENCH_CHECK(cudaMemcpy(out.data(), buf.out, out.size() * 2, cudaMemcpyDeviceToHost));
+    for (uint16_t b : out)
+      if ((b & 0x7f80) == 0x7f80) {
+        std::fprintf(stderr, "non-finite output in case %s\n", c.name);
+        return 1;
+      }
+    const double kv_gb = double(c.batch) * kHkv * c.context * kHeadDim * 2 * 2 / 1e9;
+    const double gbs = kv_gb / (st.median_ms * 1e-3);
+    std::printf("%-40s %6d %10.1f %9.3f %10.0f %9.0f %8.3f\n", c.name, oasis::kernels::DecodeAttentionNumSplits(p),
+                st.median_ms * 1e3, kv_gb, gbs, kCeilingGBs, gbs / kCeilingGBs);
+    if (&c == &cases.front()) {
+      main_gbs = gbs;
+      // The reference-grade kernel (one CTA per row and query head) on the same inputs, for scale.
+      oasis::kernels::PagedAttentionParams r;
+      r.q = p.q, r.k_pool = p.k_pool, r.v_pool = p.v_pool, r.query_start = p.query_start, r.kv_lens = p.kv_lens;
+      r.block_tables = p.block_tables, r.out = p.out, r.tokens = p.tokens, r.num_seqs = p.num_seqs;
+      r.num_q_heads = kHq, r.num_kv_heads = kHkv, r.head_dim = kHeadDim, r.max_blocks = pages, r.scale = p.scale;
+      const Stats ref = Time([&] { return oasis::kernels::LaunchPagedAttention(r, stream); }, buf, stream, 20);
+      std::printf("%-40s %6s %10.1f %9.3f %10.0f %9.0f %8.3f\n", "  (reference kernel, same case)", "-",
+                  ref.median_ms * 1e3, kv_gb, kv_gb / (ref.median_ms * 1e-3), kCeilingGBs,
+                  kv_gb / (ref.median_ms * 1e-3) / kCeilingGBs);
+    }
+  }
+  std::printf("\nRESULT decode_attention b32x16K GQA32/8 d128: %.0f GB/s of KV, ceiling %.0f GB/s, ratio %.3f; "
+              "vs PyTorch SDPA %.0f GB/s (DESIGN 5): %.2fx\n",
+              main_gbs, kCeilingGBs, main_gbs / kCeilingGBs, kTorchGBs, main_gbs / kTorchGBs);
+  return 0;
+}

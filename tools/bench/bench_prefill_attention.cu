@@ -1,0 +1,271 @@
+// Benchmark: tensor-core prefill attention (kernels/attention_prefill.h) at Qwen3-8B shapes:
+// 32 query heads, 8 KV heads, head_dim 128, causal, fresh prompts (kv_len = q_len) gathered
+// through shuffled head-level block tables. Shapes: one 8192-token prompt and 4 x 2048.
+//
+// Each configuration is first validated against the reference kernel (LaunchPagedAttention),
+// then timed: 3 warm-up launches, 20 timed launches (CUDA events around each), median.
+// FLOPs counted: 4 * head_dim * num_q_heads * sum over query rows of the keys it sees
+// (two matmuls, Q·Kᵀ and P·V, 2 FLOPs per multiply-add) = 4·d·Hq·n(n+1)/2 per n-token prompt,
+// i.e. the usual "4·n²·d·H / 2" causal count. Ceiling: bf16 dense GEMM through cuBLAS,
+// 788 TFLOP/s measured on this H200 (DESIGN.md §5).
+//
+//   bench_prefill_attention [--iters N]
+// Last line: RESULT prefill_attention ... (the best configuration on the 8K prompt).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/attention_prefill.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using oasis::kernels::PrefillTileConfig;
+
+constexpr double kCeilingTflops = 788.0;  // cuBLAS bf16 8192^3 on the H200 (DESIGN.md §5)
+constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlock = 16;
+
+#define CUDA_OK(expr)                                                                          \
+  do {                                                                                         \
+    cudaError_t e_ = (expr);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+template <typename T>
+T* DeviceCopy(const std::vector<T>& host) {
+  T* d = nullptr;
+  CUDA_OK(cudaMalloc(&d, std::max<size_t>(host.size(), 1) * sizeof(T)));
+  CUDA_OK(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+std::vector<bf16> RandomBf16(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<bf16> v(n);
+  for (auto& x : v) x = __float2bfloat16(dist(rng));
+  return v;
+}
+
+struct Batch {
+  std::string name;
+  std::vector<int> prompts;
+  int64_t tokens = 0;
+  double flops = 0;
+  oasis::kernels::PrefillAttentionParams params;
+  std::vector<void*> allocations;
+};
+
+Batch MakeBatch(const std::string& name, const std::vector<int>& prompts, std::mt19937& rng) {
+  Batch b;
+  b.name = name;
+  b.prompts = prompts;
+  const int S = static_cast<int>(prompts.size());
+  int max_q = 0, max_blocks = 0;
+  int64_t slots = 0;
+  std::vector<int32_t> query_start(static_cast<size_t>(S + 1), 0), kv_lens;
+  for (int s = 0; s < S; ++s) {
+    const int n = prompts[static_cast<size_t>(s)];
+    query_start[static_cast<size_t>(s + 1)] = query_start[static_cast<size_t>(s)] + n;
+    max_q = std::max(max_q, n);
+    max_blocks = std::max(max_blocks, (n + kBlock - 1) / kBlock);
+    slots += static_cast<int64_t>((n + kBlock - 1) / kBlock) * kHkv;
+    for (int h = 0; h < kHkv; ++h) kv_lens.push_back(n);
+    b.flops += 4.0 * kHeadDim * kHq * (static_cast<double>(n) * (n + 1) / 2);
+  }
+  b.tokens = query_start.back();
+  std::vector<int32_t> free_slots(static_cast<size_t>(slots));
+  std::iota(free_slots.begin(), free_slots.end(), 0);
+  std::shuffle(free_slots.begin(), free_slots.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(S) * kHkv * max_blocks, 0);
+  size_t next = 0;
+  for (int s = 0; s < S; ++s)
+    for (int h = 0; h < kHkv; ++h)
+      for (int blk = 0; blk < (prompts[static_cast<size_t>(s)] + kBlock - 1) / kBlock; ++blk)
+        tables[(static_cast<size_t>(s) * kHkv + h) * max_blocks + blk] = free_slots[next++];
+
+  auto q = DeviceCopy(RandomBf16(static_cast<size_t>(b.tokens) * kHq * kHeadDim, rng));
+  auto k = DeviceCopy(RandomBf16(static_cast<size_t>(slots) * kBlock * kHeadDim, rng));
+  auto v = DeviceCopy(RandomBf16(static_cast<size_t>(slots) * kBlock * kHeadDim, rng));
+  auto qs = DeviceCopy(query_start), lens = DeviceCopy(kv_lens), tab = DeviceCopy(tables);
+  bf16* out = nullptr;
+  CUDA_OK(cudaMalloc(&out, static_cast<size_t>(b.tokens) * kHq * kHeadDim * sizeof(bf16)));
+  b.allocations = {q, k, v, qs, lens, tab, out};
+  auto& p = b.params;
+  p.q = q;
+  p.k_pool = k;
+  p.v_pool = v;
+  p.query_start = qs;
+  p.kv_lens = lens;
+  p.block_tables = tab;
+  p.out = out;
+  p.tokens = b.tokens;
+  p.num_seqs = S;
+  p.num_q_heads = kHq;
+  p.num_kv_heads = kHkv;
+  p.head_dim = kHeadDim;
+  p.max_blocks = max_blocks;
+  p.max_query_len = max_q;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  return b;
+}
+
+std::vector<float> DownloadFloats(const bf16* d, size_t n) {
+  std::vector<bf16> h(n);
+  CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+  return f;
+}
+
+// Output of the reference kernel for this batch (host floats).
+std::vector<float> Reference(const Batch& b, cudaStream_t stream) {
+  oasis::kernels::PagedAttentionParams r;
+  const auto& p = b.params;
+  r.q = p.q;
+  r.k_pool = p.k_pool;
+  r.v_pool = p.v_pool;
+  r.query_start = p.query_start;
+  r.kv_lens = p.kv_lens;
+  r.block_tables = p.block_tables;
+  r.out = p.out;
+  r.tokens = p.tokens;
+  r.num_seqs = p.num_seqs;
+  r.num_q_heads = p.num_q_heads;
+  r.num_kv_heads = p.num_kv_heads;
+  r.head_dim = p.head_dim;
+  r.max_blocks = p.max_blocks;
+  r.scale = p.scale;
+  CUDA_OK(oasis::kernels::LaunchPagedAttention(r, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  return DownloadFloats(p.out, static_cast<size_t>(p.tokens) * kHq * kHeadDim);
+}
+
+const char* ConfigName(PrefillTileConfig c) {
+  switch (c) {
+    case PrefillTileConfig::kAuto: return "auto";
+    case PrefillTileConfig::kM128W4: return "m128w4";
+    case PrefillTileConfig::kM128W8: return "m128w8";
+    case PrefillTileConfig::kM64W4: return "m64w4";
+  }
+  return "?";
+}
+
+struct Timing {
+  double median_ms = 0, min_ms = 0;
+  double max_abs_err = 0;
+  int64_t bad = 0;  // elements outside |got - want| <= 1e-2 + 2e-2 |want|
+};
+
+Timing Run(Batch& b, PrefillTileConfig config, const std::vector<float>& want, int iters, cudaStream_t stream) {
+  auto p = b.params;
+  p.tile = config;
+  Timing t;
+  const size_t n = static_cast<size_t>(p.tokens) * kHq * kHeadDim;
+  CUDA_OK(cudaMemsetAsync(p.out, 0xff, n * sizeof(bf16), stream));  // NaN poison
+  CUDA_OK(oasis::kernels::LaunchPrefillAttention(p, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const std::vector<float> got = DownloadFloats(p.out, n);
+  for (size_t i = 0; i < n; ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= 1e-2 + 2e-2 * std::fabs(want[i]))) ++t.bad;
+    if (!(err <= t.max_abs_err)) t.max_abs_err = std::isfinite(err) ? err : INFINITY;
+  }
+  for (int i = 0; i < 3; ++i) CUDA_OK(oasis::kernels::LaunchPrefillAttention(p, stream));
+  cudaEvent_t start, stop;
+  CUDA_OK(cudaEventCreate(&start));
+  CUDA_OK(cudaEventCreate(&stop));
+  std::vector<float> ms(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    CUDA_OK(cudaEventRecord(start, stream));
+    CUDA_OK(oasis::kernels::LaunchPrefillAttention(p, stream));
+    CUDA_OK(cudaEventRecord(stop, stream));
+    CUDA_OK(cudaEventSynchronize(stop));
+    CUDA_OK(cudaEventElapsedTime(&ms[static_cast<size_t>(i)], start, stop));
+  }
+  CUDA_OK(cudaEventDestroy(start));
+  CUDA_OK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  t.median_ms = ms[ms.size() / 2];
+  t.min_ms = ms.front();
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = std::max(10, std::atoi(argv[++i]));
+  }
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::printf("no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, %.0f KiB opt-in shared memory per block\n", prop.name,
+              prop.multiProcessorCount, prop.sharedMemPerBlockOptin / 1024.0);
+  std::printf("shape: Qwen3-8B attention, %d q heads, %d KV heads, head_dim %d, causal, bf16, paged (16-token "
+              "head-blocks, shuffled slots)\n",
+              kHq, kHkv, kHeadDim);
+  std::printf("FLOPs = 4 * d * Hq * sum_rows(visible keys) = 4*d*Hq*n(n+1)/2 per prompt; ceiling %.0f TFLOP/s "
+              "(cuBLAS bf16 GEMM, DESIGN.md 5); median of %d\n\n",
+              kCeilingTflops, iters);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::mt19937 rng(1234);
+
+  std::printf("%-8s %-7s %10s %10s %9s %9s %11s %12s %8s\n", "shape", "config", "median ms", "min ms", "TFLOP/s",
+              "of ceil", "tokens/s", "max |err|", "bad");
+  double best_8k_tflops = 0, best_8k_ms = 0, best_4x2k_tflops = 0, best_4x2k_ms = 0;
+  const char* best_8k_cfg = "";
+  const char* best_4x2k_cfg = "";
+  bool all_valid = true;
+  for (auto [name, prompts] : {std::pair<std::string, std::vector<int>>{"1x8192", {8192}},
+                               std::pair<std::string, std::vector<int>>{"4x2048", {2048, 2048, 2048, 2048}}}) {
+    Batch b = MakeBatch(name, prompts, rng);
+    const std::vector<float> want = Reference(b, stream);
+    for (PrefillTileConfig c : {PrefillTileConfig::kM128W4, PrefillTileConfig::kM128W8, PrefillTileConfig::kM64W4,
+                                PrefillTileConfig::kAuto}) {
+      const Timing t = Run(b, c, want, iters, stream);
+      const double tflops = b.flops / (t.median_ms * 1e-3) / 1e12;
+      std::printf("%-8s %-7s %10.3f %10.3f %9.1f %8.1f%% %11.3g %12.3g %8lld\n", name.c_str(), ConfigName(c),
+                  t.median_ms, t.min_ms, tflops, 100.0 * tflops / kCeilingTflops,
+                  static_cast<double>(b.tokens) / (t.median_ms * 1e-3), t.max_abs_err, static_cast<long long>(t.bad));
+      all_valid = all_valid && t.bad == 0;
+      if (name == "1x8192" && tflops > best_8k_tflops) {
+        best_8k_tflops = tflops;
+        best_8k_ms = t.median_ms;
+        best_8k_cfg = ConfigName(c);
+      }
+      if (name == "4x2048" && tflops > best_4x2k_tflops) {
+        best_4x2k_tflops = tflops;
+        best_4x2k_ms = t.median_ms;
+        best_4x2k_cfg = ConfigName(c);
+      }
+    }
+    for (void* a : b.allocations) CUDA_OK(cudaFree(a));
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  std::printf("\n(tokens/s is one attention layer's prefill rate; a 36-layer model divides it by 36 before GEMMs)\n");
+  std::printf("RESULT prefill_attention 1x8192 %.3f ms %.1f TFLOP/s (%s) = %.1f%% of %.0f; 4x2048 %.3f ms %.1f "
+              "TFLOP/s (%s); validation %s\n",
+              best_8k_ms, best_8k_tflops, best_8k_cfg, 100.0 * best_8k_tflops / kCeilingTflops, kCeilingTflops,
+              best_4x2k_ms, best_4x2k_tflops, best_4x2k_cfg, all_valid ? "PASS" : "FAIL");
+  return all_valid ? 0 : 1;
+}

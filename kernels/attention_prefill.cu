@@ -14,6 +14,7 @@
 //
 // Shared tiles are row-major [rows][head_dim] bf16 with the 16-byte chunks of row r XOR-ed by
 // (r & 7): the 8 rows an ldmatrix phase reads hit 8 distinct bank groups.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -424,7 +425,14 @@ template <int D>
 cudaError_t LaunchHeadDim(const PrefillAttentionParams& p, cudaStream_t stream) {
   PrefillTileConfig tile = p.tile;
   if (tile == PrefillTileConfig::kAuto) {
-    tile = p.max_query_len > 0 && p.max_query_len <= 64 ? PrefillTileConfig::kM64W4 : PrefillTileConfig::kM128W4;
+    // Short chunks: 64-row tiles waste less. Long ones: 128-row tiles halve the K/V traffic per
+    // FLOP. At head_dim 128 the 32-rows-per-warp layout needs more than 255 registers (ptxas
+    // spills ~110 bytes), so 8 warps of 16 rows is the default there until measured otherwise.
+    if (p.max_query_len > 0 && p.max_query_len <= 64) {
+      tile = PrefillTileConfig::kM64W4;
+    } else {
+      tile = D == 128 ? PrefillTileConfig::kM128W8 : PrefillTileConfig::kM128W4;
+    }
   }
   switch (tile) {
     case PrefillTileConfig::kM128W8:

@@ -25,10 +25,11 @@
 
 namespace oasis::kernels {
 
-// Query rows per CTA and warps per CTA. kAuto picks from max_query_len (see the .cu).
+// Query rows per CTA and warps per CTA. kAuto: kM64W4 when max_query_len <= 64, else kM128W8
+// at head_dim 128 and kM128W4 at head_dim 64 (see LaunchHeadDim in the .cu).
 enum class PrefillTileConfig {
   kAuto,
-  kM128W4,  // 128 query rows, 4 warps of 32 rows (FA2's layout; the default for long prompts)
+  kM128W4,  // 128 query rows, 4 warps of 32 rows (FA2's layout; Q re-read from shared)
   kM128W8,  // 128 query rows, 8 warps of 16 rows (Q fragments held in registers)
   kM64W4,   // 64 query rows, 4 warps of 16 rows (short chunks; Q in registers)
 };

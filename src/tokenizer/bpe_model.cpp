@@ -234,11 +234,24 @@ void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* out) const 
       return;
     }
   }
+  thread_local std::vector<int32_t> symbols;
+  // Short words: the lock-free cache.
+  if (word.size() <= ShortWordCache::kMaxWordBytes) {
+    const uint64_t hash = ShortWordCache::Hash(word);
+    if (short_cache_.Lookup(word, hash, out)) return;
+    symbols.clear();
+    StartSymbols(word, &symbols);
+    ApplyMerges(merges_, &symbols);
+    out->insert(out->end(), symbols.begin(), symbols.end());
+    if (symbols.size() <= ShortWordCache::kMaxIds) {
+      short_cache_.Insert(word, hash, symbols.data(), symbols.size());
+    }
+    return;
+  }
+  // Longer words: the shared cache (up to WordCache::kMaxWordBytes).
   const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
   const size_t hash = cacheable ? WordCache::Hash(word) : 0;
   if (cacheable && cache_.Lookup(word, hash, out)) return;
-
-  thread_local std::vector<int32_t> symbols;
   symbols.clear();
   StartSymbols(word, &symbols);
   ApplyMerges(merges_, &symbols);

@@ -7,8 +7,9 @@
 //    stored as " the"), so the byte -> character mapping never runs at encode time.
 //  - character: each UTF-8 character of the word is a start symbol (SentencePiece-style BPE).
 //
-// Owns the vocabulary, the merge table and a bounded word cache. Immutable after loading except
-// the internally synchronised cache: Tokenize is thread-safe.
+// Owns the vocabulary, the merge table and two bounded word caches (a lock-free one for short
+// words, a sharded mutex one for longer words). Immutable after loading except the internally
+// synchronised caches: Tokenize is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "oasis/status.h"
 #include "tokenizer/json_util.h"
+#include "tokenizer/short_word_cache.h"
 #include "tokenizer/merge_table.h"
 #include "tokenizer/word_cache.h"
 
@@ -51,7 +53,7 @@ class BpeModel {
   };
   using VocabMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
-  BpeModel() : cache_(1 << 16) {}
+  BpeModel() : cache_(1 << 14) {}
   Status LoadVocab(const Json& vocab);
   Status LoadMerges(const Json& merges);
   std::optional<int32_t> SymbolId(std::string_view symbol) const;
@@ -71,7 +73,8 @@ class BpeModel {
   std::array<int32_t, 256> byte_to_id_;  // byte-level mode: start symbol of each byte, or -1
   std::array<int32_t, 256> byte_fallback_id_;  // "<0xAB>" tokens, or -1
   MergeTable merges_;
-  mutable WordCache cache_;
+  mutable ShortWordCache short_cache_;  // words up to ShortWordCache::kMaxWordBytes
+  mutable WordCache cache_;             // longer words
 };
 
 }  // namespace oasis::tokenizer

@@ -197,7 +197,7 @@ StatusOr<Value> Items(Interpreter&, const Value& v, CallArgs&) {
   if (v.is_undefined()) return Value::MakeList({});
   if (!v.is_dict()) return InvalidArgument("Can only get item pairs from a mapping.");
   List out;
-  for (const auto& [k, item] : v.dict().entries()) out.push_back(Value::MakeList({Value(k), item}));
+  for (const auto& [k, item] : v.dict().entries()) out.push_back(Value::MakeTuple({Value(k), item}));
   return Value::MakeList(std::move(out));
 }
 
@@ -280,8 +280,17 @@ StatusOr<Value> Round(Interpreter&, const Value& v, CallArgs& a) {
     return InvalidArgument("method must be common, ceil or floor");
   }
   if (method == "common") {
-    if (v.is_integral()) return Value(v.integer());  // Python round(int, n) stays an int
-    if (precision < 0 || precision > 300 || !std::isfinite(v.number())) return Value(v.number());
+    if (v.is_integral()) {  // Python round(int, n) stays an int
+      if (precision >= 0) return Value(v.integer());
+      if (precision < -18) return Value(int64_t{0});
+      double scale = std::pow(10.0, static_cast<double>(-precision));
+      return Value(static_cast<int64_t>(std::nearbyint(static_cast<double>(v.integer()) / scale) * scale));
+    }
+    if (precision > 300 || !std::isfinite(v.number())) return Value(v.number());
+    if (precision < 0) {
+      double scale = std::pow(10.0, static_cast<double>(-precision));
+      return Value(std::nearbyint(v.number() / scale) * scale);  // half-even, as Python
+    }
     char buf[512];
     std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(precision), v.number());  // half-even
     return Value(std::strtod(buf, nullptr));
@@ -383,7 +392,7 @@ StatusOr<Value> DictSort(Interpreter& in, const Value& v, CallArgs& a) {
   const Value* reverse = Arg(a, 2, "reverse");
   int pos = by && by->is_string() && by->str() == "value" ? 1 : 0;
   List pairs;
-  for (const auto& [k, item] : v.dict().entries()) pairs.push_back(Value::MakeList({Value(k), item}));
+  for (const auto& [k, item] : v.dict().entries()) pairs.push_back(Value::MakeTuple({Value(k), item}));
   CallArgs sort_args;
   sort_args.keyword = {{"reverse", reverse ? *reverse : Value(false)},
                        {"case_sensitive", cs ? *cs : Value(false)},

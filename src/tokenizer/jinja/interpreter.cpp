@@ -32,16 +32,18 @@ class MacroCallable : public Callable {
   const Stmt* stmt_;
 };
 
-bool ContainsNamespace(const Value& v) {
-  if (v.is_namespace()) return true;
+// True when `v` holds a namespace or a callable (which may capture one): storing such a value in
+// a namespace could make a reference cycle.
+bool ContainsReference(const Value& v) {
+  if (v.is_namespace() || v.is_callable()) return true;
   if (v.is_list()) {
     for (const Value& item : v.list()) {
-      if (ContainsNamespace(item)) return true;
+      if (ContainsReference(item)) return true;
     }
   }
   if (v.is_dict()) {
     for (const auto& [k, item] : v.dict().entries()) {
-      if (ContainsNamespace(item)) return true;
+      if (ContainsReference(item)) return true;
     }
   }
   return false;
@@ -114,6 +116,7 @@ void Interpreter::Bind(std::string name, Value value) {
 
 Status Interpreter::BindTargets(const std::vector<std::string>& targets, const Value& value,
                                 const Stmt& at) {
+  if (value.depth() > kMaxValueDepth) return OASIS_AT(at, InvalidArgument("value nested too deeply"));
   if (targets.size() == 1) {
     Bind(targets[0], value);
     return Status::Ok();
@@ -227,9 +230,10 @@ Status Interpreter::ExecSet(const Stmt& s) {
   if (!ns.is_namespace()) {
     return OASIS_AT(s, InvalidArgument("cannot assign attribute on non-namespace object"));
   }
-  if (ContainsNamespace(v)) {
-    return OASIS_AT(s, Unimplemented("storing a namespace inside a namespace is not supported"));
+  if (ContainsReference(v)) {
+    return OASIS_AT(s, Unimplemented("storing a namespace or callable in a namespace is not supported"));
   }
+  if (v.depth() > kMaxValueDepth) return OASIS_AT(s, InvalidArgument("value nested too deeply"));
   ns.ns()->attrs.Set(s.ns_attr, std::move(v));
   return Status::Ok();
 }
@@ -305,7 +309,9 @@ StatusOr<Value> Interpreter::CallMacro(const Stmt& macro, CallArgs& args) {
     for (const auto& [k, v] : args.keyword) {
       if (k == p.name) given = &v;
     }
-    if (given != nullptr) {
+    if (given != nullptr && given->depth() > kMaxValueDepth) {
+      st = InvalidArgument("value nested too deeply");
+    } else if (given != nullptr) {
       Bind(p.name, *given);
     } else if (p.default_value) {
       auto d = Eval(*p.default_value);
@@ -375,7 +381,7 @@ StatusOr<Value> Interpreter::Eval(const Expr& e) {
         OASIS_ASSIGN_OR_RETURN(Value v, Eval(*a));
         items.push_back(std::move(v));
       }
-      Value out = Value::MakeList(std::move(items));
+      Value out = e.name == "tuple" ? Value::MakeTuple(std::move(items)) : Value::MakeList(std::move(items));
       if (out.depth() > kMaxValueDepth) return OASIS_AT(e, InvalidArgument("list nested too deeply"));
       return out;
     }

@@ -348,6 +348,7 @@ Status Lexer::LexString(size_t& pos) {
         utf8::Append(out, cp);
         break;
       }
+      case 'N': return Error(start, "malformed \\N character escape");
       default:
         if (e >= '0' && e <= '7') {
           char32_t v = static_cast<char32_t>(e - '0');

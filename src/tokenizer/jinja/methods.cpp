@@ -50,9 +50,7 @@ std::vector<std::string> SplitString(const std::string& s, const Value* sep, int
         while (i < c.size() && utf8::IsSpace(c[i])) ++i;
         if (i == c.size()) break;
         if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
-          size_t e = c.size();
-          while (e > i && utf8::IsSpace(c[e - 1])) --e;
-          words.emplace_back(i, e);
+          words.emplace_back(i, c.size());  // the remainder keeps its trailing whitespace
           break;
         }
         size_t b = i;
@@ -65,9 +63,7 @@ std::vector<std::string> SplitString(const std::string& s, const Value* sep, int
         while (i > 0 && utf8::IsSpace(c[i - 1])) --i;
         if (i == 0) break;
         if (maxsplit >= 0 && static_cast<int64_t>(words.size()) == maxsplit) {
-          size_t b = 0;
-          while (b < i && utf8::IsSpace(c[b])) ++b;
-          words.emplace_back(b, i);
+          words.emplace_back(0, i);  // the remainder keeps its leading whitespace
           break;
         }
         size_t e = i;
@@ -325,7 +321,7 @@ StatusOr<Value> CallDictMethod(const Dict& d, const std::string& m, CallArgs& a)
     } else if (m == "values") {
       out.push_back(v);
     } else {
-      out.push_back(Value::MakeList({Value(k), v}));
+      out.push_back(Value::MakeTuple({Value(k), v}));
     }
   }
   return Value::MakeList(std::move(out));

@@ -210,7 +210,7 @@ StatusOr<Value> SliceValue(Interpreter& in, const Value& obj, const Value& start
   }
   List out;
   for (int64_t i : idx) out.push_back(obj.list()[static_cast<size_t>(i)]);
-  return Value::MakeList(std::move(out));
+  return obj.is_tuple() ? Value::MakeTuple(std::move(out)) : Value::MakeList(std::move(out));
 }
 
 std::string StripString(const std::string& s, const std::string* chars, bool left, bool right) {

@@ -29,6 +29,7 @@ StatusOr<ExprPtr> Parser::ParseTuple(bool with_condexpr, bool explicit_parens) {
     if (!explicit_parens) return Error(at, "Expected an expression, got " + Describe(at));
   }
   ExprPtr list = Node(ExprKind::kList, at);
+  list->name = "tuple";
   list->args = std::move(items);
   return list;
 }

@@ -36,6 +36,12 @@ Value Value::MakeList(List items) {
   return out;
 }
 
+Value Value::MakeTuple(List items) {
+  Value out = MakeList(std::move(items));
+  out.tuple_ = true;
+  return out;
+}
+
 Value Value::MakeDict(Dict dict) {
   int depth = 0;
   for (const auto& [k, v] : dict.entries()) depth = std::max(depth, v.depth_);
@@ -147,12 +153,13 @@ std::string ToPythonRepr(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kString: return ReprString(v.str());
     case Value::Kind::kList: {
-      std::string out = "[";
+      std::string out = v.is_tuple() ? "(" : "[";
       for (size_t i = 0; i < v.list().size(); ++i) {
         if (i) out += ", ";
         out += ToPythonRepr(v.list()[i]);
       }
-      return out + "]";
+      if (v.is_tuple() && v.list().size() == 1) out += ",";
+      return out + (v.is_tuple() ? ")" : "]");
     }
     case Value::Kind::kDict: {
       std::string out = "{";
@@ -203,7 +210,7 @@ bool ValuesEqual(const Value& a, const Value& b) {
     case Value::Kind::kUndefined: case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.str() == b.str();
     case Value::Kind::kList: {
-      if (a.list().size() != b.list().size()) return false;
+      if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
         if (!ValuesEqual(a.list()[i], b.list()[i])) return false;
       }

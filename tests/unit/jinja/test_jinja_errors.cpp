@@ -38,6 +38,7 @@ TEST_CASE("syntax errors report line:column", "[jinja][errors]") {
   CHECK(Has(ParseError("{{ 'a' $ }}"), "unexpected char '$'"));
   CHECK(Has(ParseError("{{ 99999999999999999999 }}"), "too large"));
   CHECK(Has(ParseError("{{ '\\x4' }}"), "truncated"));
+  CHECK(Has(ParseError("{{ '\\N{DASH}' }}"), "malformed \\N"));
   CHECK(Has(ParseError("{% set %}"), "1:8"));
   CHECK(Has(ParseError("{% endfor %}"), "unexpected tag 'endfor'"));
   CHECK(Has(ParseError("{% raw %}never"), "Missing end of raw directive"));

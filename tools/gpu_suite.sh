@@ -7,13 +7,20 @@
 #   device run: command "tools/gpu_suite.sh", carry [".bundle"]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-GPU_TESTS=(test_gpu_runtime test_gpu_ops test_gpu_models test_gpu_graphs)
+GPU_TESTS=(test_gpu_runtime test_gpu_ops test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs)
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
 BENCHMARKS=(
+  "bench_decode_attention|"
+  "bench_prefill_attention|"
   "bench_decode|--batch 1 --context 128"
   "bench_decode|--batch 1 --context 128 --no-graphs --steps 10"
   "bench_decode|--batch 64 --context 4096 --steps 20"
 )
+PEERS=(
+  "tools/bench/bench_decode_attention_torch.py"
+  "tools/bench/bench_prefill_attention_torch.py --ours .bundle/bin/bench_prefill_attention"
+)
+[[ ${OASIS_SKIP_PEERS:-0} == 1 ]] && PEERS=()
 
 if [[ ${1:-} == --bundle ]]; then
   exes=()
@@ -46,6 +53,14 @@ for b in "${BENCHMARKS[@]}"; do
   ".bundle/bin/$name" $args > /tmp/bench.out 2>&1
   tail -30 /tmp/bench.out
   rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
+done
+# Peers on the same machine in the same run (PyTorch), for the ratios in docs/benchmarks.md.
+for p in "${PEERS[@]}"; do
+  echo "=== $p"
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 python3 $p > /tmp/peer.out 2>&1
+  tail -30 /tmp/peer.out
+  rows+=("$(printf '%-20s %s' "peer" "$(grep -E '^RESULT' /tmp/peer.out | tail -1 | cut -c8-)")")
 done
 echo
 echo "---------------- GPU suite summary ----------------"

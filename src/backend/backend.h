@@ -36,7 +36,8 @@ struct AttentionMetadata {
   Tensor query_start;   // [num_seqs + 1] int32
   Tensor kv_lens;       // [num_seqs, num_kv_heads] int32
   Tensor block_tables;  // [num_seqs, num_kv_heads, max_blocks_per_seq] int32 slot ids
-  int32_t max_query_len = 0;
+  int32_t max_query_len = 0;  // host-known bound of the query tokens per sequence
+  int32_t max_kv_len = 0;     // host-known bound of kv_lens (0 = table width × kBlockSize)
 };
 
 // RoPE frequencies for one model: inv_freq[i] for i < rotary_dim / 2 (HF rotate_half layout).

@@ -58,6 +58,9 @@ ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, Logits
   in.attention.kv_lens = kv_lens;
   in.attention.block_tables = tables;
   in.attention.max_query_len = max_q;
+  int32_t max_kv = 0;
+  for (int64_t i = 0; i < kv_lens.numel(); ++i) max_kv = std::max(max_kv, kv_lens.data<int32_t>()[i]);
+  in.attention.max_kv_len = max_kv;
   in.logit_rows = rows;
   return in;
 }

@@ -14,6 +14,7 @@ Tensor ModelRunner::Execute(const ForwardInput& h) {
   in.attention.kv_lens = backend_.Upload(h.attention.kv_lens);
   in.attention.block_tables = backend_.Upload(h.attention.block_tables);
   in.attention.max_query_len = h.attention.max_query_len;
+  in.attention.max_kv_len = h.attention.max_kv_len;
   in.logit_rows = backend_.Upload(h.logit_rows);
   return backend_.Download(model_.Forward(in, kv_));
 }

@@ -223,7 +223,7 @@ TEST_CASE("Decode attention gives the same answer for every split count", "[gpu]
   auto rng = FreshRng();
   const int hq = 8, hkv = 2, head_dim = 128;
   const std::vector<int> q_lens = {1, 3, 2, 4, 1};
-  const std::vector<int> ctx = {4999, 2, 1234, 4, 300};
+  const std::vector<int> ctx = {4999, 3, 1234, 4, 300};  // every context >= its q_len
   // Scores with a large spread (q ~ N(0, 4²)) exercise the running max and the merge weights.
   for (float q_std : {1.0f, 4.0f}) {
     const Problem pr = MakeProblem(rng, hq, hkv, head_dim, q_lens, DenseLens(ctx, hkv), q_std);

@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "kernels/attention_decode.h"
 
 namespace oasis {
 namespace {
@@ -48,7 +49,22 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   const int64_t per_token = 2 * (3 * c.hidden_size + 2 * (c.q_size() + 2 * c.kv_size()) + c.q_size() +
                                  3 * c.intermediate_size + c.hidden_size) +
                             4 * c.vocab_size;
-  OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(B * per_token) + (1 << 20)));
+  // Plus the decode-attention workspace of the largest bucket (split partials).
+  size_t workspace = 0;
+  for (int64_t b : r->buckets_) {
+    kernels::DecodeAttentionParams p;
+    p.tokens = b;
+    p.num_seqs = static_cast<int>(b);
+    p.num_q_heads = static_cast<int>(c.num_attention_heads);
+    p.num_kv_heads = static_cast<int>(c.num_key_value_heads);
+    p.head_dim = static_cast<int>(c.head_dim);
+    p.max_blocks = static_cast<int>(r->max_blocks_);
+    p.max_query_len = 1;
+    p.max_kv_len = static_cast<int>(r->max_blocks_ * kBlockSize);
+    workspace = std::max(workspace, kernels::DecodeAttentionWorkspaceBytes(p));
+  }
+  OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(B * per_token) + workspace +
+                                                                 (1 << 20)));
   return r;
 }
 
@@ -79,6 +95,7 @@ ForwardInput CudaGraphRunner::StaticInputs(int64_t B) const {
   in.attention.kv_lens = Tensor(base + layout_.kv_lens, DType::kI32, {B, H}, Device::kCuda);
   in.attention.block_tables = Tensor(base + layout_.tables, DType::kI32, {B, H, max_blocks_}, Device::kCuda);
   in.attention.max_query_len = 1;
+  in.attention.max_kv_len = static_cast<int32_t>(max_blocks_ * kBlockSize);  // fixed for the graph
   in.logit_rows = Tensor(base + layout_.rows, DType::kI32, {B}, Device::kCuda);
   return in;
 }

@@ -154,8 +154,8 @@ void AddedVocabulary::Split(std::string_view text, AddedTokenSet set,
     size_t start = pos, stop = pos + length;
     pos = stop;  // the automaton resumes after the raw match, whatever the flags do below
     if (token.single_word) {
-      const bool space_before = start == 0 || !IsUnicodeAlphanumeric(LastChar(text.substr(0, start)));
-      const bool space_after = stop == text.size() || !IsUnicodeAlphanumeric(FirstChar(text.substr(stop)));
+      const bool space_before = start == 0 || !IsUnicodeWordChar(LastChar(text.substr(0, start)));
+      const bool space_after = stop == text.size() || !IsUnicodeWordChar(FirstChar(text.substr(stop)));
       if (!space_before || !space_after) continue;
     }
     if (token.lstrip) start = std::max(LeadingEdgeOfTrailingSpace(text.substr(0, start)), emitted);

@@ -1,7 +1,7 @@
 // AddedVocabulary: tokenizer.json's "added_tokens" — tokens matched in the raw text before any
 // splitting (HF tokenizers' AddedVocabulary). Matching is leftmost-longest over all contents
 // (as HF's Aho-Corasick with MatchKind::LeftmostLongest), then the flags apply: single_word
-// (no word character may touch the match), lstrip/rstrip (swallow whitespace to the left/right),
+// (no \w character may touch the match), lstrip/rstrip (swallow whitespace to the left/right),
 // normalized (matched in normalized text instead of raw text), special (skipped by
 // skip_special_tokens).
 //

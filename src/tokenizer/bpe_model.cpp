@@ -185,7 +185,7 @@ void BpeModel::StartSymbols(std::string_view word, std::vector<int32_t>* symbols
   // HF's merge_word: unknown units go to byte fallback, then to a (possibly fused) unk token,
   // else they are dropped.
   const auto& alphabet = ByteLevelAlphabet();
-  std::optional<int32_t> pending_unk;
+  int32_t pending_unk = -1;  // an unk token waiting to be emitted (fused runs share one)
   size_t i = 0;
   while (i < word.size()) {
     std::string_view unit;  // the unit's string as the vocabulary spells it
@@ -203,9 +203,9 @@ void BpeModel::StartSymbols(std::string_view word, std::vector<int32_t>* symbols
       i += len;
     }
     if (id) {
-      if (pending_unk) {
-        symbols->push_back(*pending_unk);
-        pending_unk.reset();
+      if (pending_unk >= 0) {
+        symbols->push_back(pending_unk);
+        pending_unk = -1;
       }
       symbols->push_back(*id);
       continue;
@@ -219,11 +219,11 @@ void BpeModel::StartSymbols(std::string_view word, std::vector<int32_t>* symbols
       }
     }
     if (unk_id_) {
-      if (pending_unk && !fuse_unk_) symbols->push_back(*pending_unk);
-      pending_unk = unk_id_;
+      if (pending_unk >= 0 && !fuse_unk_) symbols->push_back(pending_unk);
+      pending_unk = *unk_id_;
     }
   }
-  if (pending_unk) symbols->push_back(*pending_unk);
+  if (pending_unk >= 0) symbols->push_back(pending_unk);
 }
 
 void BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* out) const {

@@ -39,8 +39,9 @@ bool ShortWordCache::Lookup(std::string_view word, uint64_t hash, std::vector<in
   const uint64_t before = e.version.load(std::memory_order_acquire);
   if (before & 1) return false;
   uint64_t copy[kWords];
-  for (size_t k = 0; k < kWords; ++k) copy[k] = e.payload[k].load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  // Acquire loads keep the version re-check after them; a payload word written by a concurrent
+  // writer (a release store after its odd version) makes the re-check see that version.
+  for (size_t k = 0; k < kWords; ++k) copy[k] = e.payload[k].load(std::memory_order_acquire);
   if (e.version.load(std::memory_order_relaxed) != before) return false;
   if (copy[0] != hash) return false;
   unsigned char bytes[kWords * 8];
@@ -62,7 +63,6 @@ void ShortWordCache::Insert(std::string_view word, uint64_t hash, const int32_t*
       !e.version.compare_exchange_strong(version, version + 1, std::memory_order_relaxed)) {
     return;  // another writer is filling this entry
   }
-  std::atomic_thread_fence(std::memory_order_release);
   unsigned char bytes[kWords * 8] = {};
   std::memcpy(bytes, &hash, 8);
   bytes[8] = static_cast<unsigned char>(word.size());
@@ -71,7 +71,7 @@ void ShortWordCache::Insert(std::string_view word, uint64_t hash, const int32_t*
   std::memcpy(bytes + kIdsOffset, ids, count * sizeof(int32_t));
   uint64_t words[kWords];
   std::memcpy(words, bytes, sizeof(words));
-  for (size_t k = 0; k < kWords; ++k) e.payload[k].store(words[k], std::memory_order_relaxed);
+  for (size_t k = 0; k < kWords; ++k) e.payload[k].store(words[k], std::memory_order_release);
   e.version.store(version + 2, std::memory_order_release);
 }
 

@@ -39,9 +39,10 @@ inline int Utf8SequenceLength(unsigned char lead) {
 
 void AppendUtf8(char32_t code_point, std::string* out);
 
-// Rust's char::is_whitespace (the Unicode White_Space property).
+// The Unicode White_Space property (Rust regex's \s, used by HF for lstrip/rstrip).
 bool IsUnicodeWhitespace(char32_t c);
-// Rust's char::is_alphanumeric, approximated with general categories: L*, Nd, Nl, No.
-bool IsUnicodeAlphanumeric(char32_t c);
+// Rust regex's Unicode \w (used by HF for single_word): Alphabetic, marks, decimal digits,
+// connector punctuation and Join_Control — Alphabetic approximated by L*, Nl and circled letters.
+bool IsUnicodeWordChar(char32_t c);
 
 }  // namespace oasis::tokenizer

@@ -94,6 +94,30 @@ TEST_CASE("added tokens honour their flags", "[tokenizer][inline]") {
   }
 }
 
+TEST_CASE("added-token flags on HF's own examples", "[tokenizer][inline]") {
+  Json json = ByteLevelTokenizerJson({});
+  json["added_tokens"] = Json::array({AddedTokenJson(300, "<mask>", false, true, true, true)});
+  auto t = Load(json);
+  auto enc = [&](std::string_view s) { return Encode(*t, s); };
+  // tokenizers' test_lstrip_unicode_space: a space taken by one match's rstrip is not taken
+  // again by the next match's lstrip.
+  std::vector<int32_t> expected = enc("Hi");
+  expected.push_back(300);
+  for (int32_t id : enc("there")) expected.push_back(id);
+  expected.push_back(300);
+  expected.push_back(300);
+  CHECK(enc("Hi <mask> there\t<mask>\t<mask>\xE2\x80\x80") == expected);
+
+  json["added_tokens"] = Json::array({AddedTokenJson(300, "<mask>", false, false, false, true)});
+  t = Load(json);
+  // tokenizers' test_single_word_is_correct / _is_unicode_correct.
+  const auto ids = enc("<mask> My name <mask> A<mask> <mask>ony <mask>");
+  CHECK(std::count(ids.begin(), ids.end(), 300) == 3);
+  const auto unicode = enc("<mask>, <mask>- \xE2\x97\x8C\xCC\xB0<mask>");  // "- ◌̰<mask>": a mark is \w
+  CHECK(std::count(unicode.begin(), unicode.end(), 300) == 2);
+  CHECK(enc("_<mask>") == std::vector<int32_t>{'_', '<', 'm', 'a', 's', 'k', '>'});
+}
+
 TEST_CASE("normalized added tokens match the normalized text", "[tokenizer][inline]") {
   Json json = ByteLevelTokenizerJson({});
   json["normalizer"] = {{"type", "NFC"}};

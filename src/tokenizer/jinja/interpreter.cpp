@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "common/check.h"
+
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/utf8.h"
 
@@ -59,6 +61,7 @@ Status AtNode(int line, int column, const Status& status) {
 #define OASIS_AT(node, expr) AtNode((node).line, (node).column, (expr))
 
 StatusOr<std::string> Interpreter::Render(const Template& tmpl, const Dict& context) {
+  OASIS_CHECK(context_ == nullptr) << "an Interpreter renders exactly once";
   context_ = &context;
   frames_.assign(1, Frame());
   std::string out;
@@ -299,6 +302,7 @@ StatusOr<Value> Interpreter::CallMacro(const Stmt& macro, CallArgs& args) {
   frames_.push_back(std::move(saved.front()));
   frames_.emplace_back();
   auto restore = [&] {
+    OASIS_CHECK_EQ(frames_.size(), 2u) << "macro scope stack unbalanced";
     saved.front() = std::move(frames_.front());
     frames_.swap(saved);
   };

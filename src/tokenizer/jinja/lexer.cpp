@@ -36,6 +36,7 @@ bool AllSpace(const std::string& s, size_t from) {
   return true;
 }
 
+// One per Tokenize call: owns the normalised source and the tokens being built. Not shared.
 class Lexer {
  public:
   Lexer(std::string source, const LexerOptions& o) : src_(std::move(source)), opt_(o) {}

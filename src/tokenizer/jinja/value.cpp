@@ -88,6 +88,7 @@ std::string FormatPythonFloat(double d) {
   // Shortest round-trip digits, then Python's repr layout (fixed for 1e-4 <= |d| < 1e16).
   char buf[64];
   auto res = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+  OASIS_CHECK(res.ec == std::errc()) << "to_chars failed for a finite double";
   std::string sci(buf, res.ptr);
   bool negative = sci[0] == '-';
   if (negative) sci.erase(0, 1);

@@ -6,6 +6,10 @@
 //   bench_decode --config ... --batch 64 --context 4096
 // Times `--steps` decode steps after `--warmup` steps (CUDA events around each step's
 // Execute: host packing, one H2D copy, graph replay, logits D2H); reports the median.
+//
+//   bench_decode --config ... --prefill 8192
+// instead times the prefill of one prompt of that many tokens (eager, tensor-core attention,
+// cuBLAS GEMMs) against the bf16 matrix ceiling: tokens/s and TFLOP/s.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,10 +31,57 @@ namespace {
 constexpr double kReadCeilingTBs = 4.56;  // DESIGN.md §5: read-only streaming kernel
 constexpr double kCopyCeilingTBs = 4.24;  // device-to-device copy
 
+constexpr double kMatmulCeilingTflops = 788.0;  // DESIGN.md §5: bf16 8192³ through cuBLAS
+
+// Prefill of one prompt: FLOPs = 2 × (matrix parameters, without the input embedding) per
+// token for the projections and MLP + attention 4·d·Hq per (query, visible key) pair.
+Status RunPrefill(const ModelConfig& config, CudaBackend& backend, DecoderLM& model, int64_t n, int64_t runs,
+                  int64_t warmup) {
+  const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
+  const int64_t slots = HeadBlockTable::SlotsFor(n, heads) + 16;
+  ModelRunner runner(model, backend, slots);
+  BlockAllocator allocator(static_cast<int32_t>(slots));
+  HeadBlockTable table(heads);
+  OASIS_RETURN_IF_ERROR(table.Reserve(n, allocator));
+  std::vector<int32_t> tokens(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % config.vocab_size);
+  ForwardInput in = BuildHostForwardInput({StepSequence{&table, 0, tokens}}, LogitsFor::kLastTokenOfEachSequence);
+  cuda::Event start(cuda::EventTiming::kEnabled), stop(cuda::EventTiming::kEnabled);
+  std::vector<float> ms;
+  runs = std::min<int64_t>(runs, 10);
+  for (int64_t r = 0; r < warmup + runs; ++r) {
+    start.Record(backend.stream());
+    Tensor logits = runner.Execute(in);
+    stop.Record(backend.stream());
+    stop.Synchronize();
+    if (r >= warmup) ms.push_back(stop.ElapsedMsSince(start));
+  }
+  table.Release(allocator);
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  double matrix_params = 0;
+  for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
+    if (w.shape.size() != 2 || w.name == "model.embed_tokens.weight") continue;
+    if (w.name == "lm_head.weight") continue;  // logits of the last token only
+    matrix_params += static_cast<double>(w.shape[0]) * static_cast<double>(w.shape[1]);
+  }
+  const double dn = static_cast<double>(n);
+  const double flops = 2.0 * matrix_params * dn + 2.0 * config.hidden_size * config.vocab_size +
+                       config.num_hidden_layers * 4.0 * config.head_dim * config.num_attention_heads * dn * (dn + 1) / 2;
+  const double tflops = flops / (median * 1e-3) / 1e12;
+  std::printf("prefill of %lld tokens: median %.2f ms over %zu runs (min %.2f)\n", static_cast<long long>(n), median,
+              ms.size(), ms.front());
+  std::printf("RESULT prefill n=%lld: %.0f tokens/s, %.1f TFLOP/s, ceiling %.0f TFLOP/s, ratio %.2f\n",
+              static_cast<long long>(n), dn / (median * 1e-3), tflops, kMatmulCeilingTflops,
+              tflops / kMatmulCeilingTflops);
+  return Status::Ok();
+}
+
 Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json";
   int64_t batch = 1, context = 128, steps = 50, warmup = 5;
   bool no_graphs = false;
+  int64_t prefill = 0;
   FlagParser flags("bench_decode: whole-model decode throughput with dummy weights");
   flags.AddString("config", &config_path, "HF config.json with the model's shapes");
   flags.AddInt("batch", &batch, "sequences decoded together");
@@ -38,6 +89,7 @@ Status Run(int argc, char** argv) {
   flags.AddInt("steps", &steps, "timed decode steps");
   flags.AddInt("warmup", &warmup, "untimed decode steps first");
   flags.AddBool("no-graphs", &no_graphs, "run eagerly, without CUDA graphs");
+  flags.AddInt("prefill", &prefill, "time the prefill of one prompt of this many tokens instead");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
@@ -48,6 +100,7 @@ Status Run(int argc, char** argv) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create());
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model, DecoderLM::CreateDummy(config, *backend, 1));
   const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
+  if (prefill > 0) return RunPrefill(config, *backend, *model, prefill, steps, warmup);
   const int64_t max_ctx = context + warmup + steps + 1;
   const int64_t slots = HeadBlockTable::SlotsFor(max_ctx, heads) * batch + 16;
   CudaGraphOptions go;

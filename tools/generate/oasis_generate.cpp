@@ -4,10 +4,14 @@
 //
 //   oasis-generate --model tests/fixtures/models/qwen3-tiny --prompt-ids 1,17,42 --max-tokens 16
 //   oasis-generate --model DIR --prompt "Hello" --temperature 0.7 --seed 1
+//   oasis-generate --model DIR --chat "What is 2+2?"      (the model's chat template)
 //   oasis-generate --model DIR --load-format dummy --prompt-ids 1,2,3
+// Text needs DIR/tokenizer.json (or --tokenizer); --chat also DIR/tokenizer_config.json's
+// chat_template (or --chat-template FILE).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +23,9 @@
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
 #include "oasis/model_config.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace oasis;
 
@@ -45,8 +52,35 @@ StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   return ids;
 }
 
+// Renders `user_message` as a one-turn chat with the model's template.
+StatusOr<std::string> RenderChat(const std::filesystem::path& model_dir, const std::string& template_file,
+                                 const std::string& user_message) {
+  ChatTemplateFiles files;
+  const auto config_path = model_dir / "tokenizer_config.json";
+  if (std::filesystem::exists(config_path)) {
+    OASIS_ASSIGN_OR_RETURN(files, ChatTemplate::LoadFromTokenizerConfig(config_path));
+  }
+  if (!template_file.empty()) {
+    std::ifstream in(template_file, std::ios::binary);
+    if (!in) return NotFound("cannot open --chat-template " + template_file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    files.chat_template = text.str();
+  }
+  if (files.chat_template.empty()) {
+    return NotFound("no chat template: " + config_path.string() + " has none; pass --chat-template FILE");
+  }
+  OASIS_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Parse(files.chat_template));
+  nlohmann::ordered_json ctx = {{"messages", {{{"role", "user"}, {"content", user_message}}}},
+                                {"add_generation_prompt", true}};
+  if (files.bos_token) ctx["bos_token"] = *files.bos_token;
+  if (files.eos_token) ctx["eos_token"] = *files.eos_token;
+  return tmpl.Render(ctx);
+}
+
 Status Run(int argc, char** argv) {
   std::string model_dir, load_format = "safetensors", prompt_ids, log_level = "warn";
+  std::string prompt_text, chat, tokenizer_path, chat_template;
   int64_t max_tokens = 16, top_k = -1, seed = -1, threads = 0, n = 1;
   double temperature = 0.0, top_p = 1.0, min_p = 0.0;
   bool ignore_eos = false;
@@ -54,6 +88,10 @@ Status Run(int argc, char** argv) {
   flags.AddString("model", &model_dir, "model directory (config.json + *.safetensors)");
   flags.AddString("load-format", &load_format, "safetensors, or dummy for random weights at real shapes");
   flags.AddString("prompt-ids", &prompt_ids, "comma-separated prompt token ids");
+  flags.AddString("prompt", &prompt_text, "prompt text (encoded with special tokens, as /v1/completions does)");
+  flags.AddString("chat", &chat, "a user message, rendered with the model's chat template");
+  flags.AddString("tokenizer", &tokenizer_path, "tokenizer.json (default: MODEL/tokenizer.json)");
+  flags.AddString("chat-template", &chat_template, "Jinja chat template file overriding the model's");
   flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
   flags.AddInt("n", &n, "independent samples of the same prompt, generated as one batch");
   flags.AddDouble("temperature", &temperature, "sampling temperature, 0 = greedy");
@@ -71,7 +109,8 @@ Status Run(int argc, char** argv) {
   }
   OASIS_RETURN_IF_ERROR(InitLogging(log_level));
   if (model_dir.empty()) return InvalidArgument("--model is required (see --help)");
-  if (prompt_ids.empty()) return InvalidArgument("--prompt-ids is required (see --help)");
+  const int prompt_kinds = !prompt_ids.empty() + !prompt_text.empty() + !chat.empty();
+  if (prompt_kinds != 1) return InvalidArgument("give exactly one of --prompt-ids, --prompt and --chat");
   if (n < 1) return InvalidArgument("--n must be >= 1");
 
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
@@ -88,8 +127,25 @@ Status Run(int argc, char** argv) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model, DecoderLM::Create(config, *weights, backend));
   auto t1 = std::chrono::steady_clock::now();
 
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  const std::filesystem::path tok_path = tokenizer_path.empty() ? std::filesystem::path(model_dir) / "tokenizer.json"
+                                                                : std::filesystem::path(tokenizer_path);
+  if (!prompt_ids.empty()) {
+    if (std::filesystem::exists(tok_path)) {  // optional: only to print text
+      OASIS_ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromFile(tok_path));
+    }
+  } else {
+    OASIS_ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromFile(tok_path));
+  }
   GenerationRequest request;
-  OASIS_ASSIGN_OR_RETURN(request.prompt, ParseIds(prompt_ids));
+  if (!prompt_ids.empty()) {
+    OASIS_ASSIGN_OR_RETURN(request.prompt, ParseIds(prompt_ids));
+  } else if (!prompt_text.empty()) {
+    request.prompt = tok->Encode(prompt_text, tokenizer::AddSpecialTokens::kYes);
+  } else {
+    OASIS_ASSIGN_OR_RETURN(std::string rendered, RenderChat(model_dir, chat_template, chat));
+    request.prompt = tok->Encode(rendered, tokenizer::AddSpecialTokens::kNo);  // the template adds them
+  }
   request.max_tokens = max_tokens;
   request.ignore_eos = ignore_eos;
   request.sampling.temperature = static_cast<float>(temperature);
@@ -110,14 +166,22 @@ Status Run(int argc, char** argv) {
 
   std::printf("model: %s (%s, %lld layers, hidden %lld)\n", model_dir.c_str(), config.architecture_name.c_str(),
               static_cast<long long>(config.num_hidden_layers), static_cast<long long>(config.hidden_size));
-  std::printf("prompt ids: %s\n", prompt_ids.c_str());
+  std::string prompt_list;
+  for (int32_t t : request.prompt) prompt_list += (prompt_list.empty() ? "" : ",") + std::to_string(t);
+  std::printf("prompt ids: %s\n", prompt_list.c_str());
   int64_t generated = 0;
   for (size_t i = 0; i < results.size(); ++i) {
     std::string ids;
     for (int32_t t : results[i].tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
     generated += static_cast<int64_t>(results[i].tokens.size());
-    std::printf("output %zu ids: %s\nfinish_reason: %s\n", i, ids.c_str(),
-                results[i].finish_reason == FinishReason::kStop ? "stop" : "length");
+    std::printf("output %zu ids: %s\n", i, ids.c_str());
+    if (tok) {
+      tokenizer::IncrementalDetokenizer detok(*tok, tokenizer::SkipSpecialTokens::kYes);
+      std::string text = detok.Push(results[i].tokens);
+      text += detok.Finish();
+      std::printf("output %zu text: %s\n", i, text.c_str());
+    }
+    std::printf("finish_reason: %s\n", results[i].finish_reason == FinishReason::kStop ? "stop" : "length");
   }
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();

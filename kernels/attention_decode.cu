@@ -1,23 +1,33 @@
 // Split-K flash-decoding over head-level block tables (see attention_decode.h and
 // docs/kernels/decode_attention.md).
 //
-// Fragment layouts (PTX mma.m16n8k16, bf16 in, f32 accumulate; lane = 4·r + c):
+// MMA roles are swapped so the few query rows are the MMA's N (8 per n-tile) instead of padding
+// its M: S^T = K·Q^T (M = 16 tokens of a head-block, N = 8 query rows, K = head_dim) and
+// O^T = V^T·P^T (M = 16 output columns, N = 8 rows, K = 16 tokens). Fragment layouts
+// (PTX mma.m16n8k16, bf16 in, f32 accumulate; lane = 4·r + c):
 //   A (16×16, row):  reg0 = A[r][2c..2c+1]  reg1 = A[r+8][2c..]  reg2 = A[r][2c+8..]  reg3 = A[r+8][2c+8..]
 //   B (16×8, col):   reg0 = B[2c..2c+1][r]  reg1 = B[2c+8..2c+9][r]
 //   C (16×8):        c0,c1 = C[r][2c..2c+1]  c2,c3 = C[r+8][2c..2c+1]
-// Q·Kᵀ: M = query rows (row m = qi·G + g of the GQA group), N = 8 tokens, K = head_dim. The dot
-// product does not care about the order of head_dim, so lane (r, c) loads 16 contiguous bytes
-// K[token r][32b + 8c .. +8] and uses them as the B registers of k-steps 2b and 2b+1; Q's A
-// registers are loaded with the same permutation (logical k ↔ physical d below).
-// P·V: M = rows, K = the 16 tokens of a head-block (P comes straight from the Q·Kᵀ accumulators),
-// N = 8 columns of head_dim. Output columns are permuted too: n-tile t = 8·grp + e, column n = r
-// is d = 64·grp + 8·r + e, so lane (r, c) loads V[token][64·grp + 8r .. +8] with 16-byte loads and
-// pairs tokens 2c/2c+1 (and 2c+8/2c+9) with a byte permute. Lane (r, c) ends up holding output
-// columns 64·grp + 16c .. +16 of its rows, written with 16-byte stores.
+// K·Q^T: the dot product does not care about the order of head_dim, so lane (r, c) loads 16
+// contiguous bytes K[token r (and r+8)][32b + 8c .. +8] and uses words x,y as k-step 2b and z,w as
+// k-step 2b+1; Q[row r][32b + 8c .. +8] gives the B registers of the same two k-steps.
+// P^T: S^T's accumulators hold (token r, rows 2c, 2c+1); packed to bf16 they are an 8×8 matrix
+// fragment, and movmatrix.trans turns them into B's (tokens 2c, 2c+1; row r).
+// V^T·P^T: lane (r, c) loads V[token 2c, 2c+1, 2c+8, 2c+9][64g + 8r .. +8]; m-tile 4g + f uses
+// column d = 64g + 8r + 2f as its row r and d + 1 as its row r + 8, paired over tokens with a byte
+// permute. The accumulators then hold O[row 2c, 2c+1][64g + 8r + 2f, +1].
+//
+// K/V reach shared memory through cp.async (16 bytes per lane, L1 bypassed) into a per-warp ring
+// of kStages head-blocks. Every lane copies exactly the 16-byte pieces it later reads itself, so
+// the ring needs no barrier (cp.async.wait_group is per thread) and has no bank conflicts: piece
+// j of stage s lives at ring[s][j][lane].
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <mutex>
 
 #include "kernels/attention_decode.h"
 #include "kernels/common.cuh"
@@ -26,58 +36,71 @@ namespace oasis::kernels {
 namespace {
 
 constexpr int kPage = 16;             // tokens per head-block (kKvBlockSize)
-constexpr int kRowsPerChunk = 16;     // query rows per CTA: the MMA's M
-constexpr int kMinPagesPerSplit = 4;  // below this a split's partial output costs too much
-constexpr double kCtaStartupPages = 2.0;  // a CTA's dependent start-up loads, in head-block times
+constexpr int kWarps = 4;             // warps per split CTA; each streams a quarter of the split
+constexpr int kThreads = 32 * kWarps;
+constexpr int kMinPagesPerSplit = 8;  // automatic plans: at least 2 head-blocks per warp
+constexpr int kMaxDevices = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// How the KV range of every (sequence, KV head) is cut: split sp covers head-blocks
-// [sp·pages_per_split, (sp+1)·pages_per_split), the last split also everything after.
+// How the KV range of every (sequence, KV head) is cut. The grid has `splits` CTAs per (pair,
+// row chunk); the cut itself is made on the device from the real kv_len (PagesPerSplit), so a
+// large host bound (CUDA graphs) leaves the unused CTAs empty instead of making the splits short.
 struct SplitPlan {
   int splits = 1;
-  int pages_per_split = 1;
-  int row_chunks = 1;  // ceil(group · max_query_len / 16)
+  int min_pages = 1;   // a split covers max(min_pages, ceil(pages / splits)) head-blocks
+  int row_tiles = 1;   // 8-row MMA n-tiles per CTA (1 or 2)
+  int row_chunks = 1;  // ceil(group · max_query_len / (8 · row_tiles))
 };
+
+__host__ __device__ inline int PagesPerSplit(int pages, const SplitPlan& plan) {
+  const int even = (pages + plan.splits - 1) / plan.splits;
+  return even > plan.min_pages ? even : plan.min_pages;
+}
+
+// Splits that hold head-blocks of a (sequence, KV head) of `pages` head-blocks; 1 also when
+// there are none (split 0 then writes zeros). With 1 the split kernel writes the output directly.
+__host__ __device__ inline int UsedSplits(int pages, const SplitPlan& plan) {
+  const int pps = PagesPerSplit(pages, plan);
+  return pages <= pps ? 1 : (pages + pps - 1) / pps;
+}
+
+// Ring depth in head-blocks per warp: 24 KB (48 KB at head_dim 256), so that 2 CTAs (1 at 256)
+// fill an SM's shared memory with ~190 KB of K/V in flight or waiting.
+constexpr int StagesFor(int head_dim) { return head_dim == 64 ? 6 : 3; }
 
 template <int D>
 struct Shape {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
-  static constexpr int kChunks = D / 32;    // 16-byte K loads per token row per lane
-  static constexpr int kSteps = D / 16;     // MMA k-steps of Q·Kᵀ
-  static constexpr int kGroups = D / 64;    // 64-column groups of V and of the output
-  static constexpr int kOutTiles = D / 8;   // MMA n-tiles of P·V
-  // Q's fragments live in shared memory (one LDS.128 per k-step) so registers go to the output
-  // accumulators and the loads in flight. head_dim <= 128 prefetches the next head-block's K and
-  // V while the current one is used; 256 has no registers left for that.
-  static constexpr bool kPrefetch = D <= 128;
-  // Registers are split between the 4 SM sub-partitions: 12 warps/SM leave 168 per thread.
-  static constexpr int kMinBlocksPerSm = D == 64 ? 16 : D == 128 ? 12 : 8;
+  static constexpr int kKB = D / 32;             // 16-byte K pieces per token row per lane
+  static constexpr int kGroups = D / 64;         // 64-column groups of V and of the output
+  static constexpr int kPieces = D / 8;          // 16-byte pieces per lane per head-block (K then V)
+  static constexpr int kMTiles = D / 16;         // P·V m-tiles
+  static constexpr int kStages = StagesFor(D);
+  static constexpr int kRingBytes = kWarps * kStages * kPieces * 32 * 16;
+  static constexpr int kMinCtasPerSm = D == 256 ? 1 : 2;  // 96 KB rings: 2 CTAs (8 warps) per SM
 };
 
-// K/V are streamed once: skip L1. kOrdered pins the load where the code puts it (relative to
-// the MMAs), for head_dim 256 where hoisting loads would run out of registers.
-template <bool kOrdered>
-__device__ __forceinline__ uint4 LoadKv(const bf16* ptr) {
-  uint4 v;
-  if constexpr (kOrdered) {
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr));
-  } else {
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(ptr));
-  }
-  return v;
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 __device__ __forceinline__ void Mma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                     uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {  // an 8×8 bf16 matrix fragment
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
 }
 
 __device__ __forceinline__ float Ex2(float x) {  // 2^x; 2^-inf = 0
@@ -91,34 +114,26 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
 // The V tokens a lane loads, relative to 2c: the B rows k = 2c, 2c+1, 2c+8, 2c+9.
 __device__ __forceinline__ constexpr int VTok(int i) { return (i & 1) + 8 * (i >> 1); }
 
-__device__ __forceinline__ int SeqOfRow(const int32_t* query_start, int num_seqs, int64_t row) {
-  int lo = 0, hi = num_seqs - 1;  // the last sequence whose first row is <= row
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (query_start[mid] <= row) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
-// Splits that hold at least one head-block of a (sequence, KV head) of kv_len tokens.
-__device__ __forceinline__ int UsedSplits(const SplitPlan& plan, int kv_len) {
-  const int pages = (kv_len + kPage - 1) / kPage;
-  return pages <= 0 ? 0 : min(plan.splits, (pages + plan.pages_per_split - 1) / plan.pages_per_split);
-}
-
-// One warp: rows [16·chunk, 16·chunk + 16) of the (sequence, KV head) group's G·q_len query rows,
-// head-blocks of split `sp`. Writes the normalised partial output and its log2-sum-exp, or, with
-// one split, the final output.
-template <int D>
-__global__ void __launch_bounds__(32, Shape<D>::kMinBlocksPerSm)
+// One CTA of kWarps warps: rows [R·chunk, R·chunk + R) (R = 8·NT) of the (sequence, KV head)
+// group's G·q_len query rows, head-blocks of split `sp`, a contiguous quarter of them per warp.
+// The warps' states are combined in shared memory; the CTA writes the output (when it is the
+// pair's only split) or its normalised partial output and log2-sum-exp.
+template <int D, int NT>
+__global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, const SplitPlan plan,
                       float* __restrict__ part_o,     // [tokens, num_q_heads, splits, D]
                       float* __restrict__ part_lse) {  // [tokens, num_q_heads, splits]
   using S = Shape<D>;
-  const int lane = threadIdx.x, r = lane >> 2, c = lane & 3;
+  constexpr int kRows = 8 * NT;
+  extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the merge may start waiting
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
   int64_t cta = blockIdx.x;
   const int chunk = static_cast<int>(cta % plan.row_chunks);
   cta /= plan.row_chunks;
@@ -130,291 +145,397 @@ __global__ void __launch_bounds__(32, Shape<D>::kMinBlocksPerSm)
   const int group = p.num_q_heads / p.num_kv_heads;
   const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
   const int rows = q_len * group;
-  if (chunk * kRowsPerChunk >= rows) return;
+  if (chunk * kRows >= rows) return;
   const int kv_len = p.kv_lens[static_cast<int64_t>(s) * p.num_kv_heads + h];
-  const int pages = (kv_len + kPage - 1) / kPage;
-  const int pb = sp * plan.pages_per_split;
-  const int pe = sp == plan.splits - 1 ? pages : min(pages, pb + plan.pages_per_split);
-  if (pb >= pe) return;
+  const int pages = max(0, (kv_len + kPage - 1) / kPage);
+  const int pps = PagesPerSplit(pages, plan);
+  const bool direct = UsedSplits(pages, plan) == 1;
+  const int pb = sp * pps, pe = min(pages, pb + pps);
+  if (sp > 0 && pb >= pe) return;  // an empty split (split 0 always writes, zeros if need be)
+  const int n_pages = max(0, pe - pb);
+  const int wb = pb + n_pages * warp / kWarps, we = pb + n_pages * (warp + 1) / kWarps;
 
-  // This lane's two rows (half 0: r, half 1: r + 8): query token, head, and visible keys.
-  int row_qi[2], row_head[2], vis[2];
-  bool row_valid[2];
+  // Q^T's B fragments (row r of each n-tile), with the head_dim order of the K pieces.
+  uint4 qf[NT][S::kKB];
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int m = chunk * kRowsPerChunk + r + 8 * hf;
-    row_valid[hf] = m < rows;
-    row_qi[hf] = row_valid[hf] ? m / group : q_len - 1;  // padding rows see what the last token sees
-    row_head[hf] = h * group + m % group;
-    vis[hf] = kv_len - q_len + row_qi[hf] + 1;
+  for (int j = 0; j < NT; ++j) {
+    const int m = chunk * kRows + 8 * j + r;
+    const bf16* qrow = p.q + (static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group) * D;
+#pragma unroll
+    for (int b = 0; b < S::kKB; ++b)
+      qf[j][b] = m < rows ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c)) : make_uint4(0, 0, 0, 0);
   }
-  const int min_vis = kv_len - q_len + 1;  // every row sees tokens [0, min_vis)
-
-  // Q's A fragments, with the head_dim permutation of the K loads (see the top of the file).
-  __shared__ uint4 q_smem[S::kSteps][32];  // [k-step][lane] A registers
+  // Visible keys of this lane's softmax rows 8j + 2c + e; padding rows act like the last token.
+  int vis[NT][2];
 #pragma unroll
-  for (int b = 0; b < S::kChunks; ++b) {
-    uint4 w[2];
+  for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const bf16* qrow = p.q + (static_cast<int64_t>(q0 + row_qi[hf]) * p.num_q_heads + row_head[hf]) * D;
-      w[hf] = row_valid[hf] ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c)) : make_uint4(0, 0, 0, 0);
+    for (int e = 0; e < 2; ++e) {
+      const int m = chunk * kRows + 8 * j + 2 * c + e;
+      vis[j][e] = kv_len - q_len + (m < rows ? m / group : q_len - 1) + 1;
     }
-    const uint4 f0 = make_uint4(w[0].x, w[1].x, w[0].y, w[1].y), f1 = make_uint4(w[0].z, w[1].z, w[0].w, w[1].w);
-    q_smem[2 * b][lane] = f0;  // each lane reads back only its own entries: no barrier needed
-    q_smem[2 * b + 1][lane] = f1;
-  }
+  const int min_vis = kv_len - q_len + 1;  // every row sees tokens [0, min_vis)
 
   // Block table, 32 entries per warp-wide load (the next 32 already in flight).
   const int32_t* table = p.block_tables + (static_cast<int64_t>(s) * p.num_kv_heads + h) * p.max_blocks;
-  int tbl_base = pb;
-  int tbl = pb + lane < pe ? __ldg(table + pb + lane) : 0;
-  int tbl_next = pb + 32 + lane < pe ? __ldg(table + pb + 32 + lane) : 0;
-  auto slot_of = [&](int page) -> int64_t {  // warp-uniform page
+  int tbl_base = wb;
+  int tbl = wb + lane < we ? __ldg(table + wb + lane) : 0;
+  int tbl_next = wb + 32 + lane < we ? __ldg(table + wb + 32 + lane) : 0;
+  auto slot_of = [&](int page) -> int64_t {  // warp-uniform, non-decreasing page
     if (page - tbl_base >= 32) {
       tbl_base += 32;
       tbl = tbl_next;
-      tbl_next = tbl_base + 32 + lane < pe ? __ldg(table + tbl_base + 32 + lane) : 0;
+      tbl_next = tbl_base + 32 + lane < we ? __ldg(table + tbl_base + 32 + lane) : 0;
     }
     return __shfl_sync(0xffffffffu, tbl, page - tbl_base);
   };
 
-  uint4 kf[2][S::kChunks];  // K[token 8·nt + r][32b + 8c .. +8]
-  uint4 vf[4][S::kGroups];  // V[token 2c + {0, 1, 8, 9}][64·grp + 8r .. +8]
-  auto load_k = [&](int64_t slot) {
-    const bf16* base = p.k_pool + slot * (kPage * D) + r * D + 8 * c;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int b = 0; b < S::kChunks; ++b) kf[nt][b] = LoadKv<!S::kPrefetch>(base + nt * 8 * D + 32 * b);
-  };
-  auto load_v = [&](int64_t slot) {
-    const bf16* base = p.v_pool + slot * (kPage * D) + 2 * c * D + 8 * r;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int g = 0; g < S::kGroups; ++g) vf[i][g] = LoadKv<!S::kPrefetch>(base + VTok(i) * D + 64 * g);
-  };
-
-  float o[S::kOutTiles][4];
-#pragma unroll
-  for (int t = 0; t < S::kOutTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // log2 domain; l per lane
-  const float scale_log2 = p.scale * kLog2e;
-
-  int64_t slot = slot_of(pb);
-  load_k(slot);
-  if constexpr (S::kPrefetch) load_v(slot);
-  for (int page = pb; page < pe; ++page) {
-    // S = Q·Kᵀ for the 16 tokens of this head-block.
-    float sc[2][4] = {};
-#pragma unroll
-    for (int b = 0; b < S::kChunks; ++b) {
-      const uint4 a0 = q_smem[2 * b][lane], a1 = q_smem[2 * b + 1][lane];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        Mma(sc[nt], a0.x, a0.y, a0.z, a0.w, kf[nt][b].x, kf[nt][b].y);
-        Mma(sc[nt], a1.x, a1.y, a1.z, a1.w, kf[nt][b].z, kf[nt][b].w);
-      }
-    }
-    const bool more = page + 1 < pe;
-    const int64_t next_slot = more ? slot_of(page + 1) : 0;
-    if constexpr (S::kPrefetch) {
-      if (more) load_k(next_slot);  // in flight during the softmax and P·V
-    } else {
-      load_v(slot);
-    }
-
-    // Mask (causal among this step's tokens, and the unwritten tail of the last head-block).
-    const int tok0 = page * kPage;
-    const bool masked = tok0 + kPage > min_vis;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int tok = tok0 + 8 * nt + 2 * c + (i & 1);
-        sc[nt][i] *= scale_log2;
-        if (masked && tok >= vis[i >> 1]) sc[nt][i] = -INFINITY;
-      }
-    // Online softmax per row; a row's 16 scores sit in the 4 lanes of a quad.
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float mx = fmaxf(fmaxf(sc[0][2 * hf], sc[0][2 * hf + 1]), fmaxf(sc[1][2 * hf], sc[1][2 * hf + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[hf], mx);
-      const float m_base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: keep zeros
-      const float alpha = Ex2(m_run[hf] - m_base);
-      m_run[hf] = m_new;
-      float sum = 0.0f;
+  uint4* my_ring = ring + warp * (S::kStages * S::kPieces * 32) + lane;  // piece j of stage st: [(st·P + j)·32]
+  const uint32_t my_ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(my_ring));
+  auto issue = [&](int page, int stage) {  // head-block `page` into `stage`; always one commit group
+    if (page < we) {
+      const int64_t slot = slot_of(page);
+      const bf16* kb = p.k_pool + slot * (kPage * D) + r * D + 8 * c;
+      const bf16* vb = p.v_pool + slot * (kPage * D) + 2 * c * D + 8 * r;
+      const uint32_t dst = my_ring_s + stage * (S::kPieces * 32 * 16);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          sc[nt][2 * hf + j] = Ex2(sc[nt][2 * hf + j] - m_base);
-          sum += sc[nt][2 * hf + j];
-        }
-      l_run[hf] = l_run[hf] * alpha + sum;
-#pragma unroll
-      for (int t = 0; t < S::kOutTiles; ++t) o[t][2 * hf] *= alpha, o[t][2 * hf + 1] *= alpha;
-    }
-    const uint32_t pa0 = PackBf16(sc[0][0], sc[0][1]), pa1 = PackBf16(sc[0][2], sc[0][3]);
-    const uint32_t pa2 = PackBf16(sc[1][0], sc[1][1]), pa3 = PackBf16(sc[1][2], sc[1][3]);
-
-    // Tokens past kv_len may hold anything (NaN): zero their V so 0·V stays 0.
-    if (tok0 + kPage > kv_len) {
+        for (int b = 0; b < S::kKB; ++b) CpAsync16(dst + (nt * S::kKB + b) * 512, kb + nt * 8 * D + 32 * b);
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        if (tok0 + 2 * c + VTok(i) >= kv_len)
 #pragma unroll
-          for (int g = 0; g < S::kGroups; ++g) vf[i][g] = make_uint4(0, 0, 0, 0);
+        for (int g = 0; g < S::kGroups; ++g)
+          CpAsync16(dst + (2 * S::kKB + i * S::kGroups + g) * 512, vb + VTok(i) * D + 64 * g);
     }
-    // O += P·V.
+    CpAsyncCommit();
+  };
+
+  float o[NT][S::kMTiles][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int t = 0; t < S::kMTiles; ++t) o[j][t][0] = o[j][t][1] = o[j][t][2] = o[j][t][3] = 0.0f;
+  float m_run[NT][2], l_run[NT][2];  // log2 domain; l per lane (its tokens only) until the end
+#pragma unroll
+  for (int j = 0; j < NT; ++j) m_run[j][0] = m_run[j][1] = -INFINITY, l_run[j][0] = l_run[j][1] = 0.0f;
+  const float scale_log2 = p.scale * kLog2e;
+
+#pragma unroll
+  for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i, i);
+  int stage = 0;
+  for (int page = wb; page < we; ++page) {
+    issue(page + S::kStages - 1, stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
+    CpAsyncWait<S::kStages - 1>();  // this thread's pieces of `page` have landed
+    const uint4* st = my_ring + stage * (S::kPieces * 32);
+
+    // S^T = K·Q^T for the 16 tokens of this head-block (two accumulator chains).
+    float sc[NT][4], sc2[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[j][i] = sc2[j][i] = 0.0f;
+#pragma unroll
+    for (int b = 0; b < S::kKB; ++b) {
+      const uint4 kw = st[b * 32], ku = st[(S::kKB + b) * 32];  // tokens r and r + 8
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        Mma(sc[j], kw.x, ku.x, kw.y, ku.y, qf[j][b].x, qf[j][b].y);
+        Mma(sc2[j], kw.z, ku.z, kw.w, ku.w, qf[j][b].z, qf[j][b].w);
+      }
+    }
+
+    // Mask (causal among this step's tokens, and the unwritten tail), online softmax per row.
+    // Row 8j + 2c + e has tokens r (sc[j][e]) and r + 8 (sc[j][e + 2]) here; the other tokens
+    // sit in the lanes with the same c (xor 4, 8, 16).
+    const int tok0 = page * kPage;
+    const bool masked = tok0 + kPage > min_vis;
+    uint32_t pb0[NT], pb1[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float s0 = (sc[j][e] + sc2[j][e]) * scale_log2, s1 = (sc[j][e + 2] + sc2[j][e + 2]) * scale_log2;
+        if (masked) {
+          if (tok0 + r >= vis[j][e]) s0 = -INFINITY;
+          if (tok0 + r + 8 >= vis[j][e]) s1 = -INFINITY;
+        }
+        float mx = fmaxf(s0, s1);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m_run[j][e], mx);
+        const float m_base = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: keep zeros
+        const float alpha = Ex2(m_run[j][e] - m_base);
+        m_run[j][e] = m_new;
+        pr[e] = Ex2(s0 - m_base);
+        pr[e + 2] = Ex2(s1 - m_base);
+        l_run[j][e] = l_run[j][e] * alpha + pr[e] + pr[e + 2];
+#pragma unroll
+        for (int t = 0; t < S::kMTiles; ++t) o[j][t][e] *= alpha, o[j][t][e + 2] *= alpha;
+      }
+      pb0[j] = Transpose8x8(PackBf16(pr[0], pr[1]));  // tokens 2c, 2c+1 of row r
+      pb1[j] = Transpose8x8(PackBf16(pr[2], pr[3]));  // tokens 2c+8, 2c+9
+    }
+
+    // O^T += V^T·P^T. Tokens past kv_len may hold anything (NaN): zero their V so 0·V stays 0.
+    const bool tail = tok0 + kPage > kv_len;
 #pragma unroll
     for (int g = 0; g < S::kGroups; ++g) {
+      uint4 v[4];
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t v0, v1, v2, v3;
-        if (w == 0) v0 = vf[0][g].x, v1 = vf[1][g].x, v2 = vf[2][g].x, v3 = vf[3][g].x;
-        if (w == 1) v0 = vf[0][g].y, v1 = vf[1][g].y, v2 = vf[2][g].y, v3 = vf[3][g].y;
-        if (w == 2) v0 = vf[0][g].z, v1 = vf[1][g].z, v2 = vf[2][g].z, v3 = vf[3][g].z;
-        if (w == 3) v0 = vf[0][g].w, v1 = vf[1][g].w, v2 = vf[2][g].w, v3 = vf[3][g].w;
-        Mma(o[8 * g + 2 * w], pa0, pa1, pa2, pa3, __byte_perm(v0, v1, 0x5410), __byte_perm(v2, v3, 0x5410));
-        Mma(o[8 * g + 2 * w + 1], pa0, pa1, pa2, pa3, __byte_perm(v0, v1, 0x7632), __byte_perm(v2, v3, 0x7632));
+      for (int i = 0; i < 4; ++i) {
+        v[i] = st[(2 * S::kKB + i * S::kGroups + g) * 32];
+        if (tail && tok0 + 2 * c + VTok(i) >= kv_len) v[i] = make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const uint32_t w0 = Word(v[0], f), w1 = Word(v[1], f), w2 = Word(v[2], f), w3 = Word(v[3], f);
+        const uint32_t a0 = __byte_perm(w0, w1, 0x5410), a1 = __byte_perm(w0, w1, 0x7632);
+        const uint32_t a2 = __byte_perm(w2, w3, 0x5410), a3 = __byte_perm(w2, w3, 0x7632);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) Mma(o[j][4 * g + f], a0, a1, a2, a3, pb0[j], pb1[j]);
       }
     }
-    if (more) {
-      if constexpr (S::kPrefetch) {
-        load_v(next_slot);  // in flight during the next Q·Kᵀ
-      } else {
-        load_k(next_slot);
-      }
-    }
-    slot = next_slot;
+    stage = stage + 1 == S::kStages ? 0 : stage + 1;
   }
 
-  // Each row's total over its quad, then write the rows this lane owns.
+  // Combine the warps in shared memory (the ring is free once every warp is past its loop).
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float l = l_run[hf];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (!row_valid[hf]) continue;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int64_t out_row = static_cast<int64_t>(q0 + row_qi[hf]) * p.num_q_heads + row_head[hf];
+  for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int g = 0; g < S::kGroups; ++g) {
-      float v[16];  // columns 64·g + 16c .. +16
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = o[8 * g + e][2 * hf] * inv, v[8 + e] = o[8 * g + e][2 * hf + 1] * inv;
-      if (plan.splits == 1) {
-        uint4* dst = reinterpret_cast<uint4*>(p.out + out_row * D + 64 * g + 16 * c);
-        dst[0] = make_uint4(PackBf16(v[0], v[1]), PackBf16(v[2], v[3]), PackBf16(v[4], v[5]), PackBf16(v[6], v[7]));
-        dst[1] = make_uint4(PackBf16(v[8], v[9]), PackBf16(v[10], v[11]), PackBf16(v[12], v[13]),
-                            PackBf16(v[14], v[15]));
-      } else {
-        float4* dst = reinterpret_cast<float4*>(part_o + (out_row * plan.splits + sp) * D + 64 * g + 16 * c);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) dst[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-      }
+    for (int e = 0; e < 2; ++e) {
+      float l = l_run[j][e];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l_run[j][e] = l + __shfl_xor_sync(0xffffffffu, l, 16);
     }
-    if (plan.splits > 1 && c == 0) part_lse[out_row * plan.splits + sp] = l > 0.0f ? m_run[hf] + __log2f(l) : -INFINITY;
+  CpAsyncWait<0>();  // only empty groups can be left
+  __syncthreads();
+  float* o_s = reinterpret_cast<float*>(ring);     // [kWarps][kRows][D]
+  float* m_s = o_s + kWarps * kRows * D;           // [kWarps][kRows]
+  float* l_s = m_s + kWarps * kRows;               // [kWarps][kRows]
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = 8 * j + 2 * c + e;
+      float* dst = o_s + (warp * kRows + row) * D + 8 * r;
+#pragma unroll
+      for (int g = 0; g < S::kGroups; ++g) {
+        reinterpret_cast<float4*>(dst + 64 * g)[0] =
+            make_float4(o[j][4 * g][e], o[j][4 * g][e + 2], o[j][4 * g + 1][e], o[j][4 * g + 1][e + 2]);
+        reinterpret_cast<float4*>(dst + 64 * g)[1] =
+            make_float4(o[j][4 * g + 2][e], o[j][4 * g + 2][e + 2], o[j][4 * g + 3][e], o[j][4 * g + 3][e + 2]);
+      }
+      if (r == 0) m_s[warp * kRows + row] = m_run[j][e], l_s[warp * kRows + row] = l_run[j][e];
+    }
+  __syncthreads();
+  for (int item = threadIdx.x; item < kRows * (D / 8); item += kThreads) {
+    const int row = item / (D / 8), col = 8 * (item % (D / 8));
+    const int m = chunk * kRows + row;
+    if (m >= rows) continue;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w * kRows + row]);
+    float wt[kWarps], l = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      wt[w] = mx == -INFINITY ? 0.0f : Ex2(m_s[w * kRows + row] - mx);
+      l += wt[w] * l_s[w * kRows + row];
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float v[8] = {};
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float4* src = reinterpret_cast<const float4*>(o_s + (w * kRows + row) * D + col);
+      const float4 x = src[0], y = src[1];
+      v[0] += wt[w] * x.x, v[1] += wt[w] * x.y, v[2] += wt[w] * x.z, v[3] += wt[w] * x.w;
+      v[4] += wt[w] * y.x, v[5] += wt[w] * y.y, v[6] += wt[w] * y.z, v[7] += wt[w] * y.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] *= inv;
+    const int64_t out_row = static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group;
+    if (direct) {
+      *reinterpret_cast<uint4*>(p.out + out_row * D + col) =
+          make_uint4(PackBf16(v[0], v[1]), PackBf16(v[2], v[3]), PackBf16(v[4], v[5]), PackBf16(v[6], v[7]));
+    } else {
+      float4* dst = reinterpret_cast<float4*>(part_o + (out_row * plan.splits + sp) * D + col);
+      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      if (col == 0) part_lse[out_row * plan.splits + sp] = l > 0.0f ? mx + __log2f(l) : -INFINITY;
+    }
   }
 }
 
-// One warp per (query row, query head): out = Σ 2^(lse_i - M) · o_i / Σ 2^(lse_i - M).
+// One CTA of 4 warps per (sequence, query token, query head) whose pair used more than one split:
+// out = Σ 2^(lse_i - M) · o_i / Σ 2^(lse_i - M), the splits dealt round-robin to the warps.
+// Launched as a programmatic dependent of the split kernel: it waits for it before reading.
 template <int D>
 __global__ void __launch_bounds__(128) DecodeMergeKernel(const DecodeAttentionParams p, const SplitPlan plan,
                                                          const float* __restrict__ part_o,
                                                          const float* __restrict__ part_lse) {
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
-  if (item >= p.tokens * p.num_q_heads) return;
-  const int lane = threadIdx.x & 31;
-  const int64_t t = item / p.num_q_heads;
+  constexpr int kVec = D / 32;  // floats per lane: 2, 4 or 8
+  __shared__ float acc_s[4][D];
+  __shared__ float wsum_s[4];
+  int64_t item = blockIdx.x;
   const int j = static_cast<int>(item % p.num_q_heads);
-  const int s = SeqOfRow(p.query_start, p.num_seqs, t);
+  item /= p.num_q_heads;
+  const int qi = static_cast<int>(item % p.max_query_len);
+  const int s = static_cast<int>(item / p.max_query_len);
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;  // inputs of the split kernel too
   const int h = j / (p.num_q_heads / p.num_kv_heads);
-  const int n = UsedSplits(plan, p.kv_lens[static_cast<int64_t>(s) * p.num_kv_heads + h]);
-  const float* lse = part_lse + item * plan.splits;
+  const int kv_len = p.kv_lens[static_cast<int64_t>(s) * p.num_kv_heads + h];
+  const int n = UsedSplits(max(0, (kv_len + kPage - 1) / kPage), plan);
+  // Every CTA waits, so that this grid never completes before the split kernel does.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (qi >= q_len || n <= 1) return;  // no such token, or the split kernel wrote this row itself
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t out_row = static_cast<int64_t>(q0 + qi) * p.num_q_heads + j;
+  const float* lse = part_lse + out_row * plan.splits;
   float mx = -INFINITY;
   for (int i = lane; i < n; i += 32) mx = fmaxf(mx, lse[i]);
   mx = WarpMax(mx);
-  float2 acc[D / 64] = {};
+  float acc[kVec] = {};
   float wsum = 0.0f;
-  const float* po = part_o + item * plan.splits * D + 2 * lane;
-#pragma unroll 4
-  for (int i = 0; i < n; ++i) {
+  const float* po = part_o + out_row * plan.splits * D;
+  auto add = [&](int i) {
     const float w = mx == -INFINITY ? 0.0f : Ex2(lse[i] - mx);
     wsum += w;
+    const float* src = po + static_cast<int64_t>(i) * D;
+    if constexpr (kVec == 2) {
+      const float2 x = *reinterpret_cast<const float2*>(src + 2 * lane);
+      acc[0] += w * x.x, acc[1] += w * x.y;
+    } else {
 #pragma unroll
-    for (int k = 0; k < D / 64; ++k) {
-      const float2 x = *reinterpret_cast<const float2*>(po + static_cast<int64_t>(i) * D + 64 * k);
-      acc[k].x += w * x.x, acc[k].y += w * x.y;
+      for (int k = 0; k < kVec / 4; ++k) {
+        const float4 x = *reinterpret_cast<const float4*>(src + 128 * k + 4 * lane);
+        acc[4 * k] += w * x.x, acc[4 * k + 1] += w * x.y, acc[4 * k + 2] += w * x.z, acc[4 * k + 3] += w * x.w;
+      }
     }
-  }
-  const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-  bf16* dst = p.out + item * D + 2 * lane;
+  };
+#pragma unroll 4
+  for (int i = warp; i < n; i += 4) add(i);
+  // Lane `lane` holds columns 2·lane (kVec 2) or 128k + 4·lane .. +4 (kVec 4, 8).
 #pragma unroll
-  for (int k = 0; k < D / 64; ++k)
-    *reinterpret_cast<__nv_bfloat162*>(dst + 64 * k) = __floats2bfloat162_rn(acc[k].x * inv, acc[k].y * inv);
-}
-
-// Resident one-warp CTAs of the split kernel on the current device (cached per head_dim).
-template <int D>
-int ResidentCtas() {
-  static const int resident = [] {
-    int dev = 0, sms = 132, per_sm = 8;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, DecodeSplitKernel<D>, 32, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-      sms = 132, per_sm = 8;
-    }
-    return std::max(1, sms * std::max(1, per_sm));
-  }();
-  return resident;
-}
-
-int ResidentCtasFor(int head_dim) {
-  switch (head_dim) {
-    case 64: return ResidentCtas<64>();
-    case 128: return ResidentCtas<128>();
-    case 256: return ResidentCtas<256>();
-    default: return 1;
+  for (int k = 0; k < kVec; ++k) acc_s[warp][kVec == 2 ? 2 * lane + k : 128 * (k / 4) + 4 * lane + k % 4] = acc[k];
+  if (lane == 0) wsum_s[warp] = wsum;
+  __syncthreads();
+  const float inv_total = 1.0f / fmaxf(wsum_s[0] + wsum_s[1] + wsum_s[2] + wsum_s[3], FLT_MIN);
+  for (int d = threadIdx.x * 2; d < D; d += 256) {
+    const float x = (acc_s[0][d] + acc_s[1][d] + acc_s[2][d] + acc_s[3][d]) * inv_total;
+    const float y = (acc_s[0][d + 1] + acc_s[1][d + 1] + acc_s[2][d + 1] + acc_s[3][d + 1]) * inv_total;
+    *reinterpret_cast<__nv_bfloat162*>(p.out + out_row * D + d) = __floats2bfloat162_rn(x, y);
   }
 }
 
-// Chooses the split count by an estimated time, in units of "one head-block per resident CTA":
-// every resident CTA streams at about the same rate (latency-bound loads), so a launch takes
-// waves × (blocks per split + a CTA's start-up latency), times the bytes the partial results add
-// (written once, read once by the merge) relative to the KV bytes.
+// Per device and kernel instance: the SM count and the resident split CTAs per SM, after raising
+// the instance's dynamic shared-memory limit (which is per device, hence the per-device cache).
+struct DeviceFacts {
+  int sms = 0;
+  int ctas_per_sm = 0;
+};
+
+template <int D, int NT>
+DeviceFacts FactsFor() {
+  static std::array<std::atomic<int>, kMaxDevices> packed{};  // sms << 8 | ctas_per_sm; 0: not yet
+  static std::mutex mu;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return {132, 1};
+  }
+  int v = packed[dev].load(std::memory_order_acquire);
+  if (v == 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    v = packed[dev].load(std::memory_order_relaxed);
+    if (v == 0) {
+      int sms = 0, per_sm = 0;
+      const auto kernel = DecodeSplitKernel<D, NT>;
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<D>::kRingBytes) !=
+              cudaSuccess ||
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, Shape<D>::kRingBytes) !=
+              cudaSuccess) {
+        (void)cudaGetLastError();
+        return {132, 1};  // not cached: the launch will report the error
+      }
+      v = std::max(1, std::min(sms, 1 << 22)) << 8 | std::clamp(per_sm, 1, 255);
+      packed[dev].store(v, std::memory_order_release);
+    }
+  }
+  return {v >> 8, v & 255};
+}
+
+DeviceFacts FactsFor(int head_dim, int row_tiles) {
+  switch (head_dim * 2 + row_tiles) {
+    case 64 * 2 + 1: return FactsFor<64, 1>();
+    case 64 * 2 + 2: return FactsFor<64, 2>();
+    case 128 * 2 + 1: return FactsFor<128, 1>();
+    case 128 * 2 + 2: return FactsFor<128, 2>();
+    default: return FactsFor<256, 1>();
+  }
+}
+
+// Estimated microseconds for a split count (host-known shapes only). The KV stream runs at
+// kStreamBytesPerUs once at least one CTA per SM is streaming (a CTA keeps 4 × 2–3 head-blocks in
+// flight); fewer CTAs get a proportional share. A wave of `a` CTAs with `pps` head-blocks each
+// therefore takes pps · max(a, SMs) / (head-blocks per µs), but never less than its warps'
+// latency-bound time; every wave pays a CTA start (dependent loads of lengths, table, first
+// head-block), and more than one split pays the merge (launch, partial outputs written and read).
+constexpr double kStreamBytesPerUs = 4.4e6;
+constexpr double kCtaStartUs = 2.0;
+constexpr double kLoadLatencyUs = 1.5;
+constexpr double kMergeUs = 2.0;
+
+double EstimateUs(const DecodeAttentionParams& p, const SplitPlan& plan, int max_pages, double pairs,
+                  const DeviceFacts& facts) {
+  const int stages = StagesFor(p.head_dim);
+  const double page_bytes = 64.0 * p.head_dim;
+  const double pages_per_us = kStreamBytesPerUs / page_bytes;
+  const int pps = PagesPerSplit(max_pages, plan), used = UsedSplits(max_pages, plan);
+  const double ctas = pairs * used, resident = double(facts.sms) * facts.ctas_per_sm;
+  const double warp_us = std::ceil(double(pps) / kWarps) / stages * kLoadLatencyUs;
+  double us = 0.0;
+  for (double left = ctas; left > 0.0; left -= resident) {
+    const double a = std::min(left, resident);
+    us += std::max(pps * std::max(a, double(facts.sms)) / pages_per_us, warp_us) + kCtaStartUs;
+  }
+  if (used > 1) us += kMergeUs + 2.0 * double(p.tokens) * p.num_q_heads * used * (p.head_dim + 1) * 4 / kStreamBytesPerUs;
+  return us;
+}
+
 SplitPlan MakePlan(const DecodeAttentionParams& p) {
   SplitPlan plan;
   const int group = p.num_q_heads / p.num_kv_heads;
   const int rows = group * p.max_query_len;
-  plan.row_chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  plan.row_tiles = p.head_dim <= 128 && rows > 8 ? 2 : 1;
+  plan.row_chunks = (rows + 8 * plan.row_tiles - 1) / (8 * plan.row_tiles);
   const int64_t kv_bound = p.max_kv_len > 0 ? std::min<int64_t>(p.max_kv_len, int64_t{p.max_blocks} * kPage)
                                             : int64_t{p.max_blocks} * kPage;
   const int max_pages = static_cast<int>(std::max<int64_t>(1, (kv_bound + kPage - 1) / kPage));
-  int want = p.num_splits;
-  if (want <= 0) {
-    const double pairs = double(p.num_seqs) * p.num_kv_heads * plan.row_chunks;
-    const double resident = ResidentCtasFor(p.head_dim);
-    const int s_max = std::min(1024, std::max(1, max_pages / kMinPagesPerSplit));
-    double best = INFINITY;
-    want = 1;
-    for (int sp = 1; sp <= s_max; ++sp) {
-      const int pps = (max_pages + sp - 1) / sp;
-      const int splits = (max_pages + pps - 1) / pps;
-      if (splits != sp) continue;  // same cut as a smaller count
-      const double waves = std::ceil(pairs * splits / resident);
-      const double partial_bytes = splits == 1 ? 0.0 : double(std::min(rows, kRowsPerChunk)) * splits / (8.0 * max_pages);
-      const double time = waves * (pps + kCtaStartupPages) * (1.0 + partial_bytes);
-      if (time < best * 0.999) best = time, want = sp;
-    }
+  if (p.num_splits > 0) {  // forced: exactly this cut of the bound, down to one head-block per split
+    plan.min_pages = 1;
+    plan.splits = std::min(p.num_splits, max_pages);
+    return plan;
   }
-  want = std::clamp(want, 1, max_pages);
-  plan.pages_per_split = (max_pages + want - 1) / want;
-  plan.splits = (max_pages + plan.pages_per_split - 1) / plan.pages_per_split;
+  plan.min_pages = kMinPagesPerSplit;
+  const DeviceFacts facts = FactsFor(p.head_dim, plan.row_tiles);
+  const double pairs = double(p.num_seqs) * p.num_kv_heads * plan.row_chunks;
+  // More splits than two waves of CTAs cannot help (and this runs on every eager launch).
+  const double resident = double(facts.sms) * facts.ctas_per_sm;
+  const int s_max = static_cast<int>(std::min<double>({1024.0, std::ceil(2.0 * resident / pairs),
+                                                       double((max_pages + kMinPagesPerSplit - 1) / kMinPagesPerSplit)}));
+  double best = INFINITY;
+  for (int sp = 1; sp <= s_max; ++sp) {
+    SplitPlan cand = plan;
+    cand.splits = sp;
+    if (UsedSplits(max_pages, cand) != sp) continue;  // the same cut as a smaller count
+    const double us = EstimateUs(p, cand, max_pages, pairs, facts);
+    if (us < best * 0.995) best = us, plan.splits = sp;  // the smallest count within 0.5% of the best
+  }
   return plan;
 }
 
@@ -430,17 +551,31 @@ size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan)
   return static_cast<size_t>(p.tokens) * p.num_q_heads * plan.splits * p.head_dim * sizeof(float);
 }
 
-template <int D>
+template <int D, int NT>
 cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* workspace, cudaStream_t stream) {
   const int64_t ctas = int64_t{p.num_seqs} * p.num_kv_heads * plan.splits * plan.row_chunks;
   if (ctas > INT_MAX) return cudaErrorInvalidValue;
+  (void)FactsFor<D, NT>();  // raises the shared-memory limit on this device
   float* part_o = static_cast<float*>(workspace);
   float* part_lse = plan.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutputBytes(p, plan))
                                     : nullptr;
-  DecodeSplitKernel<D><<<static_cast<unsigned>(ctas), 32, 0, stream>>>(p, plan, part_o, part_lse);
+  DecodeSplitKernel<D, NT><<<static_cast<unsigned>(ctas), kThreads, Shape<D>::kRingBytes, stream>>>(p, plan, part_o,
+                                                                                                    part_lse);
   if (plan.splits > 1) {
-    const int64_t items = p.tokens * p.num_q_heads;
-    DecodeMergeKernel<D><<<CeilDiv(items, 4), 128, 0, stream>>>(p, plan, part_o, part_lse);
+    const int64_t items = int64_t{p.num_seqs} * p.max_query_len * p.num_q_heads;
+    if (items > INT_MAX) return cudaErrorInvalidValue;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(items));
+    cfg.blockDim = dim3(128);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, DecodeMergeKernel<D>, p, plan, static_cast<const float*>(part_o),
+                                               static_cast<const float*>(part_lse));
+    if (err != cudaSuccess) return err;
   }
   return cudaGetLastError();
 }
@@ -464,10 +599,12 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspac
   const SplitPlan plan = MakePlan(p);
   if (plan.splits > 1 && (workspace == nullptr || !Aligned16(workspace) || workspace_bytes < DecodeAttentionWorkspaceBytes(p)))
     return cudaErrorInvalidValue;
-  switch (p.head_dim) {
-    case 64: return Launch<64>(p, plan, workspace, stream);
-    case 128: return Launch<128>(p, plan, workspace, stream);
-    default: return Launch<256>(p, plan, workspace, stream);
+  switch (p.head_dim * 2 + plan.row_tiles) {
+    case 64 * 2 + 1: return Launch<64, 1>(p, plan, workspace, stream);
+    case 64 * 2 + 2: return Launch<64, 2>(p, plan, workspace, stream);
+    case 128 * 2 + 1: return Launch<128, 1>(p, plan, workspace, stream);
+    case 128 * 2 + 2: return Launch<128, 2>(p, plan, workspace, stream);
+    default: return Launch<256, 1>(p, plan, workspace, stream);
   }
 }
 

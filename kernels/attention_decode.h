@@ -11,17 +11,21 @@
 // the unwritten tail of a sequence's last slot may hold anything, NaN included.
 //
 // How it runs (docs/kernels/decode_attention.md has the details and the measurements):
-//  1. split kernel: one warp-sized CTA per (sequence, KV head, KV split, 16-row chunk of the
-//     GQA group × q tokens). It streams its split's K/V head-blocks straight from HBM into
-//     registers (16-byte loads, the next block in flight while the current one is used),
-//     computes Q·Kᵀ and P·V for all query heads of the group and all q tokens of the sequence
-//     with bf16 tensor-core MMAs (m16n8k16, float accumulation) and an online softmax, so each
-//     K/V byte is read once per GQA group.
-//  2. merge kernel (only when more than one split is used): combines the splits' partial
-//     outputs by their log-sum-exp.
-// The split count comes from the host-known shapes and the GPU's resident-CTA capacity so that
-// (sequences × KV heads × splits) fills the GPU; it never reads device memory, so a launch can
-// be captured in a CUDA graph.
+//  1. split kernel: one 4-warp CTA per (sequence, KV head, KV split, 8- or 16-row chunk of the
+//     GQA group × q tokens); each warp takes a contiguous quarter of the split's head-blocks and
+//     streams them from HBM into a 3-deep (6 at head_dim 64) cp.async ring in shared memory,
+//     computes K·Qᵀ and Vᵀ·Pᵀ for all query heads of the group and all q tokens of the sequence
+//     with bf16 tensor-core MMAs (m16n8k16 with the rows as N, float accumulation) and an
+//     online softmax, so each K/V byte is read once per GQA group. The warps are combined in
+//     shared memory; a (sequence, KV head) whose real length needs one split is written out
+//     directly.
+//  2. merge kernel (only when the grid has more than one split): a programmatic dependent
+//     launch that combines the used splits' partial outputs by their log-sum-exp.
+// The split count comes from the host-known shapes (max_kv_len) and the GPU's resident-CTA
+// capacity; the device then cuts each (sequence, KV head)'s real length into at most that many
+// splits of at least 8 head-blocks, so short contexts under a large bound (CUDA graphs) leave
+// the surplus CTAs empty (they exit at once). No host read of device memory: a launch can be
+// captured in a CUDA graph.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,8 +59,9 @@ struct DecodeAttentionParams {
   // Optional host-known bound of kv_lens, only used to choose the split count (0: max_blocks*16).
   // A bound that is too small costs balance, never correctness.
   int max_kv_len = 0;
-  // Number of KV splits: 0 chooses from the shapes and the GPU; n > 0 forces about n (tests,
-  // tuning). DecodeAttentionNumSplits says how many a launch will use.
+  // Number of KV splits in the grid: 0 chooses from the shapes and the GPU; n > 0 forces
+  // min(n, head-blocks of the bound), each real length then cut into n pieces of >= 1 head-block
+  // (tests, tuning). DecodeAttentionNumSplits says how many a launch will use.
   int num_splits = 0;
 };
 
@@ -65,9 +70,10 @@ struct DecodeAttentionParams {
 int DecodeAttentionNumSplits(const DecodeAttentionParams& p);
 
 // Workspace bytes a launch with these params needs for the splits' partial results (0 when
-// one split is used). For CUDA graphs: it is at most
-// tokens × num_q_heads × (splits) × (head_dim + 1) × 4 bytes, and splits never exceed
-// max(1, resident CTAs / (num_seqs × num_kv_heads)) unless num_splits forces more.
+// one split is used): tokens × num_q_heads × splits × (head_dim + 1) × 4 bytes, where splits
+// never exceed ceil(2 × resident CTAs / (num_seqs × num_kv_heads × row chunks)) (nor
+// max_kv_len / 128) unless num_splits forces more. A function of the params only: size a CUDA
+// graph's workspace with the params it captures.
 size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionParams& p);
 
 // Decode attention (see above). `workspace` must hold DecodeAttentionWorkspaceBytes(p) bytes

@@ -1,7 +1,9 @@
 // The split-K decode attention kernel (kernels/attention_decode.h) against the CPU reference
 // CpuBackend::Attention on fresh random inputs: GQA shapes, q_len 1–4 (and more), contexts up
 // to ~5000 tokens, shuffled slots, heads of one sequence with different lengths and tables
-// (sparse requests), every split count. Unwritten pool entries and outputs are NaN-poisoned.
+// (sparse requests), every split count, short contexts under a large CUDA-graph bound (wide
+// tables, large max_kv_len: most split CTAs empty). Unwritten pool entries and outputs are
+// NaN-poisoned.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -41,9 +43,11 @@ struct Problem {
 };
 
 // kv_lens[s][h] for each sequence and KV head; shared_tables gives all heads of a sequence
-// the same slots (all its heads must then have the same length).
+// the same slots (all its heads must then have the same length); table_width > 0 makes the
+// tables that wide (as CUDA graphs do), else a little wider than the longest sequence needs.
 Problem MakeProblem(std::mt19937& rng, int hq, int hkv, int head_dim, const std::vector<int>& q_lens,
-                    const std::vector<std::vector<int>>& kv_lens, float q_std, bool shared_tables = false) {
+                    const std::vector<std::vector<int>>& kv_lens, float q_std, bool shared_tables = false,
+                    int table_width = 0) {
   Problem pr;
   pr.hq = hq, pr.hkv = hkv, pr.head_dim = head_dim;
   const int S = static_cast<int>(q_lens.size());
@@ -58,6 +62,10 @@ Problem MakeProblem(std::mt19937& rng, int hq, int hkv, int head_dim, const std:
     }
   }
   pr.max_blocks += RandInt(rng, 0, 3);  // the table may be wider than any sequence needs
+  if (table_width > 0) {
+    REQUIRE(table_width >= pr.max_blocks - 3);
+    pr.max_blocks = table_width;
+  }
   std::vector<int32_t> free_slots(static_cast<size_t>(slots));
   std::iota(free_slots.begin(), free_slots.end(), 0);
   std::shuffle(free_slots.begin(), free_slots.end(), rng);
@@ -238,15 +246,42 @@ TEST_CASE("Decode attention gives the same answer for every split count", "[gpu]
   }
 }
 
-TEST_CASE("Decode attention: head_dim 256, and groups of more than 16 query rows", "[gpu][attention][decode]") {
+TEST_CASE("Decode attention with a CUDA-graph bound: short contexts, wide tables, large max_kv_len",
+          "[gpu][attention][decode]") {
   auto gpu = MakeBackend();
   auto rng = FreshRng();
-  {  // head_dim 256 (no prefetch path)
-    const Problem pr = MakeProblem(rng, 8, 2, 256, {1, 4, 2}, DenseLens({700, 65, 2049}, 2), 1.0f);
-    const Tensor want = RunReference(pr, ScaleFor(256));
+  // Table width and hint of 16K tokens (1024 head-blocks) over contexts of 1 to ~2000 tokens: the
+  // split count comes from the bound, the device cuts the real lengths, empty splits exit, pairs
+  // with one used split write directly and the merge skips them.
+  for (int batch : {1, 3, 8}) {
+    std::vector<int> q_lens, ctx;
+    for (int s = 0; s < batch; ++s) {
+      q_lens.push_back(RandInt(rng, 1, 2));
+      const int pick = RandInt(rng, 0, 3);
+      ctx.push_back(pick == 0 ? q_lens.back() : pick == 1 ? RandInt(rng, 17, 200) : RandInt(rng, 200, 2000));
+    }
+    if (batch == 1) ctx[0] = 1999;  // many used splits: the merge path
+    const Problem pr = MakeProblem(rng, 32, 8, 128, q_lens, DenseLens(ctx, 8), 1.0f, batch == 3, 1024);
+    const Tensor want = RunReference(pr, ScaleFor(128));
+    int splits = 0;
+    const Tensor got = RunDecode(*gpu, pr, ScaleFor(128), {0, 16384}, &splits);
+    INFO("batch " << batch << " splits " << splits);
+    if (batch == 1) CHECK(splits > 1);
+    ExpectClose(got, want, 1e-2, 2e-2);
+  }
+}
+
+TEST_CASE("Decode attention: head_dim 64/128/256 with 16 rows, and groups of more than 16 query rows",
+          "[gpu][attention][decode]") {
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  // GQA 8/2 with q_len 4: 16 rows (two 8-row n-tiles for 64 and 128; two row chunks for 256).
+  for (int head_dim : {64, 128, 256}) {
+    const Problem pr = MakeProblem(rng, 8, 2, head_dim, {1, 4, 2}, DenseLens({700, 65, 2049}, 2), 1.0f);
+    const Tensor want = RunReference(pr, ScaleFor(head_dim));
     for (int forced : {0, 1, 4}) {
-      const Tensor got = RunDecode(*gpu, pr, ScaleFor(256), {forced, 0});
-      INFO("head_dim 256, splits " << forced);
+      const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), {forced, 0});
+      INFO("head_dim " << head_dim << ", splits " << forced);
       ExpectClose(got, want, 1e-2, 2e-2);
     }
   }

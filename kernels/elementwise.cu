@@ -29,8 +29,8 @@ __global__ void SiluMulKernel(const bf16* gate_up, bf16* out, int64_t inter) {
 }
 
 __global__ void SplitQkvKernel(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t nq, int64_t nk, int64_t nv) {
-  const int64_t t = blockIdx.x, width = nq + nk + nv;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+  const int64_t t = blockIdx.y, width = nq + nk + nv;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < width; i += int64_t{gridDim.x} * blockDim.x) {
     const bf16 x = qkv[t * width + i];
     if (i < nq) {
       q[t * nq + i] = x;
@@ -42,10 +42,14 @@ __global__ void SplitQkvKernel(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64
   }
 }
 
-__global__ void GatherRowsKernel(const char* x, const int32_t* rows, char* out, int64_t row_bytes) {
-  const int64_t i = blockIdx.x;
-  const char* src = x + static_cast<int64_t>(rows[i]) * row_bytes;
-  for (int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) out[i * row_bytes + b] = src[b];
+// Copies rows in units of T (16 bytes when rows are 16-byte aligned, else 1 byte).
+template <typename T>
+__global__ void GatherRowsKernel(const T* x, const int32_t* rows, T* out, int64_t row_units) {
+  const int64_t i = blockIdx.y;
+  const T* src = x + static_cast<int64_t>(rows[i]) * row_units;
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_units; b += int64_t{gridDim.x} * blockDim.x) {
+    out[i * row_units + b] = src[b];
+  }
 }
 
 __device__ __forceinline__ uint64_t Mix(uint64_t z) {
@@ -119,15 +123,23 @@ cudaError_t LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int64_t 
 cudaError_t LaunchSplitQkv(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t tokens, int64_t nq, int64_t nk,
                            int64_t nv, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  SplitQkvKernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(qkv, q, k, v, nq, nk, nv);
+  dim3 grid(CeilDiv(nq + nk + nv, 256), static_cast<unsigned>(tokens));
+  SplitQkvKernel<<<grid, 256, 0, stream>>>(qkv, q, k, v, nq, nk, nv);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchGatherRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
                              cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
-  GatherRowsKernel<<<static_cast<unsigned>(num_rows), 256, 0, stream>>>(static_cast<const char*>(x), rows,
-                                                                        static_cast<char*>(out), row_bytes);
+  const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const int64_t units = vec ? row_bytes / 16 : row_bytes;
+  dim3 grid(std::min(CeilDiv(units, 256), 64u), static_cast<unsigned>(num_rows));
+  if (vec) {
+    GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const uint4*>(x), rows, static_cast<uint4*>(out), units);
+  } else {
+    GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const char*>(x), rows, static_cast<char*>(out), units);
+  }
   return cudaGetLastError();
 }
 

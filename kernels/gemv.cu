@@ -6,9 +6,8 @@
 namespace oasis::kernels {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kFeaturesPerWarp = 2;
-constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane and feature
+constexpr int kThreads = 256;
+constexpr int kFeaturesPerBlock = 4;  // 16-byte weight loads in flight per thread: 4 per K step
 
 __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, float& acc) {
   const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
@@ -22,62 +21,73 @@ __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, flo
   }
 }
 
+// One CTA computes kFeaturesPerBlock output features for all R rows; its 256 threads split
+// the K dimension (16-byte vectors, strided), so even narrow layers launch enough CTAs to
+// keep every SM streaming; partial sums are reduced through shared memory.
 template <int R>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kThreads)
     GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16, float* out_f32, int64_t in,
                int64_t out) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t f0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kFeaturesPerWarp;
-  if (f0 >= out) return;
-  const int64_t vecs = in / 8;  // uint4 per row
+  const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kFeaturesPerBlock;
+  const int64_t vecs = in / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  float acc[kFeaturesPerWarp][R];
+  const uint4* wrow[kFeaturesPerBlock];
 #pragma unroll
-  for (int f = 0; f < kFeaturesPerWarp; ++f)
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
-  const uint4* wrow[kFeaturesPerWarp];
-#pragma unroll
-  for (int f = 0; f < kFeaturesPerWarp; ++f) {
-    const int64_t feat = f0 + f < out ? f0 + f : out - 1;  // clamp: duplicate work, never written
+  for (int f = 0; f < kFeaturesPerBlock; ++f) {
+    const int64_t feat = f0 + f < out ? f0 + f : out - 1;  // clamp: computed, never written
     wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
   }
-  int64_t v = lane;
-  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
-    uint4 wv[kFeaturesPerWarp][kUnroll];
+  float acc[kFeaturesPerBlock][R];
 #pragma unroll
-    for (int f = 0; f < kFeaturesPerWarp; ++f)
+  for (int f = 0; f < kFeaturesPerBlock; ++f)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[f][u] = __ldcs(wrow[f] + v + 32 * u);  // streamed once
+    for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
+  int64_t v = threadIdx.x;
+  for (; v + kThreads < vecs; v += 2 * kThreads) {  // two K steps per iteration: 8 loads in flight
+    uint4 wa[kFeaturesPerBlock], wb[kFeaturesPerBlock];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int f = 0; f < kFeaturesPerBlock; ++f) {
+      wa[f] = __ldcs(wrow[f] + v);
+      wb[f] = __ldcs(wrow[f] + v + kThreads);
+    }
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const uint4 xr = __ldg(xv + r * vecs + v + 32 * u);
+    for (int r = 0; r < R; ++r) {
+      const uint4 xa = __ldg(xv + r * vecs + v), xb = __ldg(xv + r * vecs + v + kThreads);
 #pragma unroll
-        for (int f = 0; f < kFeaturesPerWarp; ++f) Accumulate(wv[f][u], xr, acc[f][r]);
+      for (int f = 0; f < kFeaturesPerBlock; ++f) {
+        Accumulate(wa[f], xa, acc[f][r]);
+        Accumulate(wb[f], xb, acc[f][r]);
       }
     }
   }
-  for (; v < vecs; v += 32) {
+  if (v < vecs) {
 #pragma unroll
-    for (int f = 0; f < kFeaturesPerWarp; ++f) {
+    for (int f = 0; f < kFeaturesPerBlock; ++f) {
       const uint4 wv = __ldcs(wrow[f] + v);
 #pragma unroll
       for (int r = 0; r < R; ++r) Accumulate(wv, __ldg(xv + r * vecs + v), acc[f][r]);
     }
   }
+  __shared__ float partial[kThreads / 32][kFeaturesPerBlock * R];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
-  for (int f = 0; f < kFeaturesPerWarp; ++f) {
+  for (int f = 0; f < kFeaturesPerBlock; ++f)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const float s = WarpSum(acc[f][r]);
-      if (lane == 0 && f0 + f < out) {
-        if (out_f32) {
-          out_f32[r * out + f0 + f] = s;
-        } else {
-          out_bf16[r * out + f0 + f] = ToBf16(s);
-        }
+      if (lane == 0) partial[warp][f * R + r] = s;
+    }
+  __syncthreads();
+  if (threadIdx.x < kFeaturesPerBlock * R) {
+    const int f = threadIdx.x / R, r = threadIdx.x % R;
+    float s = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < kThreads / 32; ++wi) s += partial[wi][threadIdx.x];
+    if (f0 + f < out) {
+      if (out_f32) {
+        out_f32[r * out + f0 + f] = s;
+      } else {
+        out_bf16[r * out + f0 + f] = ToBf16(s);
       }
     }
   }
@@ -85,8 +95,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
 template <int R>
 cudaError_t Launch(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, cudaStream_t stream) {
-  const int64_t per_block = kWarpsPerBlock * kFeaturesPerWarp;
-  GemvKernel<R><<<CeilDiv(out, per_block), kWarpsPerBlock * 32, 0, stream>>>(x, w, ob, of, in, out);
+  GemvKernel<R><<<CeilDiv(out, kFeaturesPerBlock), kThreads, 0, stream>>>(x, w, ob, of, in, out);
   return cudaGetLastError();
 }
 

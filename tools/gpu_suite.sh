@@ -15,8 +15,10 @@ BENCHMARKS=(
   "bench_decode|--batch 1 --context 128"
   "bench_decode|--batch 1 --context 128 --no-graphs --steps 10"
   "bench_decode|--batch 64 --context 4096 --steps 20"
+  "bench_decode|--prefill 8192 --steps 5 --warmup 1"
 )
 PEERS=(
+  "tools/bench/bench_transformers.py --prefill 8192"
   "tools/bench/bench_decode_attention_torch.py"
   "tools/bench/bench_prefill_attention_torch.py --ours .bundle/bin/bench_prefill_attention"
 )
@@ -26,6 +28,7 @@ if [[ ${1:-} == --bundle ]]; then
   exes=()
   for t in "${GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
   for b in "${BENCHMARKS[@]}"; do exes+=("build/tools/bench/${b%%|*}"); done
+  exes+=(build/tools/tokenizer/bench_tokenizer)
   exec tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
 fi
 
@@ -54,6 +57,19 @@ for b in "${BENCHMARKS[@]}"; do
   tail -30 /tmp/bench.out
   rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
 done
+# Tokenizer encode speed, ours vs HF tokenizers on the same text (needs .cache/test-data carried).
+if [[ -f .cache/test-data/qwen3/tokenizer.json ]]; then
+  python3 tools/bench_tokenizer.py --make-text /tmp/bench.txt --mb 8 > /dev/null
+  for t in qwen3 llama3_1; do
+    echo "=== tokenizer $t"
+    hf=$(python3 tools/bench_tokenizer.py --tokenizer .cache/test-data/$t/tokenizer.json --text /tmp/bench.txt 2>&1)
+    ours=$(.bundle/bin/bench_tokenizer .cache/test-data/$t/tokenizer.json /tmp/bench.txt 2>&1)
+    echo "$hf"; echo "$ours"
+    rows+=("$(printf '%-20s %s | %s' "tokenizer $t" "$(echo "$hf" | grep -E '^hf +whole' | head -1)" \
+              "$(echo "$ours" | grep -E '^oasis +whole' | head -1)")")
+  done
+fi
+
 # Peers on the same machine in the same run (PyTorch), for the ratios in docs/benchmarks.md.
 for p in "${PEERS[@]}"; do
   echo "=== $p"

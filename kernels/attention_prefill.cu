@@ -448,6 +448,24 @@ bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15)
 
 }  // namespace
 
+bool PrefillAttentionSm90Available() {
+  // Per device: bit d of `known` says device d was queried, bit d of `sm90` holds the answer.
+  static std::atomic<uint64_t> known{0}, sm90{0};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (!(known.load(std::memory_order_acquire) & bit)) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+      return false;
+    }
+    if (major == 9 && minor == 0) sm90.fetch_or(bit, std::memory_order_relaxed);
+    known.fetch_or(bit, std::memory_order_release);
+  }
+  return (sm90.load(std::memory_order_relaxed) & bit) != 0;
+}
+
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.num_seqs == 0) return cudaSuccess;
   if (p.num_q_heads <= 0 || p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 || p.max_blocks <= 0) {
@@ -455,6 +473,13 @@ cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t
   }
   if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out)) {
     return cudaErrorInvalidValue;
+  }
+  if (!PrefillAttentionSupportsHeadDim(p.head_dim)) return cudaErrorInvalidValue;
+  const bool sm90 = PrefillAttentionSm90Available();
+  if (p.tile == PrefillTileConfig::kSm90 || p.tile == PrefillTileConfig::kSm90S2 ||
+      (p.tile == PrefillTileConfig::kAuto && sm90)) {
+    if (!sm90) return cudaErrorInvalidValue;
+    return detail::LaunchPrefillAttentionSm90(p, p.tile == PrefillTileConfig::kSm90S2 ? 2 : 0, stream);
   }
   switch (p.head_dim) {
     case 64:

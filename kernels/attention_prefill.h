@@ -10,11 +10,16 @@
 // j / (num_q_heads / num_kv_heads). kv_len >= q_len is required (as the CPU reference checks).
 //
 // How it runs: one CTA owns a tile of query rows of one sequence and one query head; it walks
-// the KV tiles (64 tokens = 4 table entries) of its (sequence, KV head), gathering them into
-// shared memory with cp.async (double-buffered), computes S = Q·Kᵀ and O += P·V with
-// bf16 mma.sync m16n8k16 (float accumulation) and an online softmax. Tiles are mapped to
-// (sequence, query tile) on the device from query_start, so a launch takes any mix of
-// sequence lengths and needs no host copy of the metadata (graph-capturable).
+// the KV tiles of its (sequence, KV head), gathering them into shared memory with cp.async,
+// and computes S = Q·Kᵀ and O += P·V on tensor cores (bf16 inputs, float accumulation) with an
+// online softmax. Two kernels:
+//   - sm_90a (compute capability 9.0, chosen by kAuto there): wgmma, 128 query rows x 128-key
+//     tiles, a producer warpgroup filling a multi-stage K/V ring and two consumer warpgroups
+//     (FlashAttention-3 style; kernels/attention_prefill_sm90.cu);
+//   - mma.sync m16n8k16, 64-key tiles, double-buffered (FlashAttention-2 style; any sm_80+ GPU:
+//     the fallback off Hopper; kernels/attention_prefill.cu).
+// Tiles are mapped to (sequence, query tile) on the device from query_start, so a launch takes
+// any mix of sequence lengths and needs no host copy of the metadata (graph-capturable).
 // Documentation and measurements: docs/kernels/prefill_attention.md.
 #pragma once
 
@@ -25,13 +30,16 @@
 
 namespace oasis::kernels {
 
-// Query rows per CTA and warps per CTA. kAuto: kM64W4 when max_query_len <= 64, else kM128W8
-// at head_dim 128 and kM128W4 at head_dim 64 (see LaunchHeadDim in the .cu).
+// Kernel and tile shape. kAuto: kSm90 on a compute capability 9.0 device; elsewhere kM64W4
+// when max_query_len <= 64, else kM128W8 at head_dim 128 and kM128W4 at head_dim 64 (see
+// LaunchHeadDim in the .cu).
 enum class PrefillTileConfig {
   kAuto,
-  kM128W4,  // 128 query rows, 4 warps of 32 rows (FA2's layout; Q re-read from shared)
-  kM128W8,  // 128 query rows, 8 warps of 16 rows (Q fragments held in registers)
-  kM64W4,   // 64 query rows, 4 warps of 16 rows (short chunks; Q in registers)
+  kM128W4,  // mma.sync: 128 query rows, 4 warps of 32 rows (FA2's layout; Q re-read from shared)
+  kM128W8,  // mma.sync: 128 query rows, 8 warps of 16 rows (Q fragments held in registers)
+  kM64W4,   // mma.sync: 64 query rows, 4 warps of 16 rows (short chunks; Q in registers)
+  kSm90,    // wgmma (CC 9.0 only): 128 rows, K/V ring of 3 stages (head_dim 128) or 4 (64)
+  kSm90S2,  // wgmma (CC 9.0 only): the same with a 2-stage K/V ring
 };
 
 struct PrefillAttentionParams {
@@ -54,11 +62,22 @@ struct PrefillAttentionParams {
 };
 
 // Returns cudaErrorInvalidValue for an unsupported head_dim (not 64 or 128), a GQA ratio
-// that does not divide, or misaligned pointers (q, pools and out need 16-byte alignment).
-// Launches nothing when tokens == 0. Queued on `stream`; no host synchronisation.
+// that does not divide, misaligned pointers (q, pools and out need 16-byte alignment), or a
+// kSm90* tile on a device that is not compute capability 9.0. Launches nothing when
+// tokens == 0. Queued on `stream`; no host synchronisation.
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 
 // True when LaunchPrefillAttention accepts this head_dim.
 inline bool PrefillAttentionSupportsHeadDim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+// True when the current device runs the sm_90a kernel (compute capability 9.0); the build must
+// carry sm_90a code (CMAKE_CUDA_ARCHITECTURES 90a, the project default).
+bool PrefillAttentionSm90Available();
+
+namespace detail {
+// The wgmma kernel (attention_prefill_sm90.cu); `stages` 2, or 0 for the deepest K/V ring.
+// Called by LaunchPrefillAttention after it has validated `p`.
+cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages, cudaStream_t stream);
+}  // namespace detail
 
 }  // namespace oasis::kernels

@@ -1,15 +1,19 @@
-// GPU: the tensor-core prefill attention kernel (kernels/attention_prefill.h) against
+// GPU: the tensor-core prefill attention kernels (kernels/attention_prefill.h) against
 // CpuBackend::Attention on fresh random inputs: single prompts and variable-length batches,
 // chunked prefill over cached context, GQA 32/8, 8/2 and MHA, head_dim 64 and 128, sparse
-// heads (different lengths and tables per KV head), every tile configuration. KV pools hold
+// heads (different lengths and tables per KV head), every tile configuration (the sm_90a
+// wgmma kernel in both ring depths when the device is compute capability 9.0). KV pools hold
 // NaN everywhere but in the visible tokens (partial blocks included), slots are shuffled,
-// unused table entries are -1, and outputs are poisoned with NaN beforehand.
+// unused table entries are -1, and outputs are poisoned with NaN beforehand. Every output
+// row must also match in relative L2 norm (a wrong fragment or descriptor mapping shows up
+// there even where the element tolerance is loose, e.g. on long rows of small values).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "gpu_test_util.h"
@@ -110,8 +114,46 @@ const char* ConfigName(PrefillTileConfig c) {
     case PrefillTileConfig::kM128W4: return "m128w4";
     case PrefillTileConfig::kM128W8: return "m128w8";
     case PrefillTileConfig::kM64W4: return "m64w4";
+    case PrefillTileConfig::kSm90: return "sm90";
+    case PrefillTileConfig::kSm90S2: return "sm90s2";
   }
   return "?";
+}
+
+// Every configuration the current device runs; kAuto first (it also exercises the grid bound
+// without max_query_len).
+std::vector<PrefillTileConfig> Configs() {
+  std::vector<PrefillTileConfig> configs = {PrefillTileConfig::kAuto, PrefillTileConfig::kM128W4,
+                                            PrefillTileConfig::kM128W8, PrefillTileConfig::kM64W4};
+  if (kernels::PrefillAttentionSm90Available()) {
+    configs.push_back(PrefillTileConfig::kSm90);
+    configs.push_back(PrefillTileConfig::kSm90S2);
+  }
+  return configs;
+}
+
+// Each row of head_dim values (one query row of one head): ||got - want|| <= rel * ||want||
+// (+ a floor for rows of tiny norm). bf16 rounding of P and of the output gives ~2e-3.
+void ExpectRowsClose(const Tensor& got, const Tensor& want, int head_dim, double rel) {
+  REQUIRE(got.numel() == want.numel());
+  double worst = 0;
+  int64_t worst_row = -1;
+  for (int64_t r = 0; r < got.numel() / head_dim; ++r) {
+    double err = 0, norm = 0;
+    for (int64_t i = r * head_dim; i < (r + 1) * head_dim; ++i) {
+      const double g = got.data<float>()[i], w = want.data<float>()[i];
+      err += (g - w) * (g - w);
+      norm += w * w;
+    }
+    const double ratio = std::isfinite(err) ? std::sqrt(err) / std::max(std::sqrt(norm), 1e-3) : INFINITY;
+    if (!(ratio <= worst)) {
+      worst = ratio;
+      worst_row = r;
+    }
+  }
+  INFO("worst row " << worst_row << " (token " << worst_row / std::max<int64_t>(1, got.dim(1)) << ", head "
+                    << worst_row % std::max<int64_t>(1, got.dim(1)) << "): relative L2 error " << worst);
+  CHECK(worst <= rel);
 }
 
 // Runs the CPU reference once and the GPU kernel in every tile configuration; each output
@@ -126,8 +168,7 @@ void CheckAgainstCpu(CudaBackend& gpu, const Problem& pr) {
 
   Tensor q = UploadBf16(gpu, pr.q), k_pool = UploadBf16(gpu, pr.pool.k), v_pool = UploadBf16(gpu, pr.pool.v);
   Tensor qs = gpu.Upload(pr.query_start), lens = gpu.Upload(pr.kv_lens), tables = gpu.Upload(pr.block_tables);
-  for (PrefillTileConfig config : {PrefillTileConfig::kAuto, PrefillTileConfig::kM128W4, PrefillTileConfig::kM128W8,
-                                   PrefillTileConfig::kM64W4}) {
+  for (PrefillTileConfig config : Configs()) {
     Tensor out = PoisonedBf16(gpu, {tokens, pr.num_q_heads, d});
     kernels::PrefillAttentionParams p;
     p.q = static_cast<const __nv_bfloat16*>(q.raw());
@@ -151,7 +192,9 @@ void CheckAgainstCpu(CudaBackend& gpu, const Problem& pr) {
     REQUIRE(cudaStreamSynchronize(gpu.stream()) == cudaSuccess);
     INFO("config " << ConfigName(config) << ", GQA " << pr.num_q_heads << "/" << pr.num_kv_heads << ", head_dim " << d
                    << ", tokens " << tokens);
-    ExpectClose(DownloadF32(gpu, out), want, 1e-2, 2e-2);
+    const Tensor got = DownloadF32(gpu, out);
+    ExpectClose(got, want, 1e-2, 2e-2);
+    ExpectRowsClose(got, want, d, 2e-2);
   }
 }
 
@@ -209,6 +252,33 @@ TEST_CASE("prefill attention: sparse heads with their own lengths and tables", "
   }
 }
 
+TEST_CASE("prefill attention: chunks whose context offset crosses tile and warpgroup boundaries",
+          "[gpu][attention][prefill]") {
+  // The wgmma kernel masks per 64-row warpgroup and per 128-key tile: a context offset of
+  // 64..127 (mod 128) leaves the first warpgroup a fully masked tile, offsets 1..63 put the
+  // diagonal in two tiles, a chunk of 1..64 rows leaves the second warpgroup without real rows.
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  for (int d : {128, 64}) {
+    std::vector<SeqSpec> seqs;
+    for (int ctx : {1, 63, 64, 65, 127, 128, 200}) {
+      for (int q : {1, 64, 65, 129}) seqs.push_back({q, q + ctx});
+    }
+    INFO("head_dim " << d);
+    CheckAgainstCpu(*gpu, MakeProblem(seqs, 4, 1, d, rng));
+  }
+}
+
+TEST_CASE("prefill attention: long prompt, peaky softmax, GQA 8/2", "[gpu][attention][prefill]") {
+  // Many KV tiles per CTA (the K/V ring wraps several times in every stage count) and a
+  // nearly one-hot softmax, where a key or row mapped to the wrong place changes the output
+  // by O(1) instead of averaging out.
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  CheckAgainstCpu(*gpu, MakeProblem({{1200, 1200}, {500, 1700}}, 8, 2, 128, rng, HeadLengths::kSame, 4.0f));
+  CheckAgainstCpu(*gpu, MakeProblem({{1100, 1600}}, 8, 2, 64, rng, HeadLengths::kSame, 4.0f));
+}
+
 TEST_CASE("prefill attention: rejects unsupported shapes", "[gpu][attention][prefill]") {
   auto gpu = MakeBackend();
   kernels::PrefillAttentionParams p;
@@ -232,4 +302,14 @@ TEST_CASE("prefill attention: rejects unsupported shapes", "[gpu][attention][pre
   CHECK(kernels::LaunchPrefillAttention(p, gpu->stream()) == cudaSuccess);
   CHECK(!kernels::PrefillAttentionSupportsHeadDim(80));
   CHECK(kernels::PrefillAttentionSupportsHeadDim(64));
+  int device = 0, major = 0, minor = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
+  CHECK(kernels::PrefillAttentionSm90Available() == (major == 9 && minor == 0));
+  if (!kernels::PrefillAttentionSm90Available()) {  // the wgmma configurations are refused elsewhere
+    p.tokens = 1;
+    p.tile = PrefillTileConfig::kSm90;
+    CHECK(kernels::LaunchPrefillAttention(p, gpu->stream()) == cudaErrorInvalidValue);
+  }
 }

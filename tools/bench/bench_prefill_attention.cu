@@ -1,6 +1,8 @@
 // Benchmark: tensor-core prefill attention (kernels/attention_prefill.h) at Qwen3-8B shapes:
 // 32 query heads, 8 KV heads, head_dim 128, causal, fresh prompts (kv_len = q_len) gathered
 // through shuffled head-level block tables. Shapes: one 8192-token prompt and 4 x 2048.
+// Configurations: the three mma.sync tiles, the sm_90a wgmma kernel with a 3- and a 2-stage
+// K/V ring (sm90, sm90s2; on compute capability 9.0 only) and auto.
 //
 // Each configuration is first validated against the reference kernel (LaunchPagedAttention),
 // then timed: 3 warm-up launches, 20 timed launches (CUDA events around each), median.
@@ -160,6 +162,8 @@ const char* ConfigName(PrefillTileConfig c) {
     case PrefillTileConfig::kM128W4: return "m128w4";
     case PrefillTileConfig::kM128W8: return "m128w8";
     case PrefillTileConfig::kM64W4: return "m64w4";
+    case PrefillTileConfig::kSm90: return "sm90";
+    case PrefillTileConfig::kSm90S2: return "sm90s2";
   }
   return "?";
 }
@@ -240,8 +244,14 @@ int main(int argc, char** argv) {
                                std::pair<std::string, std::vector<int>>{"4x2048", {2048, 2048, 2048, 2048}}}) {
     Batch b = MakeBatch(name, prompts, rng);
     const std::vector<float> want = Reference(b, stream);
-    for (PrefillTileConfig c : {PrefillTileConfig::kM128W4, PrefillTileConfig::kM128W8, PrefillTileConfig::kM64W4,
-                                PrefillTileConfig::kAuto}) {
+    std::vector<PrefillTileConfig> configs = {PrefillTileConfig::kM128W4, PrefillTileConfig::kM128W8,
+                                              PrefillTileConfig::kM64W4};
+    if (oasis::kernels::PrefillAttentionSm90Available()) {
+      configs.push_back(PrefillTileConfig::kSm90);
+      configs.push_back(PrefillTileConfig::kSm90S2);
+    }
+    configs.push_back(PrefillTileConfig::kAuto);
+    for (PrefillTileConfig c : configs) {
       const Timing t = Run(b, c, want, iters, stream);
       const double tflops = b.flops / (t.median_ms * 1e-3) / 1e12;
       std::printf("%-8s %-7s %10.3f %10.3f %9.1f %8.1f%% %11.3g %12.3g %8lld\n", name.c_str(), ConfigName(c),

@@ -1,0 +1,640 @@
+// Prefill attention for Hopper (sm_90a): wgmma, warp specialisation and a K/V ring in shared
+// memory, FlashAttention-3 style. Semantics: kernels/attention_prefill.h. Design, numbers and
+// the reasons behind them: docs/kernels/prefill_attention.md ("The sm_90a kernel").
+//
+// One CTA = one query head x one tile of 128 query rows of one sequence; 384 threads:
+//   warpgroup 0 (producer, 40 registers): warps 0-1 gather K tiles, warps 2-3 gather V tiles
+//     (128 keys = 8 head-blocks through the block table) with 16-byte cp.async into a ring of
+//     kStages shared buffers, zero-filling keys at or past kv_len; warps 0-1 also load the Q
+//     tile first. Each thread waits for its own copies, fences them into the async proxy
+//     (fence.proxy.async: wgmma reads shared memory through it) and arrives on the stage's
+//     "full" mbarrier; it waits on the stage's "empty" mbarrier before refilling it.
+//   warpgroups 1, 2 (consumers, 232 registers): 64 query rows each. Per KV tile:
+//     S = Q·Kᵀ by wgmma m64n128k16 (A and B from shared memory), causal mask, online softmax
+//     (base 2) with P kept in registers, O += P·V by wgmma m64nDk16 (A = P from registers,
+//     B = V from shared memory, transposed by the descriptor). The softmax of tile j runs while
+//     P·V of tile j-1 is in flight (intra-warpgroup overlap), and a pair of named barriers
+//     makes the two consumers take turns issuing their GEMMs, so one warpgroup's softmax
+//     overlaps the other's tensor-core work (inter-warpgroup ping-pong).
+// KV tiles are visited from the last (the ones the causal mask cuts) to the first.
+//
+// Shared layout: every tile (Q [128][D], K and V [128][D]) is stored as D/64 column panels of
+// [rows][64] bf16, 128-byte rows, the 16-byte chunk c of row r at chunk c ^ (r & 7) inside each
+// 1024-byte group of 8 rows: the canonical 128-byte-swizzle layout of wgmma. Q and K are read
+// K-major (leading byte offset unused, stride byte offset 1024 = one 8-row group; the k-th
+// 16-column step starts 32 bytes further, inside the swizzle atom). V is read MN-major
+// (imm-trans-b = 1): leading byte offset = one panel (the next 64 head-dim columns), stride
+// byte offset 1024 (the next 8 keys); the 16-key step starts 2048 bytes further.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention_prefill.h"
+#include "kernels/common.cuh"
+
+namespace oasis::kernels::detail {
+namespace {
+
+constexpr int kBlockM = 128;  // query rows per CTA: two consumer warpgroups of 64
+constexpr int kBlockN = 128;  // keys per KV tile
+constexpr int kHeadBlock = 16;
+constexpr int kBlocksPerTile = kBlockN / kHeadBlock;  // table entries per KV tile
+constexpr int kThreads = 384;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;  // 128 * 40 + 256 * 232 <= 65536
+static_assert(kBlocksPerTile <= 32, "one lane per table entry of a tile");
+
+template <int D, int kStages>
+struct Sm90Shape {
+  static constexpr int kQPanelBytes = kBlockM * 128;
+  static constexpr int kKvPanelBytes = kBlockN * 128;
+  static constexpr int kQBytes = kBlockM * D * 2;
+  static constexpr int kKvBytes = kBlockN * D * 2;  // one K or one V stage
+  // mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
+  static constexpr int kBarriers = 1 + 4 * kStages;
+  // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom at run time.
+  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + 8 * kBarriers;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one CTA");
+};
+
+// ---- PTX wrappers ----------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte global -> shared copy; src_bytes = 0 writes zeros without reading `src`.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Orders this thread's generic-proxy shared-memory writes (cp.async, st.shared) before later
+// async-proxy accesses (wgmma operand reads) that other threads make after synchronising.
+__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {  // release, CTA scope
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase with parity `parity` of the barrier has completed (acquire, CTA scope).
+// On a fresh barrier, parity 1 names the phase "before" the first and returns at once.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void NamedBarSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void NamedBarArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator registers at a point of the program, so the compiler neither moves their
+// reads/writes across the asynchronous wgmma window nor copies them while a wgmma owns them.
+template <int N>
+__device__ __forceinline__ void FenceRegs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void FenceRegs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle. Byte offsets are encoded >> 4.
+__device__ __forceinline__ uint64_t MakeDesc(uint32_t smem_addr, uint32_t lead_bytes, uint32_t stride_bytes) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lead_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
+}
+// The descriptor of an operand `byte_offset` bytes further (stays inside the 14-bit field:
+// shared addresses are below 256 KiB).
+__device__ __forceinline__ uint64_t DescAt(uint64_t desc, uint32_t byte_offset) { return desc + (byte_offset >> 4); }
+
+// d[0..64) (+)= A(smem, K-major) · B(smem, K-major); scale_d = 0 overwrites d.
+__device__ __forceinline__ void WgmmaSS_N128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// d[0..64) += A(registers, 4 x bf16x2) · B(smem, MN-major: imm-trans-b = 1).
+__device__ __forceinline__ void WgmmaRS_N128(float (&d)[64], const uint32_t* a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// d[0..32) += A(registers, 4 x bf16x2) · B(smem, MN-major: imm-trans-b = 1).
+__device__ __forceinline__ void WgmmaRS_N64(float (&d)[32], const uint32_t* a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) is the low half
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Byte offset of 16-byte chunk c (0 .. D/8) of row r in a swizzled tile of `rows` rows.
+template <int kRows>
+__device__ __forceinline__ uint32_t SwzOffset(int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * (kRows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// Maps tile index t of the launch to (sequence, query tile of that sequence), as the mma.sync
+// kernel does (attention_prefill.cu): the last query tile of a sequence, the most expensive
+// under causal masking, gets the first index. Every lane of the warp must call it.
+__device__ __forceinline__ bool FindTile(const int32_t* query_start, int num_seqs, int t, int& seq, int& q_tile) {
+  const int lane = threadIdx.x & 31;
+  int base = 0;
+  for (int s0 = 0; s0 < num_seqs; s0 += 32) {
+    const int s = s0 + lane;
+    const int n = s < num_seqs ? (query_start[s + 1] - query_start[s] + kBlockM - 1) / kBlockM : 0;
+    int inclusive = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
+      if (lane >= o) inclusive += v;
+    }
+    const int total = __shfl_sync(0xffffffffu, inclusive, 31);
+    if (t < base + total) {
+      const unsigned past = __ballot_sync(0xffffffffu, base + inclusive > t);
+      const int owner = __ffs(past) - 1;
+      const int before = __shfl_sync(0xffffffffu, inclusive - n, owner);
+      const int count = __shfl_sync(0xffffffffu, n, owner);
+      seq = s0 + owner;
+      q_tile = count - 1 - (t - base - before);
+      return true;
+    }
+    base += total;
+  }
+  return false;
+}
+
+// What one CTA works on.
+struct Work {
+  int qh = 0;            // query head
+  int h = 0;             // its KV head
+  int64_t q_begin = 0;   // first query row of the sequence
+  int q_len = 0;         // query rows of the sequence
+  int q0 = 0;            // first row of this tile inside the sequence
+  int kv_len = 0;        // visible keys of (sequence, KV head); keys past it are zero-filled
+  int ctx = 0;           // kv_len - q_len: row r sees keys <= ctx + r
+  int num_kv_tiles = 0;  // KV tiles this query tile needs
+  const int32_t* table = nullptr;  // block table row of (sequence, KV head)
+};
+
+// Barrier addresses: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S].
+template <int kStages>
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t FullQ() const { return base; }
+  __device__ uint32_t FullK(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t FullV(int s) const { return base + 8 * (1 + kStages + s); }
+  __device__ uint32_t EmptyK(int s) const { return base + 8 * (1 + 2 * kStages + s); }
+  __device__ uint32_t EmptyV(int s) const { return base + 8 * (1 + 3 * kStages + s); }
+};
+
+constexpr int kProducerChainThreads = 64;   // arrivals that fill a stage (one chain)
+constexpr int kConsumerWarps = 8;           // arrivals that empty a stage (every consumer warp)
+
+// ---- producer ---------------------------------------------------------------------------------
+// Warps 0-1 (the K chain) load Q, then K tiles; warps 2-3 (the V chain) load V tiles. A chain
+// keeps one tile in flight: it waits for its own copies before signalling, so the stage a
+// consumer sees is complete, and the next tile is issued as soon as a stage is free.
+template <int D, int kStages>
+__device__ __forceinline__ void Producer(const PrefillAttentionParams& p, const Work& w, uint32_t sQ, uint32_t sK,
+                                         uint32_t sV, const Barriers<kStages>& bar) {
+  using Shape = Sm90Shape<D, kStages>;
+  constexpr int kChunks = D / 8;                                // 16-byte chunks per row
+  constexpr int kRowsPerPass = kProducerChainThreads / kChunks;  // rows a chain covers per pass
+  const int tid = threadIdx.x;                                  // 0 .. 127
+  const bool k_chain = tid < kProducerChainThreads;
+  const int lane = tid & 31;
+  const int ct = tid & (kProducerChainThreads - 1);
+  const int c = ct % kChunks, r0 = ct / kChunks;
+
+  if (k_chain) {  // Q tile, rows past q_len zero-filled
+    const int64_t row_stride = static_cast<int64_t>(p.num_q_heads) * D;
+    const bf16* q_tile = p.q + (w.q_begin + w.q0) * row_stride + static_cast<int64_t>(w.qh) * D + c * 8;
+#pragma unroll 4
+    for (int it = 0; it < kBlockM / kRowsPerPass; ++it) {
+      const int r = r0 + it * kRowsPerPass;
+      const bool valid = w.q0 + r < w.q_len;
+      CpAsync16(sQ + SwzOffset<kBlockM>(r, c), valid ? q_tile + r * row_stride : p.q, valid ? 16 : 0);
+    }
+    CpAsyncCommit();
+  }
+
+  const bf16* pool = k_chain ? p.k_pool : p.v_pool;
+  const uint32_t ring = k_chain ? sK : sV;
+  const int n = w.num_kv_tiles;
+  // Keys past these are zero-filled: past kv_len, or past what the block table row can name.
+  const int key_end = min(w.kv_len, p.max_blocks * kHeadBlock);
+  const int num_blocks = (key_end + kHeadBlock - 1) / kHeadBlock;
+  // Lane b < 8 holds the slot of head-block b of the tile being issued; the next tile's slots
+  // are read one tile ahead so the table's latency hides behind the copies.
+  auto read_slots = [&](int t) {
+    const int idx = t * kBlocksPerTile + lane;
+    return lane < kBlocksPerTile && idx < num_blocks ? __ldg(w.table + idx) : 0;
+  };
+  int next_slots = n > 0 ? read_slots(n - 1) : 0;
+  int stage = 0;
+  uint32_t phase = 0;
+#pragma unroll 1
+  for (int i = 0; i < n; ++i) {
+    const int t = n - 1 - i;
+    const int slots = next_slots;
+    if (i + 1 < n) next_slots = read_slots(t - 1);
+    MbarWait(k_chain ? bar.EmptyK(stage) : bar.EmptyV(stage), phase ^ 1);
+    const uint32_t dst = ring + stage * Shape::kKvBytes;
+    const int key0 = t * kBlockN;
+#pragma unroll 1
+    for (int b = 0; b < kBlocksPerTile; ++b) {  // rolled: the producer lives in 40 registers
+      const int slot = __shfl_sync(0xffffffffu, slots, b);
+      const bf16* src = pool + static_cast<int64_t>(slot) * (kHeadBlock * D) + c * 8;
+#pragma unroll
+      for (int k = 0; k < kHeadBlock / kRowsPerPass; ++k) {
+        const int rb = r0 + k * kRowsPerPass;
+        const int key = b * kHeadBlock + rb;
+        const bool valid = key0 + key < key_end;
+        CpAsync16(dst + SwzOffset<kBlockN>(key, c), valid ? src + rb * D : pool, valid ? 16 : 0);
+      }
+    }
+    CpAsyncCommit();
+    if (k_chain && i == 0) {  // Q was committed first
+      CpAsyncWait<1>();
+      FenceProxyAsync();
+      MbarArrive(bar.FullQ());
+    }
+    CpAsyncWait<0>();
+    FenceProxyAsync();
+    MbarArrive(k_chain ? bar.FullK(stage) : bar.FullV(stage));
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  if (k_chain && n == 0) {  // nothing to attend to (kv_len < 1): Q still completes its barrier
+    CpAsyncWait<0>();
+    FenceProxyAsync();
+    MbarArrive(bar.FullQ());
+  }
+}
+
+// ---- consumer: softmax pieces -------------------------------------------------------------------
+// S fragment of wgmma m64n128 (per thread, 64 floats): s[4j + e] is row g + 8 (e >> 1) of the
+// warp's 16 rows, key 8 j + 2 t4 + (e & 1) of the tile (g = lane / 4, t4 = lane % 4).
+
+// Sets to -inf every score whose key lies above the row's causal limit. `limit` is
+// ctx + q0 + (first row of this thread) - key0 - 2 t4.
+__device__ __forceinline__ void CausalMask(float (&s)[64], int limit) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (8 * j + (e & 1) > limit + 8 * (e >> 1)) s[4 * j + e] = -INFINITY;
+}
+
+// Online softmax over one tile (base 2, scale folded in): turns s into unnormalised
+// probabilities, updates the running max m and the per-thread partial row sums l, and returns
+// in `rescale` the factor the O accumulator must be multiplied by before this tile's P·V.
+__device__ __forceinline__ void OnlineSoftmax(float (&s)[64], float (&m)[2], float (&l)[2], float (&rescale)[2],
+                                              float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = m[r];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;  // a row with no visible key yet
+    rescale[r] = Exp2(m[r] * scale_log2 - base);                   // 0 while m[r] is -inf
+    m[r] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      s[4 * j + 2 * r] = Exp2(fmaf(s[4 * j + 2 * r], scale_log2, -base));
+      s[4 * j + 2 * r + 1] = Exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, -base));
+      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    l[r] = l[r] * rescale[r] + sum;  // per-thread partial; the 4 threads of a row add up at the end
+  }
+}
+
+// P (fp32 accumulator layout) -> bf16 A fragments of the P·V wgmma: for key step kk (16 keys)
+// the 4 registers are rows (g, g+8) x keys (2 t4, 2 t4 + 8) of that step, which is exactly
+// s[8 kk .. 8 kk + 8) of the accumulator layout.
+__device__ __forceinline__ void ConvertP(const float (&s)[64], uint32_t (&pf)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) pf[i] = PackBf16(s[2 * i], s[2 * i + 1]);
+}
+
+template <int N>
+__device__ __forceinline__ void Rescale(float (&o)[N], const float (&rescale)[2]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) o[i] *= rescale[(i >> 1) & 1];
+}
+
+// ---- consumer ---------------------------------------------------------------------------------
+template <int D>
+__device__ __forceinline__ void WgmmaPV(float (&o)[D / 2], const uint32_t* a, uint64_t desc_b) {
+  if constexpr (D == 128) {
+    WgmmaRS_N128(o, a, desc_b);
+  } else {
+    WgmmaRS_N64(o, a, desc_b);
+  }
+}
+
+// Warpgroups 1 and 2: 64 query rows each. Named barriers 1 and 2 pass the right to issue
+// GEMMs back and forth (warpgroup w waits on barrier 1 + w and releases the other one);
+// barriers 3 and 4 order each warpgroup's epilogue.
+template <int D, int kStages>
+__device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const Work& w, uint32_t sQ, uint32_t sK,
+                                         uint32_t sV, const Barriers<kStages>& bar, unsigned char* q_tile_smem) {
+  using Shape = Sm90Shape<D, kStages>;
+  constexpr int kPairThreads = 256;  // both consumer warpgroups
+  const int wg = static_cast<int>(threadIdx.x) / 128 - 1;
+  const int wt = threadIdx.x & 127;
+  const int lane = wt & 31, warp = wt >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int row0 = wg * 64 + warp * 16 + g;  // tile row of this thread's fragment rows (row0, row0 + 8)
+  const int n = w.num_kv_tiles;
+  const int my_turn = 1 + wg, other_turn = 2 - wg;
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, rescale[2] = {1.0f, 1.0f};
+  float s[64];
+  uint32_t pf[32];
+
+  if (wg == 1) NamedBarArrive(1, kPairThreads);  // warpgroup 0 issues first
+  MbarWait(bar.FullQ(), 0);
+
+  if (n > 0) {
+    const float scale_log2 = p.scale * 1.4426950408889634f;
+    const uint64_t q_desc = MakeDesc(sQ + wg * 64 * 128, 16, 1024);
+    const uint64_t k_desc = MakeDesc(sK, 16, 1024);
+    const uint64_t v_desc = MakeDesc(sV, Shape::kKvPanelBytes, 1024);
+    const int diag = w.ctx + w.q0;  // tile row r sees keys <= diag + r
+
+    auto issue_qk = [&](int stage) {
+      FenceRegs(s);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t col = (kk >> 2) * Shape::kQPanelBytes + (kk & 3) * 32;
+        const uint32_t kcol = stage * Shape::kKvBytes + (kk >> 2) * Shape::kKvPanelBytes + (kk & 3) * 32;
+        WgmmaSS_N128(s, DescAt(q_desc, col), DescAt(k_desc, kcol), kk > 0 ? 1 : 0);
+      }
+      WgmmaCommit();
+      FenceRegs(s);
+    };
+    auto issue_pv = [&](int stage) {
+      FenceRegs(pf);
+      FenceRegs(o);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        WgmmaPV<D>(o, pf + 4 * kk, DescAt(v_desc, stage * Shape::kKvBytes + kk * 16 * 128));
+      }
+      WgmmaCommit();
+      FenceRegs(o);
+      FenceRegs(pf);
+    };
+    auto softmax = [&](int t) {
+      const int key0 = t * kBlockN;
+      if (key0 + kBlockN - 1 > diag + wg * 64) CausalMask(s, diag + row0 - key0 - 2 * t4);
+      OnlineSoftmax(s, m, l, rescale, scale_log2);
+    };
+
+    // The last KV tile: S only (no P·V is pending yet).
+    int stage = 0;
+    uint32_t phase = 0;
+    MbarWait(bar.FullK(0), 0);
+    NamedBarSync(my_turn, kPairThreads);
+    issue_qk(0);
+    NamedBarArrive(other_turn, kPairThreads);
+    WgmmaWait<0>();
+    FenceRegs(s);
+    if (lane == 0) MbarArrive(bar.EmptyK(0));
+    softmax(n - 1);
+    ConvertP(s, pf);
+
+#pragma unroll 1
+    for (int i = 1; i < n; ++i) {
+      const int prev_stage = stage;
+      const uint32_t prev_phase = phase;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+      MbarWait(bar.FullK(stage), phase);
+      NamedBarSync(my_turn, kPairThreads);
+      issue_qk(stage);  // S_i = Q·K_iᵀ
+      Rescale(o, rescale);  // O to the running max of tiles < i (while S_i runs)
+      MbarWait(bar.FullV(prev_stage), prev_phase);
+      issue_pv(prev_stage);  // O += P_{i-1}·V_{i-1}
+      NamedBarArrive(other_turn, kPairThreads);
+      WgmmaWait<1>();  // S_i done (P·V may still run)
+      FenceRegs(s);
+      if (lane == 0) MbarArrive(bar.EmptyK(stage));
+      softmax(n - 1 - i);
+      WgmmaWait<0>();  // P_{i-1}·V_{i-1} done: its A registers (pf) and V stage are free
+      FenceRegs(o);
+      FenceRegs(pf);
+      if (lane == 0) MbarArrive(bar.EmptyV(prev_stage));
+      ConvertP(s, pf);
+    }
+    Rescale(o, rescale);
+    MbarWait(bar.FullV(stage), phase);
+    issue_pv(stage);
+    WgmmaWait<0>();
+    FenceRegs(o);
+    FenceRegs(pf);
+    if (lane == 0) MbarArrive(bar.EmptyV(stage));
+  }
+
+  // ---- epilogue: O / l -> bf16 -> this warpgroup's rows of the Q tile in shared -> 16-byte stores
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      *reinterpret_cast<uint32_t*>(q_tile_smem + SwzOffset<kBlockM>(row0 + 8 * r, j) + 4 * t4) =
+          PackBf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+    }
+  }
+  NamedBarSync(3 + wg, 128);
+  constexpr int kChunks = D / 8;
+  const int64_t row_stride = static_cast<int64_t>(p.num_q_heads) * D;
+  bf16* out = p.out + (w.q_begin + w.q0) * row_stride + static_cast<int64_t>(w.qh) * D;
+#pragma unroll
+  for (int i = wt; i < 64 * kChunks; i += 128) {
+    const int r = wg * 64 + i / kChunks, c = i % kChunks;
+    if (w.q0 + r < w.q_len) {
+      *reinterpret_cast<uint4*>(out + r * row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(q_tile_smem + SwzOffset<kBlockM>(r, c));
+    }
+  }
+}
+
+template <int D, int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    PrefillAttentionSm90Kernel(const PrefillAttentionParams p, int num_tiles_per_head) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Shape = Sm90Shape<D, kStages>;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = SmemAddr(smem_raw);
+  const uint32_t sQ = (raw + 1023) & ~1023u;  // swizzle atoms are 1024-byte aligned
+  const uint32_t sK = sQ + Shape::kQBytes;
+  const uint32_t sV = sK + kStages * Shape::kKvBytes;
+  const Barriers<kStages> bar{sV + kStages * Shape::kKvBytes};
+
+  // blockIdx.x = tile * num_q_heads + head: the heads of one query tile (and the query heads
+  // of a GQA group, which read the same K/V) run side by side and share K/V through L2.
+  Work w;
+  w.qh = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_q_heads));
+  const int tile_index = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.num_q_heads));
+  if (tile_index >= num_tiles_per_head) return;
+  int seq = 0, q_tile = 0;
+  if (!FindTile(p.query_start, p.num_seqs, tile_index, seq, q_tile)) return;
+  w.h = w.qh / (p.num_q_heads / p.num_kv_heads);
+  w.q_begin = p.query_start[seq];
+  w.q_len = static_cast<int>(p.query_start[seq + 1] - w.q_begin);
+  w.q0 = q_tile * kBlockM;
+  w.kv_len = p.kv_lens[seq * p.num_kv_heads + w.h];
+  w.ctx = w.kv_len - w.q_len;
+  const int kv_end = min(w.kv_len, w.ctx + w.q0 + kBlockM);
+  w.num_kv_tiles = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
+  w.table = p.block_tables + (static_cast<int64_t>(seq) * p.num_kv_heads + w.h) * p.max_blocks;
+
+  if (threadIdx.x == 0) {
+    MbarInit(bar.FullQ(), kProducerChainThreads);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(bar.FullK(s), kProducerChainThreads);
+      MbarInit(bar.FullV(s), kProducerChainThreads);
+      MbarInit(bar.EmptyK(s), kConsumerWarps);
+      MbarInit(bar.EmptyV(s), kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    Producer<D, kStages>(p, w, sQ, sK, sV, bar);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    Consumer<D, kStages>(p, w, sQ, sK, sV, bar, smem_raw + (sQ - raw));
+  }
+#else
+  __trap();  // built without sm_90a code: LaunchPrefillAttention only selects this kernel on CC 9.0
+#endif
+}
+
+template <int D, int kStages>
+cudaError_t LaunchSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
+  using Shape = Sm90Shape<D, kStages>;
+  auto* kernel = PrefillAttentionSm90Kernel<D, kStages>;
+  // The dynamic shared memory limit is raised once per device (it is per function, per context).
+  static std::atomic<uint64_t> configured_devices{0};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (!(configured_devices.load(std::memory_order_acquire) & bit)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    configured_devices.fetch_or(bit, std::memory_order_release);
+  }
+  // Tiles per head: sum over sequences of ceil(q_len / kBlockM), bounded without reading the
+  // device metadata; CTAs past the real count exit at once.
+  int64_t tiles = (p.tokens + static_cast<int64_t>(p.num_seqs) * (kBlockM - 1)) / kBlockM;
+  if (p.max_query_len > 0) {
+    tiles = std::min<int64_t>(tiles, static_cast<int64_t>(p.num_seqs) * CeilDiv(p.max_query_len, kBlockM));
+  }
+  if (tiles <= 0) return cudaSuccess;
+  const int64_t ctas = tiles * p.num_q_heads;
+  if (ctas > 0x7fffffff) return cudaErrorInvalidValue;
+  kernel<<<static_cast<unsigned>(ctas), kThreads, Shape::kSmemBytes, stream>>>(p, static_cast<int>(tiles));
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages, cudaStream_t stream) {
+  // stages 0 = the deepest ring that fits: 3 at head_dim 128 (225 KiB), 4 at 64 (145 KiB).
+  switch (p.head_dim) {
+    case 128:
+      return stages == 2 ? LaunchSm90<128, 2>(p, stream) : LaunchSm90<128, 3>(p, stream);
+    case 64:
+      return stages == 2 ? LaunchSm90<64, 2>(p, stream) : LaunchSm90<64, 4>(p, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace oasis::kernels::detail

@@ -22,4 +22,11 @@ cudaError_t LaunchGemv(const __nv_bfloat16* x,  // [rows, in]
                        float* out_f32,           // [rows, out] or nullptr
                        int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
 
+// out[r, f] = Σ_k (silu(gate_up[r, k]) · gate_up[r, in + k]) · w[f, k]: the MLP's SiLU·mul
+// fused into the down projection (the activation never goes to memory).
+cudaError_t LaunchSiluMulGemv(const __nv_bfloat16* gate_up,  // [rows, 2 * in]
+                              const __nv_bfloat16* w,        // [out, in]
+                              __nv_bfloat16* out_bf16,       // [rows, out]
+                              int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+
 }  // namespace oasis::kernels

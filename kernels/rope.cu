@@ -54,7 +54,77 @@ __global__ void QkNormRopeKernel(QkNormRopeParams p) {
   }
 }
 
+__global__ void QkvRopeAppendKernel(QkvRopeAppendParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int heads = p.num_q_heads + 2 * p.num_kv_heads;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp;
+  if (item >= p.tokens * heads) return;
+  const int64_t t = item / heads;
+  const int h = static_cast<int>(item % heads);
+  const bf16* src = p.qkv + (t * heads + h) * p.head_dim;
+  const int half = p.head_dim / 2;
+  if (h >= p.num_q_heads + p.num_kv_heads) {  // V: straight into the pool
+    const int kv = h - p.num_q_heads - p.num_kv_heads;
+    const int64_t dst = p.slot_mapping[t * p.num_kv_heads + kv];
+    if (dst < 0) return;
+    for (int i = lane; i < p.head_dim; i += 32) p.v_pool[dst * p.head_dim + i] = src[i];
+    return;
+  }
+  const bool is_q = h < p.num_q_heads;
+  bf16* dst;
+  if (is_q) {
+    dst = p.q + (t * p.num_q_heads + h) * p.head_dim;
+  } else {
+    const int64_t slot = p.slot_mapping[t * p.num_kv_heads + (h - p.num_q_heads)];
+    if (slot < 0) return;
+    dst = p.k_pool + slot * p.head_dim;
+  }
+  const bf16* norm = is_q ? p.q_norm : p.k_norm;
+  float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerLane; ++j) {
+    const int i = lane + 32 * j;
+    a[j] = i < half ? ToFloat(src[i]) : 0.0f;
+    b[j] = i < half ? ToFloat(src[i + half]) : 0.0f;
+    sum += a[j] * a[j] + b[j] * b[j];
+  }
+  if (norm) {
+    const float inv = rsqrtf(WarpSum(sum) / static_cast<float>(p.head_dim) + p.eps);
+#pragma unroll
+    for (int j = 0; j < kMaxPairsPerLane; ++j) {
+      const int i = lane + 32 * j;
+      if (i < half) {
+        a[j] = ToFloat(ToBf16(ToFloat(norm[i]) * ToFloat(ToBf16(a[j] * inv))));
+        b[j] = ToFloat(ToBf16(ToFloat(norm[i + half]) * ToFloat(ToBf16(b[j] * inv))));
+      }
+    }
+  }
+  const float pos = static_cast<float>(p.positions[t]);
+#pragma unroll
+  for (int j = 0; j < kMaxPairsPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < half) {
+      float sn, c;
+      sincosf(pos * p.inv_freq[i], &sn, &c);
+      c = ToFloat(ToBf16(c * p.attention_scaling));
+      sn = ToFloat(ToBf16(sn * p.attention_scaling));
+      dst[i] = ToBf16(a[j] * c - b[j] * sn);
+      dst[i + half] = ToBf16(b[j] * c + a[j] * sn);
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return cudaSuccess;
+  if (p.head_dim % 2 != 0 || p.head_dim > 2 * 32 * kMaxPairsPerLane) return cudaErrorInvalidValue;
+  const int warps_per_block = 8;
+  const int64_t items = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
+  QkvRopeAppendKernel<<<CeilDiv(items, warps_per_block), warps_per_block * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchQkNormRope(const QkNormRopeParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return cudaSuccess;

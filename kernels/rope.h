@@ -26,4 +26,27 @@ struct QkNormRopeParams {
 
 cudaError_t LaunchQkNormRope(const QkNormRopeParams& p, cudaStream_t stream);
 
+// The attention block's whole input side in one launch, reading the fused QKV projection:
+// q heads: optional q_norm, RoPE, written to `q`; k heads: optional k_norm, RoPE, written to
+// the K pool at slot_mapping; v heads: copied to the V pool (negative mapping = not stored).
+struct QkvRopeAppendParams {
+  const __nv_bfloat16* qkv;     // [tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]
+  __nv_bfloat16* q;             // [tokens, num_q_heads, head_dim]
+  __nv_bfloat16* k_pool;        // [num_slots, 16, head_dim]
+  __nv_bfloat16* v_pool;        // [num_slots, 16, head_dim]
+  const int64_t* slot_mapping;  // [tokens, num_kv_heads]
+  const __nv_bfloat16* q_norm;  // [head_dim] or nullptr
+  const __nv_bfloat16* k_norm;  // [head_dim] or nullptr
+  const int32_t* positions;     // [tokens]
+  const float* inv_freq;        // [head_dim / 2]
+  float attention_scaling = 1.0f;
+  float eps = 1e-6f;
+  int64_t tokens = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;             // even, <= 512
+};
+
+cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t stream);
+
 }  // namespace oasis::kernels

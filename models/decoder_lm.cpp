@@ -177,11 +177,8 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
   Tensor hidden = B.Empty({T, h}, dt), residual = B.Empty({T, h}, dt), normed = B.Empty({T, h}, dt);
   Tensor qkv = B.Empty({T, c.q_size() + 2 * c.kv_size()}, dt);
   Tensor q = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
-  Tensor k = B.Empty({T, c.num_key_value_heads, c.head_dim}, dt);
-  Tensor v = B.Empty({T, c.num_key_value_heads, c.head_dim}, dt);
   Tensor attn = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
   Tensor gate_up = B.Empty({T, 2 * c.intermediate_size}, dt);
-  Tensor act = B.Empty({T, c.intermediate_size}, dt);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const float eps = static_cast<float>(c.rms_norm_eps);
 
@@ -197,15 +194,13 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
       B.AddRmsNorm(hidden, residual, L.input_norm, eps, normed);
     }
     B.Linear(normed, L.qkv, qkv);
-    B.SplitQkv(qkv, q, k, v);
-    B.QkNormRope(q, k, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps, in.positions, rope_);
-    B.KvAppend(k, v, in.slot_mapping, kv[i]);
+    B.QkvRopeAppend(qkv, q, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps, in.positions,
+                    rope_, in.slot_mapping, kv[i]);
     B.Attention(q, kv[i], in.attention, scale, attn);
     B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
     B.AddRmsNorm(hidden, residual, L.post_norm, eps, normed);
     B.Linear(normed, L.gate_up, gate_up);
-    B.SiluMul(gate_up, act);
-    B.Linear(act, L.down, hidden);
+    B.SiluMulLinear(gate_up, L.down, hidden);
   }
   B.AddRmsNorm(hidden, residual, final_norm_, eps, normed);
   const int64_t R = in.logit_rows.numel();

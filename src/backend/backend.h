@@ -126,6 +126,22 @@ class Backend {
                         Tensor& k,          // [T, num_kv_heads, head_dim]
                         Tensor& v) = 0;     // [T, num_kv_heads, head_dim]
 
+  // The attention block's input side from the fused QKV projection: q (optional q_norm,
+  // RoPE) into `q`; k (optional k_norm, RoPE) and v appended to the KV pool at slot_mapping.
+  // Default: SplitQkv + QkNormRope + KvAppend; backends may fuse it.
+  virtual void QkvRopeAppend(const Tensor& qkv,           // [T, (Hq + 2 Hkv) * head_dim]
+                             Tensor& q,                   // [T, Hq, head_dim]
+                             const Tensor* q_norm, const Tensor* k_norm, float eps,
+                             const Tensor& positions,     // [T] int32
+                             const RopeParams& rope,
+                             const Tensor& slot_mapping,  // [T, Hkv] int64
+                             LayerKvPool& pool);
+
+  // out = SiluMul(gate_up) · weightᵀ. Default: SiluMul + Linear; backends may fuse it.
+  virtual void SiluMulLinear(const Tensor& gate_up,  // [T, 2 * inter]
+                             const Tensor& weight,   // [out, inter]
+                             Tensor& out);           // [T, out]
+
   // Copies the given rows: out[i, :] = x[rows[i], :].
   virtual void GatherRows(const Tensor& x,     // [T, n]
                           const Tensor& rows,  // [R] int32

@@ -198,3 +198,45 @@ TEST_CASE("KvAppend and paged attention match the CPU over shuffled head-level t
     ExpectClose(DownloadF32(*gpu, out), want, 1e-2, 2e-2);
   }
 }
+
+TEST_CASE("fused QkvRopeAppend and SiluMulLinear match the composed ops", "[gpu][fused]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  for (int64_t tokens : {1, 5, 40}) {
+    const int hq = 8, hkv = 2, d = 128;
+    ModelConfig c;
+    c.head_dim = d;
+    c.rope_theta = 1e6;
+    RopeParams rope = ComputeRopeParams(c);
+    Tensor qkv = RandomBf16Exact({tokens, (hq + 2 * hkv) * d}, rng);
+    Tensor qn = RandomBf16Exact({d}, rng), kn = RandomBf16Exact({d}, rng);
+    std::vector<int32_t> pos(static_cast<size_t>(tokens));
+    for (int64_t i = 0; i < tokens; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(100 + 7 * i);
+    Tensor positions = IntTensor(pos);
+    const int64_t slots = (tokens + 15) / 16 * hkv + 3;
+    Tensor mapping = Tensor::Empty({tokens, hkv}, DType::kI64);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int h = 0; h < hkv; ++h) mapping.data<int64_t>()[t * hkv + h] = (t / 16 * hkv + h + 3) * 16 + t % 16;
+    mapping.data<int64_t>()[0] = -1;  // a row that is not stored
+    LayerKvPool cpu_pool{Tensor::Zeros({slots, 16, d}, DType::kF32), Tensor::Zeros({slots, 16, d}, DType::kF32)};
+    Tensor q_want = Tensor::Empty({tokens, hq, d}, DType::kF32);
+    cpu.QkvRopeAppend(qkv, q_want, &qn, &kn, 1e-6f, positions, rope, mapping, cpu_pool);
+    LayerKvPool gpu_pool{gpu->Upload(ToBf16Host(cpu_pool.k)), gpu->Upload(ToBf16Host(cpu_pool.v))};
+    Tensor gq = PoisonedBf16(*gpu, {tokens, hq, d});
+    Tensor gqn = UploadBf16(*gpu, qn), gkn = UploadBf16(*gpu, kn);
+    gpu->QkvRopeAppend(UploadBf16(*gpu, qkv), gq, &gqn, &gkn, 1e-6f, gpu->Upload(positions), rope, gpu->Upload(mapping),
+                       gpu_pool);
+    ExpectClose(DownloadF32(*gpu, gq), q_want, 3e-2, 3e-2);
+    ExpectClose(DownloadF32(*gpu, gpu_pool.k), cpu_pool.k, 3e-2, 3e-2);
+    ExpectClose(DownloadF32(*gpu, gpu_pool.v), cpu_pool.v, 0, 0);
+
+    const int64_t inter = 1536, outf = 520;
+    Tensor gu = RandomBf16Exact({tokens, 2 * inter}, rng), w = RandomBf16Exact({outf, inter}, rng, 0.05f);
+    Tensor want = Tensor::Empty({tokens, outf}, DType::kF32);
+    cpu.SiluMulLinear(gu, w, want);
+    Tensor out = PoisonedBf16(*gpu, {tokens, outf});
+    gpu->SiluMulLinear(UploadBf16(*gpu, gu), UploadBf16(*gpu, w), out);
+    ExpectClose(DownloadF32(*gpu, out), want, 3e-2, 2e-2);
+  }
+}

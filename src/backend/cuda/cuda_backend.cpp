@@ -279,6 +279,43 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   OASIS_CUDA_CHECK(kernels::LaunchPagedAttention(p, stream_.get()));
 }
 
+void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
+                                LayerKvPool& pool) {
+  CheckDevice(qkv, DType::kBF16, "QkvRopeAppend qkv");
+  CheckDevice(slot_mapping, DType::kI64, "QkvRopeAppend slot_mapping");
+  kernels::QkvRopeAppendParams p;
+  p.qkv = Ptr(qkv);
+  p.q = Ptr(q);
+  p.k_pool = Ptr(pool.k);
+  p.v_pool = Ptr(pool.v);
+  p.slot_mapping = Ptr<int64_t>(slot_mapping);
+  p.q_norm = q_norm ? Ptr(*q_norm) : nullptr;
+  p.k_norm = k_norm ? Ptr(*k_norm) : nullptr;
+  p.positions = Ptr<int32_t>(positions);
+  p.inv_freq = DeviceInvFreq(rope);
+  p.attention_scaling = rope.attention_scaling;
+  p.eps = eps;
+  p.tokens = q.dim(0);
+  p.num_q_heads = static_cast<int>(q.dim(1));
+  p.num_kv_heads = static_cast<int>(slot_mapping.dim(1));
+  p.head_dim = static_cast<int>(q.dim(2));
+  OASIS_CHECK_EQ(qkv.dim(1), (p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim) << "QkvRopeAppend widths";
+  OASIS_CUDA_CHECK(kernels::LaunchQkvRopeAppend(p, stream_.get()));
+}
+
+void CudaBackend::SiluMulLinear(const Tensor& gate_up, const Tensor& weight, Tensor& out) {
+  const int64_t rows = gate_up.dim(0), inter = weight.dim(1);
+  OASIS_CHECK_EQ(gate_up.dim(1), 2 * inter) << "SiluMulLinear widths";
+  if (out.dtype() == DType::kBF16 && kernels::GemvSupported(rows, inter, gate_up.raw(), weight.raw()) &&
+      (2 * inter * 2) % 16 == 0) {
+    OASIS_CUDA_CHECK(kernels::LaunchSiluMulGemv(Ptr(gate_up), Ptr(weight), Ptr(out), rows, inter, weight.dim(0),
+                                                stream_.get()));
+    return;
+  }
+  Backend::SiluMulLinear(gate_up, weight, out);
+}
+
 void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
   CheckDevice(qkv, DType::kBF16, "SplitQkv qkv");
   const int64_t tokens = qkv.dim(0);

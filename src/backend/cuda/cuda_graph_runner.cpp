@@ -65,6 +65,7 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   }
   OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(B * per_token) + workspace +
                                                                  (1 << 20)));
+  OASIS_ASSIGN_OR_RETURN(r->host_logits_, cuda::PinnedBuffer::Allocate(static_cast<size_t>(B * c.vocab_size) * 4));
   return r;
 }
 
@@ -163,7 +164,7 @@ Tensor CudaGraphRunner::Execute(const ForwardInput& host_input) {
   OASIS_CUDA_CHECK(cudaGraphLaunch(it->second, cuda_.stream()));
   const Tensor& logits = graph_logits_[B];
   const int64_t vocab = logits.dim(1);
-  Tensor out = Tensor::Empty({b, vocab}, DType::kF32);
+  Tensor out(host_logits_.data(), DType::kF32, {b, vocab}, Device::kCpu);
   OASIS_CUDA_CHECK(cudaMemcpyAsync(out.raw(), logits.raw(), out.nbytes(), cudaMemcpyDeviceToHost, cuda_.stream()));
   cuda_.Synchronize();
   return out;

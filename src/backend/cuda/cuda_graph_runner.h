@@ -33,6 +33,7 @@ class CudaGraphRunner final : public ModelRunner {
                                                            CudaGraphOptions options);
   ~CudaGraphRunner() override;
 
+  // Decode steps return a view of a pinned host buffer, valid until the next Execute().
   Tensor Execute(const ForwardInput& host_input) override;
 
   // Number of graphs captured so far (one per bucket used).
@@ -59,6 +60,7 @@ class CudaGraphRunner final : public ModelRunner {
     size_t ids, pos, slots, qstart, kv_lens, tables, rows, total;
   } layout_{};
   cuda::DeviceBuffer arena_;
+  cuda::PinnedBuffer host_logits_;  // [max_batch, vocab] f32, the decode steps' output
   std::map<int64_t, cudaGraphExec_t> graphs_;
   std::map<int64_t, Tensor> graph_logits_;  // arena-resident output of each graph
 };

@@ -1,0 +1,36 @@
+#include <cmath>
+
+#include "backend/backend.h"
+
+namespace oasis {
+
+float HashNormal(uint64_t seed, uint64_t index) {
+  auto mix = [](uint64_t z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  const uint64_t r = mix(seed ^ mix(index));
+  const float u1 = (static_cast<float>(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+}
+
+void Backend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                            const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
+                            LayerKvPool& pool) {
+  const int64_t T = q.dim(0), hkv = slot_mapping.dim(1), d = q.dim(2);
+  Tensor k = Empty({T, hkv, d}, q.dtype()), v = Empty({T, hkv, d}, q.dtype());
+  SplitQkv(qkv, q, k, v);
+  QkNormRope(q, k, q_norm, k_norm, eps, positions, rope);
+  KvAppend(k, v, slot_mapping, pool);
+}
+
+void Backend::SiluMulLinear(const Tensor& gate_up, const Tensor& weight, Tensor& out) {
+  Tensor act = Empty({gate_up.dim(0), gate_up.dim(1) / 2}, gate_up.dtype());
+  SiluMul(gate_up, act);
+  Linear(act, weight, out);
+}
+
+}  // namespace oasis

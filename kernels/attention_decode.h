@@ -63,6 +63,10 @@ struct DecodeAttentionParams {
   // min(n, head-blocks of the bound), each real length then cut into n pieces of >= 1 head-block
   // (tests, tuning). DecodeAttentionNumSplits says how many a launch will use.
   int num_splits = 0;
+  // Kernel variant (tuning, tests): 0 the default; 1 coalesced copies, deep rings (8 warps/SM at
+  // head_dim 128); 2 coalesced, wide (12 warps/SM); 3 and 4 v2's per-lane copies, deep and wide.
+  // The OASIS_DECODE_ATTENTION_VARIANT environment variable (1-4) overrides the default.
+  int variant = 0;
 };
 
 // The number of KV splits a launch with these params uses (1: no merge, no workspace).

@@ -24,32 +24,7 @@ __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, flo
 // One CTA computes kFeaturesPerBlock output features for all R rows; its 256 threads split
 // the K dimension (16-byte vectors, strided), so even narrow layers launch enough CTAs to
 // keep every SM streaming; partial sums are reduced through shared memory.
-// silu(g) * u on 8 bf16 pairs, rounded like the unfused SiluMul kernel (silu to bf16, then the
-// product to bf16).
-__device__ __forceinline__ uint4 SiluMulVec(const uint4& g, const uint4& u) {
-  uint4 r;
-  const bf16* gp = reinterpret_cast<const bf16*>(&g);
-  const bf16* up = reinterpret_cast<const bf16*>(&u);
-  bf16* rp = reinterpret_cast<bf16*>(&r);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float x = ToFloat(gp[i]);
-    rp[i] = ToBf16(ToFloat(ToBf16(x / (1.0f + __expf(-x)))) * ToFloat(up[i]));
-  }
-  return r;
-}
-
-// Row r of the input, vector v: x[r, 8v:8v+8], or silu(gate) * up from gate_up rows when SILU.
-template <bool SILU>
-__device__ __forceinline__ uint4 LoadX(const uint4* xv, int r, int64_t v, int64_t vecs) {
-  if constexpr (SILU) {
-    return SiluMulVec(__ldg(xv + r * 2 * vecs + v), __ldg(xv + r * 2 * vecs + vecs + v));
-  } else {
-    return __ldg(xv + r * vecs + v);
-  }
-}
-
-template <int R, bool SILU>
+template <int R>
 __global__ void __launch_bounds__(kThreads)
     GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16, float* out_f32, int64_t in,
                int64_t out) {
@@ -77,7 +52,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const uint4 xa = LoadX<SILU>(xv, r, v, vecs), xb = LoadX<SILU>(xv, r, v + kThreads, vecs);
+      const uint4 xa = __ldg(xv + r * vecs + v), xb = __ldg(xv + r * vecs + v + kThreads);
 #pragma unroll
       for (int f = 0; f < kFeaturesPerBlock; ++f) {
         Accumulate(wa[f], xa, acc[f][r]);
@@ -90,7 +65,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int f = 0; f < kFeaturesPerBlock; ++f) {
       const uint4 wv = __ldcs(wrow[f] + v);
 #pragma unroll
-      for (int r = 0; r < R; ++r) Accumulate(wv, LoadX<SILU>(xv, r, v, vecs), acc[f][r]);
+      for (int r = 0; r < R; ++r) Accumulate(wv, __ldg(xv + r * vecs + v), acc[f][r]);
     }
   }
   __shared__ float partial[kThreads / 32][kFeaturesPerBlock * R];
@@ -119,13 +94,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int R>
-cudaError_t Launch(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, bool silu,
-                   cudaStream_t stream) {
-  if (silu) {
-    GemvKernel<R, true><<<CeilDiv(out, kFeaturesPerBlock), kThreads, 0, stream>>>(x, w, ob, of, in, out);
-  } else {
-    GemvKernel<R, false><<<CeilDiv(out, kFeaturesPerBlock), kThreads, 0, stream>>>(x, w, ob, of, in, out);
-  }
+cudaError_t Launch(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, cudaStream_t stream) {
+  GemvKernel<R><<<CeilDiv(out, kFeaturesPerBlock), kThreads, 0, stream>>>(x, w, ob, of, in, out);
   return cudaGetLastError();
 }
 
@@ -136,31 +106,15 @@ bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w) {
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-namespace {
-cudaError_t Dispatch(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
-                     bool silu, cudaStream_t stream) {
-  if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr)) return cudaErrorInvalidValue;
-  switch (rows) {
-    case 1: return Launch<1>(x, w, ob, of, in, out, silu, stream);
-    case 2: return Launch<2>(x, w, ob, of, in, out, silu, stream);
-    case 3: return Launch<3>(x, w, ob, of, in, out, silu, stream);
-    case 4: return Launch<4>(x, w, ob, of, in, out, silu, stream);
-    case 5: return Launch<5>(x, w, ob, of, in, out, silu, stream);
-    case 6: return Launch<6>(x, w, ob, of, in, out, silu, stream);
-    case 7: return Launch<7>(x, w, ob, of, in, out, silu, stream);
-    default: return Launch<8>(x, w, ob, of, in, out, silu, stream);
-  }
-}
-}  // namespace
-
 cudaError_t LaunchGemv(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
                        cudaStream_t stream) {
-  return Dispatch(x, w, ob, of, rows, in, out, false, stream);
-}
-
-cudaError_t LaunchSiluMulGemv(const bf16* gate_up, const bf16* w, bf16* out_bf16, int64_t rows, int64_t in,
-                              int64_t out, cudaStream_t stream) {
-  return Dispatch(gate_up, w, out_bf16, nullptr, rows, in, out, true, stream);
+  if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr)) return cudaErrorInvalidValue;
+  switch (rows) {
+    case 1: return Launch<1>(x, w, ob, of, in, out, stream);
+    case 2: return Launch<2>(x, w, ob, of, in, out, stream);
+    case 3: return Launch<3>(x, w, ob, of, in, out, stream);
+    default: return Launch<4>(x, w, ob, of, in, out, stream);
+  }
 }
 
 }  // namespace oasis::kernels

@@ -1,5 +1,5 @@
 // Skinny matrix products for decode: out[r, f] = Σ_k x[r, k] · w[f, k] for a few rows
-// (1..8), streaming the bf16 weight once with 16-byte loads and float accumulation. cuBLAS
+// (1..4), streaming the bf16 weight once with 16-byte loads and float accumulation. cuBLAS
 // is not bandwidth-bound at these shapes; this kernel is (it is limited by HBM reads).
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace oasis::kernels {
 
-inline constexpr int kGemvMaxRows = 8;
+inline constexpr int kGemvMaxRows = 4;  // beyond 4 rows cuBLAS is faster (H200, 2026-11-29)
 
 // Whether LaunchGemv handles these sizes (rows <= 8, in % 8 == 0, 16-byte aligned pointers).
 bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w);
@@ -21,12 +21,5 @@ cudaError_t LaunchGemv(const __nv_bfloat16* x,  // [rows, in]
                        __nv_bfloat16* out_bf16,  // [rows, out] or nullptr
                        float* out_f32,           // [rows, out] or nullptr
                        int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
-
-// out[r, f] = Σ_k (silu(gate_up[r, k]) · gate_up[r, in + k]) · w[f, k]: the MLP's SiLU·mul
-// fused into the down projection (the activation never goes to memory).
-cudaError_t LaunchSiluMulGemv(const __nv_bfloat16* gate_up,  // [rows, 2 * in]
-                              const __nv_bfloat16* w,        // [out, in]
-                              __nv_bfloat16* out_bf16,       // [rows, out]
-                              int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
 
 }  // namespace oasis::kernels

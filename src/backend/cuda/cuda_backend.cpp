@@ -304,18 +304,6 @@ void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_no
   OASIS_CUDA_CHECK(kernels::LaunchQkvRopeAppend(p, stream_.get()));
 }
 
-void CudaBackend::SiluMulLinear(const Tensor& gate_up, const Tensor& weight, Tensor& out) {
-  const int64_t rows = gate_up.dim(0), inter = weight.dim(1);
-  OASIS_CHECK_EQ(gate_up.dim(1), 2 * inter) << "SiluMulLinear widths";
-  if (out.dtype() == DType::kBF16 && kernels::GemvSupported(rows, inter, gate_up.raw(), weight.raw()) &&
-      (2 * inter * 2) % 16 == 0) {
-    OASIS_CUDA_CHECK(kernels::LaunchSiluMulGemv(Ptr(gate_up), Ptr(weight), Ptr(out), rows, inter, weight.dim(0),
-                                                stream_.get()));
-    return;
-  }
-  Backend::SiluMulLinear(gate_up, weight, out);
-}
-
 void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
   CheckDevice(qkv, DType::kBF16, "SplitQkv qkv");
   const int64_t tokens = qkv.dim(0);

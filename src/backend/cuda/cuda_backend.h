@@ -58,7 +58,6 @@ class CudaBackend final : public Backend {
   void QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
                      const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
                      LayerKvPool& pool) override;
-  void SiluMulLinear(const Tensor& gate_up, const Tensor& weight, Tensor& out) override;
   void GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
 
  private:

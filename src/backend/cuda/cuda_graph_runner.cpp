@@ -63,8 +63,12 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
     p.max_kv_len = static_cast<int>(r->max_blocks_ * kBlockSize);
     workspace = std::max(workspace, kernels::DecodeAttentionWorkspaceBytes(p));
   }
-  OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(B * per_token) + workspace +
-                                                                 (1 << 20)));
+  // The arena never frees inside a forward pass, so per-layer temporaries add up: the decode
+  // workspace, and the activations an unfused op allocates (SiLU·mul for batches the fused
+  // GEMV does not take, K/V for a backend without the fused QKV op), plus alignment slack.
+  const int64_t per_layer = static_cast<int64_t>(workspace) + B * 2 * (c.intermediate_size + 2 * c.kv_size()) + 4096;
+  OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(
+                                        B * per_token + c.num_hidden_layers * per_layer + (1 << 20))));
   OASIS_ASSIGN_OR_RETURN(r->host_logits_, cuda::PinnedBuffer::Allocate(static_cast<size_t>(B * c.vocab_size) * 4));
   return r;
 }

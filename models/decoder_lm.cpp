@@ -1,5 +1,6 @@
 #include "models/decoder_lm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -85,6 +86,14 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   if (!tied_without_head && config.tie_word_embeddings) {
     spdlog::warn("config ties word embeddings; ignoring the checkpoint's lm_head.weight");
   }
+  // Progress for large checkpoints: one log line per tenth of the bytes.
+  double total_bytes = 0, loaded_bytes = 0;
+  int reported_tenths = 0;
+  for (const WeightSpec& spec : ExpectedWeights(config)) {
+    double n = static_cast<double>(DTypeSize(dt));
+    for (int64_t d : spec.shape) n *= static_cast<double>(d);
+    total_bytes += n;
+  }
   WeightProvider from_checkpoint = [&](const std::vector<std::string>& names,
                                        const std::vector<std::vector<int64_t>>& shapes, DummyInit) -> StatusOr<Tensor> {
     std::vector<Tensor> parts;
@@ -92,7 +101,15 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
       OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(weights, names[i], shapes[i], dt));
       parts.push_back(std::move(t));
     }
-    return backend.Upload(parts.size() == 1 ? parts[0] : ConcatRows(parts));
+    Tensor uploaded = backend.Upload(parts.size() == 1 ? parts[0] : ConcatRows(parts));
+    loaded_bytes += static_cast<double>(uploaded.nbytes());
+    const int tenths = static_cast<int>(10 * loaded_bytes / std::max(total_bytes, 1.0));
+    if (total_bytes > 1e9 && tenths > reported_tenths) {
+      reported_tenths = tenths;
+      spdlog::info("loading weights: {:3d}% ({:.1f} / {:.1f} GB)", std::min(100, tenths * 10), loaded_bytes / 1e9,
+                   total_bytes / 1e9);
+    }
+    return uploaded;
   };
   OASIS_RETURN_IF_ERROR(model->LoadWeights(from_checkpoint));
   return model;

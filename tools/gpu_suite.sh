@@ -65,6 +65,16 @@ for b in "${BENCHMARKS[@]}"; do
   tail -30 /tmp/bench.out
   rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
 done
+# Checkpoint loading: transformers writes a random Qwen3-8B-shaped checkpoint, we load it.
+if [[ ${OASIS_LOAD_BENCH:-1} == 1 ]] && python3 tools/bench/make_checkpoint.py \
+     --config tools/bench/model_configs/qwen3-8b.json --out /tmp/oasis-ckpt > /tmp/ckpt.out 2>&1; then
+  echo "=== bench_decode --model /tmp/oasis-ckpt"
+  .bundle/bin/bench_decode --model /tmp/oasis-ckpt --batch 1 --context 128 --steps 10 > /tmp/bench.out 2>&1
+  tail -16 /tmp/bench.out
+  rows+=("$(printf '%-20s %s' "load" "$(grep -E '^RESULT load' /tmp/bench.out | cut -c8-)")")
+  rm -rf /tmp/oasis-ckpt
+fi
+
 # Tokenizer encode speed, ours vs HF tokenizers on the same text (needs .cache/test-data carried).
 if [[ -f .cache/test-data/qwen3/tokenizer.json ]]; then
   python3 tools/bench_tokenizer.py --make-text /tmp/bench.txt --mb 8 > /dev/null

@@ -37,6 +37,8 @@ class CudaBackend final : public Backend {
   void BeginArena(void* base, size_t bytes);
   // Ends the arena; returns the bytes it handed out.
   size_t EndArena();
+  // Large tensors go through two pinned staging buffers (host copy of chunk i+1 overlaps the
+  // DMA of chunk i); returns once the data is on the device.
   Tensor Upload(const Tensor& host) override;
   Tensor Download(const Tensor& device_tensor) override;
 
@@ -67,6 +69,9 @@ class CudaBackend final : public Backend {
   cuda::Stream stream_;
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
+  // Double-buffered pinned staging for large uploads (weights): allocated on first use.
+  cuda::PinnedBuffer staging_[2];
+  cuda::Event staging_free_[2];
   char* arena_base_ = nullptr;
   size_t arena_size_ = 0;
   size_t arena_used_ = 0;

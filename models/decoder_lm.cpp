@@ -96,12 +96,32 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   }
   WeightProvider from_checkpoint = [&](const std::vector<std::string>& names,
                                        const std::vector<std::vector<int64_t>>& shapes, DummyInit) -> StatusOr<Tensor> {
-    std::vector<Tensor> parts;
-    for (size_t i = 0; i < names.size(); ++i) {
-      OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(weights, names[i], shapes[i], dt));
-      parts.push_back(std::move(t));
+    // Fast path: every part stored in the backend's dtype and mapped in memory goes from the
+    // mapping straight to its rows of the device tensor (no host copy, no concatenation).
+    bool direct = true;
+    for (size_t i = 0; i < names.size() && direct; ++i) {
+      auto info = weights.Info(names[i]);
+      direct = info.ok() && info->dtype == dt && info->shape == shapes[i] && weights.RawBytes(names[i]).ok();
     }
-    Tensor uploaded = backend.Upload(parts.size() == 1 ? parts[0] : ConcatRows(parts));
+    Tensor uploaded;
+    if (direct) {
+      std::vector<int64_t> fused = shapes[0];
+      for (size_t i = 1; i < shapes.size(); ++i) fused[0] += shapes[i][0];
+      uploaded = backend.Empty(fused, dt);
+      size_t offset = 0;
+      for (const std::string& name : names) {
+        OASIS_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, weights.RawBytes(name));
+        backend.UploadBytes(uploaded, offset, bytes.data(), bytes.size());
+        offset += bytes.size();
+      }
+    } else {  // converting, or checking shapes for a clear error
+      std::vector<Tensor> parts;
+      for (size_t i = 0; i < names.size(); ++i) {
+        OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(weights, names[i], shapes[i], dt));
+        parts.push_back(std::move(t));
+      }
+      uploaded = backend.Upload(parts.size() == 1 ? parts[0] : ConcatRows(parts));
+    }
     loaded_bytes += static_cast<double>(uploaded.nbytes());
     const int tenths = static_cast<int>(10 * loaded_bytes / std::max(total_bytes, 1.0));
     if (total_bytes > 1e9 && tenths > reported_tenths) {

@@ -63,6 +63,9 @@ class Backend {
   // Copies a host tensor to this device (a no-op view on the CPU backend) and back.
   virtual Tensor Upload(const Tensor& host) = 0;
   virtual Tensor Download(const Tensor& device_tensor) = 0;
+  // Copies `bytes` host bytes into `dst` (a tensor of this device) at byte `offset`; returns
+  // once `src` may be reused. For weights straight from a mapped checkpoint.
+  virtual void UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) = 0;
 
   // Fills a float tensor (F32/BF16) with N(0, stddev) values, deterministic in `seed`.
   virtual void FillNormal(Tensor& t, uint64_t seed, float stddev) = 0;

@@ -57,6 +57,11 @@ class SafetensorsWeights final : public WeightSource {
     return out;
   }
 
+  StatusOr<std::span<const uint8_t>> RawBytes(const std::string& name) const override {
+    OASIS_ASSIGN_OR_RETURN(Location loc, Find(name));
+    return files_[loc.file]->Bytes(*loc.entry);
+  }
+
   StatusOr<Tensor> LoadSlice(const std::string& name, int dim, int64_t begin, int64_t end,
                              DType dtype) const override {
     OASIS_ASSIGN_OR_RETURN(Location loc, Find(name));

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,12 @@ class WeightSource {
   // sharding. The result equals the same part of Load(name, dtype).
   // Errors (Load too): NotFound for an unknown name, InvalidArgument for a dtype the tensor
   // cannot be converted to or a bad `dim`, OutOfRange unless 0 <= begin <= end <= shape[dim].
+  // The stored bytes of a tensor, without a copy, when the source has them in memory (a
+  // mapped checkpoint): valid while the WeightSource lives. Unimplemented otherwise.
+  virtual StatusOr<std::span<const uint8_t>> RawBytes(const std::string& name) const {
+    return Unimplemented(Describe() + " has no in-memory bytes for '" + name + "'");
+  }
+
   virtual StatusOr<Tensor> LoadSlice(const std::string& name, int dim, int64_t begin,
                                      int64_t end, DType dtype) const = 0;
 };

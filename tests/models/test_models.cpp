@@ -197,3 +197,16 @@ TEST_CASE("generation rejects bad requests without running", "[models]") {
   CHECK(e.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(e.status().message(), Catch::Contains("top_p"));
 }
+
+TEST_CASE("mapped checkpoints expose raw bytes; dummy weights do not", "[models][loader]") {
+  Fixture fx = LoadFixture("qwen3-tiny");
+  auto raw = fx.weights->RawBytes("model.layers.0.self_attn.q_proj.weight");
+  REQUIRE(raw.ok());
+  auto loaded = fx.weights->Load("model.layers.0.self_attn.q_proj.weight", DType::kBF16);
+  REQUIRE(loaded.ok());
+  REQUIRE(raw->size() == loaded->nbytes());
+  CHECK(std::memcmp(raw->data(), loaded->raw(), raw->size()) == 0);
+  CHECK(fx.weights->RawBytes("nope").status().code() == StatusCode::kNotFound);
+  auto dummy = MakeDummyWeights(DecoderLM::ExpectedWeights(fx.config), 1);
+  CHECK(dummy->RawBytes("model.norm.weight").status().code() == StatusCode::kUnimplemented);
+}

@@ -18,6 +18,7 @@ class CpuBackend final : public Backend {
   Tensor Empty(std::vector<int64_t> shape, DType dtype) override;
   Tensor Upload(const Tensor& host) override { return host; }
   Tensor Download(const Tensor& t) override { return t; }
+  void UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) override;
 
   void FillNormal(Tensor& t, uint64_t seed, float stddev) override;
   void Fill(Tensor& t, float value) override;

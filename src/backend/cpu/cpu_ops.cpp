@@ -42,6 +42,11 @@ Tensor CpuBackend::Empty(std::vector<int64_t> shape, DType dtype) {
   return Tensor::Empty(std::move(shape), dtype);
 }
 
+void CpuBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) {
+  OASIS_CHECK_LE(offset + bytes, dst.nbytes()) << "UploadBytes past the end of " << dst.ToString();
+  std::memcpy(static_cast<char*>(dst.raw()) + offset, src, bytes);
+}
+
 void CpuBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
   CheckF32(t, "FillNormal");
   float* p = t.data<float>();

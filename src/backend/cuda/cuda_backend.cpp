@@ -85,30 +85,35 @@ Tensor CudaBackend::Empty(std::vector<int64_t> shape, DType dtype) {
 Tensor CudaBackend::Upload(const Tensor& host) {
   OASIS_CHECK(host.device() == Device::kCpu) << "Upload of a device tensor";
   Tensor t = Empty(host.shape(), host.dtype());
-  const size_t bytes = host.nbytes();
+  UploadBytes(t, 0, host.raw(), host.nbytes());
+  return t;
+}
+
+void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) {
+  OASIS_CHECK(dst.device() == Device::kCuda) << "UploadBytes into a host tensor";
+  OASIS_CHECK_LE(offset + bytes, dst.nbytes()) << "UploadBytes past the end of " << dst.ToString();
+  char* out = static_cast<char*>(dst.raw()) + offset;
   constexpr size_t kChunk = size_t{32} << 20;
   if (bytes < (size_t{1} << 20)) {
-    OASIS_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), bytes, cudaMemcpyHostToDevice, stream_.get()));
+    OASIS_CUDA_CHECK(cudaMemcpyAsync(out, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
   } else {
     for (int i = 0; i < 2 && staging_[i].size() == 0; ++i) {
       auto buf = cuda::PinnedBuffer::Allocate(kChunk);
       OASIS_CHECK(buf.ok()) << "pinned staging buffer: " << buf.status().ToString();
       staging_[i] = std::move(*buf);
     }
-    const char* src = static_cast<const char*>(host.raw());
-    char* dst = static_cast<char*>(t.raw());
+    const char* in = static_cast<const char*>(src);
     int i = 0;
     for (size_t off = 0; off < bytes; off += kChunk, i ^= 1) {
       const size_t len = std::min(kChunk, bytes - off);
       staging_free_[i].Synchronize();  // the DMA out of this buffer has finished
-      std::memcpy(staging_[i].data(), src + off, len);
-      OASIS_CUDA_CHECK(cudaMemcpyAsync(dst + off, staging_[i].data(), len, cudaMemcpyHostToDevice, stream_.get()));
+      std::memcpy(staging_[i].data(), in + off, len);
+      OASIS_CUDA_CHECK(cudaMemcpyAsync(out + off, staging_[i].data(), len, cudaMemcpyHostToDevice, stream_.get()));
       staging_free_[i].Record(stream_.get());
     }
   }
-  // The host buffer may be freed as soon as we return: make the copy complete first.
+  // The caller may reuse or free `src` as soon as we return.
   stream_.Synchronize();
-  return t;
 }
 
 Tensor CudaBackend::Download(const Tensor& t) {

@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
   // DMA of chunk i); returns once the data is on the device.
   Tensor Upload(const Tensor& host) override;
   Tensor Download(const Tensor& device_tensor) override;
+  void UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) override;
 
   void FillNormal(Tensor& t, uint64_t seed, float stddev) override;
   void Fill(Tensor& t, float value) override;

@@ -90,9 +90,7 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   double total_bytes = 0, loaded_bytes = 0;
   int reported_tenths = 0;
   for (const WeightSpec& spec : ExpectedWeights(config)) {
-    double n = static_cast<double>(DTypeSize(dt));
-    for (int64_t d : spec.shape) n *= static_cast<double>(d);
-    total_bytes += n;
+    total_bytes += static_cast<double>(spec.numel()) * static_cast<double>(DTypeSize(dt));
   }
   WeightProvider from_checkpoint = [&](const std::vector<std::string>& names,
                                        const std::vector<std::vector<int64_t>>& shapes, DummyInit) -> StatusOr<Tensor> {

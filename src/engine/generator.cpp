@@ -146,8 +146,7 @@ StatusOr<Tensor> Generator::PromptLogits(const std::vector<int32_t>& prompt) {
     const int64_t len = std::min(options_.max_step_tokens, n - start);
     StepSequence s{&table, start, std::vector<int32_t>(prompt.begin() + start, prompt.begin() + start + len)};
     Tensor logits = runner_.Execute(BuildHostForwardInput({s}, LogitsFor::kEveryToken));
-    Tensor f = logits.dtype() == DType::kF32 ? logits : logits.ToFloat();
-    std::memcpy(out.data<float>() + start * vocab, f.raw(), static_cast<size_t>(len * vocab) * sizeof(float));
+    std::memcpy(out.data<float>() + start * vocab, logits.raw(), static_cast<size_t>(len * vocab) * sizeof(float));
   }
   table.Release(allocator_);
   return out;

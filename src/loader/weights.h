@@ -68,6 +68,12 @@ struct WeightSpec {
   DType dtype = DType::kBF16;
   DummyInit init = DummyInit::kNormal;
   float stddev = 0.02f;  // for kNormal
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
 };
 
 // Random weights following `specs` (deterministic in `seed`), generated on Load. Element i

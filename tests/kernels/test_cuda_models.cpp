@@ -16,15 +16,6 @@ using namespace oasis;
 
 namespace {
 
-template <typename T>
-std::vector<T> RefVector(const SafetensorsFile& f, const std::string& name) {
-  auto bytes = f.TensorBytes(name);
-  REQUIRE(bytes.ok());
-  std::vector<T> out(bytes->size() / sizeof(T));
-  std::memcpy(out.data(), bytes->data(), bytes->size());
-  return out;
-}
-
 const char* kModels[] = {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"};
 
 }  // namespace
@@ -50,9 +41,9 @@ TEST_CASE("CUDA model logits match transformers within bf16 tolerance; greedy ma
       Generator cpu_gen(**cpu_model, cpu, {.num_kv_slots = 512, .max_step_tokens = 24});
       for (int p = 0; p < 3; ++p) {
         const std::string pre = "prompt" + std::to_string(p);
-        auto ids64 = RefVector<int64_t>(*ref, pre + ".ids");
+        auto ids64 = testing::TensorVector<int64_t>(*ref, pre + ".ids");
         std::vector<int32_t> ids(ids64.begin(), ids64.end());
-        auto want = RefVector<float>(*ref, pre + ".logits");
+        auto want = testing::TensorVector<float>(*ref, pre + ".logits");
         auto logits = gen.PromptLogits(ids);
         REQUIRE(logits.ok());
         double num = 0, den = 0;
@@ -80,7 +71,7 @@ TEST_CASE("CUDA model logits match transformers within bf16 tolerance; greedy ma
         size_t first = 0;
         while (first < gt.size() && gt[first] == ct[first]) ++first;
         if (first < gt.size()) {
-          auto margins = RefVector<float>(*ref, pre + ".greedy_margin");
+          auto margins = testing::TensorVector<float>(*ref, pre + ".greedy_margin");
           WARN(name << " " << pre << ": GPU greedy diverges from CPU at step " << first
                     << " (transformers top-1/top-2 margin there " << margins[first] << ")");
           CHECK(margins[first] < 0.25f);  // only a near-tie may flip under bf16

@@ -36,15 +36,6 @@ Fixture LoadFixture(const std::string& name) {
   return Fixture{*config, std::move(*weights), std::move(*ref)};
 }
 
-template <typename T>
-std::vector<T> RefVector(const SafetensorsFile& f, const std::string& name) {
-  auto bytes = f.TensorBytes(name);
-  REQUIRE(bytes.ok());
-  std::vector<T> out(bytes->size() / sizeof(T));
-  std::memcpy(out.data(), bytes->data(), bytes->size());
-  return out;
-}
-
 std::vector<int32_t> ToI32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 
 // ||a - b|| / ||b||
@@ -72,8 +63,8 @@ TEST_CASE("prompt logits match transformers at every position", "[models]") {
         REQUIRE(model.ok());
         Generator gen(**model, backend, {.num_kv_slots = 256, .max_step_tokens = chunk});
         for (int p = 0; p < kPrompts; ++p) {
-          auto ids = ToI32(RefVector<int64_t>(fx.reference, "prompt" + std::to_string(p) + ".ids"));
-          auto ref = RefVector<float>(fx.reference, "prompt" + std::to_string(p) + ".logits");
+          auto ids = ToI32(testing::TensorVector<int64_t>(fx.reference, "prompt" + std::to_string(p) + ".ids"));
+          auto ref = testing::TensorVector<float>(fx.reference, "prompt" + std::to_string(p) + ".logits");
           auto logits = gen.PromptLogits(ids);
           REQUIRE(logits.ok());
           REQUIRE(static_cast<size_t>(logits->numel()) == ref.size());
@@ -98,12 +89,12 @@ TEST_CASE("greedy continuations equal transformers', alone and batched", "[model
       std::vector<std::vector<int32_t>> expected;
       for (int p = 0; p < kPrompts; ++p) {
         GenerationRequest r;
-        r.prompt = ToI32(RefVector<int64_t>(fx.reference, "prompt" + std::to_string(p) + ".ids"));
+        r.prompt = ToI32(testing::TensorVector<int64_t>(fx.reference, "prompt" + std::to_string(p) + ".ids"));
         r.max_tokens = 32;
         r.ignore_eos = true;
         r.sampling.temperature = 0;
         requests.push_back(r);
-        expected.push_back(ToI32(RefVector<int64_t>(fx.reference, "prompt" + std::to_string(p) + ".greedy")));
+        expected.push_back(ToI32(testing::TensorVector<int64_t>(fx.reference, "prompt" + std::to_string(p) + ".greedy")));
       }
       auto batched = gen.Generate(requests);
       REQUIRE(batched.ok());
@@ -124,9 +115,9 @@ TEST_CASE("decode-step logits match transformers' greedy logits", "[models]") {
   auto model = DecoderLM::Create(fx.config, *fx.weights, backend);
   REQUIRE(model.ok());
   Generator gen(**model, backend, {.num_kv_slots = 256, .max_step_tokens = 512});
-  auto ids = ToI32(RefVector<int64_t>(fx.reference, "prompt1.ids"));
-  auto greedy = ToI32(RefVector<int64_t>(fx.reference, "prompt1.greedy"));
-  auto ref = RefVector<float>(fx.reference, "prompt1.greedy_logits");
+  auto ids = ToI32(testing::TensorVector<int64_t>(fx.reference, "prompt1.ids"));
+  auto greedy = ToI32(testing::TensorVector<int64_t>(fx.reference, "prompt1.greedy"));
+  auto ref = testing::TensorVector<float>(fx.reference, "prompt1.greedy_logits");
   const size_t vocab = static_cast<size_t>(fx.config.vocab_size);
   // Logits at the last position of prompt + k greedy tokens == transformers' k-th step.
   for (size_t k : {size_t{0}, size_t{9}, size_t{31}}) {

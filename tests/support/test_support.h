@@ -1,9 +1,13 @@
 // Paths and helpers shared by the test suites.
 #pragma once
 
+#include <catch2/catch.hpp>
+
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace oasis::testing {
 
@@ -19,5 +23,16 @@ std::filesystem::path FixturePath(const std::string& relative);
 std::string ReadFileOrFail(const std::filesystem::path& path);
 // A fresh, empty temporary directory for the calling test.
 std::filesystem::path MakeTempDir(const std::string& tag);
+
+// The elements of tensor `name` of a safetensors file (SafetensorsFile or anything with
+// TensorBytes(name) -> StatusOr<span>), copied out as T; fails the test when it is absent.
+template <typename T, typename File>
+std::vector<T> TensorVector(const File& file, const std::string& name) {
+  auto bytes = file.TensorBytes(name);
+  REQUIRE(bytes.ok());
+  std::vector<T> out(bytes->size() / sizeof(T));
+  std::memcpy(out.data(), bytes->data(), bytes->size());
+  return out;
+}
 
 }  // namespace oasis::testing

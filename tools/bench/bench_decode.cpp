@@ -64,7 +64,7 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, DecoderLM& mo
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
     if (w.shape.size() != 2 || w.name == "model.embed_tokens.weight") continue;
     if (w.name == "lm_head.weight") continue;  // logits of the last token only
-    matrix_params += static_cast<double>(w.shape[0]) * static_cast<double>(w.shape[1]);
+    matrix_params += static_cast<double>(w.numel());
   }
   const double dn = static_cast<double>(n);
   const double flops = 2.0 * matrix_params * dn + 2.0 * config.hidden_size * config.vocab_size +
@@ -110,11 +110,7 @@ Status Run(int argc, char** argv) {
     OASIS_ASSIGN_OR_RETURN(model, DecoderLM::Create(config, *weights, *backend));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     double bytes = 0;
-    for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
-      double n = 2;
-      for (int64_t d : w.shape) n *= static_cast<double>(d);
-      bytes += n;
-    }
+    for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) bytes += 2.0 * static_cast<double>(w.numel());
     std::printf("RESULT load %s: %.2f GB in %.2f s = %.2f GB/s (safetensors mmap -> pinned staging -> HBM)\n",
                 model_dir.c_str(), bytes / 1e9, secs, bytes / 1e9 / secs);
   }
@@ -139,9 +135,7 @@ Status Run(int argc, char** argv) {
   double weight_bytes = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
     if (w.name == "model.embed_tokens.weight" && !config.tie_word_embeddings) continue;  // one row read
-    double n = 1;
-    for (int64_t d : w.shape) n *= static_cast<double>(d);
-    weight_bytes += 2 * n;
+    weight_bytes += 2.0 * static_cast<double>(w.numel());
   }
   const double kv_bytes_per_token = 2.0 * 2 * config.num_hidden_layers * config.kv_size();
 

@@ -236,58 +236,13 @@ void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_
                                            stream_.get()));
 }
 
-void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
-                            Tensor& out) {
-  CheckDevice(q, DType::kBF16, "Attention q");
-  CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
-  const int head_dim = static_cast<int>(q.dim(2));
-  const bool decode_kernel = meta.max_query_len >= 1 && meta.max_query_len <= 4 &&
-                             (head_dim == 64 || head_dim == 128 || head_dim == 256);
-  if (decode_kernel) {  // split-K flash decoding, K/V read once per GQA group
-    kernels::DecodeAttentionParams p;
-    p.q = Ptr(q);
-    p.k_pool = Ptr(pool.k);
-    p.v_pool = Ptr(pool.v);
-    p.query_start = Ptr<int32_t>(meta.query_start);
-    p.kv_lens = Ptr<int32_t>(meta.kv_lens);
-    p.block_tables = Ptr<int32_t>(meta.block_tables);
-    p.out = Ptr(out);
-    p.tokens = q.dim(0);
-    p.num_seqs = static_cast<int>(meta.query_start.numel() - 1);
-    p.num_q_heads = static_cast<int>(q.dim(1));
-    p.num_kv_heads = static_cast<int>(meta.kv_lens.dim(1));
-    p.head_dim = head_dim;
-    p.max_blocks = static_cast<int>(meta.block_tables.dim(2));
-    p.max_query_len = meta.max_query_len;
-    p.max_kv_len = meta.max_kv_len;
-    p.scale = scale;
-    const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
-    Tensor workspace = bytes ? Empty({static_cast<int64_t>(bytes)}, DType::kU8) : Tensor();
-    OASIS_CUDA_CHECK(kernels::LaunchDecodeAttention(p, workspace.raw(), bytes, stream_.get()));
-    return;
-  }
-  if (kernels::PrefillAttentionSupportsHeadDim(head_dim)) {  // tensor-core flash attention
-    kernels::PrefillAttentionParams p;
-    p.q = Ptr(q);
-    p.k_pool = Ptr(pool.k);
-    p.v_pool = Ptr(pool.v);
-    p.query_start = Ptr<int32_t>(meta.query_start);
-    p.kv_lens = Ptr<int32_t>(meta.kv_lens);
-    p.block_tables = Ptr<int32_t>(meta.block_tables);
-    p.out = Ptr(out);
-    p.tokens = q.dim(0);
-    p.num_seqs = static_cast<int>(meta.query_start.numel() - 1);
-    p.num_q_heads = static_cast<int>(q.dim(1));
-    p.num_kv_heads = static_cast<int>(meta.kv_lens.dim(1));
-    p.head_dim = head_dim;
-    p.max_blocks = static_cast<int>(meta.block_tables.dim(2));
-    p.max_query_len = meta.max_query_len;
-    p.scale = scale;
-    OASIS_CUDA_CHECK(kernels::LaunchPrefillAttention(p, stream_.get()));
-    return;
-  }
-  // Other head sizes: the reference-grade kernel.
-  kernels::PagedAttentionParams p;
+namespace {
+
+// The fields the three attention kernels' parameter structs share (same names in each).
+template <typename Params>
+Params AttentionParams(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
+                       Tensor& out) {
+  Params p;
   p.q = Ptr(q);
   p.k_pool = Ptr(pool.k);
   p.v_pool = Ptr(pool.v);
@@ -299,10 +254,36 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   p.num_seqs = static_cast<int>(meta.query_start.numel() - 1);
   p.num_q_heads = static_cast<int>(q.dim(1));
   p.num_kv_heads = static_cast<int>(meta.kv_lens.dim(1));
-  p.head_dim = head_dim;
+  p.head_dim = static_cast<int>(q.dim(2));
   p.max_blocks = static_cast<int>(meta.block_tables.dim(2));
   p.scale = scale;
-  OASIS_CUDA_CHECK(kernels::LaunchPagedAttention(p, stream_.get()));
+  return p;
+}
+
+}  // namespace
+
+void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
+                            Tensor& out) {
+  CheckDevice(q, DType::kBF16, "Attention q");
+  CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
+  const int head_dim = static_cast<int>(q.dim(2));
+  const bool decode_kernel = meta.max_query_len >= 1 && meta.max_query_len <= 4 &&
+                             (head_dim == 64 || head_dim == 128 || head_dim == 256);
+  if (decode_kernel) {  // split-K flash decoding, K/V read once per GQA group
+    auto p = AttentionParams<kernels::DecodeAttentionParams>(q, pool, meta, scale, out);
+    p.max_query_len = meta.max_query_len;
+    p.max_kv_len = meta.max_kv_len;
+    const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
+    Tensor workspace = bytes ? Empty({static_cast<int64_t>(bytes)}, DType::kU8) : Tensor();
+    OASIS_CUDA_CHECK(kernels::LaunchDecodeAttention(p, workspace.raw(), bytes, stream_.get()));
+  } else if (kernels::PrefillAttentionSupportsHeadDim(head_dim)) {  // tensor-core flash attention
+    auto p = AttentionParams<kernels::PrefillAttentionParams>(q, pool, meta, scale, out);
+    p.max_query_len = meta.max_query_len;
+    OASIS_CUDA_CHECK(kernels::LaunchPrefillAttention(p, stream_.get()));
+  } else {  // other head sizes: the reference-grade kernel
+    auto p = AttentionParams<kernels::PagedAttentionParams>(q, pool, meta, scale, out);
+    OASIS_CUDA_CHECK(kernels::LaunchPagedAttention(p, stream_.get()));
+  }
 }
 
 void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,

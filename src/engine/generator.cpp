@@ -16,7 +16,7 @@ struct Running {
   std::vector<int32_t> tokens;      // prompt + generated
   int64_t computed = 0;             // tokens whose KV is cached
   HeadBlockTable table;
-  std::mt19937_64 rng;
+  uint64_t seed = 0;
   bool done = false;
   explicit Running(int32_t heads) : table(heads) {}
 };
@@ -68,14 +68,13 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(const std::vector<Ge
     OASIS_RETURN_IF_ERROR(Validate(requests[i]).WithContext("request " + std::to_string(i)));
   }
   const int32_t heads = static_cast<int32_t>(model_.config().num_key_value_heads);
-  const int64_t vocab = model_.config().vocab_size;
   std::vector<GenerationResult> results(requests.size());
   std::vector<std::unique_ptr<Running>> running;
   for (size_t i = 0; i < requests.size(); ++i) {
     auto r = std::make_unique<Running>(heads);
     r->index = i;
     r->tokens = requests[i].prompt;
-    r->rng.seed(requests[i].sampling.seed ? *requests[i].sampling.seed : engine_rng_());
+    r->seed = requests[i].sampling.seed ? *requests[i].sampling.seed : engine_rng_();
     running.push_back(std::move(r));
   }
   Status status = Status::Ok();
@@ -100,15 +99,25 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(const std::vector<Ge
       budget -= n;
     }
     if (!status.ok() || batch.empty()) break;
-    Tensor logits = runner_.Execute(BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence));
+    std::vector<SampleRow> rows(batch.size());
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const Running& r = *batch[b];
+      const GenerationRequest& req = requests[r.index];
+      rows[b].params = req.sampling;
+      rows[b].seed = r.seed;
+      rows[b].counter = results[r.index].tokens.size();
+      rows[b].num_top_logprobs = req.num_top_logprobs;
+      rows[b].needed = r.computed + static_cast<int64_t>(steps[b].tokens.size()) == static_cast<int64_t>(r.tokens.size());
+    }
+    std::vector<SampleResult> samples =
+        runner_.ExecuteAndSample(BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence), rows);
     for (size_t b = 0; b < batch.size(); ++b) {
       Running& r = *batch[b];
       r.computed += static_cast<int64_t>(steps[b].tokens.size());
       if (r.computed < static_cast<int64_t>(r.tokens.size())) continue;  // prompt not finished
       const GenerationRequest& req = requests[r.index];
       GenerationResult& out = results[r.index];
-      SampleResult sample = SampleToken(logits.data<float>() + static_cast<int64_t>(b) * vocab, vocab, req.sampling,
-                                        r.rng, req.num_top_logprobs);
+      SampleResult sample = std::move(samples[b]);
       out.tokens.push_back(sample.token);
       out.samples.push_back(std::move(sample));
       r.tokens.push_back(out.tokens.back());

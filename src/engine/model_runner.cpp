@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include "common/check.h"
+
 namespace oasis {
 
 ModelRunner::ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots)
@@ -17,6 +19,18 @@ Tensor ModelRunner::Execute(const ForwardInput& h) {
   in.attention.max_kv_len = h.attention.max_kv_len;
   in.logit_rows = backend_.Upload(h.logit_rows);
   return backend_.Download(model_.Forward(in, kv_));
+}
+
+std::vector<SampleResult> ModelRunner::ExecuteAndSample(const ForwardInput& host_input,
+                                                        const std::vector<SampleRow>& rows) {
+  Tensor logits = Execute(host_input);
+  OASIS_CHECK_EQ(logits.shape()[0], static_cast<int64_t>(rows.size())) << "one SampleRow per logits row";
+  const int64_t vocab = logits.shape()[1];
+  std::vector<SampleResult> out(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r].needed) out[r] = SampleToken(logits.data<float>() + static_cast<int64_t>(r) * vocab, vocab, rows[r]);
+  }
+  return out;
 }
 
 }  // namespace oasis

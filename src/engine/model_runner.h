@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/sampler.h"
 #include "models/decoder_lm.h"
 
 namespace oasis {
@@ -23,6 +24,12 @@ class ModelRunner {
   // `host_input` holds host tensors (BuildHostForwardInput). Returns host F32 logits
   // [R, vocab] for the requested rows.
   virtual Tensor Execute(const ForwardInput& host_input);
+
+  // Executes the step and samples one token per logits row (rows.size() == the number of
+  // logits rows; rows with needed == false get a default result). The plain runner samples
+  // on the host from Execute()'s logits; device runners sample where the logits are and
+  // bring back only tokens and log-probabilities.
+  virtual std::vector<SampleResult> ExecuteAndSample(const ForwardInput& host_input, const std::vector<SampleRow>& rows);
 
  protected:
   DecoderLM& model_;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "common/check.h"
+#include "oasis/sampling_noise.h"
 
 namespace oasis {
 
@@ -47,58 +48,62 @@ int32_t Argmax(const float* logits, int64_t vocab) {
 
 }  // namespace
 
-SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng,
-                         int num_top_logprobs) {
+SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t seed,
+                         uint64_t counter, int num_top_logprobs) {
   OASIS_CHECK_GT(vocab, 0) << "empty logits";
   SampleResult result;
   if (p.greedy()) {
     result.token = Argmax(logits, vocab);
   } else {
-    // Candidates sorted by logit, best first (ties: lower id first), then truncated.
+    const float max_l = logits[Argmax(logits, vocab)];
+    const double inv_t = 1.0 / static_cast<double>(p.temperature);
+    const int64_t keep = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : vocab;
+    const bool truncate = keep < vocab || p.top_p < 1.0f || p.min_p > 0.0f;
+    const uint64_t key = NoiseKey(seed, counter);
+    auto score = [&](int32_t id) {
+      const double g = -std::log(-std::log(NoiseUniform(key, id)));
+      return static_cast<double>(logits[id] - max_l) * inv_t + g;
+    };
+    auto pick = [&](const int32_t* ids, int64_t n) {
+      int32_t best = ids[0];
+      double best_s = score(best);
+      for (int64_t i = 1; i < n; ++i) {
+        const double s = score(ids[i]);
+        if (s > best_s || (s == best_s && ids[i] < best)) best = ids[i], best_s = s;
+      }
+      return best;
+    };
     std::vector<int32_t> order(static_cast<size_t>(vocab));
     std::iota(order.begin(), order.end(), 0);
-    int64_t keep = vocab;
-    if (p.top_k > 0 && p.top_k < vocab) keep = p.top_k;
-    auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
-    order.resize(static_cast<size_t>(keep));
-    // Probabilities at this temperature over the top-k candidates.
-    const double inv_t = 1.0 / p.temperature;
-    const double max_l = logits[order[0]];
-    std::vector<double> prob(order.size());
-    double z = 0;
-    for (size_t i = 0; i < order.size(); ++i) z += prob[i] = std::exp((logits[order[i]] - max_l) * inv_t);
-    for (double& x : prob) x /= z;
-    // top-p: smallest prefix whose mass reaches top_p (always at least one token).
-    size_t n = order.size();
-    if (p.top_p < 1.0f) {
-      double mass = 0;
-      for (size_t i = 0; i < order.size(); ++i) {
-        mass += prob[i];
-        if (mass >= p.top_p) {
-          n = i + 1;
-          break;
+    if (!truncate) {
+      result.token = pick(order.data(), vocab);
+    } else {
+      // Candidates sorted by logit, best first (ties: lower id first), then truncated.
+      auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+      std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
+      std::vector<double> q(static_cast<size_t>(keep));
+      double z = 0;
+      for (int64_t i = 0; i < keep; ++i) {
+        z += q[static_cast<size_t>(i)] = std::exp(static_cast<double>(logits[order[static_cast<size_t>(i)]] - max_l) * inv_t);
+      }
+      int64_t n = keep;
+      if (p.top_p < 1.0f) {  // shortest prefix whose mass reaches top_p (at least one token)
+        const double target = static_cast<double>(p.top_p) * z;
+        double mass = 0;
+        for (int64_t i = 0; i < keep; ++i) {
+          mass += q[static_cast<size_t>(i)];
+          if (mass >= target) {
+            n = i + 1;
+            break;
+          }
         }
       }
-    }
-    // min-p: drop tokens below min_p × the top probability.
-    if (p.min_p > 0.0f) {
-      const double floor = p.min_p * prob[0];
-      size_t m = 1;
-      while (m < n && prob[m] >= floor) ++m;
-      n = m;
-    }
-    double total = 0;
-    for (size_t i = 0; i < n; ++i) total += prob[i];
-    std::uniform_real_distribution<double> uniform(0.0, total);
-    double u = uniform(rng), cum = 0;
-    result.token = order[n - 1];
-    for (size_t i = 0; i < n; ++i) {
-      cum += prob[i];
-      if (u < cum) {
-        result.token = order[i];
-        break;
+      if (p.min_p > 0.0f) {  // q_0 = 1 is the top probability's scale
+        int64_t m = 1;
+        while (m < n && q[static_cast<size_t>(m)] >= static_cast<double>(p.min_p)) ++m;
+        n = m;
       }
+      result.token = pick(order.data(), n);
     }
   }
   std::vector<float> lp = LogSoftmax(logits, vocab);
@@ -108,9 +113,12 @@ SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParam
     std::vector<int32_t> idx(static_cast<size_t>(vocab));
     std::iota(idx.begin(), idx.end(), 0);
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-      return lp[static_cast<size_t>(a)] > lp[static_cast<size_t>(b)] || (lp[static_cast<size_t>(a)] == lp[static_cast<size_t>(b)] && a < b);
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
     });
-    for (int64_t i = 0; i < k; ++i) result.top_logprobs.push_back({idx[static_cast<size_t>(i)], lp[static_cast<size_t>(idx[static_cast<size_t>(i)])]});
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t id = idx[static_cast<size_t>(i)];
+      result.top_logprobs.push_back({id, lp[static_cast<size_t>(id)]});
+    }
   }
   return result;
 }

@@ -1,12 +1,19 @@
-// Host-side token sampling from one row of logits: greedy, temperature, top-k, top-p,
-// min-p, with per-request seeded RNG; log-probabilities of the chosen and top tokens.
+// Token sampling from one row of logits: greedy, temperature, top-k, top-p, min-p, with
+// counter-based per-request randomness; log-probabilities of the chosen and top tokens.
+//
+// The exact rule (the CUDA sampling kernel implements the same one, so a seeded request
+// draws the same tokens on both backends up to floating-point near-ties):
+//   order the vocabulary by (logit desc, id asc); keep the first top_k; with
+//   q_i = exp((l_i - l_max) / T), keep the shortest prefix whose mass reaches top_p of the
+//   kept mass; drop tokens with q_i < min_p; the token is the argmax over the kept set of
+//   (l_i - l_max) / T + Gumbel(seed, counter, i) (lowest id on ties) — an exact sample
+//   from the truncated, temperature-scaled distribution.
+// Greedy (temperature 0 or top_k 1) is the first maximum, like torch.argmax.
 // Log-probabilities are those of the model's raw distribution (before temperature and
 // truncation), as vLLM reports them. Stateless functions; thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <random>
-#include <utility>
 #include <vector>
 
 #include "oasis/sampling.h"
@@ -24,9 +31,26 @@ struct SampleResult {
   std::vector<TokenLogprob> top_logprobs;  // the num_top most likely tokens, best first
 };
 
-// `rng` is the request's generator (seeded from SamplingParams::seed when given).
+// What to sample from one logits row: the request's parameters, its resolved seed (the
+// request's, or one the engine drew for it) and the step counter (number of tokens the
+// request generated before this one).
+struct SampleRow {
+  SamplingParams params;
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+  int num_top_logprobs = 0;
+  bool needed = true;  // false: this row's token is not used (a prompt chunk mid-prefill)
+};
+
+// Largest num_top_logprobs supported (OpenAI allows 20).
+inline constexpr int kMaxTopLogprobs = 20;
+
 SampleResult SampleToken(const float* logits,  // [vocab]
-                         int64_t vocab, const SamplingParams& params, std::mt19937_64& rng,
+                         int64_t vocab, const SamplingParams& params, uint64_t seed, uint64_t counter,
                          int num_top_logprobs = 0);
+
+inline SampleResult SampleToken(const float* logits, int64_t vocab, const SampleRow& row) {
+  return SampleToken(logits, vocab, row.params, row.seed, row.counter, row.num_top_logprobs);
+}
 
 }  // namespace oasis

@@ -12,10 +12,9 @@ const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f};
 }
 
 TEST_CASE("greedy picks the first maximum; logprobs are the raw distribution", "[sampler]") {
-  std::mt19937_64 rng(1);
   SamplingParams p;
   p.temperature = 0;
-  SampleResult r = SampleToken(kLogits.data(), 6, p, rng, 3);
+  SampleResult r = SampleToken(kLogits.data(), 6, p, 1, 0, 3);
   CHECK(r.token == 1);
   double z = 0;
   for (float l : kLogits) z += std::exp(l);
@@ -31,9 +30,8 @@ TEST_CASE("seeded sampling is reproducible and respects truncation", "[sampler]"
   p.temperature = 1.0f;
   p.seed = 42;
   auto draw = [&](SamplingParams params, int n) {
-    std::mt19937_64 rng(*params.seed);
     std::map<int32_t, int> counts;
-    for (int i = 0; i < n; ++i) counts[SampleToken(kLogits.data(), 6, params, rng).token]++;
+    for (int i = 0; i < n; ++i) counts[SampleToken(kLogits.data(), 6, params, *params.seed, static_cast<uint64_t>(i)).token]++;
     return counts;
   };
   CHECK(draw(p, 200) == draw(p, 200));

@@ -1,0 +1,158 @@
+// Engine: the serving engine loop. One thread owns all engine state (scheduler, KV
+// allocator, request states, the ModelRunner) and runs: drain new requests → schedule →
+// execute → sample → post-process (detokenize, stop checks) → emit to per-request output
+// channels. Front-end threads (HTTP, gRPC) only call Submit/Abort/Stats and read their
+// RequestStream; they never touch engine state.
+//
+// Thread-safety: Submit, Abort, Stats, Start, Stop are thread-safe. RequestStream is a
+// single-producer (the engine loop) single-consumer (the front end) channel.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "oasis/sampling.h"
+#include "oasis/status.h"
+
+namespace oasis {
+
+namespace tokenizer {
+class Tokenizer;
+}
+
+// Why a request finished. kAbort: Abort() or client disconnect; kError: the engine failed it.
+enum class FinishReasonKind { kNone, kStop, kLength, kAbort, kError };
+
+// OpenAI's finish_reason string: "stop", "length", "abort", "error"; "" for kNone.
+const char* FinishReasonName(FinishReasonKind kind);
+
+struct EngineRequest {
+  std::string id;                   // unique among live requests (the server makes them)
+  std::vector<int32_t> prompt;      // token ids
+  int64_t max_tokens = -1;          // -1: until the context is full
+  int64_t min_tokens = 0;           // EOS / stop ids / stop strings are ignored before this
+  SamplingParams sampling;          // seed unset: the engine draws one
+  std::vector<int32_t> stop_token_ids;   // in addition to the model's EOS unless ignore_eos
+  std::vector<std::string> stop;         // stop strings, matched across token boundaries
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;
+  bool logprobs = false;            // report the chosen token's log-probability
+  int num_top_logprobs = 0;         // 0..kMaxTopLogprobs
+  bool detokenize = true;           // fill RequestOutput::text (needs the tokenizer)
+};
+
+// One token generated for a request.
+struct GeneratedToken {
+  int32_t token = -1;
+  float logprob = 0.0f;                    // valid when the request asked for logprobs
+  std::vector<TokenLogprob> top_logprobs;  // num_top_logprobs entries
+};
+
+// One event on a request's stream: the tokens produced since the previous event (usually
+// one per engine step), the text they completed, and, on the last event, why it finished.
+// Text held back because it may be the start of a stop string is emitted later or dropped
+// when the stop string completes (unless include_stop_str_in_output).
+struct RequestOutput {
+  std::vector<GeneratedToken> tokens;
+  std::string text;                  // new text (valid UTF-8; may be empty)
+  bool finished = false;
+  FinishReasonKind finish_reason = FinishReasonKind::kNone;
+  std::string stop_reason;           // the matched stop string, or the stop token id as text
+  Status error = Status::Ok();       // set with kError
+  int64_t prompt_tokens = 0;         // usage, counted at every event
+  int64_t completion_tokens = 0;
+};
+
+// The per-request output channel. The engine pushes; the front end pops.
+class RequestStream {
+ public:
+  explicit RequestStream(std::string id) : id_(std::move(id)) {}
+  const std::string& id() const { return id_; }
+
+  // Blocks up to `timeout` for the next event; nullopt on timeout. After the finished event
+  // has been popped, returns nullopt immediately.
+  std::optional<RequestOutput> Next(std::chrono::milliseconds timeout);
+  // Engine side: appends an event (merging is allowed) and wakes the reader.
+  void Push(RequestOutput out);
+  bool finished() const;
+
+ private:
+  std::string id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  bool finished_pushed_ = false;
+  bool finished_popped_ = false;
+};
+
+struct EngineOptions {
+  int64_t max_num_seqs = 256;            // running requests at most (admission limit)
+  int64_t max_num_batched_tokens = 2048; // per-step token budget (decode tokens + prefill chunks)
+  int64_t max_waiting = 4096;            // Submit fails with ResourceExhausted beyond this (→ 429)
+  uint64_t seed = 0;                     // seeds for requests without one
+};
+
+// A Prometheus-style histogram: counts[i] = observations in (bounds[i-1], bounds[i]]; the
+// exporter makes them cumulative.
+struct LatencyHistogram {
+  std::vector<double> bounds;   // upper bounds, ascending
+  std::vector<int64_t> counts;  // per bucket (non-cumulative), bounds.size() + 1 entries (+Inf last)
+  double sum = 0.0;
+  int64_t count = 0;
+};
+
+// Point-in-time counters for /metrics (names in the server follow vLLM's, prefix oasis:).
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  double kv_usage = 0.0;                 // used / total head-block slots, in [0, 1]
+  int64_t num_kv_slots = 0;
+  int64_t num_free_kv_slots = 0;
+  int64_t prompt_tokens_total = 0;       // prompt tokens of finished + running requests' computed prefill
+  int64_t generation_tokens_total = 0;
+  int64_t requests_finished_total = 0;   // all reasons
+  int64_t requests_stop_total = 0, requests_length_total = 0, requests_abort_total = 0,
+          requests_error_total = 0;
+  int64_t preemptions_total = 0;
+  int64_t steps_total = 0;
+  // Cumulative latency histograms (seconds) since start.
+  LatencyHistogram ttft, itl, e2e;
+};
+
+class Engine {
+ public:
+  // `runner` (and `tok`, when given) must outlive the engine. `tok` may be null: then
+  // requests must set detokenize = false and have no stop strings.
+  Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options);
+  ~Engine();  // Stop()s
+
+  void Start();  // starts the loop thread
+  void Stop();   // aborts every live request (kAbort), joins the thread
+
+  // Validates (empty prompt, ids outside the vocabulary, prompt length + max_tokens beyond
+  // the context (InvalidArgument / OutOfRange naming the numbers), bad sampling values,
+  // more KV than the whole pool, duplicate id) and enqueues. The stream's first event
+  // comes after the first token.
+  StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request);
+  // Aborts a live request (no-op for unknown ids): it finishes with kAbort and its KV
+  // blocks go back to the pool within one step.
+  void Abort(const std::string& id);
+
+  EngineStats Stats() const;
+  const ModelConfig& model_config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace oasis

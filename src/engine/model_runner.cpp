@@ -7,7 +7,9 @@ namespace oasis {
 ModelRunner::ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots)
     : model_(model), backend_(backend), num_kv_slots_(num_kv_slots), kv_(model.AllocateKvCache(num_kv_slots)) {}
 
-Tensor ModelRunner::Execute(const ForwardInput& h) {
+Tensor ModelRunner::Execute(const ForwardInput& h) { return backend_.Download(ForwardLogits(h)); }
+
+Tensor ModelRunner::ForwardLogits(const ForwardInput& h) {
   ForwardInput in;
   in.token_ids = backend_.Upload(h.token_ids);
   in.positions = backend_.Upload(h.positions);
@@ -18,7 +20,7 @@ Tensor ModelRunner::Execute(const ForwardInput& h) {
   in.attention.max_query_len = h.attention.max_query_len;
   in.attention.max_kv_len = h.attention.max_kv_len;
   in.logit_rows = backend_.Upload(h.logit_rows);
-  return backend_.Download(model_.Forward(in, kv_));
+  return model_.Forward(in, kv_);
 }
 
 std::vector<SampleResult> ModelRunner::ExecuteAndSample(const ForwardInput& host_input,

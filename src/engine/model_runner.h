@@ -32,6 +32,10 @@ class ModelRunner {
   virtual std::vector<SampleResult> ExecuteAndSample(const ForwardInput& host_input, const std::vector<SampleRow>& rows);
 
  protected:
+  // Runs the step and returns the logits [R, vocab] where the backend keeps them (device
+  // memory for GPU backends; valid until the next step).
+  virtual Tensor ForwardLogits(const ForwardInput& host_input);
+
   DecoderLM& model_;
   Backend& backend_;
   int64_t num_kv_slots_;

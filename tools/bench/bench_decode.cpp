@@ -5,7 +5,8 @@
 //   bench_decode --config tools/bench/model_configs/qwen3-8b.json --batch 1 --context 128
 //   bench_decode --config ... --batch 64 --context 4096
 // Times `--steps` decode steps after `--warmup` steps (CUDA events around each step's
-// Execute: host packing, one H2D copy, graph replay, logits D2H); reports the median.
+// ExecuteAndSample: host packing, one H2D copy, graph replay, sampling on the GPU, tokens
+// D2H); reports the median.
 //
 //   bench_decode --config ... --prefill 8192
 // instead times the prefill of one prompt of that many tokens (eager, tensor-core attention,
@@ -81,6 +82,7 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, DecoderLM& mo
 Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json", model_dir;
   int64_t batch = 1, context = 128, steps = 50, warmup = 5;
+  double temperature = 0.0, top_p = 1.0;
   bool no_graphs = false;
   int64_t prefill = 0;
   FlagParser flags("bench_decode: whole-model decode throughput with dummy weights");
@@ -90,6 +92,8 @@ Status Run(int argc, char** argv) {
   flags.AddInt("context", &context, "tokens already in each sequence's KV cache");
   flags.AddInt("steps", &steps, "timed decode steps");
   flags.AddInt("warmup", &warmup, "untimed decode steps first");
+  flags.AddDouble("temperature", &temperature, "sampling temperature of every row (0 = greedy), on the GPU");
+  flags.AddDouble("top-p", &top_p, "top-p of every row");
   flags.AddBool("no-graphs", &no_graphs, "run eagerly, without CUDA graphs");
   flags.AddInt("prefill", &prefill, "time the prefill of one prompt of this many tokens instead");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
@@ -148,7 +152,13 @@ Status Run(int argc, char** argv) {
     }
     ForwardInput in = BuildHostForwardInput(seqs, LogitsFor::kLastTokenOfEachSequence);
     start.Record(backend->stream());
-    Tensor logits = runner->Execute(in);
+    std::vector<SampleRow> rows(static_cast<size_t>(batch));
+    for (auto& r : rows) {
+      r.params.temperature = static_cast<float>(temperature);
+      r.params.top_p = static_cast<float>(top_p);
+      r.counter = static_cast<uint64_t>(step);
+    }
+    std::vector<SampleResult> sampled = runner->ExecuteAndSample(in, rows);
     stop.Record(backend->stream());
     stop.Synchronize();
     if (step >= warmup) ms.push_back(stop.ElapsedMsSince(start));

@@ -159,19 +159,31 @@ cudaGraphExec_t CudaGraphRunner::Capture(int64_t B) {
   return exec;
 }
 
-Tensor CudaGraphRunner::Execute(const ForwardInput& host_input) {
-  if (!Eligible(host_input)) return ModelRunner::Execute(host_input);
+Tensor CudaGraphRunner::ForwardLogits(const ForwardInput& host_input) {
+  if (!Eligible(host_input)) return ModelRunner::ForwardLogits(host_input);
   const int64_t b = host_input.token_ids.numel(), B = BucketFor(b);
   PackInputs(host_input, B);
   auto it = graphs_.find(B);
   if (it == graphs_.end()) it = graphs_.emplace(B, Capture(B)).first;
   OASIS_CUDA_CHECK(cudaGraphLaunch(it->second, cuda_.stream()));
-  const Tensor& logits = graph_logits_[B];
+  return graph_logits_[B];
+}
+
+Tensor CudaGraphRunner::Execute(const ForwardInput& host_input) {
+  if (!Eligible(host_input)) return ModelRunner::Execute(host_input);
+  const int64_t b = host_input.token_ids.numel();
+  const Tensor logits = ForwardLogits(host_input);
   const int64_t vocab = logits.dim(1);
   Tensor out(host_logits_.data(), DType::kF32, {b, vocab}, Device::kCpu);
   OASIS_CUDA_CHECK(cudaMemcpyAsync(out.raw(), logits.raw(), out.nbytes(), cudaMemcpyDeviceToHost, cuda_.stream()));
   cuda_.Synchronize();
   return out;
+}
+
+std::vector<SampleResult> CudaGraphRunner::ExecuteAndSample(const ForwardInput& host_input,
+                                                            const std::vector<SampleRow>& rows) {
+  const Tensor logits = ForwardLogits(host_input);
+  return sampler_.Sample(logits, rows, cuda_.stream());
 }
 
 }  // namespace oasis

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_sampler.h"
 #include "common/cuda_rt.h"
 #include "engine/model_runner.h"
 
@@ -35,9 +36,17 @@ class CudaGraphRunner final : public ModelRunner {
 
   // Decode steps return a view of a pinned host buffer, valid until the next Execute().
   Tensor Execute(const ForwardInput& host_input) override;
+  // Samples on the device (CudaSampler): only tokens and log-probabilities come back.
+  std::vector<SampleResult> ExecuteAndSample(const ForwardInput& host_input,
+                                             const std::vector<SampleRow>& rows) override;
 
   // Number of graphs captured so far (one per bucket used).
   size_t num_graphs() const { return graphs_.size(); }
+
+ protected:
+  // Decode steps replay a graph (the logits are a view of its arena output, rows beyond the
+  // batch are padding); other steps run eagerly.
+  Tensor ForwardLogits(const ForwardInput& host_input) override;
 
  private:
   CudaGraphRunner(DecoderLM& model, CudaBackend& backend, CudaGraphOptions options);
@@ -63,6 +72,7 @@ class CudaGraphRunner final : public ModelRunner {
   cuda::PinnedBuffer host_logits_;  // [max_batch, vocab] f32, the decode steps' output
   std::map<int64_t, cudaGraphExec_t> graphs_;
   std::map<int64_t, Tensor> graph_logits_;  // arena-resident output of each graph
+  CudaSampler sampler_;
 };
 
 }  // namespace oasis

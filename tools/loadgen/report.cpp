@@ -1,0 +1,170 @@
+// Benchmark reports: see report.h.
+#include "tools/loadgen/report.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace oasis::loadgen {
+
+using nlohmann::ordered_json;
+
+std::string PercentileKey(double p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", p);
+  return buf;
+}
+
+namespace {
+
+void Line(std::string* out, const std::string& name, const std::string& value) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%-40s %-10s\n", name.c_str(), value.c_str());
+  *out += buf;
+}
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+// "-----Title-----" centred in 50 columns, like vllm's f"{s_:{c}^50}".
+std::string Banner(const std::string& title, char fill) {
+  const size_t width = 50;
+  if (title.size() >= width) return title + "\n";
+  const size_t left = (width - title.size()) / 2;
+  return std::string(left, fill) + title + std::string(width - title.size() - left, fill) + "\n";
+}
+void Metric(std::string* out, const std::string& title, const std::string& short_name,
+            const Distribution& d) {
+  *out += Banner(title, '-');
+  Line(out, "Mean " + short_name + " (ms):", Fixed(d.mean, 2));
+  Line(out, "Median " + short_name + " (ms):", Fixed(d.median, 2));
+  for (const auto& [p, v] : d.percentiles) {
+    Line(out, "P" + PercentileKey(p) + " " + short_name + " (ms):", Fixed(v, 2));
+  }
+}
+void MetricJson(ordered_json* out, const std::string& name, const Distribution& d) {
+  (*out)["mean_" + name + "_ms"] = d.mean;
+  (*out)["median_" + name + "_ms"] = d.median;
+  (*out)["std_" + name + "_ms"] = d.stddev;
+  for (const auto& [p, v] : d.percentiles) (*out)["p" + PercentileKey(p) + "_" + name + "_ms"] = v;
+}
+std::string ConfigText(const ordered_json& config, const char* key, const std::string& none) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return none;
+  if (it->is_number_float()) {
+    const double v = it->get<double>();
+    return std::isfinite(v) ? Fixed(v, 2) : "inf";
+  }
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+}  // namespace
+
+std::string FormatSummary(const Summary& s, const ordered_json& config) {
+  std::string out;
+  out += Banner(" Serving Benchmark Result ", '=');
+  Line(&out, "Successful requests:", std::to_string(s.completed));
+  Line(&out, "Failed requests:", std::to_string(s.failed));
+  Line(&out, "Maximum request concurrency:", ConfigText(config, "max_concurrency", "None"));
+  Line(&out, "Request rate configured (RPS):", ConfigText(config, "request_rate", "inf"));
+  Line(&out, "Benchmark duration (s):", Fixed(s.duration_s, 2));
+  Line(&out, "Total input tokens:", std::to_string(s.total_input_tokens));
+  Line(&out, "Total generated tokens:", std::to_string(s.total_output_tokens));
+  Line(&out, "Request throughput (req/s):", Fixed(s.request_throughput, 2));
+  Line(&out, "Output token throughput (tok/s):", Fixed(s.output_throughput, 2));
+  Line(&out, "Peak output token throughput (tok/s):", Fixed(s.peak_output_throughput, 2));
+  Line(&out, "Peak concurrent requests:", std::to_string(s.peak_concurrency));
+  Line(&out, "Total Token throughput (tok/s):", Fixed(s.total_token_throughput, 2));
+  Metric(&out, "Time to First Token", "TTFT", s.ttft_ms);
+  Metric(&out, "Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms);
+  Metric(&out, "Inter-token Latency", "ITL", s.itl_ms);
+  Metric(&out, "End-to-end Latency", "E2EL", s.e2el_ms);
+  if (!s.failure_reasons.empty()) {
+    out += Banner("Failure reasons", '-');
+    for (const auto& [reason, n] : s.failure_reasons) {
+      out += "  " + std::to_string(n) + " x " + reason + "\n";
+    }
+  }
+  out += std::string(50, '=') + "\n";
+  return out;
+}
+
+ordered_json SummaryJson(const Summary& s) {
+  ordered_json j;
+  j["completed"] = s.completed;
+  j["failed"] = s.failed;
+  j["duration"] = s.duration_s;
+  j["total_input_tokens"] = s.total_input_tokens;
+  j["total_output_tokens"] = s.total_output_tokens;
+  j["request_throughput"] = s.request_throughput;
+  j["output_throughput"] = s.output_throughput;
+  j["total_token_throughput"] = s.total_token_throughput;
+  j["max_output_tokens_per_s"] = s.peak_output_throughput;
+  j["max_concurrent_requests"] = s.peak_concurrency;
+  MetricJson(&j, "ttft", s.ttft_ms);
+  MetricJson(&j, "tpot", s.tpot_ms);
+  MetricJson(&j, "itl", s.itl_ms);
+  MetricJson(&j, "e2el", s.e2el_ms);
+  return j;
+}
+
+ordered_json RecordJson(const RequestRecord& r) {
+  ordered_json j;
+  j["index"] = r.index;
+  j["success"] = r.success;
+  j["start_s"] = r.start_s;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["output_tokens"] = r.output_tokens;
+  j["expected_output_tokens"] = r.expected_output_tokens;
+  j["usage_reported"] = r.usage_reported;
+  j["ttft_ms"] = r.ttft_s * 1e3;
+  j["e2el_ms"] = r.e2el_s * 1e3;
+  if (r.output_tokens > 1 && r.success) {
+    j["tpot_ms"] = (r.e2el_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1);
+  } else {
+    j["tpot_ms"] = nullptr;
+  }
+  ordered_json itl = ordered_json::array();
+  for (double gap : r.itl_s) itl.push_back(gap * 1e3);
+  j["itl_ms"] = std::move(itl);
+  j["finish_reason"] = r.finish_reason;
+  j["http_status"] = r.http_status;
+  if (!r.success) {
+    j["failure"] = FailureKindName(r.failure);
+    j["error"] = r.error;
+  }
+  if (!r.generated_text.empty()) j["generated_text"] = r.generated_text;
+  return j;
+}
+
+ordered_json ResultJson(const ordered_json& config, const Summary& summary,
+                        const std::vector<RequestRecord>& records,
+                        const std::vector<RequestRecord>& warmup_records) {
+  ordered_json j;
+  j["config"] = config;
+  j["summary"] = SummaryJson(summary);
+  ordered_json failures = ordered_json::object();
+  for (const auto& [reason, n] : summary.failure_reasons) failures[reason] = n;
+  j["failures"] = std::move(failures);
+  // Warm-up requests hit the server too (its counters include them), so their totals are kept.
+  ordered_json warmup;
+  int64_t ok = 0, prompt = 0, output = 0;
+  for (const RequestRecord& r : warmup_records) {
+    if (!r.success) continue;
+    ++ok;
+    prompt += r.prompt_tokens;
+    output += r.output_tokens;
+  }
+  warmup["requests"] = warmup_records.size();
+  warmup["completed"] = ok;
+  warmup["failed"] = static_cast<int64_t>(warmup_records.size()) - ok;
+  warmup["prompt_tokens"] = prompt;
+  warmup["output_tokens"] = output;
+  j["warmup"] = std::move(warmup);
+  ordered_json requests = ordered_json::array();
+  for (const RequestRecord& r : records) requests.push_back(RecordJson(r));
+  j["requests"] = std::move(requests);
+  return j;
+}
+
+}  // namespace oasis::loadgen

@@ -1,0 +1,158 @@
+// Benchmark statistics: see stats.h.
+#include "tools/loadgen/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+#include <utility>
+
+namespace oasis::loadgen {
+
+const char* FailureKindName(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kNone: return "none";
+    case FailureKind::kHttpStatus: return "http_status";
+    case FailureKind::kConnection: return "connection";
+    case FailureKind::kTimeout: return "timeout";
+    case FailureKind::kStreamError: return "stream_error";
+  }
+  return "unknown";
+}
+
+std::string FailureReason(const RequestRecord& record) {
+  switch (record.failure) {
+    case FailureKind::kNone: return "";
+    case FailureKind::kHttpStatus:
+      return "HTTP " + std::to_string(record.http_status) + ": " + record.error;
+    case FailureKind::kConnection: return "connection error: " + record.error;
+    case FailureKind::kTimeout: return "timeout: " + record.error;
+    case FailureKind::kStreamError: return "stream error: " + record.error;
+  }
+  return record.error;
+}
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(lo + 1, values.size() - 1);
+  const double frac = rank - static_cast<double>(lo);
+  return values[lo] + (values[hi] - values[lo]) * frac;
+}
+
+Distribution Describe(const std::vector<double>& values, const std::vector<double>& percentiles) {
+  Distribution d;
+  d.count = values.size();
+  for (double p : percentiles) d.percentiles.emplace_back(p, 0.0);
+  if (values.empty()) return d;
+  std::vector<double> sorted = values;
+  std::sort(sorted.begin(), sorted.end());
+  const double n = static_cast<double>(sorted.size());
+  d.mean = std::accumulate(sorted.begin(), sorted.end(), 0.0) / n;
+  double sq = 0;
+  for (double v : sorted) sq += (v - d.mean) * (v - d.mean);
+  d.stddev = std::sqrt(sq / n);  // population standard deviation (numpy's np.std)
+  d.min = sorted.front();
+  d.max = sorted.back();
+  d.median = Percentile(sorted, 50);
+  for (auto& [p, v] : d.percentiles) v = Percentile(sorted, p);
+  return d;
+}
+
+namespace {
+
+// Max number of token events inside any 1-second bucket [k, k+1) of the run.
+double PeakOutputThroughput(const std::vector<RequestRecord>& records) {
+  std::map<int64_t, int64_t> per_second;
+  for (const RequestRecord& r : records) {
+    if (!r.success || r.output_tokens == 0) continue;
+    double t = r.start_s + r.ttft_s;
+    ++per_second[static_cast<int64_t>(std::floor(t))];
+    for (double gap : r.itl_s) {
+      t += gap;
+      ++per_second[static_cast<int64_t>(std::floor(t))];
+    }
+  }
+  int64_t peak = 0;
+  for (const auto& [second, n] : per_second) peak = std::max(peak, n);
+  return static_cast<double>(peak);
+}
+
+// Max number of requests in flight at one instant (every request, failed ones too).
+int64_t PeakConcurrency(const std::vector<RequestRecord>& records) {
+  std::vector<std::pair<double, int>> edges;  // (time, +1 start / -1 end); ends sort first
+  for (const RequestRecord& r : records) {
+    edges.emplace_back(r.start_s, +1);
+    edges.emplace_back(r.start_s + r.e2el_s, -1);
+  }
+  std::sort(edges.begin(), edges.end());
+  int64_t now = 0, peak = 0;
+  for (const auto& [t, delta] : edges) {
+    now += delta;
+    peak = std::max(peak, now);
+  }
+  return peak;
+}
+
+}  // namespace
+
+Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
+                  const std::vector<double>& percentiles) {
+  Summary s;
+  s.duration_s = duration_s;
+  std::vector<double> ttft, tpot, itl, e2el;
+  for (const RequestRecord& r : records) {
+    if (!r.success) {
+      ++s.failed;
+      ++s.failure_reasons[FailureReason(r)];
+      continue;
+    }
+    ++s.completed;
+    s.total_input_tokens += r.prompt_tokens;
+    s.total_output_tokens += r.output_tokens;
+    ttft.push_back(r.ttft_s * 1e3);
+    e2el.push_back(r.e2el_s * 1e3);
+    if (r.output_tokens > 1) {
+      tpot.push_back((r.e2el_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1));
+    }
+    for (double gap : r.itl_s) itl.push_back(gap * 1e3);
+  }
+  if (duration_s > 0) {
+    s.request_throughput = static_cast<double>(s.completed) / duration_s;
+    s.output_throughput = static_cast<double>(s.total_output_tokens) / duration_s;
+    s.total_token_throughput =
+        static_cast<double>(s.total_input_tokens + s.total_output_tokens) / duration_s;
+  }
+  s.peak_output_throughput = PeakOutputThroughput(records);
+  s.peak_concurrency = PeakConcurrency(records);
+  s.ttft_ms = Describe(ttft, percentiles);
+  s.tpot_ms = Describe(tpot, percentiles);
+  s.itl_ms = Describe(itl, percentiles);
+  s.e2el_ms = Describe(e2el, percentiles);
+  return s;
+}
+
+StatusOr<std::vector<double>> ParsePercentiles(const std::string& text) {
+  std::vector<double> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t pos = 0;
+    double v = -1;
+    try {
+      v = std::stod(item, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    if (pos == 0 || pos != item.size() || !(v >= 0 && v <= 100)) {
+      return InvalidArgument("--percentiles: '" + item + "' is not a percentile in [0, 100]");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return InvalidArgument("--percentiles is empty");
+  return out;
+}
+
+}  // namespace oasis::loadgen

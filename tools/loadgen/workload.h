@@ -1,0 +1,58 @@
+// Benchmark workloads: the prompts to send and the output length asked of each.
+//
+// - Random (like vllm bench serve's "random" dataset): every prompt is `prefix_len` shared
+//   tokens followed by its own random tokens; its input and output lengths are drawn
+//   uniformly from [floor(len * (1 - range_ratio)), ceil(len * (1 + range_ratio))]. Prompts
+//   are token-id lists (for /v1/completions), or random English words for endpoints that
+//   take text (chat); a word is about one token. The same options and seed give the same
+//   workload on every platform (mt19937_64 with our own range reduction).
+// - JSONL: one JSON object a line, {"prompt": "text" | [ids], "output_len"?: n} ("max_tokens"
+//   is accepted for "output_len"); lines are used in order and reused cyclically when more
+//   prompts are asked for than the file has.
+//
+// Pure functions returning values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "oasis/status.h"
+
+namespace oasis::loadgen {
+
+struct Prompt {
+  std::vector<int64_t> token_ids;  // the prompt as token ids, when it is one
+  std::string text;                // the prompt as text, when it is one (token_ids empty)
+  int64_t prompt_len = 0;          // its length in tokens: exact for ids, estimated for text
+  int64_t output_len = 0;          // max_tokens to ask for
+};
+
+enum class PromptForm { kTokenIds, kText };
+
+struct RandomWorkloadOptions {
+  int64_t num_prompts = 1000;
+  int64_t input_len = 1024;
+  int64_t output_len = 128;
+  double range_ratio = 0.0;  // in [0, 1)
+  int64_t prefix_len = 0;
+  int64_t vocab_size = 32000;  // token ids are drawn from [0, vocab_size)
+  uint64_t seed = 0;
+  PromptForm form = PromptForm::kTokenIds;
+};
+
+StatusOr<std::vector<Prompt>> MakeRandomWorkload(const RandomWorkloadOptions& options);
+
+// Reads `path`; prompts without an output length get `default_output_len`. num_prompts <= 0
+// takes every line once.
+StatusOr<std::vector<Prompt>> ReadJsonlWorkload(const std::filesystem::path& path,
+                                                int64_t num_prompts, int64_t default_output_len);
+
+// Uniform integer in [lo, hi] (inclusive), the same on every platform.
+int64_t UniformInt(std::mt19937_64& rng, int64_t lo, int64_t hi);
+// Uniform double in [0, 1) with 53 random bits.
+double UniformUnit(std::mt19937_64& rng);
+
+}  // namespace oasis::loadgen

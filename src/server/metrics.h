@@ -1,0 +1,44 @@
+// Prometheus text exposition of the server's metrics (names like vLLM's, prefix "oasis:"):
+// engine gauges and counters from EngineStats (running/waiting requests, KV usage, prompt
+// and generation tokens, finished requests by reason, TTFT/ITL/e2e histograms) plus the
+// HTTP front end's own request counters (HttpMetrics).
+//
+// HttpMetrics is thread-safe (one mutex); the render functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "engine/engine.h"
+
+namespace oasis::server {
+
+class HttpMetrics {
+ public:
+  // Counts one answered request; `route` is the matched pattern ("/v1/completions") or
+  // "other" for unknown paths, so the label set stays bounded.
+  void Count(const std::string& method, const std::string& route, int status);
+  // Requests whose client went away before they finished (aborted in the engine).
+  void CountClientDisconnect() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++client_disconnects_;
+  }
+  std::string Render(const std::string& model_label) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::tuple<std::string, std::string, int>, int64_t> requests_;
+  int64_t client_disconnects_ = 0;
+};
+
+// `model_name` becomes the model_name label. `ready` is 0 while loading.
+std::string RenderEngineMetrics(const EngineStats& stats, const std::string& model_name);
+std::string RenderHistogram(const std::string& name, const std::string& help, const LatencyHistogram& h,
+                            const std::string& labels);
+// Escapes a Prometheus label value (backslash, quote, newline).
+std::string EscapeLabel(const std::string& value);
+
+}  // namespace oasis::server

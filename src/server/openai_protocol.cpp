@@ -1,0 +1,376 @@
+#include "server/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+
+namespace oasis::server {
+namespace {
+
+// Typed access to the request's fields; each failure records a 400 naming the parameter.
+// Absent and null fields leave the output untouched.
+class Reader {
+ public:
+  Reader(const Json& body, ApiError* error) : body_(body), error_(error) {}
+
+  bool Fail(const std::string& param, const std::string& message) {
+    *error_ = BadRequest(message, param);
+    return false;
+  }
+  const Json* Get(const char* key) const {
+    auto it = body_.find(key);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  bool Bool(const char* key, bool* out) {
+    const Json* v = Get(key);
+    if (v == nullptr) return true;
+    if (!v->is_boolean()) return Fail(key, std::string("'") + key + "' must be a boolean");
+    *out = v->get<bool>();
+    return true;
+  }
+  // Integers (or floats with an integral value) in [lo, hi].
+  bool Int(const char* key, int64_t lo, int64_t hi, int64_t* out) {
+    const Json* v = Get(key);
+    if (v == nullptr) return true;
+    return IntValue(*v, key, lo, hi, out);
+  }
+  bool IntValue(const Json& v, const std::string& key, int64_t lo, int64_t hi, int64_t* out) {
+    double d = 0;
+    if (v.is_number_integer() && v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi)) return OutOfBounds(key, lo, hi);
+      *out = static_cast<int64_t>(u);
+    } else if (v.is_number_integer()) {
+      *out = v.get<int64_t>();
+    } else if (v.is_number_float() && std::isfinite(d = v.get<double>()) && d == std::floor(d) &&
+               std::fabs(d) < 9.0e18) {
+      *out = static_cast<int64_t>(d);
+    } else {
+      return Fail(key, "'" + key + "' must be an integer");
+    }
+    if (*out < lo || *out > hi) return OutOfBounds(key, lo, hi);
+    return true;
+  }
+  bool Number(const char* key, double* out) {
+    const Json* v = Get(key);
+    if (v == nullptr) return true;
+    if (!v->is_number() || !std::isfinite(v->get<double>())) {
+      return Fail(key, std::string("'") + key + "' must be a number");
+    }
+    *out = v->get<double>();
+    return true;
+  }
+  bool String(const char* key, std::string* out) {
+    const Json* v = Get(key);
+    if (v == nullptr) return true;
+    if (!v->is_string()) return Fail(key, std::string("'") + key + "' must be a string");
+    *out = v->get<std::string>();
+    return true;
+  }
+
+ private:
+  bool OutOfBounds(const std::string& key, int64_t lo, int64_t hi) {
+    std::string range = hi == std::numeric_limits<int64_t>::max() ? ">= " + std::to_string(lo)
+                                                                   : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    return Fail(key, "'" + key + "' must be " + range);
+  }
+  const Json& body_;
+  ApiError* error_;
+};
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kTokenIdMax = std::numeric_limits<int32_t>::max();
+
+bool ParseTokenIds(Reader& r, const Json& list, const std::string& param, std::vector<int32_t>* out) {
+  for (const Json& id : list) {
+    int64_t v = 0;
+    if (!r.IntValue(id, param, 0, kTokenIdMax, &v)) return r.Fail(param, "'" + param + "' token ids must be integers >= 0");
+    out->push_back(static_cast<int32_t>(v));
+  }
+  return true;
+}
+
+// The fields both endpoints share: sampling, stop conditions, n, streaming.
+bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
+  if (!r.String("model", &spec->model)) return false;
+  if (!r.Int("n", 1, limits.max_n, &spec->n)) return false;
+  if (!r.Bool("stream", &spec->stream)) return false;
+  if (const Json* so = r.Get("stream_options")) {
+    if (!so->is_object()) return r.Fail("stream_options", "'stream_options' must be an object");
+    if (!spec->stream) return r.Fail("stream_options", "'stream_options' is only allowed with stream=true");
+    auto it = so->find("include_usage");
+    if (it != so->end() && !it->is_null()) {
+      if (!it->is_boolean()) return r.Fail("stream_options.include_usage", "'include_usage' must be a boolean");
+      spec->include_usage = it->get<bool>();
+    }
+  }
+  double temperature = 1.0, top_p = 1.0, min_p = 0.0;
+  if (!r.Number("temperature", &temperature)) return false;
+  if (temperature < 0) return r.Fail("temperature", "'temperature' must be >= 0, got " + std::to_string(temperature));
+  if (!r.Number("top_p", &top_p)) return false;
+  if (!(top_p > 0 && top_p <= 1)) return r.Fail("top_p", "'top_p' must be in (0, 1], got " + std::to_string(top_p));
+  if (!r.Number("min_p", &min_p)) return false;
+  if (!(min_p >= 0 && min_p <= 1)) return r.Fail("min_p", "'min_p' must be in [0, 1], got " + std::to_string(min_p));
+  int64_t top_k = -1;
+  if (!r.Int("top_k", -1, kTokenIdMax, &top_k)) return false;
+  spec->sampling.temperature = static_cast<float>(temperature);
+  spec->sampling.top_p = static_cast<float>(top_p);
+  spec->sampling.min_p = static_cast<float>(min_p);
+  spec->sampling.top_k = static_cast<int32_t>(top_k);
+  if (const Json* seed = r.Get("seed")) {
+    int64_t v = 0;
+    if (!r.IntValue(*seed, "seed", std::numeric_limits<int64_t>::min(), kInt64Max, &v)) return false;
+    spec->sampling.seed = static_cast<uint64_t>(v);
+  }
+  for (const char* unsupported : {"presence_penalty", "frequency_penalty"}) {
+    double v = 0;
+    if (!r.Number(unsupported, &v)) return false;
+    if (v != 0) return r.Fail(unsupported, std::string("'") + unsupported + "' is not supported (only 0)");
+  }
+  double repetition_penalty = 1.0;
+  if (!r.Number("repetition_penalty", &repetition_penalty)) return false;
+  if (repetition_penalty != 1.0) return r.Fail("repetition_penalty", "'repetition_penalty' is not supported (only 1)");
+  if (const Json* bias = r.Get("logit_bias")) {
+    if (!bias->is_object()) return r.Fail("logit_bias", "'logit_bias' must be an object");
+    if (!bias->empty()) return r.Fail("logit_bias", "'logit_bias' is not supported");
+  }
+  if (const Json* best_of = r.Get("best_of")) {
+    int64_t v = 0;
+    if (!r.IntValue(*best_of, "best_of", 1, limits.max_n, &v)) return false;
+    if (v != spec->n) return r.Fail("best_of", "'best_of' other than n is not supported");
+  }
+  if (const Json* stop = r.Get("stop")) {
+    if (stop->is_string()) {
+      spec->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const Json& s : *stop) {
+        if (!s.is_string()) return r.Fail("stop", "'stop' must be a string or a list of strings");
+        spec->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return r.Fail("stop", "'stop' must be a string or a list of strings");
+    }
+    for (const std::string& s : spec->stop) {
+      if (s.empty()) return r.Fail("stop", "'stop' strings must not be empty");
+    }
+  }
+  if (const Json* ids = r.Get("stop_token_ids")) {
+    if (!ids->is_array()) return r.Fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    if (!ParseTokenIds(r, *ids, "stop_token_ids", &spec->stop_token_ids)) return false;
+  }
+  if (!r.Bool("ignore_eos", &spec->ignore_eos)) return false;
+  if (!r.Bool("include_stop_str_in_output", &spec->include_stop_str_in_output)) return false;
+  if (!r.Bool("skip_special_tokens", &spec->skip_special_tokens)) return false;
+  if (!r.Int("min_tokens", 0, kInt64Max, &spec->min_tokens)) return false;
+  return true;
+}
+
+bool CheckMaxTokens(Reader& r, const ProtocolLimits& limits, const char* param, GenerateSpec* spec) {
+  if (!spec->max_tokens) return true;
+  if (limits.max_model_len > 0 && *spec->max_tokens > limits.max_model_len) {
+    return r.Fail(param, std::string("'") + param + "' (" + std::to_string(*spec->max_tokens) +
+                             ") exceeds the model's context length (" + std::to_string(limits.max_model_len) + ")");
+  }
+  if (spec->min_tokens > *spec->max_tokens) {
+    return r.Fail("min_tokens", "'min_tokens' must be <= max_tokens");
+  }
+  return true;
+}
+
+bool ParsePrompt(Reader& r, const Json& prompt, GenerateSpec* spec) {
+  const char* kBad = "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+  if (prompt.is_string()) {
+    spec->prompts.push_back({prompt.get<std::string>(), {}});
+  } else if (prompt.is_array()) {
+    if (prompt.empty()) return r.Fail("prompt", "'prompt' must not be empty");
+    if (prompt[0].is_number()) {
+      PromptInput p;
+      if (!ParseTokenIds(r, prompt, "prompt", &p.ids)) return false;
+      spec->prompts.push_back(std::move(p));
+    } else {
+      for (const Json& item : prompt) {
+        if (item.is_string()) {
+          spec->prompts.push_back({item.get<std::string>(), {}});
+        } else if (item.is_array()) {
+          PromptInput p;
+          if (item.empty()) return r.Fail("prompt", "'prompt' token id lists must not be empty");
+          if (!ParseTokenIds(r, item, "prompt", &p.ids)) return false;
+          spec->prompts.push_back(std::move(p));
+        } else {
+          return r.Fail("prompt", kBad);
+        }
+      }
+    }
+  } else {
+    return r.Fail("prompt", kBad);
+  }
+  for (const PromptInput& p : spec->prompts) {
+    if (p.text && p.text->empty()) return r.Fail("prompt", "'prompt' must not be empty");
+  }
+  return true;
+}
+
+// Chat message content: a string, null, or a list of parts of which only text is supported.
+bool NormaliseContent(Reader& r, OrderedJson& message, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  auto it = message.find("content");
+  if (it == message.end() || it->is_null() || it->is_string()) return true;
+  if (!it->is_array()) return r.Fail(param, "'content' must be a string or a list of content parts");
+  std::string text;
+  for (const OrderedJson& part : *it) {
+    if (!part.is_object()) return r.Fail(param, "content parts must be objects");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) return r.Fail(param, "content parts need a 'type'");
+    if (*type != "text") {
+      return r.Fail(param, "content part type '" + type->get<std::string>() + "' is not supported (only text)");
+    }
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) return r.Fail(param, "a text content part needs a string 'text'");
+    text += t->get<std::string>();
+  }
+  *it = text;
+  return true;
+}
+
+}  // namespace
+
+OrderedJson ApiError::ToJson() const {
+  OrderedJson e;
+  e["message"] = message;
+  e["type"] = type;
+  e["param"] = param.empty() ? OrderedJson(nullptr) : OrderedJson(param);
+  e["code"] = code.empty() ? OrderedJson(http_status) : OrderedJson(code);
+  return OrderedJson{{"error", e}};
+}
+
+ApiError BadRequest(std::string message, std::string param) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kFailedPrecondition: return 400;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kCancelled: return 499;
+    case StatusCode::kUnimplemented: return 501;
+    default: return 500;
+  }
+}
+
+ApiError FromStatus(const Status& status, std::string param) {
+  ApiError e;
+  e.http_status = HttpStatusFor(status.code());
+  e.message = status.message();
+  e.param = std::move(param);
+  switch (e.http_status) {
+    case 400: e.type = "invalid_request_error"; break;
+    case 404: e.type = "not_found_error"; break;
+    case 429: e.type = "rate_limit_error"; break;
+    case 503: e.type = "service_unavailable_error"; break;
+    default: e.type = "server_error"; break;
+  }
+  return e;
+}
+
+std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error) {
+  Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    *error = BadRequest("malformed JSON in the request body");
+    return std::nullopt;
+  }
+  if (!json.is_object()) {
+    *error = BadRequest("the request body must be a JSON object");
+    return std::nullopt;
+  }
+  return json;
+}
+
+std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const ProtocolLimits& limits, ApiError* error) {
+  Reader r(body, error);
+  GenerateSpec spec;
+  spec.endpoint = Endpoint::kCompletions;
+  const Json* prompt = r.Get("prompt");
+  if (prompt == nullptr) return r.Fail("prompt", "'prompt' is required"), std::nullopt;
+  if (!ParsePrompt(r, *prompt, &spec)) return std::nullopt;
+  if (!ParseCommon(r, limits, &spec)) return std::nullopt;
+  int64_t max_tokens = 16;  // the OpenAI / vLLM default for completions
+  if (!r.Int("max_tokens", 1, kInt64Max, &max_tokens)) return std::nullopt;
+  spec.max_tokens = max_tokens;
+  if (!CheckMaxTokens(r, limits, "max_tokens", &spec)) return std::nullopt;
+  if (!r.Bool("echo", &spec.echo)) return std::nullopt;
+  if (const Json* lp = r.Get("logprobs")) {
+    int64_t k = 0;
+    if (!r.IntValue(*lp, "logprobs", 0, limits.max_top_logprobs, &k)) return std::nullopt;
+    spec.logprobs = true;
+    spec.top_logprobs = static_cast<int>(k);
+  }
+  if (spec.echo && spec.logprobs) return r.Fail("echo", "'echo' with 'logprobs' is not supported"), std::nullopt;
+  if (const Json* suffix = r.Get("suffix")) {
+    if (!suffix->is_string() || !suffix->get<std::string>().empty()) {
+      return r.Fail("suffix", "'suffix' is not supported"), std::nullopt;
+    }
+  }
+  return spec;
+}
+
+std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLimits& limits, ApiError* error) {
+  Reader r(body, error);
+  GenerateSpec spec;
+  spec.endpoint = Endpoint::kChatCompletions;
+  const Json* messages = r.Get("messages");
+  if (messages == nullptr) return r.Fail("messages", "'messages' is required"), std::nullopt;
+  if (!messages->is_array() || messages->empty()) {
+    return r.Fail("messages", "'messages' must be a non-empty list"), std::nullopt;
+  }
+  spec.messages = OrderedJson::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& m = (*messages)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return r.Fail(param, "each message must be an object"), std::nullopt;
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return r.Fail(param + ".role", "each message needs a string 'role'"), std::nullopt;
+    OrderedJson copy = m;
+    if (!NormaliseContent(r, copy, i)) return std::nullopt;
+    spec.messages.push_back(std::move(copy));
+  }
+  if (!ParseCommon(r, limits, &spec)) return std::nullopt;
+  int64_t max_tokens = 0;
+  const char* max_param = r.Get("max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  if (r.Get(max_param) != nullptr) {
+    if (!r.Int(max_param, 1, kInt64Max, &max_tokens)) return std::nullopt;
+    spec.max_tokens = max_tokens;
+  }
+  if (!CheckMaxTokens(r, limits, max_param, &spec)) return std::nullopt;
+  if (!r.Bool("logprobs", &spec.logprobs)) return std::nullopt;
+  int64_t top = 0;
+  if (!r.Int("top_logprobs", 0, limits.max_top_logprobs, &top)) return std::nullopt;
+  if (top > 0 && !spec.logprobs) return r.Fail("top_logprobs", "'top_logprobs' needs logprobs=true"), std::nullopt;
+  spec.top_logprobs = static_cast<int>(top);
+  if (!r.Bool("add_generation_prompt", &spec.add_generation_prompt)) return std::nullopt;
+  if (!r.Bool("continue_final_message", &spec.continue_final_message)) return std::nullopt;
+  if (spec.continue_final_message && spec.add_generation_prompt && r.Get("add_generation_prompt") != nullptr) {
+    return r.Fail("continue_final_message", "'continue_final_message' and 'add_generation_prompt' exclude each other"),
+           std::nullopt;
+  }
+  if (spec.continue_final_message) spec.add_generation_prompt = false;
+  if (const Json* kwargs = r.Get("chat_template_kwargs")) {
+    if (!kwargs->is_object()) return r.Fail("chat_template_kwargs", "'chat_template_kwargs' must be an object"), std::nullopt;
+    spec.chat_template_kwargs = *kwargs;
+  }
+  if (const Json* tools = r.Get("tools")) {
+    if (!tools->is_array()) return r.Fail("tools", "'tools' must be a list"), std::nullopt;
+    spec.tools = *tools;
+  }
+  return spec;
+}
+
+}  // namespace oasis::server

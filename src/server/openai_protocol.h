@@ -1,0 +1,92 @@
+// OpenAI protocol, request side: parses and validates the JSON bodies of /v1/completions and
+// /v1/chat/completions (vLLM's extensions included: top_k, min_p, stop_token_ids, ignore_eos,
+// min_tokens, include_stop_str_in_output, chat_template_kwargs) into a GenerateSpec, and
+// turns errors into OpenAI error JSON with the HTTP status that fits.
+//
+// Pure functions over nlohmann::json; no tokenizer, no engine. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "oasis/sampling.h"
+#include "oasis/status.h"
+
+namespace oasis::server {
+
+// Ordered, so that messages and tools reach the chat template with their keys in request order.
+using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
+
+// An error as the API reports it: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+
+  OrderedJson ToJson() const;
+  std::string Body() const { return ToJson().dump(); }
+};
+
+ApiError BadRequest(std::string message, std::string param = "");
+// A Status from a lower layer → the API error (InvalidArgument/OutOfRange 400, NotFound 404,
+// ResourceExhausted 429, Unavailable 503, Cancelled 499, the rest 500).
+ApiError FromStatus(const Status& status, std::string param = "");
+int HttpStatusFor(StatusCode code);
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// One prompt of /v1/completions: text (tokenized by the server) or token ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;
+};
+
+// A validated generation request, common to both endpoints (and the gRPC API).
+struct GenerateSpec {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                      // empty: the served model
+  std::vector<PromptInput> prompts;       // completions: one or more
+  OrderedJson messages;                   // chat: content normalised to strings
+  OrderedJson tools;                      // chat: passed to the template when present
+  OrderedJson chat_template_kwargs = OrderedJson::object();
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  bool echo = false;                      // completions: prepend the prompt to the text
+
+  int64_t n = 1;
+  bool stream = false;
+  bool include_usage = false;             // stream_options.include_usage
+  std::optional<int64_t> max_tokens;      // unset: until the context is full
+  int64_t min_tokens = 0;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  bool logprobs = false;
+  int top_logprobs = 0;                   // alternatives per position (0..20)
+};
+
+struct ProtocolLimits {
+  int64_t max_n = 128;
+  int64_t max_model_len = 0;  // > 0: max_tokens above this is rejected up front
+  int max_top_logprobs = 20;
+};
+
+// Parses a request body; on failure returns nullopt and sets `*error` (400, naming the
+// parameter).
+std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const ProtocolLimits& limits, ApiError* error);
+std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLimits& limits, ApiError* error);
+
+// Parses a body string as a JSON object (400 "malformed JSON" otherwise).
+std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error);
+
+}  // namespace oasis::server

@@ -1,0 +1,183 @@
+#include "server/openai_response.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tokenizer/tokenizer.h"
+
+namespace oasis::server {
+namespace {
+
+// JSON has no -inf: vLLM reports impossible tokens as -9999.0.
+double JsonLogprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+}  // namespace
+
+const char* FinishReasonString(FinishReasonKind kind) {
+  switch (kind) {
+    case FinishReasonKind::kStop: return "stop";
+    case FinishReasonKind::kLength: return "length";
+    case FinishReasonKind::kAbort: return "abort";
+    case FinishReasonKind::kError: return "error";
+    case FinishReasonKind::kNone: break;
+  }
+  return "";
+}
+
+std::string DumpJson(const OrderedJson& j) { return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace); }
+
+void ChoiceState::Add(const RequestOutput& out) {
+  text += out.text;
+  tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end());
+  prompt_tokens = out.prompt_tokens;
+  completion_tokens = out.completion_tokens;
+  if (out.finished) {
+    finished = true;
+    finish_reason = out.finish_reason;
+    stop_reason = out.stop_reason;
+    error = out.error;
+  }
+}
+
+OrderedJson Usage::ToJson() const {
+  return {{"prompt_tokens", prompt_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"completion_tokens", completion_tokens}};
+}
+
+ResponseBuilder::ResponseBuilder(const GenerateSpec& spec, std::string id, std::string model, int64_t created,
+                                 const tokenizer::Tokenizer* tok)
+    : spec_(spec), id_(std::move(id)), model_(std::move(model)), created_(created), tok_(tok) {}
+
+std::string ResponseBuilder::TokenString(int32_t id) const {
+  if (tok_ == nullptr) return "<" + std::to_string(id) + ">";
+  const int32_t one[1] = {id};
+  return tok_->Decode(one, tokenizer::SkipSpecialTokens::kNo);
+}
+
+OrderedJson ResponseBuilder::TokenBytes(int32_t id) const {
+  OrderedJson bytes = OrderedJson::array();
+  if (tok_ == nullptr) return bytes;
+  for (unsigned char c : tok_->DecodedBytes(id)) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens, size_t* text_offset) const {
+  if (!spec_.logprobs) return nullptr;
+  if (spec_.endpoint == Endpoint::kChatCompletions) {
+    OrderedJson content = OrderedJson::array();
+    for (const GeneratedToken& t : tokens) {
+      OrderedJson top = OrderedJson::array();
+      for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs; ++k) {
+        const TokenLogprob& alt = t.top_logprobs[k];
+        top.push_back({{"token", TokenString(alt.token)}, {"logprob", JsonLogprob(alt.logprob)},
+                       {"bytes", TokenBytes(alt.token)}});
+      }
+      content.push_back({{"token", TokenString(t.token)}, {"logprob", JsonLogprob(t.logprob)},
+                         {"bytes", TokenBytes(t.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  OrderedJson text_offsets = OrderedJson::array(), token_logprobs = OrderedJson::array(),
+              strings = OrderedJson::array(), top_logprobs = OrderedJson::array();
+  for (const GeneratedToken& t : tokens) {
+    const std::string s = TokenString(t.token);
+    strings.push_back(s);
+    token_logprobs.push_back(JsonLogprob(t.logprob));
+    text_offsets.push_back(*text_offset);
+    *text_offset += s.size();
+    OrderedJson top = OrderedJson::object();
+    for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs; ++k) {
+      top[TokenString(t.top_logprobs[k].token)] = JsonLogprob(t.top_logprobs[k].logprob);
+    }
+    if (spec_.top_logprobs > 0) top[s] = JsonLogprob(t.logprob);  // the sampled token too (as vLLM)
+    top_logprobs.push_back(spec_.top_logprobs > 0 ? top : OrderedJson(nullptr));
+  }
+  return {{"text_offset", text_offsets}, {"token_logprobs", token_logprobs}, {"tokens", strings},
+          {"top_logprobs", top_logprobs}};
+}
+
+OrderedJson ResponseBuilder::StopReason(const ChoiceState& s) const {
+  if (s.finish_reason != FinishReasonKind::kStop || s.stop_reason.empty()) return nullptr;
+  // The engine reports a stop token id as its decimal text; report ids as integers (vLLM).
+  const bool is_stop_string = std::find(spec_.stop.begin(), spec_.stop.end(), s.stop_reason) != spec_.stop.end();
+  if (!is_stop_string) {
+    try {
+      size_t pos = 0;
+      const long long id = std::stoll(s.stop_reason, &pos);
+      if (pos == s.stop_reason.size()) return id;
+    } catch (...) {
+    }
+  }
+  return s.stop_reason;
+}
+
+OrderedJson ResponseBuilder::Envelope(const char* object) const {
+  return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
+}
+
+OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, const Usage& usage,
+                                   const std::vector<std::string>& echo_prefixes) const {
+  const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
+  OrderedJson body = Envelope(chat ? "chat.completion" : "text_completion");
+  OrderedJson list = OrderedJson::array();
+  for (const ChoiceState& c : choices) {
+    size_t offset = 0;
+    OrderedJson choice = {{"index", c.index}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = Logprobs(c.tokens, &offset);
+    } else {
+      const std::string& prefix = static_cast<size_t>(c.index) < echo_prefixes.size() ? echo_prefixes[c.index] : "";
+      offset = prefix.size();
+      choice["text"] = prefix + c.text;
+      choice["logprobs"] = Logprobs(c.tokens, &offset);
+    }
+    choice["finish_reason"] = c.finished ? OrderedJson(FinishReasonString(c.finish_reason)) : OrderedJson(nullptr);
+    choice["stop_reason"] = StopReason(c);
+    list.push_back(std::move(choice));
+  }
+  body["choices"] = std::move(list);
+  body["usage"] = usage.ToJson();
+  return body;
+}
+
+OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out, const std::string& prefix) const {
+  const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
+  const std::string text = prefix + out.text;
+  if (text.empty() && !out.finished && !(spec_.logprobs && !out.tokens.empty())) return nullptr;
+  OrderedJson chunk = Envelope(chat ? "chat.completion.chunk" : "text_completion");
+  OrderedJson choice = {{"index", state.index}};
+  if (chat) {
+    choice["delta"] = text.empty() ? OrderedJson::object() : OrderedJson{{"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  state.text_offset += prefix.size();
+  choice["logprobs"] = Logprobs(out.tokens, &state.text_offset);
+  choice["finish_reason"] = out.finished ? OrderedJson(FinishReasonString(out.finish_reason)) : OrderedJson(nullptr);
+  choice["stop_reason"] = out.finished ? StopReason(state) : OrderedJson(nullptr);
+  chunk["choices"] = OrderedJson::array({choice});
+  if (spec_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+OrderedJson ResponseBuilder::RoleChunk(int index) const {
+  OrderedJson chunk = Envelope("chat.completion.chunk");
+  chunk["choices"] = OrderedJson::array(
+      {{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+        {"finish_reason", nullptr}}});
+  if (spec_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+OrderedJson ResponseBuilder::UsageChunk(const Usage& usage) const {
+  OrderedJson chunk = Envelope(spec_.endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion");
+  chunk["choices"] = OrderedJson::array();
+  chunk["usage"] = usage.ToJson();
+  return chunk;
+}
+
+OrderedJson ResponseBuilder::ErrorChunk(const ApiError& error) { return error.ToJson(); }
+
+}  // namespace oasis::server

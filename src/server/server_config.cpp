@@ -1,0 +1,208 @@
+#include "server/server_config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <variant>
+#include <vector>
+
+#include "common/flags.h"
+
+namespace oasis::server {
+namespace {
+
+using Field = std::variant<std::string ServerConfig::*, int64_t ServerConfig::*, double ServerConfig::*>;
+
+struct Setting {
+  const char* name;  // flag name (with '-')
+  Field field;
+  const char* help;
+};
+
+const std::vector<Setting>& Settings() {
+  static const std::vector<Setting> settings = {
+      {"model", &ServerConfig::model, "model directory (config.json + *.safetensors); default: the embedded tiny model"},
+      {"tokenizer", &ServerConfig::tokenizer, "tokenizer.json or its directory (default: the model directory)"},
+      {"chat-template", &ServerConfig::chat_template, "Jinja chat template file (default: tokenizer_config.json's)"},
+      {"load-format", &ServerConfig::load_format, "auto, safetensors, or dummy (random weights at the config's shapes)"},
+      {"served-model-name", &ServerConfig::served_model_name, "the model name clients use (default: --model as given)"},
+      {"max-model-len", &ServerConfig::max_model_len, "context length (0 = the model's max_position_embeddings)"},
+      {"backend", &ServerConfig::backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
+      {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
+      {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
+      {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens, "tokens per engine step (decode + prefill chunks)"},
+      {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
+      {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization, "fraction of GPU memory for weights + KV cache"},
+      {"num-kv-slots", &ServerConfig::num_kv_slots, "CPU backend KV head-blocks per layer (0 = auto)"},
+      {"seed", &ServerConfig::seed, "engine seed for requests without one"},
+      {"host", &ServerConfig::host, "HTTP listen address"},
+      {"port", &ServerConfig::port, "HTTP port (0 = any free port, printed at start)"},
+      {"grpc-port", &ServerConfig::grpc_port, "gRPC port (0 = gRPC off)"},
+      {"api-key", &ServerConfig::api_key, "require 'Authorization: Bearer KEY' (empty = open)"},
+      {"max-body-bytes", &ServerConfig::max_body_bytes, "largest accepted request body (larger: HTTP 413)"},
+      {"http-threads", &ServerConfig::http_threads, "HTTP worker threads (0 = max(64, max-num-seqs + 16))"},
+      {"max-n", &ServerConfig::max_n, "largest accepted n (choices per request)"},
+      {"log-level", &ServerConfig::log_level, "trace, debug, info, warn, error or off"},
+  };
+  return settings;
+}
+
+std::string FlagName(std::string key) {
+  for (char& c : key) {
+    if (c == '_') c = '-';
+  }
+  return key;
+}
+
+}  // namespace
+
+std::string ServerConfig::ResolvedModelName() const {
+  if (!served_model_name.empty()) return served_model_name;
+  if (model.empty()) return "oasis-embedded";
+  return model;
+}
+
+Status ServerConfig::Validate() const {
+  auto one_of = [](const std::string& name, const std::string& v, std::initializer_list<const char*> allowed) {
+    std::string list;
+    for (const char* a : allowed) {
+      if (v == a) return Status::Ok();
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    return InvalidArgument("--" + name + " must be one of " + list + ", got '" + v + "'");
+  };
+  OASIS_RETURN_IF_ERROR(one_of("load-format", load_format, {"auto", "safetensors", "dummy"}));
+  OASIS_RETURN_IF_ERROR(one_of("backend", backend, {"auto", "cpu", "cuda"}));
+  OASIS_RETURN_IF_ERROR(one_of("log-level", log_level, {"trace", "debug", "info", "warn", "error", "off"}));
+  auto positive = [](const char* name, int64_t v) {
+    return v >= 1 ? Status::Ok() : InvalidArgument(std::string("--") + name + " must be >= 1, got " + std::to_string(v));
+  };
+  auto non_negative = [](const char* name, int64_t v) {
+    return v >= 0 ? Status::Ok() : InvalidArgument(std::string("--") + name + " must be >= 0, got " + std::to_string(v));
+  };
+  OASIS_RETURN_IF_ERROR(positive("max-num-seqs", max_num_seqs));
+  OASIS_RETURN_IF_ERROR(positive("max-num-batched-tokens", max_num_batched_tokens));
+  OASIS_RETURN_IF_ERROR(positive("max-waiting", max_waiting));
+  OASIS_RETURN_IF_ERROR(positive("max-body-bytes", max_body_bytes));
+  OASIS_RETURN_IF_ERROR(positive("max-n", max_n));
+  OASIS_RETURN_IF_ERROR(non_negative("max-model-len", max_model_len));
+  OASIS_RETURN_IF_ERROR(non_negative("threads", threads));
+  OASIS_RETURN_IF_ERROR(non_negative("num-kv-slots", num_kv_slots));
+  OASIS_RETURN_IF_ERROR(non_negative("http-threads", http_threads));
+  OASIS_RETURN_IF_ERROR(non_negative("seed", seed));
+  if (port < 0 || port > 65535) return InvalidArgument("--port must be in [0, 65535], got " + std::to_string(port));
+  if (grpc_port < 0 || grpc_port > 65535) {
+    return InvalidArgument("--grpc-port must be in [0, 65535], got " + std::to_string(grpc_port));
+  }
+  if (grpc_port != 0 && grpc_port == port) return InvalidArgument("--grpc-port must differ from --port");
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return InvalidArgument("--gpu-memory-utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization));
+  }
+  if (host.empty()) return InvalidArgument("--host must not be empty");
+  return Status::Ok();
+}
+
+nlohmann::ordered_json ServerConfig::ToJson() const {
+  nlohmann::ordered_json j;
+  for (const Setting& s : Settings()) {
+    std::visit([&](auto member) { j[s.name] = this->*member; }, s.field);
+  }
+  if (!api_key.empty()) j["api-key"] = "<set>";
+  return j;
+}
+
+Status ApplyConfigJson(const nlohmann::json& json, const std::string& source, ServerConfig* config) {
+  if (!json.is_object()) return InvalidArgument(source + ": expected a JSON object of settings");
+  for (const auto& [key, value] : json.items()) {
+    if (!key.empty() && key[0] == '_') continue;  // "_comment" and the like
+    const std::string name = FlagName(key);
+    const Setting* setting = nullptr;
+    for (const Setting& s : Settings()) {
+      if (name == s.name) setting = &s;
+    }
+    if (setting == nullptr) return InvalidArgument(source + ": unknown setting '" + key + "'");
+    const std::string where = source + ": '" + key + "'";
+    if (auto* str = std::get_if<std::string ServerConfig::*>(&setting->field)) {
+      if (!value.is_string()) return InvalidArgument(where + " must be a string");
+      config->**str = value.get<std::string>();
+    } else if (auto* i = std::get_if<int64_t ServerConfig::*>(&setting->field)) {
+      if (!value.is_number_integer()) return InvalidArgument(where + " must be an integer");
+      config->**i = value.get<int64_t>();
+    } else if (auto* d = std::get_if<double ServerConfig::*>(&setting->field)) {
+      if (!value.is_number()) return InvalidArgument(where + " must be a number");
+      config->**d = value.get<double>();
+    }
+  }
+  return Status::Ok();
+}
+
+Status LoadConfigFile(const std::string& path, ServerConfig* config) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open --config " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (json.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+  OASIS_RETURN_IF_ERROR(ApplyConfigJson(json, path, config));
+  // Relative model paths in a config file are relative to the current directory (like flags).
+  return Status::Ok();
+}
+
+StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
+  ParsedCommandLine out;
+  // Pass 1: the config file, so that flags given on the command line override it.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::string path;
+    if (arg == "--config") {
+      if (i + 1 >= argc) return InvalidArgument("--config needs a value");
+      path = argv[i + 1];
+    } else if (arg.rfind("--config=", 0) == 0) {
+      path = arg.substr(9);
+    }
+    if (!path.empty()) OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.config));
+  }
+  // Pass 2: flags, bound to the fields (their defaults now being the file's values).
+  FlagParser flags(
+      "oasis-server: OpenAI-compatible HTTP (and gRPC) server for Qwen3 / Llama 3.x models.\n"
+      "Settings come from --config FILE (JSON, keys = flag names) and flags, flags winning.");
+  std::string config_path;
+  flags.AddString("config", &config_path, "JSON file of settings (keys: the flag names)");
+  flags.AddBool("check-config", &out.check_config, "load the model, validate the settings, print them and exit");
+  ServerConfig& c = out.config;
+  for (const Setting& s : Settings()) {
+    if (auto* str = std::get_if<std::string ServerConfig::*>(&s.field)) flags.AddString(s.name, &(c.**str), s.help);
+    if (auto* i = std::get_if<int64_t ServerConfig::*>(&s.field)) flags.AddInt(s.name, &(c.**i), s.help);
+    if (auto* d = std::get_if<double ServerConfig::*>(&s.field)) flags.AddDouble(s.name, &(c.**d), s.help);
+  }
+  OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  out.help = flags.help_requested();
+  out.usage = flags.Usage();
+  if (!out.help) OASIS_RETURN_IF_ERROR(c.Validate());
+  return out;
+}
+
+std::string EmbeddedModelDir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("OASIS_EMBEDDED_MODEL"); env != nullptr && *env != '\0') return env;
+#ifdef OASIS_EMBEDDED_MODEL_DIR
+  if (fs::exists(fs::path(OASIS_EMBEDDED_MODEL_DIR) / "config.json")) return OASIS_EMBEDDED_MODEL_DIR;
+#endif
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& candidate : {exe.parent_path() / "../share/oasiskv/embedded", exe.parent_path() / "embedded"}) {
+      if (fs::exists(candidate / "config.json")) return fs::weakly_canonical(candidate).string();
+    }
+  }
+#ifdef OASIS_EMBEDDED_MODEL_DIR
+  return OASIS_EMBEDDED_MODEL_DIR;  // reported as missing by the loader
+#else
+  return "models/embedded";
+#endif
+}
+
+}  // namespace oasis::server

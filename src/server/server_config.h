@@ -1,0 +1,70 @@
+// ServerConfig: every setting of oasis-server, from an optional JSON config file
+// (`--config FILE`) overridden by command-line flags. Keys in the file are the flag names
+// with '-' or '_' ("max-num-seqs" or "max_num_seqs"); unknown keys and wrong types are
+// InvalidArgument errors naming the key. Plain value type; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "oasis/status.h"
+
+namespace oasis::server {
+
+struct ServerConfig {
+  // Model.
+  std::string model;              // model directory; empty = the embedded default model
+  std::string tokenizer;          // tokenizer.json or its directory; empty = the model directory
+  std::string chat_template;      // Jinja file overriding tokenizer_config.json's template
+  std::string load_format = "auto";  // auto (= safetensors), safetensors, dummy
+  std::string served_model_name;  // empty: the --model argument ("oasis-embedded" for the default)
+  int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
+
+  // Execution.
+  std::string backend = "auto";   // auto (cuda when built with CUDA and a GPU is present), cpu, cuda
+  int64_t threads = 0;            // CPU backend threads (0 = auto)
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_waiting = 4096;     // queued requests beyond this get 429
+  double gpu_memory_utilization = 0.9;
+  int64_t num_kv_slots = 0;       // CPU backend head-blocks per layer (0 = auto)
+  int64_t seed = 0;               // engine seed for unseeded requests
+
+  // Serving.
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;            // 0: any free port (printed at start)
+  int64_t grpc_port = 0;          // 0: gRPC off
+  std::string api_key;            // empty: no authentication
+  int64_t max_body_bytes = 8 << 20;  // larger request bodies get 413
+  int64_t http_threads = 0;       // 0: max_num_seqs + 16, at least 64
+  int64_t max_n = 128;            // largest accepted `n`
+  std::string log_level = "info";
+
+  // Derived after loading: resolved model directory and name.
+  std::string ResolvedModelName() const;
+
+  // Range checks that need no model (ports, fractions, positive limits, enum values).
+  Status Validate() const;
+  nlohmann::ordered_json ToJson() const;
+};
+
+struct ParsedCommandLine {
+  ServerConfig config;
+  bool help = false;          // --help was given; `usage` holds the text
+  bool check_config = false;  // --check-config: load the model, validate, exit
+  std::string usage;
+};
+
+// Reads --config FILE (when given) then applies the other flags on top.
+StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv);
+// Applies a JSON object of settings to `config` (the config file's contents).
+Status ApplyConfigJson(const nlohmann::json& json, const std::string& source, ServerConfig* config);
+Status LoadConfigFile(const std::string& path, ServerConfig* config);
+
+// The directory of the embedded default model: $OASIS_EMBEDDED_MODEL, the source tree's
+// models/embedded (built-in path), or share/oasiskv/embedded beside the executable.
+std::string EmbeddedModelDir();
+
+}  // namespace oasis::server

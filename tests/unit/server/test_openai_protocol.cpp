@@ -1,0 +1,185 @@
+// Request parsing and validation of /v1/completions and /v1/chat/completions.
+#include <catch2/catch.hpp>
+
+#include "server/openai_protocol.h"
+
+using namespace oasis;
+using namespace oasis::server;
+
+namespace {
+
+ProtocolLimits Limits() {
+  ProtocolLimits l;
+  l.max_model_len = 4096;
+  l.max_n = 8;
+  return l;
+}
+
+std::optional<GenerateSpec> Completion(const std::string& body, ApiError* err) {
+  return ParseCompletionRequest(Json::parse(body), Limits(), err);
+}
+
+std::optional<GenerateSpec> Chat(const std::string& body, ApiError* err) {
+  return ParseChatRequest(Json::parse(body), Limits(), err);
+}
+
+// The request is rejected with a 400 naming `param`.
+void ExpectBad(const std::string& body, const std::string& param, bool chat = false) {
+  ApiError err;
+  auto spec = chat ? Chat(body, &err) : Completion(body, &err);
+  INFO(body);
+  CHECK_FALSE(spec.has_value());
+  CHECK(err.http_status == 400);
+  CHECK(err.type == "invalid_request_error");
+  CHECK(err.param == param);
+  CHECK_FALSE(err.message.empty());
+}
+
+}  // namespace
+
+TEST_CASE("completion prompts: string, strings, ids, lists of ids") {
+  ApiError err;
+  auto s = Completion(R"({"prompt": "hello"})", &err);
+  REQUIRE(s);
+  REQUIRE(s->prompts.size() == 1);
+  CHECK(*s->prompts[0].text == "hello");
+  CHECK(s->max_tokens == 16);  // the completions default
+  CHECK(s->n == 1);
+  CHECK_FALSE(s->stream);
+
+  s = Completion(R"({"prompt": ["a", "b"]})", &err);
+  REQUIRE(s);
+  CHECK(s->prompts.size() == 2);
+
+  s = Completion(R"({"prompt": [1, 2, 3]})", &err);
+  REQUIRE(s);
+  REQUIRE(s->prompts.size() == 1);
+  CHECK_FALSE(s->prompts[0].text);
+  CHECK(s->prompts[0].ids == std::vector<int32_t>{1, 2, 3});
+
+  s = Completion(R"({"prompt": [[1, 2], [3]]})", &err);
+  REQUIRE(s);
+  REQUIRE(s->prompts.size() == 2);
+  CHECK(s->prompts[1].ids == std::vector<int32_t>{3});
+}
+
+TEST_CASE("sampling and stop parameters are read") {
+  ApiError err;
+  auto s = Completion(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+    "min_p": 0.1, "seed": 42, "n": 3, "stop": ["a", "bc"], "stop_token_ids": [5], "ignore_eos": true,
+    "min_tokens": 2, "logprobs": 3, "stream": true, "stream_options": {"include_usage": true}})",
+                      &err);
+  REQUIRE(s);
+  CHECK(s->max_tokens == 7);
+  CHECK(s->sampling.temperature == Approx(0.5f));
+  CHECK(s->sampling.top_p == Approx(0.9f));
+  CHECK(s->sampling.top_k == 40);
+  CHECK(s->sampling.min_p == Approx(0.1f));
+  CHECK(s->sampling.seed == 42u);
+  CHECK(s->n == 3);
+  CHECK(s->stop == std::vector<std::string>{"a", "bc"});
+  CHECK(s->stop_token_ids == std::vector<int32_t>{5});
+  CHECK(s->ignore_eos);
+  CHECK(s->min_tokens == 2);
+  CHECK(s->logprobs);
+  CHECK(s->top_logprobs == 3);
+  CHECK(s->stream);
+  CHECK(s->include_usage);
+
+  s = Completion(R"({"prompt": "x", "stop": "END", "max_tokens": 3.0})", &err);
+  REQUIRE(s);
+  CHECK(s->stop == std::vector<std::string>{"END"});
+  CHECK(s->max_tokens == 3);
+}
+
+TEST_CASE("bad completion requests are 400s naming the parameter") {
+  ExpectBad(R"({})", "prompt");
+  ExpectBad(R"({"prompt": 5})", "prompt");
+  ExpectBad(R"({"prompt": []})", "prompt");
+  ExpectBad(R"({"prompt": ""})", "prompt");
+  ExpectBad(R"({"prompt": [1, -2]})", "prompt");
+  ExpectBad(R"({"prompt": [1, "a"]})", "prompt");
+  ExpectBad(R"({"prompt": "x", "max_tokens": -1})", "max_tokens");
+  ExpectBad(R"({"prompt": "x", "max_tokens": 0})", "max_tokens");
+  ExpectBad(R"({"prompt": "x", "max_tokens": 100000})", "max_tokens");
+  ExpectBad(R"({"prompt": "x", "max_tokens": 1e30})", "max_tokens");
+  ExpectBad(R"({"prompt": "x", "max_tokens": 18446744073709551615})", "max_tokens");
+  ExpectBad(R"({"prompt": "x", "max_tokens": "ten"})", "max_tokens");
+  ExpectBad(R"({"prompt": "x", "max_tokens": 2.5})", "max_tokens");
+  ExpectBad(R"({"prompt": "x", "temperature": -0.1})", "temperature");
+  ExpectBad(R"({"prompt": "x", "temperature": "hot"})", "temperature");
+  ExpectBad(R"({"prompt": "x", "top_p": 0})", "top_p");
+  ExpectBad(R"({"prompt": "x", "top_p": 1.5})", "top_p");
+  ExpectBad(R"({"prompt": "x", "top_k": -2})", "top_k");
+  ExpectBad(R"({"prompt": "x", "min_p": 2})", "min_p");
+  ExpectBad(R"({"prompt": "x", "n": 0})", "n");
+  ExpectBad(R"({"prompt": "x", "n": 9})", "n");
+  ExpectBad(R"({"prompt": "x", "stop": 3})", "stop");
+  ExpectBad(R"({"prompt": "x", "stop": [""]})", "stop");
+  ExpectBad(R"({"prompt": "x", "stream": "yes"})", "stream");
+  ExpectBad(R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options");
+  ExpectBad(R"({"prompt": "x", "logprobs": 21})", "logprobs");
+  ExpectBad(R"({"prompt": "x", "model": 3})", "model");
+  ExpectBad(R"({"prompt": "x", "presence_penalty": 0.5})", "presence_penalty");
+  ExpectBad(R"({"prompt": "x", "min_tokens": 20, "max_tokens": 10})", "min_tokens");
+  ExpectBad(R"({"prompt": "x", "seed": "s"})", "seed");
+}
+
+TEST_CASE("chat requests: messages, content parts, max_completion_tokens, logprobs") {
+  ApiError err;
+  auto s = Chat(R"({"messages": [{"role": "system", "content": "be brief"},
+    {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}],
+    "max_completion_tokens": 9, "max_tokens": 3, "logprobs": true, "top_logprobs": 2,
+    "chat_template_kwargs": {"enable_thinking": false}})",
+                &err);
+  REQUIRE(s);
+  REQUIRE(s->messages.size() == 2);
+  CHECK(s->messages[1]["content"] == "hi there");
+  CHECK(s->max_tokens == 9);
+  CHECK(s->logprobs);
+  CHECK(s->top_logprobs == 2);
+  CHECK(s->chat_template_kwargs["enable_thinking"] == false);
+  CHECK(s->add_generation_prompt);
+
+  s = Chat(R"({"messages": [{"role": "user", "content": "x"}]})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->max_tokens.has_value());  // chat default: until the context is full
+}
+
+TEST_CASE("bad chat requests are 400s") {
+  ExpectBad(R"({})", "messages", true);
+  ExpectBad(R"({"messages": []})", "messages", true);
+  ExpectBad(R"({"messages": "hi"})", "messages", true);
+  ExpectBad(R"({"messages": [{"content": "x"}]})", "messages[0].role", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})", "max_completion_tokens",
+            true);
+}
+
+TEST_CASE("bodies that are not JSON objects") {
+  ApiError err;
+  CHECK_FALSE(ParseJsonBody("{not json", &err));
+  CHECK(err.http_status == 400);
+  CHECK(err.message.find("malformed JSON") != std::string::npos);
+  CHECK_FALSE(ParseJsonBody("[1, 2]", &err));
+  CHECK(err.http_status == 400);
+  CHECK(ParseJsonBody(R"({"a": 1})", &err));
+}
+
+TEST_CASE("error JSON and status mapping") {
+  ApiError e = BadRequest("bad value", "top_p");
+  Json j = Json::parse(e.Body());
+  CHECK(j["error"]["message"] == "bad value");
+  CHECK(j["error"]["type"] == "invalid_request_error");
+  CHECK(j["error"]["param"] == "top_p");
+  CHECK(j["error"]["code"] == 400);
+  CHECK(Json::parse(BadRequest("x").Body())["error"]["param"].is_null());
+  CHECK(FromStatus(OutOfRange("long")).http_status == 400);
+  CHECK(FromStatus(NotFound("m")).http_status == 404);
+  CHECK(FromStatus(ResourceExhausted("full")).http_status == 429);
+  CHECK(FromStatus(Unavailable("loading")).http_status == 503);
+  CHECK(FromStatus(Internal("bug")).http_status == 500);
+}

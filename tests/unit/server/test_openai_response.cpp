@@ -1,0 +1,154 @@
+// Response JSON: completions, chat, SSE chunks, usage, logprobs, stop reasons — with the
+// embedded model's real tokenizer for token strings and bytes.
+#include <catch2/catch.hpp>
+
+#include "server/openai_response.h"
+#include "test_support.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace oasis;
+using namespace oasis::server;
+
+namespace {
+
+const tokenizer::Tokenizer& Tok() {
+  static std::unique_ptr<tokenizer::Tokenizer> tok = [] {
+    auto t = tokenizer::Tokenizer::FromFile(oasis::testing::SourceDir() / "models/embedded/tokenizer.json");
+    REQUIRE(t.ok());
+    return std::move(t).value();
+  }();
+  return *tok;
+}
+
+GeneratedToken Token(int32_t id, float lp, std::vector<TokenLogprob> top = {}) {
+  GeneratedToken t;
+  t.token = id;
+  t.logprob = lp;
+  t.top_logprobs = std::move(top);
+  return t;
+}
+
+RequestOutput Event(std::vector<GeneratedToken> tokens, std::string text, int64_t prompt, int64_t completion) {
+  RequestOutput o;
+  o.tokens = std::move(tokens);
+  o.text = std::move(text);
+  o.prompt_tokens = prompt;
+  o.completion_tokens = completion;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("ChoiceState accumulates events and the finish") {
+  ChoiceState c;
+  c.Add(Event({Token(72, -0.5f)}, "H", 3, 1));
+  RequestOutput last = Event({Token(105, -1.0f)}, "i", 3, 2);
+  last.finished = true;
+  last.finish_reason = FinishReasonKind::kLength;
+  c.Add(last);
+  CHECK(c.text == "Hi");
+  CHECK(c.tokens.size() == 2);
+  CHECK(c.finished);
+  CHECK(c.completion_tokens == 2);
+  CHECK(c.prompt_tokens == 3);
+  CHECK(std::string(FinishReasonString(c.finish_reason)) == "length");
+}
+
+TEST_CASE("completion response with logprobs, usage and echo") {
+  GenerateSpec spec;
+  spec.endpoint = Endpoint::kCompletions;
+  spec.logprobs = true;
+  spec.top_logprobs = 1;
+  ResponseBuilder b(spec, "cmpl-1", "m", 123, &Tok());
+  ChoiceState c;
+  c.index = 0;
+  RequestOutput o = Event({Token(72, -0.25f, {{105, -0.1f}}), Token(105, -2.0f, {{105, -2.0f}})}, "Hi", 4, 2);
+  o.finished = true;
+  o.finish_reason = FinishReasonKind::kStop;
+  c.Add(o);
+  Usage u{4, 2};
+  Json j = Json::parse(DumpJson(b.Final({c}, u, {"echo:"})));
+  CHECK(j["object"] == "text_completion");
+  CHECK(j["id"] == "cmpl-1");
+  CHECK(j["model"] == "m");
+  CHECK(j["created"] == 123);
+  CHECK(j["choices"][0]["text"] == "echo:Hi");
+  CHECK(j["choices"][0]["finish_reason"] == "stop");
+  CHECK(j["choices"][0]["stop_reason"].is_null());
+  const Json& lp = j["choices"][0]["logprobs"];
+  CHECK(lp["tokens"] == Json::array({"H", "i"}));
+  CHECK(lp["token_logprobs"][0] == Approx(-0.25));
+  CHECK(lp["text_offset"] == Json::array({5, 6}));  // after the echoed prefix
+  CHECK(lp["top_logprobs"][0]["i"] == Approx(-0.1));
+  CHECK(lp["top_logprobs"][0]["H"] == Approx(-0.25));  // the sampled token is included
+  CHECK(j["usage"]["prompt_tokens"] == 4);
+  CHECK(j["usage"]["completion_tokens"] == 2);
+  CHECK(j["usage"]["total_tokens"] == 6);
+}
+
+TEST_CASE("chat response and chunks; logprobs carry bytes") {
+  GenerateSpec spec;
+  spec.endpoint = Endpoint::kChatCompletions;
+  spec.logprobs = true;
+  spec.top_logprobs = 1;
+  spec.include_usage = true;
+  spec.stop = {"zz"};
+  ResponseBuilder b(spec, "chatcmpl-1", "m", 1, &Tok());
+  ChoiceState c;
+  RequestOutput first = Event({Token(72, -0.5f, {{72, -0.5f}})}, "H", 2, 1);
+  c.Add(first);
+  Json chunk = Json::parse(DumpJson(b.Chunk(c, first, "")));
+  CHECK(chunk["object"] == "chat.completion.chunk");
+  CHECK(chunk["choices"][0]["delta"]["content"] == "H");
+  CHECK(chunk["choices"][0]["finish_reason"].is_null());
+  CHECK(chunk["usage"].is_null());
+  CHECK(chunk.contains("usage"));
+  const Json& content = chunk["choices"][0]["logprobs"]["content"];
+  CHECK(content[0]["token"] == "H");
+  CHECK(content[0]["bytes"] == Json::array({72}));
+  CHECK(content[0]["top_logprobs"][0]["token"] == "H");
+
+  RequestOutput last = Event({}, "", 2, 1);
+  last.finished = true;
+  last.finish_reason = FinishReasonKind::kStop;
+  last.stop_reason = "zz";
+  c.Add(last);
+  Json end = Json::parse(DumpJson(b.Chunk(c, last, "")));
+  CHECK(end["choices"][0]["delta"] == Json::object());
+  CHECK(end["choices"][0]["finish_reason"] == "stop");
+  CHECK(end["choices"][0]["stop_reason"] == "zz");
+
+  Json role = Json::parse(DumpJson(b.RoleChunk(0)));
+  CHECK(role["choices"][0]["delta"]["role"] == "assistant");
+  Json usage = Json::parse(DumpJson(b.UsageChunk({2, 1})));
+  CHECK(usage["choices"] == Json::array());
+  CHECK(usage["usage"]["total_tokens"] == 3);
+
+  Json full = Json::parse(DumpJson(b.Final({c}, {2, 1}, {})));
+  CHECK(full["object"] == "chat.completion");
+  CHECK(full["choices"][0]["message"]["role"] == "assistant");
+  CHECK(full["choices"][0]["message"]["content"] == "H");
+}
+
+TEST_CASE("stop token ids are integers in stop_reason; empty events send nothing") {
+  GenerateSpec spec;
+  spec.stop_token_ids = {7};
+  ResponseBuilder b(spec, "cmpl-2", "m", 1, &Tok());
+  ChoiceState c;
+  RequestOutput held = Event({Token(5, 0.0f)}, "", 1, 1);  // text held back (possible stop string)
+  c.Add(held);
+  CHECK(b.Chunk(c, held, "").is_null());
+  RequestOutput last = Event({Token(7, 0.0f)}, "", 1, 2);
+  last.finished = true;
+  last.finish_reason = FinishReasonKind::kStop;
+  last.stop_reason = "7";
+  c.Add(last);
+  Json j = Json::parse(DumpJson(b.Chunk(c, last, "")));
+  CHECK(j["choices"][0]["stop_reason"] == 7);
+  CHECK(j["choices"][0]["logprobs"].is_null());
+}
+
+TEST_CASE("invalid UTF-8 never breaks the JSON") {
+  OrderedJson j = {{"text", std::string("a\xff\xfe")}};
+  CHECK_NOTHROW(Json::parse(DumpJson(j)));
+}

@@ -20,6 +20,7 @@
 
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#include "engine/stop_checker.h"
 #include "oasis/sampling.h"
 #include "oasis/status.h"
 
@@ -29,8 +30,7 @@ namespace tokenizer {
 class Tokenizer;
 }
 
-// Why a request finished. kAbort: Abort() or client disconnect; kError: the engine failed it.
-enum class FinishReasonKind { kNone, kStop, kLength, kAbort, kError };
+// FinishReasonKind (why a request finished) is declared in engine/stop_checker.h.
 
 // OpenAI's finish_reason string: "stop", "length", "abort", "error"; "" for kNone.
 const char* FinishReasonName(FinishReasonKind kind);
@@ -108,6 +108,10 @@ struct LatencyHistogram {
   std::vector<int64_t> counts;  // per bucket (non-cumulative), bounds.size() + 1 entries (+Inf last)
   double sum = 0.0;
   int64_t count = 0;
+
+  // Empty buckets for `upper_bounds` (ascending).
+  static LatencyHistogram WithBounds(std::vector<double> upper_bounds);
+  void Observe(double value);
 };
 
 // Point-in-time counters for /metrics (names in the server follow vLLM's, prefix oasis:).
@@ -149,6 +153,10 @@ class Engine {
 
   EngineStats Stats() const;
   const ModelConfig& model_config() const;
+  const EngineOptions& options() const;
+  // Prompt + generated tokens one request may reach: the model's context length, or less when
+  // the KV pool is smaller. Requests with max_tokens = -1 stop ("length") there.
+  int64_t max_context_tokens() const;
 
  private:
   struct Impl;

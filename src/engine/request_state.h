@@ -1,0 +1,40 @@
+// RequestState: everything the engine loop keeps about one live request — the validated
+// request, its output stream, its scheduling state (Sequence: tokens, KV blocks), its stop
+// checker and detokenizer, its resolved seed and its latency timestamps.
+//
+// Built by Submit on a front-end thread, then handed to the engine loop through the queue;
+// from then on owned and touched only by the engine loop thread. Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "engine/engine.h"
+#include "engine/scheduler.h"
+#include "engine/stop_checker.h"
+
+namespace oasis {
+
+using EngineClock = std::chrono::steady_clock;
+
+struct RequestState {
+  RequestState(uint64_t key, EngineRequest req, StopConditions stop, const tokenizer::Tokenizer* tok,
+               int32_t num_kv_heads)
+      : request(std::move(req)),
+        stream(std::make_shared<RequestStream>(request.id)),
+        seq(key, request.prompt, num_kv_heads),
+        stop_checker(std::move(stop), request.detokenize ? tok : nullptr) {}
+
+  EngineRequest request;
+  std::shared_ptr<RequestStream> stream;
+  Sequence seq;
+  StopChecker stop_checker;
+  uint64_t seed = 0;               // resolved: the request's, or one drawn by the engine
+  int64_t prompt_tokens_counted = 0;  // prompt positions counted in prompt_tokens_total
+  EngineClock::time_point arrival = EngineClock::now();
+  std::optional<EngineClock::time_point> last_token_time;  // unset until the first token
+};
+
+}  // namespace oasis

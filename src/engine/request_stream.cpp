@@ -1,0 +1,74 @@
+// RequestStream, FinishReasonName and LatencyHistogram (declared in engine/engine.h).
+#include <algorithm>
+
+#include "common/check.h"
+#include "engine/engine.h"
+
+namespace oasis {
+
+const char* FinishReasonName(FinishReasonKind kind) {
+  switch (kind) {
+    case FinishReasonKind::kNone: return "";
+    case FinishReasonKind::kStop: return "stop";
+    case FinishReasonKind::kLength: return "length";
+    case FinishReasonKind::kAbort: return "abort";
+    case FinishReasonKind::kError: return "error";
+  }
+  return "";
+}
+
+std::optional<RequestOutput> RequestStream::Next(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (finished_popped_) return std::nullopt;
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
+  RequestOutput out = std::move(queue_.front());
+  queue_.pop_front();
+  if (out.finished) finished_popped_ = true;
+  return out;
+}
+
+void RequestStream::Push(RequestOutput out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    OASIS_CHECK(!finished_pushed_) << "event pushed to request " << id_ << " after it finished";
+    if (out.finished) finished_pushed_ = true;
+    if (!queue_.empty()) {
+      // The reader is behind: merge into the pending event.
+      RequestOutput& back = queue_.back();
+      for (GeneratedToken& t : out.tokens) back.tokens.push_back(std::move(t));
+      back.text += out.text;
+      back.finished = out.finished;
+      back.finish_reason = out.finish_reason;
+      back.stop_reason = std::move(out.stop_reason);
+      back.error = std::move(out.error);
+      back.prompt_tokens = out.prompt_tokens;
+      back.completion_tokens = out.completion_tokens;
+    } else {
+      queue_.push_back(std::move(out));
+    }
+  }
+  cv_.notify_all();
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_pushed_;
+}
+
+LatencyHistogram LatencyHistogram::WithBounds(std::vector<double> upper_bounds) {
+  OASIS_CHECK(std::is_sorted(upper_bounds.begin(), upper_bounds.end())) << "histogram bounds must ascend";
+  LatencyHistogram h;
+  h.counts.assign(upper_bounds.size() + 1, 0);
+  h.bounds = std::move(upper_bounds);
+  return h;
+}
+
+void LatencyHistogram::Observe(double value) {
+  OASIS_CHECK_EQ(counts.size(), bounds.size() + 1) << "histogram not initialised (WithBounds)";
+  const size_t bucket = static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+  ++counts[bucket];
+  sum += value;
+  ++count;
+}
+
+}  // namespace oasis

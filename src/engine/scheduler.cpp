@@ -1,0 +1,120 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace oasis {
+
+Sequence::Sequence(uint64_t id_, std::vector<int32_t> prompt, int32_t num_kv_heads)
+    : id(id_),
+      tokens(std::move(prompt)),
+      num_prompt_tokens(static_cast<int64_t>(tokens.size())),
+      table(num_kv_heads) {}
+
+void Sequence::CommitChunk(int64_t n) {
+  OASIS_CHECK(n > 0 && n <= num_pending()) << "committing " << n << " tokens, " << num_pending() << " pending";
+  num_computed += n;
+}
+
+Scheduler::Scheduler(SchedulerOptions options, BlockAllocator& allocator)
+    : options_(options), allocator_(allocator) {
+  OASIS_CHECK_GT(options_.max_num_batched_tokens, 0) << "max_num_batched_tokens";
+  OASIS_CHECK_GT(options_.max_num_seqs, 0) << "max_num_seqs";
+  // Every running sequence's decode token must fit one step's budget.
+  options_.max_num_seqs = std::min(options_.max_num_seqs, options_.max_num_batched_tokens);
+}
+
+void Scheduler::Add(Sequence* seq) {
+  OASIS_CHECK(seq->status == SequenceStatus::kWaiting) << "sequence " << seq->id << " added twice";
+  OASIS_CHECK_EQ(seq->table.num_blocks(), 0) << "a new sequence holds no blocks";
+  OASIS_CHECK_GT(seq->num_tokens(), 0) << "empty sequence";
+  waiting_.push_back(seq);
+}
+
+bool Scheduler::FitsInPool(int64_t num_tokens, int32_t num_kv_heads) const {
+  return HeadBlockTable::SlotsFor(num_tokens, num_kv_heads) <= allocator_.num_slots();
+}
+
+void Scheduler::Preempt(Sequence* seq, SchedulerOutput* out) {
+  auto it = std::find(running_.begin(), running_.end(), seq);
+  OASIS_CHECK(it != running_.end()) << "preempting a sequence that is not running";
+  running_.erase(it);
+  seq->table.Release(allocator_);
+  seq->num_computed = 0;  // recomputed (prompt + generated) on re-admission
+  seq->status = SequenceStatus::kWaiting;
+  ++seq->num_preemptions;
+  waiting_.push_front(seq);
+  out->preempted.push_back(seq);
+}
+
+SchedulerOutput Scheduler::Schedule() {
+  SchedulerOutput out;
+  int64_t budget = options_.max_num_batched_tokens;
+
+  // 1. Decodes, oldest first; a missing block preempts the newest running sequence.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* s = running_[i];
+    if (s->num_pending() != 1) {
+      ++i;
+      continue;
+    }
+    bool preempted_self = false;
+    while (!s->table.Reserve(s->num_computed + 1, allocator_).ok()) {
+      Sequence* victim = running_.back();
+      Preempt(victim, &out);
+      if (victim == s) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;  // s was the newest: no running sequence follows it
+    out.chunks.push_back({s, s->num_computed, 1, true});
+    budget -= 1;
+    ++i;
+  }
+
+  // 2. Prefill chunks of running sequences (blocks reserved at admission).
+  for (Sequence* s : running_) {
+    if (budget == 0) break;
+    if (s->num_pending() <= 1) continue;
+    const int64_t n = std::min(s->num_pending(), budget);
+    OASIS_CHECK_OK(s->table.Reserve(s->num_computed + n, allocator_));  // no-op: reserved at admission
+    out.chunks.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+    budget -= n;
+  }
+
+  // 3. FCFS admission of waiting sequences; none in a step that had to preempt.
+  if (out.preempted.empty()) {
+    while (!waiting_.empty() && budget > 0 && num_running() < options_.max_num_seqs) {
+      Sequence* s = waiting_.front();
+      if (!s->table.Reserve(s->num_tokens(), allocator_).ok()) break;  // whole context, or wait
+      waiting_.pop_front();
+      s->status = SequenceStatus::kRunning;
+      running_.push_back(s);
+      const int64_t n = std::min(s->num_pending(), budget);
+      out.chunks.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+      budget -= n;
+      ++out.num_admitted;
+    }
+  }
+  out.num_batched_tokens = options_.max_num_batched_tokens - budget;
+  return out;
+}
+
+void Scheduler::Finish(Sequence* seq) {
+  OASIS_CHECK(seq->status != SequenceStatus::kFinished) << "sequence " << seq->id << " finished twice";
+  if (seq->status == SequenceStatus::kRunning) {
+    auto it = std::find(running_.begin(), running_.end(), seq);
+    OASIS_CHECK(it != running_.end()) << "running sequence " << seq->id << " not in the running list";
+    running_.erase(it);
+  } else {
+    auto it = std::find(waiting_.begin(), waiting_.end(), seq);
+    OASIS_CHECK(it != waiting_.end()) << "waiting sequence " << seq->id << " not in the waiting queue";
+    waiting_.erase(it);
+  }
+  seq->table.Release(allocator_);
+  seq->status = SequenceStatus::kFinished;
+}
+
+}  // namespace oasis

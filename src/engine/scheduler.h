@@ -1,0 +1,117 @@
+// Scheduler: decides, once per engine step, which tokens of which sequences run — continuous
+// batching under a per-step token budget, with chunked prefill, FCFS admission and
+// preemption by recompute. Pure CPU logic (no model, no CUDA headers): unit-tested with a
+// real BlockAllocator of a few slots and hand-made Sequences.
+//
+// Policy (one Schedule() call):
+//   1. Decodes first: every running sequence with exactly one pending token (its last
+//      sampled token), oldest admission first, takes one token of budget and grows its block
+//      table to hold it. When the pool has no block for it, the most recently admitted
+//      running sequence is preempted (blocks freed, back to the FRONT of the waiting queue,
+//      its generated tokens kept and later recomputed as prompt) until the block fits — or
+//      the sequence itself is the newest, and it is preempted.
+//   2. Prefill chunks of running sequences (chunked prefill), oldest first, as much of each
+//      as the budget left allows. Their blocks were reserved at admission, so they never
+//      preempt.
+//   3. Admission, strictly FCFS: the waiting queue's front is admitted while budget is left,
+//      fewer than max_num_seqs run, no sequence was preempted this step, and the pool can
+//      hold its whole current context (prompt + tokens generated before a preemption); its
+//      blocks are reserved at once and its first chunk runs this step.
+// max_num_seqs is clamped to max_num_batched_tokens so every running decode fits a step.
+//
+// State machine of a Sequence: kWaiting → (admitted) kRunning → kFinished (Finish());
+// kRunning → (preempted) kWaiting. A running sequence is "in prefill" while more than one
+// token is pending, "in decode" when one is.
+//
+// Owns nothing but the queues of Sequence pointers: the caller owns the Sequences (they must
+// outlive their time in the scheduler) and the BlockAllocator. Not thread-safe: the engine
+// loop thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "kvcache/block_allocator.h"
+#include "kvcache/head_block_table.h"
+
+namespace oasis {
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+// The scheduling state of one request: its tokens (prompt, then generated), how many of
+// them have KV in the cache, and its block table. Owned by the caller (the engine's
+// RequestState); mutated by the scheduler (status, table, num_computed on preemption) and by
+// the engine after each step (CommitChunk, AppendToken).
+struct Sequence {
+  Sequence(uint64_t id, std::vector<int32_t> prompt, int32_t num_kv_heads);
+
+  uint64_t id;                  // caller's key (the engine's request number)
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t num_prompt_tokens;    // of the original prompt
+  int64_t num_computed = 0;     // leading tokens whose KV is cached
+  HeadBlockTable table;
+  SequenceStatus status = SequenceStatus::kWaiting;
+  int64_t num_preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
+  int64_t num_pending() const { return num_tokens() - num_computed; }
+  // After a step ran `n` of its pending tokens.
+  void CommitChunk(int64_t n);
+  // After a step sampled its next token (the chunk reached the end of `tokens`).
+  void AppendToken(int32_t token) { tokens.push_back(token); }
+};
+
+struct SchedulerOptions {
+  int64_t max_num_seqs = 256;             // running sequences at most
+  int64_t max_num_batched_tokens = 2048;  // tokens per step (decodes + prefill chunks)
+};
+
+// "Run tokens [start, start + num_tokens) of `seq` this step."
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int64_t start = 0;
+  int64_t num_tokens = 0;
+  bool samples = false;  // the chunk reaches the end of seq->tokens: a token is sampled
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
+  std::vector<Sequence*> preempted;    // sequences preempted by this step (now waiting)
+  int64_t num_batched_tokens = 0;
+  int64_t num_admitted = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerOptions options, BlockAllocator& allocator);
+
+  // Appends a new kWaiting sequence to the back of the waiting queue.
+  void Add(Sequence* seq);
+  // Plans one step (see the policy above). Reserves the blocks the chunks need.
+  SchedulerOutput Schedule();
+  // Removes a waiting or running sequence, frees its blocks, marks it kFinished.
+  void Finish(Sequence* seq);
+
+  // Whether a sequence of `num_tokens` tokens could ever fit in the whole pool.
+  bool FitsInPool(int64_t num_tokens, int32_t num_kv_heads) const;
+
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+  const std::vector<Sequence*>& running() const { return running_; }  // admission order
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  void Preempt(Sequence* seq, SchedulerOutput* out);
+
+  SchedulerOptions options_;
+  BlockAllocator& allocator_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;
+};
+
+}  // namespace oasis

@@ -1,0 +1,411 @@
+// Engine on the CPU backend with the tiny fixture models (vocab 512, no tokenizer):
+// batching invariance (a request's greedy or seeded output is the same alone and among 32
+// concurrent requests, also with a pool small enough to force preemptions and a budget small
+// enough to force chunked prefill), every KV block back in the pool, abort, stop ids,
+// length limits, validation errors, runner failures and stats.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "loader/safetensors.h"
+#include "loader/weights.h"
+#include "models/decoder_lm.h"
+#include "oasis/model_config.h"
+#include "test_support.h"
+
+using namespace oasis;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A fixture model on the CPU backend with a runner of `num_kv_slots` head-blocks.
+struct TinyModel {
+  explicit TinyModel(int64_t num_kv_slots, const std::string& name = "qwen3-tiny") : backend(2) {
+    auto dir = testing::FixturePath("models/" + name);
+    auto c = LoadModelConfig(dir);
+    REQUIRE(c.ok());
+    config = *c;
+    auto w = OpenSafetensorsWeights(dir);
+    REQUIRE(w.ok());
+    weights = std::move(*w);
+    auto m = DecoderLM::Create(config, *weights, backend);
+    REQUIRE(m.ok());
+    model = std::move(*m);
+    runner = std::make_unique<ModelRunner>(*model, backend, num_kv_slots);
+  }
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+  CpuBackend backend;
+  std::unique_ptr<DecoderLM> model;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  FinishReasonKind reason = FinishReasonKind::kNone;
+  std::string stop_reason;
+  Status error;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int events = 0;
+};
+
+Collected Drain(RequestStream& stream) {
+  Collected c;
+  while (true) {
+    auto ev = stream.Next(60s);
+    REQUIRE(ev.has_value());  // no event for a minute: the engine is stuck
+    ++c.events;
+    for (const GeneratedToken& t : ev->tokens) c.tokens.push_back(t.token);
+    c.prompt_tokens = ev->prompt_tokens;
+    c.completion_tokens = ev->completion_tokens;
+    if (ev->finished) {
+      c.reason = ev->finish_reason;
+      c.stop_reason = ev->stop_reason;
+      c.error = ev->error;
+      CHECK_FALSE(stream.Next(1ms).has_value());  // nothing after the finished event
+      return c;
+    }
+  }
+}
+
+EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.detokenize = false;
+  return r;
+}
+
+// 32 requests: prompts of 1..70 ids, 1..40 new tokens; a third seeded sampling, some
+// honouring EOS, a few with logprobs.
+std::vector<EngineRequest> Workload() {
+  std::mt19937_64 rng(2024);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 32; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 70);
+    for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % 500);
+    EngineRequest r = Request("req-" + std::to_string(i), std::move(prompt), 1 + static_cast<int64_t>(rng() % 40));
+    r.ignore_eos = i % 4 != 0;
+    if (i % 3 == 1) {
+      r.sampling.temperature = 3.0f;  // high enough that the tiny model's draws vary
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    }
+    if (i % 5 == 0) r.num_top_logprobs = 2;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+// Submits `reqs` from `threads` threads at once (each drains its own streams).
+std::vector<Collected> RunConcurrently(Engine& engine, const std::vector<EngineRequest>& reqs, int threads) {
+  std::vector<Collected> out(reqs.size());
+  std::vector<std::thread> pool;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<std::pair<size_t, std::shared_ptr<RequestStream>>> mine;
+      for (size_t i = static_cast<size_t>(t); i < reqs.size(); i += static_cast<size_t>(threads)) {
+        auto s = engine.Submit(reqs[i]);
+        if (!s.ok()) {
+          ++failures;
+          continue;
+        }
+        mine.emplace_back(i, *s);
+      }
+      for (auto& [i, s] : mine) out[i] = Drain(*s);
+    });
+  }
+  for (auto& th : pool) th.join();
+  REQUIRE(failures == 0);
+  return out;
+}
+
+EngineStats WaitIdle(const Engine& engine) {
+  for (int i = 0; i < 2000; ++i) {
+    EngineStats s = engine.Stats();
+    if (s.num_running == 0 && s.num_waiting == 0 && s.num_free_kv_slots == s.num_kv_slots) return s;
+    std::this_thread::sleep_for(5ms);
+  }
+  return engine.Stats();
+}
+
+}  // namespace
+
+TEST_CASE("outputs are the same alone and among 32 concurrent requests", "[engine]") {
+  const std::vector<EngineRequest> reqs = Workload();
+  // References: each request alone, with a roomy pool and budget.
+  std::vector<Collected> alone;
+  {
+    TinyModel tm(512);
+    Engine engine(*tm.runner, nullptr, {});
+    engine.Start();
+    for (const EngineRequest& r : reqs) {
+      auto s = engine.Submit(r);
+      REQUIRE(s.ok());
+      alone.push_back(Drain(**s));
+    }
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    REQUIRE(alone[i].error.ok());
+    const bool by_eos = alone[i].reason == FinishReasonKind::kStop;
+    CHECK((by_eos || static_cast<int64_t>(alone[i].tokens.size()) == reqs[i].max_tokens));
+    CHECK(alone[i].completion_tokens == static_cast<int64_t>(alone[i].tokens.size()));
+    CHECK(alone[i].prompt_tokens == static_cast<int64_t>(reqs[i].prompt.size()));
+  }
+
+  struct Config {
+    const char* name;
+    int64_t slots, budget, max_seqs;
+    bool expect_preemption;
+  };
+  const Config configs[] = {
+      {"roomy pool, large budget", 512, 2048, 256, false},
+      {"small budget: chunked prefill", 512, 24, 256, false},
+      {"small pool and budget: preemptions", 28, 40, 16, true},
+  };
+  for (const Config& cfg : configs) {
+    DYNAMIC_SECTION(cfg.name) {
+      TinyModel tm(cfg.slots);
+      EngineOptions opt;
+      opt.max_num_batched_tokens = cfg.budget;
+      opt.max_num_seqs = cfg.max_seqs;
+      Engine engine(*tm.runner, nullptr, opt);
+      engine.Start();
+      std::vector<Collected> together = RunConcurrently(engine, reqs, 4);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        INFO(reqs[i].id << " prompt " << reqs[i].prompt.size() << " max_tokens " << reqs[i].max_tokens);
+        CHECK(together[i].error.ok());
+        CHECK(together[i].tokens == alone[i].tokens);
+        CHECK(together[i].reason == alone[i].reason);
+      }
+      EngineStats st = WaitIdle(engine);
+      CHECK(st.num_free_kv_slots == st.num_kv_slots);
+      CHECK(st.kv_usage == 0.0);
+      CHECK(st.requests_finished_total == 32);
+      CHECK(st.ttft.count == 32);
+      CHECK(st.e2e.count == 32);
+      int64_t generated = 0, prompt = 0;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        generated += static_cast<int64_t>(together[i].tokens.size());
+        prompt += static_cast<int64_t>(reqs[i].prompt.size());
+      }
+      CHECK(st.generation_tokens_total == generated);
+      CHECK(st.prompt_tokens_total == prompt);
+      CHECK(st.itl.count == generated - 32);
+      CHECK(st.requests_stop_total + st.requests_length_total == 32);
+      if (cfg.expect_preemption) CHECK(st.preemptions_total > 0);
+      if (!cfg.expect_preemption) CHECK(st.preemptions_total == 0);
+      engine.Stop();
+      CHECK(engine.Stats().num_free_kv_slots == cfg.slots);
+    }
+  }
+}
+
+TEST_CASE("seeded sampling is reproducible; different seeds differ", "[engine]") {
+  TinyModel tm(256);
+  Engine engine(*tm.runner, nullptr, {});
+  engine.Start();
+  auto run = [&](const std::string& id, uint64_t seed) {
+    EngineRequest r = Request(id, {5, 6, 7, 8}, 24);
+    r.sampling.temperature = 4.0f;  // the random tiny model is very peaked at T = 1
+    r.sampling.seed = seed;
+    r.ignore_eos = true;
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    return Drain(**s).tokens;
+  };
+  const auto a = run("a", 7), b = run("b", 7), c = run("c", 8);
+  CHECK(a.size() == 24);
+  CHECK(a == b);
+  CHECK(a != c);
+}
+
+TEST_CASE("abort finishes a running request with kAbort and frees its blocks", "[engine]") {
+  TinyModel tm(128);
+  Engine engine(*tm.runner, nullptr, {});
+  engine.Start();
+  EngineRequest r = Request("long", {1, 2, 3, 4, 5}, 900);
+  r.ignore_eos = true;
+  auto s = engine.Submit(r);
+  REQUIRE(s.ok());
+  auto first = (*s)->Next(60s);
+  REQUIRE(first.has_value());
+  REQUIRE_FALSE(first->finished);
+  CHECK(engine.Stats().num_free_kv_slots < 128);
+  engine.Abort("long");
+  engine.Abort("no-such-request");  // no-op
+  Collected c = Drain(**s);
+  CHECK(c.reason == FinishReasonKind::kAbort);
+  CHECK(c.tokens.size() + first->tokens.size() < 900);
+  EngineStats st = WaitIdle(engine);
+  CHECK(st.num_free_kv_slots == 128);
+  CHECK(st.requests_abort_total == 1);
+  // The id is free again.
+  auto again = engine.Submit(Request("long", {1, 2, 3}, 2));
+  REQUIRE(again.ok());
+  CHECK(Drain(**again).tokens.size() == 2);
+
+  // Stop() aborts what is still live.
+  auto pending = engine.Submit(r);
+  REQUIRE(pending.ok());
+  engine.Stop();
+  CHECK(Drain(**pending).reason == FinishReasonKind::kAbort);
+  CHECK(engine.Submit(Request("late", {1}, 1)).status().code() == StatusCode::kUnavailable);
+}
+
+TEST_CASE("stop token ids, min_tokens, EOS and the context limit", "[engine]") {
+  TinyModel tm(256);
+  Engine engine(*tm.runner, nullptr, {});
+  engine.Start();
+  auto run = [&](EngineRequest r) {
+    auto s = engine.Submit(std::move(r));
+    REQUIRE(s.ok());
+    return Drain(**s);
+  };
+  EngineRequest base = Request("x", {11, 12, 13}, 30);
+  base.ignore_eos = true;
+  const Collected free_run = run(base);
+  REQUIRE(free_run.tokens.size() == 30);
+  CHECK(free_run.reason == FinishReasonKind::kLength);
+
+  // Stop at the first occurrence of the 6th token.
+  const int32_t stop_id = free_run.tokens[5];
+  const size_t first = static_cast<size_t>(
+      std::find(free_run.tokens.begin(), free_run.tokens.end(), stop_id) - free_run.tokens.begin());
+  EngineRequest with_stop = base;
+  with_stop.stop_token_ids = {stop_id};
+  Collected stopped = run(with_stop);
+  CHECK(stopped.reason == FinishReasonKind::kStop);
+  CHECK(stopped.stop_reason == std::to_string(stop_id));
+  CHECK(stopped.tokens == std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + first + 1));
+
+  // min_tokens past every occurrence: the stop id is ignored until then.
+  EngineRequest min = with_stop;
+  min.min_tokens = 30;
+  CHECK(run(min).tokens == free_run.tokens);
+
+  // The model's EOS (id 2) as a stop when not ignored: tokens up to the first EOS.
+  EngineRequest eos = base;
+  eos.ignore_eos = false;
+  eos.max_tokens = 30;
+  Collected e = run(eos);
+  const auto eos_at = std::find(free_run.tokens.begin(), free_run.tokens.end(), 2);
+  if (eos_at == free_run.tokens.end()) {
+    CHECK(e.tokens == free_run.tokens);
+  } else {
+    CHECK(e.reason == FinishReasonKind::kStop);
+    CHECK(e.tokens == std::vector<int32_t>(free_run.tokens.begin(), eos_at + 1));
+  }
+
+  // max_tokens = -1 runs to the usable context: 1024 positions (the pool holds 2048 tokens).
+  CHECK(engine.max_context_tokens() == 1024);
+  EngineRequest ctx = Request("ctx", std::vector<int32_t>(1000, 7), -1);
+  ctx.ignore_eos = true;
+  Collected full = run(ctx);
+  CHECK(full.reason == FinishReasonKind::kLength);
+  CHECK(full.tokens.size() == 24);
+}
+
+TEST_CASE("Submit validates requests", "[engine]") {
+  TinyModel tm(64);  // 32 blocks per head: 512 tokens
+  Engine engine(*tm.runner, nullptr, {});
+  engine.Start();
+  auto code = [&](EngineRequest r) { return engine.Submit(std::move(r)).status().code(); };
+  CHECK(code(Request("a", {}, 4)) == StatusCode::kInvalidArgument);
+  CHECK(code(Request("a", {1, 512}, 4)) == StatusCode::kInvalidArgument);
+  CHECK(code(Request("a", {1, -1}, 4)) == StatusCode::kInvalidArgument);
+  CHECK(code(Request("a", {1}, 0)) == StatusCode::kInvalidArgument);
+  CHECK(code(Request("", {1}, 4)) == StatusCode::kInvalidArgument);
+  CHECK(code(Request("a", std::vector<int32_t>(1000, 1), 25)) == StatusCode::kOutOfRange);
+  CHECK(code(Request("a", std::vector<int32_t>(1024, 1), -1)) == StatusCode::kOutOfRange);
+  CHECK(code(Request("a", std::vector<int32_t>(500, 1), 20)) == StatusCode::kResourceExhausted);  // > pool
+  EngineRequest bad = Request("a", {1}, 4);
+  bad.sampling.temperature = -1;
+  CHECK(code(bad) == StatusCode::kInvalidArgument);
+  bad = Request("a", {1}, 4);
+  bad.sampling.top_p = 0;
+  CHECK(code(bad) == StatusCode::kInvalidArgument);
+  bad = Request("a", {1}, 4);
+  bad.num_top_logprobs = 21;
+  CHECK(code(bad) == StatusCode::kInvalidArgument);
+  bad = Request("a", {1}, 4);
+  bad.min_tokens = 5;
+  CHECK(code(bad) == StatusCode::kInvalidArgument);
+  bad = Request("a", {1}, 4);
+  bad.detokenize = true;  // no tokenizer
+  CHECK(code(bad) == StatusCode::kInvalidArgument);
+  bad = Request("a", {1}, 4);
+  bad.stop = {"x"};
+  CHECK(code(bad) == StatusCode::kInvalidArgument);
+
+  EngineRequest ok = Request("dup", {1, 2}, 200);
+  ok.ignore_eos = true;
+  auto s = engine.Submit(ok);
+  REQUIRE(s.ok());
+  CHECK(code(ok) == StatusCode::kInvalidArgument);  // duplicate live id
+  engine.Abort("dup");
+  CHECK(Drain(**s).reason == FinishReasonKind::kAbort);
+}
+
+TEST_CASE("the waiting queue is bounded", "[engine]") {
+  TinyModel tm(64);
+  EngineOptions opt;
+  opt.max_waiting = 3;
+  Engine engine(*tm.runner, nullptr, opt);  // not started: everything stays queued
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 3; ++i) {
+    auto s = engine.Submit(Request("q" + std::to_string(i), {1}, 1));
+    REQUIRE(s.ok());
+    streams.push_back(*s);
+  }
+  CHECK(engine.Stats().num_waiting == 3);
+  CHECK(engine.Submit(Request("q3", {1}, 1)).status().code() == StatusCode::kResourceExhausted);
+  engine.Stop();  // never started: the queued requests are aborted
+  for (auto& s : streams) CHECK(Drain(*s).reason == FinishReasonKind::kAbort);
+}
+
+namespace {
+// A runner whose steps fail from the `fail_from`-th call until `fail_until`.
+class FailingRunner : public ModelRunner {
+ public:
+  FailingRunner(DecoderLM& model, Backend& backend, int64_t slots) : ModelRunner(model, backend, slots) {}
+  std::vector<SampleResult> ExecuteAndSample(const ForwardInput& in, const std::vector<SampleRow>& rows) override {
+    const int call = calls++;
+    if (call >= fail_from && call < fail_until) throw std::runtime_error("injected device fault");
+    return ModelRunner::ExecuteAndSample(in, rows);
+  }
+  std::atomic<int> calls{0};
+  int fail_from = 3, fail_until = 4;
+};
+}  // namespace
+
+TEST_CASE("a failing step fails its requests with kError; the engine keeps serving", "[engine]") {
+  TinyModel tm(64);
+  FailingRunner runner(*tm.model, tm.backend, 64);
+  Engine engine(runner, nullptr, {});
+  engine.Start();
+  EngineRequest r = Request("f", {1, 2, 3}, 20);
+  r.ignore_eos = true;
+  auto s = engine.Submit(r);
+  REQUIRE(s.ok());
+  Collected c = Drain(**s);
+  CHECK(c.reason == FinishReasonKind::kError);
+  CHECK(c.error.code() == StatusCode::kInternal);
+  CHECK(c.error.message().find("injected device fault") != std::string::npos);
+  CHECK(c.tokens.size() == 3);
+  auto next = engine.Submit(Request("g", {1, 2, 3}, 5));
+  REQUIRE(next.ok());
+  CHECK(Drain(**next).tokens.size() == 5);
+  EngineStats st = WaitIdle(engine);
+  CHECK(st.requests_error_total == 1);
+  CHECK(st.num_free_kv_slots == 64);
+}

@@ -1,0 +1,273 @@
+// Scheduler policy with fakes: a real BlockAllocator of a few head-blocks, hand-made
+// Sequences, and a fake "model step" that commits the scheduled chunks and appends token 7
+// to every sequence that samples. No model involved.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "engine/scheduler.h"
+
+using namespace oasis;
+
+namespace {
+
+constexpr int32_t kHeads = 1;  // one KV head: a sequence of n tokens holds ceil(n / 16) slots
+
+std::unique_ptr<Sequence> MakeSeq(uint64_t id, int64_t prompt_len) {
+  return std::make_unique<Sequence>(id, std::vector<int32_t>(static_cast<size_t>(prompt_len), 3), kHeads);
+}
+
+// Applies a step's results the way the engine does.
+void RunStep(const SchedulerOutput& out) {
+  for (const ScheduledChunk& c : out.chunks) {
+    c.seq->CommitChunk(c.num_tokens);
+    if (c.samples) c.seq->AppendToken(7);
+  }
+}
+
+int64_t Blocks(const Sequence& s) { return s.table.num_blocks(); }
+
+}  // namespace
+
+TEST_CASE("chunked prefill under the token budget, decodes first", "[scheduler]") {
+  BlockAllocator alloc(64);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 8}, alloc);
+  auto a = MakeSeq(1, 10), b = MakeSeq(2, 7);
+  sched.Add(a.get());
+  sched.Add(b.get());
+
+  SchedulerOutput s1 = sched.Schedule();
+  REQUIRE(s1.chunks.size() == 1);  // a takes the whole budget; b waits
+  CHECK(s1.chunks[0].seq == a.get());
+  CHECK(s1.chunks[0].start == 0);
+  CHECK(s1.chunks[0].num_tokens == 8);
+  CHECK_FALSE(s1.chunks[0].samples);
+  CHECK(Blocks(*a) == 1);  // the whole prompt's blocks are reserved at admission
+  CHECK(sched.num_running() == 1);
+  CHECK(sched.num_waiting() == 1);
+  RunStep(s1);
+
+  SchedulerOutput s2 = sched.Schedule();
+  REQUIRE(s2.chunks.size() == 2);
+  CHECK(s2.chunks[0].seq == a.get());  // a finishes its prompt and samples
+  CHECK(s2.chunks[0].start == 8);
+  CHECK(s2.chunks[0].num_tokens == 2);
+  CHECK(s2.chunks[0].samples);
+  CHECK(s2.chunks[1].seq == b.get());  // b is admitted with the rest of the budget
+  CHECK(s2.chunks[1].num_tokens == 6);
+  CHECK_FALSE(s2.chunks[1].samples);
+  CHECK(s2.num_admitted == 1);
+  CHECK(s2.num_batched_tokens == 8);
+  RunStep(s2);
+
+  SchedulerOutput s3 = sched.Schedule();
+  REQUIRE(s3.chunks.size() == 2);
+  CHECK(s3.chunks[0].seq == a.get());  // the decode comes first
+  CHECK(s3.chunks[0].start == 10);
+  CHECK(s3.chunks[0].num_tokens == 1);
+  CHECK(s3.chunks[1].seq == b.get());
+  CHECK(s3.chunks[1].start == 6);
+  CHECK(s3.chunks[1].num_tokens == 1);
+  CHECK(s3.chunks[1].samples);
+  RunStep(s3);
+  CHECK(a->num_generated() == 2);
+  CHECK(b->num_generated() == 1);
+
+  sched.Finish(a.get());
+  sched.Finish(b.get());
+  CHECK(a->status == SequenceStatus::kFinished);
+  CHECK(sched.idle());
+  CHECK(alloc.num_free() == 64);
+}
+
+TEST_CASE("admission is FCFS and needs the whole context in free blocks", "[scheduler]") {
+  BlockAllocator alloc(4);  // 64 tokens
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 256}, alloc);
+  auto a = MakeSeq(1, 40), big = MakeSeq(2, 40), small = MakeSeq(3, 5);
+  sched.Add(a.get());
+  sched.Add(big.get());
+  sched.Add(small.get());
+  SchedulerOutput s1 = sched.Schedule();
+  REQUIRE(s1.chunks.size() == 1);  // big (3 blocks) does not fit next to a; small may not pass it
+  CHECK(s1.chunks[0].seq == a.get());
+  CHECK(sched.waiting().front() == big.get());
+  CHECK(alloc.num_free() == 1);
+  RunStep(s1);
+  sched.Finish(a.get());
+  SchedulerOutput s2 = sched.Schedule();
+  REQUIRE(s2.chunks.size() == 2);
+  CHECK(s2.chunks[0].seq == big.get());
+  CHECK(s2.chunks[1].seq == small.get());
+  RunStep(s2);
+  sched.Finish(big.get());
+  sched.Finish(small.get());
+  CHECK(alloc.num_free() == 4);
+}
+
+TEST_CASE("max_num_seqs bounds the running set and is clamped to the token budget", "[scheduler]") {
+  BlockAllocator alloc(64);
+  Scheduler sched({.max_num_seqs = 2, .max_num_batched_tokens = 100}, alloc);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < 4; ++i) {
+    seqs.push_back(MakeSeq(static_cast<uint64_t>(i), 3));
+    sched.Add(seqs.back().get());
+  }
+  SchedulerOutput s1 = sched.Schedule();
+  CHECK(s1.chunks.size() == 2);
+  CHECK(sched.num_running() == 2);
+  CHECK(sched.num_waiting() == 2);
+  RunStep(s1);
+  sched.Finish(seqs[0].get());
+  SchedulerOutput s2 = sched.Schedule();
+  REQUIRE(s2.chunks.size() == 2);
+  CHECK(s2.chunks[0].seq == seqs[1].get());  // decode
+  CHECK(s2.chunks[1].seq == seqs[2].get());  // admitted in order
+  for (auto& s : seqs) {
+    if (s->status != SequenceStatus::kFinished) sched.Finish(s.get());
+  }
+
+  Scheduler tight({.max_num_seqs = 256, .max_num_batched_tokens = 3}, alloc);
+  CHECK(tight.options().max_num_seqs == 3);
+}
+
+TEST_CASE("out of blocks, the newest running sequence is preempted and recomputed", "[scheduler]") {
+  BlockAllocator alloc(4);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64}, alloc);
+  auto a = MakeSeq(1, 16), b = MakeSeq(2, 16), c = MakeSeq(3, 16);
+  sched.Add(a.get());
+  sched.Add(b.get());
+  sched.Add(c.get());
+  RunStep(sched.Schedule());  // all three admitted (one block each), each samples a token
+  REQUIRE(sched.num_running() == 3);
+  REQUIRE(alloc.num_free() == 1);
+
+  // Decodes at position 16 need a second block each: a gets the last free one, b's need
+  // preempts c (the newest), the block freed goes to b.
+  SchedulerOutput s = sched.Schedule();
+  REQUIRE(s.preempted.size() == 1);
+  CHECK(s.preempted[0] == c.get());
+  CHECK(c->status == SequenceStatus::kWaiting);
+  CHECK(c->num_computed == 0);
+  CHECK(c->num_generated() == 1);  // its generated token is kept, recomputed as prompt
+  CHECK(c->num_preemptions == 1);
+  CHECK(Blocks(*c) == 0);
+  CHECK(sched.waiting().front() == c.get());
+  REQUIRE(s.chunks.size() == 2);
+  CHECK(s.chunks[0].seq == a.get());
+  CHECK(s.chunks[1].seq == b.get());
+  CHECK(s.num_admitted == 0);  // no admission in a step that preempted
+  RunStep(s);
+
+  // Once a finishes, c comes back with its whole context (17 tokens) as one prefill.
+  sched.Finish(a.get());
+  SchedulerOutput r = sched.Schedule();
+  REQUIRE(r.chunks.size() == 2);
+  CHECK(r.chunks[0].seq == b.get());
+  CHECK(r.chunks[1].seq == c.get());
+  CHECK(r.chunks[1].start == 0);
+  CHECK(r.chunks[1].num_tokens == 17);
+  CHECK(r.chunks[1].samples);
+  RunStep(r);
+  CHECK(c->num_generated() == 2);
+  sched.Finish(b.get());
+  sched.Finish(c.get());
+  CHECK(alloc.num_free() == 4);
+}
+
+TEST_CASE("a decoding sequence that is the newest preempts itself", "[scheduler]") {
+  BlockAllocator alloc(2);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64}, alloc);
+  auto a = MakeSeq(1, 16), b = MakeSeq(2, 16);
+  sched.Add(a.get());
+  sched.Add(b.get());
+  RunStep(sched.Schedule());
+  REQUIRE(alloc.num_free() == 0);
+  // a needs a block: b (newest) goes; then b would be next, but it is already gone.
+  SchedulerOutput s = sched.Schedule();
+  REQUIRE(s.preempted.size() == 1);
+  CHECK(s.preempted[0] == b.get());
+  REQUIRE(s.chunks.size() == 1);
+  CHECK(s.chunks[0].seq == a.get());
+  RunStep(s);
+  sched.Finish(a.get());
+  sched.Finish(b.get());  // finishing a waiting (preempted) sequence
+  CHECK(alloc.num_free() == 2);
+  CHECK(sched.idle());
+
+  // Alone and out of blocks with nothing newer: the sequence itself is preempted.
+  BlockAllocator one(1);
+  Scheduler solo({.max_num_seqs = 8, .max_num_batched_tokens = 64}, one);
+  auto x = MakeSeq(3, 16);
+  solo.Add(x.get());
+  RunStep(solo.Schedule());
+  SchedulerOutput t = solo.Schedule();
+  CHECK(t.chunks.empty());
+  REQUIRE(t.preempted.size() == 1);
+  CHECK(t.preempted[0] == x.get());
+  solo.Finish(x.get());
+  CHECK(one.num_free() == 1);
+}
+
+// Random workloads against a small pool and budget: every step respects the budget, block
+// tables cover what runs, waiting sequences hold nothing, slots are conserved, and every
+// sequence finishes with exactly its token count.
+TEST_CASE("random workloads keep the scheduler's invariants", "[scheduler]") {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    DYNAMIC_SECTION("seed " << seed) {
+      std::mt19937_64 rng(seed);
+      const int32_t heads = 1 + static_cast<int32_t>(rng() % 3);
+      const int32_t pool = heads * static_cast<int32_t>(8 + rng() % 16);
+      const int64_t budget = 4 + static_cast<int64_t>(rng() % 40);
+      BlockAllocator alloc(pool);
+      Scheduler sched({.max_num_seqs = 1 + static_cast<int64_t>(rng() % 8), .max_num_batched_tokens = budget},
+                      alloc);
+      const int64_t max_tokens_fit = pool / heads * 16;
+      std::vector<std::unique_ptr<Sequence>> seqs;
+      std::map<Sequence*, int64_t> target;  // generated tokens each must reach
+      for (int i = 0; i < 24; ++i) {
+        const int64_t prompt = 1 + static_cast<int64_t>(rng() % 60);
+        const int64_t gen = 1 + static_cast<int64_t>(rng() % 40);
+        if (prompt + gen > max_tokens_fit) continue;  // Submit would reject it
+        seqs.push_back(std::make_unique<Sequence>(static_cast<uint64_t>(i),
+                                                  std::vector<int32_t>(static_cast<size_t>(prompt), 5), heads));
+        target[seqs.back().get()] = gen;
+        sched.Add(seqs.back().get());
+      }
+      int64_t preemptions = 0;
+      for (int step = 0; step < 100000 && !sched.idle(); ++step) {
+        SchedulerOutput out = sched.Schedule();
+        preemptions += static_cast<int64_t>(out.preempted.size());
+        REQUIRE(!out.empty());
+        int64_t tokens = 0;
+        for (const ScheduledChunk& c : out.chunks) {
+          REQUIRE(c.seq->status == SequenceStatus::kRunning);
+          REQUIRE(c.start == c.seq->num_computed);
+          REQUIRE(c.num_tokens >= 1);
+          REQUIRE(c.seq->table.num_blocks() * 16 >= c.start + c.num_tokens);
+          tokens += c.num_tokens;
+        }
+        REQUIRE(tokens <= budget);
+        REQUIRE(tokens == out.num_batched_tokens);
+        REQUIRE(sched.num_running() <= sched.options().max_num_seqs);
+        int64_t held = 0;
+        for (Sequence* s : sched.running()) held += s->table.num_blocks() * heads;
+        for (Sequence* s : sched.waiting()) REQUIRE(s->table.num_blocks() == 0);
+        REQUIRE(held + alloc.num_free() == pool);
+        RunStep(out);
+        for (const ScheduledChunk& c : out.chunks) {
+          if (c.samples && c.seq->num_generated() == target[c.seq]) sched.Finish(c.seq);
+        }
+      }
+      CHECK(sched.idle());
+      CHECK(alloc.num_free() == pool);
+      for (auto& s : seqs) {
+        CHECK(s->status == SequenceStatus::kFinished);
+        CHECK(s->num_generated() == target[s.get()]);
+      }
+      INFO("preemptions " << preemptions);
+    }
+  }
+}

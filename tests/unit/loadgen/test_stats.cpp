@@ -1,0 +1,120 @@
+// Percentiles (numpy's linear interpolation), distributions and the run summary.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "tools/loadgen/report.h"
+#include "tools/loadgen/stats.h"
+
+using namespace oasis::loadgen;
+
+TEST_CASE("percentile: linear interpolation between closest ranks, like numpy") {
+  // numpy.percentile([15, 20, 35, 40, 50], p)
+  const std::vector<double> v = {40, 15, 50, 35, 20};  // unsorted on purpose
+  CHECK(Percentile(v, 0) == 15);
+  CHECK(Percentile(v, 100) == 50);
+  CHECK(Percentile(v, 50) == 35);
+  CHECK(Percentile(v, 40) == Approx(29.0));   // rank 1.6: 20 + 0.6 * 15
+  CHECK(Percentile(v, 99) == Approx(49.6));   // rank 3.96: 40 + 0.96 * 10
+  CHECK(Percentile(v, 25) == Approx(20.0));
+  CHECK(Percentile({7}, 99) == 7);
+  CHECK(Percentile({}, 50) == 0);
+  CHECK(Percentile({1, 2}, 50) == Approx(1.5));
+  // 1..100: p99 = 99.01
+  std::vector<double> hundred;
+  for (int i = 1; i <= 100; ++i) hundred.push_back(i);
+  CHECK(Percentile(hundred, 99) == Approx(99.01));
+  CHECK(Percentile(hundred, 90) == Approx(90.1));
+}
+
+TEST_CASE("describe: mean, median, population std, requested percentiles") {
+  const Distribution d = Describe({2, 4, 4, 4, 5, 5, 7, 9}, {50, 99, 99.9});
+  CHECK(d.count == 8);
+  CHECK(d.mean == Approx(5.0));
+  CHECK(d.stddev == Approx(2.0));
+  CHECK(d.median == Approx(4.5));
+  CHECK(d.min == 2);
+  CHECK(d.max == 9);
+  REQUIRE(d.percentiles.size() == 3);
+  CHECK(d.percentiles[0].first == 50);
+  CHECK(d.percentiles[0].second == Approx(4.5));
+  CHECK(d.percentiles[1].second == Approx(8.86));  // rank 6.93: 7 + 0.93 * 2
+  const Distribution empty = Describe({}, {99});
+  CHECK(empty.count == 0);
+  CHECK(empty.mean == 0);
+  REQUIRE(empty.percentiles.size() == 1);
+}
+
+TEST_CASE("summary: totals, throughputs, TPOT, pooled ITL, failures by reason") {
+  std::vector<RequestRecord> records(4);
+  // Two successes, both starting at 0.
+  records[0].success = true;
+  records[0].prompt_tokens = 10;
+  records[0].output_tokens = 3;
+  records[0].ttft_s = 0.1;
+  records[0].itl_s = {0.2, 0.3};
+  records[0].e2el_s = 0.6;
+  records[1].success = true;
+  records[1].prompt_tokens = 20;
+  records[1].output_tokens = 1;
+  records[1].ttft_s = 0.3;
+  records[1].e2el_s = 0.3;
+  records[1].start_s = 0.1;
+  records[2].failure = FailureKind::kHttpStatus;
+  records[2].http_status = 429;
+  records[2].error = "queue full";
+  records[2].prompt_tokens = 99;  // failures count no tokens
+  records[3] = records[2];
+  const Summary s = Summarize(records, /*duration_s=*/2.0, {99});
+  CHECK(s.completed == 2);
+  CHECK(s.failed == 2);
+  REQUIRE(s.failure_reasons.size() == 1);
+  CHECK(s.failure_reasons.at("HTTP 429: queue full") == 2);
+  CHECK(s.total_input_tokens == 30);
+  CHECK(s.total_output_tokens == 4);
+  CHECK(s.request_throughput == Approx(1.0));
+  CHECK(s.output_throughput == Approx(2.0));
+  CHECK(s.total_token_throughput == Approx(17.0));
+  CHECK(s.ttft_ms.mean == Approx(200.0));
+  // TPOT only for the 3-token request: (0.6 - 0.1) / 2.
+  CHECK(s.tpot_ms.count == 1);
+  CHECK(s.tpot_ms.mean == Approx(250.0));
+  CHECK(s.itl_ms.count == 2);
+  CHECK(s.itl_ms.mean == Approx(250.0));
+  CHECK(s.e2el_ms.median == Approx(450.0));
+  // Token events of request 0 at 0.1, 0.3, 0.6 and of request 1 at 0.4: 4 in second 0.
+  CHECK(s.peak_output_throughput == 4);
+  // Request 0 [0, 0.6], request 1 [0.1, 0.4], failures [0, 0]: two at once.
+  CHECK(s.peak_concurrency == 2);
+}
+
+TEST_CASE("summary json and text carry the configured percentiles") {
+  std::vector<RequestRecord> records(1);
+  records[0].success = true;
+  records[0].output_tokens = 2;
+  records[0].ttft_s = 0.01;
+  records[0].itl_s = {0.02};
+  records[0].e2el_s = 0.03;
+  const Summary s = Summarize(records, 1.0, {50, 99.9});
+  const auto j = SummaryJson(s);
+  CHECK(j["p99.9_ttft_ms"].get<double>() == Approx(10.0));
+  CHECK(j["p50_itl_ms"].get<double>() == Approx(20.0));
+  CHECK(j["median_e2el_ms"].get<double>() == Approx(30.0));
+  CHECK(j["completed"] == 1);
+  const std::string text = FormatSummary(s, {{"max_concurrency", 4}, {"request_rate", "inf"}});
+  CHECK(text.find("P99.9 TTFT (ms):") != std::string::npos);
+  CHECK(text.find("Successful requests:                     1") != std::string::npos);
+  CHECK(text.find("Maximum request concurrency:             4") != std::string::npos);
+  CHECK(text.find("Failure reasons") == std::string::npos);
+}
+
+TEST_CASE("percentile flags") {
+  auto p = ParsePercentiles("50,90,99.9");
+  REQUIRE(p.ok());
+  CHECK(*p == std::vector<double>{50, 90, 99.9});
+  CHECK_FALSE(ParsePercentiles("101").ok());
+  CHECK_FALSE(ParsePercentiles("50,x").ok());
+  CHECK_FALSE(ParsePercentiles("").ok());
+  CHECK(PercentileKey(99) == "99");
+  CHECK(PercentileKey(99.9) == "99.9");
+}

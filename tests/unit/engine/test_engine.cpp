@@ -5,9 +5,12 @@
 // length limits, validation errors, runner failures and stats.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -18,6 +21,8 @@
 #include "models/decoder_lm.h"
 #include "oasis/model_config.h"
 #include "test_support.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace oasis;
 using namespace std::chrono_literals;
@@ -48,6 +53,8 @@ struct TinyModel {
 
 struct Collected {
   std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<size_t> top_logprobs;  // entries per token
   FinishReasonKind reason = FinishReasonKind::kNone;
   std::string stop_reason;
   Status error;
@@ -61,7 +68,12 @@ Collected Drain(RequestStream& stream) {
     auto ev = stream.Next(60s);
     REQUIRE(ev.has_value());  // no event for a minute: the engine is stuck
     ++c.events;
-    for (const GeneratedToken& t : ev->tokens) c.tokens.push_back(t.token);
+    for (const GeneratedToken& t : ev->tokens) {
+      c.tokens.push_back(t.token);
+      c.top_logprobs.push_back(t.top_logprobs.size());
+      CHECK(t.logprob <= 0.0f);
+    }
+    c.text += ev->text;
     c.prompt_tokens = ev->prompt_tokens;
     c.completion_tokens = ev->completion_tokens;
     if (ev->finished) {
@@ -95,7 +107,7 @@ std::vector<EngineRequest> Workload() {
     EngineRequest r = Request("req-" + std::to_string(i), std::move(prompt), 1 + static_cast<int64_t>(rng() % 40));
     r.ignore_eos = i % 4 != 0;
     if (i % 3 == 1) {
-      r.sampling.temperature = 3.0f;  // high enough that the tiny model's draws vary
+      r.sampling.temperature = 20.0f;  // the random tiny model is so peaked that lower T stays greedy
       r.sampling.top_p = 0.95f;
       r.sampling.seed = 1000 + static_cast<uint64_t>(i);
     }
@@ -160,7 +172,14 @@ TEST_CASE("outputs are the same alone and among 32 concurrent requests", "[engin
     CHECK((by_eos || static_cast<int64_t>(alone[i].tokens.size()) == reqs[i].max_tokens));
     CHECK(alone[i].completion_tokens == static_cast<int64_t>(alone[i].tokens.size()));
     CHECK(alone[i].prompt_tokens == static_cast<int64_t>(reqs[i].prompt.size()));
+    for (size_t n : alone[i].top_logprobs) CHECK(n == static_cast<size_t>(reqs[i].num_top_logprobs));
   }
+  // The seeded requests really sample (the comparison below would be weak otherwise).
+  int varied = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].sampling.seed && std::set<int32_t>(alone[i].tokens.begin(), alone[i].tokens.end()).size() > 2) ++varied;
+  }
+  CHECK(varied >= 5);
 
   struct Config {
     const char* name;
@@ -216,7 +235,7 @@ TEST_CASE("seeded sampling is reproducible; different seeds differ", "[engine]")
   engine.Start();
   auto run = [&](const std::string& id, uint64_t seed) {
     EngineRequest r = Request(id, {5, 6, 7, 8}, 24);
-    r.sampling.temperature = 4.0f;  // the random tiny model is very peaked at T = 1
+    r.sampling.temperature = 20.0f;  // the random tiny model is very peaked at T = 1
     r.sampling.seed = seed;
     r.ignore_eos = true;
     auto s = engine.Submit(r);
@@ -273,6 +292,8 @@ TEST_CASE("stop token ids, min_tokens, EOS and the context limit", "[engine]") {
   };
   EngineRequest base = Request("x", {11, 12, 13}, 30);
   base.ignore_eos = true;
+  base.sampling.temperature = 20.0f;  // varied ids: greedy repeats one id on this model
+  base.sampling.seed = 5;
   const Collected free_run = run(base);
   REQUIRE(free_run.tokens.size() == 30);
   CHECK(free_run.reason == FinishReasonKind::kLength);
@@ -408,4 +429,66 @@ TEST_CASE("a failing step fails its requests with kError; the engine keeps servi
   EngineStats st = WaitIdle(engine);
   CHECK(st.requests_error_total == 1);
   CHECK(st.num_free_kv_slots == 64);
+}
+
+// Text through the engine: the fixture model's ids (< 512) are valid Qwen3 ids, so the real
+// tokenizer detokenizes them. Streamed text equals Decode; a stop string spanning a token
+// boundary cuts text and tokens where the incremental text first contains it.
+TEST_CASE("streamed text and stop strings through the engine (Qwen3 tokenizer)", "[engine]") {
+  const auto path = testing::CacheDir() / "qwen3" / "tokenizer.json";
+  if (!std::filesystem::exists(path)) {
+    WARN("skipped: " << path << " is absent (tools/fetch_test_data.sh)");
+    return;
+  }
+  auto tok = tokenizer::Tokenizer::FromFile(path);
+  REQUIRE(tok.ok());
+  TinyModel tm(256);
+  Engine engine(*tm.runner, tok->get(), {});
+  engine.Start();
+  EngineRequest base = Request("t", {300, 301, 302, 303, 304, 305}, 60);
+  base.ignore_eos = true;
+  base.detokenize = true;
+  base.sampling.temperature = 20.0f;  // varied ids (the tiny model repeats one id greedily)
+  base.sampling.seed = 99;
+  auto s = engine.Submit(base);
+  REQUIRE(s.ok());
+  const Collected free_run = Drain(**s);
+  REQUIRE(free_run.tokens.size() == 60);
+  CHECK(free_run.text == (*tok)->Decode(free_run.tokens, tokenizer::SkipSpecialTokens::kYes));
+
+  // Per-token text pieces as the incremental detokenizer produces them.
+  std::vector<std::string> pieces;
+  tokenizer::IncrementalDetokenizer detok(**tok, tokenizer::SkipSpecialTokens::kYes);
+  for (int32_t t : free_run.tokens) pieces.push_back(detok.Push(t));
+  // A 3-character ASCII stop string straddling a piece boundary, away from the start.
+  std::string stop;
+  std::string so_far;
+  for (size_t k = 0; k + 1 < pieces.size() && stop.empty(); ++k) {
+    so_far += pieces[k];
+    const std::string next = pieces[k + 1];
+    if (so_far.size() < 6 || next.empty()) continue;
+    const std::string cand = so_far.substr(so_far.size() - 2) + next.substr(0, 1);
+    if (std::all_of(cand.begin(), cand.end(), [](char ch) { return ch >= ' ' && ch < 127; })) stop = cand;
+  }
+  REQUIRE_FALSE(stop.empty());
+  std::string acc;
+  size_t k_stop = 0;
+  for (; k_stop < pieces.size(); ++k_stop) {
+    acc += pieces[k_stop];
+    if (acc.find(stop) != std::string::npos) break;
+  }
+  REQUIRE(k_stop < pieces.size());
+  for (bool include : {false, true}) {
+    INFO("stop '" << stop << "' include " << include);
+    EngineRequest r = base;
+    r.stop = {stop};
+    r.include_stop_str_in_output = include;
+    auto st = engine.Submit(r);
+    REQUIRE(st.ok());
+    Collected c = Drain(**st);
+    CHECK(c.reason == FinishReasonKind::kStop);
+    CHECK(c.stop_reason == stop);
+    CHECK(c.tokens == std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + k_stop + 1));
+    CHECK(c.text == acc.substr(0, acc.find(stop) + (include ? stop.size() : 0)));
+  }
 }

@@ -1,15 +1,42 @@
 #!/usr/bin/env bash
 # The main job, from a fresh machine: installs the Debian packages, configures and builds
-# OasisKV (build/), then generates from the small embedded default model and prints the
-# result. Extra arguments go to oasis-generate (e.g. --prompt-ids 1,5,9 --temperature 0.8).
-# Until the HTTP server lands, this runs offline generation on the CPU reference backend.
+# OasisKV (build/), starts oasis-server on the embedded default model (a tiny random-weight
+# Qwen3, CPU backend here), shows it answering — /health, /v1/models, a chat completion and
+# a streamed completion, printed — then keeps serving in the foreground (Ctrl-C stops it).
+#   OASIS_RUN_DEMO_ONLY=1 ./tools/run.sh   stops after the demo instead of serving on
+#   ./tools/run.sh --port 9000 --model DIR  extra arguments go to oasis-server
+# The embedded model's weights are random: its text is gibberish until a trained model lands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./tools/install_deps.sh >&2
 cmake -S . -B build -G Ninja >&2
-cmake --build build --target oasis-generate >&2
-MODEL=${OASIS_MODEL:-tests/fixtures/models/qwen3-tiny-untied}
-if [[ $# -eq 0 ]]; then
-  set -- --prompt-ids 1,17,42,99 --max-tokens 24 --temperature 0.8 --seed 1
-fi
-exec ./build/tools/oasis-generate --model "$MODEL" "$@"
+cmake --build build --target oasis-server >&2
+SERVER=./build/src/server/oasis-server
+PORT=8000
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  [[ ${args[i]} == --port ]] && PORT=${args[i + 1]}
+  [[ ${args[i]} == --port=* ]] && PORT=${args[i]#--port=}
+done
+BASE=http://127.0.0.1:$PORT
+"$SERVER" --port "$PORT" "$@" &
+PID=$!
+trap 'kill -TERM $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT INT TERM
+for _ in $(seq 1 600); do
+  [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && break
+  kill -0 $PID 2>/dev/null || { echo "oasis-server exited" >&2; exit 1; }
+  sleep 0.2
+done
+MODEL=$(curl -s "$BASE/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+echo "== GET $BASE/v1/models -> $MODEL"
+echo "== POST /v1/chat/completions"
+curl -s "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\": \"$MODEL\", \"messages\": [{\"role\": \"user\", \"content\": \"What is the capital of France?\"}], \"max_tokens\": 24, \"temperature\": 0.8, \"seed\": 1}" |
+  python3 -m json.tool
+echo "== POST /v1/completions (stream: true)"
+curl -sN "$BASE/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\": \"$MODEL\", \"prompt\": \"Hello, world\", \"max_tokens\": 16, \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
+echo
+if [[ ${OASIS_RUN_DEMO_ONLY:-0} == 1 ]]; then exit 0; fi
+echo "== serving $MODEL on $BASE (OpenAI API; Ctrl-C to stop)"
+wait $PID

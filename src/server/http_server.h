@@ -1,0 +1,41 @@
+// HttpFrontend: the OpenAI-compatible HTTP API on cpp-httplib — /v1/completions,
+// /v1/chat/completions (JSON or SSE streams ending in `data: [DONE]`), /v1/models, /health,
+// /tokenize, /detokenize, /metrics, /version. Every error is OpenAI error JSON; every handler
+// catches everything (the server never dies on a request); a client that disconnects has its
+// engine requests aborted.
+//
+// Owns the httplib::Server (and its worker threads). Bind() then Run() (blocking) on one
+// thread; Stop() from any other. Handlers run concurrently on the worker threads and only
+// use the thread-safe Service.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "oasis/status.h"
+#include "server/serving.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace oasis::server {
+
+class HttpFrontend {
+ public:
+  explicit HttpFrontend(Service& service);
+  ~HttpFrontend();
+
+  // Binds host:port (port 0: any free port); returns the bound port.
+  StatusOr<int> Bind(const std::string& host, int port);
+  // Serves until Stop(). Returns false when the server failed.
+  bool Run();
+  void Stop();
+
+ private:
+  void Routes();
+  Service& service_;
+  std::unique_ptr<httplib::Server> server_;
+};
+
+}  // namespace oasis::server

@@ -1,0 +1,123 @@
+// oasis-server: the OpenAI-compatible HTTP server (and optional gRPC API) over the engine.
+//
+//   oasis-server                                  # the embedded tiny model on 127.0.0.1:8000
+//   oasis-server --model /models/Qwen3-8B --served-model-name qwen3-8b --grpc-port 50051
+//   oasis-server --config configs/qwen3-8b.json --port 9000     # flags override the file
+//   oasis-server --config configs/qwen3-8b.json --check-config  # validate, print, exit
+//
+// Start-up: bind HTTP (and gRPC) first so /health answers 503 while the model loads, then
+// load, then 200. SIGINT/SIGTERM: refuse new requests, abort live ones, stop the front ends,
+// release the model, exit 0. Prints "oasis-server: listening on http://HOST:PORT" (with the
+// real port when --port 0) and "oasis-server: ready" to stdout.
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/logging.h"
+#include "server/grpc_service.h"
+#include "server/http_server.h"
+#include "server/model_host.h"
+#include "server/serving.h"
+
+using namespace oasis;
+using namespace oasis::server;
+
+namespace {
+
+// Blocks SIGINT/SIGTERM in every thread (call before starting any); WaitForSignal takes them.
+sigset_t BlockShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+Status CheckConfig(const ServerConfig& config) {
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, LoadModelHost(config));
+  nlohmann::ordered_json out = config.ToJson();
+  out["resolved"] = {{"model_dir", host->model_dir},
+                     {"served_model_name", config.ResolvedModelName()},
+                     {"backend", host->backend_name},
+                     {"architecture", host->config.architecture_name},
+                     {"max_model_len", host->max_model_len()},
+                     {"num_kv_slots", host->runner->num_kv_slots()},
+                     {"tokenizer", host->tokenizer != nullptr},
+                     {"chat_template", host->chat_template.has_value()}};
+  std::printf("%s\nconfig ok\n", out.dump(2).c_str());
+  return Status::Ok();
+}
+
+Status Serve(const ServerConfig& config, const sigset_t& signals) {
+  Service service(config);
+  HttpFrontend http(service);
+  OASIS_ASSIGN_OR_RETURN(int port, http.Bind(config.host, static_cast<int>(config.port)));
+  std::thread http_thread([&http] {
+    if (!http.Run()) spdlog::error("the HTTP server stopped with an error");
+  });
+  std::printf("oasis-server: listening on http://%s:%d\n", config.host.c_str(), port);
+  std::fflush(stdout);
+  GrpcFrontend grpc(service);
+  Status status = Status::Ok();
+  if (config.grpc_port != 0) {
+    StatusOr<int> grpc_port = grpc.Start(config.host, static_cast<int>(config.grpc_port));
+    if (grpc_port.ok()) {
+      std::printf("oasis-server: gRPC on %s:%d\n", config.host.c_str(), *grpc_port);
+      std::fflush(stdout);
+    } else {
+      status = grpc_port.status();
+    }
+  }
+  if (status.ok()) {
+    spdlog::info("loading {} ...", config.model.empty() ? EmbeddedModelDir() + " (embedded default)" : config.model);
+    StatusOr<std::unique_ptr<ModelHost>> host = LoadModelHost(config);
+    if (host.ok()) {
+      spdlog::info("serving '{}' on the {} backend, context {} tokens", service.model_name(), (*host)->backend_name,
+                   (*host)->max_model_len());
+      service.Publish(std::move(host).value());
+      std::printf("oasis-server: ready (model '%s')\n", service.model_name().c_str());
+      std::fflush(stdout);
+      int sig = 0;
+      sigwait(&signals, &sig);
+      spdlog::info("signal {}: shutting down", sig);
+    } else {
+      status = host.status().WithContext("loading the model");
+    }
+  }
+  service.StopEngine();  // live requests finish with "abort"; their threads return
+  grpc.Shutdown();
+  http.Stop();
+  http_thread.join();
+  service.TakeHost().reset();
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // writes to closed sockets fail with EPIPE instead
+  const sigset_t signals = BlockShutdownSignals();
+  StatusOr<ParsedCommandLine> cmd = ParseCommandLine(argc, argv);
+  if (!cmd.ok()) {
+    std::fprintf(stderr, "oasis-server: %s\n", cmd.status().ToString().c_str());
+    return 2;
+  }
+  if (cmd->help) {
+    std::printf("%s", cmd->usage.c_str());
+    return 0;
+  }
+  if (Status st = InitLogging(cmd->config.log_level); !st.ok()) {
+    std::fprintf(stderr, "oasis-server: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);
+  if (!st.ok()) {
+    std::fprintf(stderr, "oasis-server: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

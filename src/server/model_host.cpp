@@ -1,0 +1,164 @@
+#include "server/model_host.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "backend/cpu/cpu_backend.h"
+#include "kvcache/head_block_table.h"
+
+#if OASIS_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph_runner.h"
+#include "common/cuda_rt.h"
+#include "kvcache/kv_memory_plan.h"
+#endif
+
+namespace oasis::server {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr size_t kCpuKvBudgetBytes = size_t{256} << 20;  // default CPU pool: at most 256 MiB
+
+// KV head-blocks per layer for the CPU backend: --num-kv-slots, or enough for max_num_seqs
+// full-length sequences within kCpuKvBudgetBytes (at least one full-length sequence).
+int64_t CpuKvSlots(const ServerConfig& sc, const ModelConfig& c, DType dtype) {
+  if (sc.num_kv_slots > 0) return sc.num_kv_slots;
+  const int64_t per_seq = HeadBlockTable::SlotsFor(c.max_position_embeddings, static_cast<int32_t>(c.num_key_value_heads));
+  const size_t bytes_per_slot = 2ull * kBlockSize * c.head_dim * c.num_hidden_layers * DTypeSize(dtype);
+  const int64_t budget = static_cast<int64_t>(kCpuKvBudgetBytes / bytes_per_slot);
+  return std::max(per_seq, std::min(per_seq * sc.max_num_seqs, budget));
+}
+
+StatusOr<std::string> ReadFile(const fs::path& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + what + " " + path.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Status LoadTokenizerAndTemplate(const ServerConfig& sc, ModelHost* host) {
+  fs::path tok_path = sc.tokenizer.empty() ? fs::path(host->model_dir) : fs::path(sc.tokenizer);
+  if (fs::is_directory(tok_path)) tok_path /= "tokenizer.json";
+  if (!fs::exists(tok_path)) {
+    if (!sc.tokenizer.empty()) return NotFound("--tokenizer: no " + tok_path.string());
+    spdlog::warn("no tokenizer at {}: serving token ids only (text prompts and chat answer 400)", tok_path.string());
+    return Status::Ok();
+  }
+  OASIS_ASSIGN_OR_RETURN(host->tokenizer, tokenizer::Tokenizer::FromFile(tok_path));
+  const fs::path config_path = tok_path.parent_path() / "tokenizer_config.json";
+  if (fs::exists(config_path)) {
+    OASIS_ASSIGN_OR_RETURN(host->template_files, ChatTemplate::LoadFromTokenizerConfig(config_path));
+  }
+  if (!sc.chat_template.empty()) {
+    OASIS_ASSIGN_OR_RETURN(host->template_files.chat_template, ReadFile(sc.chat_template, "--chat-template"));
+  }
+  if (!host->template_files.chat_template.empty()) {
+    auto parsed = ChatTemplate::Parse(host->template_files.chat_template);
+    if (!parsed.ok()) return parsed.status().WithContext("chat template");
+    host->chat_template = std::move(parsed).value();
+  } else {
+    spdlog::warn("no chat template (tokenizer_config.json or --chat-template): /v1/chat/completions answers 400");
+  }
+  return Status::Ok();
+}
+
+Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
+  if (sc.load_format == "dummy") {
+    OASIS_ASSIGN_OR_RETURN(host->model, DecoderLM::CreateDummy(host->config, *host->backend, 0));
+    return Status::Ok();
+  }
+  OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+  OASIS_ASSIGN_OR_RETURN(host->model, DecoderLM::Create(host->config, *host->weights, *host->backend));
+  return Status::Ok();
+}
+
+#if OASIS_HAVE_CUDA
+Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create());
+  CudaBackend& backend = *cuda;
+  host->backend = std::move(cuda);
+  OASIS_RETURN_IF_ERROR(LoadWeights(sc, host));
+  backend.Synchronize();
+  size_t free_bytes = 0, total_bytes = 0;
+  OASIS_RETURN_IF_ERROR(cuda::ToStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  const ModelConfig& c = host->config;
+  // Activations of the largest step (residual, QKV, MLP, logits in f32) plus runtime slack.
+  const size_t step_bytes = static_cast<size_t>(sc.max_num_batched_tokens) *
+                            static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
+  const size_t reserve = (size_t{1} << 30) + step_bytes;
+  OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan, PlanKvCache(c, 2, sc.gpu_memory_utilization, total_bytes, free_bytes, reserve));
+  spdlog::info("KV cache: {} head-blocks per layer ({:.2f} GiB, {} tokens per KV-head group)", plan.num_slots,
+               plan.budget_bytes / double(1 << 30), plan.max_tokens_per_kv_head_group);
+  CudaGraphOptions go;
+  go.num_kv_slots = plan.num_slots;
+  go.max_batch = std::min<int64_t>(sc.max_num_seqs, 256);
+  go.max_context = c.max_position_embeddings;
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*host->model, backend, go));
+  host->runner = std::move(runner);
+  return Status::Ok();
+}
+#endif
+
+}  // namespace
+
+ModelHost::~ModelHost() {
+  if (engine) engine->Stop();
+}
+
+std::string AutoBackend() {
+#if OASIS_HAVE_CUDA
+  if (cuda::DeviceCount() > 0) return "cuda";
+#endif
+  return "cpu";
+}
+
+StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
+  auto host = std::make_unique<ModelHost>();
+  host->model_dir = sc.model.empty() ? EmbeddedModelDir() : sc.model;
+  OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_dir));
+  ModelConfig& c = host->config;
+  if (sc.max_model_len > 0) {
+    if (sc.max_model_len > c.max_position_embeddings) {
+      return InvalidArgument("--max-model-len " + std::to_string(sc.max_model_len) +
+                             " exceeds the model's max_position_embeddings " +
+                             std::to_string(c.max_position_embeddings));
+    }
+    c.max_position_embeddings = sc.max_model_len;
+  }
+  host->backend_name = sc.backend == "auto" ? AutoBackend() : sc.backend;
+  OASIS_RETURN_IF_ERROR(LoadTokenizerAndTemplate(sc, host.get()));
+  if (host->tokenizer && host->tokenizer->vocab_size() > c.vocab_size) {
+    spdlog::warn("tokenizer has {} ids but the model only {}: larger ids are rejected", host->tokenizer->vocab_size(),
+                 c.vocab_size);
+  }
+  if (host->backend_name == "cuda") {
+#if OASIS_HAVE_CUDA
+    OASIS_RETURN_IF_ERROR(LoadCuda(sc, host.get()));
+#else
+    return Unimplemented("--backend cuda: this oasis-server was built without CUDA (configure with -DOASIS_CUDA=ON)");
+#endif
+  } else {
+    host->backend = std::make_unique<CpuBackend>(static_cast<int>(sc.threads));
+    OASIS_RETURN_IF_ERROR(LoadWeights(sc, host.get()));
+    const int64_t slots = CpuKvSlots(sc, c, host->backend->activation_dtype());
+    spdlog::info("KV cache: {} head-blocks per layer (CPU)", slots);
+    host->runner = std::make_unique<ModelRunner>(*host->model, *host->backend, slots);
+  }
+  EngineOptions options;
+  options.max_num_seqs = sc.max_num_seqs;
+  options.max_num_batched_tokens = sc.max_num_batched_tokens;
+  options.max_waiting = sc.max_waiting;
+  options.seed = static_cast<uint64_t>(sc.seed);
+  host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options);
+  host->engine->Start();
+  return host;
+}
+
+}  // namespace oasis::server

@@ -1,0 +1,49 @@
+// ModelHost: everything oasis-server loads for one model, in dependency order — the backend
+// (CPU, or CUDA with the CUDA-graph runner and a KV pool sized by --gpu-memory-utilization),
+// the weights, the DecoderLM, its ModelRunner, the tokenizer, the chat template and the
+// Engine (started). Members are destroyed in reverse: the engine stops first.
+//
+// Owns all of them. Immutable after LoadModelHost returns; the engine and tokenizer are
+// thread-safe, so request threads share one ModelHost read-only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "loader/weights.h"
+#include "models/decoder_lm.h"
+#include "oasis/model_config.h"
+#include "server/server_config.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace oasis::server {
+
+struct ModelHost {
+  std::string model_dir;        // resolved
+  std::string backend_name;     // "cpu" or "cuda"
+  ModelConfig config;           // max_position_embeddings = the served context length
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<WeightSource> weights;
+  std::unique_ptr<DecoderLM> model;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null: token ids only
+  std::optional<ChatTemplate> chat_template;        // null: /v1/chat/completions answers 400
+  ChatTemplateFiles template_files;
+  std::unique_ptr<Engine> engine;
+
+  ~ModelHost();
+  int64_t max_model_len() const { return config.max_position_embeddings; }
+};
+
+// Loads and starts everything `config` names. Errors name the file or setting at fault.
+StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& config);
+
+// "cuda" when built with CUDA and a device is present, else "cpu".
+std::string AutoBackend();
+
+}  // namespace oasis::server

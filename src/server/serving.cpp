@@ -1,0 +1,250 @@
+#include "server/serving.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+namespace oasis::server {
+
+// ---- GenerationJob -------------------------------------------------------------
+
+GenerationJob::GenerationJob(Engine& engine, std::vector<std::shared_ptr<RequestStream>> streams,
+                             std::vector<ChoiceState> choices, int64_t prompt_tokens)
+    : engine_(engine),
+      streams_(std::move(streams)),
+      choices_(std::move(choices)),
+      done_(streams_.size(), 0),
+      unfinished_(streams_.size()),
+      prompt_tokens_(prompt_tokens) {}
+
+GenerationJob::~GenerationJob() { Abort(); }
+
+void GenerationJob::Abort() {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (!done_[i]) engine_.Abort(streams_[i]->id());
+  }
+}
+
+std::optional<JobEvent> GenerationJob::Next(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (unfinished_ > 0) {
+    // One quick pass over every unfinished choice, starting after the last one served.
+    for (size_t k = 0; k < streams_.size(); ++k) {
+      const size_t i = (cursor_ + k) % streams_.size();
+      if (done_[i]) continue;
+      const bool only_one = unfinished_ == 1;
+      const auto now = std::chrono::steady_clock::now();
+      auto wait = only_one ? std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now)
+                           : std::chrono::milliseconds(0);
+      if (wait.count() < 0) wait = std::chrono::milliseconds(0);
+      std::optional<RequestOutput> out = streams_[i]->Next(wait);
+      if (!out) continue;
+      cursor_ = i + 1;
+      choices_[i].Add(*out);
+      if (out->finished) {
+        done_[i] = 1;
+        --unfinished_;
+      }
+      return JobEvent{i, std::move(*out)};
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    if (unfinished_ > 1) {
+      // Several streams: wait briefly on the next unfinished one instead of spinning.
+      for (size_t k = 0; k < streams_.size(); ++k) {
+        const size_t i = (cursor_ + k) % streams_.size();
+        if (done_[i]) continue;
+        std::optional<RequestOutput> out = streams_[i]->Next(std::chrono::milliseconds(2));
+        if (out) {
+          cursor_ = i + 1;
+          choices_[i].Add(*out);
+          if (out->finished) {
+            done_[i] = 1;
+            --unfinished_;
+          }
+          return JobEvent{i, std::move(*out)};
+        }
+        break;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+Usage GenerationJob::usage() const {
+  Usage u;
+  u.prompt_tokens = prompt_tokens_;
+  for (const ChoiceState& c : choices_) u.completion_tokens += c.completion_tokens;
+  return u;
+}
+
+// ---- Service -------------------------------------------------------------------
+
+Service::Service(ServerConfig config)
+    : config_(std::move(config)), model_name_(config_.ResolvedModelName()), id_salt_(std::random_device{}()) {}
+
+void Service::Publish(std::unique_ptr<ModelHost> host) {
+  host_ = std::move(host);
+  ready_.store(true, std::memory_order_release);
+}
+
+void Service::StopEngine() {
+  BeginShutdown();
+  if (host_ && host_->engine) host_->engine->Stop();
+}
+
+ProtocolLimits Service::limits() const {
+  ProtocolLimits l;
+  l.max_n = config_.max_n;
+  l.max_top_logprobs = kMaxTopLogprobs;
+  if (const ModelHost* h = host()) l.max_model_len = h->max_model_len();
+  return l;
+}
+
+std::optional<ApiError> Service::CheckModel(const std::string& requested) const {
+  if (requested.empty() || requested == model_name_) return std::nullopt;
+  ApiError e;
+  e.http_status = 404;
+  e.type = "not_found_error";
+  e.param = "model";
+  e.code = "model_not_found";
+  e.message = "The model `" + requested + "` does not exist (this server serves `" + model_name_ + "`).";
+  return e;
+}
+
+std::string Service::NewRequestId(const char* prefix) {
+  const uint64_t n = next_id_.fetch_add(1, std::memory_order_relaxed);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%016llx%016llx", prefix, static_cast<unsigned long long>(id_salt_),
+                static_cast<unsigned long long>(n));
+  return buf;
+}
+
+StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
+  const ModelHost* h = host();
+  if (h == nullptr) return Unavailable("the model is loading");
+  if (!h->chat_template) {
+    return InvalidArgument("this model has no chat template (tokenizer_config.json); start the server with --chat-template");
+  }
+  OrderedJson ctx = OrderedJson::object();
+  ctx["messages"] = spec.messages;
+  ctx["add_generation_prompt"] = spec.add_generation_prompt;
+  if (!spec.tools.is_null()) ctx["tools"] = spec.tools;
+  if (h->template_files.bos_token) ctx["bos_token"] = *h->template_files.bos_token;
+  if (h->template_files.eos_token) ctx["eos_token"] = *h->template_files.eos_token;
+  for (const auto& [k, v] : spec.chat_template_kwargs.items()) ctx[k] = v;
+  OASIS_ASSIGN_OR_RETURN(std::string text, h->chat_template->Render(ctx));
+  if (spec.continue_final_message) {
+    // Cut whatever the template appended after the last message (its end-of-turn marker).
+    const OrderedJson& last = spec.messages.back();
+    auto content = last.find("content");
+    if (content != last.end() && content->is_string() && !content->get<std::string>().empty()) {
+      const size_t at = text.rfind(content->get<std::string>());
+      if (at != std::string::npos) text.resize(at + content->get<std::string>().size());
+    }
+  }
+  return text;
+}
+
+std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec, std::vector<std::vector<int32_t>>* prompts,
+                                              std::vector<std::string>* echo_texts) const {
+  const ModelHost* h = host();
+  if (h == nullptr) return FromStatus(Unavailable("the model is loading"));
+  const tokenizer::Tokenizer* tok = h->tokenizer.get();
+  const char* param = spec.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  if (spec.endpoint == Endpoint::kChatCompletions) {
+    if (tok == nullptr) return BadRequest("this model has no tokenizer: chat needs one", "messages");
+    StatusOr<std::string> text = RenderChat(spec);
+    if (!text.ok()) return FromStatus(text.status().WithContext("chat template"), "messages");
+    prompts->push_back(tok->Encode(*text, tokenizer::AddSpecialTokens::kNo));  // the template adds them
+  } else {
+    for (const PromptInput& p : spec.prompts) {
+      if (p.text) {
+        if (tok == nullptr) return BadRequest("this model has no tokenizer: send token ids", "prompt");
+        prompts->push_back(tok->Encode(*p.text, tokenizer::AddSpecialTokens::kYes));
+        if (spec.echo) echo_texts->push_back(*p.text);
+      } else {
+        prompts->push_back(p.ids);
+        if (spec.echo) {
+          echo_texts->push_back(tok != nullptr ? tok->Decode(p.ids, tokenizer::SkipSpecialTokens::kNo) : "");
+        }
+      }
+    }
+  }
+  const int64_t context = h->max_model_len();
+  const int64_t vocab = h->config.vocab_size;
+  for (const std::vector<int32_t>& ids : *prompts) {
+    if (ids.empty()) return BadRequest("the prompt is empty after tokenization", param);
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab) {
+        return BadRequest("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                          param);
+      }
+    }
+    const int64_t len = static_cast<int64_t>(ids.size());
+    if (len >= context) {
+      return BadRequest("This model's maximum context length is " + std::to_string(context) +
+                            " tokens. However, your prompt has " + std::to_string(len) +
+                            " tokens (no room for a completion).",
+                        param);
+    }
+    if (spec.max_tokens && len + *spec.max_tokens > context) {
+      return BadRequest("This model's maximum context length is " + std::to_string(context) + " tokens. However, you requested " +
+                            std::to_string(len + *spec.max_tokens) + " tokens (" + std::to_string(len) +
+                            " in the prompt, " + std::to_string(*spec.max_tokens) +
+                            " for the completion). Please reduce the prompt or max_tokens.",
+                        spec.endpoint == Endpoint::kChatCompletions ? "max_tokens" : "max_tokens");
+    }
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const std::vector<std::vector<int32_t>>& prompts,
+                                              const std::string& request_id, ApiError* error) const {
+  const ModelHost* h = host();
+  if (h == nullptr) {
+    *error = FromStatus(Unavailable("the model is loading"));
+    return nullptr;
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<ChoiceState> choices;
+  int64_t prompt_tokens = 0;
+  auto abort_submitted = [&] {
+    for (const auto& s : streams) h->engine->Abort(s->id());
+  };
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    prompt_tokens += static_cast<int64_t>(prompts[p].size());
+    for (int64_t j = 0; j < spec.n; ++j) {
+      const size_t index = p * static_cast<size_t>(spec.n) + static_cast<size_t>(j);
+      EngineRequest r;
+      r.id = request_id + "-" + std::to_string(index);
+      r.prompt = prompts[p];
+      r.max_tokens = spec.max_tokens.value_or(-1);
+      r.min_tokens = spec.min_tokens;
+      r.sampling = spec.sampling;
+      if (spec.sampling.seed) r.sampling.seed = *spec.sampling.seed + static_cast<uint64_t>(j);
+      r.stop_token_ids = spec.stop_token_ids;
+      r.stop = spec.stop;
+      r.include_stop_str_in_output = spec.include_stop_str_in_output;
+      r.ignore_eos = spec.ignore_eos;
+      r.logprobs = spec.logprobs;
+      r.num_top_logprobs = spec.top_logprobs;
+      r.detokenize = h->tokenizer != nullptr;
+      StatusOr<std::shared_ptr<RequestStream>> stream = h->engine->Submit(std::move(r));
+      if (!stream.ok()) {
+        abort_submitted();
+        *error = FromStatus(stream.status(), stream.status().code() == StatusCode::kResourceExhausted ? "" : "prompt");
+        return nullptr;
+      }
+      streams.push_back(std::move(stream).value());
+      ChoiceState c;
+      c.index = static_cast<int>(index);
+      choices.push_back(std::move(c));
+    }
+  }
+  return std::make_unique<GenerationJob>(*h->engine, std::move(streams), std::move(choices), prompt_tokens);
+}
+
+}  // namespace oasis::server

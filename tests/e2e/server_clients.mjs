@@ -1,0 +1,309 @@
+// Real clients against a running oasis-server (started by test_server_clients.sh):
+// the official `openai` npm package (completions, chat, streaming), 32 concurrent streams
+// that must match their sequential greedy outputs, client disconnects that must abort the
+// engine request and free its KV cache, /metrics counters that add up to the usage the
+// responses reported, and a gRPC client (@grpc/grpc-js + @grpc/proto-loader) for
+// Generate / Health / ListModels, its error codes and cancellation.
+// Usage: node server_clients.mjs <base url> <grpc port> <proto file> <node_modules dir>
+//        [<gRPC port of a server started with --api-key s3cret>]
+import { createRequire } from 'node:module';
+import http from 'node:http';
+import path from 'node:path';
+
+const [baseUrl, grpcPort, protoFile, modulesDir, authGrpcPort] = process.argv.slice(2);
+const require = createRequire(path.join(modulesDir, 'noop.js'));
+const OpenAI = require('openai').default ?? require('openai');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+let failures = 0;
+function check(cond, what, detail) {
+  if (cond) {
+    console.log(`ok: ${what}`);
+  } else {
+    failures++;
+    console.log(`FAILED: ${what}${detail !== undefined ? ': ' + JSON.stringify(detail).slice(0, 1500) : ''}`);
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function metrics() {
+  const text = await (await fetch(`${baseUrl}/metrics`)).text();
+  const get = (name) => {
+    const line = text.split('\n').find((l) => l.startsWith(name));
+    return line === undefined ? NaN : Number(line.slice(line.lastIndexOf(' ') + 1));
+  };
+  return {
+    running: get('oasis:num_requests_running{'),
+    waiting: get('oasis:num_requests_waiting{'),
+    kv: get('oasis:kv_cache_usage_perc{'),
+    prompt: get('oasis:prompt_tokens_total{'),
+    generation: get('oasis:generation_tokens_total{'),
+    aborted: get('oasis:request_success_total{model_name="oasis-embedded",finished_reason="abort"}'),
+    finished: ['stop', 'length', 'abort', 'error']
+      .map((r) => get(`oasis:request_success_total{model_name="oasis-embedded",finished_reason="${r}"}`))
+      .reduce((a, b) => a + b, 0),
+    e2eCount: get('oasis:e2e_request_latency_seconds_count{'),
+  };
+}
+
+// Waits until nothing runs and the KV cache is empty; returns the metrics then.
+async function idle(timeoutMs = 20000) {
+  const end = Date.now() + timeoutMs;
+  let m;
+  while (Date.now() < end) {
+    m = await metrics();
+    if (m.running === 0 && m.waiting === 0 && m.kv === 0) return m;
+    await sleep(50);
+  }
+  return m;
+}
+
+const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+const prompts = Array.from({ length: 32 }, (_, i) => `Request number ${i}: tell me about item ${i * 7}`);
+
+async function openaiBasics() {
+  const before = await idle();
+  const usages = [];
+  const c = await client.completions.create({ model: 'oasis-embedded', prompt: 'Hello, world', max_tokens: 8, temperature: 0, ignore_eos: true });
+  check(c.object === 'text_completion' && c.choices.length === 1 && c.usage.completion_tokens === 8, 'openai: completions.create', c);
+  usages.push(c.usage);
+  const chat = await client.chat.completions.create({
+    model: 'oasis-embedded', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'What is 2+2?' }],
+    max_tokens: 10, temperature: 0,
+  });
+  check(chat.object === 'chat.completion' && chat.choices[0].message.role === 'assistant' && typeof chat.choices[0].message.content === 'string',
+    'openai: chat.completions.create', chat);
+  usages.push(chat.usage);
+
+  const stream = await client.completions.create({ model: 'oasis-embedded', prompt: 'Hello, world', max_tokens: 8, temperature: 0, ignore_eos: true,
+    stream: true, stream_options: { include_usage: true } });
+  let text = '', usage = null, chunks = 0;
+  for await (const chunk of stream) {
+    chunks++;
+    for (const ch of chunk.choices) text += ch.text;
+    if (chunk.usage) usage = chunk.usage;
+  }
+  check(text === c.choices[0].text && chunks >= 2, 'openai: streamed completion equals the non-streamed one', { text, expected: c.choices[0].text });
+  check(usage && usage.completion_tokens === 8 && usage.prompt_tokens === c.usage.prompt_tokens, 'openai: stream_options.include_usage', usage);
+  usages.push(usage);
+
+  const chatStream = await client.chat.completions.create({ model: 'oasis-embedded', messages: [{ role: 'user', content: 'What is 2+2?' }],
+    max_tokens: 10, temperature: 0, stream: true, stream_options: { include_usage: true } });
+  let chatText = '', role = null, finish = null, chatUsage = null;
+  for await (const chunk of chatStream) {
+    for (const ch of chunk.choices) {
+      if (ch.delta.role) role = ch.delta.role;
+      if (ch.delta.content) chatText += ch.delta.content;
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+    if (chunk.usage) chatUsage = chunk.usage;
+  }
+  const chatAgain = await client.chat.completions.create({ model: 'oasis-embedded', messages: [{ role: 'user', content: 'What is 2+2?' }], max_tokens: 10, temperature: 0 });
+  check(role === 'assistant' && finish !== null && chatText === chatAgain.choices[0].message.content, 'openai: streamed chat', { chatText, finish });
+  usages.push(chatUsage, chatAgain.usage);
+
+  const nres = await client.completions.create({ model: 'oasis-embedded', prompt: 'abc', max_tokens: 5, n: 3, temperature: 1, seed: 3, ignore_eos: true });
+  check(nres.choices.length === 3 && nres.usage.completion_tokens === 15, 'openai: n=3', nres);
+  // OpenAI counts the prompt once for n > 1; the engine prefilled it n times.
+  usages.push({ prompt_tokens: nres.usage.prompt_tokens * 3, completion_tokens: nres.usage.completion_tokens });
+
+  try {
+    await client.completions.create({ model: 'oasis-embedded', prompt: 'x', temperature: -1 });
+    check(false, 'openai: temperature -1 rejected');
+  } catch (e) {
+    check(e.status === 400 && e.error?.message?.includes('temperature'), 'openai: BadRequestError for temperature -1', e.error);
+  }
+  try {
+    await client.models.retrieve('oasis-embedded');
+  } catch (e) { /* /v1/models/{id} is optional */ }
+  const models = await client.models.list();
+  check(models.data.some((m) => m.id === 'oasis-embedded'), 'openai: models.list');
+
+  const after = await idle();
+  const prompt = usages.reduce((a, u) => a + u.prompt_tokens, 0);
+  const generated = usages.reduce((a, u) => a + u.completion_tokens, 0);
+  check(after.prompt - before.prompt === prompt, 'metrics: prompt_tokens_total grew by the sum of usage.prompt_tokens',
+    { delta: after.prompt - before.prompt, sum: prompt });
+  check(after.generation - before.generation === generated, 'metrics: generation_tokens_total grew by the sum of usage.completion_tokens',
+    { delta: after.generation - before.generation, sum: generated });
+  check(after.finished - before.finished === 8 && after.e2eCount - before.e2eCount === 8,
+    'metrics: 8 engine requests finished and were timed', { before, after });
+}
+
+async function streamText(prompt, maxTokens) {
+  const s = await client.completions.create({ model: 'oasis-embedded', prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true });
+  let text = '', finish = null;
+  for await (const chunk of s) {
+    for (const ch of chunk.choices) {
+      text += ch.text;
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  return { text, finish };
+}
+
+async function concurrency() {
+  const sequential = [];
+  for (const p of prompts) {
+    const r = await client.completions.create({ model: 'oasis-embedded', prompt: p, max_tokens: 24, temperature: 0, ignore_eos: true });
+    sequential.push({ text: r.choices[0].text, finish: r.choices[0].finish_reason });
+  }
+  const t0 = Date.now();
+  const concurrent = await Promise.all(prompts.map((p) => streamText(p, 24)));
+  const mismatches = concurrent.map((c, i) => (c.text === sequential[i].text && c.finish === 'length' ? null : { i, got: c, want: sequential[i] }))
+    .filter((x) => x);
+  check(concurrent.length === 32 && mismatches.length === 0, `32 concurrent streams match their sequential greedy outputs (${Date.now() - t0} ms)`, mismatches);
+  const m = await idle();
+  check(m.kv === 0 && m.running === 0, 'every KV block is back after the concurrent run', m);
+}
+
+// Opens a raw HTTP request and destroys the socket once `untilBytes` bytes arrived (streaming)
+// or after `afterMs` (non-streaming).
+function disconnectMidway(body, { untilBytes = 0, afterMs = 0 }) {
+  return new Promise((resolve) => {
+    const req = http.request(`${baseUrl}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' } }, (res) => {
+      let got = 0;
+      res.on('data', (d) => {
+        got += d.length;
+        if (untilBytes > 0 && got >= untilBytes) {
+          req.destroy();
+          resolve(got);
+        }
+      });
+      res.on('end', () => resolve(-1));
+    });
+    req.on('error', () => {});
+    req.end(JSON.stringify(body));
+    if (afterMs > 0) setTimeout(() => { req.destroy(); resolve(0); }, afterMs);
+  });
+}
+
+async function aborts() {
+  const before = await idle();
+  // Streaming: read a little, then go away.
+  const long = { prompt: 'Tell me a long story', max_tokens: 4000, temperature: 0, ignore_eos: true };
+  const got = await disconnectMidway({ ...long, stream: true }, { untilBytes: 600 });
+  check(got > 0, 'stream disconnected mid-way', got);
+  let m = await idle();
+  check(m.kv === 0 && m.running === 0, 'after a client disconnect mid-stream, KV usage is back to 0', m);
+  check(m.aborted === before.aborted + 1, 'the disconnected stream counted as aborted', { before: before.aborted, after: m.aborted });
+  check(m.generation - before.generation < 3900, 'it stopped generating early', m.generation - before.generation);
+
+  // Non-streaming: the client gives up while the engine works.
+  const before2 = m;
+  const r = await disconnectMidway(long, { afterMs: 150 });
+  check(r === 0, 'non-streaming request disconnected before its response', r);
+  m = await idle();
+  check(m.kv === 0 && m.aborted === before2.aborted + 1, 'a non-streaming disconnect aborts too and frees the KV', { before: before2.aborted, m });
+
+  // The openai client's AbortController.
+  const controller = new AbortController();
+  const s = await client.completions.create({ ...long, model: 'oasis-embedded', stream: true }, { signal: controller.signal });
+  let n = 0;
+  try {
+    for await (const chunk of s) {
+      if (++n === 3) controller.abort();
+    }
+  } catch (e) { /* aborted */ }
+  m = await idle();
+  check(m.kv === 0 && m.aborted === before2.aborted + 2, 'openai AbortController aborts the request', m);
+  const health = await fetch(`${baseUrl}/health`);
+  check(health.status === 200, 'server healthy after the aborts');
+}
+
+function grpcClient(port = grpcPort) {
+  const def = protoLoader.loadSync(protoFile, { keepCase: false, longs: Number, enums: String, defaults: true, oneofs: true });
+  const proto = grpc.loadPackageDefinition(def).oasis.v1;
+  return new proto.Oasis(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+}
+
+async function grpcAuthTests() {
+  const c = grpcClient(authGrpcPort);
+  const withKey = new grpc.Metadata();
+  withKey.add('authorization', 'Bearer s3cret');
+  const call = (method, req, md) => new Promise((resolve) => c[method](req, md, (err, res) => resolve({ err, res })));
+  let r = await call('ListModels', {}, new grpc.Metadata());
+  check(r.err && r.err.code === grpc.status.UNAUTHENTICATED, 'gRPC without the key -> UNAUTHENTICATED', r.err?.code);
+  r = await call('ListModels', {}, withKey);
+  check(!r.err && r.res.models.length === 1, 'gRPC with the key', r.err?.details);
+  const g = await new Promise((resolve) => {
+    const s = c.Generate({ text: 'x', maxTokens: 2 });
+    s.on('data', () => {});
+    s.on('error', (e) => resolve(e));
+    s.on('end', () => resolve(null));
+  });
+  check(g && g.code === grpc.status.UNAUTHENTICATED, 'gRPC Generate without the key -> UNAUTHENTICATED', g?.code);
+  c.close();
+}
+
+function unary(c, method, req) {
+  return new Promise((resolve, reject) => c[method](req, (err, res) => (err ? reject(err) : resolve(res))));
+}
+
+function generate(c, req, { cancelAfter = 0 } = {}) {
+  return new Promise((resolve) => {
+    const call = c.Generate(req);
+    const out = { responses: [], error: null };
+    call.on('data', (r) => {
+      out.responses.push(r);
+      if (cancelAfter > 0 && out.responses.length === cancelAfter) call.cancel();
+    });
+    call.on('error', (e) => { out.error = e; });
+    call.on('close', () => resolve(out));
+    call.on('end', () => resolve(out));
+  });
+}
+
+async function grpcTests() {
+  const c = grpcClient();
+  const health = await unary(c, 'Health', {});
+  check(health.status === 'SERVING', 'gRPC Health', health);
+  const models = await unary(c, 'ListModels', {});
+  check(models.models.length === 1 && models.models[0].id === 'oasis-embedded' && models.models[0].maxModelLen === 4096, 'gRPC ListModels', models);
+
+  const g = await generate(c, { text: 'Hello, world', maxTokens: 8, ignoreEos: true, sampling: { temperature: 0 } });
+  const last = g.responses[g.responses.length - 1];
+  const ids = g.responses.flatMap((r) => r.tokenIds);
+  const text = g.responses.map((r) => r.text).join('');
+  const http = await client.completions.create({ model: 'oasis-embedded', prompt: 'Hello, world', max_tokens: 8, temperature: 0, ignore_eos: true });
+  check(!g.error && ids.length === 8 && last.finished && last.finishReason === 'length' && last.usage.completionTokens === 8,
+    'gRPC Generate streams 8 tokens and finishes', { error: g.error?.message, last });
+  check(text === http.choices[0].text, 'gRPC and HTTP give the same greedy text', { grpc: text, http: http.choices[0].text });
+
+  const byIds = await generate(c, { tokenIds: { ids: [1, 2, 3] }, maxTokens: 3, ignoreEos: true, logprobs: true, topLogprobs: 2 });
+  const toks = byIds.responses.flatMap((r) => r.tokens);
+  check(!byIds.error && toks.length === 3 && toks.every((t) => t.logprob <= 0 && t.topLogprobs.length === 2), 'gRPC token-id prompt with logprobs', byIds);
+
+  const expectCode = async (req, code, what) => {
+    const r = await generate(c, req);
+    check(r.error && r.error.code === code, `gRPC ${what} -> ${Object.keys(grpc.status).find((k) => grpc.status[k] === code)}`,
+      r.error ? { code: r.error.code, details: r.error.details } : r.responses);
+  };
+  await expectCode({ text: 'x', sampling: { temperature: -1 } }, grpc.status.INVALID_ARGUMENT, 'temperature -1');
+  await expectCode({ text: 'x', sampling: { topP: 0 } }, grpc.status.INVALID_ARGUMENT, 'top_p 0');
+  await expectCode({ text: 'x', maxTokens: -4 }, grpc.status.INVALID_ARGUMENT, 'negative max_tokens');
+  await expectCode({ tokenIds: { ids: Array.from({ length: 5000 }, () => 7) } }, grpc.status.INVALID_ARGUMENT, 'prompt longer than the context');
+  await expectCode({ model: 'nope', text: 'x' }, grpc.status.NOT_FOUND, 'unknown model');
+  await expectCode({}, grpc.status.INVALID_ARGUMENT, 'no prompt');
+
+  const before = await idle();
+  const cancelled = await generate(c, { text: 'a long one', maxTokens: 4000, ignoreEos: true }, { cancelAfter: 3 });
+  check(cancelled.error && cancelled.error.code === grpc.status.CANCELLED, 'gRPC call cancelled by the client', cancelled.error?.code);
+  const m = await idle();
+  check(m.kv === 0 && m.aborted === before.aborted + 1, 'gRPC cancellation aborts the request and frees its KV', { before: before.aborted, m });
+  c.close();
+}
+
+try {
+  await openaiBasics();
+  await concurrency();
+  await aborts();
+  await grpcTests();
+  if (authGrpcPort) await grpcAuthTests();
+} catch (e) {
+  failures++;
+  console.log(`FAILED: exception ${e?.stack ?? e}`);
+}
+console.log(failures === 0 ? 'all client checks passed' : `${failures} client check(s) failed`);
+process.exit(failures === 0 ? 0 : 1);

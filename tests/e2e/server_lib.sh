@@ -1,0 +1,39 @@
+# Helpers for the oasis-server end-to-end tests (sourced). Each test starts its own server
+# on 127.0.0.1 with --port 0 (a free port chosen by the kernel), reads the port from the
+# server's "listening on" line, waits for /health, and stops it (SIGTERM) on exit.
+#   start_server <log file> [flags...]   sets SERVER_PID, PORT, BASE (and GRPC_PORT with --grpc-port)
+#   stop_server                          SIGTERM, wait; fails the test if the exit status is not 0
+SERVER_PID=""
+start_server() {
+  local log=$1
+  shift
+  "$SERVER" --port 0 --log-level warn "$@" >"$log" 2>&1 &
+  SERVER_PID=$!
+  PORT=""
+  for _ in $(seq 1 600); do
+    PORT=$(sed -n 's|^oasis-server: listening on http://[^:]*:\([0-9]*\)$|\1|p' "$log" | head -1)
+    [[ -n $PORT ]] && break
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z $PORT ]]; then
+    echo "FAILED: server did not start"; cat "$log"; return 1
+  fi
+  GRPC_PORT=$(sed -n 's|^oasis-server: gRPC on [^:]*:\([0-9]*\)$|\1|p' "$log" | head -1)
+  BASE="http://127.0.0.1:$PORT"
+  for _ in $(seq 1 600); do
+    if [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]]; then return 0; fi
+    kill -0 "$SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "FAILED: server not healthy"; cat "$log"; return 1
+}
+stop_server() {
+  [[ -z $SERVER_PID ]] && return 0
+  kill -TERM "$SERVER_PID" 2>/dev/null
+  local rc=0
+  wait "$SERVER_PID" || rc=$?
+  SERVER_PID=""
+  if [[ $rc != 0 ]]; then echo "FAILED: server exited with $rc after SIGTERM"; return 1; fi
+  echo "ok: server shut down cleanly on SIGTERM"
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# oasis-server over HTTP with curl, on the CPU backend and the embedded default model (no
+# --model): health, models, completions (text, ids, n, logprobs, stop strings), chat, SSE
+# streams with usage, tokenize/detokenize, metrics; every bad input gets the right 4xx
+# OpenAI error JSON and the server stays up; API keys; body limit; 503 while loading;
+# --check-config for every configs/*.json; clean exit on SIGTERM.
+# Usage: test_server_http.sh <oasis-server> <repo root>
+set -uo pipefail
+SERVER=$1
+ROOT=$2
+cd "$ROOT"
+source "$ROOT/tests/e2e/server_lib.sh"
+TMP=$(mktemp -d)
+trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
+fail=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 2000 && echo; fail=1; }
+# py <json> <python expression over d>: prints the value.
+py() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2" 2>&1; }
+expect() {  # expect <description> <json> <python boolean expression over d>
+  if [[ $(py "$2" "$3") == True ]]; then ok "$1"; else bad "$1 [$3]" "$2"; fi
+}
+post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
+# status_of <path> <body> [curl args]: "<http code> <body>"
+status_of() {
+  local path=$1 body=$2
+  shift 2
+  curl -s -o "$TMP/body" -w '%{http_code}' -X POST "$BASE$path" -H 'Content-Type: application/json' "$@" --data-binary "$body"
+}
+expect_error() {  # expect_error <description> <http code> <path> <body> [curl args]
+  local desc=$1 code=$2 path=$3 body=$4
+  shift 4
+  local got
+  got=$(status_of "$path" "$body" "$@")
+  local json
+  json=$(cat "$TMP/body")
+  if [[ $got == "$code" && $(py "$json" "set(d['error']) == {'message','type','param','code'} and len(d['error']['message']) > 0") == True ]]; then
+    ok "$desc -> $code"
+  else
+    bad "$desc: expected $code with OpenAI error JSON, got $got" "$json"
+  fi
+}
+
+start_server "$TMP/server.log" --backend cpu || exit 1
+ok "server started with no --model (embedded default) on port $PORT"
+
+# ---- happy paths --------------------------------------------------------------
+expect "GET /health" "$(curl -s "$BASE/health")" "d == {}"
+models=$(curl -s "$BASE/v1/models")
+expect "GET /v1/models lists the embedded model" "$models" "d['object'] == 'list' and d['data'][0]['id'] == 'oasis-embedded' and d['data'][0]['max_model_len'] == 4096"
+
+r=$(post /v1/completions '{"prompt": "Hello, world", "max_tokens": 8, "temperature": 0, "ignore_eos": true}')
+expect "completion: 8 tokens, length" "$r" "d['object'] == 'text_completion' and d['usage']['completion_tokens'] == 8 and d['choices'][0]['finish_reason'] == 'length' and d['usage']['total_tokens'] == d['usage']['prompt_tokens'] + 8"
+text1=$(py "$r" "d['choices'][0]['text']")
+r2=$(post /v1/completions '{"prompt": "Hello, world", "max_tokens": 8, "temperature": 0, "ignore_eos": true}')
+[[ "$(py "$r2" "d['choices'][0]['text']")" == "$text1" ]] && ok "greedy is deterministic" || bad "greedy differs" "$r2"
+
+r=$(post /v1/completions '{"prompt": [1, 2, 3, 4], "max_tokens": 3, "ignore_eos": true, "logprobs": 2}')
+expect "token-id prompt with logprobs" "$r" "d['usage']['prompt_tokens'] == 4 and len(d['choices'][0]['logprobs']['tokens']) == 3 and len(d['choices'][0]['logprobs']['token_logprobs']) == 3 and all(lp <= 0 for lp in d['choices'][0]['logprobs']['token_logprobs']) and all(len(t) >= 2 for t in d['choices'][0]['logprobs']['top_logprobs'])"
+
+r=$(post /v1/completions '{"prompt": ["one", "two"], "n": 2, "max_tokens": 4, "temperature": 1.0, "seed": 7, "ignore_eos": true}')
+expect "two prompts x n=2 = four choices" "$r" "sorted(c['index'] for c in d['choices']) == [0,1,2,3] and d['usage']['completion_tokens'] == 16"
+r2=$(post /v1/completions '{"prompt": ["one", "two"], "n": 2, "max_tokens": 4, "temperature": 1.0, "seed": 7, "ignore_eos": true}')
+[[ "$(py "$r" "[c['text'] for c in d['choices']]")" == "$(py "$r2" "[c['text'] for c in d['choices']]")" ]] && ok "seeded sampling repeats" || bad "seeded sampling differs" "$r2"
+
+# Stop strings: cut a greedy output at a piece of itself.
+r=$(post /v1/completions '{"prompt": "The quick brown fox", "max_tokens": 24, "temperature": 0, "ignore_eos": true}')
+# The first 2-character window of printable ASCII in the second half (random weights write
+# control characters too, which do not survive shell variables).
+stop=$(py "$r" "next((t[i:i+2] for t in [d['choices'][0]['text']] for i in range(len(t)//2, len(t)-1) if t[i:i+2].isprintable() and t[i:i+2].isascii() and t[i:i+2].strip() == t[i:i+2] and t[i:i+2] not in t[:i+1]), '')")
+if [[ ${#stop} -eq 2 ]]; then
+  body=$(python3 -c 'import json,sys; print(json.dumps({"prompt": "The quick brown fox", "max_tokens": 24, "temperature": 0, "ignore_eos": True, "stop": [sys.argv[1]]}))' "$stop")
+  cut=$(post /v1/completions "$body")
+  expect "stop string ends the text before it" "{\"full\": $r, \"cut\": $cut, \"stop\": $(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$stop")}" \
+    "d['cut']['choices'][0]['finish_reason'] == 'stop' and d['cut']['choices'][0]['stop_reason'] == d['stop'] and d['full']['choices'][0]['text'].startswith(d['cut']['choices'][0]['text'] + d['stop'])"
+else
+  echo "note: greedy output too short for the stop-string check"
+fi
+
+r=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 2}')
+expect "chat completion" "$r" "d['object'] == 'chat.completion' and d['choices'][0]['message']['role'] == 'assistant' and d['usage']['completion_tokens'] <= 6 and d['choices'][0]['finish_reason'] in ('stop', 'length') and all(len(c['top_logprobs']) == 2 and isinstance(c['bytes'], list) for c in d['choices'][0]['logprobs']['content'])"
+# The ChatML template: <|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n
+tk=$(post /tokenize '{"messages": [{"role": "user", "content": "What is 2+2?"}]}')
+expect "chat prompt tokens = usage.prompt_tokens" "$tk" "d['count'] == $(py "$r" "d['usage']['prompt_tokens']") and d['tokens'][0] == 510 and d['tokens'][-1] == 10"
+
+stream=$(curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Hello", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}')
+echo "$stream" > "$TMP/stream"
+if [[ $(grep -c '^data: ' "$TMP/stream") -ge 3 && $(grep '^data: ' "$TMP/stream" | tail -1) == "data: [DONE]" ]]; then ok "SSE stream ends with [DONE]"; else bad "SSE stream" "$stream"; fi
+usage=$(grep '^data: {' "$TMP/stream" | tail -1 | cut -c7-)
+expect "stream usage chunk" "$usage" "d['choices'] == [] and d['usage']['completion_tokens'] == 6"
+joined=$(grep '^data: {' "$TMP/stream" | cut -c7- | python3 -c 'import json,sys; print("".join(c["text"] for l in sys.stdin for c in json.loads(l)["choices"]))')
+nonstream=$(post /v1/completions '{"prompt": "Hello", "max_tokens": 6, "temperature": 0, "ignore_eos": true}')
+[[ "$joined" == "$(py "$nonstream" "d['choices'][0]['text']")" ]] && ok "streamed text = non-streamed text" || bad "streamed '$joined' vs non-streamed" "$nonstream"
+
+cs=$(curl -sN -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true}')
+first=$(echo "$cs" | grep '^data: {' | head -1 | cut -c7-)
+expect "chat stream opens with the assistant role" "$first" "d['object'] == 'chat.completion.chunk' and d['choices'][0]['delta']['role'] == 'assistant'"
+[[ $(echo "$cs" | grep '^data: ' | tail -1) == "data: [DONE]" ]] && ok "chat stream ends with [DONE]" || bad "chat stream end" "$cs"
+
+tk=$(post /tokenize '{"prompt": "Hello world"}')
+expect "tokenize" "$tk" "d['count'] == len(d['tokens']) > 0 and d['max_model_len'] == 4096"
+ids=$(py "$tk" "json.dumps(d['tokens'])")
+expect "detokenize round trip" "$(post /detokenize "{\"tokens\": $ids}")" "d['prompt'] == 'Hello world'"
+
+metrics=$(curl -s "$BASE/metrics")
+for name in 'oasis:num_requests_running{' 'oasis:num_requests_waiting{' 'oasis:kv_cache_usage_perc{' \
+  'oasis:prompt_tokens_total{' 'oasis:generation_tokens_total{' 'oasis:request_success_total{model_name="oasis-embedded",finished_reason="length"}' \
+  'oasis:time_to_first_token_seconds_bucket{' 'oasis:inter_token_latency_seconds_count{' 'oasis:e2e_request_latency_seconds_sum{' \
+  'oasis:http_requests_total{method="POST",handler="/v1/completions",status="200"}'; do
+  grep -qF "$name" <<<"$metrics" && ok "metric $name" || bad "metric $name missing" "$metrics"
+done
+
+# ---- bad input: the right 4xx, OpenAI error JSON, server stays up ------------------
+expect_error "malformed JSON" 400 /v1/completions '{"prompt": "x",'
+expect_error "body not an object" 400 /v1/completions '[1,2]'
+expect_error "prompt of the wrong type" 400 /v1/completions '{"prompt": 5}'
+expect_error "max_tokens of the wrong type" 400 /v1/completions '{"prompt": "x", "max_tokens": "ten"}'
+expect_error "unknown model" 404 /v1/completions '{"model": "gpt-17", "prompt": "x"}'
+expect_error "unknown model (chat)" 404 /v1/chat/completions '{"model": "gpt-17", "messages": [{"role": "user", "content": "x"}]}'
+expect_error "negative max_tokens" 400 /v1/completions '{"prompt": "x", "max_tokens": -3}'
+expect_error "huge max_tokens" 400 /v1/completions '{"prompt": "x", "max_tokens": 1000000000000}'
+expect_error "max_tokens beyond int64" 400 /v1/completions '{"prompt": "x", "max_tokens": 99999999999999999999999}'
+expect_error "temperature < 0" 400 /v1/completions '{"prompt": "x", "temperature": -0.5}'
+expect_error "top_p = 0" 400 /v1/completions '{"prompt": "x", "top_p": 0}'
+expect_error "top_p > 1" 400 /v1/completions '{"prompt": "x", "top_p": 1.01}'
+expect_error "n = 0" 400 /v1/completions '{"prompt": "x", "n": 0}'
+expect_error "token id outside the vocabulary" 400 /v1/completions '{"prompt": [1, 600], "max_tokens": 2}'
+long=$(python3 -c 'print(list(range(1, 256)) * 20)')
+expect_error "prompt longer than the context" 400 /v1/completions "{\"prompt\": $long}"
+expect_error "prompt + max_tokens beyond the context" 400 /v1/completions '{"prompt": [1,2,3], "max_tokens": 4094}'
+expect_error "chat without messages" 400 /v1/chat/completions '{"model": "oasis-embedded"}'
+expect_error "chat message content of the wrong type" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": 3}]}'
+expect_error "unknown route" 404 /v1/nothing-here '{}'
+expect_error "detokenize with a bad id" 400 /detokenize '{"tokens": [1, -5]}'
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$BASE/no/such/page")
+[[ $code == 404 && $(py "$(cat "$TMP/body")" "d['error']['type']") == not_found_error ]] && ok "GET unknown route -> 404 JSON" || bad "GET unknown route: $code" "$(cat "$TMP/body")"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && ok "server still healthy after bad input" || bad "server died"
+grep -q 'oasis:http_requests_total{method="POST",handler="/v1/completions",status="400"}' <<<"$(curl -s "$BASE/metrics")" \
+  && ok "400s are counted" || bad "400s not counted"
+stop_server || fail=1
+
+# ---- API key and body limit ---------------------------------------------------------
+start_server "$TMP/auth.log" --backend cpu --api-key s3cret --max-body-bytes 4096 || exit 1
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$BASE/v1/models")
+[[ $code == 401 && $(py "$(cat "$TMP/body")" "d['error']['type']") == authentication_error ]] && ok "no key -> 401 JSON" || bad "no key: $code" "$(cat "$TMP/body")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer wrong' "$BASE/v1/models")
+[[ $code == 401 ]] && ok "wrong key -> 401" || bad "wrong key: $code"
+expect_error "completion without key" 401 /v1/completions '{"prompt": "x"}'
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer s3cret' "$BASE/v1/models")
+[[ $code == 200 ]] && ok "right key -> 200" || bad "right key: $code"
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && ok "/health needs no key" || bad "/health with key"
+big=$(python3 -c 'import json; print(json.dumps({"prompt": "x" * 10000}))')
+expect_error "body over --max-body-bytes" 413 /v1/completions "$big" -H 'Authorization: Bearer s3cret'
+r=$(curl -s -X POST "$BASE/v1/completions" -H 'Authorization: Bearer s3cret' -H 'Content-Type: application/json' -d '{"prompt": "hi", "max_tokens": 2}')
+expect "with the key, completions work" "$r" "len(d['choices']) == 1"
+stop_server || fail=1
+
+# ---- 503 while loading (dummy weights for a larger model take a moment on the CPU) -----
+mkdir -p "$TMP/big"
+cat > "$TMP/big/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 6,
+ "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 32000,
+ "max_position_embeddings": 2048, "rope_theta": 1000000, "rms_norm_eps": 1e-6, "tie_word_embeddings": false,
+ "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+"$SERVER" --port 0 --model "$TMP/big" --load-format dummy --backend cpu --log-level warn >"$TMP/big.log" 2>&1 &
+SERVER_PID=$!
+PORT=""
+for _ in $(seq 1 300); do
+  PORT=$(sed -n 's|^oasis-server: listening on http://[^:]*:\([0-9]*\)$|\1|p' "$TMP/big.log" | head -1)
+  [[ -n $PORT ]] && break
+  sleep 0.02
+done
+BASE="http://127.0.0.1:$PORT"
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$BASE/health")
+if [[ $code == 503 && $(py "$(cat "$TMP/body")" "d['error']['type']") == service_unavailable_error ]]; then
+  ok "/health is 503 while loading"
+  expect_error "completions while loading" 503 /v1/completions '{"prompt": [1], "max_tokens": 1}'
+elif grep -q "ready" "$TMP/big.log"; then
+  echo "note: the model loaded before the first /health probe; 503 not observed"
+else
+  bad "/health while loading: $code" "$(cat "$TMP/body")"
+fi
+for _ in $(seq 1 1200); do
+  [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && break
+  sleep 0.1
+done
+[[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && ok "/health is 200 once loaded" || bad "never became healthy" "$(cat "$TMP/big.log")"
+stop_server || fail=1
+
+# ---- every example config loads (models absent here are replaced by the embedded one) -----
+for cfg in "$ROOT"/configs/*.json; do
+  model=$(py "$(cat "$cfg")" "d.get('model', '')")
+  extra=()
+  if [[ -n $model && ! -e $model ]]; then extra=(--model "$ROOT/models/embedded" --backend cpu --max-model-len 0); fi
+  out=$("$SERVER" --config "$cfg" --check-config "${extra[@]}" 2>&1)
+  if grep -q "^config ok$" <<<"$out"; then ok "config $(basename "$cfg") ${extra:+(model replaced)}"; else bad "config $cfg" "$out"; fi
+done
+out=$("$SERVER" --config "$ROOT/configs/embedded-cpu.json" --max-num-seqs 0 2>&1)
+[[ $? == 2 ]] && grep -q "max-num-seqs" <<<"$out" && ok "bad setting -> exit 2 naming it" || bad "bad setting accepted" "$out"
+out=$("$SERVER" --model /nonexistent --port 0 2>&1)
+[[ $? == 1 ]] && grep -q "NOT_FOUND" <<<"$out" && ok "missing model -> exit 1, NOT_FOUND" || bad "missing model" "$out"
+
+exit $fail

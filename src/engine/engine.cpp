@@ -17,12 +17,14 @@ namespace oasis {
 namespace {
 
 // Bucket bounds (seconds) as vLLM's metrics.
-const std::vector<double> kTtftBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-                                         1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> kTtftBounds = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
+                                         0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
+                                         20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
 const std::vector<double> kItlBounds = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                         0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
-const std::vector<double> kE2eBounds = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,    10.0,   15.0, 20.0,
-                                        30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kE2eBounds = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                        5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                        60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
 double Seconds(EngineClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -36,12 +38,15 @@ struct Engine::Impl {
         config(r.model().config()),
         num_kv_heads(static_cast<int32_t>(config.num_key_value_heads)),
         allocator(static_cast<int32_t>(r.num_kv_slots())),
-        scheduler({.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens}, allocator),
+        scheduler(
+            {.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens},
+            allocator),
         rng(o.seed) {
     OASIS_CHECK_GT(num_kv_heads, 0) << "model without KV heads";
     const int64_t pool_tokens = r.num_kv_slots() / num_kv_heads * kBlockSize;
-    context_tokens = config.max_position_embeddings > 0 ? std::min(config.max_position_embeddings, pool_tokens)
-                                                        : pool_tokens;
+    context_tokens = config.max_position_embeddings > 0
+                         ? std::min(config.max_position_embeddings, pool_tokens)
+                         : pool_tokens;
     for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
     stats.num_kv_slots = r.num_kv_slots();
     stats.num_free_kv_slots = r.num_kv_slots();
@@ -76,8 +81,8 @@ struct Engine::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::unique_ptr<RequestState>> inbox;
-  std::vector<uint64_t> aborts;                       // keys of requests to abort
-  std::unordered_map<std::string, uint64_t> live;     // id → key, Submit until finished
+  std::vector<uint64_t> aborts;                    // keys of requests to abort
+  std::unordered_map<std::string, uint64_t> live;  // id → key, Submit until finished
   uint64_t next_key = 1;
   bool stop_requested = false;
   bool stopped = false;  // no more submissions
@@ -101,45 +106,51 @@ Status Engine::Impl::Validate(const EngineRequest& r) const {
   if (r.prompt.empty()) return InvalidArgument("the prompt is empty");
   for (int32_t id : r.prompt) {
     if (id < 0 || id >= config.vocab_size) {
-      return InvalidArgument("prompt token id " + std::to_string(id) + " outside the vocabulary [0, " +
-                             std::to_string(config.vocab_size) + ")");
+      return InvalidArgument("prompt token id " + std::to_string(id) +
+                             " outside the vocabulary [0, " + std::to_string(config.vocab_size) +
+                             ")");
     }
   }
   if (r.max_tokens != -1 && r.max_tokens < 1) {
     return InvalidArgument("max_tokens must be >= 1 (or -1 for the rest of the context), got " +
                            std::to_string(r.max_tokens));
   }
-  if (r.min_tokens < 0) return InvalidArgument("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
+  if (r.min_tokens < 0)
+    return InvalidArgument("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
   if (r.max_tokens != -1 && r.min_tokens > r.max_tokens) {
-    return InvalidArgument("min_tokens (" + std::to_string(r.min_tokens) + ") exceeds max_tokens (" +
-                           std::to_string(r.max_tokens) + ")");
+    return InvalidArgument("min_tokens (" + std::to_string(r.min_tokens) +
+                           ") exceeds max_tokens (" + std::to_string(r.max_tokens) + ")");
   }
   if (r.num_top_logprobs < 0 || r.num_top_logprobs > kMaxTopLogprobs) {
-    return InvalidArgument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
-                           std::to_string(r.num_top_logprobs));
+    return InvalidArgument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                           "], got " + std::to_string(r.num_top_logprobs));
   }
   OASIS_RETURN_IF_ERROR(r.sampling.Validate());
-  if (r.detokenize && tok == nullptr) return InvalidArgument("detokenize needs a tokenizer; the engine has none");
+  if (r.detokenize && tok == nullptr)
+    return InvalidArgument("detokenize needs a tokenizer; the engine has none");
   if (!r.stop.empty() && (tok == nullptr || !r.detokenize)) {
-    return InvalidArgument("stop strings need detokenized output (a tokenizer and detokenize = true)");
+    return InvalidArgument(
+        "stop strings need detokenized output (a tokenizer and detokenize = true)");
   }
   for (const std::string& s : r.stop) {
     if (s.empty()) return InvalidArgument("a stop string is empty");
   }
   const int64_t ctx = config.max_position_embeddings;
   if (r.max_tokens != -1 && ctx > 0 && P + r.max_tokens > ctx) {
-    return OutOfRange("prompt (" + std::to_string(P) + " tokens) + max_tokens (" + std::to_string(r.max_tokens) +
-                      ") exceeds the context length " + std::to_string(ctx));
+    return OutOfRange("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                      std::to_string(r.max_tokens) + ") exceeds the context length " +
+                      std::to_string(ctx));
   }
   if (r.max_tokens == -1 && ctx > 0 && P >= ctx) {
-    return OutOfRange("prompt (" + std::to_string(P) + " tokens) leaves no room in the context length " +
-                      std::to_string(ctx));
+    return OutOfRange("prompt (" + std::to_string(P) +
+                      " tokens) leaves no room in the context length " + std::to_string(ctx));
   }
   const int64_t total = r.max_tokens == -1 ? P + 1 : P + r.max_tokens;
   if (HeadBlockTable::SlotsFor(total, num_kv_heads) > runner.num_kv_slots()) {
-    return ResourceExhausted("request needs " + std::to_string(HeadBlockTable::SlotsFor(total, num_kv_heads)) +
-                             " KV head-blocks (" + std::to_string(total) + " tokens); the whole pool holds " +
-                             std::to_string(runner.num_kv_slots()));
+    return ResourceExhausted(
+        "request needs " + std::to_string(HeadBlockTable::SlotsFor(total, num_kv_heads)) +
+        " KV head-blocks (" + std::to_string(total) + " tokens); the whole pool holds " +
+        std::to_string(runner.num_kv_slots()));
   }
   return Status::Ok();
 }
@@ -168,11 +179,20 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
   scheduler.Finish(&s.seq);
   ++stats.requests_finished_total;
   switch (reason) {
-    case FinishReasonKind::kStop: ++stats.requests_stop_total; break;
-    case FinishReasonKind::kLength: ++stats.requests_length_total; break;
-    case FinishReasonKind::kAbort: ++stats.requests_abort_total; break;
-    case FinishReasonKind::kError: ++stats.requests_error_total; break;
-    case FinishReasonKind::kNone: OASIS_CHECK(false) << "finishing without a reason";
+    case FinishReasonKind::kStop:
+      ++stats.requests_stop_total;
+      break;
+    case FinishReasonKind::kLength:
+      ++stats.requests_length_total;
+      break;
+    case FinishReasonKind::kAbort:
+      ++stats.requests_abort_total;
+      break;
+    case FinishReasonKind::kError:
+      ++stats.requests_error_total;
+      break;
+    case FinishReasonKind::kNone:
+      OASIS_CHECK(false) << "finishing without a reason";
   }
   stats.e2e.Observe(Seconds(EngineClock::now() - s.arrival));
   out.finished = true;
@@ -219,9 +239,10 @@ void Engine::Impl::Publish() {
   stats.num_running = scheduler.num_running();
   stats.num_waiting = scheduler.num_waiting();
   stats.num_free_kv_slots = allocator.num_free();
-  stats.kv_usage = stats.num_kv_slots > 0
-                       ? static_cast<double>(stats.num_kv_slots - stats.num_free_kv_slots) / stats.num_kv_slots
-                       : 0.0;
+  stats.kv_usage =
+      stats.num_kv_slots > 0
+          ? static_cast<double>(stats.num_kv_slots - stats.num_free_kv_slots) / stats.num_kv_slots
+          : 0.0;
   num_waiting_engine.store(stats.num_waiting, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(stats_mu);
   published = stats;
@@ -233,7 +254,9 @@ void Engine::Impl::Loop() {
     std::vector<uint64_t> to_abort;
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stop_requested || !inbox.empty() || !aborts.empty() || !scheduler.idle(); });
+      cv.wait(lock, [&] {
+        return stop_requested || !inbox.empty() || !aborts.empty() || !scheduler.idle();
+      });
       if (stop_requested) break;
       arrived.swap(inbox);
       to_abort.swap(aborts);
@@ -268,7 +291,8 @@ void Engine::Impl::Step() {
   for (const ScheduledChunk& c : plan.chunks) {
     const RequestState& s = *requests.at(c.seq->id);
     steps.push_back({&c.seq->table, c.start,
-                     std::vector<int32_t>(c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.num_tokens)});
+                     std::vector<int32_t>(c.seq->tokens.begin() + c.start,
+                                          c.seq->tokens.begin() + c.start + c.num_tokens)});
     SampleRow row;
     row.params = s.request.sampling;
     row.seed = s.seed;
@@ -280,10 +304,11 @@ void Engine::Impl::Step() {
   std::vector<SampleResult> samples;
   Status failure = Status::Ok();
   try {
-    samples = runner.ExecuteAndSample(BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence), rows);
+    samples = runner.ExecuteAndSample(
+        BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence), rows);
     if (samples.size() != rows.size()) {
-      failure = Internal("the model runner returned " + std::to_string(samples.size()) + " samples for " +
-                         std::to_string(rows.size()) + " rows");
+      failure = Internal("the model runner returned " + std::to_string(samples.size()) +
+                         " samples for " + std::to_string(rows.size()) + " rows");
     }
   } catch (const std::exception& e) {
     failure = Internal(std::string("model step failed: ") + e.what());
@@ -307,7 +332,8 @@ void Engine::Impl::Step() {
     if (!c.samples) continue;
     SampleResult& sample = samples[i];
     if (sample.token < 0 || sample.token >= config.vocab_size) {
-      Fail(s, Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary"));
+      Fail(s, Internal("sampled token id " + std::to_string(sample.token) +
+                       " outside the vocabulary"));
       continue;
     }
     c.seq->AppendToken(sample.token);
@@ -325,7 +351,8 @@ void Engine::Impl::Step() {
     g.logprob = sample.logprob;
     g.top_logprobs = std::move(sample.top_logprobs);
     out.tokens.push_back(std::move(g));
-    StopDecision d = s.stop_checker.Append(sample.token, c.seq->num_generated(), c.seq->num_tokens());
+    StopDecision d =
+        s.stop_checker.Append(sample.token, c.seq->num_generated(), c.seq->num_tokens());
     out.text = std::move(d.text);
     if (d.finished()) {
       out.stop_reason = std::move(d.stop_reason);
@@ -375,15 +402,16 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stopped || impl_->stop_requested) return Unavailable("the engine is shutting down");
-    if (impl_->live.count(request.id)) return InvalidArgument("request id '" + request.id + "' is already in use");
-    const int64_t waiting =
-        static_cast<int64_t>(impl_->inbox.size()) + impl_->num_waiting_engine.load(std::memory_order_relaxed);
+    if (impl_->live.count(request.id))
+      return InvalidArgument("request id '" + request.id + "' is already in use");
+    const int64_t waiting = static_cast<int64_t>(impl_->inbox.size()) +
+                            impl_->num_waiting_engine.load(std::memory_order_relaxed);
     if (waiting >= impl_->options.max_waiting) {
       return ResourceExhausted("too many waiting requests (" + std::to_string(waiting) + ")");
     }
     const uint64_t key = impl_->next_key++;
-    auto state = std::make_unique<RequestState>(key, std::move(request), std::move(stop), impl_->tok,
-                                                impl_->num_kv_heads);
+    auto state = std::make_unique<RequestState>(key, std::move(request), std::move(stop),
+                                                impl_->tok, impl_->num_kv_heads);
     stream = state->stream;
     impl_->live.emplace(state->request.id, key);
     impl_->inbox.push_back(std::move(state));

@@ -20,8 +20,8 @@ namespace oasis {
 using EngineClock = std::chrono::steady_clock;
 
 struct RequestState {
-  RequestState(uint64_t key, EngineRequest req, StopConditions stop, const tokenizer::Tokenizer* tok,
-               int32_t num_kv_heads)
+  RequestState(uint64_t key, EngineRequest req, StopConditions stop,
+               const tokenizer::Tokenizer* tok, int32_t num_kv_heads)
       : request(std::move(req)),
         stream(std::make_shared<RequestStream>(request.id)),
         seq(key, request.prompt, num_kv_heads),
@@ -31,7 +31,7 @@ struct RequestState {
   std::shared_ptr<RequestStream> stream;
   Sequence seq;
   StopChecker stop_checker;
-  uint64_t seed = 0;               // resolved: the request's, or one drawn by the engine
+  uint64_t seed = 0;                  // resolved: the request's, or one drawn by the engine
   int64_t prompt_tokens_counted = 0;  // prompt positions counted in prompt_tokens_total
   EngineClock::time_point arrival = EngineClock::now();
   std::optional<EngineClock::time_point> last_token_time;  // unset until the first token

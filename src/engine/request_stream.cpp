@@ -8,11 +8,16 @@ namespace oasis {
 
 const char* FinishReasonName(FinishReasonKind kind) {
   switch (kind) {
-    case FinishReasonKind::kNone: return "";
-    case FinishReasonKind::kStop: return "stop";
-    case FinishReasonKind::kLength: return "length";
-    case FinishReasonKind::kAbort: return "abort";
-    case FinishReasonKind::kError: return "error";
+    case FinishReasonKind::kNone:
+      return "";
+    case FinishReasonKind::kStop:
+      return "stop";
+    case FinishReasonKind::kLength:
+      return "length";
+    case FinishReasonKind::kAbort:
+      return "abort";
+    case FinishReasonKind::kError:
+      return "error";
   }
   return "";
 }
@@ -56,7 +61,8 @@ bool RequestStream::finished() const {
 }
 
 LatencyHistogram LatencyHistogram::WithBounds(std::vector<double> upper_bounds) {
-  OASIS_CHECK(std::is_sorted(upper_bounds.begin(), upper_bounds.end())) << "histogram bounds must ascend";
+  OASIS_CHECK(std::is_sorted(upper_bounds.begin(), upper_bounds.end()))
+      << "histogram bounds must ascend";
   LatencyHistogram h;
   h.counts.assign(upper_bounds.size() + 1, 0);
   h.bounds = std::move(upper_bounds);
@@ -65,7 +71,8 @@ LatencyHistogram LatencyHistogram::WithBounds(std::vector<double> upper_bounds) 
 
 void LatencyHistogram::Observe(double value) {
   OASIS_CHECK_EQ(counts.size(), bounds.size() + 1) << "histogram not initialised (WithBounds)";
-  const size_t bucket = static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+  const size_t bucket =
+      static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
   ++counts[bucket];
   sum += value;
   ++count;

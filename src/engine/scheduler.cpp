@@ -13,7 +13,8 @@ Sequence::Sequence(uint64_t id_, std::vector<int32_t> prompt, int32_t num_kv_hea
       table(num_kv_heads) {}
 
 void Sequence::CommitChunk(int64_t n) {
-  OASIS_CHECK(n > 0 && n <= num_pending()) << "committing " << n << " tokens, " << num_pending() << " pending";
+  OASIS_CHECK(n > 0 && n <= num_pending())
+      << "committing " << n << " tokens, " << num_pending() << " pending";
   num_computed += n;
 }
 
@@ -79,7 +80,8 @@ SchedulerOutput Scheduler::Schedule() {
     if (budget == 0) break;
     if (s->num_pending() <= 1) continue;
     const int64_t n = std::min(s->num_pending(), budget);
-    OASIS_CHECK_OK(s->table.Reserve(s->num_computed + n, allocator_));  // no-op: reserved at admission
+    OASIS_CHECK_OK(
+        s->table.Reserve(s->num_computed + n, allocator_));  // no-op: reserved at admission
     out.chunks.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
     budget -= n;
   }
@@ -103,14 +105,17 @@ SchedulerOutput Scheduler::Schedule() {
 }
 
 void Scheduler::Finish(Sequence* seq) {
-  OASIS_CHECK(seq->status != SequenceStatus::kFinished) << "sequence " << seq->id << " finished twice";
+  OASIS_CHECK(seq->status != SequenceStatus::kFinished)
+      << "sequence " << seq->id << " finished twice";
   if (seq->status == SequenceStatus::kRunning) {
     auto it = std::find(running_.begin(), running_.end(), seq);
-    OASIS_CHECK(it != running_.end()) << "running sequence " << seq->id << " not in the running list";
+    OASIS_CHECK(it != running_.end())
+        << "running sequence " << seq->id << " not in the running list";
     running_.erase(it);
   } else {
     auto it = std::find(waiting_.begin(), waiting_.end(), seq);
-    OASIS_CHECK(it != waiting_.end()) << "waiting sequence " << seq->id << " not in the waiting queue";
+    OASIS_CHECK(it != waiting_.end())
+        << "waiting sequence " << seq->id << " not in the waiting queue";
     waiting_.erase(it);
   }
   seq->table.Release(allocator_);

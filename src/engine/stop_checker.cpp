@@ -15,8 +15,10 @@ bool Contains(const std::vector<int32_t>& ids, int32_t id) {
 
 StopChecker::StopChecker(StopConditions conditions, const tokenizer::Tokenizer* tok)
     : conditions_(std::move(conditions)) {
-  OASIS_CHECK(tok != nullptr || conditions_.stop_strings.empty()) << "stop strings need a tokenizer";
-  for (const std::string& s : conditions_.stop_strings) OASIS_CHECK(!s.empty()) << "empty stop string";
+  OASIS_CHECK(tok != nullptr || conditions_.stop_strings.empty())
+      << "stop strings need a tokenizer";
+  for (const std::string& s : conditions_.stop_strings)
+    OASIS_CHECK(!s.empty()) << "empty stop string";
   if (tok != nullptr) detok_.emplace(*tok, tokenizer::SkipSpecialTokens::kYes);
 }
 

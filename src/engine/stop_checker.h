@@ -36,7 +36,7 @@ namespace oasis {
 enum class FinishReasonKind { kNone, kStop, kLength, kAbort, kError };
 
 struct StopConditions {
-  std::vector<int32_t> eos_token_ids;   // the model's EOS ids; empty with ignore_eos
+  std::vector<int32_t> eos_token_ids;  // the model's EOS ids; empty with ignore_eos
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop_strings;  // non-empty strings
   bool include_stop_str_in_output = false;

@@ -17,7 +17,8 @@ namespace {
 constexpr int32_t kHeads = 1;  // one KV head: a sequence of n tokens holds ceil(n / 16) slots
 
 std::unique_ptr<Sequence> MakeSeq(uint64_t id, int64_t prompt_len) {
-  return std::make_unique<Sequence>(id, std::vector<int32_t>(static_cast<size_t>(prompt_len), 3), kHeads);
+  return std::make_unique<Sequence>(id, std::vector<int32_t>(static_cast<size_t>(prompt_len), 3),
+                                    kHeads);
 }
 
 // Applies a step's results the way the engine does.
@@ -222,8 +223,9 @@ TEST_CASE("random workloads keep the scheduler's invariants", "[scheduler]") {
       const int32_t pool = heads * static_cast<int32_t>(8 + rng() % 16);
       const int64_t budget = 4 + static_cast<int64_t>(rng() % 40);
       BlockAllocator alloc(pool);
-      Scheduler sched({.max_num_seqs = 1 + static_cast<int64_t>(rng() % 8), .max_num_batched_tokens = budget},
-                      alloc);
+      Scheduler sched(
+          {.max_num_seqs = 1 + static_cast<int64_t>(rng() % 8), .max_num_batched_tokens = budget},
+          alloc);
       const int64_t max_tokens_fit = pool / heads * 16;
       std::vector<std::unique_ptr<Sequence>> seqs;
       std::map<Sequence*, int64_t> target;  // generated tokens each must reach
@@ -231,8 +233,8 @@ TEST_CASE("random workloads keep the scheduler's invariants", "[scheduler]") {
         const int64_t prompt = 1 + static_cast<int64_t>(rng() % 60);
         const int64_t gen = 1 + static_cast<int64_t>(rng() % 40);
         if (prompt + gen > max_tokens_fit) continue;  // Submit would reject it
-        seqs.push_back(std::make_unique<Sequence>(static_cast<uint64_t>(i),
-                                                  std::vector<int32_t>(static_cast<size_t>(prompt), 5), heads));
+        seqs.push_back(std::make_unique<Sequence>(
+            static_cast<uint64_t>(i), std::vector<int32_t>(static_cast<size_t>(prompt), 5), heads));
         target[seqs.back().get()] = gen;
         sched.Add(seqs.back().get());
       }

@@ -31,7 +31,9 @@ const tokenizer::Tokenizer* Qwen3() {
     REQUIRE(t.ok());
     return std::move(*t);
   }();
-  if (!tok) WARN("skipped: " << (testing::CacheDir() / "qwen3" / "tokenizer.json") << " is absent (tools/fetch_test_data.sh)");
+  if (!tok)
+    WARN("skipped: " << (testing::CacheDir() / "qwen3" / "tokenizer.json")
+                     << " is absent (tools/fetch_test_data.sh)");
   return tok.get();
 }
 
@@ -46,7 +48,8 @@ struct Run {
 Run Feed(StopChecker& checker, const std::vector<int32_t>& ids, int64_t prompt_len = 5) {
   Run r;
   for (size_t i = 0; i < ids.size(); ++i) {
-    StopDecision d = checker.Append(ids[i], static_cast<int64_t>(i) + 1, prompt_len + static_cast<int64_t>(i) + 1);
+    StopDecision d = checker.Append(ids[i], static_cast<int64_t>(i) + 1,
+                                    prompt_len + static_cast<int64_t>(i) + 1);
     r.text += d.text;
     r.deltas.push_back(d.text);
     r.tokens_used = i + 1;
@@ -80,7 +83,8 @@ TEST_CASE("EOS and stop token ids finish with kStop", "[stop_checker]") {
   CHECK(r.last.stop_reason == "9");
 }
 
-TEST_CASE("min_tokens delays stops; max_tokens and the context end with kLength", "[stop_checker]") {
+TEST_CASE("min_tokens delays stops; max_tokens and the context end with kLength",
+          "[stop_checker]") {
   StopConditions c = Conditions();
   c.min_tokens = 3;
   StopChecker min(c, nullptr);
@@ -200,7 +204,8 @@ TEST_CASE("stop strings across token boundaries with the Qwen3 tokenizer", "[sto
     with_eos.push_back(*im_end);
     Run r = Feed(checker, with_eos);
     CHECK(r.last.reason == FinishReasonKind::kStop);
-    CHECK(r.text == tok->Decode(std::vector<int32_t>(ids.begin(), ids.begin() + 4), tokenizer::SkipSpecialTokens::kYes));
+    CHECK(r.text == tok->Decode(std::vector<int32_t>(ids.begin(), ids.begin() + 4),
+                                tokenizer::SkipSpecialTokens::kYes));
 
     StopChecker aborted(c, tok);
     const std::vector<int32_t> lazy = tok->Encode("the lazy", tokenizer::AddSpecialTokens::kNo);

@@ -1,0 +1,102 @@
+// Helpers of the engine tests: a fixture model on the CPU backend, requests, and draining a
+// request's stream into one result.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/engine.h"
+#include "loader/safetensors.h"
+#include "loader/weights.h"
+#include "models/decoder_lm.h"
+#include "oasis/model_config.h"
+#include "test_support.h"
+
+namespace oasis::engine_test {
+
+using namespace std::chrono_literals;
+
+
+// A fixture model on the CPU backend with a runner of `num_kv_slots` head-blocks.
+struct TinyModel {
+  explicit TinyModel(int64_t num_kv_slots, const std::string& name = "qwen3-tiny") : backend(2) {
+    auto dir = testing::FixturePath("models/" + name);
+    auto c = LoadModelConfig(dir);
+    REQUIRE(c.ok());
+    config = *c;
+    auto w = OpenSafetensorsWeights(dir);
+    REQUIRE(w.ok());
+    weights = std::move(*w);
+    auto m = DecoderLM::Create(config, *weights, backend);
+    REQUIRE(m.ok());
+    model = std::move(*m);
+    runner = std::make_unique<ModelRunner>(*model, backend, num_kv_slots);
+  }
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+  CpuBackend backend;
+  std::unique_ptr<DecoderLM> model;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<size_t> top_logprobs;  // entries per token
+  FinishReasonKind reason = FinishReasonKind::kNone;
+  std::string stop_reason;
+  Status error;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int events = 0;
+};
+
+inline Collected Drain(RequestStream& stream) {
+  Collected c;
+  while (true) {
+    auto ev = stream.Next(60s);
+    REQUIRE(ev.has_value());  // no event for a minute: the engine is stuck
+    ++c.events;
+    for (const GeneratedToken& t : ev->tokens) {
+      c.tokens.push_back(t.token);
+      c.top_logprobs.push_back(t.top_logprobs.size());
+      CHECK(t.logprob <= 0.0f);
+    }
+    c.text += ev->text;
+    c.prompt_tokens = ev->prompt_tokens;
+    c.completion_tokens = ev->completion_tokens;
+    if (ev->finished) {
+      c.reason = ev->finish_reason;
+      c.stop_reason = ev->stop_reason;
+      c.error = ev->error;
+      CHECK_FALSE(stream.Next(1ms).has_value());  // nothing after the finished event
+      return c;
+    }
+  }
+}
+
+inline EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.detokenize = false;
+  return r;
+}
+
+inline EngineStats WaitIdle(const Engine& engine) {
+  for (int i = 0; i < 2000; ++i) {
+    EngineStats s = engine.Stats();
+    if (s.num_running == 0 && s.num_waiting == 0 && s.num_free_kv_slots == s.num_kv_slots) return s;
+    std::this_thread::sleep_for(5ms);
+  }
+  return engine.Stats();
+}
+
+}  // namespace oasis::engine_test

@@ -161,7 +161,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   using S = Shape<D, kStages>;
   constexpr int kRows = 8 * NT;
   extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // the merge may start waiting
+  GridDependencyWait();    // q and the new K/V come from the kernel before (PDL launch)
+  AllowDependentLaunch();  // the merge (or the next layer's kernel) may start waiting
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
   int64_t cta = blockIdx.x;
@@ -648,8 +649,10 @@ cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* 
   float* part_o = static_cast<float*>(workspace);
   float* part_lse = plan.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutputBytes(p, plan))
                                     : nullptr;
-  DecodeSplitKernel<D, NT, kStages, kCoalesced>
-      <<<static_cast<unsigned>(ctas), kThreads, Shape<D, kStages>::kRingBytes, stream>>>(p, plan, part_o, part_lse);
+  const cudaError_t split_err =
+      LaunchPdl(DecodeSplitKernel<D, NT, kStages, kCoalesced>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                Shape<D, kStages>::kRingBytes, stream, p, plan, part_o, part_lse);
+  if (split_err != cudaSuccess) return split_err;
   if (plan.splits > 1) {
     const int64_t items = int64_t{p.num_seqs} * p.max_query_len * p.num_q_heads;
     if (items > INT_MAX) return cudaErrorInvalidValue;

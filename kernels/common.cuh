@@ -35,6 +35,36 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return WarpSum(v);
 }
 
+// Programmatic dependent launch (Hopper). A kernel launched with LaunchPdl may be scheduled
+// while the kernel before it in the stream is still finishing, so every such kernel calls
+// GridDependencyWait() before it reads anything an earlier kernel writes or writes anything
+// an earlier kernel may read (work on constant data — weights — may come first). Calling
+// AllowDependentLaunch() lets the next PDL kernel be scheduled early; it is harmless when
+// the next kernel is launched normally. Both are no-ops without a PDL launch.
+__device__ __forceinline__ void GridDependencyWait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void AllowDependentLaunch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Whether LaunchPdl uses programmatic stream serialisation (OASIS_PDL=0 turns it off, for
+// comparisons); read once.
+bool PdlEnabled();
+
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = PdlEnabled() ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, static_cast<KernelArgs>(args)...);
+  return err != cudaSuccess ? err : cudaGetLastError();
+}
+
 inline unsigned CeilDiv(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace oasis::kernels

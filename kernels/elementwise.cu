@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/elementwise.h"
@@ -7,6 +9,8 @@ namespace oasis::kernels {
 namespace {
 
 __global__ void EmbeddingKernel(const int32_t* ids, const bf16* table, bf16* out, int64_t hidden) {
+  GridDependencyWait();
+  AllowDependentLaunch();
   const int64_t t = blockIdx.x;
   const bf16* src = table + static_cast<int64_t>(ids[t]) * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = src[i];
@@ -19,6 +23,8 @@ __global__ void AddKernel(const bf16* a, const bf16* b, bf16* out, int64_t n) {
 }
 
 __global__ void SiluMulKernel(const bf16* gate_up, bf16* out, int64_t inter) {
+  GridDependencyWait();
+  AllowDependentLaunch();
   const int64_t r = blockIdx.y;
   const bf16* g = gate_up + r * 2 * inter;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < inter; i += int64_t{gridDim.x} * blockDim.x) {
@@ -45,6 +51,8 @@ __global__ void SplitQkvKernel(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64
 // Copies rows in units of T (16 bytes when rows are 16-byte aligned, else 1 byte).
 template <typename T>
 __global__ void GatherRowsKernel(const T* x, const int32_t* rows, T* out, int64_t row_units) {
+  GridDependencyWait();
+  AllowDependentLaunch();
   const int64_t i = blockIdx.y;
   const T* src = x + static_cast<int64_t>(rows[i]) * row_units;
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_units; b += int64_t{gridDim.x} * blockDim.x) {
@@ -79,6 +87,14 @@ __global__ void FillKernel(T* t, int64_t n, float value) {
 
 }  // namespace
 
+bool PdlEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("OASIS_PDL");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
 cudaError_t LaunchFillNormal(bf16* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   FillNormalKernel<<<std::min(CeilDiv(n, 256), 8192u), 256, 0, stream>>>(t, n, seed, stddev);
@@ -103,8 +119,7 @@ cudaError_t LaunchFillF32(float* t, int64_t n, float value, cudaStream_t stream)
 cudaError_t LaunchEmbedding(const int32_t* ids, const bf16* table, bf16* out, int64_t tokens, int64_t hidden,
                             cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  EmbeddingKernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(ids, table, out, hidden);
-  return cudaGetLastError();
+  return LaunchPdl(EmbeddingKernel, dim3(static_cast<unsigned>(tokens)), dim3(256), 0, stream, ids, table, out, hidden);
 }
 
 cudaError_t LaunchAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream) {
@@ -116,8 +131,7 @@ cudaError_t LaunchAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaSt
 cudaError_t LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int64_t inter, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   dim3 grid(std::min(CeilDiv(inter, 256), 64u), static_cast<unsigned>(rows));
-  SiluMulKernel<<<grid, 256, 0, stream>>>(gate_up, out, inter);
-  return cudaGetLastError();
+  return LaunchPdl(SiluMulKernel, grid, dim3(256), 0, stream, gate_up, out, inter);
 }
 
 cudaError_t LaunchSplitQkv(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t tokens, int64_t nq, int64_t nk,
@@ -136,11 +150,11 @@ cudaError_t LaunchGatherRows(const void* x, const int32_t* rows, void* out, int6
   const int64_t units = vec ? row_bytes / 16 : row_bytes;
   dim3 grid(std::min(CeilDiv(units, 256), 64u), static_cast<unsigned>(num_rows));
   if (vec) {
-    GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const uint4*>(x), rows, static_cast<uint4*>(out), units);
-  } else {
-    GatherRowsKernel<<<grid, 256, 0, stream>>>(static_cast<const char*>(x), rows, static_cast<char*>(out), units);
+    return LaunchPdl(GatherRowsKernel<uint4>, grid, dim3(256), 0, stream, static_cast<const uint4*>(x), rows,
+                     static_cast<uint4*>(out), units);
   }
-  return cudaGetLastError();
+  return LaunchPdl(GatherRowsKernel<char>, grid, dim3(256), 0, stream, static_cast<const char*>(x), rows,
+                   static_cast<char*>(out), units);
 }
 
 }  // namespace oasis::kernels

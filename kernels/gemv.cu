@@ -42,13 +42,26 @@ __global__ void __launch_bounds__(kThreads)
   for (int f = 0; f < kFeaturesPerBlock; ++f)
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
+  // The first weight vectors (constant data) are loaded before waiting for the kernel that
+  // produces x (PDL launch), overlapping its tail.
   int64_t v = threadIdx.x;
-  for (; v + kThreads < vecs; v += 2 * kThreads) {  // two K steps per iteration: 8 loads in flight
-    uint4 wa[kFeaturesPerBlock], wb[kFeaturesPerBlock];
+  uint4 wa[kFeaturesPerBlock], wb[kFeaturesPerBlock];
+  if (v + kThreads < vecs) {
 #pragma unroll
     for (int f = 0; f < kFeaturesPerBlock; ++f) {
       wa[f] = __ldcs(wrow[f] + v);
       wb[f] = __ldcs(wrow[f] + v + kThreads);
+    }
+  }
+  GridDependencyWait();
+  AllowDependentLaunch();
+  for (; v + kThreads < vecs; v += 2 * kThreads) {  // two K steps per iteration: 8 loads in flight
+    if (v != threadIdx.x) {
+#pragma unroll
+      for (int f = 0; f < kFeaturesPerBlock; ++f) {
+        wa[f] = __ldcs(wrow[f] + v);
+        wb[f] = __ldcs(wrow[f] + v + kThreads);
+      }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -95,8 +108,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int R>
 cudaError_t Launch(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, cudaStream_t stream) {
-  GemvKernel<R><<<CeilDiv(out, kFeaturesPerBlock), kThreads, 0, stream>>>(x, w, ob, of, in, out);
-  return cudaGetLastError();
+  return LaunchPdl(GemvKernel<R>, dim3(CeilDiv(out, kFeaturesPerBlock)), dim3(kThreads), 0, stream, x, w, ob, of, in,
+                   out);
 }
 
 }  // namespace

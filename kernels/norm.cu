@@ -6,6 +6,8 @@ namespace {
 
 __global__ void RmsNormKernel(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int64_t n, float eps) {
   __shared__ float scratch[32];
+  GridDependencyWait();
+  AllowDependentLaunch();
   const int64_t row = blockIdx.x;
   const bf16* xr = x + row * n;
   bf16* rr = residual ? residual + row * n : nullptr;
@@ -34,8 +36,8 @@ cudaError_t LaunchRmsNorm(const bf16* x, bf16* residual, const bf16* weight, bf1
                           float eps, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const int threads = n >= 1024 ? 1024 : ((static_cast<int>(n) + 31) / 32) * 32;
-  RmsNormKernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, residual, weight, out, n, eps);
-  return cudaGetLastError();
+  return LaunchPdl(RmsNormKernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, x, residual, weight, out,
+                   n, eps);
 }
 
 }  // namespace oasis::kernels

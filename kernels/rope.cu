@@ -63,6 +63,8 @@ __global__ void QkNormRopeKernel(QkNormRopeParams p) {
 }
 
 __global__ void QkvRopeAppendKernel(QkvRopeAppendParams p) {
+  GridDependencyWait();
+  AllowDependentLaunch();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + warp;
@@ -97,8 +99,7 @@ cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t strea
   if (p.head_dim % 2 != 0 || p.head_dim > 2 * 32 * kMaxPairsPerLane) return cudaErrorInvalidValue;
   const int warps_per_block = 8;
   const int64_t items = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
-  QkvRopeAppendKernel<<<CeilDiv(items, warps_per_block), warps_per_block * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchPdl(QkvRopeAppendKernel, dim3(CeilDiv(items, warps_per_block)), dim3(warps_per_block * 32), 0, stream, p);
 }
 
 cudaError_t LaunchQkNormRope(const QkNormRopeParams& p, cudaStream_t stream) {

@@ -135,8 +135,9 @@ Status Engine::Impl::Validate(const EngineRequest& r) const {
   for (const std::string& s : r.stop) {
     if (s.empty()) return InvalidArgument("a stop string is empty");
   }
+  // Compared as "max_tokens > room" so that huge max_tokens values cannot overflow.
   const int64_t ctx = config.max_position_embeddings;
-  if (r.max_tokens != -1 && ctx > 0 && P + r.max_tokens > ctx) {
+  if (r.max_tokens != -1 && ctx > 0 && r.max_tokens > ctx - P) {
     return OutOfRange("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
                       std::to_string(r.max_tokens) + ") exceeds the context length " +
                       std::to_string(ctx));
@@ -145,12 +146,15 @@ Status Engine::Impl::Validate(const EngineRequest& r) const {
     return OutOfRange("prompt (" + std::to_string(P) +
                       " tokens) leaves no room in the context length " + std::to_string(ctx));
   }
-  const int64_t total = r.max_tokens == -1 ? P + 1 : P + r.max_tokens;
-  if (HeadBlockTable::SlotsFor(total, num_kv_heads) > runner.num_kv_slots()) {
-    return ResourceExhausted(
-        "request needs " + std::to_string(HeadBlockTable::SlotsFor(total, num_kv_heads)) +
-        " KV head-blocks (" + std::to_string(total) + " tokens); the whole pool holds " +
-        std::to_string(runner.num_kv_slots()));
+  // The whole pool holds pool_tokens tokens of one sequence (all heads dense).
+  const int64_t pool_tokens = runner.num_kv_slots() / num_kv_heads * kBlockSize;
+  const int64_t needed = r.max_tokens == -1 ? 1 : r.max_tokens;
+  if (needed > pool_tokens - P) {
+    return ResourceExhausted("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                             std::to_string(needed) + ") needs more KV cache than the whole pool (" +
+                             std::to_string(runner.num_kv_slots()) + " head-blocks = " +
+                             std::to_string(pool_tokens) + " tokens of " +
+                             std::to_string(num_kv_heads) + " KV heads)");
   }
   return Status::Ok();
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <random>
 #include <set>
@@ -277,8 +278,13 @@ TEST_CASE("Submit validates requests", "[engine]") {
   CHECK(code(Request("", {1}, 4)) == StatusCode::kInvalidArgument);
   CHECK(code(Request("a", std::vector<int32_t>(1000, 1), 25)) == StatusCode::kOutOfRange);
   CHECK(code(Request("a", std::vector<int32_t>(1024, 1), -1)) == StatusCode::kOutOfRange);
-  CHECK(code(Request("a", std::vector<int32_t>(500, 1), 20)) ==
-        StatusCode::kResourceExhausted);  // > pool
+  CHECK(code(Request("a", {1}, std::numeric_limits<int64_t>::max())) == StatusCode::kOutOfRange);
+  // The pool holds 512 tokens.
+  CHECK(code(Request("a", std::vector<int32_t>(500, 1), 13)) == StatusCode::kResourceExhausted);
+  CHECK(code(Request("a", std::vector<int32_t>(512, 1), -1)) == StatusCode::kResourceExhausted);
+  auto fits = engine.Submit(Request("fits", std::vector<int32_t>(500, 1), 12));
+  REQUIRE(fits.ok());
+  CHECK(Drain(**fits).error.ok());
   EngineRequest bad = Request("a", {1}, 4);
   bad.sampling.temperature = -1;
   CHECK(code(bad) == StatusCode::kInvalidArgument);

@@ -264,6 +264,8 @@ void Engine::Impl::Loop() {
       if (stop_requested) break;
       arrived.swap(inbox);
       to_abort.swap(aborts);
+      // They stay counted against max_waiting until the next Publish has the exact number.
+      num_waiting_engine.fetch_add(static_cast<int64_t>(arrived.size()), std::memory_order_relaxed);
     }
     for (auto& s : arrived) Admit(std::move(s));
     for (uint64_t key : to_abort) {

@@ -81,8 +81,10 @@ std::string FormatSummary(const Summary& s, const ordered_json& config) {
   Metric(&out, "End-to-end Latency", "E2EL", s.e2el_ms);
   if (!s.failure_reasons.empty()) {
     out += Banner("Failure reasons", '-');
-    for (const auto& [reason, n] : s.failure_reasons) {
-      out += "  " + std::to_string(n) + " x " + reason + "\n";
+    for (const auto& [key, group] : s.failure_reasons) {
+      out += "  " + std::to_string(group.count) + " x " + group.example;
+      if (group.count > 1 && key != group.example) out += "  (and the like)";
+      out += "\n";
     }
   }
   out += std::string(50, '=') + "\n";
@@ -143,8 +145,10 @@ ordered_json ResultJson(const ordered_json& config, const Summary& summary,
   ordered_json j;
   j["config"] = config;
   j["summary"] = SummaryJson(summary);
-  ordered_json failures = ordered_json::object();
-  for (const auto& [reason, n] : summary.failure_reasons) failures[reason] = n;
+  ordered_json failures = ordered_json::array();
+  for (const auto& [key, group] : summary.failure_reasons) {
+    failures.push_back({{"reason", key}, {"count", group.count}, {"example", group.example}});
+  }
   j["failures"] = std::move(failures);
   // Warm-up requests hit the server too (its counters include them), so their totals are kept.
   ordered_json warmup;

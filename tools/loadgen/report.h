@@ -24,7 +24,7 @@ nlohmann::ordered_json SummaryJson(const Summary& summary);
 
 nlohmann::ordered_json RecordJson(const RequestRecord& record);
 
-// {"config", "summary", "failures", "warmup", "requests"}.
+// {"config", "summary", "failures": [{"reason", "count", "example"}], "warmup", "requests"}.
 nlohmann::ordered_json ResultJson(const nlohmann::ordered_json& config, const Summary& summary,
                                   const std::vector<RequestRecord>& records,
                                   const std::vector<RequestRecord>& warmup_records);

@@ -36,7 +36,10 @@ struct RequestRecord {
   std::string generated_text;  // kept only with --save-text
 };
 
-// A per-failure-reason key: "HTTP 400: message", "connection: ...", "timeout", ...
+// The failure as one line: "HTTP 400: message", "connection error: ...", "timeout: ...".
 std::string FailureReason(const RequestRecord& record);
+// FailureReason with every run of digits replaced by "N" except the HTTP status, so that
+// "token id 5860077 is outside ..." and "token id 96431039 is outside ..." group together.
+std::string FailureGroupKey(const RequestRecord& record);
 
 }  // namespace oasis::loadgen

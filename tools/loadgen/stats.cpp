@@ -2,6 +2,7 @@
 #include "tools/loadgen/stats.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <numeric>
 #include <sstream>
@@ -30,6 +31,24 @@ std::string FailureReason(const RequestRecord& record) {
     case FailureKind::kStreamError: return "stream error: " + record.error;
   }
   return record.error;
+}
+
+std::string FailureGroupKey(const RequestRecord& record) {
+  const std::string reason = FailureReason(record);
+  // Keep "HTTP 400: " as is; normalise the message after it.
+  const size_t message_start =
+      record.failure == FailureKind::kHttpStatus ? reason.find(": ") : std::string::npos;
+  std::string key = message_start == std::string::npos ? "" : reason.substr(0, message_start + 2);
+  const size_t from = message_start == std::string::npos ? 0 : message_start + 2;
+  for (size_t i = from; i < reason.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(reason[i]))) {
+      while (i + 1 < reason.size() && std::isdigit(static_cast<unsigned char>(reason[i + 1]))) ++i;
+      key += 'N';
+    } else {
+      key += reason[i];
+    }
+  }
+  return key;
 }
 
 double Percentile(std::vector<double> values, double p) {
@@ -106,7 +125,8 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
   for (const RequestRecord& r : records) {
     if (!r.success) {
       ++s.failed;
-      ++s.failure_reasons[FailureReason(r)];
+      Summary::FailureGroup& group = s.failure_reasons[FailureGroupKey(r)];
+      if (group.count++ == 0) group.example = FailureReason(r);
       continue;
     }
     ++s.completed;

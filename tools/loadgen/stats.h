@@ -25,7 +25,11 @@ Distribution Describe(const std::vector<double>& values, const std::vector<doubl
 struct Summary {
   int64_t completed = 0;
   int64_t failed = 0;
-  std::map<std::string, int64_t> failure_reasons;  // reason -> count
+  struct FailureGroup {
+    int64_t count = 0;
+    std::string example;  // the first failure's full reason
+  };
+  std::map<std::string, FailureGroup> failure_reasons;  // FailureGroupKey -> group
   double duration_s = 0;
   int64_t total_input_tokens = 0;
   int64_t total_output_tokens = 0;

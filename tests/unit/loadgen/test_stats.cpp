@@ -69,7 +69,8 @@ TEST_CASE("summary: totals, throughputs, TPOT, pooled ITL, failures by reason") 
   CHECK(s.completed == 2);
   CHECK(s.failed == 2);
   REQUIRE(s.failure_reasons.size() == 1);
-  CHECK(s.failure_reasons.at("HTTP 429: queue full") == 2);
+  CHECK(s.failure_reasons.at("HTTP 429: queue full").count == 2);
+  CHECK(s.failure_reasons.at("HTTP 429: queue full").example == "HTTP 429: queue full");
   CHECK(s.total_input_tokens == 30);
   CHECK(s.total_output_tokens == 4);
   CHECK(s.request_throughput == Approx(1.0));
@@ -117,4 +118,35 @@ TEST_CASE("percentile flags") {
   CHECK_FALSE(ParsePercentiles("").ok());
   CHECK(PercentileKey(99) == "99");
   CHECK(PercentileKey(99.9) == "99.9");
+}
+
+TEST_CASE("failures group by reason with numbers normalised, HTTP status kept") {
+  std::vector<RequestRecord> records(5);
+  for (int i = 0; i < 3; ++i) {
+    records[i].failure = FailureKind::kHttpStatus;
+    records[i].http_status = 400;
+    records[i].error = "token id " + std::to_string(1000 + i * 777) + " is outside the vocabulary [0, 512)";
+  }
+  records[3].failure = FailureKind::kHttpStatus;
+  records[3].http_status = 413;
+  records[3].error = "body of 99 bytes";
+  records[4].failure = FailureKind::kConnection;
+  records[4].error = "cannot connect to http://127.0.0.1:8000";
+  CHECK(FailureGroupKey(records[0]) == "HTTP 400: token id N is outside the vocabulary [N, N)");
+  CHECK(FailureGroupKey(records[3]) == "HTTP 413: body of N bytes");
+  CHECK(FailureGroupKey(records[4]) == "connection error: cannot connect to http://N.N.N.N:N");
+  const Summary s = Summarize(records, 1.0, {99});
+  CHECK(s.failed == 5);
+  REQUIRE(s.failure_reasons.size() == 3);
+  const auto& vocab = s.failure_reasons.at("HTTP 400: token id N is outside the vocabulary [N, N)");
+  CHECK(vocab.count == 3);
+  CHECK(vocab.example == "HTTP 400: token id 1000 is outside the vocabulary [0, 512)");
+  const std::string text = FormatSummary(s, {});
+  CHECK(text.find("  3 x HTTP 400: token id 1000 is outside the vocabulary [0, 512)  (and the like)\n") !=
+        std::string::npos);
+  CHECK(text.find("  1 x HTTP 413: body of 99 bytes\n") != std::string::npos);
+  const auto j = ResultJson({}, s, records, {});
+  REQUIRE(j["failures"].size() == 3);
+  CHECK(j["requests"].size() == 5);
+  CHECK(j["requests"][0]["error"] == records[0].error);
 }

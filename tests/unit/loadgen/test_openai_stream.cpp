@@ -67,7 +67,7 @@ TEST_CASE("request body: chat takes text, rejects ids") {
   CHECK_FALSE(BuildRequestBody(o, IdsPrompt(2, 2)).ok());
 }
 
-TEST_CASE("stream: TTFT, ITL, E2EL from arrival times; usage wins over counted tokens") {
+TEST_CASE("stream: TTFT, ITL, E2EL from arrival times, usage wins over counted tokens") {
   StreamAccumulator acc(EndpointType::kCompletions, IdsPrompt(5, 4), /*start_s=*/10.0, true);
   acc.OnBytes(TextChunk("a"), 10.5);
   acc.OnBytes(TextChunk("") + TextChunk("b"), 10.7);  // two tokens in one read: gap 0

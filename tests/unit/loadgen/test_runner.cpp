@@ -187,7 +187,7 @@ TEST_CASE("run: request rate paces the sends") {
   }
 }
 
-TEST_CASE("arrival times: infinite rate is all at once; Poisson has the asked mean gap") {
+TEST_CASE("arrival times: infinite rate is all at once, Poisson has the asked mean gap") {
   for (double t : ArrivalTimes(5, INFINITY, 1.0, 0)) CHECK(t == 0);
   for (double burstiness : {1.0, 0.5, 4.0}) {
     CAPTURE(burstiness);

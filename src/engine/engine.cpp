@@ -87,6 +87,7 @@ struct Engine::Impl {
   bool stop_requested = false;
   bool stopped = false;  // no more submissions
   std::thread thread;
+  std::mutex lifecycle_mu;  // serialises Start/Stop (held while joining; never under mu)
   std::atomic<int64_t> num_waiting_engine{0};  // waiting in the scheduler (for max_waiting)
 
   mutable std::mutex stats_mu;
@@ -379,13 +380,15 @@ Engine::Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptio
 Engine::~Engine() { Stop(); }
 
 void Engine::Start() {
+  std::lock_guard<std::mutex> lifecycle(impl_->lifecycle_mu);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  OASIS_CHECK(!impl_->stopped) << "Start after Stop";
+  OASIS_CHECK(!impl_->stopped && !impl_->stop_requested) << "Start after Stop";
   if (impl_->thread.joinable()) return;
   impl_->thread = std::thread([this] { impl_->Loop(); });
 }
 
 void Engine::Stop() {
+  std::lock_guard<std::mutex> lifecycle(impl_->lifecycle_mu);  // a second Stop waits, then returns
   bool has_thread;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -368,3 +368,21 @@ TEST_CASE("a failing step fails its requests with kError; the engine keeps servi
   CHECK(st.requests_error_total == 1);
   CHECK(st.num_free_kv_slots == 64);
 }
+
+TEST_CASE("Stop from several threads at once aborts live requests once", "[engine]") {
+  TinyModel tm(64);
+  Engine engine(*tm.runner, nullptr, {});
+  engine.Start();
+  EngineRequest r = Request("s", {1, 2, 3}, 400);
+  r.ignore_eos = true;
+  auto s = engine.Submit(r);
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Next(60s).has_value());
+  std::vector<std::thread> stoppers;
+  for (int i = 0; i < 3; ++i) stoppers.emplace_back([&] { engine.Stop(); });
+  for (auto& t : stoppers) t.join();
+  CHECK(Drain(**s).reason == FinishReasonKind::kAbort);
+  EngineStats st = engine.Stats();
+  CHECK(st.requests_abort_total == 1);
+  CHECK(st.num_free_kv_slots == 64);
+}

@@ -16,11 +16,16 @@ double SecondsSince(BenchClock::time_point epoch) {
 // httplib's error names are terse ("Connection"); say what happened.
 std::string DescribeError(httplib::Error error, const std::string& origin) {
   switch (error) {
-    case httplib::Error::Connection: return "cannot connect to " + origin;
-    case httplib::Error::Read: return "connection closed or read failed mid-response";
-    case httplib::Error::Write: return "write failed (connection closed)";
-    case httplib::Error::ConnectionTimeout: return "connect to " + origin + " timed out";
-    default: return httplib::to_string(error);
+    case httplib::Error::Connection:
+      return "cannot connect to " + origin;
+    case httplib::Error::Read:
+      return "connection closed or read failed mid-response";
+    case httplib::Error::Write:
+      return "write failed (connection closed)";
+    case httplib::Error::ConnectionTimeout:
+      return "connect to " + origin + " timed out";
+    default:
+      return httplib::to_string(error);
   }
 }
 
@@ -51,8 +56,7 @@ StatusOr<ServerAddress> ParseBaseUrl(const std::string& url) {
   return address;
 }
 
-BenchClient::BenchClient(const ServerAddress& address, const std::string& api_key,
-                         double timeout_s)
+BenchClient::BenchClient(const ServerAddress& address, const std::string& api_key, double timeout_s)
     : origin_(address.origin),
       prefix_(address.path_prefix),
       api_key_(api_key),

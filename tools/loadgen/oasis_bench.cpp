@@ -8,6 +8,9 @@
 //
 // Exit status: 0 when at least one request succeeded, 1 when all failed, 2 for bad flags or
 // an unreachable server before the run.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,36 +49,47 @@ struct Flags {
 };
 
 void Declare(FlagParser& p, Flags& f) {
-  p.AddString("base-url", &f.base_url, "server URL, e.g. http://127.0.0.1:8000 (overrides --host/--port)");
+  p.AddString("base-url", &f.base_url,
+              "server URL, e.g. http://127.0.0.1:8000 (overrides --host/--port)");
   p.AddString("host", &f.host, "server host when --base-url is not given");
   p.AddInt("port", &f.port, "server port when --base-url is not given");
   p.AddString("endpoint", &f.endpoint, "request path (default /v1/chat/completions for chat)");
   p.AddString("endpoint-type", &f.endpoint_type, "completions or chat");
   p.AddString("model", &f.model, "model name to send (default: the first of GET /v1/models)");
-  p.AddString("api-key", &f.api_key, "sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
+  p.AddString("api-key", &f.api_key,
+              "sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
   p.AddString("dataset", &f.dataset, "random or jsonl");
-  p.AddString("dataset-path", &f.dataset_path, "the JSONL file: {\"prompt\": text|[ids], \"output_len\"?: n} a line");
+  p.AddString("dataset-path", &f.dataset_path,
+              "the JSONL file: {\"prompt\": text|[ids], \"output_len\"?: n} a line");
   p.AddInt("num-prompts", &f.num_prompts, "requests to measure (jsonl: 0 = every line once)");
-  p.AddInt("random-input-len", &f.random_input_len, "random: prompt tokens after the shared prefix");
+  p.AddInt("random-input-len", &f.random_input_len,
+           "random: prompt tokens after the shared prefix");
   p.AddInt("random-output-len", &f.random_output_len, "random: output tokens (max_tokens)");
   p.AddDouble("random-range-ratio", &f.random_range_ratio,
               "random: lengths uniform in [len*(1-r), len*(1+r)], 0 <= r < 1");
-  p.AddInt("random-prefix-len", &f.random_prefix_len, "random: tokens of a prefix shared by every prompt");
+  p.AddInt("random-prefix-len", &f.random_prefix_len,
+           "random: tokens of a prefix shared by every prompt");
   p.AddInt("random-vocab-size", &f.random_vocab_size,
-           "random: token ids drawn from [0, N) (0: the server's vocab_size from /v1/models, else 32000)");
-  p.AddInt("output-len", &f.output_len, "jsonl: max_tokens for lines without output_len (default 128)");
+           "random: token ids drawn from [0, N) (0: the server's vocab_size from /v1/models, else "
+           "32000)");
+  p.AddInt("output-len", &f.output_len,
+           "jsonl: max_tokens for lines without output_len (default 128)");
   p.AddInt("seed", &f.seed, "seed of the workload and the arrival times");
   p.AddInt("num-warmups", &f.num_warmups, "warm-up requests before the measured run (not counted)");
   p.AddInt("max-concurrency", &f.max_concurrency, "most requests in flight (0 = unlimited)");
-  p.AddDouble("request-rate", &f.request_rate, "requests per second, Poisson arrivals (inf = all at once)");
+  p.AddDouble("request-rate", &f.request_rate,
+              "requests per second, Poisson arrivals (inf = all at once)");
   p.AddDouble("burstiness", &f.burstiness, "gamma shape of the arrival gaps (1 = Poisson)");
   p.AddDouble("request-timeout", &f.request_timeout, "seconds a request may take in all");
-  p.AddDouble("temperature", &f.temperature, "sampling temperature to send (negative: server default)");
-  p.AddBool("ignore-eos", &f.ignore_eos, "send ignore_eos: true (default true for random, false for jsonl)");
+  p.AddDouble("temperature", &f.temperature,
+              "sampling temperature to send (negative: server default)");
+  p.AddBool("ignore-eos", &f.ignore_eos,
+            "send ignore_eos: true (default true for random, false for jsonl)");
   p.AddBool("min-tokens", &f.min_tokens,
             "send min_tokens = max_tokens along with ignore_eos (--min-tokens=false to omit)");
   p.AddString("extra-body", &f.extra_body, "a JSON object merged into every request body");
-  p.AddString("percentiles", &f.percentiles, "comma-separated percentiles to report, e.g. 50,90,99");
+  p.AddString("percentiles", &f.percentiles,
+              "comma-separated percentiles to report, e.g. 50,90,99");
   p.AddString("result-file", &f.result_file, "write the JSON result here");
   p.AddString("label", &f.label, "a name for this run in the result (plots use it)");
   p.AddBool("save-text", &f.save_text, "keep each request's generated text in the result");
@@ -102,6 +116,16 @@ std::string ConfigNumber(double v) {
   return buf;
 }
 
+// Every in-flight request holds a socket: lift the soft open-files limit to the hard one
+// (1024 by default on Linux), as vllm bench serve does.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 int Fail(const Status& status) {
   std::fprintf(stderr, "oasis-bench: %s\n", status.ToString().c_str());
   return 2;
@@ -120,7 +144,8 @@ std::string NowIso8601() {
 
 int main(int argc, char** argv) {
   Flags f;
-  FlagParser parser("oasis-bench: load generator for OpenAI-compatible servers (like vllm bench serve)");
+  FlagParser parser(
+      "oasis-bench: load generator for OpenAI-compatible servers (like vllm bench serve)");
   Declare(parser, f);
   if (Status s = parser.Parse(argc, argv); !s.ok()) return Fail(s);
   if (parser.help_requested()) {
@@ -128,17 +153,24 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  RaiseOpenFileLimit();
+
   // ---- validate flags --------------------------------------------------------------------
   if (f.endpoint_type != "completions" && f.endpoint_type != "chat") {
     return Fail(InvalidArgument("--endpoint-type must be completions or chat"));
   }
-  const EndpointType type = f.endpoint_type == "chat" ? EndpointType::kChat : EndpointType::kCompletions;
-  if (type == EndpointType::kChat && !parser.WasSet("endpoint")) f.endpoint = "/v1/chat/completions";
+  const EndpointType type =
+      f.endpoint_type == "chat" ? EndpointType::kChat : EndpointType::kCompletions;
+  if (type == EndpointType::kChat && !parser.WasSet("endpoint"))
+    f.endpoint = "/v1/chat/completions";
   if (f.endpoint.empty() || f.endpoint.front() != '/') f.endpoint = "/" + f.endpoint;
-  if (f.dataset != "random" && f.dataset != "jsonl") return Fail(InvalidArgument("--dataset must be random or jsonl"));
-  if (f.dataset == "jsonl" && f.dataset_path.empty()) return Fail(InvalidArgument("--dataset jsonl needs --dataset-path"));
+  if (f.dataset != "random" && f.dataset != "jsonl")
+    return Fail(InvalidArgument("--dataset must be random or jsonl"));
+  if (f.dataset == "jsonl" && f.dataset_path.empty())
+    return Fail(InvalidArgument("--dataset jsonl needs --dataset-path"));
   if (f.dataset == "jsonl" && !parser.WasSet("ignore-eos")) f.ignore_eos = false;
-  if (!(f.request_rate > 0)) return Fail(InvalidArgument("--request-rate must be positive (or inf)"));
+  if (!(f.request_rate > 0))
+    return Fail(InvalidArgument("--request-rate must be positive (or inf)"));
   if (!(f.burstiness > 0)) return Fail(InvalidArgument("--burstiness must be positive"));
   if (f.max_concurrency < 0 || f.num_warmups < 0) {
     return Fail(InvalidArgument("--max-concurrency and --num-warmups must be >= 0"));
@@ -166,7 +198,15 @@ int main(int argc, char** argv) {
     if (!model.ok()) return Fail(model.status().WithContext("finding the model (pass --model)"));
     f.model = *model;
   }
-  int64_t vocab = f.random_vocab_size > 0 ? f.random_vocab_size : (server_vocab > 0 ? server_vocab : 32000);
+  int64_t vocab = f.random_vocab_size > 0 ? f.random_vocab_size : server_vocab;
+  if (vocab <= 0) {
+    vocab = 32000;
+    if (f.dataset == "random" && type == EndpointType::kCompletions) {
+      std::fprintf(stderr,
+                   "oasis-bench: the server does not report its vocab_size: random token ids from "
+                   "[0, 32000); pass --random-vocab-size for a smaller vocabulary\n");
+    }
+  }
 
   // ---- workload ------------------------------------------------------------------------------
   RandomWorkloadOptions random;
@@ -193,12 +233,14 @@ int main(int argc, char** argv) {
       if (!made.ok()) return Fail(made.status());
       warmups = std::move(*made);
     } else {
-      for (int64_t i = 0; i < f.num_warmups; ++i) warmups.push_back((*prompts)[i % prompts->size()]);
+      for (int64_t i = 0; i < f.num_warmups; ++i)
+        warmups.push_back((*prompts)[i % prompts->size()]);
     }
   }
   if (type == EndpointType::kChat) {
     for (const Prompt& p : *prompts) {
-      if (!p.token_ids.empty()) return Fail(InvalidArgument("token-id prompts need --endpoint-type completions"));
+      if (!p.token_ids.empty())
+        return Fail(InvalidArgument("token-id prompts need --endpoint-type completions"));
     }
   }
 
@@ -294,7 +336,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "oasis-bench: result written to %s\n", f.result_file.c_str());
   }
   if (summary.completed == 0) {
-    std::fprintf(stderr, "oasis-bench: all %lld requests failed\n", static_cast<long long>(summary.failed));
+    std::fprintf(stderr, "oasis-bench: all %lld requests failed\n",
+                 static_cast<long long>(summary.failed));
     return 1;
   }
   return 0;

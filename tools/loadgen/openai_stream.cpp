@@ -104,7 +104,8 @@ void StreamAccumulator::OnEvent(const SseEvent& event, double now_s) {
     role_chunk = delta->contains("role");
     for (const char* key : {"content", "reasoning_content", "reasoning"}) {
       const auto it = delta->find(key);
-      if (it != delta->end() && it->is_string() && (text == nullptr || !it->get_ref<const std::string&>().empty())) {
+      if (it != delta->end() && it->is_string() &&
+          (text == nullptr || !it->get_ref<const std::string&>().empty())) {
         text = &*it;
       }
     }

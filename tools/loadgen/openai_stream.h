@@ -32,9 +32,9 @@ enum class EndpointType { kCompletions, kChat };
 struct RequestOptions {
   EndpointType type = EndpointType::kCompletions;
   std::string model;
-  bool ignore_eos = false;       // send ignore_eos: true
-  bool force_min_tokens = false; // send min_tokens = max_tokens
-  std::optional<double> temperature;  // unset: the server's default
+  bool ignore_eos = false;                               // send ignore_eos: true
+  bool force_min_tokens = false;                         // send min_tokens = max_tokens
+  std::optional<double> temperature;                     // unset: the server's default
   nlohmann::json extra_body = nlohmann::json::object();  // merged last (--extra-body)
 };
 
@@ -67,7 +67,7 @@ class StreamAccumulator {
   std::vector<SseEvent> events_;
   RequestRecord record_;
   bool save_text_;
-  bool done_ = false;           // "[DONE]" seen
+  bool done_ = false;  // "[DONE]" seen
   int64_t token_events_ = 0;
   double last_event_s_ = 0;
   std::string stream_error_;

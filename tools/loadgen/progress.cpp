@@ -19,8 +19,8 @@ Progress::Progress(std::string label, int64_t total, ProgressStyle style, std::F
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {}
 
-std::string Progress::Render(const std::string& label, int64_t done, int64_t total,
-                             int64_t failed, double elapsed_s, int bar_width) {
+std::string Progress::Render(const std::string& label, int64_t done, int64_t total, int64_t failed,
+                             double elapsed_s, int bar_width) {
   const double fraction = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
   std::string text = label + " ";
   char buf[160];

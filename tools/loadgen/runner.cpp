@@ -10,8 +10,7 @@
 
 namespace oasis::loadgen {
 
-std::vector<double> ArrivalTimes(int64_t n, double request_rate, double burstiness,
-                                 uint64_t seed) {
+std::vector<double> ArrivalTimes(int64_t n, double request_rate, double burstiness, uint64_t seed) {
   std::vector<double> times(static_cast<size_t>(n), 0.0);
   if (!std::isfinite(request_rate) || request_rate <= 0) return times;
   std::mt19937_64 rng(seed);
@@ -73,9 +72,8 @@ RunResult RunBenchmark(const RunOptions& options, const std::vector<Prompt>& pro
   RunResult result;
   result.records.resize(prompts.size());
   if (prompts.empty()) return result;
-  const std::vector<double> arrivals =
-      ArrivalTimes(static_cast<int64_t>(prompts.size()), options.request_rate, options.burstiness,
-                   options.seed);
+  const std::vector<double> arrivals = ArrivalTimes(
+      static_cast<int64_t>(prompts.size()), options.request_rate, options.burstiness, options.seed);
   int64_t workers = static_cast<int64_t>(prompts.size());
   if (options.max_concurrency > 0) workers = std::min(workers, options.max_concurrency);
 

@@ -37,7 +37,7 @@ class SseParser {
   std::string line_;          // the current, unterminated line
   bool last_was_cr_ = false;  // previous byte ended a line with '\r' (swallow a following '\n')
   bool bom_checked_ = false;
-  std::string pending_bom_;   // leading bytes held until we know whether they are a BOM
+  std::string pending_bom_;  // leading bytes held until we know whether they are a BOM
   std::string event_;
   std::string data_;
   bool has_data_ = false;

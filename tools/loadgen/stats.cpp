@@ -12,23 +12,32 @@ namespace oasis::loadgen {
 
 const char* FailureKindName(FailureKind kind) {
   switch (kind) {
-    case FailureKind::kNone: return "none";
-    case FailureKind::kHttpStatus: return "http_status";
-    case FailureKind::kConnection: return "connection";
-    case FailureKind::kTimeout: return "timeout";
-    case FailureKind::kStreamError: return "stream_error";
+    case FailureKind::kNone:
+      return "none";
+    case FailureKind::kHttpStatus:
+      return "http_status";
+    case FailureKind::kConnection:
+      return "connection";
+    case FailureKind::kTimeout:
+      return "timeout";
+    case FailureKind::kStreamError:
+      return "stream_error";
   }
   return "unknown";
 }
 
 std::string FailureReason(const RequestRecord& record) {
   switch (record.failure) {
-    case FailureKind::kNone: return "";
+    case FailureKind::kNone:
+      return "";
     case FailureKind::kHttpStatus:
       return "HTTP " + std::to_string(record.http_status) + ": " + record.error;
-    case FailureKind::kConnection: return "connection error: " + record.error;
-    case FailureKind::kTimeout: return "timeout: " + record.error;
-    case FailureKind::kStreamError: return "stream error: " + record.error;
+    case FailureKind::kConnection:
+      return "connection error: " + record.error;
+    case FailureKind::kTimeout:
+      return "timeout: " + record.error;
+    case FailureKind::kStreamError:
+      return "stream error: " + record.error;
   }
   return record.error;
 }

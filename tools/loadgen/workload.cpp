@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace oasis::loadgen {
@@ -13,6 +13,7 @@ namespace {
 
 // Common English words that most BPE vocabularies encode as one token each (with their
 // leading space), so a prompt of N words is roughly N tokens.
+// clang-format off
 constexpr const char* kWords[] = {
     "the",   "of",    "and",   "to",    "in",    "is",    "that",  "for",   "it",    "as",
     "was",   "with",  "be",    "by",    "on",    "not",   "he",    "this",  "are",   "or",
@@ -29,6 +30,7 @@ constexpr const char* kWords[] = {
     "another", "know", "while", "last", "might", "us",    "great", "old",   "year",  "off",
     "come",  "since", "against", "go",  "came",  "right", "used",  "take",  "three", "house",
 };
+// clang-format on
 constexpr int64_t kNumWords = static_cast<int64_t>(sizeof(kWords) / sizeof(kWords[0]));
 
 int64_t LowerBound(int64_t len, double ratio) {
@@ -57,7 +59,8 @@ int64_t UniformInt(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
   if (span == 0) return static_cast<int64_t>(rng());  // the whole 64-bit range
   // Rejection sampling: no modulo bias.
-  const uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % span;
+  const uint64_t limit =
+      std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % span;
   uint64_t x;
   do {
     x = rng();
@@ -93,9 +96,9 @@ StatusOr<std::vector<Prompt>> MakeRandomWorkload(const RandomWorkloadOptions& o)
     int64_t in = UniformInt(rng, LowerBound(o.input_len, o.range_ratio),
                             UpperBound(o.input_len, o.range_ratio));
     if (in + o.prefix_len == 0) in = 1;  // never send an empty prompt
-    const int64_t out = std::max<int64_t>(
-        1, UniformInt(rng, LowerBound(o.output_len, o.range_ratio),
-                      UpperBound(o.output_len, o.range_ratio)));
+    const int64_t out =
+        std::max<int64_t>(1, UniformInt(rng, LowerBound(o.output_len, o.range_ratio),
+                                        UpperBound(o.output_len, o.range_ratio)));
     Prompt p = prefix;
     AppendRandomTokens(rng, in, o, &p);
     p.output_len = out;

@@ -19,8 +19,10 @@ std::string TextChunk(const std::string& text, const char* finish = nullptr) {
 }
 std::string UsageChunk(int prompt, int completion) {
   return Chunk({{"choices", json::array()},
-                {"usage", {{"prompt_tokens", prompt}, {"completion_tokens", completion},
-                           {"total_tokens", prompt + completion}}}});
+                {"usage",
+                 {{"prompt_tokens", prompt},
+                  {"completion_tokens", completion},
+                  {"total_tokens", prompt + completion}}}});
 }
 Prompt IdsPrompt(int n, int out) {
   Prompt p;
@@ -115,8 +117,8 @@ TEST_CASE("stream: chat role chunk is not the first token") {
                                          {"finish_reason", nullptr}}})}};
   acc.OnBytes(Chunk(role), 0.1);
   json tok = {{"choices", json::array({{{"index", 0}, {"delta", {{"content", "Hi"}}}}})}};
-  json reason = {{"choices", json::array({{{"index", 0},
-                                           {"delta", {{"reasoning_content", "think"}}}}})}};
+  json reason = {
+      {"choices", json::array({{{"index", 0}, {"delta", {{"reasoning_content", "think"}}}}})}};
   acc.OnBytes(Chunk(reason), 0.3);
   acc.OnBytes(Chunk(tok), 0.4);
   acc.OnBytes("data: [DONE]\n\n", 0.5);
@@ -164,8 +166,8 @@ TEST_CASE("stream: error event, malformed chunk, missing [DONE], no tokens are f
 }
 
 TEST_CASE("error bodies: OpenAI, FastAPI, plain") {
-  CHECK(ErrorMessageFromBody(R"({"error":{"message":"bad top_p","type":"invalid_request_error"}})") ==
-        "bad top_p");
+  CHECK(ErrorMessageFromBody(
+            R"({"error":{"message":"bad top_p","type":"invalid_request_error"}})") == "bad top_p");
   CHECK(ErrorMessageFromBody(R"({"detail":"Not Found"})") == "Not Found");
   CHECK(ErrorMessageFromBody(R"({"error":"overloaded"})") == "overloaded");
   CHECK(ErrorMessageFromBody("Internal Server Error") == "Internal Server Error");

@@ -27,8 +27,9 @@ class StreamingServer {
       const int prompt_tokens = static_cast<int>(body.at("prompt").size());
       if (max_tokens > 100) {
         res.status = 400;
-        res.set_content(R"({"error":{"message":"max_tokens too large","type":"invalid_request_error"}})",
-                        "application/json");
+        res.set_content(
+            R"({"error":{"message":"max_tokens too large","type":"invalid_request_error"}})",
+            "application/json");
         return;
       }
       const int now = ++in_flight_;
@@ -38,17 +39,24 @@ class StreamingServer {
       const int delay_ms = max_tokens == 99 ? 1500 : 2;  // 99 tokens: a stalled server
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, max_tokens, prompt_tokens, delay_ms, sent = 0](size_t, httplib::DataSink& sink) mutable {
+          [this, max_tokens, prompt_tokens, delay_ms, sent = 0](size_t,
+                                                                httplib::DataSink& sink) mutable {
             std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
             std::string out;
             if (sent < max_tokens) {
-              out = "data: " + json({{"choices", {{{"index", 0}, {"text", "t"}, {"finish_reason", nullptr}}}}}).dump() + "\n\n";
+              out = "data: " +
+                    json({{"choices", {{{"index", 0}, {"text", "t"}, {"finish_reason", nullptr}}}}})
+                        .dump() +
+                    "\n\n";
               ++sent;
               sink.write(out.data(), out.size());
               return true;
             }
-            out = "data: " + json({{"choices", json::array()},
-                                    {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", max_tokens}}}}).dump() +
+            out = "data: " +
+                  json({{"choices", json::array()},
+                        {"usage",
+                         {{"prompt_tokens", prompt_tokens}, {"completion_tokens", max_tokens}}}})
+                      .dump() +
                   "\n\ndata: [DONE]\n\n";
             sink.write(out.data(), out.size());
             sink.done();

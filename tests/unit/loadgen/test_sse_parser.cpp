@@ -45,8 +45,9 @@ TEST_CASE("SSE: whole stream at once") {
 }
 
 TEST_CASE("SSE: every split point and random splits give the same events") {
-  const std::string lf = "data: {\"text\":\"h\xC3\xA9llo\"}\n\ndata:no-space\n\ndata: l1\ndata: l2\n\n"
-                         "id: 7\nretry: 10\ndata: [DONE]\n\n";
+  const std::string lf =
+      "data: {\"text\":\"h\xC3\xA9llo\"}\n\ndata:no-space\n\ndata: l1\ndata: l2\n\n"
+      "id: 7\nretry: 10\ndata: [DONE]\n\n";
   std::string crlf;
   for (char c : lf) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
   std::string cr;
@@ -84,7 +85,9 @@ TEST_CASE("SSE: CRLF split between CR and LF is one line end, not two") {
 }
 
 TEST_CASE("SSE: a byte-order mark is skipped, even split") {
-  const std::string stream = "\xEF\xBB\xBF" "data: x\n\n";
+  const std::string stream =
+      "\xEF\xBB\xBF"
+      "data: x\n\n";
   for (size_t cut = 0; cut <= 4; ++cut) {
     CHECK(Data(ParseInPieces(stream, {cut})) == std::vector<std::string>{"x"});
   }

@@ -14,8 +14,8 @@ TEST_CASE("percentile: linear interpolation between closest ranks, like numpy") 
   CHECK(Percentile(v, 0) == 15);
   CHECK(Percentile(v, 100) == 50);
   CHECK(Percentile(v, 50) == 35);
-  CHECK(Percentile(v, 40) == Approx(29.0));   // rank 1.6: 20 + 0.6 * 15
-  CHECK(Percentile(v, 99) == Approx(49.6));   // rank 3.96: 40 + 0.96 * 10
+  CHECK(Percentile(v, 40) == Approx(29.0));  // rank 1.6: 20 + 0.6 * 15
+  CHECK(Percentile(v, 99) == Approx(49.6));  // rank 3.96: 40 + 0.96 * 10
   CHECK(Percentile(v, 25) == Approx(20.0));
   CHECK(Percentile({7}, 99) == 7);
   CHECK(Percentile({}, 50) == 0);
@@ -125,7 +125,8 @@ TEST_CASE("failures group by reason with numbers normalised, HTTP status kept") 
   for (int i = 0; i < 3; ++i) {
     records[i].failure = FailureKind::kHttpStatus;
     records[i].http_status = 400;
-    records[i].error = "token id " + std::to_string(1000 + i * 777) + " is outside the vocabulary [0, 512)";
+    records[i].error =
+        "token id " + std::to_string(1000 + i * 777) + " is outside the vocabulary [0, 512)";
   }
   records[3].failure = FailureKind::kHttpStatus;
   records[3].http_status = 413;
@@ -142,7 +143,8 @@ TEST_CASE("failures group by reason with numbers normalised, HTTP status kept") 
   CHECK(vocab.count == 3);
   CHECK(vocab.example == "HTTP 400: token id 1000 is outside the vocabulary [0, 512)");
   const std::string text = FormatSummary(s, {});
-  CHECK(text.find("  3 x HTTP 400: token id 1000 is outside the vocabulary [0, 512)  (and the like)\n") !=
+  CHECK(text.find(
+            "  3 x HTTP 400: token id 1000 is outside the vocabulary [0, 512)  (and the like)\n") !=
         std::string::npos);
   CHECK(text.find("  1 x HTTP 413: body of 99 bytes\n") != std::string::npos);
   const auto j = ResultJson({}, s, records, {});

@@ -105,7 +105,7 @@ TEST_CASE("random: same seed same workload, other seed other workload") {
   // Pinned values: the generator is specified (mt19937_64 + rejection sampling), so a
   // change here means old result files are no longer reproducible.
   std::mt19937_64 rng(0);
-  CHECK(UniformInt(rng, 0, 9) == 4);   // the first draw, 2947667278772165694, mod 10
+  CHECK(UniformInt(rng, 0, 9) == 4);  // the first draw, 2947667278772165694, mod 10
   CHECK(UniformInt(rng, 5, 5) == 5);
 }
 
@@ -188,7 +188,9 @@ TEST_CASE("jsonl: errors name the line") {
   CHECK(r.status().message().find("bad.jsonl:2:") != std::string::npos);
   CHECK_FALSE(ReadJsonlWorkload(WriteFile("a.jsonl", "{\"text\": \"x\"}\n"), 0, 1).ok());
   CHECK_FALSE(ReadJsonlWorkload(WriteFile("b.jsonl", "{\"prompt\": [1, -2]}\n"), 0, 1).ok());
-  CHECK_FALSE(ReadJsonlWorkload(WriteFile("c.jsonl", "{\"prompt\": \"x\", \"output_len\": 0}\n"), 0, 1).ok());
+  CHECK_FALSE(
+      ReadJsonlWorkload(WriteFile("c.jsonl", "{\"prompt\": \"x\", \"output_len\": 0}\n"), 0, 1)
+          .ok());
   CHECK_FALSE(ReadJsonlWorkload(WriteFile("d.jsonl", "{\"prompt\": \"\"}\n"), 0, 1).ok());
   CHECK_FALSE(ReadJsonlWorkload(WriteFile("e.jsonl", "\n\n"), 0, 1).ok());
 }

@@ -1,13 +1,11 @@
 #include <cstdint>
+#include <mutex>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.h"
 
 namespace oasis::kernels {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kFeaturesPerBlock = 4;  // 16-byte weight loads in flight per thread: 4 per K step
 
 __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, float& acc) {
   const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
@@ -21,96 +19,144 @@ __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, flo
   }
 }
 
-// One CTA computes kFeaturesPerBlock output features for all R rows; its 256 threads split
-// the K dimension (16-byte vectors, strided), so even narrow layers launch enough CTAs to
-// keep every SM streaming; partial sums are reduced through shared memory.
-template <int R>
-__global__ void __launch_bounds__(kThreads)
-    GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16, float* out_f32, int64_t in,
-               int64_t out) {
-  const int64_t f0 = static_cast<int64_t>(blockIdx.x) * kFeaturesPerBlock;
+// A CTA of T threads computes F output features (a "group") for all R rows at a time; its
+// threads split the K dimension in 16-byte vectors, U K-steps (U·F weight loads in flight
+// per thread) per iteration; partial sums are reduced through shared memory. Persistent
+// launches loop over groups with a grid of what fits on the device (no partial last wave);
+// otherwise one CTA per group.
+//
+// PDL: the first weight vectors (constant data) are loaded before waiting for the kernel
+// that produces x, overlapping its tail.
+template <int R, int F, int T, int U>
+__global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16,
+                                                float* out_f32, int64_t in, int64_t out, int64_t groups) {
   const int64_t vecs = in / 8;
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  const uint4* wrow[kFeaturesPerBlock];
-#pragma unroll
-  for (int f = 0; f < kFeaturesPerBlock; ++f) {
-    const int64_t feat = f0 + f < out ? f0 + f : out - 1;  // clamp: computed, never written
-    wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
-  }
-  float acc[kFeaturesPerBlock][R];
-#pragma unroll
-  for (int f = 0; f < kFeaturesPerBlock; ++f)
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
-  // The first weight vectors (constant data) are loaded before waiting for the kernel that
-  // produces x (PDL launch), overlapping its tail.
-  int64_t v = threadIdx.x;
-  uint4 wa[kFeaturesPerBlock], wb[kFeaturesPerBlock];
-  if (v + kThreads < vecs) {
-#pragma unroll
-    for (int f = 0; f < kFeaturesPerBlock; ++f) {
-      wa[f] = __ldcs(wrow[f] + v);
-      wb[f] = __ldcs(wrow[f] + v + kThreads);
-    }
-  }
-  GridDependencyWait();
-  AllowDependentLaunch();
-  for (; v + kThreads < vecs; v += 2 * kThreads) {  // two K steps per iteration: 8 loads in flight
-    if (v != threadIdx.x) {
-#pragma unroll
-      for (int f = 0; f < kFeaturesPerBlock; ++f) {
-        wa[f] = __ldcs(wrow[f] + v);
-        wb[f] = __ldcs(wrow[f] + v + kThreads);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint4 xa = __ldg(xv + r * vecs + v), xb = __ldg(xv + r * vecs + v + kThreads);
-#pragma unroll
-      for (int f = 0; f < kFeaturesPerBlock; ++f) {
-        Accumulate(wa[f], xa, acc[f][r]);
-        Accumulate(wb[f], xb, acc[f][r]);
-      }
-    }
-  }
-  if (v < vecs) {
-#pragma unroll
-    for (int f = 0; f < kFeaturesPerBlock; ++f) {
-      const uint4 wv = __ldcs(wrow[f] + v);
-#pragma unroll
-      for (int r = 0; r < R; ++r) Accumulate(wv, __ldg(xv + r * vecs + v), acc[f][r]);
-    }
-  }
-  __shared__ float partial[kThreads / 32][kFeaturesPerBlock * R];
+  __shared__ float partial[T / 32][F * R];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  bool waited = false;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t f0 = g * F;
+    const uint4* wrow[F];
 #pragma unroll
-  for (int f = 0; f < kFeaturesPerBlock; ++f)
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float s = WarpSum(acc[f][r]);
-      if (lane == 0) partial[warp][f * R + r] = s;
+    for (int f = 0; f < F; ++f) {
+      const int64_t feat = f0 + f < out ? f0 + f : out - 1;  // clamp: computed, never written
+      wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
     }
-  __syncthreads();
-  if (threadIdx.x < kFeaturesPerBlock * R) {
-    const int f = threadIdx.x / R, r = threadIdx.x % R;
-    float s = 0.0f;
+    float acc[F][R];
 #pragma unroll
-    for (int wi = 0; wi < kThreads / 32; ++wi) s += partial[wi][threadIdx.x];
-    if (f0 + f < out) {
-      if (out_f32) {
-        out_f32[r * out + f0 + f] = s;
-      } else {
-        out_bf16[r * out + f0 + f] = ToBf16(s);
+    for (int f = 0; f < F; ++f)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
+    int64_t v = threadIdx.x;
+    uint4 wv[U][F];
+    bool loaded = false;
+    if (v + (U - 1) * T < vecs) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+      loaded = true;
+    }
+    if (!waited) {
+      GridDependencyWait();
+      AllowDependentLaunch();
+      waited = true;
+    }
+    for (; v + (U - 1) * T < vecs; v += U * T) {
+      if (!loaded) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+      }
+      loaded = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const uint4 xr = __ldg(xv + r * vecs + v + u * T);
+#pragma unroll
+          for (int f = 0; f < F; ++f) Accumulate(wv[u][f], xr, acc[f][r]);
+        }
       }
     }
+    for (; v < vecs; v += T) {
+#pragma unroll
+      for (int f = 0; f < F; ++f) {
+        const uint4 w1 = __ldcs(wrow[f] + v);
+#pragma unroll
+        for (int r = 0; r < R; ++r) Accumulate(w1, __ldg(xv + r * vecs + v), acc[f][r]);
+      }
+    }
+#pragma unroll
+    for (int f = 0; f < F; ++f)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float s = WarpSum(acc[f][r]);
+        if (lane == 0) partial[warp][f * R + r] = s;
+      }
+    __syncthreads();
+    if (threadIdx.x < F * R) {
+      const int f = threadIdx.x / R, r = threadIdx.x % R;
+      float s = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < T / 32; ++wi) s += partial[wi][threadIdx.x];
+      if (f0 + f < out) {
+        if (out_f32) {
+          out_f32[r * out + f0 + f] = s;
+        } else {
+          out_bf16[r * out + f0 + f] = ToBf16(s);
+        }
+      }
+    }
+    __syncthreads();  // partial is reused by the next group
+  }
+  if (!waited) {
+    GridDependencyWait();
+    AllowDependentLaunch();
   }
 }
 
-template <int R>
-cudaError_t Launch(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, cudaStream_t stream) {
-  return LaunchPdl(GemvKernel<R>, dim3(CeilDiv(out, kFeaturesPerBlock)), dim3(kThreads), 0, stream, x, w, ob, of, in,
-                   out);
+template <int R, int F, int T, int U>
+cudaError_t LaunchConfig(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, bool persistent,
+                         cudaStream_t stream) {
+  const int64_t groups = (out + F - 1) / F;
+  int64_t grid = groups;
+  if (persistent) {
+    static int resident = 0;  // CTAs the device holds at once, per configuration
+    static std::once_flag once;
+    std::call_once(once, [] {
+      int dev = 0, sms = 0, per_sm = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, GemvKernel<R, F, T, U>, T, 0);
+      resident = sms * (per_sm > 0 ? per_sm : 1);
+    });
+    grid = groups < resident ? groups : resident;
+  }
+  return LaunchPdl(GemvKernel<R, F, T, U>, dim3(static_cast<unsigned>(grid)), dim3(T), 0, stream, x, w, ob, of, in,
+                   out, groups);
 }
+
+// The configurations the benchmark compares; LaunchGemv picks among them.
+template <int R>
+cudaError_t LaunchVariant(int variant, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out,
+                          cudaStream_t stream) {
+  switch (variant) {
+    case 1: return LaunchConfig<R, 4, 256, 2>(x, w, ob, of, in, out, false, stream);
+    case 2: return LaunchConfig<R, 4, 256, 2>(x, w, ob, of, in, out, true, stream);
+    case 3: return LaunchConfig<R, 8, 256, 2>(x, w, ob, of, in, out, true, stream);
+    case 4: return LaunchConfig<R, 4, 256, 4>(x, w, ob, of, in, out, true, stream);
+    case 5: return LaunchConfig<R, 2, 512, 2>(x, w, ob, of, in, out, true, stream);
+    case 6: return LaunchConfig<R, 8, 128, 2>(x, w, ob, of, in, out, true, stream);
+    case 7: return LaunchConfig<R, 2, 256, 4>(x, w, ob, of, in, out, false, stream);
+    case 8: return LaunchConfig<R, 8, 256, 1>(x, w, ob, of, in, out, false, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+int DefaultVariant(int64_t rows, int64_t in, int64_t out) { return 1; }
 
 }  // namespace
 
@@ -119,15 +165,21 @@ bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w) {
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
+cudaError_t LaunchGemvVariant(int variant, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in,
+                              int64_t out, cudaStream_t stream) {
+  if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr)) return cudaErrorInvalidValue;
+  if (variant == 0) variant = DefaultVariant(rows, in, out);
+  switch (rows) {
+    case 1: return LaunchVariant<1>(variant, x, w, ob, of, in, out, stream);
+    case 2: return LaunchVariant<2>(variant, x, w, ob, of, in, out, stream);
+    case 3: return LaunchVariant<3>(variant, x, w, ob, of, in, out, stream);
+    default: return LaunchVariant<4>(variant, x, w, ob, of, in, out, stream);
+  }
+}
+
 cudaError_t LaunchGemv(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
                        cudaStream_t stream) {
-  if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr)) return cudaErrorInvalidValue;
-  switch (rows) {
-    case 1: return Launch<1>(x, w, ob, of, in, out, stream);
-    case 2: return Launch<2>(x, w, ob, of, in, out, stream);
-    case 3: return Launch<3>(x, w, ob, of, in, out, stream);
-    default: return Launch<4>(x, w, ob, of, in, out, stream);
-  }
+  return LaunchGemvVariant(0, x, w, ob, of, rows, in, out, stream);
 }
 
 }  // namespace oasis::kernels

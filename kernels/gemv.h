@@ -22,4 +22,10 @@ cudaError_t LaunchGemv(const __nv_bfloat16* x,  // [rows, in]
                        float* out_f32,           // [rows, out] or nullptr
                        int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
 
+// The same with a given kernel configuration (1..kGemvVariants; 0 = the default choice),
+// for the benchmark and tests.
+inline constexpr int kGemvVariants = 8;
+cudaError_t LaunchGemvVariant(int variant, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out_bf16,
+                              float* out_f32, int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+
 }  // namespace oasis::kernels

@@ -1,4 +1,4 @@
-// Token sampling, one CTA of 1024 threads per logits row. The candidate set of the CPU
+// Token sampling, one CTA of 512 threads per logits row. The candidate set of the CPU
 // sampler — a prefix of the vocabulary in (logit desc, id asc) order — is found without
 // sorting: radix selection over order-preserving 32-bit keys of the logits finds the top-k
 // and top-p boundaries (counts and probability masses per 8-bit digit, four passes each),
@@ -15,8 +15,9 @@
 namespace oasis::kernels {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
+constexpr int kProbes = 15;  // thresholds per pass of SelectKey: 4 bits of the key
 
 // Larger float -> larger key (total order on non-NaN floats).
 __device__ __forceinline__ uint32_t OrderKey(float f) {
@@ -29,13 +30,11 @@ __device__ __forceinline__ float FromKey(uint32_t k) {
 }
 
 struct Shared {
-  uint32_t count[256];
-  float mass[256];
   float rf[kWarps];
   double rd[kWarps];
   int ri[kWarps];
-  int sel_digit, sel_count_above, sel_count_at;
-  float sel_mass_above, sel_mass_at;
+  float sums[kWarps][kProbes + 1];
+  float totals[kProbes + 1];
   int top_n;
   int top_ids[kSampleMaxTop];
   float top_vals[kSampleMaxTop];
@@ -54,7 +53,7 @@ __device__ void BlockArgMax(float& v, int& i, Shared& s) {
   __syncthreads();
   if (lane == 0) s.rf[warp] = v, s.ri[warp] = i;
   __syncthreads();
-  v = s.rf[lane], i = s.ri[lane];
+  v = lane < kWarps ? s.rf[lane] : -FLT_MAX, i = lane < kWarps ? s.ri[lane] : INT_MAX;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
 }
@@ -66,7 +65,7 @@ __device__ void BlockArgMax(double& v, int& i, Shared& s) {
   __syncthreads();
   if (lane == 0) s.rd[warp] = v, s.ri[warp] = i;
   __syncthreads();
-  v = s.rd[lane], i = s.ri[lane];
+  v = lane < kWarps ? s.rd[lane] : -DBL_MAX, i = lane < kWarps ? s.ri[lane] : INT_MAX;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
 }
@@ -77,91 +76,92 @@ __device__ float BlockSumF(float v, Shared& s) {
   __syncthreads();
   if (lane == 0) s.rf[warp] = v;
   __syncthreads();
-  return WarpSum(s.rf[lane]);
+  return WarpSum(lane < kWarps ? s.rf[lane] : 0.0f);
 }
 
-// Among the elements i in [0, n) with pred(i), in descending key(i) order, finds the key
-// of the r-th one (1-based; r <= their number). Returns it with the number of elements
-// whose key is greater (`above`) and equal (`at`).
+// Sums each of kProbes values over the block; every thread gets the totals.
+__device__ void BlockSums(float (&v)[kProbes], Shared& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int j = 0; j < kProbes; ++j) v[j] = WarpSum(v[j]);
+  __syncthreads();
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < kProbes; ++j) s.sums[warp][j] = v[j];
+  }
+  __syncthreads();
+  if (threadIdx.x < kProbes) {
+    float t = 0.0f;
+    for (int w = 0; w < kWarps; ++w) t += s.sums[w][threadIdx.x];
+    s.totals[threadIdx.x] = t;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kProbes; ++j) v[j] = s.totals[j];
+}
+
+// Among the elements i in [0, n) with pred(i), each of weight w(i) > 0, finds the largest
+// key K with W(key >= K) >= target (the key where the cumulative weight in descending key
+// order first reaches `target`), and W(key > K) and W(key >= K). A 16-ary search over the
+// 32-bit key space: each pass over the row sums the weight above 15 probes in registers and
+// reduces them over the block — 8 passes, no atomics, and the same floating-point sums on
+// every run. Requires 0 < target <= W(all); callers clamp.
+template <typename Key, typename Pred, typename Weight>
+__device__ uint32_t SelectKey(int n, float target, Key key, Pred pred, Weight weight, Shared& s, float& w_above,
+                              float& w_at_or_above) {
+  uint64_t lo = 0, hi = uint64_t{1} << 32;
+  float w_lo = -1.0f, w_hi = 0.0f;  // W(key >= lo) (unknown until a probe lands on it), W(key >= hi)
+  while (hi - lo > 1) {
+    const uint64_t step = (hi - lo + kProbes) / (kProbes + 1);
+    uint32_t probe[kProbes];
+    float sums[kProbes];
+#pragma unroll
+    for (int j = 0; j < kProbes; ++j) {
+      const uint64_t pj = lo + (j + 1) * step;
+      probe[j] = static_cast<uint32_t>(pj < hi ? pj : hi - 1);
+      sums[j] = 0.0f;
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      if (!pred(i)) continue;
+      const uint32_t k = key(i);
+      const float w = weight(i);
+#pragma unroll
+      for (int j = 0; j < kProbes; ++j) sums[j] += k >= probe[j] ? w : 0.0f;
+    }
+    BlockSums(sums, s);
+    uint64_t new_lo = lo, new_hi = hi;
+    float new_w_lo = w_lo, new_w_hi = w_hi;
+    for (int j = 0; j < kProbes; ++j) {
+      const uint64_t pj = lo + (j + 1) * step;
+      if (pj >= hi) break;
+      if (sums[j] >= target) {
+        new_lo = pj, new_w_lo = sums[j];
+      } else {
+        new_hi = pj, new_w_hi = sums[j];
+        break;
+      }
+    }
+    lo = new_lo, hi = new_hi, w_lo = new_w_lo, w_hi = new_w_hi;
+  }
+  if (w_lo < 0.0f) {  // lo stayed 0: W(key >= 0) is the total
+    float t = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) t += pred(i) ? weight(i) : 0.0f;
+    w_lo = BlockSumF(t, s);
+  }
+  w_above = w_hi;
+  w_at_or_above = w_lo;
+  return static_cast<uint32_t>(lo);
+}
+
+// SelectKey by count: the key of the r-th element (1-based, r <= their number) in
+// descending key order; `above` and `at` count the elements with a greater / equal key.
 template <typename Key, typename Pred>
 __device__ uint32_t SelectByCount(int n, int r, Key key, Pred pred, Shared& s, int& above, int& at) {
-  uint32_t prefix = 0, mask = 0;
-  int remaining = r;
-  above = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int d = threadIdx.x; d < 256; d += blockDim.x) s.count[d] = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      if (!pred(i)) continue;
-      const uint32_t k = key(i);
-      if ((k & mask) == prefix) atomicAdd(&s.count[(k >> shift) & 255u], 1u);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int cum = 0, d = 255;
-      for (; d > 0; --d) {
-        const int c = static_cast<int>(s.count[d]);
-        if (cum + c >= remaining) break;
-        cum += c;
-      }
-      s.sel_digit = d, s.sel_count_above = cum, s.sel_count_at = static_cast<int>(s.count[d]);
-    }
-    __syncthreads();
-    prefix |= static_cast<uint32_t>(s.sel_digit) << shift;
-    mask |= 255u << shift;
-    remaining -= s.sel_count_above;
-    above += s.sel_count_above;
-    at = s.sel_count_at;
-    __syncthreads();
-  }
-  return prefix;
-}
-
-// Like SelectByCount, but by probability mass: finds the key K at which the cumulative mass
-// (descending key order) first reaches `target`: mass(key > K) < target <= mass(key >= K).
-// Returns K, the mass and count above it, and the count at it. Rounding can leave the total
-// below `target`: then K is the smallest key present.
-template <typename Key, typename Pred, typename Mass>
-__device__ uint32_t SelectByMass(int n, float target, Key key, Pred pred, Mass mass_of, Shared& s,
-                                 float& mass_above, int& count_at) {
-  uint32_t prefix = 0, mask = 0;
-  float remaining = target;
-  mass_above = 0.0f;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int d = threadIdx.x; d < 256; d += blockDim.x) s.count[d] = 0, s.mass[d] = 0.0f;
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      if (!pred(i)) continue;
-      const uint32_t k = key(i);
-      if ((k & mask) == prefix) {
-        const uint32_t d = (k >> shift) & 255u;
-        atomicAdd(&s.count[d], 1u);
-        atomicAdd(&s.mass[d], mass_of(i));
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float cum = 0.0f;
-      int d = 255, lowest = 255;
-      for (int e = 255; e >= 0; --e) {
-        if (s.count[e] != 0) lowest = e;
-      }
-      for (; d > lowest; --d) {
-        if (s.count[d] == 0) continue;
-        if (cum + s.mass[d] >= remaining) break;
-        cum += s.mass[d];
-      }
-      s.sel_digit = d, s.sel_mass_above = cum, s.sel_count_at = static_cast<int>(s.count[d]);
-    }
-    __syncthreads();
-    prefix |= static_cast<uint32_t>(s.sel_digit) << shift;
-    mask |= 255u << shift;
-    remaining -= s.sel_mass_above;
-    mass_above += s.sel_mass_above;
-    count_at = s.sel_count_at;
-    __syncthreads();
-  }
-  return prefix;
+  float a, ge;
+  const uint32_t k = SelectKey(n, static_cast<float>(r), key, pred, [](int) { return 1.0f; }, s, a, ge);
+  above = static_cast<int>(a);
+  at = static_cast<int>(ge) - above;
+  return k;
 }
 
 // The `needed`-th smallest id among the elements with key == k (and pred): ties at a
@@ -227,10 +227,12 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
         if (in_k(i)) z += q_of(i);
       }
       z = BlockSumF(z, s);
-      const float target = p.top_p * z;
-      float mass_above;
-      int at;
-      p_key = SelectByMass(vocab, target, key, in_k, q_of, s, mass_above, at);
+      const float target = fminf(p.top_p * z, z);
+      float mass_above, mass_ge;
+      p_key = SelectKey(vocab, target, key, in_k, q_of, s, mass_above, mass_ge);
+      int at = 0;
+      for (int i = threadIdx.x; i < vocab; i += blockDim.x) at += (in_k(i) && key(i) == p_key) ? 1 : 0;
+      at = static_cast<int>(BlockSumF(static_cast<float>(at), s));
       // Ties at the boundary share one probability: admit as many as the mass needs.
       const float q_tie = __expf((FromKey(p_key) - mx) * inv_tf);
       int needed = at;

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/rope.h"
 #include "gpu_test_util.h"
+#include "kernels/gemv.h"
 
 using namespace oasis;
 using namespace oasis::testing;
@@ -46,6 +47,27 @@ TEST_CASE("Linear (cuBLAS bf16) matches the CPU", "[gpu][linear]") {
     Tensor out32 = gpu->Empty({rows, outf}, DType::kF32);
     gpu->Linear(UploadBf16(*gpu, x), UploadBf16(*gpu, w), out32);
     ExpectClose(DownloadF32(*gpu, out32), want, 1e-3, 1e-3);
+  }
+}
+
+TEST_CASE("every GEMV configuration matches the CPU", "[gpu][linear]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  for (auto [rows, in, outf] : {std::tuple{1, 64, 96}, std::tuple{2, 4096, 1001}, std::tuple{3, 1032, 17},
+                                std::tuple{4, 12288, 515}, std::tuple{1, 8, 5}, std::tuple{1, 2056, 4099}}) {
+    Tensor x = RandomBf16Exact({rows, in}, rng), w = RandomBf16Exact({outf, in}, rng, 0.05f);
+    Tensor want = Tensor::Empty({rows, outf}, DType::kF32);
+    cpu.Linear(x, w, want);
+    Tensor dx = UploadBf16(*gpu, x), dw = UploadBf16(*gpu, w);
+    for (int variant = 1; variant <= kernels::kGemvVariants; ++variant) {
+      INFO("variant " << variant << " rows " << rows << " in " << in << " out " << outf);
+      Tensor out = PoisonedBf16(*gpu, {rows, outf});
+      REQUIRE(kernels::LaunchGemvVariant(variant, static_cast<const __nv_bfloat16*>(dx.raw()),
+                                         static_cast<const __nv_bfloat16*>(dw.raw()), static_cast<__nv_bfloat16*>(out.raw()),
+                                         nullptr, rows, in, outf, gpu->stream()) == cudaSuccess);
+      ExpectClose(DownloadF32(*gpu, out), want, 2e-2, 1e-2);
+    }
   }
 }
 

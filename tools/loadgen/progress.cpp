@@ -59,7 +59,7 @@ void Progress::DrawLocked(bool final_draw) {
   const double since_draw = std::chrono::duration<double>(now - last_draw_).count();
   if (style_ == ProgressStyle::kBar) {
     if (!final_draw && since_draw < 0.1 && done_ != total_) return;
-    std::fprintf(out_, "\r%s", Render(label_, done_, total_, failed_, elapsed, 40).c_str());
+    std::fprintf(out_, "\r%s\033[K", Render(label_, done_, total_, failed_, elapsed, 40).c_str());
     if (final_draw) std::fputc('\n', out_);
   } else {
     const int64_t decile = total_ > 0 ? done_ * 10 / total_ : 10;

@@ -62,11 +62,12 @@ std::vector<Collected> RunConcurrently(Engine& engine, const std::vector<EngineR
         }
         mine.emplace_back(i, *s);
       }
-      for (auto& [i, s] : mine) out[i] = Drain(*s);
+      for (auto& [i, s] : mine) out[i] = Collect(*s);
     });
   }
   for (auto& th : pool) th.join();
   REQUIRE(failures == 0);
+  for (const Collected& c : out) CheckCollected(c);
   return out;
 }
 

@@ -54,18 +54,27 @@ struct Collected {
   Status error;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int events = 0;
+  // Problems seen while collecting (checked by Drain, or later on the test's main thread).
+  bool stuck = false;               // no event for a minute
+  bool event_after_finish = false;  // the stream gave something after its finished event
+  bool positive_logprob = false;
 };
 
-inline Collected Drain(RequestStream& stream) {
+// Reads a stream to its finished event without Catch2 assertions (Catch2 is not
+// thread-safe: worker threads use this and the main thread checks the result).
+inline Collected Collect(RequestStream& stream) {
   Collected c;
   while (true) {
     auto ev = stream.Next(60s);
-    REQUIRE(ev.has_value());  // no event for a minute: the engine is stuck
+    if (!ev) {
+      c.stuck = true;
+      return c;
+    }
     ++c.events;
     for (const GeneratedToken& t : ev->tokens) {
       c.tokens.push_back(t.token);
       c.top_logprobs.push_back(t.top_logprobs.size());
-      CHECK(t.logprob <= 0.0f);
+      if (t.logprob > 0.0f) c.positive_logprob = true;
     }
     c.text += ev->text;
     c.prompt_tokens = ev->prompt_tokens;
@@ -74,10 +83,23 @@ inline Collected Drain(RequestStream& stream) {
       c.reason = ev->finish_reason;
       c.stop_reason = ev->stop_reason;
       c.error = ev->error;
-      CHECK_FALSE(stream.Next(1ms).has_value());  // nothing after the finished event
+      c.event_after_finish = stream.Next(1ms).has_value();
       return c;
     }
   }
+}
+
+inline void CheckCollected(const Collected& c) {
+  REQUIRE_FALSE(c.stuck);  // no event for a minute: the engine is stuck
+  CHECK_FALSE(c.event_after_finish);
+  CHECK_FALSE(c.positive_logprob);
+}
+
+// Collect on the test's main thread, checked.
+inline Collected Drain(RequestStream& stream) {
+  Collected c = Collect(stream);
+  CheckCollected(c);
+  return c;
 }
 
 inline EngineRequest Request(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens) {

@@ -4,14 +4,16 @@
 # Qwen3, CPU backend here), shows it answering — /health, /v1/models, a chat completion and
 # a streamed completion, printed — then keeps serving in the foreground (Ctrl-C stops it).
 #   OASIS_RUN_DEMO_ONLY=1 ./tools/run.sh   stops after the demo instead of serving on
+#   OASIS_BUILD_DIR=dir ./tools/run.sh      builds in (and runs from) another build directory
 #   ./tools/run.sh --port 9000 --model DIR  extra arguments go to oasis-server
 # The embedded model's weights are random: its text is gibberish until a trained model lands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./tools/install_deps.sh >&2
-cmake -S . -B build -G Ninja >&2
-cmake --build build --target oasis-server >&2
-SERVER=./build/src/server/oasis-server
+BUILD=${OASIS_BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -G Ninja >&2
+cmake --build "$BUILD" --target oasis-server >&2
+SERVER=./$BUILD/src/server/oasis-server
 PORT=8000
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <ctime>
+#include <thread>
 #include <set>
 
 #include "server/connection_probe.h"
@@ -135,7 +136,12 @@ StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
 
 bool HttpFrontend::Run() { return server_->listen_after_bind(); }
 
-void HttpFrontend::Stop() { server_->stop(); }
+void HttpFrontend::Stop() {
+  // httplib's stop() is a no-op until listen_after_bind() runs; a listener that came up
+  // later would serve forever.
+  for (int i = 0; i < 500 && !server_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server_->stop();
+}
 
 void HttpFrontend::Routes() {
   httplib::Server& s = *server_;

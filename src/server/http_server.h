@@ -30,6 +30,8 @@ class HttpFrontend {
   StatusOr<int> Bind(const std::string& host, int port);
   // Serves until Stop(). Returns false when the server failed.
   bool Run();
+  // Stops Run(). Safe before Run() has started listening: it waits (up to a few seconds)
+  // for the listener to come up first, so that the server cannot start after being stopped.
   void Stop();
 
  private:

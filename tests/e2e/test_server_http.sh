@@ -157,6 +157,20 @@ r=$(curl -s -X POST "$BASE/v1/completions" -H 'Authorization: Bearer s3cret' -H 
 expect "with the key, completions work" "$r" "len(d['choices']) == 1"
 stop_server || fail=1
 
+# ---- a full queue: 429 -------------------------------------------------------------
+start_server "$TMP/queue.log" --backend cpu --max-num-seqs 1 --max-waiting 1 || exit 1
+long='{"prompt": "x", "max_tokens": 4000, "temperature": 0, "ignore_eos": true}'
+curl -s -o /dev/null -X POST "$BASE/v1/completions" -d "$long" &
+c1=$!
+sleep 0.2
+curl -s -o /dev/null -X POST "$BASE/v1/completions" -d "$long" &
+c2=$!
+sleep 0.3
+expect_error "a request beyond --max-waiting" 429 /v1/completions "$long"
+kill $c1 $c2 2>/dev/null
+wait $c1 $c2 2>/dev/null
+stop_server || fail=1
+
 # ---- 503 while loading (dummy weights for a larger model take a moment on the CPU) -----
 mkdir -p "$TMP/big"
 cat > "$TMP/big/config.json" <<'JSON'

@@ -1,12 +1,22 @@
-// Token sampling, one CTA of 512 threads per logits row. The candidate set of the CPU
-// sampler — a prefix of the vocabulary in (logit desc, id asc) order — is found without
-// sorting: radix selection over order-preserving 32-bit keys of the logits finds the top-k
-// and top-p boundaries (counts and probability masses per 8-bit digit, four passes each),
-// and a second selection over ids resolves exact ties at a boundary. The token is then the
-// Gumbel-max over the candidates with the counter-based noise the CPU sampler uses.
+// Token sampling. The candidate set of the CPU sampler — a prefix of the vocabulary in
+// (logit desc, id asc) order — is found without sorting: a 16-ary search over
+// order-preserving 32-bit keys of the logits finds the top-k boundary (by count) and the
+// top-p boundary (by probability mass); a search over ids resolves exact ties at a
+// boundary. The token is then the Gumbel-max over the candidates with the counter-based
+// noise the CPU sampler uses.
+//
+// One cooperative grid: `parts` CTAs per row, each owning a contiguous slice of the
+// vocabulary. Each search round, every CTA sums the weight above 16 probes over its slice in
+// registers, writes the block totals to the row's scratch and the grid synchronises; every
+// CTA of the row then reduces the parts in the same order, so all of them take the same
+// decision and the sums are the same on every run. Rounds run for the whole grid (grid.sync
+// is grid-wide); rows that do not need a phase contribute zeros.
+#include <cooperative_groups.h>
+
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 
 #include "include/oasis/sampling_noise.h"
 #include "kernels/common.cuh"
@@ -15,9 +25,31 @@
 namespace oasis::kernels {
 namespace {
 
-constexpr int kThreads = 512;
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kProbes = 15;  // thresholds per pass of SelectKey: 4 bits of the key
+constexpr int kMaxParts = 32;  // CTAs per row at most
+constexpr int kProbes = 16;    // per search round: lo + j·step, j = 0..15 (4 bits of the key)
+constexpr int kRounds = 8;     // 16^8 = 2^32 keys
+constexpr int kTopCap = 64;    // top-logprob candidates collected (>= kSampleMaxTop)
+
+// Per-row scratch in device memory.
+struct RowScratch {
+  float max[kMaxParts];
+  int arg[kMaxParts];
+  float sum[kMaxParts];
+  float probe[2][kMaxParts][kProbes];  // double-buffered by round parity
+  double best[kMaxParts];
+  int best_id[kMaxParts];
+  int top_n;
+  int top_ids[kTopCap];
+  float top_vals[kTopCap];
+};
+
+struct GridScratch {
+  int flags[4];  // grid-wide "some row needs a tie-cut search" per search site
+};
 
 // Larger float -> larger key (total order on non-NaN floats).
 __device__ __forceinline__ uint32_t OrderKey(float f) {
@@ -33,11 +65,8 @@ struct Shared {
   float rf[kWarps];
   double rd[kWarps];
   int ri[kWarps];
-  float sums[kWarps][kProbes + 1];
-  float totals[kProbes + 1];
-  int top_n;
-  int top_ids[kSampleMaxTop];
-  float top_vals[kSampleMaxTop];
+  float sums[kWarps][kProbes];
+  float totals[kProbes];
 };
 
 template <typename T>
@@ -45,27 +74,15 @@ __device__ __forceinline__ void ArgMaxStep(T& v, int& i, T ov, int oi) {
   if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
 }
 
-// Block-wide argmax, larger value first, then lower index. Every thread gets the result.
-__device__ void BlockArgMax(float& v, int& i, Shared& s) {
+template <typename T>
+__device__ void BlockArgMax(T& v, int& i, T lowest, T* scratch_v, Shared& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
   __syncthreads();
-  if (lane == 0) s.rf[warp] = v, s.ri[warp] = i;
+  if (lane == 0) scratch_v[warp] = v, s.ri[warp] = i;
   __syncthreads();
-  v = lane < kWarps ? s.rf[lane] : -FLT_MAX, i = lane < kWarps ? s.ri[lane] : INT_MAX;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
-}
-
-__device__ void BlockArgMax(double& v, int& i, Shared& s) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
-  __syncthreads();
-  if (lane == 0) s.rd[warp] = v, s.ri[warp] = i;
-  __syncthreads();
-  v = lane < kWarps ? s.rd[lane] : -DBL_MAX, i = lane < kWarps ? s.ri[lane] : INT_MAX;
+  v = lane < kWarps ? scratch_v[lane] : lowest, i = lane < kWarps ? s.ri[lane] : INT_MAX;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
 }
@@ -79,7 +96,7 @@ __device__ float BlockSumF(float v, Shared& s) {
   return WarpSum(lane < kWarps ? s.rf[lane] : 0.0f);
 }
 
-// Sums each of kProbes values over the block; every thread gets the totals.
+// Sums kProbes values over the block; every thread gets the totals.
 __device__ void BlockSums(float (&v)[kProbes], Shared& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
@@ -100,39 +117,70 @@ __device__ void BlockSums(float (&v)[kProbes], Shared& s) {
   for (int j = 0; j < kProbes; ++j) v[j] = s.totals[j];
 }
 
-// Among the elements i in [0, n) with pred(i), each of weight w(i) > 0, finds the largest
-// key K with W(key >= K) >= target (the key where the cumulative weight in descending key
-// order first reaches `target`), and W(key > K) and W(key >= K). A 16-ary search over the
-// 32-bit key space: each pass over the row sums the weight above 15 probes in registers and
-// reduces them over the block — 8 passes, no atomics, and the same floating-point sums on
-// every run. Requires 0 < target <= W(all); callers clamp.
+// The context one CTA works in.
+struct Ctx {
+  cg::grid_group grid;
+  RowScratch* rs;
+  int part, parts, begin, end;
+  Shared* s;
+  int round = 0;  // search rounds so far (parity selects the probe buffer)
+
+  // Sums v over the block and then over every part of the row (a grid-wide sync); every
+  // thread of every part gets the same totals.
+  __device__ void RowSums(float (&v)[kProbes]) {
+    float (*buf)[kProbes] = rs->probe[round & 1];
+    ++round;
+    BlockSums(v, *s);
+    if (threadIdx.x < kProbes) buf[part][threadIdx.x] = v[threadIdx.x];
+    grid.sync();
+#pragma unroll
+    for (int j = 0; j < kProbes; ++j) {
+      float t = 0.0f;
+      for (int q = 0; q < parts; ++q) t += buf[q][j];
+      v[j] = t;
+    }
+  }
+};
+
+// Among the elements i of the row with pred(i), each of weight w(i) > 0, finds the largest key
+// K with W(key >= K) >= target — where the cumulative weight in descending key order first
+// reaches `target` — with W(key > K) and W(key >= K). `active` false: this row takes part in
+// the rounds without searching (result 0). A target above the total yields key 0.
 template <typename Key, typename Pred, typename Weight>
-__device__ uint32_t SelectKey(int n, float target, Key key, Pred pred, Weight weight, Shared& s, float& w_above,
-                              float& w_at_or_above) {
+__device__ uint32_t SelectKey(Ctx& c, bool active, float target, Key key, Pred pred, Weight weight, float& w_above,
+                              float& w_ge) {
   uint64_t lo = 0, hi = uint64_t{1} << 32;
-  float w_lo = -1.0f, w_hi = 0.0f;  // W(key >= lo) (unknown until a probe lands on it), W(key >= hi)
-  while (hi - lo > 1) {
-    const uint64_t step = (hi - lo + kProbes) / (kProbes + 1);
+  float w_lo = 0.0f, w_hi = 0.0f;
+  for (int r = 0; r < kRounds; ++r) {
+    const uint64_t step = (hi - lo + kProbes - 1) / kProbes;
     uint32_t probe[kProbes];
     float sums[kProbes];
 #pragma unroll
     for (int j = 0; j < kProbes; ++j) {
-      const uint64_t pj = lo + (j + 1) * step;
+      const uint64_t pj = lo + j * step;
       probe[j] = static_cast<uint32_t>(pj < hi ? pj : hi - 1);
       sums[j] = 0.0f;
     }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      if (!pred(i)) continue;
-      const uint32_t k = key(i);
-      const float w = weight(i);
+    if (active) {
+      // Only keys inside [lo, hi) tell the probes apart; the weight at or above hi is w_hi.
+      const uint32_t lo32 = static_cast<uint32_t>(lo);
+      const uint32_t hi_last = static_cast<uint32_t>(hi - 1);
+      for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
+        const uint32_t k = key(i);
+        if (k < lo32 || k > hi_last || !pred(i)) continue;
+        const float w = weight(i);
 #pragma unroll
-      for (int j = 0; j < kProbes; ++j) sums[j] += k >= probe[j] ? w : 0.0f;
+        for (int j = 0; j < kProbes; ++j) sums[j] += k >= probe[j] ? w : 0.0f;
+      }
     }
-    BlockSums(sums, s);
+    c.RowSums(sums);
+#pragma unroll
+    for (int j = 0; j < kProbes; ++j) sums[j] += w_hi;
+    if (r == 0) w_lo = sums[0];
     uint64_t new_lo = lo, new_hi = hi;
     float new_w_lo = w_lo, new_w_hi = w_hi;
-    for (int j = 0; j < kProbes; ++j) {
-      const uint64_t pj = lo + (j + 1) * step;
+    for (int j = 1; j < kProbes; ++j) {
+      const uint64_t pj = lo + j * step;
       if (pj >= hi) break;
       if (sums[j] >= target) {
         new_lo = pj, new_w_lo = sums[j];
@@ -143,73 +191,91 @@ __device__ uint32_t SelectKey(int n, float target, Key key, Pred pred, Weight we
     }
     lo = new_lo, hi = new_hi, w_lo = new_w_lo, w_hi = new_w_hi;
   }
-  if (w_lo < 0.0f) {  // lo stayed 0: W(key >= 0) is the total
-    float t = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) t += pred(i) ? weight(i) : 0.0f;
-    w_lo = BlockSumF(t, s);
-  }
   w_above = w_hi;
-  w_at_or_above = w_lo;
-  return static_cast<uint32_t>(lo);
+  w_ge = w_lo;
+  return active ? static_cast<uint32_t>(lo) : 0u;
 }
 
-// SelectKey by count: the key of the r-th element (1-based, r <= their number) in
-// descending key order; `above` and `at` count the elements with a greater / equal key.
-template <typename Key, typename Pred>
-__device__ uint32_t SelectByCount(int n, int r, Key key, Pred pred, Shared& s, int& above, int& at) {
-  float a, ge;
-  const uint32_t k = SelectKey(n, static_cast<float>(r), key, pred, [](int) { return 1.0f; }, s, a, ge);
-  above = static_cast<int>(a);
-  at = static_cast<int>(ge) - above;
-  return k;
+// Sums one value over the row's parts.
+__device__ float RowSum(Ctx& c, float v) {
+  float a[kProbes] = {};
+  a[0] = v;
+  c.RowSums(a);
+  return a[0];
 }
 
-// The `needed`-th smallest id among the elements with key == k (and pred): ties at a
-// boundary are admitted lowest id first. INT_MAX when all of them are admitted.
+// Grid-wide OR of `need` (one flag slot per call site).
+__device__ bool AnyRow(Ctx& c, GridScratch* g, int slot, bool need) {
+  if (need && threadIdx.x == 0 && c.part == 0) atomicOr(&g->flags[slot], 1);
+  c.grid.sync();
+  return *reinterpret_cast<volatile int*>(&g->flags[slot]) != 0;
+}
+
+// When `needed` of the `at` elements with key == k (and pred) are admitted, the id of the
+// last one admitted (lowest ids first); INT_MAX when all are. Runs the id search only when
+// some row of the grid needs it.
 template <typename Key, typename Pred>
-__device__ int TieIdCut(int n, uint32_t k, int needed, int at, Key key, Pred pred, Shared& s) {
-  if (needed >= at) return INT_MAX;
-  int above, same;
-  const uint32_t inv = SelectByCount(
-      n, needed, [](int i) { return ~static_cast<uint32_t>(i); }, [&](int i) { return pred(i) && key(i) == k; }, s,
-      above, same);
-  return static_cast<int>(~inv);
+__device__ int TieIdCut(Ctx& c, GridScratch* g, int slot, bool active, uint32_t k, int needed, int at, Key key,
+                        Pred pred) {
+  const bool need = active && needed < at;
+  if (!AnyRow(c, g, slot, need)) return INT_MAX;
+  float above, ge;
+  const uint32_t inv = SelectKey(
+      c, need, static_cast<float>(needed), [](int i) { return ~static_cast<uint32_t>(i); },
+      [&](int i) { return pred(i) && key(i) == k; }, [](int) { return 1.0f; }, above, ge);
+  return need ? static_cast<int>(~inv) : INT_MAX;
 }
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict__ logits, int vocab, int64_t stride,
                                                         const SampleParamsDevice* __restrict__ params,
-                                                        SampleOutputDevice* __restrict__ out) {
+                                                        SampleOutputDevice* __restrict__ out, RowScratch* scratch,
+                                                        GridScratch* gscratch, int parts, uint32_t stages) {
   __shared__ Shared s;
-  const SampleParamsDevice p = params[blockIdx.x];
-  if (!p.needed) return;
-  const float* row = logits + blockIdx.x * stride;
-  auto logit = [&](int i) { return __ldg(row + i); };
-  auto key = [&](int i) { return OrderKey(__ldg(row + i)); };
+  const int row = blockIdx.x / parts, part = blockIdx.x % parts;
+  const int chunk = (vocab + parts - 1) / parts;
+  Ctx c{cg::this_grid(), scratch + row, part, parts, min(vocab, part * chunk), min(vocab, (part + 1) * chunk), &s};
+  const SampleParamsDevice p = params[row];
+  const bool needed = p.needed != 0;
+  const float* rowp = logits + row * stride;
+  auto logit = [&](int i) { return __ldg(rowp + i); };
+  auto key = [&](int i) { return OrderKey(__ldg(rowp + i)); };
   auto all = [](int) { return true; };
+  RowScratch& rs = *c.rs;
+  if (blockIdx.x == 0 && threadIdx.x < 4) gscratch->flags[threadIdx.x] = 0;
+  if (part == 0 && threadIdx.x == 0) rs.top_n = 0;
 
-  // Max / first argmax, then the log-partition function of the raw logits.
+  // Phase 1: max / first argmax and the raw log-partition function, per part, then per row.
   float mx = -FLT_MAX;
   int arg = INT_MAX;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) ArgMaxStep(mx, arg, logit(i), i);
-  BlockArgMax(mx, arg, s);
-  if (arg == INT_MAX) arg = 0;
+  for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) ArgMaxStep(mx, arg, logit(i), i);
+  BlockArgMax(mx, arg, -FLT_MAX, s.rf, s);
   float sum = 0.0f;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) sum += __expf(logit(i) - mx);
-  const float log_z = mx + logf(BlockSumF(sum, s));
+  for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) sum += __expf(logit(i) - mx);
+  sum = BlockSumF(sum, s);
+  if (threadIdx.x == 0) rs.max[part] = mx, rs.arg[part] = arg, rs.sum[part] = sum;
+  c.grid.sync();
+  mx = -FLT_MAX, arg = INT_MAX;
+  for (int q = 0; q < parts; ++q) ArgMaxStep(mx, arg, rs.max[q], rs.arg[q]);
+  if (arg == INT_MAX) arg = 0;
+  float z_raw = 0.0f;
+  for (int q = 0; q < parts; ++q) z_raw += rs.sum[q] * __expf(rs.max[q] - mx);
+  const float log_z = mx + logf(z_raw);
 
-  int token = arg;
   const bool greedy = p.temperature == 0.0f || p.top_k == 1;
-  if (!greedy) {
-    const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  const bool sampling = needed && !greedy;
+  int token = arg;
+  if (stages & kStageSample) {
+    const double inv_t = sampling ? 1.0 / static_cast<double>(p.temperature) : 0.0;
     const float inv_tf = static_cast<float>(inv_t);
     // top-k boundary.
+    const bool use_k = sampling && p.top_k > 0 && p.top_k < vocab;
     uint32_t k_key = 0;
     int k_cut = INT_MAX;
-    const bool use_k = p.top_k > 0 && p.top_k < vocab;
-    if (use_k) {
-      int above, at;
-      k_key = SelectByCount(vocab, p.top_k, key, all, s, above, at);
-      k_cut = TieIdCut(vocab, k_key, p.top_k - above, at, key, all, s);
+    if (stages & kStageTopK) {
+      float above, ge;
+      k_key = SelectKey(c, use_k, static_cast<float>(p.top_k), key, all, [](int) { return 1.0f; }, above, ge);
+      k_cut = TieIdCut(c, gscratch, 0, use_k, k_key, p.top_k - static_cast<int>(above),
+                       static_cast<int>(ge) - static_cast<int>(above), key, all);
     }
     auto in_k = [&](int i) {
       if (!use_k) return true;
@@ -218,29 +284,28 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
     };
     auto q_of = [&](int i) { return __expf((logit(i) - mx) * inv_tf); };
     // top-p boundary over the top-k set.
+    const bool use_p = sampling && p.top_p < 1.0f;
     uint32_t p_key = 0;
     int p_cut = INT_MAX;
-    const bool use_p = p.top_p < 1.0f;
-    if (use_p) {
+    if (stages & kStageTopP) {
       float z = 0.0f;
-      for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        if (in_k(i)) z += q_of(i);
+      if (use_p) {
+        for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) z += in_k(i) ? q_of(i) : 0.0f;
       }
-      z = BlockSumF(z, s);
-      const float target = fminf(p.top_p * z, z);
+      z = RowSum(c, z);
+      const float target = p.top_p * z;
       float mass_above, mass_ge;
-      p_key = SelectKey(vocab, target, key, in_k, q_of, s, mass_above, mass_ge);
-      int at = 0;
-      for (int i = threadIdx.x; i < vocab; i += blockDim.x) at += (in_k(i) && key(i) == p_key) ? 1 : 0;
-      at = static_cast<int>(BlockSumF(static_cast<float>(at), s));
+      p_key = SelectKey(c, use_p, target, key, in_k, q_of, mass_above, mass_ge);
+      float at = 0.0f;
+      if (use_p) {
+        for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) at += (in_k(i) && key(i) == p_key) ? 1.0f : 0.0f;
+      }
+      const int n_at = static_cast<int>(RowSum(c, at));
       // Ties at the boundary share one probability: admit as many as the mass needs.
       const float q_tie = __expf((FromKey(p_key) - mx) * inv_tf);
-      int needed = at;
-      if (q_tie > 0.0f) {
-        needed = static_cast<int>(ceilf((target - mass_above) / q_tie));
-        needed = max(1, min(needed, at));
-      }
-      p_cut = TieIdCut(vocab, p_key, needed, at, key, in_k, s);
+      int want = n_at;
+      if (use_p && q_tie > 0.0f) want = max(1, min(n_at, static_cast<int>(ceilf((target - mass_above) / q_tie))));
+      p_cut = TieIdCut(c, gscratch, 1, use_p, p_key, want, n_at, key, in_k);
     }
     auto in_set = [&](int i) {
       if (!in_k(i)) return false;
@@ -253,66 +318,133 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
       }
       return true;
     };
-    const uint64_t nkey = NoiseKey(p.seed, p.counter);
+    // Gumbel-max over the candidates, per part, then per row.
     double best = -DBL_MAX;
     int best_i = INT_MAX;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      if (!in_set(i)) continue;
-      const double g = -log(-log(NoiseUniform(nkey, i)));
-      ArgMaxStep(best, best_i, static_cast<double>(logit(i) - mx) * inv_t + g, i);
+    if (sampling) {
+      const uint64_t nkey = NoiseKey(p.seed, p.counter);
+      for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
+        if (!in_set(i)) continue;
+        const double g = -log(-log(NoiseUniform(nkey, i)));
+        ArgMaxStep(best, best_i, static_cast<double>(logit(i) - mx) * inv_t + g, i);
+      }
     }
-    BlockArgMax(best, best_i, s);
-    token = best_i == INT_MAX ? arg : best_i;
+    BlockArgMax(best, best_i, -DBL_MAX, s.rd, s);
+    if (threadIdx.x == 0) rs.best[part] = best, rs.best_id[part] = best_i;
+    c.grid.sync();
+    if (sampling) {
+      best = -DBL_MAX, best_i = INT_MAX;
+      for (int q = 0; q < parts; ++q) ArgMaxStep(best, best_i, rs.best[q], rs.best_id[q]);
+      token = best_i == INT_MAX ? arg : best_i;
+    }
   }
 
   // Top log-probabilities: the num_top best (logit desc, id asc), sorted.
-  const int num_top = min(p.num_top, min(kSampleMaxTop, vocab));
-  if (num_top > 0) {
-    int above, at;
-    const uint32_t t_key = SelectByCount(vocab, num_top, key, all, s, above, at);
-    const int t_cut = TieIdCut(vocab, t_key, num_top - above, at, key, all, s);
-    if (threadIdx.x == 0) s.top_n = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const uint32_t k = key(i);
-      if (k > t_key || (k == t_key && i <= t_cut)) {
-        const int slot = atomicAdd(&s.top_n, 1);
-        if (slot < kSampleMaxTop) s.top_ids[slot] = i, s.top_vals[slot] = logit(i);
+  const int num_top = needed ? min(p.num_top, min(kSampleMaxTop, vocab)) : 0;
+  if (stages & kStageTopN) {
+    float above, ge;
+    const uint32_t t_key = SelectKey(c, num_top > 0, static_cast<float>(num_top), key, all, [](int) { return 1.0f; },
+                                     above, ge);
+    const int t_cut = TieIdCut(c, gscratch, 2, num_top > 0, t_key, num_top - static_cast<int>(above),
+                               static_cast<int>(ge) - static_cast<int>(above), key, all);
+    if (num_top > 0) {
+      for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
+        const uint32_t k = key(i);
+        if (k > t_key || (k == t_key && i <= t_cut)) {
+          const int slot = atomicAdd(&rs.top_n, 1);
+          if (slot < kTopCap) rs.top_ids[slot] = i, rs.top_vals[slot] = logit(i);
+        }
       }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const int n = min(s.top_n, kSampleMaxTop);
+    c.grid.sync();
+    if (num_top > 0 && part == 0 && threadIdx.x == 0) {
+      const int n = min(rs.top_n, kTopCap);
       for (int a = 1; a < n; ++a) {  // insertion sort, (logit desc, id asc)
-        const int id = s.top_ids[a];
-        const float v = s.top_vals[a];
+        const int id = rs.top_ids[a];
+        const float v = rs.top_vals[a];
         int b = a - 1;
-        while (b >= 0 && (s.top_vals[b] < v || (s.top_vals[b] == v && s.top_ids[b] > id))) {
-          s.top_ids[b + 1] = s.top_ids[b], s.top_vals[b + 1] = s.top_vals[b];
+        while (b >= 0 && (rs.top_vals[b] < v || (rs.top_vals[b] == v && rs.top_ids[b] > id))) {
+          rs.top_ids[b + 1] = rs.top_ids[b], rs.top_vals[b + 1] = rs.top_vals[b];
           --b;
         }
-        s.top_ids[b + 1] = id, s.top_vals[b + 1] = v;
+        rs.top_ids[b + 1] = id, rs.top_vals[b + 1] = v;
       }
-      for (int a = 0; a < n; ++a) {
-        out[blockIdx.x].top_tokens[a] = s.top_ids[a];
-        out[blockIdx.x].top_logprobs[a] = s.top_vals[a] - log_z;
+      for (int a = 0; a < min(n, num_top); ++a) {
+        out[row].top_tokens[a] = rs.top_ids[a];
+        out[row].top_logprobs[a] = rs.top_vals[a] - log_z;
       }
     }
   }
-  if (threadIdx.x == 0) {
-    out[blockIdx.x].token = token;
-    out[blockIdx.x].logprob = logit(token) - log_z;
+  if (needed && part == 0 && threadIdx.x == 0) {
+    out[row].token = token;
+    out[row].logprob = logit(token) - log_z;
   }
+}
+
+struct DeviceLimits {
+  int resident = 0;  // CTAs of SampleKernel the device holds at once
+};
+
+DeviceLimits Limits() {
+  static DeviceLimits limits;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, SampleKernel, kThreads, 0);
+    limits.resident = sms * (per_sm > 0 ? per_sm : 1);
+  });
+  return limits;
 }
 
 }  // namespace
 
+uint32_t SampleStagesFor(const SampleParamsDevice* host, int64_t rows, int64_t vocab) {
+  uint32_t stages = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const SampleParamsDevice& p = host[r];
+    if (!p.needed) continue;
+    if (p.num_top > 0) stages |= kStageTopN;
+    if (p.temperature == 0.0f || p.top_k == 1) continue;
+    stages |= kStageSample;
+    if (p.top_k > 0 && p.top_k < vocab) stages |= kStageTopK;
+    if (p.top_p < 1.0f) stages |= kStageTopP;
+  }
+  return stages;
+}
+
+size_t SampleWorkspaceBytes(int64_t rows) { return sizeof(GridScratch) + 256 + rows * sizeof(RowScratch); }
+
 cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64_t stride,
-                         const SampleParamsDevice* params, SampleOutputDevice* out, cudaStream_t stream) {
+                         const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages, void* workspace,
+                         size_t workspace_bytes, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  if (vocab <= 0 || vocab > INT_MAX || stride < vocab) return cudaErrorInvalidValue;
-  SampleKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(logits, static_cast<int>(vocab), stride, params,
-                                                                      out);
+  if (vocab <= 0 || vocab > INT_MAX || stride < vocab || workspace == nullptr ||
+      workspace_bytes < SampleWorkspaceBytes(rows)) {
+    return cudaErrorInvalidValue;
+  }
+  auto* g = static_cast<GridScratch*>(workspace);
+  auto* rs = reinterpret_cast<RowScratch*>(static_cast<char*>(workspace) + 256);
+  const int resident = Limits().resident;
+  // Rows go in batches the device holds at once (a cooperative grid must be resident).
+  for (int64_t r0 = 0; r0 < rows; r0 += resident) {
+    const int n = static_cast<int>(rows - r0 < resident ? rows - r0 : resident);
+    int parts = resident / n;
+    parts = parts < 1 ? 1 : (parts > kMaxParts ? kMaxParts : parts);
+    const int max_parts = static_cast<int>((vocab + kThreads - 1) / kThreads);
+    if (parts > max_parts) parts = max_parts;
+    const float* lg = logits + r0 * stride;
+    const SampleParamsDevice* pp = params + r0;
+    SampleOutputDevice* oo = out + r0;
+    RowScratch* rr = rs + r0;
+    int v = static_cast<int>(vocab);
+    void* args[] = {&lg, &v, &stride, &pp, &oo, &rr, &g, &parts, &stages};
+    const cudaError_t err = cudaLaunchCooperativeKernel(reinterpret_cast<void*>(SampleKernel),
+                                                        dim3(static_cast<unsigned>(n * parts)), dim3(kThreads), args, 0,
+                                                        stream);
+    if (err != cudaSuccess) return err;
+  }
   return cudaGetLastError();
 }
 

@@ -1,4 +1,4 @@
-// Token sampling on the GPU, one CTA per logits row: greedy, temperature, top-k, top-p,
+// Token sampling on the GPU, several CTAs per logits row: greedy, temperature, top-k, top-p,
 // min-p with counter-based Gumbel noise (oasis/sampling_noise.h), and the log-probabilities
 // of the chosen and the top tokens. It implements exactly the rule of the CPU sampler
 // (src/engine/sampler.h), so both backends draw the same token for the same logits, seed
@@ -31,8 +31,24 @@ struct SampleOutputDevice {
   float top_logprobs[kSampleMaxTop];
 };
 
-// logits: [rows, vocab] f32 (row stride `stride` floats); params/out: [rows] device arrays.
+// Which phases a batch needs (the kernel's control flow is uniform over its grid), from the
+// host copy of the parameters.
+enum SampleStage : uint32_t {
+  kStageSample = 1,  // some row samples (temperature > 0 and top_k != 1)
+  kStageTopK = 2,    // some sampled row has 0 < top_k < vocab
+  kStageTopP = 4,    // some sampled row has top_p < 1
+  kStageTopN = 8,    // some row wants top log-probabilities
+};
+uint32_t SampleStagesFor(const SampleParamsDevice* host_params, int64_t rows, int64_t vocab);
+
+// Device scratch LaunchSample needs for `rows` rows.
+size_t SampleWorkspaceBytes(int64_t rows);
+
+// logits: [rows, vocab] f32 (row stride `stride` floats); params/out: [rows] device arrays;
+// `stages` from SampleStagesFor. Several CTAs share each row (a cooperative launch: they
+// synchronise between the phases), so that one row uses many SMs.
 cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64_t stride,
-                         const SampleParamsDevice* params, SampleOutputDevice* out, cudaStream_t stream);
+                         const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages, void* workspace,
+                         size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace oasis::kernels

@@ -81,9 +81,12 @@ TEST_CASE("GPU sampling draws the CPU sampler's tokens", "[gpu][sampling]") {
       REQUIRE(cudaMemcpy(d_params.data(), params.data(), params.size() * sizeof(params[0]), cudaMemcpyHostToDevice) ==
               cudaSuccess);
       REQUIRE(cudaMemset(d_out.data(), 0xff, params.size() * sizeof(kernels::SampleOutputDevice)) == cudaSuccess);
+      auto d_ws = cuda::DeviceBuffer::Allocate(kernels::SampleWorkspaceBytes(rows)).value();
+      const uint32_t stages = kernels::SampleStagesFor(params.data(), rows, vocab);
       REQUIRE(kernels::LaunchSample(static_cast<float*>(d_logits.data()), rows, vocab, vocab,
                                     static_cast<kernels::SampleParamsDevice*>(d_params.data()),
-                                    static_cast<kernels::SampleOutputDevice*>(d_out.data()), stream.get()) == cudaSuccess);
+                                    static_cast<kernels::SampleOutputDevice*>(d_out.data()), stages, d_ws.data(),
+                                    d_ws.size(), stream.get()) == cudaSuccess);
       std::vector<kernels::SampleOutputDevice> out(params.size());
       REQUIRE(cudaMemcpyAsync(out.data(), d_out.data(), out.size() * sizeof(out[0]), cudaMemcpyDeviceToHost,
                               stream.get()) == cudaSuccess);

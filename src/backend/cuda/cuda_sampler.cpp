@@ -14,6 +14,7 @@ void CudaSampler::Reserve(size_t rows) {
   host_out_ = cuda::PinnedBuffer::Allocate(n * sizeof(kernels::SampleOutputDevice)).value();
   params_ = cuda::DeviceBuffer::Allocate(n * sizeof(kernels::SampleParamsDevice)).value();
   out_ = cuda::DeviceBuffer::Allocate(n * sizeof(kernels::SampleOutputDevice)).value();
+  workspace_ = cuda::DeviceBuffer::Allocate(kernels::SampleWorkspaceBytes(static_cast<int64_t>(n))).value();
   capacity_ = n;
 }
 
@@ -35,9 +36,10 @@ std::vector<SampleResult> CudaSampler::Sample(const Tensor& logits, const std::v
   OASIS_CUDA_CHECK(cudaMemcpyAsync(params_.data(), hp, n * sizeof(kernels::SampleParamsDevice),
                                    cudaMemcpyHostToDevice, stream));
   auto* dout = static_cast<kernels::SampleOutputDevice*>(out_.data());
+  const uint32_t stages = kernels::SampleStagesFor(hp, static_cast<int64_t>(n), logits.dim(1));
   OASIS_CUDA_CHECK(kernels::LaunchSample(logits.data<float>(), static_cast<int64_t>(n), logits.dim(1), logits.dim(1),
-                                         static_cast<const kernels::SampleParamsDevice*>(params_.data()), dout,
-                                         stream));
+                                         static_cast<const kernels::SampleParamsDevice*>(params_.data()), dout, stages,
+                                         workspace_.data(), workspace_.size(), stream));
   OASIS_CUDA_CHECK(cudaMemcpyAsync(host_out_.data(), dout, n * sizeof(kernels::SampleOutputDevice),
                                    cudaMemcpyDeviceToHost, stream));
   OASIS_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -26,7 +26,7 @@ class CudaSampler {
 
   size_t capacity_ = 0;
   cuda::PinnedBuffer host_params_, host_out_;
-  cuda::DeviceBuffer params_, out_;
+  cuda::DeviceBuffer params_, out_, workspace_;
 };
 
 }  // namespace oasis

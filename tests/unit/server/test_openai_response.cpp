@@ -86,7 +86,7 @@ TEST_CASE("completion response with logprobs, usage and echo") {
   CHECK(j["usage"]["total_tokens"] == 6);
 }
 
-TEST_CASE("chat response and chunks; logprobs carry bytes") {
+TEST_CASE("chat response and chunks, logprobs carry bytes") {
   GenerateSpec spec;
   spec.endpoint = Endpoint::kChatCompletions;
   spec.logprobs = true;
@@ -130,7 +130,7 @@ TEST_CASE("chat response and chunks; logprobs carry bytes") {
   CHECK(full["choices"][0]["message"]["content"] == "H");
 }
 
-TEST_CASE("stop token ids are integers in stop_reason; empty events send nothing") {
+TEST_CASE("stop token ids are integers in stop_reason, empty events send nothing") {
   GenerateSpec spec;
   spec.stop_token_ids = {7};
   ResponseBuilder b(spec, "cmpl-2", "m", 1, &Tok());

@@ -22,7 +22,7 @@ StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args) {
 
 }  // namespace
 
-TEST_CASE("defaults") {
+TEST_CASE("server settings: defaults") {
   auto p = Parse({});
   REQUIRE(p.ok());
   const ServerConfig& c = p->config;

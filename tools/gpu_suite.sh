@@ -5,16 +5,20 @@
 # Here:   cmake --build build && tools/gpu_suite.sh --bundle    (packs .bundle/)
 # There:  tools/gpu_suite.sh                                     (runs from .bundle/)
 #   device run: command "tools/gpu_suite.sh", carry [".bundle-pack"] (+ ".cache/test-data" for
-#   the tokenizer comparison)
+#   the tokenizer comparison); the same bundle serves tools/gpu_server_smoke.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU_TESTS=(test_gpu_runtime test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs)
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
 BENCHMARKS=(
   "bench_decode_attention|"
+  "bench_gemv|--rows 1"
+  "bench_gemv|--rows 4"
   "bench_prefill_attention|"
   "bench_decode|--batch 1 --context 128"
   "bench_decode|--batch 1 --context 128 --no-graphs --steps 10"
+  "bench_decode|--batch 1 --context 128 --temperature 0.8 --top-p 0.95"
+  "bench_decode|--batch 4 --context 2048"
   "bench_decode|--batch 64 --context 4096 --steps 20"
   "bench_decode|--prefill 8192 --steps 5 --warmup 1"
 )
@@ -29,7 +33,7 @@ if [[ ${1:-} == --bundle ]]; then
   exes=()
   for t in "${GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
   for b in "${BENCHMARKS[@]}"; do exes+=("build/tools/bench/${b%%|*}"); done
-  exes+=(build/tools/tokenizer/bench_tokenizer)
+  exes+=(build/tools/tokenizer/bench_tokenizer build/src/server/oasis-server build/tools/loadgen/oasis-bench)
   tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
   # The kernels' fat binaries make .bundle large: carry it compressed (.bundle-pack, ignored).
   mkdir -p .bundle-pack && tar cf - .bundle | xz -6 -T2 > .bundle-pack/bundle.tar.xz

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The server on the GPU machine, from the bundle (tools/gpu_suite.sh --bundle): oasis-server
+# with the CUDA backend on a Qwen3-8B-shaped model with dummy weights and the real Qwen3
+# tokenizer; curl, the Python `openai` client (when installed there) and a short oasis-bench
+# run against it. Prints what each returned.
+#   device run: command "tools/gpu_server_smoke.sh", carry [".bundle-pack", ".cache/test-data"]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then
+  python3 -c "import tarfile; tarfile.open('.bundle-pack/bundle.tar.xz').extractall()"
+fi
+CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=".bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"
+MODEL=$(mktemp -d)
+cp tools/bench/model_configs/qwen3-8b.json "$MODEL/config.json"
+PORT=${PORT:-8123}
+LOG=${OUT:-/tmp}/server.log
+.bundle/bin/oasis-server --model "$MODEL" --load-format dummy --tokenizer .cache/test-data/qwen3 \
+  --served-model-name qwen3-8b-dummy --port "$PORT" --max-model-len 8192 > "$LOG" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
+  [[ $code == 200 ]] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.5
+done
+echo "=== health: $code"; grep -E "KV|load|graph|backend" "$LOG" | head -8
+B="http://127.0.0.1:$PORT"
+echo "=== /v1/models"; curl -s $B/v1/models; echo
+echo "=== completion (curl)"
+curl -s $B/v1/completions -H 'Content-Type: application/json' \
+  -d '{"model":"qwen3-8b-dummy","prompt":"The capital of France is","max_tokens":8,"temperature":0,"logprobs":2}' | head -c 900; echo
+echo "=== chat, streamed (curl)"
+curl -sN $B/v1/chat/completions -H 'Content-Type: application/json' \
+  -d '{"model":"qwen3-8b-dummy","messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}' | tail -4
+echo "=== bad input (curl): temperature -1"
+curl -s $B/v1/completions -H 'Content-Type: application/json' -d '{"model":"qwen3-8b-dummy","prompt":"x","temperature":-1}'; echo
+if python3 -c "import openai" 2>/dev/null; then
+  echo "=== openai python client"
+  python3 - "$B" <<'PY'
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none")
+r = c.completions.create(model="qwen3-8b-dummy", prompt="Hello", max_tokens=6, temperature=0)
+print("completion:", repr(r.choices[0].text), r.usage)
+r = c.chat.completions.create(model="qwen3-8b-dummy", messages=[{"role": "user", "content": "Hi"}], max_tokens=6)
+print("chat:", repr(r.choices[0].message.content), r.choices[0].finish_reason)
+s = c.chat.completions.create(model="qwen3-8b-dummy", messages=[{"role": "user", "content": "Hi"}], max_tokens=6, stream=True)
+print("stream chunks:", sum(1 for _ in s))
+PY
+else
+  echo "=== openai python client: not installed on this machine"
+fi
+for conc in 1 16 64; do
+  echo "=== oasis-bench concurrency $conc"
+  .bundle/bin/oasis-bench --base-url "$B" --model qwen3-8b-dummy --dataset random --random-input-len 1024 \
+    --random-output-len 128 --random-vocab-size 151936 --num-prompts $((conc * 4 > 16 ? conc * 4 : 16)) \
+    --max-concurrency $conc --seed 1 2>/dev/null | grep -E "Successful|Failed|Output token throughput|Total token|Median TTFT|Median TPOT|Median ITL"
+done
+curl -s $B/metrics | grep -E "^oasis:(generation_tokens_total|prompt_tokens_total|request_success_total)" | head -6
+kill -TERM $pid; wait $pid; echo "server exit $?"
+rm -rf "$MODEL"

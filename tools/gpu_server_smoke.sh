@@ -3,7 +3,8 @@
 # with the CUDA backend on a Qwen3-8B-shaped model with dummy weights and the real Qwen3
 # tokenizer; curl, the Python `openai` client (when installed there) and a short oasis-bench
 # run against it. Prints what each returned.
-#   device run: command "tools/gpu_server_smoke.sh", carry [".bundle-pack", ".cache/test-data"]
+#   device run: command "tools/gpu_server_smoke.sh", carry [".bundle-pack", ".cache/test-data/qwen3",
+#   ".cache/e2e-node/node_modules/openai"] (the npm client as tests/e2e installs it here)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then
@@ -50,11 +51,29 @@ PY
 else
   echo "=== openai python client: not installed on this machine"
 fi
+OPENAI_NPM=.cache/e2e-node/node_modules/openai
+if command -v node >/dev/null && [[ -d $OPENAI_NPM ]]; then
+  echo "=== openai npm client (node $(node --version))"
+  cat > /tmp/oasis_openai_smoke.mjs <<'JS'
+const { default: OpenAI } = await import(process.argv[3]);
+const c = new OpenAI({ baseURL: process.argv[2] + "/v1", apiKey: "none" });
+const r = await c.completions.create({ model: "qwen3-8b-dummy", prompt: "Hello", max_tokens: 6, temperature: 0 });
+console.log("completion:", JSON.stringify(r.choices[0].text), JSON.stringify(r.usage));
+const ch = await c.chat.completions.create({ model: "qwen3-8b-dummy", messages: [{ role: "user", content: "Hi" }], max_tokens: 6 });
+console.log("chat:", JSON.stringify(ch.choices[0].message.content), ch.choices[0].finish_reason);
+let n = 0;
+for await (const _ of await c.chat.completions.create({ model: "qwen3-8b-dummy", messages: [{ role: "user", content: "Hi" }], max_tokens: 6, stream: true })) n++;
+console.log("stream chunks:", n);
+JS
+  node /tmp/oasis_openai_smoke.mjs "$B" "$(realpath $OPENAI_NPM)/index.mjs"
+else
+  echo "=== openai npm client: node or $OPENAI_NPM missing on this machine"
+fi
 for conc in 1 16 64; do
   echo "=== oasis-bench concurrency $conc"
   .bundle/bin/oasis-bench --base-url "$B" --model qwen3-8b-dummy --dataset random --random-input-len 1024 \
     --random-output-len 128 --random-vocab-size 151936 --num-prompts $((conc * 4 > 16 ? conc * 4 : 16)) \
-    --max-concurrency $conc --seed 1 2>/dev/null | grep -E "Successful|Failed|Output token throughput|Total token|Median TTFT|Median TPOT|Median ITL"
+    --max-concurrency $conc --seed 1 2>/dev/null | grep -E -A3 "Successful|Failed|Output token throughput|Total token|Median TTFT|Median TPOT|Median ITL|Failure reasons" | grep -vE "^--|Maximum|Request rate|Benchmark dur|Peak"
 done
 curl -s $B/metrics | grep -E "^oasis:(generation_tokens_total|prompt_tokens_total|request_success_total)" | head -6
 kill -TERM $pid; wait $pid; echo "server exit $?"

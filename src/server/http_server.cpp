@@ -2,7 +2,10 @@
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <thread>
 #include <set>
@@ -17,6 +20,26 @@ using httplib::Request;
 using httplib::Response;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
+
+// The listen backlog (the kernel caps it at net.core.somaxconn).
+constexpr int kListenBacklog = 4096;
+
+// httplib 0.11 listens with a backlog of CPPHTTPLIB_LISTEN_BACKLOG = 5, compiled into Debian's
+// libcpp-httplib (defining the macro here changes nothing). A burst of more connects than that
+// (a benchmark opening 16-64 connections at once) overflows the SYN queue, so the kernel
+// answers with SYN cookies while the accept queue is full; the client's connect() succeeds and
+// it writes the request, but a segment that reaches the listener first other than the one right
+// after the handshake (httplib's client writes the headers and the body separately) fails the
+// cookie check and is answered with a RST. The client sees its connection reset before any
+// response byte, and the server never sees the request. listen() on a listening socket only
+// changes its backlog, so the socket httplib bound is re-listened with a real one.
+class Listener : public httplib::Server {
+ public:
+  bool RaiseBacklog(int backlog) {
+    const auto sock = svr_sock_.load();
+    return sock != INVALID_SOCKET && ::listen(sock, backlog) == 0;
+  }
+};
 
 void SendJson(Response& res, const OrderedJson& body, int status = 200) {
   res.status = status;
@@ -107,7 +130,7 @@ struct SseStream {
 
 }  // namespace
 
-HttpFrontend::HttpFrontend(Service& service) : service_(service), server_(std::make_unique<httplib::Server>()) {
+HttpFrontend::HttpFrontend(Service& service) : service_(service), server_(std::make_unique<Listener>()) {
   const ServerConfig& c = service_.config();
   const size_t threads = c.http_threads > 0 ? static_cast<size_t>(c.http_threads)
                                             : static_cast<size_t>(std::max<int64_t>(64, c.max_num_seqs + 16));
@@ -123,15 +146,18 @@ HttpFrontend::HttpFrontend(Service& service) : service_(service), server_(std::m
 HttpFrontend::~HttpFrontend() = default;
 
 StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
+  int bound = port;
   if (port == 0) {
-    const int bound = server_->bind_to_any_port(host);
+    bound = server_->bind_to_any_port(host);
     if (bound <= 0) return Unavailable("cannot bind an HTTP port on " + host);
-    return bound;
-  }
-  if (!server_->bind_to_port(host, port)) {
+  } else if (!server_->bind_to_port(host, port)) {
     return Unavailable("cannot bind HTTP " + host + ":" + std::to_string(port) + " (in use, or a bad --host)");
   }
-  return port;
+  if (!static_cast<Listener&>(*server_).RaiseBacklog(kListenBacklog)) {
+    return Unavailable("cannot set the listen backlog of HTTP " + host + ":" + std::to_string(bound) + ": " +
+                       std::strerror(errno));
+  }
+  return bound;
 }
 
 bool HttpFrontend::Run() { return server_->listen_after_bind(); }

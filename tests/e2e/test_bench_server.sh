@@ -177,6 +177,24 @@ else
   echo "note: gnuplot not installed, plots not checked (apt-get install gnuplot-nox)"
 fi
 
+# ---- 6b. a burst of 64 connections at once: none reset, every request reaches the engine -----
+# httplib 0.11 listens with a backlog of 5; oasis-server re-listens with a real one. With 5, a
+# burst of connects overflowed into SYN cookies and the kernel reset some connections right
+# after the client had sent its request ("connection closed or read failed mid-response",
+# nothing in /metrics). The listening socket's backlog (ss: Send-Q) is checked first.
+if command -v ss >/dev/null; then
+  backlog=$(ss -Hltn "sport = :$PORT" 2>/dev/null | awk 'NR == 1 {print $3}')
+  [[ -n $backlog && $backlog -ge 128 ]] && ok "listen backlog $backlog (>= 128)" || bad "listen backlog '$backlog' < 128" "$(ss -ltn)"
+fi
+before=$(counters)
+out=$("$BENCH" --base-url "$BASE" --num-prompts 128 --random-input-len 128 --random-output-len 2 \
+  --max-concurrency 64 --seed 6 --random-vocab-size "$VOCAB" --no-progress --result-file "$TMP/burst.json" 2>&1)
+rc=$?
+[[ $rc == 0 && $(json_get "$TMP/burst.json" "d['summary']['completed'] == 128 and d['summary']['failed'] == 0") == True ]] &&
+  ok "64 connections at once: 128 of 128 requests succeed" ||
+  bad "burst of 64 connections: exit $rc" "$(grep -E "requests:| x " <<<"$out")"
+check_against_metrics "burst of 64 connections" "$TMP/burst.json" "$before"
+
 # ---- 7. a dead server: connection errors, exit status 1 ---------------------------------------
 kill -TERM "$SERVER_PID" && wait "$SERVER_PID"
 SERVER_PID=""

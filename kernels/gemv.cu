@@ -162,6 +162,183 @@ cudaError_t LaunchVariant(int variant, const bf16* x, const bf16* w, bf16* ob, f
 // where the one-row shape reaches 0.44.
 int DefaultVariant(int64_t rows) { return rows == 1 ? 1 : 6; }
 
+// RMSNorm (+ residual add) fused into the GEMV that consumes it: every CTA first builds the
+// normalised rows in shared memory — v = bf16(residual + x) (or the residual alone), written to
+// residual_out by CTA 0; n = bf16(norm_w · bf16(v · rsqrt(mean(v²) + eps))), rounded like
+// RmsNormKernel — then streams its weight groups against them. A persistent grid keeps the
+// per-CTA prologue (2 × in × 2 bytes per row from L2) to one per resident CTA.
+template <int R, int F, int T, int U>
+__global__ void __launch_bounds__(T)
+    GemvNormKernel(const bf16* __restrict__ x, const bf16* __restrict__ residual, bf16* residual_out,
+                   const bf16* __restrict__ norm_w, float eps, const bf16* __restrict__ w, bf16* out_bf16,
+                   float* out_f32, int64_t in, int64_t out, int64_t groups) {
+  extern __shared__ uint4 xs_raw[];  // [R][in] bf16
+  bf16* xs = reinterpret_cast<bf16*>(xs_raw);
+  __shared__ float partial[T / 32][F * R];
+  __shared__ float red[T / 32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t vecs = in / 8;
+  // Constant data first (PDL): the first weight vectors of the first group.
+  uint4 wv[U][F];
+  const int64_t g0 = blockIdx.x;
+  bool loaded = false;
+  if (g0 < groups && threadIdx.x + (U - 1) * T < vecs) {
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+      const int64_t feat = g0 * F + f < out ? g0 * F + f : out - 1;
+      const uint4* wr = reinterpret_cast<const uint4*>(w + feat * in);
+#pragma unroll
+      for (int u = 0; u < U; ++u) wv[u][f] = __ldcs(wr + threadIdx.x + u * T);
+    }
+    loaded = true;
+  }
+  GridDependencyWait();
+  AllowDependentLaunch();
+  for (int r = 0; r < R; ++r) {
+    const uint4* res = reinterpret_cast<const uint4*>(residual + r * in);
+    const uint4* xr = x ? reinterpret_cast<const uint4*>(x + r * in) : nullptr;
+    uint4* xsr = reinterpret_cast<uint4*>(xs + r * in);
+    float ss = 0.0f;
+    for (int64_t v = threadIdx.x; v < vecs; v += T) {
+      uint4 a = res[v];
+      if (xr) {
+        const uint4 b = xr[v];
+        __nv_bfloat162* a2 = reinterpret_cast<__nv_bfloat162*>(&a);
+        const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 fa = __bfloat1622float2(a2[i]), fb = __bfloat1622float2(b2[i]);
+          a2[i] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
+        }
+        if (residual_out != nullptr && blockIdx.x == 0) reinterpret_cast<uint4*>(residual_out + r * in)[v] = a;
+      }
+      const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(a2[i]);
+        ss = fmaf(f.x, f.x, fmaf(f.y, f.y, ss));
+      }
+      xsr[v] = a;
+    }
+    ss = WarpSum(ss);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < T / 32; ++i) total += red[i];
+    const float inv = rsqrtf(total / static_cast<float>(in) + eps);
+    const uint4* nw = reinterpret_cast<const uint4*>(norm_w);
+    for (int64_t v = threadIdx.x; v < vecs; v += T) {
+      uint4 a = xsr[v];
+      const uint4 g = nw[v];
+      __nv_bfloat162* a2 = reinterpret_cast<__nv_bfloat162*>(&a);
+      const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 fa = __bfloat1622float2(a2[i]), fg = __bfloat1622float2(g2[i]);
+        const float n0 = ToFloat(ToBf16(fa.x * inv)), n1 = ToFloat(ToBf16(fa.y * inv));
+        a2[i] = __floats2bfloat162_rn(fg.x * n0, fg.y * n1);
+      }
+      xsr[v] = a;
+    }
+    __syncthreads();  // red is reused by the next row; xs complete
+  }
+  const uint4* xv = reinterpret_cast<const uint4*>(xs);
+  for (int64_t g = g0; g < groups; g += gridDim.x) {
+    const int64_t f0 = g * F;
+    const uint4* wrow[F];
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+      const int64_t feat = f0 + f < out ? f0 + f : out - 1;  // clamp: computed, never written
+      wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
+    }
+    float acc[F][R];
+#pragma unroll
+    for (int f = 0; f < F; ++f)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
+    int64_t v = threadIdx.x;
+    for (; v + (U - 1) * T < vecs; v += U * T) {
+      if (!loaded) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+      }
+      loaded = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const uint4 xr = xv[r * vecs + v + u * T];
+#pragma unroll
+          for (int f = 0; f < F; ++f) Accumulate(wv[u][f], xr, acc[f][r]);
+        }
+      }
+    }
+    loaded = false;
+    for (; v < vecs; v += T) {
+#pragma unroll
+      for (int f = 0; f < F; ++f) {
+        const uint4 w1 = __ldcs(wrow[f] + v);
+#pragma unroll
+        for (int r = 0; r < R; ++r) Accumulate(w1, xv[r * vecs + v], acc[f][r]);
+      }
+    }
+#pragma unroll
+    for (int f = 0; f < F; ++f)
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float s = WarpSum(acc[f][r]);
+        if (lane == 0) partial[warp][f * R + r] = s;
+      }
+    __syncthreads();
+    if (threadIdx.x < F * R) {
+      const int f = threadIdx.x / R, r = threadIdx.x % R;
+      float s = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < T / 32; ++wi) s += partial[wi][threadIdx.x];
+      if (f0 + f < out) {
+        if (out_f32) {
+          out_f32[r * out + f0 + f] = s;
+        } else {
+          out_bf16[r * out + f0 + f] = ToBf16(s);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <int R, int F, int T, int U>
+cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
+                             const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(R) * in * 2;
+  static int sms = 0, per_sm_cached = -1;
+  static size_t smem_cached = 0;
+  static std::mutex mu;
+  int per_sm;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (sms == 0) {
+      int dev = 0;
+      cudaGetDevice(&dev);
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+      cudaFuncSetAttribute(GemvNormKernel<R, F, T, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvNormMaxSmem);
+    }
+    if (smem != smem_cached) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_cached, GemvNormKernel<R, F, T, U>, T, smem);
+      smem_cached = smem;
+    }
+    per_sm = per_sm_cached;
+  }
+  const int64_t groups = (out + F - 1) / F;
+  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  const int64_t grid = groups < resident ? groups : resident;
+  return LaunchPdl(GemvNormKernel<R, F, T, U>, dim3(static_cast<unsigned>(grid)), dim3(T), smem, stream, x, residual,
+                   residual_out, norm_w, eps, w, ob, of, in, out, groups);
+}
+
 }  // namespace
 
 bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w) {
@@ -178,6 +355,27 @@ cudaError_t LaunchGemvVariant(int variant, const bf16* x, const bf16* w, bf16* o
     case 2: return LaunchVariant<2>(variant, x, w, ob, of, in, out, stream);
     case 3: return LaunchVariant<3>(variant, x, w, ob, of, in, out, stream);
     default: return LaunchVariant<4>(variant, x, w, ob, of, in, out, stream);
+  }
+}
+
+bool GemvNormSupported(int64_t rows, int64_t in, const void* residual, const void* w) {
+  return GemvSupported(rows, in, residual, w) && static_cast<size_t>(rows) * in * 2 <= kGemvNormMaxSmem;
+}
+
+cudaError_t LaunchGemvRmsNorm(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
+                              const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
+                              cudaStream_t stream) {
+  if (!GemvNormSupported(rows, in, residual, w) || (ob == nullptr) == (of == nullptr) ||
+      (x != nullptr && reinterpret_cast<uintptr_t>(x) % 16 != 0) ||
+      (residual_out != nullptr && reinterpret_cast<uintptr_t>(residual_out) % 16 != 0) ||
+      reinterpret_cast<uintptr_t>(norm_w) % 16 != 0 || (x == nullptr && residual_out != nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  switch (rows) {
+    case 1: return LaunchNormConfig<1, 4, 256, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
+    case 2: return LaunchNormConfig<2, 8, 128, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
+    case 3: return LaunchNormConfig<3, 8, 128, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
+    default: return LaunchNormConfig<4, 8, 128, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
   }
 }
 

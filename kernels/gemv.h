@@ -28,4 +28,18 @@ inline constexpr int kGemvVariants = 8;
 cudaError_t LaunchGemvVariant(int variant, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out_bf16,
                               float* out_f32, int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
 
+// RMSNorm (+ residual add) fused into the GEMV that consumes it (decode, 1..4 rows):
+//   v = x ? bf16(residual + x) : residual          (written to residual_out when given)
+//   n = bf16(norm_w · bf16(v · rsqrt(mean(v²) + eps)))   (RMSNorm's rounding)
+//   out = n · wᵀ
+// residual_out must differ from residual (other CTAs still read it) and needs x.
+inline constexpr size_t kGemvNormMaxSmem = 96 * 1024;  // rows × in × 2 bytes of normalised rows
+bool GemvNormSupported(int64_t rows, int64_t in, const void* residual, const void* w);
+cudaError_t LaunchGemvRmsNorm(const __nv_bfloat16* x,         // [rows, in] or nullptr
+                              const __nv_bfloat16* residual,  // [rows, in]
+                              __nv_bfloat16* residual_out,    // [rows, in] or nullptr
+                              const __nv_bfloat16* norm_w,    // [in]
+                              float eps, const __nv_bfloat16* w, __nv_bfloat16* out_bf16, float* out_f32,
+                              int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+
 }  // namespace oasis::kernels

@@ -209,7 +209,11 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
   const int64_t T = in.token_ids.numel(), h = c.hidden_size;
   const DType dt = backend_.activation_dtype();
   Backend& B = backend_;
-  Tensor hidden = B.Empty({T, h}, dt), residual = B.Empty({T, h}, dt), normed = B.Empty({T, h}, dt);
+  // The residual stream alternates between two buffers: a fused norm + projection writes the
+  // updated stream while other CTAs still read the previous one.
+  Tensor hidden = B.Empty({T, h}, dt), normed = B.Empty({T, h}, dt);
+  Tensor residual[2] = {B.Empty({T, h}, dt), B.Empty({T, h}, dt)};
+  int cur = 0;
   Tensor qkv = B.Empty({T, c.q_size() + 2 * c.kv_size()}, dt);
   Tensor q = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
   Tensor attn = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
@@ -217,27 +221,27 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const float eps = static_cast<float>(c.rms_norm_eps);
 
-  B.Embedding(in.token_ids, embed_tokens_, residual);
+  B.Embedding(in.token_ids, embed_tokens_, residual[cur]);
   bool first = true;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
-    // hidden holds the previous sub-layer's output; residual the running stream.
+    // hidden holds the previous sub-layer's output; residual[cur] the running stream.
     if (first) {
-      B.RmsNorm(residual, L.input_norm, eps, normed);
+      B.AddRmsNormLinear(nullptr, residual[cur], nullptr, L.input_norm, eps, L.qkv, qkv);
       first = false;
     } else {
-      B.AddRmsNorm(hidden, residual, L.input_norm, eps, normed);
+      B.AddRmsNormLinear(&hidden, residual[cur], &residual[1 - cur], L.input_norm, eps, L.qkv, qkv);
+      cur = 1 - cur;
     }
-    B.Linear(normed, L.qkv, qkv);
     B.QkvRopeAppend(qkv, q, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps, in.positions,
                     rope_, in.slot_mapping, kv[i]);
     B.Attention(q, kv[i], in.attention, scale, attn);
     B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
-    B.AddRmsNorm(hidden, residual, L.post_norm, eps, normed);
-    B.Linear(normed, L.gate_up, gate_up);
+    B.AddRmsNormLinear(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up, gate_up);
+    cur = 1 - cur;
     B.SiluMulLinear(gate_up, L.down, hidden);
   }
-  B.AddRmsNorm(hidden, residual, final_norm_, eps, normed);
+  B.AddRmsNorm(hidden, residual[cur], final_norm_, eps, normed);
   const int64_t R = in.logit_rows.numel();
   Tensor rows = B.Empty({R, h}, dt);
   B.GatherRows(normed, in.logit_rows, rows);

@@ -2,6 +2,8 @@
 
 #include "backend/backend.h"
 
+#include "common/check.h"
+
 namespace oasis {
 
 float HashNormal(uint64_t seed, uint64_t index) {
@@ -31,6 +33,20 @@ void Backend::SiluMulLinear(const Tensor& gate_up, const Tensor& weight, Tensor&
   Tensor act = Empty({gate_up.dim(0), gate_up.dim(1) / 2}, gate_up.dtype());
   SiluMul(gate_up, act);
   Linear(act, weight, out);
+}
+
+void Backend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                               const Tensor& norm_weight, float eps, const Tensor& weight, Tensor& out) {
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormLinear: residual_out goes with x";
+  Tensor normed = Empty(residual.shape(), residual.dtype());
+  if (x != nullptr) {
+    OASIS_CHECK(residual_out->raw() != residual.raw()) << "AddRmsNormLinear: residual_out aliases residual";
+    Add(residual, *x, *residual_out);
+    RmsNorm(*residual_out, norm_weight, eps, normed);
+  } else {
+    RmsNorm(residual, norm_weight, eps, normed);
+  }
+  Linear(normed, weight, out);
 }
 
 }  // namespace oasis

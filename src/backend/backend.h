@@ -146,6 +146,17 @@ class Backend {
                              const Tensor& weight,   // [out, inter]
                              Tensor& out);           // [T, out]
 
+  // The pre-norm of a sub-layer and its first projection: with x, residual_out = residual + x
+  // and n = RmsNorm(residual_out); without x (the first layer), n = RmsNorm(residual) and
+  // residual_out must be null. out = n · weightᵀ. residual_out must not alias residual.
+  // Default: Add + RmsNorm + Linear; backends may fuse it.
+  virtual void AddRmsNormLinear(const Tensor* x,             // [T, hidden] or nullptr
+                                const Tensor& residual,      // [T, hidden]
+                                Tensor* residual_out,        // [T, hidden] or nullptr
+                                const Tensor& norm_weight,   // [hidden]
+                                float eps, const Tensor& weight,  // [out, hidden]
+                                Tensor& out);                // [T, out]
+
   // Copies the given rows: out[i, :] = x[rows[i], :].
   virtual void GatherRows(const Tensor& x,     // [T, n]
                           const Tensor& rows,  // [R] int32

@@ -71,6 +71,38 @@ TEST_CASE("every GEMV configuration matches the CPU", "[gpu][linear]") {
   }
 }
 
+TEST_CASE("fused pre-norm + projection matches the CPU composition", "[gpu][linear][norm]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  // 1..4 rows take the fused kernel; 6 rows the composed ops.
+  for (auto [rows, in, outf] : {std::tuple{1, 4096, 1000}, std::tuple{2, 1024, 777}, std::tuple{3, 256, 64},
+                                std::tuple{4, 2048, 515}, std::tuple{6, 512, 300}}) {
+    for (bool with_x : {true, false}) {
+      INFO("rows " << rows << " in " << in << " out " << outf << " with x " << with_x);
+      Tensor x = RandomBf16Exact({rows, in}, rng), res = RandomBf16Exact({rows, in}, rng);
+      Tensor nw = RandomBf16Exact({in}, rng, 0.5f), w = RandomBf16Exact({outf, in}, rng, 0.05f);
+      Tensor want = Tensor::Empty({rows, outf}, DType::kF32), want_res = Tensor::Empty({rows, in}, DType::kF32);
+      // The reference rounds the updated residual to bf16 like the GPU stream does.
+      Tensor res_ref = res;
+      if (with_x) {
+        cpu.Add(res, x, want_res);
+        res_ref = ToBf16Host(want_res).ToFloat();
+      }
+      Tensor normed = Tensor::Empty({rows, in}, DType::kF32);
+      cpu.RmsNorm(res_ref, nw, 1e-6f, normed);
+      cpu.Linear(normed, w, want);
+      Tensor d_x = UploadBf16(*gpu, x), d_res = UploadBf16(*gpu, res);
+      Tensor d_res_out = PoisonedBf16(*gpu, {rows, in});
+      Tensor out = gpu->Empty({rows, outf}, DType::kF32);
+      gpu->AddRmsNormLinear(with_x ? &d_x : nullptr, d_res, with_x ? &d_res_out : nullptr, UploadBf16(*gpu, nw), 1e-6f,
+                            UploadBf16(*gpu, w), out);
+      ExpectClose(DownloadF32(*gpu, out), want, 3e-2, 2e-2);
+      if (with_x) ExpectClose(DownloadF32(*gpu, d_res_out), res_ref, 0, 0);
+    }
+  }
+}
+
 TEST_CASE("RmsNorm, AddRmsNorm, Add, SiluMul match the CPU", "[gpu][norm]") {
   auto gpu = MakeBackend();
   CpuBackend cpu;

@@ -193,6 +193,28 @@ void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
                                   static_cast<int>(outf), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                                   const Tensor& norm_weight, float eps, const Tensor& weight, Tensor& out) {
+  const int64_t in = weight.dim(1), outf = weight.dim(0), rows = residual.numel() / in;
+  const bool fusable = residual.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 &&
+                       norm_weight.dtype() == DType::kBF16 && (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32) &&
+                       residual.dim(-1) == in && kernels::GemvNormSupported(rows, in, residual.raw(), weight.raw()) &&
+                       (x == nullptr || (x->dtype() == DType::kBF16 && reinterpret_cast<uintptr_t>(x->raw()) % 16 == 0)) &&
+                       (residual_out == nullptr || reinterpret_cast<uintptr_t>(residual_out->raw()) % 16 == 0) &&
+                       reinterpret_cast<uintptr_t>(norm_weight.raw()) % 16 == 0;
+  if (!fusable || rows == 0) {
+    Backend::AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, weight, out);
+    return;
+  }
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormLinear: residual_out goes with x";
+  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw()) << "AddRmsNormLinear: aliasing";
+  OASIS_CHECK_EQ(out.numel(), rows * outf) << "AddRmsNormLinear out";
+  const bool f32 = out.dtype() == DType::kF32;
+  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
+                                              Ptr(norm_weight), eps, Ptr(weight), f32 ? nullptr : Ptr(out),
+                                              f32 ? Ptr<float>(out) : nullptr, rows, in, outf, stream_.get()));
+}
+
 const float* CudaBackend::DeviceInvFreq(const RopeParams& rope) {
   auto it = inv_freq_.find(rope.inv_freq);
   if (it == inv_freq_.end()) {

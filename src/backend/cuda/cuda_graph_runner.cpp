@@ -46,7 +46,7 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   // Activation arena for the largest bucket: every per-token tensor of one forward pass
   // (see DecoderLM::Forward), float logits, and alignment slack.
   const ModelConfig& c = model.config();
-  const int64_t per_token = 2 * (3 * c.hidden_size + 2 * (c.q_size() + 2 * c.kv_size()) + c.q_size() +
+  const int64_t per_token = 2 * (4 * c.hidden_size + 2 * (c.q_size() + 2 * c.kv_size()) + c.q_size() +
                                  3 * c.intermediate_size + c.hidden_size) +
                             4 * c.vocab_size;
   // Plus the decode-attention workspace of the largest bucket (split partials).
@@ -66,7 +66,9 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   // The arena never frees inside a forward pass, so per-layer temporaries add up: the decode
   // workspace, and the activations an unfused op allocates (SiLU·mul for batches the fused
   // GEMV does not take, K/V for a backend without the fused QKV op), plus alignment slack.
-  const int64_t per_layer = static_cast<int64_t>(workspace) + B * 2 * (c.intermediate_size + 2 * c.kv_size()) + 4096;
+  // (and the normalised rows of the unfused pre-norm + projection, twice per layer).
+  const int64_t per_layer =
+      static_cast<int64_t>(workspace) + B * 2 * (c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096;
   OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(
                                         B * per_token + c.num_hidden_layers * per_layer + (1 << 20))));
   OASIS_ASSIGN_OR_RETURN(r->host_logits_, cuda::PinnedBuffer::Allocate(static_cast<size_t>(B * c.vocab_size) * 4));

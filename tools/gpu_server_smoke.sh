@@ -4,7 +4,8 @@
 # tokenizer; curl, the Python `openai` client (when installed there) and a short oasis-bench
 # run against it. Prints what each returned.
 #   device run: command "tools/gpu_server_smoke.sh", carry [".bundle-pack", ".cache/test-data/qwen3",
-#   ".cache/e2e-node/node_modules/openai"] (the npm client as tests/e2e installs it here)
+#   ".cache/e2e-node/node_modules/openai"] (the npm client as tests/e2e installs it here). The GPU
+#   machine has no node: carry one (e.g. packed with the rest) and put it on PATH first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then

@@ -25,8 +25,9 @@ __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, flo
 // launches loop over groups with a grid of what fits on the device (no partial last wave);
 // otherwise one CTA per group.
 //
-// PDL: the grid may be scheduled while the previous kernel finishes; every CTA waits for it
-// before its first memory access.
+// PDL: the first weight vectors are loaded before waiting for the kernel that produces x,
+// overlapping its tail. Weights are never written by the kernel before, and a PDL launch is
+// never overlapped with a preceding copy (tests/kernels/test_pdl.cu), so this is safe.
 template <int R, int F, int T, int U>
 __global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16,
                                                 float* out_f32, int64_t in, int64_t out, int64_t groups) {
@@ -50,16 +51,27 @@ __global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, cons
       for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
     int64_t v = threadIdx.x;
     uint4 wv[U][F];
+    bool loaded = false;
+    if (v + (U - 1) * T < vecs) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+      loaded = true;
+    }
     if (!waited) {
       GridDependencyWait();
       AllowDependentLaunch();
       waited = true;
     }
     for (; v + (U - 1) * T < vecs; v += U * T) {
+      if (!loaded) {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+          for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+      }
+      loaded = false;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -167,8 +179,20 @@ __global__ void __launch_bounds__(T)
   __shared__ float red[T / 32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t vecs = in / 8;
+  // Constant data first (PDL): the first weight vectors of the first group.
   uint4 wv[U][F];
   const int64_t g0 = blockIdx.x;
+  bool loaded = false;
+  if (g0 < groups && threadIdx.x + (U - 1) * T < vecs) {
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+      const int64_t feat = g0 * F + f < out ? g0 * F + f : out - 1;
+      const uint4* wr = reinterpret_cast<const uint4*>(w + feat * in);
+#pragma unroll
+      for (int u = 0; u < U; ++u) wv[u][f] = __ldcs(wr + threadIdx.x + u * T);
+    }
+    loaded = true;
+  }
   GridDependencyWait();
   AllowDependentLaunch();
   for (int r = 0; r < R; ++r) {
@@ -236,10 +260,13 @@ __global__ void __launch_bounds__(T)
       for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
     int64_t v = threadIdx.x;
     for (; v + (U - 1) * T < vecs; v += U * T) {
+      if (!loaded) {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+          for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+      }
+      loaded = false;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -250,6 +277,7 @@ __global__ void __launch_bounds__(T)
         }
       }
     }
+    loaded = false;
     for (; v < vecs; v += T) {
 #pragma unroll
       for (int f = 0; f < F; ++f) {

@@ -203,7 +203,7 @@ std::vector<LayerKvPool> DecoderLM::AllocateKvCache(int64_t num_slots) const {
   return pools;
 }
 
-Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) {
+Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, ResidualCapture* capture) {
   const ModelConfig& c = config_;
   OASIS_CHECK_EQ(static_cast<int64_t>(kv.size()), c.num_hidden_layers) << "one KV pool per layer";
   const int64_t T = in.token_ids.numel(), h = c.hidden_size;
@@ -221,7 +221,31 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const float eps = static_cast<float>(c.rms_norm_eps);
 
+  // Residual-stream capture (EAGLE-3 aux features): a row copy of the stream per id.
+  Tensor capture_rows;
+  if (capture != nullptr && !capture->layer_ids.empty()) {
+    const int64_t n = static_cast<int64_t>(capture->layer_ids.size());
+    for (int64_t id : capture->layer_ids) {
+      OASIS_CHECK(id >= 0 && id <= c.num_hidden_layers) << "capture layer id " << id << " outside [0, "
+                                                         << c.num_hidden_layers << "]";
+    }
+    OASIS_CHECK(capture->out.shape() == (std::vector<int64_t>{n, T, h}) && capture->out.dtype() == dt)
+        << "capture tensor " << capture->out.ToString() << ", expected [" << n << ", " << T << ", " << h << "]";
+    Tensor iota = Tensor::Empty({T}, DType::kI32);
+    for (int64_t t = 0; t < T; ++t) iota.data<int32_t>()[t] = static_cast<int32_t>(t);
+    capture_rows = B.Upload(iota);
+  }
+  auto capture_stream = [&](int64_t id, const Tensor& stream) {
+    if (!capture_rows.defined() || capture_rows.numel() == 0) return;
+    for (size_t j = 0; j < capture->layer_ids.size(); ++j) {
+      if (capture->layer_ids[j] != id) continue;
+      Tensor dst = capture->out.Slice(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1).Reshape({T, h});
+      B.GatherRows(stream, capture_rows, dst);
+    }
+  };
+
   B.Embedding(in.token_ids, embed_tokens_, residual[cur]);
+  capture_stream(0, residual[cur]);
   bool first = true;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
@@ -232,6 +256,7 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
     } else {
       B.AddRmsNormLinear(&hidden, residual[cur], &residual[1 - cur], L.input_norm, eps, L.qkv, qkv);
       cur = 1 - cur;
+      capture_stream(static_cast<int64_t>(i), residual[cur]);  // the stream entering layer i
     }
     B.QkvRopeAppend(qkv, q, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps, in.positions,
                     rope_, in.slot_mapping, kv[i]);
@@ -242,6 +267,7 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv) 
     B.SiluMulLinear(gate_up, L.down, hidden);
   }
   B.AddRmsNorm(hidden, residual[cur], final_norm_, eps, normed);
+  capture_stream(c.num_hidden_layers, residual[cur]);  // leaving the last layer (pre-norm)
   const int64_t R = in.logit_rows.numel();
   Tensor rows = B.Empty({R, h}, dt);
   B.GatherRows(normed, in.logit_rows, rows);

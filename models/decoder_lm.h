@@ -27,6 +27,17 @@ struct ForwardInput {
   Tensor logit_rows;    // [R] int32: the batch rows whose logits are returned
 };
 
+// Optional copy of the target's residual stream for an EAGLE-3 head (docs/eagle3.md).
+// Id i < num_hidden_layers names the residual stream ENTERING layer i (embedding + the
+// outputs of layers 0..i-1, before layer i's input_layernorm; id 0 is the embedding);
+// id num_hidden_layers names the stream leaving the last layer, before the final norm.
+// Forward fills `out` with backend ops (a row copy per id, no extra pass), so it works on
+// every backend.
+struct ResidualCapture {
+  std::vector<int64_t> layer_ids;  // each in [0, num_hidden_layers]
+  Tensor out;                      // [layer_ids.size(), T, hidden] activation dtype, device
+};
+
 class DecoderLM {
  public:
   // Checks the config and loads every weight the architecture needs from `weights`
@@ -41,12 +52,16 @@ class DecoderLM {
   static std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
+  // The input embedding [vocab, hidden] on the backend's device (EAGLE-3 heads share it).
+  const Tensor& embed_tokens() const { return embed_tokens_; }
 
   // KV pools for `num_slots` head-blocks per layer, on the backend's device.
   std::vector<LayerKvPool> AllocateKvCache(int64_t num_slots) const;
 
-  // Runs all layers, appends the batch's K/V to `kv`, returns logits [R, vocab].
-  Tensor Forward(const ForwardInput& input, std::vector<LayerKvPool>& kv);
+  // Runs all layers, appends the batch's K/V to `kv`, returns logits [R, vocab]. With
+  // `capture` (its `out` allocated by the caller), also copies the residual stream at
+  // capture->layer_ids for every token of the batch; nullptr or no ids = no copies.
+  Tensor Forward(const ForwardInput& input, std::vector<LayerKvPool>& kv, ResidualCapture* capture = nullptr);
 
  private:
   struct Layer {

@@ -19,6 +19,7 @@
 #include "models/decoder_lm.h"
 #include "models/eagle3.h"
 #include "oasis/model_config.h"
+#include "../unit/loader/safetensors_builder.h"
 #include "test_support.h"
 
 using namespace oasis;
@@ -458,6 +459,52 @@ TEST_CASE("an EAGLE-3 config.json parses into a head that fits", "[eagle3]") {
   CHECK((*head)->aux_layer_ids() == std::vector<int64_t>{0, 1, 2});
   CHECK((*head)->draft_vocab_size() == 100);
   CHECK((*head)->DraftToTarget(99) == 99);
+}
+
+TEST_CASE("a head loads from a checkpoint directory", "[eagle3]") {
+  CpuBackend backend(2);
+  Target t = LoadTarget("qwen3-tiny", backend);
+  const ModelConfig hc = HeadConfigFor(t.config, {}, 64);  // default aux ids (2, 1, 0)
+  auto w = RandomHeadWeights(hc, false, 31);
+  // The same (bf16-valued) tensors as a safetensors file, plus a config.json.
+  std::vector<testing::RawTensor> raw;
+  for (const WeightSpec& spec : Eagle3Head::ExpectedWeights(hc, false)) {
+    if (spec.dtype == DType::kI64) {
+      std::vector<int64_t> d2t(static_cast<size_t>(spec.numel()));
+      for (size_t i = 0; i < d2t.size(); ++i) d2t[i] = static_cast<int64_t>(3 * i);  // target id 4i
+      raw.push_back({spec.name, "I64", spec.shape, testing::BytesOf(d2t)});
+    } else {
+      auto f = w->Load(spec.name, DType::kF32);
+      REQUIRE(f.ok());
+      raw.push_back({spec.name, "BF16", spec.shape, testing::Bf16BytesOf(Floats(*f))});
+    }
+  }
+  raw.push_back({"t2d", "BOOL", {512}, std::string(512, '\1')});
+  auto dir = testing::MakeTempDir("eagle3_head");
+  testing::WriteBinaryFile(dir / "model.safetensors", testing::BuildSafetensors(raw));
+  testing::WriteBinaryFile(dir / "config.json", R"({
+    "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+    "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 32, "intermediate_size": 96, "vocab_size": 512, "draft_vocab_size": 64,
+    "target_hidden_size": 64, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16"})");
+  auto loaded = Eagle3Head::Load(dir, *t.model, backend);
+  REQUIRE(loaded.ok());
+  CHECK((*loaded)->aux_layer_ids() == std::vector<int64_t>{2, 1, 0});
+  CHECK((*loaded)->DraftToTarget(10) == 40);
+  auto direct = Eagle3Head::Create(hc, *w, *t.model, backend);
+  REQUIRE(direct.ok());
+  const std::vector<int32_t> prompt = Prompt(20, 4, 512);
+  Tensor aux = CaptureAux(t, {2, 1, 0}, prompt);
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  const int64_t T = static_cast<int64_t>(next.size());
+  auto kv1 = (*loaded)->AllocateKvCache(8), kv2 = (*direct)->AllocateKvCache(8);
+  Paging paging(8, 2);
+  HeadBlockTable& table = paging.NewSequence(T);
+  CHECK(SameBits(RunHead(**loaded, kv1, table, aux, next, {T}), RunHead(**direct, kv2, table, aux, next, {T})));
+  // A broken checkpoint directory is an error, not a crash.
+  testing::WriteBinaryFile(dir / "config.json", "{}");
+  CHECK_FALSE(Eagle3Head::Load(dir, *t.model, backend).ok());
 }
 
 // ---------------------------------------------------------------- target capture

@@ -511,7 +511,7 @@ TEST_CASE("a head loads from a checkpoint directory", "[eagle3]") {
 
 TEST_CASE("the capture is the residual stream entering each target layer", "[eagle3]") {
   CpuBackend backend(2);
-  for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
+  for (const char* name : {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
     DYNAMIC_SECTION(name) {
       Target full = LoadTarget(name, backend);
       const ModelConfig& c = full.config;
@@ -580,7 +580,8 @@ TEST_CASE("the capture is the residual stream entering each target layer", "[eag
 
 TEST_CASE("the head forward matches a plain host implementation", "[eagle3]") {
   CpuBackend backend(2);
-  for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
+  // GQA + head_dim != hidden/heads; multi-query; llama3 RoPE; full MHA with head_dim 24.
+  for (const char* name : {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
     DYNAMIC_SECTION(name) {
       Target t = LoadTarget(name, backend);
       const ModelConfig hc = HeadConfigFor(t.config, {0, t.config.num_hidden_layers / 2 + 0,

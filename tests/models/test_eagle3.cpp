@@ -723,10 +723,8 @@ TEST_CASE("draft logits match the PyTorch reference fixtures", "[eagle3]") {
   for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
     DYNAMIC_SECTION(name) {
       auto dir = testing::FixturePath(std::string("eagle3/") + name);
-      if (!std::filesystem::exists(dir / "reference.safetensors")) {
-        WARN("no fixture " << dir << " yet (tools/eagle3_reference.py, docs/eagle3.md)");
-        continue;
-      }
+      // Committed fixtures (tools/eagle3_reference.py on the GPU machine, docs/eagle3.md).
+      REQUIRE(std::filesystem::exists(dir / "reference.safetensors"));
       CpuBackend backend(2);
       Target t = LoadTarget(name, backend);
       auto head = Eagle3Head::Load(dir, *t.model, backend);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -44,7 +45,9 @@ TEST_CASE("Linear (cuBLAS bf16) matches the CPU", "[gpu][linear]") {
     cpu.Linear(x, w, want);
     Tensor out = PoisonedBf16(*gpu, {rows, outf});
     gpu->Linear(UploadBf16(*gpu, x), UploadBf16(*gpu, w), out);
-    ExpectClose(DownloadF32(*gpu, out), want, 2e-2, 1e-2);
+    // bf16 output: cuBLAS may split K and reduce the partial sums in bf16, so the error scales
+    // with the size of the partial dot products (~ sqrt(in) * 0.05), not with the result.
+    ExpectClose(DownloadF32(*gpu, out), want, std::max(2e-2, 1.5e-2 * std::sqrt(double(in)) * 0.05), 1e-2);
     Tensor out32 = gpu->Empty({rows, outf}, DType::kF32);
     gpu->Linear(UploadBf16(*gpu, x), UploadBf16(*gpu, w), out32);
     ExpectClose(DownloadF32(*gpu, out32), want, 1e-3, 1e-3);

@@ -19,6 +19,85 @@ __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, flo
   }
 }
 
+// The weight rows of group g (features past `out` are clamped: computed, never written).
+template <int F>
+__device__ __forceinline__ void GroupRows(const bf16* w, int64_t in, int64_t out, int64_t g, const uint4* (&wrow)[F]) {
+#pragma unroll
+  for (int f = 0; f < F; ++f) {
+    const int64_t feat = g * F + f < out ? g * F + f : out - 1;
+    wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
+  }
+}
+
+// U K-steps of weight vectors from vector v on.
+template <int F, int T, int U>
+__device__ __forceinline__ void LoadWeights(const uint4* const (&wrow)[F], int64_t v, uint4 (&wv)[U][F]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
+}
+
+// One group: the F·R dot products of the weight rows with the R rows of x ([R][vecs] 16-byte
+// vectors, in shared memory when kSharedX), reduced over the CTA and written out. `wv`
+// already holds the first K-steps when `loaded`.
+template <int R, int F, int T, int U, bool kSharedX>
+__device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs, const uint4* const (&wrow)[F],
+                                          uint4 (&wv)[U][F], bool loaded, float (&partial)[T / 32][F * R], int64_t f0,
+                                          int64_t out, bf16* out_bf16, float* out_f32) {
+  auto x_at = [&](int64_t i) { return kSharedX ? xv[i] : __ldg(xv + i); };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float acc[F][R];
+#pragma unroll
+  for (int f = 0; f < F; ++f)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
+  int64_t v = threadIdx.x;
+  for (; v + (U - 1) * T < vecs; v += U * T) {
+    if (!loaded) LoadWeights<F, T, U>(wrow, v, wv);
+    loaded = false;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint4 xr = x_at(r * vecs + v + u * T);
+#pragma unroll
+        for (int f = 0; f < F; ++f) Accumulate(wv[u][f], xr, acc[f][r]);
+      }
+    }
+  }
+  for (; v < vecs; v += T) {
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+      const uint4 w1 = __ldcs(wrow[f] + v);
+#pragma unroll
+      for (int r = 0; r < R; ++r) Accumulate(w1, x_at(r * vecs + v), acc[f][r]);
+    }
+  }
+#pragma unroll
+  for (int f = 0; f < F; ++f)
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float s = WarpSum(acc[f][r]);
+      if (lane == 0) partial[warp][f * R + r] = s;
+    }
+  __syncthreads();
+  if (threadIdx.x < F * R) {
+    const int f = threadIdx.x / R, r = threadIdx.x % R;
+    float s = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < T / 32; ++wi) s += partial[wi][threadIdx.x];
+    if (f0 + f < out) {
+      if (out_f32) {
+        out_f32[r * out + f0 + f] = s;
+      } else {
+        out_bf16[r * out + f0 + f] = ToBf16(s);
+      }
+    }
+  }
+  __syncthreads();  // partial is reused by the next group
+}
+
 // A CTA of T threads computes F output features (a "group") for all R rows at a time; its
 // threads split the K dimension in 16-byte vectors, U K-steps (U·F weight loads in flight
 // per thread) per iteration; partial sums are reduced through shared memory. Persistent
@@ -32,86 +111,21 @@ template <int R, int F, int T, int U>
 __global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16,
                                                 float* out_f32, int64_t in, int64_t out, int64_t groups) {
   const int64_t vecs = in / 8;
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
   __shared__ float partial[T / 32][F * R];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   bool waited = false;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-    const int64_t f0 = g * F;
     const uint4* wrow[F];
-#pragma unroll
-    for (int f = 0; f < F; ++f) {
-      const int64_t feat = f0 + f < out ? f0 + f : out - 1;  // clamp: computed, never written
-      wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
-    }
-    float acc[F][R];
-#pragma unroll
-    for (int f = 0; f < F; ++f)
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
-    int64_t v = threadIdx.x;
+    GroupRows<F>(w, in, out, g, wrow);
     uint4 wv[U][F];
-    bool loaded = false;
-    if (v + (U - 1) * T < vecs) {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
-      loaded = true;
-    }
+    const bool loaded = threadIdx.x + (U - 1) * T < vecs;
+    if (loaded) LoadWeights<F, T, U>(wrow, threadIdx.x, wv);
     if (!waited) {
       GridDependencyWait();
       AllowDependentLaunch();
       waited = true;
     }
-    for (; v + (U - 1) * T < vecs; v += U * T) {
-      if (!loaded) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
-      }
-      loaded = false;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const uint4 xr = __ldg(xv + r * vecs + v + u * T);
-#pragma unroll
-          for (int f = 0; f < F; ++f) Accumulate(wv[u][f], xr, acc[f][r]);
-        }
-      }
-    }
-    for (; v < vecs; v += T) {
-#pragma unroll
-      for (int f = 0; f < F; ++f) {
-        const uint4 w1 = __ldcs(wrow[f] + v);
-#pragma unroll
-        for (int r = 0; r < R; ++r) Accumulate(w1, __ldg(xv + r * vecs + v), acc[f][r]);
-      }
-    }
-#pragma unroll
-    for (int f = 0; f < F; ++f)
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float s = WarpSum(acc[f][r]);
-        if (lane == 0) partial[warp][f * R + r] = s;
-      }
-    __syncthreads();
-    if (threadIdx.x < F * R) {
-      const int f = threadIdx.x / R, r = threadIdx.x % R;
-      float s = 0.0f;
-#pragma unroll
-      for (int wi = 0; wi < T / 32; ++wi) s += partial[wi][threadIdx.x];
-      if (f0 + f < out) {
-        if (out_f32) {
-          out_f32[r * out + f0 + f] = s;
-        } else {
-          out_bf16[r * out + f0 + f] = ToBf16(s);
-        }
-      }
-    }
-    __syncthreads();  // partial is reused by the next group
+    GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, loaded, partial, g * F, out,
+                                 out_bf16, out_f32);
   }
   if (!waited) {
     GridDependencyWait();
@@ -182,17 +196,10 @@ __global__ void __launch_bounds__(T)
   // Constant data first (PDL): the first weight vectors of the first group.
   uint4 wv[U][F];
   const int64_t g0 = blockIdx.x;
-  bool loaded = false;
-  if (g0 < groups && threadIdx.x + (U - 1) * T < vecs) {
-#pragma unroll
-    for (int f = 0; f < F; ++f) {
-      const int64_t feat = g0 * F + f < out ? g0 * F + f : out - 1;
-      const uint4* wr = reinterpret_cast<const uint4*>(w + feat * in);
-#pragma unroll
-      for (int u = 0; u < U; ++u) wv[u][f] = __ldcs(wr + threadIdx.x + u * T);
-    }
-    loaded = true;
-  }
+  const uint4* wrow[F];
+  GroupRows<F>(w, in, out, g0, wrow);
+  bool loaded = g0 < groups && threadIdx.x + (U - 1) * T < vecs;
+  if (loaded) LoadWeights<F, T, U>(wrow, threadIdx.x, wv);
   GridDependencyWait();
   AllowDependentLaunch();
   for (int r = 0; r < R; ++r) {
@@ -244,70 +251,10 @@ __global__ void __launch_bounds__(T)
     }
     __syncthreads();  // red is reused by the next row; xs complete
   }
-  const uint4* xv = reinterpret_cast<const uint4*>(xs);
   for (int64_t g = g0; g < groups; g += gridDim.x) {
-    const int64_t f0 = g * F;
-    const uint4* wrow[F];
-#pragma unroll
-    for (int f = 0; f < F; ++f) {
-      const int64_t feat = f0 + f < out ? f0 + f : out - 1;  // clamp: computed, never written
-      wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
-    }
-    float acc[F][R];
-#pragma unroll
-    for (int f = 0; f < F; ++f)
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[f][r] = 0.0f;
-    int64_t v = threadIdx.x;
-    for (; v + (U - 1) * T < vecs; v += U * T) {
-      if (!loaded) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
-      }
-      loaded = false;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const uint4 xr = xv[r * vecs + v + u * T];
-#pragma unroll
-          for (int f = 0; f < F; ++f) Accumulate(wv[u][f], xr, acc[f][r]);
-        }
-      }
-    }
+    if (g != g0) GroupRows<F>(w, in, out, g, wrow);
+    GemvGroup<R, F, T, U, true>(xs_raw, vecs, wrow, wv, loaded, partial, g * F, out, out_bf16, out_f32);
     loaded = false;
-    for (; v < vecs; v += T) {
-#pragma unroll
-      for (int f = 0; f < F; ++f) {
-        const uint4 w1 = __ldcs(wrow[f] + v);
-#pragma unroll
-        for (int r = 0; r < R; ++r) Accumulate(w1, xv[r * vecs + v], acc[f][r]);
-      }
-    }
-#pragma unroll
-    for (int f = 0; f < F; ++f)
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float s = WarpSum(acc[f][r]);
-        if (lane == 0) partial[warp][f * R + r] = s;
-      }
-    __syncthreads();
-    if (threadIdx.x < F * R) {
-      const int f = threadIdx.x / R, r = threadIdx.x % R;
-      float s = 0.0f;
-#pragma unroll
-      for (int wi = 0; wi < T / 32; ++wi) s += partial[wi][threadIdx.x];
-      if (f0 + f < out) {
-        if (out_f32) {
-          out_f32[r * out + f0 + f] = s;
-        } else {
-          out_bf16[r * out + f0 + f] = ToBf16(s);
-        }
-      }
-    }
-    __syncthreads();
   }
 }
 

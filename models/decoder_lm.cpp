@@ -27,21 +27,6 @@ StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name, con
   return t;
 }
 
-// Stacks host tensors of equal trailing shape along dimension 0.
-Tensor ConcatRows(const std::vector<Tensor>& parts) {
-  int64_t rows = 0;
-  for (const Tensor& p : parts) rows += p.dim(0);
-  std::vector<int64_t> shape = parts[0].shape();
-  shape[0] = rows;
-  Tensor out = Tensor::Empty(shape, parts[0].dtype());
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.raw(), p.nbytes());
-    dst += p.nbytes();
-  }
-  return out;
-}
-
 }  // namespace
 
 std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
@@ -118,7 +103,7 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
         OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(weights, names[i], shapes[i], dt));
         parts.push_back(std::move(t));
       }
-      uploaded = backend.Upload(parts.size() == 1 ? parts[0] : ConcatRows(parts));
+      uploaded = backend.Upload(parts.size() == 1 ? parts[0] : Tensor::ConcatRows(parts));
     }
     loaded_bytes += static_cast<double>(uploaded.nbytes());
     const int tenths = static_cast<int>(10 * loaded_bytes / std::max(total_bytes, 1.0));

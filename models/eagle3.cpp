@@ -64,20 +64,6 @@ StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name, con
   return w.Load(name, dtype);
 }
 
-Tensor ConcatRows(const std::vector<Tensor>& parts) {
-  int64_t rows = 0;
-  for (const Tensor& p : parts) rows += p.dim(0);
-  std::vector<int64_t> shape = parts[0].shape();
-  shape[0] = rows;
-  Tensor out = Tensor::Empty(shape, parts[0].dtype());
-  char* dst = static_cast<char*>(out.raw());
-  for (const Tensor& p : parts) {
-    std::memcpy(dst, p.raw(), p.nbytes());
-    dst += p.nbytes();
-  }
-  return out;
-}
-
 constexpr const char* kMid = "midlayer.";
 
 }  // namespace
@@ -186,14 +172,14 @@ StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& conf
     OASIS_ASSIGN_OR_RETURN(Tensor q, LoadChecked(w, m + "self_attn.q_proj.weight", {c.q_size(), 2 * h}, dt, why));
     OASIS_ASSIGN_OR_RETURN(Tensor k, LoadChecked(w, m + "self_attn.k_proj.weight", {c.kv_size(), 2 * h}, dt, why));
     OASIS_ASSIGN_OR_RETURN(Tensor v, LoadChecked(w, m + "self_attn.v_proj.weight", {c.kv_size(), 2 * h}, dt, why));
-    head->qkv_ = backend.Upload(ConcatRows({q, k, v}));
+    head->qkv_ = backend.Upload(Tensor::ConcatRows({q, k, v}));
   }
   OASIS_ASSIGN_OR_RETURN(head->o_proj_, get(m + "self_attn.o_proj.weight", {h, c.q_size()}, "[hidden, heads * head_dim]"));
   {
     const std::string why = "[intermediate_size, hidden_size]";
     OASIS_ASSIGN_OR_RETURN(Tensor g, LoadChecked(w, m + "mlp.gate_proj.weight", {c.intermediate_size, h}, dt, why));
     OASIS_ASSIGN_OR_RETURN(Tensor u, LoadChecked(w, m + "mlp.up_proj.weight", {c.intermediate_size, h}, dt, why));
-    head->gate_up_ = backend.Upload(ConcatRows({g, u}));
+    head->gate_up_ = backend.Upload(Tensor::ConcatRows({g, u}));
   }
   OASIS_ASSIGN_OR_RETURN(head->down_, get(m + "mlp.down_proj.weight", {h, c.intermediate_size},
                                           "[hidden_size, intermediate_size]"));

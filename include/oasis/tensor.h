@@ -29,6 +29,8 @@ class Tensor {
   static Tensor Zeros(std::vector<int64_t> shape, DType dtype);
   // New host f32 tensor holding `values`, with the given shape (numel must match).
   static Tensor FromFloats(const std::vector<float>& values, std::vector<int64_t> shape);
+  // New host tensor stacking host tensors of equal dtype and trailing shape along dim 0.
+  static Tensor ConcatRows(const std::vector<Tensor>& parts);
 
   bool defined() const { return data_ != nullptr || numel() == 0; }
   void* raw() const { return data_; }

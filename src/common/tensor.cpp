@@ -59,6 +59,24 @@ Tensor Tensor::Reshape(std::vector<int64_t> shape) const {
   return Tensor(data_, dtype_, std::move(shape), device_, owner_);
 }
 
+Tensor Tensor::ConcatRows(const std::vector<Tensor>& parts) {
+  OASIS_CHECK(!parts.empty()) << "ConcatRows of nothing";
+  int64_t rows = 0;
+  for (const Tensor& p : parts) {
+    OASIS_CHECK(p.device() == Device::kCpu && p.dtype() == parts[0].dtype()) << "ConcatRows: host tensors of one dtype";
+    rows += p.dim(0);
+  }
+  std::vector<int64_t> shape = parts[0].shape();
+  shape[0] = rows;
+  Tensor out = Empty(shape, parts[0].dtype());
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
 Tensor Tensor::Slice(int64_t begin, int64_t end) const {
   OASIS_CHECK(ndim() >= 1 && begin >= 0 && begin <= end && end <= shape_[0])
       << "Slice [" << begin << ", " << end << ") of " << ToString();

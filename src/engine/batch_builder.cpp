@@ -65,4 +65,18 @@ ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, Logits
   return in;
 }
 
+ForwardInput UploadForwardInput(Backend& b, const ForwardInput& h) {
+  ForwardInput in;
+  in.token_ids = b.Upload(h.token_ids);
+  in.positions = b.Upload(h.positions);
+  in.slot_mapping = b.Upload(h.slot_mapping);
+  in.attention.query_start = b.Upload(h.attention.query_start);
+  in.attention.kv_lens = b.Upload(h.attention.kv_lens);
+  in.attention.block_tables = b.Upload(h.attention.block_tables);
+  in.attention.max_query_len = h.attention.max_query_len;
+  in.attention.max_kv_len = h.attention.max_kv_len;
+  in.logit_rows = b.Upload(h.logit_rows);
+  return in;
+}
+
 }  // namespace oasis

@@ -23,4 +23,7 @@ struct StepSequence {
 // Host tensors for one step (ModelRunner::Execute uploads them).
 ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, LogitsFor logits);
 
+// The same input on `backend`'s device (every tensor uploaded, the bounds copied).
+ForwardInput UploadForwardInput(Backend& backend, const ForwardInput& host);
+
 }  // namespace oasis

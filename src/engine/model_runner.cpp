@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include "common/check.h"
+#include "engine/batch_builder.h"
 
 namespace oasis {
 
@@ -9,19 +10,7 @@ ModelRunner::ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slot
 
 Tensor ModelRunner::Execute(const ForwardInput& h) { return backend_.Download(ForwardLogits(h)); }
 
-Tensor ModelRunner::ForwardLogits(const ForwardInput& h) {
-  ForwardInput in;
-  in.token_ids = backend_.Upload(h.token_ids);
-  in.positions = backend_.Upload(h.positions);
-  in.slot_mapping = backend_.Upload(h.slot_mapping);
-  in.attention.query_start = backend_.Upload(h.attention.query_start);
-  in.attention.kv_lens = backend_.Upload(h.attention.kv_lens);
-  in.attention.block_tables = backend_.Upload(h.attention.block_tables);
-  in.attention.max_query_len = h.attention.max_query_len;
-  in.attention.max_kv_len = h.attention.max_kv_len;
-  in.logit_rows = backend_.Upload(h.logit_rows);
-  return model_.Forward(in, kv_);
-}
+Tensor ModelRunner::ForwardLogits(const ForwardInput& h) { return model_.Forward(UploadForwardInput(backend_, h), kv_); }
 
 std::vector<SampleResult> ModelRunner::ExecuteAndSample(const ForwardInput& host_input,
                                                         const std::vector<SampleRow>& rows) {

@@ -19,24 +19,6 @@
 
 using namespace oasis;
 
-namespace {
-
-ForwardInput ToDevice(Backend& b, const ForwardInput& h) {
-  ForwardInput in;
-  in.token_ids = b.Upload(h.token_ids);
-  in.positions = b.Upload(h.positions);
-  in.slot_mapping = b.Upload(h.slot_mapping);
-  in.attention.query_start = b.Upload(h.attention.query_start);
-  in.attention.kv_lens = b.Upload(h.attention.kv_lens);
-  in.attention.block_tables = b.Upload(h.attention.block_tables);
-  in.attention.max_query_len = h.attention.max_query_len;
-  in.attention.max_kv_len = h.attention.max_kv_len;
-  in.logit_rows = b.Upload(h.logit_rows);
-  return in;
-}
-
-}  // namespace
-
 TEST_CASE("CUDA EAGLE-3 head with the target's capture matches the PyTorch reference", "[gpu][eagle3]") {
   auto backend = CudaBackend::Create();
   REQUIRE(backend.ok());
@@ -73,7 +55,7 @@ TEST_CASE("CUDA EAGLE-3 head with the target's capture matches the PyTorch refer
         ResidualCapture cap;
         for (int64_t id : (*head)->aux_layer_ids()) cap.layer_ids.push_back(id);
         cap.out = B.Empty({static_cast<int64_t>(cap.layer_ids.size()), P, config->hidden_size}, DType::kBF16);
-        ForwardInput tin = ToDevice(B, BuildHostForwardInput({StepSequence{&target_table, 0, prompt}}, LogitsFor::kEveryToken));
+        ForwardInput tin = UploadForwardInput(B, BuildHostForwardInput({StepSequence{&target_table, 0, prompt}}, LogitsFor::kEveryToken));
         (void)(*target)->Forward(tin, target_kv, &cap);
         // The head over rows [0, P-1): row t embeds token t+1 and uses the features of row t.
         std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
@@ -82,7 +64,7 @@ TEST_CASE("CUDA EAGLE-3 head with the target's capture matches the PyTorch refer
         HeadBlockTable head_table(static_cast<int32_t>((*head)->config().num_key_value_heads));
         REQUIRE(head_table.Reserve(T, head_alloc).ok());
         auto head_kv = (*head)->AllocateKvCache(16);
-        ForwardInput hin = ToDevice(B, BuildHostForwardInput({StepSequence{&head_table, 0, next}}, LogitsFor::kEveryToken));
+        ForwardInput hin = UploadForwardInput(B, BuildHostForwardInput({StepSequence{&head_table, 0, next}}, LogitsFor::kEveryToken));
         Tensor logits = B.Download((*head)->Forward(hin, cap.out, head_kv));
         REQUIRE(logits.numel() == static_cast<int64_t>(expect.size()));
         double num = 0, den = 0;

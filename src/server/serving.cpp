@@ -28,6 +28,16 @@ void GenerationJob::Abort() {
   }
 }
 
+JobEvent GenerationJob::Take(size_t i, RequestOutput out) {
+  cursor_ = i + 1;
+  choices_[i].Add(out);
+  if (out.finished) {
+    done_[i] = 1;
+    --unfinished_;
+  }
+  return JobEvent{i, std::move(out)};
+}
+
 std::optional<JobEvent> GenerationJob::Next(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (unfinished_ > 0) {
@@ -42,13 +52,7 @@ std::optional<JobEvent> GenerationJob::Next(std::chrono::milliseconds timeout) {
       if (wait.count() < 0) wait = std::chrono::milliseconds(0);
       std::optional<RequestOutput> out = streams_[i]->Next(wait);
       if (!out) continue;
-      cursor_ = i + 1;
-      choices_[i].Add(*out);
-      if (out->finished) {
-        done_[i] = 1;
-        --unfinished_;
-      }
-      return JobEvent{i, std::move(*out)};
+      return Take(i, std::move(*out));
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     if (unfinished_ > 1) {
@@ -57,15 +61,7 @@ std::optional<JobEvent> GenerationJob::Next(std::chrono::milliseconds timeout) {
         const size_t i = (cursor_ + k) % streams_.size();
         if (done_[i]) continue;
         std::optional<RequestOutput> out = streams_[i]->Next(std::chrono::milliseconds(2));
-        if (out) {
-          cursor_ = i + 1;
-          choices_[i].Add(*out);
-          if (out->finished) {
-            done_[i] = 1;
-            --unfinished_;
-          }
-          return JobEvent{i, std::move(*out)};
-        }
+        if (out) return Take(i, std::move(*out));
         break;
       }
     }

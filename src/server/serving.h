@@ -51,6 +51,9 @@ class GenerationJob {
   Usage usage() const;
 
  private:
+  // Records stream i's event (its choice, finished state, the round-robin cursor).
+  JobEvent Take(size_t i, RequestOutput out);
+
   Engine& engine_;
   std::vector<std::shared_ptr<RequestStream>> streams_;
   std::vector<ChoiceState> choices_;

@@ -202,7 +202,7 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
   Tensor qkv = B.Empty({T, c.q_size() + 2 * c.kv_size()}, dt);
   Tensor q = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
   Tensor attn = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
-  Tensor gate_up = B.Empty({T, 2 * c.intermediate_size}, dt);
+  Tensor act = B.Empty({T, c.intermediate_size}, dt);  // SiLU(gate) · up
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const float eps = static_cast<float>(c.rms_norm_eps);
 
@@ -235,21 +235,23 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& L = layers_[i];
     // hidden holds the previous sub-layer's output; residual[cur] the running stream.
+    const Tensor* q_norm = c.qk_norm ? &L.q_norm : nullptr;
+    const Tensor* k_norm = c.qk_norm ? &L.k_norm : nullptr;
     if (first) {
-      B.AddRmsNormLinear(nullptr, residual[cur], nullptr, L.input_norm, eps, L.qkv, qkv);
+      B.AddRmsNormQkvRopeAppend(nullptr, residual[cur], nullptr, L.input_norm, eps, L.qkv, qkv, q, q_norm, k_norm,
+                                in.positions, rope_, in.slot_mapping, kv[i]);
       first = false;
     } else {
-      B.AddRmsNormLinear(&hidden, residual[cur], &residual[1 - cur], L.input_norm, eps, L.qkv, qkv);
+      B.AddRmsNormQkvRopeAppend(&hidden, residual[cur], &residual[1 - cur], L.input_norm, eps, L.qkv, qkv, q, q_norm,
+                                k_norm, in.positions, rope_, in.slot_mapping, kv[i]);
       cur = 1 - cur;
       capture_stream(static_cast<int64_t>(i), residual[cur]);  // the stream entering layer i
     }
-    B.QkvRopeAppend(qkv, q, c.qk_norm ? &L.q_norm : nullptr, c.qk_norm ? &L.k_norm : nullptr, eps, in.positions,
-                    rope_, in.slot_mapping, kv[i]);
     B.Attention(q, kv[i], in.attention, scale, attn);
     B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
-    B.AddRmsNormLinear(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up, gate_up);
+    B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up, act);
     cur = 1 - cur;
-    B.SiluMulLinear(gate_up, L.down, hidden);
+    B.Linear(act, L.down, hidden);
   }
   B.AddRmsNorm(hidden, residual[cur], final_norm_, eps, normed);
   capture_stream(c.num_hidden_layers, residual[cur]);  // leaving the last layer (pre-norm)

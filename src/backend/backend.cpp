@@ -49,4 +49,20 @@ void Backend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* 
   Linear(normed, weight, out);
 }
 
+void Backend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                                   const Tensor& norm_weight, float eps, const Tensor& gate_up_weight, Tensor& out) {
+  const int64_t rows = residual.numel() / gate_up_weight.dim(1);
+  Tensor gate_up = Empty({rows, gate_up_weight.dim(0)}, out.dtype());
+  AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, gate_up_weight, gate_up);
+  SiluMul(gate_up, out);
+}
+
+void Backend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                                      const Tensor& norm_weight, float eps, const Tensor& qkv_weight, Tensor& qkv,
+                                      Tensor& q, const Tensor* q_norm, const Tensor* k_norm, const Tensor& positions,
+                                      const RopeParams& rope, const Tensor& slot_mapping, LayerKvPool& pool) {
+  AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv);
+  QkvRopeAppend(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
+}
+
 }  // namespace oasis

@@ -157,6 +157,32 @@ class Backend {
                                 float eps, const Tensor& weight,  // [out, hidden]
                                 Tensor& out);                // [T, out]
 
+  // The MLP's input side with SiLU·mul folded in: out = SiluMul(n · gate_upᵀ) where n is the
+  // pre-norm of AddRmsNormLinear (same x / residual / residual_out contract) and gate_up is
+  // the fused [gate | up] weight. Default: AddRmsNormLinear + SiluMul; backends may fuse it.
+  virtual void AddRmsNormGateUpSilu(const Tensor* x,                 // [T, hidden] or nullptr
+                                    const Tensor& residual,          // [T, hidden]
+                                    Tensor* residual_out,            // [T, hidden] or nullptr
+                                    const Tensor& norm_weight,       // [hidden]
+                                    float eps, const Tensor& gate_up_weight,  // [2 * inter, hidden]
+                                    Tensor& out);                    // [T, inter]
+
+  // The attention block's whole input side: qkv = AddRmsNormLinear(x, residual, ...,
+  // qkv_weight) (qkv is scratch; its contents afterwards are unspecified), then
+  // QkvRopeAppend(qkv, q, ...). Default: exactly those two ops; backends may fuse them.
+  virtual void AddRmsNormQkvRopeAppend(const Tensor* x,             // [T, hidden] or nullptr
+                                       const Tensor& residual,      // [T, hidden]
+                                       Tensor* residual_out,        // [T, hidden] or nullptr
+                                       const Tensor& norm_weight,   // [hidden]
+                                       float eps, const Tensor& qkv_weight,  // [(Hq + 2 Hkv) * head_dim, hidden]
+                                       Tensor& qkv,                 // [T, (Hq + 2 Hkv) * head_dim] scratch
+                                       Tensor& q,                   // [T, Hq, head_dim]
+                                       const Tensor* q_norm, const Tensor* k_norm,  // [head_dim] or nullptr
+                                       const Tensor& positions,     // [T] int32
+                                       const RopeParams& rope,
+                                       const Tensor& slot_mapping,  // [T, Hkv] int64
+                                       LayerKvPool& pool);
+
   // Copies the given rows: out[i, :] = x[rows[i], :].
   virtual void GatherRows(const Tensor& x,     // [T, n]
                           const Tensor& rows,  // [R] int32

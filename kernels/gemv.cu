@@ -3,6 +3,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.h"
+#include "kernels/rope.cuh"
 
 namespace oasis::kernels {
 namespace {
@@ -19,12 +20,22 @@ __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, flo
   }
 }
 
-// The weight rows of group g (features past `out` are clamped: computed, never written).
-template <int F>
+// The weight rows of group g (features past `out` are clamped: computed, never written). With
+// kPair the weights are [gate | up] halves and group g holds F/2 gate rows and the F/2 up rows
+// with the same indices (the SiLU·mul epilogue combines them).
+template <int F, bool kPair = false>
 __device__ __forceinline__ void GroupRows(const bf16* w, int64_t in, int64_t out, int64_t g, const uint4* (&wrow)[F]) {
 #pragma unroll
   for (int f = 0; f < F; ++f) {
-    const int64_t feat = g * F + f < out ? g * F + f : out - 1;
+    int64_t feat;
+    if constexpr (kPair) {
+      const int64_t half = out / 2;
+      int64_t j = g * (F / 2) + f % (F / 2);
+      j = j < half ? j : half - 1;
+      feat = f < F / 2 ? j : half + j;
+    } else {
+      feat = g * F + f < out ? g * F + f : out - 1;
+    }
     wrow[f] = reinterpret_cast<const uint4*>(w + feat * in);
   }
 }
@@ -38,10 +49,16 @@ __device__ __forceinline__ void LoadWeights(const uint4* const (&wrow)[F], int64
     for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
 }
 
+// What a GEMV writes: the dot products (kPlain), or SiLU(gate)·up of paired gate/up rows
+// (kSiluPair: out has half the weight's features), or the dot products followed by the QKV
+// heads' norm/RoPE/KV append (kQkvRope; see QkvHeadEpilogue).
+enum Epilogue : int { kPlain = 0, kSiluPair = 1, kQkvRope = 2 };
+
 // One group: the F·R dot products of the weight rows with the R rows of x ([R][vecs] 16-byte
 // vectors, in shared memory when kSharedX), reduced over the CTA and written out. `wv`
-// already holds the first K-steps when `loaded`.
-template <int R, int F, int T, int U, bool kSharedX>
+// already holds the first K-steps when `loaded`. f0 is the group's first output feature
+// (g·F, or g·F/2 for kSiluPair); `out` the weight's feature count.
+template <int R, int F, int T, int U, bool kSharedX, int kEpi = kPlain>
 __device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs, const uint4* const (&wrow)[F],
                                           uint4 (&wv)[U][F], bool loaded, float (&partial)[T / 32][F * R], int64_t f0,
                                           int64_t out, bf16* out_bf16, float* out_f32) {
@@ -82,7 +99,24 @@ __device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs, const u
       if (lane == 0) partial[warp][f * R + r] = s;
     }
   __syncthreads();
-  if (threadIdx.x < F * R) {
+  if constexpr (kEpi == kSiluPair) {
+    // Rounds like the GEMV to bf16 followed by SiluMulKernel.
+    if (threadIdx.x < F / 2 * R) {
+      const int f = threadIdx.x / R, r = threadIdx.x % R;
+      const int64_t half = out / 2;
+      float sg = 0.0f, su = 0.0f;
+#pragma unroll
+      for (int wi = 0; wi < T / 32; ++wi) {
+        sg += partial[wi][f * R + r];
+        su += partial[wi][(f + F / 2) * R + r];
+      }
+      if (f0 + f < half) {
+        const float x = ToFloat(ToBf16(sg));
+        const float silu = x / (1.0f + __expf(-x));
+        out_bf16[r * half + f0 + f] = ToBf16(ToFloat(ToBf16(silu)) * ToFloat(ToBf16(su)));
+      }
+    }
+  } else if (threadIdx.x < F * R) {
     const int f = threadIdx.x / R, r = threadIdx.x % R;
     float s = 0.0f;
 #pragma unroll
@@ -177,16 +211,69 @@ cudaError_t LaunchVariant(int variant, const bf16* x, const bf16* w, bf16* ob, f
 // where the one-row shape reaches 0.44.
 int DefaultVariant(int64_t rows) { return rows == 1 ? 1 : 6; }
 
+// kQkvRope: after a CTA has written its group of the QKV projection (bf16, into `qkv`), the
+// last CTA to finish a head (a per-head arrival counter, reset by that CTA) applies what
+// QkvRopeAppendKernel does to that head for every row: q heads normed + roped into rope.q,
+// k heads into the K pool, v heads copied into the V pool. Groups never straddle heads
+// (F divides head_dim). Writers fence before arriving, the last CTA fences before reading
+// the other CTAs' values (through L2: __ldcg).
+inline constexpr int kQkvEpilogueMaxHeadDim = 256;
+struct GemvQkvEpilogue {
+  QkvRopeAppendParams rope;  // rope.qkv is the GEMV's bf16 output
+  int* counters;             // [num_q_heads + 2 * num_kv_heads] zero between launches
+};
+
+template <int R, int F, int T>
+__device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64_t f0, int64_t out,
+                                                bf16 (&stage)[R][kQkvEpilogueMaxHeadDim], int& s_last) {
+  const QkvRopeAppendParams& p = ep.rope;
+  const int d = p.head_dim;
+  const int head = static_cast<int>(f0 / d);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int prev = atomicAdd(ep.counters + head, 1);
+    s_last = prev == d / F - 1;
+    if (s_last) ep.counters[head] = 0;  // every other CTA of this head has arrived
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int r = warp; r < R; r += T / 32) {
+    const bf16* src = p.qkv + r * out + static_cast<int64_t>(head) * d;
+    for (int i = lane; i < d; i += 32) stage[r][i] = __ldcg(src + i);
+    __syncwarp();
+    if (head >= p.num_q_heads + p.num_kv_heads) {  // v
+      const int64_t dst = p.slot_mapping[r * p.num_kv_heads + (head - p.num_q_heads - p.num_kv_heads)];
+      if (dst >= 0)
+        for (int i = lane; i < d; i += 32) p.v_pool[dst * d + i] = stage[r][i];
+      continue;
+    }
+    const bool is_q = head < p.num_q_heads;
+    bf16* dst;
+    if (is_q) {
+      dst = p.q + (static_cast<int64_t>(r) * p.num_q_heads + head) * d;
+    } else {
+      const int64_t slot = p.slot_mapping[r * p.num_kv_heads + (head - p.num_q_heads)];
+      if (slot < 0) continue;
+      dst = p.k_pool + slot * d;
+    }
+    NormRopeHead(stage[r], dst, is_q ? p.q_norm : p.k_norm, static_cast<float>(p.positions[r]), p.inv_freq,
+                 p.attention_scaling, p.eps, d, lane);
+  }
+}
+
 // RMSNorm (+ residual add) fused into the GEMV that consumes it: every CTA first builds the
 // normalised rows in shared memory — v = bf16(residual + x) (or the residual alone), written to
 // residual_out by CTA 0; n = bf16(norm_w · bf16(v · rsqrt(mean(v²) + eps))), rounded like
 // RmsNormKernel — then streams its weight groups against them. A persistent grid keeps the
 // per-CTA prologue (2 × in × 2 bytes per row from L2) to one per resident CTA.
-template <int R, int F, int T, int U>
+template <int R, int F, int T, int U, int kEpi>
 __global__ void __launch_bounds__(T)
     GemvNormKernel(const bf16* __restrict__ x, const bf16* __restrict__ residual, bf16* residual_out,
                    const bf16* __restrict__ norm_w, float eps, const bf16* __restrict__ w, bf16* out_bf16,
-                   float* out_f32, int64_t in, int64_t out, int64_t groups) {
+                   float* out_f32, int64_t in, int64_t out, int64_t groups, GemvQkvEpilogue ep) {
   extern __shared__ uint4 xs_raw[];  // [R][in] bf16
   bf16* xs = reinterpret_cast<bf16*>(xs_raw);
   __shared__ float partial[T / 32][F * R];
@@ -197,7 +284,7 @@ __global__ void __launch_bounds__(T)
   uint4 wv[U][F];
   const int64_t g0 = blockIdx.x;
   const uint4* wrow[F];
-  GroupRows<F>(w, in, out, g0, wrow);
+  GroupRows<F, kEpi == kSiluPair>(w, in, out, g0, wrow);
   bool loaded = g0 < groups && threadIdx.x + (U - 1) * T < vecs;
   if (loaded) LoadWeights<F, T, U>(wrow, threadIdx.x, wv);
   GridDependencyWait();
@@ -251,16 +338,24 @@ __global__ void __launch_bounds__(T)
     }
     __syncthreads();  // red is reused by the next row; xs complete
   }
+  constexpr int kStageRows = kEpi == kQkvRope ? R : 1;
+  __shared__ bf16 stage[kStageRows][kQkvEpilogueMaxHeadDim];
+  __shared__ int s_last;
   for (int64_t g = g0; g < groups; g += gridDim.x) {
-    if (g != g0) GroupRows<F>(w, in, out, g, wrow);
-    GemvGroup<R, F, T, U, true>(xs_raw, vecs, wrow, wv, loaded, partial, g * F, out, out_bf16, out_f32);
+    if (g != g0) GroupRows<F, kEpi == kSiluPair>(w, in, out, g, wrow);
+    const int64_t f0 = kEpi == kSiluPair ? g * (F / 2) : g * F;
+    GemvGroup<R, F, T, U, true, kEpi>(xs_raw, vecs, wrow, wv, loaded, partial, f0, out, out_bf16, out_f32);
+    if constexpr (kEpi == kQkvRope) QkvHeadEpilogue<R, F, T>(ep, f0, out, stage, s_last);
     loaded = false;
   }
+  (void)stage;
+  (void)s_last;
 }
 
-template <int R, int F, int T, int U>
+template <int R, int F, int T, int U, int kEpi>
 cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
-                             const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, cudaStream_t stream) {
+                             const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, const GemvQkvEpilogue& ep,
+                             cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(R) * in * 2;
   static int sms = 0, per_sm_cached = -1;
   static size_t smem_cached = 0;
@@ -272,19 +367,41 @@ cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual
       int dev = 0;
       cudaGetDevice(&dev);
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      cudaFuncSetAttribute(GemvNormKernel<R, F, T, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvNormMaxSmem);
+      cudaFuncSetAttribute(GemvNormKernel<R, F, T, U, kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvNormMaxSmem);
     }
     if (smem != smem_cached) {
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_cached, GemvNormKernel<R, F, T, U>, T, smem);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_cached, GemvNormKernel<R, F, T, U, kEpi>, T, smem);
       smem_cached = smem;
     }
     per_sm = per_sm_cached;
   }
-  const int64_t groups = (out + F - 1) / F;
+  const int64_t groups = kEpi == kSiluPair ? (out / 2 + F / 2 - 1) / (F / 2) : (out + F - 1) / F;
   const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
   const int64_t grid = groups < resident ? groups : resident;
-  return LaunchPdl(GemvNormKernel<R, F, T, U>, dim3(static_cast<unsigned>(grid)), dim3(T), smem, stream, x, residual,
-                   residual_out, norm_w, eps, w, ob, of, in, out, groups);
+  return LaunchPdl(GemvNormKernel<R, F, T, U, kEpi>, dim3(static_cast<unsigned>(grid)), dim3(T), smem, stream, x, residual,
+                   residual_out, norm_w, eps, w, ob, of, in, out, groups, ep);
+}
+
+// The norm-fused configurations by row count (H200: 4 × 256 streams one row best; 2–4 rows
+// reuse x across 8 features × 128 threads).
+template <int kEpi>
+cudaError_t LaunchNormRows(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
+                           const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
+                           const GemvQkvEpilogue& ep, cudaStream_t stream) {
+  switch (rows) {
+    case 1: return LaunchNormConfig<1, 4, 256, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
+    case 2: return LaunchNormConfig<2, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
+    case 3: return LaunchNormConfig<3, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
+    default: return LaunchNormConfig<4, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
+  }
+}
+
+bool NormArgsValid(const bf16* x, const bf16* residual, const bf16* residual_out, const bf16* norm_w, const bf16* w,
+                   int64_t rows, int64_t in) {
+  const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
+  return GemvNormSupported(rows, in, residual, w) && (x == nullptr || !misaligned(x)) &&
+         (residual_out == nullptr || !misaligned(residual_out)) && !misaligned(norm_w) &&
+         !(x == nullptr && residual_out != nullptr);
 }
 
 }  // namespace
@@ -313,18 +430,40 @@ bool GemvNormSupported(int64_t rows, int64_t in, const void* residual, const voi
 cudaError_t LaunchGemvRmsNorm(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
                               const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
                               cudaStream_t stream) {
-  if (!GemvNormSupported(rows, in, residual, w) || (ob == nullptr) == (of == nullptr) ||
-      (x != nullptr && reinterpret_cast<uintptr_t>(x) % 16 != 0) ||
-      (residual_out != nullptr && reinterpret_cast<uintptr_t>(residual_out) % 16 != 0) ||
-      reinterpret_cast<uintptr_t>(norm_w) % 16 != 0 || (x == nullptr && residual_out != nullptr)) {
+  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) || (ob == nullptr) == (of == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  switch (rows) {
-    case 1: return LaunchNormConfig<1, 4, 256, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
-    case 2: return LaunchNormConfig<2, 8, 128, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
-    case 3: return LaunchNormConfig<3, 8, 128, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
-    default: return LaunchNormConfig<4, 8, 128, 2>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, stream);
+  return LaunchNormRows<kPlain>(x, residual, residual_out, norm_w, eps, w, ob, of, rows, in, out, GemvQkvEpilogue{},
+                                stream);
+}
+
+cudaError_t LaunchGemvRmsNormSiluMul(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w,
+                                     float eps, const bf16* w, bf16* out, int64_t rows, int64_t in, int64_t inter,
+                                     cudaStream_t stream) {
+  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) || out == nullptr || inter < 1) {
+    return cudaErrorInvalidValue;
   }
+  return LaunchNormRows<kSiluPair>(x, residual, residual_out, norm_w, eps, w, out, nullptr, rows, in, 2 * inter,
+                                   GemvQkvEpilogue{}, stream);
+}
+
+bool GemvQkvRopeSupported(int64_t rows, int64_t in, int num_heads, int head_dim, const void* residual, const void* w) {
+  return GemvNormSupported(rows, in, residual, w) && head_dim % 8 == 0 && head_dim >= 8 &&
+         head_dim <= kQkvEpilogueMaxHeadDim && num_heads >= 1 && num_heads <= kGemvQkvMaxHeads;
+}
+
+cudaError_t LaunchGemvRmsNormQkvRope(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w,
+                                     float eps, const bf16* w, int64_t in, const QkvRopeAppendParams& rope,
+                                     int* counters, cudaStream_t stream) {
+  const int heads = rope.num_q_heads + 2 * rope.num_kv_heads;
+  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rope.tokens, in) ||
+      !GemvQkvRopeSupported(rope.tokens, in, heads, rope.head_dim, residual, w) || counters == nullptr ||
+      rope.qkv == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  GemvQkvEpilogue ep{rope, counters};
+  return LaunchNormRows<kQkvRope>(x, residual, residual_out, norm_w, eps, w, const_cast<bf16*>(rope.qkv), nullptr,
+                                  rope.tokens, in, int64_t{heads} * rope.head_dim, ep, stream);
 }
 
 cudaError_t LaunchGemv(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/rope.h"
+
 namespace oasis::kernels {
 
 inline constexpr int kGemvMaxRows = 4;  // beyond 4 rows cuBLAS is faster (H200, 2026-11-29)
@@ -41,5 +43,31 @@ cudaError_t LaunchGemvRmsNorm(const __nv_bfloat16* x,         // [rows, in] or n
                               const __nv_bfloat16* norm_w,    // [in]
                               float eps, const __nv_bfloat16* w, __nv_bfloat16* out_bf16, float* out_f32,
                               int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+
+// The same GEMV with SiLU·mul folded in: w is the fused [gate | up] weight [2·inter, in];
+// out[r, j] = bf16(silu(bf16(n·gate_j)) rounded to bf16 × bf16(n·up_j)) — exactly the GEMV to
+// bf16 followed by the SiLU·mul kernel, without the [rows, 2·inter] intermediate.
+cudaError_t LaunchGemvRmsNormSiluMul(const __nv_bfloat16* x,         // [rows, in] or nullptr
+                                     const __nv_bfloat16* residual,  // [rows, in]
+                                     __nv_bfloat16* residual_out,    // [rows, in] or nullptr
+                                     const __nv_bfloat16* norm_w,    // [in]
+                                     float eps, const __nv_bfloat16* w,  // [2 * inter, in]
+                                     __nv_bfloat16* out,             // [rows, inter]
+                                     int64_t rows, int64_t in, int64_t inter, cudaStream_t stream);
+
+// The attention block's input side for decode: the norm-fused QKV GEMV writes rope.qkv
+// (rows = rope.tokens), and the last CTA to finish each head applies QkvRopeAppend's work to
+// it (q/k norm, RoPE, q to rope.q, k and v into the pools) — one launch instead of two.
+// `counters` [num_q_heads + 2·num_kv_heads] int32 device memory, zero before the first
+// launch; every launch leaves it zero. Launches sharing counters must not run concurrently.
+inline constexpr int kGemvQkvMaxHeads = 1024;
+bool GemvQkvRopeSupported(int64_t rows, int64_t in, int num_heads, int head_dim, const void* residual, const void* w);
+cudaError_t LaunchGemvRmsNormQkvRope(const __nv_bfloat16* x,         // [rows, in] or nullptr
+                                     const __nv_bfloat16* residual,  // [rows, in]
+                                     __nv_bfloat16* residual_out,    // [rows, in] or nullptr
+                                     const __nv_bfloat16* norm_w,    // [in]
+                                     float eps, const __nv_bfloat16* w,  // [(Hq + 2 Hkv) · head_dim, in]
+                                     int64_t in, const QkvRopeAppendParams& rope, int* counters,
+                                     cudaStream_t stream);
 
 }  // namespace oasis::kernels

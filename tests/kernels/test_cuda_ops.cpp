@@ -24,6 +24,21 @@ Tensor IntTensor(const std::vector<int32_t>& v) {
   return t;
 }
 
+// Bit-level equality of two downloaded tensors; NaN (a poisoned, unwritten element) must be
+// NaN in both.
+void ExpectIdentical(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.numel() == want.numel());
+  int64_t bad = -1, mismatches = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i], w = want.data<float>()[i];
+    const bool same = (std::isnan(g) && std::isnan(w)) || g == w;
+    if (!same && mismatches++ == 0) bad = i;
+  }
+  INFO(mismatches << " mismatches; first at " << bad << ": got " << (bad >= 0 ? got.data<float>()[bad] : 0.f)
+                  << " want " << (bad >= 0 ? want.data<float>()[bad] : 0.f));
+  CHECK(mismatches == 0);
+}
+
 std::unique_ptr<CudaBackend> MakeBackend() {
   auto b = CudaBackend::Create();
   REQUIRE(b.ok());
@@ -297,6 +312,86 @@ TEST_CASE("fused QkvRopeAppend and SiluMulLinear match the composed ops", "[gpu]
     Tensor out = PoisonedBf16(*gpu, {tokens, outf});
     gpu->SiluMulLinear(UploadBf16(*gpu, gu), UploadBf16(*gpu, w), out);
     ExpectClose(DownloadF32(*gpu, out), want, 3e-2, 2e-2);
+  }
+}
+
+TEST_CASE("decode fusions: QKV GEMV + norm/RoPE/append and gate/up GEMV + SiLU equal the composed ops", "[gpu][fused]") {
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  struct Shape {
+    int64_t rows, hidden;
+    int hq, hkv, d;
+    bool qk_norm;
+  };
+  // 1..4 rows take the fused kernels (the QKV counters must come back to zero: every shape runs
+  // three times); 6 rows fall back to the composed ops.
+  for (const Shape& sh : {Shape{1, 4096, 32, 8, 128, true}, Shape{2, 1024, 8, 2, 128, false},
+                          Shape{3, 512, 4, 4, 64, true}, Shape{4, 2048, 16, 4, 128, true},
+                          Shape{6, 512, 8, 2, 128, true}}) {
+    INFO("rows " << sh.rows << " hidden " << sh.hidden << " heads " << sh.hq << "/" << sh.hkv << " d " << sh.d);
+    const int64_t rows = sh.rows, width = int64_t{sh.hq + 2 * sh.hkv} * sh.d;
+    ModelConfig c;
+    c.head_dim = sh.d;
+    c.rope_theta = 1e6;
+    const RopeParams rope = ComputeRopeParams(c);
+    Tensor x = UploadBf16(*gpu, RandomBf16Exact({rows, sh.hidden}, rng));
+    Tensor res = UploadBf16(*gpu, RandomBf16Exact({rows, sh.hidden}, rng));
+    Tensor nw = UploadBf16(*gpu, RandomBf16Exact({sh.hidden}, rng, 0.5f));
+    Tensor w = UploadBf16(*gpu, RandomBf16Exact({width, sh.hidden}, rng, 0.05f));
+    Tensor qn = UploadBf16(*gpu, RandomBf16Exact({sh.d}, rng)), kn = UploadBf16(*gpu, RandomBf16Exact({sh.d}, rng));
+    std::vector<int32_t> pos;
+    for (int64_t r = 0; r < rows; ++r) pos.push_back(static_cast<int32_t>(std::uniform_int_distribution<int>(0, 30000)(rng)));
+    Tensor positions = gpu->Upload(IntTensor(pos));
+    const int64_t slots = rows * sh.hkv + 2;
+    Tensor mapping_host = Tensor::Empty({rows, sh.hkv}, DType::kI64);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int h = 0; h < sh.hkv; ++h) mapping_host.data<int64_t>()[r * sh.hkv + h] = (r * sh.hkv + h + 1) * 16 + (r * 5 + h) % 16;
+    mapping_host.data<int64_t>()[rows * sh.hkv - 1] = -1;  // not stored
+    Tensor mapping = gpu->Upload(mapping_host);
+    const Tensor* q_norm = sh.qk_norm ? &qn : nullptr;
+    const Tensor* k_norm = sh.qk_norm ? &kn : nullptr;
+    auto pool = [&] { return LayerKvPool{PoisonedBf16(*gpu, {slots, 16, sh.d}), PoisonedBf16(*gpu, {slots, 16, sh.d})}; };
+    // Reference on the GPU: the norm-fused GEMV, then the separate QkvRopeAppend kernel.
+    LayerKvPool want_pool = pool();
+    Tensor want_res = PoisonedBf16(*gpu, {rows, sh.hidden}), qkv = PoisonedBf16(*gpu, {rows, width});
+    Tensor want_q = PoisonedBf16(*gpu, {rows, sh.hq, sh.d});
+    gpu->AddRmsNormLinear(&x, res, &want_res, nw, 1e-6f, w, qkv);
+    gpu->QkvRopeAppend(qkv, want_q, q_norm, k_norm, 1e-6f, positions, rope, mapping, want_pool);
+    for (int rep = 0; rep < 3; ++rep) {
+      LayerKvPool got_pool = pool();
+      Tensor got_res = PoisonedBf16(*gpu, {rows, sh.hidden}), scratch = PoisonedBf16(*gpu, {rows, width});
+      Tensor got_q = PoisonedBf16(*gpu, {rows, sh.hq, sh.d});
+      gpu->AddRmsNormQkvRopeAppend(&x, res, &got_res, nw, 1e-6f, w, scratch, got_q, q_norm, k_norm, positions, rope,
+                                   mapping, got_pool);
+      ExpectIdentical(DownloadF32(*gpu, got_res), DownloadF32(*gpu, want_res));
+      ExpectIdentical(DownloadF32(*gpu, got_q), DownloadF32(*gpu, want_q));
+      // Unwritten slots stay NaN in both pools, so this also checks nothing else was written.
+      ExpectIdentical(DownloadF32(*gpu, got_pool.k), DownloadF32(*gpu, want_pool.k));
+      ExpectIdentical(DownloadF32(*gpu, got_pool.v), DownloadF32(*gpu, want_pool.v));
+    }
+    // The first layer's form (no x, no residual_out).
+    LayerKvPool p0 = pool(), p1 = pool();
+    Tensor q0 = PoisonedBf16(*gpu, {rows, sh.hq, sh.d}), q1 = PoisonedBf16(*gpu, {rows, sh.hq, sh.d});
+    Tensor s0 = PoisonedBf16(*gpu, {rows, width}), s1 = PoisonedBf16(*gpu, {rows, width});
+    gpu->AddRmsNormLinear(nullptr, res, nullptr, nw, 1e-6f, w, s0);
+    gpu->QkvRopeAppend(s0, q0, q_norm, k_norm, 1e-6f, positions, rope, mapping, p0);
+    gpu->AddRmsNormQkvRopeAppend(nullptr, res, nullptr, nw, 1e-6f, w, s1, q1, q_norm, k_norm, positions, rope, mapping, p1);
+    ExpectIdentical(DownloadF32(*gpu, q1), DownloadF32(*gpu, q0));
+    ExpectIdentical(DownloadF32(*gpu, p1.k), DownloadF32(*gpu, p0.k));
+
+    // gate/up + SiLU·mul (odd widths too: the last group is partial).
+    for (int64_t inter : {int64_t{1536}, int64_t{1001}}) {
+      Tensor gu_w = UploadBf16(*gpu, RandomBf16Exact({2 * inter, sh.hidden}, rng, 0.05f));
+      Tensor gu = PoisonedBf16(*gpu, {rows, 2 * inter}), want_act = PoisonedBf16(*gpu, {rows, inter});
+      Tensor r1 = PoisonedBf16(*gpu, {rows, sh.hidden}), r2 = PoisonedBf16(*gpu, {rows, sh.hidden});
+      gpu->AddRmsNormLinear(&x, res, &r1, nw, 1e-6f, gu_w, gu);
+      gpu->SiluMul(gu, want_act);
+      Tensor act = PoisonedBf16(*gpu, {rows, inter});
+      gpu->AddRmsNormGateUpSilu(&x, res, &r2, nw, 1e-6f, gu_w, act);
+      INFO("inter " << inter);
+      ExpectIdentical(DownloadF32(*gpu, act), DownloadF32(*gpu, want_act));
+      ExpectIdentical(DownloadF32(*gpu, r2), DownloadF32(*gpu, r1));
+    }
   }
 }
 

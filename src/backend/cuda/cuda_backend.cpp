@@ -42,6 +42,9 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   OASIS_CUBLAS_CHECK(cublasSetMathMode(b->cublas_, CUBLAS_DEFAULT_MATH));
   OASIS_ASSIGN_OR_RETURN(b->cublas_workspace_, cuda::DeviceBuffer::Allocate(size_t{32} << 20));
   OASIS_CUBLAS_CHECK(cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
+  const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
+  OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
+  OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream_.get()));
   return b;
 }
 
@@ -193,16 +196,21 @@ void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
                                   static_cast<int>(outf), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+bool CudaBackend::NormGemvFusable(const Tensor* x, const Tensor& residual, const Tensor* residual_out,
+                                  const Tensor& norm_weight, const Tensor& weight) const {
+  const int64_t in = weight.dim(1), rows = residual.numel() / in;
+  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
+  return residual.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 && norm_weight.dtype() == DType::kBF16 &&
+         residual.dim(-1) == in && rows > 0 && kernels::GemvNormSupported(rows, in, residual.raw(), weight.raw()) &&
+         (x == nullptr || (x->dtype() == DType::kBF16 && aligned(*x))) &&
+         (residual_out == nullptr || aligned(*residual_out)) && aligned(norm_weight);
+}
+
 void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out,
                                    const Tensor& norm_weight, float eps, const Tensor& weight, Tensor& out) {
   const int64_t in = weight.dim(1), outf = weight.dim(0), rows = residual.numel() / in;
-  const bool fusable = residual.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 &&
-                       norm_weight.dtype() == DType::kBF16 && (out.dtype() == DType::kBF16 || out.dtype() == DType::kF32) &&
-                       residual.dim(-1) == in && kernels::GemvNormSupported(rows, in, residual.raw(), weight.raw()) &&
-                       (x == nullptr || (x->dtype() == DType::kBF16 && reinterpret_cast<uintptr_t>(x->raw()) % 16 == 0)) &&
-                       (residual_out == nullptr || reinterpret_cast<uintptr_t>(residual_out->raw()) % 16 == 0) &&
-                       reinterpret_cast<uintptr_t>(norm_weight.raw()) % 16 == 0;
-  if (!fusable || rows == 0) {
+  if (!NormGemvFusable(x, residual, residual_out, norm_weight, weight) ||
+      (out.dtype() != DType::kBF16 && out.dtype() != DType::kF32)) {
     Backend::AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, weight, out);
     return;
   }
@@ -213,6 +221,46 @@ void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tens
   OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
                                               Ptr(norm_weight), eps, Ptr(weight), f32 ? nullptr : Ptr(out),
                                               f32 ? Ptr<float>(out) : nullptr, rows, in, outf, stream_.get()));
+}
+
+void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                                       const Tensor& norm_weight, float eps, const Tensor& gate_up_weight, Tensor& out) {
+  const int64_t in = gate_up_weight.dim(1), inter = gate_up_weight.dim(0) / 2, rows = residual.numel() / in;
+  if (!NormGemvFusable(x, residual, residual_out, norm_weight, gate_up_weight) || out.dtype() != DType::kBF16 ||
+      gate_up_weight.dim(0) % 2 != 0) {
+    Backend::AddRmsNormGateUpSilu(x, residual, residual_out, norm_weight, eps, gate_up_weight, out);
+    return;
+  }
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormGateUpSilu: residual_out goes with x";
+  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw()) << "AddRmsNormGateUpSilu: aliasing";
+  OASIS_CHECK_EQ(out.numel(), rows * inter) << "AddRmsNormGateUpSilu out";
+  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormSiluMul(x ? Ptr(*x) : nullptr, Ptr(residual),
+                                                     residual_out ? Ptr(*residual_out) : nullptr, Ptr(norm_weight), eps,
+                                                     Ptr(gate_up_weight), Ptr(out), rows, in, inter, stream_.get()));
+}
+
+void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                                          const Tensor& norm_weight, float eps, const Tensor& qkv_weight, Tensor& qkv,
+                                          Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                                          const Tensor& positions, const RopeParams& rope,
+                                          const Tensor& slot_mapping, LayerKvPool& pool) {
+  const int64_t in = qkv_weight.dim(1), rows = residual.numel() / in;
+  const int heads = static_cast<int>(qkv_weight.dim(0) / q.dim(2));
+  if (!NormGemvFusable(x, residual, residual_out, norm_weight, qkv_weight) || qkv.dtype() != DType::kBF16 ||
+      !kernels::GemvQkvRopeSupported(rows, in, heads, static_cast<int>(q.dim(2)), residual.raw(), qkv_weight.raw())) {
+    Backend::AddRmsNormQkvRopeAppend(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv, q, q_norm, k_norm,
+                                     positions, rope, slot_mapping, pool);
+    return;
+  }
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormQkvRopeAppend: residual_out goes with x";
+  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw()) << "AddRmsNormQkvRopeAppend: aliasing";
+  OASIS_CHECK_EQ(qkv.numel(), rows * qkv_weight.dim(0)) << "AddRmsNormQkvRopeAppend qkv";
+  const kernels::QkvRopeAppendParams p = QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
+  OASIS_CHECK_EQ(p.tokens, rows) << "AddRmsNormQkvRopeAppend rows";
+  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormQkvRope(x ? Ptr(*x) : nullptr, Ptr(residual),
+                                                     residual_out ? Ptr(*residual_out) : nullptr, Ptr(norm_weight), eps,
+                                                     Ptr(qkv_weight), in, p, static_cast<int*>(qkv_counters_.data()),
+                                                     stream_.get()));
 }
 
 const float* CudaBackend::DeviceInvFreq(const RopeParams& rope) {
@@ -308,9 +356,10 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   }
 }
 
-void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
-                                const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
-                                LayerKvPool& pool) {
+kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q, const Tensor* q_norm,
+                                                    const Tensor* k_norm, float eps, const Tensor& positions,
+                                                    const RopeParams& rope, const Tensor& slot_mapping,
+                                                    LayerKvPool& pool) {
   CheckDevice(qkv, DType::kBF16, "QkvRopeAppend qkv");
   CheckDevice(slot_mapping, DType::kI64, "QkvRopeAppend slot_mapping");
   kernels::QkvRopeAppendParams p;
@@ -330,6 +379,13 @@ void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_no
   p.num_kv_heads = static_cast<int>(slot_mapping.dim(1));
   p.head_dim = static_cast<int>(q.dim(2));
   OASIS_CHECK_EQ(qkv.dim(1), (p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim) << "QkvRopeAppend widths";
+  return p;
+}
+
+void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
+                                LayerKvPool& pool) {
+  const kernels::QkvRopeAppendParams p = QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
   OASIS_CUDA_CHECK(kernels::LaunchQkvRopeAppend(p, stream_.get()));
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "kernels/rope.h"
 #include "common/cuda_rt.h"
 
 namespace oasis {
@@ -65,14 +66,30 @@ class CudaBackend final : public Backend {
   // Decode batches (1..4 rows) run one fused kernel (kernels/gemv.h LaunchGemvRmsNorm).
   void AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,
                         float eps, const Tensor& weight, Tensor& out) override;
+  // Decode batches: the gate/up GEMV writes SiLU(gate)·up directly (LaunchGemvRmsNormSiluMul).
+  void AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,
+                            float eps, const Tensor& gate_up_weight, Tensor& out) override;
+  // Decode batches: one launch for the QKV GEMV and the heads' norm/RoPE/append
+  // (LaunchGemvRmsNormQkvRope).
+  void AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                               const Tensor& norm_weight, float eps, const Tensor& qkv_weight, Tensor& qkv, Tensor& q,
+                               const Tensor* q_norm, const Tensor* k_norm, const Tensor& positions,
+                               const RopeParams& rope, const Tensor& slot_mapping, LayerKvPool& pool) override;
 
  private:
   CudaBackend() = default;
   const float* DeviceInvFreq(const RopeParams& rope);
+  // Whether the norm-fused GEMV kernels take these operands (bf16, aligned, 1..4 rows).
+  bool NormGemvFusable(const Tensor* x, const Tensor& residual, const Tensor* residual_out, const Tensor& norm_weight,
+                       const Tensor& weight) const;
+  kernels::QkvRopeAppendParams QkvParams(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                                         float eps, const Tensor& positions, const RopeParams& rope,
+                                         const Tensor& slot_mapping, LayerKvPool& pool);
 
   cuda::Stream stream_;
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
+  cuda::DeviceBuffer qkv_counters_;      // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];

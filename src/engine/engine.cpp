@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "engine/batch_builder.h"
 #include "engine/request_state.h"
+#include "engine/request_validation.h"
 #include "engine/scheduler.h"
 
 namespace oasis {
@@ -31,13 +32,16 @@ double Seconds(EngineClock::duration d) { return std::chrono::duration<double>(d
 }  // namespace
 
 struct Engine::Impl {
-  Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions o)
+  Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions o, DraftRunner* d)
       : runner(r),
         tok(t),
         options(o),
         config(r.model().config()),
         num_kv_heads(static_cast<int32_t>(config.num_key_value_heads)),
+        draft(o.lookahead != LookaheadMode::kOff ? d : nullptr),
+        draft_kv_heads(draft != nullptr ? draft->num_kv_heads() : 1),
         allocator(static_cast<int32_t>(r.num_kv_slots())),
+        draft_allocator(static_cast<int32_t>(draft != nullptr ? draft->num_kv_slots() : 0)),
         scheduler(
             {.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens},
             allocator),
@@ -50,6 +54,8 @@ struct Engine::Impl {
     for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
     stats.num_kv_slots = r.num_kv_slots();
     stats.num_free_kv_slots = r.num_kv_slots();
+    stats.num_draft_kv_slots = draft_allocator.num_slots();
+    stats.num_free_draft_kv_slots = draft_allocator.num_free();
     stats.ttft = LatencyHistogram::WithBounds(kTtftBounds);
     stats.itl = LatencyHistogram::WithBounds(kItlBounds);
     stats.e2e = LatencyHistogram::WithBounds(kE2eBounds);
@@ -61,6 +67,12 @@ struct Engine::Impl {
 
   void Loop();
   void Step();
+  // Appends one sampled token to a request and adds it to `out`; returns false when the
+  // request is gone (finished with `out` as its last event, or failed).
+  bool Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
+            RequestOutput& out);
+  // Releases the request's draft-head KV (finish, preemption).
+  void ReleaseDraftHead(RequestState& s);
   void Admit(std::unique_ptr<RequestState> state);
   // Finishes a live request: frees its blocks, counts it, pushes `out` as its last event.
   void Finish(RequestState& s, RequestOutput out, FinishReasonKind reason);
@@ -74,6 +86,8 @@ struct Engine::Impl {
   EngineOptions options;
   const ModelConfig& config;
   int32_t num_kv_heads;
+  DraftRunner* draft;  // null: lookahead off
+  int32_t draft_kv_heads;
   int64_t context_tokens = 0;
   std::vector<int32_t> eos_ids;
 
@@ -95,6 +109,7 @@ struct Engine::Impl {
 
   // Engine-loop state.
   BlockAllocator allocator;
+  BlockAllocator draft_allocator;  // the draft head's KV pool (empty when lookahead is off)
   Scheduler scheduler;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;  // by key
   std::mt19937_64 rng;
@@ -102,62 +117,7 @@ struct Engine::Impl {
 };
 
 Status Engine::Impl::Validate(const EngineRequest& r) const {
-  const int64_t P = static_cast<int64_t>(r.prompt.size());
-  if (r.id.empty()) return InvalidArgument("the request id is empty");
-  if (r.prompt.empty()) return InvalidArgument("the prompt is empty");
-  for (int32_t id : r.prompt) {
-    if (id < 0 || id >= config.vocab_size) {
-      return InvalidArgument("prompt token id " + std::to_string(id) +
-                             " outside the vocabulary [0, " + std::to_string(config.vocab_size) +
-                             ")");
-    }
-  }
-  if (r.max_tokens != -1 && r.max_tokens < 1) {
-    return InvalidArgument("max_tokens must be >= 1 (or -1 for the rest of the context), got " +
-                           std::to_string(r.max_tokens));
-  }
-  if (r.min_tokens < 0)
-    return InvalidArgument("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
-  if (r.max_tokens != -1 && r.min_tokens > r.max_tokens) {
-    return InvalidArgument("min_tokens (" + std::to_string(r.min_tokens) +
-                           ") exceeds max_tokens (" + std::to_string(r.max_tokens) + ")");
-  }
-  if (r.num_top_logprobs < 0 || r.num_top_logprobs > kMaxTopLogprobs) {
-    return InvalidArgument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
-                           "], got " + std::to_string(r.num_top_logprobs));
-  }
-  OASIS_RETURN_IF_ERROR(r.sampling.Validate());
-  if (r.detokenize && tok == nullptr)
-    return InvalidArgument("detokenize needs a tokenizer; the engine has none");
-  if (!r.stop.empty() && (tok == nullptr || !r.detokenize)) {
-    return InvalidArgument(
-        "stop strings need detokenized output (a tokenizer and detokenize = true)");
-  }
-  for (const std::string& s : r.stop) {
-    if (s.empty()) return InvalidArgument("a stop string is empty");
-  }
-  // Compared as "max_tokens > room" so that huge max_tokens values cannot overflow.
-  const int64_t ctx = config.max_position_embeddings;
-  if (r.max_tokens != -1 && ctx > 0 && r.max_tokens > ctx - P) {
-    return OutOfRange("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
-                      std::to_string(r.max_tokens) + ") exceeds the context length " +
-                      std::to_string(ctx));
-  }
-  if (r.max_tokens == -1 && ctx > 0 && P >= ctx) {
-    return OutOfRange("prompt (" + std::to_string(P) +
-                      " tokens) leaves no room in the context length " + std::to_string(ctx));
-  }
-  // The whole pool holds pool_tokens tokens of one sequence (all heads dense).
-  const int64_t pool_tokens = runner.num_kv_slots() / num_kv_heads * kBlockSize;
-  const int64_t needed = r.max_tokens == -1 ? 1 : r.max_tokens;
-  if (needed > pool_tokens - P) {
-    return ResourceExhausted("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
-                             std::to_string(needed) + ") needs more KV cache than the whole pool (" +
-                             std::to_string(runner.num_kv_slots()) + " head-blocks = " +
-                             std::to_string(pool_tokens) + " tokens of " +
-                             std::to_string(num_kv_heads) + " KV heads)");
-  }
-  return Status::Ok();
+  return ValidateRequest(r, config, tok != nullptr, runner.num_kv_slots(), num_kv_heads);
 }
 
 StopConditions Engine::Impl::MakeStopConditions(const EngineRequest& r) const {
@@ -180,8 +140,15 @@ void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
   requests.emplace(s.seq.id, std::move(state));
 }
 
+void Engine::Impl::ReleaseDraftHead(RequestState& s) {
+  if (draft == nullptr) return;
+  s.draft_head.table.Release(draft_allocator);
+  s.draft_head.num_computed = 0;
+}
+
 void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind reason) {
   scheduler.Finish(&s.seq);
+  ReleaseDraftHead(s);
   ++stats.requests_finished_total;
   switch (reason) {
     case FinishReasonKind::kStop:
@@ -244,6 +211,7 @@ void Engine::Impl::Publish() {
   stats.num_running = scheduler.num_running();
   stats.num_waiting = scheduler.num_waiting();
   stats.num_free_kv_slots = allocator.num_free();
+  stats.num_free_draft_kv_slots = draft_allocator.num_free();
   stats.kv_usage =
       stats.num_kv_slots > 0
           ? static_cast<double>(stats.num_kv_slots - stats.num_free_kv_slots) / stats.num_kv_slots
@@ -285,34 +253,52 @@ void Engine::Impl::Loop() {
 void Engine::Impl::Step() {
   SchedulerOutput plan = scheduler.Schedule();
   stats.preemptions_total += static_cast<int64_t>(plan.preempted.size());
+  for (Sequence* p : plan.preempted) ReleaseDraftHead(*requests.at(p->id));
   if (plan.empty()) {
     // Cannot happen while Submit keeps every request within the pool; never spin on it.
     const Status error = Internal("the scheduler found nothing to run for a non-empty queue");
     while (!scheduler.waiting().empty()) Fail(*requests.at(scheduler.waiting().front()->id), error);
     return;
   }
+  // The target batch: each chunk's tokens, a decode's granted draft tokens after its own.
+  const bool speculate = draft != nullptr && options.lookahead == LookaheadMode::kSpeculate;
   std::vector<StepSequence> steps;
+  std::vector<int64_t> num_draft;
   std::vector<SampleRow> rows;
+  std::vector<size_t> first_sample;  // per chunk: its first row in `rows`
   steps.reserve(plan.chunks.size());
   rows.reserve(plan.chunks.size());
   for (const ScheduledChunk& c : plan.chunks) {
     const RequestState& s = *requests.at(c.seq->id);
-    steps.push_back({&c.seq->table, c.start,
-                     std::vector<int32_t>(c.seq->tokens.begin() + c.start,
-                                          c.seq->tokens.begin() + c.start + c.num_tokens)});
+    std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.num_tokens);
+    tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + c.num_draft);
+    steps.push_back({&c.seq->table, c.start, std::move(tokens)});
+    num_draft.push_back(c.num_draft);
     SampleRow row;
     row.params = s.request.sampling;
     row.seed = s.seed;
     row.counter = static_cast<uint64_t>(c.seq->num_generated());
     row.num_top_logprobs = s.request.num_top_logprobs;
     row.needed = c.samples;
+    first_sample.push_back(rows.size());
     rows.push_back(row);
+    for (int64_t j = 0; speculate && j < c.num_draft; ++j) {
+      ++row.counter;  // the token after an accepted draft: plain decoding's next draw
+      rows.push_back(row);
+    }
   }
+  std::vector<int64_t> first_row;
+  const ForwardInput input = BuildLookaheadTargetInput(steps, num_draft, speculate, &first_row);
   std::vector<SampleResult> samples;
+  ResidualCapture capture;
   Status failure = Status::Ok();
   try {
-    samples = runner.ExecuteAndSample(
-        BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence), rows);
+    if (draft != nullptr) {
+      capture.layer_ids = draft->aux_layer_ids();
+      samples = runner.ExecuteSampleAndCapture(input, rows, capture);
+    } else {
+      samples = runner.ExecuteAndSample(input, rows);
+    }
     if (samples.size() != rows.size()) {
       failure = Internal("the model runner returned " + std::to_string(samples.size()) +
                          " samples for " + std::to_string(rows.size()) + " rows");
@@ -327,6 +313,7 @@ void Engine::Impl::Step() {
   }
 
   const auto now = EngineClock::now();
+  std::vector<DraftHeadWork> head_work;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& c = plan.chunks[i];
     RequestState& s = *requests.at(c.seq->id);
@@ -336,46 +323,90 @@ void Engine::Impl::Step() {
       stats.prompt_tokens_total += prompt_done - s.prompt_tokens_counted;
       s.prompt_tokens_counted = prompt_done;
     }
-    if (!c.samples) continue;
-    SampleResult& sample = samples[i];
-    if (sample.token < 0 || sample.token >= config.vocab_size) {
-      Fail(s, Internal("sampled token id " + std::to_string(sample.token) +
-                       " outside the vocabulary"));
+    DraftHeadWork work{c.seq, &s.draft_head, first_row[i], false};
+    if (!c.samples) {
+      if (draft != nullptr) head_work.push_back(work);
       continue;
     }
-    c.seq->AppendToken(sample.token);
-    ++stats.generation_tokens_total;
+    const int32_t drafted = c.num_draft > 0 ? c.seq->draft_tokens[0] : -1;
+    RequestOutput out;
+    SampleResult& sample = samples[first_sample[i]];
+    if (!Emit(s, sample, true, now, out)) continue;
+    if (c.num_draft > 0) {  // counted where the request went on after the first token
+      ++stats.draft_tokens_total;
+      ++stats.lookahead_steps_total;
+      ++stats.lookahead_tokens_total;
+      const bool matched = sample.token == drafted;
+      if (matched) ++stats.draft_accepted_total;
+      if (matched && speculate) {
+        // Accepted: the draft row's K/V, at the new token's position, is the new token's;
+        // its logits row gives the next token with plain decoding's next counter.
+        c.seq->CommitChunk(1);
+        ++stats.lookahead_tokens_total;
+        if (!Emit(s, samples[first_sample[i] + 1], false, now, out)) continue;
+      }
+    }
+    out.prompt_tokens = c.seq->num_prompt_tokens;
+    out.completion_tokens = c.seq->num_generated();
+    s.stream->Push(std::move(out));
+    if (draft != nullptr) {
+      // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens).
+      work.wants_draft = c.seq->num_tokens() + 2 <= s.stop_checker.conditions().max_total_tokens;
+      head_work.push_back(work);
+    }
+  }
+  if (draft == nullptr || head_work.empty()) return;
+  try {
+    stats.draft_tokens_proposed_total += RunDraftHeadStep(*draft, draft_allocator, head_work, capture.out);
+  } catch (const std::exception& e) {
+    const Status error = Internal(std::string("draft head step failed: ") + e.what());
+    for (const DraftHeadWork& w : head_work) Fail(*requests.at(w.seq->id), error);
+  }
+}
+
+bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
+                        RequestOutput& out) {
+  if (sample.token < 0 || sample.token >= config.vocab_size) {
+    Fail(s, Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary"));
+    return false;
+  }
+  s.seq.AppendToken(sample.token);
+  ++stats.generation_tokens_total;
+  if (first_of_event) {  // one latency observation per event (a step may emit two tokens)
     if (s.last_token_time) {
       stats.itl.Observe(Seconds(now - *s.last_token_time));
     } else {
       stats.ttft.Observe(Seconds(now - s.arrival));
     }
     s.last_token_time = now;
-
-    RequestOutput out;
-    GeneratedToken g;
-    g.token = sample.token;
-    g.logprob = sample.logprob;
-    g.top_logprobs = std::move(sample.top_logprobs);
-    out.tokens.push_back(std::move(g));
-    StopDecision d =
-        s.stop_checker.Append(sample.token, c.seq->num_generated(), c.seq->num_tokens());
-    out.text = std::move(d.text);
-    if (d.finished()) {
-      out.stop_reason = std::move(d.stop_reason);
-      Finish(s, std::move(out), d.reason);
-    } else {
-      out.prompt_tokens = c.seq->num_prompt_tokens;
-      out.completion_tokens = c.seq->num_generated();
-      s.stream->Push(std::move(out));
-    }
   }
+  GeneratedToken g;
+  g.token = sample.token;
+  g.logprob = sample.logprob;
+  g.top_logprobs = std::move(sample.top_logprobs);
+  out.tokens.push_back(std::move(g));
+  StopDecision d = s.stop_checker.Append(sample.token, s.seq.num_generated(), s.seq.num_tokens());
+  out.text += d.text;
+  if (!d.finished()) return true;
+  out.stop_reason = std::move(d.stop_reason);
+  Finish(s, std::move(out), d.reason);
+  return false;
 }
 
-Engine::Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options)
-    : impl_(std::make_unique<Impl>(runner, tok, options)) {
+namespace {
+
+// Broken options are a programming error here (the server checks them with CheckOptions).
+int CheckedOrDie(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
   OASIS_CHECK_GT(options.max_waiting, 0) << "max_waiting";
+  const Status st = Engine::CheckOptions(options, runner, draft);
+  OASIS_CHECK(st.ok()) << st.ToString();
+  return 0;
 }
+
+}  // namespace
+
+Engine::Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options, DraftRunner* draft)
+    : impl_((CheckedOrDie(options, runner, draft), std::make_unique<Impl>(runner, tok, options, draft))) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -419,8 +450,8 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
       return ResourceExhausted("too many waiting requests (" + std::to_string(waiting) + ")");
     }
     const uint64_t key = impl_->next_key++;
-    auto state = std::make_unique<RequestState>(key, std::move(request), std::move(stop),
-                                                impl_->tok, impl_->num_kv_heads);
+    auto state = std::make_unique<RequestState>(key, std::move(request), std::move(stop), impl_->tok,
+                                                impl_->num_kv_heads, impl_->draft_kv_heads);
     stream = state->stream;
     impl_->live.emplace(state->request.id, key);
     impl_->inbox.push_back(std::move(state));

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/draft_runner.h"
+#include "engine/lookahead.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
@@ -99,6 +101,10 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048; // per-step token budget (decode tokens + prefill chunks)
   int64_t max_waiting = 4096;            // Submit fails with ResourceExhausted beyond this (→ 429)
   uint64_t seed = 0;                     // seeds for requests without one
+  // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md); kReject and
+  // kSpeculate need the engine's DraftRunner. kOff: plain decoding (a draft runner, if
+  // given, stays unused).
+  LookaheadMode lookahead = LookaheadMode::kOff;
 };
 
 // A Prometheus-style histogram: counts[i] = observations in (bounds[i-1], bounds[i]]; the
@@ -128,15 +134,39 @@ struct EngineStats {
           requests_error_total = 0;
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
+  // Lookahead decoding (zero when off). A draft is verified when a decode step runs it
+  // through the target; it is accepted when the token sampled from the real row equals it
+  // (emitted in speculate mode; in reject mode only counted: the draft's accuracy).
+  int64_t num_draft_kv_slots = 0;       // the draft head's KV pool (head-blocks)
+  int64_t num_free_draft_kv_slots = 0;
+  int64_t draft_tokens_proposed_total = 0;  // drafts the head produced
+  int64_t draft_tokens_total = 0;           // drafts verified by the target
+  int64_t draft_accepted_total = 0;         // verified drafts equal to the sampled token
+  int64_t lookahead_steps_total = 0;        // request-steps that verified a draft
+  int64_t lookahead_tokens_total = 0;       // tokens those request-steps emitted
+  double draft_acceptance_rate() const {
+    return draft_tokens_total > 0 ? static_cast<double>(draft_accepted_total) / draft_tokens_total : 0.0;
+  }
+  // Mean tokens emitted per request-step that verified a draft (1 in reject mode; up to 2
+  // in speculate mode); 0 before any.
+  double tokens_per_lookahead_step() const {
+    return lookahead_steps_total > 0 ? static_cast<double>(lookahead_tokens_total) / lookahead_steps_total : 0.0;
+  }
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;
 };
 
 class Engine {
  public:
-  // `runner` (and `tok`, when given) must outlive the engine. `tok` may be null: then
-  // requests must set detokenize = false and have no stop strings.
-  Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options);
+  // `runner` (and `tok`, `draft`, when given) must outlive the engine. `tok` may be null:
+  // then requests must set detokenize = false and have no stop strings. `draft` runs the
+  // EAGLE-3 head of lookahead decoding; the options must pass CheckOptions (a CHECK).
+  Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options, DraftRunner* draft = nullptr);
+
+  // Whether `options` work with `runner` and `draft`: lookahead without a draft runner, a
+  // head that does not fit the target (hidden size, aux layer ids) or a head KV pool
+  // holding fewer tokens than the target's are InvalidArgument, naming the values.
+  static Status CheckOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft);
   ~Engine();  // Stop()s
 
   void Start();  // starts the loop thread

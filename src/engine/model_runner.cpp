@@ -14,7 +14,23 @@ Tensor ModelRunner::ForwardLogits(const ForwardInput& h) { return model_.Forward
 
 std::vector<SampleResult> ModelRunner::ExecuteAndSample(const ForwardInput& host_input,
                                                         const std::vector<SampleRow>& rows) {
-  Tensor logits = Execute(host_input);
+  return SampleOnHost(Execute(host_input), rows);
+}
+
+std::vector<SampleResult> ModelRunner::ExecuteSampleAndCapture(const ForwardInput& host_input,
+                                                               const std::vector<SampleRow>& rows,
+                                                               ResidualCapture& capture) {
+  const int64_t T = host_input.token_ids.numel();
+  const std::vector<int64_t> shape = {static_cast<int64_t>(capture.layer_ids.size()), T,
+                                      model_.config().hidden_size};
+  if (capture.out.shape() != shape || capture.out.device() != backend_.device()) {
+    capture.out = backend_.Empty(shape, backend_.activation_dtype());
+  }
+  Tensor logits = model_.Forward(UploadForwardInput(backend_, host_input), kv_, &capture);
+  return SampleOnHost(backend_.Download(logits), rows);
+}
+
+std::vector<SampleResult> ModelRunner::SampleOnHost(const Tensor& logits, const std::vector<SampleRow>& rows) {
   OASIS_CHECK_EQ(logits.shape()[0], static_cast<int64_t>(rows.size())) << "one SampleRow per logits row";
   const int64_t vocab = logits.shape()[1];
   std::vector<SampleResult> out(rows.size());

@@ -18,6 +18,7 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
 
   DecoderLM& model() { return model_; }
+  const DecoderLM& model() const { return model_; }
   Backend& backend() { return backend_; }
   int64_t num_kv_slots() const { return num_kv_slots_; }
 
@@ -31,10 +32,23 @@ class ModelRunner {
   // bring back only tokens and log-probabilities.
   virtual std::vector<SampleResult> ExecuteAndSample(const ForwardInput& host_input, const std::vector<SampleRow>& rows);
 
+  // ExecuteAndSample that also captures the residual stream for a draft head from the same
+  // forward pass (lookahead decoding, docs/lookahead.md). The caller sets
+  // capture.layer_ids; the runner (re)allocates capture.out as [layer_ids.size(), T,
+  // hidden] (activation dtype, on the backend's device) and fills it; it stays valid until
+  // the next step. The plain runner runs eagerly and samples on the host; device runners
+  // may override it (e.g. a graph per decode bucket with a resident capture buffer).
+  virtual std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
+                                                            const std::vector<SampleRow>& rows,
+                                                            ResidualCapture& capture);
+
  protected:
   // Runs the step and returns the logits [R, vocab] where the backend keeps them (device
   // memory for GPU backends; valid until the next step).
   virtual Tensor ForwardLogits(const ForwardInput& host_input);
+  // Samples one token per logits row of host F32 logits [R, vocab] (rows with needed ==
+  // false get a default result).
+  static std::vector<SampleResult> SampleOnHost(const Tensor& logits, const std::vector<SampleRow>& rows);
 
   DecoderLM& model_;
   Backend& backend_;

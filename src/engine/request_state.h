@@ -1,6 +1,7 @@
 // RequestState: everything the engine loop keeps about one live request — the validated
 // request, its output stream, its scheduling state (Sequence: tokens, KV blocks), its stop
-// checker and detokenizer, its resolved seed and its latency timestamps.
+// checker and detokenizer, its draft-head state (lookahead), its resolved seed and its
+// latency timestamps.
 //
 // Built by Submit on a front-end thread, then handed to the engine loop through the queue;
 // from then on owned and touched only by the engine loop thread. Not thread-safe.
@@ -21,16 +22,18 @@ using EngineClock = std::chrono::steady_clock;
 
 struct RequestState {
   RequestState(uint64_t key, EngineRequest req, StopConditions stop,
-               const tokenizer::Tokenizer* tok, int32_t num_kv_heads)
+               const tokenizer::Tokenizer* tok, int32_t num_kv_heads, int32_t draft_kv_heads)
       : request(std::move(req)),
         stream(std::make_shared<RequestStream>(request.id)),
         seq(key, request.prompt, num_kv_heads),
-        stop_checker(std::move(stop), request.detokenize ? tok : nullptr) {}
+        stop_checker(std::move(stop), request.detokenize ? tok : nullptr),
+        draft_head(draft_kv_heads) {}
 
   EngineRequest request;
   std::shared_ptr<RequestStream> stream;
   Sequence seq;
   StopChecker stop_checker;
+  DraftHeadState draft_head;          // lookahead decoding: the head's KV of this request
   uint64_t seed = 0;                  // resolved: the request's, or one drawn by the engine
   int64_t prompt_tokens_counted = 0;  // prompt positions counted in prompt_tokens_total
   EngineClock::time_point arrival = EngineClock::now();

@@ -43,6 +43,7 @@ void Scheduler::Preempt(Sequence* seq, SchedulerOutput* out) {
   running_.erase(it);
   seq->table.Release(allocator_);
   seq->num_computed = 0;  // recomputed (prompt + generated) on re-admission
+  seq->draft_tokens.clear();
   seq->status = SequenceStatus::kWaiting;
   ++seq->num_preemptions;
   waiting_.push_front(seq);
@@ -53,13 +54,18 @@ SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput out;
   int64_t budget = options_.max_num_batched_tokens;
 
-  // 1. Decodes, oldest first; a missing block preempts the newest running sequence.
+  // 1. Decodes, oldest first; a missing block preempts the newest running sequence. Draft
+  // tokens only take budget no decode needs, and never preempt.
+  int64_t spare = budget;
+  for (const Sequence* s : running_) spare -= s->num_pending() == 1 ? 1 : 0;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
     if (s->num_pending() != 1) {
       ++i;
       continue;
     }
+    int64_t num_draft = std::min(static_cast<int64_t>(s->draft_tokens.size()), std::max<int64_t>(spare, 0));
+    if (num_draft > 0 && !s->table.Reserve(s->num_computed + 1 + num_draft, allocator_).ok()) num_draft = 0;
     bool preempted_self = false;
     while (!s->table.Reserve(s->num_computed + 1, allocator_).ok()) {
       Sequence* victim = running_.back();
@@ -70,8 +76,9 @@ SchedulerOutput Scheduler::Schedule() {
       }
     }
     if (preempted_self) break;  // s was the newest: no running sequence follows it
-    out.chunks.push_back({s, s->num_computed, 1, true});
-    budget -= 1;
+    out.chunks.push_back({s, s->num_computed, 1, true, num_draft});
+    budget -= 1 + num_draft;
+    spare -= num_draft;
     ++i;
   }
 

@@ -10,6 +10,9 @@
 //      running sequence is preempted (blocks freed, back to the FRONT of the waiting queue,
 //      its generated tokens kept and later recomputed as prompt) until the block fits — or
 //      the sequence itself is the newest, and it is preempted.
+//      Lookahead: a decode whose sequence holds draft tokens also runs them (after its
+//      pending token) when the budget left after ALL decodes' own tokens allows and the pool
+//      has the blocks without preempting anyone; otherwise it runs without them.
 //   2. Prefill chunks of running sequences (chunked prefill), oldest first, as much of each
 //      as the budget left allows. Their blocks were reserved at admission, so they never
 //      preempt.
@@ -53,6 +56,10 @@ struct Sequence {
   HeadBlockTable table;
   SequenceStatus status = SequenceStatus::kWaiting;
   int64_t num_preemptions = 0;
+  // Lookahead decoding: proposed tokens following `tokens` (not part of the sequence). A
+  // decode step runs them after its pending token when the scheduler grants them
+  // (ScheduledChunk::num_draft). Cleared on preemption.
+  std::vector<int32_t> draft_tokens;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
@@ -74,12 +81,15 @@ struct ScheduledChunk {
   int64_t start = 0;
   int64_t num_tokens = 0;
   bool samples = false;  // the chunk reaches the end of seq->tokens: a token is sampled
+  // Decodes only: seq->draft_tokens[0, num_draft) run after the pending token, at positions
+  // start + 1, ...; the table holds start + 1 + num_draft tokens. Not in num_tokens.
+  int64_t num_draft = 0;
 };
 
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
   std::vector<Sequence*> preempted;    // sequences preempted by this step (now waiting)
-  int64_t num_batched_tokens = 0;
+  int64_t num_batched_tokens = 0;  // including draft tokens
   int64_t num_admitted = 0;
   bool empty() const { return chunks.empty(); }
 };

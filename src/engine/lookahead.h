@@ -1,0 +1,87 @@
+// Lookahead decoding (docs/lookahead.md): the mode enum, a request's draft-head state, and
+// the host-side batch layouts of one engine step — the target batch with each decode's
+// draft token stacked after its real token, and the EAGLE-3 head's batch over the target's
+// captured rows. The engine loop (engine.cpp) drives them; DraftRunner runs the head.
+//
+// Plain functions and value types; thread-compatible (the engine loop uses them).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "engine/batch_builder.h"
+#include "engine/draft_runner.h"
+#include "engine/scheduler.h"
+#include "kvcache/head_block_table.h"
+#include "models/decoder_lm.h"
+#include "oasis/status.h"
+
+namespace oasis {
+
+// kOff: plain decoding. kReject (the paper's): every decode step also runs the draft token
+// x̂_{t+1} through the target (stacked queries) and discards its output, so the text is
+// exactly plain decoding's. kSpeculate: the draft is accepted when the token sampled from
+// the real row equals it, and the draft row's token is emitted as well (up to two tokens
+// per step), still token-for-token plain decoding's output for the same seed.
+enum class LookaheadMode { kOff, kReject, kSpeculate };
+
+const char* LookaheadModeName(LookaheadMode mode);  // "off", "reject", "speculate"
+StatusOr<LookaheadMode> ParseLookaheadMode(std::string_view name);
+
+// One request's state in the draft head: its head-level block table in the head's own KV
+// pool and how many head rows (target positions 0..num_computed-1) have K/V there. Owned by
+// the request's RequestState; the engine loop keeps num_computed equal to the target's
+// Sequence::num_computed after every step and releases the table on preemption and finish.
+struct DraftHeadState {
+  explicit DraftHeadState(int32_t num_kv_heads) : table(num_kv_heads) {}
+  HeadBlockTable table;
+  int64_t num_computed = 0;
+};
+
+// The target input of one step: BuildHostForwardInput over `seqs` (each StepSequence's
+// tokens = its real tokens followed by its num_draft[i] draft tokens), with logits rows,
+// per sequence in order: its last REAL token's row, then (when `logits_for_drafts`) one row
+// per draft token. Without drafts this is exactly BuildHostForwardInput(seqs,
+// kLastTokenOfEachSequence). `first_row` (optional) gets each sequence's first batch row.
+ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& num_draft,
+                                       bool logits_for_drafts, std::vector<int64_t>* first_row = nullptr);
+
+// Head rows of one sequence in one step: target positions [start, start + tokens.size()),
+// head row for position q embeds tokens[q - start] (the target token at q + 1) and reads
+// the target capture row first_aux_row + (q - start).
+struct HeadStepSequence {
+  const HeadBlockTable* table = nullptr;  // the head's table, holding start + tokens.size() tokens
+  int64_t start = 0;
+  std::vector<int32_t> tokens;
+  int64_t first_aux_row = 0;
+  bool wants_draft = false;  // return a draft from the last row
+};
+
+struct HeadStepInput {
+  ForwardInput input;            // host tensors; logit_rows = last rows of the sequences wanting drafts
+  std::vector<int32_t> aux_rows;  // per head row: the target capture row it reads
+};
+
+HeadStepInput BuildHeadStepInput(const std::vector<HeadStepSequence>& seqs);
+
+// One live request's part of a step's head run. After the target step committed its
+// tokens, the head computes rows [head->num_computed, seq->num_computed): row q embeds
+// seq->tokens[q + 1] and reads target capture row first_aux_row + (q - head->num_computed)
+// (head->num_computed must be the chunk's start position).
+struct DraftHeadWork {
+  Sequence* seq = nullptr;
+  DraftHeadState* head = nullptr;
+  int64_t first_aux_row = 0;
+  bool wants_draft = false;  // propose a draft for the next step (else the draft is cleared)
+};
+
+// Runs the head over every work item in one batch: grows each head table (from
+// `allocator`, the head pool's), appends the rows' K/V, advances head->num_computed to
+// seq->num_computed and sets seq->draft_tokens to the proposal (or clears it). `aux` is the
+// target capture of the same step. Returns the number of drafts proposed. Runner failures
+// propagate as exceptions (the caller fails the requests).
+int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
+                         const Tensor& aux);
+
+}  // namespace oasis

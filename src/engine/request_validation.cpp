@@ -1,0 +1,106 @@
+#include "engine/request_validation.h"
+
+#include <string>
+
+#include "engine/sampler.h"
+
+namespace oasis {
+
+Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool has_tokenizer, int64_t num_kv_slots,
+                       int32_t num_kv_heads) {
+  const int64_t P = static_cast<int64_t>(r.prompt.size());
+  if (r.id.empty()) return InvalidArgument("the request id is empty");
+  if (r.prompt.empty()) return InvalidArgument("the prompt is empty");
+  for (int32_t id : r.prompt) {
+    if (id < 0 || id >= config.vocab_size) {
+      return InvalidArgument("prompt token id " + std::to_string(id) +
+                             " outside the vocabulary [0, " + std::to_string(config.vocab_size) +
+                             ")");
+    }
+  }
+  if (r.max_tokens != -1 && r.max_tokens < 1) {
+    return InvalidArgument("max_tokens must be >= 1 (or -1 for the rest of the context), got " +
+                           std::to_string(r.max_tokens));
+  }
+  if (r.min_tokens < 0)
+    return InvalidArgument("min_tokens must be >= 0, got " + std::to_string(r.min_tokens));
+  if (r.max_tokens != -1 && r.min_tokens > r.max_tokens) {
+    return InvalidArgument("min_tokens (" + std::to_string(r.min_tokens) +
+                           ") exceeds max_tokens (" + std::to_string(r.max_tokens) + ")");
+  }
+  if (r.num_top_logprobs < 0 || r.num_top_logprobs > kMaxTopLogprobs) {
+    return InvalidArgument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                           "], got " + std::to_string(r.num_top_logprobs));
+  }
+  OASIS_RETURN_IF_ERROR(r.sampling.Validate());
+  if (r.detokenize && !has_tokenizer)
+    return InvalidArgument("detokenize needs a tokenizer; the engine has none");
+  if (!r.stop.empty() && (!has_tokenizer || !r.detokenize)) {
+    return InvalidArgument(
+        "stop strings need detokenized output (a tokenizer and detokenize = true)");
+  }
+  for (const std::string& s : r.stop) {
+    if (s.empty()) return InvalidArgument("a stop string is empty");
+  }
+  // Compared as "max_tokens > room" so that huge max_tokens values cannot overflow.
+  const int64_t ctx = config.max_position_embeddings;
+  if (r.max_tokens != -1 && ctx > 0 && r.max_tokens > ctx - P) {
+    return OutOfRange("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                      std::to_string(r.max_tokens) + ") exceeds the context length " +
+                      std::to_string(ctx));
+  }
+  if (r.max_tokens == -1 && ctx > 0 && P >= ctx) {
+    return OutOfRange("prompt (" + std::to_string(P) +
+                      " tokens) leaves no room in the context length " + std::to_string(ctx));
+  }
+  // The whole pool holds pool_tokens tokens of one sequence (all heads dense).
+  const int64_t pool_tokens = num_kv_slots / num_kv_heads * kBlockSize;
+  const int64_t needed = r.max_tokens == -1 ? 1 : r.max_tokens;
+  if (needed > pool_tokens - P) {
+    return ResourceExhausted("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                             std::to_string(needed) + ") needs more KV cache than the whole pool (" +
+                             std::to_string(num_kv_slots) + " head-blocks = " +
+                             std::to_string(pool_tokens) + " tokens of " +
+                             std::to_string(num_kv_heads) + " KV heads)");
+  }
+  return Status::Ok();
+}
+
+Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+  if (options.lookahead == LookaheadMode::kOff) return Status::Ok();
+  const std::string mode = LookaheadModeName(options.lookahead);
+  if (draft == nullptr) {
+    return InvalidArgument("lookahead mode '" + mode + "' needs an EAGLE-3 draft model (--draft-model)");
+  }
+  const ModelConfig& t = runner.model().config();
+  const ModelConfig& h = draft->head().config();
+  if (h.target_hidden_size != t.hidden_size) {
+    return InvalidArgument("the EAGLE-3 draft head expects a target hidden_size of " +
+                           std::to_string(h.target_hidden_size) + ", the model's is " + std::to_string(t.hidden_size));
+  }
+  for (int64_t id : draft->aux_layer_ids()) {
+    if (id < 0 || id > t.num_hidden_layers) {
+      return InvalidArgument("the EAGLE-3 draft head reads target layer " + std::to_string(id) +
+                             ", outside [0, " + std::to_string(t.num_hidden_layers) + "] of the model");
+    }
+  }
+  for (int32_t id : draft->head().draft_to_target()) {
+    if (id < 0 || id >= t.vocab_size) {
+      return InvalidArgument("the EAGLE-3 draft head maps to target id " + std::to_string(id) +
+                             ", outside the model's vocabulary of " + std::to_string(t.vocab_size));
+    }
+  }
+  // Every head table holds at most as many tokens as its target table, so a head pool with
+  // as many blocks per KV head as the target's never runs out before the target's does.
+  const int64_t heads = t.num_key_value_heads, head_heads = draft->num_kv_heads();
+  if (draft->num_kv_slots() * heads < runner.num_kv_slots() * head_heads) {
+    return InvalidArgument("the draft head's KV pool (" + std::to_string(draft->num_kv_slots()) +
+                           " head-blocks of " + std::to_string(head_heads) +
+                           " KV heads) holds fewer tokens than the model's (" + std::to_string(runner.num_kv_slots()) +
+                           " head-blocks of " + std::to_string(heads) + " KV heads); it needs at least " +
+                           std::to_string(DraftKvSlotsFor(runner.num_kv_slots(), heads, head_heads)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace oasis

@@ -40,6 +40,31 @@ struct AttentionMetadata {
   int32_t max_kv_len = 0;     // host-known bound of kv_lens (0 = table width × kBlockSize)
 };
 
+// How ScoreBlocks combines the scores of the query heads that share a KV head (GQA group).
+// kSum: Σ over the group (the group's summed upper bound; the default). kMax: max over the
+// group (a block matters if any query head of the group wants it).
+enum class GroupReduce : uint8_t { kSum, kMax };
+
+// Hook points a model's forward pass offers around each layer's attention (the sparse-KV
+// pipeline, docs/sparse.md §4). Called in layer order by the thread running Forward().
+class AttentionLayerHook {
+ public:
+  virtual ~AttentionLayerHook() = default;
+  // After layer `layer`'s QKV projection, q/k-norm, RoPE and KV append (the step's K/V are in
+  // `pool`), before its attention. Returns the metadata the attention of this layer uses:
+  // `step` itself, or per-layer tables (the returned reference must stay valid until
+  // AfterAttention of the same layer).
+  virtual const AttentionMetadata& BeforeAttention(int layer,
+                                                   const Tensor& q,  // [T, num_q_heads, head_dim] post-RoPE
+                                                   LayerKvPool& pool, const AttentionMetadata& step) = 0;
+  // After layer `layer`'s attention wrote its output: q (unchanged) holds every query of the
+  // step, the draft tokens' included. The KV pool slots attention read may be overwritten
+  // from now on.
+  virtual void AfterAttention(int layer,
+                              const Tensor& q,  // [T, num_q_heads, head_dim] post-RoPE
+                              LayerKvPool& pool) = 0;
+};
+
 // RoPE frequencies for one model: inv_freq[i] for i < rotary_dim / 2 (HF rotate_half layout).
 struct RopeParams {
   std::vector<float> inv_freq;  // [head_dim / 2]
@@ -187,6 +212,127 @@ class Backend {
   virtual void GatherRows(const Tensor& x,     // [T, n]
                           const Tensor& rows,  // [R] int32
                           Tensor& out) = 0;    // [R, n]
+
+  // ---- Sparse KV (docs/sparse.md). Integer outputs of these ops are exact: a backend must
+  // produce bit-identical int32 tensors to the CPU reference given the same inputs (for
+  // TopKBlocks: the same float scores). ScoreBlocks' float scores match within the usual
+  // dtype tolerance. Notation: R = sparse rows (fixed capacity of concurrently sparse
+  // sequences), Hkv = KV heads, Hq = query heads, D = head_dim, K = top-K blocks per KV head,
+  // C = max blocks fetched per KV head per step, MB = logical blocks per sequence (capacity),
+  // S = sequences in the batch, T = tokens in the batch. A "summary row" / "host slot" is a
+  // head-block of the host KV store; kmin/kmax are indexed by it.
+
+  // A new uninitialised HOST tensor the device can read and write directly: page-locked and
+  // mapped into the device address space (CUDA: cudaHostAlloc Mapped|Portable; with UVA the
+  // host pointer is valid in kernels). device() is Device::kCpu. CPU backend: plain memory.
+  // The host KV store's pools are made of these; the sparse ops below accept them as pools.
+  virtual Tensor EmptyHost(std::vector<int64_t> shape, DType dtype) = 0;
+
+  // Block summaries (Quest): for each entry i with dst_rows[i] >= 0 and n = num_tokens[i] in
+  // [1, kBlockSize]: kmin[dst_rows[i], d] = min over tokens j < n of pool.k[src_slots[i], j, d]
+  // and kmax likewise with max (exact: min/max of stored values, no rounding). Entries with
+  // n <= 0 or dst < 0 are skipped. Destination rows must be distinct within one call. `pool`
+  // may be a device pool or a host (EmptyHost) pool. Used at the dense->sparse switch (every
+  // block) and every step (the block the step's real token was appended to).
+  virtual void BlockSummaries(const LayerKvPool& pool,    // k: [num_slots, kBlockSize, D]
+                              const Tensor& src_slots,    // [N] int32 slot in pool
+                              const Tensor& num_tokens,   // [N] int32 valid leading tokens
+                              const Tensor& dst_rows,     // [N] int32 summary row, < 0 = skip
+                              Tensor& kmin,               // [num_rows, D] pool dtype
+                              Tensor& kmax) = 0;          // [num_rows, D] pool dtype
+
+  // Block scores of a query against every candidate block's summary. For each active row r
+  // (query_rows[r] >= 0), KV head h and block b < num_blocks[r]: with m = host_tables[r, h, b]
+  // and each query head j of h's group (j in [h*G, (h+1)*G), G = Hq / Hkv),
+  //   s_j = Σ_{d ascending} max(q[query_rows[r], j, d] * kmax[m, d], q[..] * kmin[m, d])
+  // in float32 (products of the values converted to float), then
+  //   scores[r, h, b] = Σ_j s_j (j ascending, kSum) or max_j s_j (kMax).
+  // Entries of inactive rows and b >= num_blocks[r] are left unchanged.
+  virtual void ScoreBlocks(const Tensor& q,            // [T, Hq, D] post-RoPE queries
+                           const Tensor& query_rows,   // [R] int32 batch row, -1 = inactive
+                           const Tensor& num_blocks,   // [R] int32 candidate blocks, <= MB
+                           const Tensor& host_tables,  // [R, Hkv, MB] int32 summary row per block
+                           const Tensor& kmin,         // [num_rows, D]
+                           const Tensor& kmax,         // [num_rows, D]
+                           GroupReduce reduce,
+                           Tensor& scores) = 0;        // [R, Hkv, MB] f32
+
+  // Per-KV-head top-K. For each active row r (rows[r] >= 0) and head h: topk[r, h, :] lists
+  // the min(K, num_blocks[r]) blocks b < num_blocks[r] with the highest scores[r, h, b], in
+  // descending score; equal scores -> lower block id first (a total order, so the set and
+  // its order are unique; scores must not be NaN). Remaining entries are -1. Inactive rows
+  // are left unchanged.
+  virtual void TopKBlocks(const Tensor& scores,      // [R, Hkv, MB] f32
+                          const Tensor& rows,        // [R] int32, -1 = inactive
+                          const Tensor& num_blocks,  // [R] int32
+                          Tensor& topk) = 0;         // [R, Hkv, K] int32
+
+  // Select with a hard cap (DESIGN.md §1). Per active row r and head h, over its K working
+  // slots j (GPU slot ws_slots[r, h, j], resident logical block ws_blocks[r, h, j] or -1 =
+  // empty, age ws_age[r, h, j] = select calls since the block was last predicted/fetched):
+  //  1. predicted P = the non-negative entries of topk[r, h, :] (their order = score order);
+  //  2. hits: j with ws_blocks[j] in P -> ws_age[j] = 0; every other non-empty slot:
+  //     ws_age[j] = min(ws_age[j] + 1, INT32_MAX);
+  //  3. misses: blocks of P not resident, in topk order (best score first);
+  //  4. victims: empty slots (ascending j), then resident slots not in P by descending age
+  //     (least recently selected first), equal ages -> ascending j;
+  //  5. n = min(#misses, C, #victims); for i < n, with j = victim i and b = miss i:
+  //     fetch_src[r, h, i] = host_tables[r, h, b], fetch_dst[r, h, i] = ws_slots[r, h, j],
+  //     ws_blocks[j] = b, ws_age[j] = 0; fetch entries i >= n are -1;
+  //  6. resident_slots[r, h, :] = ws_slots of the non-empty slots ordered by ascending logical
+  //     block, then -1; num_resident[r, h] = their count;
+  //  7. stats[r, h, :] += {#hits, #misses, n}.
+  // Inactive rows (rows[r] < 0): fetch_src/fetch_dst rows are set to -1, nothing else changes.
+  virtual void SelectBlocks(const Tensor& topk,         // [R, Hkv, K] int32
+                            const Tensor& rows,         // [R] int32, -1 = inactive
+                            const Tensor& host_tables,  // [R, Hkv, MB] int32
+                            const Tensor& ws_slots,     // [R, Hkv, K] int32 GPU slot per working slot
+                            Tensor& ws_blocks,          // [R, Hkv, K] int32 in/out
+                            Tensor& ws_age,             // [R, Hkv, K] int32 in/out
+                            Tensor& fetch_src,          // [R, Hkv, C] int32 host slot, -1 = none
+                            Tensor& fetch_dst,          // [R, Hkv, C] int32 GPU slot, -1 = none
+                            Tensor& resident_slots,     // [R, Hkv, K] int32
+                            Tensor& num_resident,       // [R, Hkv] int32
+                            Tensor& stats) = 0;         // [R, Hkv, 3] int32, accumulated
+
+  // Copies whole head-blocks (K and V, kBlockSize x D each): dst[dst_slots[i]] =
+  // src[src_slots[i]] for every i where both are >= 0. Either pool may be a device pool or a
+  // host (EmptyHost) pool: host -> device is the sparse transfer (CUDA: a UVA gather kernel),
+  // device -> host the dense->sparse switch. Destinations must be distinct within one call.
+  virtual void CopyBlocks(const LayerKvPool& src,
+                          const Tensor& src_slots,  // [N] int32
+                          LayerKvPool& dst,
+                          const Tensor& dst_slots) = 0;  // [N] int32
+
+  // Copies single token rows (K and V): dst row dst_index[i] = src row src_index[i] where
+  // both are >= 0; an index is slot * kBlockSize + offset. The write-through of a step's new
+  // tokens from the device pool to the host store (src_index = the step's slot_mapping).
+  virtual void CopyTokens(const LayerKvPool& src,
+                          const Tensor& src_index,  // [N] int64 (any shape, N elements)
+                          LayerKvPool& dst,
+                          const Tensor& dst_index) = 0;  // [N] int64, same shape
+
+  // Writes the attention rows of the sparse sequences of a batch for one layer, in place: for
+  // each s with r = seq_rows[s] >= 0 and each head h, with n = num_resident[r, h] and
+  // nt = ceil(tail_lens[s] / kBlockSize) (1 or 2):
+  //   block_tables[s, h, 0:n] = resident_slots[r, h, 0:n],
+  //   block_tables[s, h, n:n+nt] = tail_slots[s, h, 0:nt],
+  //   kv_lens[s, h] = n * kBlockSize + tail_lens[s].
+  // Other entries are unchanged. Requires n + nt <= block_tables.dim(2).
+  virtual void AssembleSparseTables(const Tensor& seq_rows,        // [S] int32, -1 = dense
+                                    const Tensor& resident_slots,  // [R, Hkv, K] int32
+                                    const Tensor& num_resident,    // [R, Hkv] int32
+                                    const Tensor& tail_slots,      // [S, Hkv, 2] int32
+                                    const Tensor& tail_lens,       // [S] int32 in [1, 2*kBlockSize]
+                                    AttentionMetadata& meta) = 0;  // block_tables, kv_lens updated
+
+  // Measurement of a predictor: for each active row r (rows[r] >= 0) and head h,
+  // counts[r, h, 0] += |{non-negative entries of predicted[r, h]} ∩ {those of actual[r, h]}|,
+  // counts[r, h, 1] += |{non-negative entries of actual[r, h]}|.
+  virtual void TopKOverlap(const Tensor& predicted,  // [R, Hkv, K] int32
+                           const Tensor& actual,     // [R, Hkv, K] int32
+                           const Tensor& rows,       // [R] int32, -1 = inactive
+                           Tensor& counts) = 0;      // [R, Hkv, 2] int32, accumulated
 };
 
 }  // namespace oasis

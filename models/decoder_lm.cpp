@@ -188,7 +188,8 @@ std::vector<LayerKvPool> DecoderLM::AllocateKvCache(int64_t num_slots) const {
   return pools;
 }
 
-Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, ResidualCapture* capture) {
+Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, ResidualCapture* capture,
+                          AttentionLayerHook* hook) {
   const ModelConfig& c = config_;
   OASIS_CHECK_EQ(static_cast<int64_t>(kv.size()), c.num_hidden_layers) << "one KV pool per layer";
   const int64_t T = in.token_ids.numel(), h = c.hidden_size;
@@ -247,7 +248,13 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
       cur = 1 - cur;
       capture_stream(static_cast<int64_t>(i), residual[cur]);  // the stream entering layer i
     }
-    B.Attention(q, kv[i], in.attention, scale, attn);
+    if (hook == nullptr) {
+      B.Attention(q, kv[i], in.attention, scale, attn);
+    } else {
+      const int layer = static_cast<int>(i);
+      B.Attention(q, kv[i], hook->BeforeAttention(layer, q, kv[i], in.attention), scale, attn);
+      hook->AfterAttention(layer, q, kv[i]);
+    }
     B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
     B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up, act);
     cur = 1 - cur;

@@ -61,7 +61,11 @@ class DecoderLM {
   // Runs all layers, appends the batch's K/V to `kv`, returns logits [R, vocab]. With
   // `capture` (its `out` allocated by the caller), also copies the residual stream at
   // capture->layer_ids for every token of the batch; nullptr or no ids = no copies.
-  Tensor Forward(const ForwardInput& input, std::vector<LayerKvPool>& kv, ResidualCapture* capture = nullptr);
+  // With `hook` (the sparse-KV pipeline, docs/sparse.md), each layer calls
+  // hook->BeforeAttention after its KV append (the attention uses the metadata it returns)
+  // and hook->AfterAttention after its attention; nullptr = the plain dense path.
+  Tensor Forward(const ForwardInput& input, std::vector<LayerKvPool>& kv, ResidualCapture* capture = nullptr,
+                 AttentionLayerHook* hook = nullptr);
 
  private:
   struct Layer {

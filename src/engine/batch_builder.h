@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "kvcache/head_block_table.h"
+#include "kvcache/sparse_step_plan.h"
 #include "models/decoder_lm.h"
 
 namespace oasis {
@@ -18,6 +19,12 @@ struct StepSequence {
   const HeadBlockTable* table = nullptr;  // must already hold start + tokens.size() tokens
   int64_t start = 0;                      // position of the first new token
   std::vector<int32_t> tokens;            // this step's tokens
+  // A sparse sequence (docs/sparse.md; SparseKvManager::BuildStepPlan): its K/V go to
+  // sparse->slot_mapping and the table is made at least sparse->table_width wide for the
+  // per-layer rows the sparse pipeline writes on the device. With `table` (dense_layers > 0)
+  // the host rows are the dense table's (the dense layers read them); without, they list
+  // the tail blocks only.
+  const SparseStepSlots* sparse = nullptr;
 };
 
 // Host tensors for one step (ModelRunner::Execute uploads them).

@@ -46,6 +46,13 @@ void HeadBlockTable::Release(BlockAllocator& allocator) {
   }
 }
 
+std::vector<std::vector<int32_t>> HeadBlockTable::TakeSlots() {
+  std::vector<std::vector<int32_t>> out(slots_.size());
+  out.swap(slots_);
+  owner_ = nullptr;
+  return out;
+}
+
 int64_t HeadBlockTable::SlotMapping(int32_t head, int64_t position) const {
   const auto& s = slots_[static_cast<size_t>(head)];
   const int64_t block = position / kBlockSize;

@@ -25,6 +25,9 @@ class HeadBlockTable {
   Status Reserve(int64_t num_tokens, BlockAllocator& allocator);
   // Returns every slot to the allocator.
   void Release(BlockAllocator& allocator);
+  // Hands every slot over to the caller ([head][logical block]), who now owns them (the
+  // sparse switch keeps some and frees the rest); the table is left empty.
+  std::vector<std::vector<int32_t>> TakeSlots();
   // Slots a sequence of `num_tokens` tokens needs for all heads.
   static int64_t SlotsFor(int64_t num_tokens, int32_t num_kv_heads);
 

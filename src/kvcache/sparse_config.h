@@ -1,0 +1,48 @@
+// SparseConfig: the knobs of lookahead sparse KV (docs/sparse.md), as the server flags set them
+// (--topk-blocks, --fetch-ratio, --sparse-threshold, --dense-layers, --host-kv-gib,
+// --sparse-predictor, --sparse-group-reduce). Plain values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "backend/backend.h"
+#include "oasis/status.h"
+
+namespace oasis {
+
+// Which query predicts the next step's top-K blocks (docs/sparse.md §5).
+enum class SparsePredictor : uint8_t {
+  kDraft,          // lookahead: the query of the stacked draft token x̂_{t+1} (the method)
+  kPreviousQuery,  // the current step's real query x_t (the common proxy)
+  kOracle,         // the true query of the step itself, selected just before its attention
+                   // (measurement only: on-demand selection, transfers on the critical path)
+};
+
+struct SparseConfig {
+  int32_t topk_blocks = 128;       // K: selected blocks per (request, layer, KV head)
+  double fetch_ratio = 0.05;       // C = ceil(fetch_ratio * K) blocks admitted per head per step
+  int64_t sparse_threshold = 0;    // a request switches once its context exceeds this; 0 = never
+  int32_t dense_layers = 0;        // the first N layers stay dense for sparse requests
+  double host_kv_gib = 0;          // host KV store size (sparse layers' K and V)
+  SparsePredictor predictor = SparsePredictor::kDraft;
+  GroupReduce group_reduce = GroupReduce::kSum;
+  int32_t max_sparse_seqs = 64;    // R: sparse requests at once (rows of the device state)
+  int64_t max_seq_len = 32768;     // longest context (prompt + output) a sparse request may reach
+  int32_t agreement_interval = 0;  // measure top-K agreement with the step's real query every
+                                   // N steps (0 = never; draft / previous-query only)
+
+  // C = ceil(fetch_ratio * K), at least 1.
+  int32_t max_fetch() const;
+  // Logical blocks per sequence: ceil(max_seq_len / kBlockSize) (MB of the op shapes).
+  int64_t max_blocks_per_seq() const;
+  // InvalidArgument naming the bad knob.
+  Status Validate(int64_t num_layers) const;
+};
+
+std::string_view SparsePredictorName(SparsePredictor p);
+StatusOr<SparsePredictor> ParseSparsePredictor(std::string_view name);  // draft|previous-query|oracle
+StatusOr<GroupReduce> ParseGroupReduce(std::string_view name);          // sum|max
+
+}  // namespace oasis

@@ -1,0 +1,60 @@
+// SparseDeviceState: the fixed-size device tensors of the sparse pipeline, one row per sparse
+// request (R rows), per KV head and (for the per-layer parts) per sparse layer. Every
+// per-step op reads and writes these in place, so a decode step needs no host
+// synchronisation; the host writes a row only when a request switches to sparse.
+//
+// Owns the tensors. Not thread-safe: the engine loop thread (and the streams it orders).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace oasis {
+
+// Per sparse layer.
+struct SparseLayerState {
+  Tensor ws_blocks;       // [R, Hkv, K] int32: logical block resident in working slot j, -1 = empty
+  Tensor ws_age;          // [R, Hkv, K] int32: selects since slot j was last predicted/fetched
+  Tensor resident_slots;  // [R, Hkv, K] int32: next step's table (ascending logical block), -1 pad
+  Tensor num_resident;    // [R, Hkv] int32
+  Tensor topk;            // [R, Hkv, K] int32: prediction for the next step (score order)
+  Tensor topk_actual;     // [R, Hkv, K] int32: top-K of the step's real query (measurement)
+  Tensor fetch_src;       // [R, Hkv, C] int32: host slots to gather, -1 = none
+  Tensor fetch_dst;       // [R, Hkv, C] int32: GPU slots they go to
+  Tensor select_stats;    // [R, Hkv, 3] int32: accumulated hits, misses, fetched
+  Tensor agree_stats;     // [R, Hkv, 2] int32: accumulated overlap, actual set size
+};
+
+class SparseDeviceState {
+ public:
+  SparseDeviceState(Backend& backend, int64_t rows, int64_t kv_heads, int64_t topk, int64_t max_fetch,
+                    int64_t max_blocks, int64_t num_layers, int64_t first_sparse_layer);
+
+  int64_t rows() const { return rows_; }
+  int64_t kv_heads() const { return kv_heads_; }
+  int64_t topk() const { return topk_; }
+  int64_t max_fetch() const { return max_fetch_; }
+  int64_t max_blocks() const { return max_blocks_; }
+  int64_t first_sparse_layer() const { return first_sparse_layer_; }
+
+  Tensor ws_slots;       // [R, Hkv, K] int32: GPU slot of working slot j (fixed per request)
+  Tensor host_tables;    // [R, Hkv, MB] int32: host slot (= summary row) of each logical block
+  Tensor scores;         // [R, Hkv, MB] f32: prediction scratch (the predict stage, layer by layer)
+  Tensor scores_actual;  // [R, Hkv, MB] f32: measurement / oracle scratch (main stream)
+
+  SparseLayerState& layer(int64_t l);
+
+  // Writes row r of an int32 state tensor [R, ...] (values.size() == the row's size).
+  void WriteRow(Tensor& t, int64_t r, const std::vector<int32_t>& values);
+  // Zeroes every layer's select_stats and agree_stats.
+  void ZeroStats();
+
+ private:
+  Backend& backend_;
+  int64_t rows_, kv_heads_, topk_, max_fetch_, max_blocks_, first_sparse_layer_;
+  std::vector<SparseLayerState> layers_;
+};
+
+}  // namespace oasis

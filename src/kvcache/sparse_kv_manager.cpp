@@ -1,0 +1,352 @@
+#include "kvcache/sparse_kv_manager.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace oasis {
+namespace {
+
+Tensor HostI32(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+Tensor FilledI32(std::vector<int64_t> shape, int32_t value) {
+  Tensor t = Tensor::Empty(std::move(shape), DType::kI32);
+  std::fill(t.data<int32_t>(), t.data<int32_t>() + t.numel(), value);
+  return t;
+}
+
+int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
+
+}  // namespace
+
+SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, Backend& backend,
+                                 BlockAllocator& gpu_allocator)
+    : config_(config), shape_(shape), backend_(backend), gpu_allocator_(gpu_allocator) {
+  OASIS_CHECK_OK(config.Validate(shape.num_layers));
+  OASIS_CHECK(shape.num_kv_heads > 0 && shape.head_dim > 0) << "sparse model shape";
+  const auto bytes = static_cast<size_t>(config.host_kv_gib * 1024.0 * 1024.0 * 1024.0);
+  store_ = std::make_unique<HostKvStore>(backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes);
+  state_ = std::make_unique<SparseDeviceState>(backend, config.max_sparse_seqs, shape.num_kv_heads, config.topk_blocks,
+                                               config.max_fetch(), config.max_blocks_per_seq(), shape.num_layers,
+                                               config.dense_layers);
+  for (int32_t r = config.max_sparse_seqs - 1; r >= 0; --r) free_rows_.push_back(r);
+}
+
+SparseKvManager::~SparseKvManager() {
+  // Slots must be released explicitly; leaking them would shrink the GPU pool silently.
+  OASIS_CHECK(num_sparse() == 0) << "SparseKvManager destroyed with " << num_sparse() << " sparse requests";
+}
+
+HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens) const {
+  if (config_.sparse_threshold <= 0 || max_total_tokens <= config_.sparse_threshold) return HostAdmission::kNotNeeded;
+  if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
+  const int64_t need = BlocksFor(max_total_tokens) * shape_.num_kv_heads;
+  if (need > store_->num_slots()) return HostAdmission::kNever;
+  return need <= store_->num_free() ? HostAdmission::kFits : HostAdmission::kWait;
+}
+
+Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens) {
+  if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
+  if (max_total_tokens > config_.max_seq_len) {
+    return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
+                           std::to_string(config_.max_seq_len));
+  }
+  const int64_t blocks = BlocksFor(max_total_tokens);
+  const int64_t need = blocks * shape_.num_kv_heads;
+  auto slots = store_->Allocate(static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX)));
+  if (!slots || need > INT32_MAX) {
+    return ResourceExhausted("host KV store full: need " + std::to_string(need) + " head-blocks, " +
+                             std::to_string(store_->num_free()) + " of " + std::to_string(store_->num_slots()) +
+                             " free (--host-kv-gib)");
+  }
+  Request r;
+  r.reserved_blocks = blocks;
+  r.host_slots = std::move(*slots);
+  requests_.emplace(id, std::move(r));
+  return Status::Ok();
+}
+
+bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
+  auto it = requests_.find(id);
+  return it != requests_.end() && it->second.row < 0 && config_.sparse_threshold > 0 &&
+         context_tokens > config_.sparse_threshold;
+}
+
+bool SparseKvManager::IsSparse(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it != requests_.end() && it->second.row >= 0;
+}
+
+int64_t SparseKvManager::num_sparse() const {
+  return std::count_if(requests_.begin(), requests_.end(), [](const auto& kv) { return kv.second.row >= 0; });
+}
+
+int64_t SparseKvManager::gpu_slots_held() const {
+  int64_t n = 0;
+  for (const auto& [id, r] : requests_) n += static_cast<int64_t>(r.ws_slots.size() + r.tail_slots.size());
+  return n;
+}
+
+int32_t SparseKvManager::HostSlot(const Request& r, int64_t head, int64_t block) const {
+  OASIS_CHECK(block >= 0 && block < r.reserved_blocks)
+      << "block " << block << " beyond the host reservation of " << r.reserved_blocks << " blocks";
+  return r.host_slots[static_cast<size_t>(head * r.reserved_blocks + block)];
+}
+
+int32_t SparseKvManager::TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const {
+  if (config_.dense_layers == 0) return r.tail_slots[static_cast<size_t>(head * 2 + block % 2)];
+  OASIS_CHECK(table != nullptr) << "dense_layers > 0: a sparse request's step needs its dense table";
+  const auto& slots = table->head_slots(static_cast<int32_t>(head));
+  OASIS_CHECK_LT(block, static_cast<int64_t>(slots.size())) << "dense table lacks tail block " << block;
+  return slots[static_cast<size_t>(block)];
+}
+
+std::vector<int64_t> SparseKvManager::InitialBlocks(int64_t complete) const {
+  const int64_t k = config_.topk_blocks;
+  std::vector<int64_t> blocks;
+  if (complete <= k) {
+    for (int64_t b = 0; b < complete; ++b) blocks.push_back(b);
+    return blocks;
+  }
+  blocks.push_back(0);  // the first block (attention sink)
+  for (int64_t b = complete - (k - 1); b < complete; ++b) blocks.push_back(b);
+  return blocks;
+}
+
+Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
+                                       std::vector<LayerKvPool>& gpu_pools) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
+  Request& req = it->second;
+  OASIS_CHECK_LT(req.row, 0) << "request " << id << " is already sparse";
+  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
+  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
+  const int64_t used_blocks = BlocksFor(num_tokens);
+  OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= used_blocks) << "switch of " << num_tokens << " tokens with "
+                                                                   << table.num_blocks() << " blocks";
+  OASIS_CHECK_LE(used_blocks, req.reserved_blocks) << "context beyond the host reservation";
+  if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
+  const std::vector<int64_t> chosen = InitialBlocks(complete);
+  const int64_t m = static_cast<int64_t>(chosen.size());
+  const bool own_tail = config_.dense_layers == 0;
+
+  // GPU slots: with own_tail, the chosen blocks stay where they are, the partial block becomes
+  // a tail slot and spare table slots fill the rest; otherwise K fresh working slots per head.
+  const int64_t spare_per_head = own_tail ? table.num_blocks() - m - (partial > 0 ? 1 : 0) : 0;
+  const int64_t need_per_head = own_tail ? (k - m) + (partial > 0 ? 1 : 2) : k;
+  const int64_t fresh_per_head = std::max<int64_t>(0, need_per_head - spare_per_head);
+  std::vector<int32_t> fresh;
+  if (fresh_per_head > 0) {
+    auto got = gpu_allocator_.Allocate(static_cast<int32_t>(fresh_per_head * hkv));
+    if (!got) {
+      return ResourceExhausted("no GPU slots for the sparse working set: need " + std::to_string(fresh_per_head * hkv) +
+                               ", " + std::to_string(gpu_allocator_.num_free()) + " free");
+    }
+    fresh = std::move(*got);
+  }
+  const int32_t row = free_rows_.back();
+  free_rows_.pop_back();
+  req.row = row;
+  req.has_prediction = false;
+
+  // Device work for every sparse layer: full KV to the host store, summaries, and (without
+  // own_tail) the initial working set copied into the fresh slots.
+  std::vector<int32_t> src, dst, len;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < used_blocks; ++b) {
+      src.push_back(table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
+      dst.push_back(HostSlot(req, h, b));
+      len.push_back(b < complete ? kBlockSize : static_cast<int32_t>(partial));
+    }
+  }
+  req.ws_slots.assign(static_cast<size_t>(hkv * k), -1);
+  req.tail_slots.clear();
+  std::vector<int32_t> free_later;
+  size_t next_fresh = 0;
+  std::vector<int32_t> ws_src, ws_dst;
+  for (int64_t h = 0; h < hkv; ++h) {
+    const auto& hs = table.head_slots(static_cast<int32_t>(h));
+    std::vector<int32_t> pool;  // this head's unused slots
+    if (own_tail) {
+      std::vector<char> keep(hs.size(), 0);
+      for (int64_t b : chosen) keep[static_cast<size_t>(b)] = 1;
+      if (partial > 0) keep[static_cast<size_t>(complete)] = 1;
+      for (size_t b = 0; b < hs.size(); ++b) {
+        if (!keep[b]) pool.push_back(hs[b]);
+      }
+    }
+    for (int64_t i = 0; i < fresh_per_head; ++i) pool.push_back(fresh[next_fresh++]);
+    size_t next = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t& slot = req.ws_slots[static_cast<size_t>(h * k + j)];
+      if (own_tail && j < m) {
+        slot = hs[static_cast<size_t>(chosen[static_cast<size_t>(j)])];
+      } else {
+        slot = pool[next++];
+        if (j < m) {
+          ws_src.push_back(hs[static_cast<size_t>(chosen[static_cast<size_t>(j)])]);
+          ws_dst.push_back(slot);
+        }
+      }
+    }
+    if (own_tail) {
+      int32_t tail[2] = {-1, -1};
+      if (partial > 0) tail[complete % 2] = hs[static_cast<size_t>(complete)];
+      for (int32_t& t : tail) {
+        if (t < 0) t = pool[next++];
+      }
+      req.tail_slots.push_back(tail[0]);
+      req.tail_slots.push_back(tail[1]);
+    }
+    free_later.insert(free_later.end(), pool.begin() + static_cast<std::ptrdiff_t>(next), pool.end());
+  }
+  const Tensor src_t = backend_.Upload(HostI32(src)), dst_t = backend_.Upload(HostI32(dst));
+  const Tensor len_t = backend_.Upload(HostI32(len));
+  const Tensor ws_src_t = backend_.Upload(HostI32(ws_src)), ws_dst_t = backend_.Upload(HostI32(ws_dst));
+  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    LayerKvPool& gpu = gpu_pools[static_cast<size_t>(l)];
+    backend_.CopyBlocks(gpu, src_t, store_->pool(l), dst_t);
+    backend_.BlockSummaries(gpu, src_t, len_t, dst_t, store_->kmin(l), store_->kmax(l));
+    if (!ws_src.empty()) backend_.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
+  }
+  if (own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
+  gpu_allocator_.Free(free_later);
+
+  std::vector<std::vector<int32_t>> ws_blocks(static_cast<size_t>(hkv), std::vector<int32_t>(static_cast<size_t>(k), -1));
+  for (auto& head : ws_blocks) {
+    for (int64_t j = 0; j < m; ++j) head[static_cast<size_t>(j)] = static_cast<int32_t>(chosen[static_cast<size_t>(j)]);
+  }
+  WriteRowState(req, ws_blocks);
+  return Status::Ok();
+}
+
+void SparseKvManager::WriteRowState(const Request& r, const std::vector<std::vector<int32_t>>& ws_blocks) {
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks, mb = state_->max_blocks();
+  state_->WriteRow(state_->ws_slots, r.row, r.ws_slots);
+  std::vector<int32_t> tables(static_cast<size_t>(hkv * mb), -1);
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < std::min(mb, r.reserved_blocks); ++b) {
+      tables[static_cast<size_t>(h * mb + b)] = HostSlot(r, h, b);
+    }
+  }
+  state_->WriteRow(state_->host_tables, r.row, tables);
+  std::vector<int32_t> blocks, resident, num_resident, none(static_cast<size_t>(hkv * k), -1);
+  for (int64_t h = 0; h < hkv; ++h) {
+    const auto& hb = ws_blocks[static_cast<size_t>(h)];
+    blocks.insert(blocks.end(), hb.begin(), hb.end());
+    // Resident table: working slots in ascending logical block (the initial blocks are ascending).
+    std::vector<std::pair<int32_t, int32_t>> order;
+    for (int64_t j = 0; j < k; ++j) {
+      if (hb[static_cast<size_t>(j)] >= 0) order.push_back({hb[static_cast<size_t>(j)], r.ws_slots[static_cast<size_t>(h * k + j)]});
+    }
+    std::sort(order.begin(), order.end());
+    for (int64_t i = 0; i < k; ++i) resident.push_back(i < static_cast<int64_t>(order.size()) ? order[static_cast<size_t>(i)].second : -1);
+    num_resident.push_back(static_cast<int32_t>(order.size()));
+  }
+  const std::vector<int32_t> zeros(static_cast<size_t>(hkv * k), 0);
+  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    SparseLayerState& s = state_->layer(l);
+    state_->WriteRow(s.ws_blocks, r.row, blocks);
+    state_->WriteRow(s.ws_age, r.row, zeros);
+    state_->WriteRow(s.resident_slots, r.row, resident);
+    state_->WriteRow(s.num_resident, r.row, num_resident);
+    state_->WriteRow(s.topk, r.row, none);
+    state_->WriteRow(s.topk_actual, r.row, none);
+  }
+}
+
+SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry>& batch) {
+  const int64_t S = static_cast<int64_t>(batch.size()), hkv = shape_.num_kv_heads, R = config_.max_sparse_seqs;
+  int64_t T = 0;
+  for (const SparseBatchEntry& e : batch) T += e.num_tokens;
+  SparseStepPlan p;
+  p.seq_rows = FilledI32({S}, -1);
+  p.tail_slots = FilledI32({S, hkv, 2}, -1);
+  p.tail_lens = FilledI32({S}, 0);
+  p.host_mapping = Tensor::Empty({T, hkv}, DType::kI64);
+  std::fill(p.host_mapping.data<int64_t>(), p.host_mapping.data<int64_t>() + p.host_mapping.numel(), -1);
+  p.summary_src = FilledI32({S * hkv}, -1);
+  p.summary_len = FilledI32({S * hkv}, 0);
+  p.summary_dst = FilledI32({S * hkv}, -1);
+  p.predict_rows = FilledI32({R}, -1);
+  p.predict_num_blocks = FilledI32({R}, 0);
+  p.current_rows = FilledI32({R}, -1);
+  p.current_num_blocks = FilledI32({R}, 0);
+  p.slots.resize(static_cast<size_t>(S));
+  const bool oracle = config_.predictor == SparsePredictor::kOracle;
+  p.measure_agreement = !oracle && config_.agreement_interval > 0 && step_ % config_.agreement_interval == 0;
+
+  std::vector<int32_t> gather;
+  int64_t next_row = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const SparseBatchEntry& e = batch[static_cast<size_t>(s)];
+    const int64_t t0 = next_row;  // the batch row of its first token
+    next_row += e.num_tokens;
+    auto it = requests_.find(e.id);
+    if (it == requests_.end() || it->second.row < 0) continue;
+    Request& req = it->second;
+    OASIS_CHECK(e.num_tokens == 1 || e.num_tokens == 2) << "a sparse step runs 1 or 2 tokens, not " << e.num_tokens;
+    const int64_t pos = e.start, b0 = pos / kBlockSize, b1 = (pos + e.num_tokens - 1) / kBlockSize;
+    const int32_t r = req.row;
+    ++p.num_sparse;
+    p.seq_rows.data<int32_t>()[s] = r;
+    p.tail_lens.data<int32_t>()[s] = static_cast<int32_t>(pos + e.num_tokens - b0 * kBlockSize);
+    SparseStepSlots& slots = p.slots[static_cast<size_t>(s)];
+    slots.num_tail_blocks = static_cast<int32_t>(b1 - b0 + 1);
+    slots.tail_len = p.tail_lens.data<int32_t>()[s];
+    slots.table_width = config_.topk_blocks + 2;
+    slots.slot_mapping.resize(static_cast<size_t>(e.num_tokens * hkv));
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t b = b0; b <= b1; ++b) {
+        const int32_t slot = TailSlot(req, e.table, h, b);
+        p.tail_slots.data<int32_t>()[(s * hkv + h) * 2 + (b - b0)] = slot;
+        slots.tail_slots.push_back(slot);
+      }
+      for (int64_t i = 0; i < e.num_tokens; ++i) {
+        const int64_t x = pos + i;
+        slots.slot_mapping[static_cast<size_t>(i * hkv + h)] =
+            static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize + x % kBlockSize;
+      }
+      const int32_t host = HostSlot(req, h, b0);
+      p.host_mapping.data<int64_t>()[t0 * hkv + h] = static_cast<int64_t>(host) * kBlockSize + pos % kBlockSize;
+      p.summary_src.data<int32_t>()[s * hkv + h] = TailSlot(req, e.table, h, b0);
+      p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(pos % kBlockSize + 1);
+      p.summary_dst.data<int32_t>()[s * hkv + h] = host;
+    }
+    // Prediction for the next step (real token at pos + 1): the draft row, else the real one.
+    if (!oracle) {
+      const bool draft = config_.predictor == SparsePredictor::kDraft && e.num_tokens == 2;
+      p.predict_rows.data<int32_t>()[r] = static_cast<int32_t>(gather.size());
+      gather.push_back(static_cast<int32_t>(t0 + (draft ? 1 : 0)));
+      p.predict_num_blocks.data<int32_t>()[r] = static_cast<int32_t>((pos + 1) / kBlockSize);
+    }
+    if (oracle || (p.measure_agreement && req.has_prediction)) {
+      p.current_rows.data<int32_t>()[r] = static_cast<int32_t>(t0);
+      p.current_num_blocks.data<int32_t>()[r] = static_cast<int32_t>(b0);
+    }
+    req.has_prediction = !oracle;
+  }
+  p.predict_gather = HostI32(gather);
+  ++step_;
+  return p;
+}
+
+void SparseKvManager::Release(uint64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  if (r.row >= 0) {
+    gpu_allocator_.Free(r.ws_slots);
+    gpu_allocator_.Free(r.tail_slots);
+    free_rows_.push_back(r.row);
+  }
+  store_->Free(r.host_slots);
+  requests_.erase(it);
+}
+
+}  // namespace oasis

@@ -1,0 +1,132 @@
+// SparseKvManager: the host-side logic of lookahead sparse KV (docs/sparse.md) — host-store
+// admission, the dense -> sparse switch, per-step plans and release. It runs only at
+// admission, switch and finish, plus a per-step plan built from host-known positions (no
+// device reads); every per-step device operation is a Backend op run by
+// SparseAttentionPipeline over SparseDeviceState.
+//
+// Per sparse request and KV head it owns K working GPU slots (the selected blocks) and, with
+// dense_layers == 0, two tail GPU slots: logical block b of the tail lives in tail slot b % 2
+// (the block of the step's real token and, when the stacked draft crosses a block boundary,
+// the next one). With dense_layers > 0 the request keeps its dense HeadBlockTable (the dense
+// layers need it; the engine keeps growing it) and the tail blocks are that table's slots.
+// A slot id addresses the same head-block in every layer's pool, so one set of slots serves
+// all sparse layers; their contents (which logical block sits where) differ per layer.
+//
+// Owns: the HostKvStore, the SparseDeviceState, the per-request host reservations, sparse
+// rows and GPU slots it took over. The GPU BlockAllocator is the engine's (shared with the
+// scheduler). Not thread-safe: the engine loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kvcache/block_allocator.h"
+#include "kvcache/head_block_table.h"
+#include "kvcache/host_kv_store.h"
+#include "kvcache/sparse_config.h"
+#include "kvcache/sparse_device_state.h"
+#include "kvcache/sparse_step_plan.h"
+#include "oasis/status.h"
+
+namespace oasis {
+
+struct SparseModelShape {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;  // KV heads on this device (TP: the local ones)
+  int64_t head_dim = 0;
+};
+
+// Whether a request needs host-store room, and whether it has it.
+enum class HostAdmission {
+  kNotNeeded,  // it can never exceed the sparse threshold: no host room needed
+  kFits,       // Reserve() will succeed now
+  kWait,       // not enough free host slots now: queue it until requests finish
+  kNever,      // larger than the whole host store (or the sparse state's max_seq_len): refuse
+};
+
+// One sequence of a step's batch, in batch order, as BuildStepPlan needs it.
+struct SparseBatchEntry {
+  uint64_t id = 0;                        // the request (looked up only when it is sparse)
+  int64_t start = 0;                      // position of its first token this step
+  int32_t num_tokens = 0;                 // tokens this step; sparse: 1 ([x_t]) or 2 ([x_t, draft])
+  const HeadBlockTable* table = nullptr;  // its dense table (needed when dense_layers > 0)
+};
+
+class SparseKvManager {
+ public:
+  SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, Backend& backend,
+                  BlockAllocator& gpu_allocator);
+  ~SparseKvManager();
+
+  const SparseConfig& config() const { return config_; }
+  const SparseModelShape& shape() const { return shape_; }
+  HostKvStore& host_store() { return *store_; }
+  SparseDeviceState& state() { return *state_; }
+
+  // ---- Admission (host store). `max_total_tokens` = prompt + max output tokens.
+  HostAdmission CheckAdmission(int64_t max_total_tokens) const;
+  // Reserves the host slots of every block the request can reach (all KV heads). After a
+  // kFits answer this succeeds; otherwise ResourceExhausted / InvalidArgument and nothing is
+  // taken. A request that never needs host room (kNotNeeded) need not call it.
+  Status Reserve(uint64_t id, int64_t max_total_tokens);
+  bool HasReservation(uint64_t id) const { return requests_.count(id) > 0; }
+
+  // ---- Dense -> sparse.
+  // Whether a request with `context_tokens` of KV should switch now.
+  bool ShouldSwitch(uint64_t id, int64_t context_tokens) const;
+  // Switches a reserved request whose first `num_tokens` tokens have K/V in `table`'s slots of
+  // `gpu_pools`: copies them to the host store (every sparse layer), computes their summaries,
+  // keeps K blocks per head on the GPU as the initial working set (block 0 and the most recent
+  // complete blocks) and, with dense_layers == 0, takes over the table's slots: the working and
+  // tail slots stay, the rest go back to the allocator and `table` is left empty. Needs a free
+  // sparse row and enough GPU slots; ResourceExhausted (nothing changed) otherwise.
+  Status SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens, std::vector<LayerKvPool>& gpu_pools);
+  bool IsSparse(uint64_t id) const;
+
+  // ---- Per step. Builds the host plan for a batch (dense entries pass through). Positions
+  // must advance by one real token per step for sparse requests (the draft is not kept).
+  SparseStepPlan BuildStepPlan(const std::vector<SparseBatchEntry>& batch);
+
+  // ---- Finish. Returns every host slot, GPU slot and the sparse row of the request (a
+  // request never switched returns its reservation). Unknown ids are ignored.
+  void Release(uint64_t id);
+
+  // Accounting (tests, metrics).
+  int64_t num_sparse() const;
+  int64_t gpu_slots_held() const;   // working + tail slots of all sparse requests
+  int64_t host_slots_reserved() const { return store_->num_slots() - store_->num_free(); }
+  int64_t steps() const { return step_; }
+
+ private:
+  struct Request {
+    int64_t reserved_blocks = 0;      // logical blocks with host slots
+    std::vector<int32_t> host_slots;  // [Hkv * reserved_blocks], head-major
+    int32_t row = -1;                 // sparse row, -1 while dense
+    std::vector<int32_t> ws_slots;    // [Hkv * K]
+    std::vector<int32_t> tail_slots;  // [Hkv * 2] (dense_layers == 0)
+    bool has_prediction = false;      // a previous step predicted its next top-K
+  };
+
+  int32_t HostSlot(const Request& r, int64_t head, int64_t block) const;
+  // GPU slot of tail block `block` of head `head`.
+  int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
+  // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.
+  std::vector<int64_t> InitialBlocks(int64_t complete) const;
+  void WriteRowState(const Request& r, const std::vector<std::vector<int32_t>>& ws_blocks);
+
+  SparseConfig config_;
+  SparseModelShape shape_;
+  Backend& backend_;
+  BlockAllocator& gpu_allocator_;
+  std::unique_ptr<HostKvStore> store_;
+  std::unique_ptr<SparseDeviceState> state_;
+  std::unordered_map<uint64_t, Request> requests_;
+  std::vector<int32_t> free_rows_;  // LIFO
+  int64_t step_ = 0;
+};
+
+}  // namespace oasis

@@ -1,0 +1,116 @@
+// SparseAttentionPipeline: the per-layer order of the sparse-KV operations inside one forward
+// pass (docs/sparse.md §4), as an AttentionLayerHook of DecoderLM::Forward. Every operation
+// is a Backend op over SparseDeviceState and the step's uploaded plan; nothing reads device
+// memory on the host. For sparse layer l of step t:
+//
+//   BeforeAttention(l)  [main stream, after QKV/RoPE/KV append]
+//     Enter(kAttention, l)      CUDA: wait transfer_done[l] of step t-1
+//     CopyTokens                write-through of the real tokens' K/V to the host store
+//     BlockSummaries            min/max of the blocks those tokens went to
+//     oracle:   ScoreBlocks + TopKBlocks + SelectBlocks + CopyBlocks with the step's own query
+//     sampled:  ScoreBlocks + TopKBlocks (real query) + TopKOverlap with the prediction of t-1
+//     AssembleSparseTables      layer l's resident blocks + tail into the step's tables (in place)
+//   attention
+//   AfterAttention(l)   [draft / previous-query predictors]
+//     GatherRows                snapshot of the predicting queries (q is reused by layer l+1)
+//     Exit(kAttention, l)       CUDA: record attn_done[l]
+//     Enter/Exit(kPredict, l)   ScoreBlocks + TopKBlocks  -> topk[l] for step t+1
+//     Enter/Exit(kSelect, l)    SelectBlocks              -> fetch lists, resident table[l]
+//     Enter/Exit(kTransfer, l)  CopyBlocks host -> GPU    (waits select and attn_done[l])
+//
+// The resident table written by select(l) at step t is copied into the batch's tables by
+// AssembleSparseTables(l) at step t+1 after transfer_done[l]: that copy is the double buffer
+// (attention of step t read the batch tables, never the state select writes).
+//
+// Owns the uploaded plan of the current step and the query snapshots. Not thread-safe: the
+// thread running the forward pass.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kvcache/sparse_kv_manager.h"
+#include "kvcache/sparse_step_plan.h"
+
+namespace oasis {
+
+enum class SparseStage : uint8_t { kAttention, kPredict, kSelect, kTransfer };
+
+// Where a device backend orders the stages on its streams. Enter(stage, l): the ops that
+// follow run on `stage`'s stream after its dependencies (kAttention: transfer_done[l] of the
+// previous step; kPredict: attn_done[l]; kSelect: predict_done[l]; kTransfer: select_done[l]
+// and attn_done[l]). Exit(stage, l): record the stage's event for layer l and return to the
+// main stream. The CPU runs everything in order and needs none (nullptr).
+class SparseStageSync {
+ public:
+  virtual ~SparseStageSync() = default;
+  virtual void Enter(SparseStage stage, int64_t layer) = 0;
+  virtual void Exit(SparseStage stage, int64_t layer) = 0;
+  // Seconds the main stream waited for transfers since the last call (0 if not measured).
+  virtual double TakeTransferWaitSeconds() { return 0.0; }
+};
+
+struct SparseLayerMetrics {
+  int64_t hits = 0;           // predicted blocks already resident
+  int64_t misses = 0;         // predicted blocks not resident
+  int64_t fetched = 0;        // misses admitted (<= C per head per step)
+  int64_t agree_overlap = 0;  // sampled: |predicted top-K ∩ real query's top-K|
+  int64_t agree_total = 0;    // sampled: |real query's top-K|
+};
+
+// Counters since the previous CollectMetrics().
+struct SparseMetrics {
+  int64_t steps = 0;             // steps with at least one sparse sequence
+  int64_t sparse_seq_steps = 0;  // Σ sparse sequences per step
+  std::vector<SparseLayerMetrics> layers;  // [num_layers]; dense layers stay zero
+  int64_t bytes_per_block = 0;   // K + V of one head-block: the H2D bytes of one fetch
+  double transfer_wait_seconds = 0;
+
+  SparseLayerMetrics Total() const;
+  double hit_rate() const;         // hits / (hits + misses)
+  double agreement() const;        // agree_overlap / agree_total
+  double fetched_per_step() const;  // blocks fetched per step, all requests, layers and heads
+  double h2d_bytes_per_step() const;
+};
+
+class SparseAttentionPipeline final : public AttentionLayerHook {
+ public:
+  SparseAttentionPipeline(SparseKvManager& manager, Backend& backend, int64_t num_q_heads,
+                          SparseStageSync* sync = nullptr);
+
+  // Uploads `plan` for the step whose device input has `attention` (its block_tables and
+  // kv_lens are rewritten in place for sparse rows, layer by layer; the batch builder made
+  // them wide enough) and `slot_mapping` ([T, Hkv] int64, where the step's K/V went).
+  void BeginStep(const SparseStepPlan& plan, const AttentionMetadata& attention, const Tensor& slot_mapping);
+  void EndStep();
+
+  const AttentionMetadata& BeforeAttention(int layer, const Tensor& q, LayerKvPool& pool,
+                                           const AttentionMetadata& step) override;
+  void AfterAttention(int layer, const Tensor& q, LayerKvPool& pool) override;
+
+  // Downloads and zeroes the device counters (a host synchronisation: call it every few steps).
+  SparseMetrics CollectMetrics();
+
+ private:
+  bool Active(int layer) const;
+  void Enter(SparseStage s, int64_t l) { if (sync_) sync_->Enter(s, l); }
+  void Exit(SparseStage s, int64_t l) { if (sync_) sync_->Exit(s, l); }
+
+  SparseKvManager& manager_;
+  Backend& backend_;
+  int64_t num_q_heads_;
+  SparseStageSync* sync_;
+  bool in_step_ = false;
+  int64_t num_sparse_ = 0, num_predicting_ = 0;
+  bool measure_agreement_ = false;
+  AttentionMetadata meta_;  // views of the step's tables, rewritten per layer
+  Tensor slot_mapping_;
+  // The step's plan on the device (SparseStepPlan).
+  Tensor seq_rows_, tail_slots_, tail_lens_, host_mapping_, summary_src_, summary_len_, summary_dst_;
+  Tensor predict_gather_, predict_rows_, predict_num_blocks_, current_rows_, current_num_blocks_;
+  std::vector<Tensor> q_snapshots_;  // [num_layers] of [R, Hq * D] (sparse layers only)
+  int64_t metric_steps_ = 0, metric_seq_steps_ = 0;
+};
+
+}  // namespace oasis

@@ -76,6 +76,25 @@ class CudaBackend final : public Backend {
                                const Tensor* q_norm, const Tensor* k_norm, const Tensor& positions,
                                const RopeParams& rope, const Tensor& slot_mapping, LayerKvPool& pool) override;
 
+  // Sparse KV ops (cuda_sparse.cpp, kernels/sparse_kv.h): the semantics of backend.h; pools,
+  // summaries and queries are bf16; EmptyHost is mapped pinned memory kernels read over PCIe.
+  Tensor EmptyHost(std::vector<int64_t> shape, DType dtype) override;
+  void BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots, const Tensor& num_tokens,
+                      const Tensor& dst_rows, Tensor& kmin, Tensor& kmax) override;
+  void ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks, const Tensor& host_tables,
+                   const Tensor& kmin, const Tensor& kmax, GroupReduce reduce, Tensor& scores) override;
+  void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) override;
+  void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables, const Tensor& ws_slots,
+                    Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src, Tensor& fetch_dst,
+                    Tensor& resident_slots, Tensor& num_resident, Tensor& stats) override;
+  void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
+                  const Tensor& dst_slots) override;
+  void CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,
+                  const Tensor& dst_index) override;
+  void AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots, const Tensor& num_resident,
+                            const Tensor& tail_slots, const Tensor& tail_lens, AttentionMetadata& meta) override;
+  void TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows, Tensor& counts) override;
+
  private:
   CudaBackend() = default;
   const float* DeviceInvFreq(const RopeParams& rope);

@@ -1,0 +1,100 @@
+// Kernels of the sparse-KV pipeline (DESIGN.md §1, docs/sparse.md): block summaries, block
+// scoring against the summaries, per-KV-head top-K, select under a per-step fetch cap, the
+// UVA gather of head-blocks from pinned host memory, token write-through, per-layer table
+// assembly and the predictor-agreement counter. The exact semantics (and the CPU reference)
+// are those of the same-named Backend ops in src/backend/backend.h; integer outputs equal the
+// CPU's bit for bit. Each launcher takes raw pointers (device memory, or mapped pinned host
+// memory where noted), sizes and an explicit stream, and returns the launch error.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace oasis::kernels {
+
+// kmin/kmax[dst_rows[i]] = element-wise min/max over the first num_tokens[i] keys of head-block
+// src_slots[i] of k_pool (device or mapped host). Entries with num_tokens <= 0 or dst < 0 skip.
+cudaError_t LaunchBlockSummaries(const __nv_bfloat16* k_pool,  // [slots, 16, head_dim]
+                                 const int32_t* src_slots,     // [n]
+                                 const int32_t* num_tokens,    // [n]
+                                 const int32_t* dst_rows,      // [n]
+                                 __nv_bfloat16* kmin,          // [rows, head_dim]
+                                 __nv_bfloat16* kmax,          // [rows, head_dim]
+                                 int64_t n, int head_dim, cudaStream_t stream);
+
+struct ScoreBlocksParams {
+  const __nv_bfloat16* q;     // [T, num_q_heads, head_dim]
+  const int32_t* query_rows;  // [R] batch row, -1 = inactive
+  const int32_t* num_blocks;  // [R]
+  const int32_t* host_tables; // [R, num_kv_heads, max_blocks] summary row per block
+  const __nv_bfloat16* kmin;  // [summary rows, head_dim]
+  const __nv_bfloat16* kmax;
+  float* scores;              // [R, num_kv_heads, max_blocks]
+  int rows = 0;               // R
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;  // head_dim in {64, 128, 256}
+  int max_blocks = 0;
+  bool reduce_max = false;    // GQA group: max instead of sum
+};
+bool ScoreBlocksSupported(int head_dim, int group);
+cudaError_t LaunchScoreBlocks(const ScoreBlocksParams& p, cudaStream_t stream);
+
+// topk[r, h, :] = the min(K, num_blocks[r]) best blocks by (score desc, id asc), then -1.
+cudaError_t LaunchTopKBlocks(const float* scores,       // [R, Hkv, max_blocks]
+                             const int32_t* rows,       // [R], -1 = inactive
+                             const int32_t* num_blocks, // [R]
+                             int32_t* topk,             // [R, Hkv, k]
+                             int num_rows, int num_kv_heads, int max_blocks, int k, cudaStream_t stream);
+
+struct SelectBlocksParams {
+  const int32_t* topk;         // [R, Hkv, K]
+  const int32_t* rows;         // [R]
+  const int32_t* host_tables;  // [R, Hkv, max_blocks]
+  const int32_t* ws_slots;     // [R, Hkv, K]
+  int32_t* ws_blocks;          // [R, Hkv, K] in/out
+  int32_t* ws_age;             // [R, Hkv, K] in/out
+  int32_t* fetch_src;          // [R, Hkv, C]
+  int32_t* fetch_dst;          // [R, Hkv, C]
+  int32_t* resident_slots;     // [R, Hkv, K]
+  int32_t* num_resident;       // [R, Hkv]
+  int32_t* stats;              // [R, Hkv, 3] accumulated
+  int rows_count = 0, num_kv_heads = 0, k = 0, c = 0, max_blocks = 0;
+};
+inline constexpr int kSelectMaxK = 1024;
+cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream);
+
+// Copies whole head-blocks (K and V): dst[dst_slots[i]] = src[src_slots[i]] where both >= 0.
+// Either side may be mapped pinned host memory (the UVA gather: each CTA copies whole blocks
+// with 16-byte loads; `max_ctas` bounds the grid, DESIGN.md §5 measured 32–64 as enough).
+cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [src slots, 16, head_dim]
+                             const int32_t* src_slots,                               // [n]
+                             __nv_bfloat16* dst_k, __nv_bfloat16* dst_v,             // [dst slots, 16, head_dim]
+                             const int32_t* dst_slots,                               // [n]
+                             int64_t n, int head_dim, int max_ctas, cudaStream_t stream);
+
+// Copies single token rows (K and V): dst row dst_index[i] = src row src_index[i] (both >= 0).
+cudaError_t LaunchCopyTokens(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [.., head_dim] rows
+                             const int64_t* src_index,                               // [n]
+                             __nv_bfloat16* dst_k, __nv_bfloat16* dst_v, const int64_t* dst_index,  // [n]
+                             int64_t n, int head_dim, cudaStream_t stream);
+
+struct AssembleTablesParams {
+  const int32_t* seq_rows;        // [S], -1 = dense
+  const int32_t* resident_slots;  // [R, Hkv, K]
+  const int32_t* num_resident;    // [R, Hkv]
+  const int32_t* tail_slots;      // [S, Hkv, 2]
+  const int32_t* tail_lens;       // [S]
+  int32_t* block_tables;          // [S, Hkv, width]
+  int32_t* kv_lens;               // [S, Hkv]
+  int num_seqs = 0, num_kv_heads = 0, k = 0, width = 0;
+};
+cudaError_t LaunchAssembleSparseTables(const AssembleTablesParams& p, cudaStream_t stream);
+
+// counts[r, h] += {|predicted ∩ actual|, |actual|} over the non-negative entries.
+cudaError_t LaunchTopKOverlap(const int32_t* predicted, const int32_t* actual,  // [R, Hkv, K]
+                              const int32_t* rows,                              // [R]
+                              int32_t* counts,                                  // [R, Hkv, 2]
+                              int num_rows, int num_kv_heads, int k, cudaStream_t stream);
+
+}  // namespace oasis::kernels

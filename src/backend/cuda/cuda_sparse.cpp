@@ -1,0 +1,229 @@
+// CudaBackend: the sparse-KV ops of backend.h on the GPU (kernels/sparse_kv.h). Integer outputs
+// equal the CPU reference's bit for bit; ScoreBlocks sums in a different order (float).
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "backend/cuda/cuda_backend.h"
+#include "common/check.h"
+#include "kernels/sparse_kv.h"
+
+namespace oasis {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+template <typename T = bf16>
+T* Ptr(const Tensor& t) { return static_cast<T*>(t.raw()); }
+
+// A device tensor of `dtype` (state, tables, queries, summaries).
+void CheckDev(const Tensor& t, DType dtype, const char* what) {
+  OASIS_CHECK(t.device() == Device::kCuda && t.dtype() == dtype)
+      << what << ": expected a device " << DTypeName(dtype) << " tensor, got " << t.ToString();
+}
+
+// A pool may live on the device or in mapped pinned host memory (EmptyHost).
+void CheckPool(const LayerKvPool& p, const char* what) {
+  OASIS_CHECK(p.k.dtype() == DType::kBF16 && p.v.dtype() == DType::kBF16 && p.k.shape() == p.v.shape() &&
+              p.k.ndim() == 3 && p.k.dim(1) == kBlockSize)
+      << what << ": expected bf16 pools [slots, " << kBlockSize << ", head_dim], got " << p.k.ToString();
+}
+
+void CheckState(const Tensor& t, int64_t rows, int64_t heads, const char* what) {
+  CheckDev(t, DType::kI32, what);
+  OASIS_CHECK(t.ndim() == 3 && t.dim(0) == rows && t.dim(1) == heads)
+      << what << " " << t.ToString() << ", expected [" << rows << ", " << heads << ", *]";
+}
+
+}  // namespace
+
+Tensor CudaBackend::EmptyHost(std::vector<int64_t> shape, DType dtype) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(n) * DTypeSize(dtype), 16);
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  OASIS_CHECK(err == cudaSuccess) << "cudaHostAlloc of " << bytes << " bytes (pinned host KV): "
+                                  << cudaGetErrorString(err);
+  std::shared_ptr<void> owner(p, [](void* q) { cudaFreeHost(q); });
+  return Tensor(p, dtype, std::move(shape), Device::kCpu, std::move(owner));
+}
+
+void CudaBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots, const Tensor& num_tokens,
+                                 const Tensor& dst_rows, Tensor& kmin, Tensor& kmax) {
+  CheckPool(pool, "BlockSummaries pool");
+  CheckDev(src_slots, DType::kI32, "BlockSummaries src_slots");
+  CheckDev(num_tokens, DType::kI32, "BlockSummaries num_tokens");
+  CheckDev(dst_rows, DType::kI32, "BlockSummaries dst_rows");
+  CheckDev(kmin, DType::kBF16, "BlockSummaries kmin");
+  CheckDev(kmax, DType::kBF16, "BlockSummaries kmax");
+  const int64_t n = src_slots.numel(), d = pool.k.dim(2);
+  OASIS_CHECK(num_tokens.numel() == n && dst_rows.numel() == n) << "BlockSummaries: entry counts differ";
+  OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d) << "BlockSummaries kmin " << kmin.ToString();
+  OASIS_CUDA_CHECK(kernels::LaunchBlockSummaries(Ptr(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens),
+                                                 Ptr<int32_t>(dst_rows), Ptr(kmin), Ptr(kmax), n,
+                                                 static_cast<int>(d), stream_.get()));
+}
+
+void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks,
+                              const Tensor& host_tables, const Tensor& kmin, const Tensor& kmax, GroupReduce reduce,
+                              Tensor& scores) {
+  CheckDev(q, DType::kBF16, "ScoreBlocks q");
+  CheckDev(query_rows, DType::kI32, "ScoreBlocks query_rows");
+  CheckDev(num_blocks, DType::kI32, "ScoreBlocks num_blocks");
+  CheckDev(kmin, DType::kBF16, "ScoreBlocks kmin");
+  CheckDev(kmax, DType::kBF16, "ScoreBlocks kmax");
+  CheckDev(scores, DType::kF32, "ScoreBlocks scores");
+  const int64_t R = query_rows.numel();
+  CheckState(host_tables, R, host_tables.dim(1), "ScoreBlocks host_tables");
+  OASIS_CHECK(q.ndim() == 3 && scores.shape() == host_tables.shape() && num_blocks.numel() == R &&
+              kmin.dim(1) == q.dim(2) && kmax.shape() == kmin.shape())
+      << "ScoreBlocks shapes: q " << q.ToString() << " tables " << host_tables.ToString() << " scores "
+      << scores.ToString();
+  kernels::ScoreBlocksParams p;
+  p.q = Ptr(q);
+  p.query_rows = Ptr<int32_t>(query_rows);
+  p.num_blocks = Ptr<int32_t>(num_blocks);
+  p.host_tables = Ptr<int32_t>(host_tables);
+  p.kmin = Ptr(kmin);
+  p.kmax = Ptr(kmax);
+  p.scores = Ptr<float>(scores);
+  p.rows = static_cast<int>(R);
+  p.num_q_heads = static_cast<int>(q.dim(1));
+  p.num_kv_heads = static_cast<int>(host_tables.dim(1));
+  p.head_dim = static_cast<int>(q.dim(2));
+  p.max_blocks = static_cast<int>(host_tables.dim(2));
+  p.reduce_max = reduce == GroupReduce::kMax;
+  OASIS_CHECK(p.num_q_heads % p.num_kv_heads == 0 &&
+              kernels::ScoreBlocksSupported(p.head_dim, p.num_q_heads / p.num_kv_heads))
+      << "ScoreBlocks: head_dim " << p.head_dim << " with " << p.num_q_heads << "/" << p.num_kv_heads
+      << " heads is not supported on CUDA (head_dim 64/128/256, GQA group <= 16)";
+  OASIS_CUDA_CHECK(kernels::LaunchScoreBlocks(p, stream_.get()));
+}
+
+void CudaBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) {
+  CheckDev(scores, DType::kF32, "TopKBlocks scores");
+  CheckDev(rows, DType::kI32, "TopKBlocks rows");
+  CheckDev(num_blocks, DType::kI32, "TopKBlocks num_blocks");
+  const int64_t R = scores.dim(0), hkv = scores.dim(1);
+  OASIS_CHECK(rows.numel() == R && num_blocks.numel() == R) << "TopKBlocks: row counts";
+  CheckState(topk, R, hkv, "TopKBlocks topk");
+  OASIS_CUDA_CHECK(kernels::LaunchTopKBlocks(Ptr<float>(scores), Ptr<int32_t>(rows), Ptr<int32_t>(num_blocks),
+                                             Ptr<int32_t>(topk), static_cast<int>(R), static_cast<int>(hkv),
+                                             static_cast<int>(scores.dim(2)), static_cast<int>(topk.dim(2)),
+                                             stream_.get()));
+}
+
+void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
+                               const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
+                               Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats) {
+  CheckDev(rows, DType::kI32, "SelectBlocks rows");
+  const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
+  CheckState(topk, R, hkv, "SelectBlocks topk");
+  CheckState(host_tables, R, hkv, "SelectBlocks host_tables");
+  for (const Tensor* t : {&ws_slots, &static_cast<const Tensor&>(ws_blocks), &static_cast<const Tensor&>(ws_age),
+                          &static_cast<const Tensor&>(resident_slots)}) {
+    CheckState(*t, R, hkv, "SelectBlocks working-set state");
+    OASIS_CHECK_EQ(t->dim(2), k) << "SelectBlocks: working-set width must equal K";
+  }
+  CheckState(fetch_src, R, hkv, "SelectBlocks fetch_src");
+  CheckState(fetch_dst, R, hkv, "SelectBlocks fetch_dst");
+  OASIS_CHECK(fetch_dst.shape() == fetch_src.shape()) << "SelectBlocks fetch_dst " << fetch_dst.ToString();
+  CheckDev(num_resident, DType::kI32, "SelectBlocks num_resident");
+  OASIS_CHECK_EQ(num_resident.numel(), R * hkv) << "SelectBlocks num_resident";
+  CheckState(stats, R, hkv, "SelectBlocks stats");
+  OASIS_CHECK_EQ(stats.dim(2), 3) << "SelectBlocks stats";
+  kernels::SelectBlocksParams p;
+  p.topk = Ptr<int32_t>(topk);
+  p.rows = Ptr<int32_t>(rows);
+  p.host_tables = Ptr<int32_t>(host_tables);
+  p.ws_slots = Ptr<int32_t>(ws_slots);
+  p.ws_blocks = Ptr<int32_t>(ws_blocks);
+  p.ws_age = Ptr<int32_t>(ws_age);
+  p.fetch_src = Ptr<int32_t>(fetch_src);
+  p.fetch_dst = Ptr<int32_t>(fetch_dst);
+  p.resident_slots = Ptr<int32_t>(resident_slots);
+  p.num_resident = Ptr<int32_t>(num_resident);
+  p.stats = Ptr<int32_t>(stats);
+  p.rows_count = static_cast<int>(R);
+  p.num_kv_heads = static_cast<int>(hkv);
+  p.k = static_cast<int>(k);
+  p.c = static_cast<int>(fetch_src.dim(2));
+  p.max_blocks = static_cast<int>(host_tables.dim(2));
+  OASIS_CHECK(k <= kernels::kSelectMaxK && p.c <= k) << "SelectBlocks: K " << k << " (at most "
+                                                     << kernels::kSelectMaxK << "), C " << p.c;
+  OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream_.get()));
+}
+
+void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
+                             const Tensor& dst_slots) {
+  CheckPool(src, "CopyBlocks src");
+  CheckPool(dst, "CopyBlocks dst");
+  CheckDev(src_slots, DType::kI32, "CopyBlocks src_slots");
+  CheckDev(dst_slots, DType::kI32, "CopyBlocks dst_slots");
+  OASIS_CHECK_EQ(src_slots.numel(), dst_slots.numel()) << "CopyBlocks entry counts";
+  OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyBlocks head_dim";
+  // 64 CTAs: the UVA gather's plateau on the H200 (DESIGN.md §5), leaving SMs to the main stream.
+  OASIS_CUDA_CHECK(kernels::LaunchCopyBlocks(Ptr(src.k), Ptr(src.v), Ptr<int32_t>(src_slots), Ptr(dst.k), Ptr(dst.v),
+                                             Ptr<int32_t>(dst_slots), src_slots.numel(),
+                                             static_cast<int>(src.k.dim(2)), 64, stream_.get()));
+}
+
+void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,
+                             const Tensor& dst_index) {
+  CheckPool(src, "CopyTokens src");
+  CheckPool(dst, "CopyTokens dst");
+  CheckDev(src_index, DType::kI64, "CopyTokens src_index");
+  CheckDev(dst_index, DType::kI64, "CopyTokens dst_index");
+  OASIS_CHECK_EQ(src_index.numel(), dst_index.numel()) << "CopyTokens entry counts";
+  OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyTokens head_dim";
+  OASIS_CUDA_CHECK(kernels::LaunchCopyTokens(Ptr(src.k), Ptr(src.v), Ptr<int64_t>(src_index), Ptr(dst.k), Ptr(dst.v),
+                                             Ptr<int64_t>(dst_index), src_index.numel(),
+                                             static_cast<int>(src.k.dim(2)), stream_.get()));
+}
+
+void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots,
+                                       const Tensor& num_resident, const Tensor& tail_slots,
+                                       const Tensor& tail_lens, AttentionMetadata& meta) {
+  CheckDev(seq_rows, DType::kI32, "AssembleSparseTables seq_rows");
+  CheckDev(tail_lens, DType::kI32, "AssembleSparseTables tail_lens");
+  CheckDev(num_resident, DType::kI32, "AssembleSparseTables num_resident");
+  const int64_t S = seq_rows.numel(), hkv = resident_slots.dim(1);
+  CheckState(resident_slots, resident_slots.dim(0), hkv, "AssembleSparseTables resident_slots");
+  CheckState(tail_slots, S, hkv, "AssembleSparseTables tail_slots");
+  CheckDev(meta.block_tables, DType::kI32, "AssembleSparseTables block_tables");
+  CheckDev(meta.kv_lens, DType::kI32, "AssembleSparseTables kv_lens");
+  OASIS_CHECK(meta.kv_lens.dim(0) == S && meta.kv_lens.dim(1) == hkv && tail_slots.dim(2) == 2)
+      << "AssembleSparseTables kv_lens " << meta.kv_lens.ToString();
+  const int64_t width = meta.block_tables.dim(2);
+  OASIS_CHECK_GE(width, resident_slots.dim(2) + 2) << "AssembleSparseTables: table width " << width
+                                                  << " cannot hold K + 2 tail blocks";
+  kernels::AssembleTablesParams p;
+  p.seq_rows = Ptr<int32_t>(seq_rows);
+  p.resident_slots = Ptr<int32_t>(resident_slots);
+  p.num_resident = Ptr<int32_t>(num_resident);
+  p.tail_slots = Ptr<int32_t>(tail_slots);
+  p.tail_lens = Ptr<int32_t>(tail_lens);
+  p.block_tables = Ptr<int32_t>(meta.block_tables);
+  p.kv_lens = Ptr<int32_t>(meta.kv_lens);
+  p.num_seqs = static_cast<int>(S);
+  p.num_kv_heads = static_cast<int>(hkv);
+  p.k = static_cast<int>(resident_slots.dim(2));
+  p.width = static_cast<int>(width);
+  OASIS_CUDA_CHECK(kernels::LaunchAssembleSparseTables(p, stream_.get()));
+}
+
+void CudaBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows, Tensor& counts) {
+  CheckDev(rows, DType::kI32, "TopKOverlap rows");
+  const int64_t R = rows.numel(), hkv = predicted.dim(1), k = predicted.dim(2);
+  CheckState(predicted, R, hkv, "TopKOverlap predicted");
+  CheckState(actual, R, hkv, "TopKOverlap actual");
+  OASIS_CHECK_EQ(actual.dim(2), k) << "TopKOverlap widths";
+  CheckState(counts, R, hkv, "TopKOverlap counts");
+  OASIS_CHECK_EQ(counts.dim(2), 2) << "TopKOverlap counts";
+  OASIS_CUDA_CHECK(kernels::LaunchTopKOverlap(Ptr<int32_t>(predicted), Ptr<int32_t>(actual), Ptr<int32_t>(rows),
+                                              Ptr<int32_t>(counts), static_cast<int>(R), static_cast<int>(hkv),
+                                              static_cast<int>(k), stream_.get()));
+}
+
+}  // namespace oasis

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,8 +26,10 @@ using namespace std::chrono_literals;
 
 // A fixture model on the CPU backend with a runner of `num_kv_slots` head-blocks.
 struct TinyModel {
-  explicit TinyModel(int64_t num_kv_slots, const std::string& name = "qwen3-tiny") : backend(2) {
-    auto dir = testing::FixturePath("models/" + name);
+  explicit TinyModel(int64_t num_kv_slots, const std::string& name = "qwen3-tiny")
+      : TinyModel(testing::FixturePath("models/" + name), num_kv_slots) {}
+  // Any model directory (config.json + model.safetensors).
+  TinyModel(const std::filesystem::path& dir, int64_t num_kv_slots) : backend(2) {
     auto c = LoadModelConfig(dir);
     REQUIRE(c.ok());
     config = *c;
@@ -49,6 +52,7 @@ struct Collected {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<size_t> top_logprobs;  // entries per token
+  std::vector<float> logprobs;       // of each token
   FinishReasonKind reason = FinishReasonKind::kNone;
   std::string stop_reason;
   Status error;
@@ -74,6 +78,7 @@ inline Collected Collect(RequestStream& stream) {
     for (const GeneratedToken& t : ev->tokens) {
       c.tokens.push_back(t.token);
       c.top_logprobs.push_back(t.top_logprobs.size());
+      c.logprobs.push_back(t.logprob);
       if (t.logprob > 0.0f) c.positive_logprob = true;
     }
     c.text += ev->text;

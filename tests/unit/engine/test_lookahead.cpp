@@ -1,0 +1,342 @@
+// Lookahead decoding through the engine on the CPU backend (docs/lookahead.md), with the
+// tiny fixture target qwen3-tiny and two EAGLE-3 heads: the PyTorch-reference head of
+// tests/fixtures/eagle3/qwen3-tiny (drafts rarely right) and a constructed copy head (drafts
+// often right, so speculate really emits two tokens per step). Under reject and speculate
+// every request's tokens, logprobs, finish reason and stop reason equal plain decoding's —
+// greedy and seeded sampling, EOS, stop ids, min/max tokens, 24 concurrent requests, with a
+// roomy pool, a small token budget (chunked prefill, drafts squeezed out) and a small pool
+// (preemptions recompute the head's KV) — and the draft KV pool is whole again afterwards.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <map>
+#include <span>
+#include <random>
+#include <thread>
+
+#include "engine/batch_builder.h"
+#include "engine/engine.h"
+#include "kvcache/block_allocator.h"
+#include "kvcache/head_block_table.h"
+#include "lookahead_test_util.h"
+#include "test_engine_util.h"
+
+using namespace oasis;
+using namespace oasis::engine_test;
+
+namespace {
+
+// 24 requests: prompts of 1..60 ids, 1..40 new tokens; a third seeded sampling at a
+// temperature where the draws vary; some honour EOS, some have stop ids / min_tokens /
+// logprobs.
+std::vector<EngineRequest> Workload(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 24; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 60);
+    for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % 500);
+    EngineRequest r = Request("req-" + std::to_string(i), std::move(prompt), 1 + static_cast<int64_t>(rng() % 40));
+    r.ignore_eos = i % 4 != 0;
+    if (i % 3 == 1) {
+      const float temperatures[] = {2.0f, 5.0f, 8.0f, 20.0f};
+      r.sampling.temperature = temperatures[(i / 3) % 4];
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+    }
+    if (i % 5 == 0) r.num_top_logprobs = 2;
+    if (i % 7 == 3) r.stop_token_ids = {static_cast<int32_t>(3 + rng() % 500), r.prompt.back()};
+    if (i % 6 == 5) r.min_tokens = std::min<int64_t>(r.max_tokens, 3);
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+struct RunResult {
+  std::vector<Collected> out;
+  EngineStats stats;
+};
+
+// Runs `reqs` from 3 threads at once through a fresh engine over `tm` (and `draft`).
+RunResult Run(TinyModel& tm, DraftRunner* draft, LookaheadMode mode, EngineOptions opt,
+              const std::vector<EngineRequest>& reqs) {
+  opt.lookahead = mode;
+  Engine engine(*tm.runner, nullptr, opt, draft);
+  engine.Start();
+  RunResult r;
+  r.out.resize(reqs.size());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 3; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<std::pair<size_t, std::shared_ptr<RequestStream>>> mine;
+      for (size_t i = static_cast<size_t>(t); i < reqs.size(); i += 3) {
+        auto s = engine.Submit(reqs[i]);
+        if (!s.ok()) {
+          ++failures;
+          continue;
+        }
+        mine.emplace_back(i, *s);
+      }
+      for (auto& [i, s] : mine) r.out[i] = Collect(*s);
+    });
+  }
+  for (auto& th : pool) th.join();
+  REQUIRE(failures == 0);
+  for (const Collected& c : r.out) CheckCollected(c);
+  r.stats = WaitIdle(engine);
+  engine.Stop();
+  return r;
+}
+
+void CheckSame(const std::vector<EngineRequest>& reqs, const std::vector<Collected>& got,
+               const std::vector<Collected>& want) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO(reqs[i].id << " prompt " << reqs[i].prompt.size() << " max_tokens " << reqs[i].max_tokens << " T "
+                    << reqs[i].sampling.temperature);
+    CHECK(got[i].error.ok());
+    CHECK(got[i].tokens == want[i].tokens);
+    CHECK(got[i].logprobs == want[i].logprobs);  // bit-equal: the CPU ops are row-independent
+    CHECK(got[i].top_logprobs == want[i].top_logprobs);
+    CHECK(got[i].reason == want[i].reason);
+    CHECK(got[i].stop_reason == want[i].stop_reason);
+    CHECK(got[i].completion_tokens == want[i].completion_tokens);
+  }
+}
+
+int64_t TotalTokens(const std::vector<Collected>& out) {
+  int64_t n = 0;
+  for (const Collected& c : out) n += static_cast<int64_t>(c.tokens.size());
+  return n;
+}
+
+struct Config {
+  const char* name;
+  int64_t slots, budget, max_seqs;
+  bool expect_preemption;
+};
+const Config kConfigs[] = {
+    {"roomy pool, large budget", 512, 2048, 256, false},
+    {"small budget: chunked prefill, drafts squeezed", 512, 20, 256, false},
+    {"small pool and budget: preemptions", 28, 40, 16, true},
+};
+
+enum class HeadKind { kFixture, kCopy };
+
+void CheckLossless(HeadKind kind) {
+  const std::vector<EngineRequest> reqs = Workload(kind == HeadKind::kFixture ? 7 : 8);
+  std::vector<Collected> plain;
+  {
+    TinyModel tm(512);
+    plain = Run(tm, nullptr, LookaheadMode::kOff, {}, reqs).out;
+  }
+  for (const Config& cfg : kConfigs) {
+    for (LookaheadMode mode : {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+      DYNAMIC_SECTION(cfg.name << ", lookahead " << LookaheadModeName(mode)) {
+        TinyModel tm(cfg.slots);
+        auto head = kind == HeadKind::kFixture ? FixtureHead(tm) : CopyHead(tm);
+        auto draft = MakeDraftRunner(tm, *head);
+        EngineOptions opt;
+        opt.max_num_batched_tokens = cfg.budget;
+        opt.max_num_seqs = cfg.max_seqs;
+        const RunResult r = Run(tm, draft.get(), mode, opt, reqs);
+        CheckSame(reqs, r.out, plain);
+        const EngineStats& st = r.stats;
+        CHECK(st.num_free_kv_slots == st.num_kv_slots);
+        CHECK(st.generation_tokens_total == TotalTokens(r.out));
+        CHECK(st.requests_finished_total == static_cast<int64_t>(reqs.size()));
+        if (cfg.expect_preemption) CHECK(st.preemptions_total > 0);
+        if (mode == LookaheadMode::kOff) {
+          CHECK(st.num_draft_kv_slots == 0);
+          CHECK(st.draft_tokens_total == 0);
+          continue;
+        }
+        CHECK(st.num_draft_kv_slots == draft->num_kv_slots());
+        CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+        CHECK(st.draft_tokens_proposed_total > 0);
+        CHECK(st.draft_tokens_total > 0);
+        CHECK(st.draft_tokens_total <= st.draft_tokens_proposed_total);
+        CHECK(st.draft_accepted_total <= st.draft_tokens_total);
+        CHECK(st.lookahead_steps_total == st.draft_tokens_total);
+        if (mode == LookaheadMode::kReject) {
+          CHECK(st.lookahead_tokens_total == st.lookahead_steps_total);  // drafts never emitted
+        } else {
+          CHECK(st.lookahead_tokens_total == st.lookahead_steps_total + st.draft_accepted_total);
+        }
+        if (kind == HeadKind::kCopy) {
+          CHECK(st.draft_acceptance_rate() > 0.3);
+          if (mode == LookaheadMode::kSpeculate) CHECK(st.tokens_per_lookahead_step() > 1.3);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reject and speculate equal plain decoding with the reference EAGLE-3 head", "[engine][lookahead]") {
+  CheckLossless(HeadKind::kFixture);
+}
+
+TEST_CASE("the copy head's drafts are accepted; outputs still equal plain decoding", "[engine][lookahead]") {
+  CheckLossless(HeadKind::kCopy);
+}
+
+// A long greedy run of one request: speculate needs clearly fewer engine steps than plain
+// decoding for the same tokens, because accepted drafts emit two tokens per step.
+TEST_CASE("speculate takes fewer engine steps for the same greedy tokens", "[engine][lookahead]") {
+  EngineRequest r = Request("long", {11, 12, 13}, 200);
+  r.ignore_eos = true;
+  std::map<LookaheadMode, RunResult> runs;
+  for (LookaheadMode mode : {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    TinyModel tm(256);
+    auto head = CopyHead(tm);
+    auto draft = MakeDraftRunner(tm, *head);
+    runs[mode] = Run(tm, draft.get(), mode, {}, {r});
+  }
+  const RunResult &off = runs[LookaheadMode::kOff], &rej = runs[LookaheadMode::kReject],
+                  &spec = runs[LookaheadMode::kSpeculate];
+  REQUIRE(off.out[0].tokens.size() == 200);
+  CHECK(rej.out[0].tokens == off.out[0].tokens);
+  CHECK(spec.out[0].tokens == off.out[0].tokens);
+  CHECK(rej.stats.steps_total == off.stats.steps_total);
+  const int64_t saved = off.stats.steps_total - spec.stats.steps_total;
+  CHECK(saved == spec.stats.draft_accepted_total);  // each accepted draft saves one step
+  CHECK(saved > 40);
+  // Fewer events than tokens: accepted steps deliver two tokens in one event.
+  CHECK(spec.out[0].events < off.out[0].events);
+}
+
+// Stop ids, min_tokens and max_tokens landing on either token of a two-token step: the
+// greedy run repeats one id, which the copy head drafts, so most steps emit two tokens.
+TEST_CASE("stop conditions cut two-token steps exactly like plain decoding", "[engine][lookahead]") {
+  TinyModel probe(256);
+  std::vector<int32_t> greedy;
+  {
+    Engine engine(*probe.runner, nullptr, {});
+    engine.Start();
+    EngineRequest r = Request("probe", {11, 12, 13}, 40);
+    r.ignore_eos = true;
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    greedy = Drain(**s).tokens;
+  }
+  const int32_t repeated = greedy.back();  // the id the run settles on
+  std::vector<EngineRequest> reqs;
+  for (int k = 0; k < 12; ++k) {
+    EngineRequest a = Request("min-" + std::to_string(k), {11, 12, 13}, 40);
+    a.ignore_eos = true;
+    a.stop_token_ids = {repeated};
+    a.min_tokens = k;
+    reqs.push_back(a);
+    EngineRequest b = Request("max-" + std::to_string(k), {11, 12, 13}, 1 + k);
+    b.ignore_eos = true;
+    reqs.push_back(b);
+  }
+  TinyModel tm0(256);
+  const RunResult plain = Run(tm0, nullptr, LookaheadMode::kOff, {}, reqs);
+  for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    TinyModel tm(256);
+    auto head = CopyHead(tm);
+    auto draft = MakeDraftRunner(tm, *head);
+    const RunResult r = Run(tm, draft.get(), mode, {}, reqs);
+    CheckSame(reqs, r.out, plain.out);
+    CHECK(r.stats.draft_accepted_total > 0);
+  }
+  // The stop id really stops them (the test would be weak otherwise).
+  int stopped = 0;
+  for (const Collected& c : plain.out) stopped += c.reason == FinishReasonKind::kStop ? 1 : 0;
+  CHECK(stopped >= 6);
+}
+
+namespace {
+
+// Records every draft the engine asks for: the head row's position, the token it embeds
+// and the proposed draft.
+class RecordingDraftRunner final : public DraftRunner {
+ public:
+  using DraftRunner::DraftRunner;
+  struct Record {
+    int32_t position, token, draft;
+  };
+  std::vector<int32_t> Propose(const ForwardInput& in, const Tensor& aux, std::span<const int32_t> aux_rows) override {
+    std::vector<int32_t> drafts = DraftRunner::Propose(in, aux, aux_rows);
+    for (int64_t r = 0; r < in.logit_rows.numel(); ++r) {
+      const int32_t row = in.logit_rows.data<int32_t>()[r];
+      records.push_back({in.positions.data<int32_t>()[row], in.token_ids.data<int32_t>()[row],
+                         drafts[static_cast<size_t>(r)]});
+    }
+    return drafts;
+  }
+  std::vector<Record> records;
+};
+
+// The head run offline over a whole final sequence `seq` (one target prefill with capture,
+// one head pass with the tokens shifted by one): the draft of head row p, for p < n - 1.
+std::vector<int32_t> OfflineDrafts(TinyModel& tm, Eagle3Head& head, const std::vector<int32_t>& seq) {
+  const int64_t n = static_cast<int64_t>(seq.size());
+  BlockAllocator target_alloc(64), head_alloc(64);
+  HeadBlockTable target_table(static_cast<int32_t>(tm.config.num_key_value_heads));
+  HeadBlockTable head_table(static_cast<int32_t>(head.config().num_key_value_heads));
+  REQUIRE(target_table.Reserve(n, target_alloc).ok());
+  REQUIRE(head_table.Reserve(n - 1, head_alloc).ok());
+  auto kv = tm.model->AllocateKvCache(64);
+  ResidualCapture capture;
+  capture.layer_ids = head.aux_layer_ids();
+  capture.out = Tensor::Zeros({static_cast<int64_t>(capture.layer_ids.size()), n, tm.config.hidden_size}, DType::kF32);
+  tm.model->Forward(BuildHostForwardInput({StepSequence{&target_table, 0, seq}}, LogitsFor::kEveryToken), kv, &capture);
+  LayerKvPool head_kv = head.AllocateKvCache(64);
+  const std::vector<int32_t> shifted(seq.begin() + 1, seq.end());
+  Tensor logits = head.Forward(BuildHostForwardInput({StepSequence{&head_table, 0, shifted}}, LogitsFor::kEveryToken),
+                               capture.out, head_kv);
+  target_table.Release(target_alloc);
+  head_table.Release(head_alloc);
+  return head.GreedyTargetTokens(logits);
+}
+
+}  // namespace
+
+// The engine's drafts are the head's drafts over the true sequence: head row p embeds the
+// token at p + 1 and reads the target's features at p (from the draft row when a draft was
+// accepted), with the head's KV carried across prefill chunks, steps and preemptions. Two
+// requests whose head positions do not overlap (A: 39.., B: ..35) share a pool too small for
+// both, under a small budget.
+TEST_CASE("drafts equal the head run offline over the final sequence", "[engine][lookahead]") {
+  EngineRequest a = Request("a", {}, 40), b = Request("b", {7, 8, 9}, 34);
+  for (int i = 0; i < 40; ++i) a.prompt.push_back(20 + (i * 37) % 450);
+  a.ignore_eos = b.ignore_eos = true;
+  b.sampling.temperature = 2.0f;
+  b.sampling.seed = 5;
+  for (HeadKind kind : {HeadKind::kFixture, HeadKind::kCopy}) {
+    for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+      DYNAMIC_SECTION((kind == HeadKind::kFixture ? "reference head, " : "copy head, ") << LookaheadModeName(mode)) {
+        TinyModel tm(11);  // A needs 10 head-blocks, B 6
+        auto head = kind == HeadKind::kFixture ? FixtureHead(tm) : CopyHead(tm);
+        const int64_t slots = DraftKvSlotsFor(11, tm.config.num_key_value_heads, head->config().num_key_value_heads);
+        RecordingDraftRunner draft(*head, tm.backend, slots);
+        EngineOptions opt;
+        opt.max_num_batched_tokens = 8;
+        const RunResult r = Run(tm, &draft, mode, opt, {a, b});
+        CHECK(r.stats.preemptions_total > 0);
+        std::vector<int32_t> seq_a = a.prompt, seq_b = b.prompt;
+        seq_a.insert(seq_a.end(), r.out[0].tokens.begin(), r.out[0].tokens.end());
+        seq_b.insert(seq_b.end(), r.out[1].tokens.begin(), r.out[1].tokens.end());
+        REQUIRE(seq_a.size() == 80);
+        REQUIRE(seq_b.size() == 37);
+        const std::vector<int32_t> ref_a = OfflineDrafts(tm, *head, seq_a), ref_b = OfflineDrafts(tm, *head, seq_b);
+        REQUIRE(draft.records.size() > 30);
+        int64_t matched = 0;
+        for (const auto& rec : draft.records) {
+          const bool is_a = rec.position >= 39;
+          const std::vector<int32_t>& seq = is_a ? seq_a : seq_b;
+          const std::vector<int32_t>& ref = is_a ? ref_a : ref_b;
+          INFO((is_a ? "A" : "B") << " position " << rec.position);
+          REQUIRE(rec.position + 1 < static_cast<int32_t>(seq.size()));
+          CHECK(rec.token == seq[static_cast<size_t>(rec.position) + 1]);
+          CHECK(rec.draft == ref[static_cast<size_t>(rec.position)]);
+          matched += rec.draft == seq[static_cast<size_t>(rec.position) + 2 < seq.size() ? rec.position + 2 : 0];
+        }
+        if (kind == HeadKind::kCopy) CHECK(matched > 10);
+      }
+    }
+  }
+}

@@ -34,9 +34,10 @@ class ModelRunner {
 
   // ExecuteAndSample that also captures the residual stream for a draft head from the same
   // forward pass (lookahead decoding, docs/lookahead.md). The caller sets
-  // capture.layer_ids; the runner (re)allocates capture.out as [layer_ids.size(), T,
-  // hidden] (activation dtype, on the backend's device) and fills it; it stays valid until
-  // the next step. The plain runner runs eagerly and samples on the host; device runners
+  // capture.layer_ids; the runner (re)allocates capture.out as [layer_ids.size(), T',
+  // hidden] with T' >= T (activation dtype, on the backend's device; rows past T are
+  // padding a device runner may add) and fills its first T rows; it stays valid until the
+  // next step. The plain runner runs eagerly and samples on the host; device runners
   // may override it (e.g. a graph per decode bucket with a resident capture buffer).
   virtual std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                             const std::vector<SampleRow>& rows,

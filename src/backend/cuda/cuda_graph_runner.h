@@ -1,6 +1,8 @@
-// CudaGraphRunner: a ModelRunner that replays CUDA graphs for decode steps (one query token
-// per sequence), captured lazily per batch-size bucket; other steps (prefill, mixed) run
-// eagerly. Inputs are packed on the host into one pinned staging buffer and copied with a
+// CudaGraphRunner: a ModelRunner that replays CUDA graphs for decode steps — every sequence
+// with the same number q of query tokens, q = 1 (plain) or 2 (lookahead: the real token and
+// the draft stacked), 1 or q logits rows per sequence, with or without the residual capture of
+// a draft head — captured lazily per (batch-size bucket, q, rows, capture); other steps
+// (prefill, mixed) run eagerly. Inputs are packed on the host into one pinned staging buffer and copied with a
 // single cudaMemcpyAsync into static device buffers the graphs read; activations come from
 // one arena whose addresses are the same at capture and replay. A batch of b sequences runs
 // in the smallest bucket >= b, padded with rows that read slot 0 and write nothing.
@@ -12,6 +14,8 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -39,6 +43,11 @@ class CudaGraphRunner final : public ModelRunner {
   // Samples on the device (CudaSampler): only tokens and log-probabilities come back.
   std::vector<SampleResult> ExecuteAndSample(const ForwardInput& host_input,
                                              const std::vector<SampleRow>& rows) override;
+  // Graph steps return capture.out as a view of the graph's resident buffer
+  // [layer_ids.size(), bucket · q, hidden] (rows past T are padding); eager steps allocate it.
+  std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
+                                                    const std::vector<SampleRow>& rows,
+                                                    ResidualCapture& capture) override;
 
   // Number of graphs captured so far (one per bucket used).
   size_t num_graphs() const { return graphs_.size(); }
@@ -49,14 +58,35 @@ class CudaGraphRunner final : public ModelRunner {
   Tensor ForwardLogits(const ForwardInput& host_input) override;
 
  private:
-  CudaGraphRunner(DecoderLM& model, CudaBackend& backend, CudaGraphOptions options);
-  bool Eligible(const ForwardInput& in) const;
-  int64_t BucketFor(int64_t batch) const;
-  // Device views of the static inputs for a bucket of `bucket` sequences.
-  ForwardInput StaticInputs(int64_t bucket) const;
-  void PackInputs(const ForwardInput& in, int64_t bucket);
-  cudaGraphExec_t Capture(int64_t bucket);
+  // What a graph is specialised for, besides the batch bucket.
+  struct GraphKey {
+    int64_t bucket = 0;
+    int query_len = 1;     // tokens per sequence (1, or 2 with a stacked draft)
+    int rows_per_seq = 1;  // logits rows per sequence (1 or query_len)
+    std::vector<int64_t> capture_layers;  // residual capture ids (empty: none)
+    bool operator<(const GraphKey& o) const {
+      return std::tie(bucket, query_len, rows_per_seq, capture_layers) <
+             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.capture_layers);
+    }
+  };
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    Tensor logits;   // arena-resident output [bucket · rows_per_seq, vocab]
+    Tensor capture;  // arena-resident capture [layers, bucket · query_len, hidden] or undefined
+  };
 
+  CudaGraphRunner(DecoderLM& model, CudaBackend& backend, CudaGraphOptions options);
+  // The graph shape of a step, or nullopt when it runs eagerly.
+  std::optional<GraphKey> KeyFor(const ForwardInput& in, const std::vector<int64_t>* capture_layers) const;
+  int64_t BucketFor(int64_t batch) const;
+  // Device views of the static inputs for a graph of this shape.
+  ForwardInput StaticInputs(const GraphKey& key) const;
+  void PackInputs(const ForwardInput& in, const GraphKey& key);
+  Graph Capture(const GraphKey& key);
+  // Packs the inputs, captures the graph on first use, replays it.
+  const Graph& Replay(const ForwardInput& host_input, const GraphKey& key);
+
+  static constexpr int kMaxQueryLen = 2;
   CudaBackend& cuda_;
   CudaGraphOptions options_;
   int64_t num_kv_heads_;
@@ -69,9 +99,8 @@ class CudaGraphRunner final : public ModelRunner {
     size_t ids, pos, slots, qstart, kv_lens, tables, rows, total;
   } layout_{};
   cuda::DeviceBuffer arena_;
-  cuda::PinnedBuffer host_logits_;  // [max_batch, vocab] f32, the decode steps' output
-  std::map<int64_t, cudaGraphExec_t> graphs_;
-  std::map<int64_t, Tensor> graph_logits_;  // arena-resident output of each graph
+  cuda::PinnedBuffer host_logits_;  // [max_batch · kMaxQueryLen, vocab] f32, the decode steps' output
+  std::map<GraphKey, Graph> graphs_;
   CudaSampler sampler_;
 };
 

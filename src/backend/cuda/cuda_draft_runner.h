@@ -1,0 +1,28 @@
+// CudaDraftRunner: the DraftRunner of the CUDA backend. The head's step runs on the device
+// and its greedy draft is taken there (CudaSampler at temperature 0: an argmax over the
+// draft vocabulary, lowest id on ties), so only one token per draft comes back instead of
+// [rows, draft_vocab] float logits; the d2t map is applied on the host.
+//
+// Owns the head's KV pool (through DraftRunner) and the sampler's buffers. Not thread-safe:
+// the engine loop owns it.
+#pragma once
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_sampler.h"
+#include "engine/draft_runner.h"
+
+namespace oasis {
+
+class CudaDraftRunner final : public DraftRunner {
+ public:
+  CudaDraftRunner(Eagle3Head& head, CudaBackend& backend, int64_t num_kv_slots);
+
+  std::vector<int32_t> Propose(const ForwardInput& host_input, const Tensor& aux,
+                               std::span<const int32_t> aux_rows) override;
+
+ private:
+  CudaBackend& cuda_;
+  CudaSampler sampler_;
+};
+
+}  // namespace oasis

@@ -59,6 +59,9 @@ struct Case {
   int batch, context, q_len;
   double torch_gbs;    // PyTorch SDPA on contiguous KV, same shapes, H200 2026-11-29 (0: no peer)
   int bound = 0;       // table width and max_kv_len hint in tokens (0: the context)
+  // Slots: false = random slots from the whole pool (worst-case locality); true = the order a
+  // fresh BlockAllocator gives a dense request (block b of head h at base + b·Hkv + h).
+  bool allocator_order = false;
 };
 
 // Device buffers shared by all cases (sized for the largest).
@@ -110,6 +113,7 @@ int main(int argc, char** argv) {
 
   const std::vector<Case> cases = {
       {"batch 32 x 16K, q_len 1", 32, 16384, 1, 4261},
+      {"batch 32 x 16K, q_len 1, allocator order", 32, 16384, 1, 4261, 0, true},
       {"batch 32 x 16K, q_len 2", 32, 16384, 2, 1409},
       {"batch 64 x 4K, q_len 1", 64, 4096, 1, 4163},
       {"batch 1 x 16K, q_len 1", 1, 16384, 1, 2112},
@@ -161,7 +165,14 @@ int main(int argc, char** argv) {
     std::vector<int32_t> qstart(c.batch + 1), lens(size_t{static_cast<size_t>(c.batch)} * kHkv, c.context);
     std::vector<int32_t> tables(size_t{static_cast<size_t>(c.batch)} * kHkv * pages);
     for (int s = 0; s <= c.batch; ++s) qstart[s] = s * c.q_len;
-    std::copy_n(all_slots.begin(), tables.size(), tables.begin());
+    if (c.allocator_order) {
+      for (int s = 0; s < c.batch; ++s)
+        for (int h = 0; h < kHkv; ++h)
+          for (int b = 0; b < pages; ++b)
+            tables[(size_t(s) * kHkv + h) * pages + b] = (s * pages + b) * kHkv + h;
+    } else {
+      std::copy_n(all_slots.begin(), tables.size(), tables.begin());
+    }
     BENCH_CHECK(cudaMemcpyAsync(buf.qstart, qstart.data(), qstart.size() * 4, cudaMemcpyHostToDevice, stream));
     BENCH_CHECK(cudaMemcpyAsync(buf.lens, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, stream));
     BENCH_CHECK(cudaMemcpyAsync(buf.tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice, stream));

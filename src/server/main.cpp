@@ -46,6 +46,9 @@ Status CheckConfig(const ServerConfig& config) {
                      {"architecture", host->config.architecture_name},
                      {"max_model_len", host->max_model_len()},
                      {"num_kv_slots", host->runner->num_kv_slots()},
+                     {"lookahead", LookaheadModeName(host->lookahead)},
+                     {"draft_head", host->draft_head != nullptr},
+                     {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
                      {"tokenizer", host->tokenizer != nullptr},
                      {"chat_template", host->chat_template.has_value()}};
   std::printf("%s\nconfig ok\n", out.dump(2).c_str());

@@ -91,6 +91,28 @@ std::string RenderEngineMetrics(const EngineStats& st, const std::string& model_
          static_cast<double>(st.preemptions_total));
   Metric(s, "counter", "oasis:engine_steps_total", "Engine steps executed.", labels,
          static_cast<double>(st.steps_total));
+  // Lookahead decoding (EAGLE-3 drafts); zero when it is off.
+  Metric(s, "gauge", "oasis:num_draft_kv_blocks", "Draft head KV cache head-blocks.", labels,
+         static_cast<double>(st.num_draft_kv_slots));
+  Metric(s, "gauge", "oasis:num_free_draft_kv_blocks", "Free draft head KV cache head-blocks.", labels,
+         static_cast<double>(st.num_free_draft_kv_slots));
+  Metric(s, "counter", "oasis:spec_decode_num_proposed_tokens_total", "Draft tokens the draft head proposed.",
+         labels, static_cast<double>(st.draft_tokens_proposed_total));
+  Metric(s, "counter", "oasis:spec_decode_num_draft_tokens_total", "Draft tokens verified by the model.", labels,
+         static_cast<double>(st.draft_tokens_total));
+  Metric(s, "counter", "oasis:spec_decode_num_accepted_tokens_total",
+         "Verified draft tokens equal to the sampled token (emitted with --lookahead speculate).", labels,
+         static_cast<double>(st.draft_accepted_total));
+  Metric(s, "gauge", "oasis:spec_decode_draft_acceptance_rate", "Accepted / verified draft tokens.", labels,
+         st.draft_acceptance_rate());
+  Metric(s, "counter", "oasis:spec_decode_num_steps_total", "Request decode steps that verified a draft.", labels,
+         static_cast<double>(st.lookahead_steps_total));
+  Metric(s, "counter", "oasis:spec_decode_num_emitted_tokens_total",
+         "Tokens emitted by request decode steps that verified a draft.", labels,
+         static_cast<double>(st.lookahead_tokens_total));
+  Metric(s, "gauge", "oasis:spec_decode_tokens_per_step",
+         "Mean tokens emitted per request decode step that verified a draft.", labels,
+         st.tokens_per_lookahead_step());
   s << "# HELP oasis:request_success_total Finished requests, by finish reason.\n"
        "# TYPE oasis:request_success_total counter\n";
   const std::pair<const char*, int64_t> reasons[] = {{"stop", st.requests_stop_total},

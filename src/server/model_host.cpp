@@ -79,6 +79,39 @@ Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
   return Status::Ok();
 }
 
+// The EAGLE-3 draft head (--draft-model / --draft-load-format dummy) and its runner, with a
+// head KV pool holding as many tokens as the model's.
+Status LoadDraft(const ServerConfig& sc, ModelHost* host) {
+  const ModelConfig& c = host->config;
+  if (sc.draft_load_format == "dummy") {
+    ModelConfig hc;
+    if (sc.draft_model.empty()) {
+      hc = Eagle3Head::ConfigForTarget(c, std::min(sc.draft_vocab_size, c.vocab_size));
+      // The EAGLE-3 default aux layers (2, L/2, L-3) need L >= 3; smaller targets (the
+      // embedded model) read the embedding, the middle and the last layer's output.
+      const int64_t L = c.num_hidden_layers;
+      if (L < 3) hc.aux_hidden_state_layer_ids = {0, L / 2, L};
+    } else {
+      OASIS_ASSIGN_OR_RETURN(hc, LoadModelConfig(sc.draft_model));
+    }
+    auto head = Eagle3Head::CreateDummy(hc, *host->model, *host->backend, 1);
+    if (!head.ok()) return head.status().WithContext("dummy EAGLE-3 draft head");
+    host->draft_head = std::move(head).value();
+  } else {
+    auto head = Eagle3Head::Load(sc.draft_model, *host->model, *host->backend);
+    if (!head.ok()) return head.status().WithContext("--draft-model " + sc.draft_model);
+    host->draft_head = std::move(head).value();
+  }
+  const int64_t slots = DraftKvSlotsFor(host->runner->num_kv_slots(), c.num_key_value_heads,
+                                        host->draft_head->config().num_key_value_heads);
+  host->draft_runner = std::make_unique<DraftRunner>(*host->draft_head, *host->backend, slots);
+  std::string ids;
+  for (int64_t id : host->draft_head->aux_layer_ids()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  spdlog::info("EAGLE-3 draft head: aux layers [{}], draft vocab {}, KV {} head-blocks", ids,
+               host->draft_head->draft_vocab_size(), slots);
+  return Status::Ok();
+}
+
 #if OASIS_HAVE_CUDA
 Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create());
@@ -151,12 +184,16 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
     spdlog::info("KV cache: {} head-blocks per layer (CPU)", slots);
     host->runner = std::make_unique<ModelRunner>(*host->model, *host->backend, slots);
   }
+  if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraft(sc, host.get()));
+  OASIS_ASSIGN_OR_RETURN(host->lookahead, ParseLookaheadMode(sc.ResolvedLookahead()));
   EngineOptions options;
+  options.lookahead = host->lookahead;
   options.max_num_seqs = sc.max_num_seqs;
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
   options.max_waiting = sc.max_waiting;
   options.seed = static_cast<uint64_t>(sc.seed);
-  host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options);
+  OASIS_RETURN_IF_ERROR(Engine::CheckOptions(options, *host->runner, host->draft_runner.get()));
+  host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options, host->draft_runner.get());
   host->engine->Start();
   return host;
 }

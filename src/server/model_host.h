@@ -1,7 +1,8 @@
 // ModelHost: everything oasis-server loads for one model, in dependency order — the backend
 // (CPU, or CUDA with the CUDA-graph runner and a KV pool sized by --gpu-memory-utilization),
-// the weights, the DecoderLM, its ModelRunner, the tokenizer, the chat template and the
-// Engine (started). Members are destroyed in reverse: the engine stops first.
+// the weights, the DecoderLM, its ModelRunner, the optional EAGLE-3 draft head and its
+// DraftRunner (lookahead decoding), the tokenizer, the chat template and the Engine
+// (started). Members are destroyed in reverse: the engine stops first.
 //
 // Owns all of them. Immutable after LoadModelHost returns; the engine and tokenizer are
 // thread-safe, so request threads share one ModelHost read-only.
@@ -12,10 +13,12 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "engine/draft_runner.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
+#include "models/eagle3.h"
 #include "oasis/model_config.h"
 #include "server/server_config.h"
 #include "tokenizer/jinja/chat_template.h"
@@ -31,6 +34,9 @@ struct ModelHost {
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<DecoderLM> model;
   std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<Eagle3Head> draft_head;      // null: no draft model
+  std::unique_ptr<DraftRunner> draft_runner;   // the head's KV pool and step
+  LookaheadMode lookahead = LookaheadMode::kOff;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null: token ids only
   std::optional<ChatTemplate> chat_template;        // null: /v1/chat/completions answers 400
   ChatTemplateFiles template_files;

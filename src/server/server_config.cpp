@@ -30,6 +30,14 @@ const std::vector<Setting>& Settings() {
       {"load-format", &ServerConfig::load_format, "auto, safetensors, or dummy (random weights at the config's shapes)"},
       {"served-model-name", &ServerConfig::served_model_name, "the model name clients use (default: --model as given)"},
       {"max-model-len", &ServerConfig::max_model_len, "context length (0 = the model's max_position_embeddings)"},
+      {"draft-model", &ServerConfig::draft_model, "EAGLE-3 draft head directory for lookahead decoding"},
+      {"draft-load-format", &ServerConfig::draft_load_format,
+       "auto, or dummy (a random head at real shapes; --draft-model's config.json or one shaped like the model)"},
+      {"draft-vocab-size", &ServerConfig::draft_vocab_size,
+       "draft vocabulary of a dummy head without --draft-model (capped at the model's)"},
+      {"lookahead", &ServerConfig::lookahead,
+       "auto (reject with a draft model, else off), off, reject (lossless, drafts discarded), "
+       "speculate (accept matching drafts: up to 2 tokens per step)"},
       {"backend", &ServerConfig::backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
       {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
       {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
@@ -65,6 +73,11 @@ std::string ServerConfig::ResolvedModelName() const {
   return model;
 }
 
+std::string ServerConfig::ResolvedLookahead() const {
+  if (lookahead != "auto") return lookahead;
+  return HasDraftModel() ? "reject" : "off";
+}
+
 Status ServerConfig::Validate() const {
   auto one_of = [](const std::string& name, const std::string& v, std::initializer_list<const char*> allowed) {
     std::string list;
@@ -77,6 +90,12 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(one_of("load-format", load_format, {"auto", "safetensors", "dummy"}));
   OASIS_RETURN_IF_ERROR(one_of("backend", backend, {"auto", "cpu", "cuda"}));
   OASIS_RETURN_IF_ERROR(one_of("log-level", log_level, {"trace", "debug", "info", "warn", "error", "off"}));
+  OASIS_RETURN_IF_ERROR(one_of("draft-load-format", draft_load_format, {"auto", "dummy"}));
+  OASIS_RETURN_IF_ERROR(one_of("lookahead", lookahead, {"auto", "off", "reject", "speculate"}));
+  if ((lookahead == "reject" || lookahead == "speculate") && !HasDraftModel()) {
+    return InvalidArgument("--lookahead " + lookahead +
+                           " needs an EAGLE-3 draft head: --draft-model DIR or --draft-load-format dummy");
+  }
   auto positive = [](const char* name, int64_t v) {
     return v >= 1 ? Status::Ok() : InvalidArgument(std::string("--") + name + " must be >= 1, got " + std::to_string(v));
   };
@@ -88,6 +107,7 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(positive("max-waiting", max_waiting));
   OASIS_RETURN_IF_ERROR(positive("max-body-bytes", max_body_bytes));
   OASIS_RETURN_IF_ERROR(positive("max-n", max_n));
+  OASIS_RETURN_IF_ERROR(positive("draft-vocab-size", draft_vocab_size));
   OASIS_RETURN_IF_ERROR(non_negative("max-model-len", max_model_len));
   OASIS_RETURN_IF_ERROR(non_negative("threads", threads));
   OASIS_RETURN_IF_ERROR(non_negative("num-kv-slots", num_kv_slots));

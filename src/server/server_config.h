@@ -22,6 +22,12 @@ struct ServerConfig {
   std::string served_model_name;  // empty: the --model argument ("oasis-embedded" for the default)
   int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
 
+  // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
+  std::string draft_model;              // EAGLE-3 head directory (config.json + *.safetensors)
+  std::string draft_load_format = "auto";  // auto (= safetensors), dummy (random weights at real shapes)
+  int64_t draft_vocab_size = 32000;     // dummy heads without --draft-model: capped at the target vocab
+  std::string lookahead = "auto";       // auto (reject with a draft model, else off), off, reject, speculate
+
   // Execution.
   std::string backend = "auto";   // auto (cuda when built with CUDA and a GPU is present), cpu, cuda
   int64_t threads = 0;            // CPU backend threads (0 = auto)
@@ -44,6 +50,10 @@ struct ServerConfig {
 
   // Derived after loading: resolved model directory and name.
   std::string ResolvedModelName() const;
+  // Whether a draft head is to be loaded (--draft-model, or --draft-load-format dummy).
+  bool HasDraftModel() const { return !draft_model.empty() || draft_load_format == "dummy"; }
+  // --lookahead with "auto" resolved: "reject" with a draft model, else "off".
+  std::string ResolvedLookahead() const;
 
   // Range checks that need no model (ports, fractions, positive limits, enum values).
   Status Validate() const;

@@ -340,3 +340,66 @@ TEST_CASE("drafts equal the head run offline over the final sequence", "[engine]
     }
   }
 }
+
+TEST_CASE("the lookahead target batch: drafts after their decode token, logits rows", "[lookahead]") {
+  BlockAllocator alloc(16);
+  HeadBlockTable t1(2), t2(2);
+  REQUIRE(t1.Reserve(12, alloc).ok());
+  REQUIRE(t2.Reserve(5, alloc).ok());
+  const std::vector<StepSequence> seqs = {{&t1, 10, {4, 99}}, {&t2, 0, {1, 2, 3, 4}}};
+  std::vector<int64_t> first;
+  ForwardInput spec = BuildLookaheadTargetInput(seqs, {1, 0}, true, &first);
+  CHECK(first == std::vector<int64_t>{0, 2});
+  REQUIRE(spec.logit_rows.numel() == 3);
+  CHECK(spec.logit_rows.data<int32_t>()[0] == 0);  // the decode token
+  CHECK(spec.logit_rows.data<int32_t>()[1] == 1);  // its draft
+  CHECK(spec.logit_rows.data<int32_t>()[2] == 5);  // the prefill's last token
+  CHECK(spec.positions.data<int32_t>()[1] == 11);
+  CHECK(spec.attention.kv_lens.data<int32_t>()[0] == 12);
+  ForwardInput rej = BuildLookaheadTargetInput(seqs, {1, 0}, false);
+  REQUIRE(rej.logit_rows.numel() == 2);
+  CHECK(rej.logit_rows.data<int32_t>()[0] == 0);
+  CHECK(rej.logit_rows.data<int32_t>()[1] == 5);
+  // Without drafts: exactly the plain batch.
+  const std::vector<StepSequence> plain = {{&t1, 10, {4}}, {&t2, 0, {1, 2, 3, 4}}};
+  ForwardInput a = BuildLookaheadTargetInput(plain, {0, 0}, true), b = BuildHostForwardInput(plain, LogitsFor::kLastTokenOfEachSequence);
+  REQUIRE(a.logit_rows.numel() == b.logit_rows.numel());
+  for (int64_t i = 0; i < a.logit_rows.numel(); ++i) CHECK(a.logit_rows.data<int32_t>()[i] == b.logit_rows.data<int32_t>()[i]);
+  t1.Release(alloc);
+  t2.Release(alloc);
+}
+
+TEST_CASE("lookahead options are checked with clear errors", "[engine][lookahead]") {
+  TinyModel tm(64);
+  EngineOptions opt;
+  CHECK(Engine::CheckOptions(opt, *tm.runner, nullptr).ok());
+  for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    opt.lookahead = mode;
+    Status st = Engine::CheckOptions(opt, *tm.runner, nullptr);
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(st.message().find("needs an EAGLE-3 draft model") != std::string::npos);
+    CHECK(st.message().find(LookaheadModeName(mode)) != std::string::npos);
+  }
+  auto head = FixtureHead(tm);
+  DraftRunner fits(*head, tm.backend, 64), small(*head, tm.backend, 62);
+  CHECK(Engine::CheckOptions(opt, *tm.runner, &fits).ok());
+  Status st = Engine::CheckOptions(opt, *tm.runner, &small);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message().find("holds fewer tokens") != std::string::npos);
+  CHECK(st.message().find("at least 64") != std::string::npos);
+  // A head built for another target (hidden 128) does not fit qwen3-tiny (hidden 64).
+  TinyModel other(64, "llama-tiny-rope-scaling");
+  auto foreign = Eagle3Head::Load(testing::FixturePath("eagle3/llama-tiny-rope-scaling"), *other.model, other.backend);
+  REQUIRE(foreign.ok());
+  DraftRunner misfit(**foreign, other.backend, 64);
+  st = Engine::CheckOptions(opt, *tm.runner, &misfit);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message().find("target hidden_size of 128") != std::string::npos);
+  // Loading that head against qwen3-tiny directly names the field.
+  auto load = Eagle3Head::Load(testing::FixturePath("eagle3/llama-tiny-rope-scaling"), *tm.model, tm.backend);
+  REQUIRE_FALSE(load.ok());
+  CHECK(load.status().message().find("target_hidden_size") != std::string::npos);
+  // Off ignores a draft runner.
+  opt.lookahead = LookaheadMode::kOff;
+  CHECK(Engine::CheckOptions(opt, *tm.runner, &small).ok());
+}

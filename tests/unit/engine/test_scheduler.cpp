@@ -273,3 +273,54 @@ TEST_CASE("random workloads keep the scheduler's invariants", "[scheduler]") {
     }
   }
 }
+
+TEST_CASE("lookahead drafts take only budget no decode needs and never preempt", "[scheduler][lookahead]") {
+  BlockAllocator alloc(8);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 4}, alloc);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int i = 0; i < 3; ++i) {
+    seqs.push_back(MakeSeq(static_cast<uint64_t>(i), 1));
+    sched.Add(seqs.back().get());
+  }
+  RunStep(sched.Schedule());  // each prefills its one token and samples
+  for (auto& s : seqs) s->draft_tokens = {9};
+  // Budget 4, three decodes: one token of spare budget, which the oldest decode's draft takes.
+  SchedulerOutput s = sched.Schedule();
+  REQUIRE(s.chunks.size() == 3);
+  CHECK(s.chunks[0].num_draft == 1);
+  CHECK(s.chunks[1].num_draft == 0);
+  CHECK(s.chunks[2].num_draft == 0);
+  CHECK(s.num_batched_tokens == 4);
+  for (const ScheduledChunk& c : s.chunks) CHECK(c.num_tokens == 1);
+  RunStep(s);
+
+  // A draft that would need a new block when none is free runs without its draft.
+  BlockAllocator tiny(2);
+  Scheduler one({.max_num_seqs = 8, .max_num_batched_tokens = 64}, tiny);
+  auto a = MakeSeq(10, 15), b = MakeSeq(11, 15);
+  one.Add(a.get());
+  one.Add(b.get());
+  RunStep(one.Schedule());  // 16 tokens each: both blocks full, pending token at position 15
+  a->draft_tokens = {9};    // position 16 would need a second block
+  b->draft_tokens = {9};
+  SchedulerOutput t = one.Schedule();
+  CHECK(t.preempted.empty());
+  REQUIRE(t.chunks.size() == 2);
+  CHECK(t.chunks[0].num_draft == 0);
+  CHECK(t.chunks[1].num_draft == 0);
+  CHECK(tiny.num_free() == 0);
+
+  // Preemption clears a sequence's drafts (they belong to the discarded KV).
+  RunStep(t);
+  SchedulerOutput u = one.Schedule();  // both need a second block: b (newest) is preempted
+  REQUIRE(u.preempted.size() == 1);
+  CHECK(u.preempted[0] == b.get());
+  CHECK(b->draft_tokens.empty());
+  CHECK(a->draft_tokens.size() == 1);  // tried before the preemption freed a block: runs without it
+  CHECK(u.chunks[0].num_draft == 0);
+  for (auto& x : seqs) sched.Finish(x.get());
+  one.Finish(a.get());
+  one.Finish(b.get());
+  CHECK(alloc.num_free() == 8);
+  CHECK(tiny.num_free() == 2);
+}

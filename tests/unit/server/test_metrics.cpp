@@ -39,6 +39,34 @@ TEST_CASE("engine metrics in Prometheus text") {
   CHECK(text.find("# TYPE oasis:e2e_request_latency_seconds histogram") != std::string::npos);
 }
 
+TEST_CASE("spec-decode metrics of lookahead decoding") {
+  EngineStats st;
+  st.num_draft_kv_slots = 64;
+  st.num_free_draft_kv_slots = 60;
+  st.draft_tokens_proposed_total = 12;
+  st.draft_tokens_total = 10;
+  st.draft_accepted_total = 4;
+  st.lookahead_steps_total = 10;
+  st.lookahead_tokens_total = 14;
+  const std::string text = RenderEngineMetrics(st, "m");
+  const std::string l = "{model_name=\"m\"} ";
+  CHECK(text.find("# TYPE oasis:spec_decode_num_draft_tokens_total counter\noasis:spec_decode_num_draft_tokens_total" + l +
+                  "10\n") != std::string::npos);
+  CHECK(text.find("oasis:spec_decode_num_proposed_tokens_total" + l + "12\n") != std::string::npos);
+  CHECK(text.find("oasis:spec_decode_num_accepted_tokens_total" + l + "4\n") != std::string::npos);
+  CHECK(text.find("# TYPE oasis:spec_decode_draft_acceptance_rate gauge\noasis:spec_decode_draft_acceptance_rate" + l +
+                  "0.40000000000000002\n") != std::string::npos);
+  CHECK(text.find("oasis:spec_decode_num_steps_total" + l + "10\n") != std::string::npos);
+  CHECK(text.find("oasis:spec_decode_num_emitted_tokens_total" + l + "14\n") != std::string::npos);
+  CHECK(text.find("oasis:spec_decode_tokens_per_step" + l + "1.3999999999999999\n") != std::string::npos);
+  CHECK(text.find("oasis:num_draft_kv_blocks" + l + "64\n") != std::string::npos);
+  CHECK(text.find("oasis:num_free_draft_kv_blocks" + l + "60\n") != std::string::npos);
+  // Before any draft: rates are 0, not NaN.
+  const std::string idle = RenderEngineMetrics(EngineStats{}, "m");
+  CHECK(idle.find("oasis:spec_decode_draft_acceptance_rate" + l + "0\n") != std::string::npos);
+  CHECK(idle.find("oasis:spec_decode_tokens_per_step" + l + "0\n") != std::string::npos);
+}
+
 TEST_CASE("HTTP request counters") {
   HttpMetrics m;
   m.Count("POST", "/v1/completions", 200);

@@ -86,3 +86,46 @@ TEST_CASE("every committed configs/*.json parses and validates") {
   }
   CHECK(n >= 2);
 }
+
+TEST_CASE("lookahead settings: draft model, dummy heads, modes") {
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->config.lookahead == "auto");
+  CHECK_FALSE(p->config.HasDraftModel());
+  CHECK(p->config.ResolvedLookahead() == "off");
+  CHECK(p->config.draft_vocab_size == 32000);
+
+  p = Parse({"--draft-model", "/heads/h"});
+  REQUIRE(p.ok());
+  CHECK(p->config.draft_model == "/heads/h");
+  CHECK(p->config.ResolvedLookahead() == "reject");  // a draft model turns it on
+  p = Parse({"--draft-load-format", "dummy", "--lookahead", "speculate", "--draft-vocab-size", "100"});
+  REQUIRE(p.ok());
+  CHECK(p->config.HasDraftModel());
+  CHECK(p->config.ResolvedLookahead() == "speculate");
+  CHECK(p->config.draft_vocab_size == 100);
+  p = Parse({"--draft-model", "/heads/h", "--lookahead", "off"});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedLookahead() == "off");
+
+  for (const char* mode : {"reject", "speculate"}) {
+    p = Parse({"--lookahead", mode});
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == StatusCode::kInvalidArgument);
+    CHECK(p.status().message().find("needs an EAGLE-3 draft head") != std::string::npos);
+  }
+  p = Parse({"--lookahead", "maybe"});
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().message().find("--lookahead must be one of") != std::string::npos);
+  CHECK(Parse({"--draft-load-format", "gguf"}).status().code() == StatusCode::kInvalidArgument);
+  CHECK(Parse({"--draft-vocab-size", "0"}).status().code() == StatusCode::kInvalidArgument);
+
+  const auto dir = oasis::testing::MakeTempDir("server_config_lookahead");
+  const auto file = dir / "l.json";
+  std::ofstream(file) << R"({"draft_model": "/heads/h", "lookahead": "speculate", "draft-vocab-size": 7})";
+  p = Parse({"--config", file.string()});
+  REQUIRE(p.ok());
+  CHECK(p->config.draft_model == "/heads/h");
+  CHECK(p->config.ResolvedLookahead() == "speculate");
+  CHECK(p->config.ToJson()["lookahead"] == "speculate");
+}

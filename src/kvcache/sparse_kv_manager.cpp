@@ -36,11 +36,6 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
   for (int32_t r = config.max_sparse_seqs - 1; r >= 0; --r) free_rows_.push_back(r);
 }
 
-SparseKvManager::~SparseKvManager() {
-  // Slots must be released explicitly; leaking them would shrink the GPU pool silently.
-  OASIS_CHECK(num_sparse() == 0) << "SparseKvManager destroyed with " << num_sparse() << " sparse requests";
-}
-
 HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens) const {
   if (config_.sparse_threshold <= 0 || max_total_tokens <= config_.sparse_threshold) return HostAdmission::kNotNeeded;
   if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;

@@ -60,7 +60,8 @@ class SparseKvManager {
  public:
   SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, Backend& backend,
                   BlockAllocator& gpu_allocator);
-  ~SparseKvManager();
+  // Requests still held are not returned to the GPU allocator (it may be gone already):
+  // release them first (Release) when the allocator outlives the manager.
 
   const SparseConfig& config() const { return config_; }
   const SparseModelShape& shape() const { return shape_; }

@@ -299,10 +299,15 @@ TEST_CASE("predictors report hit rate, fetches and sampled top-K agreement", "[m
   const auto prompt = RandomPrompt(240, m.config.vocab_size, 31);
   const int steps = 24;
   const Reference ref = DenseReference(m, b, prompt, steps);
-  for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery}) {
-    DYNAMIC_SECTION(SparsePredictorName(predictor)) {
+  for (auto [predictor, reduce] : {std::pair{SparsePredictor::kDraft, GroupReduce::kSum},
+                                   std::pair{SparsePredictor::kPreviousQuery, GroupReduce::kSum},
+                                   std::pair{SparsePredictor::kDraft, GroupReduce::kMax},
+                                   std::pair{SparsePredictor::kPreviousQuery, GroupReduce::kMax}}) {
+    const char* reduce_name = reduce == GroupReduce::kSum ? "sum" : "max";
+    DYNAMIC_SECTION(SparsePredictorName(predictor) << " group " << reduce_name) {
       SparseConfig cfg = BaseConfig(/*k=*/6, /*fetch_ratio=*/0.34, predictor, 0);  // C = 3
       cfg.agreement_interval = 2;
+      cfg.group_reduce = reduce;
       const int32_t hkv = static_cast<int32_t>(m.config.num_key_value_heads);
       BlockAllocator alloc(kSlots);
       std::vector<LayerKvPool> kv = m.lm->AllocateKvCache(kSlots);
@@ -333,7 +338,7 @@ TEST_CASE("predictors report hit rate, fetches and sampled top-K agreement", "[m
       const double hit = met.hit_rate(), agree = met.agreement();
       CHECK((hit > 0.0 && hit < 1.0));
       CHECK((agree > 0.0 && agree <= 1.0));
-      WARN(SparsePredictorName(predictor) << ": hit rate " << hit << ", agreement " << agree << ", fetched/step "
+      WARN(SparsePredictorName(predictor) << " (group " << reduce_name << "): hit rate " << hit << ", agreement " << agree << ", fetched/step "
                                           << met.fetched_per_step());
       // A second collection starts from zero.
       REQUIRE(pipe.CollectMetrics().Total().hits == 0);

@@ -215,8 +215,8 @@ int DefaultVariant(int64_t rows) { return rows == 1 ? 1 : 6; }
 // last CTA to finish a head (a per-head arrival counter, reset by that CTA) applies what
 // QkvRopeAppendKernel does to that head for every row: q heads normed + roped into rope.q,
 // k heads into the K pool, v heads copied into the V pool. Groups never straddle heads
-// (F divides head_dim). Writers fence before arriving, the last CTA fences before reading
-// the other CTAs' values (through L2: __ldcg).
+// (F divides head_dim). The arrival is published by a fence, the last CTA fences before
+// reading the other CTAs' values (through L2: __ldcg).
 inline constexpr int kQkvEpilogueMaxHeadDim = 256;
 struct GemvQkvEpilogue {
   QkvRopeAppendParams rope;  // rope.qkv is the GEMV's bf16 output
@@ -229,9 +229,10 @@ __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64
   const QkvRopeAppendParams& p = ep.rope;
   const int d = p.head_dim;
   const int head = static_cast<int>(f0 / d);
-  __threadfence();
-  __syncthreads();
+  // The group's outputs were written before the __syncthreads that ends GemvGroup; thread
+  // 0's fence (cumulative) publishes them before its arrival, so one fence per group suffices.
   if (threadIdx.x == 0) {
+    __threadfence();
     const int prev = atomicAdd(ep.counters + head, 1);
     s_last = prev == d / F - 1;
     if (s_last) ep.counters[head] = 0;  // every other CTA of this head has arrived

@@ -208,8 +208,8 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   // Residual-stream capture (EAGLE-3 aux features): a row copy of the stream per id.
-  Tensor capture_rows;
-  if (capture != nullptr && !capture->layer_ids.empty()) {
+  const bool capturing = capture != nullptr && !capture->layer_ids.empty();
+  if (capturing) {
     const int64_t n = static_cast<int64_t>(capture->layer_ids.size());
     for (int64_t id : capture->layer_ids) {
       OASIS_CHECK(id >= 0 && id <= c.num_hidden_layers) << "capture layer id " << id << " outside [0, "
@@ -217,16 +217,13 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
     }
     OASIS_CHECK(capture->out.shape() == (std::vector<int64_t>{n, T, h}) && capture->out.dtype() == dt)
         << "capture tensor " << capture->out.ToString() << ", expected [" << n << ", " << T << ", " << h << "]";
-    Tensor iota = Tensor::Empty({T}, DType::kI32);
-    for (int64_t t = 0; t < T; ++t) iota.data<int32_t>()[t] = static_cast<int32_t>(t);
-    capture_rows = B.Upload(iota);
   }
   auto capture_stream = [&](int64_t id, const Tensor& stream) {
-    if (!capture_rows.defined() || capture_rows.numel() == 0) return;
+    if (!capturing) return;
     for (size_t j = 0; j < capture->layer_ids.size(); ++j) {
       if (capture->layer_ids[j] != id) continue;
       Tensor dst = capture->out.Slice(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1).Reshape({T, h});
-      B.GatherRows(stream, capture_rows, dst);
+      B.Copy(stream, dst);  // a device copy: nothing uploaded, so graph capture works
     }
   };
 

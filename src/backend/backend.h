@@ -208,6 +208,9 @@ class Backend {
                                        const Tensor& slot_mapping,  // [T, Hkv] int64
                                        LayerKvPool& pool);
 
+  // dst = src (same dtype and element count; both on this backend's device).
+  virtual void Copy(const Tensor& src, Tensor& dst) = 0;
+
   // Copies the given rows: out[i, :] = x[rows[i], :].
   virtual void GatherRows(const Tensor& x,     // [T, n]
                           const Tensor& rows,  // [R] int32

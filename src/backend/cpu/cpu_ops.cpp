@@ -204,6 +204,12 @@ void CpuBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
   }
 }
 
+void CpuBackend::Copy(const Tensor& src, Tensor& dst) {
+  OASIS_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel())
+      << "Copy " << src.ToString() << " -> " << dst.ToString();
+  std::memmove(dst.raw(), src.raw(), src.nbytes());
+}
+
 void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) {
   CheckI32(rows, "GatherRows rows");
   const int64_t n = x.numel() / x.dim(0);

@@ -1,7 +1,9 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/check.h"
 #include "kernels/attention.h"
@@ -25,6 +27,21 @@ void CheckDevice(const Tensor& t, DType dtype, const char* what) {
 
 template <typename T = bf16>
 T* Ptr(const Tensor& t) { return static_cast<T*>(t.raw()); }
+
+// Decode fusions can be switched off for comparisons (OASIS_FUSE_QKV=0, OASIS_FUSE_SILU=0);
+// read once.
+bool EnvEnabled(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+bool FuseQkv() {
+  static const bool on = EnvEnabled("OASIS_FUSE_QKV");
+  return on;
+}
+bool FuseSilu() {
+  static const bool on = EnvEnabled("OASIS_FUSE_SILU");
+  return on;
+}
 
 #define OASIS_CUBLAS_CHECK(expr)                                                              \
   do {                                                                                        \
@@ -226,7 +243,7 @@ void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tens
 void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
                                        const Tensor& norm_weight, float eps, const Tensor& gate_up_weight, Tensor& out) {
   const int64_t in = gate_up_weight.dim(1), inter = gate_up_weight.dim(0) / 2, rows = residual.numel() / in;
-  if (!NormGemvFusable(x, residual, residual_out, norm_weight, gate_up_weight) || out.dtype() != DType::kBF16 ||
+  if (!FuseSilu() || !NormGemvFusable(x, residual, residual_out, norm_weight, gate_up_weight) || out.dtype() != DType::kBF16 ||
       gate_up_weight.dim(0) % 2 != 0) {
     Backend::AddRmsNormGateUpSilu(x, residual, residual_out, norm_weight, eps, gate_up_weight, out);
     return;
@@ -246,7 +263,7 @@ void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residua
                                           const Tensor& slot_mapping, LayerKvPool& pool) {
   const int64_t in = qkv_weight.dim(1), rows = residual.numel() / in;
   const int heads = static_cast<int>(qkv_weight.dim(0) / q.dim(2));
-  if (!NormGemvFusable(x, residual, residual_out, norm_weight, qkv_weight) || qkv.dtype() != DType::kBF16 ||
+  if (!FuseQkv() || !NormGemvFusable(x, residual, residual_out, norm_weight, qkv_weight) || qkv.dtype() != DType::kBF16 ||
       !kernels::GemvQkvRopeSupported(rows, in, heads, static_cast<int>(q.dim(2)), residual.raw(), qkv_weight.raw())) {
     Backend::AddRmsNormQkvRopeAppend(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv, q, q_norm, k_norm,
                                      positions, rope, slot_mapping, pool);
@@ -387,6 +404,13 @@ void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_no
                                 LayerKvPool& pool) {
   const kernels::QkvRopeAppendParams p = QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
   OASIS_CUDA_CHECK(kernels::LaunchQkvRopeAppend(p, stream_.get()));
+}
+
+void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
+  OASIS_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.device() == Device::kCuda &&
+              dst.device() == Device::kCuda)
+      << "Copy " << src.ToString() << " -> " << dst.ToString();
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_.get()));
 }
 
 void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {

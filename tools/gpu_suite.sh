@@ -8,7 +8,7 @@
 #   the tokenizer comparison); the same bundle serves tools/gpu_server_smoke.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead)
+GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode)
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
 BENCHMARKS=(
   "bench_decode_attention|"

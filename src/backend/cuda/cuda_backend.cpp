@@ -55,14 +55,19 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   if (cuda::DeviceCount() == 0) return Unavailable("no CUDA device is present");
   std::unique_ptr<CudaBackend> b(new CudaBackend());
   if (cublasCreate(&b->cublas_) != CUBLAS_STATUS_SUCCESS) return Internal("cublasCreate failed");
-  OASIS_CUBLAS_CHECK(cublasSetStream(b->cublas_, b->stream_.get()));
+  OASIS_CUBLAS_CHECK(cublasSetStream(b->cublas_, b->stream()));
   OASIS_CUBLAS_CHECK(cublasSetMathMode(b->cublas_, CUBLAS_DEFAULT_MATH));
   OASIS_ASSIGN_OR_RETURN(b->cublas_workspace_, cuda::DeviceBuffer::Allocate(size_t{32} << 20));
   OASIS_CUBLAS_CHECK(cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
   const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
   OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
-  OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream_.get()));
+  OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream()));
   return b;
+}
+
+void CudaBackend::UseStream(cudaStream_t s) {
+  override_ = s;
+  OASIS_CUBLAS_CHECK(cublasSetStream(cublas_, stream()));
 }
 
 CudaBackend::~CudaBackend() {
@@ -96,7 +101,7 @@ Tensor CudaBackend::Empty(std::vector<int64_t> shape, DType dtype) {
     return Tensor(arena_base_ + offset, dtype, std::move(shape), Device::kCuda);
   }
   void* p = nullptr;
-  cudaStream_t s = stream_.get();
+  cudaStream_t s = stream();
   OASIS_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
   std::shared_ptr<void> owner(p, [s](void* q) { cudaFreeAsync(q, s); });
   return Tensor(p, dtype, std::move(shape), Device::kCuda, std::move(owner));
@@ -115,7 +120,7 @@ void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_
   char* out = static_cast<char*>(dst.raw()) + offset;
   constexpr size_t kChunk = size_t{32} << 20;
   if (bytes < (size_t{1} << 20)) {
-    OASIS_CUDA_CHECK(cudaMemcpyAsync(out, src, bytes, cudaMemcpyHostToDevice, stream_.get()));
+    OASIS_CUDA_CHECK(cudaMemcpyAsync(out, src, bytes, cudaMemcpyHostToDevice, stream()));
   } else {
     for (int i = 0; i < 2 && staging_[i].size() == 0; ++i) {
       auto buf = cuda::PinnedBuffer::Allocate(kChunk);
@@ -128,8 +133,8 @@ void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_
       const size_t len = std::min(kChunk, bytes - off);
       staging_free_[i].Synchronize();  // the DMA out of this buffer has finished
       std::memcpy(staging_[i].data(), in + off, len);
-      OASIS_CUDA_CHECK(cudaMemcpyAsync(out + off, staging_[i].data(), len, cudaMemcpyHostToDevice, stream_.get()));
-      staging_free_[i].Record(stream_.get());
+      OASIS_CUDA_CHECK(cudaMemcpyAsync(out + off, staging_[i].data(), len, cudaMemcpyHostToDevice, stream()));
+      staging_free_[i].Record(stream());
     }
   }
   // The caller may reuse or free `src` as soon as we return.
@@ -139,7 +144,7 @@ void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_
 Tensor CudaBackend::Download(const Tensor& t) {
   OASIS_CHECK(t.device() == Device::kCuda) << "Download of a host tensor";
   Tensor host = Tensor::Empty(t.shape(), t.dtype());
-  OASIS_CUDA_CHECK(cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream_.get()));
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream()));
   stream_.Synchronize();
   return host;
 }
@@ -147,20 +152,20 @@ Tensor CudaBackend::Download(const Tensor& t) {
 void CudaBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
   OASIS_CHECK(t.device() == Device::kCuda) << "FillNormal of a host tensor";
   if (t.dtype() == DType::kF32) {
-    OASIS_CUDA_CHECK(kernels::LaunchFillNormalF32(Ptr<float>(t), t.numel(), seed, stddev, stream_.get()));
+    OASIS_CUDA_CHECK(kernels::LaunchFillNormalF32(Ptr<float>(t), t.numel(), seed, stddev, stream()));
   } else {
     CheckDevice(t, DType::kBF16, "FillNormal");
-    OASIS_CUDA_CHECK(kernels::LaunchFillNormal(Ptr(t), t.numel(), seed, stddev, stream_.get()));
+    OASIS_CUDA_CHECK(kernels::LaunchFillNormal(Ptr(t), t.numel(), seed, stddev, stream()));
   }
 }
 
 void CudaBackend::Fill(Tensor& t, float value) {
   OASIS_CHECK(t.device() == Device::kCuda) << "Fill of a host tensor";
   if (t.dtype() == DType::kF32) {
-    OASIS_CUDA_CHECK(kernels::LaunchFillF32(Ptr<float>(t), t.numel(), value, stream_.get()));
+    OASIS_CUDA_CHECK(kernels::LaunchFillF32(Ptr<float>(t), t.numel(), value, stream()));
   } else {
     CheckDevice(t, DType::kBF16, "Fill");
-    OASIS_CUDA_CHECK(kernels::LaunchFill(Ptr(t), t.numel(), value, stream_.get()));
+    OASIS_CUDA_CHECK(kernels::LaunchFill(Ptr(t), t.numel(), value, stream()));
   }
 }
 
@@ -168,13 +173,13 @@ void CudaBackend::Embedding(const Tensor& ids, const Tensor& table, Tensor& out)
   CheckDevice(ids, DType::kI32, "Embedding ids");
   CheckDevice(table, DType::kBF16, "Embedding table");
   OASIS_CUDA_CHECK(kernels::LaunchEmbedding(Ptr<int32_t>(ids), Ptr(table), Ptr(out), ids.numel(), table.dim(1),
-                                            stream_.get()));
+                                            stream()));
 }
 
 void CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
   CheckDevice(x, DType::kBF16, "RmsNorm x");
   const int64_t n = x.dim(-1);
-  OASIS_CUDA_CHECK(kernels::LaunchRmsNorm(Ptr(x), nullptr, Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchRmsNorm(Ptr(x), nullptr, Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream()));
 }
 
 void CudaBackend::AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) {
@@ -182,12 +187,12 @@ void CudaBackend::AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& we
   CheckDevice(residual, DType::kBF16, "AddRmsNorm residual");
   const int64_t n = x.dim(-1);
   OASIS_CUDA_CHECK(
-      kernels::LaunchRmsNorm(Ptr(x), Ptr(residual), Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream_.get()));
+      kernels::LaunchRmsNorm(Ptr(x), Ptr(residual), Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream()));
 }
 
 void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckDevice(a, DType::kBF16, "Add a");
-  OASIS_CUDA_CHECK(kernels::LaunchAdd(Ptr(a), Ptr(b), Ptr(out), a.numel(), stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchAdd(Ptr(a), Ptr(b), Ptr(out), a.numel(), stream()));
 }
 
 void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
@@ -202,7 +207,7 @@ void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
   if (kernels::GemvSupported(rows, in, x.raw(), weight.raw())) {  // decode: bandwidth-bound
     const bool f32 = out.dtype() == DType::kF32;
     OASIS_CUDA_CHECK(kernels::LaunchGemv(Ptr(x), Ptr(weight), f32 ? nullptr : Ptr(out), f32 ? Ptr<float>(out) : nullptr,
-                                         rows, in, outf, stream_.get()));
+                                         rows, in, outf, stream()));
     return;
   }
   const float alpha = 1.0f, beta = 0.0f;
@@ -237,7 +242,7 @@ void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tens
   const bool f32 = out.dtype() == DType::kF32;
   OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
                                               Ptr(norm_weight), eps, Ptr(weight), f32 ? nullptr : Ptr(out),
-                                              f32 ? Ptr<float>(out) : nullptr, rows, in, outf, stream_.get()));
+                                              f32 ? Ptr<float>(out) : nullptr, rows, in, outf, stream()));
 }
 
 void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
@@ -253,7 +258,7 @@ void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, 
   OASIS_CHECK_EQ(out.numel(), rows * inter) << "AddRmsNormGateUpSilu out";
   OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormSiluMul(x ? Ptr(*x) : nullptr, Ptr(residual),
                                                      residual_out ? Ptr(*residual_out) : nullptr, Ptr(norm_weight), eps,
-                                                     Ptr(gate_up_weight), Ptr(out), rows, in, inter, stream_.get()));
+                                                     Ptr(gate_up_weight), Ptr(out), rows, in, inter, stream()));
 }
 
 void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, Tensor* residual_out,
@@ -277,7 +282,7 @@ void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residua
   OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormQkvRope(x ? Ptr(*x) : nullptr, Ptr(residual),
                                                      residual_out ? Ptr(*residual_out) : nullptr, Ptr(norm_weight), eps,
                                                      Ptr(qkv_weight), in, p, static_cast<int*>(qkv_counters_.data()),
-                                                     stream_.get()));
+                                                     stream()));
 }
 
 const float* CudaBackend::DeviceInvFreq(const RopeParams& rope) {
@@ -306,13 +311,13 @@ void CudaBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const T
   p.num_q_heads = static_cast<int>(q.dim(1));
   p.num_kv_heads = static_cast<int>(k.dim(1));
   p.head_dim = static_cast<int>(q.dim(2));
-  OASIS_CUDA_CHECK(kernels::LaunchQkNormRope(p, stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchQkNormRope(p, stream()));
 }
 
 void CudaBackend::SiluMul(const Tensor& gate_up, Tensor& out) {
   CheckDevice(gate_up, DType::kBF16, "SiluMul gate_up");
   const int64_t inter = out.dim(-1);
-  OASIS_CUDA_CHECK(kernels::LaunchSiluMul(Ptr(gate_up), Ptr(out), out.numel() / inter, inter, stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchSiluMul(Ptr(gate_up), Ptr(out), out.numel() / inter, inter, stream()));
 }
 
 void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, LayerKvPool& pool) {
@@ -320,7 +325,7 @@ void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_
   CheckDevice(slot_mapping, DType::kI64, "KvAppend slot_mapping");
   OASIS_CUDA_CHECK(kernels::LaunchKvAppend(Ptr(k), Ptr(v), Ptr<int64_t>(slot_mapping), Ptr(pool.k), Ptr(pool.v),
                                            k.dim(0), static_cast<int>(k.dim(1)), static_cast<int>(k.dim(2)),
-                                           stream_.get()));
+                                           stream()));
 }
 
 namespace {
@@ -362,14 +367,14 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
     p.max_kv_len = meta.max_kv_len;
     const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
     Tensor workspace = bytes ? Empty({static_cast<int64_t>(bytes)}, DType::kU8) : Tensor();
-    OASIS_CUDA_CHECK(kernels::LaunchDecodeAttention(p, workspace.raw(), bytes, stream_.get()));
+    OASIS_CUDA_CHECK(kernels::LaunchDecodeAttention(p, workspace.raw(), bytes, stream()));
   } else if (kernels::PrefillAttentionSupportsHeadDim(head_dim)) {  // tensor-core flash attention
     auto p = AttentionParams<kernels::PrefillAttentionParams>(q, pool, meta, scale, out);
     p.max_query_len = meta.max_query_len;
-    OASIS_CUDA_CHECK(kernels::LaunchPrefillAttention(p, stream_.get()));
+    OASIS_CUDA_CHECK(kernels::LaunchPrefillAttention(p, stream()));
   } else {  // other head sizes: the reference-grade kernel
     auto p = AttentionParams<kernels::PagedAttentionParams>(q, pool, meta, scale, out);
-    OASIS_CUDA_CHECK(kernels::LaunchPagedAttention(p, stream_.get()));
+    OASIS_CUDA_CHECK(kernels::LaunchPagedAttention(p, stream()));
   }
 }
 
@@ -403,28 +408,28 @@ void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_no
                                 const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
                                 LayerKvPool& pool) {
   const kernels::QkvRopeAppendParams p = QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
-  OASIS_CUDA_CHECK(kernels::LaunchQkvRopeAppend(p, stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchQkvRopeAppend(p, stream()));
 }
 
 void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
   OASIS_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.device() == Device::kCuda &&
               dst.device() == Device::kCuda)
       << "Copy " << src.ToString() << " -> " << dst.ToString();
-  OASIS_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_.get()));
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream()));
 }
 
 void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
   CheckDevice(qkv, DType::kBF16, "SplitQkv qkv");
   const int64_t tokens = qkv.dim(0);
   OASIS_CUDA_CHECK(kernels::LaunchSplitQkv(Ptr(qkv), Ptr(q), Ptr(k), Ptr(v), tokens, q.numel() / tokens,
-                                           k.numel() / tokens, v.numel() / tokens, stream_.get()));
+                                           k.numel() / tokens, v.numel() / tokens, stream()));
 }
 
 void CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) {
   CheckDevice(rows, DType::kI32, "GatherRows rows");
   const int64_t row_bytes = static_cast<int64_t>(x.nbytes()) / x.dim(0);
   OASIS_CUDA_CHECK(kernels::LaunchGatherRows(x.raw(), Ptr<int32_t>(rows), out.raw(), rows.numel(), row_bytes,
-                                             stream_.get()));
+                                             stream()));
 }
 
 }  // namespace oasis

@@ -26,7 +26,12 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::kCuda; }
   DType activation_dtype() const override { return DType::kBF16; }
-  cudaStream_t stream() const { return stream_.get(); }
+  // The stream ops are enqueued on: the backend's own, or the one UseStream selected.
+  cudaStream_t stream() const { return override_ != nullptr ? override_ : stream_.get(); }
+  // Enqueues the following ops (and cuBLAS calls) on `s` until UseStream(nullptr) returns to
+  // the backend's own stream (the sparse pipeline's side streams; the caller orders them
+  // with events).
+  void UseStream(cudaStream_t s);
   void Synchronize() const { stream_.Synchronize(); }
 
   Tensor Empty(std::vector<int64_t> shape, DType dtype) override;
@@ -107,6 +112,7 @@ class CudaBackend final : public Backend {
                                          const Tensor& slot_mapping, LayerKvPool& pool);
 
   cuda::Stream stream_;
+  cudaStream_t override_ = nullptr;  // UseStream
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
   cuda::DeviceBuffer qkv_counters_;      // [kGemvQkvMaxHeads] int32, zero between fused QKV launches

@@ -62,7 +62,7 @@ void CudaBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slot
   OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d) << "BlockSummaries kmin " << kmin.ToString();
   OASIS_CUDA_CHECK(kernels::LaunchBlockSummaries(Ptr(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens),
                                                  Ptr<int32_t>(dst_rows), Ptr(kmin), Ptr(kmax), n,
-                                                 static_cast<int>(d), stream_.get()));
+                                                 static_cast<int>(d), stream()));
 }
 
 void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks,
@@ -98,7 +98,7 @@ void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const T
               kernels::ScoreBlocksSupported(p.head_dim, p.num_q_heads / p.num_kv_heads))
       << "ScoreBlocks: head_dim " << p.head_dim << " with " << p.num_q_heads << "/" << p.num_kv_heads
       << " heads is not supported on CUDA (head_dim 64/128/256, GQA group <= 16)";
-  OASIS_CUDA_CHECK(kernels::LaunchScoreBlocks(p, stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchScoreBlocks(p, stream()));
 }
 
 void CudaBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) {
@@ -111,7 +111,7 @@ void CudaBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Ten
   OASIS_CUDA_CHECK(kernels::LaunchTopKBlocks(Ptr<float>(scores), Ptr<int32_t>(rows), Ptr<int32_t>(num_blocks),
                                              Ptr<int32_t>(topk), static_cast<int>(R), static_cast<int>(hkv),
                                              static_cast<int>(scores.dim(2)), static_cast<int>(topk.dim(2)),
-                                             stream_.get()));
+                                             stream()));
 }
 
 void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
@@ -152,7 +152,7 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
   p.max_blocks = static_cast<int>(host_tables.dim(2));
   OASIS_CHECK(k <= kernels::kSelectMaxK && p.c <= k) << "SelectBlocks: K " << k << " (at most "
                                                      << kernels::kSelectMaxK << "), C " << p.c;
-  OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream()));
 }
 
 void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
@@ -166,7 +166,7 @@ void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, La
   // 64 CTAs: the UVA gather's plateau on the H200 (DESIGN.md §5), leaving SMs to the main stream.
   OASIS_CUDA_CHECK(kernels::LaunchCopyBlocks(Ptr(src.k), Ptr(src.v), Ptr<int32_t>(src_slots), Ptr(dst.k), Ptr(dst.v),
                                              Ptr<int32_t>(dst_slots), src_slots.numel(),
-                                             static_cast<int>(src.k.dim(2)), 64, stream_.get()));
+                                             static_cast<int>(src.k.dim(2)), 64, stream()));
 }
 
 void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,
@@ -179,7 +179,7 @@ void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, La
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyTokens head_dim";
   OASIS_CUDA_CHECK(kernels::LaunchCopyTokens(Ptr(src.k), Ptr(src.v), Ptr<int64_t>(src_index), Ptr(dst.k), Ptr(dst.v),
                                              Ptr<int64_t>(dst_index), src_index.numel(),
-                                             static_cast<int>(src.k.dim(2)), stream_.get()));
+                                             static_cast<int>(src.k.dim(2)), stream()));
 }
 
 void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots,
@@ -210,7 +210,7 @@ void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& res
   p.num_kv_heads = static_cast<int>(hkv);
   p.k = static_cast<int>(resident_slots.dim(2));
   p.width = static_cast<int>(width);
-  OASIS_CUDA_CHECK(kernels::LaunchAssembleSparseTables(p, stream_.get()));
+  OASIS_CUDA_CHECK(kernels::LaunchAssembleSparseTables(p, stream()));
 }
 
 void CudaBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows, Tensor& counts) {
@@ -223,7 +223,7 @@ void CudaBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, con
   OASIS_CHECK_EQ(counts.dim(2), 2) << "TopKOverlap counts";
   OASIS_CUDA_CHECK(kernels::LaunchTopKOverlap(Ptr<int32_t>(predicted), Ptr<int32_t>(actual), Ptr<int32_t>(rows),
                                               Ptr<int32_t>(counts), static_cast<int>(R), static_cast<int>(hkv),
-                                              static_cast<int>(k), stream_.get()));
+                                              static_cast<int>(k), stream()));
 }
 
 }  // namespace oasis

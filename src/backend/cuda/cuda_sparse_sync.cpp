@@ -1,0 +1,65 @@
+#include "backend/cuda/cuda_sparse_sync.h"
+
+#include "common/check.h"
+
+namespace oasis {
+
+CudaSparseStageSync::CudaSparseStageSync(CudaBackend& backend, int64_t num_layers)
+    : backend_(backend), num_layers_(num_layers) {
+  OASIS_CHECK_GT(num_layers, 0) << "sparse stage sync";
+  events_.reserve(static_cast<size_t>(4 * num_layers));
+  for (int64_t i = 0; i < 4 * num_layers; ++i) events_.emplace_back(cuda::EventTiming::kDisabled);
+}
+
+cudaStream_t CudaSparseStageSync::StreamOf(SparseStage stage) const {
+  switch (stage) {
+    case SparseStage::kAttention: return nullptr;  // the backend's own stream
+    case SparseStage::kPredict: return predict_.get();
+    case SparseStage::kSelect: return select_.get();
+    case SparseStage::kTransfer: return transfer_.get();
+  }
+  return nullptr;
+}
+
+cudaEvent_t CudaSparseStageSync::EventOf(SparseStage stage, int64_t layer) const {
+  OASIS_CHECK(layer >= 0 && layer < num_layers_) << "sparse stage layer " << layer;
+  return events_[static_cast<size_t>(static_cast<int64_t>(stage) * num_layers_ + layer)].get();
+}
+
+void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
+  backend_.UseStream(StreamOf(stage));
+  const cudaStream_t s = backend_.stream();
+  // An event never recorded is complete: the first step waits for nothing.
+  switch (stage) {
+    case SparseStage::kAttention:
+      OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kTransfer, layer), 0));
+      break;
+    case SparseStage::kPredict:
+      OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kAttention, layer), 0));
+      break;
+    case SparseStage::kSelect:
+      OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kPredict, layer), 0));
+      break;
+    case SparseStage::kTransfer:
+      OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kSelect, layer), 0));
+      OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kAttention, layer), 0));
+      transfer_pending_ = true;
+      last_transfer_layer_ = layer;
+      break;
+  }
+}
+
+void CudaSparseStageSync::Exit(SparseStage stage, int64_t layer) {
+  OASIS_CUDA_CHECK(cudaEventRecord(EventOf(stage, layer), backend_.stream()));
+  backend_.UseStream(nullptr);
+}
+
+void CudaSparseStageSync::Join() {
+  if (!transfer_pending_) return;
+  // Transfers are serial on their stream and each waited for its select (after its predict),
+  // so the last one's event covers every side stream's work of the step.
+  OASIS_CUDA_CHECK(cudaStreamWaitEvent(backend_.stream(), EventOf(SparseStage::kTransfer, last_transfer_layer_), 0));
+  transfer_pending_ = false;
+}
+
+}  // namespace oasis

@@ -1,0 +1,45 @@
+// CudaSparseStageSync: the CUDA streams and events of the sparse-KV pipeline (DESIGN.md §1.1,
+// docs/sparse.md §4). The attention stage runs on the backend's own stream; predict, select
+// and transfer each have their own stream. Per layer l: attention waits transfer_done[l] of
+// the previous step; predict waits attn_done[l]; select waits predict_done[l]; transfer
+// waits select_done[l] and attn_done[l] (victim slots are not overwritten while attention
+// still reads them). Join() makes the backend's stream wait for the last transfer of the
+// step, so a step ends with every side stream joined (needed by graph capture, and it keeps
+// per-step uploads alive while side streams read them). No host synchronisation anywhere.
+//
+// Owns the three streams and 4 × num_layers events. Not thread-safe: the thread running the
+// forward pass.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "common/cuda_rt.h"
+#include "kvcache/sparse_pipeline.h"
+
+namespace oasis {
+
+class CudaSparseStageSync final : public SparseStageSync {
+ public:
+  CudaSparseStageSync(CudaBackend& backend, int64_t num_layers);
+
+  void Enter(SparseStage stage, int64_t layer) override;
+  void Exit(SparseStage stage, int64_t layer) override;
+  // The backend's stream waits for everything the side streams were given so far.
+  void Join();
+
+ private:
+  cudaStream_t StreamOf(SparseStage stage) const;
+  cudaEvent_t EventOf(SparseStage stage, int64_t layer) const;
+
+  CudaBackend& backend_;
+  int64_t num_layers_;
+  cuda::Stream predict_, select_, transfer_;
+  std::vector<cuda::Event> events_;  // [4][num_layers]: attn_done, predict_done, select_done, transfer_done
+  bool transfer_pending_ = false;    // a transfer was enqueued since the last Join
+  int64_t last_transfer_layer_ = -1;
+};
+
+}  // namespace oasis

@@ -66,7 +66,7 @@ for b in "${BENCHMARKS[@]}"; do
   echo "=== $name $args"
   # shellcheck disable=SC2086
   ".bundle/bin/$name" $args > /tmp/bench.out 2>&1
-  tail -30 /tmp/bench.out
+  cat /tmp/bench.out
   rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
 done
 # Checkpoint loading: transformers writes a random Qwen3-8B-shaped checkpoint, we load it.

@@ -367,7 +367,10 @@ void Engine::Impl::Step() {
 bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
                         RequestOutput& out) {
   if (sample.token < 0 || sample.token >= config.vocab_size) {
-    Fail(s, Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary"));
+    // Like Fail, but the event keeps a token this step already emitted.
+    out.error = Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary");
+    spdlog::warn("request {} failed: {}", s.request.id, out.error.ToString());
+    Finish(s, std::move(out), FinishReasonKind::kError);
     return false;
   }
   s.seq.AppendToken(sample.token);

@@ -12,6 +12,7 @@
 #include <map>
 #include <span>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 #include "engine/batch_builder.h"
@@ -177,7 +178,7 @@ TEST_CASE("reject and speculate equal plain decoding with the reference EAGLE-3 
   CheckLossless(HeadKind::kFixture);
 }
 
-TEST_CASE("the copy head's drafts are accepted; outputs still equal plain decoding", "[engine][lookahead]") {
+TEST_CASE("the copy head's drafts are accepted and outputs still equal plain decoding", "[engine][lookahead]") {
   CheckLossless(HeadKind::kCopy);
 }
 
@@ -402,4 +403,45 @@ TEST_CASE("lookahead options are checked with clear errors", "[engine][lookahead
   // Off ignores a draft runner.
   opt.lookahead = LookaheadMode::kOff;
   CHECK(Engine::CheckOptions(opt, *tm.runner, &small).ok());
+}
+
+namespace {
+// A draft runner whose `fail_at`-th call throws.
+class FailingDraftRunner final : public DraftRunner {
+ public:
+  using DraftRunner::DraftRunner;
+  std::vector<int32_t> Propose(const ForwardInput& in, const Tensor& aux, std::span<const int32_t> aux_rows) override {
+    if (calls++ == fail_at) throw std::runtime_error("injected head fault");
+    return DraftRunner::Propose(in, aux, aux_rows);
+  }
+  int calls = 0, fail_at = 4;
+};
+}  // namespace
+
+TEST_CASE("a failing draft head step fails its requests, both pools come back, the engine serves on",
+          "[engine][lookahead]") {
+  TinyModel tm(64);
+  auto head = CopyHead(tm);
+  FailingDraftRunner draft(*head, tm.backend, 64);
+  EngineOptions opt;
+  opt.lookahead = LookaheadMode::kSpeculate;
+  Engine engine(*tm.runner, nullptr, opt, &draft);
+  engine.Start();
+  EngineRequest r = Request("f", {1, 2, 3}, 30);
+  r.ignore_eos = true;
+  auto s = engine.Submit(r);
+  REQUIRE(s.ok());
+  Collected c = Drain(**s);
+  CHECK(c.reason == FinishReasonKind::kError);
+  CHECK(c.error.code() == StatusCode::kInternal);
+  CHECK(c.error.message().find("draft head step failed: injected head fault") != std::string::npos);
+  CHECK(c.tokens.size() >= 5);  // the tokens of the steps before the failure were delivered
+  CHECK(c.tokens.size() < 30);
+  auto next = engine.Submit(Request("g", {1, 2, 3}, 12));
+  REQUIRE(next.ok());
+  CHECK(Drain(**next).tokens.size() == 12);
+  EngineStats st = WaitIdle(engine);
+  CHECK(st.requests_error_total == 1);
+  CHECK(st.num_free_kv_slots == 64);
+  CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
 }

@@ -179,6 +179,24 @@ Status DecoderLM::LoadWeights(const WeightProvider& get) {
   return Status::Ok();
 }
 
+Tensor* DecoderLM::FindWeight(const std::string& name) {
+  if (name == "model.embed_tokens.weight") return &embed_tokens_;
+  if (name == "model.norm.weight") return &final_norm_;
+  if (name == "lm_head.weight") return &lm_head_;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& L = layers_[i];
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    if (rest == "input_layernorm.weight") return &L.input_norm;
+    if (rest == "post_attention_layernorm.weight") return &L.post_norm;
+    if (rest == "self_attn.o_proj.weight") return &L.o_proj;
+    if (rest == "mlp.down_proj.weight") return &L.down;
+    return nullptr;
+  }
+  return nullptr;
+}
+
 std::vector<LayerKvPool> DecoderLM::AllocateKvCache(int64_t num_slots) const {
   std::vector<LayerKvPool> pools(static_cast<size_t>(config_.num_hidden_layers));
   for (auto& p : pools) {

@@ -55,6 +55,13 @@ class DecoderLM {
   // The input embedding [vocab, hidden] on the backend's device (EAGLE-3 heads share it).
   const Tensor& embed_tokens() const { return embed_tokens_; }
 
+  // The device tensor behind a checkpoint name that maps to one unfused weight
+  // ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight" (the embedding when
+  // tied), "model.layers.{i}.input_layernorm.weight", ".post_attention_layernorm.weight",
+  // ".self_attn.o_proj.weight", ".mlp.down_proj.weight"), or nullptr. For tools that shape
+  // dummy weights (benchmarks of constructed behaviour); the model does not notice changes.
+  Tensor* FindWeight(const std::string& name);
+
   // KV pools for `num_slots` head-blocks per layer, on the backend's device.
   std::vector<LayerKvPool> AllocateKvCache(int64_t num_slots) const;
 

@@ -298,6 +298,18 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   return logits;
 }
 
+Tensor* Eagle3Head::FindWeight(const std::string& name) {
+  if (name == "fc.weight") return &fc_;
+  if (name == "norm.weight") return &final_norm_;
+  if (name == "lm_head.weight") return &lm_head_;
+  if (name == "midlayer.hidden_norm.weight") return &hidden_norm_;
+  if (name == "midlayer.input_layernorm.weight") return &input_norm_;
+  if (name == "midlayer.post_attention_layernorm.weight") return &post_norm_;
+  if (name == "midlayer.self_attn.o_proj.weight") return &o_proj_;
+  if (name == "midlayer.mlp.down_proj.weight") return &down_;
+  return nullptr;
+}
+
 int32_t Eagle3Head::DraftToTarget(int64_t draft_id) const {
   OASIS_CHECK(draft_id >= 0 && draft_id < config_.draft_vocab_size)
       << "draft id " << draft_id << " outside [0, " << config_.draft_vocab_size << ")";

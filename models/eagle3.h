@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -67,6 +68,12 @@ class Eagle3Head {
   // head's pre-norm output (the feature a chained draft step would reuse).
   Tensor Forward(const ForwardInput& in, const Tensor& aux, LayerKvPool& kv, std::span<const int32_t> aux_rows = {},
                  Tensor* hidden_out = nullptr);
+
+  // The device tensor behind an unfused checkpoint name ("fc.weight", "norm.weight",
+  // "lm_head.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight",
+  // "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.o_proj.weight",
+  // "midlayer.mlp.down_proj.weight"), or nullptr. For tools that construct heads.
+  Tensor* FindWeight(const std::string& name);
 
   // Draft id -> target id (draft_id + d2t[draft_id]); CHECKs the range.
   int32_t DraftToTarget(int64_t draft_id) const;

@@ -1,0 +1,193 @@
+// bench_lookahead: what lookahead decoding costs and gains, through the real engine loop on
+// one GPU (dummy weights at real shapes, CUDA graphs with stacked queries, the EAGLE-3 head
+// on the device). For each mode (off, reject, speculate) it submits `--batch` requests of
+// `--context` prompt tokens and `--tokens` output tokens (greedy, ignore_eos) and reports
+// TPOT = (e2e − TTFT) / (tokens − 1), averaged over requests, the draft acceptance rate and
+// the tokens emitted per request-step.
+//
+//   bench_lookahead --batch 1  --context 128  --tokens 128
+//   bench_lookahead --batch 64 --context 4096 --tokens 64
+//   bench_lookahead --batch 1  --context 128  --tokens 128 --repeat
+// --repeat builds a target whose greedy continuation repeats the last prompt token (o_proj and
+// down_proj zeroed — still read every step, so the cost is the real one — and a tied
+// lm_head) and a "copy" head that proposes the target's own prediction (fc selects the stream
+// leaving the last layer; zero attention/MLP outputs; the target's final norm and lm_head):
+// the draft is right by construction, which exercises the speculative gain path end to end.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_draft_runner.h"
+#include "backend/cuda/cuda_graph_runner.h"
+#include "common/flags.h"
+#include "common/logging.h"
+#include "engine/engine.h"
+#include "kvcache/head_block_table.h"
+#include "loader/weights.h"
+#include "models/eagle3.h"
+
+using namespace oasis;
+using namespace std::chrono_literals;
+
+namespace {
+
+Status Zero(Backend& b, Tensor* t, const std::string& name) {
+  if (t == nullptr) return Internal("no weight " + name);
+  b.Fill(*t, 0.0f);
+  return Status::Ok();
+}
+
+// The repeating target: every layer's output projections zeroed (the residual stream stays the
+// embedding); with tied embeddings the logits peak at the input token itself.
+Status MakeRepeatingTarget(DecoderLM& model, Backend& b) {
+  for (int64_t i = 0; i < model.config().num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    OASIS_RETURN_IF_ERROR(Zero(b, model.FindWeight(p + "self_attn.o_proj.weight"), p + "o_proj"));
+    OASIS_RETURN_IF_ERROR(Zero(b, model.FindWeight(p + "mlp.down_proj.weight"), p + "down_proj"));
+  }
+  return Status::Ok();
+}
+
+// The copy head: fc = [0 | 0 | I] over aux streams (0, L/2, L), zero o_proj/down, the target's
+// final norm and lm_head, d2t = 0 (draft vocabulary = target vocabulary).
+StatusOr<std::unique_ptr<Eagle3Head>> MakeCopyHead(DecoderLM& target, CudaBackend& b) {
+  const ModelConfig& t = target.config();
+  ModelConfig hc = Eagle3Head::ConfigForTarget(t, t.vocab_size);
+  const int64_t L = t.num_hidden_layers, H = t.hidden_size;
+  hc.aux_hidden_state_layer_ids = {0, L / 2, L};
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Head> head, Eagle3Head::CreateDummy(hc, target, b, 7));
+  Tensor fc = Tensor::Zeros({H, 3 * H}, DType::kF32);
+  for (int64_t i = 0; i < H; ++i) fc.data<float>()[i * 3 * H + 2 * H + i] = 1.0f;
+  Tensor fc_bf16 = Tensor::Empty({H, 3 * H}, DType::kBF16);
+  ConvertFromFloat(fc.data<float>(), fc_bf16.raw(), DType::kBF16, static_cast<size_t>(fc.numel()));
+  Tensor* dst = head->FindWeight("fc.weight");
+  if (dst == nullptr) return Internal("no fc.weight");
+  b.UploadBytes(*dst, 0, fc_bf16.raw(), fc_bf16.nbytes());
+  OASIS_RETURN_IF_ERROR(Zero(b, head->FindWeight("midlayer.self_attn.o_proj.weight"), "head o_proj"));
+  OASIS_RETURN_IF_ERROR(Zero(b, head->FindWeight("midlayer.mlp.down_proj.weight"), "head down_proj"));
+  b.Copy(*target.FindWeight("model.norm.weight"), *head->FindWeight("norm.weight"));
+  b.Copy(*target.FindWeight("lm_head.weight"), *head->FindWeight("lm_head.weight"));
+  b.Synchronize();
+  return head;
+}
+
+struct ModeResult {
+  double tpot_ms = 0, ttft_ms = 0, acceptance = 0, tokens_per_step = 0;
+  int64_t steps = 0;
+};
+
+StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, LookaheadMode mode, int64_t batch,
+                             int64_t context, int64_t tokens, int64_t vocab) {
+  EngineOptions o;
+  o.lookahead = mode;
+  o.max_num_seqs = batch;
+  o.max_num_batched_tokens = std::max<int64_t>(4096, 2 * batch);
+  Engine engine(runner, nullptr, o, mode == LookaheadMode::kOff ? nullptr : &draft);
+  engine.Start();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int64_t r = 0; r < batch; ++r) {
+    EngineRequest req;
+    req.id = "r" + std::to_string(r);
+    for (int64_t i = 0; i < context; ++i) req.prompt.push_back(static_cast<int32_t>((r * 7919 + i * 104729) % vocab));
+    req.max_tokens = tokens;
+    req.ignore_eos = true;
+    req.sampling.temperature = 0;
+    req.detokenize = false;
+    OASIS_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> s, engine.Submit(std::move(req)));
+    streams.push_back(std::move(s));
+  }
+  for (auto& s : streams) {
+    while (true) {
+      auto ev = s->Next(600s);
+      if (!ev) return Internal("request timed out");
+      if (ev->finished) {
+        if (ev->finish_reason != FinishReasonKind::kLength) return Internal("request ended early: " + ev->error.ToString());
+        break;
+      }
+    }
+  }
+  const EngineStats st = engine.Stats();
+  engine.Stop();
+  ModeResult m;
+  m.ttft_ms = st.ttft.sum / st.ttft.count * 1e3;
+  m.tpot_ms = (st.e2e.sum - st.ttft.sum) / static_cast<double>(batch * (tokens - 1)) * 1e3;
+  m.acceptance = st.draft_acceptance_rate();
+  m.tokens_per_step = mode == LookaheadMode::kOff ? 1.0 : st.tokens_per_lookahead_step();
+  m.steps = st.steps_total;
+  return m;
+}
+
+Status Run(int argc, char** argv) {
+  std::string config_path = "tools/bench/model_configs/qwen3-8b.json";
+  int64_t batch = 1, context = 128, tokens = 128, draft_vocab = 32000;
+  bool repeat = false;
+  FlagParser flags("bench_lookahead: TPOT of lookahead decoding (reject / speculate) vs plain, via the engine");
+  flags.AddString("config", &config_path, "HF config.json with the target's shapes (dummy weights)");
+  flags.AddInt("batch", &batch, "concurrent requests");
+  flags.AddInt("context", &context, "prompt tokens per request");
+  flags.AddInt("tokens", &tokens, "output tokens per request");
+  flags.AddInt("draft-vocab", &draft_vocab, "draft vocabulary of the dummy head");
+  flags.AddBool("repeat", &repeat, "repeating target + copy head: drafts right by construction");
+  OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Usage().c_str());
+    return Status::Ok();
+  }
+  if (batch < 1 || context < 1 || tokens < 2) return InvalidArgument("batch, context >= 1 and tokens >= 2");
+  OASIS_RETURN_IF_ERROR(InitLogging("warn"));
+  OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(config_path));
+  if (repeat) config.tie_word_embeddings = true;
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create());
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model, DecoderLM::CreateDummy(config, *backend, 1));
+  std::unique_ptr<Eagle3Head> head;
+  if (repeat) {
+    OASIS_RETURN_IF_ERROR(MakeRepeatingTarget(*model, *backend));
+    OASIS_ASSIGN_OR_RETURN(head, MakeCopyHead(*model, *backend));
+  } else {
+    const ModelConfig hc = Eagle3Head::ConfigForTarget(config, std::min(draft_vocab, config.vocab_size));
+    OASIS_ASSIGN_OR_RETURN(head, Eagle3Head::CreateDummy(hc, *model, *backend, 7));
+  }
+  const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
+  const int64_t max_ctx = context + tokens + 4;
+  const int64_t slots = HeadBlockTable::SlotsFor(max_ctx, heads) * batch + 64;
+  CudaGraphOptions go;
+  go.num_kv_slots = slots;
+  go.max_batch = batch;
+  go.max_context = max_ctx;
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*model, *backend, go));
+  CudaDraftRunner draft(*head, *backend,
+                        DraftKvSlotsFor(slots, heads, head->config().num_key_value_heads));
+  std::printf("target %s%s, head: %s; batch %lld, prompt %lld, output %lld tokens\n", config_path.c_str(),
+              repeat ? " (repeating)" : "", repeat ? "copy head" : "dummy EAGLE-3", static_cast<long long>(batch),
+              static_cast<long long>(context), static_cast<long long>(tokens));
+  std::printf("%-10s %10s %10s %12s %12s %8s\n", "mode", "TPOT ms", "TTFT ms", "acceptance", "tok/step", "steps");
+  double base = 0;
+  std::string summary;
+  for (LookaheadMode mode : {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    OASIS_ASSIGN_OR_RETURN(ModeResult m, RunMode(*runner, draft, mode, batch, context, tokens, config.vocab_size));
+    if (mode == LookaheadMode::kOff) base = m.tpot_ms;
+    std::printf("%-10s %10.3f %10.1f %12.3f %12.3f %8lld\n", LookaheadModeName(mode), m.tpot_ms, m.ttft_ms,
+                m.acceptance, m.tokens_per_step, static_cast<long long>(m.steps));
+    char part[160];
+    std::snprintf(part, sizeof part, "%s%s TPOT %.3f ms (%.2fx plain)%s", summary.empty() ? "" : "; ",
+                  LookaheadModeName(mode), m.tpot_ms, m.tpot_ms / base,
+                  mode == LookaheadMode::kSpeculate ? (", " + std::to_string(m.tokens_per_step).substr(0, 4) + " tok/step").c_str() : "");
+    summary += part;
+  }
+  std::printf("RESULT lookahead b=%lld ctx=%lld%s: %s\n", static_cast<long long>(batch), static_cast<long long>(context),
+              repeat ? " repeat" : "", summary.c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Status st = Run(argc, argv);
+  if (!st.ok()) {
+    std::fprintf(stderr, "bench_lookahead: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

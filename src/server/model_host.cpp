@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_draft_runner.h"
 #include "backend/cuda/cuda_graph_runner.h"
 #include "common/cuda_rt.h"
 #include "kvcache/kv_memory_plan.h"
@@ -79,9 +80,8 @@ Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
   return Status::Ok();
 }
 
-// The EAGLE-3 draft head (--draft-model / --draft-load-format dummy) and its runner, with a
-// head KV pool holding as many tokens as the model's.
-Status LoadDraft(const ServerConfig& sc, ModelHost* host) {
+// The EAGLE-3 draft head (--draft-model / --draft-load-format dummy), after the model.
+Status LoadDraftHead(const ServerConfig& sc, ModelHost* host) {
   const ModelConfig& c = host->config;
   if (sc.draft_load_format == "dummy") {
     ModelConfig hc;
@@ -102,14 +102,24 @@ Status LoadDraft(const ServerConfig& sc, ModelHost* host) {
     if (!head.ok()) return head.status().WithContext("--draft-model " + sc.draft_model);
     host->draft_head = std::move(head).value();
   }
+  return Status::Ok();
+}
+
+// The draft head's runner, with a KV pool holding as many tokens as the model's.
+void MakeDraftRunner(ModelHost* host) {
+  const ModelConfig& c = host->config;
   const int64_t slots = DraftKvSlotsFor(host->runner->num_kv_slots(), c.num_key_value_heads,
                                         host->draft_head->config().num_key_value_heads);
-  host->draft_runner = std::make_unique<DraftRunner>(*host->draft_head, *host->backend, slots);
+#if OASIS_HAVE_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(host->backend.get())) {  // drafts taken on the device
+    host->draft_runner = std::make_unique<CudaDraftRunner>(*host->draft_head, *cuda, slots);
+  }
+#endif
+  if (!host->draft_runner) host->draft_runner = std::make_unique<DraftRunner>(*host->draft_head, *host->backend, slots);
   std::string ids;
   for (int64_t id : host->draft_head->aux_layer_ids()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   spdlog::info("EAGLE-3 draft head: aux layers [{}], draft vocab {}, KV {} head-blocks", ids,
                host->draft_head->draft_vocab_size(), slots);
-  return Status::Ok();
 }
 
 #if OASIS_HAVE_CUDA
@@ -118,6 +128,7 @@ Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
   CudaBackend& backend = *cuda;
   host->backend = std::move(cuda);
   OASIS_RETURN_IF_ERROR(LoadWeights(sc, host));
+  if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host));  // its weights count as used
   backend.Synchronize();
   size_t free_bytes = 0, total_bytes = 0;
   OASIS_RETURN_IF_ERROR(cuda::ToStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
@@ -126,7 +137,16 @@ Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
   const size_t step_bytes = static_cast<size_t>(sc.max_num_batched_tokens) *
                             static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
   const size_t reserve = (size_t{1} << 30) + step_bytes;
-  OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan, PlanKvCache(c, 2, sc.gpu_memory_utilization, total_bytes, free_bytes, reserve));
+  // The draft head's pool (as many tokens as the model's, DraftKvSlotsFor) costs as much as
+  // ceil(head KV width / model KV width) extra model layers.
+  ModelConfig plan_config = c;
+  if (host->draft_head) {
+    const ModelConfig& h = host->draft_head->config();
+    const int64_t width = c.num_key_value_heads * c.head_dim;
+    plan_config.num_hidden_layers += (h.num_key_value_heads * h.head_dim + width - 1) / width;
+  }
+  OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan,
+                         PlanKvCache(plan_config, 2, sc.gpu_memory_utilization, total_bytes, free_bytes, reserve));
   spdlog::info("KV cache: {} head-blocks per layer ({:.2f} GiB, {} tokens per KV-head group)", plan.num_slots,
                plan.budget_bytes / double(1 << 30), plan.max_tokens_per_kv_head_group);
   CudaGraphOptions go;
@@ -180,11 +200,12 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   } else {
     host->backend = std::make_unique<CpuBackend>(static_cast<int>(sc.threads));
     OASIS_RETURN_IF_ERROR(LoadWeights(sc, host.get()));
+    if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host.get()));
     const int64_t slots = CpuKvSlots(sc, c, host->backend->activation_dtype());
     spdlog::info("KV cache: {} head-blocks per layer (CPU)", slots);
     host->runner = std::make_unique<ModelRunner>(*host->model, *host->backend, slots);
   }
-  if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraft(sc, host.get()));
+  if (host->draft_head) MakeDraftRunner(host.get());
   OASIS_ASSIGN_OR_RETURN(host->lookahead, ParseLookaheadMode(sc.ResolvedLookahead()));
   EngineOptions options;
   options.lookahead = host->lookahead;

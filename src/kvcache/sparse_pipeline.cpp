@@ -77,6 +77,7 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan, const Attent
 
 void SparseAttentionPipeline::EndStep() {
   OASIS_CHECK(in_step_) << "EndStep without BeginStep";
+  if (sync_) sync_->Join();
   in_step_ = false;
 }
 

@@ -47,6 +47,9 @@ class SparseStageSync {
   virtual ~SparseStageSync() = default;
   virtual void Enter(SparseStage stage, int64_t layer) = 0;
   virtual void Exit(SparseStage stage, int64_t layer) = 0;
+  // End of a step (EndStep): the main stream waits for every side-stream operation of the
+  // step, so the step's uploads may be freed and a captured graph rejoins. CPU: nothing.
+  virtual void Join() {}
   // Seconds the main stream waited for transfers since the last call (0 if not measured).
   virtual double TakeTransferWaitSeconds() { return 0.0; }
 };

@@ -28,7 +28,7 @@ class CudaSparseStageSync final : public SparseStageSync {
   void Enter(SparseStage stage, int64_t layer) override;
   void Exit(SparseStage stage, int64_t layer) override;
   // The backend's stream waits for everything the side streams were given so far.
-  void Join();
+  void Join() override;
 
  private:
   cudaStream_t StreamOf(SparseStage stage) const;

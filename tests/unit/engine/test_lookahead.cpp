@@ -21,6 +21,7 @@
 #include "kvcache/head_block_table.h"
 #include "lookahead_test_util.h"
 #include "test_engine_util.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace oasis;
 using namespace oasis::engine_test;
@@ -444,4 +445,73 @@ TEST_CASE("a failing draft head step fails its requests, both pools come back, t
   CHECK(st.requests_error_total == 1);
   CHECK(st.num_free_kv_slots == 64);
   CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+}
+
+// Stop strings with text (the embedded model and its tokenizer, a copy head): each stop
+// string is the text of one token of the plain greedy output, so the cut lands on either
+// token of two-token steps; text, tokens and stop reasons equal plain decoding's.
+TEST_CASE("stop strings cut two-token steps exactly like plain decoding", "[engine][lookahead]") {
+  const auto dir = testing::SourceDir() / "models" / "embedded";
+  auto tok = tokenizer::Tokenizer::FromFile(dir / "tokenizer.json");
+  REQUIRE(tok.ok());
+  EngineRequest base = Request("base", {}, 40);
+  for (int i = 0; i < 12; ++i) base.prompt.push_back(100 + 7 * i);
+  base.ignore_eos = true;
+  base.detokenize = true;
+  std::vector<int32_t> greedy;
+  {
+    TinyModel tm(dir, 256);
+    Engine engine(*tm.runner, tok->get(), {});
+    engine.Start();
+    auto s = engine.Submit(base);
+    REQUIRE(s.ok());
+    greedy = Drain(**s).tokens;
+  }
+  REQUIRE(greedy.size() == 40);
+  std::vector<EngineRequest> reqs;
+  for (size_t k = 1; k < 30; ++k) {
+    const std::string before = (*tok)->Decode({greedy.begin(), greedy.begin() + k}, tokenizer::SkipSpecialTokens::kYes);
+    const std::string upto = (*tok)->Decode({greedy.begin(), greedy.begin() + k + 1}, tokenizer::SkipSpecialTokens::kYes);
+    if (upto.size() <= before.size() || upto.compare(0, before.size(), before) != 0) continue;
+    EngineRequest r = base;
+    r.id = "stop-" + std::to_string(k);
+    r.stop = {upto.substr(before.size())};
+    r.include_stop_str_in_output = k % 2 == 0;
+    reqs.push_back(r);
+  }
+  REQUIRE(reqs.size() >= 10);
+  std::vector<Collected> plain;
+  {
+    TinyModel tm(dir, 256);
+    Engine engine(*tm.runner, tok->get(), {});
+    engine.Start();
+    for (const EngineRequest& r : reqs) {
+      auto s = engine.Submit(r);
+      REQUIRE(s.ok());
+      plain.push_back(Drain(**s));
+    }
+  }
+  int stopped = 0;
+  for (const Collected& c : plain) stopped += c.reason == FinishReasonKind::kStop ? 1 : 0;
+  CHECK(stopped == static_cast<int>(reqs.size()));
+  for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    TinyModel tm(dir, 256);
+    auto head = CopyHead(tm);
+    auto draft = MakeDraftRunner(tm, *head);
+    EngineOptions opt;
+    opt.lookahead = mode;
+    Engine engine(*tm.runner, tok->get(), opt, draft.get());
+    engine.Start();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      auto s = engine.Submit(reqs[i]);
+      REQUIRE(s.ok());
+      const Collected c = Drain(**s);
+      INFO(LookaheadModeName(mode) << " " << reqs[i].id << " stop '" << reqs[i].stop[0] << "'");
+      CHECK(c.tokens == plain[i].tokens);
+      CHECK(c.text == plain[i].text);
+      CHECK(c.reason == plain[i].reason);
+      CHECK(c.stop_reason == plain[i].stop_reason);
+    }
+    CHECK(WaitIdle(engine).draft_accepted_total > 0);
+  }
 }

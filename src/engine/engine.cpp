@@ -1,18 +1,13 @@
+// The engine's API and lifecycle (Engine), admission of new requests, finishing them and
+// the stats snapshot; one step of the loop is in engine_step.cpp (docs/engine.md).
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <random>
-#include <thread>
-#include <unordered_map>
 
 #include "common/check.h"
 #include "common/logging.h"
-#include "engine/batch_builder.h"
-#include "engine/request_state.h"
+#include "engine/engine_impl.h"
 #include "engine/request_validation.h"
-#include "engine/scheduler.h"
 
 namespace oasis {
 namespace {
@@ -27,94 +22,58 @@ const std::vector<double> kE2eBounds = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,  
                                         5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
                                         60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
+}  // namespace
+
 double Seconds(EngineClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+namespace {
+
+// Prompt + generated tokens one request may reach: the model's context, or less when the KV
+// pool is smaller (a request always fits the pool densely: it prefills densely, also after
+// a preemption).
+int64_t ContextTokens(const ModelRunner& r) {
+  const ModelConfig& c = r.model().config();
+  OASIS_CHECK_GT(c.num_key_value_heads, 0) << "model without KV heads";
+  const int64_t pool_tokens = r.num_kv_slots() / c.num_key_value_heads * kBlockSize;
+  return c.max_position_embeddings > 0 ? std::min(c.max_position_embeddings, pool_tokens) : pool_tokens;
+}
+
+std::unique_ptr<SparseDecoding> MakeSparse(const EngineOptions& o, ModelRunner& r, BlockAllocator& allocator,
+                                           int64_t context_tokens) {
+  if (!o.sparse) return nullptr;
+  SparseConfig c = *o.sparse;
+  c.max_seq_len = context_tokens;
+  return std::make_unique<SparseDecoding>(c, r, allocator, o.sparse_metrics_interval);
+}
 
 }  // namespace
 
-struct Engine::Impl {
-  Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions o, DraftRunner* d)
-      : runner(r),
-        tok(t),
-        options(o),
-        config(r.model().config()),
-        num_kv_heads(static_cast<int32_t>(config.num_key_value_heads)),
-        draft(o.lookahead != LookaheadMode::kOff ? d : nullptr),
-        draft_kv_heads(draft != nullptr ? draft->num_kv_heads() : 1),
-        allocator(static_cast<int32_t>(r.num_kv_slots())),
-        draft_allocator(static_cast<int32_t>(draft != nullptr ? draft->num_kv_slots() : 0)),
-        scheduler(
-            {.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens},
-            allocator),
-        rng(o.seed) {
-    OASIS_CHECK_GT(num_kv_heads, 0) << "model without KV heads";
-    const int64_t pool_tokens = r.num_kv_slots() / num_kv_heads * kBlockSize;
-    context_tokens = config.max_position_embeddings > 0
-                         ? std::min(config.max_position_embeddings, pool_tokens)
-                         : pool_tokens;
-    for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
-    stats.num_kv_slots = r.num_kv_slots();
-    stats.num_free_kv_slots = r.num_kv_slots();
-    stats.num_draft_kv_slots = draft_allocator.num_slots();
-    stats.num_free_draft_kv_slots = draft_allocator.num_free();
-    stats.ttft = LatencyHistogram::WithBounds(kTtftBounds);
-    stats.itl = LatencyHistogram::WithBounds(kItlBounds);
-    stats.e2e = LatencyHistogram::WithBounds(kE2eBounds);
-    published = stats;
-  }
-
-  Status Validate(const EngineRequest& r) const;
-  StopConditions MakeStopConditions(const EngineRequest& r) const;
-
-  void Loop();
-  void Step();
-  // Appends one sampled token to a request and adds it to `out`; returns false when the
-  // request is gone (finished with `out` as its last event, or failed).
-  bool Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
-            RequestOutput& out);
-  // Releases the request's draft-head KV (finish, preemption).
-  void ReleaseDraftHead(RequestState& s);
-  void Admit(std::unique_ptr<RequestState> state);
-  // Finishes a live request: frees its blocks, counts it, pushes `out` as its last event.
-  void Finish(RequestState& s, RequestOutput out, FinishReasonKind reason);
-  void Fail(RequestState& s, const Status& error);
-  void AbortAll();
-  void Publish();
-
-  // Fixed at construction.
-  ModelRunner& runner;
-  const tokenizer::Tokenizer* tok;
-  EngineOptions options;
-  const ModelConfig& config;
-  int32_t num_kv_heads;
-  DraftRunner* draft;  // null: lookahead off
-  int32_t draft_kv_heads;
-  int64_t context_tokens = 0;
-  std::vector<int32_t> eos_ids;
-
-  // Shared with front-end threads, guarded by mu.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::unique_ptr<RequestState>> inbox;
-  std::vector<uint64_t> aborts;                    // keys of requests to abort
-  std::unordered_map<std::string, uint64_t> live;  // id → key, Submit until finished
-  uint64_t next_key = 1;
-  bool stop_requested = false;
-  bool stopped = false;  // no more submissions
-  std::thread thread;
-  std::mutex lifecycle_mu;  // serialises Start/Stop (held while joining; never under mu)
-  std::atomic<int64_t> num_waiting_engine{0};  // waiting in the scheduler (for max_waiting)
-
-  mutable std::mutex stats_mu;
-  EngineStats published;  // guarded by stats_mu
-
-  // Engine-loop state.
-  BlockAllocator allocator;
-  BlockAllocator draft_allocator;  // the draft head's KV pool (empty when lookahead is off)
-  Scheduler scheduler;
-  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;  // by key
-  std::mt19937_64 rng;
-  EngineStats stats;
-};
+Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions o, DraftRunner* d)
+    : runner(r),
+      tok(t),
+      options(o),
+      config(r.model().config()),
+      num_kv_heads(static_cast<int32_t>(config.num_key_value_heads)),
+      draft(o.lookahead != LookaheadMode::kOff ? d : nullptr),
+      draft_kv_heads(draft != nullptr ? draft->num_kv_heads() : 1),
+      context_tokens(ContextTokens(r)),
+      allocator(static_cast<int32_t>(r.num_kv_slots())),
+      draft_allocator(static_cast<int32_t>(draft != nullptr ? draft->num_kv_slots() : 0)),
+      sparse(MakeSparse(o, r, allocator, context_tokens)),
+      scheduler({.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens}, allocator,
+                sparse.get()),
+      rng(o.seed) {
+  for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+  stats.num_kv_slots = r.num_kv_slots();
+  stats.num_free_kv_slots = r.num_kv_slots();
+  stats.num_draft_kv_slots = draft_allocator.num_slots();
+  stats.num_free_draft_kv_slots = draft_allocator.num_free();
+  stats.ttft = LatencyHistogram::WithBounds(kTtftBounds);
+  stats.itl = LatencyHistogram::WithBounds(kItlBounds);
+  stats.e2e = LatencyHistogram::WithBounds(kE2eBounds);
+  if (sparse) sparse->UpdateStats(stats);
+  published = stats;
+}
 
 Status Engine::Impl::Validate(const EngineRequest& r) const {
   return ValidateRequest(r, config, tok != nullptr, runner.num_kv_slots(), num_kv_heads);
@@ -216,6 +175,7 @@ void Engine::Impl::Publish() {
       stats.num_kv_slots > 0
           ? static_cast<double>(stats.num_kv_slots - stats.num_free_kv_slots) / stats.num_kv_slots
           : 0.0;
+  if (sparse) sparse->UpdateStats(stats);
   num_waiting_engine.store(stats.num_waiting, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(stats_mu);
   published = stats;
@@ -248,152 +208,6 @@ void Engine::Impl::Loop() {
     Publish();
   }
   AbortAll();
-}
-
-void Engine::Impl::Step() {
-  SchedulerOutput plan = scheduler.Schedule();
-  stats.preemptions_total += static_cast<int64_t>(plan.preempted.size());
-  for (Sequence* p : plan.preempted) ReleaseDraftHead(*requests.at(p->id));
-  if (plan.empty()) {
-    // Cannot happen while Submit keeps every request within the pool; never spin on it.
-    const Status error = Internal("the scheduler found nothing to run for a non-empty queue");
-    while (!scheduler.waiting().empty()) Fail(*requests.at(scheduler.waiting().front()->id), error);
-    return;
-  }
-  // The target batch: each chunk's tokens, a decode's granted draft tokens after its own.
-  const bool speculate = draft != nullptr && options.lookahead == LookaheadMode::kSpeculate;
-  std::vector<StepSequence> steps;
-  std::vector<int64_t> num_draft;
-  std::vector<SampleRow> rows;
-  std::vector<size_t> first_sample;  // per chunk: its first row in `rows`
-  steps.reserve(plan.chunks.size());
-  rows.reserve(plan.chunks.size());
-  for (const ScheduledChunk& c : plan.chunks) {
-    const RequestState& s = *requests.at(c.seq->id);
-    std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.num_tokens);
-    tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + c.num_draft);
-    steps.push_back({&c.seq->table, c.start, std::move(tokens)});
-    num_draft.push_back(c.num_draft);
-    SampleRow row;
-    row.params = s.request.sampling;
-    row.seed = s.seed;
-    row.counter = static_cast<uint64_t>(c.seq->num_generated());
-    row.num_top_logprobs = s.request.num_top_logprobs;
-    row.needed = c.samples;
-    first_sample.push_back(rows.size());
-    rows.push_back(row);
-    for (int64_t j = 0; speculate && j < c.num_draft; ++j) {
-      ++row.counter;  // the token after an accepted draft: plain decoding's next draw
-      rows.push_back(row);
-    }
-  }
-  std::vector<int64_t> first_row;
-  const ForwardInput input = BuildLookaheadTargetInput(steps, num_draft, speculate, &first_row);
-  std::vector<SampleResult> samples;
-  ResidualCapture capture;
-  Status failure = Status::Ok();
-  try {
-    if (draft != nullptr) {
-      capture.layer_ids = draft->aux_layer_ids();
-      samples = runner.ExecuteSampleAndCapture(input, rows, capture);
-    } else {
-      samples = runner.ExecuteAndSample(input, rows);
-    }
-    if (samples.size() != rows.size()) {
-      failure = Internal("the model runner returned " + std::to_string(samples.size()) +
-                         " samples for " + std::to_string(rows.size()) + " rows");
-    }
-  } catch (const std::exception& e) {
-    failure = Internal(std::string("model step failed: ") + e.what());
-  }
-  ++stats.steps_total;
-  if (!failure.ok()) {
-    for (const ScheduledChunk& c : plan.chunks) Fail(*requests.at(c.seq->id), failure);
-    return;
-  }
-
-  const auto now = EngineClock::now();
-  std::vector<DraftHeadWork> head_work;
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const ScheduledChunk& c = plan.chunks[i];
-    RequestState& s = *requests.at(c.seq->id);
-    c.seq->CommitChunk(c.num_tokens);
-    const int64_t prompt_done = std::min(c.seq->num_computed, c.seq->num_prompt_tokens);
-    if (prompt_done > s.prompt_tokens_counted) {
-      stats.prompt_tokens_total += prompt_done - s.prompt_tokens_counted;
-      s.prompt_tokens_counted = prompt_done;
-    }
-    DraftHeadWork work{c.seq, &s.draft_head, first_row[i], false};
-    if (!c.samples) {
-      if (draft != nullptr) head_work.push_back(work);
-      continue;
-    }
-    const int32_t drafted = c.num_draft > 0 ? c.seq->draft_tokens[0] : -1;
-    RequestOutput out;
-    SampleResult& sample = samples[first_sample[i]];
-    if (!Emit(s, sample, true, now, out)) continue;
-    if (c.num_draft > 0) {  // counted where the request went on after the first token
-      ++stats.draft_tokens_total;
-      ++stats.lookahead_steps_total;
-      ++stats.lookahead_tokens_total;
-      const bool matched = sample.token == drafted;
-      if (matched) ++stats.draft_accepted_total;
-      if (matched && speculate) {
-        // Accepted: the draft row's K/V, at the new token's position, is the new token's;
-        // its logits row gives the next token with plain decoding's next counter.
-        c.seq->CommitChunk(1);
-        ++stats.lookahead_tokens_total;
-        if (!Emit(s, samples[first_sample[i] + 1], false, now, out)) continue;
-      }
-    }
-    out.prompt_tokens = c.seq->num_prompt_tokens;
-    out.completion_tokens = c.seq->num_generated();
-    s.stream->Push(std::move(out));
-    if (draft != nullptr) {
-      // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens).
-      work.wants_draft = c.seq->num_tokens() + 2 <= s.stop_checker.conditions().max_total_tokens;
-      head_work.push_back(work);
-    }
-  }
-  if (draft == nullptr || head_work.empty()) return;
-  try {
-    stats.draft_tokens_proposed_total += RunDraftHeadStep(*draft, draft_allocator, head_work, capture.out);
-  } catch (const std::exception& e) {
-    const Status error = Internal(std::string("draft head step failed: ") + e.what());
-    for (const DraftHeadWork& w : head_work) Fail(*requests.at(w.seq->id), error);
-  }
-}
-
-bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
-                        RequestOutput& out) {
-  if (sample.token < 0 || sample.token >= config.vocab_size) {
-    // Like Fail, but the event keeps a token this step already emitted.
-    out.error = Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary");
-    spdlog::warn("request {} failed: {}", s.request.id, out.error.ToString());
-    Finish(s, std::move(out), FinishReasonKind::kError);
-    return false;
-  }
-  s.seq.AppendToken(sample.token);
-  ++stats.generation_tokens_total;
-  if (first_of_event) {  // one latency observation per event (a step may emit two tokens)
-    if (s.last_token_time) {
-      stats.itl.Observe(Seconds(now - *s.last_token_time));
-    } else {
-      stats.ttft.Observe(Seconds(now - s.arrival));
-    }
-    s.last_token_time = now;
-  }
-  GeneratedToken g;
-  g.token = sample.token;
-  g.logprob = sample.logprob;
-  g.top_logprobs = std::move(sample.top_logprobs);
-  out.tokens.push_back(std::move(g));
-  StopDecision d = s.stop_checker.Append(sample.token, s.seq.num_generated(), s.seq.num_tokens());
-  out.text += d.text;
-  if (!d.finished()) return true;
-  out.stop_reason = std::move(d.stop_reason);
-  Finish(s, std::move(out), d.reason);
-  return false;
 }
 
 namespace {
@@ -441,6 +255,8 @@ void Engine::Stop() {
 StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   OASIS_RETURN_IF_ERROR(impl_->Validate(request));
   StopConditions stop = impl_->MakeStopConditions(request);
+  const int64_t max_total_tokens = stop.max_total_tokens;
+  if (impl_->sparse) OASIS_RETURN_IF_ERROR(impl_->sparse->CheckFits(max_total_tokens));
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -455,12 +271,19 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
     const uint64_t key = impl_->next_key++;
     auto state = std::make_unique<RequestState>(key, std::move(request), std::move(stop), impl_->tok,
                                                 impl_->num_kv_heads, impl_->draft_kv_heads);
+    state->seq.max_total_tokens = max_total_tokens;
     stream = state->stream;
     impl_->live.emplace(state->request.id, key);
     impl_->inbox.push_back(std::move(state));
   }
   impl_->cv.notify_all();
   return stream;
+}
+
+Status Engine::CheckHostKvRoom(int64_t prompt_tokens, int64_t max_tokens) const {
+  if (!impl_->sparse) return Status::Ok();
+  const int64_t total = max_tokens == -1 ? impl_->context_tokens : prompt_tokens + max_tokens;
+  return impl_->sparse->CheckFits(total);
 }
 
 void Engine::Abort(const std::string& id) {

@@ -23,6 +23,7 @@
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/stop_checker.h"
+#include "kvcache/sparse_config.h"
 #include "oasis/sampling.h"
 #include "oasis/status.h"
 
@@ -105,6 +106,15 @@ struct EngineOptions {
   // kSpeculate need the engine's DraftRunner. kOff: plain decoding (a draft runner, if
   // given, stays unused).
   LookaheadMode lookahead = LookaheadMode::kOff;
+  // Lookahead sparse KV (docs/sparse.md): requests whose context exceeds
+  // sparse->sparse_threshold decode over a per-head working set of top-K blocks, the full KV
+  // in the host store. nullopt: off, the engine is exactly the dense one. max_seq_len is
+  // replaced by the engine's context length. Predictor kDraft needs lookahead (kReject or
+  // kSpeculate) with a DraftRunner; under kSpeculate sparse requests verify drafts as
+  // kReject does (a sparse step advances by exactly one token).
+  std::optional<SparseConfig> sparse;
+  // Sparse steps between collections of the pipeline's device counters (a host sync).
+  int64_t sparse_metrics_interval = 16;
 };
 
 // A Prometheus-style histogram: counts[i] = observations in (bounds[i-1], bounds[i]]; the
@@ -152,6 +162,44 @@ struct EngineStats {
   double tokens_per_lookahead_step() const {
     return lookahead_steps_total > 0 ? static_cast<double>(lookahead_tokens_total) / lookahead_steps_total : 0.0;
   }
+  // Sparse KV (docs/sparse.md; zero when off). The per-step counters come from the
+  // pipeline's device counters, collected every EngineOptions::sparse_metrics_interval
+  // sparse steps and when the last sparse request has gone (so they may lag a little).
+  int64_t num_sparse_requests = 0;          // running sparse requests now
+  int64_t sparse_switches_total = 0;        // dense -> sparse switches
+  int64_t sparse_admission_waits_total = 0; // admissions deferred for host KV room
+  int64_t num_host_kv_slots = 0;            // host store head-blocks (every sparse layer)
+  int64_t num_free_host_kv_slots = 0;       // not reserved by any request
+  int64_t sparse_gpu_slots = 0;             // GPU head-blocks held as working sets + tails
+  int64_t sparse_steps_total = 0;           // engine steps that ran sparse sequences
+  int64_t sparse_seq_steps_total = 0;       // sum of sparse sequences over those steps
+  int64_t sparse_hits_total = 0;            // predicted blocks already resident (per layer and head)
+  int64_t sparse_misses_total = 0;          // predicted blocks not resident
+  int64_t sparse_blocks_fetched_total = 0;  // misses fetched host -> GPU (<= C per head per step)
+  int64_t sparse_h2d_bytes_total = 0;       // their bytes (K and V)
+  double sparse_transfer_wait_seconds_total = 0;  // attention waiting on transfers (CUDA)
+  std::vector<int64_t> sparse_agree_overlap;  // [num_layers] sampled |predicted top-K & actual top-K|
+  std::vector<int64_t> sparse_agree_total;    // [num_layers] sampled |actual top-K|
+  double host_kv_usage() const {
+    return num_host_kv_slots > 0 ? 1.0 - static_cast<double>(num_free_host_kv_slots) / num_host_kv_slots : 0.0;
+  }
+  double sparse_hit_rate() const {
+    const int64_t n = sparse_hits_total + sparse_misses_total;
+    return n > 0 ? static_cast<double>(sparse_hits_total) / n : 0.0;
+  }
+  double sparse_fetched_per_step() const {
+    return sparse_steps_total > 0 ? static_cast<double>(sparse_blocks_fetched_total) / sparse_steps_total : 0.0;
+  }
+  double sparse_misses_per_step() const {
+    return sparse_steps_total > 0 ? static_cast<double>(sparse_misses_total) / sparse_steps_total : 0.0;
+  }
+  double sparse_h2d_bytes_per_step() const {
+    return sparse_steps_total > 0 ? static_cast<double>(sparse_h2d_bytes_total) / sparse_steps_total : 0.0;
+  }
+  // Sampled top-K agreement of the prediction with the real query's top-K: all layers, or
+  // one layer (0 before any sample).
+  double sparse_topk_agreement() const;
+  double sparse_topk_agreement(size_t layer) const;
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;
 };
@@ -166,6 +214,9 @@ class Engine {
   // Whether `options` work with `runner` and `draft`: lookahead without a draft runner, a
   // head that does not fit the target (hidden size, aux layer ids) or a head KV pool
   // holding fewer tokens than the target's are InvalidArgument, naming the values.
+  // Sparse KV: an invalid SparseConfig, the draft predictor without lookahead and a draft
+  // runner, a threshold below one block, a pool smaller than one working set ((K+2)*Hkv
+  // head-blocks) or a host store too small for one request past the threshold.
   static Status CheckOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft);
   ~Engine();  // Stop()s
 
@@ -177,6 +228,11 @@ class Engine {
   // more KV than the whole pool, duplicate id) and enqueues. The stream's first event
   // comes after the first token.
   StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request);
+  // Sparse KV: ResourceExhausted (naming the sizes and --host-kv-gib) when a request with
+  // this prompt length and max_tokens (-1: the rest of the context) could never fit the
+  // host KV store; OK when it can, or when sparse KV is off. Submit refuses such requests
+  // with the same error; front ends call it first to answer them as "too large" (HTTP 413).
+  Status CheckHostKvRoom(int64_t prompt_tokens, int64_t max_tokens) const;
   // Aborts a live request (no-op for unknown ids): it finishes with kAbort and its KV
   // blocks go back to the pool within one step.
   void Abort(const std::string& id);

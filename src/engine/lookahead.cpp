@@ -36,7 +36,13 @@ StatusOr<LookaheadMode> ParseLookaheadMode(std::string_view name) {
 
 ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& num_draft,
                                        bool logits_for_drafts, std::vector<int64_t>* first_row) {
+  return BuildLookaheadTargetInput(seqs, num_draft, std::vector<bool>(seqs.size(), logits_for_drafts), first_row);
+}
+
+ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& num_draft,
+                                       const std::vector<bool>& logits_for_drafts, std::vector<int64_t>* first_row) {
   OASIS_CHECK_EQ(seqs.size(), num_draft.size()) << "one draft count per sequence";
+  OASIS_CHECK_EQ(seqs.size(), logits_for_drafts.size()) << "one draft-logits choice per sequence";
   ForwardInput in = BuildHostForwardInput(seqs, LogitsFor::kLastTokenOfEachSequence);
   std::vector<int32_t> rows;
   if (first_row != nullptr) first_row->clear();
@@ -47,7 +53,7 @@ ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, co
     OASIS_CHECK(d >= 0 && d < n) << "sequence " << s << ": " << d << " drafts among " << n << " tokens";
     if (first_row != nullptr) first_row->push_back(t);
     rows.push_back(static_cast<int32_t>(t + n - 1 - d));
-    if (logits_for_drafts) {
+    if (logits_for_drafts[s]) {
       for (int64_t j = 0; j < d; ++j) rows.push_back(static_cast<int32_t>(t + n - d + j));
     }
     changed = changed || d > 0;

@@ -30,6 +30,29 @@ std::vector<SampleResult> ModelRunner::ExecuteSampleAndCapture(const ForwardInpu
   return SampleOnHost(backend_.Download(logits), rows);
 }
 
+std::vector<SampleResult> ModelRunner::ExecuteSparseStep(const ForwardInput& host_input,
+                                                         const std::vector<SampleRow>& rows, ResidualCapture* capture,
+                                                         SparseAttentionPipeline& pipeline, const SparseStepPlan& plan) {
+  if (capture != nullptr) {
+    const std::vector<int64_t> shape = {static_cast<int64_t>(capture->layer_ids.size()),
+                                        host_input.token_ids.numel(), model_.config().hidden_size};
+    if (capture->out.shape() != shape || capture->out.device() != backend_.device()) {
+      capture->out = backend_.Empty(shape, backend_.activation_dtype());
+    }
+  }
+  const ForwardInput in = UploadForwardInput(backend_, host_input);
+  pipeline.BeginStep(plan, in.attention, in.slot_mapping);
+  Tensor logits;
+  try {
+    logits = model_.Forward(in, kv_, capture, &pipeline);
+  } catch (...) {
+    pipeline.EndStep();
+    throw;
+  }
+  pipeline.EndStep();
+  return SampleOnHost(backend_.Download(logits), rows);
+}
+
 std::vector<SampleResult> ModelRunner::SampleOnHost(const Tensor& logits, const std::vector<SampleRow>& rows) {
   OASIS_CHECK_EQ(logits.shape()[0], static_cast<int64_t>(rows.size())) << "one SampleRow per logits row";
   const int64_t vocab = logits.shape()[1];

@@ -8,6 +8,8 @@
 
 #include "backend/backend.h"
 #include "engine/sampler.h"
+#include "kvcache/sparse_pipeline.h"
+#include "kvcache/sparse_step_plan.h"
 #include "models/decoder_lm.h"
 
 namespace oasis {
@@ -20,7 +22,10 @@ class ModelRunner {
   DecoderLM& model() { return model_; }
   const DecoderLM& model() const { return model_; }
   Backend& backend() { return backend_; }
+  const Backend& backend() const { return backend_; }
   int64_t num_kv_slots() const { return num_kv_slots_; }
+  // The KV pools, one per layer (the sparse manager copies from them when a request switches).
+  std::vector<LayerKvPool>& kv_pools() { return kv_; }
 
   // `host_input` holds host tensors (BuildHostForwardInput). Returns host F32 logits
   // [R, vocab] for the requested rows.
@@ -42,6 +47,24 @@ class ModelRunner {
   virtual std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                             const std::vector<SampleRow>& rows,
                                                             ResidualCapture& capture);
+
+  // A step with sparse sequences (docs/sparse.md): `plan` is SparseKvManager::BuildStepPlan
+  // of this batch (the same sequences in the same order as `host_input`, built with
+  // StepSequence::sparse). The runner uploads the input, calls pipeline.BeginStep(plan, the
+  // device attention metadata, the device slot mapping), runs the forward pass with the
+  // pipeline as the layer hook (and the residual capture when `capture` is not null, as
+  // ExecuteSampleAndCapture), calls pipeline.EndStep() (also when the forward pass throws)
+  // and samples as ExecuteAndSample. The plain runner does all of it eagerly, which is
+  // correct on every backend; a CUDA graph runner may override it (the hook inside the
+  // captured forward; R-row sparse state has fixed shapes).
+  virtual std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
+                                                      ResidualCapture* capture, SparseAttentionPipeline& pipeline,
+                                                      const SparseStepPlan& plan);
+  // Where the sparse pipeline orders its stages on the device's streams (predict, select,
+  // transfer; SparseStageSync). nullptr (the plain runner): every op runs in order on the
+  // backend's current stream, which is correct everywhere. Owned by the runner; the engine
+  // passes it to its SparseAttentionPipeline at construction.
+  virtual SparseStageSync* sparse_stage_sync() { return nullptr; }
 
  protected:
   // Runs the step and returns the logits [R, vocab] where the backend keeps them (device

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/sampler.h"
+#include "kvcache/host_kv_store.h"
 
 namespace oasis {
 
@@ -66,7 +67,9 @@ Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool h
   return Status::Ok();
 }
 
-Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+namespace {
+
+Status CheckLookaheadOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
   if (options.lookahead == LookaheadMode::kOff) return Status::Ok();
   const std::string mode = LookaheadModeName(options.lookahead);
   if (draft == nullptr) {
@@ -101,6 +104,50 @@ Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& run
                            std::to_string(DraftKvSlotsFor(runner.num_kv_slots(), heads, head_heads)));
   }
   return Status::Ok();
+}
+
+// Sparse KV options against the model, the KV pool and the lookahead setting.
+Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+  if (!options.sparse) return Status::Ok();
+  const SparseConfig& s = *options.sparse;
+  const ModelConfig& c = runner.model().config();
+  OASIS_RETURN_IF_ERROR(s.Validate(c.num_hidden_layers));
+  if (s.sparse_threshold < kBlockSize) {
+    return InvalidArgument("--sparse-threshold must be at least one block (" + std::to_string(kBlockSize) +
+                           " tokens) when sparse KV is on, got " + std::to_string(s.sparse_threshold));
+  }
+  if (s.predictor == SparsePredictor::kDraft && (options.lookahead == LookaheadMode::kOff || draft == nullptr)) {
+    return InvalidArgument(
+        "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head (--draft-model, "
+        "--lookahead reject or speculate); use previous-query without one");
+  }
+  if (options.sparse_metrics_interval < 1) return InvalidArgument("the sparse metrics interval must be at least 1");
+  // One working set: K working slots + 2 tail slots per KV head, from the same pool.
+  const int64_t hkv = c.num_key_value_heads, per_request = (static_cast<int64_t>(s.topk_blocks) + 2) * hkv;
+  if (per_request > runner.num_kv_slots()) {
+    return InvalidArgument("--topk-blocks " + std::to_string(s.topk_blocks) + " needs " + std::to_string(per_request) +
+                           " KV head-blocks per sparse request ((K + 2) x " + std::to_string(hkv) +
+                           " KV heads); the pool has " + std::to_string(runner.num_kv_slots()));
+  }
+  // The host store must hold at least one request just past the threshold.
+  const size_t per_slot = HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim,
+                                                    runner.backend().activation_dtype());
+  const auto bytes = static_cast<double>(s.host_kv_gib) * 1024.0 * 1024.0 * 1024.0;
+  const int64_t slots = per_slot == 0 ? 0 : static_cast<int64_t>(bytes / static_cast<double>(per_slot));
+  const int64_t need = (s.sparse_threshold + 1 + kBlockSize - 1) / kBlockSize * hkv;
+  if (slots < need) {
+    return InvalidArgument("--host-kv-gib " + std::to_string(s.host_kv_gib) + " holds " + std::to_string(slots) +
+                           " head-blocks; one request past --sparse-threshold " + std::to_string(s.sparse_threshold) +
+                           " needs " + std::to_string(need) + " (" + std::to_string(per_slot) + " bytes each)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+  OASIS_RETURN_IF_ERROR(CheckLookaheadOptions(options, runner, draft));
+  return CheckSparseOptions(options, runner, draft);
 }
 
 }  // namespace oasis

@@ -18,8 +18,8 @@ void Sequence::CommitChunk(int64_t n) {
   num_computed += n;
 }
 
-Scheduler::Scheduler(SchedulerOptions options, BlockAllocator& allocator)
-    : options_(options), allocator_(allocator) {
+Scheduler::Scheduler(SchedulerOptions options, BlockAllocator& allocator, SequenceKvHooks* hooks)
+    : options_(options), allocator_(allocator), hooks_(hooks) {
   OASIS_CHECK_GT(options_.max_num_batched_tokens, 0) << "max_num_batched_tokens";
   OASIS_CHECK_GT(options_.max_num_seqs, 0) << "max_num_seqs";
   // Every running sequence's decode token must fit one step's budget.
@@ -42,6 +42,8 @@ void Scheduler::Preempt(Sequence* seq, SchedulerOutput* out) {
   OASIS_CHECK(it != running_.end()) << "preempting a sequence that is not running";
   running_.erase(it);
   seq->table.Release(allocator_);
+  if (hooks_ != nullptr) hooks_->Release(*seq);  // sparse: working set, host room, row
+  seq->kv = SequenceKv::kDense;
   seq->num_computed = 0;  // recomputed (prompt + generated) on re-admission
   seq->draft_tokens.clear();
   seq->status = SequenceStatus::kWaiting;
@@ -65,9 +67,11 @@ SchedulerOutput Scheduler::Schedule() {
       continue;
     }
     int64_t num_draft = std::min(static_cast<int64_t>(s->draft_tokens.size()), std::max<int64_t>(spare, 0));
-    if (num_draft > 0 && !s->table.Reserve(s->num_computed + 1 + num_draft, allocator_).ok()) num_draft = 0;
+    // A kSparse sequence's tokens go to its tail slots (no table growth, never preempts).
+    const bool grows = s->grows_table();
+    if (grows && num_draft > 0 && !s->table.Reserve(s->num_computed + 1 + num_draft, allocator_).ok()) num_draft = 0;
     bool preempted_self = false;
-    while (!s->table.Reserve(s->num_computed + 1, allocator_).ok()) {
+    while (grows && !s->table.Reserve(s->num_computed + 1, allocator_).ok()) {
       Sequence* victim = running_.back();
       Preempt(victim, &out);
       if (victim == s) {
@@ -97,7 +101,15 @@ SchedulerOutput Scheduler::Schedule() {
   if (out.preempted.empty()) {
     while (!waiting_.empty() && budget > 0 && num_running() < options_.max_num_seqs) {
       Sequence* s = waiting_.front();
-      if (!s->table.Reserve(s->num_tokens(), allocator_).ok()) break;  // whole context, or wait
+      if (hooks_ != nullptr) {
+        const SequenceKvHooks::Admission a = hooks_->Admit(*s);
+        if (a == SequenceKvHooks::Admission::kRefuse) out.refused.push_back(s);
+        if (a != SequenceKvHooks::Admission::kAdmit) break;  // FCFS: nothing behind it either
+      }
+      if (!s->table.Reserve(s->num_tokens(), allocator_).ok()) {  // whole context, or wait
+        if (hooks_ != nullptr) hooks_->Release(*s);
+        break;
+      }
       waiting_.pop_front();
       s->status = SequenceStatus::kRunning;
       running_.push_back(s);
@@ -126,6 +138,8 @@ void Scheduler::Finish(Sequence* seq) {
     waiting_.erase(it);
   }
   seq->table.Release(allocator_);
+  if (hooks_ != nullptr) hooks_->Release(*seq);
+  seq->kv = SequenceKv::kDense;
   seq->status = SequenceStatus::kFinished;
 }
 

@@ -26,9 +26,15 @@
 // kRunning → (preempted) kWaiting. A running sequence is "in prefill" while more than one
 // token is pending, "in decode" when one is.
 //
+// Sparse KV (docs/sparse.md): with SequenceKvHooks, admission also asks the hooks (host KV
+// store room: admit, wait at the front, or refuse), and a sequence's KV outside its table
+// is released through them on preemption and finish. A kSparse sequence's table is empty and
+// no longer grown: its K+2 slots per KV head (working set + tails) come from the same
+// BlockAllocator, held by the sparse manager, so the pool accounting stays exact.
+//
 // Owns nothing but the queues of Sequence pointers: the caller owns the Sequences (they must
-// outlive their time in the scheduler) and the BlockAllocator. Not thread-safe: the engine
-// loop thread owns it.
+// outlive their time in the scheduler), the BlockAllocator and the hooks. Not thread-safe:
+// the engine loop thread owns it.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +47,12 @@
 namespace oasis {
 
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+// Where a running sequence's KV lives. kDense: its block table (grown by the scheduler).
+// kSparse: the sparse KV manager's working set and tail slots (docs/sparse.md); the table is
+// empty and not grown. kSparseDenseTable: sparse, but the table still serves the dense
+// layers (--dense-layers > 0) and grows as a dense sequence's does.
+enum class SequenceKv : uint8_t { kDense, kSparse, kSparseDenseTable };
 
 // The scheduling state of one request: its tokens (prompt, then generated), how many of
 // them have KV in the cache, and its block table. Owned by the caller (the engine's
@@ -60,7 +72,12 @@ struct Sequence {
   // decode step runs them after its pending token when the scheduler grants them
   // (ScheduledChunk::num_draft). Cleared on preemption.
   std::vector<int32_t> draft_tokens;
+  // The most tokens (prompt + output) it can reach; 0 = unknown. Sparse admission reserves
+  // host KV room for this many.
+  int64_t max_total_tokens = 0;
+  SequenceKv kv = SequenceKv::kDense;  // set by the engine; back to kDense on preemption
 
+  bool grows_table() const { return kv != SequenceKv::kSparse; }
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_generated() const { return num_tokens() - num_prompt_tokens; }
   int64_t num_pending() const { return num_tokens() - num_computed; }
@@ -86,9 +103,27 @@ struct ScheduledChunk {
   int64_t num_draft = 0;
 };
 
+// KV a sequence holds outside its block table (the engine's sparse KV manager: host store
+// reservations, sparse rows, working-set slots). Called by the scheduler on its thread.
+class SequenceKvHooks {
+ public:
+  enum class Admission {
+    kAdmit,   // whatever it needs is taken now (given back by Release)
+    kWait,    // not now: it stays at the front of the queue, nothing behind it is admitted
+    kRefuse,  // never: reported in SchedulerOutput::refused (still waiting: the caller fails it)
+  };
+  virtual ~SequenceKvHooks() = default;
+  // Before the waiting queue's front is admitted (its table reservation comes after).
+  virtual Admission Admit(Sequence& seq) = 0;
+  // Gives back everything Admit and later steps took for it: on preemption, on finish, and
+  // when the pool cannot hold the admitted sequence after all. Idempotent.
+  virtual void Release(Sequence& seq) = 0;
+};
+
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
   std::vector<Sequence*> preempted;    // sequences preempted by this step (now waiting)
+  std::vector<Sequence*> refused;      // waiting sequences the hooks refused (fail them)
   int64_t num_batched_tokens = 0;  // including draft tokens
   int64_t num_admitted = 0;
   bool empty() const { return chunks.empty(); }
@@ -96,7 +131,8 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerOptions options, BlockAllocator& allocator);
+  // `hooks` (optional) must outlive the scheduler.
+  Scheduler(SchedulerOptions options, BlockAllocator& allocator, SequenceKvHooks* hooks = nullptr);
 
   // Appends a new kWaiting sequence to the back of the waiting queue.
   void Add(Sequence* seq);
@@ -120,6 +156,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   BlockAllocator& allocator_;
+  SequenceKvHooks* hooks_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
 };

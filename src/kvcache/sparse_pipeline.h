@@ -95,6 +95,9 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   // Downloads and zeroes the device counters (a host synchronisation: call it every few steps).
   SparseMetrics CollectMetrics();
 
+  SparseKvManager& manager() { return manager_; }
+  SparseStageSync* stage_sync() const { return sync_; }
+
  private:
   bool Active(int layer) const;
   void Enter(SparseStage s, int64_t l) { if (sync_) sync_->Enter(s, l); }

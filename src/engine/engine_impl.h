@@ -1,0 +1,85 @@
+// Engine::Impl: the engine's state and loop, shared by engine.cpp (API, admission, finish,
+// stats) and engine_step.cpp (one step: batch, execute, post-process) so that neither file
+// grows past a screenful of responsibilities. Private to src/engine.
+//
+// Owns the scheduler, the KV allocators, every RequestState and (sparse KV on) the
+// SparseDecoding. Thread-safety: the fields under "guarded by mu" / stats_mu are shared with
+// front-end threads; the rest belongs to the engine loop thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/engine.h"
+#include "engine/request_state.h"
+#include "engine/scheduler.h"
+#include "engine/sparse_decoding.h"
+
+namespace oasis {
+
+double Seconds(EngineClock::duration d);
+
+struct Engine::Impl {
+  Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions o, DraftRunner* d);
+
+  Status Validate(const EngineRequest& r) const;
+  StopConditions MakeStopConditions(const EngineRequest& r) const;
+
+  void Loop();
+  void Step();
+  // Appends one sampled token to a request and adds it to `out`; returns false when the
+  // request is gone (finished with `out` as its last event, or failed).
+  bool Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
+            RequestOutput& out);
+  // Releases the request's draft-head KV (finish, preemption).
+  void ReleaseDraftHead(RequestState& s);
+  void Admit(std::unique_ptr<RequestState> state);
+  // Finishes a live request: frees its blocks, counts it, pushes `out` as its last event.
+  void Finish(RequestState& s, RequestOutput out, FinishReasonKind reason);
+  void Fail(RequestState& s, const Status& error);
+  void AbortAll();
+  void Publish();
+
+  // Fixed at construction.
+  ModelRunner& runner;
+  const tokenizer::Tokenizer* tok;
+  EngineOptions options;
+  const ModelConfig& config;
+  int32_t num_kv_heads;
+  DraftRunner* draft;  // null: lookahead off
+  int32_t draft_kv_heads;
+  int64_t context_tokens = 0;
+  std::vector<int32_t> eos_ids;
+
+  // Shared with front-end threads, guarded by mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<RequestState>> inbox;
+  std::vector<uint64_t> aborts;                    // keys of requests to abort
+  std::unordered_map<std::string, uint64_t> live;  // id → key, Submit until finished
+  uint64_t next_key = 1;
+  bool stop_requested = false;
+  bool stopped = false;  // no more submissions
+  std::thread thread;
+  std::mutex lifecycle_mu;  // serialises Start/Stop (held while joining; never under mu)
+  std::atomic<int64_t> num_waiting_engine{0};  // waiting in the scheduler (for max_waiting)
+
+  mutable std::mutex stats_mu;
+  EngineStats published;  // guarded by stats_mu
+
+  // Engine-loop state.
+  BlockAllocator allocator;
+  BlockAllocator draft_allocator;  // the draft head's KV pool (empty when lookahead is off)
+  std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
+  Scheduler scheduler;
+  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;  // by key
+  std::mt19937_64 rng;
+  EngineStats stats;
+};
+
+}  // namespace oasis

@@ -1,0 +1,183 @@
+// One engine step (Engine::Impl::Step): schedule, build the target batch (chunks, stacked
+// lookahead drafts, sparse sequences' plan), execute and sample, post-process each chunk
+// (commit, emit, stop checks, draft acceptance), run the draft head, switch requests past
+// the sparse threshold. See docs/engine.md, docs/lookahead.md and docs/sparse.md.
+#include <algorithm>
+#include <exception>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "engine/batch_builder.h"
+#include "engine/engine_impl.h"
+
+namespace oasis {
+
+void Engine::Impl::Step() {
+  SchedulerOutput plan = scheduler.Schedule();
+  stats.preemptions_total += static_cast<int64_t>(plan.preempted.size());
+  for (Sequence* p : plan.preempted) ReleaseDraftHead(*requests.at(p->id));
+  // Requests the sparse admission refused (their KV can never fit the host store; Submit
+  // refuses those already, so this is a safety net): they fail, the others go on.
+  for (Sequence* r : plan.refused) Fail(*requests.at(r->id), sparse->RefusalStatus(*r));
+  if (plan.empty()) {
+    if (!plan.refused.empty()) return;
+    // Cannot happen while Submit keeps every request within the pool; never spin on it.
+    const Status error = Internal("the scheduler found nothing to run for a non-empty queue");
+    while (!scheduler.waiting().empty()) Fail(*requests.at(scheduler.waiting().front()->id), error);
+    return;
+  }
+  // The target batch: each chunk's tokens, a decode's granted draft tokens after its own.
+  // Sparse sequences run a draft only for the draft predictor, and never accept it (a
+  // sparse step advances by exactly one token: under speculate they verify as reject does).
+  const bool speculate = draft != nullptr && options.lookahead == LookaheadMode::kSpeculate;
+  std::vector<StepSequence> steps;
+  std::vector<const Sequence*> seqs;
+  std::vector<int64_t> num_draft;
+  std::vector<bool> draft_logits;
+  std::vector<SampleRow> rows;
+  std::vector<size_t> first_sample;  // per chunk: its first row in `rows`
+  steps.reserve(plan.chunks.size());
+  rows.reserve(plan.chunks.size());
+  for (const ScheduledChunk& c : plan.chunks) {
+    const RequestState& s = *requests.at(c.seq->id);
+    const bool is_sparse = c.seq->kv != SequenceKv::kDense;
+    const int64_t d = is_sparse && !sparse->FeedsDraft() ? 0 : c.num_draft;
+    std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.num_tokens);
+    tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + d);
+    steps.push_back({&c.seq->table, c.start, std::move(tokens)});
+    seqs.push_back(c.seq);
+    num_draft.push_back(d);
+    draft_logits.push_back(speculate && !is_sparse);
+    SampleRow row;
+    row.params = s.request.sampling;
+    row.seed = s.seed;
+    row.counter = static_cast<uint64_t>(c.seq->num_generated());
+    row.num_top_logprobs = s.request.num_top_logprobs;
+    row.needed = c.samples;
+    first_sample.push_back(rows.size());
+    rows.push_back(row);
+    for (int64_t j = 0; draft_logits.back() && j < d; ++j) {
+      ++row.counter;  // the token after an accepted draft: plain decoding's next draw
+      rows.push_back(row);
+    }
+  }
+  SparseStepPlan sparse_plan;
+  const bool sparse_step = sparse != nullptr && sparse->PlanStep(seqs, steps, sparse_plan);
+  std::vector<int64_t> first_row;
+  const ForwardInput input = BuildLookaheadTargetInput(steps, num_draft, draft_logits, &first_row);
+  std::vector<SampleResult> samples;
+  ResidualCapture capture;
+  Status failure = Status::Ok();
+  try {
+    if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
+    if (sparse_step) {
+      samples = runner.ExecuteSparseStep(input, rows, draft != nullptr ? &capture : nullptr, sparse->pipeline(),
+                                         sparse_plan);
+    } else if (draft != nullptr) {
+      samples = runner.ExecuteSampleAndCapture(input, rows, capture);
+    } else {
+      samples = runner.ExecuteAndSample(input, rows);
+    }
+    if (samples.size() != rows.size()) {
+      failure = Internal("the model runner returned " + std::to_string(samples.size()) +
+                         " samples for " + std::to_string(rows.size()) + " rows");
+    }
+  } catch (const std::exception& e) {
+    failure = Internal(std::string("model step failed: ") + e.what());
+  }
+  ++stats.steps_total;
+  if (!failure.ok()) {
+    for (const ScheduledChunk& c : plan.chunks) Fail(*requests.at(c.seq->id), failure);
+    return;
+  }
+
+  const auto now = EngineClock::now();
+  std::vector<DraftHeadWork> head_work;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    RequestState& s = *requests.at(c.seq->id);
+    const bool is_sparse = c.seq->kv != SequenceKv::kDense;  // read now: finishing resets it
+    c.seq->CommitChunk(c.num_tokens);
+    const int64_t prompt_done = std::min(c.seq->num_computed, c.seq->num_prompt_tokens);
+    if (prompt_done > s.prompt_tokens_counted) {
+      stats.prompt_tokens_total += prompt_done - s.prompt_tokens_counted;
+      s.prompt_tokens_counted = prompt_done;
+    }
+    DraftHeadWork work{c.seq, &s.draft_head, first_row[i], false};
+    if (!c.samples) {
+      if (draft != nullptr) head_work.push_back(work);
+      continue;
+    }
+    const int32_t drafted = num_draft[i] > 0 ? c.seq->draft_tokens[0] : -1;
+    RequestOutput out;
+    SampleResult& sample = samples[first_sample[i]];
+    if (!Emit(s, sample, true, now, out)) continue;
+    if (num_draft[i] > 0) {  // counted where the request went on after the first token
+      ++stats.draft_tokens_total;
+      ++stats.lookahead_steps_total;
+      ++stats.lookahead_tokens_total;
+      const bool matched = sample.token == drafted;
+      if (matched) ++stats.draft_accepted_total;
+      if (matched && draft_logits[i]) {
+        // Accepted: the draft row's K/V, at the new token's position, is the new token's;
+        // its logits row gives the next token with plain decoding's next counter.
+        c.seq->CommitChunk(1);
+        ++stats.lookahead_tokens_total;
+        if (!Emit(s, samples[first_sample[i] + 1], false, now, out)) continue;
+      }
+    }
+    out.prompt_tokens = c.seq->num_prompt_tokens;
+    out.completion_tokens = c.seq->num_generated();
+    s.stream->Push(std::move(out));
+    if (draft != nullptr) {
+      // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens),
+      // and for a sparse request only when its predictor reads it.
+      work.wants_draft = c.seq->num_tokens() + 2 <= s.stop_checker.conditions().max_total_tokens &&
+                         (!is_sparse || sparse->FeedsDraft());
+      head_work.push_back(work);
+    }
+  }
+  if (draft != nullptr && !head_work.empty()) {
+    try {
+      stats.draft_tokens_proposed_total += RunDraftHeadStep(*draft, draft_allocator, head_work, capture.out);
+    } catch (const std::exception& e) {
+      const Status error = Internal(std::string("draft head step failed: ") + e.what());
+      for (const DraftHeadWork& w : head_work) Fail(*requests.at(w.seq->id), error);
+    }
+  }
+  if (sparse != nullptr) stats.sparse_switches_total += sparse->SwitchReady(scheduler.running());
+}
+
+bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
+                        RequestOutput& out) {
+  if (sample.token < 0 || sample.token >= config.vocab_size) {
+    // Like Fail, but the event keeps a token this step already emitted.
+    out.error = Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary");
+    spdlog::warn("request {} failed: {}", s.request.id, out.error.ToString());
+    Finish(s, std::move(out), FinishReasonKind::kError);
+    return false;
+  }
+  s.seq.AppendToken(sample.token);
+  ++stats.generation_tokens_total;
+  if (first_of_event) {  // one latency observation per event (a step may emit two tokens)
+    if (s.last_token_time) {
+      stats.itl.Observe(Seconds(now - *s.last_token_time));
+    } else {
+      stats.ttft.Observe(Seconds(now - s.arrival));
+    }
+    s.last_token_time = now;
+  }
+  GeneratedToken g;
+  g.token = sample.token;
+  g.logprob = sample.logprob;
+  g.top_logprobs = std::move(sample.top_logprobs);
+  out.tokens.push_back(std::move(g));
+  StopDecision d = s.stop_checker.Append(sample.token, s.seq.num_generated(), s.seq.num_tokens());
+  out.text += d.text;
+  if (!d.finished()) return true;
+  out.stop_reason = std::move(d.stop_reason);
+  Finish(s, std::move(out), d.reason);
+  return false;
+}
+
+}  // namespace oasis

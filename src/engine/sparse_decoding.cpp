@@ -1,0 +1,145 @@
+#include "engine/sparse_decoding.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "engine/engine.h"
+
+namespace oasis {
+namespace {
+
+int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
+
+SparseModelShape ShapeOf(ModelRunner& runner) {
+  const ModelConfig& c = runner.model().config();
+  return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
+}
+
+}  // namespace
+
+SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner, BlockAllocator& allocator,
+                               int64_t metrics_interval)
+    : runner_(runner),
+      manager_(config, ShapeOf(runner), runner.backend(), allocator),
+      pipeline_(manager_, runner.backend(), runner.model().config().num_attention_heads, runner.sparse_stage_sync()),
+      metrics_interval_(std::max<int64_t>(1, metrics_interval)),
+      threshold_(config.sparse_threshold),
+      max_seq_len_(config.max_seq_len),
+      num_kv_heads_(runner.model().config().num_key_value_heads),
+      host_slots_(manager_.host_store().num_slots()),
+      bytes_per_host_slot_(static_cast<int64_t>(manager_.host_store().bytes_per_slot())) {
+  spdlog::info("sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
+               "{} dense layers, host store {} head-blocks ({:.2f} GiB), {} sparse rows",
+               config.sparse_threshold, config.topk_blocks, config.max_fetch(), SparsePredictorName(config.predictor),
+               config.dense_layers, host_slots_, static_cast<double>(host_slots_ * bytes_per_host_slot_) / (1 << 30),
+               config.max_sparse_seqs);
+}
+
+SparseDecoding::~SparseDecoding() = default;
+
+Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
+  if (threshold_ <= 0 || max_total_tokens <= threshold_) return Status::Ok();
+  const int64_t need = BlocksFor(max_total_tokens) * num_kv_heads_;
+  if (max_total_tokens <= max_seq_len_ && need <= host_slots_) return Status::Ok();
+  const double gib = static_cast<double>(bytes_per_host_slot_) / (1 << 30);
+  char need_gib[32], have_gib[32];
+  std::snprintf(need_gib, sizeof need_gib, "%.3f", static_cast<double>(need) * gib);
+  std::snprintf(have_gib, sizeof have_gib, "%.3f", static_cast<double>(host_slots_) * gib);
+  return ResourceExhausted("the request may reach " + std::to_string(max_total_tokens) +
+                           " tokens (prompt + max_tokens), past the sparse threshold of " + std::to_string(threshold_) +
+                           ": its KV needs " + std::to_string(need) + " head-blocks (" + need_gib +
+                           " GiB) of host KV store, which holds " + std::to_string(host_slots_) + " (" + have_gib +
+                           " GiB, --host-kv-gib); lower max_tokens or the prompt");
+}
+
+SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
+  if (manager_.HasReservation(seq.id)) return Admission::kAdmit;
+  switch (manager_.CheckAdmission(seq.max_total_tokens)) {
+    case HostAdmission::kNotNeeded:
+      return Admission::kAdmit;
+    case HostAdmission::kFits:
+      if (manager_.Reserve(seq.id, seq.max_total_tokens).ok()) return Admission::kAdmit;
+      ++admission_waits_;  // cannot happen after kFits; waiting is the safe answer
+      return Admission::kWait;
+    case HostAdmission::kWait:
+      ++admission_waits_;
+      return Admission::kWait;
+    case HostAdmission::kNever:
+      return Admission::kRefuse;
+  }
+  return Admission::kRefuse;
+}
+
+void SparseDecoding::Release(Sequence& seq) { manager_.Release(seq.id); }
+
+bool SparseDecoding::PlanStep(const std::vector<const Sequence*>& seqs, std::vector<StepSequence>& steps,
+                              SparseStepPlan& plan) {
+  OASIS_CHECK_EQ(seqs.size(), steps.size()) << "one sequence per step sequence";
+  bool any = false;
+  std::vector<SparseBatchEntry> entries;
+  entries.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = *seqs[i];
+    any = any || s.kv != SequenceKv::kDense;
+    entries.push_back({s.id, steps[i].start, static_cast<int32_t>(steps[i].tokens.size()),
+                       s.kv == SequenceKv::kSparseDenseTable ? &s.table : nullptr});
+  }
+  if (!any) return false;
+  plan = manager_.BuildStepPlan(entries);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i]->kv == SequenceKv::kDense) continue;
+    OASIS_CHECK(!plan.slots[i].slot_mapping.empty()) << "sparse sequence " << seqs[i]->id << " has no plan";
+    steps[i].sparse = &plan.slots[i];
+    steps[i].table = seqs[i]->kv == SequenceKv::kSparseDenseTable ? &seqs[i]->table : nullptr;
+  }
+  ++steps_uncollected_;
+  return true;
+}
+
+int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
+  int64_t switched = 0;
+  for (Sequence* s : running) {
+    // Only decodes: a sparse step runs the pending token (and a draft), never a prefill chunk.
+    if (s->kv != SequenceKv::kDense || s->num_pending() != 1 || !manager_.ShouldSwitch(s->id, s->num_computed)) {
+      continue;
+    }
+    const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed, runner_.kv_pools());
+    if (!st.ok()) {  // no sparse row or GPU slot now: stays dense, retried next step
+      if (switch_failures_++ % 1000 == 0) spdlog::debug("request {} stays dense: {}", s->id, st.ToString());
+      break;
+    }
+    s->kv = config().dense_layers > 0 ? SequenceKv::kSparseDenseTable : SequenceKv::kSparse;
+    ++switched;
+  }
+  return switched;
+}
+
+void SparseDecoding::UpdateStats(EngineStats& stats) {
+  stats.num_sparse_requests = manager_.num_sparse();
+  stats.num_host_kv_slots = host_slots_;
+  stats.num_free_host_kv_slots = manager_.host_store().num_free();
+  stats.sparse_gpu_slots = manager_.gpu_slots_held();
+  stats.sparse_admission_waits_total = admission_waits_;
+  if (steps_uncollected_ == 0) return;
+  if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;
+  steps_uncollected_ = 0;
+  const SparseMetrics m = pipeline_.CollectMetrics();
+  const SparseLayerMetrics total = m.Total();
+  stats.sparse_steps_total += m.steps;
+  stats.sparse_seq_steps_total += m.sparse_seq_steps;
+  stats.sparse_hits_total += total.hits;
+  stats.sparse_misses_total += total.misses;
+  stats.sparse_blocks_fetched_total += total.fetched;
+  stats.sparse_h2d_bytes_total += total.fetched * m.bytes_per_block;
+  stats.sparse_transfer_wait_seconds_total += m.transfer_wait_seconds;
+  stats.sparse_agree_overlap.resize(m.layers.size(), 0);
+  stats.sparse_agree_total.resize(m.layers.size(), 0);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    stats.sparse_agree_overlap[l] += m.layers[l].agree_overlap;
+    stats.sparse_agree_total[l] += m.layers[l].agree_total;
+  }
+}
+
+}  // namespace oasis

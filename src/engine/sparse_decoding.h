@@ -1,0 +1,89 @@
+// SparseDecoding: lookahead sparse KV inside the engine loop (docs/sparse.md §9). It joins the
+// pieces built below the engine — SparseKvManager (host KV store, device state, switch,
+// plans) and SparseAttentionPipeline (the forward pass's layer hook) — to the scheduler and
+// the step:
+//   - admission (SequenceKvHooks): host-store room for the most tokens a request can reach
+//     (wait when it is only full now, refuse when it can never hold it); release on finish,
+//     abort, failure and preemption (a preempted sparse request recomputes densely and
+//     switches again);
+//   - switch: after a step, running decodes whose context exceeds the threshold go sparse
+//     (their dense table's slots are freed except the working set and tails);
+//   - the step: the plan of a batch that holds sparse sequences, pointing their
+//     StepSequence::sparse at it; the runner runs it with the pipeline as the hook;
+//   - metrics: the pipeline's device counters, collected every few steps into EngineStats.
+//
+// Owns the manager and the pipeline; the GPU BlockAllocator and the ModelRunner are the
+// engine's. Not thread-safe: the engine loop thread — except CheckFits, which reads sizes
+// fixed at construction and may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/batch_builder.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "kvcache/block_allocator.h"
+#include "kvcache/sparse_config.h"
+#include "kvcache/sparse_kv_manager.h"
+#include "kvcache/sparse_pipeline.h"
+#include "oasis/status.h"
+
+namespace oasis {
+
+struct EngineStats;
+
+class SparseDecoding final : public SequenceKvHooks {
+ public:
+  // `config.max_seq_len` should be the engine's context length. `metrics_interval`: collect
+  // the device counters (a host synchronisation) every that many sparse steps, and whenever
+  // the last sparse request has gone.
+  SparseDecoding(const SparseConfig& config, ModelRunner& runner, BlockAllocator& allocator, int64_t metrics_interval);
+  ~SparseDecoding() override;
+
+  const SparseConfig& config() const { return manager_.config(); }
+  SparseKvManager& manager() { return manager_; }
+  SparseAttentionPipeline& pipeline() { return pipeline_; }
+
+  // Submit time: ResourceExhausted naming the numbers when a request that may reach
+  // `max_total_tokens` tokens can never fit the host KV store. Thread-safe.
+  Status CheckFits(int64_t max_total_tokens) const;
+
+  // SequenceKvHooks.
+  Admission Admit(Sequence& seq) override;
+  void Release(Sequence& seq) override;
+  // Why Admit refused `seq` (ResourceExhausted).
+  Status RefusalStatus(const Sequence& seq) const { return CheckFits(seq.max_total_tokens); }
+
+  // Whether a sparse decode feeds its draft token ([x_t, x̂_{t+1}]: the draft predictor)
+  // or only x_t (previous-query, oracle).
+  bool FeedsDraft() const { return config().predictor == SparsePredictor::kDraft; }
+
+  // The step's plan for a batch: `seqs[i]` runs `steps[i]` (same order). When some sequence
+  // is sparse, fills `plan` (SparseKvManager::BuildStepPlan), sets each sparse step's
+  // `sparse` (pointing into `plan`, which must outlive `steps`' use) and table (none for
+  // kSparse, the dense table for kSparseDenseTable), and returns true.
+  bool PlanStep(const std::vector<const Sequence*>& seqs, std::vector<StepSequence>& steps, SparseStepPlan& plan);
+  // After a step: switches running decodes past the threshold to sparse. A switch that finds
+  // no free sparse row or GPU slot leaves the request dense (retried next step). Returns
+  // the number switched.
+  int64_t SwitchReady(const std::vector<Sequence*>& running);
+
+  // Publishes gauges and, when due, the collected counters into `stats`.
+  void UpdateStats(EngineStats& stats);
+
+ private:
+  ModelRunner& runner_;
+  SparseKvManager manager_;
+  SparseAttentionPipeline pipeline_;
+  int64_t metrics_interval_;
+  // Fixed at construction (CheckFits reads them from any thread).
+  int64_t threshold_, max_seq_len_, num_kv_heads_, host_slots_, bytes_per_host_slot_;
+  int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
+  int64_t admission_waits_ = 0;
+  int64_t switch_failures_ = 0;
+};
+
+}  // namespace oasis

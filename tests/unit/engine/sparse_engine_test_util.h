@@ -1,0 +1,195 @@
+// Helpers of the sparse-KV engine tests (docs/sparse.md): a runner that checks the per-step
+// invariants of every sparse step on the CPU device state, sparse engine options for the
+// tiny fixture target, workloads of long and short requests, and running one through an
+// engine from several threads.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "kvcache/sparse_kv_manager.h"
+#include "kvcache/sparse_pipeline.h"
+#include "test_engine_util.h"
+
+namespace oasis::engine_test {
+
+// Per-step observations of RecordingRunner (read on the test thread after the engine stopped).
+struct SparseStepLog {
+  int64_t sparse_steps = 0;       // steps run with the sparse pipeline
+  int64_t mixed_steps = 0;        // ... that also held dense sequences
+  int64_t max_new_per_head = 0;   // most working-set blocks one (row, layer, head) changed in a step
+  int64_t new_blocks = 0;         // Σ changed working-set blocks (= blocks fetched)
+  int64_t max_tokens_sparse = 0;  // most tokens a sparse sequence ran in one step
+  bool slots_as_expected = true;  // GPU slots held = sparse requests x (K + 2) x Hkv (dense_layers 0)
+  bool sync_is_runners = true;    // the pipeline got the runner's sparse_stage_sync()
+  int64_t throw_at_step = -1;     // ExecuteSparseStep throws at this sparse step (test of failures)
+};
+
+// The plain runner plus checks around every sparse step: how many working-set blocks per
+// (row, layer, KV head) changed (at most C may: those are the fetches), the GPU slots the
+// sparse requests hold, the tokens a sparse sequence feeds. CPU backend only (reads the
+// device state directly). Not thread-safe: the engine loop thread.
+class RecordingRunner final : public ModelRunner {
+ public:
+  RecordingRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots) : ModelRunner(model, backend, num_kv_slots) {}
+  SparseStepLog log;
+
+  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
+                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
+                                              const SparseStepPlan& plan) override {
+    if (log.throw_at_step == log.sparse_steps) {
+      ++log.sparse_steps;
+      throw std::runtime_error("injected sparse step failure");
+    }
+    SparseKvManager& m = pipeline.manager();
+    const SparseConfig& cfg = m.config();
+    SparseDeviceState& st = m.state();
+    std::vector<Tensor> before;
+    for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l) before.push_back(st.layer(l).ws_blocks.Clone());
+    auto out = ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan);
+    ++log.sparse_steps;
+    const int64_t S = plan.seq_rows.numel();
+    if (plan.num_sparse < S) ++log.mixed_steps;
+    const int32_t* qs = host_input.attention.query_start.data<int32_t>();
+    const int64_t hkv = m.shape().num_kv_heads, k = cfg.topk_blocks;
+    for (int64_t s = 0; s < S; ++s) {
+      const int32_t r = plan.seq_rows.data<int32_t>()[s];
+      if (r < 0) continue;
+      log.max_tokens_sparse = std::max<int64_t>(log.max_tokens_sparse, qs[s + 1] - qs[s]);
+      for (int64_t l = cfg.dense_layers, i = 0; l < m.shape().num_layers; ++l, ++i) {
+        const int32_t* a = before[static_cast<size_t>(i)].data<int32_t>();
+        const int32_t* b = st.layer(l).ws_blocks.data<int32_t>();
+        for (int64_t h = 0; h < hkv; ++h) {
+          int64_t changed = 0;
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t x = (r * hkv + h) * k + j;
+            if (a[x] != b[x] && b[x] >= 0) ++changed;
+          }
+          log.max_new_per_head = std::max(log.max_new_per_head, changed);
+          log.new_blocks += changed;
+        }
+      }
+    }
+    if (cfg.dense_layers == 0 && m.gpu_slots_held() != m.num_sparse() * (k + 2) * hkv) log.slots_as_expected = false;
+    if (pipeline.stage_sync() != sparse_stage_sync()) log.sync_is_runners = false;
+    return out;
+  }
+};
+
+// Sparse options for qwen3-tiny (3 layers, 2 KV heads of head_dim 32; a host slot is
+// 2 x 16 x 32 x 3 layers x 4 bytes = 12 KiB on the CPU): a low threshold so that most
+// requests switch, and a host store of `host_slots` head-blocks.
+inline SparseConfig TinySparse(int32_t k, double fetch_ratio, SparsePredictor predictor, int64_t host_slots = 4096,
+                               int32_t dense_layers = 0) {
+  SparseConfig c;
+  c.topk_blocks = k;
+  c.fetch_ratio = fetch_ratio;
+  c.sparse_threshold = 64;
+  c.dense_layers = dense_layers;
+  const double slot_bytes = 2.0 * 16 * 32 * (3 - dense_layers) * 4;
+  c.host_kv_gib = (static_cast<double>(host_slots) + 0.5) * slot_bytes / (1024.0 * 1024.0 * 1024.0);
+  c.predictor = predictor;
+  c.group_reduce = GroupReduce::kSum;
+  c.max_sparse_seqs = 32;
+  c.agreement_interval = 2;
+  return c;
+}
+
+// `n` requests of different lengths: prompts of 10..260 ids, 20..70 new tokens (so some stay
+// below the threshold of 64 and stay dense, most pass it); greedy and seeded sampling,
+// logprobs, EOS honoured by some.
+inline std::vector<EngineRequest> LongWorkload(int n, uint64_t seed, int64_t max_prompt = 260) {
+  std::mt19937_64 rng(seed);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    const int64_t len = i % 5 == 0 ? 10 + static_cast<int64_t>(rng() % 30) : 40 + static_cast<int64_t>(rng() % (max_prompt - 40));
+    std::vector<int32_t> prompt(static_cast<size_t>(len));
+    for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % 500);
+    EngineRequest r = Request("req-" + std::to_string(i), std::move(prompt), 20 + static_cast<int64_t>(rng() % 50));
+    r.ignore_eos = i % 4 != 0;
+    if (i % 3 == 1) {
+      r.sampling.temperature = i % 2 == 0 ? 3.0f : 8.0f;
+      r.sampling.seed = 500 + static_cast<uint64_t>(i);
+    }
+    if (i % 4 == 2) r.num_top_logprobs = 2;
+    r.logprobs = true;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+// Waits until nothing runs or waits and every KV head-block (GPU and host) is free again.
+inline EngineStats WaitSparseIdle(const Engine& engine) {
+  for (int i = 0; i < 4000; ++i) {
+    EngineStats s = engine.Stats();
+    if (s.num_running == 0 && s.num_waiting == 0 && s.num_free_kv_slots == s.num_kv_slots &&
+        s.num_free_host_kv_slots == s.num_host_kv_slots && s.num_sparse_requests == 0) {
+      return s;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return engine.Stats();
+}
+
+struct SparseRun {
+  std::vector<Collected> out;
+  EngineStats stats;
+};
+
+// Submits `reqs` from 3 threads at once to a fresh engine over `runner` and collects them.
+inline SparseRun RunEngine(ModelRunner& runner, DraftRunner* draft, EngineOptions opt,
+                           const std::vector<EngineRequest>& reqs) {
+  Engine engine(runner, nullptr, opt, draft);
+  engine.Start();
+  SparseRun r;
+  r.out.resize(reqs.size());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 3; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<std::pair<size_t, std::shared_ptr<RequestStream>>> mine;
+      for (size_t i = static_cast<size_t>(t); i < reqs.size(); i += 3) {
+        auto s = engine.Submit(reqs[i]);
+        if (!s.ok()) {
+          ++failures;
+          continue;
+        }
+        mine.emplace_back(i, *s);
+      }
+      for (auto& [i, s] : mine) r.out[i] = Collect(*s);
+    });
+  }
+  for (auto& th : pool) th.join();
+  REQUIRE(failures == 0);
+  for (const Collected& c : r.out) CheckCollected(c);
+  r.stats = WaitSparseIdle(engine);
+  engine.Stop();
+  return r;
+}
+
+// Tokens, logprobs (bit-equal), top-logprob counts and finish reasons equal.
+inline void CheckSameOutputs(const std::vector<EngineRequest>& reqs, const std::vector<Collected>& got,
+                             const std::vector<Collected>& want) {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO(reqs[i].id << " prompt " << reqs[i].prompt.size() << " max_tokens " << reqs[i].max_tokens << " T "
+                    << reqs[i].sampling.temperature);
+    CHECK(got[i].error.ok());
+    CHECK(got[i].tokens == want[i].tokens);
+    CHECK(got[i].logprobs == want[i].logprobs);
+    CHECK(got[i].top_logprobs == want[i].top_logprobs);
+    CHECK(got[i].reason == want[i].reason);
+    CHECK(got[i].completion_tokens == want[i].completion_tokens);
+  }
+}
+
+}  // namespace oasis::engine_test

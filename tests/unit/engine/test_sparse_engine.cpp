@@ -1,0 +1,172 @@
+// Sparse KV through the ENGINE on the CPU backend (docs/sparse.md §9), with the tiny fixture
+// target qwen3-tiny: with K >= the number of blocks, sparse decoding equals dense decoding
+// exactly (tokens and logprobs) for many concurrent requests of different lengths, for every
+// predictor (draft with the reference EAGLE-3 head under reject, and with the copy head under
+// speculate; previous-query; oracle), with dense layers, and with preemptions; dense and
+// sparse requests share batches; with a small K at most C blocks per (row, layer, KV head)
+// are fetched per step and the metrics count exactly those; finished requests return every
+// GPU and host head-block.
+#include <catch2/catch.hpp>
+
+#include "lookahead_test_util.h"
+#include "sparse_engine_test_util.h"
+
+using namespace oasis;
+using namespace oasis::engine_test;
+
+namespace {
+
+constexpr int64_t kSlots = 2048;  // roomy: 16 sparse requests x (K + 2) x 2 heads and the dense ones
+
+std::vector<Collected> DenseOutputs(const std::vector<EngineRequest>& reqs) {
+  TinyModel tm(kSlots);
+  return RunEngine(*tm.runner, nullptr, {}, reqs).out;
+}
+
+enum class Head { kNone, kFixture, kCopy };
+
+struct Variant {
+  const char* name;
+  SparsePredictor predictor;
+  LookaheadMode lookahead;
+  Head head;
+  int32_t dense_layers;
+  int64_t slots, max_seqs;
+  bool expect_preemption;
+};
+
+const Variant kVariants[] = {
+    {"previous-query", SparsePredictor::kPreviousQuery, LookaheadMode::kOff, Head::kNone, 0, kSlots, 256, false},
+    {"oracle, 1 dense layer", SparsePredictor::kOracle, LookaheadMode::kOff, Head::kNone, 1, kSlots, 256, false},
+    {"draft, reject, fixture head", SparsePredictor::kDraft, LookaheadMode::kReject, Head::kFixture, 0, kSlots, 256,
+     false},
+    {"draft, speculate, copy head", SparsePredictor::kDraft, LookaheadMode::kSpeculate, Head::kCopy, 0, kSlots, 256,
+     false},
+    {"draft, reject, 1 dense layer", SparsePredictor::kDraft, LookaheadMode::kReject, Head::kFixture, 1, kSlots, 256,
+     false},
+    {"previous-query, small pool: preemptions", SparsePredictor::kPreviousQuery, LookaheadMode::kOff, Head::kNone, 0,
+     260, 12, true},
+    {"draft, reject, small pool: preemptions", SparsePredictor::kDraft, LookaheadMode::kReject, Head::kFixture, 0, 260,
+     12, true},
+};
+
+}  // namespace
+
+TEST_CASE("with K >= the number of blocks, sparse decoding through the engine equals dense decoding",
+          "[engine][sparse]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(16, 3);
+  const std::vector<Collected> dense = DenseOutputs(reqs);
+  for (const Variant& v : kVariants) {
+    DYNAMIC_SECTION(v.name) {
+      TinyModel tm(v.slots);
+      RecordingRunner runner(*tm.model, tm.backend, v.slots);
+      std::unique_ptr<Eagle3Head> head;
+      std::unique_ptr<DraftRunner> draft;
+      if (v.head != Head::kNone) {
+        head = v.head == Head::kFixture ? FixtureHead(tm) : CopyHead(tm);
+        draft = MakeDraftRunner(tm, *head);
+      }
+      EngineOptions opt;
+      opt.lookahead = v.lookahead;
+      opt.max_num_seqs = v.max_seqs;
+      // K = 24 blocks >= the longest context (330 tokens = 21 blocks): every block stays resident.
+      opt.sparse = TinySparse(24, 0.05, v.predictor, 4096, v.dense_layers);
+      opt.sparse_metrics_interval = 5;
+      REQUIRE(Engine::CheckOptions(opt, runner, draft.get()).ok());
+      const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
+      CheckSameOutputs(reqs, run.out, dense);
+      const EngineStats& st = run.stats;
+      const SparseStepLog& log = runner.log;
+      CHECK(st.sparse_switches_total >= 12);  // most requests pass the threshold of 64
+      CHECK(log.sparse_steps > 20);
+      CHECK(log.mixed_steps > 0);              // dense and sparse sequences shared batches
+      CHECK(log.max_new_per_head <= 2);        // C = ceil(0.05 x 24) = 2
+      CHECK(log.slots_as_expected);
+      CHECK(log.sync_is_runners);
+      CHECK(log.max_tokens_sparse == (v.predictor == SparsePredictor::kDraft ? 2 : 1));
+      // Metrics: collected when the last sparse request went.
+      CHECK(st.sparse_steps_total == log.sparse_steps);
+      CHECK(st.sparse_blocks_fetched_total == log.new_blocks);
+      CHECK(st.sparse_h2d_bytes_total == st.sparse_blocks_fetched_total * 2 * 16 * 32 * 4);
+      CHECK(st.sparse_hits_total > 0);
+      CHECK(st.sparse_hit_rate() > 0.9);
+      CHECK(st.sparse_transfer_wait_seconds_total == 0.0);  // the CPU runs everything in order
+      if (v.predictor != SparsePredictor::kOracle) {
+        // Sampled agreement with the real query's top-K: with K >= blocks both are "all".
+        REQUIRE(st.sparse_agree_total.size() == 3);
+        CHECK(st.sparse_agree_total[2] > 0);
+        CHECK(st.sparse_topk_agreement() == 1.0);
+        CHECK(st.sparse_agree_total[0] == (v.dense_layers > 0 ? 0 : st.sparse_agree_total[2]));
+      }
+      if (v.expect_preemption) {
+        CHECK(st.preemptions_total > 0);
+      }
+      if (v.lookahead == LookaheadMode::kSpeculate) {
+        CHECK(st.draft_accepted_total > 0);  // the dense requests still accept drafts
+      }
+      // Everything came back.
+      CHECK(st.num_free_kv_slots == st.num_kv_slots);
+      CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
+      CHECK(st.num_sparse_requests == 0);
+      CHECK(st.sparse_gpu_slots == 0);
+      if (draft) CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+    }
+  }
+}
+
+TEST_CASE("small K: at most C new blocks per head per step, counted by the metrics", "[engine][sparse]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);
+  for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery, SparsePredictor::kOracle}) {
+    for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
+      DYNAMIC_SECTION(SparsePredictorName(predictor) << (reduce == GroupReduce::kSum ? " sum" : " max")) {
+        TinyModel tm(kSlots);
+        RecordingRunner runner(*tm.model, tm.backend, kSlots);
+        auto head = FixtureHead(tm);
+        auto draft = MakeDraftRunner(tm, *head);
+        EngineOptions opt;
+        opt.lookahead = LookaheadMode::kReject;
+        opt.sparse = TinySparse(4, 0.25, predictor);  // C = 1
+        opt.sparse->group_reduce = reduce;
+        const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          INFO(reqs[i].id);
+          CHECK(run.out[i].error.ok());
+          if (reqs[i].ignore_eos) CHECK(run.out[i].reason == FinishReasonKind::kLength);
+        }
+        const EngineStats& st = run.stats;
+        const SparseStepLog& log = runner.log;
+        CHECK(log.max_new_per_head == 1);  // fetches happen, never more than C = 1 per head
+        CHECK(log.slots_as_expected);      // the working set stays K + 2 slots per head
+        CHECK(st.sparse_blocks_fetched_total == log.new_blocks);
+        CHECK(st.sparse_misses_total >= st.sparse_blocks_fetched_total);
+        CHECK(st.sparse_hit_rate() > 0.0);
+        CHECK(st.sparse_hit_rate() < 1.0);
+        CHECK(st.sparse_fetched_per_step() > 0.0);
+        CHECK(st.sparse_h2d_bytes_per_step() == Approx(st.sparse_fetched_per_step() * 4096));
+        if (predictor != SparsePredictor::kOracle) {
+          CHECK(st.sparse_topk_agreement() > 0.3);
+          CHECK(st.sparse_topk_agreement() <= 1.0);
+          CHECK(st.sparse_topk_agreement(1) > 0.0);
+        }
+        CHECK(st.num_free_kv_slots == st.num_kv_slots);
+        CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
+        CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+      }
+    }
+  }
+}
+
+TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[engine][sparse]") {
+  std::vector<EngineRequest> reqs = LongWorkload(8, 4, 60);
+  for (auto& r : reqs) r.max_tokens = std::min<int64_t>(r.max_tokens, 64 - static_cast<int64_t>(r.prompt.size()));
+  const std::vector<Collected> dense = DenseOutputs(reqs);
+  TinyModel tm(kSlots);
+  RecordingRunner runner(*tm.model, tm.backend, kSlots);
+  EngineOptions opt;
+  opt.sparse = TinySparse(8, 0.25, SparsePredictor::kPreviousQuery);
+  const SparseRun run = RunEngine(runner, nullptr, opt, reqs);
+  CheckSameOutputs(reqs, run.out, dense);
+  CHECK(runner.log.sparse_steps == 0);
+  CHECK(run.stats.sparse_switches_total == 0);
+  CHECK(run.stats.num_host_kv_slots == 4096);
+}

@@ -324,3 +324,142 @@ TEST_CASE("lookahead drafts take only budget no decode needs and never preempt",
   CHECK(alloc.num_free() == 8);
   CHECK(tiny.num_free() == 2);
 }
+
+namespace {
+
+// Fake sparse hooks: a host store of `capacity` tokens; sequences of max_total_tokens above
+// `never` are refused. Records every call. Sequences marked kSparse hold `sparse_slots`
+// allocator slots (their "working set"), returned by Release.
+class FakeHooks final : public SequenceKvHooks {
+ public:
+  FakeHooks(BlockAllocator& alloc, int64_t capacity, int64_t never) : alloc_(alloc), free_(capacity), never_(never) {}
+  Admission Admit(Sequence& seq) override {
+    ++admits;
+    if (seq.max_total_tokens > never_) return Admission::kRefuse;
+    if (held_.count(seq.id)) return Admission::kAdmit;
+    if (seq.max_total_tokens > free_) {
+      ++waits;
+      return Admission::kWait;
+    }
+    free_ -= seq.max_total_tokens;
+    held_[seq.id] = seq.max_total_tokens;
+    return Admission::kAdmit;
+  }
+  void Release(Sequence& seq) override {
+    ++releases;
+    auto it = held_.find(seq.id);
+    if (it != held_.end()) {
+      free_ += it->second;
+      held_.erase(it);
+    }
+    auto sl = slots_.find(seq.id);
+    if (sl != slots_.end()) {
+      alloc_.Free(sl->second);
+      slots_.erase(sl);
+    }
+  }
+  // The engine's switch: the table's blocks go back, `n` slots are held instead.
+  void MakeSparse(Sequence& seq, int32_t n) {
+    auto got = alloc_.Allocate(n);
+    REQUIRE(got);
+    seq.table.Release(alloc_);
+    slots_[seq.id] = *got;
+    seq.kv = SequenceKv::kSparse;
+  }
+  int64_t free_tokens() const { return free_; }
+  int admits = 0, waits = 0, releases = 0;
+
+ private:
+  BlockAllocator& alloc_;
+  int64_t free_, never_;
+  std::map<uint64_t, int64_t> held_;
+  std::map<uint64_t, std::vector<int32_t>> slots_;
+};
+
+}  // namespace
+
+TEST_CASE("sparse hooks: host admission waits FCFS, refusals are reported, release on preempt and finish",
+          "[scheduler][sparse]") {
+  BlockAllocator alloc(64);
+  FakeHooks hooks(alloc, /*capacity=*/100, /*never=*/200);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 256}, alloc, &hooks);
+  auto a = MakeSeq(1, 20), b = MakeSeq(2, 20), c = MakeSeq(3, 5), d = MakeSeq(4, 5);
+  a->max_total_tokens = 60;
+  b->max_total_tokens = 60;  // a and b do not fit the host store together
+  c->max_total_tokens = 10;
+  d->max_total_tokens = 500;  // never
+  sched.Add(a.get());
+  sched.Add(b.get());
+  sched.Add(c.get());
+  SchedulerOutput s1 = sched.Schedule();
+  REQUIRE(s1.chunks.size() == 1);  // b waits at the front, so c (which would fit) waits too
+  CHECK(s1.chunks[0].seq == a.get());
+  CHECK(s1.refused.empty());
+  CHECK(hooks.waits == 1);
+  CHECK(sched.num_waiting() == 2);
+  CHECK(b->table.num_blocks() == 0);  // nothing reserved for a waiting sequence
+  RunStep(s1);
+
+  // A sparse sequence's table is not grown; its decodes never need (or preempt for) blocks.
+  hooks.MakeSparse(*a, 6);
+  const int32_t free_before = alloc.num_free();
+  for (int i = 0; i < 40; ++i) {  // crosses two block boundaries
+    SchedulerOutput s = sched.Schedule();
+    REQUIRE(s.chunks.size() == 1);
+    CHECK(s.chunks[0].num_tokens == 1);
+    CHECK(s.preempted.empty());
+    a->draft_tokens = {9};  // drafts are granted without blocks (its tail holds them)
+    RunStep(s);
+  }
+  CHECK(a->table.num_blocks() == 0);
+  CHECK(alloc.num_free() == free_before);
+  SchedulerOutput sd = sched.Schedule();
+  CHECK(sd.chunks[0].num_draft == 1);
+  RunStep(sd);
+
+  // a finishes: its host room and slots return, b and c are admitted.
+  sched.Finish(a.get());
+  CHECK(hooks.releases == 1);
+  CHECK(a->kv == SequenceKv::kDense);
+  CHECK(alloc.num_free() == 64);
+  SchedulerOutput s2 = sched.Schedule();
+  REQUIRE(s2.chunks.size() == 2);
+  CHECK(s2.chunks[0].seq == b.get());
+  CHECK(s2.chunks[1].seq == c.get());
+  CHECK(hooks.free_tokens() == 100 - 60 - 10);
+  RunStep(s2);
+
+  // A refused front is reported (the caller fails it) and blocks the queue behind it.
+  sched.Add(d.get());
+  auto e = MakeSeq(5, 3);
+  sched.Add(e.get());
+  SchedulerOutput s3 = sched.Schedule();
+  REQUIRE(s3.refused.size() == 1);
+  CHECK(s3.refused[0] == d.get());
+  CHECK(sched.num_waiting() == 2);
+  sched.Finish(d.get());  // what the engine does with it
+  RunStep(s3);
+  SchedulerOutput s4 = sched.Schedule();
+  CHECK(s4.refused.empty());
+  CHECK(s4.chunks.back().seq == e.get());
+  RunStep(s4);
+
+  // Preemption of a sparse sequence releases its hooks' state; it comes back dense.
+  // e (the newest) goes sparse holding 40 slots; b and c grow until the pool is full and
+  // the newest running sequence, e, is preempted.
+  hooks.MakeSparse(*e, 40);
+  const int releases = hooks.releases;
+  bool preempted = false;
+  for (int i = 0; i < 300 && !preempted; ++i) {
+    SchedulerOutput s = sched.Schedule();
+    for (Sequence* p : s.preempted) preempted = preempted || p == e.get();
+    RunStep(s);
+  }
+  CHECK(preempted);
+  CHECK(hooks.releases == releases + 1);
+  CHECK(e->kv == SequenceKv::kDense);
+  CHECK(e->num_computed == 0);
+  for (Sequence* x : {b.get(), c.get(), e.get()}) sched.Finish(x);
+  CHECK(alloc.num_free() == 64);
+  CHECK(hooks.free_tokens() == 100);
+}

@@ -389,7 +389,8 @@ cudaError_t LaunchBlockSummaries(const bf16* k_pool, const int32_t* src_slots, c
 }
 
 bool ScoreBlocksSupported(int head_dim, int group) {
-  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && group >= 1 && group <= kScoreMaxGroup;
+  return (head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256) && group >= 1 &&
+         group <= kScoreMaxGroup;
 }
 
 cudaError_t LaunchScoreBlocks(const ScoreBlocksParams& p, cudaStream_t stream) {
@@ -400,6 +401,7 @@ cudaError_t LaunchScoreBlocks(const ScoreBlocksParams& p, cudaStream_t stream) {
   if (p.rows == 0 || p.max_blocks == 0) return cudaSuccess;
   const dim3 grid(CeilDiv(p.max_blocks, kScoreBlocksPerCta), static_cast<unsigned>(p.rows * p.num_kv_heads));
   switch (p.head_dim) {
+    case 32: ScoreBlocksKernel<32><<<grid, kScoreThreads, 0, stream>>>(p); break;
     case 64: ScoreBlocksKernel<64><<<grid, kScoreThreads, 0, stream>>>(p); break;
     case 128: ScoreBlocksKernel<128><<<grid, kScoreThreads, 0, stream>>>(p); break;
     default: ScoreBlocksKernel<256><<<grid, kScoreThreads, 0, stream>>>(p); break;

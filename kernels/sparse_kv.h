@@ -33,7 +33,7 @@ struct ScoreBlocksParams {
   const __nv_bfloat16* kmax;
   float* scores;              // [R, num_kv_heads, max_blocks]
   int rows = 0;               // R
-  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;  // head_dim in {64, 128, 256}
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;  // head_dim in {32, 64, 128, 256}
   int max_blocks = 0;
   bool reduce_max = false;    // GQA group: max instead of sum
 };

@@ -22,7 +22,7 @@ BENCHMARKS=(
   "bench_decode|--batch 64 --context 4096 --steps 20"
   "bench_decode|--prefill 8192 --steps 5 --warmup 1"
   "bench_lookahead|--batch 1 --context 128 --tokens 128"
-  "bench_lookahead|--batch 64 --context 4096 --tokens 64"
+  "bench_lookahead|--batch 64 --context 4096 --tokens 128"
   "bench_lookahead|--batch 1 --context 128 --tokens 128 --repeat"
 )
 PEERS=(

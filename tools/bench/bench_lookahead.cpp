@@ -2,8 +2,9 @@
 // one GPU (dummy weights at real shapes, CUDA graphs with stacked queries, the EAGLE-3 head
 // on the device). For each mode (off, reject, speculate) it submits `--batch` requests of
 // `--context` prompt tokens and `--tokens` output tokens (greedy, ignore_eos) and reports
-// TPOT = (e2e − TTFT) / (tokens − 1), averaged over requests, the draft acceptance rate and
-// the tokens emitted per request-step.
+// TPOT (time per output token of a request, over the window where every request is decoding,
+// so later requests' prefill chunks do not count), the draft acceptance rate and the tokens
+// emitted per request-step.
 //
 //   bench_lookahead --batch 1  --context 128  --tokens 128
 //   bench_lookahead --batch 64 --context 4096 --tokens 64
@@ -13,7 +14,11 @@
 // lm_head) and a "copy" head that proposes the target's own prediction (fc selects the stream
 // leaving the last layer; zero attention/MLP outputs; the target's final norm and lm_head):
 // the draft is right by construction, which exercises the speculative gain path end to end.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,7 +88,7 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
   EngineOptions o;
   o.lookahead = mode;
   o.max_num_seqs = batch;
-  o.max_num_batched_tokens = std::max<int64_t>(4096, 2 * batch);
+  o.max_num_batched_tokens = std::max<int64_t>(16384, 2 * batch);  // short prefill phase: a long decode window
   Engine engine(runner, nullptr, o, mode == LookaheadMode::kOff ? nullptr : &draft);
   engine.Start();
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -98,21 +103,49 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
     OASIS_ASSIGN_OR_RETURN(std::shared_ptr<RequestStream> s, engine.Submit(std::move(req)));
     streams.push_back(std::move(s));
   }
-  for (auto& s : streams) {
-    while (true) {
-      auto ev = s->Next(600s);
-      if (!ev) return Internal("request timed out");
-      if (ev->finished) {
-        if (ev->finish_reason != FinishReasonKind::kLength) return Internal("request ended early: " + ev->error.ToString());
-        break;
+  // One reader per request stamps every event, so the decode rate can be taken over the
+  // window where all requests are decoding (after the last first token, before the first
+  // last token): prefill chunks of later requests do not inflate it.
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::vector<std::pair<Clock::time_point, int64_t>>> events(streams.size());
+  std::vector<std::string> errors(streams.size());
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    readers.emplace_back([&, i] {
+      while (true) {
+        auto ev = streams[i]->Next(600s);
+        if (!ev) {
+          errors[i] = "request timed out";
+          return;
+        }
+        if (!ev->tokens.empty()) events[i].push_back({Clock::now(), static_cast<int64_t>(ev->tokens.size())});
+        if (ev->finished) {
+          if (ev->finish_reason != FinishReasonKind::kLength) errors[i] = "ended early: " + ev->error.ToString();
+          return;
+        }
       }
-    }
+    });
   }
+  for (auto& t : readers) t.join();
+  for (const std::string& e : errors)
+    if (!e.empty()) return Internal(e);
+  Clock::time_point t0 = Clock::time_point::min(), t1 = Clock::time_point::max();
+  for (const auto& ev : events) {
+    t0 = std::max(t0, ev.front().first);
+    t1 = std::min(t1, ev.back().first);
+  }
+  if (t0 >= t1) return Internal("no step where every request decodes: raise --tokens");
+  double window_tokens = 0;
+  for (const auto& ev : events)
+    for (const auto& [t, n] : ev)
+      if (t > t0 && t <= t1) window_tokens += static_cast<double>(n);
   const EngineStats st = engine.Stats();
   engine.Stop();
   ModeResult m;
   m.ttft_ms = st.ttft.sum / st.ttft.count * 1e3;
-  m.tpot_ms = (st.e2e.sum - st.ttft.sum) / static_cast<double>(batch * (tokens - 1)) * 1e3;
+  // Mean time per output token of a request while every request decodes.
+  m.tpot_ms = window_tokens > 0 ? std::chrono::duration<double, std::milli>(t1 - t0).count() * batch / window_tokens
+                                : 0.0;
   m.acceptance = st.draft_acceptance_rate();
   m.tokens_per_step = mode == LookaheadMode::kOff ? 1.0 : st.tokens_per_lookahead_step();
   m.steps = st.steps_total;

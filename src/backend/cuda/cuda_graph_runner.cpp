@@ -101,6 +101,14 @@ std::optional<CudaGraphRunner::GraphKey> CudaGraphRunner::KeyFor(const ForwardIn
   key.bucket = BucketFor(seqs);
   key.query_len = q;
   key.rows_per_seq = r;
+  const int64_t full = max_blocks_ * kBlockSize, need = in.attention.max_kv_len > 0 ? in.attention.max_kv_len : full;
+  key.kv_bound = full;
+  for (int64_t b = 1024; b < full; b *= 4) {
+    if (need <= b) {
+      key.kv_bound = b;
+      break;
+    }
+  }
   if (capture_layers != nullptr) key.capture_layers = *capture_layers;
   return key;
 }
@@ -120,7 +128,7 @@ ForwardInput CudaGraphRunner::StaticInputs(const GraphKey& key) const {
   in.attention.kv_lens = Tensor(base + layout_.kv_lens, DType::kI32, {B, H}, Device::kCuda);
   in.attention.block_tables = Tensor(base + layout_.tables, DType::kI32, {B, H, max_blocks_}, Device::kCuda);
   in.attention.max_query_len = key.query_len;
-  in.attention.max_kv_len = static_cast<int32_t>(max_blocks_ * kBlockSize);  // fixed for the graph
+  in.attention.max_kv_len = static_cast<int32_t>(key.kv_bound);  // fixed for the graph
   in.logit_rows = Tensor(base + layout_.rows, DType::kI32, {B * key.rows_per_seq}, Device::kCuda);
   return in;
 }
@@ -184,8 +192,8 @@ CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key) {
   OASIS_CUDA_CHECK(cudaStreamEndCapture(cuda_.stream(), &graph));
   OASIS_CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, 0));
   OASIS_CUDA_CHECK(cudaGraphDestroy(graph));
-  spdlog::debug("captured decode graph: bucket {}, {} query tokens, {} logits rows per sequence, {} capture layers",
-                key.bucket, key.query_len, key.rows_per_seq, key.capture_layers.size());
+  spdlog::debug("captured decode graph: bucket {}, {} query tokens, {} logits rows per sequence, KV bound {}, {} "
+                "capture layers", key.bucket, key.query_len, key.rows_per_seq, key.kv_bound, key.capture_layers.size());
   return g;
 }
 

@@ -2,7 +2,9 @@
 // with the same number q of query tokens, q = 1 (plain) or 2 (lookahead: the real token and
 // the draft stacked), 1 or q logits rows per sequence, with or without the residual capture of
 // a draft head — captured lazily per (batch-size bucket, q, rows, capture); other steps
-// (prefill, mixed) run eagerly. Inputs are packed on the host into one pinned staging buffer and copied with a
+// (prefill, mixed) run eagerly. Graphs are also specialised per context bucket (1K, 4K, 16K,
+// 64K, ... up to max_context), so a short request's attention is not cut for the longest
+// context a graph could see. Inputs are packed on the host into one pinned staging buffer and copied with a
 // single cudaMemcpyAsync into static device buffers the graphs read; activations come from
 // one arena whose addresses are the same at capture and replay. A batch of b sequences runs
 // in the smallest bucket >= b, padded with rows that read slot 0 and write nothing.
@@ -63,10 +65,12 @@ class CudaGraphRunner final : public ModelRunner {
     int64_t bucket = 0;
     int query_len = 1;     // tokens per sequence (1, or 2 with a stacked draft)
     int rows_per_seq = 1;  // logits rows per sequence (1 or query_len)
+    int64_t kv_bound = 0;  // longest KV a sequence may have (a context bucket): the
+                           // decode attention plans its split-K cut for it
     std::vector<int64_t> capture_layers;  // residual capture ids (empty: none)
     bool operator<(const GraphKey& o) const {
-      return std::tie(bucket, query_len, rows_per_seq, capture_layers) <
-             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.capture_layers);
+      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers) <
+             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.kv_bound, o.capture_layers);
     }
   };
   struct Graph {

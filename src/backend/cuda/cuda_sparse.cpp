@@ -97,7 +97,7 @@ void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const T
   OASIS_CHECK(p.num_q_heads % p.num_kv_heads == 0 &&
               kernels::ScoreBlocksSupported(p.head_dim, p.num_q_heads / p.num_kv_heads))
       << "ScoreBlocks: head_dim " << p.head_dim << " with " << p.num_q_heads << "/" << p.num_kv_heads
-      << " heads is not supported on CUDA (head_dim 64/128/256, GQA group <= 16)";
+      << " heads is not supported on CUDA (head_dim 32/64/128/256, GQA group <= 16)";
   OASIS_CUDA_CHECK(kernels::LaunchScoreBlocks(p, stream()));
 }
 

@@ -2,7 +2,8 @@
 # The server on the GPU machine, from the bundle (tools/gpu_suite.sh --bundle): oasis-server
 # with the CUDA backend on a Qwen3-8B-shaped model with dummy weights and the real Qwen3
 # tokenizer; curl, the Python `openai` client (when installed there) and a short oasis-bench
-# run against it. Prints what each returned.
+# run against it. Prints what each returned. OASIS_SERVER_ARGS adds server flags (e.g.
+# "--draft-load-format dummy --lookahead reject").
 #   device run: command "tools/gpu_server_smoke.sh", carry [".bundle-pack", ".cache/test-data/qwen3",
 #   ".cache/e2e-node/node_modules/openai"] (the npm client as tests/e2e installs it here). The GPU
 #   machine has no node: carry one (e.g. packed with the rest) and put it on PATH first.
@@ -18,7 +19,7 @@ cp tools/bench/model_configs/qwen3-8b.json "$MODEL/config.json"
 PORT=${PORT:-8123}
 LOG=${OUT:-/tmp}/server.log
 .bundle/bin/oasis-server --model "$MODEL" --load-format dummy --tokenizer .cache/test-data/qwen3 \
-  --served-model-name qwen3-8b-dummy --port "$PORT" --max-model-len 8192 > "$LOG" 2>&1 &
+  --served-model-name qwen3-8b-dummy --port "$PORT" --max-model-len 8192 ${OASIS_SERVER_ARGS:-} > "$LOG" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/health")
@@ -76,6 +77,6 @@ for conc in 1 16 64; do
     --random-output-len 128 --random-vocab-size 151936 --num-prompts $((conc * 4 > 16 ? conc * 4 : 16)) \
     --max-concurrency $conc --seed 1 2>/dev/null | grep -E -A3 "Successful|Failed|Output token throughput|Total token|Median TTFT|Median TPOT|Median ITL|Failure reasons" | grep -vE "^--|Maximum|Request rate|Benchmark dur|Peak"
 done
-curl -s $B/metrics | grep -E "^oasis:(generation_tokens_total|prompt_tokens_total|request_success_total)" | head -6
+curl -s $B/metrics | grep -E "^oasis:(generation_tokens_total|prompt_tokens_total|request_success_total|spec_decode)" | head -12
 kill -TERM $pid; wait $pid; echo "server exit $?"
 rm -rf "$MODEL"

@@ -167,7 +167,7 @@ struct EngineStats {
   // sparse steps and when the last sparse request has gone (so they may lag a little).
   int64_t num_sparse_requests = 0;          // running sparse requests now
   int64_t sparse_switches_total = 0;        // dense -> sparse switches
-  int64_t sparse_admission_waits_total = 0; // admissions deferred for host KV room
+  int64_t sparse_admission_waits_total = 0; // admissions that had to wait for host KV room
   int64_t num_host_kv_slots = 0;            // host store head-blocks (every sparse layer)
   int64_t num_free_host_kv_slots = 0;       // not reserved by any request
   int64_t sparse_gpu_slots = 0;             // GPU head-blocks held as working sets + tails

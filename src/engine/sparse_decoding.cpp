@@ -56,23 +56,33 @@ Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
 
 SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   if (manager_.HasReservation(seq.id)) return Admission::kAdmit;
+  Admission a = Admission::kRefuse;
   switch (manager_.CheckAdmission(seq.max_total_tokens)) {
     case HostAdmission::kNotNeeded:
-      return Admission::kAdmit;
-    case HostAdmission::kFits:
-      if (manager_.Reserve(seq.id, seq.max_total_tokens).ok()) return Admission::kAdmit;
-      ++admission_waits_;  // cannot happen after kFits; waiting is the safe answer
-      return Admission::kWait;
+      a = Admission::kAdmit;
+      break;
+    case HostAdmission::kFits:  // Reserve cannot fail after kFits; waiting would be the safe answer
+      a = manager_.Reserve(seq.id, seq.max_total_tokens).ok() ? Admission::kAdmit : Admission::kWait;
+      break;
     case HostAdmission::kWait:
-      ++admission_waits_;
-      return Admission::kWait;
+      a = Admission::kWait;
+      break;
     case HostAdmission::kNever:
-      return Admission::kRefuse;
+      a = Admission::kRefuse;
+      break;
   }
-  return Admission::kRefuse;
+  if (a == Admission::kWait) {
+    if (waiting_for_host_.insert(seq.id).second) ++admission_waits_;
+  } else {
+    waiting_for_host_.erase(seq.id);
+  }
+  return a;
 }
 
-void SparseDecoding::Release(Sequence& seq) { manager_.Release(seq.id); }
+void SparseDecoding::Release(Sequence& seq) {
+  manager_.Release(seq.id);
+  waiting_for_host_.erase(seq.id);
+}
 
 bool SparseDecoding::PlanStep(const std::vector<const Sequence*>& seqs, std::vector<StepSequence>& steps,
                               SparseStepPlan& plan) {

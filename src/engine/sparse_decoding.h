@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/batch_builder.h"
@@ -82,7 +83,8 @@ class SparseDecoding final : public SequenceKvHooks {
   // Fixed at construction (CheckFits reads them from any thread).
   int64_t threshold_, max_seq_len_, num_kv_heads_, host_slots_, bytes_per_host_slot_;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
-  int64_t admission_waits_ = 0;
+  int64_t admission_waits_ = 0;        // requests that had to wait for host room (once each)
+  std::unordered_set<uint64_t> waiting_for_host_;
   int64_t switch_failures_ = 0;
 };
 

@@ -15,7 +15,7 @@ grpc::StatusCode GrpcCode(int http_status) {
     case 400: return grpc::StatusCode::INVALID_ARGUMENT;
     case 401: return grpc::StatusCode::UNAUTHENTICATED;
     case 404: return grpc::StatusCode::NOT_FOUND;
-    case 413: return grpc::StatusCode::INVALID_ARGUMENT;
+    case 413: return grpc::StatusCode::RESOURCE_EXHAUSTED;  // KV beyond the host store (bodies: HTTP only)
     case 429: return grpc::StatusCode::RESOURCE_EXHAUSTED;
     case 499: return grpc::StatusCode::CANCELLED;
     case 501: return grpc::StatusCode::UNIMPLEMENTED;

@@ -37,6 +37,22 @@ sigset_t BlockShutdownSignals() {
   return set;
 }
 
+// The resolved sparse KV settings (null when off).
+nlohmann::ordered_json SparseJson(ModelHost& host) {
+  if (!host.sparse) return nullptr;
+  const SparseConfig& s = *host.sparse;
+  const EngineStats st = host.engine->Stats();
+  return {{"threshold", s.sparse_threshold},
+          {"topk_blocks", s.topk_blocks},
+          {"max_fetch_per_head", s.max_fetch()},
+          {"dense_layers", s.dense_layers},
+          {"predictor", SparsePredictorName(s.predictor)},
+          {"group_reduce", s.group_reduce == GroupReduce::kSum ? "sum" : "max"},
+          {"max_sparse_seqs", s.max_sparse_seqs},
+          {"host_kv_gib", s.host_kv_gib},
+          {"host_kv_slots", st.num_host_kv_slots}};
+}
+
 Status CheckConfig(const ServerConfig& config) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, LoadModelHost(config));
   nlohmann::ordered_json out = config.ToJson();
@@ -49,6 +65,7 @@ Status CheckConfig(const ServerConfig& config) {
                      {"lookahead", LookaheadModeName(host->lookahead)},
                      {"draft_head", host->draft_head != nullptr},
                      {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
+                     {"sparse", SparseJson(*host)},
                      {"tokenizer", host->tokenizer != nullptr},
                      {"chat_template", host->chat_template.has_value()}};
   std::printf("%s\nconfig ok\n", out.dump(2).c_str());

@@ -18,6 +18,52 @@ void Metric(std::ostringstream& s, const char* type, const std::string& name, co
   s << name << "{" << labels << "} " << Number(value) << "\n";
 }
 
+// Lookahead sparse KV (docs/sparse.md); zero when it is off.
+void RenderSparseMetrics(std::ostringstream& s, const EngineStats& st, const std::string& labels) {
+  auto gauge = [&](const char* name, const char* help, double v) { Metric(s, "gauge", name, help, labels, v); };
+  auto counter = [&](const char* name, const char* help, double v) { Metric(s, "counter", name, help, labels, v); };
+  gauge("oasis:sparse_requests", "Running requests decoding with sparse KV.",
+        static_cast<double>(st.num_sparse_requests));
+  counter("oasis:sparse_switches_total", "Requests switched from dense to sparse KV.",
+          static_cast<double>(st.sparse_switches_total));
+  counter("oasis:sparse_admission_waits_total", "Admissions (first or after a preemption) that had to wait for host KV store room.",
+          static_cast<double>(st.sparse_admission_waits_total));
+  gauge("oasis:host_kv_usage", "Fraction of the host KV store reserved by requests (1 = 100%).", st.host_kv_usage());
+  gauge("oasis:num_host_kv_blocks", "Host KV store head-blocks (each holds every sparse layer).",
+        static_cast<double>(st.num_host_kv_slots));
+  gauge("oasis:num_free_host_kv_blocks", "Free host KV store head-blocks.",
+        static_cast<double>(st.num_free_host_kv_slots));
+  gauge("oasis:sparse_gpu_kv_blocks", "KV head-blocks held as sparse working sets and tails.",
+        static_cast<double>(st.sparse_gpu_slots));
+  counter("oasis:sparse_steps_total", "Engine steps that ran sparse requests.",
+          static_cast<double>(st.sparse_steps_total));
+  counter("oasis:sparse_hits_total", "Predicted blocks already resident (per layer and KV head).",
+          static_cast<double>(st.sparse_hits_total));
+  counter("oasis:sparse_misses_total", "Predicted blocks not resident (per layer and KV head).",
+          static_cast<double>(st.sparse_misses_total));
+  gauge("oasis:sparse_hit_rate", "Hits / (hits + misses) of the predicted working sets.", st.sparse_hit_rate());
+  counter("oasis:sparse_blocks_fetched_total", "Blocks fetched host to device (at most C per KV head per step).",
+          static_cast<double>(st.sparse_blocks_fetched_total));
+  gauge("oasis:sparse_blocks_fetched_per_step", "Blocks fetched per engine step with sparse requests.",
+        st.sparse_fetched_per_step());
+  gauge("oasis:sparse_misses_per_step", "Misses per engine step with sparse requests.", st.sparse_misses_per_step());
+  counter("oasis:sparse_h2d_bytes_total", "Bytes fetched host to device (K and V).",
+          static_cast<double>(st.sparse_h2d_bytes_total));
+  gauge("oasis:sparse_h2d_bytes_per_step", "Bytes fetched host to device per engine step with sparse requests.",
+        st.sparse_h2d_bytes_per_step());
+  counter("oasis:sparse_transfer_wait_seconds_total", "Time attention waited for the previous step's transfers.",
+          st.sparse_transfer_wait_seconds_total);
+  gauge("oasis:sparse_topk_agreement", "Sampled agreement of the predicted top-K with the real query's top-K.",
+        st.sparse_topk_agreement());
+  s << "# HELP oasis:sparse_topk_agreement_by_layer Sampled top-K agreement per layer.\n"
+       "# TYPE oasis:sparse_topk_agreement_by_layer gauge\n";
+  for (size_t l = 0; l < st.sparse_agree_total.size(); ++l) {
+    if (st.sparse_agree_total[l] == 0) continue;  // dense layers, or nothing sampled yet
+    s << "oasis:sparse_topk_agreement_by_layer{" << labels << ",layer=\"" << l << "\"} "
+      << Number(st.sparse_topk_agreement(l)) << "\n";
+  }
+}
+
 }  // namespace
 
 std::string EscapeLabel(const std::string& value) {
@@ -113,6 +159,7 @@ std::string RenderEngineMetrics(const EngineStats& st, const std::string& model_
   Metric(s, "gauge", "oasis:spec_decode_tokens_per_step",
          "Mean tokens emitted per request decode step that verified a draft.", labels,
          st.tokens_per_lookahead_step());
+  RenderSparseMetrics(s, st, labels);
   s << "# HELP oasis:request_success_total Finished requests, by finish reason.\n"
        "# TYPE oasis:request_success_total counter\n";
   const std::pair<const char*, int64_t> reasons[] = {{"stop", st.requests_stop_total},

@@ -1,7 +1,7 @@
 // Prometheus text exposition of the server's metrics (names like vLLM's, prefix "oasis:"):
 // engine gauges and counters from EngineStats (running/waiting requests, KV usage, prompt
 // and generation tokens, finished requests by reason, TTFT/ITL/e2e histograms, lookahead
-// decoding's spec_decode counters) plus the
+// decoding's spec_decode counters, sparse KV's oasis:sparse_* and host KV store gauges) plus the
 // HTTP front end's own request counters (HttpMetrics).
 //
 // HttpMetrics is thread-safe (one mutex); the render functions are pure.

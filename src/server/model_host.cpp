@@ -7,8 +7,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "backend/cpu/cpu_backend.h"
 #include "kvcache/head_block_table.h"
+#include "kvcache/host_kv_store.h"
 
 #if OASIS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -123,6 +126,22 @@ void MakeDraftRunner(ModelHost* host) {
 }
 
 #if OASIS_HAVE_CUDA
+// Device memory of sparse KV outside the KV pool: block summaries (1/16 of the host store),
+// the per-row state (SparseDeviceState) and the pipeline's query snapshots.
+size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType dtype) {
+  const size_t per_slot = HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, dtype);
+  const double host_bytes = s.host_kv_gib * 1024.0 * 1024.0 * 1024.0;
+  const size_t slots = per_slot == 0 ? 0 : static_cast<size_t>(host_bytes / static_cast<double>(per_slot));
+  const size_t layers = static_cast<size_t>(c.num_hidden_layers - s.dense_layers);
+  const size_t summaries = slots * layers * 2 * static_cast<size_t>(c.head_dim) * DTypeSize(dtype);
+  const size_t rows = static_cast<size_t>(s.max_sparse_seqs) * static_cast<size_t>(c.num_key_value_heads);
+  const size_t mb = static_cast<size_t>((c.max_position_embeddings + kBlockSize - 1) / kBlockSize);
+  const size_t per_layer = rows * (6 * static_cast<size_t>(s.topk_blocks) + 2 * static_cast<size_t>(s.max_fetch()) + 6) * 4;
+  const size_t snapshots = layers * static_cast<size_t>(s.max_sparse_seqs) *
+                           static_cast<size_t>(c.num_attention_heads * c.head_dim) * DTypeSize(dtype);
+  return summaries + rows * (mb * 12 + static_cast<size_t>(s.topk_blocks) * 4) + layers * per_layer + snapshots;
+}
+
 Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create());
   CudaBackend& backend = *cuda;
@@ -136,7 +155,12 @@ Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
   // Activations of the largest step (residual, QKV, MLP, logits in f32) plus runtime slack.
   const size_t step_bytes = static_cast<size_t>(sc.max_num_batched_tokens) *
                             static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
-  const size_t reserve = (size_t{1} << 30) + step_bytes;
+  size_t reserve = (size_t{1} << 30) + step_bytes;
+  if (host->sparse) {
+    const size_t sparse_bytes = SparseDeviceBytes(*host->sparse, c, backend.activation_dtype());
+    spdlog::info("sparse KV: {:.2f} GiB of device memory for summaries and state", sparse_bytes / double(1 << 30));
+    reserve += sparse_bytes;
+  }
   // The draft head's pool (as many tokens as the model's, DraftKvSlotsFor) costs as much as
   // ceil(head KV width / model KV width) extra model layers.
   ModelConfig plan_config = c;
@@ -160,6 +184,32 @@ Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
 #endif
 
 }  // namespace
+
+StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc, const ModelConfig& c) {
+  if (!sc.SparseEnabled()) return std::optional<SparseConfig>();
+  SparseConfig s;
+  if (sc.topk_blocks > (int64_t{1} << 20)) return InvalidArgument("--topk-blocks " + std::to_string(sc.topk_blocks) + " is too large");
+  s.topk_blocks = static_cast<int32_t>(sc.topk_blocks);
+  s.fetch_ratio = sc.fetch_ratio;
+  s.sparse_threshold = sc.ResolvedSparseThreshold();
+  if (sc.dense_layers >= c.num_hidden_layers) {
+    return InvalidArgument("--dense-layers " + std::to_string(sc.dense_layers) + " must be below the model's " +
+                           std::to_string(c.num_hidden_layers) + " layers");
+  }
+  s.dense_layers = static_cast<int32_t>(sc.dense_layers);
+  s.host_kv_gib = sc.host_kv_gib;
+  if (s.host_kv_gib <= 0) {  // auto: a quarter of the machine's RAM
+    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    s.host_kv_gib = ram / 4.0 / (1024.0 * 1024.0 * 1024.0);
+  }
+  OASIS_ASSIGN_OR_RETURN(s.predictor, ParseSparsePredictor(sc.ResolvedSparsePredictor()));
+  OASIS_ASSIGN_OR_RETURN(s.group_reduce, ParseGroupReduce(sc.sparse_group_reduce));
+  s.max_sparse_seqs = static_cast<int32_t>(std::min<int64_t>(sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, 1 << 16));
+  s.max_seq_len = c.max_position_embeddings;  // the engine sets its own context length
+  s.agreement_interval = static_cast<int32_t>(std::min<int64_t>(sc.sparse_agreement_interval, 1 << 30));
+  OASIS_RETURN_IF_ERROR(s.Validate(c.num_hidden_layers));
+  return std::optional<SparseConfig>(s);
+}
 
 ModelHost::~ModelHost() {
   if (engine) engine->Stop();
@@ -186,6 +236,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
     c.max_position_embeddings = sc.max_model_len;
   }
   host->backend_name = sc.backend == "auto" ? AutoBackend() : sc.backend;
+  OASIS_ASSIGN_OR_RETURN(host->sparse, ResolveSparseConfig(sc, c));
   OASIS_RETURN_IF_ERROR(LoadTokenizerAndTemplate(sc, host.get()));
   if (host->tokenizer && host->tokenizer->vocab_size() > c.vocab_size) {
     spdlog::warn("tokenizer has {} ids but the model only {}: larger ids are rejected", host->tokenizer->vocab_size(),
@@ -213,6 +264,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
   options.max_waiting = sc.max_waiting;
   options.seed = static_cast<uint64_t>(sc.seed);
+  options.sparse = host->sparse;
   OASIS_RETURN_IF_ERROR(Engine::CheckOptions(options, *host->runner, host->draft_runner.get()));
   host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options, host->draft_runner.get());
   host->engine->Start();

@@ -2,7 +2,8 @@
 // (CPU, or CUDA with the CUDA-graph runner and a KV pool sized by --gpu-memory-utilization),
 // the weights, the DecoderLM, its ModelRunner, the optional EAGLE-3 draft head and its
 // DraftRunner (lookahead decoding), the tokenizer, the chat template and the Engine
-// (started). Members are destroyed in reverse: the engine stops first.
+// (started; with sparse KV on, the engine owns the host KV store and the sparse pipeline,
+// built with the runner's sparse_stage_sync()). Members are destroyed in reverse: the engine stops first.
 //
 // Owns all of them. Immutable after LoadModelHost returns; the engine and tokenizer are
 // thread-safe, so request threads share one ModelHost read-only.
@@ -37,6 +38,7 @@ struct ModelHost {
   std::unique_ptr<Eagle3Head> draft_head;      // null: no draft model
   std::unique_ptr<DraftRunner> draft_runner;   // the head's KV pool and step
   LookaheadMode lookahead = LookaheadMode::kOff;
+  std::optional<SparseConfig> sparse;          // null: sparse KV off (as given to the engine)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null: token ids only
   std::optional<ChatTemplate> chat_template;        // null: /v1/chat/completions answers 400
   ChatTemplateFiles template_files;
@@ -51,5 +53,9 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& config);
 
 // "cuda" when built with CUDA and a device is present, else "cpu".
 std::string AutoBackend();
+
+// The engine's sparse KV settings from the server's (nullopt when off); InvalidArgument
+// naming the flag for values out of range. `model` is the served model's config.
+StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& config, const ModelConfig& model);
 
 }  // namespace oasis::server

@@ -281,6 +281,16 @@ ApiError FromStatus(const Status& status, std::string param) {
   return e;
 }
 
+ApiError HostKvTooLarge(const Status& status) {
+  ApiError e;
+  e.http_status = 413;
+  e.type = "invalid_request_error";
+  e.message = status.message();
+  e.param = "max_tokens";
+  e.code = "host_kv_exhausted";
+  return e;
+}
+
 std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error) {
   Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {

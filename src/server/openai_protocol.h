@@ -39,6 +39,9 @@ ApiError BadRequest(std::string message, std::string param = "");
 // ResourceExhausted 429, Unavailable 503, Cancelled 499, the rest 500).
 ApiError FromStatus(const Status& status, std::string param = "");
 int HttpStatusFor(StatusCode code);
+// A request whose KV can never fit the sparse host KV store (Engine::CheckHostKvRoom): 413,
+// code "host_kv_exhausted" (gRPC: RESOURCE_EXHAUSTED).
+ApiError HostKvTooLarge(const Status& status);
 
 enum class Endpoint { kCompletions, kChatCompletions };
 

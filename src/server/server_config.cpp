@@ -38,6 +38,22 @@ const std::vector<Setting>& Settings() {
       {"lookahead", &ServerConfig::lookahead,
        "auto (reject with a draft model, else off), off, reject (lossless, drafts discarded), "
        "speculate (accept matching drafts: up to 2 tokens per step)"},
+      {"sparse", &ServerConfig::sparse,
+       "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
+      {"host-kv-gib", &ServerConfig::host_kv_gib,
+       "host KV store of sparse requests, GiB (0 = a quarter of the machine's RAM); requests that can never fit get 413"},
+      {"topk-blocks", &ServerConfig::topk_blocks, "sparse: K blocks of 16 tokens per (request, layer, KV head)"},
+      {"fetch-ratio", &ServerConfig::fetch_ratio, "sparse: at most ceil(ratio x K) blocks fetched per head per step"},
+      {"sparse-threshold", &ServerConfig::sparse_threshold,
+       "sparse: requests switch once their context exceeds this many tokens (0 with --sparse on: (K + 1) x 16)"},
+      {"dense-layers", &ServerConfig::dense_layers, "sparse: the first N layers stay dense"},
+      {"sparse-predictor", &ServerConfig::sparse_predictor,
+       "auto (draft with lookahead, else previous-query), draft (the EAGLE-3 draft query), previous-query, "
+       "oracle (measurement only)"},
+      {"sparse-group-reduce", &ServerConfig::sparse_group_reduce, "sparse: GQA reduction of block scores: sum or max"},
+      {"max-sparse-seqs", &ServerConfig::max_sparse_seqs, "sparse requests at once (0 = --max-num-seqs)"},
+      {"sparse-agreement-interval", &ServerConfig::sparse_agreement_interval,
+       "sparse: sample the predicted top-K's agreement with the real query's every N steps (0 = never)"},
       {"backend", &ServerConfig::backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
       {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
       {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
@@ -78,6 +94,11 @@ std::string ServerConfig::ResolvedLookahead() const {
   return HasDraftModel() ? "reject" : "off";
 }
 
+std::string ServerConfig::ResolvedSparsePredictor() const {
+  if (sparse_predictor != "auto") return sparse_predictor;
+  return ResolvedLookahead() == "off" ? "previous-query" : "draft";
+}
+
 Status ServerConfig::Validate() const {
   auto one_of = [](const std::string& name, const std::string& v, std::initializer_list<const char*> allowed) {
     std::string list;
@@ -96,6 +117,18 @@ Status ServerConfig::Validate() const {
     return InvalidArgument("--lookahead " + lookahead +
                            " needs an EAGLE-3 draft head: --draft-model DIR or --draft-load-format dummy");
   }
+  OASIS_RETURN_IF_ERROR(one_of("sparse", sparse, {"auto", "on", "off"}));
+  OASIS_RETURN_IF_ERROR(one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
+  OASIS_RETURN_IF_ERROR(one_of("sparse-group-reduce", sparse_group_reduce, {"sum", "max"}));
+  if (SparseEnabled() && ResolvedSparsePredictor() == "draft" && ResolvedLookahead() == "off") {
+    return InvalidArgument(
+        "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head (--draft-model DIR or "
+        "--draft-load-format dummy, and --lookahead reject or speculate)");
+  }
+  if (!(fetch_ratio > 0.0 && fetch_ratio <= 1.0)) {
+    return InvalidArgument("--fetch-ratio must be in (0, 1], got " + std::to_string(fetch_ratio));
+  }
+  if (host_kv_gib < 0) return InvalidArgument("--host-kv-gib must be >= 0, got " + std::to_string(host_kv_gib));
   auto positive = [](const char* name, int64_t v) {
     return v >= 1 ? Status::Ok() : InvalidArgument(std::string("--") + name + " must be >= 1, got " + std::to_string(v));
   };
@@ -113,6 +146,11 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(non_negative("num-kv-slots", num_kv_slots));
   OASIS_RETURN_IF_ERROR(non_negative("http-threads", http_threads));
   OASIS_RETURN_IF_ERROR(non_negative("seed", seed));
+  OASIS_RETURN_IF_ERROR(positive("topk-blocks", topk_blocks));
+  OASIS_RETURN_IF_ERROR(non_negative("sparse-threshold", sparse_threshold));
+  OASIS_RETURN_IF_ERROR(non_negative("dense-layers", dense_layers));
+  OASIS_RETURN_IF_ERROR(non_negative("max-sparse-seqs", max_sparse_seqs));
+  OASIS_RETURN_IF_ERROR(non_negative("sparse-agreement-interval", sparse_agreement_interval));
   if (port < 0 || port > 65535) return InvalidArgument("--port must be in [0, 65535], got " + std::to_string(port));
   if (grpc_port < 0 || grpc_port > 65535) {
     return InvalidArgument("--grpc-port must be in [0, 65535], got " + std::to_string(grpc_port));

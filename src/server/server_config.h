@@ -28,6 +28,19 @@ struct ServerConfig {
   int64_t draft_vocab_size = 32000;     // dummy heads without --draft-model: capped at the target vocab
   std::string lookahead = "auto";       // auto (reject with a draft model, else off), off, reject, speculate
 
+  // Lookahead sparse KV (docs/sparse.md): long requests decode over a per-head working set
+  // of top-K blocks; their full KV lives in a host store.
+  std::string sparse = "auto";          // auto (on when sparse_threshold > 0), on, off
+  double host_kv_gib = 0;               // host KV store; 0 = a quarter of the machine's RAM
+  int64_t topk_blocks = 128;            // K: blocks per (request, layer, KV head)
+  double fetch_ratio = 0.05;            // C = ceil(ratio * K) blocks fetched per head per step
+  int64_t sparse_threshold = 0;         // switch past this context; 0 with --sparse on: (K + 1) * 16
+  int64_t dense_layers = 0;             // the first N layers stay dense
+  std::string sparse_predictor = "auto";     // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
+  std::string sparse_group_reduce = "sum";   // GQA reduction of block scores: sum, max
+  int64_t max_sparse_seqs = 0;          // sparse requests at once; 0 = max_num_seqs
+  int64_t sparse_agreement_interval = 32;    // sample top-K agreement every N steps; 0 = never
+
   // Execution.
   std::string backend = "auto";   // auto (cuda when built with CUDA and a GPU is present), cpu, cuda
   int64_t threads = 0;            // CPU backend threads (0 = auto)
@@ -54,6 +67,12 @@ struct ServerConfig {
   bool HasDraftModel() const { return !draft_model.empty() || draft_load_format == "dummy"; }
   // --lookahead with "auto" resolved: "reject" with a draft model, else "off".
   std::string ResolvedLookahead() const;
+  // Sparse KV: --sparse on, or auto with --sparse-threshold > 0.
+  bool SparseEnabled() const { return sparse == "on" || (sparse == "auto" && sparse_threshold > 0); }
+  // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
+  std::string ResolvedSparsePredictor() const;
+  // --sparse-threshold, or (K + 1) * 16 (one working set) when 0.
+  int64_t ResolvedSparseThreshold() const { return sparse_threshold > 0 ? sparse_threshold : (topk_blocks + 1) * 16; }
 
   // Range checks that need no model (ports, fractions, positive limits, enum values).
   Status Validate() const;

@@ -228,6 +228,12 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
       r.logprobs = spec.logprobs;
       r.num_top_logprobs = spec.top_logprobs;
       r.detokenize = h->tokenizer != nullptr;
+      // Sparse KV: a request whose KV can never fit the host store is too large (413).
+      if (Status room = h->engine->CheckHostKvRoom(static_cast<int64_t>(r.prompt.size()), r.max_tokens); !room.ok()) {
+        abort_submitted();
+        *error = HostKvTooLarge(room);
+        return nullptr;
+      }
       StatusOr<std::shared_ptr<RequestStream>> stream = h->engine->Submit(std::move(r));
       if (!stream.ok()) {
         abort_submitted();

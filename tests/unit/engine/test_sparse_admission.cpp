@@ -70,7 +70,7 @@ TEST_CASE("a request whose KV can never fit the host store is refused; one that 
   for (auto& s : streams) got.push_back(Drain(*s));
   CheckSameOutputs(reqs, got, dense);
   const EngineStats st = WaitSparseIdle(engine);
-  CHECK(st.sparse_admission_waits_total > 0);
+  CHECK(st.sparse_admission_waits_total == 2);  // b and c, once each
   CHECK(st.sparse_switches_total == 3);
   CHECK(st.num_free_host_kv_slots == 40);
   CHECK(st.num_host_kv_slots == 40);

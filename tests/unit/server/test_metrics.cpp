@@ -80,3 +80,45 @@ TEST_CASE("HTTP request counters") {
         std::string::npos);
   CHECK(text.find("oasis:client_disconnects_total{model_name=\"m\"} 1\n") != std::string::npos);
 }
+
+TEST_CASE("sparse KV metrics in Prometheus text") {
+  EngineStats st;
+  st.num_sparse_requests = 3;
+  st.sparse_switches_total = 5;
+  st.num_host_kv_slots = 200;
+  st.num_free_host_kv_slots = 150;
+  st.sparse_gpu_slots = 48;
+  st.sparse_steps_total = 10;
+  st.sparse_hits_total = 90;
+  st.sparse_misses_total = 10;
+  st.sparse_blocks_fetched_total = 8;
+  st.sparse_h2d_bytes_total = 8 * 2048;
+  st.sparse_transfer_wait_seconds_total = 0.5;
+  st.sparse_agree_overlap = {0, 3, 1};  // layer 0 dense: nothing sampled
+  st.sparse_agree_total = {0, 4, 4};
+  const std::string text = RenderEngineMetrics(st, "m");
+  const std::string l = "{model_name=\"m\"}";
+  CHECK(text.find("# TYPE oasis:sparse_requests gauge\noasis:sparse_requests" + l + " 3\n") != std::string::npos);
+  CHECK(text.find("# TYPE oasis:sparse_switches_total counter\noasis:sparse_switches_total" + l + " 5\n") !=
+        std::string::npos);
+  CHECK(text.find("oasis:host_kv_usage" + l + " 0.25\n") != std::string::npos);
+  CHECK(text.find("oasis:num_host_kv_blocks" + l + " 200\n") != std::string::npos);
+  CHECK(text.find("oasis:num_free_host_kv_blocks" + l + " 150\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_gpu_kv_blocks" + l + " 48\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_hit_rate" + l + " 0.90000000000000002\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_blocks_fetched_total" + l + " 8\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_blocks_fetched_per_step" + l + " 0.80000000000000004\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_misses_per_step" + l + " 1\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_h2d_bytes_total" + l + " 16384\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_h2d_bytes_per_step" + l + " 1638.4000000000001\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_transfer_wait_seconds_total" + l + " 0.5\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_topk_agreement" + l + " 0.5\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_topk_agreement_by_layer{model_name=\"m\",layer=\"1\"} 0.75\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_topk_agreement_by_layer{model_name=\"m\",layer=\"2\"} 0.25\n") != std::string::npos);
+  CHECK(text.find("layer=\"0\"") == std::string::npos);
+  // Off: zeros, no per-layer lines.
+  const std::string off = RenderEngineMetrics(EngineStats{}, "m");
+  CHECK(off.find("oasis:sparse_requests" + l + " 0\n") != std::string::npos);
+  CHECK(off.find("oasis:host_kv_usage" + l + " 0\n") != std::string::npos);
+  CHECK(off.find("oasis:sparse_topk_agreement_by_layer{") == std::string::npos);
+}

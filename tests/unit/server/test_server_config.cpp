@@ -129,3 +129,66 @@ TEST_CASE("lookahead settings: draft model, dummy heads, modes") {
   CHECK(p->config.ResolvedLookahead() == "speculate");
   CHECK(p->config.ToJson()["lookahead"] == "speculate");
 }
+
+TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshold, errors") {
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  CHECK_FALSE(p->config.SparseEnabled());
+  CHECK(p->config.topk_blocks == 128);
+  CHECK(p->config.fetch_ratio == 0.05);
+  CHECK(p->config.sparse_group_reduce == "sum");
+  p = Parse({"--sparse-threshold", "4096"});  // auto: a threshold turns it on
+  REQUIRE(p.ok());
+  CHECK(p->config.SparseEnabled());
+  CHECK(p->config.ResolvedSparseThreshold() == 4096);
+  CHECK(p->config.ResolvedSparsePredictor() == "previous-query");  // no draft head
+  p = Parse({"--sparse", "on", "--topk-blocks", "64"});
+  REQUIRE(p.ok());
+  CHECK(p->config.SparseEnabled());
+  CHECK(p->config.ResolvedSparseThreshold() == 65 * 16);  // one working set
+  p = Parse({"--sparse", "off", "--sparse-threshold", "100"});
+  REQUIRE(p.ok());
+  CHECK_FALSE(p->config.SparseEnabled());
+  p = Parse({"--sparse", "on", "--draft-load-format", "dummy", "--host-kv-gib", "2.5", "--dense-layers", "2",
+             "--sparse-group-reduce", "max", "--max-sparse-seqs", "16", "--fetch-ratio", "0.1",
+             "--sparse-agreement-interval", "4"});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedSparsePredictor() == "draft");  // lookahead reject with the head
+  CHECK(p->config.host_kv_gib == 2.5);
+  CHECK(p->config.dense_layers == 2);
+  CHECK(p->config.sparse_group_reduce == "max");
+  CHECK(p->config.max_sparse_seqs == 16);
+  CHECK(p->config.fetch_ratio == 0.1);
+  CHECK(p->config.sparse_agreement_interval == 4);
+  p = Parse({"--sparse", "on", "--sparse-predictor", "oracle"});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedSparsePredictor() == "oracle");
+
+  auto error = [](std::vector<std::string> args) {
+    auto r = Parse(std::move(args));
+    return r.ok() ? std::string("OK") : r.status().message();
+  };
+  CHECK(error({"--sparse", "yes"}).find("--sparse must be one of") != std::string::npos);
+  CHECK(error({"--sparse", "on", "--sparse-predictor", "draft"}).find("needs lookahead") != std::string::npos);
+  CHECK(error({"--sparse-threshold", "64", "--sparse-predictor", "draft", "--draft-load-format", "dummy",
+               "--lookahead", "off"})
+            .find("needs lookahead") != std::string::npos);
+  CHECK(error({"--sparse-predictor", "draft"}) == "OK");  // sparse off: not used
+  CHECK(error({"--sparse-predictor", "next"}).find("--sparse-predictor") != std::string::npos);
+  CHECK(error({"--sparse-group-reduce", "mean"}).find("--sparse-group-reduce") != std::string::npos);
+  CHECK(error({"--fetch-ratio", "1.5"}).find("--fetch-ratio") != std::string::npos);
+  CHECK(error({"--topk-blocks", "0"}).find("--topk-blocks") != std::string::npos);
+  CHECK(error({"--host-kv-gib", "-1"}).find("--host-kv-gib") != std::string::npos);
+  CHECK(error({"--sparse-threshold", "-5"}).find("--sparse-threshold") != std::string::npos);
+  CHECK(error({"--dense-layers", "-1"}).find("--dense-layers") != std::string::npos);
+
+  // The config file keys.
+  ServerConfig c;
+  REQUIRE(ApplyConfigJson(nlohmann::json::parse(R"({"sparse": "on", "host_kv_gib": 8, "topk-blocks": 32,
+      "sparse_threshold": 1000, "sparse_predictor": "previous-query"})"), "test", &c).ok());
+  CHECK(c.SparseEnabled());
+  CHECK(c.host_kv_gib == 8.0);
+  CHECK(c.topk_blocks == 32);
+  CHECK(c.ResolvedSparseThreshold() == 1000);
+  CHECK_FALSE(ApplyConfigJson(nlohmann::json::parse(R"({"host_kv_gib": "8"})"), "test", &c).ok());
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# oasis-server with lookahead sparse KV (docs/sparse.md), CPU backend, the embedded model:
+# with a low --sparse-threshold and K >= the number of blocks of every request, long
+# prompts (sequential and concurrent, greedy, seeded, logprobs, streaming) get exactly the
+# plain server's answers — with the draft predictor (dummy EAGLE-3 head, reject and
+# speculate) and previous-query — and /metrics shows sparse requests, fetches and a top-K
+# agreement of 1; the host store comes back empty. A small store answers 413
+# (host_kv_exhausted) for requests that can never fit and serves the ones that fit; bad
+# sparse settings are clear errors (exit 2 for settings, 1 for settings the model refutes).
+# Usage: test_server_sparse.sh <oasis-server> <repo root>
+set -uo pipefail
+SERVER=$1
+ROOT=$2
+cd "$ROOT"
+source "$ROOT/tests/e2e/server_lib.sh"
+TMP=$(mktemp -d)
+trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
+fail=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 3000 && echo; fail=1; }
+post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
+metric() { curl -s "$BASE/metrics" | sed -n "s/^$1{[^}]*} \(.*\)$/\1/p"; }
+# wait_metric <name> <python condition over v>: the engine publishes counters after the step
+# that finished the last request, so poll briefly.
+wait_metric() {
+  local v
+  for _ in $(seq 1 100); do
+    v=$(metric "$1")
+    [[ -n $v ]] && [[ $(python3 -c "v=float('$v'); print($2)") == True ]] && { echo "$v"; return 0; }
+    sleep 0.05
+  done
+  echo "${v:-missing}"
+  return 1
+}
+ids() { python3 -c "import sys; n,s=int(sys.argv[1]),int(sys.argv[2]); print([(i*s*7919+s)%500+3 for i in range(n)])" "$1" "$2"; }
+
+# A fetched block is one layer's K and V of one head-block: 2 x 16 x 16 x 4 bytes = 2048.
+# Long prompts (token ids) of different lengths: 100..300 tokens + up to 60 new ones, so they
+# pass the threshold of 64 at once or while decoding; one short request stays dense.
+BODIES=(
+  "{\"prompt\": $(ids 180 1), \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true, \"logprobs\": 2}"
+  "{\"prompt\": $(ids 300 2), \"max_tokens\": 60, \"temperature\": 0, \"ignore_eos\": true}"
+  "{\"prompt\": $(ids 100 3), \"max_tokens\": 50, \"temperature\": 1.5, \"seed\": 11, \"logprobs\": 1, \"ignore_eos\": true}"
+  "{\"prompt\": $(ids 40 4), \"max_tokens\": 48, \"temperature\": 0.8, \"top_p\": 0.9, \"seed\": 3, \"n\": 2, \"ignore_eos\": true}"
+  "{\"prompt\": $(ids 20 5), \"max_tokens\": 30, \"temperature\": 0, \"ignore_eos\": true}"
+  "{\"prompt\": \"$(python3 -c 'print("The quick brown fox jumps over the lazy dog. " * 6)')\", \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true}"
+)
+# run_all <tag>: each body's answer (minus id/created) sequentially into $TMP/<tag>.<i>, then
+# all of them again at once into $TMP/<tag>.c<i>, plus one stream.
+strip() { python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("id",None); d.pop("created",None); print(json.dumps(d, sort_keys=True))'; }
+run_all() {
+  local i=0
+  for b in "${BODIES[@]}"; do
+    post /v1/completions "$b" | strip >"$TMP/$1.$i"
+    i=$((i + 1))
+  done
+  local pids=()
+  i=0
+  for b in "${BODIES[@]}" "${BODIES[@]}"; do
+    (post /v1/completions "$b" | strip >"$TMP/$1.c$i") &
+    pids+=($!)
+    i=$((i + 1))
+  done
+  wait "${pids[@]}"
+  curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": $(ids 150 9), \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true, \"stream\": true}" |
+    python3 -c '
+import json,sys
+text=""
+for line in sys.stdin:
+    line=line.strip()
+    if line.startswith("data: {"):
+        d=json.loads(line[6:])
+        for c in d.get("choices", []): text += c.get("text", "")
+print(json.dumps(text))' >"$TMP/$1.stream"
+}
+same_as_plain() {  # same_as_plain <tag> <description>
+  local same=1
+  for f in "$TMP"/plain.*; do
+    local suffix=${f##*/plain.}
+    if ! cmp -s "$f" "$TMP/$1.$suffix"; then
+      same=0
+      bad "$2: answer $suffix differs from the plain server's" "$(head -c 1500 "$f"; echo; head -c 1500 "$TMP/$1.$suffix")"
+    fi
+  done
+  [[ $same == 1 ]] && ok "$2: every answer (sequential, concurrent, streamed) equals the plain server's"
+}
+
+start_server "$TMP/server-plain.log" --backend cpu || exit 1
+run_all plain
+grep -q '"error"' "$TMP"/plain.* && bad "the plain server answered with errors" "$(cat "$TMP"/plain.0)"
+[[ $(metric 'oasis:sparse_requests') == 0 && $(metric 'oasis:sparse_switches_total') == 0 ]] && ok "plain server: no sparse requests" || bad "plain server went sparse"
+stop_server || fail=1
+
+# K = 32 blocks >= every context here (at most 360 tokens = 23 blocks): bit-exact.
+SPARSE=(--backend cpu --sparse-threshold 64 --topk-blocks 32 --fetch-ratio 0.05 --host-kv-gib 0.05 --sparse-agreement-interval 2)
+for variant in "draft reject" "draft speculate" "previous-query off"; do
+  read -r predictor mode <<<"$variant"
+  extra=(--lookahead "$mode" --sparse-predictor "$predictor")
+  [[ $mode != off ]] && extra+=(--draft-load-format dummy)
+  tag="sparse-$predictor-$mode"
+  start_server "$TMP/$tag.log" "${SPARSE[@]}" "${extra[@]}" || exit 1
+  run_all "$tag"
+  same_as_plain "$tag" "--sparse-predictor $predictor --lookahead $mode"
+  switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 10')
+  steps=$(wait_metric 'oasis:sparse_steps_total' 'v > 50')
+  fetched=$(wait_metric 'oasis:sparse_blocks_fetched_total' 'v > 0')
+  bytes=$(metric 'oasis:sparse_h2d_bytes_total')
+  hit=$(metric 'oasis:sparse_hit_rate')
+  agree=$(wait_metric 'oasis:sparse_topk_agreement' 'v == 1.0')
+  layer1=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:sparse_topk_agreement_by_layer{.*layer="1"} \(.*\)$/\1/p')
+  if [[ $switches -ge 10 && $steps -gt 50 && $fetched -gt 0 && $bytes == $((fetched * 2048)) && $agree == 1 && $layer1 == 1 ]] &&
+     python3 -c "import sys; sys.exit(0 if float('$hit') > 0.9 else 1)"; then
+    ok "$tag: /metrics: $switches switches, $steps sparse steps, $fetched blocks ($bytes bytes) fetched, hit rate $hit, top-K agreement $agree"
+  else
+    bad "$tag: sparse metrics" "$(curl -s "$BASE/metrics" | grep -E '^oasis:(sparse|host_kv|num_host)')"
+  fi
+  usage=$(wait_metric 'oasis:host_kv_usage' 'v == 0')
+  running=$(wait_metric 'oasis:sparse_requests' 'v == 0')
+  gpu=$(wait_metric 'oasis:sparse_gpu_kv_blocks' 'v == 0')
+  kv=$(wait_metric 'oasis:kv_cache_usage_perc' 'v == 0')
+  [[ $usage == 0 && $running == 0 && $gpu == 0 && $kv == 0 ]] && ok "$tag: host store, working sets and KV pool all free when idle" || bad "$tag: memory not returned (host $usage, sparse $running, gpu $gpu, kv $kv)"
+  stop_server || fail=1
+done
+
+# ---- a small host store: 40 head-blocks (4 KiB each: 2 layers x 2 x 16 x 16 x f32) = 320 tokens
+start_server "$TMP/small.log" --backend cpu --sparse-threshold 64 --topk-blocks 8 --host-kv-gib 0.000155 || exit 1
+out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": $(ids 30 6), \"max_tokens\": 400, \"temperature\": 0}")
+code=${out##*$'\n'}
+body=${out%$'\n'*}
+if [[ $code == 413 ]] && python3 -c 'import json,sys; e=json.loads(sys.argv[1])["error"]; sys.exit(0 if e["code"]=="host_kv_exhausted" and "--host-kv-gib" in e["message"] and e["param"]=="max_tokens" else 1)' "$body"; then
+  ok "a request whose KV can never fit the host store: 413 host_kv_exhausted"
+else
+  bad "host store overflow: expected 413" "$code $body"
+fi
+out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "user", "content": "hi"}]}')
+[[ ${out##*$'\n'} == 413 ]] && ok "chat without max_tokens (the whole context) does not fit: 413" || bad "chat without max_tokens" "$out"
+pids=()
+for i in 0 1 2; do  # each needs 38 of the 40 head-blocks: they wait for each other
+  (post /v1/completions "{\"prompt\": $(ids 150 $((7 + i))), \"max_tokens\": 150, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/small.$i") &
+  pids+=($!)
+done
+wait "${pids[@]}"
+n=0
+for i in 0 1 2; do
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==150 else 1)' "$TMP/small.$i" && n=$((n + 1))
+done
+waits=$(wait_metric 'oasis:sparse_admission_waits_total' 'v > 0')
+[[ $n == 3 && $waits -gt 0 ]] && ok "three requests that fit only one at a time are queued and all finish ($waits admission waits)" || bad "queued requests: $n of 3 finished, waits $waits" "$(cat "$TMP"/small.*)"
+[[ $(wait_metric 'oasis:host_kv_usage' 'v == 0') == 0 ]] && ok "small store empty again" || bad "small store not empty"
+stop_server || fail=1
+
+# ---- bad settings ---------------------------------------------------------------------------
+out=$("$SERVER" --backend cpu --sparse on --sparse-predictor draft 2>&1)
+[[ $? == 2 ]] && grep -q "sparse-predictor draft needs lookahead" <<<"$out" && ok "draft predictor without a head -> exit 2" || bad "draft predictor without a head" "$out"
+out=$("$SERVER" --backend cpu --sparse on --fetch-ratio 0 2>&1)
+[[ $? == 2 ]] && grep -q "fetch-ratio" <<<"$out" && ok "--fetch-ratio 0 -> exit 2" || bad "--fetch-ratio 0" "$out"
+out=$("$SERVER" --backend cpu --sparse maybe 2>&1)
+[[ $? == 2 ]] && grep -q -- "--sparse must be one of" <<<"$out" && ok "--sparse maybe -> exit 2" || bad "--sparse maybe" "$out"
+out=$("$SERVER" --backend cpu --sparse-threshold 64 --num-kv-slots 600 --topk-blocks 400 --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 1 ]] && grep -q "topk-blocks 400 needs 804 KV head-blocks" <<<"$out" && ok "K larger than the pool -> exit 1 naming it" || bad "K larger than the pool" "$out"
+out=$("$SERVER" --backend cpu --sparse-threshold 4000 --host-kv-gib 0.0001 --check-config 2>&1)
+[[ $? == 1 ]] && grep -q -- "--host-kv-gib" <<<"$out" && ok "host store below one request past the threshold -> exit 1" || bad "tiny host store" "$out"
+out=$("$SERVER" --backend cpu --sparse-threshold 64 --dense-layers 2 --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 1 ]] && grep -q -- "--dense-layers 2 must be below" <<<"$out" && ok "--dense-layers >= layers -> exit 1" || bad "--dense-layers 2" "$out"
+out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"threshold": 2064' <<<"$out" && grep -q '"predictor": "previous-query"' <<<"$out" && ok "--sparse on: threshold (K + 1) x 16, previous-query without a head" || bad "--sparse on defaults" "$out"
+
+exit $fail

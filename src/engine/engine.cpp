@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -282,7 +283,9 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
 
 Status Engine::CheckHostKvRoom(int64_t prompt_tokens, int64_t max_tokens) const {
   if (!impl_->sparse) return Status::Ok();
-  const int64_t total = max_tokens == -1 ? impl_->context_tokens : prompt_tokens + max_tokens;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t total = impl_->context_tokens;  // max_tokens = -1: the rest of the context
+  if (max_tokens != -1) total = max_tokens > kMax - prompt_tokens ? kMax : prompt_tokens + max_tokens;
   return impl_->sparse->CheckFits(total);
 }
 

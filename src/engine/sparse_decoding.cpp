@@ -41,7 +41,8 @@ SparseDecoding::~SparseDecoding() = default;
 
 Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
   if (threshold_ <= 0 || max_total_tokens <= threshold_) return Status::Ok();
-  const int64_t need = BlocksFor(max_total_tokens) * num_kv_heads_;
+  // Beyond the context (Submit refuses those first) counts as one context's worth, no overflow.
+  const int64_t need = BlocksFor(std::min(max_total_tokens, max_seq_len_ + 1)) * num_kv_heads_;
   if (max_total_tokens <= max_seq_len_ && need <= host_slots_) return Status::Ok();
   const double gib = static_cast<double>(bytes_per_host_slot_) / (1 << 30);
   char need_gib[32], have_gib[32];

@@ -6,6 +6,8 @@
 // clear errors.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "lookahead_test_util.h"
 #include "sparse_engine_test_util.h"
 
@@ -56,6 +58,7 @@ TEST_CASE("a request whose KV can never fit the host store is refused; one that 
     CHECK(s.status().code() == StatusCode::kResourceExhausted);
     CHECK(s.status().message() == room.message());
   }
+  CHECK(engine.CheckHostKvRoom(10, std::numeric_limits<int64_t>::max()).code() == StatusCode::kResourceExhausted);
   CHECK(engine.CheckHostKvRoom(300, 20).ok());  // exactly 20 blocks
   CHECK(engine.CheckHostKvRoom(20, 40).ok());   // never sparse: no host room needed
 

@@ -124,7 +124,8 @@ for variant in "draft reject" "draft speculate" "previous-query off"; do
 done
 
 # ---- a small host store: 40 head-blocks (4 KiB each: 2 layers x 2 x 16 x 16 x f32) = 320 tokens
-start_server "$TMP/small.log" --backend cpu --sparse-threshold 64 --topk-blocks 8 --host-kv-gib 0.000155 || exit 1
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+start_server "$TMP/small.log" --backend cpu --sparse-threshold 64 --topk-blocks 8 --host-kv-gib 0.000155 --grpc-port "$(free_port)" || exit 1
 out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
   -d "{\"prompt\": $(ids 30 6), \"max_tokens\": 400, \"temperature\": 0}")
 code=${out##*$'\n'}
@@ -133,6 +134,31 @@ if [[ $code == 413 ]] && python3 -c 'import json,sys; e=json.loads(sys.argv[1])[
   ok "a request whose KV can never fit the host store: 413 host_kv_exhausted"
 else
   bad "host store overflow: expected 413" "$code $body"
+fi
+# gRPC: RESOURCE_EXHAUSTED (with the client libraries e2e_server_clients installs, when present).
+NODE_MODULES="$ROOT/.cache/e2e-node/node_modules"
+if command -v node >/dev/null && [[ -d $NODE_MODULES/@grpc/grpc-js && -n $GRPC_PORT ]]; then
+  out=$(cd "$TMP" && node --input-type=module - "$GRPC_PORT" "$ROOT/proto/oasis.proto" "$NODE_MODULES" "$(ids 30 6)" <<'JS' 2>&1
+import { createRequire } from 'node:module';
+const [port, protoFile, modules, ids] = process.argv.slice(2);
+const require = createRequire(modules + '/');
+const grpc = require('@grpc/grpc-js');
+const def = require('@grpc/proto-loader').loadSync(protoFile, { keepCase: false, longs: Number, enums: String, defaults: true, oneofs: true });
+const c = new (grpc.loadPackageDefinition(def).oasis.v1.Oasis)(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+const call = c.Generate({ tokenIds: { ids: JSON.parse(ids) }, maxTokens: 400 });
+call.on('data', () => {});
+let error = null;
+call.on('error', (e) => { error = e; });
+call.on('close', () => {
+  console.log(error && error.code === grpc.status.RESOURCE_EXHAUSTED && error.details.includes('--host-kv-gib') ? 'ok'
+              : error ? `code ${error.code}: ${error.details}` : 'no error');
+  c.close();
+});
+JS
+)
+  [[ $out == ok ]] && ok "gRPC: the same request -> RESOURCE_EXHAUSTED" || bad "gRPC host store overflow" "$out"
+else
+  echo "note: gRPC check skipped (no node client libraries in $NODE_MODULES)"
 fi
 out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "hi"}]}')

@@ -74,7 +74,7 @@ struct Engine::Impl {
 
   // Engine-loop state.
   BlockAllocator allocator;
-  BlockAllocator draft_allocator;  // the draft head's KV pool (empty when lookahead is off)
+  BlockAllocator draft_allocator;          // the draft head's KV pool (empty when lookahead is off)
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
   Scheduler scheduler;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;  // by key

@@ -42,7 +42,8 @@ void Engine::Impl::Step() {
     const RequestState& s = *requests.at(c.seq->id);
     const bool is_sparse = c.seq->kv != SequenceKv::kDense;
     const int64_t d = is_sparse && !sparse->FeedsDraft() ? 0 : c.num_draft;
-    std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start, c.seq->tokens.begin() + c.start + c.num_tokens);
+    std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start,
+                                c.seq->tokens.begin() + c.start + c.num_tokens);
     tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + d);
     steps.push_back({&c.seq->table, c.start, std::move(tokens)});
     seqs.push_back(c.seq);
@@ -71,8 +72,8 @@ void Engine::Impl::Step() {
   try {
     if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
     if (sparse_step) {
-      samples = runner.ExecuteSparseStep(input, rows, draft != nullptr ? &capture : nullptr, sparse->pipeline(),
-                                         sparse_plan);
+      samples = runner.ExecuteSparseStep(input, rows, draft != nullptr ? &capture : nullptr,
+                                         sparse->pipeline(), sparse_plan);
     } else if (draft != nullptr) {
       samples = runner.ExecuteSampleAndCapture(input, rows, capture);
     } else {
@@ -139,7 +140,8 @@ void Engine::Impl::Step() {
   }
   if (draft != nullptr && !head_work.empty()) {
     try {
-      stats.draft_tokens_proposed_total += RunDraftHeadStep(*draft, draft_allocator, head_work, capture.out);
+      stats.draft_tokens_proposed_total +=
+          RunDraftHeadStep(*draft, draft_allocator, head_work, capture.out);
     } catch (const std::exception& e) {
       const Status error = Internal(std::string("draft head step failed: ") + e.what());
       for (const DraftHeadWork& w : head_work) Fail(*requests.at(w.seq->id), error);
@@ -148,11 +150,12 @@ void Engine::Impl::Step() {
   if (sparse != nullptr) stats.sparse_switches_total += sparse->SwitchReady(scheduler.running());
 }
 
-bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
-                        RequestOutput& out) {
+bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event,
+                        EngineClock::time_point now, RequestOutput& out) {
   if (sample.token < 0 || sample.token >= config.vocab_size) {
     // Like Fail, but the event keeps a token this step already emitted.
-    out.error = Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary");
+    out.error =
+        Internal("sampled token id " + std::to_string(sample.token) + " outside the vocabulary");
     spdlog::warn("request {} failed: {}", s.request.id, out.error.ToString());
     Finish(s, std::move(out), FinishReasonKind::kError);
     return false;

@@ -19,22 +19,24 @@ SparseModelShape ShapeOf(ModelRunner& runner) {
 
 }  // namespace
 
-SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner, BlockAllocator& allocator,
-                               int64_t metrics_interval)
+SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
+                               BlockAllocator& allocator, int64_t metrics_interval)
     : runner_(runner),
       manager_(config, ShapeOf(runner), runner.backend(), allocator),
-      pipeline_(manager_, runner.backend(), runner.model().config().num_attention_heads, runner.sparse_stage_sync()),
+      pipeline_(manager_, runner.backend(), runner.model().config().num_attention_heads,
+                runner.sparse_stage_sync()),
       metrics_interval_(std::max<int64_t>(1, metrics_interval)),
       threshold_(config.sparse_threshold),
       max_seq_len_(config.max_seq_len),
       num_kv_heads_(runner.model().config().num_key_value_heads),
       host_slots_(manager_.host_store().num_slots()),
       bytes_per_host_slot_(static_cast<int64_t>(manager_.host_store().bytes_per_slot())) {
-  spdlog::info("sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
-               "{} dense layers, host store {} head-blocks ({:.2f} GiB), {} sparse rows",
-               config.sparse_threshold, config.topk_blocks, config.max_fetch(), SparsePredictorName(config.predictor),
-               config.dense_layers, host_slots_, static_cast<double>(host_slots_ * bytes_per_host_slot_) / (1 << 30),
-               config.max_sparse_seqs);
+  spdlog::info(
+      "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
+      "{} dense layers, host store {} head-blocks ({:.2f} GiB), {} sparse rows",
+      config.sparse_threshold, config.topk_blocks, config.max_fetch(),
+      SparsePredictorName(config.predictor), config.dense_layers, host_slots_,
+      static_cast<double>(host_slots_ * bytes_per_host_slot_) / (1 << 30), config.max_sparse_seqs);
 }
 
 SparseDecoding::~SparseDecoding() = default;
@@ -49,9 +51,10 @@ Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
   std::snprintf(need_gib, sizeof need_gib, "%.3f", static_cast<double>(need) * gib);
   std::snprintf(have_gib, sizeof have_gib, "%.3f", static_cast<double>(host_slots_) * gib);
   return ResourceExhausted("the request may reach " + std::to_string(max_total_tokens) +
-                           " tokens (prompt + max_tokens), past the sparse threshold of " + std::to_string(threshold_) +
-                           ": its KV needs " + std::to_string(need) + " head-blocks (" + need_gib +
-                           " GiB) of host KV store, which holds " + std::to_string(host_slots_) + " (" + have_gib +
+                           " tokens (prompt + max_tokens), past the sparse threshold of " +
+                           std::to_string(threshold_) + ": its KV needs " + std::to_string(need) +
+                           " head-blocks (" + need_gib + " GiB) of host KV store, which holds " +
+                           std::to_string(host_slots_) + " (" + have_gib +
                            " GiB, --host-kv-gib); lower max_tokens or the prompt");
 }
 
@@ -63,7 +66,8 @@ SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
       a = Admission::kAdmit;
       break;
     case HostAdmission::kFits:  // Reserve cannot fail after kFits; waiting would be the safe answer
-      a = manager_.Reserve(seq.id, seq.max_total_tokens).ok() ? Admission::kAdmit : Admission::kWait;
+      a = manager_.Reserve(seq.id, seq.max_total_tokens).ok() ? Admission::kAdmit
+                                                              : Admission::kWait;
       break;
     case HostAdmission::kWait:
       a = Admission::kWait;
@@ -85,8 +89,8 @@ void SparseDecoding::Release(Sequence& seq) {
   waiting_for_host_.erase(seq.id);
 }
 
-bool SparseDecoding::PlanStep(const std::vector<const Sequence*>& seqs, std::vector<StepSequence>& steps,
-                              SparseStepPlan& plan) {
+bool SparseDecoding::PlanStep(const std::vector<const Sequence*>& seqs,
+                              std::vector<StepSequence>& steps, SparseStepPlan& plan) {
   OASIS_CHECK_EQ(seqs.size(), steps.size()) << "one sequence per step sequence";
   bool any = false;
   std::vector<SparseBatchEntry> entries;
@@ -101,7 +105,8 @@ bool SparseDecoding::PlanStep(const std::vector<const Sequence*>& seqs, std::vec
   plan = manager_.BuildStepPlan(entries);
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (seqs[i]->kv == SequenceKv::kDense) continue;
-    OASIS_CHECK(!plan.slots[i].slot_mapping.empty()) << "sparse sequence " << seqs[i]->id << " has no plan";
+    OASIS_CHECK(!plan.slots[i].slot_mapping.empty())
+        << "sparse sequence " << seqs[i]->id << " has no plan";
     steps[i].sparse = &plan.slots[i];
     steps[i].table = seqs[i]->kv == SequenceKv::kSparseDenseTable ? &seqs[i]->table : nullptr;
   }
@@ -113,12 +118,14 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
   int64_t switched = 0;
   for (Sequence* s : running) {
     // Only decodes: a sparse step runs the pending token (and a draft), never a prefill chunk.
-    if (s->kv != SequenceKv::kDense || s->num_pending() != 1 || !manager_.ShouldSwitch(s->id, s->num_computed)) {
+    if (s->kv != SequenceKv::kDense || s->num_pending() != 1 ||
+        !manager_.ShouldSwitch(s->id, s->num_computed)) {
       continue;
     }
     const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed, runner_.kv_pools());
     if (!st.ok()) {  // no sparse row or GPU slot now: stays dense, retried next step
-      if (switch_failures_++ % 1000 == 0) spdlog::debug("request {} stays dense: {}", s->id, st.ToString());
+      if (switch_failures_++ % 1000 == 0)
+        spdlog::debug("request {} stays dense: {}", s->id, st.ToString());
       break;
     }
     s->kv = config().dense_layers > 0 ? SequenceKv::kSparseDenseTable : SequenceKv::kSparse;

@@ -41,7 +41,8 @@ class SparseDecoding final : public SequenceKvHooks {
   // `config.max_seq_len` should be the engine's context length. `metrics_interval`: collect
   // the device counters (a host synchronisation) every that many sparse steps, and whenever
   // the last sparse request has gone.
-  SparseDecoding(const SparseConfig& config, ModelRunner& runner, BlockAllocator& allocator, int64_t metrics_interval);
+  SparseDecoding(const SparseConfig& config, ModelRunner& runner, BlockAllocator& allocator,
+                 int64_t metrics_interval);
   ~SparseDecoding() override;
 
   const SparseConfig& config() const { return manager_.config(); }
@@ -66,7 +67,8 @@ class SparseDecoding final : public SequenceKvHooks {
   // is sparse, fills `plan` (SparseKvManager::BuildStepPlan), sets each sparse step's
   // `sparse` (pointing into `plan`, which must outlive `steps`' use) and table (none for
   // kSparse, the dense table for kSparseDenseTable), and returns true.
-  bool PlanStep(const std::vector<const Sequence*>& seqs, std::vector<StepSequence>& steps, SparseStepPlan& plan);
+  bool PlanStep(const std::vector<const Sequence*>& seqs, std::vector<StepSequence>& steps,
+                SparseStepPlan& plan);
   // After a step: switches running decodes past the threshold to sparse. A switch that finds
   // no free sparse row or GPU slot leaves the request dense (retried next step). Returns
   // the number switched.
@@ -83,7 +85,7 @@ class SparseDecoding final : public SequenceKvHooks {
   // Fixed at construction (CheckFits reads them from any thread).
   int64_t threshold_, max_seq_len_, num_kv_heads_, host_slots_, bytes_per_host_slot_;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
-  int64_t admission_waits_ = 0;        // requests that had to wait for host room (once each)
+  int64_t admission_waits_ = 0;    // requests that had to wait for host room (once each)
   std::unordered_set<uint64_t> waiting_for_host_;
   int64_t switch_failures_ = 0;
 };

@@ -25,14 +25,15 @@ namespace oasis::engine_test {
 
 // Per-step observations of RecordingRunner (read on the test thread after the engine stopped).
 struct SparseStepLog {
-  int64_t sparse_steps = 0;       // steps run with the sparse pipeline
-  int64_t mixed_steps = 0;        // ... that also held dense sequences
-  int64_t max_new_per_head = 0;   // most working-set blocks one (row, layer, head) changed in a step
-  int64_t new_blocks = 0;         // Σ changed working-set blocks (= blocks fetched)
+  int64_t sparse_steps = 0;      // steps run with the sparse pipeline
+  int64_t mixed_steps = 0;       // ... that also held dense sequences
+  int64_t max_new_per_head = 0;  // most working-set blocks one (row, layer, head) changed in a step
+  int64_t new_blocks = 0;        // Σ changed working-set blocks (= blocks fetched)
   int64_t max_tokens_sparse = 0;  // most tokens a sparse sequence ran in one step
-  bool slots_as_expected = true;  // GPU slots held = sparse requests x (K + 2) x Hkv (dense_layers 0)
-  bool sync_is_runners = true;    // the pipeline got the runner's sparse_stage_sync()
-  int64_t throw_at_step = -1;     // ExecuteSparseStep throws at this sparse step (test of failures)
+  bool slots_as_expected =
+      true;                     // GPU slots held = sparse requests x (K + 2) x Hkv (dense_layers 0)
+  bool sync_is_runners = true;  // the pipeline got the runner's sparse_stage_sync()
+  int64_t throw_at_step = -1;   // ExecuteSparseStep throws at this sparse step (test of failures)
 };
 
 // The plain runner plus checks around every sparse step: how many working-set blocks per
@@ -41,11 +42,14 @@ struct SparseStepLog {
 // device state directly). Not thread-safe: the engine loop thread.
 class RecordingRunner final : public ModelRunner {
  public:
-  RecordingRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots) : ModelRunner(model, backend, num_kv_slots) {}
+  RecordingRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots)
+      : ModelRunner(model, backend, num_kv_slots) {}
   SparseStepLog log;
 
-  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
-                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
+  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input,
+                                              const std::vector<SampleRow>& rows,
+                                              ResidualCapture* capture,
+                                              SparseAttentionPipeline& pipeline,
                                               const SparseStepPlan& plan) override {
     if (log.throw_at_step == log.sparse_steps) {
       ++log.sparse_steps;
@@ -55,7 +59,8 @@ class RecordingRunner final : public ModelRunner {
     const SparseConfig& cfg = m.config();
     SparseDeviceState& st = m.state();
     std::vector<Tensor> before;
-    for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l) before.push_back(st.layer(l).ws_blocks.Clone());
+    for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l)
+      before.push_back(st.layer(l).ws_blocks.Clone());
     auto out = ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan);
     ++log.sparse_steps;
     const int64_t S = plan.seq_rows.numel();
@@ -80,7 +85,8 @@ class RecordingRunner final : public ModelRunner {
         }
       }
     }
-    if (cfg.dense_layers == 0 && m.gpu_slots_held() != m.num_sparse() * (k + 2) * hkv) log.slots_as_expected = false;
+    if (cfg.dense_layers == 0 && m.gpu_slots_held() != m.num_sparse() * (k + 2) * hkv)
+      log.slots_as_expected = false;
     if (pipeline.stage_sync() != sparse_stage_sync()) log.sync_is_runners = false;
     return out;
   }
@@ -89,8 +95,8 @@ class RecordingRunner final : public ModelRunner {
 // Sparse options for qwen3-tiny (3 layers, 2 KV heads of head_dim 32; a host slot is
 // 2 x 16 x 32 x 3 layers x 4 bytes = 12 KiB on the CPU): a low threshold so that most
 // requests switch, and a host store of `host_slots` head-blocks.
-inline SparseConfig TinySparse(int32_t k, double fetch_ratio, SparsePredictor predictor, int64_t host_slots = 4096,
-                               int32_t dense_layers = 0) {
+inline SparseConfig TinySparse(int32_t k, double fetch_ratio, SparsePredictor predictor,
+                               int64_t host_slots = 4096, int32_t dense_layers = 0) {
   SparseConfig c;
   c.topk_blocks = k;
   c.fetch_ratio = fetch_ratio;
@@ -112,10 +118,12 @@ inline std::vector<EngineRequest> LongWorkload(int n, uint64_t seed, int64_t max
   std::mt19937_64 rng(seed);
   std::vector<EngineRequest> reqs;
   for (int i = 0; i < n; ++i) {
-    const int64_t len = i % 5 == 0 ? 10 + static_cast<int64_t>(rng() % 30) : 40 + static_cast<int64_t>(rng() % (max_prompt - 40));
+    const int64_t len = i % 5 == 0 ? 10 + static_cast<int64_t>(rng() % 30)
+                                   : 40 + static_cast<int64_t>(rng() % (max_prompt - 40));
     std::vector<int32_t> prompt(static_cast<size_t>(len));
     for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % 500);
-    EngineRequest r = Request("req-" + std::to_string(i), std::move(prompt), 20 + static_cast<int64_t>(rng() % 50));
+    EngineRequest r = Request("req-" + std::to_string(i), std::move(prompt),
+                              20 + static_cast<int64_t>(rng() % 50));
     r.ignore_eos = i % 4 != 0;
     if (i % 3 == 1) {
       r.sampling.temperature = i % 2 == 0 ? 3.0f : 8.0f;
@@ -178,11 +186,12 @@ inline SparseRun RunEngine(ModelRunner& runner, DraftRunner* draft, EngineOption
 }
 
 // Tokens, logprobs (bit-equal), top-logprob counts and finish reasons equal.
-inline void CheckSameOutputs(const std::vector<EngineRequest>& reqs, const std::vector<Collected>& got,
+inline void CheckSameOutputs(const std::vector<EngineRequest>& reqs,
+                             const std::vector<Collected>& got,
                              const std::vector<Collected>& want) {
   for (size_t i = 0; i < reqs.size(); ++i) {
-    INFO(reqs[i].id << " prompt " << reqs[i].prompt.size() << " max_tokens " << reqs[i].max_tokens << " T "
-                    << reqs[i].sampling.temperature);
+    INFO(reqs[i].id << " prompt " << reqs[i].prompt.size() << " max_tokens " << reqs[i].max_tokens
+                    << " T " << reqs[i].sampling.temperature);
     CHECK(got[i].error.ok());
     CHECK(got[i].tokens == want[i].tokens);
     CHECK(got[i].logprobs == want[i].logprobs);

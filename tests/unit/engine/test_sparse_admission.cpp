@@ -30,15 +30,16 @@ EngineRequest Long(const std::string& id, int64_t prompt_len, int64_t max_tokens
 
 }  // namespace
 
-TEST_CASE("a request whose KV can never fit the host store is refused; one that must wait is queued",
-          "[engine][sparse]") {
+TEST_CASE(
+    "a request whose KV can never fit the host store is refused; one that must wait is queued",
+    "[engine][sparse]") {
   TinyModel tm(kSlots);
   RecordingRunner runner(*tm.model, tm.backend, kSlots);
   EngineOptions opt;
   // 40 host head-blocks = 20 blocks per KV head: one request of at most 320 tokens at a time.
   opt.sparse = TinySparse(24, 0.25, SparsePredictor::kPreviousQuery, 40);
-  std::vector<EngineRequest> reqs = {Long("a", 150, 150, 1), Long("b", 100, 200, 2), Long("c", 200, 100, 3),
-                                     Long("short", 20, 40, 4)};
+  std::vector<EngineRequest> reqs = {Long("a", 150, 150, 1), Long("b", 100, 200, 2),
+                                     Long("c", 200, 100, 3), Long("short", 20, 40, 4)};
   const std::vector<Collected> dense = [&] {
     TinyModel plain(kSlots);
     return RunEngine(*plain.runner, nullptr, {}, reqs).out;
@@ -58,7 +59,8 @@ TEST_CASE("a request whose KV can never fit the host store is refused; one that 
     CHECK(s.status().code() == StatusCode::kResourceExhausted);
     CHECK(s.status().message() == room.message());
   }
-  CHECK(engine.CheckHostKvRoom(10, std::numeric_limits<int64_t>::max()).code() == StatusCode::kResourceExhausted);
+  CHECK(engine.CheckHostKvRoom(10, std::numeric_limits<int64_t>::max()).code() ==
+        StatusCode::kResourceExhausted);
   CHECK(engine.CheckHostKvRoom(300, 20).ok());  // exactly 20 blocks
   CHECK(engine.CheckHostKvRoom(20, 40).ok());   // never sparse: no host room needed
 
@@ -146,7 +148,8 @@ TEST_CASE("sparse options are checked with clear errors", "[engine][sparse]") {
   EngineOptions o = ok;
   o.sparse->predictor = SparsePredictor::kDraft;
   CHECK(error(o, nullptr).find("--sparse-predictor draft needs lookahead") != std::string::npos);
-  CHECK(error(o, draft.get()).find("--sparse-predictor draft needs lookahead") != std::string::npos);  // lookahead off
+  CHECK(error(o, draft.get()).find("--sparse-predictor draft needs lookahead") !=
+        std::string::npos);  // lookahead off
   o.lookahead = LookaheadMode::kReject;
   CHECK(error(o, draft.get()) == "OK");
   o = ok;
@@ -160,7 +163,8 @@ TEST_CASE("sparse options are checked with clear errors", "[engine][sparse]") {
   CHECK(error(o, nullptr).find("--fetch-ratio") != std::string::npos);
   o = ok;
   o.sparse->sparse_threshold = 8;
-  CHECK(error(o, nullptr).find("--sparse-threshold must be at least one block") != std::string::npos);
+  CHECK(error(o, nullptr).find("--sparse-threshold must be at least one block") !=
+        std::string::npos);
   o = ok;
   o.sparse->dense_layers = 3;
   CHECK(error(o, nullptr).find("--dense-layers") != std::string::npos);

@@ -16,7 +16,8 @@ using namespace oasis::engine_test;
 
 namespace {
 
-constexpr int64_t kSlots = 2048;  // roomy: 16 sparse requests x (K + 2) x 2 heads and the dense ones
+constexpr int64_t kSlots =
+    2048;  // roomy: 16 sparse requests x (K + 2) x 2 heads and the dense ones
 
 std::vector<Collected> DenseOutputs(const std::vector<EngineRequest>& reqs) {
   TinyModel tm(kSlots);
@@ -36,24 +37,27 @@ struct Variant {
 };
 
 const Variant kVariants[] = {
-    {"previous-query", SparsePredictor::kPreviousQuery, LookaheadMode::kOff, Head::kNone, 0, kSlots, 256, false},
-    {"oracle, 1 dense layer", SparsePredictor::kOracle, LookaheadMode::kOff, Head::kNone, 1, kSlots, 256, false},
-    {"draft, reject, fixture head", SparsePredictor::kDraft, LookaheadMode::kReject, Head::kFixture, 0, kSlots, 256,
-     false},
-    {"draft, speculate, copy head", SparsePredictor::kDraft, LookaheadMode::kSpeculate, Head::kCopy, 0, kSlots, 256,
-     false},
-    {"draft, reject, 1 dense layer", SparsePredictor::kDraft, LookaheadMode::kReject, Head::kFixture, 1, kSlots, 256,
-     false},
-    {"previous-query, small pool: preemptions", SparsePredictor::kPreviousQuery, LookaheadMode::kOff, Head::kNone, 0,
-     260, 12, true},
-    {"draft, reject, small pool: preemptions", SparsePredictor::kDraft, LookaheadMode::kReject, Head::kFixture, 0, 260,
-     12, true},
+    {"previous-query", SparsePredictor::kPreviousQuery, LookaheadMode::kOff, Head::kNone, 0, kSlots,
+     256, false},
+    {"oracle, 1 dense layer", SparsePredictor::kOracle, LookaheadMode::kOff, Head::kNone, 1, kSlots,
+     256, false},
+    {"draft, reject, fixture head", SparsePredictor::kDraft, LookaheadMode::kReject, Head::kFixture,
+     0, kSlots, 256, false},
+    {"draft, speculate, copy head", SparsePredictor::kDraft, LookaheadMode::kSpeculate, Head::kCopy,
+     0, kSlots, 256, false},
+    {"draft, reject, 1 dense layer", SparsePredictor::kDraft, LookaheadMode::kReject,
+     Head::kFixture, 1, kSlots, 256, false},
+    {"previous-query, small pool: preemptions", SparsePredictor::kPreviousQuery,
+     LookaheadMode::kOff, Head::kNone, 0, 260, 12, true},
+    {"draft, reject, small pool: preemptions", SparsePredictor::kDraft, LookaheadMode::kReject,
+     Head::kFixture, 0, 260, 12, true},
 };
 
 }  // namespace
 
-TEST_CASE("with K >= the number of blocks, sparse decoding through the engine equals dense decoding",
-          "[engine][sparse]") {
+TEST_CASE(
+    "with K >= the number of blocks, sparse decoding through the engine equals dense decoding",
+    "[engine][sparse]") {
   const std::vector<EngineRequest> reqs = LongWorkload(16, 3);
   const std::vector<Collected> dense = DenseOutputs(reqs);
   for (const Variant& v : kVariants) {
@@ -79,8 +83,8 @@ TEST_CASE("with K >= the number of blocks, sparse decoding through the engine eq
       const SparseStepLog& log = runner.log;
       CHECK(st.sparse_switches_total >= 12);  // most requests pass the threshold of 64
       CHECK(log.sparse_steps > 20);
-      CHECK(log.mixed_steps > 0);              // dense and sparse sequences shared batches
-      CHECK(log.max_new_per_head <= 2);        // C = ceil(0.05 x 24) = 2
+      CHECK(log.mixed_steps > 0);        // dense and sparse sequences shared batches
+      CHECK(log.max_new_per_head <= 2);  // C = ceil(0.05 x 24) = 2
       CHECK(log.slots_as_expected);
       CHECK(log.sync_is_runners);
       CHECK(log.max_tokens_sparse == (v.predictor == SparsePredictor::kDraft ? 2 : 1));
@@ -114,11 +118,14 @@ TEST_CASE("with K >= the number of blocks, sparse decoding through the engine eq
   }
 }
 
-TEST_CASE("small K: at most C new blocks per head per step, counted by the metrics", "[engine][sparse]") {
+TEST_CASE("small K: at most C new blocks per head per step, counted by the metrics",
+          "[engine][sparse]") {
   const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);
-  for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery, SparsePredictor::kOracle}) {
+  for (SparsePredictor predictor :
+       {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery, SparsePredictor::kOracle}) {
     for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
-      DYNAMIC_SECTION(SparsePredictorName(predictor) << (reduce == GroupReduce::kSum ? " sum" : " max")) {
+      DYNAMIC_SECTION(SparsePredictorName(predictor)
+                      << (reduce == GroupReduce::kSum ? " sum" : " max")) {
         TinyModel tm(kSlots);
         RecordingRunner runner(*tm.model, tm.backend, kSlots);
         auto head = FixtureHead(tm);
@@ -158,7 +165,8 @@ TEST_CASE("small K: at most C new blocks per head per step, counted by the metri
 
 TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[engine][sparse]") {
   std::vector<EngineRequest> reqs = LongWorkload(8, 4, 60);
-  for (auto& r : reqs) r.max_tokens = std::min<int64_t>(r.max_tokens, 64 - static_cast<int64_t>(r.prompt.size()));
+  for (auto& r : reqs)
+    r.max_tokens = std::min<int64_t>(r.max_tokens, 64 - static_cast<int64_t>(r.prompt.size()));
   const std::vector<Collected> dense = DenseOutputs(reqs);
   TinyModel tm(kSlots);
   RecordingRunner runner(*tm.model, tm.backend, kSlots);

@@ -31,7 +31,7 @@ EngineRequest Long(const std::string& id, int64_t prompt_len, int64_t max_tokens
 }  // namespace
 
 TEST_CASE(
-    "a request whose KV can never fit the host store is refused; one that must wait is queued",
+    "a request whose KV can never fit the host store is refused, one that must wait is queued",
     "[engine][sparse]") {
   TinyModel tm(kSlots);
   RecordingRunner runner(*tm.model, tm.backend, kSlots);

@@ -67,11 +67,12 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
     workspace = std::max(workspace, kernels::DecodeAttentionWorkspaceBytes(p));
   }
   // The arena never frees inside a forward pass, so per-layer temporaries add up: the decode
-  // workspace, and the activations an unfused op allocates (SiLU·mul for batches the fused
-  // GEMV does not take, K/V for a backend without the fused QKV op), plus alignment slack.
-  // (and the normalised rows of the unfused pre-norm + projection, twice per layer).
+  // workspace, and the activations an unfused op allocates per layer — the [gate | up]
+  // product of the unfused gate/up + SiLU (batches the GEMV does not take), K/V for a backend
+  // without the fused QKV op, the normalised rows of the unfused pre-norm + projection (twice)
+  // — plus alignment slack.
   const int64_t per_layer = static_cast<int64_t>(workspace) +
-                            Tmax * 2 * (c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096;
+                            Tmax * 2 * (2 * c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096;
   OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(
                                         Tmax * per_token + c.num_hidden_layers * per_layer + (1 << 20))));
   OASIS_ASSIGN_OR_RETURN(r->host_logits_, cuda::PinnedBuffer::Allocate(static_cast<size_t>(Tmax * c.vocab_size) * 4));

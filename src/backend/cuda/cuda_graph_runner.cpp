@@ -20,7 +20,8 @@ CudaGraphRunner::CudaGraphRunner(DecoderLM& model, CudaBackend& backend, CudaGra
       cuda_(backend),
       options_(options),
       num_kv_heads_(model.config().num_key_value_heads),
-      max_blocks_((options.max_context + kBlockSize - 1) / kBlockSize) {
+      max_blocks_((options.max_context + kBlockSize - 1) / kBlockSize),
+      sparse_sync_(backend, model.config().num_hidden_layers) {
   for (int64_t b : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512}) {
     if (b < options_.max_batch) buckets_.push_back(b);
   }
@@ -244,6 +245,28 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const Forward
                               DType::kBF16);
     logits = model_.Forward(UploadForwardInput(cuda_, host_input), kv_, &capture);
   }
+  return sampler_.Sample(logits, rows, cuda_.stream());
+}
+
+std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput& host_input,
+                                                             const std::vector<SampleRow>& rows,
+                                                             ResidualCapture* capture, SparseAttentionPipeline& pipeline,
+                                                             const SparseStepPlan& plan) {
+  if (capture != nullptr) {
+    capture->out = cuda_.Empty({static_cast<int64_t>(capture->layer_ids.size()), host_input.token_ids.numel(),
+                                model_.config().hidden_size},
+                               DType::kBF16);
+  }
+  const ForwardInput in = UploadForwardInput(cuda_, host_input);
+  pipeline.BeginStep(plan, in.attention, in.slot_mapping);
+  Tensor logits;
+  try {
+    logits = model_.Forward(in, kv_, capture, &pipeline);
+  } catch (...) {
+    pipeline.EndStep();
+    throw;
+  }
+  pipeline.EndStep();  // the side streams rejoin the main stream here
   return sampler_.Sample(logits, rows, cuda_.stream());
 }
 

@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_sampler.h"
+#include "backend/cuda/cuda_sparse_sync.h"
 #include "common/cuda_rt.h"
 #include "engine/model_runner.h"
 
@@ -50,6 +51,13 @@ class CudaGraphRunner final : public ModelRunner {
   std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                     const std::vector<SampleRow>& rows,
                                                     ResidualCapture& capture) override;
+
+  // Sparse steps run eagerly (the pipeline's host-built plan changes every step), with the
+  // pipeline's side streams (CudaSparseStageSync) and sampling on the device.
+  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
+                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
+                                              const SparseStepPlan& plan) override;
+  SparseStageSync* sparse_stage_sync() override { return &sparse_sync_; }
 
   // Number of graphs captured so far (one per bucket used).
   size_t num_graphs() const { return graphs_.size(); }
@@ -106,6 +114,7 @@ class CudaGraphRunner final : public ModelRunner {
   cuda::PinnedBuffer host_logits_;  // [max_batch · kMaxQueryLen, vocab] f32, the decode steps' output
   std::map<GraphKey, Graph> graphs_;
   CudaSampler sampler_;
+  CudaSparseStageSync sparse_sync_;
 };
 
 }  // namespace oasis

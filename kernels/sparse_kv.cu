@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(kTopKThreads)
           if (lane >= o) incl += v;
         }
         const int excl = incl - mine, need = s_remaining;
+        __syncwarp();  // every lane has read s_remaining before the owner rewrites it (racecheck)
         const unsigned ballot = __ballot_sync(0xffffffffu, incl >= need);
         const int owner = __ffs(ballot) - 1;
         if (lane == owner) {

@@ -143,3 +143,32 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
     }
   }
 }
+
+TEST_CASE("CudaSparseStageSync orders the stages and times the attention stage's wait for transfers",
+          "[gpu][sparse]") {
+  auto backend = CudaBackend::Create();
+  REQUIRE(backend.ok());
+  CudaBackend& b = **backend;
+  CudaSparseStageSync sync(b, 2);
+  Tensor big = b.Empty({int64_t{1} << 30}, DType::kBF16);  // 2 GiB: a fill of ~1 ms
+  Tensor flag = b.Upload(Tensor::Zeros({1}, DType::kF32));
+  Tensor seen = b.Empty({1}, DType::kF32);
+  b.Synchronize();  // the allocations and the upload happened on the main stream
+  // Layer 1's transfer: a long fill on the transfer stream, then a marker written after it.
+  sync.Enter(SparseStage::kTransfer, 1);
+  b.Fill(big, 1.0f);
+  b.Fill(flag, 7.0f);
+  sync.Exit(SparseStage::kTransfer, 1);
+  // Layer 1's attention at the next step waits for it on the main stream: what it reads
+  // afterwards must see the marker.
+  sync.Enter(SparseStage::kAttention, 1);
+  b.Copy(flag, seen);
+  sync.Exit(SparseStage::kAttention, 1);
+  sync.Join();
+  const Tensor host = b.Download(seen);
+  CHECK(host.data<float>()[0] == 7.0f);
+  const double waited = sync.TakeTransferWaitSeconds();
+  INFO("waited " << waited << " s");
+  CHECK(waited > 1e-4);  // the main stream really waited for the fill
+  CHECK(sync.TakeTransferWaitSeconds() == 0.0);  // taken
+}

@@ -146,7 +146,7 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
   }
 }
 
-TEST_CASE("CudaSparseStageSync orders the stages and times the attention stage's wait for transfers",
+TEST_CASE("CudaSparseStageSync makes the next step's attention wait for the layer's transfer",
           "[gpu][sparse]") {
   auto backend = CudaBackend::Create();
   REQUIRE(backend.ok());
@@ -170,8 +170,4 @@ TEST_CASE("CudaSparseStageSync orders the stages and times the attention stage's
   sync.Join();
   const Tensor host = b.Download(seen);
   CHECK(host.data<float>()[0] == 7.0f);
-  const double waited = sync.TakeTransferWaitSeconds();
-  INFO("waited " << waited << " s");
-  CHECK(waited > 5e-3);  // the main stream really waited for the held transfer stream
-  CHECK(sync.TakeTransferWaitSeconds() == 0.0);  // taken
 }

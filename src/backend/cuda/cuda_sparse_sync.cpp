@@ -9,30 +9,6 @@ CudaSparseStageSync::CudaSparseStageSync(CudaBackend& backend, int64_t num_layer
   OASIS_CHECK_GT(num_layers, 0) << "sparse stage sync";
   events_.reserve(static_cast<size_t>(4 * num_layers));
   for (int64_t i = 0; i < 4 * num_layers; ++i) events_.emplace_back(cuda::EventTiming::kDisabled);
-  for (int64_t i = 0; i < num_layers; ++i) {
-    wait_begin_.emplace_back(cuda::EventTiming::kEnabled);
-    wait_end_.emplace_back(cuda::EventTiming::kEnabled);
-  }
-  wait_pending_.assign(static_cast<size_t>(num_layers), 0);
-}
-
-void CudaSparseStageSync::HarvestWait(int64_t layer) {
-  const size_t l = static_cast<size_t>(layer);
-  if (!wait_pending_[l] || cudaEventQuery(wait_end_[l].get()) != cudaSuccess) return;
-  wait_seconds_ += wait_end_[l].ElapsedMsSince(wait_begin_[l]) * 1e-3;
-  wait_pending_[l] = 0;
-}
-
-double CudaSparseStageSync::TakeTransferWaitSeconds() {
-  for (int64_t l = 0; l < num_layers_; ++l) HarvestWait(l);
-  const double s = wait_seconds_;
-  wait_seconds_ = 0;
-  return s;
-}
-
-bool CudaSparseStageSync::capturing() const {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(backend_.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
 }
 
 cudaStream_t CudaSparseStageSync::StreamOf(SparseStage stage) const {
@@ -55,20 +31,9 @@ void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
   const cudaStream_t s = backend_.stream();
   // An event never recorded is complete: the first step waits for nothing.
   switch (stage) {
-    case SparseStage::kAttention: {
-      // Time the wait: an event just before and one just after it on the main stream. A pair
-      // still in flight from the previous step is dropped rather than waited for.
-      HarvestWait(layer);
-      const size_t l = static_cast<size_t>(layer);
-      const bool measure = !wait_pending_[l] && !capturing();
-      if (measure) wait_begin_[l].Record(s);
+    case SparseStage::kAttention:
       OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kTransfer, layer), 0));
-      if (measure) {
-        wait_end_[l].Record(s);
-        wait_pending_[l] = 1;
-      }
       break;
-    }
     case SparseStage::kPredict:
       OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kAttention, layer), 0));
       break;

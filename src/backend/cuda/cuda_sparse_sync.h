@@ -27,10 +27,6 @@ class CudaSparseStageSync final : public SparseStageSync {
 
   void Enter(SparseStage stage, int64_t layer) override;
   void Exit(SparseStage stage, int64_t layer) override;
-  // Seconds the main stream spent waiting for transfers: timing events recorded just before
-  // and just after each attention stage's wait; a pair is read (without blocking) once it has
-  // completed, at the layer's next wait or here.
-  double TakeTransferWaitSeconds() override;
   // The backend's stream waits for everything the side streams were given so far.
   void Join() override;
 
@@ -44,12 +40,6 @@ class CudaSparseStageSync final : public SparseStageSync {
   std::vector<cuda::Event> events_;  // [4][num_layers]: attn_done, predict_done, select_done, transfer_done
   bool transfer_pending_ = false;    // a transfer was enqueued since the last Join
   int64_t last_transfer_layer_ = -1;
-  // Per layer: timing events around the attention stage's wait, and whether a pair is pending.
-  std::vector<cuda::Event> wait_begin_, wait_end_;
-  std::vector<char> wait_pending_;
-  double wait_seconds_ = 0;
-  void HarvestWait(int64_t layer);
-  bool capturing() const;  // timing events cannot be recorded inside graph capture
 };
 
 }  // namespace oasis

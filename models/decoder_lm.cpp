@@ -27,6 +27,19 @@ StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name, con
   return t;
 }
 
+// Loads this rank's part of a checkpoint tensor: the whole tensor (shape-checked), or only
+// the slice (LoadSlice; the full shape checked from the header, nothing else read).
+StatusOr<Tensor> LoadPart(const WeightSource& w, const WeightPart& part, DType dtype) {
+  if (part.dim < 0) return LoadChecked(w, part.name, part.shape, dtype);
+  if (!w.Has(part.name)) return NotFound("weight '" + part.name + "' missing from " + w.Describe());
+  OASIS_ASSIGN_OR_RETURN(TensorInfo info, w.Info(part.name));
+  if (info.shape != part.shape) {
+    return InvalidArgument("weight '" + part.name + "' has shape " + ShapeToString(info.shape) + ", expected " +
+                           ShapeToString(part.shape) + " (" + w.Describe() + ")");
+  }
+  return w.LoadSlice(part.name, part.dim, part.begin, part.end, dtype);
+}
+
 }  // namespace
 
 std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
@@ -53,19 +66,21 @@ std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
   return specs;
 }
 
-DecoderLM::DecoderLM(const ModelConfig& config, Backend& backend)
-    : config_(config), backend_(backend), rope_(ComputeRopeParams(config)) {}
+DecoderLM::DecoderLM(const ModelConfig& config, Backend& backend, const TensorParallel& tp)
+    : config_(LocalConfig(config, tp)), full_config_(config), tp_(tp), backend_(backend),
+      rope_(ComputeRopeParams(config)) {}
 
 StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config, const WeightSource& weights,
-                                                       Backend& backend) {
+                                                       Backend& backend, const TensorParallel& tp) {
   if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
     return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
                          config.architecture_name);
   }
+  OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
   if (config.attention_bias) return Unimplemented("attention_bias=true is not supported");
   if (config.hidden_act != "silu") return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
   if (config.head_dim % 2 != 0) return InvalidArgument("head_dim must be even for RoPE");
-  std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend));
+  std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   const DType dt = backend.activation_dtype();
   const bool tied_without_head = config.tie_word_embeddings && !weights.Has("lm_head.weight");
   if (!tied_without_head && config.tie_word_embeddings) {
@@ -77,30 +92,30 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   for (const WeightSpec& spec : ExpectedWeights(config)) {
     total_bytes += static_cast<double>(spec.numel()) * static_cast<double>(DTypeSize(dt));
   }
-  WeightProvider from_checkpoint = [&](const std::vector<std::string>& names,
-                                       const std::vector<std::vector<int64_t>>& shapes, DummyInit) -> StatusOr<Tensor> {
-    // Fast path: every part stored in the backend's dtype and mapped in memory goes from the
-    // mapping straight to its rows of the device tensor (no host copy, no concatenation).
+  WeightProvider from_checkpoint = [&](const std::vector<WeightPart>& wanted, DummyInit) -> StatusOr<Tensor> {
+    // Fast path: every part whole, stored in the backend's dtype and mapped in memory goes
+    // from the mapping straight to its rows of the device tensor (no host copy, no concat).
     bool direct = true;
-    for (size_t i = 0; i < names.size() && direct; ++i) {
-      auto info = weights.Info(names[i]);
-      direct = info.ok() && info->dtype == dt && info->shape == shapes[i] && weights.RawBytes(names[i]).ok();
+    for (size_t i = 0; i < wanted.size() && direct; ++i) {
+      auto info = weights.Info(wanted[i].name);
+      direct = wanted[i].dim < 0 && info.ok() && info->dtype == dt && info->shape == wanted[i].shape &&
+               weights.RawBytes(wanted[i].name).ok();
     }
     Tensor uploaded;
     if (direct) {
-      std::vector<int64_t> fused = shapes[0];
-      for (size_t i = 1; i < shapes.size(); ++i) fused[0] += shapes[i][0];
+      std::vector<int64_t> fused = wanted[0].shape;
+      for (size_t i = 1; i < wanted.size(); ++i) fused[0] += wanted[i].shape[0];
       uploaded = backend.Empty(fused, dt);
       size_t offset = 0;
-      for (const std::string& name : names) {
-        OASIS_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, weights.RawBytes(name));
+      for (const WeightPart& part : wanted) {
+        OASIS_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, weights.RawBytes(part.name));
         backend.UploadBytes(uploaded, offset, bytes.data(), bytes.size());
         offset += bytes.size();
       }
-    } else {  // converting, or checking shapes for a clear error
+    } else {  // converting, slicing (tensor parallel), or checking shapes for a clear error
       std::vector<Tensor> parts;
-      for (size_t i = 0; i < names.size(); ++i) {
-        OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(weights, names[i], shapes[i], dt));
+      for (const WeightPart& part : wanted) {
+        OASIS_ASSIGN_OR_RETURN(Tensor t, LoadPart(weights, part, dt));
         parts.push_back(std::move(t));
       }
       uploaded = backend.Upload(parts.size() == 1 ? parts[0] : Tensor::ConcatRows(parts));
@@ -119,17 +134,17 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
 }
 
 StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& config, Backend& backend,
-                                                            uint64_t seed) {
+                                                            uint64_t seed, const TensorParallel& tp) {
   if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
     return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
                          config.architecture_name);
   }
-  std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend));
+  OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   uint64_t counter = seed * 0x9E3779B97F4A7C15ULL;
-  WeightProvider fill = [&](const std::vector<std::string>&, const std::vector<std::vector<int64_t>>& shapes,
-                            DummyInit init) -> StatusOr<Tensor> {
-    std::vector<int64_t> shape = shapes[0];
-    for (size_t i = 1; i < shapes.size(); ++i) shape[0] += shapes[i][0];
+  WeightProvider fill = [&](const std::vector<WeightPart>& parts, DummyInit init) -> StatusOr<Tensor> {
+    std::vector<int64_t> shape = parts[0].LocalShape();
+    for (size_t i = 1; i < parts.size(); ++i) shape[0] += parts[i].LocalShape()[0];
     Tensor t = backend.Empty(shape, backend.activation_dtype());
     if (init == DummyInit::kNormal) {
       backend.FillNormal(t, ++counter, 0.02f);
@@ -143,37 +158,45 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& c
 }
 
 Status DecoderLM::LoadWeights(const WeightProvider& get) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = full_config_;  // checkpoint shapes; each rank takes its parts
+  const TensorParallel& tp = tp_;
   const int64_t h = c.hidden_size;
-  using Shapes = std::vector<std::vector<int64_t>>;
-  OASIS_ASSIGN_OR_RETURN(embed_tokens_, get({"model.embed_tokens.weight"}, Shapes{{c.vocab_size, h}}, DummyInit::kNormal));
-  OASIS_ASSIGN_OR_RETURN(final_norm_, get({"model.norm.weight"}, Shapes{{h}}, DummyInit::kOnes));
+  using Parts = std::vector<WeightPart>;
+  const auto whole = [&](int64_t i, const std::string& leaf, std::vector<int64_t> shape) {
+    return Replicated(LayerName(i, leaf), std::move(shape));
+  };
+  const auto rows = [&](int64_t i, const std::string& leaf, std::vector<int64_t> shape) {  // column-parallel
+    return Shard(LayerName(i, leaf), std::move(shape), 0, tp);
+  };
+  const auto cols = [&](int64_t i, const std::string& leaf, std::vector<int64_t> shape) {  // row-parallel
+    return Shard(LayerName(i, leaf), std::move(shape), 1, tp);
+  };
+  OASIS_ASSIGN_OR_RETURN(embed_tokens_,
+                         get(Parts{Replicated("model.embed_tokens.weight", {c.vocab_size, h})}, DummyInit::kNormal));
+  OASIS_ASSIGN_OR_RETURN(final_norm_, get(Parts{Replicated("model.norm.weight", {h})}, DummyInit::kOnes));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    OASIS_ASSIGN_OR_RETURN(lm_head_, get({"lm_head.weight"}, Shapes{{c.vocab_size, h}}, DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(lm_head_, get(Parts{Replicated("lm_head.weight", {c.vocab_size, h})}, DummyInit::kNormal));
   }
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer& L = layers_[static_cast<size_t>(i)];
-    OASIS_ASSIGN_OR_RETURN(L.input_norm, get({LayerName(i, "input_layernorm.weight")}, Shapes{{h}}, DummyInit::kOnes));
-    OASIS_ASSIGN_OR_RETURN(L.post_norm,
-                           get({LayerName(i, "post_attention_layernorm.weight")}, Shapes{{h}}, DummyInit::kOnes));
-    OASIS_ASSIGN_OR_RETURN(L.qkv, get({LayerName(i, "self_attn.q_proj.weight"), LayerName(i, "self_attn.k_proj.weight"),
-                                       LayerName(i, "self_attn.v_proj.weight")},
-                                      Shapes{{c.q_size(), h}, {c.kv_size(), h}, {c.kv_size(), h}}, DummyInit::kNormal));
-    OASIS_ASSIGN_OR_RETURN(L.o_proj, get({LayerName(i, "self_attn.o_proj.weight")}, Shapes{{h, c.q_size()}},
-                                         DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(L.input_norm, get(Parts{whole(i, "input_layernorm.weight", {h})}, DummyInit::kOnes));
+    OASIS_ASSIGN_OR_RETURN(L.post_norm, get(Parts{whole(i, "post_attention_layernorm.weight", {h})}, DummyInit::kOnes));
+    OASIS_ASSIGN_OR_RETURN(L.qkv, get(Parts{rows(i, "self_attn.q_proj.weight", {c.q_size(), h}),
+                                            rows(i, "self_attn.k_proj.weight", {c.kv_size(), h}),
+                                            rows(i, "self_attn.v_proj.weight", {c.kv_size(), h})},
+                                      DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(L.o_proj, get(Parts{cols(i, "self_attn.o_proj.weight", {h, c.q_size()})}, DummyInit::kNormal));
     if (c.qk_norm) {
-      OASIS_ASSIGN_OR_RETURN(L.q_norm, get({LayerName(i, "self_attn.q_norm.weight")}, Shapes{{c.head_dim}},
-                                           DummyInit::kOnes));
-      OASIS_ASSIGN_OR_RETURN(L.k_norm, get({LayerName(i, "self_attn.k_norm.weight")}, Shapes{{c.head_dim}},
-                                           DummyInit::kOnes));
+      OASIS_ASSIGN_OR_RETURN(L.q_norm, get(Parts{whole(i, "self_attn.q_norm.weight", {c.head_dim})}, DummyInit::kOnes));
+      OASIS_ASSIGN_OR_RETURN(L.k_norm, get(Parts{whole(i, "self_attn.k_norm.weight", {c.head_dim})}, DummyInit::kOnes));
     }
-    OASIS_ASSIGN_OR_RETURN(L.gate_up, get({LayerName(i, "mlp.gate_proj.weight"), LayerName(i, "mlp.up_proj.weight")},
-                                          Shapes{{c.intermediate_size, h}, {c.intermediate_size, h}},
+    OASIS_ASSIGN_OR_RETURN(L.gate_up, get(Parts{rows(i, "mlp.gate_proj.weight", {c.intermediate_size, h}),
+                                                rows(i, "mlp.up_proj.weight", {c.intermediate_size, h})},
                                           DummyInit::kNormal));
-    OASIS_ASSIGN_OR_RETURN(L.down, get({LayerName(i, "mlp.down_proj.weight")}, Shapes{{h, c.intermediate_size}},
+    OASIS_ASSIGN_OR_RETURN(L.down, get(Parts{cols(i, "mlp.down_proj.weight", {h, c.intermediate_size})},
                                        DummyInit::kNormal));
   }
   return Status::Ok();
@@ -271,9 +294,11 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
       hook->AfterAttention(layer, q, kv[i]);
     }
     B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
+    if (tp_.comm != nullptr) tp_.comm->AllReduceSum(hidden);  // row-parallel o_proj: sum the partials
     B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up, act);
     cur = 1 - cur;
     B.Linear(act, L.down, hidden);
+    if (tp_.comm != nullptr) tp_.comm->AllReduceSum(hidden);  // row-parallel down_proj
   }
   B.AddRmsNorm(hidden, residual[cur], final_norm_, eps, normed);
   capture_stream(c.num_hidden_layers, residual[cur]);  // leaving the last layer (pre-norm)

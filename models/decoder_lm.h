@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "loader/weights.h"
+#include "models/tp_sharding.h"
 #include "oasis/model_config.h"
 
 namespace oasis {
@@ -42,16 +43,29 @@ class DecoderLM {
  public:
   // Checks the config and loads every weight the architecture needs from `weights`
   // (NotFound naming the tensor, InvalidArgument for a wrong shape).
+  // With tp.size > 1 the model is rank tp.rank's shard (models/tp_sharding.h): it reads only
+  // its slices of the sharded tensors (WeightSource::LoadSlice), computes with the local
+  // head counts (config()) and all-reduces through tp.comm inside Forward, which every rank
+  // must then call in lock-step with the same batch. InvalidArgument when the head counts
+  // or intermediate size do not divide by tp.size.
   static StatusOr<std::unique_ptr<DecoderLM>> Create(const ModelConfig& config,
-                                                     const WeightSource& weights, Backend& backend);
-  // Random weights at the config's real shapes, generated on the backend's device
-  // (`--load-format dummy`, for benchmarks): normal(0, 0.02) matrices, unit norms.
-  static StatusOr<std::unique_ptr<DecoderLM>> CreateDummy(const ModelConfig& config, Backend& backend,
-                                                          uint64_t seed);
+                                                     const WeightSource& weights, Backend& backend,
+                                                     const TensorParallel& tp = {});
+  // Random weights at the config's real shapes (this rank's shard of them), generated on the
+  // backend's device (`--load-format dummy`, for benchmarks): normal(0, 0.02) matrices, unit
+  // norms. Shards of different tp sizes are not slices of one dummy model.
+  static StatusOr<std::unique_ptr<DecoderLM>> CreateDummy(const ModelConfig& config,
+                                                          Backend& backend, uint64_t seed,
+                                                          const TensorParallel& tp = {});
   // The checkpoint tensors this architecture reads (also the recipe for dummy weights).
   static std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 
+  // The config this rank computes with: num_attention_heads, num_key_value_heads and
+  // intermediate_size are the local (per-rank) counts under tensor parallelism.
   const ModelConfig& config() const { return config_; }
+  // The checkpoint's config (global head counts).
+  const ModelConfig& full_config() const { return full_config_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
   // The input embedding [vocab, hidden] on the backend's device (EAGLE-3 heads share it).
   const Tensor& embed_tokens() const { return embed_tokens_; }
 
@@ -60,6 +74,7 @@ class DecoderLM {
   // tied), "model.layers.{i}.input_layernorm.weight", ".post_attention_layernorm.weight",
   // ".self_attn.o_proj.weight", ".mlp.down_proj.weight"), or nullptr. For tools that shape
   // dummy weights (benchmarks of constructed behaviour); the model does not notice changes.
+  // Under tensor parallelism o_proj and down_proj are this rank's column slices.
   Tensor* FindWeight(const std::string& name);
 
   // KV pools for `num_slots` head-blocks per layer, on the backend's device.
@@ -77,6 +92,7 @@ class DecoderLM {
  private:
   struct Layer {
     Tensor input_norm;      // [hidden]
+    // Shapes with the local sizes (config_): q_size, kv_size and intermediate per rank.
     Tensor qkv;             // [q_size + 2 * kv_size, hidden]
     Tensor q_norm, k_norm;  // [head_dim] (Qwen3 only)
     Tensor o_proj;          // [hidden, q_size]
@@ -85,15 +101,16 @@ class DecoderLM {
     Tensor down;            // [hidden, intermediate]
   };
 
-  // Produces one device weight: the named checkpoint tensors (with their expected shapes)
-  // stacked along dimension 0, or a dummy fill of that shape.
-  using WeightProvider = std::function<StatusOr<Tensor>(const std::vector<std::string>& names,
-                                                        const std::vector<std::vector<int64_t>>& shapes,
-                                                        DummyInit init)>;
-  DecoderLM(const ModelConfig& config, Backend& backend);
+  // Produces one device weight: this rank's parts of the named checkpoint tensors stacked
+  // along dimension 0, or a dummy fill of that shape.
+  using WeightProvider =
+      std::function<StatusOr<Tensor>(const std::vector<WeightPart>& parts, DummyInit init)>;
+  DecoderLM(const ModelConfig& config, Backend& backend, const TensorParallel& tp);
   Status LoadWeights(const WeightProvider& get);
 
-  ModelConfig config_;
+  ModelConfig config_;       // local head counts
+  ModelConfig full_config_;  // as in the checkpoint
+  TensorParallel tp_;
   Backend& backend_;
   RopeParams rope_;
   Tensor embed_tokens_;  // [vocab, hidden]

@@ -86,12 +86,18 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   if (!tied_without_head && config.tie_word_embeddings) {
     spdlog::warn("config ties word embeddings; ignoring the checkpoint's lm_head.weight");
   }
-  // Progress for large checkpoints: one log line per tenth of the bytes.
+  // Progress for large checkpoints: one log line per tenth of this rank's bytes (counted by
+  // a dry run of the loading plan that allocates nothing).
   double total_bytes = 0, loaded_bytes = 0;
   int reported_tenths = 0;
-  for (const WeightSpec& spec : ExpectedWeights(config)) {
-    total_bytes += static_cast<double>(spec.numel()) * static_cast<double>(DTypeSize(dt));
-  }
+  OASIS_RETURN_IF_ERROR(model->LoadWeights([&](const std::vector<WeightPart>& parts, DummyInit) -> StatusOr<Tensor> {
+    for (const WeightPart& part : parts) {
+      double n = static_cast<double>(DTypeSize(dt));
+      for (int64_t d : part.LocalShape()) n *= static_cast<double>(d);
+      total_bytes += n;
+    }
+    return Tensor();
+  }));
   WeightProvider from_checkpoint = [&](const std::vector<WeightPart>& wanted, DummyInit) -> StatusOr<Tensor> {
     // Fast path: every part whole, stored in the backend's dtype and mapped in memory goes
     // from the mapping straight to its rows of the device tensor (no host copy, no concat).

@@ -14,32 +14,28 @@ Tensor ModelRunner::ForwardLogits(const ForwardInput& h) { return model_.Forward
 
 std::vector<SampleResult> ModelRunner::ExecuteAndSample(const ForwardInput& host_input,
                                                         const std::vector<SampleRow>& rows) {
-  return SampleOnHost(Execute(host_input), rows);
+  return SampleLogits(ForwardLogits(host_input), rows);
+}
+
+void ModelRunner::AllocateCapture(ResidualCapture& capture, int64_t tokens) {
+  const std::vector<int64_t> shape = {static_cast<int64_t>(capture.layer_ids.size()), tokens,
+                                      model_.config().hidden_size};
+  if (capture.out.shape() != shape || capture.out.device() != backend_.device()) {
+    capture.out = backend_.Empty(shape, backend_.activation_dtype());
+  }
 }
 
 std::vector<SampleResult> ModelRunner::ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                                const std::vector<SampleRow>& rows,
                                                                ResidualCapture& capture) {
-  const int64_t T = host_input.token_ids.numel();
-  const std::vector<int64_t> shape = {static_cast<int64_t>(capture.layer_ids.size()), T,
-                                      model_.config().hidden_size};
-  if (capture.out.shape() != shape || capture.out.device() != backend_.device()) {
-    capture.out = backend_.Empty(shape, backend_.activation_dtype());
-  }
-  Tensor logits = model_.Forward(UploadForwardInput(backend_, host_input), kv_, &capture);
-  return SampleOnHost(backend_.Download(logits), rows);
+  AllocateCapture(capture, host_input.token_ids.numel());
+  return SampleLogits(model_.Forward(UploadForwardInput(backend_, host_input), kv_, &capture), rows);
 }
 
 std::vector<SampleResult> ModelRunner::ExecuteSparseStep(const ForwardInput& host_input,
                                                          const std::vector<SampleRow>& rows, ResidualCapture* capture,
                                                          SparseAttentionPipeline& pipeline, const SparseStepPlan& plan) {
-  if (capture != nullptr) {
-    const std::vector<int64_t> shape = {static_cast<int64_t>(capture->layer_ids.size()),
-                                        host_input.token_ids.numel(), model_.config().hidden_size};
-    if (capture->out.shape() != shape || capture->out.device() != backend_.device()) {
-      capture->out = backend_.Empty(shape, backend_.activation_dtype());
-    }
-  }
+  if (capture != nullptr) AllocateCapture(*capture, host_input.token_ids.numel());
   const ForwardInput in = UploadForwardInput(backend_, host_input);
   pipeline.BeginStep(plan, in.attention, in.slot_mapping);
   Tensor logits;
@@ -49,7 +45,11 @@ std::vector<SampleResult> ModelRunner::ExecuteSparseStep(const ForwardInput& hos
     pipeline.EndStep();
     throw;
   }
-  pipeline.EndStep();
+  pipeline.EndStep();  // device backends: the pipeline's side streams rejoin here
+  return SampleLogits(logits, rows);
+}
+
+std::vector<SampleResult> ModelRunner::SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) {
   return SampleOnHost(backend_.Download(logits), rows);
 }
 

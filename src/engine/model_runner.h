@@ -70,6 +70,12 @@ class ModelRunner {
   // Runs the step and returns the logits [R, vocab] where the backend keeps them (device
   // memory for GPU backends; valid until the next step).
   virtual Tensor ForwardLogits(const ForwardInput& host_input);
+  // Samples one token per row of logits [R, vocab] where ForwardLogits left them. The plain
+  // runner downloads them and samples on the host; device runners sample in place and bring
+  // back only tokens and log-probabilities.
+  virtual std::vector<SampleResult> SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows);
+  // (Re)allocates capture.out as [layer_ids.size(), tokens, hidden] unless it already is.
+  void AllocateCapture(ResidualCapture& capture, int64_t tokens);
   // Samples one token per logits row of host F32 logits [R, vocab] (rows with needed ==
   // false get a default result).
   static std::vector<SampleResult> SampleOnHost(const Tensor& logits, const std::vector<SampleRow>& rows);

@@ -224,9 +224,7 @@ Tensor CudaGraphRunner::Execute(const ForwardInput& host_input) {
   return out;
 }
 
-std::vector<SampleResult> CudaGraphRunner::ExecuteAndSample(const ForwardInput& host_input,
-                                                            const std::vector<SampleRow>& rows) {
-  const Tensor logits = ForwardLogits(host_input);
+std::vector<SampleResult> CudaGraphRunner::SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) {
   return sampler_.Sample(logits, rows, cuda_.stream());
 }
 
@@ -234,40 +232,10 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const Forward
                                                                    const std::vector<SampleRow>& rows,
                                                                    ResidualCapture& capture) {
   const std::optional<GraphKey> key = KeyFor(host_input, &capture.layer_ids);
-  Tensor logits;
-  if (key) {
-    const Graph& g = Replay(host_input, *key);
-    capture.out = g.capture;
-    logits = g.logits;
-  } else {
-    const int64_t T = host_input.token_ids.numel();
-    capture.out = cuda_.Empty({static_cast<int64_t>(capture.layer_ids.size()), T, model_.config().hidden_size},
-                              DType::kBF16);
-    logits = model_.Forward(UploadForwardInput(cuda_, host_input), kv_, &capture);
-  }
-  return sampler_.Sample(logits, rows, cuda_.stream());
-}
-
-std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput& host_input,
-                                                             const std::vector<SampleRow>& rows,
-                                                             ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                                             const SparseStepPlan& plan) {
-  if (capture != nullptr) {
-    capture->out = cuda_.Empty({static_cast<int64_t>(capture->layer_ids.size()), host_input.token_ids.numel(),
-                                model_.config().hidden_size},
-                               DType::kBF16);
-  }
-  const ForwardInput in = UploadForwardInput(cuda_, host_input);
-  pipeline.BeginStep(plan, in.attention, in.slot_mapping);
-  Tensor logits;
-  try {
-    logits = model_.Forward(in, kv_, capture, &pipeline);
-  } catch (...) {
-    pipeline.EndStep();
-    throw;
-  }
-  pipeline.EndStep();  // the side streams rejoin the main stream here
-  return sampler_.Sample(logits, rows, cuda_.stream());
+  if (!key) return ModelRunner::ExecuteSampleAndCapture(host_input, rows, capture);
+  const Graph& g = Replay(host_input, *key);
+  capture.out = g.capture;
+  return SampleLogits(g.logits, rows);
 }
 
 }  // namespace oasis

@@ -43,20 +43,14 @@ class CudaGraphRunner final : public ModelRunner {
 
   // Decode steps return a view of a pinned host buffer, valid until the next Execute().
   Tensor Execute(const ForwardInput& host_input) override;
-  // Samples on the device (CudaSampler): only tokens and log-probabilities come back.
-  std::vector<SampleResult> ExecuteAndSample(const ForwardInput& host_input,
-                                             const std::vector<SampleRow>& rows) override;
   // Graph steps return capture.out as a view of the graph's resident buffer
   // [layer_ids.size(), bucket · q, hidden] (rows past T are padding); eager steps allocate it.
   std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                     const std::vector<SampleRow>& rows,
                                                     ResidualCapture& capture) override;
 
-  // Sparse steps run eagerly (the pipeline's host-built plan changes every step), with the
-  // pipeline's side streams (CudaSparseStageSync) and sampling on the device.
-  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
-                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan) override;
+  // Sparse steps run eagerly (ModelRunner::ExecuteSparseStep: the pipeline's host-built plan
+  // changes every step) with the pipeline's side streams (CudaSparseStageSync).
   SparseStageSync* sparse_stage_sync() override { return &sparse_sync_; }
 
   // Number of graphs captured so far (one per bucket used).
@@ -66,6 +60,8 @@ class CudaGraphRunner final : public ModelRunner {
   // Decode steps replay a graph (the logits are a view of its arena output, rows beyond the
   // batch are padding); other steps run eagerly.
   Tensor ForwardLogits(const ForwardInput& host_input) override;
+  // Samples on the device (CudaSampler): only tokens and log-probabilities come back.
+  std::vector<SampleResult> SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) override;
 
  private:
   // What a graph is specialised for, besides the batch bucket.

@@ -160,26 +160,7 @@ inline SparseRun RunEngine(ModelRunner& runner, DraftRunner* draft, EngineOption
   Engine engine(runner, nullptr, opt, draft);
   engine.Start();
   SparseRun r;
-  r.out.resize(reqs.size());
-  std::atomic<int> failures{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < 3; ++t) {
-    pool.emplace_back([&, t] {
-      std::vector<std::pair<size_t, std::shared_ptr<RequestStream>>> mine;
-      for (size_t i = static_cast<size_t>(t); i < reqs.size(); i += 3) {
-        auto s = engine.Submit(reqs[i]);
-        if (!s.ok()) {
-          ++failures;
-          continue;
-        }
-        mine.emplace_back(i, *s);
-      }
-      for (auto& [i, s] : mine) r.out[i] = Collect(*s);
-    });
-  }
-  for (auto& th : pool) th.join();
-  REQUIRE(failures == 0);
-  for (const Collected& c : r.out) CheckCollected(c);
+  r.out = SubmitConcurrently(engine, reqs);
   r.stats = WaitSparseIdle(engine);
   engine.Stop();
   return r;

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -115,6 +116,32 @@ inline EngineRequest Request(const std::string& id, std::vector<int32_t> prompt,
   r.sampling.temperature = 0;
   r.detokenize = false;
   return r;
+}
+
+// Submits `reqs` from 3 threads at once to a started engine and collects every stream
+// (each checked; every Submit must succeed).
+inline std::vector<Collected> SubmitConcurrently(Engine& engine, const std::vector<EngineRequest>& reqs) {
+  std::vector<Collected> out(reqs.size());
+  std::atomic<int> failures{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 3; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<std::pair<size_t, std::shared_ptr<RequestStream>>> mine;
+      for (size_t i = static_cast<size_t>(t); i < reqs.size(); i += 3) {
+        auto s = engine.Submit(reqs[i]);
+        if (!s.ok()) {
+          ++failures;
+          continue;
+        }
+        mine.emplace_back(i, *s);
+      }
+      for (auto& [i, s] : mine) out[i] = Collect(*s);
+    });
+  }
+  for (auto& th : pool) th.join();
+  REQUIRE(failures == 0);
+  for (const Collected& c : out) CheckCollected(c);
+  return out;
 }
 
 inline EngineStats WaitIdle(const Engine& engine) {

@@ -144,6 +144,10 @@ struct EngineStats {
           requests_error_total = 0;
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
+  // Wall time of the model steps (the target's forward + sampling, ending with the sampled
+  // tokens on the host) and of the draft head's steps; their ratio shows what lookahead costs.
+  double model_step_seconds_total = 0.0;
+  double draft_step_seconds_total = 0.0;
   // Lookahead decoding (zero when off). A draft is verified when a decode step runs it
   // through the target; it is accepted when the token sampled from the real row equals it
   // (emitted in speculate mode; in reject mode only counted: the draft's accuracy).

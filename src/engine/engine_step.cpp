@@ -69,6 +69,7 @@ void Engine::Impl::Step() {
   std::vector<SampleResult> samples;
   ResidualCapture capture;
   Status failure = Status::Ok();
+  const auto step_start = EngineClock::now();
   try {
     if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
     if (sparse_step) {
@@ -87,6 +88,7 @@ void Engine::Impl::Step() {
     failure = Internal(std::string("model step failed: ") + e.what());
   }
   ++stats.steps_total;
+  stats.model_step_seconds_total += Seconds(EngineClock::now() - step_start);
   if (!failure.ok()) {
     for (const ScheduledChunk& c : plan.chunks) Fail(*requests.at(c.seq->id), failure);
     return;
@@ -139,9 +141,11 @@ void Engine::Impl::Step() {
     }
   }
   if (draft != nullptr && !head_work.empty()) {
+    const auto head_start = EngineClock::now();
     try {
       stats.draft_tokens_proposed_total +=
           RunDraftHeadStep(*draft, draft_allocator, head_work, capture.out);
+      stats.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
     } catch (const std::exception& e) {
       const Status error = Internal(std::string("draft head step failed: ") + e.what());
       for (const DraftHeadWork& w : head_work) Fail(*requests.at(w.seq->id), error);

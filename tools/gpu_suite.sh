@@ -12,6 +12,7 @@ GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_att
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
 BENCHMARKS=(
   "bench_decode_attention|"
+  "bench_sparse_kv|"
   "bench_gemv|--rows 1"
   "bench_gemv|--rows 4"
   "bench_prefill_attention|"

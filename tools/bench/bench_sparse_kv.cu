@@ -6,24 +6,28 @@
 // the fill and the HBM read kernel used as load.
 //
 // 1. predict: block summaries (kmin/kmax rows [head_dim] bf16, one per (request, KV head,
-//    block), scattered host-slot rows) of batch 32 × 16K context = 1024 blocks per head;
+//    block), at randomly scattered host-slot rows) of batch 32 × 16K context = 1024 blocks per head;
 //    ScoreBlocks with each request's draft query (row 2r+1 of the stacked [x_t, draft] query
 //    rows), summed over the GQA group, then TopKBlocks with K = 128. GB/s over the summary bytes
 //    read = 32 × 8 × 1024 × (kmin + kmax = 2 × 128 × 2 B) = 134.2 MB (the tables, queries and
-//    scores, 2.4 MB more, are shown separately), against the read ceiling 4.56 TB/s (DESIGN.md
+//    scores, 3.5 MB more, are shown separately), against the read ceiling 4.56 TB/s (DESIGN.md
 //    §5); the issue's target is 0.70. ScoreBlocks alone, TopKBlocks alone and ScoreBlocks with
-//    the GQA max are timed too, and SelectBlocks (the next stage: C = 7, 16 misses per head) for
-//    scale.
+//    the GQA max are timed too, the predict again with the rows a fresh host store hands out
+//    (adjacent per request and head), and SelectBlocks (the next stage: C = 7, 16 misses per
+//    head) for scale.
 // 2. gather: CopyBlocks (the UVA gather, 64 CTAs as CudaBackend launches it) of randomly
 //    scattered 4 KiB head-blocks from a 1 GiB pinned mapped host pool (K and V pools of 512 MiB)
 //    into random slots of a device pool, 4096 and 16384 head-blocks per call. CopyBlocks moves
 //    K and V of each entry, so a call has blocks/2 entries; GB/s = blocks × 4096 B / time. The
 //    ceiling is a contiguous pinned cudaMemcpyAsync H2D of the same bytes, measured in the same
 //    run; the issue's target is 46 GB/s. Then the same gather beside an HBM-bound read kernel on
-//    another stream (2 CTAs of 768 threads per SM, leaving a quarter of the thread slots to the
-//    gather; --hbm-full: all of them): the gather's GB/s while the whole gather window lies
-//    inside the read kernel, and the read kernel's slowdown while it lies wholly inside a run of
-//    gathers.
+//    another stream (many short CTAs of 768 threads, at most 2 per SM, leaving a quarter of the
+//    thread slots to the gather; --hbm-full: CTAs of 1024, none): the gather's GB/s over a window
+//    of gathers enqueued behind the read kernel, and the read kernel's slowdown when it starts
+//    while gathers run, each with the gathers on a stream of the greatest priority and on one of
+//    equal priority (as the pipeline's transfer stream is); whether the two really overlapped
+//    is printed beside (runs whose gather window ended inside the read kernel; gathers that
+//    ended inside it).
 // 3. sparse attention: LaunchDecodeAttention over per-head tables of K + 1 = 129 blocks (2064
 //    tokens) per (sequence, KV head), each a distinct random slot of a 4 GiB K+V pool (as the
 //    working sets of SparseDeviceState are), table width K + 2 and max_kv_len 2080 as the batch
@@ -38,7 +42,8 @@
 // last line starts with RESULT and summarises every case (collected by tools/gpu_suite.sh).
 //
 //   bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] [--hbm-full]
-//     --sweep: the gather also with 16, 32, 128 and 264 CTAs.
+//     --sweep: the gather also with 16, 32, 128 and 264 CTAs; the attention with forced split
+//              counts 2-4 and the kernel variants 1-4.
 //   Here: cmake --build build --target bench_sparse_kv; on the GPU machine through
 //   tools/gpu_suite.sh (bundle), or alone as build/tools/bench/bench_sparse_kv.
 #include <cuda_bf16.h>
@@ -93,20 +98,25 @@ __global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed, float lo, float
   }
 }
 
-// The HBM-bound load for the gather case: every thread streams 16-byte loads over `n` vectors,
-// `passes` times, four loads in flight. Launched as a persistent grid of 2 CTAs per SM.
-constexpr int kReadCtasPerSm = 2;
-__global__ void __launch_bounds__(1024, 2) ReadKernel(const uint4* __restrict__ p, size_t n, int passes,
-                                                      uint32_t* sink) {
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
+// The HBM-bound load for the gather case: each CTA streams its own chunk of blockDim × 16
+// 16-byte vectors of pass blockIdx.y (four loads in flight per thread). Many short CTAs, so the
+// hardware balances them over the SMs (a persistent grid would be as slow as its SMs shared with
+// the gather); CTAs of 768 threads fit twice per SM, leaving 512 thread slots for the gather's
+// CTAs (1024 threads with --hbm-full: none).
+constexpr int kReadVecsPerThread = 16;
+__global__ void __launch_bounds__(1024, 2) ReadKernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
+  const size_t base = blockIdx.x * size_t{blockDim.x} * kReadVecsPerThread + threadIdx.x;
   uint32_t acc = 0;
-  for (int pass = 0; pass < passes; ++pass) {
-    size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-      const uint4 a = p[i], b = p[i + stride], c = p[i + 2 * stride], d = p[i + 3 * stride];
-      acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+#pragma unroll
+  for (int j = 0; j < kReadVecsPerThread; j += 4) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const size_t i = base + size_t{blockDim.x} * (j + u);
+      v[u] = i < n ? p[i] : make_uint4(0, 0, 0, 0);
     }
-    for (; i < n; i += stride) acc ^= p[i].x ^ p[i].y ^ p[i].z ^ p[i].w;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; (almost) never taken
 }
@@ -202,7 +212,7 @@ void PrintRow(const char* name, double ms, double bytes, double ceiling_gbs, con
 
 // ---- 1. predict: ScoreBlocks + TopKBlocks over batch 32 × 1024 blocks per head.
 struct PredictResult {
-  double gbs = 0, ratio = 0, score_us = 0, topk_us = 0;
+  double gbs = 0, ratio = 0, score_us = 0, topk_us = 0, fresh_gbs = 0;
 };
 
 PredictResult RunPredict(Timer& timer) {
@@ -254,6 +264,23 @@ PredictResult RunPredict(Timer& timer) {
     const cudaError_t e = score();
     return e != cudaSuccess ? e : top();
   });
+  // The same with the rows a fresh host store gives (BlockAllocator: each request a contiguous
+  // descending range, host_slots[h * blocks + b]): every (request, KV head) reads adjacent rows.
+  std::vector<int32_t> tables_fresh(static_cast<size_t>(entries));
+  for (int64_t i = 0; i < entries; ++i) {
+    const int64_t per_request = int64_t{kHkv} * kBlocks, r = i / per_request;
+    tables_fresh[i] = static_cast<int32_t>(r * per_request + per_request - 1 - i % per_request);
+  }
+  int32_t* d_tables_fresh = Upload(tables_fresh, s);
+  k::ScoreBlocksParams pfresh = p;
+  pfresh.host_tables = d_tables_fresh;
+  const Stats st_pred_fresh = timer.Time([&] {
+    const cudaError_t e = k::LaunchScoreBlocks(pfresh, s);
+    return e != cudaSuccess ? e : top();
+  });
+  const Stats st_score_fresh = timer.Time([&] { return k::LaunchScoreBlocks(pfresh, s); });
+  BENCH_CHECK(score());  // back to the scattered rows' scores and top-K for the checks
+  BENCH_CHECK(top());
 
   // Checks: top-K equals a CPU top-K of the same scores (score desc, id asc); sampled scores
   // equal a CPU ScoreBlocks (GQA sum) within float tolerance.
@@ -344,11 +371,14 @@ PredictResult RunPredict(Timer& timer) {
   std::printf("%-46s %10.1f\n", "  TopKBlocks alone (K 128 of 1024)", st_topk.median_ms * 1e3);
   PrintRow("  predict, all bytes (summaries + the rest)", st_pred.median_ms, summary_bytes + other_bytes,
            kReadCeilingGBs);
+  PrintRow("predict, fresh-store summary rows", st_pred_fresh.median_ms, summary_bytes, kReadCeilingGBs, "0.70");
+  PrintRow("  ScoreBlocks alone, fresh-store rows", st_score_fresh.median_ms, summary_bytes, kReadCeilingGBs);
   std::printf("%-46s %10.1f   (select stage: C %d, 16 misses per head)\n", "SelectBlocks", st_select.median_ms * 1e3,
               kFetchCap);
 
   for (void* ptr : {static_cast<void*>(kmin), static_cast<void*>(kmax), static_cast<void*>(q),
-                    static_cast<void*>(d_tables), static_cast<void*>(d_rows), static_cast<void*>(d_nblocks),
+                    static_cast<void*>(d_tables), static_cast<void*>(d_tables_fresh), static_cast<void*>(d_rows),
+                    static_cast<void*>(d_nblocks),
                     static_cast<void*>(scores), static_cast<void*>(topk), static_cast<void*>(d_ws_init),
                     static_cast<void*>(d_age_init), static_cast<void*>(d_ws_slots), static_cast<void*>(d_ws),
                     static_cast<void*>(d_age), static_cast<void*>(d_res), static_cast<void*>(d_src),
@@ -360,13 +390,14 @@ PredictResult RunPredict(Timer& timer) {
   res.ratio = res.gbs / kReadCeilingGBs;
   res.score_us = st_score.median_ms * 1e3;
   res.topk_us = st_topk.median_ms * 1e3;
+  res.fresh_gbs = summary_bytes / (st_pred_fresh.median_ms * 1e-3) / 1e9;
   return res;
 }
 
 // ---- 2. gather: CopyBlocks from pinned mapped host memory, alone and beside an HBM read kernel.
 struct GatherResult {
   int blocks = 0;
-  double gbs = 0, memcpy_gbs = 0, loaded_gbs = 0, hbm_slowdown = 0;
+  double gbs = 0, memcpy_gbs = 0, loaded_gbs = 0, hbm_slowdown = 0, equal_priority_gbs = 0;
 };
 
 std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
@@ -405,15 +436,24 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   BENCH_CHECK(cudaGetDevice(&dev));
   BENCH_CHECK(cudaGetDeviceProperties(&prop, dev));
   const int read_threads = hbm_full ? 1024 : 768;
-  const int read_grid = prop.multiProcessorCount * kReadCtasPerSm;
+  const size_t read_vecs = read_bytes / 16, read_chunk = static_cast<size_t>(read_threads) * kReadVecsPerThread;
+  const unsigned read_ctas = static_cast<unsigned>((read_vecs + read_chunk - 1) / read_chunk);
   auto read = [&](int passes, cudaStream_t st) {
-    ReadKernel<<<read_grid, read_threads, 0, st>>>(read_buf, read_bytes / 16, passes, sink);
+    ReadKernel<<<dim3(read_ctas, passes), read_threads, 0, st>>>(read_buf, read_vecs, sink);
     return cudaGetLastError();
   };
-  cudaStream_t side;
+  // The read kernel's stream, and a gather stream of the greatest priority (its CTAs are
+  // dispatched before the pending CTAs of a grid already running; at equal priority a gather
+  // enqueued behind a large grid waits until that grid is fully dispatched).
+  int least_priority = 0, greatest_priority = 0;
+  BENCH_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  cudaStream_t side, high;
   BENCH_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  cudaEvent_t a0, a1, b0, b1, ev_flush, ev_first;
-  for (cudaEvent_t* e : {&a0, &a1, &b0, &b1, &ev_flush, &ev_first}) BENCH_CHECK(cudaEventCreate(e));
+  BENCH_CHECK(cudaStreamCreateWithPriority(&high, cudaStreamNonBlocking, greatest_priority));
+  constexpr int kMaxGathers = 16;
+  cudaEvent_t a0, a1, b0, b1, ev_flush, gather_done[kMaxGathers];
+  for (cudaEvent_t* e : {&a0, &a1, &b0, &b1, &ev_flush}) BENCH_CHECK(cudaEventCreate(e));
+  for (cudaEvent_t& e : gather_done) BENCH_CHECK(cudaEventCreate(&e));
   const Stats st_pass = timer.Time([&] { return read(1, s); }, 10);
   const double pass_ms = st_pass.median_ms;
 
@@ -421,9 +461,9 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
               "%lld MiB pinned mapped host pool into random slots of a %lld MiB device pool\n",
               kGatherCtas, static_cast<long long>(2 * kHostSlots * kBlockBytes >> 20),
               static_cast<long long>(2 * kDevSlots * kBlockBytes >> 20));
-  std::printf("   HBM load: ReadKernel %d x %d threads (%d of 2048 thread slots per SM), one pass of %.1f GB: "
-              "%.1f us, %.0f GB/s (%.3f of %.0f)\n",
-              read_grid, read_threads, kReadCtasPerSm * read_threads, read_bytes / 1e9, pass_ms * 1e3,
+  std::printf("   HBM load: ReadKernel, %u CTAs of %d threads per pass (%d of 2048 thread slots per SM), one pass "
+              "of %.1f GB: %.1f us, %.0f GB/s (%.3f of %.0f)\n",
+              read_ctas, read_threads, 2 * read_threads, read_bytes / 1e9, pass_ms * 1e3,
               read_bytes / (pass_ms * 1e-3) / 1e9, read_bytes / (pass_ms * 1e-3) / 1e9 / kReadCeilingGBs,
               kReadCeilingGBs);
   PrintHeader();
@@ -436,7 +476,8 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     const int64_t n = blocks / 2;  // entries: each copies a K and a V head-block
     std::shuffle(host_perm.begin(), host_perm.end(), rng);
     std::shuffle(dev_perm.begin(), dev_perm.end(), rng);
-    const std::vector<int32_t> src(host_perm.begin(), host_perm.begin() + n), dst(dev_perm.begin(), dev_perm.begin() + n);
+    const std::vector<int32_t> src(host_perm.begin(), host_perm.begin() + n);
+    const std::vector<int32_t> dst(dev_perm.begin(), dev_perm.begin() + n);
     int32_t* d_src = Upload(src, s);
     int32_t* d_dst = Upload(dst, s);
     const double bytes = double(blocks) * kBlockBytes;
@@ -472,67 +513,91 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
       }
     }
 
-    // (a) The gather under load: the read kernel (launched first, on `side`) lasts about twice
-    // the window of `g` gathers on the main stream. Runs where the window ends after the read
-    // kernel are left out.
+    // Beside the read kernel, the gathers on stream `gs`:
+    // (a) the gather under load: the read kernel (enqueued first, on `side`) lasts about three
+    //     times the window of `g` gathers; GB/s over that window, and in how many runs the window
+    //     ended inside the read kernel;
+    // (b) the read kernel under load: it starts when the first of `g2` gathers ends and lasts
+    //     about three gathers; slowdown = its time / its time alone - 1, and how many gathers
+    //     ended inside it (whether they really ran beside it).
     const double gather_ms = st_gather.median_ms;
     const int g = std::clamp(static_cast<int>(std::ceil(2.0 / gather_ms)), 1, 64);
-    const int passes_a = std::max(2, static_cast<int>(std::ceil(2.0 * 1.5 * g * gather_ms / pass_ms)));
-    std::vector<double> loaded;
-    for (int i = 0; i < timer.runs; ++i) {
-      timer.Flush(i);
-      BENCH_CHECK(cudaEventRecord(ev_flush, s));
-      BENCH_CHECK(cudaStreamWaitEvent(side, ev_flush, 0));
-      BENCH_CHECK(cudaEventRecord(b0, side));
-      BENCH_CHECK(read(passes_a, side));
-      BENCH_CHECK(cudaEventRecord(b1, side));
-      BENCH_CHECK(cudaEventRecord(a0, s));
-      for (int j = 0; j < g; ++j) BENCH_CHECK(gather(kGatherCtas, s));
-      BENCH_CHECK(cudaEventRecord(a1, s));
-      BENCH_CHECK(cudaEventSynchronize(a1));
-      BENCH_CHECK(cudaEventSynchronize(b1));
-      if (ElapsedMs(a1, b1) > 0) loaded.push_back(g * bytes / (ElapsedMs(a0, a1) * 1e-3) / 1e9);
-    }
-    // (b) The read kernel under load: it starts after the first of `g2` gathers and ends before
-    // the last one. Slowdown = its time / its time alone (same passes) - 1.
-    const int passes_b = std::max(1, static_cast<int>(std::lround(1.0 / pass_ms)));
+    const int passes_a = std::max(2, static_cast<int>(std::ceil(3.0 * g * gather_ms / pass_ms)));
+    const int passes_b = std::max(2, static_cast<int>(std::ceil(3.0 * gather_ms / pass_ms)));
     const Stats st_read_alone = timer.Time([&] { return read(passes_b, s); }, 10);
-    const int g2 = 2 + static_cast<int>(std::ceil(1.5 * st_read_alone.median_ms / gather_ms));
-    std::vector<double> slowed;
-    for (int i = 0; i < timer.runs; ++i) {
-      timer.Flush(i);
-      BENCH_CHECK(cudaEventRecord(a0, s));
-      BENCH_CHECK(gather(kGatherCtas, s));
-      BENCH_CHECK(cudaEventRecord(ev_first, s));
-      for (int j = 1; j < g2; ++j) BENCH_CHECK(gather(kGatherCtas, s));
-      BENCH_CHECK(cudaEventRecord(a1, s));
-      BENCH_CHECK(cudaStreamWaitEvent(side, ev_first, 0));
-      BENCH_CHECK(cudaEventRecord(b0, side));
-      BENCH_CHECK(read(passes_b, side));
-      BENCH_CHECK(cudaEventRecord(b1, side));
-      BENCH_CHECK(cudaEventSynchronize(a1));
-      BENCH_CHECK(cudaEventSynchronize(b1));
-      if (ElapsedMs(b1, a1) > 0) slowed.push_back(ElapsedMs(b0, b1) / st_read_alone.median_ms - 1.0);
-    }
+    const int g2 = std::min(kMaxGathers, 2 + static_cast<int>(std::ceil(1.5 * st_read_alone.median_ms / gather_ms)));
+    struct Loaded {
+      double gather_gbs, slowdown, gathers_inside;
+      int contained;
+    };
+    auto loaded = [&](cudaStream_t gs) {
+      std::vector<double> gbs, slow, inside;
+      int contained = 0;
+      for (int i = 0; i < timer.runs; ++i) {  // (a)
+        timer.Flush(i);
+        BENCH_CHECK(cudaEventRecord(ev_flush, s));
+        BENCH_CHECK(cudaStreamWaitEvent(side, ev_flush, 0));
+        BENCH_CHECK(cudaStreamWaitEvent(gs, ev_flush, 0));
+        BENCH_CHECK(cudaEventRecord(b0, side));
+        BENCH_CHECK(read(passes_a, side));
+        BENCH_CHECK(cudaEventRecord(b1, side));
+        BENCH_CHECK(cudaEventRecord(a0, gs));
+        for (int j = 0; j < g; ++j) BENCH_CHECK(gather(kGatherCtas, gs));
+        BENCH_CHECK(cudaEventRecord(a1, gs));
+        BENCH_CHECK(cudaEventSynchronize(a1));
+        BENCH_CHECK(cudaEventSynchronize(b1));
+        gbs.push_back(g * bytes / (ElapsedMs(a0, a1) * 1e-3) / 1e9);
+        contained += ElapsedMs(a1, b1) > 0;
+      }
+      for (int i = 0; i < timer.runs; ++i) {  // (b)
+        timer.Flush(i);
+        BENCH_CHECK(cudaEventRecord(ev_flush, s));
+        BENCH_CHECK(cudaStreamWaitEvent(gs, ev_flush, 0));
+        for (int j = 0; j < g2; ++j) {
+          BENCH_CHECK(gather(kGatherCtas, gs));
+          BENCH_CHECK(cudaEventRecord(gather_done[j], gs));
+        }
+        BENCH_CHECK(cudaStreamWaitEvent(side, gather_done[0], 0));
+        BENCH_CHECK(cudaEventRecord(b0, side));
+        BENCH_CHECK(read(passes_b, side));
+        BENCH_CHECK(cudaEventRecord(b1, side));
+        BENCH_CHECK(cudaEventSynchronize(gather_done[g2 - 1]));
+        BENCH_CHECK(cudaEventSynchronize(b1));
+        slow.push_back(ElapsedMs(b0, b1) / st_read_alone.median_ms - 1.0);
+        int n_inside = 0;
+        for (int j = 1; j < g2; ++j) n_inside += ElapsedMs(b0, gather_done[j]) > 0 && ElapsedMs(gather_done[j], b1) > 0;
+        inside.push_back(n_inside);
+      }
+      return Loaded{Median(gbs), Median(slow), Median(inside), contained};
+    };
     GatherResult r;
     r.blocks = blocks;
     r.gbs = bytes / (gather_ms * 1e-3) / 1e9;
     r.memcpy_gbs = memcpy_gbs;
-    r.loaded_gbs = Median(loaded);
-    r.hbm_slowdown = Median(slowed);
-    std::printf("  beside the HBM read kernel: gather %.1f GB/s (%.3f of alone; %zu of %d runs inside the read "
-                "kernel, %d gathers per window); read kernel (%d passes, %.1f us alone) slowed %.1f%% (%zu of %d "
-                "runs inside %d gathers)\n",
-                r.loaded_gbs, r.loaded_gbs / r.gbs, loaded.size(), timer.runs, g, passes_b,
-                st_read_alone.median_ms * 1e3, r.hbm_slowdown * 100, slowed.size(), timer.runs, g2);
-    if (loaded.empty() || slowed.empty()) std::printf("  WARNING: no run had the intended overlap\n");
+    for (int hi = 1; hi >= 0; --hi) {
+      const Loaded l = loaded(hi ? high : s);
+      std::printf("  beside the HBM read kernel, gather stream %s: gather %.1f GB/s (%.3f of alone; window of %d "
+                  "inside the read kernel in %d of %d runs); read kernel (%d passes, %.1f us alone) %+.1f%%, %.0f of "
+                  "%d gathers ended inside it\n",
+                  hi ? "at high priority" : "at equal priority (as the pipeline's)", l.gather_gbs,
+                  l.gather_gbs / r.gbs, g, l.contained, timer.runs, passes_b, st_read_alone.median_ms * 1e3,
+                  l.slowdown * 100, l.gathers_inside, g2 - 1);
+      if (hi) {
+        r.loaded_gbs = l.gather_gbs;
+        r.hbm_slowdown = l.slowdown;
+      } else {
+        r.equal_priority_gbs = l.gather_gbs;
+      }
+    }
     results.push_back(r);
     BENCH_CHECK(cudaFree(d_src));
     BENCH_CHECK(cudaFree(d_dst));
   }
 
-  for (cudaEvent_t e : {a0, a1, b0, b1, ev_flush, ev_first}) BENCH_CHECK(cudaEventDestroy(e));
+  for (cudaEvent_t e : {a0, a1, b0, b1, ev_flush}) BENCH_CHECK(cudaEventDestroy(e));
+  for (cudaEvent_t e : gather_done) BENCH_CHECK(cudaEventDestroy(e));
   BENCH_CHECK(cudaStreamDestroy(side));
+  BENCH_CHECK(cudaStreamDestroy(high));
   for (void* ptr : {static_cast<void*>(dev_k), static_cast<void*>(dev_v), static_cast<void*>(read_buf),
                     static_cast<void*>(sink)}) {
     BENCH_CHECK(cudaFree(ptr));
@@ -548,7 +613,7 @@ struct AttentionResult {
   double gbs = 0, ratio = 0;
 };
 
-std::vector<AttentionResult> RunAttention(Timer& timer) {
+std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
   constexpr int kBlocks = kTopK + 1, kWidth = kTopK + 2, kQLen = 2;  // K resident + the local block
   constexpr int kKvLen = kBlocks * kBlock;                             // 2064 tokens
   constexpr int64_t kPoolSlots = int64_t{64} * kHkv * 1024;            // 64 × 16K of KV: 2 GiB K + 2 GiB V
@@ -606,6 +671,27 @@ std::vector<AttentionResult> RunAttention(Timer& timer) {
     char name[80];
     std::snprintf(name, sizeof(name), "batch %d, %d splits", batch, k::DecodeAttentionNumSplits(p));
     PrintRow(name, st.median_ms, kv_bytes, kReadCeilingGBs, "0.80");
+    if (sweep) {
+      auto time_with = [&](k::DecodeAttentionParams v, const char* what, int value) {
+        const size_t need = k::DecodeAttentionWorkspaceBytes(v);
+        void* w = nullptr;
+        if (need > 0) BENCH_CHECK(cudaMalloc(&w, need));
+        const Stats sv = timer.Time([&] { return k::LaunchDecodeAttention(v, w, need, s); });
+        std::snprintf(name, sizeof(name), "  %s %d (%d splits)", what, value, k::DecodeAttentionNumSplits(v));
+        PrintRow(name, sv.median_ms, kv_bytes, kReadCeilingGBs);
+        if (w != nullptr) BENCH_CHECK(cudaFree(w));
+      };
+      for (int splits = 2; splits <= 4; ++splits) {
+        k::DecodeAttentionParams v = p;
+        v.num_splits = splits;
+        time_with(v, "forced splits", splits);
+      }
+      for (int variant = 1; variant <= 4; ++variant) {
+        k::DecodeAttentionParams v = p;
+        v.variant = variant;
+        time_with(v, "variant", variant);
+      }
+    }
     AttentionResult r;
     r.batch = batch;
     r.gbs = kv_bytes / (st.median_ms * 1e-3) / 1e9;
@@ -674,23 +760,23 @@ int main(int argc, char** argv) {
     const PredictResult r = RunPredict(timer);
     std::snprintf(buf, sizeof(buf),
                   " predict b32x16K K128: %.0f GB/s of summaries, ratio %.3f of %.0f (target %.2f), score %.1f us + "
-                  "topk %.1f us;",
-                  r.gbs, r.ratio, kReadCeilingGBs, kPredictTarget, r.score_us, r.topk_us);
+                  "topk %.1f us, fresh-store rows %.0f GB/s;",
+                  r.gbs, r.ratio, kReadCeilingGBs, kPredictTarget, r.score_us, r.topk_us, r.fresh_gbs);
     result += buf;
   }
   if (only.empty() || only == "gather") {
     const std::vector<GatherResult> rs = RunGather(timer, sweep, hbm_full);
     for (const GatherResult& r : rs) {
       std::snprintf(buf, sizeof(buf),
-                    " gather %d blocks: %.1f GB/s (memcpy %.1f, ratio %.3f, target %.0f), beside HBM %.1f GB/s, "
-                    "HBM kernel %+.1f%%;",
+                    " gather %d blocks: %.1f GB/s (memcpy %.1f, ratio %.3f, target %.0f), beside HBM read %.1f "
+                    "GB/s at high priority (HBM kernel %+.1f%%), %.1f GB/s at equal priority;",
                     r.blocks, r.gbs, r.memcpy_gbs, r.gbs / r.memcpy_gbs, kGatherTargetGBs, r.loaded_gbs,
-                    r.hbm_slowdown * 100);
+                    r.hbm_slowdown * 100, r.equal_priority_gbs);
       result += buf;
     }
   }
   if (only.empty() || only == "attention") {
-    const std::vector<AttentionResult> rs = RunAttention(timer);
+    const std::vector<AttentionResult> rs = RunAttention(timer, sweep);
     for (const AttentionResult& r : rs) {
       std::snprintf(buf, sizeof(buf), " sparse attention b%d x129 blocks: %.0f GB/s, ratio %.3f (target %.2f);",
                     r.batch, r.gbs, r.ratio, kAttentionTarget);

@@ -1,4 +1,5 @@
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 
 #include "kernels/common.cuh"
@@ -49,6 +50,12 @@ __device__ __forceinline__ void LoadWeights(const uint4* const (&wrow)[F], int64
     for (int f = 0; f < F; ++f) wv[u][f] = __ldcs(wrow[f] + v + u * T);
 }
 
+// Whether persistent CTAs load the next group's weights before reducing the current one (see
+// GemvGroup): on for 2–4 rows (batch 4 × 2K decode 5.79 → 5.52 ms on the H200), off for one row,
+// where the extra registers and in-flight loads made the Qwen3-8B step slower.
+template <int R>
+inline constexpr bool kCrossGroupPrefetch = R > 1;
+
 // What a GEMV writes: the dot products (kPlain), or SiLU(gate)·up of paired gate/up rows
 // (kSiluPair: out has half the weight's features), or the dot products followed by the QKV
 // heads' norm/RoPE/KV append (kQkvRope; see QkvHeadEpilogue).
@@ -58,10 +65,15 @@ enum Epilogue : int { kPlain = 0, kSiluPair = 1, kQkvRope = 2 };
 // vectors, in shared memory when kSharedX), reduced over the CTA and written out. `wv`
 // already holds the first K-steps when `loaded`. f0 is the group's first output feature
 // (g·F, or g·F/2 for kSiluPair); `out` the weight's feature count.
+//
+// `next`, when `prefetch`: the next group's rows. Their first K-steps are loaded into `wv` (free
+// once the group's loop has consumed it) before the reduction and the epilogue, so a persistent
+// CTA keeps weight loads in flight across its groups instead of idling through each reduction.
 template <int R, int F, int T, int U, bool kSharedX, int kEpi = kPlain>
 __device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs, const uint4* const (&wrow)[F],
                                           uint4 (&wv)[U][F], bool loaded, float (&partial)[T / 32][F * R], int64_t f0,
-                                          int64_t out, bf16* out_bf16, float* out_f32) {
+                                          int64_t out, bf16* out_bf16, float* out_f32, const uint4* const (&next)[F],
+                                          bool prefetch) {
   auto x_at = [&](int64_t i) { return kSharedX ? xv[i] : __ldg(xv + i); };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float acc[F][R];
@@ -91,6 +103,7 @@ __device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs, const u
       for (int r = 0; r < R; ++r) Accumulate(w1, x_at(r * vecs + v), acc[f][r]);
     }
   }
+  if (prefetch && threadIdx.x + (U - 1) * T < vecs) LoadWeights<F, T, U>(next, threadIdx.x, wv);
 #pragma unroll
   for (int f = 0; f < F; ++f)
 #pragma unroll
@@ -146,24 +159,47 @@ __global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, cons
                                                 float* out_f32, int64_t in, int64_t out, int64_t groups) {
   const int64_t vecs = in / 8;
   __shared__ float partial[T / 32][F * R];
-  bool waited = false;
-  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
-    const uint4* wrow[F];
-    GroupRows<F>(w, in, out, g, wrow);
-    uint4 wv[U][F];
-    const bool loaded = threadIdx.x + (U - 1) * T < vecs;
-    if (loaded) LoadWeights<F, T, U>(wrow, threadIdx.x, wv);
+  const bool fits = threadIdx.x + (U - 1) * T < vecs;  // the first U K-steps exist for this thread
+  if constexpr (!kCrossGroupPrefetch<R>) {
+    // One row (one CTA per group by default): no prefetch across groups. On the H200 it cost
+    // registers and decode time there (4.35 vs 4.21 ms per Qwen3-8B step), and helps 2–4 rows.
+    bool waited = false;
+    for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+      const uint4* wrow[F];
+      GroupRows<F>(w, in, out, g, wrow);
+      uint4 wv[U][F];
+      if (fits) LoadWeights<F, T, U>(wrow, threadIdx.x, wv);
+      if (!waited) {
+        GridDependencyWait();
+        AllowDependentLaunch();
+        waited = true;
+      }
+      GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, fits, partial, g * F, out,
+                                   out_bf16, out_f32, wrow, false);
+    }
     if (!waited) {
       GridDependencyWait();
       AllowDependentLaunch();
-      waited = true;
     }
-    GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, loaded, partial, g * F, out,
-                                 out_bf16, out_f32);
+    return;
   }
-  if (!waited) {
-    GridDependencyWait();
-    AllowDependentLaunch();
+  int64_t g = blockIdx.x;
+  const uint4* wrow[F];
+  uint4 wv[U][F];
+  GroupRows<F>(w, in, out, g, wrow);
+  bool loaded = g < groups && fits;
+  if (loaded) LoadWeights<F, T, U>(wrow, threadIdx.x, wv);
+  GridDependencyWait();
+  AllowDependentLaunch();
+  for (; g < groups; g += gridDim.x) {
+    const int64_t gn = g + gridDim.x;
+    const uint4* next[F];
+    GroupRows<F>(w, in, out, gn < groups ? gn : g, next);
+    GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, loaded, partial, g * F, out,
+                                 out_bf16, out_f32, next, gn < groups);
+    loaded = gn < groups && fits;
+#pragma unroll
+    for (int f = 0; f < F; ++f) wrow[f] = next[f];
   }
 }
 
@@ -209,7 +245,24 @@ cudaError_t LaunchVariant(int variant, const bf16* x, const bf16* w, bf16* ob, f
 // ceiling with 4 features × 256 threads per CTA, one CTA per group; 2–4 rows need more
 // features per CTA (x is reused across them) and a persistent grid: 8 × 128 reaches 0.80
 // where the one-row shape reaches 0.44.
-int DefaultVariant(int64_t rows) { return rows == 1 ? 1 : 6; }
+int DefaultVariant(int64_t rows) {
+  // OASIS_GEMV1_VARIANT: the one-row configuration, for tuning runs (bench_decode).
+  static const int one_row = [] {
+    const char* v = std::getenv("OASIS_GEMV1_VARIANT");
+    return v != nullptr && std::atoi(v) >= 1 && std::atoi(v) <= 8 ? std::atoi(v) : 1;
+  }();
+  return rows == 1 ? one_row : 6;
+}
+
+// CTAs per SM of the persistent norm-fused GEMVs: what fits, or fewer (OASIS_GEMV_NORM_CTAS_PER_SM,
+// for tuning runs) so the next kernel's CTAs can become resident early under PDL.
+int NormCtasPerSm(int fits) {
+  static const int cap = [] {
+    const char* v = std::getenv("OASIS_GEMV_NORM_CTAS_PER_SM");
+    return v != nullptr && std::atoi(v) >= 1 ? std::atoi(v) : 0;
+  }();
+  return cap > 0 && cap < fits ? cap : fits;
+}
 
 // kQkvRope: after a CTA has written its group of the QKV projection (bf16, into `qkv`), the
 // last CTA to finish a head (a per-head arrival counter, reset by that CTA) applies what
@@ -343,11 +396,17 @@ __global__ void __launch_bounds__(T)
   __shared__ bf16 stage[kStageRows][kQkvEpilogueMaxHeadDim];
   __shared__ int s_last;
   for (int64_t g = g0; g < groups; g += gridDim.x) {
-    if (g != g0) GroupRows<F, kEpi == kSiluPair>(w, in, out, g, wrow);
+    const int64_t gn = g + gridDim.x;
+    const uint4* next[F];
+    GroupRows<F, kEpi == kSiluPair>(w, in, out, gn < groups ? gn : g, next);
     const int64_t f0 = kEpi == kSiluPair ? g * (F / 2) : g * F;
-    GemvGroup<R, F, T, U, true, kEpi>(xs_raw, vecs, wrow, wv, loaded, partial, f0, out, out_bf16, out_f32);
+    constexpr bool kPrefetch = kCrossGroupPrefetch<R>;
+    GemvGroup<R, F, T, U, true, kEpi>(xs_raw, vecs, wrow, wv, loaded, partial, f0, out, out_bf16, out_f32, next,
+                                      kPrefetch && gn < groups);
     if constexpr (kEpi == kQkvRope) QkvHeadEpilogue<R, F, T>(ep, f0, out, stage, s_last);
-    loaded = false;
+    loaded = kPrefetch && gn < groups && threadIdx.x + (U - 1) * T < vecs;
+#pragma unroll
+    for (int f = 0; f < F; ++f) wrow[f] = next[f];
   }
   (void)stage;
   (void)s_last;
@@ -377,7 +436,7 @@ cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual
     per_sm = per_sm_cached;
   }
   const int64_t groups = kEpi == kSiluPair ? (out / 2 + F / 2 - 1) / (F / 2) : (out + F - 1) / F;
-  const int64_t resident = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  const int64_t resident = static_cast<int64_t>(sms) * NormCtasPerSm(per_sm > 0 ? per_sm : 1);
   const int64_t grid = groups < resident ? groups : resident;
   return LaunchPdl(GemvNormKernel<R, F, T, U, kEpi>, dim3(static_cast<unsigned>(grid)), dim3(T), smem, stream, x, residual,
                    residual_out, norm_w, eps, w, ob, of, in, out, groups, ep);

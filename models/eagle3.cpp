@@ -248,7 +248,7 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
     ix[n * T + 2 * t + 1] = static_cast<int32_t>(T + t);
     ix[n * T + 2 * T + t] = static_cast<int32_t>(t);
   }
-  Tensor idx_dev = B.Upload(idx);
+  Tensor idx_dev = B.UploadAsync(idx);  // read by this forward's ops on the same stream
   Tensor aux_idx = idx_dev.Slice(0, n * T), x_idx = idx_dev.Slice(n * T, n * T + 2 * T);
 
   // g = fc(concat(h_low, h_mid, h_high))

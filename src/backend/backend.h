@@ -87,6 +87,10 @@ class Backend {
   virtual Tensor Empty(std::vector<int64_t> shape, DType dtype) = 0;
   // Copies a host tensor to this device (a no-op view on the CPU backend) and back.
   virtual Tensor Upload(const Tensor& host) = 0;
+  // Like Upload, but the copy is only ordered on the backend's current stream: ops enqueued
+  // after it there see the data; other streams must be ordered after it by the caller. The
+  // host tensor may be reused on return. For per-step inputs (the CPU backend: Upload).
+  virtual Tensor UploadAsync(const Tensor& host) { return Upload(host); }
   virtual Tensor Download(const Tensor& device_tensor) = 0;
   // Copies `bytes` host bytes into `dst` (a tensor of this device) at byte `offset`; returns
   // once `src` may be reused. For weights straight from a mapped checkpoint.

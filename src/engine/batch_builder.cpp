@@ -90,17 +90,18 @@ ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, Logits
   return in;
 }
 
-ForwardInput UploadForwardInput(Backend& b, const ForwardInput& h) {
+ForwardInput UploadForwardInput(Backend& b, const ForwardInput& h, bool async) {
+  const auto up = [&](const Tensor& t) { return async ? b.UploadAsync(t) : b.Upload(t); };
   ForwardInput in;
-  in.token_ids = b.Upload(h.token_ids);
-  in.positions = b.Upload(h.positions);
-  in.slot_mapping = b.Upload(h.slot_mapping);
-  in.attention.query_start = b.Upload(h.attention.query_start);
-  in.attention.kv_lens = b.Upload(h.attention.kv_lens);
-  in.attention.block_tables = b.Upload(h.attention.block_tables);
+  in.token_ids = up(h.token_ids);
+  in.positions = up(h.positions);
+  in.slot_mapping = up(h.slot_mapping);
+  in.attention.query_start = up(h.attention.query_start);
+  in.attention.kv_lens = up(h.attention.kv_lens);
+  in.attention.block_tables = up(h.attention.block_tables);
   in.attention.max_query_len = h.attention.max_query_len;
   in.attention.max_kv_len = h.attention.max_kv_len;
-  in.logit_rows = b.Upload(h.logit_rows);
+  in.logit_rows = up(h.logit_rows);
   return in;
 }
 

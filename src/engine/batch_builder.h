@@ -31,6 +31,7 @@ struct StepSequence {
 ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, LogitsFor logits);
 
 // The same input on `backend`'s device (every tensor uploaded, the bounds copied).
-ForwardInput UploadForwardInput(Backend& backend, const ForwardInput& host);
+// `async`: Backend::UploadAsync (ordered on the backend's current stream only).
+ForwardInput UploadForwardInput(Backend& backend, const ForwardInput& host, bool async = false);
 
 }  // namespace oasis

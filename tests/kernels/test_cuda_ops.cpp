@@ -95,9 +95,9 @@ TEST_CASE("fused pre-norm + projection matches the CPU composition", "[gpu][line
   auto gpu = MakeBackend();
   CpuBackend cpu;
   auto rng = FreshRng();
-  // 1..4 rows take the fused kernel; 6 rows the composed ops.
+  // 1..4 rows take the fused GEMV; more rows the add+norm kernel and a cuBLAS GEMM.
   for (auto [rows, in, outf] : {std::tuple{1, 4096, 1000}, std::tuple{2, 1024, 777}, std::tuple{3, 256, 64},
-                                std::tuple{4, 2048, 515}, std::tuple{6, 512, 300}}) {
+                                std::tuple{4, 2048, 515}, std::tuple{6, 512, 300}, std::tuple{64, 4096, 300}}) {
     for (bool with_x : {true, false}) {
       INFO("rows " << rows << " in " << in << " out " << outf << " with x " << with_x);
       Tensor x = RandomBf16Exact({rows, in}, rng), res = RandomBf16Exact({rows, in}, rng);

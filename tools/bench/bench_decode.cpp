@@ -21,6 +21,7 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "engine/batch_builder.h"
+#include "engine/lookahead.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
@@ -83,8 +84,8 @@ Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json", model_dir;
   int64_t batch = 1, context = 128, steps = 50, warmup = 5;
   double temperature = 0.0, top_p = 1.0;
-  bool no_graphs = false;
-  int64_t prefill = 0;
+  bool no_graphs = false, capture = false;
+  int64_t prefill = 0, queries = 1;
   FlagParser flags("bench_decode: whole-model decode throughput with dummy weights");
   flags.AddString("config", &config_path, "HF config.json with the model's shapes (dummy weights)");
   flags.AddString("model", &model_dir, "load this safetensors checkpoint instead (reports load speed)");
@@ -96,7 +97,11 @@ Status Run(int argc, char** argv) {
   flags.AddDouble("top-p", &top_p, "top-p of every row");
   flags.AddBool("no-graphs", &no_graphs, "run eagerly, without CUDA graphs");
   flags.AddInt("prefill", &prefill, "time the prefill of one prompt of this many tokens instead");
+  flags.AddInt("queries", &queries,
+               "query tokens per sequence and step (2 = lookahead's stacked [x_t, draft]; logits of the first)");
+  flags.AddBool("capture", &capture, "also capture the residual stream at an EAGLE-3 head's aux layers (2, L/2, L-3)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (queries < 1 || queries > 4) return InvalidArgument("--queries must be 1 to 4");
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
     return Status::Ok();
@@ -120,7 +125,7 @@ Status Run(int argc, char** argv) {
   }
   const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
   if (prefill > 0) return RunPrefill(config, *backend, *model, prefill, steps, warmup);
-  const int64_t max_ctx = context + warmup + steps + 1;
+  const int64_t max_ctx = context + (warmup + steps) * queries + 1;
   const int64_t slots = HeadBlockTable::SlotsFor(max_ctx, heads) * batch + 16;
   CudaGraphOptions go;
   go.num_kv_slots = slots;
@@ -148,9 +153,12 @@ Status Run(int argc, char** argv) {
   for (int64_t step = 0; step < warmup + steps; ++step) {
     std::vector<StepSequence> seqs;
     for (int64_t s = 0; s < batch; ++s) {
-      seqs.push_back({&tables[static_cast<size_t>(s)], context + step, {static_cast<int32_t>((s * 7919 + step) % config.vocab_size)}});
+      std::vector<int32_t> toks;
+      for (int64_t j = 0; j < queries; ++j) toks.push_back(static_cast<int32_t>((s * 7919 + step + j) % config.vocab_size));
+      seqs.push_back({&tables[static_cast<size_t>(s)], context + step * queries, toks});
     }
-    ForwardInput in = BuildHostForwardInput(seqs, LogitsFor::kLastTokenOfEachSequence);
+    ForwardInput in = BuildLookaheadTargetInput(seqs, std::vector<int64_t>(static_cast<size_t>(batch), queries - 1),
+                                                false, nullptr);
     start.Record(backend->stream());
     std::vector<SampleRow> rows(static_cast<size_t>(batch));
     for (auto& r : rows) {
@@ -158,7 +166,13 @@ Status Run(int argc, char** argv) {
       r.params.top_p = static_cast<float>(top_p);
       r.counter = static_cast<uint64_t>(step);
     }
-    std::vector<SampleResult> sampled = runner->ExecuteAndSample(in, rows);
+    ResidualCapture cap;
+    if (capture) {
+      const int64_t L = config.num_hidden_layers;
+      cap.layer_ids = {2, L / 2, L - 3};
+    }
+    std::vector<SampleResult> sampled =
+        capture ? runner->ExecuteSampleAndCapture(in, rows, cap) : runner->ExecuteAndSample(in, rows);
     stop.Record(backend->stream());
     stop.Synchronize();
     if (step >= warmup) ms.push_back(stop.ElapsedMsSince(start));
@@ -166,7 +180,7 @@ Status Run(int argc, char** argv) {
   for (auto& t : tables) t.Release(allocator);
   std::sort(ms.begin(), ms.end());
   const double median = ms[ms.size() / 2];
-  const double avg_ctx = static_cast<double>(context) + warmup + steps / 2.0;
+  const double avg_ctx = static_cast<double>(context) + (warmup + steps / 2.0) * queries;
   const double bytes = weight_bytes + kv_bytes_per_token * avg_ctx * static_cast<double>(batch);
   const double roofline_ms = bytes / (kReadCeilingTBs * 1e12) * 1e3;
   const double copy_roofline_ms = bytes / (kCopyCeilingTBs * 1e12) * 1e3;
@@ -178,9 +192,12 @@ Status Run(int argc, char** argv) {
               ms[ms.size() * 9 / 10], ms.size());
   std::printf("roofline: %.3f ms at %.2f TB/s read (%.3f ms at %.2f TB/s copy)\n", roofline_ms, kReadCeilingTBs,
               copy_roofline_ms, kCopyCeilingTBs);
-  std::printf("RESULT decode b=%lld ctx=%lld: %.3f ms/step, %.1f tok/s, %.2f TB/s effective, "
+  std::printf("RESULT decode b=%lld ctx=%lld%s: %.3f ms/step, %.1f tok/s, %.2f TB/s effective, "
               "ceiling %.3f ms, ratio %.2f of read roofline (%.2f of copy roofline)\n",
-              static_cast<long long>(batch), static_cast<long long>(context), median, batch * 1e3 / median,
+              static_cast<long long>(batch), static_cast<long long>(context),
+              queries > 1 ? (" q=" + std::to_string(queries) + (capture ? " +capture" : "")).c_str()
+                          : (capture ? " +capture" : ""),
+              median, batch * 1e3 / median,
               bytes / (median * 1e-3) / 1e12, roofline_ms, roofline_ms / median, copy_roofline_ms / median);
   return Status::Ok();
 }

@@ -29,6 +29,8 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "engine/engine.h"
+#include "engine/lookahead.h"
+#include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
 #include "models/eagle3.h"
@@ -179,10 +181,45 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
   return m;
 }
 
+// --head-only: the draft head's decode step alone (one row per sequence at position `context`,
+// the head's KV filled with noise up to it, random aux features), timed with CUDA events
+// around DraftRunner::Propose; small enough to run under ncu.
+Status RunHeadOnly(Eagle3Head& head, CudaBackend& backend, CudaDraftRunner& draft, int64_t batch, int64_t context,
+                   int64_t steps) {
+  const int32_t heads = static_cast<int32_t>(head.config().num_key_value_heads);
+  BlockAllocator allocator(static_cast<int32_t>(draft.num_kv_slots()));
+  std::vector<HeadBlockTable> tables;
+  for (int64_t s = 0; s < batch; ++s) {
+    tables.emplace_back(heads);
+    OASIS_RETURN_IF_ERROR(tables.back().Reserve(context + 1, allocator));
+  }
+  const int64_t n_aux = static_cast<int64_t>(head.aux_layer_ids().size());
+  Tensor aux = backend.Empty({n_aux, batch, head.config().hidden_size}, DType::kBF16);
+  backend.FillNormal(aux, 3, 1.0f);
+  std::vector<HeadStepSequence> seqs;
+  for (int64_t s = 0; s < batch; ++s)
+    seqs.push_back({&tables[static_cast<size_t>(s)], context, {static_cast<int32_t>(s + 1)}, s, true});
+  const HeadStepInput in = BuildHeadStepInput(seqs);
+  cuda::Event start(cuda::EventTiming::kEnabled), stop(cuda::EventTiming::kEnabled);
+  std::vector<float> ms;
+  for (int64_t i = 0; i < steps + 3; ++i) {
+    start.Record(backend.stream());
+    const std::vector<int32_t> drafts = draft.Propose(in.input, aux, in.aux_rows);
+    stop.Record(backend.stream());
+    stop.Synchronize();
+    if (i >= 3) ms.push_back(stop.ElapsedMsSince(start));
+  }
+  for (HeadBlockTable& t : tables) t.Release(allocator);
+  std::sort(ms.begin(), ms.end());
+  std::printf("RESULT head step b=%lld ctx=%lld: median %.3f ms (min %.3f)\n", static_cast<long long>(batch),
+              static_cast<long long>(context), ms[ms.size() / 2], ms.front());
+  return Status::Ok();
+}
+
 Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json";
   int64_t batch = 1, context = 128, tokens = 128, draft_vocab = 32000;
-  bool repeat = false;
+  bool repeat = false, head_only = false;
   FlagParser flags("bench_lookahead: TPOT of lookahead decoding (reject / speculate) vs plain, via the engine");
   flags.AddString("config", &config_path, "HF config.json with the target's shapes (dummy weights)");
   flags.AddInt("batch", &batch, "concurrent requests");
@@ -190,6 +227,7 @@ Status Run(int argc, char** argv) {
   flags.AddInt("tokens", &tokens, "output tokens per request");
   flags.AddInt("draft-vocab", &draft_vocab, "draft vocabulary of the dummy head");
   flags.AddBool("repeat", &repeat, "repeating target + copy head: drafts right by construction");
+  flags.AddBool("head-only", &head_only, "time the draft head's decode step alone (no engine, no prefill)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
@@ -219,6 +257,7 @@ Status Run(int argc, char** argv) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*model, *backend, go));
   CudaDraftRunner draft(*head, *backend,
                         DraftKvSlotsFor(slots, heads, head->config().num_key_value_heads));
+  if (head_only) return RunHeadOnly(*head, *backend, draft, batch, context, tokens);
   std::printf("target %s%s, head: %s; batch %lld, prompt %lld, output %lld tokens\n", config_path.c_str(),
               repeat ? " (repeating)" : "", repeat ? "copy head" : "dummy EAGLE-3", static_cast<long long>(batch),
               static_cast<long long>(context), static_cast<long long>(tokens));

@@ -144,6 +144,32 @@ void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_
   stream_.Synchronize();
 }
 
+Tensor CudaBackend::UploadAsync(const Tensor& host) {
+  OASIS_CHECK(host.device() == Device::kCpu) << "UploadAsync of a device tensor";
+  constexpr size_t kHalf = size_t{2} << 20;
+  const size_t bytes = host.nbytes();
+  if (bytes > kHalf || override_ != nullptr || arena_base_ != nullptr) return Upload(host);
+  Tensor t = Empty(host.shape(), host.dtype());
+  if (bytes == 0) return t;
+  if (async_staging_.size() == 0) {
+    auto buf = cuda::PinnedBuffer::Allocate(2 * kHalf);
+    OASIS_CHECK(buf.ok()) << "pinned upload ring: " << buf.status().ToString();
+    async_staging_ = std::move(*buf);
+  }
+  size_t off = (async_used_ + 255) / 256 * 256;
+  if (off + bytes > kHalf) {  // leave this half, take the other once its DMAs are done
+    async_free_[async_half_].Record(stream());
+    async_half_ ^= 1;
+    async_free_[async_half_].Synchronize();
+    off = 0;
+  }
+  char* p = static_cast<char*>(async_staging_.data()) + static_cast<size_t>(async_half_) * kHalf + off;
+  std::memcpy(p, host.raw(), bytes);
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(t.raw(), p, bytes, cudaMemcpyHostToDevice, stream()));
+  async_used_ = off + bytes;
+  return t;
+}
+
 Tensor CudaBackend::Download(const Tensor& t) {
   OASIS_CHECK(t.device() == Device::kCuda) << "Download of a host tensor";
   Tensor host = Tensor::Empty(t.shape(), t.dtype());
@@ -236,6 +262,18 @@ void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tens
   const int64_t in = weight.dim(1), outf = weight.dim(0), rows = residual.numel() / in;
   if (!NormGemvFusable(x, residual, residual_out, norm_weight, weight) ||
       (out.dtype() != DType::kBF16 && out.dtype() != DType::kF32)) {
+    if (x != nullptr && residual_out != nullptr && x->dtype() == DType::kBF16 && residual.dtype() == DType::kBF16 &&
+        residual_out->dtype() == DType::kBF16 && norm_weight.dtype() == DType::kBF16 &&
+        residual_out->raw() != residual.raw() && residual_out->raw() != x->raw()) {
+      // More rows than the GEMV takes: the add and the norm in one kernel, then the GEMM.
+      OASIS_CHECK_EQ(x->numel(), residual.numel()) << "AddRmsNormLinear x";
+      OASIS_CHECK_EQ(residual_out->numel(), residual.numel()) << "AddRmsNormLinear residual_out";
+      Tensor normed = Empty(residual.shape(), DType::kBF16);
+      OASIS_CUDA_CHECK(kernels::LaunchAddRmsNorm(Ptr(*x), Ptr(residual), Ptr(*residual_out), Ptr(norm_weight),
+                                                 Ptr(normed), rows, in, eps, stream()));
+      Linear(normed, weight, out);
+      return;
+    }
     Backend::AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, weight, out);
     return;
   }

@@ -47,6 +47,9 @@ class CudaBackend final : public Backend {
   // DMA of chunk i); returns once the data is on the device.
   Tensor Upload(const Tensor& host) override;
   Tensor Download(const Tensor& device_tensor) override;
+  // Small tensors (up to 2 MiB, on the backend's own stream) go through a pinned ring: a host
+  // memcpy and an asynchronous DMA, no synchronisation; others as Upload.
+  Tensor UploadAsync(const Tensor& host) override;
   void UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) override;
 
   void FillNormal(Tensor& t, uint64_t seed, float stddev) override;
@@ -119,6 +122,12 @@ class CudaBackend final : public Backend {
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];
+  // UploadAsync's pinned ring: two halves filled in turn; a half is reused after the event
+  // recorded when it was left (every DMA out of it enqueued before) has completed.
+  cuda::PinnedBuffer async_staging_;
+  cuda::Event async_free_[2];
+  int async_half_ = 0;
+  size_t async_used_ = 0;
   char* arena_base_ = nullptr;
   size_t arena_size_ = 0;
   size_t arena_used_ = 0;

@@ -16,6 +16,7 @@ namespace oasis {
 class CudaDraftRunner final : public DraftRunner {
  public:
   CudaDraftRunner(Eagle3Head& head, CudaBackend& backend, int64_t num_kv_slots);
+  ~CudaDraftRunner() override;
 
   std::vector<int32_t> Propose(const ForwardInput& host_input, const Tensor& aux,
                                std::span<const int32_t> aux_rows) override;
@@ -23,6 +24,9 @@ class CudaDraftRunner final : public DraftRunner {
  private:
   CudaBackend& cuda_;
   CudaSampler sampler_;
+  bool profile_ = false;  // OASIS_PROFILE_DRAFT set: time the phases (with synchronisations)
+  int64_t profile_calls_ = 0;
+  double profile_s_[3] = {0, 0, 0};
 };
 
 }  // namespace oasis

@@ -105,7 +105,7 @@ std::optional<CudaGraphRunner::GraphKey> CudaGraphRunner::KeyFor(const ForwardIn
   key.rows_per_seq = r;
   const int64_t full = max_blocks_ * kBlockSize, need = in.attention.max_kv_len > 0 ? in.attention.max_kv_len : full;
   key.kv_bound = full;
-  for (int64_t b = 1024; b < full; b *= 4) {
+  for (int64_t b = 1024; b < full; b *= 2) {
     if (need <= b) {
       key.kv_bound = b;
       break;

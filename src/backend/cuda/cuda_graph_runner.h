@@ -2,9 +2,10 @@
 // with the same number q of query tokens, q = 1 (plain) or 2 (lookahead: the real token and
 // the draft stacked), 1 or q logits rows per sequence, with or without the residual capture of
 // a draft head — captured lazily per (batch-size bucket, q, rows, capture); other steps
-// (prefill, mixed) run eagerly. Graphs are also specialised per context bucket (1K, 4K, 16K,
-// 64K, ... up to max_context), so a short request's attention is not cut for the longest
-// context a graph could see. Inputs are packed on the host into one pinned staging buffer and copied with a
+// (prefill, mixed) run eagerly. Graphs are also specialised per context bucket (1K, 2K, 4K,
+// 8K, ... up to max_context), so a short request's attention is not cut for the longest
+// context a graph could see (the split-K plan is made for the bucket: with ×4 buckets a 4.2K
+// batch planned for 16K took two splits and a merge where one split is faster). Inputs are packed on the host into one pinned staging buffer and copied with a
 // single cudaMemcpyAsync into static device buffers the graphs read; activations come from
 // one arena whose addresses are the same at capture and replay. A batch of b sequences runs
 // in the smallest bucket >= b, padded with rows that read slot 0 and write nothing.

@@ -21,10 +21,12 @@ BENCHMARKS=(
   "bench_decode|--batch 1 --context 128 --temperature 0.8 --top-p 0.95"
   "bench_decode|--batch 4 --context 2048"
   "bench_decode|--batch 64 --context 4096 --steps 20"
+  "bench_decode|--batch 64 --context 4096 --steps 20 --queries 2 --capture"
   "bench_decode|--prefill 8192 --steps 5 --warmup 1"
   "bench_lookahead|--batch 1 --context 128 --tokens 128"
   "bench_lookahead|--batch 64 --context 4096 --tokens 128"
   "bench_lookahead|--batch 1 --context 128 --tokens 128 --repeat"
+  "bench_lookahead|--head-only --batch 64 --context 4096 --tokens 20"
 )
 PEERS=(
   "tools/bench/bench_transformers.py --prefill 8192"

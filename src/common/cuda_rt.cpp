@@ -76,7 +76,16 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
   return *this;
 }
 
-Stream::Stream() { OASIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::Stream() : Stream(StreamPriority::kDefault) {}
+Stream::Stream(StreamPriority priority) {
+  if (priority == StreamPriority::kDefault) {
+    OASIS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    return;
+  }
+  int least = 0, greatest = 0;  // numerically, the greatest priority is the lowest value
+  OASIS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  OASIS_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+}
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);
 }

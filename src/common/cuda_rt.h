@@ -73,10 +73,16 @@ class PinnedBuffer {
   size_t bytes_ = 0;
 };
 
+// How a stream's work is scheduled against other streams' (cudaStreamCreateWithPriority): kGreatest
+// is the device's greatest priority (cudaDeviceGetStreamPriorityRange), so its pending CTAs are
+// started ahead of those of lower-priority streams as SMs free up.
+enum class StreamPriority { kDefault, kGreatest };
+
 // A non-blocking stream (never synchronises with the legacy default stream).
 class Stream {
  public:
   Stream();
+  explicit Stream(StreamPriority priority);
   ~Stream();
   Stream(Stream&& o) noexcept;
   Stream& operator=(Stream&& o) noexcept;

@@ -7,8 +7,8 @@
 // step, so a step ends with every side stream joined (needed by graph capture, and it keeps
 // per-step uploads alive while side streams read them). No host synchronisation anywhere.
 //
-// Owns the three streams and 4 × num_layers events. Not thread-safe: the thread running the
-// forward pass.
+// Owns the three streams (the transfer stream at the device's greatest priority) and
+// 4 × num_layers events. Not thread-safe: the thread running the forward pass.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,7 +36,12 @@ class CudaSparseStageSync final : public SparseStageSync {
 
   CudaBackend& backend_;
   int64_t num_layers_;
-  cuda::Stream predict_, select_, transfer_;
+  cuda::Stream predict_, select_;
+  // The gather (UVA reads from pinned host memory: few CTAs, PCIe-bound) runs at the greatest
+  // priority, so its CTAs are not queued behind a many-CTA grid of the same step (attention,
+  // GEMMs): at equal priority it fell from ~48 to 13–14 GB/s beside an HBM-bound grid on the
+  // H200 (tools/bench/bench_sparse_kv --only gather).
+  cuda::Stream transfer_{cuda::StreamPriority::kGreatest};
   std::vector<cuda::Event> events_;  // [4][num_layers]: attn_done, predict_done, select_done, transfer_done
   bool transfer_pending_ = false;    // a transfer was enqueued since the last Join
   int64_t last_transfer_layer_ = -1;

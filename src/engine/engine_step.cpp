@@ -69,6 +69,29 @@ void Engine::Impl::Step() {
   std::vector<SampleResult> samples;
   ResidualCapture capture;
   Status failure = Status::Ok();
+  // The draft head's next batch, prepared while the target step runs on the device (graph
+  // steps): every chunk's rows as they will be once committed, the draft not accepted.
+  // Used when the step turns out that way (RunPreparedDraftHeadStep checks), else rebuilt.
+  PreparedHeadStep prepared;
+  bool have_prepared = false;
+  const auto prepare_head = [&] {
+    std::vector<DraftHeadWork> work;
+    std::vector<int64_t> ends;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      RequestState& s = *requests.at(c.seq->id);
+      DraftHeadWork w{c.seq, &s.draft_head, first_row[i], false};
+      if (c.samples) {  // as below, with the token this step samples counted
+        const bool is_sparse = c.seq->kv != SequenceKv::kDense;
+        w.wants_draft = c.seq->num_tokens() + 3 <= s.stop_checker.conditions().max_total_tokens &&
+                        (!is_sparse || sparse->FeedsDraft());
+      }
+      work.push_back(w);
+      ends.push_back(c.seq->num_computed + c.num_tokens);
+    }
+    prepared = PrepareDraftHeadStep(draft_allocator, std::move(work), std::move(ends));
+    have_prepared = true;
+  };
   const auto step_start = EngineClock::now();
   try {
     if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
@@ -76,7 +99,7 @@ void Engine::Impl::Step() {
       samples = runner.ExecuteSparseStep(input, rows, draft != nullptr ? &capture : nullptr,
                                          sparse->pipeline(), sparse_plan);
     } else if (draft != nullptr) {
-      samples = runner.ExecuteSampleAndCapture(input, rows, capture);
+      samples = runner.ExecuteSampleAndCapture(input, rows, capture, prepare_head);
     } else {
       samples = runner.ExecuteAndSample(input, rows);
     }
@@ -143,8 +166,8 @@ void Engine::Impl::Step() {
   if (draft != nullptr && !head_work.empty()) {
     const auto head_start = EngineClock::now();
     try {
-      stats.draft_tokens_proposed_total +=
-          RunDraftHeadStep(*draft, draft_allocator, head_work, capture.out);
+      stats.draft_tokens_proposed_total += RunPreparedDraftHeadStep(
+          *draft, draft_allocator, have_prepared ? &prepared : nullptr, head_work, capture.out);
       stats.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
     } catch (const std::exception& e) {
       const Status error = Internal(std::string("draft head step failed: ") + e.what());

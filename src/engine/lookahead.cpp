@@ -82,23 +82,30 @@ HeadStepInput BuildHeadStepInput(const std::vector<HeadStepSequence>& seqs) {
   return out;
 }
 
-int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
-                         const Tensor& aux) {
-  if (work.empty()) return 0;
+namespace {
+
+std::vector<HeadStepSequence> HeadSequences(BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
+                                            const std::vector<int64_t>& rows_end) {
   std::vector<HeadStepSequence> seqs;
   seqs.reserve(work.size());
-  for (const DraftHeadWork& w : work) {
-    const int64_t q0 = w.head->num_computed, q1 = w.seq->num_computed;
-    OASIS_CHECK(q0 < q1 && q1 < w.seq->num_tokens())
+  for (size_t i = 0; i < work.size(); ++i) {
+    const DraftHeadWork& w = work[i];
+    const int64_t q0 = w.head->num_computed, q1 = rows_end[i];
+    OASIS_CHECK(q0 < q1 && q1 <= w.seq->num_tokens())
         << "head rows [" << q0 << ", " << q1 << ") of a sequence of " << w.seq->num_tokens() << " tokens";
     // The head pool holds as many tokens as the target's and the head never holds more
     // rows than the target computed, so this cannot run out (Engine::CheckOptions).
     OASIS_CHECK_OK(w.head->table.Reserve(q1, allocator));
-    seqs.push_back({&w.head->table, q0,
-                    std::vector<int32_t>(w.seq->tokens.begin() + q0 + 1, w.seq->tokens.begin() + q1 + 1),
-                    w.first_aux_row, w.wants_draft});
+    // Row q embeds token q + 1; the one the step is sampling is not there yet (0 until refreshed).
+    std::vector<int32_t> tokens(static_cast<size_t>(q1 - q0), 0);
+    for (int64_t q = q0; q < q1 && q + 1 < w.seq->num_tokens(); ++q) tokens[static_cast<size_t>(q - q0)] = w.seq->tokens[q + 1];
+    seqs.push_back({&w.head->table, q0, std::move(tokens), w.first_aux_row, w.wants_draft});
   }
-  HeadStepInput in = BuildHeadStepInput(seqs);
+  return seqs;
+}
+
+int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& work, const HeadStepInput& in,
+                         const Tensor& aux) {
   const std::vector<int32_t> drafts = runner.Propose(in.input, aux, in.aux_rows);
   OASIS_CHECK_EQ(static_cast<int64_t>(drafts.size()), in.input.logit_rows.numel()) << "one draft per logits row";
   size_t k = 0;
@@ -108,6 +115,56 @@ int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const s
     if (w.wants_draft) w.seq->draft_tokens.push_back(drafts[k++]);
   }
   return static_cast<int64_t>(drafts.size());
+}
+
+std::vector<int64_t> CommittedEnds(const std::vector<DraftHeadWork>& work) {
+  std::vector<int64_t> ends;
+  ends.reserve(work.size());
+  for (const DraftHeadWork& w : work) {
+    OASIS_CHECK(w.seq->num_computed < w.seq->num_tokens())
+        << "head rows end at " << w.seq->num_computed << " of a sequence of " << w.seq->num_tokens() << " tokens";
+    ends.push_back(w.seq->num_computed);
+  }
+  return ends;
+}
+
+}  // namespace
+
+int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
+                         const Tensor& aux) {
+  if (work.empty()) return 0;
+  const HeadStepInput in = BuildHeadStepInput(HeadSequences(allocator, work, CommittedEnds(work)));
+  return ProposeAndCommit(runner, work, in, aux);
+}
+
+PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<DraftHeadWork> work,
+                                      std::vector<int64_t> rows_end) {
+  OASIS_CHECK_EQ(work.size(), rows_end.size()) << "one rows end per head work item";
+  PreparedHeadStep p;
+  if (!work.empty()) p.in = BuildHeadStepInput(HeadSequences(allocator, work, rows_end));
+  p.work = std::move(work);
+  p.rows_end = std::move(rows_end);
+  return p;
+}
+
+int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, PreparedHeadStep* prepared,
+                                 const std::vector<DraftHeadWork>& work, const Tensor& aux) {
+  if (work.empty()) return 0;
+  bool same = prepared != nullptr && prepared->work.size() == work.size();
+  for (size_t i = 0; same && i < work.size(); ++i) {
+    const DraftHeadWork &a = work[i], &b = prepared->work[i];
+    same = a.seq == b.seq && a.head == b.head && a.first_aux_row == b.first_aux_row &&
+           a.wants_draft == b.wants_draft && a.seq->num_computed == prepared->rows_end[i];
+  }
+  if (!same) return RunDraftHeadStep(runner, allocator, work, aux);
+  // Every row's token from the sequence as it is now (the sampled tokens included).
+  int32_t* ids = prepared->in.input.token_ids.data<int32_t>();
+  int64_t t = 0;
+  for (const DraftHeadWork& w : work) {
+    for (int64_t q = w.head->num_computed; q < w.seq->num_computed; ++q) ids[t++] = w.seq->tokens[q + 1];
+  }
+  OASIS_CHECK_EQ(t, prepared->in.input.token_ids.numel()) << "prepared head rows";
+  return ProposeAndCommit(runner, work, prepared->in, aux);
 }
 
 }  // namespace oasis

@@ -88,4 +88,21 @@ struct DraftHeadWork {
 int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
                          const Tensor& aux);
 
+// The head step prepared ahead, while the target step runs on the device: `work` with the
+// head rows each item WILL have, [head->num_computed, rows_end[i]), once the target step has
+// committed its tokens (decodes: the chunk's tokens, the draft not accepted). The host input
+// is built with the tokens known so far (0 for a token the step has yet to sample).
+struct PreparedHeadStep {
+  std::vector<DraftHeadWork> work;
+  std::vector<int64_t> rows_end;
+  HeadStepInput in;
+};
+PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<DraftHeadWork> work,
+                                      std::vector<int64_t> rows_end);
+// RunDraftHeadStep over `work` using `prepared` when it matches (the same items, each with
+// seq->num_computed == the prepared rows_end: then only the token ids are refreshed from the
+// sequences), else building the input afresh. Returns the number of drafts proposed.
+int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, PreparedHeadStep* prepared,
+                                 const std::vector<DraftHeadWork>& work, const Tensor& aux);
+
 }  // namespace oasis

@@ -27,9 +27,12 @@ void ModelRunner::AllocateCapture(ResidualCapture& capture, int64_t tokens) {
 
 std::vector<SampleResult> ModelRunner::ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                                const std::vector<SampleRow>& rows,
-                                                               ResidualCapture& capture) {
+                                                               ResidualCapture& capture,
+                                                               const std::function<void()>& while_running) {
   AllocateCapture(capture, host_input.token_ids.numel());
-  return SampleLogits(model_.Forward(UploadForwardInput(backend_, host_input), kv_, &capture), rows);
+  const Tensor logits = model_.Forward(UploadForwardInput(backend_, host_input), kv_, &capture);
+  if (while_running) while_running();
+  return SampleLogits(logits, rows);
 }
 
 std::vector<SampleResult> ModelRunner::ExecuteSparseStep(const ForwardInput& host_input,

@@ -4,6 +4,7 @@
 // Owns the KV pools. Not thread-safe: the engine loop (or a TP worker) owns it.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -44,9 +45,13 @@ class ModelRunner {
   // padding a device runner may add) and fills its first T rows; it stays valid until the
   // next step. The plain runner runs eagerly and samples on the host; device runners
   // may override it (e.g. a graph per decode bucket with a resident capture buffer).
+  // `while_running`, when set, is called once the forward pass is enqueued and before the
+  // runner waits for the samples: host work that overlaps the device's (the engine prepares
+  // the draft head's next batch there). It must not use the runner or its backend.
   virtual std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                             const std::vector<SampleRow>& rows,
-                                                            ResidualCapture& capture);
+                                                            ResidualCapture& capture,
+                                                            const std::function<void()>& while_running = {});
 
   // A step with sparse sequences (docs/sparse.md): `plan` is SparseKvManager::BuildStepPlan
   // of this batch (the same sequences in the same order as `host_input`, built with

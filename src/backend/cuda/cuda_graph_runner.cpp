@@ -230,11 +230,13 @@ std::vector<SampleResult> CudaGraphRunner::SampleLogits(const Tensor& logits, co
 
 std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                                    const std::vector<SampleRow>& rows,
-                                                                   ResidualCapture& capture) {
+                                                                   ResidualCapture& capture,
+                                                                   const std::function<void()>& while_running) {
   const std::optional<GraphKey> key = KeyFor(host_input, &capture.layer_ids);
-  if (!key) return ModelRunner::ExecuteSampleAndCapture(host_input, rows, capture);
+  if (!key) return ModelRunner::ExecuteSampleAndCapture(host_input, rows, capture, while_running);
   const Graph& g = Replay(host_input, *key);
   capture.out = g.capture;
+  if (while_running) while_running();  // the graph is enqueued: host work overlaps it
   return SampleLogits(g.logits, rows);
 }
 

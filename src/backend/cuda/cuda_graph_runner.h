@@ -48,7 +48,8 @@ class CudaGraphRunner final : public ModelRunner {
   // [layer_ids.size(), bucket · q, hidden] (rows past T are padding); eager steps allocate it.
   std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
                                                     const std::vector<SampleRow>& rows,
-                                                    ResidualCapture& capture) override;
+                                                    ResidualCapture& capture,
+                                                    const std::function<void()>& while_running = {}) override;
 
   // Sparse steps run eagerly (ModelRunner::ExecuteSparseStep: the pipeline's host-built plan
   // changes every step) with the pipeline's side streams (CudaSparseStageSync).

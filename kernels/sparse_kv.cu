@@ -35,35 +35,39 @@ __global__ void BlockSummariesKernel(const bf16* k_pool, const int32_t* src_slot
 // against the group's (≤ 8, or ≤ 16 in two n-tiles) query heads is a bf16 m16n8k16 MMA chain
 // with fp32 accumulation (exact products; only the summation order differs from the CPU's).
 // Each warp owns a contiguous run of blocks of one (row, KV head): `steps` steps of 16·kTiles
-// blocks (at most kScoreMaxSteps; the launcher aims at ~16 warps per SM in one wave). Lane (g, t)
-// reads 16 bytes at dims [8t + 32c, +8) of the rows of blocks g and g+8 of each tile (the MMA's
-// k order is a permutation of d, the same for A and B), all of a step's loads in flight at once
-// (128 dims at a time), the next step's table entries loaded ahead; the queries' fragments are
-// loaded once per warp into registers (no shared memory, no barrier, no prologue per CTA).
-// H200, batch 32 × 1024 blocks × 8 KV heads, d 128 (tools/bench/bench_sparse_kv): 66.7 µs,
-// 2.01 TB/s of summaries with the bench's memset L2 flush, where a plain streaming read of the
-// same 134 MB reaches 3.24 TB/s and an ideal scattered-row read (no math) 3.11 TB/s.
-constexpr int kScoreWarps = 4;
-constexpr int kScoreThreads = 32 * kScoreWarps;
+// blocks (at most kScoreMaxSteps; the launcher aims at one wave of the SMs). A step's summary
+// rows are copied whole into the warp's shared memory with cp.async (lanes along each row, so
+// every 128-byte line is asked for by one instruction), double-buffered: the next step's rows
+// are in flight while this step's are scored; table entries are loaded two steps ahead. Lane
+// (g, t) then reads the 16-byte chunks t + 4c of the rows of blocks g and g+8 of each tile (the
+// MMA's k order is a permutation of d, the same for A and B; odd rows swizzled so those reads
+// are conflict-free). The queries' fragments are loaded once per warp into registers.
 constexpr int kScoreMaxSteps = 8;  // steps per warp, at most (the launcher sizes it to the work)
 constexpr int kScoreMaxGroup = 16;
+constexpr int kScoreSmemBytes = 48 * 1024;  // per CTA (no opt-in attribute needed)
 
 template <int D>
 struct ScoreShape {
-  static constexpr int kChunks = D / 32;                 // 16-byte chunks of a summary row per lane
+  static constexpr int kChunks = D / 32;                 // 16-byte chunks per lane and row, MMA layout
   static constexpr int kTiles = D >= 128 ? 1 : 128 / D;  // 16-block tiles per step
-  static constexpr int kSlabs = D > 128 ? D / 128 : 1;   // loads in flight: 128 dims at a time
-  static constexpr int kSlabChunks = kChunks / kSlabs;
   static constexpr int kStepBlocks = 16 * kTiles;
+  static constexpr int kRowChunks = D / 8;               // 16-byte chunks of a summary row
+  static constexpr int kStageChunks = 2 * kStepBlocks * kRowChunks;  // kmin rows, then kmax rows
+  static constexpr int kWarps = kScoreSmemBytes / (2 * kStageChunks * 16);  // 3 (D ≤ 128), 1 (D 256)
+  static constexpr int kTabRegs = (kStepBlocks + 31) / 32;
+  // Slot of chunk `col` of row `row` in a stage (odd rows: chunks xor 4, so the MMA-layout reads
+  // of 8 rows × 4 chunks spread over all banks; rows of 64 bytes already do).
+  static __device__ __forceinline__ int Slot(int row, int col) {
+    return row * kRowChunks + (D >= 64 ? col ^ ((row & 1) << 2) : col);
+  }
 };
 
-// A summary chunk, read once: not kept in L1.
-__device__ __forceinline__ uint4 LoadSummary(const bf16* ptr) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(ptr));
-  return v;
+__device__ __forceinline__ void CpAsync16(void* smem, const void* global, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0));
 }
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void CpAsyncWaitAllButOne() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t MaxBf16x2(uint32_t a, uint32_t b) {
   const __nv_bfloat162 r = __hmax2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
@@ -83,19 +87,58 @@ __device__ __forceinline__ void ScoreMma(float (&acc)[4], uint32_t a0, uint32_t 
 }
 
 template <int D, int NT>  // NT: n-tiles of 8 query heads (group ≤ 8: 1, ≤ 16: 2)
-__global__ void __launch_bounds__(kScoreThreads) ScoreBlocksKernel(ScoreBlocksParams p, int steps) {
+__global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps) ScoreBlocksKernel(ScoreBlocksParams p, int steps) {
   using S = ScoreShape<D>;
+  __shared__ uint4 stages[S::kWarps][2][S::kStageChunks];
   const int r = blockIdx.y / p.num_kv_heads, h = blockIdx.y % p.num_kv_heads;
   const int row = p.query_rows[r];
   if (row < 0) return;
   const int nb = min(p.num_blocks[r], p.max_blocks);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int warp_blocks = S::kStepBlocks * steps;
-  const int w_begin = (blockIdx.x * kScoreWarps + warp) * warp_blocks;
+  const int w_begin = (blockIdx.x * S::kWarps + warp) * warp_blocks;
   if (w_begin >= nb) return;
   const int w_end = min(nb, w_begin + warp_blocks);
   const int g = lane >> 2, t = lane & 3;
   const int group = p.num_q_heads / p.num_kv_heads;
+  const int64_t base = (static_cast<int64_t>(r) * p.num_kv_heads + h) * p.max_blocks;
+  const int32_t* table = p.host_tables + base;
+
+  // Table entries of a step's blocks: lane i holds block first + i + 32·j (-1: none).
+  auto load_tab = [&](int first, int (&tab)[S::kTabRegs]) {
+#pragma unroll
+    for (int j = 0; j < S::kTabRegs; ++j) {
+      const int b = first + lane + 32 * j;
+      tab[j] = lane + 32 * j < S::kStepBlocks && b < w_end ? __ldg(table + b) : -1;
+    }
+  };
+  // Copies a step's summary rows into stage `buf`, lanes along the rows; returns (in `own`) the
+  // rows of this lane's MMA blocks (tile τ, half e: block 16τ + 8e + g of the step).
+  auto issue = [&](const int (&tab)[S::kTabRegs], int buf, int (&own)[S::kTiles][2]) {
+    uint4* lo = stages[warp][buf];
+    uint4* hi = lo + S::kStepBlocks * S::kRowChunks;
+#pragma unroll
+    for (int j = 0; j < S::kStepBlocks * S::kRowChunks / 32; ++j) {
+      const int x = lane + 32 * j, blk = x / S::kRowChunks, col = x % S::kRowChunks;
+      const int m = __shfl_sync(0xffffffffu, tab[(32 * j) / S::kRowChunks / 32], blk % 32);
+      const int64_t at = m >= 0 ? static_cast<int64_t>(m) * D + 8 * col : 0;
+      CpAsync16(lo + S::Slot(blk, col), p.kmin + at, m >= 0);
+      CpAsync16(hi + S::Slot(blk, col), p.kmax + at, m >= 0);
+    }
+#pragma unroll
+    for (int tau = 0; tau < S::kTiles; ++tau) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int blk = 16 * tau + 8 * e + g;
+        own[tau][e] = __shfl_sync(0xffffffffu, tab[blk / 32], blk % 32);
+      }
+    }
+  };
+  int tab[S::kTabRegs], own[S::kTiles][2], own_next[S::kTiles][2];
+  load_tab(w_begin, tab);
+  issue(tab, 0, own);
+  CpAsyncCommit();
+  load_tab(w_begin + S::kStepBlocks, tab);
 
   // B fragments: lane (g, t) holds query head n = g + 8·nt at dims 8t + 32c + {0..7} as q⁺ and q⁻
   // bf16 pairs (pairs 0, 1 feed the chunk's first MMA, pairs 2, 3 its second).
@@ -116,23 +159,15 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreBlocksKernel(ScoreBlocksPa
     }
   }
 
-  const int64_t base = (static_cast<int64_t>(r) * p.num_kv_heads + h) * p.max_blocks;
-  const int32_t* table = p.host_tables + base;
-  // Summary rows of this lane's blocks (tile τ, half e: block step + 16τ + 8e + g); -1 = none.
-  int m[S::kTiles][2], m_next[S::kTiles][2];
-  auto load_rows = [&](int step_first, int (&out)[S::kTiles][2]) {
-#pragma unroll
-    for (int tau = 0; tau < S::kTiles; ++tau) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int b = step_first + 16 * tau + 8 * e + g;
-        out[tau][e] = b < w_end ? __ldg(table + b) : -1;
-      }
-    }
-  };
-  load_rows(w_begin, m);
-  for (int first = w_begin; first < w_end; first += S::kStepBlocks) {
-    load_rows(first + S::kStepBlocks, m_next);
+  int buf = 0;
+  for (int first = w_begin; first < w_end; first += S::kStepBlocks, buf ^= 1) {
+    if (first + S::kStepBlocks < w_end) issue(tab, buf ^ 1, own_next);
+    CpAsyncCommit();  // possibly empty: one group per step either way
+    load_tab(first + 2 * S::kStepBlocks, tab);
+    CpAsyncWaitAllButOne();  // this step's rows (this lane's copies) have landed
+    __syncwarp();            // ... and every lane's
+    const uint4* lo = stages[warp][buf];
+    const uint4* hi = lo + S::kStepBlocks * S::kRowChunks;
     float acc[S::kTiles][NT][4];
 #pragma unroll
     for (int tau = 0; tau < S::kTiles; ++tau)
@@ -141,46 +176,32 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreBlocksKernel(ScoreBlocksPa
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[tau][nt][i] = 0.0f;
 #pragma unroll
-    for (int slab = 0; slab < S::kSlabs; ++slab) {
-      uint4 lo[S::kTiles][2][S::kSlabChunks], hi[S::kTiles][2][S::kSlabChunks];
+    for (int tau = 0; tau < S::kTiles; ++tau) {
 #pragma unroll
-      for (int tau = 0; tau < S::kTiles; ++tau) {
+      for (int c = 0; c < S::kChunks; ++c) {
+        const int b0 = 16 * tau + g, b1 = b0 + 8, col = t + 4 * c;
+        const uint4 vl0 = lo[S::Slot(b0, col)], vl1 = lo[S::Slot(b1, col)];
+        const uint4 vh0 = hi[S::Slot(b0, col)], vh1 = hi[S::Slot(b1, col)];
+        const uint32_t* l0 = reinterpret_cast<const uint32_t*>(&vl0);  // block g
+        const uint32_t* l1 = reinterpret_cast<const uint32_t*>(&vl1);  // block g + 8
+        const uint32_t* u0 = reinterpret_cast<const uint32_t*>(&vh0);
+        const uint32_t* u1 = reinterpret_cast<const uint32_t*>(&vh1);
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t mr = m[tau][e];
+        for (int half = 0; half < 2; ++half) {
+          const int i0 = 2 * half, i1 = 2 * half + 1;
+          const uint32_t x0 = MaxBf16x2(u0[i0], l0[i0]), x1 = MaxBf16x2(u1[i0], l1[i0]);
+          const uint32_t x2 = MaxBf16x2(u0[i1], l0[i1]), x3 = MaxBf16x2(u1[i1], l1[i1]);
+          const uint32_t y0 = MinBf16x2(u0[i0], l0[i0]), y1 = MinBf16x2(u1[i0], l1[i0]);
+          const uint32_t y2 = MinBf16x2(u0[i1], l0[i1]), y3 = MinBf16x2(u1[i1], l1[i1]);
 #pragma unroll
-          for (int c = 0; c < S::kSlabChunks; ++c) {
-            const int64_t at = mr * D + 8 * t + 32 * (slab * S::kSlabChunks + c);
-            lo[tau][e][c] = mr >= 0 ? LoadSummary(p.kmin + at) : make_uint4(0, 0, 0, 0);
-            hi[tau][e][c] = mr >= 0 ? LoadSummary(p.kmax + at) : make_uint4(0, 0, 0, 0);
-          }
-        }
-      }
-#pragma unroll
-      for (int tau = 0; tau < S::kTiles; ++tau) {
-#pragma unroll
-        for (int c = 0; c < S::kSlabChunks; ++c) {
-          const int cc = slab * S::kSlabChunks + c;
-          const uint32_t* l0 = reinterpret_cast<const uint32_t*>(&lo[tau][0][c]);  // block g
-          const uint32_t* l1 = reinterpret_cast<const uint32_t*>(&lo[tau][1][c]);  // block g + 8
-          const uint32_t* u0 = reinterpret_cast<const uint32_t*>(&hi[tau][0][c]);
-          const uint32_t* u1 = reinterpret_cast<const uint32_t*>(&hi[tau][1][c]);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int i0 = 2 * half, i1 = 2 * half + 1;
-            const uint32_t x0 = MaxBf16x2(u0[i0], l0[i0]), x1 = MaxBf16x2(u1[i0], l1[i0]);
-            const uint32_t x2 = MaxBf16x2(u0[i1], l0[i1]), x3 = MaxBf16x2(u1[i1], l1[i1]);
-            const uint32_t y0 = MinBf16x2(u0[i0], l0[i0]), y1 = MinBf16x2(u1[i0], l1[i0]);
-            const uint32_t y2 = MinBf16x2(u0[i1], l0[i1]), y3 = MinBf16x2(u1[i1], l1[i1]);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              ScoreMma(acc[tau][nt], x0, x1, x2, x3, qp[cc][nt][i0], qp[cc][nt][i1]);
-              ScoreMma(acc[tau][nt], y0, y1, y2, y3, qn[cc][nt][i0], qn[cc][nt][i1]);
-            }
+          for (int nt = 0; nt < NT; ++nt) {
+            ScoreMma(acc[tau][nt], x0, x1, x2, x3, qp[c][nt][i0], qp[c][nt][i1]);
+            ScoreMma(acc[tau][nt], y0, y1, y2, y3, qn[c][nt][i0], qn[c][nt][i1]);
           }
         }
       }
     }
+    __syncwarp();  // every lane has read this stage before the next step's copies refill it
     // acc[τ][nt] = {block g: heads 8nt + 2t, +1; block g + 8: the same}. Reduce over the group.
 #pragma unroll
     for (int tau = 0; tau < S::kTiles; ++tau) {
@@ -199,11 +220,11 @@ __global__ void __launch_bounds__(kScoreThreads) ScoreBlocksKernel(ScoreBlocksPa
         v = p.reduce_max ? fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1)) : v + __shfl_xor_sync(0xffffffffu, v, 1);
         v = p.reduce_max ? fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2)) : v + __shfl_xor_sync(0xffffffffu, v, 2);
         const int b = first + 16 * tau + 8 * e + g;
-        if (t == e && b < w_end) p.scores[base + b] = m[tau][e] >= 0 ? v : -INFINITY;  // no summary: never chosen
+        if (t == e && b < w_end) p.scores[base + b] = own[tau][e] >= 0 ? v : -INFINITY;  // no summary: never chosen
       }
     }
 #pragma unroll
-    for (int tau = 0; tau < S::kTiles; ++tau) m[tau][0] = m_next[tau][0], m[tau][1] = m_next[tau][1];
+    for (int tau = 0; tau < S::kTiles; ++tau) own[tau][0] = own_next[tau][0], own[tau][1] = own_next[tau][1];
   }
 }
 
@@ -572,28 +593,30 @@ cudaError_t LaunchScoreBlocks(const ScoreBlocksParams& p, cudaStream_t stream) {
   if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     return cudaGetLastError();
   }
-  auto launch = [&](auto kernel, int step_blocks) {
-    // About 16 warps per SM in one wave (24 fit), each with as many steps as that takes.
-    const int64_t warp_steps = static_cast<int64_t>(p.rows) * p.num_kv_heads * CeilDiv(p.max_blocks, step_blocks);
-    const int steps = static_cast<int>(std::clamp<int64_t>((warp_steps + sms * 16 - 1) / (sms * 16), 1, kScoreMaxSteps));
-    const dim3 grid(CeilDiv(p.max_blocks, int64_t{step_blocks} * steps * kScoreWarps),
+  auto launch = [&](auto kernel, auto shape) {
+    using S = decltype(shape);
+    // One wave: 4 CTAs per SM (48 KB of shared memory each), each warp as many steps as that takes.
+    const int64_t wave_warps = int64_t{sms} * 4 * S::kWarps;
+    const int64_t warp_steps = static_cast<int64_t>(p.rows) * p.num_kv_heads * CeilDiv(p.max_blocks, S::kStepBlocks);
+    const int steps = static_cast<int>(std::clamp<int64_t>((warp_steps + wave_warps - 1) / wave_warps, 1, kScoreMaxSteps));
+    const dim3 grid(CeilDiv(p.max_blocks, int64_t{S::kStepBlocks} * steps * S::kWarps),
                     static_cast<unsigned>(p.rows * p.num_kv_heads));
-    kernel<<<grid, kScoreThreads, 0, stream>>>(p, steps);
+    kernel<<<grid, 32 * S::kWarps, 0, stream>>>(p, steps);
     return cudaGetLastError();
   };
   switch (p.head_dim) {
     case 32:
-      return two_tiles ? launch(ScoreBlocksKernel<32, 2>, ScoreShape<32>::kStepBlocks)
-                       : launch(ScoreBlocksKernel<32, 1>, ScoreShape<32>::kStepBlocks);
+      return two_tiles ? launch(ScoreBlocksKernel<32, 2>, ScoreShape<32>{})
+                       : launch(ScoreBlocksKernel<32, 1>, ScoreShape<32>{});
     case 64:
-      return two_tiles ? launch(ScoreBlocksKernel<64, 2>, ScoreShape<64>::kStepBlocks)
-                       : launch(ScoreBlocksKernel<64, 1>, ScoreShape<64>::kStepBlocks);
+      return two_tiles ? launch(ScoreBlocksKernel<64, 2>, ScoreShape<64>{})
+                       : launch(ScoreBlocksKernel<64, 1>, ScoreShape<64>{});
     case 128:
-      return two_tiles ? launch(ScoreBlocksKernel<128, 2>, ScoreShape<128>::kStepBlocks)
-                       : launch(ScoreBlocksKernel<128, 1>, ScoreShape<128>::kStepBlocks);
+      return two_tiles ? launch(ScoreBlocksKernel<128, 2>, ScoreShape<128>{})
+                       : launch(ScoreBlocksKernel<128, 1>, ScoreShape<128>{});
     default:
-      return two_tiles ? launch(ScoreBlocksKernel<256, 2>, ScoreShape<256>::kStepBlocks)
-                       : launch(ScoreBlocksKernel<256, 1>, ScoreShape<256>::kStepBlocks);
+      return two_tiles ? launch(ScoreBlocksKernel<256, 2>, ScoreShape<256>{})
+                       : launch(ScoreBlocksKernel<256, 1>, ScoreShape<256>{});
   }
 }
 

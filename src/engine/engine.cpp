@@ -135,7 +135,7 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
     std::lock_guard<std::mutex> lock(mu);
     live.erase(s.request.id);  // the id may be reused once the finished event is visible
   }
-  s.stream->Push(std::move(out));
+  delivery.Add(s.stream, std::move(out));
   requests.erase(s.seq.id);  // destroys s
 }
 
@@ -165,6 +165,7 @@ void Engine::Impl::AbortAll() {
     Finish(s, std::move(out), FinishReasonKind::kAbort);
   }
   Publish();
+  delivery.Drain();  // every finished event is in its stream when Stop returns
 }
 
 void Engine::Impl::Publish() {
@@ -207,6 +208,7 @@ void Engine::Impl::Loop() {
     }
     if (!scheduler.idle()) Step();
     Publish();
+    delivery.Flush();
   }
   AbortAll();
 }

@@ -148,6 +148,12 @@ struct EngineStats {
   // tokens on the host) and of the draft head's steps; their ratio shows what lookahead costs.
   double model_step_seconds_total = 0.0;
   double draft_step_seconds_total = 0.0;
+  // The engine's own host work per step: scheduling; building the step's batch (tokens,
+  // tables, sampling rows, sparse plan); committing and emitting the results; the whole step.
+  double schedule_seconds_total = 0.0;
+  double build_seconds_total = 0.0;
+  double emit_seconds_total = 0.0;
+  double step_seconds_total = 0.0;
   // Lookahead decoding (zero when off). A draft is verified when a decode step runs it
   // through the target; it is accepted when the token sampled from the real row equals it
   // (emitted in speculate mode; in reject mode only counted: the draft's accuracy).

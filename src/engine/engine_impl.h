@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "engine/engine.h"
+#include "engine/output_delivery.h"
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
 #include "engine/sparse_decoding.h"
@@ -78,6 +79,7 @@ struct Engine::Impl {
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
   Scheduler scheduler;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;  // by key
+  OutputDelivery delivery;  // request events to their streams, off the loop's critical path
   std::mt19937_64 rng;
   EngineStats stats;
 };

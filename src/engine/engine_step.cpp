@@ -13,7 +13,15 @@
 namespace oasis {
 
 void Engine::Impl::Step() {
+  const auto t_begin = EngineClock::now();
+  struct StepClock {  // adds the whole step's wall time however Step returns
+    EngineStats& stats;
+    EngineClock::time_point begin;
+    ~StepClock() { stats.step_seconds_total += Seconds(EngineClock::now() - begin); }
+  } step_clock{stats, t_begin};
   SchedulerOutput plan = scheduler.Schedule();
+  const auto t_scheduled = EngineClock::now();
+  stats.schedule_seconds_total += Seconds(t_scheduled - t_begin);
   stats.preemptions_total += static_cast<int64_t>(plan.preempted.size());
   for (Sequence* p : plan.preempted) ReleaseDraftHead(*requests.at(p->id));
   // Requests the sparse admission refused (their KV can never fit the host store; Submit
@@ -93,6 +101,7 @@ void Engine::Impl::Step() {
     have_prepared = true;
   };
   const auto step_start = EngineClock::now();
+  stats.build_seconds_total += Seconds(step_start - t_scheduled);
   try {
     if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
     if (sparse_step) {
@@ -154,7 +163,7 @@ void Engine::Impl::Step() {
     }
     out.prompt_tokens = c.seq->num_prompt_tokens;
     out.completion_tokens = c.seq->num_generated();
-    s.stream->Push(std::move(out));
+    delivery.Add(s.stream, std::move(out));
     if (draft != nullptr) {
       // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens),
       // and for a sparse request only when its predictor reads it.
@@ -163,8 +172,10 @@ void Engine::Impl::Step() {
       head_work.push_back(work);
     }
   }
+  delivery.Flush();  // the step's tokens go out now, not after the draft head's step
+  const auto head_start = EngineClock::now();
+  stats.emit_seconds_total += Seconds(head_start - now);
   if (draft != nullptr && !head_work.empty()) {
-    const auto head_start = EngineClock::now();
     try {
       stats.draft_tokens_proposed_total += RunPreparedDraftHeadStep(
           *draft, draft_allocator, have_prepared ? &prepared : nullptr, head_work, capture.out);

@@ -150,7 +150,8 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse_hits_total += total.hits;
   stats.sparse_misses_total += total.misses;
   stats.sparse_blocks_fetched_total += total.fetched;
-  stats.sparse_h2d_bytes_total += total.fetched * m.bytes_per_block;
+  // Fetches are selected either way; bytes cross PCIe only with transfers on.
+  if (manager_.config().transfers) stats.sparse_h2d_bytes_total += total.fetched * m.bytes_per_block;
   stats.sparse_transfer_wait_seconds_total += m.transfer_wait_seconds;
   stats.sparse_agree_overlap.resize(m.layers.size(), 0);
   stats.sparse_agree_total.resize(m.layers.size(), 0);

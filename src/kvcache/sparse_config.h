@@ -32,6 +32,10 @@ struct SparseConfig {
   int64_t max_seq_len = 32768;     // longest context (prompt + output) a sparse request may reach
   int32_t agreement_interval = 0;  // measure top-K agreement with the step's real query every
                                    // N steps (0 = never; draft / previous-query only)
+  // false: a measurement mode: predict and select run (and count fetches) but no block is
+  // copied into the working set, so attention reads stale slots and outputs are wrong; the
+  // time saved is what the transfers cost on the critical path (issue 8's overhead bench).
+  bool transfers = true;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;

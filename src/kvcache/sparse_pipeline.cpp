@@ -105,8 +105,10 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
     b.TopKBlocks(st.scores_actual, current_rows_, current_num_blocks_, ls.topk);
     b.SelectBlocks(ls.topk, current_rows_, st.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
                    ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats);
-    b.CopyBlocks(store.pool(layer), ls.fetch_src.Reshape({ls.fetch_src.numel()}), pool,
-                 ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));
+    if (cfg.transfers) {
+      b.CopyBlocks(store.pool(layer), ls.fetch_src.Reshape({ls.fetch_src.numel()}), pool,
+                   ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));
+    }
   } else if (measure_agreement_) {
     b.ScoreBlocks(q, current_rows_, current_num_blocks_, st.host_tables, store.kmin(layer), store.kmax(layer),
                   cfg.group_reduce, st.scores_actual);
@@ -144,6 +146,7 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
                  ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats);
   Exit(SparseStage::kSelect, layer);
 
+  if (!cfg.transfers) return;  // measurement mode: nothing crosses PCIe
   Enter(SparseStage::kTransfer, layer);
   b.CopyBlocks(store.pool(layer), ls.fetch_src.Reshape({ls.fetch_src.numel()}), pool,
                ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));

@@ -347,3 +347,62 @@ TEST_CASE("predictors report hit rate, fetches and sampled top-K agreement", "[m
     }
   }
 }
+
+TEST_CASE("transfers off (a measurement mode): selection goes on, no block is copied into the working set",
+          "[models][sparse]") {
+  CpuBackend b;
+  Model m = LoadQwen3Tiny(b);
+  const auto prompt = RandomPrompt(200, m.config.vocab_size, 41);
+  const int steps = 24;
+  const Reference ref = DenseReference(m, b, prompt, steps);
+  for (bool transfers : {true, false}) {
+    DYNAMIC_SECTION("transfers " << transfers) {
+      SparseConfig cfg = BaseConfig(/*k=*/4, /*fetch_ratio=*/0.25, SparsePredictor::kPreviousQuery, 0);
+      cfg.transfers = transfers;
+      const int32_t hkv = static_cast<int32_t>(m.config.num_key_value_heads);
+      BlockAllocator alloc(kSlots);
+      std::vector<LayerKvPool> kv = m.lm->AllocateKvCache(kSlots);
+      SparseKvManager manager(cfg, {m.config.num_hidden_layers, hkv, m.config.head_dim}, b, alloc);
+      SparseAttentionPipeline pipe(manager, b, m.config.num_attention_heads);
+      const int64_t n = static_cast<int64_t>(prompt.size());
+      REQUIRE(manager.Reserve(1, n + steps + 2).ok());
+      HeadBlockTable table(hkv);
+      REQUIRE(table.Reserve(n, alloc).ok());
+      (void)RunStep(m, b, kv, {StepSequence{&table, 0, prompt}});
+      REQUIRE(manager.SwitchToSparse(1, table, n, kv).ok());
+      // The K rows of every working slot (they change only when a fetched block lands there).
+      std::vector<int32_t> slots;
+      const Tensor& ws = manager.state().ws_slots;
+      for (int64_t i = 0; i < ws.numel(); ++i)
+        if (ws.data<int32_t>()[i] >= 0) slots.push_back(ws.data<int32_t>()[i]);
+      REQUIRE(!slots.empty());
+      const int64_t block_floats = kBlockSize * m.config.head_dim;
+      auto snapshot = [&] {
+        std::vector<float> out;
+        for (int64_t l = 0; l < m.config.num_hidden_layers; ++l)
+          for (int32_t s : slots) {
+            const float* p = kv[static_cast<size_t>(l)].k.data<float>() + s * block_floats;
+            out.insert(out.end(), p, p + block_floats);
+          }
+        return out;
+      };
+      const std::vector<float> before = snapshot();
+      int64_t fetched = 0;
+      for (int i = 0; i < steps; ++i) {
+        SparseStepPlan plan = manager.BuildStepPlan({{1, n + i, 2, nullptr}});
+        Tensor logits = RunStep(
+            m, b, kv,
+            {StepSequence{nullptr, n + i, {ref.tokens[static_cast<size_t>(i)], ref.tokens[static_cast<size_t>(i) + 1]},
+                          &plan.slots[0]}},
+            &pipe, &plan);
+        for (int64_t x = 0; x < logits.numel(); ++x) REQUIRE(std::isfinite(logits.data<float>()[x]));
+        for (const SparseLayerMetrics& l : pipe.CollectMetrics().layers) fetched += l.fetched;
+      }
+      CHECK(fetched > 0);  // the selection admitted blocks either way
+      CHECK((snapshot() != before) == transfers);
+      manager.Release(1);
+      REQUIRE(alloc.num_free() == kSlots);
+      REQUIRE(manager.host_slots_reserved() == 0);
+    }
+  }
+}

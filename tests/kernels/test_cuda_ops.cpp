@@ -411,3 +411,41 @@ TEST_CASE("large uploads through pinned staging arrive intact", "[gpu][upload]")
   REQUIRE(back.nbytes() == host.nbytes());
   CHECK(std::memcmp(back.raw(), host.raw(), host.nbytes()) == 0);
 }
+
+TEST_CASE("UploadAsync: many small uploads through the pinned ring arrive intact", "[gpu][upload]") {
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  std::uniform_int_distribution<int32_t> dist;
+  std::uniform_int_distribution<int64_t> len(1, 300000);  // up to 1.2 MB: a 2 MiB half holds one or a few
+  std::vector<Tensor> hosts;
+  for (int i = 0; i < 60; ++i) {
+    Tensor h = Tensor::Empty({i % 7 == 0 ? 0 : len(rng)}, DType::kI32);
+    for (int64_t j = 0; j < h.numel(); ++j) h.data<int32_t>()[j] = dist(rng);
+    hosts.push_back(std::move(h));
+  }
+  // The stream is kept busy first (~tens of ms), so the uploads' DMAs run long after the host
+  // has queued them: a ring half reused before its DMAs completed would be caught. Each host
+  // tensor is overwritten right after its upload (the ring must have copied it), and every
+  // device tensor is read back only at the end. The uploads go round both halves many times.
+  Tensor busy = gpu->Empty({int64_t{1} << 28}, DType::kF32);
+  for (int i = 0; i < 40; ++i) gpu->FillNormal(busy, static_cast<uint64_t>(i), 1.0f);
+  std::vector<Tensor> devices;
+  Tensor scratch = Tensor::Empty({300000}, DType::kI32);
+  for (const Tensor& h : hosts) {
+    Tensor src = scratch.Slice(0, h.numel());
+    std::memcpy(src.raw(), h.raw(), h.nbytes());
+    devices.push_back(gpu->UploadAsync(src));
+    for (int64_t j = 0; j < src.numel(); ++j) src.data<int32_t>()[j] = -1;
+  }
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    INFO("upload " << i << " of " << hosts[i].numel() << " int32");
+    Tensor back = gpu->Download(devices[i]);
+    REQUIRE(back.nbytes() == hosts[i].nbytes());
+    CHECK(std::memcmp(back.raw(), hosts[i].raw(), hosts[i].nbytes()) == 0);
+  }
+  // Larger than a half: the synchronous path.
+  Tensor big = Tensor::Empty({int64_t{1} << 20}, DType::kI32);
+  for (int64_t j = 0; j < big.numel(); ++j) big.data<int32_t>()[j] = dist(rng);
+  Tensor back = gpu->Download(gpu->UploadAsync(big));
+  CHECK(std::memcmp(back.raw(), big.raw(), big.nbytes()) == 0);
+}

@@ -58,19 +58,22 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan, const Attent
   OASIS_CHECK(slot_mapping.shape() == plan.host_mapping.shape()) << "plan and batch token counts: "
                                                                  << slot_mapping.ToString() << " vs "
                                                                  << plan.host_mapping.ToString();
+  // Asynchronous uploads on the main stream: every side-stream stage that reads them waits
+  // for an event the main stream records after them (Exit(kAttention, l)), and the previous
+  // step's tensors are freed (stream-ordered) only after EndStep joined the side streams.
   Backend& b = backend_;
-  seq_rows_ = b.Upload(plan.seq_rows);
-  tail_slots_ = b.Upload(plan.tail_slots);
-  tail_lens_ = b.Upload(plan.tail_lens);
-  host_mapping_ = b.Upload(plan.host_mapping);
-  summary_src_ = b.Upload(plan.summary_src);
-  summary_len_ = b.Upload(plan.summary_len);
-  summary_dst_ = b.Upload(plan.summary_dst);
-  predict_gather_ = b.Upload(plan.predict_gather);
-  predict_rows_ = b.Upload(plan.predict_rows);
-  predict_num_blocks_ = b.Upload(plan.predict_num_blocks);
-  current_rows_ = b.Upload(plan.current_rows);
-  current_num_blocks_ = b.Upload(plan.current_num_blocks);
+  seq_rows_ = b.UploadAsync(plan.seq_rows);
+  tail_slots_ = b.UploadAsync(plan.tail_slots);
+  tail_lens_ = b.UploadAsync(plan.tail_lens);
+  host_mapping_ = b.UploadAsync(plan.host_mapping);
+  summary_src_ = b.UploadAsync(plan.summary_src);
+  summary_len_ = b.UploadAsync(plan.summary_len);
+  summary_dst_ = b.UploadAsync(plan.summary_dst);
+  predict_gather_ = b.UploadAsync(plan.predict_gather);
+  predict_rows_ = b.UploadAsync(plan.predict_rows);
+  predict_num_blocks_ = b.UploadAsync(plan.predict_num_blocks);
+  current_rows_ = b.UploadAsync(plan.current_rows);
+  current_num_blocks_ = b.UploadAsync(plan.current_num_blocks);
   ++metric_steps_;
   metric_seq_steps_ += num_sparse_;
 }

@@ -32,8 +32,8 @@ void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
   // An event never recorded is complete: the first step waits for nothing.
   switch (stage) {
     case SparseStage::kAttention:
-      OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kTransfer, layer), 0));
-      break;
+      if (!capturing_) OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kTransfer, layer), 0));
+      return;
     case SparseStage::kPredict:
       OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kAttention, layer), 0));
       break;
@@ -43,10 +43,9 @@ void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
     case SparseStage::kTransfer:
       OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kSelect, layer), 0));
       OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kAttention, layer), 0));
-      transfer_pending_ = true;
-      last_transfer_layer_ = layer;
       break;
   }
+  last_layer_[static_cast<int>(stage) - static_cast<int>(SparseStage::kPredict)] = layer;
 }
 
 void CudaSparseStageSync::Exit(SparseStage stage, int64_t layer) {
@@ -55,11 +54,13 @@ void CudaSparseStageSync::Exit(SparseStage stage, int64_t layer) {
 }
 
 void CudaSparseStageSync::Join() {
-  if (!transfer_pending_) return;
-  // Transfers are serial on their stream and each waited for its select (after its predict),
-  // so the last one's event covers every side stream's work of the step.
-  OASIS_CUDA_CHECK(cudaStreamWaitEvent(backend_.stream(), EventOf(SparseStage::kTransfer, last_transfer_layer_), 0));
-  transfer_pending_ = false;
+  // Each side stream runs its stage's layers in order, so its last event covers the step.
+  for (SparseStage stage : {SparseStage::kPredict, SparseStage::kSelect, SparseStage::kTransfer}) {
+    int64_t& last = last_layer_[static_cast<int>(stage) - static_cast<int>(SparseStage::kPredict)];
+    if (last < 0) continue;
+    OASIS_CUDA_CHECK(cudaStreamWaitEvent(backend_.stream(), EventOf(stage, last), 0));
+    last = -1;
+  }
 }
 
 }  // namespace oasis

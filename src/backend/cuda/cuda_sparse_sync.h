@@ -3,9 +3,13 @@
 // and transfer each have their own stream. Per layer l: attention waits transfer_done[l] of
 // the previous step; predict waits attn_done[l]; select waits predict_done[l]; transfer
 // waits select_done[l] and attn_done[l] (victim slots are not overwritten while attention
-// still reads them). Join() makes the backend's stream wait for the last transfer of the
-// step, so a step ends with every side stream joined (needed by graph capture, and it keeps
-// per-step uploads alive while side streams read them). No host synchronisation anywhere.
+// still reads them). Join() makes the backend's stream wait for the last operation of each
+// side stream in the step, so a step ends with every side stream joined (needed by graph
+// capture, and it keeps per-step uploads alive while side streams read them; with transfers
+// off the predict and select streams still have work to join). While capturing a graph
+// (SetCapturing), attention does not wait for the previous step's transfer: that event was
+// recorded outside the capture, and one stream's graph launches run one after the other, each
+// ending joined. No host synchronisation anywhere.
 //
 // Owns the three streams (the transfer stream at the device's greatest priority) and
 // 4 × num_layers events. Not thread-safe: the thread running the forward pass.
@@ -29,6 +33,8 @@ class CudaSparseStageSync final : public SparseStageSync {
   void Exit(SparseStage stage, int64_t layer) override;
   // The backend's stream waits for everything the side streams were given so far.
   void Join() override;
+  // Inside a stream capture of one step (CudaGraphRunner's sparse graphs).
+  void SetCapturing(bool capturing) { capturing_ = capturing; }
 
  private:
   cudaStream_t StreamOf(SparseStage stage) const;
@@ -43,8 +49,10 @@ class CudaSparseStageSync final : public SparseStageSync {
   // H200 (tools/bench/bench_sparse_kv --only gather).
   cuda::Stream transfer_{cuda::StreamPriority::kGreatest};
   std::vector<cuda::Event> events_;  // [4][num_layers]: attn_done, predict_done, select_done, transfer_done
-  bool transfer_pending_ = false;    // a transfer was enqueued since the last Join
-  int64_t last_transfer_layer_ = -1;
+  // Per side stage (predict, select, transfer): the last layer given to it since the last
+  // Join, -1 = none.
+  int64_t last_layer_[3] = {-1, -1, -1};
+  bool capturing_ = false;
 };
 
 }  // namespace oasis

@@ -91,6 +91,8 @@ class Backend {
   // after it there see the data; other streams must be ordered after it by the caller. The
   // host tensor may be reused on return. For per-step inputs (the CPU backend: Upload).
   virtual Tensor UploadAsync(const Tensor& host) { return Upload(host); }
+  // The same into an existing device tensor of host.nbytes() bytes (a persistent buffer).
+  virtual void UploadAsyncInto(Tensor& dst, const Tensor& host) { UploadBytes(dst, 0, host.raw(), host.nbytes()); }
   virtual Tensor Download(const Tensor& device_tensor) = 0;
   // Copies `bytes` host bytes into `dst` (a tensor of this device) at byte `offset`; returns
   // once `src` may be reused. For weights straight from a mapped checkpoint.

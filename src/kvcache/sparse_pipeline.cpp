@@ -1,5 +1,8 @@
 #include "kvcache/sparse_pipeline.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "common/check.h"
 
 namespace oasis {
@@ -51,6 +54,7 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan, const Attent
   num_sparse_ = plan.num_sparse;
   num_predicting_ = plan.predict_gather.numel();
   measure_agreement_ = plan.measure_agreement;
+  planned_ = false;  // the members below no longer view the persistent buffers
   meta_ = attention;
   slot_mapping_ = slot_mapping;
   if (num_sparse_ == 0) return;
@@ -76,6 +80,115 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan, const Attent
   current_num_blocks_ = b.UploadAsync(plan.current_num_blocks);
   ++metric_steps_;
   metric_seq_steps_ += num_sparse_;
+}
+
+namespace {
+
+// A copy of `t` ([n, ...] with `row` elements per leading index) grown to `rows` leading
+// entries, the new ones filled with `fill`.
+Tensor PadRows(const Tensor& t, int64_t rows, int64_t fill) {
+  const int64_t n = t.ndim() == 0 ? 0 : t.dim(0);
+  OASIS_CHECK_LE(n, rows) << "padding " << t.ToString() << " to " << rows << " rows";
+  std::vector<int64_t> shape = t.shape();
+  if (shape.empty()) shape = {0};
+  shape[0] = rows;
+  Tensor out = Tensor::Empty(shape, t.dtype());
+  std::memcpy(out.raw(), t.raw(), t.nbytes());
+  const int64_t total = out.numel(), from = t.numel();
+  for (int64_t i = from; i < total; ++i) {
+    if (t.dtype() == DType::kI64) {
+      out.data<int64_t>()[i] = fill;
+    } else {
+      out.data<int32_t>()[i] = static_cast<int32_t>(fill);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+SparseStepPlan PadStepPlan(const SparseStepPlan& plan, int64_t seqs, int64_t tokens) {
+  const int64_t S = plan.seq_rows.numel();
+  OASIS_CHECK(plan.tail_slots.ndim() == 3 && plan.host_mapping.ndim() == 2) << "a step plan's shapes";
+  const int64_t H = plan.tail_slots.dim(1);
+  SparseStepPlan p = plan;
+  p.seq_rows = PadRows(plan.seq_rows, seqs, -1);
+  p.tail_slots = PadRows(plan.tail_slots, seqs, -1);
+  p.tail_lens = PadRows(plan.tail_lens, seqs, 0);
+  p.host_mapping = PadRows(plan.host_mapping, tokens, -1);
+  p.summary_src = PadRows(plan.summary_src.Reshape({S * H}), seqs * H, 0);
+  p.summary_len = PadRows(plan.summary_len.Reshape({S * H}), seqs * H, 0);
+  p.summary_dst = PadRows(plan.summary_dst.Reshape({S * H}), seqs * H, -1);
+  p.slots.resize(static_cast<size_t>(seqs));
+  return p;
+}
+
+void SparseAttentionPipeline::ReservePlan(int64_t max_seqs, int64_t max_tokens) {
+  const int64_t H = manager_.shape().num_kv_heads, R = manager_.config().max_sparse_seqs;
+  if (max_seqs <= cap_seqs_ && max_tokens <= cap_tokens_) return;
+  max_seqs = std::max(max_seqs, cap_seqs_);
+  max_tokens = std::max(max_tokens, cap_tokens_);
+  Backend& b = backend_;
+  cap_seq_rows_ = b.Empty({max_seqs}, DType::kI32);
+  cap_tail_slots_ = b.Empty({max_seqs * H * 2}, DType::kI32);
+  cap_tail_lens_ = b.Empty({max_seqs}, DType::kI32);
+  cap_host_mapping_ = b.Empty({max_tokens * H}, DType::kI64);
+  cap_summary_src_ = b.Empty({max_seqs * H}, DType::kI32);
+  cap_summary_len_ = b.Empty({max_seqs * H}, DType::kI32);
+  cap_summary_dst_ = b.Empty({max_seqs * H}, DType::kI32);
+  cap_predict_gather_ = b.Empty({R}, DType::kI32);
+  cap_predict_rows_ = b.Empty({R}, DType::kI32);
+  cap_predict_num_blocks_ = b.Empty({R}, DType::kI32);
+  cap_current_rows_ = b.Empty({R}, DType::kI32);
+  cap_current_num_blocks_ = b.Empty({R}, DType::kI32);
+  cap_seqs_ = max_seqs;
+  cap_tokens_ = max_tokens;
+}
+
+void SparseAttentionPipeline::UploadPlan(const SparseStepPlan& plan) {
+  OASIS_CHECK(!in_step_) << "UploadPlan inside a step";
+  const int64_t S = plan.seq_rows.numel(), T = plan.host_mapping.numel() / std::max<int64_t>(1, manager_.shape().num_kv_heads);
+  const int64_t R = manager_.config().max_sparse_seqs;
+  OASIS_CHECK(S <= cap_seqs_ && T <= cap_tokens_) << "plan of " << S << " sequences and " << T
+                                                  << " tokens past ReservePlan's " << cap_seqs_ << " and " << cap_tokens_;
+  OASIS_CHECK_LE(plan.predict_gather.numel(), R) << "predicting rows";
+  Backend& b = backend_;
+  // A view of a capacity buffer with the plan tensor's shape.
+  const auto into = [&](Tensor& cap, const Tensor& host, Tensor& view) {
+    view = Tensor(cap.raw(), host.dtype(), host.shape(), cap.device(), cap.owner());
+    b.UploadAsyncInto(view, host);
+  };
+  into(cap_seq_rows_, plan.seq_rows, seq_rows_);
+  into(cap_tail_slots_, plan.tail_slots, tail_slots_);
+  into(cap_tail_lens_, plan.tail_lens, tail_lens_);
+  into(cap_host_mapping_, plan.host_mapping, host_mapping_);
+  into(cap_summary_src_, plan.summary_src, summary_src_);
+  into(cap_summary_len_, plan.summary_len, summary_len_);
+  into(cap_summary_dst_, plan.summary_dst, summary_dst_);
+  into(cap_predict_gather_, PadRows(plan.predict_gather, R, 0), predict_gather_);
+  into(cap_predict_rows_, plan.predict_rows, predict_rows_);
+  into(cap_predict_num_blocks_, plan.predict_num_blocks, predict_num_blocks_);
+  into(cap_current_rows_, plan.current_rows, current_rows_);
+  into(cap_current_num_blocks_, plan.current_num_blocks, current_num_blocks_);
+  num_sparse_ = plan.num_sparse;
+  num_predicting_ = R;
+  measure_agreement_ = plan.measure_agreement;
+  planned_ = true;
+  ++metric_steps_;
+  metric_seq_steps_ += num_sparse_;
+}
+
+void SparseAttentionPipeline::BeginPlannedStep(const AttentionMetadata& attention, const Tensor& slot_mapping) {
+  OASIS_CHECK(!in_step_) << "BeginPlannedStep twice without EndStep";
+  OASIS_CHECK(planned_) << "BeginPlannedStep without UploadPlan";
+  OASIS_CHECK(num_sparse_ > 0) << "a planned step without sparse sequences";
+  OASIS_CHECK_EQ(attention.block_tables.dim(0), seq_rows_.numel()) << "plan and batch sequence counts";
+  OASIS_CHECK(slot_mapping.shape() == host_mapping_.shape()) << "plan and batch token counts: "
+                                                             << slot_mapping.ToString() << " vs "
+                                                             << host_mapping_.ToString();
+  in_step_ = true;
+  meta_ = attention;
+  slot_mapping_ = slot_mapping;
 }
 
 void SparseAttentionPipeline::EndStep() {

@@ -77,6 +77,11 @@ struct SparseMetrics {
   double h2d_bytes_per_step() const;
 };
 
+// `plan` padded to a batch of `seqs` sequences and `tokens` tokens (a CUDA graph's bucket):
+// padding sequences are dense (seq_rows -1, no tail, no summary update), padding tokens
+// write nothing through (host_mapping -1). seqs/tokens must be at least the plan's.
+SparseStepPlan PadStepPlan(const SparseStepPlan& plan, int64_t seqs, int64_t tokens);
+
 class SparseAttentionPipeline final : public AttentionLayerHook {
  public:
   SparseAttentionPipeline(SparseKvManager& manager, Backend& backend, int64_t num_q_heads,
@@ -87,6 +92,18 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   // them wide enough) and `slot_mapping` ([T, Hkv] int64, where the step's K/V went).
   void BeginStep(const SparseStepPlan& plan, const AttentionMetadata& attention, const Tensor& slot_mapping);
   void EndStep();
+
+  // The same step in two halves, for CUDA graphs (docs/sparse.md §10): UploadPlan copies a
+  // plan into persistent device buffers (fixed addresses, allocated by ReservePlan for up to
+  // `max_seqs` batch sequences and `max_tokens` tokens; call it before any capture), padding
+  // predict_gather to R rows (row 0: a harmless copy; predict_rows never names them), so the
+  // predict stage always snapshots and scores R rows and the ops skip the inactive ones.
+  // BeginPlannedStep then starts the step over those buffers without uploading: a captured
+  // step replays with whatever the last UploadPlan wrote. The plan must have exactly the
+  // batch's sequences and tokens (pad it with PadStepPlan for a padded batch).
+  void ReservePlan(int64_t max_seqs, int64_t max_tokens);
+  void UploadPlan(const SparseStepPlan& plan);
+  void BeginPlannedStep(const AttentionMetadata& attention, const Tensor& slot_mapping);
 
   const AttentionMetadata& BeforeAttention(int layer, const Tensor& q, LayerKvPool& pool,
                                            const AttentionMetadata& step) override;
@@ -116,6 +133,12 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   Tensor seq_rows_, tail_slots_, tail_lens_, host_mapping_, summary_src_, summary_len_, summary_dst_;
   Tensor predict_gather_, predict_rows_, predict_num_blocks_, current_rows_, current_num_blocks_;
   std::vector<Tensor> q_snapshots_;  // [num_layers] of [R, Hq * D] (sparse layers only)
+  // ReservePlan's persistent buffers (flat, at capacity) and the plan shape they hold.
+  Tensor cap_seq_rows_, cap_tail_slots_, cap_tail_lens_, cap_host_mapping_, cap_summary_src_, cap_summary_len_,
+      cap_summary_dst_, cap_predict_gather_, cap_predict_rows_, cap_predict_num_blocks_, cap_current_rows_,
+      cap_current_num_blocks_;
+  int64_t cap_seqs_ = 0, cap_tokens_ = 0;
+  bool planned_ = false;  // UploadPlan wrote the buffers since the last planned step began
   int64_t metric_steps_ = 0, metric_seq_steps_ = 0;
 };
 

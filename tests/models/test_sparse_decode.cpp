@@ -52,10 +52,18 @@ std::vector<float> RowOf(const Tensor& logits, int64_t row) {
   return std::vector<float>(logits.data<float>() + row * v, logits.data<float>() + (row + 1) * v);
 }
 
+// `planned`: the CUDA-graph path of the pipeline (persistent plan buffers, predict rows
+// padded to R) instead of BeginStep.
 Tensor RunStep(Model& m, Backend& b, std::vector<LayerKvPool>& kv, const std::vector<StepSequence>& seqs,
-               SparseAttentionPipeline* pipe = nullptr, const SparseStepPlan* plan = nullptr) {
+               SparseAttentionPipeline* pipe = nullptr, const SparseStepPlan* plan = nullptr, bool planned = false) {
   ForwardInput in = UploadForwardInput(b, BuildHostForwardInput(seqs, LogitsFor::kEveryToken));
-  if (pipe != nullptr) pipe->BeginStep(*plan, in.attention, in.slot_mapping);
+  if (pipe != nullptr && planned) {
+    pipe->ReservePlan(in.attention.block_tables.dim(0), in.token_ids.numel());
+    pipe->UploadPlan(*plan);
+    pipe->BeginPlannedStep(in.attention, in.slot_mapping);
+  } else if (pipe != nullptr) {
+    pipe->BeginStep(*plan, in.attention, in.slot_mapping);
+  }
   Tensor logits = b.Download(m.lm->Forward(in, kv, nullptr, pipe));
   if (pipe != nullptr) pipe->EndStep();
   return logits;
@@ -113,6 +121,7 @@ SparseConfig BaseConfig(int32_t k, double fetch_ratio, SparsePredictor predictor
 struct StepCheck {
   std::function<void(int step, const Tensor& logits)> on_logits;
   std::function<void(int step)> after_step;
+  bool planned = false;  // RunStep's planned path
 };
 
 // Prefills `prompt` densely, switches to sparse, then decodes `steps` tokens teacher-forced
@@ -166,7 +175,7 @@ void SparseRun(Model& m, CpuBackend& b, const SparseConfig& cfg, const std::vect
     if (companion_prompt != nullptr) {
       seqs.push_back(StepSequence{&ctable, cn + i, {companion_ref->tokens[static_cast<size_t>(i)]}});
     }
-    logits = RunStep(m, b, kv, seqs, &pipe, &plan);
+    logits = RunStep(m, b, kv, seqs, &pipe, &plan, check.planned);
     if (check.on_logits) check.on_logits(i, logits);
     if (companion_prompt != nullptr) {
       REQUIRE(RowOf(logits, 2) == companion_ref->logits[static_cast<size_t>(i)]);
@@ -405,4 +414,72 @@ TEST_CASE("transfers off (a measurement mode): selection goes on, no block is co
       REQUIRE(manager.host_slots_reserved() == 0);
     }
   }
+}
+
+TEST_CASE("the planned path (persistent plan buffers, predict rows padded to R) equals BeginStep's", "[models][sparse]") {
+  CpuBackend b;
+  Model m = LoadQwen3Tiny(b);
+  const auto prompt = RandomPrompt(150, m.config.vocab_size, 13);
+  const int steps = 40;
+  const Reference ref = DenseReference(m, b, prompt, steps);
+  for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery}) {
+    DYNAMIC_SECTION(SparsePredictorName(predictor)) {
+      // K >= blocks: exact against dense; then small K: equal to BeginStep's run step by step.
+      StepCheck exact;
+      exact.planned = true;
+      exact.on_logits = [&](int i, const Tensor& logits) {
+        REQUIRE(RowOf(logits, 0) == ref.logits[static_cast<size_t>(i)]);
+      };
+      SparseRun(m, b, BaseConfig(/*k=*/16, /*fetch_ratio=*/0.05, predictor, 0), prompt, ref, steps, exact);
+      const SparseConfig small = BaseConfig(/*k=*/4, /*fetch_ratio=*/0.25, predictor, 0);
+      std::vector<std::vector<float>> eager;
+      StepCheck record;
+      record.on_logits = [&](int, const Tensor& logits) { eager.push_back(RowOf(logits, 0)); };
+      SparseRun(m, b, small, prompt, ref, steps, record);
+      StepCheck same;
+      same.planned = true;
+      same.on_logits = [&](int i, const Tensor& logits) {
+        REQUIRE(RowOf(logits, 0) == eager[static_cast<size_t>(i)]);
+      };
+      SparseRun(m, b, small, prompt, ref, steps, same);
+    }
+  }
+}
+
+TEST_CASE("PadStepPlan pads a plan to a bucket with inert sequences and tokens", "[models][sparse]") {
+  SparseStepPlan p;
+  const int64_t S = 2, T = 3, H = 2;
+  auto filled = [](std::vector<int64_t> shape, DType dt, int64_t v) {
+    Tensor t = Tensor::Empty(std::move(shape), dt);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (dt == DType::kI64) t.data<int64_t>()[i] = v + i; else t.data<int32_t>()[i] = static_cast<int32_t>(v + i);
+    }
+    return t;
+  };
+  p.seq_rows = filled({S}, DType::kI32, 0);
+  p.tail_slots = filled({S, H, 2}, DType::kI32, 10);
+  p.tail_lens = filled({S}, DType::kI32, 5);
+  p.host_mapping = filled({T, H}, DType::kI64, 100);
+  p.summary_src = filled({S * H}, DType::kI32, 20);
+  p.summary_len = filled({S * H}, DType::kI32, 1);
+  p.summary_dst = filled({S * H}, DType::kI32, 30);
+  p.predict_gather = filled({1}, DType::kI32, 1);
+  p.num_sparse = 1;
+  p.slots.resize(S);
+  const SparseStepPlan q = PadStepPlan(p, 4, 8);
+  REQUIRE(q.seq_rows.numel() == 4);
+  REQUIRE(q.tail_slots.shape() == (std::vector<int64_t>{4, H, 2}));
+  REQUIRE(q.host_mapping.shape() == (std::vector<int64_t>{8, H}));
+  REQUIRE(q.summary_len.numel() == 4 * H);
+  REQUIRE(q.slots.size() == 4);
+  for (int64_t i = 0; i < 4; ++i) CHECK(q.seq_rows.data<int32_t>()[i] == (i < S ? i : -1));
+  for (int64_t i = 0; i < 4 * H * 2; ++i) CHECK(q.tail_slots.data<int32_t>()[i] == (i < S * H * 2 ? 10 + i : -1));
+  for (int64_t i = 0; i < 4; ++i) CHECK(q.tail_lens.data<int32_t>()[i] == (i < S ? 5 + i : 0));
+  for (int64_t i = 0; i < 8 * H; ++i) CHECK(q.host_mapping.data<int64_t>()[i] == (i < T * H ? 100 + i : -1));
+  for (int64_t i = 0; i < 4 * H; ++i) {
+    CHECK(q.summary_len.data<int32_t>()[i] == (i < S * H ? 1 + i : 0));
+    CHECK(q.summary_dst.data<int32_t>()[i] == (i < S * H ? 30 + i : -1));
+  }
+  CHECK(q.predict_gather.numel() == 1);  // padded to R by UploadPlan, not here
+  CHECK(q.num_sparse == 1);
 }

@@ -146,11 +146,22 @@ void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_
 
 Tensor CudaBackend::UploadAsync(const Tensor& host) {
   OASIS_CHECK(host.device() == Device::kCpu) << "UploadAsync of a device tensor";
+  Tensor t = Empty(host.shape(), host.dtype());
+  UploadAsyncInto(t, host);
+  return t;
+}
+
+void CudaBackend::UploadAsyncInto(Tensor& dst, const Tensor& host) {
+  OASIS_CHECK(host.device() == Device::kCpu) << "UploadAsyncInto from a device tensor";
+  OASIS_CHECK(dst.device() == Device::kCuda) << "UploadAsyncInto a host tensor";
   constexpr size_t kHalf = size_t{2} << 20;
   const size_t bytes = host.nbytes();
-  if (bytes > kHalf || override_ != nullptr || arena_base_ != nullptr) return Upload(host);
-  Tensor t = Empty(host.shape(), host.dtype());
-  if (bytes == 0) return t;
+  OASIS_CHECK_LE(bytes, dst.nbytes()) << "UploadAsyncInto " << dst.ToString() << " from " << host.ToString();
+  if (bytes == 0) return;
+  if (bytes > kHalf || override_ != nullptr || arena_base_ != nullptr) {  // (an arena: inside a capture)
+    UploadBytes(dst, 0, host.raw(), bytes);
+    return;
+  }
   if (async_staging_.size() == 0) {
     auto buf = cuda::PinnedBuffer::Allocate(2 * kHalf);
     OASIS_CHECK(buf.ok()) << "pinned upload ring: " << buf.status().ToString();
@@ -165,9 +176,8 @@ Tensor CudaBackend::UploadAsync(const Tensor& host) {
   }
   char* p = static_cast<char*>(async_staging_.data()) + static_cast<size_t>(async_half_) * kHalf + off;
   std::memcpy(p, host.raw(), bytes);
-  OASIS_CUDA_CHECK(cudaMemcpyAsync(t.raw(), p, bytes, cudaMemcpyHostToDevice, stream()));
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), p, bytes, cudaMemcpyHostToDevice, stream()));
   async_used_ = off + bytes;
-  return t;
 }
 
 Tensor CudaBackend::Download(const Tensor& t) {

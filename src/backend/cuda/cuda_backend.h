@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   // Small tensors (up to 2 MiB, on the backend's own stream) go through a pinned ring: a host
   // memcpy and an asynchronous DMA, no synchronisation; others as Upload.
   Tensor UploadAsync(const Tensor& host) override;
+  void UploadAsyncInto(Tensor& dst, const Tensor& host) override;
   void UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) override;
 
   void FillNormal(Tensor& t, uint64_t seed, float stddev) override;

@@ -137,5 +137,8 @@ class Qwen3ForCausalLM(nn.Module):
     def get_input_embeddings(self):
         return self.model.embed_tokens
 
+    def get_output_embeddings(self):
+        return self.lm_head
+
     def forward(self, input_ids=None, **_):
         return types.SimpleNamespace(logits=self.lm_head(self.model(input_ids)))

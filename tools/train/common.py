@@ -296,3 +296,44 @@ def load_model_weights(model_dir):
     for f in files:
         out.update(load_safetensors(os.path.join(model_dir, f)))
     return out
+
+
+class TokenPlan:
+    """Fits the planned token count (the cosine schedule's length) to the time budget.
+
+    With `auto`, after `fit_steps` steps of a phase (a run's start, or a new sequence length),
+    planned = tokens so far + measured tokens/s x (seconds left - reserve) x margin; the margin
+    covers evaluations and checkpoints. Call phase_started() when the sequence length changes
+    and observe(state) after every step; it returns (planned, tokens/s) when it (re)plans.
+    """
+
+    def __init__(self, auto, deadline, reserve_s, tokens_per_step, margin=0.92, fit_steps=12):
+        self.auto, self.deadline, self.reserve_s = auto, deadline, reserve_s
+        self.tokens_per_step, self.margin, self.fit_steps = tokens_per_step, margin, fit_steps
+        self.hist = []
+
+    def phase_started(self):
+        self.hist = []
+
+    def observe(self, state):
+        if not self.auto:
+            return None
+        self.hist.append((time.time(), state["tokens"]))
+        if len(self.hist) != self.fit_steps:
+            return None
+        (t1, k1), (t2, k2) = self.hist[1], self.hist[-1]  # the first step may hold compile time
+        tps = (k2 - k1) / max(1e-9, t2 - t1)
+        seconds = max(0.0, self.deadline.remaining() - self.reserve_s) * self.margin
+        planned = (state["tokens"] + int(tps * seconds)) // self.tokens_per_step * self.tokens_per_step
+        state["total_tokens"] = max(state["tokens"] + self.tokens_per_step, planned)
+        return state["total_tokens"], tps
+
+
+def planned_tokens_arg(value, resume):
+    """--total-tokens: '' (fresh: auto; resume: keep), 'auto', or a number -> (auto, number)."""
+    if value in ("", "auto"):
+        return (value == "auto" or not resume), None
+    try:
+        return False, int(float(value))
+    except ValueError:
+        die(f"--total-tokens must be a number or 'auto', got {value!r}")

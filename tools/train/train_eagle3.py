@@ -40,8 +40,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, SPECIALS, Deadline, JsonlLog, die,  # noqa: E402
-                    load_safetensors, lr_at, save_safetensors, token_stream, write_json)
+from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, SPECIALS, Deadline, JsonlLog, TokenPlan,  # noqa: E402
+                    die, load_safetensors, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
 
 POSITION_BUCKETS = [0, 128, 512, 1024, 2048, 4096, 8192]
 
@@ -62,7 +62,9 @@ def parse_args():
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--tokens-per-step", type=int, default=65536)
     ap.add_argument("--micro-batch-tokens", type=int, default=0)
-    ap.add_argument("--total-tokens", type=float, default=0, help="planned tokens (default 1.2e8; on --resume: keep)")
+    ap.add_argument("--total-tokens", default="",
+                    help="planned tokens: a number, or 'auto' = fit to this run's time budget (the default for a "
+                         "fresh run; on --resume the default keeps the plan, 'auto' extends it)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup-steps", type=int, default=100)
@@ -81,7 +83,7 @@ def parse_args():
     args = ap.parse_args()
     if args.smoke:
         args.seq_len, args.tokens_per_step = 128, 1024
-        args.total_tokens = args.total_tokens or 30 * 1024
+        args.total_tokens = args.total_tokens or str(30 * 1024)
         args.draft_vocab = min(args.draft_vocab, 256)
         args.eval_tokens, args.eval_every_s, args.checkpoint_every_s = 1024, 3, 3
         args.export_reserve_s, args.warmup_steps, args.rewarm_steps, args.lr = 3, 5, 3, 3e-3
@@ -155,13 +157,11 @@ def main():
             hc = json.load(f)
         with open(state_path) as f:
             state = json.load(f)
-        if args.total_tokens:
-            state["total_tokens"] = int(args.total_tokens)
     else:
         ids = aux_layer_ids(args.aux_ids, L)
         sel, coverage = select_draft_vocab(train_ids, V, args.draft_vocab, [tok.token_to_id(s) for s in SPECIALS])
         hc = head_config(tc, args, ids, len(sel))
-        state = {"step": 0, "tokens": 0, "total_tokens": int(args.total_tokens or 1.2e8), "runs": [],
+        state = {"step": 0, "tokens": 0, "total_tokens": None, "runs": [],
                  "aux_layer_ids": ids, "draft_vocab_size": len(sel), "draft_vocab_coverage": round(coverage, 5),
                  "best_val_accept": None}
     ids = (hc.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or [2, L // 2, L - 3]
@@ -180,8 +180,6 @@ def main():
             head.load_state_dict(full["head"])
             opt.load_state_dict(full["optim"])
             state, resumed = full["state"], "full checkpoint (weights + optimizer)"
-            if args.total_tokens:
-                state["total_tokens"] = int(args.total_tokens)
         else:
             w = load_safetensors(os.path.join(args.out, "model.safetensors"))
             head.load_state_dict({k: (v if k in ("d2t", "t2d") else v.float()) for k, v in w.items()})
@@ -254,7 +252,18 @@ def main():
         os.replace(full_path + ".tmp", full_path)
         export(head, hc, args.out, state)
 
-    total_steps = max(1, state["total_tokens"] // args.tokens_per_step)
+    auto, explicit = planned_tokens_arg(args.total_tokens, args.resume)
+    previous_total = state["total_tokens"]
+    if explicit:
+        state["total_tokens"] = explicit
+    elif auto:
+        state["total_tokens"] = None  # planned after the first steps (TokenPlan)
+    plan = TokenPlan(auto, deadline, args.export_reserve_s + 5, args.tokens_per_step)
+
+    def steps_planned():
+        return max(1, state["total_tokens"] // args.tokens_per_step) if state["total_tokens"] else 10**9
+
+    total_steps = steps_planned()
     run = {"start_step": state["step"], "resumed_from": resumed, "device": torch.cuda.get_device_name(0) if amp else "cpu",
            "torch": torch.__version__}
     n_params = sum(p.numel() for p in head.parameters())
@@ -262,16 +271,19 @@ def main():
                "draft_vocab_coverage": state.get("draft_vocab_coverage"), "total_steps": total_steps},
               f"train_eagle3: head {n_params / 1e6:.2f}M params ({n_params * 2 / 1e6:.1f} MB bf16), aux layers {ids}, "
               f"draft vocab {hc['draft_vocab_size']} (covers {state.get('draft_vocab_coverage', 0):.2%} of train "
-              f"tokens), step {state['step']}/{total_steps}, resumed from: {resumed}")
+              f"tokens), step {state['step']}/{total_steps if state['total_tokens'] else '(planned after a few steps)'}, "
+              f"resumed from: {resumed}")
     t_last_ckpt = t_last_eval = time.time()
     step_times, t_run, tokens_run, stop_reason = [], time.time(), 0, "planned tokens reached"
-    while state["step"] < total_steps:
+    while state["step"] < steps_planned():
+        total_steps = steps_planned()
         worst = max(step_times[-5:]) if step_times else 0.0
         if deadline.remaining() < args.export_reserve_s + 2 * worst:
             stop_reason = "time budget"
             break
         t0 = time.time()
-        lr = lr_at(state["step"], total_steps, args.lr, args.warmup_steps, args.min_lr_ratio, rewarm_start,
+        lr_steps = total_steps if state["total_tokens"] or not previous_total else previous_total // args.tokens_per_step
+        lr = lr_at(state["step"], lr_steps, args.lr, args.warmup_steps, args.min_lr_ratio, rewarm_start,
                    args.rewarm_steps)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -292,11 +304,16 @@ def main():
         state["tokens"] += batch * args.seq_len
         tokens_run += batch * args.seq_len
         step_times.append(time.time() - t0)
+        planned = plan.observe(state)
+        if planned:
+            log.write({"event": "plan", "step": state["step"], "total_tokens": planned[0], "tokens_per_s": round(planned[1])},
+                      f"  plan: {planned[0] / 1e6:.1f}M tokens in all ({steps_planned()} steps) at "
+                      f"{planned[1] / 1e3:.0f}K tok/s to end inside the time budget")
         if state["step"] % args.log_every == 0 or state["step"] == 1:
             tps = tokens_run / max(1e-9, time.time() - t_run)
             log.write({"event": "train", "step": state["step"], "loss": round(loss_sum, 4), "accept": round(acc_sum, 4),
                        "lr": lr, "grad_norm": round(gnorm, 3), "tokens_per_s": round(tps)},
-                      f"  step {state['step']}/{total_steps} loss {loss_sum:.4f} accept {acc_sum:.3f} lr {lr:.2e} "
+                      f"  step {state['step']}/{total_steps if state['total_tokens'] else '?'} loss {loss_sum:.4f} accept {acc_sum:.3f} lr {lr:.2e} "
                       f"gnorm {gnorm:.2f} {tps / 1e3:.0f}K tok/s, {deadline.remaining():.0f}s left")
         if time.time() - t_last_eval >= args.eval_every_s:
             evaluate("eval")
@@ -311,6 +328,9 @@ def main():
     run.update({"end_step": state["step"], "tokens": tokens_run, "seconds": round(elapsed, 1), "tokens_per_s": round(tps),
                 "stop": stop_reason, "val_loss": round(val_loss, 4), "val_accept": round(val_acc, 4)})
     state["runs"].append(run)
+    if not state["total_tokens"]:
+        state["total_tokens"] = max(state["tokens"], args.tokens_per_step)
+    total_steps = steps_planned()
     state["finished"] = state["step"] >= total_steps
     checkpoint()
     # The exported weights against tools/eagle3_reference.py (what the C++ head is tested against).

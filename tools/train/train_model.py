@@ -33,8 +33,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, Deadline, JsonlLog, die,  # noqa: E402
-                    load_model_weights, lr_at, require_file, save_safetensors, token_stream, write_json)
+from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, Deadline, JsonlLog, TokenPlan, die,  # noqa: E402
+                    load_model_weights, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
 
 SAMPLE_PROMPTS = ["In the beginning", "Wedlock, n.", "HACKER, n.", "And the LORD said unto Moses,"]
 POSITION_BUCKETS = [0, 128, 512, 1024, 2048, 4096, 8192]
@@ -65,7 +65,9 @@ def parse_args():
                     help="seq_len@start_fraction of the planned tokens, ascending; the last is the final length")
     ap.add_argument("--tokens-per-step", type=int, default=131072)
     ap.add_argument("--micro-batch-tokens", type=int, default=0, help="split a step (0 = one micro-batch)")
-    ap.add_argument("--total-tokens", type=float, default=0, help="planned tokens (default 1.6e8; on --resume: keep)")
+    ap.add_argument("--total-tokens", default="",
+                    help="planned tokens: a number, or 'auto' = fit to this run's time budget (the default for a "
+                         "fresh run; on --resume the default keeps the plan, 'auto' extends it)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup-steps", type=int, default=100)
@@ -89,7 +91,7 @@ def parse_args():
         args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim = 64, 4, 4, 2, 16
         args.intermediate, args.max_positions = 128, 1024
         args.curriculum, args.tokens_per_step = "64@0,128@0.5", 1024
-        args.total_tokens = args.total_tokens or 40 * 1024
+        args.total_tokens = args.total_tokens or str(40 * 1024)
         args.eval_tokens, args.eval_every_s, args.checkpoint_every_s = 1024, 3, 3
         args.export_reserve_s, args.warmup_steps, args.rewarm_steps, args.lr = 3, 5, 3, 3e-3
         args.max_train_mb = args.max_train_mb or 1.0
@@ -291,12 +293,9 @@ def main():
                   "intermediate_size", "vocab_size"):
             if saved[k] != c[k]:
                 die(f"--resume: the checkpoint's {k} is {saved[k]}, the arguments say {c[k]}")
-        if args.total_tokens and args.total_tokens != state["total_tokens"]:
-            print(f"train_model: planned tokens changed {state['total_tokens']:.3g} -> {args.total_tokens:.3g}")
-            state["total_tokens"] = int(args.total_tokens)
     else:
-        state = {"step": 0, "tokens": 0, "total_tokens": int(args.total_tokens or 1.6e8), "runs": [],
-                 "best_val_loss": None}
+        state = {"step": 0, "tokens": 0, "total_tokens": None, "stage": 0, "runs": [], "best_val_loss": None}
+    auto, explicit = planned_tokens_arg(args.total_tokens, args.resume)
     n_params = param_count(c)
     mb = n_params * 2 / 1e6
     if mb > args.max_mb:
@@ -321,14 +320,22 @@ def main():
             model.load_state_dict(full["model"])
             opt.load_state_dict(full["optim"])
             state, resumed = full["state"], "full checkpoint (weights + optimizer)"
-            if args.total_tokens:
-                state["total_tokens"] = int(args.total_tokens)
         else:
             load_weights_into(model, args.out)
             rewarm_start, resumed = state["step"], "portable checkpoint (bf16 weights, fresh AdamW + re-warm-up)"
         del full
 
-    total_steps = max(1, state["total_tokens"] // args.tokens_per_step)
+    previous_total = state["total_tokens"]  # the LR schedule's length until an auto plan exists
+    if explicit:
+        state["total_tokens"] = explicit
+    elif auto:
+        state["total_tokens"] = None  # planned after the first steps (TokenPlan)
+    plan = TokenPlan(auto, deadline, args.export_reserve_s + 5, args.tokens_per_step)
+
+    def steps_planned():
+        return max(1, state["total_tokens"] // args.tokens_per_step) if state["total_tokens"] else 10**9
+
+    total_steps = steps_planned()
     amp = device.type == "cuda"
 
     def ctx():
@@ -346,7 +353,7 @@ def main():
                "val_tokens": len(val_t), "total_tokens": state["total_tokens"], "total_steps": total_steps,
                "config": c},
               f"train_model: {n_params / 1e6:.2f}M params ({mb:.1f} MB bf16), {len(train_t) / 1e6:.2f}M train tokens, "
-              f"step {state['step']}/{total_steps}, resumed from: {resumed}, {'transformers' if use_hf else 'stand-in'} "
+              f"step {state['step']}/{total_steps if state['total_tokens'] else '(planned after a few steps)'}, resumed from: {resumed}, {'transformers' if use_hf else 'stand-in'} "
               f"model on {run['device']}")
 
     micro_tokens = args.micro_batch_tokens or args.tokens_per_step
@@ -370,16 +377,23 @@ def main():
         os.replace(full_path + ".tmp", full_path)
         export(model, c, args, state, use_hf)
 
-    while state["step"] < total_steps:
+    while state["step"] < steps_planned():
+        total_steps = steps_planned()
         worst = max(step_times[-5:]) if step_times else 0.0
         if deadline.remaining() < args.export_reserve_s + 2 * worst:
             stop_reason = "time budget"
             break
         t0 = time.time()
-        frac = state["tokens"] / state["total_tokens"]
-        seq_len = [s for s, f in args.curriculum if f <= frac][-1]
+        if state["total_tokens"]:  # the curriculum stage only ever advances
+            frac = state["tokens"] / state["total_tokens"]
+            stage = max(i for i, (_, f) in enumerate(args.curriculum) if f <= frac)
+            if stage > state.setdefault("stage", 0):
+                state["stage"] = stage
+                plan.phase_started()
+        seq_len = args.curriculum[min(state.get("stage", 0), len(args.curriculum) - 1)][0]
         batch = args.tokens_per_step // seq_len
-        lr = lr_at(state["step"], total_steps, args.lr, args.warmup_steps, args.min_lr_ratio, rewarm_start,
+        lr_steps = total_steps if state["total_tokens"] or not previous_total else previous_total // args.tokens_per_step
+        lr = lr_at(state["step"], lr_steps, args.lr, args.warmup_steps, args.min_lr_ratio, rewarm_start,
                    args.rewarm_steps)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -400,11 +414,16 @@ def main():
         state["tokens"] += batch * seq_len
         tokens_run += batch * seq_len
         step_times.append(time.time() - t0)
+        planned = plan.observe(state)
+        if planned:
+            log.write({"event": "plan", "step": state["step"], "total_tokens": planned[0], "tokens_per_s": round(planned[1])},
+                      f"  plan: {planned[0] / 1e6:.1f}M tokens in all ({steps_planned()} steps) at "
+                      f"{planned[1] / 1e3:.0f}K tok/s (seq {seq_len}) to end inside the time budget")
         if state["step"] % args.log_every == 0 or state["step"] == 1:
             tps = tokens_run / max(1e-9, time.time() - t_run)
             log.write({"event": "train", "step": state["step"], "tokens": state["tokens"], "loss": round(loss_sum, 4),
                        "lr": lr, "grad_norm": round(gnorm, 3), "seq_len": seq_len, "tokens_per_s": round(tps)},
-                      f"  step {state['step']}/{total_steps} seq {seq_len} loss {loss_sum:.4f} lr {lr:.2e} "
+                      f"  step {state['step']}/{total_steps if state['total_tokens'] else '?'} seq {seq_len} loss {loss_sum:.4f} lr {lr:.2e} "
                       f"gnorm {gnorm:.2f} {tps / 1e3:.0f}K tok/s, {deadline.remaining():.0f}s left")
         if time.time() - t_last_eval >= args.eval_every_s:
             do_eval("eval")
@@ -419,6 +438,9 @@ def main():
     run.update({"end_step": state["step"], "tokens": tokens_run, "seconds": round(elapsed, 1),
                 "tokens_per_s": round(tps), "stop": stop_reason, "val_loss": round(val_loss, 4)})
     state["runs"].append(run)
+    if not state["total_tokens"]:
+        state["total_tokens"] = max(state["tokens"], args.tokens_per_step)
+    total_steps = steps_planned()
     state["finished"] = state["step"] >= total_steps
     checkpoint()
     samples = greedy_samples(model, tok, device, ctx)
@@ -432,6 +454,9 @@ def main():
         per_run = tps * max(60.0, args.time_budget_s - 60)
         print(f"train_model: {left / 1e6:.1f}M planned tokens left: about {left / per_run:.1f} more 'resume' "
               f"run(s) of {args.time_budget_s:.0f}s at {tps / 1e3:.0f}K tok/s", flush=True)
+    else:
+        print("train_model: the planned schedule is complete; 'resume' with --total-tokens auto (or a larger number) "
+              "trains on with a new cosine cycle", flush=True)
     log.write({"event": "end", **run}, f"train_model: done ({stop_reason}): step {state['step']}/{total_steps}, "
               f"val loss {val_loss:.4f}, {tps / 1e3:.0f}K tok/s, export in {args.out}")
 

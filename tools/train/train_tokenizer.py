@@ -8,7 +8,8 @@ the special tokens <|endoftext|>, <|im_start|>, <|im_end|> as the last three ids
 <|endoftext|> right after its BPE vocabulary). Writes into --out:
   tokenizer.json, tokenizer_config.json (ChatML chat template: the same template the embedded
   model uses, which our Jinja engine renders; eos <|im_end|>, pad <|endoftext|>, no bos),
-  tokenizer_summary.json (sizes, bytes/token on val, checks).
+  tokenizer_summary.json (sizes, bytes/token on val, checks),
+  tokenizer_cases.jsonl (text -> ids of ~200 val snippets, tests/fixtures/tokenizer's format).
 Checks before it succeeds: vocabulary size and special ids; decode(encode(doc)) == doc on the
 val documents; and, where transformers is installed, that AutoTokenizer loads the directory
 with the same ids and renders the chat template like Python Jinja2 does.
@@ -43,15 +44,15 @@ CHECK_TEXTS = [
 ]
 
 
-def build(vocab_size, docs, min_frequency):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+def build(vocab_size, docs, min_frequency, path):
+    """Trains, adds the special tokens, saves to `path` with the Qwen3 layout of the
+    normalizer / pre-tokenizer / post-processor / decoder sections, and reloads it."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(SPECIALS), min_frequency=min_frequency,
                                   show_progress=False, special_tokens=[],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -59,7 +60,21 @@ def build(vocab_size, docs, min_frequency):
     bpe_size = tok.get_vocab_size()
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False, lstrip=False, rstrip=False,
                                        single_word=False) for s in SPECIALS])
-    return tok, bpe_size
+    tok.save(path)
+    with open(path, encoding="utf-8") as f:
+        tj = json.load(f)
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    tj["normalizer"] = {"type": "NFC"}
+    tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN_PATTERN}, "behavior": "Isolated", "invert": False}, byte_level]}
+    tj["post_processor"] = dict(byte_level)
+    tj["decoder"] = dict(byte_level)
+    tj["model"].update({"dropout": None, "unk_token": None, "continuing_subword_prefix": "", "end_of_word_suffix": "",
+                        "fuse_unk": False, "byte_fallback": False, "ignore_merges": False})
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    return Tokenizer.from_file(path), bpe_size
 
 
 def tokenizer_config(tok, tokenizer_class):
@@ -128,7 +143,8 @@ def main():
     val = read_docs(args.corpus, "val")
     print(f"train_tokenizer: tokenizers {tokenizers.__version__}, {len(train)} train documents "
           f"({sum(len(d) for d in train) / 1e6:.1f}M chars), vocab {args.vocab_size}", flush=True)
-    tok, bpe_size = build(args.vocab_size, train, args.min_frequency)
+    os.makedirs(args.out, exist_ok=True)
+    tok, bpe_size = build(args.vocab_size, train, args.min_frequency, os.path.join(args.out, "tokenizer.json"))
     if tok.get_vocab_size() != args.vocab_size:
         die(f"vocabulary has {tok.get_vocab_size()} ids, expected {args.vocab_size} "
             f"(BPE part {bpe_size}: the corpus slice may be too small for this many merges)")
@@ -152,10 +168,18 @@ def main():
     val_tokens = sum(len(e.ids) for e in encs)
     used = len({i for e in encs for i in e.ids})
 
-    os.makedirs(args.out, exist_ok=True)
-    tok.save(os.path.join(args.out, "tokenizer.json"))
     cls = check_transformers(args.out, tok, CHECK_TEXTS + val[:50]) or "Qwen2Tokenizer"
     write_json(os.path.join(args.out, "tokenizer_config.json"), tokenizer_config(tok, cls))
+    # text -> ids cases in tests/fixtures/tokenizer's line format, for a C++ exactness test.
+    cases = CHECK_TEXTS + [d[:400] for d in val[:200]]
+    with open(os.path.join(args.out, "tokenizer_cases.jsonl"), "w", encoding="utf-8") as f:
+        for text in cases:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            case = {"text": text, "ids": ids, "add_special_tokens": False}
+            decoded = tok.decode(ids, skip_special_tokens=False)
+            if decoded != text:
+                case["decoded"] = decoded
+            f.write(json.dumps(case, ensure_ascii=False) + "\n")
     summary = {"tokenizers": tokenizers.__version__, "vocab_size": args.vocab_size, "bpe_size": bpe_size,
                "special_ids": dict(zip(SPECIALS, ids)), "train_documents": len(train),
                "val_bytes": val_bytes, "val_tokens": val_tokens,

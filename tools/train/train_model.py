@@ -348,7 +348,8 @@ def main():
     if len(train_t) < 4 * final_len or len(val_t) < final_len // 4:
         die(f"corpus too small: {len(train_t)} train / {len(val_t)} val tokens for sequences of {final_len}")
     run = {"start_step": state["step"], "resumed_from": resumed, "device": torch.cuda.get_device_name(0) if amp else "cpu",
-           "torch": torch.__version__, "transformers": __import__("transformers").__version__ if use_hf else None}
+           "torch": torch.__version__, "transformers": __import__("transformers").__version__ if use_hf else None,
+           "attention": getattr(getattr(model, "config", None), "_attn_implementation", None), "compile": args.compile}
     log.write({"event": "start", **run, "params": n_params, "bf16_mb": round(mb, 2), "train_tokens": len(train_t),
                "val_tokens": len(val_t), "total_tokens": state["total_tokens"], "total_steps": total_steps,
                "config": c},

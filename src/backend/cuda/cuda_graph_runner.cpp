@@ -1,7 +1,9 @@
 #include "backend/cuda/cuda_graph_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -168,7 +170,7 @@ void CudaGraphRunner::PackInputs(const ForwardInput& in, const GraphKey& key) {
                                    cuda_.stream()));
 }
 
-CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key) {
+CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key, SparseAttentionPipeline* pipeline) {
   ForwardInput in = StaticInputs(key);
   const ModelConfig& c = model_.config();
   const int64_t T = key.bucket * key.query_len;
@@ -180,22 +182,45 @@ CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key) {
       capture.out = cuda_.Empty({static_cast<int64_t>(key.capture_layers.size()), T, c.hidden_size}, DType::kBF16);
       g.capture = capture.out;
     }
-    g.logits = model_.Forward(in, kv_, key.capture_layers.empty() ? nullptr : &capture);
+    if (pipeline != nullptr) {
+      pipeline->BeginPlannedStep(in.attention, in.slot_mapping);
+      try {
+        g.logits = model_.Forward(in, kv_, key.capture_layers.empty() ? nullptr : &capture, pipeline);
+      } catch (...) {
+        pipeline->EndStep();
+        throw;
+      }
+      pipeline->EndStep();  // joins the side streams into the capture
+    } else {
+      g.logits = model_.Forward(in, kv_, key.capture_layers.empty() ? nullptr : &capture);
+    }
     cuda_.EndArena();
   };
-  // Warm-up outside capture: cuBLAS heuristics, RoPE tables and any lazy set-up happen here.
   Graph g;
-  forward(g);
-  cuda_.Synchronize();
+  if (pipeline == nullptr) {
+    // Warm-up outside capture: cuBLAS heuristics, RoPE tables and any lazy set-up happen here.
+    forward(g);
+    cuda_.Synchronize();
+  }
 
   cudaGraph_t graph = nullptr;
   OASIS_CUDA_CHECK(cudaStreamBeginCapture(cuda_.stream(), cudaStreamCaptureModeThreadLocal));
-  forward(g);
+  sparse_sync_.SetCapturing(pipeline != nullptr);
+  try {
+    forward(g);
+  } catch (...) {
+    sparse_sync_.SetCapturing(false);
+    cudaStreamEndCapture(cuda_.stream(), &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  sparse_sync_.SetCapturing(false);
   OASIS_CUDA_CHECK(cudaStreamEndCapture(cuda_.stream(), &graph));
   OASIS_CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, 0));
   OASIS_CUDA_CHECK(cudaGraphDestroy(graph));
-  spdlog::debug("captured decode graph: bucket {}, {} query tokens, {} logits rows per sequence, KV bound {}, {} "
-                "capture layers", key.bucket, key.query_len, key.rows_per_seq, key.kv_bound, key.capture_layers.size());
+  spdlog::debug("captured {}decode graph: bucket {}, {} query tokens, {} logits rows per sequence, KV bound {}, {} "
+                "capture layers", key.sparse != nullptr ? "sparse " : "", key.bucket, key.query_len, key.rows_per_seq,
+                key.kv_bound, key.capture_layers.size());
   return g;
 }
 
@@ -238,6 +263,34 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const Forward
   capture.out = g.capture;
   if (while_running) while_running();  // the graph is enqueued: host work overlaps it
   return SampleLogits(g.logits, rows);
+}
+
+bool CudaGraphOptions::SparseGraphsFromEnv() {
+  const char* v = std::getenv("OASIS_SPARSE_GRAPHS");
+  return v != nullptr && std::string(v) == "1";
+}
+
+std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput& host_input,
+                                                             const std::vector<SampleRow>& rows,
+                                                             ResidualCapture* capture,
+                                                             SparseAttentionPipeline& pipeline,
+                                                             const SparseStepPlan& plan) {
+  std::optional<GraphKey> key;
+  if (options_.sparse_graphs && plan.num_sparse > 0 && !plan.measure_agreement &&
+      pipeline.manager().config().predictor != SparsePredictor::kOracle && pipeline.stage_sync() == &sparse_sync_) {
+    key = KeyFor(host_input, capture != nullptr ? &capture->layer_ids : nullptr);
+  }
+  if (!key) return ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan);
+  key->sparse = &pipeline;
+  // Fixed addresses for every bucket before the first capture (never grown afterwards).
+  pipeline.ReservePlan(options_.max_batch, options_.max_batch * kMaxQueryLen);
+  PackInputs(host_input, *key);
+  pipeline.UploadPlan(PadStepPlan(plan, key->bucket, key->bucket * key->query_len));
+  auto it = graphs_.find(*key);
+  if (it == graphs_.end()) it = graphs_.emplace(*key, Capture(*key, &pipeline)).first;
+  OASIS_CUDA_CHECK(cudaGraphLaunch(it->second.exec, cuda_.stream()));
+  if (capture != nullptr) capture->out = it->second.capture;
+  return SampleLogits(it->second.logits, rows);
 }
 
 }  // namespace oasis

@@ -34,6 +34,9 @@ struct CudaGraphOptions {
   int64_t max_batch = 256;           // largest decode batch replayed as a graph
   int64_t max_context = 32768;       // longest sequence a graph step supports
   bool enabled = true;               // false: always eager (for comparisons)
+  // Sparse decode steps as graphs too (docs/sparse.md §10); default: OASIS_SPARSE_GRAPHS=1.
+  bool sparse_graphs = SparseGraphsFromEnv();
+  static bool SparseGraphsFromEnv();
 };
 
 class CudaGraphRunner final : public ModelRunner {
@@ -51,8 +54,15 @@ class CudaGraphRunner final : public ModelRunner {
                                                     ResidualCapture& capture,
                                                     const std::function<void()>& while_running = {}) override;
 
-  // Sparse steps run eagerly (ModelRunner::ExecuteSparseStep: the pipeline's host-built plan
-  // changes every step) with the pipeline's side streams (CudaSparseStageSync).
+  // Sparse steps run eagerly (ModelRunner::ExecuteSparseStep) with the pipeline's side streams
+  // (CudaSparseStageSync). With options.sparse_graphs (OASIS_SPARSE_GRAPHS=1; off by default
+  // until validated on a GPU) a decode step of one query count replays a graph per bucket instead
+  // (docs/sparse.md §10): the plan is padded to the bucket and uploaded into the pipeline's
+  // persistent buffers, the capture holds the pipeline's stages on their streams. Steps that
+  // measure agreement and the oracle predictor stay eager.
+  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
+                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
+                                              const SparseStepPlan& plan) override;
   SparseStageSync* sparse_stage_sync() override { return &sparse_sync_; }
 
   // Number of graphs captured so far (one per bucket used).
@@ -74,9 +84,10 @@ class CudaGraphRunner final : public ModelRunner {
     int64_t kv_bound = 0;  // longest KV a sequence may have (a context bucket): the
                            // decode attention plans its split-K cut for it
     std::vector<int64_t> capture_layers;  // residual capture ids (empty: none)
+    const SparseAttentionPipeline* sparse = nullptr;  // a sparse step's pipeline (its buffers)
     bool operator<(const GraphKey& o) const {
-      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers) <
-             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.kv_bound, o.capture_layers);
+      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse) <
+             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.kv_bound, o.capture_layers, o.sparse);
     }
   };
   struct Graph {
@@ -92,7 +103,9 @@ class CudaGraphRunner final : public ModelRunner {
   // Device views of the static inputs for a graph of this shape.
   ForwardInput StaticInputs(const GraphKey& key) const;
   void PackInputs(const ForwardInput& in, const GraphKey& key);
-  Graph Capture(const GraphKey& key);
+  // `pipeline`: a sparse step (key.sparse), its plan already in the pipeline's buffers; no
+  // eager warm-up then (it would apply the step's selection twice).
+  Graph Capture(const GraphKey& key, SparseAttentionPipeline* pipeline = nullptr);
   // Packs the inputs, captures the graph on first use, replays it.
   const Graph& Replay(const ForwardInput& host_input, const GraphKey& key);
 

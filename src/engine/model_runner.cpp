@@ -8,6 +8,9 @@ namespace oasis {
 ModelRunner::ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots)
     : model_(model), backend_(backend), num_kv_slots_(num_kv_slots), kv_(model.AllocateKvCache(num_kv_slots)) {}
 
+ModelRunner::ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots, ExternalKvPools)
+    : model_(model), backend_(backend), num_kv_slots_(num_kv_slots) {}
+
 Tensor ModelRunner::Execute(const ForwardInput& h) { return backend_.Download(ForwardLogits(h)); }
 
 Tensor ModelRunner::ForwardLogits(const ForwardInput& h) { return model_.Forward(UploadForwardInput(backend_, h), kv_); }

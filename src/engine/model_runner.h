@@ -85,6 +85,11 @@ class ModelRunner {
   // false get a default result).
   static std::vector<SampleResult> SampleOnHost(const Tensor& logits, const std::vector<SampleRow>& rows);
 
+  // For runners whose KV pools live elsewhere (TpModelRunner: every rank's own runner holds
+  // the pools of its KV heads): allocates none, kv_pools() stays empty.
+  struct ExternalKvPools {};
+  ModelRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots, ExternalKvPools);
+
   DecoderLM& model_;
   Backend& backend_;
   int64_t num_kv_slots_;

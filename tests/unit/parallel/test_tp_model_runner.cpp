@@ -1,0 +1,185 @@
+// TpModelRunner over CPU-reference ranks (CreateCpuTpRunner): the runner the engine sees
+// under tensor parallelism must reproduce TP=1, for rank-local tables (what the engine
+// builds from model().config()) and for whole-model tables sliced per rank; it rejects
+// batches with another head count and checks sizes before loading anything.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "backend/cpu/cpu_backend.h"
+#include "engine/batch_builder.h"
+#include "engine/generator.h"
+#include "kvcache/block_allocator.h"
+#include "kvcache/head_block_table.h"
+#include "loader/weights.h"
+#include "parallel/cpu_tp_runner.h"
+#include "test_support.h"
+
+using namespace oasis;
+
+namespace {
+
+struct Checkpoint {
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+};
+
+Checkpoint Open(const std::string& name) {
+  auto dir = testing::FixturePath("models/" + name);
+  auto config = LoadModelConfig(dir);
+  REQUIRE(config.ok());
+  auto weights = OpenSafetensorsWeights(dir);
+  REQUIRE(weights.ok());
+  return Checkpoint{*config, std::move(*weights)};
+}
+
+double NormalizedError(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.data<float>()[i], y = b.data<float>()[i];
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / den);
+}
+
+std::unique_ptr<TpModelRunner> MakeTp(const Checkpoint& ck, int size, int64_t slots) {
+  auto runner = CreateCpuTpRunner(ck.config, {.size = size, .threads_per_rank = 1, .num_kv_slots = slots},
+                                  [&](Backend& backend, const TensorParallel& tp) {
+                                    return DecoderLM::Create(ck.config, *ck.weights, backend, tp);
+                                  });
+  REQUIRE(runner.ok());
+  return std::move(*runner);
+}
+
+const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7, 7, 128, 64, 5, 300, 11};
+
+}  // namespace
+
+TEST_CASE("SliceKvHeads takes each rank's columns of the head-level batch", "[parallel]") {
+  BlockAllocator allocator(256);
+  HeadBlockTable a(4), b(4);
+  REQUIRE(a.Reserve(40, allocator).ok());
+  REQUIRE(b.Reserve(7, allocator).ok());
+  const ForwardInput in = BuildHostForwardInput(
+      {StepSequence{&a, 0, std::vector<int32_t>(40, 3)}, StepSequence{&b, 0, std::vector<int32_t>(7, 5)}},
+      LogitsFor::kLastTokenOfEachSequence);
+  const ForwardInput half = SliceKvHeads(in, 2, 2);
+  const int64_t W = in.attention.block_tables.dim(2);
+  REQUIRE(half.attention.block_tables.shape() == std::vector<int64_t>{2, 2, W});
+  REQUIRE(half.slot_mapping.shape() == std::vector<int64_t>{47, 2});
+  REQUIRE(half.attention.kv_lens.shape() == std::vector<int64_t>{2, 2});
+  for (int64_t s = 0; s < 2; ++s) {
+    for (int64_t h = 0; h < 2; ++h) {
+      CHECK(half.attention.kv_lens.data<int32_t>()[s * 2 + h] == in.attention.kv_lens.data<int32_t>()[s * 4 + 2 + h]);
+      for (int64_t w = 0; w < W; ++w) {
+        CHECK(half.attention.block_tables.data<int32_t>()[(s * 2 + h) * W + w] ==
+              in.attention.block_tables.data<int32_t>()[(s * 4 + 2 + h) * W + w]);
+      }
+    }
+  }
+  for (int64_t t = 0; t < 47; ++t) {
+    for (int64_t h = 0; h < 2; ++h) {
+      CHECK(half.slot_mapping.data<int64_t>()[t * 2 + h] == in.slot_mapping.data<int64_t>()[t * 4 + 2 + h]);
+    }
+  }
+  CHECK(half.token_ids.raw() == in.token_ids.raw());  // shared, not copied
+  CHECK(half.attention.max_kv_len == in.attention.max_kv_len);
+  a.Release(allocator);
+  b.Release(allocator);
+}
+
+TEST_CASE("CheckTensorParallelSize names what does not divide", "[parallel]") {
+  Checkpoint ck = Open("qwen3-tiny");  // 4 query heads, 2 KV heads
+  CHECK(CheckTensorParallelSize(ck.config, 1).ok());
+  CHECK(CheckTensorParallelSize(ck.config, 2).ok());
+  const Status three = CheckTensorParallelSize(ck.config, 3);
+  CHECK(three.code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(three.message(), Catch::Contains("num_attention_heads") && Catch::Contains("--tensor-parallel-size 3"));
+  const Status four = CheckTensorParallelSize(ck.config, 4);
+  CHECK_THAT(four.message(), Catch::Contains("num_key_value_heads"));
+  CHECK(CheckTensorParallelSize(ck.config, 0).code() == StatusCode::kInvalidArgument);
+  auto bad = CreateCpuTpRunner(ck.config, {.size = 3, .num_kv_slots = 64},
+                               [](Backend&, const TensorParallel&) -> StatusOr<std::unique_ptr<DecoderLM>> {
+                                 FAIL("nothing is loaded for a size that does not divide");
+                                 return Internal("unreachable");
+                               });
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("TpModelRunner (TP=2 on CPU ranks) equals TP=1", "[parallel][models]") {
+  for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
+    DYNAMIC_SECTION(name) {
+      Checkpoint ck = Open(name);
+      CpuBackend backend(1);
+      auto single = DecoderLM::Create(ck.config, *ck.weights, backend);
+      REQUIRE(single.ok());
+      ModelRunner one(**single, backend, 256);
+      auto tp = MakeTp(ck, 2, 256);
+      REQUIRE(tp->size() == 2);
+      CHECK(tp->model().config().num_key_value_heads == ck.config.num_key_value_heads / 2);
+      CHECK(tp->model().full_config().num_key_value_heads == ck.config.num_key_value_heads);
+      CHECK(tp->num_kv_slots() == 256);
+      CHECK(tp->kv_pools().empty());  // the ranks hold the pools
+      CHECK(tp->sparse_stage_sync() == nullptr);
+
+      // Rank-local tables (the engine's view): prefill in one step, then one token per step.
+      for (int64_t chunk : {512, 1}) {
+        INFO("prefill chunk " << chunk);
+        Generator g1(one, {.max_step_tokens = chunk});
+        Generator g2(*tp, {.max_step_tokens = chunk});
+        auto want = g1.PromptLogits(kPrompt);
+        auto got = g2.PromptLogits(kPrompt);
+        REQUIRE(want.ok());
+        REQUIRE(got.ok());
+        CHECK(NormalizedError(*got, *want) <= 1e-5);
+      }
+      GenerationRequest req;
+      req.prompt = kPrompt;
+      req.max_tokens = 12;
+      req.ignore_eos = true;
+      req.sampling.temperature = 0;
+      GenerationRequest sampled = req;
+      sampled.sampling.temperature = 0.9f;
+      sampled.sampling.seed = 7;
+      Generator g1(one, {.max_step_tokens = 512});
+      Generator g2(*tp, {.max_step_tokens = 512});
+      auto want = g1.Generate({req, sampled});
+      auto got = g2.Generate({req, sampled});
+      REQUIRE(want.ok());
+      REQUIRE(got.ok());
+      CHECK((*got)[0].tokens == (*want)[0].tokens);
+      CHECK((*got)[1].tokens == (*want)[1].tokens);  // same seeds, same logits (1e-5)
+      CHECK(tp->sample_mismatches() == 0);
+
+      // Whole-model tables: each rank receives its own heads' columns.
+      BlockAllocator allocator(256);
+      HeadBlockTable table(static_cast<int32_t>(ck.config.num_key_value_heads));
+      REQUIRE(table.Reserve(static_cast<int64_t>(kPrompt.size()), allocator).ok());
+      const ForwardInput whole = BuildHostForwardInput({StepSequence{&table, 0, kPrompt}}, LogitsFor::kEveryToken);
+      const Tensor a = one.Execute(whole);
+      const Tensor b = tp->Execute(whole);
+      CHECK(NormalizedError(b, a) <= 1e-5);
+      table.Release(allocator);
+    }
+  }
+}
+
+TEST_CASE("TpModelRunner rejects a batch with another KV head count", "[parallel]") {
+  Checkpoint ck = Open("qwen3-tiny");  // 2 KV heads: 1 per rank
+  auto tp = MakeTp(ck, 2, 64);
+  BlockAllocator allocator(64);
+  HeadBlockTable table(3);
+  REQUIRE(table.Reserve(4, allocator).ok());
+  const ForwardInput in = BuildHostForwardInput({StepSequence{&table, 0, {1, 2, 3, 4}}}, LogitsFor::kLastTokenOfEachSequence);
+  CHECK_THROWS_AS(tp->Execute(in), std::invalid_argument);
+  // The group is still usable: that batch never reached the ranks.
+  HeadBlockTable ok_table(1);
+  REQUIRE(ok_table.Reserve(4, allocator).ok());
+  const ForwardInput ok = BuildHostForwardInput({StepSequence{&ok_table, 0, {1, 2, 3, 4}}}, LogitsFor::kLastTokenOfEachSequence);
+  CHECK(tp->Execute(ok).shape() == std::vector<int64_t>{1, ck.config.vocab_size});
+  table.Release(allocator);
+  ok_table.Release(allocator);
+}

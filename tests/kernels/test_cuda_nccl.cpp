@@ -1,6 +1,6 @@
 // GPU: NcclCommunicator (src/parallel/nccl_communicator.h) — all-reduce against host sums on
 // fresh random data (bf16, f32; sizes from 1 element to 1M), all-gather, barrier, the same
-// all-reduce captured in a CUDA graph and replayed on new data, and abort releasing a rank
+// all-reduce captured in a CUDA graph (after a kernel) and replayed on new data, and abort releasing a rank
 // whose peer never joins a collective. The group uses 2 GPUs; with one GPU only the
 // one-rank group runs (a warning says the two-rank cases were skipped).
 #include <catch2/catch.hpp>
@@ -168,15 +168,22 @@ TEST_CASE("NcclCommunicator all-reduce inside a captured CUDA graph", "[gpu][ncc
       Rank& k = ranks[static_cast<size_t>(r)];
       CudaBackend& b = *k.backend;
       Tensor x = b.Empty({kSize}, dtype), y = b.Empty({kSize}, dtype);
-      // Warm-up outside the capture (NCCL connects lazily), then capture y = x + x; all-reduce(y).
-      b.Add(x, x, y);
-      k.comm->AllReduceSum(y);
+      // y = x + x (bf16: a kernel before the collective) or a copy of x (f32), then all-reduce(y):
+      // warmed up outside the capture (NCCL connects lazily), then captured.
+      const auto step = [&] {
+        if (dtype == DType::kBF16) {
+          b.Add(x, x, y);
+        } else {
+          b.Copy(x, y);
+        }
+        k.comm->AllReduceSum(y);
+      };
+      step();
       b.Synchronize();
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
       OASIS_CUDA_CHECK(cudaStreamBeginCapture(b.stream(), cudaStreamCaptureModeThreadLocal));
-      b.Add(x, x, y);
-      k.comm->AllReduceSum(y);
+      step();
       OASIS_CUDA_CHECK(cudaStreamEndCapture(b.stream(), &graph));
       OASIS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       OASIS_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -192,7 +199,8 @@ TEST_CASE("NcclCommunicator all-reduce inside a captured CUDA graph", "[gpu][ncc
       Tensor want = Tensor::Zeros({kSize}, DType::kF32);
       for (int r = 0; r < n; ++r) {
         const Tensor d = RankData(kSize, seed + static_cast<uint32_t>(rep), r);
-        for (int64_t i = 0; i < kSize; ++i) want.data<float>()[i] += 2.0f * d.data<float>()[i];
+        const float factor = dtype == DType::kBF16 ? 2.0f : 1.0f;
+        for (int64_t i = 0; i < kSize; ++i) want.data<float>()[i] += factor * d.data<float>()[i];
       }
       const Tensor& g = results[0][static_cast<size_t>(rep)];
       ExpectClose(g.dtype() == DType::kF32 ? g : g.ToFloat(), want, dtype == DType::kF32 ? 1e-5 : 2e-2,

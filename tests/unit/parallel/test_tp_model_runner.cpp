@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 
 #include "backend/cpu/cpu_backend.h"
@@ -14,6 +16,7 @@
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
 #include "parallel/cpu_tp_runner.h"
+#include "parallel/thread_communicator.h"
 #include "test_support.h"
 
 using namespace oasis;
@@ -182,4 +185,99 @@ TEST_CASE("TpModelRunner rejects a batch with another KV head count", "[parallel
   CHECK(tp->Execute(ok).shape() == std::vector<int64_t>{1, ck.config.vocab_size});
   table.Release(allocator);
   ok_table.Release(allocator);
+}
+
+namespace {
+
+// Stands for a collective a rank waits in until its peer joins or the group is aborted.
+struct AbortGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool aborted = false;
+  void Abort() {
+    std::lock_guard<std::mutex> lock(mu);
+    aborted = true;
+    cv.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return aborted; });
+  }
+};
+
+// Rank 1's step fails; rank 0's waits for a peer that never comes, until aborted.
+class FailingRunner final : public ModelRunner {
+ public:
+  FailingRunner(DecoderLM& m, Backend& b, int rank, AbortGate& gate) : ModelRunner(m, b, 16), rank_(rank), gate_(gate) {}
+  std::vector<SampleResult> ExecuteAndSample(const ForwardInput&, const std::vector<SampleRow>& rows) override {
+    if (rank_ == 1) throw std::runtime_error("device lost on purpose");
+    gate_.Wait();
+    return std::vector<SampleResult>(rows.size());
+  }
+
+ private:
+  int rank_;
+  AbortGate& gate_;
+};
+
+class FailingRank final : public TpRank {
+ public:
+  FailingRank(const ModelConfig& config, int rank, Communicator& comm) : gate_(std::make_shared<AbortGate>()) {
+    auto m = DecoderLM::CreateDummy(config, backend_, 3, TensorParallel{rank, 2, &comm});
+    REQUIRE(m.ok());
+    model_ = std::move(*m);
+    runner_ = std::make_unique<FailingRunner>(*model_, backend_, rank, *gate_);
+  }
+  Backend& backend() override { return backend_; }
+  DecoderLM& model() override { return *model_; }
+  ModelRunner& runner() override { return *runner_; }
+  std::function<void()> AbortFunction() override {
+    return [g = gate_] { g->Abort(); };
+  }
+
+ private:
+  std::shared_ptr<AbortGate> gate_;
+  CpuBackend backend_{1};
+  std::unique_ptr<DecoderLM> model_;
+  std::unique_ptr<FailingRunner> runner_;
+};
+
+}  // namespace
+
+TEST_CASE("TpModelRunner: a failing rank fails the call, aborts the waiting rank, and the group stays failed",
+          "[parallel]") {
+  Checkpoint ck = Open("qwen3-tiny");
+  ThreadCommGroup comms(2);
+  std::vector<std::unique_ptr<TpRank>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<FailingRank>(ck.config, r, comms.rank(r)));
+  auto tp = TpModelRunner::Create(std::make_unique<LockstepGroup>(2, nullptr, nullptr), std::move(ranks));
+  REQUIRE(tp.ok());
+  BlockAllocator allocator(16);
+  HeadBlockTable table(1);
+  REQUIRE(table.Reserve(4, allocator).ok());
+  const ForwardInput in = BuildHostForwardInput({StepSequence{&table, 0, {1, 2, 3, 4}}}, LogitsFor::kLastTokenOfEachSequence);
+  try {
+    (*tp)->ExecuteAndSample(in, std::vector<SampleRow>(1));
+    FAIL("the rank's failure did not reach the caller");
+  } catch (const std::runtime_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("rank 1") && Catch::Contains("device lost on purpose"));
+  }
+  CHECK_THROWS_WITH((*tp)->ExecuteAndSample(in, std::vector<SampleRow>(1)), Catch::Contains("unusable"));
+  table.Release(allocator);
+  tp->reset();  // tears the ranks down on their threads even after the failure
+}
+
+TEST_CASE("TpModelRunner::Create checks the ranks it is given", "[parallel]") {
+  Checkpoint ck = Open("qwen3-tiny");
+  ThreadCommGroup comms(2);
+  std::vector<std::unique_ptr<TpRank>> one;
+  one.push_back(std::make_unique<FailingRank>(ck.config, 0, comms.rank(0)));
+  auto missing = TpModelRunner::Create(std::make_unique<LockstepGroup>(2, nullptr, nullptr), std::move(one));
+  CHECK(missing.status().code() == StatusCode::kInvalidArgument);
+  std::vector<std::unique_ptr<TpRank>> swapped;
+  swapped.push_back(std::make_unique<FailingRank>(ck.config, 1, comms.rank(1)));
+  swapped.push_back(std::make_unique<FailingRank>(ck.config, 0, comms.rank(0)));
+  auto wrong = TpModelRunner::Create(std::make_unique<LockstepGroup>(2, nullptr, nullptr), std::move(swapped));
+  CHECK(wrong.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(wrong.status().message(), Catch::Contains("rank 0 holds shard 1 of 2"));
 }

@@ -8,7 +8,7 @@
 #   the tokenizer comparison); the same bundle serves tools/gpu_server_smoke.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode)
+GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode test_gpu_nccl test_gpu_tp)
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
 BENCHMARKS=(
   "bench_decode_attention|"
@@ -22,6 +22,8 @@ BENCHMARKS=(
   "bench_decode|--batch 4 --context 2048"
   "bench_decode|--batch 64 --context 4096 --steps 20"
   "bench_decode|--batch 64 --context 4096 --steps 20 --queries 2 --capture"
+  "bench_decode|--batch 1 --context 128 --tensor-parallel-size 2"
+  "bench_decode|--batch 64 --context 4096 --steps 20 --tensor-parallel-size 2"
   "bench_decode|--prefill 8192 --steps 5 --warmup 1"
   "bench_lookahead|--batch 1 --context 128 --tokens 128"
   "bench_lookahead|--batch 64 --context 4096 --tokens 128"

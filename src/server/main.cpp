@@ -62,6 +62,8 @@ Status CheckConfig(const ServerConfig& config) {
                      {"architecture", host->config.architecture_name},
                      {"max_model_len", host->max_model_len()},
                      {"num_kv_slots", host->runner->num_kv_slots()},
+                     {"tensor_parallel_size", config.tensor_parallel_size},
+                     {"kv_heads_per_rank", host->runner->model().config().num_key_value_heads},
                      {"lookahead", LookaheadModeName(host->lookahead)},
                      {"draft_head", host->draft_head != nullptr},
                      {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},

@@ -12,6 +12,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
+#include "parallel/cpu_tp_runner.h"
+#include "parallel/tp_model_runner.h"
 
 #if OASIS_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -21,6 +23,7 @@
 #include "backend/cuda/cuda_graph_runner.h"
 #include "common/cuda_rt.h"
 #include "kvcache/kv_memory_plan.h"
+#include "parallel/cuda_tp_runner.h"
 #endif
 
 namespace oasis::server {
@@ -83,8 +86,10 @@ Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
   return Status::Ok();
 }
 
-// The EAGLE-3 draft head (--draft-model / --draft-load-format dummy), after the model.
-Status LoadDraftHead(const ServerConfig& sc, ModelHost* host) {
+// The EAGLE-3 draft head (--draft-model / --draft-load-format dummy), after the model, on
+// `backend` with `target`'s embedding (under tensor parallelism: rank 0's, where the head runs
+// replicated: its inputs, the captured residual streams, are the same on every rank).
+Status LoadDraftHead(const ServerConfig& sc, ModelHost* host, DecoderLM& target, Backend& backend) {
   const ModelConfig& c = host->config;
   if (sc.draft_load_format == "dummy") {
     ModelConfig hc;
@@ -97,11 +102,11 @@ Status LoadDraftHead(const ServerConfig& sc, ModelHost* host) {
     } else {
       OASIS_ASSIGN_OR_RETURN(hc, LoadModelConfig(sc.draft_model));
     }
-    auto head = Eagle3Head::CreateDummy(hc, *host->model, *host->backend, 1);
+    auto head = Eagle3Head::CreateDummy(hc, target, backend, 1);
     if (!head.ok()) return head.status().WithContext("dummy EAGLE-3 draft head");
     host->draft_head = std::move(head).value();
   } else {
-    auto head = Eagle3Head::Load(sc.draft_model, *host->model, *host->backend);
+    auto head = Eagle3Head::Load(sc.draft_model, target, backend);
     if (!head.ok()) return head.status().WithContext("--draft-model " + sc.draft_model);
     host->draft_head = std::move(head).value();
   }
@@ -109,16 +114,18 @@ Status LoadDraftHead(const ServerConfig& sc, ModelHost* host) {
 }
 
 // The draft head's runner, with a KV pool holding as many tokens as the model's.
+// (Under tensor parallelism the engine counts rank-local KV heads and the head runs on rank
+// 0's backend.)
 void MakeDraftRunner(ModelHost* host) {
-  const ModelConfig& c = host->config;
-  const int64_t slots = DraftKvSlotsFor(host->runner->num_kv_slots(), c.num_key_value_heads,
+  Backend& backend = host->runner->backend();
+  const int64_t slots = DraftKvSlotsFor(host->runner->num_kv_slots(), host->runner->model().config().num_key_value_heads,
                                         host->draft_head->config().num_key_value_heads);
 #if OASIS_HAVE_CUDA
-  if (auto* cuda = dynamic_cast<CudaBackend*>(host->backend.get())) {  // drafts taken on the device
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) {  // drafts taken on the device
     host->draft_runner = std::make_unique<CudaDraftRunner>(*host->draft_head, *cuda, slots);
   }
 #endif
-  if (!host->draft_runner) host->draft_runner = std::make_unique<DraftRunner>(*host->draft_head, *host->backend, slots);
+  if (!host->draft_runner) host->draft_runner = std::make_unique<DraftRunner>(*host->draft_head, backend, slots);
   std::string ids;
   for (int64_t id : host->draft_head->aux_layer_ids()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   spdlog::info("EAGLE-3 draft head: aux layers [{}], draft vocab {}, KV {} head-blocks", ids,
@@ -142,16 +149,15 @@ size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType dtyp
   return summaries + rows * (mb * 12 + static_cast<size_t>(s.topk_blocks) * 4) + layers * per_layer + snapshots;
 }
 
-Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create());
-  CudaBackend& backend = *cuda;
-  host->backend = std::move(cuda);
-  OASIS_RETURN_IF_ERROR(LoadWeights(sc, host));
-  if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host));  // its weights count as used
+// KV head-blocks per layer that fit on the current device once `model` (and the draft head,
+// when it lives there) are loaded. `model` is the served model or one rank's shard (local
+// head counts: each GPU's pools hold its own heads).
+StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, const DecoderLM& model,
+                                    CudaBackend& backend, bool with_draft_head, const std::string& who) {
   backend.Synchronize();
   size_t free_bytes = 0, total_bytes = 0;
   OASIS_RETURN_IF_ERROR(cuda::ToStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
-  const ModelConfig& c = host->config;
+  const ModelConfig& c = model.config();
   // Activations of the largest step (residual, QKV, MLP, logits in f32) plus runtime slack.
   const size_t step_bytes = static_cast<size_t>(sc.max_num_batched_tokens) *
                             static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
@@ -164,24 +170,95 @@ Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
   // The draft head's pool (as many tokens as the model's, DraftKvSlotsFor) costs as much as
   // ceil(head KV width / model KV width) extra model layers.
   ModelConfig plan_config = c;
-  if (host->draft_head) {
+  if (with_draft_head && host->draft_head) {
     const ModelConfig& h = host->draft_head->config();
     const int64_t width = c.num_key_value_heads * c.head_dim;
     plan_config.num_hidden_layers += (h.num_key_value_heads * h.head_dim + width - 1) / width;
   }
   OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan,
                          PlanKvCache(plan_config, 2, sc.gpu_memory_utilization, total_bytes, free_bytes, reserve));
-  spdlog::info("KV cache: {} head-blocks per layer ({:.2f} GiB, {} tokens per KV-head group)", plan.num_slots,
+  spdlog::info("KV cache{}: {} head-blocks per layer ({:.2f} GiB, {} tokens per KV-head group)", who, plan.num_slots,
                plan.budget_bytes / double(1 << 30), plan.max_tokens_per_kv_head_group);
+  return plan.num_slots;
+}
+
+CudaGraphOptions GraphOptions(const ServerConfig& sc, const ModelConfig& c) {
   CudaGraphOptions go;
-  go.num_kv_slots = plan.num_slots;
   go.max_batch = std::min<int64_t>(sc.max_num_seqs, 256);
   go.max_context = c.max_position_embeddings;
+  return go;
+}
+
+Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create());
+  CudaBackend& backend = *cuda;
+  host->backend = std::move(cuda);
+  OASIS_RETURN_IF_ERROR(LoadWeights(sc, host));
+  if (sc.HasDraftModel()) {  // its weights count as used
+    OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host, *host->model, backend));
+  }
+  CudaGraphOptions go = GraphOptions(sc, host->config);
+  OASIS_ASSIGN_OR_RETURN(go.num_kv_slots, PlanDeviceKvSlots(sc, host, *host->model, backend, true, ""));
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*host->model, backend, go));
   host->runner = std::move(runner);
   return Status::Ok();
 }
+
+// --tensor-parallel-size N on GPUs 0..N-1 (docs/parallel.md): one worker thread per GPU owns
+// that rank's backend, NCCL communicator, shard, KV pools (local heads) and graph runner. The
+// checkpoint is opened once (its mapping is shared; each rank reads only its slices). The
+// EAGLE-3 head, if any, is loaded on rank 0 (replicated work: its inputs are identical on
+// every rank) before rank 0 plans its KV cache, so its weights and pool are counted there.
+Status LoadCudaTensorParallel(const ServerConfig& sc, ModelHost* host) {
+  const ModelConfig& c = host->config;
+  CudaTpOptions options;
+  options.size = static_cast<int>(sc.tensor_parallel_size);
+  options.graph = GraphOptions(sc, c);
+  OASIS_RETURN_IF_ERROR(CheckCudaTensorParallel(c, options));
+  if (sc.load_format != "dummy") {
+    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+  }
+  CudaTpHooks hooks;
+  hooks.load_shard = [&](CudaBackend& backend, const TensorParallel& tp) -> StatusOr<std::unique_ptr<DecoderLM>> {
+    if (sc.load_format == "dummy") return DecoderLM::CreateDummy(c, backend, 0, tp);
+    return DecoderLM::Create(c, *host->weights, backend, tp);
+  };
+  hooks.kv_slots = [&](int rank, CudaBackend& backend, DecoderLM& shard) -> StatusOr<int64_t> {
+    const bool draft_here = rank == 0 && sc.HasDraftModel();
+    if (draft_here) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host, shard, backend));
+    return PlanDeviceKvSlots(sc, host, shard, backend, draft_here, " (rank " + std::to_string(rank) + ")");
+  };
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelRunner> runner, CreateCudaTpRunner(c, options, hooks));
+  host->runner = std::move(runner);
+  return Status::Ok();
+}
 #endif
+
+// --backend cpu --tensor-parallel-size N: N CPU-reference ranks as threads (tests, CI).
+Status LoadCpuTensorParallel(const ServerConfig& sc, ModelHost* host) {
+  const ModelConfig& c = host->config;
+  const int n = static_cast<int>(sc.tensor_parallel_size);
+  OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(c, n));
+  if (sc.load_format != "dummy") {
+    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+  }
+  CpuTpOptions options;
+  options.size = n;
+  options.threads_per_rank = sc.threads > 0 ? static_cast<int>(std::max<int64_t>(1, sc.threads / n)) : 0;
+  options.num_kv_slots = CpuKvSlots(sc, LocalConfig(c, TensorParallel{0, n, nullptr}), DType::kF32);
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelRunner> runner,
+                         CreateCpuTpRunner(c, options, [&](Backend& backend, const TensorParallel& tp)
+                                                           -> StatusOr<std::unique_ptr<DecoderLM>> {
+                           if (sc.load_format == "dummy") return DecoderLM::CreateDummy(c, backend, 0, tp);
+                           return DecoderLM::Create(c, *host->weights, backend, tp);
+                         }));
+  spdlog::info("KV cache: {} head-blocks per layer per rank ({} CPU ranks)", options.num_kv_slots, n);
+  host->runner = std::move(runner);
+  if (sc.HasDraftModel()) {
+    OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host, host->runner->model(), host->runner->backend()));
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -242,16 +319,23 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
     spdlog::warn("tokenizer has {} ids but the model only {}: larger ids are rejected", host->tokenizer->vocab_size(),
                  c.vocab_size);
   }
+  const bool tensor_parallel = sc.tensor_parallel_size > 1;
+  if (tensor_parallel) {
+    OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(c, static_cast<int>(sc.tensor_parallel_size)));
+    if (host->sparse) return InvalidArgument("--sparse is not implemented with --tensor-parallel-size > 1 yet");
+  }
   if (host->backend_name == "cuda") {
 #if OASIS_HAVE_CUDA
-    OASIS_RETURN_IF_ERROR(LoadCuda(sc, host.get()));
+    OASIS_RETURN_IF_ERROR(tensor_parallel ? LoadCudaTensorParallel(sc, host.get()) : LoadCuda(sc, host.get()));
 #else
     return Unimplemented("--backend cuda: this oasis-server was built without CUDA (configure with -DOASIS_CUDA=ON)");
 #endif
+  } else if (tensor_parallel) {
+    OASIS_RETURN_IF_ERROR(LoadCpuTensorParallel(sc, host.get()));
   } else {
     host->backend = std::make_unique<CpuBackend>(static_cast<int>(sc.threads));
     OASIS_RETURN_IF_ERROR(LoadWeights(sc, host.get()));
-    if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host.get()));
+    if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host.get(), *host->model, *host->backend));
     const int64_t slots = CpuKvSlots(sc, c, host->backend->activation_dtype());
     spdlog::info("KV cache: {} head-blocks per layer (CPU)", slots);
     host->runner = std::make_unique<ModelRunner>(*host->model, *host->backend, slots);

@@ -61,6 +61,9 @@ const std::vector<Setting>& Settings() {
       {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
       {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization, "fraction of GPU memory for weights + KV cache"},
       {"num-kv-slots", &ServerConfig::num_kv_slots, "CPU backend KV head-blocks per layer (0 = auto)"},
+      {"tensor-parallel-size", &ServerConfig::tensor_parallel_size,
+       "split every layer over N ranks: GPUs 0..N-1 in one process over NCCL (or N CPU-reference threads with "
+       "--backend cpu); the heads and intermediate size must divide by N (docs/parallel.md)"},
       {"seed", &ServerConfig::seed, "engine seed for requests without one"},
       {"host", &ServerConfig::host, "HTTP listen address"},
       {"port", &ServerConfig::port, "HTTP port (0 = any free port, printed at start)"},
@@ -141,6 +144,13 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(positive("max-body-bytes", max_body_bytes));
   OASIS_RETURN_IF_ERROR(positive("max-n", max_n));
   OASIS_RETURN_IF_ERROR(positive("draft-vocab-size", draft_vocab_size));
+  OASIS_RETURN_IF_ERROR(positive("tensor-parallel-size", tensor_parallel_size));
+  if (tensor_parallel_size > 1024) {
+    return InvalidArgument("--tensor-parallel-size must be at most 1024, got " + std::to_string(tensor_parallel_size));
+  }
+  if (tensor_parallel_size > 1 && SparseEnabled()) {
+    return InvalidArgument("--sparse is not implemented with --tensor-parallel-size > 1 yet (docs/parallel.md)");
+  }
   OASIS_RETURN_IF_ERROR(non_negative("max-model-len", max_model_len));
   OASIS_RETURN_IF_ERROR(non_negative("threads", threads));
   OASIS_RETURN_IF_ERROR(non_negative("num-kv-slots", num_kv_slots));

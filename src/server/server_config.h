@@ -49,6 +49,7 @@ struct ServerConfig {
   int64_t max_waiting = 4096;     // queued requests beyond this get 429
   double gpu_memory_utilization = 0.9;
   int64_t num_kv_slots = 0;       // CPU backend head-blocks per layer (0 = auto)
+  int64_t tensor_parallel_size = 1;  // ranks each layer is split over (GPUs 0..N-1; docs/parallel.md)
   int64_t seed = 0;               // engine seed for unseeded requests
 
   // Serving.

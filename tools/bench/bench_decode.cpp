@@ -11,6 +11,12 @@
 //   bench_decode --config ... --prefill 8192
 // instead times the prefill of one prompt of that many tokens (eager, tensor-core attention,
 // cuBLAS GEMMs) against the bf16 matrix ceiling: tokens/s and TFLOP/s.
+//
+//   bench_decode --config ... --batch 64 --context 4096 --tensor-parallel-size 2
+// runs the same steps on N GPUs (TpModelRunner: a worker thread per GPU, NCCL all-reduces
+// inside the graphs; NCCL_NVLS_ENABLE=0). Steps are timed on the host (the call returns once
+// every rank has sampled); the roofline is per GPU (its shard of the weights and KV heads plus
+// the replicated embedding/lm_head/norms), and tok/s is the group's.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +32,7 @@
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
+#include "parallel/cuda_tp_runner.h"
 
 using namespace oasis;
 
@@ -38,11 +45,13 @@ constexpr double kMatmulCeilingTflops = 788.0;  // DESIGN.md §5: bf16 8192³ th
 
 // Prefill of one prompt: FLOPs = 2 × (matrix parameters, without the input embedding) per
 // token for the projections and MLP + attention 4·d·Hq per (query, visible key) pair.
-Status RunPrefill(const ModelConfig& config, CudaBackend& backend, DecoderLM& model, int64_t n, int64_t runs,
+// `runner` is a plain runner with at least SlotsFor(n) slots, or a tensor-parallel one (timed
+// on the host then).
+Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& runner, int64_t n, int64_t runs,
                   int64_t warmup) {
-  const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
-  const int64_t slots = HeadBlockTable::SlotsFor(n, heads) + 16;
-  ModelRunner runner(model, backend, slots);
+  const int32_t heads = static_cast<int32_t>(runner.model().config().num_key_value_heads);
+  const int64_t slots = runner.num_kv_slots();
+  const bool host_timed = runner.model().tensor_parallel().size > 1;
   BlockAllocator allocator(static_cast<int32_t>(slots));
   HeadBlockTable table(heads);
   OASIS_RETURN_IF_ERROR(table.Reserve(n, allocator));
@@ -53,11 +62,13 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, DecoderLM& mo
   std::vector<float> ms;
   runs = std::min<int64_t>(runs, 10);
   for (int64_t r = 0; r < warmup + runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
     start.Record(backend.stream());
     Tensor logits = runner.Execute(in);
     stop.Record(backend.stream());
     stop.Synchronize();
-    if (r >= warmup) ms.push_back(stop.ElapsedMsSince(start));
+    const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= warmup) ms.push_back(host_timed ? static_cast<float>(host_ms) : stop.ElapsedMsSince(start));
   }
   table.Release(allocator);
   std::sort(ms.begin(), ms.end());
@@ -74,9 +85,10 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, DecoderLM& mo
   const double tflops = flops / (median * 1e-3) / 1e12;
   std::printf("prefill of %lld tokens: median %.2f ms over %zu runs (min %.2f)\n", static_cast<long long>(n), median,
               ms.size(), ms.front());
-  std::printf("RESULT prefill n=%lld: %.0f tokens/s, %.1f TFLOP/s, ceiling %.0f TFLOP/s, ratio %.2f\n",
-              static_cast<long long>(n), dn / (median * 1e-3), tflops, kMatmulCeilingTflops,
-              tflops / kMatmulCeilingTflops);
+  const int tp = runner.model().tensor_parallel().size;
+  std::printf("RESULT prefill n=%lld%s: %.0f tokens/s, %.1f TFLOP/s, ceiling %.0f TFLOP/s, ratio %.2f\n",
+              static_cast<long long>(n), tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "", dn / (median * 1e-3),
+              tflops, kMatmulCeilingTflops * tp, tflops / (kMatmulCeilingTflops * tp));
   return Status::Ok();
 }
 
@@ -85,7 +97,7 @@ Status Run(int argc, char** argv) {
   int64_t batch = 1, context = 128, steps = 50, warmup = 5;
   double temperature = 0.0, top_p = 1.0;
   bool no_graphs = false, capture = false;
-  int64_t prefill = 0, queries = 1;
+  int64_t prefill = 0, queries = 1, tensor_parallel = 1;
   FlagParser flags("bench_decode: whole-model decode throughput with dummy weights");
   flags.AddString("config", &config_path, "HF config.json with the model's shapes (dummy weights)");
   flags.AddString("model", &model_dir, "load this safetensors checkpoint instead (reports load speed)");
@@ -100,8 +112,11 @@ Status Run(int argc, char** argv) {
   flags.AddInt("queries", &queries,
                "query tokens per sequence and step (2 = lookahead's stacked [x_t, draft]; logits of the first)");
   flags.AddBool("capture", &capture, "also capture the residual stream at an EAGLE-3 head's aux layers (2, L/2, L-3)");
+  flags.AddInt("tensor-parallel-size", &tensor_parallel,
+               "split the model over GPUs 0..N-1 (NCCL all-reduces captured in the graphs); host-timed steps");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (queries < 1 || queries > 4) return InvalidArgument("--queries must be 1 to 4");
+  if (tensor_parallel < 1 || tensor_parallel > 64) return InvalidArgument("--tensor-parallel-size must be 1 to 64");
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
     return Status::Ok();
@@ -109,30 +124,62 @@ Status Run(int argc, char** argv) {
   OASIS_RETURN_IF_ERROR(InitLogging("warn"));
   if (!model_dir.empty()) OASIS_RETURN_IF_ERROR(InitLogging("info"));  // weight-loading progress
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir.empty() ? config_path : model_dir));
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create());
-  std::unique_ptr<DecoderLM> model;
-  if (model_dir.empty()) {
-    OASIS_ASSIGN_OR_RETURN(model, DecoderLM::CreateDummy(config, *backend, 1));
-  } else {
-    const auto t0 = std::chrono::steady_clock::now();
-    OASIS_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> weights, OpenSafetensorsWeights(model_dir));
-    OASIS_ASSIGN_OR_RETURN(model, DecoderLM::Create(config, *weights, *backend));
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double bytes = 0;
-    for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) bytes += 2.0 * static_cast<double>(w.numel());
-    std::printf("RESULT load %s: %.2f GB in %.2f s = %.2f GB/s (safetensors mmap -> pinned staging -> HBM)\n",
-                model_dir.c_str(), bytes / 1e9, secs, bytes / 1e9 / secs);
-  }
-  const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
-  if (prefill > 0) return RunPrefill(config, *backend, *model, prefill, steps, warmup);
+  const int tp = static_cast<int>(tensor_parallel);
+  const int32_t heads = static_cast<int32_t>(config.num_key_value_heads / tp);  // per rank (checked below)
   const int64_t max_ctx = context + (warmup + steps) * queries + 1;
-  const int64_t slots = HeadBlockTable::SlotsFor(max_ctx, heads) * batch + 16;
+  const int64_t slots = prefill > 0 ? HeadBlockTable::SlotsFor(prefill, heads) + 16
+                                    : HeadBlockTable::SlotsFor(max_ctx, heads) * batch + 16;
   CudaGraphOptions go;
   go.num_kv_slots = slots;
   go.max_batch = std::max<int64_t>(batch, 1);
   go.max_context = max_ctx;
   go.enabled = !no_graphs;
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*model, *backend, go));
+  std::unique_ptr<CudaBackend> backend;  // TP = 1 only
+  std::unique_ptr<DecoderLM> model;      // TP = 1 only
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<WeightSource> weights;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto loaded = t0;  // when the weights are on the device(s)
+  if (!model_dir.empty()) {
+    OASIS_ASSIGN_OR_RETURN(weights, OpenSafetensorsWeights(model_dir));
+  }
+  if (tp > 1) {
+    CudaTpOptions o;
+    o.size = tp;
+    o.graph = go;
+    CudaTpHooks hooks;
+    hooks.load_shard = [&](CudaBackend& b, const TensorParallel& t) -> StatusOr<std::unique_ptr<DecoderLM>> {
+      if (weights == nullptr) return DecoderLM::CreateDummy(config, b, 1, t);
+      return DecoderLM::Create(config, *weights, b, t);
+    };
+    hooks.kv_slots = [&](int, CudaBackend&, DecoderLM&) -> StatusOr<int64_t> { return slots; };
+    OASIS_ASSIGN_OR_RETURN(runner, CreateCudaTpRunner(config, o, hooks));  // (its graph runners are cheap)
+    loaded = std::chrono::steady_clock::now();
+  } else {
+    OASIS_ASSIGN_OR_RETURN(backend, CudaBackend::Create());
+    if (weights == nullptr) {
+      OASIS_ASSIGN_OR_RETURN(model, DecoderLM::CreateDummy(config, *backend, 1));
+    } else {
+      OASIS_ASSIGN_OR_RETURN(model, DecoderLM::Create(config, *weights, *backend));
+    }
+    loaded = std::chrono::steady_clock::now();
+    if (prefill > 0) {
+      runner = std::make_unique<ModelRunner>(*model, *backend, slots);
+    } else {
+      OASIS_ASSIGN_OR_RETURN(runner, CudaGraphRunner::Create(*model, *backend, go));
+    }
+  }
+  if (weights != nullptr) {
+    const double secs = std::chrono::duration<double>(loaded - t0).count();
+    double bytes = 0;
+    for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) bytes += 2.0 * static_cast<double>(w.numel());
+    std::printf("RESULT load %s%s: %.2f GB in %.2f s = %.2f GB/s (safetensors mmap -> pinned staging -> HBM)\n",
+                model_dir.c_str(), tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "", bytes / 1e9, secs,
+                bytes / 1e9 / secs);
+  }
+  // Rank 0's backend: the timing events (and, under tensor parallelism, the host clock).
+  CudaBackend& timing = *static_cast<CudaBackend*>(&runner->backend());
+  if (prefill > 0) return RunPrefill(config, timing, *runner, prefill, steps, warmup);
   // The KV content does not change the cost of a step: fill the pools with noise instead
   // of prefilling `context` tokens.
   BlockAllocator allocator(static_cast<int32_t>(slots));
@@ -141,12 +188,19 @@ Status Run(int argc, char** argv) {
     tables.emplace_back(heads);
     OASIS_RETURN_IF_ERROR(tables.back().Reserve(max_ctx, allocator));
   }
+  // Bytes one GPU reads per step: its shard of the split projections, the replicated rest.
+  const auto sharded = [](const std::string& name) {
+    for (const char* leaf : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
+      if (name.find(leaf) != std::string::npos) return true;
+    }
+    return false;
+  };
   double weight_bytes = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
     if (w.name == "model.embed_tokens.weight" && !config.tie_word_embeddings) continue;  // one row read
-    weight_bytes += 2.0 * static_cast<double>(w.numel());
+    weight_bytes += 2.0 * static_cast<double>(w.numel()) / (sharded(w.name) ? tp : 1);
   }
-  const double kv_bytes_per_token = 2.0 * 2 * config.num_hidden_layers * config.kv_size();
+  const double kv_bytes_per_token = 2.0 * 2 * config.num_hidden_layers * config.kv_size() / tp;
 
   cuda::Event start(cuda::EventTiming::kEnabled), stop(cuda::EventTiming::kEnabled);
   std::vector<float> ms;
@@ -159,7 +213,8 @@ Status Run(int argc, char** argv) {
     }
     ForwardInput in = BuildLookaheadTargetInput(seqs, std::vector<int64_t>(static_cast<size_t>(batch), queries - 1),
                                                 false, nullptr);
-    start.Record(backend->stream());
+    const auto t_step = std::chrono::steady_clock::now();
+    start.Record(timing.stream());
     std::vector<SampleRow> rows(static_cast<size_t>(batch));
     for (auto& r : rows) {
       r.params.temperature = static_cast<float>(temperature);
@@ -173,9 +228,11 @@ Status Run(int argc, char** argv) {
     }
     std::vector<SampleResult> sampled =
         capture ? runner->ExecuteSampleAndCapture(in, rows, cap) : runner->ExecuteAndSample(in, rows);
-    stop.Record(backend->stream());
+    stop.Record(timing.stream());
     stop.Synchronize();
-    if (step >= warmup) ms.push_back(stop.ElapsedMsSince(start));
+    const double host_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_step).count();
+    if (step >= warmup) ms.push_back(tp > 1 ? static_cast<float>(host_ms) : stop.ElapsedMsSince(start));
   }
   for (auto& t : tables) t.Release(allocator);
   std::sort(ms.begin(), ms.end());
@@ -184,21 +241,23 @@ Status Run(int argc, char** argv) {
   const double bytes = weight_bytes + kv_bytes_per_token * avg_ctx * static_cast<double>(batch);
   const double roofline_ms = bytes / (kReadCeilingTBs * 1e12) * 1e3;
   const double copy_roofline_ms = bytes / (kCopyCeilingTBs * 1e12) * 1e3;
-  std::printf("model %s, batch %lld, context %lld, %s\n", config_path.c_str(), static_cast<long long>(batch),
-              static_cast<long long>(context), no_graphs ? "eager" : "CUDA graphs");
-  std::printf("bytes per step: weights %.2f GB + KV %.2f GB\n", weight_bytes / 1e9,
+  std::printf("model %s, batch %lld, context %lld, %s%s\n", config_path.c_str(), static_cast<long long>(batch),
+              static_cast<long long>(context), no_graphs ? "eager" : "CUDA graphs",
+              tp > 1 ? (", tensor parallel over " + std::to_string(tp) + " GPUs (host-timed steps)").c_str() : "");
+  std::printf("bytes per step%s: weights %.2f GB + KV %.2f GB\n", tp > 1 ? " per GPU" : "", weight_bytes / 1e9,
               kv_bytes_per_token * avg_ctx * batch / 1e9);
   std::printf("step time: median %.3f ms (min %.3f, p90 %.3f) over %zu steps\n", median, ms.front(),
               ms[ms.size() * 9 / 10], ms.size());
   std::printf("roofline: %.3f ms at %.2f TB/s read (%.3f ms at %.2f TB/s copy)\n", roofline_ms, kReadCeilingTBs,
               copy_roofline_ms, kCopyCeilingTBs);
-  std::printf("RESULT decode b=%lld ctx=%lld%s: %.3f ms/step, %.1f tok/s, %.2f TB/s effective, "
+  const std::string tags = (tp > 1 ? " tp=" + std::to_string(tp) : std::string()) +
+                           (queries > 1 ? " q=" + std::to_string(queries) : std::string()) +
+                           (capture ? " +capture" : "");
+  std::printf("RESULT decode b=%lld ctx=%lld%s: %.3f ms/step, %.1f tok/s, %.2f TB/s effective%s, "
               "ceiling %.3f ms, ratio %.2f of read roofline (%.2f of copy roofline)\n",
-              static_cast<long long>(batch), static_cast<long long>(context),
-              queries > 1 ? (" q=" + std::to_string(queries) + (capture ? " +capture" : "")).c_str()
-                          : (capture ? " +capture" : ""),
-              median, batch * 1e3 / median,
-              bytes / (median * 1e-3) / 1e12, roofline_ms, roofline_ms / median, copy_roofline_ms / median);
+              static_cast<long long>(batch), static_cast<long long>(context), tags.c_str(),
+              median, batch * 1e3 / median, bytes / (median * 1e-3) / 1e12, tp > 1 ? " per GPU" : "", roofline_ms,
+              roofline_ms / median, copy_roofline_ms / median);
   return Status::Ok();
 }
 

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# oasis-server with --tensor-parallel-size 2 on the CPU reference (two ranks as threads, the
+# same TpModelRunner the GPUs use): greedy completions equal the single-rank server's (plain
+# and with lookahead on a dummy EAGLE-3 head, which runs on rank 0 only); --check-config shows
+# the per-rank KV heads; sizes that do not divide the heads, and sparse KV under TP, fail
+# with clear messages before anything loads.
+# Usage: test_server_tp.sh <oasis-server> <repo root>
+set -uo pipefail
+SERVER=$1
+ROOT=$2
+cd "$ROOT"
+source "$ROOT/tests/e2e/server_lib.sh"
+TMP=$(mktemp -d)
+trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
+fail=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 2000 && echo; fail=1; }
+post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
+
+BODIES=(
+  '{"prompt": "Hello, world", "max_tokens": 24, "temperature": 0, "ignore_eos": true, "logprobs": 2}'
+  '{"prompt": [5, 6, 7, 8, 9], "max_tokens": 30, "temperature": 0, "ignore_eos": true}'
+  '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "ignore_eos": true, "n": 2}'
+)
+# run_all <tag>: each body's answer into $TMP/<tag>.<i>.
+run_all() {
+  local i=0
+  for b in "${BODIES[@]}"; do
+    post /v1/completions "$b" >"$TMP/$1.$i"
+    i=$((i + 1))
+  done
+}
+# same_as <tag> <reference tag>: the same texts, log-probabilities within 1e-3 (two ranks'
+# float sums differ from one rank's in the last bits).
+same_as() {
+  local f diff
+  for f in "$TMP/$2".[0-9]*; do
+    diff=$(python3 -c '
+import json,sys
+a=json.load(open(sys.argv[1]))["choices"]; b=json.load(open(sys.argv[2]))["choices"]
+assert len(a) == len(b), "choices"
+for x, y in zip(a, b):
+    assert x["text"] == y["text"], (x["text"], y["text"])
+    lx = (x.get("logprobs") or {}).get("token_logprobs", []); ly = (y.get("logprobs") or {}).get("token_logprobs", [])
+    assert len(lx) == len(ly) and all(abs(p - q) < 1e-3 for p, q in zip(lx, ly)), (lx, ly)' "$f" "$TMP/$1.${f##*.}" 2>&1)
+    if [[ -n $diff ]]; then
+      bad "$1 differs from $2 (request ${f##*.})" "$diff"
+      return
+    fi
+  done
+  ok "$1 completions equal $2's"
+}
+
+start_server "$TMP/tp1.log" --backend cpu || exit 1
+run_all tp1
+stop_server || fail=1
+
+start_server "$TMP/tp2.log" --backend cpu --tensor-parallel-size 2 || exit 1
+run_all tp2
+same_as tp2 tp1
+stop_server || fail=1
+
+start_server "$TMP/tp2-lookahead.log" --backend cpu --tensor-parallel-size 2 --draft-load-format dummy \
+  --lookahead reject || exit 1
+run_all tp2-lookahead
+same_as tp2-lookahead tp1
+stop_server || fail=1
+
+out=$("$SERVER" --backend cpu --tensor-parallel-size 2 --check-config 2>&1)
+if echo "$out" | grep -q '"tensor_parallel_size": 2' && echo "$out" | grep -q '"kv_heads_per_rank": 1'; then
+  ok "--check-config shows 2 ranks with 1 KV head each"
+else
+  bad "--check-config under TP" "$out"
+fi
+out=$("$SERVER" --backend cpu --tensor-parallel-size 3 --check-config 2>&1)
+rc=$?
+if [[ $rc != 0 ]] && echo "$out" | grep -q 'num_attention_heads = 4 is not divisible by --tensor-parallel-size 3'; then
+  ok "--tensor-parallel-size 3 refused (exit $rc)"
+else
+  bad "--tensor-parallel-size 3 (exit $rc)" "$out"
+fi
+out=$("$SERVER" --backend cpu --tensor-parallel-size 2 --sparse on --check-config 2>&1)
+rc=$?
+if [[ $rc != 0 ]] && echo "$out" | grep -q 'sparse.*tensor-parallel-size'; then
+  ok "--sparse on with TP refused (exit $rc)"
+else
+  bad "--sparse on with TP (exit $rc)" "$out"
+fi
+out=$("$SERVER" --tensor-parallel-size 0 --check-config 2>&1)
+rc=$?
+if [[ $rc != 0 ]] && echo "$out" | grep -q 'tensor-parallel-size must be >= 1'; then
+  ok "--tensor-parallel-size 0 refused (exit $rc)"
+else
+  bad "--tensor-parallel-size 0 (exit $rc)" "$out"
+fi
+exit $fail

@@ -284,6 +284,7 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   s.max_sparse_seqs = static_cast<int32_t>(std::min<int64_t>(sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, 1 << 16));
   s.max_seq_len = c.max_position_embeddings;  // the engine sets its own context length
   s.agreement_interval = static_cast<int32_t>(std::min<int64_t>(sc.sparse_agreement_interval, 1 << 30));
+  s.transfers = sc.sparse_transfers == "on";
   OASIS_RETURN_IF_ERROR(s.Validate(c.num_hidden_layers));
   return std::optional<SparseConfig>(s);
 }

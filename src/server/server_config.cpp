@@ -52,6 +52,9 @@ const std::vector<Setting>& Settings() {
        "oracle (measurement only)"},
       {"sparse-group-reduce", &ServerConfig::sparse_group_reduce, "sparse: GQA reduction of block scores: sum or max"},
       {"max-sparse-seqs", &ServerConfig::max_sparse_seqs, "sparse requests at once (0 = --max-num-seqs)"},
+      {"sparse-transfers", &ServerConfig::sparse_transfers,
+       "sparse: on, or off (measurement only: blocks are selected but never copied, outputs are wrong; "
+       "the same run with and without transfers shows what they cost)"},
       {"sparse-agreement-interval", &ServerConfig::sparse_agreement_interval,
        "sparse: sample the predicted top-K's agreement with the real query's every N steps (0 = never)"},
       {"backend", &ServerConfig::backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
@@ -161,6 +164,9 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(non_negative("dense-layers", dense_layers));
   OASIS_RETURN_IF_ERROR(non_negative("max-sparse-seqs", max_sparse_seqs));
   OASIS_RETURN_IF_ERROR(non_negative("sparse-agreement-interval", sparse_agreement_interval));
+  if (sparse_transfers != "on" && sparse_transfers != "off") {
+    return InvalidArgument("--sparse-transfers must be on or off, got '" + sparse_transfers + "'");
+  }
   if (port < 0 || port > 65535) return InvalidArgument("--port must be in [0, 65535], got " + std::to_string(port));
   if (grpc_port < 0 || grpc_port > 65535) {
     return InvalidArgument("--grpc-port must be in [0, 65535], got " + std::to_string(grpc_port));

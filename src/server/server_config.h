@@ -40,6 +40,7 @@ struct ServerConfig {
   std::string sparse_group_reduce = "sum";   // GQA reduction of block scores: sum, max
   int64_t max_sparse_seqs = 0;          // sparse requests at once; 0 = max_num_seqs
   int64_t sparse_agreement_interval = 32;    // sample top-K agreement every N steps; 0 = never
+  std::string sparse_transfers = "on";       // off: measurement mode, nothing copied into working sets
 
   // Execution.
   std::string backend = "auto";   // auto (cuda when built with CUDA and a GPU is present), cpu, cuda

@@ -160,6 +160,10 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(p->config.max_sparse_seqs == 16);
   CHECK(p->config.fetch_ratio == 0.1);
   CHECK(p->config.sparse_agreement_interval == 4);
+  CHECK(p->config.sparse_transfers == "on");
+  p = Parse({"--sparse", "on", "--sparse-transfers", "off"});
+  REQUIRE(p.ok());
+  CHECK(p->config.sparse_transfers == "off");
   p = Parse({"--sparse", "on", "--sparse-predictor", "oracle"});
   REQUIRE(p.ok());
   CHECK(p->config.ResolvedSparsePredictor() == "oracle");
@@ -181,6 +185,7 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(error({"--host-kv-gib", "-1"}).find("--host-kv-gib") != std::string::npos);
   CHECK(error({"--sparse-threshold", "-5"}).find("--sparse-threshold") != std::string::npos);
   CHECK(error({"--dense-layers", "-1"}).find("--dense-layers") != std::string::npos);
+  CHECK(error({"--sparse-transfers", "maybe"}).find("--sparse-transfers must be on or off") != std::string::npos);
 
   // The config file keys.
   ServerConfig c;

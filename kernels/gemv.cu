@@ -1,3 +1,4 @@
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -417,23 +418,31 @@ cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual
                              const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, const GemvQkvEpilogue& ep,
                              cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(R) * in * 2;
-  static int sms = 0, per_sm_cached = -1;
-  static size_t smem_cached = 0;
+  // The dynamic shared-memory limit is a per-device attribute (tensor parallelism launches
+  // on several GPUs from one process), so it and the occupancy are cached per device.
+  constexpr int kMaxDevices = 64;
+  struct PerDevice {
+    int sms = 0, per_sm = -1;
+    size_t smem = 0;
+  };
+  static std::array<PerDevice, kMaxDevices> state;
   static std::mutex mu;
-  int per_sm;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  int per_sm, sms;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (sms == 0) {
-      int dev = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    PerDevice& d = state[static_cast<size_t>(dev)];
+    if (d.sms == 0) {
+      cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
       cudaFuncSetAttribute(GemvNormKernel<R, F, T, U, kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvNormMaxSmem);
     }
-    if (smem != smem_cached) {
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_cached, GemvNormKernel<R, F, T, U, kEpi>, T, smem);
-      smem_cached = smem;
+    if (d.per_sm < 0 || smem != d.smem) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.per_sm, GemvNormKernel<R, F, T, U, kEpi>, T, smem);
+      d.smem = smem;
     }
-    per_sm = per_sm_cached;
+    per_sm = d.per_sm;
+    sms = d.sms;
   }
   const int64_t groups = kEpi == kSiluPair ? (out / 2 + F / 2 - 1) / (F / 2) : (out + F - 1) / F;
   const int64_t resident = static_cast<int64_t>(sms) * NormCtasPerSm(per_sm > 0 ? per_sm : 1);

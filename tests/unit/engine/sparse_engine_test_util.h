@@ -154,13 +154,23 @@ struct SparseRun {
   EngineStats stats;
 };
 
-// Submits `reqs` from 3 threads at once to a fresh engine over `runner` and collects them.
+// Queues `reqs` on a fresh engine over `runner` before its loop starts, then collects them:
+// the first steps see the whole workload, so what the small-pool variants must show
+// (preemptions) does not depend on how the submissions interleave with the steps.
+// (Concurrent submission is covered by the plain engine tests.)
 inline SparseRun RunEngine(ModelRunner& runner, DraftRunner* draft, EngineOptions opt,
                            const std::vector<EngineRequest>& reqs) {
   Engine engine(runner, nullptr, opt, draft);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& q : reqs) {
+    auto s = engine.Submit(q);
+    REQUIRE(s.ok());
+    streams.push_back(*s);
+  }
   engine.Start();
   SparseRun r;
-  r.out = SubmitConcurrently(engine, reqs);
+  for (const auto& s : streams) r.out.push_back(Collect(*s));
+  for (const Collected& c : r.out) CheckCollected(c);
   r.stats = WaitSparseIdle(engine);
   engine.Stop();
   return r;

@@ -37,6 +37,8 @@ struct Engine::Impl {
   // request is gone (finished with `out` as its last event, or failed).
   bool Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,
             RequestOutput& out);
+  // Whether a request of `num_tokens` tokens gets a draft for its next step.
+  bool WantsDraft(const RequestState& s, int64_t num_tokens, bool is_sparse) const;
   // Releases the request's draft-head KV (finish, preemption).
   void ReleaseDraftHead(RequestState& s);
   void Admit(std::unique_ptr<RequestState> state);

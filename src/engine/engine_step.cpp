@@ -89,10 +89,8 @@ void Engine::Impl::Step() {
       const ScheduledChunk& c = plan.chunks[i];
       RequestState& s = *requests.at(c.seq->id);
       DraftHeadWork w{c.seq, &s.draft_head, first_row[i], false};
-      if (c.samples) {  // as below, with the token this step samples counted
-        const bool is_sparse = c.seq->kv != SequenceKv::kDense;
-        w.wants_draft = c.seq->num_tokens() + 3 <= s.stop_checker.conditions().max_total_tokens &&
-                        (!is_sparse || sparse->FeedsDraft());
+      if (c.samples) {  // counting the token this step samples
+        w.wants_draft = WantsDraft(s, c.seq->num_tokens() + 1, c.seq->kv != SequenceKv::kDense);
       }
       work.push_back(w);
       ends.push_back(c.seq->num_computed + c.num_tokens);
@@ -165,10 +163,7 @@ void Engine::Impl::Step() {
     out.completion_tokens = c.seq->num_generated();
     delivery.Add(s.stream, std::move(out));
     if (draft != nullptr) {
-      // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens),
-      // and for a sparse request only when its predictor reads it.
-      work.wants_draft = c.seq->num_tokens() + 2 <= s.stop_checker.conditions().max_total_tokens &&
-                         (!is_sparse || sparse->FeedsDraft());
+      work.wants_draft = WantsDraft(s, c.seq->num_tokens(), is_sparse);
       head_work.push_back(work);
     }
   }
@@ -186,6 +181,12 @@ void Engine::Impl::Step() {
     }
   }
   if (sparse != nullptr) stats.sparse_switches_total += sparse->SwitchReady(scheduler.running());
+}
+
+bool Engine::Impl::WantsDraft(const RequestState& s, int64_t num_tokens, bool is_sparse) const {
+  // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens), and
+  // for a sparse request only when its predictor reads it.
+  return num_tokens + 2 <= s.stop_checker.conditions().max_total_tokens && (!is_sparse || sparse->FeedsDraft());
 }
 
 bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event,

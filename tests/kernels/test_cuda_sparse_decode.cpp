@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -48,26 +49,48 @@ Tensor Step(DecoderLM& lm, Backend& b, std::vector<LayerKvPool>& kv, const std::
   return host;
 }
 
+// The tiny Qwen3 fixture on a CUDA backend.
+struct TinyGpuModel {
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+  std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<DecoderLM> lm;
+  TinyGpuModel() {
+    const auto dir = testing::FixturePath("models/qwen3-tiny");
+    auto c = LoadModelConfig(dir);
+    REQUIRE(c.ok());
+    config = *c;
+    auto w = OpenSafetensorsWeights(dir);
+    REQUIRE(w.ok());
+    weights = std::move(*w);
+    auto b = CudaBackend::Create();
+    REQUIRE(b.ok());
+    backend = std::move(*b);
+    auto m = DecoderLM::Create(config, *weights, *backend);
+    REQUIRE(m.ok());
+    lm = std::move(*m);
+  }
+};
+
+// `n` random token ids (a fresh seed each run).
+std::vector<int32_t> RandomPrompt(const ModelConfig& c, int64_t n) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size) - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (int32_t& t : prompt) t = tok(rng);
+  return prompt;
+}
+
 }  // namespace
 
 TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the cap", "[gpu][sparse]") {
-  auto dir = testing::FixturePath("models/qwen3-tiny");
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
-  auto backend = CudaBackend::Create();
-  REQUIRE(backend.ok());
-  CudaBackend& b = **backend;
-  auto lm = DecoderLM::Create(*config, **weights, b);
-  REQUIRE(lm.ok());
-  const ModelConfig& c = *config;
+  TinyGpuModel tiny;
+  CudaBackend& b = *tiny.backend;
+  auto& lm = tiny.lm;
+  const ModelConfig& c = tiny.config;
   const int32_t hkv = static_cast<int32_t>(c.num_key_value_heads);
 
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size) - 1);
-  std::vector<int32_t> prompt(150);
-  for (int32_t& t : prompt) t = tok(rng);
+  const std::vector<int32_t> prompt = RandomPrompt(c, 150);
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int steps = 44;  // crosses block boundaries at 160, 176, 192
 
@@ -76,14 +99,14 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
   std::vector<std::vector<float>> ref_logits;
   {
     BlockAllocator alloc(kSlots);
-    std::vector<LayerKvPool> kv = (*lm)->AllocateKvCache(kSlots);
+    std::vector<LayerKvPool> kv = lm->AllocateKvCache(kSlots);
     HeadBlockTable table(hkv);
     REQUIRE(table.Reserve(n, alloc).ok());
-    Tensor logits = Step(**lm, b, kv, {StepSequence{&table, 0, prompt}});
+    Tensor logits = Step(*lm, b, kv, {StepSequence{&table, 0, prompt}});
     ref_tokens.push_back(Argmax(Row(logits, n - 1)));
     for (int i = 0; i < steps; ++i) {
       REQUIRE(table.Reserve(n + i + 1, alloc).ok());
-      logits = Step(**lm, b, kv, {StepSequence{&table, n + i, {ref_tokens.back()}}});
+      logits = Step(*lm, b, kv, {StepSequence{&table, n + i, {ref_tokens.back()}}});
       ref_logits.push_back(Row(logits, 0));
       ref_tokens.push_back(Argmax(ref_logits.back()));
     }
@@ -103,7 +126,7 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
         cfg.max_seq_len = 512;
         cfg.agreement_interval = 3;
         BlockAllocator alloc(kSlots);
-        std::vector<LayerKvPool> kv = (*lm)->AllocateKvCache(kSlots);
+        std::vector<LayerKvPool> kv = lm->AllocateKvCache(kSlots);
         SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
         CudaSparseStageSync sync(b, c.num_hidden_layers);
         SparseAttentionPipeline pipe(manager, b, c.num_attention_heads, &sync);
@@ -111,7 +134,7 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
         REQUIRE(manager.Reserve(1, n + steps + 2).ok());
         HeadBlockTable table(hkv);
         REQUIRE(table.Reserve(n, alloc).ok());
-        (void)Step(**lm, b, kv, {StepSequence{&table, 0, prompt}});
+        (void)Step(*lm, b, kv, {StepSequence{&table, 0, prompt}});
         REQUIRE(manager.SwitchToSparse(1, table, n, kv).ok());
         REQUIRE(manager.gpu_slots_held() == (k + 2) * hkv);
         double worst = 0;
@@ -121,7 +144,7 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
           std::vector<StepSequence> seqs = {StepSequence{nullptr, n + i,
                                                          {ref_tokens[static_cast<size_t>(i)], ref_tokens[static_cast<size_t>(i) + 1]},
                                                          &plan.slots[0]}};
-          Tensor logits = Step(**lm, b, kv, seqs, &pipe, &plan, &sync);
+          Tensor logits = Step(*lm, b, kv, seqs, &pipe, &plan, &sync);
           const std::vector<float> got = Row(logits, 0), &want = ref_logits[static_cast<size_t>(i)];
           float scale = 0;
           for (float x : want) scale = std::max(scale, std::fabs(x));
@@ -175,22 +198,12 @@ TEST_CASE("CudaSparseStageSync makes the next step's attention wait for the laye
 }
 
 TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[gpu][sparse][graphs]") {
-  auto dir = testing::FixturePath("models/qwen3-tiny");
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
-  auto backend = CudaBackend::Create();
-  REQUIRE(backend.ok());
-  CudaBackend& b = **backend;
-  auto lm = DecoderLM::Create(*config, **weights, b);
-  REQUIRE(lm.ok());
-  const ModelConfig& c = *config;
+  TinyGpuModel tiny;
+  CudaBackend& b = *tiny.backend;
+  auto& lm = tiny.lm;
+  const ModelConfig& c = tiny.config;
   const int32_t hkv = static_cast<int32_t>(c.num_key_value_heads);
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size) - 1);
-  std::vector<int32_t> prompt(150);
-  for (int32_t& t : prompt) t = tok(rng);
+  const std::vector<int32_t> prompt = RandomPrompt(c, 150);
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int steps = 40;
 
@@ -207,7 +220,7 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     go.max_batch = 4;
     go.max_context = 512;
     go.sparse_graphs = graphs;
-    auto runner = CudaGraphRunner::Create(**lm, b, go);
+    auto runner = CudaGraphRunner::Create(*lm, b, go);
     REQUIRE(runner.ok());
     SparseConfig cfg;
     cfg.topk_blocks = 4;

@@ -230,7 +230,9 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     cfg.predictor = predictor;
     cfg.max_sparse_seqs = 4;
     cfg.max_seq_len = 512;
-    cfg.agreement_interval = 0;  // agreement steps stay eager
+    // Every 4th step measures agreement and so runs eagerly: graph captures follow eager
+    // steps, whose device allocations the capture may drop (freed after it, not inside).
+    cfg.agreement_interval = 4;
     BlockAllocator alloc(kSlots);
     SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
     SparseAttentionPipeline pipe(manager, b, c.num_attention_heads, (*runner)->sparse_stage_sync());

@@ -35,6 +35,9 @@ class CudaBackend final : public Backend {
   void Synchronize() const { stream_.Synchronize(); }
 
   Tensor Empty(std::vector<int64_t> shape, DType dtype) override;
+  // Frees the device allocations released while their stream was capturing a graph (they wait
+  // for the capture to end); Empty() calls it, and so does the end of a capture.
+  void FreeDeferred();
 
   // While an arena is active, Empty() hands out successive 256-byte-aligned pieces of
   // [base, base + bytes) instead of allocating (nothing is freed): the same sequence of

@@ -212,10 +212,15 @@ CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key, SparseAtten
     sparse_sync_.SetCapturing(false);
     cudaStreamEndCapture(cuda_.stream(), &graph);
     if (graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    cuda_.FreeDeferred();
+    if (pipeline != nullptr) sparse_sync_.AfterCapture();
     throw;
   }
   sparse_sync_.SetCapturing(false);
   OASIS_CUDA_CHECK(cudaStreamEndCapture(cuda_.stream(), &graph));
+  cuda_.FreeDeferred();  // what the capture let go of (allocations from before it)
+  if (pipeline != nullptr) sparse_sync_.AfterCapture();
   OASIS_CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, 0));
   OASIS_CUDA_CHECK(cudaGraphDestroy(graph));
   spdlog::debug("captured {}decode graph: bucket {}, {} query tokens, {} logits rows per sequence, KV bound {}, {} "
@@ -267,7 +272,7 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const Forward
 
 bool CudaGraphOptions::SparseGraphsFromEnv() {
   const char* v = std::getenv("OASIS_SPARSE_GRAPHS");
-  return v != nullptr && std::string(v) == "1";
+  return v == nullptr || std::string(v) != "0";
 }
 
 std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput& host_input,

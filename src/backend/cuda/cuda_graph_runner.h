@@ -34,7 +34,7 @@ struct CudaGraphOptions {
   int64_t max_batch = 256;           // largest decode batch replayed as a graph
   int64_t max_context = 32768;       // longest sequence a graph step supports
   bool enabled = true;               // false: always eager (for comparisons)
-  // Sparse decode steps as graphs too (docs/sparse.md §10); default: OASIS_SPARSE_GRAPHS=1.
+  // Sparse decode steps as graphs too (docs/sparse.md §10); OASIS_SPARSE_GRAPHS=0 turns it off.
   bool sparse_graphs = SparseGraphsFromEnv();
   static bool SparseGraphsFromEnv();
 };
@@ -55,8 +55,8 @@ class CudaGraphRunner final : public ModelRunner {
                                                     const std::function<void()>& while_running = {}) override;
 
   // Sparse steps run eagerly (ModelRunner::ExecuteSparseStep) with the pipeline's side streams
-  // (CudaSparseStageSync). With options.sparse_graphs (OASIS_SPARSE_GRAPHS=1; off by default
-  // until validated on a GPU) a decode step of one query count replays a graph per bucket instead
+  // (CudaSparseStageSync). With options.sparse_graphs (the default; OASIS_SPARSE_GRAPHS=0 turns
+  // it off) a decode step of one query count replays a graph per bucket instead
   // (docs/sparse.md §10): the plan is padded to the bucket and uploaded into the pipeline's
   // persistent buffers, the capture holds the pipeline's stages on their streams. Steps that
   // measure agreement and the oracle predictor stay eager.

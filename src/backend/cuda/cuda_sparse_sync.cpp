@@ -53,6 +53,12 @@ void CudaSparseStageSync::Exit(SparseStage stage, int64_t layer) {
   backend_.UseStream(nullptr);
 }
 
+void CudaSparseStageSync::AfterCapture() {
+  OASIS_CHECK(!capturing_) << "AfterCapture while capturing";
+  for (cuda::Event& e : events_) OASIS_CUDA_CHECK(cudaEventRecord(e.get(), backend_.stream()));
+  last_layer_[0] = last_layer_[1] = last_layer_[2] = -1;
+}
+
 void CudaSparseStageSync::Join() {
   // Each side stream runs its stage's layers in order, so its last event covers the step.
   for (SparseStage stage : {SparseStage::kPredict, SparseStage::kSelect, SparseStage::kTransfer}) {

@@ -9,7 +9,8 @@
 // off the predict and select streams still have work to join). While capturing a graph
 // (SetCapturing), attention does not wait for the previous step's transfer: that event was
 // recorded outside the capture, and one stream's graph launches run one after the other, each
-// ending joined. No host synchronisation anywhere.
+// ending joined; after it (AfterCapture) every event is recorded again outside the capture.
+// No host synchronisation anywhere.
 //
 // Owns the three streams (the transfer stream at the device's greatest priority) and
 // 4 × num_layers events. Not thread-safe: the thread running the forward pass.
@@ -35,6 +36,11 @@ class CudaSparseStageSync final : public SparseStageSync {
   void Join() override;
   // Inside a stream capture of one step (CudaGraphRunner's sparse graphs).
   void SetCapturing(bool capturing) { capturing_ = capturing; }
+  // After the capture has ended: an event last recorded inside a capture cannot be waited on
+  // outside it (cudaErrorInvalidValue), so every event is recorded again on the backend's
+  // stream, which the captured step leaves joined; an eager step after graph steps then
+  // waits for nothing more than stream order already gives.
+  void AfterCapture();
 
  private:
   cudaStream_t StreamOf(SparseStage stage) const;

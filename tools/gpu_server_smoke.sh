@@ -4,13 +4,16 @@
 # tokenizer; curl, the Python `openai` client (when installed there) and a short oasis-bench
 # run against it. Prints what each returned. OASIS_SERVER_ARGS adds server flags (e.g.
 # "--draft-load-format dummy --lookahead reject").
-#   device run: command "tools/gpu_server_smoke.sh", carry [".bundle-pack", ".cache/test-data/qwen3",
+#   device run: command "tools/gpu_server_smoke.sh", carry [".bundle-pack" (bundle + tokenizers),
 #   ".cache/e2e-node/node_modules/openai"] (the npm client as tests/e2e installs it here). The GPU
 #   machine has no node: carry one (e.g. packed with the rest) and put it on PATH first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then
   python3 -c "import tarfile; tarfile.open('.bundle-pack/bundle.tar.xz').extractall()"
+fi
+if [[ ! -d .cache/test-data && -f .bundle-pack/tok.tar.xz ]]; then
+  python3 -c "import tarfile; tarfile.open('.bundle-pack/tok.tar.xz').extractall()"
 fi
 CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=".bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"

@@ -4,8 +4,8 @@
 #
 # Here:   cmake --build build && tools/gpu_suite.sh --bundle    (packs .bundle/)
 # There:  tools/gpu_suite.sh                                     (runs from .bundle/)
-#   device run: command "tools/gpu_suite.sh", carry [".bundle-pack"] (+ ".cache/test-data" for
-#   the tokenizer comparison); the same bundle serves tools/gpu_server_smoke.sh
+#   device run: command "tools/gpu_suite.sh", carry [".bundle-pack"] (the bundle and the test
+#   tokenizers, packed); the same bundle serves tools/gpu_server_smoke.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode test_gpu_nccl test_gpu_tp)
@@ -45,11 +45,16 @@ if [[ ${1:-} == --bundle ]]; then
   tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
   # The kernels' fat binaries make .bundle large: carry it compressed (.bundle-pack, ignored).
   mkdir -p .bundle-pack && tar cf - .bundle | xz -6 -T2 > .bundle-pack/bundle.tar.xz
-  du -sh .bundle-pack/bundle.tar.xz
+  # The test tokenizers too (unpacked they would push the carry past its 64 MiB).
+  [[ -d .cache/test-data ]] && tar cf - .cache/test-data | xz -6 -T2 > .bundle-pack/tok.tar.xz
+  du -sh .bundle-pack/*
   exit 0
 fi
 if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then
   python3 -c "import tarfile; tarfile.open('.bundle-pack/bundle.tar.xz').extractall()"
+fi
+if [[ ! -d .cache/test-data && -f .bundle-pack/tok.tar.xz ]]; then
+  python3 -c "import tarfile; tarfile.open('.bundle-pack/tok.tar.xz').extractall()"
 fi
 
 CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")

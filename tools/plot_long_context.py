@@ -6,7 +6,8 @@
 Several summaries (one per device call) are merged; a run measured twice keeps its last record.
 Writes into --out-dir (only the plots whose sweep has successful runs):
   throughput_vs_concurrency_in<N>.png  fig11: output tok/s against concurrency, dense vs sparse,
-                                        with each one's decode roofline (dashed), per input length
+                                        prefill included and of the decode phase (requests / median
+                                        ITL, dotted), with each one's decode roofline (dashed)
   fetch_ratio.png                       fetch: output tok/s and PCIe GB/s against the fetch ratio
                                         (dense at the same point as a flat line)
   topk.png                              topk: output tok/s and hit rate against K
@@ -89,6 +90,13 @@ def thr(r):
     return r["bench"]["output_throughput"]
 
 
+def decode_tok_s(r):
+    """Tokens/s of the decode phase: requests in flight over the median inter-token latency
+    (tools/bench_long_context.py decode_phase)."""
+    itl = r["bench"].get("median_itl_ms")
+    return (r.get("admitted") or r["concurrency"]) / (itl * 1e-3) if itl else None
+
+
 def plot_fig11(p, records, roof=True):
     fig = in_sweep(records, "fig11")
     for inp in sorted({r["input_len"] for r in fig}):
@@ -97,10 +105,13 @@ def plot_fig11(p, records, roof=True):
             rs = sorted((r for r in fig if r["input_len"] == inp and r["mode"] == mode), key=lambda r: r["concurrency"])
             if not rs:
                 continue
-            d = p.data(f"fig11_in{inp}_{mode}.dat", "concurrency output_tok_s roofline_tok_s median_tpot_ms max",
+            d = p.data(f"fig11_in{inp}_{mode}.dat",
+                       "concurrency output_tok_s roofline_tok_s median_tpot_ms max decode_tok_s(admitted/median_itl)",
                        [(r["concurrency"], thr(r), (r.get("roofline") or {}).get("tok_s"),
-                         r["bench"].get("median_tpot_ms"), 1 if r["concurrency_label"] == "max" else 0) for r in rs])
-            series.append(f"{d} using 1:2 with linespoints lw 2 title {gp_quote(mode)}")
+                         r["bench"].get("median_tpot_ms"), 1 if r["concurrency_label"] == "max" else 0,
+                         decode_tok_s(r)) for r in rs])
+            series.append(f"{d} using 1:2 with linespoints lw 2 title {gp_quote(mode + ' (prefill included)')}")
+            series.append(f"{d} using 1:6 with linespoints dashtype 3 title {gp_quote(mode + ' decode phase')}")
             if roof:
                 series.append(f"{d} using 1:3 with lines dashtype 2 title {gp_quote(mode + ' roofline')}")
         out = {r["output_len"] for r in fig if r["input_len"] == inp}

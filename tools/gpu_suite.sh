@@ -13,6 +13,7 @@ GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_att
 BENCHMARKS=(
   "bench_decode_attention|"
   "bench_sparse_kv|"
+  "bench_sparse_decode|--batch 16 --context 16384 --transfers both"
   "bench_gemv|--rows 1"
   "bench_gemv|--rows 4"
   "bench_prefill_attention|"

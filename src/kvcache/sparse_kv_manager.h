@@ -64,6 +64,8 @@ class SparseKvManager {
   // release them first (Release) when the allocator outlives the manager.
 
   const SparseConfig& config() const { return config_; }
+  // Measurement only (bench_sparse_decode): switches SparseConfig::transfers between steps.
+  void SetTransfers(bool on) { config_.transfers = on; }
   const SparseModelShape& shape() const { return shape_; }
   HostKvStore& host_store() { return *store_; }
   SparseDeviceState& state() { return *state_; }

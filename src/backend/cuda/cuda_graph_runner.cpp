@@ -287,6 +287,7 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput&
   }
   if (!key) return ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan);
   key->sparse = &pipeline;
+  key->sparse_transfers = pipeline.manager().config().transfers;
   // Fixed addresses for every bucket before the first capture (never grown afterwards).
   pipeline.ReservePlan(options_.max_batch, options_.max_batch * kMaxQueryLen);
   PackInputs(host_input, *key);

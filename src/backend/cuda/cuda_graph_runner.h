@@ -85,9 +85,11 @@ class CudaGraphRunner final : public ModelRunner {
                            // decode attention plans its split-K cut for it
     std::vector<int64_t> capture_layers;  // residual capture ids (empty: none)
     const SparseAttentionPipeline* sparse = nullptr;  // a sparse step's pipeline (its buffers)
+    bool sparse_transfers = true;                     // SparseConfig::transfers when captured
     bool operator<(const GraphKey& o) const {
-      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse) <
-             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.kv_bound, o.capture_layers, o.sparse);
+      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse, sparse_transfers) <
+             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.kv_bound, o.capture_layers, o.sparse,
+                      o.sparse_transfers);
     }
   };
   struct Graph {

@@ -11,6 +11,7 @@
 //
 //   bench_sparse_decode --config tools/bench/model_configs/qwen3-8b.json --batch 32 --context 16384
 //   bench_sparse_decode ... --transfers both --steps 20
+//   bench_sparse_decode ... --no-graphs --timeline      (when each stream worked on each layer)
 //   bench_sparse_decode --backend cpu --config models/embedded/config.json --batch 2 --context 512 --topk 4
 //
 // The KV content does not change a step's cost, so the pools are filled with noise instead of
@@ -18,6 +19,7 @@
 // the GPU). With random weights and KV nothing predicts the next step's blocks, so every head
 // fetches its cap C = ceil(fetch_ratio · K) nearly every step: the PCIe bound is the worst case.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -40,6 +42,7 @@
 #if defined(OASIS_HAVE_CUDA)
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph_runner.h"
+#include "backend/cuda/cuda_sparse_sync.h"
 #endif
 
 using namespace oasis;
@@ -75,12 +78,58 @@ double HbmBytesPerStep(const ModelConfig& c, int64_t batch, int64_t context, int
   return weights + static_cast<double>(batch) * c.num_hidden_layers * (kv_token * resident + summaries);
 }
 
+#if defined(OASIS_HAVE_CUDA)
+// One eager step with the stage sync's timeline on: when each stage worked on each layer.
+// "attention" spans the main stream's sparse prologue, the attention and the query snapshot
+// of a layer; the projections and MLP run on the main stream between two layers' spans.
+template <typename StepFn>
+Status PrintTimeline(SparseStageSync* sync, StepFn step) {
+  auto* cuda_sync = dynamic_cast<CudaSparseStageSync*>(sync);
+  if (cuda_sync == nullptr) return FailedPrecondition("--timeline: the runner has no CUDA stage sync");
+  cuda_sync->EnableTimeline(true);
+  OASIS_RETURN_IF_ERROR(step());
+  const std::vector<CudaSparseStageSync::TimelineEntry> entries = cuda_sync->TakeTimeline();
+  cuda_sync->EnableTimeline(false);
+  int64_t layers = 0;
+  for (const auto& e : entries) layers = std::max(layers, e.layer + 1);
+  std::vector<std::array<std::pair<float, float>, 4>> at(static_cast<size_t>(layers));
+  for (auto& row : at) row.fill({-1.0f, -1.0f});
+  std::array<double, 4> busy{};
+  float end = 0.0f;
+  for (const auto& e : entries) {
+    at[static_cast<size_t>(e.layer)][static_cast<size_t>(e.stage)] = {e.start_ms, e.end_ms};
+    busy[static_cast<size_t>(e.stage)] += e.end_ms - e.start_ms;
+    end = std::max(end, e.end_ms);
+  }
+  std::printf("timeline of one eager step (ms from its first stage event; start-end per stage):\n");
+  std::printf("%5s  %15s  %15s  %15s  %15s  %9s\n", "layer", "attention", "predict", "select", "transfer",
+              "xfer lag");
+  const auto cell = [](std::pair<float, float> p) {
+    char buf[32];
+    if (p.first < 0) return std::string("-");
+    std::snprintf(buf, sizeof buf, "%7.3f-%7.3f", p.first, p.second);
+    return std::string(buf);
+  };
+  for (int64_t l = 0; l < layers; ++l) {
+    const auto& r = at[static_cast<size_t>(l)];
+    const float lag = r[3].first >= 0 && r[0].second >= 0 ? r[3].first - r[0].second : 0.0f;
+    std::printf("%5lld  %15s  %15s  %15s  %15s  %9.3f\n", static_cast<long long>(l), cell(r[0]).c_str(),
+                cell(r[1]).c_str(), cell(r[2]).c_str(), cell(r[3]).c_str(), lag);
+  }
+  const auto& last = at.empty() ? std::array<std::pair<float, float>, 4>{} : at.back();
+  std::printf("busy per stream: attention %.3f, predict %.3f, select %.3f, transfer %.3f ms; step's stage events end "
+              "at %.3f ms, the last attention at %.3f ms (transfer tail %.3f ms)\n",
+              busy[0], busy[1], busy[2], busy[3], end, last[0].second, end - last[0].second);
+  return Status::Ok();
+}
+#endif
+
 Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json", backend_name = "cuda";
   std::string transfers = "on", predictor_name = "draft";
   int64_t batch = 32, context = 16384, steps = 20, warmup = 5, topk = 128, threads = 0;
   double fetch_ratio = 0.05;
-  bool no_graphs = false;
+  bool no_graphs = false, timeline = false;
   FlagParser flags("bench_sparse_decode: one sparse decode step of a whole model against its byte roofline");
   flags.AddString("config", &config_path, "HF config.json with the model's shapes (dummy weights)");
   flags.AddString("backend", &backend_name, "cuda or cpu");
@@ -93,6 +142,8 @@ Status Run(int argc, char** argv) {
   flags.AddString("predictor", &predictor_name, "draft (stacked [x_t, draft] queries) or previous-query (x_t only)");
   flags.AddString("transfers", &transfers, "on, off (predict/select run, nothing is copied) or both (on, then off)");
   flags.AddBool("no-graphs", &no_graphs, "run the sparse steps eagerly (CUDA)");
+  flags.AddBool("timeline", &timeline,
+                "CUDA, with --no-graphs: one more step with timing events per stage and layer, printed");
   flags.AddInt("threads", &threads, "CPU backend threads (0 = hardware)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
@@ -102,6 +153,7 @@ Status Run(int argc, char** argv) {
   if (batch < 1 || batch > 256) return InvalidArgument("--batch must be 1 to 256");
   if (context < 2 * kBlockSize) return InvalidArgument("--context must be at least 32 tokens");
   if (steps < 1 || warmup < 0) return InvalidArgument("--steps must be positive and --warmup not negative");
+  if (timeline && (!no_graphs || backend_name != "cuda")) return InvalidArgument("--timeline needs --backend cuda --no-graphs");
   if (transfers != "on" && transfers != "off" && transfers != "both") {
     return InvalidArgument("--transfers must be on, off or both");
   }
@@ -247,6 +299,9 @@ Status Run(int argc, char** argv) {
                 hbm / 1e9, hbm_ms, kReadCeilingGBs, pcie_ms, kPcieCeilingGBs, floor_ms, t.median_ms / floor_ms);
     results.emplace_back(mode, t);
   }
+#if defined(OASIS_HAVE_CUDA)
+  if (timeline) OASIS_RETURN_IF_ERROR(PrintTimeline(runner->sparse_stage_sync(), [&] { return run_steps(1, false, nullptr); }));
+#endif
   const Timing& first = results.front().second;
   const double pcie_ms = first.metrics.h2d_bytes_per_step() / (kPcieCeilingGBs * 1e9) * 1e3;
   std::printf("RESULT sparse_decode b%lldx%lld K%d C%d %s: step %.3f ms, floor %.3f ms (HBM %.3f, PCIe %.3f), "

@@ -33,6 +33,7 @@ void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
   switch (stage) {
     case SparseStage::kAttention:
       if (!capturing_) OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kTransfer, layer), 0));
+      if (timeline_ && !capturing_) timeline_start_[static_cast<size_t>(TimelineIndex(stage, layer))].Record(s);
       return;
     case SparseStage::kPredict:
       OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kAttention, layer), 0));
@@ -46,9 +47,15 @@ void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
       break;
   }
   last_layer_[static_cast<int>(stage) - static_cast<int>(SparseStage::kPredict)] = layer;
+  if (timeline_ && !capturing_) timeline_start_[static_cast<size_t>(TimelineIndex(stage, layer))].Record(s);
 }
 
 void CudaSparseStageSync::Exit(SparseStage stage, int64_t layer) {
+  if (timeline_ && !capturing_) {
+    const auto i = static_cast<size_t>(TimelineIndex(stage, layer));
+    timeline_end_[i].Record(backend_.stream());
+    timeline_recorded_[i] = 1;
+  }
   OASIS_CUDA_CHECK(cudaEventRecord(EventOf(stage, layer), backend_.stream()));
   backend_.UseStream(nullptr);
 }
@@ -57,6 +64,41 @@ void CudaSparseStageSync::AfterCapture() {
   OASIS_CHECK(!capturing_) << "AfterCapture while capturing";
   for (cuda::Event& e : events_) OASIS_CUDA_CHECK(cudaEventRecord(e.get(), backend_.stream()));
   last_layer_[0] = last_layer_[1] = last_layer_[2] = -1;
+}
+
+void CudaSparseStageSync::EnableTimeline(bool on) {
+  timeline_ = on;
+  if (on && timeline_start_.empty()) {
+    for (int64_t i = 0; i < 4 * num_layers_; ++i) {
+      timeline_start_.emplace_back(cuda::EventTiming::kEnabled);
+      timeline_end_.emplace_back(cuda::EventTiming::kEnabled);
+    }
+    timeline_recorded_.assign(static_cast<size_t>(4 * num_layers_), 0);
+  }
+}
+
+std::vector<CudaSparseStageSync::TimelineEntry> CudaSparseStageSync::TakeTimeline() {
+  std::vector<TimelineEntry> out;
+  const cuda::Event* first = nullptr;
+  float earliest = 0.0f;
+  for (size_t i = 0; i < timeline_recorded_.size(); ++i) {
+    if (!timeline_recorded_[i]) continue;
+    timeline_end_[i].Synchronize();
+    if (first == nullptr) {
+      first = &timeline_start_[i];
+      continue;
+    }
+    const float t = timeline_start_[i].ElapsedMsSince(*first);
+    if (t < earliest) earliest = t;
+  }
+  for (size_t i = 0; i < timeline_recorded_.size(); ++i) {
+    if (!timeline_recorded_[i]) continue;
+    const auto stage = static_cast<SparseStage>(static_cast<int64_t>(i) / num_layers_);
+    out.push_back({stage, static_cast<int64_t>(i) % num_layers_, timeline_start_[i].ElapsedMsSince(*first) - earliest,
+                   timeline_end_[i].ElapsedMsSince(*first) - earliest});
+    timeline_recorded_[i] = 0;
+  }
+  return out;
 }
 
 void CudaSparseStageSync::Join() {

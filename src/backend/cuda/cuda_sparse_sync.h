@@ -42,6 +42,18 @@ class CudaSparseStageSync final : public SparseStageSync {
   // waits for nothing more than stream order already gives.
   void AfterCapture();
 
+  // Measurement (bench_sparse_decode --timeline): while on, eager steps also record timing
+  // events when each stage starts work on a layer (after its waits) and when it ends.
+  // TakeTimeline, after the step has been synchronised, returns them in ms from the earliest
+  // start and forgets them. Nothing is recorded while capturing.
+  struct TimelineEntry {
+    SparseStage stage;
+    int64_t layer;
+    float start_ms, end_ms;
+  };
+  void EnableTimeline(bool on);
+  std::vector<TimelineEntry> TakeTimeline();
+
  private:
   cudaStream_t StreamOf(SparseStage stage) const;
   cudaEvent_t EventOf(SparseStage stage, int64_t layer) const;
@@ -59,6 +71,12 @@ class CudaSparseStageSync final : public SparseStageSync {
   // Join, -1 = none.
   int64_t last_layer_[3] = {-1, -1, -1};
   bool capturing_ = false;
+  bool timeline_ = false;
+  std::vector<cuda::Event> timeline_start_, timeline_end_;  // [4][num_layers], timing enabled
+  std::vector<char> timeline_recorded_;
+  int64_t TimelineIndex(SparseStage stage, int64_t layer) const {
+    return static_cast<int64_t>(stage) * num_layers_ + layer;
+  }
 };
 
 }  // namespace oasis

@@ -1,0 +1,247 @@
+#include "disagg/staging_server.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace oasis::disagg {
+
+StatusOr<std::unique_ptr<StagingServer>> StagingServer::Start(std::shared_ptr<UcxContext> context,
+                                                              StagingPool* pool,
+                                                              const StagingServerOptions& options) {
+  OASIS_CHECK(context != nullptr && pool != nullptr) << "StagingServer needs a context and a pool";
+  if (options.sweep_interval.count() <= 0) {
+    return InvalidArgument("staging server: the sweep interval must be positive");
+  }
+  std::unique_ptr<StagingServer> server(new StagingServer(std::move(context), pool, options));
+  OASIS_RETURN_IF_ERROR(server->Listen());
+  server->thread_ = std::thread([s = server.get()] { s->Run(); });
+  return server;
+}
+
+StagingServer::StagingServer(std::shared_ptr<UcxContext> context, StagingPool* pool,
+                             StagingServerOptions options)
+    : context_(std::move(context)),
+      pool_(pool),
+      options_(std::move(options)),
+      descriptor_bytes_(SerializeDescriptor(pool->descriptor())) {}
+
+Status StagingServer::Listen() {
+  OASIS_ASSIGN_OR_RETURN(SockAddr addr, ResolveHostPort(options_.listen_address));
+  OASIS_ASSIGN_OR_RETURN(worker_, UcxWorker::Create(context_));
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return Internal("staging server: eventfd failed");
+
+  ucp_am_handler_param_t am{};
+  am.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  am.arg = this;
+  const std::pair<ControlMessage, ucp_am_recv_callback_t> handlers[] = {
+      {ControlMessage::kHello, &StagingServer::OnHello},
+      {ControlMessage::kRenew, &StagingServer::OnLeaseMessage<ControlMessage::kRenew>},
+      {ControlMessage::kComplete, &StagingServer::OnLeaseMessage<ControlMessage::kComplete>},
+      {ControlMessage::kAbort, &StagingServer::OnLeaseMessage<ControlMessage::kAbort>},
+  };
+  for (const auto& [id, cb] : handlers) {
+    am.id = static_cast<unsigned>(id);
+    am.cb = cb;
+    const ucs_status_t s = ucp_worker_set_am_recv_handler(worker_->get(), &am);
+    if (s != UCS_OK) return UcsStatus(s, "staging server: ucp_worker_set_am_recv_handler");
+  }
+
+  ucp_listener_params_t lp{};
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = addr.get();
+  lp.sockaddr.addrlen = addr.length;
+  lp.conn_handler.cb = &StagingServer::OnConnRequest;
+  lp.conn_handler.arg = this;
+  ucs_status_t s = ucp_listener_create(worker_->get(), &lp, &listener_);
+  if (s != UCS_OK) {
+    listener_ = nullptr;
+    return UcsStatus(s, "staging server: listening on " + options_.listen_address);
+  }
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  s = ucp_listener_query(listener_, &attr);
+  if (s != UCS_OK) return UcsStatus(s, "staging server: ucp_listener_query");
+  address_ = FormatSockAddr(reinterpret_cast<const sockaddr*>(&attr.sockaddr));
+  const size_t colon = address_.rfind(':');
+  port_ = static_cast<uint16_t>(std::stoi(address_.substr(colon + 1)));
+  return Status::Ok();
+}
+
+StagingServer::~StagingServer() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  } else if (worker_ != nullptr) {
+    CloseAll();  // Start() failed after the worker existed: tidy up on this thread
+  }
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+StagingServerStats StagingServer::Stats() const {
+  std::lock_guard lock(stats_mu_);
+  return stats_;
+}
+
+void StagingServer::Run() {
+  auto next_sweep = Clock::now() + options_.sweep_interval;
+  while (!stop_) {
+    const auto now = Clock::now();
+    const auto wait =
+        std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(next_sweep - now),
+                   std::chrono::milliseconds(0), std::chrono::milliseconds(100));
+    worker_->ProgressAndWait(wait, wake_fd_);
+    uint64_t drained;
+    (void)!read(wake_fd_, &drained, sizeof(drained));
+    HandleConnections();
+    for (ucp_ep_h ep : hello_replies_) {
+      const ucp_request_param_t param = requests_.Param(UCP_AM_SEND_FLAG_EAGER);
+      requests_.Track(ucp_am_send_nbx(ep, static_cast<unsigned>(ControlMessage::kHelloReply),
+                                      nullptr, 0, descriptor_bytes_.data(),
+                                      descriptor_bytes_.size(), &param));
+    }
+    hello_replies_.clear();
+    CloseFailedEndpoints();
+    if (Clock::now() >= next_sweep) {
+      const size_t expired = pool_->ReleaseExpired(Clock::now());
+      if (expired > 0) spdlog::info("staging pool: {} lease(s) expired", expired);
+      next_sweep = Clock::now() + options_.sweep_interval;
+    }
+  }
+  CloseAll();
+}
+
+void StagingServer::HandleConnections() {
+  for (ucp_conn_request_h request : conn_requests_) {
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.conn_request = request;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &StagingServer::OnEndpointError;
+    ep.err_handler.arg = this;
+    ucp_ep_h handle = nullptr;
+    const ucs_status_t s = ucp_ep_create(worker_->get(), &ep, &handle);
+    std::lock_guard lock(stats_mu_);
+    if (s != UCS_OK) {
+      spdlog::warn("staging server: accepting a connection: {}", ucs_status_string(s));
+      ++stats_.connections_failed;
+      continue;
+    }
+    endpoints_.push_back(handle);
+    ++stats_.connections_accepted;
+    stats_.connections_open = endpoints_.size();
+  }
+  conn_requests_.clear();
+}
+
+void StagingServer::CloseFailedEndpoints() {
+  for (ucp_ep_h ep : failed_endpoints_) {
+    auto it = std::find(endpoints_.begin(), endpoints_.end(), ep);
+    if (it == endpoints_.end()) continue;  // reported twice
+    endpoints_.erase(it);
+    std::erase(hello_replies_, ep);
+    const ucp_request_param_t param = requests_.Param(UCP_EP_CLOSE_FLAG_FORCE);
+    requests_.Track(ucp_ep_close_nbx(ep, &param));
+    std::lock_guard lock(stats_mu_);
+    ++stats_.connections_failed;
+    stats_.connections_open = endpoints_.size();
+  }
+  failed_endpoints_.clear();
+}
+
+void StagingServer::CloseAll() {
+  for (ucp_conn_request_h request : conn_requests_) {
+    (void)ucp_listener_reject(listener_, request);
+  }
+  conn_requests_.clear();
+  for (ucp_ep_h ep : endpoints_) {
+    const ucp_request_param_t param = requests_.Param(UCP_EP_CLOSE_FLAG_FORCE);
+    requests_.Track(ucp_ep_close_nbx(ep, &param));
+  }
+  endpoints_.clear();
+  // Forced closes complete every outstanding request locally; this is quick.
+  if (!requests_.Wait(*worker_, Clock::now() + std::chrono::seconds(10))) {
+    OASIS_CHECK(false) << "staging server: UCX requests still pending 10 s after forced closes";
+  }
+  if (listener_ != nullptr) ucp_listener_destroy(listener_);
+  listener_ = nullptr;
+}
+
+void StagingServer::OnConnRequest(ucp_conn_request_h request, void* arg) {
+  static_cast<StagingServer*>(arg)->conn_requests_.push_back(request);
+}
+
+void StagingServer::OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* self = static_cast<StagingServer*>(arg);
+  spdlog::debug("staging server: peer endpoint failed: {}", ucs_status_string(status));
+  self->failed_endpoints_.push_back(ep);
+}
+
+ucs_status_t StagingServer::OnHello(void* arg, const void* header, size_t header_length, void* data,
+                                    size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<StagingServer*>(arg);
+  std::lock_guard lock(self->stats_mu_);
+  const bool has_reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0;
+  const bool inline_data = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+  if (!has_reply_ep || !inline_data || length != 4 ||
+      LoadU32(static_cast<const char*>(data)) != kProtocolVersion) {
+    ++self->stats_.bad_messages;
+    return UCS_OK;
+  }
+  ++self->stats_.hellos;
+  self->hello_replies_.push_back(param->reply_ep);
+  return UCS_OK;
+}
+
+template <ControlMessage kMessage>
+ucs_status_t StagingServer::OnLeaseMessage(void* arg, const void* header, size_t header_length,
+                                           void* data, size_t length,
+                                           const ucp_am_recv_param_t* param) {
+  static_cast<StagingServer*>(arg)->ApplyLeaseMessage(kMessage, data, length, param);
+  return UCS_OK;
+}
+
+void StagingServer::ApplyLeaseMessage(ControlMessage message, const void* data, size_t length,
+                                      const ucp_am_recv_param_t* param) {
+  std::lock_guard lock(stats_mu_);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    ++stats_.bad_messages;
+    return;
+  }
+  auto ids = ParseLeaseIds(std::string_view(static_cast<const char*>(data), length));
+  if (!ids.ok()) {
+    ++stats_.bad_messages;
+    spdlog::warn("staging server: {}", ids.status().ToString());
+    return;
+  }
+  ++stats_.lease_messages;
+  const auto now = Clock::now();
+  for (uint64_t id : *ids) {
+    Status s;
+    switch (message) {
+      case ControlMessage::kRenew:
+        s = pool_->Renew(id, now);
+        break;
+      case ControlMessage::kComplete:
+        s = pool_->Release(id, LeaseEnd::kCompleted);
+        break;
+      case ControlMessage::kAbort:
+        s = pool_->Release(id, LeaseEnd::kAborted);
+        break;
+      default:
+        OASIS_CHECK(false) << "not a lease message";
+    }
+    if (!s.ok()) ++stats_.unknown_leases;
+  }
+}
+
+}  // namespace oasis::disagg

@@ -1,0 +1,120 @@
+#include "disagg/wire.h"
+
+#include <limits>
+
+namespace oasis::disagg {
+namespace {
+constexpr char kMagic[4] = {'O', 'K', 'S', 'P'};
+constexpr uint16_t kDescriptorVersion = 1;
+}  // namespace
+
+void AppendU16(std::string& out, uint16_t v) {
+  for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void AppendU32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void AppendU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint16_t LoadU16(const char* p) {
+  return static_cast<uint16_t>(static_cast<uint8_t>(p[0]) | (static_cast<uint8_t>(p[1]) << 8));
+}
+uint32_t LoadU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+uint64_t LoadU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+std::string SerializeDescriptor(const StagingDescriptor& d) {
+  std::string out;
+  out.reserve(kDescriptorHeaderBytes + d.rkey.size());
+  out.append(kMagic, 4);
+  AppendU16(out, kDescriptorVersion);
+  AppendU16(out, 0);
+  AppendU64(out, d.pool_id);
+  AppendU64(out, d.base_address);
+  AppendU64(out, d.block_bytes);
+  AppendU64(out, d.num_blocks);
+  AppendU32(out, static_cast<uint32_t>(d.rkey.size()));
+  out.append(d.rkey);
+  return out;
+}
+
+StatusOr<StagingDescriptor> ParseDescriptor(std::string_view bytes) {
+  if (bytes.size() < kDescriptorHeaderBytes) {
+    return InvalidArgument("staging descriptor: " + std::to_string(bytes.size()) +
+                           " bytes, shorter than its 44-byte header");
+  }
+  const char* p = bytes.data();
+  if (std::string_view(p, 4) != std::string_view(kMagic, 4)) {
+    return InvalidArgument("staging descriptor: bad magic (not an OasisKV staging descriptor)");
+  }
+  const uint16_t version = LoadU16(p + 4);
+  if (version != kDescriptorVersion) {
+    return InvalidArgument("staging descriptor: version " + std::to_string(version) +
+                           ", this build reads version " + std::to_string(kDescriptorVersion));
+  }
+  if (LoadU16(p + 6) != 0) return InvalidArgument("staging descriptor: reserved field not zero");
+  StagingDescriptor d;
+  d.pool_id = LoadU64(p + 8);
+  d.base_address = LoadU64(p + 16);
+  d.block_bytes = LoadU64(p + 24);
+  d.num_blocks = LoadU64(p + 32);
+  const uint32_t rkey_len = LoadU32(p + 40);
+  if (d.block_bytes == 0 || d.block_bytes > kMaxBlockBytes) {
+    return InvalidArgument("staging descriptor: block size " + std::to_string(d.block_bytes) +
+                           " outside 1.." + std::to_string(kMaxBlockBytes));
+  }
+  if (d.num_blocks == 0 || d.num_blocks > kMaxBlocks) {
+    return InvalidArgument("staging descriptor: block count " + std::to_string(d.num_blocks) +
+                           " outside 1.." + std::to_string(kMaxBlocks));
+  }
+  // block_bytes <= 2^30 and num_blocks <= 2^32: the product fits in 63 bits.
+  const uint64_t total = d.block_bytes * d.num_blocks;
+  if (d.base_address > std::numeric_limits<uint64_t>::max() - total) {
+    return InvalidArgument("staging descriptor: pool [base, base + size) wraps the address space");
+  }
+  if (rkey_len == 0 || rkey_len > kMaxRkeyBytes) {
+    return InvalidArgument("staging descriptor: remote key of " + std::to_string(rkey_len) +
+                           " bytes outside 1.." + std::to_string(kMaxRkeyBytes));
+  }
+  if (bytes.size() != kDescriptorHeaderBytes + rkey_len) {
+    return InvalidArgument("staging descriptor: " + std::to_string(bytes.size()) +
+                           " bytes, the header announces " +
+                           std::to_string(kDescriptorHeaderBytes + rkey_len));
+  }
+  d.rkey.assign(p + kDescriptorHeaderBytes, rkey_len);
+  return d;
+}
+
+std::string EncodeLeaseIds(std::span<const uint64_t> ids) {
+  std::string out;
+  out.reserve(4 + 8 * ids.size());
+  AppendU32(out, static_cast<uint32_t>(ids.size()));
+  for (uint64_t id : ids) AppendU64(out, id);
+  return out;
+}
+
+StatusOr<std::vector<uint64_t>> ParseLeaseIds(std::string_view bytes) {
+  if (bytes.size() < 4) return InvalidArgument("lease-id list: shorter than its 4-byte count");
+  const uint32_t count = LoadU32(bytes.data());
+  if (count > kMaxLeaseIdsPerMessage) {
+    return InvalidArgument("lease-id list: " + std::to_string(count) + " ids, at most " +
+                           std::to_string(kMaxLeaseIdsPerMessage) + " per message");
+  }
+  if (bytes.size() != 4 + 8 * static_cast<size_t>(count)) {
+    return InvalidArgument("lease-id list: " + std::to_string(bytes.size()) + " bytes for " +
+                           std::to_string(count) + " ids");
+  }
+  std::vector<uint64_t> ids(count);
+  for (uint32_t i = 0; i < count; ++i) ids[i] = LoadU64(bytes.data() + 4 + 8 * size_t{i});
+  return ids;
+}
+
+}  // namespace oasis::disagg

@@ -1,0 +1,82 @@
+// The bytes that cross the network between a prefill node's staging pool and a decode node,
+// other than KV itself: the staging-pool descriptor (what a remote reader needs to address
+// the pool with RMA gets) and the payloads of the control active messages (lease ids).
+//
+// Everything here is plain data and parsing, without UCX, so that the parsers can be fuzzed
+// (tests/fuzz/fuzz_disagg_wire.cpp). All integers are little-endian. Parsers treat their
+// input as untrusted: every length and count is checked against the bytes present, and a
+// descriptor's geometry is checked for overflow. Value types; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oasis/status.h"
+
+namespace oasis::disagg {
+
+// Describes one registered staging pool: `num_blocks` slots of `block_bytes` each, laid out
+// contiguously from `base_address` in the owner's address space, readable with the packed
+// UCX remote key `rkey`. `pool_id` is random per pool instance, so a decode node can tell a
+// restarted prefill node (whose old block indices mean nothing) from the one it talked to.
+//
+// Serialized layout (version 1), 44 bytes + rkey:
+//   offset  size  field
+//        0     4  magic "OKSP"
+//        4     2  version (1)
+//        6     2  reserved (0)
+//        8     8  pool_id
+//       16     8  base_address
+//       24     8  block_bytes   (1 .. kMaxBlockBytes)
+//       32     8  num_blocks    (1 .. kMaxBlocks; base + num_blocks * block_bytes must not wrap)
+//       40     4  rkey_len      (1 .. kMaxRkeyBytes)
+//       44     n  rkey bytes (as ucp_rkey_pack produced them)
+// Nothing may follow the rkey.
+struct StagingDescriptor {
+  uint64_t pool_id = 0;
+  uint64_t base_address = 0;
+  uint64_t block_bytes = 0;
+  uint64_t num_blocks = 0;
+  std::string rkey;
+
+  // Address of block `index` in the owner's address space (index < num_blocks).
+  uint64_t BlockAddress(uint64_t index) const { return base_address + index * block_bytes; }
+  bool operator==(const StagingDescriptor&) const = default;
+};
+
+inline constexpr uint64_t kMaxBlockBytes = uint64_t{1} << 30;  // 1 GiB per slot
+inline constexpr uint64_t kMaxBlocks = uint64_t{1} << 32;      // block indices fit uint32
+inline constexpr uint32_t kMaxRkeyBytes = 64 * 1024;
+inline constexpr size_t kDescriptorHeaderBytes = 44;
+
+std::string SerializeDescriptor(const StagingDescriptor& d);
+StatusOr<StagingDescriptor> ParseDescriptor(std::string_view bytes);
+
+// Control active messages between a RemoteReader (decode side) and a StagingServer (prefill
+// side). Ids are UCX AM ids; the payload is the AM data (the AM header is unused).
+enum class ControlMessage : uint16_t {
+  kHello = 1,       // reader → server; payload: u32 protocol version
+  kHelloReply = 2,  // server → reader; payload: a serialized StagingDescriptor
+  kRenew = 3,       // reader → server; payload: lease-id list; extends each lease by its TTL
+  kComplete = 4,    // reader → server; payload: lease-id list; the requests finished
+  kAbort = 5,       // reader → server; payload: lease-id list; the requests were aborted
+};
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Lease-id list: u32 count, then count × u64 ids. At most kMaxLeaseIdsPerMessage ids.
+inline constexpr uint32_t kMaxLeaseIdsPerMessage = 65536;
+std::string EncodeLeaseIds(std::span<const uint64_t> ids);
+StatusOr<std::vector<uint64_t>> ParseLeaseIds(std::string_view bytes);
+
+// Helpers for the fixed-width little-endian fields (exposed for the tests).
+void AppendU16(std::string& out, uint16_t v);
+void AppendU32(std::string& out, uint32_t v);
+void AppendU64(std::string& out, uint64_t v);
+uint16_t LoadU16(const char* p);
+uint32_t LoadU32(const char* p);
+uint64_t LoadU64(const char* p);
+
+}  // namespace oasis::disagg

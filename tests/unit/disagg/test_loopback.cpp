@@ -1,0 +1,213 @@
+// StagingServer + RemoteReader in one process over loopback: byte-exact fetches (merged and
+// scattered), argument errors, lease messages reaching the pool, expiry through the server's
+// sweep, and the errors a reader gets when there is no server or the server goes away.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "disagg/remote_reader.h"
+#include "disagg/staging_pool.h"
+#include "disagg/staging_server.h"
+#include "disagg_test_util.h"
+
+using namespace oasis;
+using namespace oasis::disagg;
+using namespace std::chrono_literals;
+using testing::FillPattern;
+using testing::MatchesPattern;
+
+namespace {
+constexpr uint64_t kSeed = 1234;
+
+struct Prefill {
+  std::shared_ptr<UcxContext> context;
+  std::unique_ptr<StagingPool> pool;
+  std::unique_ptr<StagingServer> server;
+};
+
+Prefill StartPrefill(const std::string& tls, uint64_t blocks, uint64_t block_bytes,
+                     std::chrono::milliseconds ttl = 10s, std::chrono::milliseconds sweep = 100ms) {
+  Prefill p;
+  UcxOptions uo;
+  uo.transports = tls;
+  auto ctx = UcxContext::Create(uo);
+  REQUIRE(ctx.ok());
+  p.context = *ctx;
+  StagingPoolOptions po;
+  po.num_blocks = blocks;
+  po.block_bytes = block_bytes;
+  po.default_lease_ttl = ttl;
+  auto pool = StagingPool::Create(p.context, po);
+  REQUIRE(pool.ok());
+  p.pool = std::move(pool).value();
+  for (uint64_t b = 0; b < blocks; ++b) {
+    FillPattern(p.pool->BlockData(static_cast<uint32_t>(b)), block_bytes, kSeed, b);
+  }
+  StagingServerOptions so;
+  so.listen_address = "127.0.0.1:0";
+  so.sweep_interval = sweep;
+  auto server = StagingServer::Start(p.context, p.pool.get(), so);
+  REQUIRE(server.ok());
+  p.server = std::move(server).value();
+  return p;
+}
+
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+}  // namespace
+
+TEST_CASE("loopback: the reader fetches staged blocks byte-exact", "[disagg][ucx]") {
+  const std::string tls = GENERATE(as<std::string>{}, "tcp", "");
+  INFO("UCX_TLS=" << (tls.empty() ? "default" : tls));
+  const uint64_t kBlocks = 512;
+  const uint64_t kBytes = 4096;
+  Prefill p = StartPrefill(tls, kBlocks, kBytes);
+  CHECK(p.server->port() != 0);
+  CHECK(p.server->address() == "127.0.0.1:" + std::to_string(p.server->port()));
+
+  auto reader = RemoteReader::Connect(p.context, p.server->address());
+  REQUIRE(reader.ok());
+  RemoteReader& r = **reader;
+  CHECK(r.descriptor() == p.pool->descriptor());
+
+  // A run of adjacent blocks into adjacent memory: merged into one get.
+  std::vector<unsigned char> run(16 * kBytes);
+  std::vector<FetchItem> items;
+  for (uint64_t i = 0; i < 16; ++i) items.push_back({100 + i, run.data() + i * kBytes});
+  REQUIRE(r.Fetch(items, Clock::now() + 5s).ok());
+  CHECK(r.stats().gets_issued == 1);
+  for (uint64_t i = 0; i < 16; ++i)
+    CHECK(MatchesPattern(run.data() + i * kBytes, kBytes, kSeed, 100 + i));
+
+  // Random blocks (repeats allowed) into shuffled slots.
+  std::mt19937_64 rng(99);
+  const size_t n = 300;
+  std::vector<unsigned char> local(n * kBytes, 0);
+  std::vector<size_t> slot(n);
+  std::iota(slot.begin(), slot.end(), 0);
+  std::shuffle(slot.begin(), slot.end(), rng);
+  items.clear();
+  for (size_t i = 0; i < n; ++i)
+    items.push_back({rng() % kBlocks, local.data() + slot[i] * kBytes});
+  REQUIRE(r.Fetch(items, Clock::now() + 5s).ok());
+  size_t exact = 0;
+  for (const FetchItem& it : items)
+    exact += MatchesPattern(it.local, kBytes, kSeed, it.remote_block);
+  CHECK(exact == n);
+  CHECK(r.stats().blocks_fetched == 16 + n);
+  CHECK(r.stats().bytes_fetched == (16 + n) * kBytes);
+  CHECK(r.healthy());
+  CHECK(p.server->Stats().hellos == 1);
+}
+
+TEST_CASE("loopback: bad fetch arguments are errors and leave the reader usable", "[disagg][ucx]") {
+  Prefill p = StartPrefill("tcp", 8, 64);
+  auto reader = RemoteReader::Connect(p.context, p.server->address());
+  REQUIRE(reader.ok());
+  std::vector<unsigned char> buf(64);
+  FetchItem past{8, buf.data()};
+  Status s = (*reader)->Fetch({&past, 1}, Clock::now() + 1s);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  FetchItem null_buffer{0, nullptr};
+  CHECK((*reader)->Fetch({&null_buffer, 1}, Clock::now() + 1s).code() ==
+        StatusCode::kInvalidArgument);
+  CHECK((*reader)->Fetch({}, Clock::now() + 1s).ok());
+  FetchItem good{7, buf.data()};
+  REQUIRE((*reader)->Fetch({&good, 1}, Clock::now() + 1s).ok());
+  CHECK(MatchesPattern(buf.data(), 64, kSeed, 7));
+}
+
+TEST_CASE("loopback: lease messages renew, complete and abort leases", "[disagg][ucx]") {
+  // TTL 400 ms, swept every 20 ms.
+  Prefill p = StartPrefill("tcp", 32, 64, 400ms, 20ms);
+  auto a = p.pool->Acquire(4);
+  auto b = p.pool->Acquire(4);
+  auto c = p.pool->Acquire(4);
+  REQUIRE((a.ok() && b.ok() && c.ok()));
+  auto reader = RemoteReader::Connect(p.context, p.server->address());
+  REQUIRE(reader.ok());
+  RemoteReader& r = **reader;
+
+  // Renew `a` every 50 ms for 800 ms (twice its TTL); `c` is never renewed and expires.
+  const uint64_t unknown = 999;
+  const auto until = Clock::now() + 800ms;
+  while (Clock::now() < until) {
+    const uint64_t ids[] = {a->id, unknown};
+    REQUIRE(r.Renew(ids, Clock::now() + 1s).ok());
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(p.pool->HoldsLease(a->id));
+  CHECK_FALSE(p.pool->HoldsLease(b->id));  // not renewed either
+  CHECK_FALSE(p.pool->HoldsLease(c->id));
+  CHECK(p.pool->Stats().leases_expired == 2);
+
+  auto d = p.pool->Acquire(4);
+  REQUIRE(d.ok());
+  const uint64_t complete_ids[] = {a->id};
+  const uint64_t abort_ids[] = {d->id};
+  REQUIRE(r.Complete(complete_ids, Clock::now() + 1s).ok());
+  REQUIRE(r.Abort(abort_ids, Clock::now() + 1s).ok());
+  REQUIRE(Eventually([&] { return p.pool->Stats().requests_held == 0; }, 2s));
+  const StagingPoolStats s = p.pool->Stats();
+  CHECK(s.leases_completed == 1);
+  CHECK(s.leases_aborted == 1);
+  CHECK(s.leases_expired == 2);
+  CHECK(s.blocks_held == 0);
+  const StagingServerStats ss = p.server->Stats();
+  CHECK(ss.unknown_leases >= 1);
+  CHECK(ss.bad_messages == 0);
+}
+
+TEST_CASE("loopback: connecting to nothing fails within the connect timeout", "[disagg][ucx]") {
+  auto ctx = UcxContext::Create({"tcp"});
+  REQUIRE(ctx.ok());
+  // A port nobody listens on: bind a listener, note its port, then stop it.
+  uint16_t port = 0;
+  {
+    Prefill p = StartPrefill("tcp", 1, 64);
+    port = p.server->port();
+  }
+  RemoteReaderOptions o;
+  o.connect_timeout = 2s;
+  const auto t0 = Clock::now();
+  auto reader = RemoteReader::Connect(*ctx, "127.0.0.1:" + std::to_string(port), o);
+  const auto took = Clock::now() - t0;
+  REQUIRE_FALSE(reader.ok());
+  CHECK(reader.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(reader.status().message(), Catch::Contains("127.0.0.1:" + std::to_string(port)));
+  CHECK(took < 2500ms);
+  CHECK(RemoteReader::Connect(*ctx, "not-an-address").status().code() ==
+        StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("loopback: a reader whose server went away gets an error by its deadline",
+          "[disagg][ucx]") {
+  Prefill p = StartPrefill("tcp", 64, 4096);
+  auto reader = RemoteReader::Connect(p.context, p.server->address());
+  REQUIRE(reader.ok());
+  std::vector<unsigned char> buf(4096);
+  FetchItem item{5, buf.data()};
+  REQUIRE((*reader)->Fetch({&item, 1}, Clock::now() + 2s).ok());
+  p.server.reset();  // closes every endpoint
+  const auto t0 = Clock::now();
+  Status s = (*reader)->Fetch({&item, 1}, Clock::now() + 2s);
+  const auto took = Clock::now() - t0;
+  CHECK_FALSE(s.ok());
+  CHECK(s.code() == StatusCode::kUnavailable);
+  CHECK(took < 2500ms);
+  CHECK_FALSE((*reader)->healthy());
+  // Later calls fail fast with the same error.
+  const auto t1 = Clock::now();
+  CHECK((*reader)->Fetch({&item, 1}, Clock::now() + 2s).code() == StatusCode::kUnavailable);
+  CHECK((*reader)->Renew({}, Clock::now() + 2s).code() == StatusCode::kUnavailable);
+  CHECK(Clock::now() - t1 < 100ms);
+}

@@ -51,7 +51,7 @@ void RenderSparseMetrics(std::ostringstream& s, const EngineStats& st, const std
           static_cast<double>(st.sparse_h2d_bytes_total));
   gauge("oasis:sparse_h2d_bytes_per_step", "Bytes fetched host to device per engine step with sparse requests.",
         st.sparse_h2d_bytes_per_step());
-  counter("oasis:sparse_transfer_wait_seconds_total", "Time attention waited for the previous step's transfers.",
+  counter("oasis:sparse_transfer_wait_seconds_total", "Time sparse steps' ends waited for the transfers, predict and select the step did not hide (CUDA).",
           st.sparse_transfer_wait_seconds_total);
   gauge("oasis:sparse_topk_agreement", "Sampled agreement of the predicted top-K with the real query's top-K.",
         st.sparse_topk_agreement());

@@ -259,6 +259,10 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     const SparseMetrics met = pipe.CollectMetrics();
     CHECK(met.steps == steps);
     for (const SparseLayerMetrics& l : met.layers) CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
+    // The step ends' waits for the side streams, timed by events (graph replays record them too).
+    CHECK(met.transfer_wait_seconds >= 0.0);
+    CHECK(met.transfer_wait_seconds < 0.5 * steps);
+    WARN((graphs ? "graphs" : "eager") << ": step ends waited " << met.transfer_wait_seconds * 1e3 << " ms in all");
     r.graphs = (*runner)->num_graphs();
     manager.Release(1);
     table.Release(alloc);

@@ -296,7 +296,9 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput&
   if (it == graphs_.end()) it = graphs_.emplace(*key, Capture(*key, &pipeline)).first;
   OASIS_CUDA_CHECK(cudaGraphLaunch(it->second.exec, cuda_.stream()));
   if (capture != nullptr) capture->out = it->second.capture;
-  return SampleLogits(it->second.logits, rows);
+  std::vector<SampleResult> samples = SampleLogits(it->second.logits, rows);  // (synchronises)
+  sparse_sync_.StepDone();
+  return samples;
 }
 
 }  // namespace oasis

@@ -102,13 +102,43 @@ std::vector<CudaSparseStageSync::TimelineEntry> CudaSparseStageSync::TakeTimelin
 }
 
 void CudaSparseStageSync::Join() {
+  CountWait();  // the previous eager step's, before its events are recorded again
+  const cudaStream_t main = backend_.stream();
+  const unsigned flags = capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault;
+  OASIS_CUDA_CHECK(cudaEventRecordWithFlags(wait_begin_.get(), main, flags));
   // Each side stream runs its stage's layers in order, so its last event covers the step.
   for (SparseStage stage : {SparseStage::kPredict, SparseStage::kSelect, SparseStage::kTransfer}) {
     int64_t& last = last_layer_[static_cast<int>(stage) - static_cast<int>(SparseStage::kPredict)];
     if (last < 0) continue;
-    OASIS_CUDA_CHECK(cudaStreamWaitEvent(backend_.stream(), EventOf(stage, last), 0));
+    OASIS_CUDA_CHECK(cudaStreamWaitEvent(main, EventOf(stage, last), 0));
     last = -1;
   }
+  OASIS_CUDA_CHECK(cudaEventRecordWithFlags(wait_end_.get(), main, flags));
+  wait_pending_ = !capturing_;
+}
+
+void CudaSparseStageSync::CountWait() {
+  if (!wait_pending_) return;
+  const cudaError_t done = cudaEventQuery(wait_end_.get());
+  if (done == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return;  // still running: counted later
+  }
+  OASIS_CUDA_CHECK(done);
+  wait_seconds_ += wait_end_.ElapsedMsSince(wait_begin_) * 1e-3;
+  wait_pending_ = false;
+}
+
+void CudaSparseStageSync::StepDone() {
+  wait_pending_ = true;
+  CountWait();
+}
+
+double CudaSparseStageSync::TakeTransferWaitSeconds() {
+  CountWait();
+  const double s = wait_seconds_;
+  wait_seconds_ = 0;
+  return s;
 }
 
 }  // namespace oasis

@@ -32,8 +32,17 @@ class CudaSparseStageSync final : public SparseStageSync {
 
   void Enter(SparseStage stage, int64_t layer) override;
   void Exit(SparseStage stage, int64_t layer) override;
-  // The backend's stream waits for everything the side streams were given so far.
+  // The backend's stream waits for everything the side streams were given so far. Timing
+  // events around the wait (recorded by graph replays too: cudaEventRecordExternal) measure
+  // how long the step's end waited for the side streams — the transfers, predict and select
+  // the main stream's work did not hide (attention itself never waits within a step: the
+  // previous step's join covered its transfers).
   void Join() override;
+  // Seconds the step ends waited (above), summed over the steps measured since the last call.
+  double TakeTransferWaitSeconds() override;
+  // After a graph replay has completed: counts its wait (eager steps are counted at the next
+  // Join or Take).
+  void StepDone();
   // Inside a stream capture of one step (CudaGraphRunner's sparse graphs).
   void SetCapturing(bool capturing) { capturing_ = capturing; }
   // After the capture has ended: an event last recorded inside a capture cannot be waited on
@@ -72,6 +81,10 @@ class CudaSparseStageSync final : public SparseStageSync {
   int64_t last_layer_[3] = {-1, -1, -1};
   bool capturing_ = false;
   bool timeline_ = false;
+  cuda::Event wait_begin_{cuda::EventTiming::kEnabled}, wait_end_{cuda::EventTiming::kEnabled};
+  bool wait_pending_ = false;  // wait_begin_/wait_end_ hold a step not yet counted
+  double wait_seconds_ = 0;
+  void CountWait();
   std::vector<cuda::Event> timeline_start_, timeline_end_;  // [4][num_layers], timing enabled
   std::vector<char> timeline_recorded_;
   int64_t TimelineIndex(SparseStage stage, int64_t layer) const {

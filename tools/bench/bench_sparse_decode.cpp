@@ -291,9 +291,10 @@ Status Run(int argc, char** argv) {
     const double pcie_ms = pcie / (kPcieCeilingGBs * 1e9) * 1e3;
     const double floor_ms = std::max(hbm_ms, pcie_ms);
     std::printf("transfers %-3s: step median %.3f ms (min %.3f; host plan %.3f ms), hit rate %.3f, %.0f blocks "
-                "(%.1f MB) fetched per step = %.1f GB/s over the step\n",
+                "(%.1f MB) fetched per step = %.1f GB/s over the step; step end waited %.3f ms for the side streams\n",
                 mode.c_str(), t.median_ms, t.min_ms, t.plan_ms, t.metrics.hit_rate(), t.metrics.fetched_per_step(),
-                pcie / 1e6, pcie / (t.median_ms * 1e-3) / 1e9);
+                pcie / 1e6, pcie / (t.median_ms * 1e-3) / 1e9,
+                t.metrics.transfer_wait_seconds * 1e3 / static_cast<double>(steps));
     std::printf("  roofline: HBM %.2f GB = %.3f ms at %.0f GB/s; PCIe %.3f ms at %.0f GB/s; floor %.3f ms; "
                 "step / floor %.2f\n",
                 hbm / 1e9, hbm_ms, kReadCeilingGBs, pcie_ms, kPcieCeilingGBs, floor_ms, t.median_ms / floor_ms);

@@ -83,6 +83,23 @@ for b in "${BENCHMARKS[@]}"; do
   cat /tmp/bench.out
   rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
 done
+# The sparse pipeline under compute-sanitizer (issue 8's stress run): memcheck over the sparse
+# ops and the sparse decode (graphs and eager, several streams), racecheck over the kernels'
+# shared memory. OASIS_SANITIZE=1 turns it on (slow: minutes).
+SANITIZER=$(ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [[ ${OASIS_SANITIZE:-0} == 1 && -n $SANITIZER ]]; then
+  for spec in "memcheck test_gpu_sparse" "memcheck test_gpu_sparse_decode" "racecheck test_gpu_sparse" \
+              "synccheck test_gpu_sparse"; do
+    read -r tool t <<<"$spec"
+    echo "=== compute-sanitizer --tool $tool $t"
+    "$SANITIZER" --tool "$tool" --error-exitcode 99 ".bundle/bin/$t" > /tmp/sanitize.out 2>&1
+    rc=$?
+    tail -6 /tmp/sanitize.out
+    [[ $rc -eq 0 ]] && verdict=PASS || { verdict="FAIL (rc $rc)"; status=1; }
+    rows+=("$(printf '%-20s %s %s' "sanitize $tool" "$t" "$verdict: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/sanitize.out | tail -1)")")
+  done
+fi
+
 # Checkpoint loading: transformers writes a random Qwen3-8B-shaped checkpoint, we load it.
 if [[ ${OASIS_LOAD_BENCH:-1} == 1 ]] && python3 tools/bench/make_checkpoint.py \
      --config tools/bench/model_configs/qwen3-8b.json --out /tmp/oasis-ckpt > /tmp/ckpt.out 2>&1; then

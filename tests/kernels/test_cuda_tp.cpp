@@ -18,25 +18,16 @@
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
 #include "parallel/cuda_tp_runner.h"
+#include "fixture_model.h"
 #include "test_support.h"
 
 using namespace oasis;
 
 namespace {
 
-struct Checkpoint {
-  ModelConfig config;
-  std::unique_ptr<WeightSource> weights;
-};
-
-Checkpoint Open(const std::string& name) {
-  auto dir = testing::FixturePath("models/" + name);
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
-  return Checkpoint{*config, std::move(*weights)};
-}
+using Checkpoint = testing::FixtureCheckpoint;
+constexpr auto Open = testing::OpenFixtureModel;
+using testing::NormalizedError;
 
 int TpSize() {
   const int n = cuda::DeviceCount();
@@ -59,17 +50,6 @@ std::unique_ptr<TpModelRunner> MakeTp(const Checkpoint& ck, int size) {
   auto r = CreateCudaTpRunner(ck.config, o, h);
   REQUIRE(r.ok());
   return std::move(*r);
-}
-
-double NormalizedError(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.numel() == b.numel());
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = a.data<float>()[i], y = b.data<float>()[i];
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / den);
 }
 
 size_t GraphsOf(TpModelRunner& tp, int r) {

@@ -17,36 +17,16 @@
 #include "models/decoder_lm.h"
 #include "oasis/model_config.h"
 #include "parallel/thread_communicator.h"
+#include "fixture_model.h"
 #include "test_support.h"
 
 using namespace oasis;
 
 namespace {
 
-struct Checkpoint {
-  ModelConfig config;
-  std::unique_ptr<WeightSource> weights;
-};
-
-Checkpoint Open(const std::string& name) {
-  auto dir = testing::FixturePath("models/" + name);
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
-  return Checkpoint{*config, std::move(*weights)};
-}
-
-double NormalizedError(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = a.data<float>()[i], y = b.data<float>()[i];
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num / den);
-}
+using Checkpoint = testing::FixtureCheckpoint;
+constexpr auto Open = testing::OpenFixtureModel;
+using testing::NormalizedError;
 
 // What one rank (or the single TP=1 model) computes.
 struct RunResult {

@@ -78,11 +78,8 @@ StagingPool::StagingPool(std::shared_ptr<UcxContext> context, StagingPoolOptions
       bytes_(bytes),
       memh_(memh),
       descriptor_(std::move(descriptor)) {
-  free_.resize(options_.num_blocks);
-  // A stack popped from the back: hand out low indices first.
-  for (uint64_t i = 0; i < options_.num_blocks; ++i) {
-    free_[i] = static_cast<uint32_t>(options_.num_blocks - 1 - i);
-  }
+  free_runs_.emplace(0, static_cast<uint32_t>(options_.num_blocks));
+  free_slots_ = options_.num_blocks;
   stats_.blocks_total = options_.num_blocks;
   stats_.block_bytes = options_.block_bytes;
 }
@@ -99,18 +96,26 @@ StatusOr<Lease> StagingPool::Acquire(uint64_t num_blocks, Clock::time_point now,
   if (lease_ttl.count() <= 0)
     return InvalidArgument("staging pool: the lease TTL must be positive");
   std::lock_guard lock(mu_);
-  if (num_blocks > free_.size()) {
+  if (num_blocks > free_slots_) {
     ++stats_.acquire_failures;
     return ResourceExhausted("staging pool: " + std::to_string(num_blocks) + " blocks asked, " +
-                             std::to_string(free_.size()) + " of " +
+                             std::to_string(free_slots_) + " of " +
                              std::to_string(options_.num_blocks) + " free");
   }
   Lease lease;
   lease.id = next_lease_id_++;
-  lease.blocks.assign(free_.end() - static_cast<ptrdiff_t>(num_blocks), free_.end());
-  std::reverse(lease.blocks.begin(), lease.blocks.end());
-  free_.resize(free_.size() - num_blocks);
-  leases_.emplace(lease.id, LeaseState{lease.blocks, lease_ttl, now + lease_ttl});
+  uint64_t left = num_blocks;
+  while (left > 0) {
+    auto run = free_runs_.begin();
+    const uint32_t take = static_cast<uint32_t>(std::min<uint64_t>(left, run->second));
+    lease.extents.push_back({run->first, take});
+    if (take < run->second) free_runs_.emplace(run->first + take, run->second - take);
+    free_runs_.erase(run);
+    left -= take;
+  }
+  free_slots_ -= num_blocks;
+  lease.blocks = ExpandExtents(lease.extents);
+  leases_.emplace(lease.id, LeaseState{lease.extents, num_blocks, lease_ttl, now + lease_ttl});
   ++stats_.leases_granted;
   ++stats_.requests_held;
   stats_.blocks_held += num_blocks;
@@ -155,9 +160,26 @@ size_t StagingPool::ReleaseExpired(Clock::time_point now) {
 }
 
 void StagingPool::EndLocked(std::unordered_map<uint64_t, LeaseState>::iterator it, LeaseEnd why) {
-  const std::vector<uint32_t>& blocks = it->second.blocks;
-  free_.insert(free_.end(), blocks.rbegin(), blocks.rend());
-  stats_.blocks_held -= blocks.size();
+  for (const SlotExtent& e : it->second.extents) {
+    uint32_t start = e.start;
+    uint32_t count = e.count;
+    auto next = free_runs_.lower_bound(start);
+    if (next != free_runs_.end() && start + count == next->first) {  // merge the run after
+      count += next->second;
+      next = free_runs_.erase(next);
+    }
+    if (next != free_runs_.begin()) {  // merge the run before
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == start) {
+        start = prev->first;
+        count += prev->second;
+        free_runs_.erase(prev);
+      }
+    }
+    free_runs_.emplace(start, count);
+  }
+  free_slots_ += it->second.num_blocks;
+  stats_.blocks_held -= it->second.num_blocks;
   stats_.bytes_held = stats_.blocks_held * options_.block_bytes;
   --stats_.requests_held;
   switch (why) {
@@ -195,7 +217,9 @@ std::optional<Clock::time_point> StagingPool::NextExpiry() const {
 
 StagingPoolStats StagingPool::Stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  StagingPoolStats s = stats_;
+  s.free_runs = free_runs_.size();
+  return s;
 }
 
 }  // namespace oasis::disagg

@@ -8,7 +8,8 @@
 // Release(kCompleted) when the request finished, Release(kAborted) when it was cancelled, or
 // by expiry when nobody renewed it for its TTL (a decode node that died). Expiry is driven by
 // ReleaseExpired(now) — the StagingServer's progress thread calls it periodically — and every
-// time-dependent call takes `now` explicitly, so tests need no sleeps.
+// time-dependent call takes `now` explicitly, so tests need no sleeps. Slots are handed out
+// lowest-first from coalesced free runs, so a lease is usually one or a few extents.
 //
 // Ownership: owns the mapping and its registration (the UcxContext is kept alive by it).
 // Thread-safe: every method may be called from any thread. BlockData() pointers stay valid for
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,7 +45,8 @@ enum class LeaseEnd { kCompleted, kAborted, kExpired };
 
 struct Lease {
   uint64_t id = 0;               // never reused within a pool
-  std::vector<uint32_t> blocks;  // slot indices, in the order the caller will fill them
+  std::vector<uint32_t> blocks;  // slot indices, ascending (ordinal i of the request → blocks[i])
+  std::vector<SlotExtent> extents;  // the same slots as runs (what a handoff sends)
 };
 
 struct StagingPoolStats {
@@ -58,6 +61,7 @@ struct StagingPoolStats {
   uint64_t leases_expired = 0;
   uint64_t acquire_failures = 0;  // Acquire() refused for lack of free slots
   uint64_t renewals = 0;
+  uint64_t free_runs = 0;  // runs of free slots (1 = unfragmented)
 };
 
 class StagingPool {
@@ -97,7 +101,8 @@ class StagingPool {
 
  private:
   struct LeaseState {
-    std::vector<uint32_t> blocks;
+    std::vector<SlotExtent> extents;
+    uint64_t num_blocks;
     std::chrono::milliseconds ttl;
     Clock::time_point expiry;
   };
@@ -113,7 +118,10 @@ class StagingPool {
   const StagingDescriptor descriptor_;
 
   mutable std::mutex mu_;
-  std::vector<uint32_t> free_;  // free slot indices (a stack)
+  // Free slots as runs start → count, coalesced; leases take the lowest slots first, so a
+  // lease is a few extents and the pool fragments little.
+  std::map<uint32_t, uint32_t> free_runs_;
+  uint64_t free_slots_ = 0;
   std::unordered_map<uint64_t, LeaseState> leases_;
   uint64_t next_lease_id_ = 1;
   StagingPoolStats stats_;

@@ -117,4 +117,59 @@ StatusOr<std::vector<uint64_t>> ParseLeaseIds(std::string_view bytes) {
   return ids;
 }
 
+std::string EncodeSlotExtents(std::span<const SlotExtent> extents) {
+  std::string out;
+  out.reserve(4 + 8 * extents.size());
+  AppendU32(out, static_cast<uint32_t>(extents.size()));
+  for (const SlotExtent& e : extents) {
+    AppendU32(out, e.start);
+    AppendU32(out, e.count);
+  }
+  return out;
+}
+
+StatusOr<std::vector<SlotExtent>> ParseSlotExtents(std::string_view bytes, uint64_t num_slots) {
+  if (bytes.size() < 4) return InvalidArgument("slot extents: shorter than their 4-byte count");
+  const uint32_t count = LoadU32(bytes.data());
+  if (count > kMaxExtentsPerList) {
+    return InvalidArgument("slot extents: " + std::to_string(count) + " extents, at most " +
+                           std::to_string(kMaxExtentsPerList));
+  }
+  if (bytes.size() != 4 + 8 * static_cast<size_t>(count)) {
+    return InvalidArgument("slot extents: " + std::to_string(bytes.size()) + " bytes for " +
+                           std::to_string(count) + " extents");
+  }
+  std::vector<SlotExtent> extents(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    const char* p = bytes.data() + 4 + 8 * size_t{i};
+    extents[i] = {LoadU32(p), LoadU32(p + 4)};
+    if (extents[i].count == 0 || uint64_t{extents[i].start} + extents[i].count > num_slots) {
+      return InvalidArgument("slot extents: [" + std::to_string(extents[i].start) + ", +" +
+                             std::to_string(extents[i].count) + ") empty or past the pool's " +
+                             std::to_string(num_slots) + " slots");
+    }
+  }
+  return extents;
+}
+
+std::vector<SlotExtent> ToExtents(std::span<const uint32_t> slots) {
+  std::vector<SlotExtent> out;
+  for (uint32_t s : slots) {
+    if (!out.empty() && out.back().start + out.back().count == s && out.back().count < UINT32_MAX) {
+      ++out.back().count;
+    } else {
+      out.push_back({s, 1});
+    }
+  }
+  return out;
+}
+
+std::vector<uint32_t> ExpandExtents(std::span<const SlotExtent> extents) {
+  std::vector<uint32_t> out;
+  for (const SlotExtent& e : extents) {
+    for (uint32_t i = 0; i < e.count; ++i) out.push_back(e.start + i);
+  }
+  return out;
+}
+
 }  // namespace oasis::disagg

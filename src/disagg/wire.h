@@ -48,7 +48,7 @@ struct StagingDescriptor {
 };
 
 inline constexpr uint64_t kMaxBlockBytes = uint64_t{1} << 30;  // 1 GiB per slot
-inline constexpr uint64_t kMaxBlocks = uint64_t{1} << 32;      // block indices fit uint32
+inline constexpr uint64_t kMaxBlocks = uint64_t{1} << 31;      // slot indices and counts fit uint32
 inline constexpr uint32_t kMaxRkeyBytes = 64 * 1024;
 inline constexpr size_t kDescriptorHeaderBytes = 44;
 
@@ -70,6 +70,23 @@ inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr uint32_t kMaxLeaseIdsPerMessage = 65536;
 std::string EncodeLeaseIds(std::span<const uint64_t> ids);
 StatusOr<std::vector<uint64_t>> ParseLeaseIds(std::string_view bytes);
+
+// A run of consecutive staging slots [start, start + count). A lease's slots are a list of
+// extents (StagingPool allocates lowest-first, so a lease is usually a few extents), which is
+// how a handoff names them compactly.
+struct SlotExtent {
+  uint32_t start = 0;
+  uint32_t count = 0;
+  bool operator==(const SlotExtent&) const = default;
+};
+// Extent list: u32 count, then count × (u32 start, u32 count). At most kMaxExtentsPerList
+// extents; every extent non-empty and ending at or below `num_slots`.
+inline constexpr uint32_t kMaxExtentsPerList = 1 << 20;
+std::string EncodeSlotExtents(std::span<const SlotExtent> extents);
+StatusOr<std::vector<SlotExtent>> ParseSlotExtents(std::string_view bytes, uint64_t num_slots);
+// Run-length form of a slot list, and back.
+std::vector<SlotExtent> ToExtents(std::span<const uint32_t> slots);
+std::vector<uint32_t> ExpandExtents(std::span<const SlotExtent> extents);
 
 // Helpers for the fixed-width little-endian fields (exposed for the tests).
 void AppendU16(std::string& out, uint16_t v);

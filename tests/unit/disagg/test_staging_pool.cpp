@@ -88,6 +88,32 @@ TEST_CASE("staging pool hands out disjoint blocks and takes them back", "[disagg
   CHECK(std::set<uint32_t>(full->blocks.begin(), full->blocks.end()).size() == 10);
 }
 
+TEST_CASE("staging pool hands out lowest slots as extents and coalesces freed runs",
+          "[disagg][pool]") {
+  auto pool = MakePool(16, 64);
+  auto a = pool->Acquire(4);
+  auto b = pool->Acquire(6);
+  REQUIRE((a.ok() && b.ok()));
+  CHECK(a->extents == std::vector<SlotExtent>{{0, 4}});
+  CHECK(a->blocks == std::vector<uint32_t>{0, 1, 2, 3});
+  CHECK(b->extents == std::vector<SlotExtent>{{4, 6}});
+  CHECK(pool->Stats().free_runs == 1);  // [10, 16)
+  REQUIRE(pool->Release(a->id, LeaseEnd::kCompleted).ok());
+  CHECK(pool->Stats().free_runs == 2);  // [0, 4) and [10, 16)
+  auto c = pool->Acquire(5);            // the hole first, then the tail
+  REQUIRE(c.ok());
+  CHECK(c->extents == (std::vector<SlotExtent>{{0, 4}, {10, 1}}));
+  CHECK(c->blocks == std::vector<uint32_t>{0, 1, 2, 3, 10});
+  CHECK(ToExtents(c->blocks) == c->extents);
+  REQUIRE(pool->Release(b->id, LeaseEnd::kAborted).ok());    // [4, 10) between two held runs
+  CHECK(pool->Stats().free_runs == 2);                       // [4, 10) and [11, 16)
+  REQUIRE(pool->Release(c->id, LeaseEnd::kCompleted).ok());  // fills both gaps
+  CHECK(pool->Stats().free_runs == 1);
+  auto all = pool->Acquire(16);
+  REQUIRE(all.ok());
+  CHECK(all->extents == std::vector<SlotExtent>{{0, 16}});
+}
+
 TEST_CASE("staging pool leases expire unless renewed", "[disagg][pool]") {
   auto pool = MakePool(8, 64, 100ms);
   const auto t0 = Clock::now();
@@ -145,4 +171,5 @@ TEST_CASE("staging pool is safe under concurrent acquire, renew and release", "[
   auto all = pool->Acquire(64);
   REQUIRE(all.ok());
   CHECK(std::set<uint32_t>(all->blocks.begin(), all->blocks.end()).size() == 64);
+  CHECK(all->extents == std::vector<SlotExtent>{{0, 64}});  // freed runs all coalesced
 }

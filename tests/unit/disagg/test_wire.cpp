@@ -93,3 +93,26 @@ TEST_CASE("lease-id lists round trip and reject bad counts", "[disagg][wire]") {
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().message(), Catch::Contains("at most"));
 }
+
+TEST_CASE("slot extents round trip, convert and reject bad lists", "[disagg][wire]") {
+  const std::vector<SlotExtent> ext = {{0, 4}, {10, 1}, {100, 28}};
+  const std::string bytes = EncodeSlotExtents(ext);
+  CHECK(bytes.size() == 4 + 8 * 3);
+  auto parsed = ParseSlotExtents(bytes, 128);
+  REQUIRE(parsed.ok());
+  CHECK(*parsed == ext);
+  const std::vector<uint32_t> slots = ExpandExtents(ext);
+  CHECK(slots.size() == 33);
+  CHECK(slots[4] == 10);
+  CHECK(ToExtents(slots) == ext);
+  CHECK(ToExtents(std::vector<uint32_t>{5, 6, 4, 7}) ==
+        (std::vector<SlotExtent>{{5, 2}, {4, 1}, {7, 1}}));
+
+  CHECK_FALSE(ParseSlotExtents(bytes, 127).ok());  // [100, 128) past 127 slots
+  CHECK_FALSE(ParseSlotExtents(bytes.substr(0, 11), 128).ok());
+  CHECK_FALSE(ParseSlotExtents("", 128).ok());
+  const std::vector<SlotExtent> empty_run = {{3, 0}};
+  CHECK_FALSE(ParseSlotExtents(EncodeSlotExtents(empty_run), 128).ok());
+  const std::vector<SlotExtent> wraps = {{0xfffffff0u, 0x20}};
+  CHECK_FALSE(ParseSlotExtents(EncodeSlotExtents(wraps), kMaxBlocks).ok());
+}

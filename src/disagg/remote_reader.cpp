@@ -4,12 +4,13 @@
 #include <cstdlib>
 
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace oasis::disagg {
 namespace {
 // Forced closes complete every outstanding request locally; waiting longer than this means
 // UCX broke its promise.
-constexpr std::chrono::seconds kForcedCloseLimit{10};
+constexpr std::chrono::seconds kForcedCloseLimit{1};
 }  // namespace
 
 StatusOr<std::unique_ptr<RemoteReader>> RemoteReader::Connect(std::shared_ptr<UcxContext> context,
@@ -158,7 +159,7 @@ Status RemoteReader::SendControl(ControlMessage message, std::string payload,
 
 Status RemoteReader::Finish(RequestBatch& batch, Clock::time_point deadline,
                             std::string_view what) {
-  const bool done = batch.Wait(*worker_, deadline);
+  const bool done = batch.Wait(*worker_, deadline, options_.spin);
   if (done && batch.first_error() == UCS_OK) return Status::Ok();
   Status err;
   if (!done) {
@@ -166,44 +167,56 @@ Status RemoteReader::Finish(RequestBatch& batch, Clock::time_point deadline,
   } else {
     err = UcsStatus(batch.first_error(), std::string(what) + " (" + peer_ + ")");
   }
-  Fail(err);  // force-closes the endpoint: every request in `batch` completes (cancelled)
-  if (!batch.Wait(*worker_, Clock::now() + kForcedCloseLimit)) {
-    OASIS_CHECK(false) << "remote reader: UCX requests still pending after a forced close";
-  }
+  if (error_.ok()) error_ = err;
+  ForceClose(&batch);  // every request in `batch` has completed (or is abandoned) after this
   return err;
 }
 
 void RemoteReader::Fail(Status status) {
   if (error_.ok()) error_ = std::move(status);
-  CloseEndpoint(/*graceful=*/false);
+  ForceClose(nullptr);
 }
 
 void RemoteReader::CloseEndpoint(bool graceful) {
   if (ep_ == nullptr) return;
   if (graceful && ep_status_ == UCS_OK) {
-    // Let lease messages and gets reach the peer before the endpoint goes.
+    // Let lease messages and gets reach the peer before the endpoint goes; whatever did not
+    // flush by then is cancelled by the forced close.
     RequestBatch flush;
     const ucp_request_param_t param = flush.Param();
     flush.Track(ucp_ep_flush_nbx(ep_, &param));
     flush.Wait(*worker_, Clock::now() + options_.close_timeout);
-    // Whatever did not flush completes (cancelled) with the forced close below.
-    RequestBatch close;
-    const ucp_request_param_t cparam = close.Param(UCP_EP_CLOSE_FLAG_FORCE);
-    close.Track(ucp_ep_close_nbx(ep_, &cparam));
-    ep_ = nullptr;
-    OASIS_CHECK(flush.Wait(*worker_, Clock::now() + kForcedCloseLimit) &&
-                close.Wait(*worker_, Clock::now() + kForcedCloseLimit))
-        << "remote reader: UCX requests still pending after a forced close";
+    ForceClose(&flush);
   } else {
-    RequestBatch close;
-    const ucp_request_param_t cparam = close.Param(UCP_EP_CLOSE_FLAG_FORCE);
-    close.Track(ucp_ep_close_nbx(ep_, &cparam));
-    ep_ = nullptr;
-    OASIS_CHECK(close.Wait(*worker_, Clock::now() + kForcedCloseLimit))
-        << "remote reader: UCX requests still pending after a forced close";
+    ForceClose(nullptr);
   }
-  // All operations that used the key have completed (done or cancelled).
-  if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
+}
+
+void RemoteReader::ForceClose(RequestBatch* in_flight) {
+  if (ep_ == nullptr) return;
+  RequestBatch close;
+  const ucp_request_param_t param = close.Param(UCP_EP_CLOSE_FLAG_FORCE);
+  close.Track(ucp_ep_close_nbx(ep_, &param));
+  ep_ = nullptr;
+  const auto limit = Clock::now() + kForcedCloseLimit;
+  const bool drained =
+      close.Wait(*worker_, limit) && (in_flight == nullptr || in_flight->Wait(*worker_, limit));
+  if (drained) {
+    // Every operation that used the key has completed (done or cancelled).
+    if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
+    rkey_ = nullptr;
+    return;
+  }
+  // UCX did not complete a forced close (seen with UCX 1.13's shared-memory lanes after the
+  // peer died). Abandon the worker: it is never progressed again, so no callback runs and no
+  // get writes into a caller's buffer; the worker, key and context are leaked on purpose.
+  spdlog::error(
+      "remote reader ({}): UCX did not complete a forced close within {} s; "
+      "abandoning its worker",
+      peer_, kForcedCloseLimit.count());
+  close.Abandon();
+  if (in_flight != nullptr) in_flight->Abandon();
+  (void)worker_.release();
   rkey_ = nullptr;
 }
 

@@ -33,6 +33,9 @@ namespace oasis::disagg {
 struct RemoteReaderOptions {
   std::chrono::milliseconds connect_timeout{5000};  // endpoint + hello + descriptor
   std::chrono::milliseconds close_timeout{1000};    // graceful flush before closing
+  // While a Fetch waits: keep polling this long after each event before sleeping on the
+  // worker's event fd. Lower latency for a dedicated fetch thread, at the cost of CPU.
+  std::chrono::microseconds spin{0};
 };
 
 // One block to fetch: staging-pool slot `remote_block` → `local` (descriptor().block_bytes
@@ -90,6 +93,9 @@ class RemoteReader {
   Status Finish(RequestBatch& batch, Clock::time_point deadline, std::string_view what);
   void Fail(Status status);
   void CloseEndpoint(bool graceful);
+  // Force-closes the endpoint and waits (bounded) for the close and `in_flight` (may be null)
+  // to complete; if UCX does not complete them, abandons the worker (see the .cpp).
+  void ForceClose(RequestBatch* in_flight);
 
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnHelloReply(void* arg, const void* header, size_t header_length, void* data,

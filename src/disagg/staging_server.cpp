@@ -169,11 +169,17 @@ void StagingServer::CloseAll() {
   }
   endpoints_.clear();
   // Forced closes complete every outstanding request locally; this is quick.
-  if (!requests_.Wait(*worker_, Clock::now() + std::chrono::seconds(10))) {
-    OASIS_CHECK(false) << "staging server: UCX requests still pending 10 s after forced closes";
-  }
   if (listener_ != nullptr) ucp_listener_destroy(listener_);
   listener_ = nullptr;
+  if (!requests_.Wait(*worker_, Clock::now() + std::chrono::seconds(2))) {
+    // Seen with UCX 1.13's shared-memory lanes after a peer died: abandon the worker (never
+    // progressed again, so no callback can run); it and the context are leaked on purpose.
+    spdlog::error(
+        "staging server: UCX did not complete forced closes within 2 s; "
+        "abandoning its worker");
+    requests_.Abandon();
+    (void)worker_.release();
+  }
 }
 
 void StagingServer::OnConnRequest(ucp_conn_request_h request, void* arg) {

@@ -5,9 +5,11 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace oasis::disagg {
 
@@ -73,8 +75,15 @@ StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(std::shared_ptr<UcxContex
 
 UcxWorker::~UcxWorker() { ucp_worker_destroy(worker_); }
 
-void UcxWorker::ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd) {
+void UcxWorker::ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd,
+                                std::chrono::microseconds spin) {
   while (Progress() != 0) {
+  }
+  if (spin.count() > 0) {
+    const auto until = Clock::now() + spin;
+    while (Clock::now() < until) {
+      if (Progress() != 0) return;  // something happened: let the caller look
+    }
   }
   // ucp_worker_arm reports BUSY when events arrived since the last progress: go again.
   const ucs_status_t s = ucp_worker_arm(worker_);
@@ -178,7 +187,8 @@ void RequestBatch::OnComplete(void* request, ucs_status_t status, void* user_dat
   ucp_request_free(request);
 }
 
-bool RequestBatch::Wait(UcxWorker& worker, Clock::time_point deadline) {
+bool RequestBatch::Wait(UcxWorker& worker, Clock::time_point deadline,
+                        std::chrono::microseconds spin) {
   while (pending_ > 0) {
     const auto now = Clock::now();
     if (now >= deadline) return false;

@@ -68,9 +68,11 @@ class UcxWorker {
   // Runs UCX's progress once; returns the number of events handled (callbacks may run).
   unsigned Progress() { return ucp_worker_progress(worker_); }
 
-  // Progresses until nothing is left to do, then sleeps until the worker has an event, the
-  // optional `extra_fd` is readable, or `timeout` passes.
-  void ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd = -1);
+  // Progresses until nothing is left to do, keeps polling for `spin` more (an RMA reply is
+  // often microseconds away: sleeping on the event fd costs a wake-up each time), then sleeps
+  // until the worker has an event, the optional `extra_fd` is readable, or `timeout` passes.
+  void ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd = -1,
+                       std::chrono::microseconds spin = std::chrono::microseconds(0));
 
  private:
   UcxWorker(std::shared_ptr<UcxContext> context, ucp_worker_h worker, int efd)
@@ -111,8 +113,13 @@ class RequestBatch {
   size_t pending() const { return pending_; }
   // The first error any operation finished with (UCS_OK if none).
   ucs_status_t first_error() const { return first_error_; }
-  // Progresses `worker` until Done() or `deadline`; true when done.
-  bool Wait(UcxWorker& worker, Clock::time_point deadline);
+  // Forgets the requests still pending, for an owner that abandons the worker (never
+  // progresses it again, so their callbacks can never run).
+  void Abandon() { pending_ = 0; }
+  // Progresses `worker` until Done() or `deadline`; true when done. Polls without sleeping
+  // for `spin` after each event (latency) before sleeping on the event fd (CPU).
+  bool Wait(UcxWorker& worker, Clock::time_point deadline,
+            std::chrono::microseconds spin = std::chrono::microseconds(0));
 
  private:
   static void OnComplete(void* request, ucs_status_t status, void* user_data);

@@ -122,6 +122,16 @@ std::optional<int> ChildProcess::Wait(std::chrono::milliseconds timeout) {
   return std::nullopt;
 }
 
+std::optional<std::string> ReadPeerLine(ChildProcess& child, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto line = child.ReadLine(std::max(left, std::chrono::milliseconds(0)));
+    if (!line || line->empty() || line->front() != '[') return line;
+  }
+}
+
 std::vector<std::string> SplitWords(const std::string& line) {
   std::istringstream in(line);
   std::vector<std::string> words;

@@ -43,6 +43,10 @@ class ChildProcess {
   bool reaped_ = false;
 };
 
+// The next line of the child's protocol (READY / FETCHED / FAIL ...), skipping UCX's own log
+// lines ("[timestamp] ... UCX  WARN ..."), which UCX writes to stdout.
+std::optional<std::string> ReadPeerLine(ChildProcess& child, std::chrono::milliseconds timeout);
+
 // Splits "A B C" at spaces.
 std::vector<std::string> SplitWords(const std::string& line);
 

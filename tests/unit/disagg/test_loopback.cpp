@@ -189,6 +189,25 @@ TEST_CASE("loopback: connecting to nothing fails within the connect timeout", "[
         StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("loopback: a staging server cannot take a port in use", "[disagg][ucx]") {
+  Prefill p = StartPrefill("tcp", 4, 64);
+  StagingServerOptions so;
+  so.listen_address = p.server->address();
+  auto second = StagingServer::Start(p.context, p.pool.get(), so);
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.status().code() == StatusCode::kUnavailable);
+  CHECK_THAT(second.status().message(), Catch::Contains(p.server->address()));
+  so.listen_address = "127.0.0.1";  // no port
+  CHECK(StagingServer::Start(p.context, p.pool.get(), so).status().code() ==
+        StatusCode::kInvalidArgument);
+  so.listen_address = "127.0.0.1:70000";
+  CHECK(StagingServer::Start(p.context, p.pool.get(), so).status().code() ==
+        StatusCode::kInvalidArgument);
+  // The first server still serves.
+  auto reader = RemoteReader::Connect(p.context, p.server->address());
+  REQUIRE(reader.ok());
+}
+
 TEST_CASE("loopback: a reader whose server went away gets an error by its deadline",
           "[disagg][ucx]") {
   Prefill p = StartPrefill("tcp", 64, 4096);

@@ -210,6 +210,15 @@ def derive(before, after, duration_s, median_tpot_ms, median_itl_ms=None):
         "pcie_ms_per_step": per_step / (PCIE_GBPS * 1e9) * 1e3 if per_step is not None else None,
         "pcie_gbps_itl": per_step / (median_itl_ms * 1e-3) / 1e9 if per_step and median_itl_ms else None,
         "transfer_wait_s": g("oasis:sparse_transfer_wait_seconds_total"),
+        "transfer_wait_ms_per_step": g("oasis:sparse_transfer_wait_seconds_total") / steps * 1e3 if steps else None,
+        # The server's own decode-only steps (no prompt chunk in the batch): wall time per step
+        # and its model part (forward + sampling; the rest is the engine loop and the head).
+        "decode_steps": g("oasis:engine_decode_steps_total"),
+        "decode_step_ms": (g("oasis:engine_decode_step_seconds_total") / g("oasis:engine_decode_steps_total") * 1e3
+                           if g("oasis:engine_decode_steps_total") else None),
+        "decode_model_step_ms": (g("oasis:engine_decode_model_step_seconds_total") /
+                                 g("oasis:engine_decode_steps_total") * 1e3
+                                 if g("oasis:engine_decode_steps_total") else None),
         "topk_agreement_cumulative": after.get("oasis:sparse_topk_agreement"),
         "draft_acceptance": (g("oasis:spec_decode_num_accepted_tokens_total") /
                              g("oasis:spec_decode_num_draft_tokens_total")
@@ -227,15 +236,26 @@ def decode_phase(bench, roof, derived, admitted):
     its roofline, i.e. roof_frac >= 0.8). For sparse runs the roofline also counts the bytes
     the step really fetched over PCIe at DESIGN §5's 51 GB/s: step floor = max(HBM, PCIe)
     when the transfers overlap the step (they run on their own stream), reported as
-    roof_pcie_ms / roof_pcie_frac beside the HBM-only figures."""
-    itl = (bench or {}).get("median_itl_ms")
-    if not itl or not roof:
+    roof_pcie_ms / roof_pcie_frac beside the HBM-only figures. Servers that export
+    oasis:engine_decode_step_seconds_total give the decode-only step's own wall time
+    (derived decode_step_ms): roof_frac_step / roof_pcie_frac_step use it instead of the ITL."""
+    if not roof:
         return {}
-    out = {"decode_tok_s": admitted / (itl * 1e-3), "roof_frac_itl": roof["step_ms"] / itl}
+    itl = (bench or {}).get("median_itl_ms")  # 0 when tokens arrive coalesced (a tiny model)
+    step = (derived or {}).get("decode_step_ms")  # the server's decode-only steps (newer servers)
+    out = {}
+    if itl:
+        out.update(decode_tok_s=admitted / (itl * 1e-3), roof_frac_itl=roof["step_ms"] / itl)
+    if step:
+        out.update(decode_step_tok_s=admitted / (step * 1e-3), roof_frac_step=roof["step_ms"] / step)
     pcie_ms = (derived or {}).get("pcie_ms_per_step")
     if pcie_ms is not None:
         floor = max(roof["step_ms"], pcie_ms)
-        out.update(roof_pcie_ms=floor, roof_pcie_frac=floor / itl)
+        out.update(roof_pcie_ms=floor)
+        if itl:
+            out.update(roof_pcie_frac=floor / itl)
+        if step:
+            out.update(roof_pcie_frac_step=floor / step)
     return out
 
 
@@ -499,8 +519,8 @@ def print_table(records, out=sys.stdout):
     dense_max = {(r["input_len"], r["output_len"]): r for r in records
                  if r["mode"] == "dense" and r["status"] == "ok" and r["concurrency_label"] == "max"}
     cols = ["sweeps", "mode", "in", "out", "conc", "K", "fetch", "ok/n", "tok/s", "roof", "frac", "sp/dense",
-            "TTFT ms", "TPOT ms", "ITL ms", "roofTPOT", "dec tok/s", "dfrac", "dec sp/d", "hit", "blk/step",
-            "H2D MB/st", "PCIe GB/s", "floor ms", "pfrac"]
+            "TTFT ms", "TPOT ms", "ITL ms", "step ms", "model ms", "roofTPOT", "dec tok/s", "dfrac", "sfrac",
+            "dec sp/d", "hit", "blk/step", "H2D MB/st", "PCIe GB/s", "wait ms", "floor ms", "pfrac"]
     rows = []
     for r in records:
         b = r.get("bench") or {}
@@ -531,13 +551,17 @@ def print_table(records, out=sys.stdout):
                      fmt(roof.get("tok_s"), "{:.0f}"),
                      fmt(thr / roof["tok_s"] if thr and roof.get("tok_s") else None, "{:.2f}"), ratio or "-",
                      fmt(b.get("median_ttft_ms"), "{:.0f}"), fmt(b.get("median_tpot_ms"), "{:.2f}"),
-                     fmt(b.get("median_itl_ms"), "{:.2f}"), fmt(roof.get("step_ms"), "{:.2f}"),
-                     fmt(dec.get("decode_tok_s"), "{:.0f}"), fmt(dec.get("roof_frac_itl"), "{:.2f}"), dratio or "-",
+                     fmt(b.get("median_itl_ms"), "{:.2f}"), fmt(m.get("decode_step_ms"), "{:.2f}"),
+                     fmt(m.get("decode_model_step_ms"), "{:.2f}"), fmt(roof.get("step_ms"), "{:.2f}"),
+                     fmt(dec.get("decode_tok_s"), "{:.0f}"), fmt(dec.get("roof_frac_itl"), "{:.2f}"),
+                     fmt(dec.get("roof_frac_step"), "{:.2f}"), dratio or "-",
                      fmt(m.get("hit_rate"), "{:.3f}"), fmt(m.get("blocks_fetched_per_step"), "{:.0f}"),
                      fmt(h2d / 1e6 if h2d is not None else None, "{:.2f}"),
                      fmt(m.get("pcie_gbps_itl") or (h2d / (b["median_itl_ms"] * 1e-3) / 1e9
                                                     if h2d and b.get("median_itl_ms") else None), "{:.2f}"),
-                     fmt(dec.get("roof_pcie_ms"), "{:.2f}"), fmt(dec.get("roof_pcie_frac"), "{:.2f}")])
+                     fmt(m.get("transfer_wait_ms_per_step"), "{:.2f}"),
+                     fmt(dec.get("roof_pcie_ms"), "{:.2f}"),
+                     fmt(dec.get("roof_pcie_frac_step") or dec.get("roof_pcie_frac"), "{:.2f}")])
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(cols)]
     line = lambda cells: "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     print(line(cols), file=out)
@@ -547,9 +571,11 @@ def print_table(records, out=sys.stdout):
           f"{HBM_READ_GBPS / 1000:g} TB/s (DESIGN §5; roofTPOT = step time, ms); frac = tok/s / roof; sp/dense "
           "at equal concurrency (m: max vs max); conc* = the server's max, N>M: only M fit at once. Decode "
           "phase: ITL = median inter-token latency (one step with every request decoding), dec tok/s = "
-          "admitted / ITL, dfrac = roofTPOT / ITL, dec sp/d = sparse/dense decode tok/s. hit / blk/step / H2D: "
-          f"sparse metrics over the run; PCIe GB/s = H2D bytes per step / ITL; floor = max(roofTPOT, H2D bytes "
-          f"per step at {PCIE_GBPS:g} GB/s), pfrac = floor / ITL", file=out)
+          "admitted / ITL, dfrac = roofTPOT / ITL; step / model ms = the server's decode-only steps (wall, and "
+          "forward + sampling), sfrac = roofTPOT / step ms; dec sp/d = sparse/dense decode tok/s. hit / blk/step / "
+          f"H2D: sparse metrics over the run; PCIe GB/s = H2D bytes per step / ITL; wait = the step end's wait for "
+          f"the side streams per sparse step; floor = max(roofTPOT, H2D bytes per step at {PCIE_GBPS:g} GB/s), "
+          "pfrac = floor / step ms (or / ITL)", file=out)
 
 
 # ---------------------------------------------------------------- running

@@ -154,6 +154,12 @@ struct EngineStats {
   double build_seconds_total = 0.0;
   double emit_seconds_total = 0.0;
   double step_seconds_total = 0.0;
+  // Steps whose batch held decode tokens only (no prompt chunk): their whole wall time and
+  // their model part. Per such step they are the decode step the byte roofline describes,
+  // without the prefill chunks that share other steps (tools/bench_long_context.py).
+  int64_t decode_steps_total = 0;
+  double decode_step_seconds_total = 0.0;
+  double decode_model_step_seconds_total = 0.0;
   // Lookahead decoding (zero when off). A draft is verified when a decode step runs it
   // through the target; it is accepted when the token sampled from the real row equals it
   // (emitted in speculate mode; in reject mode only counted: the draft's accuracy).

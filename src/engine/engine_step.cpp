@@ -17,7 +17,15 @@ void Engine::Impl::Step() {
   struct StepClock {  // adds the whole step's wall time however Step returns
     EngineStats& stats;
     EngineClock::time_point begin;
-    ~StepClock() { stats.step_seconds_total += Seconds(EngineClock::now() - begin); }
+    bool decode_only = false;  // set once the batch is known (and ran)
+    ~StepClock() {
+      const double secs = Seconds(EngineClock::now() - begin);
+      stats.step_seconds_total += secs;
+      if (decode_only) {
+        ++stats.decode_steps_total;
+        stats.decode_step_seconds_total += secs;
+      }
+    }
   } step_clock{stats, t_begin};
   SchedulerOutput plan = scheduler.Schedule();
   const auto t_scheduled = EngineClock::now();
@@ -118,7 +126,14 @@ void Engine::Impl::Step() {
     failure = Internal(std::string("model step failed: ") + e.what());
   }
   ++stats.steps_total;
-  stats.model_step_seconds_total += Seconds(EngineClock::now() - step_start);
+  const double model_secs = Seconds(EngineClock::now() - step_start);
+  stats.model_step_seconds_total += model_secs;
+  // A decode-only batch: every chunk one token past its prompt.
+  const bool decode_only = failure.ok() && std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+    return c.num_tokens == 1 && c.start >= c.seq->num_prompt_tokens;
+  });
+  if (decode_only) stats.decode_model_step_seconds_total += model_secs;
+  step_clock.decode_only = decode_only;
   if (!failure.ok()) {
     for (const ScheduledChunk& c : plan.chunks) Fail(*requests.at(c.seq->id), failure);
     return;

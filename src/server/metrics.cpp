@@ -137,6 +137,23 @@ std::string RenderEngineMetrics(const EngineStats& st, const std::string& model_
          static_cast<double>(st.preemptions_total));
   Metric(s, "counter", "oasis:engine_steps_total", "Engine steps executed.", labels,
          static_cast<double>(st.steps_total));
+  // Where the engine loop's time goes (seconds summed over steps).
+  const std::pair<const char*, double> phases[] = {
+      {"step", st.step_seconds_total},         {"schedule", st.schedule_seconds_total},
+      {"build", st.build_seconds_total},       {"model", st.model_step_seconds_total},
+      {"emit", st.emit_seconds_total},         {"draft", st.draft_step_seconds_total}};
+  s << "# HELP oasis:engine_phase_seconds_total Engine loop wall time by phase: the whole step, scheduling, "
+       "building the batch, the model step (forward + sampling), emitting, the draft head.\n"
+       "# TYPE oasis:engine_phase_seconds_total counter\n";
+  for (const auto& [phase, secs] : phases) {
+    s << "oasis:engine_phase_seconds_total{" << labels << ",phase=\"" << phase << "\"} " << Number(secs) << "\n";
+  }
+  Metric(s, "counter", "oasis:engine_decode_steps_total", "Engine steps whose batch held decode tokens only.", labels,
+         static_cast<double>(st.decode_steps_total));
+  Metric(s, "counter", "oasis:engine_decode_step_seconds_total", "Wall time of the decode-only steps.", labels,
+         st.decode_step_seconds_total);
+  Metric(s, "counter", "oasis:engine_decode_model_step_seconds_total",
+         "Model part (forward + sampling) of the decode-only steps.", labels, st.decode_model_step_seconds_total);
   // Lookahead decoding (EAGLE-3 drafts); zero when it is off.
   Metric(s, "gauge", "oasis:num_draft_kv_blocks", "Draft head KV cache head-blocks.", labels,
          static_cast<double>(st.num_draft_kv_slots));

@@ -36,8 +36,17 @@ for r in runs:
     if r["status"] != "ok" or b.get("completed") != r["num_prompts"]:
         problems.append(f"{r['id']}: {r['status']} {r.get('error')}")
         continue
-    if not b.get("median_itl_ms") or not d.get("decode_tok_s") or not d.get("roof_frac_itl"):
-        problems.append(f"{r['id']}: no decode-phase numbers")
+    # ITL can be 0 here (the tiny model's tokens may reach the client coalesced); the
+    # server's own decode-step numbers cannot
+    if b.get("median_itl_ms") and (not d.get("decode_tok_s") or d.get("roof_frac_itl") is None):
+        problems.append(f"{r['id']}: no decode-phase numbers: {b.get('median_itl_ms')} {d.get('decode_tok_s')}")
+    if not d.get("decode_step_tok_s"):
+        problems.append(f"{r['id']}: no decode tok/s from the server's steps")
+    # the server's decode-only steps: some ran, the model part within the whole step
+    if not d.get("decode_steps") or not d.get("decode_step_ms") or d.get("roof_frac_step") is None:
+        problems.append(f"{r['id']}: no server decode-step numbers: {d.get('decode_steps')} {d.get('decode_step_ms')}")
+    elif not 0 < d["decode_model_step_ms"] <= d["decode_step_ms"]:
+        problems.append(f"{r['id']}: model part {d['decode_model_step_ms']} vs step {d['decode_step_ms']}")
     if r["mode"] == "sparse":
         # every sparse run switched its requests to sparse and fetched over the (host) store
         if not d.get("sparse_switches") or not d.get("sparse_steps") or not d.get("h2d_bytes_per_step"):

@@ -86,6 +86,17 @@ TEST_CASE("outputs are the same alone and among 32 concurrent requests", "[engin
       REQUIRE(s.ok());
       alone.push_back(Drain(**s));
     }
+    // One request at a time, each prompt in one chunk: a prefill step giving the first token,
+    // then one decode-only step per further token.
+    const EngineStats st = WaitIdle(engine);
+    int64_t tokens = 0;
+    for (const Collected& c : alone) tokens += static_cast<int64_t>(c.tokens.size());
+    CHECK(st.steps_total == tokens);
+    CHECK(st.decode_steps_total == tokens - static_cast<int64_t>(reqs.size()));
+    CHECK(st.decode_step_seconds_total > 0.0);
+    CHECK(st.decode_step_seconds_total <= st.step_seconds_total);
+    CHECK(st.decode_model_step_seconds_total <= st.decode_step_seconds_total);
+    CHECK(st.decode_model_step_seconds_total <= st.model_step_seconds_total);
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     REQUIRE(alone[i].error.ok());

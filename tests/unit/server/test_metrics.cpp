@@ -95,6 +95,10 @@ TEST_CASE("sparse KV metrics in Prometheus text") {
   st.sparse_h2d_bytes_total = 8 * 2048;
   st.sparse_transfer_wait_seconds_total = 0.5;
   st.sparse_agree_overlap = {0, 3, 1};  // layer 0 dense: nothing sampled
+  st.decode_steps_total = 7;
+  st.decode_step_seconds_total = 0.25;
+  st.decode_model_step_seconds_total = 0.125;
+  st.model_step_seconds_total = 0.5;
   st.sparse_agree_total = {0, 4, 4};
   const std::string text = RenderEngineMetrics(st, "m");
   const std::string l = "{model_name=\"m\"}";
@@ -116,6 +120,11 @@ TEST_CASE("sparse KV metrics in Prometheus text") {
   CHECK(text.find("oasis:sparse_topk_agreement_by_layer{model_name=\"m\",layer=\"1\"} 0.75\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_topk_agreement_by_layer{model_name=\"m\",layer=\"2\"} 0.25\n") != std::string::npos);
   CHECK(text.find("layer=\"0\"") == std::string::npos);
+  CHECK(text.find("oasis:engine_decode_steps_total" + l + " 7\n") != std::string::npos);
+  CHECK(text.find("oasis:engine_decode_step_seconds_total" + l + " 0.25\n") != std::string::npos);
+  CHECK(text.find("oasis:engine_decode_model_step_seconds_total" + l + " 0.125\n") != std::string::npos);
+  CHECK(text.find("oasis:engine_phase_seconds_total{model_name=\"m\",phase=\"model\"} 0.5\n") != std::string::npos);
+  CHECK(text.find("# TYPE oasis:engine_phase_seconds_total counter\n") != std::string::npos);
   // Off: zeros, no per-layer lines.
   const std::string off = RenderEngineMetrics(EngineStats{}, "m");
   CHECK(off.find("oasis:sparse_requests" + l + " 0\n") != std::string::npos);

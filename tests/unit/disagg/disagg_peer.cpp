@@ -1,8 +1,9 @@
 // disagg_peer: the other process of the two-process disaggregation tests.
 //
-//   disagg_peer serve --tls T --blocks N --block-bytes B --seed S
+//   disagg_peer serve --tls T --blocks N --block-bytes B --seed S [--listen HOST:PORT]
 //     A StagingPool of N blocks filled with the test pattern, behind a StagingServer on
-//     127.0.0.1:0. Prints "READY <address>", then serves until stdin closes (exit 0).
+//     --listen (default 127.0.0.1:0). Prints "READY <address>", then serves until stdin
+//     closes (exit 0).
 //   disagg_peer read --tls T --peer ADDR --seed S --lease ID --blocks N --count C --renew-ms R
 //     Connects, fetches C random blocks of the first N, checks the pattern, prints
 //     "FETCHED <C> OK" (or "FAIL <why>" and exits 1), then renews lease ID every R ms until
@@ -63,7 +64,7 @@ int Serve(std::map<std::string, std::string>& args, std::shared_ptr<UcxContext> 
                          Num(args, "--seed"), b);
   }
   StagingServerOptions so;
-  so.listen_address = "127.0.0.1:0";
+  so.listen_address = args.count("--listen") ? args["--listen"] : "127.0.0.1:0";
   auto server = StagingServer::Start(ctx, pool->get(), so);
   if (!server.ok()) return Fail(server.status().ToString());
   std::printf("READY %s\n", (*server)->address().c_str());

@@ -40,8 +40,12 @@ StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create(const UcxOptions& optio
     }
   }
   ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.field_mask =
+      UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  // Workers of this context live on different threads (a StagingServer's, readers' fetch
+  // threads) and memory is registered from any thread: the context must lock.
+  params.mt_workers_shared = 1;
   params.name = options.name.c_str();
   ucp_context_h context = nullptr;
   s = ucp_init(&params, config, &context);
@@ -50,6 +54,13 @@ StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create(const UcxOptions& optio
     return UcsStatus(
         s, "UCX: ucp_init (transports '" +
                (options.transports.empty() ? std::string("default") : options.transports) + "')");
+  }
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_THREAD_MODE;
+  s = ucp_context_query(context, &attr);
+  if (s != UCS_OK || attr.thread_mode != UCS_THREAD_MODE_MULTI) {
+    ucp_cleanup(context);
+    return Unavailable("UCX: the context is not thread-safe (a UCX built without multi-threading)");
   }
   return std::shared_ptr<UcxContext>(new UcxContext(context, options));
 }

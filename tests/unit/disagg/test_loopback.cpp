@@ -3,6 +3,7 @@
 // sweep, and the errors a reader gets when there is no server or the server goes away.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -107,6 +108,44 @@ TEST_CASE("loopback: the reader fetches staged blocks byte-exact", "[disagg][ucx
   CHECK(r.stats().bytes_fetched == (16 + n) * kBytes);
   CHECK(r.healthy());
   CHECK(p.server->Stats().hellos == 1);
+}
+
+TEST_CASE("loopback: readers on four threads share one server", "[disagg][ucx]") {
+  const uint64_t kBlocks = 256;
+  const uint64_t kBytes = 2048;
+  Prefill p = StartPrefill("tcp", kBlocks, kBytes);
+  std::atomic<int> connected{0};
+  std::atomic<int> fetched{0};
+  std::atomic<int> wrong{0};  // Catch2's assertions are not thread-safe: count, check after
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto reader = RemoteReader::Connect(p.context, p.server->address());
+      if (!reader.ok()) return;
+      ++connected;
+      std::mt19937_64 rng(t);
+      std::vector<unsigned char> local(200 * kBytes);
+      for (int round = 0; round < 3; ++round) {
+        std::vector<FetchItem> items(200);
+        for (size_t i = 0; i < items.size(); ++i) {
+          items[i] = {rng() % kBlocks, local.data() + i * kBytes};
+        }
+        if (!(*reader)->Fetch(items, Clock::now() + 10s).ok()) return;
+        for (const FetchItem& it : items) {
+          if (!MatchesPattern(it.local, kBytes, kSeed, it.remote_block)) ++wrong;
+        }
+        ++fetched;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(connected == 4);
+  CHECK(fetched == 12);
+  CHECK(wrong == 0);
+  CHECK(p.server->Stats().connections_accepted == 4);
+  CHECK(p.server->Stats().hellos == 4);
+  // The readers are gone: the server closes their endpoints.
+  CHECK(Eventually([&] { return p.server->Stats().connections_open == 0; }, 3s));
 }
 
 TEST_CASE("loopback: bad fetch arguments are errors and leave the reader usable", "[disagg][ucx]") {

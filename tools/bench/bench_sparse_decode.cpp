@@ -206,7 +206,9 @@ Status Run(int argc, char** argv) {
   cfg.max_sparse_seqs = static_cast<int32_t>(batch);
   cfg.max_seq_len = max_len;
   cfg.sparse_threshold = kBlockSize;
-  const double block_bytes = 2.0 * kBlockSize * static_cast<double>(config.head_dim) * 2.0;  // K + V of one head-block
+  // K + V of one head-block in the backend's KV dtype (bf16 on the GPU, float32 on the CPU).
+  const double block_bytes =
+      2.0 * kBlockSize * static_cast<double>(config.head_dim) * static_cast<double>(DTypeSize(backend->activation_dtype()));
   const double host_bytes = static_cast<double>(batch) * hkv * std::ceil(static_cast<double>(max_len) / kBlockSize) *
                             static_cast<double>(config.num_hidden_layers) * block_bytes;
   cfg.host_kv_gib = host_bytes * 1.01 / (1024.0 * 1024.0 * 1024.0) + 0.001;

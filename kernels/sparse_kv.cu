@@ -644,9 +644,23 @@ cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t
   }
   if (n == 0) return cudaSuccess;
   const int64_t grid = n < max_ctas ? n : max_ctas;
-  CopyBlocksKernel<<<static_cast<unsigned>(grid), kCopyThreads, 0, stream>>>(src_k, src_v, src_slots, dst_k, dst_v,
-                                                                             dst_slots, n, head_dim);
-  return cudaGetLastError();
+  // The stream's priority as the launch's own: a graph that captures this launch keeps it on
+  // the node (run with cudaGraphInstantiateFlagUseNodePriority), so the gather stays ahead of
+  // the step's many-CTA kernels there too.
+  int priority = 0;
+  if (cudaStreamGetPriority(stream, &priority) != cudaSuccess) return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(kCopyThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributePriority;
+  attr[0].val.priority = priority;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, CopyBlocksKernel, src_k, src_v, src_slots, dst_k, dst_v, dst_slots, n,
+                                             head_dim);
+  return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 cudaError_t LaunchCopyTokens(const bf16* src_k, const bf16* src_v, const int64_t* src_index, bf16* dst_k, bf16* dst_v,

@@ -221,7 +221,13 @@ CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key, SparseAtten
   OASIS_CUDA_CHECK(cudaStreamEndCapture(cuda_.stream(), &graph));
   cuda_.FreeDeferred();  // what the capture let go of (allocations from before it)
   if (pipeline != nullptr) sparse_sync_.AfterCapture();
-  OASIS_CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, 0));
+  // Node priorities: a captured kernel keeps its stream's priority as a node attribute, but a
+  // graph runs every node at the priority of the stream it is launched into unless told to
+  // use the nodes' own. Sparse steps need them: the gather (transfer stream, greatest
+  // priority) got 13-14 GB/s instead of ~48 beside the step's HBM-bound kernels at equal
+  // priority (bench_sparse_kv), and the sparse graphs ran their transfers at the main
+  // stream's priority.
+  OASIS_CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, cudaGraphInstantiateFlagUseNodePriority));
   OASIS_CUDA_CHECK(cudaGraphDestroy(graph));
   spdlog::debug("captured {}decode graph: bucket {}, {} query tokens, {} logits rows per sequence, KV bound {}, {} "
                 "capture layers", key.sparse != nullptr ? "sparse " : "", key.bucket, key.query_len, key.rows_per_seq,

@@ -86,15 +86,8 @@ StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(std::shared_ptr<UcxContex
 
 UcxWorker::~UcxWorker() { ucp_worker_destroy(worker_); }
 
-void UcxWorker::ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd,
-                                std::chrono::microseconds spin) {
+void UcxWorker::ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd) {
   while (Progress() != 0) {
-  }
-  if (spin.count() > 0) {
-    const auto until = Clock::now() + spin;
-    while (Clock::now() < until) {
-      if (Progress() != 0) return;  // something happened: let the caller look
-    }
   }
   // ucp_worker_arm reports BUSY when events arrived since the last progress: go again.
   const ucs_status_t s = ucp_worker_arm(worker_);
@@ -203,9 +196,17 @@ bool RequestBatch::Wait(UcxWorker& worker, Clock::time_point deadline,
   while (pending_ > 0) {
     const auto now = Clock::now();
     if (now >= deadline) return false;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    worker.ProgressAndWait(
-        std::min(left + std::chrono::milliseconds(1), std::chrono::milliseconds(5)));
+    if (spin.count() > 0) {
+      // Completions can arrive without progress reporting events (UCX's async thread reads
+      // sockets): watch the batch itself.
+      const auto until = std::min(now + spin, deadline);
+      while (pending_ > 0 && Clock::now() < until) worker.Progress();
+      if (pending_ == 0) break;
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    worker.ProgressAndWait(std::clamp(left + std::chrono::milliseconds(1),
+                                      std::chrono::milliseconds(0), std::chrono::milliseconds(5)));
   }
   return true;
 }

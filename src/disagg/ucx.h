@@ -68,11 +68,9 @@ class UcxWorker {
   // Runs UCX's progress once; returns the number of events handled (callbacks may run).
   unsigned Progress() { return ucp_worker_progress(worker_); }
 
-  // Progresses until nothing is left to do, keeps polling for `spin` more (an RMA reply is
-  // often microseconds away: sleeping on the event fd costs a wake-up each time), then sleeps
-  // until the worker has an event, the optional `extra_fd` is readable, or `timeout` passes.
-  void ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd = -1,
-                       std::chrono::microseconds spin = std::chrono::microseconds(0));
+  // Progresses until nothing is left to do, then sleeps until the worker has an event, the
+  // optional `extra_fd` is readable, or `timeout` passes.
+  void ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd = -1);
 
  private:
   UcxWorker(std::shared_ptr<UcxContext> context, ucp_worker_h worker, int efd)
@@ -116,8 +114,9 @@ class RequestBatch {
   // Forgets the requests still pending, for an owner that abandons the worker (never
   // progresses it again, so their callbacks can never run).
   void Abandon() { pending_ = 0; }
-  // Progresses `worker` until Done() or `deadline`; true when done. Polls without sleeping
-  // for `spin` after each event (latency) before sleeping on the event fd (CPU).
+  // Progresses `worker` until Done() or `deadline`; true when done. Between sleeps on the
+  // worker's event fd (at most 5 ms each), polls for up to `spin` without sleeping: lower
+  // latency for more CPU.
   bool Wait(UcxWorker& worker, Clock::time_point deadline,
             std::chrono::microseconds spin = std::chrono::microseconds(0));
 

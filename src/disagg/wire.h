@@ -34,7 +34,8 @@ namespace oasis::disagg {
 //       32     8  num_blocks    (1 .. kMaxBlocks; base + num_blocks * block_bytes must not wrap)
 //       40     4  rkey_len      (1 .. kMaxRkeyBytes)
 //       44     n  rkey bytes (as ucp_rkey_pack produced them)
-// Nothing may follow the rkey.
+// Nothing may follow the rkey. The rkey bytes themselves are opaque here: UCX unpacks them
+// (ucp_ep_rkey_unpack) and trusts them as it trusts the rest of its wire-up with that peer.
 struct StagingDescriptor {
   uint64_t pool_id = 0;
   uint64_t base_address = 0;

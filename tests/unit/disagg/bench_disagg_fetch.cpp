@@ -85,8 +85,9 @@ int main(int argc, char** argv) {
   auto reader = RemoteReader::Connect(*ctx, words[1], ro);
   if (!reader.ok()) return std::fprintf(stderr, "%s\n", reader.status().ToString().c_str()), 1;
 
-  std::printf("UCX_TLS=%s block %llu B, pool %llu blocks, batch %zu\n", args["--tls"].c_str(),
-              static_cast<unsigned long long>(bb), static_cast<unsigned long long>(nblocks), batch);
+  std::printf("UCX_TLS=%s block %llu B, pool %llu blocks, batch %zu, spin %s us\n",
+              args["--tls"].c_str(), static_cast<unsigned long long>(bb),
+              static_cast<unsigned long long>(nblocks), batch, args["--spin-us"].c_str());
   std::printf("%s", (*reader)->TransportInfo().c_str());
   for (bool contiguous : {false, true}) {
     const Result r = Run(**reader, batch, contiguous, seconds);

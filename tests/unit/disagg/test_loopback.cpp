@@ -75,7 +75,10 @@ TEST_CASE("loopback: the reader fetches staged blocks byte-exact", "[disagg][ucx
   CHECK(p.server->port() != 0);
   CHECK(p.server->address() == "127.0.0.1:" + std::to_string(p.server->port()));
 
-  auto reader = RemoteReader::Connect(p.context, p.server->address());
+  RemoteReaderOptions ro;
+  ro.spin = std::chrono::microseconds(GENERATE(0, 200000));  // sleeping, or polling
+  INFO("spin " << ro.spin.count() << " us");
+  auto reader = RemoteReader::Connect(p.context, p.server->address(), ro);
   REQUIRE(reader.ok());
   RemoteReader& r = **reader;
   CHECK(r.descriptor() == p.pool->descriptor());

@@ -72,6 +72,12 @@ std::unique_ptr<NetnsPair> NetnsPair::Create(std::string* why) {
       return nullptr;  // the destructor removes what exists
     }
   }
+  // `ip netns exec` remounts /sys, which some containers forbid even to root.
+  const char* true_path = access("/usr/bin/true", X_OK) == 0 ? "/usr/bin/true" : "/bin/true";
+  if (RunQuiet(p->Inside({true_path})) != 0) {
+    *why = "`ip netns exec` cannot run a program in the namespace";
+    return nullptr;
+  }
   return p;
 }
 

@@ -29,13 +29,15 @@ also packs the test tokenizers into .bundle-pack/tok.tar.xz; the device call car
 [".bundle-pack"], runs in the repository root and brings $OUT back; the default --out-dir is
 $OUT/long-context; both packs are unpacked on first use). One call may take 10 minutes, so
 split the sweeps; --budget-s stops starting runs in time (each server start also costs time):
-  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 16384 --modes dense --budget-s 480
-  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 16384 --modes sparse --budget-s 480
-  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 32768 --modes dense --budget-s 480
-  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 32768 --modes sparse --budget-s 480
-  tools/bench_long_context.py --sweep fetch --modes sparse --fetch-ratios 0.01,0.02,0.1 --budget-s 480
-  tools/bench_long_context.py --sweep fetch --modes sparse --fetch-ratios 0.2,1 --budget-s 480
-  tools/bench_long_context.py --sweep topk --modes sparse --topks 64,192 --budget-s 480
+  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 16384 --modes dense --budget-s 480 --pack
+  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 16384 --modes sparse --budget-s 480 --pack
+  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 32768 --modes dense --budget-s 480 --pack
+  tools/bench_long_context.py --sweep fig11 --sweep latency --inputs 32768 --modes sparse --budget-s 480 --pack
+  tools/bench_long_context.py --sweep fetch --modes sparse --fetch-ratios 0.01,0.02,0.1 --budget-s 480 --pack
+  tools/bench_long_context.py --sweep fetch --modes sparse --fetch-ratios 0.2,1 --budget-s 480 --pack
+  tools/bench_long_context.py --sweep topk --modes sparse --topks 64,192 --budget-s 480 --pack
+(measured 2026-11-30: a dense 16K server starts in ~25 s, a sparse one with an 80 GiB host store
+took 42-66 s of pinning before the registered huge-page pool; a 32-request 16K run ~40-60 s.)
 (fig11's K 128 / fetch 0.05 point at concurrency 32 and its dense run serve the fetch and topk
 sweeps.) Copy each call's long-context/ folder here, then:
   tools/bench_long_context.py --report DIR1 DIR2 ... [--ok-only]   and   tools/plot_long_context.py DIR1 DIR2 ...

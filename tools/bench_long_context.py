@@ -36,8 +36,8 @@ split the sweeps; --budget-s stops starting runs in time (each server start also
   tools/bench_long_context.py --sweep fetch --modes sparse --fetch-ratios 0.01,0.02,0.1 --budget-s 480 --pack
   tools/bench_long_context.py --sweep fetch --modes sparse --fetch-ratios 0.2,1 --budget-s 480 --pack
   tools/bench_long_context.py --sweep topk --modes sparse --topks 64,192 --budget-s 480 --pack
-(measured 2026-11-30: a dense 16K server starts in ~25 s, a sparse one with an 80 GiB host store
-took 42-66 s of pinning before the registered huge-page pool; a 32-request 16K run ~40-60 s.)
+(measured 2026-11-30: a dense 16K server starts in ~2 s, a sparse one with an 80 GiB host store
+took 41-66 s (pinning, before the registered huge-page pool); a 32-request 16K run 40-60 s.)
 (fig11's K 128 / fetch 0.05 point at concurrency 32 and its dense run serve the fetch and topk
 sweeps.) Copy each call's long-context/ folder here, then:
   tools/bench_long_context.py --report DIR1 DIR2 ... [--ok-only]   and   tools/plot_long_context.py DIR1 DIR2 ...

@@ -91,6 +91,10 @@ class StagingPool {
 
   // The slot's memory (index < num_blocks, a CHECK).
   std::byte* BlockData(uint32_t index);
+  // The whole mapping, [base(), base() + bytes()): e.g. to register it with cudaHostRegister
+  // so that GPU → staging copies are pinned DMA.
+  std::byte* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
   bool HoldsLease(uint64_t lease_id) const;
   // The earliest expiry among live leases.
   std::optional<Clock::time_point> NextExpiry() const;

@@ -49,6 +49,8 @@ TEST_CASE("staging pool hands out disjoint blocks and takes them back", "[disagg
   CHECK(d.block_bytes == 256);
   CHECK_FALSE(d.rkey.empty());
   CHECK(reinterpret_cast<uint64_t>(pool->BlockData(3)) == d.BlockAddress(3));
+  CHECK(pool->base() == pool->BlockData(0));
+  CHECK(pool->bytes() == 10 * 256);
 
   const auto t0 = Clock::now();
   auto a = pool->Acquire(4, t0);

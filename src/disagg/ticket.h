@@ -1,0 +1,78 @@
+// The handoff ticket (docs/disaggregation.md §3): what the router passes from the prefill
+// instance to the decode instance, next to the OpenAI request, so that the decode node can
+// find the request's staged state (staging address, pool id, lease and its slots), check it
+// against its own model (geometry), continue the token stream (x1, x2, draft x̂3, sampling
+// state) and pull the admission set (per (layer, KV head) block lists).
+//
+// Binary, little-endian, version 1:
+//   magic "OKHT", u16 version (1)
+//   staging address    u16 length + bytes: "host:port" of the prefill node's StagingServer
+//                      (1..kMaxTicketAddressBytes, host non-empty, port 1..65535 in decimal)
+//   pool id            u64
+//   lease id           u64
+//   lease TTL ms       u32 (> 0)
+//   geometry           u32 × 7: StagedKvGeometry (layers, KV heads, head_dim, dtype bytes,
+//                      blocks, draft KV heads, draft head_dim); must make a StagedKvLayout,
+//                      with blocks ≤ 65536 (admission ids are u16) and a slot of at most
+//                      kMaxBlockBytes
+//   prompt length P    u32 (≥ 1); blocks must be ceil((P + 1) / 16): prompt + x1 are staged
+//   position           u32: the position of x2, which is P + 1 (x1 is at P)
+//   tokens             u32 count + count × u32: x1, x2, then x̂3 when the geometry stages a
+//                      draft head (draft KV heads > 0): count 3 with a draft, 2 without
+//   sampling state     u16 length + bytes (0..kMaxSamplingStateBytes; opaque here)
+//   slot extents       EncodeSlotExtents (wire.h): the lease's slots in ordinal order;
+//                      disjoint, below kMaxBlocks, their slots summing to the layout's
+//                      num_slots()
+//   admission lists    layers × KV heads lists, (l, h) in order l-major: u16 count +
+//                      count × u16 block ids, each id < blocks, no id twice in one list
+// Nothing may follow the last admission list.
+//
+// The parser treats its input as untrusted (fuzzed: tests/fuzz/fuzz_disagg_ticket.cpp):
+// every rejection is kInvalidArgument, its message naming the field. Value type;
+// thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "disagg/staged_layout.h"
+#include "disagg/wire.h"
+#include "oasis/status.h"
+
+namespace oasis::disagg {
+
+inline constexpr uint16_t kHandoffTicketVersion = 1;
+inline constexpr size_t kMaxTicketAddressBytes = 1024;
+inline constexpr size_t kMaxSamplingStateBytes = 4096;
+inline constexpr uint32_t kMaxTicketBlocks = 65536;  // admission ids are u16
+
+struct HandoffTicket {
+  std::string staging_address;  // "host:port"
+  uint64_t pool_id = 0;
+  uint64_t lease_id = 0;
+  uint32_t lease_ttl_ms = 0;
+  StagedKvGeometry geometry;
+  uint32_t prompt_length = 0;  // P
+  uint32_t position = 0;       // of x2 (= P + 1)
+  // x1, x2, and the draft x̂3 when geometry.draft_kv_heads > 0.
+  std::vector<uint32_t> tokens;
+  std::string sampling_state;  // opaque: seed / RNG counter
+  std::vector<SlotExtent> extents;
+  // admission[l * num_kv_heads + h]: logical block ids of the admission set of (l, h).
+  std::vector<std::vector<uint16_t>> admission;
+
+  bool operator==(const HandoffTicket& o) const;
+};
+
+// Tokens a ticket of this geometry carries: 3 with a staged draft head, 2 without.
+inline uint32_t TicketTokenCount(const StagedKvGeometry& g) { return g.draft_kv_heads > 0 ? 3 : 2; }
+
+// Writes the ticket. Precondition (checked): lengths fit their fields (address and sampling
+// state ≤ 65535 bytes, each admission list ≤ 65535 ids). It does not validate the contents:
+// ParseHandoffTicket(EncodeHandoffTicket(t)) succeeds only for a valid t.
+std::string EncodeHandoffTicket(const HandoffTicket& t);
+StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes);
+
+}  // namespace oasis::disagg

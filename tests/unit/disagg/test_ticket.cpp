@@ -1,0 +1,317 @@
+// The handoff ticket (src/disagg/ticket.h, docs/disaggregation.md §3): round trips of random
+// tickets (a fresh seed every run, printed on failure), every truncation and each field
+// corrupted in turn rejected with a message naming the field, geometry mismatches, and the
+// fuzzer's seed corpus (tests/fuzz/corpus/disagg_ticket/) kept equal to the tickets made here.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "disagg/ticket.h"
+
+using namespace oasis;
+using namespace oasis::disagg;
+
+namespace {
+
+uint32_t BlocksFor(uint32_t prompt_length) {
+  return (prompt_length + 1 + kStagedBlockTokens - 1) / kStagedBlockTokens;
+}
+
+// `num_slots` slots as 1..5 disjoint extents with gaps, in shuffled order.
+std::vector<SlotExtent> RandomExtents(std::mt19937_64& rng, uint64_t num_slots) {
+  const uint64_t pieces = std::min<uint64_t>(num_slots, 1 + rng() % 5);
+  std::vector<uint64_t> cuts{0, num_slots};
+  while (cuts.size() < pieces + 1) {
+    const uint64_t c = 1 + rng() % (num_slots - 1);
+    if (std::find(cuts.begin(), cuts.end(), c) == cuts.end()) cuts.push_back(c);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<SlotExtent> out;
+  uint64_t at = rng() % 1000;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const auto n = static_cast<uint32_t>(cuts[i + 1] - cuts[i]);
+    out.push_back({static_cast<uint32_t>(at), n});
+    at += n + rng() % 3;
+  }
+  std::shuffle(out.begin(), out.end(), rng);
+  return out;
+}
+
+HandoffTicket RandomTicket(std::mt19937_64& rng, StagedKvGeometry g, uint32_t prompt_length,
+                           uint32_t max_ids) {
+  HandoffTicket t;
+  t.staging_address = "prefill-" + std::to_string(rng() % 100) + ".example:" +
+                      std::to_string(1 + rng() % 65535);
+  t.pool_id = rng();
+  t.lease_id = rng();
+  t.lease_ttl_ms = 1 + static_cast<uint32_t>(rng() % 100000);
+  g.num_blocks = BlocksFor(prompt_length);
+  t.geometry = g;
+  t.prompt_length = prompt_length;
+  t.position = prompt_length + 1;
+  for (uint32_t i = 0; i < TicketTokenCount(g); ++i) t.tokens.push_back(static_cast<uint32_t>(rng()));
+  t.sampling_state.resize(rng() % 40);
+  for (char& c : t.sampling_state) c = static_cast<char>(rng());
+  auto layout = StagedKvLayout::Create(g);
+  REQUIRE(layout.ok());
+  t.extents = RandomExtents(rng, layout->num_slots());
+  std::vector<uint16_t> all(g.num_blocks);
+  std::iota(all.begin(), all.end(), 0);
+  t.admission.resize(uint64_t{g.num_layers} * g.num_kv_heads);
+  for (auto& list : t.admission) {
+    const uint32_t n = std::min(max_ids, g.num_blocks);
+    const uint32_t count = max_ids >= 129 ? n : static_cast<uint32_t>(rng() % (n + 1));
+    for (uint32_t i = 0; i < count; ++i) {  // partial Fisher–Yates: distinct ids
+      std::swap(all[i], all[i + rng() % (all.size() - i)]);
+    }
+    list.assign(all.begin(), all.begin() + count);
+  }
+  return t;
+}
+
+StagedKvGeometry SmallGeometry(std::mt19937_64& rng) {
+  StagedKvGeometry g;
+  g.num_layers = 1 + rng() % 4;
+  g.num_kv_heads = 1 + rng() % 4;
+  g.head_dim = rng() % 2 ? 64 : 128;
+  g.dtype_bytes = 2;
+  if (rng() % 2) {
+    g.draft_kv_heads = 1 + rng() % 4;
+    g.draft_head_dim = g.head_dim;
+  }
+  return g;
+}
+
+StagedKvGeometry Qwen3_8B() {
+  return {.num_layers = 36, .num_kv_heads = 8, .head_dim = 128, .dtype_bytes = 2,
+          .num_blocks = 0, .draft_kv_heads = 8, .draft_head_dim = 128};
+}
+
+// A fixed ticket with a known layout, for the corruption tests and the fuzzer's seeds.
+HandoffTicket FixedTicket(bool draft) {
+  HandoffTicket t;
+  t.staging_address = "10.0.0.2:5000";
+  t.pool_id = 0x1122334455667788ull;
+  t.lease_id = 42;
+  t.lease_ttl_ms = 30000;
+  t.geometry = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 64, .dtype_bytes = 2,
+                .num_blocks = BlocksFor(40), .draft_kv_heads = draft ? 1u : 0u,
+                .draft_head_dim = draft ? 64u : 0u};
+  t.prompt_length = 40;
+  t.position = 41;
+  t.tokens = draft ? std::vector<uint32_t>{1001, 1002, 1003} : std::vector<uint32_t>{7, 8};
+  t.sampling_state = draft ? std::string("seed\x01\x02\x03\x04", 8) : std::string();
+  // 3 blocks: 2 · 2 · 2 · 3 = 24 KV slots, 4 summary slots, draft 1 · 2 · 3 = 6.
+  const uint32_t slots = draft ? 34 : 28;
+  t.extents = {{100, 10}, {0, slots - 10}};
+  t.admission = {{0, 2}, {2}, {1, 0, 2}, {}};
+  return t;
+}
+
+void Rejects(std::string_view bytes, const std::string& needle) {
+  auto r = ParseHandoffTicket(bytes);
+  INFO("expecting a rejection naming \"" << needle << "\"");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(r.status().message(), Catch::StartsWith("handoff ticket: "));
+  CHECK_THAT(r.status().message(), Catch::Contains(needle));
+}
+
+void PutU16(std::string& b, size_t at, uint16_t v) {
+  std::string e;
+  AppendU16(e, v);
+  b.replace(at, 2, e);
+}
+void PutU32(std::string& b, size_t at, uint32_t v) {
+  std::string e;
+  AppendU32(e, v);
+  b.replace(at, 4, e);
+}
+
+}  // namespace
+
+TEST_CASE("handoff ticket: random round trips, small and Qwen3-8B geometry", "[disagg][ticket]") {
+  const uint64_t seed = std::random_device{}() * uint64_t{0x9e3779b97f4a7c15ull} ^ std::random_device{}();
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < 200; ++i) {
+    const HandoffTicket t = RandomTicket(rng, SmallGeometry(rng), 1 + rng() % 300, 1 + rng() % 20);
+    const std::string bytes = EncodeHandoffTicket(t);
+    auto parsed = ParseHandoffTicket(bytes);
+    INFO("ticket " << i);
+    REQUIRE(parsed.ok());
+    CHECK(*parsed == t);
+    CHECK(EncodeHandoffTicket(*parsed) == bytes);
+  }
+  // Qwen3-8B at 32K: 36 layers × 8 KV heads, 2,048 blocks, 129 admitted per (l, h).
+  const HandoffTicket t = RandomTicket(rng, Qwen3_8B(), 32767, 129);
+  REQUIRE(t.geometry.num_blocks == 2048);
+  REQUIRE(t.admission.size() == 288);
+  const std::string bytes = EncodeHandoffTicket(t);
+  CHECK(bytes.size() > 288 * 260);       // 74,880 bytes of admission lists
+  CHECK(bytes.size() < 288 * 260 + 300);  // plus a small header
+  CHECK(bytes.substr(0, 4) == "OKHT");
+  auto parsed = ParseHandoffTicket(bytes);
+  REQUIRE(parsed.ok());
+  CHECK(*parsed == t);
+  CHECK(EncodeHandoffTicket(*parsed) == bytes);
+}
+
+TEST_CASE("handoff ticket: layout as documented", "[disagg][ticket]") {
+  const HandoffTicket t = FixedTicket(true);
+  const std::string b = EncodeHandoffTicket(t);
+  CHECK(b.substr(0, 4) == "OKHT");
+  CHECK(LoadU16(b.data() + 4) == 1);
+  CHECK(LoadU16(b.data() + 6) == 13);
+  CHECK(b.substr(8, 13) == "10.0.0.2:5000");
+  CHECK(LoadU64(b.data() + 21) == t.pool_id);
+  CHECK(LoadU64(b.data() + 29) == 42);
+  CHECK(LoadU32(b.data() + 37) == 30000);
+  CHECK(LoadU32(b.data() + 41) == 2);   // layers
+  CHECK(LoadU32(b.data() + 57) == 3);   // blocks
+  CHECK(LoadU32(b.data() + 69) == 40);  // P
+  CHECK(LoadU32(b.data() + 73) == 41);  // position of x2
+  CHECK(LoadU32(b.data() + 77) == 3);   // token count
+  CHECK(LoadU32(b.data() + 89) == 1003);
+  CHECK(LoadU16(b.data() + 93) == 8);  // sampling state
+  CHECK(b.substr(103, 20) == EncodeSlotExtents(t.extents));
+  CHECK(LoadU16(b.data() + 123) == 2);  // admission (0, 0): 2 ids
+  CHECK(b.size() == 123 + (2 + 4) + (2 + 2) + (2 + 6) + 2);
+}
+
+TEST_CASE("handoff ticket: every truncation and any trailing byte rejected", "[disagg][ticket]") {
+  for (bool draft : {false, true}) {
+    const std::string good = EncodeHandoffTicket(FixedTicket(draft));
+    REQUIRE(ParseHandoffTicket(good).ok());
+    for (size_t n = 0; n < good.size(); ++n) {
+      INFO("prefix of " << n << " bytes");
+      auto r = ParseHandoffTicket(std::string_view(good).substr(0, n));
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    }
+    Rejects(good + '\0', "trailing bytes");
+    Rejects(good + std::string("\x00\x00", 2), "after the last of the geometry's 2 × 2 admission lists");
+  }
+  // The 75 KB ticket: every 61st prefix and the last 600.
+  std::mt19937_64 rng(7);
+  const std::string big = EncodeHandoffTicket(RandomTicket(rng, Qwen3_8B(), 32767, 129));
+  for (size_t n = 0; n < big.size(); n += (n + 600 < big.size() ? 61 : 1)) {
+    INFO("prefix of " << n << " bytes");
+    REQUIRE_FALSE(ParseHandoffTicket(std::string_view(big).substr(0, n)).ok());
+  }
+}
+
+TEST_CASE("handoff ticket: each field corrupted is rejected, naming it", "[disagg][ticket]") {
+  const std::string good = EncodeHandoffTicket(FixedTicket(true));
+  REQUIRE(ParseHandoffTicket(good).ok());
+  auto with16 = [&](size_t at, uint16_t v) { std::string b = good; PutU16(b, at, v); return b; };
+  auto with32 = [&](size_t at, uint32_t v) { std::string b = good; PutU32(b, at, v); return b; };
+  auto with_char = [&](size_t at, char c) { std::string b = good; b[at] = c; return b; };
+
+  Rejects(with_char(0, 'X'), "magic");
+  Rejects(with16(4, 2), "version: 2");
+  Rejects(with16(6, 0), "staging address: empty");
+  Rejects(with16(6, 0xffff), "staging address: truncated");
+  Rejects(with_char(8 + 8, 'x'), "staging address: \"10.0.0.2x5000\" is not host:port");
+  Rejects(with_char(8 + 9, 'a'), "staging address: \"10.0.0.2:a000\" has no port");
+  Rejects(with_char(8 + 2, ' '), "staging address: not printable");
+  {
+    std::string b = good;  // port 0
+    b.replace(6, 15, std::string("\x0a\x00", 2) + "10.0.0.2:0");
+    Rejects(b, "has no port 1..65535");
+  }
+  Rejects(with32(37, 0), "lease TTL: 0 ms");
+  Rejects(with32(41, 0), "geometry: staged KV layout");         // layers
+  Rejects(with32(45, 0), "geometry: staged KV layout");         // KV heads
+  Rejects(with32(49, 0), "geometry");                           // head_dim
+  Rejects(with32(53, 0), "geometry");                           // dtype
+  Rejects(with32(53, 1u << 30), "geometry head_dim/dtype bytes");
+  Rejects(with32(57, 4), "geometry blocks: 4 for prompt length 40");
+  Rejects(with32(57, 70000), "geometry blocks: 70000, at most 65536");
+  Rejects(with32(61, 0), "geometry: staged KV layout: draft KV heads and draft head_dim");
+  Rejects(with32(65, 128), "geometry: staged KV layout: a draft head-block");
+  Rejects(with32(41, 0xffffffffu), "geometry");  // layers × heads far too many
+  Rejects(with32(69, 0), "prompt length: 0");
+  Rejects(with32(69, 60), "geometry blocks: 3 for prompt length 60");
+  Rejects(with32(73, 40), "position: 40");
+  Rejects(with32(77, 2), "token count: 2");
+  Rejects(with32(77, 4), "token count: 4");
+  Rejects(with32(77, 0xffffffffu), "token count");
+  Rejects(with16(93, 5000), "sampling state: 5000 bytes");
+  Rejects(with16(93, 4000), "sampling state: truncated");
+  Rejects(with32(103, 1u << 20), "slot extents: truncated");
+  Rejects(with32(103, 1), "slot extents: 10 slots, the geometry's layout has 34");
+  Rejects(with32(103, 0xffffffffu), "slot extents: 4294967295 extents");
+  Rejects(with32(111, 0), "slot extents: [100, +0) empty");             // an extent's count
+  Rejects(with32(111, 11), "slot extents: 35 slots");                   // total off by one
+  Rejects(with32(107, 20), "slot extents: [0, +24) and [20, +10) overlap");
+  Rejects(with32(107, 0xfffffffau), "past the pool's");
+  Rejects(with16(123, 3), "admission list (0, 1): block id 3");  // (0, 0) eats the next count
+  Rejects(with16(125, 3), "admission list (0, 0): block id 3 not below the geometry's 3 blocks");
+  Rejects(with16(127, 0), "admission list (0, 0): block id 0 twice");
+  Rejects(with16(good.size() - 2, 1), "admission list (1, 1): 1 ids run past the end");
+  Rejects(good.substr(0, good.size() - 1), "admission list (1, 1): truncated count");
+  Rejects(good.substr(0, 123 + 5), "admission lists: truncated (the geometry has 4 lists");
+}
+
+TEST_CASE("handoff ticket: geometry mismatches rejected", "[disagg][ticket]") {
+  HandoffTicket t = FixedTicket(true);
+  REQUIRE(ParseHandoffTicket(EncodeHandoffTicket(t)).ok());
+  SECTION("fewer admission lists than layers × heads") {
+    t.admission.pop_back();
+    t.admission.pop_back();
+    Rejects(EncodeHandoffTicket(t), "admission list");
+  }
+  SECTION("more admission lists than layers × heads") {
+    t.admission.push_back({1});
+    Rejects(EncodeHandoffTicket(t), "trailing bytes: 4 after the last of the geometry's 2 × 2");
+  }
+  SECTION("a layer more: the lease's slots no longer match") {
+    t.geometry.num_layers = 3;
+    t.admission.resize(6);
+    Rejects(EncodeHandoffTicket(t), "slot extents: 34 slots, the geometry's layout has 48");
+  }
+  SECTION("no draft head, but a draft token") {
+    t.geometry.draft_kv_heads = 0;
+    t.geometry.draft_head_dim = 0;
+    t.extents = {{0, 28}};
+    Rejects(EncodeHandoffTicket(t), "token count: 3, a ticket without a draft head carries 2");
+    t.tokens.pop_back();
+    CHECK(ParseHandoffTicket(EncodeHandoffTicket(t)).ok());
+  }
+  SECTION("a longer prompt than the staged blocks hold") {
+    t.prompt_length = 48;
+    t.position = 49;
+    Rejects(EncodeHandoffTicket(t), "geometry blocks: 3 for prompt length 48, which stages 4");
+  }
+  SECTION("admission ids of a longer prompt") {
+    t.admission[2] = {1, 3};
+    Rejects(EncodeHandoffTicket(t), "admission list (1, 0): block id 3 not below");
+  }
+}
+
+#ifdef OASIS_TICKET_CORPUS_DIR
+// The fuzzer's seeds are FixedTicket(false/true) with its selector-free bytes. With
+// OASIS_WRITE_TICKET_SEEDS=1 the test (re)writes them; otherwise it checks they are current.
+TEST_CASE("handoff ticket: the fuzzer's seed corpus is current", "[disagg][ticket]") {
+  for (bool draft : {false, true}) {
+    const std::string path =
+        std::string(OASIS_TICKET_CORPUS_DIR) + (draft ? "/with_draft" : "/without_draft");
+    const std::string bytes = EncodeHandoffTicket(FixedTicket(draft));
+    if (const char* w = std::getenv("OASIS_WRITE_TICKET_SEEDS"); w && std::string(w) == "1") {
+      std::ofstream(path, std::ios::binary) << bytes;
+    }
+    std::ifstream in(path, std::ios::binary);
+    INFO(path);
+    REQUIRE(in.good());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    CHECK(ss.str() == bytes);
+    CHECK(ParseHandoffTicket(ss.str()).ok());
+  }
+}
+#endif

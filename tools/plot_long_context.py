@@ -24,6 +24,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_long_context import decode_phase  # noqa: E402  (the same numbers as its table)
+
 
 def gp_quote(text):
     return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -92,9 +95,9 @@ def thr(r):
 
 def decode_tok_s(r):
     """Tokens/s of the decode phase: requests in flight over the median inter-token latency
-    (tools/bench_long_context.py decode_phase)."""
-    itl = r["bench"].get("median_itl_ms")
-    return (r.get("admitted") or r["concurrency"]) / (itl * 1e-3) if itl else None
+    (bench_long_context.decode_phase)."""
+    return decode_phase(r["bench"], r.get("roofline"), r.get("derived"),
+                        r.get("admitted") or r["concurrency"]).get("decode_tok_s")
 
 
 def plot_fig11(p, records, roof=True):

@@ -81,6 +81,22 @@ std::vector<int32_t> RandomPrompt(const ModelConfig& c, int64_t n) {
   return prompt;
 }
 
+// The sparse settings of these tests: K blocks, a quarter of them fetched per step at most,
+// switching past 64 tokens, 4 rows, contexts up to 512; agreement measured every `agreement`
+// steps (those run eagerly).
+SparseConfig SmallSparseConfig(int32_t k, SparsePredictor predictor, int32_t agreement) {
+  SparseConfig cfg;
+  cfg.topk_blocks = k;
+  cfg.fetch_ratio = 0.25;
+  cfg.sparse_threshold = 64;
+  cfg.host_kv_gib = 0.004;
+  cfg.predictor = predictor;
+  cfg.max_sparse_seqs = 4;
+  cfg.max_seq_len = 512;
+  cfg.agreement_interval = agreement;
+  return cfg;
+}
+
 }  // namespace
 
 TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the cap", "[gpu][sparse]") {
@@ -116,15 +132,7 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
   for (int32_t k : {16, 4}) {
     for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery, SparsePredictor::kOracle}) {
       DYNAMIC_SECTION("K " << k << " predictor " << SparsePredictorName(predictor)) {
-        SparseConfig cfg;
-        cfg.topk_blocks = k;
-        cfg.fetch_ratio = 0.25;
-        cfg.sparse_threshold = 64;
-        cfg.host_kv_gib = 0.004;
-        cfg.predictor = predictor;
-        cfg.max_sparse_seqs = 4;
-        cfg.max_seq_len = 512;
-        cfg.agreement_interval = 3;
+        const SparseConfig cfg = SmallSparseConfig(k, predictor, 3);
         BlockAllocator alloc(kSlots);
         std::vector<LayerKvPool> kv = lm->AllocateKvCache(kSlots);
         SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
@@ -222,17 +230,9 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     go.sparse_graphs = graphs;
     auto runner = CudaGraphRunner::Create(*lm, b, go);
     REQUIRE(runner.ok());
-    SparseConfig cfg;
-    cfg.topk_blocks = 4;
-    cfg.fetch_ratio = 0.25;
-    cfg.sparse_threshold = 64;
-    cfg.host_kv_gib = 0.004;
-    cfg.predictor = predictor;
-    cfg.max_sparse_seqs = 4;
-    cfg.max_seq_len = 512;
     // Every 4th step measures agreement and so runs eagerly: graph captures follow eager
     // steps, whose device allocations the capture may drop (freed after it, not inside).
-    cfg.agreement_interval = 4;
+    const SparseConfig cfg = SmallSparseConfig(4, predictor, 4);
     BlockAllocator alloc(kSlots);
     SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
     SparseAttentionPipeline pipe(manager, b, c.num_attention_heads, (*runner)->sparse_stage_sync());

@@ -38,6 +38,27 @@ int TpSize() {
 constexpr int64_t kSlots = 1024;
 const CudaGraphOptions kGraphs{.num_kv_slots = 0, .max_batch = 16, .max_context = 512, .enabled = true};
 
+// The whole model on GPU 0 through the graph runner: what the group must reproduce.
+struct OneGpu {
+  std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<DecoderLM> model;
+  std::unique_ptr<CudaGraphRunner> runner;
+  explicit OneGpu(const Checkpoint& ck) {
+    OASIS_CUDA_CHECK(cudaSetDevice(0));
+    auto b = CudaBackend::Create();
+    REQUIRE(b.ok());
+    backend = std::move(*b);
+    auto m = DecoderLM::Create(ck.config, *ck.weights, *backend);
+    REQUIRE(m.ok());
+    model = std::move(*m);
+    CudaGraphOptions go = kGraphs;
+    go.num_kv_slots = kSlots;
+    auto r = CudaGraphRunner::Create(*model, *backend, go);
+    REQUIRE(r.ok());
+    runner = std::move(*r);
+  }
+};
+
 std::unique_ptr<TpModelRunner> MakeTp(const Checkpoint& ck, int size) {
   CudaTpOptions o;
   o.size = size;
@@ -71,15 +92,8 @@ TEST_CASE("TP on GPUs equals one GPU: prefill, graph decode steps, greedy contin
   for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
     DYNAMIC_SECTION(name << ", TP=" << n) {
       Checkpoint ck = Open(name);
-      OASIS_CUDA_CHECK(cudaSetDevice(0));
-      auto backend = CudaBackend::Create();
-      REQUIRE(backend.ok());
-      auto model = DecoderLM::Create(ck.config, *ck.weights, **backend);
-      REQUIRE(model.ok());
-      CudaGraphOptions go = kGraphs;
-      go.num_kv_slots = kSlots;
-      auto ref = CudaGraphRunner::Create(**model, **backend, go);
-      REQUIRE(ref.ok());
+      OneGpu one(ck);
+      CudaGraphRunner& ref = *one.runner;
       auto tp = MakeTp(ck, n);
       REQUIRE(tp->size() == n);
       CHECK(tp->num_kv_slots() == kSlots);
@@ -88,7 +102,7 @@ TEST_CASE("TP on GPUs equals one GPU: prefill, graph decode steps, greedy contin
       for (int64_t chunk : {512, 1}) {  // one prefill step; then every token a graph decode step
         for (size_t p = 0; p < kPrompts.size(); ++p) {
           INFO("prompt " << p << ", chunk " << chunk);
-          Generator g1(**ref, {.max_step_tokens = chunk});
+          Generator g1(ref, {.max_step_tokens = chunk});
           Generator g2(*tp, {.max_step_tokens = chunk});
           auto want = g1.PromptLogits(kPrompts[p]);
           auto got = g2.PromptLogits(kPrompts[p]);
@@ -109,7 +123,7 @@ TEST_CASE("TP on GPUs equals one GPU: prefill, graph decode steps, greedy contin
         r.num_top_logprobs = 2;
         reqs.push_back(r);
       }
-      Generator g1(**ref, {.max_step_tokens = 512});
+      Generator g1(ref, {.max_step_tokens = 512});
       Generator g2(*tp, {.max_step_tokens = 512});
       auto want = g1.Generate(reqs);
       auto got = g2.Generate(reqs);
@@ -142,15 +156,9 @@ TEST_CASE("TP on GPUs equals one GPU: prefill, graph decode steps, greedy contin
 TEST_CASE("TP on GPUs: decode with the residual capture (lookahead) equals one GPU", "[gpu][tp]") {
   const int n = TpSize();
   Checkpoint ck = Open("qwen3-tiny");
-  OASIS_CUDA_CHECK(cudaSetDevice(0));
-  auto backend = CudaBackend::Create();
-  REQUIRE(backend.ok());
-  auto model = DecoderLM::Create(ck.config, *ck.weights, **backend);
-  REQUIRE(model.ok());
-  CudaGraphOptions go = kGraphs;
-  go.num_kv_slots = kSlots;
-  auto ref = CudaGraphRunner::Create(**model, **backend, go);
-  REQUIRE(ref.ok());
+  OneGpu one(ck);
+  CudaGraphRunner& ref = *one.runner;
+  CudaBackend& backend = *one.backend;
   auto tp = MakeTp(ck, n);
   const int64_t L = ck.config.num_hidden_layers, H = ck.config.hidden_size;
   const std::vector<int32_t> prompt = kPrompts[0];
@@ -161,7 +169,7 @@ TEST_CASE("TP on GPUs: decode with the residual capture (lookahead) equals one G
   const int64_t total = static_cast<int64_t>(prompt.size()) + 4;
   REQUIRE(t1.Reserve(total, a1).ok());
   REQUIRE(t2.Reserve(total, a2).ok());
-  (void)(*ref)->Execute(BuildHostForwardInput({StepSequence{&t1, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence));
+  (void)ref.Execute(BuildHostForwardInput({StepSequence{&t1, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence));
   (void)tp->Execute(BuildHostForwardInput({StepSequence{&t2, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence));
   for (int step = 0; step < 3; ++step) {  // a graph per (bucket, capture ids); replayed after the first
     INFO("decode step " << step);
@@ -172,7 +180,7 @@ TEST_CASE("TP on GPUs: decode with the residual capture (lookahead) equals one G
     ResidualCapture c1, c2;
     c1.layer_ids = c2.layer_ids = {0, 1, L};
     int host_work = 0;
-    auto s1 = (*ref)->ExecuteSampleAndCapture(
+    auto s1 = ref.ExecuteSampleAndCapture(
         BuildHostForwardInput({StepSequence{&t1, pos, tok}}, LogitsFor::kLastTokenOfEachSequence), rows, c1);
     auto s2 = tp->ExecuteSampleAndCapture(
         BuildHostForwardInput({StepSequence{&t2, pos, tok}}, LogitsFor::kLastTokenOfEachSequence), rows, c2,
@@ -184,10 +192,10 @@ TEST_CASE("TP on GPUs: decode with the residual capture (lookahead) equals one G
     // Rank 0's capture (on GPU 0): its first row per layer equals the one-GPU capture's.
     REQUIRE(c2.out.dim(0) == 3);
     REQUIRE(c2.out.dim(2) == H);
-    const Tensor h1 = (*backend)->Download(c1.out).ToFloat();
+    const Tensor h1 = backend.Download(c1.out).ToFloat();
     OASIS_CUDA_CHECK(cudaSetDevice(0));
     Tensor d2 = c2.out;  // device 0 memory; the reference backend's stream is on device 0 too
-    const Tensor h2 = (*backend)->Download(d2).ToFloat();
+    const Tensor h2 = backend.Download(d2).ToFloat();
     for (int64_t l = 0; l < 3; ++l) {
       const Tensor r1 = h1.Slice(l, l + 1).Reshape({h1.dim(1), H}).Slice(0, 1);
       const Tensor r2 = h2.Slice(l, l + 1).Reshape({h2.dim(1), H}).Slice(0, 1);

@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -40,6 +41,7 @@ T* Ptr(const Tensor& t) { return static_cast<T*>(t.raw()); }
 struct DeferredFrees {
   std::mutex mu;
   std::vector<std::pair<void*, cudaStream_t>> list;
+  std::atomic<size_t> size{0};  // list.size(), read without the lock (Empty's fast path)
 };
 DeferredFrees& Deferred() {
   static DeferredFrees d;
@@ -59,6 +61,7 @@ void FreeDeviceAsync(void* p, cudaStream_t s) {
   if (Capturing(s)) {
     std::lock_guard<std::mutex> lock(Deferred().mu);
     Deferred().list.emplace_back(p, s);
+    Deferred().size.store(Deferred().list.size(), std::memory_order_release);
     return;
   }
   const cudaError_t err = cudaFreeAsync(p, s);
@@ -152,10 +155,10 @@ Tensor CudaBackend::Empty(std::vector<int64_t> shape, DType dtype) {
 }
 
 void CudaBackend::FreeDeferred() {
+  if (Deferred().size.load(std::memory_order_acquire) == 0) return;  // the common case: no lock
   std::vector<std::pair<void*, cudaStream_t>> ready;
   {
     std::lock_guard<std::mutex> lock(Deferred().mu);
-    if (Deferred().list.empty()) return;
     auto& list = Deferred().list;
     for (size_t i = 0; i < list.size();) {
       if (Capturing(list[i].second)) {
@@ -166,6 +169,7 @@ void CudaBackend::FreeDeferred() {
         list.pop_back();
       }
     }
+    Deferred().size.store(list.size(), std::memory_order_release);
   }
   for (const auto& [p, s] : ready) FreeDeviceAsync(p, s);
 }

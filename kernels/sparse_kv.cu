@@ -485,24 +485,44 @@ __global__ void __launch_bounds__(kSelectThreads) SelectBlocksKernel(SelectBlock
   }
 }
 
-// ---- Head-block copies (the UVA gather): each CTA moves whole blocks, 16 bytes per thread.
+// ---- Head-block copies (the UVA gather): a grid-stride loop over (block, 16-byte vector) items,
+// kCopyUnroll items per thread in flight before any store (K and V each: 8 loads of 16 bytes), so a
+// few CTAs keep enough host reads outstanding to fill PCIe and leave the other SMs to the step's
+// kernels (a read of mapped host memory waits microseconds; CTAs that wait hold their SM's slots).
 constexpr int kCopyThreads = 256;
+constexpr int kCopyUnroll = 4;
 
 __global__ void __launch_bounds__(kCopyThreads) CopyBlocksKernel(const bf16* src_k, const bf16* src_v,
                                                                  const int32_t* src_slots, bf16* dst_k, bf16* dst_v,
                                                                  const int32_t* dst_slots, int64_t n, int head_dim) {
   const int64_t vecs = int64_t{kBlockTokens} * head_dim / 8;  // 16-byte vectors per block
-  for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-    const int64_t s = src_slots[i], d = dst_slots[i];
-    if (s < 0 || d < 0) continue;
-    const uint4* sk = reinterpret_cast<const uint4*>(src_k) + s * vecs;
-    const uint4* sv = reinterpret_cast<const uint4*>(src_v) + s * vecs;
-    uint4* dk = reinterpret_cast<uint4*>(dst_k) + d * vecs;
-    uint4* dv = reinterpret_cast<uint4*>(dst_v) + d * vecs;
-    for (int64_t v = threadIdx.x; v < vecs; v += blockDim.x) {
-      const uint4 a = sk[v], b = sv[v];
-      dk[v] = a;
-      dv[v] = b;
+  const int64_t total = n * vecs;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const uint4* sk = reinterpret_cast<const uint4*>(src_k);
+  const uint4* sv = reinterpret_cast<const uint4*>(src_v);
+  uint4* dk = reinterpret_cast<uint4*>(dst_k);
+  uint4* dv = reinterpret_cast<uint4*>(dst_v);
+  for (int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; first < total;
+       first += stride * kCopyUnroll) {
+    uint4 a[kCopyUnroll], b[kCopyUnroll];
+    int64_t to[kCopyUnroll];
+#pragma unroll
+    for (int u = 0; u < kCopyUnroll; ++u) {
+      const int64_t item = first + u * stride;
+      to[u] = -1;
+      if (item >= total) continue;
+      const int64_t i = item / vecs, v = item - i * vecs;
+      const int64_t s = src_slots[i], d = dst_slots[i];
+      if (s < 0 || d < 0) continue;
+      a[u] = sk[s * vecs + v];
+      b[u] = sv[s * vecs + v];
+      to[u] = d * vecs + v;
+    }
+#pragma unroll
+    for (int u = 0; u < kCopyUnroll; ++u) {
+      if (to[u] < 0) continue;
+      dk[to[u]] = a[u];
+      dv[to[u]] = b[u];
     }
   }
 }
@@ -643,7 +663,10 @@ cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
-  const int64_t grid = n < max_ctas ? n : max_ctas;
+  const int64_t vecs = int64_t{kBlockTokens} * head_dim / 8;
+  const int64_t per_cta = int64_t{kCopyThreads} * kCopyUnroll;  // items one CTA has in flight
+  const int64_t needed = (n * vecs + per_cta - 1) / per_cta;
+  const int64_t grid = needed < max_ctas ? needed : max_ctas;
   // The stream's priority as the launch's own: a graph that captures this launch keeps it on
   // the node (run with cudaGraphInstantiateFlagUseNodePriority), so the gather stays ahead of
   // the step's many-CTA kernels there too.

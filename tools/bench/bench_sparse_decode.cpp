@@ -280,6 +280,9 @@ Status Run(int argc, char** argv) {
   std::printf("bench_sparse_decode: %s, %lld x %lld tokens, K %d, C %d, predictor %s, %s\n", backend_name.c_str(),
               static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks, cfg.max_fetch(),
               predictor_name.c_str(), backend_name == "cuda" && !no_graphs ? "CUDA graphs" : "eager");
+#if defined(OASIS_HAVE_CUDA)
+  if (backend_name == "cuda") std::printf("gather: %d CTAs (OASIS_GATHER_CTAS)\n", CudaBackend::GatherCtas());
+#endif
   std::vector<std::pair<std::string, Timing>> results;
   for (const std::string& mode : {std::string("on"), std::string("off")}) {
     if (transfers != "both" && transfers != mode) continue;

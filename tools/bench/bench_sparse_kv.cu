@@ -15,7 +15,7 @@
 //    the GQA max are timed too, the predict again with the rows a fresh host store hands out
 //    (adjacent per request and head), and SelectBlocks (the next stage: C = 7, 16 misses per
 //    head) for scale.
-// 2. gather: CopyBlocks (the UVA gather, 64 CTAs as CudaBackend launches it) of randomly
+// 2. gather: CopyBlocks (the UVA gather, with CudaBackend's CTAs) of randomly
 //    scattered 4 KiB head-blocks from a 1 GiB pinned mapped host pool (K and V pools of 512 MiB)
 //    into random slots of a device pool, 4096 and 16384 head-blocks per call. CopyBlocks moves
 //    K and V of each entry, so a call has blocks/2 entries; GB/s = blocks × 4096 B / time. The
@@ -43,7 +43,7 @@
 // last line starts with RESULT and summarises every case (collected by tools/gpu_suite.sh).
 //
 //   bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] [--hbm-full] [--memset-flush]
-//     --sweep: the gather also with 16, 32, 128 and 264 CTAs; the attention with forced split
+//     --sweep: the gather also with 8, 16, 32, 128 and 264 CTAs; the attention with forced split
 //              counts 2-4 and the kernel variants 1-4.
 //   Here: cmake --build build --target bench_sparse_kv; on the GPU machine through
 //   tools/gpu_suite.sh (bundle), or alone as build/tools/bench/bench_sparse_kv.
@@ -418,7 +418,11 @@ struct GatherResult {
 std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   constexpr int64_t kHostSlots = (int64_t{512} << 20) / kBlockBytes;  // 512 MiB of K + 512 MiB of V
   constexpr int64_t kDevSlots = 65536;                                // 256 MiB of K + 256 MiB of V
-  constexpr int kGatherCtas = 64;                                     // as CudaBackend::CopyBlocks
+  // As CudaBackend::CopyBlocks launches it (CudaBackend::kDefaultGatherCtas, or OASIS_GATHER_CTAS).
+  const int kGatherCtas = [] {
+    const char* v = std::getenv("OASIS_GATHER_CTAS");
+    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 32;
+  }();
   cudaStream_t s = timer.stream;
   std::mt19937 rng(8002);
 
@@ -521,7 +525,7 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     std::snprintf(name, sizeof(name), "  contiguous cudaMemcpyAsync H2D, same bytes");
     PrintRow(name, st_memcpy.median_ms, bytes, memcpy_gbs);
     if (sweep) {
-      for (int ctas : {16, 32, 128, 264}) {
+      for (int ctas : {8, 16, 32, 128, 264}) {
         const Stats sw = timer.Time([&] { return gather(ctas, s); });
         std::snprintf(name, sizeof(name), "  sweep: %d CTAs", ctas);
         PrintRow(name, sw.median_ms, bytes, memcpy_gbs);

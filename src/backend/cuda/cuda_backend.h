@@ -100,6 +100,9 @@ class CudaBackend final : public Backend {
   void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables, const Tensor& ws_slots,
                     Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src, Tensor& fetch_dst,
                     Tensor& resident_slots, Tensor& num_resident, Tensor& stats) override;
+  // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas.
+  static constexpr int kDefaultGatherCtas = 32;
+  static int GatherCtas();
   void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                   const Tensor& dst_slots) override;
   void CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,

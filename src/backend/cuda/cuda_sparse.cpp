@@ -218,6 +218,20 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
   OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream()));
 }
 
+// The UVA gather's CTAs: few, each with many host reads in flight, so the gather fills PCIe
+// while the step's kernels keep the other SMs (DESIGN.md §5). OASIS_GATHER_CTAS overrides.
+int CudaBackend::GatherCtas() {
+  static const int ctas = [] {
+    const char* v = std::getenv("OASIS_GATHER_CTAS");
+    if (v == nullptr || *v == '\0') return kDefaultGatherCtas;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    OASIS_CHECK(end != v && *end == '\0' && n >= 1 && n <= 1024) << "OASIS_GATHER_CTAS must be 1 to 1024, not '" << v << "'";
+    return static_cast<int>(n);
+  }();
+  return ctas;
+}
+
 void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                              const Tensor& dst_slots) {
   CheckPool(src, "CopyBlocks src");
@@ -226,10 +240,9 @@ void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, La
   CheckDev(dst_slots, DType::kI32, "CopyBlocks dst_slots");
   OASIS_CHECK_EQ(src_slots.numel(), dst_slots.numel()) << "CopyBlocks entry counts";
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyBlocks head_dim";
-  // 64 CTAs: the UVA gather's plateau on the H200 (DESIGN.md §5), leaving SMs to the main stream.
   OASIS_CUDA_CHECK(kernels::LaunchCopyBlocks(Ptr(src.k), Ptr(src.v), Ptr<int32_t>(src_slots), Ptr(dst.k), Ptr(dst.v),
                                              Ptr<int32_t>(dst_slots), src_slots.numel(),
-                                             static_cast<int>(src.k.dim(2)), 64, stream()));
+                                             static_cast<int>(src.k.dim(2)), GatherCtas(), stream()));
 }
 
 void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,

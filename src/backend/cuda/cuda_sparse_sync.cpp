@@ -114,11 +114,13 @@ void CudaSparseStageSync::Join() {
     last = -1;
   }
   OASIS_CUDA_CHECK(cudaEventRecordWithFlags(wait_end_.get(), main, flags));
-  wait_pending_ = !capturing_;
+  if (!capturing_) wait_pending_ = true;  // a capture's are the replays' (StepDone)
 }
 
 void CudaSparseStageSync::CountWait() {
-  if (!wait_pending_) return;
+  // Never while capturing: querying an event is not allowed in a capture (and the previous
+  // replay's timing events are read after this capture's end instead).
+  if (!wait_pending_ || capturing_) return;
   const cudaError_t done = cudaEventQuery(wait_end_.get());
   if (done == cudaErrorNotReady) {
     (void)cudaGetLastError();

@@ -241,6 +241,7 @@ Status Run(int argc, char** argv) {
   const std::vector<SampleRow> rows(static_cast<size_t>(batch), greedy);
   std::vector<int32_t> last(static_cast<size_t>(batch), 7);
   int64_t pos = context;
+  bool first_step = true;
   const auto run_steps = [&](int64_t n, bool timed, Timing* t) -> Status {
     std::vector<double> step_ms, plan_ms;
     for (int64_t i = 0; i < n; ++i) {
@@ -248,6 +249,10 @@ Status Run(int argc, char** argv) {
       std::vector<SparseBatchEntry> entries;
       for (int64_t s = 0; s < batch; ++s) entries.push_back({static_cast<uint64_t>(s + 1), pos, q, nullptr});
       SparseStepPlan plan = manager->BuildStepPlan(entries);
+      // The very first step runs eagerly (an agreement step never takes a graph), as a server's
+      // prefill does before any decode: lazy set-up (RoPE tables, cuBLAS) cannot run in a capture.
+      if (first_step) plan.measure_agreement = true;
+      first_step = false;
       std::vector<StepSequence> seqs;
       for (int64_t s = 0; s < batch; ++s) {
         std::vector<int32_t> toks = {last[static_cast<size_t>(s)]};

@@ -202,6 +202,10 @@ bool SparseAttentionPipeline::Active(int layer) const {
   return num_sparse_ > 0 && layer >= manager_.config().dense_layers;
 }
 
+bool SparseAttentionPipeline::SideWrites() const {
+  return manager_.config().predictor != SparsePredictor::kOracle && num_predicting_ > 0;
+}
+
 const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, const Tensor& q, LayerKvPool& pool,
                                                                   const AttentionMetadata& step) {
   if (!Active(layer)) return step;
@@ -212,8 +216,10 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
   SparseLayerState& ls = st.layer(layer);
   const SparseConfig& cfg = manager_.config();
   Enter(SparseStage::kAttention, layer);
-  b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
-  b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer), store.kmax(layer));
+  if (!SideWrites()) {
+    b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
+    b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer), store.kmax(layer));
+  }
   if (cfg.predictor == SparsePredictor::kOracle) {
     // The step's own query selects its working set right now (transfers on the critical path).
     b.ScoreBlocks(q, current_rows_, current_num_blocks_, st.host_tables, store.kmin(layer), store.kmax(layer),
@@ -238,7 +244,7 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
 void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKvPool& pool) {
   if (!Active(layer)) return;
   const SparseConfig& cfg = manager_.config();
-  if (cfg.predictor == SparsePredictor::kOracle || num_predicting_ == 0) {
+  if (!SideWrites()) {
     Exit(SparseStage::kAttention, layer);
     return;
   }
@@ -251,13 +257,20 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   b.GatherRows(q.Reshape({T, q.dim(1) * q.dim(2)}), predict_gather_, snapshot);
   Exit(SparseStage::kAttention, layer);
 
+  // The new tokens' summaries and their write-through to the host store run on the side
+  // streams, off the layer's critical path: the summaries before this layer's scores (which
+  // cover a block this step completes), the host copy before this layer's transfer (which may
+  // fetch that block). Both read the step's appended KV (after Exit(kAttention)); EndStep's
+  // join orders them before the next step touches those slots.
   Enter(SparseStage::kPredict, layer);
+  b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer), store.kmax(layer));
   b.ScoreBlocks(snapshot.Reshape({num_predicting_, q.dim(1), q.dim(2)}), predict_rows_, predict_num_blocks_,
                 st.host_tables, store.kmin(layer), store.kmax(layer), cfg.group_reduce, st.scores);
   b.TopKBlocks(st.scores, predict_rows_, predict_num_blocks_, ls.topk);
   Exit(SparseStage::kPredict, layer);
 
   Enter(SparseStage::kSelect, layer);
+  b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
   b.SelectBlocks(ls.topk, predict_rows_, st.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
                  ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats);
   Exit(SparseStage::kSelect, layer);

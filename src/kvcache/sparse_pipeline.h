@@ -117,6 +117,9 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
 
  private:
   bool Active(int layer) const;
+  // Whether AfterAttention writes the step's new KV (summaries, host copy) on the side streams;
+  // otherwise (oracle, or no sequence predicting) BeforeAttention does on the main stream.
+  bool SideWrites() const;
   void Enter(SparseStage s, int64_t l) { if (sync_) sync_->Enter(s, l); }
   void Exit(SparseStage s, int64_t l) { if (sync_) sync_->Exit(s, l); }
 

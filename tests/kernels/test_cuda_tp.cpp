@@ -134,7 +134,11 @@ TEST_CASE("TP on GPUs equals one GPU: prefill, graph decode steps, greedy contin
         const auto& y = (*want)[s];
         size_t same = 0;
         while (same < y.tokens.size() && same < x.tokens.size() && x.tokens[same] == y.tokens[same]) ++same;
-        for (size_t i = 0; i < same; ++i) CHECK(std::fabs(x.samples[i].logprob - y.samples[i].logprob) < 5e-2);
+        // The log-probs come from bf16 logits: at the fixtures' logit magnitudes (8-16) one bf16
+        // step is 0.0625-0.125, and TP's bf16 partial sums move a logit by about one step
+        // (measured on the H200 pair: up to 0.107, while the logits' normalized error stays
+        // under 2e-2 above). A sharding bug moves them by whole units.
+        for (size_t i = 0; i < same; ++i) CHECK(std::fabs(x.samples[i].logprob - y.samples[i].logprob) < 0.15);
         if (same < y.tokens.size()) {
           // bf16 partial sums may flip a near-tie only: the one-GPU margin there is small.
           const auto& top = y.samples[same].top_logprobs;

@@ -111,8 +111,8 @@ void Engine::Impl::Step() {
   try {
     if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
     if (sparse_step) {
-      samples = runner.ExecuteSparseStep(input, rows, draft != nullptr ? &capture : nullptr,
-                                         sparse->pipeline(), sparse_plan);
+      samples = runner.ExecuteSparseStepRanks(input, rows, draft != nullptr ? &capture : nullptr,
+                                              sparse->pipelines(), sparse_plan);
     } else if (draft != nullptr) {
       samples = runner.ExecuteSampleAndCapture(input, rows, capture, prepare_head);
     } else {

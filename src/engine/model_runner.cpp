@@ -55,6 +55,17 @@ std::vector<SampleResult> ModelRunner::ExecuteSparseStep(const ForwardInput& hos
   return SampleLogits(logits, rows);
 }
 
+std::vector<SampleResult> ModelRunner::ExecuteSparseStepRanks(const ForwardInput& host_input,
+                                                              const std::vector<SampleRow>& rows,
+                                                              ResidualCapture* capture,
+                                                              const std::vector<SparseAttentionPipeline*>& pipelines,
+                                                              const SparseStepPlan& plan) {
+  OASIS_CHECK(!pipelines.empty() && pipelines[0] != nullptr) << "a sparse step needs its pipeline";
+  return ExecuteSparseStep(host_input, rows, capture, *pipelines[0], plan);
+}
+
+void ModelRunner::ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool) { fn(0, *this); }
+
 std::vector<SampleResult> ModelRunner::SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) {
   return SampleOnHost(backend_.Download(logits), rows);
 }

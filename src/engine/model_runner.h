@@ -65,6 +65,19 @@ class ModelRunner {
   virtual std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
                                                       ResidualCapture* capture, SparseAttentionPipeline& pipeline,
                                                       const SparseStepPlan& plan);
+  // The same step with one pipeline per rank (pipelines[r] over the sparse manager's device
+  // side r; tensor parallelism, docs/parallel.md §6). A single-rank runner takes pipelines[0].
+  virtual std::vector<SampleResult> ExecuteSparseStepRanks(const ForwardInput& host_input,
+                                                           const std::vector<SampleRow>& rows,
+                                                           ResidualCapture* capture,
+                                                           const std::vector<SparseAttentionPipeline*>& pipelines,
+                                                           const SparseStepPlan& plan);
+  // Tensor parallelism: the number of ranks, and fn(r, rank r's own runner) on every rank,
+  // each where that rank's backend may be used (its worker thread, its device current);
+  // returns when all have returned. A single runner is its own rank 0 and runs fn inline.
+  // `teardown`: also on a failed group, failures logged rather than thrown (destructors).
+  virtual int num_ranks() const { return 1; }
+  virtual void ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool teardown = false);
   // Where the sparse pipeline orders its stages on the device's streams (predict, select,
   // transfer; SparseStageSync). nullptr (the plain runner): every op runs in order on the
   // backend's current stream, which is correct everywhere. Owned by the runner; the engine

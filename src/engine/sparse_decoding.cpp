@@ -17,36 +17,59 @@ SparseModelShape ShapeOf(ModelRunner& runner) {
   return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
 }
 
+std::vector<Backend*> RankBackends(ModelRunner& runner) {
+  std::vector<Backend*> backends(static_cast<size_t>(runner.num_ranks()), nullptr);
+  runner.ForEachRank([&](int r, ModelRunner& rank) { backends.at(static_cast<size_t>(r)) = &rank.backend(); });
+  return backends;
+}
+
 }  // namespace
 
 SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                                BlockAllocator& allocator, int64_t metrics_interval)
     : runner_(runner),
-      manager_(config, ShapeOf(runner), runner.backend(), allocator),
-      pipeline_(manager_, runner.backend(), runner.model().config().num_attention_heads,
-                runner.sparse_stage_sync()),
+      manager_(config, ShapeOf(runner), RankBackends(runner), allocator,
+               [this](const std::function<void(int)>& fn) {
+                 runner_.ForEachRank([&](int r, ModelRunner&) { fn(r); }, tearing_down_);
+               }),
       metrics_interval_(std::max<int64_t>(1, metrics_interval)),
       threshold_(config.sparse_threshold),
       max_seq_len_(config.max_seq_len),
       num_kv_heads_(runner.model().config().num_key_value_heads),
       host_slots_(manager_.host_store().num_slots()),
-      bytes_per_host_slot_(static_cast<int64_t>(manager_.host_store().bytes_per_slot())) {
+      bytes_per_host_slot_(static_cast<int64_t>(manager_.host_store().bytes_per_slot())),
+      num_sides_(manager_.num_sides()) {
+  const auto n = static_cast<size_t>(runner.num_ranks());
+  rank_pools_.resize(n, nullptr);
+  pipelines_.resize(n);
+  runner.ForEachRank([&](int r, ModelRunner& rank) {
+    const auto i = static_cast<size_t>(r);
+    rank_pools_[i] = &rank.kv_pools();
+    pipelines_[i] = std::make_unique<SparseAttentionPipeline>(
+        manager_, rank.backend(), rank.model().config().num_attention_heads, rank.sparse_stage_sync(), r);
+  });
+  for (const auto& p : pipelines_) pipeline_ptrs_.push_back(p.get());
   spdlog::info(
       "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
-      "{} dense layers, host store {} head-blocks ({:.2f} GiB), {} sparse rows",
+      "{} dense layers, host store {} head-blocks ({:.2f} GiB{}), {} sparse rows",
       config.sparse_threshold, config.topk_blocks, config.max_fetch(),
       SparsePredictorName(config.predictor), config.dense_layers, host_slots_,
-      static_cast<double>(host_slots_ * bytes_per_host_slot_) / (1 << 30), config.max_sparse_seqs);
+      static_cast<double>(host_slots_ * bytes_per_host_slot_ * num_sides_) / (1 << 30),
+      num_sides_ > 1 ? fmt::format(" over {} ranks", num_sides_) : std::string(), config.max_sparse_seqs);
 }
 
-SparseDecoding::~SparseDecoding() = default;
+SparseDecoding::~SparseDecoding() {
+  // Each rank's pipeline (and, in ~SparseKvManager, its device side) on the rank's own thread.
+  tearing_down_ = true;
+  runner_.ForEachRank([&](int r, ModelRunner&) { pipelines_[static_cast<size_t>(r)].reset(); }, true);
+}
 
 Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
   if (threshold_ <= 0 || max_total_tokens <= threshold_) return Status::Ok();
   // Beyond the context (Submit refuses those first) counts as one context's worth, no overflow.
   const int64_t need = BlocksFor(std::min(max_total_tokens, max_seq_len_ + 1)) * num_kv_heads_;
   if (max_total_tokens <= max_seq_len_ && need <= host_slots_) return Status::Ok();
-  const double gib = static_cast<double>(bytes_per_host_slot_) / (1 << 30);
+  const double gib = static_cast<double>(bytes_per_host_slot_ * num_sides_) / (1 << 30);
   char need_gib[32], have_gib[32];
   std::snprintf(need_gib, sizeof need_gib, "%.3f", static_cast<double>(need) * gib);
   std::snprintf(have_gib, sizeof have_gib, "%.3f", static_cast<double>(host_slots_) * gib);
@@ -122,7 +145,9 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
         !manager_.ShouldSwitch(s->id, s->num_computed)) {
       continue;
     }
-    const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed, runner_.kv_pools());
+    const Status st = manager_.SwitchToSparse(
+        s->id, s->table, s->num_computed,
+        [this](int r) -> std::vector<LayerKvPool>& { return *rank_pools_.at(static_cast<size_t>(r)); });
     if (!st.ok()) {  // no sparse row or GPU slot now: stays dense, retried next step
       if (switch_failures_++ % 1000 == 0)
         spdlog::debug("request {} stays dense: {}", s->id, st.ToString());
@@ -143,7 +168,23 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   if (steps_uncollected_ == 0) return;
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;
   steps_uncollected_ = 0;
-  const SparseMetrics m = pipeline_.CollectMetrics();
+  // Each rank's counters (its own KV heads), summed; steps are the same on every rank.
+  std::vector<SparseMetrics> per_rank(pipelines_.size());
+  runner_.ForEachRank([&](int r, ModelRunner&) {
+    per_rank[static_cast<size_t>(r)] = pipelines_[static_cast<size_t>(r)]->CollectMetrics();
+  });
+  SparseMetrics m = per_rank[0];
+  for (size_t r = 1; r < per_rank.size(); ++r) {
+    const SparseMetrics& o = per_rank[r];
+    for (size_t l = 0; l < m.layers.size() && l < o.layers.size(); ++l) {
+      m.layers[l].hits += o.layers[l].hits;
+      m.layers[l].misses += o.layers[l].misses;
+      m.layers[l].fetched += o.layers[l].fetched;
+      m.layers[l].agree_overlap += o.layers[l].agree_overlap;
+      m.layers[l].agree_total += o.layers[l].agree_total;
+    }
+    m.transfer_wait_seconds = std::max(m.transfer_wait_seconds, o.transfer_wait_seconds);
+  }
   const SparseLayerMetrics total = m.Total();
   stats.sparse_steps_total += m.steps;
   stats.sparse_seq_steps_total += m.sparse_seq_steps;

@@ -12,8 +12,12 @@
 //     StepSequence::sparse at it; the runner runs it with the pipeline as the hook;
 //   - metrics: the pipeline's device counters, collected every few steps into EngineStats.
 //
-// Owns the manager and the pipeline; the GPU BlockAllocator and the ModelRunner are the
-// engine's. Not thread-safe: the engine loop thread — except CheckFits, which reads sizes
+// Tensor parallelism: the manager has one device side per rank and there is one pipeline per
+// rank, each built, used and destroyed on its rank's thread (ModelRunner::ForEachRank); the
+// runner runs a step on every rank with its own pipeline (ExecuteSparseStepRanks).
+//
+// Owns the manager and the pipelines; the GPU BlockAllocator and the ModelRunner are the
+// engine's (the runner must outlive this). Not thread-safe: the engine loop thread — except CheckFits, which reads sizes
 // fixed at construction and may be called from any thread.
 #pragma once
 
@@ -47,7 +51,9 @@ class SparseDecoding final : public SequenceKvHooks {
 
   const SparseConfig& config() const { return manager_.config(); }
   SparseKvManager& manager() { return manager_; }
-  SparseAttentionPipeline& pipeline() { return pipeline_; }
+  // Rank 0's pipeline; pipelines(): one per rank.
+  SparseAttentionPipeline& pipeline() { return *pipelines_[0]; }
+  const std::vector<SparseAttentionPipeline*>& pipelines() const { return pipeline_ptrs_; }
 
   // Submit time: ResourceExhausted naming the numbers when a request that may reach
   // `max_total_tokens` tokens can never fit the host KV store. Thread-safe.
@@ -79,11 +85,15 @@ class SparseDecoding final : public SequenceKvHooks {
 
  private:
   ModelRunner& runner_;
+  bool tearing_down_ = false;  // (before manager_: its side runner reads it)
   SparseKvManager manager_;
-  SparseAttentionPipeline pipeline_;
+  std::vector<std::vector<LayerKvPool>*> rank_pools_;  // each rank's KV pools
+  std::vector<std::unique_ptr<SparseAttentionPipeline>> pipelines_;
+  std::vector<SparseAttentionPipeline*> pipeline_ptrs_;
   int64_t metrics_interval_;
   // Fixed at construction (CheckFits reads them from any thread).
   int64_t threshold_, max_seq_len_, num_kv_heads_, host_slots_, bytes_per_host_slot_;
+  int64_t num_sides_;  // host bytes of a slot id: bytes_per_host_slot_ on each of num_sides_ ranks
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
   int64_t admission_waits_ = 0;    // requests that had to wait for host room (once each)
   std::unordered_set<uint64_t> waiting_for_host_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace oasis {
 namespace {
@@ -25,23 +26,52 @@ int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSiz
 
 SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, Backend& backend,
                                  BlockAllocator& gpu_allocator)
-    : config_(config), shape_(shape), backend_(backend), gpu_allocator_(gpu_allocator) {
+    : SparseKvManager(config, shape, std::vector<Backend*>{&backend}, gpu_allocator,
+                      [](const std::function<void(int)>& fn) { fn(0); }) {}
+
+SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelShape& shape,
+                                 std::vector<Backend*> backends, BlockAllocator& gpu_allocator,
+                                 SparseSideRunner run_sides)
+    : config_(config), shape_(shape), gpu_allocator_(gpu_allocator), run_sides_(std::move(run_sides)) {
   OASIS_CHECK_OK(config.Validate(shape.num_layers));
   OASIS_CHECK(shape.num_kv_heads > 0 && shape.head_dim > 0) << "sparse model shape";
-  const auto bytes = static_cast<size_t>(config.host_kv_gib * 1024.0 * 1024.0 * 1024.0);
-  store_ = std::make_unique<HostKvStore>(backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes);
-  state_ = std::make_unique<SparseDeviceState>(backend, config.max_sparse_seqs, shape.num_kv_heads, config.topk_blocks,
-                                               config.max_fetch(), config.max_blocks_per_seq(), shape.num_layers,
-                                               config.dense_layers);
+  OASIS_CHECK(!backends.empty() && run_sides_) << "sparse KV: at least one device side";
+  const auto bytes = static_cast<size_t>(config.host_kv_gib * 1024.0 * 1024.0 * 1024.0 /
+                                         static_cast<double>(backends.size()));
+  sides_.resize(backends.size());
+  for (size_t i = 0; i < backends.size(); ++i) sides_[i].backend = backends[i];
+  run_sides_([&](int side) {
+    DeviceSide& d = sides_.at(static_cast<size_t>(side));
+    d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes);
+    d.state = std::make_unique<SparseDeviceState>(*d.backend, config.max_sparse_seqs, shape.num_kv_heads,
+                                                  config.topk_blocks, config.max_fetch(), config.max_blocks_per_seq(),
+                                                  shape.num_layers, config.dense_layers);
+  });
+  for (const DeviceSide& d : sides_) {
+    OASIS_CHECK(d.store && d.state) << "sparse KV: a device side was not built";
+    OASIS_CHECK_EQ(d.store->num_slots(), sides_[0].store->num_slots()) << "sparse KV: sides of unequal host stores";
+  }
   for (int32_t r = config.max_sparse_seqs - 1; r >= 0; --r) free_rows_.push_back(r);
+}
+
+SparseKvManager::~SparseKvManager() {
+  try {
+    run_sides_([&](int side) {
+      DeviceSide& d = sides_.at(static_cast<size_t>(side));
+      d.state.reset();
+      d.store.reset();
+    });
+  } catch (const std::exception& e) {
+    spdlog::warn("sparse KV: releasing the device sides: {}", e.what());
+  }
 }
 
 HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens) const {
   if (config_.sparse_threshold <= 0 || max_total_tokens <= config_.sparse_threshold) return HostAdmission::kNotNeeded;
   if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
   const int64_t need = BlocksFor(max_total_tokens) * shape_.num_kv_heads;
-  if (need > store_->num_slots()) return HostAdmission::kNever;
-  return need <= store_->num_free() ? HostAdmission::kFits : HostAdmission::kWait;
+  if (need > host_store().num_slots()) return HostAdmission::kNever;
+  return need <= host_store().num_free() ? HostAdmission::kFits : HostAdmission::kWait;
 }
 
 Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens) {
@@ -52,10 +82,10 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens) {
   }
   const int64_t blocks = BlocksFor(max_total_tokens);
   const int64_t need = blocks * shape_.num_kv_heads;
-  auto slots = store_->Allocate(static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX)));
+  auto slots = host_store().Allocate(static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX)));
   if (!slots || need > INT32_MAX) {
     return ResourceExhausted("host KV store full: need " + std::to_string(need) + " head-blocks, " +
-                             std::to_string(store_->num_free()) + " of " + std::to_string(store_->num_slots()) +
+                             std::to_string(host_store().num_free()) + " of " + std::to_string(host_store().num_slots()) +
                              " free (--host-kv-gib)");
   }
   Request r;
@@ -114,11 +144,16 @@ std::vector<int64_t> SparseKvManager::InitialBlocks(int64_t complete) const {
 
 Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
                                        std::vector<LayerKvPool>& gpu_pools) {
+  OASIS_CHECK_EQ(num_sides(), 1) << "SwitchToSparse with one pool set: one device side only";
+  return SwitchToSparse(id, table, num_tokens, [&](int) -> std::vector<LayerKvPool>& { return gpu_pools; });
+}
+
+Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
+                                       const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
   Request& req = it->second;
   OASIS_CHECK_LT(req.row, 0) << "request " << id << " is already sparse";
-  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
   const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
   const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
   const int64_t used_blocks = BlocksFor(num_tokens);
@@ -200,36 +235,43 @@ Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64
     }
     free_later.insert(free_later.end(), pool.begin() + static_cast<std::ptrdiff_t>(next), pool.end());
   }
-  const Tensor src_t = backend_.Upload(HostI32(src)), dst_t = backend_.Upload(HostI32(dst));
-  const Tensor len_t = backend_.Upload(HostI32(len));
-  const Tensor ws_src_t = backend_.Upload(HostI32(ws_src)), ws_dst_t = backend_.Upload(HostI32(ws_dst));
-  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-    LayerKvPool& gpu = gpu_pools[static_cast<size_t>(l)];
-    backend_.CopyBlocks(gpu, src_t, store_->pool(l), dst_t);
-    backend_.BlockSummaries(gpu, src_t, len_t, dst_t, store_->kmin(l), store_->kmax(l));
-    if (!ws_src.empty()) backend_.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
-  }
-  if (own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
-  gpu_allocator_.Free(free_later);
-
   std::vector<std::vector<int32_t>> ws_blocks(static_cast<size_t>(hkv), std::vector<int32_t>(static_cast<size_t>(k), -1));
   for (auto& head : ws_blocks) {
     for (int64_t j = 0; j < m; ++j) head[static_cast<size_t>(j)] = static_cast<int32_t>(chosen[static_cast<size_t>(j)]);
   }
-  WriteRowState(req, ws_blocks);
+  // Every side the same copies of its own heads' KV (the slot ids are the same on every side).
+  run_sides_([&](int side) {
+    DeviceSide& d = sides_.at(static_cast<size_t>(side));
+    Backend& b = *d.backend;
+    std::vector<LayerKvPool>& gpu_pools = pools_of(side);
+    OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
+    const Tensor src_t = b.Upload(HostI32(src)), dst_t = b.Upload(HostI32(dst));
+    const Tensor len_t = b.Upload(HostI32(len));
+    const Tensor ws_src_t = b.Upload(HostI32(ws_src)), ws_dst_t = b.Upload(HostI32(ws_dst));
+    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+      LayerKvPool& gpu = gpu_pools[static_cast<size_t>(l)];
+      b.CopyBlocks(gpu, src_t, d.store->pool(l), dst_t);
+      b.BlockSummaries(gpu, src_t, len_t, dst_t, d.store->kmin(l), d.store->kmax(l));
+      if (!ws_src.empty()) b.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
+    }
+    WriteRowState(*d.state, req, ws_blocks);
+  });
+  if (own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
+  gpu_allocator_.Free(free_later);
   return Status::Ok();
 }
 
-void SparseKvManager::WriteRowState(const Request& r, const std::vector<std::vector<int32_t>>& ws_blocks) {
-  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks, mb = state_->max_blocks();
-  state_->WriteRow(state_->ws_slots, r.row, r.ws_slots);
+void SparseKvManager::WriteRowState(SparseDeviceState& state, const Request& r,
+                                    const std::vector<std::vector<int32_t>>& ws_blocks) {
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks, mb = state.max_blocks();
+  state.WriteRow(state.ws_slots, r.row, r.ws_slots);
   std::vector<int32_t> tables(static_cast<size_t>(hkv * mb), -1);
   for (int64_t h = 0; h < hkv; ++h) {
     for (int64_t b = 0; b < std::min(mb, r.reserved_blocks); ++b) {
       tables[static_cast<size_t>(h * mb + b)] = HostSlot(r, h, b);
     }
   }
-  state_->WriteRow(state_->host_tables, r.row, tables);
+  state.WriteRow(state.host_tables, r.row, tables);
   std::vector<int32_t> blocks, resident, num_resident, none(static_cast<size_t>(hkv * k), -1);
   for (int64_t h = 0; h < hkv; ++h) {
     const auto& hb = ws_blocks[static_cast<size_t>(h)];
@@ -245,13 +287,13 @@ void SparseKvManager::WriteRowState(const Request& r, const std::vector<std::vec
   }
   const std::vector<int32_t> zeros(static_cast<size_t>(hkv * k), 0);
   for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-    SparseLayerState& s = state_->layer(l);
-    state_->WriteRow(s.ws_blocks, r.row, blocks);
-    state_->WriteRow(s.ws_age, r.row, zeros);
-    state_->WriteRow(s.resident_slots, r.row, resident);
-    state_->WriteRow(s.num_resident, r.row, num_resident);
-    state_->WriteRow(s.topk, r.row, none);
-    state_->WriteRow(s.topk_actual, r.row, none);
+    SparseLayerState& s = state.layer(l);
+    state.WriteRow(s.ws_blocks, r.row, blocks);
+    state.WriteRow(s.ws_age, r.row, zeros);
+    state.WriteRow(s.resident_slots, r.row, resident);
+    state.WriteRow(s.num_resident, r.row, num_resident);
+    state.WriteRow(s.topk, r.row, none);
+    state.WriteRow(s.topk_actual, r.row, none);
   }
 }
 
@@ -340,7 +382,7 @@ void SparseKvManager::Release(uint64_t id) {
     gpu_allocator_.Free(r.tail_slots);
     free_rows_.push_back(r.row);
   }
-  store_->Free(r.host_slots);
+  host_store().Free(r.host_slots);
   requests_.erase(it);
 }
 

@@ -12,12 +12,21 @@
 // A slot id addresses the same head-block in every layer's pool, so one set of slots serves
 // all sparse layers; their contents (which logical block sits where) differ per layer.
 //
-// Owns: the HostKvStore, the SparseDeviceState, the per-request host reservations, sparse
-// rows and GPU slots it took over. The GPU BlockAllocator is the engine's (shared with the
-// scheduler). Not thread-safe: the engine loop thread.
+// Tensor parallelism (docs/parallel.md §6): the host side (reservations, rows, slots, plans)
+// is one, and there is one *device side* per rank — its HostKvStore (the host KV of that
+// rank's local KV heads, a 1/N share of --host-kv-gib) and SparseDeviceState on that rank's
+// backend. One slot id names the same (request, local head, block) on every side, as the
+// engine's GPU slots do in every rank's pool; side 0's store keeps the host-slot free list.
+// Device work of a side runs through `run_sides` (TP: on the rank's worker thread, its
+// device current); without TP there is one side and it runs inline.
+//
+// Owns: the device sides, the per-request host reservations, sparse rows and GPU slots it
+// took over. The GPU BlockAllocator is the engine's (shared with the scheduler). Not
+// thread-safe: the engine loop thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -56,10 +65,22 @@ struct SparseBatchEntry {
   const HeadBlockTable* table = nullptr;  // its dense table (needed when dense_layers > 0)
 };
 
+// Runs fn(side) for every device side, each where that side's backend may be used (TP: on
+// the rank's worker thread), and returns when all have returned.
+using SparseSideRunner = std::function<void(const std::function<void(int side)>& fn)>;
+
 class SparseKvManager {
  public:
+  // One device side on `backend`, its work run inline.
   SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, Backend& backend,
                   BlockAllocator& gpu_allocator);
+  // One device side per backend (tensor parallelism: rank r's backend, `shape` its local KV
+  // heads); each side's store gets 1/N of config.host_kv_gib. The sides are built through
+  // `run_sides`.
+  SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, std::vector<Backend*> backends,
+                  BlockAllocator& gpu_allocator, SparseSideRunner run_sides);
+  // Destroys every side through run_sides (each side's device memory on its own thread).
+  ~SparseKvManager();
   // Requests still held are not returned to the GPU allocator (it may be gone already):
   // release them first (Release) when the allocator outlives the manager.
 
@@ -67,8 +88,11 @@ class SparseKvManager {
   // Measurement only (bench_sparse_decode): switches SparseConfig::transfers between steps.
   void SetTransfers(bool on) { config_.transfers = on; }
   const SparseModelShape& shape() const { return shape_; }
-  HostKvStore& host_store() { return *store_; }
-  SparseDeviceState& state() { return *state_; }
+  int num_sides() const { return static_cast<int>(sides_.size()); }
+  // Side 0's (its free list is the host store's); host_store(r) / state(r): side r's.
+  HostKvStore& host_store(int side = 0) { return *sides_.at(static_cast<size_t>(side)).store; }
+  const HostKvStore& host_store(int side = 0) const { return *sides_.at(static_cast<size_t>(side)).store; }
+  SparseDeviceState& state(int side = 0) { return *sides_.at(static_cast<size_t>(side)).state; }
 
   // ---- Admission (host store). `max_total_tokens` = prompt + max output tokens.
   HostAdmission CheckAdmission(int64_t max_total_tokens) const;
@@ -88,6 +112,9 @@ class SparseKvManager {
   // tail slots stay, the rest go back to the allocator and `table` is left empty. Needs a free
   // sparse row and enough GPU slots; ResourceExhausted (nothing changed) otherwise.
   Status SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens, std::vector<LayerKvPool>& gpu_pools);
+  // The same with each side's own pools (TP: rank r's KV pools, called on rank r's thread).
+  Status SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
+                        const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   bool IsSparse(uint64_t id) const;
 
   // ---- Per step. Builds the host plan for a batch (dense entries pass through). Positions
@@ -101,7 +128,7 @@ class SparseKvManager {
   // Accounting (tests, metrics).
   int64_t num_sparse() const;
   int64_t gpu_slots_held() const;   // working + tail slots of all sparse requests
-  int64_t host_slots_reserved() const { return store_->num_slots() - store_->num_free(); }
+  int64_t host_slots_reserved() const { return host_store().num_slots() - host_store().num_free(); }
   int64_t steps() const { return step_; }
 
  private:
@@ -119,14 +146,19 @@ class SparseKvManager {
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
   // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.
   std::vector<int64_t> InitialBlocks(int64_t complete) const;
-  void WriteRowState(const Request& r, const std::vector<std::vector<int32_t>>& ws_blocks);
+  void WriteRowState(SparseDeviceState& state, const Request& r, const std::vector<std::vector<int32_t>>& ws_blocks);
+
+  struct DeviceSide {
+    Backend* backend = nullptr;
+    std::unique_ptr<HostKvStore> store;
+    std::unique_ptr<SparseDeviceState> state;
+  };
 
   SparseConfig config_;
   SparseModelShape shape_;
-  Backend& backend_;
   BlockAllocator& gpu_allocator_;
-  std::unique_ptr<HostKvStore> store_;
-  std::unique_ptr<SparseDeviceState> state_;
+  SparseSideRunner run_sides_;
+  std::vector<DeviceSide> sides_;
   std::unordered_map<uint64_t, Request> requests_;
   std::vector<int32_t> free_rows_;  // LIFO
   int64_t step_ = 0;

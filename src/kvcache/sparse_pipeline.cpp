@@ -36,9 +36,10 @@ double SparseMetrics::fetched_per_step() const {
 double SparseMetrics::h2d_bytes_per_step() const { return fetched_per_step() * static_cast<double>(bytes_per_block); }
 
 SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backend& backend, int64_t num_q_heads,
-                                                 SparseStageSync* sync)
-    : manager_(manager), backend_(backend), num_q_heads_(num_q_heads), sync_(sync) {
+                                                 SparseStageSync* sync, int side)
+    : manager_(manager), backend_(backend), num_q_heads_(num_q_heads), sync_(sync), side_(side) {
   const SparseModelShape& shape = manager.shape();
+  OASIS_CHECK(side >= 0 && side < manager.num_sides()) << "sparse pipeline side " << side;
   OASIS_CHECK(num_q_heads > 0 && num_q_heads % shape.num_kv_heads == 0) << "query heads " << num_q_heads;
   q_snapshots_.resize(static_cast<size_t>(shape.num_layers));
   for (int64_t l = manager.config().dense_layers; l < shape.num_layers; ++l) {
@@ -211,8 +212,8 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
   if (!Active(layer)) return step;
   OASIS_CHECK(step.block_tables.raw() == meta_.block_tables.raw()) << "hook called with another step's metadata";
   Backend& b = backend_;
-  HostKvStore& store = manager_.host_store();
-  SparseDeviceState& st = manager_.state();
+  HostKvStore& store = manager_.host_store(side_);
+  SparseDeviceState& st = manager_.state(side_);
   SparseLayerState& ls = st.layer(layer);
   const SparseConfig& cfg = manager_.config();
   Enter(SparseStage::kAttention, layer);
@@ -249,8 +250,8 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
     return;
   }
   Backend& b = backend_;
-  HostKvStore& store = manager_.host_store();
-  SparseDeviceState& st = manager_.state();
+  HostKvStore& store = manager_.host_store(side_);
+  SparseDeviceState& st = manager_.state(side_);
   SparseLayerState& ls = st.layer(layer);
   const int64_t T = q.dim(0);
   Tensor snapshot = q_snapshots_[static_cast<size_t>(layer)].Slice(0, num_predicting_);
@@ -284,7 +285,7 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
 
 SparseMetrics SparseAttentionPipeline::CollectMetrics() {
   const SparseModelShape& shape = manager_.shape();
-  SparseDeviceState& st = manager_.state();
+  SparseDeviceState& st = manager_.state(side_);
   SparseMetrics m;
   m.steps = metric_steps_;
   m.sparse_seq_steps = metric_seq_steps_;

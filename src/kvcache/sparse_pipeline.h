@@ -84,8 +84,10 @@ SparseStepPlan PadStepPlan(const SparseStepPlan& plan, int64_t seqs, int64_t tok
 
 class SparseAttentionPipeline final : public AttentionLayerHook {
  public:
+  // Over the manager's device side `side` (tensor parallelism: one pipeline per rank, on
+  // that rank's backend, with its local query heads; built and used on the rank's thread).
   SparseAttentionPipeline(SparseKvManager& manager, Backend& backend, int64_t num_q_heads,
-                          SparseStageSync* sync = nullptr);
+                          SparseStageSync* sync = nullptr, int side = 0);
 
   // Uploads `plan` for the step whose device input has `attention` (its block_tables and
   // kv_lens are rewritten in place for sparse rows, layer by layer; the batch builder made
@@ -114,6 +116,7 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
 
   SparseKvManager& manager() { return manager_; }
   SparseStageSync* stage_sync() const { return sync_; }
+  int side() const { return side_; }
 
  private:
   bool Active(int layer) const;
@@ -127,6 +130,7 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   Backend& backend_;
   int64_t num_q_heads_;
   SparseStageSync* sync_;
+  int side_;
   bool in_step_ = false;
   int64_t num_sparse_ = 0, num_predicting_ = 0;
   bool measure_agreement_ = false;

@@ -201,9 +201,43 @@ std::vector<SampleResult> TpModelRunner::ExecuteSampleAndCapture(const ForwardIn
 std::vector<SampleResult> TpModelRunner::ExecuteSparseStep(const ForwardInput&, const std::vector<SampleRow>&,
                                                            ResidualCapture*, SparseAttentionPipeline&,
                                                            const SparseStepPlan&) {
-  throw std::runtime_error(
-      "sparse KV steps are not implemented under tensor parallelism (docs/parallel.md §3: the sparse pipeline per "
-      "GPU on its local heads is future work)");
+  throw std::logic_error(
+      "TpModelRunner::ExecuteSparseStep: a sparse step under tensor parallelism needs one pipeline per rank "
+      "(ExecuteSparseStepRanks)");
+}
+
+std::vector<SampleResult> TpModelRunner::ExecuteSparseStepRanks(const ForwardInput& in,
+                                                                const std::vector<SampleRow>& rows,
+                                                                ResidualCapture* capture,
+                                                                const std::vector<SparseAttentionPipeline*>& pipelines,
+                                                                const SparseStepPlan& plan) {
+  if (pipelines.size() != ranks_.size()) {
+    throw std::invalid_argument("tensor-parallel sparse step: " + std::to_string(pipelines.size()) +
+                                " pipelines for " + std::to_string(ranks_.size()) + " ranks");
+  }
+  if (NeedsSlicing(in)) {
+    throw std::invalid_argument("tensor-parallel sparse step: the batch must list the ranks' local KV heads");
+  }
+  if (capture != nullptr) {
+    for (size_t r = 1; r < captures_.size(); ++r) captures_[r].layer_ids = capture->layer_ids;
+  }
+  std::vector<std::vector<SampleResult>> out(ranks_.size());
+  RunStep(in, [&](int r, const ForwardInput& local) {
+    const auto i = static_cast<size_t>(r);
+    ResidualCapture* mine = capture == nullptr ? nullptr : (r == 0 ? capture : &captures_[i]);
+    out[i] = ranks_[i]->runner().ExecuteSparseStep(local, rows, mine, *pipelines[i], plan);
+  });
+  CompareSamples(out);
+  return std::move(out[0]);
+}
+
+void TpModelRunner::ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool teardown) {
+  const auto job = [&](int r) { fn(r, ranks_[static_cast<size_t>(r)]->runner()); };
+  if (teardown) {
+    group_->RunTeardown(job);
+  } else {
+    group_->Run(job);
+  }
 }
 
 Tensor TpModelRunner::ForwardLogits(const ForwardInput&) {

@@ -21,7 +21,8 @@
 // Failures: a rank that throws fails the call on the caller's thread (std::runtime_error
 // naming the rank) after the other ranks were aborted (TpRank::AbortFunction: NCCL abort, so none
 // hangs in a collective) and returned; the runner is unusable from then on (every call
-// throws). Sparse KV steps are not implemented under tensor parallelism (they throw).
+// throws). Sparse KV steps run per rank (ExecuteSparseStepRanks): each rank's pipeline over
+// its own device side of the sparse manager (docs/parallel.md §6).
 //
 // Owns the group and the ranks (destroyed on their own threads). Not thread-safe: the
 // engine loop calls it. The engine thread may use rank 0's backend between calls (an
@@ -84,10 +85,18 @@ class TpModelRunner final : public ModelRunner {
   std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
                                                     ResidualCapture& capture,
                                                     const std::function<void()>& while_running = {}) override;
-  // Not implemented under tensor parallelism: throws std::runtime_error.
+  // One pipeline serves one rank: throws std::logic_error (use ExecuteSparseStepRanks).
   std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
                                               ResidualCapture* capture, SparseAttentionPipeline& pipeline,
                                               const SparseStepPlan& plan) override;
+  // Every rank runs the same plan on its own runner with pipelines[r] (its device side, its
+  // local KV heads: no communication beyond the forward pass's all-reduces); rank 0's samples.
+  std::vector<SampleResult> ExecuteSparseStepRanks(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
+                                                   ResidualCapture* capture,
+                                                   const std::vector<SparseAttentionPipeline*>& pipelines,
+                                                   const SparseStepPlan& plan) override;
+  int num_ranks() const override { return size(); }
+  void ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool teardown = false) override;
   SparseStageSync* sparse_stage_sync() override { return nullptr; }
 
  protected:

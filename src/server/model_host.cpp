@@ -163,7 +163,10 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
                             static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
   size_t reserve = (size_t{1} << 30) + step_bytes;
   if (host->sparse) {
-    const size_t sparse_bytes = SparseDeviceBytes(*host->sparse, c, backend.activation_dtype());
+    // Each rank's summaries cover its share of the host store (--host-kv-gib is the total).
+    SparseConfig mine = *host->sparse;
+    mine.host_kv_gib /= static_cast<double>(std::max<int64_t>(1, sc.tensor_parallel_size));
+    const size_t sparse_bytes = SparseDeviceBytes(mine, c, backend.activation_dtype());
     spdlog::info("sparse KV: {:.2f} GiB of device memory for summaries and state", sparse_bytes / double(1 << 30));
     reserve += sparse_bytes;
   }
@@ -323,7 +326,6 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   const bool tensor_parallel = sc.tensor_parallel_size > 1;
   if (tensor_parallel) {
     OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(c, static_cast<int>(sc.tensor_parallel_size)));
-    if (host->sparse) return InvalidArgument("--sparse is not implemented with --tensor-parallel-size > 1 yet");
   }
   if (host->backend_name == "cuda") {
 #if OASIS_HAVE_CUDA

@@ -151,9 +151,6 @@ Status ServerConfig::Validate() const {
   if (tensor_parallel_size > 1024) {
     return InvalidArgument("--tensor-parallel-size must be at most 1024, got " + std::to_string(tensor_parallel_size));
   }
-  if (tensor_parallel_size > 1 && SparseEnabled()) {
-    return InvalidArgument("--sparse is not implemented with --tensor-parallel-size > 1 yet (docs/parallel.md)");
-  }
   OASIS_RETURN_IF_ERROR(non_negative("max-model-len", max_model_len));
   OASIS_RETURN_IF_ERROR(non_negative("threads", threads));
   OASIS_RETURN_IF_ERROR(non_negative("num-kv-slots", num_kv_slots));

@@ -2,8 +2,11 @@
 # oasis-server with --tensor-parallel-size 2 on the CPU reference (two ranks as threads, the
 # same TpModelRunner the GPUs use): greedy completions equal the single-rank server's (plain
 # and with lookahead on a dummy EAGLE-3 head, which runs on rank 0 only); --check-config shows
-# the per-rank KV heads; sizes that do not divide the heads, and sparse KV under TP, fail
-# with clear messages before anything loads.
+# the per-rank KV heads; sizes that do not divide the heads fail with clear messages before
+# anything loads. Sparse KV under TP (each rank's pipeline on its own KV heads and its share
+# of the host store): with K >= every request's blocks, long prompts that switch to sparse get
+# the single-rank dense server's completions, with lookahead (draft predictor) and without
+# (previous-query), and the sparse metrics count both ranks' fetches.
 # Usage: test_server_tp.sh <oasis-server> <repo root>
 set -uo pipefail
 SERVER=$1
@@ -79,13 +82,53 @@ if [[ $rc != 0 ]] && echo "$out" | grep -q 'num_attention_heads = 4 is not divis
 else
   bad "--tensor-parallel-size 3 (exit $rc)" "$out"
 fi
-out=$("$SERVER" --backend cpu --tensor-parallel-size 2 --sparse on --check-config 2>&1)
-rc=$?
-if [[ $rc != 0 ]] && echo "$out" | grep -q 'sparse.*tensor-parallel-size'; then
-  ok "--sparse on with TP refused (exit $rc)"
-else
-  bad "--sparse on with TP (exit $rc)" "$out"
-fi
+
+# Sparse KV under TP: long prompts (token ids) past the threshold of 64 at once or while decoding.
+ids() { python3 -c "import sys; n,s=int(sys.argv[1]),int(sys.argv[2]); print([(i*s*7919+s)%500+3 for i in range(n)])" "$1" "$2"; }
+metric() { curl -s "$BASE/metrics" | sed -n "s/^$1{[^}]*} \(.*\)$/\1/p"; }
+# wait_metric <name> <python condition over v>: counters are published after the step that
+# finished the last request, so poll briefly.
+wait_metric() {
+  local v
+  for _ in $(seq 1 100); do
+    v=$(metric "$1")
+    [[ -n $v ]] && [[ $(python3 -c "v=float('$v'); print($2)") == True ]] && { echo "$v"; return 0; }
+    sleep 0.05
+  done
+  echo "${v:-missing}"
+  return 1
+}
+BODIES=(
+  "{\"prompt\": $(ids 180 1), \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true, \"logprobs\": 2}"
+  "{\"prompt\": $(ids 300 2), \"max_tokens\": 50, \"temperature\": 0, \"ignore_eos\": true}"
+  "{\"prompt\": $(ids 60 3), \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true, \"logprobs\": 1}"
+)
+start_server "$TMP/long-tp1.log" --backend cpu || exit 1
+run_all long-tp1
+stop_server || fail=1
+SPARSE=(--backend cpu --tensor-parallel-size 2 --sparse-threshold 64 --topk-blocks 32 --fetch-ratio 0.05
+  --host-kv-gib 0.05 --sparse-agreement-interval 2)
+for predictor in draft previous-query; do
+  tag=sparse-tp2-$predictor
+  extra=()
+  [[ $predictor == draft ]] && extra=(--draft-load-format dummy --lookahead reject)
+  start_server "$TMP/$tag.log" "${SPARSE[@]}" --sparse-predictor "$predictor" "${extra[@]}" || exit 1
+  run_all "$tag"
+  same_as "$tag" long-tp1
+  switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 3')
+  fetched=$(wait_metric 'oasis:sparse_blocks_fetched_total' 'v > 0')
+  held=$(wait_metric 'oasis:sparse_requests' 'v == 0')
+  if python3 -c "import sys; s,f,h=map(float,sys.argv[1:]); sys.exit(0 if s >= 3 and f > 0 and h == 0 else 1)" \
+      "${switches:-0}" "${fetched:-0}" "${held:--1}"; then
+    ok "$tag: $switches requests went sparse, $fetched blocks fetched over both ranks, none held after"
+  else
+    bad "$tag: sparse metrics (switches ${switches:-none}, fetched ${fetched:-none}, held ${held:-none})" \
+      "$(tail -20 "$TMP/$tag.log")"
+  fi
+  grep -q "over 2 ranks" "$TMP/$tag.log" && ok "$tag: the host store is split over 2 ranks" ||
+    bad "$tag: no per-rank host store in the log" "$(grep -i 'sparse KV' "$TMP/$tag.log")"
+  stop_server || fail=1
+done
 out=$("$SERVER" --tensor-parallel-size 0 --check-config 2>&1)
 rc=$?
 if [[ $rc != 0 ]] && echo "$out" | grep -q 'tensor-parallel-size must be >= 1'; then

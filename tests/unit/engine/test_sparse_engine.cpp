@@ -5,10 +5,11 @@
 // speculate; previous-query; oracle), with dense layers, and with preemptions; dense and
 // sparse requests share batches; with a small K at most C blocks per (row, layer, KV head)
 // are fetched per step and the metrics count exactly those; finished requests return every
-// GPU and host head-block.
+// GPU and host head-block; the same under tensor parallelism over two CPU ranks.
 #include <catch2/catch.hpp>
 
 #include "lookahead_test_util.h"
+#include "parallel/cpu_tp_runner.h"
 #include "sparse_engine_test_util.h"
 
 using namespace oasis;
@@ -177,4 +178,61 @@ TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[e
   CHECK(runner.log.sparse_steps == 0);
   CHECK(run.stats.sparse_switches_total == 0);
   CHECK(run.stats.num_host_kv_slots == 4096);
+}
+
+// Tensor parallelism (docs/parallel.md §6): two CPU ranks, each with its own device side of
+// the sparse manager (host store share, summaries, state) and its own pipeline, driven by the
+// TpModelRunner the GPUs use. Compared with the same TP runner decoding densely (the ranks'
+// float all-reduce makes TP differ from one rank in the last bits, so TP=1 is not the
+// reference here; tests/e2e/test_server_tp.sh compares with TP=1 within 1e-3).
+TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP decoding and keeps the fetch cap",
+          "[engine][sparse][parallel]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(10, 5);
+  TinyModel tm(16);  // config and weights for the ranks
+  const auto make = [&] {
+    auto r = CreateCpuTpRunner(tm.config, {.size = 2, .threads_per_rank = 1, .num_kv_slots = kSlots},
+                               [&](Backend& backend, const TensorParallel& tp) {
+                                 return DecoderLM::Create(tm.config, *tm.weights, backend, tp);
+                               });
+    REQUIRE(r.ok());
+    return std::move(*r);
+  };
+  std::unique_ptr<TpModelRunner> dense_runner = make();
+  const std::vector<Collected> dense = RunEngine(*dense_runner, nullptr, {}, reqs).out;
+  dense_runner.reset();
+  struct Case {
+    const char* name;
+    SparsePredictor predictor;
+    int32_t k;
+    double fetch_ratio;
+    bool equal;  // K >= every request's blocks: sparse must equal dense
+  };
+  for (const Case& c : {Case{"previous-query, K 24", SparsePredictor::kPreviousQuery, 24, 0.05, true},
+                        Case{"oracle, K 24", SparsePredictor::kOracle, 24, 0.05, true},
+                        Case{"previous-query, K 4, C 2", SparsePredictor::kPreviousQuery, 4, 0.5, false}}) {
+    DYNAMIC_SECTION(c.name) {
+      std::unique_ptr<TpModelRunner> runner = make();
+      REQUIRE(runner->num_ranks() == 2);
+      EngineOptions opt;
+      opt.sparse = TinySparse(c.k, c.fetch_ratio, c.predictor);
+      opt.sparse_metrics_interval = 5;
+      REQUIRE(Engine::CheckOptions(opt, *runner, nullptr).ok());
+      const SparseRun run = RunEngine(*runner, nullptr, opt, reqs);
+      if (c.equal) CheckSameOutputs(reqs, run.out, dense);
+      for (const Collected& col : run.out) CHECK(col.error.ok());
+      const EngineStats& st = run.stats;
+      CHECK(st.sparse_switches_total >= 6);
+      CHECK(st.sparse_steps_total > 20);
+      // Both ranks' fetches: at most C per (sequence, layer, KV head) per step, 2 KV heads in all.
+      const int64_t cap = opt.sparse->max_fetch() * 2 * 3;
+      CHECK(st.sparse_blocks_fetched_total <= cap * st.sparse_seq_steps_total);
+      if (!c.equal) CHECK(st.sparse_blocks_fetched_total > 0);
+      if (c.equal) CHECK(st.sparse_hit_rate() > 0.9);
+      // Everything came back, on every rank's side.
+      CHECK(st.num_free_kv_slots == st.num_kv_slots);
+      CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
+      CHECK(st.num_sparse_requests == 0);
+      CHECK(st.sparse_gpu_slots == 0);
+    }
+  }
 }

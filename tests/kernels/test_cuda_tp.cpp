@@ -3,12 +3,16 @@
 // tiny fixtures within bf16 tolerance: prompt logits (eager prefill), one-token decode steps
 // (CUDA graphs that captured the NCCL all-reduces), greedy continuations (a divergence only at
 // a near-tie, as the other GPU tests allow), the EAGLE-3 residual capture; every rank
-// captures the same graphs and samples the same tokens. Build failures name the rank, and
+// captures the same graphs and samples the same tokens; sparse KV runs per rank on its local
+// heads. Build failures name the rank, and
 // GPU counts are checked before anything loads. With one GPU the same checks run on a group
 // of one (a warning says TP=2 was skipped).
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
 
 #include "backend/cuda/cuda_graph_runner.h"
 #include "common/cuda_rt.h"
@@ -16,6 +20,8 @@
 #include "engine/generator.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
+#include "kvcache/sparse_kv_manager.h"
+#include "kvcache/sparse_pipeline.h"
 #include "loader/weights.h"
 #include "parallel/cuda_tp_runner.h"
 #include "fixture_model.h"
@@ -246,4 +252,133 @@ TEST_CASE("TP on GPUs: sizes and GPU counts are checked first; a failing rank na
   auto ok = CreateCudaTpRunner(ck.config, o, h);
   REQUIRE(ok.ok());
   CHECK((*ok)->num_kv_slots() == 512 - 100 * (n - 1));
+}
+
+// Sparse KV under TP (docs/parallel.md §6): each rank's pipeline runs on its own KV heads
+// with its own device side (host store share, summaries, state) and its own streams; the
+// ranks share the plan. Teacher-forced from a dense greedy run of the same group: with K >=
+// the number of blocks the sparse steps pick the same tokens (a near-tie may flip one or
+// two) with log-probs within bf16 rounding; with a small K every rank keeps the per-head
+// fetch cap; every GPU and host slot comes back.
+TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and keeps the cap", "[gpu][tp][sparse]") {
+  const int n_ranks = TpSize();
+  Checkpoint ck = Open("qwen3-tiny");
+  auto tp = MakeTp(ck, n_ranks);
+  const ModelConfig& local = tp->model().config();
+  const int32_t hkv = static_cast<int32_t>(local.num_key_value_heads);
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> prompt(150);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (local.vocab_size - 3));
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const int steps = 40;
+  SampleRow greedy;
+  greedy.params.temperature = 0.0f;
+
+  // Dense greedy reference: ref[i] is the token at position n + i, lp[i] its log-prob.
+  std::vector<int32_t> ref;
+  std::vector<float> lp;
+  {
+    BlockAllocator alloc(kSlots);
+    HeadBlockTable table(hkv);
+    REQUIRE(table.Reserve(n, alloc).ok());
+    auto s = tp->ExecuteAndSample(
+        BuildHostForwardInput({StepSequence{&table, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence), {greedy});
+    ref.push_back(s[0].token);
+    lp.push_back(s[0].logprob);
+    for (int i = 0; i < steps; ++i) {
+      REQUIRE(table.Reserve(n + i + 1, alloc).ok());
+      s = tp->ExecuteAndSample(
+          BuildHostForwardInput({StepSequence{&table, n + i, {ref.back()}}}, LogitsFor::kLastTokenOfEachSequence),
+          {greedy});
+      ref.push_back(s[0].token);
+      lp.push_back(s[0].logprob);
+    }
+    table.Release(alloc);
+  }
+
+  std::vector<Backend*> backends(static_cast<size_t>(n_ranks));
+  std::vector<std::vector<LayerKvPool>*> pools(static_cast<size_t>(n_ranks));
+  tp->ForEachRank([&](int r, ModelRunner& rank) {
+    backends[static_cast<size_t>(r)] = &rank.backend();
+    pools[static_cast<size_t>(r)] = &rank.kv_pools();
+  });
+  for (int32_t k : {16, 4}) {
+    for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery}) {
+      DYNAMIC_SECTION("TP=" << n_ranks << " K " << k << " predictor " << SparsePredictorName(predictor)) {
+        SparseConfig cfg;
+        cfg.topk_blocks = k;
+        cfg.fetch_ratio = 0.25;
+        cfg.sparse_threshold = 64;
+        cfg.host_kv_gib = 0.004;
+        cfg.predictor = predictor;
+        cfg.max_sparse_seqs = 4;
+        cfg.max_seq_len = 512;
+        cfg.agreement_interval = 3;
+        BlockAllocator alloc(kSlots);
+        SparseKvManager manager(cfg, {local.num_hidden_layers, hkv, local.head_dim}, backends, alloc,
+                                [&](const std::function<void(int)>& fn) {
+                                  tp->ForEachRank([&](int r, ModelRunner&) { fn(r); });
+                                });
+        REQUIRE(manager.num_sides() == n_ranks);
+        std::vector<std::unique_ptr<SparseAttentionPipeline>> pipes(static_cast<size_t>(n_ranks));
+        tp->ForEachRank([&](int r, ModelRunner& rank) {
+          pipes[static_cast<size_t>(r)] = std::make_unique<SparseAttentionPipeline>(
+              manager, rank.backend(), rank.model().config().num_attention_heads, rank.sparse_stage_sync(), r);
+        });
+        std::vector<SparseAttentionPipeline*> pipe_ptrs;
+        for (auto& p : pipes) pipe_ptrs.push_back(p.get());
+        const int32_t host_total = manager.host_store().num_slots();
+        REQUIRE(manager.Reserve(1, n + steps + 2).ok());
+        HeadBlockTable table(hkv);
+        REQUIRE(table.Reserve(n, alloc).ok());
+        (void)tp->ExecuteAndSample(
+            BuildHostForwardInput({StepSequence{&table, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence), {greedy});
+        REQUIRE(manager
+                    .SwitchToSparse(1, table, n,
+                                    [&](int r) -> std::vector<LayerKvPool>& { return *pools[static_cast<size_t>(r)]; })
+                    .ok());
+        REQUIRE(manager.gpu_slots_held() == (k + 2) * hkv);
+        const bool draft = predictor == SparsePredictor::kDraft;
+        int flips = 0;
+        double worst_lp = 0;
+        for (int i = 0; i < steps; ++i) {
+          const auto u = static_cast<size_t>(i);
+          SparseStepPlan plan = manager.BuildStepPlan({{1, n + i, draft ? 2 : 1, nullptr}});
+          std::vector<int32_t> toks = {ref[u]};
+          if (draft) toks.push_back(ref[u + 1]);
+          const ForwardInput in = BuildHostForwardInput({StepSequence{nullptr, n + i, toks, &plan.slots[0]}},
+                                                        LogitsFor::kEveryToken);
+          const auto s = tp->ExecuteSparseStepRanks(in, std::vector<SampleRow>(toks.size(), greedy), nullptr,
+                                                    pipe_ptrs, plan);
+          REQUIRE(s.size() == toks.size());
+          if (s[0].token != ref[u + 1]) {
+            ++flips;
+          } else {
+            worst_lp = std::max(worst_lp, double(std::fabs(s[0].logprob - lp[u + 1])));
+          }
+        }
+        INFO("argmax flips " << flips << ", worst log-prob difference " << worst_lp);
+        if (k == 16) {  // 12 blocks at most: everything stays resident
+          CHECK(flips <= 2);
+          CHECK(worst_lp < 0.15);
+        }
+        std::vector<SparseMetrics> met(static_cast<size_t>(n_ranks));
+        tp->ForEachRank([&](int r, ModelRunner&) { met[static_cast<size_t>(r)] = pipes[static_cast<size_t>(r)]->CollectMetrics(); });
+        for (const SparseMetrics& m : met) {
+          CHECK(m.steps == steps);
+          for (const SparseLayerMetrics& l : m.layers) CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
+        }
+        if (k == 4) CHECK(met[0].Total().fetched > 0);
+        WARN("TP=" << n_ranks << " K " << k << " " << SparsePredictorName(predictor) << ": hit rate " << met[0].hit_rate()
+                   << ", flips " << flips << ", worst log-prob diff " << worst_lp);
+        CHECK(tp->sample_mismatches() == 0);
+        manager.Release(1);
+        table.Release(alloc);
+        CHECK(alloc.num_free() == kSlots);
+        CHECK(manager.host_store().num_free() == host_total);
+        CHECK(manager.gpu_slots_held() == 0);
+        tp->ForEachRank([&](int r, ModelRunner&) { pipes[static_cast<size_t>(r)].reset(); });
+      }
+    }
+  }
 }

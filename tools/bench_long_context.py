@@ -116,22 +116,35 @@ def roofline(s, mode, input_len, output_len, batch, topk, threshold, dtype_bytes
     Prefill is not counted, so measured output throughput (which includes it) sits below.
     PCIe: at most C = ceil(ratio·K) blocks per (request, layer, KV head) per step cross it; the
     measured bytes per step over 51 GB/s (DESIGN §5's gather) is reported beside (pcie_ms).
-    Qwen3-8B, 16K, B=48: dense ≈ 128 GB/step (≈ 30 ms), sparse ≈ 40 GB/step (≈ 9 ms)."""
+    Qwen3-8B, 16K, B=48: dense ≈ 128 GB/step (≈ 30 ms), sparse ≈ 40 GB/step (≈ 9 ms).
+    Tensor parallelism (s["tp"] > 1, from --tensor-parallel-size in the server flags): the bytes
+    of one GPU — layers and KV divided by tp, lm_head replicated, the draft head on rank 0."""
     c = input_len + output_len / 2.0
+    tp = s.get("tp", 1)
     kv = 2 * s["Hkv"] * s["D"] * dtype_bytes
+    kv_gpu = kv / tp  # each rank holds Hkv / tp heads
     w = weight_bytes(s, dtype_bytes)
+    lm_head = dtype_bytes * s["V"] * s["H"]
+    w_gpu = (w - lm_head) / tp + lm_head  # layers sharded, lm_head replicated (docs/parallel.md §1)
     if mode == "dense":
-        per_step = w + batch * c * s["L"] * kv
+        per_step = w_gpu + batch * c * s["L"] * kv_gpu
     else:
-        per_step = w + draft_weight_bytes(s, dtype_bytes) + batch * c * kv  # head weights + head KV
+        # The head and its KV live on rank 0, the slowest rank: its bytes bound the step.
+        per_step = w_gpu + draft_weight_bytes(s, dtype_bytes) + batch * c * kv  # head weights + head KV
         if c <= threshold:
-            per_step += batch * c * s["L"] * kv
+            per_step += batch * c * s["L"] * kv_gpu
         else:
             ws = min(c, (topk + 1) * BLOCK)
-            summaries = s["L"] * s["Hkv"] * math.ceil(c / BLOCK) * 2 * s["D"] * dtype_bytes
-            per_step += batch * (s["L"] * kv * ws + summaries)
+            summaries = s["L"] * s["Hkv"] / tp * math.ceil(c / BLOCK) * 2 * s["D"] * dtype_bytes
+            per_step += batch * (s["L"] * kv_gpu * ws + summaries)
     step_s = per_step / (hbm_gbps * 1e9)
     return {"bytes_per_step": per_step, "step_ms": step_s * 1e3, "tok_s": batch / step_s if batch else 0.0}
+
+
+def tensor_parallel_size(flags):
+    """--tensor-parallel-size N (or =N) among oasis-server flags; 1 when absent."""
+    m = re.search(r"--tensor-parallel-size(?:=|\s+)(\d+)", flags)
+    return int(m.group(1)) if m else 1
 
 
 # ---------------------------------------------------------------- server capacity
@@ -147,13 +160,14 @@ def max_concurrency(s, mode, input_len, output_len, topk, metrics, max_num_seqs)
     pool = metrics.get("oasis:num_kv_blocks")
     if not pool:
         return None, {}
-    per_req = s["Hkv"] * math.ceil((input_len + output_len + 1) / BLOCK)
+    # Pools and host stores are per rank over its Hkv / tp heads (their /metrics sizes are one rank's).
+    per_req = s["Hkv"] // s.get("tp", 1) * math.ceil((input_len + output_len + 1) / BLOCK)
     limits = {"gpu_kv_dense": int(pool // per_req), "max_num_seqs": max_num_seqs}
     if mode == "sparse":
         host = metrics.get("oasis:num_host_kv_blocks")
         if not host:
             return None, {}
-        working = (topk + 2) * s["Hkv"]
+        working = (topk + 2) * (s["Hkv"] // s.get("tp", 1))
         limits["gpu_kv_sparse"] = max(limits.pop("gpu_kv_dense"),
                                       1 + int((pool - per_req) // working) if pool >= per_req else 0)
         limits["host_kv"] = int(host // per_req)
@@ -594,6 +608,7 @@ class Driver:
         with open(a.model_config) as f:
             self.cfg = json.load(f)
         self.shape = shape_of(self.cfg, a.draft_vocab_size)
+        self.shape["tp"] = tensor_parallel_size(" ".join([a.server_args, a.dense_server_args, a.sparse_server_args]))
         self.vocab = a.vocab_size or self.cfg["vocab_size"]
         os.makedirs(os.path.join(a.out_dir, "runs"), exist_ok=True)
         self.model_dir = tempfile.mkdtemp(prefix="oasis-lc-model-")

@@ -273,6 +273,7 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
   const int steps = 40;
   SampleRow greedy;
   greedy.params.temperature = 0.0f;
+  greedy.num_top_logprobs = 1;  // (log-probs are computed for rows that ask for them)
 
   // Dense greedy reference: ref[i] is the token at position n + i, lp[i] its log-prob.
   std::vector<int32_t> ref;

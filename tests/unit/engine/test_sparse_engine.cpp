@@ -184,7 +184,8 @@ TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[e
 // the sparse manager (host store share, summaries, state) and its own pipeline, driven by the
 // TpModelRunner the GPUs use. Compared with the same TP runner decoding densely (the ranks'
 // float all-reduce makes TP differ from one rank in the last bits, so TP=1 is not the
-// reference here; tests/e2e/test_server_tp.sh compares with TP=1 within 1e-3).
+// reference here; tests/e2e/test_server_tp.sh compares with TP=1 within 1e-3). Predictors
+// previous-query, oracle and draft (reject, the fixture head), with and without a dense layer.
 TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP decoding and keeps the fetch cap",
           "[engine][sparse][parallel]") {
   const std::vector<EngineRequest> reqs = LongWorkload(10, 5);
@@ -206,25 +207,41 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
     int32_t k;
     double fetch_ratio;
     bool equal;  // K >= every request's blocks: sparse must equal dense
+    int32_t dense_layers = 0;
   };
   for (const Case& c : {Case{"previous-query, K 24", SparsePredictor::kPreviousQuery, 24, 0.05, true},
                         Case{"oracle, K 24", SparsePredictor::kOracle, 24, 0.05, true},
-                        Case{"previous-query, K 4, C 2", SparsePredictor::kPreviousQuery, 4, 0.5, false}}) {
+                        Case{"draft (reject, the fixture head on rank 0), K 24", SparsePredictor::kDraft, 24, 0.05, true},
+                        Case{"previous-query, K 24, 1 dense layer", SparsePredictor::kPreviousQuery, 24, 0.05, true, 1},
+                        Case{"previous-query, K 4, C 2", SparsePredictor::kPreviousQuery, 4, 0.5, false},
+                        Case{"draft, K 4, C 2", SparsePredictor::kDraft, 4, 0.5, false}}) {
     DYNAMIC_SECTION(c.name) {
       std::unique_ptr<TpModelRunner> runner = make();
       REQUIRE(runner->num_ranks() == 2);
+      // The draft head runs on one backend (the server puts it on rank 0's): the capture it
+      // reads is the target's residual stream, the same on every rank.
+      std::unique_ptr<Eagle3Head> head;
+      std::unique_ptr<DraftRunner> draft;
       EngineOptions opt;
-      opt.sparse = TinySparse(c.k, c.fetch_ratio, c.predictor);
+      if (c.predictor == SparsePredictor::kDraft) {
+        head = FixtureHead(tm);
+        // A pool as large in tokens as the ranks' (kSlots head-blocks of one local KV head each).
+        draft = std::make_unique<DraftRunner>(
+            *head, tm.backend,
+            DraftKvSlotsFor(kSlots, runner->model().config().num_key_value_heads, head->config().num_key_value_heads));
+        opt.lookahead = LookaheadMode::kReject;
+      }
+      opt.sparse = TinySparse(c.k, c.fetch_ratio, c.predictor, 4096, c.dense_layers);
       opt.sparse_metrics_interval = 5;
-      REQUIRE(Engine::CheckOptions(opt, *runner, nullptr).ok());
-      const SparseRun run = RunEngine(*runner, nullptr, opt, reqs);
+      REQUIRE(Engine::CheckOptions(opt, *runner, draft.get()).ok());
+      const SparseRun run = RunEngine(*runner, draft.get(), opt, reqs);
       if (c.equal) CheckSameOutputs(reqs, run.out, dense);
       for (const Collected& col : run.out) CHECK(col.error.ok());
       const EngineStats& st = run.stats;
       CHECK(st.sparse_switches_total >= 6);
       CHECK(st.sparse_steps_total > 20);
       // Both ranks' fetches: at most C per (sequence, layer, KV head) per step, 2 KV heads in all.
-      const int64_t cap = opt.sparse->max_fetch() * 2 * 3;
+      const int64_t cap = opt.sparse->max_fetch() * 2 * (3 - c.dense_layers);
       CHECK(st.sparse_blocks_fetched_total <= cap * st.sparse_seq_steps_total);
       if (!c.equal) CHECK(st.sparse_blocks_fetched_total > 0);
       if (c.equal) CHECK(st.sparse_hit_rate() > 0.9);
@@ -233,6 +250,7 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
       CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
       CHECK(st.num_sparse_requests == 0);
       CHECK(st.sparse_gpu_slots == 0);
+      if (draft) CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
     }
   }
 }

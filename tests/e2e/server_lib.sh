@@ -3,6 +3,9 @@
 # server's "listening on" line, waits for /health, and stops it (SIGTERM) on exit.
 #   start_server <log file> [flags...]   sets SERVER_PID, PORT, BASE (and GRPC_PORT with --grpc-port)
 #   stop_server                          SIGTERM, wait; fails the test if the exit status is not 0
+#   metric <name>                        a metric's value from /metrics (labels ignored)
+#   wait_metric <name> <condition on v>  polls briefly until the condition holds (prints the value)
+#   ids <n> <seed>                       a JSON list of n pseudo-random token ids in [3, 503)
 SERVER_PID=""
 start_server() {
   local log=$1
@@ -37,3 +40,17 @@ stop_server() {
   if [[ $rc != 0 ]]; then echo "FAILED: server exited with $rc after SIGTERM"; return 1; fi
   echo "ok: server shut down cleanly on SIGTERM"
 }
+
+metric() { curl -s "$BASE/metrics" | sed -n "s/^$1{[^}]*} \(.*\)$/\1/p"; }
+# The engine publishes counters after the step that finished the last request: poll briefly.
+wait_metric() {
+  local v
+  for _ in $(seq 1 100); do
+    v=$(metric "$1")
+    [[ -n $v ]] && [[ $(python3 -c "v=float('$v'); print($2)") == True ]] && { echo "$v"; return 0; }
+    sleep 0.05
+  done
+  echo "${v:-missing}"
+  return 1
+}
+ids() { python3 -c "import sys; n,s=int(sys.argv[1]),int(sys.argv[2]); print([(i*s*7919+s)%500+3 for i in range(n)])" "$1" "$2"; }

@@ -19,20 +19,6 @@ fail=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 3000 && echo; fail=1; }
 post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
-metric() { curl -s "$BASE/metrics" | sed -n "s/^$1{[^}]*} \(.*\)$/\1/p"; }
-# wait_metric <name> <python condition over v>: the engine publishes counters after the step
-# that finished the last request, so poll briefly.
-wait_metric() {
-  local v
-  for _ in $(seq 1 100); do
-    v=$(metric "$1")
-    [[ -n $v ]] && [[ $(python3 -c "v=float('$v'); print($2)") == True ]] && { echo "$v"; return 0; }
-    sleep 0.05
-  done
-  echo "${v:-missing}"
-  return 1
-}
-ids() { python3 -c "import sys; n,s=int(sys.argv[1]),int(sys.argv[2]); print([(i*s*7919+s)%500+3 for i in range(n)])" "$1" "$2"; }
 
 # A fetched block is one layer's K and V of one head-block: 2 x 16 x 16 x 4 bytes = 2048.
 # Long prompts (token ids) of different lengths: 100..300 tokens + up to 60 new ones, so they

@@ -84,20 +84,6 @@ else
 fi
 
 # Sparse KV under TP: long prompts (token ids) past the threshold of 64 at once or while decoding.
-ids() { python3 -c "import sys; n,s=int(sys.argv[1]),int(sys.argv[2]); print([(i*s*7919+s)%500+3 for i in range(n)])" "$1" "$2"; }
-metric() { curl -s "$BASE/metrics" | sed -n "s/^$1{[^}]*} \(.*\)$/\1/p"; }
-# wait_metric <name> <python condition over v>: counters are published after the step that
-# finished the last request, so poll briefly.
-wait_metric() {
-  local v
-  for _ in $(seq 1 100); do
-    v=$(metric "$1")
-    [[ -n $v ]] && [[ $(python3 -c "v=float('$v'); print($2)") == True ]] && { echo "$v"; return 0; }
-    sleep 0.05
-  done
-  echo "${v:-missing}"
-  return 1
-}
 BODIES=(
   "{\"prompt\": $(ids 180 1), \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true, \"logprobs\": 2}"
   "{\"prompt\": $(ids 300 2), \"max_tokens\": 50, \"temperature\": 0, \"ignore_eos\": true}"

@@ -174,17 +174,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
     per_rank[static_cast<size_t>(r)] = pipelines_[static_cast<size_t>(r)]->CollectMetrics();
   });
   SparseMetrics m = per_rank[0];
-  for (size_t r = 1; r < per_rank.size(); ++r) {
-    const SparseMetrics& o = per_rank[r];
-    for (size_t l = 0; l < m.layers.size() && l < o.layers.size(); ++l) {
-      m.layers[l].hits += o.layers[l].hits;
-      m.layers[l].misses += o.layers[l].misses;
-      m.layers[l].fetched += o.layers[l].fetched;
-      m.layers[l].agree_overlap += o.layers[l].agree_overlap;
-      m.layers[l].agree_total += o.layers[l].agree_total;
-    }
-    m.transfer_wait_seconds = std::max(m.transfer_wait_seconds, o.transfer_wait_seconds);
-  }
+  for (size_t r = 1; r < per_rank.size(); ++r) m.MergeRank(per_rank[r]);
   const SparseLayerMetrics total = m.Total();
   stats.sparse_steps_total += m.steps;
   stats.sparse_seq_steps_total += m.sparse_seq_steps;

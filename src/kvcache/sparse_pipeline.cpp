@@ -33,6 +33,18 @@ double SparseMetrics::fetched_per_step() const {
   return steps == 0 ? 0.0 : static_cast<double>(Total().fetched) / static_cast<double>(steps);
 }
 
+void SparseMetrics::MergeRank(const SparseMetrics& other) {
+  if (layers.size() < other.layers.size()) layers.resize(other.layers.size());
+  for (size_t l = 0; l < other.layers.size(); ++l) {
+    layers[l].hits += other.layers[l].hits;
+    layers[l].misses += other.layers[l].misses;
+    layers[l].fetched += other.layers[l].fetched;
+    layers[l].agree_overlap += other.layers[l].agree_overlap;
+    layers[l].agree_total += other.layers[l].agree_total;
+  }
+  transfer_wait_seconds = std::max(transfer_wait_seconds, other.transfer_wait_seconds);
+}
+
 double SparseMetrics::h2d_bytes_per_step() const { return fetched_per_step() * static_cast<double>(bytes_per_block); }
 
 SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backend& backend, int64_t num_q_heads,

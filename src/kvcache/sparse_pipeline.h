@@ -71,6 +71,9 @@ struct SparseMetrics {
   double transfer_wait_seconds = 0;
 
   SparseLayerMetrics Total() const;
+  // Adds another rank's counters over its own KV heads (tensor parallelism): per-layer counts
+  // add up; steps are the same on every rank; the transfer wait is the longest.
+  void MergeRank(const SparseMetrics& other);
   double hit_rate() const;         // hits / (hits + misses)
   double agreement() const;        // agree_overlap / agree_total
   double fetched_per_step() const;  // blocks fetched per step, all requests, layers and heads

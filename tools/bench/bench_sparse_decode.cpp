@@ -13,6 +13,8 @@
 //   bench_sparse_decode ... --transfers both --steps 20
 //   bench_sparse_decode ... --no-graphs --timeline      (when each stream worked on each layer)
 //   bench_sparse_decode --backend cpu --config models/embedded/config.json --batch 2 --context 512 --topk 4
+//   bench_sparse_decode ... --tensor-parallel-size 2   (a rank per GPU: each its own KV heads, host store
+//                                                      share, pipeline; roofline per GPU, PCIe per rank's link)
 //
 // The KV content does not change a step's cost, so the pools are filled with noise instead of
 // prefilling; each sequence is switched to sparse on its own (only one dense KV is ever on
@@ -23,11 +25,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "parallel/cpu_tp_runner.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "engine/batch_builder.h"
@@ -43,6 +47,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph_runner.h"
 #include "backend/cuda/cuda_sparse_sync.h"
+#include "parallel/cuda_tp_runner.h"
 #endif
 
 using namespace oasis;
@@ -65,17 +70,21 @@ double Median(std::vector<double> v) {
 // Bytes one decode step must read from HBM: every weight but the input embedding (tied: the
 // lm_head, read once) + per sparse request, layer and KV head its resident blocks (K working
 // + the local block, K and V) + the summaries (min and max keys) of every block it scores.
-double HbmBytesPerStep(const ModelConfig& c, int64_t batch, int64_t context, int32_t k) {
+// Under tensor parallelism (tp > 1) one GPU's share: the layers' weights, the KV and the
+// summaries divided by tp, lm_head (replicated) whole.
+double HbmBytesPerStep(const ModelConfig& c, int64_t batch, int64_t context, int32_t k, int64_t tp = 1) {
   double weights = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(c)) {
     if (w.name == "model.embed_tokens.weight" && !c.tie_word_embeddings) continue;
-    weights += 2.0 * static_cast<double>(w.numel());
+    const bool replicated = w.name == "lm_head.weight" || w.name == "model.embed_tokens.weight";
+    weights += 2.0 * static_cast<double>(w.numel()) / (replicated ? 1.0 : static_cast<double>(tp));
   }
   const double kv_token = 2.0 * static_cast<double>(c.num_key_value_heads * c.head_dim) * 2.0;  // K+V, bf16
   const double resident = std::min<double>(static_cast<double>(context), (k + 1.0) * kBlockSize);
   const double blocks = std::ceil(static_cast<double>(context) / kBlockSize);
   const double summaries = static_cast<double>(c.num_key_value_heads) * blocks * 2.0 * c.head_dim * 2.0;
-  return weights + static_cast<double>(batch) * c.num_hidden_layers * (kv_token * resident + summaries);
+  return weights + static_cast<double>(batch) * c.num_hidden_layers * (kv_token * resident + summaries) /
+                       static_cast<double>(tp);
 }
 
 #if defined(OASIS_HAVE_CUDA)
@@ -127,7 +136,7 @@ Status PrintTimeline(SparseStageSync* sync, StepFn step) {
 Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json", backend_name = "cuda";
   std::string transfers = "on", predictor_name = "draft";
-  int64_t batch = 32, context = 16384, steps = 20, warmup = 5, topk = 128, threads = 0;
+  int64_t batch = 32, context = 16384, steps = 20, warmup = 5, topk = 128, threads = 0, tp_size = 1;
   double fetch_ratio = 0.05;
   bool no_graphs = false, timeline = false;
   FlagParser flags("bench_sparse_decode: one sparse decode step of a whole model against its byte roofline");
@@ -145,6 +154,8 @@ Status Run(int argc, char** argv) {
   flags.AddBool("timeline", &timeline,
                 "CUDA, with --no-graphs: one more step with timing events per stage and layer, printed");
   flags.AddInt("threads", &threads, "CPU backend threads (0 = hardware)");
+  flags.AddInt("tensor-parallel-size", &tp_size,
+               "ranks (GPUs 0..N-1, or CPU ranks as threads): each its own KV heads, host store share and pipeline");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
@@ -154,6 +165,8 @@ Status Run(int argc, char** argv) {
   if (context < 2 * kBlockSize) return InvalidArgument("--context must be at least 32 tokens");
   if (steps < 1 || warmup < 0) return InvalidArgument("--steps must be positive and --warmup not negative");
   if (timeline && (!no_graphs || backend_name != "cuda")) return InvalidArgument("--timeline needs --backend cuda --no-graphs");
+  if (tp_size < 1 || tp_size > 64) return InvalidArgument("--tensor-parallel-size must be 1 to 64");
+  if (timeline && tp_size > 1) return InvalidArgument("--timeline runs on one GPU (--tensor-parallel-size 1)");
   if (transfers != "on" && transfers != "off" && transfers != "both") {
     return InvalidArgument("--transfers must be on, off or both");
   }
@@ -167,36 +180,64 @@ Status Run(int argc, char** argv) {
   const int64_t passes = transfers == "both" ? 2 : 1;
   const int64_t max_len = context + passes * (warmup + steps) + 2;
 
-  // Backend, dummy model, runner.
+  // Backend, dummy model, runner (or a tensor-parallel group of them).
+  OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(config, static_cast<int>(tp_size)));
+  const int32_t hkv_local = static_cast<int32_t>(hkv / tp_size);
+  // One dense sequence at a time, plus every sparse request's working set and tails.
+  const int64_t slots = HeadBlockTable::SlotsFor(context, hkv_local) + batch * (topk + 4) * hkv_local + 64;
   std::unique_ptr<Backend> backend;
-  if (backend_name == "cpu") {
-    backend = std::make_unique<CpuBackend>(static_cast<int>(threads));
-  } else if (backend_name == "cuda") {
+  std::unique_ptr<DecoderLM> model;
+  std::unique_ptr<ModelRunner> runner;
+  if (backend_name != "cpu" && backend_name != "cuda") return InvalidArgument("--backend must be cuda or cpu");
+#if !defined(OASIS_HAVE_CUDA)
+  if (backend_name == "cuda") return FailedPrecondition("this build has no CUDA backend (use --backend cpu)");
+#endif
+  if (tp_size > 1) {
+    const auto dummy_shard = [&](Backend& b, const TensorParallel& tp) { return DecoderLM::CreateDummy(config, b, 1, tp); };
+    if (backend_name == "cpu") {
+      OASIS_ASSIGN_OR_RETURN(runner, CreateCpuTpRunner(config,
+                                                       {.size = static_cast<int>(tp_size),
+                                                        .threads_per_rank = static_cast<int>(threads / tp_size),
+                                                        .num_kv_slots = slots},
+                                                       dummy_shard));
+    }
 #if defined(OASIS_HAVE_CUDA)
-    OASIS_ASSIGN_OR_RETURN(auto cuda, CudaBackend::Create());
-    backend = std::move(cuda);
-#else
-    return FailedPrecondition("this build has no CUDA backend (use --backend cpu)");
+    if (backend_name == "cuda") {
+      CudaTpOptions o;
+      o.size = static_cast<int>(tp_size);
+      o.graph.max_batch = batch;
+      o.graph.max_context = max_len + 16;
+      o.graph.enabled = !no_graphs;
+      o.graph.sparse_graphs = !no_graphs;
+      CudaTpHooks h;
+      h.load_shard = [&](CudaBackend& b, const TensorParallel& tp) { return dummy_shard(b, tp); };
+      h.kv_slots = [&](int, CudaBackend&, DecoderLM&) -> StatusOr<int64_t> { return slots; };
+      OASIS_ASSIGN_OR_RETURN(runner, CreateCudaTpRunner(config, o, h));
+    }
 #endif
   } else {
-    return InvalidArgument("--backend must be cuda or cpu");
-  }
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model, DecoderLM::CreateDummy(config, *backend, 1));
-  // One dense sequence at a time, plus every sparse request's working set and tails.
-  const int64_t slots = HeadBlockTable::SlotsFor(context, hkv) + batch * (topk + 4) * hkv + 64;
-  std::unique_ptr<ModelRunner> runner;
+    if (backend_name == "cpu") backend = std::make_unique<CpuBackend>(static_cast<int>(threads));
 #if defined(OASIS_HAVE_CUDA)
-  if (backend_name == "cuda") {
-    CudaGraphOptions go;
-    go.num_kv_slots = slots;
-    go.max_batch = batch;
-    go.max_context = max_len + 16;
-    go.enabled = !no_graphs;
-    go.sparse_graphs = !no_graphs;
-    OASIS_ASSIGN_OR_RETURN(runner, CudaGraphRunner::Create(*model, *static_cast<CudaBackend*>(backend.get()), go));
-  }
+    if (backend_name == "cuda") {
+      OASIS_ASSIGN_OR_RETURN(auto cuda, CudaBackend::Create());
+      backend = std::move(cuda);
+    }
 #endif
-  if (runner == nullptr) runner = std::make_unique<ModelRunner>(*model, *backend, slots);
+    OASIS_ASSIGN_OR_RETURN(model, DecoderLM::CreateDummy(config, *backend, 1));
+#if defined(OASIS_HAVE_CUDA)
+    if (backend_name == "cuda") {
+      CudaGraphOptions go;
+      go.num_kv_slots = slots;
+      go.max_batch = batch;
+      go.max_context = max_len + 16;
+      go.enabled = !no_graphs;
+      go.sparse_graphs = !no_graphs;
+      OASIS_ASSIGN_OR_RETURN(runner, CudaGraphRunner::Create(*model, *static_cast<CudaBackend*>(backend.get()), go));
+    }
+#endif
+    if (runner == nullptr) runner = std::make_unique<ModelRunner>(*model, *backend, slots);
+  }
+  Backend& backend0 = runner->backend();
 
   // The sparse pieces, the host store sized for exactly these requests.
   SparseConfig cfg;
@@ -208,30 +249,63 @@ Status Run(int argc, char** argv) {
   cfg.sparse_threshold = kBlockSize;
   // K + V of one head-block in the backend's KV dtype (bf16 on the GPU, float32 on the CPU).
   const double block_bytes =
-      2.0 * kBlockSize * static_cast<double>(config.head_dim) * static_cast<double>(DTypeSize(backend->activation_dtype()));
+      2.0 * kBlockSize * static_cast<double>(config.head_dim) * static_cast<double>(DTypeSize(backend0.activation_dtype()));
   const double host_bytes = static_cast<double>(batch) * hkv * std::ceil(static_cast<double>(max_len) / kBlockSize) *
                             static_cast<double>(config.num_hidden_layers) * block_bytes;
   cfg.host_kv_gib = host_bytes * 1.01 / (1024.0 * 1024.0 * 1024.0) + 0.001;
   OASIS_RETURN_IF_ERROR(cfg.Validate(config.num_hidden_layers));
   BlockAllocator allocator(static_cast<int32_t>(slots));
   const auto t_host = std::chrono::steady_clock::now();
+  // One device side and one pipeline per rank, each on its rank's thread (a single runner is its
+  // own rank 0); the host store is split among the ranks.
+  const auto n_ranks = static_cast<size_t>(runner->num_ranks());
+  std::vector<Backend*> backends(n_ranks);
+  std::vector<std::vector<LayerKvPool>*> pools(n_ranks);
+  runner->ForEachRank([&](int r, ModelRunner& rank) {
+    backends[static_cast<size_t>(r)] = &rank.backend();
+    pools[static_cast<size_t>(r)] = &rank.kv_pools();
+  });
   auto manager = std::make_unique<SparseKvManager>(
-      cfg, SparseModelShape{config.num_hidden_layers, hkv, config.head_dim}, *backend, allocator);
-  SparseAttentionPipeline pipeline(*manager, *backend, config.num_attention_heads, runner->sparse_stage_sync());
-  std::printf("host KV store: %.2f GiB pinned in %.1f s\n", cfg.host_kv_gib,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_host).count());
+      cfg, SparseModelShape{config.num_hidden_layers, hkv_local, config.head_dim}, backends, allocator,
+      [&](const std::function<void(int)>& fn) { runner->ForEachRank([&](int r, ModelRunner&) { fn(r); }, true); });
+  std::vector<std::unique_ptr<SparseAttentionPipeline>> pipelines(n_ranks);
+  runner->ForEachRank([&](int r, ModelRunner& rank) {
+    pipelines[static_cast<size_t>(r)] = std::make_unique<SparseAttentionPipeline>(
+        *manager, rank.backend(), rank.model().config().num_attention_heads, rank.sparse_stage_sync(), r);
+  });
+  struct PipelinesOnRanks {  // destroyed on their ranks' threads, before the manager
+    ModelRunner& runner;
+    std::vector<std::unique_ptr<SparseAttentionPipeline>>& p;
+    ~PipelinesOnRanks() { runner.ForEachRank([&](int r, ModelRunner&) { p[static_cast<size_t>(r)].reset(); }, true); }
+  } pipelines_guard{*runner, pipelines};
+  std::vector<SparseAttentionPipeline*> pipeline_ptrs;
+  for (auto& p : pipelines) pipeline_ptrs.push_back(p.get());
+  const auto collect = [&] {
+    std::vector<SparseMetrics> per_rank(n_ranks);
+    runner->ForEachRank([&](int r, ModelRunner&) {
+      per_rank[static_cast<size_t>(r)] = pipelines[static_cast<size_t>(r)]->CollectMetrics();
+    });
+    for (size_t r = 1; r < n_ranks; ++r) per_rank[0].MergeRank(per_rank[r]);
+    return per_rank[0];
+  };
+  std::printf("host KV store: %.2f GiB pinned in %.1f s%s\n", cfg.host_kv_gib,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_host).count(),
+              n_ranks > 1 ? " (split over the ranks)" : "");
 
   // Noise KV, then each sequence switched to sparse from its own dense table.
-  for (LayerKvPool& pool : runner->kv_pools()) {
-    backend->FillNormal(pool.k, 11, 1.0f);
-    backend->FillNormal(pool.v, 12, 1.0f);
-  }
+  runner->ForEachRank([&](int r, ModelRunner& rank) {
+    for (LayerKvPool& pool : rank.kv_pools()) {
+      rank.backend().FillNormal(pool.k, 11 + 2 * static_cast<uint64_t>(r), 1.0f);
+      rank.backend().FillNormal(pool.v, 12 + 2 * static_cast<uint64_t>(r), 1.0f);
+    }
+  });
   for (int64_t s = 0; s < batch; ++s) {
     const uint64_t id = static_cast<uint64_t>(s + 1);
     OASIS_RETURN_IF_ERROR(manager->Reserve(id, max_len));
-    HeadBlockTable table(hkv);
+    HeadBlockTable table(hkv_local);
     OASIS_RETURN_IF_ERROR(table.Reserve(context, allocator));
-    OASIS_RETURN_IF_ERROR(manager->SwitchToSparse(id, table, context, runner->kv_pools()));
+    OASIS_RETURN_IF_ERROR(manager->SwitchToSparse(
+        id, table, context, [&](int r) -> std::vector<LayerKvPool>& { return *pools[static_cast<size_t>(r)]; }));
     table.Release(allocator);  // (empty: the manager took its slots over)
   }
 
@@ -262,7 +336,7 @@ Status Run(int argc, char** argv) {
       const ForwardInput in =
           BuildLookaheadTargetInput(seqs, std::vector<int64_t>(static_cast<size_t>(batch), draft ? 1 : 0), false);
       const auto t1 = std::chrono::steady_clock::now();
-      std::vector<SampleResult> out = runner->ExecuteSparseStep(in, rows, nullptr, pipeline, plan);
+      std::vector<SampleResult> out = runner->ExecuteSparseStepRanks(in, rows, nullptr, pipeline_ptrs, plan);
       const auto t2 = std::chrono::steady_clock::now();
       if (out.size() != rows.size()) return Internal("the runner returned a wrong number of samples");
       for (size_t s = 0; s < out.size(); ++s) last[s] = out[s].token;
@@ -280,7 +354,7 @@ Status Run(int argc, char** argv) {
     return Status::Ok();
   };
 
-  const double hbm = HbmBytesPerStep(config, batch, context, cfg.topk_blocks);
+  const double hbm = HbmBytesPerStep(config, batch, context, cfg.topk_blocks, tp_size);
   const double hbm_ms = hbm / (kReadCeilingGBs * 1e9) * 1e3;
   std::printf("bench_sparse_decode: %s, %lld x %lld tokens, K %d, C %d, predictor %s, %s\n", backend_name.c_str(),
               static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks, cfg.max_fetch(),
@@ -293,12 +367,12 @@ Status Run(int argc, char** argv) {
     if (transfers != "both" && transfers != mode) continue;
     manager->SetTransfers(mode == "on");
     OASIS_RETURN_IF_ERROR(run_steps(warmup, false, nullptr));
-    pipeline.CollectMetrics();  // (resets the counters)
+    (void)collect();  // (resets the counters)
     Timing t;
     OASIS_RETURN_IF_ERROR(run_steps(steps, true, &t));
-    t.metrics = pipeline.CollectMetrics();
-    const double pcie = t.metrics.h2d_bytes_per_step();
-    const double pcie_ms = pcie / (kPcieCeilingGBs * 1e9) * 1e3;
+    t.metrics = collect();
+    const double pcie = t.metrics.h2d_bytes_per_step();  // all ranks; each rank's over its own link
+    const double pcie_ms = pcie / static_cast<double>(n_ranks) / (kPcieCeilingGBs * 1e9) * 1e3;
     const double floor_ms = std::max(hbm_ms, pcie_ms);
     std::printf("transfers %-3s: step median %.3f ms (min %.3f; host plan %.3f ms), hit rate %.3f, %.0f blocks "
                 "(%.1f MB) fetched per step = %.1f GB/s over the step; step end waited %.3f ms for the side streams\n",
@@ -314,10 +388,12 @@ Status Run(int argc, char** argv) {
   if (timeline) OASIS_RETURN_IF_ERROR(PrintTimeline(runner->sparse_stage_sync(), [&] { return run_steps(1, false, nullptr); }));
 #endif
   const Timing& first = results.front().second;
-  const double pcie_ms = first.metrics.h2d_bytes_per_step() / (kPcieCeilingGBs * 1e9) * 1e3;
-  std::printf("RESULT sparse_decode b%lldx%lld K%d C%d %s: step %.3f ms, floor %.3f ms (HBM %.3f, PCIe %.3f), "
+  const double pcie_ms =
+      first.metrics.h2d_bytes_per_step() / static_cast<double>(n_ranks) / (kPcieCeilingGBs * 1e9) * 1e3;
+  std::printf("RESULT sparse_decode b%lldx%lld K%d C%d%s %s: step %.3f ms, floor %.3f ms (HBM %.3f, PCIe %.3f), "
               "ratio %.2f (target <= 1.25)",
               static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks, cfg.max_fetch(),
+              n_ranks > 1 ? (" tp=" + std::to_string(n_ranks)).c_str() : "",
               results.front().first == "on" ? "transfers on" : "transfers off", first.median_ms,
               std::max(hbm_ms, pcie_ms), hbm_ms, pcie_ms, first.median_ms / std::max(hbm_ms, pcie_ms));
   if (results.size() == 2) {

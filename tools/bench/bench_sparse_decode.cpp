@@ -267,7 +267,7 @@ Status Run(int argc, char** argv) {
   });
   auto manager = std::make_unique<SparseKvManager>(
       cfg, SparseModelShape{config.num_hidden_layers, hkv_local, config.head_dim}, backends, allocator,
-      [&](const std::function<void(int)>& fn) { runner->ForEachRank([&](int r, ModelRunner&) { fn(r); }, true); });
+      [&](const std::function<void(int)>& fn) { runner->ForEachRank([&](int r, ModelRunner&) { fn(r); }); });
   std::vector<std::unique_ptr<SparseAttentionPipeline>> pipelines(n_ranks);
   runner->ForEachRank([&](int r, ModelRunner& rank) {
     pipelines[static_cast<size_t>(r)] = std::make_unique<SparseAttentionPipeline>(

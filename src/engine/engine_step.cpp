@@ -112,7 +112,8 @@ void Engine::Impl::Step() {
     if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
     if (sparse_step) {
       samples = runner.ExecuteSparseStepRanks(input, rows, draft != nullptr ? &capture : nullptr,
-                                              sparse->pipelines(), sparse_plan);
+                                              sparse->pipelines(), sparse_plan,
+                                              draft != nullptr ? std::function<void()>(prepare_head) : nullptr);
     } else if (draft != nullptr) {
       samples = runner.ExecuteSampleAndCapture(input, rows, capture, prepare_head);
     } else {

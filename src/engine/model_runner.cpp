@@ -40,7 +40,8 @@ std::vector<SampleResult> ModelRunner::ExecuteSampleAndCapture(const ForwardInpu
 
 std::vector<SampleResult> ModelRunner::ExecuteSparseStep(const ForwardInput& host_input,
                                                          const std::vector<SampleRow>& rows, ResidualCapture* capture,
-                                                         SparseAttentionPipeline& pipeline, const SparseStepPlan& plan) {
+                                                         SparseAttentionPipeline& pipeline, const SparseStepPlan& plan,
+                                                         const std::function<void()>& while_running) {
   if (capture != nullptr) AllocateCapture(*capture, host_input.token_ids.numel());
   const ForwardInput in = UploadForwardInput(backend_, host_input);
   pipeline.BeginStep(plan, in.attention, in.slot_mapping);
@@ -52,6 +53,7 @@ std::vector<SampleResult> ModelRunner::ExecuteSparseStep(const ForwardInput& hos
     throw;
   }
   pipeline.EndStep();  // device backends: the pipeline's side streams rejoin here
+  if (while_running) while_running();
   return SampleLogits(logits, rows);
 }
 
@@ -59,9 +61,10 @@ std::vector<SampleResult> ModelRunner::ExecuteSparseStepRanks(const ForwardInput
                                                               const std::vector<SampleRow>& rows,
                                                               ResidualCapture* capture,
                                                               const std::vector<SparseAttentionPipeline*>& pipelines,
-                                                              const SparseStepPlan& plan) {
+                                                              const SparseStepPlan& plan,
+                                                              const std::function<void()>& while_running) {
   OASIS_CHECK(!pipelines.empty() && pipelines[0] != nullptr) << "a sparse step needs its pipeline";
-  return ExecuteSparseStep(host_input, rows, capture, *pipelines[0], plan);
+  return ExecuteSparseStep(host_input, rows, capture, *pipelines[0], plan, while_running);
 }
 
 void ModelRunner::ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool) { fn(0, *this); }

@@ -61,17 +61,20 @@ class ModelRunner {
   // ExecuteSampleAndCapture), calls pipeline.EndStep() (also when the forward pass throws)
   // and samples as ExecuteAndSample. The plain runner does all of it eagerly, which is
   // correct on every backend; a CUDA graph runner may override it (the hook inside the
-  // captured forward; R-row sparse state has fixed shapes).
+  // captured forward; R-row sparse state has fixed shapes). `while_running` as in
+  // ExecuteSampleAndCapture: called once the step is enqueued, before waiting for the samples.
   virtual std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
                                                       ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                                      const SparseStepPlan& plan);
+                                                      const SparseStepPlan& plan,
+                                                      const std::function<void()>& while_running = {});
   // The same step with one pipeline per rank (pipelines[r] over the sparse manager's device
   // side r; tensor parallelism, docs/parallel.md §6). A single-rank runner takes pipelines[0].
   virtual std::vector<SampleResult> ExecuteSparseStepRanks(const ForwardInput& host_input,
                                                            const std::vector<SampleRow>& rows,
                                                            ResidualCapture* capture,
                                                            const std::vector<SparseAttentionPipeline*>& pipelines,
-                                                           const SparseStepPlan& plan);
+                                                           const SparseStepPlan& plan,
+                                                           const std::function<void()>& while_running = {});
   // Tensor parallelism: the number of ranks, and fn(r, rank r's own runner) on every rank,
   // each where that rank's backend may be used (its worker thread, its device current);
   // returns when all have returned. A single runner is its own rank 0 and runs fn inline.

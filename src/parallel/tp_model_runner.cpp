@@ -200,7 +200,7 @@ std::vector<SampleResult> TpModelRunner::ExecuteSampleAndCapture(const ForwardIn
 
 std::vector<SampleResult> TpModelRunner::ExecuteSparseStep(const ForwardInput&, const std::vector<SampleRow>&,
                                                            ResidualCapture*, SparseAttentionPipeline&,
-                                                           const SparseStepPlan&) {
+                                                           const SparseStepPlan&, const std::function<void()>&) {
   throw std::logic_error(
       "TpModelRunner::ExecuteSparseStep: a sparse step under tensor parallelism needs one pipeline per rank "
       "(ExecuteSparseStepRanks)");
@@ -210,7 +210,8 @@ std::vector<SampleResult> TpModelRunner::ExecuteSparseStepRanks(const ForwardInp
                                                                 const std::vector<SampleRow>& rows,
                                                                 ResidualCapture* capture,
                                                                 const std::vector<SparseAttentionPipeline*>& pipelines,
-                                                                const SparseStepPlan& plan) {
+                                                                const SparseStepPlan& plan,
+                                                                const std::function<void()>& while_running) {
   if (pipelines.size() != ranks_.size()) {
     throw std::invalid_argument("tensor-parallel sparse step: " + std::to_string(pipelines.size()) +
                                 " pipelines for " + std::to_string(ranks_.size()) + " ranks");
@@ -222,11 +223,15 @@ std::vector<SampleResult> TpModelRunner::ExecuteSparseStepRanks(const ForwardInp
     for (size_t r = 1; r < captures_.size(); ++r) captures_[r].layer_ids = capture->layer_ids;
   }
   std::vector<std::vector<SampleResult>> out(ranks_.size());
-  RunStep(in, [&](int r, const ForwardInput& local) {
-    const auto i = static_cast<size_t>(r);
-    ResidualCapture* mine = capture == nullptr ? nullptr : (r == 0 ? capture : &captures_[i]);
-    out[i] = ranks_[i]->runner().ExecuteSparseStep(local, rows, mine, *pipelines[i], plan);
-  });
+  RunStep(
+      in,
+      [&](int r, const ForwardInput& local) {
+        const auto i = static_cast<size_t>(r);
+        ResidualCapture* mine = capture == nullptr ? nullptr : (r == 0 ? capture : &captures_[i]);
+        out[i] = ranks_[i]->runner().ExecuteSparseStep(local, rows, mine, *pipelines[i], plan,
+                                                       [this, r] { group_->MarkEnqueued(r); });
+      },
+      while_running);
   CompareSamples(out);
   return std::move(out[0]);
 }

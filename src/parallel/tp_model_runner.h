@@ -88,13 +88,16 @@ class TpModelRunner final : public ModelRunner {
   // One pipeline serves one rank: throws std::logic_error (use ExecuteSparseStepRanks).
   std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
                                               ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan) override;
+                                              const SparseStepPlan& plan,
+                                              const std::function<void()>& while_running = {}) override;
   // Every rank runs the same plan on its own runner with pipelines[r] (its device side, its
   // local KV heads: no communication beyond the forward pass's all-reduces); rank 0's samples.
+  // `while_running` runs on the calling thread once every rank has enqueued its step.
   std::vector<SampleResult> ExecuteSparseStepRanks(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
                                                    ResidualCapture* capture,
                                                    const std::vector<SparseAttentionPipeline*>& pipelines,
-                                                   const SparseStepPlan& plan) override;
+                                                   const SparseStepPlan& plan,
+                                                   const std::function<void()>& while_running = {}) override;
   int num_ranks() const override { return size(); }
   void ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool teardown = false) override;
   SparseStageSync* sparse_stage_sync() override { return nullptr; }

@@ -285,13 +285,14 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput&
                                                              const std::vector<SampleRow>& rows,
                                                              ResidualCapture* capture,
                                                              SparseAttentionPipeline& pipeline,
-                                                             const SparseStepPlan& plan) {
+                                                             const SparseStepPlan& plan,
+                                                             const std::function<void()>& while_running) {
   std::optional<GraphKey> key;
   if (options_.sparse_graphs && plan.num_sparse > 0 && !plan.measure_agreement &&
       pipeline.manager().config().predictor != SparsePredictor::kOracle && pipeline.stage_sync() == &sparse_sync_) {
     key = KeyFor(host_input, capture != nullptr ? &capture->layer_ids : nullptr);
   }
-  if (!key) return ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan);
+  if (!key) return ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan, while_running);
   key->sparse = &pipeline;
   key->sparse_transfers = pipeline.manager().config().transfers;
   // Fixed addresses for every bucket before the first capture (never grown afterwards).
@@ -302,6 +303,7 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput&
   if (it == graphs_.end()) it = graphs_.emplace(*key, Capture(*key, &pipeline)).first;
   OASIS_CUDA_CHECK(cudaGraphLaunch(it->second.exec, cuda_.stream()));
   if (capture != nullptr) capture->out = it->second.capture;
+  if (while_running) while_running();  // the graph is enqueued: host work overlaps it
   std::vector<SampleResult> samples = SampleLogits(it->second.logits, rows);  // (synchronises)
   sparse_sync_.StepDone();
   return samples;

@@ -62,7 +62,8 @@ class CudaGraphRunner final : public ModelRunner {
   // measure agreement and the oracle predictor stay eager.
   std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
                                               ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan) override;
+                                              const SparseStepPlan& plan,
+                                              const std::function<void()>& while_running = {}) override;
   SparseStageSync* sparse_stage_sync() override { return &sparse_sync_; }
 
   // Number of graphs captured so far (one per bucket used).

@@ -50,7 +50,8 @@ class RecordingRunner final : public ModelRunner {
                                               const std::vector<SampleRow>& rows,
                                               ResidualCapture* capture,
                                               SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan) override {
+                                              const SparseStepPlan& plan,
+                                              const std::function<void()>& while_running = {}) override {
     if (log.throw_at_step == log.sparse_steps) {
       ++log.sparse_steps;
       throw std::runtime_error("injected sparse step failure");
@@ -61,7 +62,7 @@ class RecordingRunner final : public ModelRunner {
     std::vector<Tensor> before;
     for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l)
       before.push_back(st.layer(l).ws_blocks.Clone());
-    auto out = ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan);
+    auto out = ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan, while_running);
     ++log.sparse_steps;
     const int64_t S = plan.seq_rows.numel();
     if (plan.num_sparse < S) ++log.mixed_steps;

@@ -298,4 +298,50 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
   return t;
 }
 
+Status CheckTicketForDecode(const HandoffTicket& t, const DecodeSideModel& m) {
+  const auto mismatch = [](const std::string& what, uint64_t ticket, uint64_t model) {
+    return InvalidArgument("handoff ticket for this model: " + what + " differs (ticket " + std::to_string(ticket) +
+                           ", model " + std::to_string(model) + ")");
+  };
+  const StagedKvGeometry& g = t.geometry;
+  const StagedKvGeometry& e = m.geometry;
+  if (g.num_layers != e.num_layers) return mismatch("staged layers", g.num_layers, e.num_layers);
+  if (g.num_kv_heads != e.num_kv_heads) return mismatch("KV heads", g.num_kv_heads, e.num_kv_heads);
+  if (g.head_dim != e.head_dim) return mismatch("head_dim", g.head_dim, e.head_dim);
+  if (g.dtype_bytes != e.dtype_bytes) return mismatch("dtype bytes", g.dtype_bytes, e.dtype_bytes);
+  if (g.draft_kv_heads != e.draft_kv_heads) return mismatch("draft head KV heads", g.draft_kv_heads, e.draft_kv_heads);
+  if (g.draft_kv_heads > 0 && g.draft_head_dim != e.draft_head_dim) {
+    return mismatch("draft head_dim", g.draft_head_dim, e.draft_head_dim);
+  }
+  if (m.pool_id != 0 && t.pool_id != m.pool_id) return mismatch("staging pool id", t.pool_id, m.pool_id);
+  for (size_t i = 0; i < t.tokens.size(); ++i) {
+    if (m.vocab_size != 0 && t.tokens[i] >= m.vocab_size) {
+      static constexpr const char* kNames[] = {"x1", "x2", "draft x3"};
+      return InvalidArgument("handoff ticket for this model: token " + std::string(kNames[i < 3 ? i : 2]) + " = " +
+                             std::to_string(t.tokens[i]) + " is outside the vocabulary of " +
+                             std::to_string(m.vocab_size));
+    }
+  }
+  if (m.max_context != 0 && uint64_t{t.prompt_length} + 2 > m.max_context) {
+    return InvalidArgument("handoff ticket for this model: a prompt of " + std::to_string(t.prompt_length) +
+                           " tokens leaves no room to decode in a context of " + std::to_string(m.max_context));
+  }
+  const auto tail = static_cast<uint16_t>(g.num_blocks - 1);
+  const uint64_t max_list = m.topk_blocks == 0 ? UINT64_MAX : 2ull * m.topk_blocks + 1;
+  for (size_t i = 0; i < t.admission.size(); ++i) {
+    const auto& list = t.admission[i];
+    const std::string where = "(layer " + std::to_string(i / g.num_kv_heads) + ", KV head " +
+                              std::to_string(i % g.num_kv_heads) + ")";
+    if (std::find(list.begin(), list.end(), tail) == list.end()) {
+      return InvalidArgument("handoff ticket for this model: the admission list of " + where +
+                             " lacks the tail block " + std::to_string(tail));
+    }
+    if (list.size() > max_list) {
+      return InvalidArgument("handoff ticket for this model: the admission list of " + where + " holds " +
+                             std::to_string(list.size()) + " blocks, more than 2K + 1 = " + std::to_string(max_list));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace oasis::disagg

@@ -75,4 +75,23 @@ inline uint32_t TicketTokenCount(const StagedKvGeometry& g) { return g.draft_kv_
 std::string EncodeHandoffTicket(const HandoffTicket& t);
 StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes);
 
+// What a decode instance serves, to check a parsed ticket against before it reads anything
+// (ParseHandoffTicket only checks the ticket against itself).
+struct DecodeSideModel {
+  StagedKvGeometry geometry;    // num_blocks ignored: staged layers, this rank's KV heads,
+                                // head_dim, dtype, and the draft head's KV (0 heads: none)
+  uint32_t vocab_size = 0;      // the target's: x1, x2 and x̂3 must be below it
+  uint32_t max_context = 0;     // positions must stay below it (the engine's context length)
+  uint32_t topk_blocks = 0;     // K: an admission list holds at most 2K + 1 blocks (the union
+                                // of the x1 and x̂2 top-K sets plus the tail); 0 = unchecked
+  uint64_t pool_id = 0;         // the staging pool's id from its descriptor; 0 = unchecked
+};
+
+// Ok, or kInvalidArgument naming the first mismatch ("handoff ticket for this model: ...,
+// ticket X, model Y"): the geometry (each field), the pool id, tokens outside the vocabulary,
+// a context of P + 2 tokens that does not fit (x2 decodes at P + 1 and writes its KV there),
+// and admission lists that lack the tail block (nb − 1, where x1's KV went) or are larger
+// than 2K + 1.
+Status CheckTicketForDecode(const HandoffTicket& t, const DecodeSideModel& m);
+
 }  // namespace oasis::disagg

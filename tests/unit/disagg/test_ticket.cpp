@@ -297,6 +297,83 @@ TEST_CASE("handoff ticket: geometry mismatches rejected", "[disagg][ticket]") {
 #ifdef OASIS_TICKET_CORPUS_DIR
 // The fuzzer's seeds are FixedTicket(false/true) with its selector-free bytes. With
 // OASIS_WRITE_TICKET_SEEDS=1 the test (re)writes them; otherwise it checks they are current.
+TEST_CASE("handoff ticket: checked against the decode side's model", "[disagg][ticket]") {
+  for (bool draft : {false, true}) {
+    DYNAMIC_SECTION((draft ? "with" : "without") << " a staged draft head") {
+      HandoffTicket t = FixedTicket(draft);
+      t.admission = {{0, 2}, {2}, {1, 0, 2}, {2}};  // every list holds the tail block (2)
+      DecodeSideModel m;
+      m.geometry = t.geometry;
+      m.geometry.num_blocks = 0;  // (ignored: the prompt decides it)
+      m.vocab_size = 2000;
+      m.max_context = 64;
+      m.topk_blocks = 1;  // lists of at most 3
+      m.pool_id = t.pool_id;
+      REQUIRE(CheckTicketForDecode(t, m).ok());
+      REQUIRE(CheckTicketForDecode(t, DecodeSideModel{.geometry = m.geometry}).ok());  // the rest unchecked
+
+      const auto rejects = [&](const HandoffTicket& bad, const DecodeSideModel& model, const std::string& needle) {
+        const Status st = CheckTicketForDecode(bad, model);
+        INFO("expecting a rejection naming \"" << needle << "\"");
+        REQUIRE_FALSE(st.ok());
+        CHECK(st.code() == StatusCode::kInvalidArgument);
+        CHECK_THAT(st.message(), Catch::StartsWith("handoff ticket for this model: "));
+        CHECK_THAT(st.message(), Catch::Contains(needle));
+      };
+      const std::vector<std::pair<uint32_t StagedKvGeometry::*, std::string>> fields = {
+          {&StagedKvGeometry::num_layers, "staged layers"},
+          {&StagedKvGeometry::num_kv_heads, "KV heads"},
+          {&StagedKvGeometry::head_dim, "head_dim"},
+          {&StagedKvGeometry::dtype_bytes, "dtype bytes"},
+          {&StagedKvGeometry::draft_kv_heads, "draft head KV heads"}};
+      for (const auto& [field, name] : fields) {
+        DecodeSideModel other = m;
+        other.geometry.*field += 1;
+        rejects(t, other, name + " differs (ticket " + std::to_string(t.geometry.*field));
+      }
+      DecodeSideModel other_draft_dim = m;
+      other_draft_dim.geometry.draft_head_dim += 64;
+      if (draft) {
+        rejects(t, other_draft_dim, "draft head_dim differs");
+      } else {
+        CHECK(CheckTicketForDecode(t, other_draft_dim).ok());  // no draft staged: not compared
+      }
+      DecodeSideModel other_pool = m;
+      other_pool.pool_id = t.pool_id + 1;
+      rejects(t, other_pool, "staging pool id differs");
+
+      for (size_t i = 0; i < t.tokens.size(); ++i) {
+        HandoffTicket bad = t;
+        bad.tokens[i] = 2000;
+        rejects(bad, m, std::string(i == 0 ? "token x1" : i == 1 ? "token x2" : "token draft x3") +
+                            " = 2000 is outside the vocabulary of 2000");
+      }
+      DecodeSideModel short_context = m;
+      short_context.max_context = t.prompt_length + 1;
+      rejects(t, short_context, "a prompt of 40 tokens leaves no room to decode in a context of 41");
+      short_context.max_context = t.prompt_length + 2;
+      CHECK(CheckTicketForDecode(t, short_context).ok());
+
+      HandoffTicket no_tail = t;
+      no_tail.admission[3] = {0, 1};
+      rejects(no_tail, m, "the admission list of (layer 1, KV head 1) lacks the tail block 2");
+      DecodeSideModel small_k = m;
+      small_k.max_context = 128;
+      small_k.topk_blocks = 0;  // unchecked
+      HandoffTicket longer = t;
+      longer.prompt_length = 100;  // 7 blocks
+      longer.position = 101;
+      longer.geometry.num_blocks = 7;
+      longer.admission = {{6}, {6}, {0, 1, 2, 3, 4, 5, 6}, {6}};
+      CHECK(CheckTicketForDecode(longer, small_k).ok());
+      small_k.topk_blocks = 3;  // at most 7
+      CHECK(CheckTicketForDecode(longer, small_k).ok());
+      small_k.topk_blocks = 2;  // at most 5
+      rejects(longer, small_k, "the admission list of (layer 1, KV head 0) holds 7 blocks, more than 2K + 1 = 5");
+    }
+  }
+}
+
 TEST_CASE("handoff ticket: the fuzzer's seed corpus is current", "[disagg][ticket]") {
   for (bool draft : {false, true}) {
     const std::string path =

@@ -1,7 +1,8 @@
 // libFuzzer target: the handoff ticket (src/disagg/ticket.h) on arbitrary bytes — what a
 // decode node parses from the router's /internal/decode body. A rejection must carry a
 // message; a successful parse must satisfy the documented invariants and re-encode to
-// exactly the input. Seeds (tests/fuzz/corpus/disagg_ticket/) are kept current by
+// exactly the input; the decode side's check of it (CheckTicketForDecode) must answer with a
+// message and reject another geometry. Seeds (tests/fuzz/corpus/disagg_ticket/) are kept current by
 // test_disagg_wire.
 #include <cstddef>
 #include <cstdint>
@@ -36,5 +37,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   if (EncodeHandoffTicket(*t) != bytes) __builtin_trap();
+  // The decode side's check of a parsed ticket: against its own geometry it may only reject
+  // what the model bounds (a small vocabulary and context, K 1) or a missing tail block,
+  // always with a message; against another geometry it must reject.
+  DecodeSideModel m{.geometry = g, .vocab_size = 1000, .max_context = 4096, .topk_blocks = 1, .pool_id = t->pool_id};
+  const oasis::Status same = CheckTicketForDecode(*t, m);
+  if (!same.ok() && same.message().empty()) __builtin_trap();
+  m.geometry.head_dim += 1;
+  if (CheckTicketForDecode(*t, m).ok()) __builtin_trap();
   return 0;
 }

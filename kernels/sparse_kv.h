@@ -64,9 +64,12 @@ struct SelectBlocksParams {
 inline constexpr int kSelectMaxK = 1024;
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream);
 
+// CTAs of the UVA gather as the CUDA backend launches it (CudaBackend::GatherCtas; each thread
+// keeps several 16-byte host reads in flight, so a few CTAs fill PCIe).
+inline constexpr int kDefaultGatherCtas = 32;
 // Copies whole head-blocks (K and V): dst[dst_slots[i]] = src[src_slots[i]] where both >= 0.
-// Either side may be mapped pinned host memory (the UVA gather: each CTA copies whole blocks
-// with 16-byte loads; `max_ctas` bounds the grid, DESIGN.md §5 measured 32–64 as enough).
+// Either side may be mapped pinned host memory (the UVA gather: a grid-stride loop over
+// 16-byte items, several in flight per thread; `max_ctas` bounds the grid).
 cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [src slots, 16, head_dim]
                              const int32_t* src_slots,                               // [n]
                              __nv_bfloat16* dst_k, __nv_bfloat16* dst_v,             // [dst slots, 16, head_dim]

@@ -17,21 +17,14 @@ SparseModelShape ShapeOf(ModelRunner& runner) {
   return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
 }
 
-std::vector<Backend*> RankBackends(ModelRunner& runner) {
-  std::vector<Backend*> backends(static_cast<size_t>(runner.num_ranks()), nullptr);
-  runner.ForEachRank([&](int r, ModelRunner& rank) { backends.at(static_cast<size_t>(r)) = &rank.backend(); });
-  return backends;
-}
-
 }  // namespace
 
 SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                                BlockAllocator& allocator, int64_t metrics_interval)
     : runner_(runner),
-      manager_(config, ShapeOf(runner), RankBackends(runner), allocator,
-               [this](const std::function<void(int)>& fn) {
-                 runner_.ForEachRank([&](int r, ModelRunner&) { fn(r); }, tearing_down_);
-               }),
+      manager_(config, ShapeOf(runner), RankBackends(runner), allocator, RankSideRunner(runner, &tearing_down_)),
+      rank_pools_(RankKvPools(runner)),
+      pipelines_(runner, manager_),
       metrics_interval_(std::max<int64_t>(1, metrics_interval)),
       threshold_(config.sparse_threshold),
       max_seq_len_(config.max_seq_len),
@@ -39,16 +32,6 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       host_slots_(manager_.host_store().num_slots()),
       bytes_per_host_slot_(static_cast<int64_t>(manager_.host_store().bytes_per_slot())),
       num_sides_(manager_.num_sides()) {
-  const auto n = static_cast<size_t>(runner.num_ranks());
-  rank_pools_.resize(n, nullptr);
-  pipelines_.resize(n);
-  runner.ForEachRank([&](int r, ModelRunner& rank) {
-    const auto i = static_cast<size_t>(r);
-    rank_pools_[i] = &rank.kv_pools();
-    pipelines_[i] = std::make_unique<SparseAttentionPipeline>(
-        manager_, rank.backend(), rank.model().config().num_attention_heads, rank.sparse_stage_sync(), r);
-  });
-  for (const auto& p : pipelines_) pipeline_ptrs_.push_back(p.get());
   spdlog::info(
       "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
       "{} dense layers, host store {} head-blocks ({:.2f} GiB{}), {} sparse rows",
@@ -59,9 +42,9 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
 }
 
 SparseDecoding::~SparseDecoding() {
-  // Each rank's pipeline (and, in ~SparseKvManager, its device side) on the rank's own thread.
+  // The pipelines (~RankPipelines) and then the device sides (~SparseKvManager) go on their
+  // ranks' threads, also on a failed group.
   tearing_down_ = true;
-  runner_.ForEachRank([&](int r, ModelRunner&) { pipelines_[static_cast<size_t>(r)].reset(); }, true);
 }
 
 Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
@@ -169,12 +152,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;
   steps_uncollected_ = 0;
   // Each rank's counters (its own KV heads), summed; steps are the same on every rank.
-  std::vector<SparseMetrics> per_rank(pipelines_.size());
-  runner_.ForEachRank([&](int r, ModelRunner&) {
-    per_rank[static_cast<size_t>(r)] = pipelines_[static_cast<size_t>(r)]->CollectMetrics();
-  });
-  SparseMetrics m = per_rank[0];
-  for (size_t r = 1; r < per_rank.size(); ++r) m.MergeRank(per_rank[r]);
+  const SparseMetrics m = pipelines_.Collect();
   const SparseLayerMetrics total = m.Total();
   stats.sparse_steps_total += m.steps;
   stats.sparse_seq_steps_total += m.sparse_seq_steps;

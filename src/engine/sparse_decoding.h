@@ -34,6 +34,7 @@
 #include "kvcache/sparse_config.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
+#include "engine/sparse_ranks.h"
 #include "oasis/status.h"
 
 namespace oasis {
@@ -52,8 +53,8 @@ class SparseDecoding final : public SequenceKvHooks {
   const SparseConfig& config() const { return manager_.config(); }
   SparseKvManager& manager() { return manager_; }
   // Rank 0's pipeline; pipelines(): one per rank.
-  SparseAttentionPipeline& pipeline() { return *pipelines_[0]; }
-  const std::vector<SparseAttentionPipeline*>& pipelines() const { return pipeline_ptrs_; }
+  SparseAttentionPipeline& pipeline() { return pipelines_[0]; }
+  const std::vector<SparseAttentionPipeline*>& pipelines() const { return pipelines_.get(); }
 
   // Submit time: ResourceExhausted naming the numbers when a request that may reach
   // `max_total_tokens` tokens can never fit the host KV store. Thread-safe.
@@ -88,8 +89,7 @@ class SparseDecoding final : public SequenceKvHooks {
   bool tearing_down_ = false;  // (before manager_: its side runner reads it)
   SparseKvManager manager_;
   std::vector<std::vector<LayerKvPool>*> rank_pools_;  // each rank's KV pools
-  std::vector<std::unique_ptr<SparseAttentionPipeline>> pipelines_;
-  std::vector<SparseAttentionPipeline*> pipeline_ptrs_;
+  RankPipelines pipelines_;                            // (after manager_: destroyed first)
   int64_t metrics_interval_;
   // Fixed at construction (CheckFits reads them from any thread).
   int64_t threshold_, max_seq_len_, num_kv_heads_, host_slots_, bytes_per_host_slot_;

@@ -1,5 +1,6 @@
-// Helpers for GPU tests: random bf16-exact inputs, host<->device bf16 copies, and a
-// comparison with abs + rel tolerance that reports the worst element.
+// Helpers for GPU tests: random bf16-exact inputs, host<->device bf16 copies, a comparison
+// with abs + rel tolerance that reports the worst element, and the small sparse-KV setting and
+// random prompts of the sparse decoding tests.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "kvcache/sparse_config.h"
+#include "oasis/model_config.h"
 #include "oasis/tensor.h"
 
 namespace oasis::testing {
@@ -57,6 +60,31 @@ inline void ExpectClose(const Tensor& got, const Tensor& want, double atol, doub
   INFO("worst element " << worst_i << ": got " << (worst_i >= 0 ? got.data<float>()[worst_i] : 0.f) << " want "
                         << (worst_i >= 0 ? want.data<float>()[worst_i] : 0.f));
   CHECK(worst_i == -1);
+}
+
+// `n` random token ids (a fresh seed each run).
+inline std::vector<int32_t> RandomPrompt(const ModelConfig& c, int64_t n) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size) - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (int32_t& t : prompt) t = tok(rng);
+  return prompt;
+}
+
+// The sparse settings of the sparse decoding tests: K blocks, a quarter of them fetched per
+// step at most, switching past 64 tokens, 4 rows, contexts up to 512; agreement measured every
+// `agreement` steps (those run eagerly).
+inline SparseConfig SmallSparseConfig(int32_t k, SparsePredictor predictor, int32_t agreement) {
+  SparseConfig cfg;
+  cfg.topk_blocks = k;
+  cfg.fetch_ratio = 0.25;
+  cfg.sparse_threshold = 64;
+  cfg.host_kv_gib = 0.004;
+  cfg.predictor = predictor;
+  cfg.max_sparse_seqs = 4;
+  cfg.max_seq_len = 512;
+  cfg.agreement_interval = agreement;
+  return cfg;
 }
 
 }  // namespace oasis::testing

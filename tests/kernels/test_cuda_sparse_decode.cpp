@@ -22,9 +22,12 @@
 #include "kvcache/sparse_pipeline.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
+#include "gpu_test_util.h"
 #include "test_support.h"
 
 using namespace oasis;
+using testing::RandomPrompt;
+using testing::SmallSparseConfig;
 
 namespace {
 
@@ -71,31 +74,6 @@ struct TinyGpuModel {
     lm = std::move(*m);
   }
 };
-
-// `n` random token ids (a fresh seed each run).
-std::vector<int32_t> RandomPrompt(const ModelConfig& c, int64_t n) {
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(c.vocab_size) - 1);
-  std::vector<int32_t> prompt(static_cast<size_t>(n));
-  for (int32_t& t : prompt) t = tok(rng);
-  return prompt;
-}
-
-// The sparse settings of these tests: K blocks, a quarter of them fetched per step at most,
-// switching past 64 tokens, 4 rows, contexts up to 512; agreement measured every `agreement`
-// steps (those run eagerly).
-SparseConfig SmallSparseConfig(int32_t k, SparsePredictor predictor, int32_t agreement) {
-  SparseConfig cfg;
-  cfg.topk_blocks = k;
-  cfg.fetch_ratio = 0.25;
-  cfg.sparse_threshold = 64;
-  cfg.host_kv_gib = 0.004;
-  cfg.predictor = predictor;
-  cfg.max_sparse_seqs = 4;
-  cfg.max_seq_len = 512;
-  cfg.agreement_interval = agreement;
-  return cfg;
-}
 
 }  // namespace
 

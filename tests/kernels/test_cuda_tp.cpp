@@ -10,21 +10,18 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <functional>
-#include <memory>
-#include <random>
 
 #include "backend/cuda/cuda_graph_runner.h"
 #include "common/cuda_rt.h"
 #include "engine/batch_builder.h"
 #include "engine/generator.h"
+#include "engine/sparse_ranks.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
-#include "kvcache/sparse_kv_manager.h"
-#include "kvcache/sparse_pipeline.h"
 #include "loader/weights.h"
 #include "parallel/cuda_tp_runner.h"
 #include "fixture_model.h"
+#include "gpu_test_util.h"
 #include "test_support.h"
 
 using namespace oasis;
@@ -266,9 +263,7 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
   auto tp = MakeTp(ck, n_ranks);
   const ModelConfig& local = tp->model().config();
   const int32_t hkv = static_cast<int32_t>(local.num_key_value_heads);
-  std::mt19937 rng(std::random_device{}());
-  std::vector<int32_t> prompt(150);
-  for (int32_t& t : prompt) t = static_cast<int32_t>(3 + rng() % (local.vocab_size - 3));
+  const std::vector<int32_t> prompt = testing::RandomPrompt(local, 150);
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int steps = 40;
   SampleRow greedy;
@@ -297,37 +292,16 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
     table.Release(alloc);
   }
 
-  std::vector<Backend*> backends(static_cast<size_t>(n_ranks));
-  std::vector<std::vector<LayerKvPool>*> pools(static_cast<size_t>(n_ranks));
-  tp->ForEachRank([&](int r, ModelRunner& rank) {
-    backends[static_cast<size_t>(r)] = &rank.backend();
-    pools[static_cast<size_t>(r)] = &rank.kv_pools();
-  });
+  const std::vector<std::vector<LayerKvPool>*> pools = RankKvPools(*tp);
   for (int32_t k : {16, 4}) {
     for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery}) {
       DYNAMIC_SECTION("TP=" << n_ranks << " K " << k << " predictor " << SparsePredictorName(predictor)) {
-        SparseConfig cfg;
-        cfg.topk_blocks = k;
-        cfg.fetch_ratio = 0.25;
-        cfg.sparse_threshold = 64;
-        cfg.host_kv_gib = 0.004;
-        cfg.predictor = predictor;
-        cfg.max_sparse_seqs = 4;
-        cfg.max_seq_len = 512;
-        cfg.agreement_interval = 3;
+        const SparseConfig cfg = testing::SmallSparseConfig(k, predictor, 3);
         BlockAllocator alloc(kSlots);
-        SparseKvManager manager(cfg, {local.num_hidden_layers, hkv, local.head_dim}, backends, alloc,
-                                [&](const std::function<void(int)>& fn) {
-                                  tp->ForEachRank([&](int r, ModelRunner&) { fn(r); });
-                                });
+        SparseKvManager manager(cfg, {local.num_hidden_layers, hkv, local.head_dim}, RankBackends(*tp), alloc,
+                                RankSideRunner(*tp));
         REQUIRE(manager.num_sides() == n_ranks);
-        std::vector<std::unique_ptr<SparseAttentionPipeline>> pipes(static_cast<size_t>(n_ranks));
-        tp->ForEachRank([&](int r, ModelRunner& rank) {
-          pipes[static_cast<size_t>(r)] = std::make_unique<SparseAttentionPipeline>(
-              manager, rank.backend(), rank.model().config().num_attention_heads, rank.sparse_stage_sync(), r);
-        });
-        std::vector<SparseAttentionPipeline*> pipe_ptrs;
-        for (auto& p : pipes) pipe_ptrs.push_back(p.get());
+        RankPipelines pipes(*tp, manager);  // (after the manager: destroyed first, on the ranks)
         const int32_t host_total = manager.host_store().num_slots();
         REQUIRE(manager.Reserve(1, n + steps + 2).ok());
         HeadBlockTable table(hkv);
@@ -350,7 +324,7 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
           const ForwardInput in = BuildHostForwardInput({StepSequence{nullptr, n + i, toks, &plan.slots[0]}},
                                                         LogitsFor::kEveryToken);
           const auto s = tp->ExecuteSparseStepRanks(in, std::vector<SampleRow>(toks.size(), greedy), nullptr,
-                                                    pipe_ptrs, plan);
+                                                    pipes.get(), plan);
           REQUIRE(s.size() == toks.size());
           if (s[0].token != ref[u + 1]) {
             ++flips;
@@ -363,8 +337,7 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
           CHECK(flips <= 2);
           CHECK(worst_lp < 0.15);
         }
-        std::vector<SparseMetrics> met(static_cast<size_t>(n_ranks));
-        tp->ForEachRank([&](int r, ModelRunner&) { met[static_cast<size_t>(r)] = pipes[static_cast<size_t>(r)]->CollectMetrics(); });
+        const std::vector<SparseMetrics> met = pipes.CollectEach();
         for (const SparseMetrics& m : met) {
           CHECK(m.steps == steps);
           for (const SparseLayerMetrics& l : m.layers) CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
@@ -378,7 +351,6 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
         CHECK(alloc.num_free() == kSlots);
         CHECK(manager.host_store().num_free() == host_total);
         CHECK(manager.gpu_slots_held() == 0);
-        tp->ForEachRank([&](int r, ModelRunner&) { pipes[static_cast<size_t>(r)].reset(); });
       }
     }
   }

@@ -25,7 +25,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +36,7 @@
 #include "engine/batch_builder.h"
 #include "engine/lookahead.h"
 #include "engine/model_runner.h"
+#include "engine/sparse_ranks.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/sparse_kv_manager.h"
@@ -259,35 +259,11 @@ Status Run(int argc, char** argv) {
   // One device side and one pipeline per rank, each on its rank's thread (a single runner is its
   // own rank 0); the host store is split among the ranks.
   const auto n_ranks = static_cast<size_t>(runner->num_ranks());
-  std::vector<Backend*> backends(n_ranks);
-  std::vector<std::vector<LayerKvPool>*> pools(n_ranks);
-  runner->ForEachRank([&](int r, ModelRunner& rank) {
-    backends[static_cast<size_t>(r)] = &rank.backend();
-    pools[static_cast<size_t>(r)] = &rank.kv_pools();
-  });
+  const std::vector<std::vector<LayerKvPool>*> pools = RankKvPools(*runner);
   auto manager = std::make_unique<SparseKvManager>(
-      cfg, SparseModelShape{config.num_hidden_layers, hkv_local, config.head_dim}, backends, allocator,
-      [&](const std::function<void(int)>& fn) { runner->ForEachRank([&](int r, ModelRunner&) { fn(r); }); });
-  std::vector<std::unique_ptr<SparseAttentionPipeline>> pipelines(n_ranks);
-  runner->ForEachRank([&](int r, ModelRunner& rank) {
-    pipelines[static_cast<size_t>(r)] = std::make_unique<SparseAttentionPipeline>(
-        *manager, rank.backend(), rank.model().config().num_attention_heads, rank.sparse_stage_sync(), r);
-  });
-  struct PipelinesOnRanks {  // destroyed on their ranks' threads, before the manager
-    ModelRunner& runner;
-    std::vector<std::unique_ptr<SparseAttentionPipeline>>& p;
-    ~PipelinesOnRanks() { runner.ForEachRank([&](int r, ModelRunner&) { p[static_cast<size_t>(r)].reset(); }, true); }
-  } pipelines_guard{*runner, pipelines};
-  std::vector<SparseAttentionPipeline*> pipeline_ptrs;
-  for (auto& p : pipelines) pipeline_ptrs.push_back(p.get());
-  const auto collect = [&] {
-    std::vector<SparseMetrics> per_rank(n_ranks);
-    runner->ForEachRank([&](int r, ModelRunner&) {
-      per_rank[static_cast<size_t>(r)] = pipelines[static_cast<size_t>(r)]->CollectMetrics();
-    });
-    for (size_t r = 1; r < n_ranks; ++r) per_rank[0].MergeRank(per_rank[r]);
-    return per_rank[0];
-  };
+      cfg, SparseModelShape{config.num_hidden_layers, hkv_local, config.head_dim}, RankBackends(*runner), allocator,
+      RankSideRunner(*runner));
+  RankPipelines pipelines(*runner, *manager);  // (after the manager: destroyed first)
   std::printf("host KV store: %.2f GiB pinned in %.1f s%s\n", cfg.host_kv_gib,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_host).count(),
               n_ranks > 1 ? " (split over the ranks)" : "");
@@ -336,7 +312,7 @@ Status Run(int argc, char** argv) {
       const ForwardInput in =
           BuildLookaheadTargetInput(seqs, std::vector<int64_t>(static_cast<size_t>(batch), draft ? 1 : 0), false);
       const auto t1 = std::chrono::steady_clock::now();
-      std::vector<SampleResult> out = runner->ExecuteSparseStepRanks(in, rows, nullptr, pipeline_ptrs, plan);
+      std::vector<SampleResult> out = runner->ExecuteSparseStepRanks(in, rows, nullptr, pipelines.get(), plan);
       const auto t2 = std::chrono::steady_clock::now();
       if (out.size() != rows.size()) return Internal("the runner returned a wrong number of samples");
       for (size_t s = 0; s < out.size(); ++s) last[s] = out[s].token;
@@ -367,10 +343,10 @@ Status Run(int argc, char** argv) {
     if (transfers != "both" && transfers != mode) continue;
     manager->SetTransfers(mode == "on");
     OASIS_RETURN_IF_ERROR(run_steps(warmup, false, nullptr));
-    (void)collect();  // (resets the counters)
+    (void)pipelines.Collect();  // (resets the counters)
     Timing t;
     OASIS_RETURN_IF_ERROR(run_steps(steps, true, &t));
-    t.metrics = collect();
+    t.metrics = pipelines.Collect();
     const double pcie = t.metrics.h2d_bytes_per_step();  // all ranks; each rank's over its own link
     const double pcie_ms = pcie / static_cast<double>(n_ranks) / (kPcieCeilingGBs * 1e9) * 1e3;
     const double floor_ms = std::max(hbm_ms, pcie_ms);

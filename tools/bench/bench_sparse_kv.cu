@@ -421,7 +421,7 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   // As CudaBackend::CopyBlocks launches it (CudaBackend::kDefaultGatherCtas, or OASIS_GATHER_CTAS).
   const int kGatherCtas = [] {
     const char* v = std::getenv("OASIS_GATHER_CTAS");
-    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 32;
+    return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : k::kDefaultGatherCtas;
   }();
   cudaStream_t s = timer.stream;
   std::mt19937 rng(8002);

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "kernels/rope.h"
+#include "kernels/sparse_kv.h"
 #include "common/cuda_rt.h"
 
 namespace oasis {
@@ -101,7 +102,7 @@ class CudaBackend final : public Backend {
                     Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src, Tensor& fetch_dst,
                     Tensor& resident_slots, Tensor& num_resident, Tensor& stats) override;
   // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas.
-  static constexpr int kDefaultGatherCtas = 32;
+  static constexpr int kDefaultGatherCtas = kernels::kDefaultGatherCtas;
   static int GatherCtas();
   void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                   const Tensor& dst_slots) override;

@@ -1,13 +1,20 @@
 // Catch2 main of the UCX tests: when UCX cannot initialise on this machine (no usable
-// transport, a sandbox without sockets), every test exits 77 — CTest reports it as skipped —
-// with the reason, instead of failing. Listing the tests (CTest discovery) needs no UCX.
+// transport, a sandbox without sockets) every test exits 77 — CTest reports it as skipped —
+// with the reason, instead of failing. Built with OASIS_DISAGG_NETNS (the network-namespace
+// tests) it also skips when a namespace joined by veth cannot be made here (not root, no
+// iproute2, a container without the permission). Listing the tests (CTest discovery) needs
+// neither.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "disagg/ucx.h"
+#if defined(OASIS_DISAGG_NETNS)
+#include "netns_pair.h"
+#endif
 
 int main(int argc, char** argv) {
   bool listing = false;
@@ -23,6 +30,14 @@ int main(int argc, char** argv) {
                    status.ToString().c_str());
       return 77;
     }
+#if defined(OASIS_DISAGG_NETNS)
+    std::string why;
+    if (oasis::disagg::testing::NetnsPair::Create(&why) == nullptr) {
+      std::fprintf(stderr, "SKIPPED: cannot make a network namespace joined by veth: %s\n",
+                   why.c_str());
+      return 77;
+    }
+#endif
   }
   return Catch::Session().run(argc, argv);
 }

@@ -31,6 +31,9 @@ BENCHMARKS=(
   "bench_lookahead|--batch 64 --context 4096 --tokens 128"
   "bench_lookahead|--batch 1 --context 128 --tokens 128 --repeat"
   "bench_lookahead|--head-only --batch 64 --context 4096 --tokens 20"
+  "bench_disagg_fetch|.bundle/bin/disagg_peer --tls default --batch 512 --seconds 2"
+  "bench_disagg_fetch|.bundle/bin/disagg_peer --tls default --batch 512 --seconds 2 --spin-us 100000"
+  "bench_disagg_fetch|.bundle/bin/disagg_peer --tls tcp --batch 4096 --seconds 2 --spin-us 100000"
 )
 PEERS=(
   "tools/bench/bench_transformers.py --prefill 8192"
@@ -42,9 +45,14 @@ PEERS=(
 if [[ ${1:-} == --bundle ]]; then
   exes=()
   for t in "${GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
-  for b in "${BENCHMARKS[@]}"; do exes+=("build/tools/bench/${b%%|*}"); done
+  for b in "${BENCHMARKS[@]}"; do
+    [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
+  done
+  exes+=(build/tests/unit/disagg/bench_disagg_fetch build/tests/unit/disagg/disagg_peer)
   exes+=(build/tools/tokenizer/bench_tokenizer build/src/server/oasis-server build/tools/loadgen/oasis-bench)
   tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
+  # UCX loads its transports as plugins (ldd does not see them): UCX_MODULE_DIR points there.
+  mkdir -p .bundle/lib/ucx && cp /usr/lib/x86_64-linux-gnu/ucx/*.so.0 .bundle/lib/ucx/
   # The kernels' fat binaries make .bundle large: carry it compressed (.bundle-pack, ignored).
   mkdir -p .bundle-pack && tar cf - .bundle | xz -6 -T2 > .bundle-pack/bundle.tar.xz
   # The test tokenizers too (unpacked they would push the carry past its 64 MiB).
@@ -61,6 +69,7 @@ fi
 
 CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=".bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"
+export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$PWD/.bundle/lib/ucx}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 declare -a rows
 status=0

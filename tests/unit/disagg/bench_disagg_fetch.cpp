@@ -89,12 +89,16 @@ int main(int argc, char** argv) {
               args["--tls"].c_str(), static_cast<unsigned long long>(bb),
               static_cast<unsigned long long>(nblocks), batch, args["--spin-us"].c_str());
   std::printf("%s", (*reader)->TransportInfo().c_str());
+  double gbps[2] = {0, 0};
   for (bool contiguous : {false, true}) {
     const Result r = Run(**reader, batch, contiguous, seconds);
+    gbps[contiguous ? 1 : 0] = r.gbps;
     std::printf("%-10s %7.3f GB/s  %8.1f fetches/s  p50 %8.1f us  p99 %8.1f us\n",
                 contiguous ? "contiguous" : "scattered", r.gbps, r.batches_per_s, r.p50_us,
                 r.p99_us);
   }
+  std::printf("RESULT disagg_fetch tls=%s batch=%zu scattered %.3f GB/s contiguous %.3f GB/s\n",
+              args["--tls"].c_str(), batch, gbps[0], gbps[1]);
   std::printf("gets issued %llu for %llu blocks\n",
               static_cast<unsigned long long>((*reader)->stats().gets_issued),
               static_cast<unsigned long long>((*reader)->stats().blocks_fetched));

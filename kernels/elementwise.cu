@@ -60,6 +60,17 @@ __global__ void GatherRowsKernel(const T* x, const int32_t* rows, T* out, int64_
   }
 }
 
+template <typename T>
+__global__ void ScatterRowsKernel(const T* x, const int32_t* rows, T* out, int64_t row_units) {
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const int64_t i = blockIdx.y;
+  T* dst = out + static_cast<int64_t>(rows[i]) * row_units;
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_units; b += int64_t{gridDim.x} * blockDim.x) {
+    dst[b] = x[i * row_units + b];
+  }
+}
+
 __device__ __forceinline__ uint64_t Mix(uint64_t z) {
   z += 0x9E3779B97F4A7C15ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -154,6 +165,21 @@ cudaError_t LaunchGatherRows(const void* x, const int32_t* rows, void* out, int6
                      static_cast<uint4*>(out), units);
   }
   return LaunchPdl(GatherRowsKernel<char>, grid, dim3(256), 0, stream, static_cast<const char*>(x), rows,
+                   static_cast<char*>(out), units);
+}
+
+cudaError_t LaunchScatterRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
+                              cudaStream_t stream) {
+  if (num_rows == 0) return cudaSuccess;
+  const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const int64_t units = vec ? row_bytes / 16 : row_bytes;
+  dim3 grid(std::min(CeilDiv(units, 256), 64u), static_cast<unsigned>(num_rows));
+  if (vec) {
+    return LaunchPdl(ScatterRowsKernel<uint4>, grid, dim3(256), 0, stream, static_cast<const uint4*>(x), rows,
+                     static_cast<uint4*>(out), units);
+  }
+  return LaunchPdl(ScatterRowsKernel<char>, grid, dim3(256), 0, stream, static_cast<const char*>(x), rows,
                    static_cast<char*>(out), units);
 }
 

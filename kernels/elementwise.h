@@ -37,6 +37,12 @@ cudaError_t LaunchGatherRows(const void* x,         // [T, row_bytes]
                              void* out,             // [num_rows, row_bytes]
                              int64_t num_rows, int64_t row_bytes, cudaStream_t stream);
 
+// out[rows[i], :] = x[i, :] (row_bytes per row, any dtype; rows distinct)
+cudaError_t LaunchScatterRows(const void* x,         // [num_rows, row_bytes]
+                              const int32_t* rows,   // [num_rows]
+                              void* out,             // [M, row_bytes]
+                              int64_t num_rows, int64_t row_bytes, cudaStream_t stream);
+
 // t[i] = stddev * N(0,1) hashed from (seed, i) — the same values as oasis::HashNormal.
 cudaError_t LaunchFillNormal(__nv_bfloat16* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
 cudaError_t LaunchFillNormalF32(float* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);

@@ -221,6 +221,11 @@ class Backend {
   virtual void GatherRows(const Tensor& x,     // [T, n]
                           const Tensor& rows,  // [R] int32
                           Tensor& out) = 0;    // [R, n]
+  // The inverse: out[rows[i], :] = x[i, :] (rows distinct; other rows of out unchanged).
+  // Imports summaries and draft-head KV into the rows a request was given (disaggregation).
+  virtual void ScatterRows(const Tensor& x,     // [R, n]
+                           const Tensor& rows,  // [R] int32
+                           Tensor& out) = 0;    // [M, n]
 
   // ---- Sparse KV (docs/sparse.md). Integer outputs of these ops are exact: a backend must
   // produce bit-identical int32 tensors to the CPU reference given the same inputs (for

@@ -37,6 +37,9 @@ class DraftRunner {
   int32_t num_kv_heads() const { return static_cast<int32_t>(head_.config().num_key_value_heads); }
   // The target layers whose residual streams the head reads (ResidualCapture::layer_ids).
   const std::vector<int64_t>& aux_layer_ids() const { return head_.aux_layer_ids(); }
+  // The head's KV pool [num_kv_slots, kBlockSize, head_dim] (disaggregation copies a
+  // request's head KV out of it and into it).
+  LayerKvPool& kv_pool() { return kv_; }
 
   // One head step. `host_input`: host tensors laid out like the target's ForwardInput for
   // the head (BuildHostForwardInput over the head's block tables; token_ids[t] = the token

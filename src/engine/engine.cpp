@@ -94,8 +94,13 @@ StopConditions Engine::Impl::MakeStopConditions(const EngineRequest& r) const {
 }
 
 void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
+  if (state->request.import) {
+    QueueImport(std::move(state));
+    return;
+  }
   RequestState& s = *state;
   s.seed = s.request.sampling.seed ? *s.request.sampling.seed : rng();
+  s.seq.always_sparse = s.request.handoff;
   scheduler.Add(&s.seq);
   requests.emplace(s.seq.id, std::move(state));
 }
@@ -107,7 +112,13 @@ void Engine::Impl::ReleaseDraftHead(RequestState& s) {
 }
 
 void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind reason) {
-  scheduler.Finish(&s.seq);
+  OASIS_CHECK(s.import_phase != RequestState::ImportPhase::kFetching) << "finishing a request while its KV is fetched";
+  if (s.import_phase == RequestState::ImportPhase::kNone) {
+    scheduler.Finish(&s.seq);
+  } else if (sparse) {  // an import not yet running: only its host room (and draft KV) is held
+    sparse->manager().Release(s.seq.id);
+  }
+  ReleaseImport(s, reason == FinishReasonKind::kStop || reason == FinishReasonKind::kLength);
   ReleaseDraftHead(s);
   ++stats.requests_finished_total;
   switch (reason) {
@@ -122,6 +133,9 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
       break;
     case FinishReasonKind::kError:
       ++stats.requests_error_total;
+      break;
+    case FinishReasonKind::kHandoff:
+      ++stats.requests_handoff_total;
       break;
     case FinishReasonKind::kNone:
       OASIS_CHECK(false) << "finishing without a reason";
@@ -154,12 +168,14 @@ void Engine::Impl::AbortAll() {
     pending.swap(inbox);
     aborts.clear();
   }
+  StopImportThread();  // a fetch in flight completes (it has a deadline); queued ones are dropped
   for (auto& s : pending) Admit(std::move(s));
   std::vector<uint64_t> keys;
   for (auto& [key, s] : requests) keys.push_back(key);
   std::sort(keys.begin(), keys.end());
   for (uint64_t key : keys) {
     RequestState& s = *requests.at(key);
+    if (s.import_phase == RequestState::ImportPhase::kFetching) s.import_phase = RequestState::ImportPhase::kQueued;
     RequestOutput out;
     out.text = s.stop_checker.Flush();
     Finish(s, std::move(out), FinishReasonKind::kAbort);
@@ -171,6 +187,7 @@ void Engine::Impl::AbortAll() {
 void Engine::Impl::Publish() {
   stats.num_running = scheduler.num_running();
   stats.num_waiting = scheduler.num_waiting();
+  stats.num_importing = static_cast<int64_t>(import_queue.size()) + num_fetching;
   stats.num_free_kv_slots = allocator.num_free();
   stats.num_free_draft_kv_slots = draft_allocator.num_free();
   stats.kv_usage =
@@ -190,7 +207,7 @@ void Engine::Impl::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] {
-        return stop_requested || !inbox.empty() || !aborts.empty() || !scheduler.idle();
+        return stop_requested || !inbox.empty() || !aborts.empty() || !scheduler.idle() || !imports_done.empty();
       });
       if (stop_requested) break;
       arrived.swap(inbox);
@@ -202,10 +219,16 @@ void Engine::Impl::Loop() {
     for (uint64_t key : to_abort) {
       auto it = requests.find(key);
       if (it == requests.end()) continue;  // finished meanwhile
+      if (it->second->import_phase == RequestState::ImportPhase::kFetching) {
+        it->second->abort_after_fetch = true;  // its buffers are being written: finished when the fetch ends
+        continue;
+      }
       RequestOutput out;
       out.text = it->second->stop_checker.Flush();
       Finish(*it->second, std::move(out), FinishReasonKind::kAbort);
     }
+    FinishImports();
+    StartImports();
     if (!scheduler.idle()) Step();
     Publish();
     delivery.Flush();
@@ -257,8 +280,12 @@ void Engine::Stop() {
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   OASIS_RETURN_IF_ERROR(impl_->Validate(request));
+  OASIS_RETURN_IF_ERROR(impl_->ValidateDisaggregation(request));
   StopConditions stop = impl_->MakeStopConditions(request);
-  const int64_t max_total_tokens = stop.max_total_tokens;
+  // A handoff request stops at x2 here: host room for its prompt, x1 and x2.
+  const int64_t max_total_tokens =
+      request.handoff ? std::min<int64_t>(stop.max_total_tokens, static_cast<int64_t>(request.prompt.size()) + 2)
+                      : stop.max_total_tokens;
   if (impl_->sparse) OASIS_RETURN_IF_ERROR(impl_->sparse->CheckFits(max_total_tokens));
   std::shared_ptr<RequestStream> stream;
   {

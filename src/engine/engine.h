@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/draft_runner.h"
+#include "engine/kv_handoff.h"
 #include "engine/lookahead.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -51,6 +52,13 @@ struct EngineRequest {
   bool logprobs = false;            // report the chosen token's log-probability
   int num_top_logprobs = 0;         // 0..kMaxTopLogprobs
   bool detokenize = true;           // fill RequestOutput::text (needs the tokenizer)
+  // Disaggregation (engine/kv_handoff.h, docs/disaggregation.md). handoff: a prefill
+  // instance's request: after x2 its KV goes to EngineOptions::handoff_exporter and it
+  // finishes with kHandoff and the ticket (unless it finished by itself first). import: a
+  // decode instance's request continuing from a ticket: `prompt` must be the prompt the
+  // ticket was made for; its stream carries the whole completion (x1 and x2 first).
+  bool handoff = false;
+  std::shared_ptr<KvImportSource> import;
 };
 
 // One token generated for a request.
@@ -73,6 +81,7 @@ struct RequestOutput {
   Status error = Status::Ok();       // set with kError
   int64_t prompt_tokens = 0;         // usage, counted at every event
   int64_t completion_tokens = 0;
+  std::string handoff_ticket;        // kHandoff: the encoded handoff ticket
 };
 
 // The per-request output channel. The engine pushes; the front end pops.
@@ -115,6 +124,9 @@ struct EngineOptions {
   std::optional<SparseConfig> sparse;
   // Sparse steps between collections of the pipeline's device counters (a host sync).
   int64_t sparse_metrics_interval = 16;
+  // Prefill role of disaggregation: where handoff requests' KV goes (must outlive the
+  // engine; needs sparse KV with dense_layers 0 on one GPU). null: handoff requests refused.
+  KvHandoffExporter* handoff_exporter = nullptr;
 };
 
 // A Prometheus-style histogram: counts[i] = observations in (bounds[i-1], bounds[i]]; the
@@ -216,6 +228,20 @@ struct EngineStats {
   // one layer (0 before any sample).
   double sparse_topk_agreement() const;
   double sparse_topk_agreement(size_t layer) const;
+  // Disaggregation (docs/disaggregation.md §7). Prefill side: requests handed off, the bytes
+  // staged for them (KV, summaries, draft KV) and the handoff's own time on the loop.
+  int64_t handoffs_total = 0;
+  int64_t handoff_staged_bytes_total = 0;
+  double handoff_seconds_total = 0.0;
+  // Decode side: imported requests, the bytes fetched at admission (KV, summaries, draft KV),
+  // the fetch time, the imports queued or fetching now, failed imports; and the host KV the
+  // imported requests hold (reserved head-blocks, in bytes) now.
+  int64_t imports_total = 0;
+  int64_t import_admission_bytes_total = 0;
+  double import_fetch_seconds_total = 0.0;
+  int64_t num_importing = 0;
+  int64_t import_failures_total = 0;
+  int64_t requests_handoff_total = 0;
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;
 };

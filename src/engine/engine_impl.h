@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -48,6 +49,24 @@ struct Engine::Impl {
   void AbortAll();
   void Publish();
 
+  // Disaggregation (engine_handoff.cpp, engine/kv_handoff.h).
+  // What this engine stages per request of `staged_tokens` tokens (the draft head's KV when a
+  // draft runner is in use).
+  disagg::StagedKvGeometry HandoffGeometry(int64_t staged_tokens) const;
+  Status ValidateDisaggregation(const EngineRequest& r) const;
+  // Prefill side, after a step: the handoff requests that now have x2 export and finish.
+  void HandoffReady(const std::vector<uint64_t>& keys);
+  StatusOr<std::string> ExportHandoff(RequestState& s);
+  // Decode side: an arrived import request waits in import_queue; StartImports reserves its
+  // room and hands its fetch to the import thread; FinishImports finalizes the fetched ones
+  // and lets them run.
+  void QueueImport(std::unique_ptr<RequestState> state);
+  void StartImports();
+  void FinishImports();
+  void FinalizeImport(RequestState& s);
+  void ReleaseImport(RequestState& s, bool completed);
+  void StopImportThread();
+
   // Fixed at construction.
   ModelRunner& runner;
   const tokenizer::Tokenizer* tok;
@@ -71,6 +90,13 @@ struct Engine::Impl {
   std::thread thread;
   std::mutex lifecycle_mu;  // serialises Start/Stop (held while joining; never under mu)
   std::atomic<int64_t> num_waiting_engine{0};  // waiting in the scheduler (for max_waiting)
+  // Import fetches that finished (key, result, seconds), for the loop to finalize.
+  struct ImportDone {
+    uint64_t key;
+    Status status;
+    double seconds;
+  };
+  std::vector<ImportDone> imports_done;
 
   mutable std::mutex stats_mu;
   EngineStats published;  // guarded by stats_mu
@@ -82,6 +108,24 @@ struct Engine::Impl {
   Scheduler scheduler;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;  // by key
   OutputDelivery delivery;  // request events to their streams, off the loop's critical path
+  // Decode side of disaggregation: imports waiting for room, and the import thread.
+  std::deque<uint64_t> import_queue;  // keys, FCFS
+  int64_t num_fetching = 0;
+  struct ImportJob {
+    uint64_t key;
+    std::shared_ptr<KvImportSource> source;
+    std::vector<KvFetchItem> items;
+  };
+  std::mutex import_mu;  // guards import_jobs, import_stop
+  std::condition_variable import_cv;
+  std::deque<ImportJob> import_jobs;
+  bool import_stop = false;
+  std::thread import_thread;
+  // Per fetching request: the summaries' and draft KV's landing buffers.
+  struct ImportBuffers {
+    std::vector<char> summaries, draft;
+  };
+  std::unordered_map<uint64_t, ImportBuffers> import_buffers;
   std::mt19937_64 rng;
   EngineStats stats;
 };

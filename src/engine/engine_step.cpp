@@ -31,7 +31,11 @@ void Engine::Impl::Step() {
   const auto t_scheduled = EngineClock::now();
   stats.schedule_seconds_total += Seconds(t_scheduled - t_begin);
   stats.preemptions_total += static_cast<int64_t>(plan.preempted.size());
-  for (Sequence* p : plan.preempted) ReleaseDraftHead(*requests.at(p->id));
+  for (Sequence* p : plan.preempted) {
+    RequestState& s = *requests.at(p->id);
+    ReleaseDraftHead(s);
+    ReleaseImport(s, true);  // an imported request recomputes here: its lease is not needed any more
+  }
   // Requests the sparse admission refused (their KV can never fit the host store; Submit
   // refuses those already, so this is a safety net): they fail, the others go on.
   for (Sequence* r : plan.refused) Fail(*requests.at(r->id), sparse->RefusalStatus(*r));
@@ -142,6 +146,7 @@ void Engine::Impl::Step() {
 
   const auto now = EngineClock::now();
   std::vector<DraftHeadWork> head_work;
+  std::vector<uint64_t> handoffs;  // handoff requests that sampled x2 this step
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& c = plan.chunks[i];
     RequestState& s = *requests.at(c.seq->id);
@@ -178,6 +183,7 @@ void Engine::Impl::Step() {
     out.prompt_tokens = c.seq->num_prompt_tokens;
     out.completion_tokens = c.seq->num_generated();
     delivery.Add(s.stream, std::move(out));
+    if (s.request.handoff && c.seq->num_generated() == 2) handoffs.push_back(c.seq->id);
     if (draft != nullptr) {
       work.wants_draft = WantsDraft(s, c.seq->num_tokens(), is_sparse);
       head_work.push_back(work);
@@ -196,6 +202,7 @@ void Engine::Impl::Step() {
       for (const DraftHeadWork& w : head_work) Fail(*requests.at(w.seq->id), error);
     }
   }
+  if (!handoffs.empty()) HandoffReady(handoffs);
   if (sparse != nullptr) stats.sparse_switches_total += sparse->SwitchReady(scheduler.running());
 }
 
@@ -225,6 +232,7 @@ bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_eve
     }
     s.last_token_time = now;
   }
+  if (s.request.handoff) s.handoff_tokens.push_back({sample.logprob, sample.top_logprobs});
   GeneratedToken g;
   g.token = sample.token;
   g.logprob = sample.logprob;

@@ -38,6 +38,13 @@ struct RequestState {
   int64_t prompt_tokens_counted = 0;  // prompt positions counted in prompt_tokens_total
   EngineClock::time_point arrival = EngineClock::now();
   std::optional<EngineClock::time_point> last_token_time;  // unset until the first token
+  // Disaggregation. Prefill side: x1's and x2's sampling results (the ticket carries them).
+  std::vector<HandoffSampling::Token> handoff_tokens;
+  // Decode side: where an imported request is before it runs (then kNone: in the scheduler).
+  enum class ImportPhase { kNone, kQueued, kFetching };
+  ImportPhase import_phase = ImportPhase::kNone;
+  bool abort_after_fetch = false;  // aborted while its fetch was in flight
+  bool import_released = false;    // KvImportSource::Release called
 };
 
 }  // namespace oasis

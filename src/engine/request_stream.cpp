@@ -18,6 +18,8 @@ const char* FinishReasonName(FinishReasonKind kind) {
       return "abort";
     case FinishReasonKind::kError:
       return "error";
+    case FinishReasonKind::kHandoff:
+      return "handoff";
   }
   return "";
 }
@@ -48,6 +50,7 @@ void RequestStream::Push(RequestOutput out) {
       back.error = std::move(out.error);
       back.prompt_tokens = out.prompt_tokens;
       back.completion_tokens = out.completion_tokens;
+      back.handoff_ticket = std::move(out.handoff_ticket);
     } else {
       queue_.push_back(std::move(out));
     }

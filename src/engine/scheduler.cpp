@@ -33,6 +33,13 @@ void Scheduler::Add(Sequence* seq) {
   waiting_.push_back(seq);
 }
 
+void Scheduler::AddRunning(Sequence* seq) {
+  OASIS_CHECK(seq->status == SequenceStatus::kWaiting) << "sequence " << seq->id << " added twice";
+  OASIS_CHECK(seq->num_pending() >= 1) << "a running sequence has a pending token";
+  seq->status = SequenceStatus::kRunning;
+  running_.push_back(seq);
+}
+
 bool Scheduler::FitsInPool(int64_t num_tokens, int32_t num_kv_heads) const {
   return HeadBlockTable::SlotsFor(num_tokens, num_kv_heads) <= allocator_.num_slots();
 }
@@ -44,6 +51,7 @@ void Scheduler::Preempt(Sequence* seq, SchedulerOutput* out) {
   seq->table.Release(allocator_);
   if (hooks_ != nullptr) hooks_->Release(*seq);  // sparse: working set, host room, row
   seq->kv = SequenceKv::kDense;
+  seq->always_sparse = false;
   seq->num_computed = 0;  // recomputed (prompt + generated) on re-admission
   seq->draft_tokens.clear();
   seq->status = SequenceStatus::kWaiting;

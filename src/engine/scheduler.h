@@ -76,6 +76,9 @@ struct Sequence {
   // host KV room for this many.
   int64_t max_total_tokens = 0;
   SequenceKv kv = SequenceKv::kDense;  // set by the engine; back to kDense on preemption
+  // Sparse whatever its length (disaggregation: a handoff or an imported request); cleared
+  // on preemption (it recomputes as a plain request).
+  bool always_sparse = false;
 
   bool grows_table() const { return kv != SequenceKv::kSparse; }
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
@@ -136,6 +139,10 @@ class Scheduler {
 
   // Appends a new kWaiting sequence to the back of the waiting queue.
   void Add(Sequence* seq);
+  // Appends a sequence whose KV is already in place (an imported request, its KV held by the
+  // hooks' owner) to the running list, as the newest; kRunning from now on. The caller keeps
+  // num_running() <= max_num_seqs.
+  void AddRunning(Sequence* seq);
   // Plans one step (see the policy above). Reserves the blocks the chunks need.
   SchedulerOutput Schedule();
   // Removes a waiting or running sequence, frees its blocks, marks it kFinished.

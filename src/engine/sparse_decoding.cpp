@@ -67,13 +67,13 @@ Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
 SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   if (manager_.HasReservation(seq.id)) return Admission::kAdmit;
   Admission a = Admission::kRefuse;
-  switch (manager_.CheckAdmission(seq.max_total_tokens)) {
+  switch (manager_.CheckAdmission(seq.max_total_tokens, seq.always_sparse)) {
     case HostAdmission::kNotNeeded:
       a = Admission::kAdmit;
       break;
     case HostAdmission::kFits:  // Reserve cannot fail after kFits; waiting would be the safe answer
-      a = manager_.Reserve(seq.id, seq.max_total_tokens).ok() ? Admission::kAdmit
-                                                              : Admission::kWait;
+      a = manager_.Reserve(seq.id, seq.max_total_tokens, seq.always_sparse).ok() ? Admission::kAdmit
+                                                                                 : Admission::kWait;
       break;
     case HostAdmission::kWait:
       a = Admission::kWait;
@@ -88,6 +88,12 @@ SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
     waiting_for_host_.erase(seq.id);
   }
   return a;
+}
+
+Status SparseDecoding::Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working) {
+  OASIS_RETURN_IF_ERROR(manager_.ImportSparse(seq.id, num_tokens, working, *rank_pools_.at(0)));
+  seq.kv = SequenceKv::kSparse;
+  return Status::Ok();
 }
 
 void SparseDecoding::Release(Sequence& seq) {

@@ -65,6 +65,10 @@ class SparseDecoding final : public SequenceKvHooks {
   void Release(Sequence& seq) override;
   // Why Admit refused `seq` (ResourceExhausted).
   Status RefusalStatus(const Sequence& seq) const { return CheckFits(seq.max_total_tokens); }
+  // An imported request (disaggregation): its host room is reserved and its first
+  // `num_tokens` tokens' K/V and summaries are in the host store; takes the sparse row and
+  // GPU slots and fills its working sets (SparseKvManager::ImportSparse), then marks it sparse.
+  Status Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working);
 
   // Whether a sparse decode feeds its draft token ([x_t, x̂_{t+1}]: the draft predictor)
   // or only x_t (previous-query, oracle).

@@ -33,7 +33,8 @@
 namespace oasis {
 
 // Why a request finished. kAbort: Abort() or client disconnect; kError: the engine failed it.
-enum class FinishReasonKind { kNone, kStop, kLength, kAbort, kError };
+// kHandoff: a prefill instance handed the request to a decode instance (disaggregation).
+enum class FinishReasonKind { kNone, kStop, kLength, kAbort, kError, kHandoff };
 
 struct StopConditions {
   std::vector<int32_t> eos_token_ids;  // the model's EOS ids; empty with ignore_eos

@@ -66,15 +66,17 @@ SparseKvManager::~SparseKvManager() {
   }
 }
 
-HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens) const {
-  if (config_.sparse_threshold <= 0 || max_total_tokens <= config_.sparse_threshold) return HostAdmission::kNotNeeded;
+HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens, bool always_sparse) const {
+  if (!always_sparse && (config_.sparse_threshold <= 0 || max_total_tokens <= config_.sparse_threshold)) {
+    return HostAdmission::kNotNeeded;
+  }
   if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
   const int64_t need = BlocksFor(max_total_tokens) * shape_.num_kv_heads;
   if (need > host_store().num_slots()) return HostAdmission::kNever;
   return need <= host_store().num_free() ? HostAdmission::kFits : HostAdmission::kWait;
 }
 
-Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens) {
+Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool always_sparse) {
   if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
   if (max_total_tokens > config_.max_seq_len) {
     return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
@@ -89,6 +91,7 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens) {
                              " free (--host-kv-gib)");
   }
   Request r;
+  r.always_sparse = always_sparse;
   r.reserved_blocks = blocks;
   r.host_slots = std::move(*slots);
   requests_.emplace(id, std::move(r));
@@ -97,8 +100,8 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens) {
 
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
   auto it = requests_.find(id);
-  return it != requests_.end() && it->second.row < 0 && config_.sparse_threshold > 0 &&
-         context_tokens > config_.sparse_threshold;
+  if (it == requests_.end() || it->second.row >= 0 || context_tokens <= 0) return false;
+  return it->second.always_sparse || (config_.sparse_threshold > 0 && context_tokens > config_.sparse_threshold);
 }
 
 bool SparseKvManager::IsSparse(uint64_t id) const {
@@ -254,15 +257,16 @@ Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64
       b.BlockSummaries(gpu, src_t, len_t, dst_t, d.store->kmin(l), d.store->kmax(l));
       if (!ws_src.empty()) b.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
     }
-    WriteRowState(*d.state, req, ws_blocks);
+    WriteRowState(*d.state, req, [&](int64_t) -> const std::vector<std::vector<int32_t>>& { return ws_blocks; });
   });
   if (own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
   gpu_allocator_.Free(free_later);
   return Status::Ok();
 }
 
-void SparseKvManager::WriteRowState(SparseDeviceState& state, const Request& r,
-                                    const std::vector<std::vector<int32_t>>& ws_blocks) {
+void SparseKvManager::WriteRowState(
+    SparseDeviceState& state, const Request& r,
+    const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& layer_ws) {
   const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks, mb = state.max_blocks();
   state.WriteRow(state.ws_slots, r.row, r.ws_slots);
   std::vector<int32_t> tables(static_cast<size_t>(hkv * mb), -1);
@@ -272,21 +276,23 @@ void SparseKvManager::WriteRowState(SparseDeviceState& state, const Request& r,
     }
   }
   state.WriteRow(state.host_tables, r.row, tables);
-  std::vector<int32_t> blocks, resident, num_resident, none(static_cast<size_t>(hkv * k), -1);
-  for (int64_t h = 0; h < hkv; ++h) {
-    const auto& hb = ws_blocks[static_cast<size_t>(h)];
-    blocks.insert(blocks.end(), hb.begin(), hb.end());
-    // Resident table: working slots in ascending logical block (the initial blocks are ascending).
-    std::vector<std::pair<int32_t, int32_t>> order;
-    for (int64_t j = 0; j < k; ++j) {
-      if (hb[static_cast<size_t>(j)] >= 0) order.push_back({hb[static_cast<size_t>(j)], r.ws_slots[static_cast<size_t>(h * k + j)]});
-    }
-    std::sort(order.begin(), order.end());
-    for (int64_t i = 0; i < k; ++i) resident.push_back(i < static_cast<int64_t>(order.size()) ? order[static_cast<size_t>(i)].second : -1);
-    num_resident.push_back(static_cast<int32_t>(order.size()));
-  }
+  const std::vector<int32_t> none(static_cast<size_t>(hkv * k), -1);
   const std::vector<int32_t> zeros(static_cast<size_t>(hkv * k), 0);
   for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    const std::vector<std::vector<int32_t>>& ws_blocks = layer_ws(l);
+    std::vector<int32_t> blocks, resident, num_resident;
+    for (int64_t h = 0; h < hkv; ++h) {
+      const auto& hb = ws_blocks[static_cast<size_t>(h)];
+      blocks.insert(blocks.end(), hb.begin(), hb.end());
+      // Resident table: working slots in ascending logical block.
+      std::vector<std::pair<int32_t, int32_t>> order;
+      for (int64_t j = 0; j < k; ++j) {
+        if (hb[static_cast<size_t>(j)] >= 0) order.push_back({hb[static_cast<size_t>(j)], r.ws_slots[static_cast<size_t>(h * k + j)]});
+      }
+      std::sort(order.begin(), order.end());
+      for (int64_t i = 0; i < k; ++i) resident.push_back(i < static_cast<int64_t>(order.size()) ? order[static_cast<size_t>(i)].second : -1);
+      num_resident.push_back(static_cast<int32_t>(order.size()));
+    }
     SparseLayerState& s = state.layer(l);
     state.WriteRow(s.ws_blocks, r.row, blocks);
     state.WriteRow(s.ws_age, r.row, zeros);
@@ -386,4 +392,128 @@ void SparseKvManager::Release(uint64_t id) {
   requests_.erase(it);
 }
 
+Status SparseKvManager::CheckDisaggregation() const {
+  if (num_sides() != 1) {
+    return FailedPrecondition("disaggregated prefill/decode with sparse KV over " + std::to_string(num_sides()) +
+                              " tensor-parallel ranks is not supported (one GPU per instance)");
+  }
+  if (config_.dense_layers != 0) {
+    return FailedPrecondition("disaggregated prefill/decode needs --sparse-dense-layers 0 (have " +
+                              std::to_string(config_.dense_layers) + ")");
+  }
+  return Status::Ok();
+}
+
+int32_t SparseKvManager::HostSlotOf(uint64_t id, int64_t head, int64_t block) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || head < 0 || head >= shape_.num_kv_heads || block < 0 ||
+      block >= it->second.reserved_blocks) {
+    return -1;
+  }
+  return HostSlot(it->second, head, block);
+}
+
+StatusOr<std::vector<std::vector<int32_t>>> SparseKvManager::HandoffBlocks(uint64_t id) {
+  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.row < 0) {
+    return FailedPrecondition("request " + std::to_string(id) + " is not sparse");
+  }
+  const int64_t r = it->second.row, hkv = shape_.num_kv_heads, k = config_.topk_blocks;
+  Backend& b = *sides_[0].backend;
+  SparseDeviceState& st = *sides_[0].state;
+  std::vector<std::vector<int32_t>> out;
+  out.reserve(static_cast<size_t>((shape_.num_layers - config_.dense_layers) * hkv));
+  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    const Tensor ws = b.Download(st.layer(l).ws_blocks.Slice(r, r + 1));
+    const Tensor topk = b.Download(st.layer(l).topk.Slice(r, r + 1));
+    for (int64_t h = 0; h < hkv; ++h) {
+      std::vector<int32_t> blocks;
+      const int32_t* w = ws.data<int32_t>() + h * k;
+      const int32_t* p = topk.data<int32_t>() + h * k;
+      for (int64_t j = 0; j < k; ++j) {
+        if (w[j] >= 0) blocks.push_back(w[j]);
+      }
+      const size_t resident = blocks.size();
+      for (int64_t j = 0; j < k; ++j) {
+        if (p[j] >= 0 && std::find(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(resident), p[j]) ==
+                             blocks.begin() + static_cast<std::ptrdiff_t>(resident)) {
+          blocks.push_back(p[j]);
+        }
+      }
+      out.push_back(std::move(blocks));
+    }
+  }
+  return out;
+}
+
+Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
+                                     std::vector<LayerKvPool>& gpu_pools) {
+  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
+  Request& req = it->second;
+  if (req.row >= 0) return FailedPrecondition("request " + std::to_string(id) + " is already sparse");
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
+  const int64_t ls = shape_.num_layers - config_.dense_layers;
+  if (static_cast<int64_t>(working.size()) != ls * hkv) {
+    return InvalidArgument("import: " + std::to_string(working.size()) + " working sets for " + std::to_string(ls) +
+                           " sparse layers x " + std::to_string(hkv) + " KV heads");
+  }
+  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
+  if (num_tokens <= 0 || BlocksFor(num_tokens) > req.reserved_blocks) {
+    return InvalidArgument("import of " + std::to_string(num_tokens) + " tokens into a reservation of " +
+                           std::to_string(req.reserved_blocks) + " blocks");
+  }
+  if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
+  auto fresh = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
+  if (!fresh) {
+    return ResourceExhausted("no GPU slots for the sparse working set: need " + std::to_string((k + 2) * hkv) + ", " +
+                             std::to_string(gpu_allocator_.num_free()) + " free");
+  }
+  req.row = free_rows_.back();
+  free_rows_.pop_back();
+  req.has_prediction = false;
+  req.ws_slots.assign(fresh->begin(), fresh->begin() + hkv * k);
+  req.tail_slots.assign(fresh->begin() + hkv * k, fresh->end());
+  // Per sparse layer: its working set per head (complete blocks, distinct, at most K) and the
+  // host -> GPU copies that fill it and the partial tail block.
+  std::vector<std::vector<std::vector<int32_t>>> layer_ws(static_cast<size_t>(ls));
+  std::vector<std::vector<int32_t>> src(static_cast<size_t>(ls)), dst(static_cast<size_t>(ls));
+  for (int64_t i = 0; i < ls; ++i) {
+    auto& ws = layer_ws[static_cast<size_t>(i)];
+    ws.assign(static_cast<size_t>(hkv), std::vector<int32_t>(static_cast<size_t>(k), -1));
+    for (int64_t h = 0; h < hkv; ++h) {
+      int64_t j = 0;
+      for (int32_t b : working[static_cast<size_t>(i * hkv + h)]) {
+        if (j == k) break;
+        if (b < 0 || b >= complete) continue;
+        auto& head = ws[static_cast<size_t>(h)];
+        if (std::find(head.begin(), head.begin() + j, b) != head.begin() + j) continue;
+        head[static_cast<size_t>(j)] = b;
+        src[static_cast<size_t>(i)].push_back(HostSlot(req, h, b));
+        dst[static_cast<size_t>(i)].push_back(req.ws_slots[static_cast<size_t>(h * k + j)]);
+        ++j;
+      }
+      if (partial > 0) {
+        src[static_cast<size_t>(i)].push_back(HostSlot(req, h, complete));
+        dst[static_cast<size_t>(i)].push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
+      }
+    }
+  }
+  DeviceSide& d = sides_[0];
+  Backend& b = *d.backend;
+  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
+  for (int64_t i = 0; i < ls; ++i) {
+    const int64_t l = config_.dense_layers + i;
+    b.CopyBlocks(d.store->pool(l), b.Upload(HostI32(src[static_cast<size_t>(i)])), gpu_pools[static_cast<size_t>(l)],
+                 b.Upload(HostI32(dst[static_cast<size_t>(i)])));
+  }
+  WriteRowState(*d.state, req, [&](int64_t l) -> const std::vector<std::vector<int32_t>>& {
+    return layer_ws[static_cast<size_t>(l - config_.dense_layers)];
+  });
+  return Status::Ok();
+}
+
 }  // namespace oasis
+

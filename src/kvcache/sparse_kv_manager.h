@@ -95,11 +95,15 @@ class SparseKvManager {
   SparseDeviceState& state(int side = 0) { return *sides_.at(static_cast<size_t>(side)).state; }
 
   // ---- Admission (host store). `max_total_tokens` = prompt + max output tokens.
-  HostAdmission CheckAdmission(int64_t max_total_tokens) const;
+  // `always_sparse`: a request that goes sparse whatever its length (disaggregation: a
+  // handoff on the prefill node, an import on the decode node) needs room even below the
+  // threshold.
+  HostAdmission CheckAdmission(int64_t max_total_tokens, bool always_sparse = false) const;
   // Reserves the host slots of every block the request can reach (all KV heads). After a
   // kFits answer this succeeds; otherwise ResourceExhausted / InvalidArgument and nothing is
-  // taken. A request that never needs host room (kNotNeeded) need not call it.
-  Status Reserve(uint64_t id, int64_t max_total_tokens);
+  // taken. A request that never needs host room (kNotNeeded) need not call it. An
+  // always-sparse request switches (ShouldSwitch) as soon as it has KV.
+  Status Reserve(uint64_t id, int64_t max_total_tokens, bool always_sparse = false);
   bool HasReservation(uint64_t id) const { return requests_.count(id) > 0; }
 
   // ---- Dense -> sparse.
@@ -116,6 +120,29 @@ class SparseKvManager {
   Status SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
                         const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   bool IsSparse(uint64_t id) const;
+
+  // ---- Disaggregation (docs/disaggregation.md). One device side only (no tensor parallelism)
+  // and dense_layers == 0; otherwise FailedPrecondition.
+  // Host slot of (KV head, logical block) of a reserved request (-1: unknown request or block
+  // beyond its reservation).
+  int32_t HostSlotOf(uint64_t id, int64_t head, int64_t block) const;
+  // Of a sparse request after a step: per sparse layer and KV head (index
+  // (layer - dense_layers) * Hkv + head) its working set in working-slot order, then the
+  // blocks of its prediction for the next step that are not resident (score order). What a
+  // handoff ships besides the tail. Downloads the request's rows (a device sync).
+  StatusOr<std::vector<std::vector<int32_t>>> HandoffBlocks(uint64_t id);
+  // Makes a reserved request sparse from KV that is already in the host store (an import on
+  // the decode node): `num_tokens` tokens have K/V there (and summaries), `working[(l -
+  // dense_layers) * Hkv + h]` lists its initial working set of layer l and head h (entries
+  // that are not complete blocks are skipped, at most K are taken, in order; the rest stay in
+  // the host store, fetched by select as usual). Takes a sparse row and K + 2 fresh GPU slots
+  // per head and copies the working set and the partial tail block from the host store into
+  // them, in every sparse layer. ResourceExhausted (nothing changed) without a free row or
+  // GPU slots.
+  Status ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
+                      std::vector<LayerKvPool>& gpu_pools);
+  // Ok when this manager can take part in disaggregation (one side, no dense layers).
+  Status CheckDisaggregation() const;
 
   // ---- Per step. Builds the host plan for a batch (dense entries pass through). Positions
   // must advance by one real token per step for sparse requests (the draft is not kept).
@@ -139,6 +166,7 @@ class SparseKvManager {
     std::vector<int32_t> ws_slots;    // [Hkv * K]
     std::vector<int32_t> tail_slots;  // [Hkv * 2] (dense_layers == 0)
     bool has_prediction = false;      // a previous step predicted its next top-K
+    bool always_sparse = false;       // switches whatever its length (disaggregation)
   };
 
   int32_t HostSlot(const Request& r, int64_t head, int64_t block) const;
@@ -146,7 +174,9 @@ class SparseKvManager {
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
   // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.
   std::vector<int64_t> InitialBlocks(int64_t complete) const;
-  void WriteRowState(SparseDeviceState& state, const Request& r, const std::vector<std::vector<int32_t>>& ws_blocks);
+  // ws_blocks(l): [Hkv][K] logical blocks of layer l's working slots (-1 = empty).
+  void WriteRowState(SparseDeviceState& state, const Request& r,
+                     const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& ws_blocks);
 
   struct DeviceSide {
     Backend* backend = nullptr;

@@ -19,6 +19,7 @@ const char* FinishReasonString(FinishReasonKind kind) {
     case FinishReasonKind::kLength: return "length";
     case FinishReasonKind::kAbort: return "abort";
     case FinishReasonKind::kError: return "error";
+    case FinishReasonKind::kHandoff: return "handoff";
     case FinishReasonKind::kNone: break;
   }
   return "";

@@ -155,7 +155,7 @@ TEST_CASE("RmsNorm, AddRmsNorm, Add, SiluMul match the CPU", "[gpu][norm]") {
   }
 }
 
-TEST_CASE("Embedding, SplitQkv and GatherRows copy exactly", "[gpu][copy]") {
+TEST_CASE("Embedding, SplitQkv, GatherRows and ScatterRows copy exactly", "[gpu][copy]") {
   auto gpu = MakeBackend();
   CpuBackend cpu;
   auto rng = FreshRng();
@@ -183,6 +183,18 @@ TEST_CASE("Embedding, SplitQkv and GatherRows copy exactly", "[gpu][copy]") {
   Tensor gg = PoisonedBf16(*gpu, {3, 8 * 16 + 64});
   gpu->GatherRows(UploadBf16(*gpu, qkv), gpu->Upload(rows), gg);
   ExpectClose(DownloadF32(*gpu, gg), gathered, 0, 0);
+
+  // ScatterRows, the inverse: the rows land at their indices, the others stay untouched
+  // (16-byte rows take the vector path, 6-byte rows the byte path).
+  for (int64_t width : {8 * 16 + 64, 3}) {
+    Tensor src = RandomBf16Exact({4, width}, rng), base = RandomBf16Exact({11, width}, rng);
+    Tensor at = IntTensor({9, 2, 0, 10});
+    Tensor expect = base.Clone();
+    cpu.ScatterRows(src, at, expect);
+    Tensor g = UploadBf16(*gpu, base);
+    gpu->ScatterRows(UploadBf16(*gpu, src), gpu->Upload(at), g);
+    ExpectClose(DownloadF32(*gpu, g), expect, 0, 0);
+  }
 }
 
 TEST_CASE("QkNormRope matches the CPU, with and without q/k norm and llama3 scaling", "[gpu][rope]") {

@@ -37,6 +37,7 @@ class CpuBackend final : public Backend {
                  float scale, Tensor& out) override;
   void SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) override;
   void GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+  void ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void Copy(const Tensor& src, Tensor& dst) override;
 
   // Sparse KV ops (cpu_sparse.cpp): the reference semantics documented in backend.h.

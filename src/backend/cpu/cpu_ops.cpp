@@ -222,4 +222,18 @@ void CpuBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) {
   }
 }
 
+void CpuBackend::ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  CheckI32(rows, "ScatterRows rows");
+  OASIS_CHECK_EQ(x.dim(0), rows.numel()) << "ScatterRows: one row index per row of x";
+  const int64_t n = out.numel() / std::max<int64_t>(1, out.dim(0));
+  OASIS_CHECK_EQ(x.numel(), rows.numel() * n) << "ScatterRows row width";
+  const size_t row_bytes = static_cast<size_t>(n) * DTypeSize(out.dtype());
+  for (int64_t i = 0; i < rows.numel(); ++i) {
+    const int32_t r = rows.data<int32_t>()[i];
+    OASIS_CHECK(r >= 0 && r < out.dim(0)) << "ScatterRows row " << r;
+    std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes,
+                static_cast<const char*>(x.raw()) + i * row_bytes, row_bytes);
+  }
+}
+
 }  // namespace oasis

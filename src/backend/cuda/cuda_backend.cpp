@@ -547,4 +547,13 @@ void CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) {
                                              stream()));
 }
 
+void CudaBackend::ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) {
+  CheckDevice(rows, DType::kI32, "ScatterRows rows");
+  OASIS_CHECK_EQ(x.dim(0), rows.numel()) << "ScatterRows: one row index per row of x";
+  const int64_t row_bytes = static_cast<int64_t>(out.nbytes()) / out.dim(0);
+  OASIS_CHECK_EQ(static_cast<int64_t>(x.nbytes()), rows.numel() * row_bytes) << "ScatterRows row width";
+  OASIS_CUDA_CHECK(kernels::LaunchScatterRows(x.raw(), Ptr<int32_t>(rows), out.raw(), rows.numel(), row_bytes,
+                                              stream()));
+}
+
 }  // namespace oasis

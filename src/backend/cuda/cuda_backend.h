@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
                      const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
                      LayerKvPool& pool) override;
   void GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
+  void ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void Copy(const Tensor& src, Tensor& dst) override;
   // Decode batches (1..4 rows) run one fused kernel (kernels/gemv.h LaunchGemvRmsNorm).
   void AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,

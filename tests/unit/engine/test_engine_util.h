@@ -58,6 +58,7 @@ struct Collected {
   std::string stop_reason;
   Status error;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::string handoff_ticket;  // kHandoff: the encoded ticket
   int events = 0;
   // Problems seen while collecting (checked by Drain, or later on the test's main thread).
   bool stuck = false;               // no event for a minute
@@ -89,6 +90,7 @@ inline Collected Collect(RequestStream& stream) {
       c.reason = ev->finish_reason;
       c.stop_reason = ev->stop_reason;
       c.error = ev->error;
+      c.handoff_ticket = ev->handoff_ticket;
       c.event_after_finish = stream.Next(1ms).has_value();
       return c;
     }

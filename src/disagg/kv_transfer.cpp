@@ -1,0 +1,257 @@
+#include "disagg/kv_transfer.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace oasis::disagg {
+
+// ---------------------------------------------------------------- prefill side
+
+namespace {
+
+class StagingLease final : public KvHandoffLease {
+ public:
+  StagingLease(StagingPool& pool, Lease lease, std::string address, std::chrono::milliseconds ttl)
+      : pool_(pool), lease_(std::move(lease)), address_(std::move(address)), ttl_(ttl) {}
+  ~StagingLease() override {
+    if (!committed_) (void)pool_.Release(lease_.id, LeaseEnd::kAborted);
+  }
+  void* Slot(uint64_t ordinal) override {
+    OASIS_CHECK_LT(ordinal, lease_.blocks.size()) << "staging slot ordinal";
+    return pool_.BlockData(lease_.blocks[static_cast<size_t>(ordinal)]);
+  }
+  StatusOr<std::string> Commit(HandoffTicket t) override {
+    t.staging_address = address_;
+    t.pool_id = pool_.descriptor().pool_id;
+    t.lease_id = lease_.id;
+    t.lease_ttl_ms = static_cast<uint32_t>(ttl_.count());
+    t.extents = lease_.extents;
+    // The ticket must parse on the other side: check it here, where a bug can be named.
+    std::string bytes = EncodeHandoffTicket(t);
+    auto parsed = ParseHandoffTicket(bytes);
+    if (!parsed.ok()) return Internal("handoff ticket did not parse back: " + parsed.status().ToString());
+    // From now on the lease lives until the decode side ends it or it expires.
+    OASIS_RETURN_IF_ERROR(pool_.Renew(lease_.id));
+    committed_ = true;
+    return bytes;
+  }
+
+ private:
+  StagingPool& pool_;
+  Lease lease_;
+  std::string address_;
+  std::chrono::milliseconds ttl_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+StagingExporter::StagingExporter(StagingPool& pool, std::string address, std::chrono::milliseconds lease_ttl)
+    : pool_(pool), address_(std::move(address)), ttl_(lease_ttl) {}
+
+StatusOr<std::unique_ptr<KvHandoffLease>> StagingExporter::Acquire(const StagedKvLayout& layout) {
+  if (layout.slot_bytes() != pool_.options().block_bytes) {
+    return FailedPrecondition("staging pool slots of " + std::to_string(pool_.options().block_bytes) +
+                              " bytes, the model's head-blocks are " + std::to_string(layout.slot_bytes()));
+  }
+  auto lease = pool_.Acquire(layout.num_slots(), Clock::now(), ttl_);
+  if (!lease.ok()) return lease.status();
+  return std::unique_ptr<KvHandoffLease>(new StagingLease(pool_, std::move(*lease), address_, ttl_));
+}
+
+// ---------------------------------------------------------------- decode side
+
+class RemoteKvImporter::Source_ final : public KvImportSource {
+ public:
+  Source_(std::shared_ptr<RemoteKvImporter> owner, HandoffTicket ticket, bool full)
+      : owner_(std::move(owner)), ticket_(std::move(ticket)), full_(full) {
+    owner_->Track(ticket_.staging_address, ticket_.lease_id, ticket_.lease_ttl_ms);
+  }
+  ~Source_() override { Release(false); }
+  const HandoffTicket& ticket() const override { return ticket_; }
+  bool full_transfer() const override { return full_; }
+  Status Fetch(const std::vector<KvFetchItem>& items) override {
+    OASIS_RETURN_IF_ERROR(owner_->Fetch(ticket_, items));
+    // The baseline: the prefill instance's copy is not needed once everything is here.
+    if (full_) Release(true);
+    return Status::Ok();
+  }
+  void Release(bool completed) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (released_) return;
+    released_ = true;
+    owner_->End(ticket_.staging_address, ticket_.lease_id, completed);
+  }
+
+ private:
+  std::shared_ptr<RemoteKvImporter> owner_;
+  HandoffTicket ticket_;
+  bool full_;
+  std::mutex mu_;
+  bool released_ = false;
+};
+
+std::shared_ptr<RemoteKvImporter> RemoteKvImporter::Create(std::shared_ptr<UcxContext> context,
+                                                           RemoteKvImporterOptions options) {
+  std::shared_ptr<RemoteKvImporter> p(new RemoteKvImporter(std::move(context), options));
+  p->control_ = std::thread([raw = p.get()] { raw->ControlLoop(); });
+  return p;
+}
+
+RemoteKvImporter::RemoteKvImporter(std::shared_ptr<UcxContext> context, RemoteKvImporterOptions options)
+    : context_(std::move(context)), options_(options) {}
+
+RemoteKvImporter::~RemoteKvImporter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (control_.joinable()) control_.join();
+}
+
+std::shared_ptr<KvImportSource> RemoteKvImporter::Source(HandoffTicket ticket, bool full_transfer) {
+  return std::make_shared<Source_>(shared_from_this(), std::move(ticket), full_transfer);
+}
+
+RemoteKvImporterStats RemoteKvImporter::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  RemoteKvImporterStats s = stats_;
+  s.leases_live = 0;
+  for (const auto& [peer, ids] : live_) s.leases_live += ids.size();
+  return s;
+}
+
+std::shared_ptr<RemoteKvImporter::Peer> RemoteKvImporter::PeerFor(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& p = peers_[address];
+  if (!p) p = std::make_shared<Peer>();
+  return p;
+}
+
+Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<KvFetchItem>& items) {
+  std::shared_ptr<Peer> peer = PeerFor(ticket.staging_address);
+  std::lock_guard<std::mutex> lock(peer->mu);
+  if (Status st = EnsureReader(*peer, ticket.staging_address); !st.ok()) {
+    std::lock_guard<std::mutex> l(mu_);
+    ++stats_.fetch_failures;
+    return st;
+  }
+  RemoteReader& reader = *peer->reader;
+  if (reader.descriptor().pool_id != ticket.pool_id) {
+    return FailedPrecondition("handoff ticket for staging pool " + std::to_string(ticket.pool_id) + ", " +
+                              ticket.staging_address + " serves pool " + std::to_string(reader.descriptor().pool_id) +
+                              " (the prefill instance restarted)");
+  }
+  const std::vector<uint32_t> slots = ExpandExtents(ticket.extents);
+  std::vector<FetchItem> fetch;
+  fetch.reserve(items.size());
+  for (const KvFetchItem& it : items) {
+    if (it.ordinal >= slots.size()) {
+      return InvalidArgument("slot ordinal " + std::to_string(it.ordinal) + " beyond the lease's " +
+                             std::to_string(slots.size()) + " slots");
+    }
+    fetch.push_back({slots[static_cast<size_t>(it.ordinal)], it.dst});
+  }
+  const RemoteReaderStats before = reader.stats();
+  const Status st = reader.Fetch(fetch, Clock::now() + options_.fetch_timeout);
+  const RemoteReaderStats& after = reader.stats();
+  std::lock_guard<std::mutex> l(mu_);
+  ++stats_.fetches;
+  if (!st.ok()) ++stats_.fetch_failures;
+  stats_.bytes_fetched += after.bytes_fetched - before.bytes_fetched;
+  stats_.blocks_fetched += after.blocks_fetched - before.blocks_fetched;
+  stats_.gets_issued += after.gets_issued - before.gets_issued;
+  stats_.fetch_seconds_total += after.fetch_seconds_total - before.fetch_seconds_total;
+  return st;
+}
+
+Status RemoteKvImporter::EnsureReader(Peer& peer, const std::string& address) {
+  if (peer.reader && peer.reader->healthy()) return Status::Ok();
+  auto r = RemoteReader::Connect(context_, address, options_.reader);
+  if (!r.ok()) return r.status();
+  peer.reader = std::move(*r);
+  std::lock_guard<std::mutex> l(mu_);
+  ++stats_.peers_connected;
+  return Status::Ok();
+}
+
+void RemoteKvImporter::Track(const std::string& address, uint64_t lease_id, uint32_t ttl_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[address].push_back(lease_id);
+    renew_interval_ = std::min(renew_interval_, std::chrono::milliseconds(std::max<uint32_t>(3, ttl_ms) / 3));
+  }
+  cv_.notify_all();
+}
+
+void RemoteKvImporter::End(const std::string& address, uint64_t lease_id, bool completed) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& ids = live_[address];
+    ids.erase(std::remove(ids.begin(), ids.end(), lease_id), ids.end());
+    (completed ? completes_ : aborts_)[address].push_back(lease_id);
+    ++(completed ? stats_.leases_completed : stats_.leases_aborted);
+  }
+  cv_.notify_all();
+}
+
+void RemoteKvImporter::ControlLoop() {
+  auto next_renewal = Clock::now() + renew_interval_;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    next_renewal = std::min(next_renewal, Clock::now() + renew_interval_);
+    cv_.wait_until(lock, next_renewal, [&] {
+      return stop_ || !completes_.empty() || !aborts_.empty() || Clock::now() + renew_interval_ < next_renewal;
+    });
+    if (stop_) break;
+    const bool renew = Clock::now() >= next_renewal;
+    if (renew) next_renewal = Clock::now() + renew_interval_;
+    // Per peer: its ends, and (when due) its renewals; sent without holding mu_.
+    struct Work {
+      std::string address;
+      std::vector<uint64_t> complete, abort, renew;
+    };
+    std::vector<Work> work;
+    std::map<std::string, Work> by_peer;
+    for (auto& [a, ids] : completes_) by_peer[a].complete = std::move(ids);
+    for (auto& [a, ids] : aborts_) by_peer[a].abort = std::move(ids);
+    completes_.clear();
+    aborts_.clear();
+    if (renew) {
+      for (auto& [a, ids] : live_) {
+        if (!ids.empty()) by_peer[a].renew = ids;
+      }
+    }
+    for (auto& [a, w] : by_peer) {
+      w.address = a;
+      work.push_back(std::move(w));
+    }
+    lock.unlock();
+    uint64_t renewed = 0;
+    for (const Work& w : work) {
+      std::shared_ptr<Peer> peer = PeerFor(w.address);
+      std::lock_guard<std::mutex> pl(peer->mu);
+      // A request still queued renews before its first fetch: connect for it.
+      Status st = EnsureReader(*peer, w.address);
+      if (!st.ok()) {
+        spdlog::warn("lease messages to {}: {}", w.address, st.ToString());
+        continue;
+      }
+      const auto deadline = Clock::now() + options_.control_timeout;
+      if (!w.complete.empty()) st = peer->reader->Complete(w.complete, deadline);
+      if (st.ok() && !w.abort.empty()) st = peer->reader->Abort(w.abort, deadline);
+      if (st.ok() && !w.renew.empty()) {
+        st = peer->reader->Renew(w.renew, deadline);
+        if (st.ok()) renewed += w.renew.size();
+      }
+      if (!st.ok()) spdlog::warn("lease messages to {}: {}", w.address, st.ToString());
+    }
+    lock.lock();
+    stats_.renewals_sent += renewed;
+  }
+}
+
+}  // namespace oasis::disagg

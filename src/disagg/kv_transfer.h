@@ -1,0 +1,97 @@
+// The engine's disaggregation interfaces (engine/kv_handoff.h) over UCX (docs/disaggregation.md
+// §3, §4):
+//   - StagingExporter (prefill instance): a handoff's lease is a lease of the instance's
+//     StagingPool; the ticket names the instance's StagingServer (its advertised address).
+//   - RemoteKvImporter (decode instance): one RemoteReader per prefill peer, shared by every
+//     request from that peer; a control thread renews the live leases every TTL/3 in one
+//     message per peer and sends completions and aborts, so neither the engine loop nor a
+//     fetch ever waits on lease traffic. A peer whose reader fails is reconnected on its next
+//     request; the requests that were using it fail (their leases expire on the prefill side).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "disagg/remote_reader.h"
+#include "disagg/staging_pool.h"
+#include "engine/kv_handoff.h"
+
+namespace oasis::disagg {
+
+class StagingExporter final : public KvHandoffExporter {
+ public:
+  // `address`: host:port written into tickets (the StagingServer's, as decode instances
+  // reach it). The pool must outlive the exporter.
+  StagingExporter(StagingPool& pool, std::string address, std::chrono::milliseconds lease_ttl);
+  StatusOr<std::unique_ptr<KvHandoffLease>> Acquire(const StagedKvLayout& layout) override;
+
+ private:
+  StagingPool& pool_;
+  std::string address_;
+  std::chrono::milliseconds ttl_;
+};
+
+struct RemoteKvImporterOptions {
+  RemoteReaderOptions reader;
+  std::chrono::milliseconds fetch_timeout{60000};  // one request's admission fetch
+  std::chrono::milliseconds control_timeout{2000};  // a lease message
+};
+
+struct RemoteKvImporterStats {
+  uint64_t peers_connected = 0;     // readers made (reconnects included)
+  uint64_t fetches = 0, fetch_failures = 0;
+  uint64_t bytes_fetched = 0, blocks_fetched = 0, gets_issued = 0;
+  double fetch_seconds_total = 0;
+  uint64_t leases_live = 0;         // imported requests still holding their prefill lease
+  uint64_t leases_completed = 0, leases_aborted = 0;
+  uint64_t renewals_sent = 0;       // lease ids renewed
+};
+
+class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
+ public:
+  static std::shared_ptr<RemoteKvImporter> Create(std::shared_ptr<UcxContext> context,
+                                                  RemoteKvImporterOptions options = {});
+  ~RemoteKvImporter();
+
+  // A source for a parsed ticket: fetches from the ticket's staging address (connecting on
+  // first use); full_transfer: every KV block at admission (the baseline).
+  std::shared_ptr<KvImportSource> Source(HandoffTicket ticket, bool full_transfer);
+  RemoteKvImporterStats Stats() const;
+
+ private:
+  struct Peer {
+    std::mutex mu;  // the reader is single-threaded
+    std::unique_ptr<RemoteReader> reader;
+  };
+  // With peer->mu held: a healthy reader for `address`, connecting when there is none.
+  Status EnsureReader(Peer& peer, const std::string& address);
+  class Source_;
+  explicit RemoteKvImporter(std::shared_ptr<UcxContext> context, RemoteKvImporterOptions options);
+  std::shared_ptr<Peer> PeerFor(const std::string& address);
+  Status Fetch(const HandoffTicket& ticket, const std::vector<KvFetchItem>& items);
+  void Track(const std::string& address, uint64_t lease_id, uint32_t ttl_ms);
+  void End(const std::string& address, uint64_t lease_id, bool completed);
+  void ControlLoop();
+
+  std::shared_ptr<UcxContext> context_;
+  RemoteKvImporterOptions options_;
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<Peer>> peers_;
+  std::map<std::string, std::vector<uint64_t>> live_;       // peer → leases to renew
+  std::map<std::string, std::vector<uint64_t>> completes_;  // peer → leases to end
+  std::map<std::string, std::vector<uint64_t>> aborts_;
+  std::chrono::milliseconds renew_interval_{10000};
+  bool stop_ = false;
+  RemoteKvImporterStats stats_;
+  std::thread control_;
+};
+
+}  // namespace oasis::disagg

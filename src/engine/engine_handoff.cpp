@@ -1,0 +1,522 @@
+// Disaggregation inside the engine loop (engine/kv_handoff.h, docs/disaggregation.md): the
+// prefill side's export of a handoff request after x2, and the decode side's import of a
+// request from its ticket (queue → reserve → fetch on the import thread → finalize → run).
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "engine/engine_impl.h"
+
+namespace oasis {
+namespace {
+
+int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
+
+struct CopyJob {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+// The copies, on up to 8 threads when there are many bytes (a 32K request stages GiBs).
+void ParallelCopy(const std::vector<CopyJob>& jobs) {
+  size_t total = 0;
+  for (const CopyJob& j : jobs) total += j.bytes;
+  const size_t hw = std::max<size_t>(1, std::thread::hardware_concurrency());
+  const size_t threads = std::min<size_t>({8, hw, std::max<size_t>(1, total >> 25), jobs.size()});
+  auto run = [&](size_t t) {
+    for (size_t i = t; i < jobs.size(); i += threads) std::memcpy(jobs[i].dst, jobs[i].src, jobs[i].bytes);
+  };
+  if (threads <= 1) {
+    run(0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
+  run(0);
+  for (std::thread& th : pool) th.join();
+}
+
+Tensor HostI32(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
+  std::copy(v.begin(), v.end(), t.data<int32_t>());
+  return t;
+}
+
+}  // namespace
+
+disagg::StagedKvGeometry Engine::Impl::HandoffGeometry(int64_t staged_tokens) const {
+  disagg::StagedKvGeometry g;
+  g.num_layers = static_cast<uint32_t>(config.num_hidden_layers - (sparse ? sparse->config().dense_layers : 0));
+  g.num_kv_heads = static_cast<uint32_t>(config.num_key_value_heads);
+  g.head_dim = static_cast<uint32_t>(config.head_dim);
+  g.dtype_bytes = static_cast<uint32_t>(DTypeSize(runner.backend().activation_dtype()));
+  g.num_blocks = static_cast<uint32_t>(BlocksFor(staged_tokens));
+  if (draft != nullptr) {
+    g.draft_kv_heads = static_cast<uint32_t>(draft->num_kv_heads());
+    g.draft_head_dim = static_cast<uint32_t>(draft->head().config().head_dim);
+  }
+  return g;
+}
+
+Status Engine::Impl::ValidateDisaggregation(const EngineRequest& r) const {
+  if (!r.handoff && !r.import) return Status::Ok();
+  if (r.handoff && r.import) return InvalidArgument("a request is either handed off or imported, not both");
+  if (!sparse) {
+    return FailedPrecondition("disaggregated prefill/decode needs sparse KV on this instance (--sparse on)");
+  }
+  OASIS_RETURN_IF_ERROR(sparse->manager().CheckDisaggregation());
+  if (r.handoff) {
+    if (options.handoff_exporter == nullptr) {
+      return FailedPrecondition("this instance does not hand requests off (it is not a prefill instance)");
+    }
+    return Status::Ok();
+  }
+  const disagg::HandoffTicket& t = r.import->ticket();
+  if (static_cast<int64_t>(r.prompt.size()) != static_cast<int64_t>(t.prompt_length)) {
+    return InvalidArgument("handoff ticket for a prompt of " + std::to_string(t.prompt_length) +
+                           " tokens, request prompt of " + std::to_string(r.prompt.size()));
+  }
+  disagg::DecodeSideModel m;
+  m.geometry = HandoffGeometry(static_cast<int64_t>(t.prompt_length) + 1);
+  // A ticket without the draft head's KV is fine for a decode instance with a head only if
+  // nothing needs it: the head reads its own KV, so it must be there.
+  m.vocab_size = static_cast<uint32_t>(config.vocab_size);
+  m.max_context = static_cast<uint32_t>(context_tokens);
+  m.topk_blocks = static_cast<uint32_t>(sparse->config().topk_blocks);
+  OASIS_RETURN_IF_ERROR(disagg::CheckTicketForDecode(t, m));
+  if (draft != nullptr && t.geometry.draft_kv_heads == 0) {
+    return InvalidArgument("handoff ticket without the draft head's KV, and this decode instance runs one");
+  }
+  auto sampling = ParseHandoffSampling(t.sampling_state);
+  if (!sampling.ok()) return sampling.status();
+  if (sampling->tokens.size() != 2) return InvalidArgument("handoff ticket: sampling state of x1 and x2 expected");
+  const int64_t P = static_cast<int64_t>(t.prompt_length);
+  const int64_t max_total = r.max_tokens == -1 ? context_tokens : P + r.max_tokens;
+  if (max_total < P + 3) {
+    return InvalidArgument("an imported request continues past x2: max_tokens " + std::to_string(r.max_tokens) +
+                           " must be at least 3");
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------- prefill side
+
+void Engine::Impl::HandoffReady(const std::vector<uint64_t>& keys) {
+  for (uint64_t key : keys) {
+    auto it = requests.find(key);
+    if (it == requests.end()) continue;  // finished by itself (stop at x2, abort)
+    RequestState& s = *it->second;
+    if (s.seq.num_generated() != 2) continue;
+    const auto t0 = EngineClock::now();
+    StatusOr<std::string> ticket = ExportHandoff(s);
+    stats.handoff_seconds_total += Seconds(EngineClock::now() - t0);
+    if (!ticket.ok()) {
+      Fail(s, ticket.status());
+      continue;
+    }
+    ++stats.handoffs_total;
+    RequestOutput out;
+    out.handoff_ticket = std::move(*ticket);
+    Finish(s, std::move(out), FinishReasonKind::kHandoff);
+  }
+}
+
+StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
+  if (s.seq.kv == SequenceKv::kDense) {
+    return ResourceExhausted("prefill instance busy: no sparse row or GPU slots for the handoff step");
+  }
+  const uint64_t id = s.seq.id;
+  const int64_t P = s.seq.num_prompt_tokens, staged = P + 1;
+  disagg::StagedKvGeometry g = HandoffGeometry(staged);
+  const bool with_draft = draft != nullptr;
+  if (with_draft && s.draft_head.num_computed < staged) {
+    return Internal("handoff: the draft head holds " + std::to_string(s.draft_head.num_computed) + " of " +
+                    std::to_string(staged) + " positions");
+  }
+  auto layout = disagg::StagedKvLayout::Create(g);
+  if (!layout.ok()) return layout.status();
+  SparseKvManager& m = sparse->manager();
+  auto lists = m.HandoffBlocks(id);  // (downloads: the step's device work is done)
+  if (!lists.ok()) return lists.status();
+  auto lease = options.handoff_exporter->Acquire(*layout);
+  if (!lease.ok()) return lease.status();
+  KvHandoffLease& L = **lease;
+
+  const int64_t ls = g.num_layers, hkv = g.num_kv_heads, nb = g.num_blocks, D = g.head_dim;
+  const int64_t first = sparse->config().dense_layers;
+  const size_t bb = layout->slot_bytes();
+  HostKvStore& store = m.host_store();
+  OASIS_CHECK_EQ(static_cast<size_t>(store.pool(first).k.nbytes() / std::max<int32_t>(1, store.num_slots())), bb)
+      << "host store block size";
+  // KV: the host store holds all P + 1 tokens (x1's K/V was written through by the step).
+  std::vector<CopyJob> copies;
+  copies.reserve(static_cast<size_t>(ls * hkv * nb * 2));
+  for (int64_t i = 0; i < ls; ++i) {
+    const LayerKvPool& pool = store.pool(first + i);
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const int32_t slot = m.HostSlotOf(id, h, b);
+        OASIS_CHECK_GE(slot, 0) << "handoff block beyond the host reservation";
+        const size_t off = static_cast<size_t>(slot) * bb;
+        const auto li = static_cast<uint32_t>(i), hi = static_cast<uint32_t>(h), bi = static_cast<uint32_t>(b);
+        copies.push_back({L.Slot(layout->KvSlot(li, hi, bi, 0)), static_cast<const char*>(pool.k.raw()) + off, bb});
+        copies.push_back({L.Slot(layout->KvSlot(li, hi, bi, 1)), static_cast<const char*>(pool.v.raw()) + off, bb});
+      }
+    }
+  }
+  ParallelCopy(copies);
+  // Summaries (device): each layer's rows of this request gathered, downloaded, packed.
+  Backend& be = runner.backend();
+  const size_t row = static_cast<size_t>(D) * g.dtype_bytes;
+  std::vector<int32_t> rows;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(id, h, b));
+  }
+  const Tensor rows_dev = be.Upload(HostI32(rows));
+  for (int64_t i = 0; i < ls; ++i) {
+    Tensor kmin = be.Empty({hkv * nb, D}, be.activation_dtype()), kmax = be.Empty({hkv * nb, D}, be.activation_dtype());
+    be.GatherRows(store.kmin(first + i), rows_dev, kmin);
+    be.GatherRows(store.kmax(first + i), rows_dev, kmax);
+    const Tensor kmin_h = be.Download(kmin), kmax_h = be.Download(kmax);
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const disagg::SummarySlot ss =
+            layout->Summary(static_cast<uint32_t>(i), static_cast<uint32_t>(h), static_cast<uint32_t>(b));
+        char* dst = static_cast<char*>(L.Slot(ss.ordinal)) + ss.offset;
+        const size_t r = static_cast<size_t>(h * nb + b) * row;
+        std::memcpy(dst, static_cast<const char*>(kmin_h.raw()) + r, row);
+        std::memcpy(dst + row, static_cast<const char*>(kmax_h.raw()) + r, row);
+      }
+    }
+  }
+  // The draft head's KV (device), the same way.
+  if (with_draft) {
+    LayerKvPool& pool = draft->kv_pool();
+    const int64_t hd = g.draft_kv_heads, dd = g.draft_head_dim;
+    const size_t dbb = static_cast<size_t>(kBlockSize * dd) * g.dtype_bytes;
+    std::vector<int32_t> drows;
+    for (int64_t h = 0; h < hd; ++h) {
+      for (int64_t b = 0; b < nb; ++b) {
+        drows.push_back(s.draft_head.table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
+      }
+    }
+    const Tensor drows_dev = be.Upload(HostI32(drows));
+    for (int kv = 0; kv < 2; ++kv) {
+      const Tensor& src = kv == 0 ? pool.k : pool.v;
+      Tensor out = be.Empty({hd * nb, kBlockSize * dd}, be.activation_dtype());
+      be.GatherRows(src.Reshape({src.dim(0), kBlockSize * dd}), drows_dev, out);
+      const Tensor host = be.Download(out);
+      for (int64_t h = 0; h < hd; ++h) {
+        for (int64_t b = 0; b < nb; ++b) {
+          std::memcpy(L.Slot(layout->DraftKvSlot(static_cast<uint32_t>(h), static_cast<uint32_t>(b), kv)),
+                      static_cast<const char*>(host.raw()) + static_cast<size_t>(h * nb + b) * dbb, dbb);
+        }
+      }
+    }
+  }
+  // The ticket's contents.
+  disagg::HandoffTicket t;
+  t.geometry = g;
+  t.prompt_length = static_cast<uint32_t>(P);
+  t.position = static_cast<uint32_t>(P + 1);
+  t.tokens = {static_cast<uint32_t>(s.seq.tokens[static_cast<size_t>(P)]),
+              static_cast<uint32_t>(s.seq.tokens[static_cast<size_t>(P + 1)])};
+  if (with_draft) {
+    // x̂3: the head's draft for x3; x2 when it made none (the request ends within two tokens).
+    t.tokens.push_back(static_cast<uint32_t>(s.seq.draft_tokens.empty() ? s.seq.tokens.back() : s.seq.draft_tokens[0]));
+  }
+  HandoffSampling hs;
+  hs.seed = s.seed;
+  hs.tokens = s.handoff_tokens;
+  t.sampling_state = EncodeHandoffSampling(hs);
+  const int64_t tail = nb - 1;
+  t.admission.reserve(lists->size());
+  for (const std::vector<int32_t>& list : *lists) {
+    std::vector<uint16_t> ids;
+    for (int32_t b : list) {
+      if (b >= 0 && b < nb) ids.push_back(static_cast<uint16_t>(b));
+    }
+    if (std::find(ids.begin(), ids.end(), static_cast<uint16_t>(tail)) == ids.end()) ids.push_back(static_cast<uint16_t>(tail));
+    t.admission.push_back(std::move(ids));
+  }
+  auto ticket = L.Commit(std::move(t));
+  if (ticket.ok()) stats.handoff_staged_bytes_total += static_cast<int64_t>(layout->num_slots() * bb);
+  return ticket;
+}
+
+// ---------------------------------------------------------------- decode side
+
+void Engine::Impl::QueueImport(std::unique_ptr<RequestState> state) {
+  RequestState& s = *state;
+  auto sampling = ParseHandoffSampling(s.request.import->ticket().sampling_state);
+  s.seed = sampling.ok() ? sampling->seed : 0;  // (checked at Submit)
+  s.import_phase = RequestState::ImportPhase::kQueued;
+  import_queue.push_back(s.seq.id);
+  requests.emplace(s.seq.id, std::move(state));
+}
+
+void Engine::Impl::StartImports() {
+  while (!import_queue.empty()) {
+    const uint64_t key = import_queue.front();
+    auto it = requests.find(key);
+    if (it == requests.end() || it->second->import_phase != RequestState::ImportPhase::kQueued) {
+      import_queue.pop_front();  // finished (aborted) while queued
+      continue;
+    }
+    if (scheduler.num_running() + num_fetching >= options.max_num_seqs) return;
+    RequestState& s = *it->second;
+    const disagg::HandoffTicket& t = s.request.import->ticket();
+    const int64_t P = t.prompt_length, staged = P + 1;
+    SparseKvManager& m = sparse->manager();
+    const HostAdmission a = m.CheckAdmission(s.seq.max_total_tokens, true);
+    if (a == HostAdmission::kNever) {
+      import_queue.pop_front();
+      Fail(s, sparse->RefusalStatus(s.seq));
+      continue;
+    }
+    if (a != HostAdmission::kFits || !m.Reserve(key, s.seq.max_total_tokens, true).ok()) return;  // wait for room
+    if (draft != nullptr && !s.draft_head.table.Reserve(staged, draft_allocator).ok()) {
+      m.Release(key);
+      return;
+    }
+    auto layout = disagg::StagedKvLayout::Create(t.geometry);
+    if (!layout.ok()) {
+      import_queue.pop_front();
+      Fail(s, layout.status());
+      continue;
+    }
+    // What to read and where: KV blocks straight into the host store, the summaries and the
+    // draft KV into landing buffers (uploaded by FinalizeImport).
+    const size_t bb = layout->slot_bytes();
+    const int64_t ls = t.geometry.num_layers, hkv = t.geometry.num_kv_heads, nb = t.geometry.num_blocks;
+    const int64_t first = sparse->config().dense_layers;
+    const bool full = s.request.import->full_transfer();
+    HostKvStore& store = m.host_store();
+    std::vector<KvFetchItem> items;
+    for (int64_t i = 0; i < ls; ++i) {
+      const LayerKvPool& pool = store.pool(first + i);
+      for (int64_t h = 0; h < hkv; ++h) {
+        std::vector<int64_t> blocks;
+        if (full) {
+          for (int64_t b = 0; b < nb; ++b) blocks.push_back(b);
+        } else {
+          for (uint16_t b : t.admission[static_cast<size_t>(i * hkv + h)]) blocks.push_back(b);
+          std::sort(blocks.begin(), blocks.end());  // runs of blocks merge into one get
+        }
+        for (int kv = 0; kv < 2; ++kv) {
+          char* base = static_cast<char*>(kv == 0 ? pool.k.raw() : pool.v.raw());
+          for (int64_t b : blocks) {
+            const int32_t slot = m.HostSlotOf(key, h, b);
+            items.push_back({layout->KvSlot(static_cast<uint32_t>(i), static_cast<uint32_t>(h), static_cast<uint32_t>(b),
+                                            static_cast<uint32_t>(kv)),
+                             base + static_cast<size_t>(slot) * bb});
+          }
+        }
+      }
+    }
+    ImportBuffers& buf = import_buffers[key];
+    buf.summaries.resize(layout->num_summary_slots() * bb);
+    buf.draft.resize(layout->num_draft_slots() * bb);
+    for (uint64_t j = 0; j < layout->num_summary_slots(); ++j) {
+      items.push_back({layout->num_kv_slots() + j, buf.summaries.data() + j * bb});
+    }
+    for (uint64_t j = 0; j < layout->num_draft_slots(); ++j) {
+      items.push_back({layout->num_kv_slots() + layout->num_summary_slots() + j, buf.draft.data() + j * bb});
+    }
+    stats.import_admission_bytes_total += static_cast<int64_t>(items.size() * bb);
+    import_queue.pop_front();
+    s.import_phase = RequestState::ImportPhase::kFetching;
+    ++num_fetching;
+    {
+      std::lock_guard<std::mutex> lock(import_mu);
+      import_jobs.push_back({key, s.request.import, std::move(items)});
+      if (!import_thread.joinable()) {
+        import_thread = std::thread([this] {
+          while (true) {
+            ImportJob job;
+            {
+              std::unique_lock<std::mutex> lock(import_mu);
+              import_cv.wait(lock, [&] { return import_stop || !import_jobs.empty(); });
+              if (import_stop) return;
+              job = std::move(import_jobs.front());
+              import_jobs.pop_front();
+            }
+            const auto t0 = EngineClock::now();
+            Status st = Status::Ok();
+            try {
+              st = job.source->Fetch(job.items);
+            } catch (const std::exception& e) {
+              st = Internal(std::string("fetching the handed-off KV: ") + e.what());
+            }
+            {
+              std::lock_guard<std::mutex> lock(mu);
+              imports_done.push_back({job.key, st, Seconds(EngineClock::now() - t0)});
+            }
+            cv.notify_all();
+          }
+        });
+      }
+    }
+    import_cv.notify_all();
+  }
+}
+
+void Engine::Impl::FinishImports() {
+  std::vector<ImportDone> done;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done.swap(imports_done);
+  }
+  for (ImportDone& d : done) {
+    --num_fetching;
+    stats.import_fetch_seconds_total += d.seconds;
+    auto it = requests.find(d.key);
+    if (it == requests.end()) continue;
+    RequestState& s = *it->second;
+    s.import_phase = RequestState::ImportPhase::kQueued;  // out of the fetch; not running yet
+    if (!d.status.ok()) {
+      ++stats.import_failures_total;
+      import_buffers.erase(d.key);
+      Fail(s, Unavailable("reading the request's KV from its prefill instance: " + d.status.ToString()));
+      continue;
+    }
+    if (s.abort_after_fetch) {
+      import_buffers.erase(d.key);
+      RequestOutput out;
+      Finish(s, std::move(out), FinishReasonKind::kAbort);
+      continue;
+    }
+    try {
+      FinalizeImport(s);
+    } catch (const std::exception& e) {
+      ++stats.import_failures_total;
+      auto again = requests.find(d.key);
+      if (again != requests.end()) Fail(*again->second, Internal(std::string("importing the request: ") + e.what()));
+    }
+    import_buffers.erase(d.key);
+  }
+}
+
+void Engine::Impl::FinalizeImport(RequestState& s) {
+  const uint64_t key = s.seq.id;
+  const disagg::HandoffTicket& t = s.request.import->ticket();
+  const disagg::StagedKvGeometry& g = t.geometry;
+  auto layout = disagg::StagedKvLayout::Create(g);
+  OASIS_CHECK(layout.ok()) << layout.status().ToString();
+  const int64_t P = t.prompt_length, staged = P + 1;
+  const int64_t ls = g.num_layers, hkv = g.num_kv_heads, nb = g.num_blocks, D = g.head_dim;
+  const int64_t first = sparse->config().dense_layers;
+  const size_t bb = layout->slot_bytes(), row = static_cast<size_t>(D) * g.dtype_bytes;
+  SparseKvManager& m = sparse->manager();
+  HostKvStore& store = m.host_store();
+  Backend& be = runner.backend();
+  const ImportBuffers& buf = import_buffers.at(key);
+  // Summaries of every block into the summary rows of the request's host slots.
+  std::vector<int32_t> rows;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(key, h, b));
+  }
+  const Tensor rows_dev = be.Upload(HostI32(rows));
+  for (int64_t i = 0; i < ls; ++i) {
+    Tensor kmin = Tensor::Empty({hkv * nb, D}, be.activation_dtype()), kmax = Tensor::Empty({hkv * nb, D}, be.activation_dtype());
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const disagg::SummarySlot ss =
+            layout->Summary(static_cast<uint32_t>(i), static_cast<uint32_t>(h), static_cast<uint32_t>(b));
+        const char* src = buf.summaries.data() + (ss.ordinal - layout->num_kv_slots()) * bb + ss.offset;
+        const size_t r = static_cast<size_t>(h * nb + b) * row;
+        std::memcpy(static_cast<char*>(kmin.raw()) + r, src, row);
+        std::memcpy(static_cast<char*>(kmax.raw()) + r, src + row, row);
+      }
+    }
+    be.ScatterRows(be.Upload(kmin), rows_dev, store.kmin(first + i));
+    be.ScatterRows(be.Upload(kmax), rows_dev, store.kmax(first + i));
+  }
+  // The draft head's KV into the blocks reserved for it.
+  if (draft != nullptr) {
+    LayerKvPool& pool = draft->kv_pool();
+    const int64_t hd = g.draft_kv_heads, dd = g.draft_head_dim;
+    const size_t dbb = static_cast<size_t>(kBlockSize * dd) * g.dtype_bytes;
+    const uint64_t base = layout->num_kv_slots() + layout->num_summary_slots();
+    std::vector<int32_t> drows;
+    for (int64_t h = 0; h < hd; ++h) {
+      for (int64_t b = 0; b < nb; ++b) {
+        drows.push_back(s.draft_head.table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
+      }
+    }
+    const Tensor drows_dev = be.Upload(HostI32(drows));
+    for (int kv = 0; kv < 2; ++kv) {
+      Tensor host = Tensor::Empty({hd * nb, kBlockSize * dd}, be.activation_dtype());
+      for (int64_t h = 0; h < hd; ++h) {
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint64_t o = layout->DraftKvSlot(static_cast<uint32_t>(h), static_cast<uint32_t>(b), kv) - base;
+          std::memcpy(static_cast<char*>(host.raw()) + static_cast<size_t>(h * nb + b) * dbb, buf.draft.data() + o * bb, dbb);
+        }
+      }
+      Tensor& dst = kv == 0 ? pool.k : pool.v;
+      Tensor view = dst.Reshape({dst.dim(0), kBlockSize * dd});
+      be.ScatterRows(be.Upload(host), drows_dev, view);
+    }
+    s.draft_head.num_computed = staged;
+  }
+  // The working sets on the GPU (sparse row, working and tail slots).
+  std::vector<std::vector<int32_t>> working;
+  working.reserve(t.admission.size());
+  for (const auto& list : t.admission) working.emplace_back(list.begin(), list.end());
+  const Status st = sparse->Import(s.seq, staged, working);
+  if (!st.ok()) {
+    // No sparse row or GPU slots now: the KV is fetched already; fail rather than hold it.
+    Fail(s, st);
+    return;
+  }
+  s.seq.always_sparse = true;
+  // x1 and x2 as the prefill node sampled them, then decoding from x2 on.
+  auto sampling = ParseHandoffSampling(t.sampling_state);
+  OASIS_CHECK(sampling.ok() && sampling->tokens.size() == 2) << "handoff sampling state (checked at Submit)";
+  const auto now = EngineClock::now();
+  RequestOutput out;
+  for (int i = 0; i < 2; ++i) {
+    SampleResult r;
+    r.token = static_cast<int32_t>(t.tokens[static_cast<size_t>(i)]);
+    r.logprob = sampling->tokens[static_cast<size_t>(i)].logprob;
+    r.top_logprobs = sampling->tokens[static_cast<size_t>(i)].top;
+    if (static_cast<int>(r.top_logprobs.size()) > s.request.num_top_logprobs) {
+      r.top_logprobs.resize(static_cast<size_t>(s.request.num_top_logprobs));
+    }
+    if (!Emit(s, r, i == 0, now, out)) return;  // finished (a stop at x1 or x2): Finish released everything
+  }
+  s.seq.num_computed = staged;  // x1's K/V is here; x2 is the pending token
+  if (draft != nullptr && t.tokens.size() == 3) s.seq.draft_tokens = {static_cast<int32_t>(t.tokens[2])};
+  out.prompt_tokens = s.seq.num_prompt_tokens;
+  out.completion_tokens = s.seq.num_generated();
+  delivery.Add(s.stream, std::move(out));
+  scheduler.AddRunning(&s.seq);
+  s.import_phase = RequestState::ImportPhase::kNone;
+  ++stats.imports_total;
+}
+
+void Engine::Impl::ReleaseImport(RequestState& s, bool completed) {
+  if (!s.request.import || s.import_released) return;
+  s.import_released = true;
+  try {
+    s.request.import->Release(completed);
+  } catch (const std::exception& e) {
+    spdlog::warn("request {}: releasing its handoff lease: {}", s.request.id, e.what());
+  }
+}
+
+void Engine::Impl::StopImportThread() {
+  {
+    std::lock_guard<std::mutex> lock(import_mu);
+    import_stop = true;
+    import_jobs.clear();  // not started: nothing writes into their buffers
+  }
+  import_cv.notify_all();
+  if (import_thread.joinable()) import_thread.join();
+}
+
+}  // namespace oasis

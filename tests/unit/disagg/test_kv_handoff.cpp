@@ -1,0 +1,240 @@
+// Disaggregated prefill and decode through two ENGINES in one process on the CPU backend
+// (engine/kv_handoff.h, docs/disaggregation.md §2, §5, §6): a prefill engine hands requests
+// off into a real staging pool served by a StagingServer on loopback; a decode engine imports
+// them through a RemoteKvImporter (UCX gets) and decodes on. With K >= the number of blocks
+// the decode engine's outputs equal a single engine's exactly (tokens, log-probabilities,
+// finish reasons), with and without the EAGLE-3 head, in full-transfer and partial mode; every
+// lease ends (completed) and every GPU, host and draft head-block comes back on both sides;
+// an import aborted on the decode side aborts its lease; a ticket for another prompt and
+// misuse (a handoff on an instance without a staging pool, an import without sparse KV) are
+// refused with a clear error.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "../engine/lookahead_test_util.h"
+#include "../engine/sparse_engine_test_util.h"
+#include "disagg/kv_transfer.h"
+#include "disagg/staging_server.h"
+
+using namespace oasis;
+using namespace oasis::engine_test;
+using namespace oasis::disagg;
+
+namespace {
+
+constexpr int64_t kSlots = 2048;
+
+struct Instance {
+  explicit Instance(bool with_head) : tm(kSlots) {
+    if (with_head) {
+      head = FixtureHead(tm);
+      draft = MakeDraftRunner(tm, *head);
+    }
+  }
+  EngineOptions Options(int32_t k) const {
+    EngineOptions o;
+    o.lookahead = draft ? LookaheadMode::kReject : LookaheadMode::kOff;
+    o.sparse = TinySparse(k, 0.05, draft ? SparsePredictor::kDraft : SparsePredictor::kPreviousQuery);
+    o.sparse_metrics_interval = 4;
+    return o;
+  }
+  TinyModel tm;
+  std::unique_ptr<Eagle3Head> head;
+  std::unique_ptr<DraftRunner> draft;
+};
+
+// The prefill side: a pool of one head-block per slot (qwen3-tiny on the CPU: 16 x 32 x 4 B).
+struct PrefillSide {
+  PrefillSide(std::shared_ptr<UcxContext> ctx, uint64_t slots, std::chrono::milliseconds ttl) {
+    auto p = StagingPool::Create(ctx, {.block_bytes = 16 * 32 * 4, .num_blocks = slots, .default_lease_ttl = ttl});
+    REQUIRE(p.ok());
+    pool = std::move(*p);
+    auto s = StagingServer::Start(ctx, pool.get(), {.listen_address = "127.0.0.1:0"});
+    REQUIRE(s.ok());
+    server = std::move(*s);
+    exporter = std::make_unique<StagingExporter>(*pool, server->address(), ttl);
+  }
+  std::unique_ptr<StagingPool> pool;
+  std::unique_ptr<StagingServer> server;
+  std::unique_ptr<StagingExporter> exporter;
+};
+
+std::shared_ptr<UcxContext> Context() {
+  auto c = UcxContext::Create({.transports = "tcp"});
+  REQUIRE(c.ok());
+  return *c;
+}
+
+bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return cond();
+}
+
+// Runs `reqs` through prefill (handoff) then decode (import); a request that finished on the
+// prefill side (a stop at x1 or x2) keeps the prefill side's output.
+std::vector<Collected> RunDisaggregated(Engine& prefill, Engine& decode, RemoteKvImporter& importer,
+                                        const std::vector<EngineRequest>& reqs, bool full,
+                                        int* handed_off) {
+  std::vector<Collected> out(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EngineRequest p = reqs[i];
+    p.handoff = true;
+    auto ps = prefill.Submit(p);
+    REQUIRE(ps.ok());
+    Collected first = Collect(**ps);
+    INFO(reqs[i].id << ": " << first.error.ToString());
+    REQUIRE(first.error.ok());
+    if (first.reason != FinishReasonKind::kHandoff) {
+      out[i] = first;
+      continue;
+    }
+    ++*handed_off;
+    CHECK(first.tokens.size() == 2);  // x1, x2 on the prefill side's own stream
+    REQUIRE(!first.handoff_ticket.empty());
+    auto ticket = ParseHandoffTicket(first.handoff_ticket);
+    REQUIRE(ticket.ok());
+    EngineRequest d = reqs[i];
+    d.import = importer.Source(*ticket, full);
+    auto ds = decode.Submit(d);
+    REQUIRE(ds.ok());
+    out[i] = Collect(**ds);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a request handed off by a prefill engine and imported by a decode engine decodes as one engine does",
+          "[disagg][engine]") {
+  const auto ctx = Context();
+  for (bool with_head : {false, true}) {
+    for (bool full : {true, false}) {
+      DYNAMIC_SECTION((with_head ? "EAGLE-3 draft predictor" : "previous-query predictor")
+                      << (full ? ", full transfer" : ", partial (admission lists)")) {
+        std::vector<EngineRequest> reqs = LongWorkload(8, 11);
+        for (auto& r : reqs) r.max_tokens = std::max<int64_t>(r.max_tokens, 3);
+        Instance ref(with_head), pre(with_head), dec(with_head);
+        // K = 24 blocks >= the longest context: every block is in the working set.
+        const std::vector<Collected> want = RunEngine(*ref.tm.runner, ref.draft.get(), ref.Options(24), reqs).out;
+
+        PrefillSide side(ctx, 1 << 16, 30s);
+        EngineOptions po = pre.Options(24);
+        po.handoff_exporter = side.exporter.get();
+        Engine prefill(*pre.tm.runner, nullptr, po, pre.draft.get());
+        Engine decode(*dec.tm.runner, nullptr, dec.Options(24), dec.draft.get());
+        auto importer = RemoteKvImporter::Create(ctx);
+        prefill.Start();
+        decode.Start();
+        int handed_off = 0;
+        const std::vector<Collected> got = RunDisaggregated(prefill, decode, *importer, reqs, full, &handed_off);
+        CHECK(handed_off >= 6);  // those that did not stop at x1 or x2
+        CheckSameOutputs(reqs, got, want);
+
+        // Every lease ends (completed), and both engines give every head-block back.
+        CHECK(WaitFor([&] { return side.pool->Stats().requests_held == 0; }));
+        const StagingPoolStats ps = side.pool->Stats();
+        CHECK(ps.leases_granted == static_cast<uint64_t>(handed_off));
+        CHECK(ps.leases_completed == static_cast<uint64_t>(handed_off));
+        CHECK(ps.leases_aborted + ps.leases_expired == 0);
+        const EngineStats pst = WaitSparseIdle(prefill), dst = WaitSparseIdle(decode);
+        CHECK(pst.handoffs_total == handed_off);
+        CHECK(pst.requests_handoff_total == handed_off);
+        CHECK(pst.handoff_staged_bytes_total > 0);
+        CHECK(dst.imports_total == handed_off);
+        CHECK(dst.import_failures_total == 0);
+        CHECK(dst.import_admission_bytes_total > 0);
+        for (const EngineStats* st : {&pst, &dst}) {
+          CHECK(st->num_free_kv_slots == st->num_kv_slots);
+          CHECK(st->num_free_host_kv_slots == st->num_host_kv_slots);
+          CHECK(st->num_sparse_requests == 0);
+          CHECK(st->num_free_draft_kv_slots == st->num_draft_kv_slots);
+        }
+        const RemoteKvImporterStats is = importer->Stats();
+        CHECK(is.leases_completed == static_cast<uint64_t>(handed_off));
+        CHECK(is.leases_live == 0);
+        CHECK(is.fetch_failures == 0);
+        prefill.Stop();
+        decode.Stop();
+      }
+    }
+  }
+}
+
+TEST_CASE("disaggregation: aborts and misuse are clear errors and release the lease",
+          "[disagg][engine]") {
+  const auto ctx = Context();
+  Instance pre(false), dec(false);
+  PrefillSide side(ctx, 1 << 16, 30s);
+  EngineOptions po = pre.Options(24);
+  po.handoff_exporter = side.exporter.get();
+  Engine prefill(*pre.tm.runner, nullptr, po);
+  Engine decode(*dec.tm.runner, nullptr, dec.Options(24));
+  auto importer = RemoteKvImporter::Create(ctx);
+  prefill.Start();
+  decode.Start();
+  std::vector<int32_t> prompt(150);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(7 + (i * 37) % 400);
+  EngineRequest r = Request("a", prompt, 60);
+  r.ignore_eos = true;
+  auto handoff = [&](const std::string& id) {
+    EngineRequest p = r;
+    p.id = id;
+    p.handoff = true;
+    auto s = prefill.Submit(p);
+    REQUIRE(s.ok());
+    Collected c = Collect(**s);
+    REQUIRE(c.reason == FinishReasonKind::kHandoff);
+    auto t = ParseHandoffTicket(c.handoff_ticket);
+    REQUIRE(t.ok());
+    return *t;
+  };
+
+  SECTION("an import aborted on the decode side aborts its lease") {
+    const HandoffTicket t = handoff("p1");
+    EngineRequest d = r;
+    d.import = importer->Source(t, false);
+    auto s = decode.Submit(d);
+    REQUIRE(s.ok());
+    auto first = (*s)->Next(10s);  // x1 and x2 (maybe more)
+    REQUIRE(first.has_value());
+    decode.Abort("a");
+    Collected rest = Collect(**s);
+    CHECK(rest.reason == FinishReasonKind::kAbort);
+    CHECK(WaitFor([&] { return side.pool->Stats().requests_held == 0; }));
+    CHECK(side.pool->Stats().leases_aborted == 1);
+  }
+  SECTION("a ticket for another prompt, a handoff without an exporter, an import without sparse KV") {
+    const HandoffTicket t = handoff("p2");
+    EngineRequest d = r;
+    d.prompt.pop_back();
+    d.import = importer->Source(t, false);
+    auto s = decode.Submit(d);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.status().message(), Catch::Contains("prompt of 150 tokens"));
+    EngineRequest h = r;
+    h.handoff = true;
+    auto s2 = decode.Submit(h);
+    REQUIRE_FALSE(s2.ok());
+    CHECK_THAT(s2.status().message(), Catch::Contains("not a prefill instance"));
+    Instance dense(false);
+    Engine plain(*dense.tm.runner, nullptr, EngineOptions{});
+    EngineRequest d2 = r;
+    d2.import = importer->Source(t, false);
+    auto s3 = plain.Submit(d2);
+    REQUIRE_FALSE(s3.ok());
+    CHECK_THAT(s3.status().message(), Catch::Contains("--sparse on"));
+    // Sources dropped without running release (abort) their lease.
+    d.import.reset();
+    d2.import.reset();
+    CHECK(WaitFor([&] { return side.pool->Stats().requests_held == 0; }));
+  }
+  prefill.Stop();
+  decode.Stop();
+}

@@ -372,16 +372,19 @@ __global__ void __launch_bounds__(kSelectThreads) SelectBlocksKernel(SelectBlock
   int32_t* src = p.fetch_src + base * C;
   int32_t* dst = p.fetch_dst + base * C;
   for (int i = threadIdx.x; i < C; i += blockDim.x) src[i] = dst[i] = -1;
+  int32_t* rout = p.remote != nullptr ? p.remote_out + base * p.cr : nullptr;
+  for (int i = threadIdx.x; rout != nullptr && i < p.cr; i += blockDim.x) rout[i] = -1;
   if (p.rows[r] < 0) return;
   __shared__ int pred[kSelectMaxK], blocks[kSelectMaxK], age[kSelectMaxK], hit[kSelectMaxK], miss_rank[kSelectMaxK];
   __shared__ int victim_at[kSelectMaxK];
-  __shared__ int s_hits, s_misses, s_victims, s_resident;
+  __shared__ int s_hits, s_misses, s_local, s_victims, s_resident;
+  const uint8_t* rmask = p.remote != nullptr ? p.remote + base * p.max_blocks : nullptr;
   const int32_t* topk = p.topk + base * K;
   const int32_t* table = p.host_tables + base * p.max_blocks;
   const int32_t* slots = p.ws_slots + base * K;
   int32_t* g_blocks = p.ws_blocks + base * K;
   int32_t* g_age = p.ws_age + base * K;
-  if (threadIdx.x == 0) s_hits = s_misses = s_victims = s_resident = 0;
+  if (threadIdx.x == 0) s_hits = s_misses = s_local = s_victims = s_resident = 0;
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     pred[j] = topk[j];
     blocks[j] = g_blocks[j];
@@ -400,18 +403,28 @@ __global__ void __launch_bounds__(kSelectThreads) SelectBlocksKernel(SelectBlock
     if (at >= 0) {
       hit[at] = 1;
       atomicAdd(&s_hits, 1);
+    } else if (rmask != nullptr && b < p.max_blocks && rmask[b] != 0) {
+      miss_rank[i] = 2;  // remote: listed, not fetched
+      atomicAdd(&s_misses, 1);
     } else {
       miss_rank[i] = 1;
       atomicAdd(&s_misses, 1);
+      atomicAdd(&s_local, 1);
     }
   }
   __syncthreads();
   int ranks[kSelectMaxK / kSelectThreads];
   for (int i = threadIdx.x, t = 0; i < K; i += blockDim.x, ++t) {
     int rank = -1;
-    if (miss_rank[i] == 1) {
-      rank = 0;
-      for (int i2 = 0; i2 < i; ++i2) rank += miss_rank[i2];
+    const int kind = miss_rank[i];
+    if (kind != 0) {
+      int before = 0;
+      for (int i2 = 0; i2 < i; ++i2) before += miss_rank[i2] == kind;
+      if (kind == 1) {
+        rank = before;
+      } else if (before < p.cr) {
+        rout[before] = pred[i];
+      }
     }
     ranks[t] = rank;
   }
@@ -450,7 +463,7 @@ __global__ void __launch_bounds__(kSelectThreads) SelectBlocksKernel(SelectBlock
   }
   __syncthreads();
   // 5: admit n = min(misses, C, victims), best-scored misses first.
-  const int n = min(min(s_misses, C), s_victims);
+  const int n = min(min(s_local, C), s_victims);
   for (int i = threadIdx.x; i < K; i += blockDim.x) {
     const int m = miss_rank[i];
     if (m < 0 || m >= n) continue;

@@ -59,7 +59,9 @@ struct SelectBlocksParams {
   int32_t* resident_slots;     // [R, Hkv, K]
   int32_t* num_resident;       // [R, Hkv]
   int32_t* stats;              // [R, Hkv, 3] accumulated
-  int rows_count = 0, num_kv_heads = 0, k = 0, c = 0, max_blocks = 0;
+  const uint8_t* remote = nullptr;  // [R, Hkv, max_blocks] or null: blocks not in the host store yet
+  int32_t* remote_out = nullptr;    // [R, Hkv, cr]: remote misses in topk order, -1 padded
+  int rows_count = 0, num_kv_heads = 0, k = 0, c = 0, max_blocks = 0, cr = 0;
 };
 inline constexpr int kSelectMaxK = 1024;
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream);

@@ -297,6 +297,11 @@ class Backend {
   //     block, then -1; num_resident[r, h] = their count;
   //  7. stats[r, h, :] += {#hits, #misses, n}.
   // Inactive rows (rows[r] < 0): fetch_src/fetch_dst rows are set to -1, nothing else changes.
+  // Remote blocks (disaggregation, docs/disaggregation.md §5), when `remote` is given: a miss
+  // b with remote[r, h, b] != 0 has no K/V in the host store yet. It is counted as a miss but
+  // is not admissible: step 3 leaves it out of the misses to fetch, and it is listed instead in
+  // remote_out[r, h, :] (the first CR such misses in topk order, then -1; the row is all -1 for
+  // inactive rows). `remote` and `remote_out` may be host (EmptyHost) tensors.
   virtual void SelectBlocks(const Tensor& topk,         // [R, Hkv, K] int32
                             const Tensor& rows,         // [R] int32, -1 = inactive
                             const Tensor& host_tables,  // [R, Hkv, MB] int32
@@ -307,7 +312,9 @@ class Backend {
                             Tensor& fetch_dst,          // [R, Hkv, C] int32 GPU slot, -1 = none
                             Tensor& resident_slots,     // [R, Hkv, K] int32
                             Tensor& num_resident,       // [R, Hkv] int32
-                            Tensor& stats) = 0;         // [R, Hkv, 3] int32, accumulated
+                            Tensor& stats,              // [R, Hkv, 3] int32, accumulated
+                            const Tensor* remote = nullptr,  // [R, Hkv, MB] u8 or null
+                            Tensor* remote_out = nullptr) = 0;  // [R, Hkv, CR] int32 (with remote)
 
   // Copies whole head-blocks (K and V, kBlockSize x D each): dst[dst_slots[i]] =
   // src[src_slots[i]] for every i where both are >= 0. Either pool may be a device pool or a

@@ -229,7 +229,10 @@ void Engine::Impl::Loop() {
     }
     FinishImports();
     StartImports();
-    if (!scheduler.idle()) Step();
+    if (!scheduler.idle()) {
+      Step();
+      FetchDrift();
+    }
     Publish();
     delivery.Flush();
   }

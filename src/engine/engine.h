@@ -242,6 +242,12 @@ struct EngineStats {
   int64_t num_importing = 0;
   int64_t import_failures_total = 0;
   int64_t requests_handoff_total = 0;
+  // Decode side, partial mode: blocks select wanted that were still remote, fetched after the
+  // step (each once), their bytes, the fetch calls and their time.
+  int64_t drift_blocks_total = 0;
+  int64_t drift_bytes_total = 0;
+  int64_t drift_fetches_total = 0;
+  double drift_fetch_seconds_total = 0.0;
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;
 };

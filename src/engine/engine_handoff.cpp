@@ -76,6 +76,9 @@ Status Engine::Impl::ValidateDisaggregation(const EngineRequest& r) const {
     return Status::Ok();
   }
   const disagg::HandoffTicket& t = r.import->ticket();
+  if (!r.import->full_transfer() && sparse->config().remote_fetch_cap <= 0) {
+    return FailedPrecondition("a partial (remote partial fetch) import needs a remote fetch cap on this decode instance");
+  }
   if (static_cast<int64_t>(r.prompt.size()) != static_cast<int64_t>(t.prompt_length)) {
     return InvalidArgument("handoff ticket for a prompt of " + std::to_string(t.prompt_length) +
                            " tokens, request prompt of " + std::to_string(r.prompt.size()));
@@ -331,50 +334,46 @@ void Engine::Impl::StartImports() {
     import_queue.pop_front();
     s.import_phase = RequestState::ImportPhase::kFetching;
     ++num_fetching;
-    {
-      std::lock_guard<std::mutex> lock(import_mu);
-      import_jobs.push_back({key, s.request.import, std::move(items)});
-      if (!import_thread.joinable()) {
-        import_thread = std::thread([this] {
-          while (true) {
-            ImportJob job;
-            {
-              std::unique_lock<std::mutex> lock(import_mu);
-              import_cv.wait(lock, [&] { return import_stop || !import_jobs.empty(); });
-              if (import_stop) return;
-              job = std::move(import_jobs.front());
-              import_jobs.pop_front();
-            }
-            const auto t0 = EngineClock::now();
-            Status st = Status::Ok();
-            try {
-              st = job.source->Fetch(job.items);
-            } catch (const std::exception& e) {
-              st = Internal(std::string("fetching the handed-off KV: ") + e.what());
-            }
-            {
-              std::lock_guard<std::mutex> lock(mu);
-              imports_done.push_back({job.key, st, Seconds(EngineClock::now() - t0)});
-            }
-            cv.notify_all();
-          }
-        });
-      }
-    }
-    import_cv.notify_all();
+    FetchJob job;
+    job.key = key;
+    job.source = s.request.import;
+    job.items = std::move(items);
+    if (!admission_worker) admission_worker = std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); });
+    admission_worker->Push(std::move(job));
   }
 }
 
+void Engine::Impl::OnFetched(FetchJob job) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    imports_done.push_back(std::move(job));
+  }
+  cv.notify_all();
+}
+
 void Engine::Impl::FinishImports() {
-  std::vector<ImportDone> done;
+  std::vector<FetchJob> done;
   {
     std::lock_guard<std::mutex> lock(mu);
     done.swap(imports_done);
   }
-  for (ImportDone& d : done) {
+  for (FetchJob& d : done) {
+    auto it = requests.find(d.key);
+    if (d.drift) {
+      ++stats.drift_fetches_total;
+      stats.drift_fetch_seconds_total += d.seconds;
+      if (it == requests.end()) continue;  // finished meanwhile: the blocks are not needed
+      RequestState& s = *it->second;
+      if (!d.status.ok()) {
+        ++stats.import_failures_total;
+        Fail(s, Unavailable("reading drifted KV blocks from the prefill instance: " + d.status.ToString()));
+        continue;
+      }
+      if (s.import_generation == d.generation && s.seq.kv == SequenceKv::kSparse) ApplyDrift(s, d);
+      continue;
+    }
     --num_fetching;
     stats.import_fetch_seconds_total += d.seconds;
-    auto it = requests.find(d.key);
     if (it == requests.end()) continue;
     RequestState& s = *it->second;
     s.import_phase = RequestState::ImportPhase::kQueued;  // out of the fetch; not running yet
@@ -399,6 +398,65 @@ void Engine::Impl::FinishImports() {
     }
     import_buffers.erase(d.key);
   }
+}
+
+void Engine::Impl::FetchDrift() {
+  if (!sparse || sparse->config().remote_fetch_cap <= 0) return;
+  SparseKvManager& m = sparse->manager();
+  for (auto& [key, state] : requests) {
+    RequestState& s = *state;
+    if (!s.request.import || s.request.import->full_transfer() || s.import_phase != RequestState::ImportPhase::kNone ||
+        s.seq.kv != SequenceKv::kSparse || m.RemoteBlocksLeft(key) == 0) {
+      continue;
+    }
+    std::vector<SparseKvManager::RemoteBlock> want;
+    for (const SparseKvManager::RemoteBlock& b : m.RemoteMisses(key)) {
+      const uint64_t code = (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) |
+                            static_cast<uint32_t>(b.block);
+      if (s.drift_requested.insert(code).second) want.push_back(b);
+    }
+    if (want.empty()) continue;
+    const disagg::HandoffTicket& t = s.request.import->ticket();
+    auto layout = disagg::StagedKvLayout::Create(t.geometry);
+    OASIS_CHECK(layout.ok()) << layout.status().ToString();
+    const size_t bb = layout->slot_bytes();
+    const int64_t first = sparse->config().dense_layers;
+    FetchJob job;
+    job.key = key;
+    job.drift = true;
+    job.generation = s.import_generation;
+    job.source = s.request.import;
+    job.buffer = std::make_shared<std::vector<char>>(want.size() * 2 * bb);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const SparseKvManager::RemoteBlock& b = want[i];
+      for (uint32_t kv = 0; kv < 2; ++kv) {
+        job.items.push_back({layout->KvSlot(static_cast<uint32_t>(b.layer - first), static_cast<uint32_t>(b.head),
+                                            static_cast<uint32_t>(b.block), kv),
+                             job.buffer->data() + (2 * i + kv) * bb});
+      }
+    }
+    job.blocks = std::move(want);
+    if (!drift_worker) drift_worker = std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); });
+    drift_worker->Push(std::move(job));
+  }
+}
+
+void Engine::Impl::ApplyDrift(RequestState& s, const FetchJob& job) {
+  SparseKvManager& m = sparse->manager();
+  HostKvStore& store = m.host_store();
+  const size_t bb = job.buffer->size() / std::max<size_t>(1, 2 * job.blocks.size());
+  for (size_t i = 0; i < job.blocks.size(); ++i) {
+    const SparseKvManager::RemoteBlock& b = job.blocks[i];
+    const int32_t slot = m.HostSlotOf(s.seq.id, b.head, b.block);
+    if (slot < 0) continue;
+    LayerKvPool& pool = store.pool(b.layer);
+    std::memcpy(static_cast<char*>(pool.k.raw()) + static_cast<size_t>(slot) * bb, job.buffer->data() + 2 * i * bb, bb);
+    std::memcpy(static_cast<char*>(pool.v.raw()) + static_cast<size_t>(slot) * bb, job.buffer->data() + (2 * i + 1) * bb,
+                bb);
+    m.MarkLocal(s.seq.id, b);
+  }
+  stats.drift_blocks_total += static_cast<int64_t>(job.blocks.size());
+  stats.drift_bytes_total += static_cast<int64_t>(job.buffer->size());
 }
 
 void Engine::Impl::FinalizeImport(RequestState& s) {
@@ -467,13 +525,16 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   std::vector<std::vector<int32_t>> working;
   working.reserve(t.admission.size());
   for (const auto& list : t.admission) working.emplace_back(list.begin(), list.end());
-  const Status st = sparse->Import(s.seq, staged, working);
+  const bool partial = !s.request.import->full_transfer() && sparse->config().remote_fetch_cap > 0;
+  const Status st = sparse->Import(s.seq, staged, working, partial ? &working : nullptr);
   if (!st.ok()) {
     // No sparse row or GPU slots now: the KV is fetched already; fail rather than hold it.
     Fail(s, st);
     return;
   }
   s.seq.always_sparse = true;
+  s.import_generation = next_import_generation++;
+  s.drift_requested.clear();
   // x1 and x2 as the prefill node sampled them, then decoding from x2 on.
   auto sampling = ParseHandoffSampling(t.sampling_state);
   OASIS_CHECK(sampling.ok() && sampling->tokens.size() == 2) << "handoff sampling state (checked at Submit)";
@@ -510,13 +571,51 @@ void Engine::Impl::ReleaseImport(RequestState& s, bool completed) {
 }
 
 void Engine::Impl::StopImportThread() {
-  {
-    std::lock_guard<std::mutex> lock(import_mu);
-    import_stop = true;
-    import_jobs.clear();  // not started: nothing writes into their buffers
-  }
-  import_cv.notify_all();
-  if (import_thread.joinable()) import_thread.join();
+  if (admission_worker) admission_worker->Stop();
+  if (drift_worker) drift_worker->Stop();
 }
+
+void FetchWorker::Push(FetchJob job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    jobs_.push_back(std::move(job));
+    if (!thread_.joinable()) {
+      thread_ = std::thread([this] {
+        while (true) {
+          FetchJob j;
+          {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+            if (stop_) return;
+            j = std::move(jobs_.front());
+            jobs_.pop_front();
+          }
+          const auto t0 = EngineClock::now();
+          try {
+            j.status = j.source->Fetch(j.items);
+          } catch (const std::exception& e) {
+            j.status = Internal(std::string("fetching handed-off KV: ") + e.what());
+          }
+          j.seconds = Seconds(EngineClock::now() - t0);
+          j.items.clear();
+          done_(std::move(j));
+        }
+      });
+    }
+  }
+  cv_.notify_all();
+}
+
+void FetchWorker::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    jobs_.clear();  // not started: nothing writes into their buffers
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
 
 }  // namespace oasis

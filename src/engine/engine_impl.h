@@ -26,6 +26,40 @@ namespace oasis {
 
 double Seconds(EngineClock::duration d);
 
+// Disaggregation's decode side: reads from a request's remote lease on a thread of its own, so
+// that no network wait is on the engine loop. Admission fetches (the whole admission set) and
+// drift fetches (a step's remote misses) run on two workers, so a long admission never
+// delays a drift fetch.
+struct FetchJob {
+  uint64_t key = 0;
+  bool drift = false;
+  uint64_t generation = 0;  // the request's import generation when the job was made
+  std::shared_ptr<KvImportSource> source;
+  std::vector<KvFetchItem> items;
+  std::shared_ptr<std::vector<char>> buffer;             // drift: where the blocks land
+  std::vector<SparseKvManager::RemoteBlock> blocks;      // drift: which blocks (K and V each)
+  Status status = Status::Ok();                          // set by the worker
+  double seconds = 0;
+};
+
+class FetchWorker {
+ public:
+  // `done` runs on the worker thread after each job (the job with its status).
+  explicit FetchWorker(std::function<void(FetchJob)> done) : done_(std::move(done)) {}
+  ~FetchWorker() { Stop(); }
+  void Push(FetchJob job);
+  // Finishes the job in flight (fetches have deadlines), drops the queued ones, joins.
+  void Stop();
+
+ private:
+  std::function<void(FetchJob)> done_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<FetchJob> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 struct Engine::Impl {
   Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions o, DraftRunner* d);
 
@@ -66,6 +100,10 @@ struct Engine::Impl {
   void FinalizeImport(RequestState& s);
   void ReleaseImport(RequestState& s, bool completed);
   void StopImportThread();
+  // After a step: the remote misses select listed go to the drift worker (each block once).
+  void FetchDrift();
+  void OnFetched(FetchJob job);  // a worker's job ended (worker thread)
+  void ApplyDrift(RequestState& s, const FetchJob& job);
 
   // Fixed at construction.
   ModelRunner& runner;
@@ -90,13 +128,8 @@ struct Engine::Impl {
   std::thread thread;
   std::mutex lifecycle_mu;  // serialises Start/Stop (held while joining; never under mu)
   std::atomic<int64_t> num_waiting_engine{0};  // waiting in the scheduler (for max_waiting)
-  // Import fetches that finished (key, result, seconds), for the loop to finalize.
-  struct ImportDone {
-    uint64_t key;
-    Status status;
-    double seconds;
-  };
-  std::vector<ImportDone> imports_done;
+  // Fetches that finished (admission and drift), for the loop to apply.
+  std::vector<FetchJob> imports_done;
 
   mutable std::mutex stats_mu;
   EngineStats published;  // guarded by stats_mu
@@ -111,16 +144,8 @@ struct Engine::Impl {
   // Decode side of disaggregation: imports waiting for room, and the import thread.
   std::deque<uint64_t> import_queue;  // keys, FCFS
   int64_t num_fetching = 0;
-  struct ImportJob {
-    uint64_t key;
-    std::shared_ptr<KvImportSource> source;
-    std::vector<KvFetchItem> items;
-  };
-  std::mutex import_mu;  // guards import_jobs, import_stop
-  std::condition_variable import_cv;
-  std::deque<ImportJob> import_jobs;
-  bool import_stop = false;
-  std::thread import_thread;
+  std::unique_ptr<FetchWorker> admission_worker, drift_worker;  // made on first use
+  uint64_t next_import_generation = 1;
   // Per fetching request: the summaries' and draft KV's landing buffers.
   struct ImportBuffers {
     std::vector<char> summaries, draft;

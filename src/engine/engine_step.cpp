@@ -35,6 +35,7 @@ void Engine::Impl::Step() {
     RequestState& s = *requests.at(p->id);
     ReleaseDraftHead(s);
     ReleaseImport(s, true);  // an imported request recomputes here: its lease is not needed any more
+    s.import_generation = 0;  // drift fetches still in flight are dropped
   }
   // Requests the sparse admission refused (their KV can never fit the host store; Submit
   // refuses those already, so this is a safety net): they fail, the others go on.

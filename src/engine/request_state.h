@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <unordered_set>
 
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -45,6 +46,10 @@ struct RequestState {
   ImportPhase import_phase = ImportPhase::kNone;
   bool abort_after_fetch = false;  // aborted while its fetch was in flight
   bool import_released = false;    // KvImportSource::Release called
+  // Drift (partial mode): remote blocks asked for so far, as (layer, head, block) keys; the
+  // generation names this import (a preemption ends it: results of older fetches are dropped).
+  std::unordered_set<uint64_t> drift_requested;
+  uint64_t import_generation = 0;
 };
 
 }  // namespace oasis

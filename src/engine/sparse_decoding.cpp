@@ -90,8 +90,9 @@ SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   return a;
 }
 
-Status SparseDecoding::Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working) {
-  OASIS_RETURN_IF_ERROR(manager_.ImportSparse(seq.id, num_tokens, working, *rank_pools_.at(0)));
+Status SparseDecoding::Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
+                              const std::vector<std::vector<int32_t>>* local) {
+  OASIS_RETURN_IF_ERROR(manager_.ImportSparse(seq.id, num_tokens, working, *rank_pools_.at(0), local));
   seq.kv = SequenceKv::kSparse;
   return Status::Ok();
 }

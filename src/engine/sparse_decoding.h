@@ -68,7 +68,8 @@ class SparseDecoding final : public SequenceKvHooks {
   // An imported request (disaggregation): its host room is reserved and its first
   // `num_tokens` tokens' K/V and summaries are in the host store; takes the sparse row and
   // GPU slots and fills its working sets (SparseKvManager::ImportSparse), then marks it sparse.
-  Status Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working);
+  Status Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
+                const std::vector<std::vector<int32_t>>* local = nullptr);
 
   // Whether a sparse decode feeds its draft token ([x_t, x̂_{t+1}]: the draft predictor)
   // or only x_t (previous-query, oracle).

@@ -22,6 +22,9 @@ Status SparseConfig::Validate(int64_t num_layers) const {
   if (max_sparse_seqs < 1) return InvalidArgument("max sparse sequences must be at least 1");
   if (max_seq_len < kBlockSize) return InvalidArgument("max sequence length below one block");
   if (agreement_interval < 0) return InvalidArgument("agreement interval must not be negative");
+  if (remote_fetch_cap < 0 || remote_fetch_cap > topk_blocks) {
+    return InvalidArgument("--remote-fetch-cap must be in [0, --topk-blocks]");
+  }
   return Status::Ok();
 }
 

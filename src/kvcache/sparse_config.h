@@ -36,6 +36,10 @@ struct SparseConfig {
   // copied into the working set, so attention reads stale slots and outputs are wrong; the
   // time saved is what the transfers cost on the critical path (issue 8's overhead bench).
   bool transfers = true;
+  // Disaggregation's decode side (docs/disaggregation.md §5): > 0 lets requests hold *remote*
+  // blocks (K/V still on the prefill instance); select lists up to this many remote misses
+  // per (request, layer, KV head) per step for the engine to fetch. 0: every block is local.
+  int32_t remote_fetch_cap = 0;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;

@@ -16,14 +16,16 @@ Tensor Filled(Backend& b, std::vector<int64_t> shape, int32_t value) {
 }  // namespace
 
 SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads, int64_t topk, int64_t max_fetch,
-                                     int64_t max_blocks, int64_t num_layers, int64_t first_sparse_layer)
+                                     int64_t max_blocks, int64_t num_layers, int64_t first_sparse_layer,
+                                     int64_t remote_cap)
     : backend_(b),
       rows_(rows),
       kv_heads_(kv_heads),
       topk_(topk),
       max_fetch_(max_fetch),
       max_blocks_(max_blocks),
-      first_sparse_layer_(first_sparse_layer) {
+      first_sparse_layer_(first_sparse_layer),
+      remote_cap_(remote_cap) {
   OASIS_CHECK(rows > 0 && kv_heads > 0 && topk > 0 && max_fetch > 0 && max_blocks > 0)
       << "sparse state sizes " << rows << " " << kv_heads << " " << topk << " " << max_fetch << " " << max_blocks;
   ws_slots = Filled(b, {rows, kv_heads, topk}, -1);
@@ -42,6 +44,12 @@ SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads,
     s.fetch_dst = Filled(b, {rows, kv_heads, max_fetch}, -1);
     s.select_stats = Filled(b, {rows, kv_heads, 3}, 0);
     s.agree_stats = Filled(b, {rows, kv_heads, 2}, 0);
+    if (remote_cap > 0) {
+      s.remote = b.EmptyHost({rows, kv_heads, max_blocks}, DType::kU8);
+      std::fill(s.remote.data<uint8_t>(), s.remote.data<uint8_t>() + s.remote.numel(), uint8_t{0});
+      s.remote_out = b.EmptyHost({rows, kv_heads, remote_cap}, DType::kI32);
+      std::fill(s.remote_out.data<int32_t>(), s.remote_out.data<int32_t>() + s.remote_out.numel(), -1);
+    }
     layers_.push_back(std::move(s));
   }
 }

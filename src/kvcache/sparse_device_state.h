@@ -25,12 +25,17 @@ struct SparseLayerState {
   Tensor fetch_dst;       // [R, Hkv, C] int32: GPU slots they go to
   Tensor select_stats;    // [R, Hkv, 3] int32: accumulated hits, misses, fetched
   Tensor agree_stats;     // [R, Hkv, 2] int32: accumulated overlap, actual set size
+  // Remote blocks (remote_cap > 0 only; host memory the device reads, so the host flips a
+  // block to local without a device op once its K/V has landed in the host store):
+  Tensor remote;          // [R, Hkv, MB] u8: 1 = the block's K/V is not in the host store yet
+  Tensor remote_out;      // [R, Hkv, CR] int32: the step's remote misses (SelectBlocks), -1 pad
 };
 
 class SparseDeviceState {
  public:
   SparseDeviceState(Backend& backend, int64_t rows, int64_t kv_heads, int64_t topk, int64_t max_fetch,
-                    int64_t max_blocks, int64_t num_layers, int64_t first_sparse_layer);
+                    int64_t max_blocks, int64_t num_layers, int64_t first_sparse_layer, int64_t remote_cap = 0);
+  int64_t remote_cap() const { return remote_cap_; }
 
   int64_t rows() const { return rows_; }
   int64_t kv_heads() const { return kv_heads_; }
@@ -53,7 +58,7 @@ class SparseDeviceState {
 
  private:
   Backend& backend_;
-  int64_t rows_, kv_heads_, topk_, max_fetch_, max_blocks_, first_sparse_layer_;
+  int64_t rows_, kv_heads_, topk_, max_fetch_, max_blocks_, first_sparse_layer_, remote_cap_;
   std::vector<SparseLayerState> layers_;
 };
 

@@ -1,6 +1,7 @@
 #include "kvcache/sparse_kv_manager.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -45,7 +46,7 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
     d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes);
     d.state = std::make_unique<SparseDeviceState>(*d.backend, config.max_sparse_seqs, shape.num_kv_heads,
                                                   config.topk_blocks, config.max_fetch(), config.max_blocks_per_seq(),
-                                                  shape.num_layers, config.dense_layers);
+                                                  shape.num_layers, config.dense_layers, config.remote_fetch_cap);
   });
   for (const DeviceSide& d : sides_) {
     OASIS_CHECK(d.store && d.state) << "sparse KV: a device side was not built";
@@ -276,6 +277,15 @@ void SparseKvManager::WriteRowState(
     }
   }
   state.WriteRow(state.host_tables, r.row, tables);
+  // A reused row starts with every block local and no remote misses listed.
+  if (state.remote_cap() > 0) {
+    const int64_t cr = state.remote_cap();
+    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+      SparseLayerState& s = state.layer(l);
+      std::fill_n(s.remote.data<uint8_t>() + r.row * hkv * mb, hkv * mb, uint8_t{0});
+      std::fill_n(s.remote_out.data<int32_t>() + r.row * hkv * cr, hkv * cr, -1);
+    }
+  }
   const std::vector<int32_t> none(static_cast<size_t>(hkv * k), -1);
   const std::vector<int32_t> zeros(static_cast<size_t>(hkv * k), 0);
   for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
@@ -448,7 +458,8 @@ StatusOr<std::vector<std::vector<int32_t>>> SparseKvManager::HandoffBlocks(uint6
 }
 
 Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
-                                     std::vector<LayerKvPool>& gpu_pools) {
+                                     std::vector<LayerKvPool>& gpu_pools,
+                                     const std::vector<std::vector<int32_t>>* local) {
   OASIS_RETURN_IF_ERROR(CheckDisaggregation());
   auto it = requests_.find(id);
   if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
@@ -464,6 +475,13 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
   if (num_tokens <= 0 || BlocksFor(num_tokens) > req.reserved_blocks) {
     return InvalidArgument("import of " + std::to_string(num_tokens) + " tokens into a reservation of " +
                            std::to_string(req.reserved_blocks) + " blocks");
+  }
+  if (local != nullptr && static_cast<int64_t>(local->size()) != ls * hkv) {
+    return InvalidArgument("import: " + std::to_string(local->size()) + " local block lists for " +
+                           std::to_string(ls * hkv));
+  }
+  if (local != nullptr && config_.remote_fetch_cap <= 0) {
+    return FailedPrecondition("import with remote blocks needs a remote fetch cap (decode role)");
   }
   if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
   auto fresh = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
@@ -512,7 +530,70 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
   WriteRowState(*d.state, req, [&](int64_t l) -> const std::vector<std::vector<int32_t>>& {
     return layer_ws[static_cast<size_t>(l - config_.dense_layers)];
   });
+  // Remote blocks: every block below nb that `local` does not name (the working sets and the
+  // tail are local by construction: they were copied from the host store above).
+  req.remote_left = 0;
+  if (local != nullptr) {
+    const int64_t nb = BlocksFor(num_tokens), mb = d.state->max_blocks();
+    std::vector<char> is_local(static_cast<size_t>(nb));
+    for (int64_t i = 0; i < ls; ++i) {
+      uint8_t* mask = d.state->layer(config_.dense_layers + i).remote.data<uint8_t>();
+      for (int64_t h = 0; h < hkv; ++h) {
+        std::fill(is_local.begin(), is_local.end(), 0);
+        for (int32_t b : (*local)[static_cast<size_t>(i * hkv + h)]) {
+          if (b >= 0 && b < nb) is_local[static_cast<size_t>(b)] = 1;
+        }
+        for (int64_t b = 0; b < nb && b < mb; ++b) {
+          const bool remote = !is_local[static_cast<size_t>(b)];
+          mask[(req.row * hkv + h) * mb + b] = remote ? 1 : 0;
+          req.remote_left += remote ? 1 : 0;
+        }
+      }
+    }
+  }
   return Status::Ok();
+}
+
+std::vector<SparseKvManager::RemoteBlock> SparseKvManager::RemoteMisses(uint64_t id) const {
+  std::vector<RemoteBlock> out;
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.row < 0 || it->second.remote_left == 0) return out;
+  const DeviceSide& d = sides_[0];
+  const int64_t hkv = shape_.num_kv_heads, cr = d.state->remote_cap(), r = it->second.row;
+  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    const int32_t* rout = d.state->layer(l).remote_out.data<int32_t>();
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t j = 0; j < cr; ++j) {
+        const int32_t b = rout[(r * hkv + h) * cr + j];
+        if (b < 0) break;
+        out.push_back({static_cast<int32_t>(l), static_cast<int32_t>(h), b});
+      }
+    }
+  }
+  return out;
+}
+
+void SparseKvManager::MarkLocal(uint64_t id, const RemoteBlock& b) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.row < 0 || it->second.remote_left == 0) return;
+  DeviceSide& d = sides_[0];
+  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks();
+  if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv || b.block < 0 ||
+      b.block >= mb) {
+    return;
+  }
+  uint8_t& bit = d.state->layer(b.layer).remote.data<uint8_t>()[(it->second.row * hkv + b.head) * mb + b.block];
+  if (bit == 0) return;
+  // The block's K/V was written to the host store before: make that visible before the flag
+  // (the device reads the flag, then, in a later kernel, the block).
+  std::atomic_thread_fence(std::memory_order_release);
+  reinterpret_cast<std::atomic<uint8_t>&>(bit).store(0, std::memory_order_release);
+  --it->second.remote_left;
+}
+
+int64_t SparseKvManager::RemoteBlocksLeft(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second.remote_left;
 }
 
 }  // namespace oasis

@@ -139,8 +139,24 @@ class SparseKvManager {
   // per head and copies the working set and the partial tail block from the host store into
   // them, in every sparse layer. ResourceExhausted (nothing changed) without a free row or
   // GPU slots.
+  // `local` (same indexing; null = every block): the blocks whose K/V is in the host store;
+  // the other blocks below ceil(num_tokens / 16) are *remote* (config().remote_fetch_cap > 0
+  // needed): select lists them instead of fetching them (RemoteMisses) until MarkLocal.
   Status ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
-                      std::vector<LayerKvPool>& gpu_pools);
+                      std::vector<LayerKvPool>& gpu_pools, const std::vector<std::vector<int32_t>>* local = nullptr);
+  struct RemoteBlock {
+    int32_t layer = 0;  // model layer (>= dense_layers)
+    int32_t head = 0;
+    int32_t block = 0;
+  };
+  // The remote misses the last step's select listed for a sparse request (read from host
+  // memory: call after the step). Empty for a request without remote blocks.
+  std::vector<RemoteBlock> RemoteMisses(uint64_t id) const;
+  // A remote block's K/V is now in the host store (written before this call): from the next
+  // select on it is local and admissible. Unknown ids and local blocks are ignored.
+  void MarkLocal(uint64_t id, const RemoteBlock& b);
+  // Remote blocks a request still has.
+  int64_t RemoteBlocksLeft(uint64_t id) const;
   // Ok when this manager can take part in disaggregation (one side, no dense layers).
   Status CheckDisaggregation() const;
 
@@ -167,6 +183,7 @@ class SparseKvManager {
     std::vector<int32_t> tail_slots;  // [Hkv * 2] (dense_layers == 0)
     bool has_prediction = false;      // a previous step predicted its next top-K
     bool always_sparse = false;       // switches whatever its length (disaggregation)
+    int64_t remote_left = 0;          // remote blocks (disaggregation's decode side)
   };
 
   int32_t HostSlot(const Request& r, int64_t head, int64_t block) const;

@@ -239,7 +239,8 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
                   cfg.group_reduce, st.scores_actual);
     b.TopKBlocks(st.scores_actual, current_rows_, current_num_blocks_, ls.topk);
     b.SelectBlocks(ls.topk, current_rows_, st.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
-                   ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats);
+                   ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
+                   st.remote_cap() > 0 ? &ls.remote : nullptr, st.remote_cap() > 0 ? &ls.remote_out : nullptr);
     if (cfg.transfers) {
       b.CopyBlocks(store.pool(layer), ls.fetch_src.Reshape({ls.fetch_src.numel()}), pool,
                    ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));
@@ -285,7 +286,8 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   Enter(SparseStage::kSelect, layer);
   b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
   b.SelectBlocks(ls.topk, predict_rows_, st.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
-                 ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats);
+                 ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
+                 st.remote_cap() > 0 ? &ls.remote : nullptr, st.remote_cap() > 0 ? &ls.remote_out : nullptr);
   Exit(SparseStage::kSelect, layer);
 
   if (!cfg.transfers) return;  // measurement mode: nothing crosses PCIe

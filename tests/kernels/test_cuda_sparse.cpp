@@ -148,6 +148,11 @@ TEST_CASE("SelectBlocks on the GPU follows the CPU step by step; AssembleSparseT
     Tensor g_blocks = gpu->Upload(c_blocks), g_age = gpu->Upload(c_age), g_src = gpu->Upload(c_src),
            g_dst = gpu->Upload(c_dst), g_res = gpu->Upload(c_res), g_nres = gpu->Upload(c_nres),
            g_stats = gpu->Upload(c_stats), g_overlap = gpu->Upload(c_overlap);
+    // Remote blocks (disaggregation): a random fifth of every row's blocks, in host memory the
+    // GPU reads, some turning local between steps; CR = C.
+    Tensor remote = gpu->EmptyHost({R, H, mb}, DType::kU8);
+    for (int64_t i = 0; i < remote.numel(); ++i) remote.data<uint8_t>()[i] = rng() % 5 == 0;
+    Tensor c_rout = Tensor::Zeros({R, H, c}, DType::kI32), g_rout = gpu->Upload(c_rout);
     Tensor prev_topk;
     for (int step = 0; step < 6; ++step) {
       INFO("step " << step);
@@ -172,11 +177,17 @@ TEST_CASE("SelectBlocks on the GPU follows the CPU step by step; AssembleSparseT
         std::stable_partition(topk.begin() + rh * k, topk.begin() + (rh + 1) * k, [](int32_t b) { return b >= 0; });
       }
       Tensor c_topk = Ints({R, H, k}, topk);
-      cpu.SelectBlocks(c_topk, c_rows, c_table, c_slots, c_blocks, c_age, c_src, c_dst, c_res, c_nres, c_stats);
+      const bool with_remote = step % 2 == 1;
+      if (with_remote) {
+        for (int64_t i = 0; i < remote.numel(); ++i) remote.data<uint8_t>()[i] &= rng() % 3 != 0;
+      }
+      cpu.SelectBlocks(c_topk, c_rows, c_table, c_slots, c_blocks, c_age, c_src, c_dst, c_res, c_nres, c_stats,
+                       with_remote ? &remote : nullptr, with_remote ? &c_rout : nullptr);
       Tensor g_topk = gpu->Upload(c_topk);
-      gpu->SelectBlocks(g_topk, g_rows, g_table, g_slots, g_blocks, g_age, g_src, g_dst, g_res, g_nres, g_stats);
+      gpu->SelectBlocks(g_topk, g_rows, g_table, g_slots, g_blocks, g_age, g_src, g_dst, g_res, g_nres, g_stats,
+                        with_remote ? &remote : nullptr, with_remote ? &g_rout : nullptr);
       for (auto [g, w] : {std::pair{&g_blocks, &c_blocks}, {&g_age, &c_age}, {&g_src, &c_src}, {&g_dst, &c_dst},
-                          {&g_res, &c_res}, {&g_nres, &c_nres}, {&g_stats, &c_stats}}) {
+                          {&g_res, &c_res}, {&g_nres, &c_nres}, {&g_stats, &c_stats}, {&g_rout, &c_rout}}) {
         ExpectSameInts(gpu->Download(*g), *w);
       }
       if (prev_topk.defined()) {

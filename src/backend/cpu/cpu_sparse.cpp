@@ -146,7 +146,8 @@ void CpuBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tens
 
 void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
                               const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
-                              Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats) {
+                              Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
+                              const Tensor* remote, Tensor* remote_out) {
   CheckInt(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
@@ -163,8 +164,18 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
   CheckState(stats, R, hkv, "SelectBlocks stats");
   OASIS_CHECK_EQ(stats.dim(2), 3) << "SelectBlocks stats";
   const int64_t c = fetch_src.dim(2), mb = host_tables.dim(2);
+  int64_t cr = 0;
+  if (remote != nullptr) {
+    OASIS_CHECK(remote->dtype() == DType::kU8 && remote->ndim() == 3 && remote->dim(0) == R && remote->dim(1) == hkv &&
+                remote->dim(2) == mb)
+        << "SelectBlocks remote " << remote->ToString();
+    OASIS_CHECK(remote_out != nullptr) << "SelectBlocks: remote without remote_out";
+    CheckState(*remote_out, R, hkv, "SelectBlocks remote_out");
+    cr = remote_out->dim(2);
+  }
   std::vector<char> predicted_slot(static_cast<size_t>(k));
   std::vector<int32_t> misses, victims, order;
+  int64_t remote_misses = 0;
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t h = 0; h < hkv; ++h) {
       const int64_t base = r * hkv + h;
@@ -172,6 +183,9 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
       int32_t* dst = fetch_dst.data<int32_t>() + base * c;
       std::fill(src, src + c, -1);
       std::fill(dst, dst + c, -1);
+      int32_t* rout = remote != nullptr ? remote_out->data<int32_t>() + base * cr : nullptr;
+      if (rout != nullptr) std::fill(rout, rout + cr, -1);
+      const uint8_t* rmask = remote != nullptr ? remote->data<uint8_t>() + base * mb : nullptr;
       if (rows.data<int32_t>()[r] < 0) continue;
       const int32_t* pred = topk.data<int32_t>() + base * k;
       const int32_t* table = host_tables.data<int32_t>() + base * mb;
@@ -181,6 +195,7 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
       // 1-3: hits and misses (linear scans: K is small; CUDA uses the same rules).
       int32_t hits = 0;
       misses.clear();
+      remote_misses = 0;
       std::fill(predicted_slot.begin(), predicted_slot.end(), 0);
       for (int64_t i = 0; i < k; ++i) {
         const int32_t b = pred[i];
@@ -192,6 +207,9 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
         if (at >= 0) {
           predicted_slot[static_cast<size_t>(at)] = 1;
           ++hits;
+        } else if (rmask != nullptr && b < mb && rmask[b] != 0) {
+          if (remote_misses < cr) rout[remote_misses] = b;
+          ++remote_misses;
         } else {
           misses.push_back(b);
         }
@@ -235,7 +253,7 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
       num_resident.data<int32_t>()[base] = static_cast<int32_t>(order.size());
       int32_t* st = stats.data<int32_t>() + base * 3;
       st[0] += hits;
-      st[1] += static_cast<int32_t>(misses.size());
+      st[1] += static_cast<int32_t>(misses.size() + remote_misses);
       st[2] += static_cast<int32_t>(n);
     }
   }

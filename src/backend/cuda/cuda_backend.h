@@ -101,7 +101,8 @@ class CudaBackend final : public Backend {
   void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) override;
   void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables, const Tensor& ws_slots,
                     Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src, Tensor& fetch_dst,
-                    Tensor& resident_slots, Tensor& num_resident, Tensor& stats) override;
+                    Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
+                    const Tensor* remote = nullptr, Tensor* remote_out = nullptr) override;
   // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas.
   static constexpr int kDefaultGatherCtas = kernels::kDefaultGatherCtas;
   static int GatherCtas();

@@ -179,7 +179,8 @@ void CudaBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Ten
 
 void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
                                const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
-                               Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats) {
+                               Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
+                               const Tensor* remote, Tensor* remote_out) {
   CheckDev(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
@@ -213,6 +214,17 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
   p.k = static_cast<int>(k);
   p.c = static_cast<int>(fetch_src.dim(2));
   p.max_blocks = static_cast<int>(host_tables.dim(2));
+  if (remote != nullptr) {  // host-mapped (EmptyHost) or device memory: read through UVA
+    OASIS_CHECK(remote->dtype() == DType::kU8 && remote->ndim() == 3 && remote->dim(0) == R &&
+                remote->dim(1) == hkv && remote->dim(2) == host_tables.dim(2))
+        << "SelectBlocks remote " << remote->ToString();
+    OASIS_CHECK(remote_out != nullptr && remote_out->dtype() == DType::kI32 && remote_out->ndim() == 3 &&
+                remote_out->dim(0) == R && remote_out->dim(1) == hkv)
+        << "SelectBlocks remote_out";
+    p.remote = remote->data<uint8_t>();
+    p.remote_out = remote_out->data<int32_t>();
+    p.cr = static_cast<int>(remote_out->dim(2));
+  }
   OASIS_CHECK(k <= kernels::kSelectMaxK && p.c <= k) << "SelectBlocks: K " << k << " (at most "
                                                      << kernels::kSelectMaxK << "), C " << p.c;
   OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream()));

@@ -226,6 +226,33 @@ TEST_CASE("SelectBlocks: hits stay, misses fill empty slots first, capped per st
   REQUIRE(Row(f.stats, 0) == std::vector<int32_t>{6, 6, 4});
 }
 
+TEST_CASE("SelectBlocks with remote blocks: listed in score order, never fetched, counted as misses",
+          "[backend][sparse]") {
+  CpuBackend b(1);
+  SelectFixture f(/*k=*/4, /*c=*/2, /*mb=*/16);
+  Tensor remote = Tensor::Zeros({1, 1, 16}, DType::kU8), remote_out = FilledI32({1, 1, 2}, 7);
+  for (int32_t rb : {9, 5, 1}) remote.data<uint8_t>()[rb] = 1;
+  auto run = [&] {
+    b.SelectBlocks(f.topk, f.rows, f.host_tables, f.ws_slots, f.ws_blocks, f.ws_age, f.fetch_src, f.fetch_dst,
+                   f.resident, f.num_resident, f.stats, &remote, &remote_out);
+  };
+  f.Predict({9, 3, 5, 1});  // 9, 5, 1 remote: only 3 is admissible; two of the three remote listed (CR = 2)
+  run();
+  REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{1003, -1});
+  REQUIRE(Row(f.ws_blocks, 0) == std::vector<int32_t>{3, -1, -1, -1});
+  REQUIRE(Row(remote_out, 0) == std::vector<int32_t>{9, 5});
+  REQUIRE(Row(f.stats, 0) == std::vector<int32_t>{0, 4, 1});
+  remote.data<uint8_t>()[9] = 0;  // block 9 landed
+  run();
+  REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{1009, -1});
+  REQUIRE(Row(remote_out, 0) == std::vector<int32_t>{5, 1});
+  REQUIRE(Row(f.ws_blocks, 0) == std::vector<int32_t>{3, 9, -1, -1});
+  f.rows.data<int32_t>()[0] = -1;  // inactive: nothing listed
+  run();
+  REQUIRE(Row(remote_out, 0) == std::vector<int32_t>{-1, -1});
+  REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{-1, -1});
+}
+
 TEST_CASE("SelectBlocks evicts the least recently selected block first", "[backend][sparse]") {
   CpuBackend b(1);
   SelectFixture f(/*k=*/4, /*c=*/1, /*mb=*/16);

@@ -124,6 +124,10 @@ class OasisGrpcService final : public v1::Oasis::Service {
                           grpc::ServerWriter<v1::GenerateResponse>& writer) {
     if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
     if (service_.host() == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+    if (service_.host()->role != "both") {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "a " + service_.host()->role + " instance serves oasis-router over HTTP, not gRPC");
+    }
     if (request.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a prompt (text or token_ids) is required");
     }

@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include "common/base64.h"
+
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -234,15 +236,36 @@ void HttpFrontend::Routes() {
   });
 
   s.Get("/health", guard([&svc](const Request&, Response& res) {
-          if (svc.host() == nullptr) return SendError(res, Loading());
-          SendJson(res, OrderedJson::object());
+          const ModelHost* h = svc.host();
+          if (h == nullptr) return SendError(res, Loading());
+          // What oasis-router may weigh: the role, queued and running requests, free host KV.
+          const EngineStats st = h->engine->Stats();
+          SendJson(res, {{"role", h->role},
+                         {"num_running", st.num_running},
+                         {"num_waiting", st.num_waiting + st.num_importing},
+                         {"free_host_kv_blocks", st.num_free_host_kv_slots}});
         }));
 
   s.Get("/version", guard([](const Request&, Response& res) { SendJson(res, {{"version", "0.1.0"}}); }));
 
   s.Get("/metrics", guard([&svc](const Request&, Response& res) {
           std::string text;
-          if (const ModelHost* h = svc.host()) text = RenderEngineMetrics(h->engine->Stats(), svc.model_name());
+          if (const ModelHost* h = svc.host()) {
+            text = RenderEngineMetrics(h->engine->Stats(), svc.model_name());
+            if (h->staging_pool) {
+              const disagg::StagingPoolStats p = h->staging_pool->Stats();
+              StagingMetrics m;
+              m.bytes_total = p.blocks_total * p.block_bytes;
+              m.bytes_held = p.bytes_held;
+              m.requests_held = p.requests_held;
+              m.completed = p.leases_completed;
+              m.aborted = p.leases_aborted;
+              m.expired = p.leases_expired;
+              m.acquire_failures = p.acquire_failures;
+              m.connections_open = h->staging_server->Stats().connections_open;
+              text += RenderStagingMetrics(m, svc.model_name());
+            }
+          }
           text += svc.http_metrics().Render(svc.model_name());
           res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
         }));
@@ -364,6 +387,10 @@ void HttpFrontend::Routes() {
       for (const ChoiceState& c : j.choices()) {
         if (c.finish_reason == FinishReasonKind::kError) {
           return SendError(res, FromStatus(c.error.ok() ? Internal("the engine failed the request") : c.error));
+        }
+        // A prefill instance: the request goes on at a decode instance (oasis-router sends it).
+        if (c.finish_reason == FinishReasonKind::kHandoff) {
+          return SendJson(res, {{"oasis_handoff", Base64Encode(c.handoff_ticket)}});
         }
       }
       SendJson(res, stream->builder->Final(j.choices(), j.usage(), stream->echo));

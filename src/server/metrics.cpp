@@ -64,7 +64,59 @@ void RenderSparseMetrics(std::ostringstream& s, const EngineStats& st, const std
   }
 }
 
+// Disaggregation's engine side (docs/disaggregation.md §7); zero on a single instance.
+void RenderDisaggMetrics(std::ostringstream& s, const EngineStats& st, const std::string& labels) {
+  auto gauge = [&](const char* name, const char* help, double v) { Metric(s, "gauge", name, help, labels, v); };
+  auto counter = [&](const char* name, const char* help, double v) { Metric(s, "counter", name, help, labels, v); };
+  counter("oasis:handoffs_total", "Requests this prefill instance handed to a decode instance.",
+          static_cast<double>(st.handoffs_total));
+  counter("oasis:handoff_staged_bytes_total", "Bytes staged for handed-off requests (KV, summaries, draft KV).",
+          static_cast<double>(st.handoff_staged_bytes_total));
+  counter("oasis:handoff_seconds_total", "Time the engine loop spent staging handed-off requests.",
+          st.handoff_seconds_total);
+  counter("oasis:rpf_imports_total", "Requests this decode instance imported from a prefill instance.",
+          static_cast<double>(st.imports_total));
+  counter("oasis:rpf_admission_bytes_total", "Bytes read from prefill instances at admission (KV, summaries, draft KV).",
+          static_cast<double>(st.import_admission_bytes_total));
+  counter("oasis:rpf_admission_fetch_seconds_total", "Time of the admission reads (off the engine loop).",
+          st.import_fetch_seconds_total);
+  counter("oasis:rpf_drift_blocks_total", "Remote blocks select wanted after admission, read once each (per layer, KV head).",
+          static_cast<double>(st.drift_blocks_total));
+  counter("oasis:rpf_drift_bytes_total", "Bytes of those blocks (K and V).", static_cast<double>(st.drift_bytes_total));
+  counter("oasis:rpf_drift_fetches_total", "Reads of drifted blocks (one per request and step with new ones).",
+          static_cast<double>(st.drift_fetches_total));
+  counter("oasis:rpf_drift_fetch_seconds_total", "Time of those reads (off the engine loop).",
+          st.drift_fetch_seconds_total);
+  counter("oasis:rpf_import_failures_total", "Imports or drift reads that failed (the request failed).",
+          static_cast<double>(st.import_failures_total));
+  gauge("oasis:rpf_importing", "Imported requests queued for host room or reading their admission set.",
+        static_cast<double>(st.num_importing));
+}
+
 }  // namespace
+
+std::string RenderStagingMetrics(const StagingMetrics& m, const std::string& model_name) {
+  std::ostringstream s;
+  const std::string labels = "model_name=\"" + EscapeLabel(model_name) + "\"";
+  auto gauge = [&](const char* name, const char* help, double v) { Metric(s, "gauge", name, help, labels, v); };
+  auto counter = [&](const char* name, const char* help, double v) { Metric(s, "counter", name, help, labels, v); };
+  gauge("oasis:staging_pool_bytes", "Staging pool size.", static_cast<double>(m.bytes_total));
+  gauge("oasis:staging_pool_bytes_held", "Staging pool bytes held by handed-off requests.",
+        static_cast<double>(m.bytes_held));
+  gauge("oasis:staging_pool_requests_held", "Handed-off requests whose KV is staged here.",
+        static_cast<double>(m.requests_held));
+  s << "# HELP oasis:staging_pool_leases_total Staging leases ended, by how.\n"
+       "# TYPE oasis:staging_pool_leases_total counter\n";
+  for (auto [end, v] : {std::pair{"completed", m.completed}, {"aborted", m.aborted}, {"expired", m.expired}}) {
+    s << "oasis:staging_pool_leases_total{" << labels << ",end=\"" << end << "\"} " << Number(static_cast<double>(v))
+      << "\n";
+  }
+  counter("oasis:staging_pool_acquire_failures_total", "Handoffs refused for lack of staging room.",
+          static_cast<double>(m.acquire_failures));
+  gauge("oasis:staging_connections_open", "Decode instances connected to the staging server.",
+        static_cast<double>(m.connections_open));
+  return s.str();
+}
 
 std::string EscapeLabel(const std::string& value) {
   std::string out;
@@ -177,6 +229,7 @@ std::string RenderEngineMetrics(const EngineStats& st, const std::string& model_
          "Mean tokens emitted per request decode step that verified a draft.", labels,
          st.tokens_per_lookahead_step());
   RenderSparseMetrics(s, st, labels);
+  RenderDisaggMetrics(s, st, labels);
   s << "# HELP oasis:request_success_total Finished requests, by finish reason.\n"
        "# TYPE oasis:request_success_total counter\n";
   const std::pair<const char*, int64_t> reasons[] = {{"stop", st.requests_stop_total},

@@ -39,6 +39,13 @@ class HttpMetrics {
 std::string RenderEngineMetrics(const EngineStats& stats, const std::string& model_name);
 std::string RenderHistogram(const std::string& name, const std::string& help, const LatencyHistogram& h,
                             const std::string& labels);
+// A prefill instance's staging pool and server (docs/disaggregation.md §7).
+struct StagingMetrics {
+  uint64_t bytes_total = 0, bytes_held = 0, requests_held = 0;
+  uint64_t completed = 0, aborted = 0, expired = 0, acquire_failures = 0;
+  uint64_t connections_open = 0;
+};
+std::string RenderStagingMetrics(const StagingMetrics& m, const std::string& model_name);
 // Escapes a Prometheus label value (backslash, quote, newline).
 std::string EscapeLabel(const std::string& value);
 

@@ -263,6 +263,59 @@ Status LoadCpuTensorParallel(const ServerConfig& sc, ModelHost* host) {
   return Status::Ok();
 }
 
+// --role prefill: a UCX staging pool of one head-block per slot, its server, the engine's
+// exporter. --role decode: the importer that reads from prefill instances.
+Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
+  host->role = sc.role;
+  if (sc.role == "both") return Status::Ok();
+  auto ctx = disagg::UcxContext::Create({.transports = sc.ucx_tls});
+  if (!ctx.ok()) return Unavailable("--role " + sc.role + ": UCX: " + ctx.status().ToString());
+  host->ucx = *ctx;
+  if (sc.role == "decode") {
+    host->importer = disagg::RemoteKvImporter::Create(host->ucx);
+    host->full_transfer = sc.rpf == "off";
+    spdlog::info("decode instance: {} (remote fetch cap {} blocks per head per step)",
+                 host->full_transfer ? "full KV transfer at admission (--rpf off)" : "remote partial fetch",
+                 host->sparse ? host->sparse->remote_fetch_cap : 0);
+    return Status::Ok();
+  }
+  const ModelConfig& c = host->config;
+  const uint64_t block_bytes =
+      uint64_t{kBlockSize} * static_cast<uint64_t>(c.head_dim) * DTypeSize(host->runner->backend().activation_dtype());
+  double gib = sc.staging_pool_gib;
+  if (gib <= 0) {
+    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    gib = ram / 4.0 / (1024.0 * 1024.0 * 1024.0);
+  }
+  const auto blocks = static_cast<uint64_t>(gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(block_bytes));
+  if (blocks == 0) return InvalidArgument("--staging-pool-gib " + std::to_string(gib) + " holds no head-block");
+  const auto ttl = std::chrono::milliseconds(sc.staging_lease_ttl_ms);
+  auto pool = disagg::StagingPool::Create(host->ucx, {.block_bytes = block_bytes, .num_blocks = blocks,
+                                                      .default_lease_ttl = ttl});
+  if (!pool.ok()) return Unavailable("staging pool of " + std::to_string(gib) + " GiB: " + pool.status().ToString());
+  host->staging_pool = std::move(*pool);
+  auto server = disagg::StagingServer::Start(host->ucx, host->staging_pool.get(), {.listen_address = sc.staging_listen});
+  if (!server.ok()) return Unavailable("staging server on " + sc.staging_listen + ": " + server.status().ToString());
+  host->staging_server = std::move(*server);
+  // What decode instances connect to: the advertised host (or the listen host, or this
+  // machine's name for a wildcard listener) and the bound port.
+  const std::string bound = host->staging_server->address();
+  const std::string port = bound.substr(bound.rfind(':') + 1);
+  std::string adv = sc.staging_advertise;
+  if (adv.empty()) {
+    adv = sc.staging_listen.substr(0, sc.staging_listen.rfind(':'));
+    if (adv.empty() || adv == "0.0.0.0" || adv == "::" || adv == "[::]") {
+      char name[256] = {};
+      adv = gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "127.0.0.1";
+    }
+  }
+  const std::string address = adv + ":" + port;
+  host->exporter = std::make_unique<disagg::StagingExporter>(*host->staging_pool, address, ttl);
+  spdlog::info("prefill instance: staging pool {:.2f} GiB ({} head-blocks of {} B), tickets name {} (lease TTL {} ms)",
+               gib, blocks, block_bytes, address, sc.staging_lease_ttl_ms);
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc, const ModelConfig& c) {
@@ -288,6 +341,11 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   s.max_seq_len = c.max_position_embeddings;  // the engine sets its own context length
   s.agreement_interval = static_cast<int32_t>(std::min<int64_t>(sc.sparse_agreement_interval, 1 << 30));
   s.transfers = sc.sparse_transfers == "on";
+  if (sc.role == "decode" && sc.rpf == "on") {  // remote blocks: listed by select, fetched by the engine
+    s.remote_fetch_cap = static_cast<int32_t>(
+        std::min<int64_t>(sc.remote_fetch_cap > 0 ? sc.remote_fetch_cap : s.max_fetch(), s.topk_blocks));
+  }
+  if (sc.role != "both") s.sparse_threshold = std::max<int64_t>(s.sparse_threshold, 1);
   OASIS_RETURN_IF_ERROR(s.Validate(c.num_hidden_layers));
   return std::optional<SparseConfig>(s);
 }
@@ -352,6 +410,8 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   options.max_waiting = sc.max_waiting;
   options.seed = static_cast<uint64_t>(sc.seed);
   options.sparse = host->sparse;
+  OASIS_RETURN_IF_ERROR(SetUpDisaggregation(sc, host.get()));
+  options.handoff_exporter = host->exporter.get();
   OASIS_RETURN_IF_ERROR(Engine::CheckOptions(options, *host->runner, host->draft_runner.get()));
   host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options, host->draft_runner.get());
   host->engine->Start();

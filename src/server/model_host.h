@@ -14,6 +14,8 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "disagg/kv_transfer.h"
+#include "disagg/staging_server.h"
 #include "engine/draft_runner.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
@@ -42,6 +44,15 @@ struct ModelHost {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null: token ids only
   std::optional<ChatTemplate> chat_template;        // null: /v1/chat/completions answers 400
   ChatTemplateFiles template_files;
+  // Disaggregation (--role prefill / decode; null otherwise). Declared before the engine:
+  // the engine stops first, then the staging server and pool go.
+  std::string role = "both";
+  std::shared_ptr<disagg::UcxContext> ucx;
+  std::unique_ptr<disagg::StagingPool> staging_pool;        // prefill
+  std::unique_ptr<disagg::StagingServer> staging_server;    // prefill
+  std::unique_ptr<disagg::StagingExporter> exporter;        // prefill
+  std::shared_ptr<disagg::RemoteKvImporter> importer;       // decode
+  bool full_transfer = false;                               // decode: --rpf off
   std::unique_ptr<Engine> engine;
 
   ~ModelHost();

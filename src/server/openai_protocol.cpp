@@ -93,6 +93,7 @@ bool ParseTokenIds(Reader& r, const Json& list, const std::string& param, std::v
 // The fields both endpoints share: sampling, stop conditions, n, streaming.
 bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.String("model", &spec->model)) return false;
+  if (!r.String("oasis_ticket", &spec->oasis_ticket)) return false;
   if (!r.Int("n", 1, limits.max_n, &spec->n)) return false;
   if (!r.Bool("stream", &spec->stream)) return false;
   if (const Json* so = r.Get("stream_options")) {

@@ -76,6 +76,9 @@ struct GenerateSpec {
   bool skip_special_tokens = true;
   bool logprobs = false;
   int top_logprobs = 0;                   // alternatives per position (0..20)
+  // Disaggregation: the base64 handoff ticket oasis-router adds for a decode instance
+  // ("oasis_ticket"; docs/disaggregation.md).
+  std::string oasis_ticket;
 };
 
 struct ProtocolLimits {

@@ -37,6 +37,7 @@ void ChoiceState::Add(const RequestOutput& out) {
     finish_reason = out.finish_reason;
     stop_reason = out.stop_reason;
     error = out.error;
+    handoff_ticket = out.handoff_ticket;
   }
 }
 

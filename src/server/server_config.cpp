@@ -57,6 +57,22 @@ const std::vector<Setting>& Settings() {
        "the same run with and without transfers shows what they cost)"},
       {"sparse-agreement-interval", &ServerConfig::sparse_agreement_interval,
        "sparse: sample the predicted top-K's agreement with the real query's every N steps (0 = never)"},
+      {"role", &ServerConfig::role,
+       "both (a single instance), prefill (runs prompts, hands the KV to a decode instance) or decode (decodes "
+       "handed-off requests); prefill and decode serve oasis-router (docs/disaggregation.md)"},
+      {"staging-pool-gib", &ServerConfig::staging_pool_gib,
+       "prefill: host staging pool of handed-off KV, GiB (0 = a quarter of the machine's RAM)"},
+      {"staging-listen", &ServerConfig::staging_listen, "prefill: UCX listen address host:port of the staging pool"},
+      {"staging-advertise", &ServerConfig::staging_advertise,
+       "prefill: host name decode instances reach the staging pool at (default: the listen host, or this machine's name)"},
+      {"staging-lease-ttl-ms", &ServerConfig::staging_lease_ttl_ms,
+       "prefill: staged KV is freed after this long without a renewal from its decode instance"},
+      {"rpf", &ServerConfig::rpf,
+       "decode: on = remote partial fetch (only the blocks decode attends to, drift fetched later), off = the whole "
+       "KV at admission (the baseline)"},
+      {"remote-fetch-cap", &ServerConfig::remote_fetch_cap,
+       "decode: remote blocks fetched per (request, layer, KV head) per step (0 = ceil(fetch-ratio x K))"},
+      {"ucx-tls", &ServerConfig::ucx_tls, "UCX transports (as UCX_TLS; empty: UCX's choice)"},
       {"backend", &ServerConfig::backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
       {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
       {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
@@ -173,6 +189,16 @@ Status ServerConfig::Validate() const {
     return InvalidArgument("--gpu-memory-utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization));
   }
   if (host.empty()) return InvalidArgument("--host must not be empty");
+  OASIS_RETURN_IF_ERROR(one_of("role", role, {"both", "prefill", "decode"}));
+  OASIS_RETURN_IF_ERROR(one_of("rpf", rpf, {"on", "off"}));
+  if (role != "both") {
+    if (sparse == "off") return InvalidArgument("--role " + role + " needs sparse KV (not --sparse off)");
+    if (tensor_parallel_size != 1) return InvalidArgument("--role " + role + " runs on one GPU (--tensor-parallel-size 1)");
+    if (dense_layers != 0) return InvalidArgument("--role " + role + " needs --dense-layers 0");
+  }
+  if (staging_pool_gib < 0) return InvalidArgument("--staging-pool-gib must be >= 0");
+  OASIS_RETURN_IF_ERROR(positive("staging-lease-ttl-ms", staging_lease_ttl_ms));
+  OASIS_RETURN_IF_ERROR(non_negative("remote-fetch-cap", remote_fetch_cap));
   return Status::Ok();
 }
 

@@ -42,6 +42,19 @@ struct ServerConfig {
   int64_t sparse_agreement_interval = 32;    // sample top-K agreement every N steps; 0 = never
   std::string sparse_transfers = "on";       // off: measurement mode, nothing copied into working sets
 
+  // Disaggregated prefill/decode (docs/disaggregation.md): a prefill instance runs prompts and
+  // hands each request's KV to a decode instance through its UCX staging pool; a decode
+  // instance takes requests with a handoff ticket (from oasis-router) and reads their KV.
+  std::string role = "both";            // both (a single instance), prefill, decode
+  double staging_pool_gib = 0;          // prefill: the staging pool (0 = a quarter of the machine's RAM)
+  std::string staging_listen = "0.0.0.0:0";  // prefill: the staging server's UCX listener (port 0 = any)
+  std::string staging_advertise;        // prefill: the host written into tickets (empty: the listen host,
+                                        // or this machine's name when listening on 0.0.0.0)
+  int64_t staging_lease_ttl_ms = 30000; // prefill: staged KV lives this long without a renewal
+  std::string rpf = "on";               // decode: on = remote partial fetch, off = full KV at admission
+  int64_t remote_fetch_cap = 0;         // decode: remote blocks fetched per head per step (0 = C)
+  std::string ucx_tls;                  // UCX transports (UCX_TLS), empty: UCX's choice
+
   // Execution.
   std::string backend = "auto";   // auto (cuda when built with CUDA and a GPU is present), cpu, cuda
   int64_t threads = 0;            // CPU backend threads (0 = auto)
@@ -69,8 +82,10 @@ struct ServerConfig {
   bool HasDraftModel() const { return !draft_model.empty() || draft_load_format == "dummy"; }
   // --lookahead with "auto" resolved: "reject" with a draft model, else "off".
   std::string ResolvedLookahead() const;
-  // Sparse KV: --sparse on, or auto with --sparse-threshold > 0.
-  bool SparseEnabled() const { return sparse == "on" || (sparse == "auto" && sparse_threshold > 0); }
+  // Sparse KV: --sparse on, or auto with --sparse-threshold > 0 or a prefill/decode role.
+  bool SparseEnabled() const {
+    return sparse == "on" || (sparse == "auto" && (sparse_threshold > 0 || role != "both"));
+  }
   // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
   std::string ResolvedSparsePredictor() const;
   // --sparse-threshold, or (K + 1) * 16 (one working set) when 0.

@@ -1,5 +1,7 @@
 #include "server/serving.h"
 
+#include "common/base64.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -210,6 +212,36 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
   auto abort_submitted = [&] {
     for (const auto& s : streams) h->engine->Abort(s->id());
   };
+  // Disaggregation: a prefill instance hands every request off; a decode instance takes only
+  // requests with a ticket (from oasis-router).
+  std::shared_ptr<KvImportSource> import;
+  if (h->role != "both" && (spec.n != 1 || prompts.size() != 1)) {
+    *error = BadRequest("a " + h->role + " instance serves one prompt with n = 1 per request", "n");
+    return nullptr;
+  }
+  if (h->role == "prefill" && spec.stream) {
+    *error = BadRequest("a prefill instance answers with stream=false only (it is called by oasis-router)", "stream");
+    return nullptr;
+  }
+  if (!spec.oasis_ticket.empty() && h->role != "decode") {
+    *error = BadRequest("'oasis_ticket' is for decode instances (--role decode)", "oasis_ticket");
+    return nullptr;
+  }
+  if (h->role == "decode") {
+    if (spec.oasis_ticket.empty()) {
+      *error = BadRequest("a decode instance serves requests handed off by a prefill instance: send them through "
+                          "oasis-router (no 'oasis_ticket')", "oasis_ticket");
+      return nullptr;
+    }
+    StatusOr<std::string> bytes = Base64Decode(spec.oasis_ticket);
+    StatusOr<disagg::HandoffTicket> ticket =
+        bytes.ok() ? disagg::ParseHandoffTicket(*bytes) : StatusOr<disagg::HandoffTicket>(bytes.status());
+    if (!ticket.ok()) {
+      *error = BadRequest("bad 'oasis_ticket': " + std::string(ticket.status().message()), "oasis_ticket");
+      return nullptr;
+    }
+    import = h->importer->Source(std::move(*ticket), h->full_transfer);
+  }
   for (size_t p = 0; p < prompts.size(); ++p) {
     prompt_tokens += static_cast<int64_t>(prompts[p].size());
     for (int64_t j = 0; j < spec.n; ++j) {
@@ -228,6 +260,8 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
       r.logprobs = spec.logprobs;
       r.num_top_logprobs = spec.top_logprobs;
       r.detokenize = h->tokenizer != nullptr;
+      r.handoff = h->role == "prefill";
+      r.import = import;
       // Sparse KV: a request whose KV can never fit the host store is too large (413).
       if (Status room = h->engine->CheckHostKvRoom(static_cast<int64_t>(r.prompt.size()), r.max_tokens); !room.ok()) {
         abort_submitted();

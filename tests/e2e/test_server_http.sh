@@ -45,7 +45,7 @@ start_server "$TMP/server.log" --backend cpu || exit 1
 ok "server started with no --model (embedded default) on port $PORT"
 
 # ---- happy paths --------------------------------------------------------------
-expect "GET /health" "$(curl -s "$BASE/health")" "d == {}"
+expect "GET /health" "$(curl -s "$BASE/health")" "d['role'] == 'both' and d['num_running'] == 0 and d['num_waiting'] == 0"
 models=$(curl -s "$BASE/v1/models")
 expect "GET /v1/models lists the embedded model" "$models" "d['object'] == 'list' and d['data'][0]['id'] == 'oasis-embedded' and d['data'][0]['max_model_len'] == 4096"
 

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Disaggregated prefill/decode end to end on the CPU backend (docs/disaggregation.md): a prefill
+# instance (--role prefill, its UCX staging pool), decode instances (--role decode, remote
+# partial fetch and --rpf off), oasis-router in front, all separate processes on loopback; then
+# the prefill instance in another network namespace joined by veth (skipped with a message
+# when namespaces cannot be made here). Checks, against a single sparse instance with the same
+# K (K >= every request's blocks, so sparse equals dense exactly):
+#   - greedy completions and chat through the router equal the single instance (text and
+#     log-probabilities), JSON and SSE, with both decode modes;
+#   - every staging lease ends (completed) and the pool holds nothing after;
+#   - a client that disconnects mid-stream: its lease is aborted;
+#   - a decode instance killed mid-request: the prefill instance frees the lease by TTL;
+#   - errors: n > 1, a decode instance called without a ticket, a bad ticket.
+# Usage: test_disagg.sh OASIS_SERVER OASIS_ROUTER SOURCE_DIR
+set -uo pipefail
+SERVER=$1
+ROUTER=$2
+SRC=$3
+# shellcheck source=server_lib.sh
+source "$SRC/tests/e2e/server_lib.sh"
+TMP=$(mktemp -d)
+PIDS=()
+NETNS=""
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  if [[ -n $NETNS ]]; then ip netns del "$NETNS" 2>/dev/null; ip link del "${NETNS}h" 2>/dev/null; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+FAIL=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAILED: $1"; [[ -n ${2:-} ]] && echo "  got: ${2:0:800}"; FAIL=1; }
+py() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print($2)" "$1"; }
+
+# K 64 blocks >= the longest request here (prompt + output < 64 x 16 tokens).
+COMMON=(--backend cpu --threads 2 --host-kv-gib 0.25 --topk-blocks 64 --max-num-seqs 16)
+
+# start <name> [flags...]: an oasis-server in the background; sets <name>_PORT.
+start() {
+  local name=$1
+  shift
+  start_server "$TMP/$name.log" "${COMMON[@]}" "$@" || { FAIL=1; return 1; }
+  PIDS+=("$SERVER_PID")
+  printf -v "${name}_PORT" '%s' "$PORT"
+  printf -v "${name}_PID" '%s' "$SERVER_PID"
+  SERVER_PID=""
+}
+# start_router <name> --prefill ... --decode ...: sets <name>_PORT.
+start_router() {
+  local name=$1
+  shift
+  "$ROUTER" --port 0 --log-level warn "$@" >"$TMP/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  local port=""
+  for _ in $(seq 1 300); do
+    port=$(sed -n 's|^oasis-router listening on http://[^:]*:\([0-9]*\)$|\1|p' "$TMP/$name.log" | head -1)
+    [[ -n $port ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [[ -z $port ]] && { bad "router $name did not start" "$(cat "$TMP/$name.log")"; return 1; }
+  for _ in $(seq 1 200); do
+    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health") == 200 ]] && break
+    sleep 0.05
+  done
+  printf -v "${name}_PORT" '%s' "$port"
+}
+post() { curl -s "http://127.0.0.1:$1$2" -H 'Content-Type: application/json' -d "$3"; }
+pmetric() { BASE="http://127.0.0.1:$1" metric "$2"; }
+pwait() { BASE="http://127.0.0.1:$1" wait_metric "$2" "$3"; }
+
+start one --sparse on || exit 1
+start prefill --role prefill --staging-listen 127.0.0.1:0 --staging-pool-gib 0.25 --staging-lease-ttl-ms 4000 || exit 1
+start decode --role decode || exit 1
+start full --role decode --rpf off || exit 1
+start_router router --prefill "127.0.0.1:$prefill_PORT" --decode "127.0.0.1:$decode_PORT,127.0.0.1:$full_PORT" || exit 1
+ok "single instance, prefill, decode (rpf on and off) and router up"
+
+# ---- the same greedy outputs as one instance ------------------------------------------------
+prompt_text() { python3 -c "
+import random, sys
+r = random.Random(int(sys.argv[1]))
+words = 'river market city north stone bread light harbour winter garden people music road tower'.split()
+print(' '.join(r.choice(words) for _ in range(int(sys.argv[2]))))" "$1" "$2"; }
+same=0
+for i in 1 2 3 4 5 6; do
+  body=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 24 + 4 * int(sys.argv[2]), 'temperature': 0, 'logprobs': 2}))" "$(prompt_text "$i" $((40 + 25 * i)))" "$i")
+  want=$(post "$one_PORT" /v1/completions "$body")
+  got=$(post "$router_PORT" /v1/completions "$body")
+  if [[ $(python3 -c "
+import json, sys
+a = json.loads(sys.argv[1])['choices'][0]; b = json.loads(sys.argv[2])['choices'][0]
+print(a['text'] == b['text'] and a['logprobs']['tokens'] == b['logprobs']['tokens'] and
+      max(abs(x - y) for x, y in zip(a['logprobs']['token_logprobs'], b['logprobs']['token_logprobs'])) < 1e-4
+      and a['finish_reason'] == b['finish_reason'])" "$want" "$got" 2>&1) == True ]]; then
+    same=$((same + 1))
+  else
+    bad "completion $i through the router differs from one instance" "$got | want $want"
+  fi
+done
+[[ $same == 6 ]] && ok "6 greedy completions through prefill -> decode equal one instance (text, log-probs)"
+
+chat='{"messages": [{"role": "user", "content": "Tell me about the river market in winter, the harbour and the stone tower by the road."}], "max_tokens": 30, "temperature": 0}'
+want=$(post "$one_PORT" /v1/chat/completions "$chat")
+got=$(post "$router_PORT" /v1/chat/completions "$chat")
+[[ $(py "$got" "d['choices'][0]['message']['content']") == $(py "$want" "d['choices'][0]['message']['content']") && -n $(py "$want" "d['choices'][0]['message']['content']") ]] &&
+  ok "chat through the router equals one instance" || bad "chat differs" "$got | want $want"
+
+# SSE: the streamed text joins to the same completion.
+sbody=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 40, 'temperature': 0, 'stream': True, 'stream_options': {'include_usage': True}}))" "$(prompt_text 9 120)")
+nbody=$(py "$sbody" "json.dumps({k: v for k, v in d.items() if k not in ('stream', 'stream_options')})")
+want=$(post "$one_PORT" /v1/completions "$nbody")
+stream=$(post "$router_PORT" /v1/completions "$sbody")
+joined=$(python3 -c "
+import json, sys
+text, usage, done = '', None, False
+for line in sys.argv[1].splitlines():
+    if not line.startswith('data: '): continue
+    if line == 'data: [DONE]': done = True; continue
+    d = json.loads(line[6:])
+    for c in d.get('choices', []): text += c.get('text') or ''
+    usage = d.get('usage') or usage
+print(json.dumps({'text': text, 'done': done, 'completion_tokens': usage and usage['completion_tokens']}))" "$stream")
+[[ $(py "$joined" "d['done'] and d['completion_tokens'] == 40") == True && $(py "$joined" "d['text']") == $(py "$want" "d['choices'][0]['text']") ]] &&
+  ok "SSE through the router: same text, usage, [DONE]" || bad "SSE through the router" "$joined | want $want"
+
+# ---- leases end; both decode modes ran ---------------------------------------------------------
+v=$(pwait "$prefill_PORT" oasis:staging_pool_requests_held "v == 0") && ok "staging pool empty after the requests ($v held)" || bad "staging leases still held" "$v"
+completed=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="completed"} \(.*\)$/\1/p')
+handoffs=$(pmetric "$prefill_PORT" oasis:handoffs_total)
+[[ -n $handoffs && $handoffs == "$completed" && $(python3 -c "print($handoffs >= 8)") == True ]] &&
+  ok "every handoff's lease completed ($completed of $handoffs)" || bad "leases completed $completed, handoffs $handoffs"
+pa=$(pmetric "$decode_PORT" oasis:rpf_admission_bytes_total); fa=$(pmetric "$full_PORT" oasis:rpf_admission_bytes_total)
+[[ $(python3 -c "print(${pa:-0} > 0 and ${fa:-0} > 0)") == True ]] && ok "both decode instances imported (partial $pa B, full $fa B)" ||
+  bad "admission bytes: partial '$pa', full '$fa'"
+
+# ---- errors ------------------------------------------------------------------------------------
+code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$router_PORT/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "n": 2}')
+[[ $code == 400 ]] && ok "n = 2 through the router: 400" || bad "n = 2: $code" "$(cat "$TMP/e")"
+code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$decode_PORT/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "max_tokens": 4}')
+[[ $code == 400 && $(py "$(cat "$TMP/e")" "'oasis-router' in d['error']['message']") == True ]] && ok "a decode instance without a ticket: 400 naming the router" || bad "decode without ticket: $code" "$(cat "$TMP/e")"
+code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$decode_PORT/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "max_tokens": 4, "oasis_ticket": "T0tIVA=="}')
+[[ $code == 400 && $(py "$(cat "$TMP/e")" "'oasis_ticket' in d['error']['message']") == True ]] && ok "a truncated ticket: 400" || bad "bad ticket: $code" "$(cat "$TMP/e")"
+code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$prefill_PORT/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "max_tokens": 4, "stream": true}')
+[[ $code == 400 ]] && ok "a prefill instance refuses stream=true" || bad "prefill stream: $code" "$(cat "$TMP/e")"
+
+# ---- a client that disconnects mid-stream: the lease is aborted --------------------------------
+aborted0=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="aborted"} \(.*\)$/\1/p')
+long=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 3300, 'temperature': 0, 'ignore_eos': True, 'stream': True}))" "$(prompt_text 3 150)")
+curl -s -N --max-time 1.5 "http://127.0.0.1:$router_PORT/v1/completions" -H 'Content-Type: application/json' -d "$long" > "$TMP/partial" 2>/dev/null
+grep -q '^data: {' "$TMP/partial" && ok "the aborted stream had started" || bad "no stream before the abort" "$(head -c 300 "$TMP/partial")"
+for _ in $(seq 1 100); do
+  a=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="aborted"} \(.*\)$/\1/p')
+  [[ $(python3 -c "print(${a:-0} > ${aborted0:-0})") == True ]] && break
+  sleep 0.1
+done
+[[ $(python3 -c "print(${a:-0} > ${aborted0:-0})") == True ]] && ok "client disconnect: the lease was aborted ($aborted0 -> $a)" || bad "no lease aborted after the disconnect ($aborted0 -> $a)"
+v=$(pwait "$prefill_PORT" oasis:staging_pool_requests_held "v == 0") && ok "staging pool empty after the abort" || bad "lease held after abort" "$v"
+
+# ---- a decode instance killed mid-request: its lease expires on the prefill side ---------------
+start victim --role decode || exit 1
+start_router router2 --prefill "127.0.0.1:$prefill_PORT" --decode "127.0.0.1:$victim_PORT" || exit 1
+expired0=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="expired"} \(.*\)$/\1/p')
+curl -s -N --max-time 20 "http://127.0.0.1:$router2_PORT/v1/completions" -H 'Content-Type: application/json' -d "$long" > "$TMP/killed" 2>/dev/null &
+CURL=$!
+for _ in $(seq 1 100); do grep -q '^data: {' "$TMP/killed" && break; sleep 0.05; done
+kill -9 "$victim_PID"
+wait "$CURL" 2>/dev/null
+held=$(pmetric "$prefill_PORT" oasis:staging_pool_requests_held)
+[[ $held == 1 ]] && ok "the killed decode instance's lease is still held right after ($held)" || echo "note: $held leases held right after the kill"
+v=$(BASE="http://127.0.0.1:$prefill_PORT"; for _ in $(seq 1 150); do
+  e=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="expired"} \(.*\)$/\1/p')
+  [[ $(python3 -c "print(${e:-0} > ${expired0:-0})") == True ]] && { echo "$e"; break; }
+  sleep 0.1
+done)
+[[ -n $v ]] && ok "killed decode instance: the lease expired after its TTL ($expired0 -> $v)" || bad "no lease expired after the decode instance died"
+v=$(pwait "$prefill_PORT" oasis:staging_pool_requests_held "v == 0") && ok "staging pool empty after the expiry" || bad "lease held after the kill" "$v"
+
+# ---- across two network namespaces joined by veth ----------------------------------------------
+if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
+  echo "SKIPPED (netns part): needs root and iproute2 to make a network namespace"
+else
+  NETNS="odg$$"
+  if ip netns add "$NETNS" 2>/dev/null && ip link add "${NETNS}h" type veth peer name "${NETNS}n" &&
+     ip link set "${NETNS}n" netns "$NETNS" && ip addr add 10.213.7.1/30 dev "${NETNS}h" && ip link set "${NETNS}h" up &&
+     ip netns exec "$NETNS" ip addr add 10.213.7.2/30 dev "${NETNS}n" && ip netns exec "$NETNS" ip link set "${NETNS}n" up &&
+     ip netns exec "$NETNS" ip link set lo up && ip netns exec "$NETNS" true; then
+    # The prefill instance inside: HTTP and staging on 10.213.7.2.
+    ip netns exec "$NETNS" "$SERVER" --port 0 --log-level warn "${COMMON[@]}" --host 10.213.7.2 --role prefill \
+      --staging-listen 10.213.7.2:0 --staging-pool-gib 0.25 > "$TMP/nsprefill.log" 2>&1 &
+    PIDS+=("$!")
+    nsport=""
+    for _ in $(seq 1 300); do
+      nsport=$(sed -n 's|^oasis-server: listening on http://[^:]*:\([0-9]*\)$|\1|p' "$TMP/nsprefill.log" | head -1)
+      [[ -n $nsport ]] && break
+      sleep 0.05
+    done
+    for _ in $(seq 1 300); do
+      [[ $(curl -s -o /dev/null -w '%{http_code}' "http://10.213.7.2:$nsport/health") == 200 ]] && break
+      sleep 0.05
+    done
+    # A decode instance started now: UCX picks its network interfaces when it starts, and the
+    # veth end did not exist when the others did.
+    start nsdecode --role decode || exit 1
+    start_router router3 --prefill "10.213.7.2:$nsport" --decode "127.0.0.1:$nsdecode_PORT" || exit 1
+    body=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 30, 'temperature': 0}))" "$(prompt_text 21 160)")
+    want=$(post "$one_PORT" /v1/completions "$body")
+    got=$(post "$router3_PORT" /v1/completions "$body")
+    [[ $(py "$got" "d['choices'][0]['text']") == $(py "$want" "d['choices'][0]['text']") && -n $(py "$want" "d['choices'][0]['text']") ]] &&
+      ok "prefill in another network namespace (veth): same completion" || bad "netns completion differs" "$got | want $want"
+    v=$(BASE="http://10.213.7.2:$nsport" wait_metric oasis:staging_pool_requests_held "v == 0") &&
+      ok "netns: staging pool empty after the request" || bad "netns lease held" "$v"
+  else
+    echo "SKIPPED (netns part): cannot make a network namespace joined by veth here"
+    ip netns del "$NETNS" 2>/dev/null
+    NETNS=""
+  fi
+fi
+
+[[ $FAIL == 0 ]] && echo "PASSED: disaggregated prefill/decode end to end" || echo "FAILED: disaggregation end to end"
+exit $FAIL

@@ -49,7 +49,7 @@ if [[ ${1:-} == --bundle ]]; then
     [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
   done
   exes+=(build/tests/unit/disagg/bench_disagg_fetch build/tests/unit/disagg/disagg_peer)
-  exes+=(build/tools/tokenizer/bench_tokenizer build/src/server/oasis-server build/tools/loadgen/oasis-bench)
+  exes+=(build/tools/tokenizer/bench_tokenizer build/src/server/oasis-server build/src/router/oasis-router build/tools/loadgen/oasis-bench)
   tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
   # UCX loads its transports as plugins (ldd does not see them): UCX_MODULE_DIR points there.
   mkdir -p .bundle/lib/ucx && cp /usr/lib/x86_64-linux-gnu/ucx/*.so.0 .bundle/lib/ucx/

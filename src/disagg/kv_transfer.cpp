@@ -124,16 +124,35 @@ RemoteKvImporterStats RemoteKvImporter::Stats() const {
   return s;
 }
 
-std::shared_ptr<RemoteKvImporter::Peer> RemoteKvImporter::PeerFor(const std::string& address) {
+std::shared_ptr<RemoteKvImporter::Peer> RemoteKvImporter::PeerFor(const std::string& address, int index) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& p = peers_[address];
-  if (!p) p = std::make_shared<Peer>();
-  return p;
+  auto& conns = peers_[address];
+  if (conns.empty()) {
+    for (int i = 0; i < std::max(1, options_.readers_per_peer); ++i) conns.push_back(std::make_shared<Peer>());
+  }
+  return conns.at(static_cast<size_t>(index) % conns.size());
+}
+
+std::pair<std::shared_ptr<RemoteKvImporter::Peer>, std::unique_lock<std::mutex>> RemoteKvImporter::AnyPeer(
+    const std::string& address) {
+  const int n = std::max(1, options_.readers_per_peer);
+  uint64_t start;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    start = next_peer_++;
+  }
+  for (int i = 0; i < n; ++i) {
+    std::shared_ptr<Peer> p = PeerFor(address, static_cast<int>((start + i) % n));
+    std::unique_lock<std::mutex> l(p->mu, std::try_to_lock);
+    if (l.owns_lock()) return {std::move(p), std::move(l)};
+  }
+  std::shared_ptr<Peer> p = PeerFor(address, static_cast<int>(start % n));
+  std::unique_lock<std::mutex> l(p->mu);
+  return {std::move(p), std::move(l)};
 }
 
 Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<KvFetchItem>& items) {
-  std::shared_ptr<Peer> peer = PeerFor(ticket.staging_address);
-  std::lock_guard<std::mutex> lock(peer->mu);
+  auto [peer, lock] = AnyPeer(ticket.staging_address);
   if (Status st = EnsureReader(*peer, ticket.staging_address); !st.ok()) {
     std::lock_guard<std::mutex> l(mu_);
     ++stats_.fetch_failures;
@@ -232,7 +251,7 @@ void RemoteKvImporter::ControlLoop() {
     lock.unlock();
     uint64_t renewed = 0;
     for (const Work& w : work) {
-      std::shared_ptr<Peer> peer = PeerFor(w.address);
+      std::shared_ptr<Peer> peer = PeerFor(w.address, 0);
       std::lock_guard<std::mutex> pl(peer->mu);
       // A request still queued renews before its first fetch: connect for it.
       Status st = EnsureReader(*peer, w.address);

@@ -44,6 +44,9 @@ struct RemoteKvImporterOptions {
   RemoteReaderOptions reader{.spin = std::chrono::milliseconds(100)};
   std::chrono::milliseconds fetch_timeout{60000};  // one request's admission fetch
   std::chrono::milliseconds control_timeout{2000};  // a lease message
+  // Connections per prefill peer: that many fetches from one peer run at once (a reader is
+  // single-threaded); lease messages use the first.
+  int readers_per_peer = 4;
 };
 
 struct RemoteKvImporterStats {
@@ -76,7 +79,10 @@ class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
   Status EnsureReader(Peer& peer, const std::string& address);
   class Source_;
   explicit RemoteKvImporter(std::shared_ptr<UcxContext> context, RemoteKvImporterOptions options);
-  std::shared_ptr<Peer> PeerFor(const std::string& address);
+  // Connection `index` to `address` (made empty on first use; connected by EnsureReader).
+  std::shared_ptr<Peer> PeerFor(const std::string& address, int index);
+  // A connection to `address` for a fetch, locked: a free one if any, else the next in turn.
+  std::pair<std::shared_ptr<Peer>, std::unique_lock<std::mutex>> AnyPeer(const std::string& address);
   Status Fetch(const HandoffTicket& ticket, const std::vector<KvFetchItem>& items);
   void Track(const std::string& address, uint64_t lease_id, uint32_t ttl_ms);
   void End(const std::string& address, uint64_t lease_id, bool completed);
@@ -86,7 +92,8 @@ class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
   RemoteKvImporterOptions options_;
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
-  std::map<std::string, std::shared_ptr<Peer>> peers_;
+  std::map<std::string, std::vector<std::shared_ptr<Peer>>> peers_;
+  uint64_t next_peer_ = 0;
   std::map<std::string, std::vector<uint64_t>> live_;       // peer → leases to renew
   std::map<std::string, std::vector<uint64_t>> completes_;  // peer → leases to end
   std::map<std::string, std::vector<uint64_t>> aborts_;

@@ -338,8 +338,12 @@ void Engine::Impl::StartImports() {
     job.key = key;
     job.source = s.request.import;
     job.items = std::move(items);
-    if (!admission_worker) admission_worker = std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); });
-    admission_worker->Push(std::move(job));
+    if (admission_workers.empty()) {
+      for (int i = 0; i < kAdmissionWorkers; ++i) {
+        admission_workers.push_back(std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); }));
+      }
+    }
+    admission_workers[next_admission_worker++ % admission_workers.size()]->Push(std::move(job));
   }
 }
 
@@ -571,7 +575,7 @@ void Engine::Impl::ReleaseImport(RequestState& s, bool completed) {
 }
 
 void Engine::Impl::StopImportThread() {
-  if (admission_worker) admission_worker->Stop();
+  for (auto& w : admission_workers) w->Stop();
   if (drift_worker) drift_worker->Stop();
 }
 

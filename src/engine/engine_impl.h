@@ -144,7 +144,12 @@ struct Engine::Impl {
   // Decode side of disaggregation: imports waiting for room, and the import thread.
   std::deque<uint64_t> import_queue;  // keys, FCFS
   int64_t num_fetching = 0;
-  std::unique_ptr<FetchWorker> admission_worker, drift_worker;  // made on first use
+  // Made on first use: admission fetches spread over kAdmissionWorkers threads (a 32K
+  // request's full KV takes seconds), drift fetches on their own.
+  static constexpr int kAdmissionWorkers = 4;
+  std::vector<std::unique_ptr<FetchWorker>> admission_workers;
+  uint64_t next_admission_worker = 0;
+  std::unique_ptr<FetchWorker> drift_worker;
   uint64_t next_import_generation = 1;
   // Per fetching request: the summaries' and draft KV's landing buffers.
   struct ImportBuffers {

@@ -149,7 +149,23 @@ code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$prefill_PORT/v1/
 # ---- a client that disconnects mid-stream: the lease is aborted --------------------------------
 aborted0=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="aborted"} \(.*\)$/\1/p')
 long=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 3300, 'temperature': 0, 'ignore_eos': True, 'stream': True}))" "$(prompt_text 3 150)")
-curl -s -N --max-time 1.5 "http://127.0.0.1:$router_PORT/v1/completions" -H 'Content-Type: application/json' -d "$long" > "$TMP/partial" 2>/dev/null
+# Read the stream's first event, then close the connection (the request has ~3,000 tokens left).
+first_event() {
+  python3 - "$1" "$2" <<'PY'
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
+c.request("POST", "/v1/completions", sys.argv[2], {"Content-Type": "application/json"})
+r = c.getresponse()
+line = b""
+while not line.startswith(b"data: {"):
+    line = r.fp.readline()
+    if not line:
+        break
+print(line.decode()[:80])
+c.sock.close()
+PY
+}
+first_event "$router_PORT" "$long" > "$TMP/partial" 2>&1
 grep -q '^data: {' "$TMP/partial" && ok "the aborted stream had started" || bad "no stream before the abort" "$(head -c 300 "$TMP/partial")"
 for _ in $(seq 1 100); do
   a=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="aborted"} \(.*\)$/\1/p')

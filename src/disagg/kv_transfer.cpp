@@ -154,9 +154,24 @@ std::pair<std::shared_ptr<RemoteKvImporter::Peer>, std::unique_lock<std::mutex>>
 Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<KvFetchItem>& items) {
   auto [peer, lock] = AnyPeer(ticket.staging_address);
   if (Status st = EnsureReader(*peer, ticket.staging_address); !st.ok()) {
-    std::lock_guard<std::mutex> l(mu_);
-    ++stats_.fetch_failures;
-    return st;
+    // A busy prefill instance may not answer a new connection's hello in time while it serves
+    // other reads: wait for a connection that is up instead of failing the request.
+    lock.unlock();
+    bool found = false;
+    for (int i = 0; i < std::max(1, options_.readers_per_peer) && !found; ++i) {
+      std::shared_ptr<Peer> other = PeerFor(ticket.staging_address, i);
+      std::unique_lock<std::mutex> l(other->mu);
+      if (other->reader && other->reader->healthy()) {
+        peer = std::move(other);
+        lock = std::move(l);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::lock_guard<std::mutex> l(mu_);
+      ++stats_.fetch_failures;
+      return st;
+    }
   }
   RemoteReader& reader = *peer->reader;
   if (reader.descriptor().pool_id != ticket.pool_id) {

@@ -41,7 +41,9 @@ class StagingExporter final : public KvHandoffExporter {
 struct RemoteKvImporterOptions {
   // The fetches run on the engine's own fetch threads: poll while one is in flight (2-3x the
   // throughput of sleeping on the event fd, docs/benchmarks.md, seventh session).
-  RemoteReaderOptions reader{.spin = std::chrono::milliseconds(100)};
+  // A prefill instance busy serving other reads answers a new connection late: 30 s to connect.
+  RemoteReaderOptions reader{.connect_timeout = std::chrono::milliseconds(30000),
+                             .spin = std::chrono::milliseconds(100)};
   std::chrono::milliseconds fetch_timeout{60000};  // one request's admission fetch
   std::chrono::milliseconds control_timeout{2000};  // a lease message
   // Connections per prefill peer: that many fetches from one peer run at once (a reader is

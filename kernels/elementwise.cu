@@ -48,26 +48,17 @@ __global__ void SplitQkvKernel(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64
   }
 }
 
-// Copies rows in units of T (16 bytes when rows are 16-byte aligned, else 1 byte).
-template <typename T>
-__global__ void GatherRowsKernel(const T* x, const int32_t* rows, T* out, int64_t row_units) {
+// Copies rows in units of T (16 bytes when rows are 16-byte aligned, else 1 byte): gather
+// out[i] = x[rows[i]], or scatter out[rows[i]] = x[i].
+template <typename T, bool kScatter>
+__global__ void MoveRowsKernel(const T* x, const int32_t* rows, T* out, int64_t row_units) {
   GridDependencyWait();
   AllowDependentLaunch();
   const int64_t i = blockIdx.y;
-  const T* src = x + static_cast<int64_t>(rows[i]) * row_units;
+  const T* src = x + (kScatter ? i : static_cast<int64_t>(rows[i])) * row_units;
+  T* dst = out + (kScatter ? static_cast<int64_t>(rows[i]) : i) * row_units;
   for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_units; b += int64_t{gridDim.x} * blockDim.x) {
-    out[i * row_units + b] = src[b];
-  }
-}
-
-template <typename T>
-__global__ void ScatterRowsKernel(const T* x, const int32_t* rows, T* out, int64_t row_units) {
-  GridDependencyWait();
-  AllowDependentLaunch();
-  const int64_t i = blockIdx.y;
-  T* dst = out + static_cast<int64_t>(rows[i]) * row_units;
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_units; b += int64_t{gridDim.x} * blockDim.x) {
-    dst[b] = x[i * row_units + b];
+    dst[b] = src[b];
   }
 }
 
@@ -153,34 +144,34 @@ cudaError_t LaunchSplitQkv(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t t
   return cudaGetLastError();
 }
 
-cudaError_t LaunchGatherRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
-                             cudaStream_t stream) {
+namespace {
+
+template <bool kScatter>
+cudaError_t LaunchMoveRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
+                           cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const int64_t units = vec ? row_bytes / 16 : row_bytes;
   dim3 grid(std::min(CeilDiv(units, 256), 64u), static_cast<unsigned>(num_rows));
   if (vec) {
-    return LaunchPdl(GatherRowsKernel<uint4>, grid, dim3(256), 0, stream, static_cast<const uint4*>(x), rows,
+    return LaunchPdl(MoveRowsKernel<uint4, kScatter>, grid, dim3(256), 0, stream, static_cast<const uint4*>(x), rows,
                      static_cast<uint4*>(out), units);
   }
-  return LaunchPdl(GatherRowsKernel<char>, grid, dim3(256), 0, stream, static_cast<const char*>(x), rows,
+  return LaunchPdl(MoveRowsKernel<char, kScatter>, grid, dim3(256), 0, stream, static_cast<const char*>(x), rows,
                    static_cast<char*>(out), units);
+}
+
+}  // namespace
+
+cudaError_t LaunchGatherRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
+                             cudaStream_t stream) {
+  return LaunchMoveRows<false>(x, rows, out, num_rows, row_bytes, stream);
 }
 
 cudaError_t LaunchScatterRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
                               cudaStream_t stream) {
-  if (num_rows == 0) return cudaSuccess;
-  const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  const int64_t units = vec ? row_bytes / 16 : row_bytes;
-  dim3 grid(std::min(CeilDiv(units, 256), 64u), static_cast<unsigned>(num_rows));
-  if (vec) {
-    return LaunchPdl(ScatterRowsKernel<uint4>, grid, dim3(256), 0, stream, static_cast<const uint4*>(x), rows,
-                     static_cast<uint4*>(out), units);
-  }
-  return LaunchPdl(ScatterRowsKernel<char>, grid, dim3(256), 0, stream, static_cast<const char*>(x), rows,
-                   static_cast<char*>(out), units);
+  return LaunchMoveRows<true>(x, rows, out, num_rows, row_bytes, stream);
 }
 
 }  // namespace oasis::kernels

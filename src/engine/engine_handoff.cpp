@@ -255,8 +255,13 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
 
 void Engine::Impl::QueueImport(std::unique_ptr<RequestState> state) {
   RequestState& s = *state;
+  // Both were checked at Submit.
   auto sampling = ParseHandoffSampling(s.request.import->ticket().sampling_state);
-  s.seed = sampling.ok() ? sampling->seed : 0;  // (checked at Submit)
+  auto layout = disagg::StagedKvLayout::Create(s.request.import->ticket().geometry);
+  OASIS_CHECK(sampling.ok() && sampling->tokens.size() == 2 && layout.ok()) << "import ticket (checked at Submit)";
+  s.import_sampling = std::move(*sampling);
+  s.import_layout = *layout;
+  s.seed = s.import_sampling.seed;
   s.import_phase = RequestState::ImportPhase::kQueued;
   import_queue.push_back(s.seq.id);
   requests.emplace(s.seq.id, std::move(state));
@@ -286,12 +291,7 @@ void Engine::Impl::StartImports() {
       m.Release(key);
       return;
     }
-    auto layout = disagg::StagedKvLayout::Create(t.geometry);
-    if (!layout.ok()) {
-      import_queue.pop_front();
-      Fail(s, layout.status());
-      continue;
-    }
+    const disagg::StagedKvLayout* layout = &*s.import_layout;
     // What to read and where: KV blocks straight into the host store, the summaries and the
     // draft KV into landing buffers (uploaded by FinalizeImport).
     const size_t bb = layout->slot_bytes();
@@ -420,9 +420,7 @@ void Engine::Impl::FetchDrift() {
       if (s.drift_requested.insert(code).second) want.push_back(b);
     }
     if (want.empty()) continue;
-    const disagg::HandoffTicket& t = s.request.import->ticket();
-    auto layout = disagg::StagedKvLayout::Create(t.geometry);
-    OASIS_CHECK(layout.ok()) << layout.status().ToString();
+    const disagg::StagedKvLayout* layout = &*s.import_layout;
     const size_t bb = layout->slot_bytes();
     const int64_t first = sparse->config().dense_layers;
     FetchJob job;
@@ -467,8 +465,7 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   const uint64_t key = s.seq.id;
   const disagg::HandoffTicket& t = s.request.import->ticket();
   const disagg::StagedKvGeometry& g = t.geometry;
-  auto layout = disagg::StagedKvLayout::Create(g);
-  OASIS_CHECK(layout.ok()) << layout.status().ToString();
+  const disagg::StagedKvLayout* layout = &*s.import_layout;
   const int64_t P = t.prompt_length, staged = P + 1;
   const int64_t ls = g.num_layers, hkv = g.num_kv_heads, nb = g.num_blocks, D = g.head_dim;
   const int64_t first = sparse->config().dense_layers;
@@ -540,8 +537,7 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   s.import_generation = next_import_generation++;
   s.drift_requested.clear();
   // x1 and x2 as the prefill node sampled them, then decoding from x2 on.
-  auto sampling = ParseHandoffSampling(t.sampling_state);
-  OASIS_CHECK(sampling.ok() && sampling->tokens.size() == 2) << "handoff sampling state (checked at Submit)";
+  const HandoffSampling* sampling = &s.import_sampling;
   const auto now = EngineClock::now();
   RequestOutput out;
   for (int i = 0; i < 2; ++i) {

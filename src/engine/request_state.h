@@ -46,6 +46,9 @@ struct RequestState {
   ImportPhase import_phase = ImportPhase::kNone;
   bool abort_after_fetch = false;  // aborted while its fetch was in flight
   bool import_released = false;    // KvImportSource::Release called
+  // Parsed once when queued: the ticket's sampling state and its staged layout.
+  HandoffSampling import_sampling;
+  std::optional<disagg::StagedKvLayout> import_layout;
   // Drift (partial mode): remote blocks asked for so far, as (layer, head, block) keys; the
   // generation names this import (a preemption ends it: results of older fetches are dropped).
   std::unordered_set<uint64_t> drift_requested;

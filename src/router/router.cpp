@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "common/flags.h"
+#include "common/http_util.h"
 #include "router/upstream.h"
 
 namespace oasis::router {
@@ -62,26 +63,6 @@ std::string RouteLabel(const std::string& path) {
     if (path == r) return r;
   }
   return "other";
-}
-
-bool KeyMatches(const std::string& presented, const std::string& key) {
-  if (presented.size() != key.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(presented[i] ^ key[i]);
-  return diff == 0;
-}
-
-std::string EscapeLabel(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
 }
 
 std::string Number(double v, int digits = 17) {

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "common/base64.h"
+#include "common/http_util.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -66,14 +67,6 @@ const std::set<std::string>& KnownRoutes() {
   static const std::set<std::string> routes = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
                                                "/tokenize", "/detokenize", "/metrics", "/version"};
   return routes;
-}
-
-// Constant-time comparison of the presented key.
-bool KeyMatches(const std::string& presented, const std::string& key) {
-  if (presented.size() != key.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(presented[i] ^ key[i]);
-  return diff == 0;
 }
 
 // Streams one generation job as server-sent events. Owned (shared) by the chunked content

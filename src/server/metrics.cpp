@@ -118,19 +118,6 @@ std::string RenderStagingMetrics(const StagingMetrics& m, const std::string& mod
   return s.str();
 }
 
-std::string EscapeLabel(const std::string& value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 void HttpMetrics::Count(const std::string& method, const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(mu_);
   ++requests_[{method, route, status}];

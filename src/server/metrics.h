@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/http_util.h"
 #include "engine/engine.h"
 
 namespace oasis::server {
@@ -46,7 +47,5 @@ struct StagingMetrics {
   uint64_t connections_open = 0;
 };
 std::string RenderStagingMetrics(const StagingMetrics& m, const std::string& model_name);
-// Escapes a Prometheus label value (backslash, quote, newline).
-std::string EscapeLabel(const std::string& value);
 
 }  // namespace oasis::server

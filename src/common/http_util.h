@@ -1,0 +1,14 @@
+// Small helpers both HTTP front ends (oasis-server, oasis-router) share. Pure functions;
+// thread-safe.
+#pragma once
+
+#include <string>
+
+namespace oasis {
+
+// Constant-time comparison of a presented API key with the configured one.
+bool KeyMatches(const std::string& presented, const std::string& key);
+// Escapes a Prometheus label value (backslash, quote, newline).
+std::string EscapeLabel(const std::string& value);
+
+}  // namespace oasis

@@ -7,7 +7,9 @@ instance on another (--rpf on or off) and oasis-router in front, then runs oasis
 the router at each request rate (random prompts, fixed output length) and reads the three
 processes' /metrics before and after. Per run it reports output throughput, TTFT (the client's,
 through the router), the bytes a request moved at admission and by drift, the bytes staged per
-request on the prefill side, and the decode side's host KV per request (reserved, and written).
+request on the prefill side, and the decode side's host KV: per request (what each imported
+request held when it finished; remote blocks on summary-only rows hold none) and the peak of all
+imported requests together.
 
   tools/bench_disagg.py --inputs 32768 --output-len 2048 --rates 0.25 --modes rpf,full \\
       --fetch-ratios 0.05 --num-prompts 8 --budget-s 500 --pack
@@ -178,12 +180,17 @@ class Bench:
         per = lambda x: x / imports / GIB if imports else None
         slot = host_slot_bytes(self.cfg, a.dtype_bytes) * self.cfg["num_key_value_heads"]
         reserved = (input_len + a.output_len + 15) // 16 * slot / GIB
+        finished = delta(d0, d1, "oasis:rpf_imports_finished_total")
+        host_per = (delta(d0, d1, "oasis:rpf_host_kv_bytes_finished_total") / finished / GIB) if finished else None
         rec = dict(base, status="ok" if rc == 0 else f"oasis-bench exit {rc}", seconds=secs, bench=bench,
                    handoffs=handoffs, imports=imports,
                    staged_gib_per_request=staged / handoffs / GIB if handoffs else None,
                    admission_gib_per_request=per(adm), drift_gib_per_request=per(drift),
                    moved_gib_per_request=per(adm + drift),
                    decode_host_reserved_gib_per_request=reserved,
+                   decode_host_gib_per_request=host_per,
+                   decode_host_peak_gib=d1.get("oasis:rpf_host_kv_bytes_peak", 0.0) / GIB,
+                   drift_dropped=delta(d0, d1, "oasis:rpf_drift_blocks_dropped_total"),
                    drift_blocks=delta(d0, d1, "oasis:rpf_drift_blocks_total"),
                    admission_fetch_s_per_request=(delta(d0, d1, "oasis:rpf_admission_fetch_seconds_total") / imports
                                                   if imports else None),
@@ -200,7 +207,7 @@ class Bench:
 
     def table(self):
         cols = ("mode", "in", "out", "f", "rate", "ok/n", "tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms",
-                "staged GiB", "adm GiB", "drift GiB", "moved GiB", "host rsv GiB", "adm s", "handoff s")
+                "staged GiB", "adm GiB", "drift GiB", "moved GiB", "host GiB", "host peak GiB", "adm s", "handoff s")
         rows = []
         for r in self.records:
             b = r.get("bench") or {}
@@ -210,15 +217,17 @@ class Bench:
                          f(b.get("median_ttft_ms"), "{:.0f}"), f(b.get("p99_ttft_ms"), "{:.0f}"),
                          f(b.get("median_tpot_ms"), "{:.2f}"), f(r.get("staged_gib_per_request")),
                          f(r.get("admission_gib_per_request")), f(r.get("drift_gib_per_request")),
-                         f(r.get("moved_gib_per_request")), f(r.get("decode_host_reserved_gib_per_request")),
+                         f(r.get("moved_gib_per_request")), f(r.get("decode_host_gib_per_request")),
+                         f(r.get("decode_host_peak_gib"), "{:.2f}"),
                          f(r.get("admission_fetch_s_per_request")), f(r.get("handoff_s_per_request"))))
         widths = [max(len(c), *(len(x[i]) for x in rows)) if rows else len(c) for i, c in enumerate(cols)]
         print("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
         for x in rows:
             print("  ".join(v.rjust(w) for v, w in zip(x, widths)))
         print("per request: staged = bytes the prefill instance staged (KV, summaries, draft KV); adm = read at "
-              "admission; drift = remote blocks read later; moved = adm + drift; host rsv = decode host KV reserved "
-              "(both modes); adm s = admission fetch time; handoff s = the prefill loop's staging time")
+              "admission; drift = remote blocks read later; moved = adm + drift; host = decode host KV a request held "
+              "at its end; host peak = all imported requests' host KV at its highest (decode instance, since "
+              "start); adm s = admission fetch time; handoff s = the prefill loop's staging time")
 
 
 def parse_args(argv):

@@ -73,7 +73,10 @@ class RemoteKvImporter::Source_ final : public KvImportSource {
   const HandoffTicket& ticket() const override { return ticket_; }
   bool full_transfer() const override { return full_; }
   Status Fetch(const std::vector<KvFetchItem>& items) override {
+    OASIS_RETURN_IF_ERROR(owner_->CheckLease(ticket_.staging_address, ticket_.lease_id));
     OASIS_RETURN_IF_ERROR(owner_->Fetch(ticket_, items));
+    // Lost while reading: the slots may have been reused meanwhile, so the bytes are suspect.
+    OASIS_RETURN_IF_ERROR(owner_->CheckLease(ticket_.staging_address, ticket_.lease_id));
     // The baseline: the prefill instance's copy is not needed once everything is here.
     if (full_) Release(true);
     return Status::Ok();
@@ -120,7 +123,7 @@ RemoteKvImporterStats RemoteKvImporter::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   RemoteKvImporterStats s = stats_;
   s.leases_live = 0;
-  for (const auto& [peer, ids] : live_) s.leases_live += ids.size();
+  for (const auto& [peer, leases] : live_) s.leases_live += leases.size();
   return s;
 }
 
@@ -192,6 +195,7 @@ Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<Kv
   const RemoteReaderStats before = reader.stats();
   const Status st = reader.Fetch(fetch, Clock::now() + options_.fetch_timeout);
   const RemoteReaderStats& after = reader.stats();
+  CollectGone(*peer, ticket.staging_address);
   std::lock_guard<std::mutex> l(mu_);
   ++stats_.fetches;
   if (!st.ok()) ++stats_.fetch_failures;
@@ -215,7 +219,7 @@ Status RemoteKvImporter::EnsureReader(Peer& peer, const std::string& address) {
 void RemoteKvImporter::Track(const std::string& address, uint64_t lease_id, uint32_t ttl_ms) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    live_[address].push_back(lease_id);
+    live_[address][lease_id] = Lease{Clock::now(), std::chrono::milliseconds(ttl_ms)};
     renew_interval_ = std::min(renew_interval_, std::chrono::milliseconds(std::max<uint32_t>(3, ttl_ms) / 3));
   }
   cv_.notify_all();
@@ -224,12 +228,45 @@ void RemoteKvImporter::Track(const std::string& address, uint64_t lease_id, uint
 void RemoteKvImporter::End(const std::string& address, uint64_t lease_id, bool completed) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& ids = live_[address];
-    ids.erase(std::remove(ids.begin(), ids.end(), lease_id), ids.end());
+    live_[address].erase(lease_id);
     (completed ? completes_ : aborts_)[address].push_back(lease_id);
     ++(completed ? stats_.leases_completed : stats_.leases_aborted);
   }
   cv_.notify_all();
+}
+
+Status RemoteKvImporter::CheckLease(const std::string& address, uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto peer = live_.find(address);
+  if (peer == live_.end()) return FailedPrecondition("lease " + std::to_string(lease_id) + " is not tracked");
+  auto it = peer->second.find(lease_id);
+  if (it == peer->second.end()) return FailedPrecondition("lease " + std::to_string(lease_id) + " has ended");
+  Lease& l = it->second;
+  if (!l.lost && Clock::now() > l.renewed + l.ttl) {
+    l.lost = true;
+    ++stats_.leases_lost;
+    spdlog::warn("lease {} at {}: not renewed for its TTL of {} ms", lease_id, address, l.ttl.count());
+  }
+  if (l.lost) {
+    return Unavailable("the prefill instance at " + address + " may no longer hold this request's KV (lease " +
+                       std::to_string(lease_id) + " expired or was released there)");
+  }
+  return Status::Ok();
+}
+
+void RemoteKvImporter::CollectGone(Peer& peer, const std::string& address) {
+  if (!peer.reader) return;
+  const std::vector<uint64_t> gone = peer.reader->TakeGoneLeases();
+  if (gone.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& leases = live_[address];
+  for (uint64_t id : gone) {
+    auto it = leases.find(id);
+    if (it == leases.end() || it->second.lost) continue;
+    it->second.lost = true;
+    ++stats_.leases_lost;
+    spdlog::warn("lease {} at {}: the prefill instance no longer holds it", id, address);
+  }
 }
 
 void RemoteKvImporter::ControlLoop() {
@@ -255,8 +292,10 @@ void RemoteKvImporter::ControlLoop() {
     completes_.clear();
     aborts_.clear();
     if (renew) {
-      for (auto& [a, ids] : live_) {
-        if (!ids.empty()) by_peer[a].renew = ids;
+      for (auto& [a, leases] : live_) {
+        for (const auto& [id, l] : leases) {
+          if (!l.lost) by_peer[a].renew.push_back(id);
+        }
       }
     }
     for (auto& [a, w] : by_peer) {
@@ -265,9 +304,10 @@ void RemoteKvImporter::ControlLoop() {
     }
     lock.unlock();
     uint64_t renewed = 0;
+    std::vector<std::pair<const Work*, Clock::time_point>> renewals;  // sent at
     for (const Work& w : work) {
-      std::shared_ptr<Peer> peer = PeerFor(w.address, 0);
-      std::lock_guard<std::mutex> pl(peer->mu);
+      // Any free connection (a long fetch may hold one for seconds: renewals must not wait).
+      auto [peer, pl] = AnyPeer(w.address);
       // A request still queued renews before its first fetch: connect for it.
       Status st = EnsureReader(*peer, w.address);
       if (!st.ok()) {
@@ -278,13 +318,33 @@ void RemoteKvImporter::ControlLoop() {
       if (!w.complete.empty()) st = peer->reader->Complete(w.complete, deadline);
       if (st.ok() && !w.abort.empty()) st = peer->reader->Abort(w.abort, deadline);
       if (st.ok() && !w.renew.empty()) {
+        const auto sent = Clock::now();
         st = peer->reader->Renew(w.renew, deadline);
-        if (st.ok()) renewed += w.renew.size();
+        if (st.ok()) {
+          renewed += w.renew.size();
+          renewals.emplace_back(&w, sent);
+        }
       }
       if (!st.ok()) spdlog::warn("lease messages to {}: {}", w.address, st.ToString());
+      pl.unlock();
+      // Answers to earlier renewals (kLeaseGone) arrive on whichever connection sent them.
+      for (int i = 0; i < std::max(1, options_.readers_per_peer); ++i) {
+        std::shared_ptr<Peer> p = PeerFor(w.address, i);
+        std::unique_lock<std::mutex> l(p->mu, std::try_to_lock);
+        if (!l.owns_lock() || !p->reader || !p->reader->healthy()) continue;
+        p->reader->Poll();
+        CollectGone(*p, w.address);
+      }
     }
     lock.lock();
     stats_.renewals_sent += renewed;
+    for (const auto& [w, sent] : renewals) {
+      auto& leases = live_[w->address];
+      for (uint64_t id : w->renew) {
+        auto it = leases.find(id);
+        if (it != leases.end()) it->second.renewed = std::max(it->second.renewed, sent);
+      }
+    }
   }
 }
 

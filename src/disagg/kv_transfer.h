@@ -7,6 +7,10 @@
 //     message per peer and sends completions and aborts, so neither the engine loop nor a
 //     fetch ever waits on lease traffic. A peer whose reader fails is reconnected on its next
 //     request; the requests that were using it fail (their leases expire on the prefill side).
+//     A lease is *lost* once the prefill side says it no longer holds it (kLeaseGone), or
+//     when no renewal was handed to the transport for its TTL (the prefill side may have
+//     freed it): every fetch of a lost lease fails, and one that was reading when the lease
+//     was lost fails after the fact (its bytes may be another request's).
 #pragma once
 
 #include <chrono>
@@ -59,6 +63,7 @@ struct RemoteKvImporterStats {
   uint64_t leases_live = 0;         // imported requests still holding their prefill lease
   uint64_t leases_completed = 0, leases_aborted = 0;
   uint64_t renewals_sent = 0;       // lease ids renewed
+  uint64_t leases_lost = 0;         // expired or gone on the prefill side while still needed
 };
 
 class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
@@ -88,6 +93,10 @@ class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
   Status Fetch(const HandoffTicket& ticket, const std::vector<KvFetchItem>& items);
   void Track(const std::string& address, uint64_t lease_id, uint32_t ttl_ms);
   void End(const std::string& address, uint64_t lease_id, bool completed);
+  // Ok while the lease can be trusted; Unavailable, saying why, once it is lost.
+  Status CheckLease(const std::string& address, uint64_t lease_id);
+  // With `peer`'s lock held: the lease ids its reader heard are gone become lost.
+  void CollectGone(Peer& peer, const std::string& address);
   void ControlLoop();
 
   std::shared_ptr<UcxContext> context_;
@@ -96,7 +105,12 @@ class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
   std::condition_variable cv_;
   std::map<std::string, std::vector<std::shared_ptr<Peer>>> peers_;
   uint64_t next_peer_ = 0;
-  std::map<std::string, std::vector<uint64_t>> live_;       // peer → leases to renew
+  struct Lease {
+    Clock::time_point renewed;       // last renewal handed to the transport (or Track)
+    std::chrono::milliseconds ttl;
+    bool lost = false;
+  };
+  std::map<std::string, std::map<uint64_t, Lease>> live_;  // peer → leases to renew
   std::map<std::string, std::vector<uint64_t>> completes_;  // peer → leases to end
   std::map<std::string, std::vector<uint64_t>> aborts_;
   std::chrono::milliseconds renew_interval_{10000};

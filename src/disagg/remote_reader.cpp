@@ -41,6 +41,10 @@ Status RemoteReader::Open(const SockAddr& addr) {
   am.arg = this;
   ucs_status_t s = ucp_worker_set_am_recv_handler(worker_->get(), &am);
   if (s != UCS_OK) return UcsStatus(s, "ucp_worker_set_am_recv_handler");
+  am.id = static_cast<unsigned>(ControlMessage::kLeaseGone);
+  am.cb = &RemoteReader::OnLeaseGone;
+  s = ucp_worker_set_am_recv_handler(worker_->get(), &am);
+  if (s != UCS_OK) return UcsStatus(s, "ucp_worker_set_am_recv_handler");
 
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -151,7 +155,8 @@ Status RemoteReader::SendControl(ControlMessage message, std::string payload,
                            " ids");
   }
   RequestBatch batch;
-  const ucp_request_param_t param = batch.Param(UCP_AM_SEND_FLAG_EAGER);
+  // REPLY: the server answers a renewal of leases it no longer holds (kLeaseGone).
+  const ucp_request_param_t param = batch.Param(UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY);
   batch.Track(ucp_am_send_nbx(ep_, static_cast<unsigned>(message), nullptr, 0, payload.data(),
                               payload.size(), &param));
   return Finish(batch, deadline, "sending a lease message");
@@ -248,6 +253,27 @@ ucs_status_t RemoteReader::OnHelloReply(void* arg, const void* header, size_t he
   self->hello_payload_.assign(static_cast<const char*>(data), length);
   self->hello_received_ = true;
   return UCS_OK;
+}
+
+ucs_status_t RemoteReader::OnLeaseGone(void* arg, const void* header, size_t header_length, void* data,
+                                       size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<RemoteReader*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) return UCS_OK;
+  auto ids = ParseLeaseIds(std::string_view(static_cast<const char*>(data), length));
+  if (ids.ok()) self->gone_leases_.insert(self->gone_leases_.end(), ids->begin(), ids->end());
+  return UCS_OK;
+}
+
+void RemoteReader::Poll() {
+  if (!worker_ || ep_ == nullptr) return;
+  while (worker_->Progress() != 0) {
+  }
+}
+
+std::vector<uint64_t> RemoteReader::TakeGoneLeases() {
+  std::vector<uint64_t> out;
+  out.swap(gone_leases_);
+  return out;
 }
 
 }  // namespace oasis::disagg

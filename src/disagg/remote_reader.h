@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "disagg/staging_pool.h"
 #include "disagg/ucx.h"
@@ -83,6 +84,12 @@ class RemoteReader {
   Status Renew(std::span<const uint64_t> lease_ids, Clock::time_point deadline);
   Status Complete(std::span<const uint64_t> lease_ids, Clock::time_point deadline);
   Status Abort(std::span<const uint64_t> lease_ids, Clock::time_point deadline);
+  // Lease ids the server said it no longer holds (kLeaseGone answers to Renew, received while
+  // this reader was progressed by any call), since the last call.
+  std::vector<uint64_t> TakeGoneLeases();
+  // Runs UCX's progress without waiting (answers that arrived since the last call run their
+  // callbacks).
+  void Poll();
 
  private:
   RemoteReader(std::unique_ptr<UcxWorker> worker, std::string peer, RemoteReaderOptions options);
@@ -100,6 +107,8 @@ class RemoteReader {
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnHelloReply(void* arg, const void* header, size_t header_length, void* data,
                                    size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnLeaseGone(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param);
 
   std::unique_ptr<UcxWorker> worker_;
   const std::string peer_;
@@ -110,6 +119,7 @@ class RemoteReader {
   Status error_;
   bool hello_received_ = false;
   std::string hello_payload_;
+  std::vector<uint64_t> gone_leases_;
   StagingDescriptor descriptor_;
   RemoteReaderStats stats_;
 };

@@ -109,6 +109,20 @@ void StagingServer::Run() {
                                       descriptor_bytes_.size(), &param));
     }
     hello_replies_.clear();
+    std::vector<std::pair<ucp_ep_h, std::string>> gone;
+    {
+      std::lock_guard lock(stats_mu_);
+      gone.swap(gone_replies_);
+      stats_.gone_replies += gone.size();
+    }
+    if (requests_.Done()) reply_payloads_.clear();
+    for (auto& [ep, payload] : gone) {
+      reply_payloads_.push_back(std::move(payload));
+      const std::string& p = reply_payloads_.back();
+      const ucp_request_param_t param = requests_.Param(UCP_AM_SEND_FLAG_EAGER);
+      requests_.Track(ucp_am_send_nbx(ep, static_cast<unsigned>(ControlMessage::kLeaseGone), nullptr, 0,
+                                      p.data(), p.size(), &param));
+    }
     CloseFailedEndpoints();
     if (Clock::now() >= next_sweep) {
       const size_t expired = pool_->ReleaseExpired(Clock::now());
@@ -231,6 +245,7 @@ void StagingServer::ApplyLeaseMessage(ControlMessage message, const void* data, 
   }
   ++stats_.lease_messages;
   const auto now = Clock::now();
+  std::vector<uint64_t> gone;
   for (uint64_t id : *ids) {
     Status s;
     switch (message) {
@@ -246,7 +261,15 @@ void StagingServer::ApplyLeaseMessage(ControlMessage message, const void* data, 
       default:
         OASIS_CHECK(false) << "not a lease message";
     }
-    if (!s.ok()) ++stats_.unknown_leases;
+    if (!s.ok()) {
+      ++stats_.unknown_leases;
+      if (message == ControlMessage::kRenew) gone.push_back(id);
+    }
+  }
+  // A renewal of a lease the pool no longer holds: tell the reader, so that it stops
+  // trusting those slots (they may hold another request's KV by now).
+  if (!gone.empty() && (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
+    gone_replies_.emplace_back(param->reply_ep, EncodeLeaseIds(gone));
   }
 }
 

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,6 +41,7 @@ struct StagingServerStats {
   uint64_t hellos = 0;
   uint64_t lease_messages = 0;  // kRenew / kComplete / kAbort messages received
   uint64_t unknown_leases = 0;  // ids in those messages that named no live lease
+  uint64_t gone_replies = 0;    // kLeaseGone answers sent (renewals of unknown leases)
   uint64_t bad_messages = 0;    // malformed payloads, unexpected rendezvous data
 };
 
@@ -92,6 +94,10 @@ class StagingServer {
   std::vector<ucp_ep_h> endpoints_;
   std::vector<ucp_ep_h> failed_endpoints_;
   std::vector<ucp_ep_h> hello_replies_;
+  // kLeaseGone answers to send: (the renewing endpoint, encoded ids), then their payloads
+  // while the sends may be in flight (dropped once requests_ is done).
+  std::vector<std::pair<ucp_ep_h, std::string>> gone_replies_;
+  std::deque<std::string> reply_payloads_;  // a deque: pushing never moves the others
   RequestBatch requests_;  // replies and closes in flight
 
   std::atomic<bool> stop_{false};

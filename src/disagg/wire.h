@@ -64,6 +64,8 @@ enum class ControlMessage : uint16_t {
   kRenew = 3,       // reader → server; payload: lease-id list; extends each lease by its TTL
   kComplete = 4,    // reader → server; payload: lease-id list; the requests finished
   kAbort = 5,       // reader → server; payload: lease-id list; the requests were aborted
+  kLeaseGone = 6,   // server → reader, answering kRenew; payload: lease-id list; the ids the
+                    // pool no longer holds (expired or ended): their slots may be reused
 };
 inline constexpr uint32_t kProtocolVersion = 1;
 

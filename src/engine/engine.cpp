@@ -113,6 +113,12 @@ void Engine::Impl::ReleaseDraftHead(RequestState& s) {
 
 void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind reason) {
   OASIS_CHECK(s.import_phase != RequestState::ImportPhase::kFetching) << "finishing a request while its KV is fetched";
+  if (s.request.import && sparse && s.import_phase == RequestState::ImportPhase::kNone) {
+    SparseKvManager& m = sparse->manager();
+    stats.import_host_kv_bytes_finished_total +=
+        m.HostSlotsHeld(s.seq.id) * static_cast<int64_t>(m.host_store().bytes_per_slot());
+    ++stats.imports_finished_total;
+  }
   if (s.import_phase == RequestState::ImportPhase::kNone) {
     scheduler.Finish(&s.seq);
   } else if (sparse) {  // an import not yet running: only its host room (and draft KV) is held
@@ -188,6 +194,15 @@ void Engine::Impl::Publish() {
   stats.num_running = scheduler.num_running();
   stats.num_waiting = scheduler.num_waiting();
   stats.num_importing = static_cast<int64_t>(import_queue.size()) + num_fetching;
+  if (sparse) {
+    const SparseKvManager& m = sparse->manager();
+    int64_t slots = 0;
+    for (const auto& [key, st] : requests) {
+      if (st->request.import) slots += m.HostSlotsHeld(key);
+    }
+    stats.import_host_kv_bytes = slots * static_cast<int64_t>(m.host_store().bytes_per_slot());
+    stats.import_host_kv_bytes_peak = std::max(stats.import_host_kv_bytes_peak, stats.import_host_kv_bytes);
+  }
   stats.num_free_kv_slots = allocator.num_free();
   stats.num_free_draft_kv_slots = draft_allocator.num_free();
   stats.kv_usage =

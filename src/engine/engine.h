@@ -248,6 +248,16 @@ struct EngineStats {
   int64_t drift_bytes_total = 0;
   int64_t drift_fetches_total = 0;
   double drift_fetch_seconds_total = 0.0;
+  int64_t drift_blocks_dropped_total = 0;  // arrived with no free host slot: still remote
+  // Decode side: host KV (host slots, in bytes) the imported requests hold now, its peak
+  // since start, and the sum over finished imports of what each held at its end (its
+  // largest: a request's host KV only grows); remote blocks on summary-only rows hold none.
+  int64_t import_host_kv_bytes = 0;
+  int64_t import_host_kv_bytes_peak = 0;
+  int64_t import_host_kv_bytes_finished_total = 0;
+  int64_t imports_finished_total = 0;
+  int64_t num_summary_rows = 0;       // summary-only rows of the host store (--remote-kv-gib)
+  int64_t num_free_summary_rows = 0;
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;
 };

@@ -40,6 +40,11 @@ void ParallelCopy(const std::vector<CopyJob>& jobs) {
   for (std::thread& th : pool) th.join();
 }
 
+// A remote block's key in RequestState::drift_requested.
+uint64_t DriftCode(const SparseKvManager::RemoteBlock& b) {
+  return (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) | static_cast<uint32_t>(b.block);
+}
+
 Tensor HostI32(const std::vector<int32_t>& v) {
   Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
   std::copy(v.begin(), v.end(), t.data<int32_t>());
@@ -280,13 +285,34 @@ void Engine::Impl::StartImports() {
     const disagg::HandoffTicket& t = s.request.import->ticket();
     const int64_t P = t.prompt_length, staged = P + 1;
     SparseKvManager& m = sparse->manager();
-    const HostAdmission a = m.CheckAdmission(s.seq.max_total_tokens, true);
+    const bool full = s.request.import->full_transfer();
+    const int64_t ls = t.geometry.num_layers, hkv = t.geometry.num_kv_heads, nb = t.geometry.num_blocks;
+    // Partial mode: the staged blocks no layer's admission list names stay remote in every
+    // layer; they take summary-only rows (no host slot) until drift brings them in.
+    std::vector<std::vector<int32_t>> remote(static_cast<size_t>(hkv));
+    int64_t num_remote = 0;
+    if (!full && sparse->config().remote_fetch_cap > 0) {
+      std::vector<char> named(static_cast<size_t>(nb));
+      for (int64_t h = 0; h < hkv; ++h) {
+        std::fill(named.begin(), named.end(), 0);
+        for (int64_t i = 0; i < ls; ++i) {
+          for (uint16_t b : t.admission[static_cast<size_t>(i * hkv + h)]) {
+            if (b < nb) named[b] = 1;
+          }
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+          if (!named[static_cast<size_t>(b)]) remote[static_cast<size_t>(h)].push_back(static_cast<int32_t>(b));
+        }
+        num_remote += static_cast<int64_t>(remote[static_cast<size_t>(h)].size());
+      }
+    }
+    const HostAdmission a = m.CheckImportAdmission(s.seq.max_total_tokens, num_remote);
     if (a == HostAdmission::kNever) {
       import_queue.pop_front();
       Fail(s, sparse->RefusalStatus(s.seq));
       continue;
     }
-    if (a != HostAdmission::kFits || !m.Reserve(key, s.seq.max_total_tokens, true).ok()) return;  // wait for room
+    if (a != HostAdmission::kFits || !m.ReserveImport(key, s.seq.max_total_tokens, remote).ok()) return;  // wait for room
     if (draft != nullptr && !s.draft_head.table.Reserve(staged, draft_allocator).ok()) {
       m.Release(key);
       return;
@@ -295,9 +321,7 @@ void Engine::Impl::StartImports() {
     // What to read and where: KV blocks straight into the host store, the summaries and the
     // draft KV into landing buffers (uploaded by FinalizeImport).
     const size_t bb = layout->slot_bytes();
-    const int64_t ls = t.geometry.num_layers, hkv = t.geometry.num_kv_heads, nb = t.geometry.num_blocks;
     const int64_t first = sparse->config().dense_layers;
-    const bool full = s.request.import->full_transfer();
     HostKvStore& store = m.host_store();
     std::vector<KvFetchItem> items;
     for (int64_t i = 0; i < ls; ++i) {
@@ -415,9 +439,7 @@ void Engine::Impl::FetchDrift() {
     }
     std::vector<SparseKvManager::RemoteBlock> want;
     for (const SparseKvManager::RemoteBlock& b : m.RemoteMisses(key)) {
-      const uint64_t code = (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) |
-                            static_cast<uint32_t>(b.block);
-      if (s.drift_requested.insert(code).second) want.push_back(b);
+      if (s.drift_requested.insert(DriftCode(b)).second) want.push_back(b);
     }
     if (want.empty()) continue;
     const disagg::StagedKvLayout* layout = &*s.import_layout;
@@ -447,10 +469,16 @@ void Engine::Impl::ApplyDrift(RequestState& s, const FetchJob& job) {
   SparseKvManager& m = sparse->manager();
   HostKvStore& store = m.host_store();
   const size_t bb = job.buffer->size() / std::max<size_t>(1, 2 * job.blocks.size());
+  const std::vector<int32_t> slots = m.LandingSlots(s.seq.id, job.blocks);
   for (size_t i = 0; i < job.blocks.size(); ++i) {
     const SparseKvManager::RemoteBlock& b = job.blocks[i];
-    const int32_t slot = m.HostSlotOf(s.seq.id, b.head, b.block);
-    if (slot < 0) continue;
+    const int32_t slot = slots[i];
+    if (slot < 0) {
+      // No free host slot: the block stays remote; a later step may ask for it again.
+      s.drift_requested.erase(DriftCode(b));
+      ++stats.drift_blocks_dropped_total;
+      continue;
+    }
     LayerKvPool& pool = store.pool(b.layer);
     std::memcpy(static_cast<char*>(pool.k.raw()) + static_cast<size_t>(slot) * bb, job.buffer->data() + 2 * i * bb, bb);
     std::memcpy(static_cast<char*>(pool.v.raw()) + static_cast<size_t>(slot) * bb, job.buffer->data() + (2 * i + 1) * bb,

@@ -34,11 +34,15 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       num_sides_(manager_.num_sides()) {
   spdlog::info(
       "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
-      "{} dense layers, host store {} head-blocks ({:.2f} GiB{}), {} sparse rows",
+      "{} dense layers, host store {} head-blocks ({:.2f} GiB{}){}, {} sparse rows",
       config.sparse_threshold, config.topk_blocks, config.max_fetch(),
       SparsePredictorName(config.predictor), config.dense_layers, host_slots_,
       static_cast<double>(host_slots_ * bytes_per_host_slot_ * num_sides_) / (1 << 30),
-      num_sides_ > 1 ? fmt::format(" over {} ranks", num_sides_) : std::string(), config.max_sparse_seqs);
+      num_sides_ > 1 ? fmt::format(" over {} ranks", num_sides_) : std::string(),
+      manager_.host_store().num_summary_rows() > 0
+          ? fmt::format(" + {} summary-only rows for remote blocks", manager_.host_store().num_summary_rows())
+          : std::string(),
+      config.max_sparse_seqs);
 }
 
 SparseDecoding::~SparseDecoding() {
@@ -153,6 +157,8 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.num_sparse_requests = manager_.num_sparse();
   stats.num_host_kv_slots = host_slots_;
   stats.num_free_host_kv_slots = manager_.host_store().num_free();
+  stats.num_summary_rows = manager_.host_store().num_summary_rows();
+  stats.num_free_summary_rows = manager_.host_store().num_free_summary_rows();
   stats.sparse_gpu_slots = manager_.gpu_slots_held();
   stats.sparse_admission_waits_total = admission_waits_;
   if (steps_uncollected_ == 0) return;

@@ -19,6 +19,7 @@ Status SparseConfig::Validate(int64_t num_layers) const {
     return InvalidArgument("--dense-layers must be in [0, " + std::to_string(num_layers) + ")");
   }
   if (host_kv_gib < 0) return InvalidArgument("--host-kv-gib must not be negative");
+  if (remote_kv_gib < 0) return InvalidArgument("--remote-kv-gib must not be negative");
   if (max_sparse_seqs < 1) return InvalidArgument("max sparse sequences must be at least 1");
   if (max_seq_len < kBlockSize) return InvalidArgument("max sequence length below one block");
   if (agreement_interval < 0) return InvalidArgument("agreement interval must not be negative");

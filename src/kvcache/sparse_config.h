@@ -40,6 +40,10 @@ struct SparseConfig {
   // blocks (K/V still on the prefill instance); select lists up to this many remote misses
   // per (request, layer, KV head) per step for the engine to fetch. 0: every block is local.
   int32_t remote_fetch_cap = 0;
+  // The decode side's summary-only rows (--remote-kv-gib): remote blocks of this many GiB of
+  // host KV (as the host store counts it) can be tracked without a host slot; each costs 1/16
+  // of its KV in device summaries. 0: remote blocks hold host slots.
+  double remote_kv_gib = 0;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -43,7 +44,12 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
   for (size_t i = 0; i < backends.size(); ++i) sides_[i].backend = backends[i];
   run_sides_([&](int side) {
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
-    d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes);
+    const size_t per_slot = HostKvStore::BytesPerSlot(shape.num_layers - config.dense_layers, shape.head_dim,
+                                                      d.backend->activation_dtype());
+    const double rows = config.remote_kv_gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(backends.size()) /
+                        static_cast<double>(per_slot);
+    d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes,
+                                            static_cast<int32_t>(std::min<double>(rows, INT32_MAX / kBlockSize)));
     d.state = std::make_unique<SparseDeviceState>(*d.backend, config.max_sparse_seqs, shape.num_kv_heads,
                                                   config.topk_blocks, config.max_fetch(), config.max_blocks_per_seq(),
                                                   shape.num_layers, config.dense_layers, config.remote_fetch_cap);
@@ -95,8 +101,69 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool alwa
   r.always_sparse = always_sparse;
   r.reserved_blocks = blocks;
   r.host_slots = std::move(*slots);
+  r.slots_held = need;
   requests_.emplace(id, std::move(r));
   return Status::Ok();
+}
+
+HostAdmission SparseKvManager::CheckImportAdmission(int64_t max_total_tokens, int64_t num_remote) const {
+  if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
+  const HostKvStore& store = host_store();
+  const int64_t need = BlocksFor(max_total_tokens) * shape_.num_kv_heads;
+  num_remote = std::clamp<int64_t>(num_remote, 0, need);
+  if (need - std::min<int64_t>(num_remote, store.num_summary_rows()) > store.num_slots()) return HostAdmission::kNever;
+  const int64_t slots = need - std::min<int64_t>(num_remote, store.num_free_summary_rows());
+  return slots <= store.num_free() ? HostAdmission::kFits : HostAdmission::kWait;
+}
+
+Status SparseKvManager::ReserveImport(uint64_t id, int64_t max_total_tokens,
+                                      const std::vector<std::vector<int32_t>>& remote) {
+  if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
+  if (max_total_tokens > config_.max_seq_len) {
+    return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
+                           std::to_string(config_.max_seq_len));
+  }
+  const int64_t hkv = shape_.num_kv_heads, blocks = BlocksFor(max_total_tokens);
+  if (static_cast<int64_t>(remote.size()) != hkv) {
+    return InvalidArgument("import reservation: " + std::to_string(remote.size()) + " remote lists for " +
+                           std::to_string(hkv) + " KV heads");
+  }
+  // Which (head, block) take a summary-only row: remote ones, in order, while rows last.
+  HostKvStore& store = host_store();
+  std::vector<char> on_row(static_cast<size_t>(hkv * blocks), 0);
+  int64_t num_rows = 0;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int32_t b : remote[static_cast<size_t>(h)]) {
+      char& f = on_row[static_cast<size_t>(h * blocks + b)];
+      if (b < 0 || b >= blocks || f || num_rows == store.num_free_summary_rows()) continue;
+      f = 1;
+      ++num_rows;
+    }
+  }
+  const int64_t need = hkv * blocks - num_rows;
+  if (need > INT32_MAX) return ResourceExhausted("host KV store: request too large");
+  auto slots = store.Allocate(static_cast<int32_t>(need));
+  if (!slots) {
+    return ResourceExhausted("host KV store full: need " + std::to_string(need) + " head-blocks, " +
+                             std::to_string(store.num_free()) + " of " + std::to_string(store.num_slots()) +
+                             " free (--host-kv-gib)");
+  }
+  auto rows = store.AllocateSummaryRows(static_cast<int32_t>(num_rows));
+  OASIS_CHECK(rows.has_value()) << "summary-only rows counted free";
+  Request r;
+  r.always_sparse = true;
+  r.reserved_blocks = blocks;
+  r.host_slots.resize(static_cast<size_t>(hkv * blocks));
+  size_t si = 0, ri = 0;
+  for (size_t i = 0; i < r.host_slots.size(); ++i) r.host_slots[i] = on_row[i] ? (*rows)[ri++] : (*slots)[si++];
+  r.slots_held = need;
+  requests_.emplace(id, std::move(r));
+  return Status::Ok();
+}
+
+int64_t SparseKvManager::HostSlotsHeld(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second.slots_held;
 }
 
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
@@ -132,6 +199,17 @@ int32_t SparseKvManager::TailSlot(const Request& r, const HeadBlockTable* table,
   const auto& slots = table->head_slots(static_cast<int32_t>(head));
   OASIS_CHECK_LT(block, static_cast<int64_t>(slots.size())) << "dense table lacks tail block " << block;
   return slots[static_cast<size_t>(block)];
+}
+
+std::vector<int32_t> SparseKvManager::TablesRow(const Request& r, int64_t mb) const {
+  const int64_t hkv = shape_.num_kv_heads;
+  std::vector<int32_t> tables(static_cast<size_t>(hkv * mb), -1);
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = 0; b < std::min(mb, r.reserved_blocks); ++b) {
+      tables[static_cast<size_t>(h * mb + b)] = HostSlot(r, h, b);
+    }
+  }
+  return tables;
 }
 
 std::vector<int64_t> SparseKvManager::InitialBlocks(int64_t complete) const {
@@ -270,13 +348,7 @@ void SparseKvManager::WriteRowState(
     const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& layer_ws) {
   const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks, mb = state.max_blocks();
   state.WriteRow(state.ws_slots, r.row, r.ws_slots);
-  std::vector<int32_t> tables(static_cast<size_t>(hkv * mb), -1);
-  for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = 0; b < std::min(mb, r.reserved_blocks); ++b) {
-      tables[static_cast<size_t>(h * mb + b)] = HostSlot(r, h, b);
-    }
-  }
-  state.WriteRow(state.host_tables, r.row, tables);
+  state.WriteRow(state.host_tables, r.row, TablesRow(r, mb));
   // A reused row starts with every block local and no remote misses listed.
   if (state.remote_cap() > 0) {
     const int64_t cr = state.remote_cap();
@@ -573,13 +645,53 @@ std::vector<SparseKvManager::RemoteBlock> SparseKvManager::RemoteMisses(uint64_t
   return out;
 }
 
+std::vector<int32_t> SparseKvManager::LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks) {
+  std::vector<int32_t> out(blocks.size(), -1);
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return out;
+  Request& r = it->second;
+  DeviceSide& d = sides_[0];
+  HostKvStore& store = *d.store;
+  const int64_t hkv = shape_.num_kv_heads;
+  std::vector<int32_t> from, to;  // summary-only rows -> fresh host slots
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const RemoteBlock& b = blocks[i];
+    if (b.head < 0 || b.head >= hkv || b.block < 0 || b.block >= r.reserved_blocks) continue;
+    int32_t& id_ref = r.host_slots[static_cast<size_t>(b.head * r.reserved_blocks + b.block)];
+    if (!store.IsSlot(id_ref)) {
+      auto slot = store.Allocate(1);
+      if (!slot) continue;
+      from.push_back(id_ref);
+      to.push_back(slot->front());
+      id_ref = slot->front();
+      ++r.slots_held;
+    }
+    out[i] = id_ref;
+  }
+  if (!from.empty()) {
+    Backend& be = *d.backend;
+    const Tensor src = be.Upload(HostI32(from)), dst = be.Upload(HostI32(to));
+    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+      for (Tensor* t : {&store.kmin(l), &store.kmax(l)}) {
+        Tensor moved = be.Empty({static_cast<int64_t>(from.size()), t->dim(1)}, t->dtype());
+        be.GatherRows(*t, src, moved);
+        be.ScatterRows(moved, dst, *t);
+      }
+    }
+    if (r.row >= 0) d.state->WriteRow(d.state->host_tables, r.row, TablesRow(r, d.state->max_blocks()));
+    store.Free(from);
+  }
+  return out;
+}
+
 void SparseKvManager::MarkLocal(uint64_t id, const RemoteBlock& b) {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.row < 0 || it->second.remote_left == 0) return;
   DeviceSide& d = sides_[0];
   const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks();
   if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv || b.block < 0 ||
-      b.block >= mb) {
+      b.block >= mb || b.block >= it->second.reserved_blocks ||
+      !d.store->IsSlot(HostSlot(it->second, b.head, b.block))) {
     return;
   }
   uint8_t& bit = d.state->layer(b.layer).remote.data<uint8_t>()[(it->second.row * hkv + b.head) * mb + b.block];

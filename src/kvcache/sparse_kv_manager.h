@@ -124,8 +124,17 @@ class SparseKvManager {
   // ---- Disaggregation (docs/disaggregation.md). One device side only (no tensor parallelism)
   // and dense_layers == 0; otherwise FailedPrecondition.
   // Host slot of (KV head, logical block) of a reserved request (-1: unknown request or block
-  // beyond its reservation).
+  // beyond its reservation). On the decode side a remote block may hold a summary-only row
+  // instead (HostKvStore::IsSlot false): its summaries go there, never K/V.
   int32_t HostSlotOf(uint64_t id, int64_t head, int64_t block) const;
+  // The decode side's admission: like CheckAdmission / Reserve with always_sparse, except that
+  // the blocks of `remote[h]` (KV head h; blocks whose K/V stays on the prefill instance in
+  // every sparse layer) take summary-only rows while the store has free ones, host slots
+  // otherwise. `num_remote` = the total size of those lists.
+  HostAdmission CheckImportAdmission(int64_t max_total_tokens, int64_t num_remote) const;
+  Status ReserveImport(uint64_t id, int64_t max_total_tokens, const std::vector<std::vector<int32_t>>& remote);
+  // Host slots held by a reserved request (K/V storage; summary-only rows not counted).
+  int64_t HostSlotsHeld(uint64_t id) const;
   // Of a sparse request after a step: per sparse layer and KV head (index
   // (layer - dense_layers) * Hkv + head) its working set in working-slot order, then the
   // blocks of its prediction for the next step that are not resident (score order). What a
@@ -152,8 +161,15 @@ class SparseKvManager {
   // The remote misses the last step's select listed for a sparse request (read from host
   // memory: call after the step). Empty for a request without remote blocks.
   std::vector<RemoteBlock> RemoteMisses(uint64_t id) const;
-  // A remote block's K/V is now in the host store (written before this call): from the next
-  // select on it is local and admissible. Unknown ids and local blocks are ignored.
+  // Where the K/V of remote blocks about to arrive goes (between steps): per block, its host
+  // slot, or -1 when the request is unknown or no host slot is free (the block then stays
+  // remote). A block on a summary-only row moves to a fresh host slot first — its summaries
+  // in every sparse layer and the device's host table — so it scores as before; it stays
+  // remote in every layer until MarkLocal.
+  std::vector<int32_t> LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks);
+  // A remote block's K/V is now in the host store (written before this call, to the slot
+  // LandingSlots gave): from the next select on it is local and admissible. Unknown ids,
+  // local blocks and blocks without a host slot are ignored.
   void MarkLocal(uint64_t id, const RemoteBlock& b);
   // Remote blocks a request still has.
   int64_t RemoteBlocksLeft(uint64_t id) const;
@@ -172,12 +188,16 @@ class SparseKvManager {
   int64_t num_sparse() const;
   int64_t gpu_slots_held() const;   // working + tail slots of all sparse requests
   int64_t host_slots_reserved() const { return host_store().num_slots() - host_store().num_free(); }
+  int64_t summary_rows_held() const {
+    return host_store().num_summary_rows() - host_store().num_free_summary_rows();
+  }
   int64_t steps() const { return step_; }
 
  private:
   struct Request {
     int64_t reserved_blocks = 0;      // logical blocks with host slots
-    std::vector<int32_t> host_slots;  // [Hkv * reserved_blocks], head-major
+    std::vector<int32_t> host_slots;  // [Hkv * reserved_blocks], head-major (slots or summary-only rows)
+    int64_t slots_held = 0;           // entries of host_slots that are host slots
     int32_t row = -1;                 // sparse row, -1 while dense
     std::vector<int32_t> ws_slots;    // [Hkv * K]
     std::vector<int32_t> tail_slots;  // [Hkv * 2] (dense_layers == 0)
@@ -187,6 +207,8 @@ class SparseKvManager {
   };
 
   int32_t HostSlot(const Request& r, int64_t head, int64_t block) const;
+  // The device host-table row of a request: [Hkv, MB], -1 beyond its reservation.
+  std::vector<int32_t> TablesRow(const Request& r, int64_t max_blocks) const;
   // GPU slot of tail block `block` of head `head`.
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
   // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.

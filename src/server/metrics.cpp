@@ -91,6 +91,20 @@ void RenderDisaggMetrics(std::ostringstream& s, const EngineStats& st, const std
           static_cast<double>(st.import_failures_total));
   gauge("oasis:rpf_importing", "Imported requests queued for host room or reading their admission set.",
         static_cast<double>(st.num_importing));
+  counter("oasis:rpf_drift_blocks_dropped_total", "Drifted blocks that found no free host slot (they stay remote).",
+          static_cast<double>(st.drift_blocks_dropped_total));
+  gauge("oasis:rpf_host_kv_bytes", "Host KV (host slots) the imported requests hold now.",
+        static_cast<double>(st.import_host_kv_bytes));
+  gauge("oasis:rpf_host_kv_bytes_peak", "The largest oasis:rpf_host_kv_bytes since start.",
+        static_cast<double>(st.import_host_kv_bytes_peak));
+  counter("oasis:rpf_host_kv_bytes_finished_total",
+          "Sum over finished imported requests of the host KV each held at its end (its largest).",
+          static_cast<double>(st.import_host_kv_bytes_finished_total));
+  counter("oasis:rpf_imports_finished_total", "Imported requests that finished after running.",
+          static_cast<double>(st.imports_finished_total));
+  gauge("oasis:num_summary_rows", "Summary-only rows: remote blocks tracked without host KV (--remote-kv-gib).",
+        static_cast<double>(st.num_summary_rows));
+  gauge("oasis:num_free_summary_rows", "Free summary-only rows.", static_cast<double>(st.num_free_summary_rows));
 }
 
 }  // namespace

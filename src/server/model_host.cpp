@@ -138,7 +138,8 @@ void MakeDraftRunner(ModelHost* host) {
 size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType dtype) {
   const size_t per_slot = HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, dtype);
   const double host_bytes = s.host_kv_gib * 1024.0 * 1024.0 * 1024.0;
-  const size_t slots = per_slot == 0 ? 0 : static_cast<size_t>(host_bytes / static_cast<double>(per_slot));
+  const double remote_bytes = s.remote_kv_gib * 1024.0 * 1024.0 * 1024.0;  // summary-only rows
+  const size_t slots = per_slot == 0 ? 0 : static_cast<size_t>((host_bytes + remote_bytes) / static_cast<double>(per_slot));
   const size_t layers = static_cast<size_t>(c.num_hidden_layers - s.dense_layers);
   const size_t summaries = slots * layers * 2 * static_cast<size_t>(c.head_dim) * DTypeSize(dtype);
   const size_t rows = static_cast<size_t>(s.max_sparse_seqs) * static_cast<size_t>(c.num_key_value_heads);
@@ -344,6 +345,7 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   if (sc.role == "decode" && sc.rpf == "on") {  // remote blocks: listed by select, fetched by the engine
     s.remote_fetch_cap = static_cast<int32_t>(
         std::min<int64_t>(sc.remote_fetch_cap > 0 ? sc.remote_fetch_cap : s.max_fetch(), s.topk_blocks));
+    s.remote_kv_gib = sc.remote_kv_gib < 0 ? s.host_kv_gib : sc.remote_kv_gib;
   }
   if (sc.role != "both") s.sparse_threshold = std::max<int64_t>(s.sparse_threshold, 1);
   OASIS_RETURN_IF_ERROR(s.Validate(c.num_hidden_layers));

@@ -72,6 +72,10 @@ const std::vector<Setting>& Settings() {
        "KV at admission (the baseline)"},
       {"remote-fetch-cap", &ServerConfig::remote_fetch_cap,
        "decode: remote blocks fetched per (request, layer, KV head) per step (0 = ceil(fetch-ratio x K))"},
+      {"remote-kv-gib", &ServerConfig::remote_kv_gib,
+       "decode with --rpf on: GiB of remote KV (blocks still on the prefill instance) tracked without host memory; "
+       "each GiB costs 1/16 GiB of device memory for its block summaries (-1 = as much as --host-kv-gib, "
+       "0 = none: remote blocks reserve host KV)"},
       {"ucx-tls", &ServerConfig::ucx_tls, "UCX transports (as UCX_TLS; empty: UCX's choice)"},
       {"backend", &ServerConfig::backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
       {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
@@ -199,6 +203,10 @@ Status ServerConfig::Validate() const {
   if (staging_pool_gib < 0) return InvalidArgument("--staging-pool-gib must be >= 0");
   OASIS_RETURN_IF_ERROR(positive("staging-lease-ttl-ms", staging_lease_ttl_ms));
   OASIS_RETURN_IF_ERROR(non_negative("remote-fetch-cap", remote_fetch_cap));
+  if (remote_kv_gib < 0 && remote_kv_gib != -1) {
+    return InvalidArgument("--remote-kv-gib must be >= 0 or -1 (as much as --host-kv-gib), got " +
+                           std::to_string(remote_kv_gib));
+  }
   return Status::Ok();
 }
 

@@ -53,6 +53,7 @@ struct ServerConfig {
   int64_t staging_lease_ttl_ms = 30000; // prefill: staged KV lives this long without a renewal
   std::string rpf = "on";               // decode: on = remote partial fetch, off = full KV at admission
   int64_t remote_fetch_cap = 0;         // decode: remote blocks fetched per head per step (0 = C)
+  double remote_kv_gib = -1;            // decode: remote KV tracked on summary-only rows (-1 = host_kv_gib)
   std::string ucx_tls;                  // UCX transports (UCX_TLS), empty: UCX's choice
 
   // Execution.

@@ -218,7 +218,11 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
           "[disagg][engine]") {
   const auto ctx = Context();
   for (bool with_head : {false, true}) {
-    DYNAMIC_SECTION((with_head ? "EAGLE-3 draft predictor" : "previous-query predictor")) {
+    // The draft-predictor run also gives remote blocks summary-only rows (--remote-kv-gib):
+    // they then hold no host slot until they land.
+    const bool rows = with_head;
+    DYNAMIC_SECTION((with_head ? "EAGLE-3 draft predictor, remote blocks on summary-only rows"
+                               : "previous-query predictor, remote blocks on host slots")) {
       std::vector<EngineRequest> reqs = LongWorkload(8, 5);
       for (auto& r : reqs) {
         r.max_tokens = std::max<int64_t>(r.max_tokens, 40);
@@ -230,11 +234,13 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       EngineOptions po = pre.Options(4);
       po.handoff_exporter = side.exporter.get();
       Engine prefill(*pre.tm.runner, nullptr, po, pre.draft.get());
-      Engine decode(dec.checking, nullptr, dec.Options(4), dec.draft.get());
+      EngineOptions dopt = dec.Options(4);
+      if (rows) dopt.sparse->remote_kv_gib = dopt.sparse->host_kv_gib;
+      Engine decode(dec.checking, nullptr, dopt, dec.draft.get());
       auto importer = RemoteKvImporter::Create(ctx);
       prefill.Start();
       decode.Start();
-      int64_t remote_at_admission = 0, full_bytes = 0;
+      int64_t remote_at_admission = 0, full_bytes = 0, reserved_bytes = 0;
       int handed_off = 0;
       std::vector<Collected> got(reqs.size());
       for (size_t i = 0; i < reqs.size(); ++i) {
@@ -251,6 +257,9 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
         auto layout = StagedKvLayout::Create(t->geometry);
         REQUIRE(layout.ok());
         full_bytes += static_cast<int64_t>(layout->num_slots() * layout->slot_bytes());
+        // What a local sparse request reserves: every block it can reach, all layers, K and V.
+        reserved_bytes += (t->prompt_length + reqs[i].max_tokens + 15) / 16 * t->geometry.num_kv_heads * 2 *
+                          static_cast<int64_t>(layout->slot_bytes()) * t->geometry.num_layers;
         for (const auto& list : t->admission) {
           CHECK(list.size() <= 2 * 4 + 1);
           remote_at_admission += t->geometry.num_blocks - static_cast<int64_t>(list.size());
@@ -282,6 +291,19 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       CHECK(side.pool->Stats().leases_completed == static_cast<uint64_t>(handed_off));
       CHECK(dst.num_free_kv_slots == dst.num_kv_slots);
       CHECK(dst.num_free_host_kv_slots == dst.num_host_kv_slots);
+      // Decode-side host memory per request: with summary-only rows only the admission set,
+      // the drifted blocks and the output's blocks take host slots.
+      CHECK(dst.imports_finished_total == handed_off);
+      CHECK(dst.import_host_kv_bytes == 0);
+      CHECK(dst.import_host_kv_bytes_peak > 0);
+      CHECK(dst.num_free_summary_rows == dst.num_summary_rows);
+      if (rows) {
+        CHECK(dst.num_summary_rows > 0);
+        CHECK(dst.import_host_kv_bytes_finished_total < reserved_bytes);
+      } else {
+        CHECK(dst.num_summary_rows == 0);
+        CHECK(dst.import_host_kv_bytes_finished_total == reserved_bytes);
+      }
       prefill.Stop();
       decode.Stop();
     }
@@ -359,4 +381,65 @@ TEST_CASE("disaggregation: aborts and misuse are clear errors and release the le
   }
   prefill.Stop();
   decode.Stop();
+}
+
+TEST_CASE("a lease the prefill side no longer holds, or one not renewed for its TTL, fails every later read",
+          "[disagg][engine]") {
+  const auto ctx = Context();
+  Instance pre(false);
+  // A short TTL: the importer renews every 100 ms.
+  PrefillSide side(ctx, 1 << 16, 300ms);
+  EngineOptions po = pre.Options(24);
+  po.handoff_exporter = side.exporter.get();
+  Engine prefill(*pre.tm.runner, nullptr, po);
+  prefill.Start();
+  std::vector<int32_t> prompt(100);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(5 + (i * 31) % 400);
+  auto handoff = [&](const std::string& id) {
+    EngineRequest p = Request(id, prompt, 20);
+    p.handoff = true;
+    auto s = prefill.Submit(p);
+    REQUIRE(s.ok());
+    Collected c = Collect(**s);
+    REQUIRE(c.reason == FinishReasonKind::kHandoff);
+    auto t = ParseHandoffTicket(c.handoff_ticket);
+    REQUIRE(t.ok());
+    return *t;
+  };
+  RemoteKvImporterOptions io;
+  io.reader.connect_timeout = 1s;
+  auto importer = RemoteKvImporter::Create(ctx, io);
+  std::vector<char> buf(16 * 32 * 4);
+
+  // Held and renewed: reads work, and keep working past the TTL.
+  const HandoffTicket a = handoff("a");
+  auto sa = importer->Source(a, false);
+  REQUIRE(sa->Fetch({{0, buf.data()}}).ok());
+  std::this_thread::sleep_for(500ms);
+  REQUIRE(sa->Fetch({{0, buf.data()}}).ok());
+
+  // Freed on the prefill side (as an expiry does): the next renewal hears it is gone.
+  const HandoffTicket b = handoff("b");
+  auto sb = importer->Source(b, false);
+  REQUIRE(sb->Fetch({{0, buf.data()}}).ok());
+  REQUIRE(side.pool->Release(b.lease_id, LeaseEnd::kAborted).ok());
+  CHECK(WaitFor([&] { return importer->Stats().leases_lost == 1; }, 5s));
+  Status st = sb->Fetch({{0, buf.data()}});
+  CHECK(st.code() == StatusCode::kUnavailable);
+  CHECK_THAT(st.message(), Catch::Contains("may no longer hold"));
+  CHECK(side.server->Stats().gone_replies >= 1);
+  CHECK(sa->Fetch({{0, buf.data()}}).ok());  // the other lease is untouched
+
+  // The prefill instance's staging server goes away: no renewal reaches it, and once the TTL
+  // has passed the lease is not trusted any more.
+  // (Sends may still be handed to the transport until the connection is seen to be dead.)
+  side.server.reset();
+  std::this_thread::sleep_for(1500ms);
+  st = sa->Fetch({{0, buf.data()}});
+  CHECK(st.code() == StatusCode::kUnavailable);
+  CHECK_THAT(st.message(), Catch::Contains("may no longer hold"));
+  CHECK(importer->Stats().leases_lost == 2);
+  sa->Release(false);
+  sb->Release(false);
+  prefill.Stop();
 }

@@ -268,3 +268,112 @@ TEST_CASE("with dense layers the tails are the dense table's slots", "[kvcache][
   table.Release(rig.alloc);
   CHECK(rig.alloc.num_free() == kGpuSlots);
 }
+
+TEST_CASE("decode side: remote blocks hold summary-only rows until they land in a host slot", "[kvcache][sparse]") {
+  SparseConfig c = Config(/*k=*/3);
+  c.remote_fetch_cap = 2;
+  c.remote_kv_gib = c.host_kv_gib * 40.0 / 60.0;  // 40 summary-only rows
+  Rig rig(c);
+  SparseKvManager& m = *rig.manager;
+  HostKvStore& store = m.host_store();
+  REQUIRE(store.num_slots() == 60);
+  REQUIRE(store.num_summary_rows() == 40);
+  REQUIRE(store.kmin(0).dim(0) == 100);
+  // 400 tokens = 25 blocks x 2 heads = 50 head-blocks; 30 of them remote.
+  CHECK(m.CheckImportAdmission(400, 30) == HostAdmission::kFits);
+  CHECK(m.CheckImportAdmission(401, 30) == HostAdmission::kNever);
+  std::vector<std::vector<int32_t>> remote(2);
+  for (int32_t b = 0; b < 15; ++b) remote[0].push_back(b);      // head 0: blocks 0-14 remote
+  for (int32_t b = 5; b < 20; ++b) remote[1].push_back(b);      // head 1: blocks 5-19 remote
+  REQUIRE(m.ReserveImport(7, 400, remote).ok());
+  CHECK(m.HostSlotsHeld(7) == 20);
+  CHECK(m.host_slots_reserved() == 20);
+  CHECK(m.summary_rows_held() == 30);
+  for (int64_t h = 0; h < kHeads; ++h) {
+    for (int64_t b = 0; b < 25; ++b) {
+      const auto& r = remote[static_cast<size_t>(h)];
+      const bool is_remote = std::find(r.begin(), r.end(), b) != r.end();
+      CHECK(store.IsSlot(m.HostSlotOf(7, h, b)) == !is_remote);
+    }
+  }
+  // A second request with more remote blocks than rows left: the rest take host slots.
+  CHECK(m.CheckImportAdmission(160, 20) == HostAdmission::kFits);  // 20 head-blocks: 10 rows + 10 slots
+  REQUIRE(m.ReserveImport(8, 160, {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}).ok());
+  CHECK(m.HostSlotsHeld(8) == 10);
+  CHECK(store.num_free_summary_rows() == 0);
+  m.Release(8);
+  CHECK(store.num_free_summary_rows() == 10);
+
+  // Distinct summaries per (layer, head, block) in whatever row each block holds.
+  auto value = [](int64_t l, int64_t h, int64_t b) { return static_cast<float>(1000 * l + 100 * h + b); };
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      for (int64_t b = 0; b < 25; ++b) {
+        const int32_t row = m.HostSlotOf(7, h, b);
+        std::fill_n(store.kmin(l).data<float>() + row * kDim, kDim, value(l, h, b));
+        std::fill_n(store.kmax(l).data<float>() + row * kDim, kDim, -value(l, h, b));
+      }
+    }
+  }
+  // Import 20 staged blocks: working sets from the local blocks, the rest remote.
+  std::vector<std::vector<int32_t>> working(static_cast<size_t>(kLayers * kHeads)), local = working;
+  for (int64_t l = 0; l < kLayers; ++l) {
+    working[static_cast<size_t>(l * kHeads)] = {15, 16, 17};
+    working[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2};
+    local[static_cast<size_t>(l * kHeads)] = {15, 16, 17, 18, 19};
+    local[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2, 3, 4};
+  }
+  REQUIRE(m.ImportSparse(7, 20 * kBlockSize, working, rig.pools, &local).ok());
+  CHECK(m.RemoteBlocksLeft(7) == kLayers * 30);
+  SparseDeviceState& st = m.state();
+  auto table = [&](int64_t h, int64_t b) {
+    return st.host_tables.data<int32_t>()[(0 * kHeads + h) * st.max_blocks() + b];
+  };
+  CHECK(table(0, 3) == m.HostSlotOf(7, 0, 3));
+  CHECK_FALSE(store.IsSlot(table(0, 3)));
+
+  // Head 0 block 3 arrives in layers 0 and 1, head 1 block 10 in layer 2: two fresh slots.
+  const std::vector<SparseKvManager::RemoteBlock> arriving = {{0, 0, 3}, {1, 0, 3}, {2, 1, 10}};
+  const int32_t old_row = m.HostSlotOf(7, 0, 3);
+  const std::vector<int32_t> slots = m.LandingSlots(7, arriving);
+  REQUIRE(slots.size() == 3);
+  CHECK(slots[0] == slots[1]);
+  CHECK(slots[0] != slots[2]);
+  for (int32_t s : slots) CHECK(store.IsSlot(s));
+  CHECK(m.HostSlotOf(7, 0, 3) == slots[0]);
+  CHECK(m.HostSlotOf(7, 1, 10) == slots[2]);
+  CHECK(table(0, 3) == slots[0]);  // the device's table follows
+  CHECK(table(1, 10) == slots[2]);
+  CHECK(m.HostSlotsHeld(7) == 22);
+  CHECK(m.summary_rows_held() == 28);
+  CHECK(old_row != slots[0]);
+  for (int64_t l = 0; l < kLayers; ++l) {  // the summaries moved with the block, in every layer
+    CHECK(store.kmin(l).data<float>()[slots[0] * kDim + kDim - 1] == value(l, 0, 3));
+    CHECK(store.kmax(l).data<float>()[slots[0] * kDim] == -value(l, 0, 3));
+    CHECK(store.kmin(l).data<float>()[slots[2] * kDim] == value(l, 1, 10));
+  }
+  // Still remote until marked; a block still on a summary-only row cannot be marked.
+  CHECK(m.RemoteBlocksLeft(7) == kLayers * 30);
+  m.MarkLocal(7, {0, 0, 3});
+  m.MarkLocal(7, {0, 0, 4});  // not landed: ignored
+  CHECK(m.RemoteBlocksLeft(7) == kLayers * 30 - 1);
+  CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 0);
+  CHECK(st.layer(1).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 1);
+  CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 4] == 1);
+  // Landing again reuses the slot.
+  CHECK(m.LandingSlots(7, {{2, 0, 3}}) == std::vector<int32_t>{slots[0]});
+  CHECK(m.HostSlotsHeld(7) == 22);
+
+  // No free host slot: the block stays on its row.
+  std::optional<std::vector<int32_t>> hog = store.Allocate(store.num_free());
+  REQUIRE(hog);
+  CHECK(m.LandingSlots(7, {{0, 0, 5}}) == std::vector<int32_t>{-1});
+  CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 0, 5)));
+  CHECK(m.LandingSlots(99, {{0, 0, 5}}) == std::vector<int32_t>{-1});  // unknown request
+  store.Free(*hog);
+
+  m.Release(7);
+  CHECK(m.host_slots_reserved() == 0);
+  CHECK(m.summary_rows_held() == 0);
+  CHECK(rig.alloc.num_free() == kGpuSlots);
+}

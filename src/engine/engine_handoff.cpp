@@ -385,6 +385,7 @@ void Engine::Impl::FinishImports() {
     std::lock_guard<std::mutex> lock(mu);
     done.swap(imports_done);
   }
+  std::vector<const FetchJob*> drifted;
   for (FetchJob& d : done) {
     auto it = requests.find(d.key);
     if (d.drift) {
@@ -397,7 +398,7 @@ void Engine::Impl::FinishImports() {
         Fail(s, Unavailable("reading drifted KV blocks from the prefill instance: " + d.status.ToString()));
         continue;
       }
-      if (s.import_generation == d.generation && s.seq.kv == SequenceKv::kSparse) ApplyDrift(s, d);
+      if (s.import_generation == d.generation && s.seq.kv == SequenceKv::kSparse) drifted.push_back(&d);
       continue;
     }
     --num_fetching;
@@ -426,6 +427,7 @@ void Engine::Impl::FinishImports() {
     }
     import_buffers.erase(d.key);
   }
+  if (!drifted.empty()) ApplyDrift(drifted);
 }
 
 void Engine::Impl::FetchDrift() {
@@ -465,28 +467,45 @@ void Engine::Impl::FetchDrift() {
   }
 }
 
-void Engine::Impl::ApplyDrift(RequestState& s, const FetchJob& job) {
+void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
   SparseKvManager& m = sparse->manager();
   HostKvStore& store = m.host_store();
-  const size_t bb = job.buffer->size() / std::max<size_t>(1, 2 * job.blocks.size());
-  const std::vector<int32_t> slots = m.LandingSlots(s.seq.id, job.blocks);
-  for (size_t i = 0; i < job.blocks.size(); ++i) {
-    const SparseKvManager::RemoteBlock& b = job.blocks[i];
-    const int32_t slot = slots[i];
-    if (slot < 0) {
-      // No free host slot: the block stays remote; a later step may ask for it again.
-      s.drift_requested.erase(DriftCode(b));
-      ++stats.drift_blocks_dropped_total;
+  // (Requests may have finished while later jobs were handled: look each up again.)
+  std::vector<const FetchJob*> live;
+  std::vector<SparseKvManager::Landing> landing;
+  for (const FetchJob* job : jobs) {
+    auto it = requests.find(job->key);
+    if (it == requests.end() || it->second->import_generation != job->generation ||
+        it->second->seq.kv != SequenceKv::kSparse) {
       continue;
     }
-    LayerKvPool& pool = store.pool(b.layer);
-    std::memcpy(static_cast<char*>(pool.k.raw()) + static_cast<size_t>(slot) * bb, job.buffer->data() + 2 * i * bb, bb);
-    std::memcpy(static_cast<char*>(pool.v.raw()) + static_cast<size_t>(slot) * bb, job.buffer->data() + (2 * i + 1) * bb,
-                bb);
-    m.MarkLocal(s.seq.id, b);
+    live.push_back(job);
+    for (const SparseKvManager::RemoteBlock& b : job->blocks) landing.push_back({job->key, b});
   }
-  stats.drift_blocks_total += static_cast<int64_t>(job.blocks.size());
-  stats.drift_bytes_total += static_cast<int64_t>(job.buffer->size());
+  const std::vector<int32_t> slots = m.LandingSlots(landing);
+  size_t at = 0;
+  for (const FetchJob* job : live) {
+    RequestState& s = *requests.at(job->key);
+    const size_t bb = job->buffer->size() / std::max<size_t>(1, 2 * job->blocks.size());
+    for (size_t i = 0; i < job->blocks.size(); ++i) {
+      const SparseKvManager::RemoteBlock& b = job->blocks[i];
+      const int32_t slot = slots[at++];
+      if (slot < 0) {
+        // No free host slot: the block stays remote; a later step may ask for it again.
+        s.drift_requested.erase(DriftCode(b));
+        ++stats.drift_blocks_dropped_total;
+        continue;
+      }
+      LayerKvPool& pool = store.pool(b.layer);
+      std::memcpy(static_cast<char*>(pool.k.raw()) + static_cast<size_t>(slot) * bb, job->buffer->data() + 2 * i * bb,
+                  bb);
+      std::memcpy(static_cast<char*>(pool.v.raw()) + static_cast<size_t>(slot) * bb,
+                  job->buffer->data() + (2 * i + 1) * bb, bb);
+      m.MarkLocal(s.seq.id, b);
+    }
+    stats.drift_blocks_total += static_cast<int64_t>(job->blocks.size());
+    stats.drift_bytes_total += static_cast<int64_t>(job->buffer->size());
+  }
 }
 
 void Engine::Impl::FinalizeImport(RequestState& s) {

@@ -103,7 +103,9 @@ struct Engine::Impl {
   // After a step: the remote misses select listed go to the drift worker (each block once).
   void FetchDrift();
   void OnFetched(FetchJob job);  // a worker's job ended (worker thread)
-  void ApplyDrift(RequestState& s, const FetchJob& job);
+  // Drifted blocks that landed (jobs of requests still running this import): host slots for
+  // all of them at once, then copied into the host store and marked local.
+  void ApplyDrift(const std::vector<const FetchJob*>& jobs);
 
   // Fixed at construction.
   ModelRunner& runner;

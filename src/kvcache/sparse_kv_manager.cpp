@@ -646,16 +646,24 @@ std::vector<SparseKvManager::RemoteBlock> SparseKvManager::RemoteMisses(uint64_t
 }
 
 std::vector<int32_t> SparseKvManager::LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks) {
+  std::vector<Landing> all;
+  all.reserve(blocks.size());
+  for (const RemoteBlock& b : blocks) all.push_back({id, b});
+  return LandingSlots(all);
+}
+
+std::vector<int32_t> SparseKvManager::LandingSlots(const std::vector<Landing>& blocks) {
   std::vector<int32_t> out(blocks.size(), -1);
-  auto it = requests_.find(id);
-  if (it == requests_.end()) return out;
-  Request& r = it->second;
   DeviceSide& d = sides_[0];
   HostKvStore& store = *d.store;
-  const int64_t hkv = shape_.num_kv_heads;
-  std::vector<int32_t> from, to;  // summary-only rows -> fresh host slots
+  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks();
+  std::vector<int32_t> from, to;              // summary-only rows -> fresh host slots
+  std::vector<int32_t> table_at, table_slot;  // device host-table entries that change
   for (size_t i = 0; i < blocks.size(); ++i) {
-    const RemoteBlock& b = blocks[i];
+    const auto it = requests_.find(blocks[i].id);
+    if (it == requests_.end()) continue;
+    Request& r = it->second;
+    const RemoteBlock& b = blocks[i].block;
     if (b.head < 0 || b.head >= hkv || b.block < 0 || b.block >= r.reserved_blocks) continue;
     int32_t& id_ref = r.host_slots[static_cast<size_t>(b.head * r.reserved_blocks + b.block)];
     if (!store.IsSlot(id_ref)) {
@@ -665,22 +673,30 @@ std::vector<int32_t> SparseKvManager::LandingSlots(uint64_t id, const std::vecto
       to.push_back(slot->front());
       id_ref = slot->front();
       ++r.slots_held;
+      if (r.row >= 0 && b.block < mb) {
+        table_at.push_back(static_cast<int32_t>((r.row * hkv + b.head) * mb + b.block));
+        table_slot.push_back(id_ref);
+      }
     }
     out[i] = id_ref;
   }
-  if (!from.empty()) {
-    Backend& be = *d.backend;
-    const Tensor src = be.Upload(HostI32(from)), dst = be.Upload(HostI32(to));
-    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-      for (Tensor* t : {&store.kmin(l), &store.kmax(l)}) {
-        Tensor moved = be.Empty({static_cast<int64_t>(from.size()), t->dim(1)}, t->dtype());
-        be.GatherRows(*t, src, moved);
-        be.ScatterRows(moved, dst, *t);
-      }
+  if (from.empty()) return out;
+  Backend& be = *d.backend;
+  const Tensor src = be.Upload(HostI32(from)), dst = be.Upload(HostI32(to));
+  const auto n = static_cast<int64_t>(from.size());
+  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    for (Tensor* t : {&store.kmin(l), &store.kmax(l)}) {
+      Tensor moved = be.Empty({n, t->dim(1)}, t->dtype());
+      be.GatherRows(*t, src, moved);
+      be.ScatterRows(moved, dst, *t);
     }
-    if (r.row >= 0) d.state->WriteRow(d.state->host_tables, r.row, TablesRow(r, d.state->max_blocks()));
-    store.Free(from);
   }
+  if (!table_at.empty()) {
+    Tensor flat = d.state->host_tables.Reshape({d.state->host_tables.numel(), 1});
+    be.ScatterRows(be.Upload(HostI32(table_slot)).Reshape({static_cast<int64_t>(table_slot.size()), 1}),
+                   be.Upload(HostI32(table_at)), flat);
+  }
+  store.Free(from);
   return out;
 }
 

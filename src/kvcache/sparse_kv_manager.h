@@ -167,6 +167,12 @@ class SparseKvManager {
   // in every sparse layer and the device's host table — so it scores as before; it stays
   // remote in every layer until MarkLocal.
   std::vector<int32_t> LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks);
+  // The same for blocks of several requests at once (one set of device operations for all).
+  struct Landing {
+    uint64_t id = 0;
+    RemoteBlock block;
+  };
+  std::vector<int32_t> LandingSlots(const std::vector<Landing>& blocks);
   // A remote block's K/V is now in the host store (written before this call, to the slot
   // LandingSlots gave): from the next select on it is local and admissible. Unknown ids,
   // local blocks and blocks without a host slot are ignored.

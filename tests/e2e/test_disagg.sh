@@ -135,6 +135,13 @@ handoffs=$(pmetric "$prefill_PORT" oasis:handoffs_total)
 pa=$(pmetric "$decode_PORT" oasis:rpf_admission_bytes_total); fa=$(pmetric "$full_PORT" oasis:rpf_admission_bytes_total)
 [[ $(python3 -c "print(${pa:-0} > 0 and ${fa:-0} > 0)") == True ]] && ok "both decode instances imported (partial $pa B, full $fa B)" ||
   bad "admission bytes: partial '$pa', full '$fa'"
+# Host KV per request on the decode side: both report it; only --rpf on has summary-only rows.
+rows=$(pmetric "$decode_PORT" oasis:num_summary_rows); frows=$(pmetric "$full_PORT" oasis:num_summary_rows)
+ph=$(pmetric "$decode_PORT" oasis:rpf_host_kv_bytes_finished_total); pn=$(pmetric "$decode_PORT" oasis:rpf_imports_finished_total)
+fh=$(pmetric "$full_PORT" oasis:rpf_host_kv_bytes_finished_total)
+[[ $(python3 -c "print(${rows:-0} > 0 and ${frows:-1} == 0 and ${ph:-0} > 0 and ${pn:-0} >= 1 and ${fh:-0} > 0)") == True ]] &&
+  ok "decode host KV per request reported ($ph B over $pn requests; $rows summary-only rows, none with --rpf off)" ||
+  bad "host KV metrics: rows '$rows' / '$frows', bytes '$ph' / '$fh', finished '$pn'"
 
 # ---- errors ------------------------------------------------------------------------------------
 code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$router_PORT/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "n": 2}')

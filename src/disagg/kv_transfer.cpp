@@ -130,8 +130,8 @@ RemoteKvImporterStats RemoteKvImporter::Stats() const {
 std::shared_ptr<RemoteKvImporter::Peer> RemoteKvImporter::PeerFor(const std::string& address, int index) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& conns = peers_[address];
-  if (conns.empty()) {
-    for (int i = 0; i < std::max(1, options_.readers_per_peer); ++i) conns.push_back(std::make_shared<Peer>());
+  if (conns.empty()) {  // the fetch connections, then the lease connection
+    for (int i = 0; i <= std::max(1, options_.readers_per_peer); ++i) conns.push_back(std::make_shared<Peer>());
   }
   return conns.at(static_cast<size_t>(index) % conns.size());
 }
@@ -306,8 +306,10 @@ void RemoteKvImporter::ControlLoop() {
     uint64_t renewed = 0;
     std::vector<std::pair<const Work*, Clock::time_point>> renewals;  // sent at
     for (const Work& w : work) {
-      // Any free connection (a long fetch may hold one for seconds: renewals must not wait).
-      auto [peer, pl] = AnyPeer(w.address);
+      // A connection of their own: an admission fetch holds a fetch connection for seconds,
+      // and renewals must never wait behind one.
+      std::shared_ptr<Peer> peer = PeerFor(w.address, std::max(1, options_.readers_per_peer));
+      std::unique_lock<std::mutex> pl(peer->mu);
       // A request still queued renews before its first fetch: connect for it.
       Status st = EnsureReader(*peer, w.address);
       if (!st.ok()) {
@@ -326,15 +328,9 @@ void RemoteKvImporter::ControlLoop() {
         }
       }
       if (!st.ok()) spdlog::warn("lease messages to {}: {}", w.address, st.ToString());
-      pl.unlock();
-      // Answers to earlier renewals (kLeaseGone) arrive on whichever connection sent them.
-      for (int i = 0; i < std::max(1, options_.readers_per_peer); ++i) {
-        std::shared_ptr<Peer> p = PeerFor(w.address, i);
-        std::unique_lock<std::mutex> l(p->mu, std::try_to_lock);
-        if (!l.owns_lock() || !p->reader || !p->reader->healthy()) continue;
-        p->reader->Poll();
-        CollectGone(*p, w.address);
-      }
+      // Answers to earlier renewals (kLeaseGone) arrive on this connection.
+      if (peer->reader && peer->reader->healthy()) peer->reader->Poll();
+      CollectGone(*peer, w.address);
     }
     lock.lock();
     stats_.renewals_sent += renewed;

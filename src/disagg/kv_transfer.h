@@ -50,8 +50,8 @@ struct RemoteKvImporterOptions {
                              .spin = std::chrono::milliseconds(100)};
   std::chrono::milliseconds fetch_timeout{60000};  // one request's admission fetch
   std::chrono::milliseconds control_timeout{2000};  // a lease message
-  // Connections per prefill peer: that many fetches from one peer run at once (a reader is
-  // single-threaded); lease messages use the first.
+  // Fetch connections per prefill peer: that many fetches from one peer run at once (a reader
+  // is single-threaded); lease messages have one more connection of their own.
   int readers_per_peer = 4;
 };
 

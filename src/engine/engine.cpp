@@ -115,8 +115,7 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
   OASIS_CHECK(s.import_phase != RequestState::ImportPhase::kFetching) << "finishing a request while its KV is fetched";
   if (s.request.import && sparse && s.import_phase == RequestState::ImportPhase::kNone) {
     SparseKvManager& m = sparse->manager();
-    stats.import_host_kv_bytes_finished_total +=
-        m.HostSlotsHeld(s.seq.id) * static_cast<int64_t>(m.host_store().bytes_per_slot());
+    stats.import_host_kv_bytes_finished_total += m.HostBytesHeld(s.seq.id);
     ++stats.imports_finished_total;
   }
   if (s.import_phase == RequestState::ImportPhase::kNone) {
@@ -196,11 +195,11 @@ void Engine::Impl::Publish() {
   stats.num_importing = static_cast<int64_t>(import_queue.size()) + num_fetching;
   if (sparse) {
     const SparseKvManager& m = sparse->manager();
-    int64_t slots = 0;
+    int64_t bytes = 0;
     for (const auto& [key, st] : requests) {
-      if (st->request.import) slots += m.HostSlotsHeld(key);
+      if (st->request.import) bytes += m.HostBytesHeld(key);
     }
-    stats.import_host_kv_bytes = slots * static_cast<int64_t>(m.host_store().bytes_per_slot());
+    stats.import_host_kv_bytes = bytes;
     stats.import_host_kv_bytes_peak = std::max(stats.import_host_kv_bytes_peak, stats.import_host_kv_bytes);
   }
   stats.num_free_kv_slots = allocator.num_free();

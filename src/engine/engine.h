@@ -256,7 +256,7 @@ struct EngineStats {
   int64_t import_host_kv_bytes_peak = 0;
   int64_t import_host_kv_bytes_finished_total = 0;
   int64_t imports_finished_total = 0;
-  int64_t num_summary_rows = 0;       // summary-only rows of the host store (--remote-kv-gib)
+  int64_t num_summary_rows = 0;       // summary-only rows of the host store, all layers (--remote-kv-gib)
   int64_t num_free_summary_rows = 0;
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;

@@ -167,7 +167,7 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
     const LayerKvPool& pool = store.pool(first + i);
     for (int64_t h = 0; h < hkv; ++h) {
       for (int64_t b = 0; b < nb; ++b) {
-        const int32_t slot = m.HostSlotOf(id, h, b);
+        const int32_t slot = m.HostSlotOf(id, first + i, h, b);
         OASIS_CHECK_GE(slot, 0) << "handoff block beyond the host reservation";
         const size_t off = static_cast<size_t>(slot) * bb;
         const auto li = static_cast<uint32_t>(i), hi = static_cast<uint32_t>(h), bi = static_cast<uint32_t>(b);
@@ -180,12 +180,12 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
   // Summaries (device): each layer's rows of this request gathered, downloaded, packed.
   Backend& be = runner.backend();
   const size_t row = static_cast<size_t>(D) * g.dtype_bytes;
-  std::vector<int32_t> rows;
-  for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(id, h, b));
-  }
-  const Tensor rows_dev = be.Upload(HostI32(rows));
   for (int64_t i = 0; i < ls; ++i) {
+    std::vector<int32_t> rows;
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(id, first + i, h, b));
+    }
+    const Tensor rows_dev = be.Upload(HostI32(rows));
     Tensor kmin = be.Empty({hkv * nb, D}, be.activation_dtype()), kmax = be.Empty({hkv * nb, D}, be.activation_dtype());
     be.GatherRows(store.kmin(first + i), rows_dev, kmin);
     be.GatherRows(store.kmax(first + i), rows_dev, kmax);
@@ -287,32 +287,25 @@ void Engine::Impl::StartImports() {
     SparseKvManager& m = sparse->manager();
     const bool full = s.request.import->full_transfer();
     const int64_t ls = t.geometry.num_layers, hkv = t.geometry.num_kv_heads, nb = t.geometry.num_blocks;
-    // Partial mode: the staged blocks no layer's admission list names stay remote in every
-    // layer; they take summary-only rows (no host slot) until drift brings them in.
-    std::vector<std::vector<int32_t>> remote(static_cast<size_t>(hkv));
-    int64_t num_remote = 0;
-    if (!full && sparse->config().remote_fetch_cap > 0) {
-      std::vector<char> named(static_cast<size_t>(nb));
-      for (int64_t h = 0; h < hkv; ++h) {
-        std::fill(named.begin(), named.end(), 0);
-        for (int64_t i = 0; i < ls; ++i) {
-          for (uint16_t b : t.admission[static_cast<size_t>(i * hkv + h)]) {
-            if (b < nb) named[b] = 1;
-          }
-        }
-        for (int64_t b = 0; b < nb; ++b) {
-          if (!named[static_cast<size_t>(b)]) remote[static_cast<size_t>(h)].push_back(static_cast<int32_t>(b));
-        }
-        num_remote += static_cast<int64_t>(remote[static_cast<size_t>(h)].size());
-      }
+    // The staged complete blocks are held per layer: in partial mode only each layer's
+    // admission list is local; the other blocks are remote and take summary-only rows (no host
+    // memory) until drift brings them in. The tail block and the output's blocks are whole slots.
+    std::vector<std::vector<int32_t>> local;
+    if (!full) {
+      local.reserve(t.admission.size());
+      for (const auto& list : t.admission) local.emplace_back(list.begin(), list.end());
     }
-    const HostAdmission a = m.CheckImportAdmission(s.seq.max_total_tokens, num_remote);
+    const int64_t layer_blocks = staged / kBlockSize;
+    const HostAdmission a = m.CheckImportAdmission(s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local);
     if (a == HostAdmission::kNever) {
       import_queue.pop_front();
       Fail(s, sparse->RefusalStatus(s.seq));
       continue;
     }
-    if (a != HostAdmission::kFits || !m.ReserveImport(key, s.seq.max_total_tokens, remote).ok()) return;  // wait for room
+    if (a != HostAdmission::kFits ||
+        !m.ReserveImport(key, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local).ok()) {
+      return;  // wait for room
+    }
     if (draft != nullptr && !s.draft_head.table.Reserve(staged, draft_allocator).ok()) {
       m.Release(key);
       return;
@@ -337,7 +330,7 @@ void Engine::Impl::StartImports() {
         for (int kv = 0; kv < 2; ++kv) {
           char* base = static_cast<char*>(kv == 0 ? pool.k.raw() : pool.v.raw());
           for (int64_t b : blocks) {
-            const int32_t slot = m.HostSlotOf(key, h, b);
+            const int32_t slot = m.HostSlotOf(key, first + i, h, b);
             items.push_back({layout->KvSlot(static_cast<uint32_t>(i), static_cast<uint32_t>(h), static_cast<uint32_t>(b),
                                             static_cast<uint32_t>(kv)),
                              base + static_cast<size_t>(slot) * bb});
@@ -521,13 +514,13 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   HostKvStore& store = m.host_store();
   Backend& be = runner.backend();
   const ImportBuffers& buf = import_buffers.at(key);
-  // Summaries of every block into the summary rows of the request's host slots.
-  std::vector<int32_t> rows;
-  for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(key, h, b));
-  }
-  const Tensor rows_dev = be.Upload(HostI32(rows));
+  // Summaries of every block into the summary rows of the request's cells and slots.
   for (int64_t i = 0; i < ls; ++i) {
+    std::vector<int32_t> rows;
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(key, first + i, h, b));
+    }
+    const Tensor rows_dev = be.Upload(HostI32(rows));
     Tensor kmin = Tensor::Empty({hkv * nb, D}, be.activation_dtype()), kmax = Tensor::Empty({hkv * nb, D}, be.activation_dtype());
     for (int64_t h = 0; h < hkv; ++h) {
       for (int64_t b = 0; b < nb; ++b) {

@@ -157,8 +157,9 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.num_sparse_requests = manager_.num_sparse();
   stats.num_host_kv_slots = host_slots_;
   stats.num_free_host_kv_slots = manager_.host_store().num_free();
-  stats.num_summary_rows = manager_.host_store().num_summary_rows();
-  stats.num_free_summary_rows = manager_.host_store().num_free_summary_rows();
+  // Summary-only rows of every sparse layer (each layer has its own).
+  stats.num_summary_rows = manager_.host_store().num_summary_rows() * manager_.host_store().num_sparse_layers();
+  stats.num_free_summary_rows = stats.num_summary_rows - manager_.summary_rows_held();
   stats.sparse_gpu_slots = manager_.gpu_slots_held();
   stats.sparse_admission_waits_total = admission_waits_;
   if (steps_uncollected_ == 0) return;

@@ -25,45 +25,123 @@ HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_spa
       first_sparse_layer_(first_sparse_layer),
       bytes_per_slot_(BytesPerSlot(num_layers - first_sparse_layer, head_dim, backend.activation_dtype())),
       allocator_(SlotsFor(bytes, bytes_per_slot_)),
-      rows_allocator_(std::max<int32_t>(0, std::min<int32_t>(summary_rows, INT32_MAX / kBlockSize - allocator_.num_slots()))) {
+      summary_rows_(std::max<int32_t>(0, std::min<int32_t>(summary_rows, INT32_MAX / kBlockSize - allocator_.num_slots()))) {
   OASIS_CHECK(first_sparse_layer >= 0 && first_sparse_layer < num_layers)
       << "first sparse layer " << first_sparse_layer << " of " << num_layers;
   const int64_t slots = allocator_.num_slots();
-  const int64_t rows = slots + rows_allocator_.num_slots();
+  const int64_t rows = slots + summary_rows_;
+  const auto ls = static_cast<size_t>(num_layers - first_sparse_layer);
   const DType dt = backend.activation_dtype();
   for (int64_t l = first_sparse_layer; l < num_layers; ++l) {
     pools_.push_back({backend.EmptyHost({slots, kBlockSize, head_dim}, dt), backend.EmptyHost({slots, kBlockSize, head_dim}, dt)});
     kmin_.push_back(backend.Empty({rows, head_dim}, dt));
     kmax_.push_back(backend.Empty({rows, head_dim}, dt));
+    rows_allocators_.emplace_back(summary_rows_);
   }
+  cells_used_.assign(static_cast<size_t>(slots), 0);
+  split_.assign(static_cast<size_t>(slots), 0);
+  cell_free_.assign(ls, std::vector<char>(static_cast<size_t>(slots), 0));
+  free_cells_.resize(ls);
+  num_free_cells_.assign(ls, 0);
 }
 
-std::optional<std::vector<int32_t>> HostKvStore::AllocateSummaryRows(int32_t count) {
-  auto rows = rows_allocator_.Allocate(count);
+size_t HostKvStore::LayerIndex(int64_t layer) const {
+  OASIS_CHECK(layer >= first_sparse_layer_ && layer < num_layers_) << "layer " << layer << " has no host store";
+  return static_cast<size_t>(layer - first_sparse_layer_);
+}
+
+int32_t HostKvStore::num_free_summary_rows(int64_t layer) const {
+  return rows_allocators_[LayerIndex(layer)].num_free();
+}
+
+int32_t HostKvStore::num_free_cells(int64_t layer) const { return num_free_cells_[LayerIndex(layer)]; }
+
+int32_t HostKvStore::FreshSlotsForCells(int64_t layer, int32_t count) const {
+  return std::max<int32_t>(0, count - num_free_cells(layer));
+}
+
+std::optional<std::vector<int32_t>> HostKvStore::AllocateCells(int64_t layer, int32_t count) {
+  const size_t li = LayerIndex(layer);
+  const int32_t fresh = FreshSlotsForCells(layer, count);
+  if (count < 0 || fresh > allocator_.num_free()) return std::nullopt;
+  if (fresh > 0) {
+    auto got = allocator_.Allocate(fresh);
+    OASIS_CHECK(got.has_value()) << "host store: free slots counted";
+    for (int32_t s : *got) {
+      split_[static_cast<size_t>(s)] = 1;
+      cells_used_[static_cast<size_t>(s)] = 0;
+      ++cell_slots_;
+      for (size_t l = 0; l < free_cells_.size(); ++l) {
+        cell_free_[l][static_cast<size_t>(s)] = 1;
+        free_cells_[l].push_back(s);
+        ++num_free_cells_[l];
+      }
+    }
+  }
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(count));
+  auto& stack = free_cells_[li];
+  auto& flags = cell_free_[li];
+  while (static_cast<int32_t>(out.size()) < count) {
+    OASIS_CHECK(!stack.empty()) << "host store: free cells counted";
+    const int32_t s = stack.back();
+    stack.pop_back();
+    if (!split_[static_cast<size_t>(s)] || !flags[static_cast<size_t>(s)]) continue;  // stale
+    flags[static_cast<size_t>(s)] = 0;
+    --num_free_cells_[li];
+    ++cells_used_[static_cast<size_t>(s)];
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::optional<std::vector<int32_t>> HostKvStore::AllocateSummaryRows(int64_t layer, int32_t count) {
+  auto rows = rows_allocators_[LayerIndex(layer)].Allocate(count);
   if (rows) {
     for (int32_t& r : *rows) r += num_slots();
   }
   return rows;
 }
 
-void HostKvStore::Free(const std::vector<int32_t>& ids) {
-  std::vector<int32_t> slots, rows;
+void HostKvStore::FreeCells(int64_t layer, const std::vector<int32_t>& ids) {
+  const size_t li = LayerIndex(layer);
+  std::vector<int32_t> rows, whole;
   for (int32_t id : ids) {
-    if (IsSlot(id)) {
-      slots.push_back(id);
-    } else {
-      OASIS_CHECK(id >= num_slots() && id < num_slots() + num_summary_rows()) << "host store: no slot or row " << id;
+    if (!IsSlot(id)) {
+      OASIS_CHECK(id >= num_slots() && id < num_slots() + summary_rows_) << "host store: no cell or row " << id;
       rows.push_back(id - num_slots());
+      continue;
+    }
+    const auto s = static_cast<size_t>(id);
+    OASIS_CHECK(split_[s] && !cell_free_[li][s]) << "host store: cell " << id << " of layer " << layer << " not in use";
+    cell_free_[li][s] = 1;
+    free_cells_[li].push_back(id);
+    ++num_free_cells_[li];
+    if (--cells_used_[s] > 0) continue;
+    // Its last cell: the slot is whole again (its ids left on the stacks are stale now).
+    split_[s] = 0;
+    --cell_slots_;
+    for (size_t l = 0; l < free_cells_.size(); ++l) {
+      cell_free_[l][s] = 0;
+      --num_free_cells_[l];
+    }
+    whole.push_back(id);
+  }
+  rows_allocators_[li].Free(rows);
+  allocator_.Free(whole);
+  // Stale ids pile up on a stack whose layer frees more than it takes: rebuild it from the
+  // flags now and then.
+  for (size_t l = 0; l < free_cells_.size(); ++l) {
+    auto& stack = free_cells_[l];
+    if (stack.size() <= 2 * static_cast<size_t>(num_free_cells_[l]) + 1024) continue;
+    stack.clear();
+    for (size_t s = 0; s < split_.size(); ++s) {
+      if (split_[s] && cell_free_[l][s]) stack.push_back(static_cast<int32_t>(s));
     }
   }
-  allocator_.Free(slots);
-  rows_allocator_.Free(rows);
 }
 
-LayerKvPool& HostKvStore::pool(int64_t layer) {
-  OASIS_CHECK(layer >= first_sparse_layer_ && layer < num_layers_) << "layer " << layer << " has no host store";
-  return pools_[static_cast<size_t>(layer - first_sparse_layer_)];
-}
+LayerKvPool& HostKvStore::pool(int64_t layer) { return pools_[LayerIndex(layer)]; }
 
 Tensor& HostKvStore::kmin(int64_t layer) {
   OASIS_CHECK(layer >= first_sparse_layer_ && layer < num_layers_) << "layer " << layer << " has no summaries";

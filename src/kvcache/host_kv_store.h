@@ -7,14 +7,19 @@
 // its (post-RoPE) keys, so one host table (logical block -> host slot) serves both the gather
 // source and block scoring. Only layers >= first_sparse_layer have storage.
 //
-// Summary-only rows (disaggregation's decode side, docs/disaggregation.md §5): rows
-// [num_slots, num_slots + num_summary_rows) of the summary tensors have no K/V storage. A
-// *remote* block (its K/V still on the prefill instance) holds one, so scoring sees it while
-// it costs the host store nothing; when its K/V arrives it moves to a real slot. Free() takes
-// both kinds.
+// Cells (disaggregation's decode side, docs/disaggregation.md §5): an imported request's staged
+// blocks are local or remote per layer, so it holds them per layer. A *cell* is one layer's
+// share of a slot. AllocateCells(l) hands out slots whose layer-l cell is free, taking a fresh
+// slot (whose cells in every layer become free) when layer l has none; a slot goes back to the
+// free list when its last cell is freed. Layers that use cells evenly waste little.
 //
-// Owns the host pools, the device summary tensors and the host-slot free list. Not
-// thread-safe: owned by the engine loop thread (through SparseKvManager).
+// Summary-only rows: rows [num_slots, num_slots + num_summary_rows) of each layer's summary
+// tensors have no K/V storage, allocated per layer. A *remote* block (its K/V still on the
+// prefill instance) holds one, so scoring sees it while it costs no host memory; when its K/V
+// arrives it moves to a cell.
+//
+// Owns the host pools, the device summary tensors and the free lists. Not thread-safe: owned
+// by the engine loop thread (through SparseKvManager).
 #pragma once
 
 #include <cstdint>
@@ -29,8 +34,8 @@ namespace oasis {
 class HostKvStore {
  public:
   // Sizes the store to `bytes` (rounded down to whole slots) over layers
-  // [first_sparse_layer, num_layers) of `head_dim` and the backend's activation dtype.
-  // `summary_rows`: summary-only rows after the slots (0: none).
+  // [first_sparse_layer, num_layers) of `head_dim` and the backend's activation dtype, with
+  // `summary_rows` summary-only rows per layer after the slots.
   HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer, int64_t head_dim, size_t bytes,
               int32_t summary_rows = 0);
 
@@ -39,20 +44,32 @@ class HostKvStore {
 
   int64_t num_layers() const { return num_layers_; }
   int64_t first_sparse_layer() const { return first_sparse_layer_; }
+  int64_t num_sparse_layers() const { return num_layers_ - first_sparse_layer_; }
   int32_t num_slots() const { return allocator_.num_slots(); }
-  int32_t num_free() const { return allocator_.num_free(); }
+  int32_t num_free() const { return allocator_.num_free(); }  // slots with no cell in use
   size_t bytes_per_slot() const { return bytes_per_slot_; }
-  int32_t num_summary_rows() const { return rows_allocator_.num_slots(); }
-  int32_t num_free_summary_rows() const { return rows_allocator_.num_free(); }
+  size_t bytes_per_cell() const { return bytes_per_slot_ / static_cast<size_t>(num_sparse_layers()); }
+  int32_t num_summary_rows() const { return summary_rows_; }  // per layer
+  int32_t num_free_summary_rows(int64_t layer) const;
   // A host slot (K/V storage), not a summary-only row.
   bool IsSlot(int32_t id) const { return id >= 0 && id < num_slots(); }
 
-  // `count` host slots, or nullopt (nothing taken).
+  // `count` whole slots, or nullopt (nothing taken).
   std::optional<std::vector<int32_t>> Allocate(int32_t count) { return allocator_.Allocate(count); }
-  // `count` summary-only rows (ids >= num_slots()), or nullopt (nothing taken).
-  std::optional<std::vector<int32_t>> AllocateSummaryRows(int32_t count);
-  // Returns host slots and summary-only rows.
-  void Free(const std::vector<int32_t>& ids);
+  void Free(const std::vector<int32_t>& slots) { allocator_.Free(slots); }
+
+  // Cells of layer `layer` free in slots already split into cells.
+  int32_t num_free_cells(int64_t layer) const;
+  // Fresh slots AllocateCells(layer, count) would take.
+  int32_t FreshSlotsForCells(int64_t layer, int32_t count) const;
+  // `count` cells of `layer` (slot ids), or nullopt (nothing taken).
+  std::optional<std::vector<int32_t>> AllocateCells(int64_t layer, int32_t count);
+  // `count` summary-only rows of `layer` (ids >= num_slots()), or nullopt (nothing taken).
+  std::optional<std::vector<int32_t>> AllocateSummaryRows(int64_t layer, int32_t count);
+  // Returns cells and summary-only rows of `layer`.
+  void FreeCells(int64_t layer, const std::vector<int32_t>& ids);
+  // Slots split into cells now.
+  int32_t num_cell_slots() const { return cell_slots_; }
 
   // Layer `layer` (>= first_sparse_layer): host pool [num_slots, kBlockSize, head_dim] (host
   // memory) and summaries [num_slots + num_summary_rows, head_dim] (device memory).
@@ -61,10 +78,22 @@ class HostKvStore {
   Tensor& kmax(int64_t layer);
 
  private:
+  size_t LayerIndex(int64_t layer) const;
+
   int64_t num_layers_, first_sparse_layer_;
   size_t bytes_per_slot_;
   BlockAllocator allocator_;
-  BlockAllocator rows_allocator_;  // summary-only rows, offset by num_slots
+  int32_t summary_rows_;
+  std::vector<BlockAllocator> rows_allocators_;  // per sparse layer; ids offset by num_slots
+  // Cells: per slot, the cells in use (slots split into cells only) and whether it is split;
+  // per layer, whether its cell of each slot is free and a stack of candidates (may hold stale
+  // or repeated ids: the flags are the truth) with the exact count.
+  std::vector<int32_t> cells_used_;
+  std::vector<char> split_;
+  std::vector<std::vector<char>> cell_free_;
+  std::vector<std::vector<int32_t>> free_cells_;
+  std::vector<int32_t> num_free_cells_;
+  int32_t cell_slots_ = 0;
   std::vector<LayerKvPool> pools_;  // [num_layers - first_sparse_layer]
   std::vector<Tensor> kmin_, kmax_;
 };

@@ -29,11 +29,11 @@ SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads,
   OASIS_CHECK(rows > 0 && kv_heads > 0 && topk > 0 && max_fetch > 0 && max_blocks > 0)
       << "sparse state sizes " << rows << " " << kv_heads << " " << topk << " " << max_fetch << " " << max_blocks;
   ws_slots = Filled(b, {rows, kv_heads, topk}, -1);
-  host_tables = Filled(b, {rows, kv_heads, max_blocks}, -1);
   scores = b.Empty({rows, kv_heads, max_blocks}, DType::kF32);
   scores_actual = b.Empty({rows, kv_heads, max_blocks}, DType::kF32);
   for (int64_t l = first_sparse_layer; l < num_layers; ++l) {
     SparseLayerState s;
+    s.host_tables = Filled(b, {rows, kv_heads, max_blocks}, -1);
     s.ws_blocks = Filled(b, {rows, kv_heads, topk}, -1);
     s.ws_age = Filled(b, {rows, kv_heads, topk}, 0);
     s.resident_slots = Filled(b, {rows, kv_heads, topk}, -1);

@@ -15,6 +15,8 @@ namespace oasis {
 
 // Per sparse layer.
 struct SparseLayerState {
+  Tensor host_tables;     // [R, Hkv, MB] int32: host slot (= summary row) of each logical block in
+                          //   this layer (the same in every layer but for imported requests' cells)
   Tensor ws_blocks;       // [R, Hkv, K] int32: logical block resident in working slot j, -1 = empty
   Tensor ws_age;          // [R, Hkv, K] int32: selects since slot j was last predicted/fetched
   Tensor resident_slots;  // [R, Hkv, K] int32: next step's table (ascending logical block), -1 pad
@@ -45,7 +47,6 @@ class SparseDeviceState {
   int64_t first_sparse_layer() const { return first_sparse_layer_; }
 
   Tensor ws_slots;       // [R, Hkv, K] int32: GPU slot of working slot j (fixed per request)
-  Tensor host_tables;    // [R, Hkv, MB] int32: host slot (= summary row) of each logical block
   Tensor scores;         // [R, Hkv, MB] f32: prediction scratch (the predict stage, layer by layer)
   Tensor scores_actual;  // [R, Hkv, MB] f32: measurement / oracle scratch (main stream)
 

@@ -101,69 +101,124 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool alwa
   r.always_sparse = always_sparse;
   r.reserved_blocks = blocks;
   r.host_slots = std::move(*slots);
-  r.slots_held = need;
   requests_.emplace(id, std::move(r));
   return Status::Ok();
 }
 
-HostAdmission SparseKvManager::CheckImportAdmission(int64_t max_total_tokens, int64_t num_remote) const {
-  if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
+SparseKvManager::ImportNeed SparseKvManager::ImportNeedOf(int64_t max_total_tokens, int64_t layer_blocks,
+                                                           const std::vector<std::vector<int32_t>>* local) const {
   const HostKvStore& store = host_store();
-  const int64_t need = BlocksFor(max_total_tokens) * shape_.num_kv_heads;
-  num_remote = std::clamp<int64_t>(num_remote, 0, need);
-  if (need - std::min<int64_t>(num_remote, store.num_summary_rows()) > store.num_slots()) return HostAdmission::kNever;
-  const int64_t slots = need - std::min<int64_t>(num_remote, store.num_free_summary_rows());
-  return slots <= store.num_free() ? HostAdmission::kFits : HostAdmission::kWait;
+  const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
+  const int64_t blocks = BlocksFor(max_total_tokens);
+  layer_blocks = std::clamp<int64_t>(layer_blocks, 0, blocks);
+  ImportNeed n;
+  n.whole = hkv * (blocks - layer_blocks);
+  n.cells.assign(static_cast<size_t>(ls), 0);
+  n.rows.assign(static_cast<size_t>(ls), 0);
+  n.num_local.assign(static_cast<size_t>(ls), 0);
+  n.local.assign(static_cast<size_t>(ls * hkv), std::vector<char>(static_cast<size_t>(layer_blocks), local == nullptr));
+  for (int64_t i = 0; i < ls; ++i) {
+    int64_t here = 0;
+    for (int64_t h = 0; h < hkv; ++h) {
+      auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
+      if (local != nullptr && static_cast<size_t>(i * hkv + h) < local->size()) {
+        for (int32_t b : (*local)[static_cast<size_t>(i * hkv + h)]) {
+          if (b >= 0 && b < layer_blocks) flags[static_cast<size_t>(b)] = 1;
+        }
+      }
+      here += std::count(flags.begin(), flags.end(), char{1});
+    }
+    const int64_t remote = hkv * layer_blocks - here;
+    const int64_t rows = std::min<int64_t>(remote, store.num_free_summary_rows(config_.dense_layers + i));
+    n.rows[static_cast<size_t>(i)] = rows;
+    n.cells[static_cast<size_t>(i)] = here + remote - rows;
+    n.num_local[static_cast<size_t>(i)] = here;
+  }
+  return n;
 }
 
-Status SparseKvManager::ReserveImport(uint64_t id, int64_t max_total_tokens,
-                                      const std::vector<std::vector<int32_t>>& remote) {
+HostAdmission SparseKvManager::CheckImportAdmission(int64_t max_total_tokens, int64_t layer_blocks,
+                                                    const std::vector<std::vector<int32_t>>* local) const {
+  if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
+  const HostKvStore& store = host_store();
+  const ImportNeed n = ImportNeedOf(max_total_tokens, layer_blocks, local);
+  // Never: more than the whole store even with every summary-only row free.
+  int64_t most = 0, fresh = 0;
+  for (size_t i = 0; i < n.cells.size(); ++i) {
+    const int64_t l = config_.dense_layers + static_cast<int64_t>(i);
+    const int64_t remote = shape_.num_kv_heads * std::clamp<int64_t>(layer_blocks, 0, BlocksFor(max_total_tokens)) -
+                           n.num_local[i];
+    most = std::max<int64_t>(most, n.num_local[i] + std::max<int64_t>(0, remote - store.num_summary_rows()));
+    fresh = std::max<int64_t>(fresh, store.FreshSlotsForCells(l, static_cast<int32_t>(n.cells[i])));
+  }
+  if (n.whole + most > store.num_slots()) return HostAdmission::kNever;
+  return n.whole + fresh <= store.num_free() ? HostAdmission::kFits : HostAdmission::kWait;
+}
+
+Status SparseKvManager::ReserveImport(uint64_t id, int64_t max_total_tokens, int64_t layer_blocks,
+                                      const std::vector<std::vector<int32_t>>* local) {
   if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
   if (max_total_tokens > config_.max_seq_len) {
     return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
                            std::to_string(config_.max_seq_len));
   }
-  const int64_t hkv = shape_.num_kv_heads, blocks = BlocksFor(max_total_tokens);
-  if (static_cast<int64_t>(remote.size()) != hkv) {
-    return InvalidArgument("import reservation: " + std::to_string(remote.size()) + " remote lists for " +
-                           std::to_string(hkv) + " KV heads");
+  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
+  if (CheckImportAdmission(max_total_tokens, layer_blocks, local) != HostAdmission::kFits) {
+    return ResourceExhausted("host KV store full: " + std::to_string(host_store().num_free()) + " of " +
+                             std::to_string(host_store().num_slots()) + " head-blocks free (--host-kv-gib)");
   }
-  // Which (head, block) take a summary-only row: remote ones, in order, while rows last.
   HostKvStore& store = host_store();
-  std::vector<char> on_row(static_cast<size_t>(hkv * blocks), 0);
-  int64_t num_rows = 0;
-  for (int64_t h = 0; h < hkv; ++h) {
-    for (int32_t b : remote[static_cast<size_t>(h)]) {
-      char& f = on_row[static_cast<size_t>(h * blocks + b)];
-      if (b < 0 || b >= blocks || f || num_rows == store.num_free_summary_rows()) continue;
-      f = 1;
-      ++num_rows;
-    }
-  }
-  const int64_t need = hkv * blocks - num_rows;
-  if (need > INT32_MAX) return ResourceExhausted("host KV store: request too large");
-  auto slots = store.Allocate(static_cast<int32_t>(need));
-  if (!slots) {
-    return ResourceExhausted("host KV store full: need " + std::to_string(need) + " head-blocks, " +
-                             std::to_string(store.num_free()) + " of " + std::to_string(store.num_slots()) +
-                             " free (--host-kv-gib)");
-  }
-  auto rows = store.AllocateSummaryRows(static_cast<int32_t>(num_rows));
-  OASIS_CHECK(rows.has_value()) << "summary-only rows counted free";
+  const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
+  const int64_t blocks = BlocksFor(max_total_tokens);
+  layer_blocks = std::clamp<int64_t>(layer_blocks, 0, blocks);
+  const ImportNeed n = ImportNeedOf(max_total_tokens, layer_blocks, local);
+  auto whole = store.Allocate(static_cast<int32_t>(n.whole));
+  OASIS_CHECK(whole.has_value()) << "host store: room counted";
   Request r;
   r.always_sparse = true;
   r.reserved_blocks = blocks;
-  r.host_slots.resize(static_cast<size_t>(hkv * blocks));
-  size_t si = 0, ri = 0;
-  for (size_t i = 0; i < r.host_slots.size(); ++i) r.host_slots[i] = on_row[i] ? (*rows)[ri++] : (*slots)[si++];
-  r.slots_held = need;
+  r.layer_blocks = layer_blocks;
+  r.host_slots.assign(static_cast<size_t>(hkv * blocks), -1);
+  size_t wi = 0;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = layer_blocks; b < blocks; ++b) r.host_slots[static_cast<size_t>(h * blocks + b)] = (*whole)[wi++];
+  }
+  r.cells.assign(static_cast<size_t>(ls * hkv * layer_blocks), -1);
+  for (int64_t i = 0; i < ls; ++i) {
+    const int64_t l = config_.dense_layers + i;
+    auto cells = store.AllocateCells(l, static_cast<int32_t>(n.cells[static_cast<size_t>(i)]));
+    auto rows = store.AllocateSummaryRows(l, static_cast<int32_t>(n.rows[static_cast<size_t>(i)]));
+    OASIS_CHECK(cells.has_value() && rows.has_value()) << "host store: cells and rows counted";
+    size_t ci = 0, ri = 0;
+    for (int64_t h = 0; h < hkv; ++h) {
+      const auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
+      for (int64_t b = 0; b < layer_blocks; ++b) {
+        const bool on_row = !flags[static_cast<size_t>(b)] && ri < rows->size();
+        r.cells[static_cast<size_t>((i * hkv + h) * layer_blocks + b)] = on_row ? (*rows)[ri++] : (*cells)[ci++];
+      }
+    }
+    r.cells_held += static_cast<int64_t>(cells->size());
+  }
   requests_.emplace(id, std::move(r));
   return Status::Ok();
 }
 
-int64_t SparseKvManager::HostSlotsHeld(uint64_t id) const {
+int64_t SparseKvManager::HostBytesHeld(uint64_t id) const {
   auto it = requests_.find(id);
-  return it == requests_.end() ? 0 : it->second.slots_held;
+  if (it == requests_.end()) return 0;
+  const Request& r = it->second;
+  const int64_t whole = std::count_if(r.host_slots.begin(), r.host_slots.end(), [](int32_t s) { return s >= 0; });
+  return whole * static_cast<int64_t>(host_store().bytes_per_slot()) +
+         r.cells_held * static_cast<int64_t>(host_store().bytes_per_cell());
+}
+
+int64_t SparseKvManager::summary_rows_held() const {
+  const HostKvStore& store = host_store();
+  int64_t n = 0;
+  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    n += store.num_summary_rows() - store.num_free_summary_rows(l);
+  }
+  return n;
 }
 
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
@@ -187,9 +242,28 @@ int64_t SparseKvManager::gpu_slots_held() const {
   return n;
 }
 
-int32_t SparseKvManager::HostSlot(const Request& r, int64_t head, int64_t block) const {
+int32_t SparseKvManager::HostSlot(const Request& r, int64_t layer, int64_t head, int64_t block) const {
   OASIS_CHECK(block >= 0 && block < r.reserved_blocks)
       << "block " << block << " beyond the host reservation of " << r.reserved_blocks << " blocks";
+  if (block < r.layer_blocks) {
+    const int64_t i = layer - config_.dense_layers;
+    OASIS_CHECK(i >= 0 && i < shape_.num_layers - config_.dense_layers) << "layer " << layer << " is not sparse";
+    return r.cells[static_cast<size_t>((i * shape_.num_kv_heads + head) * r.layer_blocks + block)];
+  }
+  return r.host_slots[static_cast<size_t>(head * r.reserved_blocks + block)];
+}
+
+int32_t& SparseKvManager::CellRef(Request& r, int64_t layer, int64_t head, int64_t block) {
+  const int64_t i = layer - config_.dense_layers;
+  OASIS_CHECK(block >= 0 && block < r.layer_blocks && i >= 0 && i < shape_.num_layers - config_.dense_layers)
+      << "no cell for layer " << layer << " block " << block;
+  return r.cells[static_cast<size_t>((i * shape_.num_kv_heads + head) * r.layer_blocks + block)];
+}
+
+int32_t SparseKvManager::WholeSlot(const Request& r, int64_t head, int64_t block) const {
+  OASIS_CHECK(block >= r.layer_blocks && block < r.reserved_blocks)
+      << "block " << block << " has no whole host slot (reserved " << r.reserved_blocks << ", per layer below "
+      << r.layer_blocks << ")";
   return r.host_slots[static_cast<size_t>(head * r.reserved_blocks + block)];
 }
 
@@ -201,12 +275,12 @@ int32_t SparseKvManager::TailSlot(const Request& r, const HeadBlockTable* table,
   return slots[static_cast<size_t>(block)];
 }
 
-std::vector<int32_t> SparseKvManager::TablesRow(const Request& r, int64_t mb) const {
+std::vector<int32_t> SparseKvManager::TablesRow(const Request& r, int64_t layer, int64_t mb) const {
   const int64_t hkv = shape_.num_kv_heads;
   std::vector<int32_t> tables(static_cast<size_t>(hkv * mb), -1);
   for (int64_t h = 0; h < hkv; ++h) {
     for (int64_t b = 0; b < std::min(mb, r.reserved_blocks); ++b) {
-      tables[static_cast<size_t>(h * mb + b)] = HostSlot(r, h, b);
+      tables[static_cast<size_t>(h * mb + b)] = HostSlot(r, layer, h, b);
     }
   }
   return tables;
@@ -272,7 +346,7 @@ Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64
   for (int64_t h = 0; h < hkv; ++h) {
     for (int64_t b = 0; b < used_blocks; ++b) {
       src.push_back(table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
-      dst.push_back(HostSlot(req, h, b));
+      dst.push_back(WholeSlot(req, h, b));
       len.push_back(b < complete ? kBlockSize : static_cast<int32_t>(partial));
     }
   }
@@ -348,7 +422,6 @@ void SparseKvManager::WriteRowState(
     const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& layer_ws) {
   const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks, mb = state.max_blocks();
   state.WriteRow(state.ws_slots, r.row, r.ws_slots);
-  state.WriteRow(state.host_tables, r.row, TablesRow(r, mb));
   // A reused row starts with every block local and no remote misses listed.
   if (state.remote_cap() > 0) {
     const int64_t cr = state.remote_cap();
@@ -376,6 +449,7 @@ void SparseKvManager::WriteRowState(
       num_resident.push_back(static_cast<int32_t>(order.size()));
     }
     SparseLayerState& s = state.layer(l);
+    state.WriteRow(s.host_tables, r.row, TablesRow(r, l, mb));
     state.WriteRow(s.ws_blocks, r.row, blocks);
     state.WriteRow(s.ws_age, r.row, zeros);
     state.WriteRow(s.resident_slots, r.row, resident);
@@ -437,7 +511,7 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
         slots.slot_mapping[static_cast<size_t>(i * hkv + h)] =
             static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize + x % kBlockSize;
       }
-      const int32_t host = HostSlot(req, h, b0);
+      const int32_t host = WholeSlot(req, h, b0);
       p.host_mapping.data<int64_t>()[t0 * hkv + h] = static_cast<int64_t>(host) * kBlockSize + pos % kBlockSize;
       p.summary_src.data<int32_t>()[s * hkv + h] = TailSlot(req, e.table, h, b0);
       p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(pos % kBlockSize + 1);
@@ -470,7 +544,16 @@ void SparseKvManager::Release(uint64_t id) {
     gpu_allocator_.Free(r.tail_slots);
     free_rows_.push_back(r.row);
   }
-  host_store().Free(r.host_slots);
+  std::vector<int32_t> whole;
+  for (int32_t s : r.host_slots) {
+    if (s >= 0) whole.push_back(s);
+  }
+  host_store().Free(whole);
+  const int64_t per_layer = shape_.num_kv_heads * r.layer_blocks;
+  for (int64_t i = 0; per_layer > 0 && i < shape_.num_layers - config_.dense_layers; ++i) {
+    host_store().FreeCells(config_.dense_layers + i,
+                           std::vector<int32_t>(r.cells.begin() + i * per_layer, r.cells.begin() + (i + 1) * per_layer));
+  }
   requests_.erase(it);
 }
 
@@ -486,13 +569,13 @@ Status SparseKvManager::CheckDisaggregation() const {
   return Status::Ok();
 }
 
-int32_t SparseKvManager::HostSlotOf(uint64_t id, int64_t head, int64_t block) const {
+int32_t SparseKvManager::HostSlotOf(uint64_t id, int64_t layer, int64_t head, int64_t block) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || head < 0 || head >= shape_.num_kv_heads || block < 0 ||
-      block >= it->second.reserved_blocks) {
+      block >= it->second.reserved_blocks || layer < config_.dense_layers || layer >= shape_.num_layers) {
     return -1;
   }
-  return HostSlot(it->second, head, block);
+  return HostSlot(it->second, layer, head, block);
 }
 
 StatusOr<std::vector<std::vector<int32_t>>> SparseKvManager::HandoffBlocks(uint64_t id) {
@@ -581,12 +664,12 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
         auto& head = ws[static_cast<size_t>(h)];
         if (std::find(head.begin(), head.begin() + j, b) != head.begin() + j) continue;
         head[static_cast<size_t>(j)] = b;
-        src[static_cast<size_t>(i)].push_back(HostSlot(req, h, b));
+        src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, b));
         dst[static_cast<size_t>(i)].push_back(req.ws_slots[static_cast<size_t>(h * k + j)]);
         ++j;
       }
       if (partial > 0) {
-        src[static_cast<size_t>(i)].push_back(HostSlot(req, h, complete));
+        src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, complete));
         dst[static_cast<size_t>(i)].push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
       }
     }
@@ -656,47 +739,58 @@ std::vector<int32_t> SparseKvManager::LandingSlots(const std::vector<Landing>& b
   std::vector<int32_t> out(blocks.size(), -1);
   DeviceSide& d = sides_[0];
   HostKvStore& store = *d.store;
-  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks();
-  std::vector<int32_t> from, to;              // summary-only rows -> fresh host slots
-  std::vector<int32_t> table_at, table_slot;  // device host-table entries that change
+  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks(), ls = shape_.num_layers - config_.dense_layers;
+  // Per sparse layer: summary-only rows -> fresh cells, and the device table entries that change.
+  std::vector<std::vector<int32_t>> from(static_cast<size_t>(ls)), to(static_cast<size_t>(ls));
+  std::vector<std::vector<int32_t>> table_at(static_cast<size_t>(ls)), table_slot(static_cast<size_t>(ls));
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto it = requests_.find(blocks[i].id);
     if (it == requests_.end()) continue;
     Request& r = it->second;
     const RemoteBlock& b = blocks[i].block;
-    if (b.head < 0 || b.head >= hkv || b.block < 0 || b.block >= r.reserved_blocks) continue;
-    int32_t& id_ref = r.host_slots[static_cast<size_t>(b.head * r.reserved_blocks + b.block)];
+    if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv ||
+        b.block < 0 || b.block >= r.reserved_blocks) {
+      continue;
+    }
+    if (b.block >= r.layer_blocks) {  // a whole slot: always local
+      out[i] = WholeSlot(r, b.head, b.block);
+      continue;
+    }
+    int32_t& id_ref = CellRef(r, b.layer, b.head, b.block);
     if (!store.IsSlot(id_ref)) {
-      auto slot = store.Allocate(1);
-      if (!slot) continue;
-      from.push_back(id_ref);
-      to.push_back(slot->front());
-      id_ref = slot->front();
-      ++r.slots_held;
+      auto cell = store.AllocateCells(b.layer, 1);
+      if (!cell) continue;
+      const auto li = static_cast<size_t>(b.layer - config_.dense_layers);
+      from[li].push_back(id_ref);
+      to[li].push_back(cell->front());
+      id_ref = cell->front();
+      ++r.cells_held;
       if (r.row >= 0 && b.block < mb) {
-        table_at.push_back(static_cast<int32_t>((r.row * hkv + b.head) * mb + b.block));
-        table_slot.push_back(id_ref);
+        table_at[li].push_back(static_cast<int32_t>((r.row * hkv + b.head) * mb + b.block));
+        table_slot[li].push_back(id_ref);
       }
     }
     out[i] = id_ref;
   }
-  if (from.empty()) return out;
   Backend& be = *d.backend;
-  const Tensor src = be.Upload(HostI32(from)), dst = be.Upload(HostI32(to));
-  const auto n = static_cast<int64_t>(from.size());
-  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+  for (int64_t i = 0; i < ls; ++i) {
+    const auto li = static_cast<size_t>(i);
+    if (from[li].empty()) continue;
+    const int64_t l = config_.dense_layers + i;
+    const Tensor src = be.Upload(HostI32(from[li])), dst = be.Upload(HostI32(to[li]));
     for (Tensor* t : {&store.kmin(l), &store.kmax(l)}) {
-      Tensor moved = be.Empty({n, t->dim(1)}, t->dtype());
+      Tensor moved = be.Empty({static_cast<int64_t>(from[li].size()), t->dim(1)}, t->dtype());
       be.GatherRows(*t, src, moved);
       be.ScatterRows(moved, dst, *t);
     }
+    if (!table_at[li].empty()) {
+      Tensor& tables = d.state->layer(l).host_tables;
+      Tensor flat = tables.Reshape({tables.numel(), 1});
+      be.ScatterRows(be.Upload(HostI32(table_slot[li])).Reshape({static_cast<int64_t>(table_slot[li].size()), 1}),
+                     be.Upload(HostI32(table_at[li])), flat);
+    }
+    store.FreeCells(l, from[li]);  // the rows
   }
-  if (!table_at.empty()) {
-    Tensor flat = d.state->host_tables.Reshape({d.state->host_tables.numel(), 1});
-    be.ScatterRows(be.Upload(HostI32(table_slot)).Reshape({static_cast<int64_t>(table_slot.size()), 1}),
-                   be.Upload(HostI32(table_at)), flat);
-  }
-  store.Free(from);
   return out;
 }
 
@@ -707,7 +801,7 @@ void SparseKvManager::MarkLocal(uint64_t id, const RemoteBlock& b) {
   const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks();
   if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv || b.block < 0 ||
       b.block >= mb || b.block >= it->second.reserved_blocks ||
-      !d.store->IsSlot(HostSlot(it->second, b.head, b.block))) {
+      !d.store->IsSlot(HostSlot(it->second, b.layer, b.head, b.block))) {
     return;
   }
   uint8_t& bit = d.state->layer(b.layer).remote.data<uint8_t>()[(it->second.row * hkv + b.head) * mb + b.block];

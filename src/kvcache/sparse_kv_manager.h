@@ -123,18 +123,22 @@ class SparseKvManager {
 
   // ---- Disaggregation (docs/disaggregation.md). One device side only (no tensor parallelism)
   // and dense_layers == 0; otherwise FailedPrecondition.
-  // Host slot of (KV head, logical block) of a reserved request (-1: unknown request or block
-  // beyond its reservation). On the decode side a remote block may hold a summary-only row
-  // instead (HostKvStore::IsSlot false): its summaries go there, never K/V.
-  int32_t HostSlotOf(uint64_t id, int64_t head, int64_t block) const;
+  // Host slot of (sparse layer, KV head, logical block) of a reserved request (-1: unknown
+  // request or block beyond its reservation). An import's staged blocks are held per layer: a
+  // cell, or for a remote block a summary-only row (HostKvStore::IsSlot false: its summaries
+  // go there, never K/V).
+  int32_t HostSlotOf(uint64_t id, int64_t layer, int64_t head, int64_t block) const;
   // The decode side's admission: like CheckAdmission / Reserve with always_sparse, except that
-  // the blocks of `remote[h]` (KV head h; blocks whose K/V stays on the prefill instance in
-  // every sparse layer) take summary-only rows while the store has free ones, host slots
-  // otherwise. `num_remote` = the total size of those lists.
-  HostAdmission CheckImportAdmission(int64_t max_total_tokens, int64_t num_remote) const;
-  Status ReserveImport(uint64_t id, int64_t max_total_tokens, const std::vector<std::vector<int32_t>>& remote);
-  // Host slots held by a reserved request (K/V storage; summary-only rows not counted).
-  int64_t HostSlotsHeld(uint64_t id) const;
+  // blocks [0, layer_blocks) (the staged complete blocks) are held per layer: the blocks of
+  // `local[(l - dense_layers) * Hkv + h]` take a cell of layer l, the others (remote: their K/V
+  // stays on the prefill instance) a summary-only row while the layer has free ones, a cell
+  // otherwise. local == nullptr: every staged block is local (full transfer).
+  HostAdmission CheckImportAdmission(int64_t max_total_tokens, int64_t layer_blocks,
+                                     const std::vector<std::vector<int32_t>>* local) const;
+  Status ReserveImport(uint64_t id, int64_t max_total_tokens, int64_t layer_blocks,
+                       const std::vector<std::vector<int32_t>>* local);
+  // Host memory (K/V storage) a reserved request holds: whole slots and cells.
+  int64_t HostBytesHeld(uint64_t id) const;
   // Of a sparse request after a step: per sparse layer and KV head (index
   // (layer - dense_layers) * Hkv + head) its working set in working-slot order, then the
   // blocks of its prediction for the next step that are not resident (score order). What a
@@ -194,16 +198,16 @@ class SparseKvManager {
   int64_t num_sparse() const;
   int64_t gpu_slots_held() const;   // working + tail slots of all sparse requests
   int64_t host_slots_reserved() const { return host_store().num_slots() - host_store().num_free(); }
-  int64_t summary_rows_held() const {
-    return host_store().num_summary_rows() - host_store().num_free_summary_rows();
-  }
+  int64_t summary_rows_held() const;  // all layers
   int64_t steps() const { return step_; }
 
  private:
   struct Request {
     int64_t reserved_blocks = 0;      // logical blocks with host slots
-    std::vector<int32_t> host_slots;  // [Hkv * reserved_blocks], head-major (slots or summary-only rows)
-    int64_t slots_held = 0;           // entries of host_slots that are host slots
+    std::vector<int32_t> host_slots;  // [Hkv * reserved_blocks], head-major; -1 below layer_blocks
+    int64_t layer_blocks = 0;         // blocks [0, layer_blocks) are held per layer (an import)
+    std::vector<int32_t> cells;       // [Ls * Hkv * layer_blocks]: a cell or a summary-only row
+    int64_t cells_held = 0;           // entries of `cells` that are cells
     int32_t row = -1;                 // sparse row, -1 while dense
     std::vector<int32_t> ws_slots;    // [Hkv * K]
     std::vector<int32_t> tail_slots;  // [Hkv * 2] (dense_layers == 0)
@@ -212,9 +216,20 @@ class SparseKvManager {
     int64_t remote_left = 0;          // remote blocks (disaggregation's decode side)
   };
 
-  int32_t HostSlot(const Request& r, int64_t head, int64_t block) const;
-  // The device host-table row of a request: [Hkv, MB], -1 beyond its reservation.
-  std::vector<int32_t> TablesRow(const Request& r, int64_t max_blocks) const;
+  int32_t HostSlot(const Request& r, int64_t layer, int64_t head, int64_t block) const;
+  int32_t& CellRef(Request& r, int64_t layer, int64_t head, int64_t block);
+  // A block held as a whole slot (every layer): the ones a step writes through.
+  int32_t WholeSlot(const Request& r, int64_t head, int64_t block) const;
+  // The device host-table row of a request in `layer`: [Hkv, MB], -1 beyond its reservation.
+  std::vector<int32_t> TablesRow(const Request& r, int64_t layer, int64_t max_blocks) const;
+  // Per sparse layer: cells and summary-only rows an import needs; and the whole slots.
+  struct ImportNeed {
+    int64_t whole = 0;
+    std::vector<int64_t> cells, rows, num_local;
+    std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]
+  };
+  ImportNeed ImportNeedOf(int64_t max_total_tokens, int64_t layer_blocks,
+                          const std::vector<std::vector<int32_t>>* local) const;
   // GPU slot of tail block `block` of head `head`.
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
   // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.

@@ -235,10 +235,10 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
   }
   if (cfg.predictor == SparsePredictor::kOracle) {
     // The step's own query selects its working set right now (transfers on the critical path).
-    b.ScoreBlocks(q, current_rows_, current_num_blocks_, st.host_tables, store.kmin(layer), store.kmax(layer),
+    b.ScoreBlocks(q, current_rows_, current_num_blocks_, ls.host_tables, store.kmin(layer), store.kmax(layer),
                   cfg.group_reduce, st.scores_actual);
     b.TopKBlocks(st.scores_actual, current_rows_, current_num_blocks_, ls.topk);
-    b.SelectBlocks(ls.topk, current_rows_, st.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
+    b.SelectBlocks(ls.topk, current_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
                    ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
                    st.remote_cap() > 0 ? &ls.remote : nullptr, st.remote_cap() > 0 ? &ls.remote_out : nullptr);
     if (cfg.transfers) {
@@ -246,7 +246,7 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
                    ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));
     }
   } else if (measure_agreement_) {
-    b.ScoreBlocks(q, current_rows_, current_num_blocks_, st.host_tables, store.kmin(layer), store.kmax(layer),
+    b.ScoreBlocks(q, current_rows_, current_num_blocks_, ls.host_tables, store.kmin(layer), store.kmax(layer),
                   cfg.group_reduce, st.scores_actual);
     b.TopKBlocks(st.scores_actual, current_rows_, current_num_blocks_, ls.topk_actual);
     b.TopKOverlap(ls.topk, ls.topk_actual, current_rows_, ls.agree_stats);
@@ -279,13 +279,13 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   Enter(SparseStage::kPredict, layer);
   b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer), store.kmax(layer));
   b.ScoreBlocks(snapshot.Reshape({num_predicting_, q.dim(1), q.dim(2)}), predict_rows_, predict_num_blocks_,
-                st.host_tables, store.kmin(layer), store.kmax(layer), cfg.group_reduce, st.scores);
+                ls.host_tables, store.kmin(layer), store.kmax(layer), cfg.group_reduce, st.scores);
   b.TopKBlocks(st.scores, predict_rows_, predict_num_blocks_, ls.topk);
   Exit(SparseStage::kPredict, layer);
 
   Enter(SparseStage::kSelect, layer);
   b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
-  b.SelectBlocks(ls.topk, predict_rows_, st.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
+  b.SelectBlocks(ls.topk, predict_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
                  ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
                  st.remote_cap() > 0 ? &ls.remote : nullptr, st.remote_cap() > 0 ? &ls.remote_out : nullptr);
   Exit(SparseStage::kSelect, layer);

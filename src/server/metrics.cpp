@@ -102,7 +102,7 @@ void RenderDisaggMetrics(std::ostringstream& s, const EngineStats& st, const std
           static_cast<double>(st.import_host_kv_bytes_finished_total));
   counter("oasis:rpf_imports_finished_total", "Imported requests that finished after running.",
           static_cast<double>(st.imports_finished_total));
-  gauge("oasis:num_summary_rows", "Summary-only rows: remote blocks tracked without host KV (--remote-kv-gib).",
+  gauge("oasis:num_summary_rows", "Summary-only rows of all sparse layers: remote blocks tracked without host KV (--remote-kv-gib).",
         static_cast<double>(st.num_summary_rows));
   gauge("oasis:num_free_summary_rows", "Free summary-only rows.", static_cast<double>(st.num_free_summary_rows));
 }

@@ -144,10 +144,11 @@ size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType dtyp
   const size_t summaries = slots * layers * 2 * static_cast<size_t>(c.head_dim) * DTypeSize(dtype);
   const size_t rows = static_cast<size_t>(s.max_sparse_seqs) * static_cast<size_t>(c.num_key_value_heads);
   const size_t mb = static_cast<size_t>((c.max_position_embeddings + kBlockSize - 1) / kBlockSize);
-  const size_t per_layer = rows * (6 * static_cast<size_t>(s.topk_blocks) + 2 * static_cast<size_t>(s.max_fetch()) + 6) * 4;
+  const size_t per_layer =
+      rows * (6 * static_cast<size_t>(s.topk_blocks) + 2 * static_cast<size_t>(s.max_fetch()) + 6 + mb) * 4;
   const size_t snapshots = layers * static_cast<size_t>(s.max_sparse_seqs) *
                            static_cast<size_t>(c.num_attention_heads * c.head_dim) * DTypeSize(dtype);
-  return summaries + rows * (mb * 12 + static_cast<size_t>(s.topk_blocks) * 4) + layers * per_layer + snapshots;
+  return summaries + rows * (mb * 8 + static_cast<size_t>(s.topk_blocks) * 4) + layers * per_layer + snapshots;
 }
 
 // KV head-blocks per layer that fit on the current device once `model` (and the draft head,

@@ -240,7 +240,7 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       auto importer = RemoteKvImporter::Create(ctx);
       prefill.Start();
       decode.Start();
-      int64_t remote_at_admission = 0, full_bytes = 0, reserved_bytes = 0;
+      int64_t remote_at_admission = 0, full_bytes = 0, reserved_bytes = 0, expected_bytes = 0;
       int handed_off = 0;
       std::vector<Collected> got(reqs.size());
       for (size_t i = 0; i < reqs.size(); ++i) {
@@ -260,6 +260,14 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
         // What a local sparse request reserves: every block it can reach, all layers, K and V.
         reserved_bytes += (t->prompt_length + reqs[i].max_tokens + 15) / 16 * t->geometry.num_kv_heads * 2 *
                           static_cast<int64_t>(layout->slot_bytes()) * t->geometry.num_layers;
+        // With summary-only rows it holds whole slots (every layer) for the tail block and the
+        // output, and one layer's cell per admitted complete block.
+        const int64_t lb = (t->prompt_length + 1) / 16, cell = 2 * static_cast<int64_t>(layout->slot_bytes());
+        expected_bytes += ((t->prompt_length + reqs[i].max_tokens + 15) / 16 - lb) * t->geometry.num_kv_heads *
+                          cell * t->geometry.num_layers;
+        for (const auto& list : t->admission) {
+          expected_bytes += cell * std::count_if(list.begin(), list.end(), [&](uint16_t b) { return b < lb; });
+        }
         for (const auto& list : t->admission) {
           CHECK(list.size() <= 2 * 4 + 1);
           remote_at_admission += t->geometry.num_blocks - static_cast<int64_t>(list.size());
@@ -299,6 +307,9 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       CHECK(dst.num_free_summary_rows == dst.num_summary_rows);
       if (rows) {
         CHECK(dst.num_summary_rows > 0);
+        CHECK(dst.drift_blocks_dropped_total == 0);
+        // ... plus a cell per drifted block.
+        CHECK(dst.import_host_kv_bytes_finished_total == expected_bytes + dst.drift_blocks_total * 2 * 2048);
         CHECK(dst.import_host_kv_bytes_finished_total < reserved_bytes);
       } else {
         CHECK(dst.num_summary_rows == 0);

@@ -101,7 +101,7 @@ TEST_CASE("the switch copies KV to the host store and summarises every block", "
     const LayerKvPool& host = m.host_store().pool(l);
     for (int64_t h = 0; h < kHeads; ++h) {
       for (int64_t b = 0; b < 3; ++b) {
-        const int32_t hs = st.host_tables.data<int32_t>()[(row * kHeads + h) * st.max_blocks() + b];
+        const int32_t hs = st.layer(l).host_tables.data<int32_t>()[(row * kHeads + h) * st.max_blocks() + b];
         const int32_t gs = dense[static_cast<size_t>(h)][static_cast<size_t>(b)];
         const int64_t valid = b < 2 ? kBlockSize : 13;
         REQUIRE(std::equal(Block(host.k, hs), Block(host.k, hs) + valid * kDim, Block(rig.pools[l].k, gs)));
@@ -207,7 +207,7 @@ TEST_CASE("step plans: tails across a block boundary, write-through targets, pre
       CHECK(sl.slot_mapping[1] == int64_t{t4} * 16 + 15);  // x_t, head 1
       CHECK(sl.slot_mapping[kHeads + 1] == int64_t{t5} * 16 + 0);  // draft, head 1
       // Write-through: only x_t (batch row 3), to host block 4 offset 15.
-      const int32_t host4 = m.state().host_tables.data<int32_t>()[(0 * kHeads + 1) * m.state().max_blocks() + 4];
+      const int32_t host4 = m.state().layer(kLayers - 1).host_tables.data<int32_t>()[(0 * kHeads + 1) * m.state().max_blocks() + 4];
       for (int64_t t = 0; t < 5; ++t) {
         for (int64_t h = 0; h < kHeads; ++h) {
           const int64_t v = p.host_mapping.data<int64_t>()[t * kHeads + h];
@@ -269,111 +269,194 @@ TEST_CASE("with dense layers the tails are the dense table's slots", "[kvcache][
   CHECK(rig.alloc.num_free() == kGpuSlots);
 }
 
-TEST_CASE("decode side: remote blocks hold summary-only rows until they land in a host slot", "[kvcache][sparse]") {
+TEST_CASE("host store cells: one layer's share of a slot, slots split and made whole again", "[kvcache][sparse]") {
+  CpuBackend backend{1};
+  // 3 sparse layers, 10 slots.
+  HostKvStore store(backend, 3, 0, kDim, 10 * HostKvStore::BytesPerSlot(3, kDim, DType::kF32), /*summary_rows=*/4);
+  REQUIRE(store.num_slots() == 10);
+  CHECK(store.bytes_per_cell() * 3 == store.bytes_per_slot());
+  CHECK(store.FreshSlotsForCells(0, 4) == 4);
+  auto a = store.AllocateCells(0, 4);  // 4 fresh slots: 4 free cells in layers 1 and 2
+  REQUIRE(a);
+  CHECK(store.num_free() == 6);
+  CHECK(store.num_cell_slots() == 4);
+  CHECK(store.num_free_cells(0) == 0);
+  CHECK(store.num_free_cells(1) == 4);
+  CHECK(store.FreshSlotsForCells(1, 6) == 2);
+  auto b = store.AllocateCells(1, 6);  // 4 shared + 2 fresh
+  REQUIRE(b);
+  CHECK(store.num_free() == 4);
+  CHECK(store.num_free_cells(0) == 2);
+  CHECK(store.num_free_cells(2) == 6);
+  std::vector<int32_t> seen = *b;
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());  // distinct within a layer
+  CHECK_FALSE(store.AllocateCells(2, 11).has_value());  // 6 free + 4 fresh at most
+  CHECK(store.num_free_cells(2) == 6);
+  auto whole = store.Allocate(4);
+  REQUIRE(whole);
+  CHECK_FALSE(store.AllocateCells(0, 3).has_value());  // 2 free cells, no fresh slot
+  // Summary-only rows are per layer, after the slots.
+  auto rows = store.AllocateSummaryRows(2, 4);
+  REQUIRE(rows);
+  for (int32_t r : *rows) CHECK_FALSE(store.IsSlot(r));
+  CHECK(store.num_free_summary_rows(2) == 0);
+  CHECK(store.num_free_summary_rows(1) == 4);
+  CHECK(store.kmin(2).dim(0) == 14);
+  store.FreeCells(2, *rows);
+  CHECK(store.num_free_summary_rows(2) == 4);
+  // Freeing every cell of a slot makes it whole (free) again.
+  store.FreeCells(0, *a);
+  CHECK(store.num_free() == 0);  // layer 1 still uses those 4 slots
+  store.FreeCells(1, *b);
+  CHECK(store.num_free() == 6);
+  CHECK(store.num_cell_slots() == 0);
+  CHECK(store.num_free_cells(0) == 0);
+  CHECK(store.num_free_cells(2) == 0);
+  store.Free(*whole);
+  CHECK(store.num_free() == 10);
+  // Churn: many rounds of uneven use leave nothing behind.
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> held(3);
+  for (int round = 0; round < 300; ++round) {
+    const int64_t l = static_cast<int64_t>(rng() % 3);
+    if (rng() % 2 == 0 && !held[static_cast<size_t>(l)].empty()) {
+      const size_t n = 1 + rng() % held[static_cast<size_t>(l)].size();
+      std::vector<int32_t> give(held[static_cast<size_t>(l)].end() - static_cast<int64_t>(n), held[static_cast<size_t>(l)].end());
+      held[static_cast<size_t>(l)].resize(held[static_cast<size_t>(l)].size() - n);
+      store.FreeCells(l, give);
+    } else if (auto got = store.AllocateCells(l, static_cast<int32_t>(1 + rng() % 4))) {
+      held[static_cast<size_t>(l)].insert(held[static_cast<size_t>(l)].end(), got->begin(), got->end());
+    }
+    std::vector<int32_t> mine = held[static_cast<size_t>(l)];
+    std::sort(mine.begin(), mine.end());
+    REQUIRE(std::adjacent_find(mine.begin(), mine.end()) == mine.end());
+  }
+  for (int64_t l = 0; l < 3; ++l) store.FreeCells(l, held[static_cast<size_t>(l)]);
+  CHECK(store.num_free() == 10);
+  CHECK(store.num_cell_slots() == 0);
+}
+
+TEST_CASE("decode side: staged blocks held per layer, remote ones on summary-only rows until they land",
+          "[kvcache][sparse]") {
   SparseConfig c = Config(/*k=*/3);
   c.remote_fetch_cap = 2;
-  c.remote_kv_gib = c.host_kv_gib * 40.0 / 60.0;  // 40 summary-only rows
+  c.remote_kv_gib = c.host_kv_gib * 40.0 / 60.0;  // 40 summary-only rows per layer
   Rig rig(c);
   SparseKvManager& m = *rig.manager;
   HostKvStore& store = m.host_store();
   REQUIRE(store.num_slots() == 60);
   REQUIRE(store.num_summary_rows() == 40);
   REQUIRE(store.kmin(0).dim(0) == 100);
-  // 400 tokens = 25 blocks x 2 heads = 50 head-blocks; 30 of them remote.
-  CHECK(m.CheckImportAdmission(400, 30) == HostAdmission::kFits);
-  CHECK(m.CheckImportAdmission(401, 30) == HostAdmission::kNever);
-  std::vector<std::vector<int32_t>> remote(2);
-  for (int32_t b = 0; b < 15; ++b) remote[0].push_back(b);      // head 0: blocks 0-14 remote
-  for (int32_t b = 5; b < 20; ++b) remote[1].push_back(b);      // head 1: blocks 5-19 remote
-  REQUIRE(m.ReserveImport(7, 400, remote).ok());
-  CHECK(m.HostSlotsHeld(7) == 20);
-  CHECK(m.host_slots_reserved() == 20);
-  CHECK(m.summary_rows_held() == 30);
-  for (int64_t h = 0; h < kHeads; ++h) {
-    for (int64_t b = 0; b < 25; ++b) {
-      const auto& r = remote[static_cast<size_t>(h)];
-      const bool is_remote = std::find(r.begin(), r.end(), b) != r.end();
-      CHECK(store.IsSlot(m.HostSlotOf(7, h, b)) == !is_remote);
+  // 400 tokens = 25 blocks; blocks 0-19 are staged (per layer), 20-24 whole slots.
+  // Local per layer: head 0 blocks 15-19, head 1 blocks 0-4 in layers 0 and 1; layer 2 also
+  // head 0 block 3. The rest (15 per head and layer) is remote.
+  std::vector<std::vector<int32_t>> local(static_cast<size_t>(kLayers * kHeads));
+  for (int64_t l = 0; l < kLayers; ++l) {
+    local[static_cast<size_t>(l * kHeads)] = {15, 16, 17, 18, 19};
+    local[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2, 3, 4};
+  }
+  local[static_cast<size_t>(2 * kHeads)].push_back(3);
+  CHECK(m.CheckImportAdmission(400, 20, &local) == HostAdmission::kFits);
+  CHECK(m.CheckImportAdmission(401, 20, &local) == HostAdmission::kNever);
+  CHECK(m.CheckImportAdmission(400, 20, nullptr) == HostAdmission::kFits);  // full: 50 slots' worth
+  REQUIRE(m.ReserveImport(7, 400, 20, &local).ok());
+  // Whole slots: 5 blocks x 2 heads = 10; cells: 10 per layer (11 in layer 2) on 11 split slots.
+  CHECK(m.HostBytesHeld(7) == static_cast<int64_t>(10 * store.bytes_per_slot() + 31 * store.bytes_per_cell()));
+  CHECK(m.host_slots_reserved() == 21);
+  CHECK(m.summary_rows_held() == 30 + 30 + 29);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      for (int64_t b = 0; b < 25; ++b) {
+        const auto& lst = local[static_cast<size_t>(l * kHeads + h)];
+        const bool is_local = b >= 20 || std::find(lst.begin(), lst.end(), b) != lst.end();
+        CHECK(store.IsSlot(m.HostSlotOf(7, l, h, b)) == is_local);
+      }
     }
   }
-  // A second request with more remote blocks than rows left: the rest take host slots.
-  CHECK(m.CheckImportAdmission(160, 20) == HostAdmission::kFits);  // 20 head-blocks: 10 rows + 10 slots
-  REQUIRE(m.ReserveImport(8, 160, {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}).ok());
-  CHECK(m.HostSlotsHeld(8) == 10);
-  CHECK(store.num_free_summary_rows() == 0);
+  CHECK(m.HostSlotOf(7, 0, 0, 22) == m.HostSlotOf(7, 2, 0, 22));  // whole slots: one id in every layer
+  // A second import whose remote blocks outnumber the rows left take cells for the rest.
+  CHECK(m.CheckImportAdmission(160, 10, &local) == HostAdmission::kFits);
+  REQUIRE(m.ReserveImport(8, 160, 10, &local).ok());  // 10 staged blocks: head 0 all remote, head 1 5 local
+  CHECK(store.num_free_summary_rows(0) == 0);         // 15 remote, 10 rows left: 5 take cells
   m.Release(8);
-  CHECK(store.num_free_summary_rows() == 10);
+  CHECK(store.num_free_summary_rows(0) == 10);
+  CHECK(m.host_slots_reserved() == 21);
 
   // Distinct summaries per (layer, head, block) in whatever row each block holds.
   auto value = [](int64_t l, int64_t h, int64_t b) { return static_cast<float>(1000 * l + 100 * h + b); };
   for (int64_t l = 0; l < kLayers; ++l) {
     for (int64_t h = 0; h < kHeads; ++h) {
       for (int64_t b = 0; b < 25; ++b) {
-        const int32_t row = m.HostSlotOf(7, h, b);
+        const int32_t row = m.HostSlotOf(7, l, h, b);
         std::fill_n(store.kmin(l).data<float>() + row * kDim, kDim, value(l, h, b));
         std::fill_n(store.kmax(l).data<float>() + row * kDim, kDim, -value(l, h, b));
       }
     }
   }
   // Import 20 staged blocks: working sets from the local blocks, the rest remote.
-  std::vector<std::vector<int32_t>> working(static_cast<size_t>(kLayers * kHeads)), local = working;
+  std::vector<std::vector<int32_t>> working(static_cast<size_t>(kLayers * kHeads));
   for (int64_t l = 0; l < kLayers; ++l) {
     working[static_cast<size_t>(l * kHeads)] = {15, 16, 17};
     working[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2};
-    local[static_cast<size_t>(l * kHeads)] = {15, 16, 17, 18, 19};
-    local[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2, 3, 4};
   }
   REQUIRE(m.ImportSparse(7, 20 * kBlockSize, working, rig.pools, &local).ok());
-  CHECK(m.RemoteBlocksLeft(7) == kLayers * 30);
+  CHECK(m.RemoteBlocksLeft(7) == 30 + 30 + 29);
   SparseDeviceState& st = m.state();
-  auto table = [&](int64_t h, int64_t b) {
-    return st.host_tables.data<int32_t>()[(0 * kHeads + h) * st.max_blocks() + b];
+  auto table = [&](int64_t l, int64_t h, int64_t b) {
+    return st.layer(l).host_tables.data<int32_t>()[(0 * kHeads + h) * st.max_blocks() + b];
   };
-  CHECK(table(0, 3) == m.HostSlotOf(7, 0, 3));
-  CHECK_FALSE(store.IsSlot(table(0, 3)));
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t b = 0; b < 25; ++b) CHECK(table(l, 1, b) == m.HostSlotOf(7, l, 1, b));
+  }
+  CHECK_FALSE(store.IsSlot(table(0, 0, 3)));
+  CHECK(store.IsSlot(table(2, 0, 3)));
 
-  // Head 0 block 3 arrives in layers 0 and 1, head 1 block 10 in layer 2: two fresh slots.
+  // Head 0 block 3 arrives in layers 0 and 1, head 1 block 10 in layer 2: a cell each.
   const std::vector<SparseKvManager::RemoteBlock> arriving = {{0, 0, 3}, {1, 0, 3}, {2, 1, 10}};
-  const int32_t old_row = m.HostSlotOf(7, 0, 3);
+  const int32_t old_row = m.HostSlotOf(7, 0, 0, 3);
+  const int64_t held = m.HostBytesHeld(7);
   const std::vector<int32_t> slots = m.LandingSlots(7, arriving);
   REQUIRE(slots.size() == 3);
-  CHECK(slots[0] == slots[1]);
-  CHECK(slots[0] != slots[2]);
-  for (int32_t s : slots) CHECK(store.IsSlot(s));
-  CHECK(m.HostSlotOf(7, 0, 3) == slots[0]);
-  CHECK(m.HostSlotOf(7, 1, 10) == slots[2]);
-  CHECK(table(0, 3) == slots[0]);  // the device's table follows
-  CHECK(table(1, 10) == slots[2]);
-  CHECK(m.HostSlotsHeld(7) == 22);
-  CHECK(m.summary_rows_held() == 28);
-  CHECK(old_row != slots[0]);
-  for (int64_t l = 0; l < kLayers; ++l) {  // the summaries moved with the block, in every layer
-    CHECK(store.kmin(l).data<float>()[slots[0] * kDim + kDim - 1] == value(l, 0, 3));
-    CHECK(store.kmax(l).data<float>()[slots[0] * kDim] == -value(l, 0, 3));
-    CHECK(store.kmin(l).data<float>()[slots[2] * kDim] == value(l, 1, 10));
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(store.IsSlot(slots[i]));
+    CHECK(m.HostSlotOf(7, arriving[i].layer, arriving[i].head, arriving[i].block) == slots[i]);
+    CHECK(table(arriving[i].layer, arriving[i].head, arriving[i].block) == slots[i]);  // the device's table follows
   }
+  CHECK(m.HostBytesHeld(7) == held + static_cast<int64_t>(3 * store.bytes_per_cell()));
+  CHECK(m.summary_rows_held() == 30 + 30 + 29 - 3);
+  CHECK(old_row != slots[0]);
+  // The summaries moved with the block, in its layer only.
+  CHECK(store.kmin(0).data<float>()[slots[0] * kDim + kDim - 1] == value(0, 0, 3));
+  CHECK(store.kmax(1).data<float>()[slots[1] * kDim] == -value(1, 0, 3));
+  CHECK(store.kmin(2).data<float>()[slots[2] * kDim] == value(2, 1, 10));
+  CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 2, 1, 11)));
   // Still remote until marked; a block still on a summary-only row cannot be marked.
-  CHECK(m.RemoteBlocksLeft(7) == kLayers * 30);
+  CHECK(m.RemoteBlocksLeft(7) == 89);
   m.MarkLocal(7, {0, 0, 3});
   m.MarkLocal(7, {0, 0, 4});  // not landed: ignored
-  CHECK(m.RemoteBlocksLeft(7) == kLayers * 30 - 1);
+  CHECK(m.RemoteBlocksLeft(7) == 88);
   CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 0);
   CHECK(st.layer(1).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 1);
   CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 4] == 1);
-  // Landing again reuses the slot.
-  CHECK(m.LandingSlots(7, {{2, 0, 3}}) == std::vector<int32_t>{slots[0]});
-  CHECK(m.HostSlotsHeld(7) == 22);
+  // Landing again reuses the cell; a whole slot lands where it is.
+  CHECK(m.LandingSlots(7, {{0, 0, 3}, {1, 0, 21}}) == std::vector<int32_t>{slots[0], m.HostSlotOf(7, 1, 0, 21)});
+  CHECK(m.HostBytesHeld(7) == held + static_cast<int64_t>(3 * store.bytes_per_cell()));
 
-  // No free host slot: the block stays on its row.
+  // No free cell or slot: the block stays on its row.
   std::optional<std::vector<int32_t>> hog = store.Allocate(store.num_free());
+  std::optional<std::vector<int32_t>> hog0 = store.AllocateCells(0, store.num_free_cells(0));
   REQUIRE(hog);
+  REQUIRE(hog0);
   CHECK(m.LandingSlots(7, {{0, 0, 5}}) == std::vector<int32_t>{-1});
-  CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 0, 5)));
+  CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 0, 0, 5)));
   CHECK(m.LandingSlots(99, {{0, 0, 5}}) == std::vector<int32_t>{-1});  // unknown request
+  store.FreeCells(0, *hog0);
   store.Free(*hog);
 
   m.Release(7);
   CHECK(m.host_slots_reserved() == 0);
   CHECK(m.summary_rows_held() == 0);
+  CHECK(store.num_cell_slots() == 0);
   CHECK(rig.alloc.num_free() == kGpuSlots);
 }

@@ -182,15 +182,22 @@ Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<Kv
                               ticket.staging_address + " serves pool " + std::to_string(reader.descriptor().pool_id) +
                               " (the prefill instance restarted)");
   }
-  const std::vector<uint32_t> slots = ExpandExtents(ticket.extents);
+  // Ordinal -> pool slot through the extents' running totals (a lease has a few extents but
+  // up to millions of slots: a drift read of a few hundred must not expand them all).
+  std::vector<uint64_t> ends;  // ordinal just past each extent
+  ends.reserve(ticket.extents.size());
+  uint64_t total = 0;
+  for (const SlotExtent& e : ticket.extents) ends.push_back(total += e.count);
   std::vector<FetchItem> fetch;
   fetch.reserve(items.size());
   for (const KvFetchItem& it : items) {
-    if (it.ordinal >= slots.size()) {
+    if (it.ordinal >= total) {
       return InvalidArgument("slot ordinal " + std::to_string(it.ordinal) + " beyond the lease's " +
-                             std::to_string(slots.size()) + " slots");
+                             std::to_string(total) + " slots");
     }
-    fetch.push_back({slots[static_cast<size_t>(it.ordinal)], it.dst});
+    const auto x = static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), it.ordinal) - ends.begin());
+    const SlotExtent& e = ticket.extents[x];
+    fetch.push_back({e.start + (it.ordinal - (ends[x] - e.count)), it.dst});
   }
   const RemoteReaderStats before = reader.stats();
   const Status st = reader.Fetch(fetch, Clock::now() + options_.fetch_timeout);

@@ -241,14 +241,20 @@ void Engine::Impl::Loop() {
       out.text = it->second->stop_checker.Flush();
       Finish(*it->second, std::move(out), FinishReasonKind::kAbort);
     }
+    const auto t_imports = EngineClock::now();
     FinishImports();
     StartImports();
+    stats.imports_seconds_total += Seconds(EngineClock::now() - t_imports);
     if (!scheduler.idle()) {
       Step();
+      const auto t_drift = EngineClock::now();
       FetchDrift();
+      stats.drift_seconds_total += Seconds(EngineClock::now() - t_drift);
     }
+    const auto t_publish = EngineClock::now();
     Publish();
     delivery.Flush();
+    stats.publish_seconds_total += Seconds(EngineClock::now() - t_publish);
   }
   AbortAll();
 }

@@ -166,6 +166,11 @@ struct EngineStats {
   double build_seconds_total = 0.0;
   double emit_seconds_total = 0.0;
   double step_seconds_total = 0.0;
+  // Outside the step (disaggregation's decode side): finishing and starting imports (landing
+  // drifted blocks included), and handing a step's remote misses to the drift worker.
+  double imports_seconds_total = 0.0;
+  double drift_seconds_total = 0.0;
+  double publish_seconds_total = 0.0;  // the loop's stats snapshot and output delivery
   // Steps whose batch held decode tokens only (no prompt chunk): their whole wall time and
   // their model part. Per such step they are the decode step the byte roofline describes,
   // without the prefill chunks that share other steps (tools/bench_long_context.py).

@@ -194,9 +194,12 @@ std::string RenderEngineMetrics(const EngineStats& st, const std::string& model_
   const std::pair<const char*, double> phases[] = {
       {"step", st.step_seconds_total},         {"schedule", st.schedule_seconds_total},
       {"build", st.build_seconds_total},       {"model", st.model_step_seconds_total},
-      {"emit", st.emit_seconds_total},         {"draft", st.draft_step_seconds_total}};
+      {"emit", st.emit_seconds_total},         {"draft", st.draft_step_seconds_total},
+      {"imports", st.imports_seconds_total},   {"drift", st.drift_seconds_total},
+      {"publish", st.publish_seconds_total}};
   s << "# HELP oasis:engine_phase_seconds_total Engine loop wall time by phase: the whole step, scheduling, "
-       "building the batch, the model step (forward + sampling), emitting, the draft head.\n"
+       "building the batch, the model step (forward + sampling), emitting, the draft head; outside the step, "
+       "imports (decode side), handing remote misses to the drift worker, the stats snapshot and output delivery.\n"
        "# TYPE oasis:engine_phase_seconds_total counter\n";
   for (const auto& [phase, secs] : phases) {
     s << "oasis:engine_phase_seconds_total{" << labels << ",phase=\"" << phase << "\"} " << Number(secs) << "\n";

@@ -421,6 +421,11 @@ void Engine::Impl::FinishImports() {
     import_buffers.erase(d.key);
   }
   if (!drifted.empty()) ApplyDrift(drifted);
+  for (FetchJob& d : done) {
+    if (d.drift && d.buffer && d.buffer.use_count() == 1 && drift_buffers.size() < 256) {
+      drift_buffers.push_back(std::move(d.buffer));
+    }
+  }
 }
 
 void Engine::Impl::FetchDrift() {
@@ -445,7 +450,13 @@ void Engine::Impl::FetchDrift() {
     job.drift = true;
     job.generation = s.import_generation;
     job.source = s.request.import;
-    job.buffer = std::make_shared<std::vector<char>>(want.size() * 2 * bb);
+    if (drift_buffers.empty()) {
+      job.buffer = std::make_shared<std::vector<char>>();
+    } else {
+      job.buffer = std::move(drift_buffers.back());
+      drift_buffers.pop_back();
+    }
+    job.buffer->resize(want.size() * 2 * bb);
     for (size_t i = 0; i < want.size(); ++i) {
       const SparseKvManager::RemoteBlock& b = want[i];
       for (uint32_t kv = 0; kv < 2; ++kv) {

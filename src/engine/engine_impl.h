@@ -152,6 +152,9 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<FetchWorker>> admission_workers;
   uint64_t next_admission_worker = 0;
   std::unique_ptr<FetchWorker> drift_worker;
+  // Landing buffers of drift reads, reused: a fresh megabyte per request and step is a fresh
+  // mapping (page faults, then an unmap's TLB shootdown across every thread).
+  std::vector<std::shared_ptr<std::vector<char>>> drift_buffers;
   uint64_t next_import_generation = 1;
   // Per fetching request: the summaries' and draft KV's landing buffers.
   struct ImportBuffers {

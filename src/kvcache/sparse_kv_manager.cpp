@@ -207,7 +207,7 @@ int64_t SparseKvManager::HostBytesHeld(uint64_t id) const {
   auto it = requests_.find(id);
   if (it == requests_.end()) return 0;
   const Request& r = it->second;
-  const int64_t whole = std::count_if(r.host_slots.begin(), r.host_slots.end(), [](int32_t s) { return s >= 0; });
+  const int64_t whole = shape_.num_kv_heads * (r.reserved_blocks - r.layer_blocks);
   return whole * static_cast<int64_t>(host_store().bytes_per_slot()) +
          r.cells_held * static_cast<int64_t>(host_store().bytes_per_cell());
 }
@@ -772,22 +772,33 @@ std::vector<int32_t> SparseKvManager::LandingSlots(const std::vector<Landing>& b
     }
     out[i] = id_ref;
   }
+  // Every layer's index lists in one upload (one host sync), then views of it per layer.
+  std::vector<int32_t> all;
+  std::vector<int64_t> at(static_cast<size_t>(ls) + 1, 0);
+  for (int64_t i = 0; i < ls; ++i) {
+    const auto li = static_cast<size_t>(i);
+    at[li] = static_cast<int64_t>(all.size());
+    for (const auto* v : {&from[li], &to[li], &table_at[li], &table_slot[li]}) all.insert(all.end(), v->begin(), v->end());
+  }
+  if (all.empty()) return out;
   Backend& be = *d.backend;
+  const Tensor idx = be.Upload(HostI32(all));
   for (int64_t i = 0; i < ls; ++i) {
     const auto li = static_cast<size_t>(i);
     if (from[li].empty()) continue;
-    const int64_t l = config_.dense_layers + i;
-    const Tensor src = be.Upload(HostI32(from[li])), dst = be.Upload(HostI32(to[li]));
+    const int64_t l = config_.dense_layers + i, n = static_cast<int64_t>(from[li].size());
+    const int64_t nt = static_cast<int64_t>(table_at[li].size());
+    const Tensor src = idx.Slice(at[li], at[li] + n), dst = idx.Slice(at[li] + n, at[li] + 2 * n);
     for (Tensor* t : {&store.kmin(l), &store.kmax(l)}) {
-      Tensor moved = be.Empty({static_cast<int64_t>(from[li].size()), t->dim(1)}, t->dtype());
+      Tensor moved = be.Empty({n, t->dim(1)}, t->dtype());
       be.GatherRows(*t, src, moved);
       be.ScatterRows(moved, dst, *t);
     }
-    if (!table_at[li].empty()) {
+    if (nt > 0) {
       Tensor& tables = d.state->layer(l).host_tables;
       Tensor flat = tables.Reshape({tables.numel(), 1});
-      be.ScatterRows(be.Upload(HostI32(table_slot[li])).Reshape({static_cast<int64_t>(table_slot[li].size()), 1}),
-                     be.Upload(HostI32(table_at[li])), flat);
+      be.ScatterRows(idx.Slice(at[li] + 2 * n + nt, at[li] + 2 * n + 2 * nt).Reshape({nt, 1}),
+                     idx.Slice(at[li] + 2 * n, at[li] + 2 * n + nt), flat);
     }
     store.FreeCells(l, from[li]);  // the rows
   }

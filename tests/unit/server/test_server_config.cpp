@@ -183,6 +183,10 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(error({"--fetch-ratio", "1.5"}).find("--fetch-ratio") != std::string::npos);
   CHECK(error({"--topk-blocks", "0"}).find("--topk-blocks") != std::string::npos);
   CHECK(error({"--host-kv-gib", "-1"}).find("--host-kv-gib") != std::string::npos);
+  CHECK(error({"--remote-kv-gib", "-2"}).find("--remote-kv-gib must be >= 0 or -1") != std::string::npos);
+  CHECK(error({"--remote-kv-gib", "-1"}) == "OK");  // as much as --host-kv-gib
+  CHECK(error({"--remote-kv-gib", "0"}) == "OK");
+  CHECK(error({"--remote-kv-gib", "12.5"}) == "OK");
   CHECK(error({"--sparse-threshold", "-5"}).find("--sparse-threshold") != std::string::npos);
   CHECK(error({"--dense-layers", "-1"}).find("--dense-layers") != std::string::npos);
   CHECK(error({"--sparse-transfers", "maybe"}).find("--sparse-transfers must be on or off") != std::string::npos);

@@ -143,14 +143,8 @@ void HostKvStore::FreeCells(int64_t layer, const std::vector<int32_t>& ids) {
 
 LayerKvPool& HostKvStore::pool(int64_t layer) { return pools_[LayerIndex(layer)]; }
 
-Tensor& HostKvStore::kmin(int64_t layer) {
-  OASIS_CHECK(layer >= first_sparse_layer_ && layer < num_layers_) << "layer " << layer << " has no summaries";
-  return kmin_[static_cast<size_t>(layer - first_sparse_layer_)];
-}
+Tensor& HostKvStore::kmin(int64_t layer) { return kmin_[LayerIndex(layer)]; }
 
-Tensor& HostKvStore::kmax(int64_t layer) {
-  OASIS_CHECK(layer >= first_sparse_layer_ && layer < num_layers_) << "layer " << layer << " has no summaries";
-  return kmax_[static_cast<size_t>(layer - first_sparse_layer_)];
-}
+Tensor& HostKvStore::kmax(int64_t layer) { return kmax_[LayerIndex(layer)]; }
 
 }  // namespace oasis

@@ -112,6 +112,7 @@ SparseKvManager::ImportNeed SparseKvManager::ImportNeedOf(int64_t max_total_toke
   const int64_t blocks = BlocksFor(max_total_tokens);
   layer_blocks = std::clamp<int64_t>(layer_blocks, 0, blocks);
   ImportNeed n;
+  n.layer_blocks = layer_blocks;
   n.whole = hkv * (blocks - layer_blocks);
   n.cells.assign(static_cast<size_t>(ls), 0);
   n.rows.assign(static_cast<size_t>(ls), 0);
@@ -140,14 +141,16 @@ SparseKvManager::ImportNeed SparseKvManager::ImportNeedOf(int64_t max_total_toke
 HostAdmission SparseKvManager::CheckImportAdmission(int64_t max_total_tokens, int64_t layer_blocks,
                                                     const std::vector<std::vector<int32_t>>* local) const {
   if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
+  return ImportAdmission(ImportNeedOf(max_total_tokens, layer_blocks, local));
+}
+
+HostAdmission SparseKvManager::ImportAdmission(const ImportNeed& n) const {
   const HostKvStore& store = host_store();
-  const ImportNeed n = ImportNeedOf(max_total_tokens, layer_blocks, local);
   // Never: more than the whole store even with every summary-only row free.
   int64_t most = 0, fresh = 0;
   for (size_t i = 0; i < n.cells.size(); ++i) {
     const int64_t l = config_.dense_layers + static_cast<int64_t>(i);
-    const int64_t remote = shape_.num_kv_heads * std::clamp<int64_t>(layer_blocks, 0, BlocksFor(max_total_tokens)) -
-                           n.num_local[i];
+    const int64_t remote = shape_.num_kv_heads * n.layer_blocks - n.num_local[i];
     most = std::max<int64_t>(most, n.num_local[i] + std::max<int64_t>(0, remote - store.num_summary_rows()));
     fresh = std::max<int64_t>(fresh, store.FreshSlotsForCells(l, static_cast<int32_t>(n.cells[i])));
   }
@@ -163,15 +166,15 @@ Status SparseKvManager::ReserveImport(uint64_t id, int64_t max_total_tokens, int
                            std::to_string(config_.max_seq_len));
   }
   OASIS_RETURN_IF_ERROR(CheckDisaggregation());
-  if (CheckImportAdmission(max_total_tokens, layer_blocks, local) != HostAdmission::kFits) {
+  const ImportNeed n = ImportNeedOf(max_total_tokens, layer_blocks, local);
+  if (ImportAdmission(n) != HostAdmission::kFits) {
     return ResourceExhausted("host KV store full: " + std::to_string(host_store().num_free()) + " of " +
                              std::to_string(host_store().num_slots()) + " head-blocks free (--host-kv-gib)");
   }
   HostKvStore& store = host_store();
   const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
   const int64_t blocks = BlocksFor(max_total_tokens);
-  layer_blocks = std::clamp<int64_t>(layer_blocks, 0, blocks);
-  const ImportNeed n = ImportNeedOf(max_total_tokens, layer_blocks, local);
+  layer_blocks = n.layer_blocks;
   auto whole = store.Allocate(static_cast<int32_t>(n.whole));
   OASIS_CHECK(whole.has_value()) << "host store: room counted";
   Request r;

@@ -224,12 +224,14 @@ class SparseKvManager {
   std::vector<int32_t> TablesRow(const Request& r, int64_t layer, int64_t max_blocks) const;
   // Per sparse layer: cells and summary-only rows an import needs; and the whole slots.
   struct ImportNeed {
+    int64_t layer_blocks = 0;  // clamped to the reservation
     int64_t whole = 0;
     std::vector<int64_t> cells, rows, num_local;
     std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]
   };
   ImportNeed ImportNeedOf(int64_t max_total_tokens, int64_t layer_blocks,
                           const std::vector<std::vector<int32_t>>* local) const;
+  HostAdmission ImportAdmission(const ImportNeed& n) const;
   // GPU slot of tail block `block` of head `head`.
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
   // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.

@@ -14,7 +14,9 @@
 #include <variant>
 
 #include "common/flags.h"
+#include "common/http_listener.h"
 #include "common/http_util.h"
+#include "common/settings.h"
 #include "router/upstream.h"
 
 namespace oasis::router {
@@ -25,18 +27,6 @@ using httplib::Request;
 using httplib::Response;
 
 constexpr auto kPoll = std::chrono::milliseconds(50);
-constexpr int kListenBacklog = 4096;
-
-// httplib 0.11 listens with a backlog of 5 (compiled into Debian's library); a burst of connects
-// then gets reset connections. listen() again on the bound socket only raises the backlog (the
-// same fix as src/server/http_server.cpp).
-class Listener : public httplib::Server {
- public:
-  bool RaiseBacklog(int backlog) {
-    const auto sock = svr_sock_.load();
-    return sock != INVALID_SOCKET && ::listen(sock, backlog) == 0;
-  }
-};
 
 std::string Dump(const OrderedJson& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
@@ -89,12 +79,7 @@ const char* RoleName(Router::Role role) { return role == Router::Role::kPrefill 
 
 // ----------------------------------------------------------------------------- settings table
 
-using Field = std::variant<std::string RouterSettings::*, int64_t RouterSettings::*, double RouterSettings::*>;
-struct Setting {
-  const char* name;
-  Field field;
-  const char* help;
-};
+using Setting = SettingField<RouterSettings>;
 
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
@@ -113,19 +98,8 @@ const std::vector<Setting>& Settings() {
   return settings;
 }
 
-std::string FlagName(std::string key) {
-  std::replace(key.begin(), key.end(), '_', '-');
-  return key;
-}
-
 Status LoadConfigFile(const std::string& path, RouterSettings* settings) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open --config " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  const nlohmann::json json =
-      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (json.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+  OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadConfigJson(path));
   return ApplyRouterConfigJson(json, path, settings);
 }
 
@@ -247,21 +221,9 @@ Status ApplyRouterConfigJson(const nlohmann::json& json, const std::string& sour
       (name == "prefill" ? settings->prefill : settings->decode) = list;
       continue;
     }
-    const Setting* setting = nullptr;
-    for (const Setting& s : Settings()) {
-      if (name == s.name) setting = &s;
-    }
+    const Setting* setting = FindSetting(Settings(), name);
     if (setting == nullptr) return InvalidArgument(source + ": unknown setting '" + key + "'");
-    if (auto* str = std::get_if<std::string RouterSettings::*>(&setting->field)) {
-      if (!value.is_string()) return InvalidArgument(where + " must be a string");
-      settings->** str = value.get<std::string>();
-    } else if (auto* i = std::get_if<int64_t RouterSettings::*>(&setting->field)) {
-      if (!value.is_number_integer()) return InvalidArgument(where + " must be an integer");
-      settings->** i = value.get<int64_t>();
-    } else if (auto* d = std::get_if<double RouterSettings::*>(&setting->field)) {
-      if (!value.is_number()) return InvalidArgument(where + " must be a number");
-      settings->** d = value.get<double>();
-    }
+    OASIS_RETURN_IF_ERROR(ApplyJsonSetting(*setting, value, where, settings));
   }
   return Status::Ok();
 }
@@ -269,18 +231,8 @@ Status ApplyRouterConfigJson(const nlohmann::json& json, const std::string& sour
 StatusOr<RouterCommandLine> ParseRouterCommandLine(int argc, char** argv) {
   RouterCommandLine out;
   // Pass 1: the config file, so that flags given on the command line override it.
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    std::string path;
-    if (arg == "--config") {
-      if (i + 1 >= argc) return InvalidArgument("--config needs a value");
-      path = argv[i + 1];
-    } else if (arg.rfind("--config=", 0) == 0) {
-      path = arg.substr(9);
-      if (path.empty()) return InvalidArgument("--config needs a value");
-    }
-    if (!path.empty()) OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.settings));
-  }
+  OASIS_ASSIGN_OR_RETURN(const std::vector<std::string> paths, ConfigPaths(argc, argv));
+  for (const std::string& path : paths) OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.settings));
   // Pass 2: flags, bound to the fields (their defaults now being the file's values).
   FlagParser flags(
       "oasis-router: the OpenAI HTTP front of disaggregated prefill/decode. Each request goes to a\n"
@@ -291,14 +243,7 @@ StatusOr<RouterCommandLine> ParseRouterCommandLine(int argc, char** argv) {
   std::string config_path;
   flags.AddString("config", &config_path, "JSON file of settings (keys: the flag names)");
   RouterSettings& s = out.settings;
-  for (const Setting& setting : Settings()) {
-    if (auto* str = std::get_if<std::string RouterSettings::*>(&setting.field))
-      flags.AddString(setting.name, &(s.**str), setting.help);
-    if (auto* i = std::get_if<int64_t RouterSettings::*>(&setting.field))
-      flags.AddInt(setting.name, &(s.**i), setting.help);
-    if (auto* d = std::get_if<double RouterSettings::*>(&setting.field))
-      flags.AddDouble(setting.name, &(s.**d), setting.help);
-  }
+  AddSettingFlags(flags, Settings(), &s);
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   out.help = flags.help_requested();
   out.usage = flags.Usage();
@@ -432,7 +377,7 @@ std::string Histogram::Render(const std::string& name, const std::string& help) 
 
 // --------------------------------------------------------------------------------------- router
 
-Router::Router(RouterOptions options) : options_(std::move(options)), server_(std::make_unique<Listener>()) {
+Router::Router(RouterOptions options) : options_(std::move(options)), server_(std::make_unique<HttpListener>()) {
   auto fill = [](Pool& pool, Role role, const std::vector<Address>& addresses) {
     for (const Address& a : addresses) {
       auto inst = std::make_unique<Instance>();
@@ -466,7 +411,7 @@ StatusOr<int> Router::Bind(const std::string& host, int port) {
   } else if (!server_->bind_to_port(host, port)) {
     return Unavailable("cannot bind HTTP " + host + ":" + std::to_string(port) + " (in use, or a bad --host)");
   }
-  if (!static_cast<Listener&>(*server_).RaiseBacklog(kListenBacklog)) {
+  if (!static_cast<HttpListener&>(*server_).RaiseBacklog()) {
     return Unavailable("cannot set the listen backlog of HTTP " + host + ":" + std::to_string(bound) + ": " +
                        std::strerror(errno));
   }

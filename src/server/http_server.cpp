@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "common/base64.h"
+#include "common/http_listener.h"
 #include "common/http_util.h"
 
 #include <httplib.h>
@@ -23,26 +24,6 @@ using httplib::Request;
 using httplib::Response;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
-
-// The listen backlog (the kernel caps it at net.core.somaxconn).
-constexpr int kListenBacklog = 4096;
-
-// httplib 0.11 listens with a backlog of CPPHTTPLIB_LISTEN_BACKLOG = 5, compiled into Debian's
-// libcpp-httplib (defining the macro here changes nothing). A burst of more connects than that
-// (a benchmark opening 16-64 connections at once) overflows the SYN queue, so the kernel
-// answers with SYN cookies while the accept queue is full; the client's connect() succeeds and
-// it writes the request, but a segment that reaches the listener first other than the one right
-// after the handshake (httplib's client writes the headers and the body separately) fails the
-// cookie check and is answered with a RST. The client sees its connection reset before any
-// response byte, and the server never sees the request. listen() on a listening socket only
-// changes its backlog, so the socket httplib bound is re-listened with a real one.
-class Listener : public httplib::Server {
- public:
-  bool RaiseBacklog(int backlog) {
-    const auto sock = svr_sock_.load();
-    return sock != INVALID_SOCKET && ::listen(sock, backlog) == 0;
-  }
-};
 
 void SendJson(Response& res, const OrderedJson& body, int status = 200) {
   res.status = status;
@@ -125,7 +106,7 @@ struct SseStream {
 
 }  // namespace
 
-HttpFrontend::HttpFrontend(Service& service) : service_(service), server_(std::make_unique<Listener>()) {
+HttpFrontend::HttpFrontend(Service& service) : service_(service), server_(std::make_unique<HttpListener>()) {
   const ServerConfig& c = service_.config();
   const size_t threads = c.http_threads > 0 ? static_cast<size_t>(c.http_threads)
                                             : static_cast<size_t>(std::max<int64_t>(64, c.max_num_seqs + 16));
@@ -148,7 +129,7 @@ StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
   } else if (!server_->bind_to_port(host, port)) {
     return Unavailable("cannot bind HTTP " + host + ":" + std::to_string(port) + " (in use, or a bad --host)");
   }
-  if (!static_cast<Listener&>(*server_).RaiseBacklog(kListenBacklog)) {
+  if (!static_cast<HttpListener&>(*server_).RaiseBacklog()) {
     return Unavailable("cannot set the listen backlog of HTTP " + host + ":" + std::to_string(bound) + ": " +
                        std::strerror(errno));
   }

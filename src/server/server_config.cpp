@@ -10,17 +10,12 @@
 #include <vector>
 
 #include "common/flags.h"
+#include "common/settings.h"
 
 namespace oasis::server {
 namespace {
 
-using Field = std::variant<std::string ServerConfig::*, int64_t ServerConfig::*, double ServerConfig::*>;
-
-struct Setting {
-  const char* name;  // flag name (with '-')
-  Field field;
-  const char* help;
-};
+using Setting = SettingField<ServerConfig>;
 
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
@@ -98,13 +93,6 @@ const std::vector<Setting>& Settings() {
       {"log-level", &ServerConfig::log_level, "trace, debug, info, warn, error or off"},
   };
   return settings;
-}
-
-std::string FlagName(std::string key) {
-  for (char& c : key) {
-    if (c == '_') c = '-';
-  }
-  return key;
 }
 
 }  // namespace
@@ -223,53 +211,24 @@ Status ApplyConfigJson(const nlohmann::json& json, const std::string& source, Se
   if (!json.is_object()) return InvalidArgument(source + ": expected a JSON object of settings");
   for (const auto& [key, value] : json.items()) {
     if (!key.empty() && key[0] == '_') continue;  // "_comment" and the like
-    const std::string name = FlagName(key);
-    const Setting* setting = nullptr;
-    for (const Setting& s : Settings()) {
-      if (name == s.name) setting = &s;
-    }
+    const Setting* setting = FindSetting(Settings(), FlagName(key));
     if (setting == nullptr) return InvalidArgument(source + ": unknown setting '" + key + "'");
-    const std::string where = source + ": '" + key + "'";
-    if (auto* str = std::get_if<std::string ServerConfig::*>(&setting->field)) {
-      if (!value.is_string()) return InvalidArgument(where + " must be a string");
-      config->**str = value.get<std::string>();
-    } else if (auto* i = std::get_if<int64_t ServerConfig::*>(&setting->field)) {
-      if (!value.is_number_integer()) return InvalidArgument(where + " must be an integer");
-      config->**i = value.get<int64_t>();
-    } else if (auto* d = std::get_if<double ServerConfig::*>(&setting->field)) {
-      if (!value.is_number()) return InvalidArgument(where + " must be a number");
-      config->**d = value.get<double>();
-    }
+    OASIS_RETURN_IF_ERROR(ApplyJsonSetting(*setting, value, source + ": '" + key + "'", config));
   }
   return Status::Ok();
 }
 
 Status LoadConfigFile(const std::string& path, ServerConfig* config) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open --config " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
-  if (json.is_discarded()) return InvalidArgument(path + ": not valid JSON");
-  OASIS_RETURN_IF_ERROR(ApplyConfigJson(json, path, config));
   // Relative model paths in a config file are relative to the current directory (like flags).
-  return Status::Ok();
+  OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadConfigJson(path));
+  return ApplyConfigJson(json, path, config);
 }
 
 StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   ParsedCommandLine out;
   // Pass 1: the config file, so that flags given on the command line override it.
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    std::string path;
-    if (arg == "--config") {
-      if (i + 1 >= argc) return InvalidArgument("--config needs a value");
-      path = argv[i + 1];
-    } else if (arg.rfind("--config=", 0) == 0) {
-      path = arg.substr(9);
-    }
-    if (!path.empty()) OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.config));
-  }
+  OASIS_ASSIGN_OR_RETURN(const std::vector<std::string> paths, ConfigPaths(argc, argv));
+  for (const std::string& path : paths) OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.config));
   // Pass 2: flags, bound to the fields (their defaults now being the file's values).
   FlagParser flags(
       "oasis-server: OpenAI-compatible HTTP (and gRPC) server for Qwen3 / Llama 3.x models.\n"
@@ -278,11 +237,7 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   flags.AddString("config", &config_path, "JSON file of settings (keys: the flag names)");
   flags.AddBool("check-config", &out.check_config, "load the model, validate the settings, print them and exit");
   ServerConfig& c = out.config;
-  for (const Setting& s : Settings()) {
-    if (auto* str = std::get_if<std::string ServerConfig::*>(&s.field)) flags.AddString(s.name, &(c.**str), s.help);
-    if (auto* i = std::get_if<int64_t ServerConfig::*>(&s.field)) flags.AddInt(s.name, &(c.**i), s.help);
-    if (auto* d = std::get_if<double ServerConfig::*>(&s.field)) flags.AddDouble(s.name, &(c.**d), s.help);
-  }
+  AddSettingFlags(flags, Settings(), &c);
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   out.help = flags.help_requested();
   out.usage = flags.Usage();

@@ -122,6 +122,19 @@ bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds limit 
   return cond();
 }
 
+// Runs `r` on the prefill engine as a handoff (it must not stop at x1 or x2): its ticket.
+HandoffTicket HandOff(Engine& prefill, EngineRequest r) {
+  r.handoff = true;
+  auto s = prefill.Submit(r);
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  Collected c = Collect(**s);
+  REQUIRE(c.reason == FinishReasonKind::kHandoff);
+  auto t = ParseHandoffTicket(c.handoff_ticket);
+  REQUIRE(t.ok());
+  return *t;
+}
+
 // Runs `reqs` through prefill (handoff) then decode (import); a request that finished on the
 // prefill side (a stop at x1 or x2) keeps the prefill side's output.
 std::vector<Collected> RunDisaggregated(Engine& prefill, Engine& decode, RemoteKvImporter& importer,
@@ -340,14 +353,7 @@ TEST_CASE("disaggregation: aborts and misuse are clear errors and release the le
   auto handoff = [&](const std::string& id) {
     EngineRequest p = r;
     p.id = id;
-    p.handoff = true;
-    auto s = prefill.Submit(p);
-    REQUIRE(s.ok());
-    Collected c = Collect(**s);
-    REQUIRE(c.reason == FinishReasonKind::kHandoff);
-    auto t = ParseHandoffTicket(c.handoff_ticket);
-    REQUIRE(t.ok());
-    return *t;
+    return HandOff(prefill, p);
   };
 
   SECTION("an import aborted on the decode side aborts its lease") {
@@ -406,17 +412,7 @@ TEST_CASE("a lease the prefill side no longer holds, or one not renewed for its 
   prefill.Start();
   std::vector<int32_t> prompt(100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(5 + (i * 31) % 400);
-  auto handoff = [&](const std::string& id) {
-    EngineRequest p = Request(id, prompt, 20);
-    p.handoff = true;
-    auto s = prefill.Submit(p);
-    REQUIRE(s.ok());
-    Collected c = Collect(**s);
-    REQUIRE(c.reason == FinishReasonKind::kHandoff);
-    auto t = ParseHandoffTicket(c.handoff_ticket);
-    REQUIRE(t.ok());
-    return *t;
-  };
+  auto handoff = [&](const std::string& id) { return HandOff(prefill, Request(id, prompt, 20)); };
   RemoteKvImporterOptions io;
   io.reader.connect_timeout = 1s;
   auto importer = RemoteKvImporter::Create(ctx, io);

@@ -1,0 +1,71 @@
+// A program's settings as one table of (flag name, member of its settings struct, help), from
+// which both the command line (FlagParser) and a --config JSON file are read, flags winning
+// over the file. oasis-server (ServerConfig) and oasis-router (RouterSettings) use it.
+// Plain functions and templates; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/flags.h"
+#include "oasis/status.h"
+
+namespace oasis {
+
+template <class Config>
+struct SettingField {
+  const char* name;  // flag name (with '-')
+  std::variant<std::string Config::*, int64_t Config::*, double Config::*> field;
+  const char* help;
+};
+
+// A JSON key as a flag name ('_' -> '-').
+std::string FlagName(std::string key);
+// Pass 1 of a command line: the --config FILE / --config=FILE paths, in order.
+StatusOr<std::vector<std::string>> ConfigPaths(int argc, char** argv);
+// A --config file's JSON (comments allowed): NotFound / InvalidArgument naming the file.
+StatusOr<nlohmann::json> ReadConfigJson(const std::string& path);
+
+// The setting named `name` in `table`, or null.
+template <class Config>
+const SettingField<Config>* FindSetting(const std::vector<SettingField<Config>>& table, const std::string& name) {
+  for (const SettingField<Config>& s : table) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+// Sets `s`'s member of `config` from a JSON value; InvalidArgument naming `where` when its type
+// does not fit.
+template <class Config>
+Status ApplyJsonSetting(const SettingField<Config>& s, const nlohmann::json& value, const std::string& where,
+                        Config* config) {
+  if (auto* str = std::get_if<std::string Config::*>(&s.field)) {
+    if (!value.is_string()) return InvalidArgument(where + " must be a string");
+    config->**str = value.get<std::string>();
+  } else if (auto* i = std::get_if<int64_t Config::*>(&s.field)) {
+    if (!value.is_number_integer()) return InvalidArgument(where + " must be an integer");
+    config->**i = value.get<int64_t>();
+  } else if (auto* d = std::get_if<double Config::*>(&s.field)) {
+    if (!value.is_number()) return InvalidArgument(where + " must be a number");
+    config->**d = value.get<double>();
+  }
+  return Status::Ok();
+}
+
+// Binds every setting of `table` to its member of `config` as a flag (pass 2: the defaults are
+// then whatever the config file set).
+template <class Config>
+void AddSettingFlags(FlagParser& flags, const std::vector<SettingField<Config>>& table, Config* config) {
+  for (const SettingField<Config>& s : table) {
+    if (auto* str = std::get_if<std::string Config::*>(&s.field)) flags.AddString(s.name, &(config->**str), s.help);
+    if (auto* i = std::get_if<int64_t Config::*>(&s.field)) flags.AddInt(s.name, &(config->**i), s.help);
+    if (auto* d = std::get_if<double Config::*>(&s.field)) flags.AddDouble(s.name, &(config->**d), s.help);
+  }
+}
+
+}  // namespace oasis

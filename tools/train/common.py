@@ -305,10 +305,11 @@ class TokenPlan:
     planned = tokens so far + measured tokens/s x (seconds left - reserve) x margin; the margin
     covers evaluations and checkpoints. Call phase_started() when the sequence length changes
     and observe(state) after every step; it returns (planned, tokens/s) when it (re)plans.
+    `cap_tokens` (non-zero) bounds the plan: --max-epochs x the training tokens.
     """
 
-    def __init__(self, auto, deadline, reserve_s, tokens_per_step, margin=0.92, fit_steps=12):
-        self.auto, self.deadline, self.reserve_s = auto, deadline, reserve_s
+    def __init__(self, auto, deadline, reserve_s, tokens_per_step, margin=0.92, fit_steps=12, cap_tokens=0):
+        self.auto, self.deadline, self.reserve_s, self.cap_tokens = auto, deadline, reserve_s, cap_tokens
         self.tokens_per_step, self.margin, self.fit_steps = tokens_per_step, margin, fit_steps
         self.hist = []
 
@@ -324,7 +325,10 @@ class TokenPlan:
         (t1, k1), (t2, k2) = self.hist[1], self.hist[-1]  # the first step may hold compile time
         tps = (k2 - k1) / max(1e-9, t2 - t1)
         seconds = max(0.0, self.deadline.remaining() - self.reserve_s) * self.margin
-        planned = (state["tokens"] + int(tps * seconds)) // self.tokens_per_step * self.tokens_per_step
+        planned = state["tokens"] + int(tps * seconds)
+        if self.cap_tokens:  # --max-epochs: a small corpus is not repeated without end
+            planned = min(planned, self.cap_tokens)
+        planned = planned // self.tokens_per_step * self.tokens_per_step
         state["total_tokens"] = max(state["tokens"] + self.tokens_per_step, planned)
         return state["total_tokens"], tps
 

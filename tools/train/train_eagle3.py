@@ -80,6 +80,10 @@ def parse_args():
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-train-mb", type=float, default=0)
+    ap.add_argument("--max-epochs", type=float, default=20,
+                    help="an auto plan trains on at most this many passes over the training tokens (0 = no cap)")
+    ap.add_argument("--no-keep-best", dest="keep_best", action="store_false",
+                    help="export the last weights even when an earlier eval had a higher greedy acceptance")
     args = ap.parse_args()
     if args.smoke:
         args.seq_len, args.tokens_per_step = 128, 1024
@@ -219,6 +223,7 @@ def main():
         return loss, (hl.argmax(-1) == want)
 
     micro = max(1, (args.micro_batch_tokens or args.tokens_per_step) // args.seq_len)
+    best = {"accept": None, "loss": None, "weights": None, "step": None}
 
     def evaluate(tag):
         T = min(args.seq_len, len(val_t) - 1)
@@ -239,6 +244,9 @@ def main():
         mean_loss, mean_acc = loss_sum / (n * (T - 1)), float(acc.mean())
         if state["best_val_accept"] is None or mean_acc > state["best_val_accept"]:
             state["best_val_accept"] = round(mean_acc, 4)
+        if args.keep_best and (best["accept"] is None or mean_acc > best["accept"]):
+            best.update(accept=mean_acc, loss=mean_loss, step=state["step"],
+                        weights={k: v.detach().clone() for k, v in head.state_dict().items()})
         log.write({"event": tag, "step": state["step"], "val_loss": round(mean_loss, 4),
                    "val_accept": round(mean_acc, 4), "val_accept_by_position": buckets},
                   f"  {tag} step {state['step']}: val loss {mean_loss:.4f}, greedy acceptance {mean_acc:.4f} "
@@ -258,7 +266,8 @@ def main():
         state["total_tokens"] = explicit
     elif auto:
         state["total_tokens"] = None  # planned after the first steps (TokenPlan)
-    plan = TokenPlan(auto, deadline, args.export_reserve_s + 5, args.tokens_per_step)
+    plan = TokenPlan(auto, deadline, args.export_reserve_s + 5, args.tokens_per_step,
+                     cap_tokens=int(args.max_epochs * len(train_t)))
 
     def steps_planned():
         return max(1, state["total_tokens"] // args.tokens_per_step) if state["total_tokens"] else 10**9
@@ -325,6 +334,15 @@ def main():
     elapsed = time.time() - t_run
     tps = tokens_run / max(1e-9, elapsed)
     val_loss, val_acc = evaluate("final_eval")
+    if args.keep_best and best["weights"] is not None and best["accept"] > val_acc:
+        head.load_state_dict(best["weights"])
+        log.write({"event": "restore_best", "step": state["step"], "best_step": best["step"],
+                   "val_accept": round(best["accept"], 4), "last_val_accept": round(val_acc, 4)},
+                  f"train_eagle3: val acceptance fell from {best['accept']:.4f} (step {best['step']}) to {val_acc:.4f}: "
+                  f"exporting the step-{best['step']} weights")
+        run["restored_best_step"] = best["step"]
+        val_loss, val_acc = best["loss"], best["accept"]
+    best["weights"] = None
     run.update({"end_step": state["step"], "tokens": tokens_run, "seconds": round(elapsed, 1), "tokens_per_s": round(tps),
                 "stop": stop_reason, "val_loss": round(val_loss, 4), "val_accept": round(val_acc, 4)})
     state["runs"].append(run)

@@ -57,7 +57,7 @@ def parse_args():
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--intermediate", type=int, default=1024)
-    ap.add_argument("--max-positions", type=int, default=8192)
+    ap.add_argument("--max-positions", type=int, default=4096)
     ap.add_argument("--rope-theta", type=float, default=1e6)
     ap.add_argument("--max-mb", type=float, default=30.0, help="refuse configs whose bf16 weights exceed this")
     # data / schedule
@@ -86,6 +86,11 @@ def parse_args():
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (compile time counts)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-train-mb", type=float, default=0, help="use only the first MB of train.txt")
+    ap.add_argument("--max-epochs", type=float, default=30,
+                    help="an auto plan trains on at most this many passes over the training tokens (0 = no cap)")
+    ap.add_argument("--no-keep-best", dest="keep_best", action="store_false",
+                    help="export the last weights even when an earlier eval had a lower val loss (the default "
+                         "restores the best-eval weights at the end: the small corpus is seen many times over)")
     args = ap.parse_args()
     if args.smoke:
         args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim = 64, 4, 4, 2, 16
@@ -330,7 +335,8 @@ def main():
         state["total_tokens"] = explicit
     elif auto:
         state["total_tokens"] = None  # planned after the first steps (TokenPlan)
-    plan = TokenPlan(auto, deadline, args.export_reserve_s + 5, args.tokens_per_step)
+    plan = TokenPlan(auto, deadline, args.export_reserve_s + 5, args.tokens_per_step,
+                     cap_tokens=int(args.max_epochs * len(train_ids)))
 
     def steps_planned():
         return max(1, state["total_tokens"] // args.tokens_per_step) if state["total_tokens"] else 10**9
@@ -362,10 +368,15 @@ def main():
     step_times, t_run, tokens_run = [], time.time(), 0
     stop_reason = "planned tokens reached"
 
+    best = {"loss": None, "weights": None, "step": None}
+
     def do_eval(tag):
         loss, buckets = evaluate(fwd, val_t, final_len, args.eval_tokens, max(1, micro_tokens // final_len), ctx)
         if state["best_val_loss"] is None or loss < state["best_val_loss"]:
             state["best_val_loss"] = round(loss, 4)
+        if args.keep_best and (best["loss"] is None or loss < best["loss"]):
+            best.update(loss=loss, step=state["step"],
+                        weights={k: v.detach().clone() for k, v in model.state_dict().items()})
         log.write({"event": tag, "step": state["step"], "tokens": state["tokens"], "val_loss": round(loss, 4),
                    "val_loss_by_position": buckets},
                   f"  {tag} step {state['step']}: val loss {loss:.4f} by position {buckets}")
@@ -436,6 +447,15 @@ def main():
     elapsed = time.time() - t_run
     tps = tokens_run / max(1e-9, elapsed)
     val_loss = do_eval("final_eval")
+    if args.keep_best and best["weights"] is not None and best["loss"] < val_loss:
+        model.load_state_dict(best["weights"])
+        log.write({"event": "restore_best", "step": state["step"], "best_step": best["step"],
+                   "val_loss": round(best["loss"], 4), "last_val_loss": round(val_loss, 4)},
+                  f"train_model: val loss rose from {best['loss']:.4f} (step {best['step']}) to {val_loss:.4f}: "
+                  f"exporting the step-{best['step']} weights (the optimizer state stays the last step's)")
+        run["restored_best_step"] = best["step"]
+        val_loss = best["loss"]
+    best["weights"] = None
     run.update({"end_step": state["step"], "tokens": tokens_run, "seconds": round(elapsed, 1),
                 "tokens_per_s": round(tps), "stop": stop_reason, "val_loss": round(val_loss, 4)})
     state["runs"].append(run)

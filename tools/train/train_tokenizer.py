@@ -35,7 +35,8 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-MAX_POSITIONS = 8192
+MAX_POSITIONS = 4096  # trained to 4,096 tokens (train_model.py --max-positions)
+CHECK_ERRORS = []  # what check_transformers found, kept in tokenizer_summary.json
 CHECK_TEXTS = [
     "In the beginning God created the heaven and the earth.",
     "Coagulate, v. t. To cause (a liquid) to change into a curdlike or semisolid state.",
@@ -120,7 +121,12 @@ def check_transformers(out_dir, tok, texts):
             print(f"train_tokenizer: transformers {transformers.__version__} AutoTokenizer ({type(hf).__name__}, "
                   f"tokenizer_class {cls}) matches on {len(texts)} texts and the chat template", flush=True)
             return cls
-    die("transformers' AutoTokenizer disagrees with the trained tokenizer:\n  " + "\n  ".join(errors))
+    # Not fatal here: the model and head phases of the same call still run, and export_check.py
+    # fails on the same load at the end, with the state of the training kept.
+    print("train_tokenizer: WARNING: transformers' AutoTokenizer disagrees with the trained tokenizer:\n  "
+          + "\n  ".join(errors), flush=True)
+    CHECK_ERRORS.extend(errors)
+    return None
 
 
 def main():
@@ -184,7 +190,8 @@ def main():
                "special_ids": dict(zip(SPECIALS, ids)), "train_documents": len(train),
                "val_bytes": val_bytes, "val_tokens": val_tokens,
                "val_bytes_per_token": round(val_bytes / max(1, val_tokens), 3),
-               "val_distinct_ids": used, "tokenizer_class": cls, "seconds": round(time.time() - t0, 1)}
+               "val_distinct_ids": used, "tokenizer_class": cls,
+               "transformers_check_errors": CHECK_ERRORS, "seconds": round(time.time() - t0, 1)}
     write_json(os.path.join(args.out, "tokenizer_summary.json"), summary)
     print(f"train_tokenizer: wrote {args.out}: {json.dumps(summary)}", flush=True)
 

@@ -13,7 +13,7 @@ ROOT=$4
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 python3 "$ROOT/tools/bench_disagg.py" --server-bin "$SERVER" --router-bin "$ROUTER" --bench-bin "$BENCH" \
-  --model-config "$ROOT/models/embedded/config.json" --tokenizer "$ROOT/models/embedded" --inputs 400 \
+  --model-config "$ROOT/tests/fixtures/tiny-default/config.json" --tokenizer "$ROOT/tests/fixtures/tiny-default" --inputs 400 \
   --output-len 16 --rates 50 --num-prompts 4 --fetch-ratios 0.25 --topk 4 --modes rpf,full --max-num-seqs 8 \
   --host-kv-gib 0.05 --prefill-host-kv-gib 0.05 --staging-pool-gib 0.05 --prefill-gpu -1 --decode-gpu -1 \
   --server-args "--backend cpu --threads 1" --run-timeout 120 --startup-timeout 120 --out-dir "$TMP/d" \

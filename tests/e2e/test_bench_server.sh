@@ -46,7 +46,7 @@ done
   { echo "FAILED: oasis-server not healthy"; cat "$TMP/server.log"; exit 1; }
 ok "oasis-server on port $PORT"
 # The embedded model's vocabulary bounds the random token ids.
-VOCAB=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$ROOT/models/embedded/config.json")
+VOCAB=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$ROOT/tests/fixtures/tiny-default/config.json")
 
 # counters: "requests prompt_tokens generation_tokens preemptions", each summed over its labels.
 counters() {

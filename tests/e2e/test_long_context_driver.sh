@@ -16,7 +16,7 @@ fail=0
 bad() { echo "FAILED: $1"; fail=1; }
 
 python3 "$ROOT/tools/bench_long_context.py" --server-bin "$SERVER" --bench-bin "$BENCH" \
-  --model-config "$ROOT/models/embedded/config.json" --tokenizer "$ROOT/models/embedded" \
+  --model-config "$ROOT/tests/fixtures/tiny-default/config.json" --tokenizer "$ROOT/tests/fixtures/tiny-default" \
   --sweep fig11 --sweep fetch --sweep topk --sweep latency --inputs 256 --output-len 16 \
   --concurrencies 1,2,max --sweep-concurrency 2 --topk 4 --topks 2,4 --fetch-ratios 0.25,1 \
   --threshold 64 --host-kv-gib 0.01 --max-num-seqs 4 --latency-prompts 2 --run-timeout 120 \

@@ -209,7 +209,7 @@ for cfg in "$ROOT"/configs/*.json; do
   model=$(py "$(cat "$cfg")" "d.get('model', '')")
   extra=()
   # (and a sparse config's host KV store shrunk to fit this machine's RAM)
-  if [[ -n $model && ! -e $model ]]; then extra=(--model "$ROOT/models/embedded" --backend cpu --max-model-len 0 --host-kv-gib 0.01); fi
+  if [[ -n $model && ! -e $model ]]; then extra=(--model "$ROOT/tests/fixtures/tiny-default" --backend cpu --max-model-len 0 --host-kv-gib 0.01); fi
   out=$("$SERVER" --config "$cfg" --check-config "${extra[@]}" 2>&1)
   if grep -q "^config ok$" <<<"$out"; then ok "config $(basename "$cfg") ${extra:+(model replaced)}"; else bad "config $cfg" "$out"; fi
 done

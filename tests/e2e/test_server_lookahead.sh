@@ -90,7 +90,7 @@ done
 # The "copy" head (docs/lookahead.md, Tests): aux layer L, fc selecting it, zero attention
 # and MLP outputs, the model's final norm and (tied) lm_head: it drafts the model's own
 # greedy prediction, "repeat the last token", which the random embedded model often does.
-python3 - "$ROOT/models/embedded" "$TMP/copy-head" <<'PY'
+python3 - "$ROOT/tests/fixtures/tiny-default" "$TMP/copy-head" <<'PY'
 import json, os, struct, sys
 src, out = sys.argv[1], sys.argv[2]
 cfg = json.load(open(os.path.join(src, "config.json")))

@@ -77,8 +77,7 @@ struct Target {
   std::unique_ptr<DecoderLM> model;
 };
 
-Target LoadTarget(const std::string& name, Backend& backend, int64_t num_layers = 0) {
-  auto dir = testing::FixturePath("models/" + name);
+Target LoadTargetDir(const std::filesystem::path& dir, Backend& backend, int64_t num_layers = 0) {
   auto config = LoadModelConfig(dir);
   REQUIRE(config.ok());
   if (num_layers > 0) config->num_hidden_layers = num_layers;  // the first layers only
@@ -87,6 +86,10 @@ Target LoadTarget(const std::string& name, Backend& backend, int64_t num_layers 
   auto model = DecoderLM::Create(*config, **weights, backend);
   REQUIRE(model.ok());
   return Target{*config, std::move(*weights), std::move(*model)};
+}
+
+Target LoadTarget(const std::string& name, Backend& backend, int64_t num_layers = 0) {
+  return LoadTargetDir(testing::FixturePath("models/" + name), backend, num_layers);
 }
 
 // Random head weights at `config`'s shapes: normal(0, stddev) matrices, norms 1 + N(0, 0.1)
@@ -720,16 +723,28 @@ TEST_CASE("d2t maps draft ids to target ids", "[eagle3]") {
 // ---------------------------------------------------------------- PyTorch reference
 
 TEST_CASE("draft logits match the PyTorch reference fixtures", "[eagle3]") {
+  struct Spec {
+    std::string name;
+    std::filesystem::path target, head, reference;
+  };
+  std::vector<Spec> specs;
   for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
-    DYNAMIC_SECTION(name) {
-      auto dir = testing::FixturePath(std::string("eagle3/") + name);
-      // Committed fixtures (tools/eagle3_reference.py on the GPU machine, docs/eagle3.md).
-      REQUIRE(std::filesystem::exists(dir / "reference.safetensors"));
+    // Committed fixtures (tools/eagle3_reference.py on the GPU machine, docs/eagle3.md).
+    const auto dir = testing::FixturePath(std::string("eagle3/") + name);
+    specs.push_back({name, testing::FixturePath(std::string("models/") + name), dir, dir / "reference.safetensors"});
+  }
+  // The trained embedded default and its trained head (tools/train/export_check.py).
+  specs.push_back({"trained embedded default", testing::SourceDir() / "models" / "embedded",
+                   testing::SourceDir() / "models" / "embedded-eagle3",
+                   testing::FixturePath("trained/eagle_reference.safetensors")});
+  for (const Spec& spec : specs) {
+    DYNAMIC_SECTION(spec.name) {
+      REQUIRE(std::filesystem::exists(spec.reference));
       CpuBackend backend(2);
-      Target t = LoadTarget(name, backend);
-      auto head = Eagle3Head::Load(dir, *t.model, backend);
+      Target t = LoadTargetDir(spec.target, backend);
+      auto head = Eagle3Head::Load(spec.head, *t.model, backend);
       REQUIRE(head.ok());
-      auto ref = SafetensorsFile::Open(dir / "reference.safetensors");
+      auto ref = SafetensorsFile::Open(spec.reference);
       REQUIRE(ref.ok());
       for (int p = 0; ref->TensorBytes("prompt" + std::to_string(p) + ".ids").ok(); ++p) {
         const std::string key = "prompt" + std::to_string(p);

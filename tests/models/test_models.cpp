@@ -1,6 +1,8 @@
 // The CPU reference models against transformers: the committed fixtures in
 // tests/fixtures/models (tools/gen_model_fixtures.py) hold bf16 weights and transformers'
-// float32 logits for the same weights. Our float32 math must match within a normalized
+// float32 logits for the same weights; so does tests/fixtures/trained for the trained
+// embedded default in models/embedded (tools/train/export_check.py, real-text prompts). Our
+// float32 math must match within a normalized
 // error of 1e-4, and greedy continuations must be identical.
 #include <catch2/catch.hpp>
 
@@ -25,15 +27,37 @@ struct Fixture {
   SafetensorsFile reference;
 };
 
-Fixture LoadFixture(const std::string& name) {
-  auto dir = testing::FixturePath("models/" + name);
+Fixture LoadFixture(const std::filesystem::path& dir, const std::filesystem::path& reference) {
   auto config = LoadModelConfig(dir);
   REQUIRE(config.ok());
   auto weights = OpenSafetensorsWeights(dir);
   REQUIRE(weights.ok());
-  auto ref = SafetensorsFile::Open(dir / "reference.safetensors");
+  auto ref = SafetensorsFile::Open(reference);
   REQUIRE(ref.ok());
   return Fixture{*config, std::move(*weights), std::move(*ref)};
+}
+
+Fixture LoadFixture(const std::string& name) {
+  auto dir = testing::FixturePath("models/" + name);
+  return LoadFixture(dir, dir / "reference.safetensors");
+}
+
+// The tiny fixtures, and the trained embedded default (models/embedded) with the reference
+// tools/train/export_check.py wrote for it (tests/fixtures/trained, real-text prompts).
+struct FixtureSpec {
+  std::string name;
+  std::filesystem::path dir, reference;
+};
+
+std::vector<FixtureSpec> AllFixtures() {
+  std::vector<FixtureSpec> specs;
+  for (const char* name : {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
+    const auto dir = testing::FixturePath(std::string("models/") + name);
+    specs.push_back({name, dir, dir / "reference.safetensors"});
+  }
+  specs.push_back({"trained embedded default", testing::SourceDir() / "models" / "embedded",
+                   testing::FixturePath("trained/model_reference.safetensors")});
+  return specs;
 }
 
 std::vector<int32_t> ToI32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
@@ -48,16 +72,15 @@ double NormalizedError(const float* a, const float* b, size_t n) {
   return std::sqrt(num / den);
 }
 
-const char* kModels[] = {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"};
 constexpr int kPrompts = 3;
 
 }  // namespace
 
 TEST_CASE("prompt logits match transformers at every position", "[models]") {
-  for (const char* name : kModels) {
+  for (const FixtureSpec& spec : AllFixtures()) {
     for (int64_t chunk : {int64_t{512}, int64_t{13}}) {  // whole prompt, and chunked prefill
-      DYNAMIC_SECTION(name << " chunk " << chunk) {
-        Fixture fx = LoadFixture(name);
+      DYNAMIC_SECTION(spec.name << " chunk " << chunk) {
+        Fixture fx = LoadFixture(spec.dir, spec.reference);
         CpuBackend backend;
         auto model = DecoderLM::Create(fx.config, *fx.weights, backend);
         REQUIRE(model.ok());
@@ -78,9 +101,9 @@ TEST_CASE("prompt logits match transformers at every position", "[models]") {
 }
 
 TEST_CASE("greedy continuations equal transformers', alone and batched", "[models]") {
-  for (const char* name : kModels) {
-    DYNAMIC_SECTION(name) {
-      Fixture fx = LoadFixture(name);
+  for (const FixtureSpec& spec : AllFixtures()) {
+    DYNAMIC_SECTION(spec.name) {
+      Fixture fx = LoadFixture(spec.dir, spec.reference);
       CpuBackend backend;
       auto model = DecoderLM::Create(fx.config, *fx.weights, backend);
       REQUIRE(model.ok());

@@ -86,7 +86,10 @@ def parse_args():
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (compile time counts)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--max-train-mb", type=float, default=0, help="use only the first MB of train.txt")
-    ap.add_argument("--max-epochs", type=float, default=30,
+    ap.add_argument("--dropout", type=float, default=0.1,
+                    help="training-only dropout on every attention and MLP output (forward hooks; the exported "
+                         "model has none): the small corpus is seen tens of times")
+    ap.add_argument("--max-epochs", type=float, default=60,
                     help="an auto plan trains on at most this many passes over the training tokens (0 = no cap)")
     ap.add_argument("--no-keep-best", dest="keep_best", action="store_false",
                     help="export the last weights even when an earlier eval had a lower val loss (the default "
@@ -153,6 +156,28 @@ def make_model(c, use_hf):
         return Qwen3ForCausalLM(config)
     from mini_qwen3 import Qwen3ForCausalLM
     return Qwen3ForCausalLM(c)
+
+
+def add_dropout(model, p):
+    """Dropout on the residual branches (each layer's attention and MLP output) while training;
+    nothing changes in eval mode or in the export."""
+    import torch.nn.functional as F
+
+    def hook(module, inputs, out):
+        if not module.training:
+            return None
+        if isinstance(out, tuple):
+            return (F.dropout(out[0], p, True),) + tuple(out[1:])
+        return F.dropout(out, p, True)
+
+    n = 0
+    for name, module in model.named_modules():
+        if name.endswith(".self_attn") or name.endswith(".mlp"):
+            module.register_forward_hook(hook)
+            n += 1
+    if n == 0:
+        die("--dropout: no .self_attn / .mlp modules found in the model")
+    return n
 
 
 def load_weights_into(model, model_dir):
@@ -249,7 +274,10 @@ def verify_export(model, out_dir, val, device):
     import torch
     from transformers import AutoModelForCausalLM
     loaded = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).to(device).eval()
-    ref = copy.deepcopy(model).to(torch.bfloat16).float().eval()
+    ref = copy.deepcopy(model).eval()
+    with torch.no_grad():  # round the parameters only: buffers such as RoPE's inv_freq stay fp32, as loaded
+        for prm in ref.parameters():
+            prm.copy_(prm.to(torch.bfloat16).float())
     x = val[:256].view(1, -1)
     with torch.no_grad():
         a, b = loaded(input_ids=x, use_cache=False).logits, ref(input_ids=x, use_cache=False).logits
@@ -307,6 +335,8 @@ def main():
         die(f"{n_params / 1e6:.2f}M parameters = {mb:.1f} MB in bf16, over --max-mb {args.max_mb}")
 
     model = make_model(c, use_hf).to(device)
+    if args.dropout > 0:
+        add_dropout(model, args.dropout)
     actual = sum(p.numel() for p in model.parameters())
     if actual != n_params:
         die(f"parameter count {actual} != the formula's {n_params} (config not what was intended?)")

@@ -154,7 +154,8 @@ def main():
     if tok.get_vocab_size() != args.vocab_size:
         die(f"vocabulary has {tok.get_vocab_size()} ids, expected {args.vocab_size} "
             f"(BPE part {bpe_size}: the corpus slice may be too small for this many merges)")
-    ids = [tok.token_to_id(s) for s in SPECIALS]
+    special = [tok.token_to_id(s) for s in SPECIALS]
+    ids = special
     if ids != list(range(args.vocab_size - len(SPECIALS), args.vocab_size)):
         die(f"special token ids {ids}, expected the last {len(SPECIALS)} ids")
 
@@ -187,7 +188,7 @@ def main():
                 case["decoded"] = decoded
             f.write(json.dumps(case, ensure_ascii=False) + "\n")
     summary = {"tokenizers": tokenizers.__version__, "vocab_size": args.vocab_size, "bpe_size": bpe_size,
-               "special_ids": dict(zip(SPECIALS, ids)), "train_documents": len(train),
+               "special_ids": dict(zip(SPECIALS, special)), "train_documents": len(train),
                "val_bytes": val_bytes, "val_tokens": val_tokens,
                "val_bytes_per_token": round(val_bytes / max(1, val_tokens), 3),
                "val_distinct_ids": used, "tokenizer_class": cls,

@@ -437,11 +437,11 @@ TEST_CASE("a failing draft head step fails its requests, both pools come back, t
   CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
 }
 
-// Stop strings with text (the embedded model and its tokenizer, a copy head): each stop
+// Stop strings with text (the tiny random model of tests/fixtures/tiny-default and its tokenizer, a copy head): each stop
 // string is the text of one token of the plain greedy output, so the cut lands on either
 // token of two-token steps; text, tokens and stop reasons equal plain decoding's.
 TEST_CASE("stop strings cut two-token steps exactly like plain decoding", "[engine][lookahead]") {
-  const auto dir = testing::SourceDir() / "models" / "embedded";
+  const auto dir = testing::SourceDir() / "tests" / "fixtures" / "tiny-default";
   auto tok = tokenizer::Tokenizer::FromFile(dir / "tokenizer.json");
   REQUIRE(tok.ok());
   EngineRequest base = Request("base", {}, 40);

@@ -13,7 +13,7 @@ namespace {
 
 const tokenizer::Tokenizer& Tok() {
   static std::unique_ptr<tokenizer::Tokenizer> tok = [] {
-    auto t = tokenizer::Tokenizer::FromFile(oasis::testing::SourceDir() / "models/embedded/tokenizer.json");
+    auto t = tokenizer::Tokenizer::FromFile(oasis::testing::SourceDir() / "tests/fixtures/tiny-default/tokenizer.json");
     REQUIRE(t.ok());
     return std::move(t).value();
   }();

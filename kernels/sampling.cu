@@ -376,8 +376,9 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
     }
   }
   if (needed && part == 0 && threadIdx.x == 0) {
-    out[row].token = token;
-    out[row].logprob = logit(token) - log_z;
+    const int32_t chosen = p.forced >= 0 && p.forced < vocab ? p.forced : token;
+    out[row].token = chosen;
+    out[row].logprob = logit(chosen) - log_z;
   }
 }
 

@@ -22,6 +22,7 @@ struct SampleParamsDevice {
   uint64_t counter;
   int32_t num_top;    // top log-probabilities wanted, 0..kSampleMaxTop
   int32_t needed;     // 0: skip the row (outputs untouched)
+  int32_t forced = -1;  // >= 0: the row's token is this one (teacher forcing), its log-probs the model's
 };
 
 struct SampleOutputDevice {

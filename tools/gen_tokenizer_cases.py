@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Generates the tokenizer exactness cases: tests/fixtures/tokenizer/{qwen3,llama3_1}.jsonl.
+"""Generates the tokenizer exactness cases: tests/fixtures/tokenizer/{qwen3,llama3_1}.jsonl, and
+tests/fixtures/trained/trained.jsonl for the trained embedded default (--trained
+models/embedded/tokenizer.json --out-dir tests/fixtures/trained).
 
 Runs on the GPU machine (Python 3.12 + HF `tokenizers`; no network needed):
 
@@ -296,6 +298,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--qwen3", help="Qwen3 tokenizer.json")
     ap.add_argument("--llama3_1", help="Llama-3.1 tokenizer.json")
+    ap.add_argument("--trained", help="the trained embedded default's tokenizer.json (models/embedded): writes "
+                                      "trained.jsonl, for --out-dir tests/fixtures/trained")
     ap.add_argument("--out-dir", default="tests/fixtures/tokenizer")
     ap.add_argument("--dry-run", action="store_true", help="only build the texts and print statistics")
     args = ap.parse_args()
@@ -307,11 +311,12 @@ def main():
               f"{sum(flags)} with add_special_tokens")
         print("digest", hashlib.sha256("\x00".join(texts).encode("utf-8")).hexdigest())
         return
-    if not args.qwen3 or not args.llama3_1:
-        ap.error("--qwen3 and --llama3_1 are required (or --dry-run)")
+    if not (args.qwen3 or args.llama3_1 or args.trained):
+        ap.error("name at least one of --qwen3, --llama3_1, --trained (or --dry-run)")
     os.makedirs(args.out_dir, exist_ok=True)
-    write_cases("qwen3", args.qwen3, texts, flags, args.out_dir)
-    write_cases("llama3_1", args.llama3_1, texts, flags, args.out_dir)
+    for name, path in (("qwen3", args.qwen3), ("llama3_1", args.llama3_1), ("trained", args.trained)):
+        if path:
+            write_cases(name, path, texts, flags, args.out_dir)
 
 
 if __name__ == "__main__":

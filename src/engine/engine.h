@@ -52,6 +52,11 @@ struct EngineRequest {
   bool logprobs = false;            // report the chosen token's log-probability
   int num_top_logprobs = 0;         // 0..kMaxTopLogprobs
   bool detokenize = true;           // fill RequestOutput::text (needs the tokenizer)
+  // Teacher forcing, for evaluation (docs/server.md, "forced_output_ids"): the k-th generated
+  // token is forced_output[k] instead of a draw, for k < its size; its log-probability and
+  // top log-probabilities are the model's, computed through the same decode path as
+  // generated tokens (lookahead, sparse KV). Later tokens are sampled as usual.
+  std::vector<int32_t> forced_output;
   // Disaggregation (engine/kv_handoff.h, docs/disaggregation.md). handoff: a prefill
   // instance's request: after x2 its KV goes to EngineOptions::handoff_exporter and it
   // finishes with kHandoff and the ticket (unless it finished by itself first). import: a

@@ -76,10 +76,14 @@ void Engine::Impl::Step() {
     row.counter = static_cast<uint64_t>(c.seq->num_generated());
     row.num_top_logprobs = s.request.num_top_logprobs;
     row.needed = c.samples;
+    const std::vector<int32_t>& forced = s.request.forced_output;
+    const auto forced_at = [&forced](uint64_t k) { return k < forced.size() ? forced[k] : -1; };
+    row.forced_token = forced_at(row.counter);
     first_sample.push_back(rows.size());
     rows.push_back(row);
     for (int64_t j = 0; draft_logits.back() && j < d; ++j) {
       ++row.counter;  // the token after an accepted draft: plain decoding's next draw
+      row.forced_token = forced_at(row.counter);
       rows.push_back(row);
     }
   }

@@ -33,6 +33,15 @@ Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool h
     return InvalidArgument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
                            "], got " + std::to_string(r.num_top_logprobs));
   }
+  for (int32_t id : r.forced_output) {
+    if (id < 0 || id >= config.vocab_size) {
+      return InvalidArgument("forced output token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                             std::to_string(config.vocab_size) + ")");
+    }
+  }
+  if (!r.forced_output.empty() && (r.handoff || r.import != nullptr)) {
+    return InvalidArgument("forced output tokens are not supported with disaggregated prefill/decode");
+  }
   OASIS_RETURN_IF_ERROR(r.sampling.Validate());
   if (r.detokenize && !has_tokenizer)
     return InvalidArgument("detokenize needs a tokenizer; the engine has none");

@@ -49,10 +49,13 @@ int32_t Argmax(const float* logits, int64_t vocab) {
 }  // namespace
 
 SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t seed,
-                         uint64_t counter, int num_top_logprobs) {
+                         uint64_t counter, int num_top_logprobs, int32_t forced_token) {
   OASIS_CHECK_GT(vocab, 0) << "empty logits";
+  OASIS_CHECK_LT(forced_token, vocab) << "forced token";
   SampleResult result;
-  if (p.greedy()) {
+  if (forced_token >= 0) {
+    result.token = forced_token;
+  } else if (p.greedy()) {
     result.token = Argmax(logits, vocab);
   } else {
     const float max_l = logits[Argmax(logits, vocab)];

@@ -40,6 +40,9 @@ struct SampleRow {
   uint64_t counter = 0;
   int num_top_logprobs = 0;
   bool needed = true;  // false: this row's token is not used (a prompt chunk mid-prefill)
+  // Teacher forcing (EngineRequest::forced_output): >= 0 makes this the row's token instead of
+  // a draw; its log-probability and the top log-probabilities are the model's as usual.
+  int32_t forced_token = -1;
 };
 
 // Largest num_top_logprobs supported (OpenAI allows 20).
@@ -47,10 +50,10 @@ inline constexpr int kMaxTopLogprobs = 20;
 
 SampleResult SampleToken(const float* logits,  // [vocab]
                          int64_t vocab, const SamplingParams& params, uint64_t seed, uint64_t counter,
-                         int num_top_logprobs = 0);
+                         int num_top_logprobs = 0, int32_t forced_token = -1);
 
 inline SampleResult SampleToken(const float* logits, int64_t vocab, const SampleRow& row) {
-  return SampleToken(logits, vocab, row.params, row.seed, row.counter, row.num_top_logprobs);
+  return SampleToken(logits, vocab, row.params, row.seed, row.counter, row.num_top_logprobs, row.forced_token);
 }
 
 }  // namespace oasis

@@ -159,6 +159,10 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (!ids->is_array()) return r.Fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     if (!ParseTokenIds(r, *ids, "stop_token_ids", &spec->stop_token_ids)) return false;
   }
+  if (const Json* ids = r.Get("forced_output_ids")) {
+    if (!ids->is_array()) return r.Fail("forced_output_ids", "'forced_output_ids' must be a list of token ids");
+    if (!ParseTokenIds(r, *ids, "forced_output_ids", &spec->forced_output_ids)) return false;
+  }
   if (!r.Bool("ignore_eos", &spec->ignore_eos)) return false;
   if (!r.Bool("include_stop_str_in_output", &spec->include_stop_str_in_output)) return false;
   if (!r.Bool("skip_special_tokens", &spec->skip_special_tokens)) return false;

@@ -71,6 +71,9 @@ struct GenerateSpec {
   SamplingParams sampling;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
+  // Teacher forcing ("forced_output_ids", an OasisKV extension for evaluation): the first
+  // generated tokens are these ids; their log-probs are the model's (EngineRequest::forced_output).
+  std::vector<int32_t> forced_output_ids;
   bool ignore_eos = false;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;

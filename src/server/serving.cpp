@@ -254,6 +254,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
       r.sampling = spec.sampling;
       if (spec.sampling.seed) r.sampling.seed = *spec.sampling.seed + static_cast<uint64_t>(j);
       r.stop_token_ids = spec.stop_token_ids;
+      r.forced_output = spec.forced_output_ids;
       r.stop = spec.stop;
       r.include_stop_str_in_output = spec.include_stop_str_in_output;
       r.ignore_eos = spec.ignore_eos;

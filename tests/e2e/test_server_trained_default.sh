@@ -78,6 +78,37 @@ said israel upon when out there so but then also us thee your up into say let am
 hits = sum(w.lower() in common for w in words)
 assert len(words) >= 10 and hits >= 0.4 * len(words), (hits, len(words), words)
 PY
+# Teacher forcing ("forced_output_ids"): the reference's second prompt cut after 8 ids, the
+# rest forced; each forced token's log-prob is transformers' (the log-softmax of the
+# reference logits at its position), computed through decode steps.
+python3 - "$BASE" <<'PY' && ok "forced output: log-probs equal transformers' at every forced position" || bad "forced output log-probs"
+import json, math, struct, sys, urllib.request
+with open("tests/fixtures/trained/model_reference.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    data = f.read()
+def tensor(name, fmt, size):
+    a, b = header[name]["data_offsets"]
+    return list(struct.unpack(f"<{(b - a) // size}{fmt}", data[a:b]))
+ids = tensor("prompt1.ids", "q", 8)
+logits = tensor("prompt1.logits", "f", 4)
+V = len(logits) // len(ids)
+cut = 8
+body = {"prompt": ids[:cut], "forced_output_ids": ids[cut:], "max_tokens": len(ids) - cut,
+        "temperature": 0, "ignore_eos": True, "logprobs": 0}
+req = urllib.request.Request(sys.argv[1] + "/v1/completions", json.dumps(body).encode(),
+                             {"Content-Type": "application/json"})
+got = json.load(urllib.request.urlopen(req))["choices"][0]["logprobs"]["token_logprobs"]
+assert len(got) == len(ids) - cut, got
+worst = 0.0
+for k, lp in enumerate(got):
+    row = logits[(cut + k - 1) * V:(cut + k) * V]
+    m = max(row)
+    want = row[ids[cut + k]] - m - math.log(sum(math.exp(x - m) for x in row))
+    worst = max(worst, abs(lp - want))
+print(f"  {len(got)} forced tokens, largest |log-prob difference| {worst:.2e}")
+assert worst < 5e-3, worst
+PY
 chat=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "Who was Moses?"}], "max_tokens": 24, "temperature": 0}')
 python3 -c 'import json,sys; c=json.loads(sys.argv[1])["choices"][0]; assert c["message"]["role"] == "assistant" and len(c["message"]["content"].strip()) > 0, c' \
   "$chat" && ok "chat answers" || bad "chat" "$chat"

@@ -73,6 +73,8 @@ TEST_CASE("GPU sampling draws the CPU sampler's tokens", "[gpu][sampling]") {
         const Case& c = cases[static_cast<size_t>(r)];
         params[static_cast<size_t>(r)] = {c.params.temperature, c.params.top_p, c.params.min_p, c.params.top_k,
                                           seed + static_cast<uint64_t>(r), static_cast<uint64_t>(r * 7), c.num_top, 1};
+        // Teacher forcing on every fifth row: the forced id is the token, log-probs the model's.
+        if (r % 5 == 4) params[static_cast<size_t>(r)].forced = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
       }
       auto d_logits = cuda::DeviceBuffer::Allocate(logits.size() * 4).value();
       auto d_params = cuda::DeviceBuffer::Allocate(params.size() * sizeof(params[0])).value();
@@ -98,10 +100,11 @@ TEST_CASE("GPU sampling draws the CPU sampler's tokens", "[gpu][sampling]") {
         INFO("vocab " << vocab << " dist " << dist << " row " << r << " T " << c.params.temperature << " k "
                       << c.params.top_k << " p " << c.params.top_p << " min_p " << c.params.min_p);
         const SampleResult want =
-            SampleToken(logits.data() + r * vocab, vocab, c.params, p.seed, p.counter, c.num_top);
+            SampleToken(logits.data() + r * vocab, vocab, c.params, p.seed, p.counter, c.num_top, p.forced);
         const auto& got = out[static_cast<size_t>(r)];
         REQUIRE(got.token >= 0);
         REQUIRE(got.token < vocab);
+        if (p.forced >= 0) REQUIRE(got.token == p.forced);
         if (got.token != want.token) {
           // Only the float top-p mass boundary may differ from the CPU's double sums.
           REQUIRE(c.params.top_p < 1.0f);

@@ -30,7 +30,8 @@ std::vector<SampleResult> CudaSampler::Sample(const Tensor& logits, const std::v
     const SampleRow& row = rows[r];
     OASIS_CHECK_LE(row.num_top_logprobs, kernels::kSampleMaxTop) << "num_top_logprobs";
     hp[r] = kernels::SampleParamsDevice{row.params.temperature, row.params.top_p, row.params.min_p, row.params.top_k,
-                                        row.seed, row.counter, row.num_top_logprobs, row.needed ? 1 : 0};
+                                        row.seed, row.counter, row.num_top_logprobs, row.needed ? 1 : 0,
+                                        row.forced_token};
   }
   const size_t n = rows.size();
   OASIS_CUDA_CHECK(cudaMemcpyAsync(params_.data(), hp, n * sizeof(kernels::SampleParamsDevice),

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/generator.h"
 #include "test_engine_util.h"
 
 using namespace oasis;
@@ -276,6 +278,49 @@ TEST_CASE("stop token ids, min_tokens, EOS and the context limit", "[engine]") {
   Collected full = run(ctx);
   CHECK(full.reason == FinishReasonKind::kLength);
   CHECK(full.tokens.size() == 24);
+}
+
+TEST_CASE("forced output: the given tokens come out with the model's log-probs", "[engine]") {
+  TinyModel tm(256);
+  Engine engine(*tm.runner, nullptr, {});
+  engine.Start();
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9};
+  std::mt19937 rng(31);
+  std::vector<int32_t> forced(20);
+  for (int32_t& t : forced) t = static_cast<int32_t>(3 + rng() % 500);
+  EngineRequest r = Request("forced", prompt, 26);
+  r.forced_output = forced;
+  r.ignore_eos = true;
+  r.logprobs = true;
+  r.num_top_logprobs = 1;
+  r.sampling.temperature = 0.9f;  // forcing overrides any sampling
+  r.sampling.seed = 4;
+  auto s = engine.Submit(r);
+  REQUIRE(s.ok());
+  const Collected c = Drain(**s);
+  REQUIRE(c.tokens.size() == 26);
+  CHECK(std::vector<int32_t>(c.tokens.begin(), c.tokens.begin() + 20) == forced);  // then sampled freely
+  // Each forced token's log-prob: the log-softmax of the dense logits over prompt + forced.
+  Generator gen(*tm.model, tm.backend, {.num_kv_slots = 128, .max_step_tokens = 64});
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), forced.begin(), forced.end());
+  auto logits = gen.PromptLogits(all);
+  REQUIRE(logits.ok());
+  const int64_t V = tm.config.vocab_size;
+  for (size_t k = 0; k < forced.size(); ++k) {
+    const float* row = logits->data<float>() + static_cast<int64_t>(prompt.size() + k - 1) * V;
+    double z = 0;
+    const float mx = *std::max_element(row, row + V);
+    for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(row[v] - mx));
+    const double want = row[forced[k]] - mx - std::log(z);
+    INFO("forced token " << k);
+    CHECK(c.logprobs[k] == Approx(want).margin(1e-4));
+    CHECK(c.top_logprobs[k] == 1);
+  }
+  // Out-of-vocabulary forced ids are refused.
+  EngineRequest bad = Request("bad", prompt, 4);
+  bad.forced_output = {3, 512};
+  CHECK(engine.Submit(bad).status().code() == StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("Submit validates requests", "[engine]") {

@@ -25,6 +25,24 @@ TEST_CASE("greedy picks the first maximum; logprobs are the raw distribution", "
   CHECK(r.top_logprobs[2].token == 2);
 }
 
+TEST_CASE("a forced token is the row's token; log-probs stay the model's", "[sampler]") {
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  for (float temperature : {0.0f, 0.8f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = temperature > 0 ? 2 : 0;  // the forced id 4 is outside the truncated set
+    SampleRow row{p, 9, 3, 2, true, 4};
+    SampleResult r = SampleToken(kLogits.data(), 6, row);
+    CHECK(r.token == 4);
+    CHECK(r.logprob == Approx(-1.0 - std::log(z)).margin(1e-6));
+    REQUIRE(r.top_logprobs.size() == 2);
+    CHECK(r.top_logprobs[0].token == 1);
+    row.forced_token = -1;
+    CHECK(SampleToken(kLogits.data(), 6, row).token != 4);
+  }
+}
+
 TEST_CASE("seeded sampling is reproducible and respects truncation", "[sampler]") {
   SamplingParams p;
   p.temperature = 1.0f;

@@ -67,7 +67,7 @@ TEST_CASE("sampling and stop parameters are read") {
   ApiError err;
   auto s = Completion(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
     "min_p": 0.1, "seed": 42, "n": 3, "stop": ["a", "bc"], "stop_token_ids": [5], "ignore_eos": true,
-    "min_tokens": 2, "logprobs": 3, "stream": true, "stream_options": {"include_usage": true}})",
+    "min_tokens": 2, "forced_output_ids": [9, 8, 7], "logprobs": 3, "stream": true, "stream_options": {"include_usage": true}})",
                       &err);
   REQUIRE(s);
   CHECK(s->max_tokens == 7);
@@ -79,6 +79,7 @@ TEST_CASE("sampling and stop parameters are read") {
   CHECK(s->n == 3);
   CHECK(s->stop == std::vector<std::string>{"a", "bc"});
   CHECK(s->stop_token_ids == std::vector<int32_t>{5});
+  CHECK(s->forced_output_ids == std::vector<int32_t>{9, 8, 7});
   CHECK(s->ignore_eos);
   CHECK(s->min_tokens == 2);
   CHECK(s->logprobs);
@@ -97,6 +98,8 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": 5})", "prompt");
   ExpectBad(R"({"prompt": []})", "prompt");
   ExpectBad(R"({"prompt": ""})", "prompt");
+  ExpectBad(R"({"prompt": "x", "forced_output_ids": "ab"})", "forced_output_ids");
+  ExpectBad(R"({"prompt": "x", "forced_output_ids": [1, -2]})", "forced_output_ids");
   ExpectBad(R"({"prompt": [1, -2]})", "prompt");
   ExpectBad(R"({"prompt": [1, "a"]})", "prompt");
   ExpectBad(R"({"prompt": "x", "max_tokens": -1})", "max_tokens");

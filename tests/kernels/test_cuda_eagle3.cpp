@@ -23,11 +23,24 @@ TEST_CASE("CUDA EAGLE-3 head with the target's capture matches the PyTorch refer
   auto backend = CudaBackend::Create();
   REQUIRE(backend.ok());
   CudaBackend& B = **backend;
+  struct Spec {
+    std::string name;
+    std::filesystem::path head_dir, target_dir, reference;
+  };
+  std::vector<Spec> specs;
   for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
+    const auto head_dir = testing::FixturePath(std::string("eagle3/") + name);
+    specs.push_back({name, head_dir, testing::FixturePath(std::string("models/") + name), head_dir / "reference.safetensors"});
+  }
+  // The trained embedded default and its trained head (tools/train/export_check.py).
+  specs.push_back({"trained embedded default", testing::SourceDir() / "models" / "embedded-eagle3",
+                   testing::SourceDir() / "models" / "embedded", testing::FixturePath("trained/eagle_reference.safetensors")});
+  for (const Spec& spec : specs) {
+    const std::string& name = spec.name;
     DYNAMIC_SECTION(name) {
-      auto head_dir = testing::FixturePath(std::string("eagle3/") + name);
-      auto target_dir = testing::FixturePath(std::string("models/") + name);
-      REQUIRE(std::filesystem::exists(head_dir / "reference.safetensors"));
+      const auto& head_dir = spec.head_dir;
+      const auto& target_dir = spec.target_dir;
+      REQUIRE(std::filesystem::exists(spec.reference));
       auto config = LoadModelConfig(target_dir);
       REQUIRE(config.ok());
       auto weights = OpenSafetensorsWeights(target_dir);
@@ -36,7 +49,7 @@ TEST_CASE("CUDA EAGLE-3 head with the target's capture matches the PyTorch refer
       REQUIRE(target.ok());
       auto head = Eagle3Head::Load(head_dir, **target, B);
       REQUIRE(head.ok());
-      auto ref = SafetensorsFile::Open(head_dir / "reference.safetensors");
+      auto ref = SafetensorsFile::Open(spec.reference);
       REQUIRE(ref.ok());
       int prompts = 0;
       for (int p = 0; ref->TensorBytes("prompt" + std::to_string(p) + ".ids").ok(); ++p, ++prompts) {
@@ -75,7 +88,7 @@ TEST_CASE("CUDA EAGLE-3 head with the target's capture matches the PyTorch refer
         }
         const double err = std::sqrt(num / std::max(den, 1e-30));
         INFO(name << " " << key << " normalized error " << err);
-        std::printf("%s %s: normalized error %.3g\n", name, key.c_str(), err);
+        std::printf("%s %s: normalized error %.3g\n", name.c_str(), key.c_str(), err);
         CHECK(err < 2e-2);  // bf16 activations and weights against the float32 reference
         std::vector<int32_t> got = (*head)->GreedyTargetTokens(logits);
         REQUIRE(got.size() == tokens.size());

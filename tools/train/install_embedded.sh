@@ -39,8 +39,34 @@ install_files() {  # DEST SRC_DIR FILE...
 install_files "$ROOT/models/embedded" "$S/model" config.json generation_config.json model.safetensors \
   tokenizer.json tokenizer_config.json
 install_files "$ROOT/models/embedded-eagle3" "$S/eagle" config.json model.safetensors
-install_files "$ROOT/tests/fixtures/trained" "$S/reference" model_reference.safetensors \
-  eagle_reference.safetensors manifest.json samples.txt
-install -m 644 "$S/tokenizer/tokenizer_cases.jsonl" "$S/tokenizer/tokenizer_summary.json" "$ROOT/tests/fixtures/trained/"
+F="$ROOT/tests/fixtures/trained"  # kept: trained.jsonl (tools/gen_tokenizer_cases.py --trained)
+mkdir -p "$F"
+install -m 644 "$S/reference/eagle_reference.safetensors" "$S/reference/manifest.json" "$S/reference/samples.txt" \
+  "$S/tokenizer/tokenizer_cases.jsonl" "$S/tokenizer/tokenizer_summary.json" "$F/"
+# model_reference without the per-step greedy logits (no test reads them for this model; the
+# device calls' working tree is limited to 64 MiB): the same tensors and bytes otherwise.
+python3 - "$S/reference/model_reference.safetensors" "$F/model_reference.safetensors" <<'PY'
+import json, struct, sys
+src, dst = sys.argv[1:]
+with open(src, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    data = f.read()
+out, blobs, off = {}, [], 0
+for name, t in header.items():
+    if name == "__metadata__":
+        out[name] = dict(t, trimmed="greedy_logits dropped by tools/train/install_embedded.sh")
+        continue
+    if name.endswith(".greedy_logits"):
+        continue
+    a, b = t["data_offsets"]
+    out[name] = dict(t, data_offsets=[off, off + b - a])
+    blobs.append(data[a:b])
+    off += b - a
+head = json.dumps(out, separators=(",", ":")).encode()
+head += b" " * (-len(head) % 8)
+with open(dst, "wb") as f:
+    f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+PY
 install_files "$ROOT/docs/data/trained_model" "$S" model_log.jsonl eagle_log.jsonl
 du -sh "$ROOT/models/embedded" "$ROOT/models/embedded-eagle3" "$ROOT/tests/fixtures/trained" "$ROOT/docs/data/trained_model"

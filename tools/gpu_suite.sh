@@ -54,7 +54,9 @@ if [[ ${1:-} == --bundle ]]; then
   # UCX loads its transports as plugins (ldd does not see them): UCX_MODULE_DIR points there.
   mkdir -p .bundle/lib/ucx && cp /usr/lib/x86_64-linux-gnu/ucx/*.so.0 .bundle/lib/ucx/
   # The kernels' fat binaries make .bundle large: carry it compressed (.bundle-pack, ignored).
-  mkdir -p .bundle-pack && tar cf - .bundle | xz -6 -T2 > .bundle-pack/bundle.tar.xz
+  # Every binary holds the same kernels: a 256 MiB dictionary finds them across binaries
+  # (~14 MB instead of ~54 MB with the default 8 MiB one).
+  mkdir -p .bundle-pack && tar cf - .bundle | xz -T1 --lzma2=preset=6,dict=256MiB > .bundle-pack/bundle.tar.xz
   # The test tokenizers too (unpacked they would push the carry past its 64 MiB).
   [[ -d .cache/test-data ]] && tar cf - .cache/test-data | xz -6 -T2 > .bundle-pack/tok.tar.xz
   du -sh .bundle-pack/*

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <tuple>
 
 namespace oasis::server {
 namespace {
@@ -61,6 +62,19 @@ void RenderSparseMetrics(std::ostringstream& s, const EngineStats& st, const std
     if (st.sparse_agree_total[l] == 0) continue;  // dense layers, or nothing sampled yet
     s << "oasis:sparse_topk_agreement_by_layer{" << labels << ",layer=\"" << l << "\"} "
       << Number(st.sparse_topk_agreement(l)) << "\n";
+  }
+  // The sampled counts behind the gauges, as counters: a client takes deltas around its
+  // requests (tools/eval_trained_model.py measures agreement per context length this way).
+  for (const auto& [name, help, v] :
+       {std::tuple{"oasis:sparse_topk_agreement_overlap_total", "Sampled |predicted top-K & real top-K|, per layer.",
+                   &st.sparse_agree_overlap},
+        std::tuple{"oasis:sparse_topk_agreement_sampled_total", "Sampled |real top-K|, per layer.",
+                   &st.sparse_agree_total}}) {
+    s << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n";
+    for (size_t l = 0; l < v->size(); ++l) {
+      if (st.sparse_agree_total[l] == 0) continue;
+      s << name << "{" << labels << ",layer=\"" << l << "\"} " << (*v)[l] << "\n";
+    }
   }
 }
 

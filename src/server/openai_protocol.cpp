@@ -164,6 +164,7 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (!ParseTokenIds(r, *ids, "forced_output_ids", &spec->forced_output_ids)) return false;
   }
   if (!r.Bool("ignore_eos", &spec->ignore_eos)) return false;
+  if (!r.Bool("return_tokens_as_token_ids", &spec->return_tokens_as_token_ids)) return false;
   if (!r.Bool("include_stop_str_in_output", &spec->include_stop_str_in_output)) return false;
   if (!r.Bool("skip_special_tokens", &spec->skip_special_tokens)) return false;
   if (!r.Int("min_tokens", 0, kInt64Max, &spec->min_tokens)) return false;

@@ -78,7 +78,8 @@ struct GenerateSpec {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool logprobs = false;
-  int top_logprobs = 0;                   // alternatives per position (0..20)
+  int top_logprobs = 0;
+  bool return_tokens_as_token_ids = false;  // vLLM's: logprobs name tokens "token_id:<id>"                   // alternatives per position (0..20)
   // Disaggregation: the base64 handoff ticket oasis-router adds for a decode instance
   // ("oasis_ticket"; docs/disaggregation.md).
   std::string oasis_ticket;

@@ -57,6 +57,10 @@ std::string ResponseBuilder::TokenString(int32_t id) const {
   return tok_->Decode(one, tokenizer::SkipSpecialTokens::kNo);
 }
 
+std::string ResponseBuilder::TokenLabel(int32_t id) const {
+  return spec_.return_tokens_as_token_ids ? "token_id:" + std::to_string(id) : TokenString(id);
+}
+
 OrderedJson ResponseBuilder::TokenBytes(int32_t id) const {
   OrderedJson bytes = OrderedJson::array();
   if (tok_ == nullptr) return bytes;
@@ -72,10 +76,10 @@ OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens,
       OrderedJson top = OrderedJson::array();
       for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs; ++k) {
         const TokenLogprob& alt = t.top_logprobs[k];
-        top.push_back({{"token", TokenString(alt.token)}, {"logprob", JsonLogprob(alt.logprob)},
+        top.push_back({{"token", TokenLabel(alt.token)}, {"logprob", JsonLogprob(alt.logprob)},
                        {"bytes", TokenBytes(alt.token)}});
       }
-      content.push_back({{"token", TokenString(t.token)}, {"logprob", JsonLogprob(t.logprob)},
+      content.push_back({{"token", TokenLabel(t.token)}, {"logprob", JsonLogprob(t.logprob)},
                          {"bytes", TokenBytes(t.token)}, {"top_logprobs", top}});
     }
     return {{"content", content}};
@@ -83,14 +87,14 @@ OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens,
   OrderedJson text_offsets = OrderedJson::array(), token_logprobs = OrderedJson::array(),
               strings = OrderedJson::array(), top_logprobs = OrderedJson::array();
   for (const GeneratedToken& t : tokens) {
-    const std::string s = TokenString(t.token);
+    const std::string s = TokenLabel(t.token);
     strings.push_back(s);
     token_logprobs.push_back(JsonLogprob(t.logprob));
     text_offsets.push_back(*text_offset);
-    *text_offset += s.size();
+    *text_offset += spec_.return_tokens_as_token_ids ? TokenString(t.token).size() : s.size();
     OrderedJson top = OrderedJson::object();
     for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs; ++k) {
-      top[TokenString(t.top_logprobs[k].token)] = JsonLogprob(t.top_logprobs[k].logprob);
+      top[TokenLabel(t.top_logprobs[k].token)] = JsonLogprob(t.top_logprobs[k].logprob);
     }
     if (spec_.top_logprobs > 0) top[s] = JsonLogprob(t.logprob);  // the sampled token too (as vLLM)
     top_logprobs.push_back(spec_.top_logprobs > 0 ? top : OrderedJson(nullptr));

@@ -79,6 +79,8 @@ class ResponseBuilder {
   OrderedJson StopReason(const ChoiceState& s) const;
   OrderedJson Envelope(const char* object) const;
   std::string TokenString(int32_t id) const;
+  // The token's name in logprobs: its text, or "token_id:<id>" (return_tokens_as_token_ids).
+  std::string TokenLabel(int32_t id) const;
   OrderedJson TokenBytes(int32_t id) const;
 
   const GenerateSpec& spec_;

@@ -119,6 +119,10 @@ TEST_CASE("sparse KV metrics in Prometheus text") {
   CHECK(text.find("oasis:sparse_topk_agreement" + l + " 0.5\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_topk_agreement_by_layer{model_name=\"m\",layer=\"1\"} 0.75\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_topk_agreement_by_layer{model_name=\"m\",layer=\"2\"} 0.25\n") != std::string::npos);
+  CHECK(text.find("# TYPE oasis:sparse_topk_agreement_overlap_total counter\n"
+                  "oasis:sparse_topk_agreement_overlap_total{model_name=\"m\",layer=\"1\"} 3\n"
+                  "oasis:sparse_topk_agreement_overlap_total{model_name=\"m\",layer=\"2\"} 1\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_topk_agreement_sampled_total{model_name=\"m\",layer=\"2\"} 4\n") != std::string::npos);
   CHECK(text.find("layer=\"0\"") == std::string::npos);
   CHECK(text.find("oasis:engine_decode_steps_total" + l + " 7\n") != std::string::npos);
   CHECK(text.find("oasis:engine_decode_step_seconds_total" + l + " 0.25\n") != std::string::npos);

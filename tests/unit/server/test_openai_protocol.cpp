@@ -67,7 +67,7 @@ TEST_CASE("sampling and stop parameters are read") {
   ApiError err;
   auto s = Completion(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
     "min_p": 0.1, "seed": 42, "n": 3, "stop": ["a", "bc"], "stop_token_ids": [5], "ignore_eos": true,
-    "min_tokens": 2, "forced_output_ids": [9, 8, 7], "logprobs": 3, "stream": true, "stream_options": {"include_usage": true}})",
+    "min_tokens": 2, "forced_output_ids": [9, 8, 7], "return_tokens_as_token_ids": true, "logprobs": 3, "stream": true, "stream_options": {"include_usage": true}})",
                       &err);
   REQUIRE(s);
   CHECK(s->max_tokens == 7);
@@ -80,6 +80,7 @@ TEST_CASE("sampling and stop parameters are read") {
   CHECK(s->stop == std::vector<std::string>{"a", "bc"});
   CHECK(s->stop_token_ids == std::vector<int32_t>{5});
   CHECK(s->forced_output_ids == std::vector<int32_t>{9, 8, 7});
+  CHECK(s->return_tokens_as_token_ids);
   CHECK(s->ignore_eos);
   CHECK(s->min_tokens == 2);
   CHECK(s->logprobs);

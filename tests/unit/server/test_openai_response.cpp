@@ -1,5 +1,5 @@
-// Response JSON: completions, chat, SSE chunks, usage, logprobs, stop reasons — with the
-// embedded model's real tokenizer for token strings and bytes.
+// Response JSON: completions, chat, SSE chunks, usage, logprobs, stop reasons — with the tiny
+// test model's real tokenizer (tests/fixtures/tiny-default) for token strings and bytes.
 #include <catch2/catch.hpp>
 
 #include "server/openai_response.h"
@@ -84,6 +84,31 @@ TEST_CASE("completion response with logprobs, usage and echo") {
   CHECK(j["usage"]["prompt_tokens"] == 4);
   CHECK(j["usage"]["completion_tokens"] == 2);
   CHECK(j["usage"]["total_tokens"] == 6);
+}
+
+TEST_CASE("return_tokens_as_token_ids names tokens token_id:<id>; offsets stay the text's") {
+  GenerateSpec spec;
+  spec.endpoint = Endpoint::kCompletions;
+  spec.logprobs = true;
+  spec.top_logprobs = 1;
+  spec.return_tokens_as_token_ids = true;
+  ResponseBuilder b(spec, "cmpl-2", "m", 1, &Tok());
+  ChoiceState c;
+  RequestOutput o = Event({Token(72, -0.25f, {{105, -0.1f}}), Token(105, -2.0f, {{105, -2.0f}})}, "Hi", 4, 2);
+  o.finished = true;
+  o.finish_reason = FinishReasonKind::kLength;
+  c.Add(o);
+  Json j = Json::parse(DumpJson(b.Final({c}, Usage{4, 2}, {""})));
+  const Json& lp = j["choices"][0]["logprobs"];
+  CHECK(lp["tokens"] == Json::array({"token_id:72", "token_id:105"}));
+  CHECK(lp["text_offset"] == Json::array({0, 1}));
+  CHECK(lp["top_logprobs"][0]["token_id:105"] == Approx(-0.1));
+  CHECK(lp["top_logprobs"][0]["token_id:72"] == Approx(-0.25));
+  spec.endpoint = Endpoint::kChatCompletions;
+  ResponseBuilder chat(spec, "chat-2", "m", 1, &Tok());
+  Json cj = Json::parse(DumpJson(chat.Final({c}, Usage{4, 2}, {""})));
+  CHECK(cj["choices"][0]["logprobs"]["content"][1]["token"] == "token_id:105");
+  CHECK(cj["choices"][0]["logprobs"]["content"][0]["top_logprobs"][0]["token"] == "token_id:105");
 }
 
 TEST_CASE("chat response and chunks, logprobs carry bytes") {

@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""Lookahead agreement, sparse accuracy and draft acceptance of the trained embedded model
+(issue 11; docs/trained_model.md, "Measurements"). Python 3 standard library only.
+
+Starts oasis-server on the trained model (models/embedded) and its EAGLE-3 head
+(models/embedded-eagle3) in several configurations and sends it held-out text
+(tools/train/make_corpus.py's val split) teacher-forced: each window of the text is cut into a
+prompt and a forced continuation of --forced tokens ("forced_output_ids", docs/server.md), so
+every continuation token goes through the real decode path (lookahead [x_t, draft] steps,
+sparse KV and its predictor) and comes back with its log-probability and the top-1 token.
+Windows end at each of --contexts tokens (the forced tokens decode at contexts just below).
+
+Measured, per context length:
+  dense      the reference: negative log-likelihood (perplexity) of the forced tokens and the
+             top-1 token at each position; dense with --lookahead speculate: the head's
+             acceptance on the held-out text (draft = the true next token) and, generating
+             greedily from the windows' prompts, on the model's own text
+  sparse     for each predictor (draft = the lookahead query of the EAGLE-3 draft token,
+             previous-query, oracle = the step's real query) x K (--topks) x fetch ratio:
+             per-layer top-K agreement of the predicted blocks with the real query's top-K
+             (sampled every step: --sparse-agreement-interval 1, counter deltas per context),
+             perplexity, top-1 agreement with dense, mean |log-prob - dense|, hit rate and
+             blocks fetched per step.
+Writes --out-dir/eval.json (everything) and prints tables; --plot writes PNGs (matplotlib).
+
+  tools/eval_trained_model.py --bin-dir build/src/server --out-dir .cache/eval-trained \\
+      [--backend cuda] [--contexts 1024,2048,4096] [--windows 4] [--forced 128] [--plot]
+
+On the GPU machine from the bundle: --bin-dir .bundle/bin (unpacked from .bundle-pack).
+The text: --text .cache/train/corpus/val.txt.xz (default; made by tools/train/make_corpus.py).
+"""
+import argparse
+import json
+import lzma
+import math
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import bench_long_context as blc  # noqa: E402  (Server, binary_env, find_binary, unpack_bundle)
+
+PAPER = {"draft": 0.9874, "previous-query": 0.839}  # the paper's top-K agreement (published, H100)
+
+
+def post(base, path, body, timeout=600.0):
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        raise SystemExit(f"eval_trained_model: {path} answered {e.code}: {e.read()[:500]!r}")
+
+
+def read_text(path):
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return f.read()
+
+
+def layer_counts(metrics, name):
+    out = {}
+    for k, v in metrics.items():
+        if k.startswith(name + "{layer="):
+            out[int(k[len(name) + 7:-1])] = v
+    return out
+
+
+class Eval:
+    def __init__(self, a):
+        self.a = a
+        blc.unpack_bundle(a.bin_dir)
+        self.binary = blc.find_binary(a.bin_dir, "oasis-server", ("src/server",))
+        self.env = blc.binary_env(a.bin_dir)
+        self.env.pop("OASIS_EMBEDDED_MODEL", None)
+        os.makedirs(a.out_dir, exist_ok=True)
+        self.n_servers = 0
+        self.t0 = time.time()
+
+    def server(self, extra):
+        self.n_servers += 1
+        args = ["--port", "0", "--log-level", "warn", "--model", self.a.model, "--max-model-len", "4096",
+                "--max-num-seqs", "8", "--max-num-batched-tokens", "4096"]
+        if self.a.backend != "auto":
+            args += ["--backend", self.a.backend]
+        if self.a.backend == "cuda":
+            args += ["--num-kv-slots", "16384"]
+        s = blc.Server(self.binary, args + extra, self.env, os.path.join(self.a.out_dir, f"server-{self.n_servers}.log"))
+        err = s.start(300)
+        if err:
+            raise SystemExit(f"eval_trained_model: {err}\n{s.log_tail()}\n(flags: {' '.join(extra)})")
+        return s
+
+    def windows(self, base):
+        """{context: [(prompt ids, forced ids)]}: --windows windows per context, evenly spread
+        over the held-out token stream (documents joined by <|endoftext|> as in training)."""
+        text = read_text(self.a.text)
+        ids = post(base, "/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
+        out = {}
+        for ctx in self.a.contexts:
+            if ctx > len(ids):
+                raise SystemExit(f"eval_trained_model: the text has {len(ids)} tokens, fewer than a {ctx}-token window")
+            n = self.a.windows
+            step = (len(ids) - ctx) // max(1, n - 1) if n > 1 else 0
+            out[ctx] = [(ids[o:o + ctx - self.a.forced], ids[o + ctx - self.a.forced:o + ctx])
+                        for o in (i * step for i in range(n))]
+        return ids, out
+
+    def forced_run(self, base, wins):
+        """Each window's forced continuation: [(logprob, top-1 token)] per window."""
+        res = []
+        for prompt, forced in wins:
+            body = {"prompt": prompt, "forced_output_ids": forced, "max_tokens": len(forced), "temperature": 0,
+                    "ignore_eos": True, "logprobs": 1, "return_tokens_as_token_ids": True}
+            lp = post(base, "/v1/completions", body)["choices"][0]["logprobs"]
+            tops = []
+            for alt in lp["top_logprobs"]:
+                best = max(alt.items(), key=lambda kv: kv[1])[0] if alt else None
+                tops.append(best)
+            res.append(list(zip(lp["token_logprobs"], tops)))
+        return res
+
+    def run(self):
+        a, report = self.a, {"config": vars(self.a).copy(), "contexts": {}}
+        # ---- dense reference, and the stream of windows
+        s = self.server([])
+        try:
+            ids, wins = self.windows(s.base)
+            report["text_tokens"] = len(ids)
+            dense = {ctx: self.forced_run(s.base, wins[ctx]) for ctx in a.contexts}
+        finally:
+            s.stop()
+        for ctx in a.contexts:
+            nll = [-lp for w in dense[ctx] for lp, _ in w]
+            report["contexts"][str(ctx)] = {"dense": {"ppl": math.exp(sum(nll) / len(nll)), "tokens": len(nll)},
+                                            "sparse": []}
+        # ---- the head's acceptance (dense, --lookahead speculate)
+        s = self.server(["--draft-model", a.draft_model, "--lookahead", "speculate"])
+        try:
+            for ctx in a.contexts:
+                before = s.quiet_metrics()
+                self.forced_run(s.base, wins[ctx])
+                mid = s.quiet_metrics()
+                for prompt, _ in wins[ctx]:
+                    post(s.base, "/v1/completions", {"prompt": prompt, "max_tokens": a.forced, "temperature": 0,
+                                                     "ignore_eos": True})
+                after = s.quiet_metrics()
+
+                def rate(m0, m1):
+                    d = m1.get("oasis:spec_decode_num_draft_tokens_total", 0) - m0.get("oasis:spec_decode_num_draft_tokens_total", 0)
+                    acc = m1.get("oasis:spec_decode_num_accepted_tokens_total", 0) - m0.get("oasis:spec_decode_num_accepted_tokens_total", 0)
+                    return {"drafts": d, "accepted": acc, "rate": acc / d if d else None}
+                report["contexts"][str(ctx)]["acceptance"] = {"held_out_text": rate(before, mid),
+                                                              "own_greedy_text": rate(mid, after)}
+        finally:
+            s.stop()
+        # ---- sparse configurations
+        configs = [(p, k, a.fetch_ratios[0]) for p in a.predictors for k in a.topks]
+        configs += [(p, a.topks[len(a.topks) // 2], f) for f in a.fetch_ratios[1:] for p in a.predictors if p != "oracle"]
+        for predictor, k, f in configs:
+            if a.budget_s and time.time() - self.t0 > a.budget_s:
+                print(f"eval_trained_model: --budget-s reached, {predictor} K {k} fetch {f} and later not run", flush=True)
+                break
+            flags = ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--topk-blocks", str(k),
+                     "--fetch-ratio", str(f), "--sparse-predictor", predictor, "--sparse-agreement-interval", "1",
+                     "--host-kv-gib", str(a.host_kv_gib), "--draft-model", a.draft_model, "--lookahead", "reject"]
+            s = self.server(flags)
+            try:
+                for ctx in a.contexts:
+                    before = s.quiet_metrics()
+                    got = self.forced_run(s.base, wins[ctx])
+                    after = s.quiet_metrics()
+                    rec = self.compare(ctx, predictor, k, f, dense[ctx], got, before, after)
+                    report["contexts"][str(ctx)]["sparse"].append(rec)
+                    print(f"  {ctx:5d} {predictor:14s} K {k:3d} f {f:<5} agreement {fmt(rec['agreement'])} "
+                          f"ppl {rec['ppl']:.3f} (dense {report['contexts'][str(ctx)]['dense']['ppl']:.3f}) "
+                          f"top-1 {rec['top1_agreement']:.4f} hit {fmt(rec['hit_rate'])}", flush=True)
+            finally:
+                s.stop()
+        report["seconds"] = round(time.time() - self.t0, 1)
+        with open(os.path.join(a.out_dir, "eval.json"), "w") as fp:
+            json.dump(report, fp, indent=1)
+        print_tables(report)
+        if a.plot:
+            plot(report, a.out_dir)
+        return report
+
+    def compare(self, ctx, predictor, k, f, dense, got, before, after):
+        d = lambda name: after.get(name, 0) - before.get(name, 0)  # noqa: E731
+        if d("oasis:sparse_switches_total") < len(got):
+            raise SystemExit(f"eval_trained_model: only {d('oasis:sparse_switches_total'):.0f} of {len(got)} requests "
+                             f"went sparse at context {ctx} (threshold {self.a.threshold})")
+        ov = {l: v - layer_counts(before, "oasis:sparse_topk_agreement_overlap_total").get(l, 0)
+              for l, v in layer_counts(after, "oasis:sparse_topk_agreement_overlap_total").items()}
+        tot = {l: v - layer_counts(before, "oasis:sparse_topk_agreement_sampled_total").get(l, 0)
+               for l, v in layer_counts(after, "oasis:sparse_topk_agreement_sampled_total").items()}
+        by_layer = {l: ov[l] / tot[l] for l in sorted(tot) if tot[l] > 0}
+        nll = [-lp for w in got for lp, _ in w]
+        pairs = [(g, r) for gw, rw in zip(got, dense) for g, r in zip(gw, rw)]
+        hits, misses = d("oasis:sparse_hits_total"), d("oasis:sparse_misses_total")
+        steps = d("oasis:sparse_steps_total")
+        return {"predictor": predictor, "topk": k, "fetch_ratio": f, "blocks": ctx // 16,
+                "agreement": sum(ov.values()) / sum(tot.values()) if sum(tot.values()) else None,
+                "agreement_by_layer": by_layer, "ppl": math.exp(sum(nll) / len(nll)),
+                "top1_agreement": sum(g[1] == r[1] for g, r in pairs) / len(pairs),
+                "mean_abs_logprob_diff": sum(abs(g[0] - r[0]) for g, r in pairs) / len(pairs),
+                "hit_rate": hits / (hits + misses) if hits + misses else None,
+                "fetched_per_step": d("oasis:sparse_blocks_fetched_total") / steps if steps else None,
+                "sparse_steps": steps}
+
+
+def fmt(v, spec="{:.4f}"):
+    return "-" if v is None else spec.format(v)
+
+
+def print_tables(r):
+    print("\n== dense: perplexity of the forced tokens; the head's greedy acceptance")
+    print(f"{'context':>7} {'ppl':>8} {'accept (held-out)':>18} {'accept (own text)':>18}")
+    for ctx, c in r["contexts"].items():
+        acc = c.get("acceptance", {})
+        print(f"{ctx:>7} {c['dense']['ppl']:8.3f} {fmt((acc.get('held_out_text') or {}).get('rate')):>18} "
+              f"{fmt((acc.get('own_greedy_text') or {}).get('rate')):>18}")
+    print("\n== sparse: top-K agreement with the real query's top-K (per layer: first..last), accuracy vs dense")
+    print(f"{'context':>7} {'predictor':>14} {'K':>4} {'f':>5} {'agree':>7} {'by layer':>40} {'ppl':>8} "
+          f"{'ppl/dense':>9} {'top-1':>7} {'hit':>6}")
+    for ctx, c in r["contexts"].items():
+        for s in c["sparse"]:
+            layers = " ".join(f"{v:.2f}" for v in s["agreement_by_layer"].values())
+            print(f"{ctx:>7} {s['predictor']:>14} {s['topk']:4d} {s['fetch_ratio']:5} {fmt(s['agreement']):>7} "
+                  f"{layers:>40} {s['ppl']:8.3f} {s['ppl'] / c['dense']['ppl']:9.4f} {s['top1_agreement']:7.4f} "
+                  f"{fmt(s['hit_rate'], '{:.3f}'):>6}")
+    print(f"(the paper, published on H100 with Llama-3.1-8B: draft {PAPER['draft']:.2%}, previous query "
+          f"{PAPER['previous-query']:.1%})")
+
+
+def plot(r, out_dir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("eval_trained_model: matplotlib missing: no plots", flush=True)
+        return
+    ctxs = list(r["contexts"])
+    fig, axes = plt.subplots(1, len(ctxs), figsize=(4.2 * len(ctxs), 3.6), sharey=True, squeeze=False)
+    for ax, ctx in zip(axes[0], ctxs):
+        f0 = r["config"]["fetch_ratios"][0]
+        for s in r["contexts"][ctx]["sparse"]:
+            if s["fetch_ratio"] != f0 or s["predictor"] == "oracle":
+                continue
+            ys = list(s["agreement_by_layer"].values())
+            ax.plot(range(len(ys)), ys, marker="o", linestyle="-" if s["predictor"] == "draft" else "--",
+                    label=f"{s['predictor']} K={s['topk']}")
+        ax.set_title(f"context {ctx} ({int(ctx) // 16} blocks)")
+        ax.set_xlabel("layer")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("top-K agreement with the real query")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "trained_agreement_by_layer.png"), dpi=110)
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for pred in r["config"]["predictors"]:
+        for f in r["config"]["fetch_ratios"]:
+            xs, ys = [], []
+            for ctx in ctxs:
+                for s in r["contexts"][ctx]["sparse"]:
+                    if s["predictor"] == pred and s["fetch_ratio"] == f and s["topk"] == r["config"]["topks"][len(r["config"]["topks"]) // 2]:
+                        xs.append(int(ctx))
+                        ys.append(s["ppl"] / r["contexts"][ctx]["dense"]["ppl"])
+            if xs:
+                ax.plot(xs, ys, marker="o", label=f"{pred}, fetch {f}")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("context (tokens)")
+    ax.set_ylabel("perplexity, sparse / dense")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "trained_sparse_perplexity.png"), dpi=110)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin-dir", default=os.path.join(ROOT, "build/src/server"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/embedded"))
+    ap.add_argument("--draft-model", default=os.path.join(ROOT, "models/embedded-eagle3"))
+    ap.add_argument("--text", default=os.path.join(ROOT, ".cache/train/corpus/val.txt.xz"))
+    ap.add_argument("--out-dir", default=os.path.join(ROOT, ".cache/eval-trained"))
+    ap.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--contexts", default="1024,2048,4096")
+    ap.add_argument("--windows", type=int, default=4, help="windows per context")
+    ap.add_argument("--forced", type=int, default=128, help="teacher-forced tokens at the end of each window")
+    ap.add_argument("--topks", default="8,16,32")
+    ap.add_argument("--fetch-ratios", default="0.05,0.25,1", help="the first for every K, the others at the middle K")
+    ap.add_argument("--predictors", default="draft,previous-query,oracle")
+    ap.add_argument("--threshold", type=int, default=256, help="--sparse-threshold (below every window's prompt)")
+    ap.add_argument("--host-kv-gib", type=float, default=1.0)
+    ap.add_argument("--budget-s", type=float, default=0, help="stop starting sparse configurations after this")
+    ap.add_argument("--plot", action="store_true")
+    a = ap.parse_args(argv)
+    a.contexts = [int(x) for x in a.contexts.split(",")]
+    a.topks = [int(x) for x in a.topks.split(",")]
+    a.fetch_ratios = [float(x) for x in a.fetch_ratios.split(",")]
+    a.predictors = a.predictors.split(",")
+    if min(a.contexts) - a.forced <= a.threshold:
+        ap.error("every window's prompt (context - forced) must exceed --threshold, so all forced tokens decode sparse")
+    return a
+
+
+if __name__ == "__main__":
+    Eval(parse_args(sys.argv[1:])).run()

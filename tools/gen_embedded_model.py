@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Writes models/embedded/: the tiny default model oasis-server serves with no --model.
+"""Writes tests/fixtures/tiny-default/: the tiny random model the CPU end-to-end tests serve as
+oasis-server's default (through $OASIS_EMBEDDED_MODEL; tests/CMakeLists.txt). It was the
+embedded default until the trained model (models/embedded, docs/trained_model.md) replaced it.
 
 A Qwen3ForCausalLM with seeded random bf16 weights (hidden 64, 2 layers, 4 query heads,
 2 KV heads, head_dim 16, context 4096), a byte-level BPE tokenizer in HF `tokenizers`
 format (256 byte tokens + 253 merges learned on the text below + the ChatML special tokens
 <|endoftext|>, <|im_start|>, <|im_end|>: 512 ids), a ChatML chat template and a generation
-config. Random weights: the text it writes is gibberish until a trained model replaces it.
+config. Random weights: the text it writes is gibberish (the tests compare engines, not text).
 
 Standard library only (no numpy/torch), deterministic: running it again rewrites the same
-bytes.  Usage: python3 tools/gen_embedded_model.py [OUT_DIR]  (default models/embedded)
+bytes.  Usage: python3 tools/gen_embedded_model.py [OUT_DIR]  (default tests/fixtures/tiny-default)
 """
 import collections
 import json
@@ -176,7 +178,7 @@ def weights():
 
 
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "models", "embedded")
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "tiny-default")
     os.makedirs(out_dir, exist_ok=True)
     endoftext, im_start, im_end = 256 + NUM_MERGES, 256 + NUM_MERGES + 1, 256 + NUM_MERGES + 2
     config = {

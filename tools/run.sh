@@ -33,11 +33,11 @@ MODEL=$(curl -s "$BASE/v1/models" | python3 -c 'import json,sys; print(json.load
 echo "== GET $BASE/v1/models -> $MODEL"
 echo "== POST /v1/chat/completions"
 curl -s "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d "{\"model\": \"$MODEL\", \"messages\": [{\"role\": \"user\", \"content\": \"What is the capital of France?\"}], \"max_tokens\": 24, \"temperature\": 0.8, \"seed\": 1}" |
+  -d "{\"model\": \"$MODEL\", \"messages\": [{\"role\": \"user\", \"content\": \"Who was Moses?\"}], \"max_tokens\": 40, \"temperature\": 0.7, \"seed\": 1}" |
   python3 -m json.tool
 echo "== POST /v1/completions (stream: true)"
 curl -sN "$BASE/v1/completions" -H 'Content-Type: application/json' \
-  -d "{\"model\": \"$MODEL\", \"prompt\": \"Hello, world\", \"max_tokens\": 16, \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
+  -d "{\"model\": \"$MODEL\", \"prompt\": \"And the LORD said unto Moses,\", \"max_tokens\": 48, \"temperature\": 0.7, \"seed\": 3, \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
 echo
 if [[ ${OASIS_RUN_DEMO_ONLY:-0} == 1 ]]; then exit 0; fi
 echo "== serving $MODEL on $BASE (OpenAI API; Ctrl-C to stop)"

@@ -6,9 +6,15 @@
 # There:  tools/gpu_suite.sh                                     (runs from .bundle/)
 #   device run: command "tools/gpu_suite.sh", carry [".bundle-pack"] (the bundle and the test
 #   tokenizers, packed); the same bundle serves tools/gpu_server_smoke.sh
+# Parts: OASIS_GPU_TESTS="test_a test_b" runs only those tests; OASIS_BENCH=0 skips the
+# benchmarks, the tokenizer speed and the PyTorch peers; OASIS_LOAD_BENCH=0 the checkpoint
+# load; OASIS_SANITIZE=1 adds compute-sanitizer runs; OASIS_EVAL_TRAINED=1 adds the trained
+# default's measurements (tools/eval_trained_model.py; carry .cache/train/corpus too).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode test_gpu_nccl test_gpu_tp)
+ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode test_gpu_nccl test_gpu_tp)
+# shellcheck disable=SC2206
+GPU_TESTS=(${OASIS_GPU_TESTS:-${ALL_GPU_TESTS[@]}})
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
 BENCHMARKS=(
   "bench_decode_attention|"
@@ -45,7 +51,8 @@ PEERS=(
 if [[ ${1:-} == --bundle ]]; then
   exes=()
   for t in "${GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
-  for b in "${BENCHMARKS[@]}"; do
+  [[ ${OASIS_BENCH:-1} == 1 ]] || BENCHMARKS=() PEERS=()
+for b in "${BENCHMARKS[@]}"; do
     [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
   done
   exes+=(build/tests/unit/disagg/bench_disagg_fetch build/tests/unit/disagg/disagg_peer)
@@ -123,7 +130,7 @@ if [[ ${OASIS_LOAD_BENCH:-1} == 1 ]] && python3 tools/bench/make_checkpoint.py \
 fi
 
 # Tokenizer encode speed, ours vs HF tokenizers on the same text (needs .cache/test-data carried).
-if [[ -f .cache/test-data/qwen3/tokenizer.json ]]; then
+if [[ ${OASIS_BENCH:-1} == 1 && -f .cache/test-data/qwen3/tokenizer.json ]]; then
   python3 tools/bench_tokenizer.py --make-text /tmp/bench.txt --mb 8 > /dev/null
   for t in qwen3 llama3_1; do
     echo "=== tokenizer $t"
@@ -143,6 +150,18 @@ for p in "${PEERS[@]}"; do
   tail -30 /tmp/peer.out
   rows+=("$(printf '%-20s %s' "peer" "$(grep -E '^RESULT' /tmp/peer.out | tail -1 | cut -c8-)")")
 done
+# The trained embedded default (docs/trained_model.md): top-K agreement of the draft and
+# previous-query predictors, sparse vs dense perplexity, the head's acceptance.
+if [[ ${OASIS_EVAL_TRAINED:-0} == 1 ]]; then
+  echo "=== tools/eval_trained_model.py"
+  eval_out=${OUT:-/tmp}/eval-trained
+  PYTHONUNBUFFERED=1 python3 tools/eval_trained_model.py --bin-dir .bundle/bin --backend cuda --windows 8 \
+    --forced 256 --out-dir "$eval_out" --plot --budget-s "${OASIS_EVAL_BUDGET_S:-360}" > /tmp/eval.out 2>&1
+  rc=$?
+  cat /tmp/eval.out
+  rows+=("$(printf '%-20s rc %s, %s' "eval trained" "$rc" \
+            "$(grep -E '^ +4096 +(draft|previous-query) +16 +0.05 ' /tmp/eval.out | awk '{print $2 " agree " $5 " ppl/dense " $(NF-2)}' | paste -sd';')")")
+fi
 echo
 echo "---------------- GPU suite summary ----------------"
 printf '%s\n' "${rows[@]}"

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# tools/eval_trained_model.py (the trained default's measurements, docs/trained_model.md) on the
+# CPU at small sizes: it starts the real oasis-server on models/embedded and its head dense,
+# speculate and sparse (draft, previous-query, oracle predictors), sends teacher-forced windows
+# of a committed text (every forced token after the first is a sparse decode step), and must leave an eval.json whose every number is measured (sparse steps
+# ran, agreement sampled on every layer, log-probs finite); the gnuplot plots from it; a text
+# shorter than a window is a clear error.
+# Usage: test_eval_trained_driver.sh <oasis-server's directory> <repo root>
+set -uo pipefail
+BIN=$1
+ROOT=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+bad() { echo "FAILED: $1"; fail=1; }
+# Any long English text will do: the docs (the held-out corpus is not in CI).
+cat "$ROOT"/docs/engine.md "$ROOT"/docs/sparse.md > "$TMP/text.txt"
+python3 "$ROOT/tools/eval_trained_model.py" --bin-dir "$BIN" --backend cpu --text "$TMP/text.txt" \
+  --contexts 320,384 --windows 2 --forced 16 --threshold 128 --topks 4,8 --fetch-ratios 0.25,1 \
+  --out-dir "$TMP/eval" >"$TMP/eval.out" 2>&1
+rc=$?
+tail -25 "$TMP/eval.out"
+[[ $rc -eq 0 ]] || bad "driver exit $rc"
+python3 - "$TMP/eval/eval.json" <<'PY' || fail=1
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+ok = True
+def check(cond, what):
+    global ok
+    if not cond:
+        print("FAILED:", what); ok = False
+check(set(r["contexts"]) == {"320", "384"}, "both contexts measured")
+for ctx, c in r["contexts"].items():
+    check(math.isfinite(c["dense"]["ppl"]) and c["dense"]["tokens"] == 32, f"{ctx}: dense perplexity of 2 x 16 tokens")
+    acc = c["acceptance"]
+    check(acc["own_greedy_text"]["drafts"] > 0 and 0 < acc["own_greedy_text"]["rate"] <= 1, f"{ctx}: acceptance measured")
+    runs = {(s["predictor"], s["topk"], s["fetch_ratio"]) for s in c["sparse"]}
+    want = {(p, k, 0.25) for p in ("draft", "previous-query", "oracle") for k in (4, 8)}
+    want |= {(p, 8, 1.0) for p in ("draft", "previous-query")}
+    check(runs == want, f"{ctx}: configurations {sorted(runs)}")
+    for s in c["sparse"]:
+        tag = f"{ctx} {s['predictor']} K{s['topk']} f{s['fetch_ratio']}"
+        check(s["sparse_steps"] >= 30, f"{tag}: sparse steps ran ({s['sparse_steps']})")
+        check(0 <= s["top1_agreement"] <= 1 and math.isfinite(s["ppl"]), f"{tag}: accuracy numbers")
+        check(s["hit_rate"] is not None and 0 < s["hit_rate"] <= 1, f"{tag}: hit rate")
+        if s["predictor"] != "oracle":
+            check(len(s["agreement_by_layer"]) == 6 and 0 < s["agreement"] <= 1, f"{tag}: agreement on all 6 layers")
+print("ok: eval.json complete" if ok else "eval.json incomplete")
+sys.exit(0 if ok else 1)
+PY
+if command -v gnuplot >/dev/null; then
+  python3 "$ROOT/tools/plot_trained_model.py" --eval "$TMP/eval/eval.json" --out-dir "$TMP/plots" >/dev/null || bad "plot exit"
+  for png in trained_training trained_eagle_training trained_agreement trained_agreement_by_layer trained_sparse_ppl; do
+    [[ -s $TMP/plots/$png.png ]] || bad "no $png.png"
+  done
+  [[ $fail == 0 ]] && echo "ok: plots"
+else
+  echo "note: gnuplot not installed, plots not checked (apt-get install gnuplot-nox)"
+fi
+head -c 3000 "$TMP/text.txt" > "$TMP/short.txt"
+out=$(python3 "$ROOT/tools/eval_trained_model.py" --bin-dir "$BIN" --backend cpu --text "$TMP/short.txt" \
+  --contexts 2048 --forced 16 --out-dir "$TMP/short" 2>&1)
+[[ $? -ne 0 && $out == *"fewer than a 2048-token window"* ]] && echo "ok: a short text is a clear error" ||
+  bad "short text: $out"
+exit $fail

@@ -22,6 +22,7 @@ RUN cmake -S . -B build -G Ninja -DOASIS_CUDA=ON -DOASIS_BUILD_TESTS=OFF \
  && mkdir -p /out/bin /out/lib /out/share/oasiskv \
  && cp build/src/server/oasis-server build/src/router/oasis-router /out/bin/ \
  && cp -r models/embedded /out/share/oasiskv/embedded \
+ && cp -r models/embedded-eagle3 /out/share/oasiskv/embedded-eagle3 \
  && cp -r configs /out/share/oasiskv/configs \
  && ldd build/src/server/oasis-server | awk '/=> \// {print $3}' \
     | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux|libcuda|libcudart|libcublas|libcublasLt|libucp|libuct|libucs|libucm)[.-]' \

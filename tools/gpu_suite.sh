@@ -50,9 +50,8 @@ PEERS=(
 
 if [[ ${1:-} == --bundle ]]; then
   exes=()
-  for t in "${GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
-  [[ ${OASIS_BENCH:-1} == 1 ]] || BENCHMARKS=() PEERS=()
-for b in "${BENCHMARKS[@]}"; do
+  for t in "${ALL_GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
+  for b in "${BENCHMARKS[@]}"; do
     [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
   done
   exes+=(build/tests/unit/disagg/bench_disagg_fetch build/tests/unit/disagg/disagg_peer)
@@ -93,6 +92,7 @@ for t in "${GPU_TESTS[@]}"; do
   [[ $rc -eq 0 ]] && verdict=PASS || { verdict=FAIL; status=1; }
   rows+=("$(printf '%-20s %-5s %7d ms  %s' "$t" "$verdict" "$ms" "$summary")")
 done
+[[ ${OASIS_BENCH:-1} == 1 ]] || BENCHMARKS=() PEERS=()
 for b in "${BENCHMARKS[@]}"; do
   name=${b%%|*}
   args=${b#*|}

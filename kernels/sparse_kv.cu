@@ -226,6 +226,7 @@ __global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps) ScoreBlocksKernel(
 #pragma unroll
     for (int tau = 0; tau < S::kTiles; ++tau) own[tau][0] = own_next[tau][0], own[tau][1] = own_next[tau][1];
   }
+  AllowDependentLaunch();  // the top-K (a PDL launch) may be scheduled as the last wave ends
 }
 
 // ---- Top-K: one CTA per (row, KV head). The scores, as order-preserving 32-bit keys, sit in
@@ -246,6 +247,7 @@ __device__ __forceinline__ uint32_t TopKKey(float s) {
 __global__ void __launch_bounds__(kTopKThreads)
     TopKBlocksKernel(const float* scores, const int32_t* rows, const int32_t* num_blocks, int32_t* topk,
                      int num_kv_heads, int max_blocks, int k) {
+  GridDependencyWait();  // the scores (and rows) come from the kernels before (PDL launch)
   const int r = blockIdx.x / num_kv_heads;
   if (rows[r] < 0) return;
   const float* s = scores + static_cast<int64_t>(blockIdx.x) * max_blocks;
@@ -662,9 +664,9 @@ cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int
                              int num_rows, int num_kv_heads, int max_blocks, int k, cudaStream_t stream) {
   if (k < 1 || k > kTopKMax) return cudaErrorInvalidValue;
   if (num_rows == 0 || num_kv_heads == 0) return cudaSuccess;
-  TopKBlocksKernel<<<static_cast<unsigned>(num_rows * num_kv_heads), kTopKThreads, 0, stream>>>(
-      scores, rows, num_blocks, topk, num_kv_heads, max_blocks, k);
-  return cudaGetLastError();
+  // PDL: its launch and CTA start overlap the scoring kernel's tail (about 3 us of a ~50 us predict).
+  return LaunchPdl(TopKBlocksKernel, dim3(static_cast<unsigned>(num_rows * num_kv_heads)), dim3(kTopKThreads), 0,
+                   stream, scores, rows, num_blocks, topk, num_kv_heads, max_blocks, k);
 }
 
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream) {

@@ -664,7 +664,7 @@ cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int
                              int num_rows, int num_kv_heads, int max_blocks, int k, cudaStream_t stream) {
   if (k < 1 || k > kTopKMax) return cudaErrorInvalidValue;
   if (num_rows == 0 || num_kv_heads == 0) return cudaSuccess;
-  // PDL: its launch and CTA start overlap the scoring kernel's tail (about 3 us of a ~50 us predict).
+  // PDL: its launch and CTA start overlap the scoring kernel's tail (~1.2 us of the ~49 us predict).
   return LaunchPdl(TopKBlocksKernel, dim3(static_cast<unsigned>(num_rows * num_kv_heads)), dim3(kTopKThreads), 0,
                    stream, scores, rows, num_blocks, topk, num_kv_heads, max_blocks, k);
 }

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -31,6 +32,32 @@ __global__ void SiluMulKernel(const bf16* gate_up, bf16* out, int64_t inter) {
     const float x = ToFloat(g[i]);
     const float silu = x / (1.0f + __expf(-x));
     out[r * inter + i] = ToBf16(ToFloat(ToBf16(silu)) * ToFloat(g[inter + i]));
+  }
+}
+
+// Eight elements a thread in 16-byte vectors (rows of inter % 8 == 0, 16-byte aligned): the
+// scalar kernel's one 2-byte element a thread left the batch-64 step's 128-row SiLU·mul at
+// ~0.9 TB/s. Same rounding as SiluMulKernel, element for element.
+__global__ void SiluMulVec8Kernel(const bf16* gate_up, bf16* out, int64_t inter) {
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const int64_t r = blockIdx.y, vecs = inter / 8;
+  const uint4* g = reinterpret_cast<const uint4*>(gate_up + r * 2 * inter);
+  const uint4* u = g + vecs;
+  uint4* o = reinterpret_cast<uint4*>(out + r * inter);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vecs; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 gv = g[i], uv = u[i];
+    uint4 ov;
+    const bf16* gp = reinterpret_cast<const bf16*>(&gv);
+    const bf16* up = reinterpret_cast<const bf16*>(&uv);
+    bf16* op = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float x = ToFloat(gp[j]);
+      const float silu = x / (1.0f + __expf(-x));
+      op[j] = ToBf16(ToFloat(ToBf16(silu)) * ToFloat(up[j]));
+    }
+    o[i] = ov;
   }
 }
 
@@ -132,6 +159,12 @@ cudaError_t LaunchAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaSt
 
 cudaError_t LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int64_t inter, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
+  const bool vec8 = inter % 8 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (vec8) {
+    const dim3 grid(std::min(CeilDiv(inter / 8, 256), 64u), static_cast<unsigned>(rows));
+    return LaunchPdl(SiluMulVec8Kernel, grid, dim3(256), 0, stream, gate_up, out, inter);
+  }
   dim3 grid(std::min(CeilDiv(inter, 256), 64u), static_cast<unsigned>(rows));
   return LaunchPdl(SiluMulKernel, grid, dim3(256), 0, stream, gate_up, out, inter);
 }

@@ -155,6 +155,21 @@ TEST_CASE("RmsNorm, AddRmsNorm, Add, SiluMul match the CPU", "[gpu][norm]") {
   }
 }
 
+TEST_CASE("SiluMul: vectorised rows (inter % 8 == 0) and the scalar fallback", "[gpu][norm]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  for (auto [rows, n] : {std::pair{128, 12288}, std::pair{64, 1536}, std::pair{3, 1002}, std::pair{7, 8}}) {
+    Tensor gu = RandomBf16Exact({rows, 2 * n}, rng);
+    Tensor want = Tensor::Empty({rows, n}, DType::kF32);
+    cpu.SiluMul(gu, want);
+    Tensor act = PoisonedBf16(*gpu, {rows, n});
+    gpu->SiluMul(UploadBf16(*gpu, gu), act);
+    INFO("rows " << rows << " inter " << n);
+    ExpectClose(DownloadF32(*gpu, act), want, 1e-2, 1.6e-2);
+  }
+}
+
 TEST_CASE("Embedding, SplitQkv, GatherRows and ScatterRows copy exactly", "[gpu][copy]") {
   auto gpu = MakeBackend();
   CpuBackend cpu;

@@ -51,12 +51,10 @@ TEST_CASE("Linear (cuBLAS bf16) matches the CPU", "[gpu][linear]") {
   auto gpu = MakeBackend();
   CpuBackend cpu;
   auto rng = FreshRng();
-  // Rows 1..4 with in % 8 == 0 take the GEMV kernel; 5..512 rows with aligned sizes cuBLASLt
-  // with a timed algorithm (GemmTuner; the repeated shapes run the kept choice); the others cuBLAS.
+  // Rows 1..4 with in % 8 == 0 take the GEMV kernel; the others cuBLAS.
   for (auto [rows, in, outf] : {std::tuple{1, 64, 96}, std::tuple{7, 200, 130}, std::tuple{256, 1024, 512},
                                 std::tuple{1, 4096, 1000}, std::tuple{3, 1032, 17}, std::tuple{4, 12288, 515}, std::tuple{8, 4096, 300},
-                                std::tuple{5, 24, 3}, std::tuple{64, 4096, 1024}, std::tuple{128, 2048, 3072},
-                                std::tuple{64, 4096, 1024}, std::tuple{128, 2048, 3072}, std::tuple{600, 512, 256}}) {
+                                std::tuple{5, 24, 3}}) {
     INFO("rows " << rows << " in " << in << " out " << outf);
     Tensor x = RandomBf16Exact({rows, in}, rng), w = RandomBf16Exact({outf, in}, rng, 0.05f);
     Tensor want = Tensor::Empty({rows, outf}, DType::kF32);

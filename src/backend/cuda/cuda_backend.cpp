@@ -105,7 +105,6 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   OASIS_CUBLAS_CHECK(cublasSetMathMode(b->cublas_, CUBLAS_DEFAULT_MATH));
   OASIS_ASSIGN_OR_RETURN(b->cublas_workspace_, cuda::DeviceBuffer::Allocate(size_t{32} << 20));
   OASIS_CUBLAS_CHECK(cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
-  b->gemm_tuner_ = std::make_unique<GemmTuner>(b->cublas_workspace_.data(), b->cublas_workspace_.size());
   const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
   OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
   OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream()));
@@ -314,8 +313,6 @@ void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
                                          rows, in, outf, stream()));
     return;
   }
-  // Decode-sized batches: cuBLASLt with the algorithm timed fastest for the shape (GemmTuner).
-  if (gemm_tuner_->Run(weight.raw(), x.raw(), out.raw(), out_type, rows, in, outf, stream())) return;
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major out[rows, outf] = x · Wᵀ is column-major outᵀ = W(ᵀ as stored) · xᵀ.
   OASIS_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(outf), static_cast<int>(rows),

@@ -1,6 +1,5 @@
 // CudaBackend: the Backend op set on one NVIDIA GPU, bf16 activations and KV, float
-// accumulation. Kernels live in kernels/ (one file per op family); GEMMs go through cuBLAS
-// (decode-sized ones through cuBLASLt with a per-shape timed algorithm: GemmTuner).
+// accumulation. Kernels live in kernels/ (one file per op family); GEMMs go through cuBLAS.
 //
 // Owns a CUDA stream, a cuBLAS handle and the device copies of RoPE tables it caches.
 // Tensors it returns are allocated stream-ordered (cudaMallocAsync) and freed on the same
@@ -14,7 +13,6 @@
 #include <memory>
 
 #include "backend/backend.h"
-#include "backend/cuda/gemm_tuner.h"
 #include "kernels/rope.h"
 #include "kernels/sparse_kv.h"
 #include "common/cuda_rt.h"
@@ -130,7 +128,6 @@ class CudaBackend final : public Backend {
   cudaStream_t override_ = nullptr;  // UseStream
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
-  std::unique_ptr<GemmTuner> gemm_tuner_;  // decode-sized GEMMs through cuBLASLt (uses the workspace)
   cuda::DeviceBuffer qkv_counters_;      // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];

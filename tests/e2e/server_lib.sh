@@ -22,14 +22,24 @@ start_server() {
   if [[ -z $PORT ]]; then
     echo "FAILED: server did not start"; cat "$log"; return 1
   fi
-  GRPC_PORT=$(sed -n 's|^oasis-server: gRPC on [^:]*:\([0-9]*\)$|\1|p' "$log" | head -1)
   BASE="http://127.0.0.1:$PORT"
+  local healthy=0
   for _ in $(seq 1 600); do
-    if [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]]; then return 0; fi
+    if [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]]; then healthy=1; break; fi
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.1
   done
-  echo "FAILED: server not healthy"; cat "$log"; return 1
+  [[ $healthy == 1 ]] || { echo "FAILED: server not healthy"; cat "$log"; return 1; }
+  # The gRPC line may follow the HTTP one by a moment (it was read too early once in CI).
+  GRPC_PORT=""
+  local want_grpc=0
+  for a in "$@"; do [[ $a == --grpc-port* ]] && want_grpc=1; done
+  for _ in $(seq 1 100); do
+    GRPC_PORT=$(sed -n 's|^oasis-server: gRPC on [^:]*:\([0-9]*\)$|\1|p' "$log" | head -1)
+    [[ -n $GRPC_PORT || $want_grpc == 0 ]] && break
+    sleep 0.05
+  done
+  return 0
 }
 stop_server() {
   [[ -z $SERVER_PID ]] && return 0

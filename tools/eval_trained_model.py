@@ -195,10 +195,11 @@ class Eval:
         if d("oasis:sparse_switches_total") < len(got):
             raise SystemExit(f"eval_trained_model: only {d('oasis:sparse_switches_total'):.0f} of {len(got)} requests "
                              f"went sparse at context {ctx} (threshold {self.a.threshold})")
-        ov = {l: v - layer_counts(before, "oasis:sparse_topk_agreement_overlap_total").get(l, 0)
-              for l, v in layer_counts(after, "oasis:sparse_topk_agreement_overlap_total").items()}
-        tot = {l: v - layer_counts(before, "oasis:sparse_topk_agreement_sampled_total").get(l, 0)
-               for l, v in layer_counts(after, "oasis:sparse_topk_agreement_sampled_total").items()}
+        def layer_deltas(name):
+            b0 = layer_counts(before, name)
+            return {l: v - b0.get(l, 0) for l, v in layer_counts(after, name).items()}
+        ov = layer_deltas("oasis:sparse_topk_agreement_overlap_total")
+        tot = layer_deltas("oasis:sparse_topk_agreement_sampled_total")
         by_layer = {l: ov[l] / tot[l] for l in sorted(tot) if tot[l] > 0}
         nll = [-lp for w in got for lp, _ in w]
         pairs = [(g, r) for gw, rw in zip(got, dense) for g, r in zip(gw, rw)]

@@ -6,7 +6,19 @@
 #   metric <name>                        a metric's value from /metrics (labels ignored)
 #   wait_metric <name> <condition on v>  polls briefly until the condition holds (prints the value)
 #   ids <n> <seed>                       a JSON list of n pseudo-random token ids in [3, 503)
+#   server_test_init                     the usual start of a test: $TMP (removed on exit, the
+#                                        server stopped), fail=0; with ok, bad and post below
+#   ok <what> / bad <what> [detail]      a check's line; bad sets fail=1 (BAD_LIMIT: detail chars)
+#   post <path> <json body>              POST to the started server
 SERVER_PID=""
+server_test_init() {
+  TMP=$(mktemp -d)
+  trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
+  fail=0
+}
+ok() { echo "ok: $1"; }
+bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c "${BAD_LIMIT:-2000}" && echo; fail=1; }
+post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
 start_server() {
   local log=$1
   shift

@@ -10,17 +10,12 @@ SERVER=$1
 ROOT=$2
 cd "$ROOT"
 source "$ROOT/tests/e2e/server_lib.sh"
-TMP=$(mktemp -d)
-trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 2000 && echo; fail=1; }
+server_test_init
 # py <json> <python expression over d>: prints the value.
 py() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2" 2>&1; }
 expect() {  # expect <description> <json> <python boolean expression over d>
   if [[ $(py "$2" "$3") == True ]]; then ok "$1"; else bad "$1 [$3]" "$2"; fi
 }
-post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
 # status_of <path> <body> [curl args]: "<http code> <body>"
 status_of() {
   local path=$1 body=$2

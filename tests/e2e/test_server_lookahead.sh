@@ -11,13 +11,8 @@ SERVER=$1
 ROOT=$2
 cd "$ROOT"
 source "$ROOT/tests/e2e/server_lib.sh"
-TMP=$(mktemp -d)
-trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 2000 && echo; fail=1; }
+server_test_init
 py() { python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2" 2>&1; }
-post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
 
 BODIES=(
   '{"prompt": "Hello, world", "max_tokens": 24, "temperature": 0, "ignore_eos": true, "logprobs": 2}'

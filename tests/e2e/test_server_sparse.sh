@@ -13,12 +13,8 @@ SERVER=$1
 ROOT=$2
 cd "$ROOT"
 source "$ROOT/tests/e2e/server_lib.sh"
-TMP=$(mktemp -d)
-trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 3000 && echo; fail=1; }
-post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
+BAD_LIMIT=3000
+server_test_init
 
 # A fetched block is one layer's K and V of one head-block: 2 x 16 x 16 x 4 bytes = 2048.
 # Long prompts (token ids) of different lengths: 100..300 tokens + up to 60 new ones, so they

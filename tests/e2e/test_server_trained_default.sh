@@ -12,12 +12,7 @@ ROOT=$2
 cd "$ROOT"
 unset OASIS_EMBEDDED_MODEL  # the real default, not the tests' tiny stand-in
 source "$ROOT/tests/e2e/server_lib.sh"
-TMP=$(mktemp -d)
-trap 'stop_server >/dev/null; rm -rf "$TMP"' EXIT
-fail=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAILED: $1"; [[ $# -gt 1 ]] && echo "$2" | head -c 2000 && echo; fail=1; }
-post() { curl -s -X POST "$BASE$1" -H 'Content-Type: application/json' -d "$2"; }
+server_test_init
 [[ -f models/embedded/model.safetensors && -f models/embedded-eagle3/model.safetensors ]] ||
   { echo "FAILED: models/embedded or models/embedded-eagle3 is missing"; exit 1; }
 

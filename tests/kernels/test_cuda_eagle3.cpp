@@ -23,23 +23,11 @@ TEST_CASE("CUDA EAGLE-3 head with the target's capture matches the PyTorch refer
   auto backend = CudaBackend::Create();
   REQUIRE(backend.ok());
   CudaBackend& B = **backend;
-  struct Spec {
-    std::string name;
-    std::filesystem::path head_dir, target_dir, reference;
-  };
-  std::vector<Spec> specs;
-  for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
-    const auto head_dir = testing::FixturePath(std::string("eagle3/") + name);
-    specs.push_back({name, head_dir, testing::FixturePath(std::string("models/") + name), head_dir / "reference.safetensors"});
-  }
-  // The trained embedded default and its trained head (tools/train/export_check.py).
-  specs.push_back({"trained embedded default", testing::SourceDir() / "models" / "embedded-eagle3",
-                   testing::SourceDir() / "models" / "embedded", testing::FixturePath("trained/eagle_reference.safetensors")});
-  for (const Spec& spec : specs) {
+  for (const testing::Eagle3Fixture& spec : testing::Eagle3Fixtures()) {
     const std::string& name = spec.name;
     DYNAMIC_SECTION(name) {
-      const auto& head_dir = spec.head_dir;
-      const auto& target_dir = spec.target_dir;
+      const auto& head_dir = spec.head;
+      const auto& target_dir = spec.target;
       REQUIRE(std::filesystem::exists(spec.reference));
       auto config = LoadModelConfig(target_dir);
       REQUIRE(config.ok());

@@ -14,29 +14,8 @@
 
 using namespace oasis;
 
-namespace {
-
-struct ModelFixture {
-  std::string name;
-  std::filesystem::path dir, reference;
-};
-
-// The tiny fixtures, and the trained embedded default (models/embedded) with its reference.
-std::vector<ModelFixture> Fixtures() {
-  std::vector<ModelFixture> v;
-  for (const char* name : {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
-    const auto dir = testing::FixturePath(std::string("models/") + name);
-    v.push_back({name, dir, dir / "reference.safetensors"});
-  }
-  v.push_back({"trained embedded default", testing::SourceDir() / "models" / "embedded",
-               testing::FixturePath("trained/model_reference.safetensors")});
-  return v;
-}
-
-}  // namespace
-
 TEST_CASE("CUDA model logits match transformers within bf16 tolerance; greedy matches", "[gpu][models]") {
-  for (const ModelFixture& fx : Fixtures()) {
+  for (const testing::ModelFixture& fx : testing::ModelFixtures()) {
     const std::string& name = fx.name;
     DYNAMIC_SECTION(name) {
       const auto& dir = fx.dir;

@@ -723,21 +723,9 @@ TEST_CASE("d2t maps draft ids to target ids", "[eagle3]") {
 // ---------------------------------------------------------------- PyTorch reference
 
 TEST_CASE("draft logits match the PyTorch reference fixtures", "[eagle3]") {
-  struct Spec {
-    std::string name;
-    std::filesystem::path target, head, reference;
-  };
-  std::vector<Spec> specs;
-  for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
-    // Committed fixtures (tools/eagle3_reference.py on the GPU machine, docs/eagle3.md).
-    const auto dir = testing::FixturePath(std::string("eagle3/") + name);
-    specs.push_back({name, testing::FixturePath(std::string("models/") + name), dir, dir / "reference.safetensors"});
-  }
-  // The trained embedded default and its trained head (tools/train/export_check.py).
-  specs.push_back({"trained embedded default", testing::SourceDir() / "models" / "embedded",
-                   testing::SourceDir() / "models" / "embedded-eagle3",
-                   testing::FixturePath("trained/eagle_reference.safetensors")});
-  for (const Spec& spec : specs) {
+  // Committed fixtures: tools/eagle3_reference.py, and tools/train/export_check.py for the
+  // trained default (docs/eagle3.md, docs/trained_model.md).
+  for (const testing::Eagle3Fixture& spec : testing::Eagle3Fixtures()) {
     DYNAMIC_SECTION(spec.name) {
       REQUIRE(std::filesystem::exists(spec.reference));
       CpuBackend backend(2);

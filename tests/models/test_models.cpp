@@ -42,24 +42,6 @@ Fixture LoadFixture(const std::string& name) {
   return LoadFixture(dir, dir / "reference.safetensors");
 }
 
-// The tiny fixtures, and the trained embedded default (models/embedded) with the reference
-// tools/train/export_check.py wrote for it (tests/fixtures/trained, real-text prompts).
-struct FixtureSpec {
-  std::string name;
-  std::filesystem::path dir, reference;
-};
-
-std::vector<FixtureSpec> AllFixtures() {
-  std::vector<FixtureSpec> specs;
-  for (const char* name : {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
-    const auto dir = testing::FixturePath(std::string("models/") + name);
-    specs.push_back({name, dir, dir / "reference.safetensors"});
-  }
-  specs.push_back({"trained embedded default", testing::SourceDir() / "models" / "embedded",
-                   testing::FixturePath("trained/model_reference.safetensors")});
-  return specs;
-}
-
 std::vector<int32_t> ToI32(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 
 // ||a - b|| / ||b||
@@ -77,7 +59,7 @@ constexpr int kPrompts = 3;
 }  // namespace
 
 TEST_CASE("prompt logits match transformers at every position", "[models]") {
-  for (const FixtureSpec& spec : AllFixtures()) {
+  for (const testing::ModelFixture& spec : testing::ModelFixtures()) {
     for (int64_t chunk : {int64_t{512}, int64_t{13}}) {  // whole prompt, and chunked prefill
       DYNAMIC_SECTION(spec.name << " chunk " << chunk) {
         Fixture fx = LoadFixture(spec.dir, spec.reference);
@@ -101,7 +83,7 @@ TEST_CASE("prompt logits match transformers at every position", "[models]") {
 }
 
 TEST_CASE("greedy continuations equal transformers', alone and batched", "[models]") {
-  for (const FixtureSpec& spec : AllFixtures()) {
+  for (const testing::ModelFixture& spec : testing::ModelFixtures()) {
     DYNAMIC_SECTION(spec.name) {
       Fixture fx = LoadFixture(spec.dir, spec.reference);
       CpuBackend backend;

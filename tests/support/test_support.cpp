@@ -31,6 +31,28 @@ std::filesystem::path FixturePath(const std::string& relative) {
   return SourceDir() / "tests" / "fixtures" / relative;
 }
 
+std::vector<ModelFixture> ModelFixtures() {
+  std::vector<ModelFixture> v;
+  for (const char* name : {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
+    const auto dir = FixturePath(std::string("models/") + name);
+    v.push_back({name, dir, dir / "reference.safetensors"});
+  }
+  v.push_back({"trained embedded default", SourceDir() / "models" / "embedded",
+               FixturePath("trained/model_reference.safetensors")});
+  return v;
+}
+
+std::vector<Eagle3Fixture> Eagle3Fixtures() {
+  std::vector<Eagle3Fixture> v;
+  for (const char* name : {"qwen3-tiny", "llama-tiny-rope-scaling"}) {
+    const auto head = FixturePath(std::string("eagle3/") + name);
+    v.push_back({name, FixturePath(std::string("models/") + name), head, head / "reference.safetensors"});
+  }
+  v.push_back({"trained embedded default", SourceDir() / "models" / "embedded", SourceDir() / "models" / "embedded-eagle3",
+               FixturePath("trained/eagle_reference.safetensors")});
+  return v;
+}
+
 std::string ReadFileOrFail(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) FAIL("cannot open " << path.string());

@@ -19,6 +19,21 @@ std::optional<std::filesystem::path> SharedDir();
 std::filesystem::path CacheDir();
 // Committed fixtures: SourceDir()/tests/fixtures/<relative>.
 std::filesystem::path FixturePath(const std::string& relative);
+// Models with transformers' reference outputs: the tiny fixtures of tests/fixtures/models
+// (tools/gen_model_fixtures.py) and the trained embedded default, models/embedded, with
+// tests/fixtures/trained/model_reference.safetensors (tools/train/export_check.py).
+struct ModelFixture {
+  std::string name;
+  std::filesystem::path dir, reference;
+};
+std::vector<ModelFixture> ModelFixtures();
+// EAGLE-3 heads with their PyTorch reference: tests/fixtures/eagle3/<name> on the tiny
+// targets (tools/eagle3_reference.py), and models/embedded-eagle3 on the trained default.
+struct Eagle3Fixture {
+  std::string name;
+  std::filesystem::path target, head, reference;
+};
+std::vector<Eagle3Fixture> Eagle3Fixtures();
 // Reads a whole file; fails the current test (Catch2 FAIL) when it cannot.
 std::string ReadFileOrFail(const std::filesystem::path& path);
 // A fresh, empty temporary directory for the calling test.

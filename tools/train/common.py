@@ -298,6 +298,33 @@ def load_model_weights(model_dir):
     return out
 
 
+class KeepBest:
+    """The weights of the best evaluation so far (the small corpus is seen many times over, so
+    a late evaluation can be worse than an earlier one); restore() loads them back at the end
+    when the last evaluation is worse. Off (`enabled` False) it keeps nothing."""
+
+    def __init__(self, enabled, higher_is_better):
+        self.enabled, self.higher = enabled, higher_is_better
+        self.score = self.step = self.weights = None
+        self.extra = {}
+
+    def better(self, a, b):
+        return a > b if self.higher else a < b
+
+    def observe(self, module, score, step, **extra):
+        if self.enabled and (self.score is None or self.better(score, self.score)):
+            self.score, self.step, self.extra = score, step, extra
+            self.weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def restore(self, module, last_score):
+        """True when the kept weights were better than the last ones and are loaded back."""
+        restored = self.weights is not None and self.better(self.score, last_score)
+        if restored:
+            module.load_state_dict(self.weights)
+        self.weights = None
+        return restored
+
+
 class TokenPlan:
     """Fits the planned token count (the cosine schedule's length) to the time budget.
 

@@ -40,7 +40,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, SPECIALS, Deadline, JsonlLog, TokenPlan,  # noqa: E402
+from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, SPECIALS, Deadline, JsonlLog, KeepBest, TokenPlan,  # noqa: E402
                     die, load_safetensors, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
 
 POSITION_BUCKETS = [0, 128, 512, 1024, 2048, 4096, 8192]
@@ -223,7 +223,7 @@ def main():
         return loss, (hl.argmax(-1) == want)
 
     micro = max(1, (args.micro_batch_tokens or args.tokens_per_step) // args.seq_len)
-    best = {"accept": None, "loss": None, "weights": None, "step": None}
+    best = KeepBest(args.keep_best, higher_is_better=True)
 
     def evaluate(tag):
         T = min(args.seq_len, len(val_t) - 1)
@@ -244,9 +244,7 @@ def main():
         mean_loss, mean_acc = loss_sum / (n * (T - 1)), float(acc.mean())
         if state["best_val_accept"] is None or mean_acc > state["best_val_accept"]:
             state["best_val_accept"] = round(mean_acc, 4)
-        if args.keep_best and (best["accept"] is None or mean_acc > best["accept"]):
-            best.update(accept=mean_acc, loss=mean_loss, step=state["step"],
-                        weights={k: v.detach().clone() for k, v in head.state_dict().items()})
+        best.observe(head, mean_acc, state["step"], loss=mean_loss)
         log.write({"event": tag, "step": state["step"], "val_loss": round(mean_loss, 4),
                    "val_accept": round(mean_acc, 4), "val_accept_by_position": buckets},
                   f"  {tag} step {state['step']}: val loss {mean_loss:.4f}, greedy acceptance {mean_acc:.4f} "
@@ -334,15 +332,13 @@ def main():
     elapsed = time.time() - t_run
     tps = tokens_run / max(1e-9, elapsed)
     val_loss, val_acc = evaluate("final_eval")
-    if args.keep_best and best["weights"] is not None and best["accept"] > val_acc:
-        head.load_state_dict(best["weights"])
-        log.write({"event": "restore_best", "step": state["step"], "best_step": best["step"],
-                   "val_accept": round(best["accept"], 4), "last_val_accept": round(val_acc, 4)},
-                  f"train_eagle3: val acceptance fell from {best['accept']:.4f} (step {best['step']}) to {val_acc:.4f}: "
-                  f"exporting the step-{best['step']} weights")
-        run["restored_best_step"] = best["step"]
-        val_loss, val_acc = best["loss"], best["accept"]
-    best["weights"] = None
+    if best.restore(head, val_acc):
+        log.write({"event": "restore_best", "step": state["step"], "best_step": best.step,
+                   "val_accept": round(best.score, 4), "last_val_accept": round(val_acc, 4)},
+                  f"train_eagle3: val acceptance fell from {best.score:.4f} (step {best.step}) to {val_acc:.4f}: "
+                  f"exporting the step-{best.step} weights")
+        run["restored_best_step"] = best.step
+        val_loss, val_acc = best.extra["loss"], best.score
     run.update({"end_step": state["step"], "tokens": tokens_run, "seconds": round(elapsed, 1), "tokens_per_s": round(tps),
                 "stop": stop_reason, "val_loss": round(val_loss, 4), "val_accept": round(val_acc, 4)})
     state["runs"].append(run)

@@ -33,7 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, Deadline, JsonlLog, TokenPlan, die,  # noqa: E402
+from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, Deadline, JsonlLog, KeepBest, TokenPlan, die,  # noqa: E402
                     load_model_weights, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
 
 SAMPLE_PROMPTS = ["In the beginning", "Wedlock, n.", "HACKER, n.", "And the LORD said unto Moses,"]
@@ -398,15 +398,13 @@ def main():
     step_times, t_run, tokens_run = [], time.time(), 0
     stop_reason = "planned tokens reached"
 
-    best = {"loss": None, "weights": None, "step": None}
+    best = KeepBest(args.keep_best, higher_is_better=False)
 
     def do_eval(tag):
         loss, buckets = evaluate(fwd, val_t, final_len, args.eval_tokens, max(1, micro_tokens // final_len), ctx)
         if state["best_val_loss"] is None or loss < state["best_val_loss"]:
             state["best_val_loss"] = round(loss, 4)
-        if args.keep_best and (best["loss"] is None or loss < best["loss"]):
-            best.update(loss=loss, step=state["step"],
-                        weights={k: v.detach().clone() for k, v in model.state_dict().items()})
+        best.observe(model, loss, state["step"])
         log.write({"event": tag, "step": state["step"], "tokens": state["tokens"], "val_loss": round(loss, 4),
                    "val_loss_by_position": buckets},
                   f"  {tag} step {state['step']}: val loss {loss:.4f} by position {buckets}")
@@ -477,15 +475,13 @@ def main():
     elapsed = time.time() - t_run
     tps = tokens_run / max(1e-9, elapsed)
     val_loss = do_eval("final_eval")
-    if args.keep_best and best["weights"] is not None and best["loss"] < val_loss:
-        model.load_state_dict(best["weights"])
-        log.write({"event": "restore_best", "step": state["step"], "best_step": best["step"],
-                   "val_loss": round(best["loss"], 4), "last_val_loss": round(val_loss, 4)},
-                  f"train_model: val loss rose from {best['loss']:.4f} (step {best['step']}) to {val_loss:.4f}: "
-                  f"exporting the step-{best['step']} weights (the optimizer state stays the last step's)")
-        run["restored_best_step"] = best["step"]
-        val_loss = best["loss"]
-    best["weights"] = None
+    if best.restore(model, val_loss):
+        log.write({"event": "restore_best", "step": state["step"], "best_step": best.step,
+                   "val_loss": round(best.score, 4), "last_val_loss": round(val_loss, 4)},
+                  f"train_model: val loss rose from {best.score:.4f} (step {best.step}) to {val_loss:.4f}: "
+                  f"exporting the step-{best.step} weights (the optimizer state stays the last step's)")
+        run["restored_best_step"] = best.step
+        val_loss = best.score
     run.update({"end_step": state["step"], "tokens": tokens_run, "seconds": round(elapsed, 1),
                 "tokens_per_s": round(tps), "stop": stop_reason, "val_loss": round(val_loss, 4)})
     state["runs"].append(run)

@@ -257,36 +257,28 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       int handed_off = 0;
       std::vector<Collected> got(reqs.size());
       for (size_t i = 0; i < reqs.size(); ++i) {
-        EngineRequest p = reqs[i];
-        p.handoff = true;
-        auto ps = prefill.Submit(p);
-        INFO(ps.status().ToString());
-        REQUIRE(ps.ok());
-        Collected first = Collect(**ps);
-        REQUIRE(first.reason == FinishReasonKind::kHandoff);
+        const HandoffTicket t = HandOff(prefill, reqs[i]);
         ++handed_off;
-        auto t = ParseHandoffTicket(first.handoff_ticket);
-        REQUIRE(t.ok());
-        auto layout = StagedKvLayout::Create(t->geometry);
+        auto layout = StagedKvLayout::Create(t.geometry);
         REQUIRE(layout.ok());
         full_bytes += static_cast<int64_t>(layout->num_slots() * layout->slot_bytes());
         // What a local sparse request reserves: every block it can reach, all layers, K and V.
-        reserved_bytes += (t->prompt_length + reqs[i].max_tokens + 15) / 16 * t->geometry.num_kv_heads * 2 *
-                          static_cast<int64_t>(layout->slot_bytes()) * t->geometry.num_layers;
+        reserved_bytes += (t.prompt_length + reqs[i].max_tokens + 15) / 16 * t.geometry.num_kv_heads * 2 *
+                          static_cast<int64_t>(layout->slot_bytes()) * t.geometry.num_layers;
         // With summary-only rows it holds whole slots (every layer) for the tail block and the
         // output, and one layer's cell per admitted complete block.
-        const int64_t lb = (t->prompt_length + 1) / 16, cell = 2 * static_cast<int64_t>(layout->slot_bytes());
-        expected_bytes += ((t->prompt_length + reqs[i].max_tokens + 15) / 16 - lb) * t->geometry.num_kv_heads *
-                          cell * t->geometry.num_layers;
-        for (const auto& list : t->admission) {
+        const int64_t lb = (t.prompt_length + 1) / 16, cell = 2 * static_cast<int64_t>(layout->slot_bytes());
+        expected_bytes += ((t.prompt_length + reqs[i].max_tokens + 15) / 16 - lb) * t.geometry.num_kv_heads *
+                          cell * t.geometry.num_layers;
+        for (const auto& list : t.admission) {
           expected_bytes += cell * std::count_if(list.begin(), list.end(), [&](uint16_t b) { return b < lb; });
         }
-        for (const auto& list : t->admission) {
+        for (const auto& list : t.admission) {
           CHECK(list.size() <= 2 * 4 + 1);
-          remote_at_admission += t->geometry.num_blocks - static_cast<int64_t>(list.size());
+          remote_at_admission += t.geometry.num_blocks - static_cast<int64_t>(list.size());
         }
         EngineRequest d = reqs[i];
-        d.import = importer->Source(*t, false);
+        d.import = importer->Source(t, false);
         auto ds = decode.Submit(d);
         INFO(ds.status().ToString());
         REQUIRE(ds.ok());

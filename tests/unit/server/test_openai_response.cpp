@@ -37,6 +37,26 @@ RequestOutput Event(std::vector<GeneratedToken> tokens, std::string text, int64_
   return o;
 }
 
+// Completions with logprobs and one alternative per position.
+GenerateSpec LogprobSpec() {
+  GenerateSpec spec;
+  spec.endpoint = Endpoint::kCompletions;
+  spec.logprobs = true;
+  spec.top_logprobs = 1;
+  return spec;
+}
+
+// Choice 0: "H" (72) then "i" (105), each with "i" as the alternative, finished for `why`.
+ChoiceState HiChoice(FinishReasonKind why) {
+  ChoiceState c;
+  c.index = 0;
+  RequestOutput o = Event({Token(72, -0.25f, {{105, -0.1f}}), Token(105, -2.0f, {{105, -2.0f}})}, "Hi", 4, 2);
+  o.finished = true;
+  o.finish_reason = why;
+  c.Add(o);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("ChoiceState accumulates events and the finish") {
@@ -55,17 +75,9 @@ TEST_CASE("ChoiceState accumulates events and the finish") {
 }
 
 TEST_CASE("completion response with logprobs, usage and echo") {
-  GenerateSpec spec;
-  spec.endpoint = Endpoint::kCompletions;
-  spec.logprobs = true;
-  spec.top_logprobs = 1;
+  const GenerateSpec spec = LogprobSpec();
   ResponseBuilder b(spec, "cmpl-1", "m", 123, &Tok());
-  ChoiceState c;
-  c.index = 0;
-  RequestOutput o = Event({Token(72, -0.25f, {{105, -0.1f}}), Token(105, -2.0f, {{105, -2.0f}})}, "Hi", 4, 2);
-  o.finished = true;
-  o.finish_reason = FinishReasonKind::kStop;
-  c.Add(o);
+  const ChoiceState c = HiChoice(FinishReasonKind::kStop);
   Usage u{4, 2};
   Json j = Json::parse(DumpJson(b.Final({c}, u, {"echo:"})));
   CHECK(j["object"] == "text_completion");
@@ -87,17 +99,10 @@ TEST_CASE("completion response with logprobs, usage and echo") {
 }
 
 TEST_CASE("return_tokens_as_token_ids names tokens token_id:<id>; offsets stay the text's") {
-  GenerateSpec spec;
-  spec.endpoint = Endpoint::kCompletions;
-  spec.logprobs = true;
-  spec.top_logprobs = 1;
+  GenerateSpec spec = LogprobSpec();
   spec.return_tokens_as_token_ids = true;
   ResponseBuilder b(spec, "cmpl-2", "m", 1, &Tok());
-  ChoiceState c;
-  RequestOutput o = Event({Token(72, -0.25f, {{105, -0.1f}}), Token(105, -2.0f, {{105, -2.0f}})}, "Hi", 4, 2);
-  o.finished = true;
-  o.finish_reason = FinishReasonKind::kLength;
-  c.Add(o);
+  const ChoiceState c = HiChoice(FinishReasonKind::kLength);
   Json j = Json::parse(DumpJson(b.Final({c}, Usage{4, 2}, {""})));
   const Json& lp = j["choices"][0]["logprobs"];
   CHECK(lp["tokens"] == Json::array({"token_id:72", "token_id:105"}));

@@ -449,4 +449,19 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void ScatterSampledTokensKernel(const SampleOutputDevice* out, const int32_t* pairs, int64_t n,
+                                           int32_t* ids) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) ids[pairs[2 * i + 1]] = out[pairs[2 * i]].token;
+}
+}  // namespace
+
+cudaError_t LaunchScatterSampledTokens(const SampleOutputDevice* out, const int32_t* pairs, int64_t n, int32_t* ids,
+                                       cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  ScatterSampledTokensKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, pairs, n, ids);
+  return cudaGetLastError();
+}
+
 }  // namespace oasis::kernels

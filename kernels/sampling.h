@@ -52,4 +52,10 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64
                          const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages, void* workspace,
                          size_t workspace_bytes, cudaStream_t stream);
 
+// ids[pairs[2i + 1]] = out[pairs[2i]].token for i < n: a step's sampled tokens written into the
+// token ids of work queued behind it on the device (the draft head's next batch), before the
+// host has seen them.
+cudaError_t LaunchScatterSampledTokens(const SampleOutputDevice* out, const int32_t* pairs, int64_t n, int32_t* ids,
+                                       cudaStream_t stream);
+
 }  // namespace oasis::kernels

@@ -42,7 +42,9 @@ __global__ void BlockSummariesKernel(const bf16* k_pool, const int32_t* src_slot
 // (g, t) then reads the 16-byte chunks t + 4c of the rows of blocks g and g+8 of each tile (the
 // MMA's k order is a permutation of d, the same for A and B; odd rows swizzled so those reads
 // are conflict-free). The queries' fragments are loaded once per warp into registers.
-constexpr int kScoreMaxSteps = 8;  // steps per warp, at most (the launcher sizes it to the work)
+// Steps per warp, at most: the launcher sizes it so the grid is one wave (at batch 32 × 16K, 8
+// steps made 768 CTAs for 528 slots, a second partial wave; 11 make 512).
+constexpr int kScoreMaxSteps = 64;
 constexpr int kScoreMaxGroup = 16;
 constexpr int kScoreSmemBytes = 48 * 1024;  // per CTA (no opt-in attribute needed)
 
@@ -229,20 +231,187 @@ __global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps) ScoreBlocksKernel(
   AllowDependentLaunch();  // the top-K (a PDL launch) may be scheduled as the last wave ends
 }
 
-// ---- Top-K: one CTA per (row, KV head). The scores, as order-preserving 32-bit keys, sit in
-// shared memory (the first kTopKCache; any beyond are re-read); a 4-pass radix select (8-bit
+// Scores as order-preserving unsigned keys.
+__device__ __forceinline__ uint32_t TopKKey(float s) {
+  s += 0.0f;  // -0 -> +0: equal scores compare equal, like the CPU's comparison
+  const uint32_t bits = __float_as_uint(s);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// ---- Top-K, rows of at most 256·kCtaTopKMaxPerThread blocks and K ≤ kCtaTopKMaxK: one 256-thread
+// CTA per (row, KV head), the row's keys in registers (thread t holds blocks t + 256j). The
+// take-th largest key T is found two bits a round from the top, below the bits every key
+// shares: each thread counts its keys at or above the round's three candidate thresholds, a
+// warp reduction and one CTA barrier add the counts up, and the largest candidate still
+// reaching `take` keeps its bits. Keys above T (and those equal to T when all of them are
+// taken) are placed into shared memory in any order by warp-aggregated atomics; when T is tied
+// across the cut, the first keys equal to T in id order follow by an ordered pass. The
+// candidates are then ranked by counting on (key, id), S threads per candidate. This is a
+// latency problem (256 rows of 1,024 blocks at batch 32 × 8 KV heads: 2 CTAs per SM): the
+// 4-pass radix select below took ~11.5 µs of the predict there; one warp per row with the
+// same search ~28 µs (9,200 dependent instructions per warp at 5 cycles each, ncu); a bitonic
+// sort of the whole row in shared memory ~16 µs (bank-bound).
+constexpr int kCtaTopKThreads = 256;
+constexpr int kCtaTopKWarps = kCtaTopKThreads / 32;
+constexpr int kCtaTopKMaxPerThread = 16;  // rows of up to 4,096 blocks (64K tokens)
+constexpr int kCtaTopKMaxK = 256;
+
+template <int P>
+__global__ void __launch_bounds__(kCtaTopKThreads)
+    TopKCtaKernel(const float* scores, const int32_t* rows, const int32_t* num_blocks, int32_t* topk,
+                  int num_kv_heads, int max_blocks, int k) {
+  GridDependencyWait();  // the scores (and rows) come from the kernels before (PDL launch)
+  const int r = blockIdx.x / num_kv_heads;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The row's flag, its length and its scores load together (the scores up to max_blocks are
+  // in bounds whatever the length): one memory latency instead of three in a row.
+  const float* s = scores + static_cast<int64_t>(blockIdx.x) * max_blocks;
+  const int row = rows[r], length = num_blocks[r];
+  float loaded[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) loaded[j] = tid + kCtaTopKThreads * j < max_blocks ? s[tid + kCtaTopKThreads * j] : 0.0f;
+  if (row < 0) return;
+  int32_t* out = topk + static_cast<int64_t>(blockIdx.x) * k;
+  const int n = min(length, max_blocks);
+  const int take = min(k, n);
+  const unsigned full = 0xffffffffu, below = (1u << lane) - 1u;
+  __shared__ uint64_t cand[kCtaTopKMaxK];
+  __shared__ int counts[2][4][kCtaTopKWarps];  // [round parity][what][warp]
+  __shared__ uint32_t warp_hi[kCtaTopKWarps], warp_lo[kCtaTopKWarps];
+  __shared__ int tie_counts[P][kCtaTopKWarps];
+  __shared__ int s_placed;
+  uint32_t key[P];  // 0 past the row: below every real key but a key of 0 (then after it by id)
+  uint32_t hi = 0, lo = 0xffffffffu;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const bool real = tid + kCtaTopKThreads * j < n;
+    key[j] = real ? TopKKey(loaded[j]) : 0u;
+    hi = real ? max(hi, key[j]) : hi;
+    lo = real ? min(lo, key[j]) : lo;
+  }
+  if (tid == 0) s_placed = 0;
+  // Sums one count per warp over the CTA (one barrier); slot `what` of buffer `parity`.
+  auto cta_sum = [&](int c, int parity, int what) {
+    c = static_cast<int>(__reduce_add_sync(full, static_cast<unsigned>(c)));
+    if (lane == 0) counts[parity][what][warp] = c;
+  };
+  // The CTA totals of slots 0-2 (lane 8x + w reads warp w's count of slot x; three shuffles add
+  // each group of 8 lanes; slot x's total is then in lane 8x): every lane gets all three.
+  int totals[3];
+  auto read_sums = [&](int parity) {
+    int t = lane < 24 ? counts[parity][lane >> 3][lane & 7] : 0;
+    t += __shfl_xor_sync(full, t, 1);
+    t += __shfl_xor_sync(full, t, 2);
+    t += __shfl_xor_sync(full, t, 4);
+#pragma unroll
+    for (int x = 0; x < 3; ++x) totals[x] = __shfl_sync(full, t, 8 * x);
+  };
+  uint32_t threshold = 0;  // the take-th largest key (0 when every key is taken)
+  int parity = 0;
+  if (n > take) {
+    hi = __reduce_max_sync(full, hi);
+    lo = __reduce_min_sync(full, lo);
+    if (lane == 0) warp_hi[warp] = hi, warp_lo[warp] = lo;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kCtaTopKWarps; ++w) hi = max(hi, warp_hi[w]), lo = min(lo, warp_lo[w]);
+    // Bits above the highest one where the row's keys differ are the same in all of them.
+    const int top = hi == lo ? -1 : 31 - __clz(hi ^ lo);
+    threshold = top < 0 ? hi : hi & ~((2u << top) - 1u);
+    for (int bit = top; bit >= 0; bit -= 2, parity ^= 1) {
+      const bool two = bit >= 1;
+      const uint32_t t_hi = threshold | (1u << bit);                      // bit set
+      const uint32_t t_lo = two ? threshold | (1u << (bit - 1)) : 0u;     // the lower bit set
+      const uint32_t t_both = two ? t_hi | (1u << (bit - 1)) : 0u;        // both set
+      int c_hi = 0, c_lo = 0, c_both = 0;
+#pragma unroll
+      for (int j = 0; j < P; ++j) {
+        c_hi += key[j] >= t_hi;
+        c_lo += key[j] >= t_lo;
+        c_both += key[j] >= t_both;
+      }
+      cta_sum(c_hi, parity, 0);
+      cta_sum(c_lo, parity, 1);
+      cta_sum(c_both, parity, 2);
+      __syncthreads();  // the other buffer is written next round: one barrier a round
+      read_sums(parity);
+      if (two && totals[2] >= take) {
+        threshold = t_both;
+      } else if (totals[0] >= take) {
+        threshold = t_hi;
+      } else if (two && totals[1] >= take) {
+        threshold = t_lo;
+      }
+    }
+  }
+  int above = 0, equal = 0;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    above += key[j] > threshold;
+    equal += tid + kCtaTopKThreads * j < n && key[j] == threshold;
+  }
+  cta_sum(above, parity, 0);
+  cta_sum(equal, parity, 1);
+  __syncthreads();
+  read_sums(parity);
+  const int count_above = totals[0], need_eq = take - count_above;
+  const bool all_tied = need_eq == totals[1];
+  // Keys above the threshold (and the tied ones when all of them are taken), in any order.
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int i = tid + kCtaTopKThreads * j;
+    const bool in = key[j] > threshold || (all_tied && i < n && key[j] == threshold);
+    const unsigned ins = __ballot_sync(full, in);
+    int at = 0;
+    if (lane == 0 && ins) at = atomicAdd(&s_placed, __popc(ins));
+    at = __shfl_sync(full, at, 0) + __popc(ins & below);
+    if (in) cand[at] = (static_cast<uint64_t>(key[j]) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+  }
+  if (!all_tied) {  // T tied across the cut: the first need_eq keys equal to T, in id order
+    unsigned eqs[P];
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      eqs[j] = __ballot_sync(full, tid + kCtaTopKThreads * j < n && key[j] == threshold);
+      if (lane == 0) tie_counts[j][warp] = __popc(eqs[j]);
+    }
+    __syncthreads();
+    int before = 0;  // equal keys of smaller id: earlier rounds, earlier warps, earlier lanes
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+      int rank = before + __popc(eqs[j] & below);
+      for (int w = 0; w < kCtaTopKWarps; ++w) {
+        rank += w < warp ? tie_counts[j][w] : 0;
+        before += tie_counts[j][w];
+      }
+      if ((eqs[j] >> lane & 1u) && rank < need_eq) {
+        const int i = tid + kCtaTopKThreads * j;
+        cand[count_above + rank] = (static_cast<uint64_t>(key[j]) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+      }
+    }
+  }
+  __syncthreads();
+  // Rank by counting: S consecutive threads share a candidate, each over every S-th other.
+  int S = 1;
+  while (S < 32 && 2 * S * take <= kCtaTopKThreads) S *= 2;
+  const int c = tid / S, part = tid % S;
+  const uint64_t mine = c < take ? cand[c] : 0u;
+  int rank = 0;
+  if (c < take) {
+#pragma unroll 8
+    for (int j = part; j < take; j += S) rank += cand[j] > mine;
+  }
+  for (int o = 1; o < S; o <<= 1) rank += __shfl_xor_sync(full, rank, o);
+  if (c < take && part == 0) out[rank] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(mine & 0xFFFFFFFFu));
+  for (int i = take + tid; i < k; i += kCtaTopKThreads) out[i] = -1;
+}
+
+// ---- Top-K, longer rows: one CTA per (row, KV head). The keys sit in shared memory (the first kTopKCache; any beyond are re-read); a 4-pass radix select (8-bit
 // digits, warp-aggregated histogram) finds the take-th largest key T and how many keys equal to
 // T are taken. Keys above T are ranked by counting on (key, id); keys equal to T follow them in
 // id order (an ordered scan, needed only when T is tied across the cut).
 constexpr int kTopKThreads = 256;
 constexpr int kTopKMax = 1024;
 constexpr int kTopKCache = 4096;
-
-__device__ __forceinline__ uint32_t TopKKey(float s) {
-  s += 0.0f;  // -0 -> +0: equal scores compare equal, like the CPU's comparison
-  const uint32_t bits = __float_as_uint(s);
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
 
 __global__ void __launch_bounds__(kTopKThreads)
     TopKBlocksKernel(const float* scores, const int32_t* rows, const int32_t* num_blocks, int32_t* topk,
@@ -664,7 +833,19 @@ cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int
                              int num_rows, int num_kv_heads, int max_blocks, int k, cudaStream_t stream) {
   if (k < 1 || k > kTopKMax) return cudaErrorInvalidValue;
   if (num_rows == 0 || num_kv_heads == 0) return cudaSuccess;
-  // PDL: its launch and CTA start overlap the scoring kernel's tail (~1.2 us of the ~49 us predict).
+  // PDL: its launch and CTA start overlap the scoring kernel's tail.
+  const dim3 grid(static_cast<unsigned>(num_rows * num_kv_heads));
+  if (k <= kCtaTopKMaxK && max_blocks <= kCtaTopKThreads * kCtaTopKMaxPerThread) {
+    auto cta = [&](auto kernel) {
+      return LaunchPdl(kernel, grid, dim3(kCtaTopKThreads), 0, stream, scores, rows, num_blocks, topk, num_kv_heads,
+                       max_blocks, k);
+    };
+    if (max_blocks <= kCtaTopKThreads) return cta(TopKCtaKernel<1>);
+    if (max_blocks <= 2 * kCtaTopKThreads) return cta(TopKCtaKernel<2>);
+    if (max_blocks <= 4 * kCtaTopKThreads) return cta(TopKCtaKernel<4>);
+    if (max_blocks <= 8 * kCtaTopKThreads) return cta(TopKCtaKernel<8>);
+    return cta(TopKCtaKernel<kCtaTopKMaxPerThread>);
+  }
   return LaunchPdl(TopKBlocksKernel, dim3(static_cast<unsigned>(num_rows * num_kv_heads)), dim3(kTopKThreads), 0,
                    stream, scores, rows, num_blocks, topk, num_kv_heads, max_blocks, k);
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/model_runner.h"
 #include "models/decoder_lm.h"
 #include "models/eagle3.h"
 
@@ -50,6 +51,20 @@ class DraftRunner {
   // to the head's pool. Returns one greedy draft token (a target id) per logits row.
   virtual std::vector<int32_t> Propose(const ForwardInput& host_input, const Tensor& aux,
                                        std::span<const int32_t> aux_rows);
+
+  // Propose, queued behind the target step on the device instead of run after it (runners
+  // that can: the CUDA one; the others return false and queue nothing). Head row
+  // pairs[2i + 1]'s token id is the target step's sampled token of sample row pairs[2i], read
+  // on the device from `samples` (the target runner's DeviceSamples, handed to the
+  // ModelRunner::SetAfterSampling hook); the other ids come from host_input. Returns whether
+  // the step was queued; then CollectChained (after the target's samples are back) returns
+  // its drafts, and must be called before the next Propose or ProposeChained.
+  virtual bool ProposeChained(const ForwardInput& host_input, const Tensor& aux, std::span<const int32_t> aux_rows,
+                              const ModelRunner::DeviceSamples& samples, std::span<const int32_t> pairs) {
+    (void)host_input, (void)aux, (void)aux_rows, (void)samples, (void)pairs;
+    return false;
+  }
+  virtual std::vector<int32_t> CollectChained() { return {}; }
 
  protected:
   Eagle3Head& head_;

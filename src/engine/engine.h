@@ -188,6 +188,7 @@ struct EngineStats {
   int64_t num_draft_kv_slots = 0;       // the draft head's KV pool (head-blocks)
   int64_t num_free_draft_kv_slots = 0;
   int64_t draft_tokens_proposed_total = 0;  // drafts the head produced
+  int64_t draft_chained_steps_total = 0;    // head steps queued behind the target's (reject) and used
   int64_t draft_tokens_total = 0;           // drafts verified by the target
   int64_t draft_accepted_total = 0;         // verified drafts equal to the sampled token
   int64_t lookahead_steps_total = 0;        // request-steps that verified a draft

@@ -98,6 +98,7 @@ void Engine::Impl::Step() {
   // steps): every chunk's rows as they will be once committed, the draft not accepted.
   // Used when the step turns out that way (RunPreparedDraftHeadStep checks), else rebuilt.
   PreparedHeadStep prepared;
+  std::vector<int64_t> prepared_samples;  // per prepared item: its chunk's sample row, or -1
   bool have_prepared = false;
   const auto prepare_head = [&] {
     std::vector<DraftHeadWork> work;
@@ -111,9 +112,20 @@ void Engine::Impl::Step() {
       }
       work.push_back(w);
       ends.push_back(c.seq->num_computed + c.num_tokens);
+      prepared_samples.push_back(c.samples ? static_cast<int64_t>(first_sample[i]) : -1);
     }
     prepared = PrepareDraftHeadStep(draft_allocator, std::move(work), std::move(ends));
     have_prepared = true;
+  };
+  // Under reject (drafts never accepted, so the prepared batch is the committed one unless a
+  // request finishes) the head's step is queued on the device right behind the target's
+  // sampling, reading the sampled tokens there: its launches overlap the target's graph and
+  // one wait brings back both (docs/lookahead.md). Speculate accepts drafts, which changes
+  // the head's rows; it runs the head after the step.
+  bool chained = false;
+  const bool chain_head = draft != nullptr && options.lookahead == LookaheadMode::kReject;
+  const auto chain = [&](const ModelRunner::DeviceSamples& samples) {
+    if (have_prepared) chained = ChainPreparedDraftHeadStep(*draft, prepared, capture.out, samples, prepared_samples);
   };
   const auto step_start = EngineClock::now();
   stats.build_seconds_total += Seconds(step_start - t_scheduled);
@@ -124,6 +136,11 @@ void Engine::Impl::Step() {
                                               sparse->pipelines(), sparse_plan,
                                               draft != nullptr ? std::function<void()>(prepare_head) : nullptr);
     } else if (draft != nullptr) {
+      struct ClearHook {  // the hook holds this step's locals: never left for a later call
+        ModelRunner& runner;
+        ~ClearHook() { runner.SetAfterSampling({}); }
+      } clear_hook{runner};
+      if (chain_head) runner.SetAfterSampling(chain);
       samples = runner.ExecuteSampleAndCapture(input, rows, capture, prepare_head);
     } else {
       samples = runner.ExecuteAndSample(input, rows);
@@ -145,6 +162,13 @@ void Engine::Impl::Step() {
   if (decode_only) stats.decode_model_step_seconds_total += model_secs;
   step_clock.decode_only = decode_only;
   if (!failure.ok()) {
+    if (chained) {
+      try {
+        draft->CollectChained();  // its drafts are not used
+      } catch (const std::exception& e) {
+        spdlog::warn("draft head step after a failed model step: {}", e.what());
+      }
+    }
     for (const ScheduledChunk& c : plan.chunks) Fail(*requests.at(c.seq->id), failure);
     return;
   }
@@ -197,10 +221,14 @@ void Engine::Impl::Step() {
   delivery.Flush();  // the step's tokens go out now, not after the draft head's step
   const auto head_start = EngineClock::now();
   stats.emit_seconds_total += Seconds(head_start - now);
-  if (draft != nullptr && !head_work.empty()) {
+  if (draft != nullptr && (chained || !head_work.empty())) {
     try {
-      stats.draft_tokens_proposed_total += RunPreparedDraftHeadStep(
-          *draft, draft_allocator, have_prepared ? &prepared : nullptr, head_work, capture.out);
+      bool chain_used = false;
+      stats.draft_tokens_proposed_total +=
+          chained ? FinishChainedDraftHeadStep(*draft, draft_allocator, prepared, head_work, capture.out, &chain_used)
+                  : RunPreparedDraftHeadStep(*draft, draft_allocator, have_prepared ? &prepared : nullptr, head_work,
+                                             capture.out);
+      if (chain_used) ++stats.draft_chained_steps_total;
       stats.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
     } catch (const std::exception& e) {
       const Status error = Internal(std::string("draft head step failed: ") + e.what());

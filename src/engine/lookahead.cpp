@@ -104,9 +104,8 @@ std::vector<HeadStepSequence> HeadSequences(BlockAllocator& allocator, const std
   return seqs;
 }
 
-int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& work, const HeadStepInput& in,
-                         const Tensor& aux) {
-  const std::vector<int32_t> drafts = runner.Propose(in.input, aux, in.aux_rows);
+// Each item's head rows are committed and its draft (if it wants one) set, in logits-row order.
+int64_t CommitDrafts(const std::vector<DraftHeadWork>& work, const HeadStepInput& in, const std::vector<int32_t>& drafts) {
   OASIS_CHECK_EQ(static_cast<int64_t>(drafts.size()), in.input.logit_rows.numel()) << "one draft per logits row";
   size_t k = 0;
   for (const DraftHeadWork& w : work) {
@@ -115,6 +114,11 @@ int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& 
     if (w.wants_draft) w.seq->draft_tokens.push_back(drafts[k++]);
   }
   return static_cast<int64_t>(drafts.size());
+}
+
+int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& work, const HeadStepInput& in,
+                         const Tensor& aux) {
+  return CommitDrafts(work, in, runner.Propose(in.input, aux, in.aux_rows));
 }
 
 std::vector<int64_t> CommittedEnds(const std::vector<DraftHeadWork>& work) {
@@ -147,16 +151,26 @@ PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<Dra
   return p;
 }
 
+namespace {
+
+// Whether the step as committed is the one prepared (the same items, each committed up to
+// its prepared rows_end).
+bool SameAsPrepared(const PreparedHeadStep& prepared, const std::vector<DraftHeadWork>& work) {
+  bool same = prepared.work.size() == work.size();
+  for (size_t i = 0; same && i < work.size(); ++i) {
+    const DraftHeadWork &a = work[i], &b = prepared.work[i];
+    same = a.seq == b.seq && a.head == b.head && a.first_aux_row == b.first_aux_row &&
+           a.wants_draft == b.wants_draft && a.seq->num_computed == prepared.rows_end[i];
+  }
+  return same;
+}
+
+}  // namespace
+
 int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, PreparedHeadStep* prepared,
                                  const std::vector<DraftHeadWork>& work, const Tensor& aux) {
   if (work.empty()) return 0;
-  bool same = prepared != nullptr && prepared->work.size() == work.size();
-  for (size_t i = 0; same && i < work.size(); ++i) {
-    const DraftHeadWork &a = work[i], &b = prepared->work[i];
-    same = a.seq == b.seq && a.head == b.head && a.first_aux_row == b.first_aux_row &&
-           a.wants_draft == b.wants_draft && a.seq->num_computed == prepared->rows_end[i];
-  }
-  if (!same) return RunDraftHeadStep(runner, allocator, work, aux);
+  if (prepared == nullptr || !SameAsPrepared(*prepared, work)) return RunDraftHeadStep(runner, allocator, work, aux);
   // Every row's token from the sequence as it is now (the sampled tokens included).
   int32_t* ids = prepared->in.input.token_ids.data<int32_t>();
   int64_t t = 0;
@@ -165,6 +179,33 @@ int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
   }
   OASIS_CHECK_EQ(t, prepared->in.input.token_ids.numel()) << "prepared head rows";
   return ProposeAndCommit(runner, work, prepared->in, aux);
+}
+
+bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
+                                const ModelRunner::DeviceSamples& samples, const std::vector<int64_t>& sample_rows) {
+  OASIS_CHECK_EQ(sample_rows.size(), prepared.work.size()) << "one sample row per prepared item";
+  if (prepared.work.empty()) return false;
+  std::vector<int32_t> pairs;
+  int64_t t = 0;
+  for (size_t i = 0; i < prepared.work.size(); ++i) {
+    t += prepared.rows_end[i] - prepared.work[i].head->num_computed;  // the item's rows
+    if (sample_rows[i] >= 0) {
+      pairs.push_back(static_cast<int32_t>(sample_rows[i]));
+      pairs.push_back(static_cast<int32_t>(t - 1));
+    }
+  }
+  OASIS_CHECK_EQ(t, prepared.in.input.token_ids.numel()) << "prepared head rows";
+  return runner.ProposeChained(prepared.in.input, aux, prepared.in.aux_rows, samples, pairs);
+}
+
+int64_t FinishChainedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const PreparedHeadStep& prepared,
+                                   const std::vector<DraftHeadWork>& work, const Tensor& aux, bool* used) {
+  const std::vector<int32_t> drafts = runner.CollectChained();
+  if (used != nullptr) *used = false;
+  if (work.empty()) return 0;
+  if (!SameAsPrepared(prepared, work)) return RunDraftHeadStep(runner, allocator, work, aux);
+  if (used != nullptr) *used = true;
+  return CommitDrafts(work, prepared.in, drafts);
 }
 
 }  // namespace oasis

@@ -105,4 +105,17 @@ PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<Dra
 int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, PreparedHeadStep* prepared,
                                  const std::vector<DraftHeadWork>& work, const Tensor& aux);
 
+// The prepared step queued on the device behind the target step (DraftRunner::ProposeChained,
+// from the target runner's after-sampling hook; docs/lookahead.md): item i's last head row
+// takes the token the step samples in sample row sample_rows[i] (-1: its chunk samples none,
+// the token is known). Returns whether the runner queued it.
+bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
+                                const ModelRunner::DeviceSamples& samples, const std::vector<int64_t>& sample_rows);
+// After a chained step: its drafts are committed when `work` matches the prepared items as
+// RunPreparedDraftHeadStep requires; otherwise they are dropped and the step runs again from
+// the sequences as they are (the same rows rewrite the same K/V). Returns the drafts proposed;
+// `used` (when not null) tells whether the chained step's were.
+int64_t FinishChainedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const PreparedHeadStep& prepared,
+                                   const std::vector<DraftHeadWork>& work, const Tensor& aux, bool* used = nullptr);
+
 }  // namespace oasis

@@ -32,6 +32,7 @@ std::vector<SampleResult> ModelRunner::ExecuteSampleAndCapture(const ForwardInpu
                                                                const std::vector<SampleRow>& rows,
                                                                ResidualCapture& capture,
                                                                const std::function<void()>& while_running) {
+  TakeAfterSampling();  // the host samples after the step: nothing can queue behind it
   AllocateCapture(capture, host_input.token_ids.numel());
   const Tensor logits = model_.Forward(UploadForwardInput(backend_, host_input), kv_, &capture);
   if (while_running) while_running();

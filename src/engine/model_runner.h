@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -87,7 +88,23 @@ class ModelRunner {
   // passes it to its SparseAttentionPipeline at construction.
   virtual SparseStageSync* sparse_stage_sync() { return nullptr; }
 
+  // Where a step's sampled tokens sit on the device before the host has them: row r's token id
+  // (int32) at base + r · stride bytes, written by work queued on `stream` (a cudaStream_t for
+  // the CUDA backend).
+  struct DeviceSamples {
+    const void* base = nullptr;
+    int64_t stride = 0;
+    void* stream = nullptr;
+  };
+  // A hook for the next ExecuteSampleAndCapture: a runner that samples on the device calls it
+  // once, after the step's sampling is queued and before it waits for it, so that more device
+  // work can queue behind the step on the same stream (the engine chains the draft head's
+  // step there: docs/lookahead.md). Runners that cannot ignore it; the caller learns from the
+  // hook itself whether it ran. The call that runs it (or not) clears it.
+  void SetAfterSampling(std::function<void(const DeviceSamples&)> hook) { after_sampling_ = std::move(hook); }
+
  protected:
+  std::function<void(const DeviceSamples&)> TakeAfterSampling() { return std::exchange(after_sampling_, {}); }
   // Runs the step and returns the logits [R, vocab] where the backend keeps them (device
   // memory for GPU backends; valid until the next step).
   virtual Tensor ForwardLogits(const ForwardInput& host_input);
@@ -110,6 +127,7 @@ class ModelRunner {
   Backend& backend_;
   int64_t num_kv_slots_;
   std::vector<LayerKvPool> kv_;
+  std::function<void(const DeviceSamples&)> after_sampling_;
 };
 
 }  // namespace oasis

@@ -231,6 +231,9 @@ std::string RenderEngineMetrics(const EngineStats& st, const std::string& model_
          static_cast<double>(st.num_free_draft_kv_slots));
   Metric(s, "counter", "oasis:spec_decode_num_proposed_tokens_total", "Draft tokens the draft head proposed.",
          labels, static_cast<double>(st.draft_tokens_proposed_total));
+  Metric(s, "counter", "oasis:draft_head_chained_steps_total",
+         "Draft head steps queued on the device behind the target's step (lookahead reject).", labels,
+         static_cast<double>(st.draft_chained_steps_total));
   Metric(s, "counter", "oasis:spec_decode_num_draft_tokens_total", "Draft tokens verified by the model.", labels,
          static_cast<double>(st.draft_tokens_total));
   Metric(s, "counter", "oasis:spec_decode_num_accepted_tokens_total",

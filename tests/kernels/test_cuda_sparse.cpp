@@ -83,7 +83,10 @@ TEST_CASE("ScoreBlocks on the GPU matches the CPU; TopKBlocks picks the same blo
     int hq, hkv, d, mb, k;
   };
   for (const Shape& sh : {Shape{32, 8, 128, 300, 128}, Shape{8, 2, 64, 1100, 64}, Shape{16, 2, 256, 90, 128},
-                          Shape{4, 4, 128, 2048, 256}, Shape{4, 2, 32, 40, 16}}) {
+                          Shape{4, 4, 128, 2048, 256}, Shape{4, 2, 32, 40, 16},
+                          Shape{32, 8, 128, 1024, 128}, Shape{8, 2, 64, 200, 32},
+                          // past the one-warp top-K (2,048 blocks, K 256): the radix select
+                          Shape{8, 2, 64, 5000, 128}, Shape{8, 8, 128, 4096, 1024}}) {
     for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
       INFO("heads " << sh.hq << "/" << sh.hkv << " d " << sh.d << " MB " << sh.mb << " K " << sh.k);
       const int64_t R = 3, T = 5, summary_rows = 3 * sh.mb;

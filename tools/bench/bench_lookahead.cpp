@@ -83,15 +83,16 @@ StatusOr<std::unique_ptr<Eagle3Head>> MakeCopyHead(DecoderLM& target, CudaBacken
 struct ModeResult {
   double tpot_ms = 0, ttft_ms = 0, acceptance = 0, tokens_per_step = 0;
   int64_t steps = 0;
-  // Per engine step over the decode window: wall ms of the target's step and of the head's.
-  double model_ms = 0, head_ms = 0;
+  // Per engine step over the decode window: wall ms of the target's step and of the head's,
+  // of the whole step, and of its host phases (schedule, build the batch, emit the tokens).
+  double model_ms = 0, head_ms = 0, step_ms = 0, host_ms = 0;
 };
 
 // Engine counters at a moment (reader 0 samples them at each of its events).
 struct Snapshot {
   std::chrono::steady_clock::time_point t;
   int64_t steps;
-  double model_s, draft_s;
+  double model_s, draft_s, step_s, host_s;  // host_s: schedule + build + emit
 };
 
 StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, LookaheadMode mode, int64_t batch,
@@ -133,7 +134,9 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
         if (!ev->tokens.empty()) events[i].push_back({Clock::now(), static_cast<int64_t>(ev->tokens.size())});
         if (i == 0) {
           const EngineStats s = engine.Stats();
-          snapshots.push_back({Clock::now(), s.steps_total, s.model_step_seconds_total, s.draft_step_seconds_total});
+          snapshots.push_back({Clock::now(), s.steps_total, s.model_step_seconds_total, s.draft_step_seconds_total,
+                               s.step_seconds_total,
+                               s.schedule_seconds_total + s.build_seconds_total + s.emit_seconds_total});
         }
         if (ev->finished) {
           if (ev->finish_reason != FinishReasonKind::kLength) errors[i] = "ended early: " + ev->error.ToString();
@@ -177,6 +180,8 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
     const double n = static_cast<double>(b->steps - a->steps);
     m.model_ms = (b->model_s - a->model_s) / n * 1e3;
     m.head_ms = (b->draft_s - a->draft_s) / n * 1e3;
+    m.step_ms = (b->step_s - a->step_s) / n * 1e3;
+    m.host_ms = (b->host_s - a->host_s) / n * 1e3;
   }
   return m;
 }
@@ -261,15 +266,16 @@ Status Run(int argc, char** argv) {
   std::printf("target %s%s, head: %s; batch %lld, prompt %lld, output %lld tokens\n", config_path.c_str(),
               repeat ? " (repeating)" : "", repeat ? "copy head" : "dummy EAGLE-3", static_cast<long long>(batch),
               static_cast<long long>(context), static_cast<long long>(tokens));
-  std::printf("%-10s %10s %10s %12s %12s %8s %14s %13s\n", "mode", "TPOT ms", "TTFT ms", "acceptance", "tok/step",
-              "steps", "model ms/step", "head ms/step");
+  std::printf("%-10s %10s %10s %12s %12s %8s %14s %13s %13s %13s\n", "mode", "TPOT ms", "TTFT ms", "acceptance",
+              "tok/step", "steps", "model ms/step", "head ms/step", "step ms", "host ms/step");
   double base = 0;
   std::string summary;
   for (LookaheadMode mode : {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
     OASIS_ASSIGN_OR_RETURN(ModeResult m, RunMode(*runner, draft, mode, batch, context, tokens, config.vocab_size));
     if (mode == LookaheadMode::kOff) base = m.tpot_ms;
-    std::printf("%-10s %10.3f %10.1f %12.3f %12.3f %8lld %14.3f %13.3f\n", LookaheadModeName(mode), m.tpot_ms,
-                m.ttft_ms, m.acceptance, m.tokens_per_step, static_cast<long long>(m.steps), m.model_ms, m.head_ms);
+    std::printf("%-10s %10.3f %10.1f %12.3f %12.3f %8lld %14.3f %13.3f %13.3f %13.3f\n", LookaheadModeName(mode),
+                m.tpot_ms, m.ttft_ms, m.acceptance, m.tokens_per_step, static_cast<long long>(m.steps), m.model_ms,
+                m.head_ms, m.step_ms, m.host_ms);
     char part[160];
     std::snprintf(part, sizeof part, "%s%s TPOT %.3f ms (%.2fx plain)%s", summary.empty() ? "" : "; ",
                   LookaheadModeName(mode), m.tpot_ms, m.tpot_ms / base,

@@ -20,10 +20,16 @@ class CudaDraftRunner final : public DraftRunner {
 
   std::vector<int32_t> Propose(const ForwardInput& host_input, const Tensor& aux,
                                std::span<const int32_t> aux_rows) override;
+  // Queued on the backend's stream, which must be the target's (`samples.stream`; else false).
+  bool ProposeChained(const ForwardInput& host_input, const Tensor& aux, std::span<const int32_t> aux_rows,
+                      const ModelRunner::DeviceSamples& samples, std::span<const int32_t> pairs) override;
+  std::vector<int32_t> CollectChained() override;
 
  private:
   CudaBackend& cuda_;
   CudaSampler sampler_;
+  int64_t chained_rows_ = -1;  // logits rows of the queued chained step (-1: none)
+  int64_t chained_vocab_ = 0;
   bool profile_ = false;  // OASIS_PROFILE_DRAFT set: time the phases (with synchronisations)
   int64_t profile_calls_ = 0;
   double profile_s_[3] = {0, 0, 0};

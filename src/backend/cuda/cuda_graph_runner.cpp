@@ -270,10 +270,15 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const Forward
                                                                    const std::function<void()>& while_running) {
   const std::optional<GraphKey> key = KeyFor(host_input, &capture.layer_ids);
   if (!key) return ModelRunner::ExecuteSampleAndCapture(host_input, rows, capture, while_running);
+  const std::function<void(const DeviceSamples&)> after_sampling = TakeAfterSampling();
   const Graph& g = Replay(host_input, *key);
   capture.out = g.capture;
   if (while_running) while_running();  // the graph is enqueued: host work overlaps it
-  return SampleLogits(g.logits, rows);
+  if (!after_sampling) return SampleLogits(g.logits, rows);
+  sampler_.Enqueue(g.logits, rows, cuda_.stream());
+  after_sampling(DeviceSamples{sampler_.device_out(), static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)),
+                               cuda_.stream()});
+  return sampler_.Finish(rows, g.logits.dim(1), cuda_.stream());  // waits for what the hook queued too
 }
 
 bool CudaGraphOptions::SparseGraphsFromEnv() {

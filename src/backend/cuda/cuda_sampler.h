@@ -12,6 +12,7 @@
 
 #include "common/cuda_rt.h"
 #include "engine/sampler.h"
+#include "kernels/sampling.h"
 #include "oasis/tensor.h"
 
 namespace oasis {
@@ -19,7 +20,17 @@ namespace oasis {
 class CudaSampler {
  public:
   // `logits`: device F32 [R, vocab] (R >= rows.size(); the first rows.size() rows are used).
+  // Enqueue + Finish.
   std::vector<SampleResult> Sample(const Tensor& logits, const std::vector<SampleRow>& rows, cudaStream_t stream);
+  // Queues the sampling of `rows` and the copy of its results to the host on `stream`; until
+  // Finish, device_out() holds the rows' results on the device (row r at device_out()[r]).
+  void Enqueue(const Tensor& logits, const std::vector<SampleRow>& rows, cudaStream_t stream);
+  // Waits for the stream (and so for anything queued behind the sampling) and returns the
+  // results of the last Enqueue; `rows` and `vocab` as given to it.
+  std::vector<SampleResult> Finish(const std::vector<SampleRow>& rows, int64_t vocab, cudaStream_t stream);
+  const kernels::SampleOutputDevice* device_out() const {
+    return static_cast<const kernels::SampleOutputDevice*>(out_.data());
+  }
 
  private:
   void Reserve(size_t rows);

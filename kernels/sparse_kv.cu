@@ -228,7 +228,10 @@ __global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps) ScoreBlocksKernel(
 #pragma unroll
     for (int tau = 0; tau < S::kTiles; ++tau) own[tau][0] = own_next[tau][0], own[tau][1] = own_next[tau][1];
   }
-  AllowDependentLaunch();  // the top-K (a PDL launch) may be scheduled as the last wave ends
+  // The top-K (a PDL launch) may be scheduled once every CTA is here. Earlier triggers were
+  // slower: at the kernel's start its CTAs took slots before all of this grid's were resident
+  // (predict 0.646 of the ceiling instead of 0.697), at each warp's last step 0.68.
+  AllowDependentLaunch();
 }
 
 // Scores as order-preserving unsigned keys.
@@ -239,30 +242,42 @@ __device__ __forceinline__ uint32_t TopKKey(float s) {
 }
 
 // ---- Top-K, rows of at most 256·kCtaTopKMaxPerThread blocks and K ≤ kCtaTopKMaxK: one 256-thread
-// CTA per (row, KV head), the row's keys in registers (thread t holds blocks t + 256j). The
-// take-th largest key T is found two bits a round from the top, below the bits every key
-// shares: each thread counts its keys at or above the round's three candidate thresholds, a
-// warp reduction and one CTA barrier add the counts up, and the largest candidate still
-// reaching `take` keeps its bits. Keys above T (and those equal to T when all of them are
-// taken) are placed into shared memory in any order by warp-aggregated atomics; when T is tied
-// across the cut, the first keys equal to T in id order follow by an ordered pass. The
-// candidates are then ranked by counting on (key, id), S threads per candidate. This is a
-// latency problem (256 rows of 1,024 blocks at batch 32 × 8 KV heads: 2 CTAs per SM): the
-// 4-pass radix select below took ~11.5 µs of the predict there; one warp per row with the
-// same search ~28 µs (9,200 dependent instructions per warp at 5 cycles each, ncu); a bitonic
-// sort of the whole row in shared memory ~16 µs (bank-bound).
+// CTA per (row, KV head), the row's keys in registers (thread t holds blocks t + 256j). Keys are
+// binned linearly between the row's smallest and largest key (-inf, a block without a summary,
+// below the range: bin 0), 1,024 bins in shared memory. Binning is monotone — every key of a
+// higher bin is larger, equal keys share a bin — so a suffix scan over the bin counts gives each
+// bin its place in the output: the bin where the count from the top reaches `take` is the cut,
+// the keys of the bins above it and of the cut bin are placed into their bins' segments, and
+// each ranks itself within its segment (usually one to three keys) by (key desc, id asc); those
+// ranked below `take` are written. This is a latency problem (256 rows of 1,024 blocks at batch
+// 32 × 8 KV heads: 2 CTAs per SM), so the design counts barriers (five). Measured there: the
+// 4-pass radix select below ~11.5 µs of the predict, a two-bits-a-round threshold search
+// (16 rounds, a barrier each) ~10 µs, one histogram pass with the candidates ranked by counting
+// ~6.5 µs, one warp per row ~28 µs (9,200 dependent instructions per warp, ncu), a bitonic sort
+// of the row in shared memory ~16 µs (bank-bound).
 constexpr int kCtaTopKThreads = 256;
 constexpr int kCtaTopKWarps = kCtaTopKThreads / 32;
 constexpr int kCtaTopKMaxPerThread = 16;  // rows of up to 4,096 blocks (64K tokens)
 constexpr int kCtaTopKMaxK = 256;
+constexpr int kCtaTopKBins = 1024;
+constexpr int kCtaTopKBinsPerThread = kCtaTopKBins / kCtaTopKThreads;
 
 template <int P>
 __global__ void __launch_bounds__(kCtaTopKThreads)
     TopKCtaKernel(const float* scores, const int32_t* rows, const int32_t* num_blocks, int32_t* topk,
                   int num_kv_heads, int max_blocks, int k) {
-  GridDependencyWait();  // the scores (and rows) come from the kernels before (PDL launch)
   const int r = blockIdx.x / num_kv_heads;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  __shared__ uint64_t seg[kCtaTopKThreads * P];  // the placed keys, bin by bin from the top
+  __shared__ int count[kCtaTopKBins], end[kCtaTopKBins];  // per bin: keys; its segment's end
+  __shared__ int warp_total[kCtaTopKWarps];
+  __shared__ uint32_t warp_hi[kCtaTopKWarps], warp_lo[kCtaTopKWarps];
+  __shared__ int s_cut;
+  // Shared state first: it reads nothing an earlier kernel writes.
+#pragma unroll
+  for (int i = 0; i < kCtaTopKBinsPerThread; ++i) count[tid * kCtaTopKBinsPerThread + i] = 0;
+  if (tid == 0) s_cut = -1;  // no cut: every key is taken
+  GridDependencyWait();  // the scores (and rows) come from the kernels before (PDL launch)
   // The row's flag, its length and its scores load together (the scores up to max_blocks are
   // in bounds whatever the length): one memory latency instead of three in a row.
   const float* s = scores + static_cast<int64_t>(blockIdx.x) * max_blocks;
@@ -274,134 +289,78 @@ __global__ void __launch_bounds__(kCtaTopKThreads)
   int32_t* out = topk + static_cast<int64_t>(blockIdx.x) * k;
   const int n = min(length, max_blocks);
   const int take = min(k, n);
-  const unsigned full = 0xffffffffu, below = (1u << lane) - 1u;
-  __shared__ uint64_t cand[kCtaTopKMaxK];
-  __shared__ int counts[2][4][kCtaTopKWarps];  // [round parity][what][warp]
-  __shared__ uint32_t warp_hi[kCtaTopKWarps], warp_lo[kCtaTopKWarps];
-  __shared__ int tie_counts[P][kCtaTopKWarps];
-  __shared__ int s_placed;
-  uint32_t key[P];  // 0 past the row: below every real key but a key of 0 (then after it by id)
+  const unsigned full = 0xffffffffu;
+  constexpr uint32_t kNegInfKey = 0x007FFFFFu;  // TopKKey(-inf)
+  uint32_t key[P];
   uint32_t hi = 0, lo = 0xffffffffu;
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const bool real = tid + kCtaTopKThreads * j < n;
-    key[j] = real ? TopKKey(loaded[j]) : 0u;
+    key[j] = TopKKey(loaded[j]);
     hi = real ? max(hi, key[j]) : hi;
-    lo = real ? min(lo, key[j]) : lo;
+    lo = real && key[j] > kNegInfKey ? min(lo, key[j]) : lo;
   }
-  if (tid == 0) s_placed = 0;
-  // Sums one count per warp over the CTA (one barrier); slot `what` of buffer `parity`.
-  auto cta_sum = [&](int c, int parity, int what) {
-    c = static_cast<int>(__reduce_add_sync(full, static_cast<unsigned>(c)));
-    if (lane == 0) counts[parity][what][warp] = c;
-  };
-  // The CTA totals of slots 0-2 (lane 8x + w reads warp w's count of slot x; three shuffles add
-  // each group of 8 lanes; slot x's total is then in lane 8x): every lane gets all three.
-  int totals[3];
-  auto read_sums = [&](int parity) {
-    int t = lane < 24 ? counts[parity][lane >> 3][lane & 7] : 0;
-    t += __shfl_xor_sync(full, t, 1);
-    t += __shfl_xor_sync(full, t, 2);
-    t += __shfl_xor_sync(full, t, 4);
+  hi = __reduce_max_sync(full, hi);
+  lo = __reduce_min_sync(full, lo);
+  if (lane == 0) warp_hi[warp] = hi, warp_lo[warp] = lo;
+  __syncthreads();
 #pragma unroll
-    for (int x = 0; x < 3; ++x) totals[x] = __shfl_sync(full, t, 8 * x);
-  };
-  uint32_t threshold = 0;  // the take-th largest key (0 when every key is taken)
-  int parity = 0;
-  if (n > take) {
-    hi = __reduce_max_sync(full, hi);
-    lo = __reduce_min_sync(full, lo);
-    if (lane == 0) warp_hi[warp] = hi, warp_lo[warp] = lo;
-    __syncthreads();
-#pragma unroll
-    for (int w = 0; w < kCtaTopKWarps; ++w) hi = max(hi, warp_hi[w]), lo = min(lo, warp_lo[w]);
-    // Bits above the highest one where the row's keys differ are the same in all of them.
-    const int top = hi == lo ? -1 : 31 - __clz(hi ^ lo);
-    threshold = top < 0 ? hi : hi & ~((2u << top) - 1u);
-    for (int bit = top; bit >= 0; bit -= 2, parity ^= 1) {
-      const bool two = bit >= 1;
-      const uint32_t t_hi = threshold | (1u << bit);                      // bit set
-      const uint32_t t_lo = two ? threshold | (1u << (bit - 1)) : 0u;     // the lower bit set
-      const uint32_t t_both = two ? t_hi | (1u << (bit - 1)) : 0u;        // both set
-      int c_hi = 0, c_lo = 0, c_both = 0;
-#pragma unroll
-      for (int j = 0; j < P; ++j) {
-        c_hi += key[j] >= t_hi;
-        c_lo += key[j] >= t_lo;
-        c_both += key[j] >= t_both;
-      }
-      cta_sum(c_hi, parity, 0);
-      cta_sum(c_lo, parity, 1);
-      cta_sum(c_both, parity, 2);
-      __syncthreads();  // the other buffer is written next round: one barrier a round
-      read_sums(parity);
-      if (two && totals[2] >= take) {
-        threshold = t_both;
-      } else if (totals[0] >= take) {
-        threshold = t_hi;
-      } else if (two && totals[1] >= take) {
-        threshold = t_lo;
-      }
-    }
-  }
-  int above = 0, equal = 0;
+  for (int w = 0; w < kCtaTopKWarps; ++w) hi = max(hi, warp_hi[w]), lo = min(lo, warp_lo[w]);
+  lo = min(lo, hi);  // only -inf keys: one bin
+  // Monotone bins: float(key - lo) and the product round monotonically; keys below lo go to 0.
+  const float scale = static_cast<float>(kCtaTopKBins) / (static_cast<float>(hi - lo) + 1.0f);
+  int bin[P];
 #pragma unroll
   for (int j = 0; j < P; ++j) {
-    above += key[j] > threshold;
-    equal += tid + kCtaTopKThreads * j < n && key[j] == threshold;
+    bin[j] = key[j] < lo ? 0 : min(kCtaTopKBins - 1, static_cast<int>(static_cast<float>(key[j] - lo) * scale));
+    if (tid + kCtaTopKThreads * j < n) atomicAdd(&count[bin[j]], 1);
   }
-  cta_sum(above, parity, 0);
-  cta_sum(equal, parity, 1);
   __syncthreads();
-  read_sums(parity);
-  const int count_above = totals[0], need_eq = take - count_above;
-  const bool all_tied = need_eq == totals[1];
-  // Keys above the threshold (and the tied ones when all of them are taken), in any order.
+  // Thread t owns the t-th group of bins from the top; an inclusive scan over the threads.
+  int mine[kCtaTopKBinsPerThread], sum = 0;
+#pragma unroll
+  for (int i = 0; i < kCtaTopKBinsPerThread; ++i) {
+    mine[i] = count[kCtaTopKBins - 1 - (tid * kCtaTopKBinsPerThread + i)];
+    sum += mine[i];
+  }
+  int incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(full, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kCtaTopKWarps; ++w) incl += w < warp ? warp_total[w] : 0;
+  int cum = incl - sum;  // keys in the bins above this thread's
+#pragma unroll
+  for (int i = 0; i < kCtaTopKBinsPerThread; ++i) {
+    const int b = kCtaTopKBins - 1 - (tid * kCtaTopKBinsPerThread + i);
+    end[b] = cum;  // the segment's start for now: placing a key moves it on by one
+    if (n > take && cum < take && cum + mine[i] >= take) s_cut = b;  // exactly one bin
+    cum += mine[i];
+  }
+  __syncthreads();
+  const int cut = s_cut;
+  int at[P];
 #pragma unroll
   for (int j = 0; j < P; ++j) {
     const int i = tid + kCtaTopKThreads * j;
-    const bool in = key[j] > threshold || (all_tied && i < n && key[j] == threshold);
-    const unsigned ins = __ballot_sync(full, in);
-    int at = 0;
-    if (lane == 0 && ins) at = atomicAdd(&s_placed, __popc(ins));
-    at = __shfl_sync(full, at, 0) + __popc(ins & below);
-    if (in) cand[at] = (static_cast<uint64_t>(key[j]) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
-  }
-  if (!all_tied) {  // T tied across the cut: the first need_eq keys equal to T, in id order
-    unsigned eqs[P];
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      eqs[j] = __ballot_sync(full, tid + kCtaTopKThreads * j < n && key[j] == threshold);
-      if (lane == 0) tie_counts[j][warp] = __popc(eqs[j]);
-    }
-    __syncthreads();
-    int before = 0;  // equal keys of smaller id: earlier rounds, earlier warps, earlier lanes
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-      int rank = before + __popc(eqs[j] & below);
-      for (int w = 0; w < kCtaTopKWarps; ++w) {
-        rank += w < warp ? tie_counts[j][w] : 0;
-        before += tie_counts[j][w];
-      }
-      if ((eqs[j] >> lane & 1u) && rank < need_eq) {
-        const int i = tid + kCtaTopKThreads * j;
-        cand[count_above + rank] = (static_cast<uint64_t>(key[j]) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
-      }
-    }
+    at[j] = i < n && bin[j] >= cut ? atomicAdd(&end[bin[j]], 1) : -1;
+    if (at[j] >= 0) seg[at[j]] = (static_cast<uint64_t>(key[j]) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
   }
   __syncthreads();
-  // Rank by counting: S consecutive threads share a candidate, each over every S-th other.
-  int S = 1;
-  while (S < 32 && 2 * S * take <= kCtaTopKThreads) S *= 2;
-  const int c = tid / S, part = tid % S;
-  const uint64_t mine = c < take ? cand[c] : 0u;
-  int rank = 0;
-  if (c < take) {
-#pragma unroll 8
-    for (int j = part; j < take; j += S) rank += cand[j] > mine;
+  // Each placed key's rank within its bin's segment gives its place in the output.
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    if (at[j] < 0) continue;
+    const int e = end[bin[j]], first = e - count[bin[j]];
+    const uint64_t v = seg[at[j]];
+    int place = first;
+    for (int f = first; f < e; ++f) place += seg[f] > v;
+    if (place < take) out[place] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(v & 0xFFFFFFFFu));
   }
-  for (int o = 1; o < S; o <<= 1) rank += __shfl_xor_sync(full, rank, o);
-  if (c < take && part == 0) out[rank] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(mine & 0xFFFFFFFFu));
   for (int i = take + tid; i < k; i += kCtaTopKThreads) out[i] = -1;
 }
 

@@ -48,6 +48,7 @@ TEST_CASE("spec-decode metrics of lookahead decoding") {
   st.draft_accepted_total = 4;
   st.lookahead_steps_total = 10;
   st.lookahead_tokens_total = 14;
+  st.draft_chained_steps_total = 9;
   const std::string text = RenderEngineMetrics(st, "m");
   const std::string l = "{model_name=\"m\"} ";
   CHECK(text.find("# TYPE oasis:spec_decode_num_draft_tokens_total counter\noasis:spec_decode_num_draft_tokens_total" + l +
@@ -61,6 +62,8 @@ TEST_CASE("spec-decode metrics of lookahead decoding") {
   CHECK(text.find("oasis:spec_decode_tokens_per_step" + l + "1.3999999999999999\n") != std::string::npos);
   CHECK(text.find("oasis:num_draft_kv_blocks" + l + "64\n") != std::string::npos);
   CHECK(text.find("oasis:num_free_draft_kv_blocks" + l + "60\n") != std::string::npos);
+  CHECK(text.find("# TYPE oasis:draft_head_chained_steps_total counter\noasis:draft_head_chained_steps_total" + l +
+                  "9\n") != std::string::npos);
   // Before any draft: rates are 0, not NaN.
   const std::string idle = RenderEngineMetrics(EngineStats{}, "m");
   CHECK(idle.find("oasis:spec_decode_draft_acceptance_rate" + l + "0\n") != std::string::npos);

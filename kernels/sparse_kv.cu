@@ -248,8 +248,9 @@ __device__ __forceinline__ uint32_t TopKKey(float s) {
 // higher bin is larger, equal keys share a bin — so a suffix scan over the bin counts gives each
 // bin its place in the output: the bin where the count from the top reaches `take` is the cut,
 // the keys of the bins above it and of the cut bin are placed into their bins' segments, and
-// each ranks itself within its segment (usually one to three keys) by (key desc, id asc); those
-// ranked below `take` are written. This is a latency problem (256 rows of 1,024 blocks at batch
+// each ranks itself within its segment (usually one to three keys; a row of equal keys is one
+// segment, n comparisons a key, slow but exact) by (key desc, id asc); those ranked below `take`
+// are written. This is a latency problem (256 rows of 1,024 blocks at batch
 // 32 × 8 KV heads: 2 CTAs per SM), so the design counts barriers (five). Measured there: the
 // 4-pass radix select below ~11.5 µs of the predict, a two-bits-a-round threshold search
 // (16 rounds, a barrier each) ~10 µs, one histogram pass with the candidates ranked by counting
@@ -805,8 +806,8 @@ cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int
     if (max_blocks <= 8 * kCtaTopKThreads) return cta(TopKCtaKernel<8>);
     return cta(TopKCtaKernel<kCtaTopKMaxPerThread>);
   }
-  return LaunchPdl(TopKBlocksKernel, dim3(static_cast<unsigned>(num_rows * num_kv_heads)), dim3(kTopKThreads), 0,
-                   stream, scores, rows, num_blocks, topk, num_kv_heads, max_blocks, k);
+  return LaunchPdl(TopKBlocksKernel, grid, dim3(kTopKThreads), 0, stream, scores, rows, num_blocks, topk, num_kv_heads,
+                   max_blocks, k);
 }
 
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream) {

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/sparse_kv.h"
@@ -733,6 +735,15 @@ __global__ void TopKOverlapKernel(const int32_t* predicted, const int32_t* actua
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// OASIS_TOPK_RADIX=1 sends every top-K to the radix select (same-machine comparisons); read once.
+bool TopKRadixForced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("OASIS_TOPK_RADIX");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return forced;
+}
+
 }  // namespace
 
 cudaError_t LaunchBlockSummaries(const bf16* k_pool, const int32_t* src_slots, const int32_t* num_tokens,
@@ -795,7 +806,7 @@ cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int
   if (num_rows == 0 || num_kv_heads == 0) return cudaSuccess;
   // PDL: its launch and CTA start overlap the scoring kernel's tail.
   const dim3 grid(static_cast<unsigned>(num_rows * num_kv_heads));
-  if (k <= kCtaTopKMaxK && max_blocks <= kCtaTopKThreads * kCtaTopKMaxPerThread) {
+  if (k <= kCtaTopKMaxK && max_blocks <= kCtaTopKThreads * kCtaTopKMaxPerThread && !TopKRadixForced()) {
     auto cta = [&](auto kernel) {
       return LaunchPdl(kernel, grid, dim3(kCtaTopKThreads), 0, stream, scores, rows, num_blocks, topk, num_kv_heads,
                        max_blocks, k);

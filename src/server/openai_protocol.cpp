@@ -38,7 +38,7 @@ class Reader {
     double d = 0;
     if (v.is_number_integer() && v.is_number_unsigned()) {
       const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(hi)) return OutOfBounds(key, lo, hi);
+      if (u > static_cast<uint64_t>(hi)) return OutOfBounds(key, lo, hi, /*above=*/true);
       *out = static_cast<int64_t>(u);
     } else if (v.is_number_integer()) {
       *out = v.get<int64_t>();
@@ -48,7 +48,7 @@ class Reader {
     } else {
       return Fail(key, "'" + key + "' must be an integer");
     }
-    if (*out < lo || *out > hi) return OutOfBounds(key, lo, hi);
+    if (*out < lo || *out > hi) return OutOfBounds(key, lo, hi, *out > hi);
     return true;
   }
   bool Number(const char* key, double* out) {
@@ -69,9 +69,11 @@ class Reader {
   }
 
  private:
-  bool OutOfBounds(const std::string& key, int64_t lo, int64_t hi) {
-    std::string range = hi == std::numeric_limits<int64_t>::max() ? ">= " + std::to_string(lo)
-                                                                   : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  // `above`: the value was past hi (an open upper bound is then named too, not just ">= lo").
+  bool OutOfBounds(const std::string& key, int64_t lo, int64_t hi, bool above) {
+    const bool open_hi = hi == std::numeric_limits<int64_t>::max();
+    std::string range = open_hi && !above ? ">= " + std::to_string(lo)
+                                          : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     return Fail(key, "'" + key + "' must be " + range);
   }
   const Json& body_;

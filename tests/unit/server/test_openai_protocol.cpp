@@ -129,6 +129,17 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": "x", "seed": "s"})", "seed");
 }
 
+TEST_CASE("an integer out of range names the side it left") {
+  ApiError err;
+  CHECK_FALSE(Completion(R"({"prompt": "x", "seed": 18446744073709551615})", &err));
+  CHECK(err.param == "seed");
+  CHECK(err.message == "'seed' must be in [-9223372036854775808, 9223372036854775807]");
+  CHECK_FALSE(Completion(R"({"prompt": "x", "max_tokens": 18446744073709551615})", &err));
+  CHECK(err.message.find("'max_tokens' must be in [1, ") == 0);
+  CHECK_FALSE(Completion(R"({"prompt": "x", "max_tokens": -1})", &err));
+  CHECK(err.message == "'max_tokens' must be >= 1");
+}
+
 TEST_CASE("chat requests: messages, content parts, max_completion_tokens, logprobs") {
   ApiError err;
   auto s = Chat(R"({"messages": [{"role": "system", "content": "be brief"},

@@ -142,6 +142,22 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (!r.IntValue(*best_of, "best_of", 1, limits.max_n, &v)) return false;
     if (v != spec->n) return r.Fail("best_of", "'best_of' other than n is not supported");
   }
+  // Structured output cannot be honoured (no constrained decoding): refused, not ignored.
+  if (const Json* format = r.Get("response_format")) {
+    const Json* type = format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      return r.Fail("response_format", "'response_format' must be an object with a string 'type'");
+    }
+    if (type->get<std::string>() != "text") {
+      return r.Fail("response_format", "'response_format' of type '" + type->get<std::string>() +
+                                           "' is not supported (only text: no constrained decoding)");
+    }
+  }
+  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
+    if (r.Get(guided) != nullptr) {
+      return r.Fail(guided, std::string("'") + guided + "' is not supported (no constrained decoding)");
+    }
+  }
   if (const Json* stop = r.Get("stop")) {
     if (stop->is_string()) {
       spec->stop.push_back(stop->get<std::string>());

@@ -127,6 +127,16 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": "x", "presence_penalty": 0.5})", "presence_penalty");
   ExpectBad(R"({"prompt": "x", "min_tokens": 20, "max_tokens": 10})", "min_tokens");
   ExpectBad(R"({"prompt": "x", "seed": "s"})", "seed");
+  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format");
+  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format");
+  ExpectBad(R"({"prompt": "x", "response_format": "json"})", "response_format");
+  ExpectBad(R"({"prompt": "x", "guided_json": {"type": "object"}})", "guided_json");
+  ExpectBad(R"({"prompt": "x", "guided_choice": ["a", "b"]})", "guided_choice");
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+            "response_format", true);
+  // Plain text, and null structured-output fields, are what the server does anyway.
+  ApiError err;
+  CHECK(Completion(R"({"prompt": "x", "response_format": {"type": "text"}, "guided_json": null})", &err));
 }
 
 TEST_CASE("an integer out of range names the side it left") {

@@ -98,11 +98,10 @@ void Engine::Impl::Step() {
   // steps): every chunk's rows as they will be once committed, the draft not accepted.
   // Used when the step turns out that way (RunPreparedDraftHeadStep checks), else rebuilt.
   PreparedHeadStep prepared;
-  std::vector<int64_t> prepared_samples;  // per prepared item: its chunk's sample row, or -1
   bool have_prepared = false;
   const auto prepare_head = [&] {
     std::vector<DraftHeadWork> work;
-    std::vector<int64_t> ends;
+    std::vector<int64_t> ends, sample_rows;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const ScheduledChunk& c = plan.chunks[i];
       RequestState& s = *requests.at(c.seq->id);
@@ -112,9 +111,9 @@ void Engine::Impl::Step() {
       }
       work.push_back(w);
       ends.push_back(c.seq->num_computed + c.num_tokens);
-      prepared_samples.push_back(c.samples ? static_cast<int64_t>(first_sample[i]) : -1);
+      sample_rows.push_back(c.samples ? static_cast<int64_t>(first_sample[i]) : -1);
     }
-    prepared = PrepareDraftHeadStep(draft_allocator, std::move(work), std::move(ends));
+    prepared = PrepareDraftHeadStep(draft_allocator, std::move(work), std::move(ends), std::move(sample_rows));
     have_prepared = true;
   };
   // Under reject (drafts never accepted, so the prepared batch is the committed one unless a
@@ -125,7 +124,7 @@ void Engine::Impl::Step() {
   bool chained = false;
   const bool chain_head = draft != nullptr && options.lookahead == LookaheadMode::kReject;
   const auto chain = [&](const ModelRunner::DeviceSamples& samples) {
-    if (have_prepared) chained = ChainPreparedDraftHeadStep(*draft, prepared, capture.out, samples, prepared_samples);
+    if (have_prepared) chained = ChainPreparedDraftHeadStep(*draft, prepared, capture.out, samples);
   };
   const auto step_start = EngineClock::now();
   stats.build_seconds_total += Seconds(step_start - t_scheduled);

@@ -121,6 +121,18 @@ int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& 
   return CommitDrafts(work, in, runner.Propose(in.input, aux, in.aux_rows));
 }
 
+// Whether the step as committed is the one prepared (the same items, each committed up to
+// its prepared rows_end).
+bool SameAsPrepared(const PreparedHeadStep& prepared, const std::vector<DraftHeadWork>& work) {
+  bool same = prepared.work.size() == work.size();
+  for (size_t i = 0; same && i < work.size(); ++i) {
+    const DraftHeadWork &a = work[i], &b = prepared.work[i];
+    same = a.seq == b.seq && a.head == b.head && a.first_aux_row == b.first_aux_row &&
+           a.wants_draft == b.wants_draft && a.seq->num_computed == prepared.rows_end[i];
+  }
+  return same;
+}
+
 std::vector<int64_t> CommittedEnds(const std::vector<DraftHeadWork>& work) {
   std::vector<int64_t> ends;
   ends.reserve(work.size());
@@ -142,30 +154,17 @@ int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const s
 }
 
 PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<DraftHeadWork> work,
-                                      std::vector<int64_t> rows_end) {
-  OASIS_CHECK_EQ(work.size(), rows_end.size()) << "one rows end per head work item";
+                                      std::vector<int64_t> rows_end, std::vector<int64_t> sample_rows) {
+  OASIS_CHECK(work.size() == rows_end.size() && work.size() == sample_rows.size())
+      << "one rows end and one sample row per head work item";
   PreparedHeadStep p;
   if (!work.empty()) p.in = BuildHeadStepInput(HeadSequences(allocator, work, rows_end));
   p.work = std::move(work);
   p.rows_end = std::move(rows_end);
+  p.sample_rows = std::move(sample_rows);
   return p;
 }
 
-namespace {
-
-// Whether the step as committed is the one prepared (the same items, each committed up to
-// its prepared rows_end).
-bool SameAsPrepared(const PreparedHeadStep& prepared, const std::vector<DraftHeadWork>& work) {
-  bool same = prepared.work.size() == work.size();
-  for (size_t i = 0; same && i < work.size(); ++i) {
-    const DraftHeadWork &a = work[i], &b = prepared.work[i];
-    same = a.seq == b.seq && a.head == b.head && a.first_aux_row == b.first_aux_row &&
-           a.wants_draft == b.wants_draft && a.seq->num_computed == prepared.rows_end[i];
-  }
-  return same;
-}
-
-}  // namespace
 
 int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, PreparedHeadStep* prepared,
                                  const std::vector<DraftHeadWork>& work, const Tensor& aux) {
@@ -182,15 +181,14 @@ int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
 }
 
 bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
-                                const ModelRunner::DeviceSamples& samples, const std::vector<int64_t>& sample_rows) {
-  OASIS_CHECK_EQ(sample_rows.size(), prepared.work.size()) << "one sample row per prepared item";
+                                const ModelRunner::DeviceSamples& samples) {
   if (prepared.work.empty()) return false;
   std::vector<int32_t> pairs;
   int64_t t = 0;
   for (size_t i = 0; i < prepared.work.size(); ++i) {
     t += prepared.rows_end[i] - prepared.work[i].head->num_computed;  // the item's rows
-    if (sample_rows[i] >= 0) {
-      pairs.push_back(static_cast<int32_t>(sample_rows[i]));
+    if (prepared.sample_rows[i] >= 0) {
+      pairs.push_back(static_cast<int32_t>(prepared.sample_rows[i]));
       pairs.push_back(static_cast<int32_t>(t - 1));
     }
   }

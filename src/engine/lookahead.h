@@ -91,14 +91,17 @@ int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const s
 // The head step prepared ahead, while the target step runs on the device: `work` with the
 // head rows each item WILL have, [head->num_computed, rows_end[i]), once the target step has
 // committed its tokens (decodes: the chunk's tokens, the draft not accepted). The host input
-// is built with the tokens known so far (0 for a token the step has yet to sample).
+// is built with the tokens known so far (0 for a token the step has yet to sample);
+// sample_rows[i] is the target step's sample row whose token item i's last head row takes
+// (-1: its chunk samples none, the token is known).
 struct PreparedHeadStep {
   std::vector<DraftHeadWork> work;
   std::vector<int64_t> rows_end;
+  std::vector<int64_t> sample_rows;
   HeadStepInput in;
 };
 PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<DraftHeadWork> work,
-                                      std::vector<int64_t> rows_end);
+                                      std::vector<int64_t> rows_end, std::vector<int64_t> sample_rows);
 // RunDraftHeadStep over `work` using `prepared` when it matches (the same items, each with
 // seq->num_computed == the prepared rows_end: then only the token ids are refreshed from the
 // sequences), else building the input afresh. Returns the number of drafts proposed.
@@ -107,10 +110,10 @@ int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
 
 // The prepared step queued on the device behind the target step (DraftRunner::ProposeChained,
 // from the target runner's after-sampling hook; docs/lookahead.md): item i's last head row
-// takes the token the step samples in sample row sample_rows[i] (-1: its chunk samples none,
-// the token is known). Returns whether the runner queued it.
+// takes the token the step samples in prepared.sample_rows[i], read on the device. Returns
+// whether the runner queued it.
 bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
-                                const ModelRunner::DeviceSamples& samples, const std::vector<int64_t>& sample_rows);
+                                const ModelRunner::DeviceSamples& samples);
 // After a chained step: its drafts are committed when `work` matches the prepared items as
 // RunPreparedDraftHeadStep requires; otherwise they are dropped and the step runs again from
 // the sequences as they are (the same rows rewrite the same K/V). Returns the drafts proposed;

@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_draft_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,14 +23,35 @@ CudaDraftRunner::~CudaDraftRunner() {
   }
 }
 
+namespace {
+
+// The greedy rows of R drafts (an argmax over the draft vocabulary).
+std::vector<SampleRow> GreedyRows(int64_t R) {
+  SampleRow greedy;
+  greedy.params.temperature = 0.0f;
+  return std::vector<SampleRow>(static_cast<size_t>(R), greedy);
+}
+
+}  // namespace
+
+ForwardInput CudaDraftRunner::UploadInput(const ForwardInput& host_input) {
+  ForwardInput host = host_input;
+  if (host.logit_rows.numel() == 0) host.logit_rows = Tensor::Zeros({1}, DType::kI32);  // no empty GEMMs: row 0's logits, dropped
+  return UploadForwardInput(cuda_, host, /*async=*/true);  // the head runs on one stream
+}
+
+std::vector<int32_t> CudaDraftRunner::ToTarget(const std::vector<SampleResult>& drafts) const {
+  std::vector<int32_t> out(drafts.size());
+  for (size_t r = 0; r < drafts.size(); ++r) out[r] = head_.DraftToTarget(drafts[r].token);
+  return out;
+}
+
 std::vector<int32_t> CudaDraftRunner::Propose(const ForwardInput& host_input, const Tensor& aux,
                                               std::span<const int32_t> aux_rows) {
   const int64_t R = host_input.logit_rows.numel();
-  ForwardInput host = host_input;
-  if (R == 0) host.logit_rows = Tensor::Zeros({1}, DType::kI32);  // no empty GEMMs: row 0's logits, dropped
   // OASIS_PROFILE_DRAFT: synchronise between the phases and report their mean times at exit.
   // Only decode steps (at most two rows per draft) are profiled; prefill chunks would swamp them.
-  const bool profile = profile_ && host.token_ids.numel() <= 2 * host.logit_rows.numel();
+  const bool profile = profile_ && host_input.token_ids.numel() <= 2 * std::max<int64_t>(R, 1);
   using Clock = std::chrono::steady_clock;
   if (profile) cuda_.Synchronize();
   auto mark = Clock::now();
@@ -40,19 +62,15 @@ std::vector<int32_t> CudaDraftRunner::Propose(const ForwardInput& host_input, co
     profile_s_[i] += std::chrono::duration<double>(now - mark).count();
     mark = now;
   };
-  const ForwardInput input = UploadForwardInput(cuda_, host, /*async=*/true);  // the head runs on one stream
+  const ForwardInput input = UploadInput(host_input);
   phase(0);
   const Tensor logits = head_.Forward(input, aux, kv_, aux_rows);
   phase(1);
   if (R == 0) return {};
-  SampleRow greedy;
-  greedy.params.temperature = 0.0f;
-  const std::vector<SampleResult> drafts = sampler_.Sample(logits, std::vector<SampleRow>(R, greedy), cuda_.stream());
+  const std::vector<SampleResult> drafts = sampler_.Sample(logits, GreedyRows(R), cuda_.stream());
   phase(2);
   if (profile) ++profile_calls_;
-  std::vector<int32_t> out(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) out[static_cast<size_t>(r)] = head_.DraftToTarget(drafts[static_cast<size_t>(r)].token);
-  return out;
+  return ToTarget(drafts);
 }
 
 bool CudaDraftRunner::ProposeChained(const ForwardInput& host_input, const Tensor& aux,
@@ -63,10 +81,7 @@ bool CudaDraftRunner::ProposeChained(const ForwardInput& host_input, const Tenso
       samples.stride != static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)) || pairs.size() % 2 != 0) {
     return false;
   }
-  const int64_t R = host_input.logit_rows.numel();
-  ForwardInput host = host_input;
-  if (R == 0) host.logit_rows = Tensor::Zeros({1}, DType::kI32);  // as in Propose
-  const ForwardInput input = UploadForwardInput(cuda_, host, /*async=*/true);
+  const ForwardInput input = UploadInput(host_input);
   if (!pairs.empty()) {
     Tensor p = Tensor::Empty({static_cast<int64_t>(pairs.size())}, DType::kI32);
     std::copy(pairs.begin(), pairs.end(), p.data<int32_t>());
@@ -76,12 +91,8 @@ bool CudaDraftRunner::ProposeChained(const ForwardInput& host_input, const Tenso
         static_cast<int64_t>(pairs.size() / 2), input.token_ids.data<int32_t>(), cuda_.stream()));
   }
   const Tensor logits = head_.Forward(input, aux, kv_, aux_rows);
-  chained_rows_ = R;
-  if (R == 0) return true;
-  SampleRow greedy;
-  greedy.params.temperature = 0.0f;
-  sampler_.Enqueue(logits, std::vector<SampleRow>(R, greedy), cuda_.stream());
-  chained_vocab_ = logits.dim(1);
+  chained_rows_ = host_input.logit_rows.numel();
+  if (chained_rows_ > 0) sampler_.Enqueue(logits, GreedyRows(chained_rows_), cuda_.stream());
   return true;
 }
 
@@ -89,13 +100,7 @@ std::vector<int32_t> CudaDraftRunner::CollectChained() {
   OASIS_CHECK_GE(chained_rows_, 0) << "no chained head step queued";
   const int64_t R = std::exchange(chained_rows_, -1);
   if (R == 0) return {};
-  SampleRow greedy;
-  greedy.params.temperature = 0.0f;
-  const std::vector<SampleResult> drafts =
-      sampler_.Finish(std::vector<SampleRow>(R, greedy), chained_vocab_, cuda_.stream());
-  std::vector<int32_t> out(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) out[static_cast<size_t>(r)] = head_.DraftToTarget(drafts[static_cast<size_t>(r)].token);
-  return out;
+  return ToTarget(sampler_.Finish(GreedyRows(R), cuda_.stream()));
 }
 
 }  // namespace oasis

@@ -28,8 +28,12 @@ class CudaDraftRunner final : public DraftRunner {
  private:
   CudaBackend& cuda_;
   CudaSampler sampler_;
+  // The head's batch on the device (an empty logit_rows asks for row 0's logits, dropped).
+  ForwardInput UploadInput(const ForwardInput& host_input);
+  // Greedy draft ids (draft vocabulary) as target ids.
+  std::vector<int32_t> ToTarget(const std::vector<SampleResult>& drafts) const;
+
   int64_t chained_rows_ = -1;  // logits rows of the queued chained step (-1: none)
-  int64_t chained_vocab_ = 0;
   bool profile_ = false;  // OASIS_PROFILE_DRAFT set: time the phases (with synchronisations)
   int64_t profile_calls_ = 0;
   double profile_s_[3] = {0, 0, 0};

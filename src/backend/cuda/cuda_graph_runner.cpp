@@ -278,7 +278,7 @@ std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const Forward
   sampler_.Enqueue(g.logits, rows, cuda_.stream());
   after_sampling(DeviceSamples{sampler_.device_out(), static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)),
                                cuda_.stream()});
-  return sampler_.Finish(rows, g.logits.dim(1), cuda_.stream());  // waits for what the hook queued too
+  return sampler_.Finish(rows, cuda_.stream());  // waits for what the hook queued too
 }
 
 bool CudaGraphOptions::SparseGraphsFromEnv() {

@@ -21,12 +21,13 @@ void CudaSampler::Reserve(size_t rows) {
 std::vector<SampleResult> CudaSampler::Sample(const Tensor& logits, const std::vector<SampleRow>& rows,
                                               cudaStream_t stream) {
   Enqueue(logits, rows, stream);
-  return Finish(rows, logits.dim(1), stream);
+  return Finish(rows, stream);
 }
 
 void CudaSampler::Enqueue(const Tensor& logits, const std::vector<SampleRow>& rows, cudaStream_t stream) {
   OASIS_CHECK(logits.device() == Device::kCuda && logits.dtype() == DType::kF32) << "device f32 logits";
   OASIS_CHECK_GE(logits.dim(0), static_cast<int64_t>(rows.size())) << "one logits row per SampleRow";
+  vocab_ = logits.dim(1);
   if (rows.empty()) return;
   Reserve(rows.size());
   auto* hp = static_cast<kernels::SampleParamsDevice*>(host_params_.data());
@@ -49,7 +50,7 @@ void CudaSampler::Enqueue(const Tensor& logits, const std::vector<SampleRow>& ro
                                    cudaMemcpyDeviceToHost, stream));
 }
 
-std::vector<SampleResult> CudaSampler::Finish(const std::vector<SampleRow>& rows, int64_t vocab, cudaStream_t stream) {
+std::vector<SampleResult> CudaSampler::Finish(const std::vector<SampleRow>& rows, cudaStream_t stream) {
   std::vector<SampleResult> results(rows.size());
   if (rows.empty()) return results;
   OASIS_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -59,7 +60,7 @@ std::vector<SampleResult> CudaSampler::Finish(const std::vector<SampleRow>& rows
     SampleResult& out = results[r];
     out.token = ho[r].token;
     out.logprob = ho[r].logprob;
-    const int k = static_cast<int>(std::min<int64_t>(rows[r].num_top_logprobs, vocab));
+    const int k = static_cast<int>(std::min<int64_t>(rows[r].num_top_logprobs, vocab_));
     for (int i = 0; i < k; ++i) out.top_logprobs.push_back({ho[r].top_tokens[i], ho[r].top_logprobs[i]});
   }
   return results;

@@ -26,8 +26,8 @@ class CudaSampler {
   // Finish, device_out() holds the rows' results on the device (row r at device_out()[r]).
   void Enqueue(const Tensor& logits, const std::vector<SampleRow>& rows, cudaStream_t stream);
   // Waits for the stream (and so for anything queued behind the sampling) and returns the
-  // results of the last Enqueue; `rows` and `vocab` as given to it.
-  std::vector<SampleResult> Finish(const std::vector<SampleRow>& rows, int64_t vocab, cudaStream_t stream);
+  // results of the last Enqueue; `rows` as given to it.
+  std::vector<SampleResult> Finish(const std::vector<SampleRow>& rows, cudaStream_t stream);
   const kernels::SampleOutputDevice* device_out() const {
     return static_cast<const kernels::SampleOutputDevice*>(out_.data());
   }
@@ -36,6 +36,7 @@ class CudaSampler {
   void Reserve(size_t rows);
 
   size_t capacity_ = 0;
+  int64_t vocab_ = 0;  // of the last Enqueue
   cuda::PinnedBuffer host_params_, host_out_;
   cuda::DeviceBuffer params_, out_, workspace_;
 };

@@ -673,6 +673,84 @@ __global__ void __launch_bounds__(kCopyThreads) CopyBlocksKernel(const bf16* src
   }
 }
 
+// The gather through the TMA (the default): lane 0 of a one-warp CTA streams its share of the
+// blocks (i = blockIdx.x + j·gridDim.x) through a ring of kTmaGatherStages shared-memory slots,
+// each the K then the V of one head-block: two bulk loads from the host (one instruction per
+// 16·D·2 bytes, completion counted on the slot's mbarrier), then two bulk stores to the
+// destination slot; a slot is loaded again once its stores have read it. No registers hold data
+// and the CTA has one warp, so beside the step's kernels it takes almost nothing from its SM:
+// on the H200 the sparse step with transfers on was 2–8% faster than with the register gather
+// (docs/benchmarks.md, eleventh session). Bulk copies reach mapped host memory like global
+// memory (tests/kernels/test_cuda_sparse.cpp checks both directions).
+constexpr int kTmaGatherStages = 2;
+
+__device__ __forceinline__ void MbarInit(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarExpect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
+__global__ void __launch_bounds__(32) CopyBlocksTmaKernel(const char* src_k, const char* src_v, const int32_t* src_slots,
+                                                          char* dst_k, char* dst_v, const int32_t* dst_slots, int64_t n,
+                                                          int block_bytes) {
+  constexpr int stages = kTmaGatherStages;
+  extern __shared__ __align__(128) unsigned char ring[];  // [stages][K, V][block_bytes]
+  __shared__ __align__(8) uint64_t bars[stages];
+  if (threadIdx.x != 0) return;
+  const uint32_t ring0 = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
+  for (int st = 0; st < stages; ++st) MbarInit(bar0 + 8 * st);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  // This CTA's entries; one with a negative slot is skipped (its slot's phase completes empty).
+  const int64_t mine = n > blockIdx.x ? (n - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  auto issue = [&](int64_t j) {
+    const int st = static_cast<int>(j % stages);
+    const int64_t i = blockIdx.x + j * gridDim.x;
+    const int32_t sl = src_slots[i];
+    const uint32_t bar = bar0 + 8 * st, dst = ring0 + st * 2 * block_bytes;
+    if (sl < 0 || dst_slots[i] < 0) {
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");  // an empty phase
+      return;
+    }
+    MbarExpect(bar, 2u * block_bytes);
+    BulkLoad(dst, src_k + static_cast<int64_t>(sl) * block_bytes, block_bytes, bar);
+    BulkLoad(dst + block_bytes, src_v + static_cast<int64_t>(sl) * block_bytes, block_bytes, bar);
+  };
+  for (int64_t j = 0; j < mine && j < stages; ++j) issue(j);
+  for (int64_t j = 0; j < mine; ++j) {
+    const int st = static_cast<int>(j % stages);
+    MbarWait(bar0 + 8 * st, static_cast<uint32_t>((j / stages) & 1));
+    const int64_t i = blockIdx.x + j * gridDim.x;
+    const int32_t d = dst_slots[i];
+    if (d >= 0 && src_slots[i] >= 0) {
+      const uint32_t at = ring0 + st * 2 * block_bytes;
+      BulkStore(dst_k + static_cast<int64_t>(d) * block_bytes, at, block_bytes);
+      BulkStore(dst_v + static_cast<int64_t>(d) * block_bytes, at + block_bytes, block_bytes);
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+    if (j + stages < mine) {
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the slot's stores have read it
+      issue(j + stages);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 __global__ void CopyTokensKernel(const bf16* src_k, const bf16* src_v, const int64_t* src_index, bf16* dst_k,
                                  bf16* dst_v, const int64_t* dst_index, int64_t n, int head_dim) {
   const int vecs = head_dim / 8;
@@ -829,32 +907,42 @@ cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream)
 }
 
 cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t* src_slots, bf16* dst_k, bf16* dst_v,
-                             const int32_t* dst_slots, int64_t n, int head_dim, int max_ctas, cudaStream_t stream) {
+                             const int32_t* dst_slots, int64_t n, int head_dim, int max_ctas, cudaStream_t stream,
+                             GatherKernel kernel) {
   if (head_dim % 8 != 0 || !Aligned16(src_k) || !Aligned16(src_v) || !Aligned16(dst_k) || !Aligned16(dst_v) ||
       max_ctas < 1) {
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
-  const int64_t vecs = int64_t{kBlockTokens} * head_dim / 8;
-  const int64_t per_cta = int64_t{kCopyThreads} * kCopyUnroll;  // items one CTA has in flight
-  const int64_t needed = (n * vecs + per_cta - 1) / per_cta;
-  const int64_t grid = needed < max_ctas ? needed : max_ctas;
   // The stream's priority as the launch's own: a graph that captures this launch keeps it on
   // the node (run with cudaGraphInstantiateFlagUseNodePriority), so the gather stays ahead of
   // the step's many-CTA kernels there too.
   int priority = 0;
   if (cudaStreamGetPriority(stream, &priority) != cudaSuccess) return cudaGetLastError();
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(kCopyThreads);
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributePriority;
   attr[0].val.priority = priority;
+  cudaLaunchConfig_t cfg = {};
+  cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, CopyBlocksKernel, src_k, src_v, src_slots, dst_k, dst_v, dst_slots, n,
-                                             head_dim);
+  cudaError_t err;
+  if (kernel == GatherKernel::kTma) {
+    const int block_bytes = kBlockTokens * head_dim * 2;  // a multiple of 16 (head_dim % 8 == 0)
+    cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(n, max_ctas)));
+    cfg.blockDim = dim3(32);
+    cfg.dynamicSmemBytes = static_cast<size_t>(kTmaGatherStages) * 2 * block_bytes;  // 16 KiB at head_dim 128
+    err = cudaLaunchKernelEx(&cfg, CopyBlocksTmaKernel, reinterpret_cast<const char*>(src_k),
+                             reinterpret_cast<const char*>(src_v), src_slots, reinterpret_cast<char*>(dst_k),
+                             reinterpret_cast<char*>(dst_v), dst_slots, n, block_bytes);
+  } else {
+    const int64_t vecs = int64_t{kBlockTokens} * head_dim / 8;
+    const int64_t per_cta = int64_t{kCopyThreads} * kCopyUnroll;  // items one CTA has in flight
+    const int64_t needed = (n * vecs + per_cta - 1) / per_cta;
+    cfg.gridDim = dim3(static_cast<unsigned>(needed < max_ctas ? needed : max_ctas));
+    cfg.blockDim = dim3(kCopyThreads);
+    err = cudaLaunchKernelEx(&cfg, CopyBlocksKernel, src_k, src_v, src_slots, dst_k, dst_v, dst_slots, n, head_dim);
+  }
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 

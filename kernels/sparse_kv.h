@@ -66,17 +66,22 @@ struct SelectBlocksParams {
 inline constexpr int kSelectMaxK = 1024;
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream);
 
-// CTAs of the UVA gather as the CUDA backend launches it (CudaBackend::GatherCtas; each thread
-// keeps several 16-byte host reads in flight, so a few CTAs fill PCIe).
-inline constexpr int kDefaultGatherCtas = 32;
+// How the UVA gather moves head-blocks: bulk copies through the TMA (one-warp CTAs, two
+// head-blocks in flight each; the default), or loads and stores through registers (256-thread
+// CTAs, a grid-stride loop over 16-byte items, four K and four V in flight per thread).
+enum class GatherKernel : int { kTma = 0, kRegisters = 1 };
+// CTAs of the UVA gather as the CUDA backend launches it (CudaBackend::GatherCtas): enough
+// host reads in flight to fill PCIe, few enough to leave the other SMs to the step's kernels.
+// The register gather was tuned at 32 (OASIS_GATHER_KERNEL=registers OASIS_GATHER_CTAS=32).
+inline constexpr int kDefaultGatherCtas = 48;
 // Copies whole head-blocks (K and V): dst[dst_slots[i]] = src[src_slots[i]] where both >= 0.
-// Either side may be mapped pinned host memory (the UVA gather: a grid-stride loop over
-// 16-byte items, several in flight per thread; `max_ctas` bounds the grid).
+// Either side may be mapped pinned host memory (the UVA gather); `max_ctas` bounds the grid.
 cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [src slots, 16, head_dim]
                              const int32_t* src_slots,                               // [n]
                              __nv_bfloat16* dst_k, __nv_bfloat16* dst_v,             // [dst slots, 16, head_dim]
                              const int32_t* dst_slots,                               // [n]
-                             int64_t n, int head_dim, int max_ctas, cudaStream_t stream);
+                             int64_t n, int head_dim, int max_ctas, cudaStream_t stream,
+                             GatherKernel kernel = GatherKernel::kTma);
 
 // Copies single token rows (K and V): dst row dst_index[i] = src row src_index[i] (both >= 0).
 cudaError_t LaunchCopyTokens(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [.., head_dim] rows

@@ -4,11 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
 #include "gpu_test_util.h"
+#include "kernels/sparse_kv.h"
 
 using namespace oasis;
 using namespace oasis::testing;
@@ -215,6 +218,65 @@ TEST_CASE("SelectBlocks on the GPU follows the CPU step by step; AssembleSparseT
                               gpu->Upload(Ints({S}, tail_lens)), gm);
     ExpectSameInts(gpu->Download(gm.kv_lens), cm.kv_lens);
     ExpectSameInts(gpu->Download(gm.block_tables), cm.block_tables);
+  }
+}
+
+// Both gather kernels, both directions (host -> device: the sparse transfer; device -> host: the
+// switch to sparse), head dims 64/128/256, few CTAs (many entries per CTA: the TMA kernel's ring
+// wraps many times) and many, skipped entries (either slot negative).
+TEST_CASE("The gather kernels (TMA and registers) copy head-blocks exactly both ways", "[gpu][sparse]") {
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  const auto kernel = GENERATE(kernels::GatherKernel::kTma, kernels::GatherKernel::kRegisters);
+  const int d = GENERATE(64, 128, 256);
+  const int ctas = GENERATE(1, 3, 48);
+  const bool to_host = GENERATE(false, true);
+  INFO("kernel " << static_cast<int>(kernel) << ", head_dim " << d << ", " << ctas << " CTAs, "
+                 << (to_host ? "device -> host" : "host -> device"));
+  const int64_t src_slots = 200, dst_slots = 150, n = 137;
+  Tensor sk = RandomBf16Exact({src_slots, kBlockSize, d}, rng), sv = RandomBf16Exact({src_slots, kBlockSize, d}, rng);
+  LayerKvPool src, dst;
+  if (to_host) {
+    src = {UploadBf16(*gpu, sk), UploadBf16(*gpu, sv)};
+    dst = {gpu->EmptyHost({dst_slots, kBlockSize, d}, DType::kBF16), gpu->EmptyHost({dst_slots, kBlockSize, d}, DType::kBF16)};
+    std::memset(dst.k.raw(), 0xFF, dst.k.nbytes());  // NaN poison
+    std::memset(dst.v.raw(), 0xFF, dst.v.nbytes());
+  } else {
+    src = {gpu->EmptyHost({src_slots, kBlockSize, d}, DType::kBF16), gpu->EmptyHost({src_slots, kBlockSize, d}, DType::kBF16)};
+    std::memcpy(src.k.raw(), ToBf16Host(sk).raw(), src.k.nbytes());
+    std::memcpy(src.v.raw(), ToBf16Host(sv).raw(), src.v.nbytes());
+    dst = {PoisonedBf16(*gpu, {dst_slots, kBlockSize, d}), PoisonedBf16(*gpu, {dst_slots, kBlockSize, d})};
+  }
+  std::vector<int32_t> from(n), to(n), perm(dst_slots);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int64_t i = 0; i < n; ++i) {
+    from[i] = i % 11 == 5 ? -1 : std::uniform_int_distribution<int>(0, src_slots - 1)(rng);
+    to[i] = i % 13 == 7 ? -1 : perm[i];
+  }
+  Tensor from_d = gpu->Upload(Ints({n}, from)), to_d = gpu->Upload(Ints({n}, to));
+  auto bf = [](const Tensor& t) { return static_cast<const __nv_bfloat16*>(t.raw()); };
+  auto bfm = [](Tensor& t) { return static_cast<__nv_bfloat16*>(t.raw()); };
+  REQUIRE(kernels::LaunchCopyBlocks(bf(src.k), bf(src.v), static_cast<const int32_t*>(from_d.raw()), bfm(dst.k),
+                                    bfm(dst.v), static_cast<const int32_t*>(to_d.raw()), n, d, ctas, gpu->stream(),
+                                    kernel) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(gpu->stream()) == cudaSuccess);
+  Tensor gk = to_host ? dst.k.ToFloat() : DownloadF32(*gpu, dst.k);
+  Tensor gv = to_host ? dst.v.ToFloat() : DownloadF32(*gpu, dst.v);
+  const int64_t per = kBlockSize * d;
+  std::vector<bool> written(dst_slots, false);
+  for (int64_t i = 0; i < n; ++i) {
+    if (from[i] < 0 || to[i] < 0) continue;
+    INFO("entry " << i);
+    written[to[i]] = true;
+    CHECK(std::equal(gk.data<float>() + to[i] * per, gk.data<float>() + (to[i] + 1) * per, sk.data<float>() + from[i] * per));
+    CHECK(std::equal(gv.data<float>() + to[i] * per, gv.data<float>() + (to[i] + 1) * per, sv.data<float>() + from[i] * per));
+  }
+  for (int64_t slot = 0; slot < dst_slots; ++slot) {  // nothing else was written
+    if (written[slot]) continue;
+    INFO("untouched slot " << slot);
+    CHECK(std::isnan(gk.data<float>()[slot * per]));
+    CHECK(std::isnan(gv.data<float>()[(slot + 1) * per - 1]));
   }
 }
 

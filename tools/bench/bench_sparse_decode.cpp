@@ -336,7 +336,11 @@ Status Run(int argc, char** argv) {
               static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks, cfg.max_fetch(),
               predictor_name.c_str(), backend_name == "cuda" && !no_graphs ? "CUDA graphs" : "eager");
 #if defined(OASIS_HAVE_CUDA)
-  if (backend_name == "cuda") std::printf("gather: %d CTAs (OASIS_GATHER_CTAS)\n", CudaBackend::GatherCtas());
+  if (backend_name == "cuda") {
+    std::printf("gather: %s kernel (OASIS_GATHER_KERNEL), %d CTAs (OASIS_GATHER_CTAS)\n",
+                CudaBackend::GatherKernelChoice() == kernels::GatherKernel::kTma ? "tma" : "registers",
+                CudaBackend::GatherCtas());
+  }
 #endif
   std::vector<std::pair<std::string, Timing>> results;
   for (const std::string& mode : {std::string("on"), std::string("off")}) {

@@ -423,6 +423,10 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     const char* v = std::getenv("OASIS_GATHER_CTAS");
     return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : k::kDefaultGatherCtas;
   }();
+  // and its kernel (CudaBackend::GatherKernelChoice: OASIS_GATHER_KERNEL=tma, the default, or registers)
+  const char* kernel_env = std::getenv("OASIS_GATHER_KERNEL");
+  const bool registers = kernel_env != nullptr && std::string(kernel_env) == "registers";
+  const k::GatherKernel kernel = registers ? k::GatherKernel::kRegisters : k::GatherKernel::kTma;
   cudaStream_t s = timer.stream;
   std::mt19937 rng(8002);
 
@@ -476,9 +480,9 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   const Stats st_pass = timer.Time([&] { return read(1, s); }, 10);
   const double pass_ms = st_pass.median_ms;
 
-  std::printf("\n2. gather: CopyBlocks of random 4 KiB head-blocks (K and V of blocks/2 entries), %d CTAs, from a "
-              "%lld MiB pinned mapped host pool into random slots of a %lld MiB device pool\n",
-              kGatherCtas, static_cast<long long>(2 * kHostSlots * kBlockBytes >> 20),
+  std::printf("\n2. gather: CopyBlocks of random 4 KiB head-blocks (K and V of blocks/2 entries), %s kernel, %d CTAs, "
+              "from a %lld MiB pinned mapped host pool into random slots of a %lld MiB device pool\n",
+              registers ? "register" : "TMA", kGatherCtas, static_cast<long long>(2 * kHostSlots * kBlockBytes >> 20),
               static_cast<long long>(2 * kDevSlots * kBlockBytes >> 20));
   std::printf("   HBM load: ReadKernel, %u CTAs of %d threads per pass (%d of 2048 thread slots per SM), one pass "
               "of %.1f GB: %.1f us, %.0f GB/s (%.3f of %.0f)\n",
@@ -501,7 +505,7 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     int32_t* d_dst = Upload(dst, s);
     const double bytes = double(blocks) * kBlockBytes;
     auto gather = [&](int ctas, cudaStream_t st) {
-      return k::LaunchCopyBlocks(map_k, map_v, d_src, dev_k, dev_v, d_dst, n, kHeadDim, ctas, st);
+      return k::LaunchCopyBlocks(map_k, map_v, d_src, dev_k, dev_v, d_dst, n, kHeadDim, ctas, st, kernel);
     };
     const Stats st_gather = timer.Time([&] { return gather(kGatherCtas, s); });
     const Stats st_memcpy = timer.Time([&] {

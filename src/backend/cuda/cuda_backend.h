@@ -106,6 +106,8 @@ class CudaBackend final : public Backend {
   // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas.
   static constexpr int kDefaultGatherCtas = kernels::kDefaultGatherCtas;
   static int GatherCtas();
+  // The gather's kernel (CopyBlocks): OASIS_GATHER_KERNEL=tma (default) or registers.
+  static kernels::GatherKernel GatherKernelChoice();
   void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                   const Tensor& dst_slots) override;
   void CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,

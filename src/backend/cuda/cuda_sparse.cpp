@@ -244,6 +244,17 @@ int CudaBackend::GatherCtas() {
   return ctas;
 }
 
+// The gather's kernel: OASIS_GATHER_KERNEL=tma (the default) or registers.
+kernels::GatherKernel CudaBackend::GatherKernelChoice() {
+  static const kernels::GatherKernel kernel = [] {
+    const char* v = std::getenv("OASIS_GATHER_KERNEL");
+    if (v == nullptr || *v == '\0' || std::string(v) == "tma") return kernels::GatherKernel::kTma;
+    OASIS_CHECK(std::string(v) == "registers") << "OASIS_GATHER_KERNEL must be tma or registers, not '" << v << "'";
+    return kernels::GatherKernel::kRegisters;
+  }();
+  return kernel;
+}
+
 void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                              const Tensor& dst_slots) {
   CheckPool(src, "CopyBlocks src");
@@ -254,7 +265,8 @@ void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, La
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyBlocks head_dim";
   OASIS_CUDA_CHECK(kernels::LaunchCopyBlocks(Ptr(src.k), Ptr(src.v), Ptr<int32_t>(src_slots), Ptr(dst.k), Ptr(dst.v),
                                              Ptr<int32_t>(dst_slots), src_slots.numel(),
-                                             static_cast<int>(src.k.dim(2)), GatherCtas(), stream()));
+                                             static_cast<int>(src.k.dim(2)), GatherCtas(), stream(),
+                                             GatherKernelChoice()));
 }
 
 void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,

@@ -160,15 +160,18 @@ class Eval:
         finally:
             s.stop()
         # ---- sparse configurations
-        configs = [(p, k, a.fetch_ratios[0]) for p in a.predictors for k in a.topks]
-        configs += [(p, a.topks[len(a.topks) // 2], f) for f in a.fetch_ratios[1:] for p in a.predictors if p != "oracle"]
-        for predictor, k, f in configs:
+        configs = [(p, k, a.fetch_ratios[0], 0) for p in a.predictors for k in a.topks]
+        configs += [(p, a.topks[len(a.topks) // 2], f, 0) for f in a.fetch_ratios[1:] for p in a.predictors
+                    if p != "oracle"]
+        configs += [(a.predictors[0], a.topks[len(a.topks) // 2], a.fetch_ratios[0], n) for n in a.dense_layers if n > 0]
+        for predictor, k, f, dense_layers in configs:
             if a.budget_s and time.time() - self.t0 > a.budget_s:
                 print(f"eval_trained_model: --budget-s reached, {predictor} K {k} fetch {f} and later not run", flush=True)
                 break
             flags = ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--topk-blocks", str(k),
                      "--fetch-ratio", str(f), "--sparse-predictor", predictor, "--sparse-agreement-interval", "1",
-                     "--host-kv-gib", str(a.host_kv_gib), "--draft-model", a.draft_model, "--lookahead", "reject"]
+                     "--host-kv-gib", str(a.host_kv_gib), "--draft-model", a.draft_model, "--lookahead", "reject",
+                     "--dense-layers", str(dense_layers)]
             s = self.server(flags)
             try:
                 for ctx in a.contexts:
@@ -176,8 +179,9 @@ class Eval:
                     got = self.forced_run(s.base, wins[ctx])
                     after = s.quiet_metrics()
                     rec = self.compare(ctx, predictor, k, f, dense[ctx], got, before, after)
+                    rec["dense_layers"] = dense_layers
                     report["contexts"][str(ctx)]["sparse"].append(rec)
-                    print(f"  {ctx:5d} {predictor:14s} K {k:3d} f {f:<5} agreement {fmt(rec['agreement'])} "
+                    print(f"  {ctx:5d} {predictor:14s} K {k:3d} f {f:<5} dense layers {dense_layers} agreement {fmt(rec['agreement'])} "
                           f"ppl {rec['ppl']:.3f} (dense {report['contexts'][str(ctx)]['dense']['ppl']:.3f}) "
                           f"top-1 {rec['top1_agreement']:.4f} hit {fmt(rec['hit_rate'])}", flush=True)
             finally:
@@ -227,12 +231,13 @@ def print_tables(r):
         print(f"{ctx:>7} {c['dense']['ppl']:8.3f} {fmt((acc.get('held_out_text') or {}).get('rate')):>18} "
               f"{fmt((acc.get('own_greedy_text') or {}).get('rate')):>18}")
     print("\n== sparse: top-K agreement with the real query's top-K (per layer: first..last), accuracy vs dense")
-    print(f"{'context':>7} {'predictor':>14} {'K':>4} {'f':>5} {'agree':>7} {'by layer':>40} {'ppl':>8} "
+    print(f"{'context':>7} {'predictor':>14} {'K':>4} {'f':>5} {'dl':>3} {'agree':>7} {'by layer':>40} {'ppl':>8} "
           f"{'ppl/dense':>9} {'top-1':>7} {'hit':>6}")
     for ctx, c in r["contexts"].items():
         for s in c["sparse"]:
             layers = " ".join(f"{v:.2f}" for v in s["agreement_by_layer"].values())
-            print(f"{ctx:>7} {s['predictor']:>14} {s['topk']:4d} {s['fetch_ratio']:5} {fmt(s['agreement']):>7} "
+            print(f"{ctx:>7} {s['predictor']:>14} {s['topk']:4d} {s['fetch_ratio']:5} {s.get('dense_layers', 0):3d} "
+                  f"{fmt(s['agreement']):>7} "
                   f"{layers:>40} {s['ppl']:8.3f} {s['ppl'] / c['dense']['ppl']:9.4f} {s['top1_agreement']:7.4f} "
                   f"{fmt(s['hit_rate'], '{:.3f}'):>6}")
     print(f"(the paper, published on H100, top-20 blocks: draft {PAPER['draft']:.1%} (98.74% with the draft query "
@@ -265,6 +270,8 @@ def parse_args(argv):
     ap.add_argument("--topks", default="8,16,32")
     ap.add_argument("--fetch-ratios", default="0.05,0.25,1", help="the first for every K, the others at the middle K")
     ap.add_argument("--predictors", default="draft,previous-query,oracle")
+    ap.add_argument("--dense-layers", default="0",
+                    help="--dense-layers values; each N > 0 adds a run of the first predictor at the middle K")
     ap.add_argument("--threshold", type=int, default=256, help="--sparse-threshold (below every window's prompt)")
     ap.add_argument("--host-kv-gib", type=float, default=1.0)
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting sparse configurations after this")
@@ -274,6 +281,7 @@ def parse_args(argv):
     a.topks = [int(x) for x in a.topks.split(",")]
     a.fetch_ratios = [float(x) for x in a.fetch_ratios.split(",")]
     a.predictors = a.predictors.split(",")
+    a.dense_layers = [int(x) for x in a.dense_layers.split(",")]
     if min(a.contexts) - a.forced <= a.threshold:
         ap.error("every window's prompt (context - forced) must exceed --threshold, so all forced tokens decode sparse")
     return a

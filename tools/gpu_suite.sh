@@ -160,7 +160,7 @@ if [[ ${OASIS_EVAL_TRAINED:-0} == 1 ]]; then
   rc=$?
   cat /tmp/eval.out
   rows+=("$(printf '%-20s rc %s, %s' "eval trained" "$rc" \
-            "$(grep -E '^ +4096 +(draft|previous-query) +16 +0.05 ' /tmp/eval.out | awk '{print $2 " agree " $5 " ppl/dense " $(NF-2)}' | paste -sd';')")")
+            "$(grep -E '^ +4096 +(draft|previous-query) +16 +0.05 +[0-9]+ ' /tmp/eval.out | awk '{print $2 " dl " $5 " agree " $6 " ppl/dense " $(NF-2)}' | paste -sd';')")")
 fi
 echo
 echo "---------------- GPU suite summary ----------------"

@@ -63,7 +63,7 @@ def plot_training(p, logs):
 
 def plot_eval(p, r):
     ctxs = sorted(r["contexts"], key=int)
-    rows = [dict(s, context=int(c)) for c in ctxs for s in r["contexts"][c]["sparse"]]
+    rows = [dict(s, context=int(c)) for c in ctxs for s in r["contexts"][c]["sparse"] if s.get("dense_layers", 0) == 0]
     f0 = r["config"]["fetch_ratios"][0]
     series = []
     for pred in ("draft", "previous-query"):

@@ -17,7 +17,7 @@ bad() { echo "FAILED: $1"; fail=1; }
 cat "$ROOT"/docs/engine.md "$ROOT"/docs/sparse.md > "$TMP/text.txt"
 python3 "$ROOT/tools/eval_trained_model.py" --bin-dir "$BIN" --backend cpu --text "$TMP/text.txt" \
   --contexts 320,384 --windows 2 --forced 16 --threshold 128 --topks 4,8 --fetch-ratios 0.25,1 \
-  --out-dir "$TMP/eval" >"$TMP/eval.out" 2>&1
+  --dense-layers 0,1 --out-dir "$TMP/eval" >"$TMP/eval.out" 2>&1
 rc=$?
 tail -25 "$TMP/eval.out"
 [[ $rc -eq 0 ]] || bad "driver exit $rc"
@@ -34,9 +34,10 @@ for ctx, c in r["contexts"].items():
     check(math.isfinite(c["dense"]["ppl"]) and c["dense"]["tokens"] == 32, f"{ctx}: dense perplexity of 2 x 16 tokens")
     acc = c["acceptance"]
     check(acc["own_greedy_text"]["drafts"] > 0 and 0 < acc["own_greedy_text"]["rate"] <= 1, f"{ctx}: acceptance measured")
-    runs = {(s["predictor"], s["topk"], s["fetch_ratio"]) for s in c["sparse"]}
-    want = {(p, k, 0.25) for p in ("draft", "previous-query", "oracle") for k in (4, 8)}
-    want |= {(p, 8, 1.0) for p in ("draft", "previous-query")}
+    runs = {(s["predictor"], s["topk"], s["fetch_ratio"], s["dense_layers"]) for s in c["sparse"]}
+    want = {(p, k, 0.25, 0) for p in ("draft", "previous-query", "oracle") for k in (4, 8)}
+    want |= {(p, 8, 1.0, 0) for p in ("draft", "previous-query")}
+    want.add(("draft", 8, 0.25, 1))  # --dense-layers 1: the first predictor at the middle K
     check(runs == want, f"{ctx}: configurations {sorted(runs)}")
     for s in c["sparse"]:
         tag = f"{ctx} {s['predictor']} K{s['topk']} f{s['fetch_ratio']}"
@@ -44,7 +45,8 @@ for ctx, c in r["contexts"].items():
         check(0 <= s["top1_agreement"] <= 1 and math.isfinite(s["ppl"]), f"{tag}: accuracy numbers")
         check(s["hit_rate"] is not None and 0 < s["hit_rate"] <= 1, f"{tag}: hit rate")
         if s["predictor"] != "oracle":
-            check(len(s["agreement_by_layer"]) == 6 and 0 < s["agreement"] <= 1, f"{tag}: agreement on all 6 layers")
+            n = 6 - s["dense_layers"]  # a dense layer has no selection to compare
+            check(len(s["agreement_by_layer"]) == n and 0 < s["agreement"] <= 1, f"{tag}: agreement on the {n} sparse layers")
 print("ok: eval.json complete" if ok else "eval.json incomplete")
 sys.exit(0 if ok else 1)
 PY

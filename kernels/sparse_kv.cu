@@ -684,27 +684,6 @@ __global__ void __launch_bounds__(kCopyThreads) CopyBlocksKernel(const bf16* src
 // memory (tests/kernels/test_cuda_sparse.cpp checks both directions).
 constexpr int kTmaGatherStages = 2;
 
-__device__ __forceinline__ void MbarInit(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void MbarExpect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void BulkStore(void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-
 __global__ void __launch_bounds__(32) CopyBlocksTmaKernel(const char* src_k, const char* src_v, const int32_t* src_slots,
                                                           char* dst_k, char* dst_v, const int32_t* dst_slots, int64_t n,
                                                           int block_bytes) {
@@ -714,22 +693,24 @@ __global__ void __launch_bounds__(32) CopyBlocksTmaKernel(const char* src_k, con
   if (threadIdx.x != 0) return;
   const uint32_t ring0 = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
-  for (int st = 0; st < stages; ++st) MbarInit(bar0 + 8 * st);
+  for (int st = 0; st < stages; ++st) MbarInit(bar0 + 8 * st, 1);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   // This CTA's entries; one with a negative slot is skipped (its slot's phase completes empty).
+  // Each entry's slots are read again before its stores, as in the kernel measured in
+  // docs/benchmarks.md (holding them in a per-stage array was never compared on one machine).
   const int64_t mine = n > blockIdx.x ? (n - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   auto issue = [&](int64_t j) {
     const int st = static_cast<int>(j % stages);
     const int64_t i = blockIdx.x + j * gridDim.x;
     const int32_t sl = src_slots[i];
-    const uint32_t bar = bar0 + 8 * st, dst = ring0 + st * 2 * block_bytes;
+    const uint32_t bar = bar0 + 8 * st, at = ring0 + st * 2 * block_bytes;
     if (sl < 0 || dst_slots[i] < 0) {
-      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");  // an empty phase
+      MbarArrive(bar);  // an empty phase
       return;
     }
-    MbarExpect(bar, 2u * block_bytes);
-    BulkLoad(dst, src_k + static_cast<int64_t>(sl) * block_bytes, block_bytes, bar);
-    BulkLoad(dst + block_bytes, src_v + static_cast<int64_t>(sl) * block_bytes, block_bytes, bar);
+    MbarArriveExpectTx(bar, 2u * block_bytes);
+    BulkLoad(at, src_k + static_cast<int64_t>(sl) * block_bytes, block_bytes, bar);
+    BulkLoad(at + block_bytes, src_v + static_cast<int64_t>(sl) * block_bytes, block_bytes, bar);
   };
   for (int64_t j = 0; j < mine && j < stages; ++j) issue(j);
   for (int64_t j = 0; j < mine; ++j) {
@@ -741,14 +722,14 @@ __global__ void __launch_bounds__(32) CopyBlocksTmaKernel(const char* src_k, con
       const uint32_t at = ring0 + st * 2 * block_bytes;
       BulkStore(dst_k + static_cast<int64_t>(d) * block_bytes, at, block_bytes);
       BulkStore(dst_v + static_cast<int64_t>(d) * block_bytes, at + block_bytes, block_bytes);
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      BulkCommit();
     }
     if (j + stages < mine) {
-      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the slot's stores have read it
+      BulkWaitRead();  // the slot's stores have read it
       issue(j + stages);
     }
   }
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  BulkWait();
 }
 
 __global__ void CopyTokensKernel(const bf16* src_k, const bf16* src_v, const int64_t* src_index, bf16* dst_k,
@@ -904,6 +885,27 @@ cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream)
   if (p.rows_count == 0 || p.num_kv_heads == 0) return cudaSuccess;
   SelectBlocksKernel<<<static_cast<unsigned>(p.rows_count * p.num_kv_heads), kSelectThreads, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+GatherConfig GatherConfigFromEnv() {
+  GatherConfig c;
+  if (const char* v = std::getenv("OASIS_GATHER_CTAS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 1024) {
+      c.error = std::string("OASIS_GATHER_CTAS must be 1 to 1024, not '") + v + "'";
+    } else {
+      c.ctas = static_cast<int>(n);
+    }
+  }
+  if (const char* v = std::getenv("OASIS_GATHER_KERNEL"); v != nullptr && *v != '\0') {
+    if (std::string(v) == "registers") {
+      c.kernel = GatherKernel::kRegisters;
+    } else if (std::string(v) != "tma") {
+      c.error = std::string("OASIS_GATHER_KERNEL must be tma or registers, not '") + v + "'";
+    }
+  }
+  return c;
 }
 
 cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t* src_slots, bf16* dst_k, bf16* dst_v,

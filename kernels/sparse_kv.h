@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 namespace oasis::kernels {
 
@@ -74,6 +75,14 @@ enum class GatherKernel : int { kTma = 0, kRegisters = 1 };
 // host reads in flight to fill PCIe, few enough to leave the other SMs to the step's kernels.
 // The register gather was tuned at 32 (OASIS_GATHER_KERNEL=registers OASIS_GATHER_CTAS=32).
 inline constexpr int kDefaultGatherCtas = 48;
+// The gather as configured: OASIS_GATHER_CTAS (1 to 1024) and OASIS_GATHER_KERNEL (tma or
+// registers) over the defaults; `error` says which value is bad (empty when none is).
+struct GatherConfig {
+  int ctas = kDefaultGatherCtas;
+  GatherKernel kernel = GatherKernel::kTma;
+  std::string error;
+};
+GatherConfig GatherConfigFromEnv();
 // Copies whole head-blocks (K and V): dst[dst_slots[i]] = src[src_slots[i]] where both >= 0.
 // Either side may be mapped pinned host memory (the UVA gather); `max_ctas` bounds the grid.
 cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [src slots, 16, head_dim]

@@ -230,30 +230,22 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
   OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream()));
 }
 
-// The UVA gather's CTAs: few, each with many host reads in flight, so the gather fills PCIe
-// while the step's kernels keep the other SMs (DESIGN.md §5). OASIS_GATHER_CTAS overrides.
-int CudaBackend::GatherCtas() {
-  static const int ctas = [] {
-    const char* v = std::getenv("OASIS_GATHER_CTAS");
-    if (v == nullptr || *v == '\0') return kDefaultGatherCtas;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    OASIS_CHECK(end != v && *end == '\0' && n >= 1 && n <= 1024) << "OASIS_GATHER_CTAS must be 1 to 1024, not '" << v << "'";
-    return static_cast<int>(n);
+// The UVA gather's kernel and CTAs (kernels::GatherConfigFromEnv, read once): few CTAs, so the
+// gather fills PCIe while the step's kernels keep the other SMs (DESIGN.md §5).
+namespace {
+const kernels::GatherConfig& Gather() {
+  static const kernels::GatherConfig config = [] {
+    kernels::GatherConfig c = kernels::GatherConfigFromEnv();
+    OASIS_CHECK(c.error.empty()) << c.error;
+    return c;
   }();
-  return ctas;
+  return config;
 }
+}  // namespace
 
-// The gather's kernel: OASIS_GATHER_KERNEL=tma (the default) or registers.
-kernels::GatherKernel CudaBackend::GatherKernelChoice() {
-  static const kernels::GatherKernel kernel = [] {
-    const char* v = std::getenv("OASIS_GATHER_KERNEL");
-    if (v == nullptr || *v == '\0' || std::string(v) == "tma") return kernels::GatherKernel::kTma;
-    OASIS_CHECK(std::string(v) == "registers") << "OASIS_GATHER_KERNEL must be tma or registers, not '" << v << "'";
-    return kernels::GatherKernel::kRegisters;
-  }();
-  return kernel;
-}
+int CudaBackend::GatherCtas() { return Gather().ctas; }
+
+kernels::GatherKernel CudaBackend::GatherKernelChoice() { return Gather().kernel; }
 
 void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                              const Tensor& dst_slots) {

@@ -45,7 +45,7 @@ namespace oasis::kernels {
 namespace {
 
 constexpr int kPage = 16;             // tokens per head-block (kKvBlockSize)
-constexpr int kWarps = 4;             // warps per split CTA; each streams a quarter of the split
+constexpr int kWarps = 4;             // warps per split CTA; each streams every 4th head-block of the split
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMinPagesPerSplit = 8;  // automatic plans: at least 2 head-blocks per warp
 constexpr int kMaxDevices = 64;
@@ -110,8 +110,11 @@ struct Shape {
 // 16-byte bank groups per quarter-warp.
 __device__ __forceinline__ int Swz(int t) { return (t & 6) ^ ((t & 1) << 2); }
 
+// No L2 prefetch-size qualifier: with .L2::256B every 512-byte warp copy made the L2 serve 25%
+// more sectors (lts__t_sectors_srcunit_tex_op_read 83.9 M instead of 67.1 M for 2.15 GB at batch
+// 32 × 16K) and the kernel ran at 0.89 of the read ceiling instead of 0.93 (docs/benchmarks.md).
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -150,7 +153,7 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 
 __device__ __forceinline__ constexpr int VTok(int i) { return (i & 1) + 8 * (i >> 1); }
 
 // One CTA of kWarps warps: rows [R·chunk, R·chunk + R) (R = 8·NT) of the (sequence, KV head)
-// group's G·q_len query rows, head-blocks of split `sp`, a contiguous quarter of them per warp.
+// group's G·q_len query rows, head-blocks of split `sp`, every kWarps-th one per warp.
 // The warps' states are combined in shared memory; the CTA writes the output (when it is the
 // pair's only split) or its normalised partial output and log2-sum-exp.
 template <int D, int NT, int kStages, bool kCoalesced>
@@ -183,8 +186,10 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   const bool direct = UsedSplits(pages, plan) == 1;
   const int pb = sp * pps, pe = min(pages, pb + pps);
   if (sp > 0 && pb >= pe) return;  // an empty split (split 0 always writes, zeros if need be)
-  const int n_pages = max(0, pe - pb);
-  const int wb = pb + n_pages * warp / kWarps, we = pb + n_pages * (warp + 1) / kWarps;
+  // Warp w takes head-blocks pb + w, pb + w + 4, ...: the CTA's warps read neighbouring blocks
+  // together (one contiguous stream per head when the slots are a run; see HeadBlockTable).
+  constexpr int step = kWarps;
+  const int wb = pb + warp, we = pe;
 
   // Q^T's B fragments (row r of each n-tile), with the head_dim order of the K pieces.
   uint4 qf[NT][S::kKB];
@@ -267,13 +272,13 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   const float scale_log2 = p.scale * kLog2e;
 
 #pragma unroll
-  for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i, i);
+  for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i * step, i);
   int stage = 0;
   // Coalesced layout: this lane's K units (token r (+8), unit (4b + c) ^ Swz(r)) and V units.
   const int k_unit0 = r * S::kU, k_sw = c ^ Swz(r);
-  for (int page = wb; page < we; ++page) {
+  for (int page = wb; page < we; page += step) {
     if constexpr (kCoalesced) __syncwarp();  // every lane is done reading the stage refilled next
-    issue(page + S::kStages - 1, stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
+    issue(page + (S::kStages - 1) * step, stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
     CpAsyncWait<S::kStages - 1>();  // this thread's pieces of `page` have landed
     if constexpr (kCoalesced) __syncwarp();  // ... and every other lane's
     const uint4* st = my_ring + stage * (S::kPieces * 32);

@@ -12,7 +12,7 @@
 //
 // How it runs (docs/kernels/decode_attention.md has the details and the measurements):
 //  1. split kernel: one 4-warp CTA per (sequence, KV head, KV split, 8- or 16-row chunk of the
-//     GQA group × q tokens); each warp takes a contiguous quarter of the split's head-blocks and
+//     GQA group × q tokens); each warp takes every 4th of the split's head-blocks and
 //     streams them from HBM into a 3-deep (6 at head_dim 64) cp.async ring in shared memory,
 //     computes K·Qᵀ and Vᵀ·Pᵀ for all query heads of the group and all q tokens of the sequence
 //     with bf16 tensor-core MMAs (m16n8k16 with the rows as N, float accumulation) and an

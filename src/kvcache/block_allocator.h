@@ -13,7 +13,9 @@ class BlockAllocator {
  public:
   explicit BlockAllocator(int32_t num_slots);
 
-  // `count` slots, or nullopt (nothing taken) when fewer are free.
+  // `count` slots, or nullopt (nothing taken) when fewer are free. Most recently freed first; a
+  // fresh pool gives ascending slots and a vector freed together comes back in its own order,
+  // so reservations get contiguous runs where the pool has them.
   std::optional<std::vector<int32_t>> Allocate(int32_t count);
   // Returns slots; freeing a slot twice or one never allocated is a CHECK failure.
   void Free(const std::vector<int32_t>& slots);

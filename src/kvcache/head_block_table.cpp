@@ -31,9 +31,12 @@ Status HeadBlockTable::Reserve(int64_t num_tokens, BlockAllocator& allocator) {
                              " head-blocks, " + std::to_string(allocator.num_free()) + " free");
   }
   owner_ = &allocator;
+  // Head-major: each head's new blocks are one run of the allocation (contiguous slots from a
+  // fresh or a cleanly freed pool), so the decode attention streams each head's KV from
+  // neighbouring addresses (docs/kernels/decode_attention.md, "Slot order").
   size_t i = 0;
-  for (int64_t b = 0; b < extra; ++b) {
-    for (auto& head : slots_) head.push_back((*slots)[i++]);
+  for (auto& head : slots_) {
+    for (int64_t b = 0; b < extra; ++b) head.push_back((*slots)[i++]);
   }
   return Status::Ok();
 }

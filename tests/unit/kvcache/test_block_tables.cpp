@@ -24,6 +24,40 @@ TEST_CASE("allocator hands out distinct slots and refuses beyond capacity", "[kv
   CHECK(a.num_free() == 6);
 }
 
+TEST_CASE("a reservation gives each head one contiguous run of slots where the pool has them", "[kvcache]") {
+  BlockAllocator a(4096);
+  auto contiguous = [](const std::vector<int32_t>& s) {
+    for (size_t i = 1; i < s.size(); ++i)
+      if (s[i] != s[i - 1] + 1) return false;
+    return true;
+  };
+  HeadBlockTable first(8), second(8);
+  REQUIRE(first.Reserve(16 * 100, a).ok());  // 100 blocks per head, from a fresh pool
+  REQUIRE(second.Reserve(16 * 37 + 3, a).ok());
+  for (int h = 0; h < 8; ++h) {
+    INFO("head " << h);
+    CHECK(contiguous(first.head_slots(h)));
+    CHECK(contiguous(second.head_slots(h)));
+    CHECK(first.head_slots(h).front() == 100 * h);  // head-major: head h's run follows head h-1's
+  }
+  // A released table's runs come back in order: a new reservation of the same size reuses them
+  // as runs again, and growing a table by one block per head stays correct (each head one slot).
+  first.Release(a);
+  HeadBlockTable third(8);
+  REQUIRE(third.Reserve(16 * 100, a).ok());
+  std::set<int32_t> seen;
+  for (int h = 0; h < 8; ++h) {
+    CHECK(contiguous(third.head_slots(h)));
+    seen.insert(third.head_slots(h).begin(), third.head_slots(h).end());
+  }
+  CHECK(seen.size() == 800);
+  REQUIRE(third.Reserve(16 * 101, a).ok());
+  for (int h = 0; h < 8; ++h) CHECK(third.head_slots(h).size() == 101);
+  third.Release(a);
+  second.Release(a);
+  CHECK(a.num_free() == 4096);
+}
+
 TEST_CASE("head block tables grow per head and map positions to slots", "[kvcache]") {
   BlockAllocator a(64);
   HeadBlockTable t(4);

@@ -165,7 +165,6 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   constexpr int kRows = 8 * NT;
   extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
   GridDependencyWait();    // q and the new K/V come from the kernel before (PDL launch)
-  AllowDependentLaunch();  // the merge (or the next layer's kernel) may start waiting
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
   int64_t cta = blockIdx.x;
@@ -365,7 +364,13 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
       }
     }
     stage = stage + 1 == S::kStages ? 0 : stage + 1;
+    // The next kernel (the merge, or o_proj's GEMV, which loads its weights before it waits)
+    // may launch once this warp's first head-block is in: launched at the CTA's start, its
+    // weight loads queue ahead of the attention's few dependent loads (batch-1 decode at a
+    // 128-token context: 4.175 vs 4.215 ms per step; larger batches unchanged).
+    if (page == wb) AllowDependentLaunch();
   }
+  if (wb >= we) AllowDependentLaunch();  // a warp without head-blocks
 
   // Combine the warps in shared memory (the ring is free once every warp is past its loop).
 #pragma unroll

@@ -187,8 +187,7 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   if (sp > 0 && pb >= pe) return;  // an empty split (split 0 always writes, zeros if need be)
   // Warp w takes head-blocks pb + w, pb + w + 4, ...: the CTA's warps read neighbouring blocks
   // together (one contiguous stream per head when the slots are a run; see HeadBlockTable).
-  constexpr int step = kWarps;
-  const int wb = pb + warp, we = pe;
+  const int wb = pb + warp;
 
   // Q^T's B fragments (row r of each n-tile), with the head_dim order of the K pieces.
   uint4 qf[NT][S::kKB];
@@ -214,13 +213,13 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   // Block table, 32 entries per warp-wide load (the next 32 already in flight).
   const int32_t* table = p.block_tables + (static_cast<int64_t>(s) * p.num_kv_heads + h) * p.max_blocks;
   int tbl_base = wb;
-  int tbl = wb + lane < we ? __ldg(table + wb + lane) : 0;
-  int tbl_next = wb + 32 + lane < we ? __ldg(table + wb + 32 + lane) : 0;
+  int tbl = wb + lane < pe ? __ldg(table + wb + lane) : 0;
+  int tbl_next = wb + 32 + lane < pe ? __ldg(table + wb + 32 + lane) : 0;
   auto slot_of = [&](int page) -> int64_t {  // warp-uniform, non-decreasing page
     if (page - tbl_base >= 32) {
       tbl_base += 32;
       tbl = tbl_next;
-      tbl_next = tbl_base + 32 + lane < we ? __ldg(table + tbl_base + 32 + lane) : 0;
+      tbl_next = tbl_base + 32 + lane < pe ? __ldg(table + tbl_base + 32 + lane) : 0;
     }
     return __shfl_sync(0xffffffffu, tbl, page - tbl_base);
   };
@@ -230,7 +229,7 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   const uint32_t my_ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(my_ring));
   const uint32_t warp_ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(warp_ring));
   auto issue = [&](int page, int stage) {  // head-block `page` into `stage`; always one commit group
-    if (page < we && kCoalesced) {
+    if (page < pe && kCoalesced) {
       const int64_t slot = slot_of(page);
       const bf16* kb = p.k_pool + slot * (kPage * D) + 8 * lane;
       const bf16* vb = p.v_pool + slot * (kPage * D) + 8 * lane;
@@ -242,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
         CpAsync16(dst + off, kb + 256 * i);
         CpAsync16(dst + kPage * S::kU * 16 + off, vb + 256 * i);
       }
-    } else if (page < we) {
+    } else if (page < pe) {
       const int64_t slot = slot_of(page);
       const bf16* kb = p.k_pool + slot * (kPage * D) + r * D + 8 * c;
       const bf16* vb = p.v_pool + slot * (kPage * D) + 2 * c * D + 8 * r;
@@ -271,13 +270,13 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   const float scale_log2 = p.scale * kLog2e;
 
 #pragma unroll
-  for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i * step, i);
+  for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i * kWarps, i);
   int stage = 0;
   // Coalesced layout: this lane's K units (token r (+8), unit (4b + c) ^ Swz(r)) and V units.
   const int k_unit0 = r * S::kU, k_sw = c ^ Swz(r);
-  for (int page = wb; page < we; page += step) {
+  for (int page = wb; page < pe; page += kWarps) {
     if constexpr (kCoalesced) __syncwarp();  // every lane is done reading the stage refilled next
-    issue(page + (S::kStages - 1) * step, stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
+    issue(page + (S::kStages - 1) * kWarps, stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
     CpAsyncWait<S::kStages - 1>();  // this thread's pieces of `page` have landed
     if constexpr (kCoalesced) __syncwarp();  // ... and every other lane's
     const uint4* st = my_ring + stage * (S::kPieces * 32);
@@ -370,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
     // 128-token context: 4.175 vs 4.215 ms per step; larger batches unchanged).
     if (page == wb) AllowDependentLaunch();
   }
-  if (wb >= we) AllowDependentLaunch();  // a warp without head-blocks
+  if (wb >= pe) AllowDependentLaunch();  // a warp without head-blocks
 
   // Combine the warps in shared memory (the ring is free once every warp is past its loop).
 #pragma unroll

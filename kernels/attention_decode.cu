@@ -110,43 +110,6 @@ struct Shape {
 // 16-byte bank groups per quarter-warp.
 __device__ __forceinline__ int Swz(int t) { return (t & 6) ^ ((t & 1) << 2); }
 
-// No L2 prefetch-size qualifier: with .L2::256B every 512-byte warp copy made the L2 serve 25%
-// more sectors (lts__t_sectors_srcunit_tex_op_read 83.9 M instead of 67.1 M for 2.15 GB at batch
-// 32 × 16K) and the kernel ran at 0.89 of the read ceiling instead of 0.93 (docs/benchmarks.md).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void Mma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                    uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {  // an 8×8 bf16 matrix fragment
-  uint32_t y;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
-  return y;
-}
-
-__device__ __forceinline__ float Ex2(float x) {  // 2^x; 2^-inf = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // The V tokens a lane loads, relative to 2c: the B rows k = 2c, 2c+1, 2c+8, 2c+9.
@@ -226,8 +189,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
 
   uint4* warp_ring = ring + warp * (S::kStages * S::kPieces * 32);  // stage st: [st·P·32, (st+1)·P·32)
   uint4* my_ring = warp_ring + lane;  // per-lane layout: piece j of stage st at [(st·P + j)·32]
-  const uint32_t my_ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(my_ring));
-  const uint32_t warp_ring_s = static_cast<uint32_t>(__cvta_generic_to_shared(warp_ring));
+  const uint32_t my_ring_s = SmemAddr(my_ring);
+  const uint32_t warp_ring_s = SmemAddr(warp_ring);
   auto issue = [&](int page, int stage) {  // head-block `page` into `stage`; always one commit group
     if (page < pe && kCoalesced) {
       const int64_t slot = slot_of(page);
@@ -459,7 +422,7 @@ __global__ void __launch_bounds__(128) DecodeMergeKernel(const DecodeAttentionPa
   const int kv_len = p.kv_lens[static_cast<int64_t>(s) * p.num_kv_heads + h];
   const int n = UsedSplits(max(0, (kv_len + kPage - 1) / kPage), plan);
   // Every CTA waits, so that this grid never completes before the split kernel does.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  GridDependencyWait();
   if (qi >= q_len || n <= 1) return;  // no such token, or the split kernel wrote this row itself
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -31,52 +31,6 @@ constexpr int kBlocksPerKvTile = kKvTile / kHeadBlock;
 static_assert(kBlocksPerKvTile == 4, "the slot ring below holds 4 table entries per tile");
 constexpr int kSlotRingBytes = 2 * kBlocksPerKvTile * 4;
 
-// ---- PTX wrappers ----------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16-byte global -> shared copy; src_bytes = 0 writes zeros without reading `src`.
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ void Ldmatrix4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void Ldmatrix4Trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a · b for one m16n8k16 tile (bf16 inputs, fp32 accumulators).
-__device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) is the low half
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // ---- tile shapes ------------------------------------------------------------------------------
 template <int D, int kWarps, int kMTiles>
 struct Tile {
@@ -182,10 +136,7 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
     if (tid < kBlocksPerKvTile) {
       const int idx = j * kBlocksPerKvTile + tid;
       const bool valid = idx < num_blocks;
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
-                       s_slots + ((j & 1) * kBlocksPerKvTile + tid) * 4),
-                   "l"(valid ? table + idx : table), "r"(valid ? 4 : 0)
-                   : "memory");
+      CpAsync4(s_slots + ((j & 1) * kBlocksPerKvTile + tid) * 4, valid ? table + idx : table, valid ? 4 : 0);
     }
   };
   auto load_kv = [&](int j, const int (&slots)[kBlocksPerKvTile]) {
@@ -246,7 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
   uint32_t q_frag[T::kQInRegs ? kMTiles : 1][T::kQInRegs ? D / 16 : 1][4];
 
   for (int j = 0; j < num_kv_tiles; ++j) {
-    CpAsyncWaitAll();
+    CpAsyncWait<0>();
     __syncthreads();  // tile j visible to all; every warp is done with buffer (j + 1) % 2
     if (j + 1 < num_kv_tiles) load_kv_from_ring(j + 1);
     if (j + 2 < num_kv_tiles) copy_slots(j + 2);
@@ -321,13 +272,13 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;  // a row with no key yet
-        const float correction = Exp2(row_max[mt][r] * scale_log2 - base);
+        const float correction = Ex2(row_max[mt][r] * scale_log2 - base);
         row_max[mt][r] = mx;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < kKvTile / 8; ++nt) {
-          s[mt][nt][2 * r] = Exp2(fmaf(s[mt][nt][2 * r], scale_log2, -base));
-          s[mt][nt][2 * r + 1] = Exp2(fmaf(s[mt][nt][2 * r + 1], scale_log2, -base));
+          s[mt][nt][2 * r] = Ex2(fmaf(s[mt][nt][2 * r], scale_log2, -base));
+          s[mt][nt][2 * r + 1] = Ex2(fmaf(s[mt][nt][2 * r + 1], scale_log2, -base));
           sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
         }
         row_sum[mt][r] = row_sum[mt][r] * correction + sum;  // per-thread partial; reduced at the end
@@ -363,7 +314,7 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
   }
 
   // ---- epilogue: O / l -> this warp's rows of the Q tile in shared -> 16-byte global stores
-  CpAsyncWaitAll();  // (only matters when there was no KV tile: Q's copy may still be in flight)
+  CpAsyncWait<0>();  // (only matters when there was no KV tile: Q's copy may still be in flight)
   __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {

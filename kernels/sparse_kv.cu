@@ -66,13 +66,6 @@ struct ScoreShape {
   }
 };
 
-__device__ __forceinline__ void CpAsync16(void* smem, const void* global, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void CpAsyncWaitAllButOne() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-
 __device__ __forceinline__ uint32_t MaxBf16x2(uint32_t a, uint32_t b) {
   const __nv_bfloat162 r = __hmax2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
@@ -80,14 +73,6 @@ __device__ __forceinline__ uint32_t MaxBf16x2(uint32_t a, uint32_t b) {
 __device__ __forceinline__ uint32_t MinBf16x2(uint32_t a, uint32_t b) {
   const __nv_bfloat162 r = __hmin2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-__device__ __forceinline__ void ScoreMma(float (&acc)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 template <int D, int NT>  // NT: n-tiles of 8 query heads (group ≤ 8: 1, ≤ 16: 2)
@@ -126,8 +111,8 @@ __global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps) ScoreBlocksKernel(
       const int x = lane + 32 * j, blk = x / S::kRowChunks, col = x % S::kRowChunks;
       const int m = __shfl_sync(0xffffffffu, tab[(32 * j) / S::kRowChunks / 32], blk % 32);
       const int64_t at = m >= 0 ? static_cast<int64_t>(m) * D + 8 * col : 0;
-      CpAsync16(lo + S::Slot(blk, col), p.kmin + at, m >= 0);
-      CpAsync16(hi + S::Slot(blk, col), p.kmax + at, m >= 0);
+      CpAsync16(SmemAddr(lo + S::Slot(blk, col)), p.kmin + at, m >= 0 ? 16 : 0);
+      CpAsync16(SmemAddr(hi + S::Slot(blk, col)), p.kmax + at, m >= 0 ? 16 : 0);
     }
 #pragma unroll
     for (int tau = 0; tau < S::kTiles; ++tau) {
@@ -168,7 +153,7 @@ __global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps) ScoreBlocksKernel(
     if (first + S::kStepBlocks < w_end) issue(tab, buf ^ 1, own_next);
     CpAsyncCommit();  // possibly empty: one group per step either way
     load_tab(first + 2 * S::kStepBlocks, tab);
-    CpAsyncWaitAllButOne();  // this step's rows (this lane's copies) have landed
+    CpAsyncWait<1>();  // this step's rows (this lane's copies) have landed
     __syncwarp();            // ... and every lane's
     const uint4* lo = stages[warp][buf];
     const uint4* hi = lo + S::kStepBlocks * S::kRowChunks;
@@ -199,8 +184,8 @@ __global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps) ScoreBlocksKernel(
           const uint32_t y2 = MinBf16x2(u0[i1], l0[i1]), y3 = MinBf16x2(u1[i1], l1[i1]);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            ScoreMma(acc[tau][nt], x0, x1, x2, x3, qp[c][nt][i0], qp[c][nt][i1]);
-            ScoreMma(acc[tau][nt], y0, y1, y2, y3, qn[c][nt][i0], qn[c][nt][i1]);
+            Mma(acc[tau][nt], x0, x1, x2, x3, qp[c][nt][i0], qp[c][nt][i1]);
+            Mma(acc[tau][nt], y0, y1, y2, y3, qn[c][nt][i0], qn[c][nt][i1]);
           }
         }
       }
@@ -691,10 +676,10 @@ __global__ void __launch_bounds__(32) CopyBlocksTmaKernel(const char* src_k, con
   extern __shared__ __align__(128) unsigned char ring[];  // [stages][K, V][block_bytes]
   __shared__ __align__(8) uint64_t bars[stages];
   if (threadIdx.x != 0) return;
-  const uint32_t ring0 = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
-  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
+  const uint32_t ring0 = SmemAddr(ring);
+  const uint32_t bar0 = SmemAddr(bars);
   for (int st = 0; st < stages; ++st) MbarInit(bar0 + 8 * st, 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  FenceMbarrierInit();
   // This CTA's entries; one with a negative slot is skipped (its slot's phase completes empty).
   // Each entry's slots are read again before its stores, as in the kernel measured in
   // docs/benchmarks.md (holding them in a per-stage array was never compared on one machine).

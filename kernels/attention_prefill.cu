@@ -21,6 +21,7 @@
 
 #include "kernels/attention_prefill.h"
 #include "kernels/common.cuh"
+#include "kernels/prefill_tiles.cuh"
 
 namespace oasis::kernels {
 namespace {
@@ -55,38 +56,6 @@ __device__ __forceinline__ uint32_t Swz(int r, int c) {
   return static_cast<uint32_t>(r * (D * 2) + ((c ^ (r & 7)) << 4));
 }
 
-// Maps tile index t of the launch to (sequence, query tile of that sequence). Sequence s has
-// ceil(q_len_s / block_m) tiles, numbered in sequence order; inside a sequence the first index
-// goes to the last (most expensive, under causal masking) query tile so heavy work starts
-// first. Returns false when t is past the last tile. Every lane of the warp must call it.
-__device__ __forceinline__ bool FindTile(const int32_t* query_start, int num_seqs, int t, int block_m,
-                                         int& seq, int& q_tile) {
-  const int lane = threadIdx.x & 31;
-  int base = 0;  // tiles of the sequences before this group of 32
-  for (int s0 = 0; s0 < num_seqs; s0 += 32) {
-    const int s = s0 + lane;
-    const int n = s < num_seqs ? (query_start[s + 1] - query_start[s] + block_m - 1) / block_m : 0;
-    int inclusive = n;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (lane >= o) inclusive += v;
-    }
-    const int total = __shfl_sync(0xffffffffu, inclusive, 31);
-    if (t < base + total) {
-      const unsigned past = __ballot_sync(0xffffffffu, base + inclusive > t);
-      const int owner = __ffs(past) - 1;
-      const int before = __shfl_sync(0xffffffffu, inclusive - n, owner);
-      const int count = __shfl_sync(0xffffffffu, n, owner);
-      seq = s0 + owner;
-      q_tile = count - 1 - (t - base - before);
-      return true;
-    }
-    base += total;
-  }
-  return false;
-}
-
 template <int D, int kWarps, int kMTiles>
 __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBlocks))
     PrefillAttentionKernel(const PrefillAttentionParams p, int num_tiles_per_head) {
@@ -94,13 +63,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // blockIdx.x = tile * num_q_heads + head: the heads of one query tile run side by side and
-  // share K/V through L2 (a GQA group reads the same blocks).
-  const int qh = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_q_heads));
-  const int tile_index = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.num_q_heads));
-  if (tile_index >= num_tiles_per_head) return;
-  int seq = 0, q_tile = 0;
-  if (!FindTile(p.query_start, p.num_seqs, tile_index, T::kBlockM, seq, q_tile)) return;
+  int qh = 0, seq = 0, q_tile = 0;
+  if (!prefill::CtaTile<T::kBlockM>(p, num_tiles_per_head, qh, seq, q_tile)) return;
 
   const int h = qh / (p.num_q_heads / p.num_kv_heads);
   const int64_t q_begin = p.query_start[seq];
@@ -347,29 +311,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
 template <int D, int kWarps, int kMTiles>
 cudaError_t LaunchConfig(const PrefillAttentionParams& p, cudaStream_t stream) {
   using T = Tile<D, kWarps, kMTiles>;
-  auto* kernel = PrefillAttentionKernel<D, kWarps, kMTiles>;
-  // The dynamic shared memory limit is raised once per device (it is per function, per context).
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if (!(configured_devices.load(std::memory_order_acquire) & bit)) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    configured_devices.fetch_or(bit, std::memory_order_release);
-  }
-  // Tiles per head: sum over sequences of ceil(q_len / kBlockM), bounded without reading the
-  // device metadata; CTAs past the real count exit at once.
-  int64_t tiles = (p.tokens + static_cast<int64_t>(p.num_seqs) * (T::kBlockM - 1)) / T::kBlockM;
-  if (p.max_query_len > 0) {
-    tiles = std::min<int64_t>(tiles, static_cast<int64_t>(p.num_seqs) * CeilDiv(p.max_query_len, T::kBlockM));
-  }
-  const int64_t ctas = tiles * p.num_q_heads;
-  if (tiles <= 0) return cudaSuccess;
-  if (ctas > 0x7fffffff) return cudaErrorInvalidValue;
-  kernel<<<static_cast<unsigned>(ctas), T::kThreads, T::kSmemBytes, stream>>>(p, static_cast<int>(tiles));
-  return cudaGetLastError();
+  return prefill::LaunchTiles<PrefillAttentionKernel<D, kWarps, kMTiles>>(p, T::kBlockM, T::kThreads, T::kSmemBytes,
+                                                                       stream);
 }
 
 template <int D>

@@ -26,12 +26,12 @@
 // (imm-trans-b = 1): leading byte offset = one panel (the next 64 head-dim columns), stride
 // byte offset 1024 (the next 8 keys); the 16-key step starts 2048 bytes further.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/attention_prefill.h"
 #include "kernels/common.cuh"
+#include "kernels/prefill_tiles.cuh"
 
 namespace oasis::kernels::detail {
 namespace {
@@ -63,36 +63,6 @@ struct Sm90Shape {
 template <int kRows>
 __device__ __forceinline__ uint32_t SwzOffset(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * (kRows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-// Maps tile index t of the launch to (sequence, query tile of that sequence), as the mma.sync
-// kernel does (attention_prefill.cu): the last query tile of a sequence, the most expensive
-// under causal masking, gets the first index. Every lane of the warp must call it.
-__device__ __forceinline__ bool FindTile(const int32_t* query_start, int num_seqs, int t, int& seq, int& q_tile) {
-  const int lane = threadIdx.x & 31;
-  int base = 0;
-  for (int s0 = 0; s0 < num_seqs; s0 += 32) {
-    const int s = s0 + lane;
-    const int n = s < num_seqs ? (query_start[s + 1] - query_start[s] + kBlockM - 1) / kBlockM : 0;
-    int inclusive = n;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (lane >= o) inclusive += v;
-    }
-    const int total = __shfl_sync(0xffffffffu, inclusive, 31);
-    if (t < base + total) {
-      const unsigned past = __ballot_sync(0xffffffffu, base + inclusive > t);
-      const int owner = __ffs(past) - 1;
-      const int before = __shfl_sync(0xffffffffu, inclusive - n, owner);
-      const int count = __shfl_sync(0xffffffffu, n, owner);
-      seq = s0 + owner;
-      q_tile = count - 1 - (t - base - before);
-      return true;
-    }
-    base += total;
-  }
-  return false;
 }
 
 // What one CTA works on.
@@ -422,14 +392,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t sV = sK + kStages * Shape::kKvBytes;
   const Barriers<kStages> bar{sV + kStages * Shape::kKvBytes};
 
-  // blockIdx.x = tile * num_q_heads + head: the heads of one query tile (and the query heads
-  // of a GQA group, which read the same K/V) run side by side and share K/V through L2.
   Work w;
-  w.qh = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_q_heads));
-  const int tile_index = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.num_q_heads));
-  if (tile_index >= num_tiles_per_head) return;
   int seq = 0, q_tile = 0;
-  if (!FindTile(p.query_start, p.num_seqs, tile_index, seq, q_tile)) return;
+  if (!prefill::CtaTile<kBlockM>(p, num_tiles_per_head, w.qh, seq, q_tile)) return;
   w.h = w.qh / (p.num_q_heads / p.num_kv_heads);
   w.q_begin = p.query_start[seq];
   w.q_len = static_cast<int>(p.query_start[seq + 1] - w.q_begin);
@@ -468,29 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int D, int kStages>
 cudaError_t LaunchSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
   using Shape = Sm90Shape<D, kStages>;
-  auto* kernel = PrefillAttentionSm90Kernel<D, kStages>;
-  // The dynamic shared memory limit is raised once per device (it is per function, per context).
-  static std::atomic<uint64_t> configured_devices{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if (!(configured_devices.load(std::memory_order_acquire) & bit)) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
-    if (err != cudaSuccess) return err;
-    configured_devices.fetch_or(bit, std::memory_order_release);
-  }
-  // Tiles per head: sum over sequences of ceil(q_len / kBlockM), bounded without reading the
-  // device metadata; CTAs past the real count exit at once.
-  int64_t tiles = (p.tokens + static_cast<int64_t>(p.num_seqs) * (kBlockM - 1)) / kBlockM;
-  if (p.max_query_len > 0) {
-    tiles = std::min<int64_t>(tiles, static_cast<int64_t>(p.num_seqs) * CeilDiv(p.max_query_len, kBlockM));
-  }
-  if (tiles <= 0) return cudaSuccess;
-  const int64_t ctas = tiles * p.num_q_heads;
-  if (ctas > 0x7fffffff) return cudaErrorInvalidValue;
-  kernel<<<static_cast<unsigned>(ctas), kThreads, Shape::kSmemBytes, stream>>>(p, static_cast<int>(tiles));
-  return cudaGetLastError();
+  return prefill::LaunchTiles<PrefillAttentionSm90Kernel<D, kStages>>(p, kBlockM, kThreads, Shape::kSmemBytes, stream);
 }
 
 }  // namespace

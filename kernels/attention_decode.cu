@@ -607,8 +607,6 @@ bool Supported(const DecodeAttentionParams& p) {
          p.num_seqs >= 0 && p.max_blocks >= 0 && p.tokens >= 0 && p.variant >= 0 && p.variant <= kNumVariants;
 }
 
-bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
-
 size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan) {
   return static_cast<size_t>(p.tokens) * p.num_q_heads * plan.splits * p.head_dim * sizeof(float);
 }

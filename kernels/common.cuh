@@ -61,6 +61,9 @@ cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size
   return err != cudaSuccess ? err : cudaGetLastError();
 }
 
+// Whether a pointer is 16-byte aligned (what 16-byte vector loads and cp.async need).
+inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 inline unsigned CeilDiv(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace oasis::kernels

@@ -20,7 +20,8 @@ namespace oasis::kernels::prefill {
 // goes to the last (most expensive, under causal masking) query tile so heavy work starts
 // first. Returns false when t is past the last tile. Every lane of the warp must call it.
 template <int kBlockM>
-__device__ __forceinline__ bool FindTile(const int32_t* query_start, int num_seqs, int t, int& seq, int& q_tile) {
+__device__ __forceinline__ bool FindTile(const int32_t* query_start, int num_seqs, int t, int& seq,
+                                         int& q_tile) {
   const int lane = threadIdx.x & 31;
   int base = 0;  // tiles of the sequences before this group of 32
   for (int s0 = 0; s0 < num_seqs; s0 += 32) {
@@ -52,8 +53,8 @@ __device__ __forceinline__ bool FindTile(const int32_t* query_start, int num_seq
 // of one query tile (and the query heads of a GQA group, which read the same K/V) run side by
 // side and share K/V through L2. Every lane of the warp must call it.
 template <int kBlockM>
-__device__ __forceinline__ bool CtaTile(const PrefillAttentionParams& p, int num_tiles_per_head, int& qh, int& seq,
-                                        int& q_tile) {
+__device__ __forceinline__ bool CtaTile(const PrefillAttentionParams& p, int num_tiles_per_head,
+                                        int& qh, int& seq, int& q_tile) {
   qh = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.num_q_heads));
   const int tile_index = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.num_q_heads));
   if (tile_index >= num_tiles_per_head) return false;
@@ -87,7 +88,8 @@ cudaError_t LaunchTiles(const PrefillAttentionParams& p, int block_m, int thread
   if (err != cudaSuccess) return err;
   int64_t tiles = (p.tokens + static_cast<int64_t>(p.num_seqs) * (block_m - 1)) / block_m;
   if (p.max_query_len > 0) {
-    tiles = std::min<int64_t>(tiles, static_cast<int64_t>(p.num_seqs) * CeilDiv(p.max_query_len, block_m));
+    tiles = std::min<int64_t>(tiles,
+                              static_cast<int64_t>(p.num_seqs) * CeilDiv(p.max_query_len, block_m));
   }
   if (tiles <= 0) return cudaSuccess;
   const int64_t ctas = tiles * p.num_q_heads;

@@ -4,7 +4,9 @@
 // assembly and the predictor-agreement counter. The exact semantics (and the CPU reference)
 // are those of the same-named Backend ops in src/backend/backend.h; integer outputs equal the
 // CPU's bit for bit. Each launcher takes raw pointers (device memory, or mapped pinned host
-// memory where noted), sizes and an explicit stream, and returns the launch error.
+// memory where noted), sizes and an explicit stream, and returns the launch error. The kernels
+// are split by stage: kernels/sparse_score.cu (summaries, scores), sparse_topk.cu (top-K, the
+// agreement counter), sparse_select.cu (select, table assembly), sparse_gather.cu (copies).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +16,9 @@
 #include <string>
 
 namespace oasis::kernels {
+
+// Tokens per head-block (the KV cache's block size).
+inline constexpr int kHeadBlockTokens = 16;
 
 // kmin/kmax[dst_rows[i]] = element-wise min/max over the first num_tokens[i] keys of head-block
 // src_slots[i] of k_pool (device or mapped host). Entries with num_tokens <= 0 or dst < 0 skip.

@@ -18,24 +18,19 @@
 // permute. The accumulators then hold O[row 2c, 2c+1][64g + 8r + 2f, +1].
 //
 // K/V reach shared memory through cp.async (16 bytes per lane, L1 bypassed) into a per-warp ring
-// of kStages head-blocks. Two copy layouts (DecodeAttentionParams::variant):
-//  - coalesced (v3, variants 1 and 2): every warp-wide cp.async copies 512 contiguous bytes (4
-//    whole 128-byte lines) of a head-block; a head-block's K (then V) lands as 16 token rows of
-//    U = D/8 16-byte units, unit u of token t stored at t·U + (u ^ Swz(t)), a swizzle that makes
-//    the fragment reads below conflict-free. Lanes read pieces other lanes copied: a __syncwarp
-//    after the wait, and one before a stage is overwritten.
-//  - per-lane (v2, variants 3 and 4): every lane copies exactly the pieces it later reads (piece j
-//    of stage s at ring[s][j][lane]); no warp sync, but each cp.async touches 8 half-lines, which
-//    doubles the L1/LSU wavefronts per byte (v2 measured a flat ~3 TB/s per-SM cap with it).
-// "deep" variants (1, 3) keep v2's ring depth (2 CTAs = 8 warps per SM at head_dim 128), "wide"
-// ones (2, 4) a shallower ring with more CTAs (3 CTAs = 12 warps per SM at head_dim 128).
+// of kStages head-blocks: every warp-wide cp.async copies 512 contiguous bytes (4 whole 128-byte
+// lines) of a head-block; a head-block's K (then V) lands as 16 token rows of U = D/8 16-byte
+// units, unit u of token t stored at t·U + (u ^ Swz(t)), a swizzle that makes the fragment reads
+// below conflict-free. Lanes read pieces other lanes copied: a __syncwarp after the wait, and one
+// before a stage is overwritten. The ring is "wide": 2 head-blocks per warp (3 at head_dim 64),
+// 3 CTAs = 12 warps per SM at head_dim 128. (The kernels this one was chosen over — a deeper
+// ring, and per-lane copies — are measured in docs/kernels/decode_attention.md.)
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cfloat>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <mutex>
 
 #include "kernels/attention_decode.h"
@@ -51,12 +46,6 @@ constexpr int kMinPagesPerSplit = 8;  // automatic plans: at least 2 head-blocks
 constexpr int kMaxDevices = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Kernel variants (see the top of the file); 0 in the params picks kAutoVariant.
-constexpr int kNumVariants = 4;
-constexpr int kAutoVariant = 2;
-constexpr bool Coalesced(int variant) { return variant <= 2; }
-constexpr bool Wide(int variant) { return variant % 2 == 0; }
-
 // How the KV range of every (sequence, KV head) is cut. The grid has `splits` CTAs per (pair,
 // row chunk); the cut itself is made on the device from the real kv_len (PagesPerSplit), so a
 // large host bound (CUDA graphs) leaves the unused CTAs empty instead of making the splits short.
@@ -65,7 +54,6 @@ struct SplitPlan {
   int min_pages = 1;   // a split covers max(min_pages, ceil(pages / splits)) head-blocks
   int row_tiles = 1;   // 8-row MMA n-tiles per CTA (1 or 2)
   int row_chunks = 1;  // ceil(group · max_query_len / (8 · row_tiles))
-  int variant = kAutoVariant;  // host only: which kernel instance
 };
 
 __host__ __device__ inline int PagesPerSplit(int pages, const SplitPlan& plan) {
@@ -81,26 +69,24 @@ __host__ __device__ inline int UsedSplits(int pages, const SplitPlan& plan) {
 }
 
 
-// Ring depth in head-blocks per warp. Deep: 24 KB (48 KB at head_dim 256) per warp, 2 CTAs (1 at
-// 256) per SM. Wide: 12 KB (8 KB at 64) per warp, 3 CTAs (4 at 64) per SM.
-constexpr int StagesFor(int head_dim, int variant) {
-  return head_dim == 64 ? (Wide(variant) ? 3 : 6) : Wide(variant) ? 2 : 3;
-}
+// Ring depth in head-blocks per warp: 16 KB (12 KB at head_dim 64, 32 KB at 256) per warp, 3 CTAs
+// (4 at 64, 1 at 256) per SM.
+constexpr int StagesFor(int head_dim) { return head_dim == 64 ? 3 : 2; }
 constexpr int RingBytes(int head_dim, int stages) { return kWarps * stages * head_dim * 64; }
 constexpr int CtasPerSmFor(int head_dim, int stages) {  // by shared memory (227 KB, 1 KB reserved per CTA)
   const int n = 232448 / (RingBytes(head_dim, stages) + 1024);
   return n < 1 ? 1 : n > 4 ? 4 : n;
 }
 
-template <int D, int kStagesT = 3>
+template <int D>
 struct Shape {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
   static constexpr int kKB = D / 32;             // 16-byte K pieces per token row per lane
   static constexpr int kGroups = D / 64;         // 64-column groups of V and of the output
-  static constexpr int kPieces = D / 8;          // 16-byte pieces per lane per head-block (K then V)
+  static constexpr int kPieces = D / 8;          // 16-byte units per lane per head-block (K then V)
   static constexpr int kU = D / 8;               // 16-byte units per token row
   static constexpr int kMTiles = D / 16;         // P·V m-tiles
-  static constexpr int kStages = kStagesT;
+  static constexpr int kStages = StagesFor(D);
   static constexpr int kRingBytes = RingBytes(D, kStages);
   static constexpr int kMinCtasPerSm = CtasPerSmFor(D, kStages);
 };
@@ -119,12 +105,12 @@ __device__ __forceinline__ constexpr int VTok(int i) { return (i & 1) + 8 * (i >
 // group's G·q_len query rows, head-blocks of split `sp`, every kWarps-th one per warp.
 // The warps' states are combined in shared memory; the CTA writes the output (when it is the
 // pair's only split) or its normalised partial output and log2-sum-exp.
-template <int D, int NT, int kStages, bool kCoalesced>
-__global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
+template <int D, int NT>
+__global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, const SplitPlan plan,
                       float* __restrict__ part_o,     // [tokens, num_q_heads, splits, D]
                       float* __restrict__ part_lse) {  // [tokens, num_q_heads, splits]
-  using S = Shape<D, kStages>;
+  using S = Shape<D>;
   constexpr int kRows = 8 * NT;
   extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
   GridDependencyWait();    // q and the new K/V come from the kernel before (PDL launch)
@@ -188,11 +174,9 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
   };
 
   uint4* warp_ring = ring + warp * (S::kStages * S::kPieces * 32);  // stage st: [st·P·32, (st+1)·P·32)
-  uint4* my_ring = warp_ring + lane;  // per-lane layout: piece j of stage st at [(st·P + j)·32]
-  const uint32_t my_ring_s = SmemAddr(my_ring);
   const uint32_t warp_ring_s = SmemAddr(warp_ring);
   auto issue = [&](int page, int stage) {  // head-block `page` into `stage`; always one commit group
-    if (page < pe && kCoalesced) {
+    if (page < pe) {
       const int64_t slot = slot_of(page);
       const bf16* kb = p.k_pool + slot * (kPage * D) + 8 * lane;
       const bf16* vb = p.v_pool + slot * (kPage * D) + 8 * lane;
@@ -204,20 +188,6 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
         CpAsync16(dst + off, kb + 256 * i);
         CpAsync16(dst + kPage * S::kU * 16 + off, vb + 256 * i);
       }
-    } else if (page < pe) {
-      const int64_t slot = slot_of(page);
-      const bf16* kb = p.k_pool + slot * (kPage * D) + r * D + 8 * c;
-      const bf16* vb = p.v_pool + slot * (kPage * D) + 2 * c * D + 8 * r;
-      const uint32_t dst = my_ring_s + stage * (S::kPieces * 32 * 16);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int b = 0; b < S::kKB; ++b) CpAsync16(dst + (nt * S::kKB + b) * 512, kb + nt * 8 * D + 32 * b);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int g = 0; g < S::kGroups; ++g)
-          CpAsync16(dst + (2 * S::kKB + i * S::kGroups + g) * 512, vb + VTok(i) * D + 64 * g);
     }
     CpAsyncCommit();
   };
@@ -235,14 +205,13 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
 #pragma unroll
   for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i * kWarps, i);
   int stage = 0;
-  // Coalesced layout: this lane's K units (token r (+8), unit (4b + c) ^ Swz(r)) and V units.
+  // This lane's K units (token r (+8), unit (4b + c) ^ Swz(r)) and V units.
   const int k_unit0 = r * S::kU, k_sw = c ^ Swz(r);
   for (int page = wb; page < pe; page += kWarps) {
-    if constexpr (kCoalesced) __syncwarp();  // every lane is done reading the stage refilled next
+    __syncwarp();  // every lane is done reading the stage refilled next
     issue(page + (S::kStages - 1) * kWarps, stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
     CpAsyncWait<S::kStages - 1>();  // this thread's pieces of `page` have landed
-    if constexpr (kCoalesced) __syncwarp();  // ... and every other lane's
-    const uint4* st = my_ring + stage * (S::kPieces * 32);
+    __syncwarp();  // ... and every other lane's
     const uint4* stw = warp_ring + stage * (S::kPieces * 32);
 
     // S^T = K·Q^T for the 16 tokens of this head-block (two accumulator chains).
@@ -254,12 +223,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
 #pragma unroll
     for (int b = 0; b < S::kKB; ++b) {
       uint4 kw, ku;  // tokens r and r + 8
-      if constexpr (kCoalesced) {
-        const int u = (4 * b) ^ k_sw;
-        kw = stw[k_unit0 + u], ku = stw[k_unit0 + 8 * S::kU + u];
-      } else {
-        kw = st[b * 32], ku = st[(S::kKB + b) * 32];
-      }
+      const int u = (4 * b) ^ k_sw;
+      kw = stw[k_unit0 + u], ku = stw[k_unit0 + 8 * S::kU + u];
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         Mma(sc[j], kw.x, ku.x, kw.y, ku.y, qf[j][b].x, qf[j][b].y);
@@ -308,12 +273,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D, kStages>::kMinCtasPerSm)
       uint4 v[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        if constexpr (kCoalesced) {
-          const int t = 2 * c + VTok(i);
-          v[i] = stw[kPage * S::kU + t * S::kU + ((8 * g + r) ^ Swz(t))];
-        } else {
-          v[i] = st[(2 * S::kKB + i * S::kGroups + g) * 32];
-        }
+        const int t = 2 * c + VTok(i);
+        v[i] = stw[kPage * S::kU + t * S::kU + ((8 * g + r) ^ Swz(t))];
         if (tail && tok0 + 2 * c + VTok(i) >= kv_len) v[i] = make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
@@ -471,7 +432,7 @@ struct DeviceFacts {
   int ctas_per_sm = 0;
 };
 
-template <int D, int NT, int kStages, bool kCoalesced>
+template <int D, int NT>
 DeviceFacts FactsFor() {
   static std::array<std::atomic<int>, kMaxDevices> packed{};  // sms << 8 | ctas_per_sm; 0: not yet
   static std::mutex mu;
@@ -486,8 +447,8 @@ DeviceFacts FactsFor() {
     v = packed[dev].load(std::memory_order_relaxed);
     if (v == 0) {
       int sms = 0, per_sm = 0;
-      const auto kernel = DecodeSplitKernel<D, NT, kStages, kCoalesced>;
-      constexpr int kBytes = Shape<D, kStages>::kRingBytes;
+      const auto kernel = DecodeSplitKernel<D, NT>;
+      constexpr int kBytes = Shape<D>::kRingBytes;
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) != cudaSuccess ||
           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kBytes) !=
@@ -502,34 +463,24 @@ DeviceFacts FactsFor() {
   return {v >> 8, v & 255};
 }
 
-// Calls f.template operator()<D, NT, kStages, kCoalesced>() for the plan's kernel instance.
-template <int D, int NT, typename F>
-auto DispatchVariant(int variant, F&& f) {
-  switch (variant) {
-    case 1: return f.template operator()<D, NT, StagesFor(D, 1), Coalesced(1)>();
-    case 2: return f.template operator()<D, NT, StagesFor(D, 2), Coalesced(2)>();
-    case 3: return f.template operator()<D, NT, StagesFor(D, 3), Coalesced(3)>();
-    default: return f.template operator()<D, NT, StagesFor(D, 4), Coalesced(4)>();
-  }
-}
-
+// Calls f.template operator()<D, NT>() for the plan's kernel instance.
 template <typename F>
-auto Dispatch(int head_dim, int row_tiles, int variant, F&& f) {
+auto Dispatch(int head_dim, int row_tiles, F&& f) {
   switch (head_dim * 2 + row_tiles) {
-    case 64 * 2 + 1: return DispatchVariant<64, 1>(variant, f);
-    case 64 * 2 + 2: return DispatchVariant<64, 2>(variant, f);
-    case 128 * 2 + 1: return DispatchVariant<128, 1>(variant, f);
-    case 128 * 2 + 2: return DispatchVariant<128, 2>(variant, f);
-    default: return DispatchVariant<256, 1>(variant, f);
+    case 64 * 2 + 1: return f.template operator()<64, 1>();
+    case 64 * 2 + 2: return f.template operator()<64, 2>();
+    case 128 * 2 + 1: return f.template operator()<128, 1>();
+    case 128 * 2 + 2: return f.template operator()<128, 2>();
+    default: return f.template operator()<256, 1>();
   }
 }
 
 struct FactsOp {
-  template <int D, int NT, int St, bool Co>
-  DeviceFacts operator()() const { return FactsFor<D, NT, St, Co>(); }
+  template <int D, int NT>
+  DeviceFacts operator()() const { return FactsFor<D, NT>(); }
 };
 
-DeviceFacts FactsFor(int head_dim, int row_tiles, int variant) { return Dispatch(head_dim, row_tiles, variant, FactsOp{}); }
+DeviceFacts FactsFor(int head_dim, int row_tiles) { return Dispatch(head_dim, row_tiles, FactsOp{}); }
 
 // Estimated microseconds for a split count (host-known shapes only). The KV stream runs at
 // kStreamBytesPerUs once at least one CTA per SM is streaming (a CTA keeps 4 × 2–3 head-blocks in
@@ -544,7 +495,7 @@ constexpr double kMergeUs = 2.0;
 
 double EstimateUs(const DecodeAttentionParams& p, const SplitPlan& plan, int max_pages, double pairs,
                   const DeviceFacts& facts) {
-  const int stages = StagesFor(p.head_dim, plan.variant);
+  const int stages = StagesFor(p.head_dim);
   const double page_bytes = 64.0 * p.head_dim;
   const double pages_per_us = kStreamBytesPerUs / page_bytes;
   const int pps = PagesPerSplit(max_pages, plan), used = UsedSplits(max_pages, plan);
@@ -559,22 +510,12 @@ double EstimateUs(const DecodeAttentionParams& p, const SplitPlan& plan, int max
   return us;
 }
 
-int DefaultVariant() {  // kAutoVariant unless OASIS_DECODE_ATTENTION_VARIANT names one (read once)
-  static const int variant = [] {
-    const char* env = std::getenv("OASIS_DECODE_ATTENTION_VARIANT");
-    const int v = env != nullptr ? std::atoi(env) : 0;
-    return v >= 1 && v <= kNumVariants ? v : kAutoVariant;
-  }();
-  return variant;
-}
-
 SplitPlan MakePlan(const DecodeAttentionParams& p) {
   SplitPlan plan;
   const int group = p.num_q_heads / p.num_kv_heads;
   const int rows = group * p.max_query_len;
   plan.row_tiles = p.head_dim <= 128 && rows > 8 ? 2 : 1;
   plan.row_chunks = (rows + 8 * plan.row_tiles - 1) / (8 * plan.row_tiles);
-  plan.variant = p.variant > 0 ? p.variant : DefaultVariant();
   const int64_t kv_bound = p.max_kv_len > 0 ? std::min<int64_t>(p.max_kv_len, int64_t{p.max_blocks} * kPage)
                                             : int64_t{p.max_blocks} * kPage;
   const int max_pages = static_cast<int>(std::max<int64_t>(1, (kv_bound + kPage - 1) / kPage));
@@ -584,7 +525,7 @@ SplitPlan MakePlan(const DecodeAttentionParams& p) {
     return plan;
   }
   plan.min_pages = kMinPagesPerSplit;
-  const DeviceFacts facts = FactsFor(p.head_dim, plan.row_tiles, plan.variant);
+  const DeviceFacts facts = FactsFor(p.head_dim, plan.row_tiles);
   const double pairs = double(p.num_seqs) * p.num_kv_heads * plan.row_chunks;
   // More splits than two waves of CTAs cannot help (and this runs on every eager launch).
   const double resident = double(facts.sms) * facts.ctas_per_sm;
@@ -604,24 +545,23 @@ SplitPlan MakePlan(const DecodeAttentionParams& p) {
 bool Supported(const DecodeAttentionParams& p) {
   return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.num_kv_heads > 0 && p.num_q_heads > 0 &&
          p.num_q_heads % p.num_kv_heads == 0 && p.max_query_len >= 1 && p.max_query_len <= kDecodeMaxQueryLen &&
-         p.num_seqs >= 0 && p.max_blocks >= 0 && p.tokens >= 0 && p.variant >= 0 && p.variant <= kNumVariants;
+         p.num_seqs >= 0 && p.max_blocks >= 0 && p.tokens >= 0;
 }
 
 size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan) {
   return static_cast<size_t>(p.tokens) * p.num_q_heads * plan.splits * p.head_dim * sizeof(float);
 }
 
-template <int D, int NT, int kStages, bool kCoalesced>
+template <int D, int NT>
 cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* workspace, cudaStream_t stream) {
   const int64_t ctas = int64_t{p.num_seqs} * p.num_kv_heads * plan.splits * plan.row_chunks;
   if (ctas > INT_MAX) return cudaErrorInvalidValue;
-  (void)FactsFor<D, NT, kStages, kCoalesced>();  // raises the shared-memory limit on this device
+  (void)FactsFor<D, NT>();  // raises the shared-memory limit on this device
   float* part_o = static_cast<float*>(workspace);
   float* part_lse = plan.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutputBytes(p, plan))
                                     : nullptr;
   const cudaError_t split_err =
-      LaunchPdl(DecodeSplitKernel<D, NT, kStages, kCoalesced>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
-                Shape<D, kStages>::kRingBytes, stream, p, plan, part_o, part_lse);
+      LaunchPdl(DecodeSplitKernel<D, NT>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), Shape<D>::kRingBytes, stream, p, plan, part_o, part_lse);
   if (split_err != cudaSuccess) return split_err;
   if (plan.splits > 1) {
     const int64_t items = int64_t{p.num_seqs} * p.max_query_len * p.num_q_heads;
@@ -647,8 +587,8 @@ struct LaunchOp {
   const SplitPlan& plan;
   void* workspace;
   cudaStream_t stream;
-  template <int D, int NT, int St, bool Co>
-  cudaError_t operator()() const { return Launch<D, NT, St, Co>(p, plan, workspace, stream); }
+  template <int D, int NT>
+  cudaError_t operator()() const { return Launch<D, NT>(p, plan, workspace, stream); }
 };
 
 }  // namespace
@@ -670,7 +610,7 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspac
   const SplitPlan plan = MakePlan(p);
   if (plan.splits > 1 && (workspace == nullptr || !Aligned16(workspace) || workspace_bytes < DecodeAttentionWorkspaceBytes(p)))
     return cudaErrorInvalidValue;
-  return Dispatch(p.head_dim, plan.row_tiles, plan.variant, LaunchOp{p, plan, workspace, stream});
+  return Dispatch(p.head_dim, plan.row_tiles, LaunchOp{p, plan, workspace, stream});
 }
 
 }  // namespace oasis::kernels

@@ -13,7 +13,7 @@
 // How it runs (docs/kernels/decode_attention.md has the details and the measurements):
 //  1. split kernel: one 4-warp CTA per (sequence, KV head, KV split, 8- or 16-row chunk of the
 //     GQA group × q tokens); each warp takes every 4th of the split's head-blocks and
-//     streams them from HBM into a 3-deep (6 at head_dim 64) cp.async ring in shared memory,
+//     streams them from HBM into a 2-deep (3 at head_dim 64) cp.async ring in shared memory,
 //     computes K·Qᵀ and Vᵀ·Pᵀ for all query heads of the group and all q tokens of the sequence
 //     with bf16 tensor-core MMAs (m16n8k16 with the rows as N, float accumulation) and an
 //     online softmax, so each K/V byte is read once per GQA group. The warps are combined in
@@ -63,10 +63,6 @@ struct DecodeAttentionParams {
   // min(n, head-blocks of the bound), each real length then cut into n pieces of >= 1 head-block
   // (tests, tuning). DecodeAttentionNumSplits says how many a launch will use.
   int num_splits = 0;
-  // Kernel variant (tuning, tests): 0 the default; 1 coalesced copies, deep rings (8 warps/SM at
-  // head_dim 128); 2 coalesced, wide (12 warps/SM); 3 and 4 v2's per-lane copies, deep and wide.
-  // The OASIS_DECODE_ATTENTION_VARIANT environment variable (1-4) overrides the default.
-  int variant = 0;
 };
 
 // The number of KV splits a launch with these params uses (1: no merge, no workspace).

@@ -225,34 +225,19 @@ cudaError_t LaunchConfig(const bf16* x, const bf16* w, bf16* ob, float* of, int6
                    out, groups);
 }
 
-// The configurations the benchmark compares; LaunchGemv picks among them.
+// The two configurations LaunchGemv picks between (bench_gemv on the H200, 2026-11-29, Qwen3-8B
+// shapes; the six others it measured are in docs/benchmarks.md): one row streams at 0.98 of the
+// read ceiling with 4 features × 256 threads per CTA, one CTA per group; 2–4 rows need more
+// features per CTA (x is reused across them) and a persistent grid: 8 × 128 reaches 0.80 where
+// the one-row shape reaches 0.44.
 template <int R>
-cudaError_t LaunchVariant(int variant, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out,
-                          cudaStream_t stream) {
-  switch (variant) {
-    case 1: return LaunchConfig<R, 4, 256, 2>(x, w, ob, of, in, out, false, stream);
-    case 2: return LaunchConfig<R, 4, 256, 2>(x, w, ob, of, in, out, true, stream);
-    case 3: return LaunchConfig<R, 8, 256, 2>(x, w, ob, of, in, out, true, stream);
-    case 4: return LaunchConfig<R, 4, 256, 4>(x, w, ob, of, in, out, true, stream);
-    case 5: return LaunchConfig<R, 2, 512, 2>(x, w, ob, of, in, out, true, stream);
-    case 6: return LaunchConfig<R, 8, 128, 2>(x, w, ob, of, in, out, true, stream);
-    case 7: return LaunchConfig<R, 2, 256, 4>(x, w, ob, of, in, out, false, stream);
-    case 8: return LaunchConfig<R, 8, 256, 1>(x, w, ob, of, in, out, false, stream);
+cudaError_t LaunchGemvConfig(GemvConfig config, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in,
+                             int64_t out, cudaStream_t stream) {
+  switch (config) {
+    case GemvConfig::kPerGroup: return LaunchConfig<R, 4, 256, 2>(x, w, ob, of, in, out, false, stream);
+    case GemvConfig::kPersistent: return LaunchConfig<R, 8, 128, 2>(x, w, ob, of, in, out, true, stream);
     default: return cudaErrorInvalidValue;
   }
-}
-
-// bench_gemv on the H200 (2026-11-29), Qwen3-8B shapes: one row streams at 0.98 of the read
-// ceiling with 4 features × 256 threads per CTA, one CTA per group; 2–4 rows need more
-// features per CTA (x is reused across them) and a persistent grid: 8 × 128 reaches 0.80
-// where the one-row shape reaches 0.44.
-int DefaultVariant(int64_t rows) {
-  // OASIS_GEMV1_VARIANT: the one-row configuration, for tuning runs (bench_decode).
-  static const int one_row = [] {
-    const char* v = std::getenv("OASIS_GEMV1_VARIANT");
-    return v != nullptr && std::atoi(v) >= 1 && std::atoi(v) <= 8 ? std::atoi(v) : 1;
-  }();
-  return rows == 1 ? one_row : 6;
 }
 
 // CTAs per SM of the persistent norm-fused GEMVs: what fits, or fewer (OASIS_GEMV_NORM_CTAS_PER_SM,
@@ -480,15 +465,15 @@ bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w) {
          reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-cudaError_t LaunchGemvVariant(int variant, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in,
-                              int64_t out, cudaStream_t stream) {
+cudaError_t LaunchGemvWith(GemvConfig config, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows,
+                           int64_t in, int64_t out, cudaStream_t stream) {
   if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr)) return cudaErrorInvalidValue;
-  if (variant == 0) variant = DefaultVariant(rows);
+  if (config == GemvConfig::kAuto) config = rows == 1 ? GemvConfig::kPerGroup : GemvConfig::kPersistent;
   switch (rows) {
-    case 1: return LaunchVariant<1>(variant, x, w, ob, of, in, out, stream);
-    case 2: return LaunchVariant<2>(variant, x, w, ob, of, in, out, stream);
-    case 3: return LaunchVariant<3>(variant, x, w, ob, of, in, out, stream);
-    default: return LaunchVariant<4>(variant, x, w, ob, of, in, out, stream);
+    case 1: return LaunchGemvConfig<1>(config, x, w, ob, of, in, out, stream);
+    case 2: return LaunchGemvConfig<2>(config, x, w, ob, of, in, out, stream);
+    case 3: return LaunchGemvConfig<3>(config, x, w, ob, of, in, out, stream);
+    default: return LaunchGemvConfig<4>(config, x, w, ob, of, in, out, stream);
   }
 }
 
@@ -537,7 +522,7 @@ cudaError_t LaunchGemvRmsNormQkvRope(const bf16* x, const bf16* residual, bf16* 
 
 cudaError_t LaunchGemv(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
                        cudaStream_t stream) {
-  return LaunchGemvVariant(0, x, w, ob, of, rows, in, out, stream);
+  return LaunchGemvWith(GemvConfig::kAuto, x, w, ob, of, rows, in, out, stream);
 }
 
 }  // namespace oasis::kernels

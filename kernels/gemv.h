@@ -24,11 +24,13 @@ cudaError_t LaunchGemv(const __nv_bfloat16* x,  // [rows, in]
                        float* out_f32,           // [rows, out] or nullptr
                        int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
 
-// The same with a given kernel configuration (1..kGemvVariants; 0 = the default choice),
-// for the benchmark and tests.
-inline constexpr int kGemvVariants = 8;
-cudaError_t LaunchGemvVariant(int variant, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out_bf16,
-                              float* out_f32, int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+// The GEMV's kernel configurations. kPerGroup: 4 features × 256 threads per CTA, one CTA per
+// group (LaunchGemv's choice for one row); kPersistent: 8 features × 128 threads, a persistent
+// grid of the resident CTAs (its choice for 2–4 rows); kAuto: that choice.
+enum class GemvConfig : int { kAuto = 0, kPerGroup = 1, kPersistent = 2 };
+// LaunchGemv with a given configuration (the benchmark and the tests run both).
+cudaError_t LaunchGemvWith(GemvConfig config, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out_bf16,
+                           float* out_f32, int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
 
 // RMSNorm (+ residual add) fused into the GEMV that consumes it (decode, 1..4 rows):
 //   v = x ? bf16(residual + x) : residual          (written to residual_out when given)

@@ -118,7 +118,6 @@ Problem MakeProblem(std::mt19937& rng, int hq, int hkv, int head_dim, const std:
 struct RunOptions {
   int num_splits = 0;  // 0: the kernel's choice
   int max_kv_len = 0;  // split-count hint, 0: none
-  int variant = 0;     // kernel variant, 0: the default
 };
 
 // Runs the decode kernel on a NaN-poisoned output; returns it as float, and the split count used.
@@ -145,7 +144,6 @@ Tensor RunDecode(CudaBackend& gpu, const Problem& pr, float scale, RunOptions op
   p.scale = scale;
   p.max_kv_len = opt.max_kv_len;
   p.num_splits = opt.num_splits;
-  p.variant = opt.variant;
   const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
   const int splits = kernels::DecodeAttentionNumSplits(p);
   CHECK((splits == 1) == (bytes == 0));
@@ -219,13 +217,12 @@ TEST_CASE("Decode attention over sparse heads: each KV head its own length and t
     lens[1] = {q_len, 16, 17, 2064, 33, 4097, 15 + q_len, 1000};
     const Problem pr = MakeProblem(rng, hq, hkv, head_dim, q_lens, lens, 1.0f);
     const Tensor want = RunReference(pr, ScaleFor(head_dim));
-    for (int forced : {0, 1, 5})
-      for (int variant = 0; variant <= 4; ++variant) {
-        int splits = 0;
-        const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), {forced, 0, variant}, &splits);
-        INFO("q_len " << q_len << " splits " << splits << " variant " << variant);
-        ExpectClose(got, want, 1e-2, 2e-2);
-      }
+    for (int forced : {0, 1, 5}) {
+      int splits = 0;
+      const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), {forced, 0}, &splits);
+      INFO("q_len " << q_len << " splits " << splits);
+      ExpectClose(got, want, 1e-2, 2e-2);
+    }
   }
 }
 
@@ -241,14 +238,10 @@ TEST_CASE("Decode attention gives the same answer for every split count", "[gpu]
     const Tensor want = RunReference(pr, ScaleFor(head_dim));
     for (RunOptions opt : {RunOptions{0, 0}, RunOptions{1, 0}, RunOptions{2, 0}, RunOptions{3, 0}, RunOptions{7, 0},
                            RunOptions{64, 0}, RunOptions{1000, 0}, RunOptions{0, 100}, RunOptions{0, 5000}}) {
-      for (int variant = 0; variant <= 4; ++variant) {
-        int splits = 0;
-        opt.variant = variant;
-        const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), opt, &splits);
-        INFO("q_std " << q_std << " forced " << opt.num_splits << " hint " << opt.max_kv_len << " -> splits " << splits
-                      << " variant " << variant);
-        ExpectClose(got, want, 1e-2, 2e-2);
-      }
+      int splits = 0;
+      const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), opt, &splits);
+      INFO("q_std " << q_std << " forced " << opt.num_splits << " hint " << opt.max_kv_len << " -> splits " << splits);
+      ExpectClose(got, want, 1e-2, 2e-2);
     }
   }
 }
@@ -286,22 +279,19 @@ TEST_CASE("Decode attention: head_dim 64/128/256 with 16 rows, and groups of mor
   for (int head_dim : {64, 128, 256}) {
     const Problem pr = MakeProblem(rng, 8, 2, head_dim, {1, 4, 2}, DenseLens({700, 65, 2049}, 2), 1.0f);
     const Tensor want = RunReference(pr, ScaleFor(head_dim));
-    for (int forced : {0, 1, 4})
-      for (int variant = 0; variant <= 4; ++variant) {
-        const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), {forced, 0, variant});
-        INFO("head_dim " << head_dim << ", splits " << forced << " variant " << variant);
-        ExpectClose(got, want, 1e-2, 2e-2);
-      }
+    for (int forced : {0, 1, 4}) {
+      const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), {forced, 0});
+      INFO("head_dim " << head_dim << ", splits " << forced);
+      ExpectClose(got, want, 1e-2, 2e-2);
+    }
   }
   // GQA 16/1 with 4 tokens: 64 rows in 4 row chunks; GQA 8/2 with 9 tokens: 36 rows.
   for (auto [hq, hkv, q_len] : {std::tuple{16, 1, 4}, std::tuple{8, 2, 9}, std::tuple{4, 1, 16}}) {
     const Problem pr = MakeProblem(rng, hq, hkv, 128, {q_len, 1, q_len}, DenseLens({1500, 40, q_len}, hkv), 1.0f);
     const Tensor want = RunReference(pr, ScaleFor(128));
-    for (int variant = 0; variant <= 4; ++variant) {
-      const Tensor got = RunDecode(*gpu, pr, ScaleFor(128), {0, 0, variant});
-      INFO("hq " << hq << " hkv " << hkv << " q_len " << q_len << " variant " << variant);
-      ExpectClose(got, want, 1e-2, 2e-2);
-    }
+    const Tensor got = RunDecode(*gpu, pr, ScaleFor(128), {0, 0});
+    INFO("hq " << hq << " hkv " << hkv << " q_len " << q_len);
+    ExpectClose(got, want, 1e-2, 2e-2);
   }
 }
 
@@ -327,8 +317,6 @@ TEST_CASE("Decode attention rejects shapes it does not support", "[gpu][attentio
   q = p, q.max_query_len = 0;
   CHECK(launch(q) == cudaErrorInvalidValue);
   q = p, q.max_query_len = kernels::kDecodeMaxQueryLen + 1;
-  CHECK(launch(q) == cudaErrorInvalidValue);
-  q = p, q.variant = 5;  // no such kernel variant
   CHECK(launch(q) == cudaErrorInvalidValue);
   q = p, q.k_pool = ptr + 1;  // not 16-byte aligned
   CHECK(launch(q) == cudaErrorInvalidValue);

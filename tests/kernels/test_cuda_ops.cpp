@@ -80,12 +80,12 @@ TEST_CASE("every GEMV configuration matches the CPU", "[gpu][linear]") {
     Tensor want = Tensor::Empty({rows, outf}, DType::kF32);
     cpu.Linear(x, w, want);
     Tensor dx = UploadBf16(*gpu, x), dw = UploadBf16(*gpu, w);
-    for (int variant = 1; variant <= kernels::kGemvVariants; ++variant) {
-      INFO("variant " << variant << " rows " << rows << " in " << in << " out " << outf);
+    for (kernels::GemvConfig config : {kernels::GemvConfig::kPerGroup, kernels::GemvConfig::kPersistent}) {
+      INFO("config " << static_cast<int>(config) << " rows " << rows << " in " << in << " out " << outf);
       Tensor out = PoisonedBf16(*gpu, {rows, outf});
-      REQUIRE(kernels::LaunchGemvVariant(variant, static_cast<const __nv_bfloat16*>(dx.raw()),
-                                         static_cast<const __nv_bfloat16*>(dw.raw()), static_cast<__nv_bfloat16*>(out.raw()),
-                                         nullptr, rows, in, outf, gpu->stream()) == cudaSuccess);
+      REQUIRE(kernels::LaunchGemvWith(config, static_cast<const __nv_bfloat16*>(dx.raw()),
+                                      static_cast<const __nv_bfloat16*>(dw.raw()), static_cast<__nv_bfloat16*>(out.raw()),
+                                      nullptr, rows, in, outf, gpu->stream()) == cudaSuccess);
       ExpectClose(DownloadF32(*gpu, out), want, 2e-2, 1e-2);
     }
   }

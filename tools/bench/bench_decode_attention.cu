@@ -12,10 +12,6 @@
 // as, and a max_kv_len hint of, 16K tokens, as CUDA graphs capture it.
 // The last line starts with RESULT (collected by tools/gpu_suite.sh).
 //
-// Every case also runs each kernel variant (DecodeAttentionParams::variant 1-4: coalesced deep /
-// wide, v2's per-lane copies deep / wide) with its own automatic split count, so one run compares
-// the designs on every shape; the main line is the default variant.
-//
 //   bench_decode_attention [--runs N] [--sweep]    (--sweep: also every forced split count)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -208,15 +204,6 @@ int main(int argc, char** argv) {
                   runs);
     };
     const double kv_gb = double(c.batch) * kHkv * c.context * kHeadDim * 2 * 2 / 1e9;
-    for (int variant = 1; variant <= 4; ++variant) {
-      oasis::kernels::DecodeAttentionParams q = p;
-      q.variant = variant;
-      const Stats sv = run(q);
-      std::printf("  variant %d %-30s %6d %10.1f %9.3f %10.0f %9s %8.3f %8.2fx\n", variant, c.name,
-                  oasis::kernels::DecodeAttentionNumSplits(q), sv.median_ms * 1e3, kv_gb, kv_gb / (sv.median_ms * 1e-3),
-                  "", kv_gb / (sv.median_ms * 1e-3) / kCeilingGBs,
-                  c.torch_gbs > 0 ? kv_gb / (sv.median_ms * 1e-3) / c.torch_gbs : 0.0);
-    }
     if (sweep) {
       for (int forced : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
         oasis::kernels::DecodeAttentionParams q = p;

@@ -1,5 +1,5 @@
-// GEMV (decode projections) bandwidth at Qwen3-8B shapes: every kernel configuration per
-// shape, time per call from CUDA events over back-to-back launches after warm-up (median of
+// GEMV (decode projections) bandwidth at Qwen3-8B shapes: the default choice and both kernel
+// configurations (kernels/gemv.h GemvConfig) per shape, time per call from CUDA events over back-to-back launches after warm-up (median of
 // 5 runs), bytes = weights + x + out; ceiling = the read-only streaming figure of DESIGN.md §5.
 //   bench_gemv [--rows R]
 #include <cuda_bf16.h>
@@ -16,6 +16,8 @@
 namespace {
 
 constexpr double kReadCeilingGBs = 4560.0;
+constexpr int kConfigs = 2;  // oasis::kernels::GemvConfig after kAuto
+constexpr const char* kConfigNames[kConfigs + 1] = {"auto", "per-group", "persistent"};
 
 #define CHECK_CUDA(x)                                                                    \
   do {                                                                                   \
@@ -60,11 +62,12 @@ int main(int argc, char** argv) {
     double best = 1e30, dflt = 0;
     int best_v = 0;
     std::printf("%-22s rows %d:", s.name, rows);
-    for (int v = 0; v <= oasis::kernels::kGemvVariants; ++v) {
+    for (int v = 0; v <= kConfigs; ++v) {  // kAuto, then each configuration
+      const auto config = static_cast<oasis::kernels::GemvConfig>(v);
       auto launch = [&](int i) {
-        return oasis::kernels::LaunchGemvVariant(v, static_cast<const __nv_bfloat16*>(x),
-                                                 static_cast<const __nv_bfloat16*>(w[i % kCopies]),
-                                                 static_cast<__nv_bfloat16*>(y), nullptr, rows, s.in, s.out, stream);
+        return oasis::kernels::LaunchGemvWith(config, static_cast<const __nv_bfloat16*>(x),
+                                              static_cast<const __nv_bfloat16*>(w[i % kCopies]),
+                                              static_cast<__nv_bfloat16*>(y), nullptr, rows, s.in, s.out, stream);
       };
       for (int i = 0; i < 20; ++i) CHECK_CUDA(launch(i));
       const int iters = 100;
@@ -85,11 +88,11 @@ int main(int argc, char** argv) {
       }
       std::sort(runs.begin(), runs.end());
       const double us = runs[2];
-      std::printf(" v%d %.1fus %.0fGB/s", v, us, bytes / us / 1e3);
+      std::printf(" %s %.1fus %.0fGB/s", kConfigNames[v], us, bytes / us / 1e3);
       if (v == 0) dflt = us;
       if (v > 0 && us < best) best = us, best_v = v;
     }
-    std::printf(" | best v%d\n", best_v);
+    std::printf(" | best %s\n", kConfigNames[best_v]);
     total_best_us += best;
     total_default_us += dflt;
     total_bytes += bytes;

@@ -44,7 +44,7 @@
 //
 //   bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] [--hbm-full] [--memset-flush]
 //     --sweep: the gather also with 8, 16, 32, 128 and 264 CTAs; the attention with forced split
-//              counts 2-4 and the kernel variants 1-4.
+//              counts 2-4.
 //   Here: cmake --build build --target bench_sparse_kv; on the GPU machine through
 //   tools/gpu_suite.sh (bundle), or alone as build/tools/bench/bench_sparse_kv.
 #include <cuda_bf16.h>
@@ -708,11 +708,6 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
         k::DecodeAttentionParams v = p;
         v.num_splits = splits;
         time_with(v, "forced splits", splits);
-      }
-      for (int variant = 1; variant <= 4; ++variant) {
-        k::DecodeAttentionParams v = p;
-        v.variant = variant;
-        time_with(v, "variant", variant);
       }
     }
     AttentionResult r;

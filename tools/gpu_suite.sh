@@ -41,12 +41,14 @@ BENCHMARKS=(
   "bench_disagg_fetch|.bundle/bin/disagg_peer --tls default --batch 512 --seconds 2 --spin-us 100000"
   "bench_disagg_fetch|.bundle/bin/disagg_peer --tls tcp --batch 4096 --seconds 2 --spin-us 100000"
 )
+# bench_decode_attention's peer (tools/bench/bench_decode_attention_torch.py) runs just before
+# it, in the benchmark loop: its measured GB/s become bench_decode_attention's --torch-gbs.
+DECODE_ATTENTION_PEER=tools/bench/bench_decode_attention_torch.py
 PEERS=(
   "tools/bench/bench_transformers.py --prefill 8192"
-  "tools/bench/bench_decode_attention_torch.py"
   "tools/bench/bench_prefill_attention_torch.py --ours .bundle/bin/bench_prefill_attention"
 )
-[[ ${OASIS_SKIP_PEERS:-0} == 1 ]] && PEERS=()
+[[ ${OASIS_SKIP_PEERS:-0} == 1 ]] && PEERS=() DECODE_ATTENTION_PEER=
 
 if [[ ${1:-} == --bundle ]]; then
   exes=()
@@ -92,10 +94,18 @@ for t in "${GPU_TESTS[@]}"; do
   [[ $rc -eq 0 ]] && verdict=PASS || { verdict=FAIL; status=1; }
   rows+=("$(printf '%-20s %-5s %7d ms  %s' "$t" "$verdict" "$ms" "$summary")")
 done
-[[ ${OASIS_BENCH:-1} == 1 ]] || BENCHMARKS=() PEERS=()
+[[ ${OASIS_BENCH:-1} == 1 ]] || BENCHMARKS=() PEERS=() DECODE_ATTENTION_PEER=
 for b in "${BENCHMARKS[@]}"; do
   name=${b%%|*}
   args=${b#*|}
+  if [[ $name == bench_decode_attention && -n $DECODE_ATTENTION_PEER ]]; then
+    echo "=== $DECODE_ATTENTION_PEER"
+    PYTHONUNBUFFERED=1 python3 $DECODE_ATTENTION_PEER > /tmp/peer.out 2>&1
+    tail -12 /tmp/peer.out
+    rows+=("$(printf '%-20s %s' "peer" "$(grep -E '^RESULT' /tmp/peer.out | tail -1 | cut -c8-)")")
+    peer_gbs=$(grep -E '^PEER_GBS ' /tmp/peer.out | tail -1 | cut -d' ' -f2)
+    [[ -n $peer_gbs ]] && args="$args --torch-gbs $peer_gbs"
+  fi
   echo "=== $name $args"
   # shellcheck disable=SC2086
   ".bundle/bin/$name" $args > /tmp/bench.out 2>&1

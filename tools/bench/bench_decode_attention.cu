@@ -6,13 +6,16 @@
 // Each case: warm-up, then >= 30 timed launches (split + merge kernels), each after an L2 flush,
 // timed with CUDA events; the median is reported as GB/s over the K+V bytes the step must read
 // (sum over sequences and KV heads of kv_len × head_dim × 2 bytes × 2), next to the read-only
-// streaming ceiling (4.56 TB/s, DESIGN.md §5) and PyTorch SDPA's GB/s for the same case recorded
-// on the same machine on 2026-11-29 (tools/bench/bench_decode_attention_torch.py measures them
-// again in the same device call). The "graph bound" case has short contexts but a table as wide
-// as, and a max_kv_len hint of, 16K tokens, as CUDA graphs capture it.
+// streaming ceiling (4.56 TB/s, DESIGN.md §5) and, with --torch-gbs, the ratio to PyTorch SDPA's
+// GB/s for the same case measured in the same call (tools/bench/bench_decode_attention_torch.py
+// prints the list as its PEER_GBS line; tools/gpu_suite.sh runs it first and passes it on).
+// Without it no ratio is printed ("no peer measured"). The "graph bound" case has short contexts
+// but a table as wide as, and a max_kv_len hint of, 16K tokens, as CUDA graphs capture it.
 // The last line starts with RESULT (collected by tools/gpu_suite.sh).
 //
-//   bench_decode_attention [--runs N] [--sweep]    (--sweep: also every forced split count)
+//   bench_decode_attention [--runs N] [--sweep] [--torch-gbs G1,G2,...]
+//     --sweep: also every forced split count; --torch-gbs: PyTorch's GB/s per case of
+//     bench_decode_attention_torch.py, in its order (its PEER_GBS line)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -34,7 +37,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr double kCeilingGBs = 4560.0;  // read-only streaming, H200 (DESIGN.md §5)
-constexpr double kTorchGBs = 4261.0;    // PyTorch SDPA decode 32×16K GQA 32/8, H200, 2026-11-29
 constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kPage = 16;
 
 #define BENCH_CHECK(expr)                                                                            \
@@ -57,7 +59,7 @@ __global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed) {
 struct Case {
   const char* name;
   int batch, context, q_len;
-  double torch_gbs;    // PyTorch SDPA on contiguous KV, same shapes, H200 2026-11-29 (0: no peer)
+  int peer;            // index of the same shape in bench_decode_attention_torch.py's cases (-1: none)
   int bound = 0;       // table width and max_kv_len hint in tokens (0: the context)
   // Slots: false = what the engine gives a dense request (a fresh BlockAllocator, one
   // HeadBlockTable::Reserve of the whole context per sequence: one run of slots per head);
@@ -107,20 +109,26 @@ Stats Time(Launch&& launch, const Buffers& buf, cudaStream_t stream, int runs) {
 int main(int argc, char** argv) {
   int runs = 30;
   bool sweep = false;
+  std::vector<double> torch_gbs;  // PyTorch SDPA's GB/s per peer case, measured in the same call
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::max(20, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
+    if (!std::strcmp(argv[i], "--torch-gbs") && i + 1 < argc) {
+      for (char* tok = std::strtok(argv[++i], ","); tok != nullptr; tok = std::strtok(nullptr, ",")) {
+        torch_gbs.push_back(std::atof(tok));
+      }
+    }
   }
 
   const std::vector<Case> cases = {
-      {"batch 32 x 16K, q_len 1", 32, 16384, 1, 4261},
-      {"batch 32 x 16K, q_len 1, random slots", 32, 16384, 1, 4261, 0, true},
-      {"batch 32 x 16K, q_len 2", 32, 16384, 2, 1409},
-      {"batch 64 x 4K, q_len 1", 64, 4096, 1, 4163},
-      {"batch 1 x 16K, q_len 1", 1, 16384, 1, 2112},
-      {"batch 48 x 2064 (sparse set), q_len 2", 48, 2064, 2, 1133},
-      {"batch 32 x 1K, graph bound 16K", 32, 1024, 1, 0, 16384},
-      {"batch 1 x 2K, graph bound 16K", 1, 2048, 1, 0, 16384},
+      {"batch 32 x 16K, q_len 1", 32, 16384, 1, 0},
+      {"batch 32 x 16K, q_len 1, random slots", 32, 16384, 1, 0, 0, true},
+      {"batch 32 x 16K, q_len 2", 32, 16384, 2, 1},
+      {"batch 64 x 4K, q_len 1", 64, 4096, 1, 2},
+      {"batch 1 x 16K, q_len 1", 1, 16384, 1, 3},
+      {"batch 48 x 2064 (sparse set), q_len 2", 48, 2064, 2, 4},
+      {"batch 32 x 1K, graph bound 16K", 32, 1024, 1, -1, 16384},
+      {"batch 1 x 2K, graph bound 16K", 1, 2048, 1, -1, 16384},
   };
   int max_slots = 0, max_tokens = 0, max_blocks = 0, max_seqs = 0;
   for (const Case& c : cases) {
@@ -225,7 +233,8 @@ int main(int argc, char** argv) {
       }
     const double gbs = kv_gb / (st.median_ms * 1e-3);
     char vs[32] = "-";
-    if (c.torch_gbs > 0) std::snprintf(vs, sizeof(vs), "%.2fx", gbs / c.torch_gbs);
+    const double peer_gbs = c.peer >= 0 && c.peer < static_cast<int>(torch_gbs.size()) ? torch_gbs[c.peer] : 0.0;
+    if (peer_gbs > 0) std::snprintf(vs, sizeof(vs), "%.2fx", gbs / peer_gbs);
     std::printf("%-40s %6d %10.1f %9.3f %10.0f %9.0f %8.3f %9s\n", c.name, oasis::kernels::DecodeAttentionNumSplits(p),
                 st.median_ms * 1e3, kv_gb, gbs, kCeilingGBs, gbs / kCeilingGBs, vs);
     if (c.random_slots) random_gbs = gbs;  // the main shape's random-slot case
@@ -242,8 +251,13 @@ int main(int argc, char** argv) {
                   kv_gb / (ref.median_ms * 1e-3) / kCeilingGBs);
     }
   }
+  char peer[96] = "no peer measured";
+  if (!torch_gbs.empty() && torch_gbs[0] > 0) {
+    std::snprintf(peer, sizeof(peer), "vs PyTorch SDPA %.0f GB/s (same call): %.2fx", torch_gbs[0],
+                  main_gbs / torch_gbs[0]);
+  }
   std::printf("\nRESULT decode_attention b32x16K GQA32/8 d128: %.0f GB/s of KV (random slots %.0f), ceiling %.0f GB/s, "
-              "ratio %.3f; vs PyTorch SDPA %.0f GB/s (H200 2026-11-29): %.2fx\n",
-              main_gbs, random_gbs, kCeilingGBs, main_gbs / kCeilingGBs, kTorchGBs, main_gbs / kTorchGBs);
+              "ratio %.3f; %s\n",
+              main_gbs, random_gbs, kCeilingGBs, main_gbs / kCeilingGBs, peer);
   return 0;
 }

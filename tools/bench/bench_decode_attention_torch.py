@@ -6,7 +6,9 @@ Same method as the C++ benchmark: warm-up, then >= 30 timed calls, each after an
 timed with CUDA events; median reported as GB/s over the K+V bytes (B × Hkv × L × D × 2 × 2),
 next to the read-only streaming ceiling (4.56 TB/s, DESIGN.md §5). q_len 2 runs without a
 mask (PyTorch's is_causal aligns top-left, not like decode); it reads the same bytes.
-The last line starts with RESULT.
+The line before the last, PEER_GBS, lists the cases' GB/s in order, comma-separated: pass it to
+bench_decode_attention --torch-gbs for its ratios (tools/gpu_suite.sh does). The last line starts
+with RESULT.
 
     python3 tools/bench/bench_decode_attention_torch.py [--runs N]
 """
@@ -53,6 +55,7 @@ def main():
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     print(f"\n{'case':<40} {'median us':>10} {'KV GB':>9} {'GB/s':>10} {'ceiling':>9} {'ratio':>8}")
     main_gbs = None
+    all_gbs = []
     for name, batch, ctx, q_len in CASES:
         q = torch.randn(batch, HQ, q_len, D, device=dev, dtype=torch.bfloat16)
         k = torch.randn(batch, HKV, ctx, D, device=dev, dtype=torch.bfloat16)
@@ -62,11 +65,13 @@ def main():
         kv_gb = batch * HKV * ctx * D * 2 * 2 / 1e9
         gbs = kv_gb / (ms * 1e-3)
         print(f"{name:<40} {ms * 1e3:10.1f} {kv_gb:9.3f} {gbs:10.0f} {CEILING_GBS:9.0f} {gbs / CEILING_GBS:8.3f}")
+        all_gbs.append(gbs)
         if main_gbs is None:
             main_gbs = gbs
         del q, k, v
         torch.cuda.empty_cache()
-    print(f"\nRESULT torch_sdpa_decode b32x16K GQA32/8 d128: {main_gbs:.0f} GB/s of KV, ceiling {CEILING_GBS:.0f} GB/s, "
+    print("\nPEER_GBS " + ",".join(f"{g:.1f}" for g in all_gbs))
+    print(f"RESULT torch_sdpa_decode b32x16K GQA32/8 d128: {main_gbs:.0f} GB/s of KV, ceiling {CEILING_GBS:.0f} GB/s, "
           f"ratio {main_gbs / CEILING_GBS:.3f}")
 
 

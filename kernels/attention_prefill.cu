@@ -338,8 +338,6 @@ cudaError_t LaunchHeadDim(const PrefillAttentionParams& p, cudaStream_t stream) 
   }
 }
 
-bool Aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
-
 }  // namespace
 
 bool PrefillAttentionSm90Available() {

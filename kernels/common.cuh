@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "common/tuning.h"
 #include "kernels/ptx.cuh"
 
 namespace oasis::kernels {
@@ -40,10 +41,6 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return WarpSum(v);
 }
 
-// Whether LaunchPdl uses programmatic stream serialisation (OASIS_PDL=0 turns it off, for
-// comparisons); read once.
-bool PdlEnabled();
-
 template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       Args... args) {
@@ -56,7 +53,7 @@ cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = PdlEnabled() ? 1 : 0;
+  cfg.numAttrs = GetTuning().pdl ? 1 : 0;  // OASIS_PDL=0 turns PDL off, for comparisons
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, static_cast<KernelArgs>(args)...);
   return err != cudaSuccess ? err : cudaGetLastError();
 }

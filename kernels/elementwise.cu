@@ -1,7 +1,5 @@
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/elementwise.h"
@@ -115,14 +113,6 @@ __global__ void FillKernel(T* t, int64_t n, float value) {
 }
 
 }  // namespace
-
-bool PdlEnabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("OASIS_PDL");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return enabled;
-}
 
 cudaError_t LaunchFillNormal(bf16* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;

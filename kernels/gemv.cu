@@ -1,6 +1,5 @@
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 
 #include "kernels/common.cuh"
@@ -243,10 +242,7 @@ cudaError_t LaunchGemvConfig(GemvConfig config, const bf16* x, const bf16* w, bf
 // CTAs per SM of the persistent norm-fused GEMVs: what fits, or fewer (OASIS_GEMV_NORM_CTAS_PER_SM,
 // for tuning runs) so the next kernel's CTAs can become resident early under PDL.
 int NormCtasPerSm(int fits) {
-  static const int cap = [] {
-    const char* v = std::getenv("OASIS_GEMV_NORM_CTAS_PER_SM");
-    return v != nullptr && std::atoi(v) >= 1 ? std::atoi(v) : 0;
-  }();
+  const int cap = GetTuning().gemv_norm_ctas_per_sm;
   return cap > 0 && cap < fits ? cap : fits;
 }
 

@@ -1,8 +1,6 @@
 // Sparse-KV gather (kernels/sparse_kv.h): head-block copies from pinned host memory (the UVA
 // gather, through the TMA or through registers) and single-token write-through.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/sparse_kv.h"
@@ -127,27 +125,6 @@ __global__ void CopyTokensKernel(const bf16* src_k, const bf16* src_v, const int
 }
 
 }  // namespace
-
-GatherConfig GatherConfigFromEnv() {
-  GatherConfig c;
-  if (const char* v = std::getenv("OASIS_GATHER_CTAS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 1 || n > 1024) {
-      c.error = std::string("OASIS_GATHER_CTAS must be 1 to 1024, not '") + v + "'";
-    } else {
-      c.ctas = static_cast<int>(n);
-    }
-  }
-  if (const char* v = std::getenv("OASIS_GATHER_KERNEL"); v != nullptr && *v != '\0') {
-    if (std::string(v) == "registers") {
-      c.kernel = GatherKernel::kRegisters;
-    } else if (std::string(v) != "tma") {
-      c.error = std::string("OASIS_GATHER_KERNEL must be tma or registers, not '") + v + "'";
-    }
-  }
-  return c;
-}
 
 cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t* src_slots,
                              bf16* dst_k, bf16* dst_v, const int32_t* dst_slots, int64_t n,

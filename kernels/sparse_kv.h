@@ -13,7 +13,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <string>
+
+#include "common/tuning.h"
 
 namespace oasis::kernels {
 
@@ -72,22 +73,9 @@ struct SelectBlocksParams {
 inline constexpr int kSelectMaxK = 1024;
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream);
 
-// How the UVA gather moves head-blocks: bulk copies through the TMA (one-warp CTAs, two
-// head-blocks in flight each; the default), or loads and stores through registers (256-thread
-// CTAs, a grid-stride loop over 16-byte items, four K and four V in flight per thread).
-enum class GatherKernel : int { kTma = 0, kRegisters = 1 };
-// CTAs of the UVA gather as the CUDA backend launches it (CudaBackend::GatherCtas): enough
-// host reads in flight to fill PCIe, few enough to leave the other SMs to the step's kernels.
-// The register gather was tuned at 32 (OASIS_GATHER_KERNEL=registers OASIS_GATHER_CTAS=32).
-inline constexpr int kDefaultGatherCtas = 48;
-// The gather as configured: OASIS_GATHER_CTAS (1 to 1024) and OASIS_GATHER_KERNEL (tma or
-// registers) over the defaults; `error` says which value is bad (empty when none is).
-struct GatherConfig {
-  int ctas = kDefaultGatherCtas;
-  GatherKernel kernel = GatherKernel::kTma;
-  std::string error;
-};
-GatherConfig GatherConfigFromEnv();
+// How the UVA gather moves head-blocks (common/tuning.h: OASIS_GATHER_KERNEL chooses the CUDA
+// backend's, OASIS_GATHER_CTAS its CTAs).
+using GatherKernel = ::oasis::GatherKernel;
 // Copies whole head-blocks (K and V): dst[dst_slots[i]] = src[src_slots[i]] where both >= 0.
 // Either side may be mapped pinned host memory (the UVA gather); `max_ctas` bounds the grid.
 cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [src slots, 16, head_dim]

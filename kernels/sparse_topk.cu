@@ -1,8 +1,5 @@
 // Sparse-KV top-K (kernels/sparse_kv.h): the best blocks of every (row, KV head) by score, and
 // the predictor-agreement counter that compares two top-K lists.
-#include <cstdlib>
-#include <string>
-
 #include "kernels/common.cuh"
 #include "kernels/sparse_kv.h"
 
@@ -301,15 +298,6 @@ __global__ void TopKOverlapKernel(const int32_t* predicted, const int32_t* actua
   }
 }
 
-// OASIS_TOPK_RADIX=1 sends every top-K to the radix select (same-machine comparisons); read once.
-bool TopKRadixForced() {
-  static const bool forced = [] {
-    const char* v = std::getenv("OASIS_TOPK_RADIX");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  return forced;
-}
-
 }  // namespace
 
 cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int32_t* num_blocks,
@@ -317,10 +305,11 @@ cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int
                              cudaStream_t stream) {
   if (k < 1 || k > kTopKMax) return cudaErrorInvalidValue;
   if (num_rows == 0 || num_kv_heads == 0) return cudaSuccess;
-  // PDL: its launch and CTA start overlap the scoring kernel's tail.
+  // PDL: its launch and CTA start overlap the scoring kernel's tail. OASIS_TOPK_RADIX=1 sends
+  // every row to the radix select (comparisons on one machine).
   const dim3 grid(static_cast<unsigned>(num_rows * num_kv_heads));
   if (k <= kCtaTopKMaxK && max_blocks <= kCtaTopKThreads * kCtaTopKMaxPerThread &&
-      !TopKRadixForced()) {
+      !GetTuning().topk_radix) {
     auto cta = [&](auto kernel) {
       return LaunchPdl(kernel, grid, dim3(kCtaTopKThreads), 0, stream, scores, rows, num_blocks,
                        topk, num_kv_heads, max_blocks, k);

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/rope.h"
+#include "common/tuning.h"
 #include "gpu_test_util.h"
 #include "kernels/gemv.h"
 
@@ -344,9 +345,11 @@ TEST_CASE("fused QkvRopeAppend and SiluMulLinear match the composed ops", "[gpu]
 }
 
 TEST_CASE("decode fusions: QKV GEMV + norm/RoPE/append and gate/up GEMV + SiLU equal the composed ops", "[gpu][fused]") {
-  // The fused QKV kernel is opt-in (slower on the H200, see cuda_backend.cpp): switch it on
-  // before the backend first reads the flag, so this test exercises it.
-  setenv("OASIS_FUSE_QKV", "1", 1);
+  // The fused QKV kernel is opt-in (OASIS_FUSE_QKV; slower on the H200, see common/tuning.h):
+  // switch it on, so this test exercises it.
+  Tuning tuning = GetTuning();
+  tuning.fuse_qkv = true;
+  SetTuningForTesting(tuning);
   auto gpu = MakeBackend();
   auto rng = FreshRng();
   struct Shape {

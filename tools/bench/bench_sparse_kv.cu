@@ -419,13 +419,13 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   constexpr int64_t kHostSlots = (int64_t{512} << 20) / kBlockBytes;  // 512 MiB of K + 512 MiB of V
   constexpr int64_t kDevSlots = 65536;                                // 256 MiB of K + 256 MiB of V
   // As CudaBackend::CopyBlocks launches it: OASIS_GATHER_CTAS and OASIS_GATHER_KERNEL over the defaults.
-  const k::GatherConfig gather_config = k::GatherConfigFromEnv();
-  if (!gather_config.error.empty()) {
-    std::fprintf(stderr, "bench_sparse_kv: %s\n", gather_config.error.c_str());
+  const oasis::Tuning& tuning = oasis::GetTuning();
+  if (!tuning.gather_error.empty()) {
+    std::fprintf(stderr, "bench_sparse_kv: %s\n", tuning.gather_error.c_str());
     std::exit(2);
   }
-  const int kGatherCtas = gather_config.ctas;
-  const k::GatherKernel kernel = gather_config.kernel;
+  const int kGatherCtas = tuning.gather_ctas;
+  const k::GatherKernel kernel = tuning.gather_kernel;
   const bool registers = kernel == k::GatherKernel::kRegisters;
   cudaStream_t s = timer.stream;
   std::mt19937 rng(8002);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -12,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/check.h"
+#include "common/tuning.h"
 #include "kernels/attention.h"
 #include "kernels/attention_decode.h"
 #include "kernels/attention_prefill.h"
@@ -69,24 +69,6 @@ void FreeDeviceAsync(void* p, cudaStream_t s) {
     (void)cudaGetLastError();  // not the next launch's error
     spdlog::error("cudaFreeAsync: {}: {}", cudaGetErrorName(err), cudaGetErrorString(err));
   }
-}
-
-// Decode fusions, switchable for comparisons; read once. SiLU·mul in the gate/up GEMV is on
-// by default (OASIS_FUSE_SILU=0 turns it off): 4.23 -> 4.18 ms per Qwen3-8B batch-1 step on
-// the H200. The QKV GEMV with the norm/RoPE/append epilogue is off by default
-// (OASIS_FUSE_QKV=1 turns it on): its per-group arrival (fence + atomic + barrier) made the
-// same step 0.45 ms slower (docs/benchmarks.md, 2026-11-30).
-bool EnvFlag(const char* name, bool fallback) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : std::string(v) != "0";
-}
-bool FuseQkv() {
-  static const bool on = EnvFlag("OASIS_FUSE_QKV", false);
-  return on;
-}
-bool FuseSilu() {
-  static const bool on = EnvFlag("OASIS_FUSE_SILU", true);
-  return on;
 }
 
 #define OASIS_CUBLAS_CHECK(expr)                                                              \
@@ -363,7 +345,7 @@ void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tens
 void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
                                        const Tensor& norm_weight, float eps, const Tensor& gate_up_weight, Tensor& out) {
   const int64_t in = gate_up_weight.dim(1), inter = gate_up_weight.dim(0) / 2, rows = residual.numel() / in;
-  if (!FuseSilu() || !NormGemvFusable(x, residual, residual_out, norm_weight, gate_up_weight) || out.dtype() != DType::kBF16 ||
+  if (!GetTuning().fuse_silu || !NormGemvFusable(x, residual, residual_out, norm_weight, gate_up_weight) || out.dtype() != DType::kBF16 ||
       gate_up_weight.dim(0) % 2 != 0) {
     Backend::AddRmsNormGateUpSilu(x, residual, residual_out, norm_weight, eps, gate_up_weight, out);
     return;
@@ -383,7 +365,7 @@ void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residua
                                           const Tensor& slot_mapping, LayerKvPool& pool) {
   const int64_t in = qkv_weight.dim(1), rows = residual.numel() / in;
   const int heads = static_cast<int>(qkv_weight.dim(0) / q.dim(2));
-  if (!FuseQkv() || !NormGemvFusable(x, residual, residual_out, norm_weight, qkv_weight) || qkv.dtype() != DType::kBF16 ||
+  if (!GetTuning().fuse_qkv || !NormGemvFusable(x, residual, residual_out, norm_weight, qkv_weight) || qkv.dtype() != DType::kBF16 ||
       !kernels::GemvQkvRopeSupported(rows, in, heads, static_cast<int>(q.dim(2)), residual.raw(), qkv_weight.raw())) {
     Backend::AddRmsNormQkvRopeAppend(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv, q, q_norm, k_norm,
                                      positions, rope, slot_mapping, pool);

@@ -103,10 +103,10 @@ class CudaBackend final : public Backend {
                     Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src, Tensor& fetch_dst,
                     Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
                     const Tensor* remote = nullptr, Tensor* remote_out = nullptr) override;
-  // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas.
-  static constexpr int kDefaultGatherCtas = kernels::kDefaultGatherCtas;
+  // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas (GetTuning()).
+  static constexpr int kDefaultGatherCtas = oasis::kDefaultGatherCtas;
   static int GatherCtas();
-  // The gather's kernel (CopyBlocks): OASIS_GATHER_KERNEL=tma (default) or registers.
+  // The gather's kernel (CopyBlocks): OASIS_GATHER_KERNEL=tma (default) or registers (GetTuning()).
   static kernels::GatherKernel GatherKernelChoice();
   void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                   const Tensor& dst_slots) override;

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "common/check.h"
+#include "common/tuning.h"
 #include "kernels/sparse_kv.h"
 
 namespace oasis {
@@ -54,8 +55,7 @@ namespace {
 // host pointer); nullptr when anything fails (the caller falls back to cudaHostAlloc).
 // OASIS_HOST_REGISTER=0 turns it off.
 std::shared_ptr<void> RegisteredHostAlloc(size_t bytes) {
-  const char* env = std::getenv("OASIS_HOST_REGISTER");
-  if (env != nullptr && std::string(env) == "0") return nullptr;
+  if (!GetTuning().host_register) return nullptr;
   if (bytes < (size_t{64} << 20)) return nullptr;  // small buffers: cudaHostAlloc is fine
   int dev = 0, direct = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -230,22 +230,19 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
   OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream()));
 }
 
-// The UVA gather's kernel and CTAs (kernels::GatherConfigFromEnv, read once): few CTAs, so the
+// The UVA gather's kernel and CTAs (OASIS_GATHER_KERNEL, OASIS_GATHER_CTAS): few CTAs, so the
 // gather fills PCIe while the step's kernels keep the other SMs (DESIGN.md §5).
 namespace {
-const kernels::GatherConfig& Gather() {
-  static const kernels::GatherConfig config = [] {
-    kernels::GatherConfig c = kernels::GatherConfigFromEnv();
-    OASIS_CHECK(c.error.empty()) << c.error;
-    return c;
-  }();
-  return config;
+const Tuning& GatherTuning() {
+  const Tuning& t = GetTuning();
+  OASIS_CHECK(t.gather_error.empty()) << t.gather_error;
+  return t;
 }
 }  // namespace
 
-int CudaBackend::GatherCtas() { return Gather().ctas; }
+int CudaBackend::GatherCtas() { return GatherTuning().gather_ctas; }
 
-kernels::GatherKernel CudaBackend::GatherKernelChoice() { return Gather().kernel; }
+kernels::GatherKernel CudaBackend::GatherKernelChoice() { return GatherTuning().gather_kernel; }
 
 void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                              const Tensor& dst_slots) {

@@ -1,0 +1,61 @@
+#include "common/tuning.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace oasis {
+namespace {
+
+// Set, and not "0".
+bool OnUnlessZero(const char* v, bool fallback) {
+  return v == nullptr ? fallback : std::string(v) != "0";
+}
+
+void ParseGather(const std::function<const char*(const char*)>& env, Tuning& t) {
+  if (const char* v = env("OASIS_GATHER_CTAS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 1024) {
+      t.gather_error = std::string("OASIS_GATHER_CTAS must be 1 to 1024, not '") + v + "'";
+    } else {
+      t.gather_ctas = static_cast<int>(n);
+    }
+  }
+  if (const char* v = env("OASIS_GATHER_KERNEL"); v != nullptr && *v != '\0') {
+    if (std::string(v) == "registers") {
+      t.gather_kernel = GatherKernel::kRegisters;
+    } else if (std::string(v) != "tma") {
+      t.gather_error = std::string("OASIS_GATHER_KERNEL must be tma or registers, not '") + v + "'";
+    }
+  }
+}
+
+Tuning& ProcessTuning() {
+  static Tuning tuning = ParseTuning([](const char* name) { return std::getenv(name); });
+  return tuning;
+}
+
+}  // namespace
+
+Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
+  Tuning t;
+  t.fuse_qkv = OnUnlessZero(env("OASIS_FUSE_QKV"), false);
+  t.fuse_silu = OnUnlessZero(env("OASIS_FUSE_SILU"), true);
+  t.host_register = OnUnlessZero(env("OASIS_HOST_REGISTER"), true);
+  t.sparse_graphs = OnUnlessZero(env("OASIS_SPARSE_GRAPHS"), true);
+  t.profile_draft = env("OASIS_PROFILE_DRAFT") != nullptr;
+  t.pdl = OnUnlessZero(env("OASIS_PDL"), true);
+  const char* radix = env("OASIS_TOPK_RADIX");
+  t.topk_radix = radix != nullptr && std::string(radix) == "1";
+  if (const char* v = env("OASIS_GEMV_NORM_CTAS_PER_SM"); v != nullptr && std::atoi(v) >= 1) {
+    t.gemv_norm_ctas_per_sm = std::atoi(v);
+  }
+  ParseGather(env, t);
+  return t;
+}
+
+const Tuning& GetTuning() { return ProcessTuning(); }
+
+void SetTuningForTesting(const Tuning& tuning) { ProcessTuning() = tuning; }
+
+}  // namespace oasis

@@ -1,0 +1,65 @@
+// Tuning knobs: every OASIS_* environment variable that changes how the kernels and the CUDA
+// backend run (comparisons on the GPU machine, fallbacks), parsed once per process into one
+// struct. docs/kernels/README.md ("Tuning knobs") lists them with defaults and measurements.
+// Nothing here changes results beyond floating-point summation order; none is a server option.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace oasis {
+
+// How the UVA gather (kernels::LaunchCopyBlocks) moves head-blocks: bulk copies through the TMA
+// (one-warp CTAs, two head-blocks in flight each; the default), or loads and stores through
+// registers (256-thread CTAs, a grid-stride loop over 16-byte items).
+enum class GatherKernel : int { kTma = 0, kRegisters = 1 };
+
+// CTAs of the UVA gather: enough host reads in flight to fill PCIe, few enough to leave the other
+// SMs to the step's kernels. The register gather was tuned at 32.
+inline constexpr int kDefaultGatherCtas = 48;
+
+// The knobs and their defaults. A plain value: copy it freely.
+struct Tuning {
+  // OASIS_FUSE_QKV (set and not "0": on). The QKV GEMV with the norm/RoPE/append epilogue; off:
+  // its per-group arrival (fence + atomic + barrier) made a batch-1 step 0.45 ms slower.
+  bool fuse_qkv = false;
+  // OASIS_FUSE_SILU ("0": off). SiLU·mul folded into the gate/up GEMV (4.23 -> 4.18 ms per
+  // Qwen3-8B batch-1 step on the H200).
+  bool fuse_silu = true;
+  // OASIS_HOST_REGISTER ("0": off). The host KV store as a huge-page mapping registered with
+  // cudaHostRegister (fast start-up) instead of one cudaHostAlloc.
+  bool host_register = true;
+  // OASIS_SPARSE_GRAPHS ("0": off). Sparse decode steps as CUDA graphs too (docs/sparse.md §10).
+  bool sparse_graphs = true;
+  // OASIS_PROFILE_DRAFT (set, to anything: on). The EAGLE-3 draft runner synchronises between
+  // its phases and reports their mean times at exit.
+  bool profile_draft = false;
+  // OASIS_PDL ("0": off). Programmatic dependent launch for the kernels launched with LaunchPdl.
+  bool pdl = true;
+  // OASIS_TOPK_RADIX ("1": on). Every sparse top-K through the radix select (comparisons).
+  bool topk_radix = false;
+  // OASIS_GEMV_NORM_CTAS_PER_SM (an integer >= 1; else 0). Caps the CTAs per SM of the persistent
+  // norm-fused GEMVs below what fits (0: what fits), so the next kernel's CTAs become resident
+  // early under PDL.
+  int gemv_norm_ctas_per_sm = 0;
+  // OASIS_GATHER_CTAS (1 to 1024). CTAs of the UVA gather.
+  int gather_ctas = kDefaultGatherCtas;
+  // OASIS_GATHER_KERNEL (tma or registers). The UVA gather's kernel.
+  GatherKernel gather_kernel = GatherKernel::kTma;
+  // Says which gather value is invalid (the last one found; empty when both are valid). The CUDA
+  // backend fails on it when it first launches the gather; the others' invalid values give the
+  // default, as they always did.
+  std::string gather_error;
+};
+
+// The knobs as `env` (name -> value or nullptr) gives them, over the defaults.
+Tuning ParseTuning(const std::function<const char*(const char*)>& env);
+
+// The process's knobs: the environment, parsed on the first call (thread-safe).
+const Tuning& GetTuning();
+
+// Tests only: replaces the process's knobs. Not thread-safe against concurrent GetTuning() readers;
+// call it before the code under test runs.
+void SetTuningForTesting(const Tuning& tuning);
+
+}  // namespace oasis

@@ -7,8 +7,8 @@
 
 #include "common/check.h"
 #include "common/logging.h"
-#include "engine/batch_builder.h"
 #include "engine/engine_impl.h"
+#include "runner/batch_builder.h"
 
 namespace oasis {
 
@@ -123,27 +123,24 @@ void Engine::Impl::Step() {
   // the head's rows; it runs the head after the step.
   bool chained = false;
   const bool chain_head = draft != nullptr && options.lookahead == LookaheadMode::kReject;
-  const auto chain = [&](const ModelRunner::DeviceSamples& samples) {
+  const auto chain = [&](const DeviceSamples& samples) {
     if (have_prepared) chained = ChainPreparedDraftHeadStep(*draft, prepared, capture.out, samples);
   };
   const auto step_start = EngineClock::now();
   stats.build_seconds_total += Seconds(step_start - t_scheduled);
   try {
-    if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
-    if (sparse_step) {
-      samples = runner.ExecuteSparseStepRanks(input, rows, draft != nullptr ? &capture : nullptr,
-                                              sparse->pipelines(), sparse_plan,
-                                              draft != nullptr ? std::function<void()>(prepare_head) : nullptr);
-    } else if (draft != nullptr) {
-      struct ClearHook {  // the hook holds this step's locals: never left for a later call
-        ModelRunner& runner;
-        ~ClearHook() { runner.SetAfterSampling({}); }
-      } clear_hook{runner};
-      if (chain_head) runner.SetAfterSampling(chain);
-      samples = runner.ExecuteSampleAndCapture(input, rows, capture, prepare_head);
-    } else {
-      samples = runner.ExecuteAndSample(input, rows);
+    StepInputs step{.input = input, .rows = rows};
+    if (draft != nullptr) {
+      capture.layer_ids = draft->aux_layer_ids();
+      step.capture = &capture;
+      step.while_running = prepare_head;
     }
+    if (sparse_step) {
+      step.sparse = sparse->RunInputs(sparse_plan);
+    } else if (chain_head) {
+      step.after_sampling = chain;
+    }
+    samples = runner.Run(step);
     if (samples.size() != rows.size()) {
       failure = Internal("the model runner returned " + std::to_string(samples.size()) +
                          " samples for " + std::to_string(rows.size()) + " rows");

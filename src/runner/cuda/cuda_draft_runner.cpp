@@ -1,4 +1,4 @@
-#include "backend/cuda/cuda_draft_runner.h"
+#include "runner/cuda/cuda_draft_runner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "common/check.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 
 namespace oasis {
 
@@ -74,7 +74,7 @@ std::vector<int32_t> CudaDraftRunner::Propose(const ForwardInput& host_input, co
 }
 
 bool CudaDraftRunner::ProposeChained(const ForwardInput& host_input, const Tensor& aux,
-                                     std::span<const int32_t> aux_rows, const ModelRunner::DeviceSamples& samples,
+                                     std::span<const int32_t> aux_rows, const DeviceSamples& samples,
                                      std::span<const int32_t> pairs) {
   OASIS_CHECK_LT(chained_rows_, 0) << "a chained head step is still queued";
   if (samples.stream != static_cast<void*>(cuda_.stream()) ||

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/draft_runner.h"
+#include "runner/draft_runner.h"
 #include "engine/kv_handoff.h"
 #include "engine/lookahead.h"
-#include "engine/model_runner.h"
-#include "engine/sampler.h"
+#include "runner/model_runner.h"
+#include "runner/sampler.h"
 #include "engine/stop_checker.h"
 #include "kvcache/sparse_config.h"
 #include "oasis/sampling.h"

@@ -60,6 +60,32 @@ class FetchWorker {
   std::thread thread_;
 };
 
+// One step's batch and what its phases (engine_step.cpp) hand each other. Plain data owned
+// by Engine::Impl::Step for the step's duration; the engine loop thread.
+struct StepBatch {
+  SchedulerOutput plan;
+  // Per chunk: its step sequence, draft tokens stacked after its own, whether those have
+  // logits rows (speculate), its first row in `rows` and its first token's row in `input`.
+  std::vector<StepSequence> steps;
+  std::vector<int64_t> num_draft;
+  std::vector<bool> draft_logits;
+  std::vector<size_t> first_sample;
+  std::vector<int64_t> first_row;
+  std::vector<SampleRow> rows;
+  SparseStepPlan sparse_plan;  // steps[i].sparse points into it
+  bool sparse_step = false;
+  ForwardInput input;  // host tensors
+  std::vector<SampleResult> samples;
+  ResidualCapture capture;  // for the draft head
+  // The draft head's next batch, prepared while the target step ran; whether its step was
+  // chained behind the target's sampling; the head's work once the chunks are committed.
+  PreparedHeadStep prepared;
+  bool have_prepared = false;
+  bool chained = false;
+  std::vector<DraftHeadWork> head_work;
+  std::vector<uint64_t> handoffs;  // handoff requests that sampled x2 this step
+};
+
 struct Engine::Impl {
   Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions o, DraftRunner* d);
 
@@ -67,7 +93,23 @@ struct Engine::Impl {
   StopConditions MakeStopConditions(const EngineRequest& r) const;
 
   void Loop();
+  // One step, in phases (engine_step.cpp): schedule, then
   void Step();
+  // preemption clean-up and refusals; false when there is nothing to run;
+  bool HandleScheduled(const SchedulerOutput& plan);
+  // the target batch and its sample rows (AddSampleRows: a chunk's, `draft_logits` adding
+  // one per draft token);
+  void BuildBatch(StepBatch& b);
+  void AddSampleRows(const ScheduledChunk& c, int64_t num_draft, bool draft_logits,
+                     std::vector<SampleRow>& rows) const;
+  // one runner call (the draft head's next batch prepared, under reject chained, meanwhile);
+  Status RunBatch(StepBatch& b);
+  void PrepareDraftHead(StepBatch& b);
+  void FailBatch(StepBatch& b, const Status& failure);
+  // commit, emit, stop checks, draft acceptance, per chunk;
+  void CommitAndEmit(StepBatch& b, EngineClock::time_point now);
+  // the draft head's step over the committed chunks (timed from `head_start`).
+  void RunDraftHead(StepBatch& b, EngineClock::time_point head_start);
   // Appends one sampled token to a request and adds it to `out`; returns false when the
   // request is gone (finished with `out` as its last event, or failed).
   bool Emit(RequestState& s, SampleResult& sample, bool first_of_event, EngineClock::time_point now,

@@ -1,182 +1,208 @@
-// One engine step (Engine::Impl::Step): schedule, build the target batch (chunks, stacked
-// lookahead drafts, sparse sequences' plan), execute and sample, post-process each chunk
-// (commit, emit, stop checks, draft acceptance), run the draft head, switch requests past
-// the sparse threshold. See docs/engine.md, docs/lookahead.md and docs/sparse.md.
+// One engine step (Engine::Impl::Step) in named phases: schedule (and clean up after the
+// scheduler's decisions), build the target batch (chunks, stacked lookahead drafts, sparse
+// sequences' plan, sample rows), run it (one runner call: execute and sample, the draft
+// head's next batch prepared or chained meanwhile), commit and emit each chunk (stop checks,
+// draft acceptance), then the after-step work: the draft head, handoffs, switching requests
+// past the sparse threshold. See docs/engine.md, docs/lookahead.md and docs/sparse.md.
 #include <algorithm>
 #include <exception>
 
 #include "common/check.h"
 #include "common/logging.h"
-#include "engine/batch_builder.h"
 #include "engine/engine_impl.h"
+#include "runner/batch_builder.h"
 
 namespace oasis {
+namespace {
+
+// Adds the whole step's wall time to the stats however Step returns.
+struct StepClock {
+  EngineStats& stats;
+  EngineClock::time_point begin;
+  bool decode_only = false;  // set once the batch is known (and ran)
+  ~StepClock() {
+    const double secs = Seconds(EngineClock::now() - begin);
+    stats.step_seconds_total += secs;
+    if (decode_only) {
+      ++stats.decode_steps_total;
+      stats.decode_step_seconds_total += secs;
+    }
+  }
+};
+
+// A decode-only batch: every chunk one token past its prompt.
+bool DecodeOnly(const SchedulerOutput& plan) {
+  return std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
+    return c.num_tokens == 1 && c.start >= c.seq->num_prompt_tokens;
+  });
+}
+
+}  // namespace
 
 void Engine::Impl::Step() {
-  const auto t_begin = EngineClock::now();
-  struct StepClock {  // adds the whole step's wall time however Step returns
-    EngineStats& stats;
-    EngineClock::time_point begin;
-    bool decode_only = false;  // set once the batch is known (and ran)
-    ~StepClock() {
-      const double secs = Seconds(EngineClock::now() - begin);
-      stats.step_seconds_total += secs;
-      if (decode_only) {
-        ++stats.decode_steps_total;
-        stats.decode_step_seconds_total += secs;
-      }
-    }
-  } step_clock{stats, t_begin};
-  SchedulerOutput plan = scheduler.Schedule();
+  StepClock clock{stats, EngineClock::now()};
+  StepBatch b;
+  b.plan = scheduler.Schedule();
   const auto t_scheduled = EngineClock::now();
-  stats.schedule_seconds_total += Seconds(t_scheduled - t_begin);
+  stats.schedule_seconds_total += Seconds(t_scheduled - clock.begin);
+  if (!HandleScheduled(b.plan)) return;
+  BuildBatch(b);
+  const auto step_start = EngineClock::now();
+  stats.build_seconds_total += Seconds(step_start - t_scheduled);
+  const Status failure = RunBatch(b);
+  ++stats.steps_total;
+  const double model_secs = Seconds(EngineClock::now() - step_start);
+  stats.model_step_seconds_total += model_secs;
+  const bool decode_only = failure.ok() && DecodeOnly(b.plan);
+  if (decode_only) stats.decode_model_step_seconds_total += model_secs;
+  clock.decode_only = decode_only;
+  if (!failure.ok()) {
+    FailBatch(b, failure);
+    return;
+  }
+  const auto now = EngineClock::now();
+  CommitAndEmit(b, now);
+  delivery.Flush();  // the step's tokens go out now, not after the draft head's step
+  const auto head_start = EngineClock::now();
+  stats.emit_seconds_total += Seconds(head_start - now);
+  RunDraftHead(b, head_start);
+  if (!b.handoffs.empty()) HandoffReady(b.handoffs);
+  if (sparse != nullptr) stats.sparse_switches_total += sparse->SwitchReady(scheduler.running());
+}
+
+bool Engine::Impl::HandleScheduled(const SchedulerOutput& plan) {
   stats.preemptions_total += static_cast<int64_t>(plan.preempted.size());
   for (Sequence* p : plan.preempted) {
     RequestState& s = *requests.at(p->id);
     ReleaseDraftHead(s);
-    ReleaseImport(s, true);  // an imported request recomputes here: its lease is not needed any more
+    ReleaseImport(s,
+                  true);  // an imported request recomputes here: its lease is not needed any more
     s.import_generation = 0;  // drift fetches still in flight are dropped
   }
   // Requests the sparse admission refused (their KV can never fit the host store; Submit
   // refuses those already, so this is a safety net): they fail, the others go on.
   for (Sequence* r : plan.refused) Fail(*requests.at(r->id), sparse->RefusalStatus(*r));
-  if (plan.empty()) {
-    if (!plan.refused.empty()) return;
-    // Cannot happen while Submit keeps every request within the pool; never spin on it.
-    const Status error = Internal("the scheduler found nothing to run for a non-empty queue");
-    while (!scheduler.waiting().empty()) Fail(*requests.at(scheduler.waiting().front()->id), error);
-    return;
-  }
+  if (!plan.empty()) return true;
+  if (!plan.refused.empty()) return false;
+  // Cannot happen while Submit keeps every request within the pool; never spin on it.
+  const Status error = Internal("the scheduler found nothing to run for a non-empty queue");
+  while (!scheduler.waiting().empty()) Fail(*requests.at(scheduler.waiting().front()->id), error);
+  return false;
+}
+
+void Engine::Impl::BuildBatch(StepBatch& b) {
   // The target batch: each chunk's tokens, a decode's granted draft tokens after its own.
   // Sparse sequences run a draft only for the draft predictor, and never accept it (a
   // sparse step advances by exactly one token: under speculate they verify as reject does).
   const bool speculate = draft != nullptr && options.lookahead == LookaheadMode::kSpeculate;
-  std::vector<StepSequence> steps;
   std::vector<const Sequence*> seqs;
-  std::vector<int64_t> num_draft;
-  std::vector<bool> draft_logits;
-  std::vector<SampleRow> rows;
-  std::vector<size_t> first_sample;  // per chunk: its first row in `rows`
-  steps.reserve(plan.chunks.size());
-  rows.reserve(plan.chunks.size());
-  for (const ScheduledChunk& c : plan.chunks) {
-    const RequestState& s = *requests.at(c.seq->id);
+  b.steps.reserve(b.plan.chunks.size());
+  b.rows.reserve(b.plan.chunks.size());
+  for (const ScheduledChunk& c : b.plan.chunks) {
     const bool is_sparse = c.seq->kv != SequenceKv::kDense;
     const int64_t d = is_sparse && !sparse->FeedsDraft() ? 0 : c.num_draft;
     std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start,
                                 c.seq->tokens.begin() + c.start + c.num_tokens);
     tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + d);
-    steps.push_back({&c.seq->table, c.start, std::move(tokens)});
+    b.steps.push_back({&c.seq->table, c.start, std::move(tokens)});
     seqs.push_back(c.seq);
-    num_draft.push_back(d);
-    draft_logits.push_back(speculate && !is_sparse);
-    SampleRow row;
-    row.params = s.request.sampling;
-    row.seed = s.seed;
-    row.counter = static_cast<uint64_t>(c.seq->num_generated());
-    row.num_top_logprobs = s.request.num_top_logprobs;
-    row.needed = c.samples;
-    const std::vector<int32_t>& forced = s.request.forced_output;
-    const auto forced_at = [&forced](uint64_t k) { return k < forced.size() ? forced[k] : -1; };
-    row.forced_token = forced_at(row.counter);
-    first_sample.push_back(rows.size());
-    rows.push_back(row);
-    for (int64_t j = 0; draft_logits.back() && j < d; ++j) {
-      ++row.counter;  // the token after an accepted draft: plain decoding's next draw
-      row.forced_token = forced_at(row.counter);
-      rows.push_back(row);
-    }
+    b.num_draft.push_back(d);
+    b.draft_logits.push_back(speculate && !is_sparse);
+    b.first_sample.push_back(b.rows.size());
+    AddSampleRows(c, d, b.draft_logits.back(), b.rows);
   }
-  SparseStepPlan sparse_plan;
-  const bool sparse_step = sparse != nullptr && sparse->PlanStep(seqs, steps, sparse_plan);
-  std::vector<int64_t> first_row;
-  const ForwardInput input = BuildLookaheadTargetInput(steps, num_draft, draft_logits, &first_row);
-  std::vector<SampleResult> samples;
-  ResidualCapture capture;
-  Status failure = Status::Ok();
-  // The draft head's next batch, prepared while the target step runs on the device (graph
-  // steps): every chunk's rows as they will be once committed, the draft not accepted.
-  // Used when the step turns out that way (RunPreparedDraftHeadStep checks), else rebuilt.
-  PreparedHeadStep prepared;
-  bool have_prepared = false;
-  const auto prepare_head = [&] {
-    std::vector<DraftHeadWork> work;
-    std::vector<int64_t> ends, sample_rows;
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
-      const ScheduledChunk& c = plan.chunks[i];
-      RequestState& s = *requests.at(c.seq->id);
-      DraftHeadWork w{c.seq, &s.draft_head, first_row[i], false};
-      if (c.samples) {  // counting the token this step samples
-        w.wants_draft = WantsDraft(s, c.seq->num_tokens() + 1, c.seq->kv != SequenceKv::kDense);
-      }
-      work.push_back(w);
-      ends.push_back(c.seq->num_computed + c.num_tokens);
-      sample_rows.push_back(c.samples ? static_cast<int64_t>(first_sample[i]) : -1);
-    }
-    prepared = PrepareDraftHeadStep(draft_allocator, std::move(work), std::move(ends), std::move(sample_rows));
-    have_prepared = true;
-  };
-  // Under reject (drafts never accepted, so the prepared batch is the committed one unless a
-  // request finishes) the head's step is queued on the device right behind the target's
-  // sampling, reading the sampled tokens there: its launches overlap the target's graph and
-  // one wait brings back both (docs/lookahead.md). Speculate accepts drafts, which changes
-  // the head's rows; it runs the head after the step.
-  bool chained = false;
-  const bool chain_head = draft != nullptr && options.lookahead == LookaheadMode::kReject;
-  const auto chain = [&](const ModelRunner::DeviceSamples& samples) {
-    if (have_prepared) chained = ChainPreparedDraftHeadStep(*draft, prepared, capture.out, samples);
-  };
-  const auto step_start = EngineClock::now();
-  stats.build_seconds_total += Seconds(step_start - t_scheduled);
-  try {
-    if (draft != nullptr) capture.layer_ids = draft->aux_layer_ids();
-    if (sparse_step) {
-      samples = runner.ExecuteSparseStepRanks(input, rows, draft != nullptr ? &capture : nullptr,
-                                              sparse->pipelines(), sparse_plan,
-                                              draft != nullptr ? std::function<void()>(prepare_head) : nullptr);
-    } else if (draft != nullptr) {
-      struct ClearHook {  // the hook holds this step's locals: never left for a later call
-        ModelRunner& runner;
-        ~ClearHook() { runner.SetAfterSampling({}); }
-      } clear_hook{runner};
-      if (chain_head) runner.SetAfterSampling(chain);
-      samples = runner.ExecuteSampleAndCapture(input, rows, capture, prepare_head);
-    } else {
-      samples = runner.ExecuteAndSample(input, rows);
-    }
-    if (samples.size() != rows.size()) {
-      failure = Internal("the model runner returned " + std::to_string(samples.size()) +
-                         " samples for " + std::to_string(rows.size()) + " rows");
-    }
-  } catch (const std::exception& e) {
-    failure = Internal(std::string("model step failed: ") + e.what());
-  }
-  ++stats.steps_total;
-  const double model_secs = Seconds(EngineClock::now() - step_start);
-  stats.model_step_seconds_total += model_secs;
-  // A decode-only batch: every chunk one token past its prompt.
-  const bool decode_only = failure.ok() && std::all_of(plan.chunks.begin(), plan.chunks.end(), [](const ScheduledChunk& c) {
-    return c.num_tokens == 1 && c.start >= c.seq->num_prompt_tokens;
-  });
-  if (decode_only) stats.decode_model_step_seconds_total += model_secs;
-  step_clock.decode_only = decode_only;
-  if (!failure.ok()) {
-    if (chained) {
-      try {
-        draft->CollectChained();  // its drafts are not used
-      } catch (const std::exception& e) {
-        spdlog::warn("draft head step after a failed model step: {}", e.what());
-      }
-    }
-    for (const ScheduledChunk& c : plan.chunks) Fail(*requests.at(c.seq->id), failure);
-    return;
-  }
+  b.sparse_step = sparse != nullptr && sparse->PlanStep(seqs, b.steps, b.sparse_plan);
+  b.input = BuildLookaheadTargetInput(b.steps, b.num_draft, b.draft_logits, &b.first_row);
+}
 
-  const auto now = EngineClock::now();
-  std::vector<DraftHeadWork> head_work;
-  std::vector<uint64_t> handoffs;  // handoff requests that sampled x2 this step
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const ScheduledChunk& c = plan.chunks[i];
+void Engine::Impl::AddSampleRows(const ScheduledChunk& c, int64_t num_draft, bool draft_logits,
+                                 std::vector<SampleRow>& rows) const {
+  const RequestState& s = *requests.at(c.seq->id);
+  SampleRow row;
+  row.params = s.request.sampling;
+  row.seed = s.seed;
+  row.counter = static_cast<uint64_t>(c.seq->num_generated());
+  row.num_top_logprobs = s.request.num_top_logprobs;
+  row.needed = c.samples;
+  const std::vector<int32_t>& forced = s.request.forced_output;
+  const auto forced_at = [&forced](uint64_t k) { return k < forced.size() ? forced[k] : -1; };
+  row.forced_token = forced_at(row.counter);
+  rows.push_back(row);
+  for (int64_t j = 0; draft_logits && j < num_draft; ++j) {
+    ++row.counter;  // the token after an accepted draft: plain decoding's next draw
+    row.forced_token = forced_at(row.counter);
+    rows.push_back(row);
+  }
+}
+
+Status Engine::Impl::RunBatch(StepBatch& b) {
+  StepInputs step{.input = b.input, .rows = b.rows};
+  if (draft != nullptr) {
+    b.capture.layer_ids = draft->aux_layer_ids();
+    step.capture = &b.capture;
+    // The draft head's next batch, prepared while the target step runs on the device.
+    step.while_running = [this, &b] { PrepareDraftHead(b); };
+  }
+  if (b.sparse_step) {
+    step.sparse = sparse->RunInputs(b.sparse_plan);
+  } else if (draft != nullptr && options.lookahead == LookaheadMode::kReject) {
+    // Under reject (drafts never accepted, so the prepared batch is the committed one unless
+    // a request finishes) the head's step is queued on the device right behind the target's
+    // sampling, reading the sampled tokens there: its launches overlap the target's graph
+    // and one wait brings back both (docs/lookahead.md). Speculate accepts drafts, which
+    // changes the head's rows; it runs the head after the step.
+    step.after_sampling = [this, &b](const DeviceSamples& samples) {
+      if (b.have_prepared)
+        b.chained = ChainPreparedDraftHeadStep(*draft, b.prepared, b.capture.out, samples);
+    };
+  }
+  try {
+    b.samples = runner.Run(step);
+  } catch (const std::exception& e) {
+    return Internal(std::string("model step failed: ") + e.what());
+  }
+  if (b.samples.size() != b.rows.size()) {
+    return Internal("the model runner returned " + std::to_string(b.samples.size()) +
+                    " samples for " + std::to_string(b.rows.size()) + " rows");
+  }
+  return Status::Ok();
+}
+
+void Engine::Impl::PrepareDraftHead(StepBatch& b) {
+  // Every chunk's rows as they will be once committed, the draft not accepted. Used when the
+  // step turns out that way (RunPreparedDraftHeadStep checks), else rebuilt.
+  std::vector<DraftHeadWork> work;
+  std::vector<int64_t> ends, sample_rows;
+  for (size_t i = 0; i < b.plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = b.plan.chunks[i];
+    RequestState& s = *requests.at(c.seq->id);
+    DraftHeadWork w{c.seq, &s.draft_head, b.first_row[i], false};
+    if (c.samples) {  // counting the token this step samples
+      w.wants_draft = WantsDraft(s, c.seq->num_tokens() + 1, c.seq->kv != SequenceKv::kDense);
+    }
+    work.push_back(w);
+    ends.push_back(c.seq->num_computed + c.num_tokens);
+    sample_rows.push_back(c.samples ? static_cast<int64_t>(b.first_sample[i]) : -1);
+  }
+  b.prepared = PrepareDraftHeadStep(draft_allocator, std::move(work), std::move(ends),
+                                    std::move(sample_rows));
+  b.have_prepared = true;
+}
+
+void Engine::Impl::FailBatch(StepBatch& b, const Status& failure) {
+  if (b.chained) {
+    try {
+      draft->CollectChained();  // its drafts are not used
+    } catch (const std::exception& e) {
+      spdlog::warn("draft head step after a failed model step: {}", e.what());
+    }
+  }
+  for (const ScheduledChunk& c : b.plan.chunks) Fail(*requests.at(c.seq->id), failure);
+}
+
+void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
+  for (size_t i = 0; i < b.plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = b.plan.chunks[i];
     RequestState& s = *requests.at(c.seq->id);
     const bool is_sparse = c.seq->kv != SequenceKv::kDense;  // read now: finishing resets it
     c.seq->CommitChunk(c.num_tokens);
@@ -185,63 +211,63 @@ void Engine::Impl::Step() {
       stats.prompt_tokens_total += prompt_done - s.prompt_tokens_counted;
       s.prompt_tokens_counted = prompt_done;
     }
-    DraftHeadWork work{c.seq, &s.draft_head, first_row[i], false};
+    DraftHeadWork work{c.seq, &s.draft_head, b.first_row[i], false};
     if (!c.samples) {
-      if (draft != nullptr) head_work.push_back(work);
+      if (draft != nullptr) b.head_work.push_back(work);
       continue;
     }
-    const int32_t drafted = num_draft[i] > 0 ? c.seq->draft_tokens[0] : -1;
+    const int32_t drafted = b.num_draft[i] > 0 ? c.seq->draft_tokens[0] : -1;
     RequestOutput out;
-    SampleResult& sample = samples[first_sample[i]];
+    SampleResult& sample = b.samples[b.first_sample[i]];
     if (!Emit(s, sample, true, now, out)) continue;
-    if (num_draft[i] > 0) {  // counted where the request went on after the first token
+    if (b.num_draft[i] > 0) {  // counted where the request went on after the first token
       ++stats.draft_tokens_total;
       ++stats.lookahead_steps_total;
       ++stats.lookahead_tokens_total;
       const bool matched = sample.token == drafted;
       if (matched) ++stats.draft_accepted_total;
-      if (matched && draft_logits[i]) {
+      if (matched && b.draft_logits[i]) {
         // Accepted: the draft row's K/V, at the new token's position, is the new token's;
         // its logits row gives the next token with plain decoding's next counter.
         c.seq->CommitChunk(1);
         ++stats.lookahead_tokens_total;
-        if (!Emit(s, samples[first_sample[i] + 1], false, now, out)) continue;
+        if (!Emit(s, b.samples[b.first_sample[i] + 1], false, now, out)) continue;
       }
     }
     out.prompt_tokens = c.seq->num_prompt_tokens;
     out.completion_tokens = c.seq->num_generated();
     delivery.Add(s.stream, std::move(out));
-    if (s.request.handoff && c.seq->num_generated() == 2) handoffs.push_back(c.seq->id);
+    if (s.request.handoff && c.seq->num_generated() == 2) b.handoffs.push_back(c.seq->id);
     if (draft != nullptr) {
       work.wants_draft = WantsDraft(s, c.seq->num_tokens(), is_sparse);
-      head_work.push_back(work);
+      b.head_work.push_back(work);
     }
   }
-  delivery.Flush();  // the step's tokens go out now, not after the draft head's step
-  const auto head_start = EngineClock::now();
-  stats.emit_seconds_total += Seconds(head_start - now);
-  if (draft != nullptr && (chained || !head_work.empty())) {
-    try {
-      bool chain_used = false;
-      stats.draft_tokens_proposed_total +=
-          chained ? FinishChainedDraftHeadStep(*draft, draft_allocator, prepared, head_work, capture.out, &chain_used)
-                  : RunPreparedDraftHeadStep(*draft, draft_allocator, have_prepared ? &prepared : nullptr, head_work,
-                                             capture.out);
-      if (chain_used) ++stats.draft_chained_steps_total;
-      stats.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
-    } catch (const std::exception& e) {
-      const Status error = Internal(std::string("draft head step failed: ") + e.what());
-      for (const DraftHeadWork& w : head_work) Fail(*requests.at(w.seq->id), error);
-    }
+}
+
+void Engine::Impl::RunDraftHead(StepBatch& b, EngineClock::time_point head_start) {
+  if (draft == nullptr || (!b.chained && b.head_work.empty())) return;
+  try {
+    bool chain_used = false;
+    stats.draft_tokens_proposed_total +=
+        b.chained ? FinishChainedDraftHeadStep(*draft, draft_allocator, b.prepared, b.head_work,
+                                               b.capture.out, &chain_used)
+                  : RunPreparedDraftHeadStep(*draft, draft_allocator,
+                                             b.have_prepared ? &b.prepared : nullptr, b.head_work,
+                                             b.capture.out);
+    if (chain_used) ++stats.draft_chained_steps_total;
+    stats.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
+  } catch (const std::exception& e) {
+    const Status error = Internal(std::string("draft head step failed: ") + e.what());
+    for (const DraftHeadWork& w : b.head_work) Fail(*requests.at(w.seq->id), error);
   }
-  if (!handoffs.empty()) HandoffReady(handoffs);
-  if (sparse != nullptr) stats.sparse_switches_total += sparse->SwitchReady(scheduler.running());
 }
 
 bool Engine::Impl::WantsDraft(const RequestState& s, int64_t num_tokens, bool is_sparse) const {
   // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens), and
   // for a sparse request only when its predictor reads it.
-  return num_tokens + 2 <= s.stop_checker.conditions().max_total_tokens && (!is_sparse || sparse->FeedsDraft());
+  return num_tokens + 2 <= s.stop_checker.conditions().max_total_tokens &&
+         (!is_sparse || sparse->FeedsDraft());
 }
 
 bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event,

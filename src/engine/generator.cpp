@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/check.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "kvcache/head_block_table.h"
 
 namespace oasis {
@@ -109,8 +109,8 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(const std::vector<Ge
       rows[b].num_top_logprobs = req.num_top_logprobs;
       rows[b].needed = r.computed + static_cast<int64_t>(steps[b].tokens.size()) == static_cast<int64_t>(r.tokens.size());
     }
-    std::vector<SampleResult> samples =
-        runner_.ExecuteAndSample(BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence), rows);
+    const ForwardInput input = BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence);
+    std::vector<SampleResult> samples = runner_.Run({.input = input, .rows = rows});
     for (size_t b = 0; b < batch.size(); ++b) {
       Running& r = *batch[b];
       r.computed += static_cast<int64_t>(steps[b].tokens.size());

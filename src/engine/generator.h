@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/sampler.h"
+#include "runner/sampler.h"
 #include "kvcache/block_allocator.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "models/decoder_lm.h"
 
 namespace oasis {

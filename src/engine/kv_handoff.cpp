@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "engine/sampler.h"
+#include "runner/sampler.h"
 
 namespace oasis {
 namespace {

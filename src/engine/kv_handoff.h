@@ -31,7 +31,7 @@
 
 #include "disagg/staged_layout.h"
 #include "disagg/ticket.h"
-#include "engine/sampler.h"
+#include "runner/sampler.h"
 #include "oasis/status.h"
 
 namespace oasis {

@@ -181,7 +181,7 @@ int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
 }
 
 bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
-                                const ModelRunner::DeviceSamples& samples) {
+                                const DeviceSamples& samples) {
   if (prepared.work.empty()) return false;
   std::vector<int32_t> pairs;
   int64_t t = 0;

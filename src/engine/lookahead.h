@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/batch_builder.h"
-#include "engine/draft_runner.h"
+#include "runner/batch_builder.h"
+#include "runner/draft_runner.h"
 #include "engine/scheduler.h"
 #include "kvcache/head_block_table.h"
 #include "models/decoder_lm.h"
@@ -113,7 +113,7 @@ int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
 // takes the token the step samples in prepared.sample_rows[i], read on the device. Returns
 // whether the runner queued it.
 bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
-                                const ModelRunner::DeviceSamples& samples);
+                                const DeviceSamples& samples);
 // After a chained step: its drafts are committed when `work` matches the prepared items as
 // RunPreparedDraftHeadStep requires; otherwise they are dropped and the step runs again from
 // the sequences as they are (the same rows rewrite the same K/V). Returns the drafts proposed;

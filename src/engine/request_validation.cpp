@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "engine/sampler.h"
+#include "runner/sampler.h"
 #include "kvcache/host_kv_store.h"
 
 namespace oasis {

@@ -24,7 +24,7 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
     : runner_(runner),
       manager_(config, ShapeOf(runner), RankBackends(runner), allocator, RankSideRunner(runner, &tearing_down_)),
       rank_pools_(RankKvPools(runner)),
-      pipelines_(runner, manager_),
+      attachment_(runner, manager_),
       metrics_interval_(std::max<int64_t>(1, metrics_interval)),
       threshold_(config.sparse_threshold),
       max_seq_len_(config.max_seq_len),
@@ -46,8 +46,8 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
 }
 
 SparseDecoding::~SparseDecoding() {
-  // The pipelines (~RankPipelines) and then the device sides (~SparseKvManager) go on their
-  // ranks' threads, also on a failed group.
+  // The runner's pipelines and then the device sides (~SparseKvManager) go on their ranks'
+  // threads, also on a failed group.
   tearing_down_ = true;
 }
 
@@ -131,6 +131,10 @@ bool SparseDecoding::PlanStep(const std::vector<const Sequence*>& seqs,
   return true;
 }
 
+SparseStepInputs SparseDecoding::RunInputs(const SparseStepPlan& plan) const {
+  return {&plan, config().predictor != SparsePredictor::kOracle, config().transfers};
+}
+
 int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
   int64_t switched = 0;
   for (Sequence* s : running) {
@@ -166,7 +170,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;
   steps_uncollected_ = 0;
   // Each rank's counters (its own KV heads), summed; steps are the same on every rank.
-  const SparseMetrics m = pipelines_.Collect();
+  const SparseMetrics m = runner_.CollectSparseMetrics();
   const SparseLayerMetrics total = m.Total();
   stats.sparse_steps_total += m.steps;
   stats.sparse_seq_steps_total += m.sparse_seq_steps;

@@ -12,12 +12,12 @@
 //     StepSequence::sparse at it; the runner runs it with the pipeline as the hook;
 //   - metrics: the pipeline's device counters, collected every few steps into EngineStats.
 //
-// Tensor parallelism: the manager has one device side per rank and there is one pipeline per
-// rank, each built, used and destroyed on its rank's thread (ModelRunner::ForEachRank); the
-// runner runs a step on every rank with its own pipeline (ExecuteSparseStepRanks).
+// The pipelines are the runner's (ModelRunner::AttachSparse: one per rank over the manager's
+// device side of that rank, detached before the manager goes, SparseAttachment); a step
+// hands the runner its plan and what the policy decides about running it (RunInputs).
 //
-// Owns the manager and the pipelines; the GPU BlockAllocator and the ModelRunner are the
-// engine's (the runner must outlive this). Not thread-safe: the engine loop thread — except CheckFits, which reads sizes
+// Owns the manager; the GPU BlockAllocator and the ModelRunner are the engine's (the runner
+// must outlive this). Not thread-safe: the engine loop thread — except CheckFits, which reads sizes
 // fixed at construction and may be called from any thread.
 #pragma once
 
@@ -27,14 +27,14 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/batch_builder.h"
-#include "engine/model_runner.h"
+#include "runner/batch_builder.h"
+#include "runner/model_runner.h"
 #include "engine/scheduler.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/sparse_config.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
-#include "engine/sparse_ranks.h"
+#include "runner/sparse_ranks.h"
 #include "oasis/status.h"
 
 namespace oasis {
@@ -52,9 +52,6 @@ class SparseDecoding final : public SequenceKvHooks {
 
   const SparseConfig& config() const { return manager_.config(); }
   SparseKvManager& manager() { return manager_; }
-  // Rank 0's pipeline; pipelines(): one per rank.
-  SparseAttentionPipeline& pipeline() { return pipelines_[0]; }
-  const std::vector<SparseAttentionPipeline*>& pipelines() const { return pipelines_.get(); }
 
   // Submit time: ResourceExhausted naming the numbers when a request that may reach
   // `max_total_tokens` tokens can never fit the host KV store. Thread-safe.
@@ -81,6 +78,9 @@ class SparseDecoding final : public SequenceKvHooks {
   // kSparse, the dense table for kSparseDenseTable), and returns true.
   bool PlanStep(const std::vector<const Sequence*>& seqs, std::vector<StepSequence>& steps,
                 SparseStepPlan& plan);
+  // What the runner needs to run `plan` (StepInputs::sparse): the plan and the policy's say
+  // on replaying it as a graph and on transfers.
+  SparseStepInputs RunInputs(const SparseStepPlan& plan) const;
   // After a step: switches running decodes past the threshold to sparse. A switch that finds
   // no free sparse row or GPU slot leaves the request dense (retried next step). Returns
   // the number switched.
@@ -94,7 +94,7 @@ class SparseDecoding final : public SequenceKvHooks {
   bool tearing_down_ = false;  // (before manager_: its side runner reads it)
   SparseKvManager manager_;
   std::vector<std::vector<LayerKvPool>*> rank_pools_;  // each rank's KV pools
-  RankPipelines pipelines_;                            // (after manager_: destroyed first)
+  SparseAttachment attachment_;                        // (after manager_: detached first)
   int64_t metrics_interval_;
   // Fixed at construction (CheckFits reads them from any thread).
   int64_t threshold_, max_seq_len_, num_kv_heads_, host_slots_, bytes_per_host_slot_;

@@ -30,29 +30,11 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/stage_sync.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_step_plan.h"
 
 namespace oasis {
-
-enum class SparseStage : uint8_t { kAttention, kPredict, kSelect, kTransfer };
-
-// Where a device backend orders the stages on its streams. Enter(stage, l): the ops that
-// follow run on `stage`'s stream after its dependencies (kAttention: transfer_done[l] of the
-// previous step; kPredict: attn_done[l]; kSelect: predict_done[l]; kTransfer: select_done[l]
-// and attn_done[l]). Exit(stage, l): record the stage's event for layer l and return to the
-// main stream. The CPU runs everything in order and needs none (nullptr).
-class SparseStageSync {
- public:
-  virtual ~SparseStageSync() = default;
-  virtual void Enter(SparseStage stage, int64_t layer) = 0;
-  virtual void Exit(SparseStage stage, int64_t layer) = 0;
-  // End of a step (EndStep): the main stream waits for every side-stream operation of the
-  // step, so the step's uploads may be freed and a captured graph rejoins. CPU: nothing.
-  virtual void Join() {}
-  // Seconds the main stream waited for transfers since the last call (0 if not measured).
-  virtual double TakeTransferWaitSeconds() { return 0.0; }
-};
 
 struct SparseLayerMetrics {
   int64_t hits = 0;           // predicted blocks already resident

@@ -12,18 +12,18 @@
 #include "backend/cpu/cpu_backend.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
-#include "parallel/cpu_tp_runner.h"
-#include "parallel/tp_model_runner.h"
+#include "runner/tp/cpu_tp_runner.h"
+#include "runner/tp/tp_model_runner.h"
 
 #if OASIS_HAVE_CUDA
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_draft_runner.h"
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_draft_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "common/cuda_rt.h"
 #include "kvcache/kv_memory_plan.h"
-#include "parallel/cuda_tp_runner.h"
+#include "runner/tp/cuda_tp_runner.h"
 #endif
 
 namespace oasis::server {

@@ -2,8 +2,8 @@
 // (CPU, or CUDA with the CUDA-graph runner and a KV pool sized by --gpu-memory-utilization),
 // the weights, the DecoderLM, its ModelRunner, the optional EAGLE-3 draft head and its
 // DraftRunner (lookahead decoding), the tokenizer, the chat template and the Engine
-// (started; with sparse KV on, the engine owns the host KV store and the sparse pipeline,
-// built with the runner's sparse_stage_sync()). Members are destroyed in reverse: the engine stops first.
+// (started; with sparse KV on, the engine owns the host KV store and attaches it to the
+// runner, which builds its sparse pipelines). Members are destroyed in reverse: the engine stops first.
 //
 // Owns all of them. Immutable after LoadModelHost returns; the engine and tokenizer are
 // thread-safe, so request threads share one ModelHost read-only.
@@ -16,9 +16,9 @@
 #include "backend/backend.h"
 #include "disagg/kv_transfer.h"
 #include "disagg/staging_server.h"
-#include "engine/draft_runner.h"
+#include "runner/draft_runner.h"
 #include "engine/engine.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
 #include "models/eagle3.h"

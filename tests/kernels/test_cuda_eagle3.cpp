@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "backend/cuda/cuda_backend.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/safetensors.h"

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "backend/cuda/cuda_graph_runner.h"
-#include "engine/batch_builder.h"
+#include "runner/cuda/cuda_graph_runner.h"
+#include "runner/batch_builder.h"
 #include "engine/generator.h"
 #include "loader/weights.h"
 #include "test_support.h"

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <string>
 
-#include "backend/cuda/cuda_draft_runner.h"
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_draft_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "engine/engine.h"
 #include "loader/weights.h"
 #include "models/eagle3.h"

@@ -7,9 +7,9 @@
 #include <cstring>
 #include <random>
 
-#include "backend/cuda/cuda_sampler.h"
+#include "runner/cuda/cuda_sampler.h"
 #include "common/cuda_rt.h"
-#include "engine/sampler.h"
+#include "runner/sampler.h"
 #include "kernels/sampling.h"
 
 using namespace oasis;

@@ -14,9 +14,10 @@
 #include <thread>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "backend/cuda/cuda_sparse_sync.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
+#include "runner/sparse_ranks.h"
 #include "engine/lookahead.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
@@ -193,7 +194,7 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
   const int64_t n = static_cast<int64_t>(prompt.size());
   const int steps = 40;
 
-  // One run through CudaGraphRunner::ExecuteSparseStep: one sequence, greedy, decoding with
+  // One run through CudaGraphRunner::Run's sparse steps: one sequence, greedy, decoding with
   // stacked [x_t, draft] queries where a fixed token stands in for the draft.
   struct Run {
     std::vector<int32_t> tokens;
@@ -213,28 +214,30 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     const SparseConfig cfg = SmallSparseConfig(4, predictor, 4);
     BlockAllocator alloc(kSlots);
     SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
-    SparseAttentionPipeline pipe(manager, b, c.num_attention_heads, (*runner)->sparse_stage_sync());
+    SparseAttachment attachment(**runner, manager);  // the runner's pipeline (after the manager: goes first)
     REQUIRE(manager.Reserve(1, n + steps + 2).ok());
     HeadBlockTable table(hkv);
     REQUIRE(table.Reserve(n, alloc).ok());
     SampleRow greedy;
     greedy.params.temperature = 0.0f;
     Run r;
-    auto first = (*runner)->ExecuteAndSample(BuildHostForwardInput({StepSequence{&table, 0, prompt}},
-                                                                   LogitsFor::kLastTokenOfEachSequence),
-                                             {greedy});
+    auto first = (*runner)->Run(
+        {.input = BuildHostForwardInput({StepSequence{&table, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence),
+         .rows = {greedy}});
     r.tokens.push_back(first[0].token);
     REQUIRE(manager.SwitchToSparse(1, table, n, (*runner)->kv_pools()).ok());
     for (int i = 0; i < steps; ++i) {
       SparseStepPlan plan = manager.BuildStepPlan({{1, n + i, 2, nullptr}});
       std::vector<StepSequence> seqs = {StepSequence{nullptr, n + i, {r.tokens.back(), 7}, &plan.slots[0]}};
       const ForwardInput in = BuildLookaheadTargetInput(seqs, {1}, false, nullptr);
-      auto out = (*runner)->ExecuteSparseStep(in, {greedy}, nullptr, pipe, plan);
+      auto out = (*runner)->Run(
+          {.input = in, .rows = {greedy}, .sparse = SparseStepInputs{&plan, cfg.predictor != SparsePredictor::kOracle,
+                                                                     cfg.transfers}});
       REQUIRE(out.size() == 1);
       r.tokens.push_back(out[0].token);
       r.logprobs.push_back(out[0].logprob);
     }
-    const SparseMetrics met = pipe.CollectMetrics();
+    const SparseMetrics met = (*runner)->CollectSparseMetrics();
     CHECK(met.steps == steps);
     for (const SparseLayerMetrics& l : met.layers) CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
     // The step ends' waits for the side streams, timed by events (graph replays record them too).

@@ -1,4 +1,4 @@
-// GPU: tensor parallelism over NCCL (src/parallel/cuda_tp_runner.h). A TpModelRunner with one
+// GPU: tensor parallelism over NCCL (src/runner/tp/cuda_tp_runner.h). A TpModelRunner with one
 // rank per GPU (2 when the host has them) must reproduce the single-GPU CudaGraphRunner on the
 // tiny fixtures within bf16 tolerance: prompt logits (eager prefill), one-token decode steps
 // (CUDA graphs that captured the NCCL all-reduces), greedy continuations (a divergence only at
@@ -11,15 +11,15 @@
 
 #include <cmath>
 
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "common/cuda_rt.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "engine/generator.h"
-#include "engine/sparse_ranks.h"
+#include "runner/sparse_ranks.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
-#include "parallel/cuda_tp_runner.h"
+#include "runner/tp/cuda_tp_runner.h"
 #include "fixture_model.h"
 #include "gpu_test_util.h"
 #include "test_support.h"
@@ -187,11 +187,10 @@ TEST_CASE("TP on GPUs: decode with the residual capture (lookahead) equals one G
     ResidualCapture c1, c2;
     c1.layer_ids = c2.layer_ids = {0, 1, L};
     int host_work = 0;
-    auto s1 = ref.ExecuteSampleAndCapture(
-        BuildHostForwardInput({StepSequence{&t1, pos, tok}}, LogitsFor::kLastTokenOfEachSequence), rows, c1);
-    auto s2 = tp->ExecuteSampleAndCapture(
-        BuildHostForwardInput({StepSequence{&t2, pos, tok}}, LogitsFor::kLastTokenOfEachSequence), rows, c2,
-        [&] { ++host_work; });
+    const ForwardInput in1 = BuildHostForwardInput({StepSequence{&t1, pos, tok}}, LogitsFor::kLastTokenOfEachSequence);
+    const ForwardInput in2 = BuildHostForwardInput({StepSequence{&t2, pos, tok}}, LogitsFor::kLastTokenOfEachSequence);
+    auto s1 = ref.Run({.input = in1, .rows = rows, .capture = &c1});
+    auto s2 = tp->Run({.input = in2, .rows = rows, .capture = &c2, .while_running = [&] { ++host_work; }});
     CHECK(host_work == 1);
     REQUIRE(s1.size() == 1);
     REQUIRE(s2.size() == 1);
@@ -277,15 +276,15 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
     BlockAllocator alloc(kSlots);
     HeadBlockTable table(hkv);
     REQUIRE(table.Reserve(n, alloc).ok());
-    auto s = tp->ExecuteAndSample(
-        BuildHostForwardInput({StepSequence{&table, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence), {greedy});
+    auto s = tp->Run({.input = BuildHostForwardInput({StepSequence{&table, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence),
+                      .rows = {greedy}});
     ref.push_back(s[0].token);
     lp.push_back(s[0].logprob);
     for (int i = 0; i < steps; ++i) {
       REQUIRE(table.Reserve(n + i + 1, alloc).ok());
-      s = tp->ExecuteAndSample(
-          BuildHostForwardInput({StepSequence{&table, n + i, {ref.back()}}}, LogitsFor::kLastTokenOfEachSequence),
-          {greedy});
+      s = tp->Run({.input = BuildHostForwardInput({StepSequence{&table, n + i, {ref.back()}}},
+                                                  LogitsFor::kLastTokenOfEachSequence),
+                   .rows = {greedy}});
       ref.push_back(s[0].token);
       lp.push_back(s[0].logprob);
     }
@@ -301,13 +300,14 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
         SparseKvManager manager(cfg, {local.num_hidden_layers, hkv, local.head_dim}, RankBackends(*tp), alloc,
                                 RankSideRunner(*tp));
         REQUIRE(manager.num_sides() == n_ranks);
-        RankPipelines pipes(*tp, manager);  // (after the manager: destroyed first, on the ranks)
+        SparseAttachment attachment(*tp, manager);  // (after the manager: detached first, on the ranks)
         const int32_t host_total = manager.host_store().num_slots();
         REQUIRE(manager.Reserve(1, n + steps + 2).ok());
         HeadBlockTable table(hkv);
         REQUIRE(table.Reserve(n, alloc).ok());
-        (void)tp->ExecuteAndSample(
-            BuildHostForwardInput({StepSequence{&table, 0, prompt}}, LogitsFor::kLastTokenOfEachSequence), {greedy});
+        (void)tp->Run({.input = BuildHostForwardInput({StepSequence{&table, 0, prompt}},
+                                                      LogitsFor::kLastTokenOfEachSequence),
+                       .rows = {greedy}});
         REQUIRE(manager
                     .SwitchToSparse(1, table, n,
                                     [&](int r) -> std::vector<LayerKvPool>& { return *pools[static_cast<size_t>(r)]; })
@@ -323,8 +323,10 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
           if (draft) toks.push_back(ref[u + 1]);
           const ForwardInput in = BuildHostForwardInput({StepSequence{nullptr, n + i, toks, &plan.slots[0]}},
                                                         LogitsFor::kEveryToken);
-          const auto s = tp->ExecuteSparseStepRanks(in, std::vector<SampleRow>(toks.size(), greedy), nullptr,
-                                                    pipes.get(), plan);
+          const auto s = tp->Run({.input = in,
+                                  .rows = std::vector<SampleRow>(toks.size(), greedy),
+                                  .sparse = SparseStepInputs{&plan, cfg.predictor != SparsePredictor::kOracle,
+                                                             cfg.transfers}});
           REQUIRE(s.size() == toks.size());
           if (s[0].token != ref[u + 1]) {
             ++flips;
@@ -337,7 +339,7 @@ TEST_CASE("TP on GPUs: sparse KV per rank matches dense with K >= blocks and kee
           CHECK(flips <= 2);
           CHECK(worst_lp < 0.15);
         }
-        const std::vector<SparseMetrics> met = pipes.CollectEach();
+        const std::vector<SparseMetrics> met = tp->CollectSparseMetricsEach();
         for (const SparseMetrics& m : met) {
           CHECK(m.steps == steps);
           for (const SparseLayerMetrics& l : m.layers) CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());

@@ -11,7 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/rope.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/safetensors.h"

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
 #include "loader/weights.h"

@@ -5,7 +5,7 @@
 //   bench_decode --config tools/bench/model_configs/qwen3-8b.json --batch 1 --context 128
 //   bench_decode --config ... --batch 64 --context 4096
 // Times `--steps` decode steps after `--warmup` steps (CUDA events around each step's
-// ExecuteAndSample: host packing, one H2D copy, graph replay, sampling on the GPU, tokens
+// Run: host packing, one H2D copy, graph replay, sampling on the GPU, tokens
 // D2H); reports the median.
 //
 //   bench_decode --config ... --prefill 8192
@@ -23,16 +23,16 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "engine/lookahead.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
-#include "parallel/cuda_tp_runner.h"
+#include "runner/tp/cuda_tp_runner.h"
 
 using namespace oasis;
 
@@ -226,8 +226,7 @@ Status Run(int argc, char** argv) {
       const int64_t L = config.num_hidden_layers;
       cap.layer_ids = {2, L / 2, L - 3};
     }
-    std::vector<SampleResult> sampled =
-        capture ? runner->ExecuteSampleAndCapture(in, rows, cap) : runner->ExecuteAndSample(in, rows);
+    std::vector<SampleResult> sampled = runner->Run({.input = in, .rows = rows, .capture = capture ? &cap : nullptr});
     stop.Record(timing.stream());
     stop.Synchronize();
     const double host_ms =

@@ -24,9 +24,9 @@
 #include "backend/cpu/cpu_backend.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "engine/draft_runner.h"
+#include "runner/draft_runner.h"
 #include "engine/engine.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "models/eagle3.h"
 
 using namespace oasis;
@@ -40,18 +40,16 @@ class NoComputeRunner final : public ModelRunner {
  public:
   NoComputeRunner(DecoderLM& model, Backend& backend, int64_t slots, double device_ms)
       : ModelRunner(model, backend, slots), device_(std::chrono::microseconds(static_cast<int64_t>(device_ms * 1e3))) {}
-  std::vector<SampleResult> ExecuteAndSample(const ForwardInput&, const std::vector<SampleRow>& rows) override {
-    std::this_thread::sleep_for(device_);
-    return Tokens(rows);
-  }
-  std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput&, const std::vector<SampleRow>& rows,
-                                                    ResidualCapture& capture,
-                                                    const std::function<void()>& while_running) override {
+  std::vector<SampleResult> Run(const StepInputs& step) override {
+    if (step.capture == nullptr) {
+      std::this_thread::sleep_for(device_);
+      return Tokens(step.rows);
+    }
     const auto until = std::chrono::steady_clock::now() + device_;
-    capture.out = Tensor();
-    if (while_running) while_running();
+    step.capture->out = Tensor();
+    if (step.while_running) step.while_running();
     std::this_thread::sleep_until(until);
-    return Tokens(rows);
+    return Tokens(step.rows);
   }
 
  private:

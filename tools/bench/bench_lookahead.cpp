@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_draft_runner.h"
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_draft_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "engine/engine.h"

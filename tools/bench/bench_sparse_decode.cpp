@@ -30,13 +30,13 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "parallel/cpu_tp_runner.h"
+#include "runner/tp/cpu_tp_runner.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "engine/lookahead.h"
-#include "engine/model_runner.h"
-#include "engine/sparse_ranks.h"
+#include "runner/model_runner.h"
+#include "runner/sparse_ranks.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/sparse_kv_manager.h"
@@ -45,9 +45,9 @@
 #include "oasis/model_config.h"
 #if defined(OASIS_HAVE_CUDA)
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "backend/cuda/cuda_sparse_sync.h"
-#include "parallel/cuda_tp_runner.h"
+#include "runner/tp/cuda_tp_runner.h"
 #endif
 
 using namespace oasis;
@@ -263,7 +263,7 @@ Status Run(int argc, char** argv) {
   auto manager = std::make_unique<SparseKvManager>(
       cfg, SparseModelShape{config.num_hidden_layers, hkv_local, config.head_dim}, RankBackends(*runner), allocator,
       RankSideRunner(*runner));
-  RankPipelines pipelines(*runner, *manager);  // (after the manager: destroyed first)
+  SparseAttachment attachment(*runner, *manager);  // the runner's pipelines (after the manager: detached first)
   std::printf("host KV store: %.2f GiB pinned in %.1f s%s\n", cfg.host_kv_gib,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_host).count(),
               n_ranks > 1 ? " (split over the ranks)" : "");
@@ -312,7 +312,11 @@ Status Run(int argc, char** argv) {
       const ForwardInput in =
           BuildLookaheadTargetInput(seqs, std::vector<int64_t>(static_cast<size_t>(batch), draft ? 1 : 0), false);
       const auto t1 = std::chrono::steady_clock::now();
-      std::vector<SampleResult> out = runner->ExecuteSparseStepRanks(in, rows, nullptr, pipelines.get(), plan);
+      std::vector<SampleResult> out =
+          runner->Run({.input = in,
+                       .rows = rows,
+                       .sparse = SparseStepInputs{&plan, cfg.predictor != SparsePredictor::kOracle,
+                                                  manager->config().transfers}});
       const auto t2 = std::chrono::steady_clock::now();
       if (out.size() != rows.size()) return Internal("the runner returned a wrong number of samples");
       for (size_t s = 0; s < out.size(); ++s) last[s] = out[s].token;
@@ -347,10 +351,10 @@ Status Run(int argc, char** argv) {
     if (transfers != "both" && transfers != mode) continue;
     manager->SetTransfers(mode == "on");
     OASIS_RETURN_IF_ERROR(run_steps(warmup, false, nullptr));
-    (void)pipelines.Collect();  // (resets the counters)
+    (void)runner->CollectSparseMetrics();  // (resets the counters)
     Timing t;
     OASIS_RETURN_IF_ERROR(run_steps(steps, true, &t));
-    t.metrics = pipelines.Collect();
+    t.metrics = runner->CollectSparseMetrics();
     const double pcie = t.metrics.h2d_bytes_per_step();  // all ranks; each rank's over its own link
     const double pcie_ms = pcie / static_cast<double>(n_ranks) / (kPcieCeilingGBs * 1e9) * 1e3;
     const double floor_ms = std::max(hbm_ms, pcie_ms);

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/stage_sync.h"
 #include "common/cuda_rt.h"
-#include "kvcache/sparse_pipeline.h"
 
 namespace oasis {
 

@@ -33,12 +33,10 @@ class RemoteCheckingRunner final : public ModelRunner {
   using ModelRunner::ModelRunner;
   int64_t remote_resident = 0;  // violations
   int64_t steps_with_remote = 0;
-  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& in, const std::vector<SampleRow>& rows,
-                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan,
-                                              const std::function<void()>& while_running = {}) override {
-    auto out = ModelRunner::ExecuteSparseStep(in, rows, capture, pipeline, plan, while_running);
-    SparseKvManager& m = pipeline.manager();
+  std::vector<SampleResult> Run(const StepInputs& step) override {
+    auto out = ModelRunner::Run(step);
+    if (!step.sparse) return out;
+    SparseKvManager& m = sparse_pipeline().manager();
     SparseDeviceState& st = m.state();
     if (st.remote_cap() == 0) return out;
     const int64_t hkv = st.kv_heads(), k = st.topk(), mb = st.max_blocks();

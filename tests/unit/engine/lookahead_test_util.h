@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/draft_runner.h"
+#include "runner/draft_runner.h"
 #include "loader/weights.h"
 #include "models/eagle3.h"
 #include "test_engine_util.h"

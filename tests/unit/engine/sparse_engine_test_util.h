@@ -16,9 +16,10 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
+#include "runner/model_runner.h"
 #include "test_engine_util.h"
 
 namespace oasis::engine_test {
@@ -33,7 +34,7 @@ struct SparseStepLog {
   bool slots_as_expected =
       true;                     // GPU slots held = sparse requests x (K + 2) x Hkv (dense_layers 0)
   bool sync_is_runners = true;  // the pipeline got the runner's sparse_stage_sync()
-  int64_t throw_at_step = -1;   // ExecuteSparseStep throws at this sparse step (test of failures)
+  int64_t throw_at_step = -1;   // Run throws at this sparse step (test of failures)
 };
 
 // The plain runner plus checks around every sparse step: how many working-set blocks per
@@ -46,12 +47,11 @@ class RecordingRunner final : public ModelRunner {
       : ModelRunner(model, backend, num_kv_slots) {}
   SparseStepLog log;
 
-  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input,
-                                              const std::vector<SampleRow>& rows,
-                                              ResidualCapture* capture,
-                                              SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan,
-                                              const std::function<void()>& while_running = {}) override {
+  std::vector<SampleResult> Run(const StepInputs& step) override {
+    if (!step.sparse) return ModelRunner::Run(step);
+    const ForwardInput& host_input = step.input;
+    const SparseStepPlan& plan = *step.sparse->plan;
+    SparseAttentionPipeline& pipeline = sparse_pipeline();
     if (log.throw_at_step == log.sparse_steps) {
       ++log.sparse_steps;
       throw std::runtime_error("injected sparse step failure");
@@ -62,7 +62,7 @@ class RecordingRunner final : public ModelRunner {
     std::vector<Tensor> before;
     for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l)
       before.push_back(st.layer(l).ws_blocks.Clone());
-    auto out = ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan, while_running);
+    auto out = ModelRunner::Run(step);
     ++log.sparse_steps;
     const int64_t S = plan.seq_rows.numel();
     if (plan.num_sparse < S) ++log.mixed_steps;

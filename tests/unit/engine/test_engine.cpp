@@ -393,11 +393,10 @@ class FailingRunner : public ModelRunner {
  public:
   FailingRunner(DecoderLM& model, Backend& backend, int64_t slots)
       : ModelRunner(model, backend, slots) {}
-  std::vector<SampleResult> ExecuteAndSample(const ForwardInput& in,
-                                             const std::vector<SampleRow>& rows) override {
+  std::vector<SampleResult> Run(const StepInputs& step) override {
     const int call = calls++;
     if (call >= fail_from && call < fail_until) throw std::runtime_error("injected device fault");
-    return ModelRunner::ExecuteAndSample(in, rows);
+    return ModelRunner::Run(step);
   }
   std::atomic<int> calls{0};
   int fail_from = 3, fail_until = 4;

@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "engine/engine.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <map>
 
-#include "engine/sampler.h"
+#include "runner/sampler.h"
 
 using namespace oasis;
 

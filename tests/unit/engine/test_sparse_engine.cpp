@@ -9,7 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "lookahead_test_util.h"
-#include "parallel/cpu_tp_runner.h"
+#include "runner/tp/cpu_tp_runner.h"
 #include "sparse_engine_test_util.h"
 
 using namespace oasis;

@@ -10,12 +10,12 @@
 #include <stdexcept>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 #include "engine/generator.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
-#include "parallel/cpu_tp_runner.h"
+#include "runner/tp/cpu_tp_runner.h"
 #include "parallel/thread_communicator.h"
 #include "fixture_model.h"
 #include "test_support.h"
@@ -189,10 +189,10 @@ struct AbortGate {
 class FailingRunner final : public ModelRunner {
  public:
   FailingRunner(DecoderLM& m, Backend& b, int rank, AbortGate& gate) : ModelRunner(m, b, 16), rank_(rank), gate_(gate) {}
-  std::vector<SampleResult> ExecuteAndSample(const ForwardInput&, const std::vector<SampleRow>& rows) override {
+  std::vector<SampleResult> Run(const StepInputs& step) override {
     if (rank_ == 1) throw std::runtime_error("device lost on purpose");
     gate_.Wait();
-    return std::vector<SampleResult>(rows.size());
+    return std::vector<SampleResult>(step.rows.size());
   }
 
  private:
@@ -237,12 +237,12 @@ TEST_CASE("TpModelRunner: a failing rank fails the call, aborts the waiting rank
   REQUIRE(table.Reserve(4, allocator).ok());
   const ForwardInput in = BuildHostForwardInput({StepSequence{&table, 0, {1, 2, 3, 4}}}, LogitsFor::kLastTokenOfEachSequence);
   try {
-    (*tp)->ExecuteAndSample(in, std::vector<SampleRow>(1));
+    (*tp)->Run({.input = in, .rows = std::vector<SampleRow>(1)});
     FAIL("the rank's failure did not reach the caller");
   } catch (const std::runtime_error& e) {
     CHECK_THAT(e.what(), Catch::Contains("rank 1") && Catch::Contains("device lost on purpose"));
   }
-  CHECK_THROWS_WITH((*tp)->ExecuteAndSample(in, std::vector<SampleRow>(1)), Catch::Contains("unusable"));
+  CHECK_THROWS_WITH((*tp)->Run({.input = in, .rows = std::vector<SampleRow>(1)}), Catch::Contains("unusable"));
   table.Release(allocator);
   tp->reset();  // tears the ranks down on their threads even after the failure
 }

@@ -1,4 +1,4 @@
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
-#include "engine/batch_builder.h"
+#include "common/tuning.h"
 #include "kernels/attention_decode.h"
 
 namespace oasis {
@@ -243,12 +243,6 @@ const CudaGraphRunner::Graph& CudaGraphRunner::Replay(const ForwardInput& host_i
   return it->second;
 }
 
-Tensor CudaGraphRunner::ForwardLogits(const ForwardInput& host_input) {
-  const std::optional<GraphKey> key = KeyFor(host_input, nullptr);
-  if (!key) return ModelRunner::ForwardLogits(host_input);
-  return Replay(host_input, *key).logits;
-}
-
 Tensor CudaGraphRunner::Execute(const ForwardInput& host_input) {
   const std::optional<GraphKey> key = KeyFor(host_input, nullptr);
   if (!key) return ModelRunner::Execute(host_input);
@@ -264,52 +258,42 @@ std::vector<SampleResult> CudaGraphRunner::SampleLogits(const Tensor& logits, co
   return sampler_.Sample(logits, rows, cuda_.stream());
 }
 
-std::vector<SampleResult> CudaGraphRunner::ExecuteSampleAndCapture(const ForwardInput& host_input,
-                                                                   const std::vector<SampleRow>& rows,
-                                                                   ResidualCapture& capture,
-                                                                   const std::function<void()>& while_running) {
-  const std::optional<GraphKey> key = KeyFor(host_input, &capture.layer_ids);
-  if (!key) return ModelRunner::ExecuteSampleAndCapture(host_input, rows, capture, while_running);
-  const std::function<void(const DeviceSamples&)> after_sampling = TakeAfterSampling();
-  const Graph& g = Replay(host_input, *key);
-  capture.out = g.capture;
-  if (while_running) while_running();  // the graph is enqueued: host work overlaps it
-  if (!after_sampling) return SampleLogits(g.logits, rows);
-  sampler_.Enqueue(g.logits, rows, cuda_.stream());
-  after_sampling(DeviceSamples{sampler_.device_out(), static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)),
-                               cuda_.stream()});
-  return sampler_.Finish(rows, cuda_.stream());  // waits for what the hook queued too
+std::vector<SampleResult> CudaGraphRunner::Run(const StepInputs& step) {
+  if (step.sparse) return RunSparse(step);
+  const std::optional<GraphKey> key = KeyFor(step.input, step.capture != nullptr ? &step.capture->layer_ids : nullptr);
+  if (!key) return ModelRunner::Run(step);
+  const Graph& g = Replay(step.input, *key);
+  if (step.capture != nullptr) step.capture->out = g.capture;
+  if (step.while_running) step.while_running();  // the graph is enqueued: host work overlaps it
+  if (!step.after_sampling) return SampleLogits(g.logits, step.rows);
+  sampler_.Enqueue(g.logits, step.rows, cuda_.stream());
+  step.after_sampling(
+      DeviceSamples{sampler_.device_out(), static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)), cuda_.stream()});
+  return sampler_.Finish(step.rows, cuda_.stream());  // waits for what the hook queued too
 }
 
-bool CudaGraphOptions::SparseGraphsFromEnv() {
-  const char* v = std::getenv("OASIS_SPARSE_GRAPHS");
-  return v == nullptr || std::string(v) != "0";
-}
+bool CudaGraphOptions::SparseGraphsFromEnv() { return GetTuning().sparse_graphs; }
 
-std::vector<SampleResult> CudaGraphRunner::ExecuteSparseStep(const ForwardInput& host_input,
-                                                             const std::vector<SampleRow>& rows,
-                                                             ResidualCapture* capture,
-                                                             SparseAttentionPipeline& pipeline,
-                                                             const SparseStepPlan& plan,
-                                                             const std::function<void()>& while_running) {
+std::vector<SampleResult> CudaGraphRunner::RunSparse(const StepInputs& step) {
+  const SparseStepPlan& plan = *step.sparse->plan;
   std::optional<GraphKey> key;
-  if (options_.sparse_graphs && plan.num_sparse > 0 && !plan.measure_agreement &&
-      pipeline.manager().config().predictor != SparsePredictor::kOracle && pipeline.stage_sync() == &sparse_sync_) {
-    key = KeyFor(host_input, capture != nullptr ? &capture->layer_ids : nullptr);
+  if (options_.sparse_graphs && plan.num_sparse > 0 && !plan.measure_agreement && step.sparse->replayable) {
+    key = KeyFor(step.input, step.capture != nullptr ? &step.capture->layer_ids : nullptr);
   }
-  if (!key) return ModelRunner::ExecuteSparseStep(host_input, rows, capture, pipeline, plan, while_running);
+  if (!key) return ModelRunner::Run(step);
+  SparseAttentionPipeline& pipeline = sparse_pipeline();
   key->sparse = &pipeline;
-  key->sparse_transfers = pipeline.manager().config().transfers;
+  key->sparse_transfers = step.sparse->transfers;
   // Fixed addresses for every bucket before the first capture (never grown afterwards).
   pipeline.ReservePlan(options_.max_batch, options_.max_batch * kMaxQueryLen);
-  PackInputs(host_input, *key);
+  PackInputs(step.input, *key);
   pipeline.UploadPlan(PadStepPlan(plan, key->bucket, key->bucket * key->query_len));
   auto it = graphs_.find(*key);
   if (it == graphs_.end()) it = graphs_.emplace(*key, Capture(*key, &pipeline)).first;
   OASIS_CUDA_CHECK(cudaGraphLaunch(it->second.exec, cuda_.stream()));
-  if (capture != nullptr) capture->out = it->second.capture;
-  if (while_running) while_running();  // the graph is enqueued: host work overlaps it
-  std::vector<SampleResult> samples = SampleLogits(it->second.logits, rows);  // (synchronises)
+  if (step.capture != nullptr) step.capture->out = it->second.capture;
+  if (step.while_running) step.while_running();  // the graph is enqueued: host work overlaps it
+  std::vector<SampleResult> samples = SampleLogits(it->second.logits, step.rows);  // (synchronises)
   sparse_sync_.StepDone();
   return samples;
 }

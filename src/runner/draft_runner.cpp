@@ -1,7 +1,7 @@
-#include "engine/draft_runner.h"
+#include "runner/draft_runner.h"
 
 #include "common/check.h"
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 
 namespace oasis {
 

@@ -1,4 +1,4 @@
-#include "engine/batch_builder.h"
+#include "runner/batch_builder.h"
 
 #include <algorithm>
 

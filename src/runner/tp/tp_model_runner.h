@@ -21,8 +21,8 @@
 // Failures: a rank that throws fails the call on the caller's thread (std::runtime_error
 // naming the rank) after the other ranks were aborted (TpRank::AbortFunction: NCCL abort, so none
 // hangs in a collective) and returned; the runner is unusable from then on (every call
-// throws). Sparse KV steps run per rank (ExecuteSparseStepRanks): each rank's pipeline over
-// its own device side of the sparse manager (docs/parallel.md §6).
+// throws). Sparse KV steps run per rank: each rank's runner holds its pipeline over its own
+// device side of the sparse manager (ModelRunner::AttachSparse; docs/parallel.md §6).
 //
 // Owns the group and the ranks (destroyed on their own threads). Not thread-safe: the
 // engine loop calls it. The engine thread may use rank 0's backend between calls (an
@@ -33,7 +33,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "parallel/lockstep_group.h"
 
 namespace oasis {
@@ -78,33 +78,19 @@ class TpModelRunner final : public ModelRunner {
 
   // Rank 0's host logits.
   Tensor Execute(const ForwardInput& host_input) override;
-  std::vector<SampleResult> ExecuteAndSample(const ForwardInput& host_input, const std::vector<SampleRow>& rows) override;
-  // Every rank captures into its own buffer; `capture` receives rank 0's (on rank 0's
-  // device). `while_running` runs on the calling thread once every rank has enqueued its
-  // forward pass.
-  std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
-                                                    ResidualCapture& capture,
-                                                    const std::function<void()>& while_running = {}) override;
-  // One pipeline serves one rank: throws std::logic_error (use ExecuteSparseStepRanks).
-  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
-                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan,
-                                              const std::function<void()>& while_running = {}) override;
-  // Every rank runs the same plan on its own runner with pipelines[r] (its device side, its
-  // local KV heads: no communication beyond the forward pass's all-reduces); rank 0's samples.
-  // `while_running` runs on the calling thread once every rank has enqueued its step.
-  std::vector<SampleResult> ExecuteSparseStepRanks(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
-                                                   ResidualCapture* capture,
-                                                   const std::vector<SparseAttentionPipeline*>& pipelines,
-                                                   const SparseStepPlan& plan,
-                                                   const std::function<void()>& while_running = {}) override;
+  // Every rank runs the step on its own runner and returns rank 0's samples. With a capture,
+  // every rank captures into its own buffer and step.capture receives rank 0's (on rank 0's
+  // device). A sparse step runs on every rank with the rank's own pipeline (its device side
+  // of the sparse manager, its local KV heads: no communication beyond the forward pass's
+  // all-reduces); its batch must list the ranks' local KV heads. `while_running` runs on the
+  // calling thread once every rank has enqueued its step; `after_sampling` is not used.
+  std::vector<SampleResult> Run(const StepInputs& step) override;
   int num_ranks() const override { return size(); }
   void ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool teardown = false) override;
   SparseStageSync* sparse_stage_sync() override { return nullptr; }
 
  protected:
-  // Never used (every public step is overridden); they throw.
-  Tensor ForwardLogits(const ForwardInput& host_input) override;
+  // Never used (the ranks' runners sample); throws.
   std::vector<SampleResult> SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) override;
 
  private:

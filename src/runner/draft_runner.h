@@ -2,7 +2,7 @@
 // its own one-layer paged KV cache and returns greedy draft tokens as target ids. The
 // engine builds the head's batch on the host (token ids = the NEXT token of each target
 // position, positions, the head's own head-level block tables) and names, per head row,
-// the row of the target's residual capture (ModelRunner::ExecuteSampleAndCapture of the
+// the row of the target's residual capture (ModelRunner::Run with a capture, of the
 // same step) that feeds it.
 //
 // The plain runner uploads the batch, runs Eagle3Head::Forward eagerly, downloads the
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/model_runner.h"
+#include "runner/model_runner.h"
 #include "models/decoder_lm.h"
 #include "models/eagle3.h"
 
@@ -56,11 +56,11 @@ class DraftRunner {
   // that can: the CUDA one; the others return false and queue nothing). Head row
   // pairs[2i + 1]'s token id is the target step's sampled token of sample row pairs[2i], read
   // on the device from `samples` (the target runner's DeviceSamples, handed to the
-  // ModelRunner::SetAfterSampling hook); the other ids come from host_input. Returns whether
+  // StepInputs::after_sampling hook); the other ids come from host_input. Returns whether
   // the step was queued; then CollectChained (after the target's samples are back) returns
   // its drafts, and must be called before the next Propose or ProposeChained.
   virtual bool ProposeChained(const ForwardInput& host_input, const Tensor& aux, std::span<const int32_t> aux_rows,
-                              const ModelRunner::DeviceSamples& samples, std::span<const int32_t> pairs) {
+                              const DeviceSamples& samples, std::span<const int32_t> pairs) {
     (void)host_input, (void)aux, (void)aux_rows, (void)samples, (void)pairs;
     return false;
   }

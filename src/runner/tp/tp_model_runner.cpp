@@ -1,4 +1,4 @@
-#include "parallel/tp_model_runner.h"
+#include "runner/tp/tp_model_runner.h"
 
 #include <algorithm>
 #include <cstring>
@@ -171,67 +171,26 @@ Tensor TpModelRunner::Execute(const ForwardInput& in) {
   return logits[0];
 }
 
-std::vector<SampleResult> TpModelRunner::ExecuteAndSample(const ForwardInput& in, const std::vector<SampleRow>& rows) {
-  std::vector<std::vector<SampleResult>> out(ranks_.size());
-  RunStep(in, [&](int r, const ForwardInput& local) {
-    out[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->runner().ExecuteAndSample(local, rows);
-  });
-  CompareSamples(out);
-  return std::move(out[0]);
-}
-
-std::vector<SampleResult> TpModelRunner::ExecuteSampleAndCapture(const ForwardInput& in,
-                                                                 const std::vector<SampleRow>& rows,
-                                                                 ResidualCapture& capture,
-                                                                 const std::function<void()>& while_running) {
-  for (size_t r = 1; r < captures_.size(); ++r) captures_[r].layer_ids = capture.layer_ids;
-  std::vector<std::vector<SampleResult>> out(ranks_.size());
-  RunStep(
-      in,
-      [&](int r, const ForwardInput& local) {
-        ResidualCapture& mine = r == 0 ? capture : captures_[static_cast<size_t>(r)];
-        out[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)]->runner().ExecuteSampleAndCapture(
-            local, rows, mine, [this, r] { group_->MarkEnqueued(r); });
-      },
-      while_running);
-  CompareSamples(out);
-  return std::move(out[0]);
-}
-
-std::vector<SampleResult> TpModelRunner::ExecuteSparseStep(const ForwardInput&, const std::vector<SampleRow>&,
-                                                           ResidualCapture*, SparseAttentionPipeline&,
-                                                           const SparseStepPlan&, const std::function<void()>&) {
-  throw std::logic_error(
-      "TpModelRunner::ExecuteSparseStep: a sparse step under tensor parallelism needs one pipeline per rank "
-      "(ExecuteSparseStepRanks)");
-}
-
-std::vector<SampleResult> TpModelRunner::ExecuteSparseStepRanks(const ForwardInput& in,
-                                                                const std::vector<SampleRow>& rows,
-                                                                ResidualCapture* capture,
-                                                                const std::vector<SparseAttentionPipeline*>& pipelines,
-                                                                const SparseStepPlan& plan,
-                                                                const std::function<void()>& while_running) {
-  if (pipelines.size() != ranks_.size()) {
-    throw std::invalid_argument("tensor-parallel sparse step: " + std::to_string(pipelines.size()) +
-                                " pipelines for " + std::to_string(ranks_.size()) + " ranks");
-  }
-  if (NeedsSlicing(in)) {
+std::vector<SampleResult> TpModelRunner::Run(const StepInputs& step) {
+  if (step.sparse && NeedsSlicing(step.input)) {
     throw std::invalid_argument("tensor-parallel sparse step: the batch must list the ranks' local KV heads");
   }
-  if (capture != nullptr) {
-    for (size_t r = 1; r < captures_.size(); ++r) captures_[r].layer_ids = capture->layer_ids;
+  if (step.capture != nullptr) {
+    for (size_t r = 1; r < captures_.size(); ++r) captures_[r].layer_ids = step.capture->layer_ids;
   }
   std::vector<std::vector<SampleResult>> out(ranks_.size());
   RunStep(
-      in,
+      step.input,
       [&](int r, const ForwardInput& local) {
         const auto i = static_cast<size_t>(r);
-        ResidualCapture* mine = capture == nullptr ? nullptr : (r == 0 ? capture : &captures_[i]);
-        out[i] = ranks_[i]->runner().ExecuteSparseStep(local, rows, mine, *pipelines[i], plan,
-                                                       [this, r] { group_->MarkEnqueued(r); });
+        StepInputs mine{.input = local,
+                        .rows = step.rows,
+                        .capture = step.capture == nullptr ? nullptr : (r == 0 ? step.capture : &captures_[i]),
+                        .sparse = step.sparse};
+        if (step.while_running) mine.while_running = [this, r] { group_->MarkEnqueued(r); };
+        out[i] = ranks_[i]->runner().Run(mine);
       },
-      while_running);
+      step.while_running);
   CompareSamples(out);
   return std::move(out[0]);
 }
@@ -243,10 +202,6 @@ void TpModelRunner::ForEachRank(const std::function<void(int rank, ModelRunner& 
   } else {
     group_->Run(job);
   }
-}
-
-Tensor TpModelRunner::ForwardLogits(const ForwardInput&) {
-  throw std::logic_error("TpModelRunner::ForwardLogits is not used: the ranks' runners run the steps");
 }
 
 std::vector<SampleResult> TpModelRunner::SampleLogits(const Tensor&, const std::vector<SampleRow>&) {

@@ -1,4 +1,4 @@
-#include "parallel/cpu_tp_runner.h"
+#include "runner/tp/cpu_tp_runner.h"
 
 #include "backend/cpu/cpu_backend.h"
 #include "parallel/thread_communicator.h"

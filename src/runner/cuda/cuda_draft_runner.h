@@ -8,8 +8,8 @@
 #pragma once
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_sampler.h"
-#include "engine/draft_runner.h"
+#include "runner/cuda/cuda_sampler.h"
+#include "runner/draft_runner.h"
 
 namespace oasis {
 
@@ -22,7 +22,7 @@ class CudaDraftRunner final : public DraftRunner {
                                std::span<const int32_t> aux_rows) override;
   // Queued on the backend's stream, which must be the target's (`samples.stream`; else false).
   bool ProposeChained(const ForwardInput& host_input, const Tensor& aux, std::span<const int32_t> aux_rows,
-                      const ModelRunner::DeviceSamples& samples, std::span<const int32_t> pairs) override;
+                      const DeviceSamples& samples, std::span<const int32_t> pairs) override;
   std::vector<int32_t> CollectChained() override;
 
  private:

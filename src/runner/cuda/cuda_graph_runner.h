@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_sampler.h"
 #include "backend/cuda/cuda_sparse_sync.h"
 #include "common/cuda_rt.h"
-#include "engine/model_runner.h"
+#include "runner/cuda/cuda_sampler.h"
+#include "runner/model_runner.h"
 
 namespace oasis {
 
@@ -47,32 +47,23 @@ class CudaGraphRunner final : public ModelRunner {
 
   // Decode steps return a view of a pinned host buffer, valid until the next Execute().
   Tensor Execute(const ForwardInput& host_input) override;
-  // Graph steps return capture.out as a view of the graph's resident buffer
-  // [layer_ids.size(), bucket · q, hidden] (rows past T are padding); eager steps allocate it.
-  std::vector<SampleResult> ExecuteSampleAndCapture(const ForwardInput& host_input,
-                                                    const std::vector<SampleRow>& rows,
-                                                    ResidualCapture& capture,
-                                                    const std::function<void()>& while_running = {}) override;
-
-  // Sparse steps run eagerly (ModelRunner::ExecuteSparseStep) with the pipeline's side streams
-  // (CudaSparseStageSync). With options.sparse_graphs (the default; OASIS_SPARSE_GRAPHS=0 turns
-  // it off) a decode step of one query count replays a graph per bucket instead
-  // (docs/sparse.md §10): the plan is padded to the bucket and uploaded into the pipeline's
-  // persistent buffers, the capture holds the pipeline's stages on their streams. Steps that
-  // measure agreement and the oracle predictor stay eager.
-  std::vector<SampleResult> ExecuteSparseStep(const ForwardInput& host_input, const std::vector<SampleRow>& rows,
-                                              ResidualCapture* capture, SparseAttentionPipeline& pipeline,
-                                              const SparseStepPlan& plan,
-                                              const std::function<void()>& while_running = {}) override;
+  // Decode steps replay a graph, other steps run eagerly (ModelRunner::Run); both sample on
+  // the device (CudaSampler). Graph steps return capture->out as a view of the graph's
+  // resident buffer [layer_ids.size(), bucket · q, hidden] (rows past T are padding); eager
+  // steps allocate it. Graph steps call step.after_sampling; eager and sparse steps do not.
+  // Sparse steps run eagerly with the pipeline's side streams (CudaSparseStageSync). With
+  // options.sparse_graphs (the default; OASIS_SPARSE_GRAPHS=0 turns it off) a decode step of
+  // one query count replays a graph per bucket instead (docs/sparse.md §10): the plan is
+  // padded to the bucket and uploaded into the pipeline's persistent buffers, the capture
+  // holds the pipeline's stages on their streams. Steps that measure agreement and steps the
+  // KV policy marks not replayable (the oracle predictor) stay eager.
+  std::vector<SampleResult> Run(const StepInputs& step) override;
   SparseStageSync* sparse_stage_sync() override { return &sparse_sync_; }
 
   // Number of graphs captured so far (one per bucket used).
   size_t num_graphs() const { return graphs_.size(); }
 
  protected:
-  // Decode steps replay a graph (the logits are a view of its arena output, rows beyond the
-  // batch are padding); other steps run eagerly.
-  Tensor ForwardLogits(const ForwardInput& host_input) override;
   // Samples on the device (CudaSampler): only tokens and log-probabilities come back.
   std::vector<SampleResult> SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) override;
 
@@ -86,7 +77,7 @@ class CudaGraphRunner final : public ModelRunner {
                            // decode attention plans its split-K cut for it
     std::vector<int64_t> capture_layers;  // residual capture ids (empty: none)
     const SparseAttentionPipeline* sparse = nullptr;  // a sparse step's pipeline (its buffers)
-    bool sparse_transfers = true;                     // SparseConfig::transfers when captured
+    bool sparse_transfers = true;                     // SparseStepInputs::transfers when captured
     bool operator<(const GraphKey& o) const {
       return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse, sparse_transfers) <
              std::tie(o.bucket, o.query_len, o.rows_per_seq, o.kv_bound, o.capture_layers, o.sparse,
@@ -111,6 +102,8 @@ class CudaGraphRunner final : public ModelRunner {
   Graph Capture(const GraphKey& key, SparseAttentionPipeline* pipeline = nullptr);
   // Packs the inputs, captures the graph on first use, replays it.
   const Graph& Replay(const ForwardInput& host_input, const GraphKey& key);
+  // Run's sparse steps (graph or eager).
+  std::vector<SampleResult> RunSparse(const StepInputs& step);
 
   static constexpr int kMaxQueryLen = 2;
   CudaBackend& cuda_;

@@ -1,4 +1,4 @@
-#include "parallel/cuda_tp_runner.h"
+#include "runner/tp/cuda_tp_runner.h"
 
 #include <algorithm>
 #include <numeric>

@@ -16,7 +16,7 @@
 
 #include "backend/backend.h"
 #include "models/decoder_lm.h"
-#include "parallel/tp_model_runner.h"
+#include "runner/tp/tp_model_runner.h"
 
 namespace oasis {
 

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_graph_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "models/decoder_lm.h"
-#include "parallel/tp_model_runner.h"
+#include "runner/tp/tp_model_runner.h"
 
 namespace oasis {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/cuda_rt.h"
-#include "engine/sampler.h"
+#include "runner/sampler.h"
 #include "kernels/sampling.h"
 #include "oasis/tensor.h"
 

@@ -1,4 +1,4 @@
-#include "backend/cuda/cuda_sampler.h"
+#include "runner/cuda/cuda_sampler.h"
 
 #include <algorithm>
 

@@ -1,18 +1,18 @@
-#include "backend/cuda/cuda_draft_runner.h"
+#include "runner/cuda/cuda_draft_runner.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <utility>
 
 #include "common/check.h"
-#include "engine/batch_builder.h"
+#include "common/tuning.h"
+#include "runner/batch_builder.h"
 
 namespace oasis {
 
 CudaDraftRunner::CudaDraftRunner(Eagle3Head& head, CudaBackend& backend, int64_t num_kv_slots)
-    : DraftRunner(head, backend, num_kv_slots), cuda_(backend), profile_(std::getenv("OASIS_PROFILE_DRAFT") != nullptr) {}
+    : DraftRunner(head, backend, num_kv_slots), cuda_(backend), profile_(GetTuning().profile_draft) {}
 
 CudaDraftRunner::~CudaDraftRunner() {
   if (profile_ && profile_calls_ > 0) {
@@ -74,7 +74,7 @@ std::vector<int32_t> CudaDraftRunner::Propose(const ForwardInput& host_input, co
 }
 
 bool CudaDraftRunner::ProposeChained(const ForwardInput& host_input, const Tensor& aux,
-                                     std::span<const int32_t> aux_rows, const ModelRunner::DeviceSamples& samples,
+                                     std::span<const int32_t> aux_rows, const DeviceSamples& samples,
                                      std::span<const int32_t> pairs) {
   OASIS_CHECK_LT(chained_rows_, 0) << "a chained head step is still queued";
   if (samples.stream != static_cast<void*>(cuda_.stream()) ||

@@ -289,18 +289,6 @@ std::vector<int32_t> SparseKvManager::TablesRow(const Request& r, int64_t layer,
   return tables;
 }
 
-std::vector<int64_t> SparseKvManager::InitialBlocks(int64_t complete) const {
-  const int64_t k = config_.topk_blocks;
-  std::vector<int64_t> blocks;
-  if (complete <= k) {
-    for (int64_t b = 0; b < complete; ++b) blocks.push_back(b);
-    return blocks;
-  }
-  blocks.push_back(0);  // the first block (attention sink)
-  for (int64_t b = complete - (k - 1); b < complete; ++b) blocks.push_back(b);
-  return blocks;
-}
-
 Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
                                        std::vector<LayerKvPool>& gpu_pools) {
   OASIS_CHECK_EQ(num_sides(), 1) << "SwitchToSparse with one pool set: one device side only";
@@ -313,22 +301,14 @@ Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64
   if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
   Request& req = it->second;
   OASIS_CHECK_LT(req.row, 0) << "request " << id << " is already sparse";
-  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
-  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
-  const int64_t used_blocks = BlocksFor(num_tokens);
-  OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= used_blocks) << "switch of " << num_tokens << " tokens with "
-                                                                   << table.num_blocks() << " blocks";
-  OASIS_CHECK_LE(used_blocks, req.reserved_blocks) << "context beyond the host reservation";
+  OASIS_CHECK_EQ(req.layer_blocks, 0) << "request " << id << ": a switch writes whole host slots";
+  const int64_t hkv = shape_.num_kv_heads;
+  OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= BlocksFor(num_tokens))
+      << "switch of " << num_tokens << " tokens with " << table.num_blocks() << " blocks";
+  OASIS_CHECK_LE(BlocksFor(num_tokens), req.reserved_blocks) << "context beyond the host reservation";
   if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
-  const std::vector<int64_t> chosen = InitialBlocks(complete);
-  const int64_t m = static_cast<int64_t>(chosen.size());
-  const bool own_tail = config_.dense_layers == 0;
-
-  // GPU slots: with own_tail, the chosen blocks stay where they are, the partial block becomes
-  // a tail slot and spare table slots fill the rest; otherwise K fresh working slots per head.
-  const int64_t spare_per_head = own_tail ? table.num_blocks() - m - (partial > 0 ? 1 : 0) : 0;
-  const int64_t need_per_head = own_tail ? (k - m) + (partial > 0 ? 1 : 2) : k;
-  const int64_t fresh_per_head = std::max<int64_t>(0, need_per_head - spare_per_head);
+  const SparseSwitchShape shape{hkv, config_.topk_blocks, num_tokens, config_.dense_layers == 0};
+  const int64_t fresh_per_head = SwitchFreshSlotsPerHead(shape, table.num_blocks());
   std::vector<int32_t> fresh;
   if (fresh_per_head > 0) {
     auto got = gpu_allocator_.Allocate(static_cast<int32_t>(fresh_per_head * hkv));
@@ -338,86 +318,41 @@ Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64
     }
     fresh = std::move(*got);
   }
-  const int32_t row = free_rows_.back();
+  std::vector<std::vector<int32_t>> table_slots;
+  for (int64_t h = 0; h < hkv; ++h) table_slots.push_back(table.head_slots(static_cast<int32_t>(h)));
+  SparseSwitchPlan plan = PlanSparseSwitch(shape, table_slots, req.host_slots, req.reserved_blocks, fresh);
+  req.row = free_rows_.back();
   free_rows_.pop_back();
-  req.row = row;
   req.has_prediction = false;
+  req.ws_slots = plan.ws_slots;
+  req.tail_slots = plan.tail_slots;
+  RunSwitchCopies(plan, req, pools_of);
+  if (shape.own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
+  gpu_allocator_.Free(plan.free_later);
+  return Status::Ok();
+}
 
-  // Device work for every sparse layer: full KV to the host store, summaries, and (without
-  // own_tail) the initial working set copied into the fresh slots.
-  std::vector<int32_t> src, dst, len;
-  for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = 0; b < used_blocks; ++b) {
-      src.push_back(table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
-      dst.push_back(WholeSlot(req, h, b));
-      len.push_back(b < complete ? kBlockSize : static_cast<int32_t>(partial));
-    }
-  }
-  req.ws_slots.assign(static_cast<size_t>(hkv * k), -1);
-  req.tail_slots.clear();
-  std::vector<int32_t> free_later;
-  size_t next_fresh = 0;
-  std::vector<int32_t> ws_src, ws_dst;
-  for (int64_t h = 0; h < hkv; ++h) {
-    const auto& hs = table.head_slots(static_cast<int32_t>(h));
-    std::vector<int32_t> pool;  // this head's unused slots
-    if (own_tail) {
-      std::vector<char> keep(hs.size(), 0);
-      for (int64_t b : chosen) keep[static_cast<size_t>(b)] = 1;
-      if (partial > 0) keep[static_cast<size_t>(complete)] = 1;
-      for (size_t b = 0; b < hs.size(); ++b) {
-        if (!keep[b]) pool.push_back(hs[b]);
-      }
-    }
-    for (int64_t i = 0; i < fresh_per_head; ++i) pool.push_back(fresh[next_fresh++]);
-    size_t next = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t& slot = req.ws_slots[static_cast<size_t>(h * k + j)];
-      if (own_tail && j < m) {
-        slot = hs[static_cast<size_t>(chosen[static_cast<size_t>(j)])];
-      } else {
-        slot = pool[next++];
-        if (j < m) {
-          ws_src.push_back(hs[static_cast<size_t>(chosen[static_cast<size_t>(j)])]);
-          ws_dst.push_back(slot);
-        }
-      }
-    }
-    if (own_tail) {
-      int32_t tail[2] = {-1, -1};
-      if (partial > 0) tail[complete % 2] = hs[static_cast<size_t>(complete)];
-      for (int32_t& t : tail) {
-        if (t < 0) t = pool[next++];
-      }
-      req.tail_slots.push_back(tail[0]);
-      req.tail_slots.push_back(tail[1]);
-    }
-    free_later.insert(free_later.end(), pool.begin() + static_cast<std::ptrdiff_t>(next), pool.end());
-  }
-  std::vector<std::vector<int32_t>> ws_blocks(static_cast<size_t>(hkv), std::vector<int32_t>(static_cast<size_t>(k), -1));
-  for (auto& head : ws_blocks) {
-    for (int64_t j = 0; j < m; ++j) head[static_cast<size_t>(j)] = static_cast<int32_t>(chosen[static_cast<size_t>(j)]);
-  }
-  // Every side the same copies of its own heads' KV (the slot ids are the same on every side).
+void SparseKvManager::RunSwitchCopies(const SparseSwitchPlan& plan, const Request& req,
+                                      const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+  // Every sparse layer: full KV to the host store, summaries, and (without own_tail) the
+  // initial working set copied into the fresh slots. Every side the same copies of its own
+  // heads' KV (the slot ids are the same on every side).
   run_sides_([&](int side) {
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
     Backend& b = *d.backend;
     std::vector<LayerKvPool>& gpu_pools = pools_of(side);
     OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
-    const Tensor src_t = b.Upload(HostI32(src)), dst_t = b.Upload(HostI32(dst));
-    const Tensor len_t = b.Upload(HostI32(len));
-    const Tensor ws_src_t = b.Upload(HostI32(ws_src)), ws_dst_t = b.Upload(HostI32(ws_dst));
+    const Tensor src_t = b.Upload(HostI32(plan.src)), dst_t = b.Upload(HostI32(plan.dst));
+    const Tensor len_t = b.Upload(HostI32(plan.len));
+    const Tensor ws_src_t = b.Upload(HostI32(plan.ws_src)), ws_dst_t = b.Upload(HostI32(plan.ws_dst));
     for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
       LayerKvPool& gpu = gpu_pools[static_cast<size_t>(l)];
       b.CopyBlocks(gpu, src_t, d.store->pool(l), dst_t);
       b.BlockSummaries(gpu, src_t, len_t, dst_t, d.store->kmin(l), d.store->kmax(l));
-      if (!ws_src.empty()) b.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
+      if (!plan.ws_src.empty()) b.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
     }
-    WriteRowState(*d.state, req, [&](int64_t) -> const std::vector<std::vector<int32_t>>& { return ws_blocks; });
+    WriteRowState(*d.state, req, [&](int64_t) -> const std::vector<std::vector<int32_t>>& { return plan.ws_blocks; });
   });
-  if (own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
-  gpu_allocator_.Free(free_later);
-  return Status::Ok();
 }
 
 void SparseKvManager::WriteRowState(

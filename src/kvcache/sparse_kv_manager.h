@@ -39,6 +39,7 @@
 #include "kvcache/sparse_config.h"
 #include "kvcache/sparse_device_state.h"
 #include "kvcache/sparse_step_plan.h"
+#include "kvcache/sparse_switch_plan.h"
 #include "oasis/status.h"
 
 namespace oasis {
@@ -234,8 +235,9 @@ class SparseKvManager {
   HostAdmission ImportAdmission(const ImportNeed& n) const;
   // GPU slot of tail block `block` of head `head`.
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
-  // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.
-  std::vector<int64_t> InitialBlocks(int64_t complete) const;
+  // The device half of SwitchToSparse: the plan's copies and the row state, on every side.
+  void RunSwitchCopies(const SparseSwitchPlan& plan, const Request& req,
+                       const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   // ws_blocks(l): [Hkv][K] logical blocks of layer l's working slots (-1 = empty).
   void WriteRowState(SparseDeviceState& state, const Request& r,
                      const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& ws_blocks);

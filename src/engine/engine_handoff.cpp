@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "disagg/kv_import.h"
 #include "engine/engine_impl.h"
 
 namespace oasis {
@@ -128,7 +129,7 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
   }
   auto layout = disagg::StagedKvLayout::Create(g);
   if (!layout.ok()) return layout.status();
-  auto lists = sparse->manager().HandoffBlocks(id);  // (downloads: the step's device work is done)
+  auto lists = disagg::HandoffBlocks(sparse->manager(), runner.backend(), id);  // (downloads: the step's device work is done)
   if (!lists.ok()) return lists.status();
   auto lease = options.handoff_exporter->Acquire(*layout);
   if (!lease.ok()) return lease.status();
@@ -203,14 +204,14 @@ void Engine::Impl::StartImports() {
       for (const auto& list : t.admission) local.emplace_back(list.begin(), list.end());
     }
     const int64_t layer_blocks = staged / kBlockSize;
-    const HostAdmission a = m.CheckImportAdmission(s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local);
+    const HostAdmission a = disagg::CheckImportAdmission(m, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local);
     if (a == HostAdmission::kNever) {
       import_queue.pop_front();
       Fail(s, sparse->RefusalStatus(s.seq));
       continue;
     }
     if (a != HostAdmission::kFits ||
-        !m.ReserveImport(key, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local).ok()) {
+        !disagg::ReserveImport(m, key, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local).ok()) {
       return;  // wait for room
     }
     if (draft != nullptr && !s.draft_head.table.Reserve(staged, draft_allocator).ok()) {
@@ -313,7 +314,7 @@ void Engine::Impl::FetchDrift() {
       continue;
     }
     std::vector<SparseKvManager::RemoteBlock> want;
-    for (const SparseKvManager::RemoteBlock& b : m.RemoteMisses(key)) {
+    for (const SparseKvManager::RemoteBlock& b : disagg::RemoteMisses(m, key)) {
       if (s.drift_requested.insert(DriftCode(b)).second) want.push_back(b);
     }
     if (want.empty()) continue;

@@ -83,12 +83,17 @@ HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens, bool alw
   return need <= host_store().num_free() ? HostAdmission::kFits : HostAdmission::kWait;
 }
 
-Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool always_sparse) {
+Status SparseKvManager::CanReserve(uint64_t id, int64_t max_total_tokens) const {
   if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
   if (max_total_tokens > config_.max_seq_len) {
     return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
                            std::to_string(config_.max_seq_len));
   }
+  return Status::Ok();
+}
+
+Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool always_sparse) {
+  OASIS_RETURN_IF_ERROR(CanReserve(id, max_total_tokens));
   const int64_t blocks = BlocksFor(max_total_tokens);
   const int64_t need = blocks * shape_.num_kv_heads;
   auto slots = host_store().Allocate(static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX)));
@@ -105,76 +110,15 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool alwa
   return Status::Ok();
 }
 
-SparseKvManager::ImportNeed SparseKvManager::ImportNeedOf(int64_t max_total_tokens, int64_t layer_blocks,
-                                                           const std::vector<std::vector<int32_t>>* local) const {
-  const HostKvStore& store = host_store();
-  const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
-  const int64_t blocks = BlocksFor(max_total_tokens);
-  layer_blocks = std::clamp<int64_t>(layer_blocks, 0, blocks);
-  ImportNeed n;
-  n.layer_blocks = layer_blocks;
-  n.whole = hkv * (blocks - layer_blocks);
-  n.cells.assign(static_cast<size_t>(ls), 0);
-  n.rows.assign(static_cast<size_t>(ls), 0);
-  n.num_local.assign(static_cast<size_t>(ls), 0);
-  n.local.assign(static_cast<size_t>(ls * hkv), std::vector<char>(static_cast<size_t>(layer_blocks), local == nullptr));
-  for (int64_t i = 0; i < ls; ++i) {
-    int64_t here = 0;
-    for (int64_t h = 0; h < hkv; ++h) {
-      auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
-      if (local != nullptr && static_cast<size_t>(i * hkv + h) < local->size()) {
-        for (int32_t b : (*local)[static_cast<size_t>(i * hkv + h)]) {
-          if (b >= 0 && b < layer_blocks) flags[static_cast<size_t>(b)] = 1;
-        }
-      }
-      here += std::count(flags.begin(), flags.end(), char{1});
-    }
-    const int64_t remote = hkv * layer_blocks - here;
-    const int64_t rows = std::min<int64_t>(remote, store.num_free_summary_rows(config_.dense_layers + i));
-    n.rows[static_cast<size_t>(i)] = rows;
-    n.cells[static_cast<size_t>(i)] = here + remote - rows;
-    n.num_local[static_cast<size_t>(i)] = here;
-  }
-  return n;
-}
-
-HostAdmission SparseKvManager::CheckImportAdmission(int64_t max_total_tokens, int64_t layer_blocks,
-                                                    const std::vector<std::vector<int32_t>>* local) const {
-  if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
-  return ImportAdmission(ImportNeedOf(max_total_tokens, layer_blocks, local));
-}
-
-HostAdmission SparseKvManager::ImportAdmission(const ImportNeed& n) const {
-  const HostKvStore& store = host_store();
-  // Never: more than the whole store even with every summary-only row free.
-  int64_t most = 0, fresh = 0;
-  for (size_t i = 0; i < n.cells.size(); ++i) {
-    const int64_t l = config_.dense_layers + static_cast<int64_t>(i);
-    const int64_t remote = shape_.num_kv_heads * n.layer_blocks - n.num_local[i];
-    most = std::max<int64_t>(most, n.num_local[i] + std::max<int64_t>(0, remote - store.num_summary_rows()));
-    fresh = std::max<int64_t>(fresh, store.FreshSlotsForCells(l, static_cast<int32_t>(n.cells[i])));
-  }
-  if (n.whole + most > store.num_slots()) return HostAdmission::kNever;
-  return n.whole + fresh <= store.num_free() ? HostAdmission::kFits : HostAdmission::kWait;
-}
-
-Status SparseKvManager::ReserveImport(uint64_t id, int64_t max_total_tokens, int64_t layer_blocks,
-                                      const std::vector<std::vector<int32_t>>* local) {
-  if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
-  if (max_total_tokens > config_.max_seq_len) {
-    return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
-                           std::to_string(config_.max_seq_len));
-  }
-  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
-  const ImportNeed n = ImportNeedOf(max_total_tokens, layer_blocks, local);
-  if (ImportAdmission(n) != HostAdmission::kFits) {
-    return ResourceExhausted("host KV store full: " + std::to_string(host_store().num_free()) + " of " +
-                             std::to_string(host_store().num_slots()) + " head-blocks free (--host-kv-gib)");
-  }
+void SparseKvManager::ReserveLayered(uint64_t id, int64_t max_total_tokens, const LayeredHold& n) {
+  OASIS_CHECK_OK(CanReserve(id, max_total_tokens));
   HostKvStore& store = host_store();
   const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
   const int64_t blocks = BlocksFor(max_total_tokens);
-  layer_blocks = n.layer_blocks;
+  const int64_t layer_blocks = n.layer_blocks;
+  OASIS_CHECK(layer_blocks >= 0 && layer_blocks <= blocks && static_cast<int64_t>(n.cells.size()) == ls &&
+              static_cast<int64_t>(n.rows.size()) == ls && static_cast<int64_t>(n.local.size()) == ls * hkv)
+      << "layered hold of " << layer_blocks << " blocks for a reservation of " << blocks;
   auto whole = store.Allocate(static_cast<int32_t>(n.whole));
   OASIS_CHECK(whole.has_value()) << "host store: room counted";
   Request r;
@@ -203,7 +147,6 @@ Status SparseKvManager::ReserveImport(uint64_t id, int64_t max_total_tokens, int
     r.cells_held += static_cast<int64_t>(cells->size());
   }
   requests_.emplace(id, std::move(r));
-  return Status::Ok();
 }
 
 int64_t SparseKvManager::HostBytesHeld(uint64_t id) const {
@@ -228,6 +171,11 @@ bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.row >= 0 || context_tokens <= 0) return false;
   return it->second.always_sparse || (config_.sparse_threshold > 0 && context_tokens > config_.sparse_threshold);
+}
+
+int32_t SparseKvManager::SparseRow(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? -1 : it->second.row;
 }
 
 bool SparseKvManager::IsSparse(uint64_t id) const {
@@ -516,40 +464,6 @@ int32_t SparseKvManager::HostSlotOf(uint64_t id, int64_t layer, int64_t head, in
   return HostSlot(it->second, layer, head, block);
 }
 
-StatusOr<std::vector<std::vector<int32_t>>> SparseKvManager::HandoffBlocks(uint64_t id) {
-  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
-  auto it = requests_.find(id);
-  if (it == requests_.end() || it->second.row < 0) {
-    return FailedPrecondition("request " + std::to_string(id) + " is not sparse");
-  }
-  const int64_t r = it->second.row, hkv = shape_.num_kv_heads, k = config_.topk_blocks;
-  Backend& b = *sides_[0].backend;
-  SparseDeviceState& st = *sides_[0].state;
-  std::vector<std::vector<int32_t>> out;
-  out.reserve(static_cast<size_t>((shape_.num_layers - config_.dense_layers) * hkv));
-  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-    const Tensor ws = b.Download(st.layer(l).ws_blocks.Slice(r, r + 1));
-    const Tensor topk = b.Download(st.layer(l).topk.Slice(r, r + 1));
-    for (int64_t h = 0; h < hkv; ++h) {
-      std::vector<int32_t> blocks;
-      const int32_t* w = ws.data<int32_t>() + h * k;
-      const int32_t* p = topk.data<int32_t>() + h * k;
-      for (int64_t j = 0; j < k; ++j) {
-        if (w[j] >= 0) blocks.push_back(w[j]);
-      }
-      const size_t resident = blocks.size();
-      for (int64_t j = 0; j < k; ++j) {
-        if (p[j] >= 0 && std::find(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(resident), p[j]) ==
-                             blocks.begin() + static_cast<std::ptrdiff_t>(resident)) {
-          blocks.push_back(p[j]);
-        }
-      }
-      out.push_back(std::move(blocks));
-    }
-  }
-  return out;
-}
-
 Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
                                      std::vector<LayerKvPool>& gpu_pools,
                                      const std::vector<std::vector<int32_t>>* local) {
@@ -564,7 +478,6 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
     return InvalidArgument("import: " + std::to_string(working.size()) + " working sets for " + std::to_string(ls) +
                            " sparse layers x " + std::to_string(hkv) + " KV heads");
   }
-  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
   if (num_tokens <= 0 || BlocksFor(num_tokens) > req.reserved_blocks) {
     return InvalidArgument("import of " + std::to_string(num_tokens) + " tokens into a reservation of " +
                            std::to_string(req.reserved_blocks) + " blocks");
@@ -587,12 +500,33 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
   req.has_prediction = false;
   req.ws_slots.assign(fresh->begin(), fresh->begin() + hkv * k);
   req.tail_slots.assign(fresh->begin() + hkv * k, fresh->end());
-  // Per sparse layer: its working set per head (complete blocks, distinct, at most K) and the
-  // host -> GPU copies that fill it and the partial tail block.
-  std::vector<std::vector<std::vector<int32_t>>> layer_ws(static_cast<size_t>(ls));
-  std::vector<std::vector<int32_t>> src(static_cast<size_t>(ls)), dst(static_cast<size_t>(ls));
+  const ImportCopies c = PlanImportCopies(req, num_tokens, working);
+  DeviceSide& d = sides_[0];
+  Backend& b = *d.backend;
+  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
   for (int64_t i = 0; i < ls; ++i) {
-    auto& ws = layer_ws[static_cast<size_t>(i)];
+    const int64_t l = config_.dense_layers + i;
+    b.CopyBlocks(d.store->pool(l), b.Upload(HostI32(c.src[static_cast<size_t>(i)])), gpu_pools[static_cast<size_t>(l)],
+                 b.Upload(HostI32(c.dst[static_cast<size_t>(i)])));
+  }
+  WriteRowState(*d.state, req, [&](int64_t l) -> const std::vector<std::vector<int32_t>>& {
+    return c.layer_ws[static_cast<size_t>(l - config_.dense_layers)];
+  });
+  MarkRemote(req, num_tokens, local);
+  return Status::Ok();
+}
+
+SparseKvManager::ImportCopies SparseKvManager::PlanImportCopies(const Request& req, int64_t num_tokens,
+                                                              const std::vector<std::vector<int32_t>>& working) const {
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
+  const int64_t ls = shape_.num_layers - config_.dense_layers;
+  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
+  ImportCopies c;
+  c.layer_ws.resize(static_cast<size_t>(ls));
+  c.src.resize(static_cast<size_t>(ls));
+  c.dst.resize(static_cast<size_t>(ls));
+  for (int64_t i = 0; i < ls; ++i) {
+    auto& ws = c.layer_ws[static_cast<size_t>(i)];
     ws.assign(static_cast<size_t>(hkv), std::vector<int32_t>(static_cast<size_t>(k), -1));
     for (int64_t h = 0; h < hkv; ++h) {
       int64_t j = 0;
@@ -602,35 +536,30 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
         auto& head = ws[static_cast<size_t>(h)];
         if (std::find(head.begin(), head.begin() + j, b) != head.begin() + j) continue;
         head[static_cast<size_t>(j)] = b;
-        src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, b));
-        dst[static_cast<size_t>(i)].push_back(req.ws_slots[static_cast<size_t>(h * k + j)]);
+        c.src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, b));
+        c.dst[static_cast<size_t>(i)].push_back(req.ws_slots[static_cast<size_t>(h * k + j)]);
         ++j;
       }
       if (partial > 0) {
-        src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, complete));
-        dst[static_cast<size_t>(i)].push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
+        c.src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, complete));
+        c.dst[static_cast<size_t>(i)].push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
       }
     }
   }
-  DeviceSide& d = sides_[0];
-  Backend& b = *d.backend;
-  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
-  for (int64_t i = 0; i < ls; ++i) {
-    const int64_t l = config_.dense_layers + i;
-    b.CopyBlocks(d.store->pool(l), b.Upload(HostI32(src[static_cast<size_t>(i)])), gpu_pools[static_cast<size_t>(l)],
-                 b.Upload(HostI32(dst[static_cast<size_t>(i)])));
-  }
-  WriteRowState(*d.state, req, [&](int64_t l) -> const std::vector<std::vector<int32_t>>& {
-    return layer_ws[static_cast<size_t>(l - config_.dense_layers)];
-  });
+  return c;
+}
+
+void SparseKvManager::MarkRemote(Request& req, int64_t num_tokens, const std::vector<std::vector<int32_t>>* local) {
+  const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
+  SparseDeviceState& state = *sides_[0].state;
   // Remote blocks: every block below nb that `local` does not name (the working sets and the
-  // tail are local by construction: they were copied from the host store above).
+  // tail are local by construction: ImportSparse copied them from the host store).
   req.remote_left = 0;
   if (local != nullptr) {
-    const int64_t nb = BlocksFor(num_tokens), mb = d.state->max_blocks();
+    const int64_t nb = BlocksFor(num_tokens), mb = state.max_blocks();
     std::vector<char> is_local(static_cast<size_t>(nb));
     for (int64_t i = 0; i < ls; ++i) {
-      uint8_t* mask = d.state->layer(config_.dense_layers + i).remote.data<uint8_t>();
+      uint8_t* mask = state.layer(config_.dense_layers + i).remote.data<uint8_t>();
       for (int64_t h = 0; h < hkv; ++h) {
         std::fill(is_local.begin(), is_local.end(), 0);
         for (int32_t b : (*local)[static_cast<size_t>(i * hkv + h)]) {
@@ -644,26 +573,6 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
       }
     }
   }
-  return Status::Ok();
-}
-
-std::vector<SparseKvManager::RemoteBlock> SparseKvManager::RemoteMisses(uint64_t id) const {
-  std::vector<RemoteBlock> out;
-  auto it = requests_.find(id);
-  if (it == requests_.end() || it->second.row < 0 || it->second.remote_left == 0) return out;
-  const DeviceSide& d = sides_[0];
-  const int64_t hkv = shape_.num_kv_heads, cr = d.state->remote_cap(), r = it->second.row;
-  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-    const int32_t* rout = d.state->layer(l).remote_out.data<int32_t>();
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t j = 0; j < cr; ++j) {
-        const int32_t b = rout[(r * hkv + h) * cr + j];
-        if (b < 0) break;
-        out.push_back({static_cast<int32_t>(l), static_cast<int32_t>(h), b});
-      }
-    }
-  }
-  return out;
 }
 
 std::vector<int32_t> SparseKvManager::LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks) {

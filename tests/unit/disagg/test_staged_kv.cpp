@@ -10,6 +10,7 @@
 #include <set>
 
 #include "backend/cpu/cpu_backend.h"
+#include "disagg/kv_import.h"
 #include "disagg/staged_kv.h"
 
 using namespace oasis;
@@ -136,9 +137,9 @@ void RoundTrip(const Geometry& g) {
     std::reverse(lists[i].begin(), lists[i].end());  // the unpacker sorts
     local[i].assign(lists[i].begin(), lists[i].end());
   }
-  REQUIRE(b.manager
-              ->ReserveImport(kId, max_total, (g.tokens) / kBlockSize, g.partial ? &local : nullptr)
-              .ok());
+  REQUIRE(
+      ReserveImport(*b.manager, kId, max_total, g.tokens / kBlockSize, g.partial ? &local : nullptr)
+          .ok());
   StagedKvUnpacker unpacker(*layout);
   const std::vector<StagedSlotRef> reads =
       unpacker.Destinations(b.Home(g), g.partial ? &lists : nullptr);

@@ -20,6 +20,9 @@
 // Device work of a side runs through `run_sides` (TP: on the rank's worker thread, its
 // device current); without TP there is one side and it runs inline.
 //
+// Layered reservations and remote blocks (the decode side of disaggregation drives them through
+// disagg/kv_import.h) are in sparse_kv_remote.cpp; the switch's plan in sparse_switch_plan.h.
+//
 // Owns: the device sides, the per-request host reservations, sparse rows and GPU slots it
 // took over. The GPU BlockAllocator is the engine's (shared with the scheduler). Not
 // thread-safe: the engine loop thread.

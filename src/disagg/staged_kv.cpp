@@ -198,17 +198,15 @@ std::vector<StagedSlotRef> StagedKvUnpacker::Destinations(
   return items;
 }
 
-void StagedKvUnpacker::Finish(const StagedKvHome& home) const {
+void StagedKvUnpacker::Finish(const StagedKvHome& home) {
   const StagedKvGeometry& g = layout_.geometry();
   const size_t bb = layout_.slot_bytes();
   // The landing buffers as the lease: summary slots, then draft slots.
-  char* buffers = const_cast<char*>(summaries_.data());
-  char* draft = const_cast<char*>(draft_.data());
   const uint64_t kv_slots = layout_.num_kv_slots(),
                  draft_base = kv_slots + layout_.num_summary_slots();
   const SlotMemory landed = [&](uint64_t ordinal) {
-    return ordinal >= draft_base ? draft + (ordinal - draft_base) * bb
-                                 : buffers + (ordinal - kv_slots) * bb;
+    return ordinal >= draft_base ? draft_.data() + (ordinal - draft_base) * bb
+                                 : summaries_.data() + (ordinal - kv_slots) * bb;
   };
   // Summaries of every block into the summary rows of the request's cells and slots.
   Backend& be = *home.backend;

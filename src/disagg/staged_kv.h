@@ -59,7 +59,7 @@ class StagedKvUnpacker {
   // After those reads landed: the summaries into the host store's summary rows of the
   // request, the draft KV (when the layout has draft heads and the home a draft pool) into its
   // draft blocks.
-  void Finish(const StagedKvHome& home) const;
+  void Finish(const StagedKvHome& home);
 
  private:
   StagedKvLayout layout_;

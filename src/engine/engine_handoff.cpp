@@ -2,7 +2,6 @@
 // prefill side's export of a handoff request after x2, and the decode side's import of a
 // request from its ticket (queue → reserve → fetch on the import thread → finalize → run).
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <thread>
 

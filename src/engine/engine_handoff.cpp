@@ -2,12 +2,12 @@
 // prefill side's export of a handoff request after x2, and the decode side's import of a
 // request from its ticket (queue → reserve → fetch on the import thread → finalize → run).
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <thread>
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "disagg/kv_import.h"
 #include "engine/engine_impl.h"
 
 namespace oasis {
@@ -15,43 +15,24 @@ namespace {
 
 int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
 
-struct CopyJob {
-  void* dst;
-  const void* src;
-  size_t bytes;
-};
-
-// The copies, on up to 8 threads when there are many bytes (a 32K request stages GiBs).
-void ParallelCopy(const std::vector<CopyJob>& jobs) {
-  size_t total = 0;
-  for (const CopyJob& j : jobs) total += j.bytes;
-  const size_t hw = std::max<size_t>(1, std::thread::hardware_concurrency());
-  const size_t threads = std::min<size_t>({8, hw, std::max<size_t>(1, total >> 25), jobs.size()});
-  auto run = [&](size_t t) {
-    for (size_t i = t; i < jobs.size(); i += threads) std::memcpy(jobs[i].dst, jobs[i].src, jobs[i].bytes);
-  };
-  if (threads <= 1) {
-    run(0);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
-  run(0);
-  for (std::thread& th : pool) th.join();
-}
-
 // A remote block's key in RequestState::drift_requested.
 uint64_t DriftCode(const SparseKvManager::RemoteBlock& b) {
   return (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) | static_cast<uint32_t>(b.block);
 }
 
-Tensor HostI32(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
-
 }  // namespace
+
+disagg::StagedKvHome Engine::Impl::StagedHome(RequestState& s) {
+  disagg::StagedKvHome home;
+  home.backend = &runner.backend();
+  home.manager = &sparse->manager();
+  home.id = s.seq.id;
+  if (draft != nullptr) {
+    home.draft_pool = &draft->kv_pool();
+    home.draft_table = &s.draft_head.table;
+  }
+  return home;
+}
 
 disagg::StagedKvGeometry Engine::Impl::HandoffGeometry(int64_t staged_tokens) const {
   disagg::StagedKvGeometry g;
@@ -147,85 +128,12 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
   }
   auto layout = disagg::StagedKvLayout::Create(g);
   if (!layout.ok()) return layout.status();
-  SparseKvManager& m = sparse->manager();
-  auto lists = m.HandoffBlocks(id);  // (downloads: the step's device work is done)
+  auto lists = disagg::HandoffBlocks(sparse->manager(), runner.backend(), id);  // (downloads: the step's device work is done)
   if (!lists.ok()) return lists.status();
   auto lease = options.handoff_exporter->Acquire(*layout);
   if (!lease.ok()) return lease.status();
   KvHandoffLease& L = **lease;
-
-  const int64_t ls = g.num_layers, hkv = g.num_kv_heads, nb = g.num_blocks, D = g.head_dim;
-  const int64_t first = sparse->config().dense_layers;
-  const size_t bb = layout->slot_bytes();
-  HostKvStore& store = m.host_store();
-  OASIS_CHECK_EQ(static_cast<size_t>(store.pool(first).k.nbytes() / std::max<int32_t>(1, store.num_slots())), bb)
-      << "host store block size";
-  // KV: the host store holds all P + 1 tokens (x1's K/V was written through by the step).
-  std::vector<CopyJob> copies;
-  copies.reserve(static_cast<size_t>(ls * hkv * nb * 2));
-  for (int64_t i = 0; i < ls; ++i) {
-    const LayerKvPool& pool = store.pool(first + i);
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t b = 0; b < nb; ++b) {
-        const int32_t slot = m.HostSlotOf(id, first + i, h, b);
-        OASIS_CHECK_GE(slot, 0) << "handoff block beyond the host reservation";
-        const size_t off = static_cast<size_t>(slot) * bb;
-        const auto li = static_cast<uint32_t>(i), hi = static_cast<uint32_t>(h), bi = static_cast<uint32_t>(b);
-        copies.push_back({L.Slot(layout->KvSlot(li, hi, bi, 0)), static_cast<const char*>(pool.k.raw()) + off, bb});
-        copies.push_back({L.Slot(layout->KvSlot(li, hi, bi, 1)), static_cast<const char*>(pool.v.raw()) + off, bb});
-      }
-    }
-  }
-  ParallelCopy(copies);
-  // Summaries (device): each layer's rows of this request gathered, downloaded, packed.
-  Backend& be = runner.backend();
-  const size_t row = static_cast<size_t>(D) * g.dtype_bytes;
-  for (int64_t i = 0; i < ls; ++i) {
-    std::vector<int32_t> rows;
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(id, first + i, h, b));
-    }
-    const Tensor rows_dev = be.Upload(HostI32(rows));
-    Tensor kmin = be.Empty({hkv * nb, D}, be.activation_dtype()), kmax = be.Empty({hkv * nb, D}, be.activation_dtype());
-    be.GatherRows(store.kmin(first + i), rows_dev, kmin);
-    be.GatherRows(store.kmax(first + i), rows_dev, kmax);
-    const Tensor kmin_h = be.Download(kmin), kmax_h = be.Download(kmax);
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t b = 0; b < nb; ++b) {
-        const disagg::SummarySlot ss =
-            layout->Summary(static_cast<uint32_t>(i), static_cast<uint32_t>(h), static_cast<uint32_t>(b));
-        char* dst = static_cast<char*>(L.Slot(ss.ordinal)) + ss.offset;
-        const size_t r = static_cast<size_t>(h * nb + b) * row;
-        std::memcpy(dst, static_cast<const char*>(kmin_h.raw()) + r, row);
-        std::memcpy(dst + row, static_cast<const char*>(kmax_h.raw()) + r, row);
-      }
-    }
-  }
-  // The draft head's KV (device), the same way.
-  if (with_draft) {
-    LayerKvPool& pool = draft->kv_pool();
-    const int64_t hd = g.draft_kv_heads, dd = g.draft_head_dim;
-    const size_t dbb = static_cast<size_t>(kBlockSize * dd) * g.dtype_bytes;
-    std::vector<int32_t> drows;
-    for (int64_t h = 0; h < hd; ++h) {
-      for (int64_t b = 0; b < nb; ++b) {
-        drows.push_back(s.draft_head.table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
-      }
-    }
-    const Tensor drows_dev = be.Upload(HostI32(drows));
-    for (int kv = 0; kv < 2; ++kv) {
-      const Tensor& src = kv == 0 ? pool.k : pool.v;
-      Tensor out = be.Empty({hd * nb, kBlockSize * dd}, be.activation_dtype());
-      be.GatherRows(src.Reshape({src.dim(0), kBlockSize * dd}), drows_dev, out);
-      const Tensor host = be.Download(out);
-      for (int64_t h = 0; h < hd; ++h) {
-        for (int64_t b = 0; b < nb; ++b) {
-          std::memcpy(L.Slot(layout->DraftKvSlot(static_cast<uint32_t>(h), static_cast<uint32_t>(b), kv)),
-                      static_cast<const char*>(host.raw()) + static_cast<size_t>(h * nb + b) * dbb, dbb);
-        }
-      }
-    }
-  }
+  disagg::PackStagedKv(*layout, StagedHome(s), [&](uint64_t ordinal) { return L.Slot(ordinal); });
   // The ticket's contents.
   disagg::HandoffTicket t;
   t.geometry = g;
@@ -241,7 +149,7 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
   hs.seed = s.seed;
   hs.tokens = s.handoff_tokens;
   t.sampling_state = EncodeHandoffSampling(hs);
-  const int64_t tail = nb - 1;
+  const int64_t nb = g.num_blocks, tail = nb - 1;
   t.admission.reserve(lists->size());
   for (const std::vector<int32_t>& list : *lists) {
     std::vector<uint16_t> ids;
@@ -252,7 +160,7 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
     t.admission.push_back(std::move(ids));
   }
   auto ticket = L.Commit(std::move(t));
-  if (ticket.ok()) stats.handoff_staged_bytes_total += static_cast<int64_t>(layout->num_slots() * bb);
+  if (ticket.ok()) stats.handoff_staged_bytes_total += static_cast<int64_t>(layout->num_slots() * layout->slot_bytes());
   return ticket;
 }
 
@@ -286,7 +194,6 @@ void Engine::Impl::StartImports() {
     const int64_t P = t.prompt_length, staged = P + 1;
     SparseKvManager& m = sparse->manager();
     const bool full = s.request.import->full_transfer();
-    const int64_t ls = t.geometry.num_layers, hkv = t.geometry.num_kv_heads, nb = t.geometry.num_blocks;
     // The staged complete blocks are held per layer: in partial mode only each layer's
     // admission list is local; the other blocks are remote and take summary-only rows (no host
     // memory) until drift brings them in. The tail block and the output's blocks are whole slots.
@@ -296,58 +203,26 @@ void Engine::Impl::StartImports() {
       for (const auto& list : t.admission) local.emplace_back(list.begin(), list.end());
     }
     const int64_t layer_blocks = staged / kBlockSize;
-    const HostAdmission a = m.CheckImportAdmission(s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local);
+    const HostAdmission a = disagg::CheckImportAdmission(m, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local);
     if (a == HostAdmission::kNever) {
       import_queue.pop_front();
       Fail(s, sparse->RefusalStatus(s.seq));
       continue;
     }
     if (a != HostAdmission::kFits ||
-        !m.ReserveImport(key, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local).ok()) {
+        !disagg::ReserveImport(m, key, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local).ok()) {
       return;  // wait for room
     }
     if (draft != nullptr && !s.draft_head.table.Reserve(staged, draft_allocator).ok()) {
       m.Release(key);
       return;
     }
-    const disagg::StagedKvLayout* layout = &*s.import_layout;
     // What to read and where: KV blocks straight into the host store, the summaries and the
-    // draft KV into landing buffers (uploaded by FinalizeImport).
-    const size_t bb = layout->slot_bytes();
-    const int64_t first = sparse->config().dense_layers;
-    HostKvStore& store = m.host_store();
-    std::vector<KvFetchItem> items;
-    for (int64_t i = 0; i < ls; ++i) {
-      const LayerKvPool& pool = store.pool(first + i);
-      for (int64_t h = 0; h < hkv; ++h) {
-        std::vector<int64_t> blocks;
-        if (full) {
-          for (int64_t b = 0; b < nb; ++b) blocks.push_back(b);
-        } else {
-          for (uint16_t b : t.admission[static_cast<size_t>(i * hkv + h)]) blocks.push_back(b);
-          std::sort(blocks.begin(), blocks.end());  // runs of blocks merge into one get
-        }
-        for (int kv = 0; kv < 2; ++kv) {
-          char* base = static_cast<char*>(kv == 0 ? pool.k.raw() : pool.v.raw());
-          for (int64_t b : blocks) {
-            const int32_t slot = m.HostSlotOf(key, first + i, h, b);
-            items.push_back({layout->KvSlot(static_cast<uint32_t>(i), static_cast<uint32_t>(h), static_cast<uint32_t>(b),
-                                            static_cast<uint32_t>(kv)),
-                             base + static_cast<size_t>(slot) * bb});
-          }
-        }
-      }
-    }
-    ImportBuffers& buf = import_buffers[key];
-    buf.summaries.resize(layout->num_summary_slots() * bb);
-    buf.draft.resize(layout->num_draft_slots() * bb);
-    for (uint64_t j = 0; j < layout->num_summary_slots(); ++j) {
-      items.push_back({layout->num_kv_slots() + j, buf.summaries.data() + j * bb});
-    }
-    for (uint64_t j = 0; j < layout->num_draft_slots(); ++j) {
-      items.push_back({layout->num_kv_slots() + layout->num_summary_slots() + j, buf.draft.data() + j * bb});
-    }
-    stats.import_admission_bytes_total += static_cast<int64_t>(items.size() * bb);
+    // draft KV into the unpacker's buffers (uploaded by FinalizeImport).
+    disagg::StagedKvUnpacker& unpacker = 
+        import_unpackers.insert_or_assign(key, disagg::StagedKvUnpacker(*s.import_layout)).first->second;
+    std::vector<KvFetchItem> items = unpacker.Destinations(StagedHome(s), full ? nullptr : &t.admission);
+    stats.import_admission_bytes_total += static_cast<int64_t>(items.size() * s.import_layout->slot_bytes());
     import_queue.pop_front();
     s.import_phase = RequestState::ImportPhase::kFetching;
     ++num_fetching;
@@ -401,12 +276,12 @@ void Engine::Impl::FinishImports() {
     s.import_phase = RequestState::ImportPhase::kQueued;  // out of the fetch; not running yet
     if (!d.status.ok()) {
       ++stats.import_failures_total;
-      import_buffers.erase(d.key);
+      import_unpackers.erase(d.key);
       Fail(s, Unavailable("reading the request's KV from its prefill instance: " + d.status.ToString()));
       continue;
     }
     if (s.abort_after_fetch) {
-      import_buffers.erase(d.key);
+      import_unpackers.erase(d.key);
       RequestOutput out;
       Finish(s, std::move(out), FinishReasonKind::kAbort);
       continue;
@@ -418,7 +293,7 @@ void Engine::Impl::FinishImports() {
       auto again = requests.find(d.key);
       if (again != requests.end()) Fail(*again->second, Internal(std::string("importing the request: ") + e.what()));
     }
-    import_buffers.erase(d.key);
+    import_unpackers.erase(d.key);
   }
   if (!drifted.empty()) ApplyDrift(drifted);
   for (FetchJob& d : done) {
@@ -438,13 +313,10 @@ void Engine::Impl::FetchDrift() {
       continue;
     }
     std::vector<SparseKvManager::RemoteBlock> want;
-    for (const SparseKvManager::RemoteBlock& b : m.RemoteMisses(key)) {
+    for (const SparseKvManager::RemoteBlock& b : disagg::RemoteMisses(m, key)) {
       if (s.drift_requested.insert(DriftCode(b)).second) want.push_back(b);
     }
     if (want.empty()) continue;
-    const disagg::StagedKvLayout* layout = &*s.import_layout;
-    const size_t bb = layout->slot_bytes();
-    const int64_t first = sparse->config().dense_layers;
     FetchJob job;
     job.key = key;
     job.drift = true;
@@ -456,15 +328,7 @@ void Engine::Impl::FetchDrift() {
       job.buffer = std::move(drift_buffers.back());
       drift_buffers.pop_back();
     }
-    job.buffer->resize(want.size() * 2 * bb);
-    for (size_t i = 0; i < want.size(); ++i) {
-      const SparseKvManager::RemoteBlock& b = want[i];
-      for (uint32_t kv = 0; kv < 2; ++kv) {
-        job.items.push_back({layout->KvSlot(static_cast<uint32_t>(b.layer - first), static_cast<uint32_t>(b.head),
-                                            static_cast<uint32_t>(b.block), kv),
-                             job.buffer->data() + (2 * i + kv) * bb});
-      }
-    }
+    job.items = disagg::DriftReads(*s.import_layout, sparse->config().dense_layers, want, *job.buffer);
     job.blocks = std::move(want);
     if (!drift_worker) drift_worker = std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); });
     drift_worker->Push(std::move(job));
@@ -490,7 +354,6 @@ void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
   size_t at = 0;
   for (const FetchJob* job : live) {
     RequestState& s = *requests.at(job->key);
-    const size_t bb = job->buffer->size() / std::max<size_t>(1, 2 * job->blocks.size());
     for (size_t i = 0; i < job->blocks.size(); ++i) {
       const SparseKvManager::RemoteBlock& b = job->blocks[i];
       const int32_t slot = slots[at++];
@@ -500,11 +363,7 @@ void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
         ++stats.drift_blocks_dropped_total;
         continue;
       }
-      LayerKvPool& pool = store.pool(b.layer);
-      std::memcpy(static_cast<char*>(pool.k.raw()) + static_cast<size_t>(slot) * bb, job->buffer->data() + 2 * i * bb,
-                  bb);
-      std::memcpy(static_cast<char*>(pool.v.raw()) + static_cast<size_t>(slot) * bb,
-                  job->buffer->data() + (2 * i + 1) * bb, bb);
+      disagg::StoreDriftBlock(*s.import_layout, store, b, slot, *job->buffer, i);
       m.MarkLocal(s.seq.id, b);
     }
     stats.drift_blocks_total += static_cast<int64_t>(job->blocks.size());
@@ -515,64 +374,9 @@ void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
 void Engine::Impl::FinalizeImport(RequestState& s) {
   const uint64_t key = s.seq.id;
   const disagg::HandoffTicket& t = s.request.import->ticket();
-  const disagg::StagedKvGeometry& g = t.geometry;
-  const disagg::StagedKvLayout* layout = &*s.import_layout;
   const int64_t P = t.prompt_length, staged = P + 1;
-  const int64_t ls = g.num_layers, hkv = g.num_kv_heads, nb = g.num_blocks, D = g.head_dim;
-  const int64_t first = sparse->config().dense_layers;
-  const size_t bb = layout->slot_bytes(), row = static_cast<size_t>(D) * g.dtype_bytes;
-  SparseKvManager& m = sparse->manager();
-  HostKvStore& store = m.host_store();
-  Backend& be = runner.backend();
-  const ImportBuffers& buf = import_buffers.at(key);
-  // Summaries of every block into the summary rows of the request's cells and slots.
-  for (int64_t i = 0; i < ls; ++i) {
-    std::vector<int32_t> rows;
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t b = 0; b < nb; ++b) rows.push_back(m.HostSlotOf(key, first + i, h, b));
-    }
-    const Tensor rows_dev = be.Upload(HostI32(rows));
-    Tensor kmin = Tensor::Empty({hkv * nb, D}, be.activation_dtype()), kmax = Tensor::Empty({hkv * nb, D}, be.activation_dtype());
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t b = 0; b < nb; ++b) {
-        const disagg::SummarySlot ss =
-            layout->Summary(static_cast<uint32_t>(i), static_cast<uint32_t>(h), static_cast<uint32_t>(b));
-        const char* src = buf.summaries.data() + (ss.ordinal - layout->num_kv_slots()) * bb + ss.offset;
-        const size_t r = static_cast<size_t>(h * nb + b) * row;
-        std::memcpy(static_cast<char*>(kmin.raw()) + r, src, row);
-        std::memcpy(static_cast<char*>(kmax.raw()) + r, src + row, row);
-      }
-    }
-    be.ScatterRows(be.Upload(kmin), rows_dev, store.kmin(first + i));
-    be.ScatterRows(be.Upload(kmax), rows_dev, store.kmax(first + i));
-  }
-  // The draft head's KV into the blocks reserved for it.
-  if (draft != nullptr) {
-    LayerKvPool& pool = draft->kv_pool();
-    const int64_t hd = g.draft_kv_heads, dd = g.draft_head_dim;
-    const size_t dbb = static_cast<size_t>(kBlockSize * dd) * g.dtype_bytes;
-    const uint64_t base = layout->num_kv_slots() + layout->num_summary_slots();
-    std::vector<int32_t> drows;
-    for (int64_t h = 0; h < hd; ++h) {
-      for (int64_t b = 0; b < nb; ++b) {
-        drows.push_back(s.draft_head.table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
-      }
-    }
-    const Tensor drows_dev = be.Upload(HostI32(drows));
-    for (int kv = 0; kv < 2; ++kv) {
-      Tensor host = Tensor::Empty({hd * nb, kBlockSize * dd}, be.activation_dtype());
-      for (int64_t h = 0; h < hd; ++h) {
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint64_t o = layout->DraftKvSlot(static_cast<uint32_t>(h), static_cast<uint32_t>(b), kv) - base;
-          std::memcpy(static_cast<char*>(host.raw()) + static_cast<size_t>(h * nb + b) * dbb, buf.draft.data() + o * bb, dbb);
-        }
-      }
-      Tensor& dst = kv == 0 ? pool.k : pool.v;
-      Tensor view = dst.Reshape({dst.dim(0), kBlockSize * dd});
-      be.ScatterRows(be.Upload(host), drows_dev, view);
-    }
-    s.draft_head.num_computed = staged;
-  }
+  import_unpackers.at(key).Finish(StagedHome(s));
+  if (draft != nullptr) s.draft_head.num_computed = staged;
   // The working sets on the GPU (sparse row, working and tail slots).
   std::vector<std::vector<int32_t>> working;
   working.reserve(t.admission.size());

@@ -129,6 +129,8 @@ struct Engine::Impl {
   // What this engine stages per request of `staged_tokens` tokens (the draft head's KV when a
   // draft runner is in use).
   disagg::StagedKvGeometry HandoffGeometry(int64_t staged_tokens) const;
+  // Where a request's staged state lives here (its host KV, summaries and draft-head KV).
+  disagg::StagedKvHome StagedHome(RequestState& s);
   Status ValidateDisaggregation(const EngineRequest& r) const;
   // Prefill side, after a step: the handoff requests that now have x2 export and finish.
   void HandoffReady(const std::vector<uint64_t>& keys);
@@ -198,11 +200,8 @@ struct Engine::Impl {
   // mapping (page faults, then an unmap's TLB shootdown across every thread).
   std::vector<std::shared_ptr<std::vector<char>>> drift_buffers;
   uint64_t next_import_generation = 1;
-  // Per fetching request: the summaries' and draft KV's landing buffers.
-  struct ImportBuffers {
-    std::vector<char> summaries, draft;
-  };
-  std::unordered_map<uint64_t, ImportBuffers> import_buffers;
+  // Per fetching request: its unpacker (the summaries' and draft KV's landing buffers).
+  std::unordered_map<uint64_t, disagg::StagedKvUnpacker> import_unpackers;
   std::mt19937_64 rng;
   EngineStats stats;
 };

@@ -2,8 +2,9 @@
 // prefill instance's engine hands out after a request's handoff step, and what a decode
 // instance's engine takes in to continue it. The transport (the UCX staging pool on the
 // prefill side, the remote reader on the decode side) implements the two interfaces below in
-// src/disagg; the engine only copies bytes to and from the slot ordinals of the staged layout
-// (disagg/staged_layout.h) and fills the handoff ticket's contents.
+// src/disagg; the engine packs a request's staged state into a lease and unpacks it on the
+// other side (disagg/staged_kv.h, over the layout of disagg/staged_layout.h) and fills the
+// handoff ticket's contents.
 //
 // Prefill side: a request submitted with EngineRequest::handoff runs its prompt, samples x1,
 // switches to sparse at once, runs one sparse step (x1 and, with the draft predictor, x̂2),
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "disagg/staged_kv.h"
 #include "disagg/staged_layout.h"
 #include "disagg/ticket.h"
 #include "runner/sampler.h"
@@ -57,11 +59,8 @@ class KvHandoffExporter {
   virtual StatusOr<std::unique_ptr<KvHandoffLease>> Acquire(const disagg::StagedKvLayout& layout) = 0;
 };
 
-// One slot of the lease to read into local memory.
-struct KvFetchItem {
-  uint64_t ordinal = 0;
-  void* dst = nullptr;  // slot_bytes of host memory
-};
+// One slot of the lease to read into local memory (slot_bytes of host memory).
+using KvFetchItem = disagg::StagedSlotRef;
 
 // The remote side of one imported request (decode side).
 class KvImportSource {

@@ -55,6 +55,10 @@ SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads,
 }
 
 SparseLayerState& SparseDeviceState::layer(int64_t l) {
+  return const_cast<SparseLayerState&>(static_cast<const SparseDeviceState&>(*this).layer(l));
+}
+
+const SparseLayerState& SparseDeviceState::layer(int64_t l) const {
   OASIS_CHECK(l >= first_sparse_layer_ && l - first_sparse_layer_ < static_cast<int64_t>(layers_.size()))
       << "layer " << l << " is not sparse";
   return layers_[static_cast<size_t>(l - first_sparse_layer_)];

@@ -51,6 +51,7 @@ class SparseDeviceState {
   Tensor scores_actual;  // [R, Hkv, MB] f32: measurement / oracle scratch (main stream)
 
   SparseLayerState& layer(int64_t l);
+  const SparseLayerState& layer(int64_t l) const;
 
   // Writes row r of an int32 state tensor [R, ...] (values.size() == the row's size).
   void WriteRow(Tensor& t, int64_t r, const std::vector<int32_t>& values);

@@ -1,7 +1,6 @@
 #include "kvcache/sparse_kv_manager.h"
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 
 #include "common/check.h"
@@ -83,12 +82,17 @@ HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens, bool alw
   return need <= host_store().num_free() ? HostAdmission::kFits : HostAdmission::kWait;
 }
 
-Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool always_sparse) {
+Status SparseKvManager::CanReserve(uint64_t id, int64_t max_total_tokens) const {
   if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
   if (max_total_tokens > config_.max_seq_len) {
     return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
                            std::to_string(config_.max_seq_len));
   }
+  return Status::Ok();
+}
+
+Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool always_sparse) {
+  OASIS_RETURN_IF_ERROR(CanReserve(id, max_total_tokens));
   const int64_t blocks = BlocksFor(max_total_tokens);
   const int64_t need = blocks * shape_.num_kv_heads;
   auto slots = host_store().Allocate(static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX)));
@@ -105,129 +109,15 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool alwa
   return Status::Ok();
 }
 
-SparseKvManager::ImportNeed SparseKvManager::ImportNeedOf(int64_t max_total_tokens, int64_t layer_blocks,
-                                                           const std::vector<std::vector<int32_t>>* local) const {
-  const HostKvStore& store = host_store();
-  const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
-  const int64_t blocks = BlocksFor(max_total_tokens);
-  layer_blocks = std::clamp<int64_t>(layer_blocks, 0, blocks);
-  ImportNeed n;
-  n.layer_blocks = layer_blocks;
-  n.whole = hkv * (blocks - layer_blocks);
-  n.cells.assign(static_cast<size_t>(ls), 0);
-  n.rows.assign(static_cast<size_t>(ls), 0);
-  n.num_local.assign(static_cast<size_t>(ls), 0);
-  n.local.assign(static_cast<size_t>(ls * hkv), std::vector<char>(static_cast<size_t>(layer_blocks), local == nullptr));
-  for (int64_t i = 0; i < ls; ++i) {
-    int64_t here = 0;
-    for (int64_t h = 0; h < hkv; ++h) {
-      auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
-      if (local != nullptr && static_cast<size_t>(i * hkv + h) < local->size()) {
-        for (int32_t b : (*local)[static_cast<size_t>(i * hkv + h)]) {
-          if (b >= 0 && b < layer_blocks) flags[static_cast<size_t>(b)] = 1;
-        }
-      }
-      here += std::count(flags.begin(), flags.end(), char{1});
-    }
-    const int64_t remote = hkv * layer_blocks - here;
-    const int64_t rows = std::min<int64_t>(remote, store.num_free_summary_rows(config_.dense_layers + i));
-    n.rows[static_cast<size_t>(i)] = rows;
-    n.cells[static_cast<size_t>(i)] = here + remote - rows;
-    n.num_local[static_cast<size_t>(i)] = here;
-  }
-  return n;
-}
-
-HostAdmission SparseKvManager::CheckImportAdmission(int64_t max_total_tokens, int64_t layer_blocks,
-                                                    const std::vector<std::vector<int32_t>>* local) const {
-  if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
-  return ImportAdmission(ImportNeedOf(max_total_tokens, layer_blocks, local));
-}
-
-HostAdmission SparseKvManager::ImportAdmission(const ImportNeed& n) const {
-  const HostKvStore& store = host_store();
-  // Never: more than the whole store even with every summary-only row free.
-  int64_t most = 0, fresh = 0;
-  for (size_t i = 0; i < n.cells.size(); ++i) {
-    const int64_t l = config_.dense_layers + static_cast<int64_t>(i);
-    const int64_t remote = shape_.num_kv_heads * n.layer_blocks - n.num_local[i];
-    most = std::max<int64_t>(most, n.num_local[i] + std::max<int64_t>(0, remote - store.num_summary_rows()));
-    fresh = std::max<int64_t>(fresh, store.FreshSlotsForCells(l, static_cast<int32_t>(n.cells[i])));
-  }
-  if (n.whole + most > store.num_slots()) return HostAdmission::kNever;
-  return n.whole + fresh <= store.num_free() ? HostAdmission::kFits : HostAdmission::kWait;
-}
-
-Status SparseKvManager::ReserveImport(uint64_t id, int64_t max_total_tokens, int64_t layer_blocks,
-                                      const std::vector<std::vector<int32_t>>* local) {
-  if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
-  if (max_total_tokens > config_.max_seq_len) {
-    return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
-                           std::to_string(config_.max_seq_len));
-  }
-  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
-  const ImportNeed n = ImportNeedOf(max_total_tokens, layer_blocks, local);
-  if (ImportAdmission(n) != HostAdmission::kFits) {
-    return ResourceExhausted("host KV store full: " + std::to_string(host_store().num_free()) + " of " +
-                             std::to_string(host_store().num_slots()) + " head-blocks free (--host-kv-gib)");
-  }
-  HostKvStore& store = host_store();
-  const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
-  const int64_t blocks = BlocksFor(max_total_tokens);
-  layer_blocks = n.layer_blocks;
-  auto whole = store.Allocate(static_cast<int32_t>(n.whole));
-  OASIS_CHECK(whole.has_value()) << "host store: room counted";
-  Request r;
-  r.always_sparse = true;
-  r.reserved_blocks = blocks;
-  r.layer_blocks = layer_blocks;
-  r.host_slots.assign(static_cast<size_t>(hkv * blocks), -1);
-  size_t wi = 0;
-  for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = layer_blocks; b < blocks; ++b) r.host_slots[static_cast<size_t>(h * blocks + b)] = (*whole)[wi++];
-  }
-  r.cells.assign(static_cast<size_t>(ls * hkv * layer_blocks), -1);
-  for (int64_t i = 0; i < ls; ++i) {
-    const int64_t l = config_.dense_layers + i;
-    auto cells = store.AllocateCells(l, static_cast<int32_t>(n.cells[static_cast<size_t>(i)]));
-    auto rows = store.AllocateSummaryRows(l, static_cast<int32_t>(n.rows[static_cast<size_t>(i)]));
-    OASIS_CHECK(cells.has_value() && rows.has_value()) << "host store: cells and rows counted";
-    size_t ci = 0, ri = 0;
-    for (int64_t h = 0; h < hkv; ++h) {
-      const auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
-      for (int64_t b = 0; b < layer_blocks; ++b) {
-        const bool on_row = !flags[static_cast<size_t>(b)] && ri < rows->size();
-        r.cells[static_cast<size_t>((i * hkv + h) * layer_blocks + b)] = on_row ? (*rows)[ri++] : (*cells)[ci++];
-      }
-    }
-    r.cells_held += static_cast<int64_t>(cells->size());
-  }
-  requests_.emplace(id, std::move(r));
-  return Status::Ok();
-}
-
-int64_t SparseKvManager::HostBytesHeld(uint64_t id) const {
-  auto it = requests_.find(id);
-  if (it == requests_.end()) return 0;
-  const Request& r = it->second;
-  const int64_t whole = shape_.num_kv_heads * (r.reserved_blocks - r.layer_blocks);
-  return whole * static_cast<int64_t>(host_store().bytes_per_slot()) +
-         r.cells_held * static_cast<int64_t>(host_store().bytes_per_cell());
-}
-
-int64_t SparseKvManager::summary_rows_held() const {
-  const HostKvStore& store = host_store();
-  int64_t n = 0;
-  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-    n += store.num_summary_rows() - store.num_free_summary_rows(l);
-  }
-  return n;
-}
-
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.row >= 0 || context_tokens <= 0) return false;
   return it->second.always_sparse || (config_.sparse_threshold > 0 && context_tokens > config_.sparse_threshold);
+}
+
+int32_t SparseKvManager::SparseRow(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? -1 : it->second.row;
 }
 
 bool SparseKvManager::IsSparse(uint64_t id) const {
@@ -256,13 +146,6 @@ int32_t SparseKvManager::HostSlot(const Request& r, int64_t layer, int64_t head,
   return r.host_slots[static_cast<size_t>(head * r.reserved_blocks + block)];
 }
 
-int32_t& SparseKvManager::CellRef(Request& r, int64_t layer, int64_t head, int64_t block) {
-  const int64_t i = layer - config_.dense_layers;
-  OASIS_CHECK(block >= 0 && block < r.layer_blocks && i >= 0 && i < shape_.num_layers - config_.dense_layers)
-      << "no cell for layer " << layer << " block " << block;
-  return r.cells[static_cast<size_t>((i * shape_.num_kv_heads + head) * r.layer_blocks + block)];
-}
-
 int32_t SparseKvManager::WholeSlot(const Request& r, int64_t head, int64_t block) const {
   OASIS_CHECK(block >= r.layer_blocks && block < r.reserved_blocks)
       << "block " << block << " has no whole host slot (reserved " << r.reserved_blocks << ", per layer below "
@@ -289,18 +172,6 @@ std::vector<int32_t> SparseKvManager::TablesRow(const Request& r, int64_t layer,
   return tables;
 }
 
-std::vector<int64_t> SparseKvManager::InitialBlocks(int64_t complete) const {
-  const int64_t k = config_.topk_blocks;
-  std::vector<int64_t> blocks;
-  if (complete <= k) {
-    for (int64_t b = 0; b < complete; ++b) blocks.push_back(b);
-    return blocks;
-  }
-  blocks.push_back(0);  // the first block (attention sink)
-  for (int64_t b = complete - (k - 1); b < complete; ++b) blocks.push_back(b);
-  return blocks;
-}
-
 Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
                                        std::vector<LayerKvPool>& gpu_pools) {
   OASIS_CHECK_EQ(num_sides(), 1) << "SwitchToSparse with one pool set: one device side only";
@@ -313,22 +184,14 @@ Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64
   if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
   Request& req = it->second;
   OASIS_CHECK_LT(req.row, 0) << "request " << id << " is already sparse";
-  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
-  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
-  const int64_t used_blocks = BlocksFor(num_tokens);
-  OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= used_blocks) << "switch of " << num_tokens << " tokens with "
-                                                                   << table.num_blocks() << " blocks";
-  OASIS_CHECK_LE(used_blocks, req.reserved_blocks) << "context beyond the host reservation";
+  OASIS_CHECK_EQ(req.layer_blocks, 0) << "request " << id << ": a switch writes whole host slots";
+  const int64_t hkv = shape_.num_kv_heads;
+  OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= BlocksFor(num_tokens))
+      << "switch of " << num_tokens << " tokens with " << table.num_blocks() << " blocks";
+  OASIS_CHECK_LE(BlocksFor(num_tokens), req.reserved_blocks) << "context beyond the host reservation";
   if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
-  const std::vector<int64_t> chosen = InitialBlocks(complete);
-  const int64_t m = static_cast<int64_t>(chosen.size());
-  const bool own_tail = config_.dense_layers == 0;
-
-  // GPU slots: with own_tail, the chosen blocks stay where they are, the partial block becomes
-  // a tail slot and spare table slots fill the rest; otherwise K fresh working slots per head.
-  const int64_t spare_per_head = own_tail ? table.num_blocks() - m - (partial > 0 ? 1 : 0) : 0;
-  const int64_t need_per_head = own_tail ? (k - m) + (partial > 0 ? 1 : 2) : k;
-  const int64_t fresh_per_head = std::max<int64_t>(0, need_per_head - spare_per_head);
+  const SparseSwitchShape shape{hkv, config_.topk_blocks, num_tokens, config_.dense_layers == 0};
+  const int64_t fresh_per_head = SwitchFreshSlotsPerHead(shape, table.num_blocks());
   std::vector<int32_t> fresh;
   if (fresh_per_head > 0) {
     auto got = gpu_allocator_.Allocate(static_cast<int32_t>(fresh_per_head * hkv));
@@ -338,86 +201,41 @@ Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64
     }
     fresh = std::move(*got);
   }
-  const int32_t row = free_rows_.back();
+  std::vector<std::vector<int32_t>> table_slots;
+  for (int64_t h = 0; h < hkv; ++h) table_slots.push_back(table.head_slots(static_cast<int32_t>(h)));
+  SparseSwitchPlan plan = PlanSparseSwitch(shape, table_slots, req.host_slots, req.reserved_blocks, fresh);
+  req.row = free_rows_.back();
   free_rows_.pop_back();
-  req.row = row;
   req.has_prediction = false;
+  req.ws_slots = plan.ws_slots;
+  req.tail_slots = plan.tail_slots;
+  RunSwitchCopies(plan, req, pools_of);
+  if (shape.own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
+  gpu_allocator_.Free(plan.free_later);
+  return Status::Ok();
+}
 
-  // Device work for every sparse layer: full KV to the host store, summaries, and (without
-  // own_tail) the initial working set copied into the fresh slots.
-  std::vector<int32_t> src, dst, len;
-  for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = 0; b < used_blocks; ++b) {
-      src.push_back(table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(b)]);
-      dst.push_back(WholeSlot(req, h, b));
-      len.push_back(b < complete ? kBlockSize : static_cast<int32_t>(partial));
-    }
-  }
-  req.ws_slots.assign(static_cast<size_t>(hkv * k), -1);
-  req.tail_slots.clear();
-  std::vector<int32_t> free_later;
-  size_t next_fresh = 0;
-  std::vector<int32_t> ws_src, ws_dst;
-  for (int64_t h = 0; h < hkv; ++h) {
-    const auto& hs = table.head_slots(static_cast<int32_t>(h));
-    std::vector<int32_t> pool;  // this head's unused slots
-    if (own_tail) {
-      std::vector<char> keep(hs.size(), 0);
-      for (int64_t b : chosen) keep[static_cast<size_t>(b)] = 1;
-      if (partial > 0) keep[static_cast<size_t>(complete)] = 1;
-      for (size_t b = 0; b < hs.size(); ++b) {
-        if (!keep[b]) pool.push_back(hs[b]);
-      }
-    }
-    for (int64_t i = 0; i < fresh_per_head; ++i) pool.push_back(fresh[next_fresh++]);
-    size_t next = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t& slot = req.ws_slots[static_cast<size_t>(h * k + j)];
-      if (own_tail && j < m) {
-        slot = hs[static_cast<size_t>(chosen[static_cast<size_t>(j)])];
-      } else {
-        slot = pool[next++];
-        if (j < m) {
-          ws_src.push_back(hs[static_cast<size_t>(chosen[static_cast<size_t>(j)])]);
-          ws_dst.push_back(slot);
-        }
-      }
-    }
-    if (own_tail) {
-      int32_t tail[2] = {-1, -1};
-      if (partial > 0) tail[complete % 2] = hs[static_cast<size_t>(complete)];
-      for (int32_t& t : tail) {
-        if (t < 0) t = pool[next++];
-      }
-      req.tail_slots.push_back(tail[0]);
-      req.tail_slots.push_back(tail[1]);
-    }
-    free_later.insert(free_later.end(), pool.begin() + static_cast<std::ptrdiff_t>(next), pool.end());
-  }
-  std::vector<std::vector<int32_t>> ws_blocks(static_cast<size_t>(hkv), std::vector<int32_t>(static_cast<size_t>(k), -1));
-  for (auto& head : ws_blocks) {
-    for (int64_t j = 0; j < m; ++j) head[static_cast<size_t>(j)] = static_cast<int32_t>(chosen[static_cast<size_t>(j)]);
-  }
-  // Every side the same copies of its own heads' KV (the slot ids are the same on every side).
+void SparseKvManager::RunSwitchCopies(const SparseSwitchPlan& plan, const Request& req,
+                                      const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+  // Every sparse layer: full KV to the host store, summaries, and (without own_tail) the
+  // initial working set copied into the fresh slots. Every side the same copies of its own
+  // heads' KV (the slot ids are the same on every side).
   run_sides_([&](int side) {
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
     Backend& b = *d.backend;
     std::vector<LayerKvPool>& gpu_pools = pools_of(side);
     OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
-    const Tensor src_t = b.Upload(HostI32(src)), dst_t = b.Upload(HostI32(dst));
-    const Tensor len_t = b.Upload(HostI32(len));
-    const Tensor ws_src_t = b.Upload(HostI32(ws_src)), ws_dst_t = b.Upload(HostI32(ws_dst));
+    const Tensor src_t = b.Upload(HostI32(plan.src)), dst_t = b.Upload(HostI32(plan.dst));
+    const Tensor len_t = b.Upload(HostI32(plan.len));
+    const Tensor ws_src_t = b.Upload(HostI32(plan.ws_src)), ws_dst_t = b.Upload(HostI32(plan.ws_dst));
     for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
       LayerKvPool& gpu = gpu_pools[static_cast<size_t>(l)];
       b.CopyBlocks(gpu, src_t, d.store->pool(l), dst_t);
       b.BlockSummaries(gpu, src_t, len_t, dst_t, d.store->kmin(l), d.store->kmax(l));
-      if (!ws_src.empty()) b.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
+      if (!plan.ws_src.empty()) b.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
     }
-    WriteRowState(*d.state, req, [&](int64_t) -> const std::vector<std::vector<int32_t>>& { return ws_blocks; });
+    WriteRowState(*d.state, req, [&](int64_t) -> const std::vector<std::vector<int32_t>>& { return plan.ws_blocks; });
   });
-  if (own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
-  gpu_allocator_.Free(free_later);
-  return Status::Ok();
 }
 
 void SparseKvManager::WriteRowState(
@@ -558,278 +376,6 @@ void SparseKvManager::Release(uint64_t id) {
                            std::vector<int32_t>(r.cells.begin() + i * per_layer, r.cells.begin() + (i + 1) * per_layer));
   }
   requests_.erase(it);
-}
-
-Status SparseKvManager::CheckDisaggregation() const {
-  if (num_sides() != 1) {
-    return FailedPrecondition("disaggregated prefill/decode with sparse KV over " + std::to_string(num_sides()) +
-                              " tensor-parallel ranks is not supported (one GPU per instance)");
-  }
-  if (config_.dense_layers != 0) {
-    return FailedPrecondition("disaggregated prefill/decode needs --sparse-dense-layers 0 (have " +
-                              std::to_string(config_.dense_layers) + ")");
-  }
-  return Status::Ok();
-}
-
-int32_t SparseKvManager::HostSlotOf(uint64_t id, int64_t layer, int64_t head, int64_t block) const {
-  auto it = requests_.find(id);
-  if (it == requests_.end() || head < 0 || head >= shape_.num_kv_heads || block < 0 ||
-      block >= it->second.reserved_blocks || layer < config_.dense_layers || layer >= shape_.num_layers) {
-    return -1;
-  }
-  return HostSlot(it->second, layer, head, block);
-}
-
-StatusOr<std::vector<std::vector<int32_t>>> SparseKvManager::HandoffBlocks(uint64_t id) {
-  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
-  auto it = requests_.find(id);
-  if (it == requests_.end() || it->second.row < 0) {
-    return FailedPrecondition("request " + std::to_string(id) + " is not sparse");
-  }
-  const int64_t r = it->second.row, hkv = shape_.num_kv_heads, k = config_.topk_blocks;
-  Backend& b = *sides_[0].backend;
-  SparseDeviceState& st = *sides_[0].state;
-  std::vector<std::vector<int32_t>> out;
-  out.reserve(static_cast<size_t>((shape_.num_layers - config_.dense_layers) * hkv));
-  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-    const Tensor ws = b.Download(st.layer(l).ws_blocks.Slice(r, r + 1));
-    const Tensor topk = b.Download(st.layer(l).topk.Slice(r, r + 1));
-    for (int64_t h = 0; h < hkv; ++h) {
-      std::vector<int32_t> blocks;
-      const int32_t* w = ws.data<int32_t>() + h * k;
-      const int32_t* p = topk.data<int32_t>() + h * k;
-      for (int64_t j = 0; j < k; ++j) {
-        if (w[j] >= 0) blocks.push_back(w[j]);
-      }
-      const size_t resident = blocks.size();
-      for (int64_t j = 0; j < k; ++j) {
-        if (p[j] >= 0 && std::find(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(resident), p[j]) ==
-                             blocks.begin() + static_cast<std::ptrdiff_t>(resident)) {
-          blocks.push_back(p[j]);
-        }
-      }
-      out.push_back(std::move(blocks));
-    }
-  }
-  return out;
-}
-
-Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
-                                     std::vector<LayerKvPool>& gpu_pools,
-                                     const std::vector<std::vector<int32_t>>* local) {
-  OASIS_RETURN_IF_ERROR(CheckDisaggregation());
-  auto it = requests_.find(id);
-  if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
-  Request& req = it->second;
-  if (req.row >= 0) return FailedPrecondition("request " + std::to_string(id) + " is already sparse");
-  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
-  const int64_t ls = shape_.num_layers - config_.dense_layers;
-  if (static_cast<int64_t>(working.size()) != ls * hkv) {
-    return InvalidArgument("import: " + std::to_string(working.size()) + " working sets for " + std::to_string(ls) +
-                           " sparse layers x " + std::to_string(hkv) + " KV heads");
-  }
-  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
-  if (num_tokens <= 0 || BlocksFor(num_tokens) > req.reserved_blocks) {
-    return InvalidArgument("import of " + std::to_string(num_tokens) + " tokens into a reservation of " +
-                           std::to_string(req.reserved_blocks) + " blocks");
-  }
-  if (local != nullptr && static_cast<int64_t>(local->size()) != ls * hkv) {
-    return InvalidArgument("import: " + std::to_string(local->size()) + " local block lists for " +
-                           std::to_string(ls * hkv));
-  }
-  if (local != nullptr && config_.remote_fetch_cap <= 0) {
-    return FailedPrecondition("import with remote blocks needs a remote fetch cap (decode role)");
-  }
-  if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
-  auto fresh = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
-  if (!fresh) {
-    return ResourceExhausted("no GPU slots for the sparse working set: need " + std::to_string((k + 2) * hkv) + ", " +
-                             std::to_string(gpu_allocator_.num_free()) + " free");
-  }
-  req.row = free_rows_.back();
-  free_rows_.pop_back();
-  req.has_prediction = false;
-  req.ws_slots.assign(fresh->begin(), fresh->begin() + hkv * k);
-  req.tail_slots.assign(fresh->begin() + hkv * k, fresh->end());
-  // Per sparse layer: its working set per head (complete blocks, distinct, at most K) and the
-  // host -> GPU copies that fill it and the partial tail block.
-  std::vector<std::vector<std::vector<int32_t>>> layer_ws(static_cast<size_t>(ls));
-  std::vector<std::vector<int32_t>> src(static_cast<size_t>(ls)), dst(static_cast<size_t>(ls));
-  for (int64_t i = 0; i < ls; ++i) {
-    auto& ws = layer_ws[static_cast<size_t>(i)];
-    ws.assign(static_cast<size_t>(hkv), std::vector<int32_t>(static_cast<size_t>(k), -1));
-    for (int64_t h = 0; h < hkv; ++h) {
-      int64_t j = 0;
-      for (int32_t b : working[static_cast<size_t>(i * hkv + h)]) {
-        if (j == k) break;
-        if (b < 0 || b >= complete) continue;
-        auto& head = ws[static_cast<size_t>(h)];
-        if (std::find(head.begin(), head.begin() + j, b) != head.begin() + j) continue;
-        head[static_cast<size_t>(j)] = b;
-        src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, b));
-        dst[static_cast<size_t>(i)].push_back(req.ws_slots[static_cast<size_t>(h * k + j)]);
-        ++j;
-      }
-      if (partial > 0) {
-        src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, complete));
-        dst[static_cast<size_t>(i)].push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
-      }
-    }
-  }
-  DeviceSide& d = sides_[0];
-  Backend& b = *d.backend;
-  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
-  for (int64_t i = 0; i < ls; ++i) {
-    const int64_t l = config_.dense_layers + i;
-    b.CopyBlocks(d.store->pool(l), b.Upload(HostI32(src[static_cast<size_t>(i)])), gpu_pools[static_cast<size_t>(l)],
-                 b.Upload(HostI32(dst[static_cast<size_t>(i)])));
-  }
-  WriteRowState(*d.state, req, [&](int64_t l) -> const std::vector<std::vector<int32_t>>& {
-    return layer_ws[static_cast<size_t>(l - config_.dense_layers)];
-  });
-  // Remote blocks: every block below nb that `local` does not name (the working sets and the
-  // tail are local by construction: they were copied from the host store above).
-  req.remote_left = 0;
-  if (local != nullptr) {
-    const int64_t nb = BlocksFor(num_tokens), mb = d.state->max_blocks();
-    std::vector<char> is_local(static_cast<size_t>(nb));
-    for (int64_t i = 0; i < ls; ++i) {
-      uint8_t* mask = d.state->layer(config_.dense_layers + i).remote.data<uint8_t>();
-      for (int64_t h = 0; h < hkv; ++h) {
-        std::fill(is_local.begin(), is_local.end(), 0);
-        for (int32_t b : (*local)[static_cast<size_t>(i * hkv + h)]) {
-          if (b >= 0 && b < nb) is_local[static_cast<size_t>(b)] = 1;
-        }
-        for (int64_t b = 0; b < nb && b < mb; ++b) {
-          const bool remote = !is_local[static_cast<size_t>(b)];
-          mask[(req.row * hkv + h) * mb + b] = remote ? 1 : 0;
-          req.remote_left += remote ? 1 : 0;
-        }
-      }
-    }
-  }
-  return Status::Ok();
-}
-
-std::vector<SparseKvManager::RemoteBlock> SparseKvManager::RemoteMisses(uint64_t id) const {
-  std::vector<RemoteBlock> out;
-  auto it = requests_.find(id);
-  if (it == requests_.end() || it->second.row < 0 || it->second.remote_left == 0) return out;
-  const DeviceSide& d = sides_[0];
-  const int64_t hkv = shape_.num_kv_heads, cr = d.state->remote_cap(), r = it->second.row;
-  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
-    const int32_t* rout = d.state->layer(l).remote_out.data<int32_t>();
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t j = 0; j < cr; ++j) {
-        const int32_t b = rout[(r * hkv + h) * cr + j];
-        if (b < 0) break;
-        out.push_back({static_cast<int32_t>(l), static_cast<int32_t>(h), b});
-      }
-    }
-  }
-  return out;
-}
-
-std::vector<int32_t> SparseKvManager::LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks) {
-  std::vector<Landing> all;
-  all.reserve(blocks.size());
-  for (const RemoteBlock& b : blocks) all.push_back({id, b});
-  return LandingSlots(all);
-}
-
-std::vector<int32_t> SparseKvManager::LandingSlots(const std::vector<Landing>& blocks) {
-  std::vector<int32_t> out(blocks.size(), -1);
-  DeviceSide& d = sides_[0];
-  HostKvStore& store = *d.store;
-  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks(), ls = shape_.num_layers - config_.dense_layers;
-  // Per sparse layer: summary-only rows -> fresh cells, and the device table entries that change.
-  std::vector<std::vector<int32_t>> from(static_cast<size_t>(ls)), to(static_cast<size_t>(ls));
-  std::vector<std::vector<int32_t>> table_at(static_cast<size_t>(ls)), table_slot(static_cast<size_t>(ls));
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const auto it = requests_.find(blocks[i].id);
-    if (it == requests_.end()) continue;
-    Request& r = it->second;
-    const RemoteBlock& b = blocks[i].block;
-    if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv ||
-        b.block < 0 || b.block >= r.reserved_blocks) {
-      continue;
-    }
-    if (b.block >= r.layer_blocks) {  // a whole slot: always local
-      out[i] = WholeSlot(r, b.head, b.block);
-      continue;
-    }
-    int32_t& id_ref = CellRef(r, b.layer, b.head, b.block);
-    if (!store.IsSlot(id_ref)) {
-      auto cell = store.AllocateCells(b.layer, 1);
-      if (!cell) continue;
-      const auto li = static_cast<size_t>(b.layer - config_.dense_layers);
-      from[li].push_back(id_ref);
-      to[li].push_back(cell->front());
-      id_ref = cell->front();
-      ++r.cells_held;
-      if (r.row >= 0 && b.block < mb) {
-        table_at[li].push_back(static_cast<int32_t>((r.row * hkv + b.head) * mb + b.block));
-        table_slot[li].push_back(id_ref);
-      }
-    }
-    out[i] = id_ref;
-  }
-  // Every layer's index lists in one upload (one host sync), then views of it per layer.
-  std::vector<int32_t> all;
-  std::vector<int64_t> at(static_cast<size_t>(ls) + 1, 0);
-  for (int64_t i = 0; i < ls; ++i) {
-    const auto li = static_cast<size_t>(i);
-    at[li] = static_cast<int64_t>(all.size());
-    for (const auto* v : {&from[li], &to[li], &table_at[li], &table_slot[li]}) all.insert(all.end(), v->begin(), v->end());
-  }
-  if (all.empty()) return out;
-  Backend& be = *d.backend;
-  const Tensor idx = be.Upload(HostI32(all));
-  for (int64_t i = 0; i < ls; ++i) {
-    const auto li = static_cast<size_t>(i);
-    if (from[li].empty()) continue;
-    const int64_t l = config_.dense_layers + i, n = static_cast<int64_t>(from[li].size());
-    const int64_t nt = static_cast<int64_t>(table_at[li].size());
-    const Tensor src = idx.Slice(at[li], at[li] + n), dst = idx.Slice(at[li] + n, at[li] + 2 * n);
-    for (Tensor* t : {&store.kmin(l), &store.kmax(l)}) {
-      Tensor moved = be.Empty({n, t->dim(1)}, t->dtype());
-      be.GatherRows(*t, src, moved);
-      be.ScatterRows(moved, dst, *t);
-    }
-    if (nt > 0) {
-      Tensor& tables = d.state->layer(l).host_tables;
-      Tensor flat = tables.Reshape({tables.numel(), 1});
-      be.ScatterRows(idx.Slice(at[li] + 2 * n + nt, at[li] + 2 * n + 2 * nt).Reshape({nt, 1}),
-                     idx.Slice(at[li] + 2 * n, at[li] + 2 * n + nt), flat);
-    }
-    store.FreeCells(l, from[li]);  // the rows
-  }
-  return out;
-}
-
-void SparseKvManager::MarkLocal(uint64_t id, const RemoteBlock& b) {
-  auto it = requests_.find(id);
-  if (it == requests_.end() || it->second.row < 0 || it->second.remote_left == 0) return;
-  DeviceSide& d = sides_[0];
-  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks();
-  if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv || b.block < 0 ||
-      b.block >= mb || b.block >= it->second.reserved_blocks ||
-      !d.store->IsSlot(HostSlot(it->second, b.layer, b.head, b.block))) {
-    return;
-  }
-  uint8_t& bit = d.state->layer(b.layer).remote.data<uint8_t>()[(it->second.row * hkv + b.head) * mb + b.block];
-  if (bit == 0) return;
-  // The block's K/V was written to the host store before: make that visible before the flag
-  // (the device reads the flag, then, in a later kernel, the block).
-  std::atomic_thread_fence(std::memory_order_release);
-  reinterpret_cast<std::atomic<uint8_t>&>(bit).store(0, std::memory_order_release);
-  --it->second.remote_left;
-}
-
-int64_t SparseKvManager::RemoteBlocksLeft(uint64_t id) const {
-  auto it = requests_.find(id);
-  return it == requests_.end() ? 0 : it->second.remote_left;
 }
 
 }  // namespace oasis

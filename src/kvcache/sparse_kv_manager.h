@@ -20,6 +20,9 @@
 // Device work of a side runs through `run_sides` (TP: on the rank's worker thread, its
 // device current); without TP there is one side and it runs inline.
 //
+// Layered reservations and remote blocks (the decode side of disaggregation drives them through
+// disagg/kv_import.h) are in sparse_kv_remote.cpp; the switch's plan in sparse_switch_plan.h.
+//
 // Owns: the device sides, the per-request host reservations, sparse rows and GPU slots it
 // took over. The GPU BlockAllocator is the engine's (shared with the scheduler). Not
 // thread-safe: the engine loop thread.
@@ -39,6 +42,7 @@
 #include "kvcache/sparse_config.h"
 #include "kvcache/sparse_device_state.h"
 #include "kvcache/sparse_step_plan.h"
+#include "kvcache/sparse_switch_plan.h"
 #include "oasis/status.h"
 
 namespace oasis {
@@ -63,6 +67,17 @@ struct SparseBatchEntry {
   int64_t start = 0;                      // position of its first token this step
   int32_t num_tokens = 0;                 // tokens this step; sparse: 1 ([x_t]) or 2 ([x_t, draft])
   const HeadBlockTable* table = nullptr;  // its dense table (needed when dense_layers > 0)
+};
+
+// How a layered reservation (SparseKvManager::ReserveLayered) holds its first blocks: per
+// sparse layer i, the cells and summary-only rows it takes and which blocks of each head are
+// local (their K/V in the host store); the blocks past layer_blocks take whole slots.
+struct LayeredHold {
+  int64_t layer_blocks = 0;              // blocks held per layer (≤ the reservation's)
+  int64_t whole = 0;                     // whole host slots: Hkv * (blocks - layer_blocks)
+  std::vector<int64_t> cells, rows;      // [Ls]: cells and summary-only rows of layer i
+  std::vector<int64_t> num_local;        // [Ls]: local blocks of layer i, all heads
+  std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]: 1 = local
 };
 
 // Runs fn(side) for every device side, each where that side's backend may be used (TP: on
@@ -93,6 +108,7 @@ class SparseKvManager {
   HostKvStore& host_store(int side = 0) { return *sides_.at(static_cast<size_t>(side)).store; }
   const HostKvStore& host_store(int side = 0) const { return *sides_.at(static_cast<size_t>(side)).store; }
   SparseDeviceState& state(int side = 0) { return *sides_.at(static_cast<size_t>(side)).state; }
+  const SparseDeviceState& state(int side = 0) const { return *sides_.at(static_cast<size_t>(side)).state; }
 
   // ---- Admission (host store). `max_total_tokens` = prompt + max output tokens.
   // `always_sparse`: a request that goes sparse whatever its length (disaggregation: a
@@ -121,29 +137,26 @@ class SparseKvManager {
                         const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   bool IsSparse(uint64_t id) const;
 
-  // ---- Disaggregation (docs/disaggregation.md). One device side only (no tensor parallelism)
-  // and dense_layers == 0; otherwise FailedPrecondition.
+  // InvalidArgument when `id` already holds room or `max_total_tokens` exceeds max_seq_len.
+  Status CanReserve(uint64_t id, int64_t max_total_tokens) const;
+
+  // ---- Layered reservations and remote blocks: host KV whose first blocks are held per layer
+  // and may not be here yet. The decode side of disaggregation drives them
+  // (disagg/kv_import.h); they need one device side and dense_layers == 0
+  // (CheckDisaggregation).
   // Host slot of (sparse layer, KV head, logical block) of a reserved request (-1: unknown
-  // request or block beyond its reservation). An import's staged blocks are held per layer: a
-  // cell, or for a remote block a summary-only row (HostKvStore::IsSlot false: its summaries
-  // go there, never K/V).
+  // request or block beyond its reservation). Blocks below a layered reservation's
+  // layer_blocks are held per layer: a cell, or for a remote block a summary-only row
+  // (HostKvStore::IsSlot false: its summaries go there, never K/V).
   int32_t HostSlotOf(uint64_t id, int64_t layer, int64_t head, int64_t block) const;
-  // The decode side's admission: like CheckAdmission / Reserve with always_sparse, except that
-  // blocks [0, layer_blocks) (the staged complete blocks) are held per layer: the blocks of
-  // `local[(l - dense_layers) * Hkv + h]` take a cell of layer l, the others (remote: their K/V
-  // stays on the prefill instance) a summary-only row while the layer has free ones, a cell
-  // otherwise. local == nullptr: every staged block is local (full transfer).
-  HostAdmission CheckImportAdmission(int64_t max_total_tokens, int64_t layer_blocks,
-                                     const std::vector<std::vector<int32_t>>* local) const;
-  Status ReserveImport(uint64_t id, int64_t max_total_tokens, int64_t layer_blocks,
-                       const std::vector<std::vector<int32_t>>* local);
+  // Reserves host room for `id` as `hold` says (an always-sparse request): blocks [0,
+  // hold.layer_blocks) per sparse layer i and head h a summary-only row where
+  // !hold.local[i * Hkv + h][b] while the layer's hold.rows last, else a cell (hold.cells per
+  // layer); the other blocks whole slots (hold.whole). The hold must fit (planned against this
+  // store: disagg::ImportAdmission kFits) and CanReserve be Ok; CHECKed.
+  void ReserveLayered(uint64_t id, int64_t max_total_tokens, const LayeredHold& hold);
   // Host memory (K/V storage) a reserved request holds: whole slots and cells.
   int64_t HostBytesHeld(uint64_t id) const;
-  // Of a sparse request after a step: per sparse layer and KV head (index
-  // (layer - dense_layers) * Hkv + head) its working set in working-slot order, then the
-  // blocks of its prediction for the next step that are not resident (score order). What a
-  // handoff ships besides the tail. Downloads the request's rows (a device sync).
-  StatusOr<std::vector<std::vector<int32_t>>> HandoffBlocks(uint64_t id);
   // Makes a reserved request sparse from KV that is already in the host store (an import on
   // the decode node): `num_tokens` tokens have K/V there (and summaries), `working[(l -
   // dense_layers) * Hkv + h]` lists its initial working set of layer l and head h (entries
@@ -154,17 +167,16 @@ class SparseKvManager {
   // GPU slots.
   // `local` (same indexing; null = every block): the blocks whose K/V is in the host store;
   // the other blocks below ceil(num_tokens / 16) are *remote* (config().remote_fetch_cap > 0
-  // needed): select lists them instead of fetching them (RemoteMisses) until MarkLocal.
+  // needed): select lists them (the device state's remote_out; disagg::RemoteMisses) instead
+  // of fetching them until MarkLocal.
   Status ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
                       std::vector<LayerKvPool>& gpu_pools, const std::vector<std::vector<int32_t>>* local = nullptr);
+  // A block of a sparse layer and KV head whose K/V is not in the host store (remote).
   struct RemoteBlock {
     int32_t layer = 0;  // model layer (>= dense_layers)
     int32_t head = 0;
     int32_t block = 0;
   };
-  // The remote misses the last step's select listed for a sparse request (read from host
-  // memory: call after the step). Empty for a request without remote blocks.
-  std::vector<RemoteBlock> RemoteMisses(uint64_t id) const;
   // Where the K/V of remote blocks about to arrive goes (between steps): per block, its host
   // slot, or -1 when the request is unknown or no host slot is free (the block then stays
   // remote). A block on a summary-only row moves to a fresh host slot first — its summaries
@@ -185,6 +197,9 @@ class SparseKvManager {
   int64_t RemoteBlocksLeft(uint64_t id) const;
   // Ok when this manager can take part in disaggregation (one side, no dense layers).
   Status CheckDisaggregation() const;
+  // The sparse row of a request (-1: unknown or dense); its row of state() holds its working
+  // set, prediction and remote misses.
+  int32_t SparseRow(uint64_t id) const;
 
   // ---- Per step. Builds the host plan for a batch (dense entries pass through). Positions
   // must advance by one real token per step for sparse requests (the draft is not kept).
@@ -222,20 +237,23 @@ class SparseKvManager {
   int32_t WholeSlot(const Request& r, int64_t head, int64_t block) const;
   // The device host-table row of a request in `layer`: [Hkv, MB], -1 beyond its reservation.
   std::vector<int32_t> TablesRow(const Request& r, int64_t layer, int64_t max_blocks) const;
-  // Per sparse layer: cells and summary-only rows an import needs; and the whole slots.
-  struct ImportNeed {
-    int64_t layer_blocks = 0;  // clamped to the reservation
-    int64_t whole = 0;
-    std::vector<int64_t> cells, rows, num_local;
-    std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]
+  // ImportSparse's working sets per sparse layer ([Ls][Hkv][K], -1 empty: complete blocks,
+  // distinct, at most K) and per layer the host -> GPU copies that fill them and the partial
+  // tail block (host slot src -> GPU slot dst).
+  struct ImportCopies {
+    std::vector<std::vector<std::vector<int32_t>>> layer_ws;
+    std::vector<std::vector<int32_t>> src, dst;
   };
-  ImportNeed ImportNeedOf(int64_t max_total_tokens, int64_t layer_blocks,
-                          const std::vector<std::vector<int32_t>>* local) const;
-  HostAdmission ImportAdmission(const ImportNeed& n) const;
+  ImportCopies PlanImportCopies(const Request& req, int64_t num_tokens,
+                                const std::vector<std::vector<int32_t>>& working) const;
+  // Flags the blocks below ceil(num_tokens / 16) that `local` does not name remote in the
+  // request's row (none when local is null) and counts them.
+  void MarkRemote(Request& req, int64_t num_tokens, const std::vector<std::vector<int32_t>>* local);
   // GPU slot of tail block `block` of head `head`.
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
-  // Initial working set: block 0 and the most recent complete blocks, at most K, ascending.
-  std::vector<int64_t> InitialBlocks(int64_t complete) const;
+  // The device half of SwitchToSparse: the plan's copies and the row state, on every side.
+  void RunSwitchCopies(const SparseSwitchPlan& plan, const Request& req,
+                       const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   // ws_blocks(l): [Hkv][K] logical blocks of layer l's working slots (-1 = empty).
   void WriteRowState(SparseDeviceState& state, const Request& r,
                      const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& ws_blocks);

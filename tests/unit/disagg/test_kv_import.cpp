@@ -1,0 +1,198 @@
+// The decode side of disaggregation over SparseKvManager (disagg/kv_import.h and the
+// manager's layered reservations and remote blocks), on the CPU backend: staged blocks held
+// per layer (cells for local blocks, summary-only rows for remote ones), admission, working
+// sets from the host store, landing remote blocks and marking them local, release.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "disagg/kv_import.h"
+
+using namespace oasis;
+using namespace oasis::disagg;
+
+namespace {
+
+constexpr int64_t kLayers = 3, kHeads = 2, kDim = 8, kGpuSlots = 64;
+
+SparseConfig Config(int32_t k = 3, int32_t dense_layers = 0) {
+  SparseConfig c;
+  c.topk_blocks = k;
+  c.fetch_ratio = 0.5;
+  c.sparse_threshold = 32;
+  c.dense_layers = dense_layers;
+  c.max_sparse_seqs = 2;
+  c.max_seq_len = 400;
+  // 60 host slots: 2 * 16 * 8 * (sparse layers) floats each.
+  c.host_kv_gib =
+      60.0 *
+      static_cast<double>(HostKvStore::BytesPerSlot(kLayers - dense_layers, kDim, DType::kF32)) /
+      (1024.0 * 1024.0 * 1024.0);
+  return c;
+}
+
+struct Rig {
+  CpuBackend backend{1};
+  BlockAllocator alloc{kGpuSlots};
+  std::vector<LayerKvPool> pools;
+  std::unique_ptr<SparseKvManager> manager;
+  explicit Rig(const SparseConfig& c) {
+    std::mt19937 rng(std::random_device{}());
+    std::normal_distribution<float> dist;
+    for (int64_t l = 0; l < kLayers; ++l) {
+      LayerKvPool p{Tensor::Empty({kGpuSlots, kBlockSize, kDim}, DType::kF32),
+                    Tensor::Empty({kGpuSlots, kBlockSize, kDim}, DType::kF32)};
+      for (Tensor* t : {&p.k, &p.v}) {
+        for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = dist(rng);
+      }
+      pools.push_back(p);
+    }
+    manager = std::make_unique<SparseKvManager>(c, SparseModelShape{kLayers, kHeads, kDim}, backend,
+                                                alloc);
+  }
+  // A dense request of `tokens` tokens, switched to sparse.
+  HeadBlockTable SwitchNew(uint64_t id, int64_t tokens, int64_t reserve_total) {
+    HeadBlockTable t(kHeads);
+    REQUIRE(manager->Reserve(id, reserve_total).ok());
+    REQUIRE(t.Reserve(tokens, alloc).ok());
+    return t;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "decode side: staged blocks held per layer, remote ones on summary-only rows until they land",
+    "[kvcache][sparse]") {
+  SparseConfig c = Config(/*k=*/3);
+  c.remote_fetch_cap = 2;
+  c.remote_kv_gib = c.host_kv_gib * 40.0 / 60.0;  // 40 summary-only rows per layer
+  Rig rig(c);
+  SparseKvManager& m = *rig.manager;
+  HostKvStore& store = m.host_store();
+  REQUIRE(store.num_slots() == 60);
+  REQUIRE(store.num_summary_rows() == 40);
+  REQUIRE(store.kmin(0).dim(0) == 100);
+  // 400 tokens = 25 blocks; blocks 0-19 are staged (per layer), 20-24 whole slots.
+  // Local per layer: head 0 blocks 15-19, head 1 blocks 0-4 in layers 0 and 1; layer 2 also
+  // head 0 block 3. The rest (15 per head and layer) is remote.
+  std::vector<std::vector<int32_t>> local(static_cast<size_t>(kLayers * kHeads));
+  for (int64_t l = 0; l < kLayers; ++l) {
+    local[static_cast<size_t>(l * kHeads)] = {15, 16, 17, 18, 19};
+    local[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2, 3, 4};
+  }
+  local[static_cast<size_t>(2 * kHeads)].push_back(3);
+  CHECK(CheckImportAdmission(m, 400, 20, &local) == HostAdmission::kFits);
+  CHECK(CheckImportAdmission(m, 401, 20, &local) == HostAdmission::kNever);
+  CHECK(CheckImportAdmission(m, 400, 20, nullptr) ==
+        HostAdmission::kFits);  // full: 50 slots' worth
+  REQUIRE(ReserveImport(m, 7, 400, 20, &local).ok());
+  // Whole slots: 5 blocks x 2 heads = 10; cells: 10 per layer (11 in layer 2) on 11 split slots.
+  CHECK(m.HostBytesHeld(7) ==
+        static_cast<int64_t>(10 * store.bytes_per_slot() + 31 * store.bytes_per_cell()));
+  CHECK(m.host_slots_reserved() == 21);
+  CHECK(m.summary_rows_held() == 30 + 30 + 29);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      for (int64_t b = 0; b < 25; ++b) {
+        const auto& lst = local[static_cast<size_t>(l * kHeads + h)];
+        const bool is_local = b >= 20 || std::find(lst.begin(), lst.end(), b) != lst.end();
+        CHECK(store.IsSlot(m.HostSlotOf(7, l, h, b)) == is_local);
+      }
+    }
+  }
+  CHECK(m.HostSlotOf(7, 0, 0, 22) ==
+        m.HostSlotOf(7, 2, 0, 22));  // whole slots: one id in every layer
+  // A second import whose remote blocks outnumber the rows left take cells for the rest.
+  CHECK(CheckImportAdmission(m, 160, 10, &local) == HostAdmission::kFits);
+  REQUIRE(ReserveImport(m, 8, 160, 10, &local)
+              .ok());  // 10 staged blocks: head 0 all remote, head 1 5 local
+  CHECK(store.num_free_summary_rows(0) == 0);  // 15 remote, 10 rows left: 5 take cells
+  m.Release(8);
+  CHECK(store.num_free_summary_rows(0) == 10);
+  CHECK(m.host_slots_reserved() == 21);
+
+  // Distinct summaries per (layer, head, block) in whatever row each block holds.
+  auto value = [](int64_t l, int64_t h, int64_t b) {
+    return static_cast<float>(1000 * l + 100 * h + b);
+  };
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      for (int64_t b = 0; b < 25; ++b) {
+        const int32_t row = m.HostSlotOf(7, l, h, b);
+        std::fill_n(store.kmin(l).data<float>() + row * kDim, kDim, value(l, h, b));
+        std::fill_n(store.kmax(l).data<float>() + row * kDim, kDim, -value(l, h, b));
+      }
+    }
+  }
+  // Import 20 staged blocks: working sets from the local blocks, the rest remote.
+  std::vector<std::vector<int32_t>> working(static_cast<size_t>(kLayers * kHeads));
+  for (int64_t l = 0; l < kLayers; ++l) {
+    working[static_cast<size_t>(l * kHeads)] = {15, 16, 17};
+    working[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2};
+  }
+  REQUIRE(m.ImportSparse(7, 20 * kBlockSize, working, rig.pools, &local).ok());
+  CHECK(m.RemoteBlocksLeft(7) == 30 + 30 + 29);
+  SparseDeviceState& st = m.state();
+  auto table = [&](int64_t l, int64_t h, int64_t b) {
+    return st.layer(l).host_tables.data<int32_t>()[(0 * kHeads + h) * st.max_blocks() + b];
+  };
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t b = 0; b < 25; ++b) CHECK(table(l, 1, b) == m.HostSlotOf(7, l, 1, b));
+  }
+  CHECK_FALSE(store.IsSlot(table(0, 0, 3)));
+  CHECK(store.IsSlot(table(2, 0, 3)));
+
+  // Head 0 block 3 arrives in layers 0 and 1, head 1 block 10 in layer 2: a cell each.
+  const std::vector<SparseKvManager::RemoteBlock> arriving = {{0, 0, 3}, {1, 0, 3}, {2, 1, 10}};
+  const int32_t old_row = m.HostSlotOf(7, 0, 0, 3);
+  const int64_t held = m.HostBytesHeld(7);
+  const std::vector<int32_t> slots = m.LandingSlots(7, arriving);
+  REQUIRE(slots.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(store.IsSlot(slots[i]));
+    CHECK(m.HostSlotOf(7, arriving[i].layer, arriving[i].head, arriving[i].block) == slots[i]);
+    CHECK(table(arriving[i].layer, arriving[i].head, arriving[i].block) ==
+          slots[i]);  // the device's table follows
+  }
+  CHECK(m.HostBytesHeld(7) == held + static_cast<int64_t>(3 * store.bytes_per_cell()));
+  CHECK(m.summary_rows_held() == 30 + 30 + 29 - 3);
+  CHECK(old_row != slots[0]);
+  // The summaries moved with the block, in its layer only.
+  CHECK(store.kmin(0).data<float>()[slots[0] * kDim + kDim - 1] == value(0, 0, 3));
+  CHECK(store.kmax(1).data<float>()[slots[1] * kDim] == -value(1, 0, 3));
+  CHECK(store.kmin(2).data<float>()[slots[2] * kDim] == value(2, 1, 10));
+  CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 2, 1, 11)));
+  // Still remote until marked; a block still on a summary-only row cannot be marked.
+  CHECK(m.RemoteBlocksLeft(7) == 89);
+  m.MarkLocal(7, {0, 0, 3});
+  m.MarkLocal(7, {0, 0, 4});  // not landed: ignored
+  CHECK(m.RemoteBlocksLeft(7) == 88);
+  CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 0);
+  CHECK(st.layer(1).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 1);
+  CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 4] == 1);
+  // Landing again reuses the cell; a whole slot lands where it is.
+  CHECK(m.LandingSlots(7, {{0, 0, 3}, {1, 0, 21}}) ==
+        std::vector<int32_t>{slots[0], m.HostSlotOf(7, 1, 0, 21)});
+  CHECK(m.HostBytesHeld(7) == held + static_cast<int64_t>(3 * store.bytes_per_cell()));
+
+  // No free cell or slot: the block stays on its row.
+  std::optional<std::vector<int32_t>> hog = store.Allocate(store.num_free());
+  std::optional<std::vector<int32_t>> hog0 = store.AllocateCells(0, store.num_free_cells(0));
+  REQUIRE(hog);
+  REQUIRE(hog0);
+  CHECK(m.LandingSlots(7, {{0, 0, 5}}) == std::vector<int32_t>{-1});
+  CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 0, 0, 5)));
+  CHECK(m.LandingSlots(99, {{0, 0, 5}}) == std::vector<int32_t>{-1});  // unknown request
+  store.FreeCells(0, *hog0);
+  store.Free(*hog);
+
+  m.Release(7);
+  CHECK(m.host_slots_reserved() == 0);
+  CHECK(m.summary_rows_held() == 0);
+  CHECK(store.num_cell_slots() == 0);
+  CHECK(rig.alloc.num_free() == kGpuSlots);
+}

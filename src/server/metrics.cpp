@@ -1,17 +1,14 @@
 #include "server/metrics.h"
 
-#include <cstdio>
+#include "common/histogram.h"
+
 #include <sstream>
 #include <tuple>
 
 namespace oasis::server {
 namespace {
 
-std::string Number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+std::string Number(double v) { return PrometheusNumber(v); }
 
 void Metric(std::ostringstream& s, const char* type, const std::string& name, const std::string& help,
             const std::string& labels, double value) {
@@ -164,22 +161,6 @@ std::string HttpMetrics::Render(const std::string& model_label) const {
   Metric(s, "counter", "oasis:client_disconnects_total",
          "Requests aborted because their client disconnected before they finished.",
          "model_name=\"" + EscapeLabel(model_label) + "\"", static_cast<double>(client_disconnects_));
-  return s.str();
-}
-
-std::string RenderHistogram(const std::string& name, const std::string& help, const LatencyHistogram& h,
-                            const std::string& labels) {
-  std::ostringstream s;
-  s << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
-  int64_t cumulative = 0;
-  for (size_t i = 0; i < h.counts.size(); ++i) {
-    cumulative += h.counts[i];
-    const std::string le = i < h.bounds.size() ? Number(h.bounds[i]) : "+Inf";
-    s << name << "_bucket{" << labels << ",le=\"" << le << "\"} " << cumulative << "\n";
-  }
-  if (h.counts.empty()) s << name << "_bucket{" << labels << ",le=\"+Inf\"} " << h.count << "\n";
-  s << name << "_sum{" << labels << "} " << Number(h.sum) << "\n";
-  s << name << "_count{" << labels << "} " << h.count << "\n";
   return s.str();
 }
 

@@ -38,8 +38,6 @@ class HttpMetrics {
 
 // `model_name` becomes the model_name label. `ready` is 0 while loading.
 std::string RenderEngineMetrics(const EngineStats& stats, const std::string& model_name);
-std::string RenderHistogram(const std::string& name, const std::string& help, const LatencyHistogram& h,
-                            const std::string& labels);
 // A prefill instance's staging pool and server (docs/disaggregation.md §7).
 struct StagingMetrics {
   uint64_t bytes_total = 0, bytes_held = 0, requests_held = 0;

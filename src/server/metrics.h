@@ -1,8 +1,10 @@
 // Prometheus text exposition of the server's metrics (names like vLLM's, prefix "oasis:"):
 // engine gauges and counters from EngineStats (running/waiting requests, KV usage, prompt
 // and generation tokens, finished requests by reason, TTFT/ITL/e2e histograms, lookahead
-// decoding's spec_decode counters, sparse KV's oasis:sparse_* and host KV store gauges) plus the
-// HTTP front end's own request counters (HttpMetrics).
+// decoding's spec_decode counters, sparse KV's oasis:sparse_* and host KV store gauges), a
+// prefill instance's staging pool, plus the HTTP front end's own request counters
+// (HttpMetrics). The engine's and the staging pool's are rendered from tables of rows, one per
+// metric (engine_metrics.cpp, metrics.cpp; metric_table.h).
 //
 // HttpMetrics is thread-safe (one mutex); the render functions are pure.
 #pragma once

@@ -1,6 +1,15 @@
 #include "common/http_util.h"
 
+#include <cctype>
+
 namespace oasis {
+
+std::string Trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
 
 bool KeyMatches(const std::string& presented, const std::string& key) {
   if (presented.size() != key.size()) return false;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -55,6 +56,39 @@ Status ApplyJsonSetting(const SettingField<Config>& s, const nlohmann::json& val
     config->**d = value.get<double>();
   }
   return Status::Ok();
+}
+
+// A JSON object of settings (a config file's contents, named `source` in errors) applied to
+// `config`: keys are flag names with '-' or '_', keys starting with '_' ("_comment") are skipped,
+// unknown keys and wrong types are InvalidArgument errors naming the key. `special(name, value,
+// where)` sees every key first and returns the outcome for the keys it handles itself, nullopt
+// for the others (the table's).
+template <class Config, class Special>
+Status ApplySettingsJson(const nlohmann::json& json, const std::string& source,
+                         const std::vector<SettingField<Config>>& table, Config* config, Special special) {
+  if (!json.is_object()) return InvalidArgument(source + ": expected a JSON object of settings");
+  for (const auto& [key, value] : json.items()) {
+    if (!key.empty() && key[0] == '_') continue;
+    const std::string name = FlagName(key);
+    const std::string where = source + ": '" + key + "'";
+    if (std::optional<Status> handled = special(name, value, where)) {
+      OASIS_RETURN_IF_ERROR(*handled);
+      continue;
+    }
+    const SettingField<Config>* setting = FindSetting(table, name);
+    if (setting == nullptr) return InvalidArgument(source + ": unknown setting '" + key + "'");
+    OASIS_RETURN_IF_ERROR(ApplyJsonSetting(*setting, value, where, config));
+  }
+  return Status::Ok();
+}
+
+template <class Config>
+Status ApplySettingsJson(const nlohmann::json& json, const std::string& source,
+                         const std::vector<SettingField<Config>>& table, Config* config) {
+  return ApplySettingsJson(json, source, table, config,
+                           [](const std::string&, const nlohmann::json&, const std::string&) -> std::optional<Status> {
+                             return std::nullopt;
+                           });
 }
 
 // Binds every setting of `table` to its member of `config` as a flag (pass 2: the defaults are

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/histogram.h"
 #include "runner/draft_runner.h"
 #include "engine/kv_handoff.h"
 #include "engine/lookahead.h"
@@ -134,18 +135,8 @@ struct EngineOptions {
   KvHandoffExporter* handoff_exporter = nullptr;
 };
 
-// A Prometheus-style histogram: counts[i] = observations in (bounds[i-1], bounds[i]]; the
-// exporter makes them cumulative.
-struct LatencyHistogram {
-  std::vector<double> bounds;   // upper bounds, ascending
-  std::vector<int64_t> counts;  // per bucket (non-cumulative), bounds.size() + 1 entries (+Inf last)
-  double sum = 0.0;
-  int64_t count = 0;
-
-  // Empty buckets for `upper_bounds` (ascending).
-  static LatencyHistogram WithBounds(std::vector<double> upper_bounds);
-  void Observe(double value);
-};
+// The engine's latency histograms (common/histogram.h).
+using LatencyHistogram = Histogram;
 
 // Point-in-time counters for /metrics (names in the server follow vLLM's, prefix oasis:).
 struct EngineStats {

@@ -1,4 +1,4 @@
-// RequestStream, FinishReasonName, LatencyHistogram and EngineStats' sparse ratios (engine/engine.h).
+// RequestStream, FinishReasonName and EngineStats' sparse ratios (engine/engine.h).
 #include <algorithm>
 
 #include "common/check.h"
@@ -61,24 +61,6 @@ void RequestStream::Push(RequestOutput out) {
 bool RequestStream::finished() const {
   std::lock_guard<std::mutex> lock(mu_);
   return finished_pushed_;
-}
-
-LatencyHistogram LatencyHistogram::WithBounds(std::vector<double> upper_bounds) {
-  OASIS_CHECK(std::is_sorted(upper_bounds.begin(), upper_bounds.end()))
-      << "histogram bounds must ascend";
-  LatencyHistogram h;
-  h.counts.assign(upper_bounds.size() + 1, 0);
-  h.bounds = std::move(upper_bounds);
-  return h;
-}
-
-void LatencyHistogram::Observe(double value) {
-  OASIS_CHECK_EQ(counts.size(), bounds.size() + 1) << "histogram not initialised (WithBounds)";
-  const size_t bucket =
-      static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
-  ++counts[bucket];
-  sum += value;
-  ++count;
 }
 
 double EngineStats::sparse_topk_agreement() const {

@@ -4,7 +4,7 @@
 // catches everything (the server never dies on a request); a client that disconnects has its
 // engine requests aborted.
 //
-// Owns the httplib::Server (and its worker threads). Bind() then Run() (blocking) on one
+// Owns its HttpListener (common/http_listener.h: the httplib::Server and its worker threads). Bind() then Run() (blocking) on one
 // thread; Stop() from any other. Handlers run concurrently on the worker threads and only
 // use the thread-safe Service.
 #pragma once
@@ -15,8 +15,8 @@
 #include "oasis/status.h"
 #include "server/serving.h"
 
-namespace httplib {
-class Server;
+namespace oasis {
+class HttpListener;
 }
 
 namespace oasis::server {
@@ -37,7 +37,7 @@ class HttpFrontend {
  private:
   void Routes();
   Service& service_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpListener> listener_;
 };
 
 }  // namespace oasis::server

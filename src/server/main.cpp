@@ -9,14 +9,12 @@
 // load, then 200. SIGINT/SIGTERM: refuse new requests, abort live ones, stop the front ends,
 // release the model, exit 0. Prints "oasis-server: listening on http://HOST:PORT" (with the
 // real port when --port 0) and "oasis-server: ready" to stdout.
-#include <signal.h>
-
 #include <cstdio>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
-#include "common/logging.h"
+#include "common/program.h"
 #include "server/grpc_service.h"
 #include "server/http_server.h"
 #include "server/model_host.h"
@@ -26,16 +24,6 @@ using namespace oasis;
 using namespace oasis::server;
 
 namespace {
-
-// Blocks SIGINT/SIGTERM in every thread (call before starting any); WaitForSignal takes them.
-sigset_t BlockShutdownSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
 
 // The resolved sparse KV settings (null when off).
 nlohmann::ordered_json SparseJson(ModelHost& host) {
@@ -74,7 +62,7 @@ Status CheckConfig(const ServerConfig& config) {
   return Status::Ok();
 }
 
-Status Serve(const ServerConfig& config, const sigset_t& signals) {
+Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
   Service service(config);
   HttpFrontend http(service);
   OASIS_ASSIGN_OR_RETURN(int port, http.Bind(config.host, static_cast<int>(config.port)));
@@ -103,9 +91,7 @@ Status Serve(const ServerConfig& config, const sigset_t& signals) {
       service.Publish(std::move(host).value());
       std::printf("oasis-server: ready (model '%s')\n", service.model_name().c_str());
       std::fflush(stdout);
-      int sig = 0;
-      sigwait(&signals, &sig);
-      spdlog::info("signal {}: shutting down", sig);
+      signals.Wait();
     } else {
       status = host.status().WithContext("loading the model");
     }
@@ -121,25 +107,13 @@ Status Serve(const ServerConfig& config, const sigset_t& signals) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  signal(SIGPIPE, SIG_IGN);  // writes to closed sockets fail with EPIPE instead
-  const sigset_t signals = BlockShutdownSignals();
+  const ShutdownSignals signals;
   StatusOr<ParsedCommandLine> cmd = ParseCommandLine(argc, argv);
-  if (!cmd.ok()) {
-    std::fprintf(stderr, "oasis-server: %s\n", cmd.status().ToString().c_str());
-    return 2;
-  }
-  if (cmd->help) {
-    std::printf("%s", cmd->usage.c_str());
-    return 0;
-  }
-  if (Status st = InitLogging(cmd->config.log_level); !st.ok()) {
-    std::fprintf(stderr, "oasis-server: %s\n", st.ToString().c_str());
-    return 2;
+  if (std::optional<int> exit_code =
+          StartProgram("oasis-server", cmd, [](const ParsedCommandLine& c) { return c.config.log_level; })) {
+    return *exit_code;
   }
   Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);
-  if (!st.ok()) {
-    std::fprintf(stderr, "oasis-server: %s\n", st.ToString().c_str());
-    return 1;
-  }
+  if (!st.ok()) return ExitWithError("oasis-server", st, 1);
   return 0;
 }

@@ -1,8 +1,10 @@
 // Prometheus text exposition of the server's metrics (names like vLLM's, prefix "oasis:"):
 // engine gauges and counters from EngineStats (running/waiting requests, KV usage, prompt
 // and generation tokens, finished requests by reason, TTFT/ITL/e2e histograms, lookahead
-// decoding's spec_decode counters, sparse KV's oasis:sparse_* and host KV store gauges) plus the
-// HTTP front end's own request counters (HttpMetrics).
+// decoding's spec_decode counters, sparse KV's oasis:sparse_* and host KV store gauges), a
+// prefill instance's staging pool, plus the HTTP front end's own request counters
+// (HttpMetrics). The engine's and the staging pool's are rendered from tables of rows, one per
+// metric (engine_metrics.cpp, metrics.cpp; metric_table.h).
 //
 // HttpMetrics is thread-safe (one mutex); the render functions are pure.
 #pragma once
@@ -38,8 +40,6 @@ class HttpMetrics {
 
 // `model_name` becomes the model_name label. `ready` is 0 while loading.
 std::string RenderEngineMetrics(const EngineStats& stats, const std::string& model_name);
-std::string RenderHistogram(const std::string& name, const std::string& help, const LatencyHistogram& h,
-                            const std::string& labels);
 // A prefill instance's staging pool and server (docs/disaggregation.md §7).
 struct StagingMetrics {
   uint64_t bytes_total = 0, bytes_held = 0, requests_held = 0;

@@ -208,14 +208,7 @@ nlohmann::ordered_json ServerConfig::ToJson() const {
 }
 
 Status ApplyConfigJson(const nlohmann::json& json, const std::string& source, ServerConfig* config) {
-  if (!json.is_object()) return InvalidArgument(source + ": expected a JSON object of settings");
-  for (const auto& [key, value] : json.items()) {
-    if (!key.empty() && key[0] == '_') continue;  // "_comment" and the like
-    const Setting* setting = FindSetting(Settings(), FlagName(key));
-    if (setting == nullptr) return InvalidArgument(source + ": unknown setting '" + key + "'");
-    OASIS_RETURN_IF_ERROR(ApplyJsonSetting(*setting, value, source + ": '" + key + "'", config));
-  }
-  return Status::Ok();
+  return ApplySettingsJson(json, source, Settings(), config);
 }
 
 Status LoadConfigFile(const std::string& path, ServerConfig* config) {

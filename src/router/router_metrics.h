@@ -1,0 +1,45 @@
+// RouterMetrics: oasis-router's own counters and histograms for GET /metrics (Prometheus text,
+// prefix oasis:router_): requests by route and status, handoffs, requests finished on their
+// prefill instance, clients gone, time to first token, prefill time. Thread-safe (one mutex).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "common/histogram.h"
+
+namespace oasis::router {
+
+class RouterMetrics {
+ public:
+  RouterMetrics();
+
+  // `route`: the path of a known route, or "other" (RouteLabel).
+  void CountRequest(const std::string& route, int status);
+  void CountHandoff();
+  void CountFinishedAtPrefill();
+  void CountClientDisconnect();
+  void ObserveTtft(double seconds);
+  void ObservePrefill(double seconds);
+
+  // The exposition, with `instance_metrics` (UpstreamPool's) after the counters.
+  std::string Render(const std::string& instance_metrics) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::tuple<std::string, int>, int64_t> requests_;
+  int64_t handoffs_ = 0;
+  int64_t finished_at_prefill_ = 0;
+  int64_t client_disconnects_ = 0;
+  Histogram ttft_;
+  Histogram prefill_seconds_;
+};
+
+// The route label of a request path: the path of a known route, else "other" (a bounded
+// label set).
+std::string RouteLabel(const std::string& path);
+
+}  // namespace oasis::router

@@ -1,0 +1,74 @@
+// oasis-router's settings: instance addresses, the settings table read from the command line
+// and --config, and the validated options the Router runs with. Plain value types and pure
+// functions; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "oasis/status.h"
+
+namespace oasis::router {
+
+struct Address {
+  std::string host;
+  int port = 0;
+  std::string ToString() const;  // "host:port" ("[v6]:port")
+  bool operator==(const Address&) const = default;
+};
+
+// "host:port", "[::1]:port" or "http://host:port[/]"; the port must be in [1, 65535].
+// Errors name the value.
+StatusOr<Address> ParseAddress(std::string_view text);
+// A comma-separated list of addresses (blanks around entries ignored; no empty entries).
+// `what` names the list in errors ("--prefill").
+StatusOr<std::vector<Address>> ParseAddressList(std::string_view text, const std::string& what);
+
+struct RouterOptions {
+  std::vector<Address> prefill;
+  std::vector<Address> decode;
+  std::string api_key;           // empty: no authentication
+  double timeout_s = 600;        // upstream read timeout
+  double connect_timeout_s = 5;  // upstream connect timeout
+  int64_t http_threads = 256;    // the HTTP server's worker threads (one per open request)
+  int64_t max_body_bytes = 32 << 20;
+  int health_interval_ms = 1000;  // GET /health of every instance this often
+  int health_timeout_ms = 1000;
+};
+
+// Everything the command line and --config give (the flag names, '-' or '_' in the file).
+struct RouterSettings {
+  std::string prefill;  // comma-separated host:port list (an array in the config file)
+  std::string decode;
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;  // 0: any free port
+  std::string api_key;
+  double timeout_s = 600;
+  double connect_timeout_s = 5;
+  int64_t http_threads = 256;
+  int64_t max_body_bytes = 32 << 20;
+  std::string log_level = "info";
+
+  // Range checks and address parsing.
+  StatusOr<RouterOptions> ToOptions() const;
+};
+
+struct RouterCommandLine {
+  RouterSettings settings;
+  RouterOptions options;  // valid unless help
+  bool help = false;
+  std::string usage;
+};
+
+// A JSON object of settings (the config file's contents) applied to `settings`; unknown keys and
+// wrong types are errors naming the key.
+Status ApplyRouterConfigJson(const nlohmann::json& json, const std::string& source,
+                             RouterSettings* settings);
+// Reads --config FILE (when given), applies the other flags on top, validates.
+StatusOr<RouterCommandLine> ParseRouterCommandLine(int argc, char** argv);
+
+}  // namespace oasis::router

@@ -1,0 +1,209 @@
+#include "router/upstream_pool.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <sstream>
+
+#include "common/http_util.h"
+#include "router/upstream.h"
+
+namespace oasis::router {
+
+using Clock = std::chrono::steady_clock;
+
+const char* RoleName(Role role) { return role == Role::kPrefill ? "prefill" : "decode"; }
+
+UpstreamPool::UpstreamPool(const RouterOptions& options) : options_(options) {
+  auto fill = [](Pool& pool, Role role, const std::vector<Address>& addresses) {
+    for (const Address& a : addresses) {
+      auto inst = std::make_unique<Instance>();
+      inst->role = role;
+      inst->address = a;
+      inst->label = a.ToString();
+      pool.instances.push_back(std::move(inst));
+    }
+  };
+  fill(prefill_, Role::kPrefill, options_.prefill);
+  fill(decode_, Role::kDecode, options_.decode);
+}
+
+UpstreamPool::~UpstreamPool() { JoinHealthChecks(); }
+
+void UpstreamPool::StartHealthChecks() {
+  for (Pool* pool : {&prefill_, &decode_}) {
+    for (auto& inst : pool->instances) {
+      Instance* i = inst.get();
+      health_threads_.emplace_back([this, i] { HealthLoop(i); });
+    }
+  }
+}
+
+void UpstreamPool::StopHealthChecks() {
+  std::lock_guard<std::mutex> lock(health_mu_);
+  health_stop_ = true;
+  health_cv_.notify_all();
+}
+
+void UpstreamPool::JoinHealthChecks() {
+  StopHealthChecks();
+  for (std::thread& t : health_threads_) t.join();
+  health_threads_.clear();
+}
+
+void UpstreamPool::HealthLoop(Instance* instance) {
+  httplib::Client client(instance->address.host, instance->address.port);
+  const auto timeout = std::chrono::milliseconds(options_.health_timeout_ms);
+  client.set_connection_timeout(timeout);
+  client.set_read_timeout(timeout);
+  client.set_write_timeout(timeout);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      if (health_stop_) return;
+    }
+    httplib::Result r = client.Get("/health");
+    const bool ok = r && r->status == 200;
+    if (instance->healthy.exchange(ok) != ok) {
+      if (ok) {
+        spdlog::info("{} instance {} is healthy", RoleName(instance->role), instance->label);
+      } else {
+        spdlog::warn("{} instance {} is unhealthy: {}", RoleName(instance->role), instance->label,
+                     r ? "GET /health answered " + std::to_string(r->status)
+                       : "GET /health failed (" + httplib::to_string(r.error()) + ")");
+      }
+    }
+    std::unique_lock<std::mutex> lock(health_mu_);
+    health_cv_.wait_for(lock, std::chrono::milliseconds(options_.health_interval_ms),
+                        [this] { return health_stop_; });
+  }
+}
+
+bool UpstreamPool::InstanceHealthy(Role role, size_t index) const {
+  const Pool& pool = role == Role::kPrefill ? prefill_ : decode_;
+  return index < pool.instances.size() && pool.instances[index]->healthy.load();
+}
+
+std::vector<UpstreamPool::Instance*> UpstreamPool::Candidates(Role role,
+                                                              std::vector<Instance*>* skipped) {
+  Pool& pool = role == Role::kPrefill ? prefill_ : decode_;
+  std::vector<Instance*> healthy, unhealthy;
+  for (auto& inst : pool.instances)
+    (inst->healthy.load() ? healthy : unhealthy).push_back(inst.get());
+  // Round-robin over the healthy ones; when none is, over all of them (the poll may be stale).
+  if (healthy.empty()) healthy.swap(unhealthy);
+  if (skipped != nullptr) *skipped = unhealthy;
+  if (healthy.empty()) return healthy;
+  const size_t start = static_cast<size_t>(pool.next.fetch_add(1) % healthy.size());
+  std::rotate(healthy.begin(), healthy.begin() + static_cast<std::ptrdiff_t>(start), healthy.end());
+  return healthy;
+}
+
+void UpstreamPool::CountFailure(Instance* instance, const std::string& why,
+                                bool connection_failure) {
+  instance->failures.fetch_add(1);
+  if (connection_failure) {
+    const bool newly = instance->healthy.exchange(false);
+    spdlog::warn("{} instance {} failed: {}{}", RoleName(instance->role), instance->label, why,
+                 newly ? " (marked unhealthy until its next good /health)" : "");
+  } else {
+    spdlog::info("{} instance {} refused a request: {}", RoleName(instance->role), instance->label,
+                 why);
+  }
+}
+
+UpstreamPool::Dispatched UpstreamPool::Dispatch(Role role, const UpstreamRequest& request,
+                                                bool buffered, const std::atomic<bool>& stopping) {
+  Dispatched out;
+  std::vector<std::string> failures;
+  // Buffered answers are taken whole at the end, so nothing may hold their receiver back;
+  // relayed ones are taken as they come, the receiver waiting past 4 MiB not yet relayed.
+  const UpstreamOptions options{options_.connect_timeout_s, options_.timeout_s,
+                                buffered ? std::numeric_limits<size_t>::max() : size_t{4} << 20};
+  std::vector<Instance*> skipped;
+  for (Instance* inst : Candidates(role, &skipped)) {
+    if (stopping.load()) break;
+    auto call =
+        std::make_shared<UpstreamCall>(inst->address.host, inst->address.port, request, options);
+    const bool headers = call->WaitHeaders(&stopping);
+    if (headers && buffered) call->WaitDone(&stopping);
+    if (stopping.load()) {
+      call->Cancel();
+      break;
+    }
+    if (!headers || (buffered && !call->complete())) {
+      const std::string why = call->ErrorText();
+      failures.push_back(inst->label + " (" + why + ")");
+      CountFailure(inst, why, /*connection_failure=*/true);
+      continue;
+    }
+    const int status = call->status();
+    if (status == 429 || status == 503) {
+      if (!buffered) call->WaitDone(&stopping, Clock::now() + std::chrono::seconds(1));
+      const std::string why =
+          "HTTP " + std::to_string(status) + ": " + ErrorMessageOf(call->TakeBody());
+      call->Cancel();
+      failures.push_back(inst->label + " (" + why + ")");
+      CountFailure(inst, why, /*connection_failure=*/false);
+      continue;
+    }
+    out.call = std::move(call);
+    out.label = inst->label;
+    return out;
+  }
+  if (stopping.load()) failures.push_back("the router is shutting down");
+  if (!skipped.empty()) {
+    std::string names;
+    for (const Instance* inst : skipped) names += (names.empty() ? "" : ", ") + inst->label;
+    failures.push_back("not tried, unhealthy: " + names);
+  }
+  for (size_t i = 0; i < failures.size(); ++i) out.failures += (i ? "; " : "") + failures[i];
+  return out;
+}
+
+OrderedJson UpstreamPool::HealthJson(bool* all_roles_healthy) const {
+  OrderedJson out = OrderedJson::object();
+  bool ok = true;
+  for (const auto& [name, pool] :
+       {std::pair<const char*, const Pool*>{"prefill", &prefill_}, {"decode", &decode_}}) {
+    OrderedJson list = OrderedJson::array();
+    bool any = false;
+    for (const auto& inst : pool->instances) {
+      const bool h = inst->healthy.load();
+      any = any || h;
+      list.push_back({{"address", inst->label}, {"healthy", h}});
+    }
+    ok = ok && any;
+    out[name] = std::move(list);
+  }
+  if (all_roles_healthy != nullptr) *all_roles_healthy = ok;
+  return out;
+}
+
+std::string UpstreamPool::RenderInstanceMetrics() const {
+  std::ostringstream s;
+  s << "# HELP oasis:router_instance_failures_total Upstream calls that failed (connection "
+       "failure, 429 or 503), by "
+       "instance.\n"
+       "# TYPE oasis:router_instance_failures_total counter\n";
+  for (const Pool* pool : {&prefill_, &decode_}) {
+    for (const auto& inst : pool->instances) {
+      s << "oasis:router_instance_failures_total{role=\"" << RoleName(inst->role) << "\",address=\""
+        << EscapeLabel(inst->label) << "\"} " << inst->failures.load() << "\n";
+    }
+  }
+  s << "# HELP oasis:router_instance_healthy Whether the instance is healthy (1) or not (0).\n"
+       "# TYPE oasis:router_instance_healthy gauge\n";
+  for (const Pool* pool : {&prefill_, &decode_}) {
+    for (const auto& inst : pool->instances) {
+      s << "oasis:router_instance_healthy{role=\"" << RoleName(inst->role) << "\",address=\""
+        << EscapeLabel(inst->label) << "\"} " << (inst->healthy.load() ? 1 : 0) << "\n";
+    }
+  }
+  return s.str();
+}
+
+}  // namespace oasis::router

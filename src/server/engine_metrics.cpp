@@ -1,0 +1,230 @@
+// The engine's /metrics: one row per metric of EngineStats (names like vLLM's, prefix "oasis:").
+#include <string>
+#include <vector>
+
+#include "common/http_util.h"
+#include "server/metric_table.h"
+#include "server/metrics.h"
+
+namespace oasis::server {
+namespace {
+
+using Row = MetricRow<EngineStats>;
+using Samples = std::vector<MetricSample>;
+constexpr MetricType kGauge = MetricType::kGauge;
+constexpr MetricType kCounter = MetricType::kCounter;
+
+// Where the engine loop's time goes (seconds summed over steps), by phase.
+Samples PhaseSeconds(const EngineStats& st) {
+  const std::pair<const char*, double> phases[] = {
+      {"step", st.step_seconds_total},       {"schedule", st.schedule_seconds_total},
+      {"build", st.build_seconds_total},     {"model", st.model_step_seconds_total},
+      {"emit", st.emit_seconds_total},       {"draft", st.draft_step_seconds_total},
+      {"imports", st.imports_seconds_total}, {"drift", st.drift_seconds_total},
+      {"publish", st.publish_seconds_total}};
+  Samples out;
+  for (const auto& [phase, seconds] : phases)
+    out.push_back({"phase=\"" + std::string(phase) + "\"", seconds});
+  return out;
+}
+
+// Per sparse layer with sampled agreement (dense layers, or nothing sampled yet, left out).
+template <class Value>
+Samples PerSampledLayer(const EngineStats& st, Value value) {
+  Samples out;
+  for (size_t l = 0; l < st.sparse_agree_total.size(); ++l) {
+    if (st.sparse_agree_total[l] == 0) continue;
+    out.push_back({"layer=\"" + std::to_string(l) + "\"", value(l)});
+  }
+  return out;
+}
+
+Samples FinishedByReason(const EngineStats& st) {
+  return {{"finished_reason=\"stop\"", st.requests_stop_total},
+          {"finished_reason=\"length\"", st.requests_length_total},
+          {"finished_reason=\"abort\"", st.requests_abort_total},
+          {"finished_reason=\"error\"", st.requests_error_total}};
+}
+
+// clang-format off
+constexpr Row kEngineMetrics[] = {
+    {"oasis:num_requests_running", kGauge, "Requests in the running batch.",
+     [](const EngineStats& s) -> double { return s.num_running; }},
+    {"oasis:num_requests_waiting", kGauge, "Requests waiting to be scheduled.",
+     [](const EngineStats& s) -> double { return s.num_waiting; }},
+    {"oasis:kv_cache_usage_perc", kGauge, "Fraction of KV cache head-blocks in use (1 = 100%).",
+     [](const EngineStats& s) -> double { return s.kv_usage; }},
+    {"oasis:num_kv_blocks", kGauge, "KV cache head-blocks per layer.",
+     [](const EngineStats& s) -> double { return s.num_kv_slots; }},
+    {"oasis:num_free_kv_blocks", kGauge, "Free KV cache head-blocks per layer.",
+     [](const EngineStats& s) -> double { return s.num_free_kv_slots; }},
+    {"oasis:prompt_tokens_total", kCounter, "Prefilled prompt tokens.",
+     [](const EngineStats& s) -> double { return s.prompt_tokens_total; }},
+    {"oasis:generation_tokens_total", kCounter, "Generated tokens.",
+     [](const EngineStats& s) -> double { return s.generation_tokens_total; }},
+    {"oasis:num_preemptions_total", kCounter, "Requests preempted (recomputed later).",
+     [](const EngineStats& s) -> double { return s.preemptions_total; }},
+    {"oasis:engine_steps_total", kCounter, "Engine steps executed.",
+     [](const EngineStats& s) -> double { return s.steps_total; }},
+    {"oasis:engine_phase_seconds_total", kCounter,
+     "Engine loop wall time by phase: the whole step, scheduling, building the batch, the model step (forward + "
+     "sampling), emitting, the draft head; outside the step, imports (decode side), handing remote misses to the "
+     "drift worker, the stats snapshot and output delivery.",
+     PhaseSeconds},
+    {"oasis:engine_decode_steps_total", kCounter, "Engine steps whose batch held decode tokens only.",
+     [](const EngineStats& s) -> double { return s.decode_steps_total; }},
+    {"oasis:engine_decode_step_seconds_total", kCounter, "Wall time of the decode-only steps.",
+     [](const EngineStats& s) -> double { return s.decode_step_seconds_total; }},
+    {"oasis:engine_decode_model_step_seconds_total", kCounter,
+     "Model part (forward + sampling) of the decode-only steps.",
+     [](const EngineStats& s) -> double { return s.decode_model_step_seconds_total; }},
+
+    // Lookahead decoding (EAGLE-3 drafts); zero when it is off.
+    {"oasis:num_draft_kv_blocks", kGauge, "Draft head KV cache head-blocks.",
+     [](const EngineStats& s) -> double { return s.num_draft_kv_slots; }},
+    {"oasis:num_free_draft_kv_blocks", kGauge, "Free draft head KV cache head-blocks.",
+     [](const EngineStats& s) -> double { return s.num_free_draft_kv_slots; }},
+    {"oasis:spec_decode_num_proposed_tokens_total", kCounter, "Draft tokens the draft head proposed.",
+     [](const EngineStats& s) -> double { return s.draft_tokens_proposed_total; }},
+    {"oasis:draft_head_chained_steps_total", kCounter,
+     "Draft head steps queued on the device behind the target's step (lookahead reject).",
+     [](const EngineStats& s) -> double { return s.draft_chained_steps_total; }},
+    {"oasis:spec_decode_num_draft_tokens_total", kCounter, "Draft tokens verified by the model.",
+     [](const EngineStats& s) -> double { return s.draft_tokens_total; }},
+    {"oasis:spec_decode_num_accepted_tokens_total", kCounter,
+     "Verified draft tokens equal to the sampled token (emitted with --lookahead speculate).",
+     [](const EngineStats& s) -> double { return s.draft_accepted_total; }},
+    {"oasis:spec_decode_draft_acceptance_rate", kGauge, "Accepted / verified draft tokens.",
+     [](const EngineStats& s) -> double { return s.draft_acceptance_rate(); }},
+    {"oasis:spec_decode_num_steps_total", kCounter, "Request decode steps that verified a draft.",
+     [](const EngineStats& s) -> double { return s.lookahead_steps_total; }},
+    {"oasis:spec_decode_num_emitted_tokens_total", kCounter,
+     "Tokens emitted by request decode steps that verified a draft.",
+     [](const EngineStats& s) -> double { return s.lookahead_tokens_total; }},
+    {"oasis:spec_decode_tokens_per_step", kGauge,
+     "Mean tokens emitted per request decode step that verified a draft.",
+     [](const EngineStats& s) -> double { return s.tokens_per_lookahead_step(); }},
+
+    // Lookahead sparse KV (docs/sparse.md); zero when it is off.
+    {"oasis:sparse_requests", kGauge, "Running requests decoding with sparse KV.",
+     [](const EngineStats& s) -> double { return s.num_sparse_requests; }},
+    {"oasis:sparse_switches_total", kCounter, "Requests switched from dense to sparse KV.",
+     [](const EngineStats& s) -> double { return s.sparse_switches_total; }},
+    {"oasis:sparse_admission_waits_total", kCounter,
+     "Admissions (first or after a preemption) that had to wait for host KV store room.",
+     [](const EngineStats& s) -> double { return s.sparse_admission_waits_total; }},
+    {"oasis:host_kv_usage", kGauge, "Fraction of the host KV store reserved by requests (1 = 100%).",
+     [](const EngineStats& s) -> double { return s.host_kv_usage(); }},
+    {"oasis:num_host_kv_blocks", kGauge, "Host KV store head-blocks (each holds every sparse layer).",
+     [](const EngineStats& s) -> double { return s.num_host_kv_slots; }},
+    {"oasis:num_free_host_kv_blocks", kGauge, "Free host KV store head-blocks.",
+     [](const EngineStats& s) -> double { return s.num_free_host_kv_slots; }},
+    {"oasis:sparse_gpu_kv_blocks", kGauge, "KV head-blocks held as sparse working sets and tails.",
+     [](const EngineStats& s) -> double { return s.sparse_gpu_slots; }},
+    {"oasis:sparse_steps_total", kCounter, "Engine steps that ran sparse requests.",
+     [](const EngineStats& s) -> double { return s.sparse_steps_total; }},
+    {"oasis:sparse_hits_total", kCounter, "Predicted blocks already resident (per layer and KV head).",
+     [](const EngineStats& s) -> double { return s.sparse_hits_total; }},
+    {"oasis:sparse_misses_total", kCounter, "Predicted blocks not resident (per layer and KV head).",
+     [](const EngineStats& s) -> double { return s.sparse_misses_total; }},
+    {"oasis:sparse_hit_rate", kGauge, "Hits / (hits + misses) of the predicted working sets.",
+     [](const EngineStats& s) -> double { return s.sparse_hit_rate(); }},
+    {"oasis:sparse_blocks_fetched_total", kCounter,
+     "Blocks fetched host to device (at most C per KV head per step).",
+     [](const EngineStats& s) -> double { return s.sparse_blocks_fetched_total; }},
+    {"oasis:sparse_blocks_fetched_per_step", kGauge, "Blocks fetched per engine step with sparse requests.",
+     [](const EngineStats& s) -> double { return s.sparse_fetched_per_step(); }},
+    {"oasis:sparse_misses_per_step", kGauge, "Misses per engine step with sparse requests.",
+     [](const EngineStats& s) -> double { return s.sparse_misses_per_step(); }},
+    {"oasis:sparse_h2d_bytes_total", kCounter, "Bytes fetched host to device (K and V).",
+     [](const EngineStats& s) -> double { return s.sparse_h2d_bytes_total; }},
+    {"oasis:sparse_h2d_bytes_per_step", kGauge,
+     "Bytes fetched host to device per engine step with sparse requests.",
+     [](const EngineStats& s) -> double { return s.sparse_h2d_bytes_per_step(); }},
+    {"oasis:sparse_transfer_wait_seconds_total", kCounter,
+     "Time sparse steps' ends waited for the transfers, predict and select the step did not hide (CUDA).",
+     [](const EngineStats& s) -> double { return s.sparse_transfer_wait_seconds_total; }},
+    {"oasis:sparse_topk_agreement", kGauge,
+     "Sampled agreement of the predicted top-K with the real query's top-K.",
+     [](const EngineStats& s) -> double { return s.sparse_topk_agreement(); }},
+    {"oasis:sparse_topk_agreement_by_layer", kGauge, "Sampled top-K agreement per layer.",
+     [](const EngineStats& s) {
+       return PerSampledLayer(s, [&s](size_t l) -> double { return s.sparse_topk_agreement(l); });
+     }},
+    // The sampled counts behind the gauges, as counters: a client takes deltas around its
+    // requests (tools/eval_trained_model.py measures agreement per context length this way).
+    {"oasis:sparse_topk_agreement_overlap_total", kCounter, "Sampled |predicted top-K & real top-K|, per layer.",
+     [](const EngineStats& s) {
+       return PerSampledLayer(s, [&s](size_t l) -> int64_t { return s.sparse_agree_overlap[l]; });
+     }},
+    {"oasis:sparse_topk_agreement_sampled_total", kCounter, "Sampled |real top-K|, per layer.",
+     [](const EngineStats& s) {
+       return PerSampledLayer(s, [&s](size_t l) -> int64_t { return s.sparse_agree_total[l]; });
+     }},
+
+    // Disaggregation's engine side (docs/disaggregation.md §7); zero on a single instance.
+    {"oasis:handoffs_total", kCounter, "Requests this prefill instance handed to a decode instance.",
+     [](const EngineStats& s) -> double { return s.handoffs_total; }},
+    {"oasis:handoff_staged_bytes_total", kCounter,
+     "Bytes staged for handed-off requests (KV, summaries, draft KV).",
+     [](const EngineStats& s) -> double { return s.handoff_staged_bytes_total; }},
+    {"oasis:handoff_seconds_total", kCounter, "Time the engine loop spent staging handed-off requests.",
+     [](const EngineStats& s) -> double { return s.handoff_seconds_total; }},
+    {"oasis:rpf_imports_total", kCounter, "Requests this decode instance imported from a prefill instance.",
+     [](const EngineStats& s) -> double { return s.imports_total; }},
+    {"oasis:rpf_admission_bytes_total", kCounter,
+     "Bytes read from prefill instances at admission (KV, summaries, draft KV).",
+     [](const EngineStats& s) -> double { return s.import_admission_bytes_total; }},
+    {"oasis:rpf_admission_fetch_seconds_total", kCounter, "Time of the admission reads (off the engine loop).",
+     [](const EngineStats& s) -> double { return s.import_fetch_seconds_total; }},
+    {"oasis:rpf_drift_blocks_total", kCounter,
+     "Remote blocks select wanted after admission, read once each (per layer, KV head).",
+     [](const EngineStats& s) -> double { return s.drift_blocks_total; }},
+    {"oasis:rpf_drift_bytes_total", kCounter, "Bytes of those blocks (K and V).",
+     [](const EngineStats& s) -> double { return s.drift_bytes_total; }},
+    {"oasis:rpf_drift_fetches_total", kCounter,
+     "Reads of drifted blocks (one per request and step with new ones).",
+     [](const EngineStats& s) -> double { return s.drift_fetches_total; }},
+    {"oasis:rpf_drift_fetch_seconds_total", kCounter, "Time of those reads (off the engine loop).",
+     [](const EngineStats& s) -> double { return s.drift_fetch_seconds_total; }},
+    {"oasis:rpf_import_failures_total", kCounter, "Imports or drift reads that failed (the request failed).",
+     [](const EngineStats& s) -> double { return s.import_failures_total; }},
+    {"oasis:rpf_importing", kGauge, "Imported requests queued for host room or reading their admission set.",
+     [](const EngineStats& s) -> double { return s.num_importing; }},
+    {"oasis:rpf_drift_blocks_dropped_total", kCounter,
+     "Drifted blocks that found no free host slot (they stay remote).",
+     [](const EngineStats& s) -> double { return s.drift_blocks_dropped_total; }},
+    {"oasis:rpf_host_kv_bytes", kGauge, "Host KV (host slots) the imported requests hold now.",
+     [](const EngineStats& s) -> double { return s.import_host_kv_bytes; }},
+    {"oasis:rpf_host_kv_bytes_peak", kGauge, "The largest oasis:rpf_host_kv_bytes since start.",
+     [](const EngineStats& s) -> double { return s.import_host_kv_bytes_peak; }},
+    {"oasis:rpf_host_kv_bytes_finished_total", kCounter,
+     "Sum over finished imported requests of the host KV each held at its end (its largest).",
+     [](const EngineStats& s) -> double { return s.import_host_kv_bytes_finished_total; }},
+    {"oasis:rpf_imports_finished_total", kCounter, "Imported requests that finished after running.",
+     [](const EngineStats& s) -> double { return s.imports_finished_total; }},
+    {"oasis:num_summary_rows", kGauge,
+     "Summary-only rows of all sparse layers: remote blocks tracked without host KV (--remote-kv-gib).",
+     [](const EngineStats& s) -> double { return s.num_summary_rows; }},
+    {"oasis:num_free_summary_rows", kGauge, "Free summary-only rows.",
+     [](const EngineStats& s) -> double { return s.num_free_summary_rows; }},
+
+    // Finished requests and latencies.
+    {"oasis:request_success_total", kCounter, "Finished requests, by finish reason.", FinishedByReason},
+    {"oasis:time_to_first_token_seconds", "Time to first token.",
+     [](const EngineStats& s) -> const Histogram& { return s.ttft; }},
+    {"oasis:inter_token_latency_seconds", "Time between consecutive tokens.",
+     [](const EngineStats& s) -> const Histogram& { return s.itl; }},
+    {"oasis:e2e_request_latency_seconds", "End-to-end request latency.",
+     [](const EngineStats& s) -> const Histogram& { return s.e2e; }},
+};
+// clang-format on
+
+}  // namespace
+
+std::string RenderEngineMetrics(const EngineStats& stats, const std::string& model_name) {
+  return RenderMetricTable<EngineStats>(kEngineMetrics, stats,
+                                        "model_name=\"" + EscapeLabel(model_name) + "\"");
+}
+
+}  // namespace oasis::server

@@ -1,0 +1,31 @@
+// Histogram: buckets (upper bounds inclusive), and its Prometheus text with and without labels.
+#include <catch2/catch.hpp>
+
+#include "common/histogram.h"
+
+using namespace oasis;
+
+TEST_CASE("histogram buckets and exposition", "[common][histogram]") {
+  Histogram h = Histogram::WithBounds({0.1, 1.0});
+  for (double v : {0.05, 0.1, 0.5, 3.0}) h.Observe(v);
+  CHECK(h.counts == std::vector<int64_t>{2, 1, 1});
+  CHECK(h.count == 4);
+  CHECK(h.sum == Approx(3.65));
+
+  const std::string labelled = RenderHistogram("x_seconds", "X.", h, "model_name=\"m\"");
+  CHECK(labelled.find("# HELP x_seconds X.\n# TYPE x_seconds histogram\n") == 0);
+  CHECK(labelled.find("x_seconds_bucket{model_name=\"m\",le=\"0.10000000000000001\"} 2\n") != std::string::npos);
+  CHECK(labelled.find("x_seconds_bucket{model_name=\"m\",le=\"1\"} 3\n") != std::string::npos);
+  CHECK(labelled.find("x_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 4\n") != std::string::npos);
+  CHECK(labelled.find("x_seconds_count{model_name=\"m\"} 4\n") != std::string::npos);
+
+  const std::string bare = RenderHistogram("x_seconds", "X.", h, "", 15);
+  CHECK(bare.find("x_seconds_bucket{le=\"0.1\"} 2\n") != std::string::npos);
+  CHECK(bare.find("x_seconds_bucket{le=\"+Inf\"} 4\n") != std::string::npos);
+  CHECK(bare.find("x_seconds_count 4\n") != std::string::npos);
+  CHECK(bare.find("x_seconds_sum 3.") != std::string::npos);
+
+  // Never initialised (a default EngineStats): one +Inf bucket with the count.
+  const std::string empty = RenderHistogram("y", "Y.", Histogram{}, "a=\"b\"");
+  CHECK(empty.find("y_bucket{a=\"b\",le=\"+Inf\"} 0\n") != std::string::npos);
+}

@@ -9,8 +9,8 @@ namespace {
 constexpr int kMaxDimPerLane = 8;  // head_dim <= 256
 constexpr int kWarps = 4;
 
-__global__ void KvAppendKernel(const bf16* k, const bf16* v, const int64_t* slot_mapping, bf16* k_pool,
-                               bf16* v_pool, int num_kv_heads, int head_dim) {
+__global__ void KvAppendKernel(const bf16* k, const bf16* v, const int64_t* slot_mapping,
+                               bf16* k_pool, bf16* v_pool, int num_kv_heads, int head_dim) {
   const int64_t item = blockIdx.x;  // (token, head)
   const int64_t dst = slot_mapping[item];
   if (dst < 0) return;
@@ -28,7 +28,10 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(PagedAttenti
   int lo = 0, hi = p.num_seqs - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (p.query_start[mid] <= row) lo = mid; else hi = mid - 1;
+    if (p.query_start[mid] <= row)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const int s = lo;
   const int group = p.num_q_heads / p.num_kv_heads;
@@ -37,7 +40,8 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(PagedAttenti
   const int64_t i = row - p.query_start[s];
   const int64_t kv_len = p.kv_lens[s * p.num_kv_heads + h];
   const int64_t visible = kv_len - q_len + i + 1;
-  const int32_t* table = p.block_tables + (static_cast<int64_t>(s) * p.num_kv_heads + h) * p.max_blocks;
+  const int32_t* table =
+      p.block_tables + (static_cast<int64_t>(s) * p.num_kv_heads + h) * p.max_blocks;
 
   float qv[kMaxDimPerLane], acc[kMaxDimPerLane];
   const bf16* qp = p.q + (row * p.num_q_heads + qh) * p.head_dim;
@@ -101,17 +105,19 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(PagedAttenti
 
 }  // namespace
 
-cudaError_t LaunchKvAppend(const bf16* k, const bf16* v, const int64_t* slot_mapping, bf16* k_pool, bf16* v_pool,
-                           int64_t tokens, int num_kv_heads, int head_dim, cudaStream_t stream) {
+cudaError_t LaunchKvAppend(const bf16* k, const bf16* v, const int64_t* slot_mapping, bf16* k_pool,
+                           bf16* v_pool, int64_t tokens, int num_kv_heads, int head_dim,
+                           cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  KvAppendKernel<<<static_cast<unsigned>(tokens * num_kv_heads), 128, 0, stream>>>(k, v, slot_mapping, k_pool, v_pool,
-                                                                                    num_kv_heads, head_dim);
+  KvAppendKernel<<<static_cast<unsigned>(tokens * num_kv_heads), 128, 0, stream>>>(
+      k, v, slot_mapping, k_pool, v_pool, num_kv_heads, head_dim);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return cudaSuccess;
-  if (p.head_dim > 32 * kMaxDimPerLane || p.num_q_heads % p.num_kv_heads != 0) return cudaErrorInvalidValue;
+  if (p.head_dim > 32 * kMaxDimPerLane || p.num_q_heads % p.num_kv_heads != 0)
+    return cudaErrorInvalidValue;
   dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_q_heads));
   PagedAttentionKernel<<<grid, kWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();

@@ -16,26 +16,26 @@ namespace oasis::kernels {
 inline constexpr int kKvBlockSize = 16;
 
 // k_pool[slot_mapping[t, h]] = k[t, h, :] (and v); negative mappings are skipped.
-cudaError_t LaunchKvAppend(const __nv_bfloat16* k,     // [tokens, num_kv_heads, head_dim]
-                           const __nv_bfloat16* v,     // [tokens, num_kv_heads, head_dim]
+cudaError_t LaunchKvAppend(const __nv_bfloat16* k,       // [tokens, num_kv_heads, head_dim]
+                           const __nv_bfloat16* v,       // [tokens, num_kv_heads, head_dim]
                            const int64_t* slot_mapping,  // [tokens, num_kv_heads]
-                           __nv_bfloat16* k_pool,      // [num_slots, 16, head_dim]
-                           __nv_bfloat16* v_pool,      // [num_slots, 16, head_dim]
+                           __nv_bfloat16* k_pool,        // [num_slots, 16, head_dim]
+                           __nv_bfloat16* v_pool,        // [num_slots, 16, head_dim]
                            int64_t tokens, int num_kv_heads, int head_dim, cudaStream_t stream);
 
 struct PagedAttentionParams {
-  const __nv_bfloat16* q;        // [tokens, num_q_heads, head_dim]
-  const __nv_bfloat16* k_pool;   // [num_slots, 16, head_dim]
-  const __nv_bfloat16* v_pool;   // [num_slots, 16, head_dim]
-  const int32_t* query_start;    // [num_seqs + 1]
-  const int32_t* kv_lens;        // [num_seqs, num_kv_heads]
-  const int32_t* block_tables;   // [num_seqs, num_kv_heads, max_blocks]
-  __nv_bfloat16* out;            // [tokens, num_q_heads, head_dim]
+  const __nv_bfloat16* q;       // [tokens, num_q_heads, head_dim]
+  const __nv_bfloat16* k_pool;  // [num_slots, 16, head_dim]
+  const __nv_bfloat16* v_pool;  // [num_slots, 16, head_dim]
+  const int32_t* query_start;   // [num_seqs + 1]
+  const int32_t* kv_lens;       // [num_seqs, num_kv_heads]
+  const int32_t* block_tables;  // [num_seqs, num_kv_heads, max_blocks]
+  __nv_bfloat16* out;           // [tokens, num_q_heads, head_dim]
   int64_t tokens = 0;
   int num_seqs = 0;
   int num_q_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;              // <= 256
+  int head_dim = 0;  // <= 256
   int max_blocks = 0;
   float scale = 1.0f;
 };

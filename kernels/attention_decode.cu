@@ -5,9 +5,9 @@
 // its M: S^T = K·Q^T (M = 16 tokens of a head-block, N = 8 query rows, K = head_dim) and
 // O^T = V^T·P^T (M = 16 output columns, N = 8 rows, K = 16 tokens). Fragment layouts
 // (PTX mma.m16n8k16, bf16 in, f32 accumulate; lane = 4·r + c):
-//   A (16×16, row):  reg0 = A[r][2c..2c+1]  reg1 = A[r+8][2c..]  reg2 = A[r][2c+8..]  reg3 = A[r+8][2c+8..]
-//   B (16×8, col):   reg0 = B[2c..2c+1][r]  reg1 = B[2c+8..2c+9][r]
-//   C (16×8):        c0,c1 = C[r][2c..2c+1]  c2,c3 = C[r+8][2c..2c+1]
+//   A (16×16, row):  reg0 = A[r][2c..2c+1]  reg1 = A[r+8][2c..]  reg2 = A[r][2c+8..]  reg3 =
+//   A[r+8][2c+8..] B (16×8, col):   reg0 = B[2c..2c+1][r]  reg1 = B[2c+8..2c+9][r] C (16×8): c0,c1
+//   = C[r][2c..2c+1]  c2,c3 = C[r+8][2c..2c+1]
 // K·Q^T: the dot product does not care about the order of head_dim, so lane (r, c) loads 16
 // contiguous bytes K[token r (and r+8)][32b + 8c .. +8] and uses words x,y as k-step 2b and z,w as
 // k-step 2b+1; Q[row r][32b + 8c .. +8] gives the B registers of the same two k-steps.
@@ -39,8 +39,8 @@
 namespace oasis::kernels {
 namespace {
 
-constexpr int kPage = 16;             // tokens per head-block (kKvBlockSize)
-constexpr int kWarps = 4;             // warps per split CTA; each streams every 4th head-block of the split
+constexpr int kPage = 16;  // tokens per head-block (kKvBlockSize)
+constexpr int kWarps = 4;  // warps per split CTA; each streams every 4th head-block of the split
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMinPagesPerSplit = 8;  // automatic plans: at least 2 head-blocks per warp
 constexpr int kMaxDevices = 64;
@@ -68,12 +68,12 @@ __host__ __device__ inline int UsedSplits(int pages, const SplitPlan& plan) {
   return pages <= pps ? 1 : (pages + pps - 1) / pps;
 }
 
-
 // Ring depth in head-blocks per warp: 16 KB (12 KB at head_dim 64, 32 KB at 256) per warp, 3 CTAs
 // (4 at 64, 1 at 256) per SM.
 constexpr int StagesFor(int head_dim) { return head_dim == 64 ? 3 : 2; }
 constexpr int RingBytes(int head_dim, int stages) { return kWarps * stages * head_dim * 64; }
-constexpr int CtasPerSmFor(int head_dim, int stages) {  // by shared memory (227 KB, 1 KB reserved per CTA)
+constexpr int CtasPerSmFor(int head_dim,
+                           int stages) {  // by shared memory (227 KB, 1 KB reserved per CTA)
   const int n = 232448 / (RingBytes(head_dim, stages) + 1024);
   return n < 1 ? 1 : n > 4 ? 4 : n;
 }
@@ -81,11 +81,11 @@ constexpr int CtasPerSmFor(int head_dim, int stages) {  // by shared memory (227
 template <int D>
 struct Shape {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
-  static constexpr int kKB = D / 32;             // 16-byte K pieces per token row per lane
-  static constexpr int kGroups = D / 64;         // 64-column groups of V and of the output
-  static constexpr int kPieces = D / 8;          // 16-byte units per lane per head-block (K then V)
-  static constexpr int kU = D / 8;               // 16-byte units per token row
-  static constexpr int kMTiles = D / 16;         // P·V m-tiles
+  static constexpr int kKB = D / 32;      // 16-byte K pieces per token row per lane
+  static constexpr int kGroups = D / 64;  // 64-column groups of V and of the output
+  static constexpr int kPieces = D / 8;   // 16-byte units per lane per head-block (K then V)
+  static constexpr int kU = D / 8;        // 16-byte units per token row
+  static constexpr int kMTiles = D / 16;  // P·V m-tiles
   static constexpr int kStages = StagesFor(D);
   static constexpr int kRingBytes = RingBytes(D, kStages);
   static constexpr int kMinCtasPerSm = CtasPerSmFor(D, kStages);
@@ -96,7 +96,9 @@ struct Shape {
 // 16-byte bank groups per quarter-warp.
 __device__ __forceinline__ int Swz(int t) { return (t & 6) ^ ((t & 1) << 2); }
 
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
 
 // The V tokens a lane loads, relative to 2c: the B rows k = 2c, 2c+1, 2c+8, 2c+9.
 __device__ __forceinline__ constexpr int VTok(int i) { return (i & 1) + 8 * (i >> 1); }
@@ -108,12 +110,12 @@ __device__ __forceinline__ constexpr int VTok(int i) { return (i & 1) + 8 * (i >
 template <int D, int NT>
 __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     DecodeSplitKernel(const DecodeAttentionParams p, const SplitPlan plan,
-                      float* __restrict__ part_o,     // [tokens, num_q_heads, splits, D]
+                      float* __restrict__ part_o,      // [tokens, num_q_heads, splits, D]
                       float* __restrict__ part_lse) {  // [tokens, num_q_heads, splits]
   using S = Shape<D>;
   constexpr int kRows = 8 * NT;
   extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
-  GridDependencyWait();    // q and the new K/V come from the kernel before (PDL launch)
+  GridDependencyWait();            // q and the new K/V come from the kernel before (PDL launch)
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
   int64_t cta = blockIdx.x;
@@ -143,10 +145,12 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int m = chunk * kRows + 8 * j + r;
-    const bf16* qrow = p.q + (static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group) * D;
+    const bf16* qrow =
+        p.q + (static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group) * D;
 #pragma unroll
     for (int b = 0; b < S::kKB; ++b)
-      qf[j][b] = m < rows ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c)) : make_uint4(0, 0, 0, 0);
+      qf[j][b] = m < rows ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c))
+                          : make_uint4(0, 0, 0, 0);
   }
   // Visible keys of this lane's softmax rows 8j + 2c + e; padding rows act like the last token.
   int vis[NT][2];
@@ -160,7 +164,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
   const int min_vis = kv_len - q_len + 1;  // every row sees tokens [0, min_vis)
 
   // Block table, 32 entries per warp-wide load (the next 32 already in flight).
-  const int32_t* table = p.block_tables + (static_cast<int64_t>(s) * p.num_kv_heads + h) * p.max_blocks;
+  const int32_t* table =
+      p.block_tables + (static_cast<int64_t>(s) * p.num_kv_heads + h) * p.max_blocks;
   int tbl_base = wb;
   int tbl = wb + lane < pe ? __ldg(table + wb + lane) : 0;
   int tbl_next = wb + 32 + lane < pe ? __ldg(table + wb + 32 + lane) : 0;
@@ -173,9 +178,11 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     return __shfl_sync(0xffffffffu, tbl, page - tbl_base);
   };
 
-  uint4* warp_ring = ring + warp * (S::kStages * S::kPieces * 32);  // stage st: [st·P·32, (st+1)·P·32)
+  uint4* warp_ring =
+      ring + warp * (S::kStages * S::kPieces * 32);  // stage st: [st·P·32, (st+1)·P·32)
   const uint32_t warp_ring_s = SmemAddr(warp_ring);
-  auto issue = [&](int page, int stage) {  // head-block `page` into `stage`; always one commit group
+  auto issue = [&](int page,
+                   int stage) {  // head-block `page` into `stage`; always one commit group
     if (page < pe) {
       const int64_t slot = slot_of(page);
       const bf16* kb = p.k_pool + slot * (kPage * D) + 8 * lane;
@@ -199,7 +206,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     for (int t = 0; t < S::kMTiles; ++t) o[j][t][0] = o[j][t][1] = o[j][t][2] = o[j][t][3] = 0.0f;
   float m_run[NT][2], l_run[NT][2];  // log2 domain; l per lane (its tokens only) until the end
 #pragma unroll
-  for (int j = 0; j < NT; ++j) m_run[j][0] = m_run[j][1] = -INFINITY, l_run[j][0] = l_run[j][1] = 0.0f;
+  for (int j = 0; j < NT; ++j)
+    m_run[j][0] = m_run[j][1] = -INFINITY, l_run[j][0] = l_run[j][1] = 0.0f;
   const float scale_log2 = p.scale * kLog2e;
 
 #pragma unroll
@@ -209,9 +217,10 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
   const int k_unit0 = r * S::kU, k_sw = c ^ Swz(r);
   for (int page = wb; page < pe; page += kWarps) {
     __syncwarp();  // every lane is done reading the stage refilled next
-    issue(page + (S::kStages - 1) * kWarps, stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
-    CpAsyncWait<S::kStages - 1>();  // this thread's pieces of `page` have landed
-    __syncwarp();  // ... and every other lane's
+    issue(page + (S::kStages - 1) * kWarps,
+          stage == 0 ? S::kStages - 1 : stage - 1);  // the stage read last time
+    CpAsyncWait<S::kStages - 1>();                   // this thread's pieces of `page` have landed
+    __syncwarp();                                    // ... and every other lane's
     const uint4* stw = warp_ring + stage * (S::kPieces * 32);
 
     // S^T = K·Q^T for the 16 tokens of this head-block (two accumulator chains).
@@ -243,7 +252,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
       float pr[4];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float s0 = (sc[j][e] + sc2[j][e]) * scale_log2, s1 = (sc[j][e + 2] + sc2[j][e + 2]) * scale_log2;
+        float s0 = (sc[j][e] + sc2[j][e]) * scale_log2,
+              s1 = (sc[j][e + 2] + sc2[j][e + 2]) * scale_log2;
         if (masked) {
           if (tok0 + r >= vis[j][e]) s0 = -INFINITY;
           if (tok0 + r + 8 >= vis[j][e]) s1 = -INFINITY;
@@ -279,7 +289,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
       }
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
-        const uint32_t w0 = Word(v[0], f), w1 = Word(v[1], f), w2 = Word(v[2], f), w3 = Word(v[3], f);
+        const uint32_t w0 = Word(v[0], f), w1 = Word(v[1], f), w2 = Word(v[2], f),
+                       w3 = Word(v[3], f);
         const uint32_t a0 = __byte_perm(w0, w1, 0x5410), a1 = __byte_perm(w0, w1, 0x7632);
         const uint32_t a2 = __byte_perm(w2, w3, 0x5410), a3 = __byte_perm(w2, w3, 0x7632);
 #pragma unroll
@@ -295,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
   }
   if (wb >= pe) AllowDependentLaunch();  // a warp without head-blocks
 
-  // Combine the warps in shared memory (the ring is free once every warp is past its loop).
+    // Combine the warps in shared memory (the ring is free once every warp is past its loop).
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -307,9 +318,9 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     }
   CpAsyncWait<0>();  // only empty groups can be left
   __syncthreads();
-  float* o_s = reinterpret_cast<float*>(ring);     // [kWarps][kRows][D]
-  float* m_s = o_s + kWarps * kRows * D;           // [kWarps][kRows]
-  float* l_s = m_s + kWarps * kRows;               // [kWarps][kRows]
+  float* o_s = reinterpret_cast<float*>(ring);  // [kWarps][kRows][D]
+  float* m_s = o_s + kWarps * kRows * D;        // [kWarps][kRows]
+  float* l_s = m_s + kWarps * kRows;            // [kWarps][kRows]
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -318,10 +329,10 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
       float* dst = o_s + (warp * kRows + row) * D + 8 * r;
 #pragma unroll
       for (int g = 0; g < S::kGroups; ++g) {
-        reinterpret_cast<float4*>(dst + 64 * g)[0] =
-            make_float4(o[j][4 * g][e], o[j][4 * g][e + 2], o[j][4 * g + 1][e], o[j][4 * g + 1][e + 2]);
-        reinterpret_cast<float4*>(dst + 64 * g)[1] =
-            make_float4(o[j][4 * g + 2][e], o[j][4 * g + 2][e + 2], o[j][4 * g + 3][e], o[j][4 * g + 3][e + 2]);
+        reinterpret_cast<float4*>(dst + 64 * g)[0] = make_float4(
+            o[j][4 * g][e], o[j][4 * g][e + 2], o[j][4 * g + 1][e], o[j][4 * g + 1][e + 2]);
+        reinterpret_cast<float4*>(dst + 64 * g)[1] = make_float4(
+            o[j][4 * g + 2][e], o[j][4 * g + 2][e + 2], o[j][4 * g + 3][e], o[j][4 * g + 3][e + 2]);
       }
       if (r == 0) m_s[warp * kRows + row] = m_run[j][e], l_s[warp * kRows + row] = l_run[j][e];
     }
@@ -350,10 +361,11 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     }
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] *= inv;
-    const int64_t out_row = static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group;
+    const int64_t out_row =
+        static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group;
     if (direct) {
-      *reinterpret_cast<uint4*>(p.out + out_row * D + col) =
-          make_uint4(PackBf16(v[0], v[1]), PackBf16(v[2], v[3]), PackBf16(v[4], v[5]), PackBf16(v[6], v[7]));
+      *reinterpret_cast<uint4*>(p.out + out_row * D + col) = make_uint4(
+          PackBf16(v[0], v[1]), PackBf16(v[2], v[3]), PackBf16(v[4], v[5]), PackBf16(v[6], v[7]));
     } else {
       float4* dst = reinterpret_cast<float4*>(part_o + (out_row * plan.splits + sp) * D + col);
       dst[0] = make_float4(v[0], v[1], v[2], v[3]);
@@ -367,9 +379,9 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
 // out = Σ 2^(lse_i - M) · o_i / Σ 2^(lse_i - M), the splits dealt round-robin to the warps.
 // Launched as a programmatic dependent of the split kernel: it waits for it before reading.
 template <int D>
-__global__ void __launch_bounds__(128) DecodeMergeKernel(const DecodeAttentionParams p, const SplitPlan plan,
-                                                         const float* __restrict__ part_o,
-                                                         const float* __restrict__ part_lse) {
+__global__ void __launch_bounds__(128)
+    DecodeMergeKernel(const DecodeAttentionParams p, const SplitPlan plan,
+                      const float* __restrict__ part_o, const float* __restrict__ part_lse) {
   constexpr int kVec = D / 32;  // floats per lane: 2, 4 or 8
   __shared__ float acc_s[4][D];
   __shared__ float wsum_s[4];
@@ -378,7 +390,8 @@ __global__ void __launch_bounds__(128) DecodeMergeKernel(const DecodeAttentionPa
   item /= p.num_q_heads;
   const int qi = static_cast<int>(item % p.max_query_len);
   const int s = static_cast<int>(item / p.max_query_len);
-  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;  // inputs of the split kernel too
+  const int q0 = p.query_start[s],
+            q_len = p.query_start[s + 1] - q0;  // inputs of the split kernel too
   const int h = j / (p.num_q_heads / p.num_kv_heads);
   const int kv_len = p.kv_lens[static_cast<int64_t>(s) * p.num_kv_heads + h];
   const int n = UsedSplits(max(0, (kv_len + kPage - 1) / kPage), plan);
@@ -406,21 +419,24 @@ __global__ void __launch_bounds__(128) DecodeMergeKernel(const DecodeAttentionPa
 #pragma unroll
       for (int k = 0; k < kVec / 4; ++k) {
         const float4 x = *reinterpret_cast<const float4*>(src + 128 * k + 4 * lane);
-        acc[4 * k] += w * x.x, acc[4 * k + 1] += w * x.y, acc[4 * k + 2] += w * x.z, acc[4 * k + 3] += w * x.w;
+        acc[4 * k] += w * x.x, acc[4 * k + 1] += w * x.y, acc[4 * k + 2] += w * x.z,
+            acc[4 * k + 3] += w * x.w;
       }
     }
   };
 #pragma unroll 4
   for (int i = warp; i < n; i += 4) add(i);
-  // Lane `lane` holds columns 2·lane (kVec 2) or 128k + 4·lane .. +4 (kVec 4, 8).
+    // Lane `lane` holds columns 2·lane (kVec 2) or 128k + 4·lane .. +4 (kVec 4, 8).
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) acc_s[warp][kVec == 2 ? 2 * lane + k : 128 * (k / 4) + 4 * lane + k % 4] = acc[k];
+  for (int k = 0; k < kVec; ++k)
+    acc_s[warp][kVec == 2 ? 2 * lane + k : 128 * (k / 4) + 4 * lane + k % 4] = acc[k];
   if (lane == 0) wsum_s[warp] = wsum;
   __syncthreads();
   const float inv_total = 1.0f / fmaxf(wsum_s[0] + wsum_s[1] + wsum_s[2] + wsum_s[3], FLT_MIN);
   for (int d = threadIdx.x * 2; d < D; d += 256) {
     const float x = (acc_s[0][d] + acc_s[1][d] + acc_s[2][d] + acc_s[3][d]) * inv_total;
-    const float y = (acc_s[0][d + 1] + acc_s[1][d + 1] + acc_s[2][d + 1] + acc_s[3][d + 1]) * inv_total;
+    const float y =
+        (acc_s[0][d + 1] + acc_s[1][d + 1] + acc_s[2][d + 1] + acc_s[3][d + 1]) * inv_total;
     *reinterpret_cast<__nv_bfloat162*>(p.out + out_row * D + d) = __floats2bfloat162_rn(x, y);
   }
 }
@@ -449,7 +465,8 @@ DeviceFacts FactsFor() {
       int sms = 0, per_sm = 0;
       const auto kernel = DecodeSplitKernel<D, NT>;
       constexpr int kBytes = Shape<D>::kRingBytes;
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) != cudaSuccess ||
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) !=
+              cudaSuccess ||
           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kBytes) !=
               cudaSuccess) {
@@ -467,20 +484,29 @@ DeviceFacts FactsFor() {
 template <typename F>
 auto Dispatch(int head_dim, int row_tiles, F&& f) {
   switch (head_dim * 2 + row_tiles) {
-    case 64 * 2 + 1: return f.template operator()<64, 1>();
-    case 64 * 2 + 2: return f.template operator()<64, 2>();
-    case 128 * 2 + 1: return f.template operator()<128, 1>();
-    case 128 * 2 + 2: return f.template operator()<128, 2>();
-    default: return f.template operator()<256, 1>();
+    case 64 * 2 + 1:
+      return f.template operator()<64, 1>();
+    case 64 * 2 + 2:
+      return f.template operator()<64, 2>();
+    case 128 * 2 + 1:
+      return f.template operator()<128, 1>();
+    case 128 * 2 + 2:
+      return f.template operator()<128, 2>();
+    default:
+      return f.template operator()<256, 1>();
   }
 }
 
 struct FactsOp {
   template <int D, int NT>
-  DeviceFacts operator()() const { return FactsFor<D, NT>(); }
+  DeviceFacts operator()() const {
+    return FactsFor<D, NT>();
+  }
 };
 
-DeviceFacts FactsFor(int head_dim, int row_tiles) { return Dispatch(head_dim, row_tiles, FactsOp{}); }
+DeviceFacts FactsFor(int head_dim, int row_tiles) {
+  return Dispatch(head_dim, row_tiles, FactsOp{});
+}
 
 // Estimated microseconds for a split count (host-known shapes only). The KV stream runs at
 // kStreamBytesPerUs once at least one CTA per SM is streaming (a CTA keeps 4 × 2–3 head-blocks in
@@ -493,8 +519,8 @@ constexpr double kCtaStartUs = 2.0;
 constexpr double kLoadLatencyUs = 1.5;
 constexpr double kMergeUs = 2.0;
 
-double EstimateUs(const DecodeAttentionParams& p, const SplitPlan& plan, int max_pages, double pairs,
-                  const DeviceFacts& facts) {
+double EstimateUs(const DecodeAttentionParams& p, const SplitPlan& plan, int max_pages,
+                  double pairs, const DeviceFacts& facts) {
   const int stages = StagesFor(p.head_dim);
   const double page_bytes = 64.0 * p.head_dim;
   const double pages_per_us = kStreamBytesPerUs / page_bytes;
@@ -506,7 +532,9 @@ double EstimateUs(const DecodeAttentionParams& p, const SplitPlan& plan, int max
     const double a = std::min(left, resident);
     us += std::max(pps * std::max(a, double(facts.sms)) / pages_per_us, warp_us) + kCtaStartUs;
   }
-  if (used > 1) us += kMergeUs + 2.0 * double(p.tokens) * p.num_q_heads * used * (p.head_dim + 1) * 4 / kStreamBytesPerUs;
+  if (used > 1)
+    us += kMergeUs +
+          2.0 * double(p.tokens) * p.num_q_heads * used * (p.head_dim + 1) * 4 / kStreamBytesPerUs;
   return us;
 }
 
@@ -516,10 +544,12 @@ SplitPlan MakePlan(const DecodeAttentionParams& p) {
   const int rows = group * p.max_query_len;
   plan.row_tiles = p.head_dim <= 128 && rows > 8 ? 2 : 1;
   plan.row_chunks = (rows + 8 * plan.row_tiles - 1) / (8 * plan.row_tiles);
-  const int64_t kv_bound = p.max_kv_len > 0 ? std::min<int64_t>(p.max_kv_len, int64_t{p.max_blocks} * kPage)
-                                            : int64_t{p.max_blocks} * kPage;
+  const int64_t kv_bound = p.max_kv_len > 0
+                               ? std::min<int64_t>(p.max_kv_len, int64_t{p.max_blocks} * kPage)
+                               : int64_t{p.max_blocks} * kPage;
   const int max_pages = static_cast<int>(std::max<int64_t>(1, (kv_bound + kPage - 1) / kPage));
-  if (p.num_splits > 0) {  // forced: exactly this cut of the bound, down to one head-block per split
+  if (p.num_splits >
+      0) {  // forced: exactly this cut of the bound, down to one head-block per split
     plan.min_pages = 1;
     plan.splits = std::min(p.num_splits, max_pages);
     return plan;
@@ -529,23 +559,26 @@ SplitPlan MakePlan(const DecodeAttentionParams& p) {
   const double pairs = double(p.num_seqs) * p.num_kv_heads * plan.row_chunks;
   // More splits than two waves of CTAs cannot help (and this runs on every eager launch).
   const double resident = double(facts.sms) * facts.ctas_per_sm;
-  const int s_max = static_cast<int>(std::min<double>({1024.0, std::ceil(2.0 * resident / pairs),
-                                                       double((max_pages + kMinPagesPerSplit - 1) / kMinPagesPerSplit)}));
+  const int s_max = static_cast<int>(
+      std::min<double>({1024.0, std::ceil(2.0 * resident / pairs),
+                        double((max_pages + kMinPagesPerSplit - 1) / kMinPagesPerSplit)}));
   double best = INFINITY;
   for (int sp = 1; sp <= s_max; ++sp) {
     SplitPlan cand = plan;
     cand.splits = sp;
     if (UsedSplits(max_pages, cand) != sp) continue;  // the same cut as a smaller count
     const double us = EstimateUs(p, cand, max_pages, pairs, facts);
-    if (us < best * 0.995) best = us, plan.splits = sp;  // the smallest count within 0.5% of the best
+    if (us < best * 0.995)
+      best = us, plan.splits = sp;  // the smallest count within 0.5% of the best
   }
   return plan;
 }
 
 bool Supported(const DecodeAttentionParams& p) {
-  return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.num_kv_heads > 0 && p.num_q_heads > 0 &&
-         p.num_q_heads % p.num_kv_heads == 0 && p.max_query_len >= 1 && p.max_query_len <= kDecodeMaxQueryLen &&
-         p.num_seqs >= 0 && p.max_blocks >= 0 && p.tokens >= 0;
+  return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.num_kv_heads > 0 &&
+         p.num_q_heads > 0 && p.num_q_heads % p.num_kv_heads == 0 && p.max_query_len >= 1 &&
+         p.max_query_len <= kDecodeMaxQueryLen && p.num_seqs >= 0 && p.max_blocks >= 0 &&
+         p.tokens >= 0;
 }
 
 size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan) {
@@ -553,15 +586,19 @@ size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan)
 }
 
 template <int D, int NT>
-cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* workspace, cudaStream_t stream) {
+cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* workspace,
+                   cudaStream_t stream) {
   const int64_t ctas = int64_t{p.num_seqs} * p.num_kv_heads * plan.splits * plan.row_chunks;
   if (ctas > INT_MAX) return cudaErrorInvalidValue;
   (void)FactsFor<D, NT>();  // raises the shared-memory limit on this device
   float* part_o = static_cast<float*>(workspace);
-  float* part_lse = plan.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutputBytes(p, plan))
-                                    : nullptr;
+  float* part_lse =
+      plan.splits > 1
+          ? reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutputBytes(p, plan))
+          : nullptr;
   const cudaError_t split_err =
-      LaunchPdl(DecodeSplitKernel<D, NT>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), Shape<D>::kRingBytes, stream, p, plan, part_o, part_lse);
+      LaunchPdl(DecodeSplitKernel<D, NT>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                Shape<D>::kRingBytes, stream, p, plan, part_o, part_lse);
   if (split_err != cudaSuccess) return split_err;
   if (plan.splits > 1) {
     const int64_t items = int64_t{p.num_seqs} * p.max_query_len * p.num_q_heads;
@@ -575,8 +612,9 @@ cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* 
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, DecodeMergeKernel<D>, p, plan, static_cast<const float*>(part_o),
-                                               static_cast<const float*>(part_lse));
+    const cudaError_t err =
+        cudaLaunchKernelEx(&cfg, DecodeMergeKernel<D>, p, plan, static_cast<const float*>(part_o),
+                           static_cast<const float*>(part_lse));
     if (err != cudaSuccess) return err;
   }
   return cudaGetLastError();
@@ -588,27 +626,34 @@ struct LaunchOp {
   void* workspace;
   cudaStream_t stream;
   template <int D, int NT>
-  cudaError_t operator()() const { return Launch<D, NT>(p, plan, workspace, stream); }
+  cudaError_t operator()() const {
+    return Launch<D, NT>(p, plan, workspace, stream);
+  }
 };
 
 }  // namespace
 
-int DecodeAttentionNumSplits(const DecodeAttentionParams& p) { return Supported(p) ? MakePlan(p).splits : 1; }
+int DecodeAttentionNumSplits(const DecodeAttentionParams& p) {
+  return Supported(p) ? MakePlan(p).splits : 1;
+}
 
 size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionParams& p) {
   if (!Supported(p)) return 0;
   const SplitPlan plan = MakePlan(p);
   if (plan.splits == 1) return 0;
-  return PartialOutputBytes(p, plan) + static_cast<size_t>(p.tokens) * p.num_q_heads * plan.splits * sizeof(float);
+  return PartialOutputBytes(p, plan) +
+         static_cast<size_t>(p.tokens) * p.num_q_heads * plan.splits * sizeof(float);
 }
 
-cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace, size_t workspace_bytes,
-                                  cudaStream_t stream) {
+cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace,
+                                  size_t workspace_bytes, cudaStream_t stream) {
   if (!Supported(p)) return cudaErrorInvalidValue;
   if (p.tokens == 0 || p.num_seqs == 0) return cudaSuccess;
-  if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out)) return cudaErrorInvalidValue;
+  if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out))
+    return cudaErrorInvalidValue;
   const SplitPlan plan = MakePlan(p);
-  if (plan.splits > 1 && (workspace == nullptr || !Aligned16(workspace) || workspace_bytes < DecodeAttentionWorkspaceBytes(p)))
+  if (plan.splits > 1 && (workspace == nullptr || !Aligned16(workspace) ||
+                          workspace_bytes < DecodeAttentionWorkspaceBytes(p)))
     return cudaErrorInvalidValue;
   return Dispatch(p.head_dim, plan.row_tiles, LaunchOp{p, plan, workspace, stream});
 }

@@ -41,21 +41,21 @@ inline constexpr int kDecodeMaxQueryLen = 16;
 
 // All pointers are device pointers; q, k_pool, v_pool and out must be 16-byte aligned.
 struct DecodeAttentionParams {
-  const __nv_bfloat16* q;         // [tokens, num_q_heads, head_dim]
-  const __nv_bfloat16* k_pool;    // [num_slots, 16, head_dim]
-  const __nv_bfloat16* v_pool;    // [num_slots, 16, head_dim]
-  const int32_t* query_start;     // [num_seqs + 1], sorted, query_start[0] = 0
-  const int32_t* kv_lens;         // [num_seqs, num_kv_heads], kv_lens[s, h] >= q_len(s)
-  const int32_t* block_tables;    // [num_seqs, num_kv_heads, max_blocks] slot ids
-  __nv_bfloat16* out;             // [tokens, num_q_heads, head_dim]
-  int64_t tokens = 0;             // query_start[num_seqs]
+  const __nv_bfloat16* q;       // [tokens, num_q_heads, head_dim]
+  const __nv_bfloat16* k_pool;  // [num_slots, 16, head_dim]
+  const __nv_bfloat16* v_pool;  // [num_slots, 16, head_dim]
+  const int32_t* query_start;   // [num_seqs + 1], sorted, query_start[0] = 0
+  const int32_t* kv_lens;       // [num_seqs, num_kv_heads], kv_lens[s, h] >= q_len(s)
+  const int32_t* block_tables;  // [num_seqs, num_kv_heads, max_blocks] slot ids
+  __nv_bfloat16* out;           // [tokens, num_q_heads, head_dim]
+  int64_t tokens = 0;           // query_start[num_seqs]
   int num_seqs = 0;
-  int num_q_heads = 0;            // a multiple of num_kv_heads
+  int num_q_heads = 0;  // a multiple of num_kv_heads
   int num_kv_heads = 0;
-  int head_dim = 0;               // 64, 128 or 256
-  int max_blocks = 0;             // width of block_tables
-  int max_query_len = 0;          // host-known bound of q_len over the batch, 1..kDecodeMaxQueryLen
-  float scale = 1.0f;             // softmax(q·k * scale)
+  int head_dim = 0;       // 64, 128 or 256
+  int max_blocks = 0;     // width of block_tables
+  int max_query_len = 0;  // host-known bound of q_len over the batch, 1..kDecodeMaxQueryLen
+  float scale = 1.0f;     // softmax(q·k * scale)
   // Optional host-known bound of kv_lens, only used to choose the split count (0: max_blocks*16).
   // A bound that is too small costs balance, never correctness.
   int max_kv_len = 0;
@@ -81,7 +81,7 @@ size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionParams& p);
 // does not support (head_dim not 64/128/256, num_q_heads % num_kv_heads != 0, max_query_len out
 // of range, misaligned pointers, workspace too small), else the launch error. Enqueues on
 // `stream` only; no host synchronisation.
-cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace, size_t workspace_bytes,
-                                  cudaStream_t stream);
+cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace,
+                                  size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace oasis::kernels

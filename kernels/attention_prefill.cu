@@ -42,7 +42,8 @@ struct Tile {
   static constexpr int kRowBytes = D * 2;
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kKvBytes = kKvTile * kRowBytes;  // one K or one V tile
-  static constexpr int kSmemBytes = kQBytes + 4 * kKvBytes + kSlotRingBytes;  // Q, K[2], V[2], slots
+  static constexpr int kSmemBytes =
+      kQBytes + 4 * kKvBytes + kSlotRingBytes;  // Q, K[2], V[2], slots
   static constexpr bool kQInRegs = kMTiles == 1;
   static constexpr int kKvChunksPerThread = kKvTile * kChunks / kThreads;
   static constexpr int kMinBlocks = kThreads == 128 ? 2 : 1;
@@ -71,11 +72,13 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
   const int q_len = static_cast<int>(p.query_start[seq + 1] - q_begin);
   const int q0 = q_tile * T::kBlockM;
   const int kv_len = p.kv_lens[seq * p.num_kv_heads + h];
-  const int ctx = kv_len - q_len;  // keys before this chunk's first query: row r sees keys <= ctx + r
+  const int ctx =
+      kv_len - q_len;  // keys before this chunk's first query: row r sees keys <= ctx + r
   const int kv_end = min(kv_len, ctx + q0 + T::kBlockM);
   const int num_kv_tiles = kv_end > 0 ? (kv_end + kKvTile - 1) / kKvTile : 0;
   const int num_blocks = min((kv_len + kHeadBlock - 1) / kHeadBlock, p.max_blocks);
-  const int32_t* table = p.block_tables + (static_cast<int64_t>(seq) * p.num_kv_heads + h) * p.max_blocks;
+  const int32_t* table =
+      p.block_tables + (static_cast<int64_t>(seq) * p.num_kv_heads + h) * p.max_blocks;
   const int64_t row_stride = static_cast<int64_t>(p.num_q_heads) * D;  // q and out
 
   const uint32_t sQ = SmemAddr(smem);
@@ -88,7 +91,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
     for (int i = tid; i < T::kBlockM * T::kChunks; i += T::kThreads) {
       const int r = i / T::kChunks, c = i % T::kChunks;
       const bool valid = q0 + r < q_len;
-      CpAsync16(sQ + Swz<D>(r, c), valid ? q_tile_ptr + r * row_stride + c * 8 : p.q, valid ? 16 : 0);
+      CpAsync16(sQ + Swz<D>(r, c), valid ? q_tile_ptr + r * row_stride + c * 8 : p.q,
+                valid ? 16 : 0);
     }
   }
 
@@ -100,10 +104,11 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
     if (tid < kBlocksPerKvTile) {
       const int idx = j * kBlocksPerKvTile + tid;
       const bool valid = idx < num_blocks;
-      CpAsync4(s_slots + ((j & 1) * kBlocksPerKvTile + tid) * 4, valid ? table + idx : table, valid ? 4 : 0);
+      CpAsync4(s_slots + ((j & 1) * kBlocksPerKvTile + tid) * 4, valid ? table + idx : table,
+               valid ? 4 : 0);
     }
   };
-  auto load_kv = [&](int j, const int (&slots)[kBlocksPerKvTile]) {
+  auto load_kv = [&](int j, const int(&slots)[kBlocksPerKvTile]) {
     const uint32_t buf = (j & 1) * T::kKvBytes;
 #pragma unroll
     for (int it = 0; it < T::kKvChunksPerThread; ++it) {
@@ -112,7 +117,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
       const int blk = tok / kHeadBlock;
       const int slot = blk == 0 ? slots[0] : blk == 1 ? slots[1] : blk == 2 ? slots[2] : slots[3];
       const bool valid = j * kKvTile + tok < kv_len;
-      const int64_t off = valid ? (static_cast<int64_t>(slot) * kHeadBlock + (tok % kHeadBlock)) * D + c * 8 : 0;
+      const int64_t off =
+          valid ? (static_cast<int64_t>(slot) * kHeadBlock + (tok % kHeadBlock)) * D + c * 8 : 0;
       const uint32_t dst = buf + Swz<D>(tok, c);
       CpAsync16(sK + dst, p.k_pool + off, valid ? 16 : 0);
       CpAsync16(sV + dst, p.v_pool + off, valid ? 16 : 0);
@@ -136,11 +142,12 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
   const float scale_log2 = p.scale * 1.4426950408889634f;
   const int warp_row0 = warp * T::kRowsPerWarp;
   const int diag0 = ctx + q0 + warp_row0;  // last key the warp's first row sees
-  const int g = lane >> 2, t4 = lane & 3;   // mma fragment coordinates
+  const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
   // Byte offsets of the 16-byte row piece this lane hands to ldmatrix (fragment layouts of
   // m16n8k16), at k-chunk pair 0. Every row it names is == lane (mod 8), so the swizzle of
   // chunk pair kk is a compile-time XOR: Swz(row, 2kk + c) == Swz(row, c) ^ (kk << 5).
-  const uint32_t a_off = Swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);  // Q (A), V (B, trans)
+  const uint32_t a_off =
+      Swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);  // Q (A), V (B, trans)
   const uint32_t k_off = Swz<D>((lane & 7) + (lane >> 4) * 8, (lane >> 3) & 1);  // K (B)
   const uint32_t q_off = sQ + warp_row0 * T::kRowBytes;
 
@@ -177,7 +184,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
       }
     }
     const int key0 = j * kKvTile;
-    if (key0 > diag0 + T::kRowsPerWarp - 1) continue;  // the whole tile is above this warp's diagonal
+    if (key0 > diag0 + T::kRowsPerWarp - 1)
+      continue;  // the whole tile is above this warp's diagonal
 
     const uint32_t k_buf = sK + (j & 1) * T::kKvBytes, v_buf = sV + (j & 1) * T::kKvBytes;
     // ---- S = Q · Kᵀ
@@ -232,7 +240,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
       for (int r = 0; r < 2; ++r) {
         float mx = row_max[mt][r];
 #pragma unroll
-        for (int nt = 0; nt < kKvTile / 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        for (int nt = 0; nt < kKvTile / 8; ++nt)
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;  // a row with no key yet
@@ -245,7 +254,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
           s[mt][nt][2 * r + 1] = Ex2(fmaf(s[mt][nt][2 * r + 1], scale_log2, -base));
           sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
         }
-        row_sum[mt][r] = row_sum[mt][r] * correction + sum;  // per-thread partial; reduced at the end
+        row_sum[mt][r] =
+            row_sum[mt][r] * correction + sum;  // per-thread partial; reduced at the end
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt) {
           o[mt][dt][2 * r] *= correction;
@@ -311,8 +321,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
 template <int D, int kWarps, int kMTiles>
 cudaError_t LaunchConfig(const PrefillAttentionParams& p, cudaStream_t stream) {
   using T = Tile<D, kWarps, kMTiles>;
-  return prefill::LaunchTiles<PrefillAttentionKernel<D, kWarps, kMTiles>>(p, T::kBlockM, T::kThreads, T::kSmemBytes,
-                                                                       stream);
+  return prefill::LaunchTiles<PrefillAttentionKernel<D, kWarps, kMTiles>>(
+      p, T::kBlockM, T::kThreads, T::kSmemBytes, stream);
 }
 
 template <int D>
@@ -360,7 +370,8 @@ bool PrefillAttentionSm90Available() {
 
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.num_seqs == 0) return cudaSuccess;
-  if (p.num_q_heads <= 0 || p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 || p.max_blocks <= 0) {
+  if (p.num_q_heads <= 0 || p.num_kv_heads <= 0 || p.num_q_heads % p.num_kv_heads != 0 ||
+      p.max_blocks <= 0) {
     return cudaErrorInvalidValue;
   }
   if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out)) {
@@ -371,7 +382,8 @@ cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t
   if (p.tile == PrefillTileConfig::kSm90 || p.tile == PrefillTileConfig::kSm90S2 ||
       (p.tile == PrefillTileConfig::kAuto && sm90)) {
     if (!sm90) return cudaErrorInvalidValue;
-    return detail::LaunchPrefillAttentionSm90(p, p.tile == PrefillTileConfig::kSm90S2 ? 2 : 0, stream);
+    return detail::LaunchPrefillAttentionSm90(p, p.tile == PrefillTileConfig::kSm90S2 ? 2 : 0,
+                                              stream);
   }
   switch (p.head_dim) {
     case 64:

@@ -43,21 +43,21 @@ enum class PrefillTileConfig {
 };
 
 struct PrefillAttentionParams {
-  const __nv_bfloat16* q;        // [tokens, num_q_heads, head_dim]
-  const __nv_bfloat16* k_pool;   // [num_slots, 16, head_dim]
-  const __nv_bfloat16* v_pool;   // [num_slots, 16, head_dim]
-  const int32_t* query_start;    // [num_seqs + 1], device
-  const int32_t* kv_lens;        // [num_seqs, num_kv_heads], device
-  const int32_t* block_tables;   // [num_seqs, num_kv_heads, max_blocks] slot ids, device
-  __nv_bfloat16* out;            // [tokens, num_q_heads, head_dim]
-  int64_t tokens = 0;            // query rows in the batch (= query_start[num_seqs])
+  const __nv_bfloat16* q;       // [tokens, num_q_heads, head_dim]
+  const __nv_bfloat16* k_pool;  // [num_slots, 16, head_dim]
+  const __nv_bfloat16* v_pool;  // [num_slots, 16, head_dim]
+  const int32_t* query_start;   // [num_seqs + 1], device
+  const int32_t* kv_lens;       // [num_seqs, num_kv_heads], device
+  const int32_t* block_tables;  // [num_seqs, num_kv_heads, max_blocks] slot ids, device
+  __nv_bfloat16* out;           // [tokens, num_q_heads, head_dim]
+  int64_t tokens = 0;           // query rows in the batch (= query_start[num_seqs])
   int num_seqs = 0;
   int num_q_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;              // 64 or 128
-  int max_blocks = 0;            // block table row length
-  int max_query_len = 0;         // upper bound on any q_len; 0 = unknown (only sizes the grid)
-  float scale = 1.0f;            // softmax scale applied to q·k
+  int head_dim = 0;       // 64 or 128
+  int max_blocks = 0;     // block table row length
+  int max_query_len = 0;  // upper bound on any q_len; 0 = unknown (only sizes the grid)
+  float scale = 1.0f;     // softmax scale applied to q·k
   PrefillTileConfig tile = PrefillTileConfig::kAuto;
 };
 
@@ -68,7 +68,9 @@ struct PrefillAttentionParams {
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 
 // True when LaunchPrefillAttention accepts this head_dim.
-inline bool PrefillAttentionSupportsHeadDim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+inline bool PrefillAttentionSupportsHeadDim(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 
 // True when the current device runs the sm_90a kernel (compute capability 9.0); the build must
 // carry sm_90a code (CMAKE_CUDA_ARCHITECTURES 90a, the project default).
@@ -77,7 +79,8 @@ bool PrefillAttentionSm90Available();
 namespace detail {
 // The wgmma kernel (attention_prefill_sm90.cu); `stages` 2, or 0 for the deepest K/V ring.
 // Called by LaunchPrefillAttention after it has validated `p`.
-cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages, cudaStream_t stream);
+cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages,
+                                       cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace oasis::kernels

@@ -89,20 +89,21 @@ struct Barriers {
   __device__ uint32_t EmptyV(int s) const { return base + 8 * (1 + 3 * kStages + s); }
 };
 
-constexpr int kProducerChainThreads = 64;   // arrivals that fill a stage (one chain)
-constexpr int kConsumerWarps = 8;           // arrivals that empty a stage (every consumer warp)
+constexpr int kProducerChainThreads = 64;  // arrivals that fill a stage (one chain)
+constexpr int kConsumerWarps = 8;          // arrivals that empty a stage (every consumer warp)
 
 // ---- producer ---------------------------------------------------------------------------------
 // Warps 0-1 (the K chain) load Q, then K tiles; warps 2-3 (the V chain) load V tiles. A chain
 // keeps one tile in flight: it waits for its own copies before signalling, so the stage a
 // consumer sees is complete, and the next tile is issued as soon as a stage is free.
 template <int D, int kStages>
-__device__ __forceinline__ void Producer(const PrefillAttentionParams& p, const Work& w, uint32_t sQ, uint32_t sK,
-                                         uint32_t sV, const Barriers<kStages>& bar) {
+__device__ __forceinline__ void Producer(const PrefillAttentionParams& p, const Work& w,
+                                         uint32_t sQ, uint32_t sK, uint32_t sV,
+                                         const Barriers<kStages>& bar) {
   using Shape = Sm90Shape<D, kStages>;
-  constexpr int kChunks = D / 8;                                // 16-byte chunks per row
+  constexpr int kChunks = D / 8;                                 // 16-byte chunks per row
   constexpr int kRowsPerPass = kProducerChainThreads / kChunks;  // rows a chain covers per pass
-  const int tid = threadIdx.x;                                  // 0 .. 127
+  const int tid = threadIdx.x;                                   // 0 .. 127
   const bool k_chain = tid < kProducerChainThreads;
   const int lane = tid & 31;
   const int ct = tid & (kProducerChainThreads - 1);
@@ -110,12 +111,14 @@ __device__ __forceinline__ void Producer(const PrefillAttentionParams& p, const 
 
   if (k_chain) {  // Q tile, rows past q_len zero-filled
     const int64_t row_stride = static_cast<int64_t>(p.num_q_heads) * D;
-    const bf16* q_tile = p.q + (w.q_begin + w.q0) * row_stride + static_cast<int64_t>(w.qh) * D + c * 8;
+    const bf16* q_tile =
+        p.q + (w.q_begin + w.q0) * row_stride + static_cast<int64_t>(w.qh) * D + c * 8;
 #pragma unroll 4
     for (int it = 0; it < kBlockM / kRowsPerPass; ++it) {
       const int r = r0 + it * kRowsPerPass;
       const bool valid = w.q0 + r < w.q_len;
-      CpAsync16(sQ + SwzOffset<kBlockM>(r, c), valid ? q_tile + r * row_stride : p.q, valid ? 16 : 0);
+      CpAsync16(sQ + SwzOffset<kBlockM>(r, c), valid ? q_tile + r * row_stride : p.q,
+                valid ? 16 : 0);
     }
     CpAsyncCommit();
   }
@@ -193,8 +196,8 @@ __device__ __forceinline__ void CausalMask(float (&s)[64], int limit) {
 // Online softmax over one tile (base 2, scale folded in): turns s into unnormalised
 // probabilities, updates the running max m and the per-thread partial row sums l, and returns
 // in `rescale` the factor the O accumulator must be multiplied by before this tile's P·V.
-__device__ __forceinline__ void OnlineSoftmax(float (&s)[64], float (&m)[2], float (&l)[2], float (&rescale)[2],
-                                              float scale_log2) {
+__device__ __forceinline__ void OnlineSoftmax(float (&s)[64], float (&m)[2], float (&l)[2],
+                                              float (&rescale)[2], float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = m[r];
@@ -244,15 +247,17 @@ __device__ __forceinline__ void WgmmaPV(float (&o)[D / 2], const uint32_t* a, ui
 // GEMMs back and forth (warpgroup w waits on barrier 1 + w and releases the other one);
 // barriers 3 and 4 order each warpgroup's epilogue.
 template <int D, int kStages>
-__device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const Work& w, uint32_t sQ, uint32_t sK,
-                                         uint32_t sV, const Barriers<kStages>& bar, unsigned char* q_tile_smem) {
+__device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const Work& w,
+                                         uint32_t sQ, uint32_t sK, uint32_t sV,
+                                         const Barriers<kStages>& bar, unsigned char* q_tile_smem) {
   using Shape = Sm90Shape<D, kStages>;
   constexpr int kPairThreads = 256;  // both consumer warpgroups
   const int wg = static_cast<int>(threadIdx.x) / 128 - 1;
   const int wt = threadIdx.x & 127;
   const int lane = wt & 31, warp = wt >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int row0 = wg * 64 + warp * 16 + g;  // tile row of this thread's fragment rows (row0, row0 + 8)
+  const int row0 =
+      wg * 64 + warp * 16 + g;  // tile row of this thread's fragment rows (row0, row0 + 8)
   const int n = w.num_kv_tiles;
   const int my_turn = 1 + wg, other_turn = 2 - wg;
 
@@ -279,7 +284,8 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t col = (kk >> 2) * Shape::kQPanelBytes + (kk & 3) * 32;
-        const uint32_t kcol = stage * Shape::kKvBytes + (kk >> 2) * Shape::kKvPanelBytes + (kk & 3) * 32;
+        const uint32_t kcol =
+            stage * Shape::kKvBytes + (kk >> 2) * Shape::kKvPanelBytes + (kk & 3) * 32;
         WgmmaSS_N128(s, DescAt(q_desc, col), DescAt(k_desc, kcol), kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
@@ -326,7 +332,7 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
       }
       MbarWait(bar.FullK(stage), phase);
       NamedBarSync(my_turn, kPairThreads);
-      issue_qk(stage);  // S_i = Q·K_iᵀ
+      issue_qk(stage);      // S_i = Q·K_iᵀ
       Rescale(o, rescale);  // O to the running max of tiles < i (while S_i runs)
       MbarWait(bar.FullV(prev_stage), prev_phase);
       issue_pv(prev_stage);  // O += P_{i-1}·V_{i-1}
@@ -433,12 +439,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int D, int kStages>
 cudaError_t LaunchSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
   using Shape = Sm90Shape<D, kStages>;
-  return prefill::LaunchTiles<PrefillAttentionSm90Kernel<D, kStages>>(p, kBlockM, kThreads, Shape::kSmemBytes, stream);
+  return prefill::LaunchTiles<PrefillAttentionSm90Kernel<D, kStages>>(p, kBlockM, kThreads,
+                                                                      Shape::kSmemBytes, stream);
 }
 
 }  // namespace
 
-cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages, cudaStream_t stream) {
+cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages,
+                                       cudaStream_t stream) {
   // stages 0 = the deepest ring that fits: 3 at head_dim 128 (225 KiB), 4 at 64 (145 KiB).
   switch (p.head_dim) {
     case 128:

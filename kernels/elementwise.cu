@@ -16,7 +16,8 @@ __global__ void EmbeddingKernel(const int32_t* ids, const bf16* table, bf16* out
 }
 
 __global__ void AddKernel(const bf16* a, const bf16* b, bf16* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     out[i] = ToBf16(ToFloat(a[i]) + ToFloat(b[i]));
   }
 }
@@ -26,7 +27,8 @@ __global__ void SiluMulKernel(const bf16* gate_up, bf16* out, int64_t inter) {
   AllowDependentLaunch();
   const int64_t r = blockIdx.y;
   const bf16* g = gate_up + r * 2 * inter;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < inter; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < inter;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const float x = ToFloat(g[i]);
     const float silu = x / (1.0f + __expf(-x));
     out[r * inter + i] = ToBf16(ToFloat(ToBf16(silu)) * ToFloat(g[inter + i]));
@@ -43,7 +45,8 @@ __global__ void SiluMulVec8Kernel(const bf16* gate_up, bf16* out, int64_t inter)
   const uint4* g = reinterpret_cast<const uint4*>(gate_up + r * 2 * inter);
   const uint4* u = g + vecs;
   uint4* o = reinterpret_cast<uint4*>(out + r * inter);
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vecs; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vecs;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const uint4 gv = g[i], uv = u[i];
     uint4 ov;
     const bf16* gp = reinterpret_cast<const bf16*>(&gv);
@@ -59,9 +62,11 @@ __global__ void SiluMulVec8Kernel(const bf16* gate_up, bf16* out, int64_t inter)
   }
 }
 
-__global__ void SplitQkvKernel(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t nq, int64_t nk, int64_t nv) {
+__global__ void SplitQkvKernel(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t nq, int64_t nk,
+                               int64_t nv) {
   const int64_t t = blockIdx.y, width = nq + nk + nv;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < width; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < width;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const bf16 x = qkv[t * width + i];
     if (i < nq) {
       q[t * nq + i] = x;
@@ -82,7 +87,8 @@ __global__ void MoveRowsKernel(const T* x, const int32_t* rows, T* out, int64_t 
   const int64_t i = blockIdx.y;
   const T* src = x + (kScatter ? i : static_cast<int64_t>(rows[i])) * row_units;
   T* dst = out + (kScatter ? static_cast<int64_t>(rows[i]) : i) * row_units;
-  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_units; b += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_units;
+       b += int64_t{gridDim.x} * blockDim.x) {
     dst[b] = src[b];
   }
 }
@@ -96,19 +102,27 @@ __device__ __forceinline__ uint64_t Mix(uint64_t z) {
 
 template <typename T>
 __global__ void FillNormalKernel(T* t, int64_t n, uint64_t seed, float stddev) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const uint64_t r = Mix(seed ^ Mix(static_cast<uint64_t>(i)));
     const float u1 = (static_cast<float>(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
     const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
     const float x = stddev * sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
-    if constexpr (sizeof(T) == 2) t[i] = ToBf16(x); else t[i] = x;
+    if constexpr (sizeof(T) == 2)
+      t[i] = ToBf16(x);
+    else
+      t[i] = x;
   }
 }
 
 template <typename T>
 __global__ void FillKernel(T* t, int64_t n, float value) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    if constexpr (sizeof(T) == 2) t[i] = ToBf16(value); else t[i] = value;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (sizeof(T) == 2)
+      t[i] = ToBf16(value);
+    else
+      t[i] = value;
   }
 }
 
@@ -119,7 +133,8 @@ cudaError_t LaunchFillNormal(bf16* t, int64_t n, uint64_t seed, float stddev, cu
   FillNormalKernel<<<std::min(CeilDiv(n, 256), 8192u), 256, 0, stream>>>(t, n, seed, stddev);
   return cudaGetLastError();
 }
-cudaError_t LaunchFillNormalF32(float* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream) {
+cudaError_t LaunchFillNormalF32(float* t, int64_t n, uint64_t seed, float stddev,
+                                cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   FillNormalKernel<<<std::min(CeilDiv(n, 256), 8192u), 256, 0, stream>>>(t, n, seed, stddev);
   return cudaGetLastError();
@@ -135,10 +150,11 @@ cudaError_t LaunchFillF32(float* t, int64_t n, float value, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-cudaError_t LaunchEmbedding(const int32_t* ids, const bf16* table, bf16* out, int64_t tokens, int64_t hidden,
-                            cudaStream_t stream) {
+cudaError_t LaunchEmbedding(const int32_t* ids, const bf16* table, bf16* out, int64_t tokens,
+                            int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
-  return LaunchPdl(EmbeddingKernel, dim3(static_cast<unsigned>(tokens)), dim3(256), 0, stream, ids, table, out, hidden);
+  return LaunchPdl(EmbeddingKernel, dim3(static_cast<unsigned>(tokens)), dim3(256), 0, stream, ids,
+                   table, out, hidden);
 }
 
 cudaError_t LaunchAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream) {
@@ -147,7 +163,8 @@ cudaError_t LaunchAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaSt
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int64_t inter, cudaStream_t stream) {
+cudaError_t LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int64_t inter,
+                          cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const bool vec8 = inter % 8 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(out) % 16 == 0;
@@ -159,8 +176,8 @@ cudaError_t LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int64_t 
   return LaunchPdl(SiluMulKernel, grid, dim3(256), 0, stream, gate_up, out, inter);
 }
 
-cudaError_t LaunchSplitQkv(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t tokens, int64_t nq, int64_t nk,
-                           int64_t nv, cudaStream_t stream) {
+cudaError_t LaunchSplitQkv(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t tokens, int64_t nq,
+                           int64_t nk, int64_t nv, cudaStream_t stream) {
   if (tokens == 0) return cudaSuccess;
   dim3 grid(CeilDiv(nq + nk + nv, 256), static_cast<unsigned>(tokens));
   SplitQkvKernel<<<grid, 256, 0, stream>>>(qkv, q, k, v, nq, nk, nv);
@@ -170,30 +187,30 @@ cudaError_t LaunchSplitQkv(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t t
 namespace {
 
 template <bool kScatter>
-cudaError_t LaunchMoveRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
-                           cudaStream_t stream) {
+cudaError_t LaunchMoveRows(const void* x, const int32_t* rows, void* out, int64_t num_rows,
+                           int64_t row_bytes, cudaStream_t stream) {
   if (num_rows == 0) return cudaSuccess;
   const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   const int64_t units = vec ? row_bytes / 16 : row_bytes;
   dim3 grid(std::min(CeilDiv(units, 256), 64u), static_cast<unsigned>(num_rows));
   if (vec) {
-    return LaunchPdl(MoveRowsKernel<uint4, kScatter>, grid, dim3(256), 0, stream, static_cast<const uint4*>(x), rows,
-                     static_cast<uint4*>(out), units);
+    return LaunchPdl(MoveRowsKernel<uint4, kScatter>, grid, dim3(256), 0, stream,
+                     static_cast<const uint4*>(x), rows, static_cast<uint4*>(out), units);
   }
-  return LaunchPdl(MoveRowsKernel<char, kScatter>, grid, dim3(256), 0, stream, static_cast<const char*>(x), rows,
-                   static_cast<char*>(out), units);
+  return LaunchPdl(MoveRowsKernel<char, kScatter>, grid, dim3(256), 0, stream,
+                   static_cast<const char*>(x), rows, static_cast<char*>(out), units);
 }
 
 }  // namespace
 
-cudaError_t LaunchGatherRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
-                             cudaStream_t stream) {
+cudaError_t LaunchGatherRows(const void* x, const int32_t* rows, void* out, int64_t num_rows,
+                             int64_t row_bytes, cudaStream_t stream) {
   return LaunchMoveRows<false>(x, rows, out, num_rows, row_bytes, stream);
 }
 
-cudaError_t LaunchScatterRows(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes,
-                              cudaStream_t stream) {
+cudaError_t LaunchScatterRows(const void* x, const int32_t* rows, void* out, int64_t num_rows,
+                              int64_t row_bytes, cudaStream_t stream) {
   return LaunchMoveRows<true>(x, rows, out, num_rows, row_bytes, stream);
 }
 

@@ -32,20 +32,22 @@ cudaError_t LaunchSplitQkv(const __nv_bfloat16* qkv,  // [tokens, nq + nk + nv]
                            int64_t tokens, int64_t nq, int64_t nk, int64_t nv, cudaStream_t stream);
 
 // out[i, :] = x[rows[i], :] (row_bytes per row, any dtype)
-cudaError_t LaunchGatherRows(const void* x,         // [T, row_bytes]
-                             const int32_t* rows,   // [num_rows]
-                             void* out,             // [num_rows, row_bytes]
+cudaError_t LaunchGatherRows(const void* x,        // [T, row_bytes]
+                             const int32_t* rows,  // [num_rows]
+                             void* out,            // [num_rows, row_bytes]
                              int64_t num_rows, int64_t row_bytes, cudaStream_t stream);
 
 // out[rows[i], :] = x[i, :] (row_bytes per row, any dtype; rows distinct)
-cudaError_t LaunchScatterRows(const void* x,         // [num_rows, row_bytes]
-                              const int32_t* rows,   // [num_rows]
-                              void* out,             // [M, row_bytes]
+cudaError_t LaunchScatterRows(const void* x,        // [num_rows, row_bytes]
+                              const int32_t* rows,  // [num_rows]
+                              void* out,            // [M, row_bytes]
                               int64_t num_rows, int64_t row_bytes, cudaStream_t stream);
 
 // t[i] = stddev * N(0,1) hashed from (seed, i) — the same values as oasis::HashNormal.
-cudaError_t LaunchFillNormal(__nv_bfloat16* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
-cudaError_t LaunchFillNormalF32(float* t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
+cudaError_t LaunchFillNormal(__nv_bfloat16* t, int64_t n, uint64_t seed, float stddev,
+                             cudaStream_t stream);
+cudaError_t LaunchFillNormalF32(float* t, int64_t n, uint64_t seed, float stddev,
+                                cudaStream_t stream);
 // t[i] = value
 cudaError_t LaunchFill(__nv_bfloat16* t, int64_t n, float value, cudaStream_t stream);
 cudaError_t LaunchFillF32(float* t, int64_t n, float value, cudaStream_t stream);

@@ -25,7 +25,8 @@ __device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, flo
 // kPair the weights are [gate | up] halves and group g holds F/2 gate rows and the F/2 up rows
 // with the same indices (the SiLU·mul epilogue combines them).
 template <int F, bool kPair = false>
-__device__ __forceinline__ void GroupRows(const bf16* w, int64_t in, int64_t out, int64_t g, const uint4* (&wrow)[F]) {
+__device__ __forceinline__ void GroupRows(const bf16* w, int64_t in, int64_t out, int64_t g,
+                                          const uint4* (&wrow)[F]) {
 #pragma unroll
   for (int f = 0; f < F; ++f) {
     int64_t feat;
@@ -43,7 +44,8 @@ __device__ __forceinline__ void GroupRows(const bf16* w, int64_t in, int64_t out
 
 // U K-steps of weight vectors from vector v on.
 template <int F, int T, int U>
-__device__ __forceinline__ void LoadWeights(const uint4* const (&wrow)[F], int64_t v, uint4 (&wv)[U][F]) {
+__device__ __forceinline__ void LoadWeights(const uint4* const (&wrow)[F], int64_t v,
+                                            uint4 (&wv)[U][F]) {
 #pragma unroll
   for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -70,10 +72,11 @@ enum Epilogue : int { kPlain = 0, kSiluPair = 1, kQkvRope = 2 };
 // once the group's loop has consumed it) before the reduction and the epilogue, so a persistent
 // CTA keeps weight loads in flight across its groups instead of idling through each reduction.
 template <int R, int F, int T, int U, bool kSharedX, int kEpi = kPlain>
-__device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs, const uint4* const (&wrow)[F],
-                                          uint4 (&wv)[U][F], bool loaded, float (&partial)[T / 32][F * R], int64_t f0,
-                                          int64_t out, bf16* out_bf16, float* out_f32, const uint4* const (&next)[F],
-                                          bool prefetch) {
+__device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs,
+                                          const uint4* const (&wrow)[F], uint4 (&wv)[U][F],
+                                          bool loaded, float (&partial)[T / 32][F * R], int64_t f0,
+                                          int64_t out, bf16* out_bf16, float* out_f32,
+                                          const uint4* const (&next)[F], bool prefetch) {
   auto x_at = [&](int64_t i) { return kSharedX ? xv[i] : __ldg(xv + i); };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float acc[F][R];
@@ -155,8 +158,9 @@ __device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs, const u
 // overlapping its tail. Weights are never written by the kernel before, and a PDL launch is
 // never overlapped with a preceding copy (tests/kernels/test_pdl.cu), so this is safe.
 template <int R, int F, int T, int U>
-__global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16,
-                                                float* out_f32, int64_t in, int64_t out, int64_t groups) {
+__global__ void __launch_bounds__(T)
+    GemvKernel(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* out_bf16,
+               float* out_f32, int64_t in, int64_t out, int64_t groups) {
   const int64_t vecs = in / 8;
   __shared__ float partial[T / 32][F * R];
   const bool fits = threadIdx.x + (U - 1) * T < vecs;  // the first U K-steps exist for this thread
@@ -174,8 +178,8 @@ __global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, cons
         AllowDependentLaunch();
         waited = true;
       }
-      GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, fits, partial, g * F, out,
-                                   out_bf16, out_f32, wrow, false);
+      GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, fits, partial,
+                                   g * F, out, out_bf16, out_f32, wrow, false);
     }
     if (!waited) {
       GridDependencyWait();
@@ -195,8 +199,8 @@ __global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, cons
     const int64_t gn = g + gridDim.x;
     const uint4* next[F];
     GroupRows<F>(w, in, out, gn < groups ? gn : g, next);
-    GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, loaded, partial, g * F, out,
-                                 out_bf16, out_f32, next, gn < groups);
+    GemvGroup<R, F, T, U, false>(reinterpret_cast<const uint4*>(x), vecs, wrow, wv, loaded, partial,
+                                 g * F, out, out_bf16, out_f32, next, gn < groups);
     loaded = gn < groups && fits;
 #pragma unroll
     for (int f = 0; f < F; ++f) wrow[f] = next[f];
@@ -204,8 +208,8 @@ __global__ void __launch_bounds__(T) GemvKernel(const bf16* __restrict__ x, cons
 }
 
 template <int R, int F, int T, int U>
-cudaError_t LaunchConfig(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, bool persistent,
-                         cudaStream_t stream) {
+cudaError_t LaunchConfig(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in, int64_t out,
+                         bool persistent, cudaStream_t stream) {
   const int64_t groups = (out + F - 1) / F;
   int64_t grid = groups;
   if (persistent) {
@@ -220,8 +224,8 @@ cudaError_t LaunchConfig(const bf16* x, const bf16* w, bf16* ob, float* of, int6
     });
     grid = groups < resident ? groups : resident;
   }
-  return LaunchPdl(GemvKernel<R, F, T, U>, dim3(static_cast<unsigned>(grid)), dim3(T), 0, stream, x, w, ob, of, in,
-                   out, groups);
+  return LaunchPdl(GemvKernel<R, F, T, U>, dim3(static_cast<unsigned>(grid)), dim3(T), 0, stream, x,
+                   w, ob, of, in, out, groups);
 }
 
 // The two configurations LaunchGemv picks between (bench_gemv on the H200, 2026-11-29, Qwen3-8B
@@ -230,12 +234,15 @@ cudaError_t LaunchConfig(const bf16* x, const bf16* w, bf16* ob, float* of, int6
 // features per CTA (x is reused across them) and a persistent grid: 8 × 128 reaches 0.80 where
 // the one-row shape reaches 0.44.
 template <int R>
-cudaError_t LaunchGemvConfig(GemvConfig config, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t in,
-                             int64_t out, cudaStream_t stream) {
+cudaError_t LaunchGemvConfig(GemvConfig config, const bf16* x, const bf16* w, bf16* ob, float* of,
+                             int64_t in, int64_t out, cudaStream_t stream) {
   switch (config) {
-    case GemvConfig::kPerGroup: return LaunchConfig<R, 4, 256, 2>(x, w, ob, of, in, out, false, stream);
-    case GemvConfig::kPersistent: return LaunchConfig<R, 8, 128, 2>(x, w, ob, of, in, out, true, stream);
-    default: return cudaErrorInvalidValue;
+    case GemvConfig::kPerGroup:
+      return LaunchConfig<R, 4, 256, 2>(x, w, ob, of, in, out, false, stream);
+    case GemvConfig::kPersistent:
+      return LaunchConfig<R, 8, 128, 2>(x, w, ob, of, in, out, true, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
@@ -260,7 +267,8 @@ struct GemvQkvEpilogue {
 
 template <int R, int F, int T>
 __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64_t f0, int64_t out,
-                                                bf16 (&stage)[R][kQkvEpilogueMaxHeadDim], int& s_last) {
+                                                bf16 (&stage)[R][kQkvEpilogueMaxHeadDim],
+                                                int& s_last) {
   const QkvRopeAppendParams& p = ep.rope;
   const int d = p.head_dim;
   const int head = static_cast<int>(f0 / d);
@@ -281,7 +289,8 @@ __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64
     for (int i = lane; i < d; i += 32) stage[r][i] = __ldcg(src + i);
     __syncwarp();
     if (head >= p.num_q_heads + p.num_kv_heads) {  // v
-      const int64_t dst = p.slot_mapping[r * p.num_kv_heads + (head - p.num_q_heads - p.num_kv_heads)];
+      const int64_t dst =
+          p.slot_mapping[r * p.num_kv_heads + (head - p.num_q_heads - p.num_kv_heads)];
       if (dst >= 0)
         for (int i = lane; i < d; i += 32) p.v_pool[dst * d + i] = stage[r][i];
       continue;
@@ -295,8 +304,8 @@ __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64
       if (slot < 0) continue;
       dst = p.k_pool + slot * d;
     }
-    NormRopeHead(stage[r], dst, is_q ? p.q_norm : p.k_norm, static_cast<float>(p.positions[r]), p.inv_freq,
-                 p.attention_scaling, p.eps, d, lane);
+    NormRopeHead(stage[r], dst, is_q ? p.q_norm : p.k_norm, static_cast<float>(p.positions[r]),
+                 p.inv_freq, p.attention_scaling, p.eps, d, lane);
   }
 }
 
@@ -307,9 +316,10 @@ __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64
 // per-CTA prologue (2 × in × 2 bytes per row from L2) to one per resident CTA.
 template <int R, int F, int T, int U, int kEpi>
 __global__ void __launch_bounds__(T)
-    GemvNormKernel(const bf16* __restrict__ x, const bf16* __restrict__ residual, bf16* residual_out,
-                   const bf16* __restrict__ norm_w, float eps, const bf16* __restrict__ w, bf16* out_bf16,
-                   float* out_f32, int64_t in, int64_t out, int64_t groups, GemvQkvEpilogue ep) {
+    GemvNormKernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
+                   bf16* residual_out, const bf16* __restrict__ norm_w, float eps,
+                   const bf16* __restrict__ w, bf16* out_bf16, float* out_f32, int64_t in,
+                   int64_t out, int64_t groups, GemvQkvEpilogue ep) {
   extern __shared__ uint4 xs_raw[];  // [R][in] bf16
   bf16* xs = reinterpret_cast<bf16*>(xs_raw);
   __shared__ float partial[T / 32][F * R];
@@ -341,7 +351,8 @@ __global__ void __launch_bounds__(T)
           const float2 fa = __bfloat1622float2(a2[i]), fb = __bfloat1622float2(b2[i]);
           a2[i] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
         }
-        if (residual_out != nullptr && blockIdx.x == 0) reinterpret_cast<uint4*>(residual_out + r * in)[v] = a;
+        if (residual_out != nullptr && blockIdx.x == 0)
+          reinterpret_cast<uint4*>(residual_out + r * in)[v] = a;
       }
       const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
 #pragma unroll
@@ -383,8 +394,8 @@ __global__ void __launch_bounds__(T)
     GroupRows<F, kEpi == kSiluPair>(w, in, out, gn < groups ? gn : g, next);
     const int64_t f0 = kEpi == kSiluPair ? g * (F / 2) : g * F;
     constexpr bool kPrefetch = kCrossGroupPrefetch<R>;
-    GemvGroup<R, F, T, U, true, kEpi>(xs_raw, vecs, wrow, wv, loaded, partial, f0, out, out_bf16, out_f32, next,
-                                      kPrefetch && gn < groups);
+    GemvGroup<R, F, T, U, true, kEpi>(xs_raw, vecs, wrow, wv, loaded, partial, f0, out, out_bf16,
+                                      out_f32, next, kPrefetch && gn < groups);
     if constexpr (kEpi == kQkvRope) QkvHeadEpilogue<R, F, T>(ep, f0, out, stage, s_last);
     loaded = kPrefetch && gn < groups && threadIdx.x + (U - 1) * T < vecs;
 #pragma unroll
@@ -395,8 +406,9 @@ __global__ void __launch_bounds__(T)
 }
 
 template <int R, int F, int T, int U, int kEpi>
-cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
-                             const bf16* w, bf16* ob, float* of, int64_t in, int64_t out, const GemvQkvEpilogue& ep,
+cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual_out,
+                             const bf16* norm_w, float eps, const bf16* w, bf16* ob, float* of,
+                             int64_t in, int64_t out, const GemvQkvEpilogue& ep,
                              cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(R) * in * 2;
   // The dynamic shared-memory limit is a per-device attribute (tensor parallelism launches
@@ -409,17 +421,20 @@ cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual
   static std::array<PerDevice, kMaxDevices> state;
   static std::mutex mu;
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices)
+    return cudaErrorInvalidDevice;
   int per_sm, sms;
   {
     std::lock_guard<std::mutex> lock(mu);
     PerDevice& d = state[static_cast<size_t>(dev)];
     if (d.sms == 0) {
       cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-      cudaFuncSetAttribute(GemvNormKernel<R, F, T, U, kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvNormMaxSmem);
+      cudaFuncSetAttribute(GemvNormKernel<R, F, T, U, kEpi>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvNormMaxSmem);
     }
     if (d.per_sm < 0 || smem != d.smem) {
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.per_sm, GemvNormKernel<R, F, T, U, kEpi>, T, smem);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&d.per_sm, GemvNormKernel<R, F, T, U, kEpi>, T,
+                                                    smem);
       d.smem = smem;
     }
     per_sm = d.per_sm;
@@ -428,27 +443,39 @@ cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual
   const int64_t groups = kEpi == kSiluPair ? (out / 2 + F / 2 - 1) / (F / 2) : (out + F - 1) / F;
   const int64_t resident = static_cast<int64_t>(sms) * NormCtasPerSm(per_sm > 0 ? per_sm : 1);
   const int64_t grid = groups < resident ? groups : resident;
-  return LaunchPdl(GemvNormKernel<R, F, T, U, kEpi>, dim3(static_cast<unsigned>(grid)), dim3(T), smem, stream, x, residual,
-                   residual_out, norm_w, eps, w, ob, of, in, out, groups, ep);
+  return LaunchPdl(GemvNormKernel<R, F, T, U, kEpi>, dim3(static_cast<unsigned>(grid)), dim3(T),
+                   smem, stream, x, residual, residual_out, norm_w, eps, w, ob, of, in, out, groups,
+                   ep);
 }
 
 // The norm-fused configurations by row count (H200: 4 × 256 streams one row best; 2–4 rows
 // reuse x across 8 features × 128 threads).
 template <int kEpi>
-cudaError_t LaunchNormRows(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
-                           const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
-                           const GemvQkvEpilogue& ep, cudaStream_t stream) {
+cudaError_t LaunchNormRows(const bf16* x, const bf16* residual, bf16* residual_out,
+                           const bf16* norm_w, float eps, const bf16* w, bf16* ob, float* of,
+                           int64_t rows, int64_t in, int64_t out, const GemvQkvEpilogue& ep,
+                           cudaStream_t stream) {
   switch (rows) {
-    case 1: return LaunchNormConfig<1, 4, 256, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
-    case 2: return LaunchNormConfig<2, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
-    case 3: return LaunchNormConfig<3, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
-    default: return LaunchNormConfig<4, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of, in, out, ep, stream);
+    case 1:
+      return LaunchNormConfig<1, 4, 256, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
+                                                  in, out, ep, stream);
+    case 2:
+      return LaunchNormConfig<2, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
+                                                  in, out, ep, stream);
+    case 3:
+      return LaunchNormConfig<3, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
+                                                  in, out, ep, stream);
+    default:
+      return LaunchNormConfig<4, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
+                                                  in, out, ep, stream);
   }
 }
 
-bool NormArgsValid(const bf16* x, const bf16* residual, const bf16* residual_out, const bf16* norm_w, const bf16* w,
-                   int64_t rows, int64_t in) {
-  const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
+bool NormArgsValid(const bf16* x, const bf16* residual, const bf16* residual_out,
+                   const bf16* norm_w, const bf16* w, int64_t rows, int64_t in) {
+  const auto misaligned = [](const void* ptr) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 != 0;
+  };
   return GemvNormSupported(rows, in, residual, w) && (x == nullptr || !misaligned(x)) &&
          (residual_out == nullptr || !misaligned(residual_out)) && !misaligned(norm_w) &&
          !(x == nullptr && residual_out != nullptr);
@@ -457,67 +484,79 @@ bool NormArgsValid(const bf16* x, const bf16* residual, const bf16* residual_out
 }  // namespace
 
 bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w) {
-  return rows >= 1 && rows <= kGemvMaxRows && in % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  return rows >= 1 && rows <= kGemvMaxRows && in % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
-cudaError_t LaunchGemvWith(GemvConfig config, const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows,
-                           int64_t in, int64_t out, cudaStream_t stream) {
-  if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr)) return cudaErrorInvalidValue;
-  if (config == GemvConfig::kAuto) config = rows == 1 ? GemvConfig::kPerGroup : GemvConfig::kPersistent;
+cudaError_t LaunchGemvWith(GemvConfig config, const bf16* x, const bf16* w, bf16* ob, float* of,
+                           int64_t rows, int64_t in, int64_t out, cudaStream_t stream) {
+  if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr))
+    return cudaErrorInvalidValue;
+  if (config == GemvConfig::kAuto)
+    config = rows == 1 ? GemvConfig::kPerGroup : GemvConfig::kPersistent;
   switch (rows) {
-    case 1: return LaunchGemvConfig<1>(config, x, w, ob, of, in, out, stream);
-    case 2: return LaunchGemvConfig<2>(config, x, w, ob, of, in, out, stream);
-    case 3: return LaunchGemvConfig<3>(config, x, w, ob, of, in, out, stream);
-    default: return LaunchGemvConfig<4>(config, x, w, ob, of, in, out, stream);
+    case 1:
+      return LaunchGemvConfig<1>(config, x, w, ob, of, in, out, stream);
+    case 2:
+      return LaunchGemvConfig<2>(config, x, w, ob, of, in, out, stream);
+    case 3:
+      return LaunchGemvConfig<3>(config, x, w, ob, of, in, out, stream);
+    default:
+      return LaunchGemvConfig<4>(config, x, w, ob, of, in, out, stream);
   }
 }
 
 bool GemvNormSupported(int64_t rows, int64_t in, const void* residual, const void* w) {
-  return GemvSupported(rows, in, residual, w) && static_cast<size_t>(rows) * in * 2 <= kGemvNormMaxSmem;
+  return GemvSupported(rows, in, residual, w) &&
+         static_cast<size_t>(rows) * in * 2 <= kGemvNormMaxSmem;
 }
 
-cudaError_t LaunchGemvRmsNorm(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w, float eps,
-                              const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
-                              cudaStream_t stream) {
-  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) || (ob == nullptr) == (of == nullptr)) {
+cudaError_t LaunchGemvRmsNorm(const bf16* x, const bf16* residual, bf16* residual_out,
+                              const bf16* norm_w, float eps, const bf16* w, bf16* ob, float* of,
+                              int64_t rows, int64_t in, int64_t out, cudaStream_t stream) {
+  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) ||
+      (ob == nullptr) == (of == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  return LaunchNormRows<kPlain>(x, residual, residual_out, norm_w, eps, w, ob, of, rows, in, out, GemvQkvEpilogue{},
-                                stream);
+  return LaunchNormRows<kPlain>(x, residual, residual_out, norm_w, eps, w, ob, of, rows, in, out,
+                                GemvQkvEpilogue{}, stream);
 }
 
-cudaError_t LaunchGemvRmsNormSiluMul(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w,
-                                     float eps, const bf16* w, bf16* out, int64_t rows, int64_t in, int64_t inter,
-                                     cudaStream_t stream) {
-  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) || out == nullptr || inter < 1) {
+cudaError_t LaunchGemvRmsNormSiluMul(const bf16* x, const bf16* residual, bf16* residual_out,
+                                     const bf16* norm_w, float eps, const bf16* w, bf16* out,
+                                     int64_t rows, int64_t in, int64_t inter, cudaStream_t stream) {
+  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) || out == nullptr ||
+      inter < 1) {
     return cudaErrorInvalidValue;
   }
-  return LaunchNormRows<kSiluPair>(x, residual, residual_out, norm_w, eps, w, out, nullptr, rows, in, 2 * inter,
-                                   GemvQkvEpilogue{}, stream);
+  return LaunchNormRows<kSiluPair>(x, residual, residual_out, norm_w, eps, w, out, nullptr, rows,
+                                   in, 2 * inter, GemvQkvEpilogue{}, stream);
 }
 
-bool GemvQkvRopeSupported(int64_t rows, int64_t in, int num_heads, int head_dim, const void* residual, const void* w) {
+bool GemvQkvRopeSupported(int64_t rows, int64_t in, int num_heads, int head_dim,
+                          const void* residual, const void* w) {
   return GemvNormSupported(rows, in, residual, w) && head_dim % 8 == 0 && head_dim >= 8 &&
          head_dim <= kQkvEpilogueMaxHeadDim && num_heads >= 1 && num_heads <= kGemvQkvMaxHeads;
 }
 
-cudaError_t LaunchGemvRmsNormQkvRope(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* norm_w,
-                                     float eps, const bf16* w, int64_t in, const QkvRopeAppendParams& rope,
-                                     int* counters, cudaStream_t stream) {
+cudaError_t LaunchGemvRmsNormQkvRope(const bf16* x, const bf16* residual, bf16* residual_out,
+                                     const bf16* norm_w, float eps, const bf16* w, int64_t in,
+                                     const QkvRopeAppendParams& rope, int* counters,
+                                     cudaStream_t stream) {
   const int heads = rope.num_q_heads + 2 * rope.num_kv_heads;
   if (!NormArgsValid(x, residual, residual_out, norm_w, w, rope.tokens, in) ||
-      !GemvQkvRopeSupported(rope.tokens, in, heads, rope.head_dim, residual, w) || counters == nullptr ||
-      rope.qkv == nullptr) {
+      !GemvQkvRopeSupported(rope.tokens, in, heads, rope.head_dim, residual, w) ||
+      counters == nullptr || rope.qkv == nullptr) {
     return cudaErrorInvalidValue;
   }
   GemvQkvEpilogue ep{rope, counters};
-  return LaunchNormRows<kQkvRope>(x, residual, residual_out, norm_w, eps, w, const_cast<bf16*>(rope.qkv), nullptr,
-                                  rope.tokens, in, int64_t{heads} * rope.head_dim, ep, stream);
+  return LaunchNormRows<kQkvRope>(x, residual, residual_out, norm_w, eps, w,
+                                  const_cast<bf16*>(rope.qkv), nullptr, rope.tokens, in,
+                                  int64_t{heads} * rope.head_dim, ep, stream);
 }
 
-cudaError_t LaunchGemv(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in, int64_t out,
-                       cudaStream_t stream) {
+cudaError_t LaunchGemv(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in,
+                       int64_t out, cudaStream_t stream) {
   return LaunchGemvWith(GemvConfig::kAuto, x, w, ob, of, rows, in, out, stream);
 }
 

@@ -18,8 +18,8 @@ inline constexpr int kGemvMaxRows = 4;  // beyond 4 rows cuBLAS is faster (H200,
 bool GemvSupported(int64_t rows, int64_t in, const void* x, const void* w);
 
 // out is bf16 when `out_f32` is null, else float (`out_bf16` null).
-cudaError_t LaunchGemv(const __nv_bfloat16* x,  // [rows, in]
-                       const __nv_bfloat16* w,  // [out, in]
+cudaError_t LaunchGemv(const __nv_bfloat16* x,   // [rows, in]
+                       const __nv_bfloat16* w,   // [out, in]
                        __nv_bfloat16* out_bf16,  // [rows, out] or nullptr
                        float* out_f32,           // [rows, out] or nullptr
                        int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
@@ -29,8 +29,9 @@ cudaError_t LaunchGemv(const __nv_bfloat16* x,  // [rows, in]
 // grid of the resident CTAs (its choice for 2–4 rows); kAuto: that choice.
 enum class GemvConfig : int { kAuto = 0, kPerGroup = 1, kPersistent = 2 };
 // LaunchGemv with a given configuration (the benchmark and the tests run both).
-cudaError_t LaunchGemvWith(GemvConfig config, const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out_bf16,
-                           float* out_f32, int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+cudaError_t LaunchGemvWith(GemvConfig config, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                           __nv_bfloat16* out_bf16, float* out_f32, int64_t rows, int64_t in,
+                           int64_t out, cudaStream_t stream);
 
 // RMSNorm (+ residual add) fused into the GEMV that consumes it (decode, 1..4 rows):
 //   v = x ? bf16(residual + x) : residual          (written to residual_out when given)
@@ -43,18 +44,19 @@ cudaError_t LaunchGemvRmsNorm(const __nv_bfloat16* x,         // [rows, in] or n
                               const __nv_bfloat16* residual,  // [rows, in]
                               __nv_bfloat16* residual_out,    // [rows, in] or nullptr
                               const __nv_bfloat16* norm_w,    // [in]
-                              float eps, const __nv_bfloat16* w, __nv_bfloat16* out_bf16, float* out_f32,
-                              int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
+                              float eps, const __nv_bfloat16* w, __nv_bfloat16* out_bf16,
+                              float* out_f32, int64_t rows, int64_t in, int64_t out,
+                              cudaStream_t stream);
 
 // The same GEMV with SiLU·mul folded in: w is the fused [gate | up] weight [2·inter, in];
 // out[r, j] = bf16(silu(bf16(n·gate_j)) rounded to bf16 × bf16(n·up_j)) — exactly the GEMV to
 // bf16 followed by the SiLU·mul kernel, without the [rows, 2·inter] intermediate.
-cudaError_t LaunchGemvRmsNormSiluMul(const __nv_bfloat16* x,         // [rows, in] or nullptr
-                                     const __nv_bfloat16* residual,  // [rows, in]
-                                     __nv_bfloat16* residual_out,    // [rows, in] or nullptr
-                                     const __nv_bfloat16* norm_w,    // [in]
+cudaError_t LaunchGemvRmsNormSiluMul(const __nv_bfloat16* x,             // [rows, in] or nullptr
+                                     const __nv_bfloat16* residual,      // [rows, in]
+                                     __nv_bfloat16* residual_out,        // [rows, in] or nullptr
+                                     const __nv_bfloat16* norm_w,        // [in]
                                      float eps, const __nv_bfloat16* w,  // [2 * inter, in]
-                                     __nv_bfloat16* out,             // [rows, inter]
+                                     __nv_bfloat16* out,                 // [rows, inter]
                                      int64_t rows, int64_t in, int64_t inter, cudaStream_t stream);
 
 // The attention block's input side for decode: the norm-fused QKV GEMV writes rope.qkv
@@ -63,12 +65,14 @@ cudaError_t LaunchGemvRmsNormSiluMul(const __nv_bfloat16* x,         // [rows, i
 // `counters` [num_q_heads + 2·num_kv_heads] int32 device memory, zero before the first
 // launch; every launch leaves it zero. Launches sharing counters must not run concurrently.
 inline constexpr int kGemvQkvMaxHeads = 1024;
-bool GemvQkvRopeSupported(int64_t rows, int64_t in, int num_heads, int head_dim, const void* residual, const void* w);
+bool GemvQkvRopeSupported(int64_t rows, int64_t in, int num_heads, int head_dim,
+                          const void* residual, const void* w);
 cudaError_t LaunchGemvRmsNormQkvRope(const __nv_bfloat16* x,         // [rows, in] or nullptr
                                      const __nv_bfloat16* residual,  // [rows, in]
                                      __nv_bfloat16* residual_out,    // [rows, in] or nullptr
                                      const __nv_bfloat16* norm_w,    // [in]
-                                     float eps, const __nv_bfloat16* w,  // [(Hq + 2 Hkv) · head_dim, in]
+                                     float eps,
+                                     const __nv_bfloat16* w,  // [(Hq + 2 Hkv) · head_dim, in]
                                      int64_t in, const QkvRopeAppendParams& rope, int* counters,
                                      cudaStream_t stream);
 

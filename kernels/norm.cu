@@ -5,8 +5,8 @@ namespace oasis::kernels {
 namespace {
 
 // residual_in/residual_out: both null (norm of x), equal (in-place add), or distinct.
-__global__ void RmsNormKernel(const bf16* x, const bf16* residual_in, bf16* residual, const bf16* weight, bf16* out,
-                              int64_t n, float eps) {
+__global__ void RmsNormKernel(const bf16* x, const bf16* residual_in, bf16* residual,
+                              const bf16* weight, bf16* out, int64_t n, float eps) {
   __shared__ float scratch[32];
   GridDependencyWait();
   AllowDependentLaunch();
@@ -35,8 +35,8 @@ __global__ void RmsNormKernel(const bf16* x, const bf16* residual_in, bf16* resi
 
 // The same with 8 elements per thread in registers (n % 8 == 0, n / 8 <= 1024 threads): one
 // 16-byte load of each input, no second pass over memory. Same roundings as RmsNormKernel.
-__global__ void RmsNormVec8Kernel(const bf16* x, const bf16* residual_in, bf16* residual, const bf16* weight,
-                                  bf16* out, int64_t n, float eps) {
+__global__ void RmsNormVec8Kernel(const bf16* x, const bf16* residual_in, bf16* residual,
+                                  const bf16* weight, bf16* out, int64_t n, float eps) {
   __shared__ float scratch[32];
   GridDependencyWait();
   AllowDependentLaunch();
@@ -84,31 +84,33 @@ int Vec8Threads(int64_t n) { return static_cast<int>((n / 8 + 31) / 32 * 32); }
 
 }  // namespace
 
-cudaError_t LaunchRmsNorm(const bf16* x, bf16* residual, const bf16* weight, bf16* out, int64_t rows, int64_t n,
-                          float eps, cudaStream_t stream) {
+cudaError_t LaunchRmsNorm(const bf16* x, bf16* residual, const bf16* weight, bf16* out,
+                          int64_t rows, int64_t n, float eps, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (Vec8(x, residual, weight, out, nullptr, n)) {
-    return LaunchPdl(RmsNormVec8Kernel, dim3(static_cast<unsigned>(rows)), dim3(Vec8Threads(n)), 0, stream, x,
-                     static_cast<const bf16*>(residual), residual, weight, out, n, eps);
+    return LaunchPdl(RmsNormVec8Kernel, dim3(static_cast<unsigned>(rows)), dim3(Vec8Threads(n)), 0,
+                     stream, x, static_cast<const bf16*>(residual), residual, weight, out, n, eps);
   }
   const int threads = n >= 1024 ? 1024 : ((static_cast<int>(n) + 31) / 32) * 32;
   return LaunchPdl(RmsNormKernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, x,
                    static_cast<const bf16*>(residual), residual, weight, out, n, eps);
 }
 
-cudaError_t LaunchAddRmsNorm(const bf16* x, const bf16* residual, bf16* residual_out, const bf16* weight, bf16* out,
-                             int64_t rows, int64_t n, float eps, cudaStream_t stream) {
+cudaError_t LaunchAddRmsNorm(const bf16* x, const bf16* residual, bf16* residual_out,
+                             const bf16* weight, bf16* out, int64_t rows, int64_t n, float eps,
+                             cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  if (residual == nullptr || residual_out == nullptr || residual_out == residual || residual_out == x) {
+  if (residual == nullptr || residual_out == nullptr || residual_out == residual ||
+      residual_out == x) {
     return cudaErrorInvalidValue;
   }
   if (Vec8(x, residual, residual_out, weight, out, n)) {
-    return LaunchPdl(RmsNormVec8Kernel, dim3(static_cast<unsigned>(rows)), dim3(Vec8Threads(n)), 0, stream, x,
-                     residual, residual_out, weight, out, n, eps);
+    return LaunchPdl(RmsNormVec8Kernel, dim3(static_cast<unsigned>(rows)), dim3(Vec8Threads(n)), 0,
+                     stream, x, residual, residual_out, weight, out, n, eps);
   }
   const int threads = n >= 1024 ? 1024 : ((static_cast<int>(n) + 31) / 32) * 32;
-  return LaunchPdl(RmsNormKernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, x, residual,
-                   residual_out, weight, out, n, eps);
+  return LaunchPdl(RmsNormKernel, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, stream, x,
+                   residual, residual_out, weight, out, n, eps);
 }
 
 }  // namespace oasis::kernels

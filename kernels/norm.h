@@ -21,8 +21,9 @@ cudaError_t LaunchRmsNorm(const __nv_bfloat16* x,       // [rows, n]
 // residual_out = residual + x (bf16), out = RMSNorm(residual_out) · weight, in one pass:
 // the add-then-norm of a decoder layer whose residual streams ping-pong between buffers.
 // residual_out must not alias residual or x.
-cudaError_t LaunchAddRmsNorm(const __nv_bfloat16* x, const __nv_bfloat16* residual, __nv_bfloat16* residual_out,
-                             const __nv_bfloat16* weight, __nv_bfloat16* out, int64_t rows, int64_t n, float eps,
+cudaError_t LaunchAddRmsNorm(const __nv_bfloat16* x, const __nv_bfloat16* residual,
+                             __nv_bfloat16* residual_out, const __nv_bfloat16* weight,
+                             __nv_bfloat16* out, int64_t rows, int64_t n, float eps,
                              cudaStream_t stream);
 
 }  // namespace oasis::kernels

@@ -1,6 +1,6 @@
 #include "kernels/common.cuh"
-#include "kernels/rope.h"
 #include "kernels/rope.cuh"
+#include "kernels/rope.h"
 
 namespace oasis::kernels {
 namespace {
@@ -16,8 +16,8 @@ __global__ void QkNormRopeKernel(QkNormRopeParams p) {
   bf16* head = is_q ? p.q + (t * p.num_q_heads + h) * p.head_dim
                     : p.k + (t * p.num_kv_heads + (h - p.num_q_heads)) * p.head_dim;
   const bf16* norm = is_q ? p.q_norm : p.k_norm;
-  NormRopeHead(head, head, norm, static_cast<float>(p.positions[t]), p.inv_freq, p.attention_scaling, p.eps,
-               p.head_dim, lane);
+  NormRopeHead(head, head, norm, static_cast<float>(p.positions[t]), p.inv_freq,
+               p.attention_scaling, p.eps, p.head_dim, lane);
 }
 
 __global__ void QkvRopeAppendKernel(QkvRopeAppendParams p) {
@@ -57,7 +57,8 @@ cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t strea
   if (p.head_dim % 2 != 0 || p.head_dim > 2 * 32 * kMaxPairsPerLane) return cudaErrorInvalidValue;
   const int warps_per_block = 8;
   const int64_t items = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
-  return LaunchPdl(QkvRopeAppendKernel, dim3(CeilDiv(items, warps_per_block)), dim3(warps_per_block * 32), 0, stream, p);
+  return LaunchPdl(QkvRopeAppendKernel, dim3(CeilDiv(items, warps_per_block)),
+                   dim3(warps_per_block * 32), 0, stream, p);
 }
 
 cudaError_t LaunchQkNormRope(const QkNormRopeParams& p, cudaStream_t stream) {

@@ -10,9 +10,10 @@ constexpr int kMaxPairsPerLane = 8;  // head_dim <= 2 * 32 * 8 = 512
 // One warp: src (one head of head_dim values) -> optional RMSNorm with `norm` -> RoPE at
 // `pos` -> dst (src and dst may alias). Rounds like Hugging Face's bf16 path: the normalised
 // value to bf16, times the weight to bf16; cos/sin cast to bf16 before the products.
-__device__ __forceinline__ void NormRopeHead(const bf16* src, bf16* dst, const bf16* norm, float pos,
-                                             const float* inv_freq, float attention_scaling, float eps,
-                                             int head_dim, int lane) {
+__device__ __forceinline__ void NormRopeHead(const bf16* src, bf16* dst, const bf16* norm,
+                                             float pos, const float* inv_freq,
+                                             float attention_scaling, float eps, int head_dim,
+                                             int lane) {
   const int half = head_dim / 2;
   float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
   float sum = 0.0f;

@@ -10,18 +10,18 @@
 namespace oasis::kernels {
 
 struct QkNormRopeParams {
-  __nv_bfloat16* q;              // [tokens, num_q_heads, head_dim]
-  __nv_bfloat16* k;              // [tokens, num_kv_heads, head_dim]
-  const __nv_bfloat16* q_norm;   // [head_dim] or nullptr (no q/k norm)
-  const __nv_bfloat16* k_norm;   // [head_dim] or nullptr
-  const int32_t* positions;      // [tokens]
-  const float* inv_freq;         // [head_dim / 2]
+  __nv_bfloat16* q;             // [tokens, num_q_heads, head_dim]
+  __nv_bfloat16* k;             // [tokens, num_kv_heads, head_dim]
+  const __nv_bfloat16* q_norm;  // [head_dim] or nullptr (no q/k norm)
+  const __nv_bfloat16* k_norm;  // [head_dim] or nullptr
+  const int32_t* positions;     // [tokens]
+  const float* inv_freq;        // [head_dim / 2]
   float attention_scaling = 1.0f;
   float eps = 1e-6f;
   int64_t tokens = 0;
   int num_q_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;              // even, <= 512
+  int head_dim = 0;  // even, <= 512
 };
 
 cudaError_t LaunchQkNormRope(const QkNormRopeParams& p, cudaStream_t stream);
@@ -44,7 +44,7 @@ struct QkvRopeAppendParams {
   int64_t tokens = 0;
   int num_q_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;             // even, <= 512
+  int head_dim = 0;  // even, <= 512
 };
 
 cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t stream);

@@ -78,13 +78,15 @@ template <typename T>
 __device__ void BlockArgMax(T& v, int& i, T lowest, T* scratch_v, Shared& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
+  for (int o = 16; o > 0; o >>= 1)
+    ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
   __syncthreads();
   if (lane == 0) scratch_v[warp] = v, s.ri[warp] = i;
   __syncthreads();
   v = lane < kWarps ? scratch_v[lane] : lowest, i = lane < kWarps ? s.ri[lane] : INT_MAX;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
+  for (int o = 16; o > 0; o >>= 1)
+    ArgMaxStep(v, i, __shfl_xor_sync(~0u, v, o), __shfl_xor_sync(~0u, i, o));
 }
 
 __device__ float BlockSumF(float v, Shared& s) {
@@ -128,7 +130,7 @@ struct Ctx {
   // Sums v over the block and then over every part of the row (a grid-wide sync); every
   // thread of every part gets the same totals.
   __device__ void RowSums(float (&v)[kProbes]) {
-    float (*buf)[kProbes] = rs->probe[round & 1];
+    float(*buf)[kProbes] = rs->probe[round & 1];
     ++round;
     BlockSums(v, *s);
     if (threadIdx.x < kProbes) buf[part][threadIdx.x] = v[threadIdx.x];
@@ -147,8 +149,8 @@ struct Ctx {
 // reaches `target` — with W(key > K) and W(key >= K). `active` false: this row takes part in
 // the rounds without searching (result 0). A target above the total yields key 0.
 template <typename Key, typename Pred, typename Weight>
-__device__ uint32_t SelectKey(Ctx& c, bool active, float target, Key key, Pred pred, Weight weight, float& w_above,
-                              float& w_ge) {
+__device__ uint32_t SelectKey(Ctx& c, bool active, float target, Key key, Pred pred, Weight weight,
+                              float& w_above, float& w_ge) {
   uint64_t lo = 0, hi = uint64_t{1} << 32;
   float w_lo = 0.0f, w_hi = 0.0f;
   for (int r = 0; r < kRounds; ++r) {
@@ -215,8 +217,8 @@ __device__ bool AnyRow(Ctx& c, GridScratch* g, int slot, bool need) {
 // last one admitted (lowest ids first); INT_MAX when all are. Runs the id search only when
 // some row of the grid needs it.
 template <typename Key, typename Pred>
-__device__ int TieIdCut(Ctx& c, GridScratch* g, int slot, bool active, uint32_t k, int needed, int at, Key key,
-                        Pred pred) {
+__device__ int TieIdCut(Ctx& c, GridScratch* g, int slot, bool active, uint32_t k, int needed,
+                        int at, Key key, Pred pred) {
   const bool need = active && needed < at;
   if (!AnyRow(c, g, slot, need)) return INT_MAX;
   float above, ge;
@@ -226,14 +228,21 @@ __device__ int TieIdCut(Ctx& c, GridScratch* g, int slot, bool active, uint32_t 
   return need ? static_cast<int>(~inv) : INT_MAX;
 }
 
-__global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict__ logits, int vocab, int64_t stride,
-                                                        const SampleParamsDevice* __restrict__ params,
-                                                        SampleOutputDevice* __restrict__ out, RowScratch* scratch,
-                                                        GridScratch* gscratch, int parts, uint32_t stages) {
+__global__ void __launch_bounds__(kThreads)
+    SampleKernel(const float* __restrict__ logits, int vocab, int64_t stride,
+                 const SampleParamsDevice* __restrict__ params,
+                 SampleOutputDevice* __restrict__ out, RowScratch* scratch, GridScratch* gscratch,
+                 int parts, uint32_t stages) {
   __shared__ Shared s;
   const int row = blockIdx.x / parts, part = blockIdx.x % parts;
   const int chunk = (vocab + parts - 1) / parts;
-  Ctx c{cg::this_grid(), scratch + row, part, parts, min(vocab, part * chunk), min(vocab, (part + 1) * chunk), &s};
+  Ctx c{cg::this_grid(),
+        scratch + row,
+        part,
+        parts,
+        min(vocab, part * chunk),
+        min(vocab, (part + 1) * chunk),
+        &s};
   const SampleParamsDevice p = params[row];
   const bool needed = p.needed != 0;
   const float* rowp = logits + row * stride;
@@ -273,7 +282,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
     int k_cut = INT_MAX;
     if (stages & kStageTopK) {
       float above, ge;
-      k_key = SelectKey(c, use_k, static_cast<float>(p.top_k), key, all, [](int) { return 1.0f; }, above, ge);
+      k_key = SelectKey(
+          c, use_k, static_cast<float>(p.top_k), key, all, [](int) { return 1.0f; }, above, ge);
       k_cut = TieIdCut(c, gscratch, 0, use_k, k_key, p.top_k - static_cast<int>(above),
                        static_cast<int>(ge) - static_cast<int>(above), key, all);
     }
@@ -298,13 +308,15 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
       p_key = SelectKey(c, use_p, target, key, in_k, q_of, mass_above, mass_ge);
       float at = 0.0f;
       if (use_p) {
-        for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) at += (in_k(i) && key(i) == p_key) ? 1.0f : 0.0f;
+        for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads)
+          at += (in_k(i) && key(i) == p_key) ? 1.0f : 0.0f;
       }
       const int n_at = static_cast<int>(RowSum(c, at));
       // Ties at the boundary share one probability: admit as many as the mass needs.
       const float q_tie = __expf((FromKey(p_key) - mx) * inv_tf);
       int want = n_at;
-      if (use_p && q_tie > 0.0f) want = max(1, min(n_at, static_cast<int>(ceilf((target - mass_above) / q_tie))));
+      if (use_p && q_tie > 0.0f)
+        want = max(1, min(n_at, static_cast<int>(ceilf((target - mass_above) / q_tie))));
       p_cut = TieIdCut(c, gscratch, 1, use_p, p_key, want, n_at, key, in_k);
     }
     auto in_set = [&](int i) {
@@ -313,7 +325,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
         const uint32_t k = key(i);
         if (!(k > p_key || (k == p_key && i <= p_cut))) return false;
       }
-      if (p.min_p > 0.0f && exp(static_cast<double>(logit(i) - mx) * inv_t) < static_cast<double>(p.min_p)) {
+      if (p.min_p > 0.0f &&
+          exp(static_cast<double>(logit(i) - mx) * inv_t) < static_cast<double>(p.min_p)) {
         return i == arg;  // the top token always stays
       }
       return true;
@@ -343,10 +356,11 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const float* __restrict
   const int num_top = needed ? min(p.num_top, min(kSampleMaxTop, vocab)) : 0;
   if (stages & kStageTopN) {
     float above, ge;
-    const uint32_t t_key = SelectKey(c, num_top > 0, static_cast<float>(num_top), key, all, [](int) { return 1.0f; },
-                                     above, ge);
-    const int t_cut = TieIdCut(c, gscratch, 2, num_top > 0, t_key, num_top - static_cast<int>(above),
-                               static_cast<int>(ge) - static_cast<int>(above), key, all);
+    const uint32_t t_key = SelectKey(
+        c, num_top > 0, static_cast<float>(num_top), key, all, [](int) { return 1.0f; }, above, ge);
+    const int t_cut =
+        TieIdCut(c, gscratch, 2, num_top > 0, t_key, num_top - static_cast<int>(above),
+                 static_cast<int>(ge) - static_cast<int>(above), key, all);
     if (num_top > 0) {
       for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
         const uint32_t k = key(i);
@@ -415,11 +429,13 @@ uint32_t SampleStagesFor(const SampleParamsDevice* host, int64_t rows, int64_t v
   return stages;
 }
 
-size_t SampleWorkspaceBytes(int64_t rows) { return sizeof(GridScratch) + 256 + rows * sizeof(RowScratch); }
+size_t SampleWorkspaceBytes(int64_t rows) {
+  return sizeof(GridScratch) + 256 + rows * sizeof(RowScratch);
+}
 
 cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64_t stride,
-                         const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages, void* workspace,
-                         size_t workspace_bytes, cudaStream_t stream) {
+                         const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages,
+                         void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab > INT_MAX || stride < vocab || workspace == nullptr ||
       workspace_bytes < SampleWorkspaceBytes(rows)) {
@@ -442,25 +458,26 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64
     int v = static_cast<int>(vocab);
     void* args[] = {&lg, &v, &stride, &pp, &oo, &rr, &g, &parts, &stages};
     const cudaError_t err = cudaLaunchCooperativeKernel(reinterpret_cast<void*>(SampleKernel),
-                                                        dim3(static_cast<unsigned>(n * parts)), dim3(kThreads), args, 0,
-                                                        stream);
+                                                        dim3(static_cast<unsigned>(n * parts)),
+                                                        dim3(kThreads), args, 0, stream);
     if (err != cudaSuccess) return err;
   }
   return cudaGetLastError();
 }
 
 namespace {
-__global__ void ScatterSampledTokensKernel(const SampleOutputDevice* out, const int32_t* pairs, int64_t n,
-                                           int32_t* ids) {
+__global__ void ScatterSampledTokensKernel(const SampleOutputDevice* out, const int32_t* pairs,
+                                           int64_t n, int32_t* ids) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) ids[pairs[2 * i + 1]] = out[pairs[2 * i]].token;
 }
 }  // namespace
 
-cudaError_t LaunchScatterSampledTokens(const SampleOutputDevice* out, const int32_t* pairs, int64_t n, int32_t* ids,
-                                       cudaStream_t stream) {
+cudaError_t LaunchScatterSampledTokens(const SampleOutputDevice* out, const int32_t* pairs,
+                                       int64_t n, int32_t* ids, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  ScatterSampledTokensKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, pairs, n, ids);
+  ScatterSampledTokensKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, pairs,
+                                                                                         n, ids);
   return cudaGetLastError();
 }
 

@@ -1,7 +1,7 @@
 // Token sampling on the GPU, several CTAs per logits row: greedy, temperature, top-k, top-p,
 // min-p with counter-based Gumbel noise (oasis/sampling_noise.h), and the log-probabilities
 // of the chosen and the top tokens. It implements exactly the rule of the CPU sampler
-// (src/engine/sampler.h), so both backends draw the same token for the same logits, seed
+// (src/runner/sampler.h), so both backends draw the same token for the same logits, seed
 // and counter, up to floating-point near-ties of the top-p mass boundary.
 #pragma once
 
@@ -20,9 +20,10 @@ struct SampleParamsDevice {
   int32_t top_k;      // <= 0: disabled
   uint64_t seed;
   uint64_t counter;
-  int32_t num_top;    // top log-probabilities wanted, 0..kSampleMaxTop
-  int32_t needed;     // 0: skip the row (outputs untouched)
-  int32_t forced = -1;  // >= 0: the row's token is this one (teacher forcing), its log-probs the model's
+  int32_t num_top;  // top log-probabilities wanted, 0..kSampleMaxTop
+  int32_t needed;   // 0: skip the row (outputs untouched)
+  int32_t forced =
+      -1;  // >= 0: the row's token is this one (teacher forcing), its log-probs the model's
 };
 
 struct SampleOutputDevice {
@@ -49,13 +50,13 @@ size_t SampleWorkspaceBytes(int64_t rows);
 // `stages` from SampleStagesFor. Several CTAs share each row (a cooperative launch: they
 // synchronise between the phases), so that one row uses many SMs.
 cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64_t stride,
-                         const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages, void* workspace,
-                         size_t workspace_bytes, cudaStream_t stream);
+                         const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages,
+                         void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ids[pairs[2i + 1]] = out[pairs[2i]].token for i < n: a step's sampled tokens written into the
 // token ids of work queued behind it on the device (the draft head's next batch), before the
 // host has seen them.
-cudaError_t LaunchScatterSampledTokens(const SampleOutputDevice* out, const int32_t* pairs, int64_t n, int32_t* ids,
-                                       cudaStream_t stream);
+cudaError_t LaunchScatterSampledTokens(const SampleOutputDevice* out, const int32_t* pairs,
+                                       int64_t n, int32_t* ids, cudaStream_t stream);
 
 }  // namespace oasis::kernels

@@ -32,27 +32,28 @@ cudaError_t LaunchBlockSummaries(const __nv_bfloat16* k_pool,  // [slots, 16, he
                                  int64_t n, int head_dim, cudaStream_t stream);
 
 struct ScoreBlocksParams {
-  const __nv_bfloat16* q;     // [T, num_q_heads, head_dim]
-  const int32_t* query_rows;  // [R] batch row, -1 = inactive
-  const int32_t* num_blocks;  // [R]
-  const int32_t* host_tables; // [R, num_kv_heads, max_blocks] summary row per block
-  const __nv_bfloat16* kmin;  // [summary rows, head_dim]
+  const __nv_bfloat16* q;      // [T, num_q_heads, head_dim]
+  const int32_t* query_rows;   // [R] batch row, -1 = inactive
+  const int32_t* num_blocks;   // [R]
+  const int32_t* host_tables;  // [R, num_kv_heads, max_blocks] summary row per block
+  const __nv_bfloat16* kmin;   // [summary rows, head_dim]
   const __nv_bfloat16* kmax;
-  float* scores;              // [R, num_kv_heads, max_blocks]
-  int rows = 0;               // R
+  float* scores;                                        // [R, num_kv_heads, max_blocks]
+  int rows = 0;                                         // R
   int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;  // head_dim in {32, 64, 128, 256}
   int max_blocks = 0;
-  bool reduce_max = false;    // GQA group: max instead of sum
+  bool reduce_max = false;  // GQA group: max instead of sum
 };
 bool ScoreBlocksSupported(int head_dim, int group);
 cudaError_t LaunchScoreBlocks(const ScoreBlocksParams& p, cudaStream_t stream);
 
 // topk[r, h, :] = the min(K, num_blocks[r]) best blocks by (score desc, id asc), then -1.
-cudaError_t LaunchTopKBlocks(const float* scores,       // [R, Hkv, max_blocks]
-                             const int32_t* rows,       // [R], -1 = inactive
-                             const int32_t* num_blocks, // [R]
-                             int32_t* topk,             // [R, Hkv, k]
-                             int num_rows, int num_kv_heads, int max_blocks, int k, cudaStream_t stream);
+cudaError_t LaunchTopKBlocks(const float* scores,        // [R, Hkv, max_blocks]
+                             const int32_t* rows,        // [R], -1 = inactive
+                             const int32_t* num_blocks,  // [R]
+                             int32_t* topk,              // [R, Hkv, k]
+                             int num_rows, int num_kv_heads, int max_blocks, int k,
+                             cudaStream_t stream);
 
 struct SelectBlocksParams {
   const int32_t* topk;         // [R, Hkv, K]
@@ -66,8 +67,9 @@ struct SelectBlocksParams {
   int32_t* resident_slots;     // [R, Hkv, K]
   int32_t* num_resident;       // [R, Hkv]
   int32_t* stats;              // [R, Hkv, 3] accumulated
-  const uint8_t* remote = nullptr;  // [R, Hkv, max_blocks] or null: blocks not in the host store yet
-  int32_t* remote_out = nullptr;    // [R, Hkv, cr]: remote misses in topk order, -1 padded
+  const uint8_t* remote =
+      nullptr;                    // [R, Hkv, max_blocks] or null: blocks not in the host store yet
+  int32_t* remote_out = nullptr;  // [R, Hkv, cr]: remote misses in topk order, -1 padded
   int rows_count = 0, num_kv_heads = 0, k = 0, c = 0, max_blocks = 0, cr = 0;
 };
 inline constexpr int kSelectMaxK = 1024;
@@ -78,17 +80,21 @@ cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream)
 using GatherKernel = ::oasis::GatherKernel;
 // Copies whole head-blocks (K and V): dst[dst_slots[i]] = src[src_slots[i]] where both >= 0.
 // Either side may be mapped pinned host memory (the UVA gather); `max_ctas` bounds the grid.
-cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [src slots, 16, head_dim]
-                             const int32_t* src_slots,                               // [n]
-                             __nv_bfloat16* dst_k, __nv_bfloat16* dst_v,             // [dst slots, 16, head_dim]
-                             const int32_t* dst_slots,                               // [n]
+cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k,
+                             const __nv_bfloat16* src_v,  // [src slots, 16, head_dim]
+                             const int32_t* src_slots,    // [n]
+                             __nv_bfloat16* dst_k,
+                             __nv_bfloat16* dst_v,      // [dst slots, 16, head_dim]
+                             const int32_t* dst_slots,  // [n]
                              int64_t n, int head_dim, int max_ctas, cudaStream_t stream,
                              GatherKernel kernel = GatherKernel::kTma);
 
 // Copies single token rows (K and V): dst row dst_index[i] = src row src_index[i] (both >= 0).
-cudaError_t LaunchCopyTokens(const __nv_bfloat16* src_k, const __nv_bfloat16* src_v,  // [.., head_dim] rows
-                             const int64_t* src_index,                               // [n]
-                             __nv_bfloat16* dst_k, __nv_bfloat16* dst_v, const int64_t* dst_index,  // [n]
+cudaError_t LaunchCopyTokens(const __nv_bfloat16* src_k,
+                             const __nv_bfloat16* src_v,  // [.., head_dim] rows
+                             const int64_t* src_index,    // [n]
+                             __nv_bfloat16* dst_k, __nv_bfloat16* dst_v,
+                             const int64_t* dst_index,  // [n]
                              int64_t n, int head_dim, cudaStream_t stream);
 
 struct AssembleTablesParams {

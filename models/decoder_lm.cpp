@@ -16,13 +16,13 @@ std::string LayerName(int64_t i, const std::string& leaf) {
 }
 
 // Loads `name` as `dtype` and checks its shape.
-StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name, const std::vector<int64_t>& shape,
-                             DType dtype) {
+StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name,
+                             const std::vector<int64_t>& shape, DType dtype) {
   if (!w.Has(name)) return NotFound("weight '" + name + "' missing from " + w.Describe());
   OASIS_ASSIGN_OR_RETURN(Tensor t, w.Load(name, dtype));
   if (t.shape() != shape) {
-    return InvalidArgument("weight '" + name + "' has shape " + ShapeToString(t.shape()) + ", expected " +
-                           ShapeToString(shape) + " (" + w.Describe() + ")");
+    return InvalidArgument("weight '" + name + "' has shape " + ShapeToString(t.shape()) +
+                           ", expected " + ShapeToString(shape) + " (" + w.Describe() + ")");
   }
   return t;
 }
@@ -34,8 +34,8 @@ StatusOr<Tensor> LoadPart(const WeightSource& w, const WeightPart& part, DType d
   if (!w.Has(part.name)) return NotFound("weight '" + part.name + "' missing from " + w.Describe());
   OASIS_ASSIGN_OR_RETURN(TensorInfo info, w.Info(part.name));
   if (info.shape != part.shape) {
-    return InvalidArgument("weight '" + part.name + "' has shape " + ShapeToString(info.shape) + ", expected " +
-                           ShapeToString(part.shape) + " (" + w.Describe() + ")");
+    return InvalidArgument("weight '" + part.name + "' has shape " + ShapeToString(info.shape) +
+                           ", expected " + ShapeToString(part.shape) + " (" + w.Describe() + ")");
   }
   return w.LoadSlice(part.name, part.dim, part.begin, part.end, dtype);
 }
@@ -53,10 +53,13 @@ std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
     specs.push_back({LayerName(i, "self_attn.v_proj.weight"), {c.kv_size(), h}});
     specs.push_back({LayerName(i, "self_attn.o_proj.weight"), {h, c.q_size()}});
     if (c.qk_norm) {
-      specs.push_back({LayerName(i, "self_attn.q_norm.weight"), {c.head_dim}, DType::kBF16, DummyInit::kOnes});
-      specs.push_back({LayerName(i, "self_attn.k_norm.weight"), {c.head_dim}, DType::kBF16, DummyInit::kOnes});
+      specs.push_back(
+          {LayerName(i, "self_attn.q_norm.weight"), {c.head_dim}, DType::kBF16, DummyInit::kOnes});
+      specs.push_back(
+          {LayerName(i, "self_attn.k_norm.weight"), {c.head_dim}, DType::kBF16, DummyInit::kOnes});
     }
-    specs.push_back({LayerName(i, "post_attention_layernorm.weight"), {h}, DType::kBF16, DummyInit::kOnes});
+    specs.push_back(
+        {LayerName(i, "post_attention_layernorm.weight"), {h}, DType::kBF16, DummyInit::kOnes});
     specs.push_back({LayerName(i, "mlp.gate_proj.weight"), {c.intermediate_size, h}});
     specs.push_back({LayerName(i, "mlp.up_proj.weight"), {c.intermediate_size, h}});
     specs.push_back({LayerName(i, "mlp.down_proj.weight"), {h, c.intermediate_size}});
@@ -67,10 +70,14 @@ std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
 }
 
 DecoderLM::DecoderLM(const ModelConfig& config, Backend& backend, const TensorParallel& tp)
-    : config_(LocalConfig(config, tp)), full_config_(config), tp_(tp), backend_(backend),
+    : config_(LocalConfig(config, tp)),
+      full_config_(config),
+      tp_(tp),
+      backend_(backend),
       rope_(ComputeRopeParams(config)) {}
 
-StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config, const WeightSource& weights,
+StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config,
+                                                       const WeightSource& weights,
                                                        Backend& backend, const TensorParallel& tp) {
   if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
     return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
@@ -78,7 +85,8 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   }
   OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
   if (config.attention_bias) return Unimplemented("attention_bias=true is not supported");
-  if (config.hidden_act != "silu") return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
+  if (config.hidden_act != "silu")
+    return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
   if (config.head_dim % 2 != 0) return InvalidArgument("head_dim must be even for RoPE");
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   const DType dt = backend.activation_dtype();
@@ -90,22 +98,24 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   // a dry run of the loading plan that allocates nothing).
   double total_bytes = 0, loaded_bytes = 0;
   int reported_tenths = 0;
-  OASIS_RETURN_IF_ERROR(model->LoadWeights([&](const std::vector<WeightPart>& parts, DummyInit) -> StatusOr<Tensor> {
-    for (const WeightPart& part : parts) {
-      double n = static_cast<double>(DTypeSize(dt));
-      for (int64_t d : part.LocalShape()) n *= static_cast<double>(d);
-      total_bytes += n;
-    }
-    return Tensor();
-  }));
-  WeightProvider from_checkpoint = [&](const std::vector<WeightPart>& wanted, DummyInit) -> StatusOr<Tensor> {
+  OASIS_RETURN_IF_ERROR(
+      model->LoadWeights([&](const std::vector<WeightPart>& parts, DummyInit) -> StatusOr<Tensor> {
+        for (const WeightPart& part : parts) {
+          double n = static_cast<double>(DTypeSize(dt));
+          for (int64_t d : part.LocalShape()) n *= static_cast<double>(d);
+          total_bytes += n;
+        }
+        return Tensor();
+      }));
+  WeightProvider from_checkpoint = [&](const std::vector<WeightPart>& wanted,
+                                       DummyInit) -> StatusOr<Tensor> {
     // Fast path: every part whole, stored in the backend's dtype and mapped in memory goes
     // from the mapping straight to its rows of the device tensor (no host copy, no concat).
     bool direct = true;
     for (size_t i = 0; i < wanted.size() && direct; ++i) {
       auto info = weights.Info(wanted[i].name);
-      direct = wanted[i].dim < 0 && info.ok() && info->dtype == dt && info->shape == wanted[i].shape &&
-               weights.RawBytes(wanted[i].name).ok();
+      direct = wanted[i].dim < 0 && info.ok() && info->dtype == dt &&
+               info->shape == wanted[i].shape && weights.RawBytes(wanted[i].name).ok();
     }
     Tensor uploaded;
     if (direct) {
@@ -130,8 +140,8 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
     const int tenths = static_cast<int>(10 * loaded_bytes / std::max(total_bytes, 1.0));
     if (total_bytes > 1e9 && tenths > reported_tenths) {
       reported_tenths = tenths;
-      spdlog::info("loading weights: {:3d}% ({:.1f} / {:.1f} GB)", std::min(100, tenths * 10), loaded_bytes / 1e9,
-                   total_bytes / 1e9);
+      spdlog::info("loading weights: {:3d}% ({:.1f} / {:.1f} GB)", std::min(100, tenths * 10),
+                   loaded_bytes / 1e9, total_bytes / 1e9);
     }
     return uploaded;
   };
@@ -139,8 +149,9 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   return model;
 }
 
-StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& config, Backend& backend,
-                                                            uint64_t seed, const TensorParallel& tp) {
+StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& config,
+                                                            Backend& backend, uint64_t seed,
+                                                            const TensorParallel& tp) {
   if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
     return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
                          config.architecture_name);
@@ -148,7 +159,8 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& c
   OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   uint64_t counter = seed * 0x9E3779B97F4A7C15ULL;
-  WeightProvider fill = [&](const std::vector<WeightPart>& parts, DummyInit init) -> StatusOr<Tensor> {
+  WeightProvider fill = [&](const std::vector<WeightPart>& parts,
+                            DummyInit init) -> StatusOr<Tensor> {
     std::vector<int64_t> shape = parts[0].LocalShape();
     for (size_t i = 1; i < parts.size(); ++i) shape[0] += parts[i].LocalShape()[0];
     Tensor t = backend.Empty(shape, backend.activation_dtype());
@@ -171,39 +183,51 @@ Status DecoderLM::LoadWeights(const WeightProvider& get) {
   const auto whole = [&](int64_t i, const std::string& leaf, std::vector<int64_t> shape) {
     return Replicated(LayerName(i, leaf), std::move(shape));
   };
-  const auto rows = [&](int64_t i, const std::string& leaf, std::vector<int64_t> shape) {  // column-parallel
+  const auto rows = [&](int64_t i, const std::string& leaf,
+                        std::vector<int64_t> shape) {  // column-parallel
     return Shard(LayerName(i, leaf), std::move(shape), 0, tp);
   };
-  const auto cols = [&](int64_t i, const std::string& leaf, std::vector<int64_t> shape) {  // row-parallel
+  const auto cols = [&](int64_t i, const std::string& leaf,
+                        std::vector<int64_t> shape) {  // row-parallel
     return Shard(LayerName(i, leaf), std::move(shape), 1, tp);
   };
-  OASIS_ASSIGN_OR_RETURN(embed_tokens_,
-                         get(Parts{Replicated("model.embed_tokens.weight", {c.vocab_size, h})}, DummyInit::kNormal));
-  OASIS_ASSIGN_OR_RETURN(final_norm_, get(Parts{Replicated("model.norm.weight", {h})}, DummyInit::kOnes));
+  OASIS_ASSIGN_OR_RETURN(
+      embed_tokens_,
+      get(Parts{Replicated("model.embed_tokens.weight", {c.vocab_size, h})}, DummyInit::kNormal));
+  OASIS_ASSIGN_OR_RETURN(final_norm_,
+                         get(Parts{Replicated("model.norm.weight", {h})}, DummyInit::kOnes));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    OASIS_ASSIGN_OR_RETURN(lm_head_, get(Parts{Replicated("lm_head.weight", {c.vocab_size, h})}, DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(
+        lm_head_, get(Parts{Replicated("lm_head.weight", {c.vocab_size, h})}, DummyInit::kNormal));
   }
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer& L = layers_[static_cast<size_t>(i)];
-    OASIS_ASSIGN_OR_RETURN(L.input_norm, get(Parts{whole(i, "input_layernorm.weight", {h})}, DummyInit::kOnes));
-    OASIS_ASSIGN_OR_RETURN(L.post_norm, get(Parts{whole(i, "post_attention_layernorm.weight", {h})}, DummyInit::kOnes));
+    OASIS_ASSIGN_OR_RETURN(L.input_norm,
+                           get(Parts{whole(i, "input_layernorm.weight", {h})}, DummyInit::kOnes));
+    OASIS_ASSIGN_OR_RETURN(L.post_norm, get(Parts{whole(i, "post_attention_layernorm.weight", {h})},
+                                            DummyInit::kOnes));
     OASIS_ASSIGN_OR_RETURN(L.qkv, get(Parts{rows(i, "self_attn.q_proj.weight", {c.q_size(), h}),
                                             rows(i, "self_attn.k_proj.weight", {c.kv_size(), h}),
                                             rows(i, "self_attn.v_proj.weight", {c.kv_size(), h})},
                                       DummyInit::kNormal));
-    OASIS_ASSIGN_OR_RETURN(L.o_proj, get(Parts{cols(i, "self_attn.o_proj.weight", {h, c.q_size()})}, DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(L.o_proj, get(Parts{cols(i, "self_attn.o_proj.weight", {h, c.q_size()})},
+                                         DummyInit::kNormal));
     if (c.qk_norm) {
-      OASIS_ASSIGN_OR_RETURN(L.q_norm, get(Parts{whole(i, "self_attn.q_norm.weight", {c.head_dim})}, DummyInit::kOnes));
-      OASIS_ASSIGN_OR_RETURN(L.k_norm, get(Parts{whole(i, "self_attn.k_norm.weight", {c.head_dim})}, DummyInit::kOnes));
+      OASIS_ASSIGN_OR_RETURN(L.q_norm, get(Parts{whole(i, "self_attn.q_norm.weight", {c.head_dim})},
+                                           DummyInit::kOnes));
+      OASIS_ASSIGN_OR_RETURN(L.k_norm, get(Parts{whole(i, "self_attn.k_norm.weight", {c.head_dim})},
+                                           DummyInit::kOnes));
     }
-    OASIS_ASSIGN_OR_RETURN(L.gate_up, get(Parts{rows(i, "mlp.gate_proj.weight", {c.intermediate_size, h}),
-                                                rows(i, "mlp.up_proj.weight", {c.intermediate_size, h})},
-                                          DummyInit::kNormal));
-    OASIS_ASSIGN_OR_RETURN(L.down, get(Parts{cols(i, "mlp.down_proj.weight", {h, c.intermediate_size})},
-                                       DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(L.gate_up,
+                           get(Parts{rows(i, "mlp.gate_proj.weight", {c.intermediate_size, h}),
+                                     rows(i, "mlp.up_proj.weight", {c.intermediate_size, h})},
+                               DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(
+        L.down,
+        get(Parts{cols(i, "mlp.down_proj.weight", {h, c.intermediate_size})}, DummyInit::kNormal));
   }
   return Status::Ok();
 }
@@ -235,8 +259,8 @@ std::vector<LayerKvPool> DecoderLM::AllocateKvCache(int64_t num_slots) const {
   return pools;
 }
 
-Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, ResidualCapture* capture,
-                          AttentionLayerHook* hook) {
+Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
+                          ResidualCapture* capture, AttentionLayerHook* hook) {
   const ModelConfig& c = config_;
   OASIS_CHECK_EQ(static_cast<int64_t>(kv.size()), c.num_hidden_layers) << "one KV pool per layer";
   const int64_t T = in.token_ids.numel(), h = c.hidden_size;
@@ -259,17 +283,20 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
   if (capturing) {
     const int64_t n = static_cast<int64_t>(capture->layer_ids.size());
     for (int64_t id : capture->layer_ids) {
-      OASIS_CHECK(id >= 0 && id <= c.num_hidden_layers) << "capture layer id " << id << " outside [0, "
-                                                         << c.num_hidden_layers << "]";
+      OASIS_CHECK(id >= 0 && id <= c.num_hidden_layers)
+          << "capture layer id " << id << " outside [0, " << c.num_hidden_layers << "]";
     }
-    OASIS_CHECK(capture->out.shape() == (std::vector<int64_t>{n, T, h}) && capture->out.dtype() == dt)
-        << "capture tensor " << capture->out.ToString() << ", expected [" << n << ", " << T << ", " << h << "]";
+    OASIS_CHECK(capture->out.shape() == (std::vector<int64_t>{n, T, h}) &&
+                capture->out.dtype() == dt)
+        << "capture tensor " << capture->out.ToString() << ", expected [" << n << ", " << T << ", "
+        << h << "]";
   }
   auto capture_stream = [&](int64_t id, const Tensor& stream) {
     if (!capturing) return;
     for (size_t j = 0; j < capture->layer_ids.size(); ++j) {
       if (capture->layer_ids[j] != id) continue;
-      Tensor dst = capture->out.Slice(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1).Reshape({T, h});
+      Tensor dst =
+          capture->out.Slice(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1).Reshape({T, h});
       B.Copy(stream, dst);  // a device copy: nothing uploaded, so graph capture works
     }
   };
@@ -283,12 +310,13 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
     const Tensor* q_norm = c.qk_norm ? &L.q_norm : nullptr;
     const Tensor* k_norm = c.qk_norm ? &L.k_norm : nullptr;
     if (first) {
-      B.AddRmsNormQkvRopeAppend(nullptr, residual[cur], nullptr, L.input_norm, eps, L.qkv, qkv, q, q_norm, k_norm,
-                                in.positions, rope_, in.slot_mapping, kv[i]);
+      B.AddRmsNormQkvRopeAppend(nullptr, residual[cur], nullptr, L.input_norm, eps, L.qkv, qkv, q,
+                                q_norm, k_norm, in.positions, rope_, in.slot_mapping, kv[i]);
       first = false;
     } else {
-      B.AddRmsNormQkvRopeAppend(&hidden, residual[cur], &residual[1 - cur], L.input_norm, eps, L.qkv, qkv, q, q_norm,
-                                k_norm, in.positions, rope_, in.slot_mapping, kv[i]);
+      B.AddRmsNormQkvRopeAppend(&hidden, residual[cur], &residual[1 - cur], L.input_norm, eps,
+                                L.qkv, qkv, q, q_norm, k_norm, in.positions, rope_, in.slot_mapping,
+                                kv[i]);
       cur = 1 - cur;
       capture_stream(static_cast<int64_t>(i), residual[cur]);  // the stream entering layer i
     }
@@ -300,8 +328,10 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv, 
       hook->AfterAttention(layer, q, kv[i]);
     }
     B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
-    if (tp_.comm != nullptr) tp_.comm->AllReduceSum(hidden);  // row-parallel o_proj: sum the partials
-    B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up, act);
+    if (tp_.comm != nullptr)
+      tp_.comm->AllReduceSum(hidden);  // row-parallel o_proj: sum the partials
+    B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up,
+                           act);
     cur = 1 - cur;
     B.Linear(act, L.down, hidden);
     if (tp_.comm != nullptr) tp_.comm->AllReduceSum(hidden);  // row-parallel down_proj

@@ -25,7 +25,7 @@ struct ForwardInput {
   Tensor positions;     // [T] int32
   Tensor slot_mapping;  // [T, num_kv_heads] int64: where each token's K/V is written
   AttentionMetadata attention;
-  Tensor logit_rows;    // [R] int32: the batch rows whose logits are returned
+  Tensor logit_rows;  // [R] int32: the batch rows whose logits are returned
 };
 
 // Optional copy of the target's residual stream for an EAGLE-3 head (docs/eagle3.md).
@@ -86,12 +86,12 @@ class DecoderLM {
   // With `hook` (the sparse-KV pipeline, docs/sparse.md), each layer calls
   // hook->BeforeAttention after its KV append (the attention uses the metadata it returns)
   // and hook->AfterAttention after its attention; nullptr = the plain dense path.
-  Tensor Forward(const ForwardInput& input, std::vector<LayerKvPool>& kv, ResidualCapture* capture = nullptr,
-                 AttentionLayerHook* hook = nullptr);
+  Tensor Forward(const ForwardInput& input, std::vector<LayerKvPool>& kv,
+                 ResidualCapture* capture = nullptr, AttentionLayerHook* hook = nullptr);
 
  private:
   struct Layer {
-    Tensor input_norm;      // [hidden]
+    Tensor input_norm;  // [hidden]
     // Shapes with the local sizes (config_): q_size, kv_size and intermediate per rank.
     Tensor qkv;             // [q_size + 2 * kv_size, hidden]
     Tensor q_norm, k_norm;  // [head_dim] (Qwen3 only)

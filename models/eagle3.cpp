@@ -12,7 +12,8 @@ namespace {
 std::string Shape(const std::vector<int64_t>& s) { return ShapeToString(s); }
 
 // The head's fit to the target, checked before any weight is read.
-Status CheckConfig(const ModelConfig& c, const ModelConfig& target, const std::vector<int64_t>& aux_ids) {
+Status CheckConfig(const ModelConfig& c, const ModelConfig& target,
+                   const std::vector<int64_t>& aux_ids) {
   const std::string who = "EAGLE-3 head (" + c.architecture_name + ")";
   if (c.architecture != Architecture::kEagle3Llama) {
     return InvalidArgument("draft model architecture is " + c.architecture_name +
@@ -23,28 +24,33 @@ Status CheckConfig(const ModelConfig& c, const ModelConfig& target, const std::v
                          " (only one-layer heads are supported)");
   }
   if (c.attention_bias) return Unimplemented(who + ": attention_bias=true is not supported");
-  if (c.hidden_act != "silu") return Unimplemented(who + ": hidden_act '" + c.hidden_act + "' (only silu)");
+  if (c.hidden_act != "silu")
+    return Unimplemented(who + ": hidden_act '" + c.hidden_act + "' (only silu)");
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
-    return InvalidArgument(who + ": head_dim must be positive and even for RoPE, got " + std::to_string(c.head_dim));
+    return InvalidArgument(who + ": head_dim must be positive and even for RoPE, got " +
+                           std::to_string(c.head_dim));
   }
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
     return InvalidArgument(who + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
-                           ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+                           ") must divide num_attention_heads (" +
+                           std::to_string(c.num_attention_heads) + ")");
   }
   if (c.target_hidden_size != target.hidden_size) {
     return InvalidArgument(who + ": target_hidden_size = " + std::to_string(c.target_hidden_size) +
-                           " but the target model's hidden_size is " + std::to_string(target.hidden_size));
+                           " but the target model's hidden_size is " +
+                           std::to_string(target.hidden_size));
   }
   if (c.draft_vocab_size <= 0) return InvalidArgument(who + ": draft_vocab_size must be positive");
   if (aux_ids.size() != 3) {
-    return InvalidArgument(who + ": eagle_aux_hidden_state_layer_ids must name 3 target layers, got " +
+    return InvalidArgument(who +
+                           ": eagle_aux_hidden_state_layer_ids must name 3 target layers, got " +
                            std::to_string(aux_ids.size()));
   }
   for (int64_t id : aux_ids) {
     if (id < 0 || id > target.num_hidden_layers) {
-      return InvalidArgument(who + ": aux hidden state layer id " + std::to_string(id) + " is outside [0, " +
-                             std::to_string(target.num_hidden_layers) + "] for a target of " +
-                             std::to_string(target.num_hidden_layers) +
+      return InvalidArgument(who + ": aux hidden state layer id " + std::to_string(id) +
+                             " is outside [0, " + std::to_string(target.num_hidden_layers) +
+                             "] for a target of " + std::to_string(target.num_hidden_layers) +
                              " layers (set eagle_config.eagle_aux_hidden_state_layer_ids)");
     }
   }
@@ -52,14 +58,16 @@ Status CheckConfig(const ModelConfig& c, const ModelConfig& target, const std::v
 }
 
 // Loads `name` as `dtype` and checks its shape; errors say what the shape must match.
-StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name, const std::vector<int64_t>& shape,
-                             DType dtype, const std::string& why) {
-  if (!w.Has(name)) return NotFound("EAGLE-3 head: weight '" + name + "' missing from " + w.Describe());
+StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name,
+                             const std::vector<int64_t>& shape, DType dtype,
+                             const std::string& why) {
+  if (!w.Has(name))
+    return NotFound("EAGLE-3 head: weight '" + name + "' missing from " + w.Describe());
   OASIS_ASSIGN_OR_RETURN(TensorInfo info, w.Info(name));
   if (info.shape != shape) {
-    return InvalidArgument("EAGLE-3 head does not fit the target: weight '" + name + "' has shape " +
-                           Shape(info.shape) + ", expected " + Shape(shape) + " (" + why + "; " + w.Describe() +
-                           ")");
+    return InvalidArgument("EAGLE-3 head does not fit the target: weight '" + name +
+                           "' has shape " + Shape(info.shape) + ", expected " + Shape(shape) +
+                           " (" + why + "; " + w.Describe() + ")");
   }
   return w.Load(name, dtype);
 }
@@ -109,29 +117,35 @@ std::vector<WeightSpec> Eagle3Head::ExpectedWeights(const ModelConfig& c, bool w
   return s;
 }
 
-Eagle3Head::Eagle3Head(const ModelConfig& config, Backend& backend) : config_(config), backend_(backend) {}
+Eagle3Head::Eagle3Head(const ModelConfig& config, Backend& backend)
+    : config_(config), backend_(backend) {}
 
-StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Load(const std::filesystem::path& dir, const DecoderLM& target,
-                                                       Backend& backend) {
+StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Load(const std::filesystem::path& dir,
+                                                       const DecoderLM& target, Backend& backend) {
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<WeightSource> weights, OpenSafetensorsWeights(dir));
   return Create(config, *weights, target, backend);
 }
 
-StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::CreateDummy(const ModelConfig& config, const DecoderLM& target,
+StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::CreateDummy(const ModelConfig& config,
+                                                              const DecoderLM& target,
                                                               Backend& backend, uint64_t seed) {
   if (config.draft_vocab_size > target.config().vocab_size) {
-    return InvalidArgument("dummy EAGLE-3 head: draft_vocab_size " + std::to_string(config.draft_vocab_size) +
-                           " exceeds the target vocabulary " + std::to_string(target.config().vocab_size) +
-                           " (dummy d2t is the identity)");
+    return InvalidArgument(
+        "dummy EAGLE-3 head: draft_vocab_size " + std::to_string(config.draft_vocab_size) +
+        " exceeds the target vocabulary " + std::to_string(target.config().vocab_size) +
+        " (dummy d2t is the identity)");
   }
   const bool own_embedding = config.hidden_size != target.config().hidden_size;
-  std::unique_ptr<WeightSource> weights = MakeDummyWeights(ExpectedWeights(config, own_embedding), seed);
+  std::unique_ptr<WeightSource> weights =
+      MakeDummyWeights(ExpectedWeights(config, own_embedding), seed);
   return Create(config, *weights, target, backend);
 }
 
-StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& config, const WeightSource& w,
-                                                         const DecoderLM& target, Backend& backend) {
+StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& config,
+                                                         const WeightSource& w,
+                                                         const DecoderLM& target,
+                                                         Backend& backend) {
   const ModelConfig& tc = target.config();
   std::vector<int64_t> aux_ids = AuxLayerIds(config, tc.num_hidden_layers);
   OASIS_RETURN_IF_ERROR(CheckConfig(config, tc, aux_ids));
@@ -151,48 +165,61 @@ StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& conf
 
   // Embedding: the head's own, or the target's (then the hidden sizes must agree).
   if (w.Has("embed_tokens.weight")) {
-    OASIS_ASSIGN_OR_RETURN(head->embed_tokens_, get("embed_tokens.weight", {tc.vocab_size, h},
-                                                    "the head's embedding covers the target vocabulary"));
+    OASIS_ASSIGN_OR_RETURN(head->embed_tokens_,
+                           get("embed_tokens.weight", {tc.vocab_size, h},
+                               "the head's embedding covers the target vocabulary"));
   } else {
     if (h != th) {
-      return InvalidArgument("EAGLE-3 head has no embed_tokens.weight, so it uses the target's embedding, which "
-                             "needs hidden_size (" + std::to_string(h) + ") == the target's hidden_size (" +
-                             std::to_string(th) + ")");
+      return InvalidArgument(
+          "EAGLE-3 head has no embed_tokens.weight, so it uses the target's embedding, which "
+          "needs hidden_size (" +
+          std::to_string(h) + ") == the target's hidden_size (" + std::to_string(th) + ")");
     }
     head->embed_tokens_ = target.embed_tokens();
   }
-  OASIS_ASSIGN_OR_RETURN(head->fc_, get("fc.weight", {h, 3 * th}, "[hidden_size, 3 * target hidden_size]"));
+  OASIS_ASSIGN_OR_RETURN(head->fc_,
+                         get("fc.weight", {h, 3 * th}, "[hidden_size, 3 * target hidden_size]"));
   const std::string norm_why = "[hidden_size]";
   OASIS_ASSIGN_OR_RETURN(head->hidden_norm_, get(m + "hidden_norm.weight", {h}, norm_why));
   OASIS_ASSIGN_OR_RETURN(head->input_norm_, get(m + "input_layernorm.weight", {h}, norm_why));
-  OASIS_ASSIGN_OR_RETURN(head->post_norm_, get(m + "post_attention_layernorm.weight", {h}, norm_why));
+  OASIS_ASSIGN_OR_RETURN(head->post_norm_,
+                         get(m + "post_attention_layernorm.weight", {h}, norm_why));
   OASIS_ASSIGN_OR_RETURN(head->final_norm_, get("norm.weight", {h}, norm_why));
   {
     const std::string why = "q/k/v projections take 2 * hidden_size inputs";
-    OASIS_ASSIGN_OR_RETURN(Tensor q, LoadChecked(w, m + "self_attn.q_proj.weight", {c.q_size(), 2 * h}, dt, why));
-    OASIS_ASSIGN_OR_RETURN(Tensor k, LoadChecked(w, m + "self_attn.k_proj.weight", {c.kv_size(), 2 * h}, dt, why));
-    OASIS_ASSIGN_OR_RETURN(Tensor v, LoadChecked(w, m + "self_attn.v_proj.weight", {c.kv_size(), 2 * h}, dt, why));
+    OASIS_ASSIGN_OR_RETURN(
+        Tensor q, LoadChecked(w, m + "self_attn.q_proj.weight", {c.q_size(), 2 * h}, dt, why));
+    OASIS_ASSIGN_OR_RETURN(
+        Tensor k, LoadChecked(w, m + "self_attn.k_proj.weight", {c.kv_size(), 2 * h}, dt, why));
+    OASIS_ASSIGN_OR_RETURN(
+        Tensor v, LoadChecked(w, m + "self_attn.v_proj.weight", {c.kv_size(), 2 * h}, dt, why));
     head->qkv_ = backend.Upload(Tensor::ConcatRows({q, k, v}));
   }
-  OASIS_ASSIGN_OR_RETURN(head->o_proj_, get(m + "self_attn.o_proj.weight", {h, c.q_size()}, "[hidden, heads * head_dim]"));
+  OASIS_ASSIGN_OR_RETURN(head->o_proj_, get(m + "self_attn.o_proj.weight", {h, c.q_size()},
+                                            "[hidden, heads * head_dim]"));
   {
     const std::string why = "[intermediate_size, hidden_size]";
-    OASIS_ASSIGN_OR_RETURN(Tensor g, LoadChecked(w, m + "mlp.gate_proj.weight", {c.intermediate_size, h}, dt, why));
-    OASIS_ASSIGN_OR_RETURN(Tensor u, LoadChecked(w, m + "mlp.up_proj.weight", {c.intermediate_size, h}, dt, why));
+    OASIS_ASSIGN_OR_RETURN(
+        Tensor g, LoadChecked(w, m + "mlp.gate_proj.weight", {c.intermediate_size, h}, dt, why));
+    OASIS_ASSIGN_OR_RETURN(
+        Tensor u, LoadChecked(w, m + "mlp.up_proj.weight", {c.intermediate_size, h}, dt, why));
     head->gate_up_ = backend.Upload(Tensor::ConcatRows({g, u}));
   }
   OASIS_ASSIGN_OR_RETURN(head->down_, get(m + "mlp.down_proj.weight", {h, c.intermediate_size},
                                           "[hidden_size, intermediate_size]"));
-  OASIS_ASSIGN_OR_RETURN(head->lm_head_, get("lm_head.weight", {c.draft_vocab_size, h}, "[draft_vocab_size, hidden_size]"));
+  OASIS_ASSIGN_OR_RETURN(head->lm_head_, get("lm_head.weight", {c.draft_vocab_size, h},
+                                             "[draft_vocab_size, hidden_size]"));
 
   // d2t: target_id = draft_id + d2t[draft_id], every one inside the target vocabulary.
   if (!w.Has("d2t")) {
-    return NotFound("EAGLE-3 head: tensor 'd2t' (draft -> target id offsets) missing from " + w.Describe());
+    return NotFound("EAGLE-3 head: tensor 'd2t' (draft -> target id offsets) missing from " +
+                    w.Describe());
   }
   OASIS_ASSIGN_OR_RETURN(TensorInfo d2t_info, w.Info("d2t"));
   if (d2t_info.shape != std::vector<int64_t>{c.draft_vocab_size}) {
-    return InvalidArgument("EAGLE-3 head: 'd2t' has shape " + Shape(d2t_info.shape) + ", expected [" +
-                           std::to_string(c.draft_vocab_size) + "] (one offset per draft id)");
+    return InvalidArgument("EAGLE-3 head: 'd2t' has shape " + Shape(d2t_info.shape) +
+                           ", expected [" + std::to_string(c.draft_vocab_size) +
+                           "] (one offset per draft id)");
   }
   if (d2t_info.dtype != DType::kI64) {
     return InvalidArgument("EAGLE-3 head: 'd2t' must hold int64 offsets");
@@ -202,8 +229,9 @@ StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& conf
   for (int64_t i = 0; i < c.draft_vocab_size; ++i) {
     const int64_t target_id = i + d2t.data<int64_t>()[i];
     if (target_id < 0 || target_id >= tc.vocab_size) {
-      return InvalidArgument("EAGLE-3 head: d2t maps draft id " + std::to_string(i) + " to target id " +
-                             std::to_string(target_id) + ", outside the target vocabulary [0, " +
+      return InvalidArgument("EAGLE-3 head: d2t maps draft id " + std::to_string(i) +
+                             " to target id " + std::to_string(target_id) +
+                             ", outside the target vocabulary [0, " +
                              std::to_string(tc.vocab_size) + ")");
     }
     head->draft_to_target_[static_cast<size_t>(i)] = static_cast<int32_t>(target_id);
@@ -231,14 +259,17 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   OASIS_CHECK(aux.ndim() == 3 && aux.dim(0) == n && aux.dim(2) == th)
       << "aux features " << aux.ToString() << ", expected [" << n << ", T, " << th << "]";
   const int64_t T_aux = aux.dim(1);
-  OASIS_CHECK(aux_rows.empty() || static_cast<int64_t>(aux_rows.size()) == T) << "aux_rows needs one entry per row";
-  OASIS_CHECK(!aux_rows.empty() || T_aux >= T) << "aux has " << T_aux << " rows for " << T << " head rows";
+  OASIS_CHECK(aux_rows.empty() || static_cast<int64_t>(aux_rows.size()) == T)
+      << "aux_rows needs one entry per row";
+  OASIS_CHECK(!aux_rows.empty() || T_aux >= T)
+      << "aux has " << T_aux << " rows for " << T << " head rows";
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   // Host-built gather indices for the two concatenations (the op set has no concat):
   // cat_aux[t] = [aux[0, r_t], aux[1, r_t], aux[2, r_t]] and x[t] = [e_t, g_t].
-  Tensor idx = Tensor::Empty({n * T + 3 * T}, DType::kI32);  // aux gather | concat gather | identity
+  Tensor idx =
+      Tensor::Empty({n * T + 3 * T}, DType::kI32);  // aux gather | concat gather | identity
   int32_t* ix = idx.data<int32_t>();
   for (int64_t t = 0; t < T; ++t) {
     const int64_t r = aux_rows.empty() ? t : aux_rows[static_cast<size_t>(t)];
@@ -286,8 +317,10 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   B.SiluMulLinear(gate_up, down_, mlp);
   B.AddRmsNorm(mlp, g, final_norm_, eps, normed);  // g += mlp: the head's pre-norm output
   if (hidden_out != nullptr) {
-    OASIS_CHECK(hidden_out->shape() == (std::vector<int64_t>{T, h})) << "hidden_out " << hidden_out->ToString();
-    B.GatherRows(g, idx_dev.Slice(n * T + 2 * T, n * T + 3 * T), *hidden_out);  // identity rows: a copy
+    OASIS_CHECK(hidden_out->shape() == (std::vector<int64_t>{T, h}))
+        << "hidden_out " << hidden_out->ToString();
+    B.GatherRows(g, idx_dev.Slice(n * T + 2 * T, n * T + 3 * T),
+                 *hidden_out);  // identity rows: a copy
   }
 
   const int64_t R = in.logit_rows.numel();

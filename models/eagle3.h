@@ -25,18 +25,20 @@ namespace oasis {
 class Eagle3Head {
  public:
   // Loads `<dir>/config.json` (LlamaForCausalLMEagle3) and the safetensors in `dir`.
-  static StatusOr<std::unique_ptr<Eagle3Head>> Load(const std::filesystem::path& dir, const DecoderLM& target,
-                                                    Backend& backend);
+  static StatusOr<std::unique_ptr<Eagle3Head>> Load(const std::filesystem::path& dir,
+                                                    const DecoderLM& target, Backend& backend);
   // Checks that `config` and `weights` form an EAGLE-3 head that fits `target` (hidden
   // sizes, fc / q / k / v / lm_head shapes, d2t range, aux layer ids, embedding) and loads
   // it. Errors name the offending field or tensor: InvalidArgument for a misfit, NotFound
   // for a missing tensor, Unimplemented for unsupported features. Never crashes on a bad
   // checkpoint.
-  static StatusOr<std::unique_ptr<Eagle3Head>> Create(const ModelConfig& config, const WeightSource& weights,
+  static StatusOr<std::unique_ptr<Eagle3Head>> Create(const ModelConfig& config,
+                                                      const WeightSource& weights,
                                                       const DecoderLM& target, Backend& backend);
   // Random weights at the config's real shapes (`--load-format dummy`): normal(0, 0.02)
   // matrices, unit norms, d2t = 0 (draft id i is target id i). Same checks as Create.
-  static StatusOr<std::unique_ptr<Eagle3Head>> CreateDummy(const ModelConfig& config, const DecoderLM& target,
+  static StatusOr<std::unique_ptr<Eagle3Head>> CreateDummy(const ModelConfig& config,
+                                                           const DecoderLM& target,
                                                            Backend& backend, uint64_t seed);
 
   // A head config shaped like `target` (same hidden size, heads, head_dim, intermediate
@@ -66,8 +68,8 @@ class Eagle3Head {
   // needs T_aux >= T). Appends the rows' K/V to `kv`. Returns float logits [R, draft_vocab]
   // for in.logit_rows. With `hidden_out` ([T, hidden], activation dtype), also writes the
   // head's pre-norm output (the feature a chained draft step would reuse).
-  Tensor Forward(const ForwardInput& in, const Tensor& aux, LayerKvPool& kv, std::span<const int32_t> aux_rows = {},
-                 Tensor* hidden_out = nullptr);
+  Tensor Forward(const ForwardInput& in, const Tensor& aux, LayerKvPool& kv,
+                 std::span<const int32_t> aux_rows = {}, Tensor* hidden_out = nullptr);
 
   // The device tensor behind an unfused checkpoint name ("fc.weight", "norm.weight",
   // "lm_head.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight",
@@ -93,17 +95,17 @@ class Eagle3Head {
   std::vector<int64_t> aux_layer_ids_;
   int64_t target_hidden_ = 0;
 
-  Tensor embed_tokens_;     // [vocab, hidden]: the head's own or the target's
-  Tensor fc_;               // [hidden, num_aux * target_hidden]
-  Tensor hidden_norm_;      // [hidden]
-  Tensor input_norm_;       // [hidden]
-  Tensor qkv_;              // [q_size + 2 * kv_size, 2 * hidden]
-  Tensor o_proj_;           // [hidden, q_size]
-  Tensor post_norm_;        // [hidden]
-  Tensor gate_up_;          // [2 * intermediate, hidden]
-  Tensor down_;             // [hidden, intermediate]
-  Tensor final_norm_;       // [hidden]
-  Tensor lm_head_;          // [draft_vocab, hidden]
+  Tensor embed_tokens_;  // [vocab, hidden]: the head's own or the target's
+  Tensor fc_;            // [hidden, num_aux * target_hidden]
+  Tensor hidden_norm_;   // [hidden]
+  Tensor input_norm_;    // [hidden]
+  Tensor qkv_;           // [q_size + 2 * kv_size, 2 * hidden]
+  Tensor o_proj_;        // [hidden, q_size]
+  Tensor post_norm_;     // [hidden]
+  Tensor gate_up_;       // [2 * intermediate, hidden]
+  Tensor down_;          // [hidden, intermediate]
+  Tensor final_norm_;    // [hidden]
+  Tensor lm_head_;       // [draft_vocab, hidden]
   std::vector<int32_t> draft_to_target_;
   Tensor draft_to_target_device_;
 };

@@ -10,6 +10,10 @@
 # benchmarks, the tokenizer speed and the PyTorch peers; OASIS_LOAD_BENCH=0 the checkpoint
 # load; OASIS_SANITIZE=1 adds compute-sanitizer runs; OASIS_EVAL_TRAINED=1 adds the trained
 # default's measurements (tools/eval_trained_model.py; carry .cache/train/corpus too).
+# OASIS_BASE_BUNDLE=FILE.tar.xz (a bundle of an earlier commit, packed by --bundle-base) runs
+# every benchmark of that build right after ours, with the same arguments, and puts its RESULT
+# line under ours in the table: a before/after comparison from one call. OASIS_BENCH_ONLY="a b"
+# runs only the benchmarks whose binary is named (with OASIS_GPU_TESTS=" " for no tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode test_gpu_nccl test_gpu_tp)
@@ -50,6 +54,21 @@ PEERS=(
 )
 [[ ${OASIS_SKIP_PEERS:-0} == 1 ]] && PEERS=() DECODE_ATTENTION_PEER=
 
+if [[ ${1:-} == --bundle-base ]]; then
+  # The benchmark binaries of this build, packed for OASIS_BASE_BUNDLE (as .bundle-base/, next
+  # to a later build's .bundle/): tools/gpu_suite.sh --bundle-base OUT.tar.xz
+  exes=(build/tests/unit/disagg/bench_disagg_fetch build/tests/unit/disagg/disagg_peer)
+  for b in "${BENCHMARKS[@]}"; do
+    [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
+  done
+  tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
+  mkdir -p .bundle/lib/ucx && cp /usr/lib/x86_64-linux-gnu/ucx/*.so.0 .bundle/lib/ucx/
+  rm -rf .bundle-base && mv .bundle .bundle-base
+  tar cf - .bundle-base | xz -T2 --lzma2=preset=6,dict=256MiB > "${2:?the output .tar.xz}"
+  rm -rf .bundle-base
+  du -sh "$2"
+  exit 0
+fi
 if [[ ${1:-} == --bundle ]]; then
   exes=()
   for t in "${ALL_GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
@@ -106,11 +125,23 @@ for b in "${BENCHMARKS[@]}"; do
     peer_gbs=$(grep -E '^PEER_GBS ' /tmp/peer.out | tail -1 | cut -d' ' -f2)
     [[ -n $peer_gbs ]] && args="$args --torch-gbs $peer_gbs"
   fi
+  if [[ -n ${OASIS_BENCH_ONLY:-} && " $OASIS_BENCH_ONLY " != *" $name "* ]]; then continue; fi
   echo "=== $name $args"
   # shellcheck disable=SC2086
   ".bundle/bin/$name" $args > /tmp/bench.out 2>&1
   cat /tmp/bench.out
   rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
+  if [[ -n ${OASIS_BASE_BUNDLE:-} ]]; then
+    [[ -d .bundle-base ]] || python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall()" "$OASIS_BASE_BUNDLE"
+    base_args=${b#*|}  # without --torch-gbs: an earlier build may not take it
+    base_args=${base_args//.bundle\//.bundle-base/}
+    echo "=== base: $name $base_args"
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH=".bundle-base/lib:${CUDA_LIB}" UCX_MODULE_DIR=$PWD/.bundle-base/lib/ucx \
+      ".bundle-base/bin/$name" $base_args > /tmp/bench.out 2>&1
+    cat /tmp/bench.out
+    rows+=("$(printf '%-20s %s' "  base" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
+  fi
 done
 # The sparse pipeline under compute-sanitizer (issue 8's stress run): memcheck over the sparse
 # ops and the sparse decode (graphs and eager, several streams), racecheck over the kernels'

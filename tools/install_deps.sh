@@ -6,7 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git curl ca-certificates
-  clang
+  clang clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libspdlog-dev catch2 libcpp-httplib-dev
   libpcre2-dev libutf8proc-dev libucx-dev iproute2 gnuplot-nox

@@ -50,12 +50,18 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
@@ -73,13 +79,34 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
 
-  T& value() & { CheckOk(); return *value_; }
-  const T& value() const& { CheckOk(); return *value_; }
-  T&& value() && { CheckOk(); return std::move(*value_); }
-  T* operator->() { CheckOk(); return &*value_; }
-  const T* operator->() const { CheckOk(); return &*value_; }
-  T& operator*() & { CheckOk(); return *value_; }
-  const T& operator*() const& { CheckOk(); return *value_; }
+  T& value() & {
+    CheckOk();
+    return *value_;
+  }
+  const T& value() const& {
+    CheckOk();
+    return *value_;
+  }
+  T&& value() && {
+    CheckOk();
+    return std::move(*value_);
+  }
+  T* operator->() {
+    CheckOk();
+    return &*value_;
+  }
+  const T* operator->() const {
+    CheckOk();
+    return &*value_;
+  }
+  T& operator*() & {
+    CheckOk();
+    return *value_;
+  }
+  const T& operator*() const& {
+    CheckOk();
+    return *value_;
+  }
 
  private:
   void CheckOk() const;
@@ -100,10 +127,10 @@ void StatusOr<T>::CheckOk() const {
 #define OASIS_STATUS_CONCAT(a, b) OASIS_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define OASIS_RETURN_IF_ERROR(expr)                  \
-  do {                                               \
-    ::oasis::Status oasis_status_ = (expr);          \
-    if (!oasis_status_.ok()) return oasis_status_;   \
+#define OASIS_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::oasis::Status oasis_status_ = (expr);        \
+    if (!oasis_status_.ok()) return oasis_status_; \
   } while (0)
 
 // `lhs = value of expr` or return its error. lhs may be a declaration.

@@ -29,13 +29,17 @@ class Tensor {
   static Tensor Zeros(std::vector<int64_t> shape, DType dtype);
   // New host f32 tensor holding `values`, with the given shape (numel must match).
   static Tensor FromFloats(const std::vector<float>& values, std::vector<int64_t> shape);
+  // New 1-D host i32 tensor holding `values`.
+  static Tensor FromInts(const std::vector<int32_t>& values);
   // New host tensor stacking host tensors of equal dtype and trailing shape along dim 0.
   static Tensor ConcatRows(const std::vector<Tensor>& parts);
 
   bool defined() const { return data_ != nullptr || numel() == 0; }
   void* raw() const { return data_; }
   template <typename T>
-  T* data() const { return static_cast<T*>(data_); }
+  T* data() const {
+    return static_cast<T*>(data_);
+  }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   const std::vector<int64_t>& shape() const { return shape_; }

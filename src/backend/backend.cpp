@@ -19,9 +19,9 @@ float HashNormal(uint64_t seed, uint64_t index) {
   return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
 }
 
-void Backend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
-                            const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
-                            LayerKvPool& pool) {
+void Backend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm,
+                            const Tensor* k_norm, float eps, const Tensor& positions,
+                            const RopeParams& rope, const Tensor& slot_mapping, LayerKvPool& pool) {
   const int64_t T = q.dim(0), hkv = slot_mapping.dim(1), d = q.dim(2);
   Tensor k = Empty({T, hkv, d}, q.dtype()), v = Empty({T, hkv, d}, q.dtype());
   SplitQkv(qkv, q, k, v);
@@ -36,11 +36,14 @@ void Backend::SiluMulLinear(const Tensor& gate_up, const Tensor& weight, Tensor&
 }
 
 void Backend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out,
-                               const Tensor& norm_weight, float eps, const Tensor& weight, Tensor& out) {
-  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormLinear: residual_out goes with x";
+                               const Tensor& norm_weight, float eps, const Tensor& weight,
+                               Tensor& out) {
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr))
+      << "AddRmsNormLinear: residual_out goes with x";
   Tensor normed = Empty(residual.shape(), residual.dtype());
   if (x != nullptr) {
-    OASIS_CHECK(residual_out->raw() != residual.raw()) << "AddRmsNormLinear: residual_out aliases residual";
+    OASIS_CHECK(residual_out->raw() != residual.raw())
+        << "AddRmsNormLinear: residual_out aliases residual";
     Add(residual, *x, *residual_out);
     RmsNorm(*residual_out, norm_weight, eps, normed);
   } else {
@@ -50,7 +53,8 @@ void Backend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* 
 }
 
 void Backend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
-                                   const Tensor& norm_weight, float eps, const Tensor& gate_up_weight, Tensor& out) {
+                                   const Tensor& norm_weight, float eps,
+                                   const Tensor& gate_up_weight, Tensor& out) {
   const int64_t rows = residual.numel() / gate_up_weight.dim(1);
   Tensor gate_up = Empty({rows, gate_up_weight.dim(0)}, out.dtype());
   AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, gate_up_weight, gate_up);
@@ -58,9 +62,11 @@ void Backend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tens
 }
 
 void Backend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, Tensor* residual_out,
-                                      const Tensor& norm_weight, float eps, const Tensor& qkv_weight, Tensor& qkv,
-                                      Tensor& q, const Tensor* q_norm, const Tensor* k_norm, const Tensor& positions,
-                                      const RopeParams& rope, const Tensor& slot_mapping, LayerKvPool& pool) {
+                                      const Tensor& norm_weight, float eps,
+                                      const Tensor& qkv_weight, Tensor& qkv, Tensor& q,
+                                      const Tensor* q_norm, const Tensor* k_norm,
+                                      const Tensor& positions, const RopeParams& rope,
+                                      const Tensor& slot_mapping, LayerKvPool& pool) {
   AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv);
   QkvRopeAppend(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
 }

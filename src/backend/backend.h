@@ -19,6 +19,10 @@ namespace oasis {
 
 // Number of tokens in one KV block (one head-block holds kBlockSize × head_dim values).
 inline constexpr int kBlockSize = 16;
+// Blocks that hold `tokens` tokens.
+inline constexpr int64_t BlocksFor(int64_t tokens) {
+  return (tokens + kBlockSize - 1) / kBlockSize;
+}
 
 // The paged KV cache of one layer: pools of head-blocks. Slot s holds kBlockSize tokens of
 // one KV head: k[s, i, :] is the key of the i-th token of that head-block.
@@ -33,9 +37,9 @@ struct LayerKvPool {
 // queries are the last (query_start[s+1] - query_start[s]) of those tokens (causal among
 // themselves). Dense sequences have identical lengths for all heads; sparse ones need not.
 struct AttentionMetadata {
-  Tensor query_start;   // [num_seqs + 1] int32
-  Tensor kv_lens;       // [num_seqs, num_kv_heads] int32
-  Tensor block_tables;  // [num_seqs, num_kv_heads, max_blocks_per_seq] int32 slot ids
+  Tensor query_start;         // [num_seqs + 1] int32
+  Tensor kv_lens;             // [num_seqs, num_kv_heads] int32
+  Tensor block_tables;        // [num_seqs, num_kv_heads, max_blocks_per_seq] int32 slot ids
   int32_t max_query_len = 0;  // host-known bound of the query tokens per sequence
   int32_t max_kv_len = 0;     // host-known bound of kv_lens (0 = table width × kBlockSize)
 };
@@ -54,9 +58,10 @@ class AttentionLayerHook {
   // `pool`), before its attention. Returns the metadata the attention of this layer uses:
   // `step` itself, or per-layer tables (the returned reference must stay valid until
   // AfterAttention of the same layer).
-  virtual const AttentionMetadata& BeforeAttention(int layer,
-                                                   const Tensor& q,  // [T, num_q_heads, head_dim] post-RoPE
-                                                   LayerKvPool& pool, const AttentionMetadata& step) = 0;
+  virtual const AttentionMetadata& BeforeAttention(
+      int layer,
+      const Tensor& q,  // [T, num_q_heads, head_dim] post-RoPE
+      LayerKvPool& pool, const AttentionMetadata& step) = 0;
   // After layer `layer`'s attention wrote its output: q (unchanged) holds every query of the
   // step, the draft tokens' included. The KV pool slots attention read may be overwritten
   // from now on.
@@ -92,7 +97,9 @@ class Backend {
   // host tensor may be reused on return. For per-step inputs (the CPU backend: Upload).
   virtual Tensor UploadAsync(const Tensor& host) { return Upload(host); }
   // The same into an existing device tensor of host.nbytes() bytes (a persistent buffer).
-  virtual void UploadAsyncInto(Tensor& dst, const Tensor& host) { UploadBytes(dst, 0, host.raw(), host.nbytes()); }
+  virtual void UploadAsyncInto(Tensor& dst, const Tensor& host) {
+    UploadBytes(dst, 0, host.raw(), host.nbytes());
+  }
   virtual Tensor Download(const Tensor& device_tensor) = 0;
   // Copies `bytes` host bytes into `dst` (a tensor of this device) at byte `offset`; returns
   // once `src` may be reused. For weights straight from a mapped checkpoint.
@@ -129,10 +136,10 @@ class Backend {
 
   // In place on q and k: optional per-head RMSNorm (Qwen3 q_norm / k_norm, nullptr = none),
   // then RoPE (rotate_half layout) at each token's position.
-  virtual void QkNormRope(Tensor& q,                // [T, num_q_heads, head_dim]
-                          Tensor& k,                // [T, num_kv_heads, head_dim]
-                          const Tensor* q_norm,     // [head_dim] or nullptr
-                          const Tensor* k_norm,     // [head_dim] or nullptr
+  virtual void QkNormRope(Tensor& q,             // [T, num_q_heads, head_dim]
+                          Tensor& k,             // [T, num_kv_heads, head_dim]
+                          const Tensor* q_norm,  // [head_dim] or nullptr
+                          const Tensor* k_norm,  // [head_dim] or nullptr
                           float eps,
                           const Tensor& positions,  // [T] int32
                           const RopeParams& rope) = 0;
@@ -163,10 +170,10 @@ class Backend {
   // The attention block's input side from the fused QKV projection: q (optional q_norm,
   // RoPE) into `q`; k (optional k_norm, RoPE) and v appended to the KV pool at slot_mapping.
   // Default: SplitQkv + QkNormRope + KvAppend; backends may fuse it.
-  virtual void QkvRopeAppend(const Tensor& qkv,           // [T, (Hq + 2 Hkv) * head_dim]
-                             Tensor& q,                   // [T, Hq, head_dim]
+  virtual void QkvRopeAppend(const Tensor& qkv,  // [T, (Hq + 2 Hkv) * head_dim]
+                             Tensor& q,          // [T, Hq, head_dim]
                              const Tensor* q_norm, const Tensor* k_norm, float eps,
-                             const Tensor& positions,     // [T] int32
+                             const Tensor& positions,  // [T] int32
                              const RopeParams& rope,
                              const Tensor& slot_mapping,  // [T, Hkv] int64
                              LayerKvPool& pool);
@@ -181,38 +188,39 @@ class Backend {
   // and n = RmsNorm(residual_out); without x (the first layer), n = RmsNorm(residual) and
   // residual_out must be null. out = n · weightᵀ. residual_out must not alias residual.
   // Default: Add + RmsNorm + Linear; backends may fuse it.
-  virtual void AddRmsNormLinear(const Tensor* x,             // [T, hidden] or nullptr
-                                const Tensor& residual,      // [T, hidden]
-                                Tensor* residual_out,        // [T, hidden] or nullptr
-                                const Tensor& norm_weight,   // [hidden]
+  virtual void AddRmsNormLinear(const Tensor* x,                  // [T, hidden] or nullptr
+                                const Tensor& residual,           // [T, hidden]
+                                Tensor* residual_out,             // [T, hidden] or nullptr
+                                const Tensor& norm_weight,        // [hidden]
                                 float eps, const Tensor& weight,  // [out, hidden]
-                                Tensor& out);                // [T, out]
+                                Tensor& out);                     // [T, out]
 
   // The MLP's input side with SiLU·mul folded in: out = SiluMul(n · gate_upᵀ) where n is the
   // pre-norm of AddRmsNormLinear (same x / residual / residual_out contract) and gate_up is
   // the fused [gate | up] weight. Default: AddRmsNormLinear + SiluMul; backends may fuse it.
-  virtual void AddRmsNormGateUpSilu(const Tensor* x,                 // [T, hidden] or nullptr
-                                    const Tensor& residual,          // [T, hidden]
-                                    Tensor* residual_out,            // [T, hidden] or nullptr
-                                    const Tensor& norm_weight,       // [hidden]
+  virtual void AddRmsNormGateUpSilu(const Tensor* x,            // [T, hidden] or nullptr
+                                    const Tensor& residual,     // [T, hidden]
+                                    Tensor* residual_out,       // [T, hidden] or nullptr
+                                    const Tensor& norm_weight,  // [hidden]
                                     float eps, const Tensor& gate_up_weight,  // [2 * inter, hidden]
-                                    Tensor& out);                    // [T, inter]
+                                    Tensor& out);                             // [T, inter]
 
   // The attention block's whole input side: qkv = AddRmsNormLinear(x, residual, ...,
   // qkv_weight) (qkv is scratch; its contents afterwards are unspecified), then
   // QkvRopeAppend(qkv, q, ...). Default: exactly those two ops; backends may fuse them.
-  virtual void AddRmsNormQkvRopeAppend(const Tensor* x,             // [T, hidden] or nullptr
-                                       const Tensor& residual,      // [T, hidden]
-                                       Tensor* residual_out,        // [T, hidden] or nullptr
-                                       const Tensor& norm_weight,   // [hidden]
-                                       float eps, const Tensor& qkv_weight,  // [(Hq + 2 Hkv) * head_dim, hidden]
-                                       Tensor& qkv,                 // [T, (Hq + 2 Hkv) * head_dim] scratch
-                                       Tensor& q,                   // [T, Hq, head_dim]
-                                       const Tensor* q_norm, const Tensor* k_norm,  // [head_dim] or nullptr
-                                       const Tensor& positions,     // [T] int32
-                                       const RopeParams& rope,
-                                       const Tensor& slot_mapping,  // [T, Hkv] int64
-                                       LayerKvPool& pool);
+  virtual void AddRmsNormQkvRopeAppend(
+      const Tensor* x,                             // [T, hidden] or nullptr
+      const Tensor& residual,                      // [T, hidden]
+      Tensor* residual_out,                        // [T, hidden] or nullptr
+      const Tensor& norm_weight,                   // [hidden]
+      float eps, const Tensor& qkv_weight,         // [(Hq + 2 Hkv) * head_dim, hidden]
+      Tensor& qkv,                                 // [T, (Hq + 2 Hkv) * head_dim] scratch
+      Tensor& q,                                   // [T, Hq, head_dim]
+      const Tensor* q_norm, const Tensor* k_norm,  // [head_dim] or nullptr
+      const Tensor& positions,                     // [T] int32
+      const RopeParams& rope,
+      const Tensor& slot_mapping,  // [T, Hkv] int64
+      LayerKvPool& pool);
 
   // dst = src (same dtype and element count; both on this backend's device).
   virtual void Copy(const Tensor& src, Tensor& dst) = 0;
@@ -248,12 +256,12 @@ class Backend {
   // n <= 0 or dst < 0 are skipped. Destination rows must be distinct within one call. `pool`
   // may be a device pool or a host (EmptyHost) pool. Used at the dense->sparse switch (every
   // block) and every step (the block the step's real token was appended to).
-  virtual void BlockSummaries(const LayerKvPool& pool,    // k: [num_slots, kBlockSize, D]
-                              const Tensor& src_slots,    // [N] int32 slot in pool
-                              const Tensor& num_tokens,   // [N] int32 valid leading tokens
-                              const Tensor& dst_rows,     // [N] int32 summary row, < 0 = skip
-                              Tensor& kmin,               // [num_rows, D] pool dtype
-                              Tensor& kmax) = 0;          // [num_rows, D] pool dtype
+  virtual void BlockSummaries(const LayerKvPool& pool,   // k: [num_slots, kBlockSize, D]
+                              const Tensor& src_slots,   // [N] int32 slot in pool
+                              const Tensor& num_tokens,  // [N] int32 valid leading tokens
+                              const Tensor& dst_rows,    // [N] int32 summary row, < 0 = skip
+                              Tensor& kmin,              // [num_rows, D] pool dtype
+                              Tensor& kmax) = 0;         // [num_rows, D] pool dtype
 
   // Block scores of a query against every candidate block's summary. For each active row r
   // (query_rows[r] >= 0), KV head h and block b < num_blocks[r]: with m = host_tables[r, h, b]
@@ -269,7 +277,7 @@ class Backend {
                            const Tensor& kmin,         // [num_rows, D]
                            const Tensor& kmax,         // [num_rows, D]
                            GroupReduce reduce,
-                           Tensor& scores) = 0;        // [R, Hkv, MB] f32
+                           Tensor& scores) = 0;  // [R, Hkv, MB] f32
 
   // Per-KV-head top-K. For each active row r (rows[r] >= 0) and head h: topk[r, h, :] lists
   // the min(K, num_blocks[r]) blocks b < num_blocks[r] with the highest scores[r, h, b], in
@@ -305,15 +313,15 @@ class Backend {
   virtual void SelectBlocks(const Tensor& topk,         // [R, Hkv, K] int32
                             const Tensor& rows,         // [R] int32, -1 = inactive
                             const Tensor& host_tables,  // [R, Hkv, MB] int32
-                            const Tensor& ws_slots,     // [R, Hkv, K] int32 GPU slot per working slot
-                            Tensor& ws_blocks,          // [R, Hkv, K] int32 in/out
-                            Tensor& ws_age,             // [R, Hkv, K] int32 in/out
-                            Tensor& fetch_src,          // [R, Hkv, C] int32 host slot, -1 = none
-                            Tensor& fetch_dst,          // [R, Hkv, C] int32 GPU slot, -1 = none
-                            Tensor& resident_slots,     // [R, Hkv, K] int32
-                            Tensor& num_resident,       // [R, Hkv] int32
-                            Tensor& stats,              // [R, Hkv, 3] int32, accumulated
-                            const Tensor* remote = nullptr,  // [R, Hkv, MB] u8 or null
+                            const Tensor& ws_slots,  // [R, Hkv, K] int32 GPU slot per working slot
+                            Tensor& ws_blocks,       // [R, Hkv, K] int32 in/out
+                            Tensor& ws_age,          // [R, Hkv, K] int32 in/out
+                            Tensor& fetch_src,       // [R, Hkv, C] int32 host slot, -1 = none
+                            Tensor& fetch_dst,       // [R, Hkv, C] int32 GPU slot, -1 = none
+                            Tensor& resident_slots,  // [R, Hkv, K] int32
+                            Tensor& num_resident,    // [R, Hkv] int32
+                            Tensor& stats,           // [R, Hkv, 3] int32, accumulated
+                            const Tensor* remote = nullptr,     // [R, Hkv, MB] u8 or null
                             Tensor* remote_out = nullptr) = 0;  // [R, Hkv, CR] int32 (with remote)
 
   // Copies whole head-blocks (K and V, kBlockSize x D each): dst[dst_slots[i]] =

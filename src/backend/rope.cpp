@@ -15,8 +15,9 @@ RopeParams ComputeRopeParams(const ModelConfig& config) {
     // HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
     float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
     p.inv_freq[static_cast<size_t>(i)] =
-        1.0f / static_cast<float>(std::pow(static_cast<double>(static_cast<float>(config.rope_theta)),
-                                           static_cast<double>(exponent)));
+        1.0f /
+        static_cast<float>(std::pow(static_cast<double>(static_cast<float>(config.rope_theta)),
+                                    static_cast<double>(exponent)));
   }
   if (config.rope_scaling.type == RopeScalingType::kLlama3) {
     const RopeScaling& s = config.rope_scaling;
@@ -29,7 +30,8 @@ RopeParams ComputeRopeParams(const ModelConfig& config) {
       if (wavelen < high_freq_wavelen || wavelen > low_freq_wavelen) {
         f = scaled;
       } else {  // medium frequencies: interpolate
-        const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        const double smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         f = static_cast<float>((1.0 - smooth) * scaled / s.factor + smooth * scaled);
       }
     }

@@ -23,7 +23,8 @@ std::string Base64Encode(std::string_view bytes) {
   size_t i = 0;
   for (; i + 3 <= bytes.size(); i += 3) {
     const uint32_t v = (uint32_t{static_cast<unsigned char>(bytes[i])} << 16) |
-                       (uint32_t{static_cast<unsigned char>(bytes[i + 1])} << 8) | static_cast<unsigned char>(bytes[i + 2]);
+                       (uint32_t{static_cast<unsigned char>(bytes[i + 1])} << 8) |
+                       static_cast<unsigned char>(bytes[i + 2]);
     out += kAlphabet[(v >> 18) & 63];
     out += kAlphabet[(v >> 12) & 63];
     out += kAlphabet[(v >> 6) & 63];
@@ -43,7 +44,9 @@ std::string Base64Encode(std::string_view bytes) {
 
 StatusOr<std::string> Base64Decode(std::string_view text) {
   static constexpr std::array<int8_t, 256> kTable = DecodeTable();
-  if (text.size() % 4 != 0) return InvalidArgument("base64: length " + std::to_string(text.size()) + " is not a multiple of 4");
+  if (text.size() % 4 != 0)
+    return InvalidArgument("base64: length " + std::to_string(text.size()) +
+                           " is not a multiple of 4");
   std::string out;
   out.reserve(text.size() / 4 * 3);
   for (size_t i = 0; i < text.size(); i += 4) {
@@ -59,9 +62,11 @@ StatusOr<std::string> Base64Decode(std::string_view text) {
       }
       if (pad > 0) return InvalidArgument("base64: data after padding");
       v[j] = kTable[static_cast<unsigned char>(c)];
-      if (v[j] < 0) return InvalidArgument("base64: invalid character at offset " + std::to_string(i + j));
+      if (v[j] < 0)
+        return InvalidArgument("base64: invalid character at offset " + std::to_string(i + j));
     }
-    const uint32_t w = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
+    const uint32_t w =
+        (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
     out += static_cast<char>((w >> 16) & 255);
     if (pad < 2) out += static_cast<char>((w >> 8) & 255);
     if (pad < 1) out += static_cast<char>(w & 255);

@@ -35,16 +35,15 @@ std::string CheckOpValues(const A& a, const B& b) {
 
 }  // namespace oasis::detail
 
-#define OASIS_CHECK(cond)                  \
-  (cond) ? (void)0                         \
-         : ::oasis::detail::Voidify() &    \
+#define OASIS_CHECK(cond)               \
+  (cond) ? (void)0                      \
+         : ::oasis::detail::Voidify() & \
                ::oasis::detail::CheckFailure(__FILE__, __LINE__, #cond).stream()
 
-#define OASIS_CHECK_OP(a, b, op)                                                       \
-  ((a)op(b)) ? (void)0                                                                 \
-             : ::oasis::detail::Voidify() &                                            \
-                   ::oasis::detail::CheckFailure(__FILE__, __LINE__, #a " " #op " " #b) \
-                           .stream()                                                   \
+#define OASIS_CHECK_OP(a, b, op)                                                                 \
+  ((a)op(b)) ? (void)0                                                                           \
+             : ::oasis::detail::Voidify() &                                                      \
+                   ::oasis::detail::CheckFailure(__FILE__, __LINE__, #a " " #op " " #b).stream() \
                        << ::oasis::detail::CheckOpValues((a), (b))
 
 #define OASIS_CHECK_EQ(a, b) OASIS_CHECK_OP(a, b, ==)
@@ -55,8 +54,8 @@ std::string CheckOpValues(const A& a, const B& b) {
 #define OASIS_CHECK_GE(a, b) OASIS_CHECK_OP(a, b, >=)
 
 // CHECK that a Status is OK (for call sites where an error is a bug).
-#define OASIS_CHECK_OK(expr)                                             \
-  do {                                                                   \
-    ::oasis::Status oasis_check_status_ = (expr);                        \
+#define OASIS_CHECK_OK(expr)                                                 \
+  do {                                                                       \
+    ::oasis::Status oasis_check_status_ = (expr);                            \
     OASIS_CHECK(oasis_check_status_.ok()) << oasis_check_status_.ToString(); \
   } while (0)

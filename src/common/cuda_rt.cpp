@@ -98,7 +98,9 @@ Stream& Stream::operator=(Stream&& o) noexcept {
   return *this;
 }
 void Stream::Synchronize() const { OASIS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-void Stream::Wait(cudaEvent_t event) const { OASIS_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0)); }
+void Stream::Wait(cudaEvent_t event) const {
+  OASIS_CUDA_CHECK(cudaStreamWaitEvent(stream_, event, 0));
+}
 
 Event::Event(EventTiming timing) {
   unsigned flags = timing == EventTiming::kEnabled ? cudaEventDefault : cudaEventDisableTiming;

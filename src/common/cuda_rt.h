@@ -14,12 +14,12 @@
 #include "oasis/status.h"
 
 // Broken invariant when a CUDA call fails (launch configuration bugs, lost device).
-#define OASIS_CUDA_CHECK(expr)                                                    \
-  do {                                                                            \
-    cudaError_t oasis_cuda_err_ = (expr);                                         \
-    OASIS_CHECK(oasis_cuda_err_ == cudaSuccess)                                   \
-        << #expr << " -> " << cudaGetErrorName(oasis_cuda_err_) << ": "          \
-        << cudaGetErrorString(oasis_cuda_err_);                                  \
+#define OASIS_CUDA_CHECK(expr)                                          \
+  do {                                                                  \
+    cudaError_t oasis_cuda_err_ = (expr);                               \
+    OASIS_CHECK(oasis_cuda_err_ == cudaSuccess)                         \
+        << #expr << " -> " << cudaGetErrorName(oasis_cuda_err_) << ": " \
+        << cudaGetErrorString(oasis_cuda_err_);                         \
   } while (0)
 
 namespace oasis::cuda {
@@ -43,7 +43,9 @@ class DeviceBuffer {
 
   void* data() const { return ptr_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t size() const { return bytes_; }
 
  private:
@@ -65,7 +67,9 @@ class PinnedBuffer {
 
   void* data() const { return ptr_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t size() const { return bytes_; }
 
  private:

@@ -9,15 +9,19 @@ namespace oasis {
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::kF64:
-    case DType::kI64: return 8;
+    case DType::kI64:
+      return 8;
     case DType::kF32:
-    case DType::kI32: return 4;
+    case DType::kI32:
+      return 4;
     case DType::kF16:
     case DType::kBF16:
-    case DType::kI16: return 2;
+    case DType::kI16:
+      return 2;
     case DType::kI8:
     case DType::kU8:
-    case DType::kBool: return 1;
+    case DType::kBool:
+      return 1;
   }
   OASIS_CHECK(false) << "unknown dtype " << static_cast<int>(dtype);
   return 0;
@@ -25,23 +29,34 @@ size_t DTypeSize(DType dtype) {
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF64: return "F64";
-    case DType::kI64: return "I64";
-    case DType::kI32: return "I32";
-    case DType::kI16: return "I16";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kBool: return "BOOL";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF64:
+      return "F64";
+    case DType::kI64:
+      return "I64";
+    case DType::kI32:
+      return "I32";
+    case DType::kI16:
+      return "I16";
+    case DType::kI8:
+      return "I8";
+    case DType::kU8:
+      return "U8";
+    case DType::kBool:
+      return "BOOL";
   }
   return "?";
 }
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64,
-                                   DType::kI32, DType::kI16, DType::kI8,   DType::kU8,  DType::kBool};
+  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64,
+                                   DType::kI64, DType::kI32, DType::kI16,  DType::kI8,
+                                   DType::kU8,  DType::kBool};
   for (DType d : kAll) {
     if (DTypeName(d) == name) return d;
   }
@@ -88,7 +103,7 @@ uint16_t FloatToF16Bits(float f) {
     // value = abs_float; f16 subnormal unit = 2^-24
     float af;
     std::memcpy(&af, &abs, sizeof af);
-    float scaled = af * 16777216.0f;  // 2^24, exact
+    float scaled = af * 16777216.0f;   // 2^24, exact
     float r = std::nearbyint(scaled);  // round half to even (default rounding mode)
     return static_cast<uint16_t>(sign | static_cast<uint16_t>(r));
   }
@@ -110,7 +125,9 @@ void IntToFloat(const void* src, float* dst, size_t n) {
 
 void ConvertToFloat(const void* src, DType src_dtype, float* dst, size_t n) {
   switch (src_dtype) {
-    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::kBF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = Bf16BitsToFloat(s[i]);
@@ -121,20 +138,34 @@ void ConvertToFloat(const void* src, DType src_dtype, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = F16BitsToFloat(s[i]);
       return;
     }
-    case DType::kF64: IntToFloat<double>(src, dst, n); return;
-    case DType::kI64: IntToFloat<int64_t>(src, dst, n); return;
-    case DType::kI32: IntToFloat<int32_t>(src, dst, n); return;
-    case DType::kI16: IntToFloat<int16_t>(src, dst, n); return;
-    case DType::kI8: IntToFloat<int8_t>(src, dst, n); return;
+    case DType::kF64:
+      IntToFloat<double>(src, dst, n);
+      return;
+    case DType::kI64:
+      IntToFloat<int64_t>(src, dst, n);
+      return;
+    case DType::kI32:
+      IntToFloat<int32_t>(src, dst, n);
+      return;
+    case DType::kI16:
+      IntToFloat<int16_t>(src, dst, n);
+      return;
+    case DType::kI8:
+      IntToFloat<int8_t>(src, dst, n);
+      return;
     case DType::kU8:
-    case DType::kBool: IntToFloat<uint8_t>(src, dst, n); return;
+    case DType::kBool:
+      IntToFloat<uint8_t>(src, dst, n);
+      return;
   }
   OASIS_CHECK(false) << "ConvertToFloat: unsupported dtype";
 }
 
 void ConvertFromFloat(const float* src, void* dst, DType dst_dtype, size_t n) {
   switch (dst_dtype) {
-    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::kBF16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = FloatToBf16Bits(src[i]);
@@ -145,7 +176,8 @@ void ConvertFromFloat(const float* src, void* dst, DType dst_dtype, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = FloatToF16Bits(src[i]);
       return;
     }
-    default: break;
+    default:
+      break;
   }
   OASIS_CHECK(false) << "ConvertFromFloat: unsupported target dtype " << DTypeName(dst_dtype);
 }

@@ -23,7 +23,9 @@ void FlagParser::AddBool(const std::string& name, bool* out, const std::string& 
 
 Status FlagParser::Assign(const std::string& name, Flag& flag, const std::string& value) {
   switch (flag.kind) {
-    case Kind::kString: *static_cast<std::string*>(flag.out) = value; break;
+    case Kind::kString:
+      *static_cast<std::string*>(flag.out) = value;
+      break;
     case Kind::kInt: {
       int64_t v = 0;
       auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -63,7 +65,8 @@ Status FlagParser::Parse(int argc, char** argv) {
       help_ = true;
       continue;
     }
-    if (arg.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + arg + "' (see --help)");
+    if (arg.rfind("--", 0) != 0)
+      return InvalidArgument("unexpected argument '" + arg + "' (see --help)");
     std::string name = arg.substr(2), value;
     bool has_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {

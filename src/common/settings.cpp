@@ -33,7 +33,8 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::string& path) {
   if (!in) return NotFound("cannot open --config " + path);
   std::ostringstream text;
   text << in.rdbuf();
-  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false,
+                                              /*ignore_comments=*/true);
   if (json.is_discarded()) return InvalidArgument(path + ": not valid JSON");
   return json;
 }

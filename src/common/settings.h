@@ -33,7 +33,8 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::string& path);
 
 // The setting named `name` in `table`, or null.
 template <class Config>
-const SettingField<Config>* FindSetting(const std::vector<SettingField<Config>>& table, const std::string& name) {
+const SettingField<Config>* FindSetting(const std::vector<SettingField<Config>>& table,
+                                        const std::string& name) {
   for (const SettingField<Config>& s : table) {
     if (name == s.name) return &s;
   }
@@ -43,17 +44,17 @@ const SettingField<Config>* FindSetting(const std::vector<SettingField<Config>>&
 // Sets `s`'s member of `config` from a JSON value; InvalidArgument naming `where` when its type
 // does not fit.
 template <class Config>
-Status ApplyJsonSetting(const SettingField<Config>& s, const nlohmann::json& value, const std::string& where,
-                        Config* config) {
+Status ApplyJsonSetting(const SettingField<Config>& s, const nlohmann::json& value,
+                        const std::string& where, Config* config) {
   if (auto* str = std::get_if<std::string Config::*>(&s.field)) {
     if (!value.is_string()) return InvalidArgument(where + " must be a string");
-    config->**str = value.get<std::string>();
+    config->** str = value.get<std::string>();
   } else if (auto* i = std::get_if<int64_t Config::*>(&s.field)) {
     if (!value.is_number_integer()) return InvalidArgument(where + " must be an integer");
-    config->**i = value.get<int64_t>();
+    config->** i = value.get<int64_t>();
   } else if (auto* d = std::get_if<double Config::*>(&s.field)) {
     if (!value.is_number()) return InvalidArgument(where + " must be a number");
-    config->**d = value.get<double>();
+    config->** d = value.get<double>();
   }
   return Status::Ok();
 }
@@ -65,7 +66,8 @@ Status ApplyJsonSetting(const SettingField<Config>& s, const nlohmann::json& val
 // for the others (the table's).
 template <class Config, class Special>
 Status ApplySettingsJson(const nlohmann::json& json, const std::string& source,
-                         const std::vector<SettingField<Config>>& table, Config* config, Special special) {
+                         const std::vector<SettingField<Config>>& table, Config* config,
+                         Special special) {
   if (!json.is_object()) return InvalidArgument(source + ": expected a JSON object of settings");
   for (const auto& [key, value] : json.items()) {
     if (!key.empty() && key[0] == '_') continue;
@@ -85,20 +87,25 @@ Status ApplySettingsJson(const nlohmann::json& json, const std::string& source,
 template <class Config>
 Status ApplySettingsJson(const nlohmann::json& json, const std::string& source,
                          const std::vector<SettingField<Config>>& table, Config* config) {
-  return ApplySettingsJson(json, source, table, config,
-                           [](const std::string&, const nlohmann::json&, const std::string&) -> std::optional<Status> {
-                             return std::nullopt;
-                           });
+  return ApplySettingsJson(
+      json, source, table, config,
+      [](const std::string&, const nlohmann::json&, const std::string&) -> std::optional<Status> {
+        return std::nullopt;
+      });
 }
 
 // Binds every setting of `table` to its member of `config` as a flag (pass 2: the defaults are
 // then whatever the config file set).
 template <class Config>
-void AddSettingFlags(FlagParser& flags, const std::vector<SettingField<Config>>& table, Config* config) {
+void AddSettingFlags(FlagParser& flags, const std::vector<SettingField<Config>>& table,
+                     Config* config) {
   for (const SettingField<Config>& s : table) {
-    if (auto* str = std::get_if<std::string Config::*>(&s.field)) flags.AddString(s.name, &(config->**str), s.help);
-    if (auto* i = std::get_if<int64_t Config::*>(&s.field)) flags.AddInt(s.name, &(config->**i), s.help);
-    if (auto* d = std::get_if<double Config::*>(&s.field)) flags.AddDouble(s.name, &(config->**d), s.help);
+    if (auto* str = std::get_if<std::string Config::*>(&s.field))
+      flags.AddString(s.name, &(config->**str), s.help);
+    if (auto* i = std::get_if<int64_t Config::*>(&s.field))
+      flags.AddInt(s.name, &(config->**i), s.help);
+    if (auto* d = std::get_if<double Config::*>(&s.field))
+      flags.AddDouble(s.name, &(config->**d), s.help);
   }
 }
 

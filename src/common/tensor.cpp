@@ -10,8 +10,13 @@ namespace oasis {
 
 Tensor::Tensor(void* data, DType dtype, std::vector<int64_t> shape, Device device,
                std::shared_ptr<void> owner)
-    : data_(data), dtype_(dtype), device_(device), shape_(std::move(shape)), owner_(std::move(owner)) {
-  for (int64_t d : shape_) OASIS_CHECK_GE(d, 0) << "negative dimension in " << ShapeToString(shape_);
+    : data_(data),
+      dtype_(dtype),
+      device_(device),
+      shape_(std::move(shape)),
+      owner_(std::move(owner)) {
+  for (int64_t d : shape_)
+    OASIS_CHECK_GE(d, 0) << "negative dimension in " << ShapeToString(shape_);
 }
 
 Tensor Tensor::Empty(std::vector<int64_t> shape, DType dtype) {
@@ -34,8 +39,15 @@ Tensor Tensor::Zeros(std::vector<int64_t> shape, DType dtype) {
 
 Tensor Tensor::FromFloats(const std::vector<float>& values, std::vector<int64_t> shape) {
   Tensor t = Empty(std::move(shape), DType::kF32);
-  OASIS_CHECK_EQ(static_cast<size_t>(t.numel()), values.size()) << "FromFloats: shape/values mismatch";
+  OASIS_CHECK_EQ(static_cast<size_t>(t.numel()), values.size())
+      << "FromFloats: shape/values mismatch";
   std::memcpy(t.raw(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::FromInts(const std::vector<int32_t>& values) {
+  Tensor t = Empty({static_cast<int64_t>(values.size())}, DType::kI32);
+  std::memcpy(t.raw(), values.data(), values.size() * sizeof(int32_t));
   return t;
 }
 
@@ -63,7 +75,8 @@ Tensor Tensor::ConcatRows(const std::vector<Tensor>& parts) {
   OASIS_CHECK(!parts.empty()) << "ConcatRows of nothing";
   int64_t rows = 0;
   for (const Tensor& p : parts) {
-    OASIS_CHECK(p.device() == Device::kCpu && p.dtype() == parts[0].dtype()) << "ConcatRows: host tensors of one dtype";
+    OASIS_CHECK(p.device() == Device::kCpu && p.dtype() == parts[0].dtype())
+        << "ConcatRows: host tensors of one dtype";
     rows += p.dim(0);
   }
   std::vector<int64_t> shape = parts[0].shape();

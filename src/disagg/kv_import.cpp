@@ -3,11 +3,6 @@
 #include <algorithm>
 
 namespace oasis::disagg {
-namespace {
-
-int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
-
-}  // namespace
 
 StatusOr<std::vector<std::vector<int32_t>>> HandoffBlocks(const SparseKvManager& m,
                                                           Backend& backend, uint64_t id) {

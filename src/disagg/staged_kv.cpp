@@ -14,12 +14,6 @@ enum class Direction { kPack, kUnpack };
 
 using SlotMemory = std::function<char*(uint64_t ordinal)>;
 
-Tensor HostI32(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
-
 // Copies `bytes` from each ref's local memory into its lease slot, on up to 8 threads when
 // there are many bytes (a 32K request stages GiBs). The slots are resolved on this thread.
 void ParallelCopy(const std::vector<StagedSlotRef>& refs, const SlotMemory& slot, size_t bytes) {
@@ -160,7 +154,7 @@ void PackStagedKv(const StagedKvLayout& layout, const StagedKvHome& home,
   const int64_t first = FirstLayer(home), rows = int64_t{g.num_kv_heads} * g.num_blocks,
                 D = g.head_dim;
   for (uint32_t i = 0; i < g.num_layers; ++i) {
-    const Tensor rows_dev = be.Upload(HostI32(SummaryRows(layout, home, i)));
+    const Tensor rows_dev = be.Upload(Tensor::FromInts(SummaryRows(layout, home, i)));
     Tensor kmin = be.Empty({rows, D}, be.activation_dtype()),
            kmax = be.Empty({rows, D}, be.activation_dtype());
     be.GatherRows(store.kmin(first + i), rows_dev, kmin);
@@ -172,7 +166,7 @@ void PackStagedKv(const StagedKvLayout& layout, const StagedKvHome& home,
   // The draft head's KV (device), the same way.
   if (g.draft_kv_heads == 0) return;
   const int64_t dw = int64_t{kStagedBlockTokens} * g.draft_head_dim;
-  const Tensor drows_dev = be.Upload(HostI32(DraftRows(layout, home)));
+  const Tensor drows_dev = be.Upload(Tensor::FromInts(DraftRows(layout, home)));
   for (uint32_t kv = 0; kv < 2; ++kv) {
     const Tensor& src = kv == 0 ? home.draft_pool->k : home.draft_pool->v;
     Tensor out = be.Empty({int64_t{g.draft_kv_heads} * g.num_blocks, dw}, be.activation_dtype());
@@ -214,7 +208,7 @@ void StagedKvUnpacker::Finish(const StagedKvHome& home) {
   const int64_t first = FirstLayer(home), rows = int64_t{g.num_kv_heads} * g.num_blocks,
                 D = g.head_dim;
   for (uint32_t i = 0; i < g.num_layers; ++i) {
-    const Tensor rows_dev = be.Upload(HostI32(SummaryRows(layout_, home, i)));
+    const Tensor rows_dev = be.Upload(Tensor::FromInts(SummaryRows(layout_, home, i)));
     Tensor kmin = Tensor::Empty({rows, D}, be.activation_dtype()),
            kmax = Tensor::Empty({rows, D}, be.activation_dtype());
     MoveSummaries(layout_, i, landed, static_cast<char*>(kmin.raw()),
@@ -226,7 +220,7 @@ void StagedKvUnpacker::Finish(const StagedKvHome& home) {
   // head ignores it).
   if (g.draft_kv_heads == 0 || home.draft_pool == nullptr) return;
   const int64_t dw = int64_t{kStagedBlockTokens} * g.draft_head_dim;
-  const Tensor drows_dev = be.Upload(HostI32(DraftRows(layout_, home)));
+  const Tensor drows_dev = be.Upload(Tensor::FromInts(DraftRows(layout_, home)));
   for (uint32_t kv = 0; kv < 2; ++kv) {
     Tensor host =
         Tensor::Empty({int64_t{g.draft_kv_heads} * g.num_blocks, dw}, be.activation_dtype());

@@ -13,8 +13,6 @@
 namespace oasis {
 namespace {
 
-int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
-
 // A remote block's key in RequestState::drift_requested.
 uint64_t DriftCode(const SparseKvManager::RemoteBlock& b) {
   return (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) | static_cast<uint32_t>(b.block);

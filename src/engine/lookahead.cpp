@@ -5,16 +5,6 @@
 #include "common/check.h"
 
 namespace oasis {
-namespace {
-
-Tensor RowsTensor(const std::vector<int32_t>& rows) {
-  Tensor t = Tensor::Empty({static_cast<int64_t>(rows.size())}, DType::kI32);
-  for (size_t i = 0; i < rows.size(); ++i) t.data<int32_t>()[i] = rows[i];
-  return t;
-}
-
-}  // namespace
-
 const char* LookaheadModeName(LookaheadMode mode) {
   switch (mode) {
     case LookaheadMode::kOff:
@@ -59,7 +49,7 @@ ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, co
     changed = changed || d > 0;
     t += n;
   }
-  if (changed) in.logit_rows = RowsTensor(rows);
+  if (changed) in.logit_rows = Tensor::FromInts(rows);
   return in;
 }
 
@@ -78,7 +68,7 @@ HeadStepInput BuildHeadStepInput(const std::vector<HeadStepSequence>& seqs) {
     t += n;
   }
   out.input = BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence);
-  out.input.logit_rows = RowsTensor(rows);
+  out.input.logit_rows = Tensor::FromInts(rows);
   return out;
 }
 

@@ -10,8 +10,6 @@
 namespace oasis {
 namespace {
 
-int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
-
 SparseModelShape ShapeOf(ModelRunner& runner) {
   const ModelConfig& c = runner.model().config();
   return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};

@@ -59,7 +59,8 @@ std::vector<std::vector<int32_t>> HeadBlockTable::TakeSlots() {
 int64_t HeadBlockTable::SlotMapping(int32_t head, int64_t position) const {
   const auto& s = slots_[static_cast<size_t>(head)];
   const int64_t block = position / kBlockSize;
-  OASIS_CHECK_LT(block, static_cast<int64_t>(s.size())) << "position " << position << " beyond reserved blocks";
+  OASIS_CHECK_LT(block, static_cast<int64_t>(s.size()))
+      << "position " << position << " beyond reserved blocks";
   return static_cast<int64_t>(s[static_cast<size_t>(block)]) * kBlockSize + position % kBlockSize;
 }
 

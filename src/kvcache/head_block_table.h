@@ -33,7 +33,9 @@ class HeadBlockTable {
 
   int32_t num_kv_heads() const { return num_kv_heads_; }
   int64_t num_blocks() const { return slots_.empty() ? 0 : static_cast<int64_t>(slots_[0].size()); }
-  const std::vector<int32_t>& head_slots(int32_t head) const { return slots_[static_cast<size_t>(head)]; }
+  const std::vector<int32_t>& head_slots(int32_t head) const {
+    return slots_[static_cast<size_t>(head)];
+  }
   // slot * kBlockSize + offset of the token at `position` for `head`.
   int64_t SlotMapping(int32_t head, int64_t position) const;
 

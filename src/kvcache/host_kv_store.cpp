@@ -19,13 +19,15 @@ size_t HostKvStore::BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DT
   return static_cast<size_t>(2 * kBlockSize * head_dim * num_sparse_layers) * DTypeSize(dtype);
 }
 
-HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer, int64_t head_dim,
-                         size_t bytes, int32_t summary_rows)
+HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer,
+                         int64_t head_dim, size_t bytes, int32_t summary_rows)
     : num_layers_(num_layers),
       first_sparse_layer_(first_sparse_layer),
-      bytes_per_slot_(BytesPerSlot(num_layers - first_sparse_layer, head_dim, backend.activation_dtype())),
+      bytes_per_slot_(
+          BytesPerSlot(num_layers - first_sparse_layer, head_dim, backend.activation_dtype())),
       allocator_(SlotsFor(bytes, bytes_per_slot_)),
-      summary_rows_(std::max<int32_t>(0, std::min<int32_t>(summary_rows, INT32_MAX / kBlockSize - allocator_.num_slots()))) {
+      summary_rows_(std::max<int32_t>(
+          0, std::min<int32_t>(summary_rows, INT32_MAX / kBlockSize - allocator_.num_slots()))) {
   OASIS_CHECK(first_sparse_layer >= 0 && first_sparse_layer < num_layers)
       << "first sparse layer " << first_sparse_layer << " of " << num_layers;
   const int64_t slots = allocator_.num_slots();
@@ -33,7 +35,8 @@ HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_spa
   const auto ls = static_cast<size_t>(num_layers - first_sparse_layer);
   const DType dt = backend.activation_dtype();
   for (int64_t l = first_sparse_layer; l < num_layers; ++l) {
-    pools_.push_back({backend.EmptyHost({slots, kBlockSize, head_dim}, dt), backend.EmptyHost({slots, kBlockSize, head_dim}, dt)});
+    pools_.push_back({backend.EmptyHost({slots, kBlockSize, head_dim}, dt),
+                      backend.EmptyHost({slots, kBlockSize, head_dim}, dt)});
     kmin_.push_back(backend.Empty({rows, head_dim}, dt));
     kmax_.push_back(backend.Empty({rows, head_dim}, dt));
     rows_allocators_.emplace_back(summary_rows_);
@@ -46,7 +49,8 @@ HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_spa
 }
 
 size_t HostKvStore::LayerIndex(int64_t layer) const {
-  OASIS_CHECK(layer >= first_sparse_layer_ && layer < num_layers_) << "layer " << layer << " has no host store";
+  OASIS_CHECK(layer >= first_sparse_layer_ && layer < num_layers_)
+      << "layer " << layer << " has no host store";
   return static_cast<size_t>(layer - first_sparse_layer_);
 }
 
@@ -54,7 +58,9 @@ int32_t HostKvStore::num_free_summary_rows(int64_t layer) const {
   return rows_allocators_[LayerIndex(layer)].num_free();
 }
 
-int32_t HostKvStore::num_free_cells(int64_t layer) const { return num_free_cells_[LayerIndex(layer)]; }
+int32_t HostKvStore::num_free_cells(int64_t layer) const {
+  return num_free_cells_[LayerIndex(layer)];
+}
 
 int32_t HostKvStore::FreshSlotsForCells(int64_t layer, int32_t count) const {
   return std::max<int32_t>(0, count - num_free_cells(layer));
@@ -108,12 +114,14 @@ void HostKvStore::FreeCells(int64_t layer, const std::vector<int32_t>& ids) {
   std::vector<int32_t> rows, whole;
   for (int32_t id : ids) {
     if (!IsSlot(id)) {
-      OASIS_CHECK(id >= num_slots() && id < num_slots() + summary_rows_) << "host store: no cell or row " << id;
+      OASIS_CHECK(id >= num_slots() && id < num_slots() + summary_rows_)
+          << "host store: no cell or row " << id;
       rows.push_back(id - num_slots());
       continue;
     }
     const auto s = static_cast<size_t>(id);
-    OASIS_CHECK(split_[s] && !cell_free_[li][s]) << "host store: cell " << id << " of layer " << layer << " not in use";
+    OASIS_CHECK(split_[s] && !cell_free_[li][s])
+        << "host store: cell " << id << " of layer " << layer << " not in use";
     cell_free_[li][s] = 1;
     free_cells_[li].push_back(id);
     ++num_free_cells_[li];

@@ -36,8 +36,8 @@ class HostKvStore {
   // Sizes the store to `bytes` (rounded down to whole slots) over layers
   // [first_sparse_layer, num_layers) of `head_dim` and the backend's activation dtype, with
   // `summary_rows` summary-only rows per layer after the slots.
-  HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer, int64_t head_dim, size_t bytes,
-              int32_t summary_rows = 0);
+  HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer, int64_t head_dim,
+              size_t bytes, int32_t summary_rows = 0);
 
   // K and V of one host slot in every sparse layer.
   static size_t BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DType dtype);
@@ -48,7 +48,9 @@ class HostKvStore {
   int32_t num_slots() const { return allocator_.num_slots(); }
   int32_t num_free() const { return allocator_.num_free(); }  // slots with no cell in use
   size_t bytes_per_slot() const { return bytes_per_slot_; }
-  size_t bytes_per_cell() const { return bytes_per_slot_ / static_cast<size_t>(num_sparse_layers()); }
+  size_t bytes_per_cell() const {
+    return bytes_per_slot_ / static_cast<size_t>(num_sparse_layers());
+  }
   int32_t num_summary_rows() const { return summary_rows_; }  // per layer
   int32_t num_free_summary_rows(int64_t layer) const;
   // A host slot (K/V storage), not a summary-only row.

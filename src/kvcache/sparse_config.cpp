@@ -9,11 +9,14 @@ int32_t SparseConfig::max_fetch() const {
   return static_cast<int32_t>(std::max(1.0, std::min(c, static_cast<double>(topk_blocks))));
 }
 
-int64_t SparseConfig::max_blocks_per_seq() const { return (max_seq_len + kBlockSize - 1) / kBlockSize; }
+int64_t SparseConfig::max_blocks_per_seq() const {
+  return (max_seq_len + kBlockSize - 1) / kBlockSize;
+}
 
 Status SparseConfig::Validate(int64_t num_layers) const {
   if (topk_blocks < 1) return InvalidArgument("--topk-blocks must be at least 1");
-  if (!(fetch_ratio > 0.0 && fetch_ratio <= 1.0)) return InvalidArgument("--fetch-ratio must be in (0, 1]");
+  if (!(fetch_ratio > 0.0 && fetch_ratio <= 1.0))
+    return InvalidArgument("--fetch-ratio must be in (0, 1]");
   if (sparse_threshold < 0) return InvalidArgument("--sparse-threshold must not be negative");
   if (dense_layers < 0 || dense_layers >= num_layers) {
     return InvalidArgument("--dense-layers must be in [0, " + std::to_string(num_layers) + ")");
@@ -31,9 +34,12 @@ Status SparseConfig::Validate(int64_t num_layers) const {
 
 std::string_view SparsePredictorName(SparsePredictor p) {
   switch (p) {
-    case SparsePredictor::kDraft: return "draft";
-    case SparsePredictor::kPreviousQuery: return "previous-query";
-    case SparsePredictor::kOracle: return "oracle";
+    case SparsePredictor::kDraft:
+      return "draft";
+    case SparsePredictor::kPreviousQuery:
+      return "previous-query";
+    case SparsePredictor::kOracle:
+      return "oracle";
   }
   return "?";
 }
@@ -42,7 +48,8 @@ StatusOr<SparsePredictor> ParseSparsePredictor(std::string_view name) {
   if (name == "draft") return SparsePredictor::kDraft;
   if (name == "previous-query") return SparsePredictor::kPreviousQuery;
   if (name == "oracle") return SparsePredictor::kOracle;
-  return InvalidArgument("unknown sparse predictor '" + std::string(name) + "' (draft, previous-query, oracle)");
+  return InvalidArgument("unknown sparse predictor '" + std::string(name) +
+                         "' (draft, previous-query, oracle)");
 }
 
 StatusOr<GroupReduce> ParseGroupReduce(std::string_view name) {

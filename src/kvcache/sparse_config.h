@@ -21,11 +21,11 @@ enum class SparsePredictor : uint8_t {
 };
 
 struct SparseConfig {
-  int32_t topk_blocks = 128;       // K: selected blocks per (request, layer, KV head)
-  double fetch_ratio = 0.05;       // C = ceil(fetch_ratio * K) blocks admitted per head per step
-  int64_t sparse_threshold = 0;    // a request switches once its context exceeds this; 0 = never
-  int32_t dense_layers = 0;        // the first N layers stay dense for sparse requests
-  double host_kv_gib = 0;          // host KV store size (sparse layers' K and V)
+  int32_t topk_blocks = 128;     // K: selected blocks per (request, layer, KV head)
+  double fetch_ratio = 0.05;     // C = ceil(fetch_ratio * K) blocks admitted per head per step
+  int64_t sparse_threshold = 0;  // a request switches once its context exceeds this; 0 = never
+  int32_t dense_layers = 0;      // the first N layers stay dense for sparse requests
+  double host_kv_gib = 0;        // host KV store size (sparse layers' K and V)
   SparsePredictor predictor = SparsePredictor::kDraft;
   GroupReduce group_reduce = GroupReduce::kSum;
   int32_t max_sparse_seqs = 64;    // R: sparse requests at once (rows of the device state)
@@ -54,7 +54,8 @@ struct SparseConfig {
 };
 
 std::string_view SparsePredictorName(SparsePredictor p);
-StatusOr<SparsePredictor> ParseSparsePredictor(std::string_view name);  // draft|previous-query|oracle
-StatusOr<GroupReduce> ParseGroupReduce(std::string_view name);          // sum|max
+StatusOr<SparsePredictor> ParseSparsePredictor(
+    std::string_view name);                                     // draft|previous-query|oracle
+StatusOr<GroupReduce> ParseGroupReduce(std::string_view name);  // sum|max
 
 }  // namespace oasis

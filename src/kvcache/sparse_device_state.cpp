@@ -15,9 +15,9 @@ Tensor Filled(Backend& b, std::vector<int64_t> shape, int32_t value) {
 
 }  // namespace
 
-SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads, int64_t topk, int64_t max_fetch,
-                                     int64_t max_blocks, int64_t num_layers, int64_t first_sparse_layer,
-                                     int64_t remote_cap)
+SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads, int64_t topk,
+                                     int64_t max_fetch, int64_t max_blocks, int64_t num_layers,
+                                     int64_t first_sparse_layer, int64_t remote_cap)
     : backend_(b),
       rows_(rows),
       kv_heads_(kv_heads),
@@ -27,7 +27,8 @@ SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads,
       first_sparse_layer_(first_sparse_layer),
       remote_cap_(remote_cap) {
   OASIS_CHECK(rows > 0 && kv_heads > 0 && topk > 0 && max_fetch > 0 && max_blocks > 0)
-      << "sparse state sizes " << rows << " " << kv_heads << " " << topk << " " << max_fetch << " " << max_blocks;
+      << "sparse state sizes " << rows << " " << kv_heads << " " << topk << " " << max_fetch << " "
+      << max_blocks;
   ws_slots = Filled(b, {rows, kv_heads, topk}, -1);
   scores = b.Empty({rows, kv_heads, max_blocks}, DType::kF32);
   scores_actual = b.Empty({rows, kv_heads, max_blocks}, DType::kF32);
@@ -48,7 +49,8 @@ SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads,
       s.remote = b.EmptyHost({rows, kv_heads, max_blocks}, DType::kU8);
       std::fill(s.remote.data<uint8_t>(), s.remote.data<uint8_t>() + s.remote.numel(), uint8_t{0});
       s.remote_out = b.EmptyHost({rows, kv_heads, remote_cap}, DType::kI32);
-      std::fill(s.remote_out.data<int32_t>(), s.remote_out.data<int32_t>() + s.remote_out.numel(), -1);
+      std::fill(s.remote_out.data<int32_t>(), s.remote_out.data<int32_t>() + s.remote_out.numel(),
+                -1);
     }
     layers_.push_back(std::move(s));
   }
@@ -59,15 +61,18 @@ SparseLayerState& SparseDeviceState::layer(int64_t l) {
 }
 
 const SparseLayerState& SparseDeviceState::layer(int64_t l) const {
-  OASIS_CHECK(l >= first_sparse_layer_ && l - first_sparse_layer_ < static_cast<int64_t>(layers_.size()))
+  OASIS_CHECK(l >= first_sparse_layer_ &&
+              l - first_sparse_layer_ < static_cast<int64_t>(layers_.size()))
       << "layer " << l << " is not sparse";
   return layers_[static_cast<size_t>(l - first_sparse_layer_)];
 }
 
 void SparseDeviceState::WriteRow(Tensor& t, int64_t r, const std::vector<int32_t>& values) {
-  OASIS_CHECK(t.dtype() == DType::kI32 && t.dim(0) == rows_ && r >= 0 && r < rows_) << "WriteRow " << t.ToString();
+  OASIS_CHECK(t.dtype() == DType::kI32 && t.dim(0) == rows_ && r >= 0 && r < rows_)
+      << "WriteRow " << t.ToString();
   const int64_t row_elems = t.numel() / rows_;
-  OASIS_CHECK_EQ(static_cast<int64_t>(values.size()), row_elems) << "WriteRow size for " << t.ToString();
+  OASIS_CHECK_EQ(static_cast<int64_t>(values.size()), row_elems)
+      << "WriteRow size for " << t.ToString();
   backend_.UploadBytes(t, static_cast<size_t>(r * row_elems) * sizeof(int32_t), values.data(),
                        values.size() * sizeof(int32_t));
 }

@@ -29,14 +29,15 @@ struct SparseLayerState {
   Tensor agree_stats;     // [R, Hkv, 2] int32: accumulated overlap, actual set size
   // Remote blocks (remote_cap > 0 only; host memory the device reads, so the host flips a
   // block to local without a device op once its K/V has landed in the host store):
-  Tensor remote;          // [R, Hkv, MB] u8: 1 = the block's K/V is not in the host store yet
-  Tensor remote_out;      // [R, Hkv, CR] int32: the step's remote misses (SelectBlocks), -1 pad
+  Tensor remote;      // [R, Hkv, MB] u8: 1 = the block's K/V is not in the host store yet
+  Tensor remote_out;  // [R, Hkv, CR] int32: the step's remote misses (SelectBlocks), -1 pad
 };
 
 class SparseDeviceState {
  public:
-  SparseDeviceState(Backend& backend, int64_t rows, int64_t kv_heads, int64_t topk, int64_t max_fetch,
-                    int64_t max_blocks, int64_t num_layers, int64_t first_sparse_layer, int64_t remote_cap = 0);
+  SparseDeviceState(Backend& backend, int64_t rows, int64_t kv_heads, int64_t topk,
+                    int64_t max_fetch, int64_t max_blocks, int64_t num_layers,
+                    int64_t first_sparse_layer, int64_t remote_cap = 0);
   int64_t remote_cap() const { return remote_cap_; }
 
   int64_t rows() const { return rows_; }

@@ -9,31 +9,26 @@
 namespace oasis {
 namespace {
 
-Tensor HostI32(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
-
 Tensor FilledI32(std::vector<int64_t> shape, int32_t value) {
   Tensor t = Tensor::Empty(std::move(shape), DType::kI32);
   std::fill(t.data<int32_t>(), t.data<int32_t>() + t.numel(), value);
   return t;
 }
 
-int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
-
 }  // namespace
 
-SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, Backend& backend,
-                                 BlockAllocator& gpu_allocator)
+SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelShape& shape,
+                                 Backend& backend, BlockAllocator& gpu_allocator)
     : SparseKvManager(config, shape, std::vector<Backend*>{&backend}, gpu_allocator,
                       [](const std::function<void(int)>& fn) { fn(0); }) {}
 
 SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelShape& shape,
                                  std::vector<Backend*> backends, BlockAllocator& gpu_allocator,
                                  SparseSideRunner run_sides)
-    : config_(config), shape_(shape), gpu_allocator_(gpu_allocator), run_sides_(std::move(run_sides)) {
+    : config_(config),
+      shape_(shape),
+      gpu_allocator_(gpu_allocator),
+      run_sides_(std::move(run_sides)) {
   OASIS_CHECK_OK(config.Validate(shape.num_layers));
   OASIS_CHECK(shape.num_kv_heads > 0 && shape.head_dim > 0) << "sparse model shape";
   OASIS_CHECK(!backends.empty() && run_sides_) << "sparse KV: at least one device side";
@@ -43,19 +38,22 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
   for (size_t i = 0; i < backends.size(); ++i) sides_[i].backend = backends[i];
   run_sides_([&](int side) {
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
-    const size_t per_slot = HostKvStore::BytesPerSlot(shape.num_layers - config.dense_layers, shape.head_dim,
-                                                      d.backend->activation_dtype());
-    const double rows = config.remote_kv_gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(backends.size()) /
-                        static_cast<double>(per_slot);
-    d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes,
-                                            static_cast<int32_t>(std::min<double>(rows, INT32_MAX / kBlockSize)));
-    d.state = std::make_unique<SparseDeviceState>(*d.backend, config.max_sparse_seqs, shape.num_kv_heads,
-                                                  config.topk_blocks, config.max_fetch(), config.max_blocks_per_seq(),
-                                                  shape.num_layers, config.dense_layers, config.remote_fetch_cap);
+    const size_t per_slot = HostKvStore::BytesPerSlot(
+        shape.num_layers - config.dense_layers, shape.head_dim, d.backend->activation_dtype());
+    const double rows = config.remote_kv_gib * 1024.0 * 1024.0 * 1024.0 /
+                        static_cast<double>(backends.size()) / static_cast<double>(per_slot);
+    d.store = std::make_unique<HostKvStore>(
+        *d.backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes,
+        static_cast<int32_t>(std::min<double>(rows, INT32_MAX / kBlockSize)));
+    d.state = std::make_unique<SparseDeviceState>(
+        *d.backend, config.max_sparse_seqs, shape.num_kv_heads, config.topk_blocks,
+        config.max_fetch(), config.max_blocks_per_seq(), shape.num_layers, config.dense_layers,
+        config.remote_fetch_cap);
   });
   for (const DeviceSide& d : sides_) {
     OASIS_CHECK(d.store && d.state) << "sparse KV: a device side was not built";
-    OASIS_CHECK_EQ(d.store->num_slots(), sides_[0].store->num_slots()) << "sparse KV: sides of unequal host stores";
+    OASIS_CHECK_EQ(d.store->num_slots(), sides_[0].store->num_slots())
+        << "sparse KV: sides of unequal host stores";
   }
   for (int32_t r = config.max_sparse_seqs - 1; r >= 0; --r) free_rows_.push_back(r);
 }
@@ -73,7 +71,8 @@ SparseKvManager::~SparseKvManager() {
 }
 
 HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens, bool always_sparse) const {
-  if (!always_sparse && (config_.sparse_threshold <= 0 || max_total_tokens <= config_.sparse_threshold)) {
+  if (!always_sparse &&
+      (config_.sparse_threshold <= 0 || max_total_tokens <= config_.sparse_threshold)) {
     return HostAdmission::kNotNeeded;
   }
   if (max_total_tokens > config_.max_seq_len) return HostAdmission::kNever;
@@ -83,9 +82,11 @@ HostAdmission SparseKvManager::CheckAdmission(int64_t max_total_tokens, bool alw
 }
 
 Status SparseKvManager::CanReserve(uint64_t id, int64_t max_total_tokens) const {
-  if (requests_.count(id)) return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
+  if (requests_.count(id))
+    return InvalidArgument("request " + std::to_string(id) + " already holds host KV room");
   if (max_total_tokens > config_.max_seq_len) {
-    return InvalidArgument("request of " + std::to_string(max_total_tokens) + " tokens exceeds the sparse KV limit of " +
+    return InvalidArgument("request of " + std::to_string(max_total_tokens) +
+                           " tokens exceeds the sparse KV limit of " +
                            std::to_string(config_.max_seq_len));
   }
   return Status::Ok();
@@ -98,8 +99,8 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool alwa
   auto slots = host_store().Allocate(static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX)));
   if (!slots || need > INT32_MAX) {
     return ResourceExhausted("host KV store full: need " + std::to_string(need) + " head-blocks, " +
-                             std::to_string(host_store().num_free()) + " of " + std::to_string(host_store().num_slots()) +
-                             " free (--host-kv-gib)");
+                             std::to_string(host_store().num_free()) + " of " +
+                             std::to_string(host_store().num_slots()) + " free (--host-kv-gib)");
   }
   Request r;
   r.always_sparse = always_sparse;
@@ -112,7 +113,8 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool alwa
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.row >= 0 || context_tokens <= 0) return false;
-  return it->second.always_sparse || (config_.sparse_threshold > 0 && context_tokens > config_.sparse_threshold);
+  return it->second.always_sparse ||
+         (config_.sparse_threshold > 0 && context_tokens > config_.sparse_threshold);
 }
 
 int32_t SparseKvManager::SparseRow(uint64_t id) const {
@@ -126,21 +128,25 @@ bool SparseKvManager::IsSparse(uint64_t id) const {
 }
 
 int64_t SparseKvManager::num_sparse() const {
-  return std::count_if(requests_.begin(), requests_.end(), [](const auto& kv) { return kv.second.row >= 0; });
+  return std::count_if(requests_.begin(), requests_.end(),
+                       [](const auto& kv) { return kv.second.row >= 0; });
 }
 
 int64_t SparseKvManager::gpu_slots_held() const {
   int64_t n = 0;
-  for (const auto& [id, r] : requests_) n += static_cast<int64_t>(r.ws_slots.size() + r.tail_slots.size());
+  for (const auto& [id, r] : requests_)
+    n += static_cast<int64_t>(r.ws_slots.size() + r.tail_slots.size());
   return n;
 }
 
-int32_t SparseKvManager::HostSlot(const Request& r, int64_t layer, int64_t head, int64_t block) const {
+int32_t SparseKvManager::HostSlot(const Request& r, int64_t layer, int64_t head,
+                                  int64_t block) const {
   OASIS_CHECK(block >= 0 && block < r.reserved_blocks)
       << "block " << block << " beyond the host reservation of " << r.reserved_blocks << " blocks";
   if (block < r.layer_blocks) {
     const int64_t i = layer - config_.dense_layers;
-    OASIS_CHECK(i >= 0 && i < shape_.num_layers - config_.dense_layers) << "layer " << layer << " is not sparse";
+    OASIS_CHECK(i >= 0 && i < shape_.num_layers - config_.dense_layers)
+        << "layer " << layer << " is not sparse";
     return r.cells[static_cast<size_t>((i * shape_.num_kv_heads + head) * r.layer_blocks + block)];
   }
   return r.host_slots[static_cast<size_t>(head * r.reserved_blocks + block)];
@@ -148,16 +154,19 @@ int32_t SparseKvManager::HostSlot(const Request& r, int64_t layer, int64_t head,
 
 int32_t SparseKvManager::WholeSlot(const Request& r, int64_t head, int64_t block) const {
   OASIS_CHECK(block >= r.layer_blocks && block < r.reserved_blocks)
-      << "block " << block << " has no whole host slot (reserved " << r.reserved_blocks << ", per layer below "
-      << r.layer_blocks << ")";
+      << "block " << block << " has no whole host slot (reserved " << r.reserved_blocks
+      << ", per layer below " << r.layer_blocks << ")";
   return r.host_slots[static_cast<size_t>(head * r.reserved_blocks + block)];
 }
 
-int32_t SparseKvManager::TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const {
+int32_t SparseKvManager::TailSlot(const Request& r, const HeadBlockTable* table, int64_t head,
+                                  int64_t block) const {
   if (config_.dense_layers == 0) return r.tail_slots[static_cast<size_t>(head * 2 + block % 2)];
-  OASIS_CHECK(table != nullptr) << "dense_layers > 0: a sparse request's step needs its dense table";
+  OASIS_CHECK(table != nullptr)
+      << "dense_layers > 0: a sparse request's step needs its dense table";
   const auto& slots = table->head_slots(static_cast<int32_t>(head));
-  OASIS_CHECK_LT(block, static_cast<int64_t>(slots.size())) << "dense table lacks tail block " << block;
+  OASIS_CHECK_LT(block, static_cast<int64_t>(slots.size()))
+      << "dense table lacks tail block " << block;
   return slots[static_cast<size_t>(block)];
 }
 
@@ -175,48 +184,59 @@ std::vector<int32_t> SparseKvManager::TablesRow(const Request& r, int64_t layer,
 Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
                                        std::vector<LayerKvPool>& gpu_pools) {
   OASIS_CHECK_EQ(num_sides(), 1) << "SwitchToSparse with one pool set: one device side only";
-  return SwitchToSparse(id, table, num_tokens, [&](int) -> std::vector<LayerKvPool>& { return gpu_pools; });
+  return SwitchToSparse(id, table, num_tokens,
+                        [&](int) -> std::vector<LayerKvPool>& { return gpu_pools; });
 }
 
-Status SparseKvManager::SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
-                                       const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+Status SparseKvManager::SwitchToSparse(
+    uint64_t id, HeadBlockTable& table, int64_t num_tokens,
+    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
   auto it = requests_.find(id);
-  if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
+  if (it == requests_.end())
+    return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
   Request& req = it->second;
   OASIS_CHECK_LT(req.row, 0) << "request " << id << " is already sparse";
   OASIS_CHECK_EQ(req.layer_blocks, 0) << "request " << id << ": a switch writes whole host slots";
   const int64_t hkv = shape_.num_kv_heads;
   OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= BlocksFor(num_tokens))
       << "switch of " << num_tokens << " tokens with " << table.num_blocks() << " blocks";
-  OASIS_CHECK_LE(BlocksFor(num_tokens), req.reserved_blocks) << "context beyond the host reservation";
-  if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
+  OASIS_CHECK_LE(BlocksFor(num_tokens), req.reserved_blocks)
+      << "context beyond the host reservation";
+  if (free_rows_.empty())
+    return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) +
+                             " sparse rows in use");
   const SparseSwitchShape shape{hkv, config_.topk_blocks, num_tokens, config_.dense_layers == 0};
   const int64_t fresh_per_head = SwitchFreshSlotsPerHead(shape, table.num_blocks());
   std::vector<int32_t> fresh;
   if (fresh_per_head > 0) {
     auto got = gpu_allocator_.Allocate(static_cast<int32_t>(fresh_per_head * hkv));
     if (!got) {
-      return ResourceExhausted("no GPU slots for the sparse working set: need " + std::to_string(fresh_per_head * hkv) +
-                               ", " + std::to_string(gpu_allocator_.num_free()) + " free");
+      return ResourceExhausted("no GPU slots for the sparse working set: need " +
+                               std::to_string(fresh_per_head * hkv) + ", " +
+                               std::to_string(gpu_allocator_.num_free()) + " free");
     }
     fresh = std::move(*got);
   }
   std::vector<std::vector<int32_t>> table_slots;
-  for (int64_t h = 0; h < hkv; ++h) table_slots.push_back(table.head_slots(static_cast<int32_t>(h)));
-  SparseSwitchPlan plan = PlanSparseSwitch(shape, table_slots, req.host_slots, req.reserved_blocks, fresh);
+  for (int64_t h = 0; h < hkv; ++h)
+    table_slots.push_back(table.head_slots(static_cast<int32_t>(h)));
+  SparseSwitchPlan plan =
+      PlanSparseSwitch(shape, table_slots, req.host_slots, req.reserved_blocks, fresh);
   req.row = free_rows_.back();
   free_rows_.pop_back();
   req.has_prediction = false;
   req.ws_slots = plan.ws_slots;
   req.tail_slots = plan.tail_slots;
   RunSwitchCopies(plan, req, pools_of);
-  if (shape.own_tail) table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
+  if (shape.own_tail)
+    table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
   gpu_allocator_.Free(plan.free_later);
   return Status::Ok();
 }
 
-void SparseKvManager::RunSwitchCopies(const SparseSwitchPlan& plan, const Request& req,
-                                      const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+void SparseKvManager::RunSwitchCopies(
+    const SparseSwitchPlan& plan, const Request& req,
+    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
   // Every sparse layer: full KV to the host store, summaries, and (without own_tail) the
   // initial working set copied into the fresh slots. Every side the same copies of its own
   // heads' KV (the slot ids are the same on every side).
@@ -224,17 +244,22 @@ void SparseKvManager::RunSwitchCopies(const SparseSwitchPlan& plan, const Reques
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
     Backend& b = *d.backend;
     std::vector<LayerKvPool>& gpu_pools = pools_of(side);
-    OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
-    const Tensor src_t = b.Upload(HostI32(plan.src)), dst_t = b.Upload(HostI32(plan.dst));
-    const Tensor len_t = b.Upload(HostI32(plan.len));
-    const Tensor ws_src_t = b.Upload(HostI32(plan.ws_src)), ws_dst_t = b.Upload(HostI32(plan.ws_dst));
+    OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers)
+        << "one GPU pool per layer";
+    const Tensor src_t = b.Upload(Tensor::FromInts(plan.src)),
+                 dst_t = b.Upload(Tensor::FromInts(plan.dst));
+    const Tensor len_t = b.Upload(Tensor::FromInts(plan.len));
+    const Tensor ws_src_t = b.Upload(Tensor::FromInts(plan.ws_src)),
+                 ws_dst_t = b.Upload(Tensor::FromInts(plan.ws_dst));
     for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
       LayerKvPool& gpu = gpu_pools[static_cast<size_t>(l)];
       b.CopyBlocks(gpu, src_t, d.store->pool(l), dst_t);
       b.BlockSummaries(gpu, src_t, len_t, dst_t, d.store->kmin(l), d.store->kmax(l));
       if (!plan.ws_src.empty()) b.CopyBlocks(gpu, ws_src_t, gpu, ws_dst_t);
     }
-    WriteRowState(*d.state, req, [&](int64_t) -> const std::vector<std::vector<int32_t>>& { return plan.ws_blocks; });
+    WriteRowState(*d.state, req, [&](int64_t) -> const std::vector<std::vector<int32_t>>& {
+      return plan.ws_blocks;
+    });
   });
 }
 
@@ -263,10 +288,13 @@ void SparseKvManager::WriteRowState(
       // Resident table: working slots in ascending logical block.
       std::vector<std::pair<int32_t, int32_t>> order;
       for (int64_t j = 0; j < k; ++j) {
-        if (hb[static_cast<size_t>(j)] >= 0) order.push_back({hb[static_cast<size_t>(j)], r.ws_slots[static_cast<size_t>(h * k + j)]});
+        if (hb[static_cast<size_t>(j)] >= 0)
+          order.push_back({hb[static_cast<size_t>(j)], r.ws_slots[static_cast<size_t>(h * k + j)]});
       }
       std::sort(order.begin(), order.end());
-      for (int64_t i = 0; i < k; ++i) resident.push_back(i < static_cast<int64_t>(order.size()) ? order[static_cast<size_t>(i)].second : -1);
+      for (int64_t i = 0; i < k; ++i)
+        resident.push_back(
+            i < static_cast<int64_t>(order.size()) ? order[static_cast<size_t>(i)].second : -1);
       num_resident.push_back(static_cast<int32_t>(order.size()));
     }
     SparseLayerState& s = state.layer(l);
@@ -281,7 +309,8 @@ void SparseKvManager::WriteRowState(
 }
 
 SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry>& batch) {
-  const int64_t S = static_cast<int64_t>(batch.size()), hkv = shape_.num_kv_heads, R = config_.max_sparse_seqs;
+  const int64_t S = static_cast<int64_t>(batch.size()), hkv = shape_.num_kv_heads,
+                R = config_.max_sparse_seqs;
   int64_t T = 0;
   for (const SparseBatchEntry& e : batch) T += e.num_tokens;
   SparseStepPlan p;
@@ -289,7 +318,8 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
   p.tail_slots = FilledI32({S, hkv, 2}, -1);
   p.tail_lens = FilledI32({S}, 0);
   p.host_mapping = Tensor::Empty({T, hkv}, DType::kI64);
-  std::fill(p.host_mapping.data<int64_t>(), p.host_mapping.data<int64_t>() + p.host_mapping.numel(), -1);
+  std::fill(p.host_mapping.data<int64_t>(), p.host_mapping.data<int64_t>() + p.host_mapping.numel(),
+            -1);
   p.summary_src = FilledI32({S * hkv}, -1);
   p.summary_len = FilledI32({S * hkv}, 0);
   p.summary_dst = FilledI32({S * hkv}, -1);
@@ -299,7 +329,8 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
   p.current_num_blocks = FilledI32({R}, 0);
   p.slots.resize(static_cast<size_t>(S));
   const bool oracle = config_.predictor == SparsePredictor::kOracle;
-  p.measure_agreement = !oracle && config_.agreement_interval > 0 && step_ % config_.agreement_interval == 0;
+  p.measure_agreement =
+      !oracle && config_.agreement_interval > 0 && step_ % config_.agreement_interval == 0;
 
   std::vector<int32_t> gather;
   int64_t next_row = 0;
@@ -310,7 +341,8 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
     auto it = requests_.find(e.id);
     if (it == requests_.end() || it->second.row < 0) continue;
     Request& req = it->second;
-    OASIS_CHECK(e.num_tokens == 1 || e.num_tokens == 2) << "a sparse step runs 1 or 2 tokens, not " << e.num_tokens;
+    OASIS_CHECK(e.num_tokens == 1 || e.num_tokens == 2)
+        << "a sparse step runs 1 or 2 tokens, not " << e.num_tokens;
     const int64_t pos = e.start, b0 = pos / kBlockSize, b1 = (pos + e.num_tokens - 1) / kBlockSize;
     const int32_t r = req.row;
     ++p.num_sparse;
@@ -330,10 +362,12 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
       for (int64_t i = 0; i < e.num_tokens; ++i) {
         const int64_t x = pos + i;
         slots.slot_mapping[static_cast<size_t>(i * hkv + h)] =
-            static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize + x % kBlockSize;
+            static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize +
+            x % kBlockSize;
       }
       const int32_t host = WholeSlot(req, h, b0);
-      p.host_mapping.data<int64_t>()[t0 * hkv + h] = static_cast<int64_t>(host) * kBlockSize + pos % kBlockSize;
+      p.host_mapping.data<int64_t>()[t0 * hkv + h] =
+          static_cast<int64_t>(host) * kBlockSize + pos % kBlockSize;
       p.summary_src.data<int32_t>()[s * hkv + h] = TailSlot(req, e.table, h, b0);
       p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(pos % kBlockSize + 1);
       p.summary_dst.data<int32_t>()[s * hkv + h] = host;
@@ -351,7 +385,7 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
     }
     req.has_prediction = !oracle;
   }
-  p.predict_gather = HostI32(gather);
+  p.predict_gather = Tensor::FromInts(gather);
   ++step_;
   return p;
 }
@@ -373,10 +407,10 @@ void SparseKvManager::Release(uint64_t id) {
   const int64_t per_layer = shape_.num_kv_heads * r.layer_blocks;
   for (int64_t i = 0; per_layer > 0 && i < shape_.num_layers - config_.dense_layers; ++i) {
     host_store().FreeCells(config_.dense_layers + i,
-                           std::vector<int32_t>(r.cells.begin() + i * per_layer, r.cells.begin() + (i + 1) * per_layer));
+                           std::vector<int32_t>(r.cells.begin() + i * per_layer,
+                                                r.cells.begin() + (i + 1) * per_layer));
   }
   requests_.erase(it);
 }
 
 }  // namespace oasis
-

@@ -92,8 +92,9 @@ class SparseKvManager {
   // One device side per backend (tensor parallelism: rank r's backend, `shape` its local KV
   // heads); each side's store gets 1/N of config.host_kv_gib. The sides are built through
   // `run_sides`.
-  SparseKvManager(const SparseConfig& config, const SparseModelShape& shape, std::vector<Backend*> backends,
-                  BlockAllocator& gpu_allocator, SparseSideRunner run_sides);
+  SparseKvManager(const SparseConfig& config, const SparseModelShape& shape,
+                  std::vector<Backend*> backends, BlockAllocator& gpu_allocator,
+                  SparseSideRunner run_sides);
   // Destroys every side through run_sides (each side's device memory on its own thread).
   ~SparseKvManager();
   // Requests still held are not returned to the GPU allocator (it may be gone already):
@@ -106,9 +107,13 @@ class SparseKvManager {
   int num_sides() const { return static_cast<int>(sides_.size()); }
   // Side 0's (its free list is the host store's); host_store(r) / state(r): side r's.
   HostKvStore& host_store(int side = 0) { return *sides_.at(static_cast<size_t>(side)).store; }
-  const HostKvStore& host_store(int side = 0) const { return *sides_.at(static_cast<size_t>(side)).store; }
+  const HostKvStore& host_store(int side = 0) const {
+    return *sides_.at(static_cast<size_t>(side)).store;
+  }
   SparseDeviceState& state(int side = 0) { return *sides_.at(static_cast<size_t>(side)).state; }
-  const SparseDeviceState& state(int side = 0) const { return *sides_.at(static_cast<size_t>(side)).state; }
+  const SparseDeviceState& state(int side = 0) const {
+    return *sides_.at(static_cast<size_t>(side)).state;
+  }
 
   // ---- Admission (host store). `max_total_tokens` = prompt + max output tokens.
   // `always_sparse`: a request that goes sparse whatever its length (disaggregation: a
@@ -131,7 +136,8 @@ class SparseKvManager {
   // complete blocks) and, with dense_layers == 0, takes over the table's slots: the working and
   // tail slots stay, the rest go back to the allocator and `table` is left empty. Needs a free
   // sparse row and enough GPU slots; ResourceExhausted (nothing changed) otherwise.
-  Status SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens, std::vector<LayerKvPool>& gpu_pools);
+  Status SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
+                        std::vector<LayerKvPool>& gpu_pools);
   // The same with each side's own pools (TP: rank r's KV pools, called on rank r's thread).
   Status SwitchToSparse(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
                         const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
@@ -169,8 +175,10 @@ class SparseKvManager {
   // the other blocks below ceil(num_tokens / 16) are *remote* (config().remote_fetch_cap > 0
   // needed): select lists them (the device state's remote_out; disagg::RemoteMisses) instead
   // of fetching them until MarkLocal.
-  Status ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
-                      std::vector<LayerKvPool>& gpu_pools, const std::vector<std::vector<int32_t>>* local = nullptr);
+  Status ImportSparse(uint64_t id, int64_t num_tokens,
+                      const std::vector<std::vector<int32_t>>& working,
+                      std::vector<LayerKvPool>& gpu_pools,
+                      const std::vector<std::vector<int32_t>>* local = nullptr);
   // A block of a sparse layer and KV head whose K/V is not in the host store (remote).
   struct RemoteBlock {
     int32_t layer = 0;  // model layer (>= dense_layers)
@@ -211,7 +219,7 @@ class SparseKvManager {
 
   // Accounting (tests, metrics).
   int64_t num_sparse() const;
-  int64_t gpu_slots_held() const;   // working + tail slots of all sparse requests
+  int64_t gpu_slots_held() const;  // working + tail slots of all sparse requests
   int64_t host_slots_reserved() const { return host_store().num_slots() - host_store().num_free(); }
   int64_t summary_rows_held() const;  // all layers
   int64_t steps() const { return step_; }
@@ -250,13 +258,15 @@ class SparseKvManager {
   // request's row (none when local is null) and counts them.
   void MarkRemote(Request& req, int64_t num_tokens, const std::vector<std::vector<int32_t>>* local);
   // GPU slot of tail block `block` of head `head`.
-  int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head, int64_t block) const;
+  int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head,
+                   int64_t block) const;
   // The device half of SwitchToSparse: the plan's copies and the row state, on every side.
   void RunSwitchCopies(const SparseSwitchPlan& plan, const Request& req,
                        const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   // ws_blocks(l): [Hkv][K] logical blocks of layer l's working slots (-1 = empty).
-  void WriteRowState(SparseDeviceState& state, const Request& r,
-                     const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& ws_blocks);
+  void WriteRowState(
+      SparseDeviceState& state, const Request& r,
+      const std::function<const std::vector<std::vector<int32_t>>&(int64_t layer)>& ws_blocks);
 
   struct DeviceSide {
     Backend* backend = nullptr;

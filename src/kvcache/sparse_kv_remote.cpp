@@ -9,17 +9,6 @@
 #include "kvcache/sparse_kv_manager.h"
 
 namespace oasis {
-namespace {
-
-Tensor HostI32(const std::vector<int32_t>& v) {
-  Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return t;
-}
-
-int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
-
-}  // namespace
 
 void SparseKvManager::ReserveLayered(uint64_t id, int64_t max_total_tokens, const LayeredHold& n) {
   OASIS_CHECK_OK(CanReserve(id, max_total_tokens));
@@ -27,8 +16,9 @@ void SparseKvManager::ReserveLayered(uint64_t id, int64_t max_total_tokens, cons
   const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
   const int64_t blocks = BlocksFor(max_total_tokens);
   const int64_t layer_blocks = n.layer_blocks;
-  OASIS_CHECK(layer_blocks >= 0 && layer_blocks <= blocks && static_cast<int64_t>(n.cells.size()) == ls &&
-              static_cast<int64_t>(n.rows.size()) == ls && static_cast<int64_t>(n.local.size()) == ls * hkv)
+  OASIS_CHECK(
+      layer_blocks >= 0 && layer_blocks <= blocks && static_cast<int64_t>(n.cells.size()) == ls &&
+      static_cast<int64_t>(n.rows.size()) == ls && static_cast<int64_t>(n.local.size()) == ls * hkv)
       << "layered hold of " << layer_blocks << " blocks for a reservation of " << blocks;
   auto whole = store.Allocate(static_cast<int32_t>(n.whole));
   OASIS_CHECK(whole.has_value()) << "host store: room counted";
@@ -39,7 +29,8 @@ void SparseKvManager::ReserveLayered(uint64_t id, int64_t max_total_tokens, cons
   r.host_slots.assign(static_cast<size_t>(hkv * blocks), -1);
   size_t wi = 0;
   for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = layer_blocks; b < blocks; ++b) r.host_slots[static_cast<size_t>(h * blocks + b)] = (*whole)[wi++];
+    for (int64_t b = layer_blocks; b < blocks; ++b)
+      r.host_slots[static_cast<size_t>(h * blocks + b)] = (*whole)[wi++];
   }
   r.cells.assign(static_cast<size_t>(ls * hkv * layer_blocks), -1);
   for (int64_t i = 0; i < ls; ++i) {
@@ -52,7 +43,8 @@ void SparseKvManager::ReserveLayered(uint64_t id, int64_t max_total_tokens, cons
       const auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
       for (int64_t b = 0; b < layer_blocks; ++b) {
         const bool on_row = !flags[static_cast<size_t>(b)] && ri < rows->size();
-        r.cells[static_cast<size_t>((i * hkv + h) * layer_blocks + b)] = on_row ? (*rows)[ri++] : (*cells)[ci++];
+        r.cells[static_cast<size_t>((i * hkv + h) * layer_blocks + b)] =
+            on_row ? (*rows)[ri++] : (*cells)[ci++];
       }
     }
     r.cells_held += static_cast<int64_t>(cells->size());
@@ -80,14 +72,16 @@ int64_t SparseKvManager::summary_rows_held() const {
 
 int32_t& SparseKvManager::CellRef(Request& r, int64_t layer, int64_t head, int64_t block) {
   const int64_t i = layer - config_.dense_layers;
-  OASIS_CHECK(block >= 0 && block < r.layer_blocks && i >= 0 && i < shape_.num_layers - config_.dense_layers)
+  OASIS_CHECK(block >= 0 && block < r.layer_blocks && i >= 0 &&
+              i < shape_.num_layers - config_.dense_layers)
       << "no cell for layer " << layer << " block " << block;
   return r.cells[static_cast<size_t>((i * shape_.num_kv_heads + head) * r.layer_blocks + block)];
 }
 
 Status SparseKvManager::CheckDisaggregation() const {
   if (num_sides() != 1) {
-    return FailedPrecondition("disaggregated prefill/decode with sparse KV over " + std::to_string(num_sides()) +
+    return FailedPrecondition("disaggregated prefill/decode with sparse KV over " +
+                              std::to_string(num_sides()) +
                               " tensor-parallel ranks is not supported (one GPU per instance)");
   }
   if (config_.dense_layers != 0) {
@@ -100,29 +94,35 @@ Status SparseKvManager::CheckDisaggregation() const {
 int32_t SparseKvManager::HostSlotOf(uint64_t id, int64_t layer, int64_t head, int64_t block) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || head < 0 || head >= shape_.num_kv_heads || block < 0 ||
-      block >= it->second.reserved_blocks || layer < config_.dense_layers || layer >= shape_.num_layers) {
+      block >= it->second.reserved_blocks || layer < config_.dense_layers ||
+      layer >= shape_.num_layers) {
     return -1;
   }
   return HostSlot(it->second, layer, head, block);
 }
 
-Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
+Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens,
+                                     const std::vector<std::vector<int32_t>>& working,
                                      std::vector<LayerKvPool>& gpu_pools,
                                      const std::vector<std::vector<int32_t>>* local) {
   OASIS_RETURN_IF_ERROR(CheckDisaggregation());
   auto it = requests_.find(id);
-  if (it == requests_.end()) return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
+  if (it == requests_.end())
+    return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
   Request& req = it->second;
-  if (req.row >= 0) return FailedPrecondition("request " + std::to_string(id) + " is already sparse");
+  if (req.row >= 0)
+    return FailedPrecondition("request " + std::to_string(id) + " is already sparse");
   const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
   const int64_t ls = shape_.num_layers - config_.dense_layers;
   if (static_cast<int64_t>(working.size()) != ls * hkv) {
-    return InvalidArgument("import: " + std::to_string(working.size()) + " working sets for " + std::to_string(ls) +
-                           " sparse layers x " + std::to_string(hkv) + " KV heads");
+    return InvalidArgument("import: " + std::to_string(working.size()) + " working sets for " +
+                           std::to_string(ls) + " sparse layers x " + std::to_string(hkv) +
+                           " KV heads");
   }
   if (num_tokens <= 0 || BlocksFor(num_tokens) > req.reserved_blocks) {
-    return InvalidArgument("import of " + std::to_string(num_tokens) + " tokens into a reservation of " +
-                           std::to_string(req.reserved_blocks) + " blocks");
+    return InvalidArgument("import of " + std::to_string(num_tokens) +
+                           " tokens into a reservation of " + std::to_string(req.reserved_blocks) +
+                           " blocks");
   }
   if (local != nullptr && static_cast<int64_t>(local->size()) != ls * hkv) {
     return InvalidArgument("import: " + std::to_string(local->size()) + " local block lists for " +
@@ -131,10 +131,13 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
   if (local != nullptr && config_.remote_fetch_cap <= 0) {
     return FailedPrecondition("import with remote blocks needs a remote fetch cap (decode role)");
   }
-  if (free_rows_.empty()) return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) + " sparse rows in use");
+  if (free_rows_.empty())
+    return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) +
+                             " sparse rows in use");
   auto fresh = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
   if (!fresh) {
-    return ResourceExhausted("no GPU slots for the sparse working set: need " + std::to_string((k + 2) * hkv) + ", " +
+    return ResourceExhausted("no GPU slots for the sparse working set: need " +
+                             std::to_string((k + 2) * hkv) + ", " +
                              std::to_string(gpu_allocator_.num_free()) + " free");
   }
   req.row = free_rows_.back();
@@ -145,11 +148,13 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
   const ImportCopies c = PlanImportCopies(req, num_tokens, working);
   DeviceSide& d = sides_[0];
   Backend& b = *d.backend;
-  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers) << "one GPU pool per layer";
+  OASIS_CHECK_EQ(static_cast<int64_t>(gpu_pools.size()), shape_.num_layers)
+      << "one GPU pool per layer";
   for (int64_t i = 0; i < ls; ++i) {
     const int64_t l = config_.dense_layers + i;
-    b.CopyBlocks(d.store->pool(l), b.Upload(HostI32(c.src[static_cast<size_t>(i)])), gpu_pools[static_cast<size_t>(l)],
-                 b.Upload(HostI32(c.dst[static_cast<size_t>(i)])));
+    b.CopyBlocks(d.store->pool(l), b.Upload(Tensor::FromInts(c.src[static_cast<size_t>(i)])),
+                 gpu_pools[static_cast<size_t>(l)],
+                 b.Upload(Tensor::FromInts(c.dst[static_cast<size_t>(i)])));
   }
   WriteRowState(*d.state, req, [&](int64_t l) -> const std::vector<std::vector<int32_t>>& {
     return c.layer_ws[static_cast<size_t>(l - config_.dense_layers)];
@@ -158,8 +163,9 @@ Status SparseKvManager::ImportSparse(uint64_t id, int64_t num_tokens, const std:
   return Status::Ok();
 }
 
-SparseKvManager::ImportCopies SparseKvManager::PlanImportCopies(const Request& req, int64_t num_tokens,
-                                                              const std::vector<std::vector<int32_t>>& working) const {
+SparseKvManager::ImportCopies SparseKvManager::PlanImportCopies(
+    const Request& req, int64_t num_tokens,
+    const std::vector<std::vector<int32_t>>& working) const {
   const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
   const int64_t ls = shape_.num_layers - config_.dense_layers;
   const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
@@ -183,15 +189,18 @@ SparseKvManager::ImportCopies SparseKvManager::PlanImportCopies(const Request& r
         ++j;
       }
       if (partial > 0) {
-        c.src[static_cast<size_t>(i)].push_back(HostSlot(req, config_.dense_layers + i, h, complete));
-        c.dst[static_cast<size_t>(i)].push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
+        c.src[static_cast<size_t>(i)].push_back(
+            HostSlot(req, config_.dense_layers + i, h, complete));
+        c.dst[static_cast<size_t>(i)].push_back(
+            req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
       }
     }
   }
   return c;
 }
 
-void SparseKvManager::MarkRemote(Request& req, int64_t num_tokens, const std::vector<std::vector<int32_t>>* local) {
+void SparseKvManager::MarkRemote(Request& req, int64_t num_tokens,
+                                 const std::vector<std::vector<int32_t>>* local) {
   const int64_t hkv = shape_.num_kv_heads, ls = shape_.num_layers - config_.dense_layers;
   SparseDeviceState& state = *sides_[0].state;
   // Remote blocks: every block below nb that `local` does not name (the working sets and the
@@ -217,7 +226,8 @@ void SparseKvManager::MarkRemote(Request& req, int64_t num_tokens, const std::ve
   }
 }
 
-std::vector<int32_t> SparseKvManager::LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks) {
+std::vector<int32_t> SparseKvManager::LandingSlots(uint64_t id,
+                                                   const std::vector<RemoteBlock>& blocks) {
   std::vector<Landing> all;
   all.reserve(blocks.size());
   for (const RemoteBlock& b : blocks) all.push_back({id, b});
@@ -228,17 +238,19 @@ std::vector<int32_t> SparseKvManager::LandingSlots(const std::vector<Landing>& b
   std::vector<int32_t> out(blocks.size(), -1);
   DeviceSide& d = sides_[0];
   HostKvStore& store = *d.store;
-  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks(), ls = shape_.num_layers - config_.dense_layers;
+  const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks(),
+                ls = shape_.num_layers - config_.dense_layers;
   // Per sparse layer: summary-only rows -> fresh cells, and the device table entries that change.
   std::vector<std::vector<int32_t>> from(static_cast<size_t>(ls)), to(static_cast<size_t>(ls));
-  std::vector<std::vector<int32_t>> table_at(static_cast<size_t>(ls)), table_slot(static_cast<size_t>(ls));
+  std::vector<std::vector<int32_t>> table_at(static_cast<size_t>(ls)),
+      table_slot(static_cast<size_t>(ls));
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto it = requests_.find(blocks[i].id);
     if (it == requests_.end()) continue;
     Request& r = it->second;
     const RemoteBlock& b = blocks[i].block;
-    if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv ||
-        b.block < 0 || b.block >= r.reserved_blocks) {
+    if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 ||
+        b.head >= hkv || b.block < 0 || b.block >= r.reserved_blocks) {
       continue;
     }
     if (b.block >= r.layer_blocks) {  // a whole slot: always local
@@ -267,11 +279,12 @@ std::vector<int32_t> SparseKvManager::LandingSlots(const std::vector<Landing>& b
   for (int64_t i = 0; i < ls; ++i) {
     const auto li = static_cast<size_t>(i);
     at[li] = static_cast<int64_t>(all.size());
-    for (const auto* v : {&from[li], &to[li], &table_at[li], &table_slot[li]}) all.insert(all.end(), v->begin(), v->end());
+    for (const auto* v : {&from[li], &to[li], &table_at[li], &table_slot[li]})
+      all.insert(all.end(), v->begin(), v->end());
   }
   if (all.empty()) return out;
   Backend& be = *d.backend;
-  const Tensor idx = be.Upload(HostI32(all));
+  const Tensor idx = be.Upload(Tensor::FromInts(all));
   for (int64_t i = 0; i < ls; ++i) {
     const auto li = static_cast<size_t>(i);
     if (from[li].empty()) continue;
@@ -299,12 +312,13 @@ void SparseKvManager::MarkLocal(uint64_t id, const RemoteBlock& b) {
   if (it == requests_.end() || it->second.row < 0 || it->second.remote_left == 0) return;
   DeviceSide& d = sides_[0];
   const int64_t hkv = shape_.num_kv_heads, mb = d.state->max_blocks();
-  if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 || b.head >= hkv || b.block < 0 ||
-      b.block >= mb || b.block >= it->second.reserved_blocks ||
+  if (b.layer < config_.dense_layers || b.layer >= shape_.num_layers || b.head < 0 ||
+      b.head >= hkv || b.block < 0 || b.block >= mb || b.block >= it->second.reserved_blocks ||
       !d.store->IsSlot(HostSlot(it->second, b.layer, b.head, b.block))) {
     return;
   }
-  uint8_t& bit = d.state->layer(b.layer).remote.data<uint8_t>()[(it->second.row * hkv + b.head) * mb + b.block];
+  uint8_t& bit = d.state->layer(b.layer)
+                     .remote.data<uint8_t>()[(it->second.row * hkv + b.head) * mb + b.block];
   if (bit == 0) return;
   // The block's K/V was written to the host store before: make that visible before the flag
   // (the device reads the flag, then, in a later kernel, the block).

@@ -21,12 +21,16 @@ SparseLayerMetrics SparseMetrics::Total() const {
 
 double SparseMetrics::hit_rate() const {
   const SparseLayerMetrics t = Total();
-  return t.hits + t.misses == 0 ? 0.0 : static_cast<double>(t.hits) / static_cast<double>(t.hits + t.misses);
+  return t.hits + t.misses == 0
+             ? 0.0
+             : static_cast<double>(t.hits) / static_cast<double>(t.hits + t.misses);
 }
 
 double SparseMetrics::agreement() const {
   const SparseLayerMetrics t = Total();
-  return t.agree_total == 0 ? 0.0 : static_cast<double>(t.agree_overlap) / static_cast<double>(t.agree_total);
+  return t.agree_total == 0
+             ? 0.0
+             : static_cast<double>(t.agree_overlap) / static_cast<double>(t.agree_total);
 }
 
 double SparseMetrics::fetched_per_step() const {
@@ -45,22 +49,28 @@ void SparseMetrics::MergeRank(const SparseMetrics& other) {
   transfer_wait_seconds = std::max(transfer_wait_seconds, other.transfer_wait_seconds);
 }
 
-double SparseMetrics::h2d_bytes_per_step() const { return fetched_per_step() * static_cast<double>(bytes_per_block); }
+double SparseMetrics::h2d_bytes_per_step() const {
+  return fetched_per_step() * static_cast<double>(bytes_per_block);
+}
 
-SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backend& backend, int64_t num_q_heads,
-                                                 SparseStageSync* sync, int side)
+SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backend& backend,
+                                                 int64_t num_q_heads, SparseStageSync* sync,
+                                                 int side)
     : manager_(manager), backend_(backend), num_q_heads_(num_q_heads), sync_(sync), side_(side) {
   const SparseModelShape& shape = manager.shape();
   OASIS_CHECK(side >= 0 && side < manager.num_sides()) << "sparse pipeline side " << side;
-  OASIS_CHECK(num_q_heads > 0 && num_q_heads % shape.num_kv_heads == 0) << "query heads " << num_q_heads;
+  OASIS_CHECK(num_q_heads > 0 && num_q_heads % shape.num_kv_heads == 0)
+      << "query heads " << num_q_heads;
   q_snapshots_.resize(static_cast<size_t>(shape.num_layers));
   for (int64_t l = manager.config().dense_layers; l < shape.num_layers; ++l) {
     q_snapshots_[static_cast<size_t>(l)] =
-        backend.Empty({manager.config().max_sparse_seqs, num_q_heads * shape.head_dim}, backend.activation_dtype());
+        backend.Empty({manager.config().max_sparse_seqs, num_q_heads * shape.head_dim},
+                      backend.activation_dtype());
   }
 }
 
-void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan, const AttentionMetadata& attention,
+void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan,
+                                        const AttentionMetadata& attention,
                                         const Tensor& slot_mapping) {
   OASIS_CHECK(!in_step_) << "BeginStep twice without EndStep";
   in_step_ = true;
@@ -71,10 +81,11 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan, const Attent
   meta_ = attention;
   slot_mapping_ = slot_mapping;
   if (num_sparse_ == 0) return;
-  OASIS_CHECK_EQ(attention.block_tables.dim(0), plan.seq_rows.numel()) << "plan and batch sequence counts";
-  OASIS_CHECK(slot_mapping.shape() == plan.host_mapping.shape()) << "plan and batch token counts: "
-                                                                 << slot_mapping.ToString() << " vs "
-                                                                 << plan.host_mapping.ToString();
+  OASIS_CHECK_EQ(attention.block_tables.dim(0), plan.seq_rows.numel())
+      << "plan and batch sequence counts";
+  OASIS_CHECK(slot_mapping.shape() == plan.host_mapping.shape())
+      << "plan and batch token counts: " << slot_mapping.ToString() << " vs "
+      << plan.host_mapping.ToString();
   // Asynchronous uploads on the main stream: every side-stream stage that reads them waits
   // for an event the main stream records after them (Exit(kAttention, l)), and the previous
   // step's tensors are freed (stream-ordered) only after EndStep joined the side streams.
@@ -122,7 +133,8 @@ Tensor PadRows(const Tensor& t, int64_t rows, int64_t fill) {
 
 SparseStepPlan PadStepPlan(const SparseStepPlan& plan, int64_t seqs, int64_t tokens) {
   const int64_t S = plan.seq_rows.numel();
-  OASIS_CHECK(plan.tail_slots.ndim() == 3 && plan.host_mapping.ndim() == 2) << "a step plan's shapes";
+  OASIS_CHECK(plan.tail_slots.ndim() == 3 && plan.host_mapping.ndim() == 2)
+      << "a step plan's shapes";
   const int64_t H = plan.tail_slots.dim(1);
   SparseStepPlan p = plan;
   p.seq_rows = PadRows(plan.seq_rows, seqs, -1);
@@ -160,10 +172,12 @@ void SparseAttentionPipeline::ReservePlan(int64_t max_seqs, int64_t max_tokens) 
 
 void SparseAttentionPipeline::UploadPlan(const SparseStepPlan& plan) {
   OASIS_CHECK(!in_step_) << "UploadPlan inside a step";
-  const int64_t S = plan.seq_rows.numel(), T = plan.host_mapping.numel() / std::max<int64_t>(1, manager_.shape().num_kv_heads);
+  const int64_t S = plan.seq_rows.numel(),
+                T = plan.host_mapping.numel() / std::max<int64_t>(1, manager_.shape().num_kv_heads);
   const int64_t R = manager_.config().max_sparse_seqs;
-  OASIS_CHECK(S <= cap_seqs_ && T <= cap_tokens_) << "plan of " << S << " sequences and " << T
-                                                  << " tokens past ReservePlan's " << cap_seqs_ << " and " << cap_tokens_;
+  OASIS_CHECK(S <= cap_seqs_ && T <= cap_tokens_)
+      << "plan of " << S << " sequences and " << T << " tokens past ReservePlan's " << cap_seqs_
+      << " and " << cap_tokens_;
   OASIS_CHECK_LE(plan.predict_gather.numel(), R) << "predicting rows";
   Backend& b = backend_;
   // A view of a capacity buffer with the plan tensor's shape.
@@ -191,14 +205,16 @@ void SparseAttentionPipeline::UploadPlan(const SparseStepPlan& plan) {
   metric_seq_steps_ += num_sparse_;
 }
 
-void SparseAttentionPipeline::BeginPlannedStep(const AttentionMetadata& attention, const Tensor& slot_mapping) {
+void SparseAttentionPipeline::BeginPlannedStep(const AttentionMetadata& attention,
+                                               const Tensor& slot_mapping) {
   OASIS_CHECK(!in_step_) << "BeginPlannedStep twice without EndStep";
   OASIS_CHECK(planned_) << "BeginPlannedStep without UploadPlan";
   OASIS_CHECK(num_sparse_ > 0) << "a planned step without sparse sequences";
-  OASIS_CHECK_EQ(attention.block_tables.dim(0), seq_rows_.numel()) << "plan and batch sequence counts";
-  OASIS_CHECK(slot_mapping.shape() == host_mapping_.shape()) << "plan and batch token counts: "
-                                                             << slot_mapping.ToString() << " vs "
-                                                             << host_mapping_.ToString();
+  OASIS_CHECK_EQ(attention.block_tables.dim(0), seq_rows_.numel())
+      << "plan and batch sequence counts";
+  OASIS_CHECK(slot_mapping.shape() == host_mapping_.shape())
+      << "plan and batch token counts: " << slot_mapping.ToString() << " vs "
+      << host_mapping_.ToString();
   in_step_ = true;
   meta_ = attention;
   slot_mapping_ = slot_mapping;
@@ -219,10 +235,12 @@ bool SparseAttentionPipeline::SideWrites() const {
   return manager_.config().predictor != SparsePredictor::kOracle && num_predicting_ > 0;
 }
 
-const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, const Tensor& q, LayerKvPool& pool,
+const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, const Tensor& q,
+                                                                  LayerKvPool& pool,
                                                                   const AttentionMetadata& step) {
   if (!Active(layer)) return step;
-  OASIS_CHECK(step.block_tables.raw() == meta_.block_tables.raw()) << "hook called with another step's metadata";
+  OASIS_CHECK(step.block_tables.raw() == meta_.block_tables.raw())
+      << "hook called with another step's metadata";
   Backend& b = backend_;
   HostKvStore& store = manager_.host_store(side_);
   SparseDeviceState& st = manager_.state(side_);
@@ -231,27 +249,30 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
   Enter(SparseStage::kAttention, layer);
   if (!SideWrites()) {
     b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
-    b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer), store.kmax(layer));
+    b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer),
+                     store.kmax(layer));
   }
   if (cfg.predictor == SparsePredictor::kOracle) {
     // The step's own query selects its working set right now (transfers on the critical path).
-    b.ScoreBlocks(q, current_rows_, current_num_blocks_, ls.host_tables, store.kmin(layer), store.kmax(layer),
-                  cfg.group_reduce, st.scores_actual);
+    b.ScoreBlocks(q, current_rows_, current_num_blocks_, ls.host_tables, store.kmin(layer),
+                  store.kmax(layer), cfg.group_reduce, st.scores_actual);
     b.TopKBlocks(st.scores_actual, current_rows_, current_num_blocks_, ls.topk);
-    b.SelectBlocks(ls.topk, current_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
-                   ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
-                   st.remote_cap() > 0 ? &ls.remote : nullptr, st.remote_cap() > 0 ? &ls.remote_out : nullptr);
+    b.SelectBlocks(ls.topk, current_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age,
+                   ls.fetch_src, ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
+                   st.remote_cap() > 0 ? &ls.remote : nullptr,
+                   st.remote_cap() > 0 ? &ls.remote_out : nullptr);
     if (cfg.transfers) {
       b.CopyBlocks(store.pool(layer), ls.fetch_src.Reshape({ls.fetch_src.numel()}), pool,
                    ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));
     }
   } else if (measure_agreement_) {
-    b.ScoreBlocks(q, current_rows_, current_num_blocks_, ls.host_tables, store.kmin(layer), store.kmax(layer),
-                  cfg.group_reduce, st.scores_actual);
+    b.ScoreBlocks(q, current_rows_, current_num_blocks_, ls.host_tables, store.kmin(layer),
+                  store.kmax(layer), cfg.group_reduce, st.scores_actual);
     b.TopKBlocks(st.scores_actual, current_rows_, current_num_blocks_, ls.topk_actual);
     b.TopKOverlap(ls.topk, ls.topk_actual, current_rows_, ls.agree_stats);
   }
-  b.AssembleSparseTables(seq_rows_, ls.resident_slots, ls.num_resident, tail_slots_, tail_lens_, meta_);
+  b.AssembleSparseTables(seq_rows_, ls.resident_slots, ls.num_resident, tail_slots_, tail_lens_,
+                         meta_);
   return meta_;
 }
 
@@ -277,17 +298,20 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   // fetch that block). Both read the step's appended KV (after Exit(kAttention)); EndStep's
   // join orders them before the next step touches those slots.
   Enter(SparseStage::kPredict, layer);
-  b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer), store.kmax(layer));
-  b.ScoreBlocks(snapshot.Reshape({num_predicting_, q.dim(1), q.dim(2)}), predict_rows_, predict_num_blocks_,
-                ls.host_tables, store.kmin(layer), store.kmax(layer), cfg.group_reduce, st.scores);
+  b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer),
+                   store.kmax(layer));
+  b.ScoreBlocks(snapshot.Reshape({num_predicting_, q.dim(1), q.dim(2)}), predict_rows_,
+                predict_num_blocks_, ls.host_tables, store.kmin(layer), store.kmax(layer),
+                cfg.group_reduce, st.scores);
   b.TopKBlocks(st.scores, predict_rows_, predict_num_blocks_, ls.topk);
   Exit(SparseStage::kPredict, layer);
 
   Enter(SparseStage::kSelect, layer);
   b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
-  b.SelectBlocks(ls.topk, predict_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, ls.fetch_src,
-                 ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
-                 st.remote_cap() > 0 ? &ls.remote : nullptr, st.remote_cap() > 0 ? &ls.remote_out : nullptr);
+  b.SelectBlocks(ls.topk, predict_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age,
+                 ls.fetch_src, ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
+                 st.remote_cap() > 0 ? &ls.remote : nullptr,
+                 st.remote_cap() > 0 ? &ls.remote_out : nullptr);
   Exit(SparseStage::kSelect, layer);
 
   if (!cfg.transfers) return;  // measurement mode: nothing crosses PCIe
@@ -309,7 +333,8 @@ SparseMetrics SparseAttentionPipeline::CollectMetrics() {
   m.transfer_wait_seconds = sync_ ? sync_->TakeTransferWaitSeconds() : 0.0;
   for (int64_t l = manager_.config().dense_layers; l < shape.num_layers; ++l) {
     SparseLayerState& ls = st.layer(l);
-    const Tensor sel = backend_.Download(ls.select_stats), agree = backend_.Download(ls.agree_stats);
+    const Tensor sel = backend_.Download(ls.select_stats),
+                 agree = backend_.Download(ls.agree_stats);
     SparseLayerMetrics& out = m.layers[static_cast<size_t>(l)];
     for (int64_t i = 0; i < sel.numel(); i += 3) {
       out.hits += sel.data<int32_t>()[i];

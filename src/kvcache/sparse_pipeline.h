@@ -46,18 +46,18 @@ struct SparseLayerMetrics {
 
 // Counters since the previous CollectMetrics().
 struct SparseMetrics {
-  int64_t steps = 0;             // steps with at least one sparse sequence
-  int64_t sparse_seq_steps = 0;  // Σ sparse sequences per step
+  int64_t steps = 0;                       // steps with at least one sparse sequence
+  int64_t sparse_seq_steps = 0;            // Σ sparse sequences per step
   std::vector<SparseLayerMetrics> layers;  // [num_layers]; dense layers stay zero
-  int64_t bytes_per_block = 0;   // K + V of one head-block: the H2D bytes of one fetch
+  int64_t bytes_per_block = 0;             // K + V of one head-block: the H2D bytes of one fetch
   double transfer_wait_seconds = 0;
 
   SparseLayerMetrics Total() const;
   // Adds another rank's counters over its own KV heads (tensor parallelism): per-layer counts
   // add up; steps are the same on every rank; the transfer wait is the longest.
   void MergeRank(const SparseMetrics& other);
-  double hit_rate() const;         // hits / (hits + misses)
-  double agreement() const;        // agree_overlap / agree_total
+  double hit_rate() const;          // hits / (hits + misses)
+  double agreement() const;         // agree_overlap / agree_total
   double fetched_per_step() const;  // blocks fetched per step, all requests, layers and heads
   double h2d_bytes_per_step() const;
 };
@@ -77,7 +77,8 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   // Uploads `plan` for the step whose device input has `attention` (its block_tables and
   // kv_lens are rewritten in place for sparse rows, layer by layer; the batch builder made
   // them wide enough) and `slot_mapping` ([T, Hkv] int64, where the step's K/V went).
-  void BeginStep(const SparseStepPlan& plan, const AttentionMetadata& attention, const Tensor& slot_mapping);
+  void BeginStep(const SparseStepPlan& plan, const AttentionMetadata& attention,
+                 const Tensor& slot_mapping);
   void EndStep();
 
   // The same step in two halves, for CUDA graphs (docs/sparse.md §10): UploadPlan copies a
@@ -108,8 +109,12 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   // Whether AfterAttention writes the step's new KV (summaries, host copy) on the side streams;
   // otherwise (oracle, or no sequence predicting) BeforeAttention does on the main stream.
   bool SideWrites() const;
-  void Enter(SparseStage s, int64_t l) { if (sync_) sync_->Enter(s, l); }
-  void Exit(SparseStage s, int64_t l) { if (sync_) sync_->Exit(s, l); }
+  void Enter(SparseStage s, int64_t l) {
+    if (sync_) sync_->Enter(s, l);
+  }
+  void Exit(SparseStage s, int64_t l) {
+    if (sync_) sync_->Exit(s, l);
+  }
 
   SparseKvManager& manager_;
   Backend& backend_;
@@ -122,13 +127,14 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   AttentionMetadata meta_;  // views of the step's tables, rewritten per layer
   Tensor slot_mapping_;
   // The step's plan on the device (SparseStepPlan).
-  Tensor seq_rows_, tail_slots_, tail_lens_, host_mapping_, summary_src_, summary_len_, summary_dst_;
+  Tensor seq_rows_, tail_slots_, tail_lens_, host_mapping_, summary_src_, summary_len_,
+      summary_dst_;
   Tensor predict_gather_, predict_rows_, predict_num_blocks_, current_rows_, current_num_blocks_;
   std::vector<Tensor> q_snapshots_;  // [num_layers] of [R, Hq * D] (sparse layers only)
   // ReservePlan's persistent buffers (flat, at capacity) and the plan shape they hold.
-  Tensor cap_seq_rows_, cap_tail_slots_, cap_tail_lens_, cap_host_mapping_, cap_summary_src_, cap_summary_len_,
-      cap_summary_dst_, cap_predict_gather_, cap_predict_rows_, cap_predict_num_blocks_, cap_current_rows_,
-      cap_current_num_blocks_;
+  Tensor cap_seq_rows_, cap_tail_slots_, cap_tail_lens_, cap_host_mapping_, cap_summary_src_,
+      cap_summary_len_, cap_summary_dst_, cap_predict_gather_, cap_predict_rows_,
+      cap_predict_num_blocks_, cap_current_rows_, cap_current_num_blocks_;
   int64_t cap_seqs_ = 0, cap_tokens_ = 0;
   bool planned_ = false;  // UploadPlan wrote the buffers since the last planned step began
   int64_t metric_steps_ = 0, metric_seq_steps_ = 0;

@@ -24,13 +24,13 @@ struct SparseStepSlots {
 
 // S = sequences in the batch, T = tokens, Hkv = KV heads, R = sparse rows. Host tensors.
 struct SparseStepPlan {
-  Tensor seq_rows;            // [S] int32: sparse row of batch sequence s, -1 = dense
-  Tensor tail_slots;          // [S, Hkv, 2] int32: tail blocks' GPU slots (-1 = none)
-  Tensor tail_lens;           // [S] int32: tokens in the tail blocks (0 for dense)
-  Tensor host_mapping;        // [T, Hkv] int64: write-through target (host slot * 16 + offset), -1 = none
-  Tensor summary_src;         // [S * Hkv] int32: GPU slot of the block the real token went to
-  Tensor summary_len;         // [S * Hkv] int32: its valid tokens (0 = no update)
-  Tensor summary_dst;         // [S * Hkv] int32: its host slot (= summary row)
+  Tensor seq_rows;      // [S] int32: sparse row of batch sequence s, -1 = dense
+  Tensor tail_slots;    // [S, Hkv, 2] int32: tail blocks' GPU slots (-1 = none)
+  Tensor tail_lens;     // [S] int32: tokens in the tail blocks (0 for dense)
+  Tensor host_mapping;  // [T, Hkv] int64: write-through target (host slot * 16 + offset), -1 = none
+  Tensor summary_src;   // [S * Hkv] int32: GPU slot of the block the real token went to
+  Tensor summary_len;   // [S * Hkv] int32: its valid tokens (0 = no update)
+  Tensor summary_dst;   // [S * Hkv] int32: its host slot (= summary row)
   Tensor predict_gather;      // [P] int32: batch rows whose queries predict the next step; they
                               //   are copied out of q after each layer's attention (q is reused)
   Tensor predict_rows;        // [R] int32: index into predict_gather (the snapshot row), -1 = none
@@ -38,8 +38,8 @@ struct SparseStepPlan {
   Tensor current_rows;        // [R] int32: batch row of the step's real query (oracle selection
                               //   or agreement measurement), -1 = none
   Tensor current_num_blocks;  // [R] int32: candidate blocks for this step
-  bool measure_agreement = false;  // score current_rows against the previous prediction
-  int64_t num_sparse = 0;          // sparse sequences in the batch
+  bool measure_agreement = false;      // score current_rows against the previous prediction
+  int64_t num_sparse = 0;              // sparse sequences in the batch
   std::vector<SparseStepSlots> slots;  // [S]; empty slot_mapping for dense sequences
 };
 

@@ -8,8 +8,6 @@
 namespace oasis {
 namespace {
 
-int64_t BlocksFor(int64_t tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
-
 // One head's working and tail slots: the table's slots of the chosen (and partial) blocks stay
 // with own_tail; the rest come from `pool` (its unused table slots, then fresh ones). Returns
 // how many of `pool` it took.

@@ -44,14 +44,28 @@ void StoreFloats(const float* src, void* dst, DType dtype, size_t n) {
   switch (dtype) {
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: ConvertFromFloat(src, dst, dtype, n); return;
-    case DType::kF64: for (size_t i = 0; i < n; ++i) static_cast<double*>(dst)[i] = src[i]; return;
-    case DType::kI64: for (size_t i = 0; i < n; ++i) static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(src[i]); return;
-    case DType::kI32: for (size_t i = 0; i < n; ++i) static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(src[i]); return;
-    case DType::kI16: for (size_t i = 0; i < n; ++i) static_cast<int16_t*>(dst)[i] = static_cast<int16_t>(src[i]); return;
-    case DType::kI8: for (size_t i = 0; i < n; ++i) static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(src[i]); return;
+    case DType::kBF16:
+      ConvertFromFloat(src, dst, dtype, n);
+      return;
+    case DType::kF64:
+      for (size_t i = 0; i < n; ++i) static_cast<double*>(dst)[i] = src[i];
+      return;
+    case DType::kI64:
+      for (size_t i = 0; i < n; ++i) static_cast<int64_t*>(dst)[i] = static_cast<int64_t>(src[i]);
+      return;
+    case DType::kI32:
+      for (size_t i = 0; i < n; ++i) static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(src[i]);
+      return;
+    case DType::kI16:
+      for (size_t i = 0; i < n; ++i) static_cast<int16_t*>(dst)[i] = static_cast<int16_t>(src[i]);
+      return;
+    case DType::kI8:
+      for (size_t i = 0; i < n; ++i) static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(src[i]);
+      return;
     case DType::kU8:
-    case DType::kBool: for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(dst)[i] = static_cast<uint8_t>(src[i]); return;
+    case DType::kBool:
+      for (size_t i = 0; i < n; ++i) static_cast<uint8_t*>(dst)[i] = static_cast<uint8_t>(src[i]);
+      return;
   }
   OASIS_CHECK(false) << "StoreFloats: unknown dtype";
 }
@@ -60,10 +74,12 @@ void StoreFloats(const float* src, void* dst, DType dtype, size_t n) {
 // worker threads). Immutable; thread-safe.
 class DummyWeights final : public WeightSource {
  public:
-  DummyWeights(std::vector<WeightSpec> specs, uint64_t seed) : specs_(std::move(specs)), seed_(seed) {
+  DummyWeights(std::vector<WeightSpec> specs, uint64_t seed)
+      : specs_(std::move(specs)), seed_(seed) {
     for (size_t i = 0; i < specs_.size(); ++i) {
       const WeightSpec& s = specs_[i];
-      OASIS_CHECK(by_name_.emplace(s.name, i).second) << "duplicate dummy weight '" << s.name << "'";
+      OASIS_CHECK(by_name_.emplace(s.name, i).second)
+          << "duplicate dummy weight '" << s.name << "'";
       for (int64_t d : s.shape) OASIS_CHECK_GE(d, 0) << "dummy weight '" << s.name << "'";
       OASIS_CHECK(s.init != DummyInit::kNormal || IsFloatDType(s.dtype))
           << "dummy weight '" << s.name << "': normal init needs a float dtype, not "
@@ -91,7 +107,8 @@ class DummyWeights final : public WeightSource {
 
   StatusOr<Tensor> Load(const std::string& name, DType dtype) const override {
     OASIS_ASSIGN_OR_RETURN(const WeightSpec* s, Find(name));
-    OASIS_RETURN_IF_ERROR(CheckConversion(TensorInfo{s->name, s->dtype, s->shape}, dtype, Describe()));
+    OASIS_RETURN_IF_ERROR(
+        CheckConversion(TensorInfo{s->name, s->dtype, s->shape}, dtype, Describe()));
     Tensor out = Tensor::Empty(s->shape, dtype);
     GenerateParallel(*s, {{0, 0, out.numel()}}, static_cast<uint8_t*>(out.raw()), dtype);
     return out;
@@ -127,7 +144,8 @@ class DummyWeights final : public WeightSource {
 
   // Generates all runs into `dst`, splitting them into pieces spread over up to
   // hardware_concurrency threads when there is enough work. Values do not depend on the split.
-  void GenerateParallel(const WeightSpec& s, std::vector<Run> runs, uint8_t* dst, DType dtype) const {
+  void GenerateParallel(const WeightSpec& s, std::vector<Run> runs, uint8_t* dst,
+                        DType dtype) const {
     constexpr int64_t kPiece = int64_t{1} << 20;
     std::vector<Run> pieces;
     int64_t total = 0;
@@ -155,7 +173,8 @@ class DummyWeights final : public WeightSource {
 
   // Elements [first, first + count) of the full row-major tensor `s`, stored as `dtype`.
   // Values are first rounded to the spec's dtype, as a checkpoint in that dtype would be.
-  void Generate(const WeightSpec& s, int64_t first, int64_t count, uint8_t* dst, DType dtype) const {
+  void Generate(const WeightSpec& s, int64_t first, int64_t count, uint8_t* dst,
+                DType dtype) const {
     constexpr int64_t kBlock = 4096;
     alignas(8) float values[kBlock];
     alignas(8) uint8_t rounded[kBlock * 2];
@@ -169,7 +188,8 @@ class DummyWeights final : public WeightSource {
         ConvertFromFloat(values, rounded, s.dtype, static_cast<size_t>(n));
         ConvertToFloat(rounded, s.dtype, values, static_cast<size_t>(n));
       }
-      StoreFloats(values, dst + static_cast<size_t>(done) * dst_size, dtype, static_cast<size_t>(n));
+      StoreFloats(values, dst + static_cast<size_t>(done) * dst_size, dtype,
+                  static_cast<size_t>(n));
       done += n;
     }
   }

@@ -51,8 +51,10 @@ class FieldReader {
     }
     const int64_t value = v->get<int64_t>();
     if (value < min_value) {
-      return Bad(key, "must be " + std::string(min_value == 1 ? "positive" : ">= " + std::to_string(min_value)) +
-                          ", got " + std::to_string(value));
+      return Bad(key,
+                 "must be " +
+                     std::string(min_value == 1 ? "positive" : ">= " + std::to_string(min_value)) +
+                     ", got " + std::to_string(value));
     }
     *out = value;
     return Status::Ok();
@@ -64,7 +66,8 @@ class FieldReader {
     if (v == nullptr) return Missing(key, presence);
     if (!v->is_number()) return Bad(key, "must be a number, got " + v->dump());
     const double value = v->get<double>();
-    if (!(value > 0) || !std::isfinite(value)) return Bad(key, "must be positive, got " + v->dump());
+    if (!(value > 0) || !std::isfinite(value))
+      return Bad(key, "must be positive, got " + v->dump());
     *out = value;
     return Status::Ok();
   }
@@ -120,7 +123,8 @@ Status ParseArchitecture(const json& root, const std::string& source, ModelConfi
   }
   std::string names;
   for (const json& name : *it) {
-    if (!name.is_string()) return InvalidArgument(source + ": field 'architectures' holds a non-string");
+    if (!name.is_string())
+      return InvalidArgument(source + ": field 'architectures' holds a non-string");
     const auto& text = name.get_ref<const std::string&>();
     for (const auto& a : kArchitectures) {
       if (text == a.name) {
@@ -131,8 +135,8 @@ Status ParseArchitecture(const json& root, const std::string& source, ModelConfi
     }
     names += (names.empty() ? "" : ", ") + text;
   }
-  return Unimplemented(source + ": unsupported architecture " + names + " (supported: " +
-                       SupportedArchitectures() + ")");
+  return Unimplemented(source + ": unsupported architecture " + names +
+                       " (supported: " + SupportedArchitectures() + ")");
 }
 
 Status ParseDType(const FieldReader& fields, ModelConfig* config) {
@@ -157,12 +161,15 @@ Status ParseDType(const FieldReader& fields, ModelConfig* config) {
 Status ParseRope(const json& root, const std::string& source, ModelConfig* config) {
   FieldReader top(root, source);
   const json* params = top.Find("rope_parameters");
-  if (params != nullptr && !params->is_object()) return top.Bad("rope_parameters", "must be an object");
+  if (params != nullptr && !params->is_object())
+    return top.Bad("rope_parameters", "must be an object");
   if (params != nullptr && params->contains("rope_theta")) {
-    OASIS_RETURN_IF_ERROR(FieldReader(*params, source, "rope_parameters.")
-                              .PositiveNumber("rope_theta", Presence::kRequired, &config->rope_theta));
+    OASIS_RETURN_IF_ERROR(
+        FieldReader(*params, source, "rope_parameters.")
+            .PositiveNumber("rope_theta", Presence::kRequired, &config->rope_theta));
   } else {
-    OASIS_RETURN_IF_ERROR(top.PositiveNumber("rope_theta", Presence::kOptional, &config->rope_theta));
+    OASIS_RETURN_IF_ERROR(
+        top.PositiveNumber("rope_theta", Presence::kOptional, &config->rope_theta));
   }
 
   const char* scaling_key = params != nullptr ? "rope_parameters" : "rope_scaling";
@@ -182,8 +189,10 @@ Status ParseRope(const json& root, const std::string& source, ModelConfig* confi
   RopeScaling& rs = config->rope_scaling;
   rs.type = RopeScalingType::kLlama3;
   OASIS_RETURN_IF_ERROR(fields.PositiveNumber("factor", Presence::kRequired, &rs.factor));
-  OASIS_RETURN_IF_ERROR(fields.PositiveNumber("low_freq_factor", Presence::kRequired, &rs.low_freq_factor));
-  OASIS_RETURN_IF_ERROR(fields.PositiveNumber("high_freq_factor", Presence::kRequired, &rs.high_freq_factor));
+  OASIS_RETURN_IF_ERROR(
+      fields.PositiveNumber("low_freq_factor", Presence::kRequired, &rs.low_freq_factor));
+  OASIS_RETURN_IF_ERROR(
+      fields.PositiveNumber("high_freq_factor", Presence::kRequired, &rs.high_freq_factor));
   OASIS_RETURN_IF_ERROR(fields.Int("original_max_position_embeddings", Presence::kRequired, 1,
                                    &rs.original_max_position_embeddings));
   if (rs.high_freq_factor <= rs.low_freq_factor) {
@@ -196,8 +205,10 @@ Status ParseEagle3(const json& root, const std::string& source, ModelConfig* con
   FieldReader fields(root, source);
   config->draft_vocab_size = config->vocab_size;
   config->target_hidden_size = config->hidden_size;
-  OASIS_RETURN_IF_ERROR(fields.Int("draft_vocab_size", Presence::kOptional, 1, &config->draft_vocab_size));
-  OASIS_RETURN_IF_ERROR(fields.Int("target_hidden_size", Presence::kOptional, 1, &config->target_hidden_size));
+  OASIS_RETURN_IF_ERROR(
+      fields.Int("draft_vocab_size", Presence::kOptional, 1, &config->draft_vocab_size));
+  OASIS_RETURN_IF_ERROR(
+      fields.Int("target_hidden_size", Presence::kOptional, 1, &config->target_hidden_size));
   const json* eagle = fields.Find("eagle_config");
   if (eagle == nullptr) return Status::Ok();
   if (!eagle->is_object()) return fields.Bad("eagle_config", "must be an object");
@@ -213,9 +224,11 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   OASIS_RETURN_IF_ERROR(f.String("model_type", Presence::kOptional, &c.model_type));
   OASIS_RETURN_IF_ERROR(f.Int("hidden_size", Presence::kRequired, 1, &c.hidden_size));
   OASIS_RETURN_IF_ERROR(f.Int("num_hidden_layers", Presence::kRequired, 1, &c.num_hidden_layers));
-  OASIS_RETURN_IF_ERROR(f.Int("num_attention_heads", Presence::kRequired, 1, &c.num_attention_heads));
+  OASIS_RETURN_IF_ERROR(
+      f.Int("num_attention_heads", Presence::kRequired, 1, &c.num_attention_heads));
   c.num_key_value_heads = c.num_attention_heads;
-  OASIS_RETURN_IF_ERROR(f.Int("num_key_value_heads", Presence::kOptional, 1, &c.num_key_value_heads));
+  OASIS_RETURN_IF_ERROR(
+      f.Int("num_key_value_heads", Presence::kOptional, 1, &c.num_key_value_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return f.Bad("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
                                             ") must divide num_attention_heads (" +
@@ -224,15 +237,16 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   if (f.Find("head_dim") != nullptr) {
     OASIS_RETURN_IF_ERROR(f.Int("head_dim", Presence::kRequired, 1, &c.head_dim));
   } else if (c.hidden_size % c.num_attention_heads != 0) {
-    return f.Bad("num_attention_heads", "(" + std::to_string(c.num_attention_heads) +
-                                            ") must divide hidden_size (" +
-                                            std::to_string(c.hidden_size) + ") when head_dim is absent");
+    return f.Bad("num_attention_heads",
+                 "(" + std::to_string(c.num_attention_heads) + ") must divide hidden_size (" +
+                     std::to_string(c.hidden_size) + ") when head_dim is absent");
   } else {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   OASIS_RETURN_IF_ERROR(f.Int("intermediate_size", Presence::kRequired, 1, &c.intermediate_size));
   OASIS_RETURN_IF_ERROR(f.Int("vocab_size", Presence::kRequired, 1, &c.vocab_size));
-  OASIS_RETURN_IF_ERROR(f.Int("max_position_embeddings", Presence::kRequired, 1, &c.max_position_embeddings));
+  OASIS_RETURN_IF_ERROR(
+      f.Int("max_position_embeddings", Presence::kRequired, 1, &c.max_position_embeddings));
   OASIS_RETURN_IF_ERROR(f.PositiveNumber("rms_norm_eps", Presence::kOptional, &c.rms_norm_eps));
   OASIS_RETURN_IF_ERROR(ParseRope(root, source, &c));
   OASIS_RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &c.tie_word_embeddings));
@@ -254,7 +268,8 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   OASIS_RETURN_IF_ERROR(f.IntList("bos_token_id", &c.bos_token_ids));
   OASIS_RETURN_IF_ERROR(f.IntList("eos_token_id", &c.eos_token_ids));
   c.qk_norm = c.architecture == Architecture::kQwen3;
-  if (c.architecture == Architecture::kEagle3Llama) OASIS_RETURN_IF_ERROR(ParseEagle3(root, source, &c));
+  if (c.architecture == Architecture::kEagle3Llama)
+    OASIS_RETURN_IF_ERROR(ParseEagle3(root, source, &c));
   return c;
 }
 

@@ -84,13 +84,15 @@ Status ParseEntry(const std::string& source, const std::string& name, const json
   auto offsets_it = value.find("data_offsets");
   if (offsets_it == value.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
       !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned()) {
-    return InvalidArgument(where + "\"data_offsets\" must be [begin, end] of non-negative integers");
+    return InvalidArgument(where +
+                           "\"data_offsets\" must be [begin, end] of non-negative integers");
   }
   out->begin = (*offsets_it)[0].get<uint64_t>();
   out->end = (*offsets_it)[1].get<uint64_t>();
   const std::string range =
       "[" + std::to_string(out->begin) + ", " + std::to_string(out->end) + "]";
-  if (out->begin > out->end) return InvalidArgument(where + "data_offsets " + range + " has begin > end");
+  if (out->begin > out->end)
+    return InvalidArgument(where + "data_offsets " + range + " has begin > end");
   if (out->end > data_size) {
     return DataLoss(where + "data_offsets " + range + " lie outside the data section of " +
                     std::to_string(data_size) + " bytes (file truncated?)");
@@ -106,7 +108,8 @@ Status ParseEntry(const std::string& source, const std::string& name, const json
 
 Status ParseMetadata(const std::string& source, const json& value,
                      std::map<std::string, std::string>* out) {
-  if (!value.is_object()) return InvalidArgument(source + ": \"__metadata__\" is not a JSON object");
+  if (!value.is_object())
+    return InvalidArgument(source + ": \"__metadata__\" is not a JSON object");
   for (const auto& [key, v] : value.items()) {
     if (!v.is_string()) {
       return InvalidArgument(source + ": \"__metadata__\" value of '" + key + "' is not a string");
@@ -149,7 +152,8 @@ StatusOr<SafetensorsHeader> ParseImpl(const uint8_t* data, size_t size, const st
   }
   if (header.header_size > kMaxSafetensorsHeaderBytes) {
     return DataLoss(source + ": header length " + std::to_string(header.header_size) +
-                    " exceeds the limit of " + std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
+                    " exceeds the limit of " + std::to_string(kMaxSafetensorsHeaderBytes) +
+                    " bytes");
   }
   header.data_offset = 8 + header.header_size;
   header.data_size = size - header.data_offset;
@@ -174,7 +178,8 @@ StatusOr<SafetensorsHeader> ParseImpl(const uint8_t* data, size_t size, const st
     header.tensors.push_back(std::move(entry));
   }
   OASIS_RETURN_IF_ERROR(CheckNoOverlap(source, header.tensors));
-  for (size_t i = 0; i < header.tensors.size(); ++i) header.by_name.emplace(header.tensors[i].name, i);
+  for (size_t i = 0; i < header.tensors.size(); ++i)
+    header.by_name.emplace(header.tensors[i].name, i);
   return header;
 }
 

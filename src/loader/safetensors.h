@@ -43,10 +43,10 @@ struct SafetensorsEntry {
 
 // A validated header. Plain value type; thread-compatible.
 struct SafetensorsHeader {
-  uint64_t header_size = 0;  // N: length of the JSON text
-  uint64_t data_offset = 0;  // 8 + N: file offset where the data section starts
-  uint64_t data_size = 0;    // bytes in the data section (file size - data_offset)
-  std::vector<SafetensorsEntry> tensors;       // in header (JSON object) order
+  uint64_t header_size = 0;               // N: length of the JSON text
+  uint64_t data_offset = 0;               // 8 + N: file offset where the data section starts
+  uint64_t data_size = 0;                 // bytes in the data section (file size - data_offset)
+  std::vector<SafetensorsEntry> tensors;  // in header (JSON object) order
   std::map<std::string, std::string> metadata;  // "__metadata__", empty when absent
 
   // Index into `tensors` by name.

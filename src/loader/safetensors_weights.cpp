@@ -1,11 +1,11 @@
 // WeightSource over safetensors checkpoints: one file, a directory of *.safetensors files,
 // or shards listed by model.safetensors.index.json.
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <spdlog/spdlog.h>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -26,13 +26,15 @@ constexpr const char* kIndexName = "model.safetensors.index.json";
 class SafetensorsWeights final : public WeightSource {
  public:
   struct Location {
-    size_t file = 0;                           // index into files_
-    const SafetensorsEntry* entry = nullptr;   // points into files_[file]'s header
+    size_t file = 0;                          // index into files_
+    const SafetensorsEntry* entry = nullptr;  // points into files_[file]'s header
   };
 
   SafetensorsWeights(std::string description, std::vector<std::unique_ptr<SafetensorsFile>> files,
                      std::unordered_map<std::string, Location> tensors)
-      : description_(std::move(description)), files_(std::move(files)), tensors_(std::move(tensors)) {
+      : description_(std::move(description)),
+        files_(std::move(files)),
+        tensors_(std::move(tensors)) {
     names_.reserve(tensors_.size());
     for (const auto& [name, loc] : tensors_) names_.push_back(name);
     std::sort(names_.begin(), names_.end());
@@ -158,8 +160,8 @@ StatusOr<std::unique_ptr<WeightSource>> OpenIndexed(const fs::path& index_path) 
     const fs::path shard_path = dir / shard_name;
     auto file = OpenFile(shard_path);
     if (!file.ok()) {
-      return Status(file.status().code(), src + ": shard '" + shard_name + "': " +
-                                              file.status().message());
+      return Status(file.status().code(),
+                    src + ": shard '" + shard_name + "': " + file.status().message());
     }
     for (const std::string& name : names) {
       const SafetensorsEntry* e = (*file)->Find(name);
@@ -205,10 +207,10 @@ StatusOr<std::unique_ptr<WeightSource>> OpenSafetensorsWeights(const fs::path& m
     return NotFound(model_dir.string() + ": no " + kIndexName + " and no *.safetensors files");
   }
   std::sort(paths.begin(), paths.end());
-  std::string description = paths.size() == 1
-                                ? paths[0].filename().string() + " in " + model_dir.string()
-                                : std::to_string(paths.size()) + " safetensors files in " +
-                                      model_dir.string();
+  std::string description =
+      paths.size() == 1
+          ? paths[0].filename().string() + " in " + model_dir.string()
+          : std::to_string(paths.size()) + " safetensors files in " + model_dir.string();
   return OpenFiles(paths, std::move(description));
 }
 

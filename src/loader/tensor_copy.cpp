@@ -14,7 +14,8 @@ bool IsFloatDType(DType dtype) {
 
 Status CheckConversion(const TensorInfo& info, DType dst, const std::string& source) {
   if (info.dtype == dst) return Status::Ok();
-  if (IsFloatDType(info.dtype) && (dst == DType::kF32 || dst == DType::kF16 || dst == DType::kBF16)) {
+  if (IsFloatDType(info.dtype) &&
+      (dst == DType::kF32 || dst == DType::kF16 || dst == DType::kBF16)) {
     return Status::Ok();
   }
   return InvalidArgument(source + ": tensor '" + info.name + "' of dtype " +
@@ -58,7 +59,8 @@ void ForEachSliceRun(const std::vector<int64_t>& shape, int dim, int64_t begin, 
   for (int64_t o = 0; o < outer; ++o) fn((o * size + begin) * inner, o * run, run);
 }
 
-void ConvertElements(const uint8_t* src, DType src_dtype, void* dst, DType dst_dtype, size_t count) {
+void ConvertElements(const uint8_t* src, DType src_dtype, void* dst, DType dst_dtype,
+                     size_t count) {
   if (src_dtype == dst_dtype) {
     if (count) std::memcpy(dst, src, count * DTypeSize(src_dtype));
     return;

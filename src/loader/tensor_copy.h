@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "loader/weights.h"
 #include "oasis/dtype.h"
 #include "oasis/status.h"
-#include "loader/weights.h"
 
 namespace oasis {
 

@@ -49,8 +49,8 @@ class WeightSource {
     return Unimplemented(Describe() + " has no in-memory bytes for '" + name + "'");
   }
 
-  virtual StatusOr<Tensor> LoadSlice(const std::string& name, int dim, int64_t begin,
-                                     int64_t end, DType dtype) const = 0;
+  virtual StatusOr<Tensor> LoadSlice(const std::string& name, int dim, int64_t begin, int64_t end,
+                                     DType dtype) const = 0;
 };
 
 // Opens the safetensors checkpoint in `model_dir`: `model.safetensors.index.json` when
@@ -58,7 +58,8 @@ class WeightSource {
 // every `*.safetensors` file in the directory (a tensor name in two files is an error).
 // `model_dir` may also be a single .safetensors file. Files are mmapped read-only and every
 // header is fully validated here (see loader/safetensors.h for the error codes).
-StatusOr<std::unique_ptr<WeightSource>> OpenSafetensorsWeights(const std::filesystem::path& model_dir);
+StatusOr<std::unique_ptr<WeightSource>> OpenSafetensorsWeights(
+    const std::filesystem::path& model_dir);
 
 // What a model expects a checkpoint to hold; also the recipe for dummy weights.
 enum class DummyInit { kNormal, kOnes, kZeros };

@@ -21,7 +21,8 @@ std::string Describe(const std::exception_ptr& e) {
 
 }  // namespace
 
-LockstepGroup::LockstepGroup(int size, std::function<void(int)> on_start, std::function<void(int)> abort)
+LockstepGroup::LockstepGroup(int size, std::function<void(int)> on_start,
+                             std::function<void(int)> abort)
     : size_(size),
       on_start_(std::move(on_start)),
       abort_(std::move(abort)),
@@ -131,10 +132,13 @@ void LockstepGroup::AbortAll() {
   }
 }
 
-void LockstepGroup::Run(const std::function<void(int)>& job, const std::function<void()>& while_running) {
+void LockstepGroup::Run(const std::function<void(int)>& job,
+                        const std::function<void()>& while_running) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failed_) throw std::runtime_error("the tensor-parallel group is unusable after a failure (" + failure_ + ")");
+    if (failed_)
+      throw std::runtime_error("the tensor-parallel group is unusable after a failure (" +
+                               failure_ + ")");
   }
   Start(job);
   bool aborted = false, hook_done = !while_running;
@@ -148,8 +152,8 @@ void LockstepGroup::Run(const std::function<void(int)>& job, const std::function
     if (first_failed_ >= 0 && !aborted) {
       aborted = true;
       failed_ = true;
-      failure_ = "rank " + std::to_string(first_failed_) + " failed: " +
-                 Describe(errors_[static_cast<size_t>(first_failed_)]);
+      failure_ = "rank " + std::to_string(first_failed_) +
+                 " failed: " + Describe(errors_[static_cast<size_t>(first_failed_)]);
       spdlog::error("tensor-parallel {}; aborting the group", failure_);
       lock.unlock();
       AbortAll();
@@ -172,7 +176,8 @@ void LockstepGroup::Run(const std::function<void(int)>& job, const std::function
   if (first_failed_ >= 0) {
     for (int r = 0; r < size_; ++r) {
       if (r != first_failed_ && errors_[static_cast<size_t>(r)]) {
-        spdlog::warn("tensor-parallel rank {} also failed: {}", r, Describe(errors_[static_cast<size_t>(r)]));
+        spdlog::warn("tensor-parallel rank {} also failed: {}", r,
+                     Describe(errors_[static_cast<size_t>(r)]));
       }
     }
     throw std::runtime_error("tensor-parallel " + failure_);
@@ -191,7 +196,8 @@ void LockstepGroup::RunTeardown(const std::function<void(int)>& job) {
   cv_.wait(lock, [&] { return running_ == 0; });
   for (int r = 0; r < size_; ++r) {
     if (errors_[static_cast<size_t>(r)]) {
-      spdlog::warn("tensor-parallel rank {}: teardown failed: {}", r, Describe(errors_[static_cast<size_t>(r)]));
+      spdlog::warn("tensor-parallel rank {}: teardown failed: {}", r,
+                   Describe(errors_[static_cast<size_t>(r)]));
     }
   }
 }

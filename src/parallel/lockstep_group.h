@@ -29,7 +29,8 @@ class LockstepGroup {
  public:
   // `on_start(rank)` runs first on each worker thread (e.g. cudaSetDevice); `abort(rank)`
   // unblocks rank's pending collectives from another thread (may be empty: nothing to do).
-  LockstepGroup(int size, std::function<void(int rank)> on_start, std::function<void(int rank)> abort);
+  LockstepGroup(int size, std::function<void(int rank)> on_start,
+                std::function<void(int rank)> abort);
   // Joins the workers, then the abort helpers (which may wait for the ranks' objects to be
   // gone: destroy them with RunTeardown first).
   ~LockstepGroup();
@@ -46,7 +47,8 @@ class LockstepGroup {
   // all jobs returned when some rank did not mark (not at all when a rank failed). Throws
   // as described above; an exception from while_running is rethrown after the jobs return
   // (it does not fail the group).
-  void Run(const std::function<void(int rank)>& job, const std::function<void()>& while_running = {});
+  void Run(const std::function<void(int rank)>& job,
+           const std::function<void()>& while_running = {});
   // Like Run, also on a failed group; failures are logged, not thrown, and abort nothing.
   void RunTeardown(const std::function<void(int rank)>& job);
   // Called by rank `rank`'s job once its device work for the job is enqueued.
@@ -70,16 +72,16 @@ class LockstepGroup {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t generation_ = 0;                    // guarded by mu_: one per job
-  std::function<void(int)> job_;               // guarded by mu_
-  int running_ = 0;                            // guarded by mu_: ranks still in the job
-  std::vector<bool> enqueued_;                 // guarded by mu_: per rank, this job
-  int num_enqueued_ = 0;                       // guarded by mu_
-  std::vector<std::exception_ptr> errors_;     // guarded by mu_: per rank, this job
-  int first_failed_ = -1;                      // guarded by mu_: first rank that failed this job
-  bool stop_ = false;                          // guarded by mu_
-  bool failed_ = false;                        // guarded by mu_: the group is unusable
-  std::string failure_;                        // guarded by mu_
+  uint64_t generation_ = 0;                 // guarded by mu_: one per job
+  std::function<void(int)> job_;            // guarded by mu_
+  int running_ = 0;                         // guarded by mu_: ranks still in the job
+  std::vector<bool> enqueued_;              // guarded by mu_: per rank, this job
+  int num_enqueued_ = 0;                    // guarded by mu_
+  std::vector<std::exception_ptr> errors_;  // guarded by mu_: per rank, this job
+  int first_failed_ = -1;                   // guarded by mu_: first rank that failed this job
+  bool stop_ = false;                       // guarded by mu_
+  bool failed_ = false;                     // guarded by mu_: the group is unusable
+  std::string failure_;                     // guarded by mu_
 };
 
 }  // namespace oasis

@@ -38,16 +38,25 @@ Status NcclStatus(ncclResult_t r, const std::string& what, ncclComm_t comm = nul
 
 ncclDataType_t NcclType(DType d) {
   switch (d) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF16: return ncclFloat16;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF64: return ncclFloat64;
-    case DType::kI64: return ncclInt64;
-    case DType::kI32: return ncclInt32;
-    case DType::kI8: return ncclInt8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI8:
+      return ncclInt8;
     case DType::kU8:
-    case DType::kBool: return ncclUint8;
-    case DType::kI16: break;
+    case DType::kBool:
+      return ncclUint8;
+    case DType::kI16:
+      break;
   }
   OASIS_CHECK(false) << "no NCCL type for " << DTypeName(d);
   return ncclUint8;
@@ -58,8 +67,8 @@ void LogVersionOnce() {
   std::call_once(once, [] {
     int v = 0;
     if (ncclGetVersion(&v) == ncclSuccess) {
-      spdlog::info("NCCL {}.{}.{} (built against {}.{}.{}); NCCL_NVLS_ENABLE=0", v / 10000, v / 100 % 100, v % 100,
-                   NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+      spdlog::info("NCCL {}.{}.{} (built against {}.{}.{}); NCCL_NVLS_ENABLE=0", v / 10000,
+                   v / 100 % 100, v % 100, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
     }
   });
 }
@@ -69,7 +78,9 @@ void LogVersionOnce() {
 void NcclCommunicator::DisableNvlsMulticast() {
   const char* before = std::getenv("NCCL_NVLS_ENABLE");
   if (before != nullptr && std::strcmp(before, "0") != 0) {
-    spdlog::warn("NCCL_NVLS_ENABLE={} overridden to 0: NVLink multicast stays off on shared GPU hosts", before);
+    spdlog::warn(
+        "NCCL_NVLS_ENABLE={} overridden to 0: NVLink multicast stays off on shared GPU hosts",
+        before);
   }
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
 }
@@ -81,27 +92,38 @@ StatusOr<ncclUniqueId> NcclCommunicator::NewUniqueId() {
   return id;
 }
 
-NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int device, StreamSource stream)
-    : handle_(std::make_shared<Handle>()), rank_(rank), size_(size), device_(device), stream_(std::move(stream)) {
+NcclCommunicator::NcclCommunicator(ncclComm_t comm, int rank, int size, int device,
+                                   StreamSource stream)
+    : handle_(std::make_shared<Handle>()),
+      rank_(rank),
+      size_(size),
+      device_(device),
+      stream_(std::move(stream)) {
   handle_->comm.store(comm);
   handle_->rank = rank;
   handle_->device = device;
 }
 
-StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int rank, int size, const ncclUniqueId& id,
-                                                                     int device, StreamSource stream) {
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(int rank, int size,
+                                                                     const ncclUniqueId& id,
+                                                                     int device,
+                                                                     StreamSource stream) {
   if (size < 1 || rank < 0 || rank >= size) {
-    return InvalidArgument("NCCL rank " + std::to_string(rank) + " outside a group of " + std::to_string(size));
+    return InvalidArgument("NCCL rank " + std::to_string(rank) + " outside a group of " +
+                           std::to_string(size));
   }
   if (!stream) return InvalidArgument("NcclCommunicator needs a stream source");
   DisableNvlsMulticast();
   LogVersionOnce();
-  OASIS_RETURN_IF_ERROR(cuda::ToStatus(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"));
+  OASIS_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")"));
   ncclComm_t comm = nullptr;
   OASIS_RETURN_IF_ERROR(NcclStatus(ncclCommInitRank(&comm, size, id, rank),
-                                   "ncclCommInitRank(rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                                       ", device " + std::to_string(device) + ")"));
-  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comm, rank, size, device, std::move(stream)));
+                                   "ncclCommInitRank(rank " + std::to_string(rank) + " of " +
+                                       std::to_string(size) + ", device " + std::to_string(device) +
+                                       ")"));
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, rank, size, device, std::move(stream)));
 }
 
 StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator::CreateGroup(
@@ -124,8 +146,8 @@ StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator::Creat
                           "cudaSetDevice(" + std::to_string(devices[static_cast<size_t>(r)]) + ")");
       if (st.ok()) {
         st = NcclStatus(ncclCommInitRank(&comms[static_cast<size_t>(r)], n, id, r),
-                        "ncclCommInitRank(rank " + std::to_string(r) + " of " + std::to_string(n) + ", device " +
-                            std::to_string(devices[static_cast<size_t>(r)]) + ")");
+                        "ncclCommInitRank(rank " + std::to_string(r) + " of " + std::to_string(n) +
+                            ", device " + std::to_string(devices[static_cast<size_t>(r)]) + ")");
       }
     }
     // The group must be closed even after a failure inside it.
@@ -142,7 +164,8 @@ StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator::Creat
   }
   std::vector<std::unique_ptr<NcclCommunicator>> out;
   for (int r = 0; r < n; ++r) {
-    out.emplace_back(new NcclCommunicator(comms[static_cast<size_t>(r)], r, n, devices[static_cast<size_t>(r)],
+    out.emplace_back(new NcclCommunicator(comms[static_cast<size_t>(r)], r, n,
+                                          devices[static_cast<size_t>(r)],
                                           std::move(streams[static_cast<size_t>(r)])));
   }
   return out;
@@ -157,39 +180,43 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm == nullptr) return;
   ScopedDevice dev(device_);
   const ncclResult_t r = ncclCommDestroy(comm);
-  if (r != ncclSuccess) spdlog::warn("NCCL rank {}: {}", rank_, NcclMessage(r, "ncclCommDestroy", nullptr));
+  if (r != ncclSuccess)
+    spdlog::warn("NCCL rank {}: {}", rank_, NcclMessage(r, "ncclCommDestroy", nullptr));
 }
 
 void NcclCommunicator::Check(ncclResult_t r, const char* what, ncclComm_t comm) const {
   if (r == ncclSuccess) return;
-  throw NcclError("NCCL rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (device " +
-                  std::to_string(device_) + "): " + NcclMessage(r, what, comm));
+  throw NcclError("NCCL rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                  " (device " + std::to_string(device_) + "): " + NcclMessage(r, what, comm));
 }
 
 void NcclCommunicator::AllReduceSum(Tensor& t) {
-  OASIS_CHECK(t.device() == Device::kCuda) << "NcclCommunicator::AllReduceSum needs a device tensor, got "
-                                           << t.ToString();
+  OASIS_CHECK(t.device() == Device::kCuda)
+      << "NcclCommunicator::AllReduceSum needs a device tensor, got " << t.ToString();
   OASIS_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16 || t.dtype() == DType::kF16)
       << "AllReduceSum needs an F32, BF16 or F16 tensor, got " << t.ToString();
   if (t.numel() == 0) return;
   std::lock_guard<std::timed_mutex> lock(handle_->mu);
   const ncclComm_t comm = handle_->comm.load();
   if (comm == nullptr) return;  // aborted: the step is failing anyway
-  Check(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), NcclType(t.dtype()), ncclSum, comm, stream()),
+  Check(ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), NcclType(t.dtype()),
+                      ncclSum, comm, stream()),
         "ncclAllReduce", comm);
 }
 
 void NcclCommunicator::AllGather(const Tensor& in, Tensor& out) {
   OASIS_CHECK(in.ndim() >= 1 && out.ndim() == in.ndim() && out.dtype() == in.dtype() &&
               out.dim(0) == in.dim(0) * size_ && out.numel() == in.numel() * size_)
-      << "AllGather " << in.ToString() << " into " << out.ToString() << " over " << size_ << " ranks";
+      << "AllGather " << in.ToString() << " into " << out.ToString() << " over " << size_
+      << " ranks";
   OASIS_CHECK(in.device() == Device::kCuda && out.device() == Device::kCuda)
       << "NcclCommunicator::AllGather needs device tensors";
   if (in.numel() == 0) return;
   std::lock_guard<std::timed_mutex> lock(handle_->mu);
   const ncclComm_t comm = handle_->comm.load();
   if (comm == nullptr) return;
-  Check(ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), NcclType(in.dtype()), comm, stream()),
+  Check(ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), NcclType(in.dtype()),
+                      comm, stream()),
         "ncclAllGather", comm);
 }
 
@@ -205,12 +232,14 @@ void NcclCommunicator::Barrier() {
     std::lock_guard<std::timed_mutex> lock(handle_->mu);
     const ncclComm_t comm = handle_->comm.load();
     if (comm == nullptr) return;
-    Check(ncclAllReduce(barrier_buf_.data(), barrier_buf_.data(), 1, ncclFloat32, ncclSum, comm, stream()),
+    Check(ncclAllReduce(barrier_buf_.data(), barrier_buf_.data(), 1, ncclFloat32, ncclSum, comm,
+                        stream()),
           "ncclAllReduce (barrier)", comm);
   }
   const cudaError_t e = cudaStreamSynchronize(stream());
   if (e != cudaSuccess) {
-    throw NcclError("NCCL rank " + std::to_string(rank_) + ": barrier stream sync -> " + cudaGetErrorString(e));
+    throw NcclError("NCCL rank " + std::to_string(rank_) + ": barrier stream sync -> " +
+                    cudaGetErrorString(e));
   }
   std::lock_guard<std::timed_mutex> lock(handle_->mu);
   const ncclComm_t comm = handle_->comm.load();
@@ -245,7 +274,8 @@ void NcclCommunicator::AbortHandle(Handle& h) {
   cudaSetDevice(device);
   const ncclResult_t r = ncclCommAbort(comm);  // may wait for graphs that captured it to go
   cudaSetDevice(previous);
-  if (r != ncclSuccess) spdlog::warn("NCCL rank {}: {}", rank, NcclMessage(r, "ncclCommAbort", nullptr));
+  if (r != ncclSuccess)
+    spdlog::warn("NCCL rank {}: {}", rank, NcclMessage(r, "ncclCommAbort", nullptr));
 }
 
 }  // namespace oasis

@@ -60,16 +60,17 @@ class NcclCommunicator final : public Communicator {
   // One rank of a group (one thread or process per rank): makes `device` current on the
   // calling thread (it stays current) and joins the group with ncclCommInitRank, which
   // blocks until all `size` ranks have joined with the same id.
-  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(int rank, int size, const ncclUniqueId& id, int device,
-                                                           StreamSource stream);
+  static StatusOr<std::unique_ptr<NcclCommunicator>> Create(int rank, int size,
+                                                            const ncclUniqueId& id, int device,
+                                                            StreamSource stream);
 
   // Every rank of a group held by this process, created from the calling thread in one
   // NCCL group call (ncclGroupStart / ncclCommInitRank per rank / ncclGroupEnd): rank r
   // uses devices[r] and streams[r]. Cannot wait for a rank that never arrives. The calling
   // thread's current device is restored. The communicators may then be moved to the ranks'
   // threads.
-  static StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> CreateGroup(const std::vector<int>& devices,
-                                                                              std::vector<StreamSource> streams);
+  static StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> CreateGroup(
+      const std::vector<int>& devices, std::vector<StreamSource> streams);
 
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -103,7 +104,7 @@ class NcclCommunicator final : public Communicator {
  private:
   // The communicator handle, shared with AbortFunction()'s callables.
   struct Handle {
-    std::timed_mutex mu;                // held around every NCCL call that uses comm, and by aborts
+    std::timed_mutex mu;  // held around every NCCL call that uses comm, and by aborts
     std::atomic<ncclComm_t> comm{nullptr};  // nullptr once aborted or destroyed
     std::atomic<bool> aborted{false};
     int rank = 0, device = 0;

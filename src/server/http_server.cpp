@@ -248,13 +248,25 @@ std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Js
   return std::pair{text, add_special};
 }
 
-void HandleTokenize(Service& svc, const Request& req, Response& res) {
+// The tokenizer routes' common start: a loaded model with a tokenizer, and a JSON body. Sends
+// the error and returns nullopt otherwise.
+std::optional<Json> TokenizerRouteBody(Service& svc, const Request& req, Response& res) {
   const ModelHost* h = svc.host();
-  if (h == nullptr) return SendError(res, Loading());
+  if (h == nullptr) return SendError(res, Loading()), std::nullopt;
   ApiError err;
   std::optional<Json> body = ParseJsonBody(req.body, &err);
-  if (!body) return SendError(res, err);
-  if (h->tokenizer == nullptr) return SendError(res, BadRequest("this model has no tokenizer"));
+  if (!body) return SendError(res, err), std::nullopt;
+  if (h->tokenizer == nullptr) {
+    return SendError(res, BadRequest("this model has no tokenizer")), std::nullopt;
+  }
+  return body;
+}
+
+void HandleTokenize(Service& svc, const Request& req, Response& res) {
+  std::optional<Json> body = TokenizerRouteBody(svc, req, res);
+  if (!body) return;
+  const ModelHost* h = svc.host();
+  ApiError err;
   std::optional<std::pair<std::string, bool>> input = TokenizeInput(svc, *body, &err);
   if (!input) return SendError(res, err);
   const auto& [text, add_special] = *input;
@@ -273,12 +285,9 @@ void HandleTokenize(Service& svc, const Request& req, Response& res) {
 }
 
 void HandleDetokenize(Service& svc, const Request& req, Response& res) {
+  std::optional<Json> body = TokenizerRouteBody(svc, req, res);
+  if (!body) return;
   const ModelHost* h = svc.host();
-  if (h == nullptr) return SendError(res, Loading());
-  ApiError err;
-  std::optional<Json> body = ParseJsonBody(req.body, &err);
-  if (!body) return SendError(res, err);
-  if (h->tokenizer == nullptr) return SendError(res, BadRequest("this model has no tokenizer"));
   if (auto e = svc.CheckModel(body->value("model", std::string()))) return SendError(res, *e);
   auto t = body->find("tokens");
   if (t == body->end() || !t->is_array())

@@ -81,7 +81,8 @@ std::pair<size_t, int32_t> AddedVocabulary::Trie::LongestPrefix(std::string_view
   return best;
 }
 
-StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const Json* json, const Normalizer* normalizer) {
+StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const Json* json,
+                                                    const Normalizer* normalizer) {
   AddedVocabulary v;
   if (json == nullptr) return v;
   if (!json->is_array()) return JsonError("added_tokens", "expected an array");
@@ -155,7 +156,8 @@ void AddedVocabulary::Split(std::string_view text, AddedTokenSet set,
     pos = stop;  // the automaton resumes after the raw match, whatever the flags do below
     if (token.single_word) {
       const bool space_before = start == 0 || !IsUnicodeWordChar(LastChar(text.substr(0, start)));
-      const bool space_after = stop == text.size() || !IsUnicodeWordChar(FirstChar(text.substr(stop)));
+      const bool space_after =
+          stop == text.size() || !IsUnicodeWordChar(FirstChar(text.substr(stop)));
       if (!space_before || !space_after) continue;
     }
     if (token.lstrip) start = std::max(LeadingEdgeOfTrailingSpace(text.substr(0, start)), emitted);

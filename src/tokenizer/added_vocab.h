@@ -57,7 +57,7 @@ class AddedVocabulary {
  private:
   struct Node {
     std::vector<std::pair<unsigned char, int32_t>> children;  // sorted by byte
-    int32_t token = -1;                                        // index into tokens_
+    int32_t token = -1;                                       // index into tokens_
   };
   struct Trie {
     std::vector<Node> nodes{Node{}};

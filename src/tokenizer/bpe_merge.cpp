@@ -71,7 +71,8 @@ void ApplyMergesHeap(const MergeTable& merges, std::vector<int32_t>* ids) {
   auto push = [&](int32_t pos) {
     const int32_t right = next[pos];
     if (right < 0) return;
-    if (const MergeRule* r = merges.Find(s[pos], s[right])) queue.push({r->rank, pos, r->merged_id});
+    if (const MergeRule* r = merges.Find(s[pos], s[right]))
+      queue.push({r->rank, pos, r->merged_id});
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   while (!queue.empty()) {

@@ -18,8 +18,8 @@ Status CheckEmptyOrNull(const Json& model, std::string_view key) {
   if (v == nullptr) return Status::Ok();
   if (!v->is_string()) return JsonError("model." + std::string(key), "expected a string or null");
   if (!v->get_ref<const std::string&>().empty()) {
-    return Unimplemented("BPE model option " + std::string(key) + "=\"" +
-                         v->get<std::string>() + "\" is not supported");
+    return Unimplemented("BPE model option " + std::string(key) + "=\"" + v->get<std::string>() +
+                         "\" is not supported");
   }
   return Status::Ok();
 }
@@ -30,8 +30,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& model, Symbol
   if (!model.is_object()) return JsonError("model", "expected an object");
   const Json* type = FindMember(model, "type");
   if (type != nullptr && (!type->is_string() || type->get<std::string>() != "BPE")) {
-    return Unimplemented("model type " + type->dump() +
-                         " is not supported (only \"BPE\")");
+    return Unimplemented("model type " + type->dump() + " is not supported (only \"BPE\")");
   }
   if (type == nullptr && FindMember(model, "merges") == nullptr) {
     return Unimplemented("model without a type is not supported (only \"BPE\")");
@@ -59,7 +58,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const Json& model, Symbol
     if (!unk->is_string()) return JsonError("model.unk_token", "expected a string or null");
     auto id = m->TokenToId(unk->get<std::string>());
     if (!id) {
-      return JsonError("model.unk_token", "\"" + unk->get<std::string>() + "\" is not in the vocabulary");
+      return JsonError("model.unk_token",
+                       "\"" + unk->get<std::string>() + "\" is not in the vocabulary");
     }
     m->unk_id_ = *id;
   }
@@ -93,7 +93,8 @@ Status BpeModel::LoadVocab(const Json& vocab) {
     }
     const int64_t id = it.value().get<int64_t>();
     if (id < 0 || id > kMaxTokenId) {
-      return JsonError("model.vocab[\"" + it.key() + "\"]", "id " + std::to_string(id) + " out of range");
+      return JsonError("model.vocab[\"" + it.key() + "\"]",
+                       "id " + std::to_string(id) + " out of range");
     }
     token_to_id_.emplace(it.key(), static_cast<int32_t>(id));
     max_id = std::max(max_id, id);

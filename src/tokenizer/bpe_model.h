@@ -22,8 +22,8 @@
 
 #include "oasis/status.h"
 #include "tokenizer/json_util.h"
-#include "tokenizer/short_word_cache.h"
 #include "tokenizer/merge_table.h"
+#include "tokenizer/short_word_cache.h"
 #include "tokenizer/word_cache.h"
 
 namespace oasis::tokenizer {
@@ -66,11 +66,11 @@ class BpeModel {
   bool fuse_unk_ = false;
   std::optional<int32_t> unk_id_;
 
-  VocabMap token_to_id_;                 // strings as in tokenizer.json
-  VocabMap symbol_to_id_;                // byte-level mode: raw-byte form of token_to_id_
+  VocabMap token_to_id_;   // strings as in tokenizer.json
+  VocabMap symbol_to_id_;  // byte-level mode: raw-byte form of token_to_id_
   std::vector<std::string> id_to_token_;
-  std::vector<char> has_token_;          // id_to_token_[id] is a real entry
-  std::array<int32_t, 256> byte_to_id_;  // byte-level mode: start symbol of each byte, or -1
+  std::vector<char> has_token_;                // id_to_token_[id] is a real entry
+  std::array<int32_t, 256> byte_to_id_;        // byte-level mode: start symbol of each byte, or -1
   std::array<int32_t, 256> byte_fallback_id_;  // "<0xAB>" tokens, or -1
   MergeTable merges_;
   mutable ShortWordCache short_cache_;  // words up to ShortWordCache::kMaxWordBytes

@@ -8,8 +8,8 @@ namespace oasis::tokenizer {
 namespace {
 
 struct Tables {
-  std::array<std::string, 256> alphabet;   // byte -> UTF-8 of its character
-  std::array<int16_t, 324> char_to_byte;   // code point (< 324) -> byte, or -1
+  std::array<std::string, 256> alphabet;  // byte -> UTF-8 of its character
+  std::array<int16_t, 324> char_to_byte;  // code point (< 324) -> byte, or -1
 };
 
 const Tables& GetTables() {
@@ -19,7 +19,8 @@ const Tables& GetTables() {
     int next_extra = 0;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-      const char32_t c = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next_extra++);
+      const char32_t c =
+          printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next_extra++);
       AppendUtf8(c, &t.alphabet[b]);
       t.char_to_byte[c] = static_cast<int16_t>(b);
     }

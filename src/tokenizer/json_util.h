@@ -30,14 +30,17 @@ inline StatusOr<bool> GetBool(const Json& obj, std::string_view key, std::string
                               bool default_value) {
   const Json* v = FindMember(obj, key);
   if (v == nullptr) return default_value;
-  if (!v->is_boolean()) return JsonError(std::string(path) + "." + std::string(key), "expected a boolean");
+  if (!v->is_boolean())
+    return JsonError(std::string(path) + "." + std::string(key), "expected a boolean");
   return v->get<bool>();
 }
 
-inline StatusOr<std::string> GetString(const Json& obj, std::string_view key, std::string_view path) {
+inline StatusOr<std::string> GetString(const Json& obj, std::string_view key,
+                                       std::string_view path) {
   const Json* v = FindMember(obj, key);
   if (v == nullptr) return JsonError(std::string(path) + "." + std::string(key), "missing string");
-  if (!v->is_string()) return JsonError(std::string(path) + "." + std::string(key), "expected a string");
+  if (!v->is_string())
+    return JsonError(std::string(path) + "." + std::string(key), "expected a string");
   return v->get<std::string>();
 }
 

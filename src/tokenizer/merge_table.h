@@ -77,7 +77,8 @@ class MergeTable {
     Reserve(old.empty() ? 8 : old.size());
     for (const Slot& s : old) {
       if (s.key != kEmpty) {
-        Insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFFu), s.rule);
+        Insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xFFFFFFFFu),
+               s.rule);
       }
     }
   }

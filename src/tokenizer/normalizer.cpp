@@ -21,9 +21,11 @@ Status ParseInto(const Json& json, const std::string& path, std::vector<UnicodeF
     forms->push_back(UnicodeForm::kNfkd);
   } else if (type == "Sequence") {
     const Json* list = FindMember(json, "normalizers");
-    if (list == nullptr || !list->is_array()) return JsonError(path + ".normalizers", "expected an array");
+    if (list == nullptr || !list->is_array())
+      return JsonError(path + ".normalizers", "expected an array");
     for (size_t i = 0; i < list->size(); ++i) {
-      OASIS_RETURN_IF_ERROR(ParseInto((*list)[i], path + ".normalizers[" + std::to_string(i) + "]", forms));
+      OASIS_RETURN_IF_ERROR(
+          ParseInto((*list)[i], path + ".normalizers[" + std::to_string(i) + "]", forms));
     }
   } else {
     return Unimplemented("normalizer type \"" + type + "\" (at " + path +
@@ -84,10 +86,18 @@ void NormalizeUnicode(std::string_view text, UnicodeForm form, std::string* out)
     } else {
       int options = UTF8PROC_STABLE;
       switch (form) {
-        case UnicodeForm::kNfc: options |= UTF8PROC_COMPOSE; break;
-        case UnicodeForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
-        case UnicodeForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-        case UnicodeForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+        case UnicodeForm::kNfc:
+          options |= UTF8PROC_COMPOSE;
+          break;
+        case UnicodeForm::kNfd:
+          options |= UTF8PROC_DECOMPOSE;
+          break;
+        case UnicodeForm::kNfkc:
+          options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+          break;
+        case UnicodeForm::kNfkd:
+          options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+          break;
       }
       utf8proc_uint8_t* result = nullptr;
       const utf8proc_ssize_t n =

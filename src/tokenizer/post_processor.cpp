@@ -14,7 +14,8 @@ Status PostProcessor::ParseInto(const Json& json, const std::string& path) {
   if (type == "TemplateProcessing") return ParseTemplate(json, path);
   if (type == "Sequence") {
     const Json* list = FindMember(json, "processors");
-    if (list == nullptr || !list->is_array()) return JsonError(path + ".processors", "expected an array");
+    if (list == nullptr || !list->is_array())
+      return JsonError(path + ".processors", "expected an array");
     for (size_t i = 0; i < list->size(); ++i) {
       OASIS_RETURN_IF_ERROR(ParseInto((*list)[i], path + ".processors[" + std::to_string(i) + "]"));
     }
@@ -39,8 +40,8 @@ Status PostProcessor::ParseTemplate(const Json& json, const std::string& path) {
     if (const Json* seq = FindMember(piece, "Sequence")) {
       OASIS_ASSIGN_OR_RETURN(std::string id, GetString(*seq, "id", piece_path + ".Sequence"));
       if (id != "A" || seen_sequence) {
-        return Unimplemented(piece_path + ": a single-sequence template with " +
-                             "sequence \"" + id + "\" is not supported");
+        return Unimplemented(piece_path + ": a single-sequence template with " + "sequence \"" +
+                             id + "\" is not supported");
       }
       seen_sequence = true;
       continue;
@@ -49,14 +50,16 @@ Status PostProcessor::ParseTemplate(const Json& json, const std::string& path) {
     if (special == nullptr) {
       return JsonError(piece_path, "expected {\"Sequence\": ...} or {\"SpecialToken\": ...}");
     }
-    OASIS_ASSIGN_OR_RETURN(std::string name, GetString(*special, "id", piece_path + ".SpecialToken"));
+    OASIS_ASSIGN_OR_RETURN(std::string name,
+                           GetString(*special, "id", piece_path + ".SpecialToken"));
     const Json* entry = specials != nullptr ? FindMember(*specials, name) : nullptr;
     const Json* ids = entry != nullptr ? FindMember(*entry, "ids") : nullptr;
     if (ids == nullptr || !ids->is_array()) {
       return JsonError(path + ".special_tokens", "no ids for template token \"" + name + "\"");
     }
     for (const Json& id : *ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 24)) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= (int64_t{1} << 24)) {
         return JsonError(path + ".special_tokens[\"" + name + "\"].ids", "expected token ids");
       }
       (seen_sequence ? suffix_ : prefix_).push_back(static_cast<int32_t>(id.get<int64_t>()));

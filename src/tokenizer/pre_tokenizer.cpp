@@ -26,7 +26,8 @@ StatusOr<SplitBehavior> ParseBehavior(const Json& json, const std::string& path)
 }
 
 // HF's NormalizedString::split: turns the match/non-match pieces into the kept ranges.
-void ApplyBehavior(const std::vector<Piece>& pieces, SplitBehavior behavior, std::vector<Piece>* out) {
+void ApplyBehavior(const std::vector<Piece>& pieces, SplitBehavior behavior,
+                   std::vector<Piece>* out) {
   out->clear();
   bool previous_match = false;
   switch (behavior) {
@@ -82,8 +83,9 @@ StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const Json& json)
   if (!json.is_null()) OASIS_RETURN_IF_ERROR(p->ParseInto(json, "pre_tokenizer"));
   for (size_t i = 0; i < p->stages_.size(); ++i) {
     if (p->stages_[i].kind == Stage::Kind::kByteLevel && i + 1 != p->stages_.size()) {
-      return Unimplemented("a ByteLevel pre-tokenizer followed by other "
-                           "pre-tokenizers is not supported (ByteLevel must come last)");
+      return Unimplemented(
+          "a ByteLevel pre-tokenizer followed by other "
+          "pre-tokenizers is not supported (ByteLevel must come last)");
     }
   }
   p->byte_level_ = !p->stages_.empty() && p->stages_.back().kind == Stage::Kind::kByteLevel;
@@ -94,9 +96,11 @@ Status PreTokenizer::ParseInto(const Json& json, const std::string& path) {
   OASIS_ASSIGN_OR_RETURN(std::string type, GetType(json, path));
   if (type == "Sequence") {
     const Json* list = FindMember(json, "pretokenizers");
-    if (list == nullptr || !list->is_array()) return JsonError(path + ".pretokenizers", "expected an array");
+    if (list == nullptr || !list->is_array())
+      return JsonError(path + ".pretokenizers", "expected an array");
     for (size_t i = 0; i < list->size(); ++i) {
-      OASIS_RETURN_IF_ERROR(ParseInto((*list)[i], path + ".pretokenizers[" + std::to_string(i) + "]"));
+      OASIS_RETURN_IF_ERROR(
+          ParseInto((*list)[i], path + ".pretokenizers[" + std::to_string(i) + "]"));
     }
     return Status::Ok();
   }
@@ -110,7 +114,8 @@ Status PreTokenizer::ParseInto(const Json& json, const std::string& path) {
       auto compiled = Regex::Compile(re->get<std::string>());
       if (!compiled.ok()) return compiled.status().WithContext(path + ".pattern");
       stage.regex = std::move(compiled).value();
-    } else if (const Json* lit = FindMember(*pattern, "String"); lit != nullptr && lit->is_string()) {
+    } else if (const Json* lit = FindMember(*pattern, "String");
+               lit != nullptr && lit->is_string()) {
       stage.literal = lit->get<std::string>();
       if (stage.literal.empty()) return JsonError(path + ".pattern.String", "empty split string");
     } else {
@@ -167,7 +172,8 @@ void PreTokenizer::RunStage(size_t index, std::string_view text,
   } else {
     for (size_t at = text.find(stage.literal); at != std::string_view::npos;
          at = text.find(stage.literal, at + stage.literal.size())) {
-      matches.push_back({static_cast<uint32_t>(at), static_cast<uint32_t>(at + stage.literal.size())});
+      matches.push_back(
+          {static_cast<uint32_t>(at), static_cast<uint32_t>(at + stage.literal.size())});
     }
   }
   const bool invert = stage.kind == Stage::Kind::kSplit && stage.invert;
@@ -179,7 +185,8 @@ void PreTokenizer::RunStage(size_t index, std::string_view text,
     pieces.push_back({m.begin, m.end, !invert});
     previous = m.end;
   }
-  if (previous != text.size()) pieces.push_back({previous, static_cast<uint32_t>(text.size()), invert});
+  if (previous != text.size())
+    pieces.push_back({previous, static_cast<uint32_t>(text.size()), invert});
 
   const SplitBehavior behavior =
       stage.kind == Stage::Kind::kSplit ? stage.behavior : SplitBehavior::kIsolated;

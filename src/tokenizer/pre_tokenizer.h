@@ -45,7 +45,8 @@ class PreTokenizer {
   };
 
   Status ParseInto(const Json& json, const std::string& path);
-  void RunStage(size_t index, std::string_view text, FunctionRef<void(std::string_view)> sink) const;
+  void RunStage(size_t index, std::string_view text,
+                FunctionRef<void(std::string_view)> sink) const;
 
   std::vector<Stage> stages_;
   bool byte_level_ = false;

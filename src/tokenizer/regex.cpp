@@ -103,8 +103,9 @@ StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
   pcre2_set_newline(cctx, PCRE2_NEWLINE_LF);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &error, &offset, cctx);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &error, &offset, cctx);
   pcre2_compile_context_free(cctx);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];

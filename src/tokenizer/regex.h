@@ -44,7 +44,8 @@ class Regex {
   static std::string TranslateOnigurumaPattern(std::string_view pattern);
 
  private:
-  explicit Regex(void* code, std::string translated) : code_(code), translated_(std::move(translated)) {}
+  explicit Regex(void* code, std::string translated)
+      : code_(code), translated_(std::move(translated)) {}
   void* code_;  // pcre2_code_8*
   std::string translated_;
 };

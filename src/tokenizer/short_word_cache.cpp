@@ -56,7 +56,8 @@ bool ShortWordCache::Lookup(std::string_view word, uint64_t hash, std::vector<in
   return true;
 }
 
-void ShortWordCache::Insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t count) {
+void ShortWordCache::Insert(std::string_view word, uint64_t hash, const int32_t* ids,
+                            size_t count) {
   Entry& e = entries_[hash & mask_];
   uint64_t version = e.version.load(std::memory_order_relaxed);
   if ((version & 1) ||

@@ -26,8 +26,7 @@ Status ParseDecoder(const Json& json, const std::string& path, DecoderKind* kind
   if (type == "Sequence") {
     const Json* list = FindMember(json, "decoders");
     if (list == nullptr || !list->is_array() || list->size() != 1) {
-      return Unimplemented("decoder Sequence (at " + path +
-                           ") is supported only as [ByteLevel]");
+      return Unimplemented("decoder Sequence (at " + path + ") is supported only as [ByteLevel]");
     }
     return ParseDecoder((*list)[0], path + ".decoders[0]", kind);
   }
@@ -49,7 +48,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::filesystem::
   return FromJson(contents.str(), path.string());
 }
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json, std::string source) {
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json,
+                                                         std::string source) {
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   t->source_ = std::move(source);
   Status status = t->Load(json);
@@ -75,16 +75,19 @@ Status Tokenizer::Load(std::string_view text) {
   OASIS_ASSIGN_OR_RETURN(pre_tokenizer_, PreTokenizer::FromJson(member("pre_tokenizer")));
   const Json* model = FindMember(json, "model");
   if (model == nullptr) return JsonError("model", "missing");
-  const SymbolMode mode = pre_tokenizer_->byte_level() ? SymbolMode::kByteLevel : SymbolMode::kCharacter;
+  const SymbolMode mode =
+      pre_tokenizer_->byte_level() ? SymbolMode::kByteLevel : SymbolMode::kCharacter;
   OASIS_ASSIGN_OR_RETURN(model_, BpeModel::FromJson(*model, mode));
-  OASIS_ASSIGN_OR_RETURN(AddedVocabulary added,
-                         AddedVocabulary::FromJson(FindMember(json, "added_tokens"), normalizer_.get()));
+  OASIS_ASSIGN_OR_RETURN(
+      AddedVocabulary added,
+      AddedVocabulary::FromJson(FindMember(json, "added_tokens"), normalizer_.get()));
   added_ = std::make_unique<AddedVocabulary>(std::move(added));
   OASIS_ASSIGN_OR_RETURN(PostProcessor post, PostProcessor::FromJson(member("post_processor")));
   post_processor_ = std::make_unique<PostProcessor>(std::move(post));
 
   DecoderKind decoder = DecoderKind::kJoinWithSpace;
-  if (const Json* d = FindMember(json, "decoder")) OASIS_RETURN_IF_ERROR(ParseDecoder(*d, "decoder", &decoder));
+  if (const Json* d = FindMember(json, "decoder"))
+    OASIS_RETURN_IF_ERROR(ParseDecoder(*d, "decoder", &decoder));
   joins_with_space_ = decoder == DecoderKind::kJoinWithSpace;
 
   // Per-id decoding tables. Added tokens take precedence over the model's strings (HF's
@@ -113,10 +116,12 @@ Status Tokenizer::Load(std::string_view text) {
     has_normalized_added_tokens_ = has_normalized_added_tokens_ || t.normalized;
   }
   for (int32_t id : post_processor_->prefix()) {
-    if (id >= limit || !known_[id]) return InvalidArgument("post_processor: unknown token id " + std::to_string(id));
+    if (id >= limit || !known_[id])
+      return InvalidArgument("post_processor: unknown token id " + std::to_string(id));
   }
   for (int32_t id : post_processor_->suffix()) {
-    if (id >= limit || !known_[id]) return InvalidArgument("post_processor: unknown token id " + std::to_string(id));
+    if (id >= limit || !known_[id])
+      return InvalidArgument("post_processor: unknown token id " + std::to_string(id));
   }
   return Status::Ok();
 }

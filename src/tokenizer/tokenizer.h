@@ -30,8 +30,8 @@ class Normalizer;
 class PostProcessor;
 class PreTokenizer;
 
-enum class AddSpecialTokens { kNo, kYes };    // apply the post-processor (e.g. Llama-3's BOS)
-enum class SkipSpecialTokens { kNo, kYes };   // drop added tokens marked special when decoding
+enum class AddSpecialTokens { kNo, kYes };   // apply the post-processor (e.g. Llama-3's BOS)
+enum class SkipSpecialTokens { kNo, kYes };  // drop added tokens marked special when decoding
 
 class Tokenizer {
  public:

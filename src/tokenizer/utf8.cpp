@@ -33,7 +33,8 @@ Seq ReadSequence(std::string_view bytes) {
     return {SeqKind::kInvalid, 1};
   }
   for (int k = 1; k <= need; ++k) {
-    if (static_cast<size_t>(k) >= bytes.size()) return {SeqKind::kTruncated, static_cast<size_t>(k)};
+    if (static_cast<size_t>(k) >= bytes.size())
+      return {SeqKind::kTruncated, static_cast<size_t>(k)};
     const auto b = static_cast<unsigned char>(bytes[k]);
     const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
     if (b < l || b > h) return {SeqKind::kInvalid, static_cast<size_t>(k)};
@@ -91,8 +92,8 @@ size_t StableUtf8PrefixLength(std::string_view bytes) {
   const size_t first = n >= 3 ? n - 3 : 0;
   for (size_t start = n; start-- > first;) {
     const auto b = static_cast<unsigned char>(bytes[start]);
-    if (b < 0x80) return n;      // ASCII: nothing after it can be a lead's tail
-    if (b >= 0xC0) {              // a lead byte (or an invalid one)
+    if (b < 0x80) return n;  // ASCII: nothing after it can be a lead's tail
+    if (b >= 0xC0) {         // a lead byte (or an invalid one)
       Seq s = ReadSequence(bytes.substr(start));
       return s.kind == SeqKind::kTruncated ? start : n;
     }
@@ -134,8 +135,20 @@ void AppendUtf8(char32_t c, std::string* out) {
 
 bool IsUnicodeWhitespace(char32_t c) {
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;
@@ -146,13 +159,20 @@ bool IsUnicodeWordChar(char32_t c) {
   if (c < 0x80) {
     return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
   }
-  if (c == 0x200C || c == 0x200D) return true;            // Join_Control
-  if (c >= 0x24B6 && c <= 0x24E9) return true;            // circled letters (Other_Alphabetic)
+  if (c == 0x200C || c == 0x200D) return true;  // Join_Control
+  if (c >= 0x24B6 && c <= 0x24E9) return true;  // circled letters (Other_Alphabetic)
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;

@@ -21,7 +21,8 @@ bool IsValidUtf8(std::string_view bytes);
 void AppendUtf8Lossy(std::string_view bytes, std::string* out);
 
 // The length of the longest prefix of `bytes` whose lossy decoding can not change whatever bytes
-// follow: everything except a trailing, still possibly valid, incomplete sequence (at most 3 bytes).
+// follow: everything except a trailing, still possibly valid, incomplete sequence (at most 3
+// bytes).
 size_t StableUtf8PrefixLength(std::string_view bytes);
 
 // Decodes the code point at `p` (well-formed UTF-8 assumed, at least one byte before `end`);

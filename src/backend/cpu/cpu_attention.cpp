@@ -22,8 +22,10 @@ void CpuBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_m
       int64_t dst = slot_mapping.data<int64_t>()[t * heads + h];
       if (dst < 0) continue;
       OASIS_CHECK_LT(dst, capacity) << "slot mapping outside the KV pool";
-      std::memcpy(pool.k.data<float>() + dst * head_dim, k.data<float>() + (t * heads + h) * head_dim, bytes);
-      std::memcpy(pool.v.data<float>() + dst * head_dim, v.data<float>() + (t * heads + h) * head_dim, bytes);
+      std::memcpy(pool.k.data<float>() + dst * head_dim,
+                  k.data<float>() + (t * heads + h) * head_dim, bytes);
+      std::memcpy(pool.v.data<float>() + dst * head_dim,
+                  v.data<float>() + (t * heads + h) * head_dim, bytes);
     }
   }
 }
@@ -62,7 +64,8 @@ void CpuBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atten
           for (int64_t p = 0; p < visible; ++p) {
             const int32_t slot = table[p / kBlockSize];
             OASIS_CHECK(slot >= 0 && slot < num_slots) << "block table slot " << slot;
-            const float* kv = kp + (static_cast<int64_t>(slot) * kBlockSize + p % kBlockSize) * head_dim;
+            const float* kv =
+                kp + (static_cast<int64_t>(slot) * kBlockSize + p % kBlockSize) * head_dim;
             float dot = 0;
             for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
             scores[p] = dot * scale;
@@ -74,7 +77,8 @@ void CpuBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atten
             const double w = std::exp(static_cast<double>(scores[p]) - max_score);
             denom += w;
             const int32_t slot = table[p / kBlockSize];
-            const float* vv = vp + (static_cast<int64_t>(slot) * kBlockSize + p % kBlockSize) * head_dim;
+            const float* vv =
+                vp + (static_cast<int64_t>(slot) * kBlockSize + p % kBlockSize) * head_dim;
             for (int64_t d = 0; d < head_dim; ++d) acc[d] += w * vv[d];
           }
           float* o = out.data<float>() + ((q_begin + i) * num_q_heads + j) * head_dim;

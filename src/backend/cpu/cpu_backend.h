@@ -44,20 +44,24 @@ class CpuBackend final : public Backend {
   Tensor EmptyHost(std::vector<int64_t> shape, DType dtype) override;
   void BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots, const Tensor& num_tokens,
                       const Tensor& dst_rows, Tensor& kmin, Tensor& kmax) override;
-  void ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks, const Tensor& host_tables,
-                   const Tensor& kmin, const Tensor& kmax, GroupReduce reduce, Tensor& scores) override;
-  void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) override;
-  void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables, const Tensor& ws_slots,
-                    Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src, Tensor& fetch_dst,
-                    Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
+  void ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks,
+                   const Tensor& host_tables, const Tensor& kmin, const Tensor& kmax,
+                   GroupReduce reduce, Tensor& scores) override;
+  void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks,
+                  Tensor& topk) override;
+  void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
+                    const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
+                    Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
                     const Tensor* remote = nullptr, Tensor* remote_out = nullptr) override;
   void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                   const Tensor& dst_slots) override;
   void CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,
                   const Tensor& dst_index) override;
-  void AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots, const Tensor& num_resident,
-                            const Tensor& tail_slots, const Tensor& tail_lens, AttentionMetadata& meta) override;
-  void TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows, Tensor& counts) override;
+  void AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots,
+                            const Tensor& num_resident, const Tensor& tail_slots,
+                            const Tensor& tail_lens, AttentionMetadata& meta) override;
+  void TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
+                   Tensor& counts) override;
 
  private:
   int num_threads_;

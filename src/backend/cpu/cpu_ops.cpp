@@ -50,7 +50,8 @@ void CpuBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_t
 void CpuBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
   CheckF32(t, "FillNormal");
   float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = stddev * HashNormal(seed, static_cast<uint64_t>(i));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    p[i] = stddev * HashNormal(seed, static_cast<uint64_t>(i));
 }
 
 void CpuBackend::Fill(Tensor& t, float value) {
@@ -96,7 +97,8 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
   CheckF32(a, "Add a");
   CheckF32(b, "Add b");
   OASIS_CHECK(a.numel() == b.numel() && a.numel() == out.numel()) << "Add shapes";
-  for (int64_t i = 0; i < a.numel(); ++i) out.data<float>()[i] = a.data<float>()[i] + b.data<float>()[i];
+  for (int64_t i = 0; i < a.numel(); ++i)
+    out.data<float>()[i] = a.data<float>()[i] + b.data<float>()[i];
 }
 
 void CpuBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
@@ -122,7 +124,8 @@ void CpuBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
           for (; i + 8 <= in; i += 8) {
             for (int j = 0; j < 8; ++j) acc[j] += xr[i + j] * w[i + j];
           }
-          float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+          float s =
+              ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
           for (; i < in; ++i) s += xr[i] * w[i];
           op[(r0 + r) * outf + f] = s;
         }
@@ -174,8 +177,10 @@ void CpuBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Te
       cosv[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.attention_scaling;
       sinv[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.attention_scaling;
     }
-    for (int64_t h = 0; h < q.dim(1); ++h) apply(q.data<float>() + (t * q.dim(1) + h) * head_dim, q_norm);
-    for (int64_t h = 0; h < k.dim(1); ++h) apply(k.data<float>() + (t * k.dim(1) + h) * head_dim, k_norm);
+    for (int64_t h = 0; h < q.dim(1); ++h)
+      apply(q.data<float>() + (t * q.dim(1) + h) * head_dim, q_norm);
+    for (int64_t h = 0; h < k.dim(1); ++h)
+      apply(k.data<float>() + (t * k.dim(1) + h) * head_dim, k_norm);
   }
 }
 

@@ -25,8 +25,8 @@ void CheckRank(const Tensor& t, int ndim, const char* what) {
 void CheckState(const Tensor& t, int64_t rows, int64_t heads, const char* what) {
   CheckInt(t, DType::kI32, what);
   CheckRank(t, 3, what);
-  OASIS_CHECK(t.dim(0) == rows && t.dim(1) == heads) << what << " " << t.ToString() << ", expected [" << rows
-                                                     << ", " << heads << ", *]";
+  OASIS_CHECK(t.dim(0) == rows && t.dim(1) == heads)
+      << what << " " << t.ToString() << ", expected [" << rows << ", " << heads << ", *]";
 }
 
 // A float pool's head-block slot as a pointer to its first K (or V) element.
@@ -41,13 +41,15 @@ Tensor CpuBackend::EmptyHost(std::vector<int64_t> shape, DType dtype) {
   return Tensor::Empty(std::move(shape), dtype);
 }
 
-void CpuBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots, const Tensor& num_tokens,
-                                const Tensor& dst_rows, Tensor& kmin, Tensor& kmax) {
+void CpuBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots,
+                                const Tensor& num_tokens, const Tensor& dst_rows, Tensor& kmin,
+                                Tensor& kmax) {
   CheckInt(src_slots, DType::kI32, "BlockSummaries src_slots");
   CheckInt(num_tokens, DType::kI32, "BlockSummaries num_tokens");
   CheckInt(dst_rows, DType::kI32, "BlockSummaries dst_rows");
   const int64_t n = src_slots.numel(), d = pool.k.dim(2);
-  OASIS_CHECK(num_tokens.numel() == n && dst_rows.numel() == n) << "BlockSummaries: entry counts differ";
+  OASIS_CHECK(num_tokens.numel() == n && dst_rows.numel() == n)
+      << "BlockSummaries: entry counts differ";
   OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d && kmin.dtype() == DType::kF32)
       << "BlockSummaries kmin " << kmin.ToString() << " kmax " << kmax.ToString();
   for (int64_t i = 0; i < n; ++i) {
@@ -70,34 +72,37 @@ void CpuBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots
 }
 
 void CpuBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks,
-                             const Tensor& host_tables, const Tensor& kmin, const Tensor& kmax, GroupReduce reduce,
-                             Tensor& scores) {
+                             const Tensor& host_tables, const Tensor& kmin, const Tensor& kmax,
+                             GroupReduce reduce, Tensor& scores) {
   OASIS_CHECK(q.dtype() == DType::kF32 && q.ndim() == 3) << "ScoreBlocks q " << q.ToString();
   CheckInt(query_rows, DType::kI32, "ScoreBlocks query_rows");
   CheckInt(num_blocks, DType::kI32, "ScoreBlocks num_blocks");
   const int64_t R = query_rows.numel(), hq = q.dim(1), d = q.dim(2);
   OASIS_CHECK_EQ(num_blocks.numel(), R) << "ScoreBlocks num_blocks";
-  OASIS_CHECK(host_tables.ndim() == 3 && host_tables.dim(0) == R) << "ScoreBlocks host_tables " << host_tables.ToString();
+  OASIS_CHECK(host_tables.ndim() == 3 && host_tables.dim(0) == R)
+      << "ScoreBlocks host_tables " << host_tables.ToString();
   const int64_t hkv = host_tables.dim(1), mb = host_tables.dim(2);
   CheckState(host_tables, R, hkv, "ScoreBlocks host_tables");
   OASIS_CHECK(scores.dtype() == DType::kF32 && scores.shape() == host_tables.shape())
       << "ScoreBlocks scores " << scores.ToString();
   OASIS_CHECK(hq % hkv == 0) << "ScoreBlocks: " << hq << " query heads, " << hkv << " KV heads";
-  OASIS_CHECK(kmin.dim(1) == d && kmax.shape() == kmin.shape()) << "ScoreBlocks summaries " << kmin.ToString();
+  OASIS_CHECK(kmin.dim(1) == d && kmax.shape() == kmin.shape())
+      << "ScoreBlocks summaries " << kmin.ToString();
   const int64_t group = hq / hkv;
   for (int64_t r = 0; r < R; ++r) {
     const int32_t row = query_rows.data<int32_t>()[r];
     if (row < 0) continue;
     OASIS_CHECK_LT(row, q.dim(0)) << "ScoreBlocks query row";
     const int32_t nb = num_blocks.data<int32_t>()[r];
-    OASIS_CHECK(nb >= 0 && nb <= mb) << "ScoreBlocks num_blocks " << nb << " (capacity " << mb << ")";
+    OASIS_CHECK(nb >= 0 && nb <= mb)
+        << "ScoreBlocks num_blocks " << nb << " (capacity " << mb << ")";
     for (int64_t h = 0; h < hkv; ++h) {
       const int32_t* table = host_tables.data<int32_t>() + (r * hkv + h) * mb;
       float* out = scores.data<float>() + (r * hkv + h) * mb;
       for (int32_t b = 0; b < nb; ++b) {
         const int32_t m = table[b];
-        OASIS_CHECK(m >= 0 && m < kmin.dim(0)) << "ScoreBlocks: block " << b << " of row " << r << " head " << h
-                                               << " has summary row " << m;
+        OASIS_CHECK(m >= 0 && m < kmin.dim(0)) << "ScoreBlocks: block " << b << " of row " << r
+                                               << " head " << h << " has summary row " << m;
         const float* lo = kmin.data<float>() + m * d;
         const float* hi = kmax.data<float>() + m * d;
         float acc = 0;
@@ -117,8 +122,10 @@ void CpuBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Te
   }
 }
 
-void CpuBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) {
-  OASIS_CHECK(scores.dtype() == DType::kF32 && scores.ndim() == 3) << "TopKBlocks scores " << scores.ToString();
+void CpuBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks,
+                            Tensor& topk) {
+  OASIS_CHECK(scores.dtype() == DType::kF32 && scores.ndim() == 3)
+      << "TopKBlocks scores " << scores.ToString();
   CheckInt(rows, DType::kI32, "TopKBlocks rows");
   CheckInt(num_blocks, DType::kI32, "TopKBlocks num_blocks");
   const int64_t R = scores.dim(0), hkv = scores.dim(1), mb = scores.dim(2);
@@ -135,9 +142,9 @@ void CpuBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tens
       const float* s = scores.data<float>() + (r * hkv + h) * mb;
       order.resize(static_cast<size_t>(nb));
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + take, order.end(), [s](int32_t a, int32_t b) {
-        return s[a] > s[b] || (s[a] == s[b] && a < b);
-      });
+      std::partial_sort(
+          order.begin(), order.begin() + take, order.end(),
+          [s](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
       int32_t* out = topk.data<int32_t>() + (r * hkv + h) * k;
       for (int64_t i = 0; i < k; ++i) out[i] = i < take ? order[static_cast<size_t>(i)] : -1;
     }
@@ -145,19 +152,22 @@ void CpuBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tens
 }
 
 void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
-                              const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
-                              Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
-                              const Tensor* remote, Tensor* remote_out) {
+                              const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age,
+                              Tensor& fetch_src, Tensor& fetch_dst, Tensor& resident_slots,
+                              Tensor& num_resident, Tensor& stats, const Tensor* remote,
+                              Tensor* remote_out) {
   CheckInt(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
   CheckState(host_tables, R, hkv, "SelectBlocks host_tables");
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&ws_slots, &ws_blocks, &ws_age, &resident_slots}) {
+  for (const Tensor* t :
+       std::initializer_list<const Tensor*>{&ws_slots, &ws_blocks, &ws_age, &resident_slots}) {
     CheckState(*t, R, hkv, "SelectBlocks working-set state");
     OASIS_CHECK_EQ(t->dim(2), k) << "SelectBlocks: working-set width must equal K";
   }
   CheckState(fetch_src, R, hkv, "SelectBlocks fetch_src");
-  OASIS_CHECK(fetch_dst.shape() == fetch_src.shape()) << "SelectBlocks fetch_dst " << fetch_dst.ToString();
+  OASIS_CHECK(fetch_dst.shape() == fetch_src.shape())
+      << "SelectBlocks fetch_dst " << fetch_dst.ToString();
   CheckInt(fetch_dst, DType::kI32, "SelectBlocks fetch_dst");
   CheckInt(num_resident, DType::kI32, "SelectBlocks num_resident");
   OASIS_CHECK_EQ(num_resident.numel(), R * hkv) << "SelectBlocks num_resident";
@@ -166,8 +176,8 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
   const int64_t c = fetch_src.dim(2), mb = host_tables.dim(2);
   int64_t cr = 0;
   if (remote != nullptr) {
-    OASIS_CHECK(remote->dtype() == DType::kU8 && remote->ndim() == 3 && remote->dim(0) == R && remote->dim(1) == hkv &&
-                remote->dim(2) == mb)
+    OASIS_CHECK(remote->dtype() == DType::kU8 && remote->ndim() == 3 && remote->dim(0) == R &&
+                remote->dim(1) == hkv && remote->dim(2) == mb)
         << "SelectBlocks remote " << remote->ToString();
     OASIS_CHECK(remote_out != nullptr) << "SelectBlocks: remote without remote_out";
     CheckState(*remote_out, R, hkv, "SelectBlocks remote_out");
@@ -233,7 +243,8 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
       std::stable_sort(victims.begin() + static_cast<std::ptrdiff_t>(num_empty), victims.end(),
                        [age](int32_t a, int32_t b) { return age[a] > age[b]; });
       // 5: admit at most C misses, best first.
-      const int64_t n = std::min<int64_t>({static_cast<int64_t>(misses.size()), c, static_cast<int64_t>(victims.size())});
+      const int64_t n = std::min<int64_t>(
+          {static_cast<int64_t>(misses.size()), c, static_cast<int64_t>(victims.size())});
       for (int64_t i = 0; i < n; ++i) {
         const int32_t j = victims[static_cast<size_t>(i)], b = misses[static_cast<size_t>(i)];
         OASIS_CHECK(b < mb && table[b] >= 0) << "SelectBlocks: block " << b << " has no host slot";
@@ -247,9 +258,11 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
       for (int32_t j = 0; j < k; ++j) {
         if (blocks[j] >= 0) order.push_back(j);
       }
-      std::sort(order.begin(), order.end(), [blocks](int32_t a, int32_t b) { return blocks[a] < blocks[b]; });
+      std::sort(order.begin(), order.end(),
+                [blocks](int32_t a, int32_t b) { return blocks[a] < blocks[b]; });
       int32_t* res = resident_slots.data<int32_t>() + base * k;
-      for (int64_t i = 0; i < k; ++i) res[i] = i < static_cast<int64_t>(order.size()) ? slots[order[static_cast<size_t>(i)]] : -1;
+      for (int64_t i = 0; i < k; ++i)
+        res[i] = i < static_cast<int64_t>(order.size()) ? slots[order[static_cast<size_t>(i)]] : -1;
       num_resident.data<int32_t>()[base] = static_cast<int32_t>(order.size());
       int32_t* st = stats.data<int32_t>() + base * 3;
       st[0] += hits;
@@ -286,7 +299,8 @@ void CpuBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, Lay
   for (int64_t i = 0; i < src_index.numel(); ++i) {
     const int64_t s = src_index.data<int64_t>()[i], t = dst_index.data<int64_t>()[i];
     if (s < 0 || t < 0) continue;
-    OASIS_CHECK(s < src_rows && t < dst_rows) << "CopyTokens index outside a pool: " << s << " -> " << t;
+    OASIS_CHECK(s < src_rows && t < dst_rows)
+        << "CopyTokens index outside a pool: " << s << " -> " << t;
     std::memcpy(dst.k.data<float>() + t * d, src.k.data<float>() + s * d, bytes);
     std::memcpy(dst.v.data<float>() + t * d, src.v.data<float>() + s * d, bytes);
   }
@@ -303,8 +317,8 @@ void CpuBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resi
   CheckInt(num_resident, DType::kI32, "AssembleSparseTables num_resident");
   CheckState(tail_slots, S, hkv, "AssembleSparseTables tail_slots");
   OASIS_CHECK_EQ(tail_slots.dim(2), 2) << "AssembleSparseTables tail_slots";
-  OASIS_CHECK(meta.kv_lens.dim(0) == S && meta.kv_lens.dim(1) == hkv) << "AssembleSparseTables kv_lens "
-                                                                      << meta.kv_lens.ToString();
+  OASIS_CHECK(meta.kv_lens.dim(0) == S && meta.kv_lens.dim(1) == hkv)
+      << "AssembleSparseTables kv_lens " << meta.kv_lens.ToString();
   for (int64_t s = 0; s < S; ++s) {
     const int32_t r = seq_rows.data<int32_t>()[s];
     if (r < 0) continue;
@@ -314,8 +328,9 @@ void CpuBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resi
     const int32_t nt = (tail + kBlockSize - 1) / kBlockSize;
     for (int64_t h = 0; h < hkv; ++h) {
       const int32_t n = num_resident.data<int32_t>()[r * hkv + h];
-      OASIS_CHECK(n >= 0 && n <= k && n + nt <= width) << "AssembleSparseTables: " << n << " resident + " << nt
-                                                       << " tail blocks, table width " << width;
+      OASIS_CHECK(n >= 0 && n <= k && n + nt <= width)
+          << "AssembleSparseTables: " << n << " resident + " << nt << " tail blocks, table width "
+          << width;
       int32_t* row = meta.block_tables.data<int32_t>() + (s * hkv + h) * width;
       std::copy_n(resident_slots.data<int32_t>() + (r * hkv + h) * k, n, row);
       std::copy_n(tail_slots.data<int32_t>() + (s * hkv + h) * 2, nt, row + n);
@@ -324,7 +339,8 @@ void CpuBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resi
   }
 }
 
-void CpuBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows, Tensor& counts) {
+void CpuBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
+                             Tensor& counts) {
   CheckInt(rows, DType::kI32, "TopKOverlap rows");
   const int64_t R = rows.numel(), hkv = predicted.dim(1), k = predicted.dim(2);
   CheckState(predicted, R, hkv, "TopKOverlap predicted");

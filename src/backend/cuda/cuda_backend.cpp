@@ -32,7 +32,9 @@ void CheckDevice(const Tensor& t, DType dtype, const char* what) {
 }
 
 template <typename T = bf16>
-T* Ptr(const Tensor& t) { return static_cast<T*>(t.raw()); }
+T* Ptr(const Tensor& t) {
+  return static_cast<T*>(t.raw());
+}
 
 // Device allocations whose last owner let go while their stream was capturing a graph. Inside
 // a capture cudaFreeAsync may only free the graph's own allocations (anything else returns
@@ -71,10 +73,11 @@ void FreeDeviceAsync(void* p, cudaStream_t s) {
   }
 }
 
-#define OASIS_CUBLAS_CHECK(expr)                                                              \
-  do {                                                                                        \
-    cublasStatus_t oasis_cublas_st_ = (expr);                                                 \
-    OASIS_CHECK(oasis_cublas_st_ == CUBLAS_STATUS_SUCCESS) << #expr << " -> " << cublasGetStatusString(oasis_cublas_st_); \
+#define OASIS_CUBLAS_CHECK(expr)                                       \
+  do {                                                                 \
+    cublasStatus_t oasis_cublas_st_ = (expr);                          \
+    OASIS_CHECK(oasis_cublas_st_ == CUBLAS_STATUS_SUCCESS)             \
+        << #expr << " -> " << cublasGetStatusString(oasis_cublas_st_); \
   } while (0)
 
 }  // namespace
@@ -86,7 +89,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   OASIS_CUBLAS_CHECK(cublasSetStream(b->cublas_, b->stream()));
   OASIS_CUBLAS_CHECK(cublasSetMathMode(b->cublas_, CUBLAS_DEFAULT_MATH));
   OASIS_ASSIGN_OR_RETURN(b->cublas_workspace_, cuda::DeviceBuffer::Allocate(size_t{32} << 20));
-  OASIS_CUBLAS_CHECK(cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
+  OASIS_CUBLAS_CHECK(
+      cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
   const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
   OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
   OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream()));
@@ -182,7 +186,8 @@ void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_
       const size_t len = std::min(kChunk, bytes - off);
       staging_free_[i].Synchronize();  // the DMA out of this buffer has finished
       std::memcpy(staging_[i].data(), in + off, len);
-      OASIS_CUDA_CHECK(cudaMemcpyAsync(out + off, staging_[i].data(), len, cudaMemcpyHostToDevice, stream()));
+      OASIS_CUDA_CHECK(
+          cudaMemcpyAsync(out + off, staging_[i].data(), len, cudaMemcpyHostToDevice, stream()));
       staging_free_[i].Record(stream());
     }
   }
@@ -202,9 +207,11 @@ void CudaBackend::UploadAsyncInto(Tensor& dst, const Tensor& host) {
   OASIS_CHECK(dst.device() == Device::kCuda) << "UploadAsyncInto a host tensor";
   constexpr size_t kHalf = size_t{2} << 20;
   const size_t bytes = host.nbytes();
-  OASIS_CHECK_LE(bytes, dst.nbytes()) << "UploadAsyncInto " << dst.ToString() << " from " << host.ToString();
+  OASIS_CHECK_LE(bytes, dst.nbytes())
+      << "UploadAsyncInto " << dst.ToString() << " from " << host.ToString();
   if (bytes == 0) return;
-  if (bytes > kHalf || override_ != nullptr || arena_base_ != nullptr) {  // (an arena: inside a capture)
+  if (bytes > kHalf || override_ != nullptr ||
+      arena_base_ != nullptr) {  // (an arena: inside a capture)
     UploadBytes(dst, 0, host.raw(), bytes);
     return;
   }
@@ -220,7 +227,8 @@ void CudaBackend::UploadAsyncInto(Tensor& dst, const Tensor& host) {
     async_free_[async_half_].Synchronize();
     off = 0;
   }
-  char* p = static_cast<char*>(async_staging_.data()) + static_cast<size_t>(async_half_) * kHalf + off;
+  char* p =
+      static_cast<char*>(async_staging_.data()) + static_cast<size_t>(async_half_) * kHalf + off;
   std::memcpy(p, host.raw(), bytes);
   OASIS_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), p, bytes, cudaMemcpyHostToDevice, stream()));
   async_used_ = off + bytes;
@@ -229,7 +237,8 @@ void CudaBackend::UploadAsyncInto(Tensor& dst, const Tensor& host) {
 Tensor CudaBackend::Download(const Tensor& t) {
   OASIS_CHECK(t.device() == Device::kCuda) << "Download of a host tensor";
   Tensor host = Tensor::Empty(t.shape(), t.dtype());
-  OASIS_CUDA_CHECK(cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream()));
+  OASIS_CUDA_CHECK(
+      cudaMemcpyAsync(host.raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream()));
   stream_.Synchronize();
   return host;
 }
@@ -237,7 +246,8 @@ Tensor CudaBackend::Download(const Tensor& t) {
 void CudaBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
   OASIS_CHECK(t.device() == Device::kCuda) << "FillNormal of a host tensor";
   if (t.dtype() == DType::kF32) {
-    OASIS_CUDA_CHECK(kernels::LaunchFillNormalF32(Ptr<float>(t), t.numel(), seed, stddev, stream()));
+    OASIS_CUDA_CHECK(
+        kernels::LaunchFillNormalF32(Ptr<float>(t), t.numel(), seed, stddev, stream()));
   } else {
     CheckDevice(t, DType::kBF16, "FillNormal");
     OASIS_CUDA_CHECK(kernels::LaunchFillNormal(Ptr(t), t.numel(), seed, stddev, stream()));
@@ -257,22 +267,24 @@ void CudaBackend::Fill(Tensor& t, float value) {
 void CudaBackend::Embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
   CheckDevice(ids, DType::kI32, "Embedding ids");
   CheckDevice(table, DType::kBF16, "Embedding table");
-  OASIS_CUDA_CHECK(kernels::LaunchEmbedding(Ptr<int32_t>(ids), Ptr(table), Ptr(out), ids.numel(), table.dim(1),
-                                            stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchEmbedding(Ptr<int32_t>(ids), Ptr(table), Ptr(out), ids.numel(),
+                                            table.dim(1), stream()));
 }
 
 void CudaBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
   CheckDevice(x, DType::kBF16, "RmsNorm x");
   const int64_t n = x.dim(-1);
-  OASIS_CUDA_CHECK(kernels::LaunchRmsNorm(Ptr(x), nullptr, Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchRmsNorm(Ptr(x), nullptr, Ptr(weight), Ptr(out), x.numel() / n, n,
+                                          eps, stream()));
 }
 
-void CudaBackend::AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) {
+void CudaBackend::AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                             Tensor& out) {
   CheckDevice(x, DType::kBF16, "AddRmsNorm x");
   CheckDevice(residual, DType::kBF16, "AddRmsNorm residual");
   const int64_t n = x.dim(-1);
-  OASIS_CUDA_CHECK(
-      kernels::LaunchRmsNorm(Ptr(x), Ptr(residual), Ptr(weight), Ptr(out), x.numel() / n, n, eps, stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchRmsNorm(Ptr(x), Ptr(residual), Ptr(weight), Ptr(out),
+                                          x.numel() / n, n, eps, stream()));
 }
 
 void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -291,95 +303,119 @@ void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
   OASIS_CHECK(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16) << "Linear out dtype";
   if (kernels::GemvSupported(rows, in, x.raw(), weight.raw())) {  // decode: bandwidth-bound
     const bool f32 = out.dtype() == DType::kF32;
-    OASIS_CUDA_CHECK(kernels::LaunchGemv(Ptr(x), Ptr(weight), f32 ? nullptr : Ptr(out), f32 ? Ptr<float>(out) : nullptr,
-                                         rows, in, outf, stream()));
+    OASIS_CUDA_CHECK(kernels::LaunchGemv(Ptr(x), Ptr(weight), f32 ? nullptr : Ptr(out),
+                                         f32 ? Ptr<float>(out) : nullptr, rows, in, outf,
+                                         stream()));
     return;
   }
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major out[rows, outf] = x · Wᵀ is column-major outᵀ = W(ᵀ as stored) · xᵀ.
-  OASIS_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(outf), static_cast<int>(rows),
-                                  static_cast<int>(in), &alpha, weight.raw(), CUDA_R_16BF, static_cast<int>(in),
-                                  x.raw(), CUDA_R_16BF, static_cast<int>(in), &beta, out.raw(), out_type,
+  OASIS_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(outf),
+                                  static_cast<int>(rows), static_cast<int>(in), &alpha,
+                                  weight.raw(), CUDA_R_16BF, static_cast<int>(in), x.raw(),
+                                  CUDA_R_16BF, static_cast<int>(in), &beta, out.raw(), out_type,
                                   static_cast<int>(outf), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-bool CudaBackend::NormGemvFusable(const Tensor* x, const Tensor& residual, const Tensor* residual_out,
-                                  const Tensor& norm_weight, const Tensor& weight) const {
+bool CudaBackend::NormGemvFusable(const Tensor* x, const Tensor& residual,
+                                  const Tensor* residual_out, const Tensor& norm_weight,
+                                  const Tensor& weight) const {
   const int64_t in = weight.dim(1), rows = residual.numel() / in;
-  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
-  return residual.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 && norm_weight.dtype() == DType::kBF16 &&
-         residual.dim(-1) == in && rows > 0 && kernels::GemvNormSupported(rows, in, residual.raw(), weight.raw()) &&
+  const auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
+  };
+  return residual.dtype() == DType::kBF16 && weight.dtype() == DType::kBF16 &&
+         norm_weight.dtype() == DType::kBF16 && residual.dim(-1) == in && rows > 0 &&
+         kernels::GemvNormSupported(rows, in, residual.raw(), weight.raw()) &&
          (x == nullptr || (x->dtype() == DType::kBF16 && aligned(*x))) &&
          (residual_out == nullptr || aligned(*residual_out)) && aligned(norm_weight);
 }
 
 void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out,
-                                   const Tensor& norm_weight, float eps, const Tensor& weight, Tensor& out) {
+                                   const Tensor& norm_weight, float eps, const Tensor& weight,
+                                   Tensor& out) {
   const int64_t in = weight.dim(1), outf = weight.dim(0), rows = residual.numel() / in;
   if (!NormGemvFusable(x, residual, residual_out, norm_weight, weight) ||
       (out.dtype() != DType::kBF16 && out.dtype() != DType::kF32)) {
-    if (x != nullptr && residual_out != nullptr && x->dtype() == DType::kBF16 && residual.dtype() == DType::kBF16 &&
-        residual_out->dtype() == DType::kBF16 && norm_weight.dtype() == DType::kBF16 &&
-        residual_out->raw() != residual.raw() && residual_out->raw() != x->raw()) {
+    if (x != nullptr && residual_out != nullptr && x->dtype() == DType::kBF16 &&
+        residual.dtype() == DType::kBF16 && residual_out->dtype() == DType::kBF16 &&
+        norm_weight.dtype() == DType::kBF16 && residual_out->raw() != residual.raw() &&
+        residual_out->raw() != x->raw()) {
       // More rows than the GEMV takes: the add and the norm in one kernel, then the GEMM.
       OASIS_CHECK_EQ(x->numel(), residual.numel()) << "AddRmsNormLinear x";
       OASIS_CHECK_EQ(residual_out->numel(), residual.numel()) << "AddRmsNormLinear residual_out";
       Tensor normed = Empty(residual.shape(), DType::kBF16);
-      OASIS_CUDA_CHECK(kernels::LaunchAddRmsNorm(Ptr(*x), Ptr(residual), Ptr(*residual_out), Ptr(norm_weight),
-                                                 Ptr(normed), rows, in, eps, stream()));
+      OASIS_CUDA_CHECK(kernels::LaunchAddRmsNorm(Ptr(*x), Ptr(residual), Ptr(*residual_out),
+                                                 Ptr(norm_weight), Ptr(normed), rows, in, eps,
+                                                 stream()));
       Linear(normed, weight, out);
       return;
     }
     Backend::AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, weight, out);
     return;
   }
-  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormLinear: residual_out goes with x";
-  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw()) << "AddRmsNormLinear: aliasing";
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr))
+      << "AddRmsNormLinear: residual_out goes with x";
+  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw())
+      << "AddRmsNormLinear: aliasing";
   OASIS_CHECK_EQ(out.numel(), rows * outf) << "AddRmsNormLinear out";
   const bool f32 = out.dtype() == DType::kF32;
-  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
-                                              Ptr(norm_weight), eps, Ptr(weight), f32 ? nullptr : Ptr(out),
-                                              f32 ? Ptr<float>(out) : nullptr, rows, in, outf, stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(
+      x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
+      Ptr(norm_weight), eps, Ptr(weight), f32 ? nullptr : Ptr(out), f32 ? Ptr<float>(out) : nullptr,
+      rows, in, outf, stream()));
 }
 
-void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
-                                       const Tensor& norm_weight, float eps, const Tensor& gate_up_weight, Tensor& out) {
-  const int64_t in = gate_up_weight.dim(1), inter = gate_up_weight.dim(0) / 2, rows = residual.numel() / in;
-  if (!GetTuning().fuse_silu || !NormGemvFusable(x, residual, residual_out, norm_weight, gate_up_weight) || out.dtype() != DType::kBF16 ||
-      gate_up_weight.dim(0) % 2 != 0) {
+void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual,
+                                       Tensor* residual_out, const Tensor& norm_weight, float eps,
+                                       const Tensor& gate_up_weight, Tensor& out) {
+  const int64_t in = gate_up_weight.dim(1), inter = gate_up_weight.dim(0) / 2,
+                rows = residual.numel() / in;
+  if (!GetTuning().fuse_silu ||
+      !NormGemvFusable(x, residual, residual_out, norm_weight, gate_up_weight) ||
+      out.dtype() != DType::kBF16 || gate_up_weight.dim(0) % 2 != 0) {
     Backend::AddRmsNormGateUpSilu(x, residual, residual_out, norm_weight, eps, gate_up_weight, out);
     return;
   }
-  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormGateUpSilu: residual_out goes with x";
-  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw()) << "AddRmsNormGateUpSilu: aliasing";
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr))
+      << "AddRmsNormGateUpSilu: residual_out goes with x";
+  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw())
+      << "AddRmsNormGateUpSilu: aliasing";
   OASIS_CHECK_EQ(out.numel(), rows * inter) << "AddRmsNormGateUpSilu out";
-  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormSiluMul(x ? Ptr(*x) : nullptr, Ptr(residual),
-                                                     residual_out ? Ptr(*residual_out) : nullptr, Ptr(norm_weight), eps,
-                                                     Ptr(gate_up_weight), Ptr(out), rows, in, inter, stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormSiluMul(
+      x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
+      Ptr(norm_weight), eps, Ptr(gate_up_weight), Ptr(out), rows, in, inter, stream()));
 }
 
-void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, Tensor* residual_out,
-                                          const Tensor& norm_weight, float eps, const Tensor& qkv_weight, Tensor& qkv,
+void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual,
+                                          Tensor* residual_out, const Tensor& norm_weight,
+                                          float eps, const Tensor& qkv_weight, Tensor& qkv,
                                           Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
                                           const Tensor& positions, const RopeParams& rope,
                                           const Tensor& slot_mapping, LayerKvPool& pool) {
   const int64_t in = qkv_weight.dim(1), rows = residual.numel() / in;
   const int heads = static_cast<int>(qkv_weight.dim(0) / q.dim(2));
-  if (!GetTuning().fuse_qkv || !NormGemvFusable(x, residual, residual_out, norm_weight, qkv_weight) || qkv.dtype() != DType::kBF16 ||
-      !kernels::GemvQkvRopeSupported(rows, in, heads, static_cast<int>(q.dim(2)), residual.raw(), qkv_weight.raw())) {
-    Backend::AddRmsNormQkvRopeAppend(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv, q, q_norm, k_norm,
-                                     positions, rope, slot_mapping, pool);
+  if (!GetTuning().fuse_qkv ||
+      !NormGemvFusable(x, residual, residual_out, norm_weight, qkv_weight) ||
+      qkv.dtype() != DType::kBF16 ||
+      !kernels::GemvQkvRopeSupported(rows, in, heads, static_cast<int>(q.dim(2)), residual.raw(),
+                                     qkv_weight.raw())) {
+    Backend::AddRmsNormQkvRopeAppend(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv,
+                                     q, q_norm, k_norm, positions, rope, slot_mapping, pool);
     return;
   }
-  OASIS_CHECK((x == nullptr) == (residual_out == nullptr)) << "AddRmsNormQkvRopeAppend: residual_out goes with x";
-  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw()) << "AddRmsNormQkvRopeAppend: aliasing";
+  OASIS_CHECK((x == nullptr) == (residual_out == nullptr))
+      << "AddRmsNormQkvRopeAppend: residual_out goes with x";
+  OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw())
+      << "AddRmsNormQkvRopeAppend: aliasing";
   OASIS_CHECK_EQ(qkv.numel(), rows * qkv_weight.dim(0)) << "AddRmsNormQkvRopeAppend qkv";
-  const kernels::QkvRopeAppendParams p = QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
+  const kernels::QkvRopeAppendParams p =
+      QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
   OASIS_CHECK_EQ(p.tokens, rows) << "AddRmsNormQkvRopeAppend rows";
-  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormQkvRope(x ? Ptr(*x) : nullptr, Ptr(residual),
-                                                     residual_out ? Ptr(*residual_out) : nullptr, Ptr(norm_weight), eps,
-                                                     Ptr(qkv_weight), in, p, static_cast<int*>(qkv_counters_.data()),
-                                                     stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormQkvRope(
+      x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
+      Ptr(norm_weight), eps, Ptr(qkv_weight), in, p, static_cast<int*>(qkv_counters_.data()),
+      stream()));
 }
 
 const float* CudaBackend::DeviceInvFreq(const RopeParams& rope) {
@@ -391,8 +427,8 @@ const float* CudaBackend::DeviceInvFreq(const RopeParams& rope) {
   return Ptr<float>(it->second);
 }
 
-void CudaBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm, float eps,
-                             const Tensor& positions, const RopeParams& rope) {
+void CudaBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm,
+                             float eps, const Tensor& positions, const RopeParams& rope) {
   CheckDevice(q, DType::kBF16, "QkNormRope q");
   CheckDevice(positions, DType::kI32, "QkNormRope positions");
   kernels::QkNormRopeParams p;
@@ -414,23 +450,25 @@ void CudaBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const T
 void CudaBackend::SiluMul(const Tensor& gate_up, Tensor& out) {
   CheckDevice(gate_up, DType::kBF16, "SiluMul gate_up");
   const int64_t inter = out.dim(-1);
-  OASIS_CUDA_CHECK(kernels::LaunchSiluMul(Ptr(gate_up), Ptr(out), out.numel() / inter, inter, stream()));
+  OASIS_CUDA_CHECK(
+      kernels::LaunchSiluMul(Ptr(gate_up), Ptr(out), out.numel() / inter, inter, stream()));
 }
 
-void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, LayerKvPool& pool) {
+void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                           LayerKvPool& pool) {
   CheckDevice(k, DType::kBF16, "KvAppend k");
   CheckDevice(slot_mapping, DType::kI64, "KvAppend slot_mapping");
-  OASIS_CUDA_CHECK(kernels::LaunchKvAppend(Ptr(k), Ptr(v), Ptr<int64_t>(slot_mapping), Ptr(pool.k), Ptr(pool.v),
-                                           k.dim(0), static_cast<int>(k.dim(1)), static_cast<int>(k.dim(2)),
-                                           stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchKvAppend(Ptr(k), Ptr(v), Ptr<int64_t>(slot_mapping), Ptr(pool.k),
+                                           Ptr(pool.v), k.dim(0), static_cast<int>(k.dim(1)),
+                                           static_cast<int>(k.dim(2)), stream()));
 }
 
 namespace {
 
 // The fields the three attention kernels' parameter structs share (same names in each).
 template <typename Params>
-Params AttentionParams(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
-                       Tensor& out) {
+Params AttentionParams(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta,
+                       float scale, Tensor& out) {
   Params p;
   p.q = Ptr(q);
   p.k_pool = Ptr(pool.k);
@@ -451,8 +489,8 @@ Params AttentionParams(const Tensor& q, const LayerKvPool& pool, const Attention
 
 }  // namespace
 
-void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
-                            Tensor& out) {
+void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta,
+                            float scale, Tensor& out) {
   CheckDevice(q, DType::kBF16, "Attention q");
   CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
   const int head_dim = static_cast<int>(q.dim(2));
@@ -475,10 +513,11 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   }
 }
 
-kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q, const Tensor* q_norm,
-                                                    const Tensor* k_norm, float eps, const Tensor& positions,
-                                                    const RopeParams& rope, const Tensor& slot_mapping,
-                                                    LayerKvPool& pool) {
+kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q,
+                                                    const Tensor* q_norm, const Tensor* k_norm,
+                                                    float eps, const Tensor& positions,
+                                                    const RopeParams& rope,
+                                                    const Tensor& slot_mapping, LayerKvPool& pool) {
   CheckDevice(qkv, DType::kBF16, "QkvRopeAppend qkv");
   CheckDevice(slot_mapping, DType::kI64, "QkvRopeAppend slot_mapping");
   kernels::QkvRopeAppendParams p;
@@ -497,45 +536,51 @@ kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q
   p.num_q_heads = static_cast<int>(q.dim(1));
   p.num_kv_heads = static_cast<int>(slot_mapping.dim(1));
   p.head_dim = static_cast<int>(q.dim(2));
-  OASIS_CHECK_EQ(qkv.dim(1), (p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim) << "QkvRopeAppend widths";
+  OASIS_CHECK_EQ(qkv.dim(1), (p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim)
+      << "QkvRopeAppend widths";
   return p;
 }
 
-void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
-                                const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
+void CudaBackend::QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm,
+                                const Tensor* k_norm, float eps, const Tensor& positions,
+                                const RopeParams& rope, const Tensor& slot_mapping,
                                 LayerKvPool& pool) {
-  const kernels::QkvRopeAppendParams p = QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
+  const kernels::QkvRopeAppendParams p =
+      QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
   OASIS_CUDA_CHECK(kernels::LaunchQkvRopeAppend(p, stream()));
 }
 
 void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
-  OASIS_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() && src.device() == Device::kCuda &&
-              dst.device() == Device::kCuda)
+  OASIS_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel() &&
+              src.device() == Device::kCuda && dst.device() == Device::kCuda)
       << "Copy " << src.ToString() << " -> " << dst.ToString();
-  OASIS_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream()));
+  OASIS_CUDA_CHECK(
+      cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream()));
 }
 
 void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
   CheckDevice(qkv, DType::kBF16, "SplitQkv qkv");
   const int64_t tokens = qkv.dim(0);
-  OASIS_CUDA_CHECK(kernels::LaunchSplitQkv(Ptr(qkv), Ptr(q), Ptr(k), Ptr(v), tokens, q.numel() / tokens,
-                                           k.numel() / tokens, v.numel() / tokens, stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchSplitQkv(Ptr(qkv), Ptr(q), Ptr(k), Ptr(v), tokens,
+                                           q.numel() / tokens, k.numel() / tokens,
+                                           v.numel() / tokens, stream()));
 }
 
 void CudaBackend::GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) {
   CheckDevice(rows, DType::kI32, "GatherRows rows");
   const int64_t row_bytes = static_cast<int64_t>(x.nbytes()) / x.dim(0);
-  OASIS_CUDA_CHECK(kernels::LaunchGatherRows(x.raw(), Ptr<int32_t>(rows), out.raw(), rows.numel(), row_bytes,
-                                             stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchGatherRows(x.raw(), Ptr<int32_t>(rows), out.raw(), rows.numel(),
+                                             row_bytes, stream()));
 }
 
 void CudaBackend::ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) {
   CheckDevice(rows, DType::kI32, "ScatterRows rows");
   OASIS_CHECK_EQ(x.dim(0), rows.numel()) << "ScatterRows: one row index per row of x";
   const int64_t row_bytes = static_cast<int64_t>(out.nbytes()) / out.dim(0);
-  OASIS_CHECK_EQ(static_cast<int64_t>(x.nbytes()), rows.numel() * row_bytes) << "ScatterRows row width";
-  OASIS_CUDA_CHECK(kernels::LaunchScatterRows(x.raw(), Ptr<int32_t>(rows), out.raw(), rows.numel(), row_bytes,
-                                              stream()));
+  OASIS_CHECK_EQ(static_cast<int64_t>(x.nbytes()), rows.numel() * row_bytes)
+      << "ScatterRows row width";
+  OASIS_CUDA_CHECK(kernels::LaunchScatterRows(x.raw(), Ptr<int32_t>(rows), out.raw(), rows.numel(),
+                                              row_bytes, stream()));
 }
 
 }  // namespace oasis

@@ -13,9 +13,9 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "common/cuda_rt.h"
 #include "kernels/rope.h"
 #include "kernels/sparse_kv.h"
-#include "common/cuda_rt.h"
 
 namespace oasis {
 
@@ -61,47 +61,54 @@ class CudaBackend final : public Backend {
   void Fill(Tensor& t, float value) override;
   void Embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override;
-  void AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) override;
+  void AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
+                  Tensor& out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
   // bf16 inputs; `out` may be BF16 or F32 (float logits).
   void Linear(const Tensor& x, const Tensor& weight, Tensor& out) override;
   void QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm, float eps,
                   const Tensor& positions, const RopeParams& rope) override;
   void SiluMul(const Tensor& gate_up, Tensor& out) override;
-  void KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_mapping, LayerKvPool& pool) override;
-  void Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta, float scale,
-                 Tensor& out) override;
+  void KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_mapping,
+                LayerKvPool& pool) override;
+  void Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta,
+                 float scale, Tensor& out) override;
   void SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) override;
-  void QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm, float eps,
-                     const Tensor& positions, const RopeParams& rope, const Tensor& slot_mapping,
-                     LayerKvPool& pool) override;
+  void QkvRopeAppend(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                     float eps, const Tensor& positions, const RopeParams& rope,
+                     const Tensor& slot_mapping, LayerKvPool& pool) override;
   void GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void Copy(const Tensor& src, Tensor& dst) override;
   // Decode batches (1..4 rows) run one fused kernel (kernels/gemv.h LaunchGemvRmsNorm).
-  void AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,
-                        float eps, const Tensor& weight, Tensor& out) override;
+  void AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                        const Tensor& norm_weight, float eps, const Tensor& weight,
+                        Tensor& out) override;
   // Decode batches: the gate/up GEMV writes SiLU(gate)·up directly (LaunchGemvRmsNormSiluMul).
-  void AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,
-                            float eps, const Tensor& gate_up_weight, Tensor& out) override;
+  void AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual, Tensor* residual_out,
+                            const Tensor& norm_weight, float eps, const Tensor& gate_up_weight,
+                            Tensor& out) override;
   // Decode batches: one launch for the QKV GEMV and the heads' norm/RoPE/append
   // (LaunchGemvRmsNormQkvRope).
   void AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, Tensor* residual_out,
-                               const Tensor& norm_weight, float eps, const Tensor& qkv_weight, Tensor& qkv, Tensor& q,
-                               const Tensor* q_norm, const Tensor* k_norm, const Tensor& positions,
-                               const RopeParams& rope, const Tensor& slot_mapping, LayerKvPool& pool) override;
+                               const Tensor& norm_weight, float eps, const Tensor& qkv_weight,
+                               Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                               const Tensor& positions, const RopeParams& rope,
+                               const Tensor& slot_mapping, LayerKvPool& pool) override;
 
   // Sparse KV ops (cuda_sparse.cpp, kernels/sparse_kv.h): the semantics of backend.h; pools,
   // summaries and queries are bf16; EmptyHost is mapped pinned memory kernels read over PCIe.
   Tensor EmptyHost(std::vector<int64_t> shape, DType dtype) override;
   void BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots, const Tensor& num_tokens,
                       const Tensor& dst_rows, Tensor& kmin, Tensor& kmax) override;
-  void ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks, const Tensor& host_tables,
-                   const Tensor& kmin, const Tensor& kmax, GroupReduce reduce, Tensor& scores) override;
-  void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) override;
-  void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables, const Tensor& ws_slots,
-                    Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src, Tensor& fetch_dst,
-                    Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
+  void ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks,
+                   const Tensor& host_tables, const Tensor& kmin, const Tensor& kmax,
+                   GroupReduce reduce, Tensor& scores) override;
+  void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks,
+                  Tensor& topk) override;
+  void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
+                    const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
+                    Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
                     const Tensor* remote = nullptr, Tensor* remote_out = nullptr) override;
   // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas (GetTuning()).
   static constexpr int kDefaultGatherCtas = oasis::kDefaultGatherCtas;
@@ -112,25 +119,28 @@ class CudaBackend final : public Backend {
                   const Tensor& dst_slots) override;
   void CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,
                   const Tensor& dst_index) override;
-  void AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots, const Tensor& num_resident,
-                            const Tensor& tail_slots, const Tensor& tail_lens, AttentionMetadata& meta) override;
-  void TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows, Tensor& counts) override;
+  void AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots,
+                            const Tensor& num_resident, const Tensor& tail_slots,
+                            const Tensor& tail_lens, AttentionMetadata& meta) override;
+  void TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
+                   Tensor& counts) override;
 
  private:
   CudaBackend() = default;
   const float* DeviceInvFreq(const RopeParams& rope);
   // Whether the norm-fused GEMV kernels take these operands (bf16, aligned, 1..4 rows).
-  bool NormGemvFusable(const Tensor* x, const Tensor& residual, const Tensor* residual_out, const Tensor& norm_weight,
-                       const Tensor& weight) const;
-  kernels::QkvRopeAppendParams QkvParams(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
-                                         float eps, const Tensor& positions, const RopeParams& rope,
-                                         const Tensor& slot_mapping, LayerKvPool& pool);
+  bool NormGemvFusable(const Tensor* x, const Tensor& residual, const Tensor* residual_out,
+                       const Tensor& norm_weight, const Tensor& weight) const;
+  kernels::QkvRopeAppendParams QkvParams(const Tensor& qkv, Tensor& q, const Tensor* q_norm,
+                                         const Tensor* k_norm, float eps, const Tensor& positions,
+                                         const RopeParams& rope, const Tensor& slot_mapping,
+                                         LayerKvPool& pool);
 
   cuda::Stream stream_;
   cudaStream_t override_ = nullptr;  // UseStream
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
-  cuda::DeviceBuffer qkv_counters_;      // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
+  cuda::DeviceBuffer qkv_counters_;  // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];

@@ -22,7 +22,9 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 template <typename T = bf16>
-T* Ptr(const Tensor& t) { return static_cast<T*>(t.raw()); }
+T* Ptr(const Tensor& t) {
+  return static_cast<T*>(t.raw());
+}
 
 // A device tensor of `dtype` (state, tables, queries, summaries).
 void CheckDev(const Tensor& t, DType dtype, const char* what) {
@@ -32,9 +34,10 @@ void CheckDev(const Tensor& t, DType dtype, const char* what) {
 
 // A pool may live on the device or in mapped pinned host memory (EmptyHost).
 void CheckPool(const LayerKvPool& p, const char* what) {
-  OASIS_CHECK(p.k.dtype() == DType::kBF16 && p.v.dtype() == DType::kBF16 && p.k.shape() == p.v.shape() &&
-              p.k.ndim() == 3 && p.k.dim(1) == kBlockSize)
-      << what << ": expected bf16 pools [slots, " << kBlockSize << ", head_dim], got " << p.k.ToString();
+  OASIS_CHECK(p.k.dtype() == DType::kBF16 && p.v.dtype() == DType::kBF16 &&
+              p.k.shape() == p.v.shape() && p.k.ndim() == 3 && p.k.dim(1) == kBlockSize)
+      << what << ": expected bf16 pools [slots, " << kBlockSize << ", head_dim], got "
+      << p.k.ToString();
 }
 
 void CheckState(const Tensor& t, int64_t rows, int64_t heads, const char* what) {
@@ -59,13 +62,16 @@ std::shared_ptr<void> RegisteredHostAlloc(size_t bytes) {
   if (bytes < (size_t{64} << 20)) return nullptr;  // small buffers: cudaHostAlloc is fine
   int dev = 0, direct = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&direct, cudaDevAttrCanUseHostPointerForRegisteredMem, dev) != cudaSuccess || !direct) {
+      cudaDeviceGetAttribute(&direct, cudaDevAttrCanUseHostPointerForRegisteredMem, dev) !=
+          cudaSuccess ||
+      !direct) {
     (void)cudaGetLastError();
     return nullptr;
   }
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
   if (p == MAP_FAILED) return nullptr;
   (void)madvise(p, len, MADV_HUGEPAGE);  // a hint: fewer, larger pages to fault in and pin
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
@@ -73,7 +79,8 @@ std::shared_ptr<void> RegisteredHostAlloc(size_t bytes) {
   std::vector<std::thread> touch;
   for (unsigned t = 0; t < threads; ++t) {
     const size_t begin = std::min(len, t * slice), end = std::min(len, begin + slice);
-    if (begin < end) touch.emplace_back([=] { std::memset(static_cast<char*>(p) + begin, 0, end - begin); });
+    if (begin < end)
+      touch.emplace_back([=] { std::memset(static_cast<char*>(p) + begin, 0, end - begin); });
   }
   for (std::thread& t : touch) t.join();
   if (cudaHostRegister(p, len, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
@@ -106,14 +113,15 @@ Tensor CudaBackend::EmptyHost(std::vector<int64_t> shape, DType dtype) {
   }
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
-  OASIS_CHECK(err == cudaSuccess) << "cudaHostAlloc of " << bytes << " bytes (pinned host KV): "
-                                  << cudaGetErrorString(err);
+  OASIS_CHECK(err == cudaSuccess) << "cudaHostAlloc of " << bytes
+                                  << " bytes (pinned host KV): " << cudaGetErrorString(err);
   std::shared_ptr<void> owner(p, [](void* q) { cudaFreeHost(q); });
   return Tensor(p, dtype, std::move(shape), Device::kCpu, std::move(owner));
 }
 
-void CudaBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots, const Tensor& num_tokens,
-                                 const Tensor& dst_rows, Tensor& kmin, Tensor& kmax) {
+void CudaBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots,
+                                 const Tensor& num_tokens, const Tensor& dst_rows, Tensor& kmin,
+                                 Tensor& kmax) {
   CheckPool(pool, "BlockSummaries pool");
   CheckDev(src_slots, DType::kI32, "BlockSummaries src_slots");
   CheckDev(num_tokens, DType::kI32, "BlockSummaries num_tokens");
@@ -121,16 +129,18 @@ void CudaBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slot
   CheckDev(kmin, DType::kBF16, "BlockSummaries kmin");
   CheckDev(kmax, DType::kBF16, "BlockSummaries kmax");
   const int64_t n = src_slots.numel(), d = pool.k.dim(2);
-  OASIS_CHECK(num_tokens.numel() == n && dst_rows.numel() == n) << "BlockSummaries: entry counts differ";
-  OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d) << "BlockSummaries kmin " << kmin.ToString();
-  OASIS_CUDA_CHECK(kernels::LaunchBlockSummaries(Ptr(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens),
-                                                 Ptr<int32_t>(dst_rows), Ptr(kmin), Ptr(kmax), n,
-                                                 static_cast<int>(d), stream()));
+  OASIS_CHECK(num_tokens.numel() == n && dst_rows.numel() == n)
+      << "BlockSummaries: entry counts differ";
+  OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d)
+      << "BlockSummaries kmin " << kmin.ToString();
+  OASIS_CUDA_CHECK(kernels::LaunchBlockSummaries(
+      Ptr(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens), Ptr<int32_t>(dst_rows),
+      Ptr(kmin), Ptr(kmax), n, static_cast<int>(d), stream()));
 }
 
 void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Tensor& num_blocks,
-                              const Tensor& host_tables, const Tensor& kmin, const Tensor& kmax, GroupReduce reduce,
-                              Tensor& scores) {
+                              const Tensor& host_tables, const Tensor& kmin, const Tensor& kmax,
+                              GroupReduce reduce, Tensor& scores) {
   CheckDev(q, DType::kBF16, "ScoreBlocks q");
   CheckDev(query_rows, DType::kI32, "ScoreBlocks query_rows");
   CheckDev(num_blocks, DType::kI32, "ScoreBlocks num_blocks");
@@ -141,8 +151,8 @@ void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const T
   CheckState(host_tables, R, host_tables.dim(1), "ScoreBlocks host_tables");
   OASIS_CHECK(q.ndim() == 3 && scores.shape() == host_tables.shape() && num_blocks.numel() == R &&
               kmin.dim(1) == q.dim(2) && kmax.shape() == kmin.shape())
-      << "ScoreBlocks shapes: q " << q.ToString() << " tables " << host_tables.ToString() << " scores "
-      << scores.ToString();
+      << "ScoreBlocks shapes: q " << q.ToString() << " tables " << host_tables.ToString()
+      << " scores " << scores.ToString();
   kernels::ScoreBlocksParams p;
   p.q = Ptr(q);
   p.query_rows = Ptr<int32_t>(query_rows);
@@ -159,40 +169,45 @@ void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const T
   p.reduce_max = reduce == GroupReduce::kMax;
   OASIS_CHECK(p.num_q_heads % p.num_kv_heads == 0 &&
               kernels::ScoreBlocksSupported(p.head_dim, p.num_q_heads / p.num_kv_heads))
-      << "ScoreBlocks: head_dim " << p.head_dim << " with " << p.num_q_heads << "/" << p.num_kv_heads
+      << "ScoreBlocks: head_dim " << p.head_dim << " with " << p.num_q_heads << "/"
+      << p.num_kv_heads
       << " heads is not supported on CUDA (head_dim 32/64/128/256, GQA group <= 16)";
   OASIS_CUDA_CHECK(kernels::LaunchScoreBlocks(p, stream()));
 }
 
-void CudaBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks, Tensor& topk) {
+void CudaBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks,
+                             Tensor& topk) {
   CheckDev(scores, DType::kF32, "TopKBlocks scores");
   CheckDev(rows, DType::kI32, "TopKBlocks rows");
   CheckDev(num_blocks, DType::kI32, "TopKBlocks num_blocks");
   const int64_t R = scores.dim(0), hkv = scores.dim(1);
   OASIS_CHECK(rows.numel() == R && num_blocks.numel() == R) << "TopKBlocks: row counts";
   CheckState(topk, R, hkv, "TopKBlocks topk");
-  OASIS_CUDA_CHECK(kernels::LaunchTopKBlocks(Ptr<float>(scores), Ptr<int32_t>(rows), Ptr<int32_t>(num_blocks),
-                                             Ptr<int32_t>(topk), static_cast<int>(R), static_cast<int>(hkv),
-                                             static_cast<int>(scores.dim(2)), static_cast<int>(topk.dim(2)),
-                                             stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchTopKBlocks(
+      Ptr<float>(scores), Ptr<int32_t>(rows), Ptr<int32_t>(num_blocks), Ptr<int32_t>(topk),
+      static_cast<int>(R), static_cast<int>(hkv), static_cast<int>(scores.dim(2)),
+      static_cast<int>(topk.dim(2)), stream()));
 }
 
 void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
-                               const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
-                               Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
-                               const Tensor* remote, Tensor* remote_out) {
+                               const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age,
+                               Tensor& fetch_src, Tensor& fetch_dst, Tensor& resident_slots,
+                               Tensor& num_resident, Tensor& stats, const Tensor* remote,
+                               Tensor* remote_out) {
   CheckDev(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
   CheckState(host_tables, R, hkv, "SelectBlocks host_tables");
-  for (const Tensor* t : {&ws_slots, &static_cast<const Tensor&>(ws_blocks), &static_cast<const Tensor&>(ws_age),
-                          &static_cast<const Tensor&>(resident_slots)}) {
+  for (const Tensor* t :
+       {&ws_slots, &static_cast<const Tensor&>(ws_blocks), &static_cast<const Tensor&>(ws_age),
+        &static_cast<const Tensor&>(resident_slots)}) {
     CheckState(*t, R, hkv, "SelectBlocks working-set state");
     OASIS_CHECK_EQ(t->dim(2), k) << "SelectBlocks: working-set width must equal K";
   }
   CheckState(fetch_src, R, hkv, "SelectBlocks fetch_src");
   CheckState(fetch_dst, R, hkv, "SelectBlocks fetch_dst");
-  OASIS_CHECK(fetch_dst.shape() == fetch_src.shape()) << "SelectBlocks fetch_dst " << fetch_dst.ToString();
+  OASIS_CHECK(fetch_dst.shape() == fetch_src.shape())
+      << "SelectBlocks fetch_dst " << fetch_dst.ToString();
   CheckDev(num_resident, DType::kI32, "SelectBlocks num_resident");
   OASIS_CHECK_EQ(num_resident.numel(), R * hkv) << "SelectBlocks num_resident";
   CheckState(stats, R, hkv, "SelectBlocks stats");
@@ -218,15 +233,15 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
     OASIS_CHECK(remote->dtype() == DType::kU8 && remote->ndim() == 3 && remote->dim(0) == R &&
                 remote->dim(1) == hkv && remote->dim(2) == host_tables.dim(2))
         << "SelectBlocks remote " << remote->ToString();
-    OASIS_CHECK(remote_out != nullptr && remote_out->dtype() == DType::kI32 && remote_out->ndim() == 3 &&
-                remote_out->dim(0) == R && remote_out->dim(1) == hkv)
+    OASIS_CHECK(remote_out != nullptr && remote_out->dtype() == DType::kI32 &&
+                remote_out->ndim() == 3 && remote_out->dim(0) == R && remote_out->dim(1) == hkv)
         << "SelectBlocks remote_out";
     p.remote = remote->data<uint8_t>();
     p.remote_out = remote_out->data<int32_t>();
     p.cr = static_cast<int>(remote_out->dim(2));
   }
-  OASIS_CHECK(k <= kernels::kSelectMaxK && p.c <= k) << "SelectBlocks: K " << k << " (at most "
-                                                     << kernels::kSelectMaxK << "), C " << p.c;
+  OASIS_CHECK(k <= kernels::kSelectMaxK && p.c <= k)
+      << "SelectBlocks: K " << k << " (at most " << kernels::kSelectMaxK << "), C " << p.c;
   OASIS_CUDA_CHECK(kernels::LaunchSelectBlocks(p, stream()));
 }
 
@@ -252,10 +267,10 @@ void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, La
   CheckDev(dst_slots, DType::kI32, "CopyBlocks dst_slots");
   OASIS_CHECK_EQ(src_slots.numel(), dst_slots.numel()) << "CopyBlocks entry counts";
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyBlocks head_dim";
-  OASIS_CUDA_CHECK(kernels::LaunchCopyBlocks(Ptr(src.k), Ptr(src.v), Ptr<int32_t>(src_slots), Ptr(dst.k), Ptr(dst.v),
-                                             Ptr<int32_t>(dst_slots), src_slots.numel(),
-                                             static_cast<int>(src.k.dim(2)), GatherCtas(), stream(),
-                                             GatherKernelChoice()));
+  OASIS_CUDA_CHECK(kernels::LaunchCopyBlocks(Ptr(src.k), Ptr(src.v), Ptr<int32_t>(src_slots),
+                                             Ptr(dst.k), Ptr(dst.v), Ptr<int32_t>(dst_slots),
+                                             src_slots.numel(), static_cast<int>(src.k.dim(2)),
+                                             GatherCtas(), stream(), GatherKernelChoice()));
 }
 
 void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,
@@ -266,9 +281,9 @@ void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, La
   CheckDev(dst_index, DType::kI64, "CopyTokens dst_index");
   OASIS_CHECK_EQ(src_index.numel(), dst_index.numel()) << "CopyTokens entry counts";
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyTokens head_dim";
-  OASIS_CUDA_CHECK(kernels::LaunchCopyTokens(Ptr(src.k), Ptr(src.v), Ptr<int64_t>(src_index), Ptr(dst.k), Ptr(dst.v),
-                                             Ptr<int64_t>(dst_index), src_index.numel(),
-                                             static_cast<int>(src.k.dim(2)), stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchCopyTokens(
+      Ptr(src.k), Ptr(src.v), Ptr<int64_t>(src_index), Ptr(dst.k), Ptr(dst.v),
+      Ptr<int64_t>(dst_index), src_index.numel(), static_cast<int>(src.k.dim(2)), stream()));
 }
 
 void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots,
@@ -285,8 +300,8 @@ void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& res
   OASIS_CHECK(meta.kv_lens.dim(0) == S && meta.kv_lens.dim(1) == hkv && tail_slots.dim(2) == 2)
       << "AssembleSparseTables kv_lens " << meta.kv_lens.ToString();
   const int64_t width = meta.block_tables.dim(2);
-  OASIS_CHECK_GE(width, resident_slots.dim(2) + 2) << "AssembleSparseTables: table width " << width
-                                                  << " cannot hold K + 2 tail blocks";
+  OASIS_CHECK_GE(width, resident_slots.dim(2) + 2)
+      << "AssembleSparseTables: table width " << width << " cannot hold K + 2 tail blocks";
   kernels::AssembleTablesParams p;
   p.seq_rows = Ptr<int32_t>(seq_rows);
   p.resident_slots = Ptr<int32_t>(resident_slots);
@@ -302,7 +317,8 @@ void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& res
   OASIS_CUDA_CHECK(kernels::LaunchAssembleSparseTables(p, stream()));
 }
 
-void CudaBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows, Tensor& counts) {
+void CudaBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
+                              Tensor& counts) {
   CheckDev(rows, DType::kI32, "TopKOverlap rows");
   const int64_t R = rows.numel(), hkv = predicted.dim(1), k = predicted.dim(2);
   CheckState(predicted, R, hkv, "TopKOverlap predicted");
@@ -310,9 +326,9 @@ void CudaBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, con
   OASIS_CHECK_EQ(actual.dim(2), k) << "TopKOverlap widths";
   CheckState(counts, R, hkv, "TopKOverlap counts");
   OASIS_CHECK_EQ(counts.dim(2), 2) << "TopKOverlap counts";
-  OASIS_CUDA_CHECK(kernels::LaunchTopKOverlap(Ptr<int32_t>(predicted), Ptr<int32_t>(actual), Ptr<int32_t>(rows),
-                                              Ptr<int32_t>(counts), static_cast<int>(R), static_cast<int>(hkv),
-                                              static_cast<int>(k), stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchTopKOverlap(
+      Ptr<int32_t>(predicted), Ptr<int32_t>(actual), Ptr<int32_t>(rows), Ptr<int32_t>(counts),
+      static_cast<int>(R), static_cast<int>(hkv), static_cast<int>(k), stream()));
 }
 
 }  // namespace oasis

@@ -13,10 +13,14 @@ CudaSparseStageSync::CudaSparseStageSync(CudaBackend& backend, int64_t num_layer
 
 cudaStream_t CudaSparseStageSync::StreamOf(SparseStage stage) const {
   switch (stage) {
-    case SparseStage::kAttention: return nullptr;  // the backend's own stream
-    case SparseStage::kPredict: return predict_.get();
-    case SparseStage::kSelect: return select_.get();
-    case SparseStage::kTransfer: return transfer_.get();
+    case SparseStage::kAttention:
+      return nullptr;  // the backend's own stream
+    case SparseStage::kPredict:
+      return predict_.get();
+    case SparseStage::kSelect:
+      return select_.get();
+    case SparseStage::kTransfer:
+      return transfer_.get();
   }
   return nullptr;
 }
@@ -32,8 +36,10 @@ void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
   // An event never recorded is complete: the first step waits for nothing.
   switch (stage) {
     case SparseStage::kAttention:
-      if (!capturing_) OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kTransfer, layer), 0));
-      if (timeline_ && !capturing_) timeline_start_[static_cast<size_t>(TimelineIndex(stage, layer))].Record(s);
+      if (!capturing_)
+        OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kTransfer, layer), 0));
+      if (timeline_ && !capturing_)
+        timeline_start_[static_cast<size_t>(TimelineIndex(stage, layer))].Record(s);
       return;
     case SparseStage::kPredict:
       OASIS_CUDA_CHECK(cudaStreamWaitEvent(s, EventOf(SparseStage::kAttention, layer), 0));
@@ -47,7 +53,8 @@ void CudaSparseStageSync::Enter(SparseStage stage, int64_t layer) {
       break;
   }
   last_layer_[static_cast<int>(stage) - static_cast<int>(SparseStage::kPredict)] = layer;
-  if (timeline_ && !capturing_) timeline_start_[static_cast<size_t>(TimelineIndex(stage, layer))].Record(s);
+  if (timeline_ && !capturing_)
+    timeline_start_[static_cast<size_t>(TimelineIndex(stage, layer))].Record(s);
 }
 
 void CudaSparseStageSync::Exit(SparseStage stage, int64_t layer) {
@@ -94,7 +101,8 @@ std::vector<CudaSparseStageSync::TimelineEntry> CudaSparseStageSync::TakeTimelin
   for (size_t i = 0; i < timeline_recorded_.size(); ++i) {
     if (!timeline_recorded_[i]) continue;
     const auto stage = static_cast<SparseStage>(static_cast<int64_t>(i) / num_layers_);
-    out.push_back({stage, static_cast<int64_t>(i) % num_layers_, timeline_start_[i].ElapsedMsSince(*first) - earliest,
+    out.push_back({stage, static_cast<int64_t>(i) % num_layers_,
+                   timeline_start_[i].ElapsedMsSince(*first) - earliest,
                    timeline_end_[i].ElapsedMsSince(*first) - earliest});
     timeline_recorded_[i] = 0;
   }

@@ -75,7 +75,8 @@ class CudaSparseStageSync final : public SparseStageSync {
   // GEMMs): at equal priority it fell from ~48 to 13–14 GB/s beside an HBM-bound grid on the
   // H200 (tools/bench/bench_sparse_kv --only gather).
   cuda::Stream transfer_{cuda::StreamPriority::kGreatest};
-  std::vector<cuda::Event> events_;  // [4][num_layers]: attn_done, predict_done, select_done, transfer_done
+  std::vector<cuda::Event>
+      events_;  // [4][num_layers]: attn_done, predict_done, select_done, transfer_done
   // Per side stage (predict, select, transfer): the last layer given to it since the last
   // Join, -1 = none.
   int64_t last_layer_[3] = {-1, -1, -1};

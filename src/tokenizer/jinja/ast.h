@@ -19,20 +19,20 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class ExprKind {
-  kLiteral,    // literal
-  kName,       // name
-  kList,       // [args...] (also tuples)
-  kDict,       // {kwargs...} as (key expr in args[2i], value in args[2i+1])
-  kGetAttr,    // args[0].name
-  kGetItem,    // args[0][args[1]]
-  kSlice,      // args[0][args[1]:args[2]:args[3]] (null = omitted)
-  kCall,       // args[0](args[1..], kwargs)
-  kFilter,     // args[0] | name(args[1..], kwargs)
-  kTest,       // args[0] is [not] name(args[1..]); negated
-  kUnary,      // op args[0]: "-", "+", "not"
-  kBinary,     // args[0] op args[1]: + - * / // % ** ~ and or
-  kCompare,    // args[0] ops[0] args[1] ops[1] args[2] ... (== != < <= > >= in notin)
-  kCondExpr,   // args[0] if args[1] else args[2] (args[2] may be null)
+  kLiteral,   // literal
+  kName,      // name
+  kList,      // [args...] (also tuples)
+  kDict,      // {kwargs...} as (key expr in args[2i], value in args[2i+1])
+  kGetAttr,   // args[0].name
+  kGetItem,   // args[0][args[1]]
+  kSlice,     // args[0][args[1]:args[2]:args[3]] (null = omitted)
+  kCall,      // args[0](args[1..], kwargs)
+  kFilter,    // args[0] | name(args[1..], kwargs)
+  kTest,      // args[0] is [not] name(args[1..]); negated
+  kUnary,     // op args[0]: "-", "+", "not"
+  kBinary,    // args[0] op args[1]: + - * / // % ** ~ and or
+  kCompare,   // args[0] ops[0] args[1] ops[1] args[2] ... (== != < <= > >= in notin)
+  kCondExpr,  // args[0] if args[1] else args[2] (args[2] may be null)
 };
 
 struct Expr {
@@ -48,17 +48,17 @@ struct Expr {
 };
 
 enum class StmtKind {
-  kText,        // text
-  kOutput,      // {{ expr }}
-  kIf,          // branches (cond, body)...; else_body
-  kFor,         // for targets in expr [if filter]: body [else else_body]
-  kSet,         // set targets = expr   (namespace attribute when ns_attr is set)
-  kSetBlock,    // set targets[0] [| filters] %} body {% endset
-  kMacro,       // macro name(params) body
+  kText,      // text
+  kOutput,    // {{ expr }}
+  kIf,        // branches (cond, body)...; else_body
+  kFor,       // for targets in expr [if filter]: body [else else_body]
+  kSet,       // set targets = expr   (namespace attribute when ns_attr is set)
+  kSetBlock,  // set targets[0] [| filters] %} body {% endset
+  kMacro,     // macro name(params) body
   kBreak,
   kContinue,
-  kFilterBlock, // filter expr (the filter chain applied to a placeholder) body
-  kBlock,       // a plain body (e.g. transformers' {% generation %})
+  kFilterBlock,  // filter expr (the filter chain applied to a placeholder) body
+  kBlock,        // a plain body (e.g. transformers' {% generation %})
 };
 
 struct MacroParam {

@@ -17,7 +17,8 @@ StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   return ss.str();
 }
 
-StatusOr<std::optional<std::string>> TokenString(const nlohmann::ordered_json& config, const char* key) {
+StatusOr<std::optional<std::string>> TokenString(const nlohmann::ordered_json& config,
+                                                 const char* key) {
   auto it = config.find(key);
   if (it == config.end() || it->is_null()) return std::optional<std::string>();
   if (it->is_string()) return std::optional<std::string>(it->get<std::string>());
@@ -36,7 +37,8 @@ StatusOr<std::optional<std::string>> TokenString(const nlohmann::ordered_json& c
 StatusOr<ChatTemplate> ChatTemplate::Parse(std::string source) {
   auto parsed = jinja::ParseTemplate(source);
   if (!parsed.ok()) return parsed.status().WithContext("chat template");
-  return ChatTemplate(std::make_shared<const std::string>(std::move(source)), std::move(parsed).value());
+  return ChatTemplate(std::make_shared<const std::string>(std::move(source)),
+                      std::move(parsed).value());
 }
 
 StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
@@ -54,11 +56,13 @@ StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context
   return out;
 }
 
-StatusOr<ChatTemplateFiles> ChatTemplate::FromTokenizerConfig(const nlohmann::ordered_json& config) {
+StatusOr<ChatTemplateFiles> ChatTemplate::FromTokenizerConfig(
+    const nlohmann::ordered_json& config) {
   if (!config.is_object()) return InvalidArgument("tokenizer_config.json must hold a JSON object");
   ChatTemplateFiles files;
   auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null()) return NotFound("tokenizer_config.json has no chat_template");
+  if (it == config.end() || it->is_null())
+    return NotFound("tokenizer_config.json has no chat_template");
   if (it->is_string()) {
     files.chat_template = it->get<std::string>();
   } else if (it->is_array()) {
@@ -66,12 +70,14 @@ StatusOr<ChatTemplateFiles> ChatTemplate::FromTokenizerConfig(const nlohmann::or
     for (const auto& entry : *it) {
       if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
           !entry["name"].is_string() || !entry["template"].is_string()) {
-        return InvalidArgument("tokenizer_config.json: chat_template entries must be {name, template}");
+        return InvalidArgument(
+            "tokenizer_config.json: chat_template entries must be {name, template}");
       }
       if (entry["name"] == "default") chosen = &entry;
     }
     if (chosen == nullptr && it->size() == 1) chosen = &(*it)[0];
-    if (chosen == nullptr) return NotFound("tokenizer_config.json: no chat_template named 'default'");
+    if (chosen == nullptr)
+      return NotFound("tokenizer_config.json: no chat_template named 'default'");
     files.chat_template = (*chosen)["template"].get<std::string>();
   } else {
     return InvalidArgument("tokenizer_config.json: chat_template must be a string or a list");
@@ -81,11 +87,14 @@ StatusOr<ChatTemplateFiles> ChatTemplate::FromTokenizerConfig(const nlohmann::or
   return files;
 }
 
-StatusOr<ChatTemplateFiles> ChatTemplate::LoadFromTokenizerConfig(const std::filesystem::path& path) {
+StatusOr<ChatTemplateFiles> ChatTemplate::LoadFromTokenizerConfig(
+    const std::filesystem::path& path) {
   OASIS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::ordered_json config =
+      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) return InvalidArgument(path.string() + ": invalid JSON");
-  if (config.is_object() && (!config.contains("chat_template") || config["chat_template"].is_null())) {
+  if (config.is_object() &&
+      (!config.contains("chat_template") || config["chat_template"].is_null())) {
     std::filesystem::path beside = path.parent_path() / "chat_template.jinja";
     if (std::filesystem::exists(beside)) {
       OASIS_ASSIGN_OR_RETURN(std::string tmpl, ReadFile(beside));

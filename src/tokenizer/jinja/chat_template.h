@@ -42,7 +42,8 @@ class ChatTemplate {
   // Renders with `context` as the template's variables (messages, tools, add_generation_prompt,
   // enable_thinking, bos_token, ...). `context` must be a JSON object.
   StatusOr<std::string> Render(const nlohmann::ordered_json& context) const;
-  StatusOr<std::string> Render(const nlohmann::ordered_json& context, const RenderOptions& options) const;
+  StatusOr<std::string> Render(const nlohmann::ordered_json& context,
+                               const RenderOptions& options) const;
 
   const std::string& source() const { return *source_; }
 

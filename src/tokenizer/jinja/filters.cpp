@@ -14,7 +14,8 @@ using Fn = StatusOr<Value> (*)(Interpreter&, const Value&, CallArgs&);
 
 StatusOr<Value> ToJson(Interpreter& in, const Value& v, CallArgs& a) {
   // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
-  OASIS_RETURN_IF_ERROR(CheckArgs(a, "tojson", 4, {"ensure_ascii", "indent", "separators", "sort_keys"}));
+  OASIS_RETURN_IF_ERROR(
+      CheckArgs(a, "tojson", 4, {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonDumpOptions o;
   if (const Value* x = Arg(a, 0, "ensure_ascii")) o.ensure_ascii = x->Truthy();
   if (const Value* x = Arg(a, 1, "indent"); x && !x->is_none()) {
@@ -28,7 +29,8 @@ StatusOr<Value> ToJson(Interpreter& in, const Value& v, CallArgs& a) {
     }
   }
   if (const Value* x = Arg(a, 2, "separators"); x && !x->is_none()) {
-    if (!x->is_list() || x->list().size() != 2 || !x->list()[0].is_string() || !x->list()[1].is_string()) {
+    if (!x->is_list() || x->list().size() != 2 || !x->list()[0].is_string() ||
+        !x->list()[1].is_string()) {
       return InvalidArgument("tojson separators must be a pair of strings");
     }
     o.has_separators = true;
@@ -43,12 +45,18 @@ StatusOr<Value> ToJson(Interpreter& in, const Value& v, CallArgs& a) {
 
 StatusOr<Value> Length(Interpreter&, const Value& v, CallArgs&) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return Value(int64_t{0});
-    case Value::Kind::kString: return Value(static_cast<int64_t>(utf8::Length(v.str())));
-    case Value::Kind::kList: return Value(static_cast<int64_t>(v.list().size()));
-    case Value::Kind::kDict: return Value(static_cast<int64_t>(v.dict().size()));
-    case Value::Kind::kNamespace: return Value(static_cast<int64_t>(v.ns()->attrs.size()));
-    default: return InvalidArgument("object of type '" + v.TypeName() + "' has no len()");
+    case Value::Kind::kUndefined:
+      return Value(int64_t{0});
+    case Value::Kind::kString:
+      return Value(static_cast<int64_t>(utf8::Length(v.str())));
+    case Value::Kind::kList:
+      return Value(static_cast<int64_t>(v.list().size()));
+    case Value::Kind::kDict:
+      return Value(static_cast<int64_t>(v.dict().size()));
+    case Value::Kind::kNamespace:
+      return Value(static_cast<int64_t>(v.ns()->attrs.size()));
+    default:
+      return InvalidArgument("object of type '" + v.TypeName() + "' has no len()");
   }
 }
 
@@ -62,10 +70,18 @@ StatusOr<Value> StrMethod(Interpreter& in, const Value& v, const char* method, C
   OASIS_ASSIGN_OR_RETURN(Value m, GetAttr(Value(ToPythonStr(v)), method));
   return in.CallValue(m, a);
 }
-StatusOr<Value> Upper(Interpreter& in, const Value& v, CallArgs& a) { return StrMethod(in, v, "upper", a); }
-StatusOr<Value> Lower(Interpreter& in, const Value& v, CallArgs& a) { return StrMethod(in, v, "lower", a); }
-StatusOr<Value> Capitalize(Interpreter& in, const Value& v, CallArgs& a) { return StrMethod(in, v, "capitalize", a); }
-StatusOr<Value> Replace(Interpreter& in, const Value& v, CallArgs& a) { return StrMethod(in, v, "replace", a); }
+StatusOr<Value> Upper(Interpreter& in, const Value& v, CallArgs& a) {
+  return StrMethod(in, v, "upper", a);
+}
+StatusOr<Value> Lower(Interpreter& in, const Value& v, CallArgs& a) {
+  return StrMethod(in, v, "lower", a);
+}
+StatusOr<Value> Capitalize(Interpreter& in, const Value& v, CallArgs& a) {
+  return StrMethod(in, v, "capitalize", a);
+}
+StatusOr<Value> Replace(Interpreter& in, const Value& v, CallArgs& a) {
+  return StrMethod(in, v, "replace", a);
+}
 
 StatusOr<Value> Title(Interpreter&, const Value& v, CallArgs&) {
   // Jinja2: split on ([-\s({\[<]+), capitalise each piece's first character, lower the rest.
@@ -101,7 +117,8 @@ StatusOr<Value> ToList(Interpreter& in, const Value& v, CallArgs&) {
 }
 
 // Maps each item through `attribute=` (dotted) if given.
-StatusOr<List> Attributes(Interpreter& in, const Value& v, const Value* attribute, const Value* dflt) {
+StatusOr<List> Attributes(Interpreter& in, const Value& v, const Value* attribute,
+                          const Value* dflt) {
   OASIS_ASSIGN_OR_RETURN(List items, in.Iterate(v));
   OASIS_RETURN_IF_ERROR(in.CountIteration(static_cast<int64_t>(items.size())));
   if (attribute == nullptr || attribute->is_none()) return items;
@@ -113,10 +130,12 @@ StatusOr<List> Attributes(Interpreter& in, const Value& v, const Value* attribut
       size_t start = 0;
       while (true) {
         size_t dot = path.find('.', start);
-        std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+        std::string part =
+            path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
         bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-        OASIS_ASSIGN_OR_RETURN(item, digits ? GetItem(item, Value(static_cast<int64_t>(std::stoll(part))))
-                                            : GetItem(item, Value(part)));
+        OASIS_ASSIGN_OR_RETURN(item,
+                               digits ? GetItem(item, Value(static_cast<int64_t>(std::stoll(part))))
+                                      : GetItem(item, Value(part)));
         if (dot == std::string::npos) break;
         start = dot + 1;
       }
@@ -144,7 +163,8 @@ StatusOr<Value> Map(Interpreter& in, const Value& v, CallArgs& a) {
     OASIS_ASSIGN_OR_RETURN(List items, Attributes(in, v, attr, Arg(a, SIZE_MAX, "default")));
     return Value::MakeList(std::move(items));
   }
-  if (a.positional.empty() || !a.positional[0].is_string()) return InvalidArgument("map requires a filter argument");
+  if (a.positional.empty() || !a.positional[0].is_string())
+    return InvalidArgument("map requires a filter argument");
   std::string filter = a.positional[0].str();
   CallArgs rest;
   rest.positional.assign(a.positional.begin() + 1, a.positional.end());
@@ -188,16 +208,25 @@ StatusOr<Value> SelectImpl(Interpreter& in, const Value& v, CallArgs& a, bool by
   }
   return Value::MakeList(std::move(out));
 }
-StatusOr<Value> Select(Interpreter& in, const Value& v, CallArgs& a) { return SelectImpl(in, v, a, false, true); }
-StatusOr<Value> Reject(Interpreter& in, const Value& v, CallArgs& a) { return SelectImpl(in, v, a, false, false); }
-StatusOr<Value> SelectAttr(Interpreter& in, const Value& v, CallArgs& a) { return SelectImpl(in, v, a, true, true); }
-StatusOr<Value> RejectAttr(Interpreter& in, const Value& v, CallArgs& a) { return SelectImpl(in, v, a, true, false); }
+StatusOr<Value> Select(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectImpl(in, v, a, false, true);
+}
+StatusOr<Value> Reject(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectImpl(in, v, a, false, false);
+}
+StatusOr<Value> SelectAttr(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectImpl(in, v, a, true, true);
+}
+StatusOr<Value> RejectAttr(Interpreter& in, const Value& v, CallArgs& a) {
+  return SelectImpl(in, v, a, true, false);
+}
 
 StatusOr<Value> Items(Interpreter&, const Value& v, CallArgs&) {
   if (v.is_undefined()) return Value::MakeList({});
   if (!v.is_dict()) return InvalidArgument("Can only get item pairs from a mapping.");
   List out;
-  for (const auto& [k, item] : v.dict().entries()) out.push_back(Value::MakeTuple({Value(k), item}));
+  for (const auto& [k, item] : v.dict().entries())
+    out.push_back(Value::MakeTuple({Value(k), item}));
   return Value::MakeList(std::move(out));
 }
 
@@ -215,20 +244,29 @@ StatusOr<Value> Escape(Interpreter&, const Value& v, CallArgs&) {
   std::string out;
   for (char c : ToPythonStr(v)) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return Value(std::move(out));
 }
 
-std::string StripAscii(const std::string& s) {
-  return StripString(s, nullptr, true, true);
-}
+std::string StripAscii(const std::string& s) { return StripString(s, nullptr, true, true); }
 
 StatusOr<Value> Int(Interpreter&, const Value& v, CallArgs& a) {
   const Value* d = Arg(a, 0, "default");
@@ -284,7 +322,8 @@ StatusOr<Value> Round(Interpreter&, const Value& v, CallArgs& a) {
       if (precision >= 0) return Value(v.integer());
       if (precision < -18) return Value(int64_t{0});
       double scale = std::pow(10.0, static_cast<double>(-precision));
-      return Value(static_cast<int64_t>(std::nearbyint(static_cast<double>(v.integer()) / scale) * scale));
+      return Value(
+          static_cast<int64_t>(std::nearbyint(static_cast<double>(v.integer()) / scale) * scale));
     }
     if (precision > 300 || !std::isfinite(v.number())) return Value(v.number());
     if (precision < 0) {
@@ -353,17 +392,21 @@ StatusOr<Value> MinMax(Interpreter& in, const Value& v, CallArgs& a, bool want_m
   const Value* attr = Arg(a, 1, "attribute");
   OASIS_ASSIGN_OR_RETURN(List items, in.Iterate(v));
   OASIS_ASSIGN_OR_RETURN(List keys, Attributes(in, v, attr, nullptr));
-  if (items.empty()) return Value::MakeUndefined(std::string("No aggregated item, sequence was empty."));
+  if (items.empty())
+    return Value::MakeUndefined(std::string("No aggregated item, sequence was empty."));
   bool case_sensitive = cs && cs->Truthy();
   size_t best = 0;
   for (size_t i = 1; i < items.size(); ++i) {
     Value a_key = SortKey(keys[i], case_sensitive), b_key = SortKey(keys[best], case_sensitive);
-    OASIS_ASSIGN_OR_RETURN(bool better, want_max ? ValueLess(b_key, a_key) : ValueLess(a_key, b_key));
+    OASIS_ASSIGN_OR_RETURN(bool better,
+                           want_max ? ValueLess(b_key, a_key) : ValueLess(a_key, b_key));
     if (better) best = i;
   }
   return items[best];
 }
-StatusOr<Value> Min(Interpreter& in, const Value& v, CallArgs& a) { return MinMax(in, v, a, false); }
+StatusOr<Value> Min(Interpreter& in, const Value& v, CallArgs& a) {
+  return MinMax(in, v, a, false);
+}
 StatusOr<Value> Max(Interpreter& in, const Value& v, CallArgs& a) { return MinMax(in, v, a, true); }
 
 StatusOr<Value> Unique(Interpreter& in, const Value& v, CallArgs& a) {
@@ -392,7 +435,8 @@ StatusOr<Value> DictSort(Interpreter& in, const Value& v, CallArgs& a) {
   const Value* reverse = Arg(a, 2, "reverse");
   int pos = by && by->is_string() && by->str() == "value" ? 1 : 0;
   List pairs;
-  for (const auto& [k, item] : v.dict().entries()) pairs.push_back(Value::MakeTuple({Value(k), item}));
+  for (const auto& [k, item] : v.dict().entries())
+    pairs.push_back(Value::MakeTuple({Value(k), item}));
   CallArgs sort_args;
   sort_args.keyword = {{"reverse", reverse ? *reverse : Value(false)},
                        {"case_sensitive", cs ? *cs : Value(false)},
@@ -404,11 +448,15 @@ StatusOr<Value> Indent(Interpreter& in, const Value& v, CallArgs& a) {
   const Value* width = Arg(a, 0, "width");
   const Value* first = Arg(a, 1, "first");
   const Value* blank = Arg(a, 2, "blank");
-  std::string ind = width == nullptr ? "    "
-                  : width->is_string() ? width->str()
-                  : std::string(static_cast<size_t>(std::clamp<int64_t>(width->integer(), 0, 1 << 16)), ' ');
+  std::string ind =
+      width == nullptr ? "    "
+      : width->is_string()
+          ? width->str()
+          : std::string(static_cast<size_t>(std::clamp<int64_t>(width->integer(), 0, 1 << 16)),
+                        ' ');
   CallArgs none;
-  OASIS_ASSIGN_OR_RETURN(Value lines_v, StrMethod(in, Value(ToPythonStr(v) + "\n"), "splitlines", none));
+  OASIS_ASSIGN_OR_RETURN(Value lines_v,
+                         StrMethod(in, Value(ToPythonStr(v) + "\n"), "splitlines", none));
   const List& lines = lines_v.list();
   OASIS_RETURN_IF_ERROR(in.CheckSize(ToPythonStr(v).size() + lines.size() * ind.size()));
   std::string out;
@@ -466,16 +514,45 @@ StatusOr<Value> Safe(Interpreter&, const Value& v, CallArgs&) { return Value(ToP
 }  // namespace
 
 FilterFn FindFilter(std::string_view name) {
-  static const std::pair<std::string_view, Fn> kFilters[] = {
-      {"tojson", ToJson}, {"length", Length}, {"count", Length}, {"trim", Trim}, {"upper", Upper},
-      {"lower", Lower}, {"title", Title}, {"capitalize", Capitalize}, {"replace", Replace},
-      {"first", First}, {"last", Last}, {"list", ToList}, {"join", Join}, {"map", Map},
-      {"select", Select}, {"reject", Reject}, {"selectattr", SelectAttr}, {"rejectattr", RejectAttr},
-      {"items", Items}, {"default", Default}, {"d", Default}, {"string", String}, {"safe", Safe},
-      {"escape", Escape}, {"e", Escape}, {"int", Int}, {"float", Float}, {"round", Round},
-      {"abs", Abs}, {"unique", Unique}, {"dictsort", DictSort}, {"indent", Indent},
-      {"wordcount", WordCount}, {"reverse", Reverse}, {"sort", Sort}, {"sum", Sum}, {"min", Min},
-      {"max", Max}, {"attr", Attr}};
+  static const std::pair<std::string_view, Fn> kFilters[] = {{"tojson", ToJson},
+                                                             {"length", Length},
+                                                             {"count", Length},
+                                                             {"trim", Trim},
+                                                             {"upper", Upper},
+                                                             {"lower", Lower},
+                                                             {"title", Title},
+                                                             {"capitalize", Capitalize},
+                                                             {"replace", Replace},
+                                                             {"first", First},
+                                                             {"last", Last},
+                                                             {"list", ToList},
+                                                             {"join", Join},
+                                                             {"map", Map},
+                                                             {"select", Select},
+                                                             {"reject", Reject},
+                                                             {"selectattr", SelectAttr},
+                                                             {"rejectattr", RejectAttr},
+                                                             {"items", Items},
+                                                             {"default", Default},
+                                                             {"d", Default},
+                                                             {"string", String},
+                                                             {"safe", Safe},
+                                                             {"escape", Escape},
+                                                             {"e", Escape},
+                                                             {"int", Int},
+                                                             {"float", Float},
+                                                             {"round", Round},
+                                                             {"abs", Abs},
+                                                             {"unique", Unique},
+                                                             {"dictsort", DictSort},
+                                                             {"indent", Indent},
+                                                             {"wordcount", WordCount},
+                                                             {"reverse", Reverse},
+                                                             {"sort", Sort},
+                                                             {"sum", Sum},
+                                                             {"min", Min},
+                                                             {"max", Max},
+                                                             {"attr", Attr}};
   for (const auto& [n, f] : kFilters) {
     if (n == name) return f;
   }

@@ -27,7 +27,9 @@ bool IsLocated(const std::string& m) {
 class MacroCallable : public Callable {
  public:
   explicit MacroCallable(const Stmt* stmt) : stmt_(stmt) {}
-  StatusOr<Value> Call(Interpreter& in, CallArgs& args) const override { return in.CallMacro(*stmt_, args); }
+  StatusOr<Value> Call(Interpreter& in, CallArgs& args) const override {
+    return in.CallMacro(*stmt_, args);
+  }
   std::string Name() const override { return stmt_->text; }
 
  private:
@@ -55,7 +57,8 @@ bool ContainsReference(const Value& v) {
 
 Status AtNode(int line, int column, const Status& status) {
   if (status.ok() || IsLocated(status.message())) return status;
-  return Status(status.code(), std::to_string(line) + ":" + std::to_string(column) + ": " + status.message());
+  return Status(status.code(),
+                std::to_string(line) + ":" + std::to_string(column) + ": " + status.message());
 }
 
 #define OASIS_AT(node, expr) AtNode((node).line, (node).column, (expr))
@@ -119,7 +122,8 @@ void Interpreter::Bind(std::string name, Value value) {
 
 Status Interpreter::BindTargets(const std::vector<std::string>& targets, const Value& value,
                                 const Stmt& at) {
-  if (value.depth() > kMaxValueDepth) return OASIS_AT(at, InvalidArgument("value nested too deeply"));
+  if (value.depth() > kMaxValueDepth)
+    return OASIS_AT(at, InvalidArgument("value nested too deeply"));
   if (targets.size() == 1) {
     Bind(targets[0], value);
     return Status::Ok();
@@ -127,8 +131,11 @@ Status Interpreter::BindTargets(const std::vector<std::string>& targets, const V
   OASIS_ASSIGN_OR_RETURN(List items, Iterate(value));
   if (items.size() != targets.size()) {
     return OASIS_AT(at, InvalidArgument(items.size() < targets.size()
-        ? "not enough values to unpack (expected " + std::to_string(targets.size()) + ", got " + std::to_string(items.size()) + ")"
-        : "too many values to unpack (expected " + std::to_string(targets.size()) + ")"));
+                                            ? "not enough values to unpack (expected " +
+                                                  std::to_string(targets.size()) + ", got " +
+                                                  std::to_string(items.size()) + ")"
+                                            : "too many values to unpack (expected " +
+                                                  std::to_string(targets.size()) + ")"));
   }
   for (size_t i = 0; i < targets.size(); ++i) Bind(targets[i], items[i]);
   return Status::Ok();
@@ -136,8 +143,10 @@ Status Interpreter::BindTargets(const std::vector<std::string>& targets, const V
 
 StatusOr<List> Interpreter::Iterate(const Value& v) const {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return List{};
-    case Value::Kind::kList: return v.list();
+    case Value::Kind::kUndefined:
+      return List{};
+    case Value::Kind::kList:
+      return v.list();
     case Value::Kind::kDict: {
       List keys;
       for (const auto& [k, item] : v.dict().entries()) keys.emplace_back(k);
@@ -153,7 +162,8 @@ StatusOr<List> Interpreter::Iterate(const Value& v) const {
       }
       return chars;
     }
-    default: return InvalidArgument("'" + v.TypeName() + "' object is not iterable");
+    default:
+      return InvalidArgument("'" + v.TypeName() + "' object is not iterable");
   }
 }
 
@@ -177,7 +187,9 @@ StatusOr<std::string> Interpreter::Capture(const Body& body) {
 
 StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& s) {
   switch (s.kind) {
-    case StmtKind::kText: OASIS_RETURN_IF_ERROR(Emit(s.text)); return Flow::kNormal;
+    case StmtKind::kText:
+      OASIS_RETURN_IF_ERROR(Emit(s.text));
+      return Flow::kNormal;
     case StmtKind::kOutput: {
       OASIS_ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
       OASIS_RETURN_IF_ERROR(OASIS_AT(s, Emit(ToPythonStr(v))));
@@ -190,8 +202,11 @@ StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& s) {
       }
       return ExecBody(s.else_body);
     }
-    case StmtKind::kFor: return ExecFor(s);
-    case StmtKind::kSet: OASIS_RETURN_IF_ERROR(ExecSet(s)); return Flow::kNormal;
+    case StmtKind::kFor:
+      return ExecFor(s);
+    case StmtKind::kSet:
+      OASIS_RETURN_IF_ERROR(ExecSet(s));
+      return Flow::kNormal;
     case StmtKind::kSetBlock: {
       OASIS_ASSIGN_OR_RETURN(std::string text, Capture(s.body));
       Value v(std::move(text));
@@ -209,8 +224,10 @@ StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& s) {
     case StmtKind::kMacro:
       Bind(s.text, Value(Value::CallablePtr(std::make_shared<MacroCallable>(&s))));
       return Flow::kNormal;
-    case StmtKind::kBreak: return Flow::kBreak;
-    case StmtKind::kContinue: return Flow::kContinue;
+    case StmtKind::kBreak:
+      return Flow::kBreak;
+    case StmtKind::kContinue:
+      return Flow::kContinue;
     case StmtKind::kFilterBlock: {
       OASIS_ASSIGN_OR_RETURN(std::string text, Capture(s.body));
       Value saved = std::move(block_value_);
@@ -221,7 +238,8 @@ StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& s) {
       OASIS_RETURN_IF_ERROR(OASIS_AT(s, Emit(ToPythonStr(r.value()))));
       return Flow::kNormal;
     }
-    case StmtKind::kBlock: return ExecBody(s.body);
+    case StmtKind::kBlock:
+      return ExecBody(s.body);
   }
   return Flow::kNormal;
 }
@@ -234,7 +252,8 @@ Status Interpreter::ExecSet(const Stmt& s) {
     return OASIS_AT(s, InvalidArgument("cannot assign attribute on non-namespace object"));
   }
   if (ContainsReference(v)) {
-    return OASIS_AT(s, Unimplemented("storing a namespace or callable in a namespace is not supported"));
+    return OASIS_AT(
+        s, Unimplemented("storing a namespace or callable in a namespace is not supported"));
   }
   if (v.depth() > kMaxValueDepth) return OASIS_AT(s, InvalidArgument("value nested too deeply"));
   ns.ns()->attrs.Set(s.ns_attr, std::move(v));
@@ -288,8 +307,8 @@ StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& s) {
 
 StatusOr<Value> Interpreter::CallMacro(const Stmt& macro, CallArgs& args) {
   if (call_depth_ >= options_.max_call_depth) {
-    return ResourceExhausted("maximum macro call depth (" + std::to_string(options_.max_call_depth) +
-                             ") exceeded");
+    return ResourceExhausted("maximum macro call depth (" +
+                             std::to_string(options_.max_call_depth) + ") exceeded");
   }
   OASIS_RETURN_IF_ERROR(CountIteration());
   if (args.positional.size() > macro.params.size()) {
@@ -331,7 +350,8 @@ StatusOr<Value> Interpreter::CallMacro(const Stmt& macro, CallArgs& args) {
   for (const auto& [k, v] : args.keyword) {
     bool known = false;
     for (const MacroParam& p : macro.params) known = known || p.name == k;
-    if (!known && st.ok()) st = InvalidArgument("macro '" + macro.text + "' takes no keyword argument '" + k + "'");
+    if (!known && st.ok())
+      st = InvalidArgument("macro '" + macro.text + "' takes no keyword argument '" + k + "'");
   }
   if (!st.ok()) {
     restore();

@@ -12,7 +12,8 @@ StatusOr<Value> Interpreter::CallValue(const Value& callee, CallArgs& args) {
   return InvalidArgument("'" + callee.TypeName() + "' object is not callable");
 }
 
-StatusOr<Value> Interpreter::ApplyFilter(std::string_view name, const Value& value, CallArgs& args) {
+StatusOr<Value> Interpreter::ApplyFilter(std::string_view name, const Value& value,
+                                         CallArgs& args) {
   FilterFn f = FindFilter(name);
   if (f == nullptr) return InvalidArgument("No filter named '" + std::string(name) + "'.");
   return f(*this, value, args);
@@ -38,16 +39,20 @@ Status Interpreter::EvalArgs(const Expr& e, size_t first, CallArgs& args) {
 
 StatusOr<Value> Interpreter::Eval(const Expr& e) {
   switch (e.kind) {
-    case ExprKind::kLiteral: return e.literal;
-    case ExprKind::kName: return e.name.empty() ? block_value_ : Lookup(e.name);
+    case ExprKind::kLiteral:
+      return e.literal;
+    case ExprKind::kName:
+      return e.name.empty() ? block_value_ : Lookup(e.name);
     case ExprKind::kList: {
       List items;
       for (const ExprPtr& a : e.args) {
         OASIS_ASSIGN_OR_RETURN(Value v, Eval(*a));
         items.push_back(std::move(v));
       }
-      Value out = e.name == "tuple" ? Value::MakeTuple(std::move(items)) : Value::MakeList(std::move(items));
-      if (out.depth() > kMaxValueDepth) return OASIS_AT(e, InvalidArgument("list nested too deeply"));
+      Value out = e.name == "tuple" ? Value::MakeTuple(std::move(items))
+                                    : Value::MakeList(std::move(items));
+      if (out.depth() > kMaxValueDepth)
+        return OASIS_AT(e, InvalidArgument("list nested too deeply"));
       return out;
     }
     case ExprKind::kDict: {
@@ -59,7 +64,8 @@ StatusOr<Value> Interpreter::Eval(const Expr& e) {
         d.Set(k.str(), std::move(v));
       }
       Value out = Value::MakeDict(std::move(d));
-      if (out.depth() > kMaxValueDepth) return OASIS_AT(e, InvalidArgument("dict nested too deeply"));
+      if (out.depth() > kMaxValueDepth)
+        return OASIS_AT(e, InvalidArgument("dict nested too deeply"));
       return out;
     }
     case ExprKind::kGetAttr: {
@@ -121,10 +127,13 @@ StatusOr<Value> Interpreter::Eval(const Expr& e) {
         return Value(-v.integer());
       }
       if (v.is_undefined()) return OASIS_AT(e, InvalidArgument(v.undefined().message));
-      return OASIS_AT(e, InvalidArgument("bad operand type for unary " + e.name + ": '" + v.TypeName() + "'"));
+      return OASIS_AT(
+          e, InvalidArgument("bad operand type for unary " + e.name + ": '" + v.TypeName() + "'"));
     }
-    case ExprKind::kBinary: return EvalBinary(e);
-    case ExprKind::kCompare: return EvalCompare(e);
+    case ExprKind::kBinary:
+      return EvalBinary(e);
+    case ExprKind::kCompare:
+      return EvalCompare(e);
     case ExprKind::kCondExpr: {
       OASIS_ASSIGN_OR_RETURN(Value cond, Eval(*e.args[1]));
       if (cond.Truthy()) return Eval(*e.args[0]);

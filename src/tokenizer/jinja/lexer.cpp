@@ -17,7 +17,9 @@ size_t SpaceAt(const std::string& s, size_t pos) {
   if (b < 0x80) return utf8::IsSpace(b) ? 1 : 0;
   size_t len = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
   std::u32string cps = utf8::Decode(std::string_view(s).substr(pos, len));
-  return (!cps.empty() && utf8::IsSpace(cps[0]) && utf8::Encode(cps.substr(0, 1)).size() == len) ? len : 0;
+  return (!cps.empty() && utf8::IsSpace(cps[0]) && utf8::Encode(cps.substr(0, 1)).size() == len)
+             ? len
+             : 0;
 }
 
 // Python str.rstrip() of Unicode whitespace.
@@ -225,8 +227,9 @@ Status Lexer::LexTag(size_t& pos, bool is_block) {
   std::string brackets;  // expected closers
   while (true) {
     pos = SkipSpace(pos);
-    if (pos >= src_.size()) return Error(pos, is_block ? "unexpected end of template, expected '%}'"
-                                                       : "unexpected end of template, expected '}}'");
+    if (pos >= src_.size())
+      return Error(pos, is_block ? "unexpected end of template, expected '%}'"
+                                 : "unexpected end of template, expected '}}'");
     if (brackets.empty()) {
       size_t end = std::string::npos;
       if (is_block) {
@@ -263,9 +266,9 @@ Status Lexer::LexTag(size_t& pos, bool is_block) {
     } else if (c == '\'' || c == '"') {
       OASIS_RETURN_IF_ERROR(LexString(pos));
     } else {
-      static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%",
-                                   "~", "[", "]", "(", ")", "{", "}", ">", "<", "=", ".", ":",
-                                   "|", ",", ";"};
+      static const char* kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/",
+                                   "*",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                   ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
       const char* op = nullptr;
       for (const char* candidate : kOps) {
         if (At(pos, candidate)) {
@@ -282,7 +285,8 @@ Status Lexer::LexTag(size_t& pos, bool is_block) {
       } else if (op[1] == 0 && (o == ')' || o == ']' || o == '}')) {
         if (brackets.empty()) return Error(pos, std::string("unexpected '") + o + "'");
         if (brackets.back() != o) {
-          return Error(pos, std::string("unexpected '") + o + "', expected '" + brackets.back() + "'");
+          return Error(pos,
+                       std::string("unexpected '") + o + "', expected '" + brackets.back() + "'");
         }
         brackets.pop_back();
       }
@@ -325,35 +329,63 @@ Status Lexer::LexString(size_t& pos) {
           return Error(start, std::string("truncated ") + what + " escape");
         }
         char h = raw[++i];
-        v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
-                                                                    : (std::tolower(h) - 'a' + 10));
+        v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                               ? h - '0'
+                                               : (std::tolower(h) - 'a' + 10));
       }
       return v;
     };
     switch (e) {
-      case '\n': break;
-      case '\\': out.push_back('\\'); break;
-      case '\'': out.push_back('\''); break;
-      case '"': out.push_back('"'); break;
-      case 'a': out.push_back('\a'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
-      case 'v': out.push_back('\v'); break;
-      case 'x': case 'u': case 'U': {
+      case '\n':
+        break;
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '\'':
+        out.push_back('\'');
+        break;
+      case '"':
+        out.push_back('"');
+        break;
+      case 'a':
+        out.push_back('\a');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'v':
+        out.push_back('\v');
+        break;
+      case 'x':
+      case 'u':
+      case 'U': {
         int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-        OASIS_ASSIGN_OR_RETURN(char32_t cp, hex(digits, e == 'x' ? "\\xXX" : e == 'u' ? "\\uXXXX" : "\\UXXXXXXXX"));
+        OASIS_ASSIGN_OR_RETURN(char32_t cp, hex(digits, e == 'x'   ? "\\xXX"
+                                                        : e == 'u' ? "\\uXXXX"
+                                                                   : "\\UXXXXXXXX"));
         if (cp > 0x10FFFF) return Error(start, "illegal Unicode character");
         utf8::Append(out, cp);
         break;
       }
-      case 'N': return Error(start, "malformed \\N character escape");
+      case 'N':
+        return Error(start, "malformed \\N character escape");
       default:
         if (e >= '0' && e <= '7') {
           char32_t v = static_cast<char32_t>(e - '0');
-          for (int k = 0; k < 2 && i + 1 < raw.size() && raw[i + 1] >= '0' && raw[i + 1] <= '7'; ++k) {
+          for (int k = 0; k < 2 && i + 1 < raw.size() && raw[i + 1] >= '0' && raw[i + 1] <= '7';
+               ++k) {
             v = v * 8 + static_cast<char32_t>(raw[++i] - '0');
           }
           utf8::Append(out, v);
@@ -371,14 +403,15 @@ Status Lexer::LexNumber(size_t& pos) {
   size_t start = pos;
   auto digits = [&](auto pred) {
     while (pos < src_.size() && (pred(src_[pos]) || (src_[pos] == '_' && pos + 1 < src_.size() &&
-                                                      pred(src_[pos + 1])))) {
+                                                     pred(src_[pos + 1])))) {
       ++pos;
     }
   };
   auto dec = [](char c) { return c >= '0' && c <= '9'; };
   bool after_dot = start > 0 && src_[start - 1] == '.';
   int base = 10;
-  if (src_[pos] == '0' && pos + 1 < src_.size() && std::strchr("xXoObB", src_[pos + 1]) && src_[pos + 1]) {
+  if (src_[pos] == '0' && pos + 1 < src_.size() && std::strchr("xXoObB", src_[pos + 1]) &&
+      src_[pos + 1]) {
     char b = static_cast<char>(std::tolower(src_[pos + 1]));
     base = b == 'x' ? 16 : b == 'o' ? 8 : 2;
     pos += 2;
@@ -419,7 +452,8 @@ Status Lexer::LexNumber(size_t& pos) {
   } else {
     t.kind = TokenKind::kInteger;
     errno = 0;
-    unsigned long long v = std::strtoull(base == 10 ? text.c_str() : text.c_str() + 2, nullptr, base);
+    unsigned long long v =
+        std::strtoull(base == 10 ? text.c_str() : text.c_str() + 2, nullptr, base);
     if (errno == ERANGE || v > static_cast<unsigned long long>(INT64_MAX)) {
       return Error(start, "integer literal too large");
     }

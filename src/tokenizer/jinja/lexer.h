@@ -12,17 +12,17 @@
 namespace oasis::jinja {
 
 enum class TokenKind {
-  kData,         // literal template text (text)
-  kVarBegin,     // {{
-  kVarEnd,       // }}
-  kBlockBegin,   // {%
-  kBlockEnd,     // %}
-  kName,         // identifier (text)
-  kString,       // string literal, unescaped (text)
-  kInteger,      // (integer)
-  kFloat,        // (number)
-  kOperator,     // punctuation / operator (text)
-  kEnd,          // end of input
+  kData,        // literal template text (text)
+  kVarBegin,    // {{
+  kVarEnd,      // }}
+  kBlockBegin,  // {%
+  kBlockEnd,    // %}
+  kName,        // identifier (text)
+  kString,      // string literal, unescaped (text)
+  kInteger,     // (integer)
+  kFloat,       // (number)
+  kOperator,    // punctuation / operator (text)
+  kEnd,         // end of input
 };
 
 struct Token {

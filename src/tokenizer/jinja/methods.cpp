@@ -13,15 +13,16 @@ bool OneOf(std::string_view name, std::initializer_list<std::string_view> names)
 }
 
 const std::initializer_list<std::string_view> kStrMethods = {
-    "startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "upper", "lower",
-    "title", "capitalize", "replace", "find", "rfind", "index", "count", "join", "isdigit",
-    "isalpha", "isspace", "isupper", "islower", "isalnum", "splitlines", "format"};
+    "startswith", "endswith", "split",      "rsplit",     "strip",   "lstrip",  "rstrip",
+    "upper",      "lower",    "title",      "capitalize", "replace", "find",    "rfind",
+    "index",      "count",    "join",       "isdigit",    "isalpha", "isspace", "isupper",
+    "islower",    "isalnum",  "splitlines", "format"};
 const std::initializer_list<std::string_view> kDictMethods = {"items", "keys", "values", "get"};
-const std::initializer_list<std::string_view> kDictUnsafe = {"clear", "pop", "popitem", "setdefault",
-                                                             "update"};
+const std::initializer_list<std::string_view> kDictUnsafe = {"clear", "pop", "popitem",
+                                                             "setdefault", "update"};
 const std::initializer_list<std::string_view> kListMethods = {"index", "count"};
-const std::initializer_list<std::string_view> kListUnsafe = {"append", "clear", "extend", "insert",
-                                                             "pop", "remove", "reverse", "sort"};
+const std::initializer_list<std::string_view> kListUnsafe = {
+    "append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"};
 
 Value Unsafe(const Value& obj, const std::string& name) {
   return Value::MakeUndefined("access to attribute '" + name + "' of '" + obj.TypeName() +
@@ -31,7 +32,8 @@ Value NoAttr(const Value& obj, const std::string& name) {
   return Value::MakeUndefined("'" + obj.TypeName() + " object' has no attribute '" + name + "'");
 }
 
-StatusOr<std::string> StrArg(const CallArgs& a, size_t pos, std::string_view name, std::string_view fn) {
+StatusOr<std::string> StrArg(const CallArgs& a, size_t pos, std::string_view name,
+                             std::string_view fn) {
   const Value* v = Arg(a, pos, name);
   if (v == nullptr || !v->is_string()) {
     return InvalidArgument(std::string(fn) + "() argument '" + std::string(name) + "' must be str");
@@ -39,7 +41,8 @@ StatusOr<std::string> StrArg(const CallArgs& a, size_t pos, std::string_view nam
   return v->str();
 }
 
-std::vector<std::string> SplitString(const std::string& s, const Value* sep, int64_t maxsplit, bool from_right) {
+std::vector<std::string> SplitString(const std::string& s, const Value* sep, int64_t maxsplit,
+                                     bool from_right) {
   std::vector<std::string> parts;
   if (sep == nullptr || sep->is_none()) {
     std::u32string c = utf8::Decode(s);
@@ -72,7 +75,8 @@ std::vector<std::string> SplitString(const std::string& s, const Value* sep, int
       }
       std::reverse(words.begin(), words.end());
     }
-    for (auto [b, e] : words) parts.push_back(utf8::Encode(std::u32string_view(c).substr(b, e - b)));
+    for (auto [b, e] : words)
+      parts.push_back(utf8::Encode(std::u32string_view(c).substr(b, e - b)));
     return parts;
   }
   const std::string& d = sep->str();
@@ -122,7 +126,7 @@ StatusOr<Value> Format(Interpreter& in, const std::string& fmt, const CallArgs& 
   size_t auto_index = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
     char c = fmt[i];
-    if (c == '}' ) {
+    if (c == '}') {
       if (i + 1 < fmt.size() && fmt[i + 1] == '}') ++i;
       out.push_back('}');
       continue;
@@ -137,7 +141,8 @@ StatusOr<Value> Format(Interpreter& in, const std::string& fmt, const CallArgs& 
       continue;
     }
     size_t close = fmt.find('}', i);
-    if (close == std::string::npos) return InvalidArgument("Single '{' encountered in format string");
+    if (close == std::string::npos)
+      return InvalidArgument("Single '{' encountered in format string");
     std::string field = fmt.substr(i + 1, close - i - 1);
     if (field.find_first_of(":!.[") != std::string::npos) {
       return Unimplemented("format specifications are not supported in str.format");
@@ -159,7 +164,8 @@ StatusOr<Value> Format(Interpreter& in, const std::string& fmt, const CallArgs& 
   return Value(std::move(out));
 }
 
-StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& s, const std::string& m, CallArgs& a) {
+StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& s, const std::string& m,
+                              CallArgs& a) {
   if (m == "startswith" || m == "endswith") {
     const Value* p = Arg(a, 0, "prefix");
     if (p == nullptr) return InvalidArgument(m + "() takes at least 1 argument (0 given)");
@@ -175,8 +181,9 @@ StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& s, const std::
       return InvalidArgument(m + " first arg must be str or a tuple of str, not " + p->TypeName());
     }
     for (const auto& o : options) {
-      bool hit = m == "startswith" ? s.compare(0, o.size(), o) == 0 && s.size() >= o.size()
-                                   : s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0;
+      bool hit = m == "startswith"
+                     ? s.compare(0, o.size(), o) == 0 && s.size() >= o.size()
+                     : s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0;
       if (hit) return Value(true);
     }
     return Value(false);
@@ -184,7 +191,8 @@ StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& s, const std::
   if (m == "split" || m == "rsplit") {
     const Value* sep = Arg(a, 0, "sep");
     const Value* maxsplit = Arg(a, 1, "maxsplit");
-    if (sep && !sep->is_none() && !sep->is_string()) return InvalidArgument("must be str or None, not " + sep->TypeName());
+    if (sep && !sep->is_none() && !sep->is_string())
+      return InvalidArgument("must be str or None, not " + sep->TypeName());
     if (sep && sep->is_string() && sep->str().empty()) return InvalidArgument("empty separator");
     if (maxsplit && !maxsplit->is_integral()) return InvalidArgument("maxsplit must be an integer");
     auto parts = SplitString(s, sep, maxsplit ? maxsplit->integer() : -1, m == "rsplit");
@@ -193,7 +201,8 @@ StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& s, const std::
   }
   if (m == "strip" || m == "lstrip" || m == "rstrip") {
     const Value* chars = Arg(a, 0, "chars");
-    if (chars && !chars->is_none() && !chars->is_string()) return InvalidArgument(m + " arg must be None or str");
+    if (chars && !chars->is_none() && !chars->is_string())
+      return InvalidArgument(m + " arg must be None or str");
     const std::string* set = (chars && chars->is_string()) ? &chars->str() : nullptr;
     return Value(StripString(s, set, m != "rstrip", m != "lstrip"));
   }
@@ -203,7 +212,8 @@ StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& s, const std::
   if (m == "capitalize") {
     std::u32string c = utf8::Decode(s);
     std::string out;
-    for (size_t i = 0; i < c.size(); ++i) utf8::Append(out, i == 0 ? utf8::ToTitle(c[i]) : utf8::ToLower(c[i]));
+    for (size_t i = 0; i < c.size(); ++i)
+      utf8::Append(out, i == 0 ? utf8::ToTitle(c[i]) : utf8::ToLower(c[i]));
     return Value(std::move(out));
   }
   if (m == "replace") {
@@ -259,7 +269,9 @@ StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& s, const std::
     OASIS_ASSIGN_OR_RETURN(List list, in.Iterate(*items));
     std::string out;
     for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_string()) return InvalidArgument("sequence item " + std::to_string(i) + ": expected str instance, " + list[i].TypeName() + " found");
+      if (!list[i].is_string())
+        return InvalidArgument("sequence item " + std::to_string(i) + ": expected str instance, " +
+                               list[i].TypeName() + " found");
       if (i) out += s;
       out += list[i].str();
       OASIS_RETURN_IF_ERROR(in.CheckSize(out.size()));
@@ -381,7 +393,8 @@ Status CheckArgs(const CallArgs& args, std::string_view fn, size_t max_positiona
 
 StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
   switch (obj.kind()) {
-    case Value::Kind::kUndefined: return InvalidArgument(obj.undefined().message);
+    case Value::Kind::kUndefined:
+      return InvalidArgument(obj.undefined().message);
     case Value::Kind::kDict:
       if (OneOf(name, kDictMethods)) return Bind(obj, name);
       if (OneOf(name, kDictUnsafe)) return Unsafe(obj, name);
@@ -397,7 +410,8 @@ StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
       if (OneOf(name, kListMethods)) return Bind(obj, name);
       if (OneOf(name, kListUnsafe)) return Unsafe(obj, name);
       return NoAttr(obj, name);
-    default: return NoAttr(obj, name);
+    default:
+      return NoAttr(obj, name);
   }
 }
 
@@ -423,7 +437,8 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     }
     return GetAttr(obj, key.str());
   }
-  return Value::MakeUndefined("'" + obj.TypeName() + " object' has no element " + ToPythonRepr(key));
+  return Value::MakeUndefined("'" + obj.TypeName() + " object' has no element " +
+                              ToPythonRepr(key));
 }
 
 }  // namespace oasis::jinja

@@ -17,8 +17,8 @@ Status TypeError(std::string_view op, const Value& a, const Value& b) {
   if (op == "+" && a.is_list()) {
     return InvalidArgument("can only concatenate list (not \"" + b.TypeName() + "\") to list");
   }
-  return InvalidArgument("unsupported operand type(s) for " + std::string(op) + ": '" + a.TypeName() +
-                         "' and '" + b.TypeName() + "'");
+  return InvalidArgument("unsupported operand type(s) for " + std::string(op) + ": '" +
+                         a.TypeName() + "' and '" + b.TypeName() + "'");
 }
 
 StatusOr<Value> Repeat(Interpreter& in, const Value& seq, int64_t times) {
@@ -86,7 +86,8 @@ StatusOr<Value> BinaryOp(Interpreter& in, std::string_view op, const Value& a, c
     }
     if (op == "//" || op == "%") {
       if (ints ? y == 0 : q == 0) {
-        return InvalidArgument(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
+        return InvalidArgument(op == "//" ? "integer division or modulo by zero"
+                                          : "modulo by zero");
       }
       if (ints) {
         if (x == INT64_MIN && y == -1) return OutOfRange("integer overflow");
@@ -111,10 +112,12 @@ StatusOr<Value> BinaryOp(Interpreter& in, std::string_view op, const Value& a, c
         int64_t result = 1, base = x, e = y;
         while (e > 0) {
           if (e & 1) {
-            if (__builtin_mul_overflow(result, base, &result)) return OutOfRange("integer overflow");
+            if (__builtin_mul_overflow(result, base, &result))
+              return OutOfRange("integer overflow");
           }
           e >>= 1;
-          if (e > 0 && __builtin_mul_overflow(base, base, &base)) return OutOfRange("integer overflow");
+          if (e > 0 && __builtin_mul_overflow(base, base, &base))
+            return OutOfRange("integer overflow");
         }
         return Value(result);
       }
@@ -150,7 +153,8 @@ StatusOr<bool> Contains(const Value& container, const Value& item) {
     case Value::Kind::kString:
       if (!item.is_string()) {
         if (item.is_undefined()) return InvalidArgument(item.undefined().message);
-        return InvalidArgument("'in <string>' requires string as left operand, not " + item.TypeName());
+        return InvalidArgument("'in <string>' requires string as left operand, not " +
+                               item.TypeName());
       }
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::kList:
@@ -160,7 +164,8 @@ StatusOr<bool> Contains(const Value& container, const Value& item) {
       return false;
     case Value::Kind::kDict:
       return item.is_string() && container.dict().Find(item.str()) != nullptr;
-    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kUndefined:
+      return false;
     default:
       return InvalidArgument("argument of type '" + container.TypeName() + "' is not iterable");
   }

@@ -4,8 +4,8 @@
 
 namespace oasis::jinja::detail {
 
-
-StatusOr<Body> Parser::ParseBody(std::initializer_list<std::string_view> ends, std::string* matched) {
+StatusOr<Body> Parser::ParseBody(std::initializer_list<std::string_view> ends,
+                                 std::string* matched) {
   DepthGuard guard(depth_);
   OASIS_RETURN_IF_ERROR(CheckDepth());
   Body body;
@@ -83,13 +83,13 @@ StatusOr<StmtPtr> Parser::ParseStatement() {
     OASIS_RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
-  static const char* kKnownEnds[] = {"endfor", "endif", "elif", "else", "endset", "endmacro",
-                                     "endfilter", "endgeneration", "endraw"};
+  static const char* kKnownEnds[] = {"endfor",   "endif",     "elif",          "else",  "endset",
+                                     "endmacro", "endfilter", "endgeneration", "endraw"};
   for (const char* e : kKnownEnds) {
     if (n == e) return Error(at, "unexpected tag '" + n + "'");
   }
-  static const char* kUnsupported[] = {"include", "extends", "block", "import", "from", "call",
-                                       "with", "do", "autoescape", "trans"};
+  static const char* kUnsupported[] = {"include", "extends", "block", "import",     "from",
+                                       "call",    "with",    "do",    "autoescape", "trans"};
   for (const char* u : kUnsupported) {
     if (n == u) return Error(at, "unsupported tag '" + n + "'", StatusCode::kUnimplemented);
   }
@@ -120,7 +120,8 @@ StatusOr<StmtPtr> Parser::ParseFor(const Token& at) {
   if (SkipName("if")) {
     OASIS_ASSIGN_OR_RETURN(s->filter, ParseExpression());
   }
-  if (IsName("recursive")) return Error(Cur(), "recursive loops are not supported", StatusCode::kUnimplemented);
+  if (IsName("recursive"))
+    return Error(Cur(), "recursive loops are not supported", StatusCode::kUnimplemented);
   OASIS_RETURN_IF_ERROR(ExpectBlockEnd());
   std::string m;
   ++loop_depth_;

@@ -195,13 +195,15 @@ StatusOr<ExprPtr> Parser::ParsePrimary() {
       e->literal = Value(std::move(s));
       return e;
     }
-    case TokenKind::kInteger: case TokenKind::kFloat: {
+    case TokenKind::kInteger:
+    case TokenKind::kFloat: {
       Next();
       ExprPtr e = Node(ExprKind::kLiteral, at);
       e->literal = at.kind == TokenKind::kInteger ? Value(at.integer) : Value(at.number);
       return e;
     }
-    default: break;
+    default:
+      break;
   }
   if (SkipOp("(")) {
     OASIS_ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(true, true));
@@ -312,8 +314,10 @@ Status Parser::ParseCallArgs(Expr& call) {
       if (IsOp(")")) break;
     }
     first = false;
-    if (IsOp("*") || IsOp("**")) return Error(Cur(), "*args and **kwargs are not supported", StatusCode::kUnimplemented);
-    if (Cur().kind == TokenKind::kName && Peek().kind == TokenKind::kOperator && Peek().text == "=") {
+    if (IsOp("*") || IsOp("**"))
+      return Error(Cur(), "*args and **kwargs are not supported", StatusCode::kUnimplemented);
+    if (Cur().kind == TokenKind::kName && Peek().kind == TokenKind::kOperator &&
+        Peek().text == "=") {
       std::string key = Cur().text;
       Next();
       Next();

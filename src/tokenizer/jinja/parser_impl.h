@@ -27,7 +27,9 @@ class Parser {
     if (pos_ + 1 < toks_.size()) ++pos_;
   }
   bool IsOp(const char* op) const { return Cur().kind == TokenKind::kOperator && Cur().text == op; }
-  bool IsName(std::string_view n) const { return Cur().kind == TokenKind::kName && Cur().text == n; }
+  bool IsName(std::string_view n) const {
+    return Cur().kind == TokenKind::kName && Cur().text == n;
+  }
   bool SkipOp(const char* op) {
     if (!IsOp(op)) return false;
     Next();
@@ -40,18 +42,29 @@ class Parser {
   }
   static std::string Describe(const Token& t) {
     switch (t.kind) {
-      case TokenKind::kEnd: return "end of template";
-      case TokenKind::kVarEnd: return "'}}'";
-      case TokenKind::kBlockEnd: return "'%}'";
-      case TokenKind::kVarBegin: return "'{{'";
-      case TokenKind::kBlockBegin: return "'{%'";
-      case TokenKind::kData: return "template data";
-      case TokenKind::kString: return "string";
-      case TokenKind::kInteger: case TokenKind::kFloat: return "number";
-      default: return "'" + t.text + "'";
+      case TokenKind::kEnd:
+        return "end of template";
+      case TokenKind::kVarEnd:
+        return "'}}'";
+      case TokenKind::kBlockEnd:
+        return "'%}'";
+      case TokenKind::kVarBegin:
+        return "'{{'";
+      case TokenKind::kBlockBegin:
+        return "'{%'";
+      case TokenKind::kData:
+        return "template data";
+      case TokenKind::kString:
+        return "string";
+      case TokenKind::kInteger:
+      case TokenKind::kFloat:
+        return "number";
+      default:
+        return "'" + t.text + "'";
     }
   }
-  Status Error(const Token& t, const std::string& msg, StatusCode code = StatusCode::kInvalidArgument) const {
+  Status Error(const Token& t, const std::string& msg,
+               StatusCode code = StatusCode::kInvalidArgument) const {
     return Status(code, std::to_string(t.line) + ":" + std::to_string(t.column) + ": " + msg);
   }
   Status Unexpected(const std::string& expected) const {

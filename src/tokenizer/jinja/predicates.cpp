@@ -97,13 +97,20 @@ StatusOr<bool> SameAs(Interpreter&, const Value& v, CallArgs& a) {
   OASIS_ASSIGN_OR_RETURN(Value o, Other(a, "sameas"));
   if (v.kind() != o.kind()) return false;
   switch (v.kind()) {
-    case Value::Kind::kNone: case Value::Kind::kBool: case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+    case Value::Kind::kBool:
+    case Value::Kind::kUndefined:
       return ValuesEqual(v, o);
-    case Value::Kind::kList: return &v.list() == &o.list();
-    case Value::Kind::kDict: return &v.dict() == &o.dict();
-    case Value::Kind::kNamespace: return v.ns() == o.ns();
-    case Value::Kind::kCallable: return v.callable() == o.callable();
-    default: return ValuesEqual(v, o);  // small ints/strings: CPython identity is not defined
+    case Value::Kind::kList:
+      return &v.list() == &o.list();
+    case Value::Kind::kDict:
+      return &v.dict() == &o.dict();
+    case Value::Kind::kNamespace:
+      return v.ns() == o.ns();
+    case Value::Kind::kCallable:
+      return v.callable() == o.callable();
+    default:
+      return ValuesEqual(v, o);  // small ints/strings: CPython identity is not defined
   }
 }
 
@@ -127,7 +134,8 @@ StatusOr<Value> Range(Interpreter& in, CallArgs& a) {
     return InvalidArgument("range expected 1 to 3 integer arguments");
   }
   for (const Value& v : a.positional) {
-    if (!v.is_integral()) return InvalidArgument("'" + v.TypeName() + "' object cannot be interpreted as an integer");
+    if (!v.is_integral())
+      return InvalidArgument("'" + v.TypeName() + "' object cannot be interpreted as an integer");
   }
   int64_t start = 0, stop, step = 1;
   if (a.positional.size() == 1) {
@@ -143,7 +151,8 @@ StatusOr<Value> Range(Interpreter& in, CallArgs& a) {
   if (count < 0) count = 0;
   constexpr int64_t kMaxRange = 100000;  // Jinja2's sandbox MAX_RANGE
   if (count > kMaxRange) {
-    return ResourceExhausted("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    return ResourceExhausted(
+        "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   }
   OASIS_RETURN_IF_ERROR(in.CountIteration(static_cast<int64_t>(count) / 16));
   List out;
@@ -153,13 +162,16 @@ StatusOr<Value> Range(Interpreter& in, CallArgs& a) {
 
 StatusOr<Value> MakeNamespace(Interpreter&, CallArgs& a) {
   auto ns = std::make_shared<Namespace>();
-  if (a.positional.size() > 1) return InvalidArgument("namespace() takes at most one positional argument");
+  if (a.positional.size() > 1)
+    return InvalidArgument("namespace() takes at most one positional argument");
   if (!a.positional.empty()) {
-    if (!a.positional[0].is_dict()) return InvalidArgument("namespace() positional argument must be a dict");
+    if (!a.positional[0].is_dict())
+      return InvalidArgument("namespace() positional argument must be a dict");
     for (const auto& [k, v] : a.positional[0].dict().entries()) ns->attrs.Set(k, v);
   }
   for (const auto& [k, v] : a.keyword) {
-    if (v.is_namespace()) return Unimplemented("storing a namespace inside a namespace is not supported");
+    if (v.is_namespace())
+      return Unimplemented("storing a namespace inside a namespace is not supported");
     ns->attrs.Set(k, v);
   }
   return Value(ns);
@@ -168,7 +180,8 @@ StatusOr<Value> MakeNamespace(Interpreter&, CallArgs& a) {
 StatusOr<Value> MakeDictFn(Interpreter&, CallArgs& a) {
   Dict d;
   if (!a.positional.empty()) {
-    if (a.positional.size() > 1 || !a.positional[0].is_dict()) return InvalidArgument("dict() expects a mapping");
+    if (a.positional.size() > 1 || !a.positional[0].is_dict())
+      return InvalidArgument("dict() expects a mapping");
     for (const auto& [k, v] : a.positional[0].dict().entries()) d.Set(k, v);
   }
   for (const auto& [k, v] : a.keyword) d.Set(k, v);
@@ -182,7 +195,8 @@ StatusOr<Value> RaiseException(Interpreter&, CallArgs& a) {
 
 StatusOr<Value> StrftimeNow(Interpreter& in, CallArgs& a) {
   const Value* fmt = Arg(a, 0, "format");
-  if (fmt == nullptr || !fmt->is_string()) return InvalidArgument("strftime_now() requires a format string");
+  if (fmt == nullptr || !fmt->is_string())
+    return InvalidArgument("strftime_now() requires a format string");
   if (fmt->str().size() > 256) return InvalidArgument("strftime_now() format too long");
   auto now = in.options().now.value_or(std::chrono::system_clock::now());
   std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -190,22 +204,51 @@ StatusOr<Value> StrftimeNow(Interpreter& in, CallArgs& a) {
   localtime_r(&t, &tm);
   char buf[4096];
   size_t n = std::strftime(buf, sizeof(buf), fmt->str().c_str(), &tm);
-  if (n == 0 && !fmt->str().empty()) return InvalidArgument("strftime_now() result too long or empty");
+  if (n == 0 && !fmt->str().empty())
+    return InvalidArgument("strftime_now() result too long or empty");
   return Value(std::string(buf, n));
 }
 
 }  // namespace
 
 TestFn FindTest(std::string_view name) {
-  static const std::pair<std::string_view, Test> kTests[] = {
-      {"defined", Defined}, {"undefined", IsUndefined}, {"none", IsNone}, {"string", IsString},
-      {"mapping", IsMapping}, {"iterable", IsIterable}, {"sequence", IsSequence},
-      {"number", IsNumber}, {"integer", IsInteger}, {"float", IsFloat}, {"boolean", IsBoolean},
-      {"true", IsTrue}, {"false", IsFalse}, {"callable", IsCallable}, {"lower", IsLower},
-      {"upper", IsUpper}, {"escaped", IsEscaped}, {"odd", Odd}, {"even", Even},
-      {"divisibleby", DivisibleBy}, {"eq", Eq}, {"equalto", Eq}, {"==", Eq}, {"ne", Ne},
-      {"!=", Ne}, {"lt", Lt}, {"lessthan", Lt}, {"<", Lt}, {"gt", Gt}, {"greaterthan", Gt},
-      {">", Gt}, {"le", Le}, {"<=", Le}, {"ge", Ge}, {">=", Ge}, {"in", In}, {"sameas", SameAs}};
+  static const std::pair<std::string_view, Test> kTests[] = {{"defined", Defined},
+                                                             {"undefined", IsUndefined},
+                                                             {"none", IsNone},
+                                                             {"string", IsString},
+                                                             {"mapping", IsMapping},
+                                                             {"iterable", IsIterable},
+                                                             {"sequence", IsSequence},
+                                                             {"number", IsNumber},
+                                                             {"integer", IsInteger},
+                                                             {"float", IsFloat},
+                                                             {"boolean", IsBoolean},
+                                                             {"true", IsTrue},
+                                                             {"false", IsFalse},
+                                                             {"callable", IsCallable},
+                                                             {"lower", IsLower},
+                                                             {"upper", IsUpper},
+                                                             {"escaped", IsEscaped},
+                                                             {"odd", Odd},
+                                                             {"even", Even},
+                                                             {"divisibleby", DivisibleBy},
+                                                             {"eq", Eq},
+                                                             {"equalto", Eq},
+                                                             {"==", Eq},
+                                                             {"ne", Ne},
+                                                             {"!=", Ne},
+                                                             {"lt", Lt},
+                                                             {"lessthan", Lt},
+                                                             {"<", Lt},
+                                                             {"gt", Gt},
+                                                             {"greaterthan", Gt},
+                                                             {">", Gt},
+                                                             {"le", Le},
+                                                             {"<=", Le},
+                                                             {"ge", Ge},
+                                                             {">=", Ge},
+                                                             {"in", In},
+                                                             {"sameas", SameAs}};
   for (const auto& [n, t] : kTests) {
     if (n == name) return t;
   }

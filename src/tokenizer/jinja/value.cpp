@@ -53,30 +53,50 @@ Value Value::MakeDict(Dict dict) {
 
 bool Value::Truthy() const {
   switch (kind()) {
-    case Kind::kUndefined: case Kind::kNone: return false;
-    case Kind::kBool: return boolean();
-    case Kind::kInt: return integer() != 0;
-    case Kind::kFloat: return number() != 0.0;
-    case Kind::kString: return !str().empty();
-    case Kind::kList: return !list().empty();
-    case Kind::kDict: return dict().size() != 0;
-    case Kind::kNamespace: case Kind::kCallable: return true;
+    case Kind::kUndefined:
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return boolean();
+    case Kind::kInt:
+      return integer() != 0;
+    case Kind::kFloat:
+      return number() != 0.0;
+    case Kind::kString:
+      return !str().empty();
+    case Kind::kList:
+      return !list().empty();
+    case Kind::kDict:
+      return dict().size() != 0;
+    case Kind::kNamespace:
+    case Kind::kCallable:
+      return true;
   }
   return false;
 }
 
 std::string Value::TypeName() const {
   switch (kind()) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kCallable: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kCallable:
+      return "function";
   }
   return "object";
 }
@@ -152,7 +172,8 @@ static std::string ReprString(const std::string& s) {
 
 std::string ToPythonRepr(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kString: return ReprString(v.str());
+    case Value::Kind::kString:
+      return ReprString(v.str());
     case Value::Kind::kList: {
       std::string out = v.is_tuple() ? "(" : "[";
       for (size_t i = 0; i < v.list().size(); ++i) {
@@ -172,20 +193,30 @@ std::string ToPythonRepr(const Value& v) {
       }
       return out + "}";
     }
-    case Value::Kind::kUndefined: return "Undefined";
-    default: return ToPythonStr(v);
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    default:
+      return ToPythonStr(v);
   }
 }
 
 std::string ToPythonStr(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.boolean() ? "True" : "False";
-    case Value::Kind::kInt: return std::to_string(v.integer());
-    case Value::Kind::kFloat: return FormatPythonFloat(v.number());
-    case Value::Kind::kString: return v.str();
-    case Value::Kind::kList: case Value::Kind::kDict: return ToPythonRepr(v);
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.boolean() ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.integer());
+    case Value::Kind::kFloat:
+      return FormatPythonFloat(v.number());
+    case Value::Kind::kString:
+      return v.str();
+    case Value::Kind::kList:
+    case Value::Kind::kDict:
+      return ToPythonRepr(v);
     case Value::Kind::kNamespace: {
       std::string out = "<Namespace {";
       bool first = true;
@@ -196,7 +227,8 @@ std::string ToPythonStr(const Value& v) {
       }
       return out + "}>";
     }
-    case Value::Kind::kCallable: return "<function " + v.callable()->Name() + ">";
+    case Value::Kind::kCallable:
+      return "<function " + v.callable()->Name() + ">";
   }
   return "";
 }
@@ -208,8 +240,11 @@ bool ValuesEqual(const Value& a, const Value& b) {
   }
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
-    case Value::Kind::kUndefined: case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.str() == b.str();
+    case Value::Kind::kUndefined:
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.str() == b.str();
     case Value::Kind::kList: {
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       for (size_t i = 0; i < a.list().size(); ++i) {
@@ -225,9 +260,12 @@ bool ValuesEqual(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::kNamespace: return a.ns() == b.ns();
-    case Value::Kind::kCallable: return a.callable() == b.callable();
-    default: return false;
+    case Value::Kind::kNamespace:
+      return a.ns() == b.ns();
+    case Value::Kind::kCallable:
+      return a.callable() == b.callable();
+    default:
+      return false;
   }
 }
 
@@ -260,14 +298,29 @@ static void DumpString(std::string& out, const std::string& s, bool ensure_ascii
   for (char32_t c : utf8::Decode(s)) {
     char buf[16];
     switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
       if (c >= 0x10000) {
@@ -293,16 +346,25 @@ static Status DumpValue(std::string& out, const Value& v, const JsonDumpOptions&
     for (int i = 0; i < lvl; ++i) out += o.indent;
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: out += "null"; return Status::Ok();
-    case Value::Kind::kBool: out += v.boolean() ? "true" : "false"; return Status::Ok();
-    case Value::Kind::kInt: out += std::to_string(v.integer()); return Status::Ok();
+    case Value::Kind::kNone:
+      out += "null";
+      return Status::Ok();
+    case Value::Kind::kBool:
+      out += v.boolean() ? "true" : "false";
+      return Status::Ok();
+    case Value::Kind::kInt:
+      out += std::to_string(v.integer());
+      return Status::Ok();
     case Value::Kind::kFloat: {
       double d = v.number();
-      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity")
-                                                   : FormatPythonFloat(d);
+      out += std::isnan(d)   ? "NaN"
+             : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity")
+                             : FormatPythonFloat(d);
       return Status::Ok();
     }
-    case Value::Kind::kString: DumpString(out, v.str(), o.ensure_ascii); return Status::Ok();
+    case Value::Kind::kString:
+      DumpString(out, v.str(), o.ensure_ascii);
+      return Status::Ok();
     case Value::Kind::kList: {
       if (v.list().empty()) {
         out += "[]";
@@ -361,16 +423,21 @@ StatusOr<std::string> DumpJson(const Value& v, const JsonDumpOptions& options) {
 static StatusOr<Value> FromJsonImpl(const nlohmann::ordered_json& j, int depth) {
   if (depth > kMaxValueDepth) return InvalidArgument("JSON value nested too deeply");
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return Value::None();
-    case nlohmann::json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::json::value_t::null:
+      return Value::None();
+    case nlohmann::json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
       if (u <= static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<int64_t>(u));
       return Value(static_cast<double>(u));
     }
-    case nlohmann::json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::json::value_t::array: {
       List items;
       items.reserve(j.size());
@@ -388,7 +455,8 @@ static StatusOr<Value> FromJsonImpl(const nlohmann::ordered_json& j, int depth) 
       }
       return Value::MakeDict(std::move(dict));
     }
-    default: return InvalidArgument("unsupported JSON value (binary or discarded)");
+    default:
+      return InvalidArgument("unsupported JSON value (binary or discarded)");
   }
 }
 
@@ -396,11 +464,16 @@ StatusOr<Value> FromJson(const nlohmann::ordered_json& j) { return FromJsonImpl(
 
 StatusOr<nlohmann::ordered_json> ToJson(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kNone: return nlohmann::ordered_json(nullptr);
-    case Value::Kind::kBool: return nlohmann::ordered_json(v.boolean());
-    case Value::Kind::kInt: return nlohmann::ordered_json(v.integer());
-    case Value::Kind::kFloat: return nlohmann::ordered_json(v.number());
-    case Value::Kind::kString: return nlohmann::ordered_json(v.str());
+    case Value::Kind::kNone:
+      return nlohmann::ordered_json(nullptr);
+    case Value::Kind::kBool:
+      return nlohmann::ordered_json(v.boolean());
+    case Value::Kind::kInt:
+      return nlohmann::ordered_json(v.integer());
+    case Value::Kind::kFloat:
+      return nlohmann::ordered_json(v.number());
+    case Value::Kind::kString:
+      return nlohmann::ordered_json(v.str());
     case Value::Kind::kList: {
       nlohmann::ordered_json out = nlohmann::ordered_json::array();
       for (const Value& item : v.list()) {

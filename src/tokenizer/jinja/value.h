@@ -47,19 +47,30 @@ class Value {
   using NamespacePtr = std::shared_ptr<Namespace>;
   using CallablePtr = std::shared_ptr<const Callable>;
 
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable
+  };
 
   Value() : v_(Undefined{}) {}
-  Value(Undefined u) : v_(std::move(u)) {}           // NOLINT: implicit by design
-  Value(NoneValue) : v_(NoneValue{}) {}              // NOLINT
-  Value(bool b) : v_(b) {}                           // NOLINT
-  Value(int64_t i) : v_(i) {}                        // NOLINT
-  Value(int i) : v_(static_cast<int64_t>(i)) {}      // NOLINT
-  Value(double d) : v_(d) {}                         // NOLINT
-  Value(std::string s) : v_(std::move(s)) {}         // NOLINT
-  Value(const char* s) : v_(std::string(s)) {}       // NOLINT
-  Value(NamespacePtr ns) : v_(std::move(ns)) {}      // NOLINT
-  Value(CallablePtr c) : v_(std::move(c)) {}         // NOLINT
+  Value(Undefined u) : v_(std::move(u)) {}       // NOLINT: implicit by design
+  Value(NoneValue) : v_(NoneValue{}) {}          // NOLINT
+  Value(bool b) : v_(b) {}                       // NOLINT
+  Value(int64_t i) : v_(i) {}                    // NOLINT
+  Value(int i) : v_(static_cast<int64_t>(i)) {}  // NOLINT
+  Value(double d) : v_(d) {}                     // NOLINT
+  Value(std::string s) : v_(std::move(s)) {}     // NOLINT
+  Value(const char* s) : v_(std::string(s)) {}   // NOLINT
+  Value(NamespacePtr ns) : v_(std::move(ns)) {}  // NOLINT
+  Value(CallablePtr c) : v_(std::move(c)) {}     // NOLINT
   // Containers record their nesting depth so that every recursive walk is bounded.
   static Value MakeList(List items);
   static Value MakeDict(Dict dict);
@@ -88,7 +99,9 @@ class Value {
   const Undefined& undefined() const { return std::get<Undefined>(v_); }
   bool boolean() const { return std::get<bool>(v_); }
   int64_t integer() const { return is_bool() ? (boolean() ? 1 : 0) : std::get<int64_t>(v_); }
-  double number() const { return is_float() ? std::get<double>(v_) : static_cast<double>(integer()); }
+  double number() const {
+    return is_float() ? std::get<double>(v_) : static_cast<double>(integer());
+  }
   const std::string& str() const { return std::get<std::string>(v_); }
   const List& list() const { return *std::get<ListPtr>(v_); }
   const Dict& dict() const { return *std::get<DictPtr>(v_); }
@@ -143,7 +156,6 @@ class Callable {
   virtual std::string Name() const = 0;
 };
 
-
 // Nesting limit of lists/dicts (values deeper than this cannot be built or converted).
 inline constexpr int kMaxValueDepth = 256;
 
@@ -164,7 +176,7 @@ StatusOr<bool> ValueLess(const Value& a, const Value& b);
 struct JsonDumpOptions {
   bool ensure_ascii = false;
   bool has_indent = false;
-  std::string indent;        // the indent unit when has_indent
+  std::string indent;  // the indent unit when has_indent
   bool has_separators = false;
   std::string item_separator;
   std::string key_separator;

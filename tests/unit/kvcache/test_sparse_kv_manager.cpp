@@ -8,55 +8,17 @@
 #include <limits>
 #include <random>
 
-#include "backend/cpu/cpu_backend.h"
 #include "kvcache/sparse_kv_manager.h"
+#include "sparse_kv_rig.h"
 
 using namespace oasis;
 
 namespace {
 
-constexpr int64_t kLayers = 3, kHeads = 2, kDim = 8, kGpuSlots = 64;
-
-SparseConfig Config(int32_t k = 3, int32_t dense_layers = 0) {
-  SparseConfig c;
-  c.topk_blocks = k;
-  c.fetch_ratio = 0.5;
-  c.sparse_threshold = 32;
-  c.dense_layers = dense_layers;
-  c.max_sparse_seqs = 2;
-  c.max_seq_len = 400;
-  // 60 host slots: 2 * 16 * 8 * (sparse layers) floats each.
-  c.host_kv_gib = 60.0 * static_cast<double>(HostKvStore::BytesPerSlot(kLayers - dense_layers, kDim, DType::kF32)) /
-                  (1024.0 * 1024.0 * 1024.0);
-  return c;
-}
-
-struct Rig {
-  CpuBackend backend{1};
-  BlockAllocator alloc{kGpuSlots};
-  std::vector<LayerKvPool> pools;
-  std::unique_ptr<SparseKvManager> manager;
-  explicit Rig(const SparseConfig& c) {
-    std::mt19937 rng(std::random_device{}());
-    std::normal_distribution<float> dist;
-    for (int64_t l = 0; l < kLayers; ++l) {
-      LayerKvPool p{Tensor::Empty({kGpuSlots, kBlockSize, kDim}, DType::kF32),
-                    Tensor::Empty({kGpuSlots, kBlockSize, kDim}, DType::kF32)};
-      for (Tensor* t : {&p.k, &p.v}) {
-        for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = dist(rng);
-      }
-      pools.push_back(p);
-    }
-    manager = std::make_unique<SparseKvManager>(c, SparseModelShape{kLayers, kHeads, kDim}, backend, alloc);
-  }
-  // A dense request of `tokens` tokens, switched to sparse.
-  HeadBlockTable SwitchNew(uint64_t id, int64_t tokens, int64_t reserve_total) {
-    HeadBlockTable t(kHeads);
-    REQUIRE(manager->Reserve(id, reserve_total).ok());
-    REQUIRE(t.Reserve(tokens, alloc).ok());
-    return t;
-  }
-};
+constexpr int64_t kLayers = testing::kRigLayers, kHeads = testing::kRigHeads, kDim = testing::kRigDim,
+                  kGpuSlots = testing::kRigGpuSlots;
+using Rig = testing::SparseKvRig;
+SparseConfig Config(int32_t k = 3, int32_t dense_layers = 0) { return testing::RigConfig(k, dense_layers); }
 
 const float* Block(const Tensor& pool, int32_t slot) { return pool.data<float>() + slot * kBlockSize * kDim; }
 

@@ -65,10 +65,10 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
                 sparse.get()),
       rng(o.seed) {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
-  stats.num_kv_slots = r.num_kv_slots();
-  stats.num_free_kv_slots = r.num_kv_slots();
-  stats.num_draft_kv_slots = draft_allocator.num_slots();
-  stats.num_free_draft_kv_slots = draft_allocator.num_free();
+  stats.kv.num_slots = r.num_kv_slots();
+  stats.kv.num_free_slots = r.num_kv_slots();
+  stats.kv.num_draft_slots = draft_allocator.num_slots();
+  stats.kv.num_free_draft_slots = draft_allocator.num_free();
   stats.ttft = LatencyHistogram::WithBounds(kTtftBounds);
   stats.itl = LatencyHistogram::WithBounds(kItlBounds);
   stats.e2e = LatencyHistogram::WithBounds(kE2eBounds);
@@ -115,8 +115,8 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
   OASIS_CHECK(s.import_phase != RequestState::ImportPhase::kFetching) << "finishing a request while its KV is fetched";
   if (s.request.import && sparse && s.import_phase == RequestState::ImportPhase::kNone) {
     SparseKvManager& m = sparse->manager();
-    stats.import_host_kv_bytes_finished_total += m.HostBytesHeld(s.seq.id);
-    ++stats.imports_finished_total;
+    stats.disagg.import_host_kv_bytes_finished_total += m.HostBytesHeld(s.seq.id);
+    ++stats.disagg.imports_finished_total;
   }
   if (s.import_phase == RequestState::ImportPhase::kNone) {
     scheduler.Finish(&s.seq);
@@ -125,22 +125,22 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
   }
   ReleaseImport(s, reason == FinishReasonKind::kStop || reason == FinishReasonKind::kLength);
   ReleaseDraftHead(s);
-  ++stats.requests_finished_total;
+  ++stats.requests.finished_total;
   switch (reason) {
     case FinishReasonKind::kStop:
-      ++stats.requests_stop_total;
+      ++stats.requests.stop_total;
       break;
     case FinishReasonKind::kLength:
-      ++stats.requests_length_total;
+      ++stats.requests.length_total;
       break;
     case FinishReasonKind::kAbort:
-      ++stats.requests_abort_total;
+      ++stats.requests.abort_total;
       break;
     case FinishReasonKind::kError:
-      ++stats.requests_error_total;
+      ++stats.requests.error_total;
       break;
     case FinishReasonKind::kHandoff:
-      ++stats.requests_handoff_total;
+      ++stats.requests.handoff_total;
       break;
     case FinishReasonKind::kNone:
       OASIS_CHECK(false) << "finishing without a reason";
@@ -190,26 +190,26 @@ void Engine::Impl::AbortAll() {
 }
 
 void Engine::Impl::Publish() {
-  stats.num_running = scheduler.num_running();
-  stats.num_waiting = scheduler.num_waiting();
-  stats.num_importing = static_cast<int64_t>(import_queue.size()) + num_fetching;
+  stats.requests.num_running = scheduler.num_running();
+  stats.requests.num_waiting = scheduler.num_waiting();
+  stats.disagg.num_importing = static_cast<int64_t>(import_queue.size()) + num_fetching;
   if (sparse) {
     const SparseKvManager& m = sparse->manager();
     int64_t bytes = 0;
     for (const auto& [key, st] : requests) {
       if (st->request.import) bytes += m.HostBytesHeld(key);
     }
-    stats.import_host_kv_bytes = bytes;
-    stats.import_host_kv_bytes_peak = std::max(stats.import_host_kv_bytes_peak, stats.import_host_kv_bytes);
+    stats.disagg.import_host_kv_bytes = bytes;
+    stats.disagg.import_host_kv_bytes_peak = std::max(stats.disagg.import_host_kv_bytes_peak, stats.disagg.import_host_kv_bytes);
   }
-  stats.num_free_kv_slots = allocator.num_free();
-  stats.num_free_draft_kv_slots = draft_allocator.num_free();
-  stats.kv_usage =
-      stats.num_kv_slots > 0
-          ? static_cast<double>(stats.num_kv_slots - stats.num_free_kv_slots) / stats.num_kv_slots
+  stats.kv.num_free_slots = allocator.num_free();
+  stats.kv.num_free_draft_slots = draft_allocator.num_free();
+  stats.kv.usage =
+      stats.kv.num_slots > 0
+          ? static_cast<double>(stats.kv.num_slots - stats.kv.num_free_slots) / stats.kv.num_slots
           : 0.0;
   if (sparse) sparse->UpdateStats(stats);
-  num_waiting_engine.store(stats.num_waiting, std::memory_order_relaxed);
+  num_waiting_engine.store(stats.requests.num_waiting, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(stats_mu);
   published = stats;
 }
@@ -244,17 +244,17 @@ void Engine::Impl::Loop() {
     const auto t_imports = EngineClock::now();
     FinishImports();
     StartImports();
-    stats.imports_seconds_total += Seconds(EngineClock::now() - t_imports);
+    stats.loop.imports_seconds_total += Seconds(EngineClock::now() - t_imports);
     if (!scheduler.idle()) {
       Step();
       const auto t_drift = EngineClock::now();
       FetchDrift();
-      stats.drift_seconds_total += Seconds(EngineClock::now() - t_drift);
+      stats.loop.drift_seconds_total += Seconds(EngineClock::now() - t_drift);
     }
     const auto t_publish = EngineClock::now();
     Publish();
     delivery.Flush();
-    stats.publish_seconds_total += Seconds(EngineClock::now() - t_publish);
+    stats.loop.publish_seconds_total += Seconds(EngineClock::now() - t_publish);
   }
   AbortAll();
 }
@@ -358,7 +358,7 @@ EngineStats Engine::Stats() const {
     s = impl_->published;
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
-  s.num_waiting += static_cast<int64_t>(impl_->inbox.size());
+  s.requests.num_waiting += static_cast<int64_t>(impl_->inbox.size());
   return s;
 }
 

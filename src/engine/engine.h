@@ -138,128 +138,152 @@ struct EngineOptions {
 // The engine's latency histograms (common/histogram.h).
 using LatencyHistogram = Histogram;
 
-// Point-in-time counters for /metrics (names in the server follow vLLM's, prefix oasis:).
+// Point-in-time counters for /metrics (names in the server follow vLLM's, prefix oasis:),
+// grouped by concern: requests, KV pool, the loop's time, lookahead, sparse KV,
+// disaggregation, and the latency histograms.
 struct EngineStats {
-  int64_t num_running = 0;
-  int64_t num_waiting = 0;
-  double kv_usage = 0.0;                 // used / total head-block slots, in [0, 1]
-  int64_t num_kv_slots = 0;
-  int64_t num_free_kv_slots = 0;
-  int64_t prompt_tokens_total = 0;       // prompt tokens of finished + running requests' computed prefill
-  int64_t generation_tokens_total = 0;
-  int64_t requests_finished_total = 0;   // all reasons
-  int64_t requests_stop_total = 0, requests_length_total = 0, requests_abort_total = 0,
-          requests_error_total = 0;
-  int64_t preemptions_total = 0;
-  int64_t steps_total = 0;
-  // Wall time of the model steps (the target's forward + sampling, ending with the sampled
-  // tokens on the host) and of the draft head's steps; their ratio shows what lookahead costs.
-  double model_step_seconds_total = 0.0;
-  double draft_step_seconds_total = 0.0;
-  // The engine's own host work per step: scheduling; building the step's batch (tokens,
-  // tables, sampling rows, sparse plan); committing and emitting the results; the whole step.
-  double schedule_seconds_total = 0.0;
-  double build_seconds_total = 0.0;
-  double emit_seconds_total = 0.0;
-  double step_seconds_total = 0.0;
-  // Outside the step (disaggregation's decode side): finishing and starting imports (landing
-  // drifted blocks included), and handing a step's remote misses to the drift worker.
-  double imports_seconds_total = 0.0;
-  double drift_seconds_total = 0.0;
-  double publish_seconds_total = 0.0;  // the loop's stats snapshot and output delivery
-  // Steps whose batch held decode tokens only (no prompt chunk): their whole wall time and
-  // their model part. Per such step they are the decode step the byte roofline describes,
-  // without the prefill chunks that share other steps (tools/bench_long_context.py).
-  int64_t decode_steps_total = 0;
-  double decode_step_seconds_total = 0.0;
-  double decode_model_step_seconds_total = 0.0;
+  // Requests: queue depths, token counters and finished requests by reason.
+  struct Requests {
+    int64_t num_running = 0;
+    int64_t num_waiting = 0;
+    int64_t prompt_tokens_total = 0;  // prompt tokens of finished + running requests' computed prefill
+    int64_t generation_tokens_total = 0;
+    int64_t finished_total = 0;  // all reasons
+    int64_t stop_total = 0, length_total = 0, abort_total = 0, error_total = 0;
+    int64_t handoff_total = 0;
+    int64_t preemptions_total = 0;
+  };
+  // The target's KV pool and the draft head's (lookahead; zero when off), in head-blocks.
+  struct Kv {
+    double usage = 0.0;  // used / total head-block slots, in [0, 1]
+    int64_t num_slots = 0;
+    int64_t num_free_slots = 0;
+    int64_t num_draft_slots = 0;  // the draft head's KV pool (head-blocks)
+    int64_t num_free_draft_slots = 0;
+  };
+  // The loop's steps and where their wall time goes.
+  struct Loop {
+    int64_t steps_total = 0;
+    // Wall time of the model steps (the target's forward + sampling, ending with the sampled
+    // tokens on the host) and of the draft head's steps; their ratio shows what lookahead costs.
+    double model_step_seconds_total = 0.0;
+    double draft_step_seconds_total = 0.0;
+    // The engine's own host work per step: scheduling; building the step's batch (tokens,
+    // tables, sampling rows, sparse plan); committing and emitting the results; the whole step.
+    double schedule_seconds_total = 0.0;
+    double build_seconds_total = 0.0;
+    double emit_seconds_total = 0.0;
+    double step_seconds_total = 0.0;
+    // Outside the step (disaggregation's decode side): finishing and starting imports (landing
+    // drifted blocks included), and handing a step's remote misses to the drift worker.
+    double imports_seconds_total = 0.0;
+    double drift_seconds_total = 0.0;
+    double publish_seconds_total = 0.0;  // the loop's stats snapshot and output delivery
+    // Steps whose batch held decode tokens only (no prompt chunk): their whole wall time and
+    // their model part. Per such step they are the decode step the byte roofline describes,
+    // without the prefill chunks that share other steps (tools/bench_long_context.py).
+    int64_t decode_steps_total = 0;
+    double decode_step_seconds_total = 0.0;
+    double decode_model_step_seconds_total = 0.0;
+  };
   // Lookahead decoding (zero when off). A draft is verified when a decode step runs it
   // through the target; it is accepted when the token sampled from the real row equals it
   // (emitted in speculate mode; in reject mode only counted: the draft's accuracy).
-  int64_t num_draft_kv_slots = 0;       // the draft head's KV pool (head-blocks)
-  int64_t num_free_draft_kv_slots = 0;
-  int64_t draft_tokens_proposed_total = 0;  // drafts the head produced
-  int64_t draft_chained_steps_total = 0;    // head steps queued behind the target's (reject) and used
-  int64_t draft_tokens_total = 0;           // drafts verified by the target
-  int64_t draft_accepted_total = 0;         // verified drafts equal to the sampled token
-  int64_t lookahead_steps_total = 0;        // request-steps that verified a draft
-  int64_t lookahead_tokens_total = 0;       // tokens those request-steps emitted
-  double draft_acceptance_rate() const {
-    return draft_tokens_total > 0 ? static_cast<double>(draft_accepted_total) / draft_tokens_total : 0.0;
-  }
-  // Mean tokens emitted per request-step that verified a draft (1 in reject mode; up to 2
-  // in speculate mode); 0 before any.
-  double tokens_per_lookahead_step() const {
-    return lookahead_steps_total > 0 ? static_cast<double>(lookahead_tokens_total) / lookahead_steps_total : 0.0;
-  }
+  struct Lookahead {
+    int64_t draft_tokens_proposed_total = 0;  // drafts the head produced
+    int64_t draft_chained_steps_total = 0;    // head steps queued behind the target's (reject) and used
+    int64_t draft_tokens_total = 0;           // drafts verified by the target
+    int64_t draft_accepted_total = 0;         // verified drafts equal to the sampled token
+    int64_t steps_total = 0;                  // request-steps that verified a draft
+    int64_t tokens_total = 0;                 // tokens those request-steps emitted
+    double acceptance_rate() const {
+      return draft_tokens_total > 0 ? static_cast<double>(draft_accepted_total) / draft_tokens_total : 0.0;
+    }
+    // Mean tokens emitted per request-step that verified a draft (1 in reject mode; up to 2
+    // in speculate mode); 0 before any.
+    double tokens_per_step() const {
+      return steps_total > 0 ? static_cast<double>(tokens_total) / steps_total : 0.0;
+    }
+  };
   // Sparse KV (docs/sparse.md; zero when off). The per-step counters come from the
   // pipeline's device counters, collected every EngineOptions::sparse_metrics_interval
   // sparse steps and when the last sparse request has gone (so they may lag a little).
-  int64_t num_sparse_requests = 0;          // running sparse requests now
-  int64_t sparse_switches_total = 0;        // dense -> sparse switches
-  int64_t sparse_admission_waits_total = 0; // admissions that had to wait for host KV room
-  int64_t num_host_kv_slots = 0;            // host store head-blocks (every sparse layer)
-  int64_t num_free_host_kv_slots = 0;       // not reserved by any request
-  int64_t sparse_gpu_slots = 0;             // GPU head-blocks held as working sets + tails
-  int64_t sparse_steps_total = 0;           // engine steps that ran sparse sequences
-  int64_t sparse_seq_steps_total = 0;       // sum of sparse sequences over those steps
-  int64_t sparse_hits_total = 0;            // predicted blocks already resident (per layer and head)
-  int64_t sparse_misses_total = 0;          // predicted blocks not resident
-  int64_t sparse_blocks_fetched_total = 0;  // misses fetched host -> GPU (<= C per head per step)
-  int64_t sparse_h2d_bytes_total = 0;       // their bytes (K and V)
-  double sparse_transfer_wait_seconds_total = 0;  // attention waiting on transfers (CUDA)
-  std::vector<int64_t> sparse_agree_overlap;  // [num_layers] sampled |predicted top-K & actual top-K|
-  std::vector<int64_t> sparse_agree_total;    // [num_layers] sampled |actual top-K|
-  double host_kv_usage() const {
-    return num_host_kv_slots > 0 ? 1.0 - static_cast<double>(num_free_host_kv_slots) / num_host_kv_slots : 0.0;
-  }
-  double sparse_hit_rate() const {
-    const int64_t n = sparse_hits_total + sparse_misses_total;
-    return n > 0 ? static_cast<double>(sparse_hits_total) / n : 0.0;
-  }
-  double sparse_fetched_per_step() const {
-    return sparse_steps_total > 0 ? static_cast<double>(sparse_blocks_fetched_total) / sparse_steps_total : 0.0;
-  }
-  double sparse_misses_per_step() const {
-    return sparse_steps_total > 0 ? static_cast<double>(sparse_misses_total) / sparse_steps_total : 0.0;
-  }
-  double sparse_h2d_bytes_per_step() const {
-    return sparse_steps_total > 0 ? static_cast<double>(sparse_h2d_bytes_total) / sparse_steps_total : 0.0;
-  }
-  // Sampled top-K agreement of the prediction with the real query's top-K: all layers, or
-  // one layer (0 before any sample).
-  double sparse_topk_agreement() const;
-  double sparse_topk_agreement(size_t layer) const;
-  // Disaggregation (docs/disaggregation.md §7). Prefill side: requests handed off, the bytes
-  // staged for them (KV, summaries, draft KV) and the handoff's own time on the loop.
-  int64_t handoffs_total = 0;
-  int64_t handoff_staged_bytes_total = 0;
-  double handoff_seconds_total = 0.0;
-  // Decode side: imported requests, the bytes fetched at admission (KV, summaries, draft KV),
-  // the fetch time, the imports queued or fetching now, failed imports; and the host KV the
-  // imported requests hold (reserved head-blocks, in bytes) now.
-  int64_t imports_total = 0;
-  int64_t import_admission_bytes_total = 0;
-  double import_fetch_seconds_total = 0.0;
-  int64_t num_importing = 0;
-  int64_t import_failures_total = 0;
-  int64_t requests_handoff_total = 0;
-  // Decode side, partial mode: blocks select wanted that were still remote, fetched after the
-  // step (each once), their bytes, the fetch calls and their time.
-  int64_t drift_blocks_total = 0;
-  int64_t drift_bytes_total = 0;
-  int64_t drift_fetches_total = 0;
-  double drift_fetch_seconds_total = 0.0;
-  int64_t drift_blocks_dropped_total = 0;  // arrived with no free host slot: still remote
-  // Decode side: host KV (host slots, in bytes) the imported requests hold now, its peak
-  // since start, and the sum over finished imports of what each held at its end (its
-  // largest: a request's host KV only grows); remote blocks on summary-only rows hold none.
-  int64_t import_host_kv_bytes = 0;
-  int64_t import_host_kv_bytes_peak = 0;
-  int64_t import_host_kv_bytes_finished_total = 0;
-  int64_t imports_finished_total = 0;
-  int64_t num_summary_rows = 0;       // summary-only rows of the host store, all layers (--remote-kv-gib)
-  int64_t num_free_summary_rows = 0;
+  struct Sparse {
+    int64_t num_requests = 0;           // running sparse requests now
+    int64_t switches_total = 0;         // dense -> sparse switches
+    int64_t admission_waits_total = 0;  // admissions that had to wait for host KV room
+    int64_t num_host_kv_slots = 0;      // host store head-blocks (every sparse layer)
+    int64_t num_free_host_kv_slots = 0; // not reserved by any request
+    int64_t gpu_slots = 0;              // GPU head-blocks held as working sets + tails
+    int64_t steps_total = 0;            // engine steps that ran sparse sequences
+    int64_t seq_steps_total = 0;        // sum of sparse sequences over those steps
+    int64_t hits_total = 0;             // predicted blocks already resident (per layer and head)
+    int64_t misses_total = 0;           // predicted blocks not resident
+    int64_t blocks_fetched_total = 0;   // misses fetched host -> GPU (<= C per head per step)
+    int64_t h2d_bytes_total = 0;        // their bytes (K and V)
+    double transfer_wait_seconds_total = 0;  // attention waiting on transfers (CUDA)
+    std::vector<int64_t> agree_overlap;  // [num_layers] sampled |predicted top-K & actual top-K|
+    std::vector<int64_t> agree_total;    // [num_layers] sampled |actual top-K|
+    double host_kv_usage() const {
+      return num_host_kv_slots > 0 ? 1.0 - static_cast<double>(num_free_host_kv_slots) / num_host_kv_slots : 0.0;
+    }
+    double hit_rate() const {
+      const int64_t n = hits_total + misses_total;
+      return n > 0 ? static_cast<double>(hits_total) / n : 0.0;
+    }
+    double fetched_per_step() const {
+      return steps_total > 0 ? static_cast<double>(blocks_fetched_total) / steps_total : 0.0;
+    }
+    double misses_per_step() const {
+      return steps_total > 0 ? static_cast<double>(misses_total) / steps_total : 0.0;
+    }
+    double h2d_bytes_per_step() const {
+      return steps_total > 0 ? static_cast<double>(h2d_bytes_total) / steps_total : 0.0;
+    }
+    // Sampled top-K agreement of the prediction with the real query's top-K: all layers, or
+    // one layer (0 before any sample).
+    double topk_agreement() const;
+    double topk_agreement(size_t layer) const;
+  };
+  // Disaggregation (docs/disaggregation.md §7).
+  struct Disagg {
+    // Prefill side: requests handed off, the bytes staged for them (KV, summaries, draft KV)
+    // and the handoff's own time on the loop.
+    int64_t handoffs_total = 0;
+    int64_t handoff_staged_bytes_total = 0;
+    double handoff_seconds_total = 0.0;
+    // Decode side: imported requests, the bytes fetched at admission (KV, summaries, draft KV),
+    // the fetch time, the imports queued or fetching now, failed imports; and the host KV the
+    // imported requests hold (reserved head-blocks, in bytes) now.
+    int64_t imports_total = 0;
+    int64_t import_admission_bytes_total = 0;
+    double import_fetch_seconds_total = 0.0;
+    int64_t num_importing = 0;
+    int64_t import_failures_total = 0;
+    // Decode side, partial mode: blocks select wanted that were still remote, fetched after the
+    // step (each once), their bytes, the fetch calls and their time.
+    int64_t drift_blocks_total = 0;
+    int64_t drift_bytes_total = 0;
+    int64_t drift_fetches_total = 0;
+    double drift_fetch_seconds_total = 0.0;
+    int64_t drift_blocks_dropped_total = 0;  // arrived with no free host slot: still remote
+    // Decode side: host KV (host slots, in bytes) the imported requests hold now, its peak
+    // since start, and the sum over finished imports of what each held at its end (its
+    // largest: a request's host KV only grows); remote blocks on summary-only rows hold none.
+    int64_t import_host_kv_bytes = 0;
+    int64_t import_host_kv_bytes_peak = 0;
+    int64_t import_host_kv_bytes_finished_total = 0;
+    int64_t imports_finished_total = 0;
+    int64_t num_summary_rows = 0;  // summary-only rows of the host store, all layers (--remote-kv-gib)
+    int64_t num_free_summary_rows = 0;
+  };
+
+  Requests requests;
+  Kv kv;
+  Loop loop;
+  Lookahead lookahead;
+  Sparse sparse;
+  Disagg disagg;
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;
 };

@@ -100,12 +100,12 @@ void Engine::Impl::HandoffReady(const std::vector<uint64_t>& keys) {
     if (s.seq.num_generated() != 2) continue;
     const auto t0 = EngineClock::now();
     StatusOr<std::string> ticket = ExportHandoff(s);
-    stats.handoff_seconds_total += Seconds(EngineClock::now() - t0);
+    stats.disagg.handoff_seconds_total += Seconds(EngineClock::now() - t0);
     if (!ticket.ok()) {
       Fail(s, ticket.status());
       continue;
     }
-    ++stats.handoffs_total;
+    ++stats.disagg.handoffs_total;
     RequestOutput out;
     out.handoff_ticket = std::move(*ticket);
     Finish(s, std::move(out), FinishReasonKind::kHandoff);
@@ -158,7 +158,7 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
     t.admission.push_back(std::move(ids));
   }
   auto ticket = L.Commit(std::move(t));
-  if (ticket.ok()) stats.handoff_staged_bytes_total += static_cast<int64_t>(layout->num_slots() * layout->slot_bytes());
+  if (ticket.ok()) stats.disagg.handoff_staged_bytes_total += static_cast<int64_t>(layout->num_slots() * layout->slot_bytes());
   return ticket;
 }
 
@@ -220,7 +220,7 @@ void Engine::Impl::StartImports() {
     disagg::StagedKvUnpacker& unpacker = 
         import_unpackers.insert_or_assign(key, disagg::StagedKvUnpacker(*s.import_layout)).first->second;
     std::vector<KvFetchItem> items = unpacker.Destinations(StagedHome(s), full ? nullptr : &t.admission);
-    stats.import_admission_bytes_total += static_cast<int64_t>(items.size() * s.import_layout->slot_bytes());
+    stats.disagg.import_admission_bytes_total += static_cast<int64_t>(items.size() * s.import_layout->slot_bytes());
     import_queue.pop_front();
     s.import_phase = RequestState::ImportPhase::kFetching;
     ++num_fetching;
@@ -255,12 +255,12 @@ void Engine::Impl::FinishImports() {
   for (FetchJob& d : done) {
     auto it = requests.find(d.key);
     if (d.drift) {
-      ++stats.drift_fetches_total;
-      stats.drift_fetch_seconds_total += d.seconds;
+      ++stats.disagg.drift_fetches_total;
+      stats.disagg.drift_fetch_seconds_total += d.seconds;
       if (it == requests.end()) continue;  // finished meanwhile: the blocks are not needed
       RequestState& s = *it->second;
       if (!d.status.ok()) {
-        ++stats.import_failures_total;
+        ++stats.disagg.import_failures_total;
         Fail(s, Unavailable("reading drifted KV blocks from the prefill instance: " + d.status.ToString()));
         continue;
       }
@@ -268,12 +268,12 @@ void Engine::Impl::FinishImports() {
       continue;
     }
     --num_fetching;
-    stats.import_fetch_seconds_total += d.seconds;
+    stats.disagg.import_fetch_seconds_total += d.seconds;
     if (it == requests.end()) continue;
     RequestState& s = *it->second;
     s.import_phase = RequestState::ImportPhase::kQueued;  // out of the fetch; not running yet
     if (!d.status.ok()) {
-      ++stats.import_failures_total;
+      ++stats.disagg.import_failures_total;
       import_unpackers.erase(d.key);
       Fail(s, Unavailable("reading the request's KV from its prefill instance: " + d.status.ToString()));
       continue;
@@ -287,7 +287,7 @@ void Engine::Impl::FinishImports() {
     try {
       FinalizeImport(s);
     } catch (const std::exception& e) {
-      ++stats.import_failures_total;
+      ++stats.disagg.import_failures_total;
       auto again = requests.find(d.key);
       if (again != requests.end()) Fail(*again->second, Internal(std::string("importing the request: ") + e.what()));
     }
@@ -358,14 +358,14 @@ void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
       if (slot < 0) {
         // No free host slot: the block stays remote; a later step may ask for it again.
         s.drift_requested.erase(DriftCode(b));
-        ++stats.drift_blocks_dropped_total;
+        ++stats.disagg.drift_blocks_dropped_total;
         continue;
       }
       disagg::StoreDriftBlock(*s.import_layout, store, b, slot, *job->buffer, i);
       m.MarkLocal(s.seq.id, b);
     }
-    stats.drift_blocks_total += static_cast<int64_t>(job->blocks.size());
-    stats.drift_bytes_total += static_cast<int64_t>(job->buffer->size());
+    stats.disagg.drift_blocks_total += static_cast<int64_t>(job->blocks.size());
+    stats.disagg.drift_bytes_total += static_cast<int64_t>(job->buffer->size());
   }
 }
 
@@ -410,7 +410,7 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   delivery.Add(s.stream, std::move(out));
   scheduler.AddRunning(&s.seq);
   s.import_phase = RequestState::ImportPhase::kNone;
-  ++stats.imports_total;
+  ++stats.disagg.imports_total;
 }
 
 void Engine::Impl::ReleaseImport(RequestState& s, bool completed) {

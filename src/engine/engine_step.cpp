@@ -22,10 +22,10 @@ struct StepClock {
   bool decode_only = false;  // set once the batch is known (and ran)
   ~StepClock() {
     const double secs = Seconds(EngineClock::now() - begin);
-    stats.step_seconds_total += secs;
+    stats.loop.step_seconds_total += secs;
     if (decode_only) {
-      ++stats.decode_steps_total;
-      stats.decode_step_seconds_total += secs;
+      ++stats.loop.decode_steps_total;
+      stats.loop.decode_step_seconds_total += secs;
     }
   }
 };
@@ -44,17 +44,17 @@ void Engine::Impl::Step() {
   StepBatch b;
   b.plan = scheduler.Schedule();
   const auto t_scheduled = EngineClock::now();
-  stats.schedule_seconds_total += Seconds(t_scheduled - clock.begin);
+  stats.loop.schedule_seconds_total += Seconds(t_scheduled - clock.begin);
   if (!HandleScheduled(b.plan)) return;
   BuildBatch(b);
   const auto step_start = EngineClock::now();
-  stats.build_seconds_total += Seconds(step_start - t_scheduled);
+  stats.loop.build_seconds_total += Seconds(step_start - t_scheduled);
   const Status failure = RunBatch(b);
-  ++stats.steps_total;
+  ++stats.loop.steps_total;
   const double model_secs = Seconds(EngineClock::now() - step_start);
-  stats.model_step_seconds_total += model_secs;
+  stats.loop.model_step_seconds_total += model_secs;
   const bool decode_only = failure.ok() && DecodeOnly(b.plan);
-  if (decode_only) stats.decode_model_step_seconds_total += model_secs;
+  if (decode_only) stats.loop.decode_model_step_seconds_total += model_secs;
   clock.decode_only = decode_only;
   if (!failure.ok()) {
     FailBatch(b, failure);
@@ -64,14 +64,14 @@ void Engine::Impl::Step() {
   CommitAndEmit(b, now);
   delivery.Flush();  // the step's tokens go out now, not after the draft head's step
   const auto head_start = EngineClock::now();
-  stats.emit_seconds_total += Seconds(head_start - now);
+  stats.loop.emit_seconds_total += Seconds(head_start - now);
   RunDraftHead(b, head_start);
   if (!b.handoffs.empty()) HandoffReady(b.handoffs);
-  if (sparse != nullptr) stats.sparse_switches_total += sparse->SwitchReady(scheduler.running());
+  if (sparse != nullptr) stats.sparse.switches_total += sparse->SwitchReady(scheduler.running());
 }
 
 bool Engine::Impl::HandleScheduled(const SchedulerOutput& plan) {
-  stats.preemptions_total += static_cast<int64_t>(plan.preempted.size());
+  stats.requests.preemptions_total += static_cast<int64_t>(plan.preempted.size());
   for (Sequence* p : plan.preempted) {
     RequestState& s = *requests.at(p->id);
     ReleaseDraftHead(s);
@@ -208,7 +208,7 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
     c.seq->CommitChunk(c.num_tokens);
     const int64_t prompt_done = std::min(c.seq->num_computed, c.seq->num_prompt_tokens);
     if (prompt_done > s.prompt_tokens_counted) {
-      stats.prompt_tokens_total += prompt_done - s.prompt_tokens_counted;
+      stats.requests.prompt_tokens_total += prompt_done - s.prompt_tokens_counted;
       s.prompt_tokens_counted = prompt_done;
     }
     DraftHeadWork work{c.seq, &s.draft_head, b.first_row[i], false};
@@ -221,16 +221,16 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
     SampleResult& sample = b.samples[b.first_sample[i]];
     if (!Emit(s, sample, true, now, out)) continue;
     if (b.num_draft[i] > 0) {  // counted where the request went on after the first token
-      ++stats.draft_tokens_total;
-      ++stats.lookahead_steps_total;
-      ++stats.lookahead_tokens_total;
+      ++stats.lookahead.draft_tokens_total;
+      ++stats.lookahead.steps_total;
+      ++stats.lookahead.tokens_total;
       const bool matched = sample.token == drafted;
-      if (matched) ++stats.draft_accepted_total;
+      if (matched) ++stats.lookahead.draft_accepted_total;
       if (matched && b.draft_logits[i]) {
         // Accepted: the draft row's K/V, at the new token's position, is the new token's;
         // its logits row gives the next token with plain decoding's next counter.
         c.seq->CommitChunk(1);
-        ++stats.lookahead_tokens_total;
+        ++stats.lookahead.tokens_total;
         if (!Emit(s, b.samples[b.first_sample[i] + 1], false, now, out)) continue;
       }
     }
@@ -249,14 +249,14 @@ void Engine::Impl::RunDraftHead(StepBatch& b, EngineClock::time_point head_start
   if (draft == nullptr || (!b.chained && b.head_work.empty())) return;
   try {
     bool chain_used = false;
-    stats.draft_tokens_proposed_total +=
+    stats.lookahead.draft_tokens_proposed_total +=
         b.chained ? FinishChainedDraftHeadStep(*draft, draft_allocator, b.prepared, b.head_work,
                                                b.capture.out, &chain_used)
                   : RunPreparedDraftHeadStep(*draft, draft_allocator,
                                              b.have_prepared ? &b.prepared : nullptr, b.head_work,
                                              b.capture.out);
-    if (chain_used) ++stats.draft_chained_steps_total;
-    stats.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
+    if (chain_used) ++stats.lookahead.draft_chained_steps_total;
+    stats.loop.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
   } catch (const std::exception& e) {
     const Status error = Internal(std::string("draft head step failed: ") + e.what());
     for (const DraftHeadWork& w : b.head_work) Fail(*requests.at(w.seq->id), error);
@@ -281,7 +281,7 @@ bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_eve
     return false;
   }
   s.seq.AppendToken(sample.token);
-  ++stats.generation_tokens_total;
+  ++stats.requests.generation_tokens_total;
   if (first_of_event) {  // one latency observation per event (a step may emit two tokens)
     if (s.last_token_time) {
       stats.itl.Observe(Seconds(now - *s.last_token_time));

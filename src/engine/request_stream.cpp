@@ -1,4 +1,4 @@
-// RequestStream, FinishReasonName and EngineStats' sparse ratios (engine/engine.h).
+// RequestStream, FinishReasonName and EngineStats::Sparse's top-K agreement (engine/engine.h).
 #include <algorithm>
 
 #include "common/check.h"
@@ -63,18 +63,18 @@ bool RequestStream::finished() const {
   return finished_pushed_;
 }
 
-double EngineStats::sparse_topk_agreement() const {
+double EngineStats::Sparse::topk_agreement() const {
   int64_t overlap = 0, total = 0;
-  for (size_t l = 0; l < sparse_agree_total.size(); ++l) {
-    overlap += sparse_agree_overlap[l];
-    total += sparse_agree_total[l];
+  for (size_t l = 0; l < agree_total.size(); ++l) {
+    overlap += agree_overlap[l];
+    total += agree_total[l];
   }
   return total > 0 ? static_cast<double>(overlap) / static_cast<double>(total) : 0.0;
 }
 
-double EngineStats::sparse_topk_agreement(size_t layer) const {
-  if (layer >= sparse_agree_total.size() || sparse_agree_total[layer] == 0) return 0.0;
-  return static_cast<double>(sparse_agree_overlap[layer]) / static_cast<double>(sparse_agree_total[layer]);
+double EngineStats::Sparse::topk_agreement(size_t layer) const {
+  if (layer >= agree_total.size() || agree_total[layer] == 0) return 0.0;
+  return static_cast<double>(agree_overlap[layer]) / static_cast<double>(agree_total[layer]);
 }
 
 }  // namespace oasis

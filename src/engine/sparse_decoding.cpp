@@ -156,33 +156,33 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
 }
 
 void SparseDecoding::UpdateStats(EngineStats& stats) {
-  stats.num_sparse_requests = manager_.num_sparse();
-  stats.num_host_kv_slots = host_slots_;
-  stats.num_free_host_kv_slots = manager_.host_store().num_free();
+  stats.sparse.num_requests = manager_.num_sparse();
+  stats.sparse.num_host_kv_slots = host_slots_;
+  stats.sparse.num_free_host_kv_slots = manager_.host_store().num_free();
   // Summary-only rows of every sparse layer (each layer has its own).
-  stats.num_summary_rows = manager_.host_store().num_summary_rows() * manager_.host_store().num_sparse_layers();
-  stats.num_free_summary_rows = stats.num_summary_rows - manager_.summary_rows_held();
-  stats.sparse_gpu_slots = manager_.gpu_slots_held();
-  stats.sparse_admission_waits_total = admission_waits_;
+  stats.disagg.num_summary_rows = manager_.host_store().num_summary_rows() * manager_.host_store().num_sparse_layers();
+  stats.disagg.num_free_summary_rows = stats.disagg.num_summary_rows - manager_.summary_rows_held();
+  stats.sparse.gpu_slots = manager_.gpu_slots_held();
+  stats.sparse.admission_waits_total = admission_waits_;
   if (steps_uncollected_ == 0) return;
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;
   steps_uncollected_ = 0;
   // Each rank's counters (its own KV heads), summed; steps are the same on every rank.
   const SparseMetrics m = runner_.CollectSparseMetrics();
   const SparseLayerMetrics total = m.Total();
-  stats.sparse_steps_total += m.steps;
-  stats.sparse_seq_steps_total += m.sparse_seq_steps;
-  stats.sparse_hits_total += total.hits;
-  stats.sparse_misses_total += total.misses;
-  stats.sparse_blocks_fetched_total += total.fetched;
+  stats.sparse.steps_total += m.steps;
+  stats.sparse.seq_steps_total += m.sparse_seq_steps;
+  stats.sparse.hits_total += total.hits;
+  stats.sparse.misses_total += total.misses;
+  stats.sparse.blocks_fetched_total += total.fetched;
   // Fetches are selected either way; bytes cross PCIe only with transfers on.
-  if (manager_.config().transfers) stats.sparse_h2d_bytes_total += total.fetched * m.bytes_per_block;
-  stats.sparse_transfer_wait_seconds_total += m.transfer_wait_seconds;
-  stats.sparse_agree_overlap.resize(m.layers.size(), 0);
-  stats.sparse_agree_total.resize(m.layers.size(), 0);
+  if (manager_.config().transfers) stats.sparse.h2d_bytes_total += total.fetched * m.bytes_per_block;
+  stats.sparse.transfer_wait_seconds_total += m.transfer_wait_seconds;
+  stats.sparse.agree_overlap.resize(m.layers.size(), 0);
+  stats.sparse.agree_total.resize(m.layers.size(), 0);
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    stats.sparse_agree_overlap[l] += m.layers[l].agree_overlap;
-    stats.sparse_agree_total[l] += m.layers[l].agree_total;
+    stats.sparse.agree_overlap[l] += m.layers[l].agree_overlap;
+    stats.sparse.agree_total[l] += m.layers[l].agree_total;
   }
 }
 

@@ -170,9 +170,9 @@ void HandleHealth(Service& svc, Response& res) {
   // What oasis-router may weigh: the role, queued and running requests, free host KV.
   const EngineStats st = h->engine->Stats();
   SendJson(res, {{"role", h->role},
-                 {"num_running", st.num_running},
-                 {"num_waiting", st.num_waiting + st.num_importing},
-                 {"free_host_kv_blocks", st.num_free_host_kv_slots}});
+                 {"num_running", st.requests.num_running},
+                 {"num_waiting", st.requests.num_waiting + st.disagg.num_importing},
+                 {"free_host_kv_blocks", st.sparse.num_free_host_kv_slots}});
 }
 
 // A prefill instance's staging pool and server.

@@ -38,7 +38,7 @@ nlohmann::ordered_json SparseJson(ModelHost& host) {
           {"group_reduce", s.group_reduce == GroupReduce::kSum ? "sum" : "max"},
           {"max_sparse_seqs", s.max_sparse_seqs},
           {"host_kv_gib", s.host_kv_gib},
-          {"host_kv_slots", st.num_host_kv_slots}};
+          {"host_kv_slots", st.sparse.num_host_kv_slots}};
 }
 
 Status CheckConfig(const ServerConfig& config) {

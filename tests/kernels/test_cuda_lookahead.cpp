@@ -93,12 +93,12 @@ TEST_CASE("lookahead decoding on CUDA keeps plain greedy decoding's tokens", "[g
     EngineStats stats;
     const std::vector<Out> got = RunAll(**runner, &draft, mode, n, &stats);
     INFO("mode " << LookaheadModeName(mode));
-    CHECK(stats.draft_tokens_proposed_total > 0);
+    CHECK(stats.lookahead.draft_tokens_proposed_total > 0);
     // Reject queues the head's step behind the target's on the device; speculate runs it after.
     if (mode == LookaheadMode::kReject) {
-      CHECK(stats.draft_chained_steps_total > 0);
+      CHECK(stats.lookahead.draft_chained_steps_total > 0);
     } else {
-      CHECK(stats.draft_chained_steps_total == 0);
+      CHECK(stats.lookahead.draft_chained_steps_total == 0);
     }
     int diverged = 0;
     for (int i = 0; i < n; ++i) {

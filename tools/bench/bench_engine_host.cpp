@@ -172,19 +172,19 @@ Status Run(int argc, char** argv) {
     if (a == nullptr) a = &s;
     b = &s;
   }
-  if (a == nullptr || b->s.steps_total <= a->s.steps_total) return Internal("no decode window: raise --tokens");
-  const double n = static_cast<double>(b->s.steps_total - a->s.steps_total);
-  const auto per_step = [&](double EngineStats::*f) { return (b->s.*f - a->s.*f) / n * 1e3; };
-  const double step = per_step(&EngineStats::step_seconds_total);
+  if (a == nullptr || b->s.loop.steps_total <= a->s.loop.steps_total) return Internal("no decode window: raise --tokens");
+  const double n = static_cast<double>(b->s.loop.steps_total - a->s.loop.steps_total);
+  const auto per_step = [&](double EngineStats::Loop::*f) { return (b->s.loop.*f - a->s.loop.*f) / n * 1e3; };
+  const double step = per_step(&EngineStats::Loop::step_seconds_total);
   const double wall = std::chrono::duration<double, std::milli>(b->t - a->t).count() / n;
   std::printf("engine host time per decode step, batch %lld, context %lld, %lld KV heads, lookahead %s (%.0f steps)\n",
               static_cast<long long>(batch), static_cast<long long>(context), static_cast<long long>(kv_heads),
               lookahead.c_str(), n);
-  std::printf("  schedule      %8.3f ms\n", per_step(&EngineStats::schedule_seconds_total));
-  std::printf("  build batch   %8.3f ms\n", per_step(&EngineStats::build_seconds_total));
-  std::printf("  model (slept) %8.3f ms (--device-ms %.1f)\n", per_step(&EngineStats::model_step_seconds_total), device_ms);
-  std::printf("  emit          %8.3f ms\n", per_step(&EngineStats::emit_seconds_total));
-  std::printf("  draft head    %8.3f ms\n", per_step(&EngineStats::draft_step_seconds_total));
+  std::printf("  schedule      %8.3f ms\n", per_step(&EngineStats::Loop::schedule_seconds_total));
+  std::printf("  build batch   %8.3f ms\n", per_step(&EngineStats::Loop::build_seconds_total));
+  std::printf("  model (slept) %8.3f ms (--device-ms %.1f)\n", per_step(&EngineStats::Loop::model_step_seconds_total), device_ms);
+  std::printf("  emit          %8.3f ms\n", per_step(&EngineStats::Loop::emit_seconds_total));
+  std::printf("  draft head    %8.3f ms\n", per_step(&EngineStats::Loop::draft_step_seconds_total));
   std::printf("  whole step    %8.3f ms (host beyond the device: %.3f ms)\n", step, step - device_ms);
   std::printf("  loop (wall)   %8.3f ms per step (admission, publishing stats, waking streams)\n", wall);
   std::printf("RESULT engine_host b=%lld ctx=%lld lookahead=%s: host %.3f ms per step beyond %.1f ms of device time "

@@ -134,9 +134,9 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
         if (!ev->tokens.empty()) events[i].push_back({Clock::now(), static_cast<int64_t>(ev->tokens.size())});
         if (i == 0) {
           const EngineStats s = engine.Stats();
-          snapshots.push_back({Clock::now(), s.steps_total, s.model_step_seconds_total, s.draft_step_seconds_total,
-                               s.step_seconds_total,
-                               s.schedule_seconds_total + s.build_seconds_total + s.emit_seconds_total});
+          snapshots.push_back({Clock::now(), s.loop.steps_total, s.loop.model_step_seconds_total, s.loop.draft_step_seconds_total,
+                               s.loop.step_seconds_total,
+                               s.loop.schedule_seconds_total + s.loop.build_seconds_total + s.loop.emit_seconds_total});
         }
         if (ev->finished) {
           if (ev->finish_reason != FinishReasonKind::kLength) errors[i] = "ended early: " + ev->error.ToString();
@@ -165,9 +165,9 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
   // Mean time per output token of a request while every request decodes.
   m.tpot_ms = window_tokens > 0 ? std::chrono::duration<double, std::milli>(t1 - t0).count() * batch / window_tokens
                                 : 0.0;
-  m.acceptance = st.draft_acceptance_rate();
-  m.tokens_per_step = mode == LookaheadMode::kOff ? 1.0 : st.tokens_per_lookahead_step();
-  m.steps = st.steps_total;
+  m.acceptance = st.lookahead.acceptance_rate();
+  m.tokens_per_step = mode == LookaheadMode::kOff ? 1.0 : st.lookahead.tokens_per_step();
+  m.steps = st.loop.steps_total;
   // The first and last snapshots inside the window.
   const Snapshot* a = nullptr;
   const Snapshot* b = nullptr;

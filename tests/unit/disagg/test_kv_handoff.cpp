@@ -202,17 +202,17 @@ TEST_CASE("a request handed off by a prefill engine and imported by a decode eng
         CHECK(ps.leases_completed == static_cast<uint64_t>(handed_off));
         CHECK(ps.leases_aborted + ps.leases_expired == 0);
         const EngineStats pst = WaitSparseIdle(prefill), dst = WaitSparseIdle(decode);
-        CHECK(pst.handoffs_total == handed_off);
-        CHECK(pst.requests_handoff_total == handed_off);
-        CHECK(pst.handoff_staged_bytes_total > 0);
-        CHECK(dst.imports_total == handed_off);
-        CHECK(dst.import_failures_total == 0);
-        CHECK(dst.import_admission_bytes_total > 0);
+        CHECK(pst.disagg.handoffs_total == handed_off);
+        CHECK(pst.requests.handoff_total == handed_off);
+        CHECK(pst.disagg.handoff_staged_bytes_total > 0);
+        CHECK(dst.disagg.imports_total == handed_off);
+        CHECK(dst.disagg.import_failures_total == 0);
+        CHECK(dst.disagg.import_admission_bytes_total > 0);
         for (const EngineStats* st : {&pst, &dst}) {
-          CHECK(st->num_free_kv_slots == st->num_kv_slots);
-          CHECK(st->num_free_host_kv_slots == st->num_host_kv_slots);
-          CHECK(st->num_sparse_requests == 0);
-          CHECK(st->num_free_draft_kv_slots == st->num_draft_kv_slots);
+          CHECK(st->kv.num_free_slots == st->kv.num_slots);
+          CHECK(st->sparse.num_free_host_kv_slots == st->sparse.num_host_kv_slots);
+          CHECK(st->sparse.num_requests == 0);
+          CHECK(st->kv.num_free_draft_slots == st->kv.num_draft_slots);
         }
         const RemoteKvImporterStats is = importer->Stats();
         CHECK(is.leases_completed == static_cast<uint64_t>(handed_off));
@@ -290,33 +290,33 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       }
       CHECK(remote_at_admission > 100);
       const EngineStats dst = WaitSparseIdle(decode);
-      CHECK(dst.drift_blocks_total > 0);                      // drift happened
-      CHECK(dst.drift_blocks_total <= remote_at_admission);   // each block crossed at most once
-      CHECK(dst.drift_bytes_total == dst.drift_blocks_total * 2 * 16 * 32 * 4);
-      CHECK(dst.import_failures_total == 0);
+      CHECK(dst.disagg.drift_blocks_total > 0);                      // drift happened
+      CHECK(dst.disagg.drift_blocks_total <= remote_at_admission);   // each block crossed at most once
+      CHECK(dst.disagg.drift_bytes_total == dst.disagg.drift_blocks_total * 2 * 16 * 32 * 4);
+      CHECK(dst.disagg.import_failures_total == 0);
       CHECK(dec.checking.steps_with_remote > 0);
       CHECK(dec.checking.remote_resident == 0);  // never attended before it landed
       // Admission moved less than the whole KV: the point of the partial mode.
-      CHECK(dst.import_admission_bytes_total + remote_at_admission * 2 * 2048 == full_bytes);
+      CHECK(dst.disagg.import_admission_bytes_total + remote_at_admission * 2 * 2048 == full_bytes);
       CHECK(WaitFor([&] { return side.pool->Stats().requests_held == 0; }));
       CHECK(side.pool->Stats().leases_completed == static_cast<uint64_t>(handed_off));
-      CHECK(dst.num_free_kv_slots == dst.num_kv_slots);
-      CHECK(dst.num_free_host_kv_slots == dst.num_host_kv_slots);
+      CHECK(dst.kv.num_free_slots == dst.kv.num_slots);
+      CHECK(dst.sparse.num_free_host_kv_slots == dst.sparse.num_host_kv_slots);
       // Decode-side host memory per request: with summary-only rows only the admission set,
       // the drifted blocks and the output's blocks take host slots.
-      CHECK(dst.imports_finished_total == handed_off);
-      CHECK(dst.import_host_kv_bytes == 0);
-      CHECK(dst.import_host_kv_bytes_peak > 0);
-      CHECK(dst.num_free_summary_rows == dst.num_summary_rows);
+      CHECK(dst.disagg.imports_finished_total == handed_off);
+      CHECK(dst.disagg.import_host_kv_bytes == 0);
+      CHECK(dst.disagg.import_host_kv_bytes_peak > 0);
+      CHECK(dst.disagg.num_free_summary_rows == dst.disagg.num_summary_rows);
       if (rows) {
-        CHECK(dst.num_summary_rows > 0);
-        CHECK(dst.drift_blocks_dropped_total == 0);
+        CHECK(dst.disagg.num_summary_rows > 0);
+        CHECK(dst.disagg.drift_blocks_dropped_total == 0);
         // ... plus a cell per drifted block.
-        CHECK(dst.import_host_kv_bytes_finished_total == expected_bytes + dst.drift_blocks_total * 2 * 2048);
-        CHECK(dst.import_host_kv_bytes_finished_total < reserved_bytes);
+        CHECK(dst.disagg.import_host_kv_bytes_finished_total == expected_bytes + dst.disagg.drift_blocks_total * 2 * 2048);
+        CHECK(dst.disagg.import_host_kv_bytes_finished_total < reserved_bytes);
       } else {
-        CHECK(dst.num_summary_rows == 0);
-        CHECK(dst.import_host_kv_bytes_finished_total == reserved_bytes);
+        CHECK(dst.disagg.num_summary_rows == 0);
+        CHECK(dst.disagg.import_host_kv_bytes_finished_total == reserved_bytes);
       }
       prefill.Stop();
       decode.Stop();

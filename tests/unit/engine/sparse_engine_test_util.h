@@ -141,8 +141,8 @@ inline std::vector<EngineRequest> LongWorkload(int n, uint64_t seed, int64_t max
 inline EngineStats WaitSparseIdle(const Engine& engine) {
   for (int i = 0; i < 4000; ++i) {
     EngineStats s = engine.Stats();
-    if (s.num_running == 0 && s.num_waiting == 0 && s.num_free_kv_slots == s.num_kv_slots &&
-        s.num_free_host_kv_slots == s.num_host_kv_slots && s.num_sparse_requests == 0) {
+    if (s.requests.num_running == 0 && s.requests.num_waiting == 0 && s.kv.num_free_slots == s.kv.num_slots &&
+        s.sparse.num_free_host_kv_slots == s.sparse.num_host_kv_slots && s.sparse.num_requests == 0) {
       return s;
     }
     std::this_thread::sleep_for(5ms);

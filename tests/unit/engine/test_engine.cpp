@@ -93,12 +93,12 @@ TEST_CASE("outputs are the same alone and among 32 concurrent requests", "[engin
     const EngineStats st = WaitIdle(engine);
     int64_t tokens = 0;
     for (const Collected& c : alone) tokens += static_cast<int64_t>(c.tokens.size());
-    CHECK(st.steps_total == tokens);
-    CHECK(st.decode_steps_total == tokens - static_cast<int64_t>(reqs.size()));
-    CHECK(st.decode_step_seconds_total > 0.0);
-    CHECK(st.decode_step_seconds_total <= st.step_seconds_total);
-    CHECK(st.decode_model_step_seconds_total <= st.decode_step_seconds_total);
-    CHECK(st.decode_model_step_seconds_total <= st.model_step_seconds_total);
+    CHECK(st.loop.steps_total == tokens);
+    CHECK(st.loop.decode_steps_total == tokens - static_cast<int64_t>(reqs.size()));
+    CHECK(st.loop.decode_step_seconds_total > 0.0);
+    CHECK(st.loop.decode_step_seconds_total <= st.loop.step_seconds_total);
+    CHECK(st.loop.decode_model_step_seconds_total <= st.loop.decode_step_seconds_total);
+    CHECK(st.loop.decode_model_step_seconds_total <= st.loop.model_step_seconds_total);
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     REQUIRE(alone[i].error.ok());
@@ -145,9 +145,9 @@ TEST_CASE("outputs are the same alone and among 32 concurrent requests", "[engin
         CHECK(together[i].reason == alone[i].reason);
       }
       EngineStats st = WaitIdle(engine);
-      CHECK(st.num_free_kv_slots == st.num_kv_slots);
-      CHECK(st.kv_usage == 0.0);
-      CHECK(st.requests_finished_total == 32);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.kv.usage == 0.0);
+      CHECK(st.requests.finished_total == 32);
       CHECK(st.ttft.count == 32);
       CHECK(st.e2e.count == 32);
       int64_t generated = 0, prompt = 0;
@@ -155,14 +155,14 @@ TEST_CASE("outputs are the same alone and among 32 concurrent requests", "[engin
         generated += static_cast<int64_t>(together[i].tokens.size());
         prompt += static_cast<int64_t>(reqs[i].prompt.size());
       }
-      CHECK(st.generation_tokens_total == generated);
-      CHECK(st.prompt_tokens_total == prompt);
+      CHECK(st.requests.generation_tokens_total == generated);
+      CHECK(st.requests.prompt_tokens_total == prompt);
       CHECK(st.itl.count == generated - 32);
-      CHECK(st.requests_stop_total + st.requests_length_total == 32);
-      if (cfg.expect_preemption) CHECK(st.preemptions_total > 0);
-      if (!cfg.expect_preemption) CHECK(st.preemptions_total == 0);
+      CHECK(st.requests.stop_total + st.requests.length_total == 32);
+      if (cfg.expect_preemption) CHECK(st.requests.preemptions_total > 0);
+      if (!cfg.expect_preemption) CHECK(st.requests.preemptions_total == 0);
       engine.Stop();
-      CHECK(engine.Stats().num_free_kv_slots == cfg.slots);
+      CHECK(engine.Stats().kv.num_free_slots == cfg.slots);
     }
   }
 }
@@ -200,7 +200,7 @@ TEST_CASE("abort finishes a running request with kAbort and frees its blocks", "
   // Stats are published after each step: wait for the one that shows the request's blocks.
   int64_t free_slots = 128;
   for (int i = 0; i < 1000 && free_slots == 128; ++i, std::this_thread::sleep_for(1ms)) {
-    free_slots = engine.Stats().num_free_kv_slots;
+    free_slots = engine.Stats().kv.num_free_slots;
   }
   CHECK(free_slots < 128);
   engine.Abort("long");
@@ -209,8 +209,8 @@ TEST_CASE("abort finishes a running request with kAbort and frees its blocks", "
   CHECK(c.reason == FinishReasonKind::kAbort);
   CHECK(c.tokens.size() + first->tokens.size() < 900);
   EngineStats st = WaitIdle(engine);
-  CHECK(st.num_free_kv_slots == 128);
-  CHECK(st.requests_abort_total == 1);
+  CHECK(st.kv.num_free_slots == 128);
+  CHECK(st.requests.abort_total == 1);
   // The id is free again.
   auto again = engine.Submit(Request("long", {1, 2, 3}, 2));
   REQUIRE(again.ok());
@@ -381,7 +381,7 @@ TEST_CASE("the waiting queue is bounded", "[engine]") {
     REQUIRE(s.ok());
     streams.push_back(*s);
   }
-  CHECK(engine.Stats().num_waiting == 3);
+  CHECK(engine.Stats().requests.num_waiting == 3);
   CHECK(engine.Submit(Request("q3", {1}, 1)).status().code() == StatusCode::kResourceExhausted);
   engine.Stop();  // never started: the queued requests are aborted
   for (auto& s : streams) CHECK(Drain(*s).reason == FinishReasonKind::kAbort);
@@ -421,8 +421,8 @@ TEST_CASE("a failing step fails its requests with kError; the engine keeps servi
   REQUIRE(next.ok());
   CHECK(Drain(**next).tokens.size() == 5);
   EngineStats st = WaitIdle(engine);
-  CHECK(st.requests_error_total == 1);
-  CHECK(st.num_free_kv_slots == 64);
+  CHECK(st.requests.error_total == 1);
+  CHECK(st.kv.num_free_slots == 64);
 }
 
 TEST_CASE("Stop from several threads at once aborts live requests once", "[engine]") {
@@ -439,6 +439,6 @@ TEST_CASE("Stop from several threads at once aborts live requests once", "[engin
   for (auto& t : stoppers) t.join();
   CHECK(Drain(**s).reason == FinishReasonKind::kAbort);
   EngineStats st = engine.Stats();
-  CHECK(st.requests_abort_total == 1);
-  CHECK(st.num_free_kv_slots == 64);
+  CHECK(st.requests.abort_total == 1);
+  CHECK(st.kv.num_free_slots == 64);
 }

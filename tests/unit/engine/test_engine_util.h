@@ -149,7 +149,7 @@ inline std::vector<Collected> SubmitConcurrently(Engine& engine, const std::vect
 inline EngineStats WaitIdle(const Engine& engine) {
   for (int i = 0; i < 2000; ++i) {
     EngineStats s = engine.Stats();
-    if (s.num_running == 0 && s.num_waiting == 0 && s.num_free_kv_slots == s.num_kv_slots) return s;
+    if (s.requests.num_running == 0 && s.requests.num_waiting == 0 && s.kv.num_free_slots == s.kv.num_slots) return s;
     std::this_thread::sleep_for(5ms);
   }
   return engine.Stats();

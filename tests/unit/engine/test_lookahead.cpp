@@ -133,30 +133,30 @@ void CheckLossless(HeadKind kind) {
         const RunResult r = Run(tm, draft.get(), mode, opt, reqs);
         CheckSame(reqs, r.out, plain);
         const EngineStats& st = r.stats;
-        CHECK(st.num_free_kv_slots == st.num_kv_slots);
-        CHECK(st.generation_tokens_total == TotalTokens(r.out));
-        CHECK(st.requests_finished_total == static_cast<int64_t>(reqs.size()));
-        if (cfg.expect_preemption) CHECK(st.preemptions_total > 0);
+        CHECK(st.kv.num_free_slots == st.kv.num_slots);
+        CHECK(st.requests.generation_tokens_total == TotalTokens(r.out));
+        CHECK(st.requests.finished_total == static_cast<int64_t>(reqs.size()));
+        if (cfg.expect_preemption) CHECK(st.requests.preemptions_total > 0);
         if (mode == LookaheadMode::kOff) {
-          CHECK(st.num_draft_kv_slots == 0);
-          CHECK(st.draft_tokens_total == 0);
+          CHECK(st.kv.num_draft_slots == 0);
+          CHECK(st.lookahead.draft_tokens_total == 0);
           continue;
         }
-        CHECK(st.num_draft_kv_slots == draft->num_kv_slots());
-        CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
-        CHECK(st.draft_tokens_proposed_total > 0);
-        CHECK(st.draft_tokens_total > 0);
-        CHECK(st.draft_tokens_total <= st.draft_tokens_proposed_total);
-        CHECK(st.draft_accepted_total <= st.draft_tokens_total);
-        CHECK(st.lookahead_steps_total == st.draft_tokens_total);
+        CHECK(st.kv.num_draft_slots == draft->num_kv_slots());
+        CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+        CHECK(st.lookahead.draft_tokens_proposed_total > 0);
+        CHECK(st.lookahead.draft_tokens_total > 0);
+        CHECK(st.lookahead.draft_tokens_total <= st.lookahead.draft_tokens_proposed_total);
+        CHECK(st.lookahead.draft_accepted_total <= st.lookahead.draft_tokens_total);
+        CHECK(st.lookahead.steps_total == st.lookahead.draft_tokens_total);
         if (mode == LookaheadMode::kReject) {
-          CHECK(st.lookahead_tokens_total == st.lookahead_steps_total);  // drafts never emitted
+          CHECK(st.lookahead.tokens_total == st.lookahead.steps_total);  // drafts never emitted
         } else {
-          CHECK(st.lookahead_tokens_total == st.lookahead_steps_total + st.draft_accepted_total);
+          CHECK(st.lookahead.tokens_total == st.lookahead.steps_total + st.lookahead.draft_accepted_total);
         }
         if (kind == HeadKind::kCopy) {
-          CHECK(st.draft_acceptance_rate() > 0.3);
-          if (mode == LookaheadMode::kSpeculate) CHECK(st.tokens_per_lookahead_step() > 1.3);
+          CHECK(st.lookahead.acceptance_rate() > 0.3);
+          if (mode == LookaheadMode::kSpeculate) CHECK(st.lookahead.tokens_per_step() > 1.3);
         }
       }
     }
@@ -190,9 +190,9 @@ TEST_CASE("speculate takes fewer engine steps for the same greedy tokens", "[eng
   REQUIRE(off.out[0].tokens.size() == 200);
   CHECK(rej.out[0].tokens == off.out[0].tokens);
   CHECK(spec.out[0].tokens == off.out[0].tokens);
-  CHECK(rej.stats.steps_total == off.stats.steps_total);
-  const int64_t saved = off.stats.steps_total - spec.stats.steps_total;
-  CHECK(saved == spec.stats.draft_accepted_total);  // each accepted draft saves one step
+  CHECK(rej.stats.loop.steps_total == off.stats.loop.steps_total);
+  const int64_t saved = off.stats.loop.steps_total - spec.stats.loop.steps_total;
+  CHECK(saved == spec.stats.lookahead.draft_accepted_total);  // each accepted draft saves one step
   CHECK(saved > 40);
   // Fewer events than tokens: accepted steps deliver two tokens in one event.
   CHECK(spec.out[0].events < off.out[0].events);
@@ -232,7 +232,7 @@ TEST_CASE("stop conditions cut two-token steps exactly like plain decoding", "[e
     auto draft = MakeDraftRunner(tm, *head);
     const RunResult r = Run(tm, draft.get(), mode, {}, reqs);
     CheckSame(reqs, r.out, plain.out);
-    CHECK(r.stats.draft_accepted_total > 0);
+    CHECK(r.stats.lookahead.draft_accepted_total > 0);
   }
   // The stop id really stops them (the test would be weak otherwise).
   int stopped = 0;
@@ -308,7 +308,7 @@ TEST_CASE("drafts equal the head run offline over the final sequence", "[engine]
         EngineOptions opt;
         opt.max_num_batched_tokens = 8;
         const RunResult r = Run(tm, &draft, mode, opt, {a, b});
-        CHECK(r.stats.preemptions_total > 0);
+        CHECK(r.stats.requests.preemptions_total > 0);
         std::vector<int32_t> seq_a = a.prompt, seq_b = b.prompt;
         seq_a.insert(seq_a.end(), r.out[0].tokens.begin(), r.out[0].tokens.end());
         seq_b.insert(seq_b.end(), r.out[1].tokens.begin(), r.out[1].tokens.end());
@@ -432,9 +432,9 @@ TEST_CASE("a failing draft head step fails its requests, both pools come back, t
   REQUIRE(next.ok());
   CHECK(Drain(**next).tokens.size() == 12);
   EngineStats st = WaitIdle(engine);
-  CHECK(st.requests_error_total == 1);
-  CHECK(st.num_free_kv_slots == 64);
-  CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+  CHECK(st.requests.error_total == 1);
+  CHECK(st.kv.num_free_slots == 64);
+  CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
 }
 
 // Stop strings with text (the tiny random model of tests/fixtures/tiny-default and its tokenizer, a copy head): each stop
@@ -502,6 +502,6 @@ TEST_CASE("stop strings cut two-token steps exactly like plain decoding", "[engi
       CHECK(c.reason == plain[i].reason);
       CHECK(c.stop_reason == plain[i].stop_reason);
     }
-    CHECK(WaitIdle(engine).draft_accepted_total > 0);
+    CHECK(WaitIdle(engine).lookahead.draft_accepted_total > 0);
   }
 }

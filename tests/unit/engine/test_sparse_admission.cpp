@@ -75,12 +75,12 @@ TEST_CASE(
   for (auto& s : streams) got.push_back(Drain(*s));
   CheckSameOutputs(reqs, got, dense);
   const EngineStats st = WaitSparseIdle(engine);
-  CHECK(st.sparse_admission_waits_total == 2);  // b and c, once each
-  CHECK(st.sparse_switches_total == 3);
-  CHECK(st.num_free_host_kv_slots == 40);
-  CHECK(st.num_host_kv_slots == 40);
-  CHECK(st.host_kv_usage() == 0.0);
-  CHECK(st.num_free_kv_slots == st.num_kv_slots);
+  CHECK(st.sparse.admission_waits_total == 2);  // b and c, once each
+  CHECK(st.sparse.switches_total == 3);
+  CHECK(st.sparse.num_free_host_kv_slots == 40);
+  CHECK(st.sparse.num_host_kv_slots == 40);
+  CHECK(st.sparse.host_kv_usage() == 0.0);
+  CHECK(st.kv.num_free_slots == st.kv.num_slots);
 }
 
 TEST_CASE("aborted sparse requests and the requests of a failing sparse step return all memory",
@@ -103,8 +103,8 @@ TEST_CASE("aborted sparse requests and the requests of a failing sparse step ret
     bool sparse_seen = false;
     for (int i = 0; i < 4000 && !sparse_seen; ++i) {
       const EngineStats s = engine.Stats();
-      sparse_seen = s.num_sparse_requests == 1 && s.sparse_gpu_slots == 6 * 2 &&
-                    s.num_free_host_kv_slots < s.num_host_kv_slots;
+      sparse_seen = s.sparse.num_requests == 1 && s.sparse.gpu_slots == 6 * 2 &&
+                    s.sparse.num_free_host_kv_slots < s.sparse.num_host_kv_slots;
       if (!sparse_seen) std::this_thread::sleep_for(2ms);
     }
     REQUIRE(sparse_seen);  // "a" runs sparse: (K + 2) x 2 GPU head-blocks, host room reserved
@@ -127,11 +127,11 @@ TEST_CASE("aborted sparse requests and the requests of a failing sparse step ret
     CHECK(runner.log.sparse_steps > 4);
   }
   const EngineStats st = WaitSparseIdle(engine);
-  CHECK(st.num_free_kv_slots == st.num_kv_slots);
-  CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
-  CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
-  CHECK(st.sparse_gpu_slots == 0);
-  CHECK(st.num_sparse_requests == 0);
+  CHECK(st.kv.num_free_slots == st.kv.num_slots);
+  CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+  CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+  CHECK(st.sparse.gpu_slots == 0);
+  CHECK(st.sparse.num_requests == 0);
 }
 
 TEST_CASE("sparse options are checked with clear errors", "[engine][sparse]") {

@@ -82,7 +82,7 @@ TEST_CASE(
       CheckSameOutputs(reqs, run.out, dense);
       const EngineStats& st = run.stats;
       const SparseStepLog& log = runner.log;
-      CHECK(st.sparse_switches_total >= 12);  // most requests pass the threshold of 64
+      CHECK(st.sparse.switches_total >= 12);  // most requests pass the threshold of 64
       CHECK(log.sparse_steps > 20);
       CHECK(log.mixed_steps > 0);        // dense and sparse sequences shared batches
       CHECK(log.max_new_per_head <= 2);  // C = ceil(0.05 x 24) = 2
@@ -90,31 +90,31 @@ TEST_CASE(
       CHECK(log.sync_is_runners);
       CHECK(log.max_tokens_sparse == (v.predictor == SparsePredictor::kDraft ? 2 : 1));
       // Metrics: collected when the last sparse request went.
-      CHECK(st.sparse_steps_total == log.sparse_steps);
-      CHECK(st.sparse_blocks_fetched_total == log.new_blocks);
-      CHECK(st.sparse_h2d_bytes_total == st.sparse_blocks_fetched_total * 2 * 16 * 32 * 4);
-      CHECK(st.sparse_hits_total > 0);
-      CHECK(st.sparse_hit_rate() > 0.9);
-      CHECK(st.sparse_transfer_wait_seconds_total == 0.0);  // the CPU runs everything in order
+      CHECK(st.sparse.steps_total == log.sparse_steps);
+      CHECK(st.sparse.blocks_fetched_total == log.new_blocks);
+      CHECK(st.sparse.h2d_bytes_total == st.sparse.blocks_fetched_total * 2 * 16 * 32 * 4);
+      CHECK(st.sparse.hits_total > 0);
+      CHECK(st.sparse.hit_rate() > 0.9);
+      CHECK(st.sparse.transfer_wait_seconds_total == 0.0);  // the CPU runs everything in order
       if (v.predictor != SparsePredictor::kOracle) {
         // Sampled agreement with the real query's top-K: with K >= blocks both are "all".
-        REQUIRE(st.sparse_agree_total.size() == 3);
-        CHECK(st.sparse_agree_total[2] > 0);
-        CHECK(st.sparse_topk_agreement() == 1.0);
-        CHECK(st.sparse_agree_total[0] == (v.dense_layers > 0 ? 0 : st.sparse_agree_total[2]));
+        REQUIRE(st.sparse.agree_total.size() == 3);
+        CHECK(st.sparse.agree_total[2] > 0);
+        CHECK(st.sparse.topk_agreement() == 1.0);
+        CHECK(st.sparse.agree_total[0] == (v.dense_layers > 0 ? 0 : st.sparse.agree_total[2]));
       }
       if (v.expect_preemption) {
-        CHECK(st.preemptions_total > 0);
+        CHECK(st.requests.preemptions_total > 0);
       }
       if (v.lookahead == LookaheadMode::kSpeculate) {
-        CHECK(st.draft_accepted_total > 0);  // the dense requests still accept drafts
+        CHECK(st.lookahead.draft_accepted_total > 0);  // the dense requests still accept drafts
       }
       // Everything came back.
-      CHECK(st.num_free_kv_slots == st.num_kv_slots);
-      CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
-      CHECK(st.num_sparse_requests == 0);
-      CHECK(st.sparse_gpu_slots == 0);
-      if (draft) CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.sparse.num_requests == 0);
+      CHECK(st.sparse.gpu_slots == 0);
+      if (draft) CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
     }
   }
 }
@@ -145,20 +145,20 @@ TEST_CASE("small K: at most C new blocks per head per step, counted by the metri
         const SparseStepLog& log = runner.log;
         CHECK(log.max_new_per_head == 1);  // fetches happen, never more than C = 1 per head
         CHECK(log.slots_as_expected);      // the working set stays K + 2 slots per head
-        CHECK(st.sparse_blocks_fetched_total == log.new_blocks);
-        CHECK(st.sparse_misses_total >= st.sparse_blocks_fetched_total);
-        CHECK(st.sparse_hit_rate() > 0.0);
-        CHECK(st.sparse_hit_rate() < 1.0);
-        CHECK(st.sparse_fetched_per_step() > 0.0);
-        CHECK(st.sparse_h2d_bytes_per_step() == Approx(st.sparse_fetched_per_step() * 4096));
+        CHECK(st.sparse.blocks_fetched_total == log.new_blocks);
+        CHECK(st.sparse.misses_total >= st.sparse.blocks_fetched_total);
+        CHECK(st.sparse.hit_rate() > 0.0);
+        CHECK(st.sparse.hit_rate() < 1.0);
+        CHECK(st.sparse.fetched_per_step() > 0.0);
+        CHECK(st.sparse.h2d_bytes_per_step() == Approx(st.sparse.fetched_per_step() * 4096));
         if (predictor != SparsePredictor::kOracle) {
-          CHECK(st.sparse_topk_agreement() > 0.3);
-          CHECK(st.sparse_topk_agreement() <= 1.0);
-          CHECK(st.sparse_topk_agreement(1) > 0.0);
+          CHECK(st.sparse.topk_agreement() > 0.3);
+          CHECK(st.sparse.topk_agreement() <= 1.0);
+          CHECK(st.sparse.topk_agreement(1) > 0.0);
         }
-        CHECK(st.num_free_kv_slots == st.num_kv_slots);
-        CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
-        CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+        CHECK(st.kv.num_free_slots == st.kv.num_slots);
+        CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+        CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
       }
     }
   }
@@ -176,8 +176,8 @@ TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[e
   const SparseRun run = RunEngine(runner, nullptr, opt, reqs);
   CheckSameOutputs(reqs, run.out, dense);
   CHECK(runner.log.sparse_steps == 0);
-  CHECK(run.stats.sparse_switches_total == 0);
-  CHECK(run.stats.num_host_kv_slots == 4096);
+  CHECK(run.stats.sparse.switches_total == 0);
+  CHECK(run.stats.sparse.num_host_kv_slots == 4096);
 }
 
 // Tensor parallelism (docs/parallel.md §6): two CPU ranks, each with its own device side of
@@ -238,19 +238,19 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
       if (c.equal) CheckSameOutputs(reqs, run.out, dense);
       for (const Collected& col : run.out) CHECK(col.error.ok());
       const EngineStats& st = run.stats;
-      CHECK(st.sparse_switches_total >= 6);
-      CHECK(st.sparse_steps_total > 20);
+      CHECK(st.sparse.switches_total >= 6);
+      CHECK(st.sparse.steps_total > 20);
       // Both ranks' fetches: at most C per (sequence, layer, KV head) per step, 2 KV heads in all.
       const int64_t cap = opt.sparse->max_fetch() * 2 * (3 - c.dense_layers);
-      CHECK(st.sparse_blocks_fetched_total <= cap * st.sparse_seq_steps_total);
-      if (!c.equal) CHECK(st.sparse_blocks_fetched_total > 0);
-      if (c.equal) CHECK(st.sparse_hit_rate() > 0.9);
+      CHECK(st.sparse.blocks_fetched_total <= cap * st.sparse.seq_steps_total);
+      if (!c.equal) CHECK(st.sparse.blocks_fetched_total > 0);
+      if (c.equal) CHECK(st.sparse.hit_rate() > 0.9);
       // Everything came back, on every rank's side.
-      CHECK(st.num_free_kv_slots == st.num_kv_slots);
-      CHECK(st.num_free_host_kv_slots == st.num_host_kv_slots);
-      CHECK(st.num_sparse_requests == 0);
-      CHECK(st.sparse_gpu_slots == 0);
-      if (draft) CHECK(st.num_free_draft_kv_slots == st.num_draft_kv_slots);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.sparse.num_requests == 0);
+      CHECK(st.sparse.gpu_slots == 0);
+      if (draft) CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
     }
   }
 }

@@ -8,13 +8,13 @@ using namespace oasis::server;
 
 TEST_CASE("engine metrics in Prometheus text") {
   EngineStats st;
-  st.num_running = 2;
-  st.num_waiting = 1;
-  st.kv_usage = 0.25;
-  st.prompt_tokens_total = 100;
-  st.generation_tokens_total = 40;
-  st.requests_stop_total = 3;
-  st.requests_abort_total = 1;
+  st.requests.num_running = 2;
+  st.requests.num_waiting = 1;
+  st.kv.usage = 0.25;
+  st.requests.prompt_tokens_total = 100;
+  st.requests.generation_tokens_total = 40;
+  st.requests.stop_total = 3;
+  st.requests.abort_total = 1;
   st.ttft.bounds = {0.1, 1.0};
   st.ttft.counts = {2, 1, 1};
   st.ttft.sum = 3.5;
@@ -41,14 +41,14 @@ TEST_CASE("engine metrics in Prometheus text") {
 
 TEST_CASE("spec-decode metrics of lookahead decoding") {
   EngineStats st;
-  st.num_draft_kv_slots = 64;
-  st.num_free_draft_kv_slots = 60;
-  st.draft_tokens_proposed_total = 12;
-  st.draft_tokens_total = 10;
-  st.draft_accepted_total = 4;
-  st.lookahead_steps_total = 10;
-  st.lookahead_tokens_total = 14;
-  st.draft_chained_steps_total = 9;
+  st.kv.num_draft_slots = 64;
+  st.kv.num_free_draft_slots = 60;
+  st.lookahead.draft_tokens_proposed_total = 12;
+  st.lookahead.draft_tokens_total = 10;
+  st.lookahead.draft_accepted_total = 4;
+  st.lookahead.steps_total = 10;
+  st.lookahead.tokens_total = 14;
+  st.lookahead.draft_chained_steps_total = 9;
   const std::string text = RenderEngineMetrics(st, "m");
   const std::string l = "{model_name=\"m\"} ";
   CHECK(text.find("# TYPE oasis:spec_decode_num_draft_tokens_total counter\noasis:spec_decode_num_draft_tokens_total" + l +
@@ -86,23 +86,23 @@ TEST_CASE("HTTP request counters") {
 
 TEST_CASE("sparse KV metrics in Prometheus text") {
   EngineStats st;
-  st.num_sparse_requests = 3;
-  st.sparse_switches_total = 5;
-  st.num_host_kv_slots = 200;
-  st.num_free_host_kv_slots = 150;
-  st.sparse_gpu_slots = 48;
-  st.sparse_steps_total = 10;
-  st.sparse_hits_total = 90;
-  st.sparse_misses_total = 10;
-  st.sparse_blocks_fetched_total = 8;
-  st.sparse_h2d_bytes_total = 8 * 2048;
-  st.sparse_transfer_wait_seconds_total = 0.5;
-  st.sparse_agree_overlap = {0, 3, 1};  // layer 0 dense: nothing sampled
-  st.decode_steps_total = 7;
-  st.decode_step_seconds_total = 0.25;
-  st.decode_model_step_seconds_total = 0.125;
-  st.model_step_seconds_total = 0.5;
-  st.sparse_agree_total = {0, 4, 4};
+  st.sparse.num_requests = 3;
+  st.sparse.switches_total = 5;
+  st.sparse.num_host_kv_slots = 200;
+  st.sparse.num_free_host_kv_slots = 150;
+  st.sparse.gpu_slots = 48;
+  st.sparse.steps_total = 10;
+  st.sparse.hits_total = 90;
+  st.sparse.misses_total = 10;
+  st.sparse.blocks_fetched_total = 8;
+  st.sparse.h2d_bytes_total = 8 * 2048;
+  st.sparse.transfer_wait_seconds_total = 0.5;
+  st.sparse.agree_overlap = {0, 3, 1};  // layer 0 dense: nothing sampled
+  st.loop.decode_steps_total = 7;
+  st.loop.decode_step_seconds_total = 0.25;
+  st.loop.decode_model_step_seconds_total = 0.125;
+  st.loop.model_step_seconds_total = 0.5;
+  st.sparse.agree_total = {0, 4, 4};
   const std::string text = RenderEngineMetrics(st, "m");
   const std::string l = "{model_name=\"m\"}";
   CHECK(text.find("# TYPE oasis:sparse_requests gauge\noasis:sparse_requests" + l + " 3\n") != std::string::npos);

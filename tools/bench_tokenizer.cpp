@@ -68,18 +68,19 @@ void Bench(const Tokenizer& t, const std::string& mode, const std::vector<std::s
     mbps.push_back(static_cast<double>(bytes) / 1e6 / last.seconds);
   }
   std::sort(mbps.begin(), mbps.end());
-  std::printf("oasis %-5s %9.2f MB/s median of %d (min %.2f, max %.2f); %zu docs, %zu bytes, "
-              "%llu ids, checksum %016llx\n",
-              mode.c_str(), mbps[mbps.size() / 2], reps, mbps.front(), mbps.back(), docs.size(),
-              bytes, static_cast<unsigned long long>(last.ids),
-              static_cast<unsigned long long>(last.checksum));
+  std::printf(
+      "oasis %-5s %9.2f MB/s median of %d (min %.2f, max %.2f); %zu docs, %zu bytes, "
+      "%llu ids, checksum %016llx\n",
+      mode.c_str(), mbps[mbps.size() / 2], reps, mbps.front(), mbps.back(), docs.size(), bytes,
+      static_cast<unsigned long long>(last.ids), static_cast<unsigned long long>(last.checksum));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <tokenizer.json> <text file> [--reps N] [--mode whole|docs|both]\n",
+    std::fprintf(stderr,
+                 "usage: %s <tokenizer.json> <text file> [--reps N] [--mode whole|docs|both]\n",
                  argv[0]);
     return 2;
   }

@@ -31,7 +31,8 @@ class StagingLease final : public KvHandoffLease {
     // The ticket must parse on the other side: check it here, where a bug can be named.
     std::string bytes = EncodeHandoffTicket(t);
     auto parsed = ParseHandoffTicket(bytes);
-    if (!parsed.ok()) return Internal("handoff ticket did not parse back: " + parsed.status().ToString());
+    if (!parsed.ok())
+      return Internal("handoff ticket did not parse back: " + parsed.status().ToString());
     // From now on the lease lives until the decode side ends it or it expires.
     OASIS_RETURN_IF_ERROR(pool_.Renew(lease_.id));
     committed_ = true;
@@ -48,17 +49,20 @@ class StagingLease final : public KvHandoffLease {
 
 }  // namespace
 
-StagingExporter::StagingExporter(StagingPool& pool, std::string address, std::chrono::milliseconds lease_ttl)
+StagingExporter::StagingExporter(StagingPool& pool, std::string address,
+                                 std::chrono::milliseconds lease_ttl)
     : pool_(pool), address_(std::move(address)), ttl_(lease_ttl) {}
 
 StatusOr<std::unique_ptr<KvHandoffLease>> StagingExporter::Acquire(const StagedKvLayout& layout) {
   if (layout.slot_bytes() != pool_.options().block_bytes) {
-    return FailedPrecondition("staging pool slots of " + std::to_string(pool_.options().block_bytes) +
-                              " bytes, the model's head-blocks are " + std::to_string(layout.slot_bytes()));
+    return FailedPrecondition(
+        "staging pool slots of " + std::to_string(pool_.options().block_bytes) +
+        " bytes, the model's head-blocks are " + std::to_string(layout.slot_bytes()));
   }
   auto lease = pool_.Acquire(layout.num_slots(), Clock::now(), ttl_);
   if (!lease.ok()) return lease.status();
-  return std::unique_ptr<KvHandoffLease>(new StagingLease(pool_, std::move(*lease), address_, ttl_));
+  return std::unique_ptr<KvHandoffLease>(
+      new StagingLease(pool_, std::move(*lease), address_, ttl_));
 }
 
 // ---------------------------------------------------------------- decode side
@@ -103,7 +107,8 @@ std::shared_ptr<RemoteKvImporter> RemoteKvImporter::Create(std::shared_ptr<UcxCo
   return p;
 }
 
-RemoteKvImporter::RemoteKvImporter(std::shared_ptr<UcxContext> context, RemoteKvImporterOptions options)
+RemoteKvImporter::RemoteKvImporter(std::shared_ptr<UcxContext> context,
+                                   RemoteKvImporterOptions options)
     : context_(std::move(context)), options_(options) {}
 
 RemoteKvImporter::~RemoteKvImporter() {
@@ -127,17 +132,19 @@ RemoteKvImporterStats RemoteKvImporter::Stats() const {
   return s;
 }
 
-std::shared_ptr<RemoteKvImporter::Peer> RemoteKvImporter::PeerFor(const std::string& address, int index) {
+std::shared_ptr<RemoteKvImporter::Peer> RemoteKvImporter::PeerFor(const std::string& address,
+                                                                  int index) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& conns = peers_[address];
   if (conns.empty()) {  // the fetch connections, then the lease connection
-    for (int i = 0; i <= std::max(1, options_.readers_per_peer); ++i) conns.push_back(std::make_shared<Peer>());
+    for (int i = 0; i <= std::max(1, options_.readers_per_peer); ++i)
+      conns.push_back(std::make_shared<Peer>());
   }
   return conns.at(static_cast<size_t>(index) % conns.size());
 }
 
-std::pair<std::shared_ptr<RemoteKvImporter::Peer>, std::unique_lock<std::mutex>> RemoteKvImporter::AnyPeer(
-    const std::string& address) {
+std::pair<std::shared_ptr<RemoteKvImporter::Peer>, std::unique_lock<std::mutex>>
+RemoteKvImporter::AnyPeer(const std::string& address) {
   const int n = std::max(1, options_.readers_per_peer);
   uint64_t start;
   {
@@ -178,8 +185,9 @@ Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<Kv
   }
   RemoteReader& reader = *peer->reader;
   if (reader.descriptor().pool_id != ticket.pool_id) {
-    return FailedPrecondition("handoff ticket for staging pool " + std::to_string(ticket.pool_id) + ", " +
-                              ticket.staging_address + " serves pool " + std::to_string(reader.descriptor().pool_id) +
+    return FailedPrecondition("handoff ticket for staging pool " + std::to_string(ticket.pool_id) +
+                              ", " + ticket.staging_address + " serves pool " +
+                              std::to_string(reader.descriptor().pool_id) +
                               " (the prefill instance restarted)");
   }
   // Ordinal -> pool slot through the extents' running totals (a lease has a few extents but
@@ -195,7 +203,8 @@ Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<Kv
       return InvalidArgument("slot ordinal " + std::to_string(it.ordinal) + " beyond the lease's " +
                              std::to_string(total) + " slots");
     }
-    const auto x = static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), it.ordinal) - ends.begin());
+    const auto x =
+        static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), it.ordinal) - ends.begin());
     const SlotExtent& e = ticket.extents[x];
     fetch.push_back({e.start + (it.ordinal - (ends[x] - e.count)), it.dst});
   }
@@ -227,7 +236,8 @@ void RemoteKvImporter::Track(const std::string& address, uint64_t lease_id, uint
   {
     std::lock_guard<std::mutex> lock(mu_);
     live_[address][lease_id] = Lease{Clock::now(), std::chrono::milliseconds(ttl_ms)};
-    renew_interval_ = std::min(renew_interval_, std::chrono::milliseconds(std::max<uint32_t>(3, ttl_ms) / 3));
+    renew_interval_ =
+        std::min(renew_interval_, std::chrono::milliseconds(std::max<uint32_t>(3, ttl_ms) / 3));
   }
   cv_.notify_all();
 }
@@ -245,18 +255,22 @@ void RemoteKvImporter::End(const std::string& address, uint64_t lease_id, bool c
 Status RemoteKvImporter::CheckLease(const std::string& address, uint64_t lease_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto peer = live_.find(address);
-  if (peer == live_.end()) return FailedPrecondition("lease " + std::to_string(lease_id) + " is not tracked");
+  if (peer == live_.end())
+    return FailedPrecondition("lease " + std::to_string(lease_id) + " is not tracked");
   auto it = peer->second.find(lease_id);
-  if (it == peer->second.end()) return FailedPrecondition("lease " + std::to_string(lease_id) + " has ended");
+  if (it == peer->second.end())
+    return FailedPrecondition("lease " + std::to_string(lease_id) + " has ended");
   Lease& l = it->second;
   if (!l.lost && Clock::now() > l.renewed + l.ttl) {
     l.lost = true;
     ++stats_.leases_lost;
-    spdlog::warn("lease {} at {}: not renewed for its TTL of {} ms", lease_id, address, l.ttl.count());
+    spdlog::warn("lease {} at {}: not renewed for its TTL of {} ms", lease_id, address,
+                 l.ttl.count());
   }
   if (l.lost) {
-    return Unavailable("the prefill instance at " + address + " may no longer hold this request's KV (lease " +
-                       std::to_string(lease_id) + " expired or was released there)");
+    return Unavailable("the prefill instance at " + address +
+                       " may no longer hold this request's KV (lease " + std::to_string(lease_id) +
+                       " expired or was released there)");
   }
   return Status::Ok();
 }
@@ -282,7 +296,8 @@ void RemoteKvImporter::ControlLoop() {
   while (!stop_) {
     next_renewal = std::min(next_renewal, Clock::now() + renew_interval_);
     cv_.wait_until(lock, next_renewal, [&] {
-      return stop_ || !completes_.empty() || !aborts_.empty() || Clock::now() + renew_interval_ < next_renewal;
+      return stop_ || !completes_.empty() || !aborts_.empty() ||
+             Clock::now() + renew_interval_ < next_renewal;
     });
     if (stop_) break;
     const bool renew = Clock::now() >= next_renewal;

@@ -48,7 +48,7 @@ struct RemoteKvImporterOptions {
   // A prefill instance busy serving other reads answers a new connection late: 30 s to connect.
   RemoteReaderOptions reader{.connect_timeout = std::chrono::milliseconds(30000),
                              .spin = std::chrono::milliseconds(100)};
-  std::chrono::milliseconds fetch_timeout{60000};  // one request's admission fetch
+  std::chrono::milliseconds fetch_timeout{60000};   // one request's admission fetch
   std::chrono::milliseconds control_timeout{2000};  // a lease message
   // Fetch connections per prefill peer: that many fetches from one peer run at once (a reader
   // is single-threaded); lease messages have one more connection of their own.
@@ -56,14 +56,14 @@ struct RemoteKvImporterOptions {
 };
 
 struct RemoteKvImporterStats {
-  uint64_t peers_connected = 0;     // readers made (reconnects included)
+  uint64_t peers_connected = 0;  // readers made (reconnects included)
   uint64_t fetches = 0, fetch_failures = 0;
   uint64_t bytes_fetched = 0, blocks_fetched = 0, gets_issued = 0;
   double fetch_seconds_total = 0;
-  uint64_t leases_live = 0;         // imported requests still holding their prefill lease
+  uint64_t leases_live = 0;  // imported requests still holding their prefill lease
   uint64_t leases_completed = 0, leases_aborted = 0;
-  uint64_t renewals_sent = 0;       // lease ids renewed
-  uint64_t leases_lost = 0;         // expired or gone on the prefill side while still needed
+  uint64_t renewals_sent = 0;  // lease ids renewed
+  uint64_t leases_lost = 0;    // expired or gone on the prefill side while still needed
 };
 
 class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
@@ -89,7 +89,8 @@ class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
   // Connection `index` to `address` (made empty on first use; connected by EnsureReader).
   std::shared_ptr<Peer> PeerFor(const std::string& address, int index);
   // A connection to `address` for a fetch, locked: a free one if any, else the next in turn.
-  std::pair<std::shared_ptr<Peer>, std::unique_lock<std::mutex>> AnyPeer(const std::string& address);
+  std::pair<std::shared_ptr<Peer>, std::unique_lock<std::mutex>> AnyPeer(
+      const std::string& address);
   Status Fetch(const HandoffTicket& ticket, const std::vector<KvFetchItem>& items);
   void Track(const std::string& address, uint64_t lease_id, uint32_t ttl_ms);
   void End(const std::string& address, uint64_t lease_id, bool completed);
@@ -106,11 +107,11 @@ class RemoteKvImporter : public std::enable_shared_from_this<RemoteKvImporter> {
   std::map<std::string, std::vector<std::shared_ptr<Peer>>> peers_;
   uint64_t next_peer_ = 0;
   struct Lease {
-    Clock::time_point renewed;       // last renewal handed to the transport (or Track)
+    Clock::time_point renewed;  // last renewal handed to the transport (or Track)
     std::chrono::milliseconds ttl;
     bool lost = false;
   };
-  std::map<std::string, std::map<uint64_t, Lease>> live_;  // peer → leases to renew
+  std::map<std::string, std::map<uint64_t, Lease>> live_;   // peer → leases to renew
   std::map<std::string, std::vector<uint64_t>> completes_;  // peer → leases to end
   std::map<std::string, std::vector<uint64_t>> aborts_;
   std::chrono::milliseconds renew_interval_{10000};

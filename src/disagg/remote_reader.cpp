@@ -255,8 +255,9 @@ ucs_status_t RemoteReader::OnHelloReply(void* arg, const void* header, size_t he
   return UCS_OK;
 }
 
-ucs_status_t RemoteReader::OnLeaseGone(void* arg, const void* header, size_t header_length, void* data,
-                                       size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t RemoteReader::OnLeaseGone(void* arg, const void* header, size_t header_length,
+                                       void* data, size_t length,
+                                       const ucp_am_recv_param_t* param) {
   auto* self = static_cast<RemoteReader*>(arg);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) return UCS_OK;
   auto ids = ParseLeaseIds(std::string_view(static_cast<const char*>(data), length));

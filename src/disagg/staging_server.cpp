@@ -120,8 +120,8 @@ void StagingServer::Run() {
       reply_payloads_.push_back(std::move(payload));
       const std::string& p = reply_payloads_.back();
       const ucp_request_param_t param = requests_.Param(UCP_AM_SEND_FLAG_EAGER);
-      requests_.Track(ucp_am_send_nbx(ep, static_cast<unsigned>(ControlMessage::kLeaseGone), nullptr, 0,
-                                      p.data(), p.size(), &param));
+      requests_.Track(ucp_am_send_nbx(ep, static_cast<unsigned>(ControlMessage::kLeaseGone),
+                                      nullptr, 0, p.data(), p.size(), &param));
     }
     CloseFailedEndpoints();
     if (Clock::now() >= next_sweep) {

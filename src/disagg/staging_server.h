@@ -98,7 +98,7 @@ class StagingServer {
   // while the sends may be in flight (dropped once requests_ is done).
   std::vector<std::pair<ucp_ep_h, std::string>> gone_replies_;
   std::deque<std::string> reply_payloads_;  // a deque: pushing never moves the others
-  RequestBatch requests_;  // replies and closes in flight
+  RequestBatch requests_;                   // replies and closes in flight
 
   std::atomic<bool> stop_{false};
   std::thread thread_;

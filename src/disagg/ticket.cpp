@@ -95,11 +95,10 @@ Status CheckAddress(std::string_view a) {
 }  // namespace
 
 bool HandoffTicket::operator==(const HandoffTicket& o) const {
-  return staging_address == o.staging_address && pool_id == o.pool_id &&
-         lease_id == o.lease_id && lease_ttl_ms == o.lease_ttl_ms &&
-         GeometryEqual(geometry, o.geometry) && prompt_length == o.prompt_length &&
-         position == o.position && tokens == o.tokens && sampling_state == o.sampling_state &&
-         extents == o.extents && admission == o.admission;
+  return staging_address == o.staging_address && pool_id == o.pool_id && lease_id == o.lease_id &&
+         lease_ttl_ms == o.lease_ttl_ms && GeometryEqual(geometry, o.geometry) &&
+         prompt_length == o.prompt_length && position == o.position && tokens == o.tokens &&
+         sampling_state == o.sampling_state && extents == o.extents && admission == o.admission;
 }
 
 std::string EncodeHandoffTicket(const HandoffTicket& t) {
@@ -233,7 +232,8 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
                std::to_string(kMaxExtentsPerList));
   }
   OASIS_RETURN_IF_ERROR(r.Bytes(8 * size_t{num_extents}, "slot extents").status());
-  auto extents = ParseSlotExtents(bytes.substr(extents_at, 4 + 8 * size_t{num_extents}), kMaxBlocks);
+  auto extents =
+      ParseSlotExtents(bytes.substr(extents_at, 4 + 8 * size_t{num_extents}), kMaxBlocks);
   if (!extents.ok()) return Bad(extents.status().message());
   t.extents = std::move(*extents);
   uint64_t total = 0;
@@ -291,17 +291,17 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
     }
   }
   if (r.left() != 0) {
-    return Bad("trailing bytes: " + std::to_string(r.left()) + " after the last of the geometry's " +
-               std::to_string(g.num_layers) + " × " + std::to_string(g.num_kv_heads) +
-               " admission lists");
+    return Bad("trailing bytes: " + std::to_string(r.left()) +
+               " after the last of the geometry's " + std::to_string(g.num_layers) + " × " +
+               std::to_string(g.num_kv_heads) + " admission lists");
   }
   return t;
 }
 
 Status CheckTicketForDecode(const HandoffTicket& t, const DecodeSideModel& m) {
   const auto mismatch = [](const std::string& what, uint64_t ticket, uint64_t model) {
-    return InvalidArgument("handoff ticket for this model: " + what + " differs (ticket " + std::to_string(ticket) +
-                           ", model " + std::to_string(model) + ")");
+    return InvalidArgument("handoff ticket for this model: " + what + " differs (ticket " +
+                           std::to_string(ticket) + ", model " + std::to_string(model) + ")");
   };
   const StagedKvGeometry& g = t.geometry;
   const StagedKvGeometry& e = m.geometry;
@@ -309,22 +309,26 @@ Status CheckTicketForDecode(const HandoffTicket& t, const DecodeSideModel& m) {
   if (g.num_kv_heads != e.num_kv_heads) return mismatch("KV heads", g.num_kv_heads, e.num_kv_heads);
   if (g.head_dim != e.head_dim) return mismatch("head_dim", g.head_dim, e.head_dim);
   if (g.dtype_bytes != e.dtype_bytes) return mismatch("dtype bytes", g.dtype_bytes, e.dtype_bytes);
-  if (g.draft_kv_heads != e.draft_kv_heads) return mismatch("draft head KV heads", g.draft_kv_heads, e.draft_kv_heads);
+  if (g.draft_kv_heads != e.draft_kv_heads)
+    return mismatch("draft head KV heads", g.draft_kv_heads, e.draft_kv_heads);
   if (g.draft_kv_heads > 0 && g.draft_head_dim != e.draft_head_dim) {
     return mismatch("draft head_dim", g.draft_head_dim, e.draft_head_dim);
   }
-  if (m.pool_id != 0 && t.pool_id != m.pool_id) return mismatch("staging pool id", t.pool_id, m.pool_id);
+  if (m.pool_id != 0 && t.pool_id != m.pool_id)
+    return mismatch("staging pool id", t.pool_id, m.pool_id);
   for (size_t i = 0; i < t.tokens.size(); ++i) {
     if (m.vocab_size != 0 && t.tokens[i] >= m.vocab_size) {
       static constexpr const char* kNames[] = {"x1", "x2", "draft x3"};
-      return InvalidArgument("handoff ticket for this model: token " + std::string(kNames[i < 3 ? i : 2]) + " = " +
+      return InvalidArgument("handoff ticket for this model: token " +
+                             std::string(kNames[i < 3 ? i : 2]) + " = " +
                              std::to_string(t.tokens[i]) + " is outside the vocabulary of " +
                              std::to_string(m.vocab_size));
     }
   }
   if (m.max_context != 0 && uint64_t{t.prompt_length} + 2 > m.max_context) {
-    return InvalidArgument("handoff ticket for this model: a prompt of " + std::to_string(t.prompt_length) +
-                           " tokens leaves no room to decode in a context of " + std::to_string(m.max_context));
+    return InvalidArgument(
+        "handoff ticket for this model: a prompt of " + std::to_string(t.prompt_length) +
+        " tokens leaves no room to decode in a context of " + std::to_string(m.max_context));
   }
   const auto tail = static_cast<uint16_t>(g.num_blocks - 1);
   const uint64_t max_list = m.topk_blocks == 0 ? UINT64_MAX : 2ull * m.topk_blocks + 1;
@@ -337,8 +341,9 @@ Status CheckTicketForDecode(const HandoffTicket& t, const DecodeSideModel& m) {
                              " lacks the tail block " + std::to_string(tail));
     }
     if (list.size() > max_list) {
-      return InvalidArgument("handoff ticket for this model: the admission list of " + where + " holds " +
-                             std::to_string(list.size()) + " blocks, more than 2K + 1 = " + std::to_string(max_list));
+      return InvalidArgument("handoff ticket for this model: the admission list of " + where +
+                             " holds " + std::to_string(list.size()) +
+                             " blocks, more than 2K + 1 = " + std::to_string(max_list));
     }
   }
   return Status::Ok();

@@ -78,13 +78,13 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes);
 // What a decode instance serves, to check a parsed ticket against before it reads anything
 // (ParseHandoffTicket only checks the ticket against itself).
 struct DecodeSideModel {
-  StagedKvGeometry geometry;    // num_blocks ignored: staged layers, this rank's KV heads,
-                                // head_dim, dtype, and the draft head's KV (0 heads: none)
-  uint32_t vocab_size = 0;      // the target's: x1, x2 and x̂3 must be below it
-  uint32_t max_context = 0;     // positions must stay below it (the engine's context length)
-  uint32_t topk_blocks = 0;     // K: an admission list holds at most 2K + 1 blocks (the union
-                                // of the x1 and x̂2 top-K sets plus the tail); 0 = unchecked
-  uint64_t pool_id = 0;         // the staging pool's id from its descriptor; 0 = unchecked
+  StagedKvGeometry geometry;  // num_blocks ignored: staged layers, this rank's KV heads,
+                              // head_dim, dtype, and the draft head's KV (0 heads: none)
+  uint32_t vocab_size = 0;    // the target's: x1, x2 and x̂3 must be below it
+  uint32_t max_context = 0;   // positions must stay below it (the engine's context length)
+  uint32_t topk_blocks = 0;   // K: an admission list holds at most 2K + 1 blocks (the union
+                              // of the x1 and x̂2 top-K sets plus the tail); 0 = unchecked
+  uint64_t pool_id = 0;       // the staging pool's id from its descriptor; 0 = unchecked
 };
 
 // Ok, or kInvalidArgument naming the first mismatch ("handoff ticket for this model: ...,

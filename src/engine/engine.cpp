@@ -36,11 +36,12 @@ int64_t ContextTokens(const ModelRunner& r) {
   const ModelConfig& c = r.model().config();
   OASIS_CHECK_GT(c.num_key_value_heads, 0) << "model without KV heads";
   const int64_t pool_tokens = r.num_kv_slots() / c.num_key_value_heads * kBlockSize;
-  return c.max_position_embeddings > 0 ? std::min(c.max_position_embeddings, pool_tokens) : pool_tokens;
+  return c.max_position_embeddings > 0 ? std::min(c.max_position_embeddings, pool_tokens)
+                                       : pool_tokens;
 }
 
-std::unique_ptr<SparseDecoding> MakeSparse(const EngineOptions& o, ModelRunner& r, BlockAllocator& allocator,
-                                           int64_t context_tokens) {
+std::unique_ptr<SparseDecoding> MakeSparse(const EngineOptions& o, ModelRunner& r,
+                                           BlockAllocator& allocator, int64_t context_tokens) {
   if (!o.sparse) return nullptr;
   SparseConfig c = *o.sparse;
   c.max_seq_len = context_tokens;
@@ -61,8 +62,9 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
       allocator(static_cast<int32_t>(r.num_kv_slots())),
       draft_allocator(static_cast<int32_t>(draft != nullptr ? draft->num_kv_slots() : 0)),
       sparse(MakeSparse(o, r, allocator, context_tokens)),
-      scheduler({.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens}, allocator,
-                sparse.get()),
+      scheduler(
+          {.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens},
+          allocator, sparse.get()),
       rng(o.seed) {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
   stats.kv.num_slots = r.num_kv_slots();
@@ -112,7 +114,8 @@ void Engine::Impl::ReleaseDraftHead(RequestState& s) {
 }
 
 void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind reason) {
-  OASIS_CHECK(s.import_phase != RequestState::ImportPhase::kFetching) << "finishing a request while its KV is fetched";
+  OASIS_CHECK(s.import_phase != RequestState::ImportPhase::kFetching)
+      << "finishing a request while its KV is fetched";
   if (s.request.import && sparse && s.import_phase == RequestState::ImportPhase::kNone) {
     SparseKvManager& m = sparse->manager();
     stats.disagg.import_host_kv_bytes_finished_total += m.HostBytesHeld(s.seq.id);
@@ -180,7 +183,8 @@ void Engine::Impl::AbortAll() {
   std::sort(keys.begin(), keys.end());
   for (uint64_t key : keys) {
     RequestState& s = *requests.at(key);
-    if (s.import_phase == RequestState::ImportPhase::kFetching) s.import_phase = RequestState::ImportPhase::kQueued;
+    if (s.import_phase == RequestState::ImportPhase::kFetching)
+      s.import_phase = RequestState::ImportPhase::kQueued;
     RequestOutput out;
     out.text = s.stop_checker.Flush();
     Finish(s, std::move(out), FinishReasonKind::kAbort);
@@ -200,7 +204,8 @@ void Engine::Impl::Publish() {
       if (st->request.import) bytes += m.HostBytesHeld(key);
     }
     stats.disagg.import_host_kv_bytes = bytes;
-    stats.disagg.import_host_kv_bytes_peak = std::max(stats.disagg.import_host_kv_bytes_peak, stats.disagg.import_host_kv_bytes);
+    stats.disagg.import_host_kv_bytes_peak =
+        std::max(stats.disagg.import_host_kv_bytes_peak, stats.disagg.import_host_kv_bytes);
   }
   stats.kv.num_free_slots = allocator.num_free();
   stats.kv.num_free_draft_slots = draft_allocator.num_free();
@@ -221,7 +226,8 @@ void Engine::Impl::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] {
-        return stop_requested || !inbox.empty() || !aborts.empty() || !scheduler.idle() || !imports_done.empty();
+        return stop_requested || !inbox.empty() || !aborts.empty() || !scheduler.idle() ||
+               !imports_done.empty();
       });
       if (stop_requested) break;
       arrived.swap(inbox);
@@ -234,7 +240,8 @@ void Engine::Impl::Loop() {
       auto it = requests.find(key);
       if (it == requests.end()) continue;  // finished meanwhile
       if (it->second->import_phase == RequestState::ImportPhase::kFetching) {
-        it->second->abort_after_fetch = true;  // its buffers are being written: finished when the fetch ends
+        it->second->abort_after_fetch =
+            true;  // its buffers are being written: finished when the fetch ends
         continue;
       }
       RequestOutput out;
@@ -262,7 +269,8 @@ void Engine::Impl::Loop() {
 namespace {
 
 // Broken options are a programming error here (the server checks them with CheckOptions).
-int CheckedOrDie(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+int CheckedOrDie(const EngineOptions& options, const ModelRunner& runner,
+                 const DraftRunner* draft) {
   OASIS_CHECK_GT(options.max_waiting, 0) << "max_waiting";
   const Status st = Engine::CheckOptions(options, runner, draft);
   OASIS_CHECK(st.ok()) << st.ToString();
@@ -271,8 +279,10 @@ int CheckedOrDie(const EngineOptions& options, const ModelRunner& runner, const 
 
 }  // namespace
 
-Engine::Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options, DraftRunner* draft)
-    : impl_((CheckedOrDie(options, runner, draft), std::make_unique<Impl>(runner, tok, options, draft))) {}
+Engine::Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options,
+               DraftRunner* draft)
+    : impl_((CheckedOrDie(options, runner, draft),
+             std::make_unique<Impl>(runner, tok, options, draft))) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -307,7 +317,8 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
   StopConditions stop = impl_->MakeStopConditions(request);
   // A handoff request stops at x2 here: host room for its prompt, x1 and x2.
   const int64_t max_total_tokens =
-      request.handoff ? std::min<int64_t>(stop.max_total_tokens, static_cast<int64_t>(request.prompt.size()) + 2)
+      request.handoff ? std::min<int64_t>(stop.max_total_tokens,
+                                          static_cast<int64_t>(request.prompt.size()) + 2)
                       : stop.max_total_tokens;
   if (impl_->sparse) OASIS_RETURN_IF_ERROR(impl_->sparse->CheckFits(max_total_tokens));
   std::shared_ptr<RequestStream> stream;
@@ -322,8 +333,9 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
       return ResourceExhausted("too many waiting requests (" + std::to_string(waiting) + ")");
     }
     const uint64_t key = impl_->next_key++;
-    auto state = std::make_unique<RequestState>(key, std::move(request), std::move(stop), impl_->tok,
-                                                impl_->num_kv_heads, impl_->draft_kv_heads);
+    auto state =
+        std::make_unique<RequestState>(key, std::move(request), std::move(stop), impl_->tok,
+                                       impl_->num_kv_heads, impl_->draft_kv_heads);
     state->seq.max_total_tokens = max_total_tokens;
     stream = state->stream;
     impl_->live.emplace(state->request.id, key);
@@ -337,7 +349,8 @@ Status Engine::CheckHostKvRoom(int64_t prompt_tokens, int64_t max_tokens) const 
   if (!impl_->sparse) return Status::Ok();
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t total = impl_->context_tokens;  // max_tokens = -1: the rest of the context
-  if (max_tokens != -1) total = max_tokens > kMax - prompt_tokens ? kMax : prompt_tokens + max_tokens;
+  if (max_tokens != -1)
+    total = max_tokens > kMax - prompt_tokens ? kMax : prompt_tokens + max_tokens;
   return impl_->sparse->CheckFits(total);
 }
 

@@ -19,15 +19,15 @@
 #include <vector>
 
 #include "common/histogram.h"
-#include "runner/draft_runner.h"
 #include "engine/kv_handoff.h"
 #include "engine/lookahead.h"
-#include "runner/model_runner.h"
-#include "runner/sampler.h"
 #include "engine/stop_checker.h"
 #include "kvcache/sparse_config.h"
 #include "oasis/sampling.h"
 #include "oasis/status.h"
+#include "runner/draft_runner.h"
+#include "runner/model_runner.h"
+#include "runner/sampler.h"
 
 namespace oasis {
 
@@ -41,18 +41,18 @@ class Tokenizer;
 const char* FinishReasonName(FinishReasonKind kind);
 
 struct EngineRequest {
-  std::string id;                   // unique among live requests (the server makes them)
-  std::vector<int32_t> prompt;      // token ids
-  int64_t max_tokens = -1;          // -1: until the context is full
-  int64_t min_tokens = 0;           // EOS / stop ids / stop strings are ignored before this
-  SamplingParams sampling;          // seed unset: the engine draws one
-  std::vector<int32_t> stop_token_ids;   // in addition to the model's EOS unless ignore_eos
-  std::vector<std::string> stop;         // stop strings, matched across token boundaries
+  std::string id;                       // unique among live requests (the server makes them)
+  std::vector<int32_t> prompt;          // token ids
+  int64_t max_tokens = -1;              // -1: until the context is full
+  int64_t min_tokens = 0;               // EOS / stop ids / stop strings are ignored before this
+  SamplingParams sampling;              // seed unset: the engine draws one
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS unless ignore_eos
+  std::vector<std::string> stop;        // stop strings, matched across token boundaries
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;
-  bool logprobs = false;            // report the chosen token's log-probability
-  int num_top_logprobs = 0;         // 0..kMaxTopLogprobs
-  bool detokenize = true;           // fill RequestOutput::text (needs the tokenizer)
+  bool logprobs = false;     // report the chosen token's log-probability
+  int num_top_logprobs = 0;  // 0..kMaxTopLogprobs
+  bool detokenize = true;    // fill RequestOutput::text (needs the tokenizer)
   // Teacher forcing, for evaluation (docs/server.md, "forced_output_ids"): the k-th generated
   // token is forced_output[k] instead of a draw, for k < its size; its log-probability and
   // top log-probabilities are the model's, computed through the same decode path as
@@ -80,14 +80,14 @@ struct GeneratedToken {
 // when the stop string completes (unless include_stop_str_in_output).
 struct RequestOutput {
   std::vector<GeneratedToken> tokens;
-  std::string text;                  // new text (valid UTF-8; may be empty)
+  std::string text;  // new text (valid UTF-8; may be empty)
   bool finished = false;
   FinishReasonKind finish_reason = FinishReasonKind::kNone;
-  std::string stop_reason;           // the matched stop string, or the stop token id as text
-  Status error = Status::Ok();       // set with kError
-  int64_t prompt_tokens = 0;         // usage, counted at every event
+  std::string stop_reason;      // the matched stop string, or the stop token id as text
+  Status error = Status::Ok();  // set with kError
+  int64_t prompt_tokens = 0;    // usage, counted at every event
   int64_t completion_tokens = 0;
-  std::string handoff_ticket;        // kHandoff: the encoded handoff ticket
+  std::string handoff_ticket;  // kHandoff: the encoded handoff ticket
 };
 
 // The per-request output channel. The engine pushes; the front end pops.
@@ -113,10 +113,10 @@ class RequestStream {
 };
 
 struct EngineOptions {
-  int64_t max_num_seqs = 256;            // running requests at most (admission limit)
-  int64_t max_num_batched_tokens = 2048; // per-step token budget (decode tokens + prefill chunks)
-  int64_t max_waiting = 4096;            // Submit fails with ResourceExhausted beyond this (→ 429)
-  uint64_t seed = 0;                     // seeds for requests without one
+  int64_t max_num_seqs = 256;             // running requests at most (admission limit)
+  int64_t max_num_batched_tokens = 2048;  // per-step token budget (decode tokens + prefill chunks)
+  int64_t max_waiting = 4096;  // Submit fails with ResourceExhausted beyond this (→ 429)
+  uint64_t seed = 0;           // seeds for requests without one
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md); kReject and
   // kSpeculate need the engine's DraftRunner. kOff: plain decoding (a draft runner, if
   // given, stays unused).
@@ -146,7 +146,8 @@ struct EngineStats {
   struct Requests {
     int64_t num_running = 0;
     int64_t num_waiting = 0;
-    int64_t prompt_tokens_total = 0;  // prompt tokens of finished + running requests' computed prefill
+    int64_t prompt_tokens_total =
+        0;  // prompt tokens of finished + running requests' computed prefill
     int64_t generation_tokens_total = 0;
     int64_t finished_total = 0;  // all reasons
     int64_t stop_total = 0, length_total = 0, abort_total = 0, error_total = 0;
@@ -191,13 +192,15 @@ struct EngineStats {
   // (emitted in speculate mode; in reject mode only counted: the draft's accuracy).
   struct Lookahead {
     int64_t draft_tokens_proposed_total = 0;  // drafts the head produced
-    int64_t draft_chained_steps_total = 0;    // head steps queued behind the target's (reject) and used
-    int64_t draft_tokens_total = 0;           // drafts verified by the target
-    int64_t draft_accepted_total = 0;         // verified drafts equal to the sampled token
-    int64_t steps_total = 0;                  // request-steps that verified a draft
-    int64_t tokens_total = 0;                 // tokens those request-steps emitted
+    int64_t draft_chained_steps_total =
+        0;                             // head steps queued behind the target's (reject) and used
+    int64_t draft_tokens_total = 0;    // drafts verified by the target
+    int64_t draft_accepted_total = 0;  // verified drafts equal to the sampled token
+    int64_t steps_total = 0;           // request-steps that verified a draft
+    int64_t tokens_total = 0;          // tokens those request-steps emitted
     double acceptance_rate() const {
-      return draft_tokens_total > 0 ? static_cast<double>(draft_accepted_total) / draft_tokens_total : 0.0;
+      return draft_tokens_total > 0 ? static_cast<double>(draft_accepted_total) / draft_tokens_total
+                                    : 0.0;
     }
     // Mean tokens emitted per request-step that verified a draft (1 in reject mode; up to 2
     // in speculate mode); 0 before any.
@@ -209,23 +212,25 @@ struct EngineStats {
   // pipeline's device counters, collected every EngineOptions::sparse_metrics_interval
   // sparse steps and when the last sparse request has gone (so they may lag a little).
   struct Sparse {
-    int64_t num_requests = 0;           // running sparse requests now
-    int64_t switches_total = 0;         // dense -> sparse switches
-    int64_t admission_waits_total = 0;  // admissions that had to wait for host KV room
-    int64_t num_host_kv_slots = 0;      // host store head-blocks (every sparse layer)
-    int64_t num_free_host_kv_slots = 0; // not reserved by any request
-    int64_t gpu_slots = 0;              // GPU head-blocks held as working sets + tails
-    int64_t steps_total = 0;            // engine steps that ran sparse sequences
-    int64_t seq_steps_total = 0;        // sum of sparse sequences over those steps
-    int64_t hits_total = 0;             // predicted blocks already resident (per layer and head)
-    int64_t misses_total = 0;           // predicted blocks not resident
-    int64_t blocks_fetched_total = 0;   // misses fetched host -> GPU (<= C per head per step)
-    int64_t h2d_bytes_total = 0;        // their bytes (K and V)
+    int64_t num_requests = 0;            // running sparse requests now
+    int64_t switches_total = 0;          // dense -> sparse switches
+    int64_t admission_waits_total = 0;   // admissions that had to wait for host KV room
+    int64_t num_host_kv_slots = 0;       // host store head-blocks (every sparse layer)
+    int64_t num_free_host_kv_slots = 0;  // not reserved by any request
+    int64_t gpu_slots = 0;               // GPU head-blocks held as working sets + tails
+    int64_t steps_total = 0;             // engine steps that ran sparse sequences
+    int64_t seq_steps_total = 0;         // sum of sparse sequences over those steps
+    int64_t hits_total = 0;              // predicted blocks already resident (per layer and head)
+    int64_t misses_total = 0;            // predicted blocks not resident
+    int64_t blocks_fetched_total = 0;    // misses fetched host -> GPU (<= C per head per step)
+    int64_t h2d_bytes_total = 0;         // their bytes (K and V)
     double transfer_wait_seconds_total = 0;  // attention waiting on transfers (CUDA)
     std::vector<int64_t> agree_overlap;  // [num_layers] sampled |predicted top-K & actual top-K|
     std::vector<int64_t> agree_total;    // [num_layers] sampled |actual top-K|
     double host_kv_usage() const {
-      return num_host_kv_slots > 0 ? 1.0 - static_cast<double>(num_free_host_kv_slots) / num_host_kv_slots : 0.0;
+      return num_host_kv_slots > 0
+                 ? 1.0 - static_cast<double>(num_free_host_kv_slots) / num_host_kv_slots
+                 : 0.0;
     }
     double hit_rate() const {
       const int64_t n = hits_total + misses_total;
@@ -274,7 +279,8 @@ struct EngineStats {
     int64_t import_host_kv_bytes_peak = 0;
     int64_t import_host_kv_bytes_finished_total = 0;
     int64_t imports_finished_total = 0;
-    int64_t num_summary_rows = 0;  // summary-only rows of the host store, all layers (--remote-kv-gib)
+    int64_t num_summary_rows =
+        0;  // summary-only rows of the host store, all layers (--remote-kv-gib)
     int64_t num_free_summary_rows = 0;
   };
 
@@ -293,7 +299,8 @@ class Engine {
   // `runner` (and `tok`, `draft`, when given) must outlive the engine. `tok` may be null:
   // then requests must set detokenize = false and have no stop strings. `draft` runs the
   // EAGLE-3 head of lookahead decoding; the options must pass CheckOptions (a CHECK).
-  Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options, DraftRunner* draft = nullptr);
+  Engine(ModelRunner& runner, const tokenizer::Tokenizer* tok, EngineOptions options,
+         DraftRunner* draft = nullptr);
 
   // Whether `options` work with `runner` and `draft`: lookahead without a draft runner, a
   // head that does not fit the target (hidden size, aux layer ids) or a head KV pool
@@ -301,7 +308,8 @@ class Engine {
   // Sparse KV: an invalid SparseConfig, the draft predictor without lookahead and a draft
   // runner, a threshold below one block, a pool smaller than one working set ((K+2)*Hkv
   // head-blocks) or a host store too small for one request past the threshold.
-  static Status CheckOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft);
+  static Status CheckOptions(const EngineOptions& options, const ModelRunner& runner,
+                             const DraftRunner* draft);
   ~Engine();  // Stop()s
 
   void Start();  // starts the loop thread

@@ -15,7 +15,8 @@ namespace {
 
 // A remote block's key in RequestState::drift_requested.
 uint64_t DriftCode(const SparseKvManager::RemoteBlock& b) {
-  return (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) | static_cast<uint32_t>(b.block);
+  return (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) |
+         static_cast<uint32_t>(b.block);
 }
 
 }  // namespace
@@ -34,7 +35,8 @@ disagg::StagedKvHome Engine::Impl::StagedHome(RequestState& s) {
 
 disagg::StagedKvGeometry Engine::Impl::HandoffGeometry(int64_t staged_tokens) const {
   disagg::StagedKvGeometry g;
-  g.num_layers = static_cast<uint32_t>(config.num_hidden_layers - (sparse ? sparse->config().dense_layers : 0));
+  g.num_layers = static_cast<uint32_t>(config.num_hidden_layers -
+                                       (sparse ? sparse->config().dense_layers : 0));
   g.num_kv_heads = static_cast<uint32_t>(config.num_key_value_heads);
   g.head_dim = static_cast<uint32_t>(config.head_dim);
   g.dtype_bytes = static_cast<uint32_t>(DTypeSize(runner.backend().activation_dtype()));
@@ -48,20 +50,24 @@ disagg::StagedKvGeometry Engine::Impl::HandoffGeometry(int64_t staged_tokens) co
 
 Status Engine::Impl::ValidateDisaggregation(const EngineRequest& r) const {
   if (!r.handoff && !r.import) return Status::Ok();
-  if (r.handoff && r.import) return InvalidArgument("a request is either handed off or imported, not both");
+  if (r.handoff && r.import)
+    return InvalidArgument("a request is either handed off or imported, not both");
   if (!sparse) {
-    return FailedPrecondition("disaggregated prefill/decode needs sparse KV on this instance (--sparse on)");
+    return FailedPrecondition(
+        "disaggregated prefill/decode needs sparse KV on this instance (--sparse on)");
   }
   OASIS_RETURN_IF_ERROR(sparse->manager().CheckDisaggregation());
   if (r.handoff) {
     if (options.handoff_exporter == nullptr) {
-      return FailedPrecondition("this instance does not hand requests off (it is not a prefill instance)");
+      return FailedPrecondition(
+          "this instance does not hand requests off (it is not a prefill instance)");
     }
     return Status::Ok();
   }
   const disagg::HandoffTicket& t = r.import->ticket();
   if (!r.import->full_transfer() && sparse->config().remote_fetch_cap <= 0) {
-    return FailedPrecondition("a partial (remote partial fetch) import needs a remote fetch cap on this decode instance");
+    return FailedPrecondition(
+        "a partial (remote partial fetch) import needs a remote fetch cap on this decode instance");
   }
   if (static_cast<int64_t>(r.prompt.size()) != static_cast<int64_t>(t.prompt_length)) {
     return InvalidArgument("handoff ticket for a prompt of " + std::to_string(t.prompt_length) +
@@ -76,16 +82,18 @@ Status Engine::Impl::ValidateDisaggregation(const EngineRequest& r) const {
   m.topk_blocks = static_cast<uint32_t>(sparse->config().topk_blocks);
   OASIS_RETURN_IF_ERROR(disagg::CheckTicketForDecode(t, m));
   if (draft != nullptr && t.geometry.draft_kv_heads == 0) {
-    return InvalidArgument("handoff ticket without the draft head's KV, and this decode instance runs one");
+    return InvalidArgument(
+        "handoff ticket without the draft head's KV, and this decode instance runs one");
   }
   auto sampling = ParseHandoffSampling(t.sampling_state);
   if (!sampling.ok()) return sampling.status();
-  if (sampling->tokens.size() != 2) return InvalidArgument("handoff ticket: sampling state of x1 and x2 expected");
+  if (sampling->tokens.size() != 2)
+    return InvalidArgument("handoff ticket: sampling state of x1 and x2 expected");
   const int64_t P = static_cast<int64_t>(t.prompt_length);
   const int64_t max_total = r.max_tokens == -1 ? context_tokens : P + r.max_tokens;
   if (max_total < P + 3) {
-    return InvalidArgument("an imported request continues past x2: max_tokens " + std::to_string(r.max_tokens) +
-                           " must be at least 3");
+    return InvalidArgument("an imported request continues past x2: max_tokens " +
+                           std::to_string(r.max_tokens) + " must be at least 3");
   }
   return Status::Ok();
 }
@@ -114,19 +122,21 @@ void Engine::Impl::HandoffReady(const std::vector<uint64_t>& keys) {
 
 StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
   if (s.seq.kv == SequenceKv::kDense) {
-    return ResourceExhausted("prefill instance busy: no sparse row or GPU slots for the handoff step");
+    return ResourceExhausted(
+        "prefill instance busy: no sparse row or GPU slots for the handoff step");
   }
   const uint64_t id = s.seq.id;
   const int64_t P = s.seq.num_prompt_tokens, staged = P + 1;
   disagg::StagedKvGeometry g = HandoffGeometry(staged);
   const bool with_draft = draft != nullptr;
   if (with_draft && s.draft_head.num_computed < staged) {
-    return Internal("handoff: the draft head holds " + std::to_string(s.draft_head.num_computed) + " of " +
-                    std::to_string(staged) + " positions");
+    return Internal("handoff: the draft head holds " + std::to_string(s.draft_head.num_computed) +
+                    " of " + std::to_string(staged) + " positions");
   }
   auto layout = disagg::StagedKvLayout::Create(g);
   if (!layout.ok()) return layout.status();
-  auto lists = disagg::HandoffBlocks(sparse->manager(), runner.backend(), id);  // (downloads: the step's device work is done)
+  auto lists = disagg::HandoffBlocks(sparse->manager(), runner.backend(),
+                                     id);  // (downloads: the step's device work is done)
   if (!lists.ok()) return lists.status();
   auto lease = options.handoff_exporter->Acquire(*layout);
   if (!lease.ok()) return lease.status();
@@ -141,7 +151,8 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
               static_cast<uint32_t>(s.seq.tokens[static_cast<size_t>(P + 1)])};
   if (with_draft) {
     // x̂3: the head's draft for x3; x2 when it made none (the request ends within two tokens).
-    t.tokens.push_back(static_cast<uint32_t>(s.seq.draft_tokens.empty() ? s.seq.tokens.back() : s.seq.draft_tokens[0]));
+    t.tokens.push_back(static_cast<uint32_t>(s.seq.draft_tokens.empty() ? s.seq.tokens.back()
+                                                                        : s.seq.draft_tokens[0]));
   }
   HandoffSampling hs;
   hs.seed = s.seed;
@@ -154,11 +165,14 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
     for (int32_t b : list) {
       if (b >= 0 && b < nb) ids.push_back(static_cast<uint16_t>(b));
     }
-    if (std::find(ids.begin(), ids.end(), static_cast<uint16_t>(tail)) == ids.end()) ids.push_back(static_cast<uint16_t>(tail));
+    if (std::find(ids.begin(), ids.end(), static_cast<uint16_t>(tail)) == ids.end())
+      ids.push_back(static_cast<uint16_t>(tail));
     t.admission.push_back(std::move(ids));
   }
   auto ticket = L.Commit(std::move(t));
-  if (ticket.ok()) stats.disagg.handoff_staged_bytes_total += static_cast<int64_t>(layout->num_slots() * layout->slot_bytes());
+  if (ticket.ok())
+    stats.disagg.handoff_staged_bytes_total +=
+        static_cast<int64_t>(layout->num_slots() * layout->slot_bytes());
   return ticket;
 }
 
@@ -169,7 +183,8 @@ void Engine::Impl::QueueImport(std::unique_ptr<RequestState> state) {
   // Both were checked at Submit.
   auto sampling = ParseHandoffSampling(s.request.import->ticket().sampling_state);
   auto layout = disagg::StagedKvLayout::Create(s.request.import->ticket().geometry);
-  OASIS_CHECK(sampling.ok() && sampling->tokens.size() == 2 && layout.ok()) << "import ticket (checked at Submit)";
+  OASIS_CHECK(sampling.ok() && sampling->tokens.size() == 2 && layout.ok())
+      << "import ticket (checked at Submit)";
   s.import_sampling = std::move(*sampling);
   s.import_layout = *layout;
   s.seed = s.import_sampling.seed;
@@ -201,14 +216,16 @@ void Engine::Impl::StartImports() {
       for (const auto& list : t.admission) local.emplace_back(list.begin(), list.end());
     }
     const int64_t layer_blocks = staged / kBlockSize;
-    const HostAdmission a = disagg::CheckImportAdmission(m, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local);
+    const HostAdmission a = disagg::CheckImportAdmission(m, s.seq.max_total_tokens, layer_blocks,
+                                                         full ? nullptr : &local);
     if (a == HostAdmission::kNever) {
       import_queue.pop_front();
       Fail(s, sparse->RefusalStatus(s.seq));
       continue;
     }
-    if (a != HostAdmission::kFits ||
-        !disagg::ReserveImport(m, key, s.seq.max_total_tokens, layer_blocks, full ? nullptr : &local).ok()) {
+    if (a != HostAdmission::kFits || !disagg::ReserveImport(m, key, s.seq.max_total_tokens,
+                                                            layer_blocks, full ? nullptr : &local)
+                                          .ok()) {
       return;  // wait for room
     }
     if (draft != nullptr && !s.draft_head.table.Reserve(staged, draft_allocator).ok()) {
@@ -217,10 +234,13 @@ void Engine::Impl::StartImports() {
     }
     // What to read and where: KV blocks straight into the host store, the summaries and the
     // draft KV into the unpacker's buffers (uploaded by FinalizeImport).
-    disagg::StagedKvUnpacker& unpacker = 
-        import_unpackers.insert_or_assign(key, disagg::StagedKvUnpacker(*s.import_layout)).first->second;
-    std::vector<KvFetchItem> items = unpacker.Destinations(StagedHome(s), full ? nullptr : &t.admission);
-    stats.disagg.import_admission_bytes_total += static_cast<int64_t>(items.size() * s.import_layout->slot_bytes());
+    disagg::StagedKvUnpacker& unpacker =
+        import_unpackers.insert_or_assign(key, disagg::StagedKvUnpacker(*s.import_layout))
+            .first->second;
+    std::vector<KvFetchItem> items =
+        unpacker.Destinations(StagedHome(s), full ? nullptr : &t.admission);
+    stats.disagg.import_admission_bytes_total +=
+        static_cast<int64_t>(items.size() * s.import_layout->slot_bytes());
     import_queue.pop_front();
     s.import_phase = RequestState::ImportPhase::kFetching;
     ++num_fetching;
@@ -230,7 +250,8 @@ void Engine::Impl::StartImports() {
     job.items = std::move(items);
     if (admission_workers.empty()) {
       for (int i = 0; i < kAdmissionWorkers; ++i) {
-        admission_workers.push_back(std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); }));
+        admission_workers.push_back(
+            std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); }));
       }
     }
     admission_workers[next_admission_worker++ % admission_workers.size()]->Push(std::move(job));
@@ -261,10 +282,12 @@ void Engine::Impl::FinishImports() {
       RequestState& s = *it->second;
       if (!d.status.ok()) {
         ++stats.disagg.import_failures_total;
-        Fail(s, Unavailable("reading drifted KV blocks from the prefill instance: " + d.status.ToString()));
+        Fail(s, Unavailable("reading drifted KV blocks from the prefill instance: " +
+                            d.status.ToString()));
         continue;
       }
-      if (s.import_generation == d.generation && s.seq.kv == SequenceKv::kSparse) drifted.push_back(&d);
+      if (s.import_generation == d.generation && s.seq.kv == SequenceKv::kSparse)
+        drifted.push_back(&d);
       continue;
     }
     --num_fetching;
@@ -275,7 +298,8 @@ void Engine::Impl::FinishImports() {
     if (!d.status.ok()) {
       ++stats.disagg.import_failures_total;
       import_unpackers.erase(d.key);
-      Fail(s, Unavailable("reading the request's KV from its prefill instance: " + d.status.ToString()));
+      Fail(s, Unavailable("reading the request's KV from its prefill instance: " +
+                          d.status.ToString()));
       continue;
     }
     if (s.abort_after_fetch) {
@@ -289,7 +313,8 @@ void Engine::Impl::FinishImports() {
     } catch (const std::exception& e) {
       ++stats.disagg.import_failures_total;
       auto again = requests.find(d.key);
-      if (again != requests.end()) Fail(*again->second, Internal(std::string("importing the request: ") + e.what()));
+      if (again != requests.end())
+        Fail(*again->second, Internal(std::string("importing the request: ") + e.what()));
     }
     import_unpackers.erase(d.key);
   }
@@ -306,8 +331,9 @@ void Engine::Impl::FetchDrift() {
   SparseKvManager& m = sparse->manager();
   for (auto& [key, state] : requests) {
     RequestState& s = *state;
-    if (!s.request.import || s.request.import->full_transfer() || s.import_phase != RequestState::ImportPhase::kNone ||
-        s.seq.kv != SequenceKv::kSparse || m.RemoteBlocksLeft(key) == 0) {
+    if (!s.request.import || s.request.import->full_transfer() ||
+        s.import_phase != RequestState::ImportPhase::kNone || s.seq.kv != SequenceKv::kSparse ||
+        m.RemoteBlocksLeft(key) == 0) {
       continue;
     }
     std::vector<SparseKvManager::RemoteBlock> want;
@@ -326,9 +352,12 @@ void Engine::Impl::FetchDrift() {
       job.buffer = std::move(drift_buffers.back());
       drift_buffers.pop_back();
     }
-    job.items = disagg::DriftReads(*s.import_layout, sparse->config().dense_layers, want, *job.buffer);
+    job.items =
+        disagg::DriftReads(*s.import_layout, sparse->config().dense_layers, want, *job.buffer);
     job.blocks = std::move(want);
-    if (!drift_worker) drift_worker = std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); });
+    if (!drift_worker)
+      drift_worker =
+          std::make_unique<FetchWorker>([this](FetchJob done) { OnFetched(std::move(done)); });
     drift_worker->Push(std::move(job));
   }
 }
@@ -401,10 +430,12 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
     if (static_cast<int>(r.top_logprobs.size()) > s.request.num_top_logprobs) {
       r.top_logprobs.resize(static_cast<size_t>(s.request.num_top_logprobs));
     }
-    if (!Emit(s, r, i == 0, now, out)) return;  // finished (a stop at x1 or x2): Finish released everything
+    if (!Emit(s, r, i == 0, now, out))
+      return;  // finished (a stop at x1 or x2): Finish released everything
   }
   s.seq.num_computed = staged;  // x1's K/V is here; x2 is the pending token
-  if (draft != nullptr && t.tokens.size() == 3) s.seq.draft_tokens = {static_cast<int32_t>(t.tokens[2])};
+  if (draft != nullptr && t.tokens.size() == 3)
+    s.seq.draft_tokens = {static_cast<int32_t>(t.tokens[2])};
   out.prompt_tokens = s.seq.num_prompt_tokens;
   out.completion_tokens = s.seq.num_generated();
   delivery.Add(s.stream, std::move(out));
@@ -469,6 +500,5 @@ void FetchWorker::Stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
-
 
 }  // namespace oasis

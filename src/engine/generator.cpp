@@ -4,17 +4,17 @@
 #include <cstring>
 
 #include "common/check.h"
-#include "runner/batch_builder.h"
 #include "kvcache/head_block_table.h"
+#include "runner/batch_builder.h"
 
 namespace oasis {
 namespace {
 
 // A request in flight.
 struct Running {
-  size_t index = 0;                 // into the request list
-  std::vector<int32_t> tokens;      // prompt + generated
-  int64_t computed = 0;             // tokens whose KV is cached
+  size_t index = 0;             // into the request list
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t computed = 0;         // tokens whose KV is cached
   HeadBlockTable table;
   uint64_t seed = 0;
   bool done = false;
@@ -46,8 +46,8 @@ Status Generator::Validate(const GenerationRequest& r) const {
   if (r.prompt.empty()) return InvalidArgument("the prompt is empty");
   for (int32_t id : r.prompt) {
     if (id < 0 || id >= c.vocab_size) {
-      return InvalidArgument("prompt token id " + std::to_string(id) + " outside the vocabulary [0, " +
-                             std::to_string(c.vocab_size) + ")");
+      return InvalidArgument("prompt token id " + std::to_string(id) +
+                             " outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     }
   }
   if (r.max_tokens < 1) return InvalidArgument("max_tokens must be >= 1");
@@ -57,13 +57,15 @@ Status Generator::Validate(const GenerationRequest& r) const {
                       std::to_string(r.max_tokens) + ") exceeds the context length " +
                       std::to_string(c.max_position_embeddings));
   }
-  if (HeadBlockTable::SlotsFor(total, static_cast<int32_t>(c.num_key_value_heads)) > options_.num_kv_slots) {
+  if (HeadBlockTable::SlotsFor(total, static_cast<int32_t>(c.num_key_value_heads)) >
+      options_.num_kv_slots) {
     return ResourceExhausted("request needs more KV cache than the engine holds");
   }
   return r.sampling.Validate();
 }
 
-StatusOr<std::vector<GenerationResult>> Generator::Generate(const std::vector<GenerationRequest>& requests) {
+StatusOr<std::vector<GenerationResult>> Generator::Generate(
+    const std::vector<GenerationRequest>& requests) {
   for (size_t i = 0; i < requests.size(); ++i) {
     OASIS_RETURN_IF_ERROR(Validate(requests[i]).WithContext("request " + std::to_string(i)));
   }
@@ -107,7 +109,8 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(const std::vector<Ge
       rows[b].seed = r.seed;
       rows[b].counter = results[r.index].tokens.size();
       rows[b].num_top_logprobs = req.num_top_logprobs;
-      rows[b].needed = r.computed + static_cast<int64_t>(steps[b].tokens.size()) == static_cast<int64_t>(r.tokens.size());
+      rows[b].needed = r.computed + static_cast<int64_t>(steps[b].tokens.size()) ==
+                       static_cast<int64_t>(r.tokens.size());
     }
     const ForwardInput input = BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence);
     std::vector<SampleResult> samples = runner_.Run({.input = input, .rows = rows});
@@ -123,7 +126,8 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(const std::vector<Ge
       r.tokens.push_back(out.tokens.back());
       const auto& eos = model_.config().eos_token_ids;
       const int32_t tok = out.tokens.back();
-      const bool stop = std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(), tok) != req.stop_token_ids.end() ||
+      const bool stop = std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(), tok) !=
+                            req.stop_token_ids.end() ||
                         (!req.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end());
       if (stop) {
         out.finish_reason = FinishReason::kStop;
@@ -153,9 +157,11 @@ StatusOr<Tensor> Generator::PromptLogits(const std::vector<int32_t>& prompt) {
   Tensor out = Tensor::Empty({n, vocab}, DType::kF32);
   for (int64_t start = 0; start < n; start += options_.max_step_tokens) {
     const int64_t len = std::min(options_.max_step_tokens, n - start);
-    StepSequence s{&table, start, std::vector<int32_t>(prompt.begin() + start, prompt.begin() + start + len)};
+    StepSequence s{&table, start,
+                   std::vector<int32_t>(prompt.begin() + start, prompt.begin() + start + len)};
     Tensor logits = runner_.Execute(BuildHostForwardInput({s}, LogitsFor::kEveryToken));
-    std::memcpy(out.data<float>() + start * vocab, logits.raw(), static_cast<size_t>(len * vocab) * sizeof(float));
+    std::memcpy(out.data<float>() + start * vocab, logits.raw(),
+                static_cast<size_t>(len * vocab) * sizeof(float));
   }
   table.Release(allocator_);
   return out;

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "runner/sampler.h"
 #include "kvcache/block_allocator.h"
-#include "runner/model_runner.h"
 #include "models/decoder_lm.h"
+#include "runner/model_runner.h"
+#include "runner/sampler.h"
 
 namespace oasis {
 
@@ -36,7 +36,7 @@ struct GenerationResult {
 };
 
 struct GeneratorOptions {
-  int64_t num_kv_slots = 4096;   // head-blocks per layer
+  int64_t num_kv_slots = 4096;    // head-blocks per layer
   int64_t max_step_tokens = 512;  // prefill chunk budget per step
 };
 

@@ -45,15 +45,20 @@ std::string EncodeHandoffSampling(const HandoffSampling& s) {
 StatusOr<HandoffSampling> ParseHandoffSampling(std::string_view in) {
   HandoffSampling s;
   uint8_t count = 0;
-  if (!Get(in, &s.seed) || !Get(in, &count)) return InvalidArgument("handoff sampling state: truncated header");
-  if (count > 2) return InvalidArgument("handoff sampling state: " + std::to_string(count) + " tokens (at most 2)");
+  if (!Get(in, &s.seed) || !Get(in, &count))
+    return InvalidArgument("handoff sampling state: truncated header");
+  if (count > 2)
+    return InvalidArgument("handoff sampling state: " + std::to_string(count) +
+                           " tokens (at most 2)");
   for (uint8_t i = 0; i < count; ++i) {
     HandoffSampling::Token t;
     uint8_t n = 0;
-    if (!Get(in, &t.logprob) || !Get(in, &n)) return InvalidArgument("handoff sampling state: truncated token");
+    if (!Get(in, &t.logprob) || !Get(in, &n))
+      return InvalidArgument("handoff sampling state: truncated token");
     if (n > kMaxTopLogprobs) {
-      return InvalidArgument("handoff sampling state: " + std::to_string(n) + " top log-probabilities (at most " +
-                             std::to_string(kMaxTopLogprobs) + ")");
+      return InvalidArgument("handoff sampling state: " + std::to_string(n) +
+                             " top log-probabilities (at most " + std::to_string(kMaxTopLogprobs) +
+                             ")");
     }
     for (uint8_t j = 0; j < n; ++j) {
       TokenLogprob lp;
@@ -64,7 +69,9 @@ StatusOr<HandoffSampling> ParseHandoffSampling(std::string_view in) {
     }
     s.tokens.push_back(std::move(t));
   }
-  if (!in.empty()) return InvalidArgument("handoff sampling state: " + std::to_string(in.size()) + " trailing bytes");
+  if (!in.empty())
+    return InvalidArgument("handoff sampling state: " + std::to_string(in.size()) +
+                           " trailing bytes");
   return s;
 }
 

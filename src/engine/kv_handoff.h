@@ -33,8 +33,8 @@
 #include "disagg/staged_kv.h"
 #include "disagg/staged_layout.h"
 #include "disagg/ticket.h"
-#include "runner/sampler.h"
 #include "oasis/status.h"
+#include "runner/sampler.h"
 
 namespace oasis {
 
@@ -56,7 +56,8 @@ class KvHandoffExporter {
   virtual ~KvHandoffExporter() = default;
   // On the engine loop thread: room for a request of this layout, or ResourceExhausted (the
   // staging pool is full: the request fails and the router tries another instance).
-  virtual StatusOr<std::unique_ptr<KvHandoffLease>> Acquire(const disagg::StagedKvLayout& layout) = 0;
+  virtual StatusOr<std::unique_ptr<KvHandoffLease>> Acquire(
+      const disagg::StagedKvLayout& layout) = 0;
 };
 
 // One slot of the lease to read into local memory (slot_bytes of host memory).

@@ -21,16 +21,21 @@ StatusOr<LookaheadMode> ParseLookaheadMode(std::string_view name) {
   if (name == "off") return LookaheadMode::kOff;
   if (name == "reject") return LookaheadMode::kReject;
   if (name == "speculate") return LookaheadMode::kSpeculate;
-  return InvalidArgument("lookahead mode must be off, reject or speculate, got '" + std::string(name) + "'");
+  return InvalidArgument("lookahead mode must be off, reject or speculate, got '" +
+                         std::string(name) + "'");
 }
 
-ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& num_draft,
+ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
+                                       const std::vector<int64_t>& num_draft,
                                        bool logits_for_drafts, std::vector<int64_t>* first_row) {
-  return BuildLookaheadTargetInput(seqs, num_draft, std::vector<bool>(seqs.size(), logits_for_drafts), first_row);
+  return BuildLookaheadTargetInput(seqs, num_draft,
+                                   std::vector<bool>(seqs.size(), logits_for_drafts), first_row);
 }
 
-ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& num_draft,
-                                       const std::vector<bool>& logits_for_drafts, std::vector<int64_t>* first_row) {
+ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
+                                       const std::vector<int64_t>& num_draft,
+                                       const std::vector<bool>& logits_for_drafts,
+                                       std::vector<int64_t>* first_row) {
   OASIS_CHECK_EQ(seqs.size(), num_draft.size()) << "one draft count per sequence";
   OASIS_CHECK_EQ(seqs.size(), logits_for_drafts.size()) << "one draft-logits choice per sequence";
   ForwardInput in = BuildHostForwardInput(seqs, LogitsFor::kLastTokenOfEachSequence);
@@ -40,7 +45,8 @@ ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, co
   bool changed = false;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int64_t n = static_cast<int64_t>(seqs[s].tokens.size()), d = num_draft[s];
-    OASIS_CHECK(d >= 0 && d < n) << "sequence " << s << ": " << d << " drafts among " << n << " tokens";
+    OASIS_CHECK(d >= 0 && d < n) << "sequence " << s << ": " << d << " drafts among " << n
+                                 << " tokens";
     if (first_row != nullptr) first_row->push_back(t);
     rows.push_back(static_cast<int32_t>(t + n - 1 - d));
     if (logits_for_drafts[s]) {
@@ -63,7 +69,8 @@ HeadStepInput BuildHeadStepInput(const std::vector<HeadStepSequence>& seqs) {
     OASIS_CHECK(!s.tokens.empty()) << "a head sequence without rows";
     steps.push_back({s.table, s.start, s.tokens});
     const int64_t n = static_cast<int64_t>(s.tokens.size());
-    for (int64_t i = 0; i < n; ++i) out.aux_rows.push_back(static_cast<int32_t>(s.first_aux_row + i));
+    for (int64_t i = 0; i < n; ++i)
+      out.aux_rows.push_back(static_cast<int32_t>(s.first_aux_row + i));
     if (s.wants_draft) rows.push_back(static_cast<int32_t>(t + n - 1));
     t += n;
   }
@@ -74,7 +81,8 @@ HeadStepInput BuildHeadStepInput(const std::vector<HeadStepSequence>& seqs) {
 
 namespace {
 
-std::vector<HeadStepSequence> HeadSequences(BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
+std::vector<HeadStepSequence> HeadSequences(BlockAllocator& allocator,
+                                            const std::vector<DraftHeadWork>& work,
                                             const std::vector<int64_t>& rows_end) {
   std::vector<HeadStepSequence> seqs;
   seqs.reserve(work.size());
@@ -82,21 +90,25 @@ std::vector<HeadStepSequence> HeadSequences(BlockAllocator& allocator, const std
     const DraftHeadWork& w = work[i];
     const int64_t q0 = w.head->num_computed, q1 = rows_end[i];
     OASIS_CHECK(q0 < q1 && q1 <= w.seq->num_tokens())
-        << "head rows [" << q0 << ", " << q1 << ") of a sequence of " << w.seq->num_tokens() << " tokens";
+        << "head rows [" << q0 << ", " << q1 << ") of a sequence of " << w.seq->num_tokens()
+        << " tokens";
     // The head pool holds as many tokens as the target's and the head never holds more
     // rows than the target computed, so this cannot run out (Engine::CheckOptions).
     OASIS_CHECK_OK(w.head->table.Reserve(q1, allocator));
     // Row q embeds token q + 1; the one the step is sampling is not there yet (0 until refreshed).
     std::vector<int32_t> tokens(static_cast<size_t>(q1 - q0), 0);
-    for (int64_t q = q0; q < q1 && q + 1 < w.seq->num_tokens(); ++q) tokens[static_cast<size_t>(q - q0)] = w.seq->tokens[q + 1];
+    for (int64_t q = q0; q < q1 && q + 1 < w.seq->num_tokens(); ++q)
+      tokens[static_cast<size_t>(q - q0)] = w.seq->tokens[q + 1];
     seqs.push_back({&w.head->table, q0, std::move(tokens), w.first_aux_row, w.wants_draft});
   }
   return seqs;
 }
 
 // Each item's head rows are committed and its draft (if it wants one) set, in logits-row order.
-int64_t CommitDrafts(const std::vector<DraftHeadWork>& work, const HeadStepInput& in, const std::vector<int32_t>& drafts) {
-  OASIS_CHECK_EQ(static_cast<int64_t>(drafts.size()), in.input.logit_rows.numel()) << "one draft per logits row";
+int64_t CommitDrafts(const std::vector<DraftHeadWork>& work, const HeadStepInput& in,
+                     const std::vector<int32_t>& drafts) {
+  OASIS_CHECK_EQ(static_cast<int64_t>(drafts.size()), in.input.logit_rows.numel())
+      << "one draft per logits row";
   size_t k = 0;
   for (const DraftHeadWork& w : work) {
     w.head->num_computed = w.seq->num_computed;
@@ -106,8 +118,8 @@ int64_t CommitDrafts(const std::vector<DraftHeadWork>& work, const HeadStepInput
   return static_cast<int64_t>(drafts.size());
 }
 
-int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& work, const HeadStepInput& in,
-                         const Tensor& aux) {
+int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& work,
+                         const HeadStepInput& in, const Tensor& aux) {
   return CommitDrafts(work, in, runner.Propose(in.input, aux, in.aux_rows));
 }
 
@@ -128,7 +140,8 @@ std::vector<int64_t> CommittedEnds(const std::vector<DraftHeadWork>& work) {
   ends.reserve(work.size());
   for (const DraftHeadWork& w : work) {
     OASIS_CHECK(w.seq->num_computed < w.seq->num_tokens())
-        << "head rows end at " << w.seq->num_computed << " of a sequence of " << w.seq->num_tokens() << " tokens";
+        << "head rows end at " << w.seq->num_computed << " of a sequence of " << w.seq->num_tokens()
+        << " tokens";
     ends.push_back(w.seq->num_computed);
   }
   return ends;
@@ -136,15 +149,16 @@ std::vector<int64_t> CommittedEnds(const std::vector<DraftHeadWork>& work) {
 
 }  // namespace
 
-int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
-                         const Tensor& aux) {
+int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
+                         const std::vector<DraftHeadWork>& work, const Tensor& aux) {
   if (work.empty()) return 0;
   const HeadStepInput in = BuildHeadStepInput(HeadSequences(allocator, work, CommittedEnds(work)));
   return ProposeAndCommit(runner, work, in, aux);
 }
 
 PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<DraftHeadWork> work,
-                                      std::vector<int64_t> rows_end, std::vector<int64_t> sample_rows) {
+                                      std::vector<int64_t> rows_end,
+                                      std::vector<int64_t> sample_rows) {
   OASIS_CHECK(work.size() == rows_end.size() && work.size() == sample_rows.size())
       << "one rows end and one sample row per head work item";
   PreparedHeadStep p;
@@ -155,23 +169,25 @@ PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<Dra
   return p;
 }
 
-
-int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, PreparedHeadStep* prepared,
-                                 const std::vector<DraftHeadWork>& work, const Tensor& aux) {
+int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
+                                 PreparedHeadStep* prepared, const std::vector<DraftHeadWork>& work,
+                                 const Tensor& aux) {
   if (work.empty()) return 0;
-  if (prepared == nullptr || !SameAsPrepared(*prepared, work)) return RunDraftHeadStep(runner, allocator, work, aux);
+  if (prepared == nullptr || !SameAsPrepared(*prepared, work))
+    return RunDraftHeadStep(runner, allocator, work, aux);
   // Every row's token from the sequence as it is now (the sampled tokens included).
   int32_t* ids = prepared->in.input.token_ids.data<int32_t>();
   int64_t t = 0;
   for (const DraftHeadWork& w : work) {
-    for (int64_t q = w.head->num_computed; q < w.seq->num_computed; ++q) ids[t++] = w.seq->tokens[q + 1];
+    for (int64_t q = w.head->num_computed; q < w.seq->num_computed; ++q)
+      ids[t++] = w.seq->tokens[q + 1];
   }
   OASIS_CHECK_EQ(t, prepared->in.input.token_ids.numel()) << "prepared head rows";
   return ProposeAndCommit(runner, work, prepared->in, aux);
 }
 
-bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
-                                const DeviceSamples& samples) {
+bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared,
+                                const Tensor& aux, const DeviceSamples& samples) {
   if (prepared.work.empty()) return false;
   std::vector<int32_t> pairs;
   int64_t t = 0;
@@ -186,8 +202,10 @@ bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& pre
   return runner.ProposeChained(prepared.in.input, aux, prepared.in.aux_rows, samples, pairs);
 }
 
-int64_t FinishChainedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const PreparedHeadStep& prepared,
-                                   const std::vector<DraftHeadWork>& work, const Tensor& aux, bool* used) {
+int64_t FinishChainedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
+                                   const PreparedHeadStep& prepared,
+                                   const std::vector<DraftHeadWork>& work, const Tensor& aux,
+                                   bool* used) {
   const std::vector<int32_t> drafts = runner.CollectChained();
   if (used != nullptr) *used = false;
   if (work.empty()) return 0;

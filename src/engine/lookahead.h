@@ -10,12 +10,12 @@
 #include <string_view>
 #include <vector>
 
-#include "runner/batch_builder.h"
-#include "runner/draft_runner.h"
 #include "engine/scheduler.h"
 #include "kvcache/head_block_table.h"
 #include "models/decoder_lm.h"
 #include "oasis/status.h"
+#include "runner/batch_builder.h"
+#include "runner/draft_runner.h"
 
 namespace oasis {
 
@@ -44,10 +44,13 @@ struct DraftHeadState {
 // per sequence in order: its last REAL token's row, then (when `logits_for_drafts`) one row
 // per draft token. Without drafts this is exactly BuildHostForwardInput(seqs,
 // kLastTokenOfEachSequence). `first_row` (optional) gets each sequence's first batch row.
-ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& num_draft,
-                                       bool logits_for_drafts, std::vector<int64_t>* first_row = nullptr);
+ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
+                                       const std::vector<int64_t>& num_draft,
+                                       bool logits_for_drafts,
+                                       std::vector<int64_t>* first_row = nullptr);
 // The same with the draft rows' logits chosen per sequence (logits_for_drafts[i]).
-ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs, const std::vector<int64_t>& num_draft,
+ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
+                                       const std::vector<int64_t>& num_draft,
                                        const std::vector<bool>& logits_for_drafts,
                                        std::vector<int64_t>* first_row = nullptr);
 
@@ -63,7 +66,7 @@ struct HeadStepSequence {
 };
 
 struct HeadStepInput {
-  ForwardInput input;            // host tensors; logit_rows = last rows of the sequences wanting drafts
+  ForwardInput input;  // host tensors; logit_rows = last rows of the sequences wanting drafts
   std::vector<int32_t> aux_rows;  // per head row: the target capture row it reads
 };
 
@@ -85,8 +88,8 @@ struct DraftHeadWork {
 // seq->num_computed and sets seq->draft_tokens to the proposal (or clears it). `aux` is the
 // target capture of the same step. Returns the number of drafts proposed. Runner failures
 // propagate as exceptions (the caller fails the requests).
-int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const std::vector<DraftHeadWork>& work,
-                         const Tensor& aux);
+int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
+                         const std::vector<DraftHeadWork>& work, const Tensor& aux);
 
 // The head step prepared ahead, while the target step runs on the device: `work` with the
 // head rows each item WILL have, [head->num_computed, rows_end[i]), once the target step has
@@ -101,24 +104,28 @@ struct PreparedHeadStep {
   HeadStepInput in;
 };
 PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<DraftHeadWork> work,
-                                      std::vector<int64_t> rows_end, std::vector<int64_t> sample_rows);
+                                      std::vector<int64_t> rows_end,
+                                      std::vector<int64_t> sample_rows);
 // RunDraftHeadStep over `work` using `prepared` when it matches (the same items, each with
 // seq->num_computed == the prepared rows_end: then only the token ids are refreshed from the
 // sequences), else building the input afresh. Returns the number of drafts proposed.
-int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, PreparedHeadStep* prepared,
-                                 const std::vector<DraftHeadWork>& work, const Tensor& aux);
+int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
+                                 PreparedHeadStep* prepared, const std::vector<DraftHeadWork>& work,
+                                 const Tensor& aux);
 
 // The prepared step queued on the device behind the target step (DraftRunner::ProposeChained,
 // from the target runner's after-sampling hook; docs/lookahead.md): item i's last head row
 // takes the token the step samples in prepared.sample_rows[i], read on the device. Returns
 // whether the runner queued it.
-bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared, const Tensor& aux,
-                                const DeviceSamples& samples);
+bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared,
+                                const Tensor& aux, const DeviceSamples& samples);
 // After a chained step: its drafts are committed when `work` matches the prepared items as
 // RunPreparedDraftHeadStep requires; otherwise they are dropped and the step runs again from
 // the sequences as they are (the same rows rewrite the same K/V). Returns the drafts proposed;
 // `used` (when not null) tells whether the chained step's were.
-int64_t FinishChainedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator, const PreparedHeadStep& prepared,
-                                   const std::vector<DraftHeadWork>& work, const Tensor& aux, bool* used = nullptr);
+int64_t FinishChainedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
+                                   const PreparedHeadStep& prepared,
+                                   const std::vector<DraftHeadWork>& work, const Tensor& aux,
+                                   bool* used = nullptr);
 
 }  // namespace oasis

@@ -41,9 +41,9 @@ class OutputDelivery {
   Batch pending_;  // the adding thread's, not yet flushed
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  Batch queue_;          // guarded by mu_
+  Batch queue_;                           // guarded by mu_
   uint64_t flushed_ = 0, delivered_ = 0;  // batches; guarded by mu_
-  bool stop_ = false;    // guarded by mu_
+  bool stop_ = false;                     // guarded by mu_
   std::thread thread_;
 };
 

@@ -2,13 +2,13 @@
 
 #include <string>
 
-#include "runner/sampler.h"
 #include "kvcache/host_kv_store.h"
+#include "runner/sampler.h"
 
 namespace oasis {
 
-Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool has_tokenizer, int64_t num_kv_slots,
-                       int32_t num_kv_heads) {
+Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool has_tokenizer,
+                       int64_t num_kv_slots, int32_t num_kv_heads) {
   const int64_t P = static_cast<int64_t>(r.prompt.size());
   if (r.id.empty()) return InvalidArgument("the request id is empty");
   if (r.prompt.empty()) return InvalidArgument("the prompt is empty");
@@ -35,12 +35,14 @@ Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool h
   }
   for (int32_t id : r.forced_output) {
     if (id < 0 || id >= config.vocab_size) {
-      return InvalidArgument("forced output token id " + std::to_string(id) + " outside the vocabulary [0, " +
-                             std::to_string(config.vocab_size) + ")");
+      return InvalidArgument("forced output token id " + std::to_string(id) +
+                             " outside the vocabulary [0, " + std::to_string(config.vocab_size) +
+                             ")");
     }
   }
   if (!r.forced_output.empty() && (r.handoff || r.import != nullptr)) {
-    return InvalidArgument("forced output tokens are not supported with disaggregated prefill/decode");
+    return InvalidArgument(
+        "forced output tokens are not supported with disaggregated prefill/decode");
   }
   OASIS_RETURN_IF_ERROR(r.sampling.Validate());
   if (r.detokenize && !has_tokenizer)
@@ -67,33 +69,37 @@ Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool h
   const int64_t pool_tokens = num_kv_slots / num_kv_heads * kBlockSize;
   const int64_t needed = r.max_tokens == -1 ? 1 : r.max_tokens;
   if (needed > pool_tokens - P) {
-    return ResourceExhausted("prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
-                             std::to_string(needed) + ") needs more KV cache than the whole pool (" +
-                             std::to_string(num_kv_slots) + " head-blocks = " +
-                             std::to_string(pool_tokens) + " tokens of " +
-                             std::to_string(num_kv_heads) + " KV heads)");
+    return ResourceExhausted(
+        "prompt (" + std::to_string(P) + " tokens) + max_tokens (" + std::to_string(needed) +
+        ") needs more KV cache than the whole pool (" + std::to_string(num_kv_slots) +
+        " head-blocks = " + std::to_string(pool_tokens) + " tokens of " +
+        std::to_string(num_kv_heads) + " KV heads)");
   }
   return Status::Ok();
 }
 
 namespace {
 
-Status CheckLookaheadOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+Status CheckLookaheadOptions(const EngineOptions& options, const ModelRunner& runner,
+                             const DraftRunner* draft) {
   if (options.lookahead == LookaheadMode::kOff) return Status::Ok();
   const std::string mode = LookaheadModeName(options.lookahead);
   if (draft == nullptr) {
-    return InvalidArgument("lookahead mode '" + mode + "' needs an EAGLE-3 draft model (--draft-model)");
+    return InvalidArgument("lookahead mode '" + mode +
+                           "' needs an EAGLE-3 draft model (--draft-model)");
   }
   const ModelConfig& t = runner.model().config();
   const ModelConfig& h = draft->head().config();
   if (h.target_hidden_size != t.hidden_size) {
     return InvalidArgument("the EAGLE-3 draft head expects a target hidden_size of " +
-                           std::to_string(h.target_hidden_size) + ", the model's is " + std::to_string(t.hidden_size));
+                           std::to_string(h.target_hidden_size) + ", the model's is " +
+                           std::to_string(t.hidden_size));
   }
   for (int64_t id : draft->aux_layer_ids()) {
     if (id < 0 || id > t.num_hidden_layers) {
       return InvalidArgument("the EAGLE-3 draft head reads target layer " + std::to_string(id) +
-                             ", outside [0, " + std::to_string(t.num_hidden_layers) + "] of the model");
+                             ", outside [0, " + std::to_string(t.num_hidden_layers) +
+                             "] of the model");
     }
   }
   for (int32_t id : draft->head().draft_to_target()) {
@@ -106,55 +112,66 @@ Status CheckLookaheadOptions(const EngineOptions& options, const ModelRunner& ru
   // as many blocks per KV head as the target's never runs out before the target's does.
   const int64_t heads = t.num_key_value_heads, head_heads = draft->num_kv_heads();
   if (draft->num_kv_slots() * heads < runner.num_kv_slots() * head_heads) {
-    return InvalidArgument("the draft head's KV pool (" + std::to_string(draft->num_kv_slots()) +
-                           " head-blocks of " + std::to_string(head_heads) +
-                           " KV heads) holds fewer tokens than the model's (" + std::to_string(runner.num_kv_slots()) +
-                           " head-blocks of " + std::to_string(heads) + " KV heads); it needs at least " +
-                           std::to_string(DraftKvSlotsFor(runner.num_kv_slots(), heads, head_heads)));
+    return InvalidArgument(
+        "the draft head's KV pool (" + std::to_string(draft->num_kv_slots()) + " head-blocks of " +
+        std::to_string(head_heads) + " KV heads) holds fewer tokens than the model's (" +
+        std::to_string(runner.num_kv_slots()) + " head-blocks of " + std::to_string(heads) +
+        " KV heads); it needs at least " +
+        std::to_string(DraftKvSlotsFor(runner.num_kv_slots(), heads, head_heads)));
   }
   return Status::Ok();
 }
 
 // Sparse KV options against the model, the KV pool and the lookahead setting.
-Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runner,
+                          const DraftRunner* draft) {
   if (!options.sparse) return Status::Ok();
   const SparseConfig& s = *options.sparse;
   const ModelConfig& c = runner.model().config();
   OASIS_RETURN_IF_ERROR(s.Validate(c.num_hidden_layers));
   if (s.sparse_threshold < kBlockSize) {
-    return InvalidArgument("--sparse-threshold must be at least one block (" + std::to_string(kBlockSize) +
-                           " tokens) when sparse KV is on, got " + std::to_string(s.sparse_threshold));
+    return InvalidArgument("--sparse-threshold must be at least one block (" +
+                           std::to_string(kBlockSize) + " tokens) when sparse KV is on, got " +
+                           std::to_string(s.sparse_threshold));
   }
-  if (s.predictor == SparsePredictor::kDraft && (options.lookahead == LookaheadMode::kOff || draft == nullptr)) {
+  if (s.predictor == SparsePredictor::kDraft &&
+      (options.lookahead == LookaheadMode::kOff || draft == nullptr)) {
     return InvalidArgument(
-        "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head (--draft-model, "
+        "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head "
+        "(--draft-model, "
         "--lookahead reject or speculate); use previous-query without one");
   }
-  if (options.sparse_metrics_interval < 1) return InvalidArgument("the sparse metrics interval must be at least 1");
+  if (options.sparse_metrics_interval < 1)
+    return InvalidArgument("the sparse metrics interval must be at least 1");
   // One working set: K working slots + 2 tail slots per KV head, from the same pool.
-  const int64_t hkv = c.num_key_value_heads, per_request = (static_cast<int64_t>(s.topk_blocks) + 2) * hkv;
+  const int64_t hkv = c.num_key_value_heads,
+                per_request = (static_cast<int64_t>(s.topk_blocks) + 2) * hkv;
   if (per_request > runner.num_kv_slots()) {
-    return InvalidArgument("--topk-blocks " + std::to_string(s.topk_blocks) + " needs " + std::to_string(per_request) +
+    return InvalidArgument("--topk-blocks " + std::to_string(s.topk_blocks) + " needs " +
+                           std::to_string(per_request) +
                            " KV head-blocks per sparse request ((K + 2) x " + std::to_string(hkv) +
                            " KV heads); the pool has " + std::to_string(runner.num_kv_slots()));
   }
   // The host store must hold at least one request just past the threshold.
-  const size_t per_slot = HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim,
-                                                    runner.backend().activation_dtype());
+  const size_t per_slot = HostKvStore::BytesPerSlot(
+      c.num_hidden_layers - s.dense_layers, c.head_dim, runner.backend().activation_dtype());
   const auto bytes = static_cast<double>(s.host_kv_gib) * 1024.0 * 1024.0 * 1024.0;
-  const int64_t slots = per_slot == 0 ? 0 : static_cast<int64_t>(bytes / static_cast<double>(per_slot));
+  const int64_t slots =
+      per_slot == 0 ? 0 : static_cast<int64_t>(bytes / static_cast<double>(per_slot));
   const int64_t need = (s.sparse_threshold + 1 + kBlockSize - 1) / kBlockSize * hkv;
   if (slots < need) {
-    return InvalidArgument("--host-kv-gib " + std::to_string(s.host_kv_gib) + " holds " + std::to_string(slots) +
-                           " head-blocks; one request past --sparse-threshold " + std::to_string(s.sparse_threshold) +
-                           " needs " + std::to_string(need) + " (" + std::to_string(per_slot) + " bytes each)");
+    return InvalidArgument(
+        "--host-kv-gib " + std::to_string(s.host_kv_gib) + " holds " + std::to_string(slots) +
+        " head-blocks; one request past --sparse-threshold " + std::to_string(s.sparse_threshold) +
+        " needs " + std::to_string(need) + " (" + std::to_string(per_slot) + " bytes each)");
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner, const DraftRunner* draft) {
+Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner,
+                            const DraftRunner* draft) {
   OASIS_RETURN_IF_ERROR(CheckLookaheadOptions(options, runner, draft));
   return CheckSparseOptions(options, runner, draft);
 }

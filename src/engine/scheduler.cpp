@@ -74,10 +74,13 @@ SchedulerOutput Scheduler::Schedule() {
       ++i;
       continue;
     }
-    int64_t num_draft = std::min(static_cast<int64_t>(s->draft_tokens.size()), std::max<int64_t>(spare, 0));
+    int64_t num_draft =
+        std::min(static_cast<int64_t>(s->draft_tokens.size()), std::max<int64_t>(spare, 0));
     // A kSparse sequence's tokens go to its tail slots (no table growth, never preempts).
     const bool grows = s->grows_table();
-    if (grows && num_draft > 0 && !s->table.Reserve(s->num_computed + 1 + num_draft, allocator_).ok()) num_draft = 0;
+    if (grows && num_draft > 0 &&
+        !s->table.Reserve(s->num_computed + 1 + num_draft, allocator_).ok())
+      num_draft = 0;
     bool preempted_self = false;
     while (grows && !s->table.Reserve(s->num_computed + 1, allocator_).ok()) {
       Sequence* victim = running_.back();

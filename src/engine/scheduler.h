@@ -127,7 +127,7 @@ struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
   std::vector<Sequence*> preempted;    // sequences preempted by this step (now waiting)
   std::vector<Sequence*> refused;      // waiting sequences the hooks refused (fail them)
-  int64_t num_batched_tokens = 0;  // including draft tokens
+  int64_t num_batched_tokens = 0;      // including draft tokens
   int64_t num_admitted = 0;
   bool empty() const { return chunks.empty(); }
 };

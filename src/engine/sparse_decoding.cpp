@@ -20,7 +20,8 @@ SparseModelShape ShapeOf(ModelRunner& runner) {
 SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                                BlockAllocator& allocator, int64_t metrics_interval)
     : runner_(runner),
-      manager_(config, ShapeOf(runner), RankBackends(runner), allocator, RankSideRunner(runner, &tearing_down_)),
+      manager_(config, ShapeOf(runner), RankBackends(runner), allocator,
+               RankSideRunner(runner, &tearing_down_)),
       rank_pools_(RankKvPools(runner)),
       attachment_(runner, manager_),
       metrics_interval_(std::max<int64_t>(1, metrics_interval)),
@@ -38,7 +39,8 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       static_cast<double>(host_slots_ * bytes_per_host_slot_ * num_sides_) / (1 << 30),
       num_sides_ > 1 ? fmt::format(" over {} ranks", num_sides_) : std::string(),
       manager_.host_store().num_summary_rows() > 0
-          ? fmt::format(" + {} summary-only rows for remote blocks", manager_.host_store().num_summary_rows())
+          ? fmt::format(" + {} summary-only rows for remote blocks",
+                        manager_.host_store().num_summary_rows())
           : std::string(),
       config.max_sparse_seqs);
 }
@@ -92,9 +94,11 @@ SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   return a;
 }
 
-Status SparseDecoding::Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
+Status SparseDecoding::Import(Sequence& seq, int64_t num_tokens,
+                              const std::vector<std::vector<int32_t>>& working,
                               const std::vector<std::vector<int32_t>>* local) {
-  OASIS_RETURN_IF_ERROR(manager_.ImportSparse(seq.id, num_tokens, working, *rank_pools_.at(0), local));
+  OASIS_RETURN_IF_ERROR(
+      manager_.ImportSparse(seq.id, num_tokens, working, *rank_pools_.at(0), local));
   seq.kv = SequenceKv::kSparse;
   return Status::Ok();
 }
@@ -141,9 +145,10 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
         !manager_.ShouldSwitch(s->id, s->num_computed)) {
       continue;
     }
-    const Status st = manager_.SwitchToSparse(
-        s->id, s->table, s->num_computed,
-        [this](int r) -> std::vector<LayerKvPool>& { return *rank_pools_.at(static_cast<size_t>(r)); });
+    const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed,
+                                              [this](int r) -> std::vector<LayerKvPool>& {
+                                                return *rank_pools_.at(static_cast<size_t>(r));
+                                              });
     if (!st.ok()) {  // no sparse row or GPU slot now: stays dense, retried next step
       if (switch_failures_++ % 1000 == 0)
         spdlog::debug("request {} stays dense: {}", s->id, st.ToString());
@@ -160,7 +165,8 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.num_host_kv_slots = host_slots_;
   stats.sparse.num_free_host_kv_slots = manager_.host_store().num_free();
   // Summary-only rows of every sparse layer (each layer has its own).
-  stats.disagg.num_summary_rows = manager_.host_store().num_summary_rows() * manager_.host_store().num_sparse_layers();
+  stats.disagg.num_summary_rows =
+      manager_.host_store().num_summary_rows() * manager_.host_store().num_sparse_layers();
   stats.disagg.num_free_summary_rows = stats.disagg.num_summary_rows - manager_.summary_rows_held();
   stats.sparse.gpu_slots = manager_.gpu_slots_held();
   stats.sparse.admission_waits_total = admission_waits_;
@@ -176,7 +182,8 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.misses_total += total.misses;
   stats.sparse.blocks_fetched_total += total.fetched;
   // Fetches are selected either way; bytes cross PCIe only with transfers on.
-  if (manager_.config().transfers) stats.sparse.h2d_bytes_total += total.fetched * m.bytes_per_block;
+  if (manager_.config().transfers)
+    stats.sparse.h2d_bytes_total += total.fetched * m.bytes_per_block;
   stats.sparse.transfer_wait_seconds_total += m.transfer_wait_seconds;
   stats.sparse.agree_overlap.resize(m.layers.size(), 0);
   stats.sparse.agree_total.resize(m.layers.size(), 0);

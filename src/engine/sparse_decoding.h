@@ -27,15 +27,15 @@
 #include <unordered_set>
 #include <vector>
 
-#include "runner/batch_builder.h"
-#include "runner/model_runner.h"
 #include "engine/scheduler.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/sparse_config.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
-#include "runner/sparse_ranks.h"
 #include "oasis/status.h"
+#include "runner/batch_builder.h"
+#include "runner/model_runner.h"
+#include "runner/sparse_ranks.h"
 
 namespace oasis {
 

@@ -16,12 +16,16 @@ void SetTimeout(double seconds, Set set) {
 
 }  // namespace
 
-UpstreamCall::UpstreamCall(std::string host, int port, UpstreamRequest request, UpstreamOptions options)
+UpstreamCall::UpstreamCall(std::string host, int port, UpstreamRequest request,
+                           UpstreamOptions options)
     : host_(std::move(host)), port_(port), request_(std::move(request)), options_(options) {
   client_ = std::make_unique<httplib::Client>(host_, port_);
-  SetTimeout(options_.connect_timeout_s, [this](time_t s, time_t us) { client_->set_connection_timeout(s, us); });
-  SetTimeout(options_.read_timeout_s, [this](time_t s, time_t us) { client_->set_read_timeout(s, us); });
-  SetTimeout(options_.read_timeout_s, [this](time_t s, time_t us) { client_->set_write_timeout(s, us); });
+  SetTimeout(options_.connect_timeout_s,
+             [this](time_t s, time_t us) { client_->set_connection_timeout(s, us); });
+  SetTimeout(options_.read_timeout_s,
+             [this](time_t s, time_t us) { client_->set_read_timeout(s, us); });
+  SetTimeout(options_.read_timeout_s,
+             [this](time_t s, time_t us) { client_->set_write_timeout(s, us); });
   client_->set_keep_alive(false);
   thread_ = std::thread([this] { Run(); });
 }
@@ -52,7 +56,8 @@ void UpstreamCall::Run() {
   };
   req.content_receiver = [this](const char* data, size_t size, uint64_t, uint64_t) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return cancelled_.load() || pending_.size() < options_.max_buffered_bytes; });
+    cv_.wait(lock,
+             [&] { return cancelled_.load() || pending_.size() < options_.max_buffered_bytes; });
     if (cancelled_.load()) return false;
     pending_.append(data, size);
     cv_.notify_all();
@@ -68,7 +73,8 @@ void UpstreamCall::Run() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   ok_ = ok && !cancelled_.load();
-  error_ = ok_ ? httplib::Error::Success : (error == httplib::Error::Success ? httplib::Error::Canceled : error);
+  error_ = ok_ ? httplib::Error::Success
+               : (error == httplib::Error::Success ? httplib::Error::Canceled : error);
   done_ = true;
   cv_.notify_all();
 }
@@ -86,10 +92,12 @@ bool UpstreamCall::WaitHeaders(const std::atomic<bool>* stop) {
   return headers_;
 }
 
-bool UpstreamCall::WaitDone(const std::atomic<bool>* stop, std::chrono::steady_clock::time_point deadline) {
+bool UpstreamCall::WaitDone(const std::atomic<bool>* stop,
+                            std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   while (!done_) {
-    if ((stop != nullptr && stop->load()) || std::chrono::steady_clock::now() >= deadline) return false;
+    if ((stop != nullptr && stop->load()) || std::chrono::steady_clock::now() >= deadline)
+      return false;
     cv_.wait_for(lock, kPoll);
   }
   return true;
@@ -97,7 +105,8 @@ bool UpstreamCall::WaitDone(const std::atomic<bool>* stop, std::chrono::steady_c
 
 void UpstreamCall::Next(std::string* out, std::chrono::milliseconds wait, bool* finished) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (pending_.empty() && !done_) cv_.wait_for(lock, wait, [this] { return !pending_.empty() || done_; });
+  if (pending_.empty() && !done_)
+    cv_.wait_for(lock, wait, [this] { return !pending_.empty() || done_; });
   out->clear();
   out->swap(pending_);
   *finished = done_ && pending_.empty();
@@ -151,7 +160,8 @@ std::string UpstreamCall::ErrorText() const {
     case httplib::Error::ConnectionTimeout:
       return "connection timed out";
     case httplib::Error::Read:
-      return headers_ ? "connection lost while reading the answer" : "no answer (connection closed or read timeout)";
+      return headers_ ? "connection lost while reading the answer"
+                      : "no answer (connection closed or read timeout)";
     case httplib::Error::Write:
       return "connection lost while sending the request";
     case httplib::Error::Canceled:

@@ -50,7 +50,8 @@ class UpstreamCall {
   // Waits until the whole call ended (any outcome) or `stop` became true, or `deadline`
   // passed (returns false in the last two cases).
   bool WaitDone(const std::atomic<bool>* stop = nullptr,
-                std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
+                std::chrono::steady_clock::time_point deadline =
+                    std::chrono::steady_clock::time_point::max());
 
   // Moves the body bytes received so far into `out` (replacing its contents), waiting up to
   // `wait` for some. `*finished` becomes true once no more bytes will come (the call ended

@@ -10,7 +10,8 @@ ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, Logits
   OASIS_CHECK(!seqs.empty()) << "empty batch";
   auto heads_of = [](const StepSequence& s) {
     if (s.table != nullptr) return s.table->num_kv_heads();
-    OASIS_CHECK(s.sparse != nullptr && s.sparse->num_tail_blocks > 0) << "a sequence has neither table nor sparse slots";
+    OASIS_CHECK(s.sparse != nullptr && s.sparse->num_tail_blocks > 0)
+        << "a sequence has neither table nor sparse slots";
     return static_cast<int32_t>(s.sparse->tail_slots.size()) / s.sparse->num_tail_blocks;
   };
   const int32_t heads = heads_of(seqs[0]);
@@ -20,16 +21,20 @@ ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, Logits
     OASIS_CHECK(!s.tokens.empty()) << "a sequence in the batch has no tokens";
     OASIS_CHECK_EQ(heads_of(s), heads) << "KV head counts differ within a batch";
     if (s.table != nullptr) {
-      OASIS_CHECK_LE((s.start + static_cast<int64_t>(s.tokens.size()) + kBlockSize - 1) / kBlockSize,
-                     s.table->num_blocks())
+      OASIS_CHECK_LE(
+          (s.start + static_cast<int64_t>(s.tokens.size()) + kBlockSize - 1) / kBlockSize,
+          s.table->num_blocks())
           << "block table too small for the step";
       max_blocks = std::max(max_blocks, s.table->num_blocks());
     }
     if (s.sparse != nullptr) {
-      OASIS_CHECK_EQ(static_cast<int64_t>(s.sparse->slot_mapping.size()), static_cast<int64_t>(s.tokens.size()) * heads)
+      OASIS_CHECK_EQ(static_cast<int64_t>(s.sparse->slot_mapping.size()),
+                     static_cast<int64_t>(s.tokens.size()) * heads)
           << "sparse slot mapping size";
-      max_blocks = std::max<int64_t>({max_blocks, s.sparse->table_width, s.sparse->num_tail_blocks});
-      sparse_kv = std::max<int64_t>(sparse_kv, static_cast<int64_t>(s.sparse->table_width) * kBlockSize);
+      max_blocks =
+          std::max<int64_t>({max_blocks, s.sparse->table_width, s.sparse->num_tail_blocks});
+      sparse_kv =
+          std::max<int64_t>(sparse_kv, static_cast<int64_t>(s.sparse->table_width) * kBlockSize);
     }
     total += static_cast<int64_t>(s.tokens.size());
     max_q = std::max(max_q, static_cast<int32_t>(s.tokens.size()));
@@ -53,13 +58,14 @@ ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, Logits
       ids.data<int32_t>()[t] = seq.tokens[static_cast<size_t>(i)];
       pos.data<int32_t>()[t] = static_cast<int32_t>(seq.start + i);
       for (int32_t h = 0; h < heads; ++h) {
-        slots.data<int64_t>()[t * heads + h] = seq.sparse != nullptr
-                                                   ? seq.sparse->slot_mapping[static_cast<size_t>(i * heads + h)]
-                                                   : seq.table->SlotMapping(h, seq.start + i);
+        slots.data<int64_t>()[t * heads + h] =
+            seq.sparse != nullptr ? seq.sparse->slot_mapping[static_cast<size_t>(i * heads + h)]
+                                  : seq.table->SlotMapping(h, seq.start + i);
       }
       if (logits == LogitsFor::kEveryToken) rows.data<int32_t>()[t] = static_cast<int32_t>(t);
     }
-    if (logits == LogitsFor::kLastTokenOfEachSequence) rows.data<int32_t>()[s] = static_cast<int32_t>(t - 1);
+    if (logits == LogitsFor::kLastTokenOfEachSequence)
+      rows.data<int32_t>()[s] = static_cast<int32_t>(t - 1);
     for (int32_t h = 0; h < heads; ++h) {
       int32_t* row = tables.data<int32_t>() + (s * heads + h) * max_blocks;
       if (seq.table != nullptr) {
@@ -84,7 +90,8 @@ ForwardInput BuildHostForwardInput(const std::vector<StepSequence>& seqs, Logits
   in.attention.block_tables = tables;
   in.attention.max_query_len = max_q;
   int32_t max_kv = 0;
-  for (int64_t i = 0; i < kv_lens.numel(); ++i) max_kv = std::max(max_kv, kv_lens.data<int32_t>()[i]);
+  for (int64_t i = 0; i < kv_lens.numel(); ++i)
+    max_kv = std::max(max_kv, kv_lens.data<int32_t>()[i]);
   in.attention.max_kv_len = std::max<int32_t>(max_kv, static_cast<int32_t>(sparse_kv));
   in.logit_rows = rows;
   return in;

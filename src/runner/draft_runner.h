@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "runner/model_runner.h"
 #include "models/decoder_lm.h"
 #include "models/eagle3.h"
+#include "runner/model_runner.h"
 
 namespace oasis {
 
@@ -59,8 +59,9 @@ class DraftRunner {
   // StepInputs::after_sampling hook); the other ids come from host_input. Returns whether
   // the step was queued; then CollectChained (after the target's samples are back) returns
   // its drafts, and must be called before the next Propose or ProposeChained.
-  virtual bool ProposeChained(const ForwardInput& host_input, const Tensor& aux, std::span<const int32_t> aux_rows,
-                              const DeviceSamples& samples, std::span<const int32_t> pairs) {
+  virtual bool ProposeChained(const ForwardInput& host_input, const Tensor& aux,
+                              std::span<const int32_t> aux_rows, const DeviceSamples& samples,
+                              std::span<const int32_t> pairs) {
     (void)host_input, (void)aux, (void)aux_rows, (void)samples, (void)pairs;
     return false;
   }
@@ -75,7 +76,8 @@ class DraftRunner {
 
 // Head-blocks a draft head's pool needs to hold as many tokens as a target pool of
 // `target_slots` head-blocks: ceil(target_slots * head_kv_heads / target_kv_heads).
-inline int64_t DraftKvSlotsFor(int64_t target_slots, int64_t target_kv_heads, int64_t head_kv_heads) {
+inline int64_t DraftKvSlotsFor(int64_t target_slots, int64_t target_kv_heads,
+                               int64_t head_kv_heads) {
   return (target_slots * head_kv_heads + target_kv_heads - 1) / target_kv_heads;
 }
 

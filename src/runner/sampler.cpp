@@ -12,12 +12,14 @@ namespace oasis {
 
 Status SamplingParams::Validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
-    return InvalidArgument("temperature must be a finite number >= 0, got " + std::to_string(temperature));
+    return InvalidArgument("temperature must be a finite number >= 0, got " +
+                           std::to_string(temperature));
   }
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return InvalidArgument("top_p must be in (0, 1], got " + std::to_string(top_p));
   }
-  if (top_k < -1) return InvalidArgument("top_k must be -1 (disabled) or >= 0, got " + std::to_string(top_k));
+  if (top_k < -1)
+    return InvalidArgument("top_k must be -1 (disabled) or >= 0, got " + std::to_string(top_k));
   if (!(min_p >= 0.0f && min_p <= 1.0f)) {
     return InvalidArgument("min_p must be in [0, 1], got " + std::to_string(min_p));
   }
@@ -34,7 +36,8 @@ std::vector<float> LogSoftmax(const float* logits, int64_t vocab) {
   for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - max_l);
   const double log_z = max_l + std::log(sum);
   std::vector<float> out(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) out[static_cast<size_t>(i)] = static_cast<float>(logits[i] - log_z);
+  for (int64_t i = 0; i < vocab; ++i)
+    out[static_cast<size_t>(i)] = static_cast<float>(logits[i] - log_z);
   return out;
 }
 
@@ -82,12 +85,15 @@ SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParam
       result.token = pick(order.data(), vocab);
     } else {
       // Candidates sorted by logit, best first (ties: lower id first), then truncated.
-      auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+      auto better = [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      };
       std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
       std::vector<double> q(static_cast<size_t>(keep));
       double z = 0;
       for (int64_t i = 0; i < keep; ++i) {
-        z += q[static_cast<size_t>(i)] = std::exp(static_cast<double>(logits[order[static_cast<size_t>(i)]] - max_l) * inv_t);
+        z += q[static_cast<size_t>(i)] =
+            std::exp(static_cast<double>(logits[order[static_cast<size_t>(i)]] - max_l) * inv_t);
       }
       int64_t n = keep;
       if (p.top_p < 1.0f) {  // shortest prefix whose mass reaches top_p (at least one token)

@@ -27,7 +27,7 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0.0f;                   // of `token`
+  float logprob = 0.0f;                    // of `token`
   std::vector<TokenLogprob> top_logprobs;  // the num_top most likely tokens, best first
 };
 
@@ -49,11 +49,12 @@ struct SampleRow {
 inline constexpr int kMaxTopLogprobs = 20;
 
 SampleResult SampleToken(const float* logits,  // [vocab]
-                         int64_t vocab, const SamplingParams& params, uint64_t seed, uint64_t counter,
-                         int num_top_logprobs = 0, int32_t forced_token = -1);
+                         int64_t vocab, const SamplingParams& params, uint64_t seed,
+                         uint64_t counter, int num_top_logprobs = 0, int32_t forced_token = -1);
 
 inline SampleResult SampleToken(const float* logits, int64_t vocab, const SampleRow& row) {
-  return SampleToken(logits, vocab, row.params, row.seed, row.counter, row.num_top_logprobs, row.forced_token);
+  return SampleToken(logits, vocab, row.params, row.seed, row.counter, row.num_top_logprobs,
+                     row.forced_token);
 }
 
 }  // namespace oasis

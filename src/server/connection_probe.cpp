@@ -36,8 +36,10 @@ int ConnectionProbe::FindSocket() const {
     if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
     sockaddr_storage local{}, peer{};
     socklen_t local_len = sizeof local, peer_len = sizeof peer;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0)
+      continue;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+      continue;
     std::string lh, ph;
     int lp = 0, pp = 0;
     if (!Describe(local, local_len, &lh, &lp) || !Describe(peer, peer_len, &ph, &pp)) continue;

@@ -12,15 +12,24 @@ namespace {
 
 grpc::StatusCode GrpcCode(int http_status) {
   switch (http_status) {
-    case 400: return grpc::StatusCode::INVALID_ARGUMENT;
-    case 401: return grpc::StatusCode::UNAUTHENTICATED;
-    case 404: return grpc::StatusCode::NOT_FOUND;
-    case 413: return grpc::StatusCode::RESOURCE_EXHAUSTED;  // KV beyond the host store (bodies: HTTP only)
-    case 429: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case 499: return grpc::StatusCode::CANCELLED;
-    case 501: return grpc::StatusCode::UNIMPLEMENTED;
-    case 503: return grpc::StatusCode::UNAVAILABLE;
-    default: return grpc::StatusCode::INTERNAL;
+    case 400:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case 401:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case 404:
+      return grpc::StatusCode::NOT_FOUND;
+    case 413:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;  // KV beyond the host store (bodies: HTTP only)
+    case 429:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 499:
+      return grpc::StatusCode::CANCELLED;
+    case 501:
+      return grpc::StatusCode::UNIMPLEMENTED;
+    case 503:
+      return grpc::StatusCode::UNAVAILABLE;
+    default:
+      return grpc::StatusCode::INTERNAL;
   }
 }
 
@@ -73,18 +82,22 @@ class OasisGrpcService final : public v1::Oasis::Service {
  public:
   explicit OasisGrpcService(server::Service& service) : service_(service) {}
 
-  grpc::Status Health(grpc::ServerContext* ctx, const v1::HealthRequest*, v1::HealthResponse* out) override {
+  grpc::Status Health(grpc::ServerContext* ctx, const v1::HealthRequest*,
+                      v1::HealthResponse* out) override {
     return Guard([&] {
-      out->set_status(service_.host() != nullptr ? v1::HealthResponse::SERVING : v1::HealthResponse::LOADING);
+      out->set_status(service_.host() != nullptr ? v1::HealthResponse::SERVING
+                                                 : v1::HealthResponse::LOADING);
       return grpc::Status::OK;
     });
   }
 
-  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest*, v1::ListModelsResponse* out) override {
+  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest*,
+                          v1::ListModelsResponse* out) override {
     return Guard([&] {
       if (grpc::Status st = Authorize(*ctx); !st.ok()) return st;
       const ModelHost* h = service_.host();
-      if (h == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+      if (h == nullptr)
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
       v1::ModelInfo* m = out->add_models();
       m->set_id(service_.model_name());
       m->set_max_model_len(h->max_model_len());
@@ -116,30 +129,38 @@ class OasisGrpcService final : public v1::Oasis::Service {
     if (key.empty()) return grpc::Status::OK;
     const auto& md = ctx.client_metadata();
     auto it = md.find("authorization");
-    if (it != md.end() && std::string(it->second.data(), it->second.size()) == "Bearer " + key) return grpc::Status::OK;
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid 'authorization: Bearer <api key>' metadata");
+    if (it != md.end() && std::string(it->second.data(), it->second.size()) == "Bearer " + key)
+      return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or invalid 'authorization: Bearer <api key>' metadata");
   }
 
   grpc::Status DoGenerate(grpc::ServerContext& ctx, const v1::GenerateRequest& request,
                           grpc::ServerWriter<v1::GenerateResponse>& writer) {
     if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
-    if (service_.host() == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+    if (service_.host() == nullptr)
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
     if (service_.host()->role != "both") {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "a " + service_.host()->role + " instance serves oasis-router over HTTP, not gRPC");
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          "a " + service_.host()->role + " instance serves oasis-router over HTTP, not gRPC");
     }
     if (request.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a prompt (text or token_ids) is required");
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "a prompt (text or token_ids) is required");
     }
     ApiError err;
-    std::optional<GenerateSpec> spec = ParseCompletionRequest(ToCompletionJson(request), service_.limits(), &err);
+    std::optional<GenerateSpec> spec =
+        ParseCompletionRequest(ToCompletionJson(request), service_.limits(), &err);
     if (!spec) return ToGrpc(err);
     if (auto e = service_.CheckModel(spec->model)) return ToGrpc(*e);
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;
     if (auto e = service_.BuildPrompts(*spec, &prompts, &echo)) return ToGrpc(*e);
-    const std::string id = request.request_id().empty() ? service_.NewRequestId("grpc") : request.request_id();
-    std::unique_ptr<GenerationJob> job = service_.Start(*spec, prompts, service_.NewRequestId("grpc"), &err);
+    const std::string id =
+        request.request_id().empty() ? service_.NewRequestId("grpc") : request.request_id();
+    std::unique_ptr<GenerationJob> job =
+        service_.Start(*spec, prompts, service_.NewRequestId("grpc"), &err);
     if (!job) return ToGrpc(err);
     while (!job->finished()) {
       std::optional<JobEvent> ev = job->Next(std::chrono::milliseconds(50));
@@ -168,7 +189,9 @@ class OasisGrpcService final : public v1::Oasis::Service {
       response.set_finished(out.finished);
       if (out.finished) {
         if (out.finish_reason == FinishReasonKind::kError) {
-          return grpc::Status(grpc::StatusCode::INTERNAL, out.error.ok() ? "the engine failed the request" : out.error.message());
+          return grpc::Status(grpc::StatusCode::INTERNAL, out.error.ok()
+                                                              ? "the engine failed the request"
+                                                              : out.error.message());
         }
         response.set_finish_reason(FinishReasonString(out.finish_reason));
         response.set_stop_reason(out.stop_reason);
@@ -188,17 +211,20 @@ class OasisGrpcService final : public v1::Oasis::Service {
   server::Service& service_;  // (plain `Service` names the generated base class here)
 };
 
-GrpcFrontend::GrpcFrontend(Service& service) : service_(service), impl_(std::make_unique<OasisGrpcService>(service)) {}
+GrpcFrontend::GrpcFrontend(Service& service)
+    : service_(service), impl_(std::make_unique<OasisGrpcService>(service)) {}
 
 GrpcFrontend::~GrpcFrontend() { Shutdown(); }
 
 StatusOr<int> GrpcFrontend::Start(const std::string& host, int port) {
   grpc::ServerBuilder builder;
   int bound = 0;
-  const std::string address = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  const std::string address =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
   builder.RegisterService(impl_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(service_.config().max_body_bytes, INT32_MAX)));
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(service_.config().max_body_bytes, INT32_MAX)));
   server_ = builder.BuildAndStart();
   if (!server_ || bound == 0) return Unavailable("cannot listen for gRPC on " + address);
   return bound;

@@ -4,9 +4,9 @@
 // catches everything (the server never dies on a request); a client that disconnects has its
 // engine requests aborted.
 //
-// Owns its HttpListener (common/http_listener.h: the httplib::Server and its worker threads). Bind() then Run() (blocking) on one
-// thread; Stop() from any other. Handlers run concurrently on the worker threads and only
-// use the thread-safe Service.
+// Owns its HttpListener (common/http_listener.h: the httplib::Server and its worker threads).
+// Bind() then Run() (blocking) on one thread; Stop() from any other. Handlers run concurrently on
+// the worker threads and only use the thread-safe Service.
 #pragma once
 
 #include <memory>

@@ -44,20 +44,21 @@ nlohmann::ordered_json SparseJson(ModelHost& host) {
 Status CheckConfig(const ServerConfig& config) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, LoadModelHost(config));
   nlohmann::ordered_json out = config.ToJson();
-  out["resolved"] = {{"model_dir", host->model_dir},
-                     {"served_model_name", config.ResolvedModelName()},
-                     {"backend", host->backend_name},
-                     {"architecture", host->config.architecture_name},
-                     {"max_model_len", host->max_model_len()},
-                     {"num_kv_slots", host->runner->num_kv_slots()},
-                     {"tensor_parallel_size", config.tensor_parallel_size},
-                     {"kv_heads_per_rank", host->runner->model().config().num_key_value_heads},
-                     {"lookahead", LookaheadModeName(host->lookahead)},
-                     {"draft_head", host->draft_head != nullptr},
-                     {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
-                     {"sparse", SparseJson(*host)},
-                     {"tokenizer", host->tokenizer != nullptr},
-                     {"chat_template", host->chat_template.has_value()}};
+  out["resolved"] = {
+      {"model_dir", host->model_dir},
+      {"served_model_name", config.ResolvedModelName()},
+      {"backend", host->backend_name},
+      {"architecture", host->config.architecture_name},
+      {"max_model_len", host->max_model_len()},
+      {"num_kv_slots", host->runner->num_kv_slots()},
+      {"tensor_parallel_size", config.tensor_parallel_size},
+      {"kv_heads_per_rank", host->runner->model().config().num_key_value_heads},
+      {"lookahead", LookaheadModeName(host->lookahead)},
+      {"draft_head", host->draft_head != nullptr},
+      {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
+      {"sparse", SparseJson(*host)},
+      {"tokenizer", host->tokenizer != nullptr},
+      {"chat_template", host->chat_template.has_value()}};
   std::printf("%s\nconfig ok\n", out.dump(2).c_str());
   return Status::Ok();
 }
@@ -83,11 +84,12 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
     }
   }
   if (status.ok()) {
-    spdlog::info("loading {} ...", config.model.empty() ? EmbeddedModelDir() + " (embedded default)" : config.model);
+    spdlog::info("loading {} ...",
+                 config.model.empty() ? EmbeddedModelDir() + " (embedded default)" : config.model);
     StatusOr<std::unique_ptr<ModelHost>> host = LoadModelHost(config);
     if (host.ok()) {
-      spdlog::info("serving '{}' on the {} backend, context {} tokens", service.model_name(), (*host)->backend_name,
-                   (*host)->max_model_len());
+      spdlog::info("serving '{}' on the {} backend, context {} tokens", service.model_name(),
+                   (*host)->backend_name, (*host)->max_model_len());
       service.Publish(std::move(host).value());
       std::printf("oasis-server: ready (model '%s')\n", service.model_name().c_str());
       std::fflush(stdout);
@@ -109,8 +111,8 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
 int main(int argc, char** argv) {
   const ShutdownSignals signals;
   StatusOr<ParsedCommandLine> cmd = ParseCommandLine(argc, argv);
-  if (std::optional<int> exit_code =
-          StartProgram("oasis-server", cmd, [](const ParsedCommandLine& c) { return c.config.log_level; })) {
+  if (std::optional<int> exit_code = StartProgram(
+          "oasis-server", cmd, [](const ParsedCommandLine& c) { return c.config.log_level; })) {
     return *exit_code;
   }
   Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);

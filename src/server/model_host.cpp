@@ -19,10 +19,10 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "runner/cuda/cuda_draft_runner.h"
-#include "runner/cuda/cuda_graph_runner.h"
 #include "common/cuda_rt.h"
 #include "kvcache/kv_memory_plan.h"
+#include "runner/cuda/cuda_draft_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "runner/tp/cuda_tp_runner.h"
 #endif
 
@@ -36,8 +36,10 @@ constexpr size_t kCpuKvBudgetBytes = size_t{256} << 20;  // default CPU pool: at
 // full-length sequences within kCpuKvBudgetBytes (at least one full-length sequence).
 int64_t CpuKvSlots(const ServerConfig& sc, const ModelConfig& c, DType dtype) {
   if (sc.num_kv_slots > 0) return sc.num_kv_slots;
-  const int64_t per_seq = HeadBlockTable::SlotsFor(c.max_position_embeddings, static_cast<int32_t>(c.num_key_value_heads));
-  const size_t bytes_per_slot = 2ull * kBlockSize * c.head_dim * c.num_hidden_layers * DTypeSize(dtype);
+  const int64_t per_seq = HeadBlockTable::SlotsFor(c.max_position_embeddings,
+                                                   static_cast<int32_t>(c.num_key_value_heads));
+  const size_t bytes_per_slot =
+      2ull * kBlockSize * c.head_dim * c.num_hidden_layers * DTypeSize(dtype);
   const int64_t budget = static_cast<int64_t>(kCpuKvBudgetBytes / bytes_per_slot);
   return std::max(per_seq, std::min(per_seq * sc.max_num_seqs, budget));
 }
@@ -55,23 +57,28 @@ Status LoadTokenizerAndTemplate(const ServerConfig& sc, ModelHost* host) {
   if (fs::is_directory(tok_path)) tok_path /= "tokenizer.json";
   if (!fs::exists(tok_path)) {
     if (!sc.tokenizer.empty()) return NotFound("--tokenizer: no " + tok_path.string());
-    spdlog::warn("no tokenizer at {}: serving token ids only (text prompts and chat answer 400)", tok_path.string());
+    spdlog::warn("no tokenizer at {}: serving token ids only (text prompts and chat answer 400)",
+                 tok_path.string());
     return Status::Ok();
   }
   OASIS_ASSIGN_OR_RETURN(host->tokenizer, tokenizer::Tokenizer::FromFile(tok_path));
   const fs::path config_path = tok_path.parent_path() / "tokenizer_config.json";
   if (fs::exists(config_path)) {
-    OASIS_ASSIGN_OR_RETURN(host->template_files, ChatTemplate::LoadFromTokenizerConfig(config_path));
+    OASIS_ASSIGN_OR_RETURN(host->template_files,
+                           ChatTemplate::LoadFromTokenizerConfig(config_path));
   }
   if (!sc.chat_template.empty()) {
-    OASIS_ASSIGN_OR_RETURN(host->template_files.chat_template, ReadFile(sc.chat_template, "--chat-template"));
+    OASIS_ASSIGN_OR_RETURN(host->template_files.chat_template,
+                           ReadFile(sc.chat_template, "--chat-template"));
   }
   if (!host->template_files.chat_template.empty()) {
     auto parsed = ChatTemplate::Parse(host->template_files.chat_template);
     if (!parsed.ok()) return parsed.status().WithContext("chat template");
     host->chat_template = std::move(parsed).value();
   } else {
-    spdlog::warn("no chat template (tokenizer_config.json or --chat-template): /v1/chat/completions answers 400");
+    spdlog::warn(
+        "no chat template (tokenizer_config.json or --chat-template): /v1/chat/completions answers "
+        "400");
   }
   return Status::Ok();
 }
@@ -82,7 +89,8 @@ Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
     return Status::Ok();
   }
   OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
-  OASIS_ASSIGN_OR_RETURN(host->model, DecoderLM::Create(host->config, *host->weights, *host->backend));
+  OASIS_ASSIGN_OR_RETURN(host->model,
+                         DecoderLM::Create(host->config, *host->weights, *host->backend));
   return Status::Ok();
 }
 
@@ -118,16 +126,19 @@ Status LoadDraftHead(const ServerConfig& sc, ModelHost* host, DecoderLM& target,
 // 0's backend.)
 void MakeDraftRunner(ModelHost* host) {
   Backend& backend = host->runner->backend();
-  const int64_t slots = DraftKvSlotsFor(host->runner->num_kv_slots(), host->runner->model().config().num_key_value_heads,
+  const int64_t slots = DraftKvSlotsFor(host->runner->num_kv_slots(),
+                                        host->runner->model().config().num_key_value_heads,
                                         host->draft_head->config().num_key_value_heads);
 #if OASIS_HAVE_CUDA
   if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) {  // drafts taken on the device
     host->draft_runner = std::make_unique<CudaDraftRunner>(*host->draft_head, *cuda, slots);
   }
 #endif
-  if (!host->draft_runner) host->draft_runner = std::make_unique<DraftRunner>(*host->draft_head, backend, slots);
+  if (!host->draft_runner)
+    host->draft_runner = std::make_unique<DraftRunner>(*host->draft_head, backend, slots);
   std::string ids;
-  for (int64_t id : host->draft_head->aux_layer_ids()) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  for (int64_t id : host->draft_head->aux_layer_ids())
+    ids += (ids.empty() ? "" : ",") + std::to_string(id);
   spdlog::info("EAGLE-3 draft head: aux layers [{}], draft vocab {}, KV {} head-blocks", ids,
                host->draft_head->draft_vocab_size(), slots);
 }
@@ -136,40 +147,53 @@ void MakeDraftRunner(ModelHost* host) {
 // Device memory of sparse KV outside the KV pool: block summaries (1/16 of the host store),
 // the per-row state (SparseDeviceState) and the pipeline's query snapshots.
 size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType dtype) {
-  const size_t per_slot = HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, dtype);
+  const size_t per_slot =
+      HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, dtype);
   const double host_bytes = s.host_kv_gib * 1024.0 * 1024.0 * 1024.0;
   const double remote_bytes = s.remote_kv_gib * 1024.0 * 1024.0 * 1024.0;  // summary-only rows
-  const size_t slots = per_slot == 0 ? 0 : static_cast<size_t>((host_bytes + remote_bytes) / static_cast<double>(per_slot));
+  const size_t slots =
+      per_slot == 0
+          ? 0
+          : static_cast<size_t>((host_bytes + remote_bytes) / static_cast<double>(per_slot));
   const size_t layers = static_cast<size_t>(c.num_hidden_layers - s.dense_layers);
   const size_t summaries = slots * layers * 2 * static_cast<size_t>(c.head_dim) * DTypeSize(dtype);
-  const size_t rows = static_cast<size_t>(s.max_sparse_seqs) * static_cast<size_t>(c.num_key_value_heads);
+  const size_t rows =
+      static_cast<size_t>(s.max_sparse_seqs) * static_cast<size_t>(c.num_key_value_heads);
   const size_t mb = static_cast<size_t>((c.max_position_embeddings + kBlockSize - 1) / kBlockSize);
   const size_t per_layer =
-      rows * (6 * static_cast<size_t>(s.topk_blocks) + 2 * static_cast<size_t>(s.max_fetch()) + 6 + mb) * 4;
+      rows *
+      (6 * static_cast<size_t>(s.topk_blocks) + 2 * static_cast<size_t>(s.max_fetch()) + 6 + mb) *
+      4;
   const size_t snapshots = layers * static_cast<size_t>(s.max_sparse_seqs) *
-                           static_cast<size_t>(c.num_attention_heads * c.head_dim) * DTypeSize(dtype);
-  return summaries + rows * (mb * 8 + static_cast<size_t>(s.topk_blocks) * 4) + layers * per_layer + snapshots;
+                           static_cast<size_t>(c.num_attention_heads * c.head_dim) *
+                           DTypeSize(dtype);
+  return summaries + rows * (mb * 8 + static_cast<size_t>(s.topk_blocks) * 4) + layers * per_layer +
+         snapshots;
 }
 
 // KV head-blocks per layer that fit on the current device once `model` (and the draft head,
 // when it lives there) are loaded. `model` is the served model or one rank's shard (local
 // head counts: each GPU's pools hold its own heads).
 StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, const DecoderLM& model,
-                                    CudaBackend& backend, bool with_draft_head, const std::string& who) {
+                                    CudaBackend& backend, bool with_draft_head,
+                                    const std::string& who) {
   backend.Synchronize();
   size_t free_bytes = 0, total_bytes = 0;
-  OASIS_RETURN_IF_ERROR(cuda::ToStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  OASIS_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
   const ModelConfig& c = model.config();
   // Activations of the largest step (residual, QKV, MLP, logits in f32) plus runtime slack.
-  const size_t step_bytes = static_cast<size_t>(sc.max_num_batched_tokens) *
-                            static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
+  const size_t step_bytes =
+      static_cast<size_t>(sc.max_num_batched_tokens) *
+      static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
   size_t reserve = (size_t{1} << 30) + step_bytes;
   if (host->sparse) {
     // Each rank's summaries cover its share of the host store (--host-kv-gib is the total).
     SparseConfig mine = *host->sparse;
     mine.host_kv_gib /= static_cast<double>(std::max<int64_t>(1, sc.tensor_parallel_size));
     const size_t sparse_bytes = SparseDeviceBytes(mine, c, backend.activation_dtype());
-    spdlog::info("sparse KV: {:.2f} GiB of device memory for summaries and state", sparse_bytes / double(1 << 30));
+    spdlog::info("sparse KV: {:.2f} GiB of device memory for summaries and state",
+                 sparse_bytes / double(1 << 30));
     reserve += sparse_bytes;
   }
   // The draft head's pool (as many tokens as the model's, DraftKvSlotsFor) costs as much as
@@ -180,10 +204,11 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
     const int64_t width = c.num_key_value_heads * c.head_dim;
     plan_config.num_hidden_layers += (h.num_key_value_heads * h.head_dim + width - 1) / width;
   }
-  OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan,
-                         PlanKvCache(plan_config, 2, sc.gpu_memory_utilization, total_bytes, free_bytes, reserve));
-  spdlog::info("KV cache{}: {} head-blocks per layer ({:.2f} GiB, {} tokens per KV-head group)", who, plan.num_slots,
-               plan.budget_bytes / double(1 << 30), plan.max_tokens_per_kv_head_group);
+  OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan, PlanKvCache(plan_config, 2, sc.gpu_memory_utilization,
+                                                        total_bytes, free_bytes, reserve));
+  spdlog::info("KV cache{}: {} head-blocks per layer ({:.2f} GiB, {} tokens per KV-head group)",
+               who, plan.num_slots, plan.budget_bytes / double(1 << 30),
+               plan.max_tokens_per_kv_head_group);
   return plan.num_slots;
 }
 
@@ -203,8 +228,10 @@ Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
     OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host, *host->model, backend));
   }
   CudaGraphOptions go = GraphOptions(sc, host->config);
-  OASIS_ASSIGN_OR_RETURN(go.num_kv_slots, PlanDeviceKvSlots(sc, host, *host->model, backend, true, ""));
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*host->model, backend, go));
+  OASIS_ASSIGN_OR_RETURN(go.num_kv_slots,
+                         PlanDeviceKvSlots(sc, host, *host->model, backend, true, ""));
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner,
+                         CudaGraphRunner::Create(*host->model, backend, go));
   host->runner = std::move(runner);
   return Status::Ok();
 }
@@ -224,16 +251,19 @@ Status LoadCudaTensorParallel(const ServerConfig& sc, ModelHost* host) {
     OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
   }
   CudaTpHooks hooks;
-  hooks.load_shard = [&](CudaBackend& backend, const TensorParallel& tp) -> StatusOr<std::unique_ptr<DecoderLM>> {
+  hooks.load_shard = [&](CudaBackend& backend,
+                         const TensorParallel& tp) -> StatusOr<std::unique_ptr<DecoderLM>> {
     if (sc.load_format == "dummy") return DecoderLM::CreateDummy(c, backend, 0, tp);
     return DecoderLM::Create(c, *host->weights, backend, tp);
   };
   hooks.kv_slots = [&](int rank, CudaBackend& backend, DecoderLM& shard) -> StatusOr<int64_t> {
     const bool draft_here = rank == 0 && sc.HasDraftModel();
     if (draft_here) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host, shard, backend));
-    return PlanDeviceKvSlots(sc, host, shard, backend, draft_here, " (rank " + std::to_string(rank) + ")");
+    return PlanDeviceKvSlots(sc, host, shard, backend, draft_here,
+                             " (rank " + std::to_string(rank) + ")");
   };
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelRunner> runner, CreateCudaTpRunner(c, options, hooks));
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelRunner> runner,
+                         CreateCudaTpRunner(c, options, hooks));
   host->runner = std::move(runner);
   return Status::Ok();
 }
@@ -249,15 +279,19 @@ Status LoadCpuTensorParallel(const ServerConfig& sc, ModelHost* host) {
   }
   CpuTpOptions options;
   options.size = n;
-  options.threads_per_rank = sc.threads > 0 ? static_cast<int>(std::max<int64_t>(1, sc.threads / n)) : 0;
+  options.threads_per_rank =
+      sc.threads > 0 ? static_cast<int>(std::max<int64_t>(1, sc.threads / n)) : 0;
   options.num_kv_slots = CpuKvSlots(sc, LocalConfig(c, TensorParallel{0, n, nullptr}), DType::kF32);
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelRunner> runner,
-                         CreateCpuTpRunner(c, options, [&](Backend& backend, const TensorParallel& tp)
-                                                           -> StatusOr<std::unique_ptr<DecoderLM>> {
-                           if (sc.load_format == "dummy") return DecoderLM::CreateDummy(c, backend, 0, tp);
-                           return DecoderLM::Create(c, *host->weights, backend, tp);
-                         }));
-  spdlog::info("KV cache: {} head-blocks per layer per rank ({} CPU ranks)", options.num_kv_slots, n);
+  OASIS_ASSIGN_OR_RETURN(
+      std::unique_ptr<TpModelRunner> runner,
+      CreateCpuTpRunner(
+          c, options,
+          [&](Backend& backend, const TensorParallel& tp) -> StatusOr<std::unique_ptr<DecoderLM>> {
+            if (sc.load_format == "dummy") return DecoderLM::CreateDummy(c, backend, 0, tp);
+            return DecoderLM::Create(c, *host->weights, backend, tp);
+          }));
+  spdlog::info("KV cache: {} head-blocks per layer per rank ({} CPU ranks)", options.num_kv_slots,
+               n);
   host->runner = std::move(runner);
   if (sc.HasDraftModel()) {
     OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host, host->runner->model(), host->runner->backend()));
@@ -276,28 +310,37 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   if (sc.role == "decode") {
     host->importer = disagg::RemoteKvImporter::Create(host->ucx);
     host->full_transfer = sc.rpf == "off";
-    spdlog::info("decode instance: {} (remote fetch cap {} blocks per head per step)",
-                 host->full_transfer ? "full KV transfer at admission (--rpf off)" : "remote partial fetch",
-                 host->sparse ? host->sparse->remote_fetch_cap : 0);
+    spdlog::info(
+        "decode instance: {} (remote fetch cap {} blocks per head per step)",
+        host->full_transfer ? "full KV transfer at admission (--rpf off)" : "remote partial fetch",
+        host->sparse ? host->sparse->remote_fetch_cap : 0);
     return Status::Ok();
   }
   const ModelConfig& c = host->config;
-  const uint64_t block_bytes =
-      uint64_t{kBlockSize} * static_cast<uint64_t>(c.head_dim) * DTypeSize(host->runner->backend().activation_dtype());
+  const uint64_t block_bytes = uint64_t{kBlockSize} * static_cast<uint64_t>(c.head_dim) *
+                               DTypeSize(host->runner->backend().activation_dtype());
   double gib = sc.staging_pool_gib;
   if (gib <= 0) {
-    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    const double ram =
+        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     gib = ram / 4.0 / (1024.0 * 1024.0 * 1024.0);
   }
-  const auto blocks = static_cast<uint64_t>(gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(block_bytes));
-  if (blocks == 0) return InvalidArgument("--staging-pool-gib " + std::to_string(gib) + " holds no head-block");
+  const auto blocks =
+      static_cast<uint64_t>(gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(block_bytes));
+  if (blocks == 0)
+    return InvalidArgument("--staging-pool-gib " + std::to_string(gib) + " holds no head-block");
   const auto ttl = std::chrono::milliseconds(sc.staging_lease_ttl_ms);
-  auto pool = disagg::StagingPool::Create(host->ucx, {.block_bytes = block_bytes, .num_blocks = blocks,
-                                                      .default_lease_ttl = ttl});
-  if (!pool.ok()) return Unavailable("staging pool of " + std::to_string(gib) + " GiB: " + pool.status().ToString());
+  auto pool = disagg::StagingPool::Create(
+      host->ucx, {.block_bytes = block_bytes, .num_blocks = blocks, .default_lease_ttl = ttl});
+  if (!pool.ok())
+    return Unavailable("staging pool of " + std::to_string(gib) +
+                       " GiB: " + pool.status().ToString());
   host->staging_pool = std::move(*pool);
-  auto server = disagg::StagingServer::Start(host->ucx, host->staging_pool.get(), {.listen_address = sc.staging_listen});
-  if (!server.ok()) return Unavailable("staging server on " + sc.staging_listen + ": " + server.status().ToString());
+  auto server = disagg::StagingServer::Start(host->ucx, host->staging_pool.get(),
+                                             {.listen_address = sc.staging_listen});
+  if (!server.ok())
+    return Unavailable("staging server on " + sc.staging_listen + ": " +
+                       server.status().ToString());
   host->staging_server = std::move(*server);
   // What decode instances connect to: the advertised host (or the listen host, or this
   // machine's name for a wildcard listener) and the bound port.
@@ -313,39 +356,48 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   }
   const std::string address = adv + ":" + port;
   host->exporter = std::make_unique<disagg::StagingExporter>(*host->staging_pool, address, ttl);
-  spdlog::info("prefill instance: staging pool {:.2f} GiB ({} head-blocks of {} B), tickets name {} (lease TTL {} ms)",
-               gib, blocks, block_bytes, address, sc.staging_lease_ttl_ms);
+  spdlog::info(
+      "prefill instance: staging pool {:.2f} GiB ({} head-blocks of {} B), tickets name {} (lease "
+      "TTL {} ms)",
+      gib, blocks, block_bytes, address, sc.staging_lease_ttl_ms);
   return Status::Ok();
 }
 
 }  // namespace
 
-StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc, const ModelConfig& c) {
+StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc,
+                                                          const ModelConfig& c) {
   if (!sc.SparseEnabled()) return std::optional<SparseConfig>();
   SparseConfig s;
-  if (sc.topk_blocks > (int64_t{1} << 20)) return InvalidArgument("--topk-blocks " + std::to_string(sc.topk_blocks) + " is too large");
+  if (sc.topk_blocks > (int64_t{1} << 20))
+    return InvalidArgument("--topk-blocks " + std::to_string(sc.topk_blocks) + " is too large");
   s.topk_blocks = static_cast<int32_t>(sc.topk_blocks);
   s.fetch_ratio = sc.fetch_ratio;
   s.sparse_threshold = sc.ResolvedSparseThreshold();
   if (sc.dense_layers >= c.num_hidden_layers) {
-    return InvalidArgument("--dense-layers " + std::to_string(sc.dense_layers) + " must be below the model's " +
-                           std::to_string(c.num_hidden_layers) + " layers");
+    return InvalidArgument("--dense-layers " + std::to_string(sc.dense_layers) +
+                           " must be below the model's " + std::to_string(c.num_hidden_layers) +
+                           " layers");
   }
   s.dense_layers = static_cast<int32_t>(sc.dense_layers);
   s.host_kv_gib = sc.host_kv_gib;
   if (s.host_kv_gib <= 0) {  // auto: a quarter of the machine's RAM
-    const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    const double ram =
+        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     s.host_kv_gib = ram / 4.0 / (1024.0 * 1024.0 * 1024.0);
   }
   OASIS_ASSIGN_OR_RETURN(s.predictor, ParseSparsePredictor(sc.ResolvedSparsePredictor()));
   OASIS_ASSIGN_OR_RETURN(s.group_reduce, ParseGroupReduce(sc.sparse_group_reduce));
-  s.max_sparse_seqs = static_cast<int32_t>(std::min<int64_t>(sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, 1 << 16));
+  s.max_sparse_seqs = static_cast<int32_t>(
+      std::min<int64_t>(sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, 1 << 16));
   s.max_seq_len = c.max_position_embeddings;  // the engine sets its own context length
-  s.agreement_interval = static_cast<int32_t>(std::min<int64_t>(sc.sparse_agreement_interval, 1 << 30));
+  s.agreement_interval =
+      static_cast<int32_t>(std::min<int64_t>(sc.sparse_agreement_interval, 1 << 30));
   s.transfers = sc.sparse_transfers == "on";
-  if (sc.role == "decode" && sc.rpf == "on") {  // remote blocks: listed by select, fetched by the engine
-    s.remote_fetch_cap = static_cast<int32_t>(
-        std::min<int64_t>(sc.remote_fetch_cap > 0 ? sc.remote_fetch_cap : s.max_fetch(), s.topk_blocks));
+  if (sc.role == "decode" &&
+      sc.rpf == "on") {  // remote blocks: listed by select, fetched by the engine
+    s.remote_fetch_cap = static_cast<int32_t>(std::min<int64_t>(
+        sc.remote_fetch_cap > 0 ? sc.remote_fetch_cap : s.max_fetch(), s.topk_blocks));
     s.remote_kv_gib = sc.remote_kv_gib < 0 ? s.host_kv_gib : sc.remote_kv_gib;
   }
   if (sc.role != "both") s.sparse_threshold = std::max<int64_t>(s.sparse_threshold, 1);
@@ -381,8 +433,8 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   OASIS_ASSIGN_OR_RETURN(host->sparse, ResolveSparseConfig(sc, c));
   OASIS_RETURN_IF_ERROR(LoadTokenizerAndTemplate(sc, host.get()));
   if (host->tokenizer && host->tokenizer->vocab_size() > c.vocab_size) {
-    spdlog::warn("tokenizer has {} ids but the model only {}: larger ids are rejected", host->tokenizer->vocab_size(),
-                 c.vocab_size);
+    spdlog::warn("tokenizer has {} ids but the model only {}: larger ids are rejected",
+                 host->tokenizer->vocab_size(), c.vocab_size);
   }
   const bool tensor_parallel = sc.tensor_parallel_size > 1;
   if (tensor_parallel) {
@@ -390,16 +442,20 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   }
   if (host->backend_name == "cuda") {
 #if OASIS_HAVE_CUDA
-    OASIS_RETURN_IF_ERROR(tensor_parallel ? LoadCudaTensorParallel(sc, host.get()) : LoadCuda(sc, host.get()));
+    OASIS_RETURN_IF_ERROR(tensor_parallel ? LoadCudaTensorParallel(sc, host.get())
+                                          : LoadCuda(sc, host.get()));
 #else
-    return Unimplemented("--backend cuda: this oasis-server was built without CUDA (configure with -DOASIS_CUDA=ON)");
+    return Unimplemented(
+        "--backend cuda: this oasis-server was built without CUDA (configure with "
+        "-DOASIS_CUDA=ON)");
 #endif
   } else if (tensor_parallel) {
     OASIS_RETURN_IF_ERROR(LoadCpuTensorParallel(sc, host.get()));
   } else {
     host->backend = std::make_unique<CpuBackend>(static_cast<int>(sc.threads));
     OASIS_RETURN_IF_ERROR(LoadWeights(sc, host.get()));
-    if (sc.HasDraftModel()) OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host.get(), *host->model, *host->backend));
+    if (sc.HasDraftModel())
+      OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host.get(), *host->model, *host->backend));
     const int64_t slots = CpuKvSlots(sc, c, host->backend->activation_dtype());
     spdlog::info("KV cache: {} head-blocks per layer (CPU)", slots);
     host->runner = std::make_unique<ModelRunner>(*host->model, *host->backend, slots);
@@ -416,7 +472,8 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   OASIS_RETURN_IF_ERROR(SetUpDisaggregation(sc, host.get()));
   options.handoff_exporter = host->exporter.get();
   OASIS_RETURN_IF_ERROR(Engine::CheckOptions(options, *host->runner, host->draft_runner.get()));
-  host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options, host->draft_runner.get());
+  host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options,
+                                          host->draft_runner.get());
   host->engine->Start();
   return host;
 }

@@ -3,7 +3,8 @@
 // the weights, the DecoderLM, its ModelRunner, the optional EAGLE-3 draft head and its
 // DraftRunner (lookahead decoding), the tokenizer, the chat template and the Engine
 // (started; with sparse KV on, the engine owns the host KV store and attaches it to the
-// runner, which builds its sparse pipelines). Members are destroyed in reverse: the engine stops first.
+// runner, which builds its sparse pipelines). Members are destroyed in reverse: the engine stops
+// first.
 //
 // Owns all of them. Immutable after LoadModelHost returns; the engine and tokenizer are
 // thread-safe, so request threads share one ModelHost read-only.
@@ -16,13 +17,13 @@
 #include "backend/backend.h"
 #include "disagg/kv_transfer.h"
 #include "disagg/staging_server.h"
-#include "runner/draft_runner.h"
 #include "engine/engine.h"
-#include "runner/model_runner.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
 #include "models/eagle3.h"
 #include "oasis/model_config.h"
+#include "runner/draft_runner.h"
+#include "runner/model_runner.h"
 #include "server/server_config.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -30,17 +31,17 @@
 namespace oasis::server {
 
 struct ModelHost {
-  std::string model_dir;        // resolved
-  std::string backend_name;     // "cpu" or "cuda"
-  ModelConfig config;           // max_position_embeddings = the served context length
+  std::string model_dir;     // resolved
+  std::string backend_name;  // "cpu" or "cuda"
+  ModelConfig config;        // max_position_embeddings = the served context length
   std::unique_ptr<Backend> backend;
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<DecoderLM> model;
   std::unique_ptr<ModelRunner> runner;
-  std::unique_ptr<Eagle3Head> draft_head;      // null: no draft model
-  std::unique_ptr<DraftRunner> draft_runner;   // the head's KV pool and step
+  std::unique_ptr<Eagle3Head> draft_head;     // null: no draft model
+  std::unique_ptr<DraftRunner> draft_runner;  // the head's KV pool and step
   LookaheadMode lookahead = LookaheadMode::kOff;
-  std::optional<SparseConfig> sparse;          // null: sparse KV off (as given to the engine)
+  std::optional<SparseConfig> sparse;               // null: sparse KV off (as given to the engine)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null: token ids only
   std::optional<ChatTemplate> chat_template;        // null: /v1/chat/completions answers 400
   ChatTemplateFiles template_files;
@@ -48,11 +49,11 @@ struct ModelHost {
   // the engine stops first, then the staging server and pool go.
   std::string role = "both";
   std::shared_ptr<disagg::UcxContext> ucx;
-  std::unique_ptr<disagg::StagingPool> staging_pool;        // prefill
-  std::unique_ptr<disagg::StagingServer> staging_server;    // prefill
-  std::unique_ptr<disagg::StagingExporter> exporter;        // prefill
-  std::shared_ptr<disagg::RemoteKvImporter> importer;       // decode
-  bool full_transfer = false;                               // decode: --rpf off
+  std::unique_ptr<disagg::StagingPool> staging_pool;      // prefill
+  std::unique_ptr<disagg::StagingServer> staging_server;  // prefill
+  std::unique_ptr<disagg::StagingExporter> exporter;      // prefill
+  std::shared_ptr<disagg::RemoteKvImporter> importer;     // decode
+  bool full_transfer = false;                             // decode: --rpf off
   std::unique_ptr<Engine> engine;
 
   ~ModelHost();
@@ -67,6 +68,7 @@ std::string AutoBackend();
 
 // The engine's sparse KV settings from the server's (nullopt when off); InvalidArgument
 // naming the flag for values out of range. `model` is the served model's config.
-StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& config, const ModelConfig& model);
+StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& config,
+                                                          const ModelConfig& model);
 
 }  // namespace oasis::server

@@ -72,8 +72,9 @@ class Reader {
   // `above`: the value was past hi (an open upper bound is then named too, not just ">= lo").
   bool OutOfBounds(const std::string& key, int64_t lo, int64_t hi, bool above) {
     const bool open_hi = hi == std::numeric_limits<int64_t>::max();
-    std::string range = open_hi && !above ? ">= " + std::to_string(lo)
-                                          : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    std::string range = open_hi && !above
+                            ? ">= " + std::to_string(lo)
+                            : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
     return Fail(key, "'" + key + "' must be " + range);
   }
   const Json& body_;
@@ -83,10 +84,12 @@ class Reader {
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kTokenIdMax = std::numeric_limits<int32_t>::max();
 
-bool ParseTokenIds(Reader& r, const Json& list, const std::string& param, std::vector<int32_t>* out) {
+bool ParseTokenIds(Reader& r, const Json& list, const std::string& param,
+                   std::vector<int32_t>* out) {
   for (const Json& id : list) {
     int64_t v = 0;
-    if (!r.IntValue(id, param, 0, kTokenIdMax, &v)) return r.Fail(param, "'" + param + "' token ids must be integers >= 0");
+    if (!r.IntValue(id, param, 0, kTokenIdMax, &v))
+      return r.Fail(param, "'" + param + "' token ids must be integers >= 0");
     out->push_back(static_cast<int32_t>(v));
   }
   return true;
@@ -100,20 +103,25 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.Bool("stream", &spec->stream)) return false;
   if (const Json* so = r.Get("stream_options")) {
     if (!so->is_object()) return r.Fail("stream_options", "'stream_options' must be an object");
-    if (!spec->stream) return r.Fail("stream_options", "'stream_options' is only allowed with stream=true");
+    if (!spec->stream)
+      return r.Fail("stream_options", "'stream_options' is only allowed with stream=true");
     auto it = so->find("include_usage");
     if (it != so->end() && !it->is_null()) {
-      if (!it->is_boolean()) return r.Fail("stream_options.include_usage", "'include_usage' must be a boolean");
+      if (!it->is_boolean())
+        return r.Fail("stream_options.include_usage", "'include_usage' must be a boolean");
       spec->include_usage = it->get<bool>();
     }
   }
   double temperature = 1.0, top_p = 1.0, min_p = 0.0;
   if (!r.Number("temperature", &temperature)) return false;
-  if (temperature < 0) return r.Fail("temperature", "'temperature' must be >= 0, got " + std::to_string(temperature));
+  if (temperature < 0)
+    return r.Fail("temperature", "'temperature' must be >= 0, got " + std::to_string(temperature));
   if (!r.Number("top_p", &top_p)) return false;
-  if (!(top_p > 0 && top_p <= 1)) return r.Fail("top_p", "'top_p' must be in (0, 1], got " + std::to_string(top_p));
+  if (!(top_p > 0 && top_p <= 1))
+    return r.Fail("top_p", "'top_p' must be in (0, 1], got " + std::to_string(top_p));
   if (!r.Number("min_p", &min_p)) return false;
-  if (!(min_p >= 0 && min_p <= 1)) return r.Fail("min_p", "'min_p' must be in [0, 1], got " + std::to_string(min_p));
+  if (!(min_p >= 0 && min_p <= 1))
+    return r.Fail("min_p", "'min_p' must be in [0, 1], got " + std::to_string(min_p));
   int64_t top_k = -1;
   if (!r.Int("top_k", -1, kTokenIdMax, &top_k)) return false;
   spec->sampling.temperature = static_cast<float>(temperature);
@@ -122,17 +130,20 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   spec->sampling.top_k = static_cast<int32_t>(top_k);
   if (const Json* seed = r.Get("seed")) {
     int64_t v = 0;
-    if (!r.IntValue(*seed, "seed", std::numeric_limits<int64_t>::min(), kInt64Max, &v)) return false;
+    if (!r.IntValue(*seed, "seed", std::numeric_limits<int64_t>::min(), kInt64Max, &v))
+      return false;
     spec->sampling.seed = static_cast<uint64_t>(v);
   }
   for (const char* unsupported : {"presence_penalty", "frequency_penalty"}) {
     double v = 0;
     if (!r.Number(unsupported, &v)) return false;
-    if (v != 0) return r.Fail(unsupported, std::string("'") + unsupported + "' is not supported (only 0)");
+    if (v != 0)
+      return r.Fail(unsupported, std::string("'") + unsupported + "' is not supported (only 0)");
   }
   double repetition_penalty = 1.0;
   if (!r.Number("repetition_penalty", &repetition_penalty)) return false;
-  if (repetition_penalty != 1.0) return r.Fail("repetition_penalty", "'repetition_penalty' is not supported (only 1)");
+  if (repetition_penalty != 1.0)
+    return r.Fail("repetition_penalty", "'repetition_penalty' is not supported (only 1)");
   if (const Json* bias = r.Get("logit_bias")) {
     if (!bias->is_object()) return r.Fail("logit_bias", "'logit_bias' must be an object");
     if (!bias->empty()) return r.Fail("logit_bias", "'logit_bias' is not supported");
@@ -144,18 +155,22 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   }
   // Structured output cannot be honoured (no constrained decoding): refused, not ignored.
   if (const Json* format = r.Get("response_format")) {
-    const Json* type = format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
+    const Json* type =
+        format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
     if (type == nullptr || !type->is_string()) {
       return r.Fail("response_format", "'response_format' must be an object with a string 'type'");
     }
     if (type->get<std::string>() != "text") {
-      return r.Fail("response_format", "'response_format' of type '" + type->get<std::string>() +
-                                           "' is not supported (only text: no constrained decoding)");
+      return r.Fail("response_format",
+                    "'response_format' of type '" + type->get<std::string>() +
+                        "' is not supported (only text: no constrained decoding)");
     }
   }
-  for (const char* guided : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
+  for (const char* guided :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
     if (r.Get(guided) != nullptr) {
-      return r.Fail(guided, std::string("'") + guided + "' is not supported (no constrained decoding)");
+      return r.Fail(guided,
+                    std::string("'") + guided + "' is not supported (no constrained decoding)");
     }
   }
   if (const Json* stop = r.Get("stop")) {
@@ -174,11 +189,13 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     }
   }
   if (const Json* ids = r.Get("stop_token_ids")) {
-    if (!ids->is_array()) return r.Fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    if (!ids->is_array())
+      return r.Fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     if (!ParseTokenIds(r, *ids, "stop_token_ids", &spec->stop_token_ids)) return false;
   }
   if (const Json* ids = r.Get("forced_output_ids")) {
-    if (!ids->is_array()) return r.Fail("forced_output_ids", "'forced_output_ids' must be a list of token ids");
+    if (!ids->is_array())
+      return r.Fail("forced_output_ids", "'forced_output_ids' must be a list of token ids");
     if (!ParseTokenIds(r, *ids, "forced_output_ids", &spec->forced_output_ids)) return false;
   }
   if (!r.Bool("ignore_eos", &spec->ignore_eos)) return false;
@@ -189,11 +206,13 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   return true;
 }
 
-bool CheckMaxTokens(Reader& r, const ProtocolLimits& limits, const char* param, GenerateSpec* spec) {
+bool CheckMaxTokens(Reader& r, const ProtocolLimits& limits, const char* param,
+                    GenerateSpec* spec) {
   if (!spec->max_tokens) return true;
   if (limits.max_model_len > 0 && *spec->max_tokens > limits.max_model_len) {
     return r.Fail(param, std::string("'") + param + "' (" + std::to_string(*spec->max_tokens) +
-                             ") exceeds the model's context length (" + std::to_string(limits.max_model_len) + ")");
+                             ") exceeds the model's context length (" +
+                             std::to_string(limits.max_model_len) + ")");
   }
   if (spec->min_tokens > *spec->max_tokens) {
     return r.Fail("min_tokens", "'min_tokens' must be <= max_tokens");
@@ -202,7 +221,9 @@ bool CheckMaxTokens(Reader& r, const ProtocolLimits& limits, const char* param, 
 }
 
 bool ParsePrompt(Reader& r, const Json& prompt, GenerateSpec* spec) {
-  const char* kBad = "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of token ids";
+  const char* kBad =
+      "'prompt' must be a string, a list of strings, a list of token ids or a list of lists of "
+      "token ids";
   if (prompt.is_string()) {
     spec->prompts.push_back({prompt.get<std::string>(), {}});
   } else if (prompt.is_array()) {
@@ -239,17 +260,21 @@ bool NormaliseContent(Reader& r, OrderedJson& message, size_t index) {
   const std::string param = "messages[" + std::to_string(index) + "].content";
   auto it = message.find("content");
   if (it == message.end() || it->is_null() || it->is_string()) return true;
-  if (!it->is_array()) return r.Fail(param, "'content' must be a string or a list of content parts");
+  if (!it->is_array())
+    return r.Fail(param, "'content' must be a string or a list of content parts");
   std::string text;
   for (const OrderedJson& part : *it) {
     if (!part.is_object()) return r.Fail(param, "content parts must be objects");
     auto type = part.find("type");
-    if (type == part.end() || !type->is_string()) return r.Fail(param, "content parts need a 'type'");
+    if (type == part.end() || !type->is_string())
+      return r.Fail(param, "content parts need a 'type'");
     if (*type != "text") {
-      return r.Fail(param, "content part type '" + type->get<std::string>() + "' is not supported (only text)");
+      return r.Fail(param, "content part type '" + type->get<std::string>() +
+                               "' is not supported (only text)");
     }
     auto t = part.find("text");
-    if (t == part.end() || !t->is_string()) return r.Fail(param, "a text content part needs a string 'text'");
+    if (t == part.end() || !t->is_string())
+      return r.Fail(param, "a text content part needs a string 'text'");
     text += t->get<std::string>();
   }
   *it = text;
@@ -277,16 +302,24 @@ ApiError BadRequest(std::string message, std::string param) {
 
 int HttpStatusFor(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return 200;
+    case StatusCode::kOk:
+      return 200;
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
-    case StatusCode::kFailedPrecondition: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kResourceExhausted: return 429;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kCancelled: return 499;
-    case StatusCode::kUnimplemented: return 501;
-    default: return 500;
+    case StatusCode::kFailedPrecondition:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kCancelled:
+      return 499;
+    case StatusCode::kUnimplemented:
+      return 501;
+    default:
+      return 500;
   }
 }
 
@@ -296,11 +329,21 @@ ApiError FromStatus(const Status& status, std::string param) {
   e.message = status.message();
   e.param = std::move(param);
   switch (e.http_status) {
-    case 400: e.type = "invalid_request_error"; break;
-    case 404: e.type = "not_found_error"; break;
-    case 429: e.type = "rate_limit_error"; break;
-    case 503: e.type = "service_unavailable_error"; break;
-    default: e.type = "server_error"; break;
+    case 400:
+      e.type = "invalid_request_error";
+      break;
+    case 404:
+      e.type = "not_found_error";
+      break;
+    case 429:
+      e.type = "rate_limit_error";
+      break;
+    case 503:
+      e.type = "service_unavailable_error";
+      break;
+    default:
+      e.type = "server_error";
+      break;
   }
   return e;
 }
@@ -328,7 +371,8 @@ std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error) {
   return json;
 }
 
-std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const ProtocolLimits& limits, ApiError* error) {
+std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const ProtocolLimits& limits,
+                                                   ApiError* error) {
   Reader r(body, error);
   GenerateSpec spec;
   spec.endpoint = Endpoint::kCompletions;
@@ -347,7 +391,8 @@ std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const Proto
     spec.logprobs = true;
     spec.top_logprobs = static_cast<int>(k);
   }
-  if (spec.echo && spec.logprobs) return r.Fail("echo", "'echo' with 'logprobs' is not supported"), std::nullopt;
+  if (spec.echo && spec.logprobs)
+    return r.Fail("echo", "'echo' with 'logprobs' is not supported"), std::nullopt;
   if (const Json* suffix = r.Get("suffix")) {
     if (!suffix->is_string() || !suffix->get<std::string>().empty()) {
       return r.Fail("suffix", "'suffix' is not supported"), std::nullopt;
@@ -356,7 +401,8 @@ std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const Proto
   return spec;
 }
 
-std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLimits& limits, ApiError* error) {
+std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLimits& limits,
+                                             ApiError* error) {
   Reader r(body, error);
   GenerateSpec spec;
   spec.endpoint = Endpoint::kChatCompletions;
@@ -371,14 +417,16 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
     const std::string param = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return r.Fail(param, "each message must be an object"), std::nullopt;
     auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) return r.Fail(param + ".role", "each message needs a string 'role'"), std::nullopt;
+    if (role == m.end() || !role->is_string())
+      return r.Fail(param + ".role", "each message needs a string 'role'"), std::nullopt;
     OrderedJson copy = m;
     if (!NormaliseContent(r, copy, i)) return std::nullopt;
     spec.messages.push_back(std::move(copy));
   }
   if (!ParseCommon(r, limits, &spec)) return std::nullopt;
   int64_t max_tokens = 0;
-  const char* max_param = r.Get("max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  const char* max_param =
+      r.Get("max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   if (r.Get(max_param) != nullptr) {
     if (!r.Int(max_param, 1, kInt64Max, &max_tokens)) return std::nullopt;
     spec.max_tokens = max_tokens;
@@ -387,17 +435,22 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
   if (!r.Bool("logprobs", &spec.logprobs)) return std::nullopt;
   int64_t top = 0;
   if (!r.Int("top_logprobs", 0, limits.max_top_logprobs, &top)) return std::nullopt;
-  if (top > 0 && !spec.logprobs) return r.Fail("top_logprobs", "'top_logprobs' needs logprobs=true"), std::nullopt;
+  if (top > 0 && !spec.logprobs)
+    return r.Fail("top_logprobs", "'top_logprobs' needs logprobs=true"), std::nullopt;
   spec.top_logprobs = static_cast<int>(top);
   if (!r.Bool("add_generation_prompt", &spec.add_generation_prompt)) return std::nullopt;
   if (!r.Bool("continue_final_message", &spec.continue_final_message)) return std::nullopt;
-  if (spec.continue_final_message && spec.add_generation_prompt && r.Get("add_generation_prompt") != nullptr) {
-    return r.Fail("continue_final_message", "'continue_final_message' and 'add_generation_prompt' exclude each other"),
+  if (spec.continue_final_message && spec.add_generation_prompt &&
+      r.Get("add_generation_prompt") != nullptr) {
+    return r.Fail("continue_final_message",
+                  "'continue_final_message' and 'add_generation_prompt' exclude each other"),
            std::nullopt;
   }
   if (spec.continue_final_message) spec.add_generation_prompt = false;
   if (const Json* kwargs = r.Get("chat_template_kwargs")) {
-    if (!kwargs->is_object()) return r.Fail("chat_template_kwargs", "'chat_template_kwargs' must be an object"), std::nullopt;
+    if (!kwargs->is_object())
+      return r.Fail("chat_template_kwargs", "'chat_template_kwargs' must be an object"),
+             std::nullopt;
     spec.chat_template_kwargs = *kwargs;
   }
   if (const Json* tools = r.Get("tools")) {

@@ -54,19 +54,19 @@ struct PromptInput {
 // A validated generation request, common to both endpoints (and the gRPC API).
 struct GenerateSpec {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string model;                      // empty: the served model
-  std::vector<PromptInput> prompts;       // completions: one or more
-  OrderedJson messages;                   // chat: content normalised to strings
-  OrderedJson tools;                      // chat: passed to the template when present
+  std::string model;                 // empty: the served model
+  std::vector<PromptInput> prompts;  // completions: one or more
+  OrderedJson messages;              // chat: content normalised to strings
+  OrderedJson tools;                 // chat: passed to the template when present
   OrderedJson chat_template_kwargs = OrderedJson::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;
-  bool echo = false;                      // completions: prepend the prompt to the text
+  bool echo = false;  // completions: prepend the prompt to the text
 
   int64_t n = 1;
   bool stream = false;
-  bool include_usage = false;             // stream_options.include_usage
-  std::optional<int64_t> max_tokens;      // unset: until the context is full
+  bool include_usage = false;         // stream_options.include_usage
+  std::optional<int64_t> max_tokens;  // unset: until the context is full
   int64_t min_tokens = 0;
   SamplingParams sampling;
   std::vector<std::string> stop;
@@ -79,7 +79,8 @@ struct GenerateSpec {
   bool skip_special_tokens = true;
   bool logprobs = false;
   int top_logprobs = 0;
-  bool return_tokens_as_token_ids = false;  // vLLM's: logprobs name tokens "token_id:<id>"                   // alternatives per position (0..20)
+  bool return_tokens_as_token_ids = false;  // vLLM's: logprobs name tokens "token_id:<id>" //
+                                            // alternatives per position (0..20)
   // Disaggregation: the base64 handoff ticket oasis-router adds for a decode instance
   // ("oasis_ticket"; docs/disaggregation.md).
   std::string oasis_ticket;
@@ -93,8 +94,10 @@ struct ProtocolLimits {
 
 // Parses a request body; on failure returns nullopt and sets `*error` (400, naming the
 // parameter).
-std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const ProtocolLimits& limits, ApiError* error);
-std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLimits& limits, ApiError* error);
+std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const ProtocolLimits& limits,
+                                                   ApiError* error);
+std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLimits& limits,
+                                             ApiError* error);
 
 // Parses a body string as a JSON object (400 "malformed JSON" otherwise).
 std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error);

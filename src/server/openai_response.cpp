@@ -15,17 +15,25 @@ double JsonLogprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp
 
 const char* FinishReasonString(FinishReasonKind kind) {
   switch (kind) {
-    case FinishReasonKind::kStop: return "stop";
-    case FinishReasonKind::kLength: return "length";
-    case FinishReasonKind::kAbort: return "abort";
-    case FinishReasonKind::kError: return "error";
-    case FinishReasonKind::kHandoff: return "handoff";
-    case FinishReasonKind::kNone: break;
+    case FinishReasonKind::kStop:
+      return "stop";
+    case FinishReasonKind::kLength:
+      return "length";
+    case FinishReasonKind::kAbort:
+      return "abort";
+    case FinishReasonKind::kError:
+      return "error";
+    case FinishReasonKind::kHandoff:
+      return "handoff";
+    case FinishReasonKind::kNone:
+      break;
   }
   return "";
 }
 
-std::string DumpJson(const OrderedJson& j) { return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace); }
+std::string DumpJson(const OrderedJson& j) {
+  return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
 
 void ChoiceState::Add(const RequestOutput& out) {
   text += out.text;
@@ -47,8 +55,8 @@ OrderedJson Usage::ToJson() const {
           {"completion_tokens", completion_tokens}};
 }
 
-ResponseBuilder::ResponseBuilder(const GenerateSpec& spec, std::string id, std::string model, int64_t created,
-                                 const tokenizer::Tokenizer* tok)
+ResponseBuilder::ResponseBuilder(const GenerateSpec& spec, std::string id, std::string model,
+                                 int64_t created, const tokenizer::Tokenizer* tok)
     : spec_(spec), id_(std::move(id)), model_(std::move(model)), created_(created), tok_(tok) {}
 
 std::string ResponseBuilder::TokenString(int32_t id) const {
@@ -68,19 +76,24 @@ OrderedJson ResponseBuilder::TokenBytes(int32_t id) const {
   return bytes;
 }
 
-OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens, size_t* text_offset) const {
+OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens,
+                                      size_t* text_offset) const {
   if (!spec_.logprobs) return nullptr;
   if (spec_.endpoint == Endpoint::kChatCompletions) {
     OrderedJson content = OrderedJson::array();
     for (const GeneratedToken& t : tokens) {
       OrderedJson top = OrderedJson::array();
-      for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs; ++k) {
+      for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs;
+           ++k) {
         const TokenLogprob& alt = t.top_logprobs[k];
-        top.push_back({{"token", TokenLabel(alt.token)}, {"logprob", JsonLogprob(alt.logprob)},
+        top.push_back({{"token", TokenLabel(alt.token)},
+                       {"logprob", JsonLogprob(alt.logprob)},
                        {"bytes", TokenBytes(alt.token)}});
       }
-      content.push_back({{"token", TokenLabel(t.token)}, {"logprob", JsonLogprob(t.logprob)},
-                         {"bytes", TokenBytes(t.token)}, {"top_logprobs", top}});
+      content.push_back({{"token", TokenLabel(t.token)},
+                         {"logprob", JsonLogprob(t.logprob)},
+                         {"bytes", TokenBytes(t.token)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
@@ -99,14 +112,17 @@ OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens,
     if (spec_.top_logprobs > 0) top[s] = JsonLogprob(t.logprob);  // the sampled token too (as vLLM)
     top_logprobs.push_back(spec_.top_logprobs > 0 ? top : OrderedJson(nullptr));
   }
-  return {{"text_offset", text_offsets}, {"token_logprobs", token_logprobs}, {"tokens", strings},
+  return {{"text_offset", text_offsets},
+          {"token_logprobs", token_logprobs},
+          {"tokens", strings},
           {"top_logprobs", top_logprobs}};
 }
 
 OrderedJson ResponseBuilder::StopReason(const ChoiceState& s) const {
   if (s.finish_reason != FinishReasonKind::kStop || s.stop_reason.empty()) return nullptr;
   // The engine reports a stop token id as its decimal text; report ids as integers (vLLM).
-  const bool is_stop_string = std::find(spec_.stop.begin(), spec_.stop.end(), s.stop_reason) != spec_.stop.end();
+  const bool is_stop_string =
+      std::find(spec_.stop.begin(), spec_.stop.end(), s.stop_reason) != spec_.stop.end();
   if (!is_stop_string) {
     try {
       size_t pos = 0;
@@ -134,12 +150,14 @@ OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, cons
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       choice["logprobs"] = Logprobs(c.tokens, &offset);
     } else {
-      const std::string& prefix = static_cast<size_t>(c.index) < echo_prefixes.size() ? echo_prefixes[c.index] : "";
+      const std::string& prefix =
+          static_cast<size_t>(c.index) < echo_prefixes.size() ? echo_prefixes[c.index] : "";
       offset = prefix.size();
       choice["text"] = prefix + c.text;
       choice["logprobs"] = Logprobs(c.tokens, &offset);
     }
-    choice["finish_reason"] = c.finished ? OrderedJson(FinishReasonString(c.finish_reason)) : OrderedJson(nullptr);
+    choice["finish_reason"] =
+        c.finished ? OrderedJson(FinishReasonString(c.finish_reason)) : OrderedJson(nullptr);
     choice["stop_reason"] = StopReason(c);
     list.push_back(std::move(choice));
   }
@@ -148,7 +166,8 @@ OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, cons
   return body;
 }
 
-OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out, const std::string& prefix) const {
+OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out,
+                                   const std::string& prefix) const {
   const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
   const std::string text = prefix + out.text;
   if (text.empty() && !out.finished && !(spec_.logprobs && !out.tokens.empty())) return nullptr;
@@ -161,7 +180,8 @@ OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out,
   }
   state.text_offset += prefix.size();
   choice["logprobs"] = Logprobs(out.tokens, &state.text_offset);
-  choice["finish_reason"] = out.finished ? OrderedJson(FinishReasonString(out.finish_reason)) : OrderedJson(nullptr);
+  choice["finish_reason"] =
+      out.finished ? OrderedJson(FinishReasonString(out.finish_reason)) : OrderedJson(nullptr);
   choice["stop_reason"] = out.finished ? StopReason(state) : OrderedJson(nullptr);
   chunk["choices"] = OrderedJson::array({choice});
   if (spec_.include_usage) chunk["usage"] = nullptr;
@@ -170,15 +190,17 @@ OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out,
 
 OrderedJson ResponseBuilder::RoleChunk(int index) const {
   OrderedJson chunk = Envelope("chat.completion.chunk");
-  chunk["choices"] = OrderedJson::array(
-      {{{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-        {"finish_reason", nullptr}}});
+  chunk["choices"] = OrderedJson::array({{{"index", index},
+                                          {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", nullptr}}});
   if (spec_.include_usage) chunk["usage"] = nullptr;
   return chunk;
 }
 
 OrderedJson ResponseBuilder::UsageChunk(const Usage& usage) const {
-  OrderedJson chunk = Envelope(spec_.endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion");
+  OrderedJson chunk = Envelope(
+      spec_.endpoint == Endpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion");
   chunk["choices"] = OrderedJson::array();
   chunk["usage"] = usage.ToJson();
   return chunk;

@@ -38,7 +38,7 @@ struct ChoiceState {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   bool finished = false;
-  size_t text_offset = 0;  // completions logprobs: offset of the next token's text
+  size_t text_offset = 0;      // completions logprobs: offset of the next token's text
   std::string handoff_ticket;  // finish_reason kHandoff (a prefill instance): the ticket
 
   void Add(const RequestOutput& out);

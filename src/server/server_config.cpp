@@ -19,15 +19,23 @@ using Setting = SettingField<ServerConfig>;
 
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
-      {"model", &ServerConfig::model, "model directory (config.json + *.safetensors); default: the embedded tiny model"},
-      {"tokenizer", &ServerConfig::tokenizer, "tokenizer.json or its directory (default: the model directory)"},
-      {"chat-template", &ServerConfig::chat_template, "Jinja chat template file (default: tokenizer_config.json's)"},
-      {"load-format", &ServerConfig::load_format, "auto, safetensors, or dummy (random weights at the config's shapes)"},
-      {"served-model-name", &ServerConfig::served_model_name, "the model name clients use (default: --model as given)"},
-      {"max-model-len", &ServerConfig::max_model_len, "context length (0 = the model's max_position_embeddings)"},
-      {"draft-model", &ServerConfig::draft_model, "EAGLE-3 draft head directory for lookahead decoding"},
+      {"model", &ServerConfig::model,
+       "model directory (config.json + *.safetensors); default: the embedded tiny model"},
+      {"tokenizer", &ServerConfig::tokenizer,
+       "tokenizer.json or its directory (default: the model directory)"},
+      {"chat-template", &ServerConfig::chat_template,
+       "Jinja chat template file (default: tokenizer_config.json's)"},
+      {"load-format", &ServerConfig::load_format,
+       "auto, safetensors, or dummy (random weights at the config's shapes)"},
+      {"served-model-name", &ServerConfig::served_model_name,
+       "the model name clients use (default: --model as given)"},
+      {"max-model-len", &ServerConfig::max_model_len,
+       "context length (0 = the model's max_position_embeddings)"},
+      {"draft-model", &ServerConfig::draft_model,
+       "EAGLE-3 draft head directory for lookahead decoding"},
       {"draft-load-format", &ServerConfig::draft_load_format,
-       "auto, or dummy (a random head at real shapes; --draft-model's config.json or one shaped like the model)"},
+       "auto, or dummy (a random head at real shapes; --draft-model's config.json or one shaped "
+       "like the model)"},
       {"draft-vocab-size", &ServerConfig::draft_vocab_size,
        "draft vocabulary of a dummy head without --draft-model (capped at the model's)"},
       {"lookahead", &ServerConfig::lookahead,
@@ -36,59 +44,82 @@ const std::vector<Setting>& Settings() {
       {"sparse", &ServerConfig::sparse,
        "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
       {"host-kv-gib", &ServerConfig::host_kv_gib,
-       "host KV store of sparse requests, GiB (0 = a quarter of the machine's RAM); requests that can never fit get 413"},
-      {"topk-blocks", &ServerConfig::topk_blocks, "sparse: K blocks of 16 tokens per (request, layer, KV head)"},
-      {"fetch-ratio", &ServerConfig::fetch_ratio, "sparse: at most ceil(ratio x K) blocks fetched per head per step"},
+       "host KV store of sparse requests, GiB (0 = a quarter of the machine's RAM); requests that "
+       "can never fit get 413"},
+      {"topk-blocks", &ServerConfig::topk_blocks,
+       "sparse: K blocks of 16 tokens per (request, layer, KV head)"},
+      {"fetch-ratio", &ServerConfig::fetch_ratio,
+       "sparse: at most ceil(ratio x K) blocks fetched per head per step"},
       {"sparse-threshold", &ServerConfig::sparse_threshold,
-       "sparse: requests switch once their context exceeds this many tokens (0 with --sparse on: (K + 1) x 16)"},
+       "sparse: requests switch once their context exceeds this many tokens (0 with --sparse on: "
+       "(K + 1) x 16)"},
       {"dense-layers", &ServerConfig::dense_layers, "sparse: the first N layers stay dense"},
       {"sparse-predictor", &ServerConfig::sparse_predictor,
-       "auto (draft with lookahead, else previous-query), draft (the EAGLE-3 draft query), previous-query, "
+       "auto (draft with lookahead, else previous-query), draft (the EAGLE-3 draft query), "
+       "previous-query, "
        "oracle (measurement only)"},
-      {"sparse-group-reduce", &ServerConfig::sparse_group_reduce, "sparse: GQA reduction of block scores: sum or max"},
-      {"max-sparse-seqs", &ServerConfig::max_sparse_seqs, "sparse requests at once (0 = --max-num-seqs)"},
+      {"sparse-group-reduce", &ServerConfig::sparse_group_reduce,
+       "sparse: GQA reduction of block scores: sum or max"},
+      {"max-sparse-seqs", &ServerConfig::max_sparse_seqs,
+       "sparse requests at once (0 = --max-num-seqs)"},
       {"sparse-transfers", &ServerConfig::sparse_transfers,
-       "sparse: on, or off (measurement only: blocks are selected but never copied, outputs are wrong; "
+       "sparse: on, or off (measurement only: blocks are selected but never copied, outputs are "
+       "wrong; "
        "the same run with and without transfers shows what they cost)"},
       {"sparse-agreement-interval", &ServerConfig::sparse_agreement_interval,
-       "sparse: sample the predicted top-K's agreement with the real query's every N steps (0 = never)"},
+       "sparse: sample the predicted top-K's agreement with the real query's every N steps (0 = "
+       "never)"},
       {"role", &ServerConfig::role,
-       "both (a single instance), prefill (runs prompts, hands the KV to a decode instance) or decode (decodes "
+       "both (a single instance), prefill (runs prompts, hands the KV to a decode instance) or "
+       "decode (decodes "
        "handed-off requests); prefill and decode serve oasis-router (docs/disaggregation.md)"},
       {"staging-pool-gib", &ServerConfig::staging_pool_gib,
        "prefill: host staging pool of handed-off KV, GiB (0 = a quarter of the machine's RAM)"},
-      {"staging-listen", &ServerConfig::staging_listen, "prefill: UCX listen address host:port of the staging pool"},
+      {"staging-listen", &ServerConfig::staging_listen,
+       "prefill: UCX listen address host:port of the staging pool"},
       {"staging-advertise", &ServerConfig::staging_advertise,
-       "prefill: host name decode instances reach the staging pool at (default: the listen host, or this machine's name)"},
+       "prefill: host name decode instances reach the staging pool at (default: the listen host, "
+       "or this machine's name)"},
       {"staging-lease-ttl-ms", &ServerConfig::staging_lease_ttl_ms,
        "prefill: staged KV is freed after this long without a renewal from its decode instance"},
       {"rpf", &ServerConfig::rpf,
-       "decode: on = remote partial fetch (only the blocks decode attends to, drift fetched later), off = the whole "
+       "decode: on = remote partial fetch (only the blocks decode attends to, drift fetched "
+       "later), off = the whole "
        "KV at admission (the baseline)"},
       {"remote-fetch-cap", &ServerConfig::remote_fetch_cap,
-       "decode: remote blocks fetched per (request, layer, KV head) per step (0 = ceil(fetch-ratio x K))"},
+       "decode: remote blocks fetched per (request, layer, KV head) per step (0 = ceil(fetch-ratio "
+       "x K))"},
       {"remote-kv-gib", &ServerConfig::remote_kv_gib,
-       "decode with --rpf on: GiB of remote KV (blocks still on the prefill instance) tracked without host memory; "
-       "each GiB costs 1/16 GiB of device memory for its block summaries (-1 = as much as --host-kv-gib, "
+       "decode with --rpf on: GiB of remote KV (blocks still on the prefill instance) tracked "
+       "without host memory; "
+       "each GiB costs 1/16 GiB of device memory for its block summaries (-1 = as much as "
+       "--host-kv-gib, "
        "0 = none: remote blocks reserve host KV)"},
       {"ucx-tls", &ServerConfig::ucx_tls, "UCX transports (as UCX_TLS; empty: UCX's choice)"},
-      {"backend", &ServerConfig::backend, "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
+      {"backend", &ServerConfig::backend,
+       "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
       {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
       {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
-      {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens, "tokens per engine step (decode + prefill chunks)"},
+      {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens,
+       "tokens per engine step (decode + prefill chunks)"},
       {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
-      {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization, "fraction of GPU memory for weights + KV cache"},
-      {"num-kv-slots", &ServerConfig::num_kv_slots, "CPU backend KV head-blocks per layer (0 = auto)"},
+      {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
+       "fraction of GPU memory for weights + KV cache"},
+      {"num-kv-slots", &ServerConfig::num_kv_slots,
+       "CPU backend KV head-blocks per layer (0 = auto)"},
       {"tensor-parallel-size", &ServerConfig::tensor_parallel_size,
-       "split every layer over N ranks: GPUs 0..N-1 in one process over NCCL (or N CPU-reference threads with "
+       "split every layer over N ranks: GPUs 0..N-1 in one process over NCCL (or N CPU-reference "
+       "threads with "
        "--backend cpu); the heads and intermediate size must divide by N (docs/parallel.md)"},
       {"seed", &ServerConfig::seed, "engine seed for requests without one"},
       {"host", &ServerConfig::host, "HTTP listen address"},
       {"port", &ServerConfig::port, "HTTP port (0 = any free port, printed at start)"},
       {"grpc-port", &ServerConfig::grpc_port, "gRPC port (0 = gRPC off)"},
       {"api-key", &ServerConfig::api_key, "require 'Authorization: Bearer KEY' (empty = open)"},
-      {"max-body-bytes", &ServerConfig::max_body_bytes, "largest accepted request body (larger: HTTP 413)"},
-      {"http-threads", &ServerConfig::http_threads, "HTTP worker threads (0 = max(64, max-num-seqs + 16))"},
+      {"max-body-bytes", &ServerConfig::max_body_bytes,
+       "largest accepted request body (larger: HTTP 413)"},
+      {"http-threads", &ServerConfig::http_threads,
+       "HTTP worker threads (0 = max(64, max-num-seqs + 16))"},
       {"max-n", &ServerConfig::max_n, "largest accepted n (choices per request)"},
       {"log-level", &ServerConfig::log_level, "trace, debug, info, warn, error or off"},
   };
@@ -114,7 +145,8 @@ std::string ServerConfig::ResolvedSparsePredictor() const {
 }
 
 Status ServerConfig::Validate() const {
-  auto one_of = [](const std::string& name, const std::string& v, std::initializer_list<const char*> allowed) {
+  auto one_of = [](const std::string& name, const std::string& v,
+                   std::initializer_list<const char*> allowed) {
     std::string list;
     for (const char* a : allowed) {
       if (v == a) return Status::Ok();
@@ -124,30 +156,39 @@ Status ServerConfig::Validate() const {
   };
   OASIS_RETURN_IF_ERROR(one_of("load-format", load_format, {"auto", "safetensors", "dummy"}));
   OASIS_RETURN_IF_ERROR(one_of("backend", backend, {"auto", "cpu", "cuda"}));
-  OASIS_RETURN_IF_ERROR(one_of("log-level", log_level, {"trace", "debug", "info", "warn", "error", "off"}));
+  OASIS_RETURN_IF_ERROR(
+      one_of("log-level", log_level, {"trace", "debug", "info", "warn", "error", "off"}));
   OASIS_RETURN_IF_ERROR(one_of("draft-load-format", draft_load_format, {"auto", "dummy"}));
   OASIS_RETURN_IF_ERROR(one_of("lookahead", lookahead, {"auto", "off", "reject", "speculate"}));
   if ((lookahead == "reject" || lookahead == "speculate") && !HasDraftModel()) {
-    return InvalidArgument("--lookahead " + lookahead +
-                           " needs an EAGLE-3 draft head: --draft-model DIR or --draft-load-format dummy");
+    return InvalidArgument(
+        "--lookahead " + lookahead +
+        " needs an EAGLE-3 draft head: --draft-model DIR or --draft-load-format dummy");
   }
   OASIS_RETURN_IF_ERROR(one_of("sparse", sparse, {"auto", "on", "off"}));
-  OASIS_RETURN_IF_ERROR(one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
+  OASIS_RETURN_IF_ERROR(
+      one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
   OASIS_RETURN_IF_ERROR(one_of("sparse-group-reduce", sparse_group_reduce, {"sum", "max"}));
   if (SparseEnabled() && ResolvedSparsePredictor() == "draft" && ResolvedLookahead() == "off") {
     return InvalidArgument(
-        "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head (--draft-model DIR or "
+        "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head "
+        "(--draft-model DIR or "
         "--draft-load-format dummy, and --lookahead reject or speculate)");
   }
   if (!(fetch_ratio > 0.0 && fetch_ratio <= 1.0)) {
     return InvalidArgument("--fetch-ratio must be in (0, 1], got " + std::to_string(fetch_ratio));
   }
-  if (host_kv_gib < 0) return InvalidArgument("--host-kv-gib must be >= 0, got " + std::to_string(host_kv_gib));
+  if (host_kv_gib < 0)
+    return InvalidArgument("--host-kv-gib must be >= 0, got " + std::to_string(host_kv_gib));
   auto positive = [](const char* name, int64_t v) {
-    return v >= 1 ? Status::Ok() : InvalidArgument(std::string("--") + name + " must be >= 1, got " + std::to_string(v));
+    return v >= 1 ? Status::Ok()
+                  : InvalidArgument(std::string("--") + name + " must be >= 1, got " +
+                                    std::to_string(v));
   };
   auto non_negative = [](const char* name, int64_t v) {
-    return v >= 0 ? Status::Ok() : InvalidArgument(std::string("--") + name + " must be >= 0, got " + std::to_string(v));
+    return v >= 0 ? Status::Ok()
+                  : InvalidArgument(std::string("--") + name + " must be >= 0, got " +
+                                    std::to_string(v));
   };
   OASIS_RETURN_IF_ERROR(positive("max-num-seqs", max_num_seqs));
   OASIS_RETURN_IF_ERROR(positive("max-num-batched-tokens", max_num_batched_tokens));
@@ -157,7 +198,8 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(positive("draft-vocab-size", draft_vocab_size));
   OASIS_RETURN_IF_ERROR(positive("tensor-parallel-size", tensor_parallel_size));
   if (tensor_parallel_size > 1024) {
-    return InvalidArgument("--tensor-parallel-size must be at most 1024, got " + std::to_string(tensor_parallel_size));
+    return InvalidArgument("--tensor-parallel-size must be at most 1024, got " +
+                           std::to_string(tensor_parallel_size));
   }
   OASIS_RETURN_IF_ERROR(non_negative("max-model-len", max_model_len));
   OASIS_RETURN_IF_ERROR(non_negative("threads", threads));
@@ -172,20 +214,25 @@ Status ServerConfig::Validate() const {
   if (sparse_transfers != "on" && sparse_transfers != "off") {
     return InvalidArgument("--sparse-transfers must be on or off, got '" + sparse_transfers + "'");
   }
-  if (port < 0 || port > 65535) return InvalidArgument("--port must be in [0, 65535], got " + std::to_string(port));
+  if (port < 0 || port > 65535)
+    return InvalidArgument("--port must be in [0, 65535], got " + std::to_string(port));
   if (grpc_port < 0 || grpc_port > 65535) {
     return InvalidArgument("--grpc-port must be in [0, 65535], got " + std::to_string(grpc_port));
   }
-  if (grpc_port != 0 && grpc_port == port) return InvalidArgument("--grpc-port must differ from --port");
+  if (grpc_port != 0 && grpc_port == port)
+    return InvalidArgument("--grpc-port must differ from --port");
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
-    return InvalidArgument("--gpu-memory-utilization must be in (0, 1], got " + std::to_string(gpu_memory_utilization));
+    return InvalidArgument("--gpu-memory-utilization must be in (0, 1], got " +
+                           std::to_string(gpu_memory_utilization));
   }
   if (host.empty()) return InvalidArgument("--host must not be empty");
   OASIS_RETURN_IF_ERROR(one_of("role", role, {"both", "prefill", "decode"}));
   OASIS_RETURN_IF_ERROR(one_of("rpf", rpf, {"on", "off"}));
   if (role != "both") {
-    if (sparse == "off") return InvalidArgument("--role " + role + " needs sparse KV (not --sparse off)");
-    if (tensor_parallel_size != 1) return InvalidArgument("--role " + role + " runs on one GPU (--tensor-parallel-size 1)");
+    if (sparse == "off")
+      return InvalidArgument("--role " + role + " needs sparse KV (not --sparse off)");
+    if (tensor_parallel_size != 1)
+      return InvalidArgument("--role " + role + " runs on one GPU (--tensor-parallel-size 1)");
     if (dense_layers != 0) return InvalidArgument("--role " + role + " needs --dense-layers 0");
   }
   if (staging_pool_gib < 0) return InvalidArgument("--staging-pool-gib must be >= 0");
@@ -207,7 +254,8 @@ nlohmann::ordered_json ServerConfig::ToJson() const {
   return j;
 }
 
-Status ApplyConfigJson(const nlohmann::json& json, const std::string& source, ServerConfig* config) {
+Status ApplyConfigJson(const nlohmann::json& json, const std::string& source,
+                       ServerConfig* config) {
   return ApplySettingsJson(json, source, Settings(), config);
 }
 
@@ -228,7 +276,8 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
       "Settings come from --config FILE (JSON, keys = flag names) and flags, flags winning.");
   std::string config_path;
   flags.AddString("config", &config_path, "JSON file of settings (keys: the flag names)");
-  flags.AddBool("check-config", &out.check_config, "load the model, validate the settings, print them and exit");
+  flags.AddBool("check-config", &out.check_config,
+                "load the model, validate the settings, print them and exit");
   ServerConfig& c = out.config;
   AddSettingFlags(flags, Settings(), &c);
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
@@ -240,14 +289,17 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
 
 std::string EmbeddedModelDir() {
   namespace fs = std::filesystem;
-  if (const char* env = std::getenv("OASIS_EMBEDDED_MODEL"); env != nullptr && *env != '\0') return env;
+  if (const char* env = std::getenv("OASIS_EMBEDDED_MODEL"); env != nullptr && *env != '\0')
+    return env;
 #ifdef OASIS_EMBEDDED_MODEL_DIR
-  if (fs::exists(fs::path(OASIS_EMBEDDED_MODEL_DIR) / "config.json")) return OASIS_EMBEDDED_MODEL_DIR;
+  if (fs::exists(fs::path(OASIS_EMBEDDED_MODEL_DIR) / "config.json"))
+    return OASIS_EMBEDDED_MODEL_DIR;
 #endif
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (const fs::path& candidate : {exe.parent_path() / "../share/oasiskv/embedded", exe.parent_path() / "embedded"}) {
+    for (const fs::path& candidate :
+         {exe.parent_path() / "../share/oasiskv/embedded", exe.parent_path() / "embedded"}) {
       if (fs::exists(candidate / "config.json")) return fs::weakly_canonical(candidate).string();
     }
   }

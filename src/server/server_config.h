@@ -15,66 +15,72 @@ namespace oasis::server {
 
 struct ServerConfig {
   // Model.
-  std::string model;              // model directory; empty = the embedded default model
-  std::string tokenizer;          // tokenizer.json or its directory; empty = the model directory
-  std::string chat_template;      // Jinja file overriding tokenizer_config.json's template
+  std::string model;                 // model directory; empty = the embedded default model
+  std::string tokenizer;             // tokenizer.json or its directory; empty = the model directory
+  std::string chat_template;         // Jinja file overriding tokenizer_config.json's template
   std::string load_format = "auto";  // auto (= safetensors), safetensors, dummy
   std::string served_model_name;  // empty: the --model argument ("oasis-embedded" for the default)
   int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
 
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
-  std::string draft_model;              // EAGLE-3 head directory (config.json + *.safetensors)
-  std::string draft_load_format = "auto";  // auto (= safetensors), dummy (random weights at real shapes)
-  int64_t draft_vocab_size = 32000;     // dummy heads without --draft-model: capped at the target vocab
-  std::string lookahead = "auto";       // auto (reject with a draft model, else off), off, reject, speculate
+  std::string draft_model;  // EAGLE-3 head directory (config.json + *.safetensors)
+  std::string draft_load_format =
+      "auto";  // auto (= safetensors), dummy (random weights at real shapes)
+  int64_t draft_vocab_size =
+      32000;  // dummy heads without --draft-model: capped at the target vocab
+  std::string lookahead =
+      "auto";  // auto (reject with a draft model, else off), off, reject, speculate
 
   // Lookahead sparse KV (docs/sparse.md): long requests decode over a per-head working set
   // of top-K blocks; their full KV lives in a host store.
-  std::string sparse = "auto";          // auto (on when sparse_threshold > 0), on, off
-  double host_kv_gib = 0;               // host KV store; 0 = a quarter of the machine's RAM
-  int64_t topk_blocks = 128;            // K: blocks per (request, layer, KV head)
-  double fetch_ratio = 0.05;            // C = ceil(ratio * K) blocks fetched per head per step
-  int64_t sparse_threshold = 0;         // switch past this context; 0 with --sparse on: (K + 1) * 16
-  int64_t dense_layers = 0;             // the first N layers stay dense
-  std::string sparse_predictor = "auto";     // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
-  std::string sparse_group_reduce = "sum";   // GQA reduction of block scores: sum, max
-  int64_t max_sparse_seqs = 0;          // sparse requests at once; 0 = max_num_seqs
-  int64_t sparse_agreement_interval = 32;    // sample top-K agreement every N steps; 0 = never
-  std::string sparse_transfers = "on";       // off: measurement mode, nothing copied into working sets
+  std::string sparse = "auto";   // auto (on when sparse_threshold > 0), on, off
+  double host_kv_gib = 0;        // host KV store; 0 = a quarter of the machine's RAM
+  int64_t topk_blocks = 128;     // K: blocks per (request, layer, KV head)
+  double fetch_ratio = 0.05;     // C = ceil(ratio * K) blocks fetched per head per step
+  int64_t sparse_threshold = 0;  // switch past this context; 0 with --sparse on: (K + 1) * 16
+  int64_t dense_layers = 0;      // the first N layers stay dense
+  std::string sparse_predictor =
+      "auto";  // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
+  std::string sparse_group_reduce = "sum";  // GQA reduction of block scores: sum, max
+  int64_t max_sparse_seqs = 0;              // sparse requests at once; 0 = max_num_seqs
+  int64_t sparse_agreement_interval = 32;   // sample top-K agreement every N steps; 0 = never
+  std::string sparse_transfers = "on";  // off: measurement mode, nothing copied into working sets
 
   // Disaggregated prefill/decode (docs/disaggregation.md): a prefill instance runs prompts and
   // hands each request's KV to a decode instance through its UCX staging pool; a decode
   // instance takes requests with a handoff ticket (from oasis-router) and reads their KV.
-  std::string role = "both";            // both (a single instance), prefill, decode
-  double staging_pool_gib = 0;          // prefill: the staging pool (0 = a quarter of the machine's RAM)
-  std::string staging_listen = "0.0.0.0:0";  // prefill: the staging server's UCX listener (port 0 = any)
-  std::string staging_advertise;        // prefill: the host written into tickets (empty: the listen host,
-                                        // or this machine's name when listening on 0.0.0.0)
-  int64_t staging_lease_ttl_ms = 30000; // prefill: staged KV lives this long without a renewal
-  std::string rpf = "on";               // decode: on = remote partial fetch, off = full KV at admission
-  int64_t remote_fetch_cap = 0;         // decode: remote blocks fetched per head per step (0 = C)
-  double remote_kv_gib = -1;            // decode: remote KV tracked on summary-only rows (-1 = host_kv_gib)
-  std::string ucx_tls;                  // UCX transports (UCX_TLS), empty: UCX's choice
+  std::string role = "both";    // both (a single instance), prefill, decode
+  double staging_pool_gib = 0;  // prefill: the staging pool (0 = a quarter of the machine's RAM)
+  std::string staging_listen =
+      "0.0.0.0:0";                // prefill: the staging server's UCX listener (port 0 = any)
+  std::string staging_advertise;  // prefill: the host written into tickets (empty: the listen host,
+                                  // or this machine's name when listening on 0.0.0.0)
+  int64_t staging_lease_ttl_ms = 30000;  // prefill: staged KV lives this long without a renewal
+  std::string rpf = "on";        // decode: on = remote partial fetch, off = full KV at admission
+  int64_t remote_fetch_cap = 0;  // decode: remote blocks fetched per head per step (0 = C)
+  double remote_kv_gib = -1;  // decode: remote KV tracked on summary-only rows (-1 = host_kv_gib)
+  std::string ucx_tls;        // UCX transports (UCX_TLS), empty: UCX's choice
 
   // Execution.
-  std::string backend = "auto";   // auto (cuda when built with CUDA and a GPU is present), cpu, cuda
-  int64_t threads = 0;            // CPU backend threads (0 = auto)
+  std::string backend = "auto";  // auto (cuda when built with CUDA and a GPU is present), cpu, cuda
+  int64_t threads = 0;           // CPU backend threads (0 = auto)
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
-  int64_t max_waiting = 4096;     // queued requests beyond this get 429
+  int64_t max_waiting = 4096;  // queued requests beyond this get 429
   double gpu_memory_utilization = 0.9;
-  int64_t num_kv_slots = 0;       // CPU backend head-blocks per layer (0 = auto)
-  int64_t tensor_parallel_size = 1;  // ranks each layer is split over (GPUs 0..N-1; docs/parallel.md)
-  int64_t seed = 0;               // engine seed for unseeded requests
+  int64_t num_kv_slots = 0;  // CPU backend head-blocks per layer (0 = auto)
+  int64_t tensor_parallel_size =
+      1;             // ranks each layer is split over (GPUs 0..N-1; docs/parallel.md)
+  int64_t seed = 0;  // engine seed for unseeded requests
 
   // Serving.
   std::string host = "127.0.0.1";
-  int64_t port = 8000;            // 0: any free port (printed at start)
-  int64_t grpc_port = 0;          // 0: gRPC off
-  std::string api_key;            // empty: no authentication
+  int64_t port = 8000;               // 0: any free port (printed at start)
+  int64_t grpc_port = 0;             // 0: gRPC off
+  std::string api_key;               // empty: no authentication
   int64_t max_body_bytes = 8 << 20;  // larger request bodies get 413
-  int64_t http_threads = 0;       // 0: max_num_seqs + 16, at least 64
-  int64_t max_n = 128;            // largest accepted `n`
+  int64_t http_threads = 0;          // 0: max_num_seqs + 16, at least 64
+  int64_t max_n = 128;               // largest accepted `n`
   std::string log_level = "info";
 
   // Derived after loading: resolved model directory and name.
@@ -90,7 +96,9 @@ struct ServerConfig {
   // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
   std::string ResolvedSparsePredictor() const;
   // --sparse-threshold, or (K + 1) * 16 (one working set) when 0.
-  int64_t ResolvedSparseThreshold() const { return sparse_threshold > 0 ? sparse_threshold : (topk_blocks + 1) * 16; }
+  int64_t ResolvedSparseThreshold() const {
+    return sparse_threshold > 0 ? sparse_threshold : (topk_blocks + 1) * 16;
+  }
 
   // Range checks that need no model (ports, fractions, positive limits, enum values).
   Status Validate() const;

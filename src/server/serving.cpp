@@ -81,7 +81,9 @@ Usage GenerationJob::usage() const {
 // ---- Service -------------------------------------------------------------------
 
 Service::Service(ServerConfig config)
-    : config_(std::move(config)), model_name_(config_.ResolvedModelName()), id_salt_(std::random_device{}()) {}
+    : config_(std::move(config)),
+      model_name_(config_.ResolvedModelName()),
+      id_salt_(std::random_device{}()) {}
 
 void Service::Publish(std::unique_ptr<ModelHost> host) {
   host_ = std::move(host);
@@ -108,15 +110,16 @@ std::optional<ApiError> Service::CheckModel(const std::string& requested) const 
   e.type = "not_found_error";
   e.param = "model";
   e.code = "model_not_found";
-  e.message = "The model `" + requested + "` does not exist (this server serves `" + model_name_ + "`).";
+  e.message =
+      "The model `" + requested + "` does not exist (this server serves `" + model_name_ + "`).";
   return e;
 }
 
 std::string Service::NewRequestId(const char* prefix) {
   const uint64_t n = next_id_.fetch_add(1, std::memory_order_relaxed);
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%s-%016llx%016llx", prefix, static_cast<unsigned long long>(id_salt_),
-                static_cast<unsigned long long>(n));
+  std::snprintf(buf, sizeof buf, "%s-%016llx%016llx", prefix,
+                static_cast<unsigned long long>(id_salt_), static_cast<unsigned long long>(n));
   return buf;
 }
 
@@ -124,7 +127,9 @@ StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
   const ModelHost* h = host();
   if (h == nullptr) return Unavailable("the model is loading");
   if (!h->chat_template) {
-    return InvalidArgument("this model has no chat template (tokenizer_config.json); start the server with --chat-template");
+    return InvalidArgument(
+        "this model has no chat template (tokenizer_config.json); start the server with "
+        "--chat-template");
   }
   OrderedJson ctx = OrderedJson::object();
   ctx["messages"] = spec.messages;
@@ -146,27 +151,32 @@ StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
   return text;
 }
 
-std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec, std::vector<std::vector<int32_t>>* prompts,
+std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
+                                              std::vector<std::vector<int32_t>>* prompts,
                                               std::vector<std::string>* echo_texts) const {
   const ModelHost* h = host();
   if (h == nullptr) return FromStatus(Unavailable("the model is loading"));
   const tokenizer::Tokenizer* tok = h->tokenizer.get();
   const char* param = spec.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
   if (spec.endpoint == Endpoint::kChatCompletions) {
-    if (tok == nullptr) return BadRequest("this model has no tokenizer: chat needs one", "messages");
+    if (tok == nullptr)
+      return BadRequest("this model has no tokenizer: chat needs one", "messages");
     StatusOr<std::string> text = RenderChat(spec);
     if (!text.ok()) return FromStatus(text.status().WithContext("chat template"), "messages");
-    prompts->push_back(tok->Encode(*text, tokenizer::AddSpecialTokens::kNo));  // the template adds them
+    prompts->push_back(
+        tok->Encode(*text, tokenizer::AddSpecialTokens::kNo));  // the template adds them
   } else {
     for (const PromptInput& p : spec.prompts) {
       if (p.text) {
-        if (tok == nullptr) return BadRequest("this model has no tokenizer: send token ids", "prompt");
+        if (tok == nullptr)
+          return BadRequest("this model has no tokenizer: send token ids", "prompt");
         prompts->push_back(tok->Encode(*p.text, tokenizer::AddSpecialTokens::kYes));
         if (spec.echo) echo_texts->push_back(*p.text);
       } else {
         prompts->push_back(p.ids);
         if (spec.echo) {
-          echo_texts->push_back(tok != nullptr ? tok->Decode(p.ids, tokenizer::SkipSpecialTokens::kNo) : "");
+          echo_texts->push_back(
+              tok != nullptr ? tok->Decode(p.ids, tokenizer::SkipSpecialTokens::kNo) : "");
         }
       }
     }
@@ -177,7 +187,8 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec, std::vec
     if (ids.empty()) return BadRequest("the prompt is empty after tokenization", param);
     for (int32_t id : ids) {
       if (id < 0 || id >= vocab) {
-        return BadRequest("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+        return BadRequest("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")",
                           param);
       }
     }
@@ -189,9 +200,11 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec, std::vec
                         param);
     }
     if (spec.max_tokens && len + *spec.max_tokens > context) {
-      return BadRequest("This model's maximum context length is " + std::to_string(context) + " tokens. However, you requested " +
-                            std::to_string(len + *spec.max_tokens) + " tokens (" + std::to_string(len) +
-                            " in the prompt, " + std::to_string(*spec.max_tokens) +
+      return BadRequest("This model's maximum context length is " + std::to_string(context) +
+                            " tokens. However, you requested " +
+                            std::to_string(len + *spec.max_tokens) + " tokens (" +
+                            std::to_string(len) + " in the prompt, " +
+                            std::to_string(*spec.max_tokens) +
                             " for the completion). Please reduce the prompt or max_tokens.",
                         spec.endpoint == Endpoint::kChatCompletions ? "max_tokens" : "max_tokens");
     }
@@ -199,8 +212,10 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec, std::vec
   return std::nullopt;
 }
 
-std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const std::vector<std::vector<int32_t>>& prompts,
-                                              const std::string& request_id, ApiError* error) const {
+std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
+                                              const std::vector<std::vector<int32_t>>& prompts,
+                                              const std::string& request_id,
+                                              ApiError* error) const {
   const ModelHost* h = host();
   if (h == nullptr) {
     *error = FromStatus(Unavailable("the model is loading"));
@@ -220,7 +235,9 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
     return nullptr;
   }
   if (h->role == "prefill" && spec.stream) {
-    *error = BadRequest("a prefill instance answers with stream=false only (it is called by oasis-router)", "stream");
+    *error = BadRequest(
+        "a prefill instance answers with stream=false only (it is called by oasis-router)",
+        "stream");
     return nullptr;
   }
   if (!spec.oasis_ticket.empty() && h->role != "decode") {
@@ -229,15 +246,19 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
   }
   if (h->role == "decode") {
     if (spec.oasis_ticket.empty()) {
-      *error = BadRequest("a decode instance serves requests handed off by a prefill instance: send them through "
-                          "oasis-router (no 'oasis_ticket')", "oasis_ticket");
+      *error = BadRequest(
+          "a decode instance serves requests handed off by a prefill instance: send them through "
+          "oasis-router (no 'oasis_ticket')",
+          "oasis_ticket");
       return nullptr;
     }
     StatusOr<std::string> bytes = Base64Decode(spec.oasis_ticket);
-    StatusOr<disagg::HandoffTicket> ticket =
-        bytes.ok() ? disagg::ParseHandoffTicket(*bytes) : StatusOr<disagg::HandoffTicket>(bytes.status());
+    StatusOr<disagg::HandoffTicket> ticket = bytes.ok()
+                                                 ? disagg::ParseHandoffTicket(*bytes)
+                                                 : StatusOr<disagg::HandoffTicket>(bytes.status());
     if (!ticket.ok()) {
-      *error = BadRequest("bad 'oasis_ticket': " + std::string(ticket.status().message()), "oasis_ticket");
+      *error = BadRequest("bad 'oasis_ticket': " + std::string(ticket.status().message()),
+                          "oasis_ticket");
       return nullptr;
     }
     import = h->importer->Source(std::move(*ticket), h->full_transfer);
@@ -264,7 +285,9 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
       r.handoff = h->role == "prefill";
       r.import = import;
       // Sparse KV: a request whose KV can never fit the host store is too large (413).
-      if (Status room = h->engine->CheckHostKvRoom(static_cast<int64_t>(r.prompt.size()), r.max_tokens); !room.ok()) {
+      if (Status room =
+              h->engine->CheckHostKvRoom(static_cast<int64_t>(r.prompt.size()), r.max_tokens);
+          !room.ok()) {
         abort_submitted();
         *error = HostKvTooLarge(room);
         return nullptr;
@@ -272,7 +295,9 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
       StatusOr<std::shared_ptr<RequestStream>> stream = h->engine->Submit(std::move(r));
       if (!stream.ok()) {
         abort_submitted();
-        *error = FromStatus(stream.status(), stream.status().code() == StatusCode::kResourceExhausted ? "" : "prompt");
+        *error =
+            FromStatus(stream.status(),
+                       stream.status().code() == StatusCode::kResourceExhausted ? "" : "prompt");
         return nullptr;
       }
       streams.push_back(std::move(stream).value());
@@ -281,7 +306,8 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec, const st
       choices.push_back(std::move(c));
     }
   }
-  return std::make_unique<GenerationJob>(*h->engine, std::move(streams), std::move(choices), prompt_tokens);
+  return std::make_unique<GenerationJob>(*h->engine, std::move(streams), std::move(choices),
+                                         prompt_tokens);
 }
 
 }  // namespace oasis::server

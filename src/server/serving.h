@@ -34,8 +34,8 @@ struct JobEvent {
 
 class GenerationJob {
  public:
-  GenerationJob(Engine& engine, std::vector<std::shared_ptr<RequestStream>> streams, std::vector<ChoiceState> choices,
-                int64_t prompt_tokens);
+  GenerationJob(Engine& engine, std::vector<std::shared_ptr<RequestStream>> streams,
+                std::vector<ChoiceState> choices, int64_t prompt_tokens);
   ~GenerationJob();
   GenerationJob(const GenerationJob&) = delete;
   GenerationJob& operator=(const GenerationJob&) = delete;
@@ -72,7 +72,9 @@ class Service {
   HttpMetrics& http_metrics() { return http_metrics_; }
 
   // While loading (and after shutdown begins) host() is null and requests get 503.
-  const ModelHost* host() const { return ready_.load(std::memory_order_acquire) ? host_.get() : nullptr; }
+  const ModelHost* host() const {
+    return ready_.load(std::memory_order_acquire) ? host_.get() : nullptr;
+  }
   void Publish(std::unique_ptr<ModelHost> host);
   // Starts refusing new requests (503); live ones keep running until the engine stops.
   void BeginShutdown() { ready_.store(false, std::memory_order_release); }
@@ -88,10 +90,12 @@ class Service {
 
   // Prompt token ids for each prompt of `spec` (chat: the rendered conversation) and, with
   // echo, their text. Errors are API errors (400 for a prompt longer than the context).
-  std::optional<ApiError> BuildPrompts(const GenerateSpec& spec, std::vector<std::vector<int32_t>>* prompts,
+  std::optional<ApiError> BuildPrompts(const GenerateSpec& spec,
+                                       std::vector<std::vector<int32_t>>* prompts,
                                        std::vector<std::string>* echo_texts) const;
   // Submits len(prompts) × n engine requests with ids "<request_id>-<choice>".
-  std::unique_ptr<GenerationJob> Start(const GenerateSpec& spec, const std::vector<std::vector<int32_t>>& prompts,
+  std::unique_ptr<GenerationJob> Start(const GenerateSpec& spec,
+                                       const std::vector<std::vector<int32_t>>& prompts,
                                        const std::string& request_id, ApiError* error) const;
 
   // A fresh id: "<prefix>-<32 hex digits>".

@@ -23,15 +23,15 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "runner/cuda/cuda_graph_runner.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "runner/batch_builder.h"
 #include "engine/lookahead.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
+#include "runner/batch_builder.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "runner/tp/cuda_tp_runner.h"
 
 using namespace oasis;
@@ -47,8 +47,8 @@ constexpr double kMatmulCeilingTflops = 788.0;  // DESIGN.md §5: bf16 8192³ th
 // token for the projections and MLP + attention 4·d·Hq per (query, visible key) pair.
 // `runner` is a plain runner with at least SlotsFor(n) slots, or a tensor-parallel one (timed
 // on the host then).
-Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& runner, int64_t n, int64_t runs,
-                  int64_t warmup) {
+Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& runner, int64_t n,
+                  int64_t runs, int64_t warmup) {
   const int32_t heads = static_cast<int32_t>(runner.model().config().num_key_value_heads);
   const int64_t slots = runner.num_kv_slots();
   const bool host_timed = runner.model().tensor_parallel().size > 1;
@@ -56,8 +56,10 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& 
   HeadBlockTable table(heads);
   OASIS_RETURN_IF_ERROR(table.Reserve(n, allocator));
   std::vector<int32_t> tokens(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % config.vocab_size);
-  ForwardInput in = BuildHostForwardInput({StepSequence{&table, 0, tokens}}, LogitsFor::kLastTokenOfEachSequence);
+  for (int64_t i = 0; i < n; ++i)
+    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % config.vocab_size);
+  ForwardInput in =
+      BuildHostForwardInput({StepSequence{&table, 0, tokens}}, LogitsFor::kLastTokenOfEachSequence);
   cuda::Event start(cuda::EventTiming::kEnabled), stop(cuda::EventTiming::kEnabled);
   std::vector<float> ms;
   runs = std::min<int64_t>(runs, 10);
@@ -67,8 +69,10 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& 
     Tensor logits = runner.Execute(in);
     stop.Record(backend.stream());
     stop.Synchronize();
-    const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (r >= warmup) ms.push_back(host_timed ? static_cast<float>(host_ms) : stop.ElapsedMsSince(start));
+    const double host_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (r >= warmup)
+      ms.push_back(host_timed ? static_cast<float>(host_ms) : stop.ElapsedMsSince(start));
   }
   table.Release(allocator);
   std::sort(ms.begin(), ms.end());
@@ -81,14 +85,17 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& 
   }
   const double dn = static_cast<double>(n);
   const double flops = 2.0 * matrix_params * dn + 2.0 * config.hidden_size * config.vocab_size +
-                       config.num_hidden_layers * 4.0 * config.head_dim * config.num_attention_heads * dn * (dn + 1) / 2;
+                       config.num_hidden_layers * 4.0 * config.head_dim *
+                           config.num_attention_heads * dn * (dn + 1) / 2;
   const double tflops = flops / (median * 1e-3) / 1e12;
-  std::printf("prefill of %lld tokens: median %.2f ms over %zu runs (min %.2f)\n", static_cast<long long>(n), median,
-              ms.size(), ms.front());
+  std::printf("prefill of %lld tokens: median %.2f ms over %zu runs (min %.2f)\n",
+              static_cast<long long>(n), median, ms.size(), ms.front());
   const int tp = runner.model().tensor_parallel().size;
-  std::printf("RESULT prefill n=%lld%s: %.0f tokens/s, %.1f TFLOP/s, ceiling %.0f TFLOP/s, ratio %.2f\n",
-              static_cast<long long>(n), tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "", dn / (median * 1e-3),
-              tflops, kMatmulCeilingTflops * tp, tflops / (kMatmulCeilingTflops * tp));
+  std::printf(
+      "RESULT prefill n=%lld%s: %.0f tokens/s, %.1f TFLOP/s, ceiling %.0f TFLOP/s, ratio %.2f\n",
+      static_cast<long long>(n), tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "",
+      dn / (median * 1e-3), tflops, kMatmulCeilingTflops * tp,
+      tflops / (kMatmulCeilingTflops * tp));
   return Status::Ok();
 }
 
@@ -100,32 +107,40 @@ Status Run(int argc, char** argv) {
   int64_t prefill = 0, queries = 1, tensor_parallel = 1;
   FlagParser flags("bench_decode: whole-model decode throughput with dummy weights");
   flags.AddString("config", &config_path, "HF config.json with the model's shapes (dummy weights)");
-  flags.AddString("model", &model_dir, "load this safetensors checkpoint instead (reports load speed)");
+  flags.AddString("model", &model_dir,
+                  "load this safetensors checkpoint instead (reports load speed)");
   flags.AddInt("batch", &batch, "sequences decoded together");
   flags.AddInt("context", &context, "tokens already in each sequence's KV cache");
   flags.AddInt("steps", &steps, "timed decode steps");
   flags.AddInt("warmup", &warmup, "untimed decode steps first");
-  flags.AddDouble("temperature", &temperature, "sampling temperature of every row (0 = greedy), on the GPU");
+  flags.AddDouble("temperature", &temperature,
+                  "sampling temperature of every row (0 = greedy), on the GPU");
   flags.AddDouble("top-p", &top_p, "top-p of every row");
   flags.AddBool("no-graphs", &no_graphs, "run eagerly, without CUDA graphs");
   flags.AddInt("prefill", &prefill, "time the prefill of one prompt of this many tokens instead");
   flags.AddInt("queries", &queries,
-               "query tokens per sequence and step (2 = lookahead's stacked [x_t, draft]; logits of the first)");
-  flags.AddBool("capture", &capture, "also capture the residual stream at an EAGLE-3 head's aux layers (2, L/2, L-3)");
+               "query tokens per sequence and step (2 = lookahead's stacked [x_t, draft]; logits "
+               "of the first)");
+  flags.AddBool("capture", &capture,
+                "also capture the residual stream at an EAGLE-3 head's aux layers (2, L/2, L-3)");
   flags.AddInt("tensor-parallel-size", &tensor_parallel,
-               "split the model over GPUs 0..N-1 (NCCL all-reduces captured in the graphs); host-timed steps");
+               "split the model over GPUs 0..N-1 (NCCL all-reduces captured in the graphs); "
+               "host-timed steps");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (queries < 1 || queries > 4) return InvalidArgument("--queries must be 1 to 4");
-  if (tensor_parallel < 1 || tensor_parallel > 64) return InvalidArgument("--tensor-parallel-size must be 1 to 64");
+  if (tensor_parallel < 1 || tensor_parallel > 64)
+    return InvalidArgument("--tensor-parallel-size must be 1 to 64");
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
     return Status::Ok();
   }
   OASIS_RETURN_IF_ERROR(InitLogging("warn"));
   if (!model_dir.empty()) OASIS_RETURN_IF_ERROR(InitLogging("info"));  // weight-loading progress
-  OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir.empty() ? config_path : model_dir));
+  OASIS_ASSIGN_OR_RETURN(ModelConfig config,
+                         LoadModelConfig(model_dir.empty() ? config_path : model_dir));
   const int tp = static_cast<int>(tensor_parallel);
-  const int32_t heads = static_cast<int32_t>(config.num_key_value_heads / tp);  // per rank (checked below)
+  const int32_t heads =
+      static_cast<int32_t>(config.num_key_value_heads / tp);  // per rank (checked below)
   const int64_t max_ctx = context + (warmup + steps) * queries + 1;
   const int64_t slots = prefill > 0 ? HeadBlockTable::SlotsFor(prefill, heads) + 16
                                     : HeadBlockTable::SlotsFor(max_ctx, heads) * batch + 16;
@@ -148,12 +163,14 @@ Status Run(int argc, char** argv) {
     o.size = tp;
     o.graph = go;
     CudaTpHooks hooks;
-    hooks.load_shard = [&](CudaBackend& b, const TensorParallel& t) -> StatusOr<std::unique_ptr<DecoderLM>> {
+    hooks.load_shard = [&](CudaBackend& b,
+                           const TensorParallel& t) -> StatusOr<std::unique_ptr<DecoderLM>> {
       if (weights == nullptr) return DecoderLM::CreateDummy(config, b, 1, t);
       return DecoderLM::Create(config, *weights, b, t);
     };
     hooks.kv_slots = [&](int, CudaBackend&, DecoderLM&) -> StatusOr<int64_t> { return slots; };
-    OASIS_ASSIGN_OR_RETURN(runner, CreateCudaTpRunner(config, o, hooks));  // (its graph runners are cheap)
+    OASIS_ASSIGN_OR_RETURN(runner,
+                           CreateCudaTpRunner(config, o, hooks));  // (its graph runners are cheap)
     loaded = std::chrono::steady_clock::now();
   } else {
     OASIS_ASSIGN_OR_RETURN(backend, CudaBackend::Create());
@@ -172,10 +189,13 @@ Status Run(int argc, char** argv) {
   if (weights != nullptr) {
     const double secs = std::chrono::duration<double>(loaded - t0).count();
     double bytes = 0;
-    for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) bytes += 2.0 * static_cast<double>(w.numel());
-    std::printf("RESULT load %s%s: %.2f GB in %.2f s = %.2f GB/s (safetensors mmap -> pinned staging -> HBM)\n",
-                model_dir.c_str(), tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "", bytes / 1e9, secs,
-                bytes / 1e9 / secs);
+    for (const WeightSpec& w : DecoderLM::ExpectedWeights(config))
+      bytes += 2.0 * static_cast<double>(w.numel());
+    std::printf(
+        "RESULT load %s%s: %.2f GB in %.2f s = %.2f GB/s (safetensors mmap -> pinned staging -> "
+        "HBM)\n",
+        model_dir.c_str(), tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "", bytes / 1e9, secs,
+        bytes / 1e9 / secs);
   }
   // Rank 0's backend: the timing events (and, under tensor parallelism, the host clock).
   CudaBackend& timing = *static_cast<CudaBackend*>(&runner->backend());
@@ -190,14 +210,16 @@ Status Run(int argc, char** argv) {
   }
   // Bytes one GPU reads per step: its shard of the split projections, the replicated rest.
   const auto sharded = [](const std::string& name) {
-    for (const char* leaf : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
+    for (const char* leaf :
+         {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}) {
       if (name.find(leaf) != std::string::npos) return true;
     }
     return false;
   };
   double weight_bytes = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
-    if (w.name == "model.embed_tokens.weight" && !config.tie_word_embeddings) continue;  // one row read
+    if (w.name == "model.embed_tokens.weight" && !config.tie_word_embeddings)
+      continue;  // one row read
     weight_bytes += 2.0 * static_cast<double>(w.numel()) / (sharded(w.name) ? tp : 1);
   }
   const double kv_bytes_per_token = 2.0 * 2 * config.num_hidden_layers * config.kv_size() / tp;
@@ -208,11 +230,12 @@ Status Run(int argc, char** argv) {
     std::vector<StepSequence> seqs;
     for (int64_t s = 0; s < batch; ++s) {
       std::vector<int32_t> toks;
-      for (int64_t j = 0; j < queries; ++j) toks.push_back(static_cast<int32_t>((s * 7919 + step + j) % config.vocab_size));
+      for (int64_t j = 0; j < queries; ++j)
+        toks.push_back(static_cast<int32_t>((s * 7919 + step + j) % config.vocab_size));
       seqs.push_back({&tables[static_cast<size_t>(s)], context + step * queries, toks});
     }
-    ForwardInput in = BuildLookaheadTargetInput(seqs, std::vector<int64_t>(static_cast<size_t>(batch), queries - 1),
-                                                false, nullptr);
+    ForwardInput in = BuildLookaheadTargetInput(
+        seqs, std::vector<int64_t>(static_cast<size_t>(batch), queries - 1), false, nullptr);
     const auto t_step = std::chrono::steady_clock::now();
     start.Record(timing.stream());
     std::vector<SampleRow> rows(static_cast<size_t>(batch));
@@ -226,12 +249,15 @@ Status Run(int argc, char** argv) {
       const int64_t L = config.num_hidden_layers;
       cap.layer_ids = {2, L / 2, L - 3};
     }
-    std::vector<SampleResult> sampled = runner->Run({.input = in, .rows = rows, .capture = capture ? &cap : nullptr});
+    std::vector<SampleResult> sampled =
+        runner->Run({.input = in, .rows = rows, .capture = capture ? &cap : nullptr});
     stop.Record(timing.stream());
     stop.Synchronize();
     const double host_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_step).count();
-    if (step >= warmup) ms.push_back(tp > 1 ? static_cast<float>(host_ms) : stop.ElapsedMsSince(start));
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_step)
+            .count();
+    if (step >= warmup)
+      ms.push_back(tp > 1 ? static_cast<float>(host_ms) : stop.ElapsedMsSince(start));
   }
   for (auto& t : tables) t.Release(allocator);
   std::sort(ms.begin(), ms.end());
@@ -240,23 +266,27 @@ Status Run(int argc, char** argv) {
   const double bytes = weight_bytes + kv_bytes_per_token * avg_ctx * static_cast<double>(batch);
   const double roofline_ms = bytes / (kReadCeilingTBs * 1e12) * 1e3;
   const double copy_roofline_ms = bytes / (kCopyCeilingTBs * 1e12) * 1e3;
-  std::printf("model %s, batch %lld, context %lld, %s%s\n", config_path.c_str(), static_cast<long long>(batch),
-              static_cast<long long>(context), no_graphs ? "eager" : "CUDA graphs",
-              tp > 1 ? (", tensor parallel over " + std::to_string(tp) + " GPUs (host-timed steps)").c_str() : "");
-  std::printf("bytes per step%s: weights %.2f GB + KV %.2f GB\n", tp > 1 ? " per GPU" : "", weight_bytes / 1e9,
-              kv_bytes_per_token * avg_ctx * batch / 1e9);
+  std::printf(
+      "model %s, batch %lld, context %lld, %s%s\n", config_path.c_str(),
+      static_cast<long long>(batch), static_cast<long long>(context),
+      no_graphs ? "eager" : "CUDA graphs",
+      tp > 1 ? (", tensor parallel over " + std::to_string(tp) + " GPUs (host-timed steps)").c_str()
+             : "");
+  std::printf("bytes per step%s: weights %.2f GB + KV %.2f GB\n", tp > 1 ? " per GPU" : "",
+              weight_bytes / 1e9, kv_bytes_per_token * avg_ctx * batch / 1e9);
   std::printf("step time: median %.3f ms (min %.3f, p90 %.3f) over %zu steps\n", median, ms.front(),
               ms[ms.size() * 9 / 10], ms.size());
-  std::printf("roofline: %.3f ms at %.2f TB/s read (%.3f ms at %.2f TB/s copy)\n", roofline_ms, kReadCeilingTBs,
-              copy_roofline_ms, kCopyCeilingTBs);
+  std::printf("roofline: %.3f ms at %.2f TB/s read (%.3f ms at %.2f TB/s copy)\n", roofline_ms,
+              kReadCeilingTBs, copy_roofline_ms, kCopyCeilingTBs);
   const std::string tags = (tp > 1 ? " tp=" + std::to_string(tp) : std::string()) +
                            (queries > 1 ? " q=" + std::to_string(queries) : std::string()) +
                            (capture ? " +capture" : "");
-  std::printf("RESULT decode b=%lld ctx=%lld%s: %.3f ms/step, %.1f tok/s, %.2f TB/s effective%s, "
-              "ceiling %.3f ms, ratio %.2f of read roofline (%.2f of copy roofline)\n",
-              static_cast<long long>(batch), static_cast<long long>(context), tags.c_str(),
-              median, batch * 1e3 / median, bytes / (median * 1e-3) / 1e12, tp > 1 ? " per GPU" : "", roofline_ms,
-              roofline_ms / median, copy_roofline_ms / median);
+  std::printf(
+      "RESULT decode b=%lld ctx=%lld%s: %.3f ms/step, %.1f tok/s, %.2f TB/s effective%s, "
+      "ceiling %.3f ms, ratio %.2f of read roofline (%.2f of copy roofline)\n",
+      static_cast<long long>(batch), static_cast<long long>(context), tags.c_str(), median,
+      batch * 1e3 / median, bytes / (median * 1e-3) / 1e12, tp > 1 ? " per GPU" : "", roofline_ms,
+      roofline_ms / median, copy_roofline_ms / median);
   return Status::Ok();
 }
 

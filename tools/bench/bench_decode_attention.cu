@@ -39,17 +39,19 @@ using bf16 = __nv_bfloat16;
 constexpr double kCeilingGBs = 4560.0;  // read-only streaming, H200 (DESIGN.md §5)
 constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kPage = 16;
 
-#define BENCH_CHECK(expr)                                                                            \
-  do {                                                                                               \
-    cudaError_t err_ = (expr);                                                                       \
-    if (err_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
+#define BENCH_CHECK(expr)                                                  \
+  do {                                                                     \
+    cudaError_t err_ = (expr);                                             \
+    if (err_ != cudaSuccess) {                                             \
+      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(err_));                              \
+      std::exit(1);                                                        \
+    }                                                                      \
   } while (0)
 
 __global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
     uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
     x ^= x >> 15, x *= 2246822519u, x ^= x >> 13, x *= 3266489917u, x ^= x >> 16;
     p[i] = __float2bfloat16(static_cast<float>(x & 0xffff) / 32768.0f - 1.0f);
@@ -59,8 +61,8 @@ __global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed) {
 struct Case {
   const char* name;
   int batch, context, q_len;
-  int peer;            // index of the same shape in bench_decode_attention_torch.py's cases (-1: none)
-  int bound = 0;       // table width and max_kv_len hint in tokens (0: the context)
+  int peer;       // index of the same shape in bench_decode_attention_torch.py's cases (-1: none)
+  int bound = 0;  // table width and max_kv_len hint in tokens (0: the context)
   // Slots: false = what the engine gives a dense request (a fresh BlockAllocator, one
   // HeadBlockTable::Reserve of the whole context per sequence: one run of slots per head);
   // true = random slots from the whole pool (a fragmented pool, worst-case locality).
@@ -114,7 +116,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::max(20, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--torch-gbs") && i + 1 < argc) {
-      for (char* tok = std::strtok(argv[++i], ","); tok != nullptr; tok = std::strtok(nullptr, ",")) {
+      for (char* tok = std::strtok(argv[++i], ","); tok != nullptr;
+           tok = std::strtok(nullptr, ",")) {
         torch_gbs.push_back(std::atof(tok));
       }
     }
@@ -141,10 +144,13 @@ int main(int argc, char** argv) {
 
   cudaDeviceProp prop{};
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-  std::printf("decode attention: GQA %d/%d, head_dim %d, bf16, the engine's slot order (random where named); median of "
-              "%d runs, L2 flushed\n",
-              kHq, kHkv, kHeadDim, runs);
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  std::printf(
+      "decode attention: GQA %d/%d, head_dim %d, bf16, the engine's slot order (random where "
+      "named); median of "
+      "%d runs, L2 flushed\n",
+      kHq, kHkv, kHeadDim, runs);
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -152,26 +158,32 @@ int main(int argc, char** argv) {
   const size_t pool_elems = size_t{static_cast<size_t>(max_slots)} * kPage * kHeadDim;
   BENCH_CHECK(cudaMalloc(&buf.k, pool_elems * sizeof(bf16)));
   BENCH_CHECK(cudaMalloc(&buf.v, pool_elems * sizeof(bf16)));
-  BENCH_CHECK(cudaMalloc(&buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim * sizeof(bf16)));
-  BENCH_CHECK(cudaMalloc(&buf.out, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim * sizeof(bf16)));
+  BENCH_CHECK(
+      cudaMalloc(&buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim * sizeof(bf16)));
+  BENCH_CHECK(cudaMalloc(&buf.out,
+                         size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim * sizeof(bf16)));
   BENCH_CHECK(cudaMalloc(&buf.qstart, (max_seqs + 1) * sizeof(int32_t)));
-  BENCH_CHECK(cudaMalloc(&buf.lens, size_t{static_cast<size_t>(max_seqs)} * kHkv * sizeof(int32_t)));
-  BENCH_CHECK(cudaMalloc(&buf.tables, size_t{static_cast<size_t>(max_seqs)} * kHkv * max_blocks * sizeof(int32_t)));
+  BENCH_CHECK(
+      cudaMalloc(&buf.lens, size_t{static_cast<size_t>(max_seqs)} * kHkv * sizeof(int32_t)));
+  BENCH_CHECK(cudaMalloc(
+      &buf.tables, size_t{static_cast<size_t>(max_seqs)} * kHkv * max_blocks * sizeof(int32_t)));
   BENCH_CHECK(cudaMalloc(&buf.flush, buf.flush_bytes));
   FillRandomBf16<<<1024, 256, 0, stream>>>(buf.k, pool_elems, 1);
   FillRandomBf16<<<1024, 256, 0, stream>>>(buf.v, pool_elems, 2);
-  FillRandomBf16<<<1024, 256, 0, stream>>>(buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim, 3);
+  FillRandomBf16<<<1024, 256, 0, stream>>>(
+      buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim, 3);
   BENCH_CHECK(cudaGetLastError());
 
   std::mt19937 rng(1234);
   std::vector<int32_t> all_slots(static_cast<size_t>(max_slots));
   std::iota(all_slots.begin(), all_slots.end(), 0);
   double main_gbs = 0, random_gbs = 0;
-  std::printf("\n%-40s %6s %10s %9s %10s %9s %8s %9s\n", "case", "splits", "median us", "KV GB", "GB/s", "ceiling",
-              "ratio", "vs torch");
+  std::printf("\n%-40s %6s %10s %9s %10s %9s %8s %9s\n", "case", "splits", "median us", "KV GB",
+              "GB/s", "ceiling", "ratio", "vs torch");
   for (const Case& c : cases) {
     const int pages = (std::max(c.context, c.bound) + kPage - 1) / kPage;
-    std::vector<int32_t> qstart(c.batch + 1), lens(size_t{static_cast<size_t>(c.batch)} * kHkv, c.context);
+    std::vector<int32_t> qstart(c.batch + 1),
+        lens(size_t{static_cast<size_t>(c.batch)} * kHkv, c.context);
     std::vector<int32_t> tables(size_t{static_cast<size_t>(c.batch)} * kHkv * pages);
     for (int s = 0; s <= c.batch; ++s) qstart[s] = s * c.q_len;
     if (c.random_slots) {
@@ -186,13 +198,17 @@ int main(int argc, char** argv) {
           return 1;
         }
         for (int h = 0; h < kHkv; ++h)  // entries past the context (a graph bound) are never read
-          std::copy(table.head_slots(h).begin(), table.head_slots(h).end(), tables.begin() + (size_t(s) * kHkv + h) * pages);
+          std::copy(table.head_slots(h).begin(), table.head_slots(h).end(),
+                    tables.begin() + (size_t(s) * kHkv + h) * pages);
         (void)table.TakeSlots();  // the pool is rebuilt for the next case
       }
     }
-    BENCH_CHECK(cudaMemcpyAsync(buf.qstart, qstart.data(), qstart.size() * 4, cudaMemcpyHostToDevice, stream));
-    BENCH_CHECK(cudaMemcpyAsync(buf.lens, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, stream));
-    BENCH_CHECK(cudaMemcpyAsync(buf.tables, tables.data(), tables.size() * 4, cudaMemcpyHostToDevice, stream));
+    BENCH_CHECK(cudaMemcpyAsync(buf.qstart, qstart.data(), qstart.size() * 4,
+                                cudaMemcpyHostToDevice, stream));
+    BENCH_CHECK(
+        cudaMemcpyAsync(buf.lens, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, stream));
+    BENCH_CHECK(cudaMemcpyAsync(buf.tables, tables.data(), tables.size() * 4,
+                                cudaMemcpyHostToDevice, stream));
 
     oasis::kernels::DecodeAttentionParams p;
     p.q = buf.q, p.k_pool = buf.k, p.v_pool = buf.v, p.out = buf.out;
@@ -208,8 +224,9 @@ int main(int argc, char** argv) {
         BENCH_CHECK(cudaMalloc(&buf.workspace, ws));
         buf.workspace_bytes = ws;
       }
-      return Time([&] { return oasis::kernels::LaunchDecodeAttention(q, buf.workspace, ws, stream); }, buf, stream,
-                  runs);
+      return Time(
+          [&] { return oasis::kernels::LaunchDecodeAttention(q, buf.workspace, ws, stream); }, buf,
+          stream, runs);
     };
     const double kv_gb = double(c.batch) * kHkv * c.context * kHeadDim * 2 * 2 / 1e9;
     if (sweep) {
@@ -218,12 +235,13 @@ int main(int argc, char** argv) {
         q.num_splits = forced;
         if (oasis::kernels::DecodeAttentionNumSplits(q) != forced) continue;
         const Stats sw = run(q);
-        std::printf("  sweep %-32s %6d %10.1f %9.3f %10.0f\n", c.name, forced, sw.median_ms * 1e3, kv_gb,
-                    kv_gb / (sw.median_ms * 1e-3));
+        std::printf("  sweep %-32s %6d %10.1f %9.3f %10.0f\n", c.name, forced, sw.median_ms * 1e3,
+                    kv_gb, kv_gb / (sw.median_ms * 1e-3));
       }
     }
     const Stats st = run(p);
-    // The output must be finite (a cheap guard; tests/kernels/test_attention_decode.cpp checks values).
+    // The output must be finite (a cheap guard; tests/kernels/test_attention_decode.cpp checks
+    // values).
     std::vector<uint16_t> out(static_cast<size_t>(p.tokens) * kHq * kHeadDim);
     BENCH_CHECK(cudaMemcpy(out.data(), buf.out, out.size() * 2, cudaMemcpyDeviceToHost));
     for (uint16_t b : out)
@@ -233,21 +251,26 @@ int main(int argc, char** argv) {
       }
     const double gbs = kv_gb / (st.median_ms * 1e-3);
     char vs[32] = "-";
-    const double peer_gbs = c.peer >= 0 && c.peer < static_cast<int>(torch_gbs.size()) ? torch_gbs[c.peer] : 0.0;
+    const double peer_gbs =
+        c.peer >= 0 && c.peer < static_cast<int>(torch_gbs.size()) ? torch_gbs[c.peer] : 0.0;
     if (peer_gbs > 0) std::snprintf(vs, sizeof(vs), "%.2fx", gbs / peer_gbs);
-    std::printf("%-40s %6d %10.1f %9.3f %10.0f %9.0f %8.3f %9s\n", c.name, oasis::kernels::DecodeAttentionNumSplits(p),
-                st.median_ms * 1e3, kv_gb, gbs, kCeilingGBs, gbs / kCeilingGBs, vs);
+    std::printf("%-40s %6d %10.1f %9.3f %10.0f %9.0f %8.3f %9s\n", c.name,
+                oasis::kernels::DecodeAttentionNumSplits(p), st.median_ms * 1e3, kv_gb, gbs,
+                kCeilingGBs, gbs / kCeilingGBs, vs);
     if (c.random_slots) random_gbs = gbs;  // the main shape's random-slot case
     if (&c == &cases.front()) {
       main_gbs = gbs;
       // The reference-grade kernel (one CTA per row and query head) on the same inputs, for scale.
       oasis::kernels::PagedAttentionParams r;
-      r.q = p.q, r.k_pool = p.k_pool, r.v_pool = p.v_pool, r.query_start = p.query_start, r.kv_lens = p.kv_lens;
+      r.q = p.q, r.k_pool = p.k_pool, r.v_pool = p.v_pool, r.query_start = p.query_start,
+      r.kv_lens = p.kv_lens;
       r.block_tables = p.block_tables, r.out = p.out, r.tokens = p.tokens, r.num_seqs = p.num_seqs;
-      r.num_q_heads = kHq, r.num_kv_heads = kHkv, r.head_dim = kHeadDim, r.max_blocks = pages, r.scale = p.scale;
-      const Stats ref = Time([&] { return oasis::kernels::LaunchPagedAttention(r, stream); }, buf, stream, 20);
-      std::printf("%-40s %6s %10.1f %9.3f %10.0f %9.0f %8.3f\n", "  (reference kernel, same case)", "-",
-                  ref.median_ms * 1e3, kv_gb, kv_gb / (ref.median_ms * 1e-3), kCeilingGBs,
+      r.num_q_heads = kHq, r.num_kv_heads = kHkv, r.head_dim = kHeadDim, r.max_blocks = pages,
+      r.scale = p.scale;
+      const Stats ref =
+          Time([&] { return oasis::kernels::LaunchPagedAttention(r, stream); }, buf, stream, 20);
+      std::printf("%-40s %6s %10.1f %9.3f %10.0f %9.0f %8.3f\n", "  (reference kernel, same case)",
+                  "-", ref.median_ms * 1e3, kv_gb, kv_gb / (ref.median_ms * 1e-3), kCeilingGBs,
                   kv_gb / (ref.median_ms * 1e-3) / kCeilingGBs);
     }
   }
@@ -256,8 +279,10 @@ int main(int argc, char** argv) {
     std::snprintf(peer, sizeof(peer), "vs PyTorch SDPA %.0f GB/s (same call): %.2fx", torch_gbs[0],
                   main_gbs / torch_gbs[0]);
   }
-  std::printf("\nRESULT decode_attention b32x16K GQA32/8 d128: %.0f GB/s of KV (random slots %.0f), ceiling %.0f GB/s, "
-              "ratio %.3f; %s\n",
-              main_gbs, random_gbs, kCeilingGBs, main_gbs / kCeilingGBs, peer);
+  std::printf(
+      "\nRESULT decode_attention b32x16K GQA32/8 d128: %.0f GB/s of KV (random slots %.0f), "
+      "ceiling %.0f GB/s, "
+      "ratio %.3f; %s\n",
+      main_gbs, random_gbs, kCeilingGBs, main_gbs / kCeilingGBs, peer);
   return 0;
 }

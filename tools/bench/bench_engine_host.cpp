@@ -24,10 +24,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "runner/draft_runner.h"
 #include "engine/engine.h"
-#include "runner/model_runner.h"
 #include "models/eagle3.h"
+#include "runner/draft_runner.h"
+#include "runner/model_runner.h"
 
 using namespace oasis;
 using namespace std::chrono_literals;
@@ -39,7 +39,8 @@ namespace {
 class NoComputeRunner final : public ModelRunner {
  public:
   NoComputeRunner(DecoderLM& model, Backend& backend, int64_t slots, double device_ms)
-      : ModelRunner(model, backend, slots), device_(std::chrono::microseconds(static_cast<int64_t>(device_ms * 1e3))) {}
+      : ModelRunner(model, backend, slots),
+        device_(std::chrono::microseconds(static_cast<int64_t>(device_ms * 1e3))) {}
   std::vector<SampleResult> Run(const StepInputs& step) override {
     if (step.capture == nullptr) {
       std::this_thread::sleep_for(device_);
@@ -56,7 +57,8 @@ class NoComputeRunner final : public ModelRunner {
   std::chrono::microseconds device_;
   std::vector<SampleResult> Tokens(const std::vector<SampleRow>& rows) {
     std::vector<SampleResult> out(rows.size());
-    for (size_t r = 0; r < rows.size(); ++r) out[r].token = static_cast<int32_t>((rows[r].counter * 7 + r) % 997 + 1);
+    for (size_t r = 0; r < rows.size(); ++r)
+      out[r].token = static_cast<int32_t>((rows[r].counter * 7 + r) % 997 + 1);
     return out;
   }
 };
@@ -65,7 +67,8 @@ class NoComputeRunner final : public ModelRunner {
 class NoComputeDraftRunner final : public DraftRunner {
  public:
   using DraftRunner::DraftRunner;
-  std::vector<int32_t> Propose(const ForwardInput& host_input, const Tensor&, std::span<const int32_t>) override {
+  std::vector<int32_t> Propose(const ForwardInput& host_input, const Tensor&,
+                               std::span<const int32_t>) override {
     return std::vector<int32_t>(static_cast<size_t>(host_input.logit_rows.numel()), 1);
   }
 };
@@ -79,19 +82,23 @@ Status Run(int argc, char** argv) {
   int64_t batch = 64, context = 4096, tokens = 128, kv_heads = 8;
   double device_ms = 10.0;
   std::string lookahead = "off";
-  FlagParser flags("bench_engine_host: the engine's host time per step with a model that computes nothing");
+  FlagParser flags(
+      "bench_engine_host: the engine's host time per step with a model that computes nothing");
   flags.AddInt("batch", &batch, "concurrent requests");
   flags.AddInt("context", &context, "prompt tokens per request");
   flags.AddInt("tokens", &tokens, "output tokens per request");
   flags.AddInt("kv-heads", &kv_heads, "KV heads of the model (block tables are per KV head)");
-  flags.AddString("lookahead", &lookahead, "off, reject or speculate (a draft head that computes nothing)");
-  flags.AddDouble("device-ms", &device_ms, "device time of a step, slept by the runner (the model step's floor)");
+  flags.AddString("lookahead", &lookahead,
+                  "off, reject or speculate (a draft head that computes nothing)");
+  flags.AddDouble("device-ms", &device_ms,
+                  "device time of a step, slept by the runner (the model step's floor)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
     return Status::Ok();
   }
-  if (batch < 1 || context < 1 || tokens < 4 || kv_heads < 1) return InvalidArgument("bad --batch/--context/--tokens/--kv-heads");
+  if (batch < 1 || context < 1 || tokens < 4 || kv_heads < 1)
+    return InvalidArgument("bad --batch/--context/--tokens/--kv-heads");
   OASIS_ASSIGN_OR_RETURN(LookaheadMode mode, ParseLookaheadMode(lookahead));
   OASIS_RETURN_IF_ERROR(InitLogging("warn"));
 
@@ -114,7 +121,9 @@ Status Run(int argc, char** argv) {
   std::unique_ptr<Eagle3Head> head;
   std::unique_ptr<NoComputeDraftRunner> draft;
   if (mode != LookaheadMode::kOff) {
-    OASIS_ASSIGN_OR_RETURN(head, Eagle3Head::CreateDummy(Eagle3Head::ConfigForTarget(c, c.vocab_size), *model, backend, 7));
+    OASIS_ASSIGN_OR_RETURN(
+        head,
+        Eagle3Head::CreateDummy(Eagle3Head::ConfigForTarget(c, c.vocab_size), *model, backend, 7));
     draft = std::make_unique<NoComputeDraftRunner>(*head, backend, slots);
   }
   EngineOptions o;
@@ -127,7 +136,8 @@ Status Run(int argc, char** argv) {
   for (int64_t r = 0; r < batch; ++r) {
     EngineRequest req;
     req.id = "r" + std::to_string(r);
-    for (int64_t i = 0; i < context; ++i) req.prompt.push_back(static_cast<int32_t>((r * 31 + i * 17) % 997 + 1));
+    for (int64_t i = 0; i < context; ++i)
+      req.prompt.push_back(static_cast<int32_t>((r * 31 + i * 17) % 997 + 1));
     req.max_tokens = tokens;
     req.ignore_eos = true;
     req.sampling.temperature = 0;
@@ -172,25 +182,35 @@ Status Run(int argc, char** argv) {
     if (a == nullptr) a = &s;
     b = &s;
   }
-  if (a == nullptr || b->s.loop.steps_total <= a->s.loop.steps_total) return Internal("no decode window: raise --tokens");
+  if (a == nullptr || b->s.loop.steps_total <= a->s.loop.steps_total)
+    return Internal("no decode window: raise --tokens");
   const double n = static_cast<double>(b->s.loop.steps_total - a->s.loop.steps_total);
-  const auto per_step = [&](double EngineStats::Loop::*f) { return (b->s.loop.*f - a->s.loop.*f) / n * 1e3; };
+  const auto per_step = [&](double EngineStats::Loop::*f) {
+    return (b->s.loop.*f - a->s.loop.*f) / n * 1e3;
+  };
   const double step = per_step(&EngineStats::Loop::step_seconds_total);
   const double wall = std::chrono::duration<double, std::milli>(b->t - a->t).count() / n;
-  std::printf("engine host time per decode step, batch %lld, context %lld, %lld KV heads, lookahead %s (%.0f steps)\n",
-              static_cast<long long>(batch), static_cast<long long>(context), static_cast<long long>(kv_heads),
-              lookahead.c_str(), n);
+  std::printf(
+      "engine host time per decode step, batch %lld, context %lld, %lld KV heads, lookahead %s "
+      "(%.0f steps)\n",
+      static_cast<long long>(batch), static_cast<long long>(context),
+      static_cast<long long>(kv_heads), lookahead.c_str(), n);
   std::printf("  schedule      %8.3f ms\n", per_step(&EngineStats::Loop::schedule_seconds_total));
   std::printf("  build batch   %8.3f ms\n", per_step(&EngineStats::Loop::build_seconds_total));
-  std::printf("  model (slept) %8.3f ms (--device-ms %.1f)\n", per_step(&EngineStats::Loop::model_step_seconds_total), device_ms);
+  std::printf("  model (slept) %8.3f ms (--device-ms %.1f)\n",
+              per_step(&EngineStats::Loop::model_step_seconds_total), device_ms);
   std::printf("  emit          %8.3f ms\n", per_step(&EngineStats::Loop::emit_seconds_total));
   std::printf("  draft head    %8.3f ms\n", per_step(&EngineStats::Loop::draft_step_seconds_total));
-  std::printf("  whole step    %8.3f ms (host beyond the device: %.3f ms)\n", step, step - device_ms);
-  std::printf("  loop (wall)   %8.3f ms per step (admission, publishing stats, waking streams)\n", wall);
-  std::printf("RESULT engine_host b=%lld ctx=%lld lookahead=%s: host %.3f ms per step beyond %.1f ms of device time "
-              "(loop %.3f ms)\n",
-              static_cast<long long>(batch), static_cast<long long>(context), lookahead.c_str(), wall - device_ms,
-              device_ms, wall);
+  std::printf("  whole step    %8.3f ms (host beyond the device: %.3f ms)\n", step,
+              step - device_ms);
+  std::printf("  loop (wall)   %8.3f ms per step (admission, publishing stats, waking streams)\n",
+              wall);
+  std::printf(
+      "RESULT engine_host b=%lld ctx=%lld lookahead=%s: host %.3f ms per step beyond %.1f ms of "
+      "device time "
+      "(loop %.3f ms)\n",
+      static_cast<long long>(batch), static_cast<long long>(context), lookahead.c_str(),
+      wall - device_ms, device_ms, wall);
   return Status::Ok();
 }
 

@@ -1,6 +1,7 @@
 // GEMV (decode projections) bandwidth at Qwen3-8B shapes: the default choice and both kernel
-// configurations (kernels/gemv.h GemvConfig) per shape, time per call from CUDA events over back-to-back launches after warm-up (median of
-// 5 runs), bytes = weights + x + out; ceiling = the read-only streaming figure of DESIGN.md §5.
+// configurations (kernels/gemv.h GemvConfig) per shape, time per call from CUDA events over
+// back-to-back launches after warm-up (median of 5 runs), bytes = weights + x + out; ceiling = the
+// read-only streaming figure of DESIGN.md §5.
 //   bench_gemv [--rows R]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -19,13 +20,13 @@ constexpr double kReadCeilingGBs = 4560.0;
 constexpr int kConfigs = 2;  // oasis::kernels::GemvConfig after kAuto
 constexpr const char* kConfigNames[kConfigs + 1] = {"auto", "per-group", "persistent"};
 
-#define CHECK_CUDA(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e = (x);                                                                 \
-    if (e != cudaSuccess) {                                                              \
+#define CHECK_CUDA(x)                                                                        \
+  do {                                                                                       \
+    cudaError_t e = (x);                                                                     \
+    if (e != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+      std::exit(1);                                                                          \
+    }                                                                                        \
   } while (0)
 
 }  // namespace
@@ -39,8 +40,10 @@ int main(int argc, char** argv) {
     const char* name;
     int64_t in, out;
   };
-  const Shape shapes[] = {{"qkv 4096->6144", 4096, 6144},      {"o 4096->4096", 4096, 4096},
-                          {"gate_up 4096->24576", 4096, 24576}, {"down 12288->4096", 12288, 4096},
+  const Shape shapes[] = {{"qkv 4096->6144", 4096, 6144},
+                          {"o 4096->4096", 4096, 4096},
+                          {"gate_up 4096->24576", 4096, 24576},
+                          {"down 12288->4096", 12288, 4096},
                           {"lm_head 4096->151936", 4096, 151936}};
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
@@ -67,7 +70,8 @@ int main(int argc, char** argv) {
       auto launch = [&](int i) {
         return oasis::kernels::LaunchGemvWith(config, static_cast<const __nv_bfloat16*>(x),
                                               static_cast<const __nv_bfloat16*>(w[i % kCopies]),
-                                              static_cast<__nv_bfloat16*>(y), nullptr, rows, s.in, s.out, stream);
+                                              static_cast<__nv_bfloat16*>(y), nullptr, rows, s.in,
+                                              s.out, stream);
       };
       for (int i = 0; i < 20; ++i) CHECK_CUDA(launch(i));
       const int iters = 100;
@@ -100,9 +104,12 @@ int main(int argc, char** argv) {
     cudaFree(x);
     cudaFree(y);
   }
-  std::printf("RESULT gemv rows=%d Qwen3-8B layer+lm_head shapes: default %.0f GB/s, best-per-shape %.0f GB/s, "
-              "ceiling %.0f GB/s, ratio %.2f (best %.2f)\n",
-              rows, total_bytes / total_default_us / 1e3, total_bytes / total_best_us / 1e3, kReadCeilingGBs,
-              total_bytes / total_default_us / 1e3 / kReadCeilingGBs, total_bytes / total_best_us / 1e3 / kReadCeilingGBs);
+  std::printf(
+      "RESULT gemv rows=%d Qwen3-8B layer+lm_head shapes: default %.0f GB/s, best-per-shape %.0f "
+      "GB/s, "
+      "ceiling %.0f GB/s, ratio %.2f (best %.2f)\n",
+      rows, total_bytes / total_default_us / 1e3, total_bytes / total_best_us / 1e3,
+      kReadCeilingGBs, total_bytes / total_default_us / 1e3 / kReadCeilingGBs,
+      total_bytes / total_best_us / 1e3 / kReadCeilingGBs);
   return 0;
 }

@@ -17,15 +17,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <thread>
-#include <utility>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "runner/cuda/cuda_draft_runner.h"
-#include "runner/cuda/cuda_graph_runner.h"
 #include "common/flags.h"
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -34,6 +32,8 @@
 #include "kvcache/head_block_table.h"
 #include "loader/weights.h"
 #include "models/eagle3.h"
+#include "runner/cuda/cuda_draft_runner.h"
+#include "runner/cuda/cuda_graph_runner.h"
 
 using namespace oasis;
 using namespace std::chrono_literals;
@@ -64,7 +64,8 @@ StatusOr<std::unique_ptr<Eagle3Head>> MakeCopyHead(DecoderLM& target, CudaBacken
   ModelConfig hc = Eagle3Head::ConfigForTarget(t, t.vocab_size);
   const int64_t L = t.num_hidden_layers, H = t.hidden_size;
   hc.aux_hidden_state_layer_ids = {0, L / 2, L};
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Head> head, Eagle3Head::CreateDummy(hc, target, b, 7));
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<Eagle3Head> head,
+                         Eagle3Head::CreateDummy(hc, target, b, 7));
   Tensor fc = Tensor::Zeros({H, 3 * H}, DType::kF32);
   for (int64_t i = 0; i < H; ++i) fc.data<float>()[i * 3 * H + 2 * H + i] = 1.0f;
   Tensor fc_bf16 = Tensor::Empty({H, 3 * H}, DType::kBF16);
@@ -72,8 +73,10 @@ StatusOr<std::unique_ptr<Eagle3Head>> MakeCopyHead(DecoderLM& target, CudaBacken
   Tensor* dst = head->FindWeight("fc.weight");
   if (dst == nullptr) return Internal("no fc.weight");
   b.UploadBytes(*dst, 0, fc_bf16.raw(), fc_bf16.nbytes());
-  OASIS_RETURN_IF_ERROR(Zero(b, head->FindWeight("midlayer.self_attn.o_proj.weight"), "head o_proj"));
-  OASIS_RETURN_IF_ERROR(Zero(b, head->FindWeight("midlayer.mlp.down_proj.weight"), "head down_proj"));
+  OASIS_RETURN_IF_ERROR(
+      Zero(b, head->FindWeight("midlayer.self_attn.o_proj.weight"), "head o_proj"));
+  OASIS_RETURN_IF_ERROR(
+      Zero(b, head->FindWeight("midlayer.mlp.down_proj.weight"), "head down_proj"));
   b.Copy(*target.FindWeight("model.norm.weight"), *head->FindWeight("norm.weight"));
   b.Copy(*target.FindWeight("lm_head.weight"), *head->FindWeight("lm_head.weight"));
   b.Synchronize();
@@ -95,19 +98,21 @@ struct Snapshot {
   double model_s, draft_s, step_s, host_s;  // host_s: schedule + build + emit
 };
 
-StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, LookaheadMode mode, int64_t batch,
-                             int64_t context, int64_t tokens, int64_t vocab) {
+StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, LookaheadMode mode,
+                             int64_t batch, int64_t context, int64_t tokens, int64_t vocab) {
   EngineOptions o;
   o.lookahead = mode;
   o.max_num_seqs = batch;
-  o.max_num_batched_tokens = std::max<int64_t>(16384, 2 * batch);  // short prefill phase: a long decode window
+  o.max_num_batched_tokens =
+      std::max<int64_t>(16384, 2 * batch);  // short prefill phase: a long decode window
   Engine engine(runner, nullptr, o, mode == LookaheadMode::kOff ? nullptr : &draft);
   engine.Start();
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int64_t r = 0; r < batch; ++r) {
     EngineRequest req;
     req.id = "r" + std::to_string(r);
-    for (int64_t i = 0; i < context; ++i) req.prompt.push_back(static_cast<int32_t>((r * 7919 + i * 104729) % vocab));
+    for (int64_t i = 0; i < context; ++i)
+      req.prompt.push_back(static_cast<int32_t>((r * 7919 + i * 104729) % vocab));
     req.max_tokens = tokens;
     req.ignore_eos = true;
     req.sampling.temperature = 0;
@@ -131,15 +136,18 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
           errors[i] = "request timed out";
           return;
         }
-        if (!ev->tokens.empty()) events[i].push_back({Clock::now(), static_cast<int64_t>(ev->tokens.size())});
+        if (!ev->tokens.empty())
+          events[i].push_back({Clock::now(), static_cast<int64_t>(ev->tokens.size())});
         if (i == 0) {
           const EngineStats s = engine.Stats();
-          snapshots.push_back({Clock::now(), s.loop.steps_total, s.loop.model_step_seconds_total, s.loop.draft_step_seconds_total,
-                               s.loop.step_seconds_total,
-                               s.loop.schedule_seconds_total + s.loop.build_seconds_total + s.loop.emit_seconds_total});
+          snapshots.push_back({Clock::now(), s.loop.steps_total, s.loop.model_step_seconds_total,
+                               s.loop.draft_step_seconds_total, s.loop.step_seconds_total,
+                               s.loop.schedule_seconds_total + s.loop.build_seconds_total +
+                                   s.loop.emit_seconds_total});
         }
         if (ev->finished) {
-          if (ev->finish_reason != FinishReasonKind::kLength) errors[i] = "ended early: " + ev->error.ToString();
+          if (ev->finish_reason != FinishReasonKind::kLength)
+            errors[i] = "ended early: " + ev->error.ToString();
           return;
         }
       }
@@ -163,7 +171,8 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
   ModeResult m;
   m.ttft_ms = st.ttft.sum / st.ttft.count * 1e3;
   // Mean time per output token of a request while every request decodes.
-  m.tpot_ms = window_tokens > 0 ? std::chrono::duration<double, std::milli>(t1 - t0).count() * batch / window_tokens
+  m.tpot_ms = window_tokens > 0 ? std::chrono::duration<double, std::milli>(t1 - t0).count() *
+                                      batch / window_tokens
                                 : 0.0;
   m.acceptance = st.lookahead.acceptance_rate();
   m.tokens_per_step = mode == LookaheadMode::kOff ? 1.0 : st.lookahead.tokens_per_step();
@@ -189,8 +198,8 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
 // --head-only: the draft head's decode step alone (one row per sequence at position `context`,
 // the head's KV filled with noise up to it, random aux features), timed with CUDA events
 // around DraftRunner::Propose; small enough to run under ncu.
-Status RunHeadOnly(Eagle3Head& head, CudaBackend& backend, CudaDraftRunner& draft, int64_t batch, int64_t context,
-                   int64_t steps) {
+Status RunHeadOnly(Eagle3Head& head, CudaBackend& backend, CudaDraftRunner& draft, int64_t batch,
+                   int64_t context, int64_t steps) {
   const int32_t heads = static_cast<int32_t>(head.config().num_key_value_heads);
   BlockAllocator allocator(static_cast<int32_t>(draft.num_kv_slots()));
   std::vector<HeadBlockTable> tables;
@@ -203,7 +212,8 @@ Status RunHeadOnly(Eagle3Head& head, CudaBackend& backend, CudaDraftRunner& draf
   backend.FillNormal(aux, 3, 1.0f);
   std::vector<HeadStepSequence> seqs;
   for (int64_t s = 0; s < batch; ++s)
-    seqs.push_back({&tables[static_cast<size_t>(s)], context, {static_cast<int32_t>(s + 1)}, s, true});
+    seqs.push_back(
+        {&tables[static_cast<size_t>(s)], context, {static_cast<int32_t>(s + 1)}, s, true});
   const HeadStepInput in = BuildHeadStepInput(seqs);
   cuda::Event start(cuda::EventTiming::kEnabled), stop(cuda::EventTiming::kEnabled);
   std::vector<float> ms;
@@ -216,8 +226,9 @@ Status RunHeadOnly(Eagle3Head& head, CudaBackend& backend, CudaDraftRunner& draf
   }
   for (HeadBlockTable& t : tables) t.Release(allocator);
   std::sort(ms.begin(), ms.end());
-  std::printf("RESULT head step b=%lld ctx=%lld: median %.3f ms (min %.3f)\n", static_cast<long long>(batch),
-              static_cast<long long>(context), ms[ms.size() / 2], ms.front());
+  std::printf("RESULT head step b=%lld ctx=%lld: median %.3f ms (min %.3f)\n",
+              static_cast<long long>(batch), static_cast<long long>(context), ms[ms.size() / 2],
+              ms.front());
   return Status::Ok();
 }
 
@@ -225,31 +236,37 @@ Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json";
   int64_t batch = 1, context = 128, tokens = 128, draft_vocab = 32000;
   bool repeat = false, head_only = false;
-  FlagParser flags("bench_lookahead: TPOT of lookahead decoding (reject / speculate) vs plain, via the engine");
-  flags.AddString("config", &config_path, "HF config.json with the target's shapes (dummy weights)");
+  FlagParser flags(
+      "bench_lookahead: TPOT of lookahead decoding (reject / speculate) vs plain, via the engine");
+  flags.AddString("config", &config_path,
+                  "HF config.json with the target's shapes (dummy weights)");
   flags.AddInt("batch", &batch, "concurrent requests");
   flags.AddInt("context", &context, "prompt tokens per request");
   flags.AddInt("tokens", &tokens, "output tokens per request");
   flags.AddInt("draft-vocab", &draft_vocab, "draft vocabulary of the dummy head");
   flags.AddBool("repeat", &repeat, "repeating target + copy head: drafts right by construction");
-  flags.AddBool("head-only", &head_only, "time the draft head's decode step alone (no engine, no prefill)");
+  flags.AddBool("head-only", &head_only,
+                "time the draft head's decode step alone (no engine, no prefill)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
     return Status::Ok();
   }
-  if (batch < 1 || context < 1 || tokens < 2) return InvalidArgument("batch, context >= 1 and tokens >= 2");
+  if (batch < 1 || context < 1 || tokens < 2)
+    return InvalidArgument("batch, context >= 1 and tokens >= 2");
   OASIS_RETURN_IF_ERROR(InitLogging("warn"));
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(config_path));
   if (repeat) config.tie_word_embeddings = true;
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create());
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model, DecoderLM::CreateDummy(config, *backend, 1));
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model,
+                         DecoderLM::CreateDummy(config, *backend, 1));
   std::unique_ptr<Eagle3Head> head;
   if (repeat) {
     OASIS_RETURN_IF_ERROR(MakeRepeatingTarget(*model, *backend));
     OASIS_ASSIGN_OR_RETURN(head, MakeCopyHead(*model, *backend));
   } else {
-    const ModelConfig hc = Eagle3Head::ConfigForTarget(config, std::min(draft_vocab, config.vocab_size));
+    const ModelConfig hc =
+        Eagle3Head::ConfigForTarget(config, std::min(draft_vocab, config.vocab_size));
     OASIS_ASSIGN_OR_RETURN(head, Eagle3Head::CreateDummy(hc, *model, *backend, 7));
   }
   const int32_t heads = static_cast<int32_t>(config.num_key_value_heads);
@@ -259,31 +276,39 @@ Status Run(int argc, char** argv) {
   go.num_kv_slots = slots;
   go.max_batch = batch;
   go.max_context = max_ctx;
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner, CudaGraphRunner::Create(*model, *backend, go));
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner,
+                         CudaGraphRunner::Create(*model, *backend, go));
   CudaDraftRunner draft(*head, *backend,
                         DraftKvSlotsFor(slots, heads, head->config().num_key_value_heads));
   if (head_only) return RunHeadOnly(*head, *backend, draft, batch, context, tokens);
-  std::printf("target %s%s, head: %s; batch %lld, prompt %lld, output %lld tokens\n", config_path.c_str(),
-              repeat ? " (repeating)" : "", repeat ? "copy head" : "dummy EAGLE-3", static_cast<long long>(batch),
+  std::printf("target %s%s, head: %s; batch %lld, prompt %lld, output %lld tokens\n",
+              config_path.c_str(), repeat ? " (repeating)" : "",
+              repeat ? "copy head" : "dummy EAGLE-3", static_cast<long long>(batch),
               static_cast<long long>(context), static_cast<long long>(tokens));
-  std::printf("%-10s %10s %10s %12s %12s %8s %14s %13s %13s %13s\n", "mode", "TPOT ms", "TTFT ms", "acceptance",
-              "tok/step", "steps", "model ms/step", "head ms/step", "step ms", "host ms/step");
+  std::printf("%-10s %10s %10s %12s %12s %8s %14s %13s %13s %13s\n", "mode", "TPOT ms", "TTFT ms",
+              "acceptance", "tok/step", "steps", "model ms/step", "head ms/step", "step ms",
+              "host ms/step");
   double base = 0;
   std::string summary;
-  for (LookaheadMode mode : {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
-    OASIS_ASSIGN_OR_RETURN(ModeResult m, RunMode(*runner, draft, mode, batch, context, tokens, config.vocab_size));
+  for (LookaheadMode mode :
+       {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    OASIS_ASSIGN_OR_RETURN(
+        ModeResult m, RunMode(*runner, draft, mode, batch, context, tokens, config.vocab_size));
     if (mode == LookaheadMode::kOff) base = m.tpot_ms;
-    std::printf("%-10s %10.3f %10.1f %12.3f %12.3f %8lld %14.3f %13.3f %13.3f %13.3f\n", LookaheadModeName(mode),
-                m.tpot_ms, m.ttft_ms, m.acceptance, m.tokens_per_step, static_cast<long long>(m.steps), m.model_ms,
-                m.head_ms, m.step_ms, m.host_ms);
+    std::printf("%-10s %10.3f %10.1f %12.3f %12.3f %8lld %14.3f %13.3f %13.3f %13.3f\n",
+                LookaheadModeName(mode), m.tpot_ms, m.ttft_ms, m.acceptance, m.tokens_per_step,
+                static_cast<long long>(m.steps), m.model_ms, m.head_ms, m.step_ms, m.host_ms);
     char part[160];
-    std::snprintf(part, sizeof part, "%s%s TPOT %.3f ms (%.2fx plain)%s", summary.empty() ? "" : "; ",
-                  LookaheadModeName(mode), m.tpot_ms, m.tpot_ms / base,
-                  mode == LookaheadMode::kSpeculate ? (", " + std::to_string(m.tokens_per_step).substr(0, 4) + " tok/step").c_str() : "");
+    std::snprintf(
+        part, sizeof part, "%s%s TPOT %.3f ms (%.2fx plain)%s", summary.empty() ? "" : "; ",
+        LookaheadModeName(mode), m.tpot_ms, m.tpot_ms / base,
+        mode == LookaheadMode::kSpeculate
+            ? (", " + std::to_string(m.tokens_per_step).substr(0, 4) + " tok/step").c_str()
+            : "");
     summary += part;
   }
-  std::printf("RESULT lookahead b=%lld ctx=%lld%s: %s\n", static_cast<long long>(batch), static_cast<long long>(context),
-              repeat ? " repeat" : "", summary.c_str());
+  std::printf("RESULT lookahead b=%lld ctx=%lld%s: %s\n", static_cast<long long>(batch),
+              static_cast<long long>(context), repeat ? " repeat" : "", summary.c_str());
   return Status::Ok();
 }
 

@@ -38,13 +38,14 @@ using oasis::kernels::PrefillTileConfig;
 constexpr double kCeilingTflops = 788.0;  // cuBLAS bf16 8192^3 on the H200 (DESIGN.md §5)
 constexpr int kHq = 32, kHkv = 8, kHeadDim = 128, kBlock = 16;
 
-#define CUDA_OK(expr)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (expr);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    cudaError_t e_ = (expr);                                               \
+    if (e_ != cudaSuccess) {                                               \
+      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(e_));                                \
+      std::exit(1);                                                        \
+    }                                                                      \
   } while (0)
 
 template <typename T>
@@ -158,12 +159,18 @@ std::vector<float> Reference(const Batch& b, cudaStream_t stream) {
 
 const char* ConfigName(PrefillTileConfig c) {
   switch (c) {
-    case PrefillTileConfig::kAuto: return "auto";
-    case PrefillTileConfig::kM128W4: return "m128w4";
-    case PrefillTileConfig::kM128W8: return "m128w8";
-    case PrefillTileConfig::kM64W4: return "m64w4";
-    case PrefillTileConfig::kSm90: return "sm90";
-    case PrefillTileConfig::kSm90S2: return "sm90s2";
+    case PrefillTileConfig::kAuto:
+      return "auto";
+    case PrefillTileConfig::kM128W4:
+      return "m128w4";
+    case PrefillTileConfig::kM128W8:
+      return "m128w8";
+    case PrefillTileConfig::kM64W4:
+      return "m64w4";
+    case PrefillTileConfig::kSm90:
+      return "sm90";
+    case PrefillTileConfig::kSm90S2:
+      return "sm90s2";
   }
   return "?";
 }
@@ -174,7 +181,8 @@ struct Timing {
   int64_t bad = 0;  // elements outside |got - want| <= 1e-2 + 2e-2 |want|
 };
 
-Timing Run(Batch& b, PrefillTileConfig config, const std::vector<float>& want, int iters, cudaStream_t stream) {
+Timing Run(Batch& b, PrefillTileConfig config, const std::vector<float>& want, int iters,
+           cudaStream_t stream) {
   auto p = b.params;
   p.tile = config;
   Timing t;
@@ -213,7 +221,8 @@ Timing Run(Batch& b, PrefillTileConfig config, const std::vector<float>& want, i
 int main(int argc, char** argv) {
   int iters = 20;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = std::max(10, std::atoi(argv[++i]));
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
+      iters = std::max(10, std::atoi(argv[++i]));
   }
   int device_count = 0;
   if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
@@ -224,28 +233,33 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, %.0f KiB opt-in shared memory per block\n", prop.name,
               prop.multiProcessorCount, prop.sharedMemPerBlockOptin / 1024.0);
-  std::printf("shape: Qwen3-8B attention, %d q heads, %d KV heads, head_dim %d, causal, bf16, paged (16-token "
-              "head-blocks, shuffled slots)\n",
-              kHq, kHkv, kHeadDim);
-  std::printf("FLOPs = 4 * d * Hq * sum_rows(visible keys) = 4*d*Hq*n(n+1)/2 per prompt; ceiling %.0f TFLOP/s "
-              "(cuBLAS bf16 GEMM, DESIGN.md 5); median of %d\n\n",
-              kCeilingTflops, iters);
+  std::printf(
+      "shape: Qwen3-8B attention, %d q heads, %d KV heads, head_dim %d, causal, bf16, paged "
+      "(16-token "
+      "head-blocks, shuffled slots)\n",
+      kHq, kHkv, kHeadDim);
+  std::printf(
+      "FLOPs = 4 * d * Hq * sum_rows(visible keys) = 4*d*Hq*n(n+1)/2 per prompt; ceiling %.0f "
+      "TFLOP/s "
+      "(cuBLAS bf16 GEMM, DESIGN.md 5); median of %d\n\n",
+      kCeilingTflops, iters);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::mt19937 rng(1234);
 
-  std::printf("%-8s %-7s %10s %10s %9s %9s %11s %12s %8s\n", "shape", "config", "median ms", "min ms", "TFLOP/s",
-              "of ceil", "tokens/s", "max |err|", "bad");
+  std::printf("%-8s %-7s %10s %10s %9s %9s %11s %12s %8s\n", "shape", "config", "median ms",
+              "min ms", "TFLOP/s", "of ceil", "tokens/s", "max |err|", "bad");
   double best_8k_tflops = 0, best_8k_ms = 0, best_4x2k_tflops = 0, best_4x2k_ms = 0;
   const char* best_8k_cfg = "";
   const char* best_4x2k_cfg = "";
   bool all_valid = true;
-  for (auto [name, prompts] : {std::pair<std::string, std::vector<int>>{"1x8192", {8192}},
-                               std::pair<std::string, std::vector<int>>{"4x2048", {2048, 2048, 2048, 2048}}}) {
+  for (auto [name, prompts] :
+       {std::pair<std::string, std::vector<int>>{"1x8192", {8192}},
+        std::pair<std::string, std::vector<int>>{"4x2048", {2048, 2048, 2048, 2048}}}) {
     Batch b = MakeBatch(name, prompts, rng);
     const std::vector<float> want = Reference(b, stream);
-    std::vector<PrefillTileConfig> configs = {PrefillTileConfig::kM128W4, PrefillTileConfig::kM128W8,
-                                              PrefillTileConfig::kM64W4};
+    std::vector<PrefillTileConfig> configs = {
+        PrefillTileConfig::kM128W4, PrefillTileConfig::kM128W8, PrefillTileConfig::kM64W4};
     if (oasis::kernels::PrefillAttentionSm90Available()) {
       configs.push_back(PrefillTileConfig::kSm90);
       configs.push_back(PrefillTileConfig::kSm90S2);
@@ -254,9 +268,10 @@ int main(int argc, char** argv) {
     for (PrefillTileConfig c : configs) {
       const Timing t = Run(b, c, want, iters, stream);
       const double tflops = b.flops / (t.median_ms * 1e-3) / 1e12;
-      std::printf("%-8s %-7s %10.3f %10.3f %9.1f %8.1f%% %11.3g %12.3g %8lld\n", name.c_str(), ConfigName(c),
-                  t.median_ms, t.min_ms, tflops, 100.0 * tflops / kCeilingTflops,
-                  static_cast<double>(b.tokens) / (t.median_ms * 1e-3), t.max_abs_err, static_cast<long long>(t.bad));
+      std::printf("%-8s %-7s %10.3f %10.3f %9.1f %8.1f%% %11.3g %12.3g %8lld\n", name.c_str(),
+                  ConfigName(c), t.median_ms, t.min_ms, tflops, 100.0 * tflops / kCeilingTflops,
+                  static_cast<double>(b.tokens) / (t.median_ms * 1e-3), t.max_abs_err,
+                  static_cast<long long>(t.bad));
       all_valid = all_valid && t.bad == 0;
       if (name == "1x8192" && tflops > best_8k_tflops) {
         best_8k_tflops = tflops;
@@ -272,10 +287,14 @@ int main(int argc, char** argv) {
     for (void* a : b.allocations) CUDA_OK(cudaFree(a));
   }
   CUDA_OK(cudaStreamDestroy(stream));
-  std::printf("\n(tokens/s is one attention layer's prefill rate; a 36-layer model divides it by 36 before GEMMs)\n");
-  std::printf("RESULT prefill_attention 1x8192 %.3f ms %.1f TFLOP/s (%s) = %.1f%% of %.0f; 4x2048 %.3f ms %.1f "
-              "TFLOP/s (%s); validation %s\n",
-              best_8k_ms, best_8k_tflops, best_8k_cfg, 100.0 * best_8k_tflops / kCeilingTflops, kCeilingTflops,
-              best_4x2k_ms, best_4x2k_tflops, best_4x2k_cfg, all_valid ? "PASS" : "FAIL");
+  std::printf(
+      "\n(tokens/s is one attention layer's prefill rate; a 36-layer model divides it by 36 before "
+      "GEMMs)\n");
+  std::printf(
+      "RESULT prefill_attention 1x8192 %.3f ms %.1f TFLOP/s (%s) = %.1f%% of %.0f; 4x2048 %.3f ms "
+      "%.1f "
+      "TFLOP/s (%s); validation %s\n",
+      best_8k_ms, best_8k_tflops, best_8k_cfg, 100.0 * best_8k_tflops / kCeilingTflops,
+      kCeilingTflops, best_4x2k_ms, best_4x2k_tflops, best_4x2k_cfg, all_valid ? "PASS" : "FAIL");
   return all_valid ? 0 : 1;
 }

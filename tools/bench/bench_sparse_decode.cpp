@@ -12,9 +12,11 @@
 //   bench_sparse_decode --config tools/bench/model_configs/qwen3-8b.json --batch 32 --context 16384
 //   bench_sparse_decode ... --transfers both --steps 20
 //   bench_sparse_decode ... --no-graphs --timeline      (when each stream worked on each layer)
-//   bench_sparse_decode --backend cpu --config models/embedded/config.json --batch 2 --context 512 --topk 4
-//   bench_sparse_decode ... --tensor-parallel-size 2   (a rank per GPU: each its own KV heads, host store
-//                                                      share, pipeline; roofline per GPU, PCIe per rank's link)
+//   bench_sparse_decode --backend cpu --config models/embedded/config.json --batch 2 --context 512
+//   --topk 4 bench_sparse_decode ... --tensor-parallel-size 2   (a rank per GPU: each its own KV
+//   heads, host store
+//                                                      share, pipeline; roofline per GPU, PCIe per
+//                                                      rank's link)
 //
 // The KV content does not change a step's cost, so the pools are filled with noise instead of
 // prefilling; each sequence is switched to sparse on its own (only one dense KV is ever on
@@ -30,23 +32,23 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "runner/tp/cpu_tp_runner.h"
 #include "common/flags.h"
 #include "common/logging.h"
-#include "runner/batch_builder.h"
 #include "engine/lookahead.h"
-#include "runner/model_runner.h"
-#include "runner/sparse_ranks.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
 #include "models/decoder_lm.h"
 #include "oasis/model_config.h"
+#include "runner/batch_builder.h"
+#include "runner/model_runner.h"
+#include "runner/sparse_ranks.h"
+#include "runner/tp/cpu_tp_runner.h"
 #if defined(OASIS_HAVE_CUDA)
 #include "backend/cuda/cuda_backend.h"
-#include "runner/cuda/cuda_graph_runner.h"
 #include "backend/cuda/cuda_sparse_sync.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "runner/tp/cuda_tp_runner.h"
 #endif
 
@@ -72,19 +74,22 @@ double Median(std::vector<double> v) {
 // + the local block, K and V) + the summaries (min and max keys) of every block it scores.
 // Under tensor parallelism (tp > 1) one GPU's share: the layers' weights, the KV and the
 // summaries divided by tp, lm_head (replicated) whole.
-double HbmBytesPerStep(const ModelConfig& c, int64_t batch, int64_t context, int32_t k, int64_t tp = 1) {
+double HbmBytesPerStep(const ModelConfig& c, int64_t batch, int64_t context, int32_t k,
+                       int64_t tp = 1) {
   double weights = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(c)) {
     if (w.name == "model.embed_tokens.weight" && !c.tie_word_embeddings) continue;
     const bool replicated = w.name == "lm_head.weight" || w.name == "model.embed_tokens.weight";
     weights += 2.0 * static_cast<double>(w.numel()) / (replicated ? 1.0 : static_cast<double>(tp));
   }
-  const double kv_token = 2.0 * static_cast<double>(c.num_key_value_heads * c.head_dim) * 2.0;  // K+V, bf16
+  const double kv_token =
+      2.0 * static_cast<double>(c.num_key_value_heads * c.head_dim) * 2.0;  // K+V, bf16
   const double resident = std::min<double>(static_cast<double>(context), (k + 1.0) * kBlockSize);
   const double blocks = std::ceil(static_cast<double>(context) / kBlockSize);
-  const double summaries = static_cast<double>(c.num_key_value_heads) * blocks * 2.0 * c.head_dim * 2.0;
-  return weights + static_cast<double>(batch) * c.num_hidden_layers * (kv_token * resident + summaries) /
-                       static_cast<double>(tp);
+  const double summaries =
+      static_cast<double>(c.num_key_value_heads) * blocks * 2.0 * c.head_dim * 2.0;
+  return weights + static_cast<double>(batch) * c.num_hidden_layers *
+                       (kv_token * resident + summaries) / static_cast<double>(tp);
 }
 
 #if defined(OASIS_HAVE_CUDA)
@@ -94,7 +99,8 @@ double HbmBytesPerStep(const ModelConfig& c, int64_t batch, int64_t context, int
 template <typename StepFn>
 Status PrintTimeline(SparseStageSync* sync, StepFn step) {
   auto* cuda_sync = dynamic_cast<CudaSparseStageSync*>(sync);
-  if (cuda_sync == nullptr) return FailedPrecondition("--timeline: the runner has no CUDA stage sync");
+  if (cuda_sync == nullptr)
+    return FailedPrecondition("--timeline: the runner has no CUDA stage sync");
   cuda_sync->EnableTimeline(true);
   OASIS_RETURN_IF_ERROR(step());
   const std::vector<CudaSparseStageSync::TimelineEntry> entries = cuda_sync->TakeTimeline();
@@ -111,8 +117,8 @@ Status PrintTimeline(SparseStageSync* sync, StepFn step) {
     end = std::max(end, e.end_ms);
   }
   std::printf("timeline of one eager step (ms from its first stage event; start-end per stage):\n");
-  std::printf("%5s  %15s  %15s  %15s  %15s  %9s\n", "layer", "attention", "predict", "select", "transfer",
-              "xfer lag");
+  std::printf("%5s  %15s  %15s  %15s  %15s  %9s\n", "layer", "attention", "predict", "select",
+              "transfer", "xfer lag");
   const auto cell = [](std::pair<float, float> p) {
     char buf[32];
     if (p.first < 0) return std::string("-");
@@ -122,13 +128,16 @@ Status PrintTimeline(SparseStageSync* sync, StepFn step) {
   for (int64_t l = 0; l < layers; ++l) {
     const auto& r = at[static_cast<size_t>(l)];
     const float lag = r[3].first >= 0 && r[0].second >= 0 ? r[3].first - r[0].second : 0.0f;
-    std::printf("%5lld  %15s  %15s  %15s  %15s  %9.3f\n", static_cast<long long>(l), cell(r[0]).c_str(),
-                cell(r[1]).c_str(), cell(r[2]).c_str(), cell(r[3]).c_str(), lag);
+    std::printf("%5lld  %15s  %15s  %15s  %15s  %9.3f\n", static_cast<long long>(l),
+                cell(r[0]).c_str(), cell(r[1]).c_str(), cell(r[2]).c_str(), cell(r[3]).c_str(),
+                lag);
   }
   const auto& last = at.empty() ? std::array<std::pair<float, float>, 4>{} : at.back();
-  std::printf("busy per stream: attention %.3f, predict %.3f, select %.3f, transfer %.3f ms; step's stage events end "
-              "at %.3f ms, the last attention at %.3f ms (transfer tail %.3f ms)\n",
-              busy[0], busy[1], busy[2], busy[3], end, last[0].second, end - last[0].second);
+  std::printf(
+      "busy per stream: attention %.3f, predict %.3f, select %.3f, transfer %.3f ms; step's stage "
+      "events end "
+      "at %.3f ms, the last attention at %.3f ms (transfer tail %.3f ms)\n",
+      busy[0], busy[1], busy[2], busy[3], end, last[0].second, end - last[0].second);
   return Status::Ok();
 }
 #endif
@@ -139,7 +148,8 @@ Status Run(int argc, char** argv) {
   int64_t batch = 32, context = 16384, steps = 20, warmup = 5, topk = 128, threads = 0, tp_size = 1;
   double fetch_ratio = 0.05;
   bool no_graphs = false, timeline = false;
-  FlagParser flags("bench_sparse_decode: one sparse decode step of a whole model against its byte roofline");
+  FlagParser flags(
+      "bench_sparse_decode: one sparse decode step of a whole model against its byte roofline");
   flags.AddString("config", &config_path, "HF config.json with the model's shapes (dummy weights)");
   flags.AddString("backend", &backend_name, "cuda or cpu");
   flags.AddInt("batch", &batch, "sparse sequences decoded together");
@@ -147,15 +157,20 @@ Status Run(int argc, char** argv) {
   flags.AddInt("steps", &steps, "timed decode steps");
   flags.AddInt("warmup", &warmup, "untimed decode steps first");
   flags.AddInt("topk", &topk, "K: selected blocks per (sequence, layer, KV head)");
-  flags.AddDouble("fetch-ratio", &fetch_ratio, "C = ceil(fetch_ratio * K) blocks fetched per head per step at most");
-  flags.AddString("predictor", &predictor_name, "draft (stacked [x_t, draft] queries) or previous-query (x_t only)");
-  flags.AddString("transfers", &transfers, "on, off (predict/select run, nothing is copied) or both (on, then off)");
+  flags.AddDouble("fetch-ratio", &fetch_ratio,
+                  "C = ceil(fetch_ratio * K) blocks fetched per head per step at most");
+  flags.AddString("predictor", &predictor_name,
+                  "draft (stacked [x_t, draft] queries) or previous-query (x_t only)");
+  flags.AddString("transfers", &transfers,
+                  "on, off (predict/select run, nothing is copied) or both (on, then off)");
   flags.AddBool("no-graphs", &no_graphs, "run the sparse steps eagerly (CUDA)");
-  flags.AddBool("timeline", &timeline,
-                "CUDA, with --no-graphs: one more step with timing events per stage and layer, printed");
+  flags.AddBool(
+      "timeline", &timeline,
+      "CUDA, with --no-graphs: one more step with timing events per stage and layer, printed");
   flags.AddInt("threads", &threads, "CPU backend threads (0 = hardware)");
   flags.AddInt("tensor-parallel-size", &tp_size,
-               "ranks (GPUs 0..N-1, or CPU ranks as threads): each its own KV heads, host store share and pipeline");
+               "ranks (GPUs 0..N-1, or CPU ranks as threads): each its own KV heads, host store "
+               "share and pipeline");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
@@ -163,15 +178,19 @@ Status Run(int argc, char** argv) {
   }
   if (batch < 1 || batch > 256) return InvalidArgument("--batch must be 1 to 256");
   if (context < 2 * kBlockSize) return InvalidArgument("--context must be at least 32 tokens");
-  if (steps < 1 || warmup < 0) return InvalidArgument("--steps must be positive and --warmup not negative");
-  if (timeline && (!no_graphs || backend_name != "cuda")) return InvalidArgument("--timeline needs --backend cuda --no-graphs");
+  if (steps < 1 || warmup < 0)
+    return InvalidArgument("--steps must be positive and --warmup not negative");
+  if (timeline && (!no_graphs || backend_name != "cuda"))
+    return InvalidArgument("--timeline needs --backend cuda --no-graphs");
   if (tp_size < 1 || tp_size > 64) return InvalidArgument("--tensor-parallel-size must be 1 to 64");
-  if (timeline && tp_size > 1) return InvalidArgument("--timeline runs on one GPU (--tensor-parallel-size 1)");
+  if (timeline && tp_size > 1)
+    return InvalidArgument("--timeline runs on one GPU (--tensor-parallel-size 1)");
   if (transfers != "on" && transfers != "off" && transfers != "both") {
     return InvalidArgument("--transfers must be on, off or both");
   }
   OASIS_ASSIGN_OR_RETURN(SparsePredictor predictor, ParseSparsePredictor(predictor_name));
-  if (predictor == SparsePredictor::kOracle) return InvalidArgument("--predictor oracle is for measurement runs only");
+  if (predictor == SparsePredictor::kOracle)
+    return InvalidArgument("--predictor oracle is for measurement runs only");
   const bool draft = predictor == SparsePredictor::kDraft;
   const int32_t q = draft ? 2 : 1;
   OASIS_RETURN_IF_ERROR(InitLogging("warn"));
@@ -184,22 +203,28 @@ Status Run(int argc, char** argv) {
   OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(config, static_cast<int>(tp_size)));
   const int32_t hkv_local = static_cast<int32_t>(hkv / tp_size);
   // One dense sequence at a time, plus every sparse request's working set and tails.
-  const int64_t slots = HeadBlockTable::SlotsFor(context, hkv_local) + batch * (topk + 4) * hkv_local + 64;
+  const int64_t slots =
+      HeadBlockTable::SlotsFor(context, hkv_local) + batch * (topk + 4) * hkv_local + 64;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<DecoderLM> model;
   std::unique_ptr<ModelRunner> runner;
-  if (backend_name != "cpu" && backend_name != "cuda") return InvalidArgument("--backend must be cuda or cpu");
+  if (backend_name != "cpu" && backend_name != "cuda")
+    return InvalidArgument("--backend must be cuda or cpu");
 #if !defined(OASIS_HAVE_CUDA)
-  if (backend_name == "cuda") return FailedPrecondition("this build has no CUDA backend (use --backend cpu)");
+  if (backend_name == "cuda")
+    return FailedPrecondition("this build has no CUDA backend (use --backend cpu)");
 #endif
   if (tp_size > 1) {
-    const auto dummy_shard = [&](Backend& b, const TensorParallel& tp) { return DecoderLM::CreateDummy(config, b, 1, tp); };
+    const auto dummy_shard = [&](Backend& b, const TensorParallel& tp) {
+      return DecoderLM::CreateDummy(config, b, 1, tp);
+    };
     if (backend_name == "cpu") {
-      OASIS_ASSIGN_OR_RETURN(runner, CreateCpuTpRunner(config,
-                                                       {.size = static_cast<int>(tp_size),
-                                                        .threads_per_rank = static_cast<int>(threads / tp_size),
-                                                        .num_kv_slots = slots},
-                                                       dummy_shard));
+      OASIS_ASSIGN_OR_RETURN(
+          runner, CreateCpuTpRunner(config,
+                                    {.size = static_cast<int>(tp_size),
+                                     .threads_per_rank = static_cast<int>(threads / tp_size),
+                                     .num_kv_slots = slots},
+                                    dummy_shard));
     }
 #if defined(OASIS_HAVE_CUDA)
     if (backend_name == "cuda") {
@@ -232,7 +257,8 @@ Status Run(int argc, char** argv) {
       go.max_context = max_len + 16;
       go.enabled = !no_graphs;
       go.sparse_graphs = !no_graphs;
-      OASIS_ASSIGN_OR_RETURN(runner, CudaGraphRunner::Create(*model, *static_cast<CudaBackend*>(backend.get()), go));
+      OASIS_ASSIGN_OR_RETURN(
+          runner, CudaGraphRunner::Create(*model, *static_cast<CudaBackend*>(backend.get()), go));
     }
 #endif
     if (runner == nullptr) runner = std::make_unique<ModelRunner>(*model, *backend, slots);
@@ -248,9 +274,10 @@ Status Run(int argc, char** argv) {
   cfg.max_seq_len = max_len;
   cfg.sparse_threshold = kBlockSize;
   // K + V of one head-block in the backend's KV dtype (bf16 on the GPU, float32 on the CPU).
-  const double block_bytes =
-      2.0 * kBlockSize * static_cast<double>(config.head_dim) * static_cast<double>(DTypeSize(backend0.activation_dtype()));
-  const double host_bytes = static_cast<double>(batch) * hkv * std::ceil(static_cast<double>(max_len) / kBlockSize) *
+  const double block_bytes = 2.0 * kBlockSize * static_cast<double>(config.head_dim) *
+                             static_cast<double>(DTypeSize(backend0.activation_dtype()));
+  const double host_bytes = static_cast<double>(batch) * hkv *
+                            std::ceil(static_cast<double>(max_len) / kBlockSize) *
                             static_cast<double>(config.num_hidden_layers) * block_bytes;
   cfg.host_kv_gib = host_bytes * 1.01 / (1024.0 * 1024.0 * 1024.0) + 0.001;
   OASIS_RETURN_IF_ERROR(cfg.Validate(config.num_hidden_layers));
@@ -261,9 +288,10 @@ Status Run(int argc, char** argv) {
   const auto n_ranks = static_cast<size_t>(runner->num_ranks());
   const std::vector<std::vector<LayerKvPool>*> pools = RankKvPools(*runner);
   auto manager = std::make_unique<SparseKvManager>(
-      cfg, SparseModelShape{config.num_hidden_layers, hkv_local, config.head_dim}, RankBackends(*runner), allocator,
-      RankSideRunner(*runner));
-  SparseAttachment attachment(*runner, *manager);  // the runner's pipelines (after the manager: detached first)
+      cfg, SparseModelShape{config.num_hidden_layers, hkv_local, config.head_dim},
+      RankBackends(*runner), allocator, RankSideRunner(*runner));
+  SparseAttachment attachment(
+      *runner, *manager);  // the runner's pipelines (after the manager: detached first)
   std::printf("host KV store: %.2f GiB pinned in %.1f s%s\n", cfg.host_kv_gib,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_host).count(),
               n_ranks > 1 ? " (split over the ranks)" : "");
@@ -281,7 +309,8 @@ Status Run(int argc, char** argv) {
     HeadBlockTable table(hkv_local);
     OASIS_RETURN_IF_ERROR(table.Reserve(context, allocator));
     OASIS_RETURN_IF_ERROR(manager->SwitchToSparse(
-        id, table, context, [&](int r) -> std::vector<LayerKvPool>& { return *pools[static_cast<size_t>(r)]; }));
+        id, table, context,
+        [&](int r) -> std::vector<LayerKvPool>& { return *pools[static_cast<size_t>(r)]; }));
     table.Release(allocator);  // (empty: the manager took its slots over)
   }
 
@@ -297,7 +326,8 @@ Status Run(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<SparseBatchEntry> entries;
-      for (int64_t s = 0; s < batch; ++s) entries.push_back({static_cast<uint64_t>(s + 1), pos, q, nullptr});
+      for (int64_t s = 0; s < batch; ++s)
+        entries.push_back({static_cast<uint64_t>(s + 1), pos, q, nullptr});
       SparseStepPlan plan = manager->BuildStepPlan(entries);
       // The very first step runs eagerly (an agreement step never takes a graph), as a server's
       // prefill does before any decode: lazy set-up (RoPE tables, cuBLAS) cannot run in a capture.
@@ -309,8 +339,8 @@ Status Run(int argc, char** argv) {
         if (draft) toks.push_back(11);
         seqs.push_back(StepSequence{nullptr, pos, toks, &plan.slots[static_cast<size_t>(s)]});
       }
-      const ForwardInput in =
-          BuildLookaheadTargetInput(seqs, std::vector<int64_t>(static_cast<size_t>(batch), draft ? 1 : 0), false);
+      const ForwardInput in = BuildLookaheadTargetInput(
+          seqs, std::vector<int64_t>(static_cast<size_t>(batch), draft ? 1 : 0), false);
       const auto t1 = std::chrono::steady_clock::now();
       std::vector<SampleResult> out =
           runner->Run({.input = in,
@@ -318,7 +348,8 @@ Status Run(int argc, char** argv) {
                        .sparse = SparseStepInputs{&plan, cfg.predictor != SparsePredictor::kOracle,
                                                   manager->config().transfers}});
       const auto t2 = std::chrono::steady_clock::now();
-      if (out.size() != rows.size()) return Internal("the runner returned a wrong number of samples");
+      if (out.size() != rows.size())
+        return Internal("the runner returned a wrong number of samples");
       for (size_t s = 0; s < out.size(); ++s) last[s] = out[s].token;
       ++pos;
       if (timed) {
@@ -336,14 +367,16 @@ Status Run(int argc, char** argv) {
 
   const double hbm = HbmBytesPerStep(config, batch, context, cfg.topk_blocks, tp_size);
   const double hbm_ms = hbm / (kReadCeilingGBs * 1e9) * 1e3;
-  std::printf("bench_sparse_decode: %s, %lld x %lld tokens, K %d, C %d, predictor %s, %s\n", backend_name.c_str(),
-              static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks, cfg.max_fetch(),
-              predictor_name.c_str(), backend_name == "cuda" && !no_graphs ? "CUDA graphs" : "eager");
+  std::printf("bench_sparse_decode: %s, %lld x %lld tokens, K %d, C %d, predictor %s, %s\n",
+              backend_name.c_str(), static_cast<long long>(batch), static_cast<long long>(context),
+              cfg.topk_blocks, cfg.max_fetch(), predictor_name.c_str(),
+              backend_name == "cuda" && !no_graphs ? "CUDA graphs" : "eager");
 #if defined(OASIS_HAVE_CUDA)
   if (backend_name == "cuda") {
-    std::printf("gather: %s kernel (OASIS_GATHER_KERNEL), %d CTAs (OASIS_GATHER_CTAS)\n",
-                CudaBackend::GatherKernelChoice() == kernels::GatherKernel::kTma ? "tma" : "registers",
-                CudaBackend::GatherCtas());
+    std::printf(
+        "gather: %s kernel (OASIS_GATHER_KERNEL), %d CTAs (OASIS_GATHER_CTAS)\n",
+        CudaBackend::GatherKernelChoice() == kernels::GatherKernel::kTma ? "tma" : "registers",
+        CudaBackend::GatherCtas());
   }
 #endif
   std::vector<std::pair<std::string, Timing>> results;
@@ -358,31 +391,41 @@ Status Run(int argc, char** argv) {
     const double pcie = t.metrics.h2d_bytes_per_step();  // all ranks; each rank's over its own link
     const double pcie_ms = pcie / static_cast<double>(n_ranks) / (kPcieCeilingGBs * 1e9) * 1e3;
     const double floor_ms = std::max(hbm_ms, pcie_ms);
-    std::printf("transfers %-3s: step median %.3f ms (min %.3f; host plan %.3f ms), hit rate %.3f, %.0f blocks "
-                "(%.1f MB) fetched per step = %.1f GB/s over the step; step end waited %.3f ms for the side streams\n",
-                mode.c_str(), t.median_ms, t.min_ms, t.plan_ms, t.metrics.hit_rate(), t.metrics.fetched_per_step(),
-                pcie / 1e6, pcie / (t.median_ms * 1e-3) / 1e9,
-                t.metrics.transfer_wait_seconds * 1e3 / static_cast<double>(steps));
-    std::printf("  roofline: HBM %.2f GB = %.3f ms at %.0f GB/s; PCIe %.3f ms at %.0f GB/s; floor %.3f ms; "
-                "step / floor %.2f\n",
-                hbm / 1e9, hbm_ms, kReadCeilingGBs, pcie_ms, kPcieCeilingGBs, floor_ms, t.median_ms / floor_ms);
+    std::printf(
+        "transfers %-3s: step median %.3f ms (min %.3f; host plan %.3f ms), hit rate %.3f, %.0f "
+        "blocks "
+        "(%.1f MB) fetched per step = %.1f GB/s over the step; step end waited %.3f ms for the "
+        "side streams\n",
+        mode.c_str(), t.median_ms, t.min_ms, t.plan_ms, t.metrics.hit_rate(),
+        t.metrics.fetched_per_step(), pcie / 1e6, pcie / (t.median_ms * 1e-3) / 1e9,
+        t.metrics.transfer_wait_seconds * 1e3 / static_cast<double>(steps));
+    std::printf(
+        "  roofline: HBM %.2f GB = %.3f ms at %.0f GB/s; PCIe %.3f ms at %.0f GB/s; floor %.3f ms; "
+        "step / floor %.2f\n",
+        hbm / 1e9, hbm_ms, kReadCeilingGBs, pcie_ms, kPcieCeilingGBs, floor_ms,
+        t.median_ms / floor_ms);
     results.emplace_back(mode, t);
   }
 #if defined(OASIS_HAVE_CUDA)
-  if (timeline) OASIS_RETURN_IF_ERROR(PrintTimeline(runner->sparse_stage_sync(), [&] { return run_steps(1, false, nullptr); }));
+  if (timeline)
+    OASIS_RETURN_IF_ERROR(
+        PrintTimeline(runner->sparse_stage_sync(), [&] { return run_steps(1, false, nullptr); }));
 #endif
   const Timing& first = results.front().second;
-  const double pcie_ms =
-      first.metrics.h2d_bytes_per_step() / static_cast<double>(n_ranks) / (kPcieCeilingGBs * 1e9) * 1e3;
-  std::printf("RESULT sparse_decode b%lldx%lld K%d C%d%s %s: step %.3f ms, floor %.3f ms (HBM %.3f, PCIe %.3f), "
-              "ratio %.2f (target <= 1.25)",
-              static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks, cfg.max_fetch(),
-              n_ranks > 1 ? (" tp=" + std::to_string(n_ranks)).c_str() : "",
-              results.front().first == "on" ? "transfers on" : "transfers off", first.median_ms,
-              std::max(hbm_ms, pcie_ms), hbm_ms, pcie_ms, first.median_ms / std::max(hbm_ms, pcie_ms));
+  const double pcie_ms = first.metrics.h2d_bytes_per_step() / static_cast<double>(n_ranks) /
+                         (kPcieCeilingGBs * 1e9) * 1e3;
+  std::printf(
+      "RESULT sparse_decode b%lldx%lld K%d C%d%s %s: step %.3f ms, floor %.3f ms (HBM %.3f, PCIe "
+      "%.3f), "
+      "ratio %.2f (target <= 1.25)",
+      static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks,
+      cfg.max_fetch(), n_ranks > 1 ? (" tp=" + std::to_string(n_ranks)).c_str() : "",
+      results.front().first == "on" ? "transfers on" : "transfers off", first.median_ms,
+      std::max(hbm_ms, pcie_ms), hbm_ms, pcie_ms, first.median_ms / std::max(hbm_ms, pcie_ms));
   if (results.size() == 2) {
     const double off = results[1].second.median_ms;
-    std::printf("; transfers off %.3f ms: overhead %.1f%% (target <= 10%%)", off, (first.median_ms / off - 1.0) * 100.0);
+    std::printf("; transfers off %.3f ms: overhead %.1f%% (target <= 10%%)", off,
+                (first.median_ms / off - 1.0) * 100.0);
   }
   std::printf("\n");
   for (int64_t s = 0; s < batch; ++s) manager->Release(static_cast<uint64_t>(s + 1));

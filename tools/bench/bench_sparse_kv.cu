@@ -6,8 +6,8 @@
 // the fill and the HBM read kernel used as load.
 //
 // 1. predict: block summaries (kmin/kmax rows [head_dim] bf16, one per (request, KV head,
-//    block), at randomly scattered host-slot rows) of batch 32 × 16K context = 1024 blocks per head;
-//    ScoreBlocks with each request's draft query (row 2r+1 of the stacked [x_t, draft] query
+//    block), at randomly scattered host-slot rows) of batch 32 × 16K context = 1024 blocks per
+//    head; ScoreBlocks with each request's draft query (row 2r+1 of the stacked [x_t, draft] query
 //    rows), summed over the GQA group, then TopKBlocks with K = 128. GB/s over the summary bytes
 //    read = 32 × 8 × 1024 × (kmin + kmax = 2 × 128 × 2 B) = 134.2 MB (the tables, queries and
 //    scores, 3.5 MB more, are shown separately), against the read ceiling 4.56 TB/s (DESIGN.md
@@ -42,7 +42,8 @@
 // against a CPU score, gathered blocks against the host pool, attention output finite). The
 // last line starts with RESULT and summarises every case (collected by tools/gpu_suite.sh).
 //
-//   bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] [--hbm-full] [--memset-flush]
+//   bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] [--hbm-full]
+//   [--memset-flush]
 //     --sweep: the gather also with 8, 16, 32, 128 and 264 CTAs; the attention with forced split
 //              counts 2-4.
 //   Here: cmake --build build --target bench_sparse_kv; on the GPU machine through
@@ -70,19 +71,22 @@ using bf16 = __nv_bfloat16;
 namespace k = oasis::kernels;
 
 constexpr double kReadCeilingGBs = 4560.0;  // read-only streaming kernel, H200 (DESIGN.md §5)
-constexpr double kPredictTarget = 0.70, kGatherTargetGBs = 46.0, kAttentionTarget = 0.80;  // issue 8
+constexpr double kPredictTarget = 0.70, kGatherTargetGBs = 46.0,
+                 kAttentionTarget = 0.80;  // issue 8
 constexpr int kHq = 32, kHkv = 8, kGroup = kHq / kHkv, kHeadDim = 128, kBlock = 16;
-constexpr int64_t kBlockBytes = int64_t{kBlock} * kHeadDim * 2;  // one head-block of K (or V): 4 KiB
+constexpr int64_t kBlockBytes =
+    int64_t{kBlock} * kHeadDim * 2;  // one head-block of K (or V): 4 KiB
 constexpr int kTopK = 128;
 constexpr int kFetchCap = 7;  // ceil(0.05 × 128), the default fetch ratio
 
-#define BENCH_CHECK(expr)                                                                            \
-  do {                                                                                               \
-    cudaError_t err_ = (expr);                                                                       \
-    if (err_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
+#define BENCH_CHECK(expr)                                                  \
+  do {                                                                     \
+    cudaError_t err_ = (expr);                                             \
+    if (err_ != cudaSuccess) {                                             \
+      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(err_));                              \
+      std::exit(1);                                                        \
+    }                                                                      \
   } while (0)
 
 void Fail(const char* what) {
@@ -92,7 +96,8 @@ void Fail(const char* what) {
 
 // Uniform values in [lo, hi) from a hash of the index.
 __global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed, float lo, float hi) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
     uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
     x ^= x >> 15, x *= 2246822519u, x ^= x >> 13, x *= 3266489917u, x ^= x >> 16;
     p[i] = __float2bfloat16(lo + (hi - lo) * static_cast<float>(x & 0xffff) / 65536.0f);
@@ -105,7 +110,8 @@ __global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed, float lo, float
 // the gather); CTAs of 768 threads fit twice per SM, leaving 512 thread slots for the gather's
 // CTAs (1024 threads with --hbm-full: none).
 constexpr int kReadVecsPerThread = 16;
-__global__ void __launch_bounds__(1024, 2) ReadKernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
+__global__ void __launch_bounds__(1024, 2)
+    ReadKernel(const uint4* __restrict__ p, size_t n, uint32_t* sink) {
   const size_t base = blockIdx.x * size_t{blockDim.x} * kReadVecsPerThread + threadIdx.x;
   uint32_t acc = 0;
 #pragma unroll
@@ -175,7 +181,8 @@ struct Timer {
   }
   template <typename Launch>
   Stats Time(Launch&& launch, int runs_override = 0) {
-    return TimeWith(launch, [] {}, runs_override);
+    return TimeWith(
+        launch, [] {}, runs_override);
   }
 };
 
@@ -214,15 +221,16 @@ std::vector<T> Download(const T* p, size_t count) {
 }
 
 void PrintHeader() {
-  std::printf("%-46s %10s %9s %9s %9s %7s %7s\n", "case", "median us", "MB", "GB/s", "ceiling", "ratio",
-              "target");
+  std::printf("%-46s %10s %9s %9s %9s %7s %7s\n", "case", "median us", "MB", "GB/s", "ceiling",
+              "ratio", "target");
 }
 
 // One row: time, bytes, GB/s, the ceiling and the ratio to it, and the issue's target.
-void PrintRow(const char* name, double ms, double bytes, double ceiling_gbs, const char* target = "-") {
+void PrintRow(const char* name, double ms, double bytes, double ceiling_gbs,
+              const char* target = "-") {
   const double gbs = bytes / (ms * 1e-3) / 1e9;
-  std::printf("%-46s %10.1f %9.2f %9.1f %9.1f %7.3f %7s\n", name, ms * 1e3, bytes / 1e6, gbs, ceiling_gbs,
-              gbs / ceiling_gbs, target);
+  std::printf("%-46s %10.1f %9.2f %9.1f %9.1f %7.3f %7s\n", name, ms * 1e3, bytes / 1e6, gbs,
+              ceiling_gbs, gbs / ceiling_gbs, target);
 }
 
 // ---- 1. predict: ScoreBlocks + TopKBlocks over batch 32 × 1024 blocks per head.
@@ -231,7 +239,8 @@ struct PredictResult {
 };
 
 PredictResult RunPredict(Timer& timer) {
-  constexpr int kRows = 32, kBlocks = 1024, kTokens = 2 * kRows;  // stacked [x_t, draft] per request
+  constexpr int kRows = 32, kBlocks = 1024,
+                kTokens = 2 * kRows;  // stacked [x_t, draft] per request
   constexpr int64_t kSummaryRows = int64_t{kRows} * kHkv * kBlocks;
   const int64_t entries = int64_t{kRows} * kHkv * kBlocks;
   cudaStream_t s = timer.stream;
@@ -259,18 +268,21 @@ PredictResult RunPredict(Timer& timer) {
   k::ScoreBlocksParams p;
   p.q = q, p.query_rows = d_rows, p.num_blocks = d_nblocks, p.host_tables = d_tables;
   p.kmin = kmin, p.kmax = kmax, p.scores = scores;
-  p.rows = kRows, p.num_q_heads = kHq, p.num_kv_heads = kHkv, p.head_dim = kHeadDim, p.max_blocks = kBlocks;
+  p.rows = kRows, p.num_q_heads = kHq, p.num_kv_heads = kHkv, p.head_dim = kHeadDim,
+  p.max_blocks = kBlocks;
   p.reduce_max = false;
   k::ScoreBlocksParams pmax = p;
   pmax.reduce_max = true;
   auto score = [&] { return k::LaunchScoreBlocks(p, s); };
-  auto top = [&] { return k::LaunchTopKBlocks(scores, d_rows, d_nblocks, topk, kRows, kHkv, kBlocks, kTopK, s); };
+  auto top = [&] {
+    return k::LaunchTopKBlocks(scores, d_rows, d_nblocks, topk, kRows, kHkv, kBlocks, kTopK, s);
+  };
 
   const double summary_bytes = double(entries) * 2 * kHeadDim * 2;
   // Also read or written: tables (4 B per block), the draft query rows, scores (written by
   // ScoreBlocks, read by TopKBlocks), top-K ids written.
-  const double other_bytes = double(entries) * 4 + double(kRows) * kHq * kHeadDim * 2 + double(entries) * 4 * 2 +
-                             double(kRows) * kHkv * kTopK * 4;
+  const double other_bytes = double(entries) * 4 + double(kRows) * kHq * kHeadDim * 2 +
+                             double(entries) * 4 * 2 + double(kRows) * kHkv * kTopK * 4;
   const Stats st_score = timer.Time(score);
   const Stats st_max = timer.Time([&] { return k::LaunchScoreBlocks(pmax, s); });
   BENCH_CHECK(score());  // the sum-reduced scores for the top-K timings and the checks
@@ -308,7 +320,8 @@ PredictResult RunPredict(Timer& timer) {
     std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + kTopK, ids.end(),
                       [&](int a, int b) { return sc[a] > sc[b] || (sc[a] == sc[b] && a < b); });
-    if (!std::equal(ids.begin(), ids.begin() + kTopK, h_topk.begin() + int64_t{rh} * kTopK)) Fail("predict top-K");
+    if (!std::equal(ids.begin(), ids.begin() + kTopK, h_topk.begin() + int64_t{rh} * kTopK))
+      Fail("predict top-K");
   }
   const std::vector<bf16> h_q = Download(q, size_t{kTokens} * kHq * kHeadDim);
   for (int sample = 0; sample < 64; ++sample) {
@@ -362,7 +375,8 @@ PredictResult RunPredict(Timer& timer) {
   sp.topk = topk, sp.rows = d_rows, sp.host_tables = d_tables, sp.ws_slots = d_ws_slots;
   sp.ws_blocks = d_ws, sp.ws_age = d_age, sp.fetch_src = d_src, sp.fetch_dst = d_dst;
   sp.resident_slots = d_res, sp.num_resident = d_nres, sp.stats = d_stats;
-  sp.rows_count = kRows, sp.num_kv_heads = kHkv, sp.k = kTopK, sp.c = kFetchCap, sp.max_blocks = kBlocks;
+  sp.rows_count = kRows, sp.num_kv_heads = kHkv, sp.k = kTopK, sp.c = kFetchCap,
+  sp.max_blocks = kBlocks;
   auto restore = [&] {
     BENCH_CHECK(cudaMemcpyAsync(d_ws, d_ws_init, state * 4, cudaMemcpyDeviceToDevice, s));
     BENCH_CHECK(cudaMemcpyAsync(d_age, d_age_init, state * 4, cudaMemcpyDeviceToDevice, s));
@@ -371,33 +385,40 @@ PredictResult RunPredict(Timer& timer) {
   BENCH_CHECK(cudaStreamSynchronize(s));
   const std::vector<int32_t> h_src = Download(d_src, fetch);
   const std::vector<int32_t> h_nres = Download(d_nres, size_t{kRows} * kHkv);
-  if (std::count_if(h_src.begin(), h_src.end(), [](int32_t v) { return v >= 0; }) != int64_t(fetch) ||
+  if (std::count_if(h_src.begin(), h_src.end(), [](int32_t v) { return v >= 0; }) !=
+          int64_t(fetch) ||
       std::count(h_nres.begin(), h_nres.end(), kTopK) != kRows * kHkv) {
     Fail("select: expected C fetches and K resident blocks per head");
   }
 
-  std::printf("\n1. predict: batch %d x 16K (%d blocks per KV head), GQA %d/%d, d %d, K %d; summaries %.1f MB "
-              "(+ %.1f MB tables/queries/scores)\n",
-              kRows, kBlocks, kHq, kHkv, kHeadDim, kTopK, summary_bytes / 1e6, other_bytes / 1e6);
+  std::printf(
+      "\n1. predict: batch %d x 16K (%d blocks per KV head), GQA %d/%d, d %d, K %d; summaries %.1f "
+      "MB "
+      "(+ %.1f MB tables/queries/scores)\n",
+      kRows, kBlocks, kHq, kHkv, kHeadDim, kTopK, summary_bytes / 1e6, other_bytes / 1e6);
   PrintHeader();
-  PrintRow("predict: ScoreBlocks + TopKBlocks", st_pred.median_ms, summary_bytes, kReadCeilingGBs, "0.70");
+  PrintRow("predict: ScoreBlocks + TopKBlocks", st_pred.median_ms, summary_bytes, kReadCeilingGBs,
+           "0.70");
   PrintRow("  ScoreBlocks alone (GQA sum)", st_score.median_ms, summary_bytes, kReadCeilingGBs);
   PrintRow("  ScoreBlocks alone (GQA max)", st_max.median_ms, summary_bytes, kReadCeilingGBs);
   std::printf("%-46s %10.1f\n", "  TopKBlocks alone (K 128 of 1024)", st_topk.median_ms * 1e3);
-  PrintRow("  predict, all bytes (summaries + the rest)", st_pred.median_ms, summary_bytes + other_bytes,
+  PrintRow("  predict, all bytes (summaries + the rest)", st_pred.median_ms,
+           summary_bytes + other_bytes, kReadCeilingGBs);
+  PrintRow("predict, fresh-store summary rows", st_pred_fresh.median_ms, summary_bytes,
+           kReadCeilingGBs, "0.70");
+  PrintRow("  ScoreBlocks alone, fresh-store rows", st_score_fresh.median_ms, summary_bytes,
            kReadCeilingGBs);
-  PrintRow("predict, fresh-store summary rows", st_pred_fresh.median_ms, summary_bytes, kReadCeilingGBs, "0.70");
-  PrintRow("  ScoreBlocks alone, fresh-store rows", st_score_fresh.median_ms, summary_bytes, kReadCeilingGBs);
-  std::printf("%-46s %10.1f   (select stage: C %d, 16 misses per head)\n", "SelectBlocks", st_select.median_ms * 1e3,
-              kFetchCap);
+  std::printf("%-46s %10.1f   (select stage: C %d, 16 misses per head)\n", "SelectBlocks",
+              st_select.median_ms * 1e3, kFetchCap);
 
-  for (void* ptr : {static_cast<void*>(kmin), static_cast<void*>(kmax), static_cast<void*>(q),
-                    static_cast<void*>(d_tables), static_cast<void*>(d_tables_fresh), static_cast<void*>(d_rows),
-                    static_cast<void*>(d_nblocks),
-                    static_cast<void*>(scores), static_cast<void*>(topk), static_cast<void*>(d_ws_init),
-                    static_cast<void*>(d_age_init), static_cast<void*>(d_ws_slots), static_cast<void*>(d_ws),
-                    static_cast<void*>(d_age), static_cast<void*>(d_res), static_cast<void*>(d_src),
-                    static_cast<void*>(d_dst), static_cast<void*>(d_nres), static_cast<void*>(d_stats)}) {
+  for (void* ptr :
+       {static_cast<void*>(kmin), static_cast<void*>(kmax), static_cast<void*>(q),
+        static_cast<void*>(d_tables), static_cast<void*>(d_tables_fresh),
+        static_cast<void*>(d_rows), static_cast<void*>(d_nblocks), static_cast<void*>(scores),
+        static_cast<void*>(topk), static_cast<void*>(d_ws_init), static_cast<void*>(d_age_init),
+        static_cast<void*>(d_ws_slots), static_cast<void*>(d_ws), static_cast<void*>(d_age),
+        static_cast<void*>(d_res), static_cast<void*>(d_src), static_cast<void*>(d_dst),
+        static_cast<void*>(d_nres), static_cast<void*>(d_stats)}) {
     BENCH_CHECK(cudaFree(ptr));
   }
   PredictResult res;
@@ -418,7 +439,8 @@ struct GatherResult {
 std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   constexpr int64_t kHostSlots = (int64_t{512} << 20) / kBlockBytes;  // 512 MiB of K + 512 MiB of V
   constexpr int64_t kDevSlots = 65536;                                // 256 MiB of K + 256 MiB of V
-  // As CudaBackend::CopyBlocks launches it: OASIS_GATHER_CTAS and OASIS_GATHER_KERNEL over the defaults.
+  // As CudaBackend::CopyBlocks launches it: OASIS_GATHER_CTAS and OASIS_GATHER_KERNEL over the
+  // defaults.
   const oasis::Tuning& tuning = oasis::GetTuning();
   if (!tuning.gather_error.empty()) {
     std::fprintf(stderr, "bench_sparse_kv: %s\n", tuning.gather_error.c_str());
@@ -431,8 +453,10 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   std::mt19937 rng(8002);
 
   bf16 *host_k = nullptr, *host_v = nullptr;
-  BENCH_CHECK(cudaHostAlloc(&host_k, kHostSlots * kBlockBytes, cudaHostAllocMapped | cudaHostAllocPortable));
-  BENCH_CHECK(cudaHostAlloc(&host_v, kHostSlots * kBlockBytes, cudaHostAllocMapped | cudaHostAllocPortable));
+  BENCH_CHECK(cudaHostAlloc(&host_k, kHostSlots * kBlockBytes,
+                            cudaHostAllocMapped | cudaHostAllocPortable));
+  BENCH_CHECK(cudaHostAlloc(&host_v, kHostSlots * kBlockBytes,
+                            cudaHostAllocMapped | cudaHostAllocPortable));
   {
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (bf16* pool : {host_k, host_v}) {
@@ -459,7 +483,8 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   BENCH_CHECK(cudaGetDevice(&dev));
   BENCH_CHECK(cudaGetDeviceProperties(&prop, dev));
   const int read_threads = hbm_full ? 1024 : 768;
-  const size_t read_vecs = read_bytes / 16, read_chunk = static_cast<size_t>(read_threads) * kReadVecsPerThread;
+  const size_t read_vecs = read_bytes / 16,
+               read_chunk = static_cast<size_t>(read_threads) * kReadVecsPerThread;
   const unsigned read_ctas = static_cast<unsigned>((read_vecs + read_chunk - 1) / read_chunk);
   auto read = [&](int passes, cudaStream_t st) {
     ReadKernel<<<dim3(read_ctas, passes), read_threads, 0, st>>>(read_buf, read_vecs, sink);
@@ -480,18 +505,24 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   const Stats st_pass = timer.Time([&] { return read(1, s); }, 10);
   const double pass_ms = st_pass.median_ms;
 
-  std::printf("\n2. gather: CopyBlocks of random 4 KiB head-blocks (K and V of blocks/2 entries), %s kernel, %d CTAs, "
-              "from a %lld MiB pinned mapped host pool into random slots of a %lld MiB device pool\n",
-              registers ? "register" : "TMA", kGatherCtas, static_cast<long long>(2 * kHostSlots * kBlockBytes >> 20),
-              static_cast<long long>(2 * kDevSlots * kBlockBytes >> 20));
-  std::printf("   HBM load: ReadKernel, %u CTAs of %d threads per pass (%d of 2048 thread slots per SM), one pass "
-              "of %.1f GB: %.1f us, %.0f GB/s (%.3f of %.0f)\n",
-              read_ctas, read_threads, 2 * read_threads, read_bytes / 1e9, pass_ms * 1e3,
-              read_bytes / (pass_ms * 1e-3) / 1e9, read_bytes / (pass_ms * 1e-3) / 1e9 / kReadCeilingGBs,
-              kReadCeilingGBs);
+  std::printf(
+      "\n2. gather: CopyBlocks of random 4 KiB head-blocks (K and V of blocks/2 entries), %s "
+      "kernel, %d CTAs, "
+      "from a %lld MiB pinned mapped host pool into random slots of a %lld MiB device pool\n",
+      registers ? "register" : "TMA", kGatherCtas,
+      static_cast<long long>(2 * kHostSlots * kBlockBytes >> 20),
+      static_cast<long long>(2 * kDevSlots * kBlockBytes >> 20));
+  std::printf(
+      "   HBM load: ReadKernel, %u CTAs of %d threads per pass (%d of 2048 thread slots per SM), "
+      "one pass "
+      "of %.1f GB: %.1f us, %.0f GB/s (%.3f of %.0f)\n",
+      read_ctas, read_threads, 2 * read_threads, read_bytes / 1e9, pass_ms * 1e3,
+      read_bytes / (pass_ms * 1e-3) / 1e9, read_bytes / (pass_ms * 1e-3) / 1e9 / kReadCeilingGBs,
+      kReadCeilingGBs);
   PrintHeader();
 
-  std::vector<int32_t> host_perm(static_cast<size_t>(kHostSlots)), dev_perm(static_cast<size_t>(kDevSlots));
+  std::vector<int32_t> host_perm(static_cast<size_t>(kHostSlots)),
+      dev_perm(static_cast<size_t>(kDevSlots));
   std::iota(host_perm.begin(), host_perm.end(), 0);
   std::iota(dev_perm.begin(), dev_perm.end(), 0);
   std::vector<GatherResult> results;
@@ -505,7 +536,8 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     int32_t* d_dst = Upload(dst, s);
     const double bytes = double(blocks) * kBlockBytes;
     auto gather = [&](int ctas, cudaStream_t st) {
-      return k::LaunchCopyBlocks(map_k, map_v, d_src, dev_k, dev_v, d_dst, n, kHeadDim, ctas, st, kernel);
+      return k::LaunchCopyBlocks(map_k, map_v, d_src, dev_k, dev_v, d_dst, n, kHeadDim, ctas, st,
+                                 kernel);
     };
     const Stats st_gather = timer.Time([&] { return gather(kGatherCtas, s); });
     const Stats st_memcpy = timer.Time([&] {
@@ -548,7 +580,8 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     const int passes_a = std::max(2, static_cast<int>(std::ceil(3.0 * g * gather_ms / pass_ms)));
     const int passes_b = std::max(2, static_cast<int>(std::ceil(3.0 * gather_ms / pass_ms)));
     const Stats st_read_alone = timer.Time([&] { return read(passes_b, s); }, 10);
-    const int g2 = std::min(kMaxGathers, 2 + static_cast<int>(std::ceil(1.5 * st_read_alone.median_ms / gather_ms)));
+    const int g2 = std::min(
+        kMaxGathers, 2 + static_cast<int>(std::ceil(1.5 * st_read_alone.median_ms / gather_ms)));
     struct Loaded {
       double gather_gbs, slowdown, gathers_inside;
       int contained;
@@ -588,7 +621,8 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
         BENCH_CHECK(cudaEventSynchronize(b1));
         slow.push_back(ElapsedMs(b0, b1) / st_read_alone.median_ms - 1.0);
         int n_inside = 0;
-        for (int j = 1; j < g2; ++j) n_inside += ElapsedMs(b0, gather_done[j]) > 0 && ElapsedMs(gather_done[j], b1) > 0;
+        for (int j = 1; j < g2; ++j)
+          n_inside += ElapsedMs(b0, gather_done[j]) > 0 && ElapsedMs(gather_done[j], b1) > 0;
         inside.push_back(n_inside);
       }
       return Loaded{Median(gbs), Median(slow), Median(inside), contained};
@@ -599,12 +633,15 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     r.memcpy_gbs = memcpy_gbs;
     for (int hi = 1; hi >= 0; --hi) {
       const Loaded l = loaded(hi ? high : s);
-      std::printf("  beside the HBM read kernel, gather stream %s: gather %.1f GB/s (%.3f of alone; window of %d "
-                  "inside the read kernel in %d of %d runs); read kernel (%d passes, %.1f us alone) %+.1f%%, %.0f of "
-                  "%d gathers ended inside it\n",
-                  hi ? "at high priority" : "at equal priority (as the pipeline's)", l.gather_gbs,
-                  l.gather_gbs / r.gbs, g, l.contained, timer.runs, passes_b, st_read_alone.median_ms * 1e3,
-                  l.slowdown * 100, l.gathers_inside, g2 - 1);
+      std::printf(
+          "  beside the HBM read kernel, gather stream %s: gather %.1f GB/s (%.3f of alone; window "
+          "of %d "
+          "inside the read kernel in %d of %d runs); read kernel (%d passes, %.1f us alone) "
+          "%+.1f%%, %.0f of "
+          "%d gathers ended inside it\n",
+          hi ? "at high priority" : "at equal priority (as the pipeline's)", l.gather_gbs,
+          l.gather_gbs / r.gbs, g, l.contained, timer.runs, passes_b, st_read_alone.median_ms * 1e3,
+          l.slowdown * 100, l.gathers_inside, g2 - 1);
       if (hi) {
         r.loaded_gbs = l.gather_gbs;
         r.hbm_slowdown = l.slowdown;
@@ -621,8 +658,8 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   for (cudaEvent_t e : gather_done) BENCH_CHECK(cudaEventDestroy(e));
   BENCH_CHECK(cudaStreamDestroy(side));
   BENCH_CHECK(cudaStreamDestroy(high));
-  for (void* ptr : {static_cast<void*>(dev_k), static_cast<void*>(dev_v), static_cast<void*>(read_buf),
-                    static_cast<void*>(sink)}) {
+  for (void* ptr : {static_cast<void*>(dev_k), static_cast<void*>(dev_v),
+                    static_cast<void*>(read_buf), static_cast<void*>(sink)}) {
     BENCH_CHECK(cudaFree(ptr));
   }
   BENCH_CHECK(cudaFreeHost(host_k));
@@ -638,8 +675,8 @@ struct AttentionResult {
 
 std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
   constexpr int kBlocks = kTopK + 1, kWidth = kTopK + 2, kQLen = 2;  // K resident + the local block
-  constexpr int kKvLen = kBlocks * kBlock;                             // 2064 tokens
-  constexpr int64_t kPoolSlots = int64_t{64} * kHkv * 1024;            // 64 × 16K of KV: 2 GiB K + 2 GiB V
+  constexpr int kKvLen = kBlocks * kBlock;                           // 2064 tokens
+  constexpr int64_t kPoolSlots = int64_t{64} * kHkv * 1024;  // 64 × 16K of KV: 2 GiB K + 2 GiB V
   cudaStream_t s = timer.stream;
   std::mt19937 rng(8003);
   bf16* k_pool = DeviceAlloc<bf16>(kPoolSlots * kBlockBytes / 2);
@@ -650,10 +687,12 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
   std::vector<int32_t> perm(static_cast<size_t>(kPoolSlots));
   std::iota(perm.begin(), perm.end(), 0);
 
-  std::printf("\n3. sparse attention: decode attention, %d blocks (%d tokens) per (sequence, KV head) at distinct "
-              "random slots of a %lld MiB K+V pool, table width %d, q_len %d, GQA %d/%d, d %d\n",
-              kBlocks, kKvLen, static_cast<long long>(2 * kPoolSlots * kBlockBytes >> 20), kWidth, kQLen, kHq, kHkv,
-              kHeadDim);
+  std::printf(
+      "\n3. sparse attention: decode attention, %d blocks (%d tokens) per (sequence, KV head) at "
+      "distinct "
+      "random slots of a %lld MiB K+V pool, table width %d, q_len %d, GQA %d/%d, d %d\n",
+      kBlocks, kKvLen, static_cast<long long>(2 * kPoolSlots * kBlockBytes >> 20), kWidth, kQLen,
+      kHq, kHkv, kHeadDim);
   PrintHeader();
   std::vector<AttentionResult> results;
   for (int batch : {32, 64}) {
@@ -662,7 +701,8 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
     std::vector<int32_t> tables(static_cast<size_t>(batch) * kHkv * kWidth);
     for (int64_t sh = 0; sh < int64_t{batch} * kHkv; ++sh) {
       std::copy_n(perm.begin() + sh * kBlocks, kBlocks, tables.begin() + sh * kWidth);
-      tables[sh * kWidth + kBlocks] = perm[kPoolSlots - 1 - sh];  // the second tail slot: not visible
+      tables[sh * kWidth + kBlocks] =
+          perm[kPoolSlots - 1 - sh];  // the second tail slot: not visible
     }
     std::vector<int32_t> qstart(batch + 1), lens(static_cast<size_t>(batch) * kHkv, kKvLen);
     for (int i = 0; i <= batch; ++i) qstart[i] = i * kQLen;
@@ -677,7 +717,8 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
     k::DecodeAttentionParams p;
     p.q = q, p.k_pool = k_pool, p.v_pool = v_pool, p.out = out;
     p.query_start = d_qstart, p.kv_lens = d_lens, p.block_tables = d_tables;
-    p.tokens = tokens, p.num_seqs = batch, p.num_q_heads = kHq, p.num_kv_heads = kHkv, p.head_dim = kHeadDim;
+    p.tokens = tokens, p.num_seqs = batch, p.num_q_heads = kHq, p.num_kv_heads = kHkv,
+    p.head_dim = kHeadDim;
     p.max_blocks = kWidth, p.max_query_len = kQLen, p.scale = 1.0f / std::sqrt(float(kHeadDim));
     p.max_kv_len = kWidth * kBlock;  // as the batch builder sets it for sparse rows
     const size_t ws_bytes = k::DecodeAttentionWorkspaceBytes(p);
@@ -685,8 +726,8 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
     if (ws_bytes > 0) BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
     const Stats st = timer.Time([&] { return k::LaunchDecodeAttention(p, ws, ws_bytes, s); });
     BENCH_CHECK(cudaStreamSynchronize(s));
-    const std::vector<uint16_t> h_out =
-        Download(reinterpret_cast<const uint16_t*>(out), static_cast<size_t>(tokens) * kHq * kHeadDim);
+    const std::vector<uint16_t> h_out = Download(reinterpret_cast<const uint16_t*>(out),
+                                                 static_cast<size_t>(tokens) * kHq * kHeadDim);
     for (uint16_t b : h_out)
       if ((b & 0x7f80) == 0x7f80) Fail("sparse attention output is not finite");
 
@@ -700,7 +741,8 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
         void* w = nullptr;
         if (need > 0) BENCH_CHECK(cudaMalloc(&w, need));
         const Stats sv = timer.Time([&] { return k::LaunchDecodeAttention(v, w, need, s); });
-        std::snprintf(name, sizeof(name), "  %s %d (%d splits)", what, value, k::DecodeAttentionNumSplits(v));
+        std::snprintf(name, sizeof(name), "  %s %d (%d splits)", what, value,
+                      k::DecodeAttentionNumSplits(v));
         PrintRow(name, sv.median_ms, kv_bytes, kReadCeilingGBs);
         if (w != nullptr) BENCH_CHECK(cudaFree(w));
       };
@@ -715,8 +757,9 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
     r.gbs = kv_bytes / (st.median_ms * 1e-3) / 1e9;
     r.ratio = r.gbs / kReadCeilingGBs;
     results.push_back(r);
-    for (void* ptr : {static_cast<void*>(d_tables), static_cast<void*>(d_qstart), static_cast<void*>(d_lens),
-                      static_cast<void*>(q), static_cast<void*>(out), ws}) {
+    for (void* ptr :
+         {static_cast<void*>(d_tables), static_cast<void*>(d_qstart), static_cast<void*>(d_lens),
+          static_cast<void*>(q), static_cast<void*>(out), ws}) {
       if (ptr != nullptr) BENCH_CHECK(cudaFree(ptr));
     }
   }
@@ -744,13 +787,15 @@ int main(int argc, char** argv) {
       memset_flush = true;
     } else {
       std::fprintf(stderr,
-                   "usage: bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] [--hbm-full] "
+                   "usage: bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] "
+                   "[--hbm-full] "
                    "[--memset-flush]\n");
       return 2;
     }
   }
   if (!only.empty() && only != "predict" && only != "gather" && only != "attention") {
-    std::fprintf(stderr, "bench_sparse_kv: --only takes predict, gather or attention, not '%s'\n", only.c_str());
+    std::fprintf(stderr, "bench_sparse_kv: --only takes predict, gather or attention, not '%s'\n",
+                 only.c_str());
     return 2;
   }
 
@@ -763,10 +808,13 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-  std::printf("sparse KV kernels: Qwen3-8B layer shape (GQA %d/%d, head_dim %d, blocks of %d, bf16); median of %d "
-              "runs, L2 flushed before each (%s)\n",
-              kHq, kHkv, kHeadDim, kBlock, runs, memset_flush ? "256 MiB memset" : "256 MiB read");
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  std::printf(
+      "sparse KV kernels: Qwen3-8B layer shape (GQA %d/%d, head_dim %d, blocks of %d, bf16); "
+      "median of %d "
+      "runs, L2 flushed before each (%s)\n",
+      kHq, kHkv, kHeadDim, kBlock, runs, memset_flush ? "256 MiB memset" : "256 MiB read");
 
   Timer timer;
   timer.runs = runs;
@@ -784,26 +832,30 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "predict") {
     const PredictResult r = RunPredict(timer);
     std::snprintf(buf, sizeof(buf),
-                  " predict b32x16K K128: %.0f GB/s of summaries, ratio %.3f of %.0f (target %.2f), score %.1f us + "
+                  " predict b32x16K K128: %.0f GB/s of summaries, ratio %.3f of %.0f (target "
+                  "%.2f), score %.1f us + "
                   "topk %.1f us, fresh-store rows %.0f GB/s;",
-                  r.gbs, r.ratio, kReadCeilingGBs, kPredictTarget, r.score_us, r.topk_us, r.fresh_gbs);
+                  r.gbs, r.ratio, kReadCeilingGBs, kPredictTarget, r.score_us, r.topk_us,
+                  r.fresh_gbs);
     result += buf;
   }
   if (only.empty() || only == "gather") {
     const std::vector<GatherResult> rs = RunGather(timer, sweep, hbm_full);
     for (const GatherResult& r : rs) {
       std::snprintf(buf, sizeof(buf),
-                    " gather %d blocks: %.1f GB/s (memcpy %.1f, ratio %.3f, target %.0f), beside HBM read %.1f "
+                    " gather %d blocks: %.1f GB/s (memcpy %.1f, ratio %.3f, target %.0f), beside "
+                    "HBM read %.1f "
                     "GB/s at high priority (HBM kernel %+.1f%%), %.1f GB/s at equal priority;",
-                    r.blocks, r.gbs, r.memcpy_gbs, r.gbs / r.memcpy_gbs, kGatherTargetGBs, r.loaded_gbs,
-                    r.hbm_slowdown * 100, r.equal_priority_gbs);
+                    r.blocks, r.gbs, r.memcpy_gbs, r.gbs / r.memcpy_gbs, kGatherTargetGBs,
+                    r.loaded_gbs, r.hbm_slowdown * 100, r.equal_priority_gbs);
       result += buf;
     }
   }
   if (only.empty() || only == "attention") {
     const std::vector<AttentionResult> rs = RunAttention(timer, sweep);
     for (const AttentionResult& r : rs) {
-      std::snprintf(buf, sizeof(buf), " sparse attention b%d x129 blocks: %.0f GB/s, ratio %.3f (target %.2f);",
+      std::snprintf(buf, sizeof(buf),
+                    " sparse attention b%d x129 blocks: %.0f GB/s, ratio %.3f (target %.2f);",
                     r.batch, r.gbs, r.ratio, kAttentionTarget);
       result += buf;
     }

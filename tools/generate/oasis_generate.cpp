@@ -53,7 +53,8 @@ StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
 }
 
 // Renders `user_message` as a one-turn chat with the model's template.
-StatusOr<std::string> RenderChat(const std::filesystem::path& model_dir, const std::string& template_file,
+StatusOr<std::string> RenderChat(const std::filesystem::path& model_dir,
+                                 const std::string& template_file,
                                  const std::string& user_message) {
   ChatTemplateFiles files;
   const auto config_path = model_dir / "tokenizer_config.json";
@@ -68,7 +69,8 @@ StatusOr<std::string> RenderChat(const std::filesystem::path& model_dir, const s
     files.chat_template = text.str();
   }
   if (files.chat_template.empty()) {
-    return NotFound("no chat template: " + config_path.string() + " has none; pass --chat-template FILE");
+    return NotFound("no chat template: " + config_path.string() +
+                    " has none; pass --chat-template FILE");
   }
   OASIS_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Parse(files.chat_template));
   nlohmann::ordered_json ctx = {{"messages", {{{"role", "user"}, {"content", user_message}}}},
@@ -86,12 +88,15 @@ Status Run(int argc, char** argv) {
   bool ignore_eos = false;
   FlagParser flags("oasis-generate: offline generation with the CPU reference backend");
   flags.AddString("model", &model_dir, "model directory (config.json + *.safetensors)");
-  flags.AddString("load-format", &load_format, "safetensors, or dummy for random weights at real shapes");
+  flags.AddString("load-format", &load_format,
+                  "safetensors, or dummy for random weights at real shapes");
   flags.AddString("prompt-ids", &prompt_ids, "comma-separated prompt token ids");
-  flags.AddString("prompt", &prompt_text, "prompt text (encoded with special tokens, as /v1/completions does)");
+  flags.AddString("prompt", &prompt_text,
+                  "prompt text (encoded with special tokens, as /v1/completions does)");
   flags.AddString("chat", &chat, "a user message, rendered with the model's chat template");
   flags.AddString("tokenizer", &tokenizer_path, "tokenizer.json (default: MODEL/tokenizer.json)");
-  flags.AddString("chat-template", &chat_template, "Jinja chat template file overriding the model's");
+  flags.AddString("chat-template", &chat_template,
+                  "Jinja chat template file overriding the model's");
   flags.AddInt("max-tokens", &max_tokens, "tokens to generate");
   flags.AddInt("n", &n, "independent samples of the same prompt, generated as one batch");
   flags.AddDouble("temperature", &temperature, "sampling temperature, 0 = greedy");
@@ -110,7 +115,8 @@ Status Run(int argc, char** argv) {
   OASIS_RETURN_IF_ERROR(InitLogging(log_level));
   if (model_dir.empty()) return InvalidArgument("--model is required (see --help)");
   const int prompt_kinds = !prompt_ids.empty() + !prompt_text.empty() + !chat.empty();
-  if (prompt_kinds != 1) return InvalidArgument("give exactly one of --prompt-ids, --prompt and --chat");
+  if (prompt_kinds != 1)
+    return InvalidArgument("give exactly one of --prompt-ids, --prompt and --chat");
   if (n < 1) return InvalidArgument("--n must be >= 1");
 
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
@@ -124,12 +130,14 @@ Status Run(int argc, char** argv) {
   }
   CpuBackend backend(static_cast<int>(threads));
   auto t0 = std::chrono::steady_clock::now();
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model, DecoderLM::Create(config, *weights, backend));
+  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<DecoderLM> model,
+                         DecoderLM::Create(config, *weights, backend));
   auto t1 = std::chrono::steady_clock::now();
 
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  const std::filesystem::path tok_path = tokenizer_path.empty() ? std::filesystem::path(model_dir) / "tokenizer.json"
-                                                                : std::filesystem::path(tokenizer_path);
+  const std::filesystem::path tok_path = tokenizer_path.empty()
+                                             ? std::filesystem::path(model_dir) / "tokenizer.json"
+                                             : std::filesystem::path(tokenizer_path);
   if (!prompt_ids.empty()) {
     if (std::filesystem::exists(tok_path)) {  // optional: only to print text
       OASIS_ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromFile(tok_path));
@@ -144,7 +152,8 @@ Status Run(int argc, char** argv) {
     request.prompt = tok->Encode(prompt_text, tokenizer::AddSpecialTokens::kYes);
   } else {
     OASIS_ASSIGN_OR_RETURN(std::string rendered, RenderChat(model_dir, chat_template, chat));
-    request.prompt = tok->Encode(rendered, tokenizer::AddSpecialTokens::kNo);  // the template adds them
+    request.prompt =
+        tok->Encode(rendered, tokenizer::AddSpecialTokens::kNo);  // the template adds them
   }
   request.max_tokens = max_tokens;
   request.ignore_eos = ignore_eos;
@@ -164,10 +173,12 @@ Status Run(int argc, char** argv) {
   OASIS_ASSIGN_OR_RETURN(std::vector<GenerationResult> results, generator.Generate(requests));
   auto t2 = std::chrono::steady_clock::now();
 
-  std::printf("model: %s (%s, %lld layers, hidden %lld)\n", model_dir.c_str(), config.architecture_name.c_str(),
-              static_cast<long long>(config.num_hidden_layers), static_cast<long long>(config.hidden_size));
+  std::printf("model: %s (%s, %lld layers, hidden %lld)\n", model_dir.c_str(),
+              config.architecture_name.c_str(), static_cast<long long>(config.num_hidden_layers),
+              static_cast<long long>(config.hidden_size));
   std::string prompt_list;
-  for (int32_t t : request.prompt) prompt_list += (prompt_list.empty() ? "" : ",") + std::to_string(t);
+  for (int32_t t : request.prompt)
+    prompt_list += (prompt_list.empty() ? "" : ",") + std::to_string(t);
   std::printf("prompt ids: %s\n", prompt_list.c_str());
   int64_t generated = 0;
   for (size_t i = 0; i < results.size(); ++i) {
@@ -181,7 +192,8 @@ Status Run(int argc, char** argv) {
       text += detok.Finish();
       std::printf("output %zu text: %s\n", i, text.c_str());
     }
-    std::printf("finish_reason: %s\n", results[i].finish_reason == FinishReason::kStop ? "stop" : "length");
+    std::printf("finish_reason: %s\n",
+                results[i].finish_reason == FinishReason::kStop ? "stop" : "length");
   }
   const double load_s = std::chrono::duration<double>(t1 - t0).count();
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();

@@ -12,14 +12,18 @@
 namespace oasis {
 
 CudaDraftRunner::CudaDraftRunner(Eagle3Head& head, CudaBackend& backend, int64_t num_kv_slots)
-    : DraftRunner(head, backend, num_kv_slots), cuda_(backend), profile_(GetTuning().profile_draft) {}
+    : DraftRunner(head, backend, num_kv_slots),
+      cuda_(backend),
+      profile_(GetTuning().profile_draft) {}
 
 CudaDraftRunner::~CudaDraftRunner() {
   if (profile_ && profile_calls_ > 0) {
     const double n = static_cast<double>(profile_calls_);
-    std::fprintf(stderr, "draft head profile over %lld steps (ms/step): upload %.3f, forward %.3f, sample %.3f\n",
-                 static_cast<long long>(profile_calls_), profile_s_[0] / n * 1e3, profile_s_[1] / n * 1e3,
-                 profile_s_[2] / n * 1e3);
+    std::fprintf(
+        stderr,
+        "draft head profile over %lld steps (ms/step): upload %.3f, forward %.3f, sample %.3f\n",
+        static_cast<long long>(profile_calls_), profile_s_[0] / n * 1e3, profile_s_[1] / n * 1e3,
+        profile_s_[2] / n * 1e3);
   }
 }
 
@@ -36,7 +40,8 @@ std::vector<SampleRow> GreedyRows(int64_t R) {
 
 ForwardInput CudaDraftRunner::UploadInput(const ForwardInput& host_input) {
   ForwardInput host = host_input;
-  if (host.logit_rows.numel() == 0) host.logit_rows = Tensor::Zeros({1}, DType::kI32);  // no empty GEMMs: row 0's logits, dropped
+  if (host.logit_rows.numel() == 0)
+    host.logit_rows = Tensor::Zeros({1}, DType::kI32);  // no empty GEMMs: row 0's logits, dropped
   return UploadForwardInput(cuda_, host, /*async=*/true);  // the head runs on one stream
 }
 
@@ -74,11 +79,12 @@ std::vector<int32_t> CudaDraftRunner::Propose(const ForwardInput& host_input, co
 }
 
 bool CudaDraftRunner::ProposeChained(const ForwardInput& host_input, const Tensor& aux,
-                                     std::span<const int32_t> aux_rows, const DeviceSamples& samples,
-                                     std::span<const int32_t> pairs) {
+                                     std::span<const int32_t> aux_rows,
+                                     const DeviceSamples& samples, std::span<const int32_t> pairs) {
   OASIS_CHECK_LT(chained_rows_, 0) << "a chained head step is still queued";
   if (samples.stream != static_cast<void*>(cuda_.stream()) ||
-      samples.stride != static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)) || pairs.size() % 2 != 0) {
+      samples.stride != static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)) ||
+      pairs.size() % 2 != 0) {
     return false;
   }
   const ForwardInput input = UploadInput(host_input);

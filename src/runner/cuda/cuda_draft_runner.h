@@ -21,8 +21,9 @@ class CudaDraftRunner final : public DraftRunner {
   std::vector<int32_t> Propose(const ForwardInput& host_input, const Tensor& aux,
                                std::span<const int32_t> aux_rows) override;
   // Queued on the backend's stream, which must be the target's (`samples.stream`; else false).
-  bool ProposeChained(const ForwardInput& host_input, const Tensor& aux, std::span<const int32_t> aux_rows,
-                      const DeviceSamples& samples, std::span<const int32_t> pairs) override;
+  bool ProposeChained(const ForwardInput& host_input, const Tensor& aux,
+                      std::span<const int32_t> aux_rows, const DeviceSamples& samples,
+                      std::span<const int32_t> pairs) override;
   std::vector<int32_t> CollectChained() override;
 
  private:
@@ -34,7 +35,7 @@ class CudaDraftRunner final : public DraftRunner {
   std::vector<int32_t> ToTarget(const std::vector<SampleResult>& drafts) const;
 
   int64_t chained_rows_ = -1;  // logits rows of the queued chained step (-1: none)
-  bool profile_ = false;  // OASIS_PROFILE_DRAFT set: time the phases (with synchronisations)
+  bool profile_ = false;       // OASIS_PROFILE_DRAFT set: time the phases (with synchronisations)
   int64_t profile_calls_ = 0;
   double profile_s_[3] = {0, 0, 0};
 };

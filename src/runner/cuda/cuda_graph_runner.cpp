@@ -24,15 +24,18 @@ CudaGraphRunner::CudaGraphRunner(DecoderLM& model, CudaBackend& backend, CudaGra
       num_kv_heads_(model.config().num_key_value_heads),
       max_blocks_((options.max_context + kBlockSize - 1) / kBlockSize),
       sparse_sync_(backend, model.config().num_hidden_layers) {
-  for (int64_t b : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512}) {
+  for (int64_t b :
+       {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512}) {
     if (b < options_.max_batch) buckets_.push_back(b);
   }
   buckets_.push_back(options_.max_batch);
 }
 
-StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& model, CudaBackend& backend,
+StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& model,
+                                                                   CudaBackend& backend,
                                                                    CudaGraphOptions options) {
-  if (options.max_batch < 1 || options.max_context < 1) return InvalidArgument("graph max_batch/max_context < 1");
+  if (options.max_batch < 1 || options.max_context < 1)
+    return InvalidArgument("graph max_batch/max_context < 1");
   std::unique_ptr<CudaGraphRunner> r(new CudaGraphRunner(model, backend, options));
   const int64_t B = options.max_batch, H = r->num_kv_heads_, Tmax = B * kMaxQueryLen;
   Layout& l = r->layout_;
@@ -52,9 +55,10 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   // capture of up to kMaxCaptureLayers layers, and alignment slack.
   constexpr int64_t kMaxCaptureLayers = 8;
   const ModelConfig& c = model.config();
-  const int64_t per_token = 2 * (4 * c.hidden_size + 2 * (c.q_size() + 2 * c.kv_size()) + c.q_size() +
-                                 3 * c.intermediate_size + c.hidden_size + kMaxCaptureLayers * c.hidden_size) +
-                            4 * c.vocab_size;
+  const int64_t per_token =
+      2 * (4 * c.hidden_size + 2 * (c.q_size() + 2 * c.kv_size()) + c.q_size() +
+           3 * c.intermediate_size + c.hidden_size + kMaxCaptureLayers * c.hidden_size) +
+      4 * c.vocab_size;
   // Plus the decode-attention workspace of the largest bucket (split partials).
   size_t workspace = 0;
   for (int64_t b : r->buckets_) {
@@ -74,11 +78,14 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   // product of the unfused gate/up + SiLU (batches the GEMV does not take), K/V for a backend
   // without the fused QKV op, the normalised rows of the unfused pre-norm + projection (twice)
   // — plus alignment slack.
-  const int64_t per_layer = static_cast<int64_t>(workspace) +
-                            Tmax * 2 * (2 * c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096;
-  OASIS_ASSIGN_OR_RETURN(r->arena_, cuda::DeviceBuffer::Allocate(static_cast<size_t>(
-                                        Tmax * per_token + c.num_hidden_layers * per_layer + (1 << 20))));
-  OASIS_ASSIGN_OR_RETURN(r->host_logits_, cuda::PinnedBuffer::Allocate(static_cast<size_t>(Tmax * c.vocab_size) * 4));
+  const int64_t per_layer =
+      static_cast<int64_t>(workspace) +
+      Tmax * 2 * (2 * c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096;
+  OASIS_ASSIGN_OR_RETURN(r->arena_,
+                         cuda::DeviceBuffer::Allocate(static_cast<size_t>(
+                             Tmax * per_token + c.num_hidden_layers * per_layer + (1 << 20))));
+  OASIS_ASSIGN_OR_RETURN(
+      r->host_logits_, cuda::PinnedBuffer::Allocate(static_cast<size_t>(Tmax * c.vocab_size) * 4));
   return r;
 }
 
@@ -86,13 +93,15 @@ CudaGraphRunner::~CudaGraphRunner() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
 }
 
-std::optional<CudaGraphRunner::GraphKey> CudaGraphRunner::KeyFor(const ForwardInput& in,
-                                                                const std::vector<int64_t>* capture_layers) const {
+std::optional<CudaGraphRunner::GraphKey> CudaGraphRunner::KeyFor(
+    const ForwardInput& in, const std::vector<int64_t>* capture_layers) const {
   if (!options_.enabled) return std::nullopt;
-  const int64_t seqs = in.attention.query_start.numel() - 1, T = in.token_ids.numel(), R = in.logit_rows.numel();
+  const int64_t seqs = in.attention.query_start.numel() - 1, T = in.token_ids.numel(),
+                R = in.logit_rows.numel();
   const int q = in.attention.max_query_len;
-  if (seqs < 1 || seqs > options_.max_batch || q < 1 || q > kMaxQueryLen || T != seqs * q || R % seqs != 0 ||
-      in.attention.block_tables.dim(2) > max_blocks_ || in.attention.kv_lens.dim(1) != num_kv_heads_) {
+  if (seqs < 1 || seqs > options_.max_batch || q < 1 || q > kMaxQueryLen || T != seqs * q ||
+      R % seqs != 0 || in.attention.block_tables.dim(2) > max_blocks_ ||
+      in.attention.kv_lens.dim(1) != num_kv_heads_) {
     return std::nullopt;
   }
   const int32_t* qs = in.attention.query_start.data<int32_t>();
@@ -105,7 +114,8 @@ std::optional<CudaGraphRunner::GraphKey> CudaGraphRunner::KeyFor(const ForwardIn
   key.bucket = BucketFor(seqs);
   key.query_len = q;
   key.rows_per_seq = r;
-  const int64_t full = max_blocks_ * kBlockSize, need = in.attention.max_kv_len > 0 ? in.attention.max_kv_len : full;
+  const int64_t full = max_blocks_ * kBlockSize,
+                need = in.attention.max_kv_len > 0 ? in.attention.max_kv_len : full;
   key.kv_bound = full;
   for (int64_t b = 1024; b < full; b *= 2) {
     if (need <= b) {
@@ -130,7 +140,8 @@ ForwardInput CudaGraphRunner::StaticInputs(const GraphKey& key) const {
   in.slot_mapping = Tensor(base + layout_.slots, DType::kI64, {T, H}, Device::kCuda);
   in.attention.query_start = Tensor(base + layout_.qstart, DType::kI32, {B + 1}, Device::kCuda);
   in.attention.kv_lens = Tensor(base + layout_.kv_lens, DType::kI32, {B, H}, Device::kCuda);
-  in.attention.block_tables = Tensor(base + layout_.tables, DType::kI32, {B, H, max_blocks_}, Device::kCuda);
+  in.attention.block_tables =
+      Tensor(base + layout_.tables, DType::kI32, {B, H, max_blocks_}, Device::kCuda);
   in.attention.max_query_len = key.query_len;
   in.attention.max_kv_len = static_cast<int32_t>(key.kv_bound);  // fixed for the graph
   in.logit_rows = Tensor(base + layout_.rows, DType::kI32, {B * key.rows_per_seq}, Device::kCuda);
@@ -156,7 +167,8 @@ void CudaGraphRunner::PackInputs(const ForwardInput& in, const GraphKey& key) {
   std::memcpy(rows, in.logit_rows.raw(), R * 4);
   std::memset(tables, 0, B * H * max_blocks_ * 4);
   for (int64_t r = 0; r < b * H; ++r) {
-    std::memcpy(tables + r * max_blocks_, in.attention.block_tables.data<int32_t>() + r * width, width * 4);
+    std::memcpy(tables + r * max_blocks_, in.attention.block_tables.data<int32_t>() + r * width,
+                width * 4);
   }
   for (int64_t i = 0; i <= B; ++i) qstart[i] = static_cast<int32_t>(i * q);
   for (int64_t i = t; i < T; ++i) {  // padding tokens: token 0 at position 0, write nothing
@@ -164,13 +176,15 @@ void CudaGraphRunner::PackInputs(const ForwardInput& in, const GraphKey& key) {
     pos[i] = 0;
     for (int64_t h = 0; h < H; ++h) slots[i * H + h] = -1;
   }
-  for (int64_t i = b * H; i < B * H; ++i) lens[i] = static_cast<int32_t>(q);  // padding sequences read slot 0
+  for (int64_t i = b * H; i < B * H; ++i)
+    lens[i] = static_cast<int32_t>(q);  // padding sequences read slot 0
   for (int64_t i = R; i < RB; ++i) rows[i] = 0;
-  OASIS_CUDA_CHECK(cudaMemcpyAsync(inputs_.data(), staging_.data(), layout_.total, cudaMemcpyHostToDevice,
-                                   cuda_.stream()));
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(inputs_.data(), staging_.data(), layout_.total,
+                                   cudaMemcpyHostToDevice, cuda_.stream()));
 }
 
-CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key, SparseAttentionPipeline* pipeline) {
+CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key,
+                                                SparseAttentionPipeline* pipeline) {
   ForwardInput in = StaticInputs(key);
   const ModelConfig& c = model_.config();
   const int64_t T = key.bucket * key.query_len;
@@ -179,13 +193,15 @@ CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key, SparseAtten
     ResidualCapture capture;
     if (!key.capture_layers.empty()) {
       capture.layer_ids = key.capture_layers;
-      capture.out = cuda_.Empty({static_cast<int64_t>(key.capture_layers.size()), T, c.hidden_size}, DType::kBF16);
+      capture.out = cuda_.Empty({static_cast<int64_t>(key.capture_layers.size()), T, c.hidden_size},
+                                DType::kBF16);
       g.capture = capture.out;
     }
     if (pipeline != nullptr) {
       pipeline->BeginPlannedStep(in.attention, in.slot_mapping);
       try {
-        g.logits = model_.Forward(in, kv_, key.capture_layers.empty() ? nullptr : &capture, pipeline);
+        g.logits =
+            model_.Forward(in, kv_, key.capture_layers.empty() ? nullptr : &capture, pipeline);
       } catch (...) {
         pipeline->EndStep();
         throw;
@@ -229,13 +245,17 @@ CudaGraphRunner::Graph CudaGraphRunner::Capture(const GraphKey& key, SparseAtten
   // stream's priority.
   OASIS_CUDA_CHECK(cudaGraphInstantiate(&g.exec, graph, cudaGraphInstantiateFlagUseNodePriority));
   OASIS_CUDA_CHECK(cudaGraphDestroy(graph));
-  spdlog::debug("captured {}decode graph: bucket {}, {} query tokens, {} logits rows per sequence, KV bound {}, {} "
-                "capture layers", key.sparse != nullptr ? "sparse " : "", key.bucket, key.query_len, key.rows_per_seq,
-                key.kv_bound, key.capture_layers.size());
+  spdlog::debug(
+      "captured {}decode graph: bucket {}, {} query tokens, {} logits rows per sequence, KV bound "
+      "{}, {} "
+      "capture layers",
+      key.sparse != nullptr ? "sparse " : "", key.bucket, key.query_len, key.rows_per_seq,
+      key.kv_bound, key.capture_layers.size());
   return g;
 }
 
-const CudaGraphRunner::Graph& CudaGraphRunner::Replay(const ForwardInput& host_input, const GraphKey& key) {
+const CudaGraphRunner::Graph& CudaGraphRunner::Replay(const ForwardInput& host_input,
+                                                      const GraphKey& key) {
   PackInputs(host_input, key);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) it = graphs_.emplace(key, Capture(key)).first;
@@ -249,26 +269,30 @@ Tensor CudaGraphRunner::Execute(const ForwardInput& host_input) {
   const Tensor logits = Replay(host_input, *key).logits;
   const int64_t R = host_input.logit_rows.numel(), vocab = logits.dim(1);
   Tensor out(host_logits_.data(), DType::kF32, {R, vocab}, Device::kCpu);
-  OASIS_CUDA_CHECK(cudaMemcpyAsync(out.raw(), logits.raw(), out.nbytes(), cudaMemcpyDeviceToHost, cuda_.stream()));
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(out.raw(), logits.raw(), out.nbytes(), cudaMemcpyDeviceToHost,
+                                   cuda_.stream()));
   cuda_.Synchronize();
   return out;
 }
 
-std::vector<SampleResult> CudaGraphRunner::SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) {
+std::vector<SampleResult> CudaGraphRunner::SampleLogits(const Tensor& logits,
+                                                        const std::vector<SampleRow>& rows) {
   return sampler_.Sample(logits, rows, cuda_.stream());
 }
 
 std::vector<SampleResult> CudaGraphRunner::Run(const StepInputs& step) {
   if (step.sparse) return RunSparse(step);
-  const std::optional<GraphKey> key = KeyFor(step.input, step.capture != nullptr ? &step.capture->layer_ids : nullptr);
+  const std::optional<GraphKey> key =
+      KeyFor(step.input, step.capture != nullptr ? &step.capture->layer_ids : nullptr);
   if (!key) return ModelRunner::Run(step);
   const Graph& g = Replay(step.input, *key);
   if (step.capture != nullptr) step.capture->out = g.capture;
   if (step.while_running) step.while_running();  // the graph is enqueued: host work overlaps it
   if (!step.after_sampling) return SampleLogits(g.logits, step.rows);
   sampler_.Enqueue(g.logits, step.rows, cuda_.stream());
-  step.after_sampling(
-      DeviceSamples{sampler_.device_out(), static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)), cuda_.stream()});
+  step.after_sampling(DeviceSamples{sampler_.device_out(),
+                                    static_cast<int64_t>(sizeof(kernels::SampleOutputDevice)),
+                                    cuda_.stream()});
   return sampler_.Finish(step.rows, cuda_.stream());  // waits for what the hook queued too
 }
 
@@ -277,7 +301,8 @@ bool CudaGraphOptions::SparseGraphsFromEnv() { return GetTuning().sparse_graphs;
 std::vector<SampleResult> CudaGraphRunner::RunSparse(const StepInputs& step) {
   const SparseStepPlan& plan = *step.sparse->plan;
   std::optional<GraphKey> key;
-  if (options_.sparse_graphs && plan.num_sparse > 0 && !plan.measure_agreement && step.sparse->replayable) {
+  if (options_.sparse_graphs && plan.num_sparse > 0 && !plan.measure_agreement &&
+      step.sparse->replayable) {
     key = KeyFor(step.input, step.capture != nullptr ? &step.capture->layer_ids : nullptr);
   }
   if (!key) return ModelRunner::Run(step);

@@ -5,10 +5,11 @@
 // (prefill, mixed) run eagerly. Graphs are also specialised per context bucket (1K, 2K, 4K,
 // 8K, ... up to max_context), so a short request's attention is not cut for the longest
 // context a graph could see (the split-K plan is made for the bucket: with ×4 buckets a 4.2K
-// batch planned for 16K took two splits and a merge where one split is faster). Inputs are packed on the host into one pinned staging buffer and copied with a
-// single cudaMemcpyAsync into static device buffers the graphs read; activations come from
-// one arena whose addresses are the same at capture and replay. A batch of b sequences runs
-// in the smallest bucket >= b, padded with rows that read slot 0 and write nothing.
+// batch planned for 16K took two splits and a merge where one split is faster). Inputs are packed
+// on the host into one pinned staging buffer and copied with a single cudaMemcpyAsync into static
+// device buffers the graphs read; activations come from one arena whose addresses are the same at
+// capture and replay. A batch of b sequences runs in the smallest bucket >= b, padded with rows
+// that read slot 0 and write nothing.
 //
 // Owns the graphs, the static buffers, the arena and the staging buffer (plus the KV pools,
 // through ModelRunner). Not thread-safe.
@@ -31,9 +32,9 @@ namespace oasis {
 
 struct CudaGraphOptions {
   int64_t num_kv_slots = 0;
-  int64_t max_batch = 256;           // largest decode batch replayed as a graph
-  int64_t max_context = 32768;       // longest sequence a graph step supports
-  bool enabled = true;               // false: always eager (for comparisons)
+  int64_t max_batch = 256;      // largest decode batch replayed as a graph
+  int64_t max_context = 32768;  // longest sequence a graph step supports
+  bool enabled = true;          // false: always eager (for comparisons)
   // Sparse decode steps as graphs too (docs/sparse.md §10); OASIS_SPARSE_GRAPHS=0 turns it off.
   bool sparse_graphs = SparseGraphsFromEnv();
   static bool SparseGraphsFromEnv();
@@ -65,23 +66,25 @@ class CudaGraphRunner final : public ModelRunner {
 
  protected:
   // Samples on the device (CudaSampler): only tokens and log-probabilities come back.
-  std::vector<SampleResult> SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) override;
+  std::vector<SampleResult> SampleLogits(const Tensor& logits,
+                                         const std::vector<SampleRow>& rows) override;
 
  private:
   // What a graph is specialised for, besides the batch bucket.
   struct GraphKey {
     int64_t bucket = 0;
-    int query_len = 1;     // tokens per sequence (1, or 2 with a stacked draft)
-    int rows_per_seq = 1;  // logits rows per sequence (1 or query_len)
-    int64_t kv_bound = 0;  // longest KV a sequence may have (a context bucket): the
-                           // decode attention plans its split-K cut for it
+    int query_len = 1;                    // tokens per sequence (1, or 2 with a stacked draft)
+    int rows_per_seq = 1;                 // logits rows per sequence (1 or query_len)
+    int64_t kv_bound = 0;                 // longest KV a sequence may have (a context bucket): the
+                                          // decode attention plans its split-K cut for it
     std::vector<int64_t> capture_layers;  // residual capture ids (empty: none)
     const SparseAttentionPipeline* sparse = nullptr;  // a sparse step's pipeline (its buffers)
     bool sparse_transfers = true;                     // SparseStepInputs::transfers when captured
     bool operator<(const GraphKey& o) const {
-      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse, sparse_transfers) <
-             std::tie(o.bucket, o.query_len, o.rows_per_seq, o.kv_bound, o.capture_layers, o.sparse,
-                      o.sparse_transfers);
+      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse,
+                      sparse_transfers) < std::tie(o.bucket, o.query_len, o.rows_per_seq,
+                                                   o.kv_bound, o.capture_layers, o.sparse,
+                                                   o.sparse_transfers);
     }
   };
   struct Graph {
@@ -92,7 +95,8 @@ class CudaGraphRunner final : public ModelRunner {
 
   CudaGraphRunner(DecoderLM& model, CudaBackend& backend, CudaGraphOptions options);
   // The graph shape of a step, or nullopt when it runs eagerly.
-  std::optional<GraphKey> KeyFor(const ForwardInput& in, const std::vector<int64_t>* capture_layers) const;
+  std::optional<GraphKey> KeyFor(const ForwardInput& in,
+                                 const std::vector<int64_t>* capture_layers) const;
   int64_t BucketFor(int64_t batch) const;
   // Device views of the static inputs for a graph of this shape.
   ForwardInput StaticInputs(const GraphKey& key) const;
@@ -118,7 +122,8 @@ class CudaGraphRunner final : public ModelRunner {
     size_t ids, pos, slots, qstart, kv_lens, tables, rows, total;
   } layout_{};
   cuda::DeviceBuffer arena_;
-  cuda::PinnedBuffer host_logits_;  // [max_batch · kMaxQueryLen, vocab] f32, the decode steps' output
+  cuda::PinnedBuffer
+      host_logits_;  // [max_batch · kMaxQueryLen, vocab] f32, the decode steps' output
   std::map<GraphKey, Graph> graphs_;
   CudaSampler sampler_;
   CudaSparseStageSync sparse_sync_;

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/cuda_rt.h"
-#include "runner/sampler.h"
 #include "kernels/sampling.h"
 #include "oasis/tensor.h"
+#include "runner/sampler.h"
 
 namespace oasis {
 
@@ -21,7 +21,8 @@ class CudaSampler {
  public:
   // `logits`: device F32 [R, vocab] (R >= rows.size(); the first rows.size() rows are used).
   // Enqueue + Finish.
-  std::vector<SampleResult> Sample(const Tensor& logits, const std::vector<SampleRow>& rows, cudaStream_t stream);
+  std::vector<SampleResult> Sample(const Tensor& logits, const std::vector<SampleRow>& rows,
+                                   cudaStream_t stream);
   // Queues the sampling of `rows` and the copy of its results to the host on `stream`; until
   // Finish, device_out() holds the rows' results on the device (row r at device_out()[r]).
   void Enqueue(const Tensor& logits, const std::vector<SampleRow>& rows, cudaStream_t stream);

@@ -27,9 +27,11 @@ class CpuTpRank final : public TpRank {
 
 StatusOr<std::unique_ptr<TpModelRunner>> CreateCpuTpRunner(
     const ModelConfig& config, const CpuTpOptions& options,
-    const std::function<StatusOr<std::unique_ptr<DecoderLM>>(Backend&, const TensorParallel&)>& load_shard) {
+    const std::function<StatusOr<std::unique_ptr<DecoderLM>>(Backend&, const TensorParallel&)>&
+        load_shard) {
   OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(config, options.size));
-  if (options.num_kv_slots < 1) return InvalidArgument("CPU tensor parallelism needs num_kv_slots >= 1");
+  if (options.num_kv_slots < 1)
+    return InvalidArgument("CPU tensor parallelism needs num_kv_slots >= 1");
   const int n = options.size;
   auto comms = std::make_shared<ThreadCommGroup>(n);
   auto group = std::make_unique<LockstepGroup>(n, nullptr, nullptr);
@@ -40,9 +42,11 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCpuTpRunner(
       auto k = std::make_unique<CpuTpRank>();
       k->comms_ = comms;
       k->backend_ = std::make_unique<CpuBackend>(options.threads_per_rank);
-      auto model = load_shard(*k->backend_, TensorParallel{r, n, n > 1 ? &comms->rank(r) : nullptr});
+      auto model =
+          load_shard(*k->backend_, TensorParallel{r, n, n > 1 ? &comms->rank(r) : nullptr});
       if (!model.ok()) {
-        status[static_cast<size_t>(r)] = model.status().WithContext("tensor-parallel rank " + std::to_string(r));
+        status[static_cast<size_t>(r)] =
+            model.status().WithContext("tensor-parallel rank " + std::to_string(r));
       } else {
         k->model_ = std::move(*model);
         k->runner_ = std::make_unique<ModelRunner>(*k->model_, *k->backend_, options.num_kv_slots);

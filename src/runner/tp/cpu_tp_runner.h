@@ -29,6 +29,7 @@ struct CpuTpOptions {
 // `load_shard` builds rank tp.rank's shard on `backend` (called on that rank's thread).
 StatusOr<std::unique_ptr<TpModelRunner>> CreateCpuTpRunner(
     const ModelConfig& config, const CpuTpOptions& options,
-    const std::function<StatusOr<std::unique_ptr<DecoderLM>>(Backend& backend, const TensorParallel& tp)>& load_shard);
+    const std::function<StatusOr<std::unique_ptr<DecoderLM>>(
+        Backend& backend, const TensorParallel& tp)>& load_shard);
 
 }  // namespace oasis

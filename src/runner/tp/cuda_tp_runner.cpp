@@ -73,13 +73,14 @@ Status CheckCudaTensorParallel(const ModelConfig& config, const CudaTpOptions& o
   OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(config, o.size));
   const std::vector<int> devices = DevicesOf(o);
   if (static_cast<int>(devices.size()) != o.size) {
-    return InvalidArgument(std::to_string(devices.size()) + " devices listed for --tensor-parallel-size " +
-                           std::to_string(o.size));
+    return InvalidArgument(std::to_string(devices.size()) +
+                           " devices listed for --tensor-parallel-size " + std::to_string(o.size));
   }
 #if !OASIS_HAVE_NCCL
   if (o.size > 1) {
-    return Unimplemented("--tensor-parallel-size " + std::to_string(o.size) +
-                         " on GPUs needs NCCL, and this build has none (libnccl.so and nccl.h were not found)");
+    return Unimplemented(
+        "--tensor-parallel-size " + std::to_string(o.size) +
+        " on GPUs needs NCCL, and this build has none (libnccl.so and nccl.h were not found)");
   }
 #endif
   const int count = cuda::DeviceCount();
@@ -98,10 +99,12 @@ Status CheckCudaTensorParallel(const ModelConfig& config, const CudaTpOptions& o
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& config, const CudaTpOptions& options,
+StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& config,
+                                                            const CudaTpOptions& options,
                                                             const CudaTpHooks& hooks) {
   OASIS_RETURN_IF_ERROR(CheckCudaTensorParallel(config, options));
-  if (!hooks.load_shard || !hooks.kv_slots) return InvalidArgument("CreateCudaTpRunner needs both hooks");
+  if (!hooks.load_shard || !hooks.kv_slots)
+    return InvalidArgument("CreateCudaTpRunner needs both hooks");
   const int n = options.size;
   const std::vector<int> devices = DevicesOf(options);
   // Declared before the group: the group's abort helpers (joined by its destructor) use them.
@@ -111,7 +114,8 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& c
       [devices](int r) {
         const cudaError_t e = cudaSetDevice(devices[static_cast<size_t>(r)]);
         if (e != cudaSuccess) {
-          throw std::runtime_error("cudaSetDevice(" + std::to_string(devices[static_cast<size_t>(r)]) +
+          throw std::runtime_error("cudaSetDevice(" +
+                                   std::to_string(devices[static_cast<size_t>(r)]) +
                                    "): " + cudaGetErrorString(e));
         }
       },
@@ -125,11 +129,13 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& c
     return st;
   };
   // Runs `fn` on every rank's thread; the first failure, naming the rank and the stage.
-  const auto phase = [&](const std::string& what, const std::function<Status(int, CudaTpRank&)>& fn) -> Status {
+  const auto phase = [&](const std::string& what,
+                         const std::function<Status(int, CudaTpRank&)>& fn) -> Status {
     std::fill(status.begin(), status.end(), Status::Ok());
     try {
       group->Run([&](int r) {
-        if (!ranks[static_cast<size_t>(r)]) ranks[static_cast<size_t>(r)] = std::make_unique<CudaTpRank>();
+        if (!ranks[static_cast<size_t>(r)])
+          ranks[static_cast<size_t>(r)] = std::make_unique<CudaTpRank>();
         status[static_cast<size_t>(r)] = fn(r, *ranks[static_cast<size_t>(r)]);
       });
     } catch (const std::exception& e) {
@@ -137,9 +143,9 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& c
     }
     for (int r = 0; r < n; ++r) {
       if (!status[static_cast<size_t>(r)].ok()) {
-        return status[static_cast<size_t>(r)].WithContext("tensor-parallel rank " + std::to_string(r) + " (GPU " +
-                                                          std::to_string(devices[static_cast<size_t>(r)]) + "), " +
-                                                          what);
+        return status[static_cast<size_t>(r)].WithContext(
+            "tensor-parallel rank " + std::to_string(r) + " (GPU " +
+            std::to_string(devices[static_cast<size_t>(r)]) + "), " + what);
       }
     }
     return Status::Ok();
@@ -155,7 +161,9 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& c
     std::vector<StreamSource> streams;
     for (auto& k : ranks) streams.push_back([b = k->backend_.get()] { return b->stream(); });
     auto comms = NcclCommunicator::CreateGroup(devices, std::move(streams));
-    if (!comms.ok()) return teardown(comms.status().WithContext("tensor parallelism over " + std::to_string(n) + " GPUs"));
+    if (!comms.ok())
+      return teardown(
+          comms.status().WithContext("tensor parallelism over " + std::to_string(n) + " GPUs"));
     for (int r = 0; r < n; ++r) {
       ranks[static_cast<size_t>(r)]->comm_ = std::move((*comms)[static_cast<size_t>(r)]);
       build_aborts[static_cast<size_t>(r)] = ranks[static_cast<size_t>(r)]->comm_->AbortFunction();
@@ -168,7 +176,8 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& c
   }
 #endif
   st = phase("loading its model shard", [&](int r, CudaTpRank& k) -> Status {
-    OASIS_ASSIGN_OR_RETURN(k.model_, hooks.load_shard(*k.backend_, TensorParallel{r, n, n > 1 ? k.comm() : nullptr}));
+    OASIS_ASSIGN_OR_RETURN(
+        k.model_, hooks.load_shard(*k.backend_, TensorParallel{r, n, n > 1 ? k.comm() : nullptr}));
     if (k.model_ == nullptr) return Internal("the shard loader returned no model");
     k.backend_->Synchronize();
     return Status::Ok();
@@ -176,12 +185,15 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& c
   if (!st.ok()) return teardown(st);
   std::vector<int64_t> slots(static_cast<size_t>(n), 0);
   st = phase("planning its KV cache", [&](int r, CudaTpRank& k) -> Status {
-    OASIS_ASSIGN_OR_RETURN(slots[static_cast<size_t>(r)], hooks.kv_slots(r, *k.backend_, *k.model_));
+    OASIS_ASSIGN_OR_RETURN(slots[static_cast<size_t>(r)],
+                           hooks.kv_slots(r, *k.backend_, *k.model_));
     return Status::Ok();
   });
   if (!st.ok()) return teardown(st);
   const int64_t num_slots = *std::min_element(slots.begin(), slots.end());
-  if (num_slots < 1) return teardown(ResourceExhausted("tensor parallelism: no KV cache fits (per rank: " + List(slots) + ")"));
+  if (num_slots < 1)
+    return teardown(
+        ResourceExhausted("tensor parallelism: no KV cache fits (per rank: " + List(slots) + ")"));
   CudaGraphOptions go = options.graph;
   go.num_kv_slots = num_slots;
   st = phase("creating its graph runner", [&](int, CudaTpRank& k) -> Status {
@@ -192,9 +204,11 @@ StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& c
   if (!st.ok()) return teardown(st);
   std::string gpus;
   for (int d : devices) gpus += (gpus.empty() ? "" : ", ") + std::to_string(d);
-  spdlog::info("tensor parallelism: {} ranks on GPUs [{}], {} KV heads and {} KV head-blocks per layer per rank "
-               "(the minimum of [{}])",
-               n, gpus, ranks[0]->model_->config().num_key_value_heads, num_slots, List(slots));
+  spdlog::info(
+      "tensor parallelism: {} ranks on GPUs [{}], {} KV heads and {} KV head-blocks per layer per "
+      "rank "
+      "(the minimum of [{}])",
+      n, gpus, ranks[0]->model_->config().num_key_value_heads, num_slots, List(slots));
   std::vector<std::unique_ptr<TpRank>> generic;
   for (auto& k : ranks) generic.push_back(std::move(k));
   return TpModelRunner::Create(std::move(group), std::move(generic));

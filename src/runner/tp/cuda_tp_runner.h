@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "runner/cuda/cuda_graph_runner.h"
 #include "models/decoder_lm.h"
+#include "runner/cuda/cuda_graph_runner.h"
 #include "runner/tp/tp_model_runner.h"
 
 namespace oasis {
@@ -36,7 +36,9 @@ struct CudaTpOptions {
 struct CudaTpHooks {
   // Rank tp.rank's shard on `backend` (called on that rank's thread, its device current),
   // e.g. DecoderLM::Create(config, weights, backend, tp) or CreateDummy(..., tp).
-  std::function<StatusOr<std::unique_ptr<DecoderLM>>(CudaBackend& backend, const TensorParallel& tp)> load_shard;
+  std::function<StatusOr<std::unique_ptr<DecoderLM>>(CudaBackend& backend,
+                                                     const TensorParallel& tp)>
+      load_shard;
   // KV head-blocks per layer rank `rank` can hold once its shard is loaded (on its thread):
   // e.g. PlanKvCache over cudaMemGetInfo. The group uses the minimum over ranks. Rank 0 may
   // load more on its device first (the server loads an EAGLE-3 head there).
@@ -49,7 +51,8 @@ struct CudaTpHooks {
 // build has no NCCL and size > 1.
 Status CheckCudaTensorParallel(const ModelConfig& config, const CudaTpOptions& options);
 
-StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& config, const CudaTpOptions& options,
+StatusOr<std::unique_ptr<TpModelRunner>> CreateCudaTpRunner(const ModelConfig& config,
+                                                            const CudaTpOptions& options,
                                                             const CudaTpHooks& hooks);
 
 }  // namespace oasis

@@ -33,8 +33,8 @@
 #include <memory>
 #include <vector>
 
-#include "runner/model_runner.h"
 #include "parallel/lockstep_group.h"
+#include "runner/model_runner.h"
 
 namespace oasis {
 
@@ -67,8 +67,8 @@ class TpModelRunner final : public ModelRunner {
   // `ranks[r]` was created on `group`'s worker r. InvalidArgument (after destroying the
   // ranks on their workers) unless there is one rank per worker, rank r's model is shard r
   // of group size N, and all ranks agree on the local config and num_kv_slots.
-  static StatusOr<std::unique_ptr<TpModelRunner>> Create(std::unique_ptr<LockstepGroup> group,
-                                                         std::vector<std::unique_ptr<TpRank>> ranks);
+  static StatusOr<std::unique_ptr<TpModelRunner>> Create(
+      std::unique_ptr<LockstepGroup> group, std::vector<std::unique_ptr<TpRank>> ranks);
   ~TpModelRunner() override;
 
   int size() const { return static_cast<int>(ranks_.size()); }
@@ -86,12 +86,14 @@ class TpModelRunner final : public ModelRunner {
   // calling thread once every rank has enqueued its step; `after_sampling` is not used.
   std::vector<SampleResult> Run(const StepInputs& step) override;
   int num_ranks() const override { return size(); }
-  void ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn, bool teardown = false) override;
+  void ForEachRank(const std::function<void(int rank, ModelRunner& runner)>& fn,
+                   bool teardown = false) override;
   SparseStageSync* sparse_stage_sync() override { return nullptr; }
 
  protected:
   // Never used (the ranks' runners sample); throws.
-  std::vector<SampleResult> SampleLogits(const Tensor& logits, const std::vector<SampleRow>& rows) override;
+  std::vector<SampleResult> SampleLogits(const Tensor& logits,
+                                         const std::vector<SampleRow>& rows) override;
 
  private:
   TpModelRunner(std::unique_ptr<LockstepGroup> group, std::vector<std::unique_ptr<TpRank>> ranks);
@@ -99,14 +101,15 @@ class TpModelRunner final : public ModelRunner {
   // std::invalid_argument for any other head count.
   bool NeedsSlicing(const ForwardInput& host_input) const;
   // Runs step(r, rank r's input) on every rank.
-  void RunStep(const ForwardInput& host_input, const std::function<void(int, const ForwardInput&)>& step,
+  void RunStep(const ForwardInput& host_input,
+               const std::function<void(int, const ForwardInput&)>& step,
                const std::function<void()>& while_running = {});
   void CompareSamples(const std::vector<std::vector<SampleResult>>& per_rank);
 
   std::unique_ptr<LockstepGroup> group_;
   std::vector<std::unique_ptr<TpRank>> ranks_;
   std::vector<std::function<void()>> aborts_;  // per rank, TpRank::AbortFunction()
-  std::vector<ResidualCapture> captures_;     // ranks > 0: their own capture buffers
+  std::vector<ResidualCapture> captures_;      // ranks > 0: their own capture buffers
   int64_t sample_mismatches_ = 0;
 };
 

@@ -100,6 +100,7 @@ CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.
 export LD_LIBRARY_PATH=".bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$PWD/.bundle/lib/ucx}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+NUM_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 declare -a rows
 status=0
 for t in "${GPU_TESTS[@]}"; do
@@ -126,13 +127,17 @@ for b in "${BENCHMARKS[@]}"; do
     [[ -n $peer_gbs ]] && args="$args --torch-gbs $peer_gbs"
   fi
   if [[ -n ${OASIS_BENCH_ONLY:-} && " $OASIS_BENCH_ONLY " != *" $name "* ]]; then continue; fi
+  if [[ $args == *--tensor-parallel-size* && $NUM_GPUS -lt 2 ]]; then
+    rows+=("$(printf '%-20s %s' "$name" "$args: skipped, one GPU")")
+    continue
+  fi
   echo "=== $name $args"
   # shellcheck disable=SC2086
   ".bundle/bin/$name" $args > /tmp/bench.out 2>&1
   cat /tmp/bench.out
   rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
   if [[ -n ${OASIS_BASE_BUNDLE:-} ]]; then
-    [[ -d .bundle-base ]] || python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall()" "$OASIS_BASE_BUNDLE"
+    [[ -d .bundle-base/bin ]] || python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall()" "$OASIS_BASE_BUNDLE"
     base_args=${b#*|}  # without --torch-gbs: an earlier build may not take it
     base_args=${base_args//.bundle\//.bundle-base/}
     echo "=== base: $name $base_args"

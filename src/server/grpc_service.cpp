@@ -193,7 +193,7 @@ class OasisGrpcService final : public v1::Oasis::Service {
                                                               ? "the engine failed the request"
                                                               : out.error.message());
         }
-        response.set_finish_reason(FinishReasonString(out.finish_reason));
+        response.set_finish_reason(FinishReasonName(out.finish_reason));
         response.set_stop_reason(out.stop_reason);
       }
       v1::Usage* usage = response.mutable_usage();

@@ -13,24 +13,6 @@ double JsonLogprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp
 
 }  // namespace
 
-const char* FinishReasonString(FinishReasonKind kind) {
-  switch (kind) {
-    case FinishReasonKind::kStop:
-      return "stop";
-    case FinishReasonKind::kLength:
-      return "length";
-    case FinishReasonKind::kAbort:
-      return "abort";
-    case FinishReasonKind::kError:
-      return "error";
-    case FinishReasonKind::kHandoff:
-      return "handoff";
-    case FinishReasonKind::kNone:
-      break;
-  }
-  return "";
-}
-
 std::string DumpJson(const OrderedJson& j) {
   return j.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
 }
@@ -157,7 +139,7 @@ OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, cons
       choice["logprobs"] = Logprobs(c.tokens, &offset);
     }
     choice["finish_reason"] =
-        c.finished ? OrderedJson(FinishReasonString(c.finish_reason)) : OrderedJson(nullptr);
+        c.finished ? OrderedJson(FinishReasonName(c.finish_reason)) : OrderedJson(nullptr);
     choice["stop_reason"] = StopReason(c);
     list.push_back(std::move(choice));
   }
@@ -181,7 +163,7 @@ OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out,
   state.text_offset += prefix.size();
   choice["logprobs"] = Logprobs(out.tokens, &state.text_offset);
   choice["finish_reason"] =
-      out.finished ? OrderedJson(FinishReasonString(out.finish_reason)) : OrderedJson(nullptr);
+      out.finished ? OrderedJson(FinishReasonName(out.finish_reason)) : OrderedJson(nullptr);
   choice["stop_reason"] = out.finished ? StopReason(state) : OrderedJson(nullptr);
   chunk["choices"] = OrderedJson::array({choice});
   if (spec_.include_usage) chunk["usage"] = nullptr;

@@ -21,9 +21,6 @@ class Tokenizer;
 
 namespace oasis::server {
 
-// "stop", "length", "abort", "error"; null (empty) while running.
-const char* FinishReasonString(FinishReasonKind kind);
-
 // JSON text with invalid UTF-8 replaced (never throws).
 std::string DumpJson(const OrderedJson& j);
 

@@ -194,8 +194,10 @@ TEST_CASE("speculate takes fewer engine steps for the same greedy tokens", "[eng
   const int64_t saved = off.stats.loop.steps_total - spec.stats.loop.steps_total;
   CHECK(saved == spec.stats.lookahead.draft_accepted_total);  // each accepted draft saves one step
   CHECK(saved > 40);
-  // Fewer events than tokens: accepted steps deliver two tokens in one event.
-  CHECK(spec.out[0].events < off.out[0].events);
+  // Fewer events than tokens: accepted steps deliver two tokens in one event. (Not compared
+  // with plain decoding's count: the delivery thread merges events when the reader lags, so
+  // that count depends on the machine's load.)
+  CHECK(spec.out[0].events < static_cast<int>(spec.out[0].tokens.size()));
 }
 
 // Stop ids, min_tokens and max_tokens landing on either token of a two-token step: the

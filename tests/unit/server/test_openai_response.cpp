@@ -71,7 +71,7 @@ TEST_CASE("ChoiceState accumulates events and the finish") {
   CHECK(c.finished);
   CHECK(c.completion_tokens == 2);
   CHECK(c.prompt_tokens == 3);
-  CHECK(std::string(FinishReasonString(c.finish_reason)) == "length");
+  CHECK(std::string(FinishReasonName(c.finish_reason)) == "length");
 }
 
 TEST_CASE("completion response with logprobs, usage and echo") {

@@ -145,12 +145,15 @@ fi
 out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "hi"}]}')
 [[ ${out##*$'\n'} == 413 ]] && ok "chat without max_tokens (the whole context) does not fit: 413" || bad "chat without max_tokens" "$out"
-pids=()
-for i in 0 1 2; do  # each needs 38 of the 40 head-blocks: they wait for each other
-  (post /v1/completions "{\"prompt\": $(ids 150 $((7 + i))), \"max_tokens\": 150, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/small.$i") &
-  pids+=($!)
+# Each needs 38 of the 40 head-blocks: they wait for each other. The bodies are written first and
+# one curl sends all three at once, so a slow machine cannot space them out until none waits.
+args=()
+for i in 0 1 2; do
+  echo "{\"prompt\": $(ids 150 $((7 + i))), \"max_tokens\": 150, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/body.$i"
+  ((i > 0)) && args+=(--next)
+  args+=(-s -X POST -H 'Content-Type: application/json' --data-binary "@$TMP/body.$i" -o "$TMP/small.$i" "$BASE/v1/completions")
 done
-wait "${pids[@]}"
+curl --parallel --parallel-immediate --parallel-max 3 "${args[@]}"
 n=0
 for i in 0 1 2; do
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==150 else 1)' "$TMP/small.$i" && n=$((n + 1))

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kvcache/host_kv_store.h"
+#include "kvcache/sparse_kv_manager.h"
 #include "runner/sampler.h"
 
 namespace oasis {
@@ -153,17 +154,32 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
                            " KV heads); the pool has " + std::to_string(runner.num_kv_slots()));
   }
   // The host store must hold at least one request just past the threshold.
-  const size_t per_slot = HostKvStore::BytesPerSlot(
-      c.num_hidden_layers - s.dense_layers, c.head_dim, runner.backend().activation_dtype());
-  const auto bytes = static_cast<double>(s.host_kv_gib) * 1024.0 * 1024.0 * 1024.0;
-  const int64_t slots =
-      per_slot == 0 ? 0 : static_cast<int64_t>(bytes / static_cast<double>(per_slot));
+  const DType dtype = runner.backend().activation_dtype();
+  const size_t per_slot =
+      HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, dtype);
+  const HostKvSlots host =
+      HostKvSlotsFor(s, {c.num_hidden_layers, hkv, c.head_dim}, dtype, runner.num_ranks());
   const int64_t need = (s.sparse_threshold + 1 + kBlockSize - 1) / kBlockSize * hkv;
-  if (slots < need) {
+  if (host.slots < need) {
     return InvalidArgument(
-        "--host-kv-gib " + std::to_string(s.host_kv_gib) + " holds " + std::to_string(slots) +
-        " head-blocks; one request past --sparse-threshold " + std::to_string(s.sparse_threshold) +
-        " needs " + std::to_string(need) + " (" + std::to_string(per_slot) + " bytes each)");
+        "--host-kv-gib " + std::to_string(s.host_kv_gib) + " holds " + std::to_string(host.slots) +
+        " head-blocks" + (runner.num_ranks() > 1 ? " per rank" : "") +
+        "; one request past --sparse-threshold " + std::to_string(s.sparse_threshold) + " needs " +
+        std::to_string(need) + " (" + std::to_string(per_slot) + " bytes each)");
+  }
+  // The draft head keeps every running request's tokens whatever the home of its target KV, so
+  // its pool holds as many tokens as the target pool and the host store together.
+  if (draft != nullptr && options.lookahead != LookaheadMode::kOff) {
+    const int64_t head_heads = draft->num_kv_heads();
+    const int64_t want = DraftKvSlotsFor(runner.num_kv_slots() + host.total(), hkv, head_heads);
+    if (draft->num_kv_slots() < want) {
+      return InvalidArgument(
+          "the draft head's KV pool (" + std::to_string(draft->num_kv_slots()) +
+          " head-blocks) cannot hold the tokens of the KV pool (" +
+          std::to_string(runner.num_kv_slots()) + " head-blocks) and the host KV store (" +
+          std::to_string(host.total()) + " head-blocks, --host-kv-gib) together; it needs " +
+          std::to_string(want));
+    }
   }
   return Status::Ok();
 }

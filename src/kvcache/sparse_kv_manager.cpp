@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -16,6 +17,23 @@ Tensor FilledI32(std::vector<int64_t> shape, int32_t value) {
 }
 
 }  // namespace
+
+HostKvSlots HostKvSlotsFor(const SparseConfig& config, const SparseModelShape& shape, DType dtype,
+                           int64_t num_sides) {
+  const double gib = 1024.0 * 1024.0 * 1024.0,
+               sides = static_cast<double>(std::max<int64_t>(1, num_sides));
+  const size_t per_slot =
+      HostKvStore::BytesPerSlot(shape.num_layers - config.dense_layers, shape.head_dim, dtype);
+  HostKvSlots h;
+  if (per_slot == 0) return h;
+  const double cap = INT32_MAX / kBlockSize;
+  h.slots = static_cast<int32_t>(
+      std::min(cap, std::floor(config.host_kv_gib * gib / sides / static_cast<double>(per_slot))));
+  h.summary_rows = static_cast<int32_t>(
+      std::min(cap - h.slots, std::max(0.0, std::floor(config.remote_kv_gib * gib / sides /
+                                                       static_cast<double>(per_slot)))));
+  return h;
+}
 
 SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelShape& shape,
                                  Backend& backend, BlockAllocator& gpu_allocator)
@@ -32,19 +50,18 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
   OASIS_CHECK_OK(config.Validate(shape.num_layers));
   OASIS_CHECK(shape.num_kv_heads > 0 && shape.head_dim > 0) << "sparse model shape";
   OASIS_CHECK(!backends.empty() && run_sides_) << "sparse KV: at least one device side";
-  const auto bytes = static_cast<size_t>(config.host_kv_gib * 1024.0 * 1024.0 * 1024.0 /
-                                         static_cast<double>(backends.size()));
   sides_.resize(backends.size());
   for (size_t i = 0; i < backends.size(); ++i) sides_[i].backend = backends[i];
   run_sides_([&](int side) {
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
-    const size_t per_slot = HostKvStore::BytesPerSlot(
-        shape.num_layers - config.dense_layers, shape.head_dim, d.backend->activation_dtype());
-    const double rows = config.remote_kv_gib * 1024.0 * 1024.0 * 1024.0 /
-                        static_cast<double>(backends.size()) / static_cast<double>(per_slot);
-    d.store = std::make_unique<HostKvStore>(
-        *d.backend, shape.num_layers, config.dense_layers, shape.head_dim, bytes,
-        static_cast<int32_t>(std::min<double>(rows, INT32_MAX / kBlockSize)));
+    const DType dtype = d.backend->activation_dtype();
+    const HostKvSlots n =
+        HostKvSlotsFor(config, shape, dtype, static_cast<int64_t>(backends.size()));
+    const size_t per_slot =
+        HostKvStore::BytesPerSlot(shape.num_layers - config.dense_layers, shape.head_dim, dtype);
+    d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers,
+                                            shape.head_dim, per_slot * static_cast<size_t>(n.slots),
+                                            n.summary_rows);
     d.state = std::make_unique<SparseDeviceState>(
         *d.backend, config.max_sparse_seqs, shape.num_kv_heads, config.topk_blocks,
         config.max_fetch(), config.max_blocks_per_seq(), shape.num_layers, config.dense_layers,

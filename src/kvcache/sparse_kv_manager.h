@@ -80,6 +80,19 @@ struct LayeredHold {
   std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]: 1 = local
 };
 
+// Head-blocks of one device side's host store a sparse configuration holds outside the GPU
+// pool: the host slots (`num_sides` share config.host_kv_gib) plus the summary-only rows of
+// remote blocks. Each is a head-block of a request whose K/V the GPU pool does not carry, so a
+// pool that must hold every running request's tokens whatever their home (the EAGLE-3 head's)
+// needs this many head-blocks beyond the target pool. SparseKvManager sizes its stores so.
+struct HostKvSlots {
+  int32_t slots = 0;         // host slots (K/V storage)
+  int32_t summary_rows = 0;  // summary-only rows per layer (remote blocks)
+  int64_t total() const { return static_cast<int64_t>(slots) + summary_rows; }
+};
+HostKvSlots HostKvSlotsFor(const SparseConfig& config, const SparseModelShape& shape, DType dtype,
+                           int64_t num_sides);
+
 // Runs fn(side) for every device side, each where that side's backend may be used (TP: on
 // the rank's worker thread), and returns when all have returned.
 using SparseSideRunner = std::function<void(const std::function<void(int side)>& fn)>;

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
+#include "kvcache/sparse_kv_manager.h"
 #include "runner/tp/cpu_tp_runner.h"
 #include "runner/tp/tp_model_runner.h"
 
@@ -121,14 +122,29 @@ Status LoadDraftHead(const ServerConfig& sc, ModelHost* host, DecoderLM& target,
   return Status::Ok();
 }
 
-// The draft head's runner, with a KV pool holding as many tokens as the model's.
-// (Under tensor parallelism the engine counts rank-local KV heads and the head runs on rank
-// 0's backend.)
+// Head-blocks of one rank's host KV store (slots and remote summary rows; 0 without sparse
+// KV): the tokens running requests may hold beyond the GPU pool, which the draft head's pool
+// must hold too (it keeps every running request's tokens whatever the home of its target KV).
+int64_t HostKvHeadBlocks(const ModelHost& host, const ModelConfig& local, DType dtype,
+                         int64_t num_ranks) {
+  if (!host.sparse) return 0;
+  return HostKvSlotsFor(*host.sparse,
+                        {local.num_hidden_layers, local.num_key_value_heads, local.head_dim}, dtype,
+                        num_ranks)
+      .total();
+}
+
+// The draft head's runner, with a KV pool holding as many tokens as the model's pool and host
+// KV store together (Engine::CheckOptions). (Under tensor parallelism the engine counts
+// rank-local KV heads and the head runs on rank 0's backend.)
 void MakeDraftRunner(ModelHost* host) {
   Backend& backend = host->runner->backend();
-  const int64_t slots = DraftKvSlotsFor(host->runner->num_kv_slots(),
-                                        host->runner->model().config().num_key_value_heads,
-                                        host->draft_head->config().num_key_value_heads);
+  const ModelConfig& local = host->runner->model().config();
+  const int64_t host_blocks =
+      HostKvHeadBlocks(*host, local, backend.activation_dtype(), host->runner->num_ranks());
+  const int64_t slots =
+      DraftKvSlotsFor(host->runner->num_kv_slots() + host_blocks, local.num_key_value_heads,
+                      host->draft_head->config().num_key_value_heads);
 #if OASIS_HAVE_CUDA
   if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) {  // drafts taken on the device
     host->draft_runner = std::make_unique<CudaDraftRunner>(*host->draft_head, *cuda, slots);
@@ -197,12 +213,24 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
     reserve += sparse_bytes;
   }
   // The draft head's pool (as many tokens as the model's, DraftKvSlotsFor) costs as much as
-  // ceil(head KV width / model KV width) extra model layers.
+  // ceil(head KV width / model KV width) extra model layers, and its share for the tokens of
+  // the host KV store as many bytes up front.
   ModelConfig plan_config = c;
   if (with_draft_head && host->draft_head) {
     const ModelConfig& h = host->draft_head->config();
     const int64_t width = c.num_key_value_heads * c.head_dim;
     plan_config.num_hidden_layers += (h.num_key_value_heads * h.head_dim + width - 1) / width;
+    const int64_t host_blocks = HostKvHeadBlocks(*host, c, backend.activation_dtype(),
+                                                 std::max<int64_t>(1, sc.tensor_parallel_size));
+    const size_t head_bytes =
+        static_cast<size_t>(
+            DraftKvSlotsFor(host_blocks, c.num_key_value_heads, h.num_key_value_heads) + 1) *
+        2 * kBlockSize * static_cast<size_t>(h.head_dim) * DTypeSize(backend.activation_dtype());
+    if (host_blocks > 0) {
+      spdlog::info("draft head: {:.2f} GiB of device memory for the host store's tokens",
+                   head_bytes / double(1 << 30));
+      reserve += head_bytes;
+    }
   }
   OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan, PlanKvCache(plan_config, 2, sc.gpu_memory_utilization,
                                                         total_bytes, free_bytes, reserve));

@@ -163,6 +163,30 @@ waits=$(wait_metric 'oasis:sparse_admission_waits_total' 'v > 0')
 [[ $(wait_metric 'oasis:host_kv_usage' 'v == 0') == 0 ]] && ok "small store empty again" || bad "small store not empty"
 stop_server || fail=1
 
+# ---- a small GPU pool beside a larger host store, with a draft head: the requests in the host
+# store hold more tokens than the pool, and the draft head keeps all of them (its pool is sized
+# for the pool and the host store together; sized for the pool alone it ran out and a CHECK
+# killed the server with every request lost).
+start_server "$TMP/pool.log" --backend cpu --num-kv-slots 96 --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 \
+  --lookahead reject --draft-load-format dummy || exit 1
+args=()
+for i in 0 1 2 3 4 5 6 7; do
+  echo "{\"prompt\": $(ids 150 $((20 + i))), \"max_tokens\": 120, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/body.$i"
+  ((i > 0)) && args+=(--next)
+  args+=(-s -X POST -H 'Content-Type: application/json' --data-binary "@$TMP/body.$i" -o "$TMP/pool.$i" "$BASE/v1/completions")
+done
+curl --parallel --parallel-immediate --parallel-max 8 "${args[@]}"
+n=0
+for i in 0 1 2 3 4 5 6 7; do
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==120 else 1)' "$TMP/pool.$i" 2>/dev/null && n=$((n + 1))
+done
+switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 8')
+[[ $n == 8 && $switches == 8 ]] && ok "8 requests of 270 tokens beside a pool of 768 tokens per KV head: all finish sparse, the server lives" || bad "pool smaller than the host store: $n of 8 finished, $switches switches" "$(tail -5 "$TMP/pool.log")"
+draft_blocks=$(metric 'oasis:num_draft_kv_blocks')
+[[ $(wait_metric 'oasis:host_kv_usage' 'v == 0') == 0 && $(wait_metric 'oasis:kv_cache_usage_perc' 'v == 0') == 0 &&
+   $(wait_metric 'oasis:num_free_draft_kv_blocks' "v == $draft_blocks") == "$draft_blocks" ]] && ok "pool, draft pool ($draft_blocks head-blocks) and host store empty again" || bad "pool, draft pool or host store not empty"
+stop_server || fail=1
+
 # ---- bad settings ---------------------------------------------------------------------------
 out=$("$SERVER" --backend cpu --sparse on --sparse-predictor draft 2>&1)
 [[ $? == 2 ]] && grep -q "sparse-predictor draft needs lookahead" <<<"$out" && ok "draft predictor without a head -> exit 2" || bad "draft predictor without a head" "$out"

@@ -63,7 +63,9 @@ struct Instance {
   explicit Instance(bool with_head) : tm(kSlots) {
     if (with_head) {
       head = FixtureHead(tm);
-      draft = MakeDraftRunner(tm, *head);
+      SparseConfig s = *Options(4).sparse;  // the largest store a case asks for: remote rows too
+      s.remote_kv_gib = s.host_kv_gib;
+      draft = MakeSparseDraftRunner(tm, *head, s, kSlots, tm.config.num_key_value_heads);
     }
   }
   EngineOptions Options(int32_t k) const {

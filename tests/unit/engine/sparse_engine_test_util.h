@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "runner/draft_runner.h"
 #include "runner/model_runner.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
@@ -110,6 +111,23 @@ inline SparseConfig TinySparse(int32_t k, double fetch_ratio, SparsePredictor pr
   c.max_sparse_seqs = 32;
   c.agreement_interval = 2;
   return c;
+}
+
+// A draft runner whose pool holds the tokens of `target_slots` head-blocks of `target_kv_heads`
+// KV heads (the target's pool, or one rank's) and of the host store `s` describes on each of
+// `sides` ranks, as Engine::CheckOptions asks of a draft head beside sparse KV. qwen3-tiny on
+// the CPU (f32).
+inline std::unique_ptr<DraftRunner> MakeSparseDraftRunner(TinyModel& tm, Eagle3Head& head,
+                                                          const SparseConfig& s,
+                                                          int64_t target_slots,
+                                                          int64_t target_kv_heads,
+                                                          int64_t sides = 1) {
+  const HostKvSlots host = HostKvSlotsFor(
+      s, {tm.config.num_hidden_layers, target_kv_heads, tm.config.head_dim}, DType::kF32, sides);
+  return std::make_unique<DraftRunner>(
+      head, tm.backend,
+      DraftKvSlotsFor(target_slots + host.total(), target_kv_heads,
+                      head.config().num_key_value_heads));
 }
 
 // `n` requests of different lengths: prompts of 10..260 ids, 20..70 new tokens (so some stay

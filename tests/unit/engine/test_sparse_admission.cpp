@@ -88,10 +88,10 @@ TEST_CASE("aborted sparse requests and the requests of a failing sparse step ret
   TinyModel tm(kSlots);
   RecordingRunner runner(*tm.model, tm.backend, kSlots);
   auto head = FixtureHead(tm);
-  auto draft = MakeDraftRunner(tm, *head);
   EngineOptions opt;
   opt.lookahead = LookaheadMode::kReject;
   opt.sparse = TinySparse(4, 0.25, SparsePredictor::kDraft);
+  auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
   Engine engine(runner, nullptr, opt, draft.get());
   engine.Start();
 
@@ -137,13 +137,13 @@ TEST_CASE("aborted sparse requests and the requests of a failing sparse step ret
 TEST_CASE("sparse options are checked with clear errors", "[engine][sparse]") {
   TinyModel tm(256);
   auto head = FixtureHead(tm);
-  auto draft = MakeDraftRunner(tm, *head);
+  EngineOptions ok;
+  ok.sparse = TinySparse(8, 0.25, SparsePredictor::kPreviousQuery);
+  auto draft = MakeSparseDraftRunner(tm, *head, *ok.sparse, 256, tm.config.num_key_value_heads);
   auto error = [&](EngineOptions o, const DraftRunner* d) {
     const Status st = Engine::CheckOptions(o, *tm.runner, d);
     return st.ok() ? std::string("OK") : st.message();
   };
-  EngineOptions ok;
-  ok.sparse = TinySparse(8, 0.25, SparsePredictor::kPreviousQuery);
   CHECK(error(ok, nullptr) == "OK");
   EngineOptions o = ok;
   o.sparse->predictor = SparsePredictor::kDraft;
@@ -152,6 +152,15 @@ TEST_CASE("sparse options are checked with clear errors", "[engine][sparse]") {
         std::string::npos);  // lookahead off
   o.lookahead = LookaheadMode::kReject;
   CHECK(error(o, draft.get()) == "OK");
+  // A head pool that holds only the KV pool's tokens would run out once requests live in the
+  // host store (it keeps every running request's tokens): refused, naming what it needs.
+  auto small = MakeDraftRunner(tm, *head);
+  const std::string e = error(o, small.get());
+  CHECK(e.find("the draft head's KV pool") != std::string::npos);
+  CHECK(e.find("it needs " + std::to_string(draft->num_kv_slots())) != std::string::npos);
+  o.lookahead = LookaheadMode::kOff;  // without lookahead the head is not used
+  o.sparse->predictor = SparsePredictor::kPreviousQuery;
+  CHECK(error(o, small.get()) == "OK");
   o = ok;
   o.sparse->topk_blocks = 0;
   CHECK(error(o, nullptr).find("--topk-blocks") != std::string::npos);

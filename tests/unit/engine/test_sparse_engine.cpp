@@ -65,17 +65,17 @@ TEST_CASE(
     DYNAMIC_SECTION(v.name) {
       TinyModel tm(v.slots);
       RecordingRunner runner(*tm.model, tm.backend, v.slots);
-      std::unique_ptr<Eagle3Head> head;
-      std::unique_ptr<DraftRunner> draft;
-      if (v.head != Head::kNone) {
-        head = v.head == Head::kFixture ? FixtureHead(tm) : CopyHead(tm);
-        draft = MakeDraftRunner(tm, *head);
-      }
       EngineOptions opt;
       opt.lookahead = v.lookahead;
       opt.max_num_seqs = v.max_seqs;
       // K = 24 blocks >= the longest context (330 tokens = 21 blocks): every block stays resident.
       opt.sparse = TinySparse(24, 0.05, v.predictor, 4096, v.dense_layers);
+      std::unique_ptr<Eagle3Head> head;
+      std::unique_ptr<DraftRunner> draft;
+      if (v.head != Head::kNone) {
+        head = v.head == Head::kFixture ? FixtureHead(tm) : CopyHead(tm);
+        draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, v.slots, tm.config.num_key_value_heads);
+      }
       opt.sparse_metrics_interval = 5;
       REQUIRE(Engine::CheckOptions(opt, runner, draft.get()).ok());
       const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
@@ -130,11 +130,11 @@ TEST_CASE("small K: at most C new blocks per head per step, counted by the metri
         TinyModel tm(kSlots);
         RecordingRunner runner(*tm.model, tm.backend, kSlots);
         auto head = FixtureHead(tm);
-        auto draft = MakeDraftRunner(tm, *head);
         EngineOptions opt;
         opt.lookahead = LookaheadMode::kReject;
         opt.sparse = TinySparse(4, 0.25, predictor);  // C = 1
         opt.sparse->group_reduce = reduce;
+        auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
         const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
         for (size_t i = 0; i < reqs.size(); ++i) {
           INFO(reqs[i].id);
@@ -223,15 +223,15 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
       std::unique_ptr<Eagle3Head> head;
       std::unique_ptr<DraftRunner> draft;
       EngineOptions opt;
+      opt.sparse = TinySparse(c.k, c.fetch_ratio, c.predictor, 4096, c.dense_layers);
       if (c.predictor == SparsePredictor::kDraft) {
         head = FixtureHead(tm);
-        // A pool as large in tokens as the ranks' (kSlots head-blocks of one local KV head each).
-        draft = std::make_unique<DraftRunner>(
-            *head, tm.backend,
-            DraftKvSlotsFor(kSlots, runner->model().config().num_key_value_heads, head->config().num_key_value_heads));
+        // A pool as large in tokens as a rank's pool and host share (kSlots head-blocks of one
+        // local KV head each).
+        draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots,
+                                      runner->model().config().num_key_value_heads, 2);
         opt.lookahead = LookaheadMode::kReject;
       }
-      opt.sparse = TinySparse(c.k, c.fetch_ratio, c.predictor, 4096, c.dense_layers);
       opt.sparse_metrics_interval = 5;
       REQUIRE(Engine::CheckOptions(opt, *runner, draft.get()).ok());
       const SparseRun run = RunEngine(*runner, draft.get(), opt, reqs);

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "common/tuning.h"
@@ -71,9 +72,13 @@ struct SelectBlocksParams {
       nullptr;                    // [R, Hkv, max_blocks] or null: blocks not in the host store yet
   int32_t* remote_out = nullptr;  // [R, Hkv, cr]: remote misses in topk order, -1 padded
   int rows_count = 0, num_kv_heads = 0, k = 0, c = 0, max_blocks = 0, cr = 0;
+  int32_t in_place_base = INT32_MAX;  // host_tables entries >= it: GPU slot + in_place_base
 };
 inline constexpr int kSelectMaxK = 1024;
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream);
+// out[index[i]] = values[i] where 0 <= index[i] < out_numel (in-place table entries).
+cudaError_t LaunchWriteIndexed(const int32_t* values, const int32_t* index, int32_t* out, int64_t n,
+                               int64_t out_numel, cudaStream_t stream);
 
 // How the UVA gather moves head-blocks (common/tuning.h: OASIS_GATHER_KERNEL chooses the CUDA
 // backend's, OASIS_GATHER_CTAS its CTAs).

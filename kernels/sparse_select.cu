@@ -25,27 +25,44 @@ __global__ void __launch_bounds__(kSelectThreads) SelectBlocksKernel(SelectBlock
   __shared__ int pred[kSelectMaxK], blocks[kSelectMaxK], age[kSelectMaxK], hit[kSelectMaxK],
       miss_rank[kSelectMaxK];
   __shared__ int victim_at[kSelectMaxK];
-  __shared__ int s_hits, s_misses, s_local, s_victims, s_resident;
+  // Step 6's candidates: [0, K) the in-place predicted blocks (by topk index), [K, 2K) the
+  // working slots; -1 = not listed.
+  __shared__ int cand_block[2 * kSelectMaxK], cand_slot[2 * kSelectMaxK];
+  __shared__ int s_hits, s_misses, s_local, s_victims, s_resident, s_fresh;
   const uint8_t* rmask = p.remote != nullptr ? p.remote + base * p.max_blocks : nullptr;
   const int32_t* topk = p.topk + base * K;
   const int32_t* table = p.host_tables + base * p.max_blocks;
   const int32_t* slots = p.ws_slots + base * K;
   int32_t* g_blocks = p.ws_blocks + base * K;
   int32_t* g_age = p.ws_age + base * K;
-  if (threadIdx.x == 0) s_hits = s_misses = s_local = s_victims = s_resident = 0;
+  const int32_t base_in_place = p.in_place_base;
+  const auto in_place = [&](int b) {
+    return b >= 0 && b < p.max_blocks && table[b] >= base_in_place;
+  };
+  if (threadIdx.x == 0) s_hits = s_misses = s_local = s_victims = s_resident = s_fresh = 0;
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     pred[j] = topk[j];
-    blocks[j] = g_blocks[j];
+    const int b = g_blocks[j];
+    blocks[j] = in_place(b) ? -1 : b;  // a working slot never shadows an in-place block
     age[j] = g_age[j];
     hit[j] = 0;
     victim_at[j] = -1;
+    cand_block[j] = -1;
   }
   __syncthreads();
-  // 1–3: hits mark their slot; misses are ranked in topk order (best score first).
+  // 1–3: hits mark their slot; misses are ranked in topk order (best score first); predicted
+  // in-place blocks are hits listed as candidates.
   for (int i = threadIdx.x; i < K; i += blockDim.x) {
     const int b = pred[i];
     miss_rank[i] = 0;  // 1 = a miss, for now
     if (b < 0) continue;
+    if (in_place(b)) {
+      cand_block[i] = b;
+      cand_slot[i] = table[b] - base_in_place;
+      atomicAdd(&s_hits, 1);
+      atomicAdd(&s_fresh, 1);
+      continue;
+    }
     int at = -1;
     for (int j = 0; j < K; ++j) at = blocks[j] == b ? j : at;
     if (at >= 0) {
@@ -120,22 +137,37 @@ __global__ void __launch_bounds__(kSelectThreads) SelectBlocksKernel(SelectBlock
     dst[m] = slots[j];
     blocks[j] = b;
     age[j] = 0;
+    hit[j] = 1;  // fetched: listed like a hit
   }
   __syncthreads();
-  // 6: resident slots by ascending logical block.
+  // 6: resident slots by ascending logical block: in-place predicted blocks, predicted and
+  // fetched working slots, then stale working slots (ascending j) while fewer than K.
   int32_t* res = p.resident_slots + base * K;
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
     g_blocks[j] = blocks[j];
     g_age[j] = age[j];
     res[j] = -1;
+    if (blocks[j] >= 0 && hit[j]) atomicAdd(&s_fresh, 1);
   }
   __syncthreads();
   for (int j = threadIdx.x; j < K; j += blockDim.x) {
-    if (blocks[j] < 0) continue;
+    bool listed = blocks[j] >= 0 && hit[j];
+    if (blocks[j] >= 0 && !hit[j]) {
+      int stale_before = 0;
+      for (int j2 = 0; j2 < j; ++j2) stale_before += blocks[j2] >= 0 && !hit[j2];
+      listed = s_fresh + stale_before < K;
+    }
+    cand_block[K + j] = listed ? blocks[j] : -1;
+    cand_slot[K + j] = slots[j];
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * K; c += blockDim.x) {
+    const int b = cand_block[c];
+    if (b < 0) continue;
     atomicAdd(&s_resident, 1);
     int rank = 0;
-    for (int j2 = 0; j2 < K; ++j2) rank += blocks[j2] >= 0 && blocks[j2] < blocks[j];
-    res[rank] = slots[j];
+    for (int c2 = 0; c2 < 2 * K; ++c2) rank += cand_block[c2] >= 0 && cand_block[c2] < b;
+    res[rank] = cand_slot[c];
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -169,7 +201,23 @@ __global__ void __launch_bounds__(32 * kAssembleWarps)
   if (lane == 0) p.kv_lens[item] = n * kHeadBlockTokens + tail;
 }
 
+__global__ void WriteIndexedKernel(const int32_t* values, const int32_t* index, int32_t* out,
+                                   int64_t n, int64_t out_numel) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t at = index[i];
+  if (at >= 0 && at < out_numel) out[at] = values[i];
+}
+
 }  // namespace
+
+cudaError_t LaunchWriteIndexed(const int32_t* values, const int32_t* index, int32_t* out, int64_t n,
+                               int64_t out_numel, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  WriteIndexedKernel<<<static_cast<unsigned>(CeilDiv(n, 256)), 256, 0, stream>>>(values, index, out,
+                                                                                 n, out_numel);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchSelectBlocks(const SelectBlocksParams& p, cudaStream_t stream) {
   if (p.k < 1 || p.k > kSelectMaxK || p.c < 0) return cudaErrorInvalidValue;

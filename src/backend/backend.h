@@ -9,6 +9,7 @@
 // A Backend instance is used by one thread at a time (the engine loop or one TP worker).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -235,6 +236,13 @@ class Backend {
                            const Tensor& rows,  // [R] int32
                            Tensor& out) = 0;    // [M, n]
 
+  // out.flat[index[i]] = values[i] for each i with index[i] >= 0 (int32 tensors of N
+  // elements; indices distinct and < out.numel()). The sparse step's in-place table entries
+  // (docs/sparse.md §12).
+  virtual void WriteIndexed(const Tensor& values,  // [N] int32
+                            const Tensor& index,   // [N] int32, < 0 = skip
+                            Tensor& out) = 0;      // int32, any shape
+
   // ---- Sparse KV (docs/sparse.md). Integer outputs of these ops are exact: a backend must
   // produce bit-identical int32 tensors to the CPU reference given the same inputs (for
   // TopKBlocks: the same float scores). ScoreBlocks' float scores match within the usual
@@ -310,6 +318,13 @@ class Backend {
   // is not admissible: step 3 leaves it out of the misses to fetch, and it is listed instead in
   // remote_out[r, h, :] (the first CR such misses in topk order, then -1; the row is all -1 for
   // inactive rows). `remote` and `remote_out` may be host (EmptyHost) tensors.
+  // In-place blocks (a sparse request whose KV lives in the GPU pool, docs/sparse.md §12): a
+  // block b with m = host_tables[r, h, b] >= in_place_base has its K/V in GPU slot
+  // m - in_place_base. Before step 1 a working slot holding an in-place block is emptied. A
+  // predicted in-place block is a hit (it neither misses nor takes a working slot). Step 6 then
+  // lists the in-place predicted blocks' GPU slots together with the working slots' — the
+  // predicted and fetched ones all, the others (stale) in ascending j while fewer than K are
+  // listed — by ascending logical block. in_place_base = INT32_MAX: no block is in place.
   virtual void SelectBlocks(const Tensor& topk,         // [R, Hkv, K] int32
                             const Tensor& rows,         // [R] int32, -1 = inactive
                             const Tensor& host_tables,  // [R, Hkv, MB] int32
@@ -321,8 +336,9 @@ class Backend {
                             Tensor& resident_slots,  // [R, Hkv, K] int32
                             Tensor& num_resident,    // [R, Hkv] int32
                             Tensor& stats,           // [R, Hkv, 3] int32, accumulated
-                            const Tensor* remote = nullptr,     // [R, Hkv, MB] u8 or null
-                            Tensor* remote_out = nullptr) = 0;  // [R, Hkv, CR] int32 (with remote)
+                            const Tensor* remote = nullptr,  // [R, Hkv, MB] u8 or null
+                            Tensor* remote_out = nullptr,    // [R, Hkv, CR] int32 (with remote)
+                            int32_t in_place_base = INT32_MAX) = 0;
 
   // Copies whole head-blocks (K and V, kBlockSize x D each): dst[dst_slots[i]] =
   // src[src_slots[i]] for every i where both are >= 0. Either pool may be a device pool or a

@@ -218,6 +218,7 @@ struct EngineStats {
     int64_t num_host_kv_slots = 0;       // host store head-blocks (every sparse layer)
     int64_t num_free_host_kv_slots = 0;  // not reserved by any request
     int64_t gpu_slots = 0;               // GPU head-blocks held as working sets + tails
+    int64_t num_in_place = 0;            // sparse requests whose KV stays in the GPU pool
     int64_t steps_total = 0;             // engine steps that ran sparse sequences
     int64_t seq_steps_total = 0;         // sum of sparse sequences over those steps
     int64_t hits_total = 0;              // predicted blocks already resident (per layer and head)

@@ -160,7 +160,7 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
   const HostKvSlots host =
       HostKvSlotsFor(s, {c.num_hidden_layers, hkv, c.head_dim}, dtype, runner.num_ranks());
   const int64_t need = (s.sparse_threshold + 1 + kBlockSize - 1) / kBlockSize * hkv;
-  if (host.slots < need) {
+  if (host.slots < need && s.home != KvHome::kHbm) {
     return InvalidArgument(
         "--host-kv-gib " + std::to_string(s.host_kv_gib) + " holds " + std::to_string(host.slots) +
         " head-blocks" + (runner.num_ranks() > 1 ? " per rank" : "") +

@@ -30,10 +30,12 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       num_kv_heads_(runner.model().config().num_key_value_heads),
       host_slots_(manager_.host_store().num_slots()),
       bytes_per_host_slot_(static_cast<int64_t>(manager_.host_store().bytes_per_slot())),
-      num_sides_(manager_.num_sides()) {
+      num_sides_(manager_.num_sides()),
+      pool_slots_(allocator.num_slots()),
+      home_(config.home) {
   spdlog::info(
       "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
-      "{} dense layers, host store {} head-blocks ({:.2f} GiB{}){}, {} sparse rows",
+      "{} dense layers, host store {} head-blocks ({:.2f} GiB{}){}, {} sparse rows, KV home {}",
       config.sparse_threshold, config.topk_blocks, config.max_fetch(),
       SparsePredictorName(config.predictor), config.dense_layers, host_slots_,
       static_cast<double>(host_slots_ * bytes_per_host_slot_ * num_sides_) / (1 << 30),
@@ -42,7 +44,7 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
           ? fmt::format(" + {} summary-only rows for remote blocks",
                         manager_.host_store().num_summary_rows())
           : std::string(),
-      config.max_sparse_seqs);
+      config.max_sparse_seqs, KvHomeName(config.home));
 }
 
 SparseDecoding::~SparseDecoding() {
@@ -55,7 +57,11 @@ Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
   if (threshold_ <= 0 || max_total_tokens <= threshold_) return Status::Ok();
   // Beyond the context (Submit refuses those first) counts as one context's worth, no overflow.
   const int64_t need = BlocksFor(std::min(max_total_tokens, max_seq_len_ + 1)) * num_kv_heads_;
-  if (max_total_tokens <= max_seq_len_ && need <= host_slots_) return Status::Ok();
+  if (max_total_tokens <= max_seq_len_ && need <= host_slots_ && home_ != KvHome::kHbm)
+    return Status::Ok();
+  // HBM home: it needs the GPU pool's room (the scheduler's own check names it otherwise).
+  if (home_ != KvHome::kHost && max_total_tokens <= max_seq_len_ && need <= pool_slots_)
+    return Status::Ok();
   const double gib = static_cast<double>(bytes_per_host_slot_ * num_sides_) / (1 << 30);
   char need_gib[32], have_gib[32];
   std::snprintf(need_gib, sizeof need_gib, "%.3f", static_cast<double>(need) * gib);
@@ -68,8 +74,27 @@ Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
                            " GiB, --host-kv-gib); lower max_tokens or the prompt");
 }
 
+bool SparseDecoding::AdmitInPlace(const Sequence& seq) const {
+  // Disaggregation's requests (handoffs, imports) always use the host store; past here a
+  // request needs a home only once it can pass the threshold.
+  if (seq.always_sparse || home_ == KvHome::kHost || threshold_ <= 0 ||
+      seq.max_total_tokens <= threshold_) {
+    return false;
+  }
+  if (home_ == KvHome::kHbm) return true;
+  // auto: HBM while the pool can hold every in-place request whole, the working sets and tails
+  // of the host-home ones, and this one.
+  const int64_t need = BlocksFor(seq.max_total_tokens) * num_kv_heads_;
+  return manager_.in_place_slots_committed() + manager_.gpu_slots_held() + need <= pool_slots_;
+}
+
 SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   if (manager_.HasReservation(seq.id)) return Admission::kAdmit;
+  if (AdmitInPlace(seq)) {
+    const Status st = manager_.ReserveInPlace(seq.id, seq.max_total_tokens);
+    waiting_for_host_.erase(seq.id);
+    return st.ok() ? Admission::kAdmit : Admission::kRefuse;
+  }
   Admission a = Admission::kRefuse;
   switch (manager_.CheckAdmission(seq.max_total_tokens, seq.always_sparse)) {
     case HostAdmission::kNotNeeded:
@@ -154,7 +179,9 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
         spdlog::debug("request {} stays dense: {}", s->id, st.ToString());
       break;
     }
-    s->kv = config().dense_layers > 0 ? SequenceKv::kSparseDenseTable : SequenceKv::kSparse;
+    // In place (HBM home) and with dense layers the request keeps growing its dense table.
+    s->kv = config().dense_layers > 0 || manager_.InPlace(s->id) ? SequenceKv::kSparseDenseTable
+                                                                 : SequenceKv::kSparse;
     ++switched;
   }
   return switched;
@@ -169,6 +196,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
       manager_.host_store().num_summary_rows() * manager_.host_store().num_sparse_layers();
   stats.disagg.num_free_summary_rows = stats.disagg.num_summary_rows - manager_.summary_rows_held();
   stats.sparse.gpu_slots = manager_.gpu_slots_held();
+  stats.sparse.num_in_place = manager_.num_in_place();
   stats.sparse.admission_waits_total = admission_waits_;
   if (steps_uncollected_ == 0) return;
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;

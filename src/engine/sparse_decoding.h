@@ -98,7 +98,11 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t metrics_interval_;
   // Fixed at construction (CheckFits reads them from any thread).
   int64_t threshold_, max_seq_len_, num_kv_heads_, host_slots_, bytes_per_host_slot_;
-  int64_t num_sides_;  // host bytes of a slot id: bytes_per_host_slot_ on each of num_sides_ ranks
+  int64_t num_sides_;   // host bytes of a slot id: bytes_per_host_slot_ on each of num_sides_ ranks
+  int64_t pool_slots_;  // the GPU pool's head-blocks
+  KvHome home_;
+  // Whether `seq` goes to the HBM home (SparseKvManager::ReserveInPlace) rather than the host.
+  bool AdmitInPlace(const Sequence& seq) const;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
   int64_t admission_waits_ = 0;    // requests that had to wait for host room (once each)
   std::unordered_set<uint64_t> waiting_for_host_;

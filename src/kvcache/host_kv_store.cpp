@@ -20,18 +20,23 @@ size_t HostKvStore::BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DT
 }
 
 HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer,
-                         int64_t head_dim, size_t bytes, int32_t summary_rows)
+                         int64_t head_dim, size_t bytes, int32_t summary_rows,
+                         int32_t in_place_rows)
     : num_layers_(num_layers),
       first_sparse_layer_(first_sparse_layer),
       bytes_per_slot_(
           BytesPerSlot(num_layers - first_sparse_layer, head_dim, backend.activation_dtype())),
       allocator_(SlotsFor(bytes, bytes_per_slot_)),
       summary_rows_(std::max<int32_t>(
-          0, std::min<int32_t>(summary_rows, INT32_MAX / kBlockSize - allocator_.num_slots()))) {
+          0, std::min<int32_t>(summary_rows, INT32_MAX / kBlockSize - allocator_.num_slots()))),
+      in_place_rows_(std::max<int32_t>(0, in_place_rows)) {
+  OASIS_CHECK_LE(static_cast<int64_t>(in_place_rows_),
+                 int64_t{INT32_MAX} - allocator_.num_slots() - summary_rows_)
+      << "host store: in-place summary rows past int32";
   OASIS_CHECK(first_sparse_layer >= 0 && first_sparse_layer < num_layers)
       << "first sparse layer " << first_sparse_layer << " of " << num_layers;
   const int64_t slots = allocator_.num_slots();
-  const int64_t rows = slots + summary_rows_;
+  const int64_t rows = slots + summary_rows_ + in_place_rows_;
   const auto ls = static_cast<size_t>(num_layers - first_sparse_layer);
   const DType dt = backend.activation_dtype();
   for (int64_t l = first_sparse_layer; l < num_layers; ++l) {

@@ -22,6 +22,7 @@
 // by the engine loop thread (through SparseKvManager).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -35,9 +36,11 @@ class HostKvStore {
  public:
   // Sizes the store to `bytes` (rounded down to whole slots) over layers
   // [first_sparse_layer, num_layers) of `head_dim` and the backend's activation dtype, with
-  // `summary_rows` summary-only rows per layer after the slots.
+  // `summary_rows` summary-only rows per layer after the slots and then `in_place_rows`
+  // summary rows for the GPU pool's slots (in_place_base() + GPU slot: the summaries of
+  // sparse requests whose KV stays in HBM, docs/sparse.md §12).
   HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer, int64_t head_dim,
-              size_t bytes, int32_t summary_rows = 0);
+              size_t bytes, int32_t summary_rows = 0, int32_t in_place_rows = 0);
 
   // K and V of one host slot in every sparse layer.
   static size_t BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DType dtype);
@@ -52,6 +55,13 @@ class HostKvStore {
     return bytes_per_slot_ / static_cast<size_t>(num_sparse_layers());
   }
   int32_t num_summary_rows() const { return summary_rows_; }  // per layer
+  // The summary row of GPU slot g is in_place_base() + g (g < num_in_place_rows()); table
+  // entries >= in_place_base() name in-place blocks (Backend::SelectBlocks). INT32_MAX when
+  // the store has no such rows.
+  int32_t in_place_base() const {
+    return in_place_rows_ > 0 ? num_slots() + summary_rows_ : INT32_MAX;
+  }
+  int32_t num_in_place_rows() const { return in_place_rows_; }
   int32_t num_free_summary_rows(int64_t layer) const;
   // A host slot (K/V storage), not a summary-only row.
   bool IsSlot(int32_t id) const { return id >= 0 && id < num_slots(); }
@@ -86,6 +96,7 @@ class HostKvStore {
   size_t bytes_per_slot_;
   BlockAllocator allocator_;
   int32_t summary_rows_;
+  int32_t in_place_rows_;
   std::vector<BlockAllocator> rows_allocators_;  // per sparse layer; ids offset by num_slots
   // Cells: per slot, the cells in use (slots split into cells only) and whether it is split;
   // per layer, whether its cell of each slot is free and a stack of candidates (may hold stale

@@ -32,6 +32,26 @@ Status SparseConfig::Validate(int64_t num_layers) const {
   return Status::Ok();
 }
 
+std::string_view KvHomeName(KvHome h) {
+  switch (h) {
+    case KvHome::kHost:
+      return "host";
+    case KvHome::kHbm:
+      return "hbm";
+    case KvHome::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+StatusOr<KvHome> ParseKvHome(std::string_view name) {
+  for (KvHome h : {KvHome::kHost, KvHome::kHbm, KvHome::kAuto}) {
+    if (name == KvHomeName(h)) return h;
+  }
+  return InvalidArgument("--kv-home must be one of host, hbm, auto; got '" + std::string(name) +
+                         "'");
+}
+
 std::string_view SparsePredictorName(SparsePredictor p) {
   switch (p) {
     case SparsePredictor::kDraft:

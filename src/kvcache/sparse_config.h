@@ -20,6 +20,13 @@ enum class SparsePredictor : uint8_t {
                    // (measurement only: on-demand selection, transfers on the critical path)
 };
 
+// Where a sparse request's full KV lives (docs/sparse.md §12).
+enum class KvHome : uint8_t {
+  kHost,  // the host KV store: each step fetches its working set's misses over PCIe
+  kHbm,   // the GPU pool (in place): each step reads its selected blocks where they are
+  kAuto,  // HBM while the GPU pool has room for the whole request, else the host store
+};
+
 struct SparseConfig {
   int32_t topk_blocks = 128;     // K: selected blocks per (request, layer, KV head)
   double fetch_ratio = 0.05;     // C = ceil(fetch_ratio * K) blocks admitted per head per step
@@ -44,6 +51,9 @@ struct SparseConfig {
   // host KV (as the host store counts it) can be tracked without a host slot; each costs 1/16
   // of its KV in device summaries. 0: remote blocks hold host slots.
   double remote_kv_gib = 0;
+  // --kv-home: where a sparse request's KV lives. Disaggregated requests (handoffs, imports)
+  // always use the host store.
+  KvHome home = KvHome::kHost;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;
@@ -57,5 +67,7 @@ std::string_view SparsePredictorName(SparsePredictor p);
 StatusOr<SparsePredictor> ParseSparsePredictor(
     std::string_view name);                                     // draft|previous-query|oracle
 StatusOr<GroupReduce> ParseGroupReduce(std::string_view name);  // sum|max
+std::string_view KvHomeName(KvHome h);
+StatusOr<KvHome> ParseKvHome(std::string_view name);  // host|hbm|auto
 
 }  // namespace oasis

@@ -59,9 +59,11 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
         HostKvSlotsFor(config, shape, dtype, static_cast<int64_t>(backends.size()));
     const size_t per_slot =
         HostKvStore::BytesPerSlot(shape.num_layers - config.dense_layers, shape.head_dim, dtype);
+    // In-place summary rows: one per GPU pool slot (HBM home).
+    const int32_t in_place_rows = config.home != KvHome::kHost ? gpu_allocator.num_slots() : 0;
     d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers,
                                             shape.head_dim, per_slot * static_cast<size_t>(n.slots),
-                                            n.summary_rows);
+                                            n.summary_rows, in_place_rows);
     d.state = std::make_unique<SparseDeviceState>(
         *d.backend, config.max_sparse_seqs, shape.num_kv_heads, config.topk_blocks,
         config.max_fetch(), config.max_blocks_per_seq(), shape.num_layers, config.dense_layers,
@@ -127,6 +129,28 @@ Status SparseKvManager::Reserve(uint64_t id, int64_t max_total_tokens, bool alwa
   return Status::Ok();
 }
 
+Status SparseKvManager::ReserveInPlace(uint64_t id, int64_t max_total_tokens) {
+  OASIS_RETURN_IF_ERROR(CanReserve(id, max_total_tokens));
+  if (host_store().num_in_place_rows() == 0)
+    return FailedPrecondition("sparse KV without an HBM home (--kv-home host)");
+  Request r;
+  r.in_place = true;
+  r.reserved_blocks = BlocksFor(max_total_tokens);
+  in_place_committed_ += r.reserved_blocks * shape_.num_kv_heads;
+  requests_.emplace(id, std::move(r));
+  return Status::Ok();
+}
+
+bool SparseKvManager::InPlace(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it != requests_.end() && it->second.in_place;
+}
+
+int64_t SparseKvManager::num_in_place() const {
+  return std::count_if(requests_.begin(), requests_.end(),
+                       [](const auto& kv) { return kv.second.in_place && kv.second.row >= 0; });
+}
+
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.row >= 0 || context_tokens <= 0) return false;
@@ -178,7 +202,8 @@ int32_t SparseKvManager::WholeSlot(const Request& r, int64_t head, int64_t block
 
 int32_t SparseKvManager::TailSlot(const Request& r, const HeadBlockTable* table, int64_t head,
                                   int64_t block) const {
-  if (config_.dense_layers == 0) return r.tail_slots[static_cast<size_t>(head * 2 + block % 2)];
+  if (!r.in_place && config_.dense_layers == 0)
+    return r.tail_slots[static_cast<size_t>(head * 2 + block % 2)];
   OASIS_CHECK(table != nullptr)
       << "dense_layers > 0: a sparse request's step needs its dense table";
   const auto& slots = table->head_slots(static_cast<int32_t>(head));
@@ -213,6 +238,7 @@ Status SparseKvManager::SwitchToSparse(
     return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
   Request& req = it->second;
   OASIS_CHECK_LT(req.row, 0) << "request " << id << " is already sparse";
+  if (req.in_place) return SwitchInPlace(id, req, table, num_tokens, pools_of);
   OASIS_CHECK_EQ(req.layer_blocks, 0) << "request " << id << ": a switch writes whole host slots";
   const int64_t hkv = shape_.num_kv_heads;
   OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= BlocksFor(num_tokens))
@@ -248,6 +274,76 @@ Status SparseKvManager::SwitchToSparse(
   if (shape.own_tail)
     table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
   gpu_allocator_.Free(plan.free_later);
+  return Status::Ok();
+}
+
+Status SparseKvManager::SwitchInPlace(
+    uint64_t id, Request& req, const HeadBlockTable& table, int64_t num_tokens,
+    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
+  const int64_t nb = BlocksFor(num_tokens), complete = num_tokens / kBlockSize;
+  OASIS_CHECK(num_tokens > 0 && table.num_blocks() >= nb)
+      << "in-place switch of " << num_tokens << " tokens with " << table.num_blocks() << " blocks";
+  if (free_rows_.empty())
+    return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) +
+                             " sparse rows in use");
+  req.row = free_rows_.back();
+  free_rows_.pop_back();
+  req.has_prediction = false;
+  const int32_t base = host_store().in_place_base();
+  // Summaries of every block where it is (row base + GPU slot), the partial one over its tokens.
+  std::vector<int32_t> src, len, dst;
+  for (int64_t h = 0; h < hkv; ++h) {
+    const auto& slots = table.head_slots(static_cast<int32_t>(h));
+    for (int64_t b = 0; b < nb; ++b) {
+      src.push_back(slots[static_cast<size_t>(b)]);
+      len.push_back(
+          static_cast<int32_t>(std::min<int64_t>(kBlockSize, num_tokens - b * kBlockSize)));
+      dst.push_back(base + slots[static_cast<size_t>(b)]);
+    }
+  }
+  // The first step attends the initial working set (block 0 and the latest complete blocks)
+  // where it is, as a host-home request's first step attends the copies it got.
+  const std::vector<int64_t> chosen = InitialWorkingBlocks(complete, k);
+  run_sides_([&](int side) {
+    DeviceSide& d = sides_.at(static_cast<size_t>(side));
+    Backend& b = *d.backend;
+    std::vector<LayerKvPool>& gpu_pools = pools_of(side);
+    const Tensor src_t = b.Upload(Tensor::FromInts(src)), len_t = b.Upload(Tensor::FromInts(len)),
+                 dst_t = b.Upload(Tensor::FromInts(dst));
+    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+      b.BlockSummaries(gpu_pools[static_cast<size_t>(l)], src_t, len_t, dst_t, d.store->kmin(l),
+                       d.store->kmax(l));
+    }
+    SparseDeviceState& st = *d.state;
+    const int64_t mb = st.max_blocks();
+    std::vector<int32_t> tables(static_cast<size_t>(hkv * mb), -1), resident, num_resident;
+    for (int64_t h = 0; h < hkv; ++h) {
+      const auto& slots = table.head_slots(static_cast<int32_t>(h));
+      for (int64_t b2 = 0; b2 < std::min(nb, mb); ++b2)
+        tables[static_cast<size_t>(h * mb + b2)] = base + slots[static_cast<size_t>(b2)];
+      for (int64_t i = 0; i < k; ++i) {
+        resident.push_back(i < static_cast<int64_t>(chosen.size())
+                               ? slots[static_cast<size_t>(chosen[static_cast<size_t>(i)])]
+                               : -1);
+      }
+      num_resident.push_back(static_cast<int32_t>(chosen.size()));
+    }
+    const std::vector<int32_t> none(static_cast<size_t>(hkv * k), -1),
+        zeros(static_cast<size_t>(hkv * k), 0);
+    st.WriteRow(st.ws_slots, req.row, none);
+    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+      SparseLayerState& ls = st.layer(l);
+      st.WriteRow(ls.host_tables, req.row, tables);
+      st.WriteRow(ls.ws_blocks, req.row, none);
+      st.WriteRow(ls.ws_age, req.row, zeros);
+      st.WriteRow(ls.resident_slots, req.row, resident);
+      st.WriteRow(ls.num_resident, req.row, num_resident);
+      st.WriteRow(ls.topk, req.row, none);
+      st.WriteRow(ls.topk_actual, req.row, none);
+    }
+  });
+  spdlog::debug("request {} sparse in place: {} tokens", id, num_tokens);
   return Status::Ok();
 }
 
@@ -340,12 +436,14 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
   p.summary_src = FilledI32({S * hkv}, -1);
   p.summary_len = FilledI32({S * hkv}, 0);
   p.summary_dst = FilledI32({S * hkv}, -1);
+  p.table_index = FilledI32({S * hkv}, -1);
   p.predict_rows = FilledI32({R}, -1);
   p.predict_num_blocks = FilledI32({R}, 0);
   p.current_rows = FilledI32({R}, -1);
   p.current_num_blocks = FilledI32({R}, 0);
   p.slots.resize(static_cast<size_t>(S));
   const bool oracle = config_.predictor == SparsePredictor::kOracle;
+  const int64_t mb = state().max_blocks();
   p.measure_agreement =
       !oracle && config_.agreement_interval > 0 && step_ % config_.agreement_interval == 0;
 
@@ -382,12 +480,23 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
             static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize +
             x % kBlockSize;
       }
-      const int32_t host = WholeSlot(req, h, b0);
-      p.host_mapping.data<int64_t>()[t0 * hkv + h] =
-          static_cast<int64_t>(host) * kBlockSize + pos % kBlockSize;
-      p.summary_src.data<int32_t>()[s * hkv + h] = TailSlot(req, e.table, h, b0);
+      const int32_t tail = TailSlot(req, e.table, h, b0);
+      int32_t row = 0;  // the summary row of the block the real token went to
+      if (req.in_place) {
+        // HBM home: no write-through; the block's summary row follows its GPU slot and the
+        // device tables learn the slot (a block this step starts is new to them).
+        row = host_store().in_place_base() + tail;
+        if (b0 < mb)
+          p.table_index.data<int32_t>()[s * hkv + h] =
+              static_cast<int32_t>((r * hkv + h) * mb + b0);
+      } else {
+        row = WholeSlot(req, h, b0);
+        p.host_mapping.data<int64_t>()[t0 * hkv + h] =
+            static_cast<int64_t>(row) * kBlockSize + pos % kBlockSize;
+      }
+      p.summary_src.data<int32_t>()[s * hkv + h] = tail;
       p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(pos % kBlockSize + 1);
-      p.summary_dst.data<int32_t>()[s * hkv + h] = host;
+      p.summary_dst.data<int32_t>()[s * hkv + h] = row;
     }
     // Prediction for the next step (real token at pos + 1): the draft row, else the real one.
     if (!oracle) {
@@ -411,6 +520,7 @@ void SparseKvManager::Release(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& r = it->second;
+  if (r.in_place) in_place_committed_ -= r.reserved_blocks * shape_.num_kv_heads;
   if (r.row >= 0) {
     gpu_allocator_.Free(r.ws_slots);
     gpu_allocator_.Free(r.tail_slots);

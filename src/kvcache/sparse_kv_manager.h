@@ -139,10 +139,21 @@ class SparseKvManager {
   // always-sparse request switches (ShouldSwitch) as soon as it has KV.
   Status Reserve(uint64_t id, int64_t max_total_tokens, bool always_sparse = false);
   bool HasReservation(uint64_t id) const { return requests_.count(id) > 0; }
+  // ---- HBM home (config().home hbm or auto; docs/sparse.md §12): registers a request whose
+  // KV stays in the GPU pool when it goes sparse — no host room; its dense table keeps
+  // growing (the engine's) and each step reads the selected blocks in place. InvalidArgument
+  // as CanReserve; FailedPrecondition when the store has no in-place summary rows.
+  Status ReserveInPlace(uint64_t id, int64_t max_total_tokens);
+  bool InPlace(uint64_t id) const;
+  // GPU head-blocks the in-place requests may reach together (each its max_total_tokens).
+  int64_t in_place_slots_committed() const { return in_place_committed_; }
+  int64_t num_in_place() const;  // in-place requests that are sparse now
 
   // ---- Dense -> sparse.
   // Whether a request with `context_tokens` of KV should switch now.
   bool ShouldSwitch(uint64_t id, int64_t context_tokens) const;
+  // An in-place request (ReserveInPlace) switches without copies: its blocks' summaries are
+  // computed where they are and its table stays the engine's (the sequence keeps growing it).
   // Switches a reserved request whose first `num_tokens` tokens have K/V in `table`'s slots of
   // `gpu_pools`: copies them to the host store (every sparse layer), computes their summaries,
   // keeps K blocks per head on the GPU as the initial working set (block 0 and the most recent
@@ -250,7 +261,11 @@ class SparseKvManager {
     bool has_prediction = false;      // a previous step predicted its next top-K
     bool always_sparse = false;       // switches whatever its length (disaggregation)
     int64_t remote_left = 0;          // remote blocks (disaggregation's decode side)
+    bool in_place = false;            // HBM home: KV in the GPU pool, no host slots
   };
+  // The in-place half of SwitchToSparse.
+  Status SwitchInPlace(uint64_t id, Request& req, const HeadBlockTable& table, int64_t num_tokens,
+                       const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
 
   int32_t HostSlot(const Request& r, int64_t layer, int64_t head, int64_t block) const;
   int32_t& CellRef(Request& r, int64_t layer, int64_t head, int64_t block);
@@ -295,6 +310,7 @@ class SparseKvManager {
   std::unordered_map<uint64_t, Request> requests_;
   std::vector<int32_t> free_rows_;  // LIFO
   int64_t step_ = 0;
+  int64_t in_place_committed_ = 0;  // Σ head-blocks of in-place requests' max_total_tokens
 };
 
 }  // namespace oasis

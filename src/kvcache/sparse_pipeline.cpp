@@ -53,6 +53,10 @@ double SparseMetrics::h2d_bytes_per_step() const {
   return fetched_per_step() * static_cast<double>(bytes_per_block);
 }
 
+namespace {
+Tensor TableIndexOf(const SparseStepPlan& plan);
+}  // namespace
+
 SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backend& backend,
                                                  int64_t num_q_heads, SparseStageSync* sync,
                                                  int side)
@@ -97,6 +101,7 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan,
   summary_src_ = b.UploadAsync(plan.summary_src);
   summary_len_ = b.UploadAsync(plan.summary_len);
   summary_dst_ = b.UploadAsync(plan.summary_dst);
+  table_index_ = b.UploadAsync(TableIndexOf(plan));
   predict_gather_ = b.UploadAsync(plan.predict_gather);
   predict_rows_ = b.UploadAsync(plan.predict_rows);
   predict_num_blocks_ = b.UploadAsync(plan.predict_num_blocks);
@@ -107,6 +112,15 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan,
 }
 
 namespace {
+
+// The plan's table_index, or none (-1 for every sequence and head) when it has none.
+Tensor TableIndexOf(const SparseStepPlan& plan) {
+  if (plan.table_index.defined() && plan.table_index.numel() == plan.summary_dst.numel())
+    return plan.table_index;
+  Tensor t = Tensor::Empty({plan.summary_dst.numel()}, DType::kI32);
+  std::fill(t.data<int32_t>(), t.data<int32_t>() + t.numel(), -1);
+  return t;
+}
 
 // A copy of `t` ([n, ...] with `row` elements per leading index) grown to `rows` leading
 // entries, the new ones filled with `fill`.
@@ -144,6 +158,7 @@ SparseStepPlan PadStepPlan(const SparseStepPlan& plan, int64_t seqs, int64_t tok
   p.summary_src = PadRows(plan.summary_src.Reshape({S * H}), seqs * H, 0);
   p.summary_len = PadRows(plan.summary_len.Reshape({S * H}), seqs * H, 0);
   p.summary_dst = PadRows(plan.summary_dst.Reshape({S * H}), seqs * H, -1);
+  p.table_index = PadRows(TableIndexOf(plan).Reshape({S * H}), seqs * H, -1);
   p.slots.resize(static_cast<size_t>(seqs));
   return p;
 }
@@ -161,6 +176,7 @@ void SparseAttentionPipeline::ReservePlan(int64_t max_seqs, int64_t max_tokens) 
   cap_summary_src_ = b.Empty({max_seqs * H}, DType::kI32);
   cap_summary_len_ = b.Empty({max_seqs * H}, DType::kI32);
   cap_summary_dst_ = b.Empty({max_seqs * H}, DType::kI32);
+  cap_table_index_ = b.Empty({max_seqs * H}, DType::kI32);
   cap_predict_gather_ = b.Empty({R}, DType::kI32);
   cap_predict_rows_ = b.Empty({R}, DType::kI32);
   cap_predict_num_blocks_ = b.Empty({R}, DType::kI32);
@@ -192,6 +208,7 @@ void SparseAttentionPipeline::UploadPlan(const SparseStepPlan& plan) {
   into(cap_summary_src_, plan.summary_src, summary_src_);
   into(cap_summary_len_, plan.summary_len, summary_len_);
   into(cap_summary_dst_, plan.summary_dst, summary_dst_);
+  into(cap_table_index_, TableIndexOf(plan), table_index_);
   into(cap_predict_gather_, PadRows(plan.predict_gather, R, 0), predict_gather_);
   into(cap_predict_rows_, plan.predict_rows, predict_rows_);
   into(cap_predict_num_blocks_, plan.predict_num_blocks, predict_num_blocks_);
@@ -247,6 +264,9 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
   SparseLayerState& ls = st.layer(layer);
   const SparseConfig& cfg = manager_.config();
   Enter(SparseStage::kAttention, layer);
+  // HBM home: the blocks this step starts join the tables (their entries name their GPU slots).
+  if (store.num_in_place_rows() > 0)
+    b.WriteIndexed(summary_dst_.Reshape({summary_dst_.numel()}), table_index_, ls.host_tables);
   if (!SideWrites()) {
     b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
     b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer),
@@ -260,7 +280,7 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
     b.SelectBlocks(ls.topk, current_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age,
                    ls.fetch_src, ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
                    st.remote_cap() > 0 ? &ls.remote : nullptr,
-                   st.remote_cap() > 0 ? &ls.remote_out : nullptr);
+                   st.remote_cap() > 0 ? &ls.remote_out : nullptr, store.in_place_base());
     if (cfg.transfers) {
       b.CopyBlocks(store.pool(layer), ls.fetch_src.Reshape({ls.fetch_src.numel()}), pool,
                    ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));
@@ -311,7 +331,7 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   b.SelectBlocks(ls.topk, predict_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age,
                  ls.fetch_src, ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
                  st.remote_cap() > 0 ? &ls.remote : nullptr,
-                 st.remote_cap() > 0 ? &ls.remote_out : nullptr);
+                 st.remote_cap() > 0 ? &ls.remote_out : nullptr, store.in_place_base());
   Exit(SparseStage::kSelect, layer);
 
   if (!cfg.transfers) return;  // measurement mode: nothing crosses PCIe

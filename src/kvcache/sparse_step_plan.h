@@ -30,7 +30,9 @@ struct SparseStepPlan {
   Tensor host_mapping;  // [T, Hkv] int64: write-through target (host slot * 16 + offset), -1 = none
   Tensor summary_src;   // [S * Hkv] int32: GPU slot of the block the real token went to
   Tensor summary_len;   // [S * Hkv] int32: its valid tokens (0 = no update)
-  Tensor summary_dst;   // [S * Hkv] int32: its host slot (= summary row)
+  Tensor summary_dst;   // [S * Hkv] int32: its summary row (host slot, or in-place row)
+  Tensor table_index;   // [S * Hkv] int32: where summary_dst goes in every sparse layer's
+                        //   host_tables (flat), -1 = nowhere (HBM home: the new block's entry)
   Tensor predict_gather;      // [P] int32: batch rows whose queries predict the next step; they
                               //   are copied out of q after each layer's attention (q is reused)
   Tensor predict_rows;        // [R] int32: index into predict_gather (the snapshot row), -1 = none

@@ -119,6 +119,13 @@ constexpr Row kEngineMetrics[] = {
      [](const EngineStats& s) -> double { return s.sparse.num_host_kv_slots; }},
     {"oasis:num_free_host_kv_blocks", kGauge, "Free host KV store head-blocks.",
      [](const EngineStats& s) -> double { return s.sparse.num_free_host_kv_slots; }},
+    {"oasis:kv_home_requests", kGauge,
+     "Sparse requests by where their full KV lives: the GPU pool (read in place) or the host "
+     "KV store.",
+     [](const EngineStats& s) -> std::vector<MetricSample> {
+       return {{"home=\"hbm\"", s.sparse.num_in_place},
+               {"home=\"host\"", s.sparse.num_requests - s.sparse.num_in_place}};
+     }},
     {"oasis:sparse_gpu_kv_blocks", kGauge, "KV head-blocks held as sparse working sets and tails.",
      [](const EngineStats& s) -> double { return s.sparse.gpu_slots; }},
     {"oasis:sparse_steps_total", kCounter, "Engine steps that ran sparse requests.",

@@ -37,6 +37,7 @@ nlohmann::ordered_json SparseJson(ModelHost& host) {
           {"predictor", SparsePredictorName(s.predictor)},
           {"group_reduce", s.group_reduce == GroupReduce::kSum ? "sum" : "max"},
           {"max_sparse_seqs", s.max_sparse_seqs},
+          {"kv_home", KvHomeName(s.home)},
           {"host_kv_gib", s.host_kv_gib},
           {"host_kv_slots", st.sparse.num_host_kv_slots}};
 }

@@ -216,6 +216,12 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
   // ceil(head KV width / model KV width) extra model layers, and its share for the tokens of
   // the host KV store as many bytes up front.
   ModelConfig plan_config = c;
+  if (host->sparse && host->sparse->home != KvHome::kHost) {
+    // In-place summaries: min and max of each GPU slot's keys in every sparse layer (1/16 of
+    // its K/V there), so as many more layers per slot.
+    const int64_t ls = c.num_hidden_layers - host->sparse->dense_layers;
+    plan_config.num_hidden_layers += (ls + kBlockSize - 1) / kBlockSize;
+  }
   if (with_draft_head && host->draft_head) {
     const ModelConfig& h = host->draft_head->config();
     const int64_t width = c.num_key_value_heads * c.head_dim;
@@ -416,6 +422,7 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   }
   OASIS_ASSIGN_OR_RETURN(s.predictor, ParseSparsePredictor(sc.ResolvedSparsePredictor()));
   OASIS_ASSIGN_OR_RETURN(s.group_reduce, ParseGroupReduce(sc.sparse_group_reduce));
+  OASIS_ASSIGN_OR_RETURN(s.home, ParseKvHome(sc.kv_home));
   s.max_sparse_seqs = static_cast<int32_t>(
       std::min<int64_t>(sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, 1 << 16));
   s.max_seq_len = c.max_position_embeddings;  // the engine sets its own context length

@@ -58,6 +58,10 @@ const std::vector<Setting>& Settings() {
        "auto (draft with lookahead, else previous-query), draft (the EAGLE-3 draft query), "
        "previous-query, "
        "oracle (measurement only)"},
+      {"kv-home", &ServerConfig::kv_home,
+       "sparse: where a sparse request's full KV lives: host (the host KV store, working sets "
+       "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (hbm while "
+       "the GPU pool has room for the whole request, else host)"},
       {"sparse-group-reduce", &ServerConfig::sparse_group_reduce,
        "sparse: GQA reduction of block scores: sum or max"},
       {"max-sparse-seqs", &ServerConfig::max_sparse_seqs,
@@ -169,6 +173,7 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(
       one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
   OASIS_RETURN_IF_ERROR(one_of("sparse-group-reduce", sparse_group_reduce, {"sum", "max"}));
+  OASIS_RETURN_IF_ERROR(one_of("kv-home", kv_home, {"host", "hbm", "auto"}));
   if (SparseEnabled() && ResolvedSparsePredictor() == "draft" && ResolvedLookahead() == "off") {
     return InvalidArgument(
         "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head "

@@ -121,7 +121,7 @@ TEST_CASE("ScoreBlocks on the GPU matches the CPU; TopKBlocks picks the same blo
   }
 }
 
-TEST_CASE("SelectBlocks on the GPU follows the CPU step by step; AssembleSparseTables and TopKOverlap agree",
+TEST_CASE("SelectBlocks on the GPU follows the CPU step by step (in-place blocks too); AssembleSparseTables and TopKOverlap agree",
           "[gpu][sparse]") {
   auto gpu = MakeBackend();
   CpuBackend cpu;
@@ -187,11 +187,20 @@ TEST_CASE("SelectBlocks on the GPU follows the CPU step by step; AssembleSparseT
       if (with_remote) {
         for (int64_t i = 0; i < remote.numel(); ++i) remote.data<uint8_t>()[i] &= rng() % 3 != 0;
       }
+      // In-place blocks (KV in the GPU pool) from step 2 on: table entries >= 2^19, about half;
+      // at step 4 a tenth of the entries move (between the host store and the GPU pool).
+      const int32_t in_place_base = step >= 2 ? (1 << 19) : INT32_MAX;
+      if (step == 4) {
+        for (int64_t i = 0; i < c_table.numel(); ++i) {
+          if (rng() % 10 == 0) c_table.data<int32_t>()[i] = std::uniform_int_distribution<int>(0, 1 << 20)(rng);
+        }
+        g_table = gpu->Upload(c_table);
+      }
       cpu.SelectBlocks(c_topk, c_rows, c_table, c_slots, c_blocks, c_age, c_src, c_dst, c_res, c_nres, c_stats,
-                       with_remote ? &remote : nullptr, with_remote ? &c_rout : nullptr);
+                       with_remote ? &remote : nullptr, with_remote ? &c_rout : nullptr, in_place_base);
       Tensor g_topk = gpu->Upload(c_topk);
       gpu->SelectBlocks(g_topk, g_rows, g_table, g_slots, g_blocks, g_age, g_src, g_dst, g_res, g_nres, g_stats,
-                        with_remote ? &remote : nullptr, with_remote ? &g_rout : nullptr);
+                        with_remote ? &remote : nullptr, with_remote ? &g_rout : nullptr, in_place_base);
       for (auto [g, w] : {std::pair{&g_blocks, &c_blocks}, {&g_age, &c_age}, {&g_src, &c_src}, {&g_dst, &c_dst},
                           {&g_res, &c_res}, {&g_nres, &c_nres}, {&g_stats, &c_stats}, {&g_rout, &c_rout}}) {
         ExpectSameInts(gpu->Download(*g), *w);

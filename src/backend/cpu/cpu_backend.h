@@ -49,10 +49,12 @@ class CpuBackend final : public Backend {
                    GroupReduce reduce, Tensor& scores) override;
   void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks,
                   Tensor& topk) override;
+  void WriteIndexed(const Tensor& values, const Tensor& index, Tensor& out) override;
   void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
                     const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
                     Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
-                    const Tensor* remote = nullptr, Tensor* remote_out = nullptr) override;
+                    const Tensor* remote = nullptr, Tensor* remote_out = nullptr,
+                    int32_t in_place_base = INT32_MAX) override;
   void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                   const Tensor& dst_slots) override;
   void CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,

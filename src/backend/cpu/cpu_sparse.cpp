@@ -151,11 +151,24 @@ void CpuBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Tens
   }
 }
 
+void CpuBackend::WriteIndexed(const Tensor& values, const Tensor& index, Tensor& out) {
+  CheckInt(values, DType::kI32, "WriteIndexed values");
+  CheckInt(index, DType::kI32, "WriteIndexed index");
+  CheckInt(out, DType::kI32, "WriteIndexed out");
+  OASIS_CHECK_EQ(values.numel(), index.numel()) << "WriteIndexed: one index per value";
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    const int32_t at = index.data<int32_t>()[i];
+    if (at < 0) continue;
+    OASIS_CHECK_LT(at, out.numel()) << "WriteIndexed index";
+    out.data<int32_t>()[at] = values.data<int32_t>()[i];
+  }
+}
+
 void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
                               const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age,
                               Tensor& fetch_src, Tensor& fetch_dst, Tensor& resident_slots,
                               Tensor& num_resident, Tensor& stats, const Tensor* remote,
-                              Tensor* remote_out) {
+                              Tensor* remote_out, int32_t in_place_base) {
   CheckInt(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
@@ -184,7 +197,8 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
     cr = remote_out->dim(2);
   }
   std::vector<char> predicted_slot(static_cast<size_t>(k));
-  std::vector<int32_t> misses, victims, order;
+  std::vector<int32_t> misses, victims, in_place;
+  std::vector<std::pair<int32_t, int32_t>> listed;  // (logical block, GPU slot)
   int64_t remote_misses = 0;
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t h = 0; h < hkv; ++h) {
@@ -202,14 +216,26 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
       const int32_t* slots = ws_slots.data<int32_t>() + base * k;
       int32_t* blocks = ws_blocks.data<int32_t>() + base * k;
       int32_t* age = ws_age.data<int32_t>() + base * k;
+      const auto is_in_place = [&](int32_t b) {
+        return b >= 0 && b < mb && table[b] >= in_place_base;
+      };
+      for (int64_t j = 0; j < k; ++j) {  // a working slot never shadows an in-place block
+        if (is_in_place(blocks[j])) blocks[j] = -1;
+      }
       // 1-3: hits and misses (linear scans: K is small; CUDA uses the same rules).
       int32_t hits = 0;
       misses.clear();
+      in_place.clear();
       remote_misses = 0;
       std::fill(predicted_slot.begin(), predicted_slot.end(), 0);
       for (int64_t i = 0; i < k; ++i) {
         const int32_t b = pred[i];
         if (b < 0) continue;
+        if (is_in_place(b)) {
+          in_place.push_back(b);
+          ++hits;
+          continue;
+        }
         int64_t at = -1;
         for (int64_t j = 0; j < k; ++j) {
           if (blocks[j] == b) at = j;
@@ -252,18 +278,26 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
         dst[i] = slots[j];
         blocks[j] = b;
         age[j] = 0;
+        predicted_slot[static_cast<size_t>(j)] = 1;  // fetched: listed like a hit
       }
-      // 6: the next step's resident table, ascending logical block.
-      order.clear();
+      // 6: the next step's resident table, ascending logical block: in-place predicted
+      // blocks, predicted and fetched working slots, then stale ones while fewer than K.
+      listed.clear();
+      for (int32_t b : in_place) listed.push_back({b, table[b] - in_place_base});
       for (int32_t j = 0; j < k; ++j) {
-        if (blocks[j] >= 0) order.push_back(j);
+        if (blocks[j] >= 0 && predicted_slot[static_cast<size_t>(j)])
+          listed.push_back({blocks[j], slots[j]});
       }
-      std::sort(order.begin(), order.end(),
-                [blocks](int32_t a, int32_t b) { return blocks[a] < blocks[b]; });
+      for (int32_t j = 0; j < k && static_cast<int64_t>(listed.size()) < k; ++j) {
+        if (blocks[j] >= 0 && !predicted_slot[static_cast<size_t>(j)])
+          listed.push_back({blocks[j], slots[j]});
+      }
+      std::sort(listed.begin(), listed.end());
       int32_t* res = resident_slots.data<int32_t>() + base * k;
       for (int64_t i = 0; i < k; ++i)
-        res[i] = i < static_cast<int64_t>(order.size()) ? slots[order[static_cast<size_t>(i)]] : -1;
-      num_resident.data<int32_t>()[base] = static_cast<int32_t>(order.size());
+        res[i] =
+            i < static_cast<int64_t>(listed.size()) ? listed[static_cast<size_t>(i)].second : -1;
+      num_resident.data<int32_t>()[base] = static_cast<int32_t>(listed.size());
       int32_t* st = stats.data<int32_t>() + base * 3;
       st[0] += hits;
       st[1] += static_cast<int32_t>(misses.size() + remote_misses);

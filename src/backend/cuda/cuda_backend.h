@@ -106,10 +106,12 @@ class CudaBackend final : public Backend {
                    GroupReduce reduce, Tensor& scores) override;
   void TopKBlocks(const Tensor& scores, const Tensor& rows, const Tensor& num_blocks,
                   Tensor& topk) override;
+  void WriteIndexed(const Tensor& values, const Tensor& index, Tensor& out) override;
   void SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
                     const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
                     Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
-                    const Tensor* remote = nullptr, Tensor* remote_out = nullptr) override;
+                    const Tensor* remote = nullptr, Tensor* remote_out = nullptr,
+                    int32_t in_place_base = INT32_MAX) override;
   // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas (GetTuning()).
   static constexpr int kDefaultGatherCtas = oasis::kDefaultGatherCtas;
   static int GatherCtas();

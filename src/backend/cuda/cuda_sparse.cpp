@@ -189,11 +189,21 @@ void CudaBackend::TopKBlocks(const Tensor& scores, const Tensor& rows, const Ten
       static_cast<int>(topk.dim(2)), stream()));
 }
 
+void CudaBackend::WriteIndexed(const Tensor& values, const Tensor& index, Tensor& out) {
+  CheckDev(values, DType::kI32, "WriteIndexed values");
+  CheckDev(index, DType::kI32, "WriteIndexed index");
+  CheckDev(out, DType::kI32, "WriteIndexed out");
+  OASIS_CHECK_EQ(values.numel(), index.numel()) << "WriteIndexed: one index per value";
+  OASIS_CUDA_CHECK(kernels::LaunchWriteIndexed(Ptr<int32_t>(values), Ptr<int32_t>(index),
+                                               Ptr<int32_t>(out), index.numel(), out.numel(),
+                                               stream()));
+}
+
 void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tensor& host_tables,
                                const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age,
                                Tensor& fetch_src, Tensor& fetch_dst, Tensor& resident_slots,
                                Tensor& num_resident, Tensor& stats, const Tensor* remote,
-                               Tensor* remote_out) {
+                               Tensor* remote_out, int32_t in_place_base) {
   CheckDev(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
@@ -229,6 +239,7 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
   p.k = static_cast<int>(k);
   p.c = static_cast<int>(fetch_src.dim(2));
   p.max_blocks = static_cast<int>(host_tables.dim(2));
+  p.in_place_base = in_place_base;
   if (remote != nullptr) {  // host-mapped (EmptyHost) or device memory: read through UVA
     OASIS_CHECK(remote->dtype() == DType::kU8 && remote->ndim() == 3 && remote->dim(0) == R &&
                 remote->dim(1) == hkv && remote->dim(2) == host_tables.dim(2))

@@ -253,6 +253,51 @@ TEST_CASE("SelectBlocks with remote blocks: listed in score order, never fetched
   REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{-1, -1});
 }
 
+TEST_CASE("SelectBlocks with in-place blocks: read where they are, never fetched, no working slot",
+          "[backend][sparse]") {
+  CpuBackend b(1);
+  SelectFixture f(/*k=*/4, /*c=*/2, /*mb=*/16);
+  const int32_t base = 100000;
+  auto run = [&] {
+    b.SelectBlocks(f.topk, f.rows, f.host_tables, f.ws_slots, f.ws_blocks, f.ws_age, f.fetch_src, f.fetch_dst,
+                   f.resident, f.num_resident, f.stats, nullptr, nullptr, base);
+  };
+  // Every block in place (an HBM-home request): block b in GPU slot 40 + b.
+  for (int32_t blk = 0; blk < 16; ++blk) f.host_tables.data<int32_t>()[blk] = base + 40 + blk;
+  f.Predict({9, 3, 5});
+  run();
+  REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{-1, -1});
+  REQUIRE(Row(f.ws_blocks, 0) == std::vector<int32_t>{-1, -1, -1, -1});
+  REQUIRE(Row(f.resident, 0) == std::vector<int32_t>{43, 45, 49, -1});  // blocks 3, 5, 9
+  REQUIRE(f.num_resident.data<int32_t>()[0] == 3);
+  REQUIRE(Row(f.stats, 0) == std::vector<int32_t>{3, 0, 0});
+
+  // Mixed (a request part-way through a move to the host): blocks 0-7 in the host store.
+  for (int32_t blk = 0; blk < 8; ++blk) f.host_tables.data<int32_t>()[blk] = 1000 + blk;
+  f.Predict({9, 3, 5, 1});  // 3, 5, 1 miss: two fetched (3, 5); 9 in place
+  run();
+  REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{1003, 1005});
+  REQUIRE(Row(f.fetch_dst, 0) == std::vector<int32_t>{500, 501});
+  REQUIRE(Row(f.ws_blocks, 0) == std::vector<int32_t>{3, 5, -1, -1});
+  REQUIRE(Row(f.resident, 0) == std::vector<int32_t>{500, 501, 49, -1});  // blocks 3, 5, 9
+  REQUIRE(Row(f.stats, 0) == std::vector<int32_t>{4, 3, 2});
+
+  f.Predict({9, 12, 1});  // 1 fetched; 3 and 5 stale, kept while fewer than K are listed: 3
+  run();
+  REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{1001, -1});
+  REQUIRE(Row(f.ws_blocks, 0) == std::vector<int32_t>{3, 5, 1, -1});
+  REQUIRE(Row(f.resident, 0) == std::vector<int32_t>{502, 500, 49, 52});  // blocks 1, 3, 9, 12
+  REQUIRE(f.num_resident.data<int32_t>()[0] == 4);
+
+  // Block 3 moves back to the GPU: its working slot is emptied, the GPU copy read instead.
+  f.host_tables.data<int32_t>()[3] = base + 7;
+  f.Predict({3, 1});
+  run();
+  REQUIRE(Row(f.ws_blocks, 0) == std::vector<int32_t>{-1, 5, 1, -1});
+  REQUIRE(Row(f.resident, 0) == std::vector<int32_t>{502, 7, 501, -1});  // blocks 1, 3, 5
+  REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{-1, -1});
+}
+
 TEST_CASE("SelectBlocks evicts the least recently selected block first", "[backend][sparse]") {
   CpuBackend b(1);
   SelectFixture f(/*k=*/4, /*c=*/1, /*mb=*/16);

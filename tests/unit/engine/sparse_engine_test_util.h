@@ -33,9 +33,12 @@ struct SparseStepLog {
   int64_t new_blocks = 0;        // Σ changed working-set blocks (= blocks fetched)
   int64_t max_tokens_sparse = 0;  // most tokens a sparse sequence ran in one step
   bool slots_as_expected =
-      true;                     // GPU slots held = sparse requests x (K + 2) x Hkv (dense_layers 0)
+      true;                     // GPU slots held = host-home sparse requests x (K + 2) x Hkv
+                                // (dense_layers 0; in-place requests hold their dense table)
   bool sync_is_runners = true;  // the pipeline got the runner's sparse_stage_sync()
   int64_t throw_at_step = -1;   // Run throws at this sparse step (test of failures)
+  int64_t max_in_place = 0;     // most sparse requests at once whose KV stayed in the GPU pool
+  int64_t max_host_home = 0;    // ... whose KV lived in the host store
 };
 
 // The plain runner plus checks around every sparse step: how many working-set blocks per
@@ -87,9 +90,12 @@ class RecordingRunner final : public ModelRunner {
         }
       }
     }
-    if (cfg.dense_layers == 0 && m.gpu_slots_held() != m.num_sparse() * (k + 2) * hkv)
+    if (cfg.dense_layers == 0 &&
+        m.gpu_slots_held() != (m.num_sparse() - m.num_in_place()) * (k + 2) * hkv)
       log.slots_as_expected = false;
     if (pipeline.stage_sync() != sparse_stage_sync()) log.sync_is_runners = false;
+    log.max_in_place = std::max(log.max_in_place, m.num_in_place());
+    log.max_host_home = std::max(log.max_host_home, m.num_sparse() - m.num_in_place());
     return out;
   }
 };

@@ -119,6 +119,73 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in place equal dense decoding",
+          "[engine][sparse]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(16, 5);
+  const std::vector<Collected> dense = DenseOutputs(reqs);
+  struct Case {
+    const char* name;
+    KvHome home;
+    SparsePredictor predictor;
+    Head head;
+    int32_t dense_layers;
+    int64_t slots;
+    bool both_homes, preempts;
+  };
+  for (const Case& c :
+       {Case{"hbm, previous-query", KvHome::kHbm, SparsePredictor::kPreviousQuery, Head::kNone, 0, kSlots, false,
+             false},
+        Case{"hbm, draft, reject", KvHome::kHbm, SparsePredictor::kDraft, Head::kFixture, 0, kSlots, false, false},
+        Case{"hbm, oracle, 1 dense layer", KvHome::kHbm, SparsePredictor::kOracle, Head::kNone, 1, kSlots, false,
+             false},
+        Case{"hbm, small pool: preemptions", KvHome::kHbm, SparsePredictor::kPreviousQuery, Head::kNone, 0, 200,
+             false, true},
+        // 16 requests of up to 21 blocks x 2 heads: the pool holds about four whole.
+        Case{"auto, both homes", KvHome::kAuto, SparsePredictor::kDraft, Head::kFixture, 0, 200, true, false}}) {
+    DYNAMIC_SECTION(c.name) {
+      TinyModel tm(c.slots);
+      RecordingRunner runner(*tm.model, tm.backend, c.slots);
+      EngineOptions opt;
+      opt.max_num_seqs = c.preempts ? 12 : 256;
+      opt.sparse = TinySparse(24, 0.05, c.predictor, 4096, c.dense_layers);
+      opt.sparse->home = c.home;
+      opt.sparse_metrics_interval = 5;
+      std::unique_ptr<Eagle3Head> head;
+      std::unique_ptr<DraftRunner> draft;
+      if (c.head != Head::kNone) {
+        head = FixtureHead(tm);
+        draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, c.slots, tm.config.num_key_value_heads);
+        opt.lookahead = LookaheadMode::kReject;
+      }
+      REQUIRE(Engine::CheckOptions(opt, runner, draft.get()).ok());
+      const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
+      CheckSameOutputs(reqs, run.out, dense);
+      const EngineStats& st = run.stats;
+      const SparseStepLog& log = runner.log;
+      CHECK(st.sparse.switches_total >= 12);
+      CHECK(log.max_in_place > 0);
+      CHECK(log.slots_as_expected);
+      if (c.both_homes) {
+        CHECK(log.max_host_home > 0);
+      } else {
+        CHECK(log.max_host_home == 0);
+        CHECK(st.sparse.blocks_fetched_total == 0);  // nothing crosses PCIe
+        CHECK(log.new_blocks == 0);
+      }
+      if (c.preempts) CHECK(st.requests.preemptions_total > 0);
+      CHECK((c.both_homes || st.sparse.hit_rate() == 1.0));
+      if (c.predictor != SparsePredictor::kOracle) CHECK(st.sparse.topk_agreement() == 1.0);
+      // Everything came back.
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.sparse.num_requests == 0);
+      CHECK(st.sparse.num_in_place == 0);
+      CHECK(st.sparse.gpu_slots == 0);
+      if (draft) CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+    }
+  }
+}
+
 TEST_CASE("small K: at most C new blocks per head per step, counted by the metrics",
           "[engine][sparse]") {
   const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);

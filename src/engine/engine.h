@@ -212,19 +212,20 @@ struct EngineStats {
   // pipeline's device counters, collected every EngineOptions::sparse_metrics_interval
   // sparse steps and when the last sparse request has gone (so they may lag a little).
   struct Sparse {
-    int64_t num_requests = 0;            // running sparse requests now
-    int64_t switches_total = 0;          // dense -> sparse switches
-    int64_t admission_waits_total = 0;   // admissions that had to wait for host KV room
-    int64_t num_host_kv_slots = 0;       // host store head-blocks (every sparse layer)
-    int64_t num_free_host_kv_slots = 0;  // not reserved by any request
-    int64_t gpu_slots = 0;               // GPU head-blocks held as working sets + tails
-    int64_t num_in_place = 0;            // sparse requests whose KV stays in the GPU pool
-    int64_t steps_total = 0;             // engine steps that ran sparse sequences
-    int64_t seq_steps_total = 0;         // sum of sparse sequences over those steps
-    int64_t hits_total = 0;              // predicted blocks already resident (per layer and head)
-    int64_t misses_total = 0;            // predicted blocks not resident
-    int64_t blocks_fetched_total = 0;    // misses fetched host -> GPU (<= C per head per step)
-    int64_t h2d_bytes_total = 0;         // their bytes (K and V)
+    int64_t num_requests = 0;             // running sparse requests now
+    int64_t switches_total = 0;           // dense -> sparse switches
+    int64_t admission_waits_total = 0;    // admissions that had to wait for host KV room
+    int64_t num_host_kv_slots = 0;        // host store head-blocks (every sparse layer)
+    int64_t num_free_host_kv_slots = 0;   // not reserved by any request
+    int64_t gpu_slots = 0;                // GPU head-blocks held as working sets + tails
+    int64_t num_in_place = 0;             // sparse requests whose KV stays in the GPU pool
+    int64_t in_place_switches_total = 0;  // switches that kept the KV in the GPU pool
+    int64_t steps_total = 0;              // engine steps that ran sparse sequences
+    int64_t seq_steps_total = 0;          // sum of sparse sequences over those steps
+    int64_t hits_total = 0;               // predicted blocks already resident (per layer and head)
+    int64_t misses_total = 0;             // predicted blocks not resident
+    int64_t blocks_fetched_total = 0;     // misses fetched host -> GPU (<= C per head per step)
+    int64_t h2d_bytes_total = 0;          // their bytes (K and V)
     double transfer_wait_seconds_total = 0;  // attention waiting on transfers (CUDA)
     std::vector<int64_t> agree_overlap;  // [num_layers] sampled |predicted top-K & actual top-K|
     std::vector<int64_t> agree_total;    // [num_layers] sampled |actual top-K|

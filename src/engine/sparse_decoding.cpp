@@ -180,8 +180,10 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
       break;
     }
     // In place (HBM home) and with dense layers the request keeps growing its dense table.
-    s->kv = config().dense_layers > 0 || manager_.InPlace(s->id) ? SequenceKv::kSparseDenseTable
-                                                                 : SequenceKv::kSparse;
+    const bool in_place = manager_.InPlace(s->id);
+    s->kv =
+        config().dense_layers > 0 || in_place ? SequenceKv::kSparseDenseTable : SequenceKv::kSparse;
+    in_place_switches_ += in_place ? 1 : 0;
     ++switched;
   }
   return switched;
@@ -197,6 +199,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.disagg.num_free_summary_rows = stats.disagg.num_summary_rows - manager_.summary_rows_held();
   stats.sparse.gpu_slots = manager_.gpu_slots_held();
   stats.sparse.num_in_place = manager_.num_in_place();
+  stats.sparse.in_place_switches_total = in_place_switches_;
   stats.sparse.admission_waits_total = admission_waits_;
   if (steps_uncollected_ == 0) return;
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;

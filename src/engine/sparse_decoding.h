@@ -107,6 +107,7 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t admission_waits_ = 0;    // requests that had to wait for host room (once each)
   std::unordered_set<uint64_t> waiting_for_host_;
   int64_t switch_failures_ = 0;
+  int64_t in_place_switches_ = 0;  // switches that kept the KV in the GPU pool
 };
 
 }  // namespace oasis

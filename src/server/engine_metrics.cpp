@@ -126,6 +126,12 @@ constexpr Row kEngineMetrics[] = {
        return {{"home=\"hbm\"", s.sparse.num_in_place},
                {"home=\"host\"", s.sparse.num_requests - s.sparse.num_in_place}};
      }},
+    {"oasis:kv_home_switches_total", kCounter,
+     "Dense -> sparse switches by the home of the request's KV: the GPU pool or the host store.",
+     [](const EngineStats& s) -> std::vector<MetricSample> {
+       return {{"home=\"hbm\"", s.sparse.in_place_switches_total},
+               {"home=\"host\"", s.sparse.switches_total - s.sparse.in_place_switches_total}};
+     }},
     {"oasis:sparse_gpu_kv_blocks", kGauge, "KV head-blocks held as sparse working sets and tails.",
      [](const EngineStats& s) -> double { return s.sparse.gpu_slots; }},
     {"oasis:sparse_steps_total", kCounter, "Engine steps that ran sparse requests.",

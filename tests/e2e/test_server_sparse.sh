@@ -76,24 +76,28 @@ stop_server || fail=1
 
 # K = 32 blocks >= every context here (at most 360 tokens = 23 blocks): bit-exact.
 SPARSE=(--backend cpu --sparse-threshold 64 --topk-blocks 32 --fetch-ratio 0.05 --host-kv-gib 0.05 --sparse-agreement-interval 2)
-for variant in "draft reject" "draft speculate" "previous-query off"; do
-  read -r predictor mode <<<"$variant"
-  extra=(--lookahead "$mode" --sparse-predictor "$predictor")
+# The KV's home: host (fetched over "PCIe"), hbm (read in place: nothing fetched), auto (a
+# roomy pool: in place).
+for variant in "draft reject host" "draft speculate host" "previous-query off host" "draft reject hbm" "previous-query off auto"; do
+  read -r predictor mode home <<<"$variant"
+  extra=(--lookahead "$mode" --sparse-predictor "$predictor" --kv-home "$home")
   [[ $mode != off ]] && extra+=(--draft-load-format dummy)
-  tag="sparse-$predictor-$mode"
+  tag="sparse-$predictor-$mode-$home"
   start_server "$TMP/$tag.log" "${SPARSE[@]}" "${extra[@]}" || exit 1
   run_all "$tag"
-  same_as_plain "$tag" "--sparse-predictor $predictor --lookahead $mode"
+  same_as_plain "$tag" "--sparse-predictor $predictor --lookahead $mode --kv-home $home"
   switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 10')
   steps=$(wait_metric 'oasis:sparse_steps_total' 'v > 50')
-  fetched=$(wait_metric 'oasis:sparse_blocks_fetched_total' 'v > 0')
+  if [[ $home == host ]]; then fetched=$(wait_metric 'oasis:sparse_blocks_fetched_total' 'v > 0'); else fetched=$(metric 'oasis:sparse_blocks_fetched_total'); fi
   bytes=$(metric 'oasis:sparse_h2d_bytes_total')
   hit=$(metric 'oasis:sparse_hit_rate')
   agree=$(wait_metric 'oasis:sparse_topk_agreement' 'v == 1.0')
   layer1=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:sparse_topk_agreement_by_layer{.*layer="1"} \(.*\)$/\1/p')
-  if [[ $switches -ge 10 && $steps -gt 50 && $fetched -gt 0 && $bytes == $((fetched * 2048)) && $agree == 1 && $layer1 == 1 ]] &&
+  in_hbm=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_home_switches_total{.*home="hbm"} \(.*\)$/\1/p')
+  if [[ $home == host ]]; then fetched_ok=$((fetched > 0 && in_hbm == 0)); else fetched_ok=$((fetched == 0 && in_hbm == switches)); fi
+  if [[ $switches -ge 10 && $steps -gt 50 && $fetched_ok == 1 && $bytes == $((fetched * 2048)) && $agree == 1 && $layer1 == 1 ]] &&
      python3 -c "import sys; sys.exit(0 if float('$hit') > 0.9 else 1)"; then
-    ok "$tag: /metrics: $switches switches, $steps sparse steps, $fetched blocks ($bytes bytes) fetched, hit rate $hit, top-K agreement $agree"
+    ok "$tag: /metrics: $switches switches ($in_hbm in place), $steps sparse steps, $fetched blocks ($bytes bytes) fetched, hit rate $hit, top-K agreement $agree"
   else
     bad "$tag: sparse metrics" "$(curl -s "$BASE/metrics" | grep -E '^oasis:(sparse|host_kv|num_host)')"
   fi
@@ -192,6 +196,8 @@ out=$("$SERVER" --backend cpu --sparse on --sparse-predictor draft 2>&1)
 [[ $? == 2 ]] && grep -q "sparse-predictor draft needs lookahead" <<<"$out" && ok "draft predictor without a head -> exit 2" || bad "draft predictor without a head" "$out"
 out=$("$SERVER" --backend cpu --sparse on --fetch-ratio 0 2>&1)
 [[ $? == 2 ]] && grep -q "fetch-ratio" <<<"$out" && ok "--fetch-ratio 0 -> exit 2" || bad "--fetch-ratio 0" "$out"
+out=$("$SERVER" --backend cpu --sparse on --kv-home gpu 2>&1)
+[[ $? == 2 ]] && grep -q -- "--kv-home must be one of host, hbm, auto" <<<"$out" && ok "--kv-home gpu -> exit 2" || bad "--kv-home gpu" "$out"
 out=$("$SERVER" --backend cpu --sparse maybe 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse must be one of" <<<"$out" && ok "--sparse maybe -> exit 2" || bad "--sparse maybe" "$out"
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --num-kv-slots 600 --topk-blocks 400 --host-kv-gib 0.01 --check-config 2>&1)

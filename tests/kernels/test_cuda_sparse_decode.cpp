@@ -110,25 +110,36 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
 
   for (int32_t k : {16, 4}) {
     for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery, SparsePredictor::kOracle}) {
-      DYNAMIC_SECTION("K " << k << " predictor " << SparsePredictorName(predictor)) {
-        const SparseConfig cfg = SmallSparseConfig(k, predictor, 3);
+     for (KvHome home : {KvHome::kHost, KvHome::kHbm}) {
+      DYNAMIC_SECTION("K " << k << " predictor " << SparsePredictorName(predictor) << " home " << KvHomeName(home)) {
+        SparseConfig cfg = SmallSparseConfig(k, predictor, 3);
+        cfg.home = home;
+        const bool in_place = home == KvHome::kHbm;
         BlockAllocator alloc(kSlots);
         std::vector<LayerKvPool> kv = lm->AllocateKvCache(kSlots);
         SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
         CudaSparseStageSync sync(b, c.num_hidden_layers);
         SparseAttentionPipeline pipe(manager, b, c.num_attention_heads, &sync);
         const int32_t host_total = manager.host_store().num_slots();
-        REQUIRE(manager.Reserve(1, n + steps + 2).ok());
+        if (in_place) {
+          REQUIRE(manager.ReserveInPlace(1, n + steps + 2).ok());
+        } else {
+          REQUIRE(manager.Reserve(1, n + steps + 2).ok());
+        }
         HeadBlockTable table(hkv);
         REQUIRE(table.Reserve(n, alloc).ok());
         (void)Step(*lm, b, kv, {StepSequence{&table, 0, prompt}});
         REQUIRE(manager.SwitchToSparse(1, table, n, kv).ok());
-        REQUIRE(manager.gpu_slots_held() == (k + 2) * hkv);
+        REQUIRE(manager.gpu_slots_held() == (in_place ? 0 : (k + 2) * hkv));
+        REQUIRE(manager.InPlace(1) == in_place);
         double worst = 0;
         int argmax_flips = 0;
         for (int i = 0; i < steps; ++i) {
-          SparseStepPlan plan = manager.BuildStepPlan({{1, n + i, 2, nullptr}});
-          std::vector<StepSequence> seqs = {StepSequence{nullptr, n + i,
+          // In place the request keeps growing its dense table (the draft's slot too).
+          if (in_place) REQUIRE(table.Reserve(n + i + 2, alloc).ok());
+          HeadBlockTable* own = in_place ? &table : nullptr;
+          SparseStepPlan plan = manager.BuildStepPlan({{1, n + i, 2, own}});
+          std::vector<StepSequence> seqs = {StepSequence{own, n + i,
                                                          {ref_tokens[static_cast<size_t>(i)], ref_tokens[static_cast<size_t>(i) + 1]},
                                                          &plan.slots[0]}};
           Tensor logits = Step(*lm, b, kv, seqs, &pipe, &plan, &sync);
@@ -144,16 +155,21 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
           CHECK(worst < 0.03);
           CHECK(argmax_flips <= 2);
         }
-        for (const SparseLayerMetrics& l : met.layers) CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
+        for (const SparseLayerMetrics& l : met.layers) {
+          CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
+          if (in_place) CHECK(l.fetched == 0);  // read where it is: nothing crosses PCIe
+        }
+        if (in_place) CHECK(met.hit_rate() == 1.0);
         CHECK(met.steps == steps);
-        WARN("K " << k << " " << SparsePredictorName(predictor) << ": hit rate " << met.hit_rate() << ", fetched/step "
-                  << met.fetched_per_step() << ", worst rel diff " << worst);
+        WARN("K " << k << " " << SparsePredictorName(predictor) << " " << KvHomeName(home) << ": hit rate "
+                  << met.hit_rate() << ", fetched/step " << met.fetched_per_step() << ", worst rel diff " << worst);
         manager.Release(1);
         table.Release(alloc);
         REQUIRE(alloc.num_free() == kSlots);
         REQUIRE(manager.host_store().num_free() == host_total);
         REQUIRE(manager.gpu_slots_held() == 0);
       }
+     }
     }
   }
 }
@@ -201,7 +217,8 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     std::vector<float> logprobs;
     size_t graphs = 0;
   };
-  auto run = [&](bool graphs, SparsePredictor predictor) {
+  auto run = [&](bool graphs, SparsePredictor predictor, KvHome home) {
+    const bool in_place = home == KvHome::kHbm;
     CudaGraphOptions go;
     go.num_kv_slots = kSlots;
     go.max_batch = 4;
@@ -211,11 +228,16 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     REQUIRE(runner.ok());
     // Every 4th step measures agreement and so runs eagerly: graph captures follow eager
     // steps, whose device allocations the capture may drop (freed after it, not inside).
-    const SparseConfig cfg = SmallSparseConfig(4, predictor, 4);
+    SparseConfig cfg = SmallSparseConfig(4, predictor, 4);
+    cfg.home = home;
     BlockAllocator alloc(kSlots);
     SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
     SparseAttachment attachment(**runner, manager);  // the runner's pipeline (after the manager: goes first)
-    REQUIRE(manager.Reserve(1, n + steps + 2).ok());
+    if (in_place) {
+      REQUIRE(manager.ReserveInPlace(1, n + steps + 2).ok());
+    } else {
+      REQUIRE(manager.Reserve(1, n + steps + 2).ok());
+    }
     HeadBlockTable table(hkv);
     REQUIRE(table.Reserve(n, alloc).ok());
     SampleRow greedy;
@@ -227,8 +249,10 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     r.tokens.push_back(first[0].token);
     REQUIRE(manager.SwitchToSparse(1, table, n, (*runner)->kv_pools()).ok());
     for (int i = 0; i < steps; ++i) {
-      SparseStepPlan plan = manager.BuildStepPlan({{1, n + i, 2, nullptr}});
-      std::vector<StepSequence> seqs = {StepSequence{nullptr, n + i, {r.tokens.back(), 7}, &plan.slots[0]}};
+      if (in_place) REQUIRE(table.Reserve(n + i + 2, alloc).ok());  // it keeps its dense table
+      HeadBlockTable* own = in_place ? &table : nullptr;
+      SparseStepPlan plan = manager.BuildStepPlan({{1, n + i, 2, own}});
+      std::vector<StepSequence> seqs = {StepSequence{own, n + i, {r.tokens.back(), 7}, &plan.slots[0]}};
       const ForwardInput in = BuildLookaheadTargetInput(seqs, {1}, false, nullptr);
       auto out = (*runner)->Run(
           {.input = in, .rows = {greedy}, .sparse = SparseStepInputs{&plan, cfg.predictor != SparsePredictor::kOracle,
@@ -239,7 +263,10 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     }
     const SparseMetrics met = (*runner)->CollectSparseMetrics();
     CHECK(met.steps == steps);
-    for (const SparseLayerMetrics& l : met.layers) CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
+    for (const SparseLayerMetrics& l : met.layers) {
+      CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
+      if (in_place) CHECK(l.fetched == 0);
+    }
     // The step ends' waits for the side streams, timed by events (graph replays record them too).
     CHECK(met.transfer_wait_seconds >= 0.0);
     CHECK(met.transfer_wait_seconds < 0.5 * steps);
@@ -251,10 +278,12 @@ TEST_CASE("sparse decode steps as CUDA graphs equal the eager sparse steps", "[g
     REQUIRE(manager.gpu_slots_held() == 0);
     return r;
   };
-  for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery}) {
-    DYNAMIC_SECTION("predictor " << SparsePredictorName(predictor)) {
-      const Run eager = run(false, predictor);
-      const Run graphs = run(true, predictor);
+  for (auto [predictor, home] : {std::pair{SparsePredictor::kDraft, KvHome::kHost},
+                                 std::pair{SparsePredictor::kPreviousQuery, KvHome::kHost},
+                                 std::pair{SparsePredictor::kDraft, KvHome::kHbm}}) {
+    DYNAMIC_SECTION("predictor " << SparsePredictorName(predictor) << " home " << KvHomeName(home)) {
+      const Run eager = run(false, predictor, home);
+      const Run graphs = run(true, predictor, home);
       CHECK(eager.graphs == 0);
       CHECK(graphs.graphs >= 1);  // the decode steps replayed a sparse graph
       // Same kernels in the same order: the same tokens, up to a divergence at a near-tie.

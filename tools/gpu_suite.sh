@@ -24,6 +24,7 @@ BENCHMARKS=(
   "bench_decode_attention|"
   "bench_sparse_kv|"
   "bench_sparse_decode|--batch 16 --context 16384 --transfers both"
+  "bench_sparse_decode|--batch 16 --context 16384 --kv-home hbm"
   "bench_sparse_decode|--batch 32 --context 16384 --transfers both --tensor-parallel-size 2"
   "bench_gemv|--rows 1"
   "bench_gemv|--rows 4"

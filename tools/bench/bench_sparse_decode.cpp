@@ -144,7 +144,7 @@ Status PrintTimeline(SparseStageSync* sync, StepFn step) {
 
 Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json", backend_name = "cuda";
-  std::string transfers = "on", predictor_name = "draft";
+  std::string transfers = "on", predictor_name = "draft", home_name = "host";
   int64_t batch = 32, context = 16384, steps = 20, warmup = 5, topk = 128, threads = 0, tp_size = 1;
   double fetch_ratio = 0.05;
   bool no_graphs = false, timeline = false;
@@ -164,6 +164,9 @@ Status Run(int argc, char** argv) {
   flags.AddString("transfers", &transfers,
                   "on, off (predict/select run, nothing is copied) or both (on, then off)");
   flags.AddBool("no-graphs", &no_graphs, "run the sparse steps eagerly (CUDA)");
+  flags.AddString("kv-home", &home_name,
+                  "host (working sets fetched from the host store) or hbm (the KV stays in the "
+                  "GPU pool, selected blocks read in place)");
   flags.AddBool(
       "timeline", &timeline,
       "CUDA, with --no-graphs: one more step with timing events per stage and layer, printed");
@@ -189,6 +192,10 @@ Status Run(int argc, char** argv) {
     return InvalidArgument("--transfers must be on, off or both");
   }
   OASIS_ASSIGN_OR_RETURN(SparsePredictor predictor, ParseSparsePredictor(predictor_name));
+  OASIS_ASSIGN_OR_RETURN(const KvHome home, ParseKvHome(home_name));
+  if (home == KvHome::kAuto) return InvalidArgument("--kv-home must be host or hbm here");
+  const bool in_place = home == KvHome::kHbm;
+  if (in_place && transfers == "both") transfers = "on";  // nothing to transfer in place
   if (predictor == SparsePredictor::kOracle)
     return InvalidArgument("--predictor oracle is for measurement runs only");
   const bool draft = predictor == SparsePredictor::kDraft;
@@ -202,9 +209,11 @@ Status Run(int argc, char** argv) {
   // Backend, dummy model, runner (or a tensor-parallel group of them).
   OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(config, static_cast<int>(tp_size)));
   const int32_t hkv_local = static_cast<int32_t>(hkv / tp_size);
-  // One dense sequence at a time, plus every sparse request's working set and tails.
+  // One dense sequence at a time, plus every sparse request's working set and tails (host
+  // home), or every request's whole table (HBM home).
   const int64_t slots =
-      HeadBlockTable::SlotsFor(context, hkv_local) + batch * (topk + 4) * hkv_local + 64;
+      in_place ? batch * HeadBlockTable::SlotsFor(max_len + 16, hkv_local) + 64
+               : HeadBlockTable::SlotsFor(context, hkv_local) + batch * (topk + 4) * hkv_local + 64;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<DecoderLM> model;
   std::unique_ptr<ModelRunner> runner;
@@ -273,10 +282,11 @@ Status Run(int argc, char** argv) {
   cfg.max_sparse_seqs = static_cast<int32_t>(batch);
   cfg.max_seq_len = max_len;
   cfg.sparse_threshold = kBlockSize;
+  cfg.home = home;
   // K + V of one head-block in the backend's KV dtype (bf16 on the GPU, float32 on the CPU).
   const double block_bytes = 2.0 * kBlockSize * static_cast<double>(config.head_dim) *
                              static_cast<double>(DTypeSize(backend0.activation_dtype()));
-  const double host_bytes = static_cast<double>(batch) * hkv *
+  const double host_bytes = static_cast<double>(in_place ? 1 : batch) * hkv *
                             std::ceil(static_cast<double>(max_len) / kBlockSize) *
                             static_cast<double>(config.num_hidden_layers) * block_bytes;
   cfg.host_kv_gib = host_bytes * 1.01 / (1024.0 * 1024.0 * 1024.0) + 0.001;
@@ -303,15 +313,18 @@ Status Run(int argc, char** argv) {
       rank.backend().FillNormal(pool.v, 12 + 2 * static_cast<uint64_t>(r), 1.0f);
     }
   });
+  std::vector<HeadBlockTable> tables;  // in place: each request keeps (and grows) its own
   for (int64_t s = 0; s < batch; ++s) {
     const uint64_t id = static_cast<uint64_t>(s + 1);
-    OASIS_RETURN_IF_ERROR(manager->Reserve(id, max_len));
-    HeadBlockTable table(hkv_local);
+    OASIS_RETURN_IF_ERROR(in_place ? manager->ReserveInPlace(id, max_len)
+                                   : manager->Reserve(id, max_len));
+    tables.emplace_back(hkv_local);
+    HeadBlockTable& table = tables.back();
     OASIS_RETURN_IF_ERROR(table.Reserve(context, allocator));
     OASIS_RETURN_IF_ERROR(manager->SwitchToSparse(
         id, table, context,
         [&](int r) -> std::vector<LayerKvPool>& { return *pools[static_cast<size_t>(r)]; }));
-    table.Release(allocator);  // (empty: the manager took its slots over)
+    if (!in_place) table.Release(allocator);  // (empty: the manager took its slots over)
   }
 
   // Decode steps; positions advance by one real token per step.
@@ -326,8 +339,11 @@ Status Run(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<SparseBatchEntry> entries;
-      for (int64_t s = 0; s < batch; ++s)
-        entries.push_back({static_cast<uint64_t>(s + 1), pos, q, nullptr});
+      for (int64_t s = 0; s < batch; ++s) {
+        HeadBlockTable* own = in_place ? &tables[static_cast<size_t>(s)] : nullptr;
+        if (own != nullptr) OASIS_RETURN_IF_ERROR(own->Reserve(pos + q, allocator));
+        entries.push_back({static_cast<uint64_t>(s + 1), pos, q, own});
+      }
       SparseStepPlan plan = manager->BuildStepPlan(entries);
       // The very first step runs eagerly (an agreement step never takes a graph), as a server's
       // prefill does before any decode: lazy set-up (RoPE tables, cuBLAS) cannot run in a capture.
@@ -337,7 +353,8 @@ Status Run(int argc, char** argv) {
       for (int64_t s = 0; s < batch; ++s) {
         std::vector<int32_t> toks = {last[static_cast<size_t>(s)]};
         if (draft) toks.push_back(11);
-        seqs.push_back(StepSequence{nullptr, pos, toks, &plan.slots[static_cast<size_t>(s)]});
+        seqs.push_back(StepSequence{in_place ? &tables[static_cast<size_t>(s)] : nullptr, pos, toks,
+                                    &plan.slots[static_cast<size_t>(s)]});
       }
       const ForwardInput in = BuildLookaheadTargetInput(
           seqs, std::vector<int64_t>(static_cast<size_t>(batch), draft ? 1 : 0), false);
@@ -367,10 +384,11 @@ Status Run(int argc, char** argv) {
 
   const double hbm = HbmBytesPerStep(config, batch, context, cfg.topk_blocks, tp_size);
   const double hbm_ms = hbm / (kReadCeilingGBs * 1e9) * 1e3;
-  std::printf("bench_sparse_decode: %s, %lld x %lld tokens, K %d, C %d, predictor %s, %s\n",
-              backend_name.c_str(), static_cast<long long>(batch), static_cast<long long>(context),
-              cfg.topk_blocks, cfg.max_fetch(), predictor_name.c_str(),
-              backend_name == "cuda" && !no_graphs ? "CUDA graphs" : "eager");
+  std::printf(
+      "bench_sparse_decode: %s, %lld x %lld tokens, K %d, C %d, predictor %s, %s, KV home %s\n",
+      backend_name.c_str(), static_cast<long long>(batch), static_cast<long long>(context),
+      cfg.topk_blocks, cfg.max_fetch(), predictor_name.c_str(),
+      backend_name == "cuda" && !no_graphs ? "CUDA graphs" : "eager", home_name.c_str());
 #if defined(OASIS_HAVE_CUDA)
   if (backend_name == "cuda") {
     std::printf(
@@ -415,13 +433,14 @@ Status Run(int argc, char** argv) {
   const double pcie_ms = first.metrics.h2d_bytes_per_step() / static_cast<double>(n_ranks) /
                          (kPcieCeilingGBs * 1e9) * 1e3;
   std::printf(
-      "RESULT sparse_decode b%lldx%lld K%d C%d%s %s: step %.3f ms, floor %.3f ms (HBM %.3f, PCIe "
+      "RESULT sparse_decode b%lldx%lld K%d C%d%s%s %s: step %.3f ms, floor %.3f ms (HBM %.3f, PCIe "
       "%.3f), "
       "ratio %.2f (target <= 1.25)",
       static_cast<long long>(batch), static_cast<long long>(context), cfg.topk_blocks,
       cfg.max_fetch(), n_ranks > 1 ? (" tp=" + std::to_string(n_ranks)).c_str() : "",
-      results.front().first == "on" ? "transfers on" : "transfers off", first.median_ms,
-      std::max(hbm_ms, pcie_ms), hbm_ms, pcie_ms, first.median_ms / std::max(hbm_ms, pcie_ms));
+      in_place ? " in place" : "", results.front().first == "on" ? "transfers on" : "transfers off",
+      first.median_ms, std::max(hbm_ms, pcie_ms), hbm_ms, pcie_ms,
+      first.median_ms / std::max(hbm_ms, pcie_ms));
   if (results.size() == 2) {
     const double off = results[1].second.median_ms;
     std::printf("; transfers off %.3f ms: overhead %.1f%% (target <= 10%%)", off,
@@ -429,6 +448,7 @@ Status Run(int argc, char** argv) {
   }
   std::printf("\n");
   for (int64_t s = 0; s < batch; ++s) manager->Release(static_cast<uint64_t>(s + 1));
+  for (HeadBlockTable& t : tables) t.Release(allocator);
   return Status::Ok();
 }
 

@@ -220,6 +220,10 @@ struct EngineStats {
     int64_t gpu_slots = 0;                // GPU head-blocks held as working sets + tails
     int64_t num_in_place = 0;             // sparse requests whose KV stays in the GPU pool
     int64_t in_place_switches_total = 0;  // switches that kept the KV in the GPU pool
+    int64_t moves_started_total = 0;      // in-place requests that began moving to the host
+    int64_t moves_total = 0;              // ... and finished (their GPU blocks freed)
+    int64_t move_bytes_total = 0;         // K/V bytes copied GPU -> host by moves
+    double move_seconds_total = 0;        // engine-loop time spent issuing moves
     int64_t steps_total = 0;              // engine steps that ran sparse sequences
     int64_t seq_steps_total = 0;          // sum of sparse sequences over those steps
     int64_t hits_total = 0;               // predicted blocks already resident (per layer and head)

@@ -67,7 +67,17 @@ void Engine::Impl::Step() {
   stats.loop.emit_seconds_total += Seconds(head_start - now);
   RunDraftHead(b, head_start);
   if (!b.handoffs.empty()) HandoffReady(b.handoffs);
-  if (sparse != nullptr) stats.sparse.switches_total += sparse->SwitchReady(scheduler.running());
+  if (sparse != nullptr) {
+    stats.sparse.switches_total += sparse->SwitchReady(scheduler.running());
+    sparse->Rebalance(scheduler.running(), UnderPressure(b.plan));
+  }
+}
+
+bool Engine::Impl::UnderPressure(const SchedulerOutput& plan) const {
+  if (!plan.preempted.empty()) return true;
+  if (scheduler.waiting().empty()) return false;
+  const Sequence& next = *scheduler.waiting().front();
+  return HeadBlockTable::SlotsFor(next.num_tokens(), num_kv_heads) > allocator.num_free();
 }
 
 bool Engine::Impl::HandleScheduled(const SchedulerOutput& plan) {

@@ -1,5 +1,7 @@
 #include "engine/sparse_decoding.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -189,6 +191,41 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
   return switched;
 }
 
+void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, bool pressure) {
+  if (home_ != KvHome::kAuto) return;  // only auto has two homes to move between
+  const auto pools = [this](int r) -> std::vector<LayerKvPool>& {
+    return *rank_pools_.at(static_cast<size_t>(r));
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  bool any = false;
+  Sequence* longest = nullptr;
+  for (Sequence* s : running) {
+    if (manager_.Moving(s->id)) {
+      any = true;
+      if (s->num_pending() != 1) continue;  // only between decode steps
+      const int64_t n =
+          manager_.CopySome(s->id, s->table, s->num_computed, config().move_blocks_per_step, pools);
+      move_bytes_ += n * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+      if (manager_.BlocksToCopy(s->id, s->num_computed) == 0) {
+        manager_.FinishMove(s->id, s->table, s->num_computed, pools);
+        s->kv = SequenceKv::kSparse;  // its table is empty now: tails and working set only
+        ++moves_total_;
+      }
+    } else if (pressure && manager_.CanMove(s->id) &&
+               (longest == nullptr || s->num_computed > longest->num_computed)) {
+      longest = s;
+    }
+  }
+  if (!any && longest != nullptr && manager_.BeginMove(longest->id).ok()) {
+    ++moves_started_;
+    spdlog::debug("request {} moves to the host store ({} tokens)", longest->id,
+                  longest->num_computed);
+    any = true;
+  }
+  if (any)
+    move_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.num_requests = manager_.num_sparse();
   stats.sparse.num_host_kv_slots = host_slots_;
@@ -200,6 +237,10 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.gpu_slots = manager_.gpu_slots_held();
   stats.sparse.num_in_place = manager_.num_in_place();
   stats.sparse.in_place_switches_total = in_place_switches_;
+  stats.sparse.moves_started_total = moves_started_;
+  stats.sparse.moves_total = moves_total_;
+  stats.sparse.move_bytes_total = move_bytes_;
+  stats.sparse.move_seconds_total = move_seconds_;
   stats.sparse.admission_waits_total = admission_waits_;
   if (steps_uncollected_ == 0) return;
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;

@@ -85,6 +85,12 @@ class SparseDecoding final : public SequenceKvHooks {
   // no free sparse row or GPU slot leaves the request dense (retried next step). Returns
   // the number switched.
   int64_t SwitchReady(const std::vector<Sequence*>& running);
+  // After a step and the switch: moves of in-place requests to the host store (docs/sparse.md
+  // §12). Under `pressure` (the pool cannot admit the next waiting request, or the step
+  // preempted) the in-place request with the most blocks starts moving, one at a time; each
+  // moving request copies config().move_blocks_per_step blocks per step while it decodes, then
+  // finishes (its table's slots go back to the pool, it runs as kSparse).
+  void Rebalance(const std::vector<Sequence*>& running, bool pressure);
 
   // Publishes gauges and, when due, the collected counters into `stats`.
   void UpdateStats(EngineStats& stats);
@@ -108,6 +114,8 @@ class SparseDecoding final : public SequenceKvHooks {
   std::unordered_set<uint64_t> waiting_for_host_;
   int64_t switch_failures_ = 0;
   int64_t in_place_switches_ = 0;  // switches that kept the KV in the GPU pool
+  int64_t moves_started_ = 0, moves_total_ = 0, move_bytes_ = 0;
+  double move_seconds_ = 0;
 };
 
 }  // namespace oasis

@@ -54,6 +54,9 @@ struct SparseConfig {
   // --kv-home: where a sparse request's KV lives. Disaggregated requests (handoffs, imports)
   // always use the host store.
   KvHome home = KvHome::kHost;
+  // Logical blocks (every KV head and sparse layer) a request moving from the GPU pool to the
+  // host store copies per engine step.
+  int32_t move_blocks_per_step = 16;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;

@@ -151,6 +151,159 @@ int64_t SparseKvManager::num_in_place() const {
                        [](const auto& kv) { return kv.second.in_place && kv.second.row >= 0; });
 }
 
+bool SparseKvManager::CanMove(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it != requests_.end() && it->second.in_place && !it->second.moving &&
+         it->second.row >= 0 && it->second.has_prediction && config_.dense_layers == 0;
+}
+
+bool SparseKvManager::Moving(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it != requests_.end() && it->second.moving;
+}
+
+int64_t SparseKvManager::num_moving() const {
+  return std::count_if(requests_.begin(), requests_.end(),
+                       [](const auto& kv) { return kv.second.moving; });
+}
+
+Status SparseKvManager::BeginMove(uint64_t id) {
+  if (!CanMove(id))
+    return FailedPrecondition("request " + std::to_string(id) + " cannot move to the host store");
+  Request& req = requests_.at(id);
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
+  const int64_t need = req.reserved_blocks * hkv;
+  if (need > host_store().num_free())
+    return ResourceExhausted("host KV store: need " + std::to_string(need) + " head-blocks, " +
+                             std::to_string(host_store().num_free()) + " free");
+  if ((k + 2) * hkv > gpu_allocator_.num_free())
+    return ResourceExhausted("no GPU slots for the working set of a move");
+  auto host = host_store().Allocate(static_cast<int32_t>(need));
+  auto gpu = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
+  OASIS_CHECK(host.has_value() && gpu.has_value()) << "move: room counted";
+  req.host_slots = std::move(*host);
+  req.ws_slots.assign(gpu->begin(), gpu->begin() + hkv * k);
+  req.tail_slots.assign(gpu->begin() + hkv * k, gpu->end());
+  req.moving = true;
+  req.copied = 0;
+  return Status::Ok();
+}
+
+int64_t SparseKvManager::BlocksToCopy(uint64_t id, int64_t num_tokens) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || !it->second.moving) return 0;
+  return std::max<int64_t>(0, num_tokens / kBlockSize - it->second.copied);
+}
+
+void SparseKvManager::CopyToHost(
+    const Request& req, const HeadBlockTable& table, int64_t from, int64_t to,
+    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+  if (to <= from) return;
+  const int64_t hkv = shape_.num_kv_heads;
+  const int32_t base = host_store().in_place_base();
+  std::vector<int32_t> src, dst, rows_from;
+  for (int64_t h = 0; h < hkv; ++h) {
+    const auto& slots = table.head_slots(static_cast<int32_t>(h));
+    for (int64_t b = from; b < to; ++b) {
+      src.push_back(slots[static_cast<size_t>(b)]);
+      dst.push_back(WholeSlot(req, h, b));
+      rows_from.push_back(base + slots[static_cast<size_t>(b)]);
+    }
+  }
+  const auto n = static_cast<int64_t>(src.size());
+  run_sides_([&](int side) {
+    DeviceSide& d = sides_.at(static_cast<size_t>(side));
+    Backend& b = *d.backend;
+    std::vector<LayerKvPool>& gpu_pools = pools_of(side);
+    const Tensor src_t = b.Upload(Tensor::FromInts(src)), dst_t = b.Upload(Tensor::FromInts(dst)),
+                 rows_t = b.Upload(Tensor::FromInts(rows_from));
+    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+      b.CopyBlocks(gpu_pools[static_cast<size_t>(l)], src_t, d.store->pool(l), dst_t);
+      for (Tensor* t : {&d.store->kmin(l), &d.store->kmax(l)}) {  // summaries follow the blocks
+        Tensor moved = b.Empty({n, t->dim(1)}, t->dtype());
+        b.GatherRows(*t, rows_t, moved);
+        b.ScatterRows(moved, dst_t, *t);
+      }
+    }
+  });
+}
+
+int64_t SparseKvManager::CopySome(
+    uint64_t id, const HeadBlockTable& table, int64_t num_tokens, int64_t max_blocks,
+    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || !it->second.moving) return 0;
+  Request& req = it->second;
+  const int64_t to =
+      std::min(num_tokens / kBlockSize, req.copied + std::max<int64_t>(0, max_blocks));
+  const int64_t n = std::max<int64_t>(0, to - req.copied);
+  CopyToHost(req, table, req.copied, to, pools_of);
+  req.copied = std::max(req.copied, to);
+  return n;
+}
+
+void SparseKvManager::FinishMove(
+    uint64_t id, HeadBlockTable& table, int64_t num_tokens,
+    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
+  auto it = requests_.find(id);
+  OASIS_CHECK(it != requests_.end() && it->second.moving) << "request " << id << " is not moving";
+  Request& req = it->second;
+  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
+  const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
+  OASIS_CHECK(table.num_blocks() >= BlocksFor(num_tokens) &&
+              BlocksFor(num_tokens) <= req.reserved_blocks)
+      << "move of " << num_tokens << " tokens";
+  // The rest of the complete blocks, then the partial tail block (K/V and summaries: later
+  // steps append to it in the host store and recompute its summary from its tail slot).
+  CopyToHost(req, table, req.copied, complete, pools_of);
+  if (partial > 0) CopyToHost(req, table, complete, complete + 1, pools_of);
+  std::vector<int32_t> tail_src, tail_dst;
+  if (partial > 0) {
+    for (int64_t h = 0; h < hkv; ++h) {
+      tail_src.push_back(table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(complete)]);
+      tail_dst.push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
+    }
+  }
+  run_sides_([&](int side) {
+    DeviceSide& d = sides_.at(static_cast<size_t>(side));
+    Backend& b = *d.backend;
+    SparseDeviceState& st = *d.state;
+    std::vector<LayerKvPool>& gpu_pools = pools_of(side);
+    const int64_t mb = st.max_blocks(), R = st.rows();
+    st.WriteRow(st.ws_slots, req.row, req.ws_slots);
+    // Only this row: select its last prediction into the empty working set, every miss fetched
+    // (a cap of K), so the next step attends the same blocks it would have read in place.
+    std::vector<int32_t> rows(static_cast<size_t>(R), -1);
+    rows[static_cast<size_t>(req.row)] = 0;
+    const Tensor rows_t = b.Upload(Tensor::FromInts(rows));
+    const Tensor tail_src_t = b.Upload(Tensor::FromInts(tail_src)),
+                 tail_dst_t = b.Upload(Tensor::FromInts(tail_dst));
+    Tensor src = b.Empty({R, hkv, k}, DType::kI32), dst = b.Empty({R, hkv, k}, DType::kI32),
+           stats = b.Upload(Tensor::Zeros({R, hkv, 3}, DType::kI32));
+    const std::vector<int32_t> none(static_cast<size_t>(hkv * k), -1),
+        zeros(static_cast<size_t>(hkv * k), 0);
+    for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+      SparseLayerState& ls = st.layer(l);
+      st.WriteRow(ls.host_tables, req.row, TablesRow(req, l, mb));
+      st.WriteRow(ls.ws_blocks, req.row, none);
+      st.WriteRow(ls.ws_age, req.row, zeros);
+      b.SelectBlocks(ls.topk, rows_t, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, src,
+                     dst, ls.resident_slots, ls.num_resident, stats);
+      b.CopyBlocks(d.store->pool(l), src.Reshape({src.numel()}), gpu_pools[static_cast<size_t>(l)],
+                   dst.Reshape({dst.numel()}));
+      if (!tail_src.empty())
+        b.CopyBlocks(gpu_pools[static_cast<size_t>(l)], tail_src_t,
+                     gpu_pools[static_cast<size_t>(l)], tail_dst_t);
+    }
+  });
+  // The table's slots go back to the allocator: whatever reuses them is written by later work on
+  // the same streams, after these copies.
+  req.in_place = false;
+  req.moving = false;
+  in_place_committed_ -= req.reserved_blocks * hkv;
+  for (auto& head : table.TakeSlots()) gpu_allocator_.Free(head);
+}
+
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || it->second.row >= 0 || context_tokens <= 0) return false;

@@ -132,6 +132,17 @@ constexpr Row kEngineMetrics[] = {
        return {{"home=\"hbm\"", s.sparse.in_place_switches_total},
                {"home=\"host\"", s.sparse.switches_total - s.sparse.in_place_switches_total}};
      }},
+    {"oasis:kv_moves_total", kCounter,
+     "Sparse requests moved from the GPU pool to the host KV store, by stage: begun (copying "
+     "while they decode) and done (their GPU blocks back in the pool).",
+     [](const EngineStats& s) -> std::vector<MetricSample> {
+       return {{"stage=\"begun\"", s.sparse.moves_started_total},
+               {"stage=\"done\"", s.sparse.moves_total}};
+     }},
+    {"oasis:kv_move_bytes_total", kCounter, "K/V bytes moves copied from the GPU pool to the host.",
+     [](const EngineStats& s) -> double { return static_cast<double>(s.sparse.move_bytes_total); }},
+    {"oasis:kv_move_seconds_total", kCounter, "Engine-loop seconds spent issuing moves.",
+     [](const EngineStats& s) -> double { return s.sparse.move_seconds_total; }},
     {"oasis:sparse_gpu_kv_blocks", kGauge, "KV head-blocks held as sparse working sets and tails.",
      [](const EngineStats& s) -> double { return s.sparse.gpu_slots; }},
     {"oasis:sparse_steps_total", kCounter, "Engine steps that ran sparse requests.",

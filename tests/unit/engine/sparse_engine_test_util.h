@@ -39,6 +39,7 @@ struct SparseStepLog {
   int64_t throw_at_step = -1;   // Run throws at this sparse step (test of failures)
   int64_t max_in_place = 0;     // most sparse requests at once whose KV stayed in the GPU pool
   int64_t max_host_home = 0;    // ... whose KV lived in the host store
+  int64_t max_moving = 0;       // ... moving from the GPU pool to the host store
 };
 
 // The plain runner plus checks around every sparse step: how many working-set blocks per
@@ -91,10 +92,11 @@ class RecordingRunner final : public ModelRunner {
       }
     }
     if (cfg.dense_layers == 0 &&
-        m.gpu_slots_held() != (m.num_sparse() - m.num_in_place()) * (k + 2) * hkv)
+        m.gpu_slots_held() != (m.num_sparse() - m.num_in_place() + m.num_moving()) * (k + 2) * hkv)
       log.slots_as_expected = false;
     if (pipeline.stage_sync() != sparse_stage_sync()) log.sync_is_runners = false;
     log.max_in_place = std::max(log.max_in_place, m.num_in_place());
+    log.max_moving = std::max(log.max_moving, m.num_moving());
     log.max_host_home = std::max(log.max_host_home, m.num_sparse() - m.num_in_place());
     return out;
   }

@@ -167,6 +167,8 @@ TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in pla
       CHECK(log.slots_as_expected);
       if (c.both_homes) {
         CHECK(log.max_host_home > 0);
+        CHECK(st.sparse.moves_started_total > 0);  // the pool ran short: in-place requests moved
+        CHECK(st.sparse.moves_total > 0);
       } else {
         CHECK(log.max_host_home == 0);
         CHECK(st.sparse.blocks_fetched_total == 0);  // nothing crosses PCIe

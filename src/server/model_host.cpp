@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/host_memory.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
 #include "kvcache/sparse_kv_manager.h"
@@ -415,10 +416,9 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   }
   s.dense_layers = static_cast<int32_t>(sc.dense_layers);
   s.host_kv_gib = sc.host_kv_gib;
-  if (s.host_kv_gib <= 0) {  // auto: a quarter of the machine's RAM
-    const double ram =
-        static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-    s.host_kv_gib = ram / 4.0 / (1024.0 * 1024.0 * 1024.0);
+  if (s.host_kv_gib <= 0) {  // auto: half the memory available now (a quarter of RAM if unknown)
+    const std::optional<double> avail = AvailableHostMemoryGiB();
+    s.host_kv_gib = avail ? kHostKvDefaultShare * *avail : PhysicalHostMemoryGiB() / 4.0;
   }
   OASIS_ASSIGN_OR_RETURN(s.predictor, ParseSparsePredictor(sc.ResolvedSparsePredictor()));
   OASIS_ASSIGN_OR_RETURN(s.group_reduce, ParseGroupReduce(sc.sparse_group_reduce));

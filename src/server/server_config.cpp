@@ -1,5 +1,9 @@
 #include "server/server_config.h"
 
+#include <cstdio>
+
+#include "common/host_memory.h"
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -44,8 +48,8 @@ const std::vector<Setting>& Settings() {
       {"sparse", &ServerConfig::sparse,
        "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
       {"host-kv-gib", &ServerConfig::host_kv_gib,
-       "host KV store of sparse requests, GiB (0 = a quarter of the machine's RAM); requests that "
-       "can never fit get 413"},
+       "host KV store of sparse requests, GiB (0 = half the memory available at start; at most "
+       "90% of it); requests that can never fit get 413"},
       {"topk-blocks", &ServerConfig::topk_blocks,
        "sparse: K blocks of 16 tokens per (request, layer, KV head)"},
       {"fetch-ratio", &ServerConfig::fetch_ratio,
@@ -185,6 +189,21 @@ Status ServerConfig::Validate() const {
   }
   if (host_kv_gib < 0)
     return InvalidArgument("--host-kv-gib must be >= 0, got " + std::to_string(host_kv_gib));
+  // A store the machine cannot hold is refused now, not discovered under load (or as a failed
+  // allocation at start): at most 90% of the memory available.
+  if (SparseEnabled() && host_kv_gib > 0) {
+    if (const std::optional<double> avail = AvailableHostMemoryGiB();
+        avail && host_kv_gib > kHostKvShareOfAvailable * *avail) {
+      char msg[320];
+      std::snprintf(msg, sizeof msg,
+                    "--host-kv-gib %.2f: this machine has %.2f GiB of memory available now "
+                    "(MemAvailable, of %.2f GiB); a host KV store may take at most %.0f%% of it, "
+                    "%.2f GiB",
+                    host_kv_gib, *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
+                    kHostKvShareOfAvailable * *avail);
+      return InvalidArgument(msg);
+    }
+  }
   auto positive = [](const char* name, int64_t v) {
     return v >= 1 ? Status::Ok()
                   : InvalidArgument(std::string("--") + name + " must be >= 1, got " +

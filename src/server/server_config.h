@@ -13,6 +13,11 @@
 
 namespace oasis::server {
 
+// The largest share of the memory available at start (/proc/meminfo MemAvailable) a host KV
+// store may take; the default takes kHostKvDefaultShare of it.
+inline constexpr double kHostKvShareOfAvailable = 0.9;
+inline constexpr double kHostKvDefaultShare = 0.5;
+
 struct ServerConfig {
   // Model.
   std::string model;                 // model directory; empty = the embedded default model
@@ -34,7 +39,8 @@ struct ServerConfig {
   // Lookahead sparse KV (docs/sparse.md): long requests decode over a per-head working set
   // of top-K blocks; their full KV lives in a host store.
   std::string sparse = "auto";   // auto (on when sparse_threshold > 0), on, off
-  double host_kv_gib = 0;        // host KV store; 0 = a quarter of the machine's RAM
+  double host_kv_gib = 0;        // host KV store; 0 = half the memory available at start (at most
+                                 // kHostKvShareOfAvailable of it when set)
   int64_t topk_blocks = 128;     // K: blocks per (request, layer, KV head)
   double fetch_ratio = 0.05;     // C = ceil(ratio * K) blocks fetched per head per step
   int64_t sparse_threshold = 0;  // switch past this context; 0 with --sparse on: (K + 1) * 16

@@ -198,6 +198,8 @@ out=$("$SERVER" --backend cpu --sparse on --fetch-ratio 0 2>&1)
 [[ $? == 2 ]] && grep -q "fetch-ratio" <<<"$out" && ok "--fetch-ratio 0 -> exit 2" || bad "--fetch-ratio 0" "$out"
 out=$("$SERVER" --backend cpu --sparse on --kv-home gpu 2>&1)
 [[ $? == 2 ]] && grep -q -- "--kv-home must be one of host, hbm, auto" <<<"$out" && ok "--kv-home gpu -> exit 2" || bad "--kv-home gpu" "$out"
+out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 100000 2>&1)
+[[ $? == 2 ]] && grep -q -- "--host-kv-gib 100000.00: this machine has .* GiB of memory available now" <<<"$out" && ok "--host-kv-gib past the memory available -> exit 2 naming it" || bad "--host-kv-gib 100000" "$out"
 out=$("$SERVER" --backend cpu --sparse maybe 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse must be one of" <<<"$out" && ok "--sparse maybe -> exit 2" || bad "--sparse maybe" "$out"
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --num-kv-slots 600 --topk-blocks 400 --host-kv-gib 0.01 --check-config 2>&1)

@@ -364,6 +364,22 @@ void Engine::Abort(const std::string& id) {
   impl_->cv.notify_all();
 }
 
+KvCapacity Engine::CapacityAt(int64_t tokens) const {
+  const Impl& m = *impl_;
+  KvCapacity c;
+  c.tokens = tokens;
+  const int64_t need = HeadBlockTable::SlotsFor(tokens, m.num_kv_heads);
+  const int64_t seqs = m.options.max_num_seqs, pool = m.runner.num_kv_slots();
+  c.dense = need > 0 && tokens <= m.context_tokens ? std::min(seqs, pool / need) : 0;
+  if (m.sparse) {
+    const SparseCapacity s = m.sparse->CapacityAt(tokens);
+    c.hbm = std::min(seqs, s.hbm);
+    c.host = std::min(seqs - c.hbm, s.host);
+    c.sparse = c.hbm + c.host;
+  }
+  return c;
+}
+
 EngineStats Engine::Stats() const {
   EngineStats s;
   {

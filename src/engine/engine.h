@@ -300,6 +300,17 @@ struct EngineStats {
   LatencyHistogram ttft, itl, e2e;
 };
 
+// How many requests of one length the KV can hold at once (start-up log, --check-config): dense
+// (each whole in the GPU pool) and, with sparse KV, sparse (in place in the pool plus in the
+// host store, each host-home one with its working set and tails in the pool, within the sparse
+// rows). Both at most max_num_seqs.
+struct KvCapacity {
+  int64_t tokens = 0;
+  int64_t dense = 0;
+  int64_t sparse = 0;  // = hbm + host; 0 without sparse KV
+  int64_t hbm = 0, host = 0;
+};
+
 class Engine {
  public:
   // `runner` (and `tok`, `draft`, when given) must outlive the engine. `tok` may be null:
@@ -336,6 +347,7 @@ class Engine {
   void Abort(const std::string& id);
 
   EngineStats Stats() const;
+  KvCapacity CapacityAt(int64_t tokens) const;
   const ModelConfig& model_config() const;
   const EngineOptions& options() const;
   // Prompt + generated tokens one request may reach: the model's context length, or less when

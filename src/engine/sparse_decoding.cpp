@@ -226,6 +226,17 @@ void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, bool press
     move_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+SparseCapacity SparseDecoding::CapacityAt(int64_t tokens) const {
+  SparseCapacity c;
+  if (tokens <= 0 || tokens > max_seq_len_) return c;
+  const int64_t need = BlocksFor(tokens) * num_kv_heads_;
+  const int64_t ws = (static_cast<int64_t>(config().topk_blocks) + 2) * num_kv_heads_;
+  const int64_t rows = config().max_sparse_seqs;
+  if (home_ != KvHome::kHbm) c.host = std::min({host_slots_ / need, pool_slots_ / ws, rows});
+  if (home_ != KvHome::kHost) c.hbm = std::min((pool_slots_ - c.host * ws) / need, rows - c.host);
+  return c;
+}
+
 void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.num_requests = manager_.num_sparse();
   stats.sparse.num_host_kv_slots = host_slots_;

@@ -41,6 +41,11 @@ namespace oasis {
 
 struct EngineStats;
 
+// Sparse requests of one length the homes hold at once (Engine::CapacityAt).
+struct SparseCapacity {
+  int64_t hbm = 0, host = 0;
+};
+
 class SparseDecoding final : public SequenceKvHooks {
  public:
   // `config.max_seq_len` should be the engine's context length. `metrics_interval`: collect
@@ -91,6 +96,11 @@ class SparseDecoding final : public SequenceKvHooks {
   // moving request copies config().move_blocks_per_step blocks per step while it decodes, then
   // finishes (its table's slots go back to the pool, it runs as kSparse).
   void Rebalance(const std::vector<Sequence*>& running, bool pressure);
+
+  // Requests of `tokens` tokens (each past the threshold) the homes hold at once: the host
+  // store's first, each with K + 2 working and tail head-blocks per KV head in the pool, then
+  // in place in what the pool has left (kv-home hbm: in place only); within the sparse rows.
+  SparseCapacity CapacityAt(int64_t tokens) const;
 
   // Publishes gauges and, when due, the collected counters into `stats`.
   void UpdateStats(EngineStats& stats);

@@ -42,6 +42,22 @@ nlohmann::ordered_json SparseJson(ModelHost& host) {
           {"host_kv_slots", st.sparse.num_host_kv_slots}};
 }
 
+// Requests the KV holds at once at 16K and 32K tokens each (Engine::CapacityAt).
+nlohmann::ordered_json CapacityJson(const ModelHost& host) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (int64_t tokens : CapacityLengths(host)) {
+    const KvCapacity k = host.engine->CapacityAt(tokens);
+    nlohmann::ordered_json row = {{"tokens", tokens}, {"dense", k.dense}};
+    if (host.sparse) {
+      row["sparse"] = k.sparse;
+      row["sparse_hbm"] = k.hbm;
+      row["sparse_host"] = k.host;
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
 Status CheckConfig(const ServerConfig& config) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, LoadModelHost(config));
   nlohmann::ordered_json out = config.ToJson();
@@ -58,6 +74,7 @@ Status CheckConfig(const ServerConfig& config) {
       {"draft_head", host->draft_head != nullptr},
       {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
       {"sparse", SparseJson(*host)},
+      {"capacity", CapacityJson(*host)},
       {"tokenizer", host->tokenizer != nullptr},
       {"chat_template", host->chat_template.has_value()}};
   std::printf("%s\nconfig ok\n", out.dump(2).c_str());

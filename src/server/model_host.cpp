@@ -440,6 +440,15 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   return std::optional<SparseConfig>(s);
 }
 
+std::vector<int64_t> CapacityLengths(const ModelHost& host) {
+  std::vector<int64_t> out;
+  for (int64_t t : {int64_t{16384}, int64_t{32768}}) {
+    if (t <= host.max_model_len()) out.push_back(t);
+  }
+  if (out.empty()) out.push_back(host.max_model_len());
+  return out;
+}
+
 ModelHost::~ModelHost() {
   if (engine) engine->Stop();
 }
@@ -509,6 +518,16 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   OASIS_RETURN_IF_ERROR(Engine::CheckOptions(options, *host->runner, host->draft_runner.get()));
   host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options,
                                           host->draft_runner.get());
+  for (int64_t tokens : CapacityLengths(*host)) {
+    const KvCapacity k = host->engine->CapacityAt(tokens);
+    if (host->sparse) {
+      spdlog::info(
+          "capacity at {} tokens per request: dense {} requests, sparse {} (HBM {} + host {})",
+          tokens, k.dense, k.sparse, k.hbm, k.host);
+    } else {
+      spdlog::info("capacity at {} tokens per request: {} requests", tokens, k.dense);
+    }
+  }
   host->engine->Start();
   return host;
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "disagg/kv_transfer.h"
@@ -70,5 +71,9 @@ std::string AutoBackend();
 // naming the flag for values out of range. `model` is the served model's config.
 StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& config,
                                                           const ModelConfig& model);
+
+// The request lengths whose capacity the start-up log and --check-config state: 16K and 32K
+// tokens where the context allows, else the context.
+std::vector<int64_t> CapacityLengths(const ModelHost& host);
 
 }  // namespace oasis::server

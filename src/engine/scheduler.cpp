@@ -76,13 +76,15 @@ SchedulerOutput Scheduler::Schedule() {
     }
     int64_t num_draft =
         std::min(static_cast<int64_t>(s->draft_tokens.size()), std::max<int64_t>(spare, 0));
-    // A kSparse sequence's tokens go to its tail slots (no table growth, never preempts).
-    const bool grows = s->grows_table();
-    if (grows && num_draft > 0 &&
+    // A kSparse sequence's tokens go to its tail slots (no table growth, never preempts). A
+    // missing block is relieved (a sparse request's KV moved out of the pool) before anyone is
+    // preempted; relief may turn s itself into one that does not grow.
+    if (s->grows_table() && num_draft > 0 &&
         !s->table.Reserve(s->num_computed + 1 + num_draft, allocator_).ok())
       num_draft = 0;
     bool preempted_self = false;
-    while (grows && !s->table.Reserve(s->num_computed + 1, allocator_).ok()) {
+    while (s->grows_table() && !s->table.Reserve(s->num_computed + 1, allocator_).ok()) {
+      if (hooks_ != nullptr && hooks_->Relieve(running_)) continue;
       Sequence* victim = running_.back();
       Preempt(victim, &out);
       if (victim == s) {

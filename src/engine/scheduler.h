@@ -121,6 +121,13 @@ class SequenceKvHooks {
   // Gives back everything Admit and later steps took for it: on preemption, on finish, and
   // when the pool cannot hold the admitted sequence after all. Idempotent.
   virtual void Release(Sequence& seq) = 0;
+  // The pool cannot give a running decode its next block: frees blocks some other way than
+  // preemption if it can (sparse KV: moves a running request's KV out of the pool at once; the
+  // sequence keeps running without a growing table). True when it freed something.
+  virtual bool Relieve(const std::vector<Sequence*>& running) {
+    (void)running;
+    return false;
+  }
 };
 
 struct SchedulerOutput {

@@ -191,6 +191,38 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
   return switched;
 }
 
+bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
+  if (home_ != KvHome::kAuto) return false;
+  Sequence* longest = nullptr;
+  for (Sequence* s : running) {
+    if (s->kv == SequenceKv::kDense || s->num_pending() != 1 || !manager_.InPlace(s->id)) continue;
+    if (!manager_.Moving(s->id) && !manager_.CanMove(s->id)) continue;
+    if (longest == nullptr || s->num_computed > longest->num_computed) longest = s;
+  }
+  if (longest == nullptr) return false;
+  if (!manager_.Moving(longest->id)) {
+    if (!manager_.BeginMove(longest->id).ok()) return false;
+    ++moves_started_;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t blocks = manager_.BlocksToCopy(longest->id, longest->num_computed) + 1;
+  if (!manager_
+           .FinishMove(longest->id, longest->table, longest->num_computed,
+                       [this](int r) -> std::vector<LayerKvPool>& {
+                         return *rank_pools_.at(static_cast<size_t>(r));
+                       })
+           .ok()) {
+    return false;  // (it keeps moving: Rebalance finishes it when there is room)
+  }
+  longest->kv = SequenceKv::kSparse;
+  ++moves_total_;
+  move_bytes_ += blocks * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+  move_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::debug("request {} moved to the host store at once ({} tokens)", longest->id,
+                longest->num_computed);
+  return true;
+}
+
 void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, bool pressure) {
   if (home_ != KvHome::kAuto) return;  // only auto has two homes to move between
   const auto pools = [this](int r) -> std::vector<LayerKvPool>& {
@@ -206,8 +238,8 @@ void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, bool press
       const int64_t n =
           manager_.CopySome(s->id, s->table, s->num_computed, config().move_blocks_per_step, pools);
       move_bytes_ += n * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
-      if (manager_.BlocksToCopy(s->id, s->num_computed) == 0) {
-        manager_.FinishMove(s->id, s->table, s->num_computed, pools);
+      if (manager_.BlocksToCopy(s->id, s->num_computed) == 0 &&
+          manager_.FinishMove(s->id, s->table, s->num_computed, pools).ok()) {
         s->kv = SequenceKv::kSparse;  // its table is empty now: tails and working set only
         ++moves_total_;
       }

@@ -65,6 +65,9 @@ class SparseDecoding final : public SequenceKvHooks {
   // SequenceKvHooks.
   Admission Admit(Sequence& seq) override;
   void Release(Sequence& seq) override;
+  // kv-home auto: moves the in-place sparse decode with the most tokens to the host store at
+  // once (SparseKvManager BeginMove + FinishMove), returning its table's blocks to the pool.
+  bool Relieve(const std::vector<Sequence*>& running) override;
   // Why Admit refused `seq` (ResourceExhausted).
   Status RefusalStatus(const Sequence& seq) const { return CheckFits(seq.max_total_tokens); }
   // An imported request (disaggregation): its host room is reserved and its first

@@ -171,19 +171,13 @@ Status SparseKvManager::BeginMove(uint64_t id) {
   if (!CanMove(id))
     return FailedPrecondition("request " + std::to_string(id) + " cannot move to the host store");
   Request& req = requests_.at(id);
-  const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
-  const int64_t need = req.reserved_blocks * hkv;
+  const int64_t need = req.reserved_blocks * shape_.num_kv_heads;
   if (need > host_store().num_free())
     return ResourceExhausted("host KV store: need " + std::to_string(need) + " head-blocks, " +
                              std::to_string(host_store().num_free()) + " free");
-  if ((k + 2) * hkv > gpu_allocator_.num_free())
-    return ResourceExhausted("no GPU slots for the working set of a move");
   auto host = host_store().Allocate(static_cast<int32_t>(need));
-  auto gpu = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
-  OASIS_CHECK(host.has_value() && gpu.has_value()) << "move: room counted";
+  OASIS_CHECK(host.has_value()) << "move: room counted";
   req.host_slots = std::move(*host);
-  req.ws_slots.assign(gpu->begin(), gpu->begin() + hkv * k);
-  req.tail_slots.assign(gpu->begin() + hkv * k, gpu->end());
   req.moving = true;
   req.copied = 0;
   return Status::Ok();
@@ -242,7 +236,7 @@ int64_t SparseKvManager::CopySome(
   return n;
 }
 
-void SparseKvManager::FinishMove(
+Status SparseKvManager::FinishMove(
     uint64_t id, HeadBlockTable& table, int64_t num_tokens,
     const std::function<std::vector<LayerKvPool>&(int side)>& pools_of) {
   auto it = requests_.find(id);
@@ -253,14 +247,29 @@ void SparseKvManager::FinishMove(
   OASIS_CHECK(table.num_blocks() >= BlocksFor(num_tokens) &&
               BlocksFor(num_tokens) <= req.reserved_blocks)
       << "move of " << num_tokens << " tokens";
+  // Its working and tail slots come from the pool once the table's slots are back in it.
+  const int64_t table_slots = table.num_blocks() * hkv;
+  if ((k + 2) * hkv > gpu_allocator_.num_free() + table_slots) {
+    return ResourceExhausted("no GPU slots for the working set of a move: need " +
+                             std::to_string((k + 2) * hkv) + ", the table holds " +
+                             std::to_string(table_slots) + " and " +
+                             std::to_string(gpu_allocator_.num_free()) + " are free");
+  }
   // The rest of the complete blocks, then the partial tail block (K/V and summaries: later
-  // steps append to it in the host store and recompute its summary from its tail slot).
+  // steps append to it in the host store and recompute its summary from its tail slot). From
+  // here on the host store has every token, so every GPU copy below reads the host store: the
+  // table's slots may come back as this request's own working or tail slots.
   CopyToHost(req, table, req.copied, complete, pools_of);
   if (partial > 0) CopyToHost(req, table, complete, complete + 1, pools_of);
+  for (auto& head : table.TakeSlots()) gpu_allocator_.Free(head);
+  auto gpu = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
+  OASIS_CHECK(gpu.has_value()) << "move: GPU slots counted";
+  req.ws_slots.assign(gpu->begin(), gpu->begin() + hkv * k);
+  req.tail_slots.assign(gpu->begin() + hkv * k, gpu->end());
   std::vector<int32_t> tail_src, tail_dst;
   if (partial > 0) {
     for (int64_t h = 0; h < hkv; ++h) {
-      tail_src.push_back(table.head_slots(static_cast<int32_t>(h))[static_cast<size_t>(complete)]);
+      tail_src.push_back(WholeSlot(req, h, complete));
       tail_dst.push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
     }
   }
@@ -284,24 +293,20 @@ void SparseKvManager::FinishMove(
         zeros(static_cast<size_t>(hkv * k), 0);
     for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
       SparseLayerState& ls = st.layer(l);
+      LayerKvPool& gpu = gpu_pools[static_cast<size_t>(l)];
       st.WriteRow(ls.host_tables, req.row, TablesRow(req, l, mb));
       st.WriteRow(ls.ws_blocks, req.row, none);
       st.WriteRow(ls.ws_age, req.row, zeros);
       b.SelectBlocks(ls.topk, rows_t, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age, src,
                      dst, ls.resident_slots, ls.num_resident, stats);
-      b.CopyBlocks(d.store->pool(l), src.Reshape({src.numel()}), gpu_pools[static_cast<size_t>(l)],
-                   dst.Reshape({dst.numel()}));
-      if (!tail_src.empty())
-        b.CopyBlocks(gpu_pools[static_cast<size_t>(l)], tail_src_t,
-                     gpu_pools[static_cast<size_t>(l)], tail_dst_t);
+      b.CopyBlocks(d.store->pool(l), src.Reshape({src.numel()}), gpu, dst.Reshape({dst.numel()}));
+      if (!tail_src.empty()) b.CopyBlocks(d.store->pool(l), tail_src_t, gpu, tail_dst_t);
     }
   });
-  // The table's slots go back to the allocator: whatever reuses them is written by later work on
-  // the same streams, after these copies.
   req.in_place = false;
   req.moving = false;
   in_place_committed_ -= req.reserved_blocks * hkv;
-  for (auto& head : table.TakeSlots()) gpu_allocator_.Free(head);
+  return Status::Ok();
 }
 
 bool SparseKvManager::ShouldSwitch(uint64_t id, int64_t context_tokens) const {

@@ -152,22 +152,23 @@ class SparseKvManager {
   // ---- Moves, HBM -> host (docs/sparse.md §12): an in-place sparse request's KV goes to the
   // host store over several steps while it keeps decoding; its output does not change. Needs
   // dense_layers == 0 and a request that has predicted (a step ran since its switch).
-  // BeginMove reserves its host slots and K working + 2 tail GPU slots per head
-  // (ResourceExhausted, nothing changed, without room); CopySome copies up to `max_blocks`
-  // complete logical blocks (every KV head and sparse layer, with their summaries) that are
-  // not in the host store yet — the step still reads them in place; FinishMove copies the rest
-  // and the tail block, points the device tables at the host store, fills the working set
-  // with the blocks the last prediction chose (fetched at once, no cap) and takes the
-  // table's GPU slots back to the allocator: from the next step on the request is host-home
-  // (its table is empty; the engine's sequence runs as kSparse). All between steps, with
-  // `num_tokens` the tokens whose K/V the table holds.
+  // BeginMove reserves its host slots (ResourceExhausted, nothing changed, without room);
+  // CopySome copies up to `max_blocks` complete logical blocks (every KV head and sparse layer,
+  // with their summaries) that are not in the host store yet — the step still reads them in
+  // place; FinishMove copies the rest and the tail block, returns the table's GPU slots to the
+  // allocator and takes K working + 2 tail slots per head from it (ResourceExhausted, nothing
+  // changed, when even then there are too few), points the device tables at the host store
+  // and fills the working set with the blocks the last prediction chose (fetched at once, no
+  // cap): from the next step on the request is host-home (its table is empty; the engine's
+  // sequence runs as kSparse). All between steps, with `num_tokens` the tokens whose K/V the
+  // table holds.
   Status BeginMove(uint64_t id);
   bool Moving(uint64_t id) const;
   int64_t num_moving() const;  // requests moving now (they hold working and tail slots too)
   int64_t CopySome(uint64_t id, const HeadBlockTable& table, int64_t num_tokens, int64_t max_blocks,
                    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
-  void FinishMove(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
-                  const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
+  Status FinishMove(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
+                    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   // Logical blocks of `id` below `num_tokens`' tail block not copied to the host store yet.
   int64_t BlocksToCopy(uint64_t id, int64_t num_tokens) const;
   // Whether `id` is an in-place sparse request a move may start on.

@@ -92,7 +92,7 @@ class RecordingRunner final : public ModelRunner {
       }
     }
     if (cfg.dense_layers == 0 &&
-        m.gpu_slots_held() != (m.num_sparse() - m.num_in_place() + m.num_moving()) * (k + 2) * hkv)
+        m.gpu_slots_held() != (m.num_sparse() - m.num_in_place()) * (k + 2) * hkv)
       log.slots_as_expected = false;
     if (pipeline.stage_sync() != sparse_stage_sync()) log.sync_is_runners = false;
     log.max_in_place = std::max(log.max_in_place, m.num_in_place());

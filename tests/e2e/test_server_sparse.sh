@@ -191,6 +191,36 @@ draft_blocks=$(metric 'oasis:num_draft_kv_blocks')
    $(wait_metric 'oasis:num_free_draft_kv_blocks' "v == $draft_blocks") == "$draft_blocks" ]] && ok "pool, draft pool ($draft_blocks head-blocks) and host store empty again" || bad "pool, draft pool or host store not empty"
 stop_server || fail=1
 
+# ---- both homes (--kv-home auto): a pool of 200 head-blocks (four requests of 400 tokens whole)
+# beside a host store for fifty. Eight such requests run at once: some stay in the pool (read in
+# place), the rest live in the host store, a request the pool cannot grow moves there.
+run_eight() {  # tag, server flags...
+  local tag=$1
+  shift
+  start_server "$TMP/$tag.log" --backend cpu --num-kv-slots 200 "$@" || exit 1
+  local args=() i
+  for i in 0 1 2 3 4 5 6 7; do
+    echo "{\"prompt\": $(ids 150 $((40 + i))), \"max_tokens\": 250, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/body.$i"
+    ((i > 0)) && args+=(--next)
+    args+=(-s -X POST -H 'Content-Type: application/json' --data-binary "@$TMP/body.$i" -o "$TMP/$tag.$i" "$BASE/v1/completions")
+  done
+  curl --parallel --parallel-immediate --parallel-max 8 "${args[@]}"
+  n=0
+  for i in 0 1 2 3 4 5 6 7; do
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==250 else 1)' "$TMP/$tag.$i" 2>/dev/null && n=$((n + 1))
+  done
+}
+run_eight homes --sparse on --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 --kv-home auto
+hbm=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_home_switches_total{.*home="hbm"} \(.*\)$/\1/p')
+host=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_home_switches_total{.*home="host"} \(.*\)$/\1/p')
+moved=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_moves_total{.*stage="done"} \(.*\)$/\1/p')
+[[ $n == 8 && $hbm -gt 0 && $host -gt 0 ]] && ok "auto: 8 requests of 400 tokens beside a pool for 4 all finish, $hbm in the pool and $host in the host store ($moved moved)" || bad "auto, both homes: $n of 8 finished, hbm $hbm host $host" "$(tail -5 "$TMP/homes.log")"
+cap=$("$SERVER" --backend cpu --num-kv-slots 2000 --sparse on --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 --kv-home auto --check-config 2>/dev/null | grep -v "config ok" | python3 -c 'import json,sys; c=json.load(sys.stdin)["resolved"]["capacity"][0]; print(c["dense"], c["sparse"], c["sparse_hbm"], c["sparse_host"])')
+read -r cap_dense cap_sparse cap_hbm cap_host <<<"$cap"
+[[ $cap_sparse -gt $cap_dense && $cap_host -gt 0 ]] && ok "--check-config capacity at 4096 tokens: dense $cap_dense, sparse $cap_sparse (HBM $cap_hbm + host $cap_host)" || bad "capacity" "$cap"
+[[ $(wait_metric 'oasis:host_kv_usage' 'v == 0') == 0 && $(wait_metric 'oasis:kv_cache_usage_perc' 'v == 0') == 0 ]] && ok "auto: pool and host store empty again" || bad "auto: pool or host store not empty"
+stop_server || fail=1
+
 # ---- bad settings ---------------------------------------------------------------------------
 out=$("$SERVER" --backend cpu --sparse on --sparse-predictor draft 2>&1)
 [[ $? == 2 ]] && grep -q "sparse-predictor draft needs lookahead" <<<"$out" && ok "draft predictor without a head -> exit 2" || bad "draft predictor without a head" "$out"

@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
           "oasis-server", cmd, [](const ParsedCommandLine& c) { return c.config.log_level; })) {
     return *exit_code;
   }
+  if (Status mem = CheckHostMemory(cmd->config); !mem.ok())
+    return ExitWithError("oasis-server", mem, 2);
   Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);
   if (!st.ok()) return ExitWithError("oasis-server", st, 1);
   return 0;

@@ -189,21 +189,6 @@ Status ServerConfig::Validate() const {
   }
   if (host_kv_gib < 0)
     return InvalidArgument("--host-kv-gib must be >= 0, got " + std::to_string(host_kv_gib));
-  // A store the machine cannot hold is refused now, not discovered under load (or as a failed
-  // allocation at start): at most 90% of the memory available.
-  if (SparseEnabled() && host_kv_gib > 0) {
-    if (const std::optional<double> avail = AvailableHostMemoryGiB();
-        avail && host_kv_gib > kHostKvShareOfAvailable * *avail) {
-      char msg[320];
-      std::snprintf(msg, sizeof msg,
-                    "--host-kv-gib %.2f: this machine has %.2f GiB of memory available now "
-                    "(MemAvailable, of %.2f GiB); a host KV store may take at most %.0f%% of it, "
-                    "%.2f GiB",
-                    host_kv_gib, *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
-                    kHostKvShareOfAvailable * *avail);
-      return InvalidArgument(msg);
-    }
-  }
   auto positive = [](const char* name, int64_t v) {
     return v >= 1 ? Status::Ok()
                   : InvalidArgument(std::string("--") + name + " must be >= 1, got " +
@@ -332,6 +317,22 @@ std::string EmbeddedModelDir() {
 #else
   return "models/embedded";
 #endif
+}
+
+Status CheckHostMemory(const ServerConfig& c) {
+  // A store the machine cannot hold is refused at start, not discovered under load (or as a
+  // failed allocation): at most kHostKvShareOfAvailable of the memory available.
+  if (!c.SparseEnabled() || c.host_kv_gib <= 0) return Status::Ok();
+  const std::optional<double> avail = AvailableHostMemoryGiB();
+  if (!avail || c.host_kv_gib <= kHostKvShareOfAvailable * *avail) return Status::Ok();
+  char msg[320];
+  std::snprintf(
+      msg, sizeof msg,
+      "--host-kv-gib %.2f: this machine has %.2f GiB of memory available now "
+      "(MemAvailable, of %.2f GiB); a host KV store may take at most %.0f%% of it, %.2f GiB",
+      c.host_kv_gib, *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
+      kHostKvShareOfAvailable * *avail);
+  return InvalidArgument(msg);
 }
 
 }  // namespace oasis::server

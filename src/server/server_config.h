@@ -129,4 +129,9 @@ Status LoadConfigFile(const std::string& path, ServerConfig* config);
 // models/embedded (built-in path), or share/oasiskv/embedded beside the executable.
 std::string EmbeddedModelDir();
 
+// Whether this machine can hold what `c` asks of host memory now (--host-kv-gib against
+// MemAvailable): InvalidArgument naming the numbers. Not part of Validate (a config written for
+// another machine still validates); the server checks it at start (exit 2).
+Status CheckHostMemory(const ServerConfig& c);
+
 }  // namespace oasis::server

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "engine/scheduler.h"
 
@@ -462,4 +463,69 @@ TEST_CASE("sparse hooks: host admission waits FCFS, refusals are reported, relea
   for (Sequence* x : {b.get(), c.get(), e.get()}) sched.Finish(x);
   CHECK(alloc.num_free() == 64);
   CHECK(hooks.free_tokens() == 100);
+}
+
+namespace {
+
+// Relief by "moving" a running sequence's KV out of the pool: the oldest in-place one (`movable`)
+// gives its table's blocks back and runs on without a growing table.
+class RelievingHooks final : public SequenceKvHooks {
+ public:
+  explicit RelievingHooks(BlockAllocator& alloc) : alloc_(alloc) {}
+  Admission Admit(Sequence&) override { return Admission::kAdmit; }
+  void Release(Sequence&) override {}
+  bool Relieve(const std::vector<Sequence*>& running) override {
+    ++calls;
+    for (Sequence* s : running) {
+      if (!movable.count(s->id) || s->kv == SequenceKv::kSparse) continue;
+      s->table.Release(alloc_);
+      s->kv = SequenceKv::kSparse;
+      ++moved;
+      return true;
+    }
+    return false;
+  }
+  std::set<uint64_t> movable;
+  int calls = 0, moved = 0;
+
+ private:
+  BlockAllocator& alloc_;
+};
+
+}  // namespace
+
+TEST_CASE("a missing block is relieved by the hooks before anyone is preempted", "[scheduler]") {
+  BlockAllocator alloc(4);
+  RelievingHooks hooks(alloc);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 64}, alloc, &hooks);
+  auto a = MakeSeq(1, 16), b = MakeSeq(2, 16), c = MakeSeq(3, 16);
+  for (auto* s : {a.get(), b.get(), c.get()}) {
+    s->max_total_tokens = 64;
+    sched.Add(s);
+  }
+  RunStep(sched.Schedule());  // one block each, one free
+  REQUIRE(alloc.num_free() == 1);
+  hooks.movable = {1};  // a can move; b and c cannot
+
+  // a takes the free block; b's missing block is relieved by moving a (its two blocks back):
+  // nobody is preempted, c gets one too.
+  SchedulerOutput s = sched.Schedule();
+  CHECK(s.preempted.empty());
+  CHECK(hooks.moved == 1);
+  CHECK(a->kv == SequenceKv::kSparse);
+  CHECK(Blocks(*a) == 0);
+  REQUIRE(s.chunks.size() == 3);  // a still decodes (its tokens go elsewhere now)
+  CHECK(Blocks(*b) == 2);
+  CHECK(Blocks(*c) == 2);
+  RunStep(s);
+
+  // Nothing left to move: the next missing block preempts the newest as before.
+  for (int i = 0; i < 15; ++i) RunStep(sched.Schedule());
+  SchedulerOutput p = sched.Schedule();
+  CHECK(p.preempted.size() == 1);
+  CHECK(hooks.calls >= 2);
+  for (auto* x : {a.get(), b.get(), c.get()}) {
+    if (x->status != SequenceStatus::kFinished) sched.Finish(x);
+  }
+  CHECK(alloc.num_free() == 4);
 }

@@ -220,6 +220,7 @@ struct EngineStats {
     int64_t gpu_slots = 0;                // GPU head-blocks held as working sets + tails
     int64_t num_in_place = 0;             // sparse requests whose KV stays in the GPU pool
     int64_t in_place_switches_total = 0;  // switches that kept the KV in the GPU pool
+    int64_t pressure_switches_total = 0;  // dense -> sparse switches made by the pressure policy
     int64_t moves_started_total = 0;      // in-place requests that began moving to the host
     int64_t moves_total = 0;              // ... and finished (their GPU blocks freed)
     int64_t move_bytes_total = 0;         // K/V bytes copied GPU -> host by moves

@@ -70,6 +70,7 @@ void Engine::Impl::Step() {
   if (sparse != nullptr) {
     stats.sparse.switches_total += sparse->SwitchReady(scheduler.running());
     sparse->Rebalance(scheduler.running(), UnderPressure(b.plan));
+    stats.sparse.switches_total += sparse->TakeSwitches();
   }
 }
 

@@ -34,7 +34,8 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       bytes_per_host_slot_(static_cast<int64_t>(manager_.host_store().bytes_per_slot())),
       num_sides_(manager_.num_sides()),
       pool_slots_(allocator.num_slots()),
-      home_(config.home) {
+      home_(config.home),
+      on_pressure_(config.switch_on_pressure) {
   spdlog::info(
       "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
       "{} dense layers, host store {} head-blocks ({:.2f} GiB{}){}, {} sparse rows, KV home {}",
@@ -61,8 +62,10 @@ Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
   const int64_t need = BlocksFor(std::min(max_total_tokens, max_seq_len_ + 1)) * num_kv_heads_;
   if (max_total_tokens <= max_seq_len_ && need <= host_slots_ && home_ != KvHome::kHbm)
     return Status::Ok();
-  // HBM home: it needs the GPU pool's room (the scheduler's own check names it otherwise).
-  if (home_ != KvHome::kHost && max_total_tokens <= max_seq_len_ && need <= pool_slots_)
+  // HBM home, or the pressure policy (it may run dense to the end): the GPU pool's room is
+  // enough (the scheduler's own check names it otherwise).
+  if ((home_ != KvHome::kHost || on_pressure_) && max_total_tokens <= max_seq_len_ &&
+      need <= pool_slots_)
     return Status::Ok();
   const double gib = static_cast<double>(bytes_per_host_slot_ * num_sides_) / (1 << 30);
   char need_gib[32], have_gib[32];
@@ -92,6 +95,9 @@ bool SparseDecoding::AdmitInPlace(const Sequence& seq) const {
 
 SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   if (manager_.HasReservation(seq.id)) return Admission::kAdmit;
+  // The pressure policy: a request runs dense and takes host room only when the pool runs short
+  // and it is the longest (Relieve, Rebalance).
+  if (config().switch_on_pressure && !seq.always_sparse) return Admission::kAdmit;
   if (AdmitInPlace(seq)) {
     const Status st = manager_.ReserveInPlace(seq.id, seq.max_total_tokens);
     waiting_for_host_.erase(seq.id);
@@ -191,15 +197,48 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
   return switched;
 }
 
+bool SparseDecoding::SwitchableUnderPressure(const Sequence& s) const {
+  return config().switch_on_pressure && s.kv == SequenceKv::kDense && s.num_pending() == 1 &&
+         config().dense_layers == 0 && threshold_ > 0 && s.num_computed > threshold_ &&
+         // it frees blocks: its table is larger than the working set and tails it would keep
+         BlocksFor(s.num_computed) > static_cast<int64_t>(config().topk_blocks) + 2 &&
+         !manager_.HasReservation(s.id) &&
+         manager_.CheckAdmission(s.max_total_tokens) == HostAdmission::kFits;
+}
+
+bool SparseDecoding::SwitchUnderPressure(Sequence& s) {
+  if (!manager_.Reserve(s.id, s.max_total_tokens).ok()) return false;
+  const Status st = manager_.SwitchToSparse(s.id, s.table, s.num_computed,
+                                            [this](int r) -> std::vector<LayerKvPool>& {
+                                              return *rank_pools_.at(static_cast<size_t>(r));
+                                            });
+  if (!st.ok()) {
+    manager_.Release(s.id);  // (nothing else was taken)
+    return false;
+  }
+  s.kv = SequenceKv::kSparse;
+  ++pressure_switches_;
+  spdlog::debug("request {} switched to sparse under pressure ({} tokens)", s.id, s.num_computed);
+  return true;
+}
+
 bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
-  if (home_ != KvHome::kAuto) return false;
+  // The longest request that can leave the pool: a dense decode past the threshold (the
+  // pressure policy: it switches to the host store now) or an in-place one (auto: it moves).
   Sequence* longest = nullptr;
   for (Sequence* s : running) {
-    if (s->kv == SequenceKv::kDense || s->num_pending() != 1 || !manager_.InPlace(s->id)) continue;
-    if (!manager_.Moving(s->id) && !manager_.CanMove(s->id)) continue;
+    const bool in_place = home_ == KvHome::kAuto && s->kv != SequenceKv::kDense &&
+                          s->num_pending() == 1 && manager_.InPlace(s->id) &&
+                          (manager_.Moving(s->id) || manager_.CanMove(s->id));
+    if (!in_place && !SwitchableUnderPressure(*s)) continue;
     if (longest == nullptr || s->num_computed > longest->num_computed) longest = s;
   }
   if (longest == nullptr) return false;
+  if (longest->kv == SequenceKv::kDense) {
+    if (!SwitchUnderPressure(*longest)) return false;
+    ++stats_switches_;
+    return true;
+  }
   if (!manager_.Moving(longest->id)) {
     if (!manager_.BeginMove(longest->id).ok()) return false;
     ++moves_started_;
@@ -224,6 +263,18 @@ bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
 }
 
 void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, bool pressure) {
+  if (pressure && config().switch_on_pressure) {  // the longest dense request leaves the pool
+    Sequence* longest = nullptr;
+    for (Sequence* s : running) {
+      if (SwitchableUnderPressure(*s) &&
+          (longest == nullptr || s->num_computed > longest->num_computed))
+        longest = s;
+    }
+    if (longest != nullptr && SwitchUnderPressure(*longest)) {
+      ++stats_switches_;
+      return;
+    }
+  }
   if (home_ != KvHome::kAuto) return;  // only auto has two homes to move between
   const auto pools = [this](int r) -> std::vector<LayerKvPool>& {
     return *rank_pools_.at(static_cast<size_t>(r));
@@ -280,6 +331,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.gpu_slots = manager_.gpu_slots_held();
   stats.sparse.num_in_place = manager_.num_in_place();
   stats.sparse.in_place_switches_total = in_place_switches_;
+  stats.sparse.pressure_switches_total = pressure_switches_;
   stats.sparse.moves_started_total = moves_started_;
   stats.sparse.moves_total = moves_total_;
   stats.sparse.move_bytes_total = move_bytes_;

@@ -99,6 +99,12 @@ class SparseDecoding final : public SequenceKvHooks {
   // moving request copies config().move_blocks_per_step blocks per step while it decodes, then
   // finishes (its table's slots go back to the pool, it runs as kSparse).
   void Rebalance(const std::vector<Sequence*>& running, bool pressure);
+  // Switches made by Relieve and Rebalance since the last call (the engine's switches_total).
+  int64_t TakeSwitches() {
+    const int64_t n = stats_switches_;
+    stats_switches_ = 0;
+    return n;
+  }
 
   // Requests of `tokens` tokens (each past the threshold) the homes hold at once: the host
   // store's first, each with K + 2 working and tail head-blocks per KV head in the pool, then
@@ -120,6 +126,7 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t num_sides_;   // host bytes of a slot id: bytes_per_host_slot_ on each of num_sides_ ranks
   int64_t pool_slots_;  // the GPU pool's head-blocks
   KvHome home_;
+  bool on_pressure_;  // SparseConfig::switch_on_pressure
   // Whether `seq` goes to the HBM home (SparseKvManager::ReserveInPlace) rather than the host.
   bool AdmitInPlace(const Sequence& seq) const;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
@@ -128,6 +135,12 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t switch_failures_ = 0;
   int64_t in_place_switches_ = 0;  // switches that kept the KV in the GPU pool
   int64_t moves_started_ = 0, moves_total_ = 0, move_bytes_ = 0;
+  int64_t pressure_switches_ = 0;  // dense -> sparse (host) switches the pressure policy made
+  int64_t stats_switches_ = 0;     // switches made outside SwitchReady (TakeSwitches)
+  // The pressure policy (SparseConfig::switch_on_pressure): whether `s` may switch to the host
+  // store now (a dense decode past the threshold whose KV fits the host store), and the switch.
+  bool SwitchableUnderPressure(const Sequence& s) const;
+  bool SwitchUnderPressure(Sequence& s);
   double move_seconds_ = 0;
 };
 

@@ -57,6 +57,10 @@ struct SparseConfig {
   // Logical blocks (every KV head and sparse layer) a request moving from the GPU pool to the
   // host store copies per engine step.
   int32_t move_blocks_per_step = 16;
+  // --sparse-switch pressure: a request past the threshold stays dense while the pool has room;
+  // when it runs short the longest switches to the host store (instead of switching every
+  // request at the threshold: --sparse-switch threshold).
+  bool switch_on_pressure = false;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;

@@ -139,6 +139,9 @@ constexpr Row kEngineMetrics[] = {
        return {{"stage=\"begun\"", s.sparse.moves_started_total},
                {"stage=\"done\"", s.sparse.moves_total}};
      }},
+    {"oasis:sparse_pressure_switches_total", kCounter,
+     "Requests the pressure policy switched to sparse (host store) when the GPU pool ran short.",
+     [](const EngineStats& s) -> double { return s.sparse.pressure_switches_total; }},
     {"oasis:kv_move_bytes_total", kCounter, "K/V bytes moves copied from the GPU pool to the host.",
      [](const EngineStats& s) -> double { return static_cast<double>(s.sparse.move_bytes_total); }},
     {"oasis:kv_move_seconds_total", kCounter, "Engine-loop seconds spent issuing moves.",

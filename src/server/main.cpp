@@ -38,6 +38,7 @@ nlohmann::ordered_json SparseJson(ModelHost& host) {
           {"group_reduce", s.group_reduce == GroupReduce::kSum ? "sum" : "max"},
           {"max_sparse_seqs", s.max_sparse_seqs},
           {"kv_home", KvHomeName(s.home)},
+          {"switch", s.switch_on_pressure ? "pressure" : "threshold"},
           {"host_kv_gib", s.host_kv_gib},
           {"host_kv_slots", st.sparse.num_host_kv_slots}};
 }

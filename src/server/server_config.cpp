@@ -62,6 +62,10 @@ const std::vector<Setting>& Settings() {
        "auto (draft with lookahead, else previous-query), draft (the EAGLE-3 draft query), "
        "previous-query, "
        "oracle (measurement only)"},
+      {"sparse-switch", &ServerConfig::sparse_switch,
+       "sparse: when a request past --sparse-threshold goes sparse: threshold (at once) or "
+       "pressure (it stays dense while the GPU pool has room; when the pool runs short the "
+       "longest switches to the host store instead of anyone being preempted)"},
       {"kv-home", &ServerConfig::kv_home,
        "sparse: where a sparse request's full KV lives: host (the host KV store, working sets "
        "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (hbm while "
@@ -178,6 +182,7 @@ Status ServerConfig::Validate() const {
       one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
   OASIS_RETURN_IF_ERROR(one_of("sparse-group-reduce", sparse_group_reduce, {"sum", "max"}));
   OASIS_RETURN_IF_ERROR(one_of("kv-home", kv_home, {"host", "hbm", "auto"}));
+  OASIS_RETURN_IF_ERROR(one_of("sparse-switch", sparse_switch, {"threshold", "pressure"}));
   if (SparseEnabled() && ResolvedSparsePredictor() == "draft" && ResolvedLookahead() == "off") {
     return InvalidArgument(
         "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head "

@@ -46,6 +46,7 @@ struct ServerConfig {
   int64_t sparse_threshold = 0;  // switch past this context; 0 with --sparse on: (K + 1) * 16
   int64_t dense_layers = 0;      // the first N layers stay dense
   std::string kv_home = "host";  // sparse KV home: host | hbm | auto
+  std::string sparse_switch = "threshold";  // threshold | pressure
   std::string sparse_predictor =
       "auto";  // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
   std::string sparse_group_reduce = "sum";  // GQA reduction of block scores: sum, max

@@ -220,6 +220,14 @@ read -r cap_dense cap_sparse cap_hbm cap_host <<<"$cap"
 [[ $cap_sparse -gt $cap_dense && $cap_host -gt 0 ]] && ok "--check-config capacity at 4096 tokens: dense $cap_dense, sparse $cap_sparse (HBM $cap_hbm + host $cap_host)" || bad "capacity" "$cap"
 [[ $(wait_metric 'oasis:host_kv_usage' 'v == 0') == 0 && $(wait_metric 'oasis:kv_cache_usage_perc' 'v == 0') == 0 ]] && ok "auto: pool and host store empty again" || bad "auto: pool or host store not empty"
 stop_server || fail=1
+# The same eight with --sparse-switch pressure: they run dense until the pool runs short, then
+# the longest switch to the host store (no threshold switches, nobody waits for host room).
+run_eight pressure --sparse on --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 --sparse-switch pressure
+pressed=$(wait_metric 'oasis:sparse_pressure_switches_total' 'v > 0')
+switched=$(metric 'oasis:sparse_switches_total')
+[[ $n == 8 && $pressed -gt 0 && $switched == "$pressed" ]] && ok "pressure: 8 requests all finish, $pressed switched to the host store when the pool ran short (and only then)" || bad "pressure: $n of 8 finished, $pressed pressure switches of $switched" "$(tail -5 "$TMP/pressure.log")"
+[[ $(wait_metric 'oasis:host_kv_usage' 'v == 0') == 0 && $(wait_metric 'oasis:kv_cache_usage_perc' 'v == 0') == 0 ]] && ok "pressure: pool and host store empty again" || bad "pressure: pool or host store not empty"
+stop_server || fail=1
 
 # ---- bad settings ---------------------------------------------------------------------------
 out=$("$SERVER" --backend cpu --sparse on --sparse-predictor draft 2>&1)
@@ -230,6 +238,8 @@ out=$("$SERVER" --backend cpu --sparse on --kv-home gpu 2>&1)
 [[ $? == 2 ]] && grep -q -- "--kv-home must be one of host, hbm, auto" <<<"$out" && ok "--kv-home gpu -> exit 2" || bad "--kv-home gpu" "$out"
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 100000 2>&1)
 [[ $? == 2 ]] && grep -q -- "--host-kv-gib 100000.00: this machine has .* GiB of memory available now" <<<"$out" && ok "--host-kv-gib past the memory available -> exit 2 naming it" || bad "--host-kv-gib 100000" "$out"
+out=$("$SERVER" --backend cpu --sparse on --sparse-switch sometimes 2>&1)
+[[ $? == 2 ]] && grep -q -- "--sparse-switch must be one of" <<<"$out" && ok "--sparse-switch sometimes -> exit 2" || bad "--sparse-switch sometimes" "$out"
 out=$("$SERVER" --backend cpu --sparse maybe 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse must be one of" <<<"$out" && ok "--sparse maybe -> exit 2" || bad "--sparse maybe" "$out"
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --num-kv-slots 600 --topk-blocks 400 --host-kv-gib 0.01 --check-config 2>&1)

@@ -188,6 +188,50 @@ TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in pla
   }
 }
 
+TEST_CASE("pressure policy: dense while the pool has room, the longest switch when it runs short",
+          "[engine][sparse]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(16, 7);
+  const std::vector<Collected> dense = DenseOutputs(reqs);
+  for (const auto& [name, slots] : {std::pair{"roomy pool: nobody switches", kSlots},
+                                    std::pair{"short pool: the longest switch", int64_t{200}}}) {
+    DYNAMIC_SECTION(name) {
+      TinyModel tm(slots);
+      RecordingRunner runner(*tm.model, tm.backend, slots);
+      EngineOptions opt;
+      // Roomy: K >= blocks (nobody switches anyway: exact). Short: K 4, so that a switch frees
+      // blocks (a table past K + 2 blocks per head); the outputs are then sparse ones.
+      const bool roomy = slots == kSlots;
+      opt.sparse = TinySparse(roomy ? 24 : 4, roomy ? 0.05 : 0.5, SparsePredictor::kPreviousQuery);
+      opt.sparse->switch_on_pressure = true;
+      opt.sparse_metrics_interval = 5;
+      REQUIRE(Engine::CheckOptions(opt, runner, nullptr).ok());
+      const SparseRun run = RunEngine(runner, nullptr, opt, reqs);
+      if (roomy) CheckSameOutputs(reqs, run.out, dense);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        CHECK(run.out[i].error.ok());
+        if (reqs[i].ignore_eos) CHECK(run.out[i].tokens.size() == dense[i].tokens.size());
+      }
+      const EngineStats& st = run.stats;
+      if (slots == kSlots) {
+        CHECK(st.sparse.switches_total == 0);
+        CHECK(st.sparse.pressure_switches_total == 0);
+        CHECK(runner.log.sparse_steps == 0);
+      } else {
+        CHECK(st.sparse.pressure_switches_total > 0);
+        CHECK(st.sparse.switches_total >= st.sparse.pressure_switches_total);
+        CHECK(runner.log.sparse_steps > 0);
+        // The same workload dense on this pool preempts; switching the longest avoids most.
+        TinyModel dm(slots);
+        const SparseRun plain = RunEngine(*dm.runner, nullptr, {}, reqs);
+        CHECK(plain.stats.requests.preemptions_total > st.requests.preemptions_total);
+      }
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.sparse.num_requests == 0);
+    }
+  }
+}
+
 TEST_CASE("small K: at most C new blocks per head per step, counted by the metrics",
           "[engine][sparse]") {
   const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);

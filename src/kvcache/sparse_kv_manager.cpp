@@ -579,11 +579,10 @@ void SparseKvManager::WriteRowState(
   }
 }
 
-SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry>& batch) {
-  const int64_t S = static_cast<int64_t>(batch.size()), hkv = shape_.num_kv_heads,
-                R = config_.max_sparse_seqs;
-  int64_t T = 0;
-  for (const SparseBatchEntry& e : batch) T += e.num_tokens;
+namespace {
+
+// A plan for S sequences of T tokens with nothing sparse in it yet.
+SparseStepPlan EmptyStepPlan(int64_t S, int64_t T, int64_t hkv, int64_t R) {
   SparseStepPlan p;
   p.seq_rows = FilledI32({S}, -1);
   p.tail_slots = FilledI32({S, hkv, 2}, -1);
@@ -600,8 +599,54 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
   p.current_rows = FilledI32({R}, -1);
   p.current_num_blocks = FilledI32({R}, 0);
   p.slots.resize(static_cast<size_t>(S));
+  return p;
+}
+
+}  // namespace
+
+void SparseKvManager::PlanHeads(const Request& req, const SparseBatchEntry& e, int64_t s,
+                                int64_t t0, SparseStepPlan& p) const {
+  const int64_t hkv = shape_.num_kv_heads, mb = state().max_blocks();
+  const int64_t pos = e.start, b0 = pos / kBlockSize, b1 = (pos + e.num_tokens - 1) / kBlockSize;
+  SparseStepSlots& slots = p.slots[static_cast<size_t>(s)];
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = b0; b <= b1; ++b) {
+      const int32_t slot = TailSlot(req, e.table, h, b);
+      p.tail_slots.data<int32_t>()[(s * hkv + h) * 2 + (b - b0)] = slot;
+      slots.tail_slots.push_back(slot);
+    }
+    for (int64_t i = 0; i < e.num_tokens; ++i) {
+      const int64_t x = pos + i;
+      slots.slot_mapping[static_cast<size_t>(i * hkv + h)] =
+          static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize +
+          x % kBlockSize;
+    }
+    const int32_t tail = TailSlot(req, e.table, h, b0);
+    int32_t row = 0;  // the summary row of the block the real token went to
+    if (req.in_place) {
+      // HBM home: no write-through; the block's summary row follows its GPU slot and the
+      // device tables learn the slot (a block this step starts is new to them).
+      row = host_store().in_place_base() + tail;
+      if (b0 < mb)
+        p.table_index.data<int32_t>()[s * hkv + h] =
+            static_cast<int32_t>((req.row * hkv + h) * mb + b0);
+    } else {
+      row = WholeSlot(req, h, b0);
+      p.host_mapping.data<int64_t>()[t0 * hkv + h] =
+          static_cast<int64_t>(row) * kBlockSize + pos % kBlockSize;
+    }
+    p.summary_src.data<int32_t>()[s * hkv + h] = tail;
+    p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(pos % kBlockSize + 1);
+    p.summary_dst.data<int32_t>()[s * hkv + h] = row;
+  }
+}
+
+SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry>& batch) {
+  const int64_t S = static_cast<int64_t>(batch.size()), hkv = shape_.num_kv_heads;
+  int64_t T = 0;
+  for (const SparseBatchEntry& e : batch) T += e.num_tokens;
+  SparseStepPlan p = EmptyStepPlan(S, T, hkv, config_.max_sparse_seqs);
   const bool oracle = config_.predictor == SparsePredictor::kOracle;
-  const int64_t mb = state().max_blocks();
   p.measure_agreement =
       !oracle && config_.agreement_interval > 0 && step_ % config_.agreement_interval == 0;
 
@@ -626,36 +671,7 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
     slots.tail_len = p.tail_lens.data<int32_t>()[s];
     slots.table_width = config_.topk_blocks + 2;
     slots.slot_mapping.resize(static_cast<size_t>(e.num_tokens * hkv));
-    for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t b = b0; b <= b1; ++b) {
-        const int32_t slot = TailSlot(req, e.table, h, b);
-        p.tail_slots.data<int32_t>()[(s * hkv + h) * 2 + (b - b0)] = slot;
-        slots.tail_slots.push_back(slot);
-      }
-      for (int64_t i = 0; i < e.num_tokens; ++i) {
-        const int64_t x = pos + i;
-        slots.slot_mapping[static_cast<size_t>(i * hkv + h)] =
-            static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize +
-            x % kBlockSize;
-      }
-      const int32_t tail = TailSlot(req, e.table, h, b0);
-      int32_t row = 0;  // the summary row of the block the real token went to
-      if (req.in_place) {
-        // HBM home: no write-through; the block's summary row follows its GPU slot and the
-        // device tables learn the slot (a block this step starts is new to them).
-        row = host_store().in_place_base() + tail;
-        if (b0 < mb)
-          p.table_index.data<int32_t>()[s * hkv + h] =
-              static_cast<int32_t>((r * hkv + h) * mb + b0);
-      } else {
-        row = WholeSlot(req, h, b0);
-        p.host_mapping.data<int64_t>()[t0 * hkv + h] =
-            static_cast<int64_t>(row) * kBlockSize + pos % kBlockSize;
-      }
-      p.summary_src.data<int32_t>()[s * hkv + h] = tail;
-      p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(pos % kBlockSize + 1);
-      p.summary_dst.data<int32_t>()[s * hkv + h] = row;
-    }
+    PlanHeads(req, e, s, t0, p);
     // Prediction for the next step (real token at pos + 1): the draft row, else the real one.
     if (!oracle) {
       const bool draft = config_.predictor == SparsePredictor::kDraft && e.num_tokens == 2;

@@ -317,6 +317,10 @@ class SparseKvManager {
   // Flags the blocks below ceil(num_tokens / 16) that `local` does not name remote in the
   // request's row (none when local is null) and counts them.
   void MarkRemote(Request& req, int64_t num_tokens, const std::vector<std::vector<int32_t>>* local);
+  // BuildStepPlan's per-head part for batch sequence `s` (first token at batch row t0): its
+  // tail slots, slot mapping, write-through, summary and (in place) table entry.
+  void PlanHeads(const Request& req, const SparseBatchEntry& e, int64_t s, int64_t t0,
+                 SparseStepPlan& p) const;
   // GPU slot of tail block `block` of head `head`.
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head,
                    int64_t block) const;

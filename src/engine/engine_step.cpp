@@ -68,9 +68,8 @@ void Engine::Impl::Step() {
   RunDraftHead(b, head_start);
   if (!b.handoffs.empty()) HandoffReady(b.handoffs);
   if (sparse != nullptr) {
-    stats.sparse.switches_total += sparse->SwitchReady(scheduler.running());
+    sparse->SwitchReady(scheduler.running());  // (counted in stats.sparse.switches_total)
     sparse->Rebalance(scheduler.running(), UnderPressure(b.plan));
-    stats.sparse.switches_total += sparse->TakeSwitches();
   }
 }
 

@@ -178,10 +178,7 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
         !manager_.ShouldSwitch(s->id, s->num_computed)) {
       continue;
     }
-    const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed,
-                                              [this](int r) -> std::vector<LayerKvPool>& {
-                                                return *rank_pools_.at(static_cast<size_t>(r));
-                                              });
+    const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed, PoolsOf());
     if (!st.ok()) {  // no sparse row or GPU slot now: stays dense, retried next step
       if (switch_failures_++ % 1000 == 0)
         spdlog::debug("request {} stays dense: {}", s->id, st.ToString());
@@ -194,7 +191,29 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
     in_place_switches_ += in_place ? 1 : 0;
     ++switched;
   }
+  switches_ += switched;
   return switched;
+}
+
+namespace {
+
+// The running sequence with the most computed tokens among those `eligible` accepts, or null.
+template <class Eligible>
+Sequence* Longest(const std::vector<Sequence*>& running, Eligible eligible) {
+  Sequence* longest = nullptr;
+  for (Sequence* s : running) {
+    if (eligible(*s) && (longest == nullptr || s->num_computed > longest->num_computed))
+      longest = s;
+  }
+  return longest;
+}
+
+}  // namespace
+
+std::function<std::vector<LayerKvPool>&(int rank)> SparseDecoding::PoolsOf() {
+  return [this](int r) -> std::vector<LayerKvPool>& {
+    return *rank_pools_.at(static_cast<size_t>(r));
+  };
 }
 
 bool SparseDecoding::SwitchableUnderPressure(const Sequence& s) const {
@@ -208,54 +227,45 @@ bool SparseDecoding::SwitchableUnderPressure(const Sequence& s) const {
 
 bool SparseDecoding::SwitchUnderPressure(Sequence& s) {
   if (!manager_.Reserve(s.id, s.max_total_tokens).ok()) return false;
-  const Status st = manager_.SwitchToSparse(s.id, s.table, s.num_computed,
-                                            [this](int r) -> std::vector<LayerKvPool>& {
-                                              return *rank_pools_.at(static_cast<size_t>(r));
-                                            });
-  if (!st.ok()) {
+  if (!manager_.SwitchToSparse(s.id, s.table, s.num_computed, PoolsOf()).ok()) {
     manager_.Release(s.id);  // (nothing else was taken)
     return false;
   }
   s.kv = SequenceKv::kSparse;
   ++pressure_switches_;
+  ++switches_;
   spdlog::debug("request {} switched to sparse under pressure ({} tokens)", s.id, s.num_computed);
   return true;
+}
+
+bool SparseDecoding::FinishMoveOf(Sequence& s) {
+  const int64_t blocks = manager_.BlocksToCopy(s.id, s.num_computed) + 1;  // + the tail block
+  if (!manager_.FinishMove(s.id, s.table, s.num_computed, PoolsOf()).ok()) return false;
+  s.kv = SequenceKv::kSparse;  // its table is empty now: tails and working set only
+  ++moves_total_;
+  move_bytes_ += blocks * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+  return true;
+}
+
+bool SparseDecoding::MovableNow(const Sequence& s) const {
+  return home_ == KvHome::kAuto && s.kv != SequenceKv::kDense && s.num_pending() == 1 &&
+         manager_.InPlace(s.id) && (manager_.Moving(s.id) || manager_.CanMove(s.id));
 }
 
 bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
   // The longest request that can leave the pool: a dense decode past the threshold (the
   // pressure policy: it switches to the host store now) or an in-place one (auto: it moves).
-  Sequence* longest = nullptr;
-  for (Sequence* s : running) {
-    const bool in_place = home_ == KvHome::kAuto && s->kv != SequenceKv::kDense &&
-                          s->num_pending() == 1 && manager_.InPlace(s->id) &&
-                          (manager_.Moving(s->id) || manager_.CanMove(s->id));
-    if (!in_place && !SwitchableUnderPressure(*s)) continue;
-    if (longest == nullptr || s->num_computed > longest->num_computed) longest = s;
-  }
+  Sequence* longest = Longest(
+      running, [this](const Sequence& s) { return MovableNow(s) || SwitchableUnderPressure(s); });
   if (longest == nullptr) return false;
-  if (longest->kv == SequenceKv::kDense) {
-    if (!SwitchUnderPressure(*longest)) return false;
-    ++stats_switches_;
-    return true;
-  }
+  if (longest->kv == SequenceKv::kDense) return SwitchUnderPressure(*longest);
   if (!manager_.Moving(longest->id)) {
     if (!manager_.BeginMove(longest->id).ok()) return false;
     ++moves_started_;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t blocks = manager_.BlocksToCopy(longest->id, longest->num_computed) + 1;
-  if (!manager_
-           .FinishMove(longest->id, longest->table, longest->num_computed,
-                       [this](int r) -> std::vector<LayerKvPool>& {
-                         return *rank_pools_.at(static_cast<size_t>(r));
-                       })
-           .ok()) {
-    return false;  // (it keeps moving: Rebalance finishes it when there is room)
-  }
-  longest->kv = SequenceKv::kSparse;
-  ++moves_total_;
-  move_bytes_ += blocks * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+  // (On failure it keeps moving: Rebalance finishes it when there is room.)
+  if (!FinishMoveOf(*longest)) return false;
   move_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   spdlog::debug("request {} moved to the host store at once ({} tokens)", longest->id,
                 longest->num_computed);
@@ -264,42 +274,26 @@ bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
 
 void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, bool pressure) {
   if (pressure && config().switch_on_pressure) {  // the longest dense request leaves the pool
-    Sequence* longest = nullptr;
-    for (Sequence* s : running) {
-      if (SwitchableUnderPressure(*s) &&
-          (longest == nullptr || s->num_computed > longest->num_computed))
-        longest = s;
-    }
-    if (longest != nullptr && SwitchUnderPressure(*longest)) {
-      ++stats_switches_;
-      return;
-    }
+    Sequence* longest =
+        Longest(running, [this](const Sequence& s) { return SwitchableUnderPressure(s); });
+    if (longest != nullptr && SwitchUnderPressure(*longest)) return;
   }
   if (home_ != KvHome::kAuto) return;  // only auto has two homes to move between
-  const auto pools = [this](int r) -> std::vector<LayerKvPool>& {
-    return *rank_pools_.at(static_cast<size_t>(r));
-  };
   const auto t0 = std::chrono::steady_clock::now();
   bool any = false;
-  Sequence* longest = nullptr;
   for (Sequence* s : running) {
-    if (manager_.Moving(s->id)) {
-      any = true;
-      if (s->num_pending() != 1) continue;  // only between decode steps
-      const int64_t n =
-          manager_.CopySome(s->id, s->table, s->num_computed, config().move_blocks_per_step, pools);
-      move_bytes_ += n * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
-      if (manager_.BlocksToCopy(s->id, s->num_computed) == 0 &&
-          manager_.FinishMove(s->id, s->table, s->num_computed, pools).ok()) {
-        s->kv = SequenceKv::kSparse;  // its table is empty now: tails and working set only
-        ++moves_total_;
-      }
-    } else if (pressure && manager_.CanMove(s->id) &&
-               (longest == nullptr || s->num_computed > longest->num_computed)) {
-      longest = s;
-    }
+    if (!manager_.Moving(s->id)) continue;
+    any = true;
+    if (s->num_pending() != 1) continue;  // only between decode steps
+    const int64_t n = manager_.CopySome(s->id, s->table, s->num_computed,
+                                        config().move_blocks_per_step, PoolsOf());
+    move_bytes_ += n * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+    if (manager_.BlocksToCopy(s->id, s->num_computed) == 0) FinishMoveOf(*s);
   }
-  if (!any && longest != nullptr && manager_.BeginMove(longest->id).ok()) {
+  Sequence* longest = any || !pressure ? nullptr : Longest(running, [this](const Sequence& s) {
+    return manager_.CanMove(s.id);
+  });
+  if (longest != nullptr && manager_.BeginMove(longest->id).ok()) {
     ++moves_started_;
     spdlog::debug("request {} moves to the host store ({} tokens)", longest->id,
                   longest->num_computed);
@@ -332,6 +326,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.num_in_place = manager_.num_in_place();
   stats.sparse.in_place_switches_total = in_place_switches_;
   stats.sparse.pressure_switches_total = pressure_switches_;
+  stats.sparse.switches_total = switches_;
   stats.sparse.moves_started_total = moves_started_;
   stats.sparse.moves_total = moves_total_;
   stats.sparse.move_bytes_total = move_bytes_;

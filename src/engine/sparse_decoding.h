@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -99,12 +100,6 @@ class SparseDecoding final : public SequenceKvHooks {
   // moving request copies config().move_blocks_per_step blocks per step while it decodes, then
   // finishes (its table's slots go back to the pool, it runs as kSparse).
   void Rebalance(const std::vector<Sequence*>& running, bool pressure);
-  // Switches made by Relieve and Rebalance since the last call (the engine's switches_total).
-  int64_t TakeSwitches() {
-    const int64_t n = stats_switches_;
-    stats_switches_ = 0;
-    return n;
-  }
 
   // Requests of `tokens` tokens (each past the threshold) the homes hold at once: the host
   // store's first, each with K + 2 working and tail head-blocks per KV head in the pool, then
@@ -136,11 +131,17 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t in_place_switches_ = 0;  // switches that kept the KV in the GPU pool
   int64_t moves_started_ = 0, moves_total_ = 0, move_bytes_ = 0;
   int64_t pressure_switches_ = 0;  // dense -> sparse (host) switches the pressure policy made
-  int64_t stats_switches_ = 0;     // switches made outside SwitchReady (TakeSwitches)
+  int64_t switches_ = 0;           // dense -> sparse switches of every kind
   // The pressure policy (SparseConfig::switch_on_pressure): whether `s` may switch to the host
   // store now (a dense decode past the threshold whose KV fits the host store), and the switch.
   bool SwitchableUnderPressure(const Sequence& s) const;
   bool SwitchUnderPressure(Sequence& s);
+  // auto: whether `s` is an in-place sparse decode that can move (or is moving) now, and the
+  // end of its move (false when the pool has too few slots for its working set yet).
+  bool MovableNow(const Sequence& s) const;
+  bool FinishMoveOf(Sequence& s);
+  // Each rank's KV pools, as the manager's switches and moves take them.
+  std::function<std::vector<LayerKvPool>&(int rank)> PoolsOf();
   double move_seconds_ = 0;
 };
 

@@ -136,7 +136,6 @@ Status SparseKvManager::ReserveInPlace(uint64_t id, int64_t max_total_tokens) {
   Request r;
   r.in_place = true;
   r.reserved_blocks = BlocksFor(max_total_tokens);
-  in_place_committed_ += r.reserved_blocks * shape_.num_kv_heads;
   requests_.emplace(id, std::move(r));
   return Status::Ok();
 }
@@ -144,6 +143,12 @@ Status SparseKvManager::ReserveInPlace(uint64_t id, int64_t max_total_tokens) {
 bool SparseKvManager::InPlace(uint64_t id) const {
   auto it = requests_.find(id);
   return it != requests_.end() && it->second.in_place;
+}
+
+int64_t SparseKvManager::in_place_slots_committed() const {
+  int64_t n = 0;
+  for (const auto& [id, r] : requests_) n += r.in_place ? r.reserved_blocks : 0;
+  return n * shape_.num_kv_heads;
 }
 
 int64_t SparseKvManager::num_in_place() const {
@@ -305,7 +310,6 @@ Status SparseKvManager::FinishMove(
   });
   req.in_place = false;
   req.moving = false;
-  in_place_committed_ -= req.reserved_blocks * hkv;
   return Status::Ok();
 }
 
@@ -694,7 +698,6 @@ void SparseKvManager::Release(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& r = it->second;
-  if (r.in_place) in_place_committed_ -= r.reserved_blocks * shape_.num_kv_heads;
   if (r.row >= 0) {
     gpu_allocator_.Free(r.ws_slots);
     gpu_allocator_.Free(r.tail_slots);

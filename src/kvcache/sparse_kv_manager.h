@@ -146,7 +146,7 @@ class SparseKvManager {
   Status ReserveInPlace(uint64_t id, int64_t max_total_tokens);
   bool InPlace(uint64_t id) const;
   // GPU head-blocks the in-place requests may reach together (each its max_total_tokens).
-  int64_t in_place_slots_committed() const { return in_place_committed_; }
+  int64_t in_place_slots_committed() const;
   int64_t num_in_place() const;  // in-place requests that are sparse now
 
   // ---- Moves, HBM -> host (docs/sparse.md §12): an in-place sparse request's KV goes to the
@@ -346,7 +346,6 @@ class SparseKvManager {
   std::unordered_map<uint64_t, Request> requests_;
   std::vector<int32_t> free_rows_;  // LIFO
   int64_t step_ = 0;
-  int64_t in_place_committed_ = 0;  // Σ head-blocks of in-place requests' max_total_tokens
 };
 
 }  // namespace oasis

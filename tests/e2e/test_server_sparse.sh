@@ -149,19 +149,24 @@ fi
 out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "hi"}]}')
 [[ ${out##*$'\n'} == 413 ]] && ok "chat without max_tokens (the whole context) does not fit: 413" || bad "chat without max_tokens" "$out"
-# Each needs 38 of the 40 head-blocks: they wait for each other. The bodies are written first and
-# one curl sends all three at once, so a slow machine cannot space them out until none waits.
-args=()
-for i in 0 1 2; do
-  echo "{\"prompt\": $(ids 150 $((7 + i))), \"max_tokens\": 150, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/body.$i"
-  ((i > 0)) && args+=(--next)
-  args+=(-s -X POST -H 'Content-Type: application/json' --data-binary "@$TMP/body.$i" -o "$TMP/small.$i" "$BASE/v1/completions")
-done
-curl --parallel --parallel-immediate --parallel-max 3 "${args[@]}"
-n=0
-for i in 0 1 2; do
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==150 else 1)' "$TMP/small.$i" && n=$((n + 1))
-done
+# parallel_completions TAG COUNT SEED0 PROMPT_LEN MAX_TOKENS: COUNT completions (prompts `ids
+# PROMPT_LEN SEED0+i`, ignore_eos) sent at once by one curl, their bodies written first so a slow
+# machine cannot space them out; answers in $TMP/TAG.i; sets n = how many got all MAX_TOKENS.
+parallel_completions() {
+  local tag=$1 count=$2 seed=$3 len=$4 max=$5 args=() i
+  for ((i = 0; i < count; ++i)); do
+    echo "{\"prompt\": $(ids "$len" $((seed + i))), \"max_tokens\": $max, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/body.$i"
+    ((i > 0)) && args+=(--next)
+    args+=(-s -X POST -H 'Content-Type: application/json' --data-binary "@$TMP/body.$i" -o "$TMP/$tag.$i" "$BASE/v1/completions")
+  done
+  curl --parallel --parallel-immediate --parallel-max "$count" "${args[@]}"
+  n=0
+  for ((i = 0; i < count; ++i)); do
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==int(sys.argv[2]) else 1)' "$TMP/$tag.$i" "$max" 2>/dev/null && n=$((n + 1))
+  done
+}
+# Each needs 38 of the 40 head-blocks: they wait for each other.
+parallel_completions small 3 7 150 150
 waits=$(wait_metric 'oasis:sparse_admission_waits_total' 'v > 0')
 [[ $n == 3 && $waits -gt 0 ]] && ok "three requests that fit only one at a time are queued and all finish ($waits admission waits)" || bad "queued requests: $n of 3 finished, waits $waits" "$(cat "$TMP"/small.*)"
 [[ $(wait_metric 'oasis:host_kv_usage' 'v == 0') == 0 ]] && ok "small store empty again" || bad "small store not empty"
@@ -173,17 +178,7 @@ stop_server || fail=1
 # killed the server with every request lost).
 start_server "$TMP/pool.log" --backend cpu --num-kv-slots 96 --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 \
   --lookahead reject --draft-load-format dummy || exit 1
-args=()
-for i in 0 1 2 3 4 5 6 7; do
-  echo "{\"prompt\": $(ids 150 $((20 + i))), \"max_tokens\": 120, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/body.$i"
-  ((i > 0)) && args+=(--next)
-  args+=(-s -X POST -H 'Content-Type: application/json' --data-binary "@$TMP/body.$i" -o "$TMP/pool.$i" "$BASE/v1/completions")
-done
-curl --parallel --parallel-immediate --parallel-max 8 "${args[@]}"
-n=0
-for i in 0 1 2 3 4 5 6 7; do
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==120 else 1)' "$TMP/pool.$i" 2>/dev/null && n=$((n + 1))
-done
+parallel_completions pool 8 20 150 120
 switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 8')
 [[ $n == 8 && $switches == 8 ]] && ok "8 requests of 270 tokens beside a pool of 768 tokens per KV head: all finish sparse, the server lives" || bad "pool smaller than the host store: $n of 8 finished, $switches switches" "$(tail -5 "$TMP/pool.log")"
 draft_blocks=$(metric 'oasis:num_draft_kv_blocks')
@@ -198,17 +193,7 @@ run_eight() {  # tag, server flags...
   local tag=$1
   shift
   start_server "$TMP/$tag.log" --backend cpu --num-kv-slots 200 "$@" || exit 1
-  local args=() i
-  for i in 0 1 2 3 4 5 6 7; do
-    echo "{\"prompt\": $(ids 150 $((40 + i))), \"max_tokens\": 250, \"temperature\": 0, \"ignore_eos\": true}" >"$TMP/body.$i"
-    ((i > 0)) && args+=(--next)
-    args+=(-s -X POST -H 'Content-Type: application/json' --data-binary "@$TMP/body.$i" -o "$TMP/$tag.$i" "$BASE/v1/completions")
-  done
-  curl --parallel --parallel-immediate --parallel-max 8 "${args[@]}"
-  n=0
-  for i in 0 1 2 3 4 5 6 7; do
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["usage"]["completion_tokens"]==250 else 1)' "$TMP/$tag.$i" 2>/dev/null && n=$((n + 1))
-  done
+  parallel_completions "$tag" 8 40 150 250
 }
 run_eight homes --sparse on --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 --kv-home auto
 hbm=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_home_switches_total{.*home="hbm"} \(.*\)$/\1/p')

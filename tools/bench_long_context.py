@@ -63,6 +63,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -149,13 +150,21 @@ def tensor_parallel_size(flags):
 
 # ---------------------------------------------------------------- server capacity
 
-def max_concurrency(s, mode, input_len, output_len, topk, metrics, max_num_seqs):
+def kv_home_of(args_text):
+    """The sparse server's --kv-home in a flag string (the server's default: auto)."""
+    m = re.search(r"--kv-home[ =](\S+)", args_text or "")
+    return m.group(1) if m else "auto"
+
+
+def max_concurrency(s, mode, input_len, output_len, topk, metrics, max_num_seqs, home="auto"):
     """The most requests of this size the server holds at once, and what bounds it ({} and None
     when /metrics lacks the pool sizes).
       dense:  num_kv_blocks (head-blocks per layer) // (Hkv · ceil(total/16))
       sparse: host store: num_host_kv_blocks // (Hkv · ceil(total/16)) (each request reserves
               room for every block it can reach, SparseKvManager::Reserve); GPU: each sparse
               request keeps (K+2)·Hkv head-blocks, and one request at a time prefills densely.
+              --kv-home auto (the default): the host store's requests, then whole requests in
+              place in what the pool has left; hbm: in place only (the dense bound).
     both at most --max-num-seqs (= the sparse rows by default)."""
     pool = metrics.get("oasis:num_kv_blocks")
     if not pool:
@@ -168,9 +177,14 @@ def max_concurrency(s, mode, input_len, output_len, topk, metrics, max_num_seqs)
         if not host:
             return None, {}
         working = (topk + 2) * (s["Hkv"] // s.get("tp", 1))
-        limits["gpu_kv_sparse"] = max(limits.pop("gpu_kv_dense"),
-                                      1 + int((pool - per_req) // working) if pool >= per_req else 0)
-        limits["host_kv"] = int(host // per_req)
+        if home == "host":
+            limits["gpu_kv_sparse"] = max(limits.pop("gpu_kv_dense"),
+                                          1 + int((pool - per_req) // working) if pool >= per_req else 0)
+            limits["host_kv"] = int(host // per_req)
+        elif home == "auto":
+            in_host = min(int(host // per_req), int(pool // working))
+            limits["kv_homes"] = in_host + int((pool - in_host * working) // per_req)
+            limits.pop("gpu_kv_dense")
     n = min(limits.values())
     return max(0, n), dict(limits, bound_by=min(limits, key=limits.get))
 
@@ -214,6 +228,13 @@ def derive(before, after, duration_s, median_tpot_ms, median_itl_ms=None):
         "preemptions": g("oasis:num_preemptions_total"),
         "sparse_switches": g("oasis:sparse_switches_total"),
         "sparse_admission_waits": g("oasis:sparse_admission_waits_total"),
+        "pressure_switches": g("oasis:sparse_pressure_switches_total"),
+        "switches_hbm": g("oasis:kv_home_switches_total{home=hbm}"),
+        "switches_host": g("oasis:kv_home_switches_total{home=host}"),
+        "moves_begun": g("oasis:kv_moves_total{stage=begun}"),
+        "moves_done": g("oasis:kv_moves_total{stage=done}"),
+        "move_bytes": g("oasis:kv_move_bytes_total"),
+        "move_seconds": g("oasis:kv_move_seconds_total"),
         "sparse_steps": steps,
         "hit_rate": g("oasis:sparse_hits_total") / looked if looked else None,
         "blocks_fetched_per_step": g("oasis:sparse_blocks_fetched_total") / steps if steps else None,
@@ -392,6 +413,40 @@ class Server:
             return ""
 
 
+PEAK_KEYS = {  # /metrics gauges whose largest value during a run is recorded (record["peaks"])
+    "held": "oasis:num_requests_running", "waiting": "oasis:num_requests_waiting",
+    "hbm_requests": "oasis:kv_home_requests{home=hbm}", "host_requests": "oasis:kv_home_requests{home=host}",
+    "hbm_blocks": "oasis:kv_home_blocks{home=hbm}", "host_blocks": "oasis:kv_home_blocks{home=host}",
+    "gpu_kv_usage": "oasis:kv_cache_usage_perc", "sparse_requests": "oasis:sparse_requests",
+}
+
+
+class PeakPoller(threading.Thread):
+    """Scrapes /metrics every `interval` s while a run goes on and keeps each PEAK_KEYS gauge's
+    largest value: held concurrency is what the server really ran at once, not an estimate."""
+    def __init__(self, server, interval=0.5):
+        super().__init__(daemon=True)
+        self.server, self.interval, self.stop_event = server, interval, threading.Event()
+        self.peaks, self.samples = {}, 0
+
+    def run(self):
+        while not self.stop_event.is_set():
+            try:
+                m = self.server.metrics()
+                self.samples += 1
+                for name, key in PEAK_KEYS.items():
+                    if key in m:
+                        self.peaks[name] = max(self.peaks.get(name, 0.0), m[key])
+            except (OSError, urllib.error.URLError, ValueError):
+                pass
+            self.stop_event.wait(self.interval)
+
+    def finish(self):
+        self.stop_event.set()
+        self.join(15)
+        return dict(self.peaks, samples=self.samples)
+
+
 def run_bench(binary, env, argv, stdout_path, timeout_s):
     """Runs oasis-bench; (returncode or None on timeout, seconds)."""
     t0 = time.time()
@@ -536,13 +591,15 @@ def print_table(records, out=sys.stdout):
                  if r["mode"] == "dense" and r["status"] == "ok" and r["concurrency_label"] == "max"}
     cols = ["sweeps", "mode", "in", "out", "conc", "K", "fetch", "ok/n", "tok/s", "roof", "frac", "sp/dense",
             "TTFT ms", "TPOT ms", "ITL ms", "step ms", "model ms", "roofTPOT", "dec tok/s", "dfrac", "sfrac",
-            "dec sp/d", "hit", "blk/step", "H2D MB/st", "PCIe GB/s", "wait ms", "floor ms", "pfrac"]
+            "dec sp/d", "hit", "blk/step", "H2D MB/st", "PCIe GB/s", "wait ms", "floor ms", "pfrac",
+            "held", "preempt", "hbm/host", "switch", "moves", "move GB"]
     rows = []
     for r in records:
         b = r.get("bench") or {}
         m = r.get("derived") or {}
         roof = r.get("roofline") or {}
-        dec = decode_phase(b, roof, m, r.get("admitted") or r["concurrency"])
+        pk = r.get("peaks") or {}
+        dec = decode_phase(b, roof, m, r.get("held") or r.get("admitted") or r["concurrency"])
         thr = b.get("output_throughput")
         ratio = dratio = None
         if r["mode"] == "sparse" and thr:
@@ -552,12 +609,12 @@ def print_table(records, out=sys.stdout):
             if ref and ref["bench"].get("output_throughput"):
                 ratio = f"{thr / ref['bench']['output_throughput']:.2f}{tag}"
                 ref_dec = decode_phase(ref["bench"], ref.get("roofline"), ref.get("derived"),
-                                       ref.get("admitted") or ref["concurrency"])
+                                       ref.get("held") or ref.get("admitted") or ref["concurrency"])
                 if dec.get("decode_tok_s") and ref_dec.get("decode_tok_s"):
                     dratio = f"{dec['decode_tok_s'] / ref_dec['decode_tok_s']:.2f}{tag}"
         conc = f"{r['concurrency']}" + ("*" if r["concurrency_label"] == "max" else "")
         if r.get("admitted") is not None and r["admitted"] < r["concurrency"]:
-            conc += f">{r['admitted']}"
+            conc += f">{r['admitted']}"  # (the estimate; "held" is what really ran at once)
         ok = f"{fmt(b.get('completed'), '{:d}', '0')}/{r.get('num_prompts') or '-'}"
         if r["status"] != "ok":
             ok = r["status"]
@@ -577,7 +634,14 @@ def print_table(records, out=sys.stdout):
                                                     if h2d and b.get("median_itl_ms") else None), "{:.2f}"),
                      fmt(m.get("transfer_wait_ms_per_step"), "{:.2f}"),
                      fmt(dec.get("roof_pcie_ms"), "{:.2f}"),
-                     fmt(dec.get("roof_pcie_frac_step") or dec.get("roof_pcie_frac"), "{:.2f}")])
+                     fmt(dec.get("roof_pcie_frac_step") or dec.get("roof_pcie_frac"), "{:.2f}"),
+                     fmt(pk.get("held"), "{:.0f}"), fmt(m.get("preemptions"), "{:.0f}"),
+                     (f"{pk.get('hbm_requests', 0):.0f}/{pk.get('host_requests', 0):.0f}"
+                      if r["mode"] == "sparse" and pk else "-"),
+                     fmt(m.get("sparse_switches"), "{:.0f}") if r["mode"] == "sparse" else "-",
+                     (f"{m.get('moves_done') or 0:.0f}/{m.get('moves_begun') or 0:.0f}"
+                      if r["mode"] == "sparse" and m else "-"),
+                     fmt(m.get("move_bytes") / 1e9 if m.get("move_bytes") else None, "{:.2f}")])
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(cols)]
     line = lambda cells: "  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     print(line(cols), file=out)
@@ -591,7 +655,10 @@ def print_table(records, out=sys.stdout):
           "forward + sampling), sfrac = roofTPOT / step ms; dec sp/d = sparse/dense decode tok/s. hit / blk/step / "
           f"H2D: sparse metrics over the run; PCIe GB/s = H2D bytes per step / ITL; wait = the step end's wait for "
           f"the side streams per sparse step; floor = max(roofTPOT, H2D bytes per step at {PCIE_GBPS:g} GB/s), "
-          "pfrac = floor / step ms (or / ITL)", file=out)
+          "pfrac = floor / step ms (or / ITL). held: the most requests running at once (/metrics, every 0.5 s); "
+          "preempt: preemptions; hbm/host: the most sparse requests at once whose KV lived in the GPU pool / the "
+          "host store; switch: dense -> sparse switches; moves: GPU pool -> host moves done/begun, move GB their "
+          "bytes", file=out)
 
 
 # ---------------------------------------------------------------- running
@@ -634,7 +701,9 @@ class Driver:
         bench = rec.get("bench") or {}
         print(f"[{time.time() - self.t0:7.1f}s] {rid}: {status}"
               + (f", {bench.get('output_throughput') or 0:.1f} tok/s, TPOT {bench.get('median_tpot_ms') or 0:.2f} ms"
-                 if bench else "") + (f" ({kw['error']})" if kw.get("error") else ""), flush=True)
+                 if bench else "")
+              + (f", held {rec['peaks'].get('held', 0):.0f}" if rec.get("peaks") else "")
+              + (f", preempted {rec['derived'].get('preemptions') or 0:.0f}" if rec.get("derived") else "") + (f" ({kw['error']})" if kw.get("error") else ""), flush=True)
 
     def start_server(self, args):
         self.servers += 1
@@ -686,7 +755,8 @@ class Driver:
                     self.record(run, conc, run_id(run, conc), "skipped", error="--budget-s spent")
                     continue
             cap, limits = max_concurrency(self.shape, run["mode"], run["input_len"], run["output_len"],
-                                          run["topk"] or 0, capacity, self.a.max_num_seqs)
+                                          run["topk"] or 0, capacity, self.a.max_num_seqs,
+                                          kv_home_of(self.a.sparse_server_args + " " + self.a.server_args))
             if conc == "max":
                 conc = self.a.max_concurrency or cap
                 if not conc:
@@ -728,8 +798,16 @@ class Driver:
         except (OSError, urllib.error.URLError) as e:
             self.record(run, conc, rid, "failed", error=f"/metrics before the run: {e}", **common)
             return server, self.records[-1]
+        poller = PeakPoller(server)
+        poller.start()
         rc, secs = run_bench(self.bench_bin, self.env, argv, os.path.join(a.out_dir, "runs", rid + ".bench.txt"),
                              timeout)
+        peaks = poller.finish()
+        common["peaks"] = peaks
+        if peaks.get("held"):  # what really ran at once (`admitted`, the capacity estimate, is a bound)
+            admitted = common["held"] = int(min(conc, peaks["held"]))
+            roof = common["roofline"] = roofline(self.shape, run["mode"], run["input_len"], run["output_len"],
+                                                 admitted, run["topk"] or 0, a.threshold, a.dtype_bytes)
         result = {}
         if os.path.exists(bench_json):
             with open(bench_json) as f:

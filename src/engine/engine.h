@@ -219,6 +219,7 @@ struct EngineStats {
     int64_t num_free_host_kv_slots = 0;   // not reserved by any request
     int64_t gpu_slots = 0;                // GPU head-blocks held as working sets + tails
     int64_t num_in_place = 0;             // sparse requests whose KV stays in the GPU pool
+    int64_t in_place_blocks = 0;          // GPU pool head-blocks their tables hold
     int64_t in_place_switches_total = 0;  // switches that kept the KV in the GPU pool
     int64_t pressure_switches_total = 0;  // dense -> sparse switches made by the pressure policy
     int64_t moves_started_total = 0;      // in-place requests that began moving to the host

@@ -97,9 +97,10 @@ struct Engine::Impl {
   void Step();
   // preemption clean-up and refusals; false when there is nothing to run;
   bool HandleScheduled(const SchedulerOutput& plan);
-  // Whether the pool is short: the step preempted, or the next waiting request's context does
-  // not fit the free head-blocks (sparse moves relieve it, SparseDecoding::Rebalance).
-  bool UnderPressure(const SchedulerOutput& plan) const;
+  // Head-blocks the pool is short of (sparse switches and moves relieve it,
+  // SparseDecoding::Rebalance): to admit the next waiting request, at least 1 when the step
+  // preempted; 0 without pressure.
+  int64_t PoolShortfall(const SchedulerOutput& plan) const;
   // the target batch and its sample rows (AddSampleRows: a chunk's, `draft_logits` adding
   // one per draft token);
   void BuildBatch(StepBatch& b);

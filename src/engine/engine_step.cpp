@@ -69,15 +69,16 @@ void Engine::Impl::Step() {
   if (!b.handoffs.empty()) HandoffReady(b.handoffs);
   if (sparse != nullptr) {
     sparse->SwitchReady(scheduler.running());  // (counted in stats.sparse.switches_total)
-    sparse->Rebalance(scheduler.running(), UnderPressure(b.plan));
+    sparse->Rebalance(scheduler.running(), PoolShortfall(b.plan));
   }
 }
 
-bool Engine::Impl::UnderPressure(const SchedulerOutput& plan) const {
-  if (!plan.preempted.empty()) return true;
-  if (scheduler.waiting().empty()) return false;
+int64_t Engine::Impl::PoolShortfall(const SchedulerOutput& plan) const {
+  int64_t short_by = plan.preempted.empty() ? 0 : 1;
+  if (scheduler.waiting().empty()) return short_by;
   const Sequence& next = *scheduler.waiting().front();
-  return HeadBlockTable::SlotsFor(next.num_tokens(), num_kv_heads) > allocator.num_free();
+  return std::max(short_by,
+                  HeadBlockTable::SlotsFor(next.num_tokens(), num_kv_heads) - allocator.num_free());
 }
 
 bool Engine::Impl::HandleScheduled(const SchedulerOutput& plan) {

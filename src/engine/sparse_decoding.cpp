@@ -17,6 +17,17 @@ SparseModelShape ShapeOf(ModelRunner& runner) {
   return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
 }
 
+// Tokens of KV (K and V, every layer and KV head, bf16) whose bytes equal the model's weights:
+// the pressure policy's read budget for dense decodes. Both scale by 1 / TP, so the full
+// model's figures give the ratio.
+int64_t DenseReadBudgetTokens(const ModelConfig& c) {
+  int64_t weight_bytes = 0;
+  for (const WeightSpec& w : DecoderLM::ExpectedWeights(c))
+    weight_bytes += w.numel() * static_cast<int64_t>(DTypeSize(w.dtype));
+  const int64_t kv_per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2;
+  return kv_per_token > 0 ? weight_bytes / kv_per_token : 0;
+}
+
 }  // namespace
 
 SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
@@ -35,7 +46,10 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       num_sides_(manager_.num_sides()),
       pool_slots_(allocator.num_slots()),
       home_(config.home),
-      on_pressure_(config.switch_on_pressure) {
+      on_pressure_(config.switch_on_pressure),
+      dense_read_budget_tokens_(config.dense_read_tokens > 0
+                                    ? config.dense_read_tokens
+                                    : DenseReadBudgetTokens(runner.model().full_config())) {
   spdlog::info(
       "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
       "{} dense layers, host store {} head-blocks ({:.2f} GiB{}){}, {} sparse rows, KV home {}",
@@ -48,6 +62,16 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                         manager_.host_store().num_summary_rows())
           : std::string(),
       config.max_sparse_seqs, KvHomeName(config.home));
+  if (on_pressure_)
+    spdlog::info(
+        "sparse KV: pressure policy: dense decodes past the threshold run dense while the pool has "
+        "room{}",
+        home_ == KvHome::kHost
+            ? std::string()
+            : fmt::format(" and hold at most {} tokens of KV together{}; beyond that the "
+                          "longest switch in place",
+                          dense_read_budget_tokens_,
+                          config.dense_read_tokens > 0 ? "" : " (the weights' bytes)"));
 }
 
 SparseDecoding::~SparseDecoding() {
@@ -272,32 +296,74 @@ bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
   return true;
 }
 
-void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, bool pressure) {
-  if (pressure && config().switch_on_pressure) {  // the longest dense request leaves the pool
+void SparseDecoding::SwitchInPlaceOverBudget(const std::vector<Sequence*>& running) {
+  int64_t dense_tokens = 0;
+  for (const Sequence* s : running)
+    if (s->kv == SequenceKv::kDense) dense_tokens += s->num_computed;
+  while (dense_tokens > dense_read_budget_tokens_) {
+    Sequence* longest = Longest(running, [this](const Sequence& s) {
+      return s.kv == SequenceKv::kDense && s.num_pending() == 1 && !s.always_sparse &&
+             s.num_computed > threshold_ && !manager_.HasReservation(s.id);
+    });
+    if (longest == nullptr) return;
+    if (!manager_.ReserveInPlace(longest->id, longest->max_total_tokens).ok()) return;
+    if (!manager_.SwitchToSparse(longest->id, longest->table, longest->num_computed, PoolsOf())
+             .ok()) {
+      manager_.Release(longest->id);  // no sparse row now: retried after the next step
+      return;
+    }
+    longest->kv = SequenceKv::kSparseDenseTable;
+    ++in_place_switches_;
+    ++switches_;
+    dense_tokens -= longest->num_computed;
+    spdlog::debug(
+        "request {} switched to sparse in place ({} tokens; dense decodes over the "
+        "read budget)",
+        longest->id, longest->num_computed);
+  }
+}
+
+void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t shortfall) {
+  if (config().switch_on_pressure && home_ != KvHome::kHost && threshold_ > 0)
+    SwitchInPlaceOverBudget(running);
+  in_place_blocks_ = 0;
+  for (const Sequence* s : running)
+    if (manager_.InPlace(s->id) && s->kv != SequenceKv::kDense)
+      in_place_blocks_ += s->table.num_blocks() * num_kv_heads_;
+  if (shortfall > 0 && config().switch_on_pressure) {  // the longest dense request leaves the pool
     Sequence* longest =
         Longest(running, [this](const Sequence& s) { return SwitchableUnderPressure(s); });
     if (longest != nullptr && SwitchUnderPressure(*longest)) return;
   }
   if (home_ != KvHome::kAuto) return;  // only auto has two homes to move between
   const auto t0 = std::chrono::steady_clock::now();
-  bool any = false;
+  const int64_t kept = (static_cast<int64_t>(config().topk_blocks) + 2) * num_kv_heads_;
+  int64_t moving = 0, freeing = 0;  // moves under way, and the head-blocks they will free
   for (Sequence* s : running) {
     if (!manager_.Moving(s->id)) continue;
-    any = true;
-    if (s->num_pending() != 1) continue;  // only between decode steps
-    const int64_t n = manager_.CopySome(s->id, s->table, s->num_computed,
-                                        config().move_blocks_per_step, PoolsOf());
-    move_bytes_ += n * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
-    if (manager_.BlocksToCopy(s->id, s->num_computed) == 0) FinishMoveOf(*s);
+    if (s->num_pending() == 1) {  // only between decode steps
+      const int64_t n = manager_.CopySome(s->id, s->table, s->num_computed,
+                                          config().move_blocks_per_step, PoolsOf());
+      move_bytes_ += n * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+      if (manager_.BlocksToCopy(s->id, s->num_computed) == 0 && FinishMoveOf(*s)) continue;
+    }
+    ++moving;
+    freeing += s->table.num_blocks() * num_kv_heads_ - kept;
   }
-  Sequence* longest = any || !pressure ? nullptr : Longest(running, [this](const Sequence& s) {
-    return manager_.CanMove(s.id);
-  });
-  if (longest != nullptr && manager_.BeginMove(longest->id).ok()) {
+  // Under pressure, more moves begin (the longest first) until those under way free what the
+  // pool is short of, at most kMaxMoves at once.
+  bool any = moving > 0;
+  while (shortfall > freeing && moving < kMaxMoves) {
+    Sequence* longest = Longest(running, [this](const Sequence& s) {
+      return manager_.CanMove(s.id) && s.num_pending() == 1;
+    });
+    if (longest == nullptr || !manager_.BeginMove(longest->id).ok()) break;
     ++moves_started_;
+    ++moving;
+    freeing += longest->table.num_blocks() * num_kv_heads_ - kept;
+    any = true;
     spdlog::debug("request {} moves to the host store ({} tokens)", longest->id,
                   longest->num_computed);
-    any = true;
   }
   if (any)
     move_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -324,6 +390,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.disagg.num_free_summary_rows = stats.disagg.num_summary_rows - manager_.summary_rows_held();
   stats.sparse.gpu_slots = manager_.gpu_slots_held();
   stats.sparse.num_in_place = manager_.num_in_place();
+  stats.sparse.in_place_blocks = manager_.num_in_place() > 0 ? in_place_blocks_ : 0;
   stats.sparse.in_place_switches_total = in_place_switches_;
   stats.sparse.pressure_switches_total = pressure_switches_;
   stats.sparse.switches_total = switches_;

@@ -94,12 +94,16 @@ class SparseDecoding final : public SequenceKvHooks {
   // no free sparse row or GPU slot leaves the request dense (retried next step). Returns
   // the number switched.
   int64_t SwitchReady(const std::vector<Sequence*>& running);
-  // After a step and the switch: moves of in-place requests to the host store (docs/sparse.md
-  // §12). Under `pressure` (the pool cannot admit the next waiting request, or the step
-  // preempted) the in-place request with the most blocks starts moving, one at a time; each
-  // moving request copies config().move_blocks_per_step blocks per step while it decodes, then
-  // finishes (its table's slots go back to the pool, it runs as kSparse).
-  void Rebalance(const std::vector<Sequence*>& running, bool pressure);
+  // After a step and the switch (docs/sparse.md §12). The pressure policy with an HBM home
+  // first switches dense decodes over the read budget in place. Then moves of in-place requests
+  // to the host store: `shortfall` is the head-blocks the pool is short of (to admit the next
+  // waiting request; at least 1 when the step preempted; 0: no pressure). Under pressure the
+  // in-place requests with the most blocks start moving, until the moves under way will free
+  // the shortfall (at most kMaxMoves at once); each moving request copies
+  // config().move_blocks_per_step blocks per step while it decodes, then finishes (its table's
+  // slots go back to the pool, it runs as kSparse).
+  static constexpr int64_t kMaxMoves = 4;
+  void Rebalance(const std::vector<Sequence*>& running, int64_t shortfall);
 
   // Requests of `tokens` tokens (each past the threshold) the homes hold at once: the host
   // store's first, each with K + 2 working and tail head-blocks per KV head in the pool, then
@@ -122,12 +126,20 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t pool_slots_;  // the GPU pool's head-blocks
   KvHome home_;
   bool on_pressure_;  // SparseConfig::switch_on_pressure
+  // The pressure policy's read budget: dense decodes may hold this many tokens of KV together
+  // (their attention then reads at most as many bytes per step as the weights) before the
+  // longest switch in place (home hbm or auto; docs/sparse.md §12).
+  int64_t dense_read_budget_tokens_;
+  // Bandwidth pressure: while the running dense decodes' KV exceeds the read budget, the longest
+  // past the threshold switches to sparse in place (no copy; it keeps its blocks in the pool).
+  void SwitchInPlaceOverBudget(const std::vector<Sequence*>& running);
   // Whether `seq` goes to the HBM home (SparseKvManager::ReserveInPlace) rather than the host.
   bool AdmitInPlace(const Sequence& seq) const;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
   int64_t admission_waits_ = 0;    // requests that had to wait for host room (once each)
   std::unordered_set<uint64_t> waiting_for_host_;
   int64_t switch_failures_ = 0;
+  int64_t in_place_blocks_ = 0;    // head-blocks in-place requests' tables hold (each step)
   int64_t in_place_switches_ = 0;  // switches that kept the KV in the GPU pool
   int64_t moves_started_ = 0, moves_total_ = 0, move_bytes_ = 0;
   int64_t pressure_switches_ = 0;  // dense -> sparse (host) switches the pressure policy made

@@ -61,6 +61,10 @@ struct SparseConfig {
   // when it runs short the longest switches to the host store (instead of switching every
   // request at the threshold: --sparse-switch threshold).
   bool switch_on_pressure = false;
+  // The pressure policy with the HBM home (hbm or auto): dense decodes may hold this many tokens
+  // of KV together before the longest switch to sparse in place. 0: as many tokens as make the
+  // model's weight bytes (their attention then reads at most as much as the weights per step).
+  int64_t dense_read_tokens = 0;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;

@@ -126,6 +126,13 @@ constexpr Row kEngineMetrics[] = {
        return {{"home=\"hbm\"", s.sparse.num_in_place},
                {"home=\"host\"", s.sparse.num_requests - s.sparse.num_in_place}};
      }},
+    {"oasis:kv_home_blocks", kGauge,
+     "KV head-blocks (every layer) of sparse requests by home: the GPU pool blocks their "
+     "tables hold in place, and the host KV store head-blocks reserved by requests.",
+     [](const EngineStats& s) -> std::vector<MetricSample> {
+       return {{"home=\"hbm\"", s.sparse.in_place_blocks},
+               {"home=\"host\"", s.sparse.num_host_kv_slots - s.sparse.num_free_host_kv_slots}};
+     }},
     {"oasis:kv_home_switches_total", kCounter,
      "Dense -> sparse switches by the home of the request's KV: the GPU pool or the host store.",
      [](const EngineStats& s) -> std::vector<MetricSample> {

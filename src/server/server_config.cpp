@@ -64,12 +64,15 @@ const std::vector<Setting>& Settings() {
        "oracle (measurement only)"},
       {"sparse-switch", &ServerConfig::sparse_switch,
        "sparse: when a request past --sparse-threshold goes sparse: threshold (at once) or "
-       "pressure (it stays dense while the GPU pool has room; when the pool runs short the "
-       "longest switches to the host store instead of anyone being preempted)"},
+       "pressure (it stays dense while the GPU pool has room and the dense decodes' KV stays "
+       "within the weights' bytes: past that the longest switch in place (HBM home); when the "
+       "pool runs short the longest switches to the host store instead of anyone being "
+       "preempted)"},
       {"kv-home", &ServerConfig::kv_home,
        "sparse: where a sparse request's full KV lives: host (the host KV store, working sets "
-       "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (hbm while "
-       "the GPU pool has room for the whole request, else host)"},
+       "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (the "
+       "default: hbm while the GPU pool has room for the whole request, else host; under "
+       "pressure in-place requests move to the host store)"},
       {"sparse-group-reduce", &ServerConfig::sparse_group_reduce,
        "sparse: GQA reduction of block scores: sum or max"},
       {"max-sparse-seqs", &ServerConfig::max_sparse_seqs,

@@ -45,7 +45,7 @@ struct ServerConfig {
   double fetch_ratio = 0.05;     // C = ceil(ratio * K) blocks fetched per head per step
   int64_t sparse_threshold = 0;  // switch past this context; 0 with --sparse on: (K + 1) * 16
   int64_t dense_layers = 0;      // the first N layers stay dense
-  std::string kv_home = "host";  // sparse KV home: host | hbm | auto
+  std::string kv_home = "auto";  // sparse KV home: host | hbm | auto
   std::string sparse_switch = "threshold";  // threshold | pressure
   std::string sparse_predictor =
       "auto";  // auto (draft with lookahead, else previous-query), draft, previous-query, oracle

@@ -20,7 +20,7 @@ python3 "$ROOT/tools/bench_long_context.py" --server-bin "$SERVER" --bench-bin "
   --sweep fig11 --sweep fetch --sweep topk --sweep latency --inputs 256 --output-len 16 \
   --concurrencies 1,2,max --sweep-concurrency 2 --topk 4 --topks 2,4 --fetch-ratios 0.25,1 \
   --threshold 64 --host-kv-gib 0.01 --max-num-seqs 4 --latency-prompts 2 --run-timeout 120 \
-  --startup-timeout 120 --out-dir "$TMP/lc" --pack >"$TMP/driver.out" 2>&1
+  --startup-timeout 120 --sparse-server-args "--kv-home host" --out-dir "$TMP/lc" --pack >"$TMP/driver.out" 2>&1
 rc=$?
 tail -20 "$TMP/driver.out"
 [[ $rc -eq 0 ]] || bad "driver exit $rc"
@@ -53,6 +53,13 @@ for r in runs:
             problems.append(f"{r['id']}: no sparse steps/transfers: {d}")
         if d.get("roof_pcie_ms") is None or d["roof_pcie_ms"] < r["roofline"]["step_ms"]:
             problems.append(f"{r['id']}: PCIe floor missing or below the HBM roofline")
+    # held concurrency is measured (/metrics every 0.5 s during the run): at most the offered,
+    # and at least 1 once a few scrapes fell inside the run
+    pk = r.get("peaks") or {}
+    if pk.get("held", 0) > r["concurrency"] or (pk.get("samples", 0) >= 4 and pk.get("held", 0) < 1):
+        problems.append(f"{r['id']}: held {r.get('peaks')} vs offered {r['concurrency']}")
+    if r["mode"] == "sparse" and any(k not in d for k in ("moves_done", "move_bytes", "pressure_switches")):
+        problems.append(f"{r['id']}: no home/move counters: {d}")
     if r["concurrency_label"] == "max" and r["admitted"] != min(r["max_concurrency"], r["concurrency"]):
         problems.append(f"{r['id']}: admitted {r['admitted']} vs max {r['max_concurrency']}")
 modes = {(r["mode"], s) for r in runs for s in r["sweeps"]}

@@ -111,7 +111,7 @@ done
 
 # ---- a small host store: 40 head-blocks (4 KiB each: 2 layers x 2 x 16 x 16 x f32) = 320 tokens
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-start_server "$TMP/small.log" --backend cpu --sparse-threshold 64 --topk-blocks 8 --host-kv-gib 0.000155 --grpc-port "$(free_port)" || exit 1
+start_server "$TMP/small.log" --backend cpu --sparse-threshold 64 --topk-blocks 8 --host-kv-gib 0.000155 --kv-home host --grpc-port "$(free_port)" || exit 1
 out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
   -d "{\"prompt\": $(ids 30 6), \"max_tokens\": 400, \"temperature\": 0}")
 code=${out##*$'\n'}
@@ -177,7 +177,7 @@ stop_server || fail=1
 # for the pool and the host store together; sized for the pool alone it ran out and a CHECK
 # killed the server with every request lost).
 start_server "$TMP/pool.log" --backend cpu --num-kv-slots 96 --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 \
-  --lookahead reject --draft-load-format dummy || exit 1
+  --kv-home host --lookahead reject --draft-load-format dummy || exit 1
 parallel_completions pool 8 20 150 120
 switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 8')
 [[ $n == 8 && $switches == 8 ]] && ok "8 requests of 270 tokens beside a pool of 768 tokens per KV head: all finish sparse, the server lives" || bad "pool smaller than the host store: $n of 8 finished, $switches switches" "$(tail -5 "$TMP/pool.log")"
@@ -207,7 +207,7 @@ read -r cap_dense cap_sparse cap_hbm cap_host <<<"$cap"
 stop_server || fail=1
 # The same eight with --sparse-switch pressure: they run dense until the pool runs short, then
 # the longest switch to the host store (no threshold switches, nobody waits for host room).
-run_eight pressure --sparse on --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 --sparse-switch pressure
+run_eight pressure --sparse on --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 --sparse-switch pressure --kv-home host
 pressed=$(wait_metric 'oasis:sparse_pressure_switches_total' 'v > 0')
 switched=$(metric 'oasis:sparse_switches_total')
 [[ $n == 8 && $pressed -gt 0 && $switched == "$pressed" ]] && ok "pressure: 8 requests all finish, $pressed switched to the host store when the pool ran short (and only then)" || bad "pressure: $n of 8 finished, $pressed pressure switches of $switched" "$(tail -5 "$TMP/pressure.log")"
@@ -229,7 +229,7 @@ out=$("$SERVER" --backend cpu --sparse maybe 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse must be one of" <<<"$out" && ok "--sparse maybe -> exit 2" || bad "--sparse maybe" "$out"
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --num-kv-slots 600 --topk-blocks 400 --host-kv-gib 0.01 --check-config 2>&1)
 [[ $? == 1 ]] && grep -q "topk-blocks 400 needs 804 KV head-blocks" <<<"$out" && ok "K larger than the pool -> exit 1 naming it" || bad "K larger than the pool" "$out"
-out=$("$SERVER" --backend cpu --sparse-threshold 4000 --host-kv-gib 0.0001 --check-config 2>&1)
+out=$("$SERVER" --backend cpu --sparse-threshold 4000 --host-kv-gib 0.0001 --kv-home host --check-config 2>&1)
 [[ $? == 1 ]] && grep -q -- "--host-kv-gib" <<<"$out" && ok "host store below one request past the threshold -> exit 1" || bad "tiny host store" "$out"
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --dense-layers 2 --host-kv-gib 0.01 --check-config 2>&1)
 [[ $? == 1 ]] && grep -q -- "--dense-layers 2 must be below" <<<"$out" && ok "--dense-layers >= layers -> exit 1" || bad "--dense-layers 2" "$out"

@@ -89,21 +89,29 @@ run_all long-tp1
 stop_server || fail=1
 SPARSE=(--backend cpu --tensor-parallel-size 2 --sparse-threshold 64 --topk-blocks 32 --fetch-ratio 0.05
   --host-kv-gib 0.05 --sparse-agreement-interval 2)
-for predictor in draft previous-query; do
-  tag=sparse-tp2-$predictor
+# The draft predictor with the KV in the host store (fetched over both ranks); previous-query
+# with the default home, auto: the pool has room, so every request reads its KV in place.
+for spec in "draft host" "previous-query auto"; do
+  read -r predictor home <<<"$spec"
+  tag=sparse-tp2-$predictor-$home
   extra=()
   [[ $predictor == draft ]] && extra=(--draft-load-format dummy --lookahead reject)
-  start_server "$TMP/$tag.log" "${SPARSE[@]}" --sparse-predictor "$predictor" "${extra[@]}" || exit 1
+  start_server "$TMP/$tag.log" "${SPARSE[@]}" --sparse-predictor "$predictor" --kv-home "$home" "${extra[@]}" || exit 1
   run_all "$tag"
   same_as "$tag" long-tp1
   switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 3')
-  fetched=$(wait_metric 'oasis:sparse_blocks_fetched_total' 'v > 0')
-  held=$(wait_metric 'oasis:sparse_requests' 'v == 0')
-  if python3 -c "import sys; s,f,h=map(float,sys.argv[1:]); sys.exit(0 if s >= 3 and f > 0 and h == 0 else 1)" \
-      "${switches:-0}" "${fetched:-0}" "${held:--1}"; then
-    ok "$tag: $switches requests went sparse, $fetched blocks fetched over both ranks, none held after"
+  if [[ $home == host ]]; then
+    fetched=$(wait_metric 'oasis:sparse_blocks_fetched_total' 'v > 0')
   else
-    bad "$tag: sparse metrics (switches ${switches:-none}, fetched ${fetched:-none}, held ${held:-none})" \
+    fetched=$(wait_metric 'oasis:sparse_blocks_fetched_total' 'v >= 0')
+  fi
+  in_hbm=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_home_switches_total{.*home="hbm"} \(.*\)$/\1/p')
+  held=$(wait_metric 'oasis:sparse_requests' 'v == 0')
+  if python3 -c "import sys; s,f,m,h=map(float,sys.argv[2:]); host=sys.argv[1]=='host'; sys.exit(0 if s >= 3 and h == 0 and ((f > 0 and m == 0) if host else (f == 0 and m == s)) else 1)" \
+      "$home" "${switches:-0}" "${fetched:-0}" "${in_hbm:--1}" "${held:--1}"; then
+    ok "$tag: $switches requests went sparse ($in_hbm in place), $fetched blocks fetched over both ranks, none held after"
+  else
+    bad "$tag: sparse metrics (switches ${switches:-none}, in place ${in_hbm:-none}, fetched ${fetched:-none}, held ${held:-none})" \
       "$(tail -20 "$TMP/$tag.log")"
   fi
   stop_server || fail=1

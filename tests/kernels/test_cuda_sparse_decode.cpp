@@ -110,11 +110,17 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
 
   for (int32_t k : {16, 4}) {
     for (SparsePredictor predictor : {SparsePredictor::kDraft, SparsePredictor::kPreviousQuery, SparsePredictor::kOracle}) {
-     for (KvHome home : {KvHome::kHost, KvHome::kHbm}) {
-      DYNAMIC_SECTION("K " << k << " predictor " << SparsePredictorName(predictor) << " home " << KvHomeName(home)) {
+     // host, hbm, and "moved": in the GPU pool, moved to the host store mid-decode (BeginMove,
+     // two blocks a step, FinishMove) while it keeps decoding.
+     for (int variant : {0, 1, 2}) {
+      const KvHome home = variant == 0 ? KvHome::kHost : variant == 1 ? KvHome::kHbm : KvHome::kAuto;
+      const bool moves = variant == 2;
+      if (moves && predictor == SparsePredictor::kOracle) continue;  // a move needs a prediction
+      DYNAMIC_SECTION("K " << k << " predictor " << SparsePredictorName(predictor) << " home "
+                           << (moves ? "moved" : KvHomeName(home))) {
         SparseConfig cfg = SmallSparseConfig(k, predictor, 3);
         cfg.home = home;
-        const bool in_place = home == KvHome::kHbm;
+        bool in_place = home != KvHome::kHost;
         BlockAllocator alloc(kSlots);
         std::vector<LayerKvPool> kv = lm->AllocateKvCache(kSlots);
         SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
@@ -134,7 +140,24 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
         REQUIRE(manager.InPlace(1) == in_place);
         double worst = 0;
         int argmax_flips = 0;
+        int64_t steps_in_place = -1, fetched_in_place = -1;  // counted when the move finished
+        const auto pools = [&](int) -> std::vector<LayerKvPool>& { return kv; };
         for (int i = 0; i < steps; ++i) {
+          if (moves && in_place && i >= steps / 3) {  // between steps: copy two blocks, then finish
+            if (!manager.Moving(1)) REQUIRE(manager.BeginMove(1).ok());
+            manager.CopySome(1, table, n + i, 2, pools);
+            if (manager.BlocksToCopy(1, n + i) == 0) {
+              REQUIRE(manager.FinishMove(1, table, n + i, pools).ok());
+              in_place = false;
+              REQUIRE(!manager.InPlace(1));
+              REQUIRE(table.num_blocks() == 0);  // the pool has the table's blocks back
+              REQUIRE(manager.gpu_slots_held() == (k + 2) * hkv);
+              const SparseMetrics before = pipe.CollectMetrics();
+              steps_in_place = before.steps;
+              fetched_in_place = 0;
+              for (const SparseLayerMetrics& l : before.layers) fetched_in_place += l.fetched;
+            }
+          }
           // In place the request keeps growing its dense table (the draft's slot too).
           if (in_place) REQUIRE(table.Reserve(n + i + 2, alloc).ok());
           HeadBlockTable* own = in_place ? &table : nullptr;
@@ -157,11 +180,16 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
         }
         for (const SparseLayerMetrics& l : met.layers) {
           CHECK(l.fetched <= int64_t{steps} * hkv * cfg.max_fetch());
-          if (in_place) CHECK(l.fetched == 0);  // read where it is: nothing crosses PCIe
+          if (home == KvHome::kHbm && !moves) CHECK(l.fetched == 0);  // read in place: nothing crosses PCIe
         }
-        if (in_place) CHECK(met.hit_rate() == 1.0);
-        CHECK(met.steps == steps);
-        WARN("K " << k << " " << SparsePredictorName(predictor) << " " << KvHomeName(home) << ": hit rate "
+        if (home == KvHome::kHbm && !moves) CHECK(met.hit_rate() == 1.0);
+        if (moves) {  // the move finished, nothing was fetched before it, and every step counted
+          REQUIRE(fetched_in_place == 0);
+          CHECK(steps_in_place > 0);
+        }
+        CHECK(met.steps + (moves ? steps_in_place : 0) == steps);
+        WARN("K " << k << " " << SparsePredictorName(predictor) << " "
+                  << (moves ? "moved" : KvHomeName(home)) << ": hit rate "
                   << met.hit_rate() << ", fetched/step " << met.fetched_per_step() << ", worst rel diff " << worst);
         manager.Release(1);
         table.Release(alloc);

@@ -232,6 +232,49 @@ TEST_CASE("pressure policy: dense while the pool has room, the longest switch wh
   }
 }
 
+TEST_CASE("pressure policy with the HBM home: over the read budget the longest switch in place",
+          "[engine][sparse]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(16, 11);
+  const std::vector<Collected> dense = DenseOutputs(reqs);
+  for (KvHome home : {KvHome::kHbm, KvHome::kAuto}) {
+    DYNAMIC_SECTION("home " << KvHomeName(home)) {
+      TinyModel tm(kSlots);
+      RecordingRunner runner(*tm.model, tm.backend, kSlots);
+      EngineOptions opt;
+      opt.sparse = TinySparse(24, 0.05, SparsePredictor::kPreviousQuery);  // K >= blocks: exact
+      opt.sparse->switch_on_pressure = true;
+      opt.sparse->home = home;
+      opt.sparse->dense_read_tokens = 300;  // about two decodes past the threshold
+      opt.sparse_metrics_interval = 5;
+      REQUIRE(Engine::CheckOptions(opt, runner, nullptr).ok());
+      const SparseRun run = RunEngine(runner, nullptr, opt, reqs);
+      CheckSameOutputs(reqs, run.out, dense);
+      const EngineStats& st = run.stats;
+      CHECK(st.sparse.in_place_switches_total > 0);  // the pool had room: only in place
+      CHECK(st.sparse.switches_total == st.sparse.in_place_switches_total);
+      CHECK(st.sparse.pressure_switches_total == 0);
+      CHECK(st.sparse.moves_started_total == 0);
+      CHECK(runner.log.sparse_steps > 0);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.sparse.num_requests == 0);
+    }
+  }
+  SECTION("a budget no batch reaches keeps every request dense") {
+    TinyModel tm(kSlots);
+    RecordingRunner runner(*tm.model, tm.backend, kSlots);
+    EngineOptions opt;
+    opt.sparse = TinySparse(24, 0.05, SparsePredictor::kPreviousQuery);
+    opt.sparse->switch_on_pressure = true;
+    opt.sparse->home = KvHome::kAuto;
+    opt.sparse->dense_read_tokens = 1 << 20;
+    const SparseRun run = RunEngine(runner, nullptr, opt, reqs);
+    CheckSameOutputs(reqs, run.out, dense);
+    CHECK(run.stats.sparse.switches_total == 0);
+    CHECK(runner.log.sparse_steps == 0);
+  }
+}
+
 TEST_CASE("small K: at most C new blocks per head per step, counted by the metrics",
           "[engine][sparse]") {
   const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);

@@ -91,6 +91,8 @@ TEST_CASE("sparse KV metrics in Prometheus text") {
   st.sparse.num_host_kv_slots = 200;
   st.sparse.num_free_host_kv_slots = 150;
   st.sparse.gpu_slots = 48;
+  st.sparse.num_in_place = 2;
+  st.sparse.in_place_blocks = 640;
   st.sparse.steps_total = 10;
   st.sparse.hits_total = 90;
   st.sparse.misses_total = 10;
@@ -112,6 +114,10 @@ TEST_CASE("sparse KV metrics in Prometheus text") {
   CHECK(text.find("oasis:num_host_kv_blocks" + l + " 200\n") != std::string::npos);
   CHECK(text.find("oasis:num_free_host_kv_blocks" + l + " 150\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_gpu_kv_blocks" + l + " 48\n") != std::string::npos);
+  CHECK(text.find("oasis:kv_home_requests{model_name=\"m\",home=\"hbm\"} 2\n"
+                  "oasis:kv_home_requests{model_name=\"m\",home=\"host\"} 1\n") != std::string::npos);
+  CHECK(text.find("oasis:kv_home_blocks{model_name=\"m\",home=\"hbm\"} 640\n"
+                  "oasis:kv_home_blocks{model_name=\"m\",home=\"host\"} 50\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_hit_rate" + l + " 0.90000000000000002\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_blocks_fetched_total" + l + " 8\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_blocks_fetched_per_step" + l + " 0.80000000000000004\n") != std::string::npos);

@@ -334,12 +334,12 @@ Status CheckHostMemory(const ServerConfig& c) {
   const std::optional<double> avail = AvailableHostMemoryGiB();
   if (!avail || c.host_kv_gib <= kHostKvShareOfAvailable * *avail) return Status::Ok();
   char msg[320];
-  std::snprintf(
-      msg, sizeof msg,
-      "--host-kv-gib %.2f: this machine has %.2f GiB of memory available now "
-      "(MemAvailable, of %.2f GiB); a host KV store may take at most %.0f%% of it, %.2f GiB",
-      c.host_kv_gib, *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
-      kHostKvShareOfAvailable * *avail);
+  std::snprintf(msg, sizeof msg,
+                "--host-kv-gib %.2f: this machine has %.2f GiB of memory available now "
+                "(MemAvailable and the memory cgroup, of %.2f GiB); a host KV store may take at "
+                "most %.0f%% of it, %.2f GiB",
+                c.host_kv_gib, *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
+                kHostKvShareOfAvailable * *avail);
   return InvalidArgument(msg);
 }
 

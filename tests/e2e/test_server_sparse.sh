@@ -234,6 +234,8 @@ out=$("$SERVER" --backend cpu --sparse-threshold 4000 --host-kv-gib 0.0001 --kv-
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --dense-layers 2 --host-kv-gib 0.01 --check-config 2>&1)
 [[ $? == 1 ]] && grep -q -- "--dense-layers 2 must be below" <<<"$out" && ok "--dense-layers >= layers -> exit 1" || bad "--dense-layers 2" "$out"
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --check-config 2>&1)
-[[ $? == 0 ]] && grep -q '"threshold": 2064' <<<"$out" && grep -q '"predictor": "previous-query"' <<<"$out" && ok "--sparse on: threshold (K + 1) x 16, previous-query without a head" || bad "--sparse on defaults" "$out"
+[[ $? == 0 ]] && grep -q '"threshold": 2064' <<<"$out" && grep -q '"predictor": "previous-query"' <<<"$out" &&
+  grep -q '"kv_home": "auto"' <<<"$out" && grep -q '"switch": "threshold"' <<<"$out" &&
+  ok "--sparse on: threshold (K + 1) x 16, previous-query without a head, both KV homes, switch at the threshold" || bad "--sparse on defaults" "$out"
 
 exit $fail

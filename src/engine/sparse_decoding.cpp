@@ -46,7 +46,6 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       num_sides_(manager_.num_sides()),
       pool_slots_(allocator.num_slots()),
       home_(config.home),
-      on_pressure_(config.switch_on_pressure),
       dense_read_budget_tokens_(config.dense_read_tokens > 0
                                     ? config.dense_read_tokens
                                     : DenseReadBudgetTokens(runner.model().full_config())) {
@@ -62,7 +61,7 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                         manager_.host_store().num_summary_rows())
           : std::string(),
       config.max_sparse_seqs, KvHomeName(config.home));
-  if (on_pressure_)
+  if (config.switch_on_pressure)
     spdlog::info(
         "sparse KV: pressure policy: dense decodes past the threshold run dense while the pool has "
         "room{}",
@@ -88,7 +87,7 @@ Status SparseDecoding::CheckFits(int64_t max_total_tokens) const {
     return Status::Ok();
   // HBM home, or the pressure policy (it may run dense to the end): the GPU pool's room is
   // enough (the scheduler's own check names it otherwise).
-  if ((home_ != KvHome::kHost || on_pressure_) && max_total_tokens <= max_seq_len_ &&
+  if ((home_ != KvHome::kHost || config().switch_on_pressure) && max_total_tokens <= max_seq_len_ &&
       need <= pool_slots_)
     return Status::Ok();
   const double gib = static_cast<double>(bytes_per_host_slot_ * num_sides_) / (1 << 30);
@@ -240,25 +239,42 @@ std::function<std::vector<LayerKvPool>&(int rank)> SparseDecoding::PoolsOf() {
   };
 }
 
-bool SparseDecoding::SwitchableUnderPressure(const Sequence& s) const {
+int64_t SparseDecoding::WorkingSetSlots() const {
+  return (static_cast<int64_t>(config().topk_blocks) + 2) * num_kv_heads_;
+}
+
+int64_t SparseDecoding::BlockBytes(int64_t blocks) const {
+  return blocks * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+}
+
+bool SparseDecoding::DenseDecodePastThreshold(const Sequence& s) const {
   return config().switch_on_pressure && s.kv == SequenceKv::kDense && s.num_pending() == 1 &&
-         config().dense_layers == 0 && threshold_ > 0 && s.num_computed > threshold_ &&
+         !s.always_sparse && threshold_ > 0 && s.num_computed > threshold_ &&
+         !manager_.HasReservation(s.id);
+}
+
+bool SparseDecoding::SwitchableUnderPressure(const Sequence& s) const {
+  return DenseDecodePastThreshold(s) && config().dense_layers == 0 &&
          // it frees blocks: its table is larger than the working set and tails it would keep
          BlocksFor(s.num_computed) > static_cast<int64_t>(config().topk_blocks) + 2 &&
-         !manager_.HasReservation(s.id) &&
          manager_.CheckAdmission(s.max_total_tokens) == HostAdmission::kFits;
 }
 
-bool SparseDecoding::SwitchUnderPressure(Sequence& s) {
-  if (!manager_.Reserve(s.id, s.max_total_tokens).ok()) return false;
+bool SparseDecoding::SwitchNow(Sequence& s, bool in_place) {
+  const Status reserved = in_place ? manager_.ReserveInPlace(s.id, s.max_total_tokens)
+                                   : manager_.Reserve(s.id, s.max_total_tokens);
+  if (!reserved.ok()) return false;
   if (!manager_.SwitchToSparse(s.id, s.table, s.num_computed, PoolsOf()).ok()) {
-    manager_.Release(s.id);  // (nothing else was taken)
+    manager_.Release(s.id);  // no sparse row or GPU slot now (nothing else was taken)
     return false;
   }
-  s.kv = SequenceKv::kSparse;
-  ++pressure_switches_;
+  s.kv = in_place ? SequenceKv::kSparseDenseTable : SequenceKv::kSparse;
+  ++(in_place ? in_place_switches_ : pressure_switches_);
   ++switches_;
-  spdlog::debug("request {} switched to sparse under pressure ({} tokens)", s.id, s.num_computed);
+  spdlog::debug("request {} switched to sparse {} ({} tokens)", s.id,
+                in_place ? "in place (dense decodes over the read budget)"
+                         : "in the host store (the pool ran short)",
+                s.num_computed);
   return true;
 }
 
@@ -267,7 +283,7 @@ bool SparseDecoding::FinishMoveOf(Sequence& s) {
   if (!manager_.FinishMove(s.id, s.table, s.num_computed, PoolsOf()).ok()) return false;
   s.kv = SequenceKv::kSparse;  // its table is empty now: tails and working set only
   ++moves_total_;
-  move_bytes_ += blocks * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+  move_bytes_ += BlockBytes(blocks);
   return true;
 }
 
@@ -282,7 +298,7 @@ bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
   Sequence* longest = Longest(
       running, [this](const Sequence& s) { return MovableNow(s) || SwitchableUnderPressure(s); });
   if (longest == nullptr) return false;
-  if (longest->kv == SequenceKv::kDense) return SwitchUnderPressure(*longest);
+  if (longest->kv == SequenceKv::kDense) return SwitchNow(*longest, false);
   if (!manager_.Moving(longest->id)) {
     if (!manager_.BeginMove(longest->id).ok()) return false;
     ++moves_started_;
@@ -301,31 +317,16 @@ void SparseDecoding::SwitchInPlaceOverBudget(const std::vector<Sequence*>& runni
   for (const Sequence* s : running)
     if (s->kv == SequenceKv::kDense) dense_tokens += s->num_computed;
   while (dense_tokens > dense_read_budget_tokens_) {
-    Sequence* longest = Longest(running, [this](const Sequence& s) {
-      return s.kv == SequenceKv::kDense && s.num_pending() == 1 && !s.always_sparse &&
-             s.num_computed > threshold_ && !manager_.HasReservation(s.id);
-    });
-    if (longest == nullptr) return;
-    if (!manager_.ReserveInPlace(longest->id, longest->max_total_tokens).ok()) return;
-    if (!manager_.SwitchToSparse(longest->id, longest->table, longest->num_computed, PoolsOf())
-             .ok()) {
-      manager_.Release(longest->id);  // no sparse row now: retried after the next step
-      return;
-    }
-    longest->kv = SequenceKv::kSparseDenseTable;
-    ++in_place_switches_;
-    ++switches_;
+    Sequence* longest =
+        Longest(running, [this](const Sequence& s) { return DenseDecodePastThreshold(s); });
+    // (A failed switch is retried after the next step.)
+    if (longest == nullptr || !SwitchNow(*longest, true)) return;
     dense_tokens -= longest->num_computed;
-    spdlog::debug(
-        "request {} switched to sparse in place ({} tokens; dense decodes over the "
-        "read budget)",
-        longest->id, longest->num_computed);
   }
 }
 
 void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t shortfall) {
-  if (config().switch_on_pressure && home_ != KvHome::kHost && threshold_ > 0)
-    SwitchInPlaceOverBudget(running);
+  if (config().switch_on_pressure && home_ != KvHome::kHost) SwitchInPlaceOverBudget(running);
   in_place_blocks_ = 0;
   for (const Sequence* s : running)
     if (manager_.InPlace(s->id) && s->kv != SequenceKv::kDense)
@@ -333,18 +334,18 @@ void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t sh
   if (shortfall > 0 && config().switch_on_pressure) {  // the longest dense request leaves the pool
     Sequence* longest =
         Longest(running, [this](const Sequence& s) { return SwitchableUnderPressure(s); });
-    if (longest != nullptr && SwitchUnderPressure(*longest)) return;
+    if (longest != nullptr && SwitchNow(*longest, false)) return;
   }
   if (home_ != KvHome::kAuto) return;  // only auto has two homes to move between
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t kept = (static_cast<int64_t>(config().topk_blocks) + 2) * num_kv_heads_;
+  const int64_t kept = WorkingSetSlots();
   int64_t moving = 0, freeing = 0;  // moves under way, and the head-blocks they will free
   for (Sequence* s : running) {
     if (!manager_.Moving(s->id)) continue;
     if (s->num_pending() == 1) {  // only between decode steps
       const int64_t n = manager_.CopySome(s->id, s->table, s->num_computed,
                                           config().move_blocks_per_step, PoolsOf());
-      move_bytes_ += n * bytes_per_host_slot_ * num_kv_heads_ * num_sides_;
+      move_bytes_ += BlockBytes(n);
       if (manager_.BlocksToCopy(s->id, s->num_computed) == 0 && FinishMoveOf(*s)) continue;
     }
     ++moving;
@@ -373,7 +374,7 @@ SparseCapacity SparseDecoding::CapacityAt(int64_t tokens) const {
   SparseCapacity c;
   if (tokens <= 0 || tokens > max_seq_len_) return c;
   const int64_t need = BlocksFor(tokens) * num_kv_heads_;
-  const int64_t ws = (static_cast<int64_t>(config().topk_blocks) + 2) * num_kv_heads_;
+  const int64_t ws = WorkingSetSlots();
   const int64_t rows = config().max_sparse_seqs;
   if (home_ != KvHome::kHbm) c.host = std::min({host_slots_ / need, pool_slots_ / ws, rows});
   if (home_ != KvHome::kHost) c.hbm = std::min((pool_slots_ - c.host * ws) / need, rows - c.host);

@@ -125,7 +125,6 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t num_sides_;   // host bytes of a slot id: bytes_per_host_slot_ on each of num_sides_ ranks
   int64_t pool_slots_;  // the GPU pool's head-blocks
   KvHome home_;
-  bool on_pressure_;  // SparseConfig::switch_on_pressure
   // The pressure policy's read budget: dense decodes may hold this many tokens of KV together
   // (their attention then reads at most as many bytes per step as the weights) before the
   // longest switch in place (home hbm or auto; docs/sparse.md §12).
@@ -144,10 +143,17 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t moves_started_ = 0, moves_total_ = 0, move_bytes_ = 0;
   int64_t pressure_switches_ = 0;  // dense -> sparse (host) switches the pressure policy made
   int64_t switches_ = 0;           // dense -> sparse switches of every kind
-  // The pressure policy (SparseConfig::switch_on_pressure): whether `s` may switch to the host
-  // store now (a dense decode past the threshold whose KV fits the host store), and the switch.
+  // The pressure policy (SparseConfig::switch_on_pressure): whether `s` is a dense decode past
+  // the threshold with no host room or home yet; whether it may switch to the host store now
+  // (its KV fits there, and the switch frees blocks), and the switch itself: to the host store,
+  // or in place (it keeps its blocks in the pool). False, nothing changed, when it cannot.
+  bool DenseDecodePastThreshold(const Sequence& s) const;
   bool SwitchableUnderPressure(const Sequence& s) const;
-  bool SwitchUnderPressure(Sequence& s);
+  bool SwitchNow(Sequence& s, bool in_place);
+  // K working + 2 tail head-blocks per KV head: what a host-home request keeps in the pool.
+  int64_t WorkingSetSlots() const;
+  // K/V bytes of `blocks` logical blocks (every KV head, sparse layer and rank).
+  int64_t BlockBytes(int64_t blocks) const;
   // auto: whether `s` is an in-place sparse decode that can move (or is moving) now, and the
   // end of its move (false when the pool has too few slots for its working set yet).
   bool MovableNow(const Sequence& s) const;

@@ -264,8 +264,7 @@ Status SparseKvManager::FinishMove(
   // steps append to it in the host store and recompute its summary from its tail slot). From
   // here on the host store has every token, so every GPU copy below reads the host store: the
   // table's slots may come back as this request's own working or tail slots.
-  CopyToHost(req, table, req.copied, complete, pools_of);
-  if (partial > 0) CopyToHost(req, table, complete, complete + 1, pools_of);
+  CopyToHost(req, table, req.copied, partial > 0 ? complete + 1 : complete, pools_of);
   for (auto& head : table.TakeSlots()) gpu_allocator_.Free(head);
   auto gpu = gpu_allocator_.Allocate(static_cast<int32_t>((k + 2) * hkv));
   OASIS_CHECK(gpu.has_value()) << "move: GPU slots counted";

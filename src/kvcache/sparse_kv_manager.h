@@ -290,9 +290,8 @@ class SparseKvManager {
     bool moving = false;              // in place, its KV being copied to the host store
     int64_t copied = 0;               // moving: blocks [0, copied) are in the host store
   };
-  // Copies logical blocks [from, to) of every head (GPU slots of `table`) to the request's host
-  // slots in every sparse layer, K/V and summary rows (`len` tokens of block to - 1 when it is
-  // partial, else whole blocks).
+  // Copies logical blocks [from, to) of every head (GPU slots of `table`), whole, to the
+  // request's host slots in every sparse layer: K/V and summary rows.
   void CopyToHost(const Request& req, const HeadBlockTable& table, int64_t from, int64_t to,
                   const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   // The in-place half of SwitchToSparse.

@@ -1,11 +1,8 @@
 #include "server/server_config.h"
 
-#include <cstdio>
-
-#include "common/host_memory.h"
-
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +11,7 @@
 #include <vector>
 
 #include "common/flags.h"
+#include "common/host_memory.h"
 #include "common/settings.h"
 
 namespace oasis::server {

@@ -4,9 +4,22 @@
 
 namespace oasis::disagg {
 
+Status CheckDisaggregation(const SparseKvManager& m) {
+  if (m.num_sides() != 1) {
+    return FailedPrecondition("disaggregated prefill/decode with sparse KV over " +
+                              std::to_string(m.num_sides()) +
+                              " tensor-parallel ranks is not supported (one GPU per instance)");
+  }
+  if (m.config().dense_layers != 0) {
+    return FailedPrecondition("disaggregated prefill/decode needs --sparse-dense-layers 0 (have " +
+                              std::to_string(m.config().dense_layers) + ")");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::vector<std::vector<int32_t>>> HandoffBlocks(const SparseKvManager& m,
                                                           Backend& backend, uint64_t id) {
-  OASIS_RETURN_IF_ERROR(m.CheckDisaggregation());
+  OASIS_RETURN_IF_ERROR(CheckDisaggregation(m));
   const int64_t r = m.SparseRow(id);
   if (r < 0) return FailedPrecondition("request " + std::to_string(id) + " is not sparse");
   const int64_t hkv = m.shape().num_kv_heads, k = m.config().topk_blocks,
@@ -94,24 +107,10 @@ HostAdmission CheckImportAdmission(const SparseKvManager& m, int64_t max_total_t
   return ImportAdmission(m, PlanImportHold(m, max_total_tokens, layer_blocks, local));
 }
 
-Status ReserveImport(SparseKvManager& m, uint64_t id, int64_t max_total_tokens,
-                     int64_t layer_blocks, const std::vector<std::vector<int32_t>>* local) {
-  OASIS_RETURN_IF_ERROR(m.CanReserve(id, max_total_tokens));
-  OASIS_RETURN_IF_ERROR(m.CheckDisaggregation());
-  const LayeredHold hold = PlanImportHold(m, max_total_tokens, layer_blocks, local);
-  if (ImportAdmission(m, hold) != HostAdmission::kFits) {
-    return ResourceExhausted("host KV store full: " + std::to_string(m.host_store().num_free()) +
-                             " of " + std::to_string(m.host_store().num_slots()) +
-                             " head-blocks free (--host-kv-gib)");
-  }
-  m.ReserveLayered(id, max_total_tokens, hold);
-  return Status::Ok();
-}
-
-std::vector<SparseKvManager::RemoteBlock> RemoteMisses(const SparseKvManager& m, uint64_t id) {
-  std::vector<SparseKvManager::RemoteBlock> out;
+std::vector<RemoteBlock> RemoteMisses(const SparseKvManager& m, uint64_t id) {
+  std::vector<RemoteBlock> out;
   const int64_t r = m.SparseRow(id);
-  if (r < 0 || m.RemoteBlocksLeft(id) == 0) return out;
+  if (r < 0 || RemoteBlocksLeft(m, id) == 0) return out;
   const SparseDeviceState& st = m.state(0);
   const int64_t hkv = m.shape().num_kv_heads, cr = st.remote_cap();
   for (int64_t l = m.config().dense_layers; l < m.shape().num_layers; ++l) {

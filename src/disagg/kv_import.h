@@ -4,8 +4,9 @@
 // summary-only rows for the remote ones while they last), whether that fits the host store,
 // the reservation, and the remote misses a step's select listed.
 //
-// Free functions; they keep no state (the manager holds the reservations). Not thread-safe:
-// the engine loop thread, like the manager.
+// An import's staged blocks are held by a HostLayout (kvcache/host_layout.h) that also counts
+// its remote blocks; the manager owns it with the reservation. Free functions; they keep no
+// other state. Not thread-safe: the engine loop thread, like the manager.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,27 @@
 #include "oasis/status.h"
 
 namespace oasis::disagg {
+
+// Ok when `m` can take part in disaggregation (one device side, no dense layers).
+Status CheckDisaggregation(const SparseKvManager& m);
+
+// How an import holds its first blocks: per sparse layer i, the cells and summary-only rows
+// it takes and which blocks of each head are local (their K/V in the host store); the blocks
+// past layer_blocks take whole slots.
+struct LayeredHold {
+  int64_t layer_blocks = 0;              // blocks held per layer (≤ the reservation's)
+  int64_t whole = 0;                     // whole host slots: Hkv * (blocks - layer_blocks)
+  std::vector<int64_t> cells, rows;      // [Ls]: cells and summary-only rows of layer i
+  std::vector<int64_t> num_local;        // [Ls]: local blocks of layer i, all heads
+  std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]: 1 = local
+};
+
+// A block of a sparse layer and KV head whose K/V is not in the host store (remote).
+struct RemoteBlock {
+  int32_t layer = 0;  // model layer (>= dense_layers)
+  int32_t head = 0;
+  int32_t block = 0;
+};
 
 // Per sparse layer and KV head (index (layer - dense_layers) * Hkv + head) of a sparse
 // request after a step: its working set in working-slot order, then the blocks of its
@@ -38,11 +60,44 @@ HostAdmission ImportAdmission(const SparseKvManager& m, const LayeredHold& hold)
 HostAdmission CheckImportAdmission(const SparseKvManager& m, int64_t max_total_tokens,
                                    int64_t layer_blocks,
                                    const std::vector<std::vector<int32_t>>* local);
+// Reserves the import's host room (SparseKvManager::ReserveWith with the layout of
+// PlanImportHold): blocks [0, layer_blocks) per sparse layer i and head h a summary-only row
+// where the block is remote while the layer's rows last, else a cell; the others whole slots.
+// ResourceExhausted (nothing taken) unless CheckImportAdmission says kFits.
 Status ReserveImport(SparseKvManager& m, uint64_t id, int64_t max_total_tokens,
                      int64_t layer_blocks, const std::vector<std::vector<int32_t>>* local);
 
+// Makes a reserved import sparse (SparseKvManager::SwitchFromHost: `num_tokens` tokens have
+// K/V and summaries in the host store, `working` its initial working sets). `local` (indexed
+// (l - dense_layers) * Hkv + h; null = every block): the blocks whose K/V is in the host
+// store; the other blocks below ceil(num_tokens / 16) are *remote* (a reservation of
+// ReserveImport and config().remote_fetch_cap > 0 needed): select lists them (RemoteMisses)
+// instead of fetching them until MarkLocal. Errors as SwitchFromHost; nothing changed.
+Status ImportSparse(SparseKvManager& m, uint64_t id, int64_t num_tokens,
+                    const std::vector<std::vector<int32_t>>& working,
+                    std::vector<LayerKvPool>& gpu_pools,
+                    const std::vector<std::vector<int32_t>>* local = nullptr);
+// Where the K/V of remote blocks about to arrive goes (between steps): per block, its host
+// slot, or -1 when the request is unknown or no host slot is free (the block then stays
+// remote). A block on a summary-only row moves to a fresh cell first — its summaries and the
+// device's host table — so it scores as before; it stays remote in every layer until
+// MarkLocal. One set of device operations for all the blocks.
+struct Landing {
+  uint64_t id = 0;
+  RemoteBlock block;
+};
+std::vector<int32_t> LandingSlots(SparseKvManager& m, const std::vector<Landing>& blocks);
+std::vector<int32_t> LandingSlots(SparseKvManager& m, uint64_t id,
+                                  const std::vector<RemoteBlock>& blocks);
+// A remote block's K/V is now in the host store (written before this call, to the slot
+// LandingSlots gave): from the next select on it is local and admissible. Unknown ids,
+// local blocks and blocks without a host slot are ignored.
+void MarkLocal(SparseKvManager& m, uint64_t id, const RemoteBlock& b);
+// Remote blocks a request still has.
+int64_t RemoteBlocksLeft(const SparseKvManager& m, uint64_t id);
+
 // The remote misses the last step's select listed for a sparse request (read from host
 // memory: call after the step). Empty for a request without remote blocks.
-std::vector<SparseKvManager::RemoteBlock> RemoteMisses(const SparseKvManager& m, uint64_t id);
+std::vector<RemoteBlock> RemoteMisses(const SparseKvManager& m, uint64_t id);
 
 }  // namespace oasis::disagg

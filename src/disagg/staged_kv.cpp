@@ -232,13 +232,13 @@ void StagedKvUnpacker::Finish(const StagedKvHome& home) {
 }
 
 std::vector<StagedSlotRef> DriftReads(const StagedKvLayout& layout, int64_t first_layer,
-                                      const std::vector<SparseKvManager::RemoteBlock>& blocks,
+                                      const std::vector<RemoteBlock>& blocks,
                                       std::vector<char>& buffer) {
   const size_t bb = layout.slot_bytes();
   buffer.resize(blocks.size() * 2 * bb);
   std::vector<StagedSlotRef> items;
   for (size_t i = 0; i < blocks.size(); ++i) {
-    const SparseKvManager::RemoteBlock& b = blocks[i];
+    const RemoteBlock& b = blocks[i];
     for (uint32_t kv = 0; kv < 2; ++kv) {
       items.push_back(
           {layout.KvSlot(static_cast<uint32_t>(b.layer - first_layer),
@@ -249,9 +249,8 @@ std::vector<StagedSlotRef> DriftReads(const StagedKvLayout& layout, int64_t firs
   return items;
 }
 
-void StoreDriftBlock(const StagedKvLayout& layout, HostKvStore& store,
-                     const SparseKvManager::RemoteBlock& b, int32_t slot,
-                     const std::vector<char>& buffer, size_t i) {
+void StoreDriftBlock(const StagedKvLayout& layout, HostKvStore& store, const RemoteBlock& b,
+                     int32_t slot, const std::vector<char>& buffer, size_t i) {
   const size_t bb = layout.slot_bytes();
   OASIS_CHECK_LE((2 * i + 2) * bb, buffer.size()) << "drift block " << i << " beyond its buffer";
   LayerKvPool& pool = store.pool(b.layer);

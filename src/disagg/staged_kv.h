@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "disagg/kv_import.h"
 #include "disagg/staged_layout.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/sparse_kv_manager.h"
@@ -70,10 +71,9 @@ class StagedKvUnpacker {
 // resized to hold them (block i: K then V); then, once read, block i stored into host slot
 // `slot` of the host store.
 std::vector<StagedSlotRef> DriftReads(const StagedKvLayout& layout, int64_t first_layer,
-                                      const std::vector<SparseKvManager::RemoteBlock>& blocks,
+                                      const std::vector<RemoteBlock>& blocks,
                                       std::vector<char>& buffer);
-void StoreDriftBlock(const StagedKvLayout& layout, HostKvStore& store,
-                     const SparseKvManager::RemoteBlock& b, int32_t slot,
-                     const std::vector<char>& buffer, size_t i);
+void StoreDriftBlock(const StagedKvLayout& layout, HostKvStore& store, const RemoteBlock& b,
+                     int32_t slot, const std::vector<char>& buffer, size_t i);
 
 }  // namespace oasis::disagg

@@ -14,7 +14,7 @@ namespace oasis {
 namespace {
 
 // A remote block's key in RequestState::drift_requested.
-uint64_t DriftCode(const SparseKvManager::RemoteBlock& b) {
+uint64_t DriftCode(const disagg::RemoteBlock& b) {
   return (static_cast<uint64_t>(b.layer) << 48) | (static_cast<uint64_t>(b.head) << 32) |
          static_cast<uint32_t>(b.block);
 }
@@ -56,7 +56,7 @@ Status Engine::Impl::ValidateDisaggregation(const EngineRequest& r) const {
     return FailedPrecondition(
         "disaggregated prefill/decode needs sparse KV on this instance (--sparse on)");
   }
-  OASIS_RETURN_IF_ERROR(sparse->manager().CheckDisaggregation());
+  OASIS_RETURN_IF_ERROR(disagg::CheckDisaggregation(sparse->manager()));
   if (r.handoff) {
     if (options.handoff_exporter == nullptr) {
       return FailedPrecondition(
@@ -333,11 +333,11 @@ void Engine::Impl::FetchDrift() {
     RequestState& s = *state;
     if (!s.request.import || s.request.import->full_transfer() ||
         s.import_phase != RequestState::ImportPhase::kNone || s.seq.kv != SequenceKv::kSparse ||
-        m.RemoteBlocksLeft(key) == 0) {
+        disagg::RemoteBlocksLeft(m, key) == 0) {
       continue;
     }
-    std::vector<SparseKvManager::RemoteBlock> want;
-    for (const SparseKvManager::RemoteBlock& b : disagg::RemoteMisses(m, key)) {
+    std::vector<disagg::RemoteBlock> want;
+    for (const disagg::RemoteBlock& b : disagg::RemoteMisses(m, key)) {
       if (s.drift_requested.insert(DriftCode(b)).second) want.push_back(b);
     }
     if (want.empty()) continue;
@@ -367,7 +367,7 @@ void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
   HostKvStore& store = m.host_store();
   // (Requests may have finished while later jobs were handled: look each up again.)
   std::vector<const FetchJob*> live;
-  std::vector<SparseKvManager::Landing> landing;
+  std::vector<disagg::Landing> landing;
   for (const FetchJob* job : jobs) {
     auto it = requests.find(job->key);
     if (it == requests.end() || it->second->import_generation != job->generation ||
@@ -375,14 +375,14 @@ void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
       continue;
     }
     live.push_back(job);
-    for (const SparseKvManager::RemoteBlock& b : job->blocks) landing.push_back({job->key, b});
+    for (const disagg::RemoteBlock& b : job->blocks) landing.push_back({job->key, b});
   }
-  const std::vector<int32_t> slots = m.LandingSlots(landing);
+  const std::vector<int32_t> slots = disagg::LandingSlots(m, landing);
   size_t at = 0;
   for (const FetchJob* job : live) {
     RequestState& s = *requests.at(job->key);
     for (size_t i = 0; i < job->blocks.size(); ++i) {
-      const SparseKvManager::RemoteBlock& b = job->blocks[i];
+      const disagg::RemoteBlock& b = job->blocks[i];
       const int32_t slot = slots[at++];
       if (slot < 0) {
         // No free host slot: the block stays remote; a later step may ask for it again.
@@ -391,7 +391,7 @@ void Engine::Impl::ApplyDrift(const std::vector<const FetchJob*>& jobs) {
         continue;
       }
       disagg::StoreDriftBlock(*s.import_layout, store, b, slot, *job->buffer, i);
-      m.MarkLocal(s.seq.id, b);
+      disagg::MarkLocal(m, s.seq.id, b);
     }
     stats.disagg.drift_blocks_total += static_cast<int64_t>(job->blocks.size());
     stats.disagg.drift_bytes_total += static_cast<int64_t>(job->buffer->size());

@@ -16,6 +16,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "disagg/kv_import.h"
 #include "engine/engine.h"
 #include "engine/output_delivery.h"
 #include "engine/request_state.h"
@@ -36,9 +37,9 @@ struct FetchJob {
   uint64_t generation = 0;  // the request's import generation when the job was made
   std::shared_ptr<KvImportSource> source;
   std::vector<KvFetchItem> items;
-  std::shared_ptr<std::vector<char>> buffer;         // drift: where the blocks land
-  std::vector<SparseKvManager::RemoteBlock> blocks;  // drift: which blocks (K and V each)
-  Status status = Status::Ok();                      // set by the worker
+  std::shared_ptr<std::vector<char>> buffer;  // drift: where the blocks land
+  std::vector<disagg::RemoteBlock> blocks;    // drift: which blocks (K and V each)
+  Status status = Status::Ok();               // set by the worker
   double seconds = 0;
 };
 

@@ -19,7 +19,7 @@
 // to fetch (the admission lists, or every block in full-transfer mode) are read from the
 // remote lease straight into the host store on the engine's import thread, then on the loop
 // thread the summaries and the draft KV are uploaded, the working sets are filled on the GPU
-// (SparseKvManager::ImportSparse) and the request decodes from x2 on, emitting x1 and x2
+// (disagg::ImportSparse) and the request decodes from x2 on, emitting x1 and x2
 // first (with the log-probabilities the prefill node computed) so its stream is the whole
 // completion.
 #pragma once

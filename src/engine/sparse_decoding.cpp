@@ -7,6 +7,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "disagg/kv_import.h"
 #include "engine/engine.h"
 
 namespace oasis {
@@ -154,7 +155,7 @@ Status SparseDecoding::Import(Sequence& seq, int64_t num_tokens,
                               const std::vector<std::vector<int32_t>>& working,
                               const std::vector<std::vector<int32_t>>* local) {
   OASIS_RETURN_IF_ERROR(
-      manager_.ImportSparse(seq.id, num_tokens, working, *rank_pools_.at(0), local));
+      disagg::ImportSparse(manager_, seq.id, num_tokens, working, *rank_pools_.at(0), local));
   seq.kv = SequenceKv::kSparse;
   return Status::Ok();
 }

@@ -73,7 +73,7 @@ class SparseDecoding final : public SequenceKvHooks {
   Status RefusalStatus(const Sequence& seq) const { return CheckFits(seq.max_total_tokens); }
   // An imported request (disaggregation): its host room is reserved and its first
   // `num_tokens` tokens' K/V and summaries are in the host store; takes the sparse row and
-  // GPU slots and fills its working sets (SparseKvManager::ImportSparse), then marks it sparse.
+  // GPU slots and fills its working sets (disagg::ImportSparse), then marks it sparse.
   Status Import(Sequence& seq, int64_t num_tokens, const std::vector<std::vector<int32_t>>& working,
                 const std::vector<std::vector<int32_t>>* local = nullptr);
 

@@ -349,7 +349,7 @@ int32_t SparseKvManager::HostSlot(const Request& r, int64_t layer, int64_t head,
     const int64_t i = layer - config_.dense_layers;
     OASIS_CHECK(i >= 0 && i < shape_.num_layers - config_.dense_layers)
         << "layer " << layer << " is not sparse";
-    return r.cells[static_cast<size_t>((i * shape_.num_kv_heads + head) * r.layer_blocks + block)];
+    return r.layout->Slot(layer, head, block);
   }
   return r.host_slots[static_cast<size_t>(head * r.reserved_blocks + block)];
 }
@@ -707,12 +707,7 @@ void SparseKvManager::Release(uint64_t id) {
     if (s >= 0) whole.push_back(s);
   }
   host_store().Free(whole);
-  const int64_t per_layer = shape_.num_kv_heads * r.layer_blocks;
-  for (int64_t i = 0; per_layer > 0 && i < shape_.num_layers - config_.dense_layers; ++i) {
-    host_store().FreeCells(config_.dense_layers + i,
-                           std::vector<int32_t>(r.cells.begin() + i * per_layer,
-                                                r.cells.begin() + (i + 1) * per_layer));
-  }
+  if (r.layout) r.layout->Release(host_store());
   requests_.erase(it);
 }
 

@@ -20,8 +20,10 @@
 // Device work of a side runs through `run_sides` (TP: on the rank's worker thread, its
 // device current); without TP there is one side and it runs inline.
 //
-// Layered reservations and remote blocks (the decode side of disaggregation drives them through
-// disagg/kv_import.h) are in sparse_kv_remote.cpp; the switch's plan in sparse_switch_plan.h.
+// A reservation may hold its first blocks per layer through a HostLayout (host_layout.h; the
+// decode side of disaggregation builds them, with remote blocks: disagg/kv_import.h); the
+// switch's plan is in sparse_switch_plan.h; a switch from KV already in the host store is in
+// sparse_kv_from_host.cpp.
 //
 // Owns: the device sides, the per-request host reservations, sparse rows and GPU slots it
 // took over. The GPU BlockAllocator is the engine's (shared with the scheduler). Not
@@ -39,6 +41,7 @@
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
+#include "kvcache/host_layout.h"
 #include "kvcache/sparse_config.h"
 #include "kvcache/sparse_device_state.h"
 #include "kvcache/sparse_step_plan.h"
@@ -67,17 +70,6 @@ struct SparseBatchEntry {
   int64_t start = 0;                      // position of its first token this step
   int32_t num_tokens = 0;                 // tokens this step; sparse: 1 ([x_t]) or 2 ([x_t, draft])
   const HeadBlockTable* table = nullptr;  // its dense table (needed when dense_layers > 0)
-};
-
-// How a layered reservation (SparseKvManager::ReserveLayered) holds its first blocks: per
-// sparse layer i, the cells and summary-only rows it takes and which blocks of each head are
-// local (their K/V in the host store); the blocks past layer_blocks take whole slots.
-struct LayeredHold {
-  int64_t layer_blocks = 0;              // blocks held per layer (≤ the reservation's)
-  int64_t whole = 0;                     // whole host slots: Hkv * (blocks - layer_blocks)
-  std::vector<int64_t> cells, rows;      // [Ls]: cells and summary-only rows of layer i
-  std::vector<int64_t> num_local;        // [Ls]: local blocks of layer i, all heads
-  std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]: 1 = local
 };
 
 // Head-blocks of one device side's host store a sparse configuration holds outside the GPU
@@ -195,22 +187,20 @@ class SparseKvManager {
   // InvalidArgument when `id` already holds room or `max_total_tokens` exceeds max_seq_len.
   Status CanReserve(uint64_t id, int64_t max_total_tokens) const;
 
-  // ---- Layered reservations and remote blocks: host KV whose first blocks are held per layer
-  // and may not be here yet. The decode side of disaggregation drives them
-  // (disagg/kv_import.h); they need one device side and dense_layers == 0
-  // (CheckDisaggregation).
+  // ---- Layered reservations and switches from the host store.
+  // Reserves host room for `id` (an always-sparse request) whose blocks [0,
+  // layout->layer_blocks()) are held per layer by `layout` (already taken from host_store());
+  // the manager allocates whole slots for the others. On any error (CanReserve's, or
+  // ResourceExhausted when the whole slots do not fit) the layout is released to the store
+  // and nothing stays taken.
+  Status ReserveWith(uint64_t id, int64_t max_total_tokens, std::unique_ptr<HostLayout> layout);
+  // The layout a reservation holds (null: unknown request, or whole slots only).
+  HostLayout* Layout(uint64_t id);
+  const HostLayout* Layout(uint64_t id) const;
   // Host slot of (sparse layer, KV head, logical block) of a reserved request (-1: unknown
-  // request or block beyond its reservation). Blocks below a layered reservation's
-  // layer_blocks are held per layer: a cell, or for a remote block a summary-only row
-  // (HostKvStore::IsSlot false: its summaries go there, never K/V).
+  // request or block beyond its reservation): below the layout's layer_blocks its Slot().
   int32_t HostSlotOf(uint64_t id, int64_t layer, int64_t head, int64_t block) const;
-  // Reserves host room for `id` as `hold` says (an always-sparse request): blocks [0,
-  // hold.layer_blocks) per sparse layer i and head h a summary-only row where
-  // !hold.local[i * Hkv + h][b] while the layer's hold.rows last, else a cell (hold.cells per
-  // layer); the other blocks whole slots (hold.whole). The hold must fit (planned against this
-  // store: disagg::ImportAdmission kFits) and CanReserve be Ok; CHECKed.
-  void ReserveLayered(uint64_t id, int64_t max_total_tokens, const LayeredHold& hold);
-  // Host memory (K/V storage) a reserved request holds: whole slots and cells.
+  // Host memory (K/V storage) a reserved request holds: whole slots and its layout's cells.
   int64_t HostBytesHeld(uint64_t id) const;
   // Makes a reserved request sparse from KV that is already in the host store (an import on
   // the decode node): `num_tokens` tokens have K/V there (and summaries), `working[(l -
@@ -218,42 +208,13 @@ class SparseKvManager {
   // that are not complete blocks are skipped, at most K are taken, in order; the rest stay in
   // the host store, fetched by select as usual). Takes a sparse row and K + 2 fresh GPU slots
   // per head and copies the working set and the partial tail block from the host store into
-  // them, in every sparse layer. ResourceExhausted (nothing changed) without a free row or
-  // GPU slots.
-  // `local` (same indexing; null = every block): the blocks whose K/V is in the host store;
-  // the other blocks below ceil(num_tokens / 16) are *remote* (config().remote_fetch_cap > 0
-  // needed): select lists them (the device state's remote_out; disagg::RemoteMisses) instead
-  // of fetching them until MarkLocal.
-  Status ImportSparse(uint64_t id, int64_t num_tokens,
-                      const std::vector<std::vector<int32_t>>& working,
-                      std::vector<LayerKvPool>& gpu_pools,
-                      const std::vector<std::vector<int32_t>>* local = nullptr);
-  // A block of a sparse layer and KV head whose K/V is not in the host store (remote).
-  struct RemoteBlock {
-    int32_t layer = 0;  // model layer (>= dense_layers)
-    int32_t head = 0;
-    int32_t block = 0;
-  };
-  // Where the K/V of remote blocks about to arrive goes (between steps): per block, its host
-  // slot, or -1 when the request is unknown or no host slot is free (the block then stays
-  // remote). A block on a summary-only row moves to a fresh host slot first — its summaries
-  // in every sparse layer and the device's host table — so it scores as before; it stays
-  // remote in every layer until MarkLocal.
-  std::vector<int32_t> LandingSlots(uint64_t id, const std::vector<RemoteBlock>& blocks);
-  // The same for blocks of several requests at once (one set of device operations for all).
-  struct Landing {
-    uint64_t id = 0;
-    RemoteBlock block;
-  };
-  std::vector<int32_t> LandingSlots(const std::vector<Landing>& blocks);
-  // A remote block's K/V is now in the host store (written before this call, to the slot
-  // LandingSlots gave): from the next select on it is local and admissible. Unknown ids,
-  // local blocks and blocks without a host slot are ignored.
-  void MarkLocal(uint64_t id, const RemoteBlock& b);
-  // Remote blocks a request still has.
-  int64_t RemoteBlocksLeft(uint64_t id) const;
-  // Ok when this manager can take part in disaggregation (one side, no dense layers).
-  Status CheckDisaggregation() const;
+  // `gpu_pools`, in every sparse layer. Needs one device side and dense_layers == 0
+  // (FailedPrecondition); ResourceExhausted (nothing changed) without a free row or GPU slots.
+  Status SwitchFromHost(uint64_t id, int64_t num_tokens,
+                        const std::vector<std::vector<int32_t>>& working,
+                        std::vector<LayerKvPool>& gpu_pools);
+  // The backend of device side `side` (its device state's and host store's).
+  Backend& backend(int side = 0) { return *sides_.at(static_cast<size_t>(side)).backend; }
   // The sparse row of a request (-1: unknown or dense); its row of state() holds its working
   // set, prediction and remote misses.
   int32_t SparseRow(uint64_t id) const;
@@ -277,18 +238,16 @@ class SparseKvManager {
   struct Request {
     int64_t reserved_blocks = 0;      // logical blocks with host slots
     std::vector<int32_t> host_slots;  // [Hkv * reserved_blocks], head-major; -1 below layer_blocks
-    int64_t layer_blocks = 0;         // blocks [0, layer_blocks) are held per layer (an import)
-    std::vector<int32_t> cells;       // [Ls * Hkv * layer_blocks]: a cell or a summary-only row
-    int64_t cells_held = 0;           // entries of `cells` that are cells
-    int32_t row = -1;                 // sparse row, -1 while dense
-    std::vector<int32_t> ws_slots;    // [Hkv * K]
-    std::vector<int32_t> tail_slots;  // [Hkv * 2] (dense_layers == 0)
-    bool has_prediction = false;      // a previous step predicted its next top-K
-    bool always_sparse = false;       // switches whatever its length (disaggregation)
-    int64_t remote_left = 0;          // remote blocks (disaggregation's decode side)
-    bool in_place = false;            // HBM home: KV in the GPU pool, no host slots
-    bool moving = false;              // in place, its KV being copied to the host store
-    int64_t copied = 0;               // moving: blocks [0, copied) are in the host store
+    std::unique_ptr<HostLayout> layout;  // blocks [0, layer_blocks) held per layer (or null)
+    int64_t layer_blocks = 0;            // layout ? layout->layer_blocks() : 0
+    int32_t row = -1;                    // sparse row, -1 while dense
+    std::vector<int32_t> ws_slots;       // [Hkv * K]
+    std::vector<int32_t> tail_slots;     // [Hkv * 2] (dense_layers == 0)
+    bool has_prediction = false;         // a previous step predicted its next top-K
+    bool always_sparse = false;          // switches whatever its length (disaggregation)
+    bool in_place = false;               // HBM home: KV in the GPU pool, no host slots
+    bool moving = false;                 // in place, its KV being copied to the host store
+    int64_t copied = 0;                  // moving: blocks [0, copied) are in the host store
   };
   // Copies logical blocks [from, to) of every head (GPU slots of `table`), whole, to the
   // request's host slots in every sparse layer: K/V and summary rows.
@@ -299,23 +258,19 @@ class SparseKvManager {
                        const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
 
   int32_t HostSlot(const Request& r, int64_t layer, int64_t head, int64_t block) const;
-  int32_t& CellRef(Request& r, int64_t layer, int64_t head, int64_t block);
   // A block held as a whole slot (every layer): the ones a step writes through.
   int32_t WholeSlot(const Request& r, int64_t head, int64_t block) const;
   // The device host-table row of a request in `layer`: [Hkv, MB], -1 beyond its reservation.
   std::vector<int32_t> TablesRow(const Request& r, int64_t layer, int64_t max_blocks) const;
-  // ImportSparse's working sets per sparse layer ([Ls][Hkv][K], -1 empty: complete blocks,
+  // SwitchFromHost's working sets per sparse layer ([Ls][Hkv][K], -1 empty: complete blocks,
   // distinct, at most K) and per layer the host -> GPU copies that fill them and the partial
   // tail block (host slot src -> GPU slot dst).
-  struct ImportCopies {
+  struct FromHostCopies {
     std::vector<std::vector<std::vector<int32_t>>> layer_ws;
     std::vector<std::vector<int32_t>> src, dst;
   };
-  ImportCopies PlanImportCopies(const Request& req, int64_t num_tokens,
-                                const std::vector<std::vector<int32_t>>& working) const;
-  // Flags the blocks below ceil(num_tokens / 16) that `local` does not name remote in the
-  // request's row (none when local is null) and counts them.
-  void MarkRemote(Request& req, int64_t num_tokens, const std::vector<std::vector<int32_t>>* local);
+  FromHostCopies PlanFromHostCopies(const Request& req, int64_t num_tokens,
+                                    const std::vector<std::vector<int32_t>>& working) const;
   // BuildStepPlan's per-head part for batch sequence `s` (first token at batch row t0): its
   // tail slots, slot mapping, write-through, summary and (in place) table entry.
   void PlanHeads(const Request& req, const SparseBatchEntry& e, int64_t s, int64_t t0,

@@ -93,8 +93,8 @@ TEST_CASE(
     working[static_cast<size_t>(l * kHeads)] = {15, 16, 17};
     working[static_cast<size_t>(l * kHeads + 1)] = {0, 1, 2};
   }
-  REQUIRE(m.ImportSparse(7, 20 * kBlockSize, working, rig.pools, &local).ok());
-  CHECK(m.RemoteBlocksLeft(7) == 30 + 30 + 29);
+  REQUIRE(ImportSparse(m, 7, 20 * kBlockSize, working, rig.pools, &local).ok());
+  CHECK(RemoteBlocksLeft(m, 7) == 30 + 30 + 29);
   SparseDeviceState& st = m.state();
   auto table = [&](int64_t l, int64_t h, int64_t b) {
     return st.layer(l).host_tables.data<int32_t>()[(0 * kHeads + h) * st.max_blocks() + b];
@@ -106,10 +106,10 @@ TEST_CASE(
   CHECK(store.IsSlot(table(2, 0, 3)));
 
   // Head 0 block 3 arrives in layers 0 and 1, head 1 block 10 in layer 2: a cell each.
-  const std::vector<SparseKvManager::RemoteBlock> arriving = {{0, 0, 3}, {1, 0, 3}, {2, 1, 10}};
+  const std::vector<RemoteBlock> arriving = {{0, 0, 3}, {1, 0, 3}, {2, 1, 10}};
   const int32_t old_row = m.HostSlotOf(7, 0, 0, 3);
   const int64_t held = m.HostBytesHeld(7);
-  const std::vector<int32_t> slots = m.LandingSlots(7, arriving);
+  const std::vector<int32_t> slots = LandingSlots(m, 7, arriving);
   REQUIRE(slots.size() == 3);
   for (size_t i = 0; i < 3; ++i) {
     CHECK(store.IsSlot(slots[i]));
@@ -126,15 +126,15 @@ TEST_CASE(
   CHECK(store.kmin(2).data<float>()[slots[2] * kDim] == value(2, 1, 10));
   CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 2, 1, 11)));
   // Still remote until marked; a block still on a summary-only row cannot be marked.
-  CHECK(m.RemoteBlocksLeft(7) == 89);
-  m.MarkLocal(7, {0, 0, 3});
-  m.MarkLocal(7, {0, 0, 4});  // not landed: ignored
-  CHECK(m.RemoteBlocksLeft(7) == 88);
+  CHECK(RemoteBlocksLeft(m, 7) == 89);
+  MarkLocal(m, 7, {0, 0, 3});
+  MarkLocal(m, 7, {0, 0, 4});  // not landed: ignored
+  CHECK(RemoteBlocksLeft(m, 7) == 88);
   CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 0);
   CHECK(st.layer(1).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 3] == 1);
   CHECK(st.layer(0).remote.data<uint8_t>()[(0 * kHeads + 0) * st.max_blocks() + 4] == 1);
   // Landing again reuses the cell; a whole slot lands where it is.
-  CHECK(m.LandingSlots(7, {{0, 0, 3}, {1, 0, 21}}) ==
+  CHECK(LandingSlots(m, 7, {{0, 0, 3}, {1, 0, 21}}) ==
         std::vector<int32_t>{slots[0], m.HostSlotOf(7, 1, 0, 21)});
   CHECK(m.HostBytesHeld(7) == held + static_cast<int64_t>(3 * store.bytes_per_cell()));
 
@@ -143,9 +143,9 @@ TEST_CASE(
   std::optional<std::vector<int32_t>> hog0 = store.AllocateCells(0, store.num_free_cells(0));
   REQUIRE(hog);
   REQUIRE(hog0);
-  CHECK(m.LandingSlots(7, {{0, 0, 5}}) == std::vector<int32_t>{-1});
+  CHECK(LandingSlots(m, 7, {{0, 0, 5}}) == std::vector<int32_t>{-1});
   CHECK_FALSE(store.IsSlot(m.HostSlotOf(7, 0, 0, 5)));
-  CHECK(m.LandingSlots(99, {{0, 0, 5}}) == std::vector<int32_t>{-1});  // unknown request
+  CHECK(LandingSlots(m, 99, {{0, 0, 5}}) == std::vector<int32_t>{-1});  // unknown request
   store.FreeCells(0, *hog0);
   store.Free(*hog);
 

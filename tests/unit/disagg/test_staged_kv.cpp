@@ -215,7 +215,7 @@ TEST_CASE("staged KV: drift reads land in the host slots given", "[disagg]") {
     for (char& c : slot) c = static_cast<char>(rng());
   }
   Side b(g, 0);
-  const std::vector<SparseKvManager::RemoteBlock> blocks = {{0, 1, 3}, {1, 0, 0}, {1, 1, 5}};
+  const std::vector<RemoteBlock> blocks = {{0, 1, 3}, {1, 0, 0}, {1, 1, 5}};
   std::vector<char> buffer;
   const std::vector<StagedSlotRef> reads = DriftReads(*layout, 0, blocks, buffer);
   REQUIRE(reads.size() == 2 * blocks.size());

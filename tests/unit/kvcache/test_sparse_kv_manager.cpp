@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <random>
+#include <tuple>
 
 #include "kvcache/sparse_kv_manager.h"
 #include "sparse_kv_rig.h"
@@ -297,4 +299,79 @@ TEST_CASE("host store cells: one layer's share of a slot, slots split and made w
   for (int64_t l = 0; l < 3; ++l) store.FreeCells(l, held[static_cast<size_t>(l)]);
   CHECK(store.num_free() == 10);
   CHECK(store.num_cell_slots() == 0);
+}
+
+namespace {
+
+// A layout that holds blocks [0, n) of every layer and head as cells of the store.
+class CellLayout final : public HostLayout {
+ public:
+  CellLayout(HostKvStore& store, int64_t layers, int64_t heads, int64_t n) : heads_(heads), n_(n) {
+    for (int64_t l = 0; l < layers; ++l) {
+      auto got = store.AllocateCells(l, static_cast<int32_t>(heads * n));
+      REQUIRE(got);
+      cells_.push_back(*got);
+    }
+  }
+  int64_t layer_blocks() const override { return n_; }
+  int32_t Slot(int64_t layer, int64_t head, int64_t block) const override {
+    return cells_[static_cast<size_t>(layer)][static_cast<size_t>(head * n_ + block)];
+  }
+  int64_t BytesHeld(const HostKvStore& store) const override {
+    return static_cast<int64_t>(cells_.size()) * heads_ * n_ * static_cast<int64_t>(store.bytes_per_cell());
+  }
+  void Release(HostKvStore& store) override {
+    for (size_t l = 0; l < cells_.size(); ++l) store.FreeCells(static_cast<int64_t>(l), cells_[l]);
+    cells_.clear();
+    *released_ = true;
+  }
+  std::shared_ptr<bool> released_ = std::make_shared<bool>(false);
+
+ private:
+  int64_t heads_, n_;
+  std::vector<std::vector<int32_t>> cells_;
+};
+
+}  // namespace
+
+TEST_CASE("a reservation whose first blocks a HostLayout holds: its slots, whole slots after, release and errors", "[kvcache][sparse]") {
+  Rig rig(Config());
+  SparseKvManager& m = *rig.manager;
+  HostKvStore& store = m.host_store();
+  REQUIRE(store.num_slots() == 60);
+  auto layout = std::make_unique<CellLayout>(store, kLayers, kHeads, 4);
+  const std::shared_ptr<bool> released = layout->released_;
+  const CellLayout* seen = layout.get();
+  REQUIRE(m.ReserveWith(3, 160, std::move(layout)).ok());  // 10 blocks: 4 per layer, 6 whole
+  CHECK(m.Layout(3) == seen);
+  CHECK(m.Layout(4) == nullptr);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      for (int64_t b = 0; b < 4; ++b) CHECK(m.HostSlotOf(3, l, h, b) == seen->Slot(l, h, b));
+      // Blocks past the layout: one whole slot in every layer.
+      for (int64_t b = 4; b < 10; ++b) CHECK(m.HostSlotOf(3, l, h, b) == m.HostSlotOf(3, 0, h, b));
+    }
+  }
+  CHECK(m.HostSlotOf(3, 0, 0, 10) == -1);  // beyond the reservation
+  CHECK(m.HostBytesHeld(3) == kHeads * 6 * static_cast<int64_t>(store.bytes_per_slot()) +
+                                  kLayers * kHeads * 4 * static_cast<int64_t>(store.bytes_per_cell()));
+  CHECK(store.num_free() == 60 - kHeads * 6 - kHeads * 4);  // cells of every layer share slots
+  m.Release(3);
+  CHECK(*released);
+  CHECK(store.num_free() == 60);
+  CHECK(store.num_cell_slots() == 0);
+  // Errors release the layout and take nothing: a second reservation of the same id, a
+  // layout longer than the reservation, whole slots that do not fit.
+  REQUIRE(m.Reserve(5, 160).ok());  // 20 whole slots
+  for (auto [id, tokens, n] : {std::tuple<uint64_t, int64_t, int64_t>{5, 160, 2}, {6, 32, 4}, {7, 400, 1}}) {
+    auto bad = std::make_unique<CellLayout>(store, kLayers, kHeads, n);
+    const std::shared_ptr<bool> gone = bad->released_;
+    CHECK_FALSE(m.ReserveWith(id, tokens, std::move(bad)).ok());
+    CHECK(*gone);
+    CHECK(store.num_free() == 40);  // 400 tokens: 48 whole slots, 38 free beside the cells
+    CHECK(store.num_cell_slots() == 0);
+    CHECK_FALSE(m.HasReservation(id == 5 ? 99 : id));
+  }
+  m.Release(5);
+  CHECK(store.num_free() == 60);
 }

@@ -105,13 +105,17 @@ void Engine::Impl::BuildBatch(StepBatch& b) {
   // The target batch: each chunk's tokens, a decode's granted draft tokens after its own.
   // Sparse sequences run a draft only for the draft predictor, and never accept it (a
   // sparse step advances by exactly one token: under speculate they verify as reject does).
+  // Under reject a sparse server's dense sequences stack none: nothing would read or accept
+  // it (their head still runs, so a draft is ready the step they switch).
   const bool speculate = draft != nullptr && options.lookahead == LookaheadMode::kSpeculate;
+  const bool dense_drafts = sparse == nullptr || options.lookahead != LookaheadMode::kReject;
   std::vector<const Sequence*> seqs;
   b.steps.reserve(b.plan.chunks.size());
   b.rows.reserve(b.plan.chunks.size());
   for (const ScheduledChunk& c : b.plan.chunks) {
     const bool is_sparse = c.seq->kv != SequenceKv::kDense;
-    const int64_t d = is_sparse && !sparse->FeedsDraft() ? 0 : c.num_draft;
+    const bool stack = is_sparse ? sparse->FeedsDraft() : dense_drafts;
+    const int64_t d = stack ? c.num_draft : 0;
     std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start,
                                 c.seq->tokens.begin() + c.start + c.num_tokens);
     tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + d);

@@ -32,6 +32,7 @@ struct SparseStepLog {
   int64_t max_new_per_head = 0;  // most working-set blocks one (row, layer, head) changed in a step
   int64_t new_blocks = 0;        // Σ changed working-set blocks (= blocks fetched)
   int64_t max_tokens_sparse = 0;  // most tokens a sparse sequence ran in one step
+  int64_t sparse_drafts = 0;      // Σ sparse sequences that ran a draft after their token
   bool slots_as_expected =
       true;                     // GPU slots held = host-home sparse requests x (K + 2) x Hkv
                                 // (dense_layers 0; in-place requests hold their dense table)
@@ -77,6 +78,7 @@ class RecordingRunner final : public ModelRunner {
       const int32_t r = plan.seq_rows.data<int32_t>()[s];
       if (r < 0) continue;
       log.max_tokens_sparse = std::max<int64_t>(log.max_tokens_sparse, qs[s + 1] - qs[s]);
+      log.sparse_drafts += qs[s + 1] - qs[s] > 1 ? 1 : 0;
       for (int64_t l = cfg.dense_layers, i = 0; l < m.shape().num_layers; ++l, ++i) {
         const int32_t* a = before[static_cast<size_t>(i)].data<int32_t>();
         const int32_t* b = st.layer(l).ws_blocks.data<int32_t>();

@@ -109,6 +109,13 @@ TEST_CASE(
       if (v.lookahead == LookaheadMode::kSpeculate) {
         CHECK(st.lookahead.draft_accepted_total > 0);  // the dense requests still accept drafts
       }
+      if (v.lookahead == LookaheadMode::kReject && v.predictor == SparsePredictor::kDraft) {
+        // Under reject only sparse sequences stack the draft (their predictor reads it); the
+        // dense ones run their own token alone, though the head keeps a draft ready for them.
+        CHECK(st.lookahead.draft_tokens_total > 0);
+        CHECK(st.lookahead.draft_tokens_total <= log.sparse_drafts);
+        CHECK(st.lookahead.draft_tokens_proposed_total > log.sparse_drafts);
+      }
       // Everything came back.
       CHECK(st.kv.num_free_slots == st.kv.num_slots);
       CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);

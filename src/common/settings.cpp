@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_depth.h"
+
 namespace oasis {
 
 std::string FlagName(std::string key) {
@@ -33,6 +35,9 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::string& path) {
   if (!in) return NotFound("cannot open --config " + path);
   std::ostringstream text;
   text << in.rdbuf();
+  if (JsonNestedDeeperThan(text.str()))
+    return InvalidArgument(path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                           " levels");
   nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false,
                                               /*ignore_comments=*/true);
   if (json.is_discarded()) return InvalidArgument(path + ": not valid JSON");

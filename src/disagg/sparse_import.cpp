@@ -26,7 +26,9 @@ class ImportLayout final : public HostLayout {
   int32_t Slot(int64_t layer, int64_t head, int64_t block) const override {
     return ids_[Index(layer, head, block)];
   }
-  int32_t& At(int64_t layer, int64_t head, int64_t block) { return ids_[Index(layer, head, block)]; }
+  int32_t& At(int64_t layer, int64_t head, int64_t block) {
+    return ids_[Index(layer, head, block)];
+  }
   int64_t BytesHeld(const HostKvStore& store) const override {
     return cells_held_ * static_cast<int64_t>(store.bytes_per_cell());
   }
@@ -105,9 +107,10 @@ Status ReserveImport(SparseKvManager& m, uint64_t id, int64_t max_total_tokens,
   std::vector<int32_t> ids(static_cast<size_t>(ls * hkv * lb), -1);
   int64_t cells_held = 0;
   for (int64_t i = 0; i < ls; ++i) {
-    auto cells = store.AllocateCells(first + i, static_cast<int32_t>(n.cells[static_cast<size_t>(i)]));
-    auto rows = store.AllocateSummaryRows(first + i,
-                                          static_cast<int32_t>(n.rows[static_cast<size_t>(i)]));
+    auto cells =
+        store.AllocateCells(first + i, static_cast<int32_t>(n.cells[static_cast<size_t>(i)]));
+    auto rows =
+        store.AllocateSummaryRows(first + i, static_cast<int32_t>(n.rows[static_cast<size_t>(i)]));
     OASIS_CHECK(cells.has_value() && rows.has_value()) << "host store: cells and rows counted";
     size_t ci = 0, ri = 0;
     for (int64_t h = 0; h < hkv; ++h) {

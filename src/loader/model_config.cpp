@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/json_depth.h"
 #include "oasis/model_config.h"
 
 namespace oasis {
@@ -282,6 +283,9 @@ std::string SupportedArchitectures() {
 }
 
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& source) {
+  if (JsonNestedDeeperThan(json_text))
+    return InvalidArgument(source + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                           " levels");
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgument(source + ": not valid JSON");
   try {

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "common/check.h"
+#include "common/json_depth.h"
 
 namespace oasis {
 namespace {
@@ -160,6 +161,10 @@ StatusOr<SafetensorsHeader> ParseImpl(const uint8_t* data, size_t size, const st
 
   const char* text = reinterpret_cast<const char*>(data + 8);
   std::string duplicate;
+  if (JsonNestedDeeperThan(std::string_view(text, header.header_size))) {
+    return DataLoss(source + ": header nests JSON deeper than " + std::to_string(kMaxJsonDepth) +
+                    " levels");
+  }
   json root = ParseTopLevel(text, text + header.header_size, &duplicate);
   if (root.is_discarded()) return DataLoss(source + ": header is not valid JSON");
   if (!root.is_object()) return DataLoss(source + ": header is not a JSON object");

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "common/json_depth.h"
 #include "loader/safetensors.h"
 #include "loader/tensor_copy.h"
 #include "loader/weights.h"
@@ -126,6 +127,8 @@ StatusOr<std::unique_ptr<WeightSource>> OpenIndexed(const fs::path& index_path) 
   if (!in) return NotFound(src + ": cannot open");
   std::stringstream text;
   text << in.rdbuf();
+  if (JsonNestedDeeperThan(text.str()))
+    return DataLoss(src + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   json root = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return DataLoss(src + ": not valid JSON");
   if (!root.is_object()) return InvalidArgument(src + ": not a JSON object");

@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "common/http_util.h"
+#include "common/json_depth.h"
 
 namespace oasis::router {
 
@@ -22,7 +23,9 @@ std::string ErrorEvent(int status, const std::string& message) {
 }
 
 std::string ErrorMessageOf(const std::string& body) {
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  const nlohmann::json j = JsonNestedDeeperThan(body)
+                               ? nlohmann::json(nlohmann::json::value_t::discarded)
+                               : nlohmann::json::parse(body, nullptr, false);
   if (j.is_object()) {
     auto e = j.find("error");
     if (e != j.end() && e->is_object()) {
@@ -38,6 +41,11 @@ std::optional<ClientRequest> ParseClientRequest(const std::string& text, int* st
                                                 std::string* message) {
   *status = 400;
   ClientRequest out;
+  if (JsonNestedDeeperThan(text)) {
+    *message = "the request body nests arrays and objects deeper than " +
+               std::to_string(kMaxJsonDepth) + " levels";
+    return std::nullopt;
+  }
   out.body = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
   if (out.body.is_discarded()) {
     *message = "the request body is not valid JSON";

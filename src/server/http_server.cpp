@@ -9,6 +9,7 @@
 
 #include <ctime>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include "server/connection_probe.h"
@@ -213,6 +214,22 @@ void HandleModels(Service& svc, Response& res) {
   SendJson(res, {{"object", "list"}, {"data", OrderedJson::array({model})}});
 }
 
+// An optional field of a tokenizer route's body: absent or null -> `fallback`; another type
+// than T -> nullopt with a 400 naming it.
+template <typename T>
+std::optional<T> OptionalField(const Json& body, const char* name, T fallback, ApiError* err) {
+  auto f = body.find(name);
+  if (f == body.end() || f->is_null()) return fallback;
+  const bool ok = std::is_same_v<T, bool> ? f->is_boolean() : f->is_string();
+  if (!ok) {
+    *err = BadRequest(std::string("'") + name + "' must be " +
+                          (std::is_same_v<T, bool> ? "a boolean" : "a string"),
+                      name);
+    return std::nullopt;
+  }
+  return f->get<T>();
+}
+
 // The text /tokenize encodes (a prompt, or chat messages rendered) and whether special tokens
 // are added; nullopt with `*err` on a bad request.
 std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Json& body,
@@ -237,15 +254,9 @@ std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Js
     }
     text = p->get<std::string>();
   }
-  auto a = body.find("add_special_tokens");
-  if (a != body.end() && !a->is_null()) {
-    if (!a->is_boolean()) {
-      *err = BadRequest("'add_special_tokens' must be a boolean", "add_special_tokens");
-      return std::nullopt;
-    }
-    add_special = a->get<bool>();
-  }
-  return std::pair{text, add_special};
+  std::optional<bool> a = OptionalField(body, "add_special_tokens", add_special, err);
+  if (!a) return std::nullopt;
+  return std::pair{text, *a};
 }
 
 // The tokenizer routes' common start: a loaded model with a tokenizer, and a JSON body. Sends
@@ -270,11 +281,14 @@ void HandleTokenize(Service& svc, const Request& req, Response& res) {
   std::optional<std::pair<std::string, bool>> input = TokenizeInput(svc, *body, &err);
   if (!input) return SendError(res, err);
   const auto& [text, add_special] = *input;
-  if (auto e = svc.CheckModel(body->value("model", std::string()))) return SendError(res, *e);
+  const std::optional<std::string> model = OptionalField(*body, "model", std::string(), &err);
+  const std::optional<bool> strs_wanted = OptionalField(*body, "return_token_strs", false, &err);
+  if (!model || !strs_wanted) return SendError(res, err);
+  if (auto e = svc.CheckModel(*model)) return SendError(res, *e);
   const std::vector<int32_t> ids = h->tokenizer->Encode(
       text, add_special ? tokenizer::AddSpecialTokens::kYes : tokenizer::AddSpecialTokens::kNo);
   OrderedJson out = {{"count", ids.size()}, {"max_model_len", h->max_model_len()}, {"tokens", ids}};
-  if (body->value("return_token_strs", false)) {
+  if (*strs_wanted) {
     OrderedJson strs = OrderedJson::array();
     for (int32_t id : ids) strs.push_back(h->tokenizer->IdToToken(id).value_or(""));
     out["token_strs"] = strs;
@@ -288,7 +302,10 @@ void HandleDetokenize(Service& svc, const Request& req, Response& res) {
   std::optional<Json> body = TokenizerRouteBody(svc, req, res);
   if (!body) return;
   const ModelHost* h = svc.host();
-  if (auto e = svc.CheckModel(body->value("model", std::string()))) return SendError(res, *e);
+  ApiError err;
+  const std::optional<std::string> model = OptionalField(*body, "model", std::string(), &err);
+  if (!model) return SendError(res, err);
+  if (auto e = svc.CheckModel(*model)) return SendError(res, *e);
   auto t = body->find("tokens");
   if (t == body->end() || !t->is_array())
     return SendError(res, BadRequest("'tokens' must be a list of token ids", "tokens"));
@@ -296,9 +313,11 @@ void HandleDetokenize(Service& svc, const Request& req, Response& res) {
   for (const Json& id : *t) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         !h->tokenizer->IsKnown(static_cast<int32_t>(id.get<int64_t>()))) {
+      std::string shown = id.dump();
+      if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
       return SendError(
-          res, BadRequest("'tokens' holds " + id.dump() + ", not a token id of this tokenizer",
-                          "tokens"));
+          res,
+          BadRequest("'tokens' holds " + shown + ", not a token id of this tokenizer", "tokens"));
     }
     ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }

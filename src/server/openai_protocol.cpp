@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "common/json_depth.h"
+
 namespace oasis::server {
 namespace {
 
@@ -359,6 +361,11 @@ ApiError HostKvTooLarge(const Status& status) {
 }
 
 std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error) {
+  if (JsonNestedDeeperThan(body)) {
+    *error = BadRequest("the request body nests arrays and objects deeper than " +
+                        std::to_string(kMaxJsonDepth) + " levels");
+    return std::nullopt;
+  }
   Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
     *error = BadRequest("malformed JSON in the request body");

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_depth.h"
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/byte_level.h"
@@ -58,6 +59,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view json,
 }
 
 Status Tokenizer::Load(std::string_view text) {
+  if (JsonNestedDeeperThan(text))
+    return InvalidArgument("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   Json json;
   try {
     json = Json::parse(text.begin(), text.end());

@@ -129,6 +129,26 @@ expect_error "chat without messages" 400 /v1/chat/completions '{"model": "oasis-
 expect_error "chat message content of the wrong type" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": 3}]}'
 expect_error "unknown route" 404 /v1/nothing-here '{}'
 expect_error "detokenize with a bad id" 400 /detokenize '{"tokens": [1, -5]}'
+# Deep nesting is refused before anything recursive sees it (a 60,000-deep array once crashed
+# the server); fields of the wrong type are 400s, never 500s.
+deep() {  # deep <n> <before> <after> <file>: writes before + n '[' + n ']' + after, prints @file
+  python3 -c "import sys; n=int(sys.argv[1]); open(sys.argv[4], 'w').write(sys.argv[2] + '[' * n + ']' * n + sys.argv[3])" "$@"
+  echo "@$4"
+}
+expect_error "detokenize: tokens nested 60,000 deep" 400 /detokenize "$(deep 60000 '{"tokens":' '}' "$TMP/deep1")"
+expect_error "chat: tools nested 100,000 deep" 400 /v1/chat/completions \
+  "$(deep 100000 '{"messages": [{"role": "user", "content": "x"}], "tools":' '}' "$TMP/deep2")"
+expect_error "chat: content nested 100,000 deep" 400 /v1/chat/completions \
+  "$(deep 100000 '{"messages": [{"role": "user", "content":' '}]}' "$TMP/deep3")"
+expect_error "completions: prompt nested 257 deep" 400 /v1/completions "$(deep 256 '{"prompt":' '}' "$TMP/deep4")"
+grep -q "deeper than 256" "$TMP/body" && ok "... named as too deep" || bad "257 deep: message" "$(cat "$TMP/body")"
+expect_error "completions: prompt nested 256 deep is only a bad prompt" 400 /v1/completions "$(deep 255 '{"prompt":' '}' "$TMP/deep5")"
+grep -q "deeper than" "$TMP/body" && bad "256 deep refused as too deep" "$(cat "$TMP/body")" || ok "... and not refused as too deep"
+expect_error "tokenize: model a number" 400 /tokenize '{"model": 1, "prompt": "hi"}'
+expect_error "tokenize: return_token_strs a string" 400 /tokenize '{"prompt": "hi", "return_token_strs": "yes"}'
+expect_error "detokenize: model a list" 400 /detokenize '{"model": ["m"], "tokens": [1]}'
+expect "tokenize: null model and return_token_strs are absent ones" \
+  "$(post /tokenize '{"model": null, "prompt": "hi", "return_token_strs": null}')" "d['count'] > 0 and d['token_strs'] is None"
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$BASE/no/such/page")
 [[ $code == 404 && $(py "$(cat "$TMP/body")" "d['error']['type']") == not_found_error ]] && ok "GET unknown route -> 404 JSON" || bad "GET unknown route: $code" "$(cat "$TMP/body")"
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && ok "server still healthy after bad input" || bad "server died"

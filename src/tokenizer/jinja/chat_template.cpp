@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/json_depth.h"
 #include "tokenizer/jinja/parser.h"
 
 namespace oasis {
@@ -90,6 +91,10 @@ StatusOr<ChatTemplateFiles> ChatTemplate::FromTokenizerConfig(
 StatusOr<ChatTemplateFiles> ChatTemplate::LoadFromTokenizerConfig(
     const std::filesystem::path& path) {
   OASIS_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  if (JsonNestedDeeperThan(text)) {
+    return InvalidArgument(path.string() + ": JSON nested deeper than " +
+                           std::to_string(kMaxJsonDepth) + " levels");
+  }
   nlohmann::ordered_json config =
       nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) return InvalidArgument(path.string() + ": invalid JSON");

@@ -115,6 +115,10 @@ TEST_CASE("safetensors: structural damage is DataLoss", "[loader][safetensors]")
   SECTION("non-JSON header") { ExpectError(RawImage("{not json"), StatusCode::kDataLoss, "not valid JSON"); }
   SECTION("empty header") { ExpectError(RawImage(""), StatusCode::kDataLoss, "not valid JSON"); }
   SECTION("header is a JSON array") { ExpectError(RawImage("[1,2]"), StatusCode::kDataLoss, "not a JSON object"); }
+  SECTION("header nested 100,000 deep") {
+    ExpectError(RawImage("{\"w\":" + std::string(100000, '[') + std::string(100000, ']') + "}"), StatusCode::kDataLoss,
+                "deeper than 256 levels");
+  }
   SECTION("offsets outside the data section") {
     ExpectError(RawImage(OneTensor("F32", "[2]", "[0,8]"), std::string(4, '\0')), StatusCode::kDataLoss,
                 "outside the data section");

@@ -372,6 +372,11 @@ TEST_CASE("router: client bodies are checked and rewritten for prefill and decod
   CHECK(status == 400);
   CHECK_FALSE(ParseClientRequest("[1,2]", &status, &message));
   CHECK(message.find("JSON object") != std::string::npos);
+  const std::string deep = R"({"prompt":)" + std::string(60000, '[') + std::string(60000, ']') + "}";
+  CHECK_FALSE(ParseClientRequest(deep, &status, &message));
+  CHECK(status == 400);
+  CHECK(message.find("deeper than 256 levels") != std::string::npos);
+  CHECK(ErrorMessageOf(R"({"error":{"message":)" + std::string(60000, '[') + "}}").size() <= 200);
   for (const char* multi : {R"({"prompt":"x","n":2})", R"({"prompt":"x","best_of":3})", R"({"prompt":"x","n":1.5})"}) {
     INFO(multi);
     CHECK_FALSE(ParseClientRequest(multi, &status, &message));

@@ -137,6 +137,9 @@ int main(int argc, char** argv) {
   if (Status mem = CheckHostMemory(cmd->config); !mem.ok())
     return ExitWithError("oasis-server", mem, 2);
   Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);
-  if (!st.ok()) return ExitWithError("oasis-server", st, 1);
+  // More than this machine can hold (e.g. a host KV store it cannot pin) is a setting to
+  // change, like the bad flags that exit 2; other failures exit 1.
+  if (!st.ok())
+    return ExitWithError("oasis-server", st, st.code() == StatusCode::kResourceExhausted ? 2 : 1);
   return 0;
 }

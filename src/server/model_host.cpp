@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/host_memory.h"
+#include "common/status_error.h"
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
 #include "kvcache/sparse_kv_manager.h"
@@ -517,8 +518,14 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   OASIS_RETURN_IF_ERROR(SetUpDisaggregation(sc, host.get()));
   options.handoff_exporter = host->exporter.get();
   OASIS_RETURN_IF_ERROR(Engine::CheckOptions(options, *host->runner, host->draft_runner.get()));
-  host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options,
-                                          host->draft_runner.get());
+  try {  // the engine pins the host KV store: a machine that cannot is an error, not a crash
+    host->engine = std::make_unique<Engine>(*host->runner, host->tokenizer.get(), options,
+                                            host->draft_runner.get());
+  } catch (const StatusError& e) {
+    return e.status();
+  } catch (const std::runtime_error& e) {  // TP: a rank's failure, rethrown naming the rank
+    return Internal(std::string("starting the engine: ") + e.what());
+  }
   for (int64_t tokens : CapacityLengths(*host)) {
     const KvCapacity k = host->engine->CapacityAt(tokens);
     if (host->sparse) {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/status_error.h"
 #include "gpu_test_util.h"
 #include "kernels/sparse_kv.h"
 
@@ -342,4 +343,20 @@ TEST_CASE("CopyBlocks and CopyTokens move K and V exactly between device and map
     CHECK(std::equal(hk_after.data<float>() + t * d, hk_after.data<float>() + (t + 1) * d, tk.data<float>() + s * d));
     CHECK(std::equal(hv_after.data<float>() + t * d, hv_after.data<float>() + (t + 1) * d, tv.data<float>() + s * d));
   }
+}
+
+TEST_CASE("A host KV store the machine cannot hold is a ResourceExhausted error, not a crash", "[gpu][sparse]") {
+  auto b = MakeBackend();
+  // 1 PiB: refused before a page is touched (the OOM killer would end the process otherwise).
+  try {
+    (void)b->EmptyHost({int64_t{1} << 40, 1024}, DType::kU8);
+    FAIL("a 1 PiB host tensor was allocated");
+  } catch (const StatusError& e) {
+    CHECK(e.status().code() == StatusCode::kResourceExhausted);
+    CHECK(e.status().message().find("--host-kv-gib") != std::string::npos);
+  }
+  // The backend stays usable: a small pinned tensor still works.
+  Tensor small = b->EmptyHost({1024}, DType::kU8);
+  std::memset(small.data<uint8_t>(), 7, 1024);
+  CHECK(small.data<uint8_t>()[1023] == 7);
 }

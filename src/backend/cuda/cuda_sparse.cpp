@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -13,6 +14,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "common/check.h"
+#include "common/host_memory.h"
+#include "common/status_error.h"
 #include "common/tuning.h"
 #include "kernels/sparse_kv.h"
 
@@ -107,14 +110,32 @@ Tensor CudaBackend::EmptyHost(std::vector<int64_t> shape, DType dtype) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   const size_t bytes = std::max<size_t>(static_cast<size_t>(n) * DTypeSize(dtype), 16);
+  // Touching pages beyond what the machine (or the memory cgroup) has left would end in the
+  // OOM killer, not an error: refuse first.
+  const double gib = static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30);
+  if (const std::optional<double> free =
+          bytes >= (size_t{64} << 20) ? AvailableHostMemoryGiB() : std::nullopt;
+      free && gib > 0.95 * *free) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "cannot pin %.1f GiB of host memory for the host KV store: %.1f GiB available: "
+                  "lower --host-kv-gib",
+                  gib, *free);
+    throw StatusError(ResourceExhausted(text));
+  }
   if (std::shared_ptr<void> owner = RegisteredHostAlloc(bytes)) {
     void* raw = owner.get();
     return Tensor(raw, dtype, std::move(shape), Device::kCpu, std::move(owner));
   }
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
-  OASIS_CHECK(err == cudaSuccess) << "cudaHostAlloc of " << bytes
-                                  << " bytes (pinned host KV): " << cudaGetErrorString(err);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: the device stays usable
+    throw StatusError(
+        ResourceExhausted("cannot pin " + std::to_string(bytes >> 20) +
+                          " MiB of host memory for the host KV store (" + cudaGetErrorString(err) +
+                          "): lower --host-kv-gib, or raise the locked-memory limit"));
+  }
   std::shared_ptr<void> owner(p, [](void* q) { cudaFreeHost(q); });
   return Tensor(p, dtype, std::move(shape), Device::kCpu, std::move(owner));
 }

@@ -12,9 +12,13 @@ std::string Trim(std::string_view s) {
 }
 
 bool KeyMatches(const std::string& presented, const std::string& key) {
-  if (presented.size() != key.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < key.size(); ++i) diff |= static_cast<unsigned char>(presented[i] ^ key[i]);
+  // Every presented byte is compared (against the key, repeated): the time depends on the
+  // presented length only, never on the key's length or on where the two differ.
+  unsigned char diff = presented.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < presented.size(); ++i) {
+    const char k = key.empty() ? '\0' : key[i % key.size()];
+    diff |= static_cast<unsigned char>(presented[i] ^ k);
+  }
   return diff == 0;
 }
 

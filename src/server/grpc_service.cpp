@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "common/http_util.h"
 #include "oasis.grpc.pb.h"
 
 namespace oasis::server {
@@ -129,7 +130,9 @@ class OasisGrpcService final : public v1::Oasis::Service {
     if (key.empty()) return grpc::Status::OK;
     const auto& md = ctx.client_metadata();
     auto it = md.find("authorization");
-    if (it != md.end() && std::string(it->second.data(), it->second.size()) == "Bearer " + key)
+    const std::string presented =
+        it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+    if (presented.rfind("Bearer ", 0) == 0 && KeyMatches(presented.substr(7), key))
       return grpc::Status::OK;
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "missing or invalid 'authorization: Bearer <api key>' metadata");

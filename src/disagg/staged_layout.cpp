@@ -12,6 +12,23 @@ StatusOr<StagedKvLayout> StagedKvLayout::Create(const StagedKvGeometry& g) {
         "staged KV layout: layers, KV heads, head_dim, dtype and blocks must "
         "be positive");
   }
+  // Bounds before any arithmetic: a slot's bytes (16 · head_dim · dtype) and the slot counts
+  // (layers · heads · 2 · blocks) must not wrap, or the summary packing divides by zero.
+  if (g.dtype_bytes != 1 && g.dtype_bytes != 2 && g.dtype_bytes != 4) {
+    return InvalidArgument("staged KV layout: dtype of " + std::to_string(g.dtype_bytes) +
+                           " bytes; 1, 2 or 4 are supported");
+  }
+  if (g.head_dim > kMaxStagedHeadDim || g.num_layers > kMaxStagedLayers ||
+      g.num_kv_heads > kMaxStagedKvHeads || g.draft_kv_heads > kMaxStagedKvHeads) {
+    return InvalidArgument("staged KV layout: head_dim " + std::to_string(g.head_dim) + ", " +
+                           std::to_string(g.num_layers) + " layers, " +
+                           std::to_string(g.num_kv_heads) + " KV heads, " +
+                           std::to_string(g.draft_kv_heads) +
+                           " draft KV heads: beyond what a staging pool lays out (head_dim <= " +
+                           std::to_string(kMaxStagedHeadDim) + ", layers <= " +
+                           std::to_string(kMaxStagedLayers) + ", KV heads <= " +
+                           std::to_string(kMaxStagedKvHeads) + ")");
+  }
   if ((g.draft_kv_heads == 0) != (g.draft_head_dim == 0)) {
     return InvalidArgument("staged KV layout: draft KV heads and draft head_dim go together");
   }

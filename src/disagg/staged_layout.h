@@ -30,6 +30,11 @@ struct StagedKvGeometry {
 };
 
 inline constexpr uint32_t kStagedBlockTokens = 16;
+// Bounds a geometry must keep (StagedKvLayout::Create refuses more): with them every slot count
+// and byte size below fits uint64_t.
+inline constexpr uint32_t kMaxStagedHeadDim = 4096;
+inline constexpr uint32_t kMaxStagedLayers = 4096;
+inline constexpr uint32_t kMaxStagedKvHeads = 4096;
 
 struct SummarySlot {
   uint64_t ordinal = 0;  // slot ordinal in the lease
@@ -38,8 +43,8 @@ struct SummarySlot {
 
 class StagedKvLayout {
  public:
-  // kInvalidArgument for zero sizes, a draft block larger than a slot, or more slots than a
-  // pool can address.
+  // kInvalidArgument for zero sizes, a dtype other than 1, 2 or 4 bytes, sizes beyond the
+  // kMaxStaged* bounds, a draft block larger than a slot, or more slots than a pool can address.
   static StatusOr<StagedKvLayout> Create(const StagedKvGeometry& g);
 
   const StagedKvGeometry& geometry() const { return g_; }

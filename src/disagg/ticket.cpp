@@ -172,20 +172,15 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
     return Bad("geometry blocks: " + std::to_string(g.num_blocks) + ", at most " +
                std::to_string(kMaxTicketBlocks) + " (admission ids are u16)");
   }
-  // Bound the sizes before StagedKvLayout multiplies them: slot bytes ≤ kMaxBlockBytes, and
-  // layers × heads ≤ 2^32 (each (l, h) has at least a 2-byte admission list, so a real ticket
-  // is far below that) keep every slot count in 64 bits.
-  if (uint64_t{kStagedBlockTokens} * g.head_dim * g.dtype_bytes > kMaxBlockBytes) {
-    return Bad("geometry head_dim/dtype bytes: a slot of 16 × " + std::to_string(g.head_dim) +
-               " × " + std::to_string(g.dtype_bytes) + " bytes is larger than " +
-               std::to_string(kMaxBlockBytes));
-  }
+  // StagedKvLayout::Create bounds each size (head_dim, dtype, layers, heads) before it
+  // multiplies them, so the products below fit 64 bits and a slot fits a wire block.
+  static_assert(uint64_t{kStagedBlockTokens} * kMaxStagedHeadDim * 4 <= kMaxBlockBytes);
+  auto layout = StagedKvLayout::Create(g);
+  if (!layout.ok()) return Bad("geometry: " + layout.status().message());
   const uint64_t num_lists = uint64_t{g.num_layers} * g.num_kv_heads;
   if (num_lists > uint64_t{UINT32_MAX}) {
     return Bad("geometry layers × KV heads: " + std::to_string(num_lists) + ", too many");
   }
-  auto layout = StagedKvLayout::Create(g);
-  if (!layout.ok()) return Bad("geometry: " + layout.status().message());
 
   OASIS_ASSIGN_OR_RETURN(t.prompt_length, r.U32("prompt length"));
   if (t.prompt_length == 0) return Bad("prompt length: 0");

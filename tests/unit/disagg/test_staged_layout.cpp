@@ -84,3 +84,26 @@ TEST_CASE("staged layout rejects impossible geometries", "[disagg][layout]") {
         StatusCode::kInvalidArgument);
   CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 0, 0}).ok());
 }
+
+TEST_CASE("staged layout refuses sizes whose slot arithmetic would wrap", "[disagg][layout]") {
+  // Found by fuzz_disagg_ticket: head_dim and dtype near 2^32 wrapped 16 · D · B so that a
+  // slot held no summary and the packing divided by zero.
+  const uint32_t big = 0xFFFFFFFFu;
+  CHECK(StagedKvLayout::Create({2, 2, big, big, 64, 0, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({2, 2, 128, 3, 64, 0, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({2, 2, kMaxStagedHeadDim + 1, 2, 64, 0, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({kMaxStagedLayers + 1, 2, 128, 2, 64, 0, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({2, big, 128, 2, 64, 0, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({2, 2, 128, 2, 64, big, 64}).status().code() ==
+        StatusCode::kInvalidArgument);
+  for (uint32_t dtype : {1u, 2u, 4u}) {
+    auto layout = StagedKvLayout::Create({2, 2, kMaxStagedHeadDim, dtype, 64, 0, 0});
+    REQUIRE(layout.ok());
+    CHECK(layout->summaries_per_slot() == 8);
+  }
+}

@@ -229,7 +229,9 @@ TEST_CASE("handoff ticket: each field corrupted is rejected, naming it", "[disag
   Rejects(with32(45, 0), "geometry: staged KV layout");         // KV heads
   Rejects(with32(49, 0), "geometry");                           // head_dim
   Rejects(with32(53, 0), "geometry");                           // dtype
-  Rejects(with32(53, 1u << 30), "geometry head_dim/dtype bytes");
+  Rejects(with32(53, 1u << 30), "geometry: staged KV layout: dtype of 1073741824 bytes");
+  Rejects(with32(53, 3), "geometry: staged KV layout: dtype of 3 bytes");
+  Rejects(with32(49, 0xFFFFFFFFu), "beyond what a staging pool lays out");  // head_dim
   Rejects(with32(57, 4), "geometry blocks: 4 for prompt length 40");
   Rejects(with32(57, 70000), "geometry blocks: 70000, at most 65536");
   Rejects(with32(61, 0), "geometry: staged KV layout: draft KV heads and draft head_dim");

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -102,6 +103,10 @@ class RequestStream {
   // Engine side: appends an event (merging is allowed) and wakes the reader.
   void Push(RequestOutput out);
   bool finished() const;
+  // For a reader that does not block in Next (an event-driven front end): `wakeup` runs after
+  // every Push, on the pushing thread and outside the stream's lock, so it must be quick and
+  // thread-safe (post work elsewhere). Runs at once when an event is already queued.
+  void SetWakeup(std::function<void()> wakeup);
 
  private:
   std::string id_;
@@ -110,6 +115,7 @@ class RequestStream {
   std::deque<RequestOutput> queue_;
   bool finished_pushed_ = false;
   bool finished_popped_ = false;
+  std::shared_ptr<const std::function<void()>> wakeup_;
 };
 
 struct EngineOptions {

@@ -35,8 +35,10 @@ std::optional<RequestOutput> RequestStream::Next(std::chrono::milliseconds timeo
 }
 
 void RequestStream::Push(RequestOutput out) {
+  std::shared_ptr<const std::function<void()>> wakeup;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    wakeup = wakeup_;
     OASIS_CHECK(!finished_pushed_) << "event pushed to request " << id_ << " after it finished";
     if (out.finished) finished_pushed_ = true;
     if (!queue_.empty()) {
@@ -56,6 +58,19 @@ void RequestStream::Push(RequestOutput out) {
     }
   }
   cv_.notify_all();
+  if (wakeup) (*wakeup)();
+}
+
+void RequestStream::SetWakeup(std::function<void()> wakeup) {
+  std::shared_ptr<const std::function<void()>> fn;
+  if (wakeup) fn = std::make_shared<const std::function<void()>>(std::move(wakeup));
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wakeup_ = fn;
+    queued = !queue_.empty();
+  }
+  if (queued && fn) (*fn)();
 }
 
 bool RequestStream::finished() const {

@@ -1,35 +1,31 @@
 #include "server/http_server.h"
 
 #include "common/base64.h"
-#include "common/http_listener.h"
+#include "common/http_front.h"
 #include "common/http_util.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <ctime>
+#include <mutex>
 #include <set>
 #include <type_traits>
 #include <utility>
 
-#include "server/connection_probe.h"
 #include "tokenizer/tokenizer.h"
 
 namespace oasis::server {
 namespace {
 
-using httplib::Request;
-using httplib::Response;
+using Exchange = std::shared_ptr<HttpExchange>;
 
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
-
-void SendJson(Response& res, const OrderedJson& body, int status = 200) {
-  res.status = status;
-  res.set_content(DumpJson(body), "application/json");
+void SendJson(HttpExchange& ex, const OrderedJson& body, int status = 200) {
+  ex.Reply(status, "application/json", DumpJson(body));
 }
 
-void SendError(Response& res, const ApiError& error) {
-  SendJson(res, error.ToJson(), error.http_status);
+void SendError(HttpExchange& ex, const ApiError& error) {
+  SendJson(ex, error.ToJson(), error.http_status);
 }
 
 ApiError Unauthorized() {
@@ -53,44 +49,83 @@ const std::set<std::string>& KnownRoutes() {
   return routes;
 }
 
-// Streams one generation job as server-sent events. Owned (shared) by the chunked content
-// provider and its releaser; runs on the connection's worker thread.
-struct SseStream {
+// One generation, driven without a thread: the job's streams wake Pump (posted to the front's
+// worker pool; never two at once), which formats what arrived and queues it on the exchange —
+// SSE chunks, or the whole answer when the job finishes. A closed connection aborts the job.
+// Owned by the wakeup closure its streams hold, until it ends.
+class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
+ public:
+  GenerationPump(HttpFront& front, Exchange ex, HttpMetrics& metrics)
+      : front_(front), ex_(std::move(ex)), metrics_(metrics) {}
+
   GenerateSpec spec;
   std::unique_ptr<GenerationJob> job;
   std::unique_ptr<ResponseBuilder> builder;
   std::vector<std::string> echo;  // per choice
   std::vector<char> echo_sent;
-  ConnectionProbe probe;
-  HttpMetrics* metrics;
 
-  bool Write(httplib::DataSink& sink, const OrderedJson& j) {
-    const std::string event = "data: " + DumpJson(j) + "\n\n";
-    return sink.write(event.data(), event.size());
-  }
-  bool Disconnected() {
-    job->Abort();
-    metrics->CountClientDisconnect();
-    return false;
-  }
-  // The whole stream in one call; false aborts (client gone).
-  bool Run(httplib::DataSink& sink) {
-    if (spec.endpoint == Endpoint::kChatCompletions) {
-      for (const ChoiceState& c : job->choices()) {
-        if (!Write(sink, builder->RoleChunk(c.index))) return Disconnected();
+  // Starts the response (a stream's head and role chunks) and pumps once, here; wakeups
+  // meanwhile only mark the pump to run again.
+  void Begin() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = true;
+    }
+    if (spec.stream) {
+      ex_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+      if (spec.endpoint == Endpoint::kChatCompletions) {
+        for (const ChoiceState& c : job->choices()) Write(builder->RoleChunk(c.index));
       }
     }
-    while (!job->finished()) {
-      std::optional<JobEvent> ev = job->Next(kPollInterval);
-      if (probe.PeerClosed()) return Disconnected();
-      if (!ev) continue;
+    std::weak_ptr<GenerationPump> weak = weak_from_this();
+    ex_->OnClose([weak] {
+      if (auto self = weak.lock()) {
+        self->client_gone_ = true;
+        self->Wake();
+      }
+    });
+    // The streams hold the pump (a cycle, broken when it ends).
+    job->SetWakeup([self = shared_from_this()] { self->Wake(); });
+    Pump();
+  }
+
+ private:
+  void Wake() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (running_) {
+        again_ = true;
+        return;
+      }
+      running_ = true;
+    }
+    front_.Post([self = shared_from_this()] { self->Pump(); });
+  }
+  void Pump() {
+    for (;;) {
+      Drain();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!again_) {
+        running_ = false;
+        return;
+      }
+      again_ = false;
+    }
+  }
+  void Write(const OrderedJson& j) { ex_->Write("data: " + DumpJson(j) + "\n\n"); }
+  void Drain() {
+    if (ended_) return;
+    if (client_gone_ || ex_->closed()) {
+      metrics_.CountClientDisconnect();
+      return End();  // destroying the job aborts its engine requests
+    }
+    while (std::optional<JobEvent> ev = job->Poll()) {
+      if (!spec.stream) continue;
       ChoiceState& state = job->choices()[ev->choice];
       if (ev->out.finished && ev->out.finish_reason == FinishReasonKind::kError) {
         const Status& st = ev->out.error;
-        if (!Write(sink, ResponseBuilder::ErrorChunk(FromStatus(
-                             st.ok() ? Internal("the engine failed the request") : st)))) {
-          return Disconnected();
-        }
+        Write(ResponseBuilder::ErrorChunk(
+            FromStatus(st.ok() ? Internal("the engine failed the request") : st)));
       }
       std::string prefix;
       if (!echo.empty() && !echo_sent[ev->choice]) {
@@ -98,74 +133,86 @@ struct SseStream {
         echo_sent[ev->choice] = 1;
       }
       OrderedJson chunk = builder->Chunk(state, ev->out, prefix);
-      if (!chunk.is_null() && !Write(sink, chunk)) return Disconnected();
+      if (!chunk.is_null()) Write(chunk);
     }
-    if (spec.include_usage && !Write(sink, builder->UsageChunk(job->usage())))
-      return Disconnected();
-    static const std::string kDone = "data: [DONE]\n\n";
-    if (!sink.write(kDone.data(), kDone.size())) return Disconnected();
-    sink.done();
-    return true;
+    if (!job->finished()) return;
+    if (spec.stream) {
+      if (spec.include_usage) Write(builder->UsageChunk(job->usage()));
+      ex_->Write("data: [DONE]\n\n");
+      ex_->End();
+    } else {
+      AnswerWhole();
+    }
+    End();
   }
+  // A non-streamed generation's answer (or the handoff ticket on a prefill instance).
+  void AnswerWhole() {
+    for (const ChoiceState& c : job->choices()) {
+      if (c.finish_reason == FinishReasonKind::kError) {
+        return SendError(
+            *ex_, FromStatus(c.error.ok() ? Internal("the engine failed the request") : c.error));
+      }
+      // A prefill instance: the request goes on at a decode instance (oasis-router sends it).
+      if (c.finish_reason == FinishReasonKind::kHandoff) {
+        return SendJson(*ex_, {{"oasis_handoff", Base64Encode(c.handoff_ticket)}});
+      }
+    }
+    SendJson(*ex_, builder->Final(job->choices(), job->usage(), echo));
+  }
+  // Breaks the cycle: the streams drop their wakeup; the job (aborting what is unfinished) goes.
+  void End() {
+    ended_ = true;
+    job->SetWakeup(nullptr);
+    job.reset();
+  }
+
+  HttpFront& front_;
+  Exchange ex_;
+  HttpMetrics& metrics_;
+  std::mutex mu_;
+  bool running_ = false, again_ = false;
+  bool ended_ = false;  // touched by Pump only (never two at once)
+  std::atomic<bool> client_gone_{false};
 };
 
 ApiError InternalError(const std::string& message) { return FromStatus(Internal(message)); }
 
-// Wraps a handler: everything thrown becomes a 500 OpenAI error (the server never dies).
-template <class Handler>
-auto Guard(Handler handler) {
-  return GuardHandler(handler, [](Response& res, const std::string& message) {
-    SendError(res, InternalError(message));
-  });
+bool HasBearerKey(const HttpRequest& req, const std::string& key) {
+  const std::string* auth = req.Header("Authorization");
+  return auth != nullptr && auth->rfind("Bearer ", 0) == 0 && KeyMatches(auth->substr(7), key);
 }
 
-// API keys, httplib's own errors (as OpenAI error JSON), the request counters.
-void InstallErrorHandling(httplib::Server& s, Service& svc) {
-  s.set_pre_routing_handler([&svc](const Request& req, Response& res) {
+// API keys, the front's own errors as OpenAI error JSON, the request counters.
+HttpFrontHooks ErrorHandling(Service& svc) {
+  HttpFrontHooks hooks;
+  hooks.before = [&svc](const HttpRequest& req, HttpExchange& ex) {
     const std::string& key = svc.config().api_key;
     if (key.empty() || req.path == "/health" || req.path == "/metrics" || req.path == "/version") {
-      return httplib::Server::HandlerResponse::Unhandled;
+      return false;
     }
-    if (HasBearerKey(req, key)) return httplib::Server::HandlerResponse::Unhandled;
-    SendError(res, Unauthorized());
-    return httplib::Server::HandlerResponse::Handled;
-  });
-
-  // httplib's own errors (unknown route, body over the limit, unreadable request) have no
-  // body: give them OpenAI error JSON.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](const Request& req, Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (HasBearerKey(req, key)) return false;
+    SendError(ex, Unauthorized());
+    return true;
+  };
+  hooks.error_body = [](int status, const std::string& code, const std::string& message) {
     ApiError e;
-    e.http_status = res.status;
-    switch (res.status) {
-      case 404:
-        e.type = "not_found_error";
-        e.message = "no route " + req.method + " " + req.path;
-        break;
-      case 413:
-        e.message = "request body larger than the server's limit (--max-body-bytes)";
-        e.code = "request_too_large";
-        break;
-      default:
-        e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
-        e.message = "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path;
-    }
-    SendError(res, e);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-
-  s.set_exception_handler([](const Request& req, Response& res, std::exception_ptr) {
-    SendError(res, InternalError("internal error in " + req.path));
-  });
-
-  s.set_logger([&svc](const Request& req, const Response& res) {
-    const std::string route = KnownRoutes().count(req.path) ? req.path : "other";
-    svc.http_metrics().Count(req.method, route, res.status);
-    spdlog::debug("{} {} {}", req.method, req.path, res.status);
-  });
+    e.http_status = status;
+    e.type = status == 404   ? "not_found_error"
+             : status >= 500 ? "server_error"
+                             : "invalid_request_error";
+    e.code = code;
+    e.message = message;
+    return std::pair<std::string, std::string>{"application/json", DumpJson(e.ToJson())};
+  };
+  hooks.log = [&svc](const std::string& method, const std::string& path, int status) {
+    const std::string route = KnownRoutes().count(path) ? path : "other";
+    svc.http_metrics().Count(method.empty() ? "other" : method, route, status);
+    spdlog::debug("{} {} {}", method, path, status);
+  };
+  return hooks;
 }
 
-void HandleHealth(Service& svc, Response& res) {
+void HandleHealth(Service& svc, HttpExchange& res) {
   const ModelHost* h = svc.host();
   if (h == nullptr) return SendError(res, Loading());
   // What oasis-router may weigh: the role, queued and running requests, free host KV.
@@ -191,17 +238,18 @@ StagingMetrics StagingMetricsOf(const ModelHost& h) {
   return m;
 }
 
-void HandleMetrics(Service& svc, Response& res) {
+void HandleMetrics(Service& svc, const HttpFront& front, HttpExchange& res) {
   std::string text;
   if (const ModelHost* h = svc.host()) {
     text = RenderEngineMetrics(h->engine->Stats(), svc.model_name());
     if (h->staging_pool) text += RenderStagingMetrics(StagingMetricsOf(*h), svc.model_name());
   }
   text += svc.http_metrics().Render(svc.model_name());
-  res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+  text += RenderFrontMetrics(front.Stats(), svc.model_name());
+  res.Reply(200, "text/plain; version=0.0.4; charset=utf-8", std::move(text));
 }
 
-void HandleModels(Service& svc, Response& res) {
+void HandleModels(Service& svc, HttpExchange& res) {
   const ModelHost* h = svc.host();
   if (h == nullptr) return SendError(res, Loading());
   OrderedJson model = {{"id", svc.model_name()},
@@ -261,7 +309,7 @@ std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Js
 
 // The tokenizer routes' common start: a loaded model with a tokenizer, and a JSON body. Sends
 // the error and returns nullopt otherwise.
-std::optional<Json> TokenizerRouteBody(Service& svc, const Request& req, Response& res) {
+std::optional<Json> TokenizerRouteBody(Service& svc, const HttpRequest& req, HttpExchange& res) {
   const ModelHost* h = svc.host();
   if (h == nullptr) return SendError(res, Loading()), std::nullopt;
   ApiError err;
@@ -273,7 +321,7 @@ std::optional<Json> TokenizerRouteBody(Service& svc, const Request& req, Respons
   return body;
 }
 
-void HandleTokenize(Service& svc, const Request& req, Response& res) {
+void HandleTokenize(Service& svc, const HttpRequest& req, HttpExchange& res) {
   std::optional<Json> body = TokenizerRouteBody(svc, req, res);
   if (!body) return;
   const ModelHost* h = svc.host();
@@ -298,7 +346,7 @@ void HandleTokenize(Service& svc, const Request& req, Response& res) {
   SendJson(res, out);
 }
 
-void HandleDetokenize(Service& svc, const Request& req, Response& res) {
+void HandleDetokenize(Service& svc, const HttpRequest& req, HttpExchange& res) {
   std::optional<Json> body = TokenizerRouteBody(svc, req, res);
   if (!body) return;
   const ModelHost* h = svc.host();
@@ -324,32 +372,9 @@ void HandleDetokenize(Service& svc, const Request& req, Response& res) {
   SendJson(res, {{"prompt", h->tokenizer->Decode(ids, tokenizer::SkipSpecialTokens::kNo)}});
 }
 
-// A non-streamed generation: waits for the whole job, then answers it (or the handoff ticket
-// on a prefill instance).
-void AnswerWhole(SseStream& stream, Response& res) {
-  GenerationJob& j = *stream.job;
-  while (!j.finished()) {
-    j.Next(kPollInterval);
-    if (stream.probe.PeerClosed()) {
-      stream.Disconnected();
-      res.status = 499;  // nginx's "client closed request"; nobody reads it
-      return;
-    }
-  }
-  for (const ChoiceState& c : j.choices()) {
-    if (c.finish_reason == FinishReasonKind::kError) {
-      return SendError(
-          res, FromStatus(c.error.ok() ? Internal("the engine failed the request") : c.error));
-    }
-    // A prefill instance: the request goes on at a decode instance (oasis-router sends it).
-    if (c.finish_reason == FinishReasonKind::kHandoff) {
-      return SendJson(res, {{"oasis_handoff", Base64Encode(c.handoff_ticket)}});
-    }
-  }
-  SendJson(res, stream.builder->Final(j.choices(), j.usage(), stream.echo));
-}
-
-void HandleGenerate(Service& svc, Endpoint endpoint, const Request& req, Response& res) {
+void HandleGenerate(Service& svc, HttpFront& front, Endpoint endpoint, const HttpRequest& req,
+                    Exchange ex) {
+  HttpExchange& res = *ex;
   if (svc.host() == nullptr) return SendError(res, Loading());
   ApiError err;
   std::optional<Json> body = ParseJsonBody(req.body, &err);
@@ -373,66 +398,73 @@ void HandleGenerate(Service& svc, Endpoint endpoint, const Request& req, Respons
   }
   const ModelHost* h = svc.host();
   const tokenizer::Tokenizer* tok = h != nullptr ? h->tokenizer.get() : nullptr;
-  auto stream = std::make_shared<SseStream>(
-      SseStream{std::move(*parsed),
-                std::move(job),
-                nullptr,
-                std::move(echo),
-                {},
-                ConnectionProbe(req.local_addr, req.local_port, req.remote_addr, req.remote_port),
-                &svc.http_metrics()});
-  stream->builder = std::make_unique<ResponseBuilder>(stream->spec, id, svc.model_name(),
-                                                      std::time(nullptr), tok);
-  stream->echo_sent.assign(stream->echo.size(), 0);
-  if (!stream->spec.stream) return AnswerWhole(*stream, res);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->Run(sink); },
-      [stream](bool) { stream->job->Abort(); });
+  auto pump = std::make_shared<GenerationPump>(front, ex, svc.http_metrics());
+  pump->spec = std::move(*parsed);
+  pump->job = std::move(job);
+  pump->builder =
+      std::make_unique<ResponseBuilder>(pump->spec, id, svc.model_name(), std::time(nullptr), tok);
+  pump->echo = std::move(echo);
+  pump->echo_sent.assign(pump->echo.size(), 0);
+  pump->Begin();
 }
 
 }  // namespace
 
 HttpFrontend::HttpFrontend(Service& service) : service_(service) {
   const ServerConfig& c = service_.config();
-  const size_t threads = c.http_threads > 0
-                             ? static_cast<size_t>(c.http_threads)
-                             : static_cast<size_t>(std::max<int64_t>(64, c.max_num_seqs + 16));
-  listener_ = std::make_unique<HttpListener>(
-      HttpListenerOptions{threads, static_cast<size_t>(c.max_body_bytes)});
+  auto ms = [](double s) {
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0 + 0.5));
+  };
+  HttpFrontOptions o;
+  o.io_threads = 2;
+  o.worker_threads = c.http_threads > 0 ? static_cast<size_t>(c.http_threads) : 4;
+  o.max_connections = static_cast<size_t>(c.max_connections);
+  o.max_body_bytes = static_cast<size_t>(c.max_body_bytes);
+  o.idle_timeout = ms(c.keep_alive_timeout_s);
+  o.header_timeout = ms(c.header_timeout_s);
+  o.body_timeout = ms(c.body_timeout_s);
+  o.write_timeout = ms(c.write_timeout_s);
+  front_ = std::make_unique<HttpFront>(o);
   Routes();
 }
 
 HttpFrontend::~HttpFrontend() = default;
 
 StatusOr<int> HttpFrontend::Bind(const std::string& host, int port) {
-  return listener_->Bind(host, port);
+  return front_->Bind(host, port);
 }
 
-bool HttpFrontend::Run() { return listener_->Run(); }
+void HttpFrontend::Start() { front_->Start(); }
 
-void HttpFrontend::Stop() { listener_->Stop(); }
+void HttpFrontend::Stop(std::chrono::milliseconds deadline) { front_->Stop(deadline); }
+
+HttpFrontStats HttpFrontend::Stats() const { return front_->Stats(); }
 
 void HttpFrontend::Routes() {
-  httplib::Server& s = listener_->server();
+  HttpFront& f = *front_;
   Service& svc = service_;
-  InstallErrorHandling(s, svc);
-  s.Get("/health", Guard([&svc](const Request&, Response& res) { HandleHealth(svc, res); }));
-  s.Get("/version", Guard([](const Request&, Response& res) {
-          SendJson(res, {{"version", "0.1.0"}});
-        }));
-  s.Get("/metrics", Guard([&svc](const Request&, Response& res) { HandleMetrics(svc, res); }));
-  s.Get("/v1/models", Guard([&svc](const Request&, Response& res) { HandleModels(svc, res); }));
-  s.Post("/tokenize",
-         Guard([&svc](const Request& req, Response& res) { HandleTokenize(svc, req, res); }));
-  s.Post("/detokenize",
-         Guard([&svc](const Request& req, Response& res) { HandleDetokenize(svc, req, res); }));
-  s.Post("/v1/completions", Guard([&svc](const Request& req, Response& res) {
-           HandleGenerate(svc, Endpoint::kCompletions, req, res);
-         }));
-  s.Post("/v1/chat/completions", Guard([&svc](const Request& req, Response& res) {
-           HandleGenerate(svc, Endpoint::kChatCompletions, req, res);
-         }));
+  f.SetHooks(ErrorHandling(svc));
+  using D = HttpDispatch;
+  // Quick ones on the I/O threads (answered even when every worker is busy).
+  f.Route("GET", "/health", D::kInline,
+          [&svc](HttpRequest&, Exchange ex) { HandleHealth(svc, *ex); });
+  f.Route("GET", "/version", D::kInline, [](HttpRequest&, Exchange ex) {
+    SendJson(*ex, {{"version", "0.1.0"}});
+  });
+  f.Route("GET", "/metrics", D::kInline,
+          [&svc, &f](HttpRequest&, Exchange ex) { HandleMetrics(svc, f, *ex); });
+  f.Route("GET", "/v1/models", D::kInline,
+          [&svc](HttpRequest&, Exchange ex) { HandleModels(svc, *ex); });
+  f.Route("POST", "/tokenize", D::kWorker,
+          [&svc](HttpRequest& req, Exchange ex) { HandleTokenize(svc, req, *ex); });
+  f.Route("POST", "/detokenize", D::kWorker,
+          [&svc](HttpRequest& req, Exchange ex) { HandleDetokenize(svc, req, *ex); });
+  f.Route("POST", "/v1/completions", D::kWorker, [&svc, &f](HttpRequest& req, Exchange ex) {
+    HandleGenerate(svc, f, Endpoint::kCompletions, req, std::move(ex));
+  });
+  f.Route("POST", "/v1/chat/completions", D::kWorker, [&svc, &f](HttpRequest& req, Exchange ex) {
+    HandleGenerate(svc, f, Endpoint::kChatCompletions, req, std::move(ex));
+  });
 }
 
 }  // namespace oasis::server

@@ -6,11 +6,12 @@
 //   oasis-server --config configs/qwen3-8b.json --check-config  # validate, print, exit
 //
 // Start-up: bind HTTP (and gRPC) first so /health answers 503 while the model loads, then
-// load, then 200. SIGINT/SIGTERM: refuse new requests, abort live ones, stop the front ends,
-// release the model, exit 0. Prints "oasis-server: listening on http://HOST:PORT" (with the
+// load, then 200. SIGINT/SIGTERM: refuse new requests, abort live ones (streams end with
+// finish_reason "abort" and [DONE]), give clients --shutdown-timeout-s to take that, cut the
+// rest, release the model, exit 0. Prints "oasis-server: listening on http://HOST:PORT" (with the
 // real port when --port 0) and "oasis-server: ready" to stdout.
+#include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -86,9 +87,7 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
   Service service(config);
   HttpFrontend http(service);
   OASIS_ASSIGN_OR_RETURN(int port, http.Bind(config.host, static_cast<int>(config.port)));
-  std::thread http_thread([&http] {
-    if (!http.Run()) spdlog::error("the HTTP server stopped with an error");
-  });
+  http.Start();
   std::printf("oasis-server: listening on http://%s:%d\n", config.host.c_str(), port);
   std::fflush(stdout);
   GrpcFrontend grpc(service);
@@ -117,10 +116,13 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
       status = host.status().WithContext("loading the model");
     }
   }
-  service.StopEngine();  // live requests finish with "abort"; their threads return
+  // Live requests finish with "abort" (streams write it and [DONE]); the front ends get
+  // --shutdown-timeout-s to deliver that, then cut whoever is still connected.
+  const auto deadline =
+      std::chrono::milliseconds(static_cast<int64_t>(config.shutdown_timeout_s * 1000.0 + 0.5));
+  service.StopEngine();
   grpc.Shutdown();
-  http.Stop();
-  http_thread.join();
+  http.Stop(deadline);
   service.TakeHost().reset();
   return status;
 }

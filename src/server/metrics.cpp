@@ -31,9 +31,29 @@ constexpr StagingRow kStagingMetrics[] = {
     {"oasis:staging_connections_open", MetricType::kGauge, "Decode instances connected to the staging server.",
      [](const StagingMetrics& m) -> double { return m.connections_open; }},
 };
+using FrontRow = MetricRow<HttpFrontStats>;
+constexpr FrontRow kFrontMetrics[] = {
+    {"oasis:http_connections_open", MetricType::kGauge, "Open HTTP connections.",
+     [](const HttpFrontStats& s) -> double { return s.connections_open; }},
+    {"oasis:http_connections_total", MetricType::kCounter, "HTTP connections accepted.",
+     [](const HttpFrontStats& s) -> double { return s.connections_accepted; }},
+    {"oasis:http_connections_refused_total", MetricType::kCounter, "Connections answered 503 at --max-connections.",
+     [](const HttpFrontStats& s) -> double { return s.refused_over_limit; }},
+    {"oasis:http_idle_connections_closed_total", MetricType::kCounter, "Idle keep-alive connections closed to make room.",
+     [](const HttpFrontStats& s) -> double { return s.idle_evicted; }},
+    {"oasis:http_timeouts_total", MetricType::kCounter, "Requests or responses cut by a header, body or write timeout.",
+     [](const HttpFrontStats& s) -> double { return s.timeouts; }},
+    {"oasis:http_bad_requests_total", MetricType::kCounter, "Requests refused for framing or size (400, 413, 431) before routing.",
+     [](const HttpFrontStats& s) -> double { return s.bad_requests; }},
+};
 // clang-format on
 
 }  // namespace
+
+std::string RenderFrontMetrics(const HttpFrontStats& s, const std::string& model_name) {
+  return RenderMetricTable<HttpFrontStats>(kFrontMetrics, s,
+                                           "model_name=\"" + EscapeLabel(model_name) + "\"");
+}
 
 std::string RenderStagingMetrics(const StagingMetrics& m, const std::string& model_name) {
   return RenderMetricTable<StagingMetrics>(kStagingMetrics, m,

@@ -13,7 +13,9 @@
 #include <map>
 #include <mutex>
 #include <string>
+
 #include <tuple>
+#include "common/http_front.h"
 
 #include "common/http_util.h"
 #include "engine/engine.h"
@@ -46,6 +48,9 @@ struct StagingMetrics {
   uint64_t completed = 0, aborted = 0, expired = 0, acquire_failures = 0;
   uint64_t connections_open = 0;
 };
+// The HTTP front's connection counters (common/http_front.h).
+std::string RenderFrontMetrics(const HttpFrontStats& s, const std::string& model_name);
+
 std::string RenderStagingMetrics(const StagingMetrics& m, const std::string& model_name);
 
 }  // namespace oasis::server

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -132,7 +133,23 @@ const std::vector<Setting>& Settings() {
       {"max-body-bytes", &ServerConfig::max_body_bytes,
        "largest accepted request body (larger: HTTP 413)"},
       {"http-threads", &ServerConfig::http_threads,
-       "HTTP worker threads (0 = max(64, max-num-seqs + 16))"},
+       "threads that parse HTTP requests and format responses (0 = 4); open connections and "
+       "streams hold none"},
+      {"max-connections", &ServerConfig::max_connections,
+       "open HTTP connections at most; past it the longest-idle keep-alive connection is closed, "
+       "or the new one gets 503 with Retry-After"},
+      {"keep-alive-timeout-s", &ServerConfig::keep_alive_timeout_s,
+       "an idle keep-alive HTTP connection is closed after this many seconds"},
+      {"header-timeout-s", &ServerConfig::header_timeout_s,
+       "the request line and headers must arrive within this many seconds of their first byte "
+       "(else 408)"},
+      {"body-timeout-s", &ServerConfig::body_timeout_s,
+       "the request body must arrive within this many seconds of the headers (else 408)"},
+      {"write-timeout-s", &ServerConfig::write_timeout_s,
+       "a response write that makes no progress for this many seconds cuts the connection"},
+      {"shutdown-timeout-s", &ServerConfig::shutdown_timeout_s,
+       "on SIGINT/SIGTERM, live responses end (streams with finish_reason abort and [DONE]) "
+       "within this many seconds; slower clients are cut"},
       {"max-n", &ServerConfig::max_n, "largest accepted n (choices per request)"},
       {"log-level", &ServerConfig::log_level, "trace, debug, info, warn, error or off"},
   };
@@ -220,6 +237,28 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(non_negative("threads", threads));
   OASIS_RETURN_IF_ERROR(non_negative("num-kv-slots", num_kv_slots));
   OASIS_RETURN_IF_ERROR(non_negative("http-threads", http_threads));
+  if (http_threads > 1024) {
+    return InvalidArgument("--http-threads must be at most 1024, got " +
+                           std::to_string(http_threads));
+  }
+  OASIS_RETURN_IF_ERROR(positive("max-connections", max_connections));
+  if (max_connections > 1'000'000) {
+    return InvalidArgument("--max-connections must be at most 1000000, got " +
+                           std::to_string(max_connections));
+  }
+  // Seconds: finite, within (0, 1 day] (shutdown may be 0: cut at once).
+  auto seconds = [](const char* name, double v, bool zero_ok) {
+    if (!std::isfinite(v) || v < 0 || (v == 0 && !zero_ok) || v > 86400) {
+      return InvalidArgument(std::string("--") + name + " must be in " + (zero_ok ? "[0" : "(0") +
+                             ", 86400] seconds, got " + std::to_string(v));
+    }
+    return Status::Ok();
+  };
+  OASIS_RETURN_IF_ERROR(seconds("keep-alive-timeout-s", keep_alive_timeout_s, false));
+  OASIS_RETURN_IF_ERROR(seconds("header-timeout-s", header_timeout_s, false));
+  OASIS_RETURN_IF_ERROR(seconds("body-timeout-s", body_timeout_s, false));
+  OASIS_RETURN_IF_ERROR(seconds("write-timeout-s", write_timeout_s, false));
+  OASIS_RETURN_IF_ERROR(seconds("shutdown-timeout-s", shutdown_timeout_s, true));
   OASIS_RETURN_IF_ERROR(non_negative("seed", seed));
   OASIS_RETURN_IF_ERROR(positive("topk-blocks", topk_blocks));
   OASIS_RETURN_IF_ERROR(non_negative("sparse-threshold", sparse_threshold));

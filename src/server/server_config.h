@@ -87,7 +87,13 @@ struct ServerConfig {
   int64_t grpc_port = 0;             // 0: gRPC off
   std::string api_key;               // empty: no authentication
   int64_t max_body_bytes = 8 << 20;  // larger request bodies get 413
-  int64_t http_threads = 0;          // 0: max_num_seqs + 16, at least 64
+  int64_t http_threads = 0;          // handler threads (0: 4); streams and waits hold none
+  int64_t max_connections = 4096;    // open HTTP connections at most (docs/server.md)
+  double keep_alive_timeout_s = 5;   // an idle keep-alive connection is closed after this
+  double header_timeout_s = 10;      // request line + headers, from their first byte
+  double body_timeout_s = 60;        // the request body, after the headers
+  double write_timeout_s = 30;       // a response write that makes no progress
+  double shutdown_timeout_s = 10;    // SIGTERM: live responses end within this, then cut
   int64_t max_n = 128;               // largest accepted `n`
   std::string log_level = "info";
 

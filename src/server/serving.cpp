@@ -71,6 +71,20 @@ std::optional<JobEvent> GenerationJob::Next(std::chrono::milliseconds timeout) {
   return std::nullopt;
 }
 
+std::optional<JobEvent> GenerationJob::Poll() {
+  for (size_t k = 0; k < streams_.size() && unfinished_ > 0; ++k) {
+    const size_t i = (cursor_ + k) % streams_.size();
+    if (done_[i]) continue;
+    std::optional<RequestOutput> out = streams_[i]->Next(std::chrono::milliseconds(0));
+    if (out) return Take(i, std::move(*out));
+  }
+  return std::nullopt;
+}
+
+void GenerationJob::SetWakeup(const std::function<void()>& wakeup) {
+  for (const auto& s : streams_) s->SetWakeup(wakeup);
+}
+
 Usage GenerationJob::usage() const {
   Usage u;
   u.prompt_tokens = prompt_tokens_;

@@ -6,12 +6,13 @@
 // Service is thread-safe: the ModelHost is published once (atomically) and read-only
 // afterwards. A GenerationJob belongs to the one request thread that started it; destroying
 // it aborts its unfinished engine requests (so an early return or a disconnected client
-// frees the KV cache).
+// frees the KV cache). A job may also be driven without a thread: SetWakeup, then Poll.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,11 @@ class GenerationJob {
   // The next event of any unfinished choice (already added to its ChoiceState), waiting up to
   // `timeout`; nullopt on timeout or once every choice has finished.
   std::optional<JobEvent> Next(std::chrono::milliseconds timeout);
+  // The next event without waiting (nullopt: none queued now, or every choice finished).
+  std::optional<JobEvent> Poll();
+  // Runs `wakeup` whenever one of the job's streams receives an event (RequestStream::SetWakeup:
+  // on the engine's thread, so it must only post work). For readers that Poll instead of Next.
+  void SetWakeup(const std::function<void()>& wakeup);
   bool finished() const { return unfinished_ == 0; }
   // Aborts every unfinished choice in the engine (they finish with "abort").
   void Abort();

@@ -72,6 +72,47 @@ TEST_CASE("bad settings are InvalidArgument naming them") {
   CHECK(Parse({"--no-such-flag"}).status().code() == StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("HTTP front settings: defaults and edges") {
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->config.max_connections == 4096);
+  CHECK(p->config.keep_alive_timeout_s == 5);
+  CHECK(p->config.header_timeout_s == 10);
+  CHECK(p->config.body_timeout_s == 60);
+  CHECK(p->config.write_timeout_s == 30);
+  CHECK(p->config.shutdown_timeout_s == 10);
+  CHECK(p->config.http_threads == 0);
+  auto bad = [](std::vector<std::string> args) {
+    auto r = Parse(args);
+    INFO(args[0] << " " << args[1]);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message().find(args[0]) != std::string::npos);
+  };
+  bad({"--max-connections", "0"});
+  bad({"--max-connections", "-5"});
+  bad({"--max-connections", "1000001"});
+  bad({"--http-threads", "-1"});
+  bad({"--http-threads", "1025"});
+  for (const char* flag : {"--keep-alive-timeout-s", "--header-timeout-s", "--body-timeout-s",
+                           "--write-timeout-s"}) {
+    bad({flag, "0"});
+    bad({flag, "-1"});
+    bad({flag, "nan"});
+    bad({flag, "inf"});
+    bad({flag, "86401"});
+    CHECK(Parse({flag, "0.001"}).ok());
+    CHECK(Parse({flag, "86400"}).ok());
+  }
+  bad({"--shutdown-timeout-s", "-0.5"});
+  bad({"--shutdown-timeout-s", "nan"});
+  bad({"--shutdown-timeout-s", "1e9"});
+  CHECK(Parse({"--shutdown-timeout-s", "0"}).ok());  // cut at once
+  CHECK(Parse({"--max-connections", "1"}).ok());
+  CHECK(Parse({"--max-connections", "1000000"}).ok());
+  CHECK(Parse({"--http-threads", "1024"}).ok());
+}
+
 TEST_CASE("every committed configs/*.json parses and validates") {
   const auto dir = oasis::testing::SourceDir() / "configs";
   int n = 0;

@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Hostile HTTP clients against a running oasis-server, on raw sockets (stdlib only).
+
+    hostile_client.py PORT PROBE [args]
+
+Each probe prints "ok: ..." or "FAILED: ..." lines and exits 1 on any failure. Probes:
+  slowloris N SECONDS     N connections trickle request headers one byte per 0.5 s; /health
+                          must answer within 1 s throughout; each trickler must get 408 (or be
+                          closed) once the server's header timeout passes
+  idle N SECONDS          N connections open and send nothing; /health must answer within 1 s
+  busy N                  N connections each hold a half-sent request (a slot); then one more
+                          connection must get a fast 503 with Retry-After
+  framing MAXBODY         conflicting Content-Length / Transfer-Encoding → 400; a chunked body
+                          over MAXBODY → 413; a chunked body that never ends → 408
+  reset STREAM MAXTOKENS  a generation whose client resets the connection (RST) at once
+                          (STREAM=1: after the first event); prints the elapsed time
+  stream_abort MAXTOKENS  a stream read until the server ends it; must end with
+                          finish_reason "abort" and [DONE] (run while the server stops)
+  flood N MAXTOKENS       N streaming requests at once; /health within 1 s meanwhile; every
+                          request gets 200 or a 429/503 with an error body, none hangs
+"""
+import json
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+
+PORT = int(sys.argv[1])
+failed = False
+
+
+def ok(msg):
+    print("ok: " + msg, flush=True)
+
+
+def bad(msg):
+    global failed
+    failed = True
+    print("FAILED: " + msg, flush=True)
+
+
+def connect(timeout=10.0):
+    s = socket.create_connection(("127.0.0.1", PORT), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def read_response(s, timeout=10.0):
+    """Reads one response (head + Content-Length body or until close); (status, headers, body)."""
+    s.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    if b"\r\n\r\n" not in data:
+        return None, {}, data
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(body) < n:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    return status, headers, body
+
+
+def health_latency():
+    t = time.monotonic()
+    try:
+        s = connect(timeout=5)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        status, _, _ = read_response(s, timeout=5)
+        s.close()
+    except OSError:
+        status = None
+    return status, time.monotonic() - t
+
+
+def watch_health(seconds, what):
+    """Polls /health every 0.25 s for `seconds`; it must answer 200 within 1 s each time."""
+    worst = 0.0
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        status, dt = health_latency()
+        n += 1
+        worst = max(worst, dt)
+        if status != 200 or dt > 1.0:
+            bad(f"/health during {what}: status {status} after {dt:.2f} s")
+            return
+        time.sleep(0.25)
+    ok(f"/health answered {n} times during {what}, worst {worst * 1000:.0f} ms")
+
+
+def probe_slowloris(n, seconds):
+    socks = []
+    for _ in range(n):
+        socks.append(connect())
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    stop = threading.Event()
+    got = {}
+
+    def trickle(i, s):
+        pos = 0
+        status = None
+        while not stop.is_set():
+            # An answer (the server's 408) ends the trickle.
+            readable, _, _ = select.select([s], [], [], 0.5)
+            if readable:
+                break
+            try:
+                s.sendall(request[pos % len(request):pos % len(request) + 1])
+            except OSError:
+                break
+            pos += 1
+        try:
+            status, _, _ = read_response(s, timeout=5)
+        except OSError:
+            status = "closed"
+        got[i] = status
+
+    threads = [threading.Thread(target=trickle, args=(i, s)) for i, s in enumerate(socks)]
+    for t in threads:
+        t.start()
+    watch_health(seconds, f"{n} slowloris connections")
+    stop.set()
+    for t in threads:
+        t.join()
+    timed_out = sum(1 for v in got.values() if v == 408)
+    if timed_out + sum(1 for v in got.values() if v in ("closed", None)) != n:
+        bad(f"slowloris connections answered {sorted(set(map(str, got.values())))}")
+    elif timed_out == 0:
+        bad("no slowloris connection got 408 from the header timeout")
+    else:
+        ok(f"{timed_out} of {n} slowloris connections got 408 (the rest were closed)")
+    for s in socks:
+        s.close()
+
+
+def probe_idle(n, seconds):
+    socks = [connect() for _ in range(n)]
+    watch_health(seconds, f"{n} idle connections")
+    for s in socks:
+        s.close()
+
+
+def probe_busy(n):
+    socks = []
+    for _ in range(n):
+        s = connect()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # half a request
+        socks.append(s)
+    time.sleep(0.5)
+    t = time.monotonic()
+    s = connect()
+    s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = read_response(s, timeout=5)
+    dt = time.monotonic() - t
+    if status == 503 and "retry-after" in headers and dt < 1.0:
+        try:
+            err = json.loads(body)["error"]["message"]
+        except (ValueError, KeyError):
+            err = None
+        if err:
+            ok(f"connection {n + 1} got 503 with Retry-After in {dt * 1000:.0f} ms: {err}")
+        else:
+            bad(f"the 503 has no OpenAI error body: {body[:200]!r}")
+    else:
+        bad(f"connection {n + 1} got {status} {headers} after {dt:.2f} s")
+    for s in socks:
+        s.close()
+
+
+def expect(name, raw, want, timeout=10.0):
+    s = connect()
+    t = time.monotonic()
+    try:
+        s.sendall(raw)
+        status, _, body = read_response(s, timeout=timeout)
+    except OSError as e:
+        status, body = None, str(e).encode()
+    dt = time.monotonic() - t
+    if status == want:
+        ok(f"{name}: {status} in {dt:.2f} s")
+    else:
+        bad(f"{name}: got {status}, want {want}: {body[:300]!r}")
+    s.close()
+
+
+def probe_framing(max_body):
+    body = b'{"prompt": "hi", "max_tokens": 1}'
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    n = str(len(body)).encode()
+    expect("two different Content-Lengths",
+           head + b"Content-Length: " + n + b"\r\nContent-Length: 3\r\n\r\n" + body, 400)
+    expect("Content-Length with chunked",
+           head + b"Content-Length: " + n + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + body, 400)
+    expect("chunked with Content-Length",
+           head + b"Transfer-Encoding: chunked\r\nContent-Length: " + n + b"\r\n\r\n" + body, 400)
+    expect("Transfer-Encoding gzip", head + b"Transfer-Encoding: gzip\r\n\r\n" + body, 400)
+    # A chunked body larger than the limit, sent in 64 KiB chunks: 413 without reading it all.
+    s = connect()
+    s.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"x" * 65536
+    sent = 0
+    try:
+        while sent <= max_body + 2 * len(chunk):
+            s.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+            sent += len(chunk)
+    except OSError:
+        pass
+    try:
+        status, _, bodytext = read_response(s, timeout=10)
+    except OSError:
+        status, bodytext = None, b""
+    if status == 413:
+        ok(f"a chunked body over {max_body} bytes: 413 after {sent} bytes sent")
+    else:
+        bad(f"a chunked body over {max_body} bytes: got {status} {bodytext[:200]!r}")
+    s.close()
+    # A chunked body that never ends: 408 once the body timeout passes.
+    expect("a chunked body that never ends",
+           head + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n", 408, timeout=30)
+    # A header section over the limit: 431.
+    expect("headers over the limit",
+           b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (200 << 10) + b"\r\n\r\n", 431)
+    # The server still serves after all that.
+    status, dt = health_latency()
+    if status == 200:
+        ok("/health after the framing probes")
+    else:
+        bad(f"/health after the framing probes: {status}")
+
+
+def generation(stream, max_tokens):
+    body = json.dumps({"prompt": "once upon a time", "max_tokens": max_tokens,
+                       "ignore_eos": True, "stream": stream}).encode()
+    return (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def probe_reset(stream, max_tokens):
+    s = connect()
+    s.sendall(generation(stream, max_tokens))
+    if stream:
+        s.settimeout(10)
+        data = b""
+        while b"data:" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    else:
+        time.sleep(0.2)
+    # SO_LINGER 0: close sends a RST, as a client that crashed or timed out would.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    ok(f"reset a {'streaming' if stream else 'non-streaming'} request")
+
+
+def probe_stream_abort(max_tokens):
+    s = connect()
+    s.sendall(generation(True, max_tokens))
+    s.settimeout(60)
+    data = b""
+    print("streaming", flush=True)
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    text = data.decode("utf-8", "replace")
+    reasons = [json.loads(line[6:])["choices"][0].get("finish_reason")
+               for line in text.splitlines()
+               if line.startswith("data: {") and '"choices"' in line]
+    if "abort" in reasons and "data: [DONE]" in text:
+        ok("the stream ended with finish_reason abort and [DONE] at shutdown")
+    else:
+        bad(f"the stream at shutdown ended with {reasons[-3:]} and {text[-200:]!r}")
+
+
+def probe_flood(n, max_tokens):
+    results = [None] * n
+    stop = threading.Event()
+
+    def one(i):
+        try:
+            s = connect(timeout=60)
+            s.sendall(generation(True, max_tokens))
+            s.settimeout(60)
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if data.endswith(b"0\r\n\r\n") or (b"\r\n\r\n" in data and
+                                                   b"content-length" in data.lower()):
+                    if b"data: [DONE]" in data or b"content-length" in data.lower():
+                        break
+            status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else None
+            results[i] = (status, b"data: [DONE]" in data, b'"error"' in data)
+            s.close()
+        except OSError as e:
+            results[i] = ("error", str(e), False)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    watcher = threading.Thread(target=lambda: watch_health(3, f"{n} streaming requests"))
+    watcher.start()
+    for t in threads:
+        t.join(timeout=120)
+    stop.set()
+    watcher.join()
+    done = sum(1 for r in results if r and r[0] == 200 and r[1])
+    refused = sum(1 for r in results if r and r[0] in (429, 503) and r[2])
+    if done + refused == n:
+        ok(f"{n} streaming requests: {done} completed with [DONE], {refused} refused with 429/503")
+    else:
+        bad(f"{n} streaming requests: {done} done, {refused} refused, others "
+            f"{[r for r in results if not (r and ((r[0] == 200 and r[1]) or r[0] in (429, 503)))][:5]}")
+
+
+probe = sys.argv[2]
+args = sys.argv[3:]
+if probe == "slowloris":
+    probe_slowloris(int(args[0]), float(args[1]))
+elif probe == "idle":
+    probe_idle(int(args[0]), float(args[1]))
+elif probe == "busy":
+    probe_busy(int(args[0]))
+elif probe == "framing":
+    probe_framing(int(args[0]))
+elif probe == "reset":
+    probe_reset(args[0] == "1", int(args[1]))
+elif probe == "stream_abort":
+    probe_stream_abort(int(args[0]))
+elif probe == "flood":
+    probe_flood(int(args[0]), int(args[1]))
+else:
+    print("unknown probe " + probe)
+    sys.exit(2)
+sys.exit(1 if failed else 0)

@@ -9,6 +9,7 @@
 // load, then 200. SIGINT/SIGTERM: refuse new requests, abort live ones, stop the front ends,
 // release the model, exit 0. Prints "oasis-server: listening on http://HOST:PORT" (with the
 // real port when --port 0) and "oasis-server: ready" to stdout.
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -118,7 +119,9 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
     }
   }
   service.StopEngine();  // live requests finish with "abort"; their threads return
-  grpc.Shutdown();
+  // Live gRPC streams end with UNAVAILABLE; a client that stopped reading is cut off at the
+  // deadline: the server's shutdown timeout of 10 s (as --shutdown-timeout-s's default).
+  grpc.Shutdown(std::chrono::seconds(10));
   http.Stop();
   http_thread.join();
   service.TakeHost().reset();

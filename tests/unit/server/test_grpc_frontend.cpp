@@ -274,8 +274,12 @@ TEST_CASE("gRPC: a cancelled call or a passed deadline aborts the engine request
   const int64_t free_slots = rig.engine->Stats().kv.num_free_slots;
   const int64_t aborted = rig.engine->Stats().requests.abort_total;
 
+  // Long requests (the whole context, with logprobs: seconds on this CPU) on the client that
+  // cannot take them unread: only the cancellation can end them early.
+  v1::GenerateRequest long_request = StallRequest();
+  long_request.set_max_tokens(4000);
   SECTION("cancelled by the client") {
-    OpenStream s(*rig.stub, Request(4000));
+    OpenStream s(*rig.stall_stub, long_request);
     CHECK(rig.EngineRequests() == 1);
     s.ctx.TryCancel();
     const grpc::Status st = s.Drain();
@@ -283,13 +287,12 @@ TEST_CASE("gRPC: a cancelled call or a passed deadline aborts the engine request
     CHECK_FALSE(st.error_message().empty());
   }
   SECTION("deadline exceeded") {
-    v1::GenerateRequest req = Request(4000);
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
-    auto reader = rig.stub->Generate(&ctx, req);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    auto reader = rig.stall_stub->Generate(&ctx, long_request);
     v1::GenerateResponse resp;
     REQUIRE(reader->Read(&resp));  // running; then the client stops reading
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     while (reader->Read(&resp)) {
     }
     CHECK(reader->Finish().error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
@@ -298,7 +301,7 @@ TEST_CASE("gRPC: a cancelled call or a passed deadline aborts the engine request
     auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(rig.port),
                                        grpc::InsecureChannelCredentials());
     auto stub = v1::Oasis::NewStub(channel);
-    auto s = std::make_unique<OpenStream>(*stub, Request(4000));
+    auto s = std::make_unique<OpenStream>(*stub, long_request);
     REQUIRE(rig.frontend.live_calls() == 1);
     s.reset();  // no Finish: the call is dropped (RST_STREAM), then the connection closes
     stub.reset();

@@ -3,7 +3,14 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
 
 #include "common/http_util.h"
 #include "oasis.grpc.pb.h"
@@ -34,10 +41,34 @@ grpc::StatusCode GrpcCode(int http_status) {
   }
 }
 
+// Every error status carries a message: an empty one gets the code's plain description.
+grpc::Status Error(grpc::StatusCode code, std::string message) {
+  if (message.empty()) {
+    switch (code) {
+      case grpc::StatusCode::CANCELLED:
+        message = "the call was cancelled";
+        break;
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        message = "invalid request";
+        break;
+      case grpc::StatusCode::RESOURCE_EXHAUSTED:
+        message = "the server is out of capacity; retry later";
+        break;
+      case grpc::StatusCode::UNAVAILABLE:
+        message = "the server is unavailable; retry later";
+        break;
+      default:
+        message = "internal error (no detail was given)";
+        break;
+    }
+  }
+  return grpc::Status(code, std::move(message));
+}
+
 grpc::Status ToGrpc(const ApiError& e) {
   std::string message = e.message;
   if (!e.param.empty()) message += " (param: " + e.param + ")";
-  return grpc::Status(GrpcCode(e.http_status), message);
+  return Error(GrpcCode(e.http_status), message);
 }
 
 // The proto request as the JSON body of /v1/completions, so both APIs share one validator.
@@ -77,55 +108,220 @@ Json ToCompletionJson(const v1::GenerateRequest& r) {
   return body;
 }
 
+// The proto response of one engine event.
+void FillResponse(const RequestOutput& out, const std::string& id, bool logprobs,
+                  v1::GenerateResponse* response) {
+  response->Clear();
+  response->set_request_id(id);
+  for (const GeneratedToken& t : out.tokens) {
+    response->add_token_ids(t.token);
+    if (logprobs) {
+      v1::GeneratedToken* g = response->add_tokens();
+      g->set_token_id(t.token);
+      g->set_logprob(t.logprob);
+      for (const TokenLogprob& alt : t.top_logprobs) {
+        v1::TokenLogprob* a = g->add_top_logprobs();
+        a->set_token_id(alt.token);
+        a->set_logprob(alt.logprob);
+      }
+    }
+  }
+  response->set_text(out.text);
+  response->set_finished(out.finished);
+  if (out.finished) {
+    response->set_finish_reason(FinishReasonName(out.finish_reason));
+    response->set_stop_reason(out.stop_reason);
+  }
+  v1::Usage* usage = response->mutable_usage();
+  usage->set_prompt_tokens(out.prompt_tokens);
+  usage->set_completion_tokens(out.completion_tokens);
+  usage->set_total_tokens(out.prompt_tokens + out.completion_tokens);
+}
+
+// A Generate call that ends before it starts (refused, invalid): its status is sent as soon
+// as grpc binds the reactor.
+class FinishedCall final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  explicit FinishedCall(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+template <typename F>
+grpc::Status Guard(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    spdlog::error("gRPC handler: {}", e.what());
+    return Error(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Error(grpc::StatusCode::INTERNAL, "internal error (unknown exception)");
+  }
+}
+
 }  // namespace
 
-class OasisGrpcService final : public v1::Oasis::Service {
- public:
-  explicit OasisGrpcService(server::Service& service) : service_(service) {}
+class GenerateCall;
 
-  grpc::Status Health(grpc::ServerContext* ctx, const v1::HealthRequest*,
-                      v1::HealthResponse* out) override {
-    return Guard([&] {
-      out->set_status(service_.host() != nullptr ? v1::HealthResponse::SERVING
-                                                 : v1::HealthResponse::LOADING);
+// One pump thread: drives the Generate streams handed to it (see grpc_service.h). Only the
+// pump thread touches its calls' jobs; grpc's threads only set flags and wake it.
+class GrpcPump {
+ public:
+  explicit GrpcPump(std::function<void()> each_pass)
+      : each_pass_(std::move(each_pass)), thread_([this] { Run(); }) {}
+  ~GrpcPump() { Stop(); }
+
+  void Add(GenerateCall* call) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      incoming_.push_back(call);
+      wake_ = true;
+    }
+    cv_.notify_one();
+  }
+  void Wake() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      wake_ = true;
+    }
+    cv_.notify_one();
+  }
+  // Returns once every call it was given has finished (grpc's Shutdown ends them all).
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      wake_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  void set_draining() { draining_.store(true, std::memory_order_release); }
+
+ private:
+  void Run();
+
+  std::function<void()> each_pass_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<GenerateCall*> incoming_;  // guarded by mu_
+  bool wake_ = false;                    // guarded by mu_
+  bool stop_ = false;                    // guarded by mu_
+  std::atomic<bool> draining_{false};
+  std::vector<GenerateCall*> calls_;  // the pump thread's own
+  std::thread thread_;                // last: starts after the members above exist
+};
+
+class OasisGrpcService final : public v1::Oasis::CallbackService {
+ public:
+  explicit OasisGrpcService(server::Service& service)
+      : service_(service), max_calls_(service.config().grpc_max_concurrent_calls) {}
+
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* ctx, const v1::HealthRequest*,
+                                   v1::HealthResponse* out) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(Guard([&] {
+      switch (State()) {
+        case HealthState::kLoading:
+          out->set_status(v1::HealthResponse::LOADING);
+          break;
+        case HealthState::kServing:
+          out->set_status(v1::HealthResponse::SERVING);
+          break;
+        case HealthState::kStopping:
+          out->set_status(v1::HealthResponse::NOT_SERVING);
+          break;
+      }
       return grpc::Status::OK;
-    });
+    }));
+    return reactor;
   }
 
-  grpc::Status ListModels(grpc::ServerContext* ctx, const v1::ListModelsRequest*,
-                          v1::ListModelsResponse* out) override {
-    return Guard([&] {
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
+                                       const v1::ListModelsRequest*,
+                                       v1::ListModelsResponse* out) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(Guard([&] {
       if (grpc::Status st = Authorize(*ctx); !st.ok()) return st;
       const ModelHost* h = service_.host();
-      if (h == nullptr)
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+      if (h == nullptr) return Error(grpc::StatusCode::UNAVAILABLE, NotReadyMessage());
       v1::ModelInfo* m = out->add_models();
       m->set_id(service_.model_name());
       m->set_max_model_len(h->max_model_len());
       m->set_owned_by("oasiskv");
       return grpc::Status::OK;
-    });
+    }));
+    return reactor;
   }
 
-  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override {
-    return Guard([&] { return DoGenerate(*ctx, *request, *writer); });
-  }
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) override;
 
- private:
-  template <typename F>
-  grpc::Status Guard(F&& f) {
-    try {
-      return f();
-    } catch (const std::exception& e) {
-      spdlog::error("gRPC handler: {}", e.what());
-      return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
-    } catch (...) {
-      return grpc::Status(grpc::StatusCode::INTERNAL, "internal error");
+  // Start(): the pumps (after the server exists, for the health service).
+  void StartPumps(grpc::HealthCheckServiceInterface* health) {
+    {
+      std::lock_guard<std::mutex> lock(health_mu_);
+      health_ = health;
+    }
+    UpdateHealth();
+    for (int i = 0; i < GrpcFrontend::kPumpThreads; ++i) {
+      std::function<void()> each_pass;
+      if (i == 0) each_pass = [this] { UpdateHealth(); };
+      pumps_.push_back(std::make_unique<GrpcPump>(std::move(each_pass)));
     }
   }
+  // Shutdown(), before grpc's: new calls refused, live streams ended, health NOT_SERVING.
+  void BeginDrain() {
+    draining_.store(true, std::memory_order_release);
+    UpdateHealth();
+    for (auto& p : pumps_) {
+      p->set_draining();
+      p->Wake();
+    }
+  }
+  // Shutdown(), after grpc's (every call has finished by then).
+  void StopPumps() {
+    for (auto& p : pumps_) p->Stop();
+    pumps_.clear();
+    std::lock_guard<std::mutex> lock(health_mu_);
+    health_ = nullptr;
+  }
 
-  grpc::Status Authorize(const grpc::ServerContext& ctx) const {
+  bool stopping() { return State() == HealthState::kStopping; }
+  void CallDone() { live_.fetch_sub(1, std::memory_order_acq_rel); }
+  int64_t live_calls() const { return live_.load(std::memory_order_acquire); }
+
+ private:
+  enum class HealthState { kLoading, kServing, kStopping };
+
+  HealthState State() {
+    if (draining_.load(std::memory_order_acquire)) return HealthState::kStopping;
+    if (service_.host() != nullptr) {
+      was_serving_.store(true, std::memory_order_release);
+      return HealthState::kServing;
+    }
+    // Service::BeginShutdown() takes the model away: after serving, that is the shutdown.
+    return was_serving_.load(std::memory_order_acquire) ? HealthState::kStopping
+                                                        : HealthState::kLoading;
+  }
+
+  std::string NotReadyMessage() {
+    return State() == HealthState::kStopping ? "the server is shutting down"
+                                             : "the model is still loading";
+  }
+
+  // Mirrors State() into grpc.health.v1 (service "" and "oasis.v1.Oasis") on changes.
+  void UpdateHealth() {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    const HealthState state = State();
+    if (health_ == nullptr || state == health_state_) return;
+    health_state_ = state;
+    const bool serving = state == HealthState::kServing;
+    health_->SetServingStatus(serving);
+    health_->SetServingStatus(v1::Oasis::service_full_name(), serving);
+    spdlog::debug("gRPC health: {}", serving ? "SERVING" : "NOT_SERVING");
+  }
+
+  grpc::Status Authorize(const grpc::ServerContextBase& ctx) const {
     const std::string& key = service_.config().api_key;
     if (key.empty()) return grpc::Status::OK;
     const auto& md = ctx.client_metadata();
@@ -134,23 +330,22 @@ class OasisGrpcService final : public v1::Oasis::Service {
         it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
     if (presented.rfind("Bearer ", 0) == 0 && KeyMatches(presented.substr(7), key))
       return grpc::Status::OK;
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing or invalid 'authorization: Bearer <api key>' metadata");
+    return Error(grpc::StatusCode::UNAUTHENTICATED,
+                 "missing or invalid 'authorization: Bearer <api key>' metadata");
   }
 
-  grpc::Status DoGenerate(grpc::ServerContext& ctx, const v1::GenerateRequest& request,
-                          grpc::ServerWriter<v1::GenerateResponse>& writer) {
+  // Validates the request and starts its engine job.
+  grpc::Status Prepare(const grpc::CallbackServerContext& ctx, const v1::GenerateRequest& request,
+                       std::unique_ptr<GenerationJob>* job, std::string* id, bool* logprobs) {
     if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
-    if (service_.host() == nullptr)
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is still loading");
+    if (service_.host() == nullptr) return Error(grpc::StatusCode::UNAVAILABLE, NotReadyMessage());
     if (service_.host()->role != "both") {
-      return grpc::Status(
+      return Error(
           grpc::StatusCode::FAILED_PRECONDITION,
           "a " + service_.host()->role + " instance serves oasis-router over HTTP, not gRPC");
     }
     if (request.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "a prompt (text or token_ids) is required");
+      return Error(grpc::StatusCode::INVALID_ARGUMENT, "a prompt (text or token_ids) is required");
     }
     ApiError err;
     std::optional<GenerateSpec> spec =
@@ -160,66 +355,203 @@ class OasisGrpcService final : public v1::Oasis::Service {
     std::vector<std::vector<int32_t>> prompts;
     std::vector<std::string> echo;
     if (auto e = service_.BuildPrompts(*spec, &prompts, &echo)) return ToGrpc(*e);
-    const std::string id =
-        request.request_id().empty() ? service_.NewRequestId("grpc") : request.request_id();
-    std::unique_ptr<GenerationJob> job =
-        service_.Start(*spec, prompts, service_.NewRequestId("grpc"), &err);
-    if (!job) return ToGrpc(err);
-    while (!job->finished()) {
-      std::optional<JobEvent> ev = job->Next(std::chrono::milliseconds(50));
-      if (ctx.IsCancelled()) {
-        job->Abort();
-        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-      }
-      if (!ev) continue;
-      const RequestOutput& out = ev->out;
-      v1::GenerateResponse response;
-      response.set_request_id(id);
-      for (const GeneratedToken& t : out.tokens) {
-        response.add_token_ids(t.token);
-        if (spec->logprobs) {
-          v1::GeneratedToken* g = response.add_tokens();
-          g->set_token_id(t.token);
-          g->set_logprob(t.logprob);
-          for (const TokenLogprob& alt : t.top_logprobs) {
-            v1::TokenLogprob* a = g->add_top_logprobs();
-            a->set_token_id(alt.token);
-            a->set_logprob(alt.logprob);
-          }
-        }
-      }
-      response.set_text(out.text);
-      response.set_finished(out.finished);
-      if (out.finished) {
-        if (out.finish_reason == FinishReasonKind::kError) {
-          return grpc::Status(grpc::StatusCode::INTERNAL, out.error.ok()
-                                                              ? "the engine failed the request"
-                                                              : out.error.message());
-        }
-        response.set_finish_reason(FinishReasonName(out.finish_reason));
-        response.set_stop_reason(out.stop_reason);
-      }
-      v1::Usage* usage = response.mutable_usage();
-      usage->set_prompt_tokens(out.prompt_tokens);
-      usage->set_completion_tokens(out.completion_tokens);
-      usage->set_total_tokens(out.prompt_tokens + out.completion_tokens);
-      if (!writer.Write(response)) {
-        job->Abort();
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      }
-    }
+    // The engine gets a fresh id (a client's label may repeat); the label is echoed back.
+    *id = request.request_id().empty() ? service_.NewRequestId("grpc") : request.request_id();
+    *job = service_.Start(*spec, prompts, service_.NewRequestId("grpc"), &err);
+    if (!*job) return ToGrpc(err);
+    *logprobs = spec->logprobs;
     return grpc::Status::OK;
   }
 
+  GrpcPump& NextPump() {
+    const uint64_t n = next_pump_.fetch_add(1, std::memory_order_relaxed);
+    return *pumps_[n % pumps_.size()];
+  }
+
   server::Service& service_;  // (plain `Service` names the generated base class here)
+  const int64_t max_calls_;
+  std::atomic<int64_t> live_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> was_serving_{false};
+  std::atomic<uint64_t> next_pump_{0};
+  std::mutex health_mu_;
+  grpc::HealthCheckServiceInterface* health_ = nullptr;  // guarded by health_mu_ once pumping
+  std::optional<HealthState> health_state_;              // guarded by health_mu_
+  std::vector<std::unique_ptr<GrpcPump>> pumps_;         // fixed between Start and Shutdown
 };
+
+// A live Generate stream. grpc's threads only set flags (OnWriteDone, OnCancel) and wake the
+// pump; the pump thread owns the job, writes, and calls Finish exactly once, after which it
+// drops the call (OnDone deletes it).
+class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  enum class Step { kIdle, kProgress, kDone };
+
+  GenerateCall(OasisGrpcService& owner, GrpcPump& pump, std::unique_ptr<GenerationJob> job,
+               std::string id, bool logprobs)
+      : owner_(owner), pump_(pump), job_(std::move(job)), id_(std::move(id)), logprobs_(logprobs) {}
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) write_failed_.store(true, std::memory_order_release);
+    write_in_flight_.store(false, std::memory_order_release);
+    pump_.Wake();
+  }
+  void OnCancel() override {
+    cancelled_.store(true, std::memory_order_release);
+    pump_.Wake();
+  }
+  void OnDone() override {
+    owner_.CallDone();
+    delete this;
+  }
+
+  // Pump thread. kDone: Finish was called; the pump must not touch the call again.
+  Step Pump(bool draining, std::chrono::steady_clock::time_point now) {
+    if (!finish_) {
+      if (cancelled_.load(std::memory_order_acquire)) {
+        finish_ = Error(grpc::StatusCode::CANCELLED,
+                        "the call was cancelled (by the client, or its deadline passed)");
+      } else if (write_failed_.load(std::memory_order_acquire)) {
+        finish_ = Error(grpc::StatusCode::CANCELLED, "the client went away");
+      } else if (draining) {
+        finish_ = Error(grpc::StatusCode::UNAVAILABLE,
+                        "the server is shutting down; the request was aborted");
+      }
+    }
+    if (finish_) {
+      job_.reset();  // aborts the engine request now: its KV is freed without waiting for grpc
+      if (write_in_flight_.load(std::memory_order_acquire)) return Step::kIdle;
+      Finish(*finish_);
+      return Step::kDone;
+    }
+    if (write_in_flight_.load(std::memory_order_acquire)) return Step::kIdle;
+    if (now < next_poll_) return Step::kIdle;
+    try {
+      std::optional<JobEvent> ev = job_->Next(std::chrono::milliseconds(0));
+      if (!ev) {
+        if (!job_->finished()) {
+          // Nothing yet: poll again in 1, 2, ... up to kMaxPollGap ms (a request waiting in
+          // the engine's queue costs the pump little; a decoding one is polled often).
+          idle_polls_ = std::min(idle_polls_ + 1, kMaxPollGapMs);
+          next_poll_ = now + std::chrono::milliseconds(idle_polls_);
+          return Step::kIdle;
+        }
+        finish_ =
+            Error(grpc::StatusCode::INTERNAL, "the engine ended the request without a result");
+        return Step::kProgress;
+      }
+      idle_polls_ = 0;
+      const RequestOutput& out = ev->out;
+      if (out.finished && out.finish_reason == FinishReasonKind::kError) {
+        std::string message = out.error.ok() ? std::string() : out.error.message();
+        if (message.empty()) message = "the engine failed the request";
+        finish_ = Error(grpc::StatusCode::INTERNAL, std::move(message));
+        return Step::kProgress;
+      }
+      if (out.finished && out.finish_reason == FinishReasonKind::kAbort && owner_.stopping()) {
+        // Service::StopEngine() aborted it: the same status as a stream the drain ends.
+        finish_ = Error(grpc::StatusCode::UNAVAILABLE,
+                        "the server is shutting down; the request was aborted");
+        return Step::kProgress;
+      }
+      FillResponse(out, id_, logprobs_, &response_);
+      if (out.finished) {
+        job_.reset();
+        StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+        return Step::kDone;
+      }
+      write_in_flight_.store(true, std::memory_order_release);
+      StartWrite(&response_);
+      return Step::kProgress;
+    } catch (const std::exception& e) {
+      spdlog::error("gRPC Generate: {}", e.what());
+      finish_ = Error(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
+      return Step::kProgress;
+    }
+  }
+
+ private:
+  OasisGrpcService& owner_;
+  GrpcPump& pump_;
+  std::unique_ptr<GenerationJob> job_;  // pump thread only
+  const std::string id_;
+  const bool logprobs_;
+  v1::GenerateResponse response_;       // the write in flight
+  std::optional<grpc::Status> finish_;  // pump thread only: the status to end with
+  static constexpr int kMaxPollGapMs = 4;
+  int idle_polls_ = 0;                               // pump thread only
+  std::chrono::steady_clock::time_point next_poll_;  // pump thread only
+  std::atomic<bool> write_in_flight_{false};
+  std::atomic<bool> write_failed_{false};
+  std::atomic<bool> cancelled_{false};
+};
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* OasisGrpcService::Generate(
+    grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
+  if (draining_.load(std::memory_order_acquire))
+    return new FinishedCall(Error(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  // Reserve a slot first, so that a flood is refused before any parsing or tokenizing.
+  const int64_t before = live_.fetch_add(1, std::memory_order_acq_rel);
+  if (before >= max_calls_) {
+    live_.fetch_sub(1, std::memory_order_acq_rel);
+    return new FinishedCall(
+        Error(grpc::StatusCode::RESOURCE_EXHAUSTED,
+              "too many concurrent gRPC calls: " + std::to_string(max_calls_) +
+                  " Generate streams are live (--grpc-max-concurrent-calls); retry later"));
+  }
+  std::unique_ptr<GenerationJob> job;
+  std::string id;
+  bool logprobs = false;
+  grpc::Status st = Guard([&] { return Prepare(*ctx, *request, &job, &id, &logprobs); });
+  if (!st.ok()) {
+    live_.fetch_sub(1, std::memory_order_acq_rel);
+    return new FinishedCall(st);
+  }
+  GrpcPump& pump = NextPump();
+  auto* call = new GenerateCall(*this, pump, std::move(job), std::move(id), logprobs);
+  pump.Add(call);  // the slot is released in the call's OnDone
+  return call;
+}
+
+void GrpcPump::Run() {
+  bool progressed = true;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!progressed && !wake_)
+        cv_.wait_for(lock, GrpcFrontend::kPumpIdleWait, [&] { return wake_; });
+      wake_ = false;
+      calls_.insert(calls_.end(), incoming_.begin(), incoming_.end());
+      incoming_.clear();
+      if (stop_ && calls_.empty()) return;
+    }
+    if (each_pass_) each_pass_();
+    progressed = false;
+    const bool draining = draining_.load(std::memory_order_acquire);
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < calls_.size();) {
+      const GenerateCall::Step step = calls_[i]->Pump(draining, now);
+      if (step != GenerateCall::Step::kIdle) progressed = true;
+      if (step == GenerateCall::Step::kDone) {
+        calls_[i] = calls_.back();  // the call may already be deleted: only its slot is touched
+        calls_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+}
 
 GrpcFrontend::GrpcFrontend(Service& service)
     : service_(service), impl_(std::make_unique<OasisGrpcService>(service)) {}
 
 GrpcFrontend::~GrpcFrontend() { Shutdown(); }
 
+int64_t GrpcFrontend::live_calls() const { return impl_->live_calls(); }
+
 StatusOr<int> GrpcFrontend::Start(const std::string& host, int port) {
+  // grpc.health.v1.Health, served by grpc++ itself (it starts SERVING: set right below).
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
   const std::string address =
@@ -229,15 +561,24 @@ StatusOr<int> GrpcFrontend::Start(const std::string& host, int port) {
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<int64_t>(service_.config().max_body_bytes, INT32_MAX)));
   server_ = builder.BuildAndStart();
-  if (!server_ || bound == 0) return Unavailable("cannot listen for gRPC on " + address);
+  if (!server_ || bound == 0) {
+    server_.reset();
+    return Unavailable("cannot listen for gRPC on " + address);
+  }
+  impl_->StartPumps(server_->GetHealthCheckService());
   return bound;
 }
 
-void GrpcFrontend::Shutdown() {
-  if (server_) {
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    server_.reset();
-  }
+void GrpcFrontend::Shutdown(std::chrono::milliseconds timeout) {
+  if (!server_) return;
+  impl_->BeginDrain();
+  const auto started = std::chrono::steady_clock::now();
+  server_->Shutdown(std::chrono::system_clock::now() + timeout);
+  impl_->StopPumps();
+  server_.reset();
+  spdlog::debug("gRPC stopped in {} ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::steady_clock::now() - started)
+                                             .count());
 }
 
 }  // namespace oasis::server

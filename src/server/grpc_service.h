@@ -1,15 +1,31 @@
 // GrpcFrontend: the gRPC API of proto/oasis.proto — server-streaming Generate, Health,
-// ListModels — on grpc++'s synchronous server. Generate requests go through the same
-// validation as /v1/completions (the proto is mapped to the same JSON fields and parsed by
-// ParseCompletionRequest); errors are gRPC status codes; cancelling the call aborts the
-// engine request. With an API key, calls need `authorization: Bearer <key>` metadata.
+// ListModels — plus the standard grpc.health.v1.Health service, on grpc++'s callback API.
+// Generate requests go through the same validation as /v1/completions (the proto is mapped
+// to the same JSON fields and parsed by ParseCompletionRequest); errors are gRPC status codes
+// that always carry a message; cancelling the call (or its deadline, or a disconnect) aborts
+// the engine request at once. With an API key, oasis.v1 calls need
+// `authorization: Bearer <key>` metadata (the standard health service stays open).
 //
-// Owns the grpc::Server and the service. Start() once, Shutdown() from any thread; the
-// service's handlers run on grpc's threads and only use the thread-safe Service.
+// Threads: no call holds a thread. Handlers run on grpc's callback threads and return at
+// once (validation and tokenizing are bounded by --max-body-bytes). A live Generate stream is
+// a reactor owned by one of kPumpThreads pump threads, which polls its GenerationJob without
+// blocking (Next(0)) and writes the next event when the previous write has completed; an idle
+// pump sleeps at most kPumpIdleWait between passes (woken early by write completions,
+// cancellations and new streams), and a stream with nothing new is polled again after 1, 2,
+// 3, then every 4 ms. (GenerationJob::Next blocks and the engine has no completion callback,
+// hence the polling; blocking in a reactor callback would stall grpc's few callback threads.) Live
+// streams are bounded by --grpc-max-concurrent-calls: past it new Generate calls finish at once
+// with RESOURCE_EXHAUSTED.
+//
+// Start() once, Shutdown() once from any thread (the destructor calls it).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "oasis/status.h"
 #include "server/serving.h"
@@ -21,15 +37,33 @@ class Server;
 namespace oasis::server {
 
 class OasisGrpcService;
+class GrpcPump;
 
 class GrpcFrontend {
  public:
+  // Pump threads that drive every live Generate stream, and their longest idle sleep.
+  static constexpr int kPumpThreads = 2;
+  static constexpr std::chrono::milliseconds kPumpIdleWait{1};
+
   explicit GrpcFrontend(Service& service);
   ~GrpcFrontend();
+  GrpcFrontend(const GrpcFrontend&) = delete;
+  GrpcFrontend& operator=(const GrpcFrontend&) = delete;
 
-  // Listens on host:port (insecure credentials); returns the bound port.
+  // Listens on host:port (insecure credentials); returns the bound port. The health services
+  // say NOT_SERVING until the Service has a model, SERVING while it has one and NOT_SERVING
+  // again once shutdown begins (polled by the pumps, so they follow Service::Publish and
+  // Service::BeginShutdown within a few milliseconds).
   StatusOr<int> Start(const std::string& host, int port);
-  void Shutdown();
+  // Refuses new calls (UNAVAILABLE), health NOT_SERVING, ends every live stream with
+  // UNAVAILABLE "the server is shutting down" (aborting its engine request), and returns once
+  // grpc's server has stopped: within `timeout` plus the few milliseconds the pumps take to
+  // finish the calls grpc cancels at the deadline (a client that stopped reading cannot hold
+  // it). Idempotent.
+  void Shutdown(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+  // Generate streams live now (tests and logs).
+  int64_t live_calls() const;
 
  private:
   Service& service_;

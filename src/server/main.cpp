@@ -10,6 +10,7 @@
 // finish_reason "abort" and [DONE]), give clients --shutdown-timeout-s to take that, cut the
 // rest, release the model, exit 0. Prints "oasis-server: listening on http://HOST:PORT" (with the
 // real port when --port 0) and "oasis-server: ready" to stdout.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -116,13 +117,17 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
       status = host.status().WithContext("loading the model");
     }
   }
-  // Live requests finish with "abort" (streams write it and [DONE]); the front ends get
-  // --shutdown-timeout-s to deliver that, then cut whoever is still connected.
+  // Live requests finish with "abort" (HTTP streams write it and [DONE]; gRPC streams end with
+  // UNAVAILABLE); both front ends share --shutdown-timeout-s to deliver that, then cut
+  // whoever is still connected.
   const auto deadline =
       std::chrono::milliseconds(static_cast<int64_t>(config.shutdown_timeout_s * 1000.0 + 0.5));
+  const auto end = std::chrono::steady_clock::now() + deadline;
   service.StopEngine();
-  grpc.Shutdown();
-  http.Stop(deadline);
+  grpc.Shutdown(deadline);
+  http.Stop(
+      std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 end - std::chrono::steady_clock::now())));
   service.TakeHost().reset();
   return status;
 }

@@ -129,6 +129,8 @@ const std::vector<Setting>& Settings() {
       {"host", &ServerConfig::host, "HTTP listen address"},
       {"port", &ServerConfig::port, "HTTP port (0 = any free port, printed at start)"},
       {"grpc-port", &ServerConfig::grpc_port, "gRPC port (0 = gRPC off)"},
+      {"grpc-max-concurrent-calls", &ServerConfig::grpc_max_concurrent_calls,
+       "live gRPC Generate streams at most (more finish at once with RESOURCE_EXHAUSTED)"},
       {"api-key", &ServerConfig::api_key, "require 'Authorization: Bearer KEY' (empty = open)"},
       {"max-body-bytes", &ServerConfig::max_body_bytes,
        "largest accepted request body (larger: HTTP 413)"},
@@ -275,6 +277,11 @@ Status ServerConfig::Validate() const {
   }
   if (grpc_port != 0 && grpc_port == port)
     return InvalidArgument("--grpc-port must differ from --port");
+  if (grpc_max_concurrent_calls < 1 || grpc_max_concurrent_calls > kMaxGrpcConcurrentCalls) {
+    return InvalidArgument("--grpc-max-concurrent-calls must be in [1, " +
+                           std::to_string(kMaxGrpcConcurrentCalls) + "], got " +
+                           std::to_string(grpc_max_concurrent_calls));
+  }
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return InvalidArgument("--gpu-memory-utilization must be in (0, 1], got " +
                            std::to_string(gpu_memory_utilization));

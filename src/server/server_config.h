@@ -17,6 +17,8 @@ namespace oasis::server {
 // store may take; the default takes kHostKvDefaultShare of it.
 inline constexpr double kHostKvShareOfAvailable = 0.9;
 inline constexpr double kHostKvDefaultShare = 0.5;
+// The largest --grpc-max-concurrent-calls (each live stream holds a GenerationJob, no thread).
+inline constexpr int64_t kMaxGrpcConcurrentCalls = 65536;
 
 struct ServerConfig {
   // Model.
@@ -96,6 +98,8 @@ struct ServerConfig {
   double shutdown_timeout_s = 10;    // SIGTERM: live responses end within this, then cut
   int64_t max_n = 128;               // largest accepted `n`
   std::string log_level = "info";
+  // gRPC Generate streams live at once; more finish at once with RESOURCE_EXHAUSTED.
+  int64_t grpc_max_concurrent_calls = 256;
 
   // Derived after loading: resolved model directory and name.
   std::string ResolvedModelName() const;

@@ -41,4 +41,19 @@ rc=$?
 stop_server || rc=1
 kill -TERM $AUTH_PID; wait $AUTH_PID || rc=1
 AUTH_PID=""
+
+# gRPC bounds: --grpc-max-concurrent-calls 2, the standard health service, and SIGTERM with
+# live streams (the server must exit 0 within its 10 s shutdown timeout, plus margin).
+start_server "$TMP/bounds.log" --backend cpu --grpc-port "$(free_port)" --grpc-max-concurrent-calls 2 || exit 1
+BOUNDS_PID=$SERVER_PID
+SERVER_PID=""  # the script stops it
+t0=$(date +%s)
+node "$ROOT/tests/e2e/server_grpc_bounds.mjs" "$GRPC_PORT" "$ROOT" "$NODE_DIR/node_modules" "$BOUNDS_PID" || rc=1
+kill -TERM "$BOUNDS_PID" 2>/dev/null  # (node sent it already, unless it failed before)
+if wait "$BOUNDS_PID"; then
+  took=$(($(date +%s) - t0))
+  if ((took <= 15)); then echo "ok: SIGTERM with live gRPC streams: exit 0 in ${took}s"; else echo "FAILED: shutdown took ${took}s"; rc=1; fi
+else
+  echo "FAILED: the server exited with $? after SIGTERM with live gRPC streams"; cat "$TMP/bounds.log"; rc=1
+fi
 exit $rc

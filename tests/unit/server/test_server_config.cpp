@@ -29,6 +29,7 @@ TEST_CASE("server settings: defaults") {
   CHECK(c.host == "127.0.0.1");
   CHECK(c.port == 8000);
   CHECK(c.grpc_port == 0);
+  CHECK(c.grpc_max_concurrent_calls == 256);
   CHECK(c.backend == "auto");
   CHECK(c.gpu_memory_utilization == Approx(0.9));
   CHECK(c.model.empty());
@@ -68,6 +69,11 @@ TEST_CASE("bad settings are InvalidArgument naming them") {
   CHECK(Parse({"--gpu-memory-utilization", "1.5"}).status().code() == StatusCode::kInvalidArgument);
   CHECK(Parse({"--max-num-seqs", "0"}).status().code() == StatusCode::kInvalidArgument);
   CHECK(Parse({"--grpc-port", "8000"}).status().code() == StatusCode::kInvalidArgument);
+  CHECK(Parse({"--grpc-max-concurrent-calls", "0"}).status().code() == StatusCode::kInvalidArgument);
+  CHECK(Parse({"--grpc-max-concurrent-calls", "65537"}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(Parse({"--grpc-max-concurrent-calls", "1"})->config.grpc_max_concurrent_calls == 1);
+  CHECK(Parse({"--grpc-max-concurrent-calls", "65536"}).ok());
   CHECK(Parse({"--load-format", "gguf"}).status().code() == StatusCode::kInvalidArgument);
   CHECK(Parse({"--no-such-flag"}).status().code() == StatusCode::kInvalidArgument);
 }

@@ -95,8 +95,11 @@ void UpstreamCall::Run() {
   };
   req.content_receiver = [this](const char* data, size_t size, uint64_t, uint64_t) {
     std::unique_lock<std::mutex> lock(mu_);
+    // While this waits for room nobody reads the socket: no silence of the instance counts.
+    receiver_waiting_ = true;
     cv_.wait(lock,
              [&] { return cancelled_.load() || pending_.size() < options_.max_buffered_bytes; });
+    receiver_waiting_ = false;
     if (cancelled_.load()) return false;
     pending_.append(data, size);
     if (size > 0) body_started_ = true;
@@ -129,8 +132,9 @@ bool UpstreamCall::TimedOutLocked(Clock::time_point now) {
   if (!body_started_) {
     if (now - start_ >= seconds(options_.first_byte_timeout_s))
       timed_out_ = UpstreamFailure::kFirstByteTimeout;
-  } else if (pending_.empty() && now - last_progress_ >= seconds(options_.idle_timeout_s)) {
-    // Bytes still pending are the consumer's delay, not the instance's silence.
+  } else if (!receiver_waiting_ && now - last_progress_ >= seconds(options_.idle_timeout_s)) {
+    // A receiver waiting for the consumer (a slow client) is the router's delay, not the
+    // instance's silence: the clock starts again with the next bytes read.
     timed_out_ = UpstreamFailure::kIdleTimeout;
   }
   return timed_out_ != UpstreamFailure::kNone;
@@ -180,7 +184,6 @@ void UpstreamCall::Next(std::string* out, std::chrono::milliseconds wait, bool* 
     cv_.wait_for(lock, wait, [this] { return !pending_.empty() || done_; });
   out->clear();
   out->swap(pending_);
-  if (!out->empty()) last_progress_ = Clock::now();
   *finished = done_ && pending_.empty();
   const bool timed_out = out->empty() && TimedOutLocked(Clock::now());
   cv_.notify_all();  // room for the receiving thread

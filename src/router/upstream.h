@@ -8,9 +8,9 @@
 // to the first byte of the answer's body (or the answer's end); then the idle timeout, the
 // longest the instance may stay silent between two pieces of the body. The waiting functions
 // below enforce the last two every 50 ms (each consumer polls them): a call past one is
-// cancelled and fails with kFirstByteTimeout / kIdleTimeout. Time the consumer itself keeps
-// the bytes waiting (a slow client) is not the instance's silence. httplib's own read timeout
-// is only a backstop behind them.
+// cancelled and fails with kFirstByteTimeout / kIdleTimeout. Time the receiving thread waits
+// for the consumer (a slow client, the buffer below full) is not the instance's silence.
+// httplib's own read timeout is only a backstop behind them.
 //
 // The response body is buffered in the call up to `max_buffered_bytes` not yet taken; past
 // that the receiving thread waits for the consumer (so a slow client slows the instance down
@@ -130,8 +130,9 @@ class UpstreamCall {
   std::string content_type_;
   std::string pending_;  // received, not yet taken
   const Clock::time_point start_ = Clock::now();
-  Clock::time_point last_progress_;  // the last body bytes received or taken
+  Clock::time_point last_progress_;  // the headers or the last body bytes received
   bool body_started_ = false;
+  bool receiver_waiting_ = false;  // the receiving thread waits for the consumer to take bytes
   UpstreamFailure timed_out_ = UpstreamFailure::kNone;  // a timeout that cancelled the call
   std::atomic<bool> cancelled_{false};
   std::thread thread_;

@@ -1036,6 +1036,33 @@ TEST_CASE("router: a stalled stream ends after the idle timeout with an error ev
         std::string::npos);
 }
 
+TEST_CASE("router: a stream cut by the router stopping ends with an error event and [DONE]", "[router]") {
+  Fake prefill(HandoffPrefill());
+  Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
+      const std::string e = Event(TextChunk("one"));
+      if (!sink.write(e.data(), e.size())) return false;
+      const auto end = Clock::now() + std::chrono::seconds(3);
+      while (Clock::now() < end && sink.is_writable()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return false;
+    });
+  });
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+  std::thread stopper;
+  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})", [&](const std::string& so_far) {
+    if (!stopper.joinable() && so_far.find("\"one\"") != std::string::npos)
+      stopper = std::thread([&r] { r.router.Stop(); });
+    return true;
+  });
+  if (stopper.joinable()) stopper.join();
+  std::vector<Json> ev = Events(s.body);
+  REQUIRE(ev.size() == 3);
+  CHECK(ev[0]["choices"][0]["text"] == "one");
+  CHECK(ev[1]["error"]["code"] == 503);
+  CHECK(ev[1]["error"]["message"] == "the router is shutting down");
+  CHECK(ev[2] == "[DONE]");
+}
+
 TEST_CASE("router: a stream whose instance sends headers and then nothing ends after the first-byte timeout",
           "[router]") {
   Fake prefill(HandoffPrefill());
@@ -1123,6 +1150,27 @@ TEST_CASE("router: not streamed, a decode answer that breaks off or stalls is a 
     Json e = Json::parse(res->body);
     CHECK(e["error"]["code"] == 502);
     CHECK(e["error"]["message"].get<std::string>().find(decode.address()) != std::string::npos);
+  }
+  SECTION("stalls midway (the idle timeout)") {
+    Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
+      res.set_content_provider(1000, "application/json", [](size_t offset, size_t, httplib::DataSink& sink) {
+        if (offset > 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+          return false;
+        }
+        const std::string half = R"({"id":"cmpl-7","choices":[)";
+        return sink.write(half.data(), half.size());
+      });
+    });
+    RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
+    o.upstream_idle_timeout_s = 0.5;
+    RouterUnderTest r(o);
+    const auto start = Clock::now();
+    auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+    REQUIRE(res);
+    CHECK(Clock::now() - start < std::chrono::milliseconds(2500));
+    CHECK(res->status == 504);
+    CHECK(Json::parse(res->body)["error"]["message"].get<std::string>().find("idle timeout") != std::string::npos);
   }
   SECTION("stalls (--timeout-s bounds a whole non-streamed answer)") {
     Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {

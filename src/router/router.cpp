@@ -39,7 +39,7 @@ auto Guard(Handler handler) {
 
 }  // namespace
 
-Router::Router(RouterOptions options) : options_(std::move(options)), pool_(options_) {
+Router::Router(RouterOptions options) : options_(std::move(options)), pool_(options_, &metrics_) {
   listener_ = std::make_unique<HttpListener>(
       HttpListenerOptions{static_cast<size_t>(std::max<int64_t>(1, options_.http_threads)),
                           static_cast<size_t>(options_.max_body_bytes)});
@@ -78,44 +78,104 @@ OrderedJson Router::HealthJson(bool* all_roles_healthy) const {
 
 std::string Router::RenderMetrics() const { return metrics_.Render(pool_.RenderInstanceMetrics()); }
 
-bool Router::Relay(UpstreamCall& call, httplib::DataSink& sink, bool sse, bool record_ttft,
-                   Clock::time_point arrival, bool* first_byte_sent) {
+// What Relay keeps between the content provider's calls.
+struct Router::RelayState {
+  std::string held;  // SSE: the start of an event not complete yet (never relayed half)
+  bool first_byte_sent = false;
+  bool done_sent = false;  // SSE: "data: [DONE]" relayed
+};
+
+bool Router::Relay(UpstreamCall& call, size_t index, httplib::DataSink& sink, bool sse,
+                   bool record_ttft, Clock::time_point arrival, RelayState* state) {
+  // An SSE event longer than this without its blank line is relayed as it is (an instance
+  // that does not frame its events must not grow the router's memory).
+  constexpr size_t kMaxHeldEvent = size_t{1} << 20;
   std::string data;
   auto client_gone = [&] {
     call.Cancel();
     metrics_.CountClientDisconnect();
     return false;
   };
+  auto write = [&](const std::string& bytes) {
+    if (bytes.empty()) return true;
+    if (!sink.write(bytes.data(), bytes.size())) return false;
+    if (!state->first_byte_sent) {
+      state->first_byte_sent = true;
+      if (record_ttft) metrics_.ObserveTtft(SecondsSince(arrival));
+    }
+    return true;
+  };
+  // An SSE answer that cannot go on ends with an error event and [DONE] (not [DONE] twice),
+  // then the end of the body: never silently truncated.
+  auto end_with_error = [&](int status, const std::string& message) {
+    metrics_.CountStreamError();
+    const std::string tail =
+        state->done_sent ? "" : ErrorEvent(status, message) + "data: [DONE]\n\n";
+    if (!tail.empty() && !sink.write(tail.data(), tail.size())) return false;
+    sink.done();
+    return true;
+  };
   while (true) {
     if (stopping_.load()) {
       call.Cancel();
-      return false;
+      return sse && end_with_error(503, "the router is shutting down");
     }
     bool finished = false;
     call.Next(&data, kPoll, &finished);
     if (!data.empty()) {
-      if (!sink.write(data.data(), data.size())) return client_gone();
-      if (!*first_byte_sent) {
-        *first_byte_sent = true;
-        if (record_ttft) metrics_.ObserveTtft(SecondsSince(arrival));
+      std::string out;
+      if (sse) {
+        state->held += data;
+        size_t end = CompleteEventsEnd(state->held);
+        if (end == 0 && state->held.size() > kMaxHeldEvent) end = state->held.size();
+        out = state->held.substr(0, end);
+        state->held.erase(0, end);
+        state->done_sent = state->done_sent || HasDoneEvent(out);
+      } else {
+        out.swap(data);
       }
+      if (!write(out)) return client_gone();
     } else if (!finished && !sink.is_writable()) {
       return client_gone();
     }
-    if (finished) {
-      if (call.complete()) {
-        sink.done();
-        return true;
-      }
-      const std::string why = call.ErrorText();
-      spdlog::warn("the decode instance's answer broke off: {}", why);
-      if (sse) {
-        const std::string event = ErrorEvent(502, "the decode instance's answer broke off: " + why);
-        sink.write(event.data(), event.size());
-      }
-      return false;  // the client sees an unterminated chunked body
+    if (!finished) continue;
+    if (call.complete()) {
+      if (!write(state->held)) return client_gone();
+      sink.done();
+      return true;
     }
+    const UpstreamFailure failure = call.failure();
+    if (failure == UpstreamFailure::kCancelled) return false;  // the client went away
+    const std::string why = call.ErrorText();
+    pool_.ReportBrokenAnswer(Role::kDecode, index, failure, why);
+    spdlog::warn("the decode instance's answer {}: {}",
+                 IsTimeout(failure) ? "timed out" : "broke off", why);
+    if (!state->held.empty()) {
+      spdlog::debug("dropped an incomplete SSE event of {} bytes", state->held.size());
+      state->held.clear();
+    }
+    if (!sse) return false;  // not SSE, status already sent: the body ends unterminated
+    return end_with_error(IsTimeout(failure) ? 504 : 502,
+                          std::string("the decode instance's answer ") +
+                              (IsTimeout(failure) ? "timed out: " : "broke off: ") + why);
   }
+}
+
+void Router::SendDispatchError(Response& res, const UpstreamPool::Dispatched& d,
+                               const std::string& unavailable) {
+  std::string message;
+  switch (d.status) {
+    case 504:
+      message = "an instance did not answer in time: " + d.failures;
+      break;
+    case 502:
+      message = "an instance's answer broke off: " + d.failures;
+      break;
+    default:
+      message = unavailable + ": " + d.failures;
+      res.set_header("Retry-After", std::to_string(pool_.RetryAfterSeconds()));
+  }
+  SendError(res, d.status, message);
 }
 
 void Router::HandleGenerate(const Request& req, Response& res, Endpoint endpoint) {
@@ -131,10 +191,20 @@ void Router::HandleGenerate(const Request& req, Response& res, Endpoint endpoint
   up.body = Dump(PrefillBody(parsed->body));
   up.authorization = req.get_header_value("Authorization");
 
+  // No healthy decode instance: 503 at once, before a prefill instance stages KV that no
+  // decode instance would take (its lease would wait for its TTL).
+  if (!pool_.AnyHealthy(Role::kDecode)) {
+    UpstreamPool::Dispatched none;
+    none.no_healthy = true;
+    none.failures = "no healthy decode instance";
+    metrics_.CountNoHealthyInstance(RoleName(Role::kDecode));
+    return SendDispatchError(res, none, "no decode instance could take the request");
+  }
+
   // 1. Prefill.
-  UpstreamPool::Dispatched p = pool_.Dispatch(Role::kPrefill, up, /*buffered=*/true, stopping_);
-  if (!p.call)
-    return SendError(res, 503, "no prefill instance could take the request: " + p.failures);
+  UpstreamPool::Dispatched p =
+      pool_.Dispatch(Role::kPrefill, up, UpstreamPool::DispatchOptions{}, stopping_);
+  if (!p.call) return SendDispatchError(res, p, "no prefill instance could take the request");
   const int prefill_status = p.call->status();
   std::string prefill_type = p.call->content_type();
   if (prefill_type.empty()) prefill_type = "application/json";
@@ -186,22 +256,33 @@ void Router::AnswerFinishedAtPrefill(Response& res, const ClientRequest& request
 void Router::RelayDecode(Response& res, UpstreamRequest* up, const ClientRequest& request,
                          const std::string& ticket, Clock::time_point arrival) {
   up->body = Dump(DecodeBody(request.body, ticket));
-  UpstreamPool::Dispatched d = pool_.Dispatch(Role::kDecode, *up, /*buffered=*/false, stopping_);
-  if (!d.call)
-    return SendError(res, 503, "no decode instance could take the request: " + d.failures);
+  // Not streamed: the answer comes whole at the end of the generation (--timeout-s), and is
+  // taken whole before the client's status is sent, so that a failure is a 502/504 error.
+  // Streamed: relayed from its headers on; a failure after them ends the stream with an error
+  // event and [DONE].
+  UpstreamPool::DispatchOptions how;
+  how.buffered = !request.stream;
+  if (how.buffered) how.first_byte_timeout_s = options_.timeout_s;
+  UpstreamPool::Dispatched d = pool_.Dispatch(Role::kDecode, *up, how, stopping_);
+  if (!d.call) return SendDispatchError(res, d, "no decode instance could take the request");
   res.status = d.call->status();
   std::string type = d.call->content_type();
   if (type.empty()) type = "application/json";
+  if (how.buffered) {
+    res.set_content(d.call->TakeBody(), type);
+    return;
+  }
   const bool sse = type.rfind("text/event-stream", 0) == 0;
   if (sse) res.set_header("Cache-Control", "no-cache");
   const bool record_ttft = request.stream && res.status == 200;
   std::shared_ptr<UpstreamCall> call = d.call;
-  auto first = std::make_shared<bool>(false);
+  auto state = std::make_shared<RelayState>();
+  const size_t index = d.index;
   res.set_chunked_content_provider(
       type,
-      [this, call, sse, record_ttft, arrival, first](size_t, httplib::DataSink& sink) {
+      [this, call, index, sse, record_ttft, arrival, state](size_t, httplib::DataSink& sink) {
         try {
-          return Relay(*call, sink, sse, record_ttft, arrival, first.get());
+          return Relay(*call, index, sink, sse, record_ttft, arrival, state.get());
         } catch (const std::exception& e) {
           spdlog::error("relaying the decode answer: {}", e.what());
           call->Cancel();
@@ -216,9 +297,9 @@ void Router::HandleModels(const Request& req, Response& res) {
   up.method = "GET";
   up.path = "/v1/models";
   up.authorization = req.get_header_value("Authorization");
-  UpstreamPool::Dispatched d = pool_.Dispatch(Role::kDecode, up, /*buffered=*/true, stopping_);
-  if (!d.call)
-    return SendError(res, 503, "no decode instance could answer /v1/models: " + d.failures);
+  UpstreamPool::Dispatched d =
+      pool_.Dispatch(Role::kDecode, up, UpstreamPool::DispatchOptions{}, stopping_);
+  if (!d.call) return SendDispatchError(res, d, "no decode instance could answer /v1/models");
   std::string type = d.call->content_type();
   res.status = d.call->status();
   res.set_content(d.call->TakeBody(), type.empty() ? "application/json" : type);

@@ -6,34 +6,56 @@
 // Protocol, per POST /v1/completions or /v1/chat/completions with JSON object body B:
 //   1. B must be a JSON object (else 400); `n` (when present) must be 1 and `best_of` at most 1
 //      (else 400 "n > 1 is not supported by the disaggregated router"); stream = B.stream.
-//   2. Prefill: POST {prefill}/v1/<same path> with B' = B, "stream": false, no stream_options,
-//      and the client's Authorization header.
-//      - connection failure, 429 or 503: the next prefill instance (each at most once); all
-//        failed: 503 naming the instances tried and why;
+//   2. Prefill: first, with no healthy decode instance: 503 with Retry-After at once (no prefill
+//      instance stages KV that no decode instance would take). POST {prefill}/v1/<same path>
+//      with B' = B, "stream": false, no stream_options, and the client's Authorization header.
+//      - connection failure, connection closed before the whole answer, 429 or 503: the next
+//        healthy prefill instance (each at most once); all failed: 503 (Retry-After) naming
+//        the instances tried and why (502 when one broke its answer off);
+//      - no answer within the first-byte timeout: 504, not retried (§7);
 //      - any other non-200: status and body relayed to the client as they are;
 //      - 200 with a string "oasis_handoff" (a base64 ticket): step 3;
 //      - 200 without it: the request finished on the prefill instance. Not streaming: that
 //        response as is. Streaming: the equivalent SSE stream (SynthesizeSse).
 //   3. Decode: POST {decode}/v1/<same path> with B'' = B + "oasis_ticket": <the ticket> and
-//      the Authorization header. Status, Content-Type and body are relayed as they arrive
-//      (chunked transfer, streamed or not; never buffered whole). A client that goes away
-//      (a failed write, or its socket found closed while the instance is silent) closes the
-//      upstream connection, and the decode instance aborts the request. Connection failure,
-//      429 or 503 before any byte reached the client: the next decode instance with the same
-//      body; all failed: 503. An answer that breaks off midway ends the client's response
-//      unterminated (SSE: after an error event).
-//      A client that goes away during the prefill call is only noticed once the decode
-//      answer is relayed (the prefill call runs to its end).
-//   4. Instances: round-robin per role over the healthy ones (all of them when none is). A
-//      thread per instance polls GET /health every second (1 s timeout): 200 = healthy. A
-//      connection failure during a request marks the instance unhealthy until the next
-//      successful poll. Instances start healthy (optimistic) until their first poll.
+//      the Authorization header. Connection failure, connection closed or 429/503 before the
+//      answer's headers: the next healthy decode instance with the same body; all failed: 503
+//      (Retry-After), 502 or 504 as in step 2.
+//      - Not streaming: the answer is taken whole (bounded by --timeout-s: it comes at the end
+//        of the generation), then relayed with its status; an answer that breaks off or stalls
+//        is a 502 / 504 error instead.
+//      - Streaming: status and Content-Type relayed once the headers arrive, then the body as
+//        it arrives (chunked, never buffered whole; SSE events relayed whole, never half). A
+//        client that goes away (a failed write, or its socket found closed while the instance
+//        is silent) closes the upstream connection, and the decode instance aborts the
+//        request. An answer that breaks off (connection closed or reset), stalls (§7) or is
+//        cut by the router stopping ends the client's stream with an error event
+//        `data: {"error":{...}}` (code 502, 504 or 503) and `data: [DONE]` (unless [DONE] was
+//        relayed already), properly terminated: never silently truncated. No retry once
+//        the headers went to the client.
+//      A client that goes away during the prefill call, or before the decode answer's
+//      headers, is only noticed once the decode answer is relayed.
+//   4. Instances: round-robin per role over the healthy ones; none healthy: nothing is tried
+//      (503 with Retry-After: the health interval, at least 1 s). A thread per instance polls
+//      GET /health every second (1 s timeout): 200 = healthy. A failed call (connection
+//      failure, closed, timed out) marks the instance unhealthy until the next successful poll;
+//      a call still waiting for its answer's headers from an instance marked unhealthy is given
+//      up and the next instance tried. Instances start healthy (optimistic) until their first
+//      poll.
 //   5. GET /v1/models: relayed from a healthy decode instance. GET /health: 200 (503 unless
 //      each role has a healthy instance) with {"prefill":[{"address","healthy"}...],
 //      "decode":[...]}. GET /metrics: Prometheus text, prefix oasis:router_. Others: 404.
 //   6. Errors: {"error":{"message","type","param":null,"code":<status>}}; every handler catches
 //      everything. --api-key: clients need "Authorization: Bearer KEY" (not /health, /metrics);
 //      the header is forwarded to the instances unchanged.
+//   7. Upstream timeouts (UpstreamCall): --connect-timeout-s (5); --upstream-first-byte-timeout-s
+//      (300), from the call's start to the first byte of the answer's body (a prefill:
+//      queueing and the whole prefill; a stream: admission and the first token);
+//      --upstream-idle-timeout-s (60), the longest silence between two pieces of an answer
+//      once it started; --timeout-s (600) replaces the first-byte timeout for a non-streamed
+//      decode answer (it comes whole at the end) and bounds sending a request. Every failure
+//      path cancels the upstream call (its socket closed, its thread joined when the last
+//      holder lets go).
 //
 // The code, by responsibility: router_settings.* (addresses, flags and --config),
 // router_protocol.* (client bodies, instance bodies, errors, synthesized SSE), upstream_pool.*
@@ -106,14 +128,20 @@ class Router {
   // Sends B'' with the ticket to a decode instance and relays its answer to the client.
   void RelayDecode(httplib::Response& res, UpstreamRequest* up, const ClientRequest& request,
                    const std::string& ticket, Clock::time_point arrival);
+  // A failed Dispatch as the client's answer: its status (503 with Retry-After) and a
+  // message (`unavailable` starts a 503's).
+  void SendDispatchError(httplib::Response& res, const UpstreamPool::Dispatched& d,
+                         const std::string& unavailable);
   void HandleModels(const httplib::Request& req, httplib::Response& res);
-  // Relays `call`'s body to the client; returns what the content provider returns.
-  bool Relay(UpstreamCall& call, httplib::DataSink& sink, bool sse, bool record_ttft,
-             Clock::time_point arrival, bool* first_byte_sent);
+  // Relays `call`'s body (decode instance `index`) to the client; returns what the content
+  // provider returns. `state` persists between the provider's calls.
+  struct RelayState;
+  bool Relay(UpstreamCall& call, size_t index, httplib::DataSink& sink, bool sse, bool record_ttft,
+             Clock::time_point arrival, RelayState* state);
 
   RouterOptions options_;
+  RouterMetrics metrics_;  // before pool_, which counts into it
   UpstreamPool pool_;
-  RouterMetrics metrics_;
   std::unique_ptr<HttpListener> listener_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> run_started_{false};

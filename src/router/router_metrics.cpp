@@ -27,7 +27,34 @@ std::string RouteLabel(const std::string& path) {
 
 RouterMetrics::RouterMetrics()
     : ttft_(Histogram::WithBounds(kLatencyBounds)),
-      prefill_seconds_(Histogram::WithBounds(kLatencyBounds)) {}
+      prefill_seconds_(Histogram::WithBounds(kLatencyBounds)) {
+  // Every series from the start (at 0), so that rates and alerts see them before a failure.
+  for (const char* role : {"prefill", "decode"}) {
+    for (const char* reason : kUpstreamFailureReasons) upstream_failures_[{role, reason}] = 0;
+    retries_[role] = 0;
+    no_healthy_[role] = 0;
+  }
+}
+
+void RouterMetrics::CountUpstreamFailure(const std::string& role, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++upstream_failures_[{role, reason}];
+}
+
+void RouterMetrics::CountRetry(const std::string& role) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++retries_[role];
+}
+
+void RouterMetrics::CountNoHealthyInstance(const std::string& role) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++no_healthy_[role];
+}
+
+void RouterMetrics::CountStreamError() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stream_errors_;
+}
 
 void RouterMetrics::CountRequest(const std::string& route, int status) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -78,6 +105,26 @@ std::string RouterMetrics::Render(const std::string& instance_metrics) const {
           "Requests that finished on the prefill instance (no handoff).", finished_at_prefill_);
   counter("oasis:router_client_disconnects_total",
           "Relayed answers whose client went away before the end.", client_disconnects_);
+  counter("oasis:router_stream_errors_total",
+          "Streams that ended with an error event and [DONE] (their instance failed or stalled, "
+          "or the router stopped).",
+          stream_errors_);
+  s << "# HELP oasis:router_upstream_failures_total Upstream calls that failed, by role and "
+       "reason (connect, closed, first_byte_timeout, idle_timeout, busy, unhealthy).\n"
+       "# TYPE oasis:router_upstream_failures_total counter\n";
+  for (const auto& [key, count] : upstream_failures_) {
+    s << "oasis:router_upstream_failures_total{role=\"" << EscapeLabel(std::get<0>(key))
+      << "\",reason=\"" << EscapeLabel(std::get<1>(key)) << "\"} " << count << "\n";
+  }
+  auto by_role = [&](const char* name, const char* help, const std::map<std::string, int64_t>& m) {
+    s << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n";
+    for (const auto& [role, count] : m)
+      s << name << "{role=\"" << EscapeLabel(role) << "\"} " << count << "\n";
+  };
+  by_role("oasis:router_upstream_retries_total",
+          "Requests sent on to another instance after one failed before answering.", retries_);
+  by_role("oasis:router_no_healthy_instance_total",
+          "Requests answered 503 at once: no instance of the role was healthy.", no_healthy_);
   s << instance_metrics;
   s << RenderHistogram("oasis:router_time_to_first_token_seconds",
                        "Streaming requests: arrival to the first byte relayed to the client.",

@@ -1,6 +1,8 @@
 // RouterMetrics: oasis-router's own counters and histograms for GET /metrics (Prometheus text,
 // prefix oasis:router_): requests by route and status, handoffs, requests finished on their
-// prefill instance, clients gone, time to first token, prefill time. Thread-safe (one mutex).
+// prefill instance, clients gone, upstream failures by role and reason, retries, requests
+// refused for want of a healthy instance, streams ended with an error event, time to first
+// token, prefill time. Thread-safe (one mutex).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,11 @@ class RouterMetrics {
   void CountHandoff();
   void CountFinishedAtPrefill();
   void CountClientDisconnect();
+  // `role`: "prefill" or "decode"; `reason`: one of kUpstreamFailureReasons.
+  void CountUpstreamFailure(const std::string& role, const std::string& reason);
+  void CountRetry(const std::string& role);
+  void CountNoHealthyInstance(const std::string& role);
+  void CountStreamError();
   void ObserveTtft(double seconds);
   void ObservePrefill(double seconds);
 
@@ -34,9 +41,19 @@ class RouterMetrics {
   int64_t handoffs_ = 0;
   int64_t finished_at_prefill_ = 0;
   int64_t client_disconnects_ = 0;
+  std::map<std::tuple<std::string, std::string>, int64_t> upstream_failures_;
+  std::map<std::string, int64_t> retries_;
+  std::map<std::string, int64_t> no_healthy_;
+  int64_t stream_errors_ = 0;
   Histogram ttft_;
   Histogram prefill_seconds_;
 };
+
+// The reasons of oasis:router_upstream_failures_total: UpstreamFailureLabel's (connect,
+// closed, first_byte_timeout, idle_timeout), "busy" (429 or 503) and "unhealthy" (a call given
+// up while waiting because the health check marked its instance unhealthy).
+inline constexpr const char* kUpstreamFailureReasons[] = {
+    "connect", "closed", "first_byte_timeout", "idle_timeout", "busy", "unhealthy"};
 
 // The route label of a request path: the path of a known route, else "other" (a bounded
 // label set).

@@ -1,5 +1,6 @@
 #include "router/router_protocol.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "common/http_util.h"
@@ -20,6 +21,24 @@ OrderedJson ErrorJson(int status, const std::string& message) {
 
 std::string ErrorEvent(int status, const std::string& message) {
   return "data: " + Dump(ErrorJson(status, message)) + "\n\n";
+}
+
+size_t CompleteEventsEnd(std::string_view buffered) {
+  // An event ends with a blank line: "\n\n", or "\r\n\r\n" (whose tail is "\n\r\n").
+  const size_t lf = buffered.rfind("\n\n");
+  const size_t crlf = buffered.rfind("\n\r\n");
+  size_t end = 0;
+  if (lf != std::string_view::npos) end = lf + 2;
+  if (crlf != std::string_view::npos) end = std::max(end, crlf + 3);
+  return end;
+}
+
+bool HasDoneEvent(std::string_view events) {
+  for (size_t pos = events.find("data: [DONE]"); pos != std::string_view::npos;
+       pos = events.find("data: [DONE]", pos + 1)) {
+    if (pos == 0 || events[pos - 1] == '\n') return true;
+  }
+  return false;
 }
 
 std::string ErrorMessageOf(const std::string& body) {

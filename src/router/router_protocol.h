@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +40,12 @@ std::optional<ClientRequest> ParseClientRequest(const std::string& text, int* st
 OrderedJson PrefillBody(const OrderedJson& client_body);
 // B'' for the decode instance: B plus "oasis_ticket": ticket.
 OrderedJson DecodeBody(const OrderedJson& client_body, const std::string& ticket);
+
+// SSE relay framing: the length of the leading part of `buffered` made of complete events
+// (up to and including the blank line that ends the last complete one; 0 when none is).
+size_t CompleteEventsEnd(std::string_view buffered);
+// Whether `events` (complete events) hold the end-of-stream event "data: [DONE]".
+bool HasDoneEvent(std::string_view events);
 
 // The SSE stream equivalent to a finished (non-streamed) completion or chat completion
 // response: one chunk with the whole text, a usage chunk when include_usage, then [DONE].

@@ -28,9 +28,17 @@ const std::vector<Setting>& Settings() {
       {"port", &RouterSettings::port, "port to listen on; 0 = any free port (printed at start)"},
       {"api-key", &RouterSettings::api_key,
        "when set, clients need 'Authorization: Bearer KEY' (not for /health, /metrics)"},
-      {"timeout-s", &RouterSettings::timeout_s, "upstream read timeout in seconds"},
+      {"timeout-s", &RouterSettings::timeout_s,
+       "seconds a decode instance may take for a non-streamed answer (it comes whole, at the end "
+       "of the generation); also the send timeout of every upstream request"},
       {"connect-timeout-s", &RouterSettings::connect_timeout_s,
        "upstream connect timeout in seconds"},
+      {"upstream-first-byte-timeout-s", &RouterSettings::upstream_first_byte_timeout_s,
+       "seconds from sending a request to an instance to the first byte of its answer's body "
+       "(a prefill: queueing and the whole prefill; a stream: admission and the first token)"},
+      {"upstream-idle-timeout-s", &RouterSettings::upstream_idle_timeout_s,
+       "seconds an instance's answer may stay silent between two pieces once it started (a "
+       "stalled stream then ends with an error event and [DONE])"},
       {"http-threads", &RouterSettings::http_threads,
        "HTTP worker threads (each open request holds one)"},
       {"max-body-bytes", &RouterSettings::max_body_bytes, "larger request bodies get 413"},
@@ -148,11 +156,17 @@ StatusOr<RouterOptions> RouterSettings::ToOptions() const {
   if (host.empty()) return InvalidArgument("--host must not be empty");
   if (port < 0 || port > 65535)
     return InvalidArgument("--port must be in [0, 65535], got " + std::to_string(port));
-  if (!(timeout_s > 0))
-    return InvalidArgument("--timeout-s must be positive, got " + Number(timeout_s));
-  if (!(connect_timeout_s > 0))
-    return InvalidArgument("--connect-timeout-s must be positive, got " +
-                           Number(connect_timeout_s));
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"--timeout-s", timeout_s},
+        {"--connect-timeout-s", connect_timeout_s},
+        {"--upstream-first-byte-timeout-s", upstream_first_byte_timeout_s},
+        {"--upstream-idle-timeout-s", upstream_idle_timeout_s}}) {
+    // Written so that NaN fails too.
+    if (!(value > 0 && value <= kMaxTimeoutS)) {
+      return InvalidArgument(std::string(name) + " must be a number of seconds in (0, " +
+                             Number(kMaxTimeoutS) + "], got " + Number(value));
+    }
+  }
   if (http_threads < 1 || http_threads > 65536) {
     return InvalidArgument("--http-threads must be in [1, 65536], got " +
                            std::to_string(http_threads));
@@ -163,6 +177,8 @@ StatusOr<RouterOptions> RouterSettings::ToOptions() const {
   o.api_key = api_key;
   o.timeout_s = timeout_s;
   o.connect_timeout_s = connect_timeout_s;
+  o.upstream_first_byte_timeout_s = upstream_first_byte_timeout_s;
+  o.upstream_idle_timeout_s = upstream_idle_timeout_s;
   o.http_threads = http_threads;
   o.max_body_bytes = max_body_bytes;
   return o;

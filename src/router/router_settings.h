@@ -28,13 +28,20 @@ StatusOr<Address> ParseAddress(std::string_view text);
 // `what` names the list in errors ("--prefill").
 StatusOr<std::vector<Address>> ParseAddressList(std::string_view text, const std::string& what);
 
+// The longest any upstream timeout may be (one day): larger values, infinity and NaN are
+// errors, not silent overflows of the socket timeouts.
+inline constexpr double kMaxTimeoutS = 86400;
+
 struct RouterOptions {
   std::vector<Address> prefill;
   std::vector<Address> decode;
-  std::string api_key;           // empty: no authentication
-  double timeout_s = 600;        // upstream read timeout
-  double connect_timeout_s = 5;  // upstream connect timeout
-  int64_t http_threads = 256;    // the HTTP server's worker threads (one per open request)
+  std::string api_key;  // empty: no authentication
+  // Upstream timeouts (router.h §7), seconds, each in (0, kMaxTimeoutS].
+  double timeout_s = 600;                      // a non-streamed decode answer, whole
+  double connect_timeout_s = 5;                // TCP connect
+  double upstream_first_byte_timeout_s = 300;  // request sent -> first byte of the answer's body
+  double upstream_idle_timeout_s = 60;         // silence between two pieces of an answer
+  int64_t http_threads = 256;  // the HTTP server's worker threads (one per open request)
   int64_t max_body_bytes = 32 << 20;
   int health_interval_ms = 1000;  // GET /health of every instance this often
   int health_timeout_ms = 1000;
@@ -49,6 +56,8 @@ struct RouterSettings {
   std::string api_key;
   double timeout_s = 600;
   double connect_timeout_s = 5;
+  double upstream_first_byte_timeout_s = 300;
+  double upstream_idle_timeout_s = 60;
   int64_t http_threads = 256;
   int64_t max_body_bytes = 32 << 20;
   std::string log_level = "info";

@@ -17,11 +17,13 @@ using Clock = std::chrono::steady_clock;
 
 const char* RoleName(Role role) { return role == Role::kPrefill ? "prefill" : "decode"; }
 
-UpstreamPool::UpstreamPool(const RouterOptions& options) : options_(options) {
+UpstreamPool::UpstreamPool(const RouterOptions& options, RouterMetrics* metrics)
+    : options_(options), metrics_(metrics) {
   auto fill = [](Pool& pool, Role role, const std::vector<Address>& addresses) {
     for (const Address& a : addresses) {
       auto inst = std::make_unique<Instance>();
       inst->role = role;
+      inst->index = pool.instances.size();
       inst->address = a;
       inst->label = a.ToString();
       pool.instances.push_back(std::move(inst));
@@ -87,14 +89,24 @@ bool UpstreamPool::InstanceHealthy(Role role, size_t index) const {
   return index < pool.instances.size() && pool.instances[index]->healthy.load();
 }
 
+bool UpstreamPool::AnyHealthy(Role role) const {
+  const Pool& pool = role == Role::kPrefill ? prefill_ : decode_;
+  return std::any_of(pool.instances.begin(), pool.instances.end(),
+                     [](const auto& inst) { return inst->healthy.load(); });
+}
+
+int UpstreamPool::RetryAfterSeconds() const {
+  return std::max(1, (options_.health_interval_ms + 999) / 1000);
+}
+
 std::vector<UpstreamPool::Instance*> UpstreamPool::Candidates(Role role,
                                                               std::vector<Instance*>* skipped) {
   Pool& pool = role == Role::kPrefill ? prefill_ : decode_;
   std::vector<Instance*> healthy, unhealthy;
   for (auto& inst : pool.instances)
     (inst->healthy.load() ? healthy : unhealthy).push_back(inst.get());
-  // Round-robin over the healthy ones; when none is, over all of them (the poll may be stale).
-  if (healthy.empty()) healthy.swap(unhealthy);
+  // Round-robin over the healthy ones. None healthy: none is tried (an instance that is down or
+  // stopped would hold the request until a timeout; the client gets 503 and Retry-After).
   if (skipped != nullptr) *skipped = unhealthy;
   if (healthy.empty()) return healthy;
   const size_t start = static_cast<size_t>(pool.next.fetch_add(1) % healthy.size());
@@ -116,52 +128,110 @@ void UpstreamPool::CountFailure(Instance* instance, const std::string& why,
 }
 
 UpstreamPool::Dispatched UpstreamPool::Dispatch(Role role, const UpstreamRequest& request,
-                                                bool buffered, const std::atomic<bool>& stopping) {
+                                                DispatchOptions how,
+                                                const std::atomic<bool>& stopping) {
   Dispatched out;
   std::vector<std::string> failures;
   // Buffered answers are taken whole at the end, so nothing may hold their receiver back;
   // relayed ones are taken as they come, the receiver waiting past 4 MiB not yet relayed.
-  const UpstreamOptions options{options_.connect_timeout_s, options_.timeout_s,
-                                buffered ? std::numeric_limits<size_t>::max() : size_t{4} << 20};
+  const UpstreamOptions options{
+      options_.connect_timeout_s, options_.timeout_s,
+      how.first_byte_timeout_s > 0 ? how.first_byte_timeout_s
+                                   : options_.upstream_first_byte_timeout_s,
+      options_.upstream_idle_timeout_s,
+      how.buffered ? std::numeric_limits<size_t>::max() : size_t{4} << 20};
+  const std::string role_name = RoleName(role);
+  auto count = [&](const char* reason) {
+    if (metrics_ != nullptr) metrics_->CountUpstreamFailure(role_name, reason);
+  };
+  bool timed_out = false, broken = false;
   std::vector<Instance*> skipped;
-  for (Instance* inst : Candidates(role, &skipped)) {
+  const std::vector<Instance*> candidates = Candidates(role, &skipped);
+  if (candidates.empty()) {
+    out.no_healthy = true;
+    if (metrics_ != nullptr) metrics_->CountNoHealthyInstance(role_name);
+  }
+  for (size_t attempt = 0; attempt < candidates.size(); ++attempt) {
+    Instance* inst = candidates[attempt];
     if (stopping.load()) break;
+    if (attempt > 0 && metrics_ != nullptr) metrics_->CountRetry(role_name);
     auto call =
         std::make_shared<UpstreamCall>(inst->address.host, inst->address.port, request, options);
-    const bool headers = call->WaitHeaders(&stopping);
-    if (headers && buffered) call->WaitDone(&stopping);
+    // Until the headers, an instance the health check marks unhealthy (stopped, hung, gone) is
+    // given up on: nothing has reached the client, so the next one may take the request.
+    bool abandoned = false;
+    const bool headers = call->WaitHeaders([&] {
+      if (stopping.load()) return true;
+      abandoned = !inst->healthy.load();
+      return abandoned;
+    });
+    if (headers && how.buffered) call->WaitDone([&] { return stopping.load(); });
     if (stopping.load()) {
       call->Cancel();
       break;
     }
-    if (!headers || (buffered && !call->complete())) {
+    if (!headers || (how.buffered && !call->complete())) {
+      if (!headers && abandoned) {
+        const std::string why =
+            "marked unhealthy by its health check while the request waited for an answer";
+        failures.push_back(inst->label + " (" + why + ")");
+        CountFailure(inst, why, /*connection_failure=*/true);
+        count("unhealthy");
+        continue;
+      }
+      const UpstreamFailure failure = call->failure();
       const std::string why = call->ErrorText();
       failures.push_back(inst->label + " (" + why + ")");
       CountFailure(inst, why, /*connection_failure=*/true);
+      count(UpstreamFailureLabel(failure));
+      if (IsTimeout(failure)) {
+        // No retry: the client has waited the whole timeout already, and the instance may be
+        // working on the request still (it sees the connection closed).
+        timed_out = true;
+        break;
+      }
+      broken = broken || failure == UpstreamFailure::kClosed;
       continue;
     }
     const int status = call->status();
     if (status == 429 || status == 503) {
-      if (!buffered) call->WaitDone(&stopping, Clock::now() + std::chrono::seconds(1));
+      if (!how.buffered) call->WaitDone(nullptr, Clock::now() + std::chrono::seconds(1));
       const std::string why =
           "HTTP " + std::to_string(status) + ": " + ErrorMessageOf(call->TakeBody());
       call->Cancel();
       failures.push_back(inst->label + " (" + why + ")");
       CountFailure(inst, why, /*connection_failure=*/false);
+      count("busy");
       continue;
     }
     out.call = std::move(call);
     out.label = inst->label;
+    out.index = inst->index;
     return out;
   }
-  if (stopping.load()) failures.push_back("the router is shutting down");
+  out.status = timed_out ? 504 : broken ? 502 : 503;
+  if (stopping.load()) {
+    out.status = 503;
+    failures.push_back("the router is shutting down");
+  }
   if (!skipped.empty()) {
     std::string names;
     for (const Instance* inst : skipped) names += (names.empty() ? "" : ", ") + inst->label;
-    failures.push_back("not tried, unhealthy: " + names);
+    failures.push_back((out.no_healthy ? "no healthy " + role_name + " instance; unhealthy: "
+                                       : "not tried, unhealthy: ") +
+                       names);
   }
   for (size_t i = 0; i < failures.size(); ++i) out.failures += (i ? "; " : "") + failures[i];
   return out;
+}
+
+void UpstreamPool::ReportBrokenAnswer(Role role, size_t index, UpstreamFailure failure,
+                                      const std::string& why) {
+  Pool& pool = role == Role::kPrefill ? prefill_ : decode_;
+  if (index >= pool.instances.size()) return;
+  CountFailure(pool.instances[index].get(), why, /*connection_failure=*/true);
+  if (metrics_ != nullptr)
+    metrics_->CountUpstreamFailure(RoleName(role), UpstreamFailureLabel(failure));
 }
 
 OrderedJson UpstreamPool::HealthJson(bool* all_roles_healthy) const {
@@ -186,8 +256,7 @@ OrderedJson UpstreamPool::HealthJson(bool* all_roles_healthy) const {
 std::string UpstreamPool::RenderInstanceMetrics() const {
   std::ostringstream s;
   s << "# HELP oasis:router_instance_failures_total Upstream calls that failed (connection "
-       "failure, 429 or 503), by "
-       "instance.\n"
+       "failure, closed, timed out, 429 or 503), by instance.\n"
        "# TYPE oasis:router_instance_failures_total counter\n";
   for (const Pool* pool : {&prefill_, &decode_}) {
     for (const auto& inst : pool->instances) {

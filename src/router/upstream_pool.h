@@ -1,7 +1,8 @@
-// UpstreamPool: oasis-router's prefill and decode instances (router.h §2-4): their health (a
-// thread per instance polling GET /health; a connection failure marks an instance unhealthy
-// until its next good poll), the round-robin choice among the healthy ones, and Dispatch, which
-// sends one request to the instances of a role in turn until one takes it.
+// UpstreamPool: oasis-router's prefill and decode instances (router.h §2-4, §7): their health (a
+// thread per instance polling GET /health; a failed call marks an instance unhealthy until its
+// next good poll), the round-robin choice among the healthy ones (none healthy: nothing is
+// tried), and Dispatch, which sends one request to the healthy instances of a role in turn
+// until one takes it, moving on only while nothing of the answer has reached the client.
 //
 // Owns the instances and, from StartHealthChecks() to JoinHealthChecks() (one thread), one
 // health thread per instance. Thread-safe otherwise: Dispatch, InstanceHealthy, HealthJson
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "router/router_metrics.h"
 #include "router/router_protocol.h"
 #include "router/router_settings.h"
 
@@ -24,6 +26,7 @@ namespace oasis::router {
 
 class UpstreamCall;
 struct UpstreamRequest;
+enum class UpstreamFailure;
 
 enum class Role { kPrefill, kDecode };
 const char* RoleName(Role role);  // "prefill", "decode"
@@ -31,16 +34,31 @@ const char* RoleName(Role role);  // "prefill", "decode"
 class UpstreamPool {
  public:
   // The outcome of Dispatch: a call whose headers arrived with a status other than 429/503
-  // (its body may still be arriving) and the instance's label ("host:port"), or no call and
-  // `failures` says why.
+  // (its body may still be arriving), the instance's label ("host:port") and index, or no
+  // call, `failures` saying why and `status` the answer for the client: 503 (no healthy
+  // instance, or each refused or could not be reached: `retry_after_s` applies), 502 (an
+  // instance broke its answer off) or 504 (an instance timed out).
   struct Dispatched {
     std::shared_ptr<UpstreamCall> call;
     std::string label;
+    size_t index = 0;
     std::string failures;
+    int status = 503;
+    bool no_healthy = false;  // no healthy instance: none was tried
   };
 
-  // The instances of `options` (its timeouts and health intervals apply).
-  explicit UpstreamPool(const RouterOptions& options);
+  // How Dispatch waits. `buffered`: for the whole answer (a transport failure while reading
+  // it counts as a failure of that instance too), else for its headers. `first_byte_timeout_s`
+  // (> 0) replaces the router's --upstream-first-byte-timeout-s (a non-streamed decode answer
+  // comes whole at the end: --timeout-s).
+  struct DispatchOptions {
+    bool buffered = true;
+    double first_byte_timeout_s = 0;
+  };
+
+  // The instances of `options` (its timeouts and health intervals apply); failures, retries
+  // and refusals are counted in `metrics` (may be null).
+  UpstreamPool(const RouterOptions& options, RouterMetrics* metrics);
   ~UpstreamPool();
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
@@ -51,13 +69,21 @@ class UpstreamPool {
   // StopHealthChecks(), then joins the health threads (the thread that started them).
   void JoinHealthChecks();
 
-  // Tries the role's instances in turn. `buffered`: wait for the whole answer (a transport
-  // failure while reading it counts as a failure of that instance too). `stopping` (the
-  // router's shutdown) cancels the call in progress and ends the attempts.
-  Dispatched Dispatch(Role role, const UpstreamRequest& request, bool buffered,
+  // Tries the role's healthy instances in turn (round-robin), each at most once: the next one
+  // after a connection failure, a connection closed before the answer (whole, when buffered),
+  // a 429 or 503, or an instance the health check marks unhealthy while its answer's headers
+  // are awaited. A timeout ends the attempts (504: the client has waited the whole timeout).
+  // `stopping` (the router's shutdown) cancels the call in progress and ends the attempts.
+  Dispatched Dispatch(Role role, const UpstreamRequest& request, DispatchOptions how,
                       const std::atomic<bool>& stopping);
+  // A relayed answer (Dispatched.call of instance `index`) that failed midway: counted, and
+  // the instance marked unhealthy until its next good /health.
+  void ReportBrokenAnswer(Role role, size_t index, UpstreamFailure failure, const std::string& why);
 
   bool InstanceHealthy(Role role, size_t index) const;
+  bool AnyHealthy(Role role) const;
+  // Retry-After for a 503 of Dispatch: the health interval in whole seconds (at least 1).
+  int RetryAfterSeconds() const;
   // {"prefill":[{"address","healthy"}...],"decode":[...]}; `*all_roles_healthy`: each role has
   // a healthy instance.
   OrderedJson HealthJson(bool* all_roles_healthy) const;
@@ -71,6 +97,7 @@ class UpstreamPool {
     std::string label;  // "host:port"
     std::atomic<bool> healthy{true};
     std::atomic<int64_t> failures{0};
+    size_t index = 0;
   };
   struct Pool {
     std::vector<std::unique_ptr<Instance>> instances;
@@ -78,12 +105,13 @@ class UpstreamPool {
   };
 
   void HealthLoop(Instance* instance);
-  // The instances to try, in order: the healthy ones round-robin (all when none is healthy);
-  // `skipped` receives the unhealthy ones left out.
+  // The instances to try, in order: the healthy ones round-robin; `skipped` receives the
+  // unhealthy ones left out.
   std::vector<Instance*> Candidates(Role role, std::vector<Instance*>* skipped);
   void CountFailure(Instance* instance, const std::string& why, bool connection_failure);
 
   const RouterOptions options_;
+  RouterMetrics* const metrics_;
   Pool prefill_, decode_;
 
   std::mutex health_mu_;

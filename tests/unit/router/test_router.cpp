@@ -164,6 +164,96 @@ class DeadPort {
   int fd_ = -1;
 };
 
+// A hostile instance on 127.0.0.1, raw TCP: answers GET /health with 200 (so the router
+// counts it healthy) and treats every other request as `mode` says. Closes everything when
+// destroyed.
+class Hostile {
+ public:
+  enum class Mode {
+    kClose,              // read the request, close without a byte
+    kSilent,             // read the request, then say nothing (a hung or stopped process)
+    kHeadersThenSilent,  // 200 SSE headers, then nothing
+  };
+  explicit Hostile(Mode mode) : mode_(mode) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd_, 64) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Hostile() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int c : held_) ::close(c);
+  }
+  Address addr() const { return Address{"127.0.0.1", port}; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  int port = 0;
+  std::atomic<int> posts{0};
+  // Whether the peer (the router) closed a held connection.
+  bool PeerClosedHeld() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int c : held_) {
+      char b[4096];
+      ssize_t n;
+      while ((n = ::recv(c, b, sizeof b, MSG_DONTWAIT)) > 0) {
+      }  // the rest of the request
+      if (n == 0) return true;  // end of stream: closed by the peer
+    }
+    return false;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      std::string head;
+      char buf[4096];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        head.append(buf, static_cast<size_t>(n));
+      }
+      if (head.rfind("GET /health", 0) == 0) {
+        const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        ::send(c, ok.data(), ok.size(), MSG_NOSIGNAL);
+        ::close(c);
+        continue;
+      }
+      ++posts;
+      if (mode_ == Mode::kClose) {
+        ::close(c);
+        continue;
+      }
+      if (mode_ == Mode::kHeadersThenSilent) {
+        const std::string h =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+        ::send(c, h.data(), h.size(), MSG_NOSIGNAL);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      held_.push_back(c);
+    }
+  }
+
+  Mode mode_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<int> held_;
+};
+
 Json CompletionResponse(const std::string& text, const std::string& finish) {
   return {
       {"id", "cmpl-7"},
@@ -249,6 +339,8 @@ RouterOptions TestOptions(std::vector<Address> prefill, std::vector<Address> dec
   o.decode = std::move(decode);
   o.timeout_s = 5;
   o.connect_timeout_s = 1;
+  o.upstream_first_byte_timeout_s = 5;
+  o.upstream_idle_timeout_s = 5;
   o.http_threads = 8;
   o.health_interval_ms = 50;
   o.health_timeout_ms = 500;
@@ -512,6 +604,83 @@ TEST_CASE("router: command line, config file and flag override", "[router]") {
   REQUIRE(help.ok());
   CHECK(help->help);
   CHECK(help->usage.find("--prefill") != std::string::npos);
+  CHECK(help->usage.find("--upstream-first-byte-timeout-s") != std::string::npos);
+  CHECK(help->usage.find("--upstream-idle-timeout-s") != std::string::npos);
+}
+
+TEST_CASE("router: upstream timeouts, defaults and edges", "[router]") {
+  auto parse = [](std::vector<std::string> args) {
+    std::vector<std::string> all = {"oasis-router", "--prefill", "h:1", "--decode", "h:2"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    return ParseRouterCommandLine(static_cast<int>(argv.size()), argv.data());
+  };
+  {
+    auto cmd = parse({});
+    REQUIRE(cmd.ok());
+    CHECK(cmd->options.timeout_s == 600);
+    CHECK(cmd->options.connect_timeout_s == 5);
+    CHECK(cmd->options.upstream_first_byte_timeout_s == 300);
+    CHECK(cmd->options.upstream_idle_timeout_s == 60);
+  }
+  for (const std::string flag :
+       {"--timeout-s", "--connect-timeout-s", "--upstream-first-byte-timeout-s", "--upstream-idle-timeout-s"}) {
+    INFO(flag);
+    for (const std::string bad : {"0", "-1", "-0", "nan", "inf", "-inf", "86400.5", "1e300"}) {
+      INFO(bad);
+      auto cmd = parse({flag, bad});
+      REQUIRE_FALSE(cmd.ok());
+      CHECK(cmd.status().message().find(flag + " must be a number of seconds in (0, 86400], got ") !=
+            std::string::npos);
+    }
+    CHECK_FALSE(parse({flag, "ten"}).ok());  // not a number: the flag parser's error
+    for (const std::string good : {"0.001", "86400", "2.5"}) {
+      INFO(good);
+      auto cmd = parse({flag, good});
+      REQUIRE(cmd.ok());
+      const double want = std::stod(good);
+      const RouterOptions& o = cmd->options;
+      const double got = flag == "--timeout-s"           ? o.timeout_s
+                         : flag == "--connect-timeout-s" ? o.connect_timeout_s
+                         : flag == "--upstream-first-byte-timeout-s" ? o.upstream_first_byte_timeout_s
+                                                                      : o.upstream_idle_timeout_s;
+      CHECK(got == want);
+    }
+  }
+  // The config file: the same names with '_' or '-', checked the same way.
+  const auto dir = oasis::testing::MakeTempDir("router_timeouts");
+  const std::string path = (dir / "router.json").string();
+  std::ofstream(path) << R"({"upstream_first_byte_timeout_s": 900, "upstream-idle-timeout-s": 15})";
+  auto cmd = parse({"--config", path});
+  REQUIRE(cmd.ok());
+  CHECK(cmd->options.upstream_first_byte_timeout_s == 900);
+  CHECK(cmd->options.upstream_idle_timeout_s == 15);
+  cmd = parse({"--config", path, "--upstream-idle-timeout-s", "30"});  // the flag wins
+  REQUIRE(cmd.ok());
+  CHECK(cmd->options.upstream_idle_timeout_s == 30);
+  std::ofstream(dir / "zero.json") << R"({"upstream_idle_timeout_s": 0})";
+  cmd = parse({"--config", (dir / "zero.json").string()});
+  REQUIRE_FALSE(cmd.ok());
+  CHECK(cmd.status().message().find("--upstream-idle-timeout-s") != std::string::npos);
+  std::ofstream(dir / "string.json") << R"({"upstream_first_byte_timeout_s": "300"})";
+  cmd = parse({"--config", (dir / "string.json").string()});
+  REQUIRE_FALSE(cmd.ok());
+  CHECK(cmd.status().message().find("upstream_first_byte_timeout_s") != std::string::npos);
+}
+
+TEST_CASE("router: SSE framing of a relayed stream", "[router]") {
+  CHECK(CompleteEventsEnd("") == 0);
+  CHECK(CompleteEventsEnd("data: {\"a\":1}") == 0);
+  CHECK(CompleteEventsEnd("data: {\"a\":1}\n") == 0);
+  CHECK(CompleteEventsEnd("data: 1\n\n") == 9);
+  CHECK(CompleteEventsEnd("data: 1\n\ndata: 2\n\ndata: {\"x") == 18);
+  CHECK(CompleteEventsEnd("data: 1\r\n\r\ndata: 2") == 11);
+  CHECK(CompleteEventsEnd(": keep-alive\n\n") == 14);
+  CHECK(HasDoneEvent("data: [DONE]\n\n"));
+  CHECK(HasDoneEvent("data: 1\n\ndata: [DONE]\n\n"));
+  CHECK_FALSE(HasDoneEvent("data: {\"text\":\"data: [DONE]\"}\n\n"));  // inside a chunk's text
+  CHECK_FALSE(HasDoneEvent("data: 1\n\n"));
 }
 
 // ---------------------------------------------------------------------------- with instances
@@ -774,22 +943,321 @@ TEST_CASE("router: a client that disconnects mid-stream closes the decode connec
   CHECK(Eventually([&] { return r.Metrics().find("oasis:router_client_disconnects_total 1") != std::string::npos; }));
 }
 
-TEST_CASE("router: a decode answer that breaks off ends the client's stream with an error", "[router]") {
+TEST_CASE("router: a decode answer that breaks off ends the client's stream with an error event and [DONE]",
+          "[router]") {
   Fake prefill(HandoffPrefill());
   Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
     res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
-      const std::string e = Event(TextChunk("partial"));
+      // A whole event, then half of one: the router relays only the whole one.
+      const std::string e = Event(TextChunk("partial")) + "data: {\"id\":\"cmpl-7\",\"choi";
       sink.write(e.data(), e.size());
       return false;  // connection dropped, no terminating chunk
     });
   });
+  Fake spare(SimpleDecode());
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr(), spare.addr()}));
+  for (int i = 0; i < 2; ++i) {  // round-robin: one of the two requests starts at `decode`
+    Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})");
+    CHECK(s.status == 200);
+    CHECK(s.error == httplib::Error::Success);  // a terminated body, not a truncated one
+    std::vector<Json> ev = Events(s.body);      // every event parses (no half event relayed)
+    REQUIRE(ev.size() >= 2);
+    CHECK(ev.back() == "[DONE]");
+    if (ev[0]["choices"][0]["text"] != "partial") continue;
+    REQUIRE(ev.size() == 3);
+    CHECK(ev[1]["error"]["code"] == 502);
+    CHECK(ev[1]["error"]["type"] == "server_error");
+    CHECK(ev[1]["error"]["message"].get<std::string>().find("broke off") != std::string::npos);
+  }
+  // Bytes had reached the client: no retry on the spare instance.
+  CHECK(decode.calls() == 1);
+  CHECK(spare.calls() == 1);
+  std::string m = r.Metrics();
+  CHECK(m.find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"closed\"} 1\n") != std::string::npos);
+  CHECK(m.find("oasis:router_stream_errors_total 1\n") != std::string::npos);
+  CHECK(m.find("oasis:router_upstream_retries_total{role=\"decode\"} 0\n") != std::string::npos);
+}
+
+TEST_CASE("router: a stream whose [DONE] was relayed before the connection dropped gets no error event", "[router]") {
+  Fake prefill(HandoffPrefill());
+  Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
+      const std::string e = Event(TextChunk("all")) + "data: [DONE]\n\n";
+      sink.write(e.data(), e.size());
+      return false;  // dropped before the terminating chunk
+    });
+  });
   RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
   Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})");
+  CHECK(s.error == httplib::Error::Success);
+  std::vector<Json> ev = Events(s.body);
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0]["choices"][0]["text"] == "all");
+  CHECK(ev[1] == "[DONE]");
+}
+
+TEST_CASE("router: a stalled stream ends after the idle timeout with an error event and [DONE]", "[router]") {
+  std::atomic<bool> upstream_closed{false};
+  Fake prefill(HandoffPrefill());
+  Fake decode([&](Fake&, const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [&](size_t, httplib::DataSink& sink) {
+      const std::string e = Event(TextChunk("before"));
+      if (!sink.write(e.data(), e.size())) return false;
+      const auto end = Clock::now() + std::chrono::seconds(8);  // stalled (bounded for the test)
+      while (Clock::now() < end) {
+        if (!sink.is_writable()) {
+          upstream_closed = true;
+          return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      sink.done();
+      return true;
+    });
+  });
+  RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
+  o.upstream_idle_timeout_s = 0.6;
+  RouterUnderTest r(o);
+  const auto start = Clock::now();
+  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})");
+  const auto took = Clock::now() - start;
+  CHECK(s.error == httplib::Error::Success);
+  std::vector<Json> ev = Events(s.body);
+  REQUIRE(ev.size() == 3);
+  CHECK(ev[0]["choices"][0]["text"] == "before");
+  CHECK(ev[1]["error"]["code"] == 504);
+  CHECK(ev[1]["error"]["message"].get<std::string>().find("idle timeout") != std::string::npos);
+  CHECK(ev[2] == "[DONE]");
+  CHECK(took >= std::chrono::milliseconds(550));
+  CHECK(took < std::chrono::seconds(5));
+  CHECK(Eventually([&] { return upstream_closed.load(); }));  // the instance sees the request end
+  CHECK_FALSE(r.router.InstanceHealthy(Router::Role::kDecode, 0));  // until its next good poll
+  CHECK(r.Metrics().find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"idle_timeout\"} 1\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("router: a stream cut by the router stopping ends with an error event and [DONE]", "[router]") {
+  Fake prefill(HandoffPrefill());
+  Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
+      const std::string e = Event(TextChunk("one"));
+      if (!sink.write(e.data(), e.size())) return false;
+      const auto end = Clock::now() + std::chrono::seconds(3);
+      while (Clock::now() < end && sink.is_writable()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return false;
+    });
+  });
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+  std::thread stopper;
+  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})", [&](const std::string& so_far) {
+    if (!stopper.joinable() && so_far.find("\"one\"") != std::string::npos)
+      stopper = std::thread([&r] { r.router.Stop(); });
+    return true;
+  });
+  if (stopper.joinable()) stopper.join();
+  std::vector<Json> ev = Events(s.body);
+  REQUIRE(ev.size() == 3);
+  CHECK(ev[0]["choices"][0]["text"] == "one");
+  CHECK(ev[1]["error"]["code"] == 503);
+  CHECK(ev[1]["error"]["message"] == "the router is shutting down");
+  CHECK(ev[2] == "[DONE]");
+}
+
+TEST_CASE("router: a stream whose instance sends headers and then nothing ends after the first-byte timeout",
+          "[router]") {
+  Fake prefill(HandoffPrefill());
+  Hostile decode(Hostile::Mode::kHeadersThenSilent);
+  RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
+  o.upstream_first_byte_timeout_s = 0.6;
+  RouterUnderTest r(o);
+  const auto start = Clock::now();
+  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})");
+  CHECK(Clock::now() - start < std::chrono::seconds(5));
   CHECK(s.status == 200);
-  CHECK(s.error != httplib::Error::Success);
-  CHECK(s.body.find("partial") != std::string::npos);
-  CHECK(s.body.find("broke off") != std::string::npos);
-  CHECK(s.body.find("[DONE]") == std::string::npos);
+  std::vector<Json> ev = Events(s.body);
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0]["error"]["code"] == 504);
+  CHECK(ev[0]["error"]["message"].get<std::string>().find("first-byte timeout") != std::string::npos);
+  CHECK(ev[1] == "[DONE]");
+  CHECK(Eventually([&] { return decode.PeerClosedHeld(); }));
+}
+
+TEST_CASE("router: a silent prefill instance is a 504 after the first-byte timeout, not retried", "[router]") {
+  Hostile silent(Hostile::Mode::kSilent);
+  Fake other(HandoffPrefill());
+  Fake decode(SimpleDecode());
+  RouterOptions o = TestOptions({silent.addr(), other.addr()}, {decode.addr()});
+  o.upstream_first_byte_timeout_s = 0.5;
+  o.health_interval_ms = 60000;  // the silent instance stays healthy (it answers /health)
+  RouterUnderTest r(o);
+  int timeouts = 0;
+  for (int i = 0; i < 2; ++i) {  // round-robin: one of the two starts at the silent instance
+    const auto start = Clock::now();
+    auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+    REQUIRE(res);
+    CHECK(Clock::now() - start < std::chrono::seconds(4));
+    if (res->status == 200) continue;
+    ++timeouts;
+    CHECK(res->status == 504);
+    Json e = Json::parse(res->body);
+    CHECK(e["error"]["code"] == 504);
+    CHECK(e["error"]["message"].get<std::string>().find(silent.address()) != std::string::npos);
+    CHECK(res->get_header_value("Retry-After").empty());
+  }
+  CHECK(timeouts == 1);
+  CHECK(other.calls() == 1);  // the timed-out request was not sent on
+  CHECK(silent.posts.load() == 1);
+}
+
+TEST_CASE("router: an instance that closes the connection before answering: the next one takes the request",
+          "[router]") {
+  Fake prefill(HandoffPrefill());
+  Hostile closer(Hostile::Mode::kClose);
+  Fake good(SimpleDecode());
+  RouterOptions o = TestOptions({prefill.addr()}, {closer.addr(), good.addr()});
+  o.health_interval_ms = 60000;
+  RouterUnderTest r(o);
+  REQUIRE(Eventually([&] { return closer.posts.load() == 0 && r.router.InstanceHealthy(Router::Role::kDecode, 0); }));
+  for (int i = 0; i < 2; ++i) {
+    Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})");
+    CHECK(s.status == 200);
+    std::vector<Json> ev = Events(s.body);
+    REQUIRE(ev.size() == 3);
+    CHECK(ev[0]["choices"][0]["text"] == "de");
+  }
+  CHECK(closer.posts.load() == 1);  // then marked unhealthy: not tried again
+  CHECK(good.calls() == 2);
+  CHECK_FALSE(r.router.InstanceHealthy(Router::Role::kDecode, 0));
+  std::string m = r.Metrics();
+  CHECK(m.find("oasis:router_upstream_retries_total{role=\"decode\"} 1\n") != std::string::npos);
+  CHECK(m.find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"closed\"} 1\n") != std::string::npos);
+}
+
+TEST_CASE("router: not streamed, a decode answer that breaks off or stalls is a 502 or 504 JSON error", "[router]") {
+  Fake prefill(HandoffPrefill());
+  SECTION("breaks off") {
+    Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
+      res.set_content_provider(1000, "application/json", [](size_t, size_t, httplib::DataSink& sink) {
+        const std::string half = R"({"id":"cmpl-7","choices":[)";
+        sink.write(half.data(), half.size());
+        return false;  // 1000 bytes announced, fewer sent
+      });
+    });
+    RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+    auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+    REQUIRE(res);
+    CHECK(res->status == 502);
+    Json e = Json::parse(res->body);
+    CHECK(e["error"]["code"] == 502);
+    CHECK(e["error"]["message"].get<std::string>().find(decode.address()) != std::string::npos);
+  }
+  SECTION("stalls midway (the idle timeout)") {
+    Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
+      res.set_content_provider(1000, "application/json", [](size_t offset, size_t, httplib::DataSink& sink) {
+        if (offset > 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+          return false;
+        }
+        const std::string half = R"({"id":"cmpl-7","choices":[)";
+        return sink.write(half.data(), half.size());
+      });
+    });
+    RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
+    o.upstream_idle_timeout_s = 0.5;
+    RouterUnderTest r(o);
+    const auto start = Clock::now();
+    auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+    REQUIRE(res);
+    CHECK(Clock::now() - start < std::chrono::milliseconds(2500));
+    CHECK(res->status == 504);
+    CHECK(Json::parse(res->body)["error"]["message"].get<std::string>().find("idle timeout") != std::string::npos);
+  }
+  SECTION("stalls (--timeout-s bounds a whole non-streamed answer)") {
+    Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      res.set_content(CompletionResponse("late", "length").dump(), "application/json");
+    });
+    RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
+    o.timeout_s = 0.6;
+    o.upstream_first_byte_timeout_s = 60;  // not what bounds a non-streamed decode answer
+    RouterUnderTest r(o);
+    const auto start = Clock::now();
+    auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+    REQUIRE(res);
+    CHECK(Clock::now() - start < std::chrono::milliseconds(2400));
+    CHECK(res->status == 504);
+    CHECK(Json::parse(res->body)["error"]["code"] == 504);
+  }
+}
+
+TEST_CASE("router: no healthy instance is a quick 503 with Retry-After, and nothing is prefilled", "[router]") {
+  Fake prefill(HandoffPrefill());
+  Fake decode(SimpleDecode());
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+  decode.health_status = 503;
+  REQUIRE(Eventually([&] { return !r.router.InstanceHealthy(Router::Role::kDecode, 0); }));
+  const auto start = Clock::now();
+  for (const bool stream : {false, true}) {
+    auto res = r.Post("/v1/completions", Json{{"prompt", "x"}, {"stream", stream}}.dump());
+    REQUIRE(res);
+    CHECK(res->status == 503);
+    CHECK(res->get_header_value("Retry-After") == "1");
+    Json e = Json::parse(res->body);
+    CHECK(e["error"]["type"] == "service_unavailable");
+    CHECK(e["error"]["message"].get<std::string>().find("no healthy decode instance") != std::string::npos);
+  }
+  auto models = r.Client().Get("/v1/models");
+  REQUIRE(models);
+  CHECK(models->status == 503);
+  CHECK(models->get_header_value("Retry-After") == "1");
+  CHECK(Clock::now() - start < std::chrono::seconds(2));
+  CHECK(prefill.calls() == 0);
+  CHECK(decode.calls() == 0);
+  CHECK(r.Metrics().find("oasis:router_no_healthy_instance_total{role=\"decode\"} 3\n") != std::string::npos);
+  // Back: served again.
+  decode.health_status = 200;
+  REQUIRE(Eventually([&] { return r.router.InstanceHealthy(Router::Role::kDecode, 0); }));
+  CHECK(HttpStatus(r.Post("/v1/completions", R"({"prompt":"x"})")) == 200);
+  // No healthy prefill instance: the same.
+  prefill.health_status = 503;
+  REQUIRE(Eventually([&] { return !r.router.InstanceHealthy(Router::Role::kPrefill, 0); }));
+  auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+  REQUIRE(res);
+  CHECK(res->status == 503);
+  CHECK(res->get_header_value("Retry-After") == "1");
+  CHECK(prefill.calls() == 1);
+}
+
+TEST_CASE("router: a request waiting on an instance its health check marks unhealthy goes to the next", "[router]") {
+  Gate release;
+  std::atomic<bool> slow_entered{false};
+  Fake slow([&](Fake& f, const httplib::Request& req, httplib::Response& res) {
+    slow_entered = true;
+    release.WaitFor(std::chrono::milliseconds(4000));  // a stopped process, as far as the router sees
+    HandoffPrefill()(f, req, res);
+  });
+  Fake good(HandoffPrefill());
+  Fake decode(SimpleDecode());
+  RouterUnderTest r(TestOptions({slow.addr(), good.addr()}, {decode.addr()}));
+  std::thread flip([&] {
+    if (Eventually([&] { return slow_entered.load(); }, std::chrono::milliseconds(4000))) slow.health_status = 503;
+  });
+  int ok = 0;
+  const auto start = Clock::now();
+  for (int i = 0; i < 2; ++i) {  // round-robin: one of the two starts at the slow instance
+    auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+    ok += HttpStatus(res) == 200;
+  }
+  const auto took = Clock::now() - start;
+  flip.join();
+  release.Open();
+  CHECK(ok == 2);
+  CHECK(took < std::chrono::milliseconds(3000));
+  CHECK(good.calls() == 2);
+  CHECK(slow.calls() == 1);
+  std::string m = r.Metrics();
+  CHECK(m.find("oasis:router_upstream_failures_total{role=\"prefill\",reason=\"unhealthy\"} 1\n") != std::string::npos);
+  CHECK(m.find("oasis:router_upstream_retries_total{role=\"prefill\"} 1\n") != std::string::npos);
 }
 
 TEST_CASE("router: /health is 200 with every role healthy, else 503", "[router]") {

@@ -9,7 +9,7 @@ PACKAGES=(
   clang clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libspdlog-dev catch2 libcpp-httplib-dev
-  libpcre2-dev libutf8proc-dev libucx-dev libboost1.74-dev iproute2 gnuplot-nox
+  libpcre2-dev libutf8proc-dev libucx-dev libboost-dev iproute2 gnuplot-nox
   nodejs npm python3 python3-jinja2
 )
 

@@ -20,14 +20,13 @@ StatusOr<StagedKvLayout> StagedKvLayout::Create(const StagedKvGeometry& g) {
   }
   if (g.head_dim > kMaxStagedHeadDim || g.num_layers > kMaxStagedLayers ||
       g.num_kv_heads > kMaxStagedKvHeads || g.draft_kv_heads > kMaxStagedKvHeads) {
-    return InvalidArgument("staged KV layout: head_dim " + std::to_string(g.head_dim) + ", " +
-                           std::to_string(g.num_layers) + " layers, " +
-                           std::to_string(g.num_kv_heads) + " KV heads, " +
-                           std::to_string(g.draft_kv_heads) +
-                           " draft KV heads: beyond what a staging pool lays out (head_dim <= " +
-                           std::to_string(kMaxStagedHeadDim) + ", layers <= " +
-                           std::to_string(kMaxStagedLayers) + ", KV heads <= " +
-                           std::to_string(kMaxStagedKvHeads) + ")");
+    return InvalidArgument(
+        "staged KV layout: head_dim " + std::to_string(g.head_dim) + ", " +
+        std::to_string(g.num_layers) + " layers, " + std::to_string(g.num_kv_heads) +
+        " KV heads, " + std::to_string(g.draft_kv_heads) +
+        " draft KV heads: beyond what a staging pool lays out (head_dim <= " +
+        std::to_string(kMaxStagedHeadDim) + ", layers <= " + std::to_string(kMaxStagedLayers) +
+        ", KV heads <= " + std::to_string(kMaxStagedKvHeads) + ")");
   }
   if ((g.draft_kv_heads == 0) != (g.draft_head_dim == 0)) {
     return InvalidArgument("staged KV layout: draft KV heads and draft head_dim go together");

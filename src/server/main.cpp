@@ -63,7 +63,7 @@ Status CheckConfig(const ServerConfig& config) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, LoadModelHost(config));
   nlohmann::ordered_json out = config.ToJson();
   out["resolved"] = {
-      {"model_dir", host->model_dir},
+      {"model_dir", host->model_path},
       {"served_model_name", config.ResolvedModelName()},
       {"backend", host->backend_name},
       {"architecture", host->config.architecture_name},

@@ -56,7 +56,7 @@ StatusOr<std::string> ReadFile(const fs::path& path, const std::string& what) {
 }
 
 Status LoadTokenizerAndTemplate(const ServerConfig& sc, ModelHost* host) {
-  fs::path tok_path = sc.tokenizer.empty() ? fs::path(host->model_dir) : fs::path(sc.tokenizer);
+  fs::path tok_path = sc.tokenizer.empty() ? fs::path(host->model_path) : fs::path(sc.tokenizer);
   if (fs::is_directory(tok_path)) tok_path /= "tokenizer.json";
   if (!fs::exists(tok_path)) {
     if (!sc.tokenizer.empty()) return NotFound("--tokenizer: no " + tok_path.string());
@@ -91,7 +91,7 @@ Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
     OASIS_ASSIGN_OR_RETURN(host->model, DecoderLM::CreateDummy(host->config, *host->backend, 0));
     return Status::Ok();
   }
-  OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+  OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_path));
   OASIS_ASSIGN_OR_RETURN(host->model,
                          DecoderLM::Create(host->config, *host->weights, *host->backend));
   return Status::Ok();
@@ -284,7 +284,7 @@ Status LoadCudaTensorParallel(const ServerConfig& sc, ModelHost* host) {
   options.graph = GraphOptions(sc, c);
   OASIS_RETURN_IF_ERROR(CheckCudaTensorParallel(c, options));
   if (sc.load_format != "dummy") {
-    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_path));
   }
   CudaTpHooks hooks;
   hooks.load_shard = [&](CudaBackend& backend,
@@ -311,7 +311,7 @@ Status LoadCpuTensorParallel(const ServerConfig& sc, ModelHost* host) {
   const int n = static_cast<int>(sc.tensor_parallel_size);
   OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(c, n));
   if (sc.load_format != "dummy") {
-    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_path));
   }
   CpuTpOptions options;
   options.size = n;
@@ -464,8 +464,9 @@ std::string AutoBackend() {
 
 StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   auto host = std::make_unique<ModelHost>();
-  host->model_dir = sc.model.empty() ? EmbeddedModelDir() : sc.model;
-  OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_dir));
+  host->model_path = sc.model.empty() ? EmbeddedModelDir() : sc.model;
+  host->model_dir = ModelNameFromPath(host->model_path);
+  OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_path));
   ModelConfig& c = host->config;
   if (sc.max_model_len > 0) {
     if (sc.max_model_len > c.max_position_embeddings) {

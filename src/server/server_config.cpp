@@ -30,7 +30,8 @@ const std::vector<Setting>& Settings() {
       {"load-format", &ServerConfig::load_format,
        "auto, safetensors, or dummy (random weights at the config's shapes)"},
       {"served-model-name", &ServerConfig::served_model_name,
-       "the model name clients use (default: --model as given)"},
+       "the model name clients use (default: the last component of --model's path; requests "
+       "naming the --model path are accepted too)"},
       {"max-model-len", &ServerConfig::max_model_len,
        "context length (0 = the model's max_position_embeddings)"},
       {"draft-model", &ServerConfig::draft_model,
@@ -141,10 +142,37 @@ const std::vector<Setting>& Settings() {
 
 }  // namespace
 
+namespace {
+// `path` lexically normalised, without a trailing separator ("a/./b/" -> "a/b").
+std::filesystem::path NormalPath(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();
+  return p;
+}
+}  // namespace
+
+std::string ModelNameFromPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = NormalPath(path);
+  if (p.filename() == "." || p.filename() == "..") {  // ".", "..", "../..": name the directory
+    std::error_code ec;
+    const fs::path full = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    p = ec ? fs::path() : NormalPath(full.string());
+  }
+  std::string name = p.filename().string();
+  return name.empty() || name == "." || name == ".." ? "model" : name;
+}
+
 std::string ServerConfig::ResolvedModelName() const {
   if (!served_model_name.empty()) return served_model_name;
   if (model.empty()) return "oasis-embedded";
-  return model;
+  return ModelNameFromPath(model);
+}
+
+bool ServerConfig::ServesModelName(const std::string& requested) const {
+  if (requested.empty() || requested == ResolvedModelName()) return true;
+  if (!served_model_name.empty() || model.empty()) return false;
+  return requested == model || NormalPath(requested) == NormalPath(model);
 }
 
 std::string ServerConfig::ResolvedLookahead() const {

@@ -24,8 +24,9 @@ struct ServerConfig {
   std::string tokenizer;             // tokenizer.json or its directory; empty = the model directory
   std::string chat_template;         // Jinja file overriding tokenizer_config.json's template
   std::string load_format = "auto";  // auto (= safetensors), safetensors, dummy
-  std::string served_model_name;  // empty: the --model argument ("oasis-embedded" for the default)
-  int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
+  std::string served_model_name;     // empty: --model's last path component ("oasis-embedded" for
+                                     // the default model), never the path itself
+  int64_t max_model_len = 0;         // 0: the model's max_position_embeddings
 
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
   std::string draft_model;  // EAGLE-3 head directory (config.json + *.safetensors)
@@ -91,8 +92,13 @@ struct ServerConfig {
   int64_t max_n = 128;               // largest accepted `n`
   std::string log_level = "info";
 
-  // Derived after loading: resolved model directory and name.
+  // The model name clients see and use: --served-model-name, else ModelNameFromPath(--model)
+  // (so that /v1/models does not reveal the server's filesystem layout).
   std::string ResolvedModelName() const;
+  // Whether a request's "model" names the served model: empty, ResolvedModelName(), or,
+  // without --served-model-name, the --model path as given (vLLM clients send the path;
+  // compared lexically, ignoring "." segments and a trailing '/').
+  bool ServesModelName(const std::string& requested) const;
   // Whether a draft head is to be loaded (--draft-model, or --draft-load-format dummy).
   bool HasDraftModel() const { return !draft_model.empty() || draft_load_format == "dummy"; }
   // --lookahead with "auto" resolved: "reject" with a draft model, else "off".
@@ -125,6 +131,11 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv);
 // Applies a JSON object of settings to `config` (the config file's contents).
 Status ApplyConfigJson(const nlohmann::json& json, const std::string& source, ServerConfig* config);
 Status LoadConfigFile(const std::string& path, ServerConfig* config);
+
+// The name a model directory is served under by default: its last path component
+// ("/models/Qwen3-8B/" -> "Qwen3-8B"; "." -> the current directory's name), "model" when the
+// path has none (e.g. "/").
+std::string ModelNameFromPath(const std::string& path);
 
 // The directory of the embedded default model: $OASIS_EMBEDDED_MODEL, the source tree's
 // models/embedded (built-in path), or share/oasiskv/embedded beside the executable.

@@ -104,7 +104,8 @@ ProtocolLimits Service::limits() const {
 }
 
 std::optional<ApiError> Service::CheckModel(const std::string& requested) const {
-  if (requested.empty() || requested == model_name_) return std::nullopt;
+  // The served name, or the --model path itself when no --served-model-name was given.
+  if (config_.ServesModelName(requested)) return std::nullopt;
   ApiError e;
   e.http_status = 404;
   e.type = "not_found_error";

@@ -43,6 +43,7 @@ ok "server started with no --model (embedded default) on port $PORT"
 expect "GET /health" "$(curl -s "$BASE/health")" "d['role'] == 'both' and d['num_running'] == 0 and d['num_waiting'] == 0"
 models=$(curl -s "$BASE/v1/models")
 expect "GET /v1/models lists the embedded model" "$models" "d['object'] == 'list' and d['data'][0]['id'] == 'oasis-embedded' and d['data'][0]['max_model_len'] == 4096"
+expect "GET /v1/models shows no filesystem path" "$models" "'/' not in json.dumps(d)"
 
 r=$(post /v1/completions '{"prompt": "Hello, world", "max_tokens": 8, "temperature": 0, "ignore_eos": true}')
 expect "completion: 8 tokens, length" "$r" "d['object'] == 'text_completion' and d['usage']['completion_tokens'] == 8 and d['choices'][0]['finish_reason'] == 'length' and d['usage']['total_tokens'] == d['usage']['prompt_tokens'] + 8"
@@ -226,6 +227,14 @@ for _ in $(seq 1 1200); do
   sleep 0.1
 done
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && ok "/health is 200 once loaded" || bad "never became healthy" "$(cat "$TMP/big.log")"
+# Served by its path: the name is the directory's, no field of /v1/models shows the path, and
+# requests naming the path (as vLLM clients do) or the name both reach the model.
+expect "a model given by path is listed by its directory's name, without the path" "$(curl -s "$BASE/v1/models")" \
+  "d['data'][0]['id'] == 'big' and '$TMP' not in json.dumps(d)"
+expect "a request naming the model's path is served (as 'big')" \
+  "$(post /v1/completions "{\"model\": \"$TMP/big\", \"prompt\": [1, 2], \"max_tokens\": 1}")" "d['model'] == 'big' and len(d['choices']) == 1"
+expect "a request naming 'big' is served" "$(post /v1/completions '{"model": "big", "prompt": [1, 2], "max_tokens": 1}')" "d['model'] == 'big'"
+expect_error "another path is another model" 404 /v1/completions "{\"model\": \"$TMP/other/big\", \"prompt\": [1]}"
 stop_server || fail=1
 
 # ---- every example config loads (models absent here are replaced by the embedded one) -----

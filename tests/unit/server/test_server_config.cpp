@@ -47,7 +47,7 @@ TEST_CASE("a config file, overridden by flags") {
   CHECK(p->config.max_num_seqs == 7);
   CHECK(p->config.port == 9002);  // the flag wins
   CHECK(p->config.gpu_memory_utilization == Approx(0.5));
-  CHECK(p->config.ResolvedModelName() == "/m");
+  CHECK(p->config.ResolvedModelName() == "m");  // the name, not the path
 }
 
 TEST_CASE("bad settings are InvalidArgument naming them") {
@@ -200,4 +200,52 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(c.topk_blocks == 32);
   CHECK(c.ResolvedSparseThreshold() == 1000);
   CHECK_FALSE(ApplyConfigJson(nlohmann::json::parse(R"({"host_kv_gib": "8"})"), "test", &c).ok());
+}
+
+TEST_CASE("the served model name: the model directory's name, never its path") {
+  CHECK(ModelNameFromPath("/models/Qwen3-8B") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("/models/Qwen3-8B/") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("/models/Qwen3-8B//") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("models/./Qwen3-8B") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("/data/hub/Qwen/../meta-llama/Llama-3.1-8B") == "Llama-3.1-8B");
+  CHECK(ModelNameFromPath("Qwen3-8B") == "Qwen3-8B");
+  // "." and "..": the directory they name (here: the current directory's own name).
+  const std::string cwd = std::filesystem::current_path().filename().string();
+  CHECK(ModelNameFromPath(".") == cwd);
+  CHECK(ModelNameFromPath("./") == cwd);
+  CHECK(ModelNameFromPath("..") == std::filesystem::current_path().parent_path().filename().string());
+  CHECK(ModelNameFromPath("/") == "model");  // no name at all
+  CHECK(ModelNameFromPath("/..") == "model");
+
+  auto p = Parse({"--model", "/srv/secret-mount/models/Qwen3-8B/"});
+  REQUIRE(p.ok());
+  const ServerConfig& c = p->config;
+  CHECK(c.ResolvedModelName() == "Qwen3-8B");
+  CHECK(c.ResolvedModelName().find('/') == std::string::npos);
+  // Requests may name the served model, or the --model path as given (vLLM clients send it),
+  // also without its trailing '/' or with "." segments; nothing else.
+  CHECK(c.ServesModelName(""));
+  CHECK(c.ServesModelName("Qwen3-8B"));
+  CHECK(c.ServesModelName("/srv/secret-mount/models/Qwen3-8B/"));
+  CHECK(c.ServesModelName("/srv/secret-mount/models/Qwen3-8B"));
+  CHECK(c.ServesModelName("/srv/secret-mount/./models/Qwen3-8B"));
+  CHECK_FALSE(c.ServesModelName("/other/Qwen3-8B"));
+  CHECK_FALSE(c.ServesModelName("Qwen3-8B/"));
+  CHECK_FALSE(c.ServesModelName("qwen3-8b"));
+  CHECK_FALSE(c.ServesModelName("models/Qwen3-8B"));
+  CHECK_FALSE(c.ServesModelName("gpt-4"));
+
+  // --served-model-name wins; the path is then no name of the model (as in vLLM).
+  p = Parse({"--model", "/srv/models/Qwen3-8B", "--served-model-name", "qwen"});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedModelName() == "qwen");
+  CHECK(p->config.ServesModelName("qwen"));
+  CHECK_FALSE(p->config.ServesModelName("Qwen3-8B"));
+  CHECK_FALSE(p->config.ServesModelName("/srv/models/Qwen3-8B"));
+  // The embedded default model.
+  p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedModelName() == "oasis-embedded");
+  CHECK(p->config.ServesModelName("oasis-embedded"));
+  CHECK_FALSE(p->config.ServesModelName(EmbeddedModelDir()));
 }

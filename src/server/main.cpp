@@ -136,6 +136,9 @@ int main(int argc, char** argv) {
   }
   if (Status mem = CheckHostMemory(cmd->config); !mem.ok())
     return ExitWithError("oasis-server", mem, 2);
+  // A staging listener other machines can reach needs a secret: refused before anything starts.
+  if (Status staging = CheckStagingSecurity(cmd->config); !staging.ok())
+    return ExitWithError("oasis-server", staging, 2);
   Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);
   // More than this machine can hold (e.g. a host KV store it cannot pin) is a setting to
   // change, like the bad flags that exit 2; other failures exit 1.

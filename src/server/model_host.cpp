@@ -343,8 +343,11 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   auto ctx = disagg::UcxContext::Create({.transports = sc.ucx_tls});
   if (!ctx.ok()) return Unavailable("--role " + sc.role + ": UCX: " + ctx.status().ToString());
   host->ucx = *ctx;
+  OASIS_ASSIGN_OR_RETURN(const std::string secret, ResolveStagingSecret(sc));
   if (sc.role == "decode") {
-    host->importer = disagg::RemoteKvImporter::Create(host->ucx);
+    disagg::RemoteKvImporterOptions importer_options;
+    importer_options.reader.secret = secret;  // sent in every hello to a prefill instance
+    host->importer = disagg::RemoteKvImporter::Create(host->ucx, importer_options);
     host->full_transfer = sc.rpf == "off";
     spdlog::info(
         "decode instance: {} (remote fetch cap {} blocks per head per step)",
@@ -372,11 +375,15 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
     return Unavailable("staging pool of " + std::to_string(gib) +
                        " GiB: " + pool.status().ToString());
   host->staging_pool = std::move(*pool);
+  const std::string listen = sc.ResolvedStagingListen();
   auto server = disagg::StagingServer::Start(host->ucx, host->staging_pool.get(),
-                                             {.listen_address = sc.staging_listen});
-  if (!server.ok())
-    return Unavailable("staging server on " + sc.staging_listen + ": " +
-                       server.status().ToString());
+                                             {.listen_address = listen, .secret = secret});
+  if (!server.ok()) {
+    if (server.status().code() == StatusCode::kInvalidArgument) {
+      return server.status().WithContext("--staging-listen " + listen);
+    }
+    return Unavailable("staging server on " + listen + ": " + server.status().ToString());
+  }
   host->staging_server = std::move(*server);
   // What decode instances connect to: the advertised host (or the listen host, or this
   // machine's name for a wildcard listener) and the bound port.
@@ -384,7 +391,7 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   const std::string port = bound.substr(bound.rfind(':') + 1);
   std::string adv = sc.staging_advertise;
   if (adv.empty()) {
-    adv = sc.staging_listen.substr(0, sc.staging_listen.rfind(':'));
+    adv = listen.substr(0, listen.rfind(':'));
     if (adv.empty() || adv == "0.0.0.0" || adv == "::" || adv == "[::]") {
       char name[256] = {};
       adv = gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "127.0.0.1";
@@ -393,9 +400,10 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   const std::string address = adv + ":" + port;
   host->exporter = std::make_unique<disagg::StagingExporter>(*host->staging_pool, address, ttl);
   spdlog::info(
-      "prefill instance: staging pool {:.2f} GiB ({} head-blocks of {} B), tickets name {} (lease "
-      "TTL {} ms)",
-      gib, blocks, block_bytes, address, sc.staging_lease_ttl_ms);
+      "prefill instance: staging pool {:.2f} GiB ({} head-blocks of {} B), listening on {}, "
+      "tickets name {} (lease TTL {} ms), {}",
+      gib, blocks, block_bytes, bound, address, sc.staging_lease_ttl_ms,
+      secret.empty() ? "no secret (loopback only)" : "decode instances need the staging secret");
   return Status::Ok();
 }
 

@@ -42,7 +42,7 @@ struct RemoteReaderOptions {
   std::chrono::microseconds spin{0};
   // The staging server's shared secret, sent in the hello (at most kMaxSecretBytes; empty:
   // none, which only a server without a secret accepts).
-  std::string secret;
+  std::string secret{};
 };
 
 // One block to fetch: staging-pool slot `remote_block` → `local` (descriptor().block_bytes

@@ -44,7 +44,7 @@ struct StagingServerOptions {
   std::chrono::milliseconds sweep_interval{100};  // lease-expiry check period
   // The shared secret a reader's hello must carry (at most kMaxSecretBytes). Empty: none is
   // asked, which Start allows on a loopback address only.
-  std::string secret;
+  std::string secret{};
   // An endpoint without an accepted hello is closed after this long.
   std::chrono::milliseconds hello_timeout{30000};
   // A refused endpoint is closed this long after its kHelloRefused was sent.

@@ -17,6 +17,10 @@ StatusOr<std::unique_ptr<RemoteReader>> RemoteReader::Connect(std::shared_ptr<Uc
                                                               std::string_view peer_address,
                                                               const RemoteReaderOptions& options) {
   OASIS_ASSIGN_OR_RETURN(SockAddr addr, ResolveHostPort(peer_address));
+  if (options.secret.size() > kMaxSecretBytes) {
+    return InvalidArgument("staging secret of " + std::to_string(options.secret.size()) +
+                           " bytes, at most " + std::to_string(kMaxSecretBytes));
+  }
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> worker, UcxWorker::Create(std::move(context)));
   std::unique_ptr<RemoteReader> reader(
       new RemoteReader(std::move(worker), std::string(peer_address), options));
@@ -45,6 +49,10 @@ Status RemoteReader::Open(const SockAddr& addr) {
   am.cb = &RemoteReader::OnLeaseGone;
   s = ucp_worker_set_am_recv_handler(worker_->get(), &am);
   if (s != UCS_OK) return UcsStatus(s, "ucp_worker_set_am_recv_handler");
+  am.id = static_cast<unsigned>(ControlMessage::kHelloRefused);
+  am.cb = &RemoteReader::OnHelloRefused;
+  s = ucp_worker_set_am_recv_handler(worker_->get(), &am);
+  if (s != UCS_OK) return UcsStatus(s, "ucp_worker_set_am_recv_handler");
 
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -61,8 +69,7 @@ Status RemoteReader::Open(const SockAddr& addr) {
     return UcsStatus(s, "connecting");
   }
 
-  std::string hello;
-  AppendU32(hello, kProtocolVersion);
+  const std::string hello = EncodeHello(options_.secret);
   {
     RequestBatch batch;
     const ucp_request_param_t param = batch.Param(UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY);
@@ -70,8 +77,13 @@ Status RemoteReader::Open(const SockAddr& addr) {
                                 hello.data(), hello.size(), &param));
     OASIS_RETURN_IF_ERROR(Finish(batch, deadline, "sending hello"));
   }
-  while (!hello_received_ && ep_status_ == UCS_OK && Clock::now() < deadline) {
+  while (!hello_received_ && !hello_refused_ && ep_status_ == UCS_OK && Clock::now() < deadline) {
     worker_->ProgressAndWait(std::chrono::milliseconds(5));
+  }
+  if (hello_refused_) {
+    Status err = *hello_refused_;
+    Fail(err);
+    return err;
   }
   if (!hello_received_) {
     Status err = ep_status_ != UCS_OK
@@ -252,6 +264,22 @@ ucs_status_t RemoteReader::OnHelloReply(void* arg, const void* header, size_t he
   }
   self->hello_payload_.assign(static_cast<const char*>(data), length);
   self->hello_received_ = true;
+  return UCS_OK;
+}
+
+ucs_status_t RemoteReader::OnHelloRefused(void* arg, const void* header, size_t header_length,
+                                          void* data, size_t length,
+                                          const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<RemoteReader*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || self->hello_received_ ||
+      self->hello_refused_) {
+    return UCS_OK;
+  }
+  auto refusal = ParseHelloRefusal(std::string_view(static_cast<const char*>(data), length));
+  self->hello_refused_ = refusal.ok()
+                             ? FailedPrecondition(DescribeHelloRefusal(*refusal))
+                             : FailedPrecondition("the staging pool refused the connection (" +
+                                                  refusal.status().message() + ")");
   return UCS_OK;
 }
 

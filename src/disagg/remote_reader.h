@@ -1,11 +1,13 @@
 // RemoteReader: the decode node's connection to one prefill node's StagingServer.
 //
-// Connect() opens a UCX client endpoint to the server's "host:port", says kHello, receives
-// the pool's StagingDescriptor and unpacks its remote key. Fetch() then copies staging-pool
-// blocks into local memory with RMA gets (ucp_get_nbx): runs of consecutive remote blocks
-// that land in consecutive local memory become one get, every get of a call is in flight at
-// once, and the call waits for all of them until its deadline. Renew/Complete/Abort send the
-// lease messages that keep a request's staged KV alive and end it.
+// Connect() opens a UCX client endpoint to the server's "host:port", says kHello (with the
+// shared secret of the options), receives the pool's StagingDescriptor and unpacks its remote
+// key; a server that refuses the hello (kHelloRefused) makes Connect fail with
+// kFailedPrecondition saying why (wrong or missing secret, another protocol version). Fetch() then
+// copies staging-pool blocks into local memory with RMA gets (ucp_get_nbx): runs of consecutive
+// remote blocks that land in consecutive local memory become one get, every get of a call is in
+// flight at once, and the call waits for all of them until its deadline. Renew/Complete/Abort send
+// the lease messages that keep a request's staged KV alive and end it.
 //
 // Failure: a dead peer, a timeout or a bad argument comes back as a Status, never a crash or
 // an unbounded wait. After a transport failure or a timeout the endpoint is force-closed (so
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +40,9 @@ struct RemoteReaderOptions {
   // While a Fetch waits: keep polling this long after each event before sleeping on the
   // worker's event fd. Lower latency for a dedicated fetch thread, at the cost of CPU.
   std::chrono::microseconds spin{0};
+  // The staging server's shared secret, sent in the hello (at most kMaxSecretBytes; empty:
+  // none, which only a server without a secret accepts).
+  std::string secret{};
 };
 
 // One block to fetch: staging-pool slot `remote_block` → `local` (descriptor().block_bytes
@@ -107,6 +113,8 @@ class RemoteReader {
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   static ucs_status_t OnHelloReply(void* arg, const void* header, size_t header_length, void* data,
                                    size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnHelloRefused(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param);
   static ucs_status_t OnLeaseGone(void* arg, const void* header, size_t header_length, void* data,
                                   size_t length, const ucp_am_recv_param_t* param);
 
@@ -119,6 +127,7 @@ class RemoteReader {
   Status error_;
   bool hello_received_ = false;
   std::string hello_payload_;
+  std::optional<Status> hello_refused_;  // the server's kHelloRefused, as Connect's error
   std::vector<uint64_t> gone_leases_;
   StagingDescriptor descriptor_;
   RemoteReaderStats stats_;

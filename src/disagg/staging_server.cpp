@@ -17,6 +17,14 @@ StatusOr<std::unique_ptr<StagingServer>> StagingServer::Start(std::shared_ptr<Uc
   if (options.sweep_interval.count() <= 0) {
     return InvalidArgument("staging server: the sweep interval must be positive");
   }
+  if (options.hello_timeout.count() <= 0 || options.refusal_grace.count() < 0) {
+    return InvalidArgument(
+        "staging server: the hello timeout must be positive and the refusal grace not negative");
+  }
+  if (options.secret.size() > kMaxSecretBytes) {
+    return InvalidArgument("staging server: a secret of " + std::to_string(options.secret.size()) +
+                           " bytes, at most " + std::to_string(kMaxSecretBytes));
+  }
   std::unique_ptr<StagingServer> server(new StagingServer(std::move(context), pool, options));
   OASIS_RETURN_IF_ERROR(server->Listen());
   server->thread_ = std::thread([s = server.get()] { s->Run(); });
@@ -32,6 +40,12 @@ StagingServer::StagingServer(std::shared_ptr<UcxContext> context, StagingPool* p
 
 Status StagingServer::Listen() {
   OASIS_ASSIGN_OR_RETURN(SockAddr addr, ResolveHostPort(options_.listen_address));
+  if (options_.secret.empty() && !IsLoopback(addr)) {
+    return InvalidArgument("staging server: listening on " + options_.listen_address + " (" +
+                           FormatSockAddr(addr.get()) +
+                           ") lets other machines connect: a shared secret is required there "
+                           "(only a loopback address may go without one)");
+  }
   OASIS_ASSIGN_OR_RETURN(worker_, UcxWorker::Create(context_));
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return Internal("staging server: eventfd failed");
@@ -116,14 +130,20 @@ void StagingServer::Run() {
       stats_.gone_replies += gone.size();
     }
     if (requests_.Done()) reply_payloads_.clear();
-    for (auto& [ep, payload] : gone) {
+    const auto send = [&](ucp_ep_h ep, ControlMessage message, std::string payload) {
       reply_payloads_.push_back(std::move(payload));
       const std::string& p = reply_payloads_.back();
       const ucp_request_param_t param = requests_.Param(UCP_AM_SEND_FLAG_EAGER);
-      requests_.Track(ucp_am_send_nbx(ep, static_cast<unsigned>(ControlMessage::kLeaseGone),
-                                      nullptr, 0, p.data(), p.size(), &param));
+      requests_.Track(ucp_am_send_nbx(ep, static_cast<unsigned>(message), nullptr, 0, p.data(),
+                                      p.size(), &param));
+    };
+    for (auto& [ep, payload] : gone) send(ep, ControlMessage::kLeaseGone, std::move(payload));
+    for (const auto& [ep, reason] : hello_refusals_) {
+      send(ep, ControlMessage::kHelloRefused, EncodeHelloRefusal(reason));
     }
+    hello_refusals_.clear();
     CloseFailedEndpoints();
+    CloseOverdueEndpoints(Clock::now());
     if (Clock::now() >= next_sweep) {
       const size_t expired = pool_->ReleaseExpired(Clock::now());
       if (expired > 0) spdlog::info("staging pool: {} lease(s) expired", expired);
@@ -142,34 +162,74 @@ void StagingServer::HandleConnections() {
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &StagingServer::OnEndpointError;
     ep.err_handler.arg = this;
+    std::string peer = "an unknown address";
+    ucp_conn_request_attr_t attr{};
+    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+    if (ucp_conn_request_query(request, &attr) == UCS_OK) {
+      peer = FormatSockAddr(reinterpret_cast<const sockaddr*>(&attr.client_address));
+    }
     ucp_ep_h handle = nullptr;
     const ucs_status_t s = ucp_ep_create(worker_->get(), &ep, &handle);
     std::lock_guard lock(stats_mu_);
     if (s != UCS_OK) {
-      spdlog::warn("staging server: accepting a connection: {}", ucs_status_string(s));
+      spdlog::warn("staging server: accepting a connection from {}: {}", peer,
+                   ucs_status_string(s));
       ++stats_.connections_failed;
       continue;
     }
-    endpoints_.push_back(handle);
+    endpoints_.push_back({.ep = handle, .peer = std::move(peer), .accepted = Clock::now()});
     ++stats_.connections_accepted;
     stats_.connections_open = endpoints_.size();
   }
   conn_requests_.clear();
 }
 
+StagingServer::Endpoint* StagingServer::FindEndpoint(ucp_ep_h ep) {
+  auto it = std::find_if(endpoints_.begin(), endpoints_.end(),
+                         [ep](const Endpoint& e) { return e.ep == ep; });
+  return it == endpoints_.end() ? nullptr : &*it;
+}
+
+void StagingServer::CloseEndpoint(ucp_ep_h ep) {
+  std::erase_if(endpoints_, [ep](const Endpoint& e) { return e.ep == ep; });
+  std::erase(hello_replies_, ep);
+  std::erase_if(hello_refusals_, [ep](const auto& r) { return r.first == ep; });
+  const ucp_request_param_t param = requests_.Param(UCP_EP_CLOSE_FLAG_FORCE);
+  requests_.Track(ucp_ep_close_nbx(ep, &param));
+  std::lock_guard lock(stats_mu_);
+  stats_.connections_open = endpoints_.size();
+}
+
 void StagingServer::CloseFailedEndpoints() {
   for (ucp_ep_h ep : failed_endpoints_) {
-    auto it = std::find(endpoints_.begin(), endpoints_.end(), ep);
-    if (it == endpoints_.end()) continue;  // reported twice
-    endpoints_.erase(it);
-    std::erase(hello_replies_, ep);
-    const ucp_request_param_t param = requests_.Param(UCP_EP_CLOSE_FLAG_FORCE);
-    requests_.Track(ucp_ep_close_nbx(ep, &param));
-    std::lock_guard lock(stats_mu_);
-    ++stats_.connections_failed;
-    stats_.connections_open = endpoints_.size();
+    const Endpoint* e = FindEndpoint(ep);
+    if (e == nullptr) continue;  // reported twice, or closed already
+    const bool refused = e->refused;
+    CloseEndpoint(ep);
+    // A refused peer closing its end is what it should do, not a failure.
+    if (!refused) {
+      std::lock_guard lock(stats_mu_);
+      ++stats_.connections_failed;
+    }
   }
   failed_endpoints_.clear();
+}
+
+void StagingServer::CloseOverdueEndpoints(Clock::time_point now) {
+  std::vector<ucp_ep_h> overdue;
+  for (const Endpoint& e : endpoints_) {
+    if (e.refused ? now >= e.close_at
+                  : !e.authenticated && now - e.accepted >= options_.hello_timeout) {
+      overdue.push_back(e.ep);
+      if (!e.refused) {
+        spdlog::warn("staging server: {} said no hello within {} ms: closing its connection",
+                     e.peer, options_.hello_timeout.count());
+        std::lock_guard lock(stats_mu_);
+        ++stats_.hello_timeouts;
+      }
+    }
+  }
+  for (ucp_ep_h ep : overdue) CloseEndpoint(ep);
 }
 
 void StagingServer::CloseAll() {
@@ -177,11 +237,13 @@ void StagingServer::CloseAll() {
     (void)ucp_listener_reject(listener_, request);
   }
   conn_requests_.clear();
-  for (ucp_ep_h ep : endpoints_) {
+  for (const Endpoint& e : endpoints_) {
     const ucp_request_param_t param = requests_.Param(UCP_EP_CLOSE_FLAG_FORCE);
-    requests_.Track(ucp_ep_close_nbx(ep, &param));
+    requests_.Track(ucp_ep_close_nbx(e.ep, &param));
   }
   endpoints_.clear();
+  hello_replies_.clear();
+  hello_refusals_.clear();
   // Forced closes complete every outstanding request locally; this is quick.
   if (listener_ != nullptr) ucp_listener_destroy(listener_);
   listener_ = nullptr;
@@ -211,13 +273,32 @@ ucs_status_t StagingServer::OnHello(void* arg, const void* header, size_t header
   auto* self = static_cast<StagingServer*>(arg);
   std::lock_guard lock(self->stats_mu_);
   const bool has_reply_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0;
-  const bool inline_data = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
-  if (!has_reply_ep || !inline_data || length != 4 ||
-      LoadU32(static_cast<const char*>(data)) != kProtocolVersion) {
+  Endpoint* e = has_reply_ep ? self->FindEndpoint(param->reply_ep) : nullptr;
+  if (e == nullptr || e->refused) {  // nowhere to answer, or refused already
     ++self->stats_.bad_messages;
     return UCS_OK;
   }
+  // A hello too large to come inline (rendezvous) cannot be a valid one.
+  const bool inline_data = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+  const std::optional<HelloRefusal> refusal =
+      inline_data ? CheckHello(std::string_view(static_cast<const char*>(data), length),
+                               self->options_.secret)
+                  : std::optional<HelloRefusal>(HelloRefusal::kMalformed);
+  if (refusal) {
+    // Nothing is served to it: no descriptor, no lease messages; it is closed shortly.
+    ++self->stats_.hellos_refused;
+    e->authenticated = false;
+    e->refused = true;
+    e->close_at = Clock::now() + self->options_.refusal_grace;
+    self->hello_refusals_.emplace_back(e->ep, *refusal);
+    spdlog::warn("staging server: refused the connection from {}: {}", e->peer,
+                 *refusal == HelloRefusal::kSecret    ? "wrong or missing staging secret"
+                 : *refusal == HelloRefusal::kVersion ? "another protocol version"
+                                                      : "malformed hello");
+    return UCS_OK;
+  }
   ++self->stats_.hellos;
+  e->authenticated = true;
   self->hello_replies_.push_back(param->reply_ep);
   return UCS_OK;
 }
@@ -233,6 +314,15 @@ ucs_status_t StagingServer::OnLeaseMessage(void* arg, const void* header, size_t
 void StagingServer::ApplyLeaseMessage(ControlMessage message, const void* data, size_t length,
                                       const ucp_am_recv_param_t* param) {
   std::lock_guard lock(stats_mu_);
+  // Lease messages count only from an endpoint whose hello was accepted (readers send them
+  // with UCP_AM_SEND_FLAG_REPLY, which names the endpoint).
+  const Endpoint* e = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0
+                          ? FindEndpoint(param->reply_ep)
+                          : nullptr;
+  if (e == nullptr || !e->authenticated) {
+    ++stats_.unauthenticated;
+    return;
+  }
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
     ++stats_.bad_messages;
     return;

@@ -1,7 +1,5 @@
 #include "disagg/ucx.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <poll.h>
 
 #include <algorithm>
@@ -96,64 +94,6 @@ void UcxWorker::ProgressAndWait(std::chrono::milliseconds timeout, int extra_fd)
   const int n = extra_fd >= 0 ? 2 : 1;
   const int ms = static_cast<int>(std::max<int64_t>(0, timeout.count()));
   (void)poll(fds, n, s == UCS_OK ? ms : std::min(ms, 1));
-}
-
-StatusOr<SockAddr> ResolveHostPort(std::string_view host_port) {
-  std::string host;
-  std::string port;
-  if (!host_port.empty() && host_port.front() == '[') {
-    const size_t close = host_port.find(']');
-    if (close == std::string_view::npos || close + 1 >= host_port.size() ||
-        host_port[close + 1] != ':') {
-      return InvalidArgument("address '" + std::string(host_port) + "': expected [v6]:port");
-    }
-    host = std::string(host_port.substr(1, close - 1));
-    port = std::string(host_port.substr(close + 2));
-  } else {
-    const size_t colon = host_port.rfind(':');
-    if (colon == std::string_view::npos) {
-      return InvalidArgument("address '" + std::string(host_port) + "': expected host:port");
-    }
-    host = std::string(host_port.substr(0, colon));
-    port = std::string(host_port.substr(colon + 1));
-  }
-  if (host.empty() || port.empty() || port.size() > 5 ||
-      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoi(port) > 65535) {
-    return InvalidArgument("address '" + std::string(host_port) + "': expected host:port");
-  }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* result = nullptr;
-  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &result);
-  if (rc != 0 || result == nullptr) {
-    return InvalidArgument("address '" + std::string(host_port) + "': " + gai_strerror(rc));
-  }
-  SockAddr out;
-  std::memcpy(&out.storage, result->ai_addr, result->ai_addrlen);
-  out.length = result->ai_addrlen;
-  freeaddrinfo(result);
-  return out;
-}
-
-std::string FormatSockAddr(const sockaddr* addr) {
-  char host[INET6_ADDRSTRLEN] = {0};
-  uint16_t port = 0;
-  if (addr->sa_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(addr);
-    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
-    port = ntohs(in->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  if (addr->sa_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
-    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    port = ntohs(in6->sin6_port);
-    return "[" + std::string(host) + "]:" + std::to_string(port);
-  }
-  return "<unknown address family>";
 }
 
 RequestBatch::RequestBatch() = default;

@@ -1,5 +1,6 @@
 // RAII wrappers over UCX's UCP layer: the context (one per process and configuration), a
-// worker (progress engine), socket-address parsing, and request completion with a deadline.
+// worker (progress engine), and request completion with a deadline (socket addresses:
+// disagg/net_address.h).
 //
 // Every UCX failure becomes a Status (kUnavailable for transport and peer failures,
 // kInvalidArgument for bad addresses), never an abort. UCX's own configuration comes from
@@ -15,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "disagg/net_address.h"
 #include "oasis/status.h"
 
 namespace oasis::disagg {
@@ -79,16 +81,6 @@ class UcxWorker {
   ucp_worker_h worker_;
   int efd_;
 };
-
-// "host:port" (IPv4 literal, hostname, or "[v6]:port") → a socket address. Port 0 is allowed
-// (a listener then picks one).
-struct SockAddr {
-  sockaddr_storage storage{};
-  socklen_t length = 0;
-  const sockaddr* get() const { return reinterpret_cast<const sockaddr*>(&storage); }
-};
-StatusOr<SockAddr> ResolveHostPort(std::string_view host_port);
-std::string FormatSockAddr(const sockaddr* addr);  // "host:port"
 
 // Completion tracking for a batch of non-blocking UCX operations. Pass Param() to each
 // *_nbx call and the returned pointer to Track(); Wait() progresses the worker until all are

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "common/http_util.h"
+
 namespace oasis::disagg {
 namespace {
 constexpr char kMagic[4] = {'O', 'K', 'S', 'P'};
@@ -115,6 +117,84 @@ StatusOr<std::vector<uint64_t>> ParseLeaseIds(std::string_view bytes) {
   std::vector<uint64_t> ids(count);
   for (uint32_t i = 0; i < count; ++i) ids[i] = LoadU64(bytes.data() + 4 + 8 * size_t{i});
   return ids;
+}
+
+std::string EncodeHello(std::string_view secret) {
+  std::string out;
+  out.reserve(8 + secret.size());
+  AppendU32(out, kProtocolVersion);
+  AppendU32(out, static_cast<uint32_t>(secret.size()));
+  out.append(secret);
+  return out;
+}
+
+StatusOr<Hello> ParseHello(std::string_view bytes) {
+  if (bytes.size() < 4) return InvalidArgument("hello: shorter than its 4-byte version");
+  Hello h;
+  h.version = LoadU32(bytes.data());
+  if (h.version != kProtocolVersion) {
+    return InvalidArgument("hello: protocol version " + std::to_string(h.version) +
+                           ", this build speaks version " + std::to_string(kProtocolVersion));
+  }
+  if (bytes.size() < 8) return InvalidArgument("hello: shorter than its 8-byte header");
+  const uint32_t length = LoadU32(bytes.data() + 4);
+  if (length > kMaxSecretBytes) {
+    return InvalidArgument("hello: a secret of " + std::to_string(length) + " bytes, at most " +
+                           std::to_string(kMaxSecretBytes));
+  }
+  if (bytes.size() != 8 + size_t{length}) {
+    return InvalidArgument("hello: " + std::to_string(bytes.size()) +
+                           " bytes, the header announces " + std::to_string(8 + size_t{length}));
+  }
+  h.secret.assign(bytes.data() + 8, length);
+  return h;
+}
+
+std::string EncodeHelloRefusal(HelloRefusal reason) {
+  std::string out;
+  AppendU32(out, static_cast<uint32_t>(reason));
+  AppendU32(out, kProtocolVersion);
+  return out;
+}
+
+StatusOr<HelloRefusalMessage> ParseHelloRefusal(std::string_view bytes) {
+  if (bytes.size() != 8) {
+    return InvalidArgument("hello refusal: " + std::to_string(bytes.size()) + " bytes, expected 8");
+  }
+  const uint32_t reason = LoadU32(bytes.data());
+  if (reason < static_cast<uint32_t>(HelloRefusal::kMalformed) ||
+      reason > static_cast<uint32_t>(HelloRefusal::kSecret)) {
+    return InvalidArgument("hello refusal: unknown reason " + std::to_string(reason));
+  }
+  return HelloRefusalMessage{static_cast<HelloRefusal>(reason), LoadU32(bytes.data() + 4)};
+}
+
+std::optional<HelloRefusal> CheckHello(std::string_view payload, const std::string& secret) {
+  auto hello = ParseHello(payload);
+  if (!hello.ok()) {
+    const bool other_version = payload.size() >= 4 && LoadU32(payload.data()) != kProtocolVersion;
+    return other_version ? HelloRefusal::kVersion : HelloRefusal::kMalformed;
+  }
+  if (!secret.empty() && !KeyMatches(hello->secret, secret)) return HelloRefusal::kSecret;
+  return std::nullopt;
+}
+
+std::string DescribeHelloRefusal(const HelloRefusalMessage& refusal) {
+  switch (refusal.reason) {
+    case HelloRefusal::kSecret:
+      return "the staging pool refused the connection: wrong or missing staging secret (the "
+             "decode and prefill instances need the same --staging-secret)";
+    case HelloRefusal::kVersion:
+      return "the staging pool refused the connection: it speaks protocol version " +
+             std::to_string(refusal.server_version) + ", this build version " +
+             std::to_string(kProtocolVersion) + " (run the same OasisKV version on both sides)";
+    case HelloRefusal::kMalformed:
+      break;
+  }
+  return "the staging pool refused the connection: it could not read the hello (protocol "
+         "version " +
+         std::to_string(refusal.server_version) + ", this build version " +
+         std::to_string(kProtocolVersion) + ")";
 }
 
 std::string EncodeSlotExtents(std::span<const SlotExtent> extents) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,17 +58,59 @@ std::string SerializeDescriptor(const StagingDescriptor& d);
 StatusOr<StagingDescriptor> ParseDescriptor(std::string_view bytes);
 
 // Control active messages between a RemoteReader (decode side) and a StagingServer (prefill
-// side). Ids are UCX AM ids; the payload is the AM data (the AM header is unused).
+// side). Ids are UCX AM ids; the payload is the AM data (the AM header is unused). A reader
+// says kHello first; the server answers kHelloReply (the pool's descriptor: what RMA needs)
+// only to a hello carrying its shared secret, and applies lease messages only from endpoints
+// whose hello it accepted.
 enum class ControlMessage : uint16_t {
-  kHello = 1,       // reader → server; payload: u32 protocol version
-  kHelloReply = 2,  // server → reader; payload: a serialized StagingDescriptor
-  kRenew = 3,       // reader → server; payload: lease-id list; extends each lease by its TTL
-  kComplete = 4,    // reader → server; payload: lease-id list; the requests finished
-  kAbort = 5,       // reader → server; payload: lease-id list; the requests were aborted
-  kLeaseGone = 6,   // server → reader, answering kRenew; payload: lease-id list; the ids the
-                    // pool no longer holds (expired or ended): their slots may be reused
+  kHello = 1,         // reader → server; payload: a hello (EncodeHello)
+  kHelloReply = 2,    // server → reader; payload: a serialized StagingDescriptor
+  kRenew = 3,         // reader → server; payload: lease-id list; extends each lease by its TTL
+  kComplete = 4,      // reader → server; payload: lease-id list; the requests finished
+  kAbort = 5,         // reader → server; payload: lease-id list; the requests were aborted
+  kLeaseGone = 6,     // server → reader, answering kRenew; payload: lease-id list; the ids the
+                      // pool no longer holds (expired or ended): their slots may be reused
+  kHelloRefused = 7,  // server → reader, answering a hello it refuses; payload: a refusal
+                      // (EncodeHelloRefusal); the server then closes the endpoint
 };
-inline constexpr uint32_t kProtocolVersion = 1;
+// 1: the hello was the version alone; 2: the hello carries the shared secret, and a refused
+// hello is answered with kHelloRefused.
+inline constexpr uint32_t kProtocolVersion = 2;
+
+// Hello (version 2): u32 protocol version, u32 secret length (0 .. kMaxSecretBytes), the
+// secret's bytes; nothing after them. Every version starts with the u32 version (version 1
+// was that alone), so a server can tell an older reader by it.
+inline constexpr uint32_t kMaxSecretBytes = 4096;
+struct Hello {
+  uint32_t version = kProtocolVersion;
+  std::string secret;
+  bool operator==(const Hello&) const = default;
+};
+std::string EncodeHello(std::string_view secret);
+// InvalidArgument for a payload too short for its version, a version other than
+// kProtocolVersion (named), a secret longer than kMaxSecretBytes or bytes past the secret.
+StatusOr<Hello> ParseHello(std::string_view bytes);
+
+// Why a staging server refuses a hello (kHelloRefused's payload: u32 reason, u32 the server's
+// protocol version; nothing after them).
+enum class HelloRefusal : uint32_t {
+  kMalformed = 1,  // not a hello of any version this server can tell
+  kVersion = 2,    // a hello of another protocol version
+  kSecret = 3,     // a wrong or missing shared secret
+};
+struct HelloRefusalMessage {
+  HelloRefusal reason = HelloRefusal::kMalformed;
+  uint32_t server_version = kProtocolVersion;
+  bool operator==(const HelloRefusalMessage&) const = default;
+};
+std::string EncodeHelloRefusal(HelloRefusal reason);
+StatusOr<HelloRefusalMessage> ParseHelloRefusal(std::string_view bytes);
+// The server's check of a hello payload against its shared secret (`secret` empty: none is
+// required, any secret is accepted). nullopt: accepted; else why it is refused. The secret is
+// compared in constant time (its duration depends only on the presented secret's length).
+std::optional<HelloRefusal> CheckHello(std::string_view payload, const std::string& secret);
+// What a refusal means to the reader, as the error its Connect returns.
+std::string DescribeHelloRefusal(const HelloRefusalMessage& refusal);
 
 // Lease-id list: u32 count, then count × u64 ids. At most kMaxLeaseIdsPerMessage ids.
 inline constexpr uint32_t kMaxLeaseIdsPerMessage = 65536;

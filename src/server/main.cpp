@@ -65,7 +65,7 @@ Status CheckConfig(const ServerConfig& config) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<ModelHost> host, LoadModelHost(config));
   nlohmann::ordered_json out = config.ToJson();
   out["resolved"] = {
-      {"model_dir", host->model_dir},
+      {"model_dir", host->model_path},
       {"served_model_name", config.ResolvedModelName()},
       {"backend", host->backend_name},
       {"architecture", host->config.architecture_name},
@@ -143,6 +143,9 @@ int main(int argc, char** argv) {
   }
   if (Status mem = CheckHostMemory(cmd->config); !mem.ok())
     return ExitWithError("oasis-server", mem, 2);
+  // A staging listener other machines can reach needs a secret: refused before anything starts.
+  if (Status staging = CheckStagingSecurity(cmd->config); !staging.ok())
+    return ExitWithError("oasis-server", staging, 2);
   Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);
   // More than this machine can hold (e.g. a host KV store it cannot pin) is a setting to
   // change, like the bad flags that exit 2; other failures exit 1.

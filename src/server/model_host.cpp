@@ -56,7 +56,7 @@ StatusOr<std::string> ReadFile(const fs::path& path, const std::string& what) {
 }
 
 Status LoadTokenizerAndTemplate(const ServerConfig& sc, ModelHost* host) {
-  fs::path tok_path = sc.tokenizer.empty() ? fs::path(host->model_dir) : fs::path(sc.tokenizer);
+  fs::path tok_path = sc.tokenizer.empty() ? fs::path(host->model_path) : fs::path(sc.tokenizer);
   if (fs::is_directory(tok_path)) tok_path /= "tokenizer.json";
   if (!fs::exists(tok_path)) {
     if (!sc.tokenizer.empty()) return NotFound("--tokenizer: no " + tok_path.string());
@@ -91,7 +91,7 @@ Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
     OASIS_ASSIGN_OR_RETURN(host->model, DecoderLM::CreateDummy(host->config, *host->backend, 0));
     return Status::Ok();
   }
-  OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+  OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_path));
   OASIS_ASSIGN_OR_RETURN(host->model,
                          DecoderLM::Create(host->config, *host->weights, *host->backend));
   return Status::Ok();
@@ -284,7 +284,7 @@ Status LoadCudaTensorParallel(const ServerConfig& sc, ModelHost* host) {
   options.graph = GraphOptions(sc, c);
   OASIS_RETURN_IF_ERROR(CheckCudaTensorParallel(c, options));
   if (sc.load_format != "dummy") {
-    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_path));
   }
   CudaTpHooks hooks;
   hooks.load_shard = [&](CudaBackend& backend,
@@ -311,7 +311,7 @@ Status LoadCpuTensorParallel(const ServerConfig& sc, ModelHost* host) {
   const int n = static_cast<int>(sc.tensor_parallel_size);
   OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(c, n));
   if (sc.load_format != "dummy") {
-    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_dir));
+    OASIS_ASSIGN_OR_RETURN(host->weights, OpenSafetensorsWeights(host->model_path));
   }
   CpuTpOptions options;
   options.size = n;
@@ -343,8 +343,11 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   auto ctx = disagg::UcxContext::Create({.transports = sc.ucx_tls});
   if (!ctx.ok()) return Unavailable("--role " + sc.role + ": UCX: " + ctx.status().ToString());
   host->ucx = *ctx;
+  OASIS_ASSIGN_OR_RETURN(const std::string secret, ResolveStagingSecret(sc));
   if (sc.role == "decode") {
-    host->importer = disagg::RemoteKvImporter::Create(host->ucx);
+    disagg::RemoteKvImporterOptions importer_options;
+    importer_options.reader.secret = secret;  // sent in every hello to a prefill instance
+    host->importer = disagg::RemoteKvImporter::Create(host->ucx, importer_options);
     host->full_transfer = sc.rpf == "off";
     spdlog::info(
         "decode instance: {} (remote fetch cap {} blocks per head per step)",
@@ -372,11 +375,15 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
     return Unavailable("staging pool of " + std::to_string(gib) +
                        " GiB: " + pool.status().ToString());
   host->staging_pool = std::move(*pool);
+  const std::string listen = sc.ResolvedStagingListen();
   auto server = disagg::StagingServer::Start(host->ucx, host->staging_pool.get(),
-                                             {.listen_address = sc.staging_listen});
-  if (!server.ok())
-    return Unavailable("staging server on " + sc.staging_listen + ": " +
-                       server.status().ToString());
+                                             {.listen_address = listen, .secret = secret});
+  if (!server.ok()) {
+    if (server.status().code() == StatusCode::kInvalidArgument) {
+      return server.status().WithContext("--staging-listen " + listen);
+    }
+    return Unavailable("staging server on " + listen + ": " + server.status().ToString());
+  }
   host->staging_server = std::move(*server);
   // What decode instances connect to: the advertised host (or the listen host, or this
   // machine's name for a wildcard listener) and the bound port.
@@ -384,7 +391,7 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   const std::string port = bound.substr(bound.rfind(':') + 1);
   std::string adv = sc.staging_advertise;
   if (adv.empty()) {
-    adv = sc.staging_listen.substr(0, sc.staging_listen.rfind(':'));
+    adv = listen.substr(0, listen.rfind(':'));
     if (adv.empty() || adv == "0.0.0.0" || adv == "::" || adv == "[::]") {
       char name[256] = {};
       adv = gethostname(name, sizeof name - 1) == 0 && name[0] != '\0' ? name : "127.0.0.1";
@@ -393,9 +400,10 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   const std::string address = adv + ":" + port;
   host->exporter = std::make_unique<disagg::StagingExporter>(*host->staging_pool, address, ttl);
   spdlog::info(
-      "prefill instance: staging pool {:.2f} GiB ({} head-blocks of {} B), tickets name {} (lease "
-      "TTL {} ms)",
-      gib, blocks, block_bytes, address, sc.staging_lease_ttl_ms);
+      "prefill instance: staging pool {:.2f} GiB ({} head-blocks of {} B), listening on {}, "
+      "tickets name {} (lease TTL {} ms), {}",
+      gib, blocks, block_bytes, bound, address, sc.staging_lease_ttl_ms,
+      secret.empty() ? "no secret (loopback only)" : "decode instances need the staging secret");
   return Status::Ok();
 }
 
@@ -464,8 +472,9 @@ std::string AutoBackend() {
 
 StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   auto host = std::make_unique<ModelHost>();
-  host->model_dir = sc.model.empty() ? EmbeddedModelDir() : sc.model;
-  OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_dir));
+  host->model_path = sc.model.empty() ? EmbeddedModelDir() : sc.model;
+  host->model_dir = ModelNameFromPath(host->model_path);
+  OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_path));
   ModelConfig& c = host->config;
   if (sc.max_model_len > 0) {
     if (sc.max_model_len > c.max_position_embeddings) {

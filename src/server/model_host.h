@@ -32,7 +32,12 @@
 namespace oasis::server {
 
 struct ModelHost {
-  std::string model_dir;     // resolved
+  // The model's directory: `model_path` is where it is loaded from (the resolved --model, or
+  // the embedded model's directory), for loading and local logs only; `model_dir` is what
+  // clients may see (/v1/models "root"): the directory's name (ModelNameFromPath), never the
+  // path, which would reveal the server's filesystem layout.
+  std::string model_path;
+  std::string model_dir;
   std::string backend_name;  // "cpu" or "cuda"
   ModelConfig config;        // max_position_embeddings = the served context length
   std::unique_ptr<Backend> backend;

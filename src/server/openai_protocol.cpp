@@ -408,6 +408,13 @@ std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const Proto
   return spec;
 }
 
+bool IsServerChatTemplateKey(std::string_view key) {
+  for (std::string_view k : kServerChatTemplateKeys) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
 std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLimits& limits,
                                              ApiError* error) {
   Reader r(body, error);
@@ -458,6 +465,14 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
     if (!kwargs->is_object())
       return r.Fail("chat_template_kwargs", "'chat_template_kwargs' must be an object"),
              std::nullopt;
+    for (const auto& [key, value] : kwargs->items()) {
+      if (IsServerChatTemplateKey(key)) {
+        return r.Fail("chat_template_kwargs",
+                      "'chat_template_kwargs' may not set '" + key +
+                          "': the server sets that template variable itself"),
+               std::nullopt;
+      }
+    }
     spec.chat_template_kwargs = *kwargs;
   }
   if (const Json* tools = r.Get("tools")) {

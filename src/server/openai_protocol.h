@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -91,6 +92,15 @@ struct ProtocolLimits {
   int64_t max_model_len = 0;  // > 0: max_tokens above this is rejected up front
   int max_top_logprobs = 20;
 };
+
+// The chat-template variables the server sets itself: from the validated request (messages,
+// tools, add_generation_prompt, continue_final_message) or from the model's tokenizer files
+// (bos_token, eos_token). `chat_template_kwargs` may not name them (400 naming the key):
+// otherwise a client could replace the validated conversation, e.g. inject a system turn.
+inline constexpr std::string_view kServerChatTemplateKeys[] = {
+    "messages",  "tools",    "add_generation_prompt", "continue_final_message",
+    "bos_token", "eos_token"};
+bool IsServerChatTemplateKey(std::string_view key);
 
 // Parses a request body; on failure returns nullopt and sets `*error` (400, naming the
 // parameter).

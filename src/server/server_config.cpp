@@ -14,6 +14,8 @@
 #include "common/flags.h"
 #include "common/host_memory.h"
 #include "common/settings.h"
+#include "disagg/net_address.h"
+#include "disagg/wire.h"
 
 namespace oasis::server {
 namespace {
@@ -31,7 +33,8 @@ const std::vector<Setting>& Settings() {
       {"load-format", &ServerConfig::load_format,
        "auto, safetensors, or dummy (random weights at the config's shapes)"},
       {"served-model-name", &ServerConfig::served_model_name,
-       "the model name clients use (default: --model as given)"},
+       "the model name clients use (default: the last component of --model's path; requests "
+       "naming the --model path are accepted too)"},
       {"max-model-len", &ServerConfig::max_model_len,
        "context length (0 = the model's max_position_embeddings)"},
       {"draft-model", &ServerConfig::draft_model,
@@ -90,12 +93,19 @@ const std::vector<Setting>& Settings() {
       {"staging-pool-gib", &ServerConfig::staging_pool_gib,
        "prefill: host staging pool of handed-off KV, GiB (0 = a quarter of the machine's RAM)"},
       {"staging-listen", &ServerConfig::staging_listen,
-       "prefill: UCX listen address host:port of the staging pool"},
+       "prefill: UCX listen address host:port of the staging pool (default: --host, any port); "
+       "an address beyond loopback needs a staging secret"},
       {"staging-advertise", &ServerConfig::staging_advertise,
        "prefill: host name decode instances reach the staging pool at (default: the listen host, "
        "or this machine's name)"},
       {"staging-lease-ttl-ms", &ServerConfig::staging_lease_ttl_ms,
        "prefill: staged KV is freed after this long without a renewal from its decode instance"},
+      {"staging-secret", &ServerConfig::staging_secret,
+       "shared secret of the staging pool: prefill asks it of decode instances (required "
+       "when --staging-listen is not loopback), decode sends it; visible in ps: prefer "
+       "--staging-secret-file or $OASIS_STAGING_SECRET"},
+      {"staging-secret-file", &ServerConfig::staging_secret_file,
+       "file holding the staging secret (trailing newlines ignored)"},
       {"rpf", &ServerConfig::rpf,
        "decode: on = remote partial fetch (only the blocks decode attends to, drift fetched "
        "later), off = the whole "
@@ -160,10 +170,43 @@ const std::vector<Setting>& Settings() {
 
 }  // namespace
 
+namespace {
+// `path` lexically normalised, without a trailing separator ("a/./b/" -> "a/b").
+std::filesystem::path NormalPath(const std::string& path) {
+  std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();
+  return p;
+}
+}  // namespace
+
+std::string ModelNameFromPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = NormalPath(path);
+  if (p.filename() == "." || p.filename() == "..") {  // ".", "..", "../..": name the directory
+    std::error_code ec;
+    const fs::path full = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    p = ec ? fs::path() : NormalPath(full.string());
+  }
+  std::string name = p.filename().string();
+  return name.empty() || name == "." || name == ".." ? "model" : name;
+}
+
 std::string ServerConfig::ResolvedModelName() const {
   if (!served_model_name.empty()) return served_model_name;
   if (model.empty()) return "oasis-embedded";
-  return model;
+  return ModelNameFromPath(model);
+}
+
+bool ServerConfig::ServesModelName(const std::string& requested) const {
+  if (requested.empty() || requested == ResolvedModelName()) return true;
+  if (!served_model_name.empty() || model.empty()) return false;
+  return requested == model || NormalPath(requested) == NormalPath(model);
+}
+
+std::string ServerConfig::ResolvedStagingListen() const {
+  if (!staging_listen.empty()) return staging_listen;
+  const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+  return (v6 ? "[" + host + "]" : host) + ":0";
 }
 
 std::string ServerConfig::ResolvedLookahead() const {
@@ -297,6 +340,13 @@ Status ServerConfig::Validate() const {
     if (dense_layers != 0) return InvalidArgument("--role " + role + " needs --dense-layers 0");
   }
   if (staging_pool_gib < 0) return InvalidArgument("--staging-pool-gib must be >= 0");
+  if (!staging_secret.empty() && !staging_secret_file.empty()) {
+    return InvalidArgument("--staging-secret and --staging-secret-file exclude each other");
+  }
+  if (staging_secret.size() > disagg::kMaxSecretBytes) {
+    return InvalidArgument("--staging-secret must be at most " +
+                           std::to_string(disagg::kMaxSecretBytes) + " bytes");
+  }
   OASIS_RETURN_IF_ERROR(positive("staging-lease-ttl-ms", staging_lease_ttl_ms));
   OASIS_RETURN_IF_ERROR(non_negative("remote-fetch-cap", remote_fetch_cap));
   if (remote_kv_gib < 0 && remote_kv_gib != -1) {
@@ -312,6 +362,7 @@ nlohmann::ordered_json ServerConfig::ToJson() const {
     std::visit([&](auto member) { j[s.name] = this->*member; }, s.field);
   }
   if (!api_key.empty()) j["api-key"] = "<set>";
+  if (!staging_secret.empty()) j["staging-secret"] = "<set>";
   return j;
 }
 
@@ -369,6 +420,61 @@ std::string EmbeddedModelDir() {
 #else
   return "models/embedded";
 #endif
+}
+
+StatusOr<std::string> ResolveStagingSecret(const ServerConfig& c) {
+  std::string secret;
+  std::string source;
+  if (!c.staging_secret_file.empty()) {
+    if (!c.staging_secret.empty()) {
+      return InvalidArgument("--staging-secret and --staging-secret-file exclude each other");
+    }
+    std::error_code ec;
+    if (std::filesystem::is_directory(c.staging_secret_file, ec)) {
+      return InvalidArgument("--staging-secret-file " + c.staging_secret_file + " is a directory");
+    }
+    std::ifstream in(c.staging_secret_file, std::ios::binary);
+    std::stringstream ss;
+    if (in) ss << in.rdbuf();
+    if (!in || in.bad()) {
+      return InvalidArgument("--staging-secret-file " + c.staging_secret_file + ": cannot be read");
+    }
+    secret = ss.str();
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    if (secret.empty())
+      return InvalidArgument("--staging-secret-file " + c.staging_secret_file + " is empty");
+    source = "--staging-secret-file " + c.staging_secret_file;
+  } else if (!c.staging_secret.empty()) {
+    secret = c.staging_secret;
+    source = "--staging-secret";
+  } else if (const char* env = std::getenv(kStagingSecretEnv); env != nullptr) {
+    secret = env;
+    source = std::string("$") + kStagingSecretEnv;
+  }
+  if (secret.size() > disagg::kMaxSecretBytes) {
+    return InvalidArgument(source + ": the staging secret must be at most " +
+                           std::to_string(disagg::kMaxSecretBytes) + " bytes, got " +
+                           std::to_string(secret.size()));
+  }
+  return secret;
+}
+
+Status CheckStagingSecurity(const ServerConfig& c) {
+  OASIS_ASSIGN_OR_RETURN(const std::string secret, ResolveStagingSecret(c));
+  if (c.role != "prefill") return Status::Ok();
+  const std::string listen = c.ResolvedStagingListen();
+  OASIS_ASSIGN_OR_RETURN(const disagg::SockAddr addr, disagg::ResolveHostPort(listen));
+  if (!secret.empty() || disagg::IsLoopback(addr)) return Status::Ok();
+  const std::string env = kStagingSecretEnv;
+  return InvalidArgument("the staging listener would listen on " + listen + " (" +
+                         disagg::FormatSockAddr(addr.get()) +
+                         (c.staging_listen.empty() ? ", from --host" : "") +
+                         "), which other machines can reach, without a secret: any of them "
+                         "could read the staged KV. Give the prefill and decode instances the "
+                         "same secret (--staging-secret-file FILE, $" +
+                         env +
+                         " or --staging-secret), or listen on loopback (--staging-listen "
+                         "127.0.0.1:0)");
 }
 
 Status CheckHostMemory(const ServerConfig& c) {

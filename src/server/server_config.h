@@ -26,8 +26,9 @@ struct ServerConfig {
   std::string tokenizer;             // tokenizer.json or its directory; empty = the model directory
   std::string chat_template;         // Jinja file overriding tokenizer_config.json's template
   std::string load_format = "auto";  // auto (= safetensors), safetensors, dummy
-  std::string served_model_name;  // empty: the --model argument ("oasis-embedded" for the default)
-  int64_t max_model_len = 0;      // 0: the model's max_position_embeddings
+  std::string served_model_name;     // empty: --model's last path component ("oasis-embedded" for
+                                     // the default model), never the path itself
+  int64_t max_model_len = 0;         // 0: the model's max_position_embeddings
 
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
   std::string draft_model;  // EAGLE-3 head directory (config.json + *.safetensors)
@@ -59,15 +60,20 @@ struct ServerConfig {
   // Disaggregated prefill/decode (docs/disaggregation.md): a prefill instance runs prompts and
   // hands each request's KV to a decode instance through its UCX staging pool; a decode
   // instance takes requests with a handoff ticket (from oasis-router) and reads their KV.
-  std::string role = "both";    // both (a single instance), prefill, decode
-  double staging_pool_gib = 0;  // prefill: the staging pool (0 = a quarter of the machine's RAM)
-  std::string staging_listen =
-      "0.0.0.0:0";                // prefill: the staging server's UCX listener (port 0 = any)
+  std::string role = "both";      // both (a single instance), prefill, decode
+  double staging_pool_gib = 0;    // prefill: the staging pool (0 = a quarter of the machine's RAM)
+  std::string staging_listen;     // prefill: the staging server's UCX listener host:port (port 0 =
+                                  // any; empty: --host, any port)
   std::string staging_advertise;  // prefill: the host written into tickets (empty: the listen host,
                                   // or this machine's name when listening on 0.0.0.0)
   int64_t staging_lease_ttl_ms = 30000;  // prefill: staged KV lives this long without a renewal
-  std::string rpf = "on";        // decode: on = remote partial fetch, off = full KV at admission
-  int64_t remote_fetch_cap = 0;  // decode: remote blocks fetched per head per step (0 = C)
+  // The staging pool's shared secret (prefill: asked of every decode instance, required when
+  // the listener is not on loopback; decode: sent). The flag shows in `ps`: prefer the file or
+  // $OASIS_STAGING_SECRET (ResolveStagingSecret).
+  std::string staging_secret;
+  std::string staging_secret_file;  // a file holding the secret (trailing newlines ignored)
+  std::string rpf = "on";           // decode: on = remote partial fetch, off = full KV at admission
+  int64_t remote_fetch_cap = 0;     // decode: remote blocks fetched per head per step (0 = C)
   double remote_kv_gib = -1;  // decode: remote KV tracked on summary-only rows (-1 = host_kv_gib)
   std::string ucx_tls;        // UCX transports (UCX_TLS), empty: UCX's choice
 
@@ -101,8 +107,15 @@ struct ServerConfig {
   // gRPC Generate streams live at once; more finish at once with RESOURCE_EXHAUSTED.
   int64_t grpc_max_concurrent_calls = 256;
 
-  // Derived after loading: resolved model directory and name.
+  // The model name clients see and use: --served-model-name, else ModelNameFromPath(--model)
+  // (so that /v1/models does not reveal the server's filesystem layout).
   std::string ResolvedModelName() const;
+  // Whether a request's "model" names the served model: empty, ResolvedModelName(), or,
+  // without --served-model-name, the --model path as given (vLLM clients send the path;
+  // compared lexically, ignoring "." segments and a trailing '/').
+  bool ServesModelName(const std::string& requested) const;
+  // --staging-listen, or --host with port 0 ("[host]:0" for an IPv6 literal).
+  std::string ResolvedStagingListen() const;
   // Whether a draft head is to be loaded (--draft-model, or --draft-load-format dummy).
   bool HasDraftModel() const { return !draft_model.empty() || draft_load_format == "dummy"; }
   // --lookahead with "auto" resolved: "reject" with a draft model, else "off".
@@ -135,6 +148,23 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv);
 // Applies a JSON object of settings to `config` (the config file's contents).
 Status ApplyConfigJson(const nlohmann::json& json, const std::string& source, ServerConfig* config);
 Status LoadConfigFile(const std::string& path, ServerConfig* config);
+
+// The name a model directory is served under by default: its last path component
+// ("/models/Qwen3-8B/" -> "Qwen3-8B"; "." -> the current directory's name), "model" when the
+// path has none (e.g. "/").
+std::string ModelNameFromPath(const std::string& path);
+
+// The staging secret: --staging-secret, else the contents of --staging-secret-file (trailing
+// newlines dropped), else $OASIS_STAGING_SECRET, else empty (none). InvalidArgument for both
+// the flag and the file, a file that cannot be read or holds nothing, or a secret longer than
+// disagg::kMaxSecretBytes.
+inline constexpr char kStagingSecretEnv[] = "OASIS_STAGING_SECRET";
+StatusOr<std::string> ResolveStagingSecret(const ServerConfig& c);
+// Start-up check of a prefill instance's staging listener: the secret resolves, and a listen
+// address other machines can reach (not loopback: e.g. 0.0.0.0 or a network interface's)
+// has one; InvalidArgument naming the settings otherwise (the server exits 2). Ok for the
+// other roles.
+Status CheckStagingSecurity(const ServerConfig& c);
 
 // The directory of the embedded default model: $OASIS_EMBEDDED_MODEL, the source tree's
 // models/embedded (built-in path), or share/oasiskv/embedded beside the executable.

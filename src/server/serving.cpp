@@ -118,7 +118,8 @@ ProtocolLimits Service::limits() const {
 }
 
 std::optional<ApiError> Service::CheckModel(const std::string& requested) const {
-  if (requested.empty() || requested == model_name_) return std::nullopt;
+  // The served name, or the --model path itself when no --served-model-name was given.
+  if (config_.ServesModelName(requested)) return std::nullopt;
   ApiError e;
   e.http_status = 404;
   e.type = "not_found_error";
@@ -151,7 +152,15 @@ StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
   if (!spec.tools.is_null()) ctx["tools"] = spec.tools;
   if (h->template_files.bos_token) ctx["bos_token"] = *h->template_files.bos_token;
   if (h->template_files.eos_token) ctx["eos_token"] = *h->template_files.eos_token;
-  for (const auto& [k, v] : spec.chat_template_kwargs.items()) ctx[k] = v;
+  // Extra template variables never replace the server's own (ParseChatRequest refuses them
+  // already; this also covers a key set above but missing from kServerChatTemplateKeys).
+  for (const auto& [k, v] : spec.chat_template_kwargs.items()) {
+    if (ctx.contains(k) || IsServerChatTemplateKey(k)) {
+      return InvalidArgument("'chat_template_kwargs' may not set '" + k +
+                             "': the server sets that template variable itself");
+    }
+    ctx[k] = v;
+  }
   OASIS_ASSIGN_OR_RETURN(std::string text, h->chat_template->Render(ctx));
   if (spec.continue_final_message) {
     // Cut whatever the template appended after the last message (its end-of-turn marker).

@@ -10,7 +10,9 @@
 #   - every staging lease ends (completed) and the pool holds nothing after;
 #   - a client that disconnects mid-stream: its lease is aborted;
 #   - a decode instance killed mid-request: the prefill instance frees the lease by TTL;
-#   - errors: n > 1, a decode instance called without a ticket, a bad ticket.
+#   - errors: n > 1, a decode instance called without a ticket, a bad ticket;
+#   - the staging secret: a listener beyond loopback without one is refused at start; decode
+#     instances with a wrong or no secret are refused, with the right one they serve.
 # Usage: test_disagg.sh OASIS_SERVER OASIS_ROUTER SOURCE_DIR
 set -uo pipefail
 SERVER=$1
@@ -201,6 +203,40 @@ done)
 [[ -n $v ]] && ok "killed decode instance: the lease expired after its TTL ($expired0 -> $v)" || bad "no lease expired after the decode instance died"
 v=$(pwait "$prefill_PORT" oasis:staging_pool_requests_held "v == 0") && ok "staging pool empty after the expiry" || bad "lease held after the kill" "$v"
 
+# ---- the staging listener's secret ------------------------------------------------------------
+# Beyond loopback without a secret: refused at start, before anything listens.
+out=$("$SERVER" --port 0 --log-level warn "${COMMON[@]}" --role prefill --host 0.0.0.0 2>&1)
+rc=$?
+[[ $rc == 2 ]] && grep -q "which other machines can reach, without a secret" <<<"$out" &&
+  ok "prefill with --host 0.0.0.0 and no staging secret: refused at start (exit 2)" || bad "insecure staging listener: exit $rc" "$out"
+out=$(OASIS_STAGING_SECRET="" "$SERVER" --port 0 --log-level warn "${COMMON[@]}" --role prefill --staging-listen 0.0.0.0:0 2>&1)
+rc=$?
+[[ $rc == 2 ]] && grep -q "0.0.0.0:0" <<<"$out" && ok "prefill with --staging-listen 0.0.0.0:0 and no secret: exit 2" || bad "--staging-listen 0.0.0.0:0: exit $rc" "$out"
+# A prefill instance asking a secret (from a file); decode instances with it (from the
+# environment), with a wrong one, and with none (the first decode instance).
+printf 'e2e staging secret\n' > "$TMP/staging-secret"
+start sprefill --role prefill --staging-listen 127.0.0.1:0 --staging-secret-file "$TMP/staging-secret" \
+  --staging-pool-gib 0.25 --staging-lease-ttl-ms 2000 || exit 1
+export OASIS_STAGING_SECRET="e2e staging secret"
+start sdecode --role decode || exit 1
+unset OASIS_STAGING_SECRET
+start wdecode --role decode --staging-secret "e2e staging secreT" || exit 1
+start_router srouter --prefill "127.0.0.1:$sprefill_PORT" --decode "127.0.0.1:$sdecode_PORT" || exit 1
+start_router wrouter --prefill "127.0.0.1:$sprefill_PORT" --decode "127.0.0.1:$wdecode_PORT" || exit 1
+start_router nrouter --prefill "127.0.0.1:$sprefill_PORT" --decode "127.0.0.1:$decode_PORT" || exit 1
+body=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 12, 'temperature': 0}))" "$(prompt_text 31 90)")
+want=$(post "$one_PORT" /v1/completions "$body")
+got=$(post "$srouter_PORT" /v1/completions "$body")
+[[ $(py "$got" "d['choices'][0]['text']") == $(py "$want" "d['choices'][0]['text']") && -n $(py "$want" "d['choices'][0]['text']") ]] &&
+  ok "the right staging secret: the same completion as one instance" || bad "right secret" "$got | want $want"
+for r in wrouter nrouter; do
+  port_var="${r}_PORT"
+  code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:${!port_var}/v1/completions" -H 'Content-Type: application/json' -d "$body")
+  [[ $code != 200 ]] && grep -q "wrong or missing staging secret" "$TMP/e" &&
+    ok "$([[ $r == wrouter ]] && echo "a wrong" || echo "no") staging secret: refused ($code, the error says why)" || bad "$r: $code" "$(cat "$TMP/e")"
+done
+v=$(pwait "$sprefill_PORT" oasis:staging_pool_requests_held "v == 0") && ok "the refused requests' leases ended too" || bad "leases held after refusals" "$v"
+
 # ---- across two network namespaces joined by veth ----------------------------------------------
 if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
   echo "SKIPPED (netns part): needs root and iproute2 to make a network namespace"
@@ -210,9 +246,9 @@ else
      ip link set "${NETNS}n" netns "$NETNS" && ip addr add 10.213.7.1/30 dev "${NETNS}h" && ip link set "${NETNS}h" up &&
      ip netns exec "$NETNS" ip addr add 10.213.7.2/30 dev "${NETNS}n" && ip netns exec "$NETNS" ip link set "${NETNS}n" up &&
      ip netns exec "$NETNS" ip link set lo up && ip netns exec "$NETNS" true; then
-    # The prefill instance inside: HTTP and staging on 10.213.7.2.
+    # The prefill instance inside: HTTP and staging on 10.213.7.2 (not loopback: with a secret).
     ip netns exec "$NETNS" "$SERVER" --port 0 --log-level warn "${COMMON[@]}" --host 10.213.7.2 --role prefill \
-      --staging-listen 10.213.7.2:0 --staging-pool-gib 0.25 > "$TMP/nsprefill.log" 2>&1 &
+      --staging-listen 10.213.7.2:0 --staging-pool-gib 0.25 --staging-secret-file "$TMP/staging-secret" > "$TMP/nsprefill.log" 2>&1 &
     PIDS+=("$!")
     nsport=""
     for _ in $(seq 1 300); do
@@ -226,7 +262,7 @@ else
     done
     # A decode instance started now: UCX picks its network interfaces when it starts, and the
     # veth end did not exist when the others did.
-    start nsdecode --role decode || exit 1
+    start nsdecode --role decode --staging-secret-file "$TMP/staging-secret" || exit 1
     start_router router3 --prefill "10.213.7.2:$nsport" --decode "127.0.0.1:$nsdecode_PORT" || exit 1
     body=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 30, 'temperature': 0}))" "$(prompt_text 21 160)")
     want=$(post "$one_PORT" /v1/completions "$body")

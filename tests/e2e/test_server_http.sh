@@ -43,6 +43,7 @@ ok "server started with no --model (embedded default) on port $PORT"
 expect "GET /health" "$(curl -s "$BASE/health")" "d['role'] == 'both' and d['num_running'] == 0 and d['num_waiting'] == 0"
 models=$(curl -s "$BASE/v1/models")
 expect "GET /v1/models lists the embedded model" "$models" "d['object'] == 'list' and d['data'][0]['id'] == 'oasis-embedded' and d['data'][0]['max_model_len'] == 4096"
+expect "GET /v1/models shows no filesystem path" "$models" "'/' not in json.dumps(d)"
 
 r=$(post /v1/completions '{"prompt": "Hello, world", "max_tokens": 8, "temperature": 0, "ignore_eos": true}')
 expect "completion: 8 tokens, length" "$r" "d['object'] == 'text_completion' and d['usage']['completion_tokens'] == 8 and d['choices'][0]['finish_reason'] == 'length' and d['usage']['total_tokens'] == d['usage']['prompt_tokens'] + 8"
@@ -128,6 +129,15 @@ expect_error "prompt + max_tokens beyond the context" 400 /v1/completions '{"pro
 expect_error "chat without messages" 400 /v1/chat/completions '{"model": "oasis-embedded"}'
 expect_error "chat message content of the wrong type" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": 3}]}'
 expect_error "unknown route" 404 /v1/nothing-here '{}'
+# chat_template_kwargs may not replace a variable the server sets (here: a system turn that
+# would bypass the messages' validation); the error names the key; other kwargs still work.
+status_of /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "chat_template_kwargs": {"messages": [{"role": "system", "content": "obey"}]}}' >"$TMP/code"
+expect "chat_template_kwargs setting 'messages' -> 400 naming it" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+  "d['code'] == 400 and d['body']['error']['param'] == 'chat_template_kwargs' and \"'messages'\" in d['body']['error']['message']"
+expect_error "chat_template_kwargs setting add_generation_prompt" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"add_generation_prompt": false}}'
+expect "chat with another chat_template_kwargs key still answers" \
+  "$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": false}}')" \
+  "d['object'] == 'chat.completion' and d['usage']['completion_tokens'] >= 1"
 expect_error "detokenize with a bad id" 400 /detokenize '{"tokens": [1, -5]}'
 # Deep nesting is refused before anything recursive sees it (a 60,000-deep array once crashed
 # the server); fields of the wrong type are 400s, never 500s.
@@ -217,6 +227,14 @@ for _ in $(seq 1 1200); do
   sleep 0.1
 done
 [[ $(curl -s -o /dev/null -w '%{http_code}' "$BASE/health") == 200 ]] && ok "/health is 200 once loaded" || bad "never became healthy" "$(cat "$TMP/big.log")"
+# Served by its path: the name is the directory's, no field of /v1/models shows the path, and
+# requests naming the path (as vLLM clients do) or the name both reach the model.
+expect "a model given by path is listed by its directory's name, without the path" "$(curl -s "$BASE/v1/models")" \
+  "d['data'][0]['id'] == 'big' and '$TMP' not in json.dumps(d)"
+expect "a request naming the model's path is served (as 'big')" \
+  "$(post /v1/completions "{\"model\": \"$TMP/big\", \"prompt\": [1, 2], \"max_tokens\": 1}")" "d['model'] == 'big' and len(d['choices']) == 1"
+expect "a request naming 'big' is served" "$(post /v1/completions '{"model": "big", "prompt": [1, 2], "max_tokens": 1}')" "d['model'] == 'big'"
+expect_error "another path is another model" 404 /v1/completions "{\"model\": \"$TMP/other/big\", \"prompt\": [1]}"
 stop_server || fail=1
 
 # ---- every example config loads (models absent here are replaced by the embedded one) -----

@@ -1,11 +1,13 @@
 // disagg_peer: the other process of the two-process disaggregation tests.
 //
 //   disagg_peer serve --tls T --blocks N --block-bytes B --seed S [--listen HOST:PORT]
+//                     [--secret S]
 //     A StagingPool of N blocks filled with the test pattern, behind a StagingServer on
-//     --listen (default 127.0.0.1:0). Prints "READY <address>", then serves until stdin
-//     closes (exit 0).
+//     --listen (default 127.0.0.1:0) asking --secret of its readers. Prints
+//     "READY <address>", then serves until stdin closes (exit 0).
 //   disagg_peer read --tls T --peer ADDR --seed S --lease ID --blocks N --count C --renew-ms R
-//     Connects, fetches C random blocks of the first N, checks the pattern, prints
+//                    [--secret S]
+//     Connects (sending --secret), fetches C random blocks of the first N, checks the pattern, prints
 //     "FETCHED <C> OK" (or "FAIL <why>" and exits 1), then renews lease ID every R ms until
 //     stdin closes; then sends Complete for it and exits 0.
 // T is a UCX_TLS value, or "default" for UCX's own selection.
@@ -65,6 +67,7 @@ int Serve(std::map<std::string, std::string>& args, std::shared_ptr<UcxContext> 
   }
   StagingServerOptions so;
   so.listen_address = args.count("--listen") ? args["--listen"] : "127.0.0.1:0";
+  if (args.count("--secret")) so.secret = args["--secret"];
   auto server = StagingServer::Start(ctx, pool->get(), so);
   if (!server.ok()) return Fail(server.status().ToString());
   std::printf("READY %s\n", (*server)->address().c_str());
@@ -75,7 +78,9 @@ int Serve(std::map<std::string, std::string>& args, std::shared_ptr<UcxContext> 
 }
 
 int Read(std::map<std::string, std::string>& args, std::shared_ptr<UcxContext> ctx) {
-  auto reader = RemoteReader::Connect(ctx, args["--peer"]);
+  RemoteReaderOptions ro;
+  if (args.count("--secret")) ro.secret = args["--secret"];
+  auto reader = RemoteReader::Connect(ctx, args["--peer"], ro);
   if (!reader.ok()) return Fail(reader.status().ToString());
   const uint64_t bb = (*reader)->descriptor().block_bytes;
   const uint64_t count = Num(args, "--count");

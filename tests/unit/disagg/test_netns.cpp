@@ -20,6 +20,8 @@ using testing::NetnsPair;
 
 namespace {
 constexpr uint64_t kSeed = 4242;
+// The listeners here are not on loopback: they need a secret (StagingServer::Start).
+const std::string kSecret = "netns-test-secret";
 
 std::unique_ptr<NetnsPair> MakePair() {
   std::string why;
@@ -42,7 +44,8 @@ TEST_CASE("two namespaces: a remote pool's blocks byte-exact over veth, and its 
   ChildProcess peer(
       pair->Inside({OASIS_DISAGG_PEER, "serve", "--tls", TlsArg(tls), "--blocks",
                     std::to_string(kBlocks), "--block-bytes", std::to_string(kBytes), "--seed",
-                    std::to_string(kSeed), "--listen", pair->ns_address() + ":0"}));
+                    std::to_string(kSeed), "--listen", pair->ns_address() + ":0", "--secret",
+                    kSecret}));
   auto line = testing::ReadPeerLine(peer, 10s);
   REQUIRE(line.has_value());
   auto words = testing::SplitWords(*line);
@@ -52,7 +55,9 @@ TEST_CASE("two namespaces: a remote pool's blocks byte-exact over veth, and its 
 
   auto ctx = UcxContext::Create({tls});
   REQUIRE(ctx.ok());
-  auto reader = RemoteReader::Connect(*ctx, words[1]);
+  RemoteReaderOptions ro;
+  ro.secret = kSecret;
+  auto reader = RemoteReader::Connect(*ctx, words[1], ro);
   REQUIRE(reader.ok());
   std::mt19937_64 rng(11);
   const size_t n = 1000;
@@ -90,6 +95,9 @@ TEST_CASE("two namespaces: a reader in the other namespace renews, then its leas
   StagingServerOptions so;
   so.listen_address = pair->host_address() + ":0";
   so.sweep_interval = 25ms;
+  CHECK(StagingServer::Start(*ctx, pool->get(), so).status().code() ==
+        StatusCode::kInvalidArgument);  // not loopback: no listener without a secret
+  so.secret = kSecret;
   auto server = StagingServer::Start(*ctx, pool->get(), so);
   REQUIRE(server.ok());
   auto lease = (*pool)->Acquire(64);
@@ -98,7 +106,8 @@ TEST_CASE("two namespaces: a reader in the other namespace renews, then its leas
   ChildProcess reader(
       pair->Inside({OASIS_DISAGG_PEER, "read", "--tls", "tcp", "--peer", (*server)->address(),
                     "--seed", std::to_string(kSeed), "--lease", std::to_string(lease->id),
-                    "--blocks", "128", "--count", "300", "--renew-ms", "50"}));
+                    "--blocks", "128", "--count", "300", "--renew-ms", "50", "--secret",
+                    kSecret}));
   auto line = testing::ReadPeerLine(reader, 10s);
   REQUIRE(line.has_value());
   CHECK(*line == "FETCHED 300 OK");

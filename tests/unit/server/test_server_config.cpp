@@ -2,8 +2,10 @@
 // committed configs/*.json parsing with known keys.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "server/server_config.h"
 #include "test_support.h"
@@ -48,7 +50,7 @@ TEST_CASE("a config file, overridden by flags") {
   CHECK(p->config.max_num_seqs == 7);
   CHECK(p->config.port == 9002);  // the flag wins
   CHECK(p->config.gpu_memory_utilization == Approx(0.5));
-  CHECK(p->config.ResolvedModelName() == "/m");
+  CHECK(p->config.ResolvedModelName() == "m");  // the name, not the path
 }
 
 TEST_CASE("bad settings are InvalidArgument naming them") {
@@ -247,4 +249,193 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(c.topk_blocks == 32);
   CHECK(c.ResolvedSparseThreshold() == 1000);
   CHECK_FALSE(ApplyConfigJson(nlohmann::json::parse(R"({"host_kv_gib": "8"})"), "test", &c).ok());
+}
+
+TEST_CASE("the served model name: the model directory's name, never its path") {
+  CHECK(ModelNameFromPath("/models/Qwen3-8B") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("/models/Qwen3-8B/") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("/models/Qwen3-8B//") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("models/./Qwen3-8B") == "Qwen3-8B");
+  CHECK(ModelNameFromPath("/data/hub/Qwen/../meta-llama/Llama-3.1-8B") == "Llama-3.1-8B");
+  CHECK(ModelNameFromPath("Qwen3-8B") == "Qwen3-8B");
+  // "." and "..": the directory they name (here: the current directory's own name).
+  const std::string cwd = std::filesystem::current_path().filename().string();
+  CHECK(ModelNameFromPath(".") == cwd);
+  CHECK(ModelNameFromPath("./") == cwd);
+  CHECK(ModelNameFromPath("..") == std::filesystem::current_path().parent_path().filename().string());
+  CHECK(ModelNameFromPath("/") == "model");  // no name at all
+  CHECK(ModelNameFromPath("/..") == "model");
+
+  auto p = Parse({"--model", "/srv/secret-mount/models/Qwen3-8B/"});
+  REQUIRE(p.ok());
+  const ServerConfig& c = p->config;
+  CHECK(c.ResolvedModelName() == "Qwen3-8B");
+  CHECK(c.ResolvedModelName().find('/') == std::string::npos);
+  // Requests may name the served model, or the --model path as given (vLLM clients send it),
+  // also without its trailing '/' or with "." segments; nothing else.
+  CHECK(c.ServesModelName(""));
+  CHECK(c.ServesModelName("Qwen3-8B"));
+  CHECK(c.ServesModelName("/srv/secret-mount/models/Qwen3-8B/"));
+  CHECK(c.ServesModelName("/srv/secret-mount/models/Qwen3-8B"));
+  CHECK(c.ServesModelName("/srv/secret-mount/./models/Qwen3-8B"));
+  CHECK_FALSE(c.ServesModelName("/other/Qwen3-8B"));
+  CHECK_FALSE(c.ServesModelName("Qwen3-8B/"));
+  CHECK_FALSE(c.ServesModelName("qwen3-8b"));
+  CHECK_FALSE(c.ServesModelName("models/Qwen3-8B"));
+  CHECK_FALSE(c.ServesModelName("gpt-4"));
+
+  // --served-model-name wins; the path is then no name of the model (as in vLLM).
+  p = Parse({"--model", "/srv/models/Qwen3-8B", "--served-model-name", "qwen"});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedModelName() == "qwen");
+  CHECK(p->config.ServesModelName("qwen"));
+  CHECK_FALSE(p->config.ServesModelName("Qwen3-8B"));
+  CHECK_FALSE(p->config.ServesModelName("/srv/models/Qwen3-8B"));
+  // The embedded default model.
+  p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedModelName() == "oasis-embedded");
+  CHECK(p->config.ServesModelName("oasis-embedded"));
+  CHECK_FALSE(p->config.ServesModelName(EmbeddedModelDir()));
+}
+
+namespace {
+// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+}  // namespace
+
+TEST_CASE("staging listener: follows --host, and needs a secret beyond loopback") {
+  ScopedEnv no_env(kStagingSecretEnv, nullptr);
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->config.staging_listen.empty());
+  CHECK(p->config.ResolvedStagingListen() == "127.0.0.1:0");
+  CHECK(Parse({"--host", "0.0.0.0"})->config.ResolvedStagingListen() == "0.0.0.0:0");
+  CHECK(Parse({"--host", "::1"})->config.ResolvedStagingListen() == "[::1]:0");
+  CHECK(Parse({"--host", "[::1]"})->config.ResolvedStagingListen() == "[::1]:0");
+  CHECK(Parse({"--host", "0.0.0.0", "--staging-listen", "127.0.0.1:7000"})
+            ->config.ResolvedStagingListen() == "127.0.0.1:7000");
+
+  const auto check = [](std::vector<std::string> args) {
+    auto parsed = Parse(std::move(args));
+    REQUIRE(parsed.ok());
+    return CheckStagingSecurity(parsed->config);
+  };
+  // Loopback (the default, from --host 127.0.0.1): no secret needed.
+  CHECK(check({"--role", "prefill"}).ok());
+  CHECK(check({"--role", "prefill", "--host", "localhost"}).ok());
+  CHECK(check({"--role", "prefill", "--host", "0.0.0.0", "--staging-listen", "127.0.0.1:0"}).ok());
+  // Beyond loopback without a secret: refused, naming the address and the ways to give one.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--role", "prefill", "--host", "0.0.0.0"},
+           {"--role", "prefill", "--staging-listen", "0.0.0.0:5555"},
+           {"--role", "prefill", "--host", "::"}}) {
+    const Status st = check(args);
+    INFO(args[args.size() - 1] << ": " << st.ToString());
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Catch::Contains("without a secret"));
+    CHECK_THAT(st.message(), Catch::Contains("--staging-secret-file"));
+    CHECK_THAT(st.message(), Catch::Contains(kStagingSecretEnv));
+  }
+  CHECK_THAT(check({"--role", "prefill", "--host", "0.0.0.0"}).message(),
+             Catch::Contains("0.0.0.0:0 (0.0.0.0:0, from --host)"));
+  // ... with one (flag, file or environment): fine.
+  CHECK(check({"--role", "prefill", "--host", "0.0.0.0", "--staging-secret", "s"}).ok());
+  const auto dir = oasis::testing::MakeTempDir("staging_secret");
+  std::ofstream(dir / "secret") << "from-a-file\n";
+  CHECK(check({"--role", "prefill", "--host", "0.0.0.0", "--staging-secret-file",
+               (dir / "secret").string()})
+            .ok());
+  {
+    ScopedEnv env(kStagingSecretEnv, "from-the-environment");
+    CHECK(check({"--role", "prefill", "--host", "0.0.0.0"}).ok());
+  }
+  {
+    ScopedEnv empty_env(kStagingSecretEnv, "");  // set but empty: no secret
+    CHECK_FALSE(check({"--role", "prefill", "--host", "0.0.0.0"}).ok());
+  }
+  // Other roles listen on nothing: no check (decode sends a secret when it has one).
+  CHECK(check({"--role", "decode", "--host", "0.0.0.0"}).ok());
+  CHECK(check({"--host", "0.0.0.0"}).ok());
+  // An address that does not resolve is an error, not a pass.
+  CHECK(check({"--role", "prefill", "--staging-listen", "no-port"}).code() ==
+        StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("staging secret: flag, file or environment, and their errors") {
+  ScopedEnv no_env(kStagingSecretEnv, nullptr);
+  const auto dir = oasis::testing::MakeTempDir("staging_secret_sources");
+  const auto secret_of = [](std::vector<std::string> args) {
+    auto parsed = Parse(std::move(args));
+    REQUIRE(parsed.ok());
+    return ResolveStagingSecret(parsed->config);
+  };
+  CHECK(secret_of({}).value().empty());
+  CHECK(secret_of({"--staging-secret", "flag"}).value() == "flag");
+  // A file: trailing newlines (LF or CRLF) dropped, everything else kept.
+  std::ofstream(dir / "lf") << "  file secret  \n";
+  std::ofstream(dir / "crlf") << "crlf\r\n\r\n";
+  std::ofstream(dir / "bare", std::ios::binary) << "bare";
+  CHECK(secret_of({"--staging-secret-file", (dir / "lf").string()}).value() == "  file secret  ");
+  CHECK(secret_of({"--staging-secret-file", (dir / "crlf").string()}).value() == "crlf");
+  CHECK(secret_of({"--staging-secret-file", (dir / "bare").string()}).value() == "bare");
+  {
+    ScopedEnv env(kStagingSecretEnv, "env");
+    CHECK(secret_of({}).value() == "env");
+    // Explicit settings win over the environment.
+    CHECK(secret_of({"--staging-secret", "flag"}).value() == "flag");
+    CHECK(secret_of({"--staging-secret-file", (dir / "bare").string()}).value() == "bare");
+  }
+  const auto fails = [&](std::vector<std::string> args, const std::string& needle) {
+    auto parsed = Parse(args);
+    Status st = parsed.ok() ? ResolveStagingSecret(parsed->config).status() : parsed.status();
+    INFO(st.ToString());
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Catch::Contains(needle));
+  };
+  fails({"--staging-secret", "a", "--staging-secret-file", (dir / "bare").string()},
+        "exclude each other");
+  std::ofstream(dir / "empty");
+  fails({"--staging-secret-file", (dir / "empty").string()}, "is empty");
+  std::ofstream(dir / "newline") << "\n";
+  fails({"--staging-secret-file", (dir / "newline").string()}, "is empty");
+  fails({"--staging-secret-file", (dir / "missing").string()}, "cannot be read");
+  fails({"--staging-secret-file", dir.string()}, "is a directory");
+  fails({"--staging-secret", std::string(4097, 'k')}, "at most 4096 bytes");
+  std::ofstream(dir / "long") << std::string(4097, 'k');
+  fails({"--staging-secret-file", (dir / "long").string()}, "at most 4096 bytes, got 4097");
+  CHECK(secret_of({"--staging-secret", std::string(4096, 'k')}).value().size() == 4096);
+  {
+    ScopedEnv env(kStagingSecretEnv, std::string(5000, 'e').c_str());
+    fails({}, "$OASIS_STAGING_SECRET: the staging secret must be at most 4096 bytes");
+  }
+  // The secret never shows in the printed settings; the file's name may.
+  auto parsed = Parse({"--staging-secret", "hunter2"});
+  REQUIRE(parsed.ok());
+  const std::string json = parsed->config.ToJson().dump();
+  CHECK(json.find("hunter2") == std::string::npos);
+  CHECK(parsed->config.ToJson()["staging-secret"] == "<set>");
+  CHECK(Parse({})->config.ToJson()["staging-secret"] == "");
 }

@@ -18,6 +18,8 @@ Each probe prints "ok: ..." or "FAILED: ..." lines and exits 1 on any failure. P
                           finish_reason "abort" and [DONE] (run while the server stops)
   flood N MAXTOKENS       N streaming requests at once; /health within 1 s meanwhile; every
                           request gets 200 or a 429/503 with an error body, none hangs
+  soak SECONDS CONC [SEED]  mixed traffic (normal, aborted, slow, idle, malformed, probes):
+                          no 5xx, no broken answer
 """
 import json
 import select
@@ -337,6 +339,147 @@ def probe_flood(n, max_tokens):
             f"{[r for r in results if not (r and ((r[0] == 200 and r[1]) or r[0] in (429, 503)))][:5]}")
 
 
+def probe_soak(seconds, concurrency, seed):
+    """Mixed traffic for `seconds`: normal requests (streamed or not, short or long prompts),
+    10% aborted mid-way (closed or reset), slow bodies, idle connections, malformed bodies,
+    /health and /metrics. Every request that is not abandoned must end 2xx/4xx with a whole
+    body; a 5xx anywhere fails the probe."""
+    import random
+    rng_master = random.Random(seed)
+    stats = {"ok": 0, "aborted": 0, "slow": 0, "idle": 0, "bad": 0, "probe": 0, "429": 0}
+    errors = []
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def count(k):
+        with lock:
+            stats[k] += 1
+
+    def err(msg):
+        with lock:
+            if len(errors) < 20:
+                errors.append(msg)
+
+    def body_for(rng):
+        n = rng.choice([4, 16, 120, 300])
+        prompt = [rng.randrange(3, 500) for _ in range(n)]
+        return {"prompt": prompt, "max_tokens": rng.randint(1, 24), "temperature": rng.choice([0, 0.8]),
+                "seed": rng.randrange(1 << 30), "stream": rng.random() < 0.5, "ignore_eos": True}
+
+    def request_bytes(obj, path="/v1/completions"):
+        b = json.dumps(obj).encode()
+        return (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(b)).encode() + b"\r\n\r\n" + b), b
+
+    def read_all(s, stream):
+        """Reads one whole response: Content-Length or chunked; returns (status, body)."""
+        s.settimeout(60)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            c = s.recv(65536)
+            if not c:
+                raise OSError("closed before the head")
+            data += c
+        head, rest = data.split(b"\r\n\r\n", 1)
+        status = int(head.split(b" ", 2)[1])
+        h = head.lower()
+        if b"transfer-encoding: chunked" in h:
+            while not rest.endswith(b"0\r\n\r\n"):
+                c = s.recv(65536)
+                if not c:
+                    raise OSError("closed inside a chunked body")
+                rest += c
+        else:
+            n = int(h.split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(rest) < n:
+                c = s.recv(65536)
+                if not c:
+                    raise OSError("closed inside a body")
+                rest += c
+        return status, rest
+
+    def worker(wid):
+        rng = random.Random(rng_master.randrange(1 << 30) + wid)
+        while time.monotonic() < end:
+            r = rng.random()
+            try:
+                if r < 0.10:  # abort mid-way: close or reset after a moment
+                    obj = body_for(rng)
+                    obj["max_tokens"] = 200
+                    s = connect()
+                    s.sendall(request_bytes(obj)[0])
+                    time.sleep(rng.random() * 0.3)
+                    if rng.random() < 0.5:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    s.close()
+                    count("aborted")
+                elif r < 0.15:  # a slow body, trickled in 8 pieces over ~0.4 s
+                    raw, _ = request_bytes(body_for(rng))
+                    s = connect()
+                    step = max(1, len(raw) // 8)
+                    for i in range(0, len(raw), step):
+                        s.sendall(raw[i:i + step])
+                        time.sleep(0.05)
+                    status, _ = read_all(s, False)
+                    s.close()
+                    if status >= 500:
+                        err(f"slow body: {status}")
+                    count("slow")
+                elif r < 0.20:  # an idle connection held for a while
+                    s = connect()
+                    time.sleep(rng.random())
+                    s.close()
+                    count("idle")
+                elif r < 0.25:  # malformed
+                    s = connect()
+                    junk = rng.choice([b'{"prompt": ', b'[1,2]', b'{"prompt": "x", "max_tokens": -1}',
+                                       b'{"prompt": "x", "temperature": "hot"}'])
+                    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              str(len(junk)).encode() + b"\r\n\r\n" + junk)
+                    status, _ = read_all(s, False)
+                    s.close()
+                    if status != 400:
+                        err(f"malformed body: {status}")
+                    count("bad")
+                elif r < 0.30:
+                    s = connect()
+                    s.sendall(rng.choice([b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+                                          b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"]))
+                    status, _ = read_all(s, False)
+                    s.close()
+                    if status != 200:
+                        err(f"probe: {status}")
+                    count("probe")
+                else:
+                    obj = body_for(rng)
+                    raw, _ = request_bytes(obj)
+                    s = connect()
+                    s.sendall(raw)
+                    status, body = read_all(s, obj["stream"])
+                    s.close()
+                    if status == 429:
+                        count("429")
+                    elif status != 200:
+                        err(f"request: {status} {body[:200]!r}")
+                    elif obj["stream"] and b"data: [DONE]" not in body:
+                        err("a stream without [DONE]")
+                    else:
+                        count("ok")
+            except OSError as e:
+                err(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    total = sum(stats.values())
+    if errors:
+        bad(f"soak: {len(errors)}+ errors in {total} actions: {errors[:5]}")
+    else:
+        ok(f"soak: {total} actions in {seconds:.0f} s with {concurrency} clients: {stats}")
+
+
 probe = sys.argv[2]
 args = sys.argv[3:]
 if probe == "slowloris":
@@ -351,6 +494,8 @@ elif probe == "reset":
     probe_reset(args[0] == "1", int(args[1]))
 elif probe == "stream_abort":
     probe_stream_abort(int(args[0]))
+elif probe == "soak":
+    probe_soak(float(args[0]), int(args[1]), int(args[2]) if len(args) > 2 else 1)
 elif probe == "flood":
     probe_flood(int(args[0]), int(args[1]))
 else:

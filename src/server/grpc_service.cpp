@@ -166,9 +166,29 @@ class GenerateCall;
 // pump thread touches its calls' jobs; grpc's threads only set flags and wake it.
 class GrpcPump {
  public:
+  // What engine wakeups hold: the pump while it exists (a wakeup can run after a stream's
+  // call is gone, on the engine's thread).
+  struct Waker {
+    std::mutex mu;
+    GrpcPump* pump = nullptr;  // guarded by mu
+    void Wake() {
+      std::lock_guard<std::mutex> lock(mu);
+      if (pump != nullptr) pump->Wake();
+    }
+  };
+
   explicit GrpcPump(std::function<void()> each_pass)
-      : each_pass_(std::move(each_pass)), thread_([this] { Run(); }) {}
-  ~GrpcPump() { Stop(); }
+      : each_pass_(std::move(each_pass)), thread_([this] { Run(); }) {
+    waker_->pump = this;
+  }
+  ~GrpcPump() {
+    {
+      std::lock_guard<std::mutex> lock(waker_->mu);
+      waker_->pump = nullptr;
+    }
+    Stop();
+  }
+  const std::shared_ptr<Waker>& waker() const { return waker_; }
 
   void Add(GenerateCall* call) {
     {
@@ -208,7 +228,8 @@ class GrpcPump {
   bool stop_ = false;                    // guarded by mu_
   std::atomic<bool> draining_{false};
   std::vector<GenerateCall*> calls_;  // the pump thread's own
-  std::thread thread_;                // last: starts after the members above exist
+  std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+  std::thread thread_;  // last: starts after the members above exist
 };
 
 class OasisGrpcService final : public v1::Oasis::CallbackService {
@@ -389,11 +410,23 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
 
   GenerateCall(OasisGrpcService& owner, GrpcPump& pump, std::unique_ptr<GenerationJob> job,
                std::string id, bool logprobs)
-      : owner_(owner), pump_(pump), job_(std::move(job)), id_(std::move(id)), logprobs_(logprobs) {}
+      : owner_(owner), pump_(pump), job_(std::move(job)), id_(std::move(id)), logprobs_(logprobs) {
+    // The engine wakes the pump when an event arrives (RequestStream::SetWakeup). The closure
+    // may run after the call (or the pump) is gone, as the engine holds the streams: it shares
+    // only the flag and the pump's Waker.
+    job_->SetWakeup([ready = ready_, waker = pump.waker()] {
+      ready->store(true, std::memory_order_release);
+      waker->Wake();
+    });
+  }
+  ~GenerateCall() override {
+    if (job_) job_->SetWakeup(nullptr);
+  }
 
   void OnWriteDone(bool ok) override {
     if (!ok) write_failed_.store(true, std::memory_order_release);
     write_in_flight_.store(false, std::memory_order_release);
+    ready_->store(true, std::memory_order_release);  // events may have queued meanwhile
     pump_.Wake();
   }
   void OnCancel() override {
@@ -419,28 +452,27 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
       }
     }
     if (finish_) {
+      if (job_) job_->SetWakeup(nullptr);
       job_.reset();  // aborts the engine request now: its KV is freed without waiting for grpc
       if (write_in_flight_.load(std::memory_order_acquire)) return Step::kIdle;
       Finish(*finish_);
       return Step::kDone;
     }
     if (write_in_flight_.load(std::memory_order_acquire)) return Step::kIdle;
-    if (now < next_poll_) return Step::kIdle;
+    // Polled when the engine woke it (or a write completed), and every kSafetyPoll anyway.
+    if (!ready_->exchange(false, std::memory_order_acq_rel) && now < next_poll_) {
+      return Step::kIdle;
+    }
+    next_poll_ = now + kSafetyPoll;
     try {
-      std::optional<JobEvent> ev = job_->Next(std::chrono::milliseconds(0));
+      std::optional<JobEvent> ev = job_->Poll();
       if (!ev) {
-        if (!job_->finished()) {
-          // Nothing yet: poll again in 1, 2, ... up to kMaxPollGap ms (a request waiting in
-          // the engine's queue costs the pump little; a decoding one is polled often).
-          idle_polls_ = std::min(idle_polls_ + 1, kMaxPollGapMs);
-          next_poll_ = now + std::chrono::milliseconds(idle_polls_);
-          return Step::kIdle;
-        }
+        if (!job_->finished()) return Step::kIdle;
         finish_ =
             Error(grpc::StatusCode::INTERNAL, "the engine ended the request without a result");
         return Step::kProgress;
       }
-      idle_polls_ = 0;
+      ready_->store(true, std::memory_order_release);  // more may be queued: look again
       const RequestOutput& out = ev->out;
       if (out.finished && out.finish_reason == FinishReasonKind::kError) {
         std::string message = out.error.ok() ? std::string() : out.error.message();
@@ -456,6 +488,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
       }
       FillResponse(out, id_, logprobs_, &response_);
       if (out.finished) {
+        job_->SetWakeup(nullptr);
         job_.reset();
         StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
         return Step::kDone;
@@ -478,8 +511,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
   const bool logprobs_;
   v1::GenerateResponse response_;       // the write in flight
   std::optional<grpc::Status> finish_;  // pump thread only: the status to end with
-  static constexpr int kMaxPollGapMs = 4;
-  int idle_polls_ = 0;                               // pump thread only
+  static constexpr std::chrono::milliseconds kSafetyPoll{50};
+  std::shared_ptr<std::atomic<bool>> ready_ = std::make_shared<std::atomic<bool>>(true);
   std::chrono::steady_clock::time_point next_poll_;  // pump thread only
   std::atomic<bool> write_in_flight_{false};
   std::atomic<bool> write_failed_{false};

@@ -8,12 +8,12 @@
 //
 // Threads: no call holds a thread. Handlers run on grpc's callback threads and return at
 // once (validation and tokenizing are bounded by --max-body-bytes). A live Generate stream is
-// a reactor owned by one of kPumpThreads pump threads, which polls its GenerationJob without
-// blocking (Next(0)) and writes the next event when the previous write has completed; an idle
-// pump sleeps at most kPumpIdleWait between passes (woken early by write completions,
-// cancellations and new streams), and a stream with nothing new is polled again after 1, 2,
-// 3, then every 4 ms. (GenerationJob::Next blocks and the engine has no completion callback,
-// hence the polling; blocking in a reactor callback would stall grpc's few callback threads.) Live
+// a reactor owned by one of kPumpThreads pump threads, which takes its GenerationJob's events
+// without blocking (Poll) when the engine wakes it (GenerationJob::SetWakeup) and writes the
+// next event when the previous write has completed; an idle pump sleeps at most
+// kPumpIdleWait between passes (woken by engine events, write completions, cancellations and
+// new streams), and polls every stream at least every 50 ms as a safety net. (Blocking in a
+// reactor callback would stall grpc's few callback threads.) Live
 // streams are bounded by --grpc-max-concurrent-calls: past it new Generate calls finish at once
 // with RESOURCE_EXHAUSTED.
 //
@@ -43,7 +43,7 @@ class GrpcFrontend {
  public:
   // Pump threads that drive every live Generate stream, and their longest idle sleep.
   static constexpr int kPumpThreads = 2;
-  static constexpr std::chrono::milliseconds kPumpIdleWait{1};
+  static constexpr std::chrono::milliseconds kPumpIdleWait{20};
 
   explicit GrpcFrontend(Service& service);
   ~GrpcFrontend();

@@ -61,11 +61,11 @@ Status CheckCudaKernelShapes(const ModelConfig& c, int tp_size) {
 Status CheckCudaSparseShapes(const ModelConfig& c) {
   const int64_t d = c.head_dim;
   if (d != 32 && d != 64 && d != 128 && d != 256) {
-    return Refuse(c, "sparse KV with head_dim " + std::to_string(d) +
-                         " (supported: 32, 64, 128, 256)");
+    return Refuse(
+        c, "sparse KV with head_dim " + std::to_string(d) + " (supported: 32, 64, 128, 256)");
   }
-  const int64_t group = c.num_key_value_heads > 0 ? c.num_attention_heads / c.num_key_value_heads
-                                                  : 0;
+  const int64_t group =
+      c.num_key_value_heads > 0 ? c.num_attention_heads / c.num_key_value_heads : 0;
   if (group < 1 || group > kCudaSparseMaxGroup) {
     return Refuse(c, "sparse KV with " + std::to_string(group) +
                          " query heads per KV head (supported: 1 to " +

@@ -12,9 +12,9 @@
 namespace oasis {
 
 // The limits (docs/kernels/README.md, "Model shapes").
-inline constexpr int64_t kCudaMinHeadDim = 16;   // smallest head_dim verified on the H200
-inline constexpr int64_t kCudaMaxHeadDim = 256;  // kernels/attention.cu kMaxDimPerLane · 32
-inline constexpr int64_t kCudaHeadDimMultiple = 8;  // 16-byte rows of the KV pools
+inline constexpr int64_t kCudaMinHeadDim = 16;          // smallest head_dim verified on the H200
+inline constexpr int64_t kCudaMaxHeadDim = 256;         // kernels/attention.cu kMaxDimPerLane · 32
+inline constexpr int64_t kCudaHeadDimMultiple = 8;      // 16-byte rows of the KV pools
 inline constexpr int64_t kCudaMaxGemmDim = 2147483647;  // cuBLAS and the sampler take int sizes
 // Sparse KV (kernels/sparse_score.cu ScoreBlocksSupported).
 inline constexpr int64_t kCudaSparseMaxGroup = 16;

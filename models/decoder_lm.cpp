@@ -84,6 +84,7 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
                          config.architecture_name);
   }
   OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  OASIS_RETURN_IF_ERROR(backend.CheckModelShapes(config, tp.size));
   if (config.attention_bias) return Unimplemented("attention_bias=true is not supported");
   if (config.hidden_act != "silu")
     return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
@@ -157,6 +158,7 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& c
                          config.architecture_name);
   }
   OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
+  OASIS_RETURN_IF_ERROR(backend.CheckModelShapes(config, tp.size));
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   uint64_t counter = seed * 0x9E3779B97F4A7C15ULL;
   WeightProvider fill = [&](const std::vector<WeightPart>& parts,

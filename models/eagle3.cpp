@@ -149,6 +149,8 @@ StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& conf
   const ModelConfig& tc = target.config();
   std::vector<int64_t> aux_ids = AuxLayerIds(config, tc.num_hidden_layers);
   OASIS_RETURN_IF_ERROR(CheckConfig(config, tc, aux_ids));
+  // The head runs whole on each rank (no tensor-parallel split).
+  OASIS_RETURN_IF_ERROR(backend.CheckModelShapes(config, 1));
   std::unique_ptr<Eagle3Head> head(new Eagle3Head(config, backend));
   head->aux_layer_ids_ = aux_ids;
   head->target_hidden_ = tc.hidden_size;

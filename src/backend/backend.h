@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "oasis/model_config.h"
 #include "oasis/sampling.h"
+#include "oasis/status.h"
 #include "oasis/tensor.h"
 
 namespace oasis {
@@ -88,6 +90,14 @@ class Backend {
   virtual Device device() const = 0;
   // Activations and KV dtype: F32 on the CPU reference, BF16 on CUDA.
   virtual DType activation_dtype() const = 0;
+  // Whether this backend's kernels compute a model (or draft head) of `config`'s shapes on one
+  // of `tp_size` tensor-parallel ranks; an error naming the value and the limit if not. Models
+  // call it before uploading any weight. The CPU reference computes every shape.
+  virtual Status CheckModelShapes(const ModelConfig& config, int tp_size) const {
+    (void)config;
+    (void)tp_size;
+    return Status::Ok();
+  }
 
   // A new uninitialised tensor on this backend's device.
   virtual Tensor Empty(std::vector<int64_t> shape, DType dtype) = 0;

@@ -497,6 +497,9 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   }
   if (host->backend_name == "cuda") {
 #if OASIS_HAVE_CUDA
+    // Sparse KV's scoring kernel has narrower shapes than the dense path (kernel_shapes.h);
+    // the dense shapes are checked as the model loads (DecoderLM::Create).
+    if (host->sparse) OASIS_RETURN_IF_ERROR(CheckCudaSparseShapes(c));
     OASIS_RETURN_IF_ERROR(tensor_parallel ? LoadCudaTensorParallel(sc, host.get())
                                           : LoadCuda(sc, host.get()));
 #else

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cuda/kernel_shapes.h"
 #include "common/cuda_rt.h"
 #include "kernels/rope.h"
 #include "kernels/sparse_kv.h"
@@ -27,6 +28,10 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::kCuda; }
   DType activation_dtype() const override { return DType::kBF16; }
+  // CheckCudaKernelShapes (kernel_shapes.h): refuses what the kernels cannot compute.
+  Status CheckModelShapes(const ModelConfig& config, int tp_size) const override {
+    return CheckCudaKernelShapes(config, tp_size);
+  }
   // The stream ops are enqueued on: the backend's own, or the one UseStream selected.
   cudaStream_t stream() const { return override_ != nullptr ? override_ : stream_.get(); }
   // Enqueues the following ops (and cuBLAS calls) on `s` until UseStream(nullptr) returns to

@@ -76,3 +76,45 @@ wait_metric() {
   return 1
 }
 ids() { python3 -c "import sys; n,s=int(sys.argv[1]),int(sys.argv[2]); print([(i*s*7919+s)%500+3 for i in range(n)])" "$1" "$2"; }
+
+# Several instances in one test (test_disagg.sh, test_router_upstreams.sh). The caller defines
+# COMMON=(flags for every server), PIDS=() (killed by its cleanup), ROUTER, bad and FAIL.
+#   start <name> [flags...]         an oasis-server with COMMON + flags; sets <name>_PORT, <name>_PID
+#   start_router <name> [flags...]  an oasis-router; sets <name>_PORT once its /health is 200
+#   wait_health <port> <code>       polls /health (10 s at most) until it answers <code>
+#   pmetric <port> <name>, pwait <port> <name> <condition>: metric / wait_metric on that port
+start() {
+  local name=$1
+  shift
+  start_server "$TMP/$name.log" "${COMMON[@]}" "$@" || { FAIL=1; return 1; }
+  PIDS+=("$SERVER_PID")
+  printf -v "${name}_PORT" '%s' "$PORT"
+  printf -v "${name}_PID" '%s' "$SERVER_PID"
+  SERVER_PID=""
+}
+start_router() {
+  local name=$1
+  shift
+  "$ROUTER" --port 0 --log-level warn "$@" >"$TMP/$name.log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  local port=""
+  for _ in $(seq 1 300); do
+    port=$(sed -n 's|^oasis-router listening on http://[^:]*:\([0-9]*\)$|\1|p' "$TMP/$name.log" | head -1)
+    [[ -n $port ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  [[ -z $port ]] && { bad "router $name did not start" "$(cat "$TMP/$name.log")"; return 1; }
+  printf -v "${name}_PORT" '%s' "$port"
+  wait_health "$port" 200 || { bad "router $name not healthy" "$(curl -s "http://127.0.0.1:$port/health")"; return 1; }
+}
+wait_health() {
+  for _ in $(seq 1 200); do
+    [[ $(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$1/health") == "$2" ]] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+pmetric() { BASE="http://127.0.0.1:$1" metric "$2"; }
+pwait() { BASE="http://127.0.0.1:$1" wait_metric "$2" "$3"; }

@@ -38,40 +38,7 @@ py() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print($2)" "$1"; 
 # K 64 blocks >= the longest request here (prompt + output < 64 x 16 tokens).
 COMMON=(--backend cpu --threads 2 --host-kv-gib 0.25 --topk-blocks 64 --max-num-seqs 16)
 
-# start <name> [flags...]: an oasis-server in the background; sets <name>_PORT.
-start() {
-  local name=$1
-  shift
-  start_server "$TMP/$name.log" "${COMMON[@]}" "$@" || { FAIL=1; return 1; }
-  PIDS+=("$SERVER_PID")
-  printf -v "${name}_PORT" '%s' "$PORT"
-  printf -v "${name}_PID" '%s' "$SERVER_PID"
-  SERVER_PID=""
-}
-# start_router <name> --prefill ... --decode ...: sets <name>_PORT.
-start_router() {
-  local name=$1
-  shift
-  "$ROUTER" --port 0 --log-level warn "$@" >"$TMP/$name.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  local port=""
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|^oasis-router listening on http://[^:]*:\([0-9]*\)$|\1|p' "$TMP/$name.log" | head -1)
-    [[ -n $port ]] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  [[ -z $port ]] && { bad "router $name did not start" "$(cat "$TMP/$name.log")"; return 1; }
-  for _ in $(seq 1 200); do
-    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health") == 200 ]] && break
-    sleep 0.05
-  done
-  printf -v "${name}_PORT" '%s' "$port"
-}
 post() { curl -s "http://127.0.0.1:$1$2" -H 'Content-Type: application/json' -d "$3"; }
-pmetric() { BASE="http://127.0.0.1:$1" metric "$2"; }
-pwait() { BASE="http://127.0.0.1:$1" wait_metric "$2" "$3"; }
 
 start one --sparse on || exit 1
 start prefill --role prefill --staging-listen 127.0.0.1:0 --staging-pool-gib 0.25 --staging-lease-ttl-ms 4000 || exit 1

@@ -39,45 +39,7 @@ lt() { [[ $(python3 -c "import sys; print(float(sys.argv[1]) < float(sys.argv[2]
 COMMON=(--backend cpu --threads 2 --host-kv-gib 0.25 --topk-blocks 64 --max-num-seqs 16)
 IDLE=3  # the router's idle timeout here (seconds)
 
-# start <name> [flags...]: an oasis-server in the background; sets <name>_PORT and <name>_PID.
-start() {
-  local name=$1
-  shift
-  start_server "$TMP/$name.log" "${COMMON[@]}" "$@" || { FAIL=1; return 1; }
-  PIDS+=("$SERVER_PID")
-  printf -v "${name}_PORT" '%s' "$PORT"
-  printf -v "${name}_PID" '%s' "$SERVER_PID"
-  SERVER_PID=""
-}
-# start_router <name> [flags...]: sets <name>_PORT once its /health is 200.
-start_router() {
-  local name=$1
-  shift
-  "$ROUTER" --port 0 --log-level warn "$@" >"$TMP/$name.log" 2>&1 &
-  local pid=$!
-  PIDS+=("$pid")
-  local port=""
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's|^oasis-router listening on http://[^:]*:\([0-9]*\)$|\1|p' "$TMP/$name.log" | head -1)
-    [[ -n $port ]] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  [[ -z $port ]] && { bad "router $name did not start" "$(cat "$TMP/$name.log")"; return 1; }
-  printf -v "${name}_PORT" '%s' "$port"
-  wait_health "$port" 200 || { bad "router $name not healthy" "$(curl -s "http://127.0.0.1:$port/health")"; return 1; }
-}
-# wait_health <port> <code>: polls the router's /health (10 s at most) until it answers <code>.
-wait_health() {
-  for _ in $(seq 1 200); do
-    [[ $(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$1/health") == "$2" ]] && return 0
-    sleep 0.05
-  done
-  return 1
-}
 rmetric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k { print $2 }'; }
-pmetric() { BASE="http://127.0.0.1:$1" metric "$2"; }
-pwait() { BASE="http://127.0.0.1:$1" wait_metric "$2" "$3"; }
 # The last two SSE events of a stream file, as "<first event json> | <last event>" checks.
 sse_check() {  # file -> prints: events=N error_code=C done_last=True/False first_data=True/False
   python3 - "$1" <<'PY'

@@ -1,5 +1,7 @@
 #include "common/http_front.h"
 
+#include "common/http_util.h"
+
 #include <atomic>
 #include <cctype>
 #include <condition_variable>
@@ -89,6 +91,11 @@ const std::string* HttpRequest::Header(std::string_view name) const {
     if (IEquals(k, name)) return &v;
   }
   return nullptr;
+}
+
+bool HasBearerKey(const HttpRequest& req, const std::string& key) {
+  const std::string* auth = req.Header("Authorization");
+  return auth != nullptr && auth->rfind("Bearer ", 0) == 0 && KeyMatches(auth->substr(7), key);
 }
 
 class HttpFront::Impl {
@@ -216,6 +223,13 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
     }
     if (last) done_ = true;
     wake_.cancel();
+  }
+  // Strand: the exchange ends broken (HttpExchange::Abort): the connection is cut, which is
+  // neither a client disconnect nor a callback's business.
+  void AbortExchange(uint64_t exchange) {
+    if (exchange != exchange_id_ || closed_) return;
+    done_ = true;
+    CutNow();
   }
   void OnClose(uint64_t exchange, std::function<void()> cb) {
     if (exchange != exchange_id_) return;
@@ -372,6 +386,10 @@ class HttpFront::Impl::Exchange : public HttpExchange {
   void End() override {
     if (!streaming_ || ended_.exchange(true)) return;
     Post(http11_ ? std::string("0\r\n\r\n") : std::string(), true);
+  }
+  void Abort() override {
+    if (!streaming_ || ended_.exchange(true)) return;
+    asio::post(conn_->strand(), [c = conn_, id = id_] { c->AbortExchange(id); });
   }
   bool closed() const override { return conn_->closed_flag_.load(); }
   void OnClose(std::function<void()> callback) override {

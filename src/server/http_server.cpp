@@ -252,7 +252,8 @@ void HandleModels(Service& svc, HttpExchange& res) {
                        {"owned_by", "oasiskv"},
                        {"root", h->model_dir},
                        {"parent", nullptr},
-                       {"max_model_len", h->max_model_len()}};
+                       {"max_model_len", h->max_model_len()},
+                       {"vocab_size", h->config.vocab_size}};
   SendJson(res, {{"object", "list"}, {"data", OrderedJson::array({model})}});
 }
 

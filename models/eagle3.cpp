@@ -73,6 +73,7 @@ StatusOr<Tensor> LoadChecked(const WeightSource& w, const std::string& name,
 }
 
 constexpr const char* kMid = "midlayer.";
+constexpr const char* kSpeculatorsLayer = "layers.0.";
 
 }  // namespace
 
@@ -158,7 +159,10 @@ StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& conf
   const ModelConfig& c = config;
   const int64_t h = c.hidden_size, th = tc.hidden_size;
   const DType dt = backend.activation_dtype();
-  const std::string m = kMid;
+  // The layer's weight names: "layers.0." in the `speculators` layout, else "midlayer.".
+  const std::string m =
+      w.Has(std::string(kSpeculatorsLayer) + "hidden_norm.weight") ? kSpeculatorsLayer : kMid;
+  head->config_.head_layer_prefix = m;
   auto get = [&](const std::string& name, const std::vector<int64_t>& shape,
                  const std::string& why) -> StatusOr<Tensor> {
     OASIS_ASSIGN_OR_RETURN(Tensor t, LoadChecked(w, name, shape, dt, why));
@@ -287,7 +291,7 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   // g = fc(concat(h_low, h_mid, h_high))
   Tensor cat_aux = B.Empty({n * T, th}, dt);
   B.GatherRows(aux.Reshape({n * T_aux, th}), aux_idx, cat_aux);
-  Tensor g = B.Empty({T, h}, dt);  // also the residual stream of the head's layer
+  Tensor g = B.Empty({T, h}, dt);
   B.Linear(cat_aux.Reshape({T, n * th}), fc_, g);
 
   // x = concat(input_layernorm(embed(token)), hidden_norm(g)): [T, 2H]
@@ -299,6 +303,9 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   B.RmsNorm(g, hidden_norm_, eps, bottom);
   Tensor x = B.Empty({2 * T, h}, dt);
   B.GatherRows(stacked, x_idx, x);
+  // The layer's residual stream: hidden_norm(g) (norm_before_residual: it is updated in place
+  // in `stacked`, which x no longer needs), or g itself.
+  Tensor residual = c.norm_before_residual ? bottom : g;
 
   // Attention over the head's own paged KV.
   Tensor qkv = B.Empty({T, c.q_size() + 2 * c.kv_size()}, dt);
@@ -310,18 +317,18 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   Tensor o = B.Empty({T, h}, dt);
   B.Linear(attn.Reshape({T, c.q_size()}), o_proj_, o);
 
-  // residual = g; post_attention_layernorm; MLP; final norm.
+  // residual += o; post_attention_layernorm; MLP; final norm.
   Tensor normed = B.Empty({T, h}, dt);
-  B.AddRmsNorm(o, g, post_norm_, eps, normed);  // g += o
+  B.AddRmsNorm(o, residual, post_norm_, eps, normed);  // residual += o
   Tensor gate_up = B.Empty({T, 2 * c.intermediate_size}, dt);
   B.Linear(normed, gate_up_, gate_up);
   Tensor mlp = B.Empty({T, h}, dt);
   B.SiluMulLinear(gate_up, down_, mlp);
-  B.AddRmsNorm(mlp, g, final_norm_, eps, normed);  // g += mlp: the head's pre-norm output
+  B.AddRmsNorm(mlp, residual, final_norm_, eps, normed);  // += mlp: the pre-norm output
   if (hidden_out != nullptr) {
     OASIS_CHECK(hidden_out->shape() == (std::vector<int64_t>{T, h}))
         << "hidden_out " << hidden_out->ToString();
-    B.GatherRows(g, idx_dev.Slice(n * T + 2 * T, n * T + 3 * T),
+    B.GatherRows(residual, idx_dev.Slice(n * T + 2 * T, n * T + 3 * T),
                  *hidden_out);  // identity rows: a copy
   }
 
@@ -337,11 +344,15 @@ Tensor* Eagle3Head::FindWeight(const std::string& name) {
   if (name == "fc.weight") return &fc_;
   if (name == "norm.weight") return &final_norm_;
   if (name == "lm_head.weight") return &lm_head_;
-  if (name == "midlayer.hidden_norm.weight") return &hidden_norm_;
-  if (name == "midlayer.input_layernorm.weight") return &input_norm_;
-  if (name == "midlayer.post_attention_layernorm.weight") return &post_norm_;
-  if (name == "midlayer.self_attn.o_proj.weight") return &o_proj_;
-  if (name == "midlayer.mlp.down_proj.weight") return &down_;
+  std::string layer;  // the name after either layout's layer prefix
+  for (const char* prefix : {kMid, kSpeculatorsLayer}) {
+    if (name.rfind(prefix, 0) == 0) layer = name.substr(std::string(prefix).size());
+  }
+  if (layer == "hidden_norm.weight") return &hidden_norm_;
+  if (layer == "input_layernorm.weight") return &input_norm_;
+  if (layer == "post_attention_layernorm.weight") return &post_norm_;
+  if (layer == "self_attn.o_proj.weight") return &o_proj_;
+  if (layer == "mlp.down_proj.weight") return &down_;
   return nullptr;
 }
 

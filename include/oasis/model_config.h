@@ -58,6 +58,12 @@ struct ModelConfig {
   int64_t target_hidden_size = 0;
   // Target layers whose *input* residual stream the draft head consumes (see docs).
   std::vector<int64_t> aux_hidden_state_layer_ids;
+  // The head layer's residual: hidden_norm(g) when true (the `speculators` layout's default),
+  // else the fused features g themselves (the original EAGLE-3 layout's).
+  bool norm_before_residual = false;
+  // Weight names of the head's one layer: "midlayer." (original layout) or "layers.0."
+  // (`speculators`), as found in the checkpoint.
+  std::string head_layer_prefix = "midlayer.";
 
   int64_t q_size() const { return num_attention_heads * head_dim; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }

@@ -22,6 +22,7 @@ constexpr ArchitectureName kArchitectures[] = {
     {"Qwen3ForCausalLM", Architecture::kQwen3},
     {"LlamaForCausalLM", Architecture::kLlama},
     {"LlamaForCausalLMEagle3", Architecture::kEagle3Llama},
+    {"Eagle3LlamaForCausalLM", Architecture::kEagle3Llama},  // vLLM's name for the same head
 };
 
 enum class Presence { kRequired, kOptional };
@@ -210,6 +211,9 @@ Status ParseEagle3(const json& root, const std::string& source, ModelConfig* con
       fields.Int("draft_vocab_size", Presence::kOptional, 1, &config->draft_vocab_size));
   OASIS_RETURN_IF_ERROR(
       fields.Int("target_hidden_size", Presence::kOptional, 1, &config->target_hidden_size));
+  OASIS_RETURN_IF_ERROR(fields.Bool("norm_before_residual", &config->norm_before_residual));
+  OASIS_RETURN_IF_ERROR(
+      fields.IntList("eagle_aux_hidden_state_layer_ids", &config->aux_hidden_state_layer_ids));
   const json* eagle = fields.Find("eagle_config");
   if (eagle == nullptr) return Status::Ok();
   if (!eagle->is_object()) return fields.Bad("eagle_config", "must be an object");
@@ -274,6 +278,55 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   return c;
 }
 
+// The `speculators` layout of an EAGLE-3 head (vLLM's published heads): the decoder layer's
+// fields nest in "transformer_layer_config"; the EAGLE-3 fields and "speculators_config" sit
+// at the top level. Flattened into the original layout's config and parsed as one.
+StatusOr<ModelConfig> ParseSpeculators(const json& root, const std::string& source) {
+  FieldReader top(root, source);
+  std::string type;
+  OASIS_RETURN_IF_ERROR(top.String("speculators_model_type", Presence::kRequired, &type));
+  if (type != "eagle3") {
+    return Unimplemented(source + ": speculators_model_type \"" + type +
+                         "\" is not supported (only eagle3)");
+  }
+  const json* layer = top.Find("transformer_layer_config");
+  if (layer == nullptr || !layer->is_object())
+    return top.Bad("transformer_layer_config", "must be an object (the draft layer's config)");
+  for (const char* unsupported : {"norm_before_fc", "fc_norm", "norm_output"}) {
+    bool on = false;
+    OASIS_RETURN_IF_ERROR(top.Bool(unsupported, &on));
+    if (on) return Unimplemented(source + ": field '" + unsupported + "' = true is not supported");
+  }
+  json flat = *layer;
+  std::string layer_type = "llama";
+  if (auto it = flat.find("model_type"); it != flat.end() && !it->is_null()) {
+    if (!it->is_string()) return top.Bad("transformer_layer_config.model_type", "must be a string");
+    layer_type = it->get<std::string>();
+  }
+  if (layer_type != "llama") {
+    return Unimplemented(source + ": transformer_layer_config.model_type \"" + layer_type +
+                         "\" is not supported (only llama)");
+  }
+  flat["architectures"] = json::array({"LlamaForCausalLMEagle3"});
+  if (!flat.contains("num_hidden_layers")) flat["num_hidden_layers"] = 1;
+  for (const char* key : {"draft_vocab_size", "target_hidden_size",
+                          "eagle_aux_hidden_state_layer_ids", "torch_dtype", "dtype"}) {
+    if (root.contains(key) && !root[key].is_null()) flat[key] = root[key];
+  }
+  // Absent, the speculators layout normalises before the residual (vLLM's default for it).
+  flat["norm_before_residual"] =
+      root.contains("norm_before_residual") && !root["norm_before_residual"].is_null()
+          ? root["norm_before_residual"]
+          : json(true);
+  OASIS_ASSIGN_OR_RETURN(ModelConfig c, Parse(flat, source + " (transformer_layer_config)"));
+  if (c.num_hidden_layers != 1) {
+    return Unimplemented(source + ": an EAGLE-3 head of " + std::to_string(c.num_hidden_layers) +
+                         " layers is not supported (only 1)");
+  }
+  c.architecture_name = "Eagle3Speculator";
+  return c;
+}
+
 }  // namespace
 
 std::string SupportedArchitectures() {
@@ -289,6 +342,10 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return InvalidArgument(source + ": not valid JSON");
   try {
+    if (root.is_object() &&
+        (root.contains("speculators_model_type") || root.contains("speculators_config"))) {
+      return ParseSpeculators(root, source);
+    }
     return Parse(root, source);
   } catch (const json::exception& e) {  // defensive: typed accessors are checked above
     return InvalidArgument(source + ": " + e.what());

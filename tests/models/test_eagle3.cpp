@@ -291,7 +291,8 @@ Mat HostHeadLogits(const ModelConfig& c, const WeightSource& hw, const Mat& embe
     }
   }
   Mat o = MatMulT(attn, HostWeight(hw, "midlayer.self_attn.o_proj.weight"), T, Hq * D, H);
-  for (size_t i = 0; i < g.size(); ++i) g[i] += o[i];  // residual = g
+  if (c.norm_before_residual) g = b;                     // residual = hidden_norm(g)
+  for (size_t i = 0; i < g.size(); ++i) g[i] += o[i];  // else residual = g
   Mat n1 = RmsNormRows(g, HostWeight(hw, "midlayer.post_attention_layernorm.weight"), T, H, eps);
   const int64_t I = c.intermediate_size;
   Mat gate = MatMulT(n1, HostWeight(hw, "midlayer.mlp.gate_proj.weight"), T, H, I);
@@ -510,6 +511,87 @@ TEST_CASE("a head loads from a checkpoint directory", "[eagle3]") {
   CHECK_FALSE(Eagle3Head::Load(dir, *t.model, backend).ok());
 }
 
+// The reference fixture's head rewritten in the `speculators` layout (vLLM's published heads):
+// the layer's weights under "layers.0.", the config nested in transformer_layer_config with the
+// EAGLE-3 fields on top. Same weights and norm_before_residual false: the reference's logits.
+TEST_CASE("a head in the speculators layout loads and matches the reference", "[eagle3]") {
+  const testing::Eagle3Fixture* spec = nullptr;
+  const std::vector<testing::Eagle3Fixture> fixtures = testing::Eagle3Fixtures();
+  for (const testing::Eagle3Fixture& f : fixtures) {
+    if (f.name == "qwen3-tiny") spec = &f;
+  }
+  REQUIRE(spec != nullptr);
+  // model.safetensors: the same bytes, "midlayer." renamed "layers.0." in the header.
+  const std::string image = testing::ReadFileOrFail(spec->head / "model.safetensors");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(image[static_cast<size_t>(i)]);
+  nlohmann::json header = nlohmann::json::parse(image.substr(8, header_len));
+  nlohmann::json renamed = nlohmann::json::object();
+  int moved = 0;
+  for (auto& [name, value] : header.items()) {
+    const bool mid = name.rfind("midlayer.", 0) == 0;
+    moved += mid ? 1 : 0;
+    renamed[mid ? "layers.0." + name.substr(9) : name] = value;
+  }
+  CHECK(moved == 10);  // q, k, v, o, gate, up, down and the three norms
+  std::string text = renamed.dump();
+  while (text.size() % 8 != 0) text += ' ';
+  auto dir = testing::MakeTempDir("eagle3_speculators");
+  testing::WriteBinaryFile(dir / "model.safetensors", testing::RawImage(text, image.substr(8 + header_len)));
+  // config.json: the original's fields as transformer_layer_config.
+  nlohmann::json original = nlohmann::json::parse(testing::ReadFileOrFail(spec->head / "config.json"));
+  nlohmann::json layer = original;
+  for (const char* top : {"architectures", "draft_vocab_size", "target_hidden_size", "torch_dtype"}) layer.erase(top);
+  const nlohmann::json config = {
+      {"architectures", {"Eagle3Speculator"}},
+      {"speculators_model_type", "eagle3"},
+      {"draft_vocab_size", original["draft_vocab_size"]},
+      {"target_hidden_size", original["target_hidden_size"]},
+      {"norm_before_residual", false},
+      {"torch_dtype", original["torch_dtype"]},
+      {"speculators_config",
+       {{"algorithm", "eagle3"},
+        {"proposal_methods", {{{"proposal_type", "greedy"}, {"speculative_tokens", 3}}}},
+        {"verifier", {{"name_or_path", "qwen3-tiny"}}}}},
+      {"transformer_layer_config", layer}};
+  testing::WriteBinaryFile(dir / "config.json", config.dump(2));
+
+  CpuBackend backend(2);
+  Target t = LoadTargetDir(spec->target, backend);
+  auto head = Eagle3Head::Load(dir, *t.model, backend);
+  REQUIRE(head.ok());
+  CHECK((*head)->config().head_layer_prefix == "layers.0.");
+  CHECK((*head)->config().architecture_name == "Eagle3Speculator");
+  CHECK((*head)->FindWeight("layers.0.hidden_norm.weight") != nullptr);
+  auto ref = SafetensorsFile::Open(spec->reference);
+  REQUIRE(ref.ok());
+  auto ids64 = testing::TensorVector<int64_t>(*ref, "prompt0.ids");
+  std::vector<int32_t> prompt(ids64.begin(), ids64.end());
+  auto expect = testing::TensorVector<float>(*ref, "prompt0.draft_logits");
+  Tensor aux = CaptureAux(t, (*head)->aux_layer_ids(), prompt);
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  const int64_t T = static_cast<int64_t>(next.size());
+  auto kv = (*head)->AllocateKvCache(16);
+  Paging paging(16, static_cast<int32_t>((*head)->config().num_key_value_heads));
+  Tensor logits = RunHead(**head, kv, paging.NewSequence(T), aux, next, {T});
+  const double err = NormalizedError(Floats(logits), expect);
+  INFO("normalized error " << err);
+  CHECK(err < 1e-4);
+
+  // The same head with the speculators default (norm_before_residual absent: true) is a
+  // different head: its logits move away from the reference.
+  nlohmann::json defaulted = config;
+  defaulted.erase("norm_before_residual");
+  testing::WriteBinaryFile(dir / "config.json", defaulted.dump(2));
+  auto nbr = Eagle3Head::Load(dir, *t.model, backend);
+  REQUIRE(nbr.ok());
+  CHECK((*nbr)->config().norm_before_residual);
+  auto kv2 = (*nbr)->AllocateKvCache(16);
+  Paging paging2(16, static_cast<int32_t>((*nbr)->config().num_key_value_heads));
+  Tensor moved_logits = RunHead(**nbr, kv2, paging2.NewSequence(T), aux, next, {T});
+  CHECK(NormalizedError(Floats(moved_logits), expect) > 1e-2);
+}
+
 // ---------------------------------------------------------------- target capture
 
 TEST_CASE("the capture is the residual stream entering each target layer", "[eagle3]") {
@@ -587,8 +669,11 @@ TEST_CASE("the head forward matches a plain host implementation", "[eagle3]") {
   for (const char* name : {"qwen3-tiny", "qwen3-tiny-untied", "llama-tiny-rope-scaling", "llama-tiny-tied"}) {
     DYNAMIC_SECTION(name) {
       Target t = LoadTarget(name, backend);
-      const ModelConfig hc = HeadConfigFor(t.config, {0, t.config.num_hidden_layers / 2 + 0,
-                                                      t.config.num_hidden_layers}, 200);
+      ModelConfig hc = HeadConfigFor(t.config, {0, t.config.num_hidden_layers / 2 + 0,
+                                                t.config.num_hidden_layers}, 200);
+      // Both residuals: the fused features (original layout) or their hidden_norm (speculators).
+      hc.norm_before_residual = GENERATE(false, true);
+      INFO("norm_before_residual " << hc.norm_before_residual);
       auto base = RandomHeadWeights(hc, false, 11);
       OverrideWeights w(*base);
       RandomNorms::Apply(w, hc, 99);

@@ -270,6 +270,108 @@ TEST_CASE("model config: EAGLE-3 draft heads", "[loader][config]") {
   }
 }
 
+// An EAGLE-3 head in the `speculators` layout (as vLLM's published heads, e.g.
+// RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3): the layer nests, the EAGLE-3 fields do not.
+const char* kSpeculatorsEagle3 = R"({
+  "architectures": ["Eagle3Speculator"],
+  "draft_vocab_size": 32000,
+  "norm_before_residual": false,
+  "target_hidden_size": null,
+  "speculators_model_type": "eagle3",
+  "speculators_version": "0.1.0.dev13",
+  "speculators_config": {
+    "algorithm": "eagle3",
+    "default_proposal_method": "greedy",
+    "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 5}],
+    "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "meta-llama/Llama-3.1-8B-Instruct"}
+  },
+  "torch_dtype": "bfloat16",
+  "transformer_layer_config": {
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "num_hidden_layers": 1, "hidden_act": "silu",
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": false, "vocab_size": 128256, "attention_bias": false, "mlp_bias": false
+  }
+})";
+
+TEST_CASE("model config: EAGLE-3 heads in the speculators layout", "[loader][config]") {
+  SECTION("the published layout") {
+    const ModelConfig c = ParseOk(kSpeculatorsEagle3);
+    CHECK(c.architecture == Architecture::kEagle3Llama);
+    CHECK(c.architecture_name == "Eagle3Speculator");
+    CHECK(c.hidden_size == 4096);
+    CHECK(c.num_hidden_layers == 1);
+    CHECK(c.num_key_value_heads == 8);
+    CHECK(c.vocab_size == 128256);
+    CHECK(c.draft_vocab_size == 32000);
+    CHECK(c.target_hidden_size == 4096);  // null: the head's own hidden size
+    CHECK(c.max_position_embeddings == 131072);
+    CHECK(c.rope_scaling.type == RopeScalingType::kLlama3);
+    CHECK(c.dtype == DType::kBF16);
+    CHECK_FALSE(c.norm_before_residual);
+    CHECK(c.aux_hidden_state_layer_ids.empty());
+  }
+  SECTION("defaults and top-level EAGLE-3 fields") {
+    json j = json::parse(kSpeculatorsEagle3);
+    j.erase("norm_before_residual");  // absent: true in this layout
+    j["target_hidden_size"] = 5120;
+    j["eagle_aux_hidden_state_layer_ids"] = {1, 15, 28};
+    j["transformer_layer_config"].erase("num_hidden_layers");
+    const ModelConfig c = ParseOk(j.dump());
+    CHECK(c.norm_before_residual);
+    CHECK(c.target_hidden_size == 5120);
+    CHECK(c.aux_hidden_state_layer_ids == std::vector<int64_t>{1, 15, 28});
+    CHECK(c.num_hidden_layers == 1);
+  }
+  SECTION("the original layout may say norm_before_residual and vLLM's architecture name") {
+    json j = json::parse(kEagle3Llama);
+    j["architectures"] = {"Eagle3LlamaForCausalLM"};
+    j["norm_before_residual"] = true;
+    j["eagle_aux_hidden_state_layer_ids"] = {2, 16, 29};
+    const ModelConfig c = ParseOk(j.dump());
+    CHECK(c.architecture == Architecture::kEagle3Llama);
+    CHECK(c.norm_before_residual);
+    CHECK(c.aux_hidden_state_layer_ids == std::vector<int64_t>{2, 16, 29});
+    CHECK_FALSE(ParseOk(kEagle3Llama).norm_before_residual);  // absent: false in that layout
+  }
+  SECTION("what is refused, by name") {
+    auto error_of = [](const json& j) {
+      auto parsed = ParseModelConfig(j.dump(), "head/config.json");
+      REQUIRE_FALSE(parsed.ok());
+      return parsed.status().message();
+    };
+    json j = json::parse(kSpeculatorsEagle3);
+    j["speculators_model_type"] = "eagle";
+    CHECK(error_of(j).find("speculators_model_type \"eagle\" is not supported") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j.erase("speculators_model_type");
+    CHECK(error_of(j).find("speculators_model_type") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j.erase("transformer_layer_config");
+    CHECK(error_of(j).find("transformer_layer_config") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j["transformer_layer_config"] = "llama";
+    CHECK(error_of(j).find("transformer_layer_config") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j["norm_before_fc"] = true;
+    CHECK(error_of(j).find("norm_before_fc") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j["transformer_layer_config"]["model_type"] = "qwen3";
+    CHECK(error_of(j).find("only llama") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j["transformer_layer_config"]["num_hidden_layers"] = 2;
+    CHECK(error_of(j).find("only 1") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j["transformer_layer_config"].erase("hidden_size");
+    CHECK(error_of(j).find("hidden_size") != std::string::npos);
+    j = json::parse(kSpeculatorsEagle3);
+    j["norm_before_residual"] = "yes";
+    CHECK(error_of(j).find("norm_before_residual") != std::string::npos);
+  }
+}
+
 TEST_CASE("model config: errors name the field and the file", "[loader][config]") {
   using SC = StatusCode;
   ExpectLlamaError([](json& j) { j["architectures"] = {"MistralForCausalLM"}; }, SC::kUnimplemented,
@@ -308,7 +410,7 @@ TEST_CASE("model config: errors name the field and the file", "[loader][config]"
   CHECK(not_json.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(not_json.status().message(), Contains("x/config.json"));
   CHECK(ParseModelConfig("[]", "config.json").status().code() == StatusCode::kInvalidArgument);
-  CHECK(SupportedArchitectures() == "Qwen3ForCausalLM, LlamaForCausalLM, LlamaForCausalLMEagle3");
+  CHECK(SupportedArchitectures() == "Qwen3ForCausalLM, LlamaForCausalLM, LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM");
 }
 
 TEST_CASE("model config: LoadModelConfig from a directory or a file", "[loader][config]") {

@@ -135,7 +135,8 @@ def main():
                 f.write("%g %g %g %g %g\n" % (p, *(percentile(m[k], p) for k in ("TTFT", "TPOT", "ITL", "E2EL"))))
             f.write("\n\n")
 
-    term = "set terminal pngcairo size 1200,800 enhanced font 'sans,10'"
+    # noenhanced: labels are plain text (an underscore in a label is not a subscript).
+    term = "set terminal pngcairo size 1200,800 noenhanced font 'sans,10'"
     lines = ["set datafile missing 'nan'", "set grid", "set key outside right top"]
     out = lambda name: f"set output {gp_quote(os.path.join(args.out_dir, name))}"
     xs = {x_of(r)[1] for _, r in results}

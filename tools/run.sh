@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The main job, from a fresh machine: installs the Debian packages, configures and builds
-# OasisKV (build/), starts oasis-server on the embedded default model (a tiny random-weight
-# Qwen3, CPU backend here), shows it answering — /health, /v1/models, a chat completion and
-# a streamed completion, printed — then keeps serving in the foreground (Ctrl-C stops it).
+# OasisKV (build/), starts oasis-server on the embedded default model (a small Qwen3 trained
+# for the project on public text from Debian packages, docs/trained_model.md; CPU backend
+# here), shows it answering — /health, /v1/models, a chat completion and a streamed
+# completion, printed — then keeps serving in the foreground (Ctrl-C stops it).
 #   OASIS_RUN_DEMO_ONLY=1 ./tools/run.sh   stops after the demo instead of serving on
 #   OASIS_BUILD_DIR=dir ./tools/run.sh      builds in (and runs from) another build directory
 #   ./tools/run.sh --port 9000 --model DIR  extra arguments go to oasis-server
-# The embedded model's weights are random: its text is gibberish until a trained model lands.
+# The embedded model is small (6 layers, 256 wide): its text reads like its training corpus,
+# not like a large model's answers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./tools/install_deps.sh >&2

@@ -1,6 +1,6 @@
 // oasis-server: the OpenAI-compatible HTTP server (and optional gRPC API) over the engine.
 //
-//   oasis-server                                  # the embedded tiny model on 127.0.0.1:8000
+//   oasis-server                                  # the embedded default model on 127.0.0.1:8000
 //   oasis-server --model /models/Qwen3-8B --served-model-name qwen3-8b --grpc-port 50051
 //   oasis-server --config configs/qwen3-8b.json --port 9000     # flags override the file
 //   oasis-server --config configs/qwen3-8b.json --check-config  # validate, print, exit

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <climits>
+#include <functional>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -89,10 +91,10 @@ const char* kTwoCalls =
 
 }  // namespace
 
-TEST_CASE("JsonObjectScanner validates incrementally and locates top-level members",
-          "[tools]") {
+TEST_CASE("JsonObjectScanner validates incrementally and locates top-level members", "[tools]") {
   JsonObjectScanner s;
-  const std::string text = R"({"name": "f", "arguments": {"a": [1, {"b": "}"}]}, "n": -0.5e+2} tail)";
+  const std::string text =
+      R"({"name": "f", "arguments": {"a": [1, {"b": "}"}]}, "n": -0.5e+2} tail)";
   const size_t used = s.Feed(text);
   REQUIRE(s.state() == JsonObjectScanner::State::kComplete);
   REQUIRE(text.substr(used) == " tail");
@@ -125,7 +127,8 @@ TEST_CASE("hermes: several calls with text before, between and after", "[tools]"
   REQUIRE(m.tool_calls[0].name == "get_weather");
   REQUIRE(m.tool_calls[0].arguments == R"({"city": "Paris", "days": 3})");
   REQUIRE(m.tool_calls[1].name == "get_time");
-  REQUIRE(m.tool_calls[1].arguments == R"({"zone": "Europe/Paris", "fmt": [1, 2.5e3, true, null]})");
+  REQUIRE(m.tool_calls[1].arguments ==
+          R"({"zone": "Europe/Paris", "fmt": [1, 2.5e3, true, null]})");
   REQUIRE(m.content == std::optional<std::string>("I will look both up.\nDone."));
   REQUIRE_FALSE(m.reasoning.has_value());
   const std::regex id("chatcmpl-tool-[0-9a-f]{32}");
@@ -195,8 +198,9 @@ TEST_CASE("hermes: an unclosed last call counts when its JSON is complete", "[to
 }
 
 TEST_CASE("hermes: unicode and escapes in arguments pass through byte for byte", "[tools]") {
-  const std::string args = "{\"city\": \"Z\xC3\xBCrich \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x9A\x80\", "
-                           "\"note\": \"caf\\u00e9 \\\"q\\\" \\\\ \\n\"}";
+  const std::string args =
+      "{\"city\": \"Z\xC3\xBCrich \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x9A\x80\", "
+      "\"note\": \"caf\\u00e9 \\\"q\\\" \\\\ \\n\"}";
   const std::string text =
       "\xC3\x89t\xC3\xA9 <tool_call>{\"name\": \"m\xC3\xA9t\xC3\xA9o\", \"arguments\": " + args +
       "}</tool_call>";
@@ -209,8 +213,7 @@ TEST_CASE("hermes: unicode and escapes in arguments pass through byte for byte",
   CheckEverySplit(Tools(ToolParserKind::kHermes), text);
 }
 
-TEST_CASE("hermes streaming: announcement, then argument fragments; tags held back",
-          "[tools]") {
+TEST_CASE("hermes streaming: announcement, then argument fragments; tags held back", "[tools]") {
   ToolCallParser p(ToolParserKind::kHermes, INT_MAX);
   ToolStreamDelta d = p.Feed("Sure. <tool_");
   REQUIRE(d.content == "Sure.");  // the space and the partial tag wait
@@ -244,8 +247,7 @@ TEST_CASE("hermes streaming: a call that breaks after its announcement ends ther
   REQUIRE(p.calls() == 1);
 }
 
-TEST_CASE("llama3_json: calls at the start, after <|python_tag|>, separated by ';'",
-          "[tools]") {
+TEST_CASE("llama3_json: calls at the start, after <|python_tag|>, separated by ';'", "[tools]") {
   const std::string text =
       "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", "
       "\"arguments\": {\"y\": \"\xE2\x82\xAC\"}}";
@@ -309,8 +311,7 @@ TEST_CASE("reasoning qwen3: <think> block split out, every split", "[reasoning]"
   REQUIRE_FALSE(m.content.has_value());
 }
 
-TEST_CASE("reasoning deepseek_r1: reasoning until </think> even without <think>",
-          "[reasoning]") {
+TEST_CASE("reasoning deepseek_r1: reasoning until </think> even without <think>", "[reasoning]") {
   OutputParsing p;
   p.reasoning = ReasoningParserKind::kDeepSeekR1;
   ChatMessageParts m = ParseChatOutput(p, "a</think>b");
@@ -337,4 +338,74 @@ TEST_CASE("reasoning then tool calls in the content", "[reasoning][tools]") {
   REQUIRE(m.tool_calls[0].arguments == R"({"c": "Oslo"})");
   REQUIRE_FALSE(m.content.has_value());
   CheckEverySplit(p, text);
+}
+
+TEST_CASE("random well-formed calls amid text: streamed in random pieces = whole", "[tools]") {
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::initializer_list<const char*> from) {
+    return std::string(*(from.begin() + rng() % from.size()));
+  };
+  // A random JSON value (strings with unicode and escapes), depth-limited.
+  std::function<nlohmann::ordered_json(int)> value = [&](int depth) -> nlohmann::ordered_json {
+    switch (rng() % (depth > 2 ? 4 : 6)) {
+      case 0:
+        return static_cast<int64_t>(rng() % 2000) - 1000;
+      case 1:
+        return pick({"x", "caf\xC3\xA9", "\xF0\x9F\x9A\x80 }{", "a\"b\\c\n", "</tool_call>?", ""});
+      case 2:
+        return rng() % 2 == 0;
+      case 3:
+        return nullptr;
+      case 4: {
+        nlohmann::ordered_json a = nlohmann::ordered_json::array();
+        for (int i = static_cast<int>(rng() % 3); i > 0; --i) a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        nlohmann::ordered_json o = nlohmann::ordered_json::object();
+        for (int i = static_cast<int>(rng() % 3); i > 0; --i)
+          o["k" + std::to_string(rng() % 9)] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  for (int round = 0; round < 200; ++round) {
+    std::string text;
+    std::vector<std::pair<std::string, std::string>> expected;  // name, arguments
+    const int n = static_cast<int>(rng() % 4);
+    for (int i = 0; i < n; ++i) {
+      text += pick({"", "Hi.", "Let me see: ", "\xE4\xBD\xA0\xE5\xA5\xBD ", "a < b"});
+      text += pick({"", "\n", " "});
+      nlohmann::ordered_json args = nlohmann::ordered_json::object();
+      for (int k = static_cast<int>(rng() % 3); k > 0; --k)
+        args["p" + std::to_string(k)] = value(1);
+      const std::string args_text = args.dump(rng() % 2 == 0 ? -1 : 1);
+      const std::string name = pick({"f", "get_weather", "n\xC3\xA4me"});
+      text += "<tool_call>" + pick({"", "\n"}) + "{\"name\": \"" + name +
+              "\", \"arguments\": " + args_text + "}" + pick({"", "\n"}) + "</tool_call>";
+      expected.emplace_back(name, args_text);
+    }
+    text += pick({"", "\nDone.", " bye"});
+    INFO(text);
+    const OutputParsing p = Tools(ToolParserKind::kHermes);
+    const ChatMessageParts whole = ParseChatOutput(p, text);
+    REQUIRE(whole.tool_calls.size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      REQUIRE(whole.tool_calls[i].name == expected[i].first);
+      REQUIRE(whole.tool_calls[i].arguments == expected[i].second);
+    }
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size();) {
+      const size_t len = std::min<size_t>(1 + rng() % 7, text.size() - at);
+      pieces.push_back(text.substr(at, len));
+      at += len;
+    }
+    const Collected c = Stream(p, pieces);
+    REQUIRE(c.content == whole.content.value_or(""));
+    REQUIRE(c.calls.size() == expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      REQUIRE(c.calls[i].arguments == expected[i].second);
+  }
 }

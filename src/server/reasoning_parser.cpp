@@ -27,10 +27,9 @@ StatusOr<ReasoningParserKind> ParseReasoningParserKind(std::string_view name) {
 }
 
 bool PromptOpensThinking(std::string_view prompt) {
-  const size_t open = prompt.rfind(kThinkOpen);
-  if (open == std::string_view::npos) return false;
-  const size_t close = prompt.rfind(kThinkClose);
-  return close == std::string_view::npos || close < open;
+  while (!prompt.empty() && IsSpace(prompt.back())) prompt.remove_suffix(1);
+  return prompt.size() >= kThinkOpen.size() &&
+         prompt.substr(prompt.size() - kThinkOpen.size()) == kThinkOpen;
 }
 
 ReasoningParser::ReasoningParser(ReasoningParserKind kind, bool open_at_start)

@@ -1,7 +1,7 @@
 // Reasoning parsing of generated text, as vLLM's `--reasoning-parser qwen3` / `deepseek_r1`:
 // the thinking block `<think>…</think>` goes to `reasoning_content`, what follows to `content`.
 // The block is open from the start when the output begins with `<think>` (leading whitespace
-// allowed), when the prompt itself ended inside one (templates that put `<think>` in the
+// allowed), when the prompt itself ended with `<think>` (templates that put it in the
 // generation prompt), and always for deepseek_r1; then everything before `</think>` is reasoning
 // (all of it if the output ends first). Otherwise the output is content, `<think>` in it
 // included. Incremental: a partial `<think>` / `</think>` is held back until it is known.
@@ -20,7 +20,8 @@ enum class ReasoningParserKind { kNone, kQwen3, kDeepSeekR1 };
 
 // "qwen3", "deepseek_r1" (empty: kNone); InvalidArgument naming the choices otherwise.
 StatusOr<ReasoningParserKind> ParseReasoningParserKind(std::string_view name);
-// Whether a rendered chat prompt ends inside a thinking block (its last tag is an open <think>).
+// Whether a rendered chat prompt ends inside a thinking block: it ends with `<think>` (and
+// whitespace), as templates that open the block in the generation prompt leave it.
 bool PromptOpensThinking(std::string_view prompt);
 
 struct ReasoningDelta {

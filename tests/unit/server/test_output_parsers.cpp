@@ -323,6 +323,9 @@ TEST_CASE("reasoning deepseek_r1: reasoning until </think> even without <think>"
   REQUIRE(PromptOpensThinking("<|im_start|>assistant\n<think>\n"));
   REQUIRE_FALSE(PromptOpensThinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   REQUIRE_FALSE(PromptOpensThinking("<|im_start|>assistant\n"));
+  // A <think> in the conversation is no open block.
+  REQUIRE_FALSE(PromptOpensThinking(
+      "<|im_start|>user\nWhat does <think> do?<|im_end|>\n<|im_start|>assistant\n"));
   REQUIRE_FALSE(ParseReasoningParserKind("granite").ok());
 }
 

@@ -3,7 +3,8 @@
 # --tool-call-parser hermes --reasoning-parser qwen3 on the CPU backend and the embedded default
 # model, driven by the official `openai` npm client (server_tools.mjs: teacher-forced tool-call
 # and <think> answers, streamed and not, the history round trip); then a server with
-# --tool-call-parser llama3_json (curl), and bad parser flags (exit 2). The client is installed
+# --tool-call-parser llama3_json (curl), one whose chat template ends the prompt with <think>, and
+# bad parser flags (exit 2). The client is installed
 # like test_server_clients.sh does (.cache/e2e-node; skipped, exit 77, only when npm cannot reach
 # the registry).
 # Usage: test_server_tools.sh <oasis-server> <repo root>
@@ -47,6 +48,22 @@ assert m["content"] is None and d["choices"][0]["finish_reason"] == "tool_calls"
 assert [x["function"]["name"] for x in c] == ["get_weather", "get_time"]
 assert json.loads(c[0]["function"]["arguments"]) == {"city": "Oslo"} and json.loads(c[1]["function"]["arguments"]) == {"zone": "CET"}
 ' "$r"; then ok "llama3_json: two ';'-separated calls (parameters and arguments)"; else bad "llama3_json calls" "$r"; fi
+stop_server || fail=1
+
+# A template that opens <think> in the generation prompt (as Qwen3-Thinking-2507's): the answer
+# starts inside the block, so what precedes </think> is reasoning.
+cat >"$TMP/think.jinja" <<'JINJA'
+{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n<think>\n' }}{%- endif %}
+JINJA
+start_server "$TMP/think.log" --backend cpu --reasoning-parser qwen3 --chat-template "$TMP/think.jinja" || exit 1
+ids=$(post /tokenize '{"prompt": "Two and two.\n</think>\n\nFour.", "add_special_tokens": false}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+n=$(python3 -c 'import sys; print(len(eval(sys.argv[1])))' "$ids")
+r=$(post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"forced_output_ids\": $ids, \"max_tokens\": $n}")
+if python3 -c '
+import json, sys
+m = json.loads(sys.argv[1])["choices"][0]["message"]
+assert m["reasoning_content"] == "Two and two.\n" and m["content"] == "\n\nFour.", m
+' "$r"; then ok "prompt ending in <think>: the text before </think> is reasoning"; else bad "prompt ending in <think>" "$r"; fi
 stop_server || fail=1
 
 # Bad parser flags: exit 2 naming the setting.

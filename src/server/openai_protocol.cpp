@@ -405,6 +405,9 @@ bool ParseTools(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   bool parallel = true;
   if (!r.Bool("parallel_tool_calls", &parallel)) return false;
   spec->output.tools = parse_calls ? limits.tool_parser : ToolParserKind::kNone;
+  // Some models mark <tool_call> as a special token: the hermes parser must see it (vLLM turns
+  // skip_special_tokens off for it too).
+  if (spec->output.tools == ToolParserKind::kHermes) spec->skip_special_tokens = false;
   spec->output.max_tool_calls = parallel ? INT_MAX : 1;
   return true;
 }

@@ -308,6 +308,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       r.forced_output = spec.forced_output_ids;
       r.stop = spec.stop;
       r.include_stop_str_in_output = spec.include_stop_str_in_output;
+      r.skip_special_tokens = spec.skip_special_tokens;
       r.ignore_eos = spec.ignore_eos;
       r.logprobs = spec.logprobs;
       r.num_top_logprobs = spec.top_logprobs;

@@ -283,3 +283,12 @@ TEST_CASE("streamed answers: reasoning, content and tool-call deltas", "[tools][
   REQUIRE_FALSE(j["choices"][0]["delta"]["tool_calls"][0].contains("id"));
   REQUIRE(j["choices"][0]["finish_reason"] == "tool_calls");
 }
+
+TEST_CASE("hermes parsing keeps special tokens in the text (vLLM's adjust_request)", "[tools]") {
+  ApiError err;
+  const ProtocolLimits on = ToolLimits(true, ToolParserKind::kHermes);
+  CHECK_FALSE(Parse(ChatBody(""), on, &err)->skip_special_tokens);
+  CHECK(Parse(ChatBody(R"("tool_choice": "none")"), on, &err)->skip_special_tokens);
+  CHECK(Parse(ChatBody(""), ToolLimits(true, ToolParserKind::kLlama3Json), &err)
+            ->skip_special_tokens);
+}

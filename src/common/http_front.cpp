@@ -1,5 +1,7 @@
 #include "common/http_front.h"
 
+#include "common/http_util.h"
+
 #include <atomic>
 #include <cctype>
 #include <condition_variable>
@@ -82,6 +84,25 @@ struct RouteEntry {
   HttpHandler handler;
 };
 
+// Writes a whole error response (`bytes`, within `write_limit`), then a lingering close: the
+// sending side is shut and what the client still sends is read for up to `linger`, so that the
+// close is not a reset that discards the error before the client read it.
+asio::awaitable<void> WriteAndLinger(beast::tcp_stream& stream, const std::string& bytes,
+                                     std::chrono::seconds write_limit,
+                                     std::chrono::seconds linger) {
+  error_code ec;
+  stream.expires_after(write_limit);
+  co_await asio::async_write(stream, asio::buffer(bytes),
+                             asio::redirect_error(asio::use_awaitable, ec));
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  char sink[4096];
+  stream.expires_after(linger);
+  while (!ec) {
+    co_await stream.async_read_some(asio::buffer(sink),
+                                    asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
 }  // namespace
 
 const std::string* HttpRequest::Header(std::string_view name) const {
@@ -89,6 +110,11 @@ const std::string* HttpRequest::Header(std::string_view name) const {
     if (IEquals(k, name)) return &v;
   }
   return nullptr;
+}
+
+bool HasBearerKey(const HttpRequest& req, const std::string& key) {
+  const std::string* auth = req.Header("Authorization");
+  return auth != nullptr && auth->rfind("Bearer ", 0) == 0 && KeyMatches(auth->substr(7), key);
 }
 
 class HttpFront::Impl {
@@ -217,6 +243,13 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
     if (last) done_ = true;
     wake_.cancel();
   }
+  // Strand: the exchange ends broken (HttpExchange::Abort): the connection is cut, which is
+  // neither a client disconnect nor a callback's business.
+  void AbortExchange(uint64_t exchange) {
+    if (exchange != exchange_id_ || closed_) return;
+    done_ = true;
+    CutNow();
+  }
   void OnClose(uint64_t exchange, std::function<void()> cb) {
     if (exchange != exchange_id_) return;
     if (closed_ && !done_) {
@@ -300,19 +333,7 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
     std::string bytes = Head(status, type, static_cast<int64_t>(body.size()), false, false, extra);
     bytes += body;
     front_.Log(method, path, status);
-    error_code ec;
-    stream_.expires_after(std::chrono::seconds(2));
-    co_await asio::async_write(stream_, asio::buffer(bytes),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    // A lingering close: read what the client still sends, briefly, so that closing does not
-    // answer it with a reset that discards the error before the client read it.
-    char sink[4096];
-    stream_.expires_after(std::chrono::seconds(1));
-    while (!ec) {
-      co_await stream_.async_read_some(asio::buffer(sink),
-                                       asio::redirect_error(asio::use_awaitable, ec));
-    }
+    co_await WriteAndLinger(stream_, bytes, std::chrono::seconds(2), std::chrono::seconds(1));
   }
   asio::awaitable<bool> Serve();  // one request; false: end the connection
   void Dispatch(HttpRequest req);
@@ -372,6 +393,10 @@ class HttpFront::Impl::Exchange : public HttpExchange {
   void End() override {
     if (!streaming_ || ended_.exchange(true)) return;
     Post(http11_ ? std::string("0\r\n\r\n") : std::string(), true);
+  }
+  void Abort() override {
+    if (!streaming_ || ended_.exchange(true)) return;
+    asio::post(conn_->strand(), [c = conn_, id = id_] { c->AbortExchange(id); });
   }
   bool closed() const override { return conn_->closed_flag_.load(); }
   void OnClose(std::function<void()> callback) override {
@@ -650,17 +675,8 @@ asio::awaitable<void> HttpFront::Impl::Refuse(tcp::socket socket) {
   std::string bytes =
       Head(503, type, static_cast<int64_t>(body.size()), false, false, {{"Retry-After", "1"}}) +
       body;
+  co_await WriteAndLinger(stream, bytes, std::chrono::seconds(1), std::chrono::seconds(1));
   error_code ec;
-  stream.expires_after(std::chrono::seconds(1));
-  co_await asio::async_write(stream, asio::buffer(bytes),
-                             asio::redirect_error(asio::use_awaitable, ec));
-  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  // Drain what the client sent (so the close is not a reset that eats the 503), briefly.
-  char sink[1024];
-  while (!ec) {
-    co_await stream.async_read_some(asio::buffer(sink),
-                                    asio::redirect_error(asio::use_awaitable, ec));
-  }
   stream.socket().close(ec);
 }
 

@@ -64,6 +64,9 @@ struct HttpRequest {
   const std::string* Header(std::string_view name) const;
 };
 
+// Whether `req` carries "Authorization: Bearer <key>" (compared in constant time).
+bool HasBearerKey(const HttpRequest& req, const std::string& key);
+
 // One request's response side. Answer once with Reply, or StartStream then Write... End.
 // Any thread may call it; calls after the connection closed are dropped.
 class HttpExchange {
@@ -76,6 +79,10 @@ class HttpExchange {
   virtual void StartStream(int status, std::string content_type, HttpHeaders extra = {}) = 0;
   virtual void Write(std::string chunk) = 0;
   virtual void End() = 0;
+  // Ends a streamed response as broken: the connection is closed without the last chunk (a
+  // relayed answer that broke off must not look complete to the client). Bytes not yet sent
+  // may be lost.
+  virtual void Abort() = 0;
   // The client closed or reset the connection (or the server is cutting it) before the
   // response ended.
   virtual bool closed() const = 0;

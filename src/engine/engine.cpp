@@ -23,6 +23,18 @@ const std::vector<double> kE2eBounds = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,  
                                         5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
                                         60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 
+// 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's token-count buckets).
+std::vector<double> OneTwoFiveBounds(int64_t max) {
+  std::vector<double> out;
+  for (int64_t scale = 1; scale <= max; scale *= 10) {
+    for (int64_t m : {1, 2, 5}) {
+      if (m * scale > max) return out;
+      out.push_back(static_cast<double>(m * scale));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 double Seconds(EngineClock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -74,6 +86,13 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
   stats.ttft = LatencyHistogram::WithBounds(kTtftBounds);
   stats.itl = LatencyHistogram::WithBounds(kItlBounds);
   stats.e2e = LatencyHistogram::WithBounds(kE2eBounds);
+  EngineStats::PerRequest& pr = stats.per_request;
+  for (Histogram* h :
+       {&pr.queue_seconds, &pr.prefill_seconds, &pr.decode_seconds, &pr.inference_seconds}) {
+    *h = Histogram::WithBounds(kE2eBounds);
+  }
+  pr.prompt_tokens = Histogram::WithBounds(OneTwoFiveBounds(context_tokens));
+  pr.generation_tokens = Histogram::WithBounds(OneTwoFiveBounds(context_tokens));
   if (sparse) sparse->UpdateStats(stats);
   published = stats;
 }
@@ -114,6 +133,21 @@ void Engine::Impl::ReleaseDraftHead(RequestState& s) {
   s.draft_head.num_computed = 0;
 }
 
+void Engine::Impl::ObserveFinished(const RequestState& s) {
+  const auto now = EngineClock::now();
+  stats.e2e.Observe(Seconds(now - s.arrival));
+  EngineStats::PerRequest& pr = stats.per_request;
+  pr.prompt_tokens.Observe(static_cast<double>(s.seq.num_prompt_tokens));
+  pr.generation_tokens.Observe(static_cast<double>(s.seq.num_generated()));
+  if (!s.first_scheduled) return;  // finished (aborted, failed) before it ever ran
+  pr.queue_seconds.Observe(Seconds(*s.first_scheduled - s.arrival));
+  if (!s.first_token_time) return;
+  const auto last = s.last_token_time.value_or(*s.first_token_time);
+  pr.prefill_seconds.Observe(Seconds(*s.first_token_time - *s.first_scheduled));
+  pr.decode_seconds.Observe(Seconds(last - *s.first_token_time));
+  pr.inference_seconds.Observe(Seconds(last - *s.first_scheduled));
+}
+
 void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind reason) {
   OASIS_CHECK(s.import_phase != RequestState::ImportPhase::kFetching)
       << "finishing a request while its KV is fetched";
@@ -149,7 +183,7 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
     case FinishReasonKind::kNone:
       OASIS_CHECK(false) << "finishing without a reason";
   }
-  stats.e2e.Observe(Seconds(EngineClock::now() - s.arrival));
+  ObserveFinished(s);
   out.finished = true;
   out.finish_reason = reason;
   out.prompt_tokens = s.seq.num_prompt_tokens;

@@ -307,6 +307,14 @@ struct EngineStats {
   Disagg disagg;
   // Cumulative latency histograms (seconds) since start.
   LatencyHistogram ttft, itl, e2e;
+  // Per finished request, as vLLM's request-level histograms: queue (arrival to first
+  // scheduled), prefill (first scheduled to first token), decode (first to last token),
+  // inference (first scheduled to last token), in seconds; prompt and generated tokens.
+  struct PerRequest {
+    Histogram queue_seconds, prefill_seconds, decode_seconds, inference_seconds;
+    Histogram prompt_tokens, generation_tokens;
+  };
+  PerRequest per_request;
 };
 
 // How many requests of one length the KV can hold at once (start-up log, --check-config): dense

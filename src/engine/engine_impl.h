@@ -126,6 +126,8 @@ struct Engine::Impl {
   void Admit(std::unique_ptr<RequestState> state);
   // Finishes a live request: frees its blocks, counts it, pushes `out` as its last event.
   void Finish(RequestState& s, RequestOutput out, FinishReasonKind reason);
+  // The latency and length histograms of a request that finishes now.
+  void ObserveFinished(const RequestState& s);
   void Fail(RequestState& s, const Status& error);
   void AbortAll();
   void Publish();

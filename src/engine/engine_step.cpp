@@ -93,7 +93,14 @@ bool Engine::Impl::HandleScheduled(const SchedulerOutput& plan) {
   // Requests the sparse admission refused (their KV can never fit the host store; Submit
   // refuses those already, so this is a safety net): they fail, the others go on.
   for (Sequence* r : plan.refused) Fail(*requests.at(r->id), sparse->RefusalStatus(*r));
-  if (!plan.empty()) return true;
+  if (!plan.empty()) {
+    const auto now = EngineClock::now();
+    for (const ScheduledChunk& c : plan.chunks) {
+      RequestState& s = *requests.at(c.seq->id);
+      if (!s.first_scheduled) s.first_scheduled = now;
+    }
+    return true;
+  }
   if (!plan.refused.empty()) return false;
   // Cannot happen while Submit keeps every request within the pool; never spin on it.
   const Status error = Internal("the scheduler found nothing to run for a non-empty queue");
@@ -302,6 +309,7 @@ bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_eve
       stats.itl.Observe(Seconds(now - *s.last_token_time));
     } else {
       stats.ttft.Observe(Seconds(now - s.arrival));
+      s.first_token_time = now;
     }
     s.last_token_time = now;
   }

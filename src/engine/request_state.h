@@ -38,6 +38,8 @@ struct RequestState {
   uint64_t seed = 0;                  // resolved: the request's, or one drawn by the engine
   int64_t prompt_tokens_counted = 0;  // prompt positions counted in prompt_tokens_total
   EngineClock::time_point arrival = EngineClock::now();
+  std::optional<EngineClock::time_point> first_scheduled;  // unset until it first runs
+  std::optional<EngineClock::time_point> first_token_time;
   std::optional<EngineClock::time_point> last_token_time;  // unset until the first token
   // Disaggregation. Prefill side: x1's and x2's sampling results (the ticket carries them).
   std::vector<HandoffSampling::Token> handoff_tokens;

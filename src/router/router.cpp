@@ -1,71 +1,146 @@
 #include "router/router.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <optional>
+#include <system_error>
 
-#include "common/http_listener.h"
+#include "common/http_front.h"
+#include "common/http_front_settings.h"
 #include "router/upstream.h"
 
 namespace oasis::router {
 namespace {
 
-using httplib::Request;
-using httplib::Response;
-
 constexpr auto kPoll = std::chrono::milliseconds(50);
+// A slow client's backlog of relayed bytes the front has not sent yet: past it the relay stops
+// taking the instance's answer (which then waits in TCP) until the client catches up or the
+// front's write timeout cuts it.
+constexpr size_t kMaxClientBacklog = size_t{1} << 20;
 
-void SendJson(Response& res, const OrderedJson& body, int status) {
-  res.status = status;
-  res.set_content(Dump(body), "application/json");
+void SendJson(HttpExchange& ex, const OrderedJson& body, int status, HttpHeaders extra = {}) {
+  ex.Reply(status, "application/json", Dump(body), std::move(extra));
 }
 
-void SendError(Response& res, int status, const std::string& message) {
-  SendJson(res, ErrorJson(status, message), status);
+void SendError(HttpExchange& ex, int status, const std::string& message, HttpHeaders extra = {}) {
+  SendJson(ex, ErrorJson(status, message), status, std::move(extra));
 }
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Wraps a handler: everything thrown becomes a 500 OpenAI error (the router never dies).
-template <class Handler>
-auto Guard(Handler handler) {
-  return GuardHandler(
-      handler, [](Response& res, const std::string& message) { SendError(res, 500, message); });
+std::string HeaderOr(const HttpRequest& req, std::string_view name) {
+  const std::string* v = req.Header(name);
+  return v != nullptr ? *v : std::string();
 }
 
 }  // namespace
 
 Router::Router(RouterOptions options) : options_(std::move(options)), pool_(options_, &metrics_) {
-  listener_ = std::make_unique<HttpListener>(
-      HttpListenerOptions{static_cast<size_t>(std::max<int64_t>(1, options_.http_threads)),
-                          static_cast<size_t>(options_.max_body_bytes)});
+  HttpFrontOptions o;
+  o.io_threads = 2;
+  o.worker_threads = 1;  // nothing runs on it: generations and /v1/models have their threads
+  o.max_body_bytes = static_cast<size_t>(options_.max_body_bytes);
+  options_.front.ApplyTo(&o);
+  front_ = std::make_unique<HttpFront>(o);
   Routes();
 }
 
 Router::~Router() {
-  if (run_started_.load()) Stop();
+  Stop();
+  JoinRequestThreads(/*all=*/true);
 }
 
-StatusOr<int> Router::Bind(const std::string& host, int port) {
-  return listener_->Bind(host, port);
-}
+StatusOr<int> Router::Bind(const std::string& host, int port) { return front_->Bind(host, port); }
 
 bool Router::Run() {
-  run_started_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_requested_) return true;
+    running_ = true;
+  }
   pool_.StartHealthChecks();
-  const bool ok = listener_->Run();
+  front_->Start();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_cv_.wait(lock, [this] { return stop_requested_; });
+  }
+  // stopping_ is set: waiting calls give up, live streams end with an error event; the front
+  // lets those answers go out until the deadline, then cuts what is left.
+  front_->Stop(options_.front.shutdown_deadline());
+  JoinRequestThreads(/*all=*/true);
   pool_.JoinHealthChecks();
-  return ok;
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = false;
+  return true;
 }
 
 void Router::Stop() {
   if (stopping_.exchange(true)) return;
-  listener_->Stop();
   pool_.StopHealthChecks();
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_requested_ = true;
+  stop_cv_.notify_all();
+}
+
+bool Router::GiveUp(const HttpExchange& ex) const { return stopping_.load() || ex.closed(); }
+
+void Router::Launch(HttpRequest& req, const Exchange& ex, Handler handler) {
+  auto request = std::make_shared<HttpRequest>(std::move(req));
+  std::string refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = threads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (stopping_.load()) {
+      refused = "the router is shutting down";
+    } else if (threads_.size() >= static_cast<size_t>(options_.http_threads)) {
+      refused = "the router relays " + std::to_string(options_.http_threads) +
+                " requests at once (--http-threads); try again";
+      metrics_.CountBusy();
+    } else {
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      try {
+        threads_.push_back({std::thread([this, request, ex, handler = std::move(handler), done] {
+                              try {
+                                handler(*request, ex);
+                              } catch (const std::exception& e) {
+                                spdlog::error("{} {}: {}", request->method, request->path,
+                                              e.what());
+                                SendError(*ex, 500, "internal error in " + request->path);
+                              }
+                              done->store(true);
+                            }),
+                            done});
+      } catch (const std::system_error& e) {
+        refused = std::string("the router could not start a request thread: ") + e.what();
+      }
+    }
+  }
+  if (!refused.empty()) {
+    SendError(*ex, 503, refused, {{"Retry-After", std::to_string(pool_.RetryAfterSeconds())}});
+  }
+}
+
+void Router::JoinRequestThreads(bool all) {
+  std::list<RequestThread> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      auto next = std::next(it);
+      if (all || it->done->load()) ended.splice(ended.end(), threads_, it);
+      it = next;
+    }
+  }
+  for (RequestThread& t : ended) t.thread.join();
 }
 
 bool Router::InstanceHealthy(Role role, size_t index) const {
@@ -76,94 +151,95 @@ OrderedJson Router::HealthJson(bool* all_roles_healthy) const {
   return pool_.HealthJson(all_roles_healthy);
 }
 
-std::string Router::RenderMetrics() const { return metrics_.Render(pool_.RenderInstanceMetrics()); }
+std::string Router::RenderMetrics() const {
+  return metrics_.Render(pool_.RenderInstanceMetrics(), front_->Stats());
+}
 
-// What Relay keeps between the content provider's calls.
-struct Router::RelayState {
-  std::string held;  // SSE: the start of an event not complete yet (never relayed half)
-  bool first_byte_sent = false;
-  bool done_sent = false;  // SSE: "data: [DONE]" relayed
-};
-
-bool Router::Relay(UpstreamCall& call, size_t index, httplib::DataSink& sink, bool sse,
-                   bool record_ttft, Clock::time_point arrival, RelayState* state) {
+void Router::Relay(UpstreamCall& call, size_t index, HttpExchange& ex, bool sse, bool record_ttft,
+                   Clock::time_point arrival) {
   // An SSE event longer than this without its blank line is relayed as it is (an instance
   // that does not frame its events must not grow the router's memory).
   constexpr size_t kMaxHeldEvent = size_t{1} << 20;
+  std::string held;  // SSE: the start of an event not complete yet (never relayed half)
+  bool first_byte_sent = false;
+  bool done_sent = false;  // SSE: "data: [DONE]" relayed
   std::string data;
-  auto client_gone = [&] {
-    call.Cancel();
-    metrics_.CountClientDisconnect();
-    return false;
-  };
-  auto write = [&](const std::string& bytes) {
-    if (bytes.empty()) return true;
-    if (!sink.write(bytes.data(), bytes.size())) return false;
-    if (!state->first_byte_sent) {
-      state->first_byte_sent = true;
+  auto write = [&](std::string bytes) {
+    if (bytes.empty()) return;
+    ex.Write(std::move(bytes));
+    if (!first_byte_sent) {
+      first_byte_sent = true;
       if (record_ttft) metrics_.ObserveTtft(SecondsSince(arrival));
     }
-    return true;
   };
   // An SSE answer that cannot go on ends with an error event and [DONE] (not [DONE] twice),
-  // then the end of the body: never silently truncated.
+  // then the end of the body: never silently truncated. Any other answer is cut (its body
+  // ends without its last chunk: the client sees it broken).
   auto end_with_error = [&](int status, const std::string& message) {
+    if (!sse) return ex.Abort();
     metrics_.CountStreamError();
-    const std::string tail =
-        state->done_sent ? "" : ErrorEvent(status, message) + "data: [DONE]\n\n";
-    if (!tail.empty() && !sink.write(tail.data(), tail.size())) return false;
-    sink.done();
-    return true;
+    if (!done_sent) write(ErrorEvent(status, message) + "data: [DONE]\n\n");
+    ex.End();
   };
   while (true) {
     if (stopping_.load()) {
       call.Cancel();
-      return sse && end_with_error(503, "the router is shutting down");
+      return end_with_error(503, "the router is shutting down");
+    }
+    if (ex.closed()) {
+      call.Cancel();
+      metrics_.CountClientDisconnect();
+      return;
+    }
+    if (ex.pending_bytes() > kMaxClientBacklog) {  // a slow client: let the instance wait
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
     }
     bool finished = false;
     call.Next(&data, kPoll, &finished);
     if (!data.empty()) {
-      std::string out;
       if (sse) {
-        state->held += data;
-        size_t end = CompleteEventsEnd(state->held);
-        if (end == 0 && state->held.size() > kMaxHeldEvent) end = state->held.size();
-        out = state->held.substr(0, end);
-        state->held.erase(0, end);
-        state->done_sent = state->done_sent || HasDoneEvent(out);
+        held += data;
+        size_t end = CompleteEventsEnd(held);
+        if (end == 0 && held.size() > kMaxHeldEvent) end = held.size();
+        std::string out = held.substr(0, end);
+        held.erase(0, end);
+        done_sent = done_sent || HasDoneEvent(out);
+        write(std::move(out));
       } else {
-        out.swap(data);
+        write(std::move(data));
+        data.clear();
       }
-      if (!write(out)) return client_gone();
-    } else if (!finished && !sink.is_writable()) {
-      return client_gone();
     }
     if (!finished) continue;
     if (call.complete()) {
-      if (!write(state->held)) return client_gone();
-      sink.done();
-      return true;
+      write(std::move(held));
+      return ex.End();
     }
     const UpstreamFailure failure = call.failure();
-    if (failure == UpstreamFailure::kCancelled) return false;  // the client went away
+    if (failure == UpstreamFailure::kCancelled) {  // given up: the client or the router
+      if (ex.closed()) metrics_.CountClientDisconnect();
+      return end_with_error(503, "the router is shutting down");
+    }
     const std::string why = call.ErrorText();
     pool_.ReportBrokenAnswer(Role::kDecode, index, failure, why);
     spdlog::warn("the decode instance's answer {}: {}",
                  IsTimeout(failure) ? "timed out" : "broke off", why);
-    if (!state->held.empty()) {
-      spdlog::debug("dropped an incomplete SSE event of {} bytes", state->held.size());
-      state->held.clear();
-    }
-    if (!sse) return false;  // not SSE, status already sent: the body ends unterminated
+    if (!held.empty()) spdlog::debug("dropped an incomplete SSE event of {} bytes", held.size());
     return end_with_error(IsTimeout(failure) ? 504 : 502,
                           std::string("the decode instance's answer ") +
                               (IsTimeout(failure) ? "timed out: " : "broke off: ") + why);
   }
 }
 
-void Router::SendDispatchError(Response& res, const UpstreamPool::Dispatched& d,
+void Router::SendDispatchError(HttpExchange& ex, const UpstreamPool::Dispatched& d,
                                const std::string& unavailable) {
+  if (d.given_up && !stopping_.load()) {  // the client went away: nobody to answer
+    metrics_.CountClientDisconnect();
+    return;
+  }
   std::string message;
+  HttpHeaders extra;
   switch (d.status) {
     case 504:
       message = "an instance did not answer in time: " + d.failures;
@@ -172,24 +248,24 @@ void Router::SendDispatchError(Response& res, const UpstreamPool::Dispatched& d,
       message = "an instance's answer broke off: " + d.failures;
       break;
     default:
-      message = unavailable + ": " + d.failures;
-      res.set_header("Retry-After", std::to_string(pool_.RetryAfterSeconds()));
+      message = d.given_up ? "the router is shutting down" : unavailable + ": " + d.failures;
+      extra.push_back({"Retry-After", std::to_string(pool_.RetryAfterSeconds())});
   }
-  SendError(res, d.status, message);
+  SendError(ex, d.status, message, std::move(extra));
 }
 
-void Router::HandleGenerate(const Request& req, Response& res, Endpoint endpoint) {
+void Router::HandleGenerate(const HttpRequest& req, const Exchange& ex, Endpoint endpoint) {
   const Clock::time_point arrival = Clock::now();
   int status = 400;
   std::string message;
   std::optional<ClientRequest> parsed = ParseClientRequest(req.body, &status, &message);
-  if (!parsed) return SendError(res, status, message);
+  if (!parsed) return SendError(*ex, status, message);
 
   UpstreamRequest up;
   up.method = "POST";
   up.path = req.path;
   up.body = Dump(PrefillBody(parsed->body));
-  up.authorization = req.get_header_value("Authorization");
+  up.authorization = HeaderOr(req, "Authorization");
 
   // No healthy decode instance: 503 at once, before a prefill instance stages KV that no
   // decode instance would take (its lease would wait for its TTL).
@@ -198,62 +274,57 @@ void Router::HandleGenerate(const Request& req, Response& res, Endpoint endpoint
     none.no_healthy = true;
     none.failures = "no healthy decode instance";
     metrics_.CountNoHealthyInstance(RoleName(Role::kDecode));
-    return SendDispatchError(res, none, "no decode instance could take the request");
+    return SendDispatchError(*ex, none, "no decode instance could take the request");
   }
 
   // 1. Prefill.
+  const std::function<bool()> give_up = [this, &ex] { return GiveUp(*ex); };
   UpstreamPool::Dispatched p =
-      pool_.Dispatch(Role::kPrefill, up, UpstreamPool::DispatchOptions{}, stopping_);
-  if (!p.call) return SendDispatchError(res, p, "no prefill instance could take the request");
+      pool_.Dispatch(Role::kPrefill, up, UpstreamPool::DispatchOptions{}, give_up);
+  if (!p.call) return SendDispatchError(*ex, p, "no prefill instance could take the request");
   const int prefill_status = p.call->status();
   std::string prefill_type = p.call->content_type();
   if (prefill_type.empty()) prefill_type = "application/json";
   std::string prefill_body = p.call->TakeBody();
   if (prefill_status != 200) {  // the client's error (400, 404, 413, 500...): relayed as is
-    res.status = prefill_status;
-    res.set_content(prefill_body, prefill_type);
-    return;
+    return ex->Reply(prefill_status, prefill_type, std::move(prefill_body));
   }
   metrics_.ObservePrefill(SecondsSince(arrival));
   const OrderedJson answer = OrderedJson::parse(prefill_body, nullptr, /*allow_exceptions=*/false);
   if (!answer.is_object()) {
     return SendError(
-        res, 502,
+        *ex, 502,
         "prefill instance " + p.label + " answered 200 with a body that is not a JSON object");
   }
   auto handoff = answer.find("oasis_handoff");
   if (handoff != answer.end() && !handoff->is_null() && !handoff->is_string()) {
     return SendError(
-        res, 502,
+        *ex, 502,
         "prefill instance " + p.label + " answered an 'oasis_handoff' that is not a string");
   }
   if (handoff == answer.end() || handoff->is_null()) {
-    return AnswerFinishedAtPrefill(res, *parsed, answer, std::move(prefill_body), prefill_type,
+    return AnswerFinishedAtPrefill(*ex, *parsed, answer, std::move(prefill_body), prefill_type,
                                    endpoint, arrival);
   }
   metrics_.CountHandoff();
   prefill_body.clear();
   // 2. Decode with the ticket.
-  RelayDecode(res, &up, *parsed, handoff->get<std::string>(), arrival);
+  RelayDecode(ex, &up, *parsed, handoff->get<std::string>(), arrival);
 }
 
-void Router::AnswerFinishedAtPrefill(Response& res, const ClientRequest& request,
+void Router::AnswerFinishedAtPrefill(HttpExchange& ex, const ClientRequest& request,
                                      const OrderedJson& answer, std::string body,
                                      const std::string& content_type, Endpoint endpoint,
                                      Clock::time_point arrival) {
   // Finished on the prefill instance (it stopped within its first two tokens).
   metrics_.CountFinishedAtPrefill();
-  res.status = 200;
-  if (!request.stream) {
-    res.set_content(body, content_type);
-    return;
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_content(SynthesizeSse(answer, endpoint, request.include_usage), "text/event-stream");
+  if (!request.stream) return ex.Reply(200, content_type, std::move(body));
+  ex.Reply(200, "text/event-stream", SynthesizeSse(answer, endpoint, request.include_usage),
+           {{"Cache-Control", "no-cache"}});
   metrics_.ObserveTtft(SecondsSince(arrival));
 }
 
-void Router::RelayDecode(Response& res, UpstreamRequest* up, const ClientRequest& request,
+void Router::RelayDecode(const Exchange& ex, UpstreamRequest* up, const ClientRequest& request,
                          const std::string& ticket, Clock::time_point arrival) {
   up->body = Dump(DecodeBody(request.body, ticket));
   // Not streamed: the answer comes whole at the end of the generation (--timeout-s), and is
@@ -263,104 +334,78 @@ void Router::RelayDecode(Response& res, UpstreamRequest* up, const ClientRequest
   UpstreamPool::DispatchOptions how;
   how.buffered = !request.stream;
   if (how.buffered) how.first_byte_timeout_s = options_.timeout_s;
-  UpstreamPool::Dispatched d = pool_.Dispatch(Role::kDecode, *up, how, stopping_);
-  if (!d.call) return SendDispatchError(res, d, "no decode instance could take the request");
-  res.status = d.call->status();
+  UpstreamPool::Dispatched d =
+      pool_.Dispatch(Role::kDecode, *up, how, [this, &ex] { return GiveUp(*ex); });
+  if (!d.call) return SendDispatchError(*ex, d, "no decode instance could take the request");
+  const int status = d.call->status();
   std::string type = d.call->content_type();
   if (type.empty()) type = "application/json";
-  if (how.buffered) {
-    res.set_content(d.call->TakeBody(), type);
-    return;
-  }
+  if (how.buffered) return ex->Reply(status, type, d.call->TakeBody());
   const bool sse = type.rfind("text/event-stream", 0) == 0;
-  if (sse) res.set_header("Cache-Control", "no-cache");
-  const bool record_ttft = request.stream && res.status == 200;
-  std::shared_ptr<UpstreamCall> call = d.call;
-  auto state = std::make_shared<RelayState>();
-  const size_t index = d.index;
-  res.set_chunked_content_provider(
-      type,
-      [this, call, index, sse, record_ttft, arrival, state](size_t, httplib::DataSink& sink) {
-        try {
-          return Relay(*call, index, sink, sse, record_ttft, arrival, state.get());
-        } catch (const std::exception& e) {
-          spdlog::error("relaying the decode answer: {}", e.what());
-          call->Cancel();
-          return false;
-        }
-      },
-      [call](bool) { call->Cancel(); });
+  HttpHeaders extra;
+  if (sse) extra.push_back({"Cache-Control", "no-cache"});
+  ex->StartStream(status, type, std::move(extra));
+  Relay(*d.call, d.index, *ex, sse, /*record_ttft=*/status == 200, arrival);
 }
 
-void Router::HandleModels(const Request& req, Response& res) {
+void Router::HandleModels(const HttpRequest& req, const Exchange& ex) {
   UpstreamRequest up;
   up.method = "GET";
   up.path = "/v1/models";
-  up.authorization = req.get_header_value("Authorization");
-  UpstreamPool::Dispatched d =
-      pool_.Dispatch(Role::kDecode, up, UpstreamPool::DispatchOptions{}, stopping_);
-  if (!d.call) return SendDispatchError(res, d, "no decode instance could answer /v1/models");
+  up.authorization = HeaderOr(req, "Authorization");
+  UpstreamPool::Dispatched d = pool_.Dispatch(Role::kDecode, up, UpstreamPool::DispatchOptions{},
+                                              [this, &ex] { return GiveUp(*ex); });
+  if (!d.call) return SendDispatchError(*ex, d, "no decode instance could answer /v1/models");
   std::string type = d.call->content_type();
-  res.status = d.call->status();
-  res.set_content(d.call->TakeBody(), type.empty() ? "application/json" : type);
+  ex->Reply(d.call->status(), type.empty() ? "application/json" : type, d.call->TakeBody());
 }
 
 void Router::Routes() {
-  httplib::Server& s = listener_->server();
-
-  s.set_pre_routing_handler([this](const Request& req, Response& res) {
+  HttpFront& f = *front_;
+  HttpFrontHooks hooks;
+  hooks.before = [this](const HttpRequest& req, HttpExchange& ex) {
     const std::string& key = options_.api_key;
     if (key.empty() || req.path == "/health" || req.path == "/metrics" || HasBearerKey(req, key)) {
-      return httplib::Server::HandlerResponse::Unhandled;
+      return false;
     }
-    SendError(res, 401, "Unauthorized: send 'Authorization: Bearer <api key>'");
-    return httplib::Server::HandlerResponse::Handled;
+    SendError(ex, 401, "Unauthorized: send 'Authorization: Bearer <api key>'");
+    return true;
+  };
+  // The front's own errors (unknown route, body over the limit, timeouts, bad framing).
+  hooks.error_body = [this](int status, const std::string&, const std::string& message) {
+    std::string text = message;
+    if (status == 413) {
+      text = "request body larger than the router's limit (--max-body-bytes " +
+             std::to_string(options_.max_body_bytes) + ")";
+    }
+    return std::make_pair(std::string("application/json"), Dump(ErrorJson(status, text)));
+  };
+  hooks.log = [this](const std::string& method, const std::string& path, int status) {
+    metrics_.CountRequest(RouteLabel(path), status);
+    spdlog::debug("{} {} {}", method, path, status);
+  };
+  f.SetHooks(std::move(hooks));
+
+  using D = HttpDispatch;
+  f.Route("GET", "/health", D::kInline, [this](HttpRequest&, Exchange ex) {
+    bool ok = false;
+    OrderedJson body = HealthJson(&ok);
+    SendJson(*ex, body, ok ? 200 : 503);
   });
-
-  // httplib's own errors (unknown route, body over the limit, unreadable request) have no body.
-  s.set_error_handler(
-      httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        switch (res.status) {
-          case 404:
-            SendError(res, 404, "no route " + req.method + " " + req.path);
-            break;
-          case 413:
-            SendError(res, 413,
-                      "request body larger than the router's limit (--max-body-bytes " +
-                          std::to_string(options_.max_body_bytes) + ")");
-            break;
-          default:
-            SendError(res, res.status,
-                      "HTTP " + std::to_string(res.status) + " for " + req.method + " " + req.path);
-        }
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-
-  s.set_exception_handler([](const Request& req, Response& res, std::exception_ptr) {
-    SendError(res, 500, "internal error in " + req.path);
+  f.Route("GET", "/metrics", D::kInline, [this](HttpRequest&, Exchange ex) {
+    ex->Reply(200, "text/plain; version=0.0.4; charset=utf-8", RenderMetrics());
   });
-
-  s.set_logger([this](const Request& req, const Response& res) {
-    metrics_.CountRequest(RouteLabel(req.path), res.status);
-    spdlog::debug("{} {} {}", req.method, req.path, res.status);
+  f.Route("GET", "/v1/models", D::kInline, [this](HttpRequest& req, Exchange ex) {
+    Launch(req, ex, [this](const HttpRequest& r, const Exchange& e) { HandleModels(r, e); });
   });
-
-  s.Get("/health", Guard([this](const Request&, Response& res) {
-          bool ok = false;
-          OrderedJson body = HealthJson(&ok);
-          SendJson(res, body, ok ? 200 : 503);
-        }));
-  s.Get("/metrics", Guard([this](const Request&, Response& res) {
-          res.set_content(RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
-        }));
-  s.Get("/v1/models", Guard([this](const Request& req, Response& res) { HandleModels(req, res); }));
-  s.Post("/v1/completions", Guard([this](const Request& req, Response& res) {
-           HandleGenerate(req, res, Endpoint::kCompletions);
-         }));
-  s.Post("/v1/chat/completions", Guard([this](const Request& req, Response& res) {
-           HandleGenerate(req, res, Endpoint::kChatCompletions);
-         }));
+  for (const auto& [path, endpoint] : {std::pair{"/v1/completions", Endpoint::kCompletions},
+                                       {"/v1/chat/completions", Endpoint::kChatCompletions}}) {
+    f.Route("POST", path, D::kInline, [this, endpoint](HttpRequest& req, Exchange ex) {
+      Launch(req, ex, [this, endpoint](const HttpRequest& r, const Exchange& e) {
+        HandleGenerate(r, e, endpoint);
+      });
+    });
+  }
 }
 
 }  // namespace oasis::router

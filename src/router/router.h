@@ -33,8 +33,9 @@
 //        `data: {"error":{...}}` (code 502, 504 or 503) and `data: [DONE]` (unless [DONE] was
 //        relayed already), properly terminated: never silently truncated. No retry once
 //        the headers went to the client.
-//      A client that goes away during the prefill call, or before the decode answer's
-//      headers, is only noticed once the decode answer is relayed.
+//      A client that goes away at any moment (during the prefill call, before the decode
+//      answer's headers, while it is relayed) is noticed within 50 ms: the upstream call in
+//      progress is cancelled (the instance sees the connection closed and aborts the request).
 //   4. Instances: round-robin per role over the healthy ones; none healthy: nothing is tried
 //      (503 with Retry-After: the health interval, at least 1 s). A thread per instance polls
 //      GET /health every second (1 s timeout): 200 = healthy. A failed call (connection
@@ -63,16 +64,27 @@
 // router_metrics.* (/metrics), this file (the HTTP front: routes, the generate exchange, the
 // relay of the decode answer).
 //
-// Router owns its HttpListener (the httplib::Server and its worker threads), its UpstreamPool
-// (one health thread per instance) and one thread per upstream call in flight. Bind() then
-// Run() (blocking) on one thread, Stop() from any other; handlers run concurrently on the
-// worker threads.
+//   8. The client side is HttpFront (common/http_front.h), as oasis-server's: connections hold no
+//      thread; --max-connections, the header, body, keep-alive and write timeouts apply
+//      (docs/server.md, "Limits and timeouts"). A request in flight holds one thread while it
+//      waits on its instances and relays their answer (and its upstream call holds another);
+//      at most --http-threads run at once, more get 503 with Retry-After at once. /health and
+//      /metrics run on the I/O threads. Stop: new requests get 503, live streams end with an
+//      error event (503) and [DONE] within --shutdown-timeout-s, then connections are cut.
+//
+// Router owns its HttpFront, its UpstreamPool (one health thread per instance) and its
+// request threads. Bind() then Run() (blocking) on one thread, Stop() from any other.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "oasis/status.h"
 #include "router/router_metrics.h"
@@ -80,15 +92,11 @@
 #include "router/router_settings.h"
 #include "router/upstream_pool.h"
 
-namespace httplib {
-class DataSink;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace oasis {
-class HttpListener;
-}
+class HttpExchange;
+class HttpFront;
+struct HttpRequest;
+}  // namespace oasis
 
 namespace oasis::router {
 
@@ -103,10 +111,12 @@ class Router {
 
   // Binds host:port (port 0: any free port); returns the bound port.
   StatusOr<int> Bind(const std::string& host, int port);
-  // Starts the health threads and serves until Stop(). False when the server failed.
+  // Starts the health threads and the HTTP front, and serves until Stop(); then lets live
+  // answers end (--shutdown-timeout-s) and joins every thread. False when it could not start.
+  // Returns at once when Stop() came first.
   bool Run();
-  // Stops Run() (waits a few seconds for it to have started listening first); cancels the
-  // upstream calls in flight. Idempotent.
+  // Stops Run() from any thread: new requests get 503, upstream calls in flight are cancelled
+  // and live streams end with an error event and [DONE]. Idempotent.
   void Stop();
 
   // The /health body and whether it is a 200.
@@ -116,35 +126,53 @@ class Router {
 
  private:
   using Clock = std::chrono::steady_clock;
+  using Exchange = std::shared_ptr<HttpExchange>;
+  using Handler = std::function<void(const HttpRequest&, const Exchange&)>;
 
   void Routes();
-  void HandleGenerate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // Runs `handler` on a request thread of its own, or answers 503 (Retry-After) at once when
+  // --http-threads requests are in flight or the router is stopping.
+  void Launch(HttpRequest& req, const Exchange& ex, Handler handler);
+  // Joins the request threads that ended (`all`: every one, waiting for them).
+  void JoinRequestThreads(bool all);
+  // Whether the request in progress should be given up: the router is stopping, or the client
+  // closed its connection.
+  bool GiveUp(const HttpExchange& ex) const;
+
+  void HandleGenerate(const HttpRequest& req, const Exchange& ex, Endpoint endpoint);
   // After a prefill answer without a handoff: the request finished there; answers the client
   // with it (as SSE when streaming).
-  void AnswerFinishedAtPrefill(httplib::Response& res, const ClientRequest& request,
+  void AnswerFinishedAtPrefill(HttpExchange& ex, const ClientRequest& request,
                                const OrderedJson& answer, std::string body,
                                const std::string& content_type, Endpoint endpoint,
                                Clock::time_point arrival);
   // Sends B'' with the ticket to a decode instance and relays its answer to the client.
-  void RelayDecode(httplib::Response& res, UpstreamRequest* up, const ClientRequest& request,
+  void RelayDecode(const Exchange& ex, UpstreamRequest* up, const ClientRequest& request,
                    const std::string& ticket, Clock::time_point arrival);
   // A failed Dispatch as the client's answer: its status (503 with Retry-After) and a
-  // message (`unavailable` starts a 503's).
-  void SendDispatchError(httplib::Response& res, const UpstreamPool::Dispatched& d,
+  // message (`unavailable` starts a 503's). Nothing when the client went away.
+  void SendDispatchError(HttpExchange& ex, const UpstreamPool::Dispatched& d,
                          const std::string& unavailable);
-  void HandleModels(const httplib::Request& req, httplib::Response& res);
-  // Relays `call`'s body (decode instance `index`) to the client; returns what the content
-  // provider returns. `state` persists between the provider's calls.
-  struct RelayState;
-  bool Relay(UpstreamCall& call, size_t index, httplib::DataSink& sink, bool sse, bool record_ttft,
-             Clock::time_point arrival, RelayState* state);
+  void HandleModels(const HttpRequest& req, const Exchange& ex);
+  // Relays `call`'s body (decode instance `index`) to the client, whose response has started.
+  void Relay(UpstreamCall& call, size_t index, HttpExchange& ex, bool sse, bool record_ttft,
+             Clock::time_point arrival);
 
   RouterOptions options_;
   RouterMetrics metrics_;  // before pool_, which counts into it
   UpstreamPool pool_;
-  std::unique_ptr<HttpListener> listener_;
+  std::unique_ptr<HttpFront> front_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> run_started_{false};
+
+  struct RequestThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_requested_ = false;       // guarded by mu_
+  bool running_ = false;              // guarded by mu_: Run() is serving
+  std::list<RequestThread> threads_;  // guarded by mu_
 };
 
 }  // namespace oasis::router

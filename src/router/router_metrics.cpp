@@ -86,7 +86,13 @@ void RouterMetrics::ObservePrefill(double seconds) {
   prefill_seconds_.Observe(seconds);
 }
 
-std::string RouterMetrics::Render(const std::string& instance_metrics) const {
+void RouterMetrics::CountBusy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++busy_;
+}
+
+std::string RouterMetrics::Render(const std::string& instance_metrics,
+                                  const HttpFrontStats& front) const {
   std::ostringstream s;
   std::lock_guard<std::mutex> lock(mu_);
   s << "# HELP oasis:router_requests_total Requests answered by the router, by route and status.\n"
@@ -125,6 +131,27 @@ std::string RouterMetrics::Render(const std::string& instance_metrics) const {
           "Requests sent on to another instance after one failed before answering.", retries_);
   by_role("oasis:router_no_healthy_instance_total",
           "Requests answered 503 at once: no instance of the role was healthy.", no_healthy_);
+  counter("oasis:router_busy_total",
+          "Requests answered 503 at once: --http-threads requests were in flight already.", busy_);
+  auto gauge = [&](const char* name, const char* help, uint64_t v) {
+    s << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+      << name << " " << v << "\n";
+  };
+  gauge("oasis:router_http_connections_open", "Open client connections.", front.connections_open);
+  auto front_counter = [&](const char* name, const char* help, uint64_t v) {
+    counter(name, help, static_cast<int64_t>(v));
+  };
+  front_counter("oasis:router_http_connections_total", "Client connections accepted.",
+                front.connections_accepted);
+  front_counter("oasis:router_http_connections_refused_total",
+                "Connections answered 503 at --max-connections.", front.refused_over_limit);
+  front_counter("oasis:router_http_idle_connections_closed_total",
+                "Idle keep-alive connections closed to make room.", front.idle_evicted);
+  front_counter("oasis:router_http_timeouts_total",
+                "Requests or responses cut by a header, body or write timeout.", front.timeouts);
+  front_counter("oasis:router_http_bad_requests_total",
+                "Requests refused for framing or size (400, 413, 431) before routing.",
+                front.bad_requests);
   s << instance_metrics;
   s << RenderHistogram("oasis:router_time_to_first_token_seconds",
                        "Streaming requests: arrival to the first byte relayed to the client.",

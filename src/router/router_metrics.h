@@ -1,7 +1,8 @@
 // RouterMetrics: oasis-router's own counters and histograms for GET /metrics (Prometheus text,
 // prefix oasis:router_): requests by route and status, handoffs, requests finished on their
 // prefill instance, clients gone, upstream failures by role and reason, retries, requests
-// refused for want of a healthy instance, streams ended with an error event, time to first
+// refused for want of a healthy instance or a free request thread, the HTTP front's
+// connections, streams ended with an error event, time to first
 // token, prefill time. Thread-safe (one mutex).
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <tuple>
 
 #include "common/histogram.h"
+#include "common/http_front.h"
 
 namespace oasis::router {
 
@@ -29,11 +31,14 @@ class RouterMetrics {
   void CountRetry(const std::string& role);
   void CountNoHealthyInstance(const std::string& role);
   void CountStreamError();
+  // A request answered 503 at once: --http-threads requests were in flight already.
+  void CountBusy();
   void ObserveTtft(double seconds);
   void ObservePrefill(double seconds);
 
-  // The exposition, with `instance_metrics` (UpstreamPool's) after the counters.
-  std::string Render(const std::string& instance_metrics) const;
+  // The exposition, with `instance_metrics` (UpstreamPool's) after the counters and the HTTP
+  // front's connection counters (oasis:router_http_*).
+  std::string Render(const std::string& instance_metrics, const HttpFrontStats& front) const;
 
  private:
   mutable std::mutex mu_;
@@ -45,6 +50,7 @@ class RouterMetrics {
   std::map<std::string, int64_t> retries_;
   std::map<std::string, int64_t> no_healthy_;
   int64_t stream_errors_ = 0;
+  int64_t busy_ = 0;
   Histogram ttft_;
   Histogram prefill_seconds_;
 };

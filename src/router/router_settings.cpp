@@ -20,30 +20,36 @@ std::string Number(double v) {
 using Setting = SettingField<RouterSettings>;
 
 const std::vector<Setting>& Settings() {
-  static const std::vector<Setting> settings = {
-      {"prefill", &RouterSettings::prefill,
-       "prefill instances, host:port[,host:port...] (required)"},
-      {"decode", &RouterSettings::decode, "decode instances, host:port[,host:port...] (required)"},
-      {"host", &RouterSettings::host, "address to listen on"},
-      {"port", &RouterSettings::port, "port to listen on; 0 = any free port (printed at start)"},
-      {"api-key", &RouterSettings::api_key,
-       "when set, clients need 'Authorization: Bearer KEY' (not for /health, /metrics)"},
-      {"timeout-s", &RouterSettings::timeout_s,
-       "seconds a decode instance may take for a non-streamed answer (it comes whole, at the end "
-       "of the generation); also the send timeout of every upstream request"},
-      {"connect-timeout-s", &RouterSettings::connect_timeout_s,
-       "upstream connect timeout in seconds"},
-      {"upstream-first-byte-timeout-s", &RouterSettings::upstream_first_byte_timeout_s,
-       "seconds from sending a request to an instance to the first byte of its answer's body "
-       "(a prefill: queueing and the whole prefill; a stream: admission and the first token)"},
-      {"upstream-idle-timeout-s", &RouterSettings::upstream_idle_timeout_s,
-       "seconds an instance's answer may stay silent between two pieces once it started (a "
-       "stalled stream then ends with an error event and [DONE])"},
-      {"http-threads", &RouterSettings::http_threads,
-       "HTTP worker threads (each open request holds one)"},
-      {"max-body-bytes", &RouterSettings::max_body_bytes, "larger request bodies get 413"},
-      {"log-level", &RouterSettings::log_level, "trace, debug, info, warn, error, off"},
-  };
+  static const std::vector<Setting> settings = [] {
+    std::vector<Setting> table = {
+        {"prefill", &RouterSettings::prefill,
+         "prefill instances, host:port[,host:port...] (required)"},
+        {"decode", &RouterSettings::decode,
+         "decode instances, host:port[,host:port...] (required)"},
+        {"host", &RouterSettings::host, "address to listen on"},
+        {"port", &RouterSettings::port, "port to listen on; 0 = any free port (printed at start)"},
+        {"api-key", &RouterSettings::api_key,
+         "when set, clients need 'Authorization: Bearer KEY' (not for /health, /metrics)"},
+        {"timeout-s", &RouterSettings::timeout_s,
+         "seconds a decode instance may take for a non-streamed answer (it comes whole, at the end "
+         "of the generation); also the send timeout of every upstream request"},
+        {"connect-timeout-s", &RouterSettings::connect_timeout_s,
+         "upstream connect timeout in seconds"},
+        {"upstream-first-byte-timeout-s", &RouterSettings::upstream_first_byte_timeout_s,
+         "seconds from sending a request to an instance to the first byte of its answer's body "
+         "(a prefill: queueing and the whole prefill; a stream: admission and the first token)"},
+        {"upstream-idle-timeout-s", &RouterSettings::upstream_idle_timeout_s,
+         "seconds an instance's answer may stay silent between two pieces once it started (a "
+         "stalled stream then ends with an error event and [DONE])"},
+        {"http-threads", &RouterSettings::http_threads,
+         "requests relayed at once (each holds a thread while it waits on its instances; open "
+         "connections hold none); more get 503 with Retry-After"},
+        {"max-body-bytes", &RouterSettings::max_body_bytes, "larger request bodies get 413"},
+        {"log-level", &RouterSettings::log_level, "trace, debug, info, warn, error, off"},
+    };
+    for (Setting& s : HttpFrontSettingFields<RouterSettings>()) table.push_back(s);
+    return table;
+  }();
   return settings;
 }
 
@@ -167,13 +173,15 @@ StatusOr<RouterOptions> RouterSettings::ToOptions() const {
                              Number(kMaxTimeoutS) + "], got " + Number(value));
     }
   }
-  if (http_threads < 1 || http_threads > 65536) {
-    return InvalidArgument("--http-threads must be in [1, 65536], got " +
+  if (http_threads < 1 || http_threads > 4096) {
+    return InvalidArgument("--http-threads must be in [1, 4096], got " +
                            std::to_string(http_threads));
   }
   if (max_body_bytes < 1)
     return InvalidArgument("--max-body-bytes must be positive, got " +
                            std::to_string(max_body_bytes));
+  OASIS_RETURN_IF_ERROR(CheckHttpFront());
+  o.front = *this;  // the HttpFrontSettings part
   o.api_key = api_key;
   o.timeout_s = timeout_s;
   o.connect_timeout_s = connect_timeout_s;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/http_front_settings.h"
 #include "oasis/status.h"
 
 namespace oasis::router {
@@ -41,14 +42,16 @@ struct RouterOptions {
   double connect_timeout_s = 5;                // TCP connect
   double upstream_first_byte_timeout_s = 300;  // request sent -> first byte of the answer's body
   double upstream_idle_timeout_s = 60;         // silence between two pieces of an answer
-  int64_t http_threads = 256;  // the HTTP server's worker threads (one per open request)
+  int64_t http_threads = 256;  // requests in flight at most (each holds a thread); more: 503
   int64_t max_body_bytes = 32 << 20;
+  HttpFrontSettings front;        // the client side's connection limit and timeouts
   int health_interval_ms = 1000;  // GET /health of every instance this often
   int health_timeout_ms = 1000;
 };
 
-// Everything the command line and --config give (the flag names, '-' or '_' in the file).
-struct RouterSettings {
+// Everything the command line and --config give (the flag names, '-' or '_' in the file); the
+// HTTP front's limits and timeouts are the base's.
+struct RouterSettings : HttpFrontSettings {
   std::string prefill;  // comma-separated host:port list (an array in the config file)
   std::string decode;
   std::string host = "127.0.0.1";

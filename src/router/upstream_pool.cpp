@@ -129,7 +129,7 @@ void UpstreamPool::CountFailure(Instance* instance, const std::string& why,
 
 UpstreamPool::Dispatched UpstreamPool::Dispatch(Role role, const UpstreamRequest& request,
                                                 DispatchOptions how,
-                                                const std::atomic<bool>& stopping) {
+                                                const std::function<bool()>& give_up) {
   Dispatched out;
   std::vector<std::string> failures;
   // Buffered answers are taken whole at the end, so nothing may hold their receiver back;
@@ -153,7 +153,10 @@ UpstreamPool::Dispatched UpstreamPool::Dispatch(Role role, const UpstreamRequest
   }
   for (size_t attempt = 0; attempt < candidates.size(); ++attempt) {
     Instance* inst = candidates[attempt];
-    if (stopping.load()) break;
+    if (give_up()) {
+      out.given_up = true;
+      break;
+    }
     if (attempt > 0 && metrics_ != nullptr) metrics_->CountRetry(role_name);
     auto call =
         std::make_shared<UpstreamCall>(inst->address.host, inst->address.port, request, options);
@@ -161,13 +164,14 @@ UpstreamPool::Dispatched UpstreamPool::Dispatch(Role role, const UpstreamRequest
     // given up on: nothing has reached the client, so the next one may take the request.
     bool abandoned = false;
     const bool headers = call->WaitHeaders([&] {
-      if (stopping.load()) return true;
+      if (give_up()) return true;
       abandoned = !inst->healthy.load();
       return abandoned;
     });
-    if (headers && how.buffered) call->WaitDone([&] { return stopping.load(); });
-    if (stopping.load()) {
+    if (headers && how.buffered) call->WaitDone(give_up);
+    if (give_up()) {  // sticky: what ended a wait above still holds
       call->Cancel();
+      out.given_up = true;
       break;
     }
     if (!headers || (how.buffered && !call->complete())) {
@@ -210,10 +214,7 @@ UpstreamPool::Dispatched UpstreamPool::Dispatch(Role role, const UpstreamRequest
     return out;
   }
   out.status = timed_out ? 504 : broken ? 502 : 503;
-  if (stopping.load()) {
-    out.status = 503;
-    failures.push_back("the router is shutting down");
-  }
+  if (out.given_up) out.status = 503;
   if (!skipped.empty()) {
     std::string names;
     for (const Instance* inst : skipped) names += (names.empty() ? "" : ", ") + inst->label;

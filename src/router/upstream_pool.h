@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,6 +46,7 @@ class UpstreamPool {
     std::string failures;
     int status = 503;
     bool no_healthy = false;  // no healthy instance: none was tried
+    bool given_up = false;    // `give_up` said so (the call in progress was cancelled)
   };
 
   // How Dispatch waits. `buffered`: for the whole answer (a transport failure while reading
@@ -73,9 +75,10 @@ class UpstreamPool {
   // after a connection failure, a connection closed before the answer (whole, when buffered),
   // a 429 or 503, or an instance the health check marks unhealthy while its answer's headers
   // are awaited. A timeout ends the attempts (504: the client has waited the whole timeout).
-  // `stopping` (the router's shutdown) cancels the call in progress and ends the attempts.
+  // `give_up` (polled every 50 ms: the router stopping, the client gone) cancels the call in
+  // progress and ends the attempts (Dispatched.given_up).
   Dispatched Dispatch(Role role, const UpstreamRequest& request, DispatchOptions how,
-                      const std::atomic<bool>& stopping);
+                      const std::function<bool()>& give_up);
   // A relayed answer (Dispatched.call of instance `index`) that failed midway: counted, and
   // the instance marked unhealthy until its next good /health.
   void ReportBrokenAnswer(Role role, size_t index, UpstreamFailure failure, const std::string& why);

@@ -251,6 +251,18 @@ constexpr Row kEngineMetrics[] = {
      [](const EngineStats& s) -> const Histogram& { return s.itl; }},
     {"oasis:e2e_request_latency_seconds", "End-to-end request latency.",
      [](const EngineStats& s) -> const Histogram& { return s.e2e; }},
+    {"oasis:request_queue_time_seconds", "Finished requests: arrival to first scheduled.",
+     [](const EngineStats& s) -> const Histogram& { return s.per_request.queue_seconds; }},
+    {"oasis:request_prefill_time_seconds", "Finished requests: first scheduled to first token.",
+     [](const EngineStats& s) -> const Histogram& { return s.per_request.prefill_seconds; }},
+    {"oasis:request_decode_time_seconds", "Finished requests: first token to last token.",
+     [](const EngineStats& s) -> const Histogram& { return s.per_request.decode_seconds; }},
+    {"oasis:request_inference_time_seconds", "Finished requests: first scheduled to last token.",
+     [](const EngineStats& s) -> const Histogram& { return s.per_request.inference_seconds; }},
+    {"oasis:request_prompt_tokens", "Finished requests: prompt tokens.",
+     [](const EngineStats& s) -> const Histogram& { return s.per_request.prompt_tokens; }},
+    {"oasis:request_generation_tokens", "Finished requests: generated tokens.",
+     [](const EngineStats& s) -> const Histogram& { return s.per_request.generation_tokens; }},
 };
 // clang-format on
 

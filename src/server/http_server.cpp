@@ -2,6 +2,7 @@
 
 #include "common/base64.h"
 #include "common/http_front.h"
+#include "common/http_front_settings.h"
 #include "common/http_util.h"
 
 #include <spdlog/spdlog.h>
@@ -175,13 +176,6 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
   std::atomic<bool> client_gone_{false};
 };
 
-ApiError InternalError(const std::string& message) { return FromStatus(Internal(message)); }
-
-bool HasBearerKey(const HttpRequest& req, const std::string& key) {
-  const std::string* auth = req.Header("Authorization");
-  return auth != nullptr && auth->rfind("Bearer ", 0) == 0 && KeyMatches(auth->substr(7), key);
-}
-
 // API keys, the front's own errors as OpenAI error JSON, the request counters.
 HttpFrontHooks ErrorHandling(Service& svc) {
   HttpFrontHooks hooks;
@@ -258,7 +252,8 @@ void HandleModels(Service& svc, HttpExchange& res) {
                        {"owned_by", "oasiskv"},
                        {"root", h->model_dir},
                        {"parent", nullptr},
-                       {"max_model_len", h->max_model_len()}};
+                       {"max_model_len", h->max_model_len()},
+                       {"vocab_size", h->config.vocab_size}};
   SendJson(res, {{"object", "list"}, {"data", OrderedJson::array({model})}});
 }
 
@@ -416,18 +411,11 @@ void HandleGenerate(Service& svc, HttpFront& front, Endpoint endpoint, const Htt
 
 HttpFrontend::HttpFrontend(Service& service) : service_(service) {
   const ServerConfig& c = service_.config();
-  auto ms = [](double s) {
-    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0 + 0.5));
-  };
   HttpFrontOptions o;
   o.io_threads = 2;
   o.worker_threads = c.http_threads > 0 ? static_cast<size_t>(c.http_threads) : 4;
-  o.max_connections = static_cast<size_t>(c.max_connections);
   o.max_body_bytes = static_cast<size_t>(c.max_body_bytes);
-  o.idle_timeout = ms(c.keep_alive_timeout_s);
-  o.header_timeout = ms(c.header_timeout_s);
-  o.body_timeout = ms(c.body_timeout_s);
-  o.write_timeout = ms(c.write_timeout_s);
+  c.ApplyTo(&o);
   front_ = std::make_unique<HttpFront>(o);
   Routes();
 }

@@ -120,8 +120,7 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
   // Live requests finish with "abort" (HTTP streams write it and [DONE]; gRPC streams end with
   // UNAVAILABLE); both front ends share --shutdown-timeout-s to deliver that, then cut
   // whoever is still connected.
-  const auto deadline =
-      std::chrono::milliseconds(static_cast<int64_t>(config.shutdown_timeout_s * 1000.0 + 0.5));
+  const auto deadline = config.shutdown_deadline();
   const auto end = std::chrono::steady_clock::now() + deadline;
   service.StopEngine();
   grpc.Shutdown(deadline);

@@ -25,157 +25,147 @@ namespace {
 using Setting = SettingField<ServerConfig>;
 
 const std::vector<Setting>& Settings() {
-  static const std::vector<Setting> settings = {
-      {"model", &ServerConfig::model,
-       "model directory (config.json + *.safetensors); default: the embedded tiny model"},
-      {"tokenizer", &ServerConfig::tokenizer,
-       "tokenizer.json or its directory (default: the model directory)"},
-      {"chat-template", &ServerConfig::chat_template,
-       "Jinja chat template file (default: tokenizer_config.json's)"},
-      {"load-format", &ServerConfig::load_format,
-       "auto, safetensors, or dummy (random weights at the config's shapes)"},
-      {"served-model-name", &ServerConfig::served_model_name,
-       "the model name clients use (default: the last component of --model's path; requests "
-       "naming the --model path are accepted too)"},
-      {"max-model-len", &ServerConfig::max_model_len,
-       "context length (0 = the model's max_position_embeddings)"},
-      {"enable-auto-tool-choice", &ServerConfig::enable_auto_tool_choice,
-       "parse tool calls out of chat answers for tool_choice \"auto\" (the default with tools); "
-       "needs --tool-call-parser"},
-      {"tool-call-parser", &ServerConfig::tool_call_parser,
-       "how tool calls look in the model's output: hermes (Qwen3: <tool_call>{json}</tool_call>) "
-       "or llama3_json (Llama 3.x: JSON objects at the start, ';'-separated)"},
-      {"reasoning-parser", &ServerConfig::reasoning_parser,
-       "split <think>...</think> out of chat answers into reasoning_content: qwen3 or "
-       "deepseek_r1"},
-      {"draft-model", &ServerConfig::draft_model,
-       "EAGLE-3 draft head directory for lookahead decoding"},
-      {"draft-load-format", &ServerConfig::draft_load_format,
-       "auto, or dummy (a random head at real shapes; --draft-model's config.json or one shaped "
-       "like the model)"},
-      {"draft-vocab-size", &ServerConfig::draft_vocab_size,
-       "draft vocabulary of a dummy head without --draft-model (capped at the model's)"},
-      {"lookahead", &ServerConfig::lookahead,
-       "auto (reject with a draft model, else off), off, reject (lossless, drafts discarded), "
-       "speculate (accept matching drafts: up to 2 tokens per step)"},
-      {"sparse", &ServerConfig::sparse,
-       "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
-      {"host-kv-gib", &ServerConfig::host_kv_gib,
-       "host KV store of sparse requests, GiB (0 = half the memory available at start; at most "
-       "90% of it); requests that can never fit get 413"},
-      {"topk-blocks", &ServerConfig::topk_blocks,
-       "sparse: K blocks of 16 tokens per (request, layer, KV head)"},
-      {"fetch-ratio", &ServerConfig::fetch_ratio,
-       "sparse: at most ceil(ratio x K) blocks fetched per head per step"},
-      {"sparse-threshold", &ServerConfig::sparse_threshold,
-       "sparse: requests switch once their context exceeds this many tokens (0 with --sparse on: "
-       "(K + 1) x 16)"},
-      {"dense-layers", &ServerConfig::dense_layers, "sparse: the first N layers stay dense"},
-      {"sparse-predictor", &ServerConfig::sparse_predictor,
-       "auto (draft with lookahead, else previous-query), draft (the EAGLE-3 draft query), "
-       "previous-query, "
-       "oracle (measurement only)"},
-      {"sparse-switch", &ServerConfig::sparse_switch,
-       "sparse: when a request past --sparse-threshold goes sparse: threshold (at once) or "
-       "pressure (it stays dense while the GPU pool has room and the dense decodes' KV stays "
-       "within the weights' bytes: past that the longest switch in place (HBM home); when the "
-       "pool runs short the longest switches to the host store instead of anyone being "
-       "preempted)"},
-      {"kv-home", &ServerConfig::kv_home,
-       "sparse: where a sparse request's full KV lives: host (the host KV store, working sets "
-       "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (the "
-       "default: hbm while the GPU pool has room for the whole request, else host; under "
-       "pressure in-place requests move to the host store)"},
-      {"sparse-group-reduce", &ServerConfig::sparse_group_reduce,
-       "sparse: GQA reduction of block scores: sum or max"},
-      {"max-sparse-seqs", &ServerConfig::max_sparse_seqs,
-       "sparse requests at once (0 = --max-num-seqs)"},
-      {"sparse-transfers", &ServerConfig::sparse_transfers,
-       "sparse: on, or off (measurement only: blocks are selected but never copied, outputs are "
-       "wrong; "
-       "the same run with and without transfers shows what they cost)"},
-      {"sparse-agreement-interval", &ServerConfig::sparse_agreement_interval,
-       "sparse: sample the predicted top-K's agreement with the real query's every N steps (0 = "
-       "never)"},
-      {"role", &ServerConfig::role,
-       "both (a single instance), prefill (runs prompts, hands the KV to a decode instance) or "
-       "decode (decodes "
-       "handed-off requests); prefill and decode serve oasis-router (docs/disaggregation.md)"},
-      {"staging-pool-gib", &ServerConfig::staging_pool_gib,
-       "prefill: host staging pool of handed-off KV, GiB (0 = a quarter of the machine's RAM)"},
-      {"staging-listen", &ServerConfig::staging_listen,
-       "prefill: UCX listen address host:port of the staging pool (default: --host, any port); "
-       "an address beyond loopback needs a staging secret"},
-      {"staging-advertise", &ServerConfig::staging_advertise,
-       "prefill: host name decode instances reach the staging pool at (default: the listen host, "
-       "or this machine's name)"},
-      {"staging-lease-ttl-ms", &ServerConfig::staging_lease_ttl_ms,
-       "prefill: staged KV is freed after this long without a renewal from its decode instance"},
-      {"staging-secret", &ServerConfig::staging_secret,
-       "shared secret of the staging pool: prefill asks it of decode instances (required "
-       "when --staging-listen is not loopback), decode sends it; visible in ps: prefer "
-       "--staging-secret-file or $OASIS_STAGING_SECRET"},
-      {"staging-secret-file", &ServerConfig::staging_secret_file,
-       "file holding the staging secret (trailing newlines ignored)"},
-      {"rpf", &ServerConfig::rpf,
-       "decode: on = remote partial fetch (only the blocks decode attends to, drift fetched "
-       "later), off = the whole "
-       "KV at admission (the baseline)"},
-      {"remote-fetch-cap", &ServerConfig::remote_fetch_cap,
-       "decode: remote blocks fetched per (request, layer, KV head) per step (0 = ceil(fetch-ratio "
-       "x K))"},
-      {"remote-kv-gib", &ServerConfig::remote_kv_gib,
-       "decode with --rpf on: GiB of remote KV (blocks still on the prefill instance) tracked "
-       "without host memory; "
-       "each GiB costs 1/16 GiB of device memory for its block summaries (-1 = as much as "
-       "--host-kv-gib, "
-       "0 = none: remote blocks reserve host KV)"},
-      {"ucx-tls", &ServerConfig::ucx_tls, "UCX transports (as UCX_TLS; empty: UCX's choice)"},
-      {"backend", &ServerConfig::backend,
-       "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
-      {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
-      {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
-      {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens,
-       "tokens per engine step (decode + prefill chunks)"},
-      {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
-      {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
-       "fraction of GPU memory for weights + KV cache"},
-      {"num-kv-slots", &ServerConfig::num_kv_slots,
-       "CPU backend KV head-blocks per layer (0 = auto)"},
-      {"tensor-parallel-size", &ServerConfig::tensor_parallel_size,
-       "split every layer over N ranks: GPUs 0..N-1 in one process over NCCL (or N CPU-reference "
-       "threads with "
-       "--backend cpu); the heads and intermediate size must divide by N (docs/parallel.md)"},
-      {"seed", &ServerConfig::seed, "engine seed for requests without one"},
-      {"host", &ServerConfig::host, "HTTP listen address"},
-      {"port", &ServerConfig::port, "HTTP port (0 = any free port, printed at start)"},
-      {"grpc-port", &ServerConfig::grpc_port, "gRPC port (0 = gRPC off)"},
-      {"grpc-max-concurrent-calls", &ServerConfig::grpc_max_concurrent_calls,
-       "live gRPC Generate streams at most (more finish at once with RESOURCE_EXHAUSTED)"},
-      {"api-key", &ServerConfig::api_key, "require 'Authorization: Bearer KEY' (empty = open)"},
-      {"max-body-bytes", &ServerConfig::max_body_bytes,
-       "largest accepted request body (larger: HTTP 413)"},
-      {"http-threads", &ServerConfig::http_threads,
-       "threads that parse HTTP requests and format responses (0 = 4); open connections and "
-       "streams hold none"},
-      {"max-connections", &ServerConfig::max_connections,
-       "open HTTP connections at most; past it the longest-idle keep-alive connection is closed, "
-       "or the new one gets 503 with Retry-After"},
-      {"keep-alive-timeout-s", &ServerConfig::keep_alive_timeout_s,
-       "an idle keep-alive HTTP connection is closed after this many seconds"},
-      {"header-timeout-s", &ServerConfig::header_timeout_s,
-       "the request line and headers must arrive within this many seconds of their first byte "
-       "(else 408)"},
-      {"body-timeout-s", &ServerConfig::body_timeout_s,
-       "the request body must arrive within this many seconds of the headers (else 408)"},
-      {"write-timeout-s", &ServerConfig::write_timeout_s,
-       "a response write that makes no progress for this many seconds cuts the connection"},
-      {"shutdown-timeout-s", &ServerConfig::shutdown_timeout_s,
-       "on SIGINT/SIGTERM, live responses end (streams with finish_reason abort and [DONE]) "
-       "within this many seconds; slower clients are cut"},
-      {"max-n", &ServerConfig::max_n, "largest accepted n (choices per request)"},
-      {"log-level", &ServerConfig::log_level, "trace, debug, info, warn, error or off"},
-  };
+  static const std::vector<Setting> settings = [] {
+    std::vector<Setting> table = {
+        {"model", &ServerConfig::model,
+         "model directory (config.json + *.safetensors); default: the embedded tiny model"},
+        {"tokenizer", &ServerConfig::tokenizer,
+         "tokenizer.json or its directory (default: the model directory)"},
+        {"chat-template", &ServerConfig::chat_template,
+         "Jinja chat template file (default: tokenizer_config.json's)"},
+        {"load-format", &ServerConfig::load_format,
+         "auto, safetensors, or dummy (random weights at the config's shapes)"},
+        {"served-model-name", &ServerConfig::served_model_name,
+         "the model name clients use (default: the last component of --model's path; requests "
+         "naming the --model path are accepted too)"},
+        {"max-model-len", &ServerConfig::max_model_len,
+         "context length (0 = the model's max_position_embeddings)"},
+        {"enable-auto-tool-choice", &ServerConfig::enable_auto_tool_choice,
+         "parse tool calls out of chat answers for tool_choice \"auto\" (the default with "
+         "tools); needs --tool-call-parser"},
+        {"tool-call-parser", &ServerConfig::tool_call_parser,
+         "how tool calls look in the model's output: hermes (Qwen3: <tool_call>{json}"
+         "</tool_call>) or llama3_json (Llama 3.x: JSON objects at the start, ';'-separated)"},
+        {"reasoning-parser", &ServerConfig::reasoning_parser,
+         "split <think>...</think> out of chat answers into reasoning_content: qwen3 or "
+         "deepseek_r1"},
+        {"draft-model", &ServerConfig::draft_model,
+         "EAGLE-3 draft head directory for lookahead decoding"},
+        {"draft-load-format", &ServerConfig::draft_load_format,
+         "auto, or dummy (a random head at real shapes; --draft-model's config.json or one shaped "
+         "like the model)"},
+        {"draft-vocab-size", &ServerConfig::draft_vocab_size,
+         "draft vocabulary of a dummy head without --draft-model (capped at the model's)"},
+        {"lookahead", &ServerConfig::lookahead,
+         "auto (reject with a draft model, else off), off, reject (lossless, drafts discarded), "
+         "speculate (accept matching drafts: up to 2 tokens per step)"},
+        {"sparse", &ServerConfig::sparse,
+         "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
+        {"host-kv-gib", &ServerConfig::host_kv_gib,
+         "host KV store of sparse requests, GiB (0 = half the memory available at start; at most "
+         "90% of it); requests that can never fit get 413"},
+        {"topk-blocks", &ServerConfig::topk_blocks,
+         "sparse: K blocks of 16 tokens per (request, layer, KV head)"},
+        {"fetch-ratio", &ServerConfig::fetch_ratio,
+         "sparse: at most ceil(ratio x K) blocks fetched per head per step"},
+        {"sparse-threshold", &ServerConfig::sparse_threshold,
+         "sparse: requests switch once their context exceeds this many tokens (0 with --sparse on: "
+         "(K + 1) x 16)"},
+        {"dense-layers", &ServerConfig::dense_layers, "sparse: the first N layers stay dense"},
+        {"sparse-predictor", &ServerConfig::sparse_predictor,
+         "auto (draft with lookahead, else previous-query), draft (the EAGLE-3 draft query), "
+         "previous-query, "
+         "oracle (measurement only)"},
+        {"sparse-switch", &ServerConfig::sparse_switch,
+         "sparse: when a request past --sparse-threshold goes sparse: threshold (at once) or "
+         "pressure (it stays dense while the GPU pool has room and the dense decodes' KV stays "
+         "within the weights' bytes: past that the longest switch in place (HBM home); when the "
+         "pool runs short the longest switches to the host store instead of anyone being "
+         "preempted)"},
+        {"kv-home", &ServerConfig::kv_home,
+         "sparse: where a sparse request's full KV lives: host (the host KV store, working sets "
+         "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (the "
+         "default: hbm while the GPU pool has room for the whole request, else host; under "
+         "pressure in-place requests move to the host store)"},
+        {"sparse-group-reduce", &ServerConfig::sparse_group_reduce,
+         "sparse: GQA reduction of block scores: sum or max"},
+        {"max-sparse-seqs", &ServerConfig::max_sparse_seqs,
+         "sparse requests at once (0 = --max-num-seqs)"},
+        {"sparse-transfers", &ServerConfig::sparse_transfers,
+         "sparse: on, or off (measurement only: blocks are selected but never copied, outputs are "
+         "wrong; "
+         "the same run with and without transfers shows what they cost)"},
+        {"sparse-agreement-interval", &ServerConfig::sparse_agreement_interval,
+         "sparse: sample the predicted top-K's agreement with the real query's every N steps (0 = "
+         "never)"},
+        {"role", &ServerConfig::role,
+         "both (a single instance), prefill (runs prompts, hands the KV to a decode instance) or "
+         "decode (decodes "
+         "handed-off requests); prefill and decode serve oasis-router (docs/disaggregation.md)"},
+        {"staging-pool-gib", &ServerConfig::staging_pool_gib,
+         "prefill: host staging pool of handed-off KV, GiB (0 = a quarter of the machine's RAM)"},
+        {"staging-listen", &ServerConfig::staging_listen,
+         "prefill: UCX listen address host:port of the staging pool (default: --host, any port); "
+         "an address beyond loopback needs a staging secret"},
+        {"staging-advertise", &ServerConfig::staging_advertise,
+         "prefill: host name decode instances reach the staging pool at (default: the listen host, "
+         "or this machine's name)"},
+        {"staging-lease-ttl-ms", &ServerConfig::staging_lease_ttl_ms,
+         "prefill: staged KV is freed after this long without a renewal from its decode instance"},
+        {"staging-secret", &ServerConfig::staging_secret,
+         "shared secret of the staging pool: prefill asks it of decode instances (required "
+         "when --staging-listen is not loopback), decode sends it; visible in ps: prefer "
+         "--staging-secret-file or $OASIS_STAGING_SECRET"},
+        {"staging-secret-file", &ServerConfig::staging_secret_file,
+         "file holding the staging secret (trailing newlines ignored)"},
+        {"rpf", &ServerConfig::rpf,
+         "decode: on = remote partial fetch (only the blocks decode attends to, drift fetched "
+         "later), off = the whole "
+         "KV at admission (the baseline)"},
+        {"remote-fetch-cap", &ServerConfig::remote_fetch_cap,
+         "decode: remote blocks fetched per (request, layer, KV head) per step (0 = "
+         "ceil(fetch-ratio "
+         "x K))"},
+        {"remote-kv-gib", &ServerConfig::remote_kv_gib,
+         "decode with --rpf on: GiB of remote KV (blocks still on the prefill instance) tracked "
+         "without host memory; "
+         "each GiB costs 1/16 GiB of device memory for its block summaries (-1 = as much as "
+         "--host-kv-gib, "
+         "0 = none: remote blocks reserve host KV)"},
+        {"ucx-tls", &ServerConfig::ucx_tls, "UCX transports (as UCX_TLS; empty: UCX's choice)"},
+        {"backend", &ServerConfig::backend,
+         "auto (cuda when built with CUDA and a GPU is present), cpu or cuda"},
+        {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
+        {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
+        {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens,
+         "tokens per engine step (decode + prefill chunks)"},
+        {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
+        {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
+         "fraction of GPU memory for weights + KV cache"},
+        {"num-kv-slots", &ServerConfig::num_kv_slots,
+         "CPU backend KV head-blocks per layer (0 = auto)"},
+        {"tensor-parallel-size", &ServerConfig::tensor_parallel_size,
+         "split every layer over N ranks: GPUs 0..N-1 in one process over NCCL (or N CPU-reference "
+         "threads with "
+         "--backend cpu); the heads and intermediate size must divide by N (docs/parallel.md)"},
+        {"seed", &ServerConfig::seed, "engine seed for requests without one"},
+        {"host", &ServerConfig::host, "HTTP listen address"},
+        {"port", &ServerConfig::port, "HTTP port (0 = any free port, printed at start)"},
+        {"grpc-port", &ServerConfig::grpc_port, "gRPC port (0 = gRPC off)"},
+        {"grpc-max-concurrent-calls", &ServerConfig::grpc_max_concurrent_calls,
+         "live gRPC Generate streams at most (more finish at once with RESOURCE_EXHAUSTED)"},
+        {"api-key", &ServerConfig::api_key, "require 'Authorization: Bearer KEY' (empty = open)"},
+        {"max-body-bytes", &ServerConfig::max_body_bytes,
+         "largest accepted request body (larger: HTTP 413)"},
+        {"http-threads", &ServerConfig::http_threads,
+         "threads that parse HTTP requests and format responses (0 = 4); open connections and "
+         "streams hold none"},
+        {"max-n", &ServerConfig::max_n, "largest accepted n (choices per request)"},
+        {"log-level", &ServerConfig::log_level, "trace, debug, info, warn, error or off"},
+    };
+    for (Setting& s : HttpFrontSettingFields<ServerConfig>()) table.push_back(s);
+    return table;
+  }();
   return settings;
 }
 
@@ -303,24 +293,7 @@ Status ServerConfig::Validate() const {
     return InvalidArgument("--http-threads must be at most 1024, got " +
                            std::to_string(http_threads));
   }
-  OASIS_RETURN_IF_ERROR(positive("max-connections", max_connections));
-  if (max_connections > 1'000'000) {
-    return InvalidArgument("--max-connections must be at most 1000000, got " +
-                           std::to_string(max_connections));
-  }
-  // Seconds: finite, within (0, 1 day] (shutdown may be 0: cut at once).
-  auto seconds = [](const char* name, double v, bool zero_ok) {
-    if (!std::isfinite(v) || v < 0 || (v == 0 && !zero_ok) || v > 86400) {
-      return InvalidArgument(std::string("--") + name + " must be in " + (zero_ok ? "[0" : "(0") +
-                             ", 86400] seconds, got " + std::to_string(v));
-    }
-    return Status::Ok();
-  };
-  OASIS_RETURN_IF_ERROR(seconds("keep-alive-timeout-s", keep_alive_timeout_s, false));
-  OASIS_RETURN_IF_ERROR(seconds("header-timeout-s", header_timeout_s, false));
-  OASIS_RETURN_IF_ERROR(seconds("body-timeout-s", body_timeout_s, false));
-  OASIS_RETURN_IF_ERROR(seconds("write-timeout-s", write_timeout_s, false));
-  OASIS_RETURN_IF_ERROR(seconds("shutdown-timeout-s", shutdown_timeout_s, true));
+  OASIS_RETURN_IF_ERROR(CheckHttpFront());
   OASIS_RETURN_IF_ERROR(non_negative("seed", seed));
   OASIS_RETURN_IF_ERROR(positive("topk-blocks", topk_blocks));
   OASIS_RETURN_IF_ERROR(non_negative("sparse-threshold", sparse_threshold));

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/http_front_settings.h"
 #include "oasis/status.h"
 
 namespace oasis::server {
@@ -20,7 +21,8 @@ inline constexpr double kHostKvDefaultShare = 0.5;
 // The largest --grpc-max-concurrent-calls (each live stream holds a GenerationJob, no thread).
 inline constexpr int64_t kMaxGrpcConcurrentCalls = 65536;
 
-struct ServerConfig {
+// The HTTP front's limits and timeouts (--max-connections, --*-timeout-s) are the base's.
+struct ServerConfig : HttpFrontSettings {
   // Model.
   std::string model;                 // model directory; empty = the embedded default model
   std::string tokenizer;             // tokenizer.json or its directory; empty = the model directory
@@ -101,12 +103,6 @@ struct ServerConfig {
   std::string api_key;               // empty: no authentication
   int64_t max_body_bytes = 8 << 20;  // larger request bodies get 413
   int64_t http_threads = 0;          // handler threads (0: 4); streams and waits hold none
-  int64_t max_connections = 4096;    // open HTTP connections at most (docs/server.md)
-  double keep_alive_timeout_s = 5;   // an idle keep-alive connection is closed after this
-  double header_timeout_s = 10;      // request line + headers, from their first byte
-  double body_timeout_s = 60;        // the request body, after the headers
-  double write_timeout_s = 30;       // a response write that makes no progress
-  double shutdown_timeout_s = 10;    // SIGTERM: live responses end within this, then cut
   int64_t max_n = 128;               // largest accepted `n`
   std::string log_level = "info";
   // gRPC Generate streams live at once; more finish at once with RESOURCE_EXHAUSTED.

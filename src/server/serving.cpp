@@ -41,31 +41,22 @@ JobEvent GenerationJob::Take(size_t i, RequestOutput out) {
 }
 
 std::optional<JobEvent> GenerationJob::Next(std::chrono::milliseconds timeout) {
+  using std::chrono::milliseconds;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (unfinished_ > 0) {
-    // One quick pass over every unfinished choice, starting after the last one served.
+    if (std::optional<JobEvent> ev = Poll()) return ev;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return std::nullopt;
+    // Wait on the next unfinished stream: until the deadline when it is the only one, else
+    // briefly, so that the others are looked at again.
+    auto wait = std::chrono::duration_cast<milliseconds>(deadline - now);
+    if (unfinished_ > 1) wait = std::min(wait, milliseconds(2));
     for (size_t k = 0; k < streams_.size(); ++k) {
       const size_t i = (cursor_ + k) % streams_.size();
       if (done_[i]) continue;
-      const bool only_one = unfinished_ == 1;
-      const auto now = std::chrono::steady_clock::now();
-      auto wait = only_one ? std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now)
-                           : std::chrono::milliseconds(0);
-      if (wait.count() < 0) wait = std::chrono::milliseconds(0);
-      std::optional<RequestOutput> out = streams_[i]->Next(wait);
-      if (!out) continue;
-      return Take(i, std::move(*out));
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-    if (unfinished_ > 1) {
-      // Several streams: wait briefly on the next unfinished one instead of spinning.
-      for (size_t k = 0; k < streams_.size(); ++k) {
-        const size_t i = (cursor_ + k) % streams_.size();
-        if (done_[i]) continue;
-        std::optional<RequestOutput> out = streams_[i]->Next(std::chrono::milliseconds(2));
-        if (out) return Take(i, std::move(*out));
-        break;
-      }
+      if (std::optional<RequestOutput> out = streams_[i]->Next(wait))
+        return Take(i, std::move(*out));
+      break;
     }
   }
   return std::nullopt;

@@ -195,6 +195,20 @@ rc=$?
   bad "burst of 64 connections: exit $rc" "$(grep -E "requests:| x " <<<"$out")"
 check_against_metrics "burst of 64 connections" "$TMP/burst.json" "$before"
 
+# ---- 6b. default flags: the model and the vocabulary come from /v1/models --------------------
+out=$("$BENCH" --base-url "$BASE" --num-prompts 8 --random-input-len 16 --random-output-len 4 \
+  --no-progress --result-file "$TMP/defaults.json" 2>&1)
+rc=$?
+[[ $rc == 0 ]] && python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["summary"]
+assert s["completed"] == 8 and s["failed"] == 0, s
+assert r["config"]["random_vocab_size"] == int(sys.argv[2]), r["config"]
+' "$TMP/defaults.json" "$VOCAB" && ! grep -q "does not report its vocab_size" <<<"$out" &&
+  ok "default flags: 8/8 completed, ids within the vocabulary the server reports ($VOCAB)" ||
+  bad "oasis-bench with default flags: exit $rc" "$out"
+
 # ---- 7. a dead server: connection errors, exit status 1 ---------------------------------------
 kill -TERM "$SERVER_PID" && wait "$SERVER_PID"
 SERVER_PID=""

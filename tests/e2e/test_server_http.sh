@@ -42,7 +42,7 @@ ok "server started with no --model (embedded default) on port $PORT"
 # ---- happy paths --------------------------------------------------------------
 expect "GET /health" "$(curl -s "$BASE/health")" "d['role'] == 'both' and d['num_running'] == 0 and d['num_waiting'] == 0"
 models=$(curl -s "$BASE/v1/models")
-expect "GET /v1/models lists the embedded model" "$models" "d['object'] == 'list' and d['data'][0]['id'] == 'oasis-embedded' and d['data'][0]['max_model_len'] == 4096"
+expect "GET /v1/models lists the embedded model" "$models" "d['object'] == 'list' and d['data'][0]['id'] == 'oasis-embedded' and d['data'][0]['max_model_len'] == 4096 and d['data'][0]['vocab_size'] == 512"
 expect "GET /v1/models shows no filesystem path" "$models" "'/' not in json.dumps(d)"
 
 r=$(post /v1/completions '{"prompt": "Hello, world", "max_tokens": 8, "temperature": 0, "ignore_eos": true}')

@@ -158,6 +158,20 @@ TEST_CASE("outputs are the same alone and among 32 concurrent requests", "[engin
       CHECK(st.requests.generation_tokens_total == generated);
       CHECK(st.requests.prompt_tokens_total == prompt);
       CHECK(st.itl.count == generated - 32);
+      // The per-request histograms: one observation per finished request; the token counts
+      // sum to the totals; queue + inference add up to at most the end-to-end latency.
+      const EngineStats::PerRequest& pr = st.per_request;
+      for (const Histogram* h : {&pr.queue_seconds, &pr.prefill_seconds, &pr.decode_seconds,
+                                 &pr.inference_seconds, &pr.prompt_tokens, &pr.generation_tokens})
+        CHECK(h->count == 32);
+      CHECK(pr.prompt_tokens.sum == static_cast<double>(prompt));
+      CHECK(pr.generation_tokens.sum == static_cast<double>(generated));
+      CHECK(pr.queue_seconds.sum + pr.inference_seconds.sum <= st.e2e.sum + 1e-9);
+      CHECK(pr.prefill_seconds.sum + pr.decode_seconds.sum ==
+            Approx(pr.inference_seconds.sum).margin(1e-9));
+      CHECK(pr.prompt_tokens.bounds.front() == 1.0);
+      CHECK(pr.prompt_tokens.bounds[1] == 2.0);
+      CHECK(pr.prompt_tokens.bounds[2] == 5.0);
       CHECK(st.requests.stop_total + st.requests.length_total == 32);
       if (cfg.expect_preemption) CHECK(st.requests.preemptions_total > 0);
       if (!cfg.expect_preemption) CHECK(st.requests.preemptions_total == 0);

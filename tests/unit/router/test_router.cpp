@@ -669,6 +669,149 @@ TEST_CASE("router: upstream timeouts, defaults and edges", "[router]") {
   CHECK(cmd.status().message().find("upstream_first_byte_timeout_s") != std::string::npos);
 }
 
+TEST_CASE("router: the client side's limits, defaults and edges", "[router]") {
+  auto parse = [](std::vector<std::string> args) {
+    std::vector<std::string> all = {"oasis-router", "--prefill", "h:1", "--decode", "h:2"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : all) argv.push_back(a.data());
+    return ParseRouterCommandLine(static_cast<int>(argv.size()), argv.data());
+  };
+  {
+    auto cmd = parse({});
+    REQUIRE(cmd.ok());
+    CHECK(cmd->options.http_threads == 256);
+    CHECK(cmd->options.front.max_connections == 4096);
+    CHECK(cmd->options.front.keep_alive_timeout_s == 5);
+    CHECK(cmd->options.front.header_timeout_s == 10);
+    CHECK(cmd->options.front.body_timeout_s == 60);
+    CHECK(cmd->options.front.write_timeout_s == 30);
+    CHECK(cmd->options.front.shutdown_timeout_s == 10);
+    CHECK(cmd->usage.find("--max-connections") != std::string::npos);
+  }
+  auto cmd = parse({"--max-connections", "7", "--header-timeout-s", "0.5", "--shutdown-timeout-s", "0",
+                    "--http-threads", "4096"});
+  REQUIRE(cmd.ok());
+  CHECK(cmd->options.front.max_connections == 7);
+  CHECK(cmd->options.front.header_timeout_s == 0.5);
+  CHECK(cmd->options.front.shutdown_timeout_s == 0);
+  CHECK(cmd->options.http_threads == 4096);
+  for (const auto& [flag, bad] : std::vector<std::pair<std::string, std::string>>{
+           {"--max-connections", "0"},
+           {"--max-connections", "1000001"},
+           {"--http-threads", "0"},
+           {"--http-threads", "4097"},
+           {"--keep-alive-timeout-s", "0"},
+           {"--header-timeout-s", "nan"},
+           {"--body-timeout-s", "-1"},
+           {"--write-timeout-s", "86401"},
+           {"--shutdown-timeout-s", "-0.5"}}) {
+    INFO(flag << " " << bad);
+    auto r = parse({flag, bad});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find(flag) != std::string::npos);
+  }
+}
+
+TEST_CASE("router: a client that hangs up during the prefill call cancels it at once", "[router]") {
+  for (const bool stream : {false, true}) {
+    INFO("stream " << stream);
+    Hostile prefill(Hostile::Mode::kSilent);  // never answers: the prefill "runs" forever
+    Fake decode(SimpleDecode());
+    RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+    const auto start = Clock::now();
+    std::thread client([&] {
+      httplib::Client c("127.0.0.1", r.port);
+      c.set_read_timeout(0, 300'000);  // gives up after 0.3 s: closes its connection
+      c.Post("/v1/completions", stream ? R"({"prompt":"x","stream":true})" : R"({"prompt":"x"})",
+             "application/json");
+    });
+    REQUIRE(Eventually([&] { return prefill.posts.load() == 1; }));
+    // The router closes the prefill connection once the client is gone: 0.3 s and a 50 ms
+    // poll, not the first-byte timeout (5 s here).
+    CHECK(Eventually([&] { return prefill.PeerClosedHeld(); }, std::chrono::seconds(3)));
+    CHECK(Clock::now() - start < std::chrono::seconds(2));
+    client.join();
+    CHECK(decode.calls() == 0);
+    CHECK(Eventually([&] {
+      return r.Metrics().find("oasis:router_client_disconnects_total 1\n") != std::string::npos;
+    }));
+  }
+}
+
+TEST_CASE("router: past --http-threads requests in flight, a fast 503 with Retry-After", "[router]") {
+  Hostile prefill(Hostile::Mode::kSilent);
+  Fake decode(SimpleDecode());
+  RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
+  o.http_threads = 2;
+  RouterUnderTest r(o);
+  std::vector<std::thread> held;
+  for (int i = 0; i < 2; ++i) {
+    held.emplace_back([&] {
+      httplib::Client c("127.0.0.1", r.port);
+      c.set_read_timeout(1, 0);
+      c.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+    });
+  }
+  REQUIRE(Eventually([&] { return prefill.posts.load() == 2; }));
+  const auto start = Clock::now();
+  auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+  CHECK(Clock::now() - start < std::chrono::milliseconds(500));
+  REQUIRE(res);
+  CHECK(res->status == 503);
+  CHECK(res->get_header_value("Retry-After") == "1");
+  CHECK(Json::parse(res->body)["error"]["message"].get<std::string>().find("--http-threads") !=
+        std::string::npos);
+  CHECK(prefill.posts.load() == 2);  // the refused one reached no instance
+  // /health and /metrics need no request thread.
+  auto health = r.Client().Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 200);
+  CHECK(r.Metrics().find("oasis:router_busy_total 1\n") != std::string::npos);
+  for (std::thread& t : held) t.join();
+  // The held requests' clients gave up after 1 s: their threads end, a new request is taken.
+  CHECK(Eventually([&] { return prefill.PeerClosedHeld(); }, std::chrono::seconds(3)));
+  std::thread again([&] {
+    httplib::Client c("127.0.0.1", r.port);
+    c.set_read_timeout(0, 300'000);
+    c.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+  });
+  CHECK(Eventually([&] { return prefill.posts.load() == 3; }));
+  again.join();
+}
+
+TEST_CASE("router: idle and trickling connections hold no thread and do not starve /health", "[router]") {
+  Fake prefill(HandoffPrefill());
+  Fake decode(SimpleDecode());
+  RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
+  o.http_threads = 4;
+  RouterUnderTest r(o);
+  std::vector<int> fds;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(r.port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    if (i % 2 == 0) REQUIRE(send(fd, "POST /v1/comp", 13, 0) == 13);  // half a request line
+    fds.push_back(fd);
+  }
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    auto health = r.Client().Get("/health");
+    REQUIRE(health);
+    CHECK(health->status == 200);
+    CHECK(Clock::now() - start < std::chrono::milliseconds(500));
+  }
+  auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+  CHECK(r.Metrics().find("oasis:router_http_connections_open ") != std::string::npos);
+  for (int fd : fds) close(fd);
+}
+
 TEST_CASE("router: SSE framing of a relayed stream", "[router]") {
   CHECK(CompleteEventsEnd("") == 0);
   CHECK(CompleteEventsEnd("data: {\"a\":1}") == 0);

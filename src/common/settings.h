@@ -20,7 +20,7 @@ namespace oasis {
 template <class Config>
 struct SettingField {
   const char* name;  // flag name (with '-')
-  std::variant<std::string Config::*, int64_t Config::*, double Config::*> field;
+  std::variant<std::string Config::*, int64_t Config::*, double Config::*, bool Config::*> field;
   const char* help;
 };
 
@@ -55,6 +55,9 @@ Status ApplyJsonSetting(const SettingField<Config>& s, const nlohmann::json& val
   } else if (auto* d = std::get_if<double Config::*>(&s.field)) {
     if (!value.is_number()) return InvalidArgument(where + " must be a number");
     config->** d = value.get<double>();
+  } else if (auto* b = std::get_if<bool Config::*>(&s.field)) {
+    if (!value.is_boolean()) return InvalidArgument(where + " must be true or false");
+    config->** b = value.get<bool>();
   }
   return Status::Ok();
 }
@@ -106,6 +109,8 @@ void AddSettingFlags(FlagParser& flags, const std::vector<SettingField<Config>>&
       flags.AddInt(s.name, &(config->**i), s.help);
     if (auto* d = std::get_if<double Config::*>(&s.field))
       flags.AddDouble(s.name, &(config->**d), s.help);
+    if (auto* b = std::get_if<bool Config::*>(&s.field))
+      flags.AddBool(s.name, &(config->**b), s.help);
   }
 }
 

@@ -107,6 +107,7 @@ StopConditions Engine::Impl::MakeStopConditions(const EngineRequest& r) const {
   c.stop_token_ids = r.stop_token_ids;
   c.stop_strings = r.stop;
   c.include_stop_str_in_output = r.include_stop_str_in_output;
+  c.skip_special_tokens = r.skip_special_tokens;
   c.min_tokens = r.min_tokens;
   const int64_t P = static_cast<int64_t>(r.prompt.size());
   c.max_total_tokens = r.max_tokens == -1 ? context_tokens : P + r.max_tokens;

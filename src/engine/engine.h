@@ -50,6 +50,7 @@ struct EngineRequest {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS unless ignore_eos
   std::vector<std::string> stop;        // stop strings, matched across token boundaries
   bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;  // false: special tokens' text stays in RequestOutput::text
   bool ignore_eos = false;
   bool logprobs = false;     // report the chosen token's log-probability
   int num_top_logprobs = 0;  // 0..kMaxTopLogprobs

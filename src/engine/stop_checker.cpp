@@ -19,7 +19,10 @@ StopChecker::StopChecker(StopConditions conditions, const tokenizer::Tokenizer* 
       << "stop strings need a tokenizer";
   for (const std::string& s : conditions_.stop_strings)
     OASIS_CHECK(!s.empty()) << "empty stop string";
-  if (tok != nullptr) detok_.emplace(*tok, tokenizer::SkipSpecialTokens::kYes);
+  if (tok != nullptr) {
+    detok_.emplace(*tok, conditions_.skip_special_tokens ? tokenizer::SkipSpecialTokens::kYes
+                                                         : tokenizer::SkipSpecialTokens::kNo);
+  }
 }
 
 std::string StopChecker::TakeHeld(size_t n) {

@@ -41,6 +41,7 @@ struct StopConditions {
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop_strings;  // non-empty strings
   bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;  // special tokens' text is left out of the output text
   int64_t min_tokens = 0;
   int64_t max_tokens = 1;        // generated tokens at most (>= 1)
   int64_t max_total_tokens = 1;  // prompt + generated at most (the usable context)

@@ -382,7 +382,11 @@ void HandleGenerate(Service& svc, HttpFront& front, Endpoint endpoint, const Htt
   if (auto e = svc.CheckModel(parsed->model)) return SendError(res, *e);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo_per_prompt;
-  if (auto e = svc.BuildPrompts(*parsed, &prompts, &echo_per_prompt)) return SendError(res, *e);
+  std::string chat_text;
+  if (auto e = svc.BuildPrompts(*parsed, &prompts, &echo_per_prompt, &chat_text))
+    return SendError(res, *e);
+  // A template that opens <think> in the generation prompt: the answer starts inside it.
+  parsed->output.reasoning_open_at_start = PromptOpensThinking(chat_text);
   const std::string id =
       svc.NewRequestId(endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl");
   std::unique_ptr<GenerationJob> job = svc.Start(*parsed, prompts, id, &err);

@@ -1,5 +1,6 @@
 #include "server/openai_protocol.h"
 
+#include <climits>
 #include <cmath>
 #include <limits>
 
@@ -283,6 +284,134 @@ bool NormaliseContent(Reader& r, OrderedJson& message, size_t index) {
   return true;
 }
 
+// An assistant message's tool_calls as chat templates take them (vLLM's normalisation): a list of
+// {"id"?, "type": "function", "function": {"name", "arguments": <object>}}, the arguments' JSON
+// string parsed (Llama 3.1's template writes `arguments | tojson`). null: no tool_calls key.
+bool NormaliseToolCalls(Reader& r, OrderedJson& message, const std::string& param) {
+  auto it = message.find("tool_calls");
+  if (it == message.end()) return true;
+  if (it->is_null()) {
+    message.erase(it);
+    return true;
+  }
+  const std::string p = param + ".tool_calls";
+  if (!it->is_array()) return r.Fail(p, "'tool_calls' must be a list");
+  for (size_t j = 0; j < it->size(); ++j) {
+    OrderedJson& call = (*it)[j];
+    const std::string pj = p + "[" + std::to_string(j) + "]";
+    if (!call.is_object()) return r.Fail(pj, "each tool call must be an object");
+    auto type = call.find("type");
+    if (type != call.end() && !type->is_null() && *type != "function")
+      return r.Fail(pj + ".type", "a tool call's 'type' must be \"function\"");
+    auto id = call.find("id");
+    if (id != call.end() && !id->is_null() && !id->is_string())
+      return r.Fail(pj + ".id", "a tool call's 'id' must be a string");
+    auto fn = call.find("function");
+    if (fn == call.end() || !fn->is_object())
+      return r.Fail(pj + ".function", "a tool call needs a 'function' object");
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string())
+      return r.Fail(pj + ".function.name", "a tool call's function needs a string 'name'");
+    auto args = fn->find("arguments");
+    const std::string pa = pj + ".function.arguments";
+    if (args == fn->end() || args->is_null()) {
+      (*fn)["arguments"] = OrderedJson::object();
+    } else if (args->is_string()) {
+      const std::string text = args->get<std::string>();
+      OrderedJson parsed = JsonNestedDeeperThan(text)
+                               ? OrderedJson(OrderedJson::value_t::discarded)
+                               : OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded())
+        return r.Fail(pa, "a tool call's 'arguments' must be a JSON text (of an object)");
+      *args = std::move(parsed);
+    } else if (!args->is_object()) {
+      return r.Fail(pa, "a tool call's 'arguments' must be a JSON string or an object");
+    }
+  }
+  return true;
+}
+
+// One chat message as the template gets it: content normalised (null or absent: "", as vLLM),
+// tool calls normalised, a tool message's tool_call_id checked.
+bool NormaliseMessage(Reader& r, OrderedJson& message, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "]";
+  if (!NormaliseContent(r, message, index)) return false;
+  auto content = message.find("content");
+  if (content == message.end() || content->is_null()) message["content"] = "";
+  const std::string role = message["role"].get<std::string>();
+  if (role == "assistant") {
+    if (!NormaliseToolCalls(r, message, param)) return false;
+  } else if (message.contains("tool_calls") && !message["tool_calls"].is_null()) {
+    return r.Fail(param + ".tool_calls", "only assistant messages carry 'tool_calls'");
+  }
+  auto id = message.find("tool_call_id");
+  if (id != message.end() && !id->is_null() && !id->is_string())
+    return r.Fail(param + ".tool_call_id", "'tool_call_id' must be a string");
+  return true;
+}
+
+// tools, tool_choice and parallel_tool_calls → spec->tools and spec->output.tools, as vLLM:
+// "auto" (the default when tools are given and --enable-auto-tool-choice is on) parses tool calls
+// out of the answer; "none" (the default otherwise) renders the tools but parses nothing;
+// "required" and a named function need constrained decoding, which this server does not do.
+bool ParseTools(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
+  if (const Json* tools = r.Get("tools")) {
+    if (!tools->is_array()) return r.Fail("tools", "'tools' must be a list");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const Json& t = (*tools)[i];
+      const std::string p = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object()) return r.Fail(p, "each tool must be an object");
+      auto type = t.find("type");
+      if (type != t.end() && *type != "function")
+        return r.Fail(p + ".type", "only tools of type \"function\" are supported");
+      auto fn = t.find("function");
+      if (fn == t.end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+        return r.Fail(p + ".function", "a tool needs a 'function' object with a string 'name'");
+    }
+    spec->tools = *tools;
+  }
+  const bool has_tools = spec->tools.is_array() && !spec->tools.empty();
+  const bool can_auto =
+      limits.enable_auto_tool_choice && limits.tool_parser != ToolParserKind::kNone;
+  bool parse_calls = has_tools && can_auto;  // tool_choice absent
+  if (const Json* choice = r.Get("tool_choice")) {
+    const std::string value = choice->is_string() ? choice->get<std::string>() : "";
+    if (value == "none") {
+      parse_calls = false;
+    } else if (value == "required" && spec->tools.is_array() && spec->tools.empty()) {
+      parse_calls = false;  // OpenAI's and vLLM's reading: "required" with no tools is "none"
+    } else if (value == "auto" || value == "required" || choice->is_object()) {
+      if (!has_tools)
+        return r.Fail("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
+      if (value == "auto" && !can_auto) {
+        return r.Fail("tool_choice",
+                      "\"auto\" tool choice requires --enable-auto-tool-choice and "
+                      "--tool-call-parser to be set");
+      }
+      if (value != "auto") {
+        return r.Fail("tool_choice",
+                      std::string("'tool_choice' ") +
+                          (choice->is_object() ? "naming a function" : "\"required\"") +
+                          " is not supported: forcing a tool call needs constrained decoding, "
+                          "which this server does not implement (use \"auto\" or \"none\")");
+      }
+      parse_calls = true;
+    } else {
+      return r.Fail("tool_choice",
+                    "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+  }
+  bool parallel = true;
+  if (!r.Bool("parallel_tool_calls", &parallel)) return false;
+  spec->output.tools = parse_calls ? limits.tool_parser : ToolParserKind::kNone;
+  // Some models mark <tool_call> as a special token: the hermes parser must see it (vLLM turns
+  // skip_special_tokens off for it too).
+  if (spec->output.tools == ToolParserKind::kHermes) spec->skip_special_tokens = false;
+  spec->output.max_tool_calls = parallel ? INT_MAX : 1;
+  return true;
+}
+
 }  // namespace
 
 OrderedJson ApiError::ToJson() const {
@@ -434,7 +563,7 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
     if (role == m.end() || !role->is_string())
       return r.Fail(param + ".role", "each message needs a string 'role'"), std::nullopt;
     OrderedJson copy = m;
-    if (!NormaliseContent(r, copy, i)) return std::nullopt;
+    if (!NormaliseMessage(r, copy, i)) return std::nullopt;
     spec.messages.push_back(std::move(copy));
   }
   if (!ParseCommon(r, limits, &spec)) return std::nullopt;
@@ -475,10 +604,12 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
     }
     spec.chat_template_kwargs = *kwargs;
   }
-  if (const Json* tools = r.Get("tools")) {
-    if (!tools->is_array()) return r.Fail("tools", "'tools' must be a list"), std::nullopt;
-    spec.tools = *tools;
-  }
+  if (!ParseTools(r, limits, &spec)) return std::nullopt;
+  // Reasoning is split out unless the request turned thinking off (Qwen3's enable_thinking).
+  auto thinking = spec.chat_template_kwargs.find("enable_thinking");
+  const bool thinking_off = thinking != spec.chat_template_kwargs.end() && thinking->is_boolean() &&
+                            !thinking->get<bool>();
+  spec.output.reasoning = thinking_off ? ReasoningParserKind::kNone : limits.reasoning_parser;
   return spec;
 }
 

@@ -16,6 +16,7 @@
 
 #include "oasis/sampling.h"
 #include "oasis/status.h"
+#include "server/chat_output.h"
 
 namespace oasis::server {
 
@@ -57,8 +58,12 @@ struct GenerateSpec {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;                 // empty: the served model
   std::vector<PromptInput> prompts;  // completions: one or more
-  OrderedJson messages;              // chat: content normalised to strings
+  OrderedJson messages;              // chat: content normalised to strings (null: ""), tool
+                                     // calls' arguments parsed into objects (as vLLM)
   OrderedJson tools;                 // chat: passed to the template when present
+  // chat: how the answer's text is parsed (tool calls for tool_choice "auto", reasoning);
+  // reasoning_open_at_start is set once the prompt is rendered (PromptOpensThinking).
+  OutputParsing output;
   OrderedJson chat_template_kwargs = OrderedJson::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;
@@ -91,6 +96,11 @@ struct ProtocolLimits {
   int64_t max_n = 128;
   int64_t max_model_len = 0;  // > 0: max_tokens above this is rejected up front
   int max_top_logprobs = 20;
+  // The server's chat output parsing (--enable-auto-tool-choice, --tool-call-parser,
+  // --reasoning-parser): what tool_choice may ask for.
+  bool enable_auto_tool_choice = false;
+  ToolParserKind tool_parser = ToolParserKind::kNone;
+  ReasoningParserKind reasoning_parser = ReasoningParserKind::kNone;
 };
 
 // The chat-template variables the server sets itself: from the validated request (messages,

@@ -116,6 +116,47 @@ OrderedJson ResponseBuilder::StopReason(const ChoiceState& s) const {
   return s.stop_reason;
 }
 
+OrderedJson ResponseBuilder::FinishReason(FinishReasonKind reason, int tool_calls) {
+  if (tool_calls > 0 && (reason == FinishReasonKind::kStop || reason == FinishReasonKind::kLength))
+    return "tool_calls";
+  return FinishReasonName(reason);
+}
+
+OrderedJson ResponseBuilder::ChatDeltaJson(ChoiceState& state, const std::string& text,
+                                           bool finished) const {
+  if (!spec_.output.active())
+    return text.empty() ? OrderedJson::object() : OrderedJson{{"content", text}};
+  if (!state.parser) state.parser = std::make_shared<ChatOutputParser>(spec_.output);
+  ChatDelta d = state.parser->Feed(text);
+  if (finished) {
+    ChatDelta rest = state.parser->Finish();
+    d.reasoning += rest.reasoning;
+    d.content += rest.content;
+    ToolStreamDelta calls{"", std::move(d.tool_calls)};
+    calls.Append(ToolStreamDelta{"", std::move(rest.tool_calls)});
+    d.tool_calls = std::move(calls.calls);
+  }
+  OrderedJson delta = OrderedJson::object();
+  if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+  if (!d.content.empty()) delta["content"] = d.content;
+  if (!d.tool_calls.empty()) {
+    OrderedJson calls = OrderedJson::array();
+    for (const ToolCallDelta& c : d.tool_calls) {
+      OrderedJson call = {{"index", c.index}};
+      if (c.announce) {
+        call["id"] = c.id;
+        call["type"] = "function";
+        call["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+      } else {
+        call["function"] = {{"arguments", c.arguments}};
+      }
+      calls.push_back(std::move(call));
+    }
+    delta["tool_calls"] = std::move(calls);
+  }
+  return delta;
+}
+
 OrderedJson ResponseBuilder::Envelope(const char* object) const {
   return {{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
 }
@@ -128,7 +169,28 @@ OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, cons
   for (const ChoiceState& c : choices) {
     size_t offset = 0;
     OrderedJson choice = {{"index", c.index}};
-    if (chat) {
+    int tool_calls = 0;
+    if (chat && spec_.output.active()) {
+      ChatMessageParts parts = ParseChatOutput(spec_.output, c.text);
+      OrderedJson message = {{"role", "assistant"}};
+      message["content"] = parts.content ? OrderedJson(*parts.content) : OrderedJson(nullptr);
+      if (spec_.output.reasoning != ReasoningParserKind::kNone || parts.reasoning) {
+        message["reasoning_content"] =
+            parts.reasoning ? OrderedJson(*parts.reasoning) : OrderedJson(nullptr);
+      }
+      if (spec_.output.tools != ToolParserKind::kNone) {
+        OrderedJson calls = OrderedJson::array();
+        for (const ToolCall& t : parts.tool_calls) {
+          calls.push_back({{"id", t.id},
+                           {"type", "function"},
+                           {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+        message["tool_calls"] = std::move(calls);
+      }
+      tool_calls = static_cast<int>(parts.tool_calls.size());
+      choice["message"] = std::move(message);
+      choice["logprobs"] = Logprobs(c.tokens, &offset);
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       choice["logprobs"] = Logprobs(c.tokens, &offset);
     } else {
@@ -139,7 +201,7 @@ OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, cons
       choice["logprobs"] = Logprobs(c.tokens, &offset);
     }
     choice["finish_reason"] =
-        c.finished ? OrderedJson(FinishReasonName(c.finish_reason)) : OrderedJson(nullptr);
+        c.finished ? FinishReason(c.finish_reason, tool_calls) : OrderedJson(nullptr);
     choice["stop_reason"] = StopReason(c);
     list.push_back(std::move(choice));
   }
@@ -152,18 +214,21 @@ OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out,
                                    const std::string& prefix) const {
   const bool chat = spec_.endpoint == Endpoint::kChatCompletions;
   const std::string text = prefix + out.text;
-  if (text.empty() && !out.finished && !(spec_.logprobs && !out.tokens.empty())) return nullptr;
+  OrderedJson delta = chat ? ChatDeltaJson(state, text, out.finished) : OrderedJson(nullptr);
+  const bool nothing = chat ? delta.empty() : text.empty();
+  if (nothing && !out.finished && !(spec_.logprobs && !out.tokens.empty())) return nullptr;
   OrderedJson chunk = Envelope(chat ? "chat.completion.chunk" : "text_completion");
   OrderedJson choice = {{"index", state.index}};
   if (chat) {
-    choice["delta"] = text.empty() ? OrderedJson::object() : OrderedJson{{"content", text}};
+    choice["delta"] = std::move(delta);
   } else {
     choice["text"] = text;
   }
   state.text_offset += prefix.size();
   choice["logprobs"] = Logprobs(out.tokens, &state.text_offset);
+  const int tool_calls = state.parser ? state.parser->tool_calls() : 0;
   choice["finish_reason"] =
-      out.finished ? OrderedJson(FinishReasonName(out.finish_reason)) : OrderedJson(nullptr);
+      out.finished ? FinishReason(out.finish_reason, tool_calls) : OrderedJson(nullptr);
   choice["stop_reason"] = out.finished ? StopReason(state) : OrderedJson(nullptr);
   chunk["choices"] = OrderedJson::array({choice});
   if (spec_.include_usage) chunk["usage"] = nullptr;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct ChoiceState {
   bool finished = false;
   size_t text_offset = 0;      // completions logprobs: offset of the next token's text
   std::string handoff_ticket;  // finish_reason kHandoff (a prefill instance): the ticket
+  // A chat stream's reasoning / tool-call parsing (GenerateSpec::output), made by the first chunk.
+  std::shared_ptr<ChatOutputParser> parser;
 
   void Add(const RequestOutput& out);
 };
@@ -74,6 +77,11 @@ class ResponseBuilder {
 
  private:
   OrderedJson StopReason(const ChoiceState& s) const;
+  // A chat stream's delta for `text` (reasoning / tool-call parsing when asked for).
+  OrderedJson ChatDeltaJson(ChoiceState& state, const std::string& text, bool finished) const;
+  // "tool_calls" when tool calls were parsed out of an answer that stopped or ran out of length
+  // (vLLM), else the engine's reason.
+  static OrderedJson FinishReason(FinishReasonKind reason, int tool_calls);
   OrderedJson Envelope(const char* object) const;
   std::string TokenString(int32_t id) const;
   // The token's name in logprobs: its text, or "token_id:<id>" (return_tokens_as_token_ids).

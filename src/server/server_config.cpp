@@ -16,6 +16,8 @@
 #include "common/settings.h"
 #include "disagg/net_address.h"
 #include "disagg/wire.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_parser.h"
 
 namespace oasis::server {
 namespace {
@@ -38,6 +40,15 @@ const std::vector<Setting>& Settings() {
          "naming the --model path are accepted too)"},
         {"max-model-len", &ServerConfig::max_model_len,
          "context length (0 = the model's max_position_embeddings)"},
+        {"enable-auto-tool-choice", &ServerConfig::enable_auto_tool_choice,
+         "parse tool calls out of chat answers for tool_choice \"auto\" (the default with "
+         "tools); needs --tool-call-parser"},
+        {"tool-call-parser", &ServerConfig::tool_call_parser,
+         "how tool calls look in the model's output: hermes (Qwen3: <tool_call>{json}"
+         "</tool_call>) or llama3_json (Llama 3.x: JSON objects at the start, ';'-separated)"},
+        {"reasoning-parser", &ServerConfig::reasoning_parser,
+         "split <think>...</think> out of chat answers into reasoning_content: qwen3 or "
+         "deepseek_r1"},
         {"draft-model", &ServerConfig::draft_model,
          "EAGLE-3 draft head directory for lookahead decoding"},
         {"draft-load-format", &ServerConfig::draft_load_format,
@@ -231,6 +242,12 @@ Status ServerConfig::Validate() const {
         " needs an EAGLE-3 draft head: --draft-model DIR or --draft-load-format dummy");
   }
   OASIS_RETURN_IF_ERROR(one_of("sparse", sparse, {"auto", "on", "off"}));
+  OASIS_RETURN_IF_ERROR(ParseToolParserKind(tool_call_parser).status());
+  OASIS_RETURN_IF_ERROR(ParseReasoningParserKind(reasoning_parser).status());
+  if (enable_auto_tool_choice && tool_call_parser.empty()) {
+    return InvalidArgument(
+        "--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");
+  }
   OASIS_RETURN_IF_ERROR(
       one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
   OASIS_RETURN_IF_ERROR(one_of("sparse-group-reduce", sparse_group_reduce, {"sum", "max"}));

@@ -32,6 +32,11 @@ struct ServerConfig : HttpFrontSettings {
                                      // the default model), never the path itself
   int64_t max_model_len = 0;         // 0: the model's max_position_embeddings
 
+  // Chat output parsing (vLLM's flags; docs/server.md "Tool calls and reasoning").
+  bool enable_auto_tool_choice = false;  // tool_choice "auto" parses tool calls
+  std::string tool_call_parser;          // "", hermes, llama3_json
+  std::string reasoning_parser;          // "", qwen3, deepseek_r1
+
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
   std::string draft_model;  // EAGLE-3 head directory (config.json + *.safetensors)
   std::string draft_load_format =

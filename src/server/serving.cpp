@@ -104,6 +104,11 @@ ProtocolLimits Service::limits() const {
   ProtocolLimits l;
   l.max_n = config_.max_n;
   l.max_top_logprobs = kMaxTopLogprobs;
+  // Validated at start (ServerConfig::Validate).
+  l.enable_auto_tool_choice = config_.enable_auto_tool_choice;
+  if (auto kind = ParseToolParserKind(config_.tool_call_parser); kind.ok()) l.tool_parser = *kind;
+  if (auto kind = ParseReasoningParserKind(config_.reasoning_parser); kind.ok())
+    l.reasoning_parser = *kind;
   if (const ModelHost* h = host()) l.max_model_len = h->max_model_len();
   return l;
 }
@@ -167,7 +172,8 @@ StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
 
 std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
                                               std::vector<std::vector<int32_t>>* prompts,
-                                              std::vector<std::string>* echo_texts) const {
+                                              std::vector<std::string>* echo_texts,
+                                              std::string* chat_text) const {
   const ModelHost* h = host();
   if (h == nullptr) return FromStatus(Unavailable("the model is loading"));
   const tokenizer::Tokenizer* tok = h->tokenizer.get();
@@ -179,6 +185,7 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
     if (!text.ok()) return FromStatus(text.status().WithContext("chat template"), "messages");
     prompts->push_back(
         tok->Encode(*text, tokenizer::AddSpecialTokens::kNo));  // the template adds them
+    if (chat_text != nullptr) *chat_text = std::move(*text);
   } else {
     for (const PromptInput& p : spec.prompts) {
       if (p.text) {
@@ -292,6 +299,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       r.forced_output = spec.forced_output_ids;
       r.stop = spec.stop;
       r.include_stop_str_in_output = spec.include_stop_str_in_output;
+      r.skip_special_tokens = spec.skip_special_tokens;
       r.ignore_eos = spec.ignore_eos;
       r.logprobs = spec.logprobs;
       r.num_top_logprobs = spec.top_logprobs;

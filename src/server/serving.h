@@ -94,11 +94,13 @@ class Service {
   // Checks the requested model name (404 for an unknown one).
   std::optional<ApiError> CheckModel(const std::string& requested) const;
 
-  // Prompt token ids for each prompt of `spec` (chat: the rendered conversation) and, with
-  // echo, their text. Errors are API errors (400 for a prompt longer than the context).
+  // Prompt token ids for each prompt of `spec` (chat: the rendered conversation, also stored
+  // in `*chat_text` when given) and, with echo, their text. Errors are API errors (400 for a
+  // prompt longer than the context).
   std::optional<ApiError> BuildPrompts(const GenerateSpec& spec,
                                        std::vector<std::vector<int32_t>>* prompts,
-                                       std::vector<std::string>* echo_texts) const;
+                                       std::vector<std::string>* echo_texts,
+                                       std::string* chat_text = nullptr) const;
   // Submits len(prompts) × n engine requests with ids "<request_id>-<choice>".
   std::unique_ptr<GenerationJob> Start(const GenerateSpec& spec,
                                        const std::vector<std::vector<int32_t>>& prompts,

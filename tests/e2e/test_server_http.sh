@@ -139,6 +139,33 @@ expect "chat with another chat_template_kwargs key still answers" \
   "$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": false}}')" \
   "d['object'] == 'chat.completion' and d['usage']['completion_tokens'] >= 1"
 expect_error "detokenize with a bad id" 400 /detokenize '{"tokens": [1, -5]}'
+# ---- tools on a server without --tool-call-parser (vLLM's answers) ----------------------
+# error400 <description> <body> <param> <words>: a chat request refused with 400 naming param.
+error400() {
+  status_of /v1/chat/completions "$2" >"$TMP/code"
+  expect "$1 -> 400 naming $3" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+    "d['code'] == 400 and d['body']['error']['param'] == '$3' and '$4' in d['body']['error']['message']"
+}
+TOOLS='[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
+ASK='{"role": "user", "content": "Weather in Paris?"}'
+error400 "tool_choice auto without --enable-auto-tool-choice" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": \"auto\"}" \
+  tool_choice "requires --enable-auto-tool-choice and --tool-call-parser"
+error400 "tool_choice required" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": \"required\"}" tool_choice "constrained decoding"
+error400 "tool_choice naming a function" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}}" \
+  tool_choice "constrained decoding"
+error400 "tool_choice without tools" "{\"messages\": [$ASK], \"tool_choice\": \"auto\"}" tool_choice "needs"
+error400 "parallel_tool_calls not a boolean" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"parallel_tool_calls\": 1}" parallel_tool_calls "boolean"
+error400 "a tool call's arguments that are no JSON" "{\"messages\": [$ASK, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{city: Paris\"}}]}]}" \
+  "messages[1].tool_calls[0].function.arguments" "JSON"
+expect "tools without tool_choice (no parser): rendered, the answer is text" \
+  "$(post /v1/chat/completions "{\"messages\": [$ASK], \"tools\": $TOOLS, \"max_tokens\": 3}")" \
+  "d['object'] == 'chat.completion' and isinstance(d['choices'][0]['message']['content'], str) and 'tool_calls' not in d['choices'][0]['message']"
+expect "tool_choice none (no parser) answers" \
+  "$(post /v1/chat/completions "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": \"none\", \"max_tokens\": 3}")" \
+  "d['object'] == 'chat.completion'"
+expect "history: assistant content null + tool_calls, then a tool message -> 200" \
+  "$(post /v1/chat/completions "{\"messages\": [$ASK, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"18 C\"}], \"tools\": $TOOLS, \"max_tokens\": 3}")" \
+  "d['object'] == 'chat.completion' and d['usage']['completion_tokens'] >= 1"
 # Deep nesting is refused before anything recursive sees it (a 60,000-deep array once crashed
 # the server); fields of the wrong type are 400s, never 500s.
 deep() {  # deep <n> <before> <after> <file>: writes before + n '[' + n ']' + after, prints @file

@@ -215,3 +215,26 @@ TEST_CASE("stop strings across token boundaries with the Qwen3 tokenizer", "[sto
     CHECK(partial.text.find("lazy") == std::string::npos);
   }
 }
+
+TEST_CASE("skip_special_tokens: special tokens' text left out, or kept", "[stop_checker]") {
+  auto tok = tokenizer::Tokenizer::FromFile(testing::SourceDir() /
+                                            "tests/fixtures/tiny-default/tokenizer.json");
+  REQUIRE(tok.ok());
+  const int32_t im_start = 510;  // <|im_start|>, special in the tiny tokenizer
+  REQUIRE((*tok)->IdToToken(im_start) == std::optional<std::string>("<|im_start|>"));
+  std::vector<int32_t> ids = (*tok)->Encode("Hi", tokenizer::AddSpecialTokens::kNo);
+  ids.push_back(im_start);
+  for (int32_t id : (*tok)->Encode(" there", tokenizer::AddSpecialTokens::kNo)) ids.push_back(id);
+  StopConditions c = Conditions();
+  c.eos_token_ids.clear();
+  c.stop_token_ids.clear();
+  StopChecker skipping(c, tok->get());
+  Run r = Feed(skipping, ids);
+  r.text += skipping.Flush();
+  CHECK(r.text == "Hi there");
+  c.skip_special_tokens = false;
+  StopChecker keeping(c, tok->get());
+  r = Feed(keeping, ids);
+  r.text += keeping.Flush();
+  CHECK(r.text == "Hi<|im_start|> there");
+}

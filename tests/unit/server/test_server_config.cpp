@@ -439,3 +439,31 @@ TEST_CASE("staging secret: flag, file or environment, and their errors") {
   CHECK(parsed->config.ToJson()["staging-secret"] == "<set>");
   CHECK(Parse({})->config.ToJson()["staging-secret"] == "");
 }
+
+TEST_CASE("tool-call and reasoning parser settings (flags and config file)") {
+  auto p = Parse({"--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser",
+                  "qwen3"});
+  REQUIRE(p.ok());
+  CHECK(p->config.enable_auto_tool_choice);
+  CHECK(p->config.tool_call_parser == "hermes");
+  CHECK(p->config.reasoning_parser == "qwen3");
+  CHECK_FALSE(Parse({})->config.enable_auto_tool_choice);
+  CHECK(Parse({"--tool-call-parser", "llama3_json"}).ok());
+  CHECK(Parse({"--reasoning-parser", "deepseek_r1"}).ok());
+  auto needs_parser = Parse({"--enable-auto-tool-choice"});
+  REQUIRE_FALSE(needs_parser.ok());
+  CHECK(needs_parser.status().message().find("--tool-call-parser") != std::string::npos);
+  auto bad = Parse({"--tool-call-parser", "mistral"});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("hermes") != std::string::npos);
+  CHECK_FALSE(Parse({"--reasoning-parser", "granite"}).ok());
+  const auto dir = oasis::testing::MakeTempDir("server_config_tools");
+  std::ofstream(dir / "t.json") << R"({"enable_auto_tool_choice": true, "tool-call-parser": "hermes"})";
+  p = Parse({"--config", (dir / "t.json").string()});
+  REQUIRE(p.ok());
+  CHECK(p->config.enable_auto_tool_choice);
+  CHECK(p->config.ToJson()["enable-auto-tool-choice"] == true);
+  std::ofstream(dir / "bad.json") << R"({"enable_auto_tool_choice": "yes", "tool-call-parser": "hermes"})";
+  CHECK(Parse({"--config", (dir / "bad.json").string()}).status().code() ==
+        StatusCode::kInvalidArgument);
+}

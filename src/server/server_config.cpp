@@ -28,7 +28,8 @@ const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = [] {
     std::vector<Setting> table = {
         {"model", &ServerConfig::model,
-         "model directory (config.json + *.safetensors); default: the embedded model (a small trained Qwen3, docs/trained_model.md)"},
+         "model directory (config.json + *.safetensors); default: the embedded model (a small "
+         "trained Qwen3, docs/trained_model.md)"},
         {"tokenizer", &ServerConfig::tokenizer,
          "tokenizer.json or its directory (default: the model directory)"},
         {"chat-template", &ServerConfig::chat_template,

@@ -196,7 +196,9 @@ StatusOr<std::vector<std::string>> ParsePercentileMetrics(const std::string& tex
     }
     if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
   }
-  if (out.empty()) return InvalidArgument("--percentile-metrics is empty");
+  if (out.empty() || text.back() == ',') {
+    return InvalidArgument("--percentile-metrics '" + text + "' has an empty metric name");
+  }
   return out;
 }
 

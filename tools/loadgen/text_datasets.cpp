@@ -227,10 +227,11 @@ StatusOr<std::vector<Prompt>> MakeSonnetWorkload(const std::vector<std::string>&
       RoundHalfEven(static_cast<double>(o.input_len - s.base_offset) / s.avg_line_tokens);
   s.num_prefix_lines = std::max<int64_t>(
       RoundHalfEven(static_cast<double>(o.prefix_len - s.base_offset) / s.avg_line_tokens), 0);
+  // As in vLLM: the random lines are counted before the prefix is cut to the file's length.
+  const int64_t extra = std::max<int64_t>(s.num_input_lines - s.num_prefix_lines, 0);
   s.num_prefix_lines = std::min<int64_t>(s.num_prefix_lines, static_cast<int64_t>(lines.size()));
   std::string prefix = kSonnetInstruction;
   for (int64_t i = 0; i < s.num_prefix_lines; ++i) prefix += lines[static_cast<size_t>(i)];
-  const int64_t extra = std::max<int64_t>(s.num_input_lines - s.num_prefix_lines, 0);
 
   std::mt19937_64 rng(o.seed);
   std::vector<Prompt> prompts;

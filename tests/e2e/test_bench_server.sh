@@ -3,7 +3,9 @@
 # runs whose request and token counts must equal the deltas of the server's own /metrics
 # counters (oasis:request_success_total, oasis:prompt_tokens_total,
 # oasis:generation_tokens_total), warm-ups included; forced output lengths (ignore_eos +
-# min_tokens); the chat endpoint; a JSONL workload; rejected requests and a dead server
+# min_tokens); the chat endpoint; a JSONL workload; vLLM's flags with the committed ShareGPT and
+# sonnet datasets (lengths checked against the server's /tokenize) and goodput; rejected
+# requests and a dead server
 # counted as failures with their reasons and a non-zero exit; PNG plots from the results
 # when gnuplot is installed.
 # Usage: test_bench_server.sh <oasis-bench> <oasis-server> <repo root>
@@ -146,6 +148,106 @@ before=$(counters)
   ok "jsonl: lines reused in order, per-line output lengths" ||
   bad "jsonl result" "$(json_get "$TMP/jsonl.json" "[(r['prompt_tokens'], r['output_tokens'], r.get('error')) for r in d['requests']]")"
 check_against_metrics "jsonl run" "$TMP/jsonl.json" "$before"
+
+# ---- 4b. vLLM's flags: ShareGPT and sonnet datasets (the committed offline files), goodput ----
+SHAREGPT=$ROOT/tests/fixtures/bench/sharegpt.json
+SONNET=$ROOT/tests/fixtures/bench/sonnet.txt
+# tokenize_counts <file> <turn>: the server's token counts of turn 0 or 1 of every entry with
+# two turns or more (what vLLM's loader reads), one a line.
+tokenize_counts() {
+  python3 - "$BASE" "$1" "$2" <<'PY'
+import json, sys, urllib.request
+base, path, turn = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for e in json.load(open(path, encoding="utf-8")):
+    c = e.get("conversations", [])
+    if len(c) >= 2:
+        req = urllib.request.Request(base + "/tokenize", json.dumps({"prompt": c[turn]["value"]}).encode(),
+                                     {"Content-Type": "application/json"})
+        print(json.load(urllib.request.urlopen(req))["count"])
+PY
+}
+prompt_counts=$(tokenize_counts "$SHAREGPT" 0)
+completion_counts=$(tokenize_counts "$SHAREGPT" 1)
+before=$(counters)
+out=$("$BENCH" --base-url "$BASE" --dataset-name sharegpt --dataset-path "$SHAREGPT" --num-prompts 12 \
+  --max-concurrency 4 --sharegpt-output-len 6 --ignore-eos --seed 2 --no-progress \
+  --goodput ttft:60000 tpot:60000 e2el:60000 --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 25,50,99 \
+  --save-result --result-dir "$TMP/vllm" --result-filename sharegpt.json 2>&1)
+rc=$?
+[[ $rc == 0 && -f $TMP/vllm/sharegpt.json ]] && ok "sharegpt run exits 0, result saved in --result-dir/--result-filename" ||
+  bad "sharegpt run: exit $rc" "$out"
+grep -qE "^Request goodput \(req/s\): +[0-9.]+ *$" <<<"$out" && grep -qE "^P25 TTFT \(ms\):" <<<"$out" &&
+  ok "summary: Request goodput and P25 lines" || bad "sharegpt summary lacks goodput / P25" "$out"
+python3 - "$TMP/vllm/sharegpt.json" "$prompt_counts" <<'PY' && ok "sharegpt: 12 prompts of the file's first turns (lengths = the server's /tokenize, 4..1024), 6 tokens each, goodput = throughput under loose SLOs" || bad "sharegpt result" "$(head -c 3000 "$TMP/vllm/sharegpt.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+counts = {int(x) for x in sys.argv[2].split()}
+c, s = r["config"], r["summary"]
+assert c["dataset"] == "sharegpt" and c["token_count"] == "the server's /tokenize", c
+assert c["sharegpt_output_len"] == 6 and c["goodput"] == {"ttft": 60000, "tpot": 60000, "e2el": 60000}, c
+assert c["sharegpt_pruned"] <= 1 and c["sharegpt_usable"] == 12, c  # stops once it has 12
+assert s["completed"] == 12 and s["good_completed"] == 12, s
+assert abs(s["request_goodput"] - s["request_throughput"]) < 1e-9, s
+assert "p25_ttft_ms" in s and "p99_e2el_ms" in s, s
+for q in r["requests"]:
+    assert q["output_tokens"] == 6 and q["finish_reason"] == "length", q
+    assert 4 <= q["prompt_tokens"] <= 1024 and q["prompt_tokens"] in counts, q
+PY
+check_against_metrics "sharegpt run" "$TMP/vllm/sharegpt.json" "$before"
+# Output lengths from the second turns (no --sharegpt-output-len), EOS allowed: max_tokens is
+# the completion's token count, the order the seed's.
+"$BENCH" --base-url "$BASE" --dataset-name sharegpt --dataset-path "$SHAREGPT" --num-prompts 10 --seed 3 \
+  --max-concurrency 5 --no-progress --result-file "$TMP/sharegpt_turns.json" >"$TMP/sharegpt_turns.out" 2>&1 ||
+  bad "sharegpt run with the second turns' lengths failed" "$(cat "$TMP/sharegpt_turns.out")"
+python3 - "$TMP/sharegpt_turns.json" "$completion_counts" <<'PY' && ok "sharegpt: max_tokens = the second turn's token count (>= 4), ignore_eos off by default" || bad "sharegpt output lengths" "$(head -c 3000 "$TMP/sharegpt_turns.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+counts = {int(x) for x in sys.argv[2].split()}
+assert r["config"]["ignore_eos"] is False and r["summary"]["completed"] == 10, r["config"]
+for q in r["requests"]:
+    assert q["expected_output_tokens"] in counts and q["expected_output_tokens"] >= 4, q
+    assert 1 <= q["output_tokens"] <= q["expected_output_tokens"], q
+PY
+
+# Sonnet: vLLM's prompts on both endpoints. The same seed draws the same lines; on completions
+# they go out rendered by the chat template, so both endpoints' usage counts must agree.
+for backend in openai openai-chat; do
+  before=$(counters)
+  "$BENCH" --base-url "$BASE" --backend "$backend" --dataset-name sonnet --dataset-path "$SONNET" --num-prompts 6 \
+    --sonnet-input-len 300 --sonnet-prefix-len 100 --sonnet-output-len 5 --ignore-eos --seed 4 --goodput ttft:0 \
+    --max-concurrency 3 --no-progress --result-file "$TMP/sonnet_$backend.json" >"$TMP/sonnet_$backend.out" 2>&1 ||
+    bad "sonnet run ($backend) failed" "$(cat "$TMP/sonnet_$backend.out")"
+  check_against_metrics "sonnet run ($backend)" "$TMP/sonnet_$backend.json" "$before"
+done
+python3 - "$TMP/sonnet_openai.json" "$TMP/sonnet_openai-chat.json" <<'PY' && ok "sonnet: prompts <= 300 tokens with the shared prefix, rendered on completions, equal lengths on both endpoints, 5 tokens each; goodput 0 under a 0 ms TTFT SLO" || bad "sonnet results" "$(head -c 3000 "$TMP/sonnet_openai.json")"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+ca, cb = a["config"], b["config"]
+assert ca["endpoint"] == "/v1/completions" and cb["endpoint"] == "/v1/chat/completions", (ca, cb)
+assert ca["sonnet_chat_rendered"] is True and cb["sonnet_chat_rendered"] is False, (ca, cb)
+assert ca["sonnet_prefix_lines"] >= 1 and ca["sonnet_input_lines"] > ca["sonnet_prefix_lines"], ca
+la = [q["prompt_tokens"] for q in a["requests"]]
+lb = [q["prompt_tokens"] for q in b["requests"]]
+assert la == lb and all(ca["sonnet_base_offset"] < n <= 300 for n in la), (la, lb)
+for r in (a, b):
+    assert r["summary"]["completed"] == 6 and r["summary"]["good_completed"] == 0, r["summary"]
+    assert r["summary"]["request_goodput"] == 0, r["summary"]
+    assert all(q["output_tokens"] == 5 for q in r["requests"]), r["requests"]
+PY
+# Approximate token counts (4 bytes a token) when asked: no rendering, said in the config.
+"$BENCH" --base-url "$BASE" --dataset-name sonnet --dataset-path "$SONNET" --num-prompts 2 --token-count approx \
+  --sonnet-output-len 2 --no-progress --result-file "$TMP/sonnet_approx.json" >"$TMP/sonnet_approx.out" 2>&1 &&
+  [[ $(json_get "$TMP/sonnet_approx.json" "d['config']['token_count'].startswith('approximate') and d['config']['sonnet_chat_rendered'] is False and d['summary']['completed'] == 2") == True ]] &&
+  ok "sonnet with --token-count approx" || bad "sonnet approx" "$(cat "$TMP/sonnet_approx.out")"
+# vLLM flags oasis-bench lacks, and bad SLOs: exit 2 with the flag named, nothing sent.
+out=$("$BENCH" --base-url "$BASE" --dataset-name sharegpt --dataset-path "$SHAREGPT" --tokenizer Qwen/Qwen3-8B 2>&1)
+rc=$?
+[[ $rc == 2 ]] && grep -q -- "--tokenizer is a vllm bench serve flag that oasis-bench does not implement" <<<"$out" &&
+  ok "an unimplemented vLLM flag: exit 2 naming it" || bad "unimplemented vLLM flag: exit $rc" "$out"
+out=$("$BENCH" --base-url "$BASE" --goodput ttft:100 itl:5 2>&1)
+rc=$?
+[[ $rc == 2 ]] && grep -q "unknown metric 'itl'" <<<"$out" && ok "a bad --goodput: exit 2 with the reason" ||
+  bad "bad goodput: exit $rc" "$out"
 
 # ---- 5. rejected requests: counted with the server's reason, exit status 1 ------------------
 before=$(counters)

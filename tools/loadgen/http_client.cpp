@@ -163,4 +163,21 @@ StatusOr<nlohmann::json> BenchClient::GetJson(const std::string& path) {
   return j;
 }
 
+StatusOr<nlohmann::json> BenchClient::PostJson(const std::string& path,
+                                               const nlohmann::json& body) {
+  httplib::Headers headers;
+  if (!api_key_.empty()) headers.emplace("Authorization", "Bearer " + api_key_);
+  const std::string where = "POST " + prefix_ + path;
+  auto result = client_->Post(prefix_ + path, headers, body.dump(), "application/json");
+  if (!result) return Unavailable(where + ": " + DescribeError(result.error(), origin_));
+  if (result->status != 200) {
+    const std::string message = where + ": HTTP " + std::to_string(result->status) + ": " +
+                                ErrorMessageFromBody(result->body);
+    return result->status == 404 ? NotFound(message) : Unavailable(message);
+  }
+  nlohmann::json j = nlohmann::json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(where + ": not JSON");
+  return j;
+}
+
 }  // namespace oasis::loadgen

@@ -47,6 +47,9 @@ class BenchClient {
 
   // GET `path`, parsed as JSON (e.g. /v1/models).
   StatusOr<nlohmann::json> GetJson(const std::string& path);
+  // POST `body` to `path`, the answer parsed as JSON (e.g. /tokenize). A non-200 answer is an
+  // error: NotFound for 404 (no such route), else Unavailable, with the server's message.
+  StatusOr<nlohmann::json> PostJson(const std::string& path, const nlohmann::json& body);
 
  private:
   std::string origin_;

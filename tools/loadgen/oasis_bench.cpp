@@ -5,6 +5,11 @@
 //   oasis-bench --base-url http://127.0.0.1:8000 --num-prompts 200 --random-input-len 1024
 //       --random-output-len 128 --max-concurrency 16 --result-file out.json
 //   oasis-bench --port 8000 --endpoint-type chat --dataset jsonl --dataset-path prompts.jsonl
+//   oasis-bench --dataset-name sharegpt --dataset-path tests/fixtures/bench/sharegpt.json
+//       --goodput ttft:100 tpot:50 --percentile-metrics ttft,tpot --metric-percentiles 50,99
+//
+// vllm bench serve's flags are accepted where implemented (bench_flags.h); the others are
+// errors naming them.
 //
 // Exit status: 0 when at least one request succeeded, 1 when all failed, 2 for bad flags or
 // an unreachable server before the run.
@@ -20,12 +25,15 @@
 #include <vector>
 
 #include "common/flags.h"
+#include "tools/loadgen/bench_flags.h"
 #include "tools/loadgen/http_client.h"
 #include "tools/loadgen/openai_stream.h"
 #include "tools/loadgen/progress.h"
+#include "tools/loadgen/prompt_tokenizer.h"
 #include "tools/loadgen/report.h"
 #include "tools/loadgen/runner.h"
 #include "tools/loadgen/stats.h"
+#include "tools/loadgen/text_datasets.h"
 #include "tools/loadgen/workload.h"
 
 using namespace oasis;
@@ -33,68 +41,6 @@ using namespace oasis::loadgen;
 using nlohmann::ordered_json;
 
 namespace {
-
-struct Flags {
-  std::string base_url, host = "127.0.0.1", endpoint = "/v1/completions";
-  std::string endpoint_type = "completions", model, api_key;
-  int64_t port = 8000;
-  std::string dataset = "random", dataset_path;
-  int64_t num_prompts = 1000, random_input_len = 1024, random_output_len = 128;
-  int64_t random_prefix_len = 0, random_vocab_size = 0, output_len = 0;
-  double random_range_ratio = 0.0;
-  int64_t seed = 0, num_warmups = 0, max_concurrency = 0;
-  double request_rate = INFINITY, burstiness = 1.0, request_timeout = 600, temperature = -1;
-  bool ignore_eos = true, min_tokens = true, save_text = false, no_progress = false;
-  std::string percentiles = "99", result_file, extra_body, label;
-};
-
-void Declare(FlagParser& p, Flags& f) {
-  p.AddString("base-url", &f.base_url,
-              "server URL, e.g. http://127.0.0.1:8000 (overrides --host/--port)");
-  p.AddString("host", &f.host, "server host when --base-url is not given");
-  p.AddInt("port", &f.port, "server port when --base-url is not given");
-  p.AddString("endpoint", &f.endpoint, "request path (default /v1/chat/completions for chat)");
-  p.AddString("endpoint-type", &f.endpoint_type, "completions or chat");
-  p.AddString("model", &f.model, "model name to send (default: the first of GET /v1/models)");
-  p.AddString("api-key", &f.api_key,
-              "sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
-  p.AddString("dataset", &f.dataset, "random or jsonl");
-  p.AddString("dataset-path", &f.dataset_path,
-              "the JSONL file: {\"prompt\": text|[ids], \"output_len\"?: n} a line");
-  p.AddInt("num-prompts", &f.num_prompts, "requests to measure (jsonl: 0 = every line once)");
-  p.AddInt("random-input-len", &f.random_input_len,
-           "random: prompt tokens after the shared prefix");
-  p.AddInt("random-output-len", &f.random_output_len, "random: output tokens (max_tokens)");
-  p.AddDouble("random-range-ratio", &f.random_range_ratio,
-              "random: lengths uniform in [len*(1-r), len*(1+r)], 0 <= r < 1");
-  p.AddInt("random-prefix-len", &f.random_prefix_len,
-           "random: tokens of a prefix shared by every prompt");
-  p.AddInt("random-vocab-size", &f.random_vocab_size,
-           "random: token ids drawn from [0, N) (0: the server's vocab_size from /v1/models, else "
-           "32000)");
-  p.AddInt("output-len", &f.output_len,
-           "jsonl: max_tokens for lines without output_len (default 128)");
-  p.AddInt("seed", &f.seed, "seed of the workload and the arrival times");
-  p.AddInt("num-warmups", &f.num_warmups, "warm-up requests before the measured run (not counted)");
-  p.AddInt("max-concurrency", &f.max_concurrency, "most requests in flight (0 = unlimited)");
-  p.AddDouble("request-rate", &f.request_rate,
-              "requests per second, Poisson arrivals (inf = all at once)");
-  p.AddDouble("burstiness", &f.burstiness, "gamma shape of the arrival gaps (1 = Poisson)");
-  p.AddDouble("request-timeout", &f.request_timeout, "seconds a request may take in all");
-  p.AddDouble("temperature", &f.temperature,
-              "sampling temperature to send (negative: server default)");
-  p.AddBool("ignore-eos", &f.ignore_eos,
-            "send ignore_eos: true (default true for random, false for jsonl)");
-  p.AddBool("min-tokens", &f.min_tokens,
-            "send min_tokens = max_tokens along with ignore_eos (--min-tokens=false to omit)");
-  p.AddString("extra-body", &f.extra_body, "a JSON object merged into every request body");
-  p.AddString("percentiles", &f.percentiles,
-              "comma-separated percentiles to report, e.g. 50,90,99");
-  p.AddString("result-file", &f.result_file, "write the JSON result here");
-  p.AddString("label", &f.label, "a name for this run in the result (plots use it)");
-  p.AddBool("save-text", &f.save_text, "keep each request's generated text in the result");
-  p.AddBool("no-progress", &f.no_progress, "no progress output on stderr");
-}
 
 StatusOr<std::string> DiscoverModel(BenchClient& client, int64_t* vocab_size) {
   OASIS_ASSIGN_OR_RETURN(nlohmann::json models, client.GetJson("/v1/models"));
@@ -131,27 +77,102 @@ int Fail(const Status& status) {
   return 2;
 }
 
-std::string NowIso8601() {
+std::string NowFormatted(const char* format, bool utc) {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
-  gmtime_r(&t, &tm);
+  if (utc) {
+    gmtime_r(&t, &tm);
+  } else {
+    localtime_r(&t, &tm);
+  }
   char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  std::strftime(buf, sizeof(buf), format, &tm);
   return buf;
+}
+
+bool IsTextDataset(const std::string& d) {
+  return d == "sharegpt" || d == "sonnet" || d == "custom";
+}
+
+// The measured prompts of a text dataset (sharegpt, sonnet, custom), with what the config
+// records about them.
+StatusOr<std::vector<Prompt>> MakeTextWorkload(const BenchFlags& f, EndpointType type,
+                                               PromptTokenizer* tokenizer, ordered_json* config) {
+  const auto seed = static_cast<uint64_t>(f.seed);
+  if (f.dataset == "sharegpt") {
+    ShareGptOptions o;
+    o.num_prompts = f.num_prompts;
+    if (f.sharegpt_output_len > 0) o.output_len = f.sharegpt_output_len;
+    o.seed = seed;
+    o.shuffle = !f.disable_shuffle;
+    o.oversample = !f.no_oversample;
+    ShareGptStats stats;
+    auto prompts = ReadShareGptWorkload(f.dataset_path, o, tokenizer, &stats);
+    if (prompts.ok()) {
+      (*config)["sharegpt_output_len"] = o.output_len ? ordered_json(*o.output_len) : nullptr;
+      (*config)["sharegpt_usable"] = stats.usable;
+      (*config)["sharegpt_pruned"] = stats.pruned;
+    }
+    return prompts;
+  }
+  if (f.dataset == "sonnet") {
+    auto lines = ReadPoemLines(f.dataset_path);
+    if (!lines.ok()) return lines.status();
+    SonnetOptions o;
+    o.num_prompts = f.num_prompts;
+    o.input_len = f.sonnet_input_len;
+    o.prefix_len = f.sonnet_prefix_len;
+    o.output_len = f.sonnet_output_len;
+    o.seed = seed;
+    o.render_chat = type == EndpointType::kCompletions;
+    SonnetStats stats;
+    auto prompts = MakeSonnetWorkload(*lines, o, tokenizer, &stats);
+    if (prompts.ok()) {
+      (*config)["sonnet_input_len"] = o.input_len;
+      (*config)["sonnet_prefix_len"] = o.prefix_len;
+      (*config)["sonnet_output_len"] = o.output_len;
+      (*config)["sonnet_avg_line_tokens"] = stats.avg_line_tokens;
+      (*config)["sonnet_base_offset"] = stats.base_offset;
+      (*config)["sonnet_input_lines"] = stats.num_input_lines;
+      (*config)["sonnet_prefix_lines"] = stats.num_prefix_lines;
+      (*config)["sonnet_chat_rendered"] = stats.rendered;
+    }
+    return prompts;
+  }
+  auto lines = ReadJsonlWorkload(f.dataset_path, 0, f.custom_output_len);  // custom
+  if (!lines.ok()) return lines.status();
+  CustomOptions o;
+  o.num_prompts = f.num_prompts;
+  o.seed = seed;
+  o.shuffle = !f.disable_shuffle;
+  o.oversample = !f.no_oversample;
+  o.render_chat = type == EndpointType::kCompletions && !f.skip_chat_template;
+  (*config)["custom_output_len"] = f.custom_output_len;
+  (*config)["skip_chat_template"] = !o.render_chat;
+  return MakeCustomWorkload(std::move(*lines), o, tokenizer);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags f;
+  BenchFlags f;
   FlagParser parser(
       "oasis-bench: load generator for OpenAI-compatible servers (like vllm bench serve)");
-  Declare(parser, f);
-  if (Status s = parser.Parse(argc, argv); !s.ok()) return Fail(s);
+  DeclareBenchFlags(parser, f);
+  auto args = NormalizeVllmArgs(std::vector<std::string>(argv + 1, argv + argc));
+  if (!args.ok()) return Fail(args.status());
+  std::vector<char*> normalized_argv = {argv[0]};
+  for (std::string& a : *args) normalized_argv.push_back(a.data());
+  if (Status s = parser.Parse(static_cast<int>(normalized_argv.size()), normalized_argv.data());
+      !s.ok()) {
+    return Fail(s);
+  }
   if (parser.help_requested()) {
     std::printf("%s", parser.Usage().c_str());
     return 0;
   }
+  nlohmann::json extra_body = nlohmann::json::object();  // vLLM's sampling flags, then --extra-body
+  if (Status s = ResolveVllmAliases(parser, &f, &extra_body); !s.ok()) return Fail(s);
 
   RaiseOpenFileLimit();
 
@@ -164,11 +185,14 @@ int main(int argc, char** argv) {
   if (type == EndpointType::kChat && !parser.WasSet("endpoint"))
     f.endpoint = "/v1/chat/completions";
   if (f.endpoint.empty() || f.endpoint.front() != '/') f.endpoint = "/" + f.endpoint;
-  if (f.dataset != "random" && f.dataset != "jsonl")
-    return Fail(InvalidArgument("--dataset must be random or jsonl"));
-  if (f.dataset == "jsonl" && f.dataset_path.empty())
-    return Fail(InvalidArgument("--dataset jsonl needs --dataset-path"));
-  if (f.dataset == "jsonl" && !parser.WasSet("ignore-eos")) f.ignore_eos = false;
+  if (f.dataset != "random" && f.dataset != "jsonl" && !IsTextDataset(f.dataset)) {
+    return Fail(InvalidArgument("dataset '" + f.dataset +
+                                "' is not implemented: --dataset(-name) random, sharegpt, sonnet, "
+                                "custom (vLLM's) or jsonl (oasis-bench's)"));
+  }
+  if (f.dataset != "random" && f.dataset_path.empty())
+    return Fail(InvalidArgument("--dataset-name " + f.dataset + " needs --dataset-path"));
+  if (f.dataset != "random" && !parser.WasSet("ignore-eos")) f.ignore_eos = false;
   if (!(f.request_rate > 0))
     return Fail(InvalidArgument("--request-rate must be positive (or inf)"));
   if (!(f.burstiness > 0)) return Fail(InvalidArgument("--burstiness must be positive"));
@@ -176,12 +200,29 @@ int main(int argc, char** argv) {
     return Fail(InvalidArgument("--max-concurrency and --num-warmups must be >= 0"));
   }
   if (!(f.request_timeout > 0)) return Fail(InvalidArgument("--request-timeout must be positive"));
-  auto percentiles = ParsePercentiles(f.percentiles);
+  auto percentiles =
+      ParsePercentiles(f.percentiles, parser.WasSet("metric-percentiles") ? "--metric-percentiles"
+                                                                          : "--percentiles");
   if (!percentiles.ok()) return Fail(percentiles.status());
-  nlohmann::json extra_body = nlohmann::json::object();
+  std::vector<std::string> reported_metrics = Summary().reported_metrics;
+  if (parser.WasSet("percentile-metrics")) {
+    auto metrics = ParsePercentileMetrics(f.percentile_metrics);
+    if (!metrics.ok()) return Fail(metrics.status());
+    reported_metrics = *metrics;
+  }
+  GoodputSlos goodput;
+  if (parser.WasSet("goodput")) {
+    auto slos = ParseGoodput(f.goodput);
+    if (!slos.ok()) return Fail(slos.status());
+    goodput = *slos;
+  }
+  auto token_counting = ParseTokenCounting(f.token_count);
+  if (!token_counting.ok()) return Fail(token_counting.status());
   if (!f.extra_body.empty()) {
-    extra_body = nlohmann::json::parse(f.extra_body, nullptr, /*allow_exceptions=*/false);
-    if (!extra_body.is_object()) return Fail(InvalidArgument("--extra-body must be a JSON object"));
+    const nlohmann::json extra =
+        nlohmann::json::parse(f.extra_body, nullptr, /*allow_exceptions=*/false);
+    if (!extra.is_object()) return Fail(InvalidArgument("--extra-body must be a JSON object"));
+    extra_body.update(extra);
   }
   if (f.api_key.empty()) {
     if (const char* key = std::getenv("OPENAI_API_KEY")) f.api_key = key;
@@ -191,9 +232,9 @@ int main(int argc, char** argv) {
   if (!address.ok()) return Fail(address.status());
 
   // ---- model and vocabulary ----------------------------------------------------------------
+  BenchClient probe(*address, f.api_key, std::min(f.request_timeout, 30.0));
   int64_t server_vocab = 0;
   if (f.model.empty()) {
-    BenchClient probe(*address, f.api_key, std::min(f.request_timeout, 30.0));
     auto model = DiscoverModel(probe, &server_vocab);
     if (!model.ok()) return Fail(model.status().WithContext("finding the model (pass --model)"));
     f.model = *model;
@@ -207,8 +248,11 @@ int main(int argc, char** argv) {
                    "[0, 32000); pass --random-vocab-size for a smaller vocabulary\n");
     }
   }
+  auto result_path = ResultPath(f, f.model, NowFormatted("%Y%m%d-%H%M%S", /*utc=*/false));
+  if (!result_path.ok()) return Fail(result_path.status());
 
   // ---- workload ------------------------------------------------------------------------------
+  ordered_json dataset_config = ordered_json::object();
   RandomWorkloadOptions random;
   random.num_prompts = f.num_prompts;
   random.input_len = f.random_input_len;
@@ -218,10 +262,20 @@ int main(int argc, char** argv) {
   random.vocab_size = vocab;
   random.seed = static_cast<uint64_t>(f.seed);
   random.form = type == EndpointType::kChat ? PromptForm::kText : PromptForm::kTokenIds;
-  const int64_t jsonl_output_len = f.output_len > 0 ? f.output_len : 128;
-  StatusOr<std::vector<Prompt>> prompts =
-      f.dataset == "random" ? MakeRandomWorkload(random)
-                            : ReadJsonlWorkload(f.dataset_path, f.num_prompts, jsonl_output_len);
+  StatusOr<std::vector<Prompt>> prompts = InvalidArgument("no workload");
+  if (f.dataset == "random") {
+    prompts = MakeRandomWorkload(random);
+  } else if (f.dataset == "jsonl") {
+    prompts =
+        ReadJsonlWorkload(f.dataset_path, f.num_prompts, f.output_len > 0 ? f.output_len : 128);
+  } else {
+    std::string note;
+    auto tokenizer = MakePromptTokenizer(*token_counting, &probe, f.model, &note);
+    if (!tokenizer.ok()) return Fail(tokenizer.status());
+    if (!note.empty()) std::fprintf(stderr, "oasis-bench: %s\n", note.c_str());
+    dataset_config["token_count"] = (*tokenizer)->Name();
+    prompts = MakeTextWorkload(f, type, tokenizer->get(), &dataset_config);
+  }
   if (!prompts.ok()) return Fail(prompts.status());
   std::vector<Prompt> warmups;
   if (f.num_warmups > 0) {
@@ -262,14 +316,14 @@ int main(int argc, char** argv) {
   run.save_text = f.save_text;
 
   ordered_json config;
-  config["date"] = NowIso8601();
+  config["date"] = NowFormatted("%Y-%m-%dT%H:%M:%SZ", /*utc=*/true);
   config["label"] = f.label;
   config["base_url"] = f.base_url;
   config["endpoint"] = f.endpoint;
   config["endpoint_type"] = f.endpoint_type;
   config["model_id"] = f.model;
   config["dataset"] = f.dataset;
-  if (f.dataset == "jsonl") config["dataset_path"] = f.dataset_path;
+  if (f.dataset != "random") config["dataset_path"] = f.dataset_path;
   config["num_prompts"] = prompts->size();
   if (f.dataset == "random") {
     config["random_input_len"] = f.random_input_len;
@@ -278,6 +332,7 @@ int main(int argc, char** argv) {
     config["random_prefix_len"] = f.random_prefix_len;
     config["random_vocab_size"] = vocab;
   }
+  config.update(dataset_config);
   config["seed"] = f.seed;
   config["num_warmups"] = f.num_warmups;
   if (std::isfinite(f.request_rate)) {
@@ -295,6 +350,14 @@ int main(int argc, char** argv) {
   config["min_tokens"] = run.request.force_min_tokens;
   config["request_timeout_s"] = f.request_timeout;
   config["percentiles"] = *percentiles;
+  config["percentile_metrics"] = reported_metrics;
+  if (!goodput.empty()) {
+    ordered_json slos = ordered_json::object();
+    if (goodput.ttft_ms) slos["ttft"] = *goodput.ttft_ms;
+    if (goodput.tpot_ms) slos["tpot"] = *goodput.tpot_ms;
+    if (goodput.e2el_ms) slos["e2el"] = *goodput.e2el_ms;
+    config["goodput"] = std::move(slos);
+  }
   if (!extra_body.empty()) config["extra_body"] = extra_body;
 
   const ProgressStyle style = f.no_progress ? ProgressStyle::kOff : DefaultProgressStyle(stderr);
@@ -322,18 +385,20 @@ int main(int argc, char** argv) {
   }
   Progress progress("benchmark", static_cast<int64_t>(prompts->size()), style);
   const RunResult result = RunBenchmark(run, *prompts, &progress);
-  const Summary summary = Summarize(result.records, result.duration_s, *percentiles);
+  Summary summary = Summarize(result.records, result.duration_s, *percentiles);
+  summary.reported_metrics = reported_metrics;
+  if (!goodput.empty()) AddGoodput(result.records, goodput, &summary);
 
   std::printf("%s", FormatSummary(summary, config).c_str());
   std::fflush(stdout);
-  if (!f.result_file.empty()) {
-    std::ofstream out(f.result_file);
+  if (!result_path->empty()) {
+    std::ofstream out(*result_path);
     out << ResultJson(config, summary, result.records, warmup_records).dump(2) << "\n";
     if (!out) {
-      std::fprintf(stderr, "oasis-bench: cannot write --result-file %s\n", f.result_file.c_str());
+      std::fprintf(stderr, "oasis-bench: cannot write the result to %s\n", result_path->c_str());
       return 2;
     }
-    std::fprintf(stderr, "oasis-bench: result written to %s\n", f.result_file.c_str());
+    std::fprintf(stderr, "oasis-bench: result written to %s\n", result_path->c_str());
   }
   if (summary.completed == 0) {
     std::fprintf(stderr, "oasis-bench: all %lld requests failed\n",

@@ -71,14 +71,17 @@ std::string FormatSummary(const Summary& s, const ordered_json& config) {
   Line(&out, "Total input tokens:", std::to_string(s.total_input_tokens));
   Line(&out, "Total generated tokens:", std::to_string(s.total_output_tokens));
   Line(&out, "Request throughput (req/s):", Fixed(s.request_throughput, 2));
+  if (s.request_goodput) Line(&out, "Request goodput (req/s):", Fixed(*s.request_goodput, 2));
   Line(&out, "Output token throughput (tok/s):", Fixed(s.output_throughput, 2));
   Line(&out, "Peak output token throughput (tok/s):", Fixed(s.peak_output_throughput, 2));
   Line(&out, "Peak concurrent requests:", std::to_string(s.peak_concurrency));
   Line(&out, "Total Token throughput (tok/s):", Fixed(s.total_token_throughput, 2));
-  Metric(&out, "Time to First Token", "TTFT", s.ttft_ms);
-  Metric(&out, "Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms);
-  Metric(&out, "Inter-token Latency", "ITL", s.itl_ms);
-  Metric(&out, "End-to-end Latency", "E2EL", s.e2el_ms);
+  for (const std::string& m : s.reported_metrics) {
+    if (m == "ttft") Metric(&out, "Time to First Token", "TTFT", s.ttft_ms);
+    if (m == "tpot") Metric(&out, "Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms);
+    if (m == "itl") Metric(&out, "Inter-token Latency", "ITL", s.itl_ms);
+    if (m == "e2el") Metric(&out, "End-to-end Latency", "E2EL", s.e2el_ms);
+  }
   if (!s.failure_reasons.empty()) {
     out += Banner("Failure reasons", '-');
     for (const auto& [key, group] : s.failure_reasons) {
@@ -99,14 +102,22 @@ ordered_json SummaryJson(const Summary& s) {
   j["total_input_tokens"] = s.total_input_tokens;
   j["total_output_tokens"] = s.total_output_tokens;
   j["request_throughput"] = s.request_throughput;
+  if (s.request_goodput) {
+    j["request_goodput"] = *s.request_goodput;
+    j["good_completed"] = s.good_completed;
+  } else {
+    j["request_goodput"] = nullptr;
+  }
   j["output_throughput"] = s.output_throughput;
   j["total_token_throughput"] = s.total_token_throughput;
   j["max_output_tokens_per_s"] = s.peak_output_throughput;
   j["max_concurrent_requests"] = s.peak_concurrency;
-  MetricJson(&j, "ttft", s.ttft_ms);
-  MetricJson(&j, "tpot", s.tpot_ms);
-  MetricJson(&j, "itl", s.itl_ms);
-  MetricJson(&j, "e2el", s.e2el_ms);
+  for (const std::string& m : s.reported_metrics) {
+    if (m == "ttft") MetricJson(&j, "ttft", s.ttft_ms);
+    if (m == "tpot") MetricJson(&j, "tpot", s.tpot_ms);
+    if (m == "itl") MetricJson(&j, "itl", s.itl_ms);
+    if (m == "e2el") MetricJson(&j, "e2el", s.e2el_ms);
+  }
   return j;
 }
 

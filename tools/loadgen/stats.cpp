@@ -163,7 +163,7 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
   return s;
 }
 
-StatusOr<std::vector<double>> ParsePercentiles(const std::string& text) {
+StatusOr<std::vector<double>> ParsePercentiles(const std::string& text, const std::string& flag) {
   std::vector<double> out;
   std::stringstream in(text);
   std::string item;
@@ -176,12 +176,96 @@ StatusOr<std::vector<double>> ParsePercentiles(const std::string& text) {
       pos = 0;
     }
     if (pos == 0 || pos != item.size() || !(v >= 0 && v <= 100)) {
-      return InvalidArgument("--percentiles: '" + item + "' is not a percentile in [0, 100]");
+      return InvalidArgument(flag + ": '" + item + "' is not a percentile in [0, 100]");
     }
     out.push_back(v);
   }
-  if (out.empty()) return InvalidArgument("--percentiles is empty");
+  if (out.empty()) return InvalidArgument(flag + " is empty");
   return out;
+}
+
+StatusOr<std::vector<std::string>> ParsePercentileMetrics(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item != "ttft" && item != "tpot" && item != "itl" && item != "e2el") {
+      return InvalidArgument("--percentile-metrics: '" + item +
+                             "' is not one of ttft, tpot, itl, e2el (vLLM's client_queue_time "
+                             "and e2el_including_client_queue are not implemented)");
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  if (out.empty() || text.back() == ',') {
+    return InvalidArgument("--percentile-metrics '" + text + "' has an empty metric name");
+  }
+  return out;
+}
+
+StatusOr<GoodputSlos> ParseGoodput(const std::string& text) {
+  GoodputSlos slos;
+  std::string spaced = text;
+  std::replace(spaced.begin(), spaced.end(), ',', ' ');
+  std::stringstream in(spaced);
+  std::string item;
+  int n = 0;
+  while (in >> item) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos || item.find(':', colon + 1) != std::string::npos) {
+      return InvalidArgument("--goodput: '" + item +
+                             "' is not KEY:VALUE (e.g. --goodput ttft:100 tpot:50 e2el:1000, "
+                             "values in milliseconds)");
+    }
+    const std::string key = item.substr(0, colon), value = item.substr(colon + 1);
+    std::optional<double>* slot = key == "ttft"   ? &slos.ttft_ms
+                                  : key == "tpot" ? &slos.tpot_ms
+                                  : key == "e2el" ? &slos.e2el_ms
+                                                  : nullptr;
+    if (slot == nullptr) {
+      return InvalidArgument("--goodput: unknown metric '" + key +
+                             "' (the SLO names are ttft, tpot and e2el)");
+    }
+    size_t pos = 0;
+    double v = -1;
+    try {
+      v = std::stod(value, &pos);
+    } catch (...) {
+      pos = 0;
+    }
+    if (pos == 0 || pos != value.size() || !std::isfinite(v) || v < 0) {
+      return InvalidArgument("--goodput: the " + key + " SLO '" + value +
+                             "' is not a non-negative number of milliseconds");
+    }
+    if (slot->has_value()) return InvalidArgument("--goodput: " + key + " is given twice");
+    *slot = v;
+    ++n;
+  }
+  if (n == 0) return InvalidArgument("--goodput needs at least one KEY:VALUE pair");
+  return slos;
+}
+
+int64_t CountGoodRequests(const std::vector<RequestRecord>& records, const GoodputSlos& slos) {
+  int64_t good = 0;
+  for (const RequestRecord& r : records) {
+    if (!r.success) continue;
+    const double ttft = r.ttft_s * 1e3, e2el = r.e2el_s * 1e3;
+    const double tpot = r.output_tokens > 1
+                            ? (r.e2el_s - r.ttft_s) * 1e3 / static_cast<double>(r.output_tokens - 1)
+                            : 0.0;
+    if (slos.ttft_ms && ttft > *slos.ttft_ms) continue;
+    if (slos.tpot_ms && tpot > *slos.tpot_ms) continue;
+    if (slos.e2el_ms && e2el > *slos.e2el_ms) continue;
+    ++good;
+  }
+  return good;
+}
+
+void AddGoodput(const std::vector<RequestRecord>& records, const GoodputSlos& slos,
+                Summary* summary) {
+  summary->good_completed = CountGoodRequests(records, slos);
+  summary->request_goodput =
+      summary->duration_s > 0 ? static_cast<double>(summary->good_completed) / summary->duration_s
+                              : 0.0;
 }
 
 }  // namespace oasis::loadgen

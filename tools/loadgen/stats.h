@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ struct Summary {
   int64_t peak_concurrency = 0;       // max requests in flight at once
   // In milliseconds.
   Distribution ttft_ms, tpot_ms, itl_ms, e2el_ms;
+  // The metrics the report shows (--percentile-metrics): "ttft", "tpot", "itl", "e2el".
+  std::vector<std::string> reported_metrics = {"ttft", "tpot", "itl", "e2el"};
+  // With --goodput: successful requests meeting every SLO, and those per second.
+  std::optional<double> request_goodput;
+  int64_t good_completed = 0;
 };
 
 // Successful requests feed the latency distributions and token totals; failures are only
@@ -48,7 +54,24 @@ struct Summary {
 Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
                   const std::vector<double>& percentiles);
 
-// "50,90,99.9" -> {50, 90, 99.9}; each in [0, 100].
-StatusOr<std::vector<double>> ParsePercentiles(const std::string& text);
+// "50,90,99.9" -> {50, 90, 99.9}; each in [0, 100]. `flag` names the flag in errors.
+StatusOr<std::vector<double>> ParsePercentiles(const std::string& text,
+                                               const std::string& flag = "--percentiles");
+
+// "ttft,tpot,itl,e2el" (vLLM's --percentile-metrics): each once, in the given order.
+StatusOr<std::vector<std::string>> ParsePercentileMetrics(const std::string& text);
+
+// vLLM's --goodput: service level objectives in milliseconds; a request is good when it
+// succeeded and each given metric is <= its SLO. TPOT of a one-token request counts as 0.
+struct GoodputSlos {
+  std::optional<double> ttft_ms, tpot_ms, e2el_ms;
+  bool empty() const { return !ttft_ms && !tpot_ms && !e2el_ms; }
+};
+// "ttft:100 tpot:50 e2el:1000" (space- or comma-separated KEY:VALUE pairs).
+StatusOr<GoodputSlos> ParseGoodput(const std::string& text);
+int64_t CountGoodRequests(const std::vector<RequestRecord>& records, const GoodputSlos& slos);
+// Sets summary->good_completed and request_goodput (good requests / duration).
+void AddGoodput(const std::vector<RequestRecord>& records, const GoodputSlos& slos,
+                Summary* summary);
 
 }  // namespace oasis::loadgen

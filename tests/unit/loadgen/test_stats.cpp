@@ -152,3 +152,119 @@ TEST_CASE("failures group by reason with numbers normalised, HTTP status kept") 
   CHECK(j["requests"].size() == 5);
   CHECK(j["requests"][0]["error"] == records[0].error);
 }
+
+namespace {
+
+RequestRecord Done(double ttft_ms, double e2el_ms, int64_t output_tokens) {
+  RequestRecord r;
+  r.success = true;
+  r.ttft_s = ttft_ms / 1e3;
+  r.e2el_s = e2el_ms / 1e3;
+  r.output_tokens = output_tokens;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("goodput: SLO parsing, vLLM's names, clear errors") {
+  auto slos = ParseGoodput("ttft:100 tpot:50.5 e2el:1000");
+  REQUIRE(slos.ok());
+  CHECK(*slos->ttft_ms == 100);
+  CHECK(*slos->tpot_ms == 50.5);
+  CHECK(*slos->e2el_ms == 1000);
+  auto two = ParseGoodput("ttft:0,e2el:7");  // commas too; 0 is a valid SLO
+  REQUIRE(two.ok());
+  CHECK(*two->ttft_ms == 0);
+  CHECK_FALSE(two->tpot_ms.has_value());
+  CHECK_FALSE(two->empty());
+  const auto error = [](const std::string& text) {
+    auto s = ParseGoodput(text);
+    REQUIRE_FALSE(s.ok());
+    return s.status().message();
+  };
+  CHECK(error("ttft=100").find("'ttft=100' is not KEY:VALUE") != std::string::npos);
+  CHECK(error("ttft:1:2").find("is not KEY:VALUE") != std::string::npos);
+  CHECK(error("itl:5").find("unknown metric 'itl'") != std::string::npos);
+  CHECK(error("ttft:-1").find("the ttft SLO '-1' is not a non-negative number") !=
+        std::string::npos);
+  CHECK(error("tpot:fast").find("the tpot SLO 'fast'") != std::string::npos);
+  CHECK(error("tpot:5ms").find("the tpot SLO '5ms'") != std::string::npos);
+  CHECK(error("e2el:nan").find("the e2el SLO 'nan'") != std::string::npos);
+  CHECK(error("e2el:").find("the e2el SLO ''") != std::string::npos);
+  CHECK(error("ttft:1 ttft:2").find("ttft is given twice") != std::string::npos);
+  CHECK(error("  ").find("at least one") != std::string::npos);
+}
+
+TEST_CASE("goodput: a request is good when it succeeded and meets every given SLO") {
+  std::vector<RequestRecord> r;
+  r.push_back(Done(100, 300, 5));  // tpot = 200 / 4 = 50
+  r.push_back(Done(100, 300, 3));  // tpot = 100
+  r.push_back(Done(150, 200, 5));  // ttft over 100
+  r.push_back(Done(20, 20, 1));    // one token: tpot counts as 0 (vLLM)
+  RequestRecord failed = Done(1, 1, 5);
+  failed.success = false;
+  failed.failure = FailureKind::kHttpStatus;
+  r.push_back(failed);  // never good, however fast
+  GoodputSlos slos;
+  slos.ttft_ms = 100;  // an SLO equal to the metric is met (<=)
+  CHECK(CountGoodRequests(r, slos) == 3);
+  slos.tpot_ms = 50;
+  CHECK(CountGoodRequests(r, slos) == 2);  // the 3-token request's 100 ms TPOT fails
+  slos.tpot_ms = 0;
+  CHECK(CountGoodRequests(r, slos) == 1);  // only the one-token request
+  GoodputSlos e2el;
+  e2el.e2el_ms = 250;
+  CHECK(CountGoodRequests(r, e2el) == 2);
+  CHECK(CountGoodRequests({}, e2el) == 0);
+
+  Summary s = Summarize(r, 2.0, {99});
+  CHECK_FALSE(s.request_goodput.has_value());
+  CHECK(FormatSummary(s, {}).find("goodput") == std::string::npos);
+  CHECK(SummaryJson(s)["request_goodput"].is_null());
+  AddGoodput(r, e2el, &s);
+  CHECK(s.good_completed == 2);
+  CHECK(*s.request_goodput == Approx(1.0));  // 2 good requests in 2 s
+  const std::string text = FormatSummary(s, {});
+  const size_t throughput = text.find("Request throughput (req/s):");
+  const size_t goodput = text.find("Request goodput (req/s):                 1.00");
+  REQUIRE(goodput != std::string::npos);
+  CHECK(throughput < goodput);  // right after the request throughput, as vLLM prints it
+  const auto j = SummaryJson(s);
+  CHECK(j["request_goodput"].get<double>() == Approx(1.0));
+  CHECK(j["good_completed"] == 2);
+  Summary zero = Summarize(r, 0.0, {99});  // no duration: no division by zero
+  AddGoodput(r, e2el, &zero);
+  CHECK(*zero.request_goodput == 0);
+}
+
+TEST_CASE("percentile metrics: only the chosen metrics are reported") {
+  auto m = ParsePercentileMetrics("ttft,e2el,ttft");
+  REQUIRE(m.ok());
+  CHECK(*m == std::vector<std::string>{"ttft", "e2el"});
+  CHECK_FALSE(ParsePercentileMetrics("").ok());
+  CHECK_FALSE(ParsePercentileMetrics("ttft,").ok());
+  auto bad = ParsePercentileMetrics("ttft,client_queue_time");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("'client_queue_time' is not one of ttft, tpot, itl, e2el") !=
+        std::string::npos);
+  auto mp = ParsePercentiles("25,x", "--metric-percentiles");
+  REQUIRE_FALSE(mp.ok());
+  CHECK(mp.status().message().rfind("--metric-percentiles: 'x'", 0) == 0);
+
+  std::vector<RequestRecord> r = {Done(10, 30, 3)};
+  r[0].itl_s = {0.01, 0.01};
+  Summary s = Summarize(r, 1.0, {25, 50});
+  CHECK(s.reported_metrics == std::vector<std::string>{"ttft", "tpot", "itl", "e2el"});
+  s.reported_metrics = *m;
+  const std::string text = FormatSummary(s, {});
+  CHECK(text.find("P25 TTFT (ms):") != std::string::npos);
+  CHECK(text.find("P50 E2EL (ms):") != std::string::npos);
+  CHECK(text.find("TPOT") == std::string::npos);
+  CHECK(text.find("ITL") == std::string::npos);
+  CHECK(text.find("Time to First Token") < text.find("End-to-end Latency"));
+  const auto j = SummaryJson(s);
+  CHECK(j.contains("p25_ttft_ms"));
+  CHECK(j.contains("mean_e2el_ms"));
+  CHECK_FALSE(j.contains("mean_tpot_ms"));
+  CHECK_FALSE(j.contains("p50_itl_ms"));
+}

@@ -1,0 +1,173 @@
+// oasis-bench's command line with vllm bench serve's names: argv rewriting (underscores,
+// multi-value --goodput), unimplemented vLLM flags as errors naming them, aliases and their
+// conflicts, the general lengths, sampling flags into the body, vLLM's result file name.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "test_support.h"
+#include "tools/loadgen/bench_flags.h"
+
+using namespace oasis;
+using namespace oasis::loadgen;
+
+namespace {
+
+using Args = std::vector<std::string>;
+
+// Parses `args` as oasis-bench would; `*error` gets the first error's message.
+bool Parse(const Args& args, BenchFlags* f, nlohmann::json* body, std::string* error) {
+  auto normalized = NormalizeVllmArgs(args);
+  if (!normalized.ok()) {
+    *error = normalized.status().message();
+    return false;
+  }
+  FlagParser parser("test");
+  DeclareBenchFlags(parser, *f);
+  std::vector<char*> argv = {const_cast<char*>("oasis-bench")};
+  for (std::string& a : *normalized) argv.push_back(a.data());
+  Status s = parser.Parse(static_cast<int>(argv.size()), argv.data());
+  if (s.ok()) s = ResolveVllmAliases(parser, f, body);
+  *error = s.message();
+  return s.ok();
+}
+
+BenchFlags ParseOk(const Args& args, nlohmann::json* body = nullptr) {
+  BenchFlags f;
+  nlohmann::json local = nlohmann::json::object();
+  std::string error;
+  INFO("args: " << nlohmann::json(args).dump());
+  CHECK(Parse(args, &f, body != nullptr ? body : &local, &error));
+  CHECK(error.empty());
+  return f;
+}
+
+std::string ParseError(const Args& args) {
+  BenchFlags f;
+  nlohmann::json body = nlohmann::json::object();
+  std::string error;
+  INFO("args: " << nlohmann::json(args).dump());
+  CHECK_FALSE(Parse(args, &f, &body, &error));
+  return error;
+}
+
+}  // namespace
+
+TEST_CASE("vLLM argv: underscores, several --goodput values, = forms kept") {
+  auto a = NormalizeVllmArgs({"--dataset_name", "sharegpt", "--goodput", "ttft:100", "tpot:50",
+                              "--seed=3", "--result_dir=/tmp/x_y", "--goodput=e2el:5", "pos"});
+  REQUIRE(a.ok());
+  CHECK(*a == Args{"--dataset-name", "sharegpt", "--goodput=ttft:100 tpot:50", "--seed=3",
+                   "--result-dir=/tmp/x_y", "--goodput=e2el:5", "pos"});
+  auto last = NormalizeVllmArgs({"--goodput", "e2el:1000"});
+  REQUIRE(last.ok());
+  CHECK(*last == Args{"--goodput=e2el:1000"});
+  auto none = NormalizeVllmArgs({"--goodput", "--seed", "1"});
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.status().message() == "--goodput needs a value");
+}
+
+TEST_CASE("vLLM flags oasis-bench does not implement are errors naming them") {
+  for (const std::string flag :
+       {"--header", "--tokenizer", "--use-beam-search", "--logprobs", "--profile",
+        "--ramp_up_strategy", "--lora-modules", "--append-result", "--metadata", "--insecure",
+        "--hf-split", "--random-mm-base-items-per-request", "--prefix-repetition-num-prefixes"}) {
+    auto a = NormalizeVllmArgs({flag, "x"});
+    REQUIRE_FALSE(a.ok());
+    std::string name = flag;
+    std::replace(name.begin(), name.end(), '_', '-');
+    CHECK(a.status().message() ==
+          name +
+              " is a vllm bench serve flag that oasis-bench does not "
+              "implement (docs/loadgen.md lists the vLLM flags it accepts)");
+  }
+  // Anything else unknown is still an error naming it (FlagParser's).
+  CHECK(ParseError({"--no-such-flag", "1"}) == "unknown flag --no-such-flag (see --help)");
+}
+
+TEST_CASE("vLLM aliases: --dataset-name, --metric-percentiles, --backend, --disable-tqdm") {
+  BenchFlags f = ParseOk({"--dataset-name", "sonnet", "--metric-percentiles", "25,50,99",
+                          "--backend", "openai-chat", "--disable-tqdm", "--served-model-name",
+                          "served", "--model", "org/model"});
+  CHECK(f.dataset == "sonnet");
+  CHECK(f.percentiles == "25,50,99");
+  CHECK(f.endpoint_type == "chat");
+  CHECK(f.no_progress);
+  CHECK(f.model == "served");
+  CHECK(ParseOk({"--backend", "vllm"}).endpoint_type == "completions");
+  CHECK(ParseOk({"--dataset", "jsonl", "--dataset-name", "jsonl"}).dataset == "jsonl");
+  CHECK(ParseError({"--dataset", "random", "--dataset-name", "sharegpt"}) ==
+        "--dataset and --dataset-name (vLLM's name for it) disagree: 'random' vs 'sharegpt'");
+  CHECK(ParseError({"--percentiles", "50", "--metric_percentiles", "99"}).find("disagree") !=
+        std::string::npos);
+  CHECK(
+      ParseError({"--endpoint-type", "completions", "--backend", "openai-chat"}).find("disagree") !=
+      std::string::npos);
+  CHECK(ParseError({"--backend", "tgi"}).rfind("--backend tgi is not implemented", 0) == 0);
+}
+
+TEST_CASE("vLLM's general --input-len / --output-len fill each dataset's own length") {
+  BenchFlags f = ParseOk({"--input-len", "300", "--output-len", "40", "--sonnet-output-len", "9"});
+  CHECK(f.random_input_len == 300);
+  CHECK(f.sonnet_input_len == 300);
+  CHECK(f.random_output_len == 40);
+  CHECK(f.sharegpt_output_len == 40);
+  CHECK(f.custom_output_len == 40);
+  CHECK(f.sonnet_output_len == 9);  // given: kept
+  BenchFlags d = ParseOk({});
+  CHECK(d.sonnet_input_len == 550);  // vLLM's defaults
+  CHECK(d.sonnet_prefix_len == 200);
+  CHECK(d.sonnet_output_len == 150);
+  CHECK(d.custom_output_len == 256);
+  CHECK(d.sharegpt_output_len == 0);
+  CHECK(ParseError({"--output-len", "0"}) == "--output-len must be positive");
+  CHECK(ParseError({"--input-len", "-3"}) == "--input-len must be positive");
+}
+
+TEST_CASE("vLLM's sampling flags go into the request body") {
+  nlohmann::json body = nlohmann::json::object();
+  ParseOk({"--top-p", "0.9", "--top_k", "5", "--min-p", "0.1", "--repetition-penalty", "1.1",
+           "--temperature", "0.5"},
+          &body);
+  CHECK(body == nlohmann::json{{"top_p", 0.9},
+                               {"top_k", 5},
+                               {"min_p", 0.1},
+                               {"repetition_penalty", 1.1}});  // temperature has its own field
+  nlohmann::json none = nlohmann::json::object();
+  ParseOk({"--seed", "1"}, &none);
+  CHECK(none.empty());
+}
+
+TEST_CASE("result file: --result-file, or vLLM's --save-result naming") {
+  CHECK(ParseError({"--result-dir", "d"}).find("--save-result") != std::string::npos);
+  CHECK(ParseError({"--result-filename", "x.json"}).find("--save-result") != std::string::npos);
+  CHECK(ParseError({"--save-result", "--result-file", "x.json"}) ==
+        "--save-result and --result-file both name the result file: use one");
+
+  BenchFlags plain = ParseOk({"--result-file", "out.json"});
+  CHECK(*ResultPath(plain, "m", "20261202-071500") == "out.json");
+  CHECK(ResultPath(ParseOk({}), "m", "20261202-071500")->empty());
+
+  BenchFlags vllm = ParseOk({"--save-result", "--max-concurrency", "4"});
+  CHECK(*ResultPath(vllm, "Qwen/Qwen3-8B", "20261202-071500") ==
+        "openai-infqps-concurrency4-Qwen3-8B-20261202-071500.json");
+  BenchFlags chat = ParseOk({"--save-result", "--endpoint-type", "chat", "--request-rate", "4"});
+  CHECK(*ResultPath(chat, "m", "20261202-071500") == "openai-chat-4.0qps-m-20261202-071500.json");
+  BenchFlags labelled = ParseOk({"--save-result", "--label", "run1", "--request-rate", "0.25"});
+  CHECK(*ResultPath(labelled, "m", "D") == "run1-0.25qps-m-D.json");
+
+  const auto dir = oasis::testing::MakeTempDir("bench_flags_result") / "a" / "b";
+  BenchFlags placed =
+      ParseOk({"--save_result", "--result_dir", dir.string(), "--result-filename", "r.json"});
+  CHECK(*ResultPath(placed, "m", "D") == (dir / "r.json").string());
+  CHECK(std::filesystem::is_directory(dir));  // created, as vLLM does
+}
+
+TEST_CASE("Python's str(float) for vLLM's file names") {
+  CHECK(PythonFloat(4) == "4.0");
+  CHECK(PythonFloat(0.25) == "0.25");
+  CHECK(PythonFloat(0.1) == "0.1");
+  CHECK(PythonFloat(12.5) == "12.5");
+  CHECK(PythonFloat(INFINITY) == "inf");
+  CHECK(PythonFloat(1e16) == "1e+16");
+}

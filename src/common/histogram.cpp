@@ -1,7 +1,9 @@
 #include "common/histogram.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/check.h"
@@ -28,7 +30,18 @@ void Histogram::Observe(double value) {
 
 std::string PrometheusNumber(double value, int digits) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+  if (digits > 0) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+    return buf;
+  }
+  // Whole-number digits are never cut into an exponent (2560, not 2.56e+03).
+  const int whole = std::isfinite(value) && std::fabs(value) >= 1
+                        ? static_cast<int>(std::floor(std::log10(std::fabs(value)))) + 1
+                        : 1;
+  for (int d = std::min(whole, 17); d <= 17; ++d) {  // 17 digits always round-trip a double
+    std::snprintf(buf, sizeof buf, "%.*g", d, value);
+    if (d == 17 || std::strtod(buf, nullptr) == value) break;
+  }
   return buf;
 }
 

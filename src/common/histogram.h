@@ -23,13 +23,14 @@ struct Histogram {
   void Observe(double value);
 };
 
-// A sample value in Prometheus text: printf's %.{digits}g (17 digits round-trip a double).
-std::string PrometheusNumber(double value, int digits = 17);
+// A sample value in Prometheus text: printf's %.{digits}g, or with digits 0 the shortest %g
+// that reads back as the same double (0.005 as "0.005", not "0.0050000000000000001").
+std::string PrometheusNumber(double value, int digits = 0);
 
 // The exposition of `h`: HELP, TYPE, cumulative _bucket lines, _sum and _count. `labels` are
 // the series' labels without braces (`model_name="m"`), or empty for none; `bound_digits` are
-// the significant digits of the `le` labels.
+// the significant digits of the `le` labels (0: the shortest that round-trips).
 std::string RenderHistogram(const std::string& name, const std::string& help, const Histogram& h,
-                            const std::string& labels, int bound_digits = 17);
+                            const std::string& labels, int bound_digits = 0);
 
 }  // namespace oasis

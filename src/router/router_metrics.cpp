@@ -11,8 +11,6 @@ namespace {
 const std::vector<double> kLatencyBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,
                                             0.1,   0.25,  0.5,  0.75, 1.0,  2.5,   5.0,
                                             7.5,   10.0,  20.0, 40.0, 80.0, 160.0, 640.0};
-// The router's `le` labels: 15 significant digits ("0.1", not "0.10000000000000001").
-constexpr int kBoundDigits = 15;
 
 }  // namespace
 
@@ -155,10 +153,10 @@ std::string RouterMetrics::Render(const std::string& instance_metrics,
   s << instance_metrics;
   s << RenderHistogram("oasis:router_time_to_first_token_seconds",
                        "Streaming requests: arrival to the first byte relayed to the client.",
-                       ttft_, "", kBoundDigits);
+                       ttft_, "");
   s << RenderHistogram("oasis:router_prefill_seconds",
                        "Arrival to the prefill instance's 200 answer (retries included).",
-                       prefill_seconds_, "", kBoundDigits);
+                       prefill_seconds_, "");
   return s.str();
 }
 

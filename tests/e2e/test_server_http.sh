@@ -107,6 +107,19 @@ for name in 'oasis:num_requests_running{' 'oasis:num_requests_waiting{' 'oasis:k
   'oasis:http_requests_total{method="POST",handler="/v1/completions",status="200"}'; do
   grep -qF "$name" <<<"$metrics" && ok "metric $name" || bad "metric $name missing" "$metrics"
 done
+# vLLM's per-request histograms, and le labels as written (0.005, not 0.0050000000000000001).
+for name in 'oasis:request_queue_time_seconds_count{' 'oasis:request_prefill_time_seconds_sum{' \
+  'oasis:request_decode_time_seconds_bucket{' 'oasis:request_inference_time_seconds_count{' \
+  'oasis:request_prompt_tokens_bucket{model_name="oasis-embedded",le="2"}' \
+  'oasis:request_generation_tokens_count{' 'oasis:time_to_first_token_seconds_bucket{model_name="oasis-embedded",le="0.005"}'; do
+  grep -qF "$name" <<<"$metrics" && ok "metric $name" || bad "metric $name missing" "$metrics"
+done
+grep -qE 'le="[0-9.]*0000000' <<<"$metrics" && bad "a le label with float noise" "$(grep -E 'le="[0-9.]*0000000' <<<"$metrics" | head -3)" ||
+  ok "le labels are the bounds as written"
+# The Grafana dashboard in docs/ names only metrics this server exposes.
+printf '%s\n' "$metrics" >"$TMP/metrics.txt"
+out=$(python3 "$ROOT/tools/check_dashboard_metrics.py" "$ROOT/docs/grafana/oasiskv.json" "$TMP/metrics.txt") &&
+  ok "docs/grafana/oasiskv.json: $out" || bad "docs/grafana/oasiskv.json" "$out"
 
 # ---- bad input: the right 4xx, OpenAI error JSON, server stays up ------------------
 expect_error "malformed JSON" 400 /v1/completions '{"prompt": "x",'

@@ -280,7 +280,11 @@ std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Js
   std::string text;
   bool add_special = true;
   if (body.contains("messages")) {
-    std::optional<GenerateSpec> spec = ParseChatRequest(body, svc.limits(), err);
+    // The chat fields are a chat request's; /tokenize's own ones are read below.
+    Json chat = body;
+    chat.erase("add_special_tokens");
+    chat.erase("return_token_strs");
+    std::optional<GenerateSpec> spec = ParseChatRequest(chat, svc.limits(), err);
     if (!spec) return std::nullopt;
     StatusOr<std::string> rendered = svc.RenderChat(*spec);
     if (!rendered.ok()) {

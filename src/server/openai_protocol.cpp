@@ -3,11 +3,46 @@
 #include <climits>
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string_view>
 
 #include "common/json_depth.h"
 
 namespace oasis::server {
 namespace {
+
+// Parameters of vLLM's and OpenAI's APIs this server does not implement (a 400 says so).
+constexpr std::string_view kKnownUnsupported[] = {"prompt_logprobs",
+                                                  "truncate_prompt_tokens",
+                                                  "allowed_token_ids",
+                                                  "bad_words",
+                                                  "priority",
+                                                  "use_beam_search",
+                                                  "length_penalty",
+                                                  "early_stopping",
+                                                  "chat_template",
+                                                  "documents",
+                                                  "mm_processor_kwargs",
+                                                  "guided_decoding_backend",
+                                                  "guided_whitespace_pattern",
+                                                  "kv_transfer_params",
+                                                  "cache_salt",
+                                                  "vllm_xargs",
+                                                  "request_id",
+                                                  "return_token_ids",
+                                                  "logits_processors",
+                                                  "spaces_between_special_tokens",
+                                                  "add_special_tokens",
+                                                  "reasoning_effort",
+                                                  "functions",
+                                                  "function_call",
+                                                  "store",
+                                                  "metadata",
+                                                  "service_tier",
+                                                  "modalities",
+                                                  "audio",
+                                                  "prediction",
+                                                  "web_search_options"};
 
 // Typed access to the request's fields; each failure records a 400 naming the parameter.
 // Absent and null fields leave the output untouched.
@@ -19,7 +54,9 @@ class Reader {
     *error_ = BadRequest(message, param);
     return false;
   }
+  void MarkRead(const char* key) const { seen_.insert(key); }
   const Json* Get(const char* key) const {
+    seen_.insert(key);
     auto it = body_.find(key);
     if (it == body_.end() || it->is_null()) return nullptr;
     return &*it;
@@ -71,6 +108,26 @@ class Reader {
     return true;
   }
 
+  // Every field of the body that no parser step read: a 400 naming it, never silently ignored
+  // (null counts as absent). `user` (OpenAI's end-user id for abuse monitoring, with no
+  // effect on a generation) is accepted when it is a string.
+  bool RejectUnread() {
+    for (const auto& [key, value] : body_.items()) {
+      if (seen_.count(key) != 0 || value.is_null()) continue;
+      if (key == "user") {
+        if (!value.is_string()) return Fail(key, "'user' must be a string");
+        continue;
+      }
+      for (std::string_view known : kKnownUnsupported) {
+        if (key == known) {
+          return Fail(key, "'" + key + "' is not supported by this server (docs/server.md)");
+        }
+      }
+      return Fail(key, "unknown parameter '" + key + "' for this endpoint");
+    }
+    return true;
+  }
+
  private:
   // `above`: the value was past hi (an open upper bound is then named too, not just ">= lo").
   bool OutOfBounds(const std::string& key, int64_t lo, int64_t hi, bool above) {
@@ -81,6 +138,7 @@ class Reader {
     return Fail(key, "'" + key + "' must be " + range);
   }
   const Json& body_;
+  mutable std::set<std::string, std::less<>> seen_;
   ApiError* error_;
 };
 
@@ -534,6 +592,7 @@ std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const Proto
       return r.Fail("suffix", "'suffix' is not supported"), std::nullopt;
     }
   }
+  if (!r.RejectUnread()) return std::nullopt;
   return spec;
 }
 
@@ -568,6 +627,8 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
   }
   if (!ParseCommon(r, limits, &spec)) return std::nullopt;
   int64_t max_tokens = 0;
+  // max_completion_tokens wins when both are given (vLLM); max_tokens counts as read then.
+  r.MarkRead("max_tokens");
   const char* max_param =
       r.Get("max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   if (r.Get(max_param) != nullptr) {
@@ -610,6 +671,7 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
   const bool thinking_off = thinking != spec.chat_template_kwargs.end() && thinking->is_boolean() &&
                             !thinking->get<bool>();
   spec.output.reasoning = thinking_off ? ReasoningParserKind::kNone : limits.reasoning_parser;
+  if (!r.RejectUnread()) return std::nullopt;
   return spec;
 }
 

@@ -78,6 +78,14 @@ expect "chat completion" "$r" "d['object'] == 'chat.completion' and d['choices']
 # The ChatML template: <|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n
 tk=$(post /tokenize '{"messages": [{"role": "user", "content": "What is 2+2?"}]}')
 expect "chat prompt tokens = usage.prompt_tokens" "$tk" "d['count'] == $(py "$r" "d['usage']['prompt_tokens']") and d['tokens'][0] == 510 and d['tokens'][-1] == 10"
+tk2=$(post /tokenize '{"messages": [{"role": "user", "content": "What is 2+2?"}], "add_special_tokens": false, "return_token_strs": true}')
+expect "tokenize messages with /tokenize's own fields" "$tk2" "d['tokens'] == $(py "$tk" "d['tokens']") and len(d['token_strs']) == d['count']"
+# Parameters are honoured or refused by name, never silently ignored (vLLM's list walked in
+# test_openai_protocol; here over HTTP).
+expect_error "an unimplemented vLLM parameter" 400 /v1/completions '{"prompt": "x", "prompt_logprobs": 1}'
+expect_error "an unknown parameter" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "frobnicate": true}'
+r=$(post /v1/completions '{"prompt": "x", "max_tokens": 2, "user": "user-1234"}')
+expect "OpenAI's user field (no effect) is accepted" "$r" "d['object'] == 'text_completion'"
 
 stream=$(curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Hello", "max_tokens": 6, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}}')

@@ -248,3 +248,63 @@ TEST_CASE("error JSON and status mapping") {
   CHECK(FromStatus(Unavailable("loading")).http_status == 503);
   CHECK(FromStatus(Internal("bug")).http_status == 500);
 }
+
+// vLLM's and OpenAI's request parameters, walked: each is honoured (the request parses) or
+// refused with a 400 naming it; an unknown field too. Never accepted and ignored.
+TEST_CASE("every parameter is honoured or refused by name, never ignored") {
+  struct Case {
+    const char* field;  // JSON "name": value
+    bool chat, ok;
+  };
+  const Case cases[] = {
+      // honoured on both endpoints
+      {R"("model": "m")", false, true}, {R"("n": 2)", false, true}, {R"("stream": true)", false, true},
+      {R"("temperature": 0.5)", false, true}, {R"("top_p": 0.9)", false, true}, {R"("top_k": 5)", false, true},
+      {R"("min_p": 0.1)", false, true}, {R"("seed": 3)", false, true}, {R"("stop": ["x"])", false, true},
+      {R"("stop_token_ids": [3])", false, true}, {R"("ignore_eos": true)", false, true},
+      {R"("min_tokens": 2)", false, true}, {R"("include_stop_str_in_output": true)", false, true},
+      {R"("skip_special_tokens": false)", false, true}, {R"("return_tokens_as_token_ids": true)", false, true},
+      {R"("presence_penalty": 0)", false, true}, {R"("frequency_penalty": 0)", false, true},
+      {R"("repetition_penalty": 1)", false, true}, {R"("logit_bias": {})", false, true},
+      {R"("best_of": 1)", false, true}, {R"("response_format": {"type": "text"})", false, true},
+      {R"("user": "u-1")", false, true}, {R"("user": "u-1")", true, true}, {R"("unused": null)", false, true},
+      {R"("stream": true, "stream_options": {"include_usage": true})", true, true},
+      // endpoint-specific
+      {R"("echo": true)", false, true}, {R"("logprobs": 2)", false, true}, {R"("suffix": "")", false, true},
+      {R"("max_completion_tokens": 4)", true, true}, {R"("max_tokens": 4, "max_completion_tokens": 5)", true, true},
+      {R"("logprobs": true, "top_logprobs": 2)", true, true}, {R"("add_generation_prompt": false)", true, true},
+      {R"("chat_template_kwargs": {"enable_thinking": false})", true, true},
+      {R"("tools": [], "tool_choice": "none")", true, true},
+      // the other endpoint's parameters
+      {R"("echo": true)", true, false}, {R"("suffix": "")", true, false},
+      {R"("max_completion_tokens": 4)", false, false}, {R"("top_logprobs": 2)", false, false},
+      {R"("messages": [{"role": "user", "content": "x"}])", false, false},
+      // vLLM / OpenAI parameters not implemented
+      {R"("prompt_logprobs": 1)", false, false}, {R"("truncate_prompt_tokens": 5)", false, false},
+      {R"("allowed_token_ids": [1, 2])", false, false}, {R"("bad_words": ["x"])", false, false},
+      {R"("priority": 1)", false, false}, {R"("use_beam_search": true)", false, false},
+      {R"("spaces_between_special_tokens": false)", true, false}, {R"("chat_template": "{{x}}")", true, false},
+      {R"("documents": [])", true, false}, {R"("reasoning_effort": "low")", true, false},
+      {R"("store": true)", true, false}, {R"("metadata": {})", true, false}, {R"("functions": [])", true, false},
+      {R"("user": 7)", false, false}, {R"("frobnicate": 1)", false, false}, {R"("frobnicate": 1)", true, false},
+  };
+  for (const Case& c : cases) {
+    const std::string base = c.chat ? R"("messages": [{"role": "user", "content": "hi"}])" : R"("prompt": "hi")";
+    const std::string body = "{" + base + ", " + c.field + "}";
+    INFO((c.chat ? "chat " : "completions ") << body);
+    ApiError err;
+    auto spec = c.chat ? Chat(body, &err) : Completion(body, &err);
+    CHECK(spec.has_value() == c.ok);
+    if (!c.ok && !spec) {
+      CHECK(err.http_status == 400);
+      const std::string name = Json::parse("{" + std::string(c.field) + "}").begin().key();
+      CHECK(err.param == name);
+      CHECK(err.message.find("'" + name + "'") != std::string::npos);
+    }
+  }
+  ApiError err;
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "priority": 1})", &err));
+  CHECK(err.message == "'priority' is not supported by this server (docs/server.md)");
+  REQUIRE_FALSE(Chat(R"({"messages": [{"role": "user", "content": "x"}], "frobnicate": 1})", &err));
+  CHECK(err.message == "unknown parameter 'frobnicate' for this endpoint");
+}

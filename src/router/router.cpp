@@ -89,17 +89,10 @@ bool Router::GiveUp(const HttpExchange& ex) const { return stopping_.load() || e
 
 void Router::Launch(HttpRequest& req, const Exchange& ex, Handler handler) {
   auto request = std::make_shared<HttpRequest>(std::move(req));
+  JoinRequestThreads(/*all=*/false);  // those that ended no longer count
   std::string refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = threads_.begin(); it != threads_.end();) {
-      if (it->done->load()) {
-        it->thread.join();
-        it = threads_.erase(it);
-      } else {
-        ++it;
-      }
-    }
     if (stopping_.load()) {
       refused = "the router is shutting down";
     } else if (threads_.size() >= static_cast<size_t>(options_.http_threads)) {

@@ -511,6 +511,17 @@ TEST_CASE("a head loads from a checkpoint directory", "[eagle3]") {
   CHECK_FALSE(Eagle3Head::Load(dir, *t.model, backend).ok());
 }
 
+// The head's logits over a prompt: row p from the target's features at position p and the
+// token at p + 1, in a fresh paged KV cache.
+Tensor HeadLogitsOnPrompt(Eagle3Head& head, Target& t, const std::vector<int32_t>& prompt) {
+  Tensor aux = CaptureAux(t, head.aux_layer_ids(), prompt);
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  const int64_t T = static_cast<int64_t>(next.size());
+  auto kv = head.AllocateKvCache(16);
+  Paging paging(16, static_cast<int32_t>(head.config().num_key_value_heads));
+  return RunHead(head, kv, paging.NewSequence(T), aux, next, {T});
+}
+
 // The reference fixture's head rewritten in the `speculators` layout (vLLM's published heads):
 // the layer's weights under "layers.0.", the config nested in transformer_layer_config with the
 // EAGLE-3 fields on top. Same weights and norm_before_residual false: the reference's logits.
@@ -568,12 +579,7 @@ TEST_CASE("a head in the speculators layout loads and matches the reference", "[
   auto ids64 = testing::TensorVector<int64_t>(*ref, "prompt0.ids");
   std::vector<int32_t> prompt(ids64.begin(), ids64.end());
   auto expect = testing::TensorVector<float>(*ref, "prompt0.draft_logits");
-  Tensor aux = CaptureAux(t, (*head)->aux_layer_ids(), prompt);
-  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-  const int64_t T = static_cast<int64_t>(next.size());
-  auto kv = (*head)->AllocateKvCache(16);
-  Paging paging(16, static_cast<int32_t>((*head)->config().num_key_value_heads));
-  Tensor logits = RunHead(**head, kv, paging.NewSequence(T), aux, next, {T});
+  Tensor logits = HeadLogitsOnPrompt(**head, t, prompt);
   const double err = NormalizedError(Floats(logits), expect);
   INFO("normalized error " << err);
   CHECK(err < 1e-4);
@@ -586,10 +592,7 @@ TEST_CASE("a head in the speculators layout loads and matches the reference", "[
   auto nbr = Eagle3Head::Load(dir, *t.model, backend);
   REQUIRE(nbr.ok());
   CHECK((*nbr)->config().norm_before_residual);
-  auto kv2 = (*nbr)->AllocateKvCache(16);
-  Paging paging2(16, static_cast<int32_t>((*nbr)->config().num_key_value_heads));
-  Tensor moved_logits = RunHead(**nbr, kv2, paging2.NewSequence(T), aux, next, {T});
-  CHECK(NormalizedError(Floats(moved_logits), expect) > 1e-2);
+  CHECK(NormalizedError(Floats(HeadLogitsOnPrompt(**nbr, t, prompt)), expect) > 1e-2);
 }
 
 // ---------------------------------------------------------------- target capture
@@ -826,12 +829,7 @@ TEST_CASE("draft logits match the PyTorch reference fixtures", "[eagle3]") {
         auto expect = testing::TensorVector<float>(*ref, key + ".draft_logits");
         auto tokens = testing::TensorVector<int64_t>(*ref, key + ".draft_tokens");
         auto margins = testing::TensorVector<float>(*ref, key + ".draft_margins");
-        Tensor aux = CaptureAux(t, (*head)->aux_layer_ids(), prompt);
-        std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-        const int64_t T = static_cast<int64_t>(next.size());
-        auto kv = (*head)->AllocateKvCache(16);
-        Paging paging(16, static_cast<int32_t>((*head)->config().num_key_value_heads));
-        Tensor logits = RunHead(**head, kv, paging.NewSequence(T), aux, next, {T});
+        Tensor logits = HeadLogitsOnPrompt(**head, t, prompt);
         const double err = NormalizedError(Floats(logits), expect);
         INFO(key << " normalized error " << err);
         CHECK(err < 1e-4);

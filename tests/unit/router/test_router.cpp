@@ -608,14 +608,17 @@ TEST_CASE("router: command line, config file and flag override", "[router]") {
   CHECK(help->usage.find("--upstream-idle-timeout-s") != std::string::npos);
 }
 
+// oasis-router's command line with one prefill and one decode instance, then `args`.
+StatusOr<RouterCommandLine> ParseWithInstances(std::vector<std::string> args) {
+  std::vector<std::string> all = {"oasis-router", "--prefill", "h:1", "--decode", "h:2"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  return ParseRouterCommandLine(static_cast<int>(argv.size()), argv.data());
+}
+
 TEST_CASE("router: upstream timeouts, defaults and edges", "[router]") {
-  auto parse = [](std::vector<std::string> args) {
-    std::vector<std::string> all = {"oasis-router", "--prefill", "h:1", "--decode", "h:2"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    return ParseRouterCommandLine(static_cast<int>(argv.size()), argv.data());
-  };
+  auto parse = ParseWithInstances;
   {
     auto cmd = parse({});
     REQUIRE(cmd.ok());
@@ -670,13 +673,7 @@ TEST_CASE("router: upstream timeouts, defaults and edges", "[router]") {
 }
 
 TEST_CASE("router: the client side's limits, defaults and edges", "[router]") {
-  auto parse = [](std::vector<std::string> args) {
-    std::vector<std::string> all = {"oasis-router", "--prefill", "h:1", "--decode", "h:2"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    return ParseRouterCommandLine(static_cast<int>(argv.size()), argv.data());
-  };
+  auto parse = ParseWithInstances;
   {
     auto cmd = parse({});
     REQUIRE(cmd.ok());

@@ -312,6 +312,11 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   B.Linear(x.Reshape({T, 2 * h}), qkv_, qkv);
   Tensor q = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
   B.QkvRopeAppend(qkv, q, nullptr, nullptr, eps, in.positions, rope_, in.slot_mapping, kv);
+  // No logits and no feature wanted: the step only appends the rows' K/V (a dense request
+  // that needs no draft keeps its head KV whole for a later switch): nothing below is read.
+  if (in.logit_rows.numel() == 0 && hidden_out == nullptr) {
+    return Tensor::Empty({0, c.draft_vocab_size}, DType::kF32);
+  }
   Tensor attn = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
   B.Attention(q, kv, in.attention, scale, attn);
   Tensor o = B.Empty({T, h}, dt);
@@ -333,6 +338,7 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   }
 
   const int64_t R = in.logit_rows.numel();
+  if (R == 0) return Tensor::Empty({0, c.draft_vocab_size}, DType::kF32);  // no empty GEMMs
   Tensor rows = B.Empty({R, h}, dt);
   B.GatherRows(normed, in.logit_rows, rows);
   Tensor logits = B.Empty({R, c.draft_vocab_size}, DType::kF32);

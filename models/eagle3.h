@@ -66,8 +66,10 @@ class Eagle3Head {
   // KV cache ([T, head num_kv_heads] slot mapping). `aux` is the target's capture
   // [num_aux, T_aux, target_hidden]; row t uses aux row aux_rows[t] (empty = row t, which
   // needs T_aux >= T). Appends the rows' K/V to `kv`. Returns float logits [R, draft_vocab]
-  // for in.logit_rows. With `hidden_out` ([T, hidden], activation dtype), also writes the
-  // head's pre-norm output (the feature a chained draft step would reuse).
+  // for in.logit_rows; with no logit rows and no `hidden_out` the step stops after the K/V
+  // append (a quarter of the weights' bytes) and returns an empty host tensor [0, draft_vocab].
+  // With `hidden_out` ([T, hidden], activation dtype), also writes the head's pre-norm output (the
+  // feature a chained draft step would reuse).
   Tensor Forward(const ForwardInput& in, const Tensor& aux, LayerKvPool& kv,
                  std::span<const int32_t> aux_rows = {}, Tensor* hidden_out = nullptr);
 

@@ -69,7 +69,7 @@ void Engine::Impl::Step() {
   if (!b.handoffs.empty()) HandoffReady(b.handoffs);
   if (sparse != nullptr) {
     sparse->SwitchReady(scheduler.running());  // (counted in stats.sparse.switches_total)
-    sparse->Rebalance(scheduler.running(), PoolShortfall(b.plan));
+    sparse->Rebalance(scheduler.running(), PoolShortfall(b.plan), allocator.num_free());
   }
 }
 
@@ -286,10 +286,13 @@ void Engine::Impl::RunDraftHead(StepBatch& b, EngineClock::time_point head_start
 }
 
 bool Engine::Impl::WantsDraft(const RequestState& s, int64_t num_tokens, bool is_sparse) const {
-  // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens), and
-  // for a sparse request only when its predictor reads it.
-  return num_tokens + 2 <= s.stop_checker.conditions().max_total_tokens &&
-         (!is_sparse || sparse->FeedsDraft());
+  // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens); for
+  // a sparse request only when its predictor reads it; for a dense one on a sparse server
+  // under reject (nothing stacks or accepts it) only when it may switch at the next step.
+  if (num_tokens + 2 > s.stop_checker.conditions().max_total_tokens) return false;
+  if (sparse == nullptr) return true;
+  if (is_sparse) return sparse->FeedsDraft();
+  return options.lookahead != LookaheadMode::kReject || sparse->DenseNeedsDraft(s.seq, num_tokens);
 }
 
 bool Engine::Impl::Emit(RequestState& s, SampleResult& sample, bool first_of_event,

@@ -313,10 +313,27 @@ bool SparseDecoding::Relieve(const std::vector<Sequence*>& running) {
   return true;
 }
 
-void SparseDecoding::SwitchInPlaceOverBudget(const std::vector<Sequence*>& running) {
-  int64_t dense_tokens = 0;
+namespace {
+
+int64_t DenseTokens(const std::vector<Sequence*>& running) {
+  int64_t n = 0;
   for (const Sequence* s : running)
-    if (s->kv == SequenceKv::kDense) dense_tokens += s->num_computed;
+    if (s->kv == SequenceKv::kDense) n += s->num_computed;
+  return n;
+}
+
+}  // namespace
+
+bool SparseDecoding::DenseNeedsDraft(const Sequence& s, int64_t num_tokens) const {
+  if (!FeedsDraft()) return false;
+  if (s.always_sparse) return true;
+  // It switches once num_computed passes the threshold (one token behind num_tokens).
+  if (threshold_ <= 0 || num_tokens + 2 <= threshold_) return false;
+  return !config().switch_on_pressure || near_pressure_;
+}
+
+void SparseDecoding::SwitchInPlaceOverBudget(const std::vector<Sequence*>& running) {
+  int64_t dense_tokens = DenseTokens(running);
   while (dense_tokens > dense_read_budget_tokens_) {
     Sequence* longest =
         Longest(running, [this](const Sequence& s) { return DenseDecodePastThreshold(s); });
@@ -326,8 +343,12 @@ void SparseDecoding::SwitchInPlaceOverBudget(const std::vector<Sequence*>& runni
   }
 }
 
-void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t shortfall) {
+void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t shortfall,
+                               int64_t pool_free) {
   if (config().switch_on_pressure && home_ != KvHome::kHost) SwitchInPlaceOverBudget(running);
+  near_pressure_ = shortfall > 0 || pool_free * 8 < pool_slots_ ||
+                   (config().switch_on_pressure && home_ != KvHome::kHost &&
+                    DenseTokens(running) * 4 > dense_read_budget_tokens_ * 3);
   in_place_blocks_ = 0;
   for (const Sequence* s : running)
     if (manager_.InPlace(s->id) && s->kv != SequenceKv::kDense)

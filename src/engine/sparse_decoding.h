@@ -80,6 +80,13 @@ class SparseDecoding final : public SequenceKvHooks {
   // Whether a sparse decode feeds its draft token ([x_t, x̂_{t+1}]: the draft predictor)
   // or only x_t (previous-query, oracle).
   bool FeedsDraft() const { return config().predictor == SparsePredictor::kDraft; }
+  // Whether a dense decode of `num_tokens` tokens should have a draft ready: only when it may
+  // switch to sparse at the next step, whose prediction reads the draft (without one that step
+  // predicts from its real query, docs/sparse.md §5). The threshold policy: from the threshold
+  // on; the pressure policy: past the threshold while the pool is near pressure (Rebalance).
+  // Otherwise the head's step only appends the request's K/V (Eagle3Head::Forward without
+  // logit rows): a batch-1 long decode far from pressure pays a quarter of the head's bytes.
+  bool DenseNeedsDraft(const Sequence& s, int64_t num_tokens) const;
 
   // The step's plan for a batch: `seqs[i]` runs `steps[i]` (same order). When some sequence
   // is sparse, fills `plan` (SparseKvManager::BuildStepPlan), sets each sparse step's
@@ -101,9 +108,11 @@ class SparseDecoding final : public SequenceKvHooks {
   // in-place requests with the most blocks start moving, until the moves under way will free
   // the shortfall (at most kMaxMoves at once); each moving request copies
   // config().move_blocks_per_step blocks per step while it decodes, then finishes (its table's
-  // slots go back to the pool, it runs as kSparse).
+  // slots go back to the pool, it runs as kSparse). `pool_free`: the pool's free head-blocks;
+  // with the shortfall and the dense decodes' share of the read budget it says whether the
+  // pool is near pressure (DenseNeedsDraft).
   static constexpr int64_t kMaxMoves = 4;
-  void Rebalance(const std::vector<Sequence*>& running, int64_t shortfall);
+  void Rebalance(const std::vector<Sequence*>& running, int64_t shortfall, int64_t pool_free);
 
   // Requests of `tokens` tokens (each past the threshold) the homes hold at once: the host
   // store's first, each with K + 2 working and tail head-blocks per KV head in the pool, then
@@ -129,6 +138,9 @@ class SparseDecoding final : public SequenceKvHooks {
   // (their attention then reads at most as many bytes per step as the weights) before the
   // longest switch in place (home hbm or auto; docs/sparse.md §12).
   int64_t dense_read_budget_tokens_;
+  // Set by Rebalance: the pool is short, has less than an eighth free, or (in-place switches
+  // on) the dense decodes hold over three quarters of the read budget: a switch may come.
+  bool near_pressure_ = false;
   // Bandwidth pressure: while the running dense decodes' KV exceeds the read budget, the longest
   // past the threshold switches to sparse in place (no copy; it keeps its blocks in the pool).
   void SwitchInPlaceOverBudget(const std::vector<Sequence*>& running);

@@ -15,14 +15,11 @@ DraftRunner::DraftRunner(Eagle3Head& head, Backend& backend, int64_t num_kv_slot
 
 std::vector<int32_t> DraftRunner::Propose(const ForwardInput& host_input, const Tensor& aux,
                                           std::span<const int32_t> aux_rows) {
-  const int64_t R = host_input.logit_rows.numel();
-  ForwardInput host = host_input;
-  if (R == 0)
-    host.logit_rows = Tensor::Zeros({1}, DType::kI32);  // no empty GEMMs: row 0's logits, dropped
-  ForwardInput in = UploadForwardInput(backend_, host);
-  Tensor logits = backend_.Download(head_.Forward(in, aux, kv_, aux_rows));
-  if (R == 0) return {};
-  return head_.GreedyTargetTokens(logits);
+  // No logit rows: Forward only appends K/V (an empty upload of logit_rows is fine there).
+  ForwardInput in = UploadForwardInput(backend_, host_input);
+  Tensor logits = head_.Forward(in, aux, kv_, aux_rows);
+  if (host_input.logit_rows.numel() == 0) return {};
+  return head_.GreedyTargetTokens(backend_.Download(logits));
 }
 
 }  // namespace oasis

@@ -773,6 +773,36 @@ TEST_CASE("head forward: deterministic, chunked = whole, any block layout, batch
     CHECK(std::memcmp(a.data(), b.data(), sizeof(float) * 5 * V) == 0);  // rows before 5: causal
     CHECK(NormalizedError(std::vector<float>(b.end() - V, b.end()), std::vector<float>(a.end() - V, a.end())) > 1e-6);
   }
+  SECTION("steps with no logit rows append the same K/V, and later rows read them alike") {
+    // Rows [0, T1 - 3) as K/V-only steps (no logits wanted), then the last 3 with logits.
+    const auto zeroed = [&head] {  // unused slots compare equal too
+      LayerKvPool p = head.AllocateKvCache(64);
+      std::memset(p.k.raw(), 0, p.k.nbytes());
+      std::memset(p.v.raw(), 0, p.v.nbytes());
+      return p;
+    };
+    LayerKvPool kv_b = zeroed();
+    for (int64_t start = 0; start < T1 - 3; start += 5) {
+      const int64_t len = std::min<int64_t>(5, T1 - 3 - start);
+      std::vector<int32_t> part(n1.begin() + start, n1.begin() + start + len), rows;
+      for (int64_t r = start; r < start + len; ++r) rows.push_back(static_cast<int32_t>(r));
+      ForwardInput in = BuildHostForwardInput({StepSequence{&contiguous, start, part}}, LogitsFor::kEveryToken);
+      in.logit_rows = Tensor::Empty({0}, DType::kI32);
+      Tensor none = head.Forward(in, aux1, kv_b, rows);
+      CHECK(none.numel() == 0);
+    }
+    std::vector<int32_t> tail(n1.end() - 3, n1.end()), rows;
+    for (int64_t r = T1 - 3; r < T1; ++r) rows.push_back(static_cast<int32_t>(r));
+    ForwardInput in = BuildHostForwardInput({StepSequence{&contiguous, T1 - 3, tail}}, LogitsFor::kEveryToken);
+    std::vector<float> last = Floats(head.Forward(in, aux1, kv_b, rows)), all = Floats(whole);
+    const int64_t V = head.draft_vocab_size();
+    CHECK(NormalizedError(last, std::vector<float>(all.end() - 3 * V, all.end())) < 1e-6);
+    // The K/V written by the K/V-only steps are those of full steps, bit for bit.
+    LayerKvPool kv_full = zeroed();
+    RunHead(head, kv_full, contiguous, aux1, n1, {T1 - 3, 3});
+    CHECK(SameBits(kv_b.k, kv_full.k));
+    CHECK(SameBits(kv_b.v, kv_full.v));
+  }
   SECTION("hidden_out returns the pre-norm head output") {
     auto kv_b = head.AllocateKvCache(64);
     ForwardInput in = BuildHostForwardInput({StepSequence{&contiguous, 0, n1}}, LogitsFor::kEveryToken);

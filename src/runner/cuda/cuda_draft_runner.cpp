@@ -39,10 +39,8 @@ std::vector<SampleRow> GreedyRows(int64_t R) {
 }  // namespace
 
 ForwardInput CudaDraftRunner::UploadInput(const ForwardInput& host_input) {
-  ForwardInput host = host_input;
-  if (host.logit_rows.numel() == 0)
-    host.logit_rows = Tensor::Zeros({1}, DType::kI32);  // no empty GEMMs: row 0's logits, dropped
-  return UploadForwardInput(cuda_, host, /*async=*/true);  // the head runs on one stream
+  // (No logit rows: Forward stops after the K/V append.)
+  return UploadForwardInput(cuda_, host_input, /*async=*/true);  // the head runs on one stream
 }
 
 std::vector<int32_t> CudaDraftRunner::ToTarget(const std::vector<SampleResult>& drafts) const {

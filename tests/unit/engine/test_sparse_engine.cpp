@@ -239,6 +239,51 @@ TEST_CASE("pressure policy: dense while the pool has room, the longest switch wh
   }
 }
 
+TEST_CASE("pressure policy with the draft predictor: no draft far from pressure, a switch without one",
+          "[engine][sparse]") {
+  // Far from pressure a dense request cannot switch at the next step, so the head's step only
+  // appends its K/V (no draft); when the pool runs short the longest switches, its first sparse
+  // step predicting from its real query if no draft was ready (docs/sparse.md §5).
+  const std::vector<EngineRequest> reqs = LongWorkload(16, 5);
+  const std::vector<Collected> dense = DenseOutputs(reqs);
+  for (const auto& [name, slots] : {std::pair{"roomy pool: no drafts", kSlots},
+                                    std::pair{"short pool: switches", int64_t{200}}}) {
+    DYNAMIC_SECTION(name) {
+      TinyModel tm(slots);
+      RecordingRunner runner(*tm.model, tm.backend, slots);
+      EngineOptions opt;
+      opt.lookahead = LookaheadMode::kReject;
+      const bool roomy = slots == kSlots;
+      opt.sparse = TinySparse(roomy ? 24 : 4, roomy ? 0.05 : 0.5, SparsePredictor::kDraft);
+      opt.sparse->switch_on_pressure = true;
+      opt.sparse_metrics_interval = 5;
+      std::unique_ptr<Eagle3Head> head = FixtureHead(tm);
+      std::unique_ptr<DraftRunner> draft =
+          MakeSparseDraftRunner(tm, *head, *opt.sparse, slots, tm.config.num_key_value_heads);
+      REQUIRE(Engine::CheckOptions(opt, runner, draft.get()).ok());
+      const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
+      const EngineStats& st = run.stats;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        CHECK(run.out[i].error.ok());
+        if (reqs[i].ignore_eos) CHECK(run.out[i].tokens.size() == dense[i].tokens.size());
+      }
+      if (roomy) {
+        CheckSameOutputs(reqs, run.out, dense);
+        CHECK(st.sparse.switches_total == 0);
+        CHECK(st.lookahead.draft_tokens_proposed_total == 0);
+      } else {
+        CHECK(st.sparse.pressure_switches_total > 0);
+        CHECK(runner.log.sparse_steps > 0);
+        CHECK(st.lookahead.draft_tokens_proposed_total > 0);  // sparse requests and those near it
+      }
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.sparse.num_requests == 0);
+    }
+  }
+}
+
 TEST_CASE("pressure policy with the HBM home: over the read budget the longest switch in place",
           "[engine][sparse]") {
   const std::vector<EngineRequest> reqs = LongWorkload(16, 11);

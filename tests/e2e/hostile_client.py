@@ -19,9 +19,11 @@ Each probe prints "ok: ..." or "FAILED: ..." lines and exits 1 on any failure. P
   flood N MAXTOKENS       N streaming requests at once; /health within 1 s meanwhile; every
                           request gets 200 or a 429/503 with an error body, none hangs
   soak SECONDS CONC [SEED]  mixed traffic (normal, aborted, slow, idle, malformed, probes):
-                          no 5xx, no broken answer
+                          no 5xx, no broken answer; prompt lengths from OASIS_SOAK_LENGTHS
+                          (comma-separated, default 4,16,120,300)
 """
 import json
+import os
 import select
 import socket
 import struct
@@ -360,8 +362,10 @@ def probe_soak(seconds, concurrency, seed):
             if len(errors) < 20:
                 errors.append(msg)
 
+    lengths = [int(x) for x in os.environ.get("OASIS_SOAK_LENGTHS", "4,16,120,300").split(",")]
+
     def body_for(rng):
-        n = rng.choice([4, 16, 120, 300])
+        n = rng.choice(lengths)
         prompt = [rng.randrange(3, 500) for _ in range(n)]
         return {"prompt": prompt, "max_tokens": rng.randint(1, 24), "temperature": rng.choice([0, 0.8]),
                 "seed": rng.randrange(1 << 30), "stream": rng.random() < 0.5, "ignore_eos": True}

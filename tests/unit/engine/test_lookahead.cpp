@@ -202,6 +202,53 @@ TEST_CASE("speculate takes fewer engine steps for the same greedy tokens", "[eng
 
 // Stop ids, min_tokens and max_tokens landing on either token of a two-token step: the
 // greedy run repeats one id, which the copy head drafts, so most steps emit two tokens.
+// Logits processing (penalties, logit_bias, bad words, allowed_token_ids, min_tokens) under
+// reject and speculate equals plain decoding: a draft token's logits row is processed as if
+// the draft had been generated, so the token accepted after it is plain decoding's. The copy
+// head drafts the target's raw greedy token, which the processing often keeps: many drafts
+// are accepted and their rows' penalties count the draft.
+TEST_CASE("logits processing under reject and speculate equals plain decoding", "[engine][lookahead]") {
+  std::vector<EngineRequest> reqs = Workload(9);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EngineRequest& r = reqs[i];
+    SamplingParams& s = r.sampling;
+    const int32_t last = r.prompt.back();
+    switch (i % 6) {
+      case 0: s.frequency_penalty = 0.15f; break;
+      case 1: s.presence_penalty = 0.4f, s.repetition_penalty = 1.1f; break;
+      case 2: s.repetition_penalty = 1.6f; break;
+      case 3: s.logit_bias = {{last, 1.0f}, {7, -3.0f}}, s.frequency_penalty = -0.2f; break;
+      case 4: s.bad_words_token_ids = {{last}, {11, 12}, {20, 21, 22}}; break;
+      default:
+        for (int32_t t = 3; t < 200; t += 2) s.allowed_token_ids.push_back(t);
+        s.frequency_penalty = 0.1f;
+        r.min_tokens = std::min<int64_t>(r.max_tokens, 4);
+        r.ignore_eos = false;
+        break;
+    }
+  }
+  TinyModel tm0(512);
+  const RunResult plain = Run(tm0, nullptr, LookaheadMode::kOff, {}, reqs);
+  for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    DYNAMIC_SECTION("lookahead " << LookaheadModeName(mode)) {
+      TinyModel tm(512);
+      auto head = CopyHead(tm);
+      auto draft = MakeDraftRunner(tm, *head);
+      const RunResult r = Run(tm, draft.get(), mode, {}, reqs);
+      CheckSame(reqs, r.out, plain.out);
+      if (mode == LookaheadMode::kSpeculate) CHECK(r.stats.lookahead.draft_accepted_total > 20);
+    }
+  }
+  // The processing had effects (the test would be weak otherwise): allowed ids only, no bad
+  // single-token word.
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    for (int32_t t : plain.out[i].tokens) {
+      if (i % 6 == 5) CHECK((t >= 3 && t < 200 && t % 2 == 1));
+      if (i % 6 == 4) CHECK(t != reqs[i].prompt.back());
+    }
+  }
+}
+
 TEST_CASE("stop conditions cut two-token steps exactly like plain decoding", "[engine][lookahead]") {
   TinyModel probe(256);
   std::vector<int32_t> greedy;

@@ -208,17 +208,22 @@ TEST_CASE("speculate takes fewer engine steps for the same greedy tokens", "[eng
 // head drafts the target's raw greedy token, which the processing often keeps: many drafts
 // are accepted and their rows' penalties count the draft.
 TEST_CASE("logits processing under reject and speculate equals plain decoding", "[engine][lookahead]") {
-  std::vector<EngineRequest> reqs = Workload(9);
+  std::vector<EngineRequest> reqs = Workload(9);  // 24 requests
   for (size_t i = 0; i < reqs.size(); ++i) {
     EngineRequest& r = reqs[i];
     SamplingParams& s = r.sampling;
     const int32_t last = r.prompt.back();
     switch (i % 6) {
-      case 0: s.frequency_penalty = 0.15f; break;
+      case 0: s.frequency_penalty = 1.0f; break;
       case 1: s.presence_penalty = 0.4f, s.repetition_penalty = 1.1f; break;
       case 2: s.repetition_penalty = 1.6f; break;
       case 3: s.logit_bias = {{last, 1.0f}, {7, -3.0f}}, s.frequency_penalty = -0.2f; break;
-      case 4: s.bad_words_token_ids = {{last}, {11, 12}, {20, 21, 22}}; break;
+      case 4:
+        // No token twice in a row: the copy head drafts repeats, so an accepted draft's row
+        // must see the draft to ban repeating it.
+        s.bad_words_token_ids = {{last}, {20, 21, 22}};
+        for (int32_t t = 0; t < 512; ++t) s.bad_words_token_ids.push_back({t, t});
+        break;
       default:
         for (int32_t t = 3; t < 200; t += 2) s.allowed_token_ids.push_back(t);
         s.frequency_penalty = 0.1f;
@@ -226,6 +231,15 @@ TEST_CASE("logits processing under reject and speculate equals plain decoding", 
         r.ignore_eos = false;
         break;
     }
+  }
+  // Greedy runs that settle on repeating a token (the copy head drafts the repeat): a small
+  // frequency penalty makes them switch once the count outweighs the margin, which on an
+  // accepted draft's row only happens if the draft is counted.
+  for (int k = 0; k < 12; ++k) {
+    EngineRequest r = Request("fp-" + std::to_string(k), {11, static_cast<int32_t>(12 + 7 * k), 13}, 40);
+    r.ignore_eos = true;
+    r.sampling.frequency_penalty = 0.02f * static_cast<float>(1 + k);
+    reqs.push_back(std::move(r));
   }
   TinyModel tm0(512);
   const RunResult plain = Run(tm0, nullptr, LookaheadMode::kOff, {}, reqs);
@@ -240,11 +254,13 @@ TEST_CASE("logits processing under reject and speculate equals plain decoding", 
     }
   }
   // The processing had effects (the test would be weak otherwise): allowed ids only, no bad
-  // single-token word.
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    for (int32_t t : plain.out[i].tokens) {
-      if (i % 6 == 5) CHECK((t >= 3 && t < 200 && t % 2 == 1));
-      if (i % 6 == 4) CHECK(t != reqs[i].prompt.back());
+  // single-token word, no token twice in a row.
+  for (size_t i = 0; i < 24; ++i) {
+    const std::vector<int32_t>& out = plain.out[i].tokens;
+    for (size_t k = 0; k < out.size(); ++k) {
+      if (i % 6 == 5) CHECK((out[k] >= 3 && out[k] < 200 && out[k] % 2 == 1));
+      if (i % 6 == 4) CHECK(out[k] != reqs[i].prompt.back());
+      if (i % 6 == 4 && k > 0) CHECK(out[k] != out[k - 1]);
     }
   }
 }

@@ -36,9 +36,11 @@ constexpr int kTopCap = 64;    // top-logprob candidates collected (>= kSampleMa
 
 // Per-row scratch in device memory.
 struct RowScratch {
-  float max[kMaxParts];
+  float max[kMaxParts];  // of the raw logits (the log-partition function)
   int arg[kMaxParts];
   float sum[kMaxParts];
+  float smax[kMaxParts];  // of the processed logits the draw reads (processed rows)
+  int sarg[kMaxParts];
   float probe[2][kMaxParts][kProbes];  // double-buffered by round parity
   double best[kMaxParts];
   int best_id[kMaxParts];
@@ -232,7 +234,8 @@ __global__ void __launch_bounds__(kThreads)
     SampleKernel(const float* __restrict__ logits, int vocab, int64_t stride,
                  const SampleParamsDevice* __restrict__ params,
                  SampleOutputDevice* __restrict__ out, RowScratch* scratch, GridScratch* gscratch,
-                 int parts, uint32_t stages) {
+                 int parts, uint32_t stages, const float* __restrict__ processed,
+                 int64_t processed_stride) {
   __shared__ Shared s;
   const int row = blockIdx.x / parts, part = blockIdx.x % parts;
   const int chunk = (vocab + parts - 1) / parts;
@@ -245,23 +248,39 @@ __global__ void __launch_bounds__(kThreads)
         &s};
   const SampleParamsDevice p = params[row];
   const bool needed = p.needed != 0;
+  // The raw logits give the log-probabilities; the draw reads the processed logits of a row
+  // with logits processing (penalties, biases, masks), the raw ones otherwise.
   const float* rowp = logits + row * stride;
-  auto logit = [&](int i) { return __ldg(rowp + i); };
-  auto key = [&](int i) { return OrderKey(__ldg(rowp + i)); };
+  const bool is_processed = processed != nullptr && p.processed >= 0;
+  const float* drawp = is_processed ? processed + p.processed * processed_stride : rowp;
+  auto raw_logit = [&](int i) { return __ldg(rowp + i); };
+  auto raw_key = [&](int i) { return OrderKey(__ldg(rowp + i)); };
+  auto logit = [&](int i) { return __ldg(drawp + i); };
+  auto key = [&](int i) { return OrderKey(__ldg(drawp + i)); };
   auto all = [](int) { return true; };
   RowScratch& rs = *c.rs;
   if (blockIdx.x == 0 && threadIdx.x < 4) gscratch->flags[threadIdx.x] = 0;
   if (part == 0 && threadIdx.x == 0) rs.top_n = 0;
 
-  // Phase 1: max / first argmax and the raw log-partition function, per part, then per row.
+  // Phase 1: max / first argmax and the raw log-partition function, per part, then per row;
+  // a processed row also the max / first argmax of its processed logits.
   float mx = -FLT_MAX;
   int arg = INT_MAX;
-  for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) ArgMaxStep(mx, arg, logit(i), i);
+  for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads)
+    ArgMaxStep(mx, arg, raw_logit(i), i);
   BlockArgMax(mx, arg, -FLT_MAX, s.rf, s);
   float sum = 0.0f;
-  for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) sum += __expf(logit(i) - mx);
+  for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) sum += __expf(raw_logit(i) - mx);
   sum = BlockSumF(sum, s);
   if (threadIdx.x == 0) rs.max[part] = mx, rs.arg[part] = arg, rs.sum[part] = sum;
+  if (is_processed) {  // (uniform over the CTA: one row)
+    float smx = -FLT_MAX;
+    int sarg = INT_MAX;
+    for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads)
+      ArgMaxStep(smx, sarg, logit(i), i);
+    BlockArgMax(smx, sarg, -FLT_MAX, s.rf, s);
+    if (threadIdx.x == 0) rs.smax[part] = smx, rs.sarg[part] = sarg;
+  }
   c.grid.sync();
   mx = -FLT_MAX, arg = INT_MAX;
   for (int q = 0; q < parts; ++q) ArgMaxStep(mx, arg, rs.max[q], rs.arg[q]);
@@ -269,6 +288,11 @@ __global__ void __launch_bounds__(kThreads)
   float z_raw = 0.0f;
   for (int q = 0; q < parts; ++q) z_raw += rs.sum[q] * __expf(rs.max[q] - mx);
   const float log_z = mx + logf(z_raw);
+  if (is_processed) {  // the draw's max and argmax (every token masked: token 0, as the CPU)
+    mx = -FLT_MAX, arg = INT_MAX;
+    for (int q = 0; q < parts; ++q) ArgMaxStep(mx, arg, rs.smax[q], rs.sarg[q]);
+    if (arg == INT_MAX) arg = 0;
+  }
 
   const bool greedy = p.temperature == 0.0f || p.top_k == 1;
   const bool sampling = needed && !greedy;
@@ -357,16 +381,17 @@ __global__ void __launch_bounds__(kThreads)
   if (stages & kStageTopN) {
     float above, ge;
     const uint32_t t_key = SelectKey(
-        c, num_top > 0, static_cast<float>(num_top), key, all, [](int) { return 1.0f; }, above, ge);
+        c, num_top > 0, static_cast<float>(num_top), raw_key, all, [](int) { return 1.0f; }, above,
+        ge);
     const int t_cut =
         TieIdCut(c, gscratch, 2, num_top > 0, t_key, num_top - static_cast<int>(above),
-                 static_cast<int>(ge) - static_cast<int>(above), key, all);
+                 static_cast<int>(ge) - static_cast<int>(above), raw_key, all);
     if (num_top > 0) {
       for (int i = c.begin + threadIdx.x; i < c.end; i += kThreads) {
-        const uint32_t k = key(i);
+        const uint32_t k = raw_key(i);
         if (k > t_key || (k == t_key && i <= t_cut)) {
           const int slot = atomicAdd(&rs.top_n, 1);
-          if (slot < kTopCap) rs.top_ids[slot] = i, rs.top_vals[slot] = logit(i);
+          if (slot < kTopCap) rs.top_ids[slot] = i, rs.top_vals[slot] = raw_logit(i);
         }
       }
     }
@@ -392,7 +417,7 @@ __global__ void __launch_bounds__(kThreads)
   if (needed && part == 0 && threadIdx.x == 0) {
     const int32_t chosen = p.forced >= 0 && p.forced < vocab ? p.forced : token;
     out[row].token = chosen;
-    out[row].logprob = logit(chosen) - log_z;
+    out[row].logprob = raw_logit(chosen) - log_z;
   }
 }
 
@@ -435,10 +460,12 @@ size_t SampleWorkspaceBytes(int64_t rows) {
 
 cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64_t stride,
                          const SampleParamsDevice* params, SampleOutputDevice* out, uint32_t stages,
-                         void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                         const float* processed, int64_t processed_stride) {
   if (rows <= 0) return cudaSuccess;
   if (vocab <= 0 || vocab > INT_MAX || stride < vocab || workspace == nullptr ||
-      workspace_bytes < SampleWorkspaceBytes(rows)) {
+      workspace_bytes < SampleWorkspaceBytes(rows) ||
+      (processed != nullptr && processed_stride < vocab)) {
     return cudaErrorInvalidValue;
   }
   auto* g = static_cast<GridScratch*>(workspace);
@@ -456,7 +483,8 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab, int64
     SampleOutputDevice* oo = out + r0;
     RowScratch* rr = rs + r0;
     int v = static_cast<int>(vocab);
-    void* args[] = {&lg, &v, &stride, &pp, &oo, &rr, &g, &parts, &stages};
+    void* args[] = {&lg,     &v,         &stride,          &pp, &oo, &rr, &g, &parts,
+                    &stages, &processed, &processed_stride};
     const cudaError_t err = cudaLaunchCooperativeKernel(reinterpret_cast<void*>(SampleKernel),
                                                         dim3(static_cast<unsigned>(n * parts)),
                                                         dim3(kThreads), args, 0, stream);

@@ -356,6 +356,13 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
                                           static_cast<int64_t>(request.prompt.size()) + 2)
                       : stop.max_total_tokens;
   if (impl_->sparse) OASIS_RETURN_IF_ERROR(impl_->sparse->CheckFits(max_total_tokens));
+  // min_tokens keeps the stop tokens from being drawn (vLLM masks them), not only from
+  // stopping.
+  std::vector<int32_t> min_tokens_stops = stop.eos_token_ids;
+  min_tokens_stops.insert(min_tokens_stops.end(), stop.stop_token_ids.begin(),
+                          stop.stop_token_ids.end());
+  std::shared_ptr<const LogitsProcessing> processing =
+      LogitsProcessing::For(request.sampling, request.min_tokens, std::move(min_tokens_stops));
   std::shared_ptr<RequestStream> stream;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -372,6 +379,11 @@ StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
         std::make_unique<RequestState>(key, std::move(request), std::move(stop), impl_->tok,
                                        impl_->num_kv_heads, impl_->draft_kv_heads);
     state->seq.max_total_tokens = max_total_tokens;
+    state->logits_processing = std::move(processing);
+    state->row_sampling = state->request.sampling;
+    state->row_sampling.logit_bias.clear();
+    state->row_sampling.allowed_token_ids.clear();
+    state->row_sampling.bad_words_token_ids.clear();
     stream = state->stream;
     impl_->live.emplace(state->request.id, key);
     impl_->inbox.push_back(std::move(state));

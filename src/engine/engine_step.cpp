@@ -141,7 +141,7 @@ void Engine::Impl::AddSampleRows(const ScheduledChunk& c, int64_t num_draft, boo
                                  std::vector<SampleRow>& rows) const {
   const RequestState& s = *requests.at(c.seq->id);
   SampleRow row;
-  row.params = s.request.sampling;
+  row.params = s.row_sampling;  // (the token lists are in s.logits_processing)
   row.seed = s.seed;
   row.counter = static_cast<uint64_t>(c.seq->num_generated());
   row.num_top_logprobs = s.request.num_top_logprobs;
@@ -149,10 +149,20 @@ void Engine::Impl::AddSampleRows(const ScheduledChunk& c, int64_t num_draft, boo
   const std::vector<int32_t>& forced = s.request.forced_output;
   const auto forced_at = [&forced](uint64_t k) { return k < forced.size() ? forced[k] : -1; };
   row.forced_token = forced_at(row.counter);
+  if (s.logits_processing != nullptr && c.samples) {
+    // Penalties, biases and masks read the request's tokens (committed before this step).
+    const std::span<const int32_t> tokens(c.seq->tokens);
+    const auto prompt = static_cast<size_t>(c.seq->num_prompt_tokens);
+    row.processing = s.logits_processing;
+    row.prompt_tokens = tokens.first(prompt);
+    row.output_tokens = tokens.subspan(prompt);
+  }
   rows.push_back(row);
   for (int64_t j = 0; draft_logits && j < num_draft; ++j) {
     ++row.counter;  // the token after an accepted draft: plain decoding's next draw
     row.forced_token = forced_at(row.counter);
+    // ... from the logits plain decoding would have processed: the draft counts as generated.
+    if (row.processing != nullptr) row.draft_tokens.push_back(c.seq->draft_tokens[j]);
     rows.push_back(row);
   }
 }

@@ -18,6 +18,7 @@ struct Running {
   HeadBlockTable table;
   uint64_t seed = 0;
   bool done = false;
+  std::shared_ptr<const LogitsProcessing> processing;  // null: none
   explicit Running(int32_t heads) : table(heads) {}
 };
 
@@ -61,7 +62,7 @@ Status Generator::Validate(const GenerationRequest& r) const {
       options_.num_kv_slots) {
     return ResourceExhausted("request needs more KV cache than the engine holds");
   }
-  return r.sampling.Validate();
+  return r.sampling.Validate(c.vocab_size);
 }
 
 StatusOr<std::vector<GenerationResult>> Generator::Generate(
@@ -77,6 +78,7 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(
     r->index = i;
     r->tokens = requests[i].prompt;
     r->seed = requests[i].sampling.seed ? *requests[i].sampling.seed : engine_rng_();
+    r->processing = LogitsProcessing::For(requests[i].sampling, 0, {});
     running.push_back(std::move(r));
   }
   Status status = Status::Ok();
@@ -111,6 +113,13 @@ StatusOr<std::vector<GenerationResult>> Generator::Generate(
       rows[b].num_top_logprobs = req.num_top_logprobs;
       rows[b].needed = r.computed + static_cast<int64_t>(steps[b].tokens.size()) ==
                        static_cast<int64_t>(r.tokens.size());
+      if (r.processing != nullptr) {
+        const std::span<const int32_t> all(r.tokens);
+        const size_t prompt = req.prompt.size();
+        rows[b].processing = r.processing;
+        rows[b].prompt_tokens = all.first(prompt);
+        rows[b].output_tokens = all.subspan(prompt);
+      }
     }
     const ForwardInput input = BuildHostForwardInput(steps, LogitsFor::kLastTokenOfEachSequence);
     std::vector<SampleResult> samples = runner_.Run({.input = input, .rows = rows});

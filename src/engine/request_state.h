@@ -34,8 +34,13 @@ struct RequestState {
   std::shared_ptr<RequestStream> stream;
   Sequence seq;
   StopChecker stop_checker;
-  DraftHeadState draft_head;          // lookahead decoding: the head's KV of this request
-  uint64_t seed = 0;                  // resolved: the request's, or one drawn by the engine
+  DraftHeadState draft_head;  // lookahead decoding: the head's KV of this request
+  uint64_t seed = 0;          // resolved: the request's, or one drawn by the engine
+  // Penalties, logit_bias, masks (LogitsProcessing::For at Submit); null: none.
+  std::shared_ptr<const LogitsProcessing> logits_processing;
+  // request.sampling without its token lists (logits_processing holds them): what each step's
+  // SampleRow copies.
+  SamplingParams row_sampling;
   int64_t prompt_tokens_counted = 0;  // prompt positions counted in prompt_tokens_total
   EngineClock::time_point arrival = EngineClock::now();
   std::optional<EngineClock::time_point> first_scheduled;  // unset until it first runs

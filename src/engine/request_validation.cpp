@@ -45,7 +45,7 @@ Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool h
     return InvalidArgument(
         "forced output tokens are not supported with disaggregated prefill/decode");
   }
-  OASIS_RETURN_IF_ERROR(r.sampling.Validate());
+  OASIS_RETURN_IF_ERROR(r.sampling.Validate(config.vocab_size));
   if (r.detokenize && !has_tokenizer)
     return InvalidArgument("detokenize needs a tokenizer; the engine has none");
   if (!r.stop.empty() && (!has_tokenizer || !r.detokenize)) {

@@ -10,7 +10,7 @@
 
 namespace oasis {
 
-Status SamplingParams::Validate() const {
+Status SamplingParams::Validate(int64_t vocab_size) const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
     return InvalidArgument("temperature must be a finite number >= 0, got " +
                            std::to_string(temperature));
@@ -22,6 +22,39 @@ Status SamplingParams::Validate() const {
     return InvalidArgument("top_k must be -1 (disabled) or >= 0, got " + std::to_string(top_k));
   if (!(min_p >= 0.0f && min_p <= 1.0f)) {
     return InvalidArgument("min_p must be in [0, 1], got " + std::to_string(min_p));
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return InvalidArgument("presence_penalty must be in [-2, 2], got " +
+                           std::to_string(presence_penalty));
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return InvalidArgument("frequency_penalty must be in [-2, 2], got " +
+                           std::to_string(frequency_penalty));
+  }
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f)) {
+    return InvalidArgument("repetition_penalty must be in (0, 2], got " +
+                           std::to_string(repetition_penalty));
+  }
+  auto bad_id = [vocab_size](int32_t id) { return id < 0 || (vocab_size > 0 && id >= vocab_size); };
+  auto outside = [vocab_size](const char* what, int32_t id) {
+    return InvalidArgument(std::string(what) + " token id " + std::to_string(id) +
+                           " outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+  };
+  for (const auto& [id, bias] : logit_bias) {
+    if (bad_id(id)) return outside("logit_bias", id);
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return InvalidArgument("logit_bias values must be in [-100, 100], got " +
+                             std::to_string(bias) + " for token " + std::to_string(id));
+    }
+  }
+  for (int32_t id : allowed_token_ids) {
+    if (bad_id(id)) return outside("allowed_token_ids", id);
+  }
+  for (const std::vector<int32_t>& word : bad_words_token_ids) {
+    if (word.empty()) return InvalidArgument("bad_words: a bad word has no tokens");
+    for (int32_t id : word) {
+      if (bad_id(id)) return outside("bad_words", id);
+    }
   }
   return Status::Ok();
 }
@@ -53,15 +86,23 @@ int32_t Argmax(const float* logits, int64_t vocab) {
 
 SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParams& p, uint64_t seed,
                          uint64_t counter, int num_top_logprobs, int32_t forced_token) {
+  return SampleToken(logits, logits, vocab, p, seed, counter, num_top_logprobs, forced_token);
+}
+
+SampleResult SampleToken(const float* raw_logits, const float* logits, int64_t vocab,
+                         const SamplingParams& p, uint64_t seed, uint64_t counter,
+                         int num_top_logprobs, int32_t forced_token) {
   OASIS_CHECK_GT(vocab, 0) << "empty logits";
   OASIS_CHECK_LT(forced_token, vocab) << "forced token";
   SampleResult result;
+  // (Every token masked by logits processing: the first one, as the device's argmax.)
+  const int32_t arg = Argmax(logits, vocab);
   if (forced_token >= 0) {
     result.token = forced_token;
-  } else if (p.greedy()) {
-    result.token = Argmax(logits, vocab);
+  } else if (p.greedy() || logits[arg] == -std::numeric_limits<float>::infinity()) {
+    result.token = arg;
   } else {
-    const float max_l = logits[Argmax(logits, vocab)];
+    const float max_l = logits[arg];
     const double inv_t = 1.0 / static_cast<double>(p.temperature);
     const int64_t keep = (p.top_k > 0 && p.top_k < vocab) ? p.top_k : vocab;
     const bool truncate = keep < vocab || p.top_p < 1.0f || p.min_p > 0.0f;
@@ -115,6 +156,8 @@ SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParam
       result.token = pick(order.data(), n);
     }
   }
+  // Log-probabilities of the raw logits.
+  logits = raw_logits;
   std::vector<float> lp = LogSoftmax(logits, vocab);
   result.logprob = lp[static_cast<size_t>(result.token)];
   if (num_top_logprobs > 0) {
@@ -130,6 +173,18 @@ SampleResult SampleToken(const float* logits, int64_t vocab, const SamplingParam
     }
   }
   return result;
+}
+
+SampleResult SampleToken(const float* logits, int64_t vocab, const SampleRow& row) {
+  if (row.processing == nullptr) {
+    return SampleToken(logits, vocab, row.params, row.seed, row.counter, row.num_top_logprobs,
+                       row.forced_token);
+  }
+  std::vector<float> processed(static_cast<size_t>(vocab));
+  ApplyLogitsProcessing(logits, vocab, *row.processing, row.prompt_tokens, row.output_tokens,
+                        row.draft_tokens, processed.data());
+  return SampleToken(logits, processed.data(), vocab, row.params, row.seed, row.counter,
+                     row.num_top_logprobs, row.forced_token);
 }
 
 }  // namespace oasis

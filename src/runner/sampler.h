@@ -9,14 +9,19 @@
 //   (l_i - l_max) / T + Gumbel(seed, counter, i) (lowest id on ties) — an exact sample
 //   from the truncated, temperature-scaled distribution.
 // Greedy (temperature 0 or top_k 1) is the first maximum, like torch.argmax.
-// Log-probabilities are those of the model's raw distribution (before temperature and
-// truncation), as vLLM reports them. Stateless functions; thread-safe.
+// A row with logits processing (SampleRow::processing: penalties, logit_bias, masks;
+// runner/logits_processing.h) is drawn — greedy included — from its processed logits.
+// Log-probabilities are those of the model's raw distribution (before processing,
+// temperature and truncation), as vLLM reports them. Stateless functions; thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "oasis/sampling.h"
+#include "runner/logits_processing.h"
 
 namespace oasis {
 
@@ -43,6 +48,14 @@ struct SampleRow {
   // Teacher forcing (EngineRequest::forced_output): >= 0 makes this the row's token instead of
   // a draw; its log-probability and the top log-probabilities are the model's as usual.
   int32_t forced_token = -1;
+  // Logits processing (LogitsProcessing::For of the request; null: none) and the tokens it
+  // reads: the request's prompt, its committed generated tokens, and on a speculative row
+  // the draft tokens stacked before this row (they count as generated: the row's token is
+  // plain decoding's next one only once they are accepted). The spans outlive the step.
+  std::shared_ptr<const LogitsProcessing> processing;
+  std::span<const int32_t> prompt_tokens;
+  std::span<const int32_t> output_tokens;
+  std::vector<int32_t> draft_tokens;
 };
 
 // Largest num_top_logprobs supported (OpenAI allows 20).
@@ -52,9 +65,13 @@ SampleResult SampleToken(const float* logits,  // [vocab]
                          int64_t vocab, const SamplingParams& params, uint64_t seed,
                          uint64_t counter, int num_top_logprobs = 0, int32_t forced_token = -1);
 
-inline SampleResult SampleToken(const float* logits, int64_t vocab, const SampleRow& row) {
-  return SampleToken(logits, vocab, row.params, row.seed, row.counter, row.num_top_logprobs,
-                     row.forced_token);
-}
+// The same with the draw taken from `sample_logits` (processed logits) and the
+// log-probabilities from the raw `logits`.
+SampleResult SampleToken(const float* logits, const float* sample_logits,  // [vocab] each
+                         int64_t vocab, const SamplingParams& params, uint64_t seed,
+                         uint64_t counter, int num_top_logprobs, int32_t forced_token);
+
+// One row, its logits processing applied first when it has any.
+SampleResult SampleToken(const float* logits, int64_t vocab, const SampleRow& row);
 
 }  // namespace oasis

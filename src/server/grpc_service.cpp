@@ -89,6 +89,24 @@ Json ToCompletionJson(const v1::GenerateRequest& r) {
     if (s.has_top_k()) body["top_k"] = s.top_k();
     if (s.has_min_p()) body["min_p"] = s.min_p();
     if (s.has_seed()) body["seed"] = s.seed();
+    if (s.has_presence_penalty()) body["presence_penalty"] = s.presence_penalty();
+    if (s.has_frequency_penalty()) body["frequency_penalty"] = s.frequency_penalty();
+    if (s.has_repetition_penalty()) body["repetition_penalty"] = s.repetition_penalty();
+    if (s.logit_bias_size() > 0) {
+      Json bias = Json::object();
+      for (const auto& [id, value] : s.logit_bias()) bias[std::to_string(id)] = value;
+      body["logit_bias"] = bias;
+    }
+    if (s.allowed_token_ids_size() > 0) {
+      Json ids = Json::array();
+      for (int32_t id : s.allowed_token_ids()) ids.push_back(id);
+      body["allowed_token_ids"] = ids;
+    }
+    if (s.bad_words_size() > 0) {
+      Json words = Json::array();
+      for (const std::string& w : s.bad_words()) words.push_back(w);
+      body["bad_words"] = words;
+    }
   }
   if (r.has_max_tokens()) body["max_tokens"] = r.max_tokens();
   if (r.min_tokens() != 0) body["min_tokens"] = r.min_tokens();

@@ -14,8 +14,6 @@ namespace {
 // Parameters of vLLM's and OpenAI's APIs this server does not implement (a 400 says so).
 constexpr std::string_view kKnownUnsupported[] = {"prompt_logprobs",
                                                   "truncate_prompt_tokens",
-                                                  "allowed_token_ids",
-                                                  "bad_words",
                                                   "priority",
                                                   "use_beam_search",
                                                   "length_penalty",
@@ -156,6 +154,84 @@ bool ParseTokenIds(Reader& r, const Json& list, const std::string& param,
   return true;
 }
 
+// "Token id `id` ... outside the vocabulary" for `param` (limits.vocab_size > 0 only).
+bool CheckVocab(Reader& r, const ProtocolLimits& limits, const std::string& param, int64_t id) {
+  if (limits.vocab_size <= 0 || id < limits.vocab_size) return true;
+  return r.Fail(param, "'" + param + "': token id " + std::to_string(id) +
+                           " is outside the vocabulary [0, " + std::to_string(limits.vocab_size) +
+                           ")");
+}
+
+// Penalties, logit_bias, allowed_token_ids, bad_words (runner/logits_processing.h).
+bool ParseLogitsProcessing(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
+  SamplingParams& sp = spec->sampling;
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    double v = 0;
+    if (!r.Number(name, &v)) return false;
+    if (!(v >= -2.0 && v <= 2.0)) {
+      return r.Fail(name,
+                    std::string("'") + name + "' must be in [-2, 2], got " + std::to_string(v));
+    }
+    (std::string_view(name) == "presence_penalty" ? sp.presence_penalty : sp.frequency_penalty) =
+        static_cast<float>(v);
+  }
+  double repetition = 1.0;
+  if (!r.Number("repetition_penalty", &repetition)) return false;
+  if (!(repetition > 0.0 && repetition <= 2.0)) {
+    return r.Fail("repetition_penalty",
+                  "'repetition_penalty' must be in (0, 2], got " + std::to_string(repetition));
+  }
+  sp.repetition_penalty = static_cast<float>(repetition);
+  if (const Json* bias = r.Get("logit_bias")) {
+    if (!bias->is_object()) {
+      return r.Fail("logit_bias", "'logit_bias' must be an object of token ids to biases");
+    }
+    for (const auto& [key, value] : bias->items()) {
+      // Keys are token ids written in decimal (JSON keys are strings).
+      int64_t id = -1;
+      if (!key.empty() && key.size() <= 10 &&
+          key.find_first_not_of("0123456789") == std::string::npos) {
+        id = std::stoll(key);
+      }
+      if (id < 0 || id > kTokenIdMax) {
+        return r.Fail("logit_bias",
+                      "'logit_bias' keys must be token ids (integers >= 0), got '" + key + "'");
+      }
+      if (!CheckVocab(r, limits, "logit_bias", id)) return false;
+      if (!value.is_number() || !std::isfinite(value.get<double>())) {
+        return r.Fail("logit_bias", "'logit_bias' values must be numbers (token " + key + ")");
+      }
+      const double b = value.get<double>();
+      if (!(b >= -100.0 && b <= 100.0)) {
+        return r.Fail("logit_bias", "'logit_bias' values must be in [-100, 100], got " +
+                                        std::to_string(b) + " for token " + key);
+      }
+      sp.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+    }
+  }
+  if (const Json* ids = r.Get("allowed_token_ids")) {
+    if (!ids->is_array())
+      return r.Fail("allowed_token_ids", "'allowed_token_ids' must be a list of token ids");
+    if (ids->empty()) return r.Fail("allowed_token_ids", "'allowed_token_ids' must not be empty");
+    if (!ParseTokenIds(r, *ids, "allowed_token_ids", &sp.allowed_token_ids)) return false;
+    for (int32_t id : sp.allowed_token_ids) {
+      if (!CheckVocab(r, limits, "allowed_token_ids", id)) return false;
+    }
+  }
+  if (const Json* words = r.Get("bad_words")) {
+    const char* kBad = "'bad_words' must be a list of non-empty strings";
+    if (!words->is_array()) return r.Fail("bad_words", kBad);
+    for (const Json& w : *words) {
+      if (!w.is_string()) return r.Fail("bad_words", kBad);
+      std::string word = w.get<std::string>();
+      if (word.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+        return r.Fail("bad_words", kBad);
+      spec->bad_words.push_back(std::move(word));
+    }
+  }
+  return true;
+}
+
 // The fields both endpoints share: sampling, stop conditions, n, streaming.
 bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.String("model", &spec->model)) return false;
@@ -195,20 +271,7 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
       return false;
     spec->sampling.seed = static_cast<uint64_t>(v);
   }
-  for (const char* unsupported : {"presence_penalty", "frequency_penalty"}) {
-    double v = 0;
-    if (!r.Number(unsupported, &v)) return false;
-    if (v != 0)
-      return r.Fail(unsupported, std::string("'") + unsupported + "' is not supported (only 0)");
-  }
-  double repetition_penalty = 1.0;
-  if (!r.Number("repetition_penalty", &repetition_penalty)) return false;
-  if (repetition_penalty != 1.0)
-    return r.Fail("repetition_penalty", "'repetition_penalty' is not supported (only 1)");
-  if (const Json* bias = r.Get("logit_bias")) {
-    if (!bias->is_object()) return r.Fail("logit_bias", "'logit_bias' must be an object");
-    if (!bias->empty()) return r.Fail("logit_bias", "'logit_bias' is not supported");
-  }
+  if (!ParseLogitsProcessing(r, limits, spec)) return false;
   if (const Json* best_of = r.Get("best_of")) {
     int64_t v = 0;
     if (!r.IntValue(*best_of, "best_of", 1, limits.max_n, &v)) return false;

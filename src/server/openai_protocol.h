@@ -1,6 +1,7 @@
 // OpenAI protocol, request side: parses and validates the JSON bodies of /v1/completions and
 // /v1/chat/completions (vLLM's extensions included: top_k, min_p, stop_token_ids, ignore_eos,
-// min_tokens, include_stop_str_in_output, chat_template_kwargs) into a GenerateSpec, and
+// min_tokens, include_stop_str_in_output, chat_template_kwargs, repetition_penalty,
+// allowed_token_ids, bad_words) into a GenerateSpec, and
 // turns errors into OpenAI error JSON with the HTTP status that fits.
 //
 // Pure functions over nlohmann::json; no tokenizer, no engine. Thread-safe.
@@ -77,6 +78,9 @@ struct GenerateSpec {
   SamplingParams sampling;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
+  // vLLM's bad_words: tokenized by the server (TokenizeBadWords) into
+  // sampling.bad_words_token_ids.
+  std::vector<std::string> bad_words;
   // Teacher forcing ("forced_output_ids", an OasisKV extension for evaluation): the first
   // generated tokens are these ids; their log-probs are the model's (EngineRequest::forced_output).
   std::vector<int32_t> forced_output_ids;
@@ -95,6 +99,7 @@ struct GenerateSpec {
 struct ProtocolLimits {
   int64_t max_n = 128;
   int64_t max_model_len = 0;  // > 0: max_tokens above this is rejected up front
+  int64_t vocab_size = 0;     // > 0: token ids of logit_bias / allowed_token_ids checked
   int max_top_logprobs = 20;
   // The server's chat output parsing (--enable-auto-tool-choice, --tool-call-parser,
   // --reasoning-parser): what tool_choice may ask for.

@@ -11,6 +11,37 @@
 
 namespace oasis::server {
 
+std::optional<ApiError> TokenizeBadWords(const std::vector<std::string>& words,
+                                         const tokenizer::Tokenizer* tok, int64_t vocab,
+                                         std::vector<std::vector<int32_t>>* out) {
+  if (words.empty()) return std::nullopt;
+  if (tok == nullptr) return BadRequest("'bad_words' needs the model's tokenizer", "bad_words");
+  for (const std::string& word : words) {
+    const std::string stripped =
+        word.substr(std::min(word.size(), word.find_first_not_of(" \t\n\r\f\v")));
+    std::vector<int32_t> plain;
+    for (const bool prefix_space : {false, true}) {
+      std::vector<int32_t> ids =
+          tok->Encode(prefix_space ? " " + stripped : stripped, tokenizer::AddSpecialTokens::kNo);
+      if (ids.empty()) continue;
+      if (!prefix_space) {
+        plain = ids;
+      } else if (!plain.empty() && (ids[0] == plain[0] || ids.size() != plain.size())) {
+        continue;  // the space did not make a different word token
+      }
+      for (int32_t id : ids) {
+        if (id < 0 || id >= vocab) {
+          return BadRequest("'bad_words': token id " + std::to_string(id) +
+                                " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                            "bad_words");
+        }
+      }
+      out->push_back(std::move(ids));
+    }
+  }
+  return std::nullopt;
+}
+
 // ---- GenerationJob -------------------------------------------------------------
 
 GenerationJob::GenerationJob(Engine& engine, std::vector<std::shared_ptr<RequestStream>> streams,
@@ -109,7 +140,10 @@ ProtocolLimits Service::limits() const {
   if (auto kind = ParseToolParserKind(config_.tool_call_parser); kind.ok()) l.tool_parser = *kind;
   if (auto kind = ParseReasoningParserKind(config_.reasoning_parser); kind.ok())
     l.reasoning_parser = *kind;
-  if (const ModelHost* h = host()) l.max_model_len = h->max_model_len();
+  if (const ModelHost* h = host()) {
+    l.max_model_len = h->max_model_len();
+    l.vocab_size = h->config.vocab_size;
+  }
   return l;
 }
 
@@ -242,6 +276,12 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
     *error = FromStatus(Unavailable("the model is loading"));
     return nullptr;
   }
+  std::vector<std::vector<int32_t>> bad_words;
+  if (std::optional<ApiError> e =
+          TokenizeBadWords(spec.bad_words, h->tokenizer.get(), h->config.vocab_size, &bad_words)) {
+    *error = std::move(*e);
+    return nullptr;
+  }
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<ChoiceState> choices;
   int64_t prompt_tokens = 0;
@@ -294,6 +334,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       r.max_tokens = spec.max_tokens.value_or(-1);
       r.min_tokens = spec.min_tokens;
       r.sampling = spec.sampling;
+      r.sampling.bad_words_token_ids = bad_words;
       if (spec.sampling.seed) r.sampling.seed = *spec.sampling.seed + static_cast<uint64_t>(j);
       r.stop_token_ids = spec.stop_token_ids;
       r.forced_output = spec.forced_output_ids;

@@ -27,6 +27,14 @@
 
 namespace oasis::server {
 
+// vLLM's tokenization of bad_words (SamplingParams.update_from_tokenizer): each word, left-
+// stripped, without and with a leading space (the latter kept only when it is a different word
+// token of the same length); ids outside [0, vocab) or a missing tokenizer are a 400 naming
+// bad_words.
+std::optional<ApiError> TokenizeBadWords(const std::vector<std::string>& words,
+                                         const tokenizer::Tokenizer* tok, int64_t vocab,
+                                         std::vector<std::vector<int32_t>>* out);
+
 // One event of one choice of a job.
 struct JobEvent {
   size_t choice = 0;

@@ -97,7 +97,8 @@ def mutate(v, depth=0):
                                 "suffix", "presence_penalty", "guided_json", "tool_choice",
                                 "parallel_tool_calls", "forced_output_ids", "unknown_field",
                                 "return_tokens_as_token_ids", "continue_final_message",
-                                "messages", "tools", "chat_template_kwargs"])] = random_value()
+                                "messages", "tools", "chat_template_kwargs", "bad_words",
+                                "allowed_token_ids", "repetition_penalty", "frequency_penalty"])] = random_value()
             elif keys:
                 k = rng.choice(keys)
                 out[k] = mutate(out[k], depth + 1) if rng.random() < 0.5 else random_value()

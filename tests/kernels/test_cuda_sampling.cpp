@@ -3,6 +3,7 @@
 // and their combinations, with exact ties — and reports the same log-probabilities.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -153,5 +154,214 @@ TEST_CASE("CudaSampler samples only the needed rows", "[gpu][sampling]") {
     CHECK(got[r].token == want.token);
     REQUIRE(got[r].top_logprobs.size() == 2);
     CHECK(got[r].top_logprobs[0].token == want.top_logprobs[0].token);
+  }
+}
+
+namespace {
+
+// One simulated request of the logits-processing test: its parameters, tokens and sampling
+// state; rows are made from it every step.
+struct ProcRequest {
+  SamplingParams params;
+  int64_t min_tokens = 0;
+  std::vector<int32_t> stops;
+  std::shared_ptr<const LogitsProcessing> processing;
+  std::vector<int32_t> prompt, output;
+  uint64_t seed = 0;
+  int num_top = 0;
+  bool speculative = false;  // a second row with one draft token
+};
+
+ProcRequest MakeProcRequest(int kind, int64_t vocab, std::mt19937& rng) {
+  ProcRequest q;
+  auto id = [&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)); };
+  std::uniform_real_distribution<float> u(0, 1);
+  q.prompt.resize(1 + rng() % 300);
+  for (int32_t& t : q.prompt) t = id();
+  q.seed = rng();
+  q.num_top = static_cast<int>(rng() % 4);
+  q.params.temperature = kind % 3 == 0 ? 0.0f : 0.5f + u(rng);
+  q.params.top_k = kind % 4 == 1 ? 1 + static_cast<int>(rng() % 100) : -1;
+  q.params.top_p = kind % 5 == 2 ? 0.9f : 1.0f;
+  q.params.min_p = kind % 7 == 3 ? 0.05f : 0.0f;
+  SamplingParams& p = q.params;
+  switch (kind % 10) {
+    case 0: p.presence_penalty = 1.5f; break;
+    case 1: p.frequency_penalty = 0.7f; break;
+    case 2: p.repetition_penalty = 1.8f; break;
+    case 3: p.repetition_penalty = 0.6f, p.presence_penalty = -0.5f; break;
+    case 4:
+      for (int i = 0; i < 20; ++i) p.logit_bias.emplace_back(id(), -100.0f + 200.0f * u(rng));
+      p.logit_bias.emplace_back(id(), 100.0f);
+      break;
+    case 5:
+      for (int i = 0; i < 50; ++i) p.allowed_token_ids.push_back(id());
+      break;
+    case 6:
+      for (int i = 0; i < 5; ++i) p.bad_words_token_ids.push_back({id()});
+      for (int i = 0; i < 5; ++i) p.bad_words_token_ids.push_back({id(), id(), id()});
+      break;
+    case 7:
+      q.min_tokens = 4;
+      for (int i = 0; i < 8; ++i) q.stops.push_back(id());
+      break;
+    case 8:  // everything at once
+      p.presence_penalty = 0.3f, p.frequency_penalty = 0.4f, p.repetition_penalty = 1.3f;
+      for (int i = 0; i < 10; ++i) p.logit_bias.emplace_back(id(), -5.0f + 10.0f * u(rng));
+      for (int i = 0; i < 400; ++i) p.allowed_token_ids.push_back(id());
+      p.bad_words_token_ids = {{id()}, {id(), id()}};
+      q.min_tokens = 3;
+      q.stops = {id(), id()};
+      break;
+    default: break;  // no processing: a plain row in the same batch
+  }
+  q.processing = LogitsProcessing::For(p, q.min_tokens, q.stops);
+  q.speculative = kind % 3 == 1;
+  return q;
+}
+
+}  // namespace
+
+// Every parameter of logits processing, several steps of a batch of simulated requests on fresh
+// random logits each step: the device's processed logits are the CPU's bit for bit, the draws
+// and log-probabilities are the CPU sampler's (the per-request counts live on the device and
+// are updated from each step's new tokens: one, or two after an accepted draft), speculative
+// rows count their draft, and a finished request's slot is released.
+TEST_CASE("CudaSampler's logits processing equals the CPU sampler's", "[gpu][sampling]") {
+  auto rng = FreshRng();
+  cuda::Stream stream;
+  for (int64_t vocab : {1000, 151936}) {
+    DYNAMIC_SECTION("vocab " << vocab) {
+      CudaSampler sampler;
+      std::vector<ProcRequest> reqs;
+      for (int k = 0; k < 20; ++k) reqs.push_back(MakeProcRequest(k, vocab, rng));
+      int top_p_mismatches = 0, compared = 0, processed_rows = 0;
+      for (int step = 0; step < 8; ++step) {
+        if (step == 4) {  // two requests finish, two new ones (fresh slots or reused ones)
+          reqs.erase(reqs.begin() + 2, reqs.begin() + 4);
+          reqs.push_back(MakeProcRequest(8, vocab, rng));
+          reqs.push_back(MakeProcRequest(2, vocab, rng));
+        }
+        std::vector<SampleRow> rows;
+        std::vector<size_t> owner;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          ProcRequest& q = reqs[i];
+          SampleRow row;
+          row.params = q.params;
+          row.seed = q.seed;
+          row.counter = q.output.size();
+          row.num_top_logprobs = q.num_top;
+          row.processing = q.processing;
+          row.prompt_tokens = q.prompt;
+          row.output_tokens = q.output;
+          rows.push_back(row);
+          owner.push_back(i);
+          if (q.speculative) {
+            // A draft: often the previous token (penalised), else a random one.
+            row.draft_tokens = {q.output.empty() || rng() % 2 ? static_cast<int32_t>(rng() % vocab) : q.output.back()};
+            ++row.counter;
+            rows.push_back(row);
+            owner.push_back(i);
+          }
+          if (step == 0 && i == 0) {  // a prompt chunk's row: not needed, not processed
+            SampleRow skip = rows.back();
+            skip.needed = false;
+            rows.push_back(skip);
+            owner.push_back(i);
+          }
+        }
+        const int64_t R = static_cast<int64_t>(rows.size());
+        std::vector<float> logits(static_cast<size_t>(R * vocab));
+        std::normal_distribution<float> n(0.0f, step % 2 ? 4.0f : 2.0f);
+        for (float& x : logits) x = step == 3 ? std::round(n(rng) * 2.0f) / 2.0f : n(rng);
+        auto d_logits = cuda::DeviceBuffer::Allocate(logits.size() * 4).value();
+        REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        const Tensor t(d_logits.data(), DType::kF32, {R, vocab}, Device::kCuda);
+        const std::vector<SampleResult> got = sampler.Sample(t, rows, stream.get());
+        REQUIRE(got.size() == rows.size());
+        const CudaLogitsProcessor& proc = sampler.logits_processor();
+        for (int64_t r = 0; r < R; ++r) {
+          const SampleRow& row = rows[static_cast<size_t>(r)];
+          const float* raw = logits.data() + r * vocab;
+          INFO("vocab " << vocab << " step " << step << " row " << r << " kind of request " << owner[r]);
+          if (!row.needed) {
+            CHECK(proc.processed_index(static_cast<size_t>(r)) == -1);
+            continue;
+          }
+          // The processed logits, bit for bit.
+          const int32_t pi = proc.processed_index(static_cast<size_t>(r));
+          if (row.processing != nullptr) {
+            std::vector<float> want(static_cast<size_t>(vocab)), dev(static_cast<size_t>(vocab));
+            ApplyLogitsProcessing(raw, vocab, *row.processing, row.prompt_tokens, row.output_tokens,
+                                  row.draft_tokens, want.data());
+            if (pi >= 0) {
+              ++processed_rows;
+              REQUIRE(cudaMemcpy(dev.data(), proc.processed() + pi * vocab, vocab * 4, cudaMemcpyDeviceToHost) ==
+                      cudaSuccess);
+              int differ = 0;
+              for (int64_t i = 0; i < vocab; ++i) differ += std::memcmp(&dev[i], &want[i], 4) != 0;
+              CHECK(differ == 0);
+            } else {
+              // Not processed this step: the CPU's processing changes nothing either.
+              CHECK(std::memcmp(want.data(), raw, vocab * 4) == 0);
+            }
+          } else {
+            CHECK(pi == -1);
+          }
+          const SampleResult want = SampleToken(raw, vocab, row);
+          ++compared;
+          if (got[r].token != want.token) {
+            REQUIRE(row.params.top_p < 1.0f);  // only the float top-p mass boundary may differ
+            ++top_p_mismatches;
+            continue;
+          }
+          CHECK(std::fabs(got[r].logprob - want.logprob) < 2e-3f);
+          REQUIRE(got[r].top_logprobs.size() == want.top_logprobs.size());
+          for (size_t i = 0; i < want.top_logprobs.size(); ++i)
+            CHECK(got[r].top_logprobs[i].token == want.top_logprobs[i].token);
+        }
+        // Commit: each request's first row's token; a speculative request whose draw equals its
+        // draft also its second row's (two new tokens for the counts next step).
+        for (size_t r = 0; r < rows.size(); ++r) {
+          if (!rows[r].needed || (r > 0 && owner[r] == owner[r - 1])) continue;
+          ProcRequest& q = reqs[owner[r]];
+          q.output.push_back(got[r].token);
+          if (q.speculative && (step % 2 == 1 || got[r].token == rows[r + 1].draft_tokens[0])) {
+            q.output.back() = rows[r + 1].draft_tokens[0];  // accepted (forced on odd steps)
+            q.output.push_back(got[r + 1].token);
+          }
+        }
+      }
+      CHECK(top_p_mismatches <= 3);
+      CHECK(processed_rows > compared / 2);
+      // Constraints held on the device's draws: allowed ids only, no single-token bad word.
+      for (const ProcRequest& q : reqs) {
+        for (size_t k = 0; k < q.output.size(); ++k) {
+          if (q.speculative) break;  // (drafts were committed as given)
+          const int32_t t = q.output[k];
+          if (!q.params.allowed_token_ids.empty()) {
+            CHECK(std::count(q.params.allowed_token_ids.begin(), q.params.allowed_token_ids.end(), t) == 1);
+          }
+          for (const auto& w : q.params.bad_words_token_ids) {
+            if (w.size() == 1) CHECK(t != w[0]);
+          }
+          if (static_cast<int64_t>(k) < q.min_tokens) CHECK(std::count(q.stops.begin(), q.stops.end(), t) == 0);
+        }
+      }
+      // Every request still alive holds a slot iff it has penalties or allowed ids; dropping
+      // them all releases every slot at the next step.
+      size_t stateful = 0;
+      for (const ProcRequest& q : reqs) {
+        stateful += q.processing && (q.processing->has_penalties() || !q.processing->allowed_token_ids.empty());
+      }
+      CHECK(sampler.logits_processor().num_slots() == stateful);
+      reqs.clear();
+      std::vector<SampleRow> plain(1);
+      std::vector<float> one(static_cast<size_t>(vocab), 0.0f);
+      auto d_one = cuda::DeviceBuffer::Allocate(one.size() * 4).value();
+      REQUIRE(cudaMemcpy(d_one.data(), one.data(), one.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+      sampler.Sample(Tensor(d_one.data(), DType::kF32, {1, vocab}, Device::kCuda), plain, stream.get());
+      CHECK(sampler.logits_processor().num_slots() == 0);
+    }
   }
 }

@@ -39,12 +39,21 @@ void CudaSampler::Enqueue(const Tensor& logits, const std::vector<SampleRow>& ro
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleRow& row = rows[r];
     OASIS_CHECK_LE(row.num_top_logprobs, kernels::kSampleMaxTop) << "num_top_logprobs";
-    hp[r] =
-        kernels::SampleParamsDevice{row.params.temperature, row.params.top_p,   row.params.min_p,
-                                    row.params.top_k,       row.seed,           row.counter,
-                                    row.num_top_logprobs,   row.needed ? 1 : 0, row.forced_token};
+    hp[r] = kernels::SampleParamsDevice{row.params.temperature,
+                                        row.params.top_p,
+                                        row.params.min_p,
+                                        row.params.top_k,
+                                        row.seed,
+                                        row.counter,
+                                        row.num_top_logprobs,
+                                        row.needed ? 1 : 0,
+                                        row.forced_token,
+                                        -1};
   }
   const size_t n = rows.size();
+  // Penalties, biases, masks: the rows that have any get processed logits (hp[r].processed).
+  const bool processed =
+      processor_.Enqueue(logits.data<float>(), vocab_, logits.dim(1), rows, hp, stream);
   OASIS_CUDA_CHECK(cudaMemcpyAsync(params_.data(), hp, n * sizeof(kernels::SampleParamsDevice),
                                    cudaMemcpyHostToDevice, stream));
   auto* dout = static_cast<kernels::SampleOutputDevice*>(out_.data());
@@ -52,7 +61,8 @@ void CudaSampler::Enqueue(const Tensor& logits, const std::vector<SampleRow>& ro
   OASIS_CUDA_CHECK(kernels::LaunchSample(
       logits.data<float>(), static_cast<int64_t>(n), logits.dim(1), logits.dim(1),
       static_cast<const kernels::SampleParamsDevice*>(params_.data()), dout, stages,
-      workspace_.data(), workspace_.size(), stream));
+      workspace_.data(), workspace_.size(), stream, processed ? processor_.processed() : nullptr,
+      vocab_));
   OASIS_CUDA_CHECK(cudaMemcpyAsync(host_out_.data(), dout, n * sizeof(kernels::SampleOutputDevice),
                                    cudaMemcpyDeviceToHost, stream));
 }

@@ -1,9 +1,11 @@
 // CudaSampler: samples tokens from logits that are already in device memory
 // (kernels/sampling.h) and brings back only the tokens and log-probabilities, instead of
-// copying [rows, vocab] float logits to the host. Same rule and draws as the CPU sampler.
+// copying [rows, vocab] float logits to the host. Same rule and draws as the CPU sampler,
+// logits processing included (penalties, logit_bias, masks: CudaLogitsProcessor, whose
+// per-request device state lives as long as the requests' rows come back).
 //
-// Owns pinned and device buffers for up to `max_rows` rows (grown on demand). Work is
-// queued on the given stream; Sample() synchronises it. Not thread-safe.
+// Owns pinned and device buffers for up to `max_rows` rows (grown on demand) and the logits
+// processor. Work is queued on the given stream; Sample() synchronises it. Not thread-safe.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +15,7 @@
 #include "common/cuda_rt.h"
 #include "kernels/sampling.h"
 #include "oasis/tensor.h"
+#include "runner/cuda/cuda_logits_processor.h"
 #include "runner/sampler.h"
 
 namespace oasis {
@@ -32,6 +35,7 @@ class CudaSampler {
   const kernels::SampleOutputDevice* device_out() const {
     return static_cast<const kernels::SampleOutputDevice*>(out_.data());
   }
+  const CudaLogitsProcessor& logits_processor() const { return processor_; }
 
  private:
   void Reserve(size_t rows);
@@ -40,6 +44,7 @@ class CudaSampler {
   int64_t vocab_ = 0;  // of the last Enqueue
   cuda::PinnedBuffer host_params_, host_out_;
   cuda::DeviceBuffer params_, out_, workspace_;
+  CudaLogitsProcessor processor_;
 };
 
 }  // namespace oasis

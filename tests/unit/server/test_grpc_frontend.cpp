@@ -398,3 +398,52 @@ TEST_CASE("gRPC shutdown ends live streams within the deadline") {
     CHECK_FALSE(st.error_message().empty());
   }
 }
+
+// The logits processing fields of SamplingParams reach the engine as the HTTP API's do:
+// logit_bias forces a token, allowed_token_ids restricts, bad_words (tokenized by the server)
+// bans, and bad values are INVALID_ARGUMENT naming the field.
+TEST_CASE("gRPC: penalties, logit_bias, allowed_token_ids and bad_words are honoured") {
+  Rig rig;
+  auto tokens_of = [&](const v1::GenerateRequest& req) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kWait);
+    auto reader = rig.stub->Generate(&ctx, req);
+    std::vector<int32_t> ids;
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    CHECK(reader->Finish().ok());
+    return ids;
+  };
+  const std::vector<int32_t> base = tokens_of(Request(12));
+  REQUIRE(base.size() == 12);
+
+  v1::GenerateRequest biased = Request(12);
+  (*biased.mutable_sampling()->mutable_logit_bias())[300] = 100.0f;
+  CHECK(tokens_of(biased) == std::vector<int32_t>(12, 300));
+
+  v1::GenerateRequest allowed = Request(12);
+  for (int32_t t : {40, 41, 42}) allowed.mutable_sampling()->add_allowed_token_ids(t);
+  for (int32_t t : tokens_of(allowed)) CHECK((t >= 40 && t <= 42));
+
+  v1::GenerateRequest penalised = Request(12);
+  penalised.mutable_sampling()->set_frequency_penalty(2.0f);
+  penalised.mutable_sampling()->set_repetition_penalty(1.5f);
+  CHECK(tokens_of(penalised) != base);
+
+  // A byte-level word: the token of "a" (and " a") never comes.
+  v1::GenerateRequest banned = Request(12);
+  (*banned.mutable_sampling()->mutable_logit_bias())[97] = 50.0f;  // 'a' in the byte vocabulary
+  banned.mutable_sampling()->add_bad_words("a");
+  for (int32_t t : tokens_of(banned)) CHECK(t != 97);
+
+  v1::GenerateRequest bad = Request(4);
+  bad.mutable_sampling()->set_presence_penalty(3.0f);
+  Outcome o = RunCall(*rig.stub, bad);
+  CHECK(o.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(o.status.error_message().find("presence_penalty") != std::string::npos);
+  bad = Request(4);
+  (*bad.mutable_sampling()->mutable_logit_bias())[1 << 20] = 1.0f;
+  o = RunCall(*rig.stub, bad);
+  CHECK(o.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(o.status.error_message().find("logit_bias") != std::string::npos);
+}

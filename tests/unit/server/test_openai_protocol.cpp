@@ -124,8 +124,9 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options");
   ExpectBad(R"({"prompt": "x", "logprobs": 21})", "logprobs");
   ExpectBad(R"({"prompt": "x", "model": 3})", "model");
-  ExpectBad(R"({"prompt": "x", "presence_penalty": 0.5})", "presence_penalty");
+  ExpectBad(R"({"prompt": "x", "presence_penalty": 2.5})", "presence_penalty");
   ExpectBad(R"({"prompt": "x", "min_tokens": 20, "max_tokens": 10})", "min_tokens");
+  ExpectBad(R"({"prompt": "x", "min_tokens": -1})", "min_tokens");
   ExpectBad(R"({"prompt": "x", "seed": "s"})", "seed");
   ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format");
   ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format");
@@ -266,6 +267,9 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
       {R"("skip_special_tokens": false)", false, true}, {R"("return_tokens_as_token_ids": true)", false, true},
       {R"("presence_penalty": 0)", false, true}, {R"("frequency_penalty": 0)", false, true},
       {R"("repetition_penalty": 1)", false, true}, {R"("logit_bias": {})", false, true},
+      {R"("presence_penalty": 1.5)", true, true}, {R"("frequency_penalty": -0.5)", false, true},
+      {R"("repetition_penalty": 1.2)", true, true}, {R"("logit_bias": {"5": -100})", true, true},
+      {R"("allowed_token_ids": [1, 2])", false, true}, {R"("bad_words": ["x"])", true, true},
       {R"("best_of": 1)", false, true}, {R"("response_format": {"type": "text"})", false, true},
       {R"("user": "u-1")", false, true}, {R"("user": "u-1")", true, true}, {R"("unused": null)", false, true},
       {R"("stream": true, "stream_options": {"include_usage": true})", true, true},
@@ -281,7 +285,6 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
       {R"("messages": [{"role": "user", "content": "x"}])", false, false},
       // vLLM / OpenAI parameters not implemented
       {R"("prompt_logprobs": 1)", false, false}, {R"("truncate_prompt_tokens": 5)", false, false},
-      {R"("allowed_token_ids": [1, 2])", false, false}, {R"("bad_words": ["x"])", false, false},
       {R"("priority": 1)", false, false}, {R"("use_beam_search": true)", false, false},
       {R"("spaces_between_special_tokens": false)", true, false}, {R"("chat_template": "{{x}}")", true, false},
       {R"("documents": [])", true, false}, {R"("reasoning_effort": "low")", true, false},
@@ -307,4 +310,62 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
   CHECK(err.message == "'priority' is not supported by this server (docs/server.md)");
   REQUIRE_FALSE(Chat(R"({"messages": [{"role": "user", "content": "x"}], "frobnicate": 1})", &err));
   CHECK(err.message == "unknown parameter 'frobnicate' for this endpoint");
+}
+
+// Penalties, logit_bias, allowed_token_ids and bad_words (docs/server.md): read into the
+// sampling parameters; wrong types, ranges and ids outside the vocabulary are 400s naming the
+// field.
+TEST_CASE("logits processing parameters are read and checked") {
+  ApiError err;
+  auto s = Completion(R"({"prompt": "x", "presence_penalty": -2, "frequency_penalty": 2, "repetition_penalty": 1.3,
+    "logit_bias": {"5": 100, "17": -2.5, "0": 0}, "allowed_token_ids": [3, 4, 5], "bad_words": ["foo", " bar baz"]})",
+                      &err);
+  REQUIRE(s);
+  CHECK(s->sampling.presence_penalty == -2.0f);
+  CHECK(s->sampling.frequency_penalty == 2.0f);
+  CHECK(s->sampling.repetition_penalty == 1.3f);
+  CHECK(s->sampling.logit_bias == std::vector<std::pair<int32_t, float>>{{5, 100.0f}, {17, -2.5f}, {0, 0.0f}});
+  CHECK(s->sampling.allowed_token_ids == std::vector<int32_t>{3, 4, 5});
+  CHECK(s->bad_words == std::vector<std::string>{"foo", " bar baz"});
+  CHECK(s->sampling.bad_words_token_ids.empty());  // tokenized by the server (TokenizeBadWords)
+  CHECK(s->sampling.processes_logits());
+  s = Completion(R"({"prompt": "x"})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->sampling.processes_logits());
+
+  ExpectBad(R"({"prompt": "x", "presence_penalty": "high"})", "presence_penalty");
+  ExpectBad(R"({"prompt": "x", "frequency_penalty": -2.01})", "frequency_penalty");
+  ExpectBad(R"({"prompt": "x", "repetition_penalty": 0})", "repetition_penalty");
+  ExpectBad(R"({"prompt": "x", "repetition_penalty": -1})", "repetition_penalty");
+  ExpectBad(R"({"prompt": "x", "repetition_penalty": 2.5})", "repetition_penalty");
+  ExpectBad(R"({"prompt": "x", "repetition_penalty": [1]})", "repetition_penalty");
+  ExpectBad(R"({"prompt": "x", "logit_bias": [1, 2]})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "logit_bias": {"a": 1}})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "logit_bias": {"-3": 1}})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "logit_bias": {"1.5": 1}})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "logit_bias": {"99999999999": 1}})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "logit_bias": {"5": "up"}})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "logit_bias": {"5": 100.5}})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "logit_bias": {"5": -101}})", "logit_bias");
+  ExpectBad(R"({"prompt": "x", "allowed_token_ids": 5})", "allowed_token_ids");
+  ExpectBad(R"({"prompt": "x", "allowed_token_ids": []})", "allowed_token_ids");
+  ExpectBad(R"({"prompt": "x", "allowed_token_ids": [1, -1]})", "allowed_token_ids");
+  ExpectBad(R"({"prompt": "x", "allowed_token_ids": ["1"]})", "allowed_token_ids");
+  ExpectBad(R"({"prompt": "x", "bad_words": "foo"})", "bad_words");
+  ExpectBad(R"({"prompt": "x", "bad_words": [3]})", "bad_words");
+  ExpectBad(R"({"prompt": "x", "bad_words": ["  "]})", "bad_words");
+
+  // Token ids past the served vocabulary, when the server knows it.
+  ProtocolLimits l = Limits();
+  l.vocab_size = 1000;
+  auto bad_vocab = [&](const std::string& body, const std::string& param) {
+    INFO(body);
+    CHECK_FALSE(ParseCompletionRequest(Json::parse(body), l, &err));
+    CHECK(err.param == param);
+    CHECK(err.message.find("vocabulary") != std::string::npos);
+  };
+  bad_vocab(R"({"prompt": "x", "logit_bias": {"1000": 1}})", "logit_bias");
+  bad_vocab(R"({"prompt": "x", "allowed_token_ids": [999, 1000]})", "allowed_token_ids");
+  CHECK(ParseCompletionRequest(Json::parse(R"({"prompt": "x", "logit_bias": {"999": 1}, "allowed_token_ids": [999]})"),
+                               l, &err));
 }

@@ -109,7 +109,10 @@ ProtocolLimits Service::limits() const {
   if (auto kind = ParseToolParserKind(config_.tool_call_parser); kind.ok()) l.tool_parser = *kind;
   if (auto kind = ParseReasoningParserKind(config_.reasoning_parser); kind.ok())
     l.reasoning_parser = *kind;
-  if (const ModelHost* h = host()) l.max_model_len = h->max_model_len();
+  if (const ModelHost* h = host()) {
+    l.max_model_len = h->max_model_len();
+    l.default_sampling = h->generation.sampling;
+  }
   return l;
 }
 
@@ -291,7 +294,8 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       EngineRequest r;
       r.id = request_id + "-" + std::to_string(index);
       r.prompt = prompts[p];
-      r.max_tokens = spec.max_tokens.value_or(-1);
+      r.max_tokens = h->generation.ResolveMaxTokens(
+          spec.max_tokens, static_cast<int64_t>(prompts[p].size()), h->max_model_len());
       r.min_tokens = spec.min_tokens;
       r.sampling = spec.sampling;
       if (spec.sampling.seed) r.sampling.seed = *spec.sampling.seed + static_cast<uint64_t>(j);

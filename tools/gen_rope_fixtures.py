@@ -4,9 +4,9 @@
 Runs on the GPU machine (Python 3.12, torch 2.11, transformers 5.17); CPU is enough. From the
 repository root:
     python3 tools/gen_rope_fixtures.py --out tests/fixtures/rope
-Commit tests/fixtures/rope/ only as this script wrote it. Consumers: test_models
-("[rope]" cases, CPU, tests/models/test_rope_models.cpp) and test_gpu_rope
-(tests/kernels/test_cuda_rope.cpp, CUDA backend).
+Commit tests/fixtures/rope/ only as this script wrote it. Consumers: test_rope_models
+(tests/models/test_rope_models.cpp, CPU; registered when the fixtures exist at configure time)
+and test_gpu_rope (tests/kernels/test_cuda_rope.cpp, CUDA backend).
 
 Every model has a short original context (64 positions) and prompts of 7, 50 and 100 tokens
 followed by 32 greedy steps, so most positions lie past the original context. Weights are

@@ -17,15 +17,31 @@ enum class Architecture {
   kEagle3Llama,  // "LlamaForCausalLMEagle3" (EAGLE-3 draft head)
 };
 
-enum class RopeScalingType { kNone, kLlama3 };
+// `rope_type` of config.json's "rope_scaling" (or transformers-5 "rope_parameters"); the
+// formulas are in src/backend/rope.h, the accepted fields in docs/loader.md.
+enum class RopeScalingType { kNone, kLlama3, kLinear, kDynamic, kYarn };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
-  double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double factor = 1.0;            // llama3, linear, dynamic, yarn
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+  // llama3 and yarn: the pretraining context (yarn: config.json's max_position_embeddings when
+  // absent); dynamic: config.json's max_position_embeddings, the length its NTK base is
+  // computed against (kept here because ModelConfig::max_position_embeddings is the scaled one).
   int64_t original_max_position_embeddings = 8192;
+  // yarn only (transformers' defaults). attention_factor 0 = unset: derived from factor, mscale
+  // and mscale_all_dim (0 = unset) as transformers' _compute_yarn_parameters does.
+  double attention_factor = 0.0;
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
 };
+
+// "default", "llama3", "linear", "dynamic" or "yarn".
+const char* RopeTypeName(RopeScalingType type);
 
 struct ModelConfig {
   Architecture architecture = Architecture::kQwen3;
@@ -39,6 +55,9 @@ struct ModelConfig {
   int64_t head_dim = 0;             // explicit `head_dim`, else hidden_size / num_attention_heads
   int64_t intermediate_size = 0;
   int64_t vocab_size = 0;
+  // The context length: config.json's max_position_embeddings, scaled as vLLM derives its
+  // max_model_len for RoPE scaling: × factor for linear and dynamic, original_max_position_
+  // embeddings × factor for yarn (llama3: unscaled). The server may lower it (--max-model-len).
   int64_t max_position_embeddings = 0;
 
   double rms_norm_eps = 1e-6;

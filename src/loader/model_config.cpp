@@ -158,8 +158,59 @@ Status ParseDType(const FieldReader& fields, ModelConfig* config) {
   return Status::Ok();
 }
 
+// The fields of one rope_type beyond rope_type/rope_theta, read from `fields`; `max_positions`
+// is config.json's max_position_embeddings.
+Status ParseRopeScalingFields(const FieldReader& fields, int64_t max_positions, RopeScaling* rs) {
+  OASIS_RETURN_IF_ERROR(fields.PositiveNumber("factor", Presence::kRequired, &rs->factor));
+  switch (rs->type) {
+    case RopeScalingType::kLlama3:
+      OASIS_RETURN_IF_ERROR(
+          fields.PositiveNumber("low_freq_factor", Presence::kRequired, &rs->low_freq_factor));
+      OASIS_RETURN_IF_ERROR(
+          fields.PositiveNumber("high_freq_factor", Presence::kRequired, &rs->high_freq_factor));
+      OASIS_RETURN_IF_ERROR(fields.Int("original_max_position_embeddings", Presence::kRequired, 1,
+                                       &rs->original_max_position_embeddings));
+      if (rs->high_freq_factor <= rs->low_freq_factor)
+        return fields.Bad("high_freq_factor", "must be greater than low_freq_factor");
+      return Status::Ok();
+    case RopeScalingType::kLinear:
+      return Status::Ok();
+    case RopeScalingType::kDynamic:
+      if (fields.Find("alpha") != nullptr)
+        return fields.Bad("alpha", "(dynamic NTK-alpha scaling) is not supported");
+      rs->original_max_position_embeddings = max_positions;
+      return Status::Ok();
+    case RopeScalingType::kYarn:
+      break;
+    case RopeScalingType::kNone:
+      return Status::Ok();
+  }
+  rs->original_max_position_embeddings = max_positions;  // transformers' default
+  OASIS_RETURN_IF_ERROR(fields.Int("original_max_position_embeddings", Presence::kOptional, 1,
+                                   &rs->original_max_position_embeddings));
+  OASIS_RETURN_IF_ERROR(
+      fields.PositiveNumber("attention_factor", Presence::kOptional, &rs->attention_factor));
+  // transformers reads `mscale and mscale_all_dim` and `beta_fast or 32`: 0 counts as unset.
+  for (auto [key, out] :
+       {std::pair{"mscale", &rs->mscale}, std::pair{"mscale_all_dim", &rs->mscale_all_dim},
+        std::pair{"beta_fast", &rs->beta_fast}, std::pair{"beta_slow", &rs->beta_slow}}) {
+    const json* v = fields.Find(key);
+    if (v == nullptr) continue;
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0)
+      return fields.Bad(key, "must be a number >= 0, got " + v->dump());
+    if (v->get<double>() != 0) *out = v->get<double>();
+  }
+  if (rs->beta_fast < rs->beta_slow) return fields.Bad("beta_fast", "must not be below beta_slow");
+  const json* extrapolation = fields.Find("extrapolation_factor");  // vLLM's own key
+  if (extrapolation != nullptr &&
+      (!extrapolation->is_number() || extrapolation->get<double>() != 1))
+    return fields.Bad("extrapolation_factor", "other than 1 is not supported");
+  return fields.Bool("truncate", &rs->truncate);
+}
+
 // rope_theta and rope_scaling, from transformers-5 "rope_parameters" when present, else
-// from the top-level "rope_theta" / "rope_scaling".
+// from the top-level "rope_theta" / "rope_scaling". Scales config->max_position_embeddings as
+// vLLM derives max_model_len (see ModelConfig).
 Status ParseRope(const json& root, const std::string& source, ModelConfig* config) {
   FieldReader top(root, source);
   const json* params = top.Find("rope_parameters");
@@ -177,6 +228,15 @@ Status ParseRope(const json& root, const std::string& source, ModelConfig* confi
   const char* scaling_key = params != nullptr ? "rope_parameters" : "rope_scaling";
   const json* scaling = params != nullptr ? params : top.Find("rope_scaling");
   config->rope_scaling = RopeScaling{};
+  // Llama and Qwen3 rotate the whole head: a partial rotary factor would be silently wrong.
+  double partial = 1.0;
+  OASIS_RETURN_IF_ERROR(top.PositiveNumber("partial_rotary_factor", Presence::kOptional, &partial));
+  if (params != nullptr) {
+    OASIS_RETURN_IF_ERROR(
+        FieldReader(*params, source, "rope_parameters.")
+            .PositiveNumber("partial_rotary_factor", Presence::kOptional, &partial));
+  }
+  if (partial != 1.0) return top.Bad("partial_rotary_factor", "other than 1 is not supported");
   if (scaling == nullptr) return Status::Ok();
   if (!scaling->is_object()) return top.Bad(scaling_key, "must be an object or null");
   FieldReader fields(*scaling, source, std::string(scaling_key) + ".");
@@ -184,22 +244,27 @@ Status ParseRope(const json& root, const std::string& source, ModelConfig* confi
   const char* type_key = fields.Find("rope_type") != nullptr ? "rope_type" : "type";
   OASIS_RETURN_IF_ERROR(fields.String(type_key, Presence::kOptional, &type));
   if (type.empty() || type == "default") return Status::Ok();
-  if (type != "llama3") {
-    return Unimplemented(source + ": " + scaling_key + " type \"" + type +
-                         "\" is not supported (supported: default, llama3)");
-  }
   RopeScaling& rs = config->rope_scaling;
-  rs.type = RopeScalingType::kLlama3;
-  OASIS_RETURN_IF_ERROR(fields.PositiveNumber("factor", Presence::kRequired, &rs.factor));
-  OASIS_RETURN_IF_ERROR(
-      fields.PositiveNumber("low_freq_factor", Presence::kRequired, &rs.low_freq_factor));
-  OASIS_RETURN_IF_ERROR(
-      fields.PositiveNumber("high_freq_factor", Presence::kRequired, &rs.high_freq_factor));
-  OASIS_RETURN_IF_ERROR(fields.Int("original_max_position_embeddings", Presence::kRequired, 1,
-                                   &rs.original_max_position_embeddings));
-  if (rs.high_freq_factor <= rs.low_freq_factor) {
-    return fields.Bad("high_freq_factor", "must be greater than low_freq_factor");
+  constexpr RopeScalingType kTypes[] = {RopeScalingType::kLlama3, RopeScalingType::kLinear,
+                                        RopeScalingType::kDynamic, RopeScalingType::kYarn};
+  for (RopeScalingType t : kTypes) {
+    if (type == RopeTypeName(t)) rs.type = t;
   }
+  if (rs.type == RopeScalingType::kNone) {
+    return Unimplemented(source + ": " + scaling_key + " type \"" + type +
+                         "\" is not supported (supported: default, llama3, linear, dynamic, yarn)");
+  }
+  OASIS_RETURN_IF_ERROR(ParseRopeScalingFields(fields, config->max_position_embeddings, &rs));
+  // vLLM's derived max_model_len (_get_and_verify_max_len): llama3 keeps the configured length.
+  double scaled = static_cast<double>(config->max_position_embeddings);
+  if (rs.type == RopeScalingType::kLinear || rs.type == RopeScalingType::kDynamic)
+    scaled *= rs.factor;
+  if (rs.type == RopeScalingType::kYarn)
+    scaled = static_cast<double>(rs.original_max_position_embeddings) * rs.factor;
+  if (!(scaled >= 1 && scaled <= static_cast<double>(int64_t{1} << 40)))
+    return fields.Bad("factor",
+                      "gives a context length out of range (" + std::to_string(scaled) + ")");
+  config->max_position_embeddings = static_cast<int64_t>(scaled);
   return Status::Ok();
 }
 
@@ -328,6 +393,22 @@ StatusOr<ModelConfig> ParseSpeculators(const json& root, const std::string& sour
 }
 
 }  // namespace
+
+const char* RopeTypeName(RopeScalingType type) {
+  switch (type) {
+    case RopeScalingType::kNone:
+      return "default";
+    case RopeScalingType::kLlama3:
+      return "llama3";
+    case RopeScalingType::kLinear:
+      return "linear";
+    case RopeScalingType::kDynamic:
+      return "dynamic";
+    case RopeScalingType::kYarn:
+      return "yarn";
+  }
+  return "?";
+}
 
 std::string SupportedArchitectures() {
   std::string out;

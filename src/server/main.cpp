@@ -70,6 +70,8 @@ Status CheckConfig(const ServerConfig& config) {
       {"backend", host->backend_name},
       {"architecture", host->config.architecture_name},
       {"max_model_len", host->max_model_len()},
+      {"rope_type", RopeTypeName(host->config.rope_scaling.type)},
+      {"generation_config", host->generation.ToJson()},
       {"num_kv_slots", host->runner->num_kv_slots()},
       {"tensor_parallel_size", config.tensor_parallel_size},
       {"kv_heads_per_rank", host->runner->model().config().num_key_value_heads},

@@ -407,6 +407,30 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
   return Status::Ok();
 }
 
+// --generation-config: the request defaults and the extra EOS ids (before the model is built:
+// the engine takes its EOS ids from the model's config), with vLLM's start-up notice.
+Status ApplyGenerationConfig(const ServerConfig& sc, ModelHost* host) {
+  OASIS_ASSIGN_OR_RETURN(host->generation,
+                         ResolveGenerationDefaults(sc.generation_config, host->model_path));
+  const GenerationDefaults& g = host->generation;
+  ModelConfig& c = host->config;
+  const std::vector<int64_t> eos = MergeTokenIds(c.eos_token_ids, g.eos_token_ids);
+  if (eos.size() > c.eos_token_ids.size()) {
+    spdlog::info("EOS token ids {} (config.json and {})", nlohmann::json(eos).dump(), g.source);
+  }
+  c.eos_token_ids = eos;
+  if (!g.applied.empty()) {
+    std::string list;
+    for (const std::string& a : g.applied) list += (list.empty() ? "" : ", ") + a;
+    spdlog::warn(
+        "Default sampling parameters have been overridden by the model's Hugging Face generation "
+        "config ({}): {}. Requests that set a parameter override it; start with "
+        "--generation-config vllm for vLLM's neutral defaults.",
+        g.source, list);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc,
@@ -476,6 +500,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   host->model_dir = ModelNameFromPath(host->model_path);
   OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_path));
   ModelConfig& c = host->config;
+  OASIS_RETURN_IF_ERROR(ApplyGenerationConfig(sc, host.get()));
   if (sc.max_model_len > 0) {
     if (sc.max_model_len > c.max_position_embeddings) {
       return InvalidArgument("--max-model-len " + std::to_string(sc.max_model_len) +
@@ -483,6 +508,11 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
                              std::to_string(c.max_position_embeddings));
     }
     c.max_position_embeddings = sc.max_model_len;
+  }
+  if (c.rope_scaling.type != RopeScalingType::kNone) {
+    spdlog::info("RoPE scaling {} (factor {}), context {} tokens",
+                 RopeTypeName(c.rope_scaling.type), c.rope_scaling.factor,
+                 c.max_position_embeddings);
   }
   host->backend_name = sc.backend == "auto" ? AutoBackend() : sc.backend;
   OASIS_ASSIGN_OR_RETURN(host->sparse, ResolveSparseConfig(sc, c));

@@ -25,6 +25,7 @@
 #include "oasis/model_config.h"
 #include "runner/draft_runner.h"
 #include "runner/model_runner.h"
+#include "server/generation_defaults.h"
 #include "server/server_config.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -39,7 +40,10 @@ struct ModelHost {
   std::string model_path;
   std::string model_dir;
   std::string backend_name;  // "cpu" or "cuda"
-  ModelConfig config;        // max_position_embeddings = the served context length
+  ModelConfig config;        // max_position_embeddings = the served context length; eos_token_ids
+                             // = config.json's and generation_config.json's
+  GenerationDefaults
+      generation;  // request defaults from generation_config.json (--generation-config)
   std::unique_ptr<Backend> backend;
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<DecoderLM> model;

@@ -175,7 +175,7 @@ bool ParseLogitsProcessing(Reader& r, const ProtocolLimits& limits, GenerateSpec
     (std::string_view(name) == "presence_penalty" ? sp.presence_penalty : sp.frequency_penalty) =
         static_cast<float>(v);
   }
-  double repetition = 1.0;
+  double repetition = limits.default_sampling.repetition_penalty;  // generation_config's
   if (!r.Number("repetition_penalty", &repetition)) return false;
   if (!(repetition > 0.0 && repetition <= 2.0)) {
     return r.Fail("repetition_penalty",
@@ -249,7 +249,8 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
       spec->include_usage = it->get<bool>();
     }
   }
-  double temperature = 1.0, top_p = 1.0, min_p = 0.0;
+  const SamplingParams& defaults = limits.default_sampling;
+  double temperature = defaults.temperature, top_p = defaults.top_p, min_p = defaults.min_p;
   if (!r.Number("temperature", &temperature)) return false;
   if (temperature < 0)
     return r.Fail("temperature", "'temperature' must be >= 0, got " + std::to_string(temperature));
@@ -259,7 +260,7 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.Number("min_p", &min_p)) return false;
   if (!(min_p >= 0 && min_p <= 1))
     return r.Fail("min_p", "'min_p' must be in [0, 1], got " + std::to_string(min_p));
-  int64_t top_k = -1;
+  int64_t top_k = defaults.top_k;
   if (!r.Int("top_k", -1, kTokenIdMax, &top_k)) return false;
   spec->sampling.temperature = static_cast<float>(temperature);
   spec->sampling.top_p = static_cast<float>(top_p);

@@ -106,6 +106,10 @@ struct ProtocolLimits {
   bool enable_auto_tool_choice = false;
   ToolParserKind tool_parser = ToolParserKind::kNone;
   ReasoningParserKind reasoning_parser = ReasoningParserKind::kNone;
+  // The values of sampling parameters a request leaves out: the neutral ones, or the model's
+  // generation_config.json (--generation-config; server/generation_defaults.h). The seed is
+  // never defaulted.
+  SamplingParams default_sampling;
 };
 
 // The chat-template variables the server sets itself: from the validated request (messages,

@@ -40,7 +40,13 @@ const std::vector<Setting>& Settings() {
          "the model name clients use (default: the last component of --model's path; requests "
          "naming the --model path are accepted too)"},
         {"max-model-len", &ServerConfig::max_model_len,
-         "context length (0 = the model's max_position_embeddings)"},
+         "context length (0 = the model's max_position_embeddings, scaled by its RoPE scaling "
+         "factor for yarn, linear and dynamic as vLLM does)"},
+        {"generation-config", &ServerConfig::generation_config,
+         "request defaults as vLLM takes them: auto (the model directory's "
+         "generation_config.json: temperature, top_p, top_k, min_p, max_new_tokens, EOS ids), "
+         "vllm (neutral defaults; the file's EOS ids still stop), or a directory holding a "
+         "generation_config.json"},
         {"enable-auto-tool-choice", &ServerConfig::enable_auto_tool_choice,
          "parse tool calls out of chat answers for tool_choice \"auto\" (the default with "
          "tools); needs --tool-call-parser"},
@@ -245,6 +251,10 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(one_of("sparse", sparse, {"auto", "on", "off"}));
   OASIS_RETURN_IF_ERROR(ParseToolParserKind(tool_call_parser).status());
   OASIS_RETURN_IF_ERROR(ParseReasoningParserKind(reasoning_parser).status());
+  if (generation_config.empty()) {
+    return InvalidArgument(
+        "--generation-config must be auto, vllm or a directory holding generation_config.json");
+  }
   if (enable_auto_tool_choice && tool_call_parser.empty()) {
     return InvalidArgument(
         "--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");

@@ -30,7 +30,10 @@ struct ServerConfig : HttpFrontSettings {
   std::string load_format = "auto";  // auto (= safetensors), safetensors, dummy
   std::string served_model_name;     // empty: --model's last path component ("oasis-embedded" for
                                      // the default model), never the path itself
-  int64_t max_model_len = 0;         // 0: the model's max_position_embeddings
+  int64_t max_model_len = 0;         // 0: the model's max_position_embeddings (RoPE-scaled)
+  // Request defaults from generation_config.json (server/generation_defaults.h): auto, vllm or
+  // a directory.
+  std::string generation_config = "auto";
 
   // Chat output parsing (vLLM's flags; docs/server.md "Tool calls and reasoning").
   bool enable_auto_tool_choice = false;  // tool_choice "auto" parses tool calls

@@ -143,6 +143,7 @@ ProtocolLimits Service::limits() const {
   if (const ModelHost* h = host()) {
     l.max_model_len = h->max_model_len();
     l.vocab_size = h->config.vocab_size;
+    l.default_sampling = h->generation.sampling;
   }
   return l;
 }
@@ -331,7 +332,8 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       EngineRequest r;
       r.id = request_id + "-" + std::to_string(index);
       r.prompt = prompts[p];
-      r.max_tokens = spec.max_tokens.value_or(-1);
+      r.max_tokens = h->generation.ResolveMaxTokens(
+          spec.max_tokens, static_cast<int64_t>(prompts[p].size()), h->max_model_len());
       r.min_tokens = spec.min_tokens;
       r.sampling = spec.sampling;
       r.sampling.bad_words_token_ids = bad_words;

@@ -213,17 +213,29 @@ TEST_CASE("Embedding, SplitQkv, GatherRows and ScatterRows copy exactly", "[gpu]
   }
 }
 
-TEST_CASE("QkNormRope matches the CPU, with and without q/k norm and llama3 scaling", "[gpu][rope]") {
+// YaRN, factor 4 over 64 positions: attention scaling 1.1386 on cos and sin.
+static RopeScaling YarnScaling() {
+  RopeScaling s;
+  s.type = RopeScalingType::kYarn;
+  s.factor = 4.0;
+  s.original_max_position_embeddings = 64;
+  return s;
+}
+
+TEST_CASE("QkNormRope matches the CPU, with and without q/k norm, llama3 and yarn scaling", "[gpu][rope]") {
   auto gpu = MakeBackend();
   CpuBackend cpu;
   auto rng = FreshRng();
   for (int head_dim : {16, 24, 64, 128}) {
-    for (bool qk_norm : {false, true}) {
+    for (const char* variant : {"llama3", "qk_norm", "qk_norm yarn"}) {
+      const bool qk_norm = variant != std::string("llama3");
       ModelConfig c;
       c.head_dim = head_dim;
       c.rope_theta = qk_norm ? 1e6 : 500000;
       if (!qk_norm) c.rope_scaling = {RopeScalingType::kLlama3, 8.0, 1.0, 4.0, 64};
+      if (variant == std::string("qk_norm yarn")) c.rope_scaling = YarnScaling();
       RopeParams rope = ComputeRopeParams(c);
+      if (c.rope_scaling.type == RopeScalingType::kYarn) REQUIRE(rope.attention_scaling > 1.1f);
       const int64_t tokens = 37;
       Tensor q = RandomBf16Exact({tokens, 8, head_dim}, rng), k = RandomBf16Exact({tokens, 2, head_dim}, rng);
       Tensor qn = RandomBf16Exact({head_dim}, rng), kn = RandomBf16Exact({head_dim}, rng);
@@ -235,7 +247,7 @@ TEST_CASE("QkNormRope matches the CPU, with and without q/k norm and llama3 scal
       Tensor gqn = UploadBf16(*gpu, qn), gkn = UploadBf16(*gpu, kn);
       gpu->QkNormRope(gq, gk, qk_norm ? &gqn : nullptr, qk_norm ? &gkn : nullptr, 1e-6f, gpu->Upload(positions), rope);
       cpu.QkNormRope(q, k, qk_norm ? &qn : nullptr, qk_norm ? &kn : nullptr, 1e-6f, positions, rope);
-      INFO("head_dim " << head_dim << " qk_norm " << qk_norm);
+      INFO("head_dim " << head_dim << " " << variant);
       ExpectClose(DownloadF32(*gpu, gq), q, 3e-2, 3e-2);
       ExpectClose(DownloadF32(*gpu, gk), k, 3e-2, 3e-2);
     }
@@ -311,6 +323,7 @@ TEST_CASE("fused QkvRopeAppend and SiluMulLinear match the composed ops", "[gpu]
     ModelConfig c;
     c.head_dim = d;
     c.rope_theta = 1e6;
+    if (tokens == 5) c.rope_scaling = YarnScaling();  // cos/sin times 1.1386
     RopeParams rope = ComputeRopeParams(c);
     Tensor qkv = RandomBf16Exact({tokens, (hq + 2 * hkv) * d}, rng);
     Tensor qn = RandomBf16Exact({d}, rng), kn = RandomBf16Exact({d}, rng);
@@ -367,6 +380,7 @@ TEST_CASE("decode fusions: QKV GEMV + norm/RoPE/append and gate/up GEMV + SiLU e
     ModelConfig c;
     c.head_dim = sh.d;
     c.rope_theta = 1e6;
+    if (sh.rows == 2) c.rope_scaling = YarnScaling();  // the epilogue's attention scaling
     const RopeParams rope = ComputeRopeParams(c);
     Tensor x = UploadBf16(*gpu, RandomBf16Exact({rows, sh.hidden}, rng));
     Tensor res = UploadBf16(*gpu, RandomBf16Exact({rows, sh.hidden}, rng));

@@ -203,6 +203,54 @@ TEST_CASE("model config: variants that are accepted", "[loader][config]") {
     CHECK(c.rope_scaling.high_freq_factor == 8.0);
     CHECK(c.rope_scaling.original_max_position_embeddings == 4096);
   }
+  SECTION("yarn as Qwen3 documents it: context = original × factor, transformers' defaults") {
+    json q = json::parse(kQwen3_8B);
+    q["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+    const ModelConfig c = ParseOk(q.dump());
+    CHECK(c.rope_scaling.type == RopeScalingType::kYarn);
+    CHECK(c.rope_scaling.factor == 4.0);
+    CHECK(c.rope_scaling.original_max_position_embeddings == 32768);
+    CHECK(c.max_position_embeddings == 131072);  // vLLM's derived max_model_len, not 40960
+    CHECK(c.rope_scaling.attention_factor == 0.0);
+    CHECK(c.rope_scaling.beta_fast == 32.0);
+    CHECK(c.rope_scaling.beta_slow == 1.0);
+    CHECK(c.rope_scaling.truncate);
+    CHECK(c.rope_theta == 1e6);
+  }
+  SECTION("yarn in rope_parameters with every optional field; original defaults to the config's") {
+    j.erase("rope_scaling");
+    j["max_position_embeddings"] = 4096;
+    j["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "yarn"}, {"factor", 8},
+                            {"attention_factor", 1.5}, {"mscale", 0.7}, {"mscale_all_dim", 0.5},
+                            {"beta_fast", 16}, {"beta_slow", 2}, {"truncate", false}};
+    const ModelConfig c = ParseOk(j.dump());
+    CHECK(c.rope_scaling.type == RopeScalingType::kYarn);
+    CHECK(c.rope_scaling.original_max_position_embeddings == 4096);
+    CHECK(c.max_position_embeddings == 8 * 4096);
+    CHECK(c.rope_scaling.attention_factor == 1.5);
+    CHECK(c.rope_scaling.mscale == 0.7);
+    CHECK(c.rope_scaling.mscale_all_dim == 0.5);
+    CHECK(c.rope_scaling.beta_fast == 16.0);
+    CHECK(c.rope_scaling.beta_slow == 2.0);
+    CHECK_FALSE(c.rope_scaling.truncate);
+    CHECK(c.rope_theta == 10000.0);
+  }
+  SECTION("linear and dynamic: context = max_position_embeddings × factor; dynamic keeps the original") {
+    j["max_position_embeddings"] = 2048;
+    j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    ModelConfig c = ParseOk(j.dump());
+    CHECK(c.rope_scaling.type == RopeScalingType::kLinear);
+    CHECK(c.rope_scaling.factor == 2.0);
+    CHECK(c.max_position_embeddings == 4096);
+    j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 3}};
+    c = ParseOk(j.dump());
+    CHECK(c.rope_scaling.type == RopeScalingType::kDynamic);
+    CHECK(c.rope_scaling.original_max_position_embeddings == 2048);
+    CHECK(c.max_position_embeddings == 6144);
+  }
+  SECTION("llama3 keeps the configured context") {
+    CHECK(ParseOk(j.dump()).max_position_embeddings == 131072);
+  }
   SECTION("defaults: kv heads, tie, dtype, token ids") {
     for (const char* key : {"num_key_value_heads", "tie_word_embeddings", "torch_dtype", "bos_token_id",
                             "eos_token_id", "rms_norm_eps"}) {
@@ -392,16 +440,37 @@ TEST_CASE("model config: errors name the field and the file", "[loader][config]"
   ExpectLlamaError([](json& j) { j["tie_word_embeddings"] = 1; }, SC::kInvalidArgument, "'tie_word_embeddings'");
   ExpectLlamaError([](json& j) { j["torch_dtype"] = "float8"; }, SC::kInvalidArgument, "'torch_dtype'");
   ExpectLlamaError([](json& j) { j["eos_token_id"] = {1, "two"}; }, SC::kInvalidArgument, "'eos_token_id'");
-  ExpectLlamaError([](json& j) { j["rope_scaling"]["rope_type"] = "yarn"; }, SC::kUnimplemented, "\"yarn\"");
-  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; },
-                   SC::kUnimplemented, "\"linear\"");
+  ExpectLlamaError([](json& j) { j["rope_scaling"]["rope_type"] = "longrope"; }, SC::kUnimplemented,
+                   "\"longrope\" is not supported (supported: default, llama3, linear, dynamic, yarn)");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"type", "su"}, {"factor", 2.0}}; },
+                   SC::kUnimplemented, "\"su\"");
   ExpectLlamaError([](json& j) { j["rope_scaling"].erase("factor"); }, SC::kInvalidArgument,
                    "'rope_scaling.factor' is missing");
   ExpectLlamaError([](json& j) { j["rope_scaling"]["high_freq_factor"] = 1.0; }, SC::kInvalidArgument,
                    "'rope_scaling.high_freq_factor'");
   ExpectLlamaError([](json& j) { j["rope_scaling"] = 3; }, SC::kInvalidArgument, "'rope_scaling'");
-  ExpectLlamaError([](json& j) { j["rope_parameters"] = {{"rope_type", "dynamic"}}; }, SC::kUnimplemented,
-                   "\"dynamic\"");
+  ExpectLlamaError([](json& j) { j["rope_parameters"] = {{"rope_type", "dynamic"}}; }, SC::kInvalidArgument,
+                   "'rope_parameters.factor' is missing");
+  ExpectLlamaError([](json& j) { j["rope_parameters"] = {{"rope_type", "proportional"}, {"factor", 2}}; },
+                   SC::kUnimplemented, "\"proportional\"");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2}, {"alpha", 1000}}; },
+                   SC::kInvalidArgument, "'rope_scaling.alpha'");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 0}}; },
+                   SC::kInvalidArgument, "'rope_scaling.factor' must be positive");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"beta_fast", 1}, {"beta_slow", 8}}; },
+                   SC::kInvalidArgument, "'rope_scaling.beta_fast'");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"mscale", "x"}}; },
+                   SC::kInvalidArgument, "'rope_scaling.mscale'");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"truncate", 0}}; },
+                   SC::kInvalidArgument, "'rope_scaling.truncate'");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"attention_factor", -1.0}}; },
+                   SC::kInvalidArgument, "'rope_scaling.attention_factor'");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 0}}; },
+                   SC::kInvalidArgument, "'rope_scaling.original_max_position_embeddings'");
+  ExpectLlamaError([](json& j) { j["partial_rotary_factor"] = 0.5; }, SC::kInvalidArgument,
+                   "'partial_rotary_factor' other than 1");
+  ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"extrapolation_factor", 2}}; },
+                   SC::kInvalidArgument, "'rope_scaling.extrapolation_factor'");
   ExpectLlamaError([](json& j) { j["hidden_act"] = "gelu"; }, SC::kUnimplemented, "'hidden_act'");
   ExpectLlamaError([](json& j) { j["mlp_bias"] = true; }, SC::kUnimplemented, "'mlp_bias'");
 

@@ -29,7 +29,7 @@ export OASIS_SOAK_SERVER_ARGS="--model $MODEL --load-format dummy --tokenizer .c
   --sparse on --sparse-threshold 1024 --kv-home host --host-kv-gib 8 --topk-blocks 32
   --fetch-ratio 0.25"
 start=$(date +%s)
-tests/e2e/test_server_soak.sh "$PWD/.bundle/bin/oasis-server" "$PWD"
+bash tests/e2e/test_server_soak.sh "$PWD/.bundle/bin/oasis-server" "$PWD"
 rc=$?
 echo "gpu soak: rc=$rc after $(( $(date +%s) - start )) s ($OASIS_SOAK_SECONDS s of traffic, $OASIS_SOAK_CLIENTS clients)"
 exit $rc

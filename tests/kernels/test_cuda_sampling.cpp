@@ -340,7 +340,7 @@ TEST_CASE("CudaSampler's logits processing equals the CPU sampler's", "[gpu][sam
           if (q.speculative) break;  // (drafts were committed as given)
           const int32_t t = q.output[k];
           if (!q.params.allowed_token_ids.empty()) {
-            CHECK(std::count(q.params.allowed_token_ids.begin(), q.params.allowed_token_ids.end(), t) == 1);
+            CHECK(std::count(q.params.allowed_token_ids.begin(), q.params.allowed_token_ids.end(), t) >= 1);  // (the random list may repeat an id)
           }
           for (const auto& w : q.params.bad_words_token_ids) {
             if (w.size() == 1) CHECK(t != w[0]);

@@ -27,8 +27,8 @@ struct GenerationDefaults {
   std::string source;         // the generation_config.json read; empty: none
   // Defaults of requests that leave a parameter out (neutral where the file sets nothing).
   SamplingParams sampling;
-  std::optional<int64_t> max_tokens;  // max_new_tokens: the default max_tokens
-  bool max_tokens_is_cap = false;     // DIR mode: max_tokens above it are lowered to it
+  std::optional<int64_t> max_tokens;   // max_new_tokens: the default max_tokens
+  bool max_tokens_is_cap = false;      // DIR mode: max_tokens above it are lowered to it
   std::vector<int64_t> eos_token_ids;  // the file's EOS ids
   // What was taken from the file, e.g. {"temperature=0.6", "top_k=20", "max_tokens=512"}.
   std::vector<std::string> applied;

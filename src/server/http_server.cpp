@@ -75,7 +75,7 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
     if (spec.stream) {
       ex_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
       if (spec.endpoint == Endpoint::kChatCompletions) {
-        for (const ChoiceState& c : job->choices()) Write(builder->RoleChunk(c.index));
+        for (const ChoiceState& c : job->choices()) Write(WithUsage(builder->RoleChunk(c.index)));
       }
     }
     std::weak_ptr<GenerationPump> weak = weak_from_this();
@@ -114,6 +114,11 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
     }
   }
   void Write(const OrderedJson& j) { ex_->Write("data: " + DumpJson(j) + "\n\n"); }
+  // stream_options.continuous_usage_stats: every chunk carries the usage so far (vLLM's).
+  OrderedJson WithUsage(OrderedJson chunk) const {
+    if (spec.continuous_usage) chunk["usage"] = job->usage().ToJson();
+    return chunk;
+  }
   void Drain() {
     if (ended_) return;
     if (client_gone_ || ex_->closed()) {
@@ -134,7 +139,7 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
         echo_sent[ev->choice] = 1;
       }
       OrderedJson chunk = builder->Chunk(state, ev->out, prefix);
-      if (!chunk.is_null()) Write(chunk);
+      if (!chunk.is_null()) Write(WithUsage(std::move(chunk)));
     }
     if (!job->finished()) return;
     if (spec.stream) {

@@ -242,12 +242,19 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (!so->is_object()) return r.Fail("stream_options", "'stream_options' must be an object");
     if (!spec->stream)
       return r.Fail("stream_options", "'stream_options' is only allowed with stream=true");
-    auto it = so->find("include_usage");
-    if (it != so->end() && !it->is_null()) {
-      if (!it->is_boolean())
-        return r.Fail("stream_options.include_usage", "'include_usage' must be a boolean");
-      spec->include_usage = it->get<bool>();
+    // include_usage: a last chunk with the usage; continuous_usage_stats (vLLM's, with
+    // include_usage): every chunk carries the usage so far. Nothing else is accepted.
+    for (const auto& [key, value] : so->items()) {
+      const std::string param = "stream_options." + key;
+      bool* flag = key == "include_usage"            ? &spec->include_usage
+                   : key == "continuous_usage_stats" ? &spec->continuous_usage
+                                                     : nullptr;
+      if (flag == nullptr) return r.Fail(param, "unknown parameter '" + param + "'");
+      if (value.is_null()) continue;
+      if (!value.is_boolean()) return r.Fail(param, "'" + param + "' must be a boolean");
+      *flag = value.get<bool>();
     }
+    spec->continuous_usage = spec->continuous_usage && spec->include_usage;
   }
   const SamplingParams& defaults = limits.default_sampling;
   double temperature = defaults.temperature, top_p = defaults.top_p, min_p = defaults.min_p;

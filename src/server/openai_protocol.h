@@ -73,6 +73,7 @@ struct GenerateSpec {
   int64_t n = 1;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
+  bool continuous_usage = false;      // stream_options.continuous_usage_stats (with include_usage)
   std::optional<int64_t> max_tokens;  // unset: until the context is full
   int64_t min_tokens = 0;
   SamplingParams sampling;

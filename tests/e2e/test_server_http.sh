@@ -97,6 +97,14 @@ joined=$(grep '^data: {' "$TMP/stream" | cut -c7- | python3 -c 'import json,sys;
 nonstream=$(post /v1/completions '{"prompt": "Hello", "max_tokens": 6, "temperature": 0, "ignore_eos": true}')
 [[ "$joined" == "$(py "$nonstream" "d['choices'][0]['text']")" ]] && ok "streamed text = non-streamed text" || bad "streamed '$joined' vs non-streamed" "$nonstream"
 
+# stream_options.continuous_usage_stats: every chunk carries the usage so far (vLLM's).
+cu=$(curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": "Hello", "max_tokens": 5, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}')
+counts=$(grep '^data: {' <<<"$cu" | cut -c7- | python3 -c 'import json,sys; print(" ".join(str(json.loads(l)["usage"]["completion_tokens"]) for l in sys.stdin))')
+last=$(awk '{print $NF}' <<<"$counts")
+python3 -c 'import sys; c=[int(x) for x in sys.argv[1].split()]; sys.exit(0 if len(c) >= 1 and c == sorted(c) and c[-1] == 5 and c[0] >= 1 else 1)' "$counts" \
+  && ok "continuous_usage_stats: usage in every chunk, growing to 5 ($counts)" || bad "continuous usage counts: '$counts' (last $last)" "$cu"
+
 cs=$(curl -sN -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true}')
 first=$(echo "$cs" | grep '^data: {' | head -1 | cut -c7-)

@@ -122,6 +122,12 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": "x", "stop": [""]})", "stop");
   ExpectBad(R"({"prompt": "x", "stream": "yes"})", "stream");
   ExpectBad(R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options");
+  ExpectBad(R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
+            "stream_options.include_usage");
+  ExpectBad(R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": "y"}})",
+            "stream_options.continuous_usage_stats");
+  ExpectBad(R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": true, "every": 1}})",
+            "stream_options.every");
   ExpectBad(R"({"prompt": "x", "logprobs": 21})", "logprobs");
   ExpectBad(R"({"prompt": "x", "model": 3})", "model");
   ExpectBad(R"({"prompt": "x", "presence_penalty": 2.5})", "presence_penalty");

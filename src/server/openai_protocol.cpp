@@ -13,7 +13,6 @@ namespace {
 
 // Parameters of vLLM's and OpenAI's APIs this server does not implement (a 400 says so).
 constexpr std::string_view kKnownUnsupported[] = {"prompt_logprobs",
-                                                  "truncate_prompt_tokens",
                                                   "priority",
                                                   "use_beam_search",
                                                   "length_penalty",
@@ -255,6 +254,20 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
       *flag = value.get<bool>();
     }
     spec->continuous_usage = spec->continuous_usage && spec->include_usage;
+  }
+  if (const Json* t = r.Get("truncate_prompt_tokens")) {
+    int64_t keep = 0;
+    if (!r.IntValue(*t, "truncate_prompt_tokens", -1, kInt64Max, &keep)) return false;
+    if (keep == 0) {
+      return r.Fail("truncate_prompt_tokens",
+                    "'truncate_prompt_tokens' must be -1 (the context) or >= 1, got 0");
+    }
+    if (limits.max_model_len > 0 && keep > limits.max_model_len) {
+      return r.Fail("truncate_prompt_tokens", "'truncate_prompt_tokens' (" + std::to_string(keep) +
+                                                  ") is greater than the context (max_model_len " +
+                                                  std::to_string(limits.max_model_len) + ")");
+    }
+    spec->truncate_prompt_tokens = keep;
   }
   const SamplingParams& defaults = limits.default_sampling;
   double temperature = defaults.temperature, top_p = defaults.top_p, min_p = defaults.min_p;

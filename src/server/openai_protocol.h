@@ -75,6 +75,9 @@ struct GenerateSpec {
   bool include_usage = false;         // stream_options.include_usage
   bool continuous_usage = false;      // stream_options.continuous_usage_stats (with include_usage)
   std::optional<int64_t> max_tokens;  // unset: until the context is full
+  // vLLM's truncate_prompt_tokens: each prompt keeps its last N tokens (-1: max_model_len);
+  // 0: no truncation (Service::BuildPrompts applies it after tokenization and the template).
+  int64_t truncate_prompt_tokens = 0;
   int64_t min_tokens = 0;
   SamplingParams sampling;
   std::vector<std::string> stop;

@@ -239,6 +239,18 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
   }
   const int64_t context = h->max_model_len();
   const int64_t vocab = h->config.vocab_size;
+  if (spec.truncate_prompt_tokens != 0) {  // each prompt keeps its last N tokens (vLLM's)
+    const int64_t keep = spec.truncate_prompt_tokens < 0 ? context : spec.truncate_prompt_tokens;
+    for (size_t i = 0; i < prompts->size(); ++i) {
+      std::vector<int32_t>& ids = (*prompts)[i];
+      if (static_cast<int64_t>(ids.size()) <= keep) continue;
+      ids.erase(ids.begin(), ids.end() - keep);
+      if (spec.echo && i < echo_texts->size()) {  // echo what the model was given
+        (*echo_texts)[i] =
+            tok != nullptr ? tok->Decode(ids, tokenizer::SkipSpecialTokens::kNo) : "";
+      }
+    }
+  }
   for (const std::vector<int32_t>& ids : *prompts) {
     if (ids.empty()) return BadRequest("the prompt is empty after tokenization", param);
     for (int32_t id : ids) {

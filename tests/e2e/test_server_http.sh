@@ -97,6 +97,16 @@ joined=$(grep '^data: {' "$TMP/stream" | cut -c7- | python3 -c 'import json,sys;
 nonstream=$(post /v1/completions '{"prompt": "Hello", "max_tokens": 6, "temperature": 0, "ignore_eos": true}')
 [[ "$joined" == "$(py "$nonstream" "d['choices'][0]['text']")" ]] && ok "streamed text = non-streamed text" || bad "streamed '$joined' vs non-streamed" "$nonstream"
 
+# truncate_prompt_tokens (vLLM's): the prompt keeps its last N tokens.
+r=$(post /v1/completions '{"prompt": [11, 12, 13, 14, 15, 16, 17, 18, 19, 20], "max_tokens": 2, "temperature": 0, "truncate_prompt_tokens": 4}')
+expect "truncate_prompt_tokens keeps the last 4 tokens" "$r" "d['usage']['prompt_tokens'] == 4"
+r4=$(post /v1/completions '{"prompt": [17, 18, 19, 20], "max_tokens": 2, "temperature": 0}')
+[[ $(py "$r" "d['choices'][0]['text']") == $(py "$r4" "d['choices'][0]['text']") ]] \
+  && ok "the truncated prompt answers as its last 4 tokens alone" || bad "truncated vs last 4 tokens" "$r / $r4"
+r=$(post /v1/completions '{"prompt": "hello there", "max_tokens": 2, "truncate_prompt_tokens": -1}')
+expect "truncate_prompt_tokens -1 (the context) leaves a short prompt whole" "$r" "d['usage']['prompt_tokens'] >= 2"
+expect_error "truncate_prompt_tokens 0" 400 /v1/completions '{"prompt": "x", "truncate_prompt_tokens": 0}'
+
 # stream_options.continuous_usage_stats: every chunk carries the usage so far (vLLM's).
 cu=$(curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Hello", "max_tokens": 5, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}')

@@ -290,7 +290,8 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
       {R"("max_completion_tokens": 4)", false, false}, {R"("top_logprobs": 2)", false, false},
       {R"("messages": [{"role": "user", "content": "x"}])", false, false},
       // vLLM / OpenAI parameters not implemented
-      {R"("prompt_logprobs": 1)", false, false}, {R"("truncate_prompt_tokens": 5)", false, false},
+      {R"("prompt_logprobs": 1)", false, false}, {R"("truncate_prompt_tokens": 0)", false, false},
+      {R"("truncate_prompt_tokens": 5)", false, true}, {R"("truncate_prompt_tokens": -1)", true, true},
       {R"("priority": 1)", false, false}, {R"("use_beam_search": true)", false, false},
       {R"("spaces_between_special_tokens": false)", true, false}, {R"("chat_template": "{{x}}")", true, false},
       {R"("documents": [])", true, false}, {R"("reasoning_effort": "low")", true, false},

@@ -112,7 +112,10 @@ void StreamAccumulator::OnEvent(const SseEvent& event, double now_s) {
   }
   if (text == nullptr) return;
   const std::string& piece = text->get_ref<const std::string&>();
-  if (piece.empty() && (finished || role_chunk)) return;
+  if (piece.empty() && (finished || role_chunk)) {
+    if (finished && finish_event_s_ < 0) finish_event_s_ = now_s;
+    return;
+  }
   if (token_events_ == 0) {
     record_.ttft_s = now_s - record_.start_s;
   } else {
@@ -130,7 +133,13 @@ RequestRecord StreamAccumulator::Finish(double now_s) {
   record_.e2el_s = now_s - record_.start_s;
   if (!record_.usage_reported) record_.output_tokens = token_events_;
   if (stream_error_.empty() && !done_) stream_error_ = "stream ended without data: [DONE]";
-  if (stream_error_.empty() && token_events_ == 0) stream_error_ = "no token in the stream";
+  // Tokens whose text is empty (special tokens skipped) arrive as a finishing chunk with no
+  // text: the usage still counts them, and that chunk is the first token.
+  const bool silent_tokens = token_events_ == 0 && record_.usage_reported &&
+                             record_.output_tokens > 0 && finish_event_s_ >= 0;
+  if (silent_tokens) record_.ttft_s = finish_event_s_ - record_.start_s;
+  if (stream_error_.empty() && token_events_ == 0 && !silent_tokens)
+    stream_error_ = "no token in the stream";
   if (!stream_error_.empty()) {
     record_.success = false;
     record_.failure = FailureKind::kStreamError;

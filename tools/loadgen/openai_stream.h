@@ -70,6 +70,9 @@ class StreamAccumulator {
   bool done_ = false;  // "[DONE]" seen
   int64_t token_events_ = 0;
   double last_event_s_ = 0;
+  // When the finishing chunk came: the first token's time of a stream whose every token has
+  // empty text (special tokens skipped) but whose usage counts them.
+  double finish_event_s_ = -1;
   std::string stream_error_;
 };
 

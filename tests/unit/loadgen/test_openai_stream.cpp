@@ -129,6 +129,18 @@ TEST_CASE("stream: chat role chunk is not the first token") {
   CHECK(r.generated_text == "thinkHi");
 }
 
+TEST_CASE("stream: tokens whose text is empty count by the usage; the finishing chunk is the first") {
+  // Two special tokens (text skipped) merged into the finishing chunk: a success, not "no token".
+  StreamAccumulator acc(EndpointType::kCompletions, IdsPrompt(3, 2), /*start_s=*/1.0, false);
+  acc.OnBytes(TextChunk("", "length"), 1.4);
+  acc.OnBytes(UsageChunk(3, 2) + "data: [DONE]\n\n", 1.5);
+  const RequestRecord r = acc.Finish(1.6);
+  REQUIRE(r.success);
+  CHECK(r.output_tokens == 2);
+  CHECK(r.ttft_s == Approx(0.4));
+  CHECK(r.itl_s.empty());
+}
+
 TEST_CASE("stream: error event, malformed chunk, missing [DONE], no tokens are failures") {
   Prompt p = IdsPrompt(2, 2);
   {

@@ -9,14 +9,7 @@
 #   machine has no node: carry one (e.g. packed with the rest) and put it on PATH first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then
-  python3 -c "import tarfile; tarfile.open('.bundle-pack/bundle.tar.xz').extractall()"
-fi
-if [[ ! -d .cache/test-data && -f .bundle-pack/tok.tar.xz ]]; then
-  python3 -c "import tarfile; tarfile.open('.bundle-pack/tok.tar.xz').extractall()"
-fi
-CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=".bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"
+source tools/bundle_env.sh
 MODEL=$(mktemp -d)
 cp tools/bench/model_configs/qwen3-8b.json "$MODEL/config.json"
 PORT=${PORT:-8123}

@@ -9,14 +9,7 @@
 #   server's --gpu-memory-utilization, default 0.5: GPU tests may run alongside).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then
-  python3 -c "import tarfile; tarfile.open('.bundle-pack/bundle.tar.xz').extractall()"
-fi
-if [[ ! -d .cache/test-data && -f .bundle-pack/tok.tar.xz ]]; then
-  python3 -c "import tarfile; tarfile.open('.bundle-pack/tok.tar.xz').extractall()"
-fi
-CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$PWD/.bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"
+source tools/bundle_env.sh
 MODEL=$(mktemp -d)
 cp tools/bench/model_configs/qwen3-8b.json "$MODEL/config.json"
 export OASIS_SOAK_SECONDS=${OASIS_SOAK_SECONDS:-600}

@@ -90,15 +90,7 @@ if [[ ${1:-} == --bundle ]]; then
   du -sh .bundle-pack/*
   exit 0
 fi
-if [[ ! -d .bundle && -f .bundle-pack/bundle.tar.xz ]]; then
-  python3 -c "import tarfile; tarfile.open('.bundle-pack/bundle.tar.xz').extractall()"
-fi
-if [[ ! -d .cache/test-data && -f .bundle-pack/tok.tar.xz ]]; then
-  python3 -c "import tarfile; tarfile.open('.bundle-pack/tok.tar.xz').extractall()"
-fi
-
-CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=".bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"
+source tools/bundle_env.sh
 export UCX_MODULE_DIR=${UCX_MODULE_DIR:-$PWD/.bundle/lib/ucx}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 NUM_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')

@@ -12,6 +12,7 @@
 #include "engine/generator.h"
 #include "loader/safetensors.h"
 #include "models/decoder_lm.h"
+#include "reference_greedy.h"
 #include "test_support.h"
 
 using namespace oasis;
@@ -37,28 +38,7 @@ TEST_CASE("CPU backend: every unusual shape computes transformers' greedy tokens
       auto ref = SafetensorsFile::Open(dir / "reference.safetensors");
       REQUIRE(ref.ok());
       Generator gen(**model, backend, {.num_kv_slots = 512, .max_step_tokens = 64});
-      for (int p = 0; p < 3; ++p) {
-        const std::string pre = "prompt" + std::to_string(p);
-        auto ids64 = testing::TensorVector<int64_t>(*ref, pre + ".ids");
-        auto want = testing::TensorVector<int64_t>(*ref, pre + ".greedy");
-        auto margins = testing::TensorVector<float>(*ref, pre + ".greedy_margin");
-        GenerationRequest r;
-        r.prompt.assign(ids64.begin(), ids64.end());
-        r.max_tokens = static_cast<int>(want.size());
-        r.ignore_eos = true;
-        r.sampling.temperature = 0;
-        auto g = gen.Generate({r});
-        REQUIRE(g.ok());
-        const auto& got = (*g)[0].tokens;
-        REQUIRE(got.size() == want.size());
-        size_t first = 0;
-        while (first < got.size() && got[first] == want[first]) ++first;
-        if (first < got.size()) {
-          WARN(name << " " << pre << ": CPU greedy diverges from transformers at step " << first
-                    << " (top-1/top-2 margin there " << margins[first] << ")");
-          CHECK(margins[first] < 0.05f);  // only a near-tie may flip
-        }
-      }
+      testing::CheckGreedyAgainstReference(gen, *ref, "CPU " + name, 0.05f);
     }
   }
   CHECK(fixtures >= 4);

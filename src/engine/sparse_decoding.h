@@ -139,11 +139,15 @@ class SparseDecoding final : public SequenceKvHooks {
   // longest switch in place (home hbm or auto; docs/sparse.md §12).
   int64_t dense_read_budget_tokens_;
   // Set by Rebalance: the pool is short, has less than an eighth free, or (in-place switches
-  // on) the dense decodes hold over three quarters of the read budget: a switch may come.
+  // on) a request decodes sparse or the dense decodes hold over three quarters of the read
+  // budget: a switch may come.
   bool near_pressure_ = false;
   // Bandwidth pressure: while the running dense decodes' KV exceeds the read budget, the longest
   // past the threshold switches to sparse in place (no copy; it keeps its blocks in the pool).
+  // Once any request decodes sparse, the budget is 0: every dense decode past the threshold
+  // switches.
   void SwitchInPlaceOverBudget(const std::vector<Sequence*>& running);
+  static bool AnySparse(const std::vector<Sequence*>& running);
   // Whether `seq` goes to the HBM home (SparseKvManager::ReserveInPlace) rather than the host.
   bool AdmitInPlace(const Sequence& seq) const;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics

@@ -312,6 +312,33 @@ TEST_CASE("pressure policy with the HBM home: over the read budget the longest s
       CHECK(st.sparse.num_requests == 0);
     }
   }
+  SECTION("once one request is sparse, the others past the threshold join it") {
+    // Three prompts of 100 ids (threshold 64), 20 new tokens each: together 300+ tokens of KV,
+    // over a budget of 250, so the longest switches in place; the two left hold at most 240,
+    // under the budget, but the sparse step already runs, so they switch too.
+    std::vector<EngineRequest> three;
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> prompt(100);
+      for (size_t j = 0; j < prompt.size(); ++j)
+        prompt[j] = static_cast<int32_t>(3 + (j * 7 + static_cast<size_t>(i) * 13) % 500);
+      EngineRequest r = Request("three-" + std::to_string(i), std::move(prompt), 20);
+      r.ignore_eos = true;
+      three.push_back(std::move(r));
+    }
+    const std::vector<Collected> three_dense = DenseOutputs(three);
+    TinyModel tm(kSlots);
+    RecordingRunner runner(*tm.model, tm.backend, kSlots);
+    EngineOptions opt;
+    opt.sparse = TinySparse(24, 0.05, SparsePredictor::kPreviousQuery);  // K >= blocks: exact
+    opt.sparse->switch_on_pressure = true;
+    opt.sparse->home = KvHome::kAuto;
+    opt.sparse->dense_read_tokens = 250;
+    const SparseRun run = RunEngine(runner, nullptr, opt, three);
+    CheckSameOutputs(three, run.out, three_dense);
+    CHECK(run.stats.sparse.in_place_switches_total == 3);
+    CHECK(run.stats.sparse.switches_total == 3);
+    CHECK(run.stats.kv.num_free_slots == run.stats.kv.num_slots);
+  }
   SECTION("a budget no batch reaches keeps every request dense") {
     TinyModel tm(kSlots);
     RecordingRunner runner(*tm.model, tm.backend, kSlots);

@@ -120,8 +120,15 @@ bool SparseDecoding::AdmitInPlace(const Sequence& seq) const {
 SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   if (manager_.HasReservation(seq.id)) return Admission::kAdmit;
   // The pressure policy: a request runs dense and takes host room only when the pool runs short
-  // and it is the longest (Relieve, Rebalance).
-  if (config().switch_on_pressure && !seq.always_sparse) return Admission::kAdmit;
+  // and it is the longest (Relieve, Rebalance). Near pressure (or once a request decodes
+  // sparse) a long request takes its home at admission, as under the threshold policy: it would
+  // switch soon anyway, and a home taken now spares the pool its whole KV and a move later. One
+  // no home can ever take runs dense.
+  if (config().switch_on_pressure && !seq.always_sparse &&
+      (!near_pressure_ || (!AdmitInPlace(seq) && manager_.CheckAdmission(seq.max_total_tokens) ==
+                                                     HostAdmission::kNever))) {
+    return Admission::kAdmit;
+  }
   if (AdmitInPlace(seq)) {
     const Status st = manager_.ReserveInPlace(seq.id, seq.max_total_tokens);
     waiting_for_host_.erase(seq.id);

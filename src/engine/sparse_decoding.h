@@ -140,7 +140,8 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t dense_read_budget_tokens_;
   // Set by Rebalance: the pool is short, has less than an eighth free, or (in-place switches
   // on) a request decodes sparse or the dense decodes hold over three quarters of the read
-  // budget: a switch may come.
+  // budget: a switch may come (drafts run for dense decodes near the threshold, and long
+  // requests admitted now take their sparse home at once).
   bool near_pressure_ = false;
   // Bandwidth pressure: while the running dense decodes' KV exceeds the read budget, the longest
   // past the threshold switches to sparse in place (no copy; it keeps its blocks in the pool).

@@ -226,6 +226,10 @@ TEST_CASE("pressure policy: dense while the pool has room, the longest switch wh
       } else {
         CHECK(st.sparse.pressure_switches_total > 0);
         CHECK(st.sparse.switches_total >= st.sparse.pressure_switches_total);
+        // Near pressure, long requests admitted took their host home at once and switched at
+        // the threshold (neither a pressure switch nor an in-place one).
+        CHECK(st.sparse.switches_total >
+              st.sparse.pressure_switches_total + st.sparse.in_place_switches_total);
         CHECK(runner.log.sparse_steps > 0);
         // The same workload dense on this pool preempts; switching the longest avoids most.
         TinyModel dm(slots);

@@ -135,16 +135,17 @@ OrderedJson ResponseBuilder::PromptLogprobs(const std::vector<PromptTokenLogprob
   OrderedJson list = OrderedJson::array({nullptr});
   for (const PromptTokenLogprob& e : entries) {
     // The prompt token first, then the top ones (ranks 1..k; the prompt token among them keeps
-    // its place and takes its top-k rank, as vLLM's dict does).
+    // its place and takes its top-k rank, as vLLM's dict does). decoded_token is the token's
+    // text (return_tokens_as_token_ids renames only the logprobs' tokens, as vLLM).
     OrderedJson entry = OrderedJson::object();
     entry[std::to_string(e.token)] = {{"logprob", JsonLogprob(e.logprob)},
                                       {"rank", e.rank},
-                                      {"decoded_token", TokenLabel(e.token)}};
+                                      {"decoded_token", TokenString(e.token)}};
     for (size_t k = 0; k < e.top_logprobs.size(); ++k) {
       const TokenLogprob& alt = e.top_logprobs[k];
       entry[std::to_string(alt.token)] = {{"logprob", JsonLogprob(alt.logprob)},
                                           {"rank", static_cast<int64_t>(k + 1)},
-                                          {"decoded_token", TokenLabel(alt.token)}};
+                                          {"decoded_token", TokenString(alt.token)}};
     }
     list.push_back(std::move(entry));
   }

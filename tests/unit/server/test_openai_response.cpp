@@ -214,6 +214,11 @@ TEST_CASE("prompt_logprobs in completion and chat responses") {
   Json cj = Json::parse(DumpJson(chat.Final({c}, Usage{3, 2}, {""})));
   CHECK(cj["prompt_logprobs"] == plp);
   CHECK(cj["choices"][0].find("prompt_logprobs") == cj["choices"][0].end());
+  // return_tokens_as_token_ids renames the logprobs' tokens, not decoded_token (as vLLM).
+  spec.return_tokens_as_token_ids = true;
+  ResponseBuilder ids(spec, "chat-5", "m", 1, &Tok());
+  CHECK(Json::parse(DumpJson(ids.Final({c}, Usage{3, 2}, {""})))["prompt_logprobs"][1]["72"]["decoded_token"] == "H");
+  spec.return_tokens_as_token_ids = false;
   // Not asked for: no field.
   spec.prompt_logprobs.reset();
   ResponseBuilder none(spec, "chat-4", "m", 1, &Tok());

@@ -108,6 +108,7 @@ StopConditions Engine::Impl::MakeStopConditions(const EngineRequest& r) const {
   c.stop_strings = r.stop;
   c.include_stop_str_in_output = r.include_stop_str_in_output;
   c.skip_special_tokens = r.skip_special_tokens;
+  c.spaces_between_special_tokens = r.spaces_between_special_tokens;
   c.min_tokens = r.min_tokens;
   const int64_t P = static_cast<int64_t>(r.prompt.size());
   c.max_total_tokens = r.max_tokens == -1 ? context_tokens : P + r.max_tokens;
@@ -123,6 +124,8 @@ void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
   RequestState& s = *state;
   s.seed = s.request.sampling.seed ? *s.request.sampling.seed : rng();
   s.seq.always_sparse = s.request.handoff;
+  if (s.request.prompt_logprobs >= 0 && s.request.prompt.size() > 1)
+    s.prompt_logprobs.resize(s.request.prompt.size() - 1);
   scheduler.Add(&s.seq);
   requests.emplace(s.seq.id, std::move(state));
 }

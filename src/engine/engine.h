@@ -51,10 +51,16 @@ struct EngineRequest {
   std::vector<std::string> stop;        // stop strings, matched across token boundaries
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;  // false: special tokens' text stays in RequestOutput::text
+  // vLLM's spaces_between_special_tokens (tokenizer::SpacesBetweenSpecialTokens).
+  bool spaces_between_special_tokens = true;
   bool ignore_eos = false;
   bool logprobs = false;     // report the chosen token's log-probability
   int num_top_logprobs = 0;  // 0..kMaxTopLogprobs
   bool detokenize = true;    // fill RequestOutput::text (needs the tokenizer)
+  // vLLM's prompt_logprobs: -1 off; k in [0, kMaxTopLogprobs]: each prompt token after the
+  // first gets its log-probability and rank under the model given the tokens before it, and
+  // the k most likely tokens there (RequestOutput::prompt_logprobs, on the first event).
+  int prompt_logprobs = -1;
   // Teacher forcing, for evaluation (docs/server.md, "forced_output_ids"): the k-th generated
   // token is forced_output[k] instead of a draw, for k < its size; its log-probability and
   // top log-probabilities are the model's, computed through the same decode path as
@@ -76,6 +82,14 @@ struct GeneratedToken {
   std::vector<TokenLogprob> top_logprobs;  // num_top_logprobs entries
 };
 
+// The log-probability of prompt token p (p >= 1) given the tokens before it.
+struct PromptTokenLogprob {
+  int32_t token = -1;                      // prompt[p]
+  float logprob = 0.0f;                    // log P(prompt[p] | prompt[0..p))
+  int64_t rank = 0;                        // 1 + tokens more likely (ties count against it)
+  std::vector<TokenLogprob> top_logprobs;  // EngineRequest::prompt_logprobs entries, best first
+};
+
 // One event on a request's stream: the tokens produced since the previous event (usually
 // one per engine step), the text they completed, and, on the last event, why it finished.
 // Text held back because it may be the start of a stop string is emitted later or dropped
@@ -90,6 +104,9 @@ struct RequestOutput {
   int64_t prompt_tokens = 0;    // usage, counted at every event
   int64_t completion_tokens = 0;
   std::string handoff_ticket;  // kHandoff: the encoded handoff ticket
+  // With EngineRequest::prompt_logprobs, on the event of the first generated token: one entry
+  // per prompt token after the first (prompt[1..P)).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
 };
 
 // The per-request output channel. The engine pushes; the front end pops.

@@ -70,6 +70,7 @@ struct StepBatch {
   std::vector<StepSequence> steps;
   std::vector<int64_t> num_draft;
   std::vector<bool> draft_logits;
+  std::vector<bool> every_row;  // prompt logprobs: a logits row for each of the chunk's tokens
   std::vector<size_t> first_sample;
   std::vector<int64_t> first_row;
   std::vector<SampleRow> rows;
@@ -103,10 +104,15 @@ struct Engine::Impl {
   // preempted; 0 without pressure.
   int64_t PoolShortfall(const SchedulerOutput& plan) const;
   // the target batch and its sample rows (AddSampleRows: a chunk's, `draft_logits` adding
-  // one per draft token);
+  // one per draft token, `prompt_rows` one before it per prompt token of the chunk whose
+  // successor's log-probability is asked for; returns the index of the chunk's own row);
   void BuildBatch(StepBatch& b);
-  void AddSampleRows(const ScheduledChunk& c, int64_t num_draft, bool draft_logits,
-                     std::vector<SampleRow>& rows) const;
+  size_t AddSampleRows(const ScheduledChunk& c, int64_t num_draft, bool draft_logits,
+                       bool prompt_rows, std::vector<SampleRow>& rows) const;
+  // Whether chunk `c` computes prompt logprobs (a row per token: StepBatch::every_row).
+  bool WantsPromptRows(const ScheduledChunk& c, int64_t num_draft) const;
+  // The prompt logprobs of a chunk with prompt rows, into its request's state.
+  void CollectPromptLogprobs(StepBatch& b, size_t i);
   // one runner call (the draft head's next batch prepared, under reject chained, meanwhile);
   Status RunBatch(StepBatch& b);
   void PrepareDraftHead(StepBatch& b);

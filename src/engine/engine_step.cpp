@@ -130,16 +130,56 @@ void Engine::Impl::BuildBatch(StepBatch& b) {
     seqs.push_back(c.seq);
     b.num_draft.push_back(d);
     b.draft_logits.push_back(speculate && !is_sparse);
-    b.first_sample.push_back(b.rows.size());
-    AddSampleRows(c, d, b.draft_logits.back(), b.rows);
+    b.every_row.push_back(!is_sparse && WantsPromptRows(c, d));
+    b.first_sample.push_back(
+        AddSampleRows(c, d, b.draft_logits.back(), b.every_row.back(), b.rows));
   }
   b.sparse_step = sparse != nullptr && sparse->PlanStep(seqs, b.steps, b.sparse_plan);
-  b.input = BuildLookaheadTargetInput(b.steps, b.num_draft, b.draft_logits, &b.first_row);
+  b.input =
+      BuildLookaheadTargetInput(b.steps, b.num_draft, b.draft_logits, &b.first_row, &b.every_row);
 }
 
-void Engine::Impl::AddSampleRows(const ScheduledChunk& c, int64_t num_draft, bool draft_logits,
-                                 std::vector<SampleRow>& rows) const {
+bool Engine::Impl::WantsPromptRows(const ScheduledChunk& c, int64_t num_draft) const {
   const RequestState& s = *requests.at(c.seq->id);
+  // Prompt positions p < P - 1 have a successor in the prompt; a chunk past them (or a
+  // recomputation after the logprobs went out) needs no rows. Prefill chunks carry no drafts.
+  return s.request.prompt_logprobs >= 0 && !s.prompt_logprobs_sent && num_draft == 0 &&
+         c.start < c.seq->num_prompt_tokens - 1;
+}
+
+void Engine::Impl::CollectPromptLogprobs(StepBatch& b, size_t i) {
+  const ScheduledChunk& c = b.plan.chunks[i];
+  RequestState& s = *requests.at(c.seq->id);
+  const int64_t P = c.seq->num_prompt_tokens, n = c.num_tokens;
+  const size_t first = b.first_sample[i] + 1 - static_cast<size_t>(n);  // the chunk's first row
+  for (int64_t j = 0; j < n && c.start + j + 1 < P; ++j) {
+    SampleResult& r = b.samples[first + static_cast<size_t>(j)];
+    s.prompt_logprobs.at(static_cast<size_t>(c.start + j)) =
+        PromptTokenLogprob{r.token, r.logprob, r.rank, std::move(r.top_logprobs)};
+  }
+}
+
+size_t Engine::Impl::AddSampleRows(const ScheduledChunk& c, int64_t num_draft, bool draft_logits,
+                                   bool prompt_rows, std::vector<SampleRow>& rows) const {
+  const RequestState& s = *requests.at(c.seq->id);
+  if (prompt_rows) {
+    // Position p's row is forced to the prompt's next token: its log-probability, rank and
+    // the top tokens come back (raw logits: no processing). The chunk's last position is the
+    // sampling row when it ends the prompt, else one more prompt row.
+    const int64_t P = c.seq->num_prompt_tokens;
+    OASIS_CHECK_LE(c.start + c.num_tokens, P) << "a prompt-logprobs chunk past the prompt";
+    SampleRow pr;
+    pr.params = s.row_sampling;
+    pr.seed = s.seed;
+    pr.num_top_logprobs = s.request.prompt_logprobs;
+    pr.want_rank = true;
+    for (int64_t p = c.start; p < c.start + c.num_tokens && p + 1 < P; ++p) {
+      pr.forced_token = c.seq->tokens[static_cast<size_t>(p + 1)];
+      rows.push_back(pr);
+    }
+    if (c.start + c.num_tokens < P) return rows.size() - 1;  // no sampling row in this chunk
+  }
+  const size_t own = rows.size();
   SampleRow row;
   row.params = s.row_sampling;  // (the token lists are in s.logits_processing)
   row.seed = s.seed;
@@ -165,6 +205,7 @@ void Engine::Impl::AddSampleRows(const ScheduledChunk& c, int64_t num_draft, boo
     if (row.processing != nullptr) row.draft_tokens.push_back(c.seq->draft_tokens[j]);
     rows.push_back(row);
   }
+  return own;
 }
 
 Status Engine::Impl::RunBatch(StepBatch& b) {
@@ -243,6 +284,7 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
       stats.requests.prompt_tokens_total += prompt_done - s.prompt_tokens_counted;
       s.prompt_tokens_counted = prompt_done;
     }
+    if (b.every_row[i]) CollectPromptLogprobs(b, i);
     DraftHeadWork work{c.seq, &s.draft_head, b.first_row[i], false};
     if (!c.samples) {
       if (draft != nullptr) b.head_work.push_back(work);
@@ -250,6 +292,10 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
     }
     const int32_t drafted = b.num_draft[i] > 0 ? c.seq->draft_tokens[0] : -1;
     RequestOutput out;
+    if (s.request.prompt_logprobs >= 0 && !s.prompt_logprobs_sent) {  // with the first token
+      out.prompt_logprobs = std::move(s.prompt_logprobs);
+      s.prompt_logprobs_sent = true;
+    }
     SampleResult& sample = b.samples[b.first_sample[i]];
     if (!Emit(s, sample, true, now, out)) continue;
     if (b.num_draft[i] > 0) {  // counted where the request went on after the first token

@@ -35,8 +35,11 @@ ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
 ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
                                        const std::vector<int64_t>& num_draft,
                                        const std::vector<bool>& logits_for_drafts,
-                                       std::vector<int64_t>* first_row) {
+                                       std::vector<int64_t>* first_row,
+                                       const std::vector<bool>* every_row) {
   OASIS_CHECK_EQ(seqs.size(), num_draft.size()) << "one draft count per sequence";
+  OASIS_CHECK(every_row == nullptr || every_row->size() == seqs.size())
+      << "one every-row choice per sequence";
   OASIS_CHECK_EQ(seqs.size(), logits_for_drafts.size()) << "one draft-logits choice per sequence";
   ForwardInput in = BuildHostForwardInput(seqs, LogitsFor::kLastTokenOfEachSequence);
   std::vector<int32_t> rows;
@@ -48,6 +51,11 @@ ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
     OASIS_CHECK(d >= 0 && d < n) << "sequence " << s << ": " << d << " drafts among " << n
                                  << " tokens";
     if (first_row != nullptr) first_row->push_back(t);
+    if (every_row != nullptr && (*every_row)[s]) {
+      OASIS_CHECK_EQ(d, 0) << "sequence " << s << ": a row for every token, and drafts";
+      for (int64_t j = 0; j + 1 < n; ++j) rows.push_back(static_cast<int32_t>(t + j));
+      changed = changed || n > 1;
+    }
     rows.push_back(static_cast<int32_t>(t + n - 1 - d));
     if (logits_for_drafts[s]) {
       for (int64_t j = 0; j < d; ++j) rows.push_back(static_cast<int32_t>(t + n - d + j));

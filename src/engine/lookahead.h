@@ -48,11 +48,13 @@ ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
                                        const std::vector<int64_t>& num_draft,
                                        bool logits_for_drafts,
                                        std::vector<int64_t>* first_row = nullptr);
-// The same with the draft rows' logits chosen per sequence (logits_for_drafts[i]).
+// The same with the draft rows' logits chosen per sequence (logits_for_drafts[i]). A sequence
+// with every_row[i] (prompt logprobs; no drafts) has a logits row for each of its tokens.
 ForwardInput BuildLookaheadTargetInput(const std::vector<StepSequence>& seqs,
                                        const std::vector<int64_t>& num_draft,
                                        const std::vector<bool>& logits_for_drafts,
-                                       std::vector<int64_t>* first_row = nullptr);
+                                       std::vector<int64_t>* first_row = nullptr,
+                                       const std::vector<bool>* every_row = nullptr);
 
 // Head rows of one sequence in one step: target positions [start, start + tokens.size()),
 // head row for position q embeds tokens[q - start] (the target token at q + 1) and reads

@@ -42,6 +42,11 @@ struct RequestState {
   // SampleRow copies.
   SamplingParams row_sampling;
   int64_t prompt_tokens_counted = 0;  // prompt positions counted in prompt_tokens_total
+  // request.prompt_logprobs >= 0: entry p for prompt token p + 1, filled as the prefill chunks
+  // run, handed to the first event (then prompt_logprobs_sent; a recomputation after a
+  // preemption asks for none).
+  std::vector<PromptTokenLogprob> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
   EngineClock::time_point arrival = EngineClock::now();
   std::optional<EngineClock::time_point> first_scheduled;  // unset until it first runs
   std::optional<EngineClock::time_point> first_token_time;

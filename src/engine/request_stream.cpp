@@ -53,6 +53,7 @@ void RequestStream::Push(RequestOutput out) {
       back.prompt_tokens = out.prompt_tokens;
       back.completion_tokens = out.completion_tokens;
       back.handoff_ticket = std::move(out.handoff_ticket);
+      if (!out.prompt_logprobs.empty()) back.prompt_logprobs = std::move(out.prompt_logprobs);
     } else {
       queue_.push_back(std::move(out));
     }

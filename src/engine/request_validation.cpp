@@ -45,6 +45,13 @@ Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool h
     return InvalidArgument(
         "forced output tokens are not supported with disaggregated prefill/decode");
   }
+  if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxTopLogprobs) {
+    return InvalidArgument("prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                           "] (or -1: off), got " + std::to_string(r.prompt_logprobs));
+  }
+  if (r.prompt_logprobs >= 0 && (r.handoff || r.import != nullptr)) {
+    return InvalidArgument("prompt logprobs are not supported with disaggregated prefill/decode");
+  }
   OASIS_RETURN_IF_ERROR(r.sampling.Validate(config.vocab_size));
   if (r.detokenize && !has_tokenizer)
     return InvalidArgument("detokenize needs a tokenizer; the engine has none");

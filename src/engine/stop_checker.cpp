@@ -20,8 +20,12 @@ StopChecker::StopChecker(StopConditions conditions, const tokenizer::Tokenizer* 
   for (const std::string& s : conditions_.stop_strings)
     OASIS_CHECK(!s.empty()) << "empty stop string";
   if (tok != nullptr) {
-    detok_.emplace(*tok, conditions_.skip_special_tokens ? tokenizer::SkipSpecialTokens::kYes
-                                                         : tokenizer::SkipSpecialTokens::kNo);
+    detok_.emplace(*tok,
+                   conditions_.skip_special_tokens ? tokenizer::SkipSpecialTokens::kYes
+                                                   : tokenizer::SkipSpecialTokens::kNo,
+                   conditions_.spaces_between_special_tokens
+                       ? tokenizer::SpacesBetweenSpecialTokens::kYes
+                       : tokenizer::SpacesBetweenSpecialTokens::kNo);
   }
 }
 

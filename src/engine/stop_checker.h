@@ -42,6 +42,8 @@ struct StopConditions {
   std::vector<std::string> stop_strings;  // non-empty strings
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;  // special tokens' text is left out of the output text
+  // false: no space between consecutive added tokens (tokenizer::SpacesBetweenSpecialTokens)
+  bool spaces_between_special_tokens = true;
   int64_t min_tokens = 0;
   int64_t max_tokens = 1;        // generated tokens at most (>= 1)
   int64_t max_total_tokens = 1;  // prompt + generated at most (the usable context)

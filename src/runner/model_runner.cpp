@@ -1,5 +1,7 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "runner/batch_builder.h"
 
@@ -46,7 +48,46 @@ std::vector<SampleResult> ModelRunner::Run(const StepInputs& step) {
     logits = model_.Forward(in, kv_, step.capture);
   }
   if (step.while_running) step.while_running();
-  return SampleLogits(logits, step.rows);
+  std::vector<SampleResult> results = SampleLogits(logits, step.rows);
+  if (WantsRanks(step.rows)) FillRanks(logits, step.rows, results);
+  return results;
+}
+
+bool ModelRunner::WantsRanks(const std::vector<SampleRow>& rows) {
+  return std::any_of(rows.begin(), rows.end(),
+                     [](const SampleRow& r) { return r.want_rank && r.needed; });
+}
+
+void ModelRunner::FillRanks(const Tensor& logits, const std::vector<SampleRow>& rows,
+                            std::vector<SampleResult>& results) {
+  OASIS_CHECK(logits.dtype() == DType::kF32) << "f32 logits";
+  OASIS_CHECK_GE(logits.dim(0), static_cast<int64_t>(rows.size())) << "one logits row per row";
+  const int64_t vocab = logits.dim(1);
+  const bool on_host = logits.device() == Device::kCpu;
+  constexpr int64_t kBlockRows = 64;  // host copies of at most 64 rows at a time
+  Tensor block;
+  int64_t block_first = -1;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (!rows[r].want_rank || !rows[r].needed) continue;
+    const int32_t token = results[r].token;
+    if (token < 0 || token >= vocab) continue;
+    const float* row = nullptr;
+    const int64_t i = static_cast<int64_t>(r);
+    if (on_host) {
+      row = logits.data<float>() + i * vocab;
+    } else {
+      if (block_first < 0 || i >= block_first + block.dim(0)) {
+        const int64_t n = std::min<int64_t>(kBlockRows, static_cast<int64_t>(rows.size()) - i);
+        block = backend_.Download(logits.Slice(i, i + n));
+        block_first = i;
+      }
+      row = block.data<float>() + (i - block_first) * vocab;
+    }
+    const float mine = row[token];
+    int64_t rank = 0;
+    for (int64_t v = 0; v < vocab; ++v) rank += row[v] >= mine ? 1 : 0;
+    results[r].rank = rank;
+  }
 }
 
 void ModelRunner::AttachSparse(SparseKvManager& manager) {

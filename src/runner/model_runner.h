@@ -127,6 +127,12 @@ class ModelRunner {
                                                  const std::vector<SampleRow>& rows);
   // (Re)allocates capture.out as [layer_ids.size(), tokens, hidden] unless it already is.
   void AllocateCapture(ResidualCapture& capture, int64_t tokens);
+  // SampleResult::rank of the rows with want_rank (and needed), from `logits` [R, vocab] F32
+  // on the backend's device: copied to the host a block of rows at a time when they are not
+  // there already (prompt logprobs: correctness first; the rows are a prefill chunk's).
+  void FillRanks(const Tensor& logits, const std::vector<SampleRow>& rows,
+                 std::vector<SampleResult>& results);
+  static bool WantsRanks(const std::vector<SampleRow>& rows);
   // Samples one token per logits row of host F32 logits [R, vocab] (rows with needed ==
   // false get a default result).
   static std::vector<SampleResult> SampleOnHost(const Tensor& logits,

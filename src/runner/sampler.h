@@ -34,6 +34,9 @@ struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;                    // of `token`
   std::vector<TokenLogprob> top_logprobs;  // the num_top most likely tokens, best first
+  // SampleRow::want_rank: vLLM's rank of `token` in the raw distribution, the number of tokens
+  // whose logit is >= its logit (1 = the most likely); 0 when not asked for.
+  int64_t rank = 0;
 };
 
 // What to sample from one logits row: the request's parameters, its resolved seed (the
@@ -48,6 +51,9 @@ struct SampleRow {
   // Teacher forcing (EngineRequest::forced_output): >= 0 makes this the row's token instead of
   // a draw; its log-probability and the top log-probabilities are the model's as usual.
   int32_t forced_token = -1;
+  // Also compute SampleResult::rank (prompt logprobs; ModelRunner::Run fills it from the
+  // row's logits on the host, on every backend).
+  bool want_rank = false;
   // Logits processing (LogitsProcessing::For of the request; null: none) and the tokens it
   // reads: the request's prompt, its committed generated tokens, and on a speculative row
   // the draft tokens stacked before this row (they count as generated: the row's token is

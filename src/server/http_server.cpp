@@ -293,7 +293,7 @@ std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Js
     if (!spec) return std::nullopt;
     StatusOr<std::string> rendered = svc.RenderChat(*spec);
     if (!rendered.ok()) {
-      *err = FromStatus(rendered.status(), "messages");
+      *err = FromStatus(rendered.status(), Service::ChatTemplateParam(*spec));
       return std::nullopt;
     }
     text = *rendered;

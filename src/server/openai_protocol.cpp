@@ -12,12 +12,10 @@ namespace oasis::server {
 namespace {
 
 // Parameters of vLLM's and OpenAI's APIs this server does not implement (a 400 says so).
-constexpr std::string_view kKnownUnsupported[] = {"prompt_logprobs",
-                                                  "priority",
+constexpr std::string_view kKnownUnsupported[] = {"priority",
                                                   "use_beam_search",
                                                   "length_penalty",
                                                   "early_stopping",
-                                                  "chat_template",
                                                   "documents",
                                                   "mm_processor_kwargs",
                                                   "guided_decoding_backend",
@@ -28,7 +26,6 @@ constexpr std::string_view kKnownUnsupported[] = {"prompt_logprobs",
                                                   "request_id",
                                                   "return_token_ids",
                                                   "logits_processors",
-                                                  "spaces_between_special_tokens",
                                                   "add_special_tokens",
                                                   "reasoning_effort",
                                                   "functions",
@@ -347,7 +344,27 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.Bool("return_tokens_as_token_ids", &spec->return_tokens_as_token_ids)) return false;
   if (!r.Bool("include_stop_str_in_output", &spec->include_stop_str_in_output)) return false;
   if (!r.Bool("skip_special_tokens", &spec->skip_special_tokens)) return false;
+  if (!r.Bool("spaces_between_special_tokens", &spec->spaces_between_special_tokens)) return false;
   if (!r.Int("min_tokens", 0, kInt64Max, &spec->min_tokens)) return false;
+  if (const Json* plp = r.Get("prompt_logprobs")) {
+    int64_t k = 0;
+    if (!r.IntValue(*plp, "prompt_logprobs", -1, kInt64Max, &k)) return false;
+    if (k == -1) {
+      return r.Fail("prompt_logprobs",
+                    "'prompt_logprobs' of -1 (the whole vocabulary) is not "
+                    "supported by this server: at most " +
+                        std::to_string(limits.max_top_logprobs));
+    }
+    if (k > limits.max_top_logprobs) {
+      return r.Fail("prompt_logprobs", "'prompt_logprobs': requested " + std::to_string(k) +
+                                           ", which is greater than max allowed: " +
+                                           std::to_string(limits.max_top_logprobs));
+    }
+    // vLLM refuses them with stream=true too (k > 0; a stream has no place for them at all).
+    if (spec->stream)
+      return r.Fail("prompt_logprobs", "'prompt_logprobs' are not available when stream=true");
+    spec->prompt_logprobs = static_cast<int>(k);
+  }
   return true;
 }
 
@@ -669,8 +686,9 @@ std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const Proto
     spec.logprobs = true;
     spec.top_logprobs = static_cast<int>(k);
   }
-  if (spec.echo && spec.logprobs)
-    return r.Fail("echo", "'echo' with 'logprobs' is not supported"), std::nullopt;
+  // echo with logprobs: the prompt's logprobs lead the choice's (vLLM computes them as
+  // prompt logprobs with k = logprobs unless prompt_logprobs is given).
+  if (spec.echo && spec.logprobs && !spec.prompt_logprobs) spec.prompt_logprobs = spec.top_logprobs;
   if (const Json* suffix = r.Get("suffix")) {
     if (!suffix->is_string() || !suffix->get<std::string>().empty()) {
       return r.Fail("suffix", "'suffix' is not supported"), std::nullopt;
@@ -735,6 +753,12 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
            std::nullopt;
   }
   if (spec.continue_final_message) spec.add_generation_prompt = false;
+  if (const Json* tmpl = r.Get("chat_template")) {
+    if (!tmpl->is_string())
+      return r.Fail("chat_template", "'chat_template' must be a string (a Jinja template)"),
+             std::nullopt;
+    if (!tmpl->get<std::string>().empty()) spec.chat_template = tmpl->get<std::string>();
+  }
   if (const Json* kwargs = r.Get("chat_template_kwargs")) {
     if (!kwargs->is_object())
       return r.Fail("chat_template_kwargs", "'chat_template_kwargs' must be an object"),

@@ -66,6 +66,9 @@ struct GenerateSpec {
   // reasoning_open_at_start is set once the prompt is rendered (PromptOpensThinking).
   OutputParsing output;
   OrderedJson chat_template_kwargs = OrderedJson::object();
+  // chat: vLLM's per-request Jinja template, rendered instead of the model's (unset or empty:
+  // the model's). Parsed by the Service (ChatTemplateCache); its errors are 400s naming it.
+  std::optional<std::string> chat_template;
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool echo = false;  // completions: prepend the prompt to the text
@@ -91,8 +94,12 @@ struct GenerateSpec {
   bool ignore_eos = false;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
+  bool spaces_between_special_tokens = true;  // vLLM's (EngineRequest's)
   bool logprobs = false;
   int top_logprobs = 0;
+  // vLLM's prompt_logprobs (0..max_top_logprobs): every prompt token's log-probability, rank
+  // and the top-k there (EngineRequest::prompt_logprobs); not with stream (as vLLM).
+  std::optional<int> prompt_logprobs;
   bool return_tokens_as_token_ids = false;  // vLLM's: logprobs name tokens "token_id:<id>" //
                                             // alternatives per position (0..20)
   // Disaggregation: the base64 handoff ticket oasis-router adds for a decode instance

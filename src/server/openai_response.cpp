@@ -22,6 +22,7 @@ void ChoiceState::Add(const RequestOutput& out) {
   tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end());
   prompt_tokens = out.prompt_tokens;
   completion_tokens = out.completion_tokens;
+  if (!out.prompt_logprobs.empty()) prompt_logprobs = out.prompt_logprobs;
   if (out.finished) {
     finished = true;
     finish_reason = out.finish_reason;
@@ -79,25 +80,76 @@ OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens,
     }
     return {{"content", content}};
   }
+  return CompletionLogprobs(tokens, nullptr, text_offset);
+}
+
+OrderedJson ResponseBuilder::CompletionLogprobs(const std::vector<GeneratedToken>& tokens,
+                                                const ChoiceState* echo,
+                                                size_t* text_offset) const {
   OrderedJson text_offsets = OrderedJson::array(), token_logprobs = OrderedJson::array(),
               strings = OrderedJson::array(), top_logprobs = OrderedJson::array();
-  for (const GeneratedToken& t : tokens) {
-    const std::string s = TokenLabel(t.token);
+  std::vector<GeneratedToken> prompt;  // echo: the prompt's tokens after the first
+  if (echo != nullptr && !echo->echo_prompt.empty()) {
+    // The first prompt token has no log-probability (null, as vLLM); the others' come from
+    // the prompt logprobs (GenerateSpec::prompt_logprobs = logprobs with echo).
+    const int32_t first = echo->echo_prompt.front();
+    const std::string s = TokenLabel(first);
     strings.push_back(s);
-    token_logprobs.push_back(JsonLogprob(t.logprob));
+    token_logprobs.push_back(nullptr);
+    top_logprobs.push_back(nullptr);
     text_offsets.push_back(*text_offset);
-    *text_offset += spec_.return_tokens_as_token_ids ? TokenString(t.token).size() : s.size();
-    OrderedJson top = OrderedJson::object();
-    for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs; ++k) {
-      top[TokenLabel(t.top_logprobs[k].token)] = JsonLogprob(t.top_logprobs[k].logprob);
+    *text_offset += spec_.return_tokens_as_token_ids ? TokenString(first).size() : s.size();
+    for (const PromptTokenLogprob& e : echo->prompt_logprobs) {
+      GeneratedToken g;
+      g.token = e.token;
+      g.logprob = e.logprob;
+      g.top_logprobs = e.top_logprobs;
+      prompt.push_back(std::move(g));
     }
-    if (spec_.top_logprobs > 0) top[s] = JsonLogprob(t.logprob);  // the sampled token too (as vLLM)
-    top_logprobs.push_back(spec_.top_logprobs > 0 ? top : OrderedJson(nullptr));
+  }
+  for (const std::vector<GeneratedToken>* part :
+       {static_cast<const std::vector<GeneratedToken>*>(&prompt), &tokens}) {
+    for (const GeneratedToken& t : *part) {
+      const std::string s = TokenLabel(t.token);
+      strings.push_back(s);
+      token_logprobs.push_back(JsonLogprob(t.logprob));
+      text_offsets.push_back(*text_offset);
+      *text_offset += spec_.return_tokens_as_token_ids ? TokenString(t.token).size() : s.size();
+      OrderedJson top = OrderedJson::object();
+      for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs;
+           ++k) {
+        top[TokenLabel(t.top_logprobs[k].token)] = JsonLogprob(t.top_logprobs[k].logprob);
+      }
+      if (spec_.top_logprobs > 0)
+        top[s] = JsonLogprob(t.logprob);  // the sampled token too (as vLLM)
+      top_logprobs.push_back(spec_.top_logprobs > 0 ? top : OrderedJson(nullptr));
+    }
   }
   return {{"text_offset", text_offsets},
           {"token_logprobs", token_logprobs},
           {"tokens", strings},
           {"top_logprobs", top_logprobs}};
+}
+
+OrderedJson ResponseBuilder::PromptLogprobs(const std::vector<PromptTokenLogprob>& entries) const {
+  OrderedJson list = OrderedJson::array({nullptr});
+  for (const PromptTokenLogprob& e : entries) {
+    // The prompt token first, then the top ones (ranks 1..k; the prompt token among them keeps
+    // its place and takes its top-k rank, as vLLM's dict does). decoded_token is the token's
+    // text (return_tokens_as_token_ids renames only the logprobs' tokens, as vLLM).
+    OrderedJson entry = OrderedJson::object();
+    entry[std::to_string(e.token)] = {{"logprob", JsonLogprob(e.logprob)},
+                                      {"rank", e.rank},
+                                      {"decoded_token", TokenString(e.token)}};
+    for (size_t k = 0; k < e.top_logprobs.size(); ++k) {
+      const TokenLogprob& alt = e.top_logprobs[k];
+      entry[std::to_string(alt.token)] = {{"logprob", JsonLogprob(alt.logprob)},
+                                          {"rank", static_cast<int64_t>(k + 1)},
+                                          {"decoded_token", TokenString(alt.token)}};
+    }
+    list.push_back(std::move(entry));
+  }
+  return list;
 }
 
 OrderedJson ResponseBuilder::StopReason(const ChoiceState& s) const {
@@ -196,17 +248,28 @@ OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, cons
     } else {
       const std::string& prefix =
           static_cast<size_t>(c.index) < echo_prefixes.size() ? echo_prefixes[c.index] : "";
-      offset = prefix.size();
       choice["text"] = prefix + c.text;
-      choice["logprobs"] = Logprobs(c.tokens, &offset);
+      if (c.echo_prompt.empty()) {
+        offset = prefix.size();
+        choice["logprobs"] = Logprobs(c.tokens, &offset);
+      } else {  // echo with logprobs: the prompt's tokens lead (offsets from 0)
+        choice["logprobs"] = CompletionLogprobs(c.tokens, &c, &offset);
+      }
     }
     choice["finish_reason"] =
         c.finished ? FinishReason(c.finish_reason, tool_calls) : OrderedJson(nullptr);
     choice["stop_reason"] = StopReason(c);
+    if (!chat && spec_.prompt_logprobs)
+      choice["prompt_logprobs"] = PromptLogprobs(c.prompt_logprobs);
     list.push_back(std::move(choice));
   }
   body["choices"] = std::move(list);
   body["usage"] = usage.ToJson();
+  // Chat: one list for the response (every choice has the same prompt), as vLLM.
+  if (chat && spec_.prompt_logprobs) {
+    body["prompt_logprobs"] =
+        choices.empty() ? OrderedJson(nullptr) : PromptLogprobs(choices.front().prompt_logprobs);
+  }
   return body;
 }
 
@@ -224,8 +287,13 @@ OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out,
   } else {
     choice["text"] = text;
   }
-  state.text_offset += prefix.size();
-  choice["logprobs"] = Logprobs(out.tokens, &state.text_offset);
+  if (!prefix.empty() && !state.echo_prompt.empty() && spec_.logprobs && !chat) {
+    // The echoed prompt's tokens lead the first chunk's logprobs (as vLLM's stream).
+    choice["logprobs"] = CompletionLogprobs(out.tokens, &state, &state.text_offset);
+  } else {
+    state.text_offset += prefix.size();
+    choice["logprobs"] = Logprobs(out.tokens, &state.text_offset);
+  }
   const int tool_calls = state.parser ? state.parser->tool_calls() : 0;
   choice["finish_reason"] =
       out.finished ? FinishReason(out.finish_reason, tool_calls) : OrderedJson(nullptr);

@@ -38,6 +38,10 @@ struct ChoiceState {
   bool finished = false;
   size_t text_offset = 0;      // completions logprobs: offset of the next token's text
   std::string handoff_ticket;  // finish_reason kHandoff (a prefill instance): the ticket
+  std::vector<PromptTokenLogprob> prompt_logprobs;  // GenerateSpec::prompt_logprobs: the prompt's
+  // Completions with echo and logprobs: the prompt's token ids (their logprobs lead the
+  // choice's; Service::Start sets them). Empty otherwise.
+  std::vector<int32_t> echo_prompt;
   // A chat stream's reasoning / tool-call parsing (GenerateSpec::output), made by the first chunk.
   std::shared_ptr<ChatOutputParser> parser;
 
@@ -72,11 +76,18 @@ class ResponseBuilder {
   // An in-stream error: {"error": {...}}.
   static OrderedJson ErrorChunk(const ApiError& error);
 
+  // vLLM's prompt_logprobs list: null for the first prompt token, then per token
+  // {"<id>": {"logprob", "rank", "decoded_token"}} for it and the top ones.
+  OrderedJson PromptLogprobs(const std::vector<PromptTokenLogprob>& entries) const;
+
   // Logprobs objects over `tokens` (empty list: null). `text_offset` advances (completions).
   OrderedJson Logprobs(const std::vector<GeneratedToken>& tokens, size_t* text_offset) const;
 
  private:
   OrderedJson StopReason(const ChoiceState& s) const;
+  // Completions logprobs over `tokens`, led by `echo`'s prompt tokens when it has them.
+  OrderedJson CompletionLogprobs(const std::vector<GeneratedToken>& tokens, const ChoiceState* echo,
+                                 size_t* text_offset) const;
   // A chat stream's delta for `text` (reasoning / tool-call parsing when asked for).
   OrderedJson ChatDeltaJson(ChoiceState& state, const std::string& text, bool finished) const;
   // "tool_calls" when tool calls were parsed out of an answer that stopped or ran out of length

@@ -169,14 +169,30 @@ std::string Service::NewRequestId(const char* prefix) {
   return buf;
 }
 
+namespace {
+
+// An error of a request's own chat template: always the client's (400), whatever the kind.
+Status RequestTemplateError(const Status& s) {
+  return InvalidArgument("'chat_template': " + std::string(s.message()));
+}
+
+}  // namespace
+
 StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
   const ModelHost* h = host();
   if (h == nullptr) return Unavailable("the model is loading");
-  if (!h->chat_template) {
+  std::shared_ptr<const ChatTemplate> request_template;
+  if (spec.chat_template) {
+    StatusOr<std::shared_ptr<const ChatTemplate>> parsed =
+        request_templates_.Get(*spec.chat_template);
+    if (!parsed.ok()) return RequestTemplateError(parsed.status());
+    request_template = std::move(parsed).value();
+  } else if (!h->chat_template) {
     return InvalidArgument(
         "this model has no chat template (tokenizer_config.json); start the server with "
-        "--chat-template");
+        "--chat-template or send 'chat_template'");
   }
+  const ChatTemplate& tmpl = request_template ? *request_template : *h->chat_template;
   OrderedJson ctx = OrderedJson::object();
   ctx["messages"] = spec.messages;
   ctx["add_generation_prompt"] = spec.add_generation_prompt;
@@ -192,7 +208,11 @@ StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
     }
     ctx[k] = v;
   }
-  OASIS_ASSIGN_OR_RETURN(std::string text, h->chat_template->Render(ctx));
+  StatusOr<std::string> rendered = tmpl.Render(ctx);
+  if (!rendered.ok()) {
+    return request_template ? RequestTemplateError(rendered.status()) : rendered.status();
+  }
+  std::string text = std::move(rendered).value();
   if (spec.continue_final_message) {
     // Cut whatever the template appended after the last message (its end-of-turn marker).
     const OrderedJson& last = spec.messages.back();
@@ -217,7 +237,10 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
     if (tok == nullptr)
       return BadRequest("this model has no tokenizer: chat needs one", "messages");
     StatusOr<std::string> text = RenderChat(spec);
-    if (!text.ok()) return FromStatus(text.status().WithContext("chat template"), "messages");
+    if (!text.ok())
+      return FromStatus(
+          spec.chat_template ? text.status() : text.status().WithContext("chat template"),
+          ChatTemplateParam(spec));
     prompts->push_back(
         tok->Encode(*text, tokenizer::AddSpecialTokens::kNo));  // the template adds them
     if (chat_text != nullptr) *chat_text = std::move(*text);
@@ -308,6 +331,11 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
     *error = BadRequest("a " + h->role + " instance serves one prompt with n = 1 per request", "n");
     return nullptr;
   }
+  if (h->role != "both" && spec.prompt_logprobs) {
+    *error = BadRequest("'prompt_logprobs' is not supported with disaggregated prefill/decode",
+                        "prompt_logprobs");
+    return nullptr;
+  }
   if (h->role == "prefill" && spec.stream) {
     *error = BadRequest(
         "a prefill instance answers with stream=false only (it is called by oasis-router)",
@@ -355,9 +383,11 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       r.stop = spec.stop;
       r.include_stop_str_in_output = spec.include_stop_str_in_output;
       r.skip_special_tokens = spec.skip_special_tokens;
+      r.spaces_between_special_tokens = spec.spaces_between_special_tokens;
       r.ignore_eos = spec.ignore_eos;
       r.logprobs = spec.logprobs;
       r.num_top_logprobs = spec.top_logprobs;
+      r.prompt_logprobs = spec.prompt_logprobs.value_or(-1);
       r.detokenize = h->tokenizer != nullptr;
       r.handoff = h->role == "prefill";
       r.import = import;
@@ -380,6 +410,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       streams.push_back(std::move(stream).value());
       ChoiceState c;
       c.index = static_cast<int>(index);
+      if (spec.echo && spec.logprobs) c.echo_prompt = prompts[p];
       choices.push_back(std::move(c));
     }
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/chat_template_cache.h"
 #include "server/metrics.h"
 #include "server/model_host.h"
 #include "server/openai_protocol.h"
@@ -116,14 +117,19 @@ class Service {
 
   // A fresh id: "<prefix>-<32 hex digits>".
   std::string NewRequestId(const char* prefix);
-  // Renders chat messages into the prompt text (chat template).
+  // Renders chat messages into the prompt text: with the request's chat_template when it has
+  // one, else the model's. ChatTemplateParam(spec) names the parameter its errors are about.
   StatusOr<std::string> RenderChat(const GenerateSpec& spec) const;
+  static const char* ChatTemplateParam(const GenerateSpec& spec) {
+    return spec.chat_template ? "chat_template" : "messages";
+  }
 
  private:
   ServerConfig config_;
   std::string model_name_;
   HttpMetrics http_metrics_;
   std::unique_ptr<ModelHost> host_;
+  mutable ChatTemplateCache request_templates_;  // requests' own chat_template
   std::atomic<bool> ready_{false};
   std::atomic<uint64_t> next_id_{0};
   uint64_t id_salt_;

@@ -4,21 +4,23 @@
 
 namespace oasis::tokenizer {
 
-std::string IncrementalDetokenizer::Push(int32_t id) {
-  if (!tokenizer_.Decodes(id, skip_)) return std::string();
-  if (tokenizer_.joins_with_space() && any_token_) pending_.push_back(' ');
+void IncrementalDetokenizer::Append(int32_t id) {
+  if (!tokenizer_.Decodes(id, skip_)) return;
+  const bool added = tokenizer_.IsAdded(id);
+  const bool glued = spaces_ == SpacesBetweenSpecialTokens::kNo && added && last_added_;
+  if (tokenizer_.joins_with_space() && any_token_ && !glued) pending_.push_back(' ');
   pending_ += tokenizer_.DecodedBytes(id);
   any_token_ = true;
+  last_added_ = added;
+}
+
+std::string IncrementalDetokenizer::Push(int32_t id) {
+  Append(id);
   return TakeStable();
 }
 
 std::string IncrementalDetokenizer::Push(std::span<const int32_t> ids) {
-  for (int32_t id : ids) {
-    if (!tokenizer_.Decodes(id, skip_)) continue;
-    if (tokenizer_.joins_with_space() && any_token_) pending_.push_back(' ');
-    pending_ += tokenizer_.DecodedBytes(id);
-    any_token_ = true;
-  }
+  for (int32_t id : ids) Append(id);
   return TakeStable();
 }
 
@@ -27,6 +29,7 @@ std::string IncrementalDetokenizer::Finish() {
   AppendUtf8Lossy(pending_, &text);
   pending_.clear();
   any_token_ = false;
+  last_added_ = false;
   return text;
 }
 

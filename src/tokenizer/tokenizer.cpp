@@ -101,6 +101,7 @@ Status Tokenizer::Load(std::string_view text) {
   decoded_.assign(limit, std::string());
   known_.assign(limit, 0);
   special_.assign(limit, 0);
+  added_ids_.assign(limit, 0);
   auto set_decoded = [&](int32_t id, const std::string& token) {
     known_[id] = 1;
     if (decoder == DecoderKind::kByteLevel) {
@@ -116,6 +117,7 @@ Status Tokenizer::Load(std::string_view text) {
   for (const AddedToken& t : added_->tokens()) {
     set_decoded(t.id, t.content);
     special_[t.id] = t.special ? 1 : 0;
+    added_ids_[t.id] = 1;
     has_normalized_added_tokens_ = has_normalized_added_tokens_ || t.normalized;
   }
   for (int32_t id : post_processor_->prefix()) {
@@ -201,6 +203,8 @@ std::optional<std::string> Tokenizer::IdToToken(int32_t id) const {
 }
 
 bool Tokenizer::IsSpecial(int32_t id) const { return IsKnown(id) && special_[id]; }
+
+bool Tokenizer::IsAdded(int32_t id) const { return IsKnown(id) && added_ids_[id]; }
 
 std::string_view Tokenizer::DecodedBytes(int32_t id) const {
   return IsKnown(id) ? std::string_view(decoded_[id]) : std::string_view();

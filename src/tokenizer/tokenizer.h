@@ -32,6 +32,11 @@ class PreTokenizer;
 
 enum class AddSpecialTokens { kNo, kYes };   // apply the post-processor (e.g. Llama-3's BOS)
 enum class SkipSpecialTokens { kNo, kYes };  // drop added tokens marked special when decoding
+// vLLM's spaces_between_special_tokens, for decoders that join tokens with a space
+// (joins_with_space()): kNo writes an added token that follows another added token without
+// the joining space (vLLM's FastIncrementalDetokenizer; byte-level decoders never add spaces,
+// so for them both values decode alike). Ignored with SkipSpecialTokens::kYes, as in vLLM.
+enum class SpacesBetweenSpecialTokens { kNo, kYes };
 
 class Tokenizer {
  public:
@@ -52,6 +57,8 @@ class Tokenizer {
   std::optional<std::string> IdToToken(int32_t id) const;
   // An added token marked "special" (e.g. <|im_end|>; not Qwen3's <think>).
   bool IsSpecial(int32_t id) const;
+  // An added token (special or not: <|im_end|>, Qwen3's <think>).
+  bool IsAdded(int32_t id) const;
   // An id of the vocabulary or the added tokens.
   bool IsKnown(int32_t id) const { return id >= 0 && id < vocab_size() && known_[id]; }
 
@@ -82,6 +89,7 @@ class Tokenizer {
   std::vector<std::string> decoded_;  // per id: the bytes it decodes to
   std::vector<char> known_;           // per id
   std::vector<char> special_;         // per id
+  std::vector<char> added_ids_;       // per id: an added token
 };
 
 }  // namespace oasis::tokenizer

@@ -295,8 +295,40 @@ async function grpcTests() {
   c.close();
 }
 
+// vLLM's extra parameters through the openai package (passed in the body as they are):
+// prompt_logprobs, a per-request chat_template, spaces_between_special_tokens; streamed and not.
+async function openaiVllmExtras() {
+  const c = await client.completions.create({ model: 'oasis-embedded', prompt: 'Hello, world', max_tokens: 4, temperature: 0,
+    prompt_logprobs: 2 });
+  const plp = c.choices[0].prompt_logprobs;
+  check(Array.isArray(plp) && plp.length === c.usage.prompt_tokens && plp[0] === null &&
+        plp.slice(1).every((e) => Object.values(e).some((v) => v.rank === 1) && Object.values(e).every((v) => v.logprob <= 0)),
+    'openai: completions with prompt_logprobs', plp);
+  const template = '{% for m in messages %}<<{{ m.content }}>>{% endfor %}';
+  const chat = await client.chat.completions.create({ model: 'oasis-embedded', messages: [{ role: 'user', content: 'What is 2+2?' }],
+    max_tokens: 4, temperature: 0, chat_template: template, prompt_logprobs: 0, spaces_between_special_tokens: false });
+  const tk = await (await fetch(`${baseUrl}/tokenize`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: '<<What is 2+2?>>', add_special_tokens: false }) })).json();
+  check(chat.usage.prompt_tokens === tk.count && chat.prompt_logprobs.length === tk.count &&
+        chat.prompt_logprobs.slice(1).every((e, i) => Object.keys(e).length === 1 && String(tk.tokens[i + 1]) in e),
+    'openai: chat with chat_template, prompt_logprobs and spaces_between_special_tokens', { chat, tk });
+  const stream = await client.chat.completions.create({ model: 'oasis-embedded', messages: [{ role: 'user', content: 'What is 2+2?' }],
+    max_tokens: 4, temperature: 0, chat_template: template, spaces_between_special_tokens: false, stream: true });
+  let text = '';
+  for await (const chunk of stream) for (const ch of chunk.choices) text += ch.delta.content ?? '';
+  check(text === chat.choices[0].message.content, 'openai: streamed chat with chat_template equals the non-streamed one',
+    { text, expected: chat.choices[0].message.content });
+  try {
+    await client.chat.completions.create({ model: 'oasis-embedded', messages: [{ role: 'user', content: 'x' }], chat_template: '{% if %}' });
+    check(false, 'openai: a broken chat_template rejected');
+  } catch (e) {
+    check(e.status === 400 && e.error?.param === 'chat_template', 'openai: BadRequestError naming chat_template', e.error);
+  }
+}
+
 try {
   await openaiBasics();
+  await openaiVllmExtras();
   await concurrency();
   await aborts();
   await grpcTests();

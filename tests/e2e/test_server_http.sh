@@ -36,6 +36,13 @@ expect_error() {  # expect_error <description> <http code> <path> <body> [curl a
   fi
 }
 
+# error400 <description> <body> <param> <words>: a chat request refused with 400 naming param.
+error400() {
+  status_of /v1/chat/completions "$2" >"$TMP/code"
+  expect "$1 -> 400 naming $3" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+    "d['code'] == 400 and d['body']['error']['param'] == '$3' and '$4' in d['body']['error']['message']"
+}
+
 start_server "$TMP/server.log" --backend cpu || exit 1
 ok "server started with no --model (embedded default) on port $PORT"
 
@@ -82,7 +89,7 @@ tk2=$(post /tokenize '{"messages": [{"role": "user", "content": "What is 2+2?"}]
 expect "tokenize messages with /tokenize's own fields" "$tk2" "d['tokens'] == $(py "$tk" "d['tokens']") and len(d['token_strs']) == d['count']"
 # Parameters are honoured or refused by name, never silently ignored (vLLM's list walked in
 # test_openai_protocol; here over HTTP).
-expect_error "an unimplemented vLLM parameter" 400 /v1/completions '{"prompt": "x", "prompt_logprobs": 1}'
+expect_error "an unimplemented vLLM parameter" 400 /v1/completions '{"prompt": "x", "priority": 1}'
 expect_error "an unknown parameter" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "frobnicate": true}'
 r=$(post /v1/completions '{"prompt": "x", "max_tokens": 2, "user": "user-1234"}')
 expect "OpenAI's user field (no effect) is accepted" "$r" "d['object'] == 'text_completion'"
@@ -120,6 +127,93 @@ cs=$(curl -sN -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/
 first=$(echo "$cs" | grep '^data: {' | head -1 | cut -c7-)
 expect "chat stream opens with the assistant role" "$first" "d['object'] == 'chat.completion.chunk' and d['choices'][0]['delta']['role'] == 'assistant'"
 [[ $(echo "$cs" | grep '^data: ' | tail -1) == "data: [DONE]" ]] && ok "chat stream ends with [DONE]" || bad "chat stream end" "$cs"
+
+# spaces_between_special_tokens (vLLM's): accepted on both routes, streamed and not. The
+# byte-level decoder never joins tokens with spaces, so both values give the same text (the
+# space-joining case is unit-tested in test_tokenizer); the forced special tokens are kept.
+SPECIALS='"forced_output_ids": [510, 511, 510], "max_tokens": 3, "ignore_eos": true, "skip_special_tokens": false'
+for sbst in true false; do
+  r=$(post /v1/completions "{\"prompt\": \"Hi\", $SPECIALS, \"spaces_between_special_tokens\": $sbst}")
+  expect "completion spaces_between_special_tokens=$sbst: specials joined without spaces" "$r" \
+    "d['choices'][0]['text'] == '<|im_start|><|im_end|><|im_start|>'"
+  st=$(curl -sN -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"stream\": true, $SPECIALS, \"spaces_between_special_tokens\": $sbst}")
+  joined=$(grep '^data: {' <<<"$st" | cut -c7- | python3 -c 'import json,sys; print("".join(c["delta"].get("content") or "" for l in sys.stdin for c in json.loads(l)["choices"]))')
+  [[ "$joined" == "<|im_start|><|im_end|><|im_start|>" ]] && ok "streamed chat spaces_between_special_tokens=$sbst" ||
+    bad "streamed chat spaces_between_special_tokens=$sbst: '$joined'" "$st"
+done
+expect_error "spaces_between_special_tokens not a boolean" 400 /v1/completions '{"prompt": "x", "spaces_between_special_tokens": "no"}'
+
+# A per-request chat_template (vLLM's) replaces the model's, on chat and on /tokenize.
+TMPL='{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}'
+TMPL_JSON=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$TMPL")
+want=$(post /tokenize '{"prompt": "[user]What is 2+2?[assistant]", "add_special_tokens": false}')
+tk=$(post /tokenize "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2+2?\"}], \"chat_template\": $TMPL_JSON}")
+expect "tokenize with the request's chat_template" "$tk" "d['tokens'] == $(py "$want" "d['tokens']")"
+r=$(post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2+2?\"}], \"max_tokens\": 3, \"temperature\": 0, \"chat_template\": $TMPL_JSON}")
+expect "chat with the request's chat_template: its prompt" "$r" "d['object'] == 'chat.completion' and d['usage']['prompt_tokens'] == $(py "$want" "d['count']")"
+st=$(curl -sN -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 2+2?\"}], \"max_tokens\": 3, \"temperature\": 0, \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"chat_template\": $TMPL_JSON}")
+usage=$(grep '^data: {' <<<"$st" | tail -1 | cut -c7-)
+expect "streamed chat with the request's chat_template: its prompt" "$usage" "d['usage']['prompt_tokens'] == $(py "$want" "d['count']")"
+joined=$(grep '^data: {' <<<"$st" | cut -c7- | python3 -c 'import json,sys; print("".join(c["delta"].get("content") or "" for l in sys.stdin for c in json.loads(l)["choices"]))')
+[[ "$joined" == "$(py "$r" "d['choices'][0]['message']['content']")" ]] && ok "streamed = non-streamed with a chat_template" || bad "chat_template stream '$joined'" "$r"
+error400 "a chat_template with a syntax error" '{"messages": [{"role": "user", "content": "x"}], "chat_template": "{% if %}"}' chat_template "chat_template"
+error400 "a chat_template that fails to render" '{"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ raise_exception(\"no way\") }}"}' chat_template "no way"
+error400 "a chat_template that is no string" '{"messages": [{"role": "user", "content": "x"}], "chat_template": 3}' chat_template "string"
+status_of /tokenize '{"messages": [{"role": "user", "content": "x"}], "chat_template": "{% for %}"}' >"$TMP/code"
+expect "/tokenize with a bad chat_template -> 400 naming it" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+  "d['code'] == 400 and d['body']['error']['param'] == 'chat_template'"
+error400 "chat_template_kwargs still may not set messages with a chat_template" \
+  "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template\": $TMPL_JSON, \"chat_template_kwargs\": {\"messages\": []}}" chat_template_kwargs "messages"
+r=$(post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 2, \"chat_template\": \"{{ greeting }}{{ messages[0].content }}\", \"chat_template_kwargs\": {\"greeting\": \"Hello \"}}")
+want=$(post /tokenize '{"prompt": "Hello x", "add_special_tokens": false}')
+expect "chat_template_kwargs reach the request's chat_template" "$r" "d['usage']['prompt_tokens'] == $(py "$want" "d['count']")"
+
+# prompt_logprobs (vLLM's): per choice on completions, once on a chat response; null for the
+# first prompt token, then the prompt token and the top k with logprob, rank, decoded_token.
+PLP_CHECK="len(L) == d['usage']['prompt_tokens'] and L[0] is None and all(str(t) in e and all(set(v) == {'logprob','rank','decoded_token'} and v['logprob'] <= 0 and v['rank'] >= 1 and isinstance(v['decoded_token'], str) for v in e.values()) and 2 <= len(e) <= 3 and sorted(v['rank'] for k, v in e.items() if k != str(t))[:2] in ([1, 2], [1], [2]) for t, e in zip(P[1:], L[1:]))"
+r=$(post /v1/completions '{"prompt": [11, 12, 13, 14, 15, 16], "max_tokens": 2, "temperature": 0, "prompt_logprobs": 2}')
+expect "completion prompt_logprobs: one entry per prompt token" "$r" \
+  "(lambda L, P: $PLP_CHECK)(d['choices'][0]['prompt_logprobs'], [11, 12, 13, 14, 15, 16])"
+# The prompt token's logprob at position 5 = the logprob of the same token forced as the first
+# generated one after the first 5 (prefill rows vs a decode step).
+f=$(post /v1/completions '{"prompt": [11, 12, 13, 14, 15], "max_tokens": 1, "forced_output_ids": [16], "logprobs": 0}')
+expect "prompt logprob = forced token's logprob" "{\"p\": $r, \"f\": $f}" \
+  "abs(d['p']['choices'][0]['prompt_logprobs'][5]['16']['logprob'] - d['f']['choices'][0]['logprobs']['token_logprobs'][0]) < 1e-3"
+r0=$(post /v1/completions '{"prompt": [11, 12, 13, 14, 15, 16], "max_tokens": 2, "temperature": 0}')
+[[ $(py "$r" "d['choices'][0]['text']") == $(py "$r0" "d['choices'][0]['text']") ]] && ok "prompt_logprobs leave the completion as it was" || bad "completion changed" "$r / $r0"
+r=$(post /v1/completions '{"prompt": ["one two three", "four"], "n": 2, "max_tokens": 2, "prompt_logprobs": 0}')
+expect "prompt_logprobs 0 on every choice of two prompts: the prompt token alone" "$r" \
+  "len(d['choices']) == 4 and all(c['prompt_logprobs'][0] is None and all(len(e) == 1 for e in c['prompt_logprobs'][1:]) for c in d['choices']) and len(d['choices'][0]['prompt_logprobs']) != len(d['choices'][3]['prompt_logprobs'])"
+r=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "What is 2+2?"}], "max_tokens": 3, "prompt_logprobs": 1}')
+expect "chat prompt_logprobs: on the response, one entry per prompt token" "$r" \
+  "len(d['prompt_logprobs']) == d['usage']['prompt_tokens'] and d['prompt_logprobs'][0] is None and all(1 <= len(e) <= 2 for e in d['prompt_logprobs'][1:]) and 'prompt_logprobs' not in d['choices'][0]"
+tkc=$(post /tokenize '{"messages": [{"role": "user", "content": "What is 2+2?"}]}')
+expect "chat prompt_logprobs name the prompt's tokens" "{\"r\": $r, \"t\": $tkc}" \
+  "all(str(t) in e for t, e in zip(d['t']['tokens'][1:], d['r']['prompt_logprobs'][1:]))"
+for route in completions chat/completions; do
+  body='{"prompt": "x", "stream": true, "prompt_logprobs": 1}'
+  [[ $route == chat/completions ]] && body='{"messages": [{"role": "user", "content": "x"}], "stream": true, "prompt_logprobs": 1}'
+  status_of /v1/$route "$body" >"$TMP/code"
+  expect "$route: prompt_logprobs with stream -> 400 naming it (as vLLM)" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+    "d['code'] == 400 and d['body']['error']['param'] == 'prompt_logprobs'"
+done
+# echo with logprobs (vLLM's): the prompt's tokens lead the choice's logprobs, the first with
+# null; streamed, in the first chunk.
+r=$(post /v1/completions '{"prompt": [11, 12, 13, 14], "max_tokens": 3, "temperature": 0, "ignore_eos": true, "echo": true, "logprobs": 1}')
+expect "echo + logprobs: prompt tokens then generated ones" "$r" \
+  "(lambda lp: len(lp['tokens']) == 7 and lp['token_logprobs'][0] is None and lp['top_logprobs'][0] is None and all(x <= 0 for x in lp['token_logprobs'][1:]) and lp['text_offset'][0] == 0 and lp['text_offset'] == sorted(lp['text_offset']) and all(1 <= len(t) <= 2 for t in lp['top_logprobs'][1:]))(d['choices'][0]['logprobs'])"
+p=$(post /v1/completions '{"prompt": [11, 12, 13, 14], "max_tokens": 3, "temperature": 0, "prompt_logprobs": 1}')
+expect "echo + logprobs: the prompt part = prompt_logprobs" "{\"r\": $r, \"p\": $p}" \
+  "all(abs(d['r']['choices'][0]['logprobs']['token_logprobs'][i] - d['p']['choices'][0]['prompt_logprobs'][i][str(t)]['logprob']) < 1e-6 for i, t in [(1, 12), (2, 13), (3, 14)])"
+st=$(curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": [11, 12, 13, 14], "max_tokens": 3, "temperature": 0, "ignore_eos": true, "echo": true, "logprobs": 1, "stream": true}')
+lps=$(grep '^data: {' <<<"$st" | cut -c7- | python3 -c 'import json,sys; print(json.dumps([x for l in sys.stdin for c in json.loads(l)["choices"] if c["logprobs"] for x in c["logprobs"]["token_logprobs"]]))')
+expect "streamed echo + logprobs = non-streamed" "{\"s\": $lps, \"r\": $r}" \
+  "d['s'][0] is None and len(d['s']) == 7 and all(abs(a - b) < 1e-6 for a, b in zip(d['s'][1:], d['r']['choices'][0]['logprobs']['token_logprobs'][1:]))"
+expect_error "prompt_logprobs -1 (the whole vocabulary)" 400 /v1/completions '{"prompt": "x", "prompt_logprobs": -1}'
+expect_error "prompt_logprobs above the limit" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 21}'
 
 tk=$(post /tokenize '{"prompt": "Hello world"}')
 expect "tokenize" "$tk" "d['count'] == len(d['tokens']) > 0 and d['max_model_len'] == 4096"
@@ -179,12 +273,6 @@ expect "chat with another chat_template_kwargs key still answers" \
   "d['object'] == 'chat.completion' and d['usage']['completion_tokens'] >= 1"
 expect_error "detokenize with a bad id" 400 /detokenize '{"tokens": [1, -5]}'
 # ---- tools on a server without --tool-call-parser (vLLM's answers) ----------------------
-# error400 <description> <body> <param> <words>: a chat request refused with 400 naming param.
-error400() {
-  status_of /v1/chat/completions "$2" >"$TMP/code"
-  expect "$1 -> 400 naming $3" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
-    "d['code'] == 400 and d['body']['error']['param'] == '$3' and '$4' in d['body']['error']['message']"
-}
 TOOLS='[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
 ASK='{"role": "user", "content": "Weather in Paris?"}'
 error400 "tool_choice auto without --enable-auto-tool-choice" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": \"auto\"}" \

@@ -281,6 +281,8 @@ std::vector<SampleResult> CudaGraphRunner::SampleLogits(const Tensor& logits,
 }
 
 std::vector<SampleResult> CudaGraphRunner::Run(const StepInputs& step) {
+  // Rows that want ranks (prompt logprobs) run eagerly: ModelRunner::Run fills the ranks.
+  if (WantsRanks(step.rows)) return ModelRunner::Run(step);
   if (step.sparse) return RunSparse(step);
   const std::optional<GraphKey> key =
       KeyFor(step.input, step.capture != nullptr ? &step.capture->layer_ids : nullptr);

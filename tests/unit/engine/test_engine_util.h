@@ -59,6 +59,8 @@ struct Collected {
   Status error;
   int64_t prompt_tokens = 0, completion_tokens = 0;
   std::string handoff_ticket;  // kHandoff: the encoded ticket
+  std::vector<PromptTokenLogprob> prompt_logprobs;  // EngineRequest::prompt_logprobs
+  int prompt_logprob_events = 0;                    // events that carried them (at most 1)
   int events = 0;
   // Problems seen while collecting (checked by Drain, or later on the test's main thread).
   bool stuck = false;               // no event for a minute
@@ -82,6 +84,10 @@ inline Collected Collect(RequestStream& stream) {
       c.top_logprobs.push_back(t.top_logprobs.size());
       c.logprobs.push_back(t.logprob);
       if (t.logprob > 0.0f) c.positive_logprob = true;
+    }
+    if (!ev->prompt_logprobs.empty()) {
+      c.prompt_logprobs = ev->prompt_logprobs;
+      ++c.prompt_logprob_events;
     }
     c.text += ev->text;
     c.prompt_tokens = ev->prompt_tokens;

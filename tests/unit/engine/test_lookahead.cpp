@@ -265,6 +265,58 @@ TEST_CASE("logits processing under reject and speculate equals plain decoding", 
   }
 }
 
+// Prompt logprobs next to lookahead decoding, chunked prefill and preemptions (a preempted
+// request recomputes its prompt): the tokens are plain decoding's without them, and the prompt
+// logprobs are the same in every configuration, sent once.
+TEST_CASE("prompt logprobs under lookahead, chunked prefill and preemptions", "[engine][lookahead]") {
+  std::vector<EngineRequest> with = Workload(12);
+  for (size_t i = 0; i < with.size(); i += 2) with[i].prompt_logprobs = static_cast<int>(i % 5);
+  std::vector<EngineRequest> without = with;
+  for (EngineRequest& r : without) r.prompt_logprobs = -1;
+  std::vector<Collected> plain, reference;
+  {
+    TinyModel tm(512);
+    plain = Run(tm, nullptr, LookaheadMode::kOff, {}, without).out;
+    reference = Run(tm, nullptr, LookaheadMode::kOff, {}, with).out;
+  }
+  CheckSame(with, reference, plain);
+  for (size_t i = 0; i < with.size(); ++i) {
+    const size_t want = with[i].prompt_logprobs >= 0 ? with[i].prompt.size() - 1 : 0;
+    INFO(with[i].id);
+    CHECK(reference[i].prompt_logprobs.size() == want);
+    CHECK(reference[i].prompt_logprob_events == (want > 0 ? 1 : 0));
+  }
+  for (const Config& cfg : kConfigs) {
+    for (LookaheadMode mode : {LookaheadMode::kOff, LookaheadMode::kSpeculate}) {
+      DYNAMIC_SECTION(cfg.name << ", lookahead " << LookaheadModeName(mode)) {
+        TinyModel tm(cfg.slots);
+        auto head = CopyHead(tm);
+        auto draft = MakeDraftRunner(tm, *head);
+        EngineOptions opt;
+        opt.max_num_batched_tokens = cfg.budget;
+        opt.max_num_seqs = cfg.max_seqs;
+        const RunResult r = Run(tm, draft.get(), mode, opt, with);
+        CheckSame(with, r.out, plain);
+        if (cfg.expect_preemption) CHECK(r.stats.requests.preemptions_total > 0);
+        for (size_t i = 0; i < with.size(); ++i) {
+          INFO(with[i].id);
+          const auto &got = r.out[i].prompt_logprobs, &want = reference[i].prompt_logprobs;
+          REQUIRE(got.size() == want.size());
+          CHECK(r.out[i].prompt_logprob_events == reference[i].prompt_logprob_events);
+          for (size_t p = 0; p < got.size(); ++p) {
+            CHECK(got[p].token == want[p].token);
+            CHECK(got[p].logprob == Approx(want[p].logprob).margin(1e-5));
+            CHECK(got[p].rank == want[p].rank);
+            REQUIRE(got[p].top_logprobs.size() == want[p].top_logprobs.size());
+            for (size_t k = 0; k < got[p].top_logprobs.size(); ++k)
+              CHECK(got[p].top_logprobs[k].token == want[p].top_logprobs[k].token);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("stop conditions cut two-token steps exactly like plain decoding", "[engine][lookahead]") {
   TinyModel probe(256);
   std::vector<int32_t> greedy;

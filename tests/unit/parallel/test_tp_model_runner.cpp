@@ -4,6 +4,7 @@
 // batches with another head count and checks sizes before loading anything.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -11,6 +12,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "runner/batch_builder.h"
+#include "engine/engine.h"
 #include "engine/generator.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
@@ -260,4 +262,49 @@ TEST_CASE("TpModelRunner::Create checks the ranks it is given", "[parallel]") {
   auto wrong = TpModelRunner::Create(std::make_unique<LockstepGroup>(2, nullptr, nullptr), std::move(swapped));
   CHECK(wrong.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(wrong.status().message(), Catch::Contains("rank 0 holds shard 1 of 2"));
+}
+
+// Prompt logprobs through the engine on TP=2 CPU ranks (each rank's runner fills the ranks of
+// the rows from its own full logits): the same as TP=1, chunked prefill included.
+TEST_CASE("prompt logprobs on TP=2 CPU ranks equal TP=1", "[parallel][engine]") {
+  Checkpoint ck = Open("qwen3-tiny");
+  CpuBackend backend(1);
+  auto single = DecoderLM::Create(ck.config, *ck.weights, backend);
+  REQUIRE(single.ok());
+  ModelRunner one(**single, backend, 256);
+  auto tp = MakeTp(ck, 2, 256);
+  auto run = [&](ModelRunner& runner) {
+    EngineOptions o;
+    o.max_num_batched_tokens = 5;  // the 13-token prompt in 3 chunks
+    Engine engine(runner, nullptr, o);
+    engine.Start();
+    EngineRequest r;
+    r.id = "plp";
+    r.prompt = kPrompt;
+    r.max_tokens = 3;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0;
+    r.detokenize = false;
+    r.prompt_logprobs = 4;
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    std::vector<PromptTokenLogprob> got;
+    while (auto ev = (*s)->Next(std::chrono::seconds(60))) {
+      if (!ev->prompt_logprobs.empty()) got = ev->prompt_logprobs;
+      if (ev->finished) break;
+    }
+    engine.Stop();
+    return got;
+  };
+  const std::vector<PromptTokenLogprob> want = run(one), got = run(*tp);
+  REQUIRE(want.size() == kPrompt.size() - 1);
+  REQUIRE(got.size() == want.size());
+  for (size_t p = 0; p < got.size(); ++p) {
+    INFO("prompt position " << p + 1);
+    CHECK(got[p].token == kPrompt[p + 1]);
+    CHECK(got[p].logprob == Approx(want[p].logprob).margin(1e-4));
+    CHECK(got[p].rank == want[p].rank);
+    REQUIRE(got[p].top_logprobs.size() == 4);
+    for (size_t k = 0; k < 4; ++k) CHECK(got[p].top_logprobs[k].token == want[p].top_logprobs[k].token);
+  }
 }

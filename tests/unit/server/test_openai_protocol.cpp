@@ -1,6 +1,7 @@
 // Request parsing and validation of /v1/completions and /v1/chat/completions.
 #include <catch2/catch.hpp>
 
+#include "server/chat_template_cache.h"
 #include "server/openai_protocol.h"
 
 using namespace oasis;
@@ -284,16 +285,24 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
       {R"("max_completion_tokens": 4)", true, true}, {R"("max_tokens": 4, "max_completion_tokens": 5)", true, true},
       {R"("logprobs": true, "top_logprobs": 2)", true, true}, {R"("add_generation_prompt": false)", true, true},
       {R"("chat_template_kwargs": {"enable_thinking": false})", true, true},
+      {R"("spaces_between_special_tokens": false)", true, true},
+      {R"("chat_template": "{{x}}")", true, true}, {R"("chat_template": 5)", true, false},
+      {R"("prompt_logprobs": 1)", false, true}, {R"("prompt_logprobs": 0)", true, true},
+      {R"("prompt_logprobs": 20)", true, true}, {R"("prompt_logprobs": 21)", false, false},
+      {R"("prompt_logprobs": -1)", true, false}, {R"("prompt_logprobs": -2)", false, false},
+      {R"("prompt_logprobs": "3")", false, false}, {R"("prompt_logprobs": 2, "stream": true)", true, false},
+      {R"("chat_template": "{{x}}")", false, false},
+      {R"("spaces_between_special_tokens": true)", false, true},
+      {R"("spaces_between_special_tokens": 1)", false, false},
       {R"("tools": [], "tool_choice": "none")", true, true},
       // the other endpoint's parameters
       {R"("echo": true)", true, false}, {R"("suffix": "")", true, false},
       {R"("max_completion_tokens": 4)", false, false}, {R"("top_logprobs": 2)", false, false},
       {R"("messages": [{"role": "user", "content": "x"}])", false, false},
       // vLLM / OpenAI parameters not implemented
-      {R"("prompt_logprobs": 1)", false, false}, {R"("truncate_prompt_tokens": 0)", false, false},
+      {R"("truncate_prompt_tokens": 0)", false, false},
       {R"("truncate_prompt_tokens": 5)", false, true}, {R"("truncate_prompt_tokens": -1)", true, true},
       {R"("priority": 1)", false, false}, {R"("use_beam_search": true)", false, false},
-      {R"("spaces_between_special_tokens": false)", true, false}, {R"("chat_template": "{{x}}")", true, false},
       {R"("documents": [])", true, false}, {R"("reasoning_effort": "low")", true, false},
       {R"("store": true)", true, false}, {R"("metadata": {})", true, false}, {R"("functions": [])", true, false},
       {R"("user": 7)", false, false}, {R"("frobnicate": 1)", false, false}, {R"("frobnicate": 1)", true, false},
@@ -375,4 +384,72 @@ TEST_CASE("logits processing parameters are read and checked") {
   bad_vocab(R"({"prompt": "x", "allowed_token_ids": [999, 1000]})", "allowed_token_ids");
   CHECK(ParseCompletionRequest(Json::parse(R"({"prompt": "x", "logit_bias": {"999": 1}, "allowed_token_ids": [999]})"),
                                l, &err));
+}
+
+// vLLM's per-request chat_template: a string, kept for the Service to parse; empty means the
+// model's.
+TEST_CASE("chat_template is read") {
+  ApiError err;
+  auto s = Chat(R"({"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ messages[0].content }}"})", &err);
+  REQUIRE(s);
+  REQUIRE(s->chat_template);
+  CHECK(*s->chat_template == "{{ messages[0].content }}");
+  s = Chat(R"({"messages": [{"role": "user", "content": "x"}], "chat_template": ""})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->chat_template);
+  s = Chat(R"({"messages": [{"role": "user", "content": "x"}]})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->chat_template);
+  CHECK(s->spaces_between_special_tokens);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "chat_template": ["a"]})", "chat_template", true);
+  s = Completion(R"({"prompt": "x", "spaces_between_special_tokens": false})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->spaces_between_special_tokens);
+  ExpectBad(R"({"prompt": "x", "spaces_between_special_tokens": "no"})", "spaces_between_special_tokens");
+}
+
+TEST_CASE("ChatTemplateCache parses once, keeps a bounded number, refuses bad templates") {
+  ChatTemplateCache cache(2);
+  auto a = cache.Get("A{{ x }}");
+  REQUIRE(a.ok());
+  auto again = cache.Get("A{{ x }}");
+  REQUIRE(again.ok());
+  CHECK(a->get() == again->get());  // the same parsed template
+  CHECK(*(*a)->Render(OrderedJson{{"x", 1}}) == "A1");
+  REQUIRE(cache.Get("B").ok());
+  REQUIRE(cache.Get("C").ok());  // evicts "A{{ x }}", the least recently used
+  CHECK(cache.size() == 2);
+  auto fresh = cache.Get("A{{ x }}");
+  REQUIRE(fresh.ok());
+  CHECK(fresh->get() != a->get());
+  CHECK(*(*a)->Render(OrderedJson{{"x", 2}}) == "A2");  // an evicted template stays usable
+  auto bad = cache.Get("{% if %}");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(cache.size() == 2);
+}
+
+TEST_CASE("prompt_logprobs is read") {
+  ApiError err;
+  auto s = Completion(R"({"prompt": "x", "prompt_logprobs": 4})", &err);
+  REQUIRE(s);
+  CHECK(s->prompt_logprobs == 4);
+  s = Chat(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 0})", &err);
+  REQUIRE(s);
+  CHECK(s->prompt_logprobs == 0);
+  s = Completion(R"({"prompt": "x"})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->prompt_logprobs);
+  ExpectBad(R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", "prompt_logprobs");
+  ExpectBad(R"({"prompt": "x", "prompt_logprobs": -1})", "prompt_logprobs");
+  // echo with logprobs: the prompt's logprobs (k = logprobs unless prompt_logprobs says).
+  s = Completion(R"({"prompt": "x", "echo": true, "logprobs": 2})", &err);
+  REQUIRE(s);
+  CHECK(s->prompt_logprobs == 2);
+  s = Completion(R"({"prompt": "x", "echo": true, "logprobs": 2, "stream": true})", &err);
+  REQUIRE(s);
+  CHECK(s->prompt_logprobs == 2);
+  s = Completion(R"({"prompt": "x", "echo": true, "logprobs": 2, "prompt_logprobs": 0})", &err);
+  REQUIRE(s);
+  CHECK(s->prompt_logprobs == 0);
 }

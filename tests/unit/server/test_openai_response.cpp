@@ -182,3 +182,46 @@ TEST_CASE("invalid UTF-8 never breaks the JSON") {
   OrderedJson j = {{"text", std::string("a\xff\xfe")}};
   CHECK_NOTHROW(Json::parse(DumpJson(j)));
 }
+
+// vLLM's prompt_logprobs: completions put the list on each choice, chat once on the response;
+// null for the first prompt token, then {"<id>": {logprob, rank, decoded_token}} with the
+// prompt token first and the top ones ranked 1..k.
+TEST_CASE("prompt_logprobs in completion and chat responses") {
+  GenerateSpec spec;
+  spec.endpoint = Endpoint::kCompletions;
+  spec.prompt_logprobs = 1;
+  ChoiceState c = HiChoice(FinishReasonKind::kLength);
+  RequestOutput first = Event({}, "", 4, 0);
+  first.prompt_logprobs = {PromptTokenLogprob{72, -3.5f, 7, {{105, -0.5f}}},
+                           PromptTokenLogprob{105, -0.25f, 1, {{105, -0.25f}}}};
+  c.Add(first);
+  c.Add(Event({}, "", 4, 2));  // later events carry none: the list stays
+  ResponseBuilder b(spec, "cmpl-3", "m", 1, &Tok());
+  Json j = Json::parse(DumpJson(b.Final({c}, Usage{3, 2}, {""})));
+  const Json& plp = j["choices"][0]["prompt_logprobs"];
+  REQUIRE(plp.size() == 3);
+  CHECK(plp[0].is_null());
+  CHECK(plp[1]["72"]["logprob"] == Approx(-3.5));
+  CHECK(plp[1]["72"]["rank"] == 7);
+  CHECK(plp[1]["72"]["decoded_token"] == "H");
+  CHECK(plp[1]["105"]["rank"] == 1);
+  CHECK(plp[1]["105"]["decoded_token"] == "i");
+  CHECK(plp[2].size() == 1);  // the prompt token was the top one
+  CHECK(plp[2]["105"]["rank"] == 1);
+  CHECK(j.find("prompt_logprobs") == j.end());
+  spec.endpoint = Endpoint::kChatCompletions;
+  ResponseBuilder chat(spec, "chat-3", "m", 1, &Tok());
+  Json cj = Json::parse(DumpJson(chat.Final({c}, Usage{3, 2}, {""})));
+  CHECK(cj["prompt_logprobs"] == plp);
+  CHECK(cj["choices"][0].find("prompt_logprobs") == cj["choices"][0].end());
+  // return_tokens_as_token_ids renames the logprobs' tokens, not decoded_token (as vLLM).
+  spec.return_tokens_as_token_ids = true;
+  ResponseBuilder ids(spec, "chat-5", "m", 1, &Tok());
+  CHECK(Json::parse(DumpJson(ids.Final({c}, Usage{3, 2}, {""})))["prompt_logprobs"][1]["72"]["decoded_token"] == "H");
+  spec.return_tokens_as_token_ids = false;
+  // Not asked for: no field.
+  spec.prompt_logprobs.reset();
+  ResponseBuilder none(spec, "chat-4", "m", 1, &Tok());
+  const Json nj = Json::parse(DumpJson(none.Final({c}, Usage{3, 2}, {""})));
+  CHECK(nj.find("prompt_logprobs") == nj.end());
+}

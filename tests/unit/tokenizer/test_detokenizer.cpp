@@ -84,5 +84,43 @@ TEST_CASE("detokenizer with a space-joining decoder", "[tokenizer][detokenizer]"
   CHECK((*t)->Decode(std::vector<int32_t>{2, 0, 1}, SkipSpecialTokens::kNo) == "ab a b");
 }
 
+// vLLM's spaces_between_special_tokens (FastIncrementalDetokenizer): with kNo an added token
+// right after another added token comes without the joining space; nothing else changes, and
+// skipping special tokens turns it off.
+TEST_CASE("spaces between special tokens", "[tokenizer][detokenizer]") {
+  testing::Json json = {
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}}},
+      {"added_tokens",
+       {testing::AddedTokenJson(3, "<s>", true), testing::AddedTokenJson(4, "<t>", false)}},
+  };
+  auto t = Tokenizer::FromJson(json.dump(), "inline");
+  REQUIRE(t.ok());
+  REQUIRE((*t)->joins_with_space());
+  CHECK((*t)->IsAdded(3));
+  CHECK((*t)->IsAdded(4));
+  CHECK_FALSE((*t)->IsAdded(2));
+  const std::vector<int32_t> ids = {0, 3, 4, 3, 1, 4, 2};
+  auto stream = [&](SkipSpecialTokens skip, SpacesBetweenSpecialTokens spaces) {
+    IncrementalDetokenizer detok(**t, skip, spaces);
+    std::string text;
+    for (int32_t id : ids) text += detok.Push(id);
+    return text + detok.Finish();
+  };
+  CHECK(stream(SkipSpecialTokens::kNo, SpacesBetweenSpecialTokens::kYes) ==
+        "a <s> <t> <s> b <t> ab");
+  CHECK(stream(SkipSpecialTokens::kNo, SpacesBetweenSpecialTokens::kYes) ==
+        (*t)->Decode(ids, SkipSpecialTokens::kNo));
+  CHECK(stream(SkipSpecialTokens::kNo, SpacesBetweenSpecialTokens::kNo) == "a <s><t><s> b <t> ab");
+  CHECK(stream(SkipSpecialTokens::kYes, SpacesBetweenSpecialTokens::kNo) == "a <t> b <t> ab");
+  // A byte-level decoder never joins with spaces: both settings decode alike.
+  const Tokenizer* qwen = testing::RealTokenizer("qwen3");
+  if (qwen == nullptr) return;
+  const std::vector<int32_t> q = qwen->Encode("<|im_start|><|im_end|>hi<|im_end|>", AddSpecialTokens::kNo);
+  for (auto spaces : {SpacesBetweenSpecialTokens::kYes, SpacesBetweenSpecialTokens::kNo}) {
+    IncrementalDetokenizer detok(*qwen, SkipSpecialTokens::kNo, spaces);
+    CHECK(detok.Push(q) + detok.Finish() == "<|im_start|><|im_end|>hi<|im_end|>");
+  }
+}
+
 }  // namespace
 }  // namespace oasis::tokenizer

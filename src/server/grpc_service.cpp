@@ -71,17 +71,40 @@ grpc::Status ToGrpc(const ApiError& e) {
   return Error(GrpcCode(e.http_status), message);
 }
 
-// The proto request as the JSON body of /v1/completions, so both APIs share one validator.
-Json ToCompletionJson(const v1::GenerateRequest& r) {
+// The proto request as the JSON body of /v1/completions (a text or token prompt) or of
+// /v1/chat/completions (a ChatPrompt), so both APIs share one validator. nullopt with `*err`
+// when chat_template_kwargs_json is not a JSON object.
+std::optional<Json> ToRequestJson(const v1::GenerateRequest& r, ApiError* err) {
   Json body = Json::object();
   if (!r.model().empty()) body["model"] = r.model();
+  const bool chat = r.has_chat();
   if (r.has_token_ids()) {
     Json ids = Json::array();
     for (int32_t id : r.token_ids().ids()) ids.push_back(id);
     body["prompt"] = ids;
   } else if (r.has_text()) {
     body["prompt"] = r.text();
+  } else if (chat) {
+    const v1::ChatPrompt& c = r.chat();
+    Json messages = Json::array();
+    for (const v1::ChatMessage& m : c.messages())
+      messages.push_back({{"role", m.role()}, {"content", m.content()}});
+    body["messages"] = std::move(messages);
+    if (c.has_add_generation_prompt()) body["add_generation_prompt"] = c.add_generation_prompt();
+    if (c.continue_final_message()) body["continue_final_message"] = true;
+    if (!c.chat_template().empty()) body["chat_template"] = c.chat_template();
+    if (!c.chat_template_kwargs_json().empty()) {
+      // The HTTP body's parser: its depth limit and errors.
+      std::optional<Json> kwargs = ParseJsonBody(c.chat_template_kwargs_json(), err);
+      if (!kwargs) {
+        err->message = "chat_template_kwargs_json: " + err->message;
+        err->param = "chat_template_kwargs_json";
+        return std::nullopt;
+      }
+      body["chat_template_kwargs"] = std::move(*kwargs);  // (not an object: a 400 naming it)
+    }
   }
+  if (r.has_n()) body["n"] = r.n();
   if (r.has_sampling()) {
     const v1::SamplingParams& s = r.sampling();
     if (s.has_temperature()) body["temperature"] = s.temperature();
@@ -122,15 +145,21 @@ Json ToCompletionJson(const v1::GenerateRequest& r) {
   }
   body["ignore_eos"] = r.ignore_eos();
   body["include_stop_str_in_output"] = r.include_stop_str_in_output();
-  if (r.logprobs() || r.top_logprobs() != 0) body["logprobs"] = r.top_logprobs();
+  if (chat) {  // chat's logprobs are a boolean and top_logprobs a count
+    if (r.logprobs() || r.top_logprobs() != 0) body["logprobs"] = true;
+    if (r.top_logprobs() != 0) body["top_logprobs"] = r.top_logprobs();
+  } else if (r.logprobs() || r.top_logprobs() != 0) {
+    body["logprobs"] = r.top_logprobs();
+  }
   return body;
 }
 
 // The proto response of one engine event.
-void FillResponse(const RequestOutput& out, const std::string& id, bool logprobs,
+void FillResponse(const RequestOutput& out, size_t choice, const std::string& id, bool logprobs,
                   v1::GenerateResponse* response) {
   response->Clear();
   response->set_request_id(id);
+  response->set_index(static_cast<int32_t>(choice));
   for (const GeneratedToken& t : out.tokens) {
     response->add_token_ids(t.token);
     if (logprobs) {
@@ -384,11 +413,15 @@ class OasisGrpcService final : public v1::Oasis::CallbackService {
           "a " + service_.host()->role + " instance serves oasis-router over HTTP, not gRPC");
     }
     if (request.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
-      return Error(grpc::StatusCode::INVALID_ARGUMENT, "a prompt (text or token_ids) is required");
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   "a prompt (text, token_ids or chat) is required");
     }
     ApiError err;
-    std::optional<GenerateSpec> spec =
-        ParseCompletionRequest(ToCompletionJson(request), service_.limits(), &err);
+    std::optional<Json> body = ToRequestJson(request, &err);
+    if (!body) return ToGrpc(err);
+    std::optional<GenerateSpec> spec = request.has_chat()
+                                           ? ParseChatRequest(*body, service_.limits(), &err)
+                                           : ParseCompletionRequest(*body, service_.limits(), &err);
     if (!spec) return ToGrpc(err);
     if (auto e = service_.CheckModel(spec->model)) return ToGrpc(*e);
     std::vector<std::vector<int32_t>> prompts;
@@ -504,8 +537,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
                         "the server is shutting down; the request was aborted");
         return Step::kProgress;
       }
-      FillResponse(out, id_, logprobs_, &response_);
-      if (out.finished) {
+      FillResponse(out, ev->choice, id_, logprobs_, &response_);
+      if (job_->finished()) {  // the last choice's last event
         job_->SetWakeup(nullptr);
         job_.reset();
         StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);

@@ -275,6 +275,20 @@ async function grpcTests() {
   const toks = byIds.responses.flatMap((r) => r.tokens);
   check(!byIds.error && toks.length === 3 && toks.every((t) => t.logprob <= 0 && t.topLogprobs.length === 2), 'gRPC token-id prompt with logprobs', byIds);
 
+  // A chat prompt: the same greedy text as the HTTP chat route (raw: no reasoning parser here).
+  const messages = [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'Hello there' }];
+  const gc = await generate(c, { chat: { messages }, maxTokens: 8, ignoreEos: true, sampling: { temperature: 0 } });
+  const httpChat = await client.chat.completions.create({ model: 'oasis-embedded', messages, max_tokens: 8, temperature: 0, ignore_eos: true, skip_special_tokens: true });
+  const chatText = gc.responses.map((r) => r.text).join('');
+  check(!gc.error && chatText === httpChat.choices[0].message.content &&
+    gc.responses[gc.responses.length - 1].usage.promptTokens === httpChat.usage.prompt_tokens,
+  'gRPC chat prompt gives the HTTP chat route\'s greedy text and prompt tokens', { error: gc.error?.message, grpc: chatText, http: httpChat.choices[0].message.content });
+  // n = 3: every index, each finished once, its own tokens.
+  const gn = await generate(c, { text: 'Once', maxTokens: 5, ignoreEos: true, n: 3, sampling: { temperature: 1, seed: 3 } });
+  const byIndex = [0, 1, 2].map((i) => gn.responses.filter((r) => r.index === i));
+  check(!gn.error && byIndex.every((rs) => rs.flatMap((r) => r.tokenIds).length === 5 && rs.filter((r) => r.finished).length === 1),
+    'gRPC n = 3: three choices of 5 tokens, each finished once', { error: gn.error?.message, counts: byIndex.map((rs) => rs.length) });
+
   const expectCode = async (req, code, what) => {
     const r = await generate(c, req);
     check(r.error && r.error.code === code, `gRPC ${what} -> ${Object.keys(grpc.status).find((k) => grpc.status[k] === code)}`,
@@ -286,6 +300,8 @@ async function grpcTests() {
   await expectCode({ tokenIds: { ids: Array.from({ length: 5000 }, () => 7) } }, grpc.status.INVALID_ARGUMENT, 'prompt longer than the context');
   await expectCode({ model: 'nope', text: 'x' }, grpc.status.NOT_FOUND, 'unknown model');
   await expectCode({}, grpc.status.INVALID_ARGUMENT, 'no prompt');
+  await expectCode({ chat: { messages: [] } }, grpc.status.INVALID_ARGUMENT, 'chat without messages');
+  await expectCode({ text: 'x', n: 0 }, grpc.status.INVALID_ARGUMENT, 'n 0');
 
   const before = await idle();
   const cancelled = await generate(c, { text: 'a long one', maxTokens: 4000, ignoreEos: true }, { cancelAfter: 3 });

@@ -21,6 +21,7 @@
 #include "server/model_host.h"
 #include "server/serving.h"
 #include "test_support.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace oasis;
 using namespace oasis::server;
@@ -410,7 +411,8 @@ TEST_CASE("gRPC: penalties, logit_bias, allowed_token_ids and bad_words are hono
     auto reader = rig.stub->Generate(&ctx, req);
     std::vector<int32_t> ids;
     v1::GenerateResponse resp;
-    while (reader->Read(&resp)) ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
+    while (reader->Read(&resp))
+      ids.insert(ids.end(), resp.token_ids().begin(), resp.token_ids().end());
     CHECK(reader->Finish().ok());
     return ids;
   };
@@ -446,4 +448,120 @@ TEST_CASE("gRPC: penalties, logit_bias, allowed_token_ids and bad_words are hono
   o = RunCall(*rig.stub, bad);
   CHECK(o.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(o.status.error_message().find("logit_bias") != std::string::npos);
+}
+
+// A ChatPrompt is rendered with the model's template (or the request's) and tokenized as the
+// HTTP chat route does; n > 1 streams every choice, each tagged by its index and finished once.
+TEST_CASE("gRPC: chat prompts and n choices") {
+  Rig rig;
+  auto run = [&](const v1::GenerateRequest& req, std::vector<std::vector<int32_t>>* per_choice,
+                 std::vector<int>* finished, int64_t* prompt_tokens) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kWait);
+    auto reader = rig.stub->Generate(&ctx, req);
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+      const size_t i = static_cast<size_t>(resp.index());
+      if (per_choice->size() <= i) per_choice->resize(i + 1);
+      if (finished->size() <= i) finished->resize(i + 1);
+      (*per_choice)[i].insert((*per_choice)[i].end(), resp.token_ids().begin(),
+                              resp.token_ids().end());
+      if (resp.finished()) ++(*finished)[i];
+      *prompt_tokens = resp.usage().prompt_tokens();
+    }
+    return reader->Finish();
+  };
+  v1::GenerateRequest chat = Request(6);
+  chat.clear_token_ids();
+  for (const auto& [role, content] :
+       {std::pair{"system", "be brief"}, std::pair{"user", "hello there"}}) {
+    v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  // What the HTTP chat route would feed the engine for these messages.
+  ApiError err;
+  std::optional<GenerateSpec> spec =
+      ParseChatRequest(Json::parse(R"({"messages": [{"role": "system", "content": "be brief"},
+                                   {"role": "user", "content": "hello there"}]})"),
+                       rig.service.limits(), &err);
+  REQUIRE(spec);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo;
+  REQUIRE_FALSE(rig.service.BuildPrompts(*spec, &prompts, &echo));
+  REQUIRE(prompts.size() == 1);
+  v1::GenerateRequest plain = Request(6);
+  plain.mutable_token_ids()->clear_ids();
+  for (int32_t id : prompts[0]) plain.mutable_token_ids()->add_ids(id);
+
+  std::vector<std::vector<int32_t>> got, expect;
+  std::vector<int> fin, fin_plain;
+  int64_t pt = 0, pt_plain = 0;
+  REQUIRE(run(chat, &got, &fin, &pt).ok());
+  REQUIRE(run(plain, &expect, &fin_plain, &pt_plain).ok());
+  CHECK(pt == static_cast<int64_t>(prompts[0].size()));
+  CHECK(pt == pt_plain);
+  REQUIRE(got.size() == 1);
+  CHECK(got == expect);
+  CHECK(got[0].size() == 6);
+  CHECK(fin == std::vector<int>{1});
+
+  // The request's own template and its kwargs: only the user's words, so a different prompt.
+  v1::GenerateRequest own = chat;
+  own.mutable_chat()->set_chat_template(
+      "{% for m in messages %}{% if m.role == 'user' %}{{ prefix }}{{ m.content }}{% endif %}{% "
+      "endfor %}");
+  own.mutable_chat()->set_chat_template_kwargs_json(R"({"prefix": "say: "})");
+  std::vector<std::vector<int32_t>> own_out;
+  std::vector<int> own_fin;
+  int64_t own_pt = 0;
+  REQUIRE(run(own, &own_out, &own_fin, &own_pt).ok());
+  CHECK(own_pt > 0);
+  CHECK(own_pt < pt);
+  CHECK(own_pt == static_cast<int64_t>(
+                      rig.service.host()
+                          ->tokenizer->Encode("say: hello there", tokenizer::AddSpecialTokens::kNo)
+                          .size()));
+
+  // n = 3 seeded choices: three indexes, 6 tokens and one finished response each.
+  for (v1::GenerateRequest req : {chat, Request(6)}) {
+    req.set_n(3);
+    req.mutable_sampling()->set_temperature(0.9f);
+    req.mutable_sampling()->set_seed(11);
+    std::vector<std::vector<int32_t>> choices;
+    std::vector<int> done;
+    int64_t p = 0;
+    REQUIRE(run(req, &choices, &done, &p).ok());
+    REQUIRE(choices.size() == 3);
+    for (const auto& c : choices) CHECK(c.size() == 6);
+    CHECK(done == std::vector<int>{1, 1, 1});
+  }
+
+  // Bad values are INVALID_ARGUMENT naming the field.
+  auto refused = [&](const v1::GenerateRequest& req, const std::string& field) {
+    INFO("refused: " << field);
+    Outcome o = RunCall(*rig.stub, req);
+    CHECK(o.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(o.status.error_message().find(field) != std::string::npos);
+  };
+  v1::GenerateRequest bad = chat;
+  bad.set_n(0);
+  refused(bad, "'n'");
+  bad = chat;
+  bad.mutable_chat()->set_chat_template_kwargs_json("[1, ");
+  refused(bad, "chat_template_kwargs_json");
+  bad = chat;
+  bad.mutable_chat()->set_chat_template_kwargs_json(std::string(2000, '[') +
+                                                    std::string(2000, ']'));
+  refused(bad, "chat_template_kwargs_json");
+  bad = chat;
+  bad.mutable_chat()->set_chat_template_kwargs_json("[]");
+  refused(bad, "chat_template_kwargs");
+  bad = chat;
+  bad.mutable_chat()->set_chat_template("{% for %}");
+  refused(bad, "chat_template");
+  bad = chat;
+  bad.mutable_chat()->clear_messages();
+  refused(bad, "messages");
+  CHECK(WaitFor([&] { return rig.EngineRequests() == 0; }));
 }

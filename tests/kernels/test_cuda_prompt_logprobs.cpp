@@ -91,11 +91,13 @@ TEST_CASE("prompt logprobs on CUDA agree with the CPU backend", "[gpu][logprobs]
     INFO("prompt position " << p + 1);
     const PromptTokenLogprob &a = g[0].prompt[p], &b = c[0].prompt[p];
     CHECK(a.token == prompt[p + 1]);
-    // bf16 against f32: logits within a few percent (test_gpu_models' 2e-2 normalized error).
-    CHECK(a.logprob == Approx(b.logprob).epsilon(0.05).margin(0.05));
+    // bf16 against f32: the tiny model's logits differ by up to ~0.15 (measured on the H200:
+    // -2.985 against -2.833 at one position), against gaps of whole units between positions.
+    CHECK(a.logprob == Approx(b.logprob).epsilon(0.05).margin(0.25));
     REQUIRE(a.top_logprobs.size() == 5);
     for (size_t k = 0; k < 5; ++k) {
-      CHECK(a.top_logprobs[k].logprob == Approx(b.top_logprobs[k].logprob).epsilon(0.05).margin(0.05));
+      CHECK(a.top_logprobs[k].logprob ==
+            Approx(b.top_logprobs[k].logprob).epsilon(0.05).margin(0.25));
       // The prompt token among the top: its rank is its place there (barring exact ties).
       if (a.top_logprobs[k].token == a.token &&
           (k == 0 || a.top_logprobs[k - 1].logprob > a.top_logprobs[k].logprob) &&

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/engine.h"
+#include "fixture_model.h"
 #include "loader/weights.h"
 #include "runner/cuda/cuda_graph_runner.h"
 #include "test_support.h"
@@ -63,20 +64,16 @@ std::vector<Run> RunBoth(ModelRunner& runner, const std::vector<int32_t>& prompt
 }  // namespace
 
 TEST_CASE("prompt logprobs on CUDA agree with the CPU backend", "[gpu][logprobs]") {
-  auto dir = testing::FixturePath("models/qwen3-tiny");
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
+  const testing::FixtureCheckpoint fx = testing::OpenFixtureModel("qwen3-tiny");
   auto gpu = CudaBackend::Create();
   REQUIRE(gpu.ok());
-  auto model = DecoderLM::Create(*config, **weights, **gpu);
+  auto model = DecoderLM::Create(fx.config, *fx.weights, **gpu);
   REQUIRE(model.ok());
   auto runner = CudaGraphRunner::Create(
       **model, **gpu, CudaGraphOptions{.num_kv_slots = 2048, .max_batch = 16, .max_context = 512});
   REQUIRE(runner.ok());
   CpuBackend cpu;
-  auto cpu_model = DecoderLM::Create(*config, **weights, cpu);
+  auto cpu_model = DecoderLM::Create(fx.config, *fx.weights, cpu);
   REQUIRE(cpu_model.ok());
   ModelRunner cpu_runner(**cpu_model, cpu, 2048);
 

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "engine/generator.h"
+#include "fixture_model.h"
 #include "loader/safetensors.h"
 #include "models/decoder_lm.h"
 #include "reference_greedy.h"
@@ -21,8 +22,8 @@ using namespace oasis;
 TEST_CASE("CUDA backend: unusual shapes are computed exactly or refused at load", "[gpu][models]") {
   const auto root = testing::FixturePath("shapes");
   if (!std::filesystem::exists(root / "manifest.json")) {
-    FAIL("no " << root.string() << ": run python3 tools/gen_shape_fixtures.py --out " << root.string()
-               << " on the GPU machine");
+    FAIL("no " << root.string() << ": run python3 tools/gen_shape_fixtures.py --out "
+               << root.string() << " on the GPU machine");
   }
   int fixtures = 0;
   for (const auto& entry : std::filesystem::directory_iterator(root)) {
@@ -34,17 +35,15 @@ TEST_CASE("CUDA backend: unusual shapes are computed exactly or refused at load"
       std::string expect;
       std::ifstream(dir / "expect.txt") >> expect;
       REQUIRE((expect == "exact" || expect == "refused"));
-      auto config = LoadModelConfig(dir);
-      REQUIRE(config.ok());
-      auto weights = OpenSafetensorsWeights(dir);
-      REQUIRE(weights.ok());
+      const testing::FixtureCheckpoint fx = testing::OpenFixtureDir(dir);
       auto gpu = CudaBackend::Create();
       REQUIRE(gpu.ok());
-      auto model = DecoderLM::Create(*config, **weights, **gpu);
+      auto model = DecoderLM::Create(fx.config, *fx.weights, **gpu);
       if (expect == "refused") {
         REQUIRE_FALSE(model.ok());
         INFO(model.status().ToString());
-        CHECK_THAT(model.status().message(), Catch::Contains("head_dim " + std::to_string(config->head_dim)));
+        CHECK_THAT(model.status().message(),
+                   Catch::Contains("head_dim " + std::to_string(fx.config.head_dim)));
         CHECK_THAT(model.status().message(), Catch::Contains("use --backend cpu"));
         continue;
       }

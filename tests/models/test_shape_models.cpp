@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/generator.h"
+#include "fixture_model.h"
 #include "loader/safetensors.h"
 #include "models/decoder_lm.h"
 #include "reference_greedy.h"
@@ -27,12 +28,9 @@ TEST_CASE("CPU backend: every unusual shape computes transformers' greedy tokens
     ++fixtures;
     const std::string name = dir.filename().string();
     DYNAMIC_SECTION(name) {
-      auto config = LoadModelConfig(dir);
-      REQUIRE(config.ok());
-      auto weights = OpenSafetensorsWeights(dir);
-      REQUIRE(weights.ok());
+      const testing::FixtureCheckpoint fx = testing::OpenFixtureDir(dir);
       CpuBackend backend;
-      auto model = DecoderLM::Create(*config, **weights, backend);
+      auto model = DecoderLM::Create(fx.config, *fx.weights, backend);
       INFO(model.status().ToString());
       REQUIRE(model.ok());
       auto ref = SafetensorsFile::Open(dir / "reference.safetensors");

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -21,13 +22,17 @@ struct FixtureCheckpoint {
   std::unique_ptr<WeightSource> weights;
 };
 
-inline FixtureCheckpoint OpenFixtureModel(const std::string& name) {
-  const auto dir = FixturePath("models/" + name);
+// A checkpoint directory (config.json + *.safetensors) opened for a test.
+inline FixtureCheckpoint OpenFixtureDir(const std::filesystem::path& dir) {
   auto config = LoadModelConfig(dir);
   REQUIRE(config.ok());
   auto weights = OpenSafetensorsWeights(dir);
   REQUIRE(weights.ok());
   return FixtureCheckpoint{*config, std::move(*weights)};
+}
+
+inline FixtureCheckpoint OpenFixtureModel(const std::string& name) {
+  return OpenFixtureDir(FixturePath("models/" + name));
 }
 
 // ||a - b|| / ||b|| over two float tensors of as many elements.

@@ -168,7 +168,7 @@ class Eval:
             if a.budget_s and time.time() - self.t0 > a.budget_s:
                 print(f"eval_trained_model: --budget-s reached, {predictor} K {k} fetch {f} and later not run", flush=True)
                 break
-            flags = ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--topk-blocks", str(k),
+            flags = ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--sparse-switch", "threshold", "--topk-blocks", str(k),
                      "--fetch-ratio", str(f), "--sparse-predictor", predictor, "--sparse-agreement-interval", "1",
                      "--host-kv-gib", str(a.host_kv_gib), "--draft-model", a.draft_model, "--lookahead", "reject",
                      "--dense-layers", str(dense_layers)]

@@ -19,7 +19,7 @@ export OASIS_SOAK_RSS_MIB=${OASIS_SOAK_RSS_MIB:-256}
 export OASIS_SOAK_SERVER_ARGS="--model $MODEL --load-format dummy --tokenizer .cache/test-data/qwen3
   --max-model-len 8192 --gpu-memory-utilization ${OASIS_SOAK_MEM:-0.5} --max-num-seqs 64
   --max-waiting 256 --draft-load-format dummy --draft-vocab-size 32000 --lookahead reject
-  --sparse on --sparse-threshold 1024 --kv-home host --host-kv-gib 8 --topk-blocks 32
+  --sparse on --sparse-threshold 1024 --sparse-switch threshold --kv-home host --host-kv-gib 8 --topk-blocks 32
   --fetch-ratio 0.25"
 start=$(date +%s)
 bash tests/e2e/test_server_soak.sh "$PWD/.bundle/bin/oasis-server" "$PWD"

@@ -84,11 +84,11 @@ const std::vector<Setting>& Settings() {
          "previous-query, "
          "oracle (measurement only)"},
         {"sparse-switch", &ServerConfig::sparse_switch,
-         "sparse: when a request past --sparse-threshold goes sparse: threshold (at once) or "
-         "pressure (it stays dense while the GPU pool has room and the dense decodes' KV stays "
-         "within the weights' bytes: past that the longest switch in place (HBM home); when the "
-         "pool runs short the longest switches to the host store instead of anyone being "
-         "preempted)"},
+         "sparse: when a request past --sparse-threshold goes sparse: pressure (it stays dense "
+         "while the GPU pool has room and the dense decodes' KV stays within the weights' bytes: "
+         "past that the longest switch in place (HBM home); when the pool runs short the longest "
+         "switches to the host store instead of anyone being preempted), threshold (at once), "
+         "auto (the default: pressure, or threshold with --dense-layers > 0)"},
         {"kv-home", &ServerConfig::kv_home,
          "sparse: where a sparse request's full KV lives: host (the host KV store, working sets "
          "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (the "
@@ -222,6 +222,11 @@ std::string ServerConfig::ResolvedLookahead() const {
   return HasDraftModel() ? "reject" : "off";
 }
 
+std::string ServerConfig::ResolvedSparseSwitch() const {
+  if (sparse_switch != "auto") return sparse_switch;
+  return dense_layers > 0 ? "threshold" : "pressure";
+}
+
 std::string ServerConfig::ResolvedSparsePredictor() const {
   if (sparse_predictor != "auto") return sparse_predictor;
   return ResolvedLookahead() == "off" ? "previous-query" : "draft";
@@ -263,7 +268,13 @@ Status ServerConfig::Validate() const {
       one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
   OASIS_RETURN_IF_ERROR(one_of("sparse-group-reduce", sparse_group_reduce, {"sum", "max"}));
   OASIS_RETURN_IF_ERROR(one_of("kv-home", kv_home, {"host", "hbm", "auto"}));
-  OASIS_RETURN_IF_ERROR(one_of("sparse-switch", sparse_switch, {"threshold", "pressure"}));
+  OASIS_RETURN_IF_ERROR(one_of("sparse-switch", sparse_switch, {"auto", "threshold", "pressure"}));
+  if (sparse_switch == "pressure" && dense_layers > 0) {
+    return InvalidArgument("--sparse-switch pressure needs --dense-layers 0, got " +
+                           std::to_string(dense_layers) +
+                           " (the pressure policy moves whole tables to the host store; "
+                           "use --sparse-switch threshold)");
+  }
   if (SparseEnabled() && ResolvedSparsePredictor() == "draft" && ResolvedLookahead() == "off") {
     return InvalidArgument(
         "--sparse-predictor draft needs lookahead decoding with an EAGLE-3 draft head "

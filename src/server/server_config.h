@@ -59,7 +59,7 @@ struct ServerConfig : HttpFrontSettings {
   int64_t sparse_threshold = 0;  // switch past this context; 0 with --sparse on: (K + 1) * 16
   int64_t dense_layers = 0;      // the first N layers stay dense
   std::string kv_home = "auto";  // sparse KV home: host | hbm | auto
-  std::string sparse_switch = "threshold";  // threshold | pressure
+  std::string sparse_switch = "auto";  // auto | threshold | pressure
   std::string sparse_predictor =
       "auto";  // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
   std::string sparse_group_reduce = "sum";  // GQA reduction of block scores: sum, max
@@ -130,6 +130,9 @@ struct ServerConfig : HttpFrontSettings {
   }
   // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
   std::string ResolvedSparsePredictor() const;
+  // auto: pressure, or threshold with --dense-layers > 0 (the pressure policy switches whole
+  // tables and needs every layer sparse).
+  std::string ResolvedSparseSwitch() const;
   // --sparse-threshold, or (K + 1) * 16 (one working set) when 0.
   int64_t ResolvedSparseThreshold() const {
     return sparse_threshold > 0 ? sparse_threshold : (topk_blocks + 1) * 16;

@@ -40,7 +40,7 @@ COMMON=(--backend cpu --threads 2 --host-kv-gib 0.25 --topk-blocks 64 --max-num-
 
 post() { curl -s "http://127.0.0.1:$1$2" -H 'Content-Type: application/json' -d "$3"; }
 
-start one --sparse on || exit 1
+start one --sparse on --sparse-switch threshold || exit 1
 start prefill --role prefill --staging-listen 127.0.0.1:0 --staging-pool-gib 0.25 --staging-lease-ttl-ms 4000 || exit 1
 start decode --role decode || exit 1
 start full --role decode --rpf off || exit 1

@@ -20,7 +20,7 @@ python3 "$ROOT/tools/bench_long_context.py" --server-bin "$SERVER" --bench-bin "
   --sweep fig11 --sweep fetch --sweep topk --sweep latency --inputs 256 --output-len 16 \
   --concurrencies 1,2,max --sweep-concurrency 2 --topk 4 --topks 2,4 --fetch-ratios 0.25,1 \
   --threshold 64 --host-kv-gib 0.01 --max-num-seqs 4 --latency-prompts 2 --run-timeout 120 \
-  --startup-timeout 120 --sparse-server-args "--kv-home host" --out-dir "$TMP/lc" --pack >"$TMP/driver.out" 2>&1
+  --startup-timeout 120 --sparse-server-args "--kv-home host --sparse-switch threshold" --out-dir "$TMP/lc" --pack >"$TMP/driver.out" 2>&1
 rc=$?
 tail -20 "$TMP/driver.out"
 [[ $rc -eq 0 ]] || bad "driver exit $rc"

@@ -20,7 +20,7 @@ CLIENTS=${OASIS_SOAK_CLIENTS:-24}
 rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB$/\1/p' "/proc/$SERVER_PID/status"; }
 RSS_BOUND=${OASIS_SOAK_RSS_MIB:-64}
 # shellcheck disable=SC2206
-MODEL_ARGS=(${OASIS_SOAK_SERVER_ARGS:---backend cpu --sparse-threshold 64 --topk-blocks 32 --fetch-ratio 0.05 --host-kv-gib 0.05 --max-num-seqs 12 --max-waiting 48})
+MODEL_ARGS=(${OASIS_SOAK_SERVER_ARGS:---backend cpu --sparse-threshold 64 --sparse-switch threshold --topk-blocks 32 --fetch-ratio 0.05 --host-kv-gib 0.05 --max-num-seqs 12 --max-waiting 48})
 start_server "$TMP/soak.log" "${MODEL_ARGS[@]}" --max-connections 256 \
   --header-timeout-s 3 --keep-alive-timeout-s 2 || exit 1
 echo "server: ${MODEL_ARGS[*]}"

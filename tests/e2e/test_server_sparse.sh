@@ -75,7 +75,7 @@ grep -q '"error"' "$TMP"/plain.* && bad "the plain server answered with errors" 
 stop_server || fail=1
 
 # K = 32 blocks >= every context here (at most 360 tokens = 23 blocks): bit-exact.
-SPARSE=(--backend cpu --sparse-threshold 64 --topk-blocks 32 --fetch-ratio 0.05 --host-kv-gib 0.05 --sparse-agreement-interval 2)
+SPARSE=(--backend cpu --sparse-threshold 64 --sparse-switch threshold --topk-blocks 32 --fetch-ratio 0.05 --host-kv-gib 0.05 --sparse-agreement-interval 2)
 # The KV's home: host (fetched over "PCIe"), hbm (read in place: nothing fetched), auto (a
 # roomy pool: in place).
 for variant in "draft reject host" "draft speculate host" "previous-query off host" "draft reject hbm" "previous-query off auto"; do
@@ -111,7 +111,7 @@ done
 
 # ---- a small host store: 40 head-blocks (4 KiB each: 2 layers x 2 x 16 x 16 x f32) = 320 tokens
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-start_server "$TMP/small.log" --backend cpu --sparse-threshold 64 --topk-blocks 8 --host-kv-gib 0.000155 --kv-home host --grpc-port "$(free_port)" || exit 1
+start_server "$TMP/small.log" --backend cpu --sparse-threshold 64 --sparse-switch threshold --topk-blocks 8 --host-kv-gib 0.000155 --kv-home host --grpc-port "$(free_port)" || exit 1
 out=$(curl -s -w '\n%{http_code}' -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
   -d "{\"prompt\": $(ids 30 6), \"max_tokens\": 400, \"temperature\": 0}")
 code=${out##*$'\n'}
@@ -176,7 +176,7 @@ stop_server || fail=1
 # store hold more tokens than the pool, and the draft head keeps all of them (its pool is sized
 # for the pool and the host store together; sized for the pool alone it ran out and a CHECK
 # killed the server with every request lost).
-start_server "$TMP/pool.log" --backend cpu --num-kv-slots 96 --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 \
+start_server "$TMP/pool.log" --backend cpu --num-kv-slots 96 --sparse-threshold 64 --sparse-switch threshold --topk-blocks 4 --host-kv-gib 0.01 \
   --kv-home host --lookahead reject --draft-load-format dummy || exit 1
 parallel_completions pool 8 20 150 120
 switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 8')
@@ -195,7 +195,7 @@ run_eight() {  # tag, server flags...
   start_server "$TMP/$tag.log" --backend cpu --num-kv-slots 200 "$@" || exit 1
   parallel_completions "$tag" 8 40 150 250
 }
-run_eight homes --sparse on --sparse-threshold 64 --topk-blocks 4 --host-kv-gib 0.01 --kv-home auto
+run_eight homes --sparse on --sparse-threshold 64 --sparse-switch threshold --topk-blocks 4 --host-kv-gib 0.01 --kv-home auto
 hbm=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_home_switches_total{.*home="hbm"} \(.*\)$/\1/p')
 host=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_home_switches_total{.*home="host"} \(.*\)$/\1/p')
 moved=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:kv_moves_total{.*stage="done"} \(.*\)$/\1/p')
@@ -235,7 +235,11 @@ out=$("$SERVER" --backend cpu --sparse-threshold 64 --dense-layers 2 --host-kv-g
 [[ $? == 1 ]] && grep -q -- "--dense-layers 2 must be below" <<<"$out" && ok "--dense-layers >= layers -> exit 1" || bad "--dense-layers 2" "$out"
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --check-config 2>&1)
 [[ $? == 0 ]] && grep -q '"threshold": 2064' <<<"$out" && grep -q '"predictor": "previous-query"' <<<"$out" &&
-  grep -q '"kv_home": "auto"' <<<"$out" && grep -q '"switch": "threshold"' <<<"$out" &&
-  ok "--sparse on: threshold (K + 1) x 16, previous-query without a head, both KV homes, switch at the threshold" || bad "--sparse on defaults" "$out"
+  grep -q '"kv_home": "auto"' <<<"$out" && grep -q '"switch": "pressure"' <<<"$out" &&
+  ok "--sparse on: threshold (K + 1) x 16, previous-query without a head, both KV homes, switch by pressure" || bad "--sparse on defaults" "$out"
+out=$("$SERVER" --backend cpu --sparse on --dense-layers 1 --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"switch": "threshold"' <<<"$out" && ok "--dense-layers 1: the switch defaults to the threshold" || bad "--dense-layers 1 default switch" "$out"
+out=$("$SERVER" --backend cpu --sparse on --dense-layers 1 --sparse-switch pressure 2>&1)
+[[ $? == 2 ]] && grep -q -- "--sparse-switch pressure needs --dense-layers 0" <<<"$out" && ok "--sparse-switch pressure with --dense-layers 1 -> exit 2" || bad "pressure with dense layers" "$out"
 
 exit $fail

@@ -87,7 +87,7 @@ BODIES=(
 start_server "$TMP/long-tp1.log" --backend cpu || exit 1
 run_all long-tp1
 stop_server || fail=1
-SPARSE=(--backend cpu --tensor-parallel-size 2 --sparse-threshold 64 --topk-blocks 32 --fetch-ratio 0.05
+SPARSE=(--backend cpu --tensor-parallel-size 2 --sparse-threshold 64 --sparse-switch threshold --topk-blocks 32 --fetch-ratio 0.05
   --host-kv-gib 0.05 --sparse-agreement-interval 2)
 # The draft predictor with the KV in the host store (fetched over both ranks); previous-query
 # with the default home, auto: the pool has room, so every request reads its KV in place.

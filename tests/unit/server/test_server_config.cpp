@@ -195,6 +195,7 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   REQUIRE(p.ok());
   CHECK(p->config.SparseEnabled());
   CHECK(p->config.ResolvedSparseThreshold() == 65 * 16);  // one working set
+  CHECK(p->config.ResolvedSparseSwitch() == "pressure");  // the default with every layer sparse
   p = Parse({"--sparse", "off", "--sparse-threshold", "100"});
   REQUIRE(p.ok());
   CHECK_FALSE(p->config.SparseEnabled());
@@ -205,6 +206,7 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(p->config.ResolvedSparsePredictor() == "draft");  // lookahead reject with the head
   CHECK(p->config.host_kv_gib == 2.5);
   CHECK(p->config.dense_layers == 2);
+  CHECK(p->config.ResolvedSparseSwitch() == "threshold");  // dense layers: whole tables cannot move
   CHECK(p->config.sparse_group_reduce == "max");
   CHECK(p->config.max_sparse_seqs == 16);
   CHECK(p->config.fetch_ratio == 0.1);
@@ -228,6 +230,12 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
             .find("needs lookahead") != std::string::npos);
   CHECK(error({"--sparse-predictor", "draft"}) == "OK");  // sparse off: not used
   CHECK(error({"--sparse-predictor", "next"}).find("--sparse-predictor") != std::string::npos);
+  CHECK(error({"--sparse-switch", "sometimes"}).find("--sparse-switch must be one of auto, threshold, pressure") !=
+        std::string::npos);
+  CHECK(error({"--sparse", "on", "--dense-layers", "1", "--sparse-switch", "pressure"})
+            .find("--sparse-switch pressure needs --dense-layers 0") != std::string::npos);
+  CHECK(error({"--sparse", "on", "--dense-layers", "1", "--sparse-switch", "threshold"}) == "OK");
+  CHECK(error({"--sparse", "on", "--sparse-switch", "threshold"}) == "OK");
   CHECK(error({"--sparse-group-reduce", "mean"}).find("--sparse-group-reduce") != std::string::npos);
   CHECK(error({"--fetch-ratio", "1.5"}).find("--fetch-ratio") != std::string::npos);
   CHECK(error({"--topk-blocks", "0"}).find("--topk-blocks") != std::string::npos);

@@ -116,6 +116,19 @@ class Backend {
   // once `src` may be reused. For weights straight from a mapped checkpoint.
   virtual void UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) = 0;
 
+  // ---- Background copies (a request's KV moving between homes; docs/sparse.md §12). Ops
+  // enqueued between BeginBackground() and EndBackground() run on the backend's background
+  // stream: after everything given to its main stream so far, beside the main stream's later
+  // work. Tensors allocated or uploaded (UploadAsync) in between belong to that stream.
+  // JoinBackground(): the main stream's later work waits for every background op so far (call
+  // it before anything a background op reads or writes may be reused). TakeBackgroundSeconds():
+  // device seconds the background ops took, of the batches finished since the last call. The
+  // CPU backend runs everything in order: none of these do anything there.
+  virtual void BeginBackground() {}
+  virtual void EndBackground() {}
+  virtual void JoinBackground() {}
+  virtual double TakeBackgroundSeconds() { return 0.0; }
+
   // Fills a float tensor (F32/BF16) with N(0, stddev) values, deterministic in `seed`.
   virtual void FillNormal(Tensor& t, uint64_t seed, float stddev) = 0;
   // Fills a float tensor (F32/BF16) with `value`.

@@ -250,6 +250,7 @@ struct EngineStats {
     int64_t moves_total = 0;              // ... and finished (their GPU blocks freed)
     int64_t move_bytes_total = 0;         // K/V bytes copied GPU -> host by moves
     double move_seconds_total = 0;        // engine-loop time spent issuing moves
+    double move_copy_seconds_total = 0;   // device time of their background copies
     int64_t steps_total = 0;              // engine steps that ran sparse sequences
     int64_t seq_steps_total = 0;          // sum of sparse sequences over those steps
     int64_t hits_total = 0;               // predicted blocks already resident (per layer and head)

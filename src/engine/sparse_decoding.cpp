@@ -363,6 +363,10 @@ void SparseDecoding::SwitchInPlaceOverBudget(const std::vector<Sequence*>& runni
 
 void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t shortfall,
                                int64_t pool_free) {
+  // The last step's background move copies: this step's work waits for them (they had the
+  // whole step to run beside it), so they stay at most one step behind.
+  manager_.JoinMoves();
+  move_copy_seconds_ += manager_.TakeMoveSeconds();
   if (config().switch_on_pressure && home_ != KvHome::kHost) SwitchInPlaceOverBudget(running);
   near_pressure_ =
       shortfall > 0 || pool_free * 8 < pool_slots_ ||
@@ -440,6 +444,7 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.moves_total = moves_total_;
   stats.sparse.move_bytes_total = move_bytes_;
   stats.sparse.move_seconds_total = move_seconds_;
+  stats.sparse.move_copy_seconds_total = move_copy_seconds_;
   stats.sparse.admission_waits_total = admission_waits_;
   if (steps_uncollected_ == 0) return;
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;

@@ -178,6 +178,7 @@ class SparseDecoding final : public SequenceKvHooks {
   // Each rank's KV pools, as the manager's switches and moves take them.
   std::function<std::vector<LayerKvPool>&(int rank)> PoolsOf();
   double move_seconds_ = 0;
+  double move_copy_seconds_ = 0;  // device seconds of the background copies
 };
 
 }  // namespace oasis

@@ -214,8 +214,9 @@ void SparseKvManager::CopyToHost(
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
     Backend& b = *d.backend;
     std::vector<LayerKvPool>& gpu_pools = pools_of(side);
-    const Tensor src_t = b.Upload(Tensor::FromInts(src)), dst_t = b.Upload(Tensor::FromInts(dst)),
-                 rows_t = b.Upload(Tensor::FromInts(rows_from));
+    const Tensor src_t = b.UploadAsync(Tensor::FromInts(src)),
+                 dst_t = b.UploadAsync(Tensor::FromInts(dst)),
+                 rows_t = b.UploadAsync(Tensor::FromInts(rows_from));
     for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
       b.CopyBlocks(gpu_pools[static_cast<size_t>(l)], src_t, d.store->pool(l), dst_t);
       for (Tensor* t : {&d.store->kmin(l), &d.store->kmax(l)}) {  // summaries follow the blocks
@@ -236,9 +237,28 @@ int64_t SparseKvManager::CopySome(
   const int64_t to =
       std::min(num_tokens / kBlockSize, req.copied + std::max<int64_t>(0, max_blocks));
   const int64_t n = std::max<int64_t>(0, to - req.copied);
+  if (n == 0) return 0;
+  // On each side's background stream, beside the steps that follow: the blocks are complete
+  // (nothing writes them again while the request holds them) and the host slots are this
+  // request's alone until FinishMove or Release, which join first.
+  run_sides_([&](int side) { sides_.at(static_cast<size_t>(side)).backend->BeginBackground(); });
   CopyToHost(req, table, req.copied, to, pools_of);
+  run_sides_([&](int side) { sides_.at(static_cast<size_t>(side)).backend->EndBackground(); });
   req.copied = std::max(req.copied, to);
   return n;
+}
+
+void SparseKvManager::JoinMoves() {
+  run_sides_([&](int side) { sides_.at(static_cast<size_t>(side)).backend->JoinBackground(); });
+}
+
+double SparseKvManager::TakeMoveSeconds() {
+  std::vector<double> seconds(sides_.size(), 0.0);
+  run_sides_([&](int side) {
+    seconds[static_cast<size_t>(side)] =
+        sides_.at(static_cast<size_t>(side)).backend->TakeBackgroundSeconds();
+  });
+  return *std::max_element(seconds.begin(), seconds.end());
 }
 
 Status SparseKvManager::FinishMove(
@@ -247,6 +267,7 @@ Status SparseKvManager::FinishMove(
   auto it = requests_.find(id);
   OASIS_CHECK(it != requests_.end() && it->second.moving) << "request " << id << " is not moving";
   Request& req = it->second;
+  JoinMoves();  // the background copies land before the table's slots go back to the pool
   const int64_t hkv = shape_.num_kv_heads, k = config_.topk_blocks;
   const int64_t complete = num_tokens / kBlockSize, partial = num_tokens % kBlockSize;
   OASIS_CHECK(table.num_blocks() >= BlocksFor(num_tokens) &&
@@ -697,6 +718,7 @@ void SparseKvManager::Release(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& r = it->second;
+  if (r.moving) JoinMoves();  // its background copies write host slots freed below
   if (r.row >= 0) {
     gpu_allocator_.Free(r.ws_slots);
     gpu_allocator_.Free(r.tail_slots);

@@ -161,6 +161,13 @@ class SparseKvManager {
                    const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
   Status FinishMove(uint64_t id, HeadBlockTable& table, int64_t num_tokens,
                     const std::function<std::vector<LayerKvPool>&(int side)>& pools_of);
+  // CopySome's copies run on each side's background stream (Backend::BeginBackground) beside
+  // the steps that follow. JoinMoves: every later op on the main streams waits for them —
+  // FinishMove and the Release of a moving request do it themselves; the engine also joins
+  // once per step so the copies stay at most a step behind. TakeMoveSeconds: the device
+  // seconds they took (the slowest side), since the last call.
+  void JoinMoves();
+  double TakeMoveSeconds();
   // Logical blocks of `id` below `num_tokens`' tail block not copied to the host store yet.
   int64_t BlocksToCopy(uint64_t id, int64_t num_tokens) const;
   // Whether `id` is an in-place sparse request a move may start on.

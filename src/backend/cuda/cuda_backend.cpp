@@ -102,7 +102,73 @@ void CudaBackend::UseStream(cudaStream_t s) {
   OASIS_CUBLAS_CHECK(cublasSetStream(cublas_, stream()));
 }
 
+void CudaBackend::BeginBackground() {
+  OASIS_CHECK(override_ == nullptr && arena_base_ == nullptr)
+      << "background copies start from the backend's own stream, outside captures";
+  if (!background_) background_ = std::make_unique<Background>();
+  Background& bg = *background_;
+  OASIS_CHECK(!bg.active) << "background batches do not nest";
+  if (bg.untimed) {  // the previous batch: done (normally long since), its uploads free again
+    bg.done.Synchronize();
+    bg.seconds += bg.done.ElapsedMsSince(bg.start) / 1e3;
+    bg.untimed = false;
+  }
+  bg.uploads_used = 0;
+  bg.main_ready.Record(stream_.get());
+  bg.stream.Wait(bg.main_ready.get());
+  bg.start.Record(bg.stream.get());
+  bg.active = true;
+  UseStream(bg.stream.get());
+}
+
+void CudaBackend::EndBackground() {
+  OASIS_CHECK(background_ && background_->active) << "EndBackground without BeginBackground";
+  Background& bg = *background_;
+  bg.done.Record(bg.stream.get());
+  bg.active = false;
+  bg.unjoined = bg.untimed = true;
+  UseStream(nullptr);
+}
+
+void CudaBackend::JoinBackground() {
+  if (!background_ || !background_->unjoined) return;
+  OASIS_CHECK(!background_->active) << "JoinBackground inside a background batch";
+  stream_.Wait(background_->done.get());
+  background_->unjoined = false;
+}
+
+double CudaBackend::TakeBackgroundSeconds() {
+  if (!background_) return 0.0;
+  Background& bg = *background_;
+  if (bg.untimed && !bg.active && cudaEventQuery(bg.done.get()) == cudaSuccess) {
+    bg.seconds += bg.done.ElapsedMsSince(bg.start) / 1e3;
+    bg.untimed = false;
+  }
+  return std::exchange(bg.seconds, 0.0);
+}
+
+void CudaBackend::BackgroundUpload(Tensor& dst, const Tensor& host) {
+  Background& bg = *background_;
+  const size_t bytes = host.nbytes();
+  const size_t off = (bg.uploads_used + 255) / 256 * 256;
+  if (off + bytes > bg.uploads.size()) {
+    // Grow: every upload of this batch so far must have left the old buffer first.
+    bg.stream.Synchronize();
+    auto buf = cuda::PinnedBuffer::Allocate(std::max<size_t>(2 * (off + bytes), size_t{1} << 20));
+    OASIS_CHECK(buf.ok()) << "pinned background uploads: " << buf.status().ToString();
+    bg.uploads = std::move(*buf);
+    bg.uploads_used = 0;
+    BackgroundUpload(dst, host);
+    return;
+  }
+  char* p = static_cast<char*>(bg.uploads.data()) + off;
+  std::memcpy(p, host.raw(), bytes);
+  OASIS_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), p, bytes, cudaMemcpyHostToDevice, stream()));
+  bg.uploads_used = off + bytes;
+}
+
 CudaBackend::~CudaBackend() {
+  if (background_) background_->stream.Synchronize();
   inv_freq_.clear();
   stream_.Synchronize();
   if (cublas_) cublasDestroy(cublas_);
@@ -191,8 +257,8 @@ void CudaBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_
       staging_free_[i].Record(stream());
     }
   }
-  // The caller may reuse or free `src` as soon as we return.
-  stream_.Synchronize();
+  // The caller may reuse or free `src` as soon as we return (the copies ran on stream()).
+  OASIS_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 Tensor CudaBackend::UploadAsync(const Tensor& host) {
@@ -210,6 +276,10 @@ void CudaBackend::UploadAsyncInto(Tensor& dst, const Tensor& host) {
   OASIS_CHECK_LE(bytes, dst.nbytes())
       << "UploadAsyncInto " << dst.ToString() << " from " << host.ToString();
   if (bytes == 0) return;
+  if (background_ && background_->active) {
+    BackgroundUpload(dst, host);
+    return;
+  }
   if (bytes > kHalf || override_ != nullptr ||
       arena_base_ != nullptr) {  // (an arena: inside a capture)
     UploadBytes(dst, 0, host.raw(), bytes);

@@ -40,6 +40,15 @@ class CudaBackend final : public Backend {
   void UseStream(cudaStream_t s);
   void Synchronize() const { stream_.Synchronize(); }
 
+  // Background copies: a stream of the device's least priority; one batch (Begin..End) at a
+  // time. Uploads inside a batch go through a pinned buffer of their own (no synchronisation:
+  // Begin waits, on the host, for the previous batch, which a join per engine step has
+  // normally let finish long before).
+  void BeginBackground() override;
+  void EndBackground() override;
+  void JoinBackground() override;
+  double TakeBackgroundSeconds() override;
+
   Tensor Empty(std::vector<int64_t> shape, DType dtype) override;
   // Frees the device allocations released while their stream was capturing a graph (they wait
   // for the capture to end); Empty() calls it, and so does the end of a capture.
@@ -145,6 +154,20 @@ class CudaBackend final : public Backend {
 
   cuda::Stream stream_;
   cudaStream_t override_ = nullptr;  // UseStream
+  // Background copies (BeginBackground): created at the first batch.
+  struct Background {
+    cuda::Stream stream;  // the default priority: the device's least
+    cuda::Event main_ready;
+    cuda::Event start{cuda::EventTiming::kEnabled}, done{cuda::EventTiming::kEnabled};
+    cuda::PinnedBuffer uploads;  // this batch's index uploads
+    size_t uploads_used = 0;
+    bool active = false;    // between Begin and End
+    bool unjoined = false;  // a batch the main stream has not waited for
+    bool untimed = false;   // a finished batch whose time is not counted yet
+    double seconds = 0.0;
+  };
+  std::unique_ptr<Background> background_;
+  void BackgroundUpload(Tensor& dst, const Tensor& host);
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
   cuda::DeviceBuffer qkv_counters_;  // [kGemvQkvMaxHeads] int32, zero between fused QKV launches

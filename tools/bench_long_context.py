@@ -235,6 +235,7 @@ def derive(before, after, duration_s, median_tpot_ms, median_itl_ms=None):
         "moves_done": g("oasis:kv_moves_total{stage=done}"),
         "move_bytes": g("oasis:kv_move_bytes_total"),
         "move_seconds": g("oasis:kv_move_seconds_total"),
+        "move_copy_seconds": g("oasis:kv_move_copy_seconds_total"),
         "sparse_steps": steps,
         "hit_rate": g("oasis:sparse_hits_total") / looked if looked else None,
         "blocks_fetched_per_step": g("oasis:sparse_blocks_fetched_total") / steps if steps else None,

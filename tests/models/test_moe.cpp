@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <set>
 
@@ -126,7 +127,9 @@ struct Loaded {
 Loaded WriteAndOpen(const std::string& tag, const TinyMoeOptions& o) {
   const auto dir = testing::MakeTempDir(tag);
   TinyMoeCheckpoint ck = testing::WriteTinyMoe(dir, o);
-  return {std::move(ck), testing::OpenFixtureDir(dir)};
+  Loaded loaded{std::move(ck), testing::OpenFixtureDir(dir)};
+  std::filesystem::remove_all(dir);  // the files stay mapped until the weights go
+  return loaded;
 }
 
 std::vector<int32_t> EveryToken(int64_t vocab) {
@@ -351,6 +354,8 @@ TEST_CASE("missing and misshapen expert tensors are clear errors", "[models][moe
   CHECK(fbad.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(fbad.status().message(), Catch::Contains(MoeLayerName(1, "mlp.experts.down_proj")) &&
                                           Catch::Contains("[6, 16, 32]"));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(fdir);
 }
 
 TEST_CASE("dummy weights build a MoE model at its real shapes", "[models][moe]") {
@@ -360,6 +365,7 @@ TEST_CASE("dummy weights build a MoE model at its real shapes", "[models][moe]")
   testing::WriteTinyMoe(dir, o);
   auto config = LoadModelConfig(dir);
   REQUIRE(config.ok());
+  std::filesystem::remove_all(dir);  // only its config.json was needed
   const auto specs = DecoderLM::ExpectedWeights(*config);
   // Layer 0 dense, layers 1 and 2: router + 6 experts x 3 projections.
   int64_t expert_tensors = 0;

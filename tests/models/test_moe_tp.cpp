@@ -5,6 +5,7 @@
 // --tensor-parallel-size 2 runs).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -32,7 +33,9 @@ struct Loaded {
 Loaded WriteAndOpen(const std::string& tag, const TinyMoeOptions& o) {
   const auto dir = testing::MakeTempDir(tag);
   testing::TinyMoeCheckpoint ck = testing::WriteTinyMoe(dir, o);
-  return {std::move(ck), testing::OpenFixtureDir(dir)};
+  Loaded loaded{std::move(ck), testing::OpenFixtureDir(dir)};
+  std::filesystem::remove_all(dir);  // the files stay mapped until the weights go
+  return loaded;
 }
 
 // Greedy tokens of `prompts` through an engine over `runner`, queued before it starts.

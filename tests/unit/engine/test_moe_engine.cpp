@@ -1,7 +1,8 @@
 // The engine over a Qwen3-MoE model with dummy weights (--load-format dummy) on the CPU
 // backend: continuous batching (concurrent requests, chunked prefill, preemptions) gives each
 // request the same tokens and log-probs as running it alone, and lookahead decoding with an
-// EAGLE-3 head (aux layers captured from the MoE target) equals plain decoding.
+// EAGLE-3 head (aux layers captured from the MoE target) equals plain decoding, and so does
+// sparse KV (attention is ordinary GQA) with K covering every block.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/lookahead.h"
+#include "kvcache/sparse_config.h"
 #include "models/eagle3.h"
 #include "runner/draft_runner.h"
 #include "test_engine_util.h"
@@ -174,4 +176,50 @@ TEST_CASE("MoE (dummy weights): lookahead with an EAGLE-3 head equals plain deco
       CheckSame(reqs, RunQueued(*m.runner, opt, reqs, &draft), plain);
     }
   }
+}
+
+TEST_CASE("MoE (dummy weights): sparse KV with K >= the blocks equals dense decoding",
+          "[engine][moe][sparse]") {
+  std::mt19937_64 rng(9);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt(40 + rng() % 160);  // most pass the threshold of 64 tokens
+    for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % (kVocab - 3));
+    EngineRequest r = Request("moe-sparse-" + std::to_string(i), std::move(prompt),
+                              20 + static_cast<int64_t>(rng() % 20));
+    r.ignore_eos = true;
+    reqs.push_back(std::move(r));
+  }
+  DummyMoe m(256);
+  const std::vector<Collected> dense = RunQueued(*m.runner, {}, reqs);
+  SparseConfig sparse;
+  sparse.topk_blocks = 16;  // >= the longest context (240 tokens = 15 blocks): all resident
+  sparse.fetch_ratio = 0.1;
+  sparse.sparse_threshold = 64;
+  sparse.predictor = SparsePredictor::kOracle;
+  sparse.max_sparse_seqs = 16;
+  // A host slot: K and V of 16 tokens x head_dim 8 x 3 layers in f32.
+  sparse.host_kv_gib = 4096.5 * (2.0 * 16 * 8 * 3 * 4) / (1024.0 * 1024.0 * 1024.0);
+  EngineOptions opt;
+  opt.sparse = sparse;
+  REQUIRE(Engine::CheckOptions(opt, *m.runner, nullptr).ok());
+  Engine engine(*m.runner, nullptr, opt);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& r : reqs) {
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    streams.push_back(*s);
+  }
+  engine.Start();
+  std::vector<Collected> out;
+  for (const auto& s : streams) out.push_back(Drain(*s));
+  CheckSame(reqs, out, dense);
+  EngineStats st = engine.Stats();
+  for (int i = 0; i < 2000 && st.sparse.num_requests > 0; ++i) {
+    std::this_thread::sleep_for(5ms);
+    st = engine.Stats();
+  }
+  CHECK(st.sparse.switches_total >= 4);  // requests really went sparse
+  CHECK(st.sparse.steps_total > 0);
+  engine.Stop();
 }

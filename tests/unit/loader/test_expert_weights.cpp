@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <tuple>
 
@@ -31,6 +32,7 @@ std::unique_ptr<WeightSource> Open(const std::vector<RawTensor>& tensors) {
   WriteBinaryFile(dir / "model.safetensors", BuildSafetensors(tensors));
   auto w = OpenSafetensorsWeights(dir);
   REQUIRE(w.ok());
+  std::filesystem::remove_all(dir);  // the file stays mapped until the weights go
   return std::move(*w);
 }
 

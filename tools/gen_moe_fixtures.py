@@ -9,7 +9,8 @@ for each tiny Qwen3MoeConfig below it
   2. rounds the weights to bf16 and saves them with save_pretrained (model.safetensors or
      shards + model.safetensors.index.json, config.json) into <out>/<name>/,
   3. loads those exact bf16 weights into a float32 model (eager attention) and writes
-     <out>/<name>/reference.safetensors holding, for each prompt i:
+     <out>/<name>/reference.safetensors (experts run by the eager per-expert loop) holding,
+     for each prompt i:
        prompt{i}.ids            int64 [n]        the prompt
        prompt{i}.logits         f32   [n, vocab] logits at every prompt position
        prompt{i}.greedy         int64 [32]       the 32-token greedy continuation
@@ -185,6 +186,10 @@ def main():
         # The reference: the same bf16 weights, float32 math, eager attention.
         ref = Qwen3MoeForCausalLM.from_pretrained(out_dir, dtype=torch.float32,
                                                   attn_implementation="eager").eval()
+        # transformers 5 picks a fused experts kernel (grouped_mm, ...) by default; the plain
+        # per-expert loop is the reference (deterministic, float32 throughout).
+        if hasattr(ref, "set_experts_implementation"):
+            ref.set_experts_implementation("eager")
         prompts = make_prompts(gen)
         tensors = reference_outputs(ref, prompts)
         save_file(tensors, os.path.join(out_dir, "reference.safetensors"),

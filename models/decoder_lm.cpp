@@ -25,11 +25,23 @@ bool ServedArchitecture(Architecture a) {
   return a == Architecture::kQwen3 || a == Architecture::kLlama || a == Architecture::kQwen3Moe;
 }
 
+// The architecture, and for MoE layers the expert counts a hand-built config could get wrong
+// (ParseModelConfig already refuses them in config.json).
 Status CheckServed(const ModelConfig& config) {
-  if (ServedArchitecture(config.architecture)) return Status::Ok();
-  return Unimplemented(
-      "DecoderLM serves Qwen3ForCausalLM, Qwen3MoeForCausalLM and LlamaForCausalLM, not " +
-      config.architecture_name);
+  if (!ServedArchitecture(config.architecture)) {
+    return Unimplemented(
+        "DecoderLM serves Qwen3ForCausalLM, Qwen3MoeForCausalLM and LlamaForCausalLM, not " +
+        config.architecture_name);
+  }
+  if (config.HasMoeLayers() &&
+      (config.num_experts_per_tok < 1 || config.num_experts_per_tok > config.num_experts ||
+       config.moe_intermediate_size < 1)) {
+    return InvalidArgument("MoE layers need 1 <= num_experts_per_tok (" +
+                           std::to_string(config.num_experts_per_tok) + ") <= num_experts (" +
+                           std::to_string(config.num_experts) + ") and moe_intermediate_size (" +
+                           std::to_string(config.moe_intermediate_size) + ") >= 1");
+  }
+  return Status::Ok();
 }
 
 // Loads `name` as `dtype` and checks its shape.

@@ -399,6 +399,18 @@ TEST_CASE("dummy weights build a MoE model at its real shapes", "[models][moe]")
     CHECK((*b)[0].tokens == (*a)[0].tokens);
     CHECK((*b)[1].tokens == (*a)[0].tokens);
   }
+  // Hand-built configs with impossible expert counts are refused before any weight is read.
+  for (auto [k, inter] : {std::pair{int64_t{0}, int64_t{16}}, std::pair{int64_t{7}, int64_t{16}},
+                          std::pair{int64_t{2}, int64_t{0}}}) {
+    ModelConfig bad = *config;
+    bad.num_experts_per_tok = k;
+    bad.moe_intermediate_size = inter;
+    auto refused = DecoderLM::CreateDummy(bad, backend, 3);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(refused.status().message(), Catch::Contains("num_experts_per_tok"));
+    CHECK(DecoderLM::Create(bad, *dummy, backend).status().code() == StatusCode::kInvalidArgument);
+  }
   // An MoE layer has no dense down_proj to find.
   CHECK((*direct)->FindWeight(MoeLayerName(1, "mlp.down_proj.weight")) == nullptr);
   CHECK((*direct)->FindWeight(MoeLayerName(0, "mlp.down_proj.weight")) != nullptr);

@@ -7,12 +7,41 @@
 #include "backend/rope.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "loader/expert_weights.h"
 
 namespace oasis {
 namespace {
 
 std::string LayerName(int64_t i, const std::string& leaf) {
   return "model.layers." + std::to_string(i) + "." + leaf;
+}
+
+// "mlp.experts.{e}.{proj}.weight" (the per-expert layout of the Qwen3-MoE releases).
+std::string ExpertLeaf(int64_t e, const char* proj) {
+  return "mlp.experts." + std::to_string(e) + "." + proj + ".weight";
+}
+
+bool ServedArchitecture(Architecture a) {
+  return a == Architecture::kQwen3 || a == Architecture::kLlama || a == Architecture::kQwen3Moe;
+}
+
+// The architecture, and for MoE layers the expert counts a hand-built config could get wrong
+// (ParseModelConfig already refuses them in config.json).
+Status CheckServed(const ModelConfig& config) {
+  if (!ServedArchitecture(config.architecture)) {
+    return Unimplemented(
+        "DecoderLM serves Qwen3ForCausalLM, Qwen3MoeForCausalLM and LlamaForCausalLM, not " +
+        config.architecture_name);
+  }
+  if (config.HasMoeLayers() &&
+      (config.num_experts_per_tok < 1 || config.num_experts_per_tok > config.num_experts ||
+       config.moe_intermediate_size < 1)) {
+    return InvalidArgument("MoE layers need 1 <= num_experts_per_tok (" +
+                           std::to_string(config.num_experts_per_tok) + ") <= num_experts (" +
+                           std::to_string(config.num_experts) + ") and moe_intermediate_size (" +
+                           std::to_string(config.moe_intermediate_size) + ") >= 1");
+  }
+  return Status::Ok();
 }
 
 // Loads `name` as `dtype` and checks its shape.
@@ -60,6 +89,16 @@ std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
     }
     specs.push_back(
         {LayerName(i, "post_attention_layernorm.weight"), {h}, DType::kBF16, DummyInit::kOnes});
+    if (c.IsMoeLayer(i)) {
+      const int64_t mi = c.moe_intermediate_size;
+      specs.push_back({LayerName(i, "mlp.gate.weight"), {c.num_experts, h}});
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        specs.push_back({LayerName(i, ExpertLeaf(e, "gate_proj")), {mi, h}});
+        specs.push_back({LayerName(i, ExpertLeaf(e, "up_proj")), {mi, h}});
+        specs.push_back({LayerName(i, ExpertLeaf(e, "down_proj")), {h, mi}});
+      }
+      continue;
+    }
     specs.push_back({LayerName(i, "mlp.gate_proj.weight"), {c.intermediate_size, h}});
     specs.push_back({LayerName(i, "mlp.up_proj.weight"), {c.intermediate_size, h}});
     specs.push_back({LayerName(i, "mlp.down_proj.weight"), {h, c.intermediate_size}});
@@ -77,18 +116,21 @@ DecoderLM::DecoderLM(const ModelConfig& config, Backend& backend, const TensorPa
       rope_(ComputeRopeParams(config)) {}
 
 StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config,
-                                                       const WeightSource& weights,
+                                                       const WeightSource& checkpoint,
                                                        Backend& backend, const TensorParallel& tp) {
-  if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
-    return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
-                         config.architecture_name);
-  }
+  OASIS_RETURN_IF_ERROR(CheckServed(config));
   OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
   OASIS_RETURN_IF_ERROR(backend.CheckModelShapes(config, tp.size));
   if (config.attention_bias) return Unimplemented("attention_bias=true is not supported");
   if (config.hidden_act != "silu")
     return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
   if (config.head_dim % 2 != 0) return InvalidArgument("head_dim must be even for RoPE");
+  // transformers 5's fused expert tensors are read through their per-expert names.
+  std::unique_ptr<WeightSource> split_experts;
+  if (HasFusedExperts(checkpoint)) {
+    OASIS_ASSIGN_OR_RETURN(split_experts, SplitFusedExperts(checkpoint));
+  }
+  const WeightSource& weights = split_experts != nullptr ? *split_experts : checkpoint;
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   const DType dt = backend.activation_dtype();
   const bool tied_without_head = config.tie_word_embeddings && !weights.Has("lm_head.weight");
@@ -153,10 +195,7 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
 StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& config,
                                                             Backend& backend, uint64_t seed,
                                                             const TensorParallel& tp) {
-  if (config.architecture != Architecture::kQwen3 && config.architecture != Architecture::kLlama) {
-    return Unimplemented("DecoderLM serves Qwen3ForCausalLM and LlamaForCausalLM, not " +
-                         config.architecture_name);
-  }
+  OASIS_RETURN_IF_ERROR(CheckServed(config));
   OASIS_RETURN_IF_ERROR(CheckTensorParallel(config, tp));
   OASIS_RETURN_IF_ERROR(backend.CheckModelShapes(config, tp.size));
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
@@ -223,6 +262,10 @@ Status DecoderLM::LoadWeights(const WeightProvider& get) {
       OASIS_ASSIGN_OR_RETURN(L.k_norm, get(Parts{whole(i, "self_attn.k_norm.weight", {c.head_dim})},
                                            DummyInit::kOnes));
     }
+    if (c.IsMoeLayer(i)) {
+      OASIS_RETURN_IF_ERROR(LoadExperts(get, i, L));
+      continue;
+    }
     OASIS_ASSIGN_OR_RETURN(L.gate_up,
                            get(Parts{rows(i, "mlp.gate_proj.weight", {c.intermediate_size, h}),
                                      rows(i, "mlp.up_proj.weight", {c.intermediate_size, h})},
@@ -231,6 +274,35 @@ Status DecoderLM::LoadWeights(const WeightProvider& get) {
         L.down,
         get(Parts{cols(i, "mlp.down_proj.weight", {h, c.intermediate_size})}, DummyInit::kNormal));
   }
+  return Status::Ok();
+}
+
+Status DecoderLM::LoadExperts(const WeightProvider& get, int64_t i, Layer& L) {
+  const ModelConfig& c = full_config_;
+  const int64_t h = c.hidden_size, experts = c.num_experts, mi = c.moe_intermediate_size;
+  const int64_t local_mi = config_.moe_intermediate_size;
+  L.moe = true;
+  // The router is replicated; each expert is split along its intermediate size like the
+  // dense MLP (gate/up rows, down columns), so every rank holds a slice of every expert.
+  OASIS_ASSIGN_OR_RETURN(
+      L.router,
+      get(std::vector<WeightPart>{Replicated(LayerName(i, "mlp.gate.weight"), {experts, h})},
+          DummyInit::kNormal));
+  std::vector<WeightPart> gate_up, down;
+  for (int64_t e = 0; e < experts; ++e) {
+    gate_up.push_back(Shard(LayerName(i, ExpertLeaf(e, "gate_proj")), {mi, h}, 0, tp_));
+    gate_up.push_back(Shard(LayerName(i, ExpertLeaf(e, "up_proj")), {mi, h}, 0, tp_));
+    down.push_back(Shard(LayerName(i, ExpertLeaf(e, "down_proj")), {h, mi}, 1, tp_));
+  }
+  // Stacked along dimension 0: [E * 2 * mi, h] is [E, 2 * mi, h] (gate then up per expert),
+  // [E * h, mi] is [E, h, mi]. (A dry run of the loading plan returns empty tensors.)
+  const auto as3d = [](Tensor t, std::vector<int64_t> shape) {
+    return t.raw() == nullptr ? t : t.Reshape(std::move(shape));
+  };
+  OASIS_ASSIGN_OR_RETURN(Tensor gu, get(gate_up, DummyInit::kNormal));
+  L.experts_gate_up = as3d(std::move(gu), {experts, 2 * local_mi, h});
+  OASIS_ASSIGN_OR_RETURN(Tensor dn, get(down, DummyInit::kNormal));
+  L.experts_down = as3d(std::move(dn), {experts, h, local_mi});
   return Status::Ok();
 }
 
@@ -246,7 +318,7 @@ Tensor* DecoderLM::FindWeight(const std::string& name) {
     if (rest == "input_layernorm.weight") return &L.input_norm;
     if (rest == "post_attention_layernorm.weight") return &L.post_norm;
     if (rest == "self_attn.o_proj.weight") return &L.o_proj;
-    if (rest == "mlp.down_proj.weight") return &L.down;
+    if (rest == "mlp.down_proj.weight") return L.moe ? nullptr : &L.down;
     return nullptr;
   }
   return nullptr;
@@ -277,6 +349,13 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
   Tensor q = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
   Tensor attn = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
   Tensor act = B.Empty({T, c.intermediate_size}, dt);  // SiLU(gate) · up
+  // MoE layers: each token's experts and routing weights.
+  const bool has_moe = c.HasMoeLayers();
+  const int64_t k = has_moe ? c.num_experts_per_tok : 0;
+  Tensor expert_ids = has_moe ? B.Empty({T, k}, DType::kI32) : Tensor();
+  Tensor expert_weights = has_moe ? B.Empty({T, k}, DType::kF32) : Tensor();
+  const MoeTopKWeights topk_weights =
+      c.norm_topk_prob ? MoeTopKWeights::kRenormalized : MoeTopKWeights::kSoftmax;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const float eps = static_cast<float>(c.rms_norm_eps);
 
@@ -332,11 +411,20 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
     B.Linear(attn.Reshape({T, c.q_size()}), L.o_proj, hidden);
     if (tp_.comm != nullptr)
       tp_.comm->AllReduceSum(hidden);  // row-parallel o_proj: sum the partials
-    B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps, L.gate_up,
-                           act);
-    cur = 1 - cur;
-    B.Linear(act, L.down, hidden);
-    if (tp_.comm != nullptr) tp_.comm->AllReduceSum(hidden);  // row-parallel down_proj
+    if (L.moe) {
+      B.Add(hidden, residual[cur], residual[1 - cur]);
+      cur = 1 - cur;
+      B.RmsNorm(residual[cur], L.post_norm, eps, normed);
+      B.MoeRoute(normed, L.router, k, topk_weights, expert_ids, expert_weights);
+      B.MoeExperts(normed, expert_ids, expert_weights, L.experts_gate_up, L.experts_down, hidden);
+    } else {
+      B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps,
+                             L.gate_up, act);
+      cur = 1 - cur;
+      B.Linear(act, L.down, hidden);
+    }
+    // Row-parallel down_proj (each expert's too): sum the partials.
+    if (tp_.comm != nullptr) tp_.comm->AllReduceSum(hidden);
   }
   B.AddRmsNorm(hidden, residual[cur], final_norm_, eps, normed);
   capture_stream(c.num_hidden_layers, residual[cur]);  // leaving the last layer (pre-norm)

@@ -1,6 +1,8 @@
-// DecoderLM: the dense decoder-only transformer of Qwen3 and Llama 3.x, written once in
+// DecoderLM: the decoder-only transformer of Qwen3, Qwen3-MoE and Llama 3.x, written once in
 // the Backend op set. The architectures differ only in config: Qwen3 adds per-head q/k
-// RMSNorm before RoPE; Llama 3.x may use llama3 RoPE scaling. (EAGLE-3 heads are separate.)
+// RMSNorm before RoPE; Llama 3.x may use llama3 RoPE scaling; Qwen3-MoE replaces the MLP of
+// its MoE layers (ModelConfig::IsMoeLayer) by a top-k routed mixture of experts
+// (Backend::MoeRoute / MoeExperts, docs/moe.md). (EAGLE-3 heads are separate.)
 //
 // Owns its weights (device tensors of the backend). Forward() is called by one thread at
 // a time; the KV pools are owned by the caller and passed in.
@@ -42,7 +44,8 @@ struct ResidualCapture {
 class DecoderLM {
  public:
   // Checks the config and loads every weight the architecture needs from `weights`
-  // (NotFound naming the tensor, InvalidArgument for a wrong shape).
+  // (NotFound naming the tensor, InvalidArgument for a wrong shape). MoE experts may be
+  // stored per expert or fused as transformers 5 saves them (loader/expert_weights.h).
   // With tp.size > 1 the model is rank tp.rank's shard (models/tp_sharding.h): it reads only
   // its slices of the sharded tensors (WeightSource::LoadSlice), computes with the local
   // head counts (config()) and all-reduces through tp.comm inside Forward, which every rank
@@ -60,8 +63,9 @@ class DecoderLM {
   // The checkpoint tensors this architecture reads (also the recipe for dummy weights).
   static std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
 
-  // The config this rank computes with: num_attention_heads, num_key_value_heads and
-  // intermediate_size are the local (per-rank) counts under tensor parallelism.
+  // The config this rank computes with: num_attention_heads, num_key_value_heads,
+  // intermediate_size and moe_intermediate_size are the local (per-rank) counts under tensor
+  // parallelism.
   const ModelConfig& config() const { return config_; }
   // The checkpoint's config (global head counts).
   const ModelConfig& full_config() const { return full_config_; }
@@ -97,8 +101,13 @@ class DecoderLM {
     Tensor q_norm, k_norm;  // [head_dim] (Qwen3 only)
     Tensor o_proj;          // [hidden, q_size]
     Tensor post_norm;       // [hidden]
-    Tensor gate_up;         // [2 * intermediate, hidden]
-    Tensor down;            // [hidden, intermediate]
+    Tensor gate_up;         // [2 * intermediate, hidden] (dense MLP layers)
+    Tensor down;            // [hidden, intermediate] (dense MLP layers)
+    // MoE layers (shapes with the local moe_intermediate_size):
+    bool moe = false;
+    Tensor router;           // [num_experts, hidden]
+    Tensor experts_gate_up;  // [num_experts, 2 * moe_intermediate, hidden]
+    Tensor experts_down;     // [num_experts, hidden, moe_intermediate]
   };
 
   // Produces one device weight: this rank's parts of the named checkpoint tensors stacked
@@ -107,6 +116,8 @@ class DecoderLM {
       std::function<StatusOr<Tensor>(const std::vector<WeightPart>& parts, DummyInit init)>;
   DecoderLM(const ModelConfig& config, Backend& backend, const TensorParallel& tp);
   Status LoadWeights(const WeightProvider& get);
+  // Layer i's router and experts (an MoE layer).
+  Status LoadExperts(const WeightProvider& get, int64_t i, Layer& layer);
 
   ModelConfig config_;       // local head counts
   ModelConfig full_config_;  // as in the checkpoint

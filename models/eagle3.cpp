@@ -93,6 +93,11 @@ ModelConfig Eagle3Head::ConfigForTarget(const ModelConfig& t, int64_t draft_voca
   c.draft_vocab_size = draft_vocab > 0 ? draft_vocab : t.vocab_size;
   c.target_hidden_size = t.hidden_size;
   c.aux_hidden_state_layer_ids.clear();
+  // The head's one layer is a dense Llama layer, whatever the target's MLPs are.
+  c.num_experts = 0;
+  c.num_experts_per_tok = 0;
+  c.moe_intermediate_size = 0;
+  c.mlp_only_layers.clear();
   return c;
 }
 

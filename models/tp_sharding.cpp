@@ -31,7 +31,10 @@ Status CheckTensorParallel(const ModelConfig& c, const TensorParallel& tp) {
   };
   OASIS_RETURN_IF_ERROR(divides(c.num_attention_heads, "num_attention_heads"));
   OASIS_RETURN_IF_ERROR(divides(c.num_key_value_heads, "num_key_value_heads"));
-  OASIS_RETURN_IF_ERROR(divides(c.intermediate_size, "intermediate_size"));
+  if (c.HasDenseMlpLayers())
+    OASIS_RETURN_IF_ERROR(divides(c.intermediate_size, "intermediate_size"));
+  if (c.HasMoeLayers())
+    OASIS_RETURN_IF_ERROR(divides(c.moe_intermediate_size, "moe_intermediate_size"));
   return Status::Ok();
 }
 
@@ -40,6 +43,7 @@ ModelConfig LocalConfig(const ModelConfig& c, const TensorParallel& tp) {
   local.num_attention_heads /= tp.size;
   local.num_key_value_heads /= tp.size;
   local.intermediate_size /= tp.size;
+  local.moe_intermediate_size /= tp.size;
   return local;
 }
 

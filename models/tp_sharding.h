@@ -3,10 +3,10 @@
 //
 //  - q/k/v_proj: column-parallel, split by head (rank r owns query heads
 //    [r·Hq/N, (r+1)·Hq/N) and KV heads [r·Hkv/N, (r+1)·Hkv/N): rows of the weight);
-//  - gate/up_proj: column-parallel, split along intermediate (rows);
+//  - gate/up_proj: column-parallel, split along intermediate (rows); each MoE expert's too;
 //  - o_proj, down_proj: row-parallel, split along their input dimension (columns); the
 //    partial outputs are summed by an all-reduce;
-//  - embedding, lm_head, norms, q/k norms: replicated.
+//  - embedding, lm_head, norms, q/k norms, MoE routers: replicated.
 // Plain functions and value types; no state.
 #pragma once
 
@@ -42,11 +42,11 @@ struct WeightPart {
 };
 
 // InvalidArgument unless 0 <= rank < size, comm is set when size > 1 with matching rank
-// and size, and num_attention_heads, num_key_value_heads and intermediate_size divide by
-// size.
+// and size, and num_attention_heads, num_key_value_heads, intermediate_size (when a layer
+// keeps the dense MLP) and moe_intermediate_size (when a layer is MoE) divide by size.
 Status CheckTensorParallel(const ModelConfig& config, const TensorParallel& tp);
 
-// The config one rank computes with: local head counts and intermediate size (the rest,
+// The config one rank computes with: local head counts and intermediate sizes (the rest,
 // hidden size and vocab included, unchanged). Requires CheckTensorParallel to pass.
 ModelConfig LocalConfig(const ModelConfig& config, const TensorParallel& tp);
 

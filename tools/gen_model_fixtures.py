@@ -137,7 +137,14 @@ def main():
                                    "prompt_lengths": PROMPT_LENGTHS,
                                    "min_greedy_margin": min_margin}
         print(name, summary["models"][name], flush=True)
-    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+    # Keep the entries other generators own (tools/gen_moe_fixtures.py's MoE models).
+    manifest_path = os.path.join(args.out, "manifest.json")
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            for name, entry in json.load(f).get("models", {}).items():
+                if entry.get("generator") not in (None, "tools/gen_model_fixtures.py"):
+                    summary["models"].setdefault(name, entry)
+    with open(manifest_path, "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
 

@@ -15,6 +15,7 @@ enum class Architecture {
   kQwen3,        // "Qwen3ForCausalLM"
   kLlama,        // "LlamaForCausalLM"
   kEagle3Llama,  // "LlamaForCausalLMEagle3" (EAGLE-3 draft head)
+  kQwen3Moe,     // "Qwen3MoeForCausalLM" (Qwen3 attention, mixture-of-experts MLPs)
 };
 
 // `rope_type` of config.json's "rope_scaling" (or transformers-5 "rope_parameters"); the
@@ -72,6 +73,15 @@ struct ModelConfig {
   std::vector<int64_t> bos_token_ids;
   std::vector<int64_t> eos_token_ids;
 
+  // Qwen3-MoE only (docs/loader.md). num_experts 0: every layer keeps the dense MLP.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;    // k of the router's top-k, in [1, num_experts]
+  int64_t moe_intermediate_size = 0;  // each expert's intermediate size
+  // Renormalise the k routing weights to sum to 1 (else they stay softmax probabilities).
+  bool norm_topk_prob = false;
+  int64_t decoder_sparse_step = 1;       // every step-th layer is MoE (see IsMoeLayer)
+  std::vector<int64_t> mlp_only_layers;  // layers that keep the dense MLP (intermediate_size)
+
   // EAGLE-3 draft heads only.
   int64_t draft_vocab_size = 0;
   int64_t target_hidden_size = 0;
@@ -85,6 +95,13 @@ struct ModelConfig {
   std::string head_layer_prefix = "midlayer.";
 
   int64_t q_size() const { return num_attention_heads * head_dim; }
+  // transformers' rule (Qwen3MoeDecoderLayer): layer l has a sparse MoE block iff l is not in
+  // mlp_only_layers, num_experts > 0 and (l + 1) % decoder_sparse_step == 0.
+  bool IsMoeLayer(int64_t layer) const;
+  // Whether any layer is MoE.
+  bool HasMoeLayers() const;
+  // Whether any layer keeps the dense MLP of intermediate_size.
+  bool HasDenseMlpLayers() const;
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
 };
 

@@ -47,6 +47,10 @@ struct AttentionMetadata {
   int32_t max_kv_len = 0;     // host-known bound of kv_lens (0 = table width × kBlockSize)
 };
 
+// The routing weights MoeRoute returns for the k chosen experts: their softmax probabilities
+// as they are (Qwen3-MoE norm_topk_prob = false), or divided by their sum (true).
+enum class MoeTopKWeights : uint8_t { kSoftmax, kRenormalized };
+
 // How ScoreBlocks combines the scores of the query heads that share a KV head (GQA group).
 // kSum: Σ over the group (the group's summed upper bound; the default). kMax: max over the
 // group (a block matters if any query head of the group wants it).
@@ -265,6 +269,35 @@ class Backend {
   virtual void WriteIndexed(const Tensor& values,  // [N] int32
                             const Tensor& index,   // [N] int32, < 0 = skip
                             Tensor& out) = 0;      // int32, any shape
+
+  // ---- Mixture of experts (Qwen3-MoE, docs/moe.md). Routing and the experts are separate
+  // ops so that a device backend can route on the device, then permute the tokens by expert
+  // and run grouped GEMMs. E = num_experts, k = experts per token, I = an expert's
+  // intermediate size (this rank's slice under tensor parallelism).
+
+  // Top-k routing of every token: p = softmax(x · routerᵀ) in float32; expert_ids[t] = the k
+  // experts of largest p in descending order of p, ties broken toward the lower expert index
+  // (what torch.topk returns in practice; transformers relies on it); expert_weights[t] = their
+  // p, divided by the sum of the k when `weights` is kRenormalized (Qwen3-MoE
+  // norm_topk_prob). expert_ids are exact: a backend must match the CPU reference's ids
+  // given the same router logits.
+  virtual void MoeRoute(const Tensor& x,       // [T, hidden]
+                        const Tensor& router,  // [E, hidden]
+                        int64_t k, MoeTopKWeights weights,
+                        Tensor& expert_ids,           // [T, k] int32
+                        Tensor& expert_weights) = 0;  // [T, k] f32
+
+  // The experts of every token, weighted:
+  //   out[t] = Σ_j expert_weights[t, j] · down[e] · (SiLU(g) ⊙ u), e = expert_ids[t, j],
+  //   [g | u] = gate_up[e] · x[t]
+  // (each expert's fused [gate | up] rows as in the dense MLP). Under tensor parallelism
+  // gate_up and down hold this rank's slice of I, so `out` is a partial sum to all-reduce.
+  virtual void MoeExperts(const Tensor& x,               // [T, hidden]
+                          const Tensor& expert_ids,      // [T, k] int32 in [0, E)
+                          const Tensor& expert_weights,  // [T, k] f32
+                          const Tensor& gate_up,         // [E, 2 * I, hidden]
+                          const Tensor& down,            // [E, hidden, I]
+                          Tensor& out) = 0;              // [T, hidden]
 
   // ---- Sparse KV (docs/sparse.md). Integer outputs of these ops are exact: a backend must
   // produce bit-identical int32 tensors to the CPU reference given the same inputs (for

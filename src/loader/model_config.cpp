@@ -1,5 +1,6 @@
-// HF config.json -> ModelConfig for Qwen3ForCausalLM, LlamaForCausalLM and
-// LlamaForCausalLMEagle3. Field rules are documented in docs/loader.md.
+// HF config.json -> ModelConfig for Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM
+// and LlamaForCausalLMEagle3. Field rules are documented in docs/loader.md.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -20,6 +21,7 @@ struct ArchitectureName {
 };
 constexpr ArchitectureName kArchitectures[] = {
     {"Qwen3ForCausalLM", Architecture::kQwen3},
+    {"Qwen3MoeForCausalLM", Architecture::kQwen3Moe},
     {"LlamaForCausalLM", Architecture::kLlama},
     {"LlamaForCausalLMEagle3", Architecture::kEagle3Llama},
     {"Eagle3LlamaForCausalLM", Architecture::kEagle3Llama},  // vLLM's name for the same head
@@ -286,6 +288,41 @@ Status ParseEagle3(const json& root, const std::string& source, ModelConfig* con
       .IntList("eagle_aux_hidden_state_layer_ids", &config->aux_hidden_state_layer_ids);
 }
 
+// Qwen3-MoE's expert fields. num_experts, num_experts_per_tok and moe_intermediate_size are
+// required (they fix the checkpoint's shapes; transformers' defaults describe a 30B model);
+// norm_topk_prob, decoder_sparse_step and mlp_only_layers default as in Qwen3MoeConfig.
+Status ParseMoe(const FieldReader& f, ModelConfig* c) {
+  OASIS_RETURN_IF_ERROR(f.Int("num_experts", Presence::kRequired, 0, &c->num_experts));
+  OASIS_RETURN_IF_ERROR(
+      f.Int("num_experts_per_tok", Presence::kRequired, 1, &c->num_experts_per_tok));
+  OASIS_RETURN_IF_ERROR(
+      f.Int("moe_intermediate_size", Presence::kRequired, 1, &c->moe_intermediate_size));
+  OASIS_RETURN_IF_ERROR(f.Bool("norm_topk_prob", &c->norm_topk_prob));
+  OASIS_RETURN_IF_ERROR(
+      f.Int("decoder_sparse_step", Presence::kOptional, 1, &c->decoder_sparse_step));
+  OASIS_RETURN_IF_ERROR(f.IntList("mlp_only_layers", &c->mlp_only_layers));
+  if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts) {
+    return f.Bad("num_experts_per_tok", "(" + std::to_string(c->num_experts_per_tok) +
+                                            ") must not exceed num_experts (" +
+                                            std::to_string(c->num_experts) + ")");
+  }
+  for (int64_t layer : c->mlp_only_layers) {
+    if (layer >= c->num_hidden_layers) {
+      return f.Bad("mlp_only_layers", "names layer " + std::to_string(layer) +
+                                          ", outside [0, num_hidden_layers = " +
+                                          std::to_string(c->num_hidden_layers) + ")");
+    }
+  }
+  std::sort(c->mlp_only_layers.begin(), c->mlp_only_layers.end());
+  c->mlp_only_layers.erase(std::unique(c->mlp_only_layers.begin(), c->mlp_only_layers.end()),
+                           c->mlp_only_layers.end());
+  // Qwen2-MoE's shared expert has no place in Qwen3-MoE: refuse rather than drop it.
+  int64_t shared = 0;
+  OASIS_RETURN_IF_ERROR(f.Int("shared_expert_intermediate_size", Presence::kOptional, 0, &shared));
+  if (shared > 0) return f.Bad("shared_expert_intermediate_size", "> 0 is not supported");
+  return Status::Ok();
+}
+
 StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   if (!root.is_object()) return InvalidArgument(source + ": not a JSON object");
   ModelConfig c;
@@ -337,7 +374,8 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   OASIS_RETURN_IF_ERROR(ParseDType(f, &c));
   OASIS_RETURN_IF_ERROR(f.IntList("bos_token_id", &c.bos_token_ids));
   OASIS_RETURN_IF_ERROR(f.IntList("eos_token_id", &c.eos_token_ids));
-  c.qk_norm = c.architecture == Architecture::kQwen3;
+  c.qk_norm = c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe;
+  if (c.architecture == Architecture::kQwen3Moe) OASIS_RETURN_IF_ERROR(ParseMoe(f, &c));
   if (c.architecture == Architecture::kEagle3Llama)
     OASIS_RETURN_IF_ERROR(ParseEagle3(root, source, &c));
   return c;
@@ -393,6 +431,27 @@ StatusOr<ModelConfig> ParseSpeculators(const json& root, const std::string& sour
 }
 
 }  // namespace
+
+bool ModelConfig::IsMoeLayer(int64_t layer) const {
+  if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
+    return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+bool ModelConfig::HasMoeLayers() const {
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    if (IsMoeLayer(l)) return true;
+  }
+  return false;
+}
+
+bool ModelConfig::HasDenseMlpLayers() const {
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    if (!IsMoeLayer(l)) return true;
+  }
+  return false;
+}
 
 const char* RopeTypeName(RopeScalingType type) {
   switch (type) {

@@ -40,6 +40,12 @@ class CpuBackend final : public Backend {
   void ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void Copy(const Tensor& src, Tensor& dst) override;
 
+  // Mixture-of-experts ops (cpu_moe.cpp): a per-expert loop over the tokens routed to it.
+  void MoeRoute(const Tensor& x, const Tensor& router, int64_t k, MoeTopKWeights weights,
+                Tensor& expert_ids, Tensor& expert_weights) override;
+  void MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
+                  const Tensor& gate_up, const Tensor& down, Tensor& out) override;
+
   // Sparse KV ops (cpu_sparse.cpp): the reference semantics documented in backend.h.
   Tensor EmptyHost(std::vector<int64_t> shape, DType dtype) override;
   void BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots, const Tensor& num_tokens,

@@ -16,6 +16,12 @@ Status Refuse(const ModelConfig& c, const std::string& what) {
 }  // namespace
 
 Status CheckCudaKernelShapes(const ModelConfig& c, int tp_size) {
+  // Mixture-of-experts layers (Qwen3-MoE) have only the CPU reference so far.
+  if (c.HasMoeLayers()) {
+    return Unimplemented("MoE on CUDA: the mixture-of-experts layers of " + c.architecture_name +
+                         " (" + std::to_string(c.num_experts) +
+                         " experts) have no CUDA kernels yet; use --backend cpu");
+  }
   const std::string d = std::to_string(c.head_dim);
   // Attention: the decode kernel takes 64/128/256, the tensor-core prefill 64/128, every other
   // head_dim runs the reference kernel, whose lanes hold at most 8 values (head_dim <= 256).

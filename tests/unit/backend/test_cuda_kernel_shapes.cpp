@@ -136,3 +136,25 @@ TEST_CASE("CUDA sparse KV shapes: head_dim 32/64/128/256 and groups up to 16", "
   RequireRefused(CheckCudaSparseShapes(Llama(4096, 68, 4, 64)), "17 query heads per KV head",
                  "1 to 16");
 }
+
+TEST_CASE("CUDA kernel shapes: MoE layers are refused until the GPU part lands", "[backend][shapes][moe]") {
+  ModelConfig c = Llama(2048, 32, 4, 128);
+  c.architecture = Architecture::kQwen3Moe;
+  c.architecture_name = "Qwen3MoeForCausalLM";
+  c.num_experts = 128;
+  c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 768;
+  Status s = CheckCudaKernelShapes(c, 1);
+  INFO(s.ToString());
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == StatusCode::kUnimplemented);
+  CHECK_THAT(s.message(), Catch::Contains("MoE on CUDA") && Catch::Contains("Qwen3MoeForCausalLM") &&
+                              Catch::Contains("128 experts") && Catch::Contains("use --backend cpu"));
+  CHECK_FALSE(CheckCudaKernelShapes(c, 2).ok());
+  // Every layer dense (no experts, or all in mlp_only_layers): the dense kernels serve it.
+  c.mlp_only_layers = {0, 1};
+  CHECK(CheckCudaKernelShapes(c, 1).ok());
+  c.mlp_only_layers.clear();
+  c.num_experts = 0;
+  CHECK(CheckCudaKernelShapes(c, 1).ok());
+}

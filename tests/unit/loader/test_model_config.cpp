@@ -479,7 +479,8 @@ TEST_CASE("model config: errors name the field and the file", "[loader][config]"
   CHECK(not_json.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(not_json.status().message(), Contains("x/config.json"));
   CHECK(ParseModelConfig("[]", "config.json").status().code() == StatusCode::kInvalidArgument);
-  CHECK(SupportedArchitectures() == "Qwen3ForCausalLM, LlamaForCausalLM, LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM");
+  CHECK(SupportedArchitectures() ==
+        "Qwen3ForCausalLM, Qwen3MoeForCausalLM, LlamaForCausalLM, LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM");
 }
 
 TEST_CASE("model config: LoadModelConfig from a directory or a file", "[loader][config]") {

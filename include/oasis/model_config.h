@@ -97,11 +97,28 @@ struct ModelConfig {
   int64_t q_size() const { return num_attention_heads * head_dim; }
   // transformers' rule (Qwen3MoeDecoderLayer): layer l has a sparse MoE block iff l is not in
   // mlp_only_layers, num_experts > 0 and (l + 1) % decoder_sparse_step == 0.
-  bool IsMoeLayer(int64_t layer) const;
+  // (Inline: the backend's shape checks use them without the loader.)
+  bool IsMoeLayer(int64_t layer) const {
+    if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
+    for (int64_t l : mlp_only_layers) {
+      if (l == layer) return false;
+    }
+    return (layer + 1) % decoder_sparse_step == 0;
+  }
   // Whether any layer is MoE.
-  bool HasMoeLayers() const;
+  bool HasMoeLayers() const {
+    for (int64_t l = 0; l < num_hidden_layers; ++l) {
+      if (IsMoeLayer(l)) return true;
+    }
+    return false;
+  }
   // Whether any layer keeps the dense MLP of intermediate_size.
-  bool HasDenseMlpLayers() const;
+  bool HasDenseMlpLayers() const {
+    for (int64_t l = 0; l < num_hidden_layers; ++l) {
+      if (!IsMoeLayer(l)) return true;
+    }
+    return false;
+  }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
 };
 

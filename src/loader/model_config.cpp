@@ -291,8 +291,21 @@ Status ParseEagle3(const json& root, const std::string& source, ModelConfig* con
 // Qwen3-MoE's expert fields. num_experts, num_experts_per_tok and moe_intermediate_size are
 // required (they fix the checkpoint's shapes; transformers' defaults describe a 30B model);
 // norm_topk_prob, decoder_sparse_step and mlp_only_layers default as in Qwen3MoeConfig.
+// transformers 5 saves num_experts under its attribute_map name, num_local_experts (the Hub's
+// Qwen3-MoE releases say num_experts); either is read, and both must agree.
 Status ParseMoe(const FieldReader& f, ModelConfig* c) {
-  OASIS_RETURN_IF_ERROR(f.Int("num_experts", Presence::kRequired, 0, &c->num_experts));
+  if (f.Find("num_experts") == nullptr && f.Find("num_local_experts") != nullptr) {
+    OASIS_RETURN_IF_ERROR(f.Int("num_local_experts", Presence::kRequired, 0, &c->num_experts));
+  } else {
+    OASIS_RETURN_IF_ERROR(f.Int("num_experts", Presence::kRequired, 0, &c->num_experts));
+    int64_t local = c->num_experts;
+    OASIS_RETURN_IF_ERROR(f.Int("num_local_experts", Presence::kOptional, 0, &local));
+    if (local != c->num_experts) {
+      return f.Bad("num_local_experts", "(" + std::to_string(local) +
+                                            ") disagrees with num_experts (" +
+                                            std::to_string(c->num_experts) + ")");
+    }
+  }
   OASIS_RETURN_IF_ERROR(
       f.Int("num_experts_per_tok", Presence::kRequired, 1, &c->num_experts_per_tok));
   OASIS_RETURN_IF_ERROR(
@@ -431,27 +444,6 @@ StatusOr<ModelConfig> ParseSpeculators(const json& root, const std::string& sour
 }
 
 }  // namespace
-
-bool ModelConfig::IsMoeLayer(int64_t layer) const {
-  if (num_experts <= 0 || decoder_sparse_step <= 0) return false;
-  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
-    return false;
-  return (layer + 1) % decoder_sparse_step == 0;
-}
-
-bool ModelConfig::HasMoeLayers() const {
-  for (int64_t l = 0; l < num_hidden_layers; ++l) {
-    if (IsMoeLayer(l)) return true;
-  }
-  return false;
-}
-
-bool ModelConfig::HasDenseMlpLayers() const {
-  for (int64_t l = 0; l < num_hidden_layers; ++l) {
-    if (!IsMoeLayer(l)) return true;
-  }
-  return false;
-}
 
 const char* RopeTypeName(RopeScalingType type) {
   switch (type) {

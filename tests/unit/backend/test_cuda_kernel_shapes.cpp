@@ -71,6 +71,10 @@ TEST_CASE("CUDA kernel shapes: every committed fixture the GPU tests load is acc
       INFO(entry.path().string() << ": head_dim " << config->head_dim);
       const Status s = CheckCudaKernelShapes(*config);
       INFO(s.ToString());
+      if (config->HasMoeLayers()) {  // the MoE fixtures: CPU only until the CUDA MoE path lands
+        CHECK(s.code() == StatusCode::kUnimplemented);
+        continue;
+      }
       CHECK(s.ok());
       ++checked;
     }

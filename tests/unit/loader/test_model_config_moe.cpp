@@ -108,6 +108,16 @@ TEST_CASE("moe config: Qwen3-30B-A3B", "[loader][config][moe]") {
   CHECK(c.rope_theta == 1e6);
 }
 
+TEST_CASE("moe config: transformers 5's num_local_experts names the expert count",
+          "[loader][config][moe]") {
+  ModelConfig c = ParseEditedOk([](json& j) {
+    j.erase("num_experts");
+    j["num_local_experts"] = 16;
+  });
+  CHECK(c.num_experts == 16);
+  CHECK(ParseEditedOk([](json& j) { j["num_local_experts"] = 128; }).num_experts == 128);
+}
+
 TEST_CASE("moe config: optional fields default as in Qwen3MoeConfig", "[loader][config][moe]") {
   ModelConfig c = ParseEditedOk([](json& j) {
     j.erase("norm_topk_prob");
@@ -181,6 +191,14 @@ TEST_CASE("moe config: inconsistent configs are InvalidArgument naming the field
   ExpectError([](json& j) { j["num_experts"] = -1; }, "'num_experts' must be >= 0");
   ExpectError([](json& j) { j.erase("num_experts"); }, "'num_experts' is missing");
   ExpectError([](json& j) { j["num_experts"] = 8.5; }, "'num_experts' must be an integer");
+  ExpectError([](json& j) { j["num_local_experts"] = 64; },
+              "'num_local_experts' (64) disagrees with num_experts (128)");
+  ExpectError(
+      [](json& j) {
+        j.erase("num_experts");
+        j["num_local_experts"] = -3;
+      },
+      "'num_local_experts' must be >= 0");
   ExpectError([](json& j) { j["moe_intermediate_size"] = 0; },
               "'moe_intermediate_size' must be positive");
   ExpectError([](json& j) { j.erase("moe_intermediate_size"); },

@@ -71,8 +71,10 @@ if [[ ${1:-} == --bundle-base ]]; then
   exit 0
 fi
 if [[ ${1:-} == --bundle ]]; then
+  # OASIS_GPU_TESTS="a b" packs only those tests (a smaller pack: the device call's working
+  # tree and carry share 64 MiB).
   exes=()
-  for t in "${ALL_GPU_TESTS[@]}"; do exes+=("build/tests/kernels/$t"); done
+  for t in "${GPU_TESTS[@]}"; do [[ -n $t ]] && exes+=("build/tests/kernels/$t"); done
   for b in "${BENCHMARKS[@]}"; do
     [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
   done

@@ -18,18 +18,19 @@ SparseModelShape ShapeOf(ModelRunner& runner) {
   return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
 }
 
-// Tokens of KV (K and V, every layer and KV head, bf16) whose bytes equal the model's weights:
-// the pressure policy's read budget for dense decodes. Both scale by 1 / TP, so the full
-// model's figures give the ratio.
+}  // namespace
+
 int64_t DenseReadBudgetTokens(const ModelConfig& c) {
   int64_t weight_bytes = 0;
-  for (const WeightSpec& w : DecoderLM::ExpectedWeights(c))
-    weight_bytes += w.numel() * static_cast<int64_t>(DTypeSize(w.dtype));
+  for (const WeightSpec& w : DecoderLM::ExpectedWeights(c)) {
+    int64_t bytes = w.numel() * static_cast<int64_t>(DTypeSize(w.dtype));
+    if (c.num_experts > 0 && w.name.find(".mlp.experts.") != std::string::npos)
+      bytes = bytes * c.num_experts_per_tok / c.num_experts;
+    weight_bytes += bytes;
+  }
   const int64_t kv_per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2;
   return kv_per_token > 0 ? weight_bytes / kv_per_token : 0;
 }
-
-}  // namespace
 
 SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                                BlockAllocator& allocator, int64_t metrics_interval)

@@ -47,6 +47,12 @@ struct SparseCapacity {
   int64_t hbm = 0, host = 0;
 };
 
+// Tokens of KV (K and V, every layer and KV head, bf16) whose bytes equal the weights a
+// decode step reads: the pressure policy's read budget for dense decodes. Both scale by 1 / TP,
+// so the full model's figures give the ratio. An MoE layer's experts count k of E (what one
+// token reads; a batch touches more, so the budget errs towards switching early).
+int64_t DenseReadBudgetTokens(const ModelConfig& c);
+
 class SparseDecoding final : public SequenceKvHooks {
  public:
   // `config.max_seq_len` should be the engine's context length. `metrics_interval`: collect

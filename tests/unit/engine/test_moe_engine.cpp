@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/lookahead.h"
+#include "engine/sparse_decoding.h"
 #include "kvcache/sparse_config.h"
 #include "models/eagle3.h"
 #include "runner/draft_runner.h"
@@ -222,4 +223,26 @@ TEST_CASE("MoE (dummy weights): sparse KV with K >= the blocks equals dense deco
   CHECK(st.sparse.switches_total >= 4);  // requests really went sparse
   CHECK(st.sparse.steps_total > 0);
   engine.Stop();
+}
+
+TEST_CASE("MoE: the pressure policy's read budget counts the k experts a token reads",
+          "[engine][moe][sparse]") {
+  const ModelConfig moe = MoeConfig();
+  int64_t all = 0, experts = 0;
+  for (const WeightSpec& w : DecoderLM::ExpectedWeights(moe)) {
+    const int64_t bytes = w.numel() * 2;  // bf16
+    all += bytes;
+    if (w.name.find(".mlp.experts.") != std::string::npos) experts += bytes;
+  }
+  REQUIRE(experts > 0);
+  const int64_t kv_per_token = 2 * 3 * 2 * 8 * 2;  // K and V, 3 layers, 2 KV heads, d 8, bf16
+  // 2 of 6 experts per token: a third of the expert bytes, all of the rest.
+  CHECK(DenseReadBudgetTokens(moe) == (all - experts + experts * 2 / 6) / kv_per_token);
+  // The same model with every layer dense reads every weight.
+  ModelConfig dense = moe;
+  dense.num_experts = 0;
+  dense.num_experts_per_tok = 0;
+  int64_t dense_bytes = 0;
+  for (const WeightSpec& w : DecoderLM::ExpectedWeights(dense)) dense_bytes += w.numel() * 2;
+  CHECK(DenseReadBudgetTokens(dense) == dense_bytes / kv_per_token);
 }

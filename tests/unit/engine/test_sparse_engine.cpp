@@ -455,6 +455,48 @@ TEST_CASE("small K: at most C new blocks per head per step, counted by the metri
   }
 }
 
+// Speculate with chains of 3 drafts and small K: the chain's queries predict as one GQA group
+// (SparseConfig::chain_queries = 3 on qwen3-tiny, G = 2), the cap still holds per head and
+// step, sparse steps advance by several tokens, the host store stays consistent.
+TEST_CASE("small K with draft chains: one scored prediction per step under the same cap",
+          "[engine][sparse]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);
+  for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
+    DYNAMIC_SECTION((reduce == GroupReduce::kSum ? "sum" : "max")) {
+      TinyModel tm(kSlots);
+      RecordingRunner runner(*tm.model, tm.backend, kSlots);
+      auto head = CopyHead(tm);
+      EngineOptions opt;
+      opt.lookahead = LookaheadMode::kSpeculate;
+      opt.num_speculative_tokens = 3;
+      opt.sparse = TinySparse(4, 0.25, SparsePredictor::kDraft);  // C = 1
+      opt.sparse->group_reduce = reduce;
+      auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
+      const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        INFO(reqs[i].id);
+        CHECK(run.out[i].error.ok());
+        if (reqs[i].ignore_eos) CHECK(run.out[i].reason == FinishReasonKind::kLength);
+      }
+      const EngineStats& st = run.stats;
+      const SparseStepLog& log = runner.log;
+      CHECK(log.max_tokens_sparse == 4);
+      CHECK(log.max_new_per_head == 1);
+      CHECK(log.slots_as_expected);
+      CHECK(log.host_summaries_consistent);
+      CHECK(log.summaries_checked > 0);
+      CHECK(st.sparse.blocks_fetched_total == log.new_blocks);
+      CHECK(st.sparse.hit_rate() > 0.0);
+      CHECK(st.sparse.hit_rate() < 1.0);
+      CHECK(st.sparse.topk_agreement() > 0.3);
+      CHECK(st.lookahead.sparse_tokens_per_step() > 1.5);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+    }
+  }
+}
+
 TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[engine][sparse]") {
   std::vector<EngineRequest> reqs = LongWorkload(8, 4, 60);
   for (auto& r : reqs)

@@ -121,15 +121,18 @@ void Engine::Impl::BuildBatch(StepBatch& b) {
   b.rows.reserve(b.plan.chunks.size());
   for (const ScheduledChunk& c : b.plan.chunks) {
     const bool is_sparse = c.seq->kv != SequenceKv::kDense;
-    const bool stack = is_sparse ? sparse->FeedsDraft() || speculate : dense_drafts;
-    const int64_t d = stack ? c.num_draft : 0;
+    // A handoff request (disaggregation's prefill side) hands off after exactly two tokens:
+    // its drafts are verified, never accepted.
+    const bool accepts = speculate && !requests.at(c.seq->id)->request.handoff;
+    const bool stack = is_sparse ? sparse->FeedsDraft() || accepts : dense_drafts;
+    const int64_t d = stack ? std::min<int64_t>(c.num_draft, accepts ? c.num_draft : 1) : 0;
     std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start,
                                 c.seq->tokens.begin() + c.start + c.num_tokens);
     tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + d);
     b.steps.push_back({&c.seq->table, c.start, std::move(tokens)});
     seqs.push_back(c.seq);
     b.num_draft.push_back(d);
-    b.draft_logits.push_back(speculate);
+    b.draft_logits.push_back(accepts);
     b.every_row.push_back(!is_sparse && WantsPromptRows(c, d));
     b.first_sample.push_back(
         AddSampleRows(c, d, b.draft_logits.back(), b.every_row.back(), b.rows));
@@ -370,7 +373,7 @@ void Engine::Impl::SetDraftsWanted(DraftHeadWork& w, const RequestState& s, int6
   // (prompt + generated <= max_total_tokens); one draft otherwise.
   w.wants_draft = WantsDraft(s, num_tokens, is_sparse);
   w.num_drafts = 1;
-  if (w.wants_draft && options.lookahead == LookaheadMode::kSpeculate) {
+  if (w.wants_draft && options.lookahead == LookaheadMode::kSpeculate && !s.request.handoff) {
     const int64_t room = s.stop_checker.conditions().max_total_tokens - num_tokens - 1;
     w.num_drafts = static_cast<int32_t>(
         std::clamp<int64_t>(std::min(options.num_speculative_tokens, room), 1, kMaxDraftTokens));

@@ -541,13 +541,18 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
     double fetch_ratio;
     bool equal;  // K >= every request's blocks: sparse must equal dense
     int32_t dense_layers = 0;
+    int64_t speculate = 0;  // > 0: speculate with chains of this many drafts (copy head)
   };
   for (const Case& c : {Case{"previous-query, K 24", SparsePredictor::kPreviousQuery, 24, 0.05, true},
                         Case{"oracle, K 24", SparsePredictor::kOracle, 24, 0.05, true},
                         Case{"draft (reject, the fixture head on rank 0), K 24", SparsePredictor::kDraft, 24, 0.05, true},
                         Case{"previous-query, K 24, 1 dense layer", SparsePredictor::kPreviousQuery, 24, 0.05, true, 1},
                         Case{"previous-query, K 4, C 2", SparsePredictor::kPreviousQuery, 4, 0.5, false},
-                        Case{"draft, K 4, C 2", SparsePredictor::kDraft, 4, 0.5, false}}) {
+                        Case{"draft, K 4, C 2", SparsePredictor::kDraft, 4, 0.5, false},
+                        Case{"draft (speculate, chains of 3, the copy head), K 24", SparsePredictor::kDraft, 24,
+                             0.05, true, 0, 3},
+                        Case{"draft (speculate, chains of 2), K 4, C 2", SparsePredictor::kDraft, 4, 0.5, false, 0,
+                             2}}) {
     DYNAMIC_SECTION(c.name) {
       std::unique_ptr<TpModelRunner> runner = make();
       REQUIRE(runner->num_ranks() == 2);
@@ -558,12 +563,13 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
       EngineOptions opt;
       opt.sparse = TinySparse(c.k, c.fetch_ratio, c.predictor, 4096, c.dense_layers);
       if (c.predictor == SparsePredictor::kDraft) {
-        head = FixtureHead(tm);
+        head = c.speculate > 0 ? CopyHead(tm) : FixtureHead(tm);
         // A pool as large in tokens as a rank's pool and host share (kSlots head-blocks of one
         // local KV head each).
         draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots,
                                       runner->model().config().num_key_value_heads, 2);
-        opt.lookahead = LookaheadMode::kReject;
+        opt.lookahead = c.speculate > 0 ? LookaheadMode::kSpeculate : LookaheadMode::kReject;
+        opt.num_speculative_tokens = std::max<int64_t>(1, c.speculate);
       }
       opt.sparse_metrics_interval = 5;
       REQUIRE(Engine::CheckOptions(opt, *runner, draft.get()).ok());
@@ -578,6 +584,7 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
       CHECK(st.sparse.blocks_fetched_total <= cap * st.sparse.seq_steps_total);
       if (!c.equal) CHECK(st.sparse.blocks_fetched_total > 0);
       if (c.equal) CHECK(st.sparse.hit_rate() > 0.9);
+      if (c.speculate > 0) CHECK(st.lookahead.sparse_tokens_per_step() > 1.3);
       // Everything came back, on every rank's side.
       CHECK(st.kv.num_free_slots == st.kv.num_slots);
       CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);

@@ -262,14 +262,24 @@ LayerKvPool Eagle3Head::AllocateKvCache(int64_t num_slots) const {
 
 Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPool& kv,
                            std::span<const int32_t> aux_rows, Tensor* hidden_out) {
+  return Run(in, aux, nullptr, kv, aux_rows, hidden_out);
+}
+
+Tensor Eagle3Head::ForwardFromFeatures(const ForwardInput& in, const Tensor& features,
+                                       LayerKvPool& kv, Tensor* hidden_out) {
+  return Run(in, Tensor(), &features, kv, {}, hidden_out);
+}
+
+Tensor Eagle3Head::Run(const ForwardInput& in, const Tensor& aux, const Tensor* features,
+                       LayerKvPool& kv, std::span<const int32_t> aux_rows, Tensor* hidden_out) {
   const ModelConfig& c = config_;
   Backend& B = backend_;
   const DType dt = B.activation_dtype();
   const int64_t T = in.token_ids.numel(), h = c.hidden_size, th = target_hidden_;
-  const int64_t n = static_cast<int64_t>(aux_layer_ids_.size());
-  OASIS_CHECK(aux.ndim() == 3 && aux.dim(0) == n && aux.dim(2) == th)
+  const int64_t n = features != nullptr ? 0 : static_cast<int64_t>(aux_layer_ids_.size());
+  OASIS_CHECK(features != nullptr || (aux.ndim() == 3 && aux.dim(0) == n && aux.dim(2) == th))
       << "aux features " << aux.ToString() << ", expected [" << n << ", T, " << th << "]";
-  const int64_t T_aux = aux.dim(1);
+  const int64_t T_aux = features != nullptr ? T : aux.dim(1);
   OASIS_CHECK(aux_rows.empty() || static_cast<int64_t>(aux_rows.size()) == T)
       << "aux_rows needs one entry per row";
   OASIS_CHECK(!aux_rows.empty() || T_aux >= T)
@@ -293,11 +303,18 @@ Tensor Eagle3Head::Forward(const ForwardInput& in, const Tensor& aux, LayerKvPoo
   Tensor idx_dev = B.UploadAsync(idx);  // read by this forward's ops on the same stream
   Tensor aux_idx = idx_dev.Slice(0, n * T), x_idx = idx_dev.Slice(n * T, n * T + 2 * T);
 
-  // g = fc(concat(h_low, h_mid, h_high))
-  Tensor cat_aux = B.Empty({n * T, th}, dt);
-  B.GatherRows(aux.Reshape({n * T_aux, th}), aux_idx, cat_aux);
   Tensor g = B.Empty({T, h}, dt);
-  B.Linear(cat_aux.Reshape({T, n * th}), fc_, g);
+  if (features != nullptr) {
+    // A chained draft step: the previous step's pre-norm outputs in place of fc(aux).
+    OASIS_CHECK(features->shape() == (std::vector<int64_t>{T, h}))
+        << "features " << features->ToString() << ", expected [" << T << ", " << h << "]";
+    B.GatherRows(*features, idx_dev.Slice(n * T + 2 * T, n * T + 3 * T), g);  // a copy
+  } else {
+    // g = fc(concat(h_low, h_mid, h_high))
+    Tensor cat_aux = B.Empty({n * T, th}, dt);
+    B.GatherRows(aux.Reshape({n * T_aux, th}), aux_idx, cat_aux);
+    B.Linear(cat_aux.Reshape({T, n * th}), fc_, g);
+  }
 
   // x = concat(input_layernorm(embed(token)), hidden_norm(g)): [T, 2H]
   Tensor embed = B.Empty({T, h}, dt);

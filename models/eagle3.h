@@ -72,6 +72,11 @@ class Eagle3Head {
   // feature a chained draft step would reuse).
   Tensor Forward(const ForwardInput& in, const Tensor& aux, LayerKvPool& kv,
                  std::span<const int32_t> aux_rows = {}, Tensor* hidden_out = nullptr);
+  // A chained draft step (EAGLE-3's later draft positions, as vLLM runs them): row t's
+  // residual input is features[t] ([T, hidden], activation dtype: a previous step's
+  // `hidden_out` rows) instead of fc(aux); the rest is Forward's.
+  Tensor ForwardFromFeatures(const ForwardInput& in, const Tensor& features, LayerKvPool& kv,
+                             Tensor* hidden_out = nullptr);
 
   // The device tensor behind an unfused checkpoint name ("fc.weight", "norm.weight",
   // "lm_head.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight",
@@ -89,6 +94,9 @@ class Eagle3Head {
   std::vector<int32_t> GreedyTargetTokens(const Tensor& host_logits) const;
 
  private:
+  // Forward (features null: g = fc(aux)) and ForwardFromFeatures (g = *features).
+  Tensor Run(const ForwardInput& in, const Tensor& aux, const Tensor* features, LayerKvPool& kv,
+             std::span<const int32_t> aux_rows, Tensor* hidden_out);
   Eagle3Head(const ModelConfig& config, Backend& backend);
 
   ModelConfig config_;

@@ -57,6 +57,14 @@ std::unique_ptr<SparseDecoding> MakeSparse(const EngineOptions& o, ModelRunner& 
   if (!o.sparse) return nullptr;
   SparseConfig c = *o.sparse;
   c.max_seq_len = context_tokens;
+  // Under speculate the draft chain's queries predict together, as one GQA group of at most
+  // 16 query heads (the CUDA score kernel's widest).
+  if (o.lookahead == LookaheadMode::kSpeculate && c.predictor == SparsePredictor::kDraft) {
+    const ModelConfig& m = r.model().config();
+    const int64_t group = std::max<int64_t>(1, m.num_attention_heads / m.num_key_value_heads);
+    c.chain_queries = static_cast<int32_t>(
+        std::clamp<int64_t>(std::min(o.num_speculative_tokens, 16 / group), 1, kMaxDraftTokens));
+  }
   return std::make_unique<SparseDecoding>(c, r, allocator, o.sparse_metrics_interval);
 }
 

@@ -8,6 +8,7 @@
 // single-producer (the engine loop) single-consumer (the front end) channel.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -145,12 +146,16 @@ struct EngineOptions {
   // kSpeculate need the engine's DraftRunner. kOff: plain decoding (a draft runner, if
   // given, stays unused).
   LookaheadMode lookahead = LookaheadMode::kOff;
+  // Draft tokens per step under kSpeculate (--num-speculative-tokens, 1..kMaxDraftTokens): the
+  // head proposes a chain of this many, the target verifies them in one stacked step and
+  // emits 1 + the accepted prefix. kReject always stacks one (only its query is read).
+  int64_t num_speculative_tokens = 1;
   // Lookahead sparse KV (docs/sparse.md): requests whose context exceeds
   // sparse->sparse_threshold decode over a per-head working set of top-K blocks, the full KV
   // in the host store. nullopt: off, the engine is exactly the dense one. max_seq_len is
   // replaced by the engine's context length. Predictor kDraft needs lookahead (kReject or
-  // kSpeculate) with a DraftRunner; under kSpeculate sparse requests verify drafts as
-  // kReject does (a sparse step advances by exactly one token).
+  // kSpeculate) with a DraftRunner; under kSpeculate sparse requests accept drafts as dense
+  // ones do (a sparse step advances by 1 + the drafts accepted).
   std::optional<SparseConfig> sparse;
   // Sparse steps between collections of the pipeline's device counters (a host sync).
   int64_t sparse_metrics_interval = 16;
@@ -222,6 +227,13 @@ struct EngineStats {
     int64_t draft_accepted_total = 0;  // verified drafts equal to the sampled token
     int64_t steps_total = 0;           // request-steps that verified a draft
     int64_t tokens_total = 0;          // tokens those request-steps emitted
+    // The sparse requests' part of steps_total and tokens_total (the dense part: the rest).
+    int64_t sparse_steps_total = 0;
+    int64_t sparse_tokens_total = 0;
+    // By position j in the draft chain (0 = the draft right after the real token): drafts
+    // verified at j (the tokens before it accepted and not ending the request) and accepted.
+    std::array<int64_t, kMaxDraftTokens> position_drafts_total{};
+    std::array<int64_t, kMaxDraftTokens> position_accepted_total{};
     double acceptance_rate() const {
       return draft_tokens_total > 0 ? static_cast<double>(draft_accepted_total) / draft_tokens_total
                                     : 0.0;
@@ -230,6 +242,14 @@ struct EngineStats {
     // in speculate mode); 0 before any.
     double tokens_per_step() const {
       return steps_total > 0 ? static_cast<double>(tokens_total) / steps_total : 0.0;
+    }
+    double dense_tokens_per_step() const {
+      const int64_t n = steps_total - sparse_steps_total;
+      return n > 0 ? static_cast<double>(tokens_total - sparse_tokens_total) / n : 0.0;
+    }
+    double sparse_tokens_per_step() const {
+      return sparse_steps_total > 0 ? static_cast<double>(sparse_tokens_total) / sparse_steps_total
+                                    : 0.0;
     }
   };
   // Sparse KV (docs/sparse.md; zero when off). The per-step counters come from the

@@ -119,6 +119,11 @@ struct Engine::Impl {
   void FailBatch(StepBatch& b, const Status& failure);
   // commit, emit, stop checks, draft acceptance, per chunk;
   void CommitAndEmit(StepBatch& b, EngineClock::time_point now);
+  // Chunk i's drafts (`drafted`, stacked after its real token) against the tokens sampled at
+  // their positions: counted, and under speculate the accepted prefix committed and emitted
+  // (with the token after it). False when the request finished.
+  bool VerifyDrafts(StepBatch& b, size_t i, RequestState& s, const std::vector<int32_t>& drafted,
+                    bool is_sparse, EngineClock::time_point now, RequestOutput& out);
   // the draft head's step over the committed chunks (timed from `head_start`).
   void RunDraftHead(StepBatch& b, EngineClock::time_point head_start);
   // Appends one sampled token to a request and adds it to `out`; returns false when the
@@ -127,6 +132,9 @@ struct Engine::Impl {
             RequestOutput& out);
   // Whether a request of `num_tokens` tokens gets a draft for its next step.
   bool WantsDraft(const RequestState& s, int64_t num_tokens, bool is_sparse) const;
+  // w.wants_draft and the chain length w.num_drafts for such a request.
+  void SetDraftsWanted(DraftHeadWork& w, const RequestState& s, int64_t num_tokens,
+                       bool is_sparse) const;
   // Releases the request's draft-head KV (finish, preemption).
   void ReleaseDraftHead(RequestState& s);
   void Admit(std::unique_ptr<RequestState> state);

@@ -110,10 +110,10 @@ bool Engine::Impl::HandleScheduled(const SchedulerOutput& plan) {
 
 void Engine::Impl::BuildBatch(StepBatch& b) {
   // The target batch: each chunk's tokens, a decode's granted draft tokens after its own.
-  // Sparse sequences run a draft only for the draft predictor, and never accept it (a
-  // sparse step advances by exactly one token: under speculate they verify as reject does).
-  // Under reject a sparse server's dense sequences stack none: nothing would read or accept
-  // it (their head still runs, so a draft is ready the step they switch).
+  // Sparse sequences run drafts for the draft predictor and under speculate, which accepts
+  // them as it does a dense sequence's (the sparse plan writes accepted drafts through at the
+  // next step). Under reject a sparse server's dense sequences stack none: nothing would read
+  // or accept it (their head still runs, so a draft is ready the step they switch).
   const bool speculate = draft != nullptr && options.lookahead == LookaheadMode::kSpeculate;
   const bool dense_drafts = sparse == nullptr || options.lookahead != LookaheadMode::kReject;
   std::vector<const Sequence*> seqs;
@@ -121,15 +121,18 @@ void Engine::Impl::BuildBatch(StepBatch& b) {
   b.rows.reserve(b.plan.chunks.size());
   for (const ScheduledChunk& c : b.plan.chunks) {
     const bool is_sparse = c.seq->kv != SequenceKv::kDense;
-    const bool stack = is_sparse ? sparse->FeedsDraft() : dense_drafts;
-    const int64_t d = stack ? c.num_draft : 0;
+    // A handoff request (disaggregation's prefill side) hands off after exactly two tokens:
+    // its drafts are verified, never accepted.
+    const bool accepts = speculate && !requests.at(c.seq->id)->request.handoff;
+    const bool stack = is_sparse ? sparse->FeedsDraft() || accepts : dense_drafts;
+    const int64_t d = stack ? std::min<int64_t>(c.num_draft, accepts ? c.num_draft : 1) : 0;
     std::vector<int32_t> tokens(c.seq->tokens.begin() + c.start,
                                 c.seq->tokens.begin() + c.start + c.num_tokens);
     tokens.insert(tokens.end(), c.seq->draft_tokens.begin(), c.seq->draft_tokens.begin() + d);
     b.steps.push_back({&c.seq->table, c.start, std::move(tokens)});
     seqs.push_back(c.seq);
     b.num_draft.push_back(d);
-    b.draft_logits.push_back(speculate && !is_sparse);
+    b.draft_logits.push_back(accepts);
     b.every_row.push_back(!is_sparse && WantsPromptRows(c, d));
     b.first_sample.push_back(
         AddSampleRows(c, d, b.draft_logits.back(), b.every_row.back(), b.rows));
@@ -251,7 +254,7 @@ void Engine::Impl::PrepareDraftHead(StepBatch& b) {
     RequestState& s = *requests.at(c.seq->id);
     DraftHeadWork w{c.seq, &s.draft_head, b.first_row[i], false};
     if (c.samples) {  // counting the token this step samples
-      w.wants_draft = WantsDraft(s, c.seq->num_tokens() + 1, c.seq->kv != SequenceKv::kDense);
+      SetDraftsWanted(w, s, c.seq->num_tokens() + 1, c.seq->kv != SequenceKv::kDense);
     }
     work.push_back(w);
     ends.push_back(c.seq->num_computed + c.num_tokens);
@@ -290,7 +293,9 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
       if (draft != nullptr) b.head_work.push_back(work);
       continue;
     }
-    const int32_t drafted = b.num_draft[i] > 0 ? c.seq->draft_tokens[0] : -1;
+    const int64_t num_draft = b.num_draft[i];
+    const std::vector<int32_t> drafted(c.seq->draft_tokens.begin(),
+                                       c.seq->draft_tokens.begin() + num_draft);
     RequestOutput out;
     if (s.request.prompt_logprobs >= 0 && !s.prompt_logprobs_sent) {  // with the first token
       out.prompt_logprobs = std::move(s.prompt_logprobs);
@@ -298,29 +303,50 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
     }
     SampleResult& sample = b.samples[b.first_sample[i]];
     if (!Emit(s, sample, true, now, out)) continue;
-    if (b.num_draft[i] > 0) {  // counted where the request went on after the first token
-      ++stats.lookahead.draft_tokens_total;
-      ++stats.lookahead.steps_total;
-      ++stats.lookahead.tokens_total;
-      const bool matched = sample.token == drafted;
-      if (matched) ++stats.lookahead.draft_accepted_total;
-      if (matched && b.draft_logits[i]) {
-        // Accepted: the draft row's K/V, at the new token's position, is the new token's;
-        // its logits row gives the next token with plain decoding's next counter.
-        c.seq->CommitChunk(1);
-        ++stats.lookahead.tokens_total;
-        if (!Emit(s, b.samples[b.first_sample[i] + 1], false, now, out)) continue;
-      }
-    }
+    if (num_draft > 0 && !VerifyDrafts(b, i, s, drafted, is_sparse, now, out)) continue;
     out.prompt_tokens = c.seq->num_prompt_tokens;
     out.completion_tokens = c.seq->num_generated();
     delivery.Add(s.stream, std::move(out));
     if (s.request.handoff && c.seq->num_generated() == 2) b.handoffs.push_back(c.seq->id);
     if (draft != nullptr) {
-      work.wants_draft = WantsDraft(s, c.seq->num_tokens(), is_sparse);
+      SetDraftsWanted(work, s, c.seq->num_tokens(), is_sparse);
       b.head_work.push_back(work);
     }
   }
+}
+
+bool Engine::Impl::VerifyDrafts(StepBatch& b, size_t i, RequestState& s,
+                                const std::vector<int32_t>& drafted, bool is_sparse,
+                                EngineClock::time_point now, RequestOutput& out) {
+  // Counted where the request went on after the step's first token. Draft j is verified when
+  // the tokens before it were accepted (and did not end the request); it is accepted when the
+  // token sampled at its position (row j, plain decoding's draw there) equals it. Under
+  // speculate the accepted draft's K/V is the token's (positions advance) and row j + 1 gives
+  // the next token, so the step emits 1 + the accepted prefix — plain decoding's tokens.
+  const ScheduledChunk& c = b.plan.chunks[i];
+  EngineStats::Lookahead& la = stats.lookahead;
+  ++la.steps_total;
+  ++la.tokens_total;
+  if (is_sparse) {
+    ++la.sparse_steps_total;
+    ++la.sparse_tokens_total;
+  }
+  int32_t sampled = b.samples[b.first_sample[i]].token;
+  for (size_t j = 0; j < drafted.size(); ++j) {
+    ++la.draft_tokens_total;
+    ++la.position_drafts_total[j];
+    if (sampled != drafted[j]) return true;
+    ++la.draft_accepted_total;
+    ++la.position_accepted_total[j];
+    if (!b.draft_logits[i]) return true;  // reject: only counted
+    c.seq->CommitChunk(1);
+    ++la.tokens_total;
+    if (is_sparse) ++la.sparse_tokens_total;
+    SampleResult& next = b.samples[b.first_sample[i] + 1 + j];
+    sampled = next.token;
+    if (!Emit(s, next, false, now, out)) return false;
+  }
+  return true;
 }
 
 void Engine::Impl::RunDraftHead(StepBatch& b, EngineClock::time_point head_start) {
@@ -341,13 +367,27 @@ void Engine::Impl::RunDraftHead(StepBatch& b, EngineClock::time_point head_start
   }
 }
 
+void Engine::Impl::SetDraftsWanted(DraftHeadWork& w, const RequestState& s, int64_t num_tokens,
+                                   bool is_sparse) const {
+  // A chain of k drafts under speculate, cut so that all of it and the token after it fit
+  // (prompt + generated <= max_total_tokens); one draft otherwise.
+  w.wants_draft = WantsDraft(s, num_tokens, is_sparse);
+  w.num_drafts = 1;
+  if (w.wants_draft && options.lookahead == LookaheadMode::kSpeculate && !s.request.handoff) {
+    const int64_t room = s.stop_checker.conditions().max_total_tokens - num_tokens - 1;
+    w.num_drafts = static_cast<int32_t>(
+        std::clamp<int64_t>(std::min(options.num_speculative_tokens, room), 1, kMaxDraftTokens));
+  }
+}
+
 bool Engine::Impl::WantsDraft(const RequestState& s, int64_t num_tokens, bool is_sparse) const {
   // A draft only pays when two more tokens fit (prompt + generated <= max_total_tokens); for
-  // a sparse request only when its predictor reads it; for a dense one on a sparse server
-  // under reject (nothing stacks or accepts it) only when it may switch at the next step.
+  // a sparse request when its predictor reads it or speculate may accept it; for a dense one
+  // on a sparse server under reject (nothing stacks or accepts it) only when it may switch at
+  // the next step.
   if (num_tokens + 2 > s.stop_checker.conditions().max_total_tokens) return false;
   if (sparse == nullptr) return true;
-  if (is_sparse) return sparse->FeedsDraft();
+  if (is_sparse) return sparse->FeedsDraft() || options.lookahead == LookaheadMode::kSpeculate;
   return options.lookahead != LookaheadMode::kReject || sparse->DenseNeedsDraft(s.seq, num_tokens);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/lookahead.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/check.h"
@@ -126,9 +127,67 @@ int64_t CommitDrafts(const std::vector<DraftHeadWork>& work, const HeadStepInput
   return static_cast<int64_t>(drafts.size());
 }
 
-int64_t ProposeAndCommit(DraftRunner& runner, const std::vector<DraftHeadWork>& work,
-                         const HeadStepInput& in, const Tensor& aux) {
-  return CommitDrafts(work, in, runner.Propose(in.input, aux, in.aux_rows));
+bool AnyChain(const std::vector<DraftHeadWork>& work) {
+  return std::any_of(work.begin(), work.end(),
+                     [](const DraftHeadWork& w) { return w.wants_draft && w.num_drafts > 1; });
+}
+
+// The chained steps after a committed head step whose logits rows' features are `features`
+// (one row per item wanting a draft, in order): step j (1 ..) runs, for each item whose chain
+// wants more than j drafts, one head row at position num_computed - 1 + j embedding its draft
+// j - 1, and appends draft j. Returns the drafts proposed.
+int64_t ExtendChains(DraftRunner& runner, BlockAllocator& allocator,
+                     const std::vector<DraftHeadWork>& work, Tensor features) {
+  std::vector<int32_t> feature_row(work.size(), -1);
+  int32_t rows = 0;
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (work[i].wants_draft) feature_row[i] = rows++;
+  }
+  // Chains only take head blocks while every item could still grow by a block per head (the
+  // committed rows of the next head step never wait for a chain's).
+  const int64_t margin = static_cast<int64_t>(work.size()) * runner.num_kv_heads();
+  int64_t proposed = 0;
+  for (size_t j = 1; j < static_cast<size_t>(kMaxDraftTokens); ++j) {
+    std::vector<HeadStepSequence> seqs;
+    std::vector<int32_t> frows;
+    std::vector<size_t> items;
+    for (size_t i = 0; i < work.size(); ++i) {
+      const DraftHeadWork& w = work[i];
+      if (feature_row[i] < 0 || static_cast<size_t>(w.num_drafts) <= j ||
+          w.seq->draft_tokens.size() != j) {
+        continue;
+      }
+      const int64_t pos = w.seq->num_computed - 1 + static_cast<int64_t>(j);
+      const int64_t grow = HeadBlockTable::SlotsFor(pos + 1, runner.num_kv_heads()) -
+                           w.head->table.num_blocks() * runner.num_kv_heads();
+      if (grow > 0 && allocator.num_free() - grow < margin) continue;
+      if (!w.head->table.Reserve(pos + 1, allocator).ok()) continue;
+      seqs.push_back({&w.head->table, pos, {w.seq->draft_tokens[j - 1]}, 0, true});
+      frows.push_back(feature_row[i]);
+      items.push_back(i);
+    }
+    if (seqs.empty()) break;
+    const HeadStepInput in = BuildHeadStepInput(seqs);
+    DraftRunner::ChainStep step = runner.ProposeFromFeatures(in.input, features, frows);
+    OASIS_CHECK_EQ(step.drafts.size(), items.size()) << "one chained draft per row";
+    std::fill(feature_row.begin(), feature_row.end(), -1);
+    for (size_t m = 0; m < items.size(); ++m) {
+      work[items[m]].seq->draft_tokens.push_back(step.drafts[m]);
+      feature_row[items[m]] = static_cast<int32_t>(m);
+    }
+    features = step.features;
+    proposed += static_cast<int64_t>(items.size());
+  }
+  return proposed;
+}
+
+int64_t ProposeAndCommit(DraftRunner& runner, BlockAllocator& allocator,
+                         const std::vector<DraftHeadWork>& work, const HeadStepInput& in,
+                         const Tensor& aux) {
+  if (!AnyChain(work)) return CommitDrafts(work, in, runner.Propose(in.input, aux, in.aux_rows));
+  DraftRunner::ChainStep first = runner.ProposeWithFeatures(in.input, aux, in.aux_rows);
+  const int64_t n = CommitDrafts(work, in, first.drafts);
+  return n + ExtendChains(runner, allocator, work, first.features);
 }
 
 // Whether the step as committed is the one prepared (the same items, each committed up to
@@ -138,7 +197,8 @@ bool SameAsPrepared(const PreparedHeadStep& prepared, const std::vector<DraftHea
   for (size_t i = 0; same && i < work.size(); ++i) {
     const DraftHeadWork &a = work[i], &b = prepared.work[i];
     same = a.seq == b.seq && a.head == b.head && a.first_aux_row == b.first_aux_row &&
-           a.wants_draft == b.wants_draft && a.seq->num_computed == prepared.rows_end[i];
+           a.wants_draft == b.wants_draft && a.num_drafts == b.num_drafts &&
+           a.seq->num_computed == prepared.rows_end[i];
   }
   return same;
 }
@@ -161,7 +221,7 @@ int64_t RunDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
                          const std::vector<DraftHeadWork>& work, const Tensor& aux) {
   if (work.empty()) return 0;
   const HeadStepInput in = BuildHeadStepInput(HeadSequences(allocator, work, CommittedEnds(work)));
-  return ProposeAndCommit(runner, work, in, aux);
+  return ProposeAndCommit(runner, allocator, work, in, aux);
 }
 
 PreparedHeadStep PrepareDraftHeadStep(BlockAllocator& allocator, std::vector<DraftHeadWork> work,
@@ -191,7 +251,7 @@ int64_t RunPreparedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocator,
       ids[t++] = w.seq->tokens[q + 1];
   }
   OASIS_CHECK_EQ(t, prepared->in.input.token_ids.numel()) << "prepared head rows";
-  return ProposeAndCommit(runner, work, prepared->in, aux);
+  return ProposeAndCommit(runner, allocator, work, prepared->in, aux);
 }
 
 bool ChainPreparedDraftHeadStep(DraftRunner& runner, const PreparedHeadStep& prepared,
@@ -219,6 +279,7 @@ int64_t FinishChainedDraftHeadStep(DraftRunner& runner, BlockAllocator& allocato
   if (work.empty()) return 0;
   if (!SameAsPrepared(prepared, work)) return RunDraftHeadStep(runner, allocator, work, aux);
   if (used != nullptr) *used = true;
+  OASIS_CHECK(!AnyChain(work)) << "a chained head step with draft chains";
   return CommitDrafts(work, prepared.in, drafts);
 }
 

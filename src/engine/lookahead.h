@@ -12,6 +12,7 @@
 
 #include "engine/scheduler.h"
 #include "kvcache/head_block_table.h"
+#include "kvcache/sparse_step_plan.h"
 #include "models/decoder_lm.h"
 #include "oasis/status.h"
 #include "runner/batch_builder.h"
@@ -25,6 +26,12 @@ namespace oasis {
 // the real row equals it, and the draft row's token is emitted as well (up to two tokens
 // per step), still token-for-token plain decoding's output for the same seed.
 enum class LookaheadMode { kOff, kReject, kSpeculate };
+
+// The longest draft chain a speculate step verifies (--num-speculative-tokens 1..4): the
+// target runs 1 + k query rows per sequence (the decode attention takes up to 16), and a
+// sparse step's tail holds them (kMaxSparseDraftTokens).
+inline constexpr int64_t kMaxDraftTokens = 4;
+static_assert(kMaxDraftTokens == kMaxSparseDraftTokens, "sparse steps hold every draft chain");
 
 const char* LookaheadModeName(LookaheadMode mode);  // "off", "reject", "speculate"
 StatusOr<LookaheadMode> ParseLookaheadMode(std::string_view name);
@@ -83,6 +90,11 @@ struct DraftHeadWork {
   DraftHeadState* head = nullptr;
   int64_t first_aux_row = 0;
   bool wants_draft = false;  // propose a draft for the next step (else the draft is cleared)
+  // Drafts wanted (with wants_draft): a chain of this many, 1..kMaxDraftTokens. The head runs
+  // its step, then num_drafts - 1 chained steps, each over the previous draft at the next
+  // position with the previous step's features; their head K/V sits past num_computed (the
+  // next head step overwrites it). A chain ends early when the head pool cannot hold it.
+  int32_t num_drafts = 1;
 };
 
 // Runs the head over every work item in one batch: grows each head table (from

@@ -90,6 +90,11 @@ namespace {
 
 Status CheckLookaheadOptions(const EngineOptions& options, const ModelRunner& runner,
                              const DraftRunner* draft) {
+  if (options.num_speculative_tokens < 1 || options.num_speculative_tokens > kMaxDraftTokens) {
+    return InvalidArgument("--num-speculative-tokens must be 1 to " +
+                           std::to_string(kMaxDraftTokens) + ", got " +
+                           std::to_string(options.num_speculative_tokens));
+  }
   if (options.lookahead == LookaheadMode::kOff) return Status::Ok();
   const std::string mode = LookaheadModeName(options.lookahead);
   if (draft == nullptr) {

@@ -1,5 +1,7 @@
 #include "kvcache/sparse_config.h"
 
+#include "kvcache/sparse_step_plan.h"
+
 #include <cmath>
 
 namespace oasis {
@@ -26,6 +28,9 @@ Status SparseConfig::Validate(int64_t num_layers) const {
   if (max_sparse_seqs < 1) return InvalidArgument("max sparse sequences must be at least 1");
   if (max_seq_len < kBlockSize) return InvalidArgument("max sequence length below one block");
   if (agreement_interval < 0) return InvalidArgument("agreement interval must not be negative");
+  if (chain_queries < 1 || chain_queries > kMaxSparseDraftTokens)
+    return InvalidArgument("chain queries must be in [1, " + std::to_string(kMaxSparseDraftTokens) +
+                           "]");
   if (remote_fetch_cap < 0 || remote_fetch_cap > topk_blocks) {
     return InvalidArgument("--remote-fetch-cap must be in [0, --topk-blocks]");
   }

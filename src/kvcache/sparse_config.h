@@ -39,6 +39,12 @@ struct SparseConfig {
   int64_t max_seq_len = 32768;     // longest context (prompt + output) a sparse request may reach
   int32_t agreement_interval = 0;  // measure top-K agreement with the step's real query every
                                    // N steps (0 = never; draft / previous-query only)
+  // Predictor kDraft under speculate chains (docs/sparse.md §5): the queries of the first Q
+  // draft tokens of a step predict together — scored as one GQA group of Q x G query heads
+  // (the group reduce applies across the chain too: a scored merge), top-K, under the same
+  // fetch cap. 1 = the first draft alone. Set by the engine: min(k, 16 / G) (the CUDA score
+  // kernel takes groups of up to 16).
+  int32_t chain_queries = 1;
   // false: a measurement mode: predict and select run (and count fetches) but no block is
   // copied into the working set, so attention reads stale slots and outputs are wrong; the
   // time saved is what the transfers cost on the critical path (issue 8's overhead bench).

@@ -123,6 +123,7 @@ Status SparseKvManager::SwitchFromHost(uint64_t id, int64_t num_tokens,
   req.row = free_rows_.back();
   free_rows_.pop_back();
   req.has_prediction = false;
+  req.kv_end = num_tokens;
   req.ws_slots.assign(fresh->begin(), fresh->begin() + hkv * k);
   req.tail_slots.assign(fresh->begin() + hkv * k, fresh->end());
   const FromHostCopies c = PlanFromHostCopies(req, num_tokens, working);

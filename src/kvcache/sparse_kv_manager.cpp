@@ -191,7 +191,9 @@ Status SparseKvManager::BeginMove(uint64_t id) {
 int64_t SparseKvManager::BlocksToCopy(uint64_t id, int64_t num_tokens) const {
   auto it = requests_.find(id);
   if (it == requests_.end() || !it->second.moving) return 0;
-  return std::max<int64_t>(0, num_tokens / kBlockSize - it->second.copied);
+  // Blocks completed by accepted drafts get their final summary at the next step (kv_end).
+  return std::max<int64_t>(
+      0, std::min(num_tokens, it->second.kv_end) / kBlockSize - it->second.copied);
 }
 
 void SparseKvManager::CopyToHost(
@@ -234,8 +236,9 @@ int64_t SparseKvManager::CopySome(
   auto it = requests_.find(id);
   if (it == requests_.end() || !it->second.moving) return 0;
   Request& req = it->second;
-  const int64_t to =
-      std::min(num_tokens / kBlockSize, req.copied + std::max<int64_t>(0, max_blocks));
+  // Blocks below kv_end: a block accepted drafts completed is summarised at the next step.
+  const int64_t to = std::min(std::min(num_tokens, req.kv_end) / kBlockSize,
+                              req.copied + std::max<int64_t>(0, max_blocks));
   const int64_t n = std::max<int64_t>(0, to - req.copied);
   if (n == 0) return 0;
   // On each side's background stream, beside the steps that follow: the blocks are complete
@@ -291,11 +294,14 @@ Status SparseKvManager::FinishMove(
   OASIS_CHECK(gpu.has_value()) << "move: GPU slots counted";
   req.ws_slots.assign(gpu->begin(), gpu->begin() + hkv * k);
   req.tail_slots.assign(gpu->begin() + hkv * k, gpu->end());
+  // The tail: the partial block, and a block the last step's accepted drafts completed (its
+  // final summary comes from the tail at the next step, which writes it into its host row).
   std::vector<int32_t> tail_src, tail_dst;
-  if (partial > 0) {
-    for (int64_t h = 0; h < hkv; ++h) {
-      tail_src.push_back(WholeSlot(req, h, complete));
-      tail_dst.push_back(req.tail_slots[static_cast<size_t>(h * 2 + complete % 2)]);
+  const int64_t tail_end = partial > 0 ? complete + 1 : complete;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int64_t b = std::min(req.kv_end / kBlockSize, tail_end); b < tail_end; ++b) {
+      tail_src.push_back(WholeSlot(req, h, b));
+      tail_dst.push_back(req.tail_slots[static_cast<size_t>(h * 2 + b % 2)]);
     }
   }
   run_sides_([&](int side) {
@@ -450,6 +456,7 @@ Status SparseKvManager::SwitchToSparse(
   req.row = free_rows_.back();
   free_rows_.pop_back();
   req.has_prediction = false;
+  req.kv_end = num_tokens;
   req.ws_slots = plan.ws_slots;
   req.tail_slots = plan.tail_slots;
   RunSwitchCopies(plan, req, pools_of);
@@ -472,6 +479,7 @@ Status SparseKvManager::SwitchInPlace(
   req.row = free_rows_.back();
   free_rows_.pop_back();
   req.has_prediction = false;
+  req.kv_end = num_tokens;
   const int32_t base = host_store().in_place_base();
   // Summaries of every block where it is (row base + GPU slot), the partial one over its tokens.
   std::vector<int32_t> src, len, dst;
@@ -614,6 +622,10 @@ SparseStepPlan EmptyStepPlan(int64_t S, int64_t T, int64_t hkv, int64_t R) {
   p.host_mapping = Tensor::Empty({T, hkv}, DType::kI64);
   std::fill(p.host_mapping.data<int64_t>(), p.host_mapping.data<int64_t>() + p.host_mapping.numel(),
             -1);
+  p.lag_src = Tensor::Empty({S * hkv * kMaxSparseDraftTokens}, DType::kI64);
+  p.lag_dst = Tensor::Empty({S * hkv * kMaxSparseDraftTokens}, DType::kI64);
+  for (Tensor* t : {&p.lag_src, &p.lag_dst})
+    std::fill(t->data<int64_t>(), t->data<int64_t>() + t->numel(), -1);
   p.summary_src = FilledI32({S * hkv}, -1);
   p.summary_len = FilledI32({S * hkv}, 0);
   p.summary_dst = FilledI32({S * hkv}, -1);
@@ -629,14 +641,17 @@ SparseStepPlan EmptyStepPlan(int64_t S, int64_t T, int64_t hkv, int64_t R) {
 }  // namespace
 
 void SparseKvManager::PlanHeads(const Request& req, const SparseBatchEntry& e, int64_t s,
-                                int64_t t0, SparseStepPlan& p) const {
+                                int64_t t0, int64_t first_tail, SparseStepPlan& p) const {
   const int64_t hkv = shape_.num_kv_heads, mb = state().max_blocks();
-  const int64_t pos = e.start, b0 = pos / kBlockSize, b1 = (pos + e.num_tokens - 1) / kBlockSize;
+  const int64_t pos = e.start, ft = first_tail, last = (pos + e.num_tokens - 1) / kBlockSize;
   SparseStepSlots& slots = p.slots[static_cast<size_t>(s)];
+  // The tail's first block holds the tokens from kv_end on; summarised up to the real token
+  // (a block the previous step's accepted drafts completed: whole).
+  const int64_t summary_len = std::min(pos + 1, (ft + 1) * kBlockSize) - ft * kBlockSize;
   for (int64_t h = 0; h < hkv; ++h) {
-    for (int64_t b = b0; b <= b1; ++b) {
+    for (int64_t b = ft; b <= last; ++b) {
       const int32_t slot = TailSlot(req, e.table, h, b);
-      p.tail_slots.data<int32_t>()[(s * hkv + h) * 2 + (b - b0)] = slot;
+      p.tail_slots.data<int32_t>()[(s * hkv + h) * 2 + (b - ft)] = slot;
       slots.tail_slots.push_back(slot);
     }
     for (int64_t i = 0; i < e.num_tokens; ++i) {
@@ -645,22 +660,31 @@ void SparseKvManager::PlanHeads(const Request& req, const SparseBatchEntry& e, i
           static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize +
           x % kBlockSize;
     }
-    const int32_t tail = TailSlot(req, e.table, h, b0);
-    int32_t row = 0;  // the summary row of the block the real token went to
+    const int32_t tail = TailSlot(req, e.table, h, ft);
+    int32_t row = 0;  // the summary row of the tail's first block
     if (req.in_place) {
       // HBM home: no write-through; the block's summary row follows its GPU slot and the
       // device tables learn the slot (a block this step starts is new to them).
       row = host_store().in_place_base() + tail;
-      if (b0 < mb)
+      if (ft < mb)
         p.table_index.data<int32_t>()[s * hkv + h] =
-            static_cast<int32_t>((req.row * hkv + h) * mb + b0);
+            static_cast<int32_t>((req.row * hkv + h) * mb + ft);
     } else {
-      row = WholeSlot(req, h, b0);
+      row = WholeSlot(req, h, ft);
       p.host_mapping.data<int64_t>()[t0 * hkv + h] =
-          static_cast<int64_t>(row) * kBlockSize + pos % kBlockSize;
+          static_cast<int64_t>(WholeSlot(req, h, pos / kBlockSize)) * kBlockSize + pos % kBlockSize;
+      // The write-through the previous step owed: its accepted drafts, now in the tail.
+      for (int64_t x = req.kv_end; x < pos; ++x) {
+        const int64_t i = (s * hkv + h) * kMaxSparseDraftTokens + (x - req.kv_end);
+        p.lag_src.data<int64_t>()[i] =
+            static_cast<int64_t>(TailSlot(req, e.table, h, x / kBlockSize)) * kBlockSize +
+            x % kBlockSize;
+        p.lag_dst.data<int64_t>()[i] =
+            static_cast<int64_t>(WholeSlot(req, h, x / kBlockSize)) * kBlockSize + x % kBlockSize;
+      }
     }
     p.summary_src.data<int32_t>()[s * hkv + h] = tail;
-    p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(pos % kBlockSize + 1);
+    p.summary_len.data<int32_t>()[s * hkv + h] = static_cast<int32_t>(summary_len);
     p.summary_dst.data<int32_t>()[s * hkv + h] = row;
   }
 }
@@ -683,35 +707,73 @@ SparseStepPlan SparseKvManager::BuildStepPlan(const std::vector<SparseBatchEntry
     auto it = requests_.find(e.id);
     if (it == requests_.end() || it->second.row < 0) continue;
     Request& req = it->second;
-    OASIS_CHECK(e.num_tokens == 1 || e.num_tokens == 2)
-        << "a sparse step runs 1 or 2 tokens, not " << e.num_tokens;
-    const int64_t pos = e.start, b0 = pos / kBlockSize, b1 = (pos + e.num_tokens - 1) / kBlockSize;
+    OASIS_CHECK(e.num_tokens >= 1 && e.num_tokens <= 1 + kMaxSparseDraftTokens)
+        << "a sparse step runs 1 to " << 1 + kMaxSparseDraftTokens << " tokens, not "
+        << e.num_tokens;
+    const int64_t pos = e.start;
+    OASIS_CHECK(pos >= req.kv_end && pos - req.kv_end <= kMaxSparseDraftTokens)
+        << "sparse request " << e.id << " at position " << pos << " with its KV final up to "
+        << req.kv_end << ": a step advances by 1 + at most " << kMaxSparseDraftTokens
+        << " accepted drafts";
+    // The tail starts at the block of the first token not yet final: the real token's block,
+    // or the one before it when the previous step's accepted drafts completed that one.
+    const int64_t ft = req.kv_end / kBlockSize, last = (pos + e.num_tokens - 1) / kBlockSize;
+    OASIS_CHECK(last - ft <= 1) << "a sparse step's tail spans blocks " << ft << ".." << last;
     const int32_t r = req.row;
     ++p.num_sparse;
     p.seq_rows.data<int32_t>()[s] = r;
-    p.tail_lens.data<int32_t>()[s] = static_cast<int32_t>(pos + e.num_tokens - b0 * kBlockSize);
+    p.tail_lens.data<int32_t>()[s] = static_cast<int32_t>(pos + e.num_tokens - ft * kBlockSize);
     SparseStepSlots& slots = p.slots[static_cast<size_t>(s)];
-    slots.num_tail_blocks = static_cast<int32_t>(b1 - b0 + 1);
+    slots.num_tail_blocks = static_cast<int32_t>(last - ft + 1);
     slots.tail_len = p.tail_lens.data<int32_t>()[s];
     slots.table_width = config_.topk_blocks + 2;
     slots.slot_mapping.resize(static_cast<size_t>(e.num_tokens * hkv));
-    PlanHeads(req, e, s, t0, p);
-    // Prediction for the next step (real token at pos + 1): the draft row, else the real one.
+    PlanHeads(req, e, s, t0, ft, p);
+    // Prediction for the next step (real token at pos + 1, or later when drafts are
+    // accepted): the draft row, else the real one. Its candidates are the blocks complete
+    // once the real token is in; a block accepted drafts complete is the next step's tail.
     if (!oracle) {
-      const bool draft = config_.predictor == SparsePredictor::kDraft && e.num_tokens == 2;
-      p.predict_rows.data<int32_t>()[r] = static_cast<int32_t>(gather.size());
-      gather.push_back(static_cast<int32_t>(t0 + (draft ? 1 : 0)));
+      const bool draft = config_.predictor == SparsePredictor::kDraft && e.num_tokens >= 2;
+      const int64_t q = config_.chain_queries;
+      p.predict_rows.data<int32_t>()[r] =
+          static_cast<int32_t>(gather.size() / (q > 1 ? q * hkv : 1));
+      if (q == 1) {
+        gather.push_back(static_cast<int32_t>(t0 + (draft ? 1 : 0)));
+      } else {
+        // The chain's first q draft rows (a shorter chain repeats its last; none: the real
+        // row), per KV head as rows of [T * Hkv, G * D]: snapshot [P, Hkv * q * G, D].
+        for (int64_t h = 0; h < hkv; ++h) {
+          for (int64_t c = 0; c < q; ++c) {
+            const int64_t row = draft ? t0 + 1 + std::min<int64_t>(c, e.num_tokens - 2) : t0;
+            gather.push_back(static_cast<int32_t>(row * hkv + h));
+          }
+        }
+      }
       p.predict_num_blocks.data<int32_t>()[r] = static_cast<int32_t>((pos + 1) / kBlockSize);
     }
     if (oracle || (p.measure_agreement && req.has_prediction)) {
       p.current_rows.data<int32_t>()[r] = static_cast<int32_t>(t0);
-      p.current_num_blocks.data<int32_t>()[r] = static_cast<int32_t>(b0);
+      p.current_num_blocks.data<int32_t>()[r] = static_cast<int32_t>(ft);
     }
     req.has_prediction = !oracle;
+    req.kv_end = pos + 1;  // this step writes the real token through; drafts wait for acceptance
   }
   p.predict_gather = Tensor::FromInts(gather);
   ++step_;
   return p;
+}
+
+int64_t SparseKvManager::KvEnd(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() || it->second.row < 0 ? -1 : it->second.kv_end;
+}
+
+std::vector<uint64_t> SparseKvManager::SparseIds() const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, r] : requests_) {
+    if (r.row >= 0) ids.push_back(id);
+  }
+  return ids;
 }
 
 void SparseKvManager::Release(uint64_t id) {

@@ -66,9 +66,10 @@ enum class HostAdmission {
 
 // One sequence of a step's batch, in batch order, as BuildStepPlan needs it.
 struct SparseBatchEntry {
-  uint64_t id = 0;                        // the request (looked up only when it is sparse)
-  int64_t start = 0;                      // position of its first token this step
-  int32_t num_tokens = 0;                 // tokens this step; sparse: 1 ([x_t]) or 2 ([x_t, draft])
+  uint64_t id = 0;         // the request (looked up only when it is sparse)
+  int64_t start = 0;       // position of its first token this step
+  int32_t num_tokens = 0;  // tokens this step; sparse: 1 + drafts ([x_t, x̂_{t+1}, ...]),
+                           //   at most 1 + kMaxSparseDraftTokens
   const HeadBlockTable* table = nullptr;  // its dense table (needed when dense_layers > 0)
 };
 
@@ -225,9 +226,18 @@ class SparseKvManager {
   // The sparse row of a request (-1: unknown or dense); its row of state() holds its working
   // set, prediction and remote misses.
   int32_t SparseRow(uint64_t id) const;
+  // Tokens [0, KvEnd(id)) of a sparse request are final where its KV lives: written through
+  // to the host store (host home) and summarised (-1: unknown or dense). Tests and checks.
+  int64_t KvEnd(uint64_t id) const;
+  // The sparse requests now (ids, any order), and whether one keeps its KV in the GPU pool.
+  std::vector<uint64_t> SparseIds() const;
 
-  // ---- Per step. Builds the host plan for a batch (dense entries pass through). Positions
-  // must advance by one real token per step for sparse requests (the draft is not kept).
+  // ---- Per step. Builds the host plan for a batch (dense entries pass through). A sparse
+  // request's position may advance by 1 + the drafts accepted at its previous step (at most
+  // kMaxSparseDraftTokens): their K/V sit in the tail since that step; this plan writes them
+  // through to the host store (SparseStepPlan::lag_src/lag_dst) and its tail starts at the
+  // first of them, so a block they completed is summarised and attended as a tail block this
+  // step and predicted from the next (docs/sparse.md §1, "Accepted drafts").
   SparseStepPlan BuildStepPlan(const std::vector<SparseBatchEntry>& batch);
 
   // ---- Finish. Returns every host slot, GPU slot and the sparse row of the request (a
@@ -255,6 +265,10 @@ class SparseKvManager {
     bool in_place = false;               // HBM home: KV in the GPU pool, no host slots
     bool moving = false;                 // in place, its KV being copied to the host store
     int64_t copied = 0;                  // moving: blocks [0, copied) are in the host store
+    // Sparse: tokens [0, kv_end) are final where the request's KV lives — written through to
+    // the host store (host home) and summarised. The tokens from kv_end to the next step's
+    // position are drafts its previous step accepted; they are still only in the tail.
+    int64_t kv_end = 0;
   };
   // Copies logical blocks [from, to) of every head (GPU slots of `table`), whole, to the
   // request's host slots in every sparse layer: K/V and summary rows.
@@ -280,8 +294,9 @@ class SparseKvManager {
                                     const std::vector<std::vector<int32_t>>& working) const;
   // BuildStepPlan's per-head part for batch sequence `s` (first token at batch row t0): its
   // tail slots, slot mapping, write-through, summary and (in place) table entry.
+  // `first_tail`: the tail's first logical block (the block of req.kv_end).
   void PlanHeads(const Request& req, const SparseBatchEntry& e, int64_t s, int64_t t0,
-                 SparseStepPlan& p) const;
+                 int64_t first_tail, SparseStepPlan& p) const;
   // GPU slot of tail block `block` of head `head`.
   int32_t TailSlot(const Request& r, const HeadBlockTable* table, int64_t head,
                    int64_t block) const;

@@ -55,6 +55,7 @@ double SparseMetrics::h2d_bytes_per_step() const {
 
 namespace {
 Tensor TableIndexOf(const SparseStepPlan& plan);
+Tensor LagOf(const SparseStepPlan& plan, const Tensor& lag);
 }  // namespace
 
 SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backend& backend,
@@ -66,9 +67,10 @@ SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backe
   OASIS_CHECK(num_q_heads > 0 && num_q_heads % shape.num_kv_heads == 0)
       << "query heads " << num_q_heads;
   q_snapshots_.resize(static_cast<size_t>(shape.num_layers));
+  const int64_t chain = manager.config().chain_queries;
   for (int64_t l = manager.config().dense_layers; l < shape.num_layers; ++l) {
     q_snapshots_[static_cast<size_t>(l)] =
-        backend.Empty({manager.config().max_sparse_seqs, num_q_heads * shape.head_dim},
+        backend.Empty({manager.config().max_sparse_seqs * chain, num_q_heads * shape.head_dim},
                       backend.activation_dtype());
   }
 }
@@ -79,7 +81,7 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan,
   OASIS_CHECK(!in_step_) << "BeginStep twice without EndStep";
   in_step_ = true;
   num_sparse_ = plan.num_sparse;
-  num_predicting_ = plan.predict_gather.numel();
+  num_predicting_ = plan.predict_gather.numel() / GatherPerSequence();
   measure_agreement_ = plan.measure_agreement;
   planned_ = false;  // the members below no longer view the persistent buffers
   meta_ = attention;
@@ -98,6 +100,8 @@ void SparseAttentionPipeline::BeginStep(const SparseStepPlan& plan,
   tail_slots_ = b.UploadAsync(plan.tail_slots);
   tail_lens_ = b.UploadAsync(plan.tail_lens);
   host_mapping_ = b.UploadAsync(plan.host_mapping);
+  lag_src_ = b.UploadAsync(LagOf(plan, plan.lag_src));
+  lag_dst_ = b.UploadAsync(LagOf(plan, plan.lag_dst));
   summary_src_ = b.UploadAsync(plan.summary_src);
   summary_len_ = b.UploadAsync(plan.summary_len);
   summary_dst_ = b.UploadAsync(plan.summary_dst);
@@ -119,6 +123,15 @@ Tensor TableIndexOf(const SparseStepPlan& plan) {
     return plan.table_index;
   Tensor t = Tensor::Empty({plan.summary_dst.numel()}, DType::kI32);
   std::fill(t.data<int32_t>(), t.data<int32_t>() + t.numel(), -1);
+  return t;
+}
+
+// The plan's lag_src or lag_dst, or none (-1 everywhere) when a hand-made plan has none.
+Tensor LagOf(const SparseStepPlan& plan, const Tensor& lag) {
+  const int64_t n = plan.summary_dst.numel() * kMaxSparseDraftTokens;
+  if (lag.defined() && lag.numel() == n) return lag;
+  Tensor t = Tensor::Empty({n}, DType::kI64);
+  std::fill(t.data<int64_t>(), t.data<int64_t>() + t.numel(), -1);
   return t;
 }
 
@@ -155,6 +168,8 @@ SparseStepPlan PadStepPlan(const SparseStepPlan& plan, int64_t seqs, int64_t tok
   p.tail_slots = PadRows(plan.tail_slots, seqs, -1);
   p.tail_lens = PadRows(plan.tail_lens, seqs, 0);
   p.host_mapping = PadRows(plan.host_mapping, tokens, -1);
+  p.lag_src = PadRows(LagOf(plan, plan.lag_src), seqs * H * kMaxSparseDraftTokens, -1);
+  p.lag_dst = PadRows(LagOf(plan, plan.lag_dst), seqs * H * kMaxSparseDraftTokens, -1);
   p.summary_src = PadRows(plan.summary_src.Reshape({S * H}), seqs * H, 0);
   p.summary_len = PadRows(plan.summary_len.Reshape({S * H}), seqs * H, 0);
   p.summary_dst = PadRows(plan.summary_dst.Reshape({S * H}), seqs * H, -1);
@@ -173,11 +188,13 @@ void SparseAttentionPipeline::ReservePlan(int64_t max_seqs, int64_t max_tokens) 
   cap_tail_slots_ = b.Empty({max_seqs * H * 2}, DType::kI32);
   cap_tail_lens_ = b.Empty({max_seqs}, DType::kI32);
   cap_host_mapping_ = b.Empty({max_tokens * H}, DType::kI64);
+  cap_lag_src_ = b.Empty({max_seqs * H * kMaxSparseDraftTokens}, DType::kI64);
+  cap_lag_dst_ = b.Empty({max_seqs * H * kMaxSparseDraftTokens}, DType::kI64);
   cap_summary_src_ = b.Empty({max_seqs * H}, DType::kI32);
   cap_summary_len_ = b.Empty({max_seqs * H}, DType::kI32);
   cap_summary_dst_ = b.Empty({max_seqs * H}, DType::kI32);
   cap_table_index_ = b.Empty({max_seqs * H}, DType::kI32);
-  cap_predict_gather_ = b.Empty({R}, DType::kI32);
+  cap_predict_gather_ = b.Empty({R * GatherPerSequence()}, DType::kI32);
   cap_predict_rows_ = b.Empty({R}, DType::kI32);
   cap_predict_num_blocks_ = b.Empty({R}, DType::kI32);
   cap_current_rows_ = b.Empty({R}, DType::kI32);
@@ -194,7 +211,7 @@ void SparseAttentionPipeline::UploadPlan(const SparseStepPlan& plan) {
   OASIS_CHECK(S <= cap_seqs_ && T <= cap_tokens_)
       << "plan of " << S << " sequences and " << T << " tokens past ReservePlan's " << cap_seqs_
       << " and " << cap_tokens_;
-  OASIS_CHECK_LE(plan.predict_gather.numel(), R) << "predicting rows";
+  OASIS_CHECK_LE(plan.predict_gather.numel(), R * GatherPerSequence()) << "predicting rows";
   Backend& b = backend_;
   // A view of a capacity buffer with the plan tensor's shape.
   const auto into = [&](Tensor& cap, const Tensor& host, Tensor& view) {
@@ -205,11 +222,14 @@ void SparseAttentionPipeline::UploadPlan(const SparseStepPlan& plan) {
   into(cap_tail_slots_, plan.tail_slots, tail_slots_);
   into(cap_tail_lens_, plan.tail_lens, tail_lens_);
   into(cap_host_mapping_, plan.host_mapping, host_mapping_);
+  into(cap_lag_src_, LagOf(plan, plan.lag_src), lag_src_);
+  into(cap_lag_dst_, LagOf(plan, plan.lag_dst), lag_dst_);
   into(cap_summary_src_, plan.summary_src, summary_src_);
   into(cap_summary_len_, plan.summary_len, summary_len_);
   into(cap_summary_dst_, plan.summary_dst, summary_dst_);
   into(cap_table_index_, TableIndexOf(plan), table_index_);
-  into(cap_predict_gather_, PadRows(plan.predict_gather, R, 0), predict_gather_);
+  into(cap_predict_gather_, PadRows(plan.predict_gather, R * GatherPerSequence(), 0),
+       predict_gather_);
   into(cap_predict_rows_, plan.predict_rows, predict_rows_);
   into(cap_predict_num_blocks_, plan.predict_num_blocks, predict_num_blocks_);
   into(cap_current_rows_, plan.current_rows, current_rows_);
@@ -269,6 +289,7 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
     b.WriteIndexed(summary_dst_.Reshape({summary_dst_.numel()}), table_index_, ls.host_tables);
   if (!SideWrites()) {
     b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
+    b.CopyTokens(pool, lag_src_, store.pool(layer), lag_dst_);
     b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer),
                      store.kmax(layer));
   }
@@ -307,9 +328,15 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   HostKvStore& store = manager_.host_store(side_);
   SparseDeviceState& st = manager_.state(side_);
   SparseLayerState& ls = st.layer(layer);
-  const int64_t T = q.dim(0);
-  Tensor snapshot = q_snapshots_[static_cast<size_t>(layer)].Slice(0, num_predicting_);
-  b.GatherRows(q.Reshape({T, q.dim(1) * q.dim(2)}), predict_gather_, snapshot);
+  const int64_t T = q.dim(0), chain = manager_.config().chain_queries;
+  Tensor snapshot = q_snapshots_[static_cast<size_t>(layer)].Slice(0, num_predicting_ * chain);
+  if (chain == 1) {
+    b.GatherRows(q.Reshape({T, q.dim(1) * q.dim(2)}), predict_gather_, snapshot);
+  } else {  // the chain's queries per KV head, as one group of chain x G query heads
+    const int64_t hkv = manager_.shape().num_kv_heads, width = q.dim(1) / hkv * q.dim(2);
+    Tensor rows = snapshot.Reshape({num_predicting_ * chain * hkv, width});
+    b.GatherRows(q.Reshape({T * hkv, width}), predict_gather_, rows);
+  }
   Exit(SparseStage::kAttention, layer);
 
   // The new tokens' summaries and their write-through to the host store run on the side
@@ -320,7 +347,7 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   Enter(SparseStage::kPredict, layer);
   b.BlockSummaries(pool, summary_src_, summary_len_, summary_dst_, store.kmin(layer),
                    store.kmax(layer));
-  b.ScoreBlocks(snapshot.Reshape({num_predicting_, q.dim(1), q.dim(2)}), predict_rows_,
+  b.ScoreBlocks(snapshot.Reshape({num_predicting_, chain * q.dim(1), q.dim(2)}), predict_rows_,
                 predict_num_blocks_, ls.host_tables, store.kmin(layer), store.kmax(layer),
                 cfg.group_reduce, st.scores);
   b.TopKBlocks(st.scores, predict_rows_, predict_num_blocks_, ls.topk);
@@ -328,6 +355,7 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
 
   Enter(SparseStage::kSelect, layer);
   b.CopyTokens(pool, slot_mapping_, store.pool(layer), host_mapping_);
+  b.CopyTokens(pool, lag_src_, store.pool(layer), lag_dst_);  // drafts accepted last step
   b.SelectBlocks(ls.topk, predict_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age,
                  ls.fetch_src, ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
                  st.remote_cap() > 0 ? &ls.remote : nullptr,

@@ -127,14 +127,20 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   AttentionMetadata meta_;  // views of the step's tables, rewritten per layer
   Tensor slot_mapping_;
   // The step's plan on the device (SparseStepPlan).
-  Tensor seq_rows_, tail_slots_, tail_lens_, host_mapping_, summary_src_, summary_len_,
-      summary_dst_, table_index_;
+  Tensor seq_rows_, tail_slots_, tail_lens_, host_mapping_, lag_src_, lag_dst_, summary_src_,
+      summary_len_, summary_dst_, table_index_;
   Tensor predict_gather_, predict_rows_, predict_num_blocks_, current_rows_, current_num_blocks_;
-  std::vector<Tensor> q_snapshots_;  // [num_layers] of [R, Hq * D] (sparse layers only)
+  std::vector<Tensor> q_snapshots_;  // [num_layers] of [R * Q, Hq * D] (sparse layers only)
+  // predict_gather entries per predicting sequence: 1, or Hkv * Q for chains of Q queries.
+  int64_t GatherPerSequence() const {
+    const int64_t q = manager_.config().chain_queries;
+    return q == 1 ? 1 : q * manager_.shape().num_kv_heads;
+  }
   // ReservePlan's persistent buffers (flat, at capacity) and the plan shape they hold.
-  Tensor cap_seq_rows_, cap_tail_slots_, cap_tail_lens_, cap_host_mapping_, cap_summary_src_,
-      cap_summary_len_, cap_summary_dst_, cap_table_index_, cap_predict_gather_, cap_predict_rows_,
-      cap_predict_num_blocks_, cap_current_rows_, cap_current_num_blocks_;
+  Tensor cap_seq_rows_, cap_tail_slots_, cap_tail_lens_, cap_host_mapping_, cap_lag_src_,
+      cap_lag_dst_, cap_summary_src_, cap_summary_len_, cap_summary_dst_, cap_table_index_,
+      cap_predict_gather_, cap_predict_rows_, cap_predict_num_blocks_, cap_current_rows_,
+      cap_current_num_blocks_;
   int64_t cap_seqs_ = 0, cap_tokens_ = 0;
   bool planned_ = false;  // UploadPlan wrote the buffers since the last planned step began
   int64_t metric_steps_ = 0, metric_seq_steps_ = 0;

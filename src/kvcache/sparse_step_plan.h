@@ -11,6 +11,10 @@
 
 namespace oasis {
 
+// The most draft tokens a sparse step stacks after its real token (--num-speculative-tokens),
+// hence the most accepted drafts whose write-through the next step owes (lag_src / lag_dst).
+inline constexpr int64_t kMaxSparseDraftTokens = 4;
+
 // For the batch builder: the K/V destinations of one sparse sequence's tokens this step and
 // its attention rows before the per-layer tables are written on the device
 // (batch_builder.h, StepSequence::sparse).
@@ -28,14 +32,23 @@ struct SparseStepPlan {
   Tensor tail_slots;    // [S, Hkv, 2] int32: tail blocks' GPU slots (-1 = none)
   Tensor tail_lens;     // [S] int32: tokens in the tail blocks (0 for dense)
   Tensor host_mapping;  // [T, Hkv] int64: write-through target (host slot * 16 + offset), -1 = none
-  Tensor summary_src;   // [S * Hkv] int32: GPU slot of the block the real token went to
+  Tensor lag_src;       // [S * Hkv * kMaxSparseDraftTokens] int64: tail positions (slot * 16 +
+                        //   offset) of drafts the previous step accepted, -1 = none
+  Tensor lag_dst;       // [S * Hkv * kMaxSparseDraftTokens] int64: their host-store positions
+  Tensor summary_src;   // [S * Hkv] int32: GPU slot of the tail's first block (the real token's,
+                        //   or the block accepted drafts completed at the previous step)
   Tensor summary_len;   // [S * Hkv] int32: its valid tokens (0 = no update)
   Tensor summary_dst;   // [S * Hkv] int32: its summary row (host slot, or in-place row)
   Tensor table_index;   // [S * Hkv] int32: where summary_dst goes in every sparse layer's
-                        //   host_tables (flat), -1 = nowhere (HBM home: the new block's entry)
-  Tensor predict_gather;      // [P] int32: batch rows whose queries predict the next step; they
-                              //   are copied out of q after each layer's attention (q is reused)
-  Tensor predict_rows;        // [R] int32: index into predict_gather (the snapshot row), -1 = none
+                        //   host_tables (flat), -1 = nowhere (HBM home: the tail's first
+                        //   block's entry)
+  Tensor predict_gather;  // [P] int32: batch rows whose queries predict the next step; they
+                          //   are copied out of q after each layer's attention (q is reused).
+                          //   SparseConfig::chain_queries Q > 1: [P * Hkv * Q], rows of q
+                          //   as [T * Hkv, G * D] (batch row * Hkv + KV head), per sequence
+                          //   KV head-major: the snapshot is [P, Q * Hq, D], one GQA group
+                          //   of Q * G query heads per KV head
+  Tensor predict_rows;    // [R] int32: the predicting sequence's snapshot index (< P), -1 = none
   Tensor predict_num_blocks;  // [R] int32: candidate blocks for the next step
   Tensor current_rows;        // [R] int32: batch row of the step's real query (oracle selection
                               //   or agreement measurement), -1 = none

@@ -67,6 +67,22 @@ class DraftRunner {
   }
   virtual std::vector<int32_t> CollectChained() { return {}; }
 
+  // Draft chains (--num-speculative-tokens > 1; docs/lookahead.md "Chains"). A step's drafts
+  // (one per logits row) with the logits rows' pre-norm outputs [R, hidden] on the device,
+  // which feed the chain's next step.
+  struct ChainStep {
+    std::vector<int32_t> drafts;
+    Tensor features;
+  };
+  // Propose, also returning the logits rows' features.
+  virtual ChainStep ProposeWithFeatures(const ForwardInput& host_input, const Tensor& aux,
+                                        std::span<const int32_t> aux_rows);
+  // One chained step: head row t embeds host_input's token t (the previous draft) at its
+  // position and takes features[feature_rows[t]] (a previous ChainStep's) as its residual
+  // input; every row is a logits row (host_input.logit_rows = 0..T-1). Appends the rows' K/V.
+  virtual ChainStep ProposeFromFeatures(const ForwardInput& host_input, const Tensor& features,
+                                        std::span<const int32_t> feature_rows);
+
  protected:
   Eagle3Head& head_;
   Backend& backend_;

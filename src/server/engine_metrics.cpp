@@ -39,6 +39,31 @@ Samples PerSampledLayer(const EngineStats& st, Value value) {
   return out;
 }
 
+// Speculative decoding split by the request's KV (dense, sparse).
+Samples StepsByKv(const EngineStats& st) {
+  const auto& la = st.lookahead;
+  return {{"kv=\"dense\"", static_cast<double>(la.steps_total - la.sparse_steps_total)},
+          {"kv=\"sparse\"", static_cast<double>(la.sparse_steps_total)}};
+}
+Samples TokensByKv(const EngineStats& st) {
+  const auto& la = st.lookahead;
+  return {{"kv=\"dense\"", static_cast<double>(la.tokens_total - la.sparse_tokens_total)},
+          {"kv=\"sparse\"", static_cast<double>(la.sparse_tokens_total)}};
+}
+Samples TokensPerStepByKv(const EngineStats& st) {
+  return {{"kv=\"dense\"", st.lookahead.dense_tokens_per_step()},
+          {"kv=\"sparse\"", st.lookahead.sparse_tokens_per_step()}};
+}
+
+// By position in the draft chain (vLLM: spec_decode_num_accepted_tokens_per_pos).
+template <class Counts>
+Samples PerDraftPosition(const Counts& counts) {
+  Samples out;
+  for (size_t j = 0; j < counts.size(); ++j)
+    out.push_back({"position=\"" + std::to_string(j) + "\"", static_cast<double>(counts[j])});
+  return out;
+}
+
 Samples FinishedByReason(const EngineStats& st) {
   return {{"finished_reason=\"stop\"", st.requests.stop_total},
           {"finished_reason=\"length\"", st.requests.length_total},
@@ -104,6 +129,22 @@ constexpr Row kEngineMetrics[] = {
     {"oasis:spec_decode_tokens_per_step", kGauge,
      "Mean tokens emitted per request decode step that verified a draft.",
      [](const EngineStats& s) -> double { return s.lookahead.tokens_per_step(); }},
+    {"oasis:spec_decode_num_steps_by_kv_total", kCounter,
+     "Request decode steps that verified drafts, by where the request's KV is (dense or sparse).",
+     StepsByKv},
+    {"oasis:spec_decode_num_emitted_tokens_by_kv_total", kCounter,
+     "Tokens emitted by those steps, by the request's KV (dense or sparse).", TokensByKv},
+    {"oasis:spec_decode_tokens_per_step_by_kv", kGauge,
+     "Mean tokens emitted per request decode step that verified drafts, dense and sparse requests "
+     "apart.",
+     TokensPerStepByKv},
+    {"oasis:spec_decode_num_draft_tokens_per_pos", kCounter,
+     "Drafts verified by their position in the chain (0 = right after the real token; position j "
+     "is verified when drafts 0..j-1 were accepted).",
+     [](const EngineStats& s) { return PerDraftPosition(s.lookahead.position_drafts_total); }},
+    {"oasis:spec_decode_num_accepted_tokens_per_pos", kCounter,
+     "Drafts accepted by their position in the chain.",
+     [](const EngineStats& s) { return PerDraftPosition(s.lookahead.position_accepted_total); }},
 
     // Lookahead sparse KV (docs/sparse.md); zero when it is off.
     {"oasis:sparse_requests", kGauge, "Running requests decoding with sparse KV.",

@@ -76,6 +76,8 @@ Status CheckConfig(const ServerConfig& config) {
       {"tensor_parallel_size", config.tensor_parallel_size},
       {"kv_heads_per_rank", host->runner->model().config().num_key_value_heads},
       {"lookahead", LookaheadModeName(host->lookahead)},
+      {"num_speculative_tokens",
+       host->lookahead == LookaheadMode::kSpeculate ? config.num_speculative_tokens : 1},
       {"draft_head", host->draft_head != nullptr},
       {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
       {"sparse", SparseJson(*host)},

@@ -182,11 +182,21 @@ size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType dtyp
       rows *
       (6 * static_cast<size_t>(s.topk_blocks) + 2 * static_cast<size_t>(s.max_fetch()) + 6 + mb) *
       4;
-  const size_t snapshots = layers * static_cast<size_t>(s.max_sparse_seqs) *
+  const size_t snapshots = layers * static_cast<size_t>(s.max_sparse_seqs * s.chain_queries) *
                            static_cast<size_t>(c.num_attention_heads * c.head_dim) *
                            DTypeSize(dtype);
   return summaries + rows * (mb * 8 + static_cast<size_t>(s.topk_blocks) * 4) + layers * per_layer +
          snapshots;
+}
+
+CudaGraphOptions GraphOptions(const ServerConfig& sc, const ModelConfig& c) {
+  CudaGraphOptions go;
+  go.max_batch = std::min<int64_t>(sc.max_num_seqs, 256);
+  go.max_context = c.max_position_embeddings;
+  // Speculate chains stack 1 + k query tokens per sequence: graphs for them too.
+  if (sc.ResolvedLookahead() == "speculate")
+    go.max_query_len = static_cast<int>(std::max<int64_t>(2, 1 + sc.num_speculative_tokens));
+  return go;
 }
 
 // KV head-blocks per layer that fit on the current device once `model` (and the draft head,
@@ -205,10 +215,24 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
       static_cast<size_t>(sc.max_num_batched_tokens) *
       static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
   size_t reserve = (size_t{1} << 30) + step_bytes;
+  // Decode graphs of speculate chains (1 + k query tokens) need a larger activation arena.
+  const CudaGraphOptions go = GraphOptions(sc, c);
+  if (go.max_query_len > 2) {
+    reserve +=
+        static_cast<size_t>((go.max_query_len - 2) * go.max_batch *
+                            (CudaGraphRunner::ArenaTokenBytes(c) +
+                             c.num_hidden_layers * CudaGraphRunner::ArenaLayerTokenBytes(c)));
+  }
   if (host->sparse) {
     // Each rank's summaries cover its share of the host store (--host-kv-gib is the total).
     SparseConfig mine = *host->sparse;
     mine.host_kv_gib /= static_cast<double>(std::max<int64_t>(1, sc.tensor_parallel_size));
+    if (sc.ResolvedLookahead() == "speculate" && mine.predictor == SparsePredictor::kDraft) {
+      // The engine's chain queries (MakeSparse): min(k, 16 / G) query snapshots per row.
+      const int64_t group = std::max<int64_t>(1, c.num_attention_heads / c.num_key_value_heads);
+      mine.chain_queries = static_cast<int32_t>(
+          std::clamp<int64_t>(std::min(sc.num_speculative_tokens, 16 / group), 1, 4));
+    }
     const size_t sparse_bytes = SparseDeviceBytes(mine, c, backend.activation_dtype());
     spdlog::info("sparse KV: {:.2f} GiB of device memory for summaries and state",
                  sparse_bytes / double(1 << 30));
@@ -246,13 +270,6 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
                who, plan.num_slots, plan.budget_bytes / double(1 << 30),
                plan.max_tokens_per_kv_head_group);
   return plan.num_slots;
-}
-
-CudaGraphOptions GraphOptions(const ServerConfig& sc, const ModelConfig& c) {
-  CudaGraphOptions go;
-  go.max_batch = std::min<int64_t>(sc.max_num_seqs, 256);
-  go.max_context = c.max_position_embeddings;
-  return go;
 }
 
 Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
@@ -552,6 +569,8 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   OASIS_ASSIGN_OR_RETURN(host->lookahead, ParseLookaheadMode(sc.ResolvedLookahead()));
   EngineOptions options;
   options.lookahead = host->lookahead;
+  options.num_speculative_tokens =
+      host->lookahead == LookaheadMode::kSpeculate ? sc.num_speculative_tokens : 1;
   options.max_num_seqs = sc.max_num_seqs;
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
   options.max_waiting = sc.max_waiting;

@@ -65,7 +65,11 @@ const std::vector<Setting>& Settings() {
          "draft vocabulary of a dummy head without --draft-model (capped at the model's)"},
         {"lookahead", &ServerConfig::lookahead,
          "auto (reject with a draft model, else off), off, reject (lossless, drafts discarded), "
-         "speculate (accept matching drafts: up to 2 tokens per step)"},
+         "speculate (accept matching drafts: up to 1 + --num-speculative-tokens tokens per "
+         "step)"},
+        {"num-speculative-tokens", &ServerConfig::num_speculative_tokens,
+         "speculate: draft tokens per step, a chain of 1 to 4 from the EAGLE-3 head, verified in "
+         "one stacked target step (> 1 needs --lookahead speculate; auto resolves to it)"},
         {"sparse", &ServerConfig::sparse,
          "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
         {"host-kv-gib", &ServerConfig::host_kv_gib,
@@ -219,7 +223,8 @@ std::string ServerConfig::ResolvedStagingListen() const {
 
 std::string ServerConfig::ResolvedLookahead() const {
   if (lookahead != "auto") return lookahead;
-  return HasDraftModel() ? "reject" : "off";
+  if (!HasDraftModel()) return "off";
+  return num_speculative_tokens > 1 ? "speculate" : "reject";
 }
 
 std::string ServerConfig::ResolvedSparseSwitch() const {
@@ -252,6 +257,16 @@ Status ServerConfig::Validate() const {
     return InvalidArgument(
         "--lookahead " + lookahead +
         " needs an EAGLE-3 draft head: --draft-model DIR or --draft-load-format dummy");
+  }
+  if (num_speculative_tokens < 1 || num_speculative_tokens > 4) {
+    return InvalidArgument("--num-speculative-tokens must be 1 to 4, got " +
+                           std::to_string(num_speculative_tokens));
+  }
+  if (num_speculative_tokens > 1 && ResolvedLookahead() != "speculate") {
+    return InvalidArgument(
+        "--num-speculative-tokens " + std::to_string(num_speculative_tokens) +
+        " needs --lookahead speculate with an EAGLE-3 draft head (--draft-model DIR or "
+        "--draft-load-format dummy); --lookahead reject stacks one draft");
   }
   OASIS_RETURN_IF_ERROR(one_of("sparse", sparse, {"auto", "on", "off"}));
   OASIS_RETURN_IF_ERROR(ParseToolParserKind(tool_call_parser).status());

@@ -48,6 +48,9 @@ struct ServerConfig : HttpFrontSettings {
       32000;  // dummy heads without --draft-model: capped at the target vocab
   std::string lookahead =
       "auto";  // auto (reject with a draft model, else off), off, reject, speculate
+  // Draft chain length under speculate (vLLM's name), 1..4; > 1 needs speculate (auto
+  // resolves to it).
+  int64_t num_speculative_tokens = 1;
 
   // Lookahead sparse KV (docs/sparse.md): long requests decode over a per-head working set
   // of top-K blocks; their full KV lives in a host store.
@@ -122,7 +125,8 @@ struct ServerConfig : HttpFrontSettings {
   std::string ResolvedStagingListen() const;
   // Whether a draft head is to be loaded (--draft-model, or --draft-load-format dummy).
   bool HasDraftModel() const { return !draft_model.empty() || draft_load_format == "dummy"; }
-  // --lookahead with "auto" resolved: "reject" with a draft model, else "off".
+  // --lookahead with "auto" resolved: "reject" with a draft model ("speculate" with
+  // --num-speculative-tokens > 1), else "off".
   std::string ResolvedLookahead() const;
   // Sparse KV: --sparse on, or auto with --sparse-threshold > 0 or a prefill/decode role.
   bool SparseEnabled() const {

@@ -149,7 +149,42 @@ else
 fi
 stop_server || fail=1
 
+# ---- chains of drafts: --num-speculative-tokens 3 -------------------------------------
+# The copy head's chain repeats its draft, the model greedily repeats its token: most steps
+# emit several tokens; every answer still equals the plain server's.
+start_server "$TMP/server-chain.log" --backend cpu --draft-model "$TMP/copy-head" --lookahead speculate \
+  --num-speculative-tokens 3 || exit 1
+run_all chain
+same=1
+for f in "$TMP"/plain.*; do
+  suffix=${f##*/plain.}
+  cmp -s "$f" "$TMP/chain.$suffix" || { same=0; bad "k 3: answer $suffix differs" "$(cat "$f"; echo; cat "$TMP/chain.$suffix")"; }
+done
+[[ $same == 1 ]] && ok "--num-speculative-tokens 3 (copy head): every answer equals the plain server's"
+tps=$(metric 'oasis:spec_decode_tokens_per_step')
+pos2=$(curl -s "$BASE/metrics" | grep '^oasis:spec_decode_num_accepted_tokens_per_pos{.*position="2"}' | awk '{print $2}')
+dense_steps=$(curl -s "$BASE/metrics" | grep '^oasis:spec_decode_num_steps_by_kv_total{.*kv="dense"}' | awk '{print $2}')
+if python3 -c "import sys; sys.exit(0 if float('$tps') > 1.6 and float('${pos2:-0}') > 0 and float('${dense_steps:-0}') > 0 else 1)"; then
+  ok "k 3: $tps tokens per step, $pos2 drafts accepted at position 2, per-pos and by-kv metrics exported"
+else
+  bad "k 3: tokens per step $tps, position 2 accepted '$pos2', dense steps '$dense_steps'" "$(curl -s "$BASE/metrics" | grep spec_decode)"
+fi
+stop_server || fail=1
+
 # ---- bad settings ---------------------------------------------------------------------
+for v in 0 5 -1 three 2.5 ""; do
+  out=$("$SERVER" --port 0 --draft-load-format dummy --lookahead speculate --num-speculative-tokens "$v" 2>&1)
+  [[ $? == 2 ]] && grep -q "num-speculative-tokens" <<<"$out" && ok "--num-speculative-tokens '$v' -> exit 2 naming the flag" || bad "--num-speculative-tokens '$v'" "$out"
+done
+out=$("$SERVER" --port 0 --draft-load-format dummy --lookahead reject --num-speculative-tokens 2 2>&1)
+[[ $? == 2 ]] && grep -q "needs --lookahead speculate" <<<"$out" && ok "--num-speculative-tokens 2 with reject -> exit 2" || bad "k 2 with reject" "$out"
+out=$("$SERVER" --port 0 --num-speculative-tokens 2 2>&1)
+[[ $? == 2 ]] && grep -q "needs --lookahead speculate" <<<"$out" && ok "--num-speculative-tokens 2 without a head -> exit 2" || bad "k 2 without a head" "$out"
+out=$("$SERVER" --backend cpu --check-config --draft-load-format dummy --num-speculative-tokens 3 2>&1)
+grep -q '"num-speculative-tokens": 3' <<<"$out" && grep -q '"num_speculative_tokens": 3' <<<"$out" &&
+  grep -q '"lookahead": "speculate"' <<<"$out" && grep -q "^config ok$" <<<"$out" &&
+  ok "--check-config shows --num-speculative-tokens 3 (lookahead auto resolves to speculate)" || bad "check-config k 3" "$out"
+
 out=$("$SERVER" --port 0 --lookahead speculate 2>&1)
 [[ $? == 2 ]] && grep -q "needs an EAGLE-3 draft head" <<<"$out" && ok "--lookahead speculate without a draft -> exit 2" || bad "lookahead without draft" "$out"
 out=$("$SERVER" --port 0 --lookahead sometimes 2>&1)

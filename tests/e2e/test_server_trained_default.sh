@@ -125,4 +125,25 @@ for mode in speculate reject; do
   fi
   stop_server || fail=1
 done
+
+# Sparse requests accept drafts (issue 31): every request sparse after 16 tokens, K >= every
+# block (lossless), host and HBM homes, chains of 1 and 3 drafts. The completions equal plain
+# decoding's and sparse steps emit more than 1.3 tokens each (measured on this text, CPU:
+# 1.59 with one draft, 1.73 with three).
+for k in 1 3; do
+  for home in host hbm; do
+    start_server "$TMP/sparse-$k-$home.log" --backend cpu --draft-model models/embedded-eagle3 --lookahead speculate \
+      --num-speculative-tokens "$k" --sparse on --sparse-threshold 16 --sparse-switch threshold --topk-blocks 64 \
+      --kv-home "$home" --host-kv-gib 0.25 || exit 1
+    run_all "sparse-$k-$home"
+    same=1
+    for i in 0 1 2; do cmp -s "$TMP/plain.$i" "$TMP/sparse-$k-$home.$i" || { same=0; bad "sparse k $k $home: completion $i differs from plain decoding" "$(cat "$TMP/sparse-$k-$home.$i")"; }; done
+    [[ $same == 1 ]] && ok "sparse, speculate k $k, KV home $home: completions identical to plain decoding"
+    steps=$(curl -s "$BASE/metrics" | grep '^oasis:spec_decode_num_steps_by_kv_total{.*kv="sparse"}' | awk '{print $2}')
+    tps=$(curl -s "$BASE/metrics" | grep '^oasis:spec_decode_tokens_per_step_by_kv{.*kv="sparse"}' | awk '{print $2}')
+    python3 -c "import sys; sys.exit(0 if float('${steps:-0}') > 20 and float('${tps:-0}') > 1.3 else 1)" &&
+      ok "sparse k $k $home: $tps tokens per sparse step over $steps steps" || bad "sparse k $k $home: $tps tokens per sparse step over '$steps' steps"
+    stop_server || fail=1
+  done
+done
 exit $fail

@@ -8,10 +8,12 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "runner/cuda/cuda_draft_runner.h"
 #include "runner/cuda/cuda_graph_runner.h"
 #include "engine/engine.h"
+#include "kvcache/sparse_kv_manager.h"
 #include "loader/weights.h"
 #include "models/eagle3.h"
 #include "test_support.h"
@@ -26,9 +28,11 @@ struct Out {
   std::vector<float> margin;  // top-1 minus top-2 log-probability at each position
 };
 
-std::vector<Out> RunAll(ModelRunner& runner, DraftRunner* draft, LookaheadMode mode, int n, EngineStats* stats) {
+std::vector<Out> RunAll(ModelRunner& runner, DraftRunner* draft, LookaheadMode mode, int n, EngineStats* stats,
+                        int64_t num_speculative_tokens = 1) {
   EngineOptions o;
   o.lookahead = mode;
+  o.num_speculative_tokens = num_speculative_tokens;
   o.max_num_batched_tokens = 256;
   Engine engine(runner, nullptr, o, mode == LookaheadMode::kOff ? nullptr : draft);
   engine.Start();
@@ -115,4 +119,162 @@ TEST_CASE("lookahead decoding on CUDA keeps plain greedy decoding's tokens", "[g
     CHECK(diverged <= n / 4);
   }
   CHECK((*runner)->num_graphs() >= 2);  // plain and stacked decode steps both replayed graphs
+}
+
+// Chains of k drafts (--num-speculative-tokens): decode graphs with 1 + k query tokens per
+// sequence (CudaGraphOptions::max_query_len), the head's chained steps eager on the device.
+TEST_CASE("speculate chains of 2..4 drafts on CUDA keep plain greedy decoding's tokens", "[gpu][lookahead]") {
+  auto dir = testing::FixturePath("models/qwen3-tiny");
+  auto config = LoadModelConfig(dir);
+  REQUIRE(config.ok());
+  auto weights = OpenSafetensorsWeights(dir);
+  REQUIRE(weights.ok());
+  auto backend = CudaBackend::Create();
+  REQUIRE(backend.ok());
+  auto model = DecoderLM::Create(*config, **weights, **backend);
+  REQUIRE(model.ok());
+  auto head = Eagle3Head::Load(testing::FixturePath("eagle3/qwen3-tiny"), **model, **backend);
+  REQUIRE(head.ok());
+  CudaGraphOptions go{.num_kv_slots = 2048, .max_batch = 16, .max_context = 512, .max_query_len = 5};
+  auto runner = CudaGraphRunner::Create(**model, **backend, go);
+  REQUIRE(runner.ok());
+  CudaDraftRunner draft(**head, **backend, 2048);
+
+  const int n = 12;
+  const std::vector<Out> plain = RunAll(**runner, nullptr, LookaheadMode::kOff, n, nullptr);
+  for (int64_t k = 2; k <= 4; ++k) {
+    EngineStats stats;
+    const std::vector<Out> got = RunAll(**runner, &draft, LookaheadMode::kSpeculate, n, &stats, k);
+    INFO("k " << k);
+    CHECK(stats.lookahead.draft_tokens_proposed_total > 0);
+    CHECK(stats.lookahead.position_drafts_total[0] > 0);
+    CHECK(stats.lookahead.tokens_total == stats.lookahead.steps_total + stats.lookahead.draft_accepted_total);
+    CHECK(stats.kv.num_free_draft_slots == stats.kv.num_draft_slots);
+    CHECK(stats.kv.num_free_slots == stats.kv.num_slots);
+    int diverged = 0;
+    for (int i = 0; i < n; ++i) {
+      const Out &a = plain[static_cast<size_t>(i)], &b = got[static_cast<size_t>(i)];
+      REQUIRE(b.tokens.size() == a.tokens.size());
+      size_t same = 0;
+      while (same < a.tokens.size() && a.tokens[same] == b.tokens[same]) ++same;
+      if (same < a.tokens.size()) {
+        ++diverged;
+        INFO("request " << i << " diverges at " << same << " with margin " << a.margin[same]);
+        CHECK(a.margin[same] < 0.05f);
+      }
+    }
+    CHECK(diverged <= n / 4);
+  }
+  CHECK((*runner)->num_graphs() >= 2);
+  // A graph runner limited to what the decode attention takes.
+  CudaGraphOptions wide = go;
+  wide.max_query_len = 17;
+  CHECK_FALSE(CudaGraphRunner::Create(**model, **backend, wide).ok());
+}
+
+// Sparse requests accept drafts on CUDA (sparse decode graphs with 2 and 1 + k query tokens,
+// the accepted drafts' write-through at the next step): with K >= every block the tokens
+// are plain greedy decoding's up to near-ties, and every pool comes back.
+TEST_CASE("sparse requests accept drafts and chains on CUDA", "[gpu][lookahead][sparse]") {
+  auto dir = testing::FixturePath("models/qwen3-tiny");
+  auto config = LoadModelConfig(dir);
+  REQUIRE(config.ok());
+  auto weights = OpenSafetensorsWeights(dir);
+  REQUIRE(weights.ok());
+  auto backend = CudaBackend::Create();
+  REQUIRE(backend.ok());
+  auto model = DecoderLM::Create(*config, **weights, **backend);
+  REQUIRE(model.ok());
+  auto head = Eagle3Head::Load(testing::FixturePath("eagle3/qwen3-tiny"), **model, **backend);
+  REQUIRE(head.ok());
+  constexpr int64_t kSlots = 2048;
+  CudaGraphOptions go{.num_kv_slots = kSlots, .max_batch = 16, .max_context = 512, .max_query_len = 5};
+  auto runner = CudaGraphRunner::Create(**model, **backend, go);
+  REQUIRE(runner.ok());
+  SparseConfig sc;
+  sc.topk_blocks = 24;  // >= every block of these requests (<= 330 tokens)
+  sc.fetch_ratio = 0.1;
+  sc.sparse_threshold = 48;
+  sc.predictor = SparsePredictor::kDraft;
+  sc.max_sparse_seqs = 16;
+  sc.host_kv_gib = 0.05;
+  const ModelConfig& c = (*model)->config();
+  const HostKvSlots host =
+      HostKvSlotsFor(sc, {c.num_hidden_layers, c.num_key_value_heads, c.head_dim}, DType::kBF16, 1);
+  CudaDraftRunner draft(**head, **backend,
+                        DraftKvSlotsFor(kSlots + host.total(), c.num_key_value_heads,
+                                        (*head)->config().num_key_value_heads));
+  auto run = [&](LookaheadMode mode, int64_t k, KvHome home, EngineStats* stats) {
+    EngineOptions o;
+    o.lookahead = mode;
+    o.num_speculative_tokens = k;
+    o.max_num_batched_tokens = 512;
+    o.sparse = sc;
+    o.sparse->home = home;
+    REQUIRE(Engine::CheckOptions(o, **runner, &draft).ok());
+    Engine engine(**runner, nullptr, o, &draft);
+    engine.Start();
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < 8; ++i) {
+      EngineRequest r;
+      r.id = "s" + std::to_string(i);
+      for (int j = 0; j < 40 + 25 * i; ++j) r.prompt.push_back(static_cast<int32_t>((37 * i + 11 * j + 5) % 250 + 1));
+      r.max_tokens = 40;
+      r.ignore_eos = true;
+      r.sampling.temperature = 0;
+      r.detokenize = false;
+      r.logprobs = true;
+      r.num_top_logprobs = 2;
+      auto s = engine.Submit(r);
+      REQUIRE(s.ok());
+      streams.push_back(*s);
+    }
+    std::vector<Out> outs(streams.size());
+    for (size_t i = 0; i < streams.size(); ++i) {
+      while (true) {
+        auto ev = streams[i]->Next(60s);
+        REQUIRE(ev.has_value());
+        for (const GeneratedToken& t : ev->tokens) {
+          outs[i].tokens.push_back(t.token);
+          outs[i].margin.push_back(
+              t.top_logprobs.size() == 2 ? t.top_logprobs[0].logprob - t.top_logprobs[1].logprob : 1e9f);
+        }
+        if (ev->finished) break;
+      }
+    }
+    for (int i = 0; i < 200; ++i) {  // the last frees land after the last event
+      *stats = engine.Stats();
+      if (stats->kv.num_free_slots == stats->kv.num_slots && stats->sparse.num_requests == 0) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    engine.Stop();
+    return outs;
+  };
+  EngineStats plain_stats;
+  const std::vector<Out> plain = run(LookaheadMode::kOff, 1, KvHome::kHost, &plain_stats);
+  for (KvHome home : {KvHome::kHost, KvHome::kHbm}) {
+    for (int64_t k : {1, 3}) {
+      EngineStats st;
+      const std::vector<Out> got = run(LookaheadMode::kSpeculate, k, home, &st);
+      INFO("home " << KvHomeName(home) << ", k " << k);
+      CHECK(st.sparse.switches_total > 0);
+      CHECK(st.lookahead.sparse_steps_total > 0);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      int diverged = 0;
+      for (size_t i = 0; i < plain.size(); ++i) {
+        const Out &a = plain[i], &b = got[i];
+        REQUIRE(b.tokens.size() == a.tokens.size());
+        size_t same = 0;
+        while (same < a.tokens.size() && a.tokens[same] == b.tokens[same]) ++same;
+        if (same < a.tokens.size()) {
+          ++diverged;
+          INFO("request " << i << " diverges at " << same << " with margin " << a.margin[same]);
+          CHECK(a.margin[same] < 0.05f);
+        }
+      }
+      CHECK(diverged <= 2);
+    }
+  }
 }

@@ -9,6 +9,7 @@
 //   bench_lookahead --batch 1  --context 128  --tokens 128
 //   bench_lookahead --batch 64 --context 4096 --tokens 64
 //   bench_lookahead --batch 1  --context 128  --tokens 128 --repeat
+//   bench_lookahead --batch 1  --context 128  --tokens 128 --repeat --num-speculative-tokens 3
 // --repeat builds a target whose greedy continuation repeats the last prompt token (o_proj and
 // down_proj zeroed — still read every step, so the cost is the real one — and a tied
 // lm_head) and a "copy" head that proposes the target's own prediction (fc selects the stream
@@ -99,9 +100,11 @@ struct Snapshot {
 };
 
 StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, LookaheadMode mode,
-                             int64_t batch, int64_t context, int64_t tokens, int64_t vocab) {
+                             int64_t batch, int64_t context, int64_t tokens, int64_t vocab,
+                             int64_t num_speculative_tokens) {
   EngineOptions o;
   o.lookahead = mode;
+  o.num_speculative_tokens = mode == LookaheadMode::kSpeculate ? num_speculative_tokens : 1;
   o.max_num_seqs = batch;
   o.max_num_batched_tokens =
       std::max<int64_t>(16384, 2 * batch);  // short prefill phase: a long decode window
@@ -234,7 +237,7 @@ Status RunHeadOnly(Eagle3Head& head, CudaBackend& backend, CudaDraftRunner& draf
 
 Status Run(int argc, char** argv) {
   std::string config_path = "tools/bench/model_configs/qwen3-8b.json";
-  int64_t batch = 1, context = 128, tokens = 128, draft_vocab = 32000;
+  int64_t batch = 1, context = 128, tokens = 128, draft_vocab = 32000, spec_tokens = 1;
   bool repeat = false, head_only = false;
   FlagParser flags(
       "bench_lookahead: TPOT of lookahead decoding (reject / speculate) vs plain, via the engine");
@@ -245,6 +248,8 @@ Status Run(int argc, char** argv) {
   flags.AddInt("tokens", &tokens, "output tokens per request");
   flags.AddInt("draft-vocab", &draft_vocab, "draft vocabulary of the dummy head");
   flags.AddBool("repeat", &repeat, "repeating target + copy head: drafts right by construction");
+  flags.AddInt("num-speculative-tokens", &spec_tokens,
+               "speculate: chains of this many drafts (1..4; graphs of 1 + k query tokens)");
   flags.AddBool("head-only", &head_only,
                 "time the draft head's decode step alone (no engine, no prefill)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
@@ -254,6 +259,8 @@ Status Run(int argc, char** argv) {
   }
   if (batch < 1 || context < 1 || tokens < 2)
     return InvalidArgument("batch, context >= 1 and tokens >= 2");
+  if (spec_tokens < 1 || spec_tokens > kMaxDraftTokens)
+    return InvalidArgument("--num-speculative-tokens must be 1 to 4");
   OASIS_RETURN_IF_ERROR(InitLogging("warn"));
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(config_path));
   if (repeat) config.tie_word_embeddings = true;
@@ -276,6 +283,7 @@ Status Run(int argc, char** argv) {
   go.num_kv_slots = slots;
   go.max_batch = batch;
   go.max_context = max_ctx;
+  go.max_query_len = static_cast<int>(std::max<int64_t>(2, 1 + spec_tokens));
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraphRunner> runner,
                          CudaGraphRunner::Create(*model, *backend, go));
   CudaDraftRunner draft(*head, *backend,
@@ -292,8 +300,8 @@ Status Run(int argc, char** argv) {
   std::string summary;
   for (LookaheadMode mode :
        {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
-    OASIS_ASSIGN_OR_RETURN(
-        ModeResult m, RunMode(*runner, draft, mode, batch, context, tokens, config.vocab_size));
+    OASIS_ASSIGN_OR_RETURN(ModeResult m, RunMode(*runner, draft, mode, batch, context, tokens,
+                                                 config.vocab_size, spec_tokens));
     if (mode == LookaheadMode::kOff) base = m.tpot_ms;
     std::printf("%-10s %10.3f %10.1f %12.3f %12.3f %8lld %14.3f %13.3f %13.3f %13.3f\n",
                 LookaheadModeName(mode), m.tpot_ms, m.ttft_ms, m.acceptance, m.tokens_per_step,
@@ -307,8 +315,9 @@ Status Run(int argc, char** argv) {
             : "");
     summary += part;
   }
-  std::printf("RESULT lookahead b=%lld ctx=%lld%s: %s\n", static_cast<long long>(batch),
-              static_cast<long long>(context), repeat ? " repeat" : "", summary.c_str());
+  std::printf("RESULT lookahead b=%lld ctx=%lld%s k=%lld: %s\n", static_cast<long long>(batch),
+              static_cast<long long>(context), repeat ? " repeat" : "",
+              static_cast<long long>(spec_tokens), summary.c_str());
   return Status::Ok();
 }
 

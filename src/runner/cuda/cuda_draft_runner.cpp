@@ -107,4 +107,39 @@ std::vector<int32_t> CudaDraftRunner::CollectChained() {
   return ToTarget(sampler_.Finish(GreedyRows(R), cuda_.stream()));
 }
 
+DraftRunner::ChainStep CudaDraftRunner::ProposeWithFeatures(const ForwardInput& host_input,
+                                                            const Tensor& aux,
+                                                            std::span<const int32_t> aux_rows) {
+  const int64_t T = host_input.token_ids.numel(), R = host_input.logit_rows.numel();
+  const int64_t h = head_.config().hidden_size;
+  const ForwardInput input = UploadInput(host_input);
+  Tensor hidden = cuda_.Empty({T, h}, cuda_.activation_dtype());
+  const Tensor logits = head_.Forward(input, aux, kv_, aux_rows, &hidden);
+  ChainStep out;
+  if (R == 0) return out;
+  out.features = cuda_.Empty({R, h}, cuda_.activation_dtype());
+  cuda_.GatherRows(hidden, input.logit_rows, out.features);
+  out.drafts = ToTarget(sampler_.Sample(logits, GreedyRows(R), cuda_.stream()));
+  return out;
+}
+
+DraftRunner::ChainStep CudaDraftRunner::ProposeFromFeatures(const ForwardInput& host_input,
+                                                            const Tensor& features,
+                                                            std::span<const int32_t> feature_rows) {
+  const int64_t T = host_input.token_ids.numel(), h = head_.config().hidden_size;
+  OASIS_CHECK_EQ(static_cast<int64_t>(feature_rows.size()), T) << "one feature row per head row";
+  OASIS_CHECK_EQ(host_input.logit_rows.numel(), T) << "every chained row is a logits row";
+  const ForwardInput input = UploadInput(host_input);
+  Tensor g = cuda_.Empty({T, h}, cuda_.activation_dtype());
+  cuda_.GatherRows(features,
+                   cuda_.UploadAsync(Tensor::FromInts(
+                       std::vector<int32_t>(feature_rows.begin(), feature_rows.end()))),
+                   g);
+  ChainStep out;
+  out.features = cuda_.Empty({T, h}, cuda_.activation_dtype());
+  const Tensor logits = head_.ForwardFromFeatures(input, g, kv_, &out.features);
+  out.drafts = ToTarget(sampler_.Sample(logits, GreedyRows(T), cuda_.stream()));
+  return out;
+}
+
 }  // namespace oasis

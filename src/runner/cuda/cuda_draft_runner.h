@@ -25,6 +25,11 @@ class CudaDraftRunner final : public DraftRunner {
                       std::span<const int32_t> aux_rows, const DeviceSamples& samples,
                       std::span<const int32_t> pairs) override;
   std::vector<int32_t> CollectChained() override;
+  // Draft chains: the same head steps as DraftRunner's, with the argmax on the device.
+  ChainStep ProposeWithFeatures(const ForwardInput& host_input, const Tensor& aux,
+                                std::span<const int32_t> aux_rows) override;
+  ChainStep ProposeFromFeatures(const ForwardInput& host_input, const Tensor& features,
+                                std::span<const int32_t> feature_rows) override;
 
  private:
   CudaBackend& cuda_;

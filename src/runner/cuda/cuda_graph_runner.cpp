@@ -36,8 +36,13 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
                                                                    CudaGraphOptions options) {
   if (options.max_batch < 1 || options.max_context < 1)
     return InvalidArgument("graph max_batch/max_context < 1");
+  if (options.max_query_len < 2 || options.max_query_len > kMaxQueryLenLimit)
+    return InvalidArgument("graph max_query_len must be in [2, " +
+                           std::to_string(kMaxQueryLenLimit) + "], got " +
+                           std::to_string(options.max_query_len));
+  const int64_t max_q = options.max_query_len;
   std::unique_ptr<CudaGraphRunner> r(new CudaGraphRunner(model, backend, options));
-  const int64_t B = options.max_batch, H = r->num_kv_heads_, Tmax = B * kMaxQueryLen;
+  const int64_t B = options.max_batch, H = r->num_kv_heads_, Tmax = B * max_q;
   Layout& l = r->layout_;
   size_t off = 0;
   l.ids = off, off = AlignUp(off + Tmax * 4);
@@ -50,26 +55,22 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   l.total = off;
   OASIS_ASSIGN_OR_RETURN(r->inputs_, cuda::DeviceBuffer::Allocate(l.total));
   OASIS_ASSIGN_OR_RETURN(r->staging_, cuda::PinnedBuffer::Allocate(l.total));
-  // Activation arena for the largest step (max_batch sequences × kMaxQueryLen tokens): every
+  // Activation arena for the largest step (max_batch sequences × max_query_len tokens): every
   // per-token tensor of one forward pass (see DecoderLM::Forward), float logits, a residual
   // capture of up to kMaxCaptureLayers layers, and alignment slack.
-  constexpr int64_t kMaxCaptureLayers = 8;
   const ModelConfig& c = model.config();
-  const int64_t per_token =
-      2 * (4 * c.hidden_size + 2 * (c.q_size() + 2 * c.kv_size()) + c.q_size() +
-           3 * c.intermediate_size + c.hidden_size + kMaxCaptureLayers * c.hidden_size) +
-      4 * c.vocab_size;
+  const int64_t per_token = ArenaTokenBytes(c);
   // Plus the decode-attention workspace of the largest bucket (split partials).
   size_t workspace = 0;
   for (int64_t b : r->buckets_) {
     kernels::DecodeAttentionParams p;
-    p.tokens = b * kMaxQueryLen;
+    p.tokens = b * max_q;
     p.num_seqs = static_cast<int>(b);
     p.num_q_heads = static_cast<int>(c.num_attention_heads);
     p.num_kv_heads = static_cast<int>(c.num_key_value_heads);
     p.head_dim = static_cast<int>(c.head_dim);
     p.max_blocks = static_cast<int>(r->max_blocks_);
-    p.max_query_len = kMaxQueryLen;
+    p.max_query_len = static_cast<int>(max_q);
     p.max_kv_len = static_cast<int>(r->max_blocks_ * kBlockSize);
     workspace = std::max(workspace, kernels::DecodeAttentionWorkspaceBytes(p));
   }
@@ -78,15 +79,24 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   // product of the unfused gate/up + SiLU (batches the GEMV does not take), K/V for a backend
   // without the fused QKV op, the normalised rows of the unfused pre-norm + projection (twice)
   // — plus alignment slack.
-  const int64_t per_layer =
-      static_cast<int64_t>(workspace) +
-      Tmax * 2 * (2 * c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096;
+  const int64_t per_layer = static_cast<int64_t>(workspace) + Tmax * ArenaLayerTokenBytes(c) + 4096;
   OASIS_ASSIGN_OR_RETURN(r->arena_,
                          cuda::DeviceBuffer::Allocate(static_cast<size_t>(
                              Tmax * per_token + c.num_hidden_layers * per_layer + (1 << 20))));
   OASIS_ASSIGN_OR_RETURN(
       r->host_logits_, cuda::PinnedBuffer::Allocate(static_cast<size_t>(Tmax * c.vocab_size) * 4));
   return r;
+}
+
+int64_t CudaGraphRunner::ArenaTokenBytes(const ModelConfig& c) {
+  constexpr int64_t kMaxCaptureLayers = 8;
+  return 2 * (4 * c.hidden_size + 2 * (c.q_size() + 2 * c.kv_size()) + c.q_size() +
+              3 * c.intermediate_size + c.hidden_size + kMaxCaptureLayers * c.hidden_size) +
+         4 * c.vocab_size;
+}
+
+int64_t CudaGraphRunner::ArenaLayerTokenBytes(const ModelConfig& c) {
+  return 2 * (2 * c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size);
 }
 
 CudaGraphRunner::~CudaGraphRunner() {
@@ -99,8 +109,8 @@ std::optional<CudaGraphRunner::GraphKey> CudaGraphRunner::KeyFor(
   const int64_t seqs = in.attention.query_start.numel() - 1, T = in.token_ids.numel(),
                 R = in.logit_rows.numel();
   const int q = in.attention.max_query_len;
-  if (seqs < 1 || seqs > options_.max_batch || q < 1 || q > kMaxQueryLen || T != seqs * q ||
-      R % seqs != 0 || in.attention.block_tables.dim(2) > max_blocks_ ||
+  if (seqs < 1 || seqs > options_.max_batch || q < 1 || q > options_.max_query_len ||
+      T != seqs * q || R % seqs != 0 || in.attention.block_tables.dim(2) > max_blocks_ ||
       in.attention.kv_lens.dim(1) != num_kv_heads_) {
     return std::nullopt;
   }
@@ -312,7 +322,7 @@ std::vector<SampleResult> CudaGraphRunner::RunSparse(const StepInputs& step) {
   key->sparse = &pipeline;
   key->sparse_transfers = step.sparse->transfers;
   // Fixed addresses for every bucket before the first capture (never grown afterwards).
-  pipeline.ReservePlan(options_.max_batch, options_.max_batch * kMaxQueryLen);
+  pipeline.ReservePlan(options_.max_batch, options_.max_batch * options_.max_query_len);
   PackInputs(step.input, *key);
   pipeline.UploadPlan(PadStepPlan(plan, key->bucket, key->bucket * key->query_len));
   auto it = graphs_.find(*key);

@@ -1,6 +1,7 @@
 // CudaGraphRunner: a ModelRunner that replays CUDA graphs for decode steps — every sequence
 // with the same number q of query tokens, q = 1 (plain) or 2 (lookahead: the real token and
-// the draft stacked), 1 or q logits rows per sequence, with or without the residual capture of
+// the draft stacked) up to CudaGraphOptions::max_query_len (speculate chains: 1 + k), 1 or q
+// logits rows per sequence, with or without the residual capture of
 // a draft head — captured lazily per (batch-size bucket, q, rows, capture); other steps
 // (prefill, mixed) run eagerly. Graphs are also specialised per context bucket (1K, 2K, 4K,
 // 8K, ... up to max_context), so a short request's attention is not cut for the longest
@@ -35,6 +36,10 @@ struct CudaGraphOptions {
   int64_t max_batch = 256;      // largest decode batch replayed as a graph
   int64_t max_context = 32768;  // longest sequence a graph step supports
   bool enabled = true;          // false: always eager (for comparisons)
+  // Query tokens per sequence a decode graph may take: 2 (a stacked draft), or 1 + k for
+  // speculate chains of k drafts (--num-speculative-tokens). The activation arena and the
+  // static inputs scale with it; steps beyond it run eagerly.
+  int max_query_len = 2;
   // Sparse decode steps as graphs too (docs/sparse.md §10); OASIS_SPARSE_GRAPHS=0 turns it off.
   bool sparse_graphs = SparseGraphsFromEnv();
   static bool SparseGraphsFromEnv();
@@ -60,6 +65,12 @@ class CudaGraphRunner final : public ModelRunner {
   // KV policy marks not replayable (the oracle predictor) stay eager.
   std::vector<SampleResult> Run(const StepInputs& step) override;
   SparseStageSync* sparse_stage_sync() override { return &sparse_sync_; }
+
+  // Arena bytes per decode token of a graph step: its activations, and per layer the
+  // temporaries that add up (Create sizes the arena as max_batch x max_query_len tokens of
+  // both; the server's KV plan reserves the part beyond two query tokens).
+  static int64_t ArenaTokenBytes(const ModelConfig& c);
+  static int64_t ArenaLayerTokenBytes(const ModelConfig& c);
 
   // Number of graphs captured so far (one per bucket used).
   size_t num_graphs() const { return graphs_.size(); }
@@ -109,7 +120,7 @@ class CudaGraphRunner final : public ModelRunner {
   // Run's sparse steps (graph or eager).
   std::vector<SampleResult> RunSparse(const StepInputs& step);
 
-  static constexpr int kMaxQueryLen = 2;
+  static constexpr int kMaxQueryLenLimit = 16;  // the decode attention's widest
   CudaBackend& cuda_;
   CudaGraphOptions options_;
   int64_t num_kv_heads_;
@@ -123,7 +134,7 @@ class CudaGraphRunner final : public ModelRunner {
   } layout_{};
   cuda::DeviceBuffer arena_;
   cuda::PinnedBuffer
-      host_logits_;  // [max_batch · kMaxQueryLen, vocab] f32, the decode steps' output
+      host_logits_;  // [max_batch · max_query_len, vocab] f32, the decode steps' output
   std::map<GraphKey, Graph> graphs_;
   CudaSampler sampler_;
   CudaSparseStageSync sparse_sync_;

@@ -60,9 +60,12 @@ class RemoteCheckingRunner final : public ModelRunner {
 };
 
 struct Instance {
-  explicit Instance(bool with_head) : tm(kSlots) {
+  // `speculate`: the copy head under speculate with chains of 3 drafts (mostly accepted: the
+  // decode side's sparse steps advance by several tokens; the prefill side still hands off
+  // after exactly two tokens).
+  explicit Instance(bool with_head, bool speculate = false) : tm(kSlots), speculate(speculate) {
     if (with_head) {
-      head = FixtureHead(tm);
+      head = speculate ? CopyHead(tm) : FixtureHead(tm);
       SparseConfig s = *Options(4).sparse;  // the largest store a case asks for: remote rows too
       s.remote_kv_gib = s.host_kv_gib;
       draft = MakeSparseDraftRunner(tm, *head, s, kSlots, tm.config.num_key_value_heads);
@@ -70,13 +73,17 @@ struct Instance {
   }
   EngineOptions Options(int32_t k) const {
     EngineOptions o;
-    o.lookahead = draft ? LookaheadMode::kReject : LookaheadMode::kOff;
+    o.lookahead = !draft ? LookaheadMode::kOff
+                  : speculate ? LookaheadMode::kSpeculate
+                              : LookaheadMode::kReject;
+    o.num_speculative_tokens = speculate ? 3 : 1;
     o.sparse = TinySparse(k, 0.05, draft ? SparsePredictor::kDraft : SparsePredictor::kPreviousQuery);
     o.sparse->remote_fetch_cap = o.sparse->max_fetch();  // (used by decode engines)
     o.sparse_metrics_interval = 4;
     return o;
   }
   TinyModel tm;
+  bool speculate = false;
   std::unique_ptr<Eagle3Head> head;
   std::unique_ptr<DraftRunner> draft;
   RemoteCheckingRunner checking{*tm.model, tm.backend, kSlots};
@@ -174,13 +181,16 @@ std::vector<Collected> RunDisaggregated(Engine& prefill, Engine& decode, RemoteK
 TEST_CASE("a request handed off by a prefill engine and imported by a decode engine decodes as one engine does",
           "[disagg][engine]") {
   const auto ctx = Context();
-  for (bool with_head : {false, true}) {
+  for (int variant : {0, 1, 2}) {
+    const bool with_head = variant > 0, speculate = variant == 2;
     for (bool full : {true, false}) {
-      DYNAMIC_SECTION((with_head ? "EAGLE-3 draft predictor" : "previous-query predictor")
+      DYNAMIC_SECTION((!with_head   ? "previous-query predictor"
+                       : speculate ? "EAGLE-3 draft predictor, speculate with chains of 3"
+                                   : "EAGLE-3 draft predictor")
                       << (full ? ", full transfer" : ", partial (admission lists)")) {
         std::vector<EngineRequest> reqs = LongWorkload(8, 11);
         for (auto& r : reqs) r.max_tokens = std::max<int64_t>(r.max_tokens, 3);
-        Instance ref(with_head), pre(with_head), dec(with_head);
+        Instance ref(with_head, speculate), pre(with_head, speculate), dec(with_head, speculate);
         // K = 24 blocks >= the longest context: every block is in the working set.
         const std::vector<Collected> want = RunEngine(*ref.tm.runner, ref.draft.get(), ref.Options(24), reqs).out;
 
@@ -210,6 +220,7 @@ TEST_CASE("a request handed off by a prefill engine and imported by a decode eng
         CHECK(dst.disagg.imports_total == handed_off);
         CHECK(dst.disagg.import_failures_total == 0);
         CHECK(dst.disagg.import_admission_bytes_total > 0);
+        if (speculate) CHECK(dst.lookahead.sparse_tokens_per_step() > 1.3);
         for (const EngineStats* st : {&pst, &dst}) {
           CHECK(st->kv.num_free_slots == st->kv.num_slots);
           CHECK(st->sparse.num_free_host_kv_slots == st->sparse.num_host_kv_slots);

@@ -41,7 +41,43 @@ struct SparseStepLog {
   int64_t max_in_place = 0;     // most sparse requests at once whose KV stayed in the GPU pool
   int64_t max_host_home = 0;    // ... whose KV lived in the host store
   int64_t max_moving = 0;       // ... moving from the GPU pool to the host store
+  // After every sparse step, each host-home request's summaries of its final blocks (below
+  // SparseKvManager::KvEnd) are the min / max of the keys the host store holds for them.
+  bool host_summaries_consistent = true;
+  int64_t summaries_checked = 0;  // blocks checked
 };
+
+// Host-home requests' final blocks: summaries equal the min / max over the host store's keys
+// (so accepted drafts are written through and summarised, and rejected ones are not).
+inline void CheckHostSummariesOf(SparseKvManager& m, SparseStepLog& log) {
+  HostKvStore& store = m.host_store();
+  const int64_t D = m.shape().head_dim;
+  for (uint64_t id : m.SparseIds()) {
+    if (m.InPlace(id) || m.Moving(id)) continue;
+    const int64_t blocks = m.KvEnd(id) / kBlockSize;
+    for (int64_t l = m.config().dense_layers; l < m.shape().num_layers; ++l) {
+      const float* k = store.pool(l).k.data<float>();
+      const float* kmin = store.kmin(l).data<float>();
+      const float* kmax = store.kmax(l).data<float>();
+      for (int64_t h = 0; h < m.shape().num_kv_heads; ++h) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t slot = m.HostSlotOf(id, l, h, b);
+          if (slot < 0) continue;
+          for (int64_t d = 0; d < D; ++d) {
+            float lo = k[(slot * kBlockSize) * D + d], hi = lo;
+            for (int64_t t = 1; t < kBlockSize; ++t) {
+              lo = std::min(lo, k[(slot * kBlockSize + t) * D + d]);
+              hi = std::max(hi, k[(slot * kBlockSize + t) * D + d]);
+            }
+            if (lo != kmin[slot * D + d] || hi != kmax[slot * D + d])
+              log.host_summaries_consistent = false;
+          }
+          ++log.summaries_checked;
+        }
+      }
+    }
+  }
+}
 
 // The plain runner plus checks around every sparse step: how many working-set blocks per
 // (row, layer, KV head) changed (at most C may: those are the fetches), the GPU slots the
@@ -97,6 +133,7 @@ class RecordingRunner final : public ModelRunner {
         m.gpu_slots_held() != (m.num_sparse() - m.num_in_place()) * (k + 2) * hkv)
       log.slots_as_expected = false;
     if (pipeline.stage_sync() != sparse_stage_sync()) log.sync_is_runners = false;
+    CheckHostSummariesOf(m, log);
     log.max_in_place = std::max(log.max_in_place, m.num_in_place());
     log.max_moving = std::max(log.max_moving, m.num_moving());
     log.max_host_home = std::max(log.max_host_home, m.num_sparse() - m.num_in_place());

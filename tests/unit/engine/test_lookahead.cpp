@@ -8,7 +8,9 @@
 // (preemptions recompute the head's KV) — and the draft KV pool is whole again afterwards.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <span>
 #include <random>
@@ -121,15 +123,23 @@ void CheckLossless(HeadKind kind) {
     TinyModel tm(512);
     plain = Run(tm, nullptr, LookaheadMode::kOff, {}, reqs).out;
   }
+  struct Mode {
+    LookaheadMode mode;
+    int64_t k;  // --num-speculative-tokens
+  };
   for (const Config& cfg : kConfigs) {
-    for (LookaheadMode mode : {LookaheadMode::kOff, LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
-      DYNAMIC_SECTION(cfg.name << ", lookahead " << LookaheadModeName(mode)) {
+    for (Mode m : {Mode{LookaheadMode::kOff, 1}, Mode{LookaheadMode::kReject, 1},
+                   Mode{LookaheadMode::kSpeculate, 1}, Mode{LookaheadMode::kSpeculate, 2},
+                   Mode{LookaheadMode::kSpeculate, 3}, Mode{LookaheadMode::kSpeculate, 4}}) {
+      const LookaheadMode mode = m.mode;
+      DYNAMIC_SECTION(cfg.name << ", lookahead " << LookaheadModeName(mode) << ", k " << m.k) {
         TinyModel tm(cfg.slots);
         auto head = kind == HeadKind::kFixture ? FixtureHead(tm) : CopyHead(tm);
         auto draft = MakeDraftRunner(tm, *head);
         EngineOptions opt;
         opt.max_num_batched_tokens = cfg.budget;
         opt.max_num_seqs = cfg.max_seqs;
+        opt.num_speculative_tokens = m.k;
         const RunResult r = Run(tm, draft.get(), mode, opt, reqs);
         CheckSame(reqs, r.out, plain);
         const EngineStats& st = r.stats;
@@ -148,15 +158,38 @@ void CheckLossless(HeadKind kind) {
         CHECK(st.lookahead.draft_tokens_total > 0);
         CHECK(st.lookahead.draft_tokens_total <= st.lookahead.draft_tokens_proposed_total);
         CHECK(st.lookahead.draft_accepted_total <= st.lookahead.draft_tokens_total);
-        CHECK(st.lookahead.steps_total == st.lookahead.draft_tokens_total);
+        // One draft per step, or a chain of up to k (a draft counts once verified).
+        CHECK(st.lookahead.steps_total <= st.lookahead.draft_tokens_total);
+        CHECK(st.lookahead.draft_tokens_total <= m.k * st.lookahead.steps_total);
+        if (m.k == 1) CHECK(st.lookahead.steps_total == st.lookahead.draft_tokens_total);
         if (mode == LookaheadMode::kReject) {
           CHECK(st.lookahead.tokens_total == st.lookahead.steps_total);  // drafts never emitted
         } else {
           CHECK(st.lookahead.tokens_total == st.lookahead.steps_total + st.lookahead.draft_accepted_total);
         }
+        // By position: position 0 is verified at every step; each later one only after the
+        // ones before it were accepted.
+        CHECK(st.lookahead.position_drafts_total[0] == st.lookahead.steps_total);
+        int64_t verified = 0, accepted = 0;
+        for (size_t j = 0; j < kMaxDraftTokens; ++j) {
+          verified += st.lookahead.position_drafts_total[j];
+          accepted += st.lookahead.position_accepted_total[j];
+          if (j > 0)
+            CHECK(st.lookahead.position_drafts_total[j] <= st.lookahead.position_accepted_total[j - 1]);
+          if (static_cast<int64_t>(j) >= m.k) CHECK(st.lookahead.position_drafts_total[j] == 0);
+        }
+        CHECK(verified == st.lookahead.draft_tokens_total);
+        CHECK(accepted == st.lookahead.draft_accepted_total);
+        CHECK(st.lookahead.sparse_steps_total == 0);
         if (kind == HeadKind::kCopy) {
           CHECK(st.lookahead.acceptance_rate() > 0.3);
-          if (mode == LookaheadMode::kSpeculate) CHECK(st.lookahead.tokens_per_step() > 1.3);
+          if (mode == LookaheadMode::kSpeculate) {
+            CHECK(st.lookahead.tokens_per_step() > 1.3);
+            // Deeper chains emit more per step (the copy head repeats its draft, the target
+            // greedily repeats its token).
+            if (m.k > 1) CHECK(st.lookahead.position_accepted_total[1] > 0);
+            if (m.k >= 3) CHECK(st.lookahead.tokens_per_step() > 1.8);
+          }
         }
       }
     }
@@ -185,6 +218,22 @@ TEST_CASE("speculate takes fewer engine steps for the same greedy tokens", "[eng
     auto draft = MakeDraftRunner(tm, *head);
     runs[mode] = Run(tm, draft.get(), mode, {}, {r});
   }
+  // Chains of k drafts: each accepted draft still saves one step, and deeper chains save more.
+  int64_t saved_before = 0;
+  for (int64_t k = 2; k <= kMaxDraftTokens; ++k) {
+    TinyModel tm(256);
+    auto head = CopyHead(tm);
+    auto draft = MakeDraftRunner(tm, *head);
+    EngineOptions opt;
+    opt.num_speculative_tokens = k;
+    const RunResult chain = Run(tm, draft.get(), LookaheadMode::kSpeculate, opt, {r});
+    CHECK(chain.out[0].tokens == runs[LookaheadMode::kOff].out[0].tokens);
+    const int64_t saved = runs[LookaheadMode::kOff].stats.loop.steps_total - chain.stats.loop.steps_total;
+    CHECK(saved == chain.stats.lookahead.draft_accepted_total);
+    CHECK(saved > saved_before);
+    saved_before = saved;
+    CHECK(chain.stats.kv.num_free_draft_slots == chain.stats.kv.num_draft_slots);
+  }
   const RunResult &off = runs[LookaheadMode::kOff], &rej = runs[LookaheadMode::kReject],
                   &spec = runs[LookaheadMode::kSpeculate];
   REQUIRE(off.out[0].tokens.size() == 200);
@@ -198,6 +247,112 @@ TEST_CASE("speculate takes fewer engine steps for the same greedy tokens", "[eng
   // with plain decoding's count: the delivery thread merges events when the reader lags, so
   // that count depends on the machine's load.)
   CHECK(spec.out[0].events < static_cast<int>(spec.out[0].tokens.size()));
+}
+
+// Sampled chains are lossless in distribution, tested as a distribution: N samples of the
+// first four tokens of one prompt at temperature 4 (the copy head drafts "repeat the last
+// token", which the tiny target does about 80% of the time there), plain decoding with seeds
+// 1..N against speculate with k drafts and independent seeds N+1..2N. Two statistics, each
+// within a total-variation bound about three times the noise of two plain runs:
+//   - the joint repeat pattern (x1 == x0, x2 == x1, x3 == x2): 8 cells;
+//   - each position's marginal over plain decoding's 8 most frequent tokens there + "other".
+// A wrong acceptance rule fails them: accepting every draft (pattern TV ~0.5), or drawing the
+// token after an accepted draft with the draft row's counter (its Gumbel noise reused), were
+// both checked by hand when the test was written (docs/lookahead.md, Tests).
+namespace {
+struct TokenSamples {
+  std::vector<std::vector<int32_t>> tokens;  // [sample][position]
+};
+
+TokenSamples SampleFirstTokens(LookaheadMode mode, int64_t k, uint64_t first_seed, int64_t n,
+                               int64_t len, float temperature) {
+  TinyModel tm(4096);
+  auto head = CopyHead(tm);
+  auto draft = MakeDraftRunner(tm, *head);
+  std::vector<EngineRequest> reqs;
+  for (int64_t i = 0; i < n; ++i) {
+    EngineRequest r = Request("s" + std::to_string(i), {11, 12, 13, 14}, len);
+    r.ignore_eos = true;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = first_seed + static_cast<uint64_t>(i);
+    reqs.push_back(std::move(r));
+  }
+  EngineOptions opt;
+  opt.num_speculative_tokens = k;
+  opt.max_num_seqs = 256;
+  const RunResult run = Run(tm, draft.get(), mode, opt, reqs);
+  if (mode == LookaheadMode::kSpeculate) CHECK(run.stats.lookahead.draft_accepted_total > n / 2);
+  TokenSamples st;
+  for (const Collected& c : run.out) {
+    REQUIRE(static_cast<int64_t>(c.tokens.size()) == len);
+    st.tokens.push_back(c.tokens);
+  }
+  return st;
+}
+
+// Total variation between two histograms of the same number of samples.
+double TotalVariation(const std::map<int32_t, int64_t>& a, const std::map<int32_t, int64_t>& b,
+                      int64_t n) {
+  std::map<int32_t, int64_t> diff = a;
+  for (const auto& [t, c] : b) diff[t] -= c;
+  double tv = 0;
+  for (const auto& [t, c] : diff) tv += std::abs(static_cast<double>(c));
+  return tv / (2.0 * static_cast<double>(n));
+}
+
+std::map<int32_t, int64_t> RepeatPatterns(const TokenSamples& s) {
+  std::map<int32_t, int64_t> h;
+  for (const auto& t : s.tokens) {
+    int32_t pattern = 0;
+    for (size_t j = 1; j < t.size(); ++j) pattern = 2 * pattern + (t[j] == t[j - 1] ? 1 : 0);
+    ++h[pattern];
+  }
+  return h;
+}
+
+// Position j's tokens, the ones outside `top` counted as -1.
+std::map<int32_t, int64_t> Marginal(const TokenSamples& s, size_t j, const std::vector<int32_t>& top) {
+  std::map<int32_t, int64_t> h;
+  for (const auto& t : s.tokens)
+    ++h[std::find(top.begin(), top.end(), t[j]) != top.end() ? t[j] : -1];
+  return h;
+}
+
+std::vector<int32_t> MostFrequent(const TokenSamples& s, size_t j, size_t n) {
+  std::map<int32_t, int64_t> h;
+  for (const auto& t : s.tokens) ++h[t[j]];
+  std::vector<std::pair<int64_t, int32_t>> order;
+  for (const auto& [t, c] : h) order.push_back({-c, t});
+  std::sort(order.begin(), order.end());
+  std::vector<int32_t> top;
+  for (size_t i = 0; i < order.size() && i < n; ++i) top.push_back(order[i].second);
+  return top;
+}
+}  // namespace
+
+TEST_CASE("sampled draft chains keep plain decoding's distribution", "[engine][lookahead]") {
+  constexpr int64_t kN = 3000, kLen = 4;
+  constexpr float kT = 4.0f;
+  const TokenSamples plain = SampleFirstTokens(LookaheadMode::kOff, 1, 1, kN, kLen, kT);
+  // Plain decoding against itself with the other seeds: the noise the bounds allow for.
+  const TokenSamples plain2 = SampleFirstTokens(LookaheadMode::kOff, 1, 1 + kN, kN, kLen, kT);
+  const double pattern_noise = TotalVariation(RepeatPatterns(plain), RepeatPatterns(plain2), kN);
+  CHECK(pattern_noise < 0.05);
+  for (int64_t k = 1; k <= kMaxDraftTokens; ++k) {
+    DYNAMIC_SECTION("k " << k) {
+      const TokenSamples spec = SampleFirstTokens(LookaheadMode::kSpeculate, k, 1 + kN, kN, kLen, kT);
+      const double pattern = TotalVariation(RepeatPatterns(plain), RepeatPatterns(spec), kN);
+      INFO("repeat patterns: TV " << pattern << " (plain vs plain " << pattern_noise << ")");
+      CHECK(pattern < 0.06);
+      for (size_t j = 0; j < static_cast<size_t>(kLen); ++j) {
+        const std::vector<int32_t> top = MostFrequent(plain, j, 8);
+        const double tv = TotalVariation(Marginal(plain, j, top), Marginal(spec, j, top), kN);
+        const double noise = TotalVariation(Marginal(plain, j, top), Marginal(plain2, j, top), kN);
+        INFO("position " << j << ": TV " << tv << " (plain vs plain " << noise << ")");
+        CHECK(tv < 0.05);
+      }
+    }
+  }
 }
 
 // Stop ids, min_tokens and max_tokens landing on either token of a two-token step: the

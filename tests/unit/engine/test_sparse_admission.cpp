@@ -85,11 +85,16 @@ TEST_CASE(
 
 TEST_CASE("aborted sparse requests and the requests of a failing sparse step return all memory",
           "[engine][sparse]") {
+  // Under reject, and under speculate with chains of 3 drafts in flight (the copy head's
+  // drafts are mostly accepted: sparse steps advance by several tokens).
+  for (const int64_t k : {0, 3}) {
+  DYNAMIC_SECTION((k == 0 ? "reject" : "speculate, chains of 3 drafts")) {
   TinyModel tm(kSlots);
   RecordingRunner runner(*tm.model, tm.backend, kSlots);
-  auto head = FixtureHead(tm);
+  auto head = k == 0 ? FixtureHead(tm) : CopyHead(tm);
   EngineOptions opt;
-  opt.lookahead = LookaheadMode::kReject;
+  opt.lookahead = k == 0 ? LookaheadMode::kReject : LookaheadMode::kSpeculate;
+  opt.num_speculative_tokens = std::max<int64_t>(1, k);
   opt.sparse = TinySparse(4, 0.25, SparsePredictor::kDraft);
   auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
   Engine engine(runner, nullptr, opt, draft.get());
@@ -132,6 +137,9 @@ TEST_CASE("aborted sparse requests and the requests of a failing sparse step ret
   CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
   CHECK(st.sparse.gpu_slots == 0);
   CHECK(st.sparse.num_requests == 0);
+  if (k > 0) CHECK(runner.log.max_tokens_sparse == 1 + k);
+  }
+  }
 }
 
 TEST_CASE("sparse options are checked with clear errors", "[engine][sparse]") {

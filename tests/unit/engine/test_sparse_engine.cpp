@@ -35,6 +35,7 @@ struct Variant {
   int32_t dense_layers;
   int64_t slots, max_seqs;
   bool expect_preemption;
+  int64_t num_speculative_tokens = 1;
 };
 
 const Variant kVariants[] = {
@@ -52,6 +53,22 @@ const Variant kVariants[] = {
      LookaheadMode::kOff, Head::kNone, 0, 260, 12, true},
     {"draft, reject, small pool: preemptions", SparsePredictor::kDraft, LookaheadMode::kReject,
      Head::kFixture, 0, 260, 12, true},
+    // Sparse requests accept drafts: positions advance by 1 + the accepted ones.
+    {"draft, speculate, copy head, 1 dense layer", SparsePredictor::kDraft,
+     LookaheadMode::kSpeculate, Head::kCopy, 1, kSlots, 256, false},
+    {"previous-query, speculate, copy head", SparsePredictor::kPreviousQuery,
+     LookaheadMode::kSpeculate, Head::kCopy, 0, kSlots, 256, false},
+    {"draft, speculate, copy head, small pool: preemptions", SparsePredictor::kDraft,
+     LookaheadMode::kSpeculate, Head::kCopy, 0, 260, 12, true},
+    // Chains of k drafts: the chain's queries predict together (K >= blocks: all of them).
+    {"draft, speculate k 2, copy head", SparsePredictor::kDraft, LookaheadMode::kSpeculate,
+     Head::kCopy, 0, kSlots, 256, false, 2},
+    {"draft, speculate k 4, copy head", SparsePredictor::kDraft, LookaheadMode::kSpeculate,
+     Head::kCopy, 0, kSlots, 256, false, 4},
+    {"previous-query, speculate k 3, copy head, 1 dense layer", SparsePredictor::kPreviousQuery,
+     LookaheadMode::kSpeculate, Head::kCopy, 1, kSlots, 256, false, 3},
+    {"draft, speculate k 3, copy head, small pool: preemptions", SparsePredictor::kDraft,
+     LookaheadMode::kSpeculate, Head::kCopy, 0, 260, 12, true, 3},
 };
 
 }  // namespace
@@ -67,6 +84,7 @@ TEST_CASE(
       RecordingRunner runner(*tm.model, tm.backend, v.slots);
       EngineOptions opt;
       opt.lookahead = v.lookahead;
+      opt.num_speculative_tokens = v.num_speculative_tokens;
       opt.max_num_seqs = v.max_seqs;
       // K = 24 blocks >= the longest context (330 tokens = 21 blocks): every block stays resident.
       opt.sparse = TinySparse(24, 0.05, v.predictor, 4096, v.dense_layers);
@@ -82,13 +100,19 @@ TEST_CASE(
       CheckSameOutputs(reqs, run.out, dense);
       const EngineStats& st = run.stats;
       const SparseStepLog& log = runner.log;
-      CHECK(st.sparse.switches_total >= 12);  // most requests pass the threshold of 64
+      // Most requests pass the threshold of 64 (fewer switch in time when preempted requests
+      // finish fast with accepted drafts).
+      CHECK(st.sparse.switches_total >= (v.expect_preemption ? 8 : 12));
       CHECK(log.sparse_steps > 20);
       CHECK(log.mixed_steps > 0);        // dense and sparse sequences shared batches
       CHECK(log.max_new_per_head <= 2);  // C = ceil(0.05 x 24) = 2
       CHECK(log.slots_as_expected);
       CHECK(log.sync_is_runners);
-      CHECK(log.max_tokens_sparse == (v.predictor == SparsePredictor::kDraft ? 2 : 1));
+      CHECK(log.host_summaries_consistent);
+      CHECK(log.summaries_checked > 0);
+      const bool stacks = v.predictor == SparsePredictor::kDraft ||
+                          v.lookahead == LookaheadMode::kSpeculate;
+      CHECK(log.max_tokens_sparse == (stacks ? 1 + v.num_speculative_tokens : 1));
       // Metrics: collected when the last sparse request went.
       CHECK(st.sparse.steps_total == log.sparse_steps);
       CHECK(st.sparse.blocks_fetched_total == log.new_blocks);
@@ -106,8 +130,20 @@ TEST_CASE(
       if (v.expect_preemption) {
         CHECK(st.requests.preemptions_total > 0);
       }
+      if (v.num_speculative_tokens > 1) {
+        // Deeper drafts are verified and accepted in sparse steps too.
+        CHECK(st.lookahead.position_accepted_total[1] > 0);
+        CHECK(st.lookahead.sparse_tokens_per_step() > 1.8);
+      }
       if (v.lookahead == LookaheadMode::kSpeculate) {
-        CHECK(st.lookahead.draft_accepted_total > 0);  // the dense requests still accept drafts
+        CHECK(st.lookahead.draft_accepted_total > 0);
+        // Sparse steps emit accepted drafts too (the copy head is right most of the time).
+        CHECK(st.lookahead.sparse_steps_total > 0);
+        CHECK(st.lookahead.sparse_tokens_total > st.lookahead.sparse_steps_total);
+        CHECK(st.lookahead.steps_total > st.lookahead.sparse_steps_total);
+        if (v.head == Head::kCopy) CHECK(st.lookahead.sparse_tokens_per_step() > 1.3);
+      } else {
+        CHECK(st.lookahead.sparse_tokens_total == st.lookahead.sparse_steps_total);
       }
       if (v.lookahead == LookaheadMode::kReject && v.predictor == SparsePredictor::kDraft) {
         // Under reject only sparse sequences stack the draft (their predictor reads it); the
@@ -138,6 +174,8 @@ TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in pla
     int32_t dense_layers;
     int64_t slots;
     bool both_homes, preempts;
+    LookaheadMode lookahead = LookaheadMode::kReject;
+    int64_t num_speculative_tokens = 1;
   };
   for (const Case& c :
        {Case{"hbm, previous-query", KvHome::kHbm, SparsePredictor::kPreviousQuery, Head::kNone, 0, kSlots, false,
@@ -148,7 +186,16 @@ TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in pla
         Case{"hbm, small pool: preemptions", KvHome::kHbm, SparsePredictor::kPreviousQuery, Head::kNone, 0, 200,
              false, true},
         // 16 requests of up to 21 blocks x 2 heads: the pool holds about four whole.
-        Case{"auto, both homes", KvHome::kAuto, SparsePredictor::kDraft, Head::kFixture, 0, 200, true, false}}) {
+        Case{"auto, both homes", KvHome::kAuto, SparsePredictor::kDraft, Head::kFixture, 0, 200, true, false},
+        // Accepted drafts in place, and across moves to the host store mid-decode.
+        Case{"hbm, draft, speculate, copy head", KvHome::kHbm, SparsePredictor::kDraft, Head::kCopy, 0, kSlots,
+             false, false, LookaheadMode::kSpeculate},
+        Case{"auto, both homes, speculate, copy head", KvHome::kAuto, SparsePredictor::kDraft, Head::kCopy, 0,
+             200, true, false, LookaheadMode::kSpeculate},
+        Case{"hbm, speculate k 3, copy head", KvHome::kHbm, SparsePredictor::kDraft, Head::kCopy, 0, kSlots,
+             false, false, LookaheadMode::kSpeculate, 3},
+        Case{"auto, both homes, speculate k 4, copy head", KvHome::kAuto, SparsePredictor::kDraft, Head::kCopy,
+             0, 200, true, false, LookaheadMode::kSpeculate, 4}}) {
     DYNAMIC_SECTION(c.name) {
       TinyModel tm(c.slots);
       RecordingRunner runner(*tm.model, tm.backend, c.slots);
@@ -160,9 +207,10 @@ TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in pla
       std::unique_ptr<Eagle3Head> head;
       std::unique_ptr<DraftRunner> draft;
       if (c.head != Head::kNone) {
-        head = FixtureHead(tm);
+        head = c.head == Head::kCopy ? CopyHead(tm) : FixtureHead(tm);
         draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, c.slots, tm.config.num_key_value_heads);
-        opt.lookahead = LookaheadMode::kReject;
+        opt.lookahead = c.lookahead;
+        opt.num_speculative_tokens = c.num_speculative_tokens;
       }
       REQUIRE(Engine::CheckOptions(opt, runner, draft.get()).ok());
       const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
@@ -172,6 +220,7 @@ TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in pla
       CHECK(st.sparse.switches_total >= 12);
       CHECK(log.max_in_place > 0);
       CHECK(log.slots_as_expected);
+      CHECK(log.host_summaries_consistent);
       if (c.both_homes) {
         CHECK(log.max_host_home > 0);
         CHECK(st.sparse.moves_started_total > 0);  // the pool ran short: in-place requests moved
@@ -182,6 +231,9 @@ TEST_CASE("HBM home: with K >= the number of blocks, sparse requests read in pla
         CHECK(log.new_blocks == 0);
       }
       if (c.preempts) CHECK(st.requests.preemptions_total > 0);
+      if (c.lookahead == LookaheadMode::kSpeculate) {
+        CHECK(st.lookahead.sparse_tokens_per_step() > 1.3);
+      }
       CHECK((c.both_homes || st.sparse.hit_rate() == 1.0));
       if (c.predictor != SparsePredictor::kOracle) CHECK(st.sparse.topk_agreement() == 1.0);
       // Everything came back.
@@ -403,6 +455,48 @@ TEST_CASE("small K: at most C new blocks per head per step, counted by the metri
   }
 }
 
+// Speculate with chains of 3 drafts and small K: the chain's queries predict as one GQA group
+// (SparseConfig::chain_queries = 3 on qwen3-tiny, G = 2), the cap still holds per head and
+// step, sparse steps advance by several tokens, the host store stays consistent.
+TEST_CASE("small K with draft chains: one scored prediction per step under the same cap",
+          "[engine][sparse]") {
+  const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);
+  for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
+    DYNAMIC_SECTION((reduce == GroupReduce::kSum ? "sum" : "max")) {
+      TinyModel tm(kSlots);
+      RecordingRunner runner(*tm.model, tm.backend, kSlots);
+      auto head = CopyHead(tm);
+      EngineOptions opt;
+      opt.lookahead = LookaheadMode::kSpeculate;
+      opt.num_speculative_tokens = 3;
+      opt.sparse = TinySparse(4, 0.25, SparsePredictor::kDraft);  // C = 1
+      opt.sparse->group_reduce = reduce;
+      auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
+      const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        INFO(reqs[i].id);
+        CHECK(run.out[i].error.ok());
+        if (reqs[i].ignore_eos) CHECK(run.out[i].reason == FinishReasonKind::kLength);
+      }
+      const EngineStats& st = run.stats;
+      const SparseStepLog& log = runner.log;
+      CHECK(log.max_tokens_sparse == 4);
+      CHECK(log.max_new_per_head == 1);
+      CHECK(log.slots_as_expected);
+      CHECK(log.host_summaries_consistent);
+      CHECK(log.summaries_checked > 0);
+      CHECK(st.sparse.blocks_fetched_total == log.new_blocks);
+      CHECK(st.sparse.hit_rate() > 0.0);
+      CHECK(st.sparse.hit_rate() < 1.0);
+      CHECK(st.sparse.topk_agreement() > 0.3);
+      CHECK(st.lookahead.sparse_tokens_per_step() > 1.5);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+    }
+  }
+}
+
 TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[engine][sparse]") {
   std::vector<EngineRequest> reqs = LongWorkload(8, 4, 60);
   for (auto& r : reqs)
@@ -447,13 +541,18 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
     double fetch_ratio;
     bool equal;  // K >= every request's blocks: sparse must equal dense
     int32_t dense_layers = 0;
+    int64_t speculate = 0;  // > 0: speculate with chains of this many drafts (copy head)
   };
   for (const Case& c : {Case{"previous-query, K 24", SparsePredictor::kPreviousQuery, 24, 0.05, true},
                         Case{"oracle, K 24", SparsePredictor::kOracle, 24, 0.05, true},
                         Case{"draft (reject, the fixture head on rank 0), K 24", SparsePredictor::kDraft, 24, 0.05, true},
                         Case{"previous-query, K 24, 1 dense layer", SparsePredictor::kPreviousQuery, 24, 0.05, true, 1},
                         Case{"previous-query, K 4, C 2", SparsePredictor::kPreviousQuery, 4, 0.5, false},
-                        Case{"draft, K 4, C 2", SparsePredictor::kDraft, 4, 0.5, false}}) {
+                        Case{"draft, K 4, C 2", SparsePredictor::kDraft, 4, 0.5, false},
+                        Case{"draft (speculate, chains of 3, the copy head), K 24", SparsePredictor::kDraft, 24,
+                             0.05, true, 0, 3},
+                        Case{"draft (speculate, chains of 2), K 4, C 2", SparsePredictor::kDraft, 4, 0.5, false, 0,
+                             2}}) {
     DYNAMIC_SECTION(c.name) {
       std::unique_ptr<TpModelRunner> runner = make();
       REQUIRE(runner->num_ranks() == 2);
@@ -464,12 +563,13 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
       EngineOptions opt;
       opt.sparse = TinySparse(c.k, c.fetch_ratio, c.predictor, 4096, c.dense_layers);
       if (c.predictor == SparsePredictor::kDraft) {
-        head = FixtureHead(tm);
+        head = c.speculate > 0 ? CopyHead(tm) : FixtureHead(tm);
         // A pool as large in tokens as a rank's pool and host share (kSlots head-blocks of one
         // local KV head each).
         draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots,
                                       runner->model().config().num_key_value_heads, 2);
-        opt.lookahead = LookaheadMode::kReject;
+        opt.lookahead = c.speculate > 0 ? LookaheadMode::kSpeculate : LookaheadMode::kReject;
+        opt.num_speculative_tokens = std::max<int64_t>(1, c.speculate);
       }
       opt.sparse_metrics_interval = 5;
       REQUIRE(Engine::CheckOptions(opt, *runner, draft.get()).ok());
@@ -484,6 +584,7 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
       CHECK(st.sparse.blocks_fetched_total <= cap * st.sparse.seq_steps_total);
       if (!c.equal) CHECK(st.sparse.blocks_fetched_total > 0);
       if (c.equal) CHECK(st.sparse.hit_rate() > 0.9);
+      if (c.speculate > 0) CHECK(st.lookahead.sparse_tokens_per_step() > 1.3);
       // Everything came back, on every rank's side.
       CHECK(st.kv.num_free_slots == st.kv.num_slots);
       CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);

@@ -206,6 +206,54 @@ TEST_CASE("step plans: tails across a block boundary, write-through targets, pre
   }
 }
 
+TEST_CASE("step plans after accepted drafts: the owed write-through, the tail from kv_end, its summary",
+          "[kvcache][sparse]") {
+  Rig rig(Config(/*k=*/3));
+  SparseKvManager& m = *rig.manager;
+  HeadBlockTable table = rig.SwitchNew(4, 77, 120);  // next real token: position 77 (block 4, offset 13)
+  REQUIRE(m.SwitchToSparse(4, table, 77, rig.pools).ok());
+  CHECK(m.KvEnd(4) == 77);
+  // Step at 77 with a chain of 3 drafts (78, 79, 80: across into block 5).
+  SparseStepPlan p = m.BuildStepPlan({{4, 77, 4, nullptr}});
+  CHECK(m.KvEnd(4) == 78);  // only the real token is final
+  CHECK(p.slots[0].num_tail_blocks == 2);
+  CHECK(p.tail_lens.data<int32_t>()[0] == 17);
+  for (int64_t i = 0; i < p.lag_src.numel(); ++i) CHECK(p.lag_src.data<int64_t>()[i] == -1);  // nothing owed
+  const int32_t t4 = p.tail_slots.data<int32_t>()[(0 * kHeads + 1) * 2], t5 = p.tail_slots.data<int32_t>()[(0 * kHeads + 1) * 2 + 1];
+  const int32_t host4 = m.HostSlotOf(4, kLayers - 1, 1, 4), host5 = m.HostSlotOf(4, kLayers - 1, 1, 5);
+  CHECK(p.host_mapping.data<int64_t>()[0 * kHeads + 1] == int64_t{host4} * 16 + 13);
+  for (int64_t t = 1; t < 4; ++t) CHECK(p.host_mapping.data<int64_t>()[t * kHeads + 1] == -1);  // drafts: none
+  CHECK(p.summary_len.data<int32_t>()[1] == 14);
+
+  // All three accepted: the next real token sits at 81 (block 5). Positions 78..80 are owed
+  // (79 completes block 4), the tail starts at block 4, which is summarised whole.
+  SparseStepPlan q = m.BuildStepPlan({{4, 81, 2, nullptr}});
+  CHECK(m.KvEnd(4) == 82);
+  CHECK(q.slots[0].num_tail_blocks == 2);
+  CHECK(q.tail_lens.data<int32_t>()[0] == 81 + 2 - 64);  // blocks 4 and 5 up to the draft at 82
+  CHECK(q.tail_slots.data<int32_t>()[(0 * kHeads + 1) * 2] == t4);
+  CHECK(q.tail_slots.data<int32_t>()[(0 * kHeads + 1) * 2 + 1] == t5);
+  const int64_t* src = q.lag_src.data<int64_t>() + (0 * kHeads + 1) * kMaxSparseDraftTokens;
+  const int64_t* dst = q.lag_dst.data<int64_t>() + (0 * kHeads + 1) * kMaxSparseDraftTokens;
+  CHECK(std::vector<int64_t>(src, src + 4) ==
+        std::vector<int64_t>{int64_t{t4} * 16 + 14, int64_t{t4} * 16 + 15, int64_t{t5} * 16 + 0, -1});
+  CHECK(std::vector<int64_t>(dst, dst + 4) ==
+        std::vector<int64_t>{int64_t{host4} * 16 + 14, int64_t{host4} * 16 + 15, int64_t{host5} * 16 + 0, -1});
+  CHECK(q.host_mapping.data<int64_t>()[0 * kHeads + 1] == int64_t{host5} * 16 + 1);  // the real token
+  CHECK(q.summary_src.data<int32_t>()[1] == t4);
+  CHECK(q.summary_len.data<int32_t>()[1] == 16);  // block 4 whole
+  CHECK(q.summary_dst.data<int32_t>()[1] == host4);
+  CHECK(q.predict_num_blocks.data<int32_t>()[0] == 5);  // block 4 predicted from here on
+  // Then a rejected chain: the next step is at 82, the tail back at block 5 alone.
+  SparseStepPlan r = m.BuildStepPlan({{4, 82, 1, nullptr}});
+  CHECK(r.slots[0].num_tail_blocks == 1);
+  CHECK(r.tail_lens.data<int32_t>()[0] == 3);
+  CHECK(r.summary_len.data<int32_t>()[1] == 3);
+  for (int64_t i = 0; i < r.lag_src.numel(); ++i) CHECK(r.lag_src.data<int64_t>()[i] == -1);
+  m.Release(4);
+  CHECK(rig.alloc.num_free() == kGpuSlots);
+}
+
 TEST_CASE("with dense layers the tails are the dense table's slots", "[kvcache][sparse]") {
   Rig rig(Config(/*k=*/2, /*dense_layers=*/1));
   SparseKvManager& m = *rig.manager;

@@ -179,6 +179,39 @@ TEST_CASE("lookahead settings: draft model, dummy heads, modes") {
   CHECK(p->config.ToJson()["lookahead"] == "speculate");
 }
 
+TEST_CASE("--num-speculative-tokens: 1..4, needs speculate, auto resolves to it") {
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->config.num_speculative_tokens == 1);
+  p = Parse({"--draft-load-format", "dummy", "--num-speculative-tokens", "3"});
+  REQUIRE(p.ok());
+  CHECK(p->config.num_speculative_tokens == 3);
+  CHECK(p->config.ResolvedLookahead() == "speculate");  // auto with a chain: speculate
+  CHECK(p->config.ToJson()["num-speculative-tokens"] == 3);
+  p = Parse({"--draft-load-format", "dummy", "--lookahead", "speculate", "--num-speculative-tokens", "4"});
+  REQUIRE(p.ok());
+  p = Parse({"--draft-load-format", "dummy", "--num-speculative-tokens", "1"});
+  REQUIRE(p.ok());
+  CHECK(p->config.ResolvedLookahead() == "reject");
+  for (const char* v : {"0", "5", "-2"}) {
+    p = Parse({"--draft-load-format", "dummy", "--lookahead", "speculate", "--num-speculative-tokens", v});
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == StatusCode::kInvalidArgument);
+    CHECK(p.status().message().find("--num-speculative-tokens must be 1 to 4") != std::string::npos);
+  }
+  p = Parse({"--num-speculative-tokens", "three"});
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().message().find("num-speculative-tokens") != std::string::npos);
+  for (const char* mode : {"reject", "off"}) {
+    p = Parse({"--draft-load-format", "dummy", "--lookahead", mode, "--num-speculative-tokens", "2"});
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().message().find("needs --lookahead speculate") != std::string::npos);
+  }
+  p = Parse({"--num-speculative-tokens", "2"});  // no head: auto resolves to off
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().message().find("needs --lookahead speculate") != std::string::npos);
+}
+
 TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshold, errors") {
   auto p = Parse({});
   REQUIRE(p.ok());

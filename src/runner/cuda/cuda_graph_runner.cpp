@@ -80,7 +80,8 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   // — plus alignment slack.
   const int64_t per_layer =
       static_cast<int64_t>(workspace) +
-      Tmax * 2 * (2 * c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096;
+      Tmax * 2 * (2 * c.intermediate_size + 2 * c.kv_size() + 2 * c.hidden_size) + 4096 +
+      static_cast<int64_t>(CudaBackend::MoeScratchBytes(c, Tmax));  // MoE layers' scratch
   OASIS_ASSIGN_OR_RETURN(r->arena_,
                          cuda::DeviceBuffer::Allocate(static_cast<size_t>(
                              Tmax * per_token + c.num_hidden_layers * per_layer + (1 << 20))));

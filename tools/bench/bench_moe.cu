@@ -31,16 +31,16 @@ namespace {
 using bf16 = __nv_bfloat16;
 namespace k = oasis::kernels;
 
-constexpr double kReadTBs = 4.56;     // DESIGN.md §5: read-only streaming kernel
-constexpr double kPeakTflops = 788;   // DESIGN.md §5: bf16 8192³ through cuBLAS
+constexpr double kReadTBs = 4.56;    // DESIGN.md §5: read-only streaming kernel
+constexpr double kPeakTflops = 788;  // DESIGN.md §5: bf16 8192³ through cuBLAS
 
-#define CHECK_CUDA(x)                                                                    \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
+#define CHECK_CUDA(x)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 template <typename T>
@@ -156,60 +156,55 @@ int main(int argc, char** argv) {
       if (T == 1 || T == 64 || T == 8192) result += buf;
     };
     if (pairs <= k::kMoeGemvMaxPairs) {
-      report("gemv", TimeMs(
-                         [&] {
-                           CHECK_CUDA(k::LaunchMoeGemvGateUp(x, ids, gate_up, h, T, K, E, H, I,
-                                                             stream));
-                           CHECK_CUDA(k::LaunchMoeGemvDown(h, ids, down, y32, T, K, E, H, I,
-                                                           stream));
-                           CHECK_CUDA(k::LaunchMoeCombineF32(y32, nullptr, weights, out, T, K, H,
-                                                             stream));
-                         },
-                         static_cast<int>(iters), stream));
+      report("gemv",
+             TimeMs(
+                 [&] {
+                   CHECK_CUDA(k::LaunchMoeGemvGateUp(x, ids, gate_up, h, T, K, E, H, I, stream));
+                   CHECK_CUDA(k::LaunchMoeGemvDown(h, ids, down, y32, T, K, E, H, I, stream));
+                   CHECK_CUDA(k::LaunchMoeCombineF32(y32, nullptr, weights, out, T, K, H, stream));
+                 },
+                 static_cast<int>(iters), stream));
     }
     const k::MoePlan plan = k::MoePlanIn(plan_buf, pairs, E);
-    report("gemm", TimeMs(
-                       [&] {
-                         CHECK_CUDA(k::LaunchMoePlan(ids, pairs, E, plan, stream));
-                         CHECK_CUDA(k::LaunchMoeGemmGateUp(x, plan, K, gate_up, h, pairs, E, H, I,
-                                                           stream));
-                         CHECK_CUDA(k::LaunchMoeGemmDown(h, plan, down, y16, pairs, E, H, I,
-                                                         stream));
-                         CHECK_CUDA(k::LaunchMoeCombineBf16(y16, plan.pos, weights, out, T, K, H,
-                                                            stream));
-                       },
-                       static_cast<int>(iters), stream));
+    report("gemm",
+           TimeMs(
+               [&] {
+                 CHECK_CUDA(k::LaunchMoePlan(ids, pairs, E, plan, stream));
+                 CHECK_CUDA(k::LaunchMoeGemmGateUp(x, plan, K, gate_up, h, pairs, E, H, I, stream));
+                 CHECK_CUDA(k::LaunchMoeGemmDown(h, plan, down, y16, pairs, E, H, I, stream));
+                 CHECK_CUDA(k::LaunchMoeCombineBf16(y16, plan.pos, weights, out, T, K, H, stream));
+               },
+               static_cast<int>(iters), stream));
     if (T >= 512) {  // the cuBLAS peer: per-expert GEMMs on pre-grouped rows
       std::vector<int64_t> count(E, 0);
       for (int32_t e : hid) ++count[e];
       const float one = 1.0f, zero = 0.0f;
-      report("cublas", TimeMs(
-                           [&] {
-                             int64_t row = 0;
-                             for (int64_t e = 0; e < E; ++e) {
-                               const int n = static_cast<int>(count[e]);
-                               if (n == 0) continue;
-                               cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(2 * I), n, int(H),
-                                            &one, gate_up + e * 2 * I * H, CUDA_R_16BF, int(H),
-                                            x, CUDA_R_16BF, int(H), &zero,
-                                            gu_out + row * 2 * I, CUDA_R_16BF, int(2 * I),
-                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-                               row += n;
-                             }
-                             CHECK_CUDA(k::LaunchSiluMul(gu_out, h, pairs, I, stream));
-                             row = 0;
-                             for (int64_t e = 0; e < E; ++e) {
-                               const int n = static_cast<int>(count[e]);
-                               if (n == 0) continue;
-                               cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(H), n, int(I),
-                                            &one, down + e * H * I, CUDA_R_16BF, int(I),
-                                            h + row * I, CUDA_R_16BF, int(I), &zero,
-                                            y16 + row * H, CUDA_R_16BF, int(H), CUBLAS_COMPUTE_32F,
-                                            CUBLAS_GEMM_DEFAULT);
-                               row += n;
-                             }
-                           },
-                           static_cast<int>(std::min<int64_t>(iters, 10)), stream));
+      report("cublas",
+             TimeMs(
+                 [&] {
+                   int64_t row = 0;
+                   for (int64_t e = 0; e < E; ++e) {
+                     const int n = static_cast<int>(count[e]);
+                     if (n == 0) continue;
+                     cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(2 * I), n, int(H), &one,
+                                  gate_up + e * 2 * I * H, CUDA_R_16BF, int(H), x, CUDA_R_16BF,
+                                  int(H), &zero, gu_out + row * 2 * I, CUDA_R_16BF, int(2 * I),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     row += n;
+                   }
+                   CHECK_CUDA(k::LaunchSiluMul(gu_out, h, pairs, I, stream));
+                   row = 0;
+                   for (int64_t e = 0; e < E; ++e) {
+                     const int n = static_cast<int>(count[e]);
+                     if (n == 0) continue;
+                     cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(H), n, int(I), &one,
+                                  down + e * H * I, CUDA_R_16BF, int(I), h + row * I, CUDA_R_16BF,
+                                  int(I), &zero, y16 + row * H, CUDA_R_16BF, int(H),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     row += n;
+                   }
+                 },
+                 static_cast<int>(std::min<int64_t>(iters, 10)), stream));
     }
   }
   std::printf("RESULT moe experts I=%lld: %s\n", (long long)I, result.c_str());

@@ -33,8 +33,8 @@ size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 16) + 255) / 256 
 
 size_t CudaBackend::MoeScratchBytes(const ModelConfig& c, int64_t tokens) {
   if (!c.HasMoeLayers() || tokens <= 0) return 0;
-  const int64_t e = c.num_experts, k = c.num_experts_per_tok, pairs = tokens * k,
-                h = c.hidden_size, mi = c.moe_intermediate_size;
+  const int64_t e = c.num_experts, k = c.num_experts_per_tok, pairs = tokens * k, h = c.hidden_size,
+                mi = c.moe_intermediate_size;
   const size_t route = Aligned(tokens * e * 4);  // float logits
   const size_t gemv = Aligned(pairs * mi * 2) + Aligned(pairs * h * 4);
   const size_t gemm = Aligned(kernels::MoePlanInts(pairs, static_cast<int>(e)) * 4) +
@@ -51,8 +51,8 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
   OASIS_CHECK_EQ(router.ndim(), 2) << "MoeRoute router " << router.ToString();
   const int64_t experts = router.dim(0), hidden = router.dim(1);
   OASIS_CHECK(k >= 1 && k <= experts && experts <= kernels::kMoeMaxExperts)
-      << "MoeRoute k " << k << " of " << experts << " experts (at most "
-      << kernels::kMoeMaxExperts << ")";
+      << "MoeRoute k " << k << " of " << experts << " experts (at most " << kernels::kMoeMaxExperts
+      << ")";
   OASIS_CHECK_EQ(x.dim(-1), hidden) << "MoeRoute x " << x.ToString();
   const int64_t tokens = x.numel() / hidden;
   OASIS_CHECK(expert_ids.numel() == tokens * k && expert_weights.numel() == tokens * k)
@@ -61,14 +61,15 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
   if (tokens == 0) return;
   Tensor logits = Empty({tokens, experts}, DType::kF32);
   Linear(x.Reshape({tokens, hidden}), router, logits);
-  OASIS_CUDA_CHECK(kernels::LaunchMoeTopK(
-      Ptr<float>(logits), tokens, static_cast<int>(experts), static_cast<int>(k),
-      weights == MoeTopKWeights::kRenormalized, Ptr<int32_t>(expert_ids),
-      Ptr<float>(expert_weights), stream()));
+  OASIS_CUDA_CHECK(
+      kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),
+                             static_cast<int>(k), weights == MoeTopKWeights::kRenormalized,
+                             Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), stream()));
 }
 
-void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
-                             const Tensor& gate_up, const Tensor& down, Tensor& out) {
+void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
+                             const Tensor& expert_weights, const Tensor& gate_up,
+                             const Tensor& down, Tensor& out) {
   CheckDevice(x, DType::kBF16, "MoeExperts x");
   CheckDevice(expert_ids, DType::kI32, "MoeExperts expert_ids");
   CheckDevice(expert_weights, DType::kF32, "MoeExperts expert_weights");
@@ -111,8 +112,7 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids, const Te
   }
   Tensor plan_buf = Empty({kernels::MoePlanInts(pairs, e)}, DType::kI32);
   const kernels::MoePlan plan = kernels::MoePlanIn(Ptr<int32_t>(plan_buf), pairs, e);
-  OASIS_CUDA_CHECK(
-      kernels::LaunchMoePlan(Ptr<int32_t>(expert_ids), pairs, e, plan, stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchMoePlan(Ptr<int32_t>(expert_ids), pairs, e, plan, stream()));
   Tensor hp = Empty({pairs, inter}, DType::kBF16);
   OASIS_CUDA_CHECK(kernels::LaunchMoeGemmGateUp(Ptr(x), plan, kk, Ptr(gate_up), Ptr(hp), pairs, e,
                                                 hidden, inter, stream()));

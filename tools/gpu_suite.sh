@@ -16,7 +16,7 @@
 # runs only the benchmarks whose binary is named (with OASIS_GPU_TESTS=" " for no tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs)
+ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe)
 # shellcheck disable=SC2206
 GPU_TESTS=(${OASIS_GPU_TESTS:-${ALL_GPU_TESTS[@]}})
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
@@ -38,6 +38,11 @@ BENCHMARKS=(
   "bench_decode|--batch 1 --context 128 --tensor-parallel-size 2"
   "bench_decode|--batch 64 --context 4096 --steps 20 --tensor-parallel-size 2"
   "bench_decode|--prefill 8192 --steps 5 --warmup 1"
+  "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
+  "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20"
+  "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20 --moe-path gemm"
+  "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --prefill 8192 --steps 5 --warmup 1"
+  "bench_moe|"
   "bench_lookahead|--batch 1 --context 128 --tokens 128"
   "bench_lookahead|--batch 64 --context 4096 --tokens 128"
   "bench_lookahead|--batch 1 --context 128 --tokens 128 --repeat"
@@ -51,6 +56,7 @@ BENCHMARKS=(
 DECODE_ATTENTION_PEER=tools/bench/bench_decode_attention_torch.py
 PEERS=(
   "tools/bench/bench_transformers.py --prefill 8192"
+  "tools/bench/bench_transformers.py --prefill 8192 --config tools/bench/model_configs/qwen3-30b-a3b.json"
   "tools/bench/bench_prefill_attention_torch.py --ours .bundle/bin/bench_prefill_attention"
 )
 [[ ${OASIS_SKIP_PEERS:-0} == 1 ]] && PEERS=() DECODE_ATTENTION_PEER=

@@ -57,3 +57,25 @@ TEST_CASE("CUDA backend: unusual shapes are computed exactly or refused at load"
   }
   CHECK(fixtures >= 4);
 }
+
+TEST_CASE("CUDA backend: MoE models load within the MoE kernels' limits, others are refused",
+          "[gpu][models][moe]") {
+  auto base = LoadModelConfig(testing::FixturePath("models/qwen3-moe-tiny"));
+  REQUIRE(base.ok());
+  REQUIRE(base->HasMoeLayers());
+  auto gpu = CudaBackend::Create();
+  REQUIRE(gpu.ok());
+  CHECK(DecoderLM::CreateDummy(*base, **gpu, 1).ok());
+  ModelConfig c = *base;
+  c.moe_intermediate_size = 12;  // not a multiple of 8
+  auto model = DecoderLM::CreateDummy(c, **gpu, 1);
+  REQUIRE_FALSE(model.ok());
+  INFO(model.status().ToString());
+  CHECK_THAT(model.status().message(), Catch::Contains("moe_intermediate_size 12"));
+  CHECK_THAT(model.status().message(), Catch::Contains("use --backend cpu"));
+  c = *base;
+  c.num_experts = 1025;
+  model = DecoderLM::CreateDummy(c, **gpu, 1);
+  REQUIRE_FALSE(model.ok());
+  CHECK_THAT(model.status().message(), Catch::Contains("num_experts 1025"));
+}

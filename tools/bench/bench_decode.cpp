@@ -17,9 +17,17 @@
 // inside the graphs; NCCL_NVLS_ENABLE=0). Steps are timed on the host (the call returns once
 // every rank has sampled); the roofline is per GPU (its shard of the weights and KV heads plus
 // the replicated embedding/lm_head/norms), and tok/s is the group's.
+//
+// Qwen3-MoE configs (tools/bench/model_configs/qwen3-30b-a3b.json): the roofline counts only the
+// experts a step reads, per MoE layer the distinct experts of the batch's tokens — k for one
+// token, E·(1 − (1 − k/E)^T) expected for T tokens routed uniformly (dummy weights route close
+// to uniformly) — and prefill's FLOPs only the k active experts per token. --moe-path gemv|gemm
+// forces the expert path (one GPU).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -42,6 +50,26 @@ constexpr double kReadCeilingTBs = 4.56;  // DESIGN.md §5: read-only streaming 
 constexpr double kCopyCeilingTBs = 4.24;  // device-to-device copy
 
 constexpr double kMatmulCeilingTflops = 788.0;  // DESIGN.md §5: bf16 8192³ through cuBLAS
+
+// " moe=ExK" (and the forced expert path) for an MoE model, to tell its RESULT lines apart.
+std::string MoeTag(const ModelConfig& c, const std::string& path) {
+  if (!c.HasMoeLayers()) return "";
+  return " moe=" + std::to_string(c.num_experts) + "x" + std::to_string(c.num_experts_per_tok) +
+         (path == "auto" ? "" : " path=" + path);
+}
+
+bool IsExpertWeight(const std::string& name) {
+  return name.find(".mlp.experts.") != std::string::npos;
+}
+
+// The fraction of an MoE layer's experts a step of `tokens` tokens reads: the expected distinct
+// experts under uniform routing over E (k of E for one token), divided by E.
+double ExpertsReadFraction(const ModelConfig& c, double tokens) {
+  if (c.num_experts <= 0) return 1.0;
+  const double e = static_cast<double>(c.num_experts),
+               k = static_cast<double>(c.num_experts_per_tok);
+  return 1.0 - std::pow(1.0 - k / e, tokens);
+}
 
 // Prefill of one prompt: FLOPs = 2 × (matrix parameters, without the input embedding) per
 // token for the projections and MLP + attention 4·d·Hq per (query, visible key) pair.
@@ -81,7 +109,11 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& 
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
     if (w.shape.size() != 2 || w.name == "model.embed_tokens.weight") continue;
     if (w.name == "lm_head.weight") continue;  // logits of the last token only
-    matrix_params += static_cast<double>(w.numel());
+    // A token runs k of the E experts of an MoE layer.
+    const double active = IsExpertWeight(w.name) ? static_cast<double>(config.num_experts_per_tok) /
+                                                       static_cast<double>(config.num_experts)
+                                                 : 1.0;
+    matrix_params += active * static_cast<double>(w.numel());
   }
   const double dn = static_cast<double>(n);
   const double flops = 2.0 * matrix_params * dn + 2.0 * config.hidden_size * config.vocab_size +
@@ -92,9 +124,11 @@ Status RunPrefill(const ModelConfig& config, CudaBackend& backend, ModelRunner& 
               static_cast<long long>(n), median, ms.size(), ms.front());
   const int tp = runner.model().tensor_parallel().size;
   std::printf(
-      "RESULT prefill n=%lld%s: %.0f tokens/s, %.1f TFLOP/s, ceiling %.0f TFLOP/s, ratio %.2f\n",
-      static_cast<long long>(n), tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "",
-      dn / (median * 1e-3), tflops, kMatmulCeilingTflops * tp,
+      "RESULT prefill n=%lld%s%s: %.0f tokens/s, %.1f TFLOP/s%s, ceiling %.0f TFLOP/s, ratio "
+      "%.2f\n",
+      static_cast<long long>(n), MoeTag(config, "auto").c_str(),
+      tp > 1 ? (" tp=" + std::to_string(tp)).c_str() : "", dn / (median * 1e-3), tflops,
+      config.HasMoeLayers() ? " (active)" : "", kMatmulCeilingTflops * tp,
       tflops / (kMatmulCeilingTflops * tp));
   return Status::Ok();
 }
@@ -105,6 +139,7 @@ Status Run(int argc, char** argv) {
   double temperature = 0.0, top_p = 1.0;
   bool no_graphs = false, capture = false;
   int64_t prefill = 0, queries = 1, tensor_parallel = 1;
+  std::string moe_path = "auto";
   FlagParser flags("bench_decode: whole-model decode throughput with dummy weights");
   flags.AddString("config", &config_path, "HF config.json with the model's shapes (dummy weights)");
   flags.AddString("model", &model_dir,
@@ -126,7 +161,13 @@ Status Run(int argc, char** argv) {
   flags.AddInt("tensor-parallel-size", &tensor_parallel,
                "split the model over GPUs 0..N-1 (NCCL all-reduces captured in the graphs); "
                "host-timed steps");
+  flags.AddString("moe-path", &moe_path,
+                  "MoE expert path: auto (by batch size), gemv or gemm (one GPU only)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (moe_path != "auto" && moe_path != "gemv" && moe_path != "gemm")
+    return InvalidArgument("--moe-path must be auto, gemv or gemm");
+  if (moe_path != "auto" && tensor_parallel != 1)
+    return InvalidArgument("--moe-path needs --tensor-parallel-size 1");
   if (queries < 1 || queries > 4) return InvalidArgument("--queries must be 1 to 4");
   if (tensor_parallel < 1 || tensor_parallel > 64)
     return InvalidArgument("--tensor-parallel-size must be 1 to 64");
@@ -174,6 +215,10 @@ Status Run(int argc, char** argv) {
     loaded = std::chrono::steady_clock::now();
   } else {
     OASIS_ASSIGN_OR_RETURN(backend, CudaBackend::Create());
+    if (moe_path != "auto") {
+      backend->set_moe_path(moe_path == "gemv" ? CudaBackend::MoePath::kGemv
+                                               : CudaBackend::MoePath::kGemm);
+    }
     if (weights == nullptr) {
       OASIS_ASSIGN_OR_RETURN(model, DecoderLM::CreateDummy(config, *backend, 1));
     } else {
@@ -216,11 +261,13 @@ Status Run(int argc, char** argv) {
     }
     return false;
   };
+  const double experts_read = ExpertsReadFraction(config, static_cast<double>(batch * queries));
   double weight_bytes = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(config)) {
     if (w.name == "model.embed_tokens.weight" && !config.tie_word_embeddings)
       continue;  // one row read
-    weight_bytes += 2.0 * static_cast<double>(w.numel()) / (sharded(w.name) ? tp : 1);
+    weight_bytes += 2.0 * static_cast<double>(w.numel()) / (sharded(w.name) ? tp : 1) *
+                    (IsExpertWeight(w.name) ? experts_read : 1.0);
   }
   const double kv_bytes_per_token = 2.0 * 2 * config.num_hidden_layers * config.kv_size() / tp;
 
@@ -272,13 +319,24 @@ Status Run(int argc, char** argv) {
       no_graphs ? "eager" : "CUDA graphs",
       tp > 1 ? (", tensor parallel over " + std::to_string(tp) + " GPUs (host-timed steps)").c_str()
              : "");
+  if (config.HasMoeLayers()) {
+    std::printf(
+        "MoE: %lld experts, %lld per token; the roofline reads %.1f distinct experts per "
+        "MoE layer (%s), expert path %s\n",
+        static_cast<long long>(config.num_experts),
+        static_cast<long long>(config.num_experts_per_tok),
+        experts_read * static_cast<double>(config.num_experts),
+        batch * queries == 1 ? "the token's k" : "expected under uniform routing",
+        moe_path.c_str());
+  }
   std::printf("bytes per step%s: weights %.2f GB + KV %.2f GB\n", tp > 1 ? " per GPU" : "",
               weight_bytes / 1e9, kv_bytes_per_token * avg_ctx * batch / 1e9);
   std::printf("step time: median %.3f ms (min %.3f, p90 %.3f) over %zu steps\n", median, ms.front(),
               ms[ms.size() * 9 / 10], ms.size());
   std::printf("roofline: %.3f ms at %.2f TB/s read (%.3f ms at %.2f TB/s copy)\n", roofline_ms,
               kReadCeilingTBs, copy_roofline_ms, kCopyCeilingTBs);
-  const std::string tags = (tp > 1 ? " tp=" + std::to_string(tp) : std::string()) +
+  const std::string tags = MoeTag(config, moe_path) +
+                           (tp > 1 ? " tp=" + std::to_string(tp) : std::string()) +
                            (queries > 1 ? " q=" + std::to_string(queries) : std::string()) +
                            (capture ? " +capture" : "");
   std::printf(

@@ -66,7 +66,8 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     print(f"prefill {args.prefill} tokens: {prefill_ms:.2f} ms, {args.prefill / prefill_ms * 1e3:.0f} tokens/s")
     print(f"decode batch 1 (context 128): {tpot:.2f} ms/token, {1e3 / tpot:.1f} tokens/s")
-    print(f"RESULT transformers prefill n={args.prefill}: {args.prefill / prefill_ms * 1e3:.0f} tokens/s; "
+    model_tag = "" if args.config == ap.get_default("config") else f" [{args.config.rsplit('/', 1)[-1]}]"
+    print(f"RESULT transformers{model_tag} prefill n={args.prefill}: {args.prefill / prefill_ms * 1e3:.0f} tokens/s; "
           f"decode b=1: {tpot:.2f} ms/token")
 
 

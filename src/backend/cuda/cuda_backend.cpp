@@ -628,17 +628,6 @@ void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
       cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream()));
 }
 
-void CudaBackend::MoeRoute(const Tensor&, const Tensor&, int64_t, MoeTopKWeights, Tensor&,
-                           Tensor&) {
-  OASIS_CHECK(false) << "MoeRoute is not implemented on CUDA (CheckModelShapes refuses MoE models)";
-}
-
-void CudaBackend::MoeExperts(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                             const Tensor&, Tensor&) {
-  OASIS_CHECK(false)
-      << "MoeExperts is not implemented on CUDA (CheckModelShapes refuses MoE models)";
-}
-
 void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
   CheckDevice(qkv, DType::kBF16, "SplitQkv qkv");
   const int64_t tokens = qkv.dim(0);

@@ -94,12 +94,23 @@ class CudaBackend final : public Backend {
   void GatherRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void Copy(const Tensor& src, Tensor& dst) override;
-  // Not implemented yet: CheckCudaKernelShapes refuses MoE models at load (a Status), so a
-  // call is a broken invariant (CHECK failure naming the op).
+  // Mixture of experts (cuda_moe.cpp, kernels/moe.h): the router GEMM into float logits and
+  // the top-k kernel; the experts by the grouped GEMV (batches of at most
+  // kernels::kMoeGemvMaxTokens tokens) or the permuted grouped GEMM (larger), then the combine
+  // in slot order. Graph-capturable; scratch from Empty() (the arena while capturing).
   void MoeRoute(const Tensor& x, const Tensor& router, int64_t k, MoeTopKWeights weights,
                 Tensor& expert_ids, Tensor& expert_weights) override;
   void MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                   const Tensor& gate_up, const Tensor& down, Tensor& out) override;
+  // Which expert path MoeExperts takes: by the batch size (kAuto), or forced (tests, benchmarks;
+  // kGemv needs tokens · k <= kernels::kMoeGemvMaxPairs).
+  enum class MoePath : uint8_t { kAuto, kGemv, kGemm };
+  void set_moe_path(MoePath path) { moe_path_ = path; }
+  // Device scratch one MoE layer takes from Empty() for a batch of `tokens` tokens of a model of
+  // `config` (its local sizes): the router logits and the larger path's buffers. The CUDA graph
+  // runner adds it per layer to its activation arena. 0 for a model without MoE layers.
+  static size_t MoeScratchBytes(const ModelConfig& config, int64_t tokens);
+
   // Decode batches (1..4 rows) run one fused kernel (kernels/gemv.h LaunchGemvRmsNorm).
   void AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tensor* residual_out,
                         const Tensor& norm_weight, float eps, const Tensor& weight,
@@ -160,6 +171,7 @@ class CudaBackend final : public Backend {
 
   cuda::Stream stream_;
   cudaStream_t override_ = nullptr;  // UseStream
+  MoePath moe_path_ = MoePath::kAuto;
   // Background copies (BeginBackground): created at the first batch.
   struct Background {
     cuda::Stream stream;  // the default priority: the device's least

@@ -13,15 +13,30 @@ Status Refuse(const ModelConfig& c, const std::string& what) {
   return Unimplemented(Who(c) + what + " is not supported by the CUDA kernels; use --backend cpu");
 }
 
+// The MoE kernels (kernels/moe.h MoeSupported): the experts' tables in shared memory, rows of
+// 16-byte vectors along hidden and each rank's slice of the expert intermediate size.
+Status CheckMoeShapes(const ModelConfig& c, int64_t tp) {
+  if (c.num_experts > kCudaMoeMaxExperts) {
+    return Refuse(c, "num_experts " + std::to_string(c.num_experts) + " (supported: at most " +
+                         std::to_string(kCudaMoeMaxExperts) + ")");
+  }
+  if (c.hidden_size % kCudaMoeDimMultiple != 0) {
+    return Refuse(c, "hidden_size " + std::to_string(c.hidden_size) +
+                         " with mixture-of-experts layers (supported: a multiple of " +
+                         std::to_string(kCudaMoeDimMultiple) + ")");
+  }
+  if (c.moe_intermediate_size % tp != 0 || (c.moe_intermediate_size / tp) % kCudaMoeDimMultiple) {
+    return Refuse(c, "moe_intermediate_size " + std::to_string(c.moe_intermediate_size) +
+                         (tp > 1 ? " over " + std::to_string(tp) + " tensor-parallel ranks" : "") +
+                         " (supported: a multiple of " + std::to_string(kCudaMoeDimMultiple) +
+                         " per rank)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckCudaKernelShapes(const ModelConfig& c, int tp_size) {
-  // Mixture-of-experts layers (Qwen3-MoE) have only the CPU reference so far.
-  if (c.HasMoeLayers()) {
-    return Unimplemented("MoE on CUDA: the mixture-of-experts layers of " + c.architecture_name +
-                         " (" + std::to_string(c.num_experts) +
-                         " experts) have no CUDA kernels yet; use --backend cpu");
-  }
   const std::string d = std::to_string(c.head_dim);
   // Attention: the decode kernel takes 64/128/256, the tensor-core prefill 64/128, every other
   // head_dim runs the reference kernel, whose lanes hold at most 8 values (head_dim <= 256).
@@ -61,6 +76,7 @@ Status CheckCudaKernelShapes(const ModelConfig& c, int tp_size) {
                            " (supported: at most " + std::to_string(kCudaMaxGemmDim) + ")");
     }
   }
+  if (c.HasMoeLayers()) OASIS_RETURN_IF_ERROR(CheckMoeShapes(c, tp));
   return Status::Ok();
 }
 

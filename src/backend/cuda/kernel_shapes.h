@@ -16,6 +16,10 @@ inline constexpr int64_t kCudaMinHeadDim = 16;          // smallest head_dim ver
 inline constexpr int64_t kCudaMaxHeadDim = 256;         // kernels/attention.cu kMaxDimPerLane · 32
 inline constexpr int64_t kCudaHeadDimMultiple = 8;      // 16-byte rows of the KV pools
 inline constexpr int64_t kCudaMaxGemmDim = 2147483647;  // cuBLAS and the sampler take int sizes
+// Mixture of experts (kernels/moe.h MoeSupported): at most this many experts, hidden and each
+// rank's moe_intermediate_size multiples of 8.
+inline constexpr int64_t kCudaMoeMaxExperts = 1024;
+inline constexpr int64_t kCudaMoeDimMultiple = 8;
 // Sparse KV (kernels/sparse_score.cu ScoreBlocksSupported).
 inline constexpr int64_t kCudaSparseMaxGroup = 16;
 

@@ -79,7 +79,9 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
   // product of the unfused gate/up + SiLU (batches the GEMV does not take), K/V for a backend
   // without the fused QKV op, the normalised rows of the unfused pre-norm + projection (twice)
   // — plus alignment slack.
-  const int64_t per_layer = static_cast<int64_t>(workspace) + Tmax * ArenaLayerTokenBytes(c) + 4096;
+  const int64_t per_layer =
+      static_cast<int64_t>(workspace) + Tmax * ArenaLayerTokenBytes(c) + 4096 +
+      static_cast<int64_t>(CudaBackend::MoeScratchBytes(c, Tmax));  // MoE layers' scratch
   OASIS_ASSIGN_OR_RETURN(r->arena_,
                          cuda::DeviceBuffer::Allocate(static_cast<size_t>(
                              Tmax * per_token + c.num_hidden_layers * per_layer + (1 << 20))));

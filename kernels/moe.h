@@ -1,0 +1,118 @@
+// Mixture-of-experts kernels (Qwen3-MoE, docs/moe.md): top-k routing from float router logits,
+// and the experts of every (token, slot) pair by two paths, both graph-capturable (no host
+// synchronisation, sizes the host does not know are read on the device):
+//  - small batches (decode): grouped GEMVs. A CTA takes one distinct expert of the batch
+//    (found on the device from expert_ids) and a block of its rows, and applies them to every
+//    token that chose that expert, so each touched expert's weights are read once per step;
+//  - large batches (prefill): a device counting sort of the pairs by expert (MoePlan), then
+//    tensor-core grouped GEMMs (mma.sync m16n8k16) whose tiles walk the device-side expert
+//    offsets, gate/up with SiLU·mul fused in the epilogue.
+// Both end with a combine in slot order, out[t] = Σ_j w[t, j] · y[pair (t, j)] in float: no
+// atomics, so the result is deterministic and a token's output does not depend on the batch
+// beyond the path choice. Every launcher takes raw device pointers, sizes and an explicit
+// stream and returns the launch error; kernels are launched with PDL (LaunchPdl).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace oasis::kernels {
+
+inline constexpr int kMoeMaxExperts = 1024;  // shared-memory tables of the plan and GEMV prologue
+inline constexpr int kMoeDimMultiple = 8;    // hidden and I: rows of 16-byte vectors
+// Batches of at most this many tokens (and kMoeGemvMaxPairs pairs) take the grouped GEMV;
+// larger ones the permuted grouped GEMM. 64: the engine's batch-64 decode is the GEMV's case
+// (each touched expert read once, ~4 tokens per expert); a tile of the GEMM holds 128 rows.
+inline constexpr int64_t kMoeGemvMaxTokens = 64;
+inline constexpr int64_t kMoeGemvMaxPairs = 1024;  // the GEMV prologue's pair list (4 KiB)
+// The grouped GEMM's row tile (rows of one expert per CTA tile).
+inline constexpr int kMoeGemmTileRows = 128;
+
+// Whether the MoE kernels compute these sizes (hidden and I multiples of 8, 1 <= k <= E <=
+// kMoeMaxExperts).
+bool MoeSupported(int64_t hidden, int64_t inter, int64_t experts, int64_t k);
+// Whether MoeExperts of `tokens` tokens takes the grouped GEMV (else the grouped GEMM).
+inline bool MoeUseGemv(int64_t tokens, int64_t k) {
+  return tokens <= kMoeGemvMaxTokens && tokens * k <= kMoeGemvMaxPairs;
+}
+
+// Top-k routing of every token from its router logits, as CpuBackend::MoeRoute: the k experts
+// of largest logit (softmax is monotone) in descending order, equal logits -> lower expert
+// index first; weights[t, j] = softmax(logits[t])[ids[t, j]] in float, divided by their sum
+// (j ascending) when `renormalize`. One warp per token.
+cudaError_t LaunchMoeTopK(const float* logits,  // [tokens, experts]
+                          int64_t tokens, int experts, int k, bool renormalize,
+                          int32_t* ids,    // [tokens, k]
+                          float* weights,  // [tokens, k]
+                          cudaStream_t stream);
+
+// ---- small batches: grouped GEMV (pairs = tokens · k <= kMoeGemvMaxPairs) ----
+
+// h[p, i] = bf16(silu(bf16(gate_e[i] · x[p / k])) rounded to bf16 · bf16(up_e[i] · x[p / k]))
+// for every pair p with e = ids[p] (the dense GEMV's SiLU·mul rounding).
+cudaError_t LaunchMoeGemvGateUp(const __nv_bfloat16* x,        // [tokens, hidden]
+                                const int32_t* ids,            // [tokens * k] in [0, experts)
+                                const __nv_bfloat16* gate_up,  // [experts, 2 * inter, hidden]
+                                __nv_bfloat16* h,              // [tokens * k, inter]
+                                int64_t tokens, int k, int experts, int64_t hidden, int64_t inter,
+                                cudaStream_t stream);
+// y[p, :] = down_e · h[p] in float for every pair p with e = ids[p].
+cudaError_t LaunchMoeGemvDown(const __nv_bfloat16* h,     // [tokens * k, inter]
+                              const int32_t* ids,         // [tokens * k]
+                              const __nv_bfloat16* down,  // [experts, hidden, inter]
+                              float* y,                   // [tokens * k, hidden]
+                              int64_t tokens, int k, int experts, int64_t hidden, int64_t inter,
+                              cudaStream_t stream);
+
+// ---- large batches: permutation by expert + grouped GEMM ----
+
+// The permutation of the pairs by expert, a stable counting sort (one CTA): offsets[e] = first
+// permuted row of expert e (offsets[experts] = pairs), tile_start[e] = its first row tile of
+// kMoeGemmTileRows rows (tile_start[experts] = tiles), sorted[row] = pair, pos[pair] = row.
+// Pairs with an id outside [0, experts) get no row (pos = -1).
+struct MoePlan {
+  int32_t* offsets = nullptr;     // [experts + 1]
+  int32_t* tile_start = nullptr;  // [experts + 1]
+  int32_t* sorted = nullptr;      // [pairs]
+  int32_t* pos = nullptr;         // [pairs]
+};
+// The int32 elements of a plan for `pairs` pairs (one buffer: offsets, tile_start, sorted, pos).
+inline int64_t MoePlanInts(int64_t pairs, int experts) { return 2 * (experts + 1) + 2 * pairs; }
+MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts);
+cudaError_t LaunchMoePlan(const int32_t* ids,  // [pairs]
+                          int64_t pairs, int experts, const MoePlan& plan, cudaStream_t stream);
+
+// Gate/up of every permuted row: hp[row, i] as LaunchMoeGemvGateUp's h, for the token of
+// sorted[row] (x row sorted[row] / k).
+cudaError_t LaunchMoeGemmGateUp(const __nv_bfloat16* x,  // [tokens, hidden]
+                                const MoePlan& plan, int k,
+                                const __nv_bfloat16* gate_up,  // [experts, 2 * inter, hidden]
+                                __nv_bfloat16* hp,             // [pairs, inter] permuted rows
+                                int64_t pairs, int experts, int64_t hidden, int64_t inter,
+                                cudaStream_t stream);
+// yp[row, :] = bf16(down_e · hp[row]) for every permuted row of expert e.
+cudaError_t LaunchMoeGemmDown(const __nv_bfloat16* hp,  // [pairs, inter] permuted rows
+                              const MoePlan& plan,
+                              const __nv_bfloat16* down,  // [experts, hidden, inter]
+                              __nv_bfloat16* yp,          // [pairs, hidden] permuted rows
+                              int64_t pairs, int experts, int64_t hidden, int64_t inter,
+                              cudaStream_t stream);
+
+// ---- the weighted combine, in slot order ----
+// out[t, :] = bf16(Σ_{j ascending} weights[t, j] · y[row(t, j), :]) in float, row(t, j) =
+// pos[t·k + j] when `pos` is given (rows < 0 are skipped), else t·k + j. y is float
+// (LaunchMoeCombineF32) or bf16 (LaunchMoeCombineBf16).
+cudaError_t LaunchMoeCombineF32(const float* y,        // [tokens * k, hidden]
+                                const int32_t* pos,    // [tokens * k] or nullptr
+                                const float* weights,  // [tokens, k]
+                                __nv_bfloat16* out,    // [tokens, hidden]
+                                int64_t tokens, int k, int64_t hidden, cudaStream_t stream);
+cudaError_t LaunchMoeCombineBf16(const __nv_bfloat16* y,  // [tokens * k, hidden]
+                                 const int32_t* pos,      // [tokens * k] or nullptr
+                                 const float* weights,    // [tokens, k]
+                                 __nv_bfloat16* out,      // [tokens, hidden]
+                                 int64_t tokens, int k, int64_t hidden, cudaStream_t stream);
+
+}  // namespace oasis::kernels

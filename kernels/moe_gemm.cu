@@ -1,0 +1,248 @@
+// The MoE grouped GEMM (large batches): C[rows of expert e] = A[rows] · W_eᵀ over the permuted
+// rows of MoePlan, bf16 tensor cores (mma.sync m16n8k16, float accumulation).
+//
+// Tiles: 128 rows × 128 weight rows × 64 K, 8 warps (2 × 4, a warp 64 × 32), a 3-stage cp.async
+// pipeline through XOR-swizzled shared memory (16-byte chunk c of row r at c ^ (r & 7): ldmatrix
+// reads 8 rows of one chunk from 8 distinct bank groups). The grid's y dimension is an upper
+// bound of the row tiles, ceil(pairs / 128) + min(experts, pairs) (every expert adds at most one
+// partial tile); a CTA finds its expert by a binary search of the plan's tile_start on the device
+// and leaves when it is past the last tile. So no size goes back to the host and the launch is
+// graph-capturable.
+//
+// Gate/up: the CTA covers 64 intermediate indices; each warp's 32 weight rows are 16 gate rows
+// and the 16 up rows of the same indices, so a thread holds the gate and up products of the same
+// (row, index) and the SiLU·mul epilogue needs no exchange. Rows (M), weight rows (N) and K past
+// the ends are zero-filled by cp.async (src-size 0) and not written.
+#include <algorithm>
+#include <mutex>
+
+#include "kernels/moe.h"
+#include "kernels/moe_common.cuh"
+
+namespace oasis::kernels {
+namespace {
+
+constexpr int kBM = kMoeGemmTileRows;  // 128
+constexpr int kBN = 128;
+constexpr int kBK = 64;  // 8 chunks of 16 bytes: rows of 128 bytes
+constexpr int kStages = 3;
+constexpr int kThreads = 256;
+constexpr int kTileBytes = kBM * kBK * 2;  // A (and B: kBN == kBM) per stage
+constexpr int kStageBytes = 2 * kTileBytes;
+constexpr int kSmemBytes = kStages * kStageBytes;  // 96 KiB: two CTAs per SM
+static_assert(kBN == kBM, "A and B tiles share the load mapping");
+
+struct GemmArgs {
+  const bf16* a;          // gate/up: x [tokens, K]; down: hp [pairs, K] (permuted rows)
+  const int32_t* sorted;  // gate/up: the pair of each permuted row (token = pair / top_k)
+  int top_k;
+  const bf16* w;  // [experts, w_rows, K]
+  const int32_t* offsets;
+  const int32_t* tile_start;
+  bf16* out;      // [pairs, n_out]
+  int64_t K;      // hidden (gate/up) or inter (down)
+  int64_t n_out;  // inter (gate/up: w_rows = 2 · inter) or hidden (down: w_rows = hidden)
+  int experts;
+};
+
+__device__ __forceinline__ uint32_t Swizzled(int row, int chunk) {
+  return static_cast<uint32_t>(row * (kBK * 2) + ((chunk ^ (row & 7)) << 4));
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 2) MoeGemmKernel(GemmArgs args) {
+  extern __shared__ __align__(128) char gemm_smem[];
+  GridDependencyWait();
+  const int mt = blockIdx.y;
+  const int32_t* ts = args.tile_start;
+  if (mt >= ts[args.experts]) return;
+  int lo = 0, hi = args.experts;  // ts[lo] <= mt < ts[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (ts[mid] <= mt) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int e = lo;
+  const int row_begin = args.offsets[e] + (mt - ts[e]) * kBM;
+  const int rows = min(kBM, args.offsets[e + 1] - row_begin);
+  const int64_t K = args.K, n_out = args.n_out;
+  const int64_t w_rows = kGateUp ? 2 * n_out : n_out;
+  const int64_t n_base = int64_t{blockIdx.x} * (kGateUp ? kBN / 2 : kBN);
+
+  // This thread's copies: chunk `chunk` of rows r0 + 32 i of the A and B tiles.
+  const int tid = threadIdx.x, chunk = tid & 7, r0 = tid >> 3;
+  const bf16* a_src[4];
+  const bf16* b_src[4];
+  bool a_ok[4], b_ok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = r0 + 32 * i;
+    a_ok[i] = r < rows;
+    if constexpr (kGateUp) {
+      a_src[i] = a_ok[i] ? args.a + int64_t{args.sorted[row_begin + r] / args.top_k} * K : args.a;
+    } else {
+      a_src[i] = a_ok[i] ? args.a + int64_t{row_begin + r} * K : args.a;
+    }
+    int64_t wrow;
+    if constexpr (kGateUp) {
+      const int64_t idx = n_base + (r >> 5) * 16 + (r & 15);  // the intermediate index
+      b_ok[i] = idx < n_out;
+      wrow = (r & 31) < 16 ? idx : n_out + idx;
+    } else {
+      wrow = n_base + r;
+      b_ok[i] = wrow < n_out;
+    }
+    b_src[i] = args.w + (int64_t{e} * w_rows + (b_ok[i] ? wrow : 0)) * K;
+  }
+  const uint32_t smem0 = SmemAddr(gemm_smem);
+  auto load_stage = [&](int stage, int kt) {
+    const uint32_t sa = smem0 + stage * kStageBytes, sb = sa + kTileBytes;
+    const int64_t kcol = int64_t{kt} * kBK + chunk * 8;
+    const bool k_ok = kcol < K;
+    const int64_t kc = k_ok ? kcol : 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t off = Swizzled(r0 + 32 * i, chunk);
+      CpAsync16(sa + off, a_src[i] + kc, a_ok[i] && k_ok ? 16 : 0);
+      CpAsync16(sb + off, b_src[i] + kc, b_ok[i] && k_ok ? 16 : 0);
+    }
+  };
+
+  const int k_tiles = static_cast<int>((K + kBK - 1) / kBK);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    CpAsyncCommit();
+  }
+  const int warp = tid >> 5, lane = tid & 31, wm = warp >> 2, wn = warp & 3;
+  float acc[4][4][4];
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    CpAsyncWait<kStages - 2>();  // k-tile kt has landed (for this thread) ...
+    __syncthreads();             // ... for every thread; stage (kt - 1) % kStages is free
+    const int next = kt + kStages - 1;
+    if (next < k_tiles) load_stage(next % kStages, next);
+    CpAsyncCommit();
+    const uint32_t sa = smem0 + (kt % kStages) * kStageBytes, sb = sa + kTileBytes;
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      uint32_t af[4][4], bfr[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi) {
+        const int row = wm * 64 + mi * 16 + (lane & 15);
+        Ldmatrix4(sa + Swizzled(row, ks * 2 + (lane >> 4)), af[mi]);
+      }
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        const int row = wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
+        Ldmatrix4(sb + Swizzled(row, ks * 2 + ((lane >> 3) & 1)), bfr[nj]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          Mma(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2], bfr[ni >> 1][(ni & 1) * 2 + 1]);
+        }
+    }
+  }
+  CpAsyncWait<0>();
+  AllowDependentLaunch();
+
+  // Epilogue: thread (g, tq) holds rows g and g + 8 of each 16-row tile, columns 2 tq, 2 tq + 1
+  // of each 8-column tile.
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = wm * 64 + mi * 16 + g + half * 8;
+      if (r >= rows) continue;
+      bf16* out_row = args.out + int64_t{row_begin + r} * n_out;
+      if constexpr (kGateUp) {
+#pragma unroll
+        for (int ni = 0; ni < 2; ++ni) {
+          const int64_t idx = n_base + wn * 16 + ni * 8 + tq * 2;
+          if (idx >= n_out) continue;  // n_out % 8 == 0: idx + 1 < n_out too
+          const bf16 h0 = SiluMulRounded(acc[mi][ni][half * 2], acc[mi][ni + 2][half * 2]);
+          const bf16 h1 = SiluMulRounded(acc[mi][ni][half * 2 + 1], acc[mi][ni + 2][half * 2 + 1]);
+          __nv_bfloat162 v;
+          v.x = h0;
+          v.y = h1;
+          *reinterpret_cast<__nv_bfloat162*>(out_row + idx) = v;
+        }
+      } else {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          const int64_t col = n_base + wn * 32 + ni * 8 + tq * 2;
+          if (col >= n_out) continue;
+          *reinterpret_cast<__nv_bfloat162*>(out_row + col) =
+              __floats2bfloat162_rn(acc[mi][ni][half * 2], acc[mi][ni][half * 2 + 1]);
+        }
+      }
+    }
+}
+
+template <bool kGateUp>
+cudaError_t Launch(const GemmArgs& args, int64_t pairs, cudaStream_t stream) {
+  if (pairs == 0) return cudaSuccess;
+  const int64_t hidden = kGateUp ? args.K : args.n_out, inter = kGateUp ? args.n_out : args.K;
+  if (!MoeSupported(hidden, inter, args.experts, 1)) return cudaErrorInvalidValue;
+  const int64_t tile_bound = (pairs + kBM - 1) / kBM + std::min<int64_t>(args.experts, pairs);
+  if (tile_bound > 65535) return cudaErrorInvalidValue;
+  static std::once_flag once;
+  static cudaError_t attr = cudaSuccess;
+  std::call_once(once, [] {
+    attr = cudaFuncSetAttribute(MoeGemmKernel<kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kSmemBytes);
+  });
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(CeilDiv(args.n_out, kGateUp ? kBN / 2 : kBN), static_cast<unsigned>(tile_bound));
+  return LaunchPdl(MoeGemmKernel<kGateUp>, grid, dim3(kThreads), kSmemBytes, stream, args);
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeGemmGateUp(const bf16* x, const MoePlan& plan, int k, const bf16* gate_up,
+                                bf16* hp, int64_t pairs, int experts, int64_t hidden, int64_t inter,
+                                cudaStream_t stream) {
+  GemmArgs a;
+  a.a = x;
+  a.sorted = plan.sorted;
+  a.top_k = k;
+  a.w = gate_up;
+  a.offsets = plan.offsets;
+  a.tile_start = plan.tile_start;
+  a.out = hp;
+  a.K = hidden;
+  a.n_out = inter;
+  a.experts = experts;
+  return Launch<true>(a, pairs, stream);
+}
+
+cudaError_t LaunchMoeGemmDown(const bf16* hp, const MoePlan& plan, const bf16* down, bf16* yp,
+                              int64_t pairs, int experts, int64_t hidden, int64_t inter,
+                              cudaStream_t stream) {
+  GemmArgs a;
+  a.a = hp;
+  a.sorted = plan.sorted;
+  a.top_k = 1;
+  a.w = down;
+  a.offsets = plan.offsets;
+  a.tile_start = plan.tile_start;
+  a.out = yp;
+  a.K = inter;
+  a.n_out = hidden;
+  a.experts = experts;
+  return Launch<false>(a, pairs, stream);
+}
+
+}  // namespace oasis::kernels

@@ -1,0 +1,126 @@
+// CudaBackend: the mixture-of-experts ops (docs/moe.md) on kernels/moe.h. Routing: the router
+// GEMM through Linear into float logits, then the top-k kernel. Experts: the grouped GEMV for
+// small batches, the permutation plan + grouped GEMMs for large ones, then the slot-order combine.
+// Every launch is on stream() with device-side sizes only: graph-capturable. Scratch comes from
+// Empty(), so inside a graph capture from the runner's arena (MoeScratchBytes sizes it).
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "common/check.h"
+#include "kernels/moe.h"
+
+namespace oasis {
+namespace {
+
+void CheckDevice(const Tensor& t, DType dtype, const char* what) {
+  OASIS_CHECK(t.device() == Device::kCuda && t.dtype() == dtype)
+      << what << ": expected a device " << DTypeName(dtype) << " tensor, got " << t.ToString()
+      << (t.device() == Device::kCpu ? " on the host" : "");
+}
+
+template <typename T = __nv_bfloat16>
+T* Ptr(const Tensor& t) {
+  return static_cast<T*>(t.raw());
+}
+
+static_assert(kCudaMoeMaxExperts == kernels::kMoeMaxExperts &&
+                  kCudaMoeDimMultiple == kernels::kMoeDimMultiple,
+              "kernel_shapes.h states the MoE kernels' limits");
+
+size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 16) + 255) / 256 * 256; }
+
+}  // namespace
+
+size_t CudaBackend::MoeScratchBytes(const ModelConfig& c, int64_t tokens) {
+  if (!c.HasMoeLayers() || tokens <= 0) return 0;
+  const int64_t e = c.num_experts, k = c.num_experts_per_tok, pairs = tokens * k, h = c.hidden_size,
+                mi = c.moe_intermediate_size;
+  const size_t route = Aligned(tokens * e * 4);  // float logits
+  const size_t gemv = Aligned(pairs * mi * 2) + Aligned(pairs * h * 4);
+  const size_t gemm = Aligned(kernels::MoePlanInts(pairs, static_cast<int>(e)) * 4) +
+                      Aligned(pairs * mi * 2) + Aligned(pairs * h * 2);
+  return route + std::max(gemv, gemm);
+}
+
+void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, MoeTopKWeights weights,
+                           Tensor& expert_ids, Tensor& expert_weights) {
+  CheckDevice(x, DType::kBF16, "MoeRoute x");
+  CheckDevice(router, DType::kBF16, "MoeRoute router");
+  CheckDevice(expert_ids, DType::kI32, "MoeRoute expert_ids");
+  CheckDevice(expert_weights, DType::kF32, "MoeRoute expert_weights");
+  OASIS_CHECK_EQ(router.ndim(), 2) << "MoeRoute router " << router.ToString();
+  const int64_t experts = router.dim(0), hidden = router.dim(1);
+  OASIS_CHECK(k >= 1 && k <= experts && experts <= kernels::kMoeMaxExperts)
+      << "MoeRoute k " << k << " of " << experts << " experts (at most " << kernels::kMoeMaxExperts
+      << ")";
+  OASIS_CHECK_EQ(x.dim(-1), hidden) << "MoeRoute x " << x.ToString();
+  const int64_t tokens = x.numel() / hidden;
+  OASIS_CHECK(expert_ids.numel() == tokens * k && expert_weights.numel() == tokens * k)
+      << "MoeRoute outputs " << expert_ids.ToString() << ", " << expert_weights.ToString()
+      << " for " << tokens << " tokens, k " << k;
+  if (tokens == 0) return;
+  Tensor logits = Empty({tokens, experts}, DType::kF32);
+  Linear(x.Reshape({tokens, hidden}), router, logits);
+  OASIS_CUDA_CHECK(
+      kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),
+                             static_cast<int>(k), weights == MoeTopKWeights::kRenormalized,
+                             Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), stream()));
+}
+
+void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
+                             const Tensor& expert_weights, const Tensor& gate_up,
+                             const Tensor& down, Tensor& out) {
+  CheckDevice(x, DType::kBF16, "MoeExperts x");
+  CheckDevice(expert_ids, DType::kI32, "MoeExperts expert_ids");
+  CheckDevice(expert_weights, DType::kF32, "MoeExperts expert_weights");
+  CheckDevice(gate_up, DType::kBF16, "MoeExperts gate_up");
+  CheckDevice(down, DType::kBF16, "MoeExperts down");
+  CheckDevice(out, DType::kBF16, "MoeExperts out");
+  OASIS_CHECK(gate_up.ndim() == 3 && down.ndim() == 3)
+      << "MoeExperts weights " << gate_up.ToString() << ", " << down.ToString();
+  const int64_t experts = gate_up.dim(0), inter = gate_up.dim(1) / 2, hidden = gate_up.dim(2);
+  OASIS_CHECK(down.shape() == (std::vector<int64_t>{experts, hidden, inter}))
+      << "MoeExperts down " << down.ToString() << " vs gate_up " << gate_up.ToString();
+  const int64_t tokens = x.numel() / hidden;
+  OASIS_CHECK(x.dim(-1) == hidden && out.numel() == tokens * hidden)
+      << "MoeExperts x " << x.ToString() << " out " << out.ToString();
+  if (tokens == 0) return;
+  const int64_t k = expert_ids.numel() / tokens;
+  OASIS_CHECK(expert_ids.numel() == tokens * k && expert_weights.numel() == tokens * k)
+      << "MoeExperts routing " << expert_ids.ToString() << " for " << tokens << " tokens";
+  OASIS_CHECK(kernels::MoeSupported(hidden, inter, experts, k))
+      << "MoeExperts: hidden " << hidden << ", I " << inter << ", " << experts << " experts, k "
+      << k << " are not computed by the CUDA kernels (CheckCudaKernelShapes refuses them)";
+  const int e = static_cast<int>(experts), kk = static_cast<int>(k);
+  const int64_t pairs = tokens * k;
+  const bool gemv = moe_path_ == MoePath::kGemv ||
+                    (moe_path_ == MoePath::kAuto && kernels::MoeUseGemv(tokens, k));
+  OASIS_CHECK(!gemv || pairs <= kernels::kMoeGemvMaxPairs)
+      << "MoeExperts: the grouped GEMV takes at most " << kernels::kMoeGemvMaxPairs << " pairs";
+  if (gemv) {
+    Tensor h = Empty({pairs, inter}, DType::kBF16);
+    Tensor y = Empty({pairs, hidden}, DType::kF32);
+    OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUp(Ptr(x), Ptr<int32_t>(expert_ids), Ptr(gate_up),
+                                                  Ptr(h), tokens, kk, e, hidden, inter, stream()));
+    OASIS_CUDA_CHECK(kernels::LaunchMoeGemvDown(Ptr(h), Ptr<int32_t>(expert_ids), Ptr(down),
+                                                Ptr<float>(y), tokens, kk, e, hidden, inter,
+                                                stream()));
+    OASIS_CUDA_CHECK(kernels::LaunchMoeCombineF32(Ptr<float>(y), nullptr,
+                                                  Ptr<float>(expert_weights), Ptr(out), tokens, kk,
+                                                  hidden, stream()));
+    return;
+  }
+  Tensor plan_buf = Empty({kernels::MoePlanInts(pairs, e)}, DType::kI32);
+  const kernels::MoePlan plan = kernels::MoePlanIn(Ptr<int32_t>(plan_buf), pairs, e);
+  OASIS_CUDA_CHECK(kernels::LaunchMoePlan(Ptr<int32_t>(expert_ids), pairs, e, plan, stream()));
+  Tensor hp = Empty({pairs, inter}, DType::kBF16);
+  OASIS_CUDA_CHECK(kernels::LaunchMoeGemmGateUp(Ptr(x), plan, kk, Ptr(gate_up), Ptr(hp), pairs, e,
+                                                hidden, inter, stream()));
+  Tensor yp = Empty({pairs, hidden}, DType::kBF16);
+  OASIS_CUDA_CHECK(kernels::LaunchMoeGemmDown(Ptr(hp), plan, Ptr(down), Ptr(yp), pairs, e, hidden,
+                                              inter, stream()));
+  OASIS_CUDA_CHECK(kernels::LaunchMoeCombineBf16(Ptr(yp), plan.pos, Ptr<float>(expert_weights),
+                                                 Ptr(out), tokens, kk, hidden, stream()));
+}
+
+}  // namespace oasis

@@ -1,0 +1,212 @@
+// bench_moe: the MoE expert kernels (kernels/moe.h) alone at Qwen3-30B-A3B's shapes (128
+// experts, 8 per token, I 768, hidden 2048; --inter 384 for a TP2 rank), one layer:
+//  - for each batch size T, the grouped GEMV path (T · k <= 1024) and the permuted grouped GEMM
+//    path (plan, gate/up + SiLU, down, combine), against the read roofline of the distinct
+//    experts the batch touched (uniform random routing, counted on the host) at 4.56 TB/s and
+//    against bf16 peak on the active FLOPs (2 · T · k · 3 · I · hidden) at 788 TFLOP/s;
+//  - for large T, a cuBLAS peer: one cublasGemmEx per expert on rows already grouped by expert
+//    (sizes known on the host, no permutation or combine: an optimistic bound of a cuBLAS path).
+// Prints measured, ceiling and ratio per row and a final RESULT line (tools/gpu_suite.sh).
+//
+//   bench_moe [--tokens 1,8,64,128,512,8192] [--inter 768] [--iters 50]
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/elementwise.h"
+#include "kernels/moe.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+namespace k = oasis::kernels;
+
+constexpr double kReadTBs = 4.56;    // DESIGN.md §5: read-only streaming kernel
+constexpr double kPeakTflops = 788;  // DESIGN.md §5: bf16 8192³ through cuBLAS
+
+#define CHECK_CUDA(x)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+template <typename T>
+T* DeviceAlloc(size_t n) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(n * sizeof(T), 16)));
+  return static_cast<T*>(p);
+}
+
+void FillRandom(bf16* d, size_t n, float scale, uint64_t seed) {
+  std::vector<bf16> h(n);
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    h[i] = __float2bfloat16((static_cast<float>(s >> 40) / 16777216.0f * 2 - 1) * scale);
+  }
+  CHECK_CUDA(cudaMemcpy(d, h.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+}
+
+// Mean milliseconds of fn() over `iters` runs after 3 warm-up runs.
+template <typename F>
+double TimeMs(F&& fn, int iters, cudaStream_t s) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  CHECK_CUDA(cudaEventRecord(a, s));
+  for (int i = 0; i < iters; ++i) fn();
+  CHECK_CUDA(cudaEventRecord(b, s));
+  CHECK_CUDA(cudaEventSynchronize(b));
+  float ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> token_list = {1, 8, 64, 128, 512, 8192};
+  int64_t inter = 768, iters = 50;
+  const int64_t E = 128, K = 8, H = 2048;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], v = argv[i + 1];
+    if (f == "--tokens") {
+      token_list.clear();
+      for (size_t p = 0; p < v.size();) {
+        const size_t q = v.find(',', p);
+        token_list.push_back(std::stoll(v.substr(p, q - p)));
+        p = q == std::string::npos ? v.size() : q + 1;
+      }
+    } else if (f == "--inter") {
+      inter = std::stoll(v);
+    } else if (f == "--iters") {
+      iters = std::stoll(v);
+    } else {
+      std::fprintf(stderr, "bench_moe: unknown flag %s\n", f.c_str());
+      return 2;
+    }
+  }
+  const int64_t I = inter, max_t = *std::max_element(token_list.begin(), token_list.end());
+  const int64_t max_pairs = max_t * K;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  bf16* gate_up = DeviceAlloc<bf16>(E * 2 * I * H);
+  bf16* down = DeviceAlloc<bf16>(E * H * I);
+  FillRandom(gate_up, E * 2 * I * H, 0.04f, 1);
+  FillRandom(down, E * H * I, 0.06f, 2);
+  bf16* x = DeviceAlloc<bf16>(max_t * H);
+  FillRandom(x, max_t * H, 1.0f, 3);
+  int32_t* ids = DeviceAlloc<int32_t>(max_pairs);
+  float* weights = DeviceAlloc<float>(max_pairs);
+  bf16* h = DeviceAlloc<bf16>(max_pairs * I);
+  float* y32 = DeviceAlloc<float>(max_pairs * H);
+  bf16* y16 = DeviceAlloc<bf16>(max_pairs * H);
+  bf16* out = DeviceAlloc<bf16>(max_t * H);
+  int32_t* plan_buf = DeviceAlloc<int32_t>(k::MoePlanInts(max_pairs, E));
+  bf16* gu_out = DeviceAlloc<bf16>(max_pairs * 2 * I);  // cuBLAS peer's [gate | up]
+  cublasHandle_t cublas;
+  cublasCreate(&cublas);
+  cublasSetStream(cublas, stream);
+
+  std::printf("MoE experts of one layer: %lld experts, %lld per token, I %lld, hidden %lld\n",
+              (long long)E, (long long)K, (long long)I, (long long)H);
+  std::printf("%7s %5s %9s %9s %8s %9s %8s %9s\n", "tokens", "path", "us", "distinct", "TB/s",
+              "read-roof", "TFLOP/s", "peak");
+  std::string result;
+  std::mt19937 rng(7);
+  for (int64_t T : token_list) {
+    const int64_t pairs = T * K;
+    std::vector<int32_t> hid(pairs);
+    std::vector<float> hw(pairs, 1.0f / K);
+    std::vector<int32_t> perm(E);
+    for (int64_t t = 0; t < T; ++t) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::copy(perm.begin(), perm.begin() + K, hid.begin() + t * K);
+    }
+    const std::set<int32_t> distinct(hid.begin(), hid.end());
+    CHECK_CUDA(cudaMemcpy(ids, hid.data(), pairs * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(weights, hw.data(), pairs * 4, cudaMemcpyHostToDevice));
+    const double bytes = double(distinct.size()) * 3 * I * H * 2 + double(T) * H * 4;
+    const double flops = 2.0 * pairs * 3 * I * H;
+    const auto report = [&](const char* path, double ms) {
+      const double tbs = bytes / (ms * 1e-3) / 1e12, tf = flops / (ms * 1e-3) / 1e12;
+      std::printf("%7lld %5s %9.1f %9zu %8.2f %9.2f %8.1f %9.2f\n", (long long)T, path, ms * 1e3,
+                  distinct.size(), tbs, tbs / kReadTBs, tf, tf / kPeakTflops);
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%sT=%lld %s %.1f us (%.2f roof, %.2f peak)",
+                    result.empty() ? "" : "; ", (long long)T, path, ms * 1e3, tbs / kReadTBs,
+                    tf / kPeakTflops);
+      if (T == 1 || T == 64 || T == 8192) result += buf;
+    };
+    if (pairs <= k::kMoeGemvMaxPairs) {
+      report("gemv",
+             TimeMs(
+                 [&] {
+                   CHECK_CUDA(k::LaunchMoeGemvGateUp(x, ids, gate_up, h, T, K, E, H, I, stream));
+                   CHECK_CUDA(k::LaunchMoeGemvDown(h, ids, down, y32, T, K, E, H, I, stream));
+                   CHECK_CUDA(k::LaunchMoeCombineF32(y32, nullptr, weights, out, T, K, H, stream));
+                 },
+                 static_cast<int>(iters), stream));
+    }
+    const k::MoePlan plan = k::MoePlanIn(plan_buf, pairs, E);
+    report("gemm",
+           TimeMs(
+               [&] {
+                 CHECK_CUDA(k::LaunchMoePlan(ids, pairs, E, plan, stream));
+                 CHECK_CUDA(k::LaunchMoeGemmGateUp(x, plan, K, gate_up, h, pairs, E, H, I, stream));
+                 CHECK_CUDA(k::LaunchMoeGemmDown(h, plan, down, y16, pairs, E, H, I, stream));
+                 CHECK_CUDA(k::LaunchMoeCombineBf16(y16, plan.pos, weights, out, T, K, H, stream));
+               },
+               static_cast<int>(iters), stream));
+    if (T >= 512) {  // the cuBLAS peer: per-expert GEMMs on pre-grouped rows
+      std::vector<int64_t> count(E, 0);
+      for (int32_t e : hid) ++count[e];
+      const float one = 1.0f, zero = 0.0f;
+      report("cublas",
+             TimeMs(
+                 [&] {
+                   int64_t row = 0;
+                   for (int64_t e = 0; e < E; ++e) {
+                     const int n = static_cast<int>(count[e]);
+                     if (n == 0) continue;
+                     cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(2 * I), n, int(H), &one,
+                                  gate_up + e * 2 * I * H, CUDA_R_16BF, int(H), x, CUDA_R_16BF,
+                                  int(H), &zero, gu_out + row * 2 * I, CUDA_R_16BF, int(2 * I),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     row += n;
+                   }
+                   CHECK_CUDA(k::LaunchSiluMul(gu_out, h, pairs, I, stream));
+                   row = 0;
+                   for (int64_t e = 0; e < E; ++e) {
+                     const int n = static_cast<int>(count[e]);
+                     if (n == 0) continue;
+                     cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(H), n, int(I), &one,
+                                  down + e * H * I, CUDA_R_16BF, int(I), h + row * I, CUDA_R_16BF,
+                                  int(I), &zero, y16 + row * H, CUDA_R_16BF, int(H),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     row += n;
+                   }
+                 },
+                 static_cast<int>(std::min<int64_t>(iters, 10)), stream));
+    }
+  }
+  std::printf("RESULT moe experts I=%lld: %s\n", (long long)I, result.c_str());
+  return 0;
+}

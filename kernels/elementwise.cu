@@ -163,25 +163,39 @@ cudaError_t LaunchAdd(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaSt
   return cudaGetLastError();
 }
 
+// The largest grid.y of a launch: the row-per-block launches below go in pieces past it.
+constexpr int64_t kMaxGridY = 65535;
+
 cudaError_t LaunchSiluMul(const bf16* gate_up, bf16* out, int64_t rows, int64_t inter,
                           cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
   const bool vec8 = inter % 8 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  if (vec8) {
-    const dim3 grid(std::min(CeilDiv(inter / 8, 256), 64u), static_cast<unsigned>(rows));
-    return LaunchPdl(SiluMulVec8Kernel, grid, dim3(256), 0, stream, gate_up, out, inter);
+  // A launch covers at most kMaxGridY rows (grid.y's limit): long prefill chunks take several.
+  for (int64_t r0 = 0; r0 < rows; r0 += kMaxGridY) {
+    const unsigned n = static_cast<unsigned>(std::min<int64_t>(rows - r0, kMaxGridY));
+    const bf16* g = gate_up + r0 * 2 * inter;
+    bf16* o = out + r0 * inter;
+    const cudaError_t err =
+        vec8 ? LaunchPdl(SiluMulVec8Kernel, dim3(std::min(CeilDiv(inter / 8, 256), 64u), n),
+                         dim3(256), 0, stream, g, o, inter)
+             : LaunchPdl(SiluMulKernel, dim3(std::min(CeilDiv(inter, 256), 64u), n), dim3(256), 0,
+                         stream, g, o, inter);
+    if (err != cudaSuccess) return err;
   }
-  dim3 grid(std::min(CeilDiv(inter, 256), 64u), static_cast<unsigned>(rows));
-  return LaunchPdl(SiluMulKernel, grid, dim3(256), 0, stream, gate_up, out, inter);
+  return cudaSuccess;
 }
 
 cudaError_t LaunchSplitQkv(const bf16* qkv, bf16* q, bf16* k, bf16* v, int64_t tokens, int64_t nq,
                            int64_t nk, int64_t nv, cudaStream_t stream) {
-  if (tokens == 0) return cudaSuccess;
-  dim3 grid(CeilDiv(nq + nk + nv, 256), static_cast<unsigned>(tokens));
-  SplitQkvKernel<<<grid, 256, 0, stream>>>(qkv, q, k, v, nq, nk, nv);
-  return cudaGetLastError();
+  for (int64_t t0 = 0; t0 < tokens; t0 += kMaxGridY) {
+    const dim3 grid(CeilDiv(nq + nk + nv, 256),
+                    static_cast<unsigned>(std::min<int64_t>(tokens - t0, kMaxGridY)));
+    SplitQkvKernel<<<grid, 256, 0, stream>>>(qkv + t0 * (nq + nk + nv), q + t0 * nq, k + t0 * nk,
+                                             v + t0 * nv, nq, nk, nv);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 namespace {

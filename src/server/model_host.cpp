@@ -222,8 +222,8 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
         static_cast<size_t>((go.max_query_len - 2) * go.max_batch *
                             (CudaGraphRunner::ArenaTokenBytes(c) +
                              c.num_hidden_layers * CudaGraphRunner::ArenaLayerTokenBytes(c))) +
-               static_cast<size_t>(c.num_hidden_layers) *
-                   CudaBackend::MoeScratchBytes(c, (go.max_query_len - 2) * go.max_batch);
+        static_cast<size_t>(c.num_hidden_layers) *
+            CudaBackend::MoeScratchBytes(c, (go.max_query_len - 2) * go.max_batch);
   }
   if (host->sparse) {
     // Each rank's summaries cover its share of the host store (--host-kv-gib is the total).

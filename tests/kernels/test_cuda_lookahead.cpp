@@ -211,7 +211,12 @@ TEST_CASE("sparse requests accept drafts and chains on CUDA", "[gpu][lookahead][
     o.max_num_batched_tokens = 512;
     o.sparse = sc;
     o.sparse->home = home;
-    REQUIRE(Engine::CheckOptions(o, **runner, &draft).ok());
+    // Without lookahead the draft predictor has no draft: plain decoding predicts from the
+    // previous query (K covers every block, so the tokens are greedy decoding's either way).
+    if (mode == LookaheadMode::kOff) o.sparse->predictor = SparsePredictor::kPreviousQuery;
+    const Status options_ok = Engine::CheckOptions(o, **runner, &draft);
+    INFO(options_ok.ToString());
+    REQUIRE(options_ok.ok());
     Engine engine(**runner, nullptr, o, &draft);
     engine.Start();
     std::vector<std::shared_ptr<RequestStream>> streams;

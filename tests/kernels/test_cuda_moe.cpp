@@ -202,11 +202,22 @@ TEST_CASE("MoeRoute from hidden states matches the CPU; identical router rows ti
       gpu->MoeRoute(UploadBf16(*gpu, x), UploadBf16(*gpu, router), k, MoeTopKWeights::kRenormalized,
                     ids, w);
       Tensor got_ids = gpu->Download(ids), got_w = gpu->Download(w);
-      // The logits differ by the GEMMs' summation order: ids must agree wherever the CPU's
-      // logits are not within 1e-3 of a neighbour in the order (exact ties included: identical
-      // rows give identical logits on both backends).
+      // The logits differ only by the GEMMs' summation order (the inputs are bf16-exact and
+      // both backends accumulate in f32): bounded here, and ids must agree wherever the CPU's
+      // logits are not within 4x that bound of another expert's (exact ties included:
+      // identical rows give identical logits on both backends).
       Tensor logits = Tensor::Empty({tokens, experts}, DType::kF32);
       cpu.Linear(x, router, logits);
+      Tensor d_logits = gpu->Empty({tokens, experts}, DType::kF32);
+      gpu->Linear(UploadBf16(*gpu, x), UploadBf16(*gpu, router), d_logits);
+      const Tensor got_logits = gpu->Download(d_logits);
+      float logit_err = 0.0f;
+      for (int64_t i = 0; i < logits.numel(); ++i) {
+        logit_err =
+            std::max(logit_err, std::fabs(got_logits.data<float>()[i] - logits.data<float>()[i]));
+      }
+      CHECK(logit_err < 1e-4f);
+      const float near = 4.0f * logit_err + 1e-6f;
       int64_t compared = 0;
       for (int64_t t = 0; t < tokens; ++t) {
         const float* l = logits.data<float>() + t * experts;
@@ -215,7 +226,7 @@ TEST_CASE("MoeRoute from hidden states matches the CPU; identical router rows ti
         for (int64_t j = 0; j < k && robust; ++j) {
           for (int64_t e = 0; e < experts; ++e) {
             const float gap = std::fabs(l[e] - l[want[j]]);
-            if (e != want[j] && gap > 0.0f && gap < 1e-3f) robust = false;
+            if (e != want[j] && gap > 0.0f && gap < near) robust = false;
           }
         }
         if (!robust) continue;
@@ -226,7 +237,7 @@ TEST_CASE("MoeRoute from hidden states matches the CPU; identical router rows ti
           CHECK(std::fabs(got_w.data<float>()[t * k + j] - want_w.data<float>()[t * k + j]) < 2e-3);
         }
       }
-      CHECK(compared >= tokens * 3 / 4);
+      CHECK(compared >= tokens / 2);
     }
   }
 }
@@ -280,8 +291,11 @@ TEST_CASE("MoeExperts matches the CPU on both paths at every batch size", "[gpu]
           Tensor out = PoisonedBf16(*gpu, {tokens, H});
           gpu->MoeExperts(d_x, d_ids, d_w, d_gate_up, d_down, out);
           Tensor got = DownloadF32(*gpu, out);
-          ExpectClose(got, want, tol, 1e-2);
-          CHECK(NormalizedErrorOf(got, want) < 5e-3);
+          // bf16 rounding of gate, up, SiLU, their product and the output (the dense path's
+          // rounding points) alone gives ~0.4% normalized error (p99 0.7%, emulated on the
+          // host for E 8, k 2, I 32, H 64, 3 tokens); a wrong expert, token or row is O(1).
+          ExpectClose(got, want, 3 * tol, 1e-2);
+          CHECK(NormalizedErrorOf(got, want) < 1.2e-2);
         }
         gpu->set_moe_path(CudaBackend::MoePath::kAuto);
       }

@@ -160,7 +160,9 @@ TEST_CASE("SiluMul: vectorised rows (inter % 8 == 0) and the scalar fallback", "
   auto gpu = MakeBackend();
   CpuBackend cpu;
   auto rng = FreshRng();
-  for (auto [rows, n] : {std::pair{128, 12288}, std::pair{64, 1536}, std::pair{3, 1002}, std::pair{7, 8}}) {
+  // 70000 and 65537 rows: past grid.y's 65535 (a long prefill chunk), launched in pieces.
+  for (auto [rows, n] : {std::pair{128, 12288}, std::pair{64, 1536}, std::pair{3, 1002}, std::pair{7, 8},
+                         std::pair{70000, 16}, std::pair{65537, 6}}) {
     Tensor gu = RandomBf16Exact({rows, 2 * n}, rng);
     Tensor want = Tensor::Empty({rows, n}, DType::kF32);
     cpu.SiluMul(gu, want);
@@ -192,6 +194,18 @@ TEST_CASE("Embedding, SplitQkv, GatherRows and ScatterRows copy exactly", "[gpu]
   ExpectClose(DownloadF32(*gpu, gq), q, 0, 0);
   ExpectClose(DownloadF32(*gpu, gk), k, 0, 0);
   ExpectClose(DownloadF32(*gpu, gv), v, 0, 0);
+  {  // more tokens than grid.y holds (65535): launched in pieces
+    Tensor big = RandomBf16Exact({70001, 4 + 2 + 2}, rng);
+    Tensor bq = Tensor::Empty({70001, 1, 4}, DType::kF32), bk = Tensor::Empty({70001, 1, 2}, DType::kF32),
+           bv = Tensor::Empty({70001, 1, 2}, DType::kF32);
+    cpu.SplitQkv(big, bq, bk, bv);
+    Tensor dq = PoisonedBf16(*gpu, {70001, 1, 4}), dk = PoisonedBf16(*gpu, {70001, 1, 2}),
+           dv = PoisonedBf16(*gpu, {70001, 1, 2});
+    gpu->SplitQkv(UploadBf16(*gpu, big), dq, dk, dv);
+    ExpectClose(DownloadF32(*gpu, dq), bq, 0, 0);
+    ExpectClose(DownloadF32(*gpu, dk), bk, 0, 0);
+    ExpectClose(DownloadF32(*gpu, dv), bv, 0, 0);
+  }
 
   Tensor rows = IntTensor({8, 0, 3});
   Tensor gathered = Tensor::Empty({3, 8 * 16 + 64}, DType::kF32);

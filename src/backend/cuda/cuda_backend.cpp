@@ -631,6 +631,7 @@ void CudaBackend::Copy(const Tensor& src, Tensor& dst) {
 void CudaBackend::SplitQkv(const Tensor& qkv, Tensor& q, Tensor& k, Tensor& v) {
   CheckDevice(qkv, DType::kBF16, "SplitQkv qkv");
   const int64_t tokens = qkv.dim(0);
+  if (tokens == 0) return;
   OASIS_CUDA_CHECK(kernels::LaunchSplitQkv(Ptr(qkv), Ptr(q), Ptr(k), Ptr(v), tokens,
                                            q.numel() / tokens, k.numel() / tokens,
                                            v.numel() / tokens, stream()));

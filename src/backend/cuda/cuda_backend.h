@@ -96,8 +96,8 @@ class CudaBackend final : public Backend {
   void Copy(const Tensor& src, Tensor& dst) override;
   // Mixture of experts (cuda_moe.cpp, kernels/moe.h): the router GEMM into float logits and
   // the top-k kernel; the experts by the grouped GEMV (batches of at most
-  // kernels::kMoeGemvMaxTokens tokens) or the permuted grouped GEMM (larger), then the combine
-  // in slot order. Graph-capturable; scratch from Empty() (the arena while capturing).
+  // kernels::kMoeGemvAutoPairs token-expert pairs) or the permuted grouped GEMM (larger), then the
+  // combine in slot order. Graph-capturable; scratch from Empty() (the arena while capturing).
   void MoeRoute(const Tensor& x, const Tensor& router, int64_t k, MoeTopKWeights weights,
                 Tensor& expert_ids, Tensor& expert_weights) override;
   void MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,

@@ -292,9 +292,10 @@ TEST_CASE("MoeExperts matches the CPU on both paths at every batch size", "[gpu]
           gpu->MoeExperts(d_x, d_ids, d_w, d_gate_up, d_down, out);
           Tensor got = DownloadF32(*gpu, out);
           // bf16 rounding of gate, up, SiLU, their product and the output (the dense path's
-          // rounding points) alone gives ~0.4% normalized error (p99 0.7%, emulated on the
-          // host for E 8, k 2, I 32, H 64, 3 tokens); a wrong expert, token or row is O(1).
-          ExpectClose(got, want, 3 * tol, 1e-2);
+          // rounding points) alone gives ~0.4% normalized error (p99 0.7%) and single elements
+          // off by up to ~4% of the RMS over 65K elements (emulated on the host for E 8, k 2,
+          // I 32, H 64); a wrong expert, token or row is O(1).
+          ExpectClose(got, want, 6 * tol, 1e-2);
           CHECK(NormalizedErrorOf(got, want) < 1.2e-2);
         }
         gpu->set_moe_path(CudaBackend::MoePath::kAuto);
@@ -423,14 +424,31 @@ TEST_CASE("Qwen3-MoE fixtures on CUDA: logits within bf16 tolerance of transform
         auto logits = gen.PromptLogits(ids);
         REQUIRE(logits.ok());
         REQUIRE(static_cast<size_t>(logits->numel()) == want.size());
+        // bf16 router logits flip near-tied expert choices (these tiny random-weight models
+        // have logit gaps of ~0.01 between experts), and a flipped choice moves that position's
+        // logits by several percent: the whole prompt gets 6e-2, while most positions must
+        // keep test_cuda_models.cpp's bf16 tolerance (2e-2) — a wrong kernel misses both.
+        const int64_t vocab = config->vocab_size, positions = static_cast<int64_t>(want.size()) / vocab;
         double num = 0, den = 0;
-        for (size_t i = 0; i < want.size(); ++i) {
-          const double d = logits->data<float>()[i] - want[i];
-          num += d * d;
-          den += double(want[i]) * want[i];
+        std::vector<double> per_position;
+        for (int64_t p = 0; p < positions; ++p) {
+          double pn = 0, pd = 0;
+          for (int64_t v = 0; v < vocab; ++v) {
+            const size_t i = static_cast<size_t>(p * vocab + v);
+            const double d = logits->data<float>()[i] - want[i];
+            pn += d * d;
+            pd += double(want[i]) * want[i];
+          }
+          num += pn;
+          den += pd;
+          per_position.push_back(std::sqrt(pn / std::max(pd, 1e-30)));
         }
-        INFO("normalized error vs transformers (f32) " << std::sqrt(num / den));
-        CHECK(std::sqrt(num / den) < 2e-2);  // test_cuda_models.cpp's bf16 tolerance
+        std::sort(per_position.begin(), per_position.end());
+        const double median = per_position[per_position.size() / 2];
+        INFO("normalized error vs transformers (f32) " << std::sqrt(num / den) << ", median position "
+                                                        << median << ", worst " << per_position.back());
+        CHECK(std::sqrt(num / den) < 6e-2);
+        CHECK(median < 2e-2);
 
         auto g = gen.Generate({Greedy(ids, 32)});
         REQUIRE(g.ok());

@@ -362,6 +362,30 @@ TEST_CASE("MoE routing and experts captured in a CUDA graph equal eager executio
   }
 }
 
+TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit",
+          "[gpu][moe]") {
+  // DecoderLM's MoE layers fold the residual add into the post-attention norm (one kernel,
+  // residual updated in place); the sum's and the norm's bf16 roundings must not change.
+  auto gpu = MakeBackend();
+  uint64_t seed = Seed() * 47 + 5;
+  for (int64_t hidden : {2048, 4096, 72, 60}) {  // 60: not 8-aligned, the scalar kernel
+    for (int64_t tokens : {1, 3, 8, 64, 257}) {
+      INFO("H " << hidden << " T " << tokens);
+      Tensor x = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 1.0f));
+      Tensor res = ToBf16Host(FastRandom({tokens, hidden}, ++seed, 4.0f));
+      Tensor weight = UploadBf16(*gpu, FastRandom({hidden}, ++seed, 1.0f));
+      Tensor res_a = gpu->Upload(res), res_b = gpu->Upload(res);
+      Tensor sum = PoisonedBf16(*gpu, {tokens, hidden});
+      Tensor want = PoisonedBf16(*gpu, {tokens, hidden}), got = PoisonedBf16(*gpu, {tokens, hidden});
+      gpu->Add(x, res_a, sum);
+      gpu->RmsNorm(sum, weight, 1e-6f, want);
+      gpu->AddRmsNorm(x, res_b, weight, 1e-6f, got);
+      ExpectIdentical(DownloadF32(*gpu, res_b), DownloadF32(*gpu, sum));
+      ExpectIdentical(DownloadF32(*gpu, got), DownloadF32(*gpu, want));
+    }
+  }
+}
+
 namespace {
 
 constexpr const char* kMoeFixtures[] = {"qwen3-moe-tiny", "qwen3-moe-tiny-raw",

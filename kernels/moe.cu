@@ -129,18 +129,6 @@ __device__ int FindGroup(const int32_t* __restrict__ ids, int pairs, int experts
   return sm.expert;
 }
 
-__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(w2[i]);
-    const float2 b = __bfloat1622float2(x2[i]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
-}
-
 // CTA (slot, row block): warp w computes intermediate row i = blockIdx.y · 8 + w of its group's
 // expert — the gate row i and the up row inter + i — for every pair of the group, kGemvTokens at
 // a time; lanes split the hidden dimension in 16-byte vectors, 4 K-steps of both rows in flight.
@@ -386,8 +374,8 @@ __global__ void __launch_bounds__(256)
     if (row < 0) continue;
     const float w = weights[pair];
     const float2 v = Load2(y + row * hidden + c);
-    a0 += w * v.x;
-    a1 += w * v.y;
+    a0 = fmaf(w, v.x, a0);  // explicit: the fused down + combine sums exactly so
+    a1 = fmaf(w, v.y, a1);
   }
   *reinterpret_cast<__nv_bfloat162*>(out + t * hidden + c) = __floats2bfloat162_rn(a0, a1);
 }

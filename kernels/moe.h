@@ -66,6 +66,24 @@ cudaError_t LaunchMoeGemvDown(const __nv_bfloat16* h,     // [tokens * k, inter]
                               int64_t tokens, int k, int experts, int64_t hidden, int64_t inter,
                               cudaStream_t stream);
 
+// The fused down + combine (small batches, LaunchMoeGemvDownCombine) for at most this many pairs.
+inline constexpr int64_t kMoeFusedDownPairs = 64;
+inline bool MoeUseFusedDown(int64_t tokens, int64_t k) { return tokens * k <= kMoeFusedDownPairs; }
+
+// out[t, :] = bf16(Σ_{j ascending} weights[t, j] · (down_e · h[t·k + j])) with e = ids[t·k + j],
+// in float: LaunchMoeGemvDown followed by LaunchMoeCombineF32 in one launch, bit-identical to
+// them (the same dot-product and slot orders; ids outside [0, experts) contribute nothing).
+// Token-major: a CTA takes one token and a block of hidden rows and reads the rows of that
+// token's k experts, so an expert chosen by several tokens is read once per token — meant for
+// pairs <= kMoeFusedDownPairs (takes up to kMoeGemvMaxPairs).
+cudaError_t LaunchMoeGemvDownCombine(const __nv_bfloat16* h,     // [tokens * k, inter]
+                                     const int32_t* ids,         // [tokens * k]
+                                     const float* weights,       // [tokens, k]
+                                     const __nv_bfloat16* down,  // [experts, hidden, inter]
+                                     __nv_bfloat16* out,         // [tokens, hidden]
+                                     int64_t tokens, int k, int experts, int64_t hidden,
+                                     int64_t inter, cudaStream_t stream);
+
 // ---- large batches: permutation by expert + grouped GEMM ----
 
 // The permutation of the pairs by expert, a stable counting sort (one CTA): offsets[e] = first

@@ -362,6 +362,85 @@ TEST_CASE("MoE routing and experts captured in a CUDA graph equal eager executio
   }
 }
 
+TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit for bit",
+          "[gpu][moe]") {
+  // LaunchMoeGemvDownCombine keeps the dot products' and the slots' summation orders: exact
+  // equality with the two launches it replaces, at every pair count it takes (the backend uses it
+  // up to kMoeFusedDownPairs), shared and distinct experts, and through MoeExperts (kGemv against
+  // kUnfused, both starting with the same gate/up kernel).
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  uint64_t seed = Seed() * 53 + 6;
+  const Shape shapes[] = {{8, 2, 32, 64},       {32, 4, 40, 72},    {24, 24, 16, 64},
+                          {128, 8, 384, 2048},  {128, 8, 768, 2048}, {60, 1, 1544, 264},
+                          {16, 8, 1536, 4096}, {16, 3, 24, 8}};  // 235B-A22B's I and hidden
+  for (const Shape& s : shapes) {
+    const int64_t E = s.experts, k = s.k, I = s.inter, H = s.hidden;
+    Tensor gate_up = FastRandom({E, 2 * I, H}, ++seed, 1.7f / std::sqrt(float(H)));
+    Tensor down = FastRandom({E, H, I}, ++seed, 1.7f / std::sqrt(float(I)));
+    Tensor d_gate_up = UploadBf16(*gpu, gate_up), d_down = UploadBf16(*gpu, down);
+    for (int64_t tokens : {1, 2, 3, 8, 16, 64, 128}) {
+      if (tokens * k > kernels::kMoeGemvMaxPairs) continue;
+      for (bool skewed : {false, true}) {
+        std::mt19937 rng(static_cast<uint32_t>(++seed));
+        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+        std::vector<float> w(ids.size());
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::iota(perm.begin(), perm.end(), 0);
+          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
+          for (int64_t j = 0; j < k; ++j) {
+            ids[t * k + j] = perm[j];
+            w[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
+          }
+        }
+        INFO("E " << E << " k " << k << " I " << I << " H " << H << " T " << tokens
+                  << (skewed ? " skewed" : ""));
+        Tensor h_ids = HostInts({tokens, k}, ids);
+        Tensor h_w = Tensor::FromFloats(w, {tokens, k});
+        Tensor d_ids = gpu->Upload(h_ids), d_w = gpu->Upload(h_w);
+        // Kernel level, on random h (bf16): the fused kernel against down + combine.
+        Tensor h = UploadBf16(*gpu, FastRandom({tokens * k, I}, ++seed, 1.0f));
+        Tensor y = gpu->Empty({tokens * k, H}, DType::kF32);
+        Tensor want = PoisonedBf16(*gpu, {tokens, H}), got = PoisonedBf16(*gpu, {tokens, H});
+        const auto* hp = static_cast<const __nv_bfloat16*>(h.raw());
+        const auto* dp = static_cast<const __nv_bfloat16*>(d_down.raw());
+        const auto* ip = static_cast<const int32_t*>(d_ids.raw());
+        const auto* wp = static_cast<const float*>(d_w.raw());
+        const int ke = static_cast<int>(k), ee = static_cast<int>(E);
+        REQUIRE(kernels::LaunchMoeGemvDown(hp, ip, dp, static_cast<float*>(y.raw()), tokens, ke,
+                                           ee, H, I, gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeCombineF32(static_cast<const float*>(y.raw()), nullptr, wp,
+                                             static_cast<__nv_bfloat16*>(want.raw()), tokens, ke,
+                                             H, gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeGemvDownCombine(hp, ip, wp, dp,
+                                                  static_cast<__nv_bfloat16*>(got.raw()), tokens,
+                                                  ke, ee, H, I, gpu->stream()) == cudaSuccess);
+        ExpectIdentical(DownloadF32(*gpu, got), DownloadF32(*gpu, want));
+        if (!kernels::MoeUseFusedDown(tokens, k)) continue;
+        // The backend: kGemv (fused) against kUnfused (the GEMV path, unfused), and the CPU.
+        REQUIRE(kernels::MoeUseGemv(tokens, k));
+        Tensor x = FastRandom({tokens, H}, ++seed, 1.0f);
+        Tensor d_x = UploadBf16(*gpu, x);
+        Tensor fused = PoisonedBf16(*gpu, {tokens, H}), unfused = PoisonedBf16(*gpu, {tokens, H});
+        gpu->set_moe_path(CudaBackend::MoePath::kGemv);
+        gpu->MoeExperts(d_x, d_ids, d_w, d_gate_up, d_down, fused);
+        gpu->set_moe_path(CudaBackend::MoePath::kUnfused);
+        gpu->MoeExperts(d_x, d_ids, d_w, d_gate_up, d_down, unfused);
+        gpu->set_moe_path(CudaBackend::MoePath::kAuto);
+        const Tensor got_fused = DownloadF32(*gpu, fused);
+        ExpectIdentical(got_fused, DownloadF32(*gpu, unfused));
+        if (E * I * H <= (int64_t{1} << 26) || tokens <= 8) {  // the CPU's time
+          Tensor ref = Tensor::Empty({tokens, H}, DType::kF32);
+          cpu.MoeExperts(x, h_ids, h_w, gate_up, down, ref);
+          ExpectClose(got_fused, ref, 6e-2 * Rms(ref), 1e-2);
+          CHECK(NormalizedErrorOf(got_fused, ref) < 1.2e-2);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit",
           "[gpu][moe]") {
   // DecoderLM's MoE layers fold the residual add into the post-attention norm (one kernel,

@@ -4,6 +4,8 @@
 //    path (plan, gate/up + SiLU, down, combine), against the read roofline of the distinct
 //    experts the batch touched (uniform random routing, counted on the host) at 4.56 TB/s and
 //    against bf16 peak on the active FLOPs (2 · T · k · 3 · I · hidden) at 788 TFLOP/s;
+//  - for T * k <= kMoeFusedDownPairs, the grouped gate/up then down + combine in one kernel
+//    ("gemvf": what the backend runs) beside the three launches ("gemv");
 //  - for large T, a cuBLAS peer: one cublasGemmEx per expert on rows already grouped by expert
 //    (sizes known on the host, no permutation or combine: an optimistic bound of a cuBLAS path).
 // Prints measured, ceiling and ratio per row and a final RESULT line (tools/gpu_suite.sh).
@@ -162,6 +164,16 @@ int main(int argc, char** argv) {
                    CHECK_CUDA(k::LaunchMoeGemvGateUp(x, ids, gate_up, h, T, K, E, H, I, stream));
                    CHECK_CUDA(k::LaunchMoeGemvDown(h, ids, down, y32, T, K, E, H, I, stream));
                    CHECK_CUDA(k::LaunchMoeCombineF32(y32, nullptr, weights, out, T, K, H, stream));
+                 },
+                 static_cast<int>(iters), stream));
+    }
+    if (k::MoeUseFusedDown(T, K)) {  // grouped gate/up + fused down-combine
+      report("gemvf",
+             TimeMs(
+                 [&] {
+                   CHECK_CUDA(k::LaunchMoeGemvGateUp(x, ids, gate_up, h, T, K, E, H, I, stream));
+                   CHECK_CUDA(k::LaunchMoeGemvDownCombine(h, ids, weights, down, out, T, K, E, H, I,
+                                                          stream));
                  },
                  static_cast<int>(iters), stream));
     }

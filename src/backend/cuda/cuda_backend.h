@@ -103,8 +103,11 @@ class CudaBackend final : public Backend {
   void MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                   const Tensor& gate_up, const Tensor& down, Tensor& out) override;
   // Which expert path MoeExperts takes: by the batch size (kAuto), or forced (tests, benchmarks;
-  // kGemv needs tokens · k <= kernels::kMoeGemvMaxPairs).
-  enum class MoePath : uint8_t { kAuto, kGemv, kGemm };
+  // kGemv needs tokens · k <= kernels::kMoeGemvMaxPairs). The GEMV path fuses the down
+  // projection with the combine up to kernels::kMoeFusedDownPairs pairs. kUnfused chooses the
+  // path as kAuto but without the fused decode kernels — MoeRoute's router GEMM and top-k, the
+  // GEMV's gate/up, grouped down and combine, each its own launch — for comparisons.
+  enum class MoePath : uint8_t { kAuto, kGemv, kGemm, kUnfused };
   void set_moe_path(MoePath path) { moe_path_ = path; }
   // Device scratch one MoE layer takes from Empty() for a batch of `tokens` tokens of a model of
   // `config` (its local sizes): the router logits and the larger path's buffers. The CUDA graph

@@ -1,0 +1,111 @@
+// The fused small-batch MoE kernels (docs/moe.md, "Fused decode launches"): the down projection
+// with the weighted combine folded in (token-major, no float y round trip, one launch fewer).
+#include "kernels/moe.h"
+#include "kernels/moe_common.cuh"
+
+namespace oasis::kernels {
+namespace {
+
+// ---- down + combine, token-major ----------------------------------------------------------------
+
+constexpr int kDcWarps = 8;
+constexpr int kDcThreads = kDcWarps * 32;
+constexpr int kDcGroupRows = 4;  // down rows of one slot a warp computes at once
+constexpr int kDcSteps = 3;      // K-steps (16-byte vectors per lane and row) loaded at once
+
+// Down rows per CTA: kDcGroupRows per warp item, enough row groups that k slots give every warp
+// an item (k >= kDcWarps: one group).
+int DcRowsPerCta(int k) { return kDcGroupRows * (k >= kDcWarps ? 1 : kDcWarps / k); }
+
+// CTA (token t, block of `rows_per_cta` hidden rows). A warp item is (slot j, group of
+// kDcGroupRows rows): the dot products of those rows of down_e (e = ids[t·k + j]) with
+// h[t·k + j], exactly as MoeGemvDownKernel computes them (lane l takes the 16-byte vectors
+// l, l + 32, ... in ascending order, Dot8 each, then WarpSum), into shared memory. Then thread r
+// sums its row over the slots in ascending order, fmaf(w[t, j], dot, acc) as MoeCombineKernel,
+// and rounds once to bf16: bit-identical to the grouped down GEMV followed by the combine.
+// Slots with an id outside [0, experts) contribute nothing. Each chosen expert's rows are read
+// once per token (tokens sharing an expert read it again, mostly from L2: blockIdx.x is the
+// token, so the CTAs of one row block run side by side).
+__global__ void __launch_bounds__(kDcThreads)
+    MoeGemvDownCombineKernel(const bf16* __restrict__ h, const int32_t* __restrict__ ids,
+                             const float* __restrict__ weights, const bf16* __restrict__ down,
+                             bf16* __restrict__ out, int k, int experts, int64_t hidden,
+                             int64_t inter, int rows_per_cta) {
+  extern __shared__ float dc_dots[];  // [rows_per_cta][k]
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x;
+  const int64_t row0 = int64_t{blockIdx.y} * rows_per_cta;
+  const int groups = rows_per_cta / kDcGroupRows;
+  const int64_t vecs = inter / 8;
+  for (int item = warp; item < k * groups; item += kDcWarps) {  // warp-uniform
+    const int j = item % k, g = item / k;
+    const int e = ids[t * k + j];
+    if (e < 0 || e >= experts) continue;  // skipped by the sum below as well
+    const uint4* w[kDcGroupRows];
+#pragma unroll
+    for (int r = 0; r < kDcGroupRows; ++r) {
+      const int64_t row = min(row0 + g * kDcGroupRows + r, hidden - 1);  // clamped: not written
+      w[r] = reinterpret_cast<const uint4*>(down + (int64_t{e} * hidden + row) * inter);
+    }
+    const uint4* hr = reinterpret_cast<const uint4*>(h + (t * k + j) * inter);
+    float acc[kDcGroupRows];
+#pragma unroll
+    for (int r = 0; r < kDcGroupRows; ++r) acc[r] = 0.0f;
+    for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kDcSteps) {
+      uint4 wv[kDcSteps][kDcGroupRows], hv[kDcSteps];
+#pragma unroll
+      for (int u = 0; u < kDcSteps; ++u) {
+        if (v0 + 32 * u < vecs) {
+          hv[u] = __ldg(hr + v0 + 32 * u);
+#pragma unroll
+          for (int r = 0; r < kDcGroupRows; ++r) wv[u][r] = __ldcs(w[r] + v0 + 32 * u);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kDcSteps; ++u) {
+        if (v0 + 32 * u < vecs) {
+#pragma unroll
+          for (int r = 0; r < kDcGroupRows; ++r) Dot8(wv[u][r], hv[u], acc[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDcGroupRows; ++r) {
+      const float s = WarpSum(acc[r]);
+      if (lane == 0) dc_dots[(g * kDcGroupRows + r) * k + j] = s;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x >= rows_per_cta) return;
+  const int64_t row = row0 + threadIdx.x;
+  if (row >= hidden) return;
+  float a = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const int e = ids[t * k + j];
+    if (e < 0 || e >= experts) continue;
+    a = fmaf(weights[t * k + j], dc_dots[threadIdx.x * k + j], a);
+  }
+  out[t * hidden + row] = ToBf16(a);
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const float* weights,
+                                     const bf16* down, bf16* out, int64_t tokens, int k,
+                                     int experts, int64_t hidden, int64_t inter,
+                                     cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  const int rows = DcRowsPerCta(k);
+  if (tokens * k > kMoeGemvMaxPairs || !MoeSupported(hidden, inter, experts, k) ||
+      CeilDiv(hidden, rows) > 65535u) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t smem = sizeof(float) * rows * k;  // <= 16 KiB (k <= kMoeMaxExperts)
+  const dim3 grid(static_cast<unsigned>(tokens), CeilDiv(hidden, rows));
+  return LaunchPdl(MoeGemvDownCombineKernel, grid, dim3(kDcThreads), smem, stream, h, ids, weights,
+                   down, out, k, experts, hidden, inter, rows);
+}
+
+}  // namespace oasis::kernels

@@ -20,57 +20,20 @@ constexpr unsigned kFull = 0xffffffffu;
 
 constexpr int kTopKWarps = 4;  // tokens per CTA
 
-// One warp per token. The logits go to shared memory; k rounds of a warp argmax under the order
-// (logit descending, expert ascending) pick the experts; lane l owns experts l + 32 i (bit i of
-// `taken`). Softmax is monotone, so this is CpuBackend::MoeRoute's order of the probabilities
-// (exactly, unless float rounding makes two distinct logits' probabilities equal, where the CPU
-// then prefers the lower index; docs/moe.md).
+// One warp per token (MoeTopKWarp).
 __global__ void __launch_bounds__(kTopKWarps * 32)
     MoeTopKKernel(const float* __restrict__ logits, int64_t tokens, int experts, int k,
                   bool renormalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
   extern __shared__ float topk_smem[];  // [kTopKWarps][experts] logits, then [..] chosen ids
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   float* s = topk_smem + warp * experts;
   int* chosen = reinterpret_cast<int*>(topk_smem + kTopKWarps * experts) + warp * experts;
   GridDependencyWait();
   AllowDependentLaunch();
   const int64_t t = int64_t{blockIdx.x} * kTopKWarps + warp;
   if (t >= tokens) return;  // warp-uniform; no block barrier follows
-  const float* l = logits + t * experts;
-  for (int e = lane; e < experts; e += 32) s[e] = l[e];
-  __syncwarp();
-  uint32_t taken = 0;
-  for (int j = 0; j < k; ++j) {
-    float bv = 0.0f;
-    int be = -1;
-    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
-      if ((taken >> i) & 1u) continue;
-      const float v = s[e];
-      if (be < 0 || v > bv) bv = v, be = e;  // e ascends: an equal logit keeps the lower index
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFull, bv, o);
-      const int oe = __shfl_xor_sync(kFull, be, o);
-      if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
-    }
-    be = __shfl_sync(kFull, be, 0);  // one decision for the warp (NaN logits compare unordered)
-    if ((be & 31) == lane) taken |= 1u << (be >> 5);
-    if (lane == 0) chosen[j] = be;
-  }
-  __syncwarp();
-  const float mx = s[chosen[0]];  // the largest logit
-  float sum = 0.0f;
-  for (int e = lane; e < experts; e += 32) sum += expf(s[e] - mx);
-  sum = WarpSum(sum);
-  if (lane != 0) return;
-  float chosen_sum = 0.0f;
-  for (int j = 0; j < k; ++j) chosen_sum += expf(s[chosen[j]] - mx) / sum;
-  for (int j = 0; j < k; ++j) {
-    const float p = expf(s[chosen[j]] - mx) / sum;
-    ids[t * k + j] = chosen[j];
-    weights[t * k + j] = renormalize ? p / chosen_sum : p;
-  }
+  MoeTopKWarp(logits + t * experts, experts, k, renormalize, s, chosen, ids + t * k,
+              weights + t * k);
 }
 
 // ---- grouped GEMV (small batches) -------------------------------------------------------------

@@ -362,6 +362,126 @@ TEST_CASE("MoE routing and experts captured in a CUDA graph equal eager executio
   }
 }
 
+TEST_CASE("MoE fused router GEMV + top-k: logits as the router GEMM, routing as MoeTopK",
+          "[gpu][moe]") {
+  // LaunchMoeRouteFused's logits against the CPU's (float summation order only), and its ids and
+  // weights bit-identical to LaunchMoeTopK run on the logits it wrote; the arrival counter is
+  // zero after every launch, launched back to back and replayed from a CUDA graph.
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  uint64_t seed = Seed() * 59 + 7;
+  auto counter_buf = cuda::DeviceBuffer::Allocate(sizeof(int));
+  REQUIRE(counter_buf.ok());
+  int* counter = static_cast<int*>(counter_buf->data());
+  REQUIRE(cudaMemsetAsync(counter, 0, sizeof(int), gpu->stream()) == cudaSuccess);
+  const auto counter_value = [&] {
+    int v = -1;
+    REQUIRE(cudaMemcpyAsync(&v, counter, sizeof(int), cudaMemcpyDeviceToHost, gpu->stream()) ==
+            cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(gpu->stream()) == cudaSuccess);
+    return v;
+  };
+  for (auto [experts, k, hidden] :
+       {std::tuple{128, 8, 2048}, std::tuple{128, 8, 4096}, std::tuple{8, 2, 64},
+        std::tuple{60, 4, 72}, std::tuple{1024, 8, 256}, std::tuple{33, 33, 8},
+        std::tuple{3, 1, 2056}}) {
+    for (int64_t tokens = 1; tokens <= kernels::kMoeFusedRouteTokens; ++tokens) {
+      for (bool renorm : {true, false}) {
+        INFO("E " << experts << " k " << k << " H " << hidden << " T " << tokens
+                  << (renorm ? " renormalized" : ""));
+        Tensor x = FastRandom({tokens, hidden}, ++seed, 1.0f);
+        Tensor router = FastRandom({experts, hidden}, ++seed, 1.0f / std::sqrt(float(hidden)));
+        if (experts > 5) {  // identical rows: exact ties, the lower index first
+          std::copy(router.data<float>(), router.data<float>() + hidden,
+                    router.data<float>() + 3 * hidden);
+        }
+        Tensor d_x = UploadBf16(*gpu, x), d_router = UploadBf16(*gpu, router);
+        REQUIRE(kernels::MoeFusedRouteSupported(tokens, hidden, experts, k, d_x.raw(),
+                                                d_router.raw()));
+        Tensor logits = gpu->Empty({tokens, experts}, DType::kF32);
+        Tensor ids = gpu->Empty({tokens, k}, DType::kI32), w = gpu->Empty({tokens, k}, DType::kF32);
+        for (int rep = 0; rep < 2; ++rep) {  // back to back: the counter resets itself
+          REQUIRE(kernels::LaunchMoeRouteFused(
+                      static_cast<const __nv_bfloat16*>(d_x.raw()),
+                      static_cast<const __nv_bfloat16*>(d_router.raw()), tokens,
+                      static_cast<int>(experts), hidden, static_cast<int>(k), renorm,
+                      static_cast<float*>(logits.raw()), counter, static_cast<int32_t*>(ids.raw()),
+                      static_cast<float*>(w.raw()), gpu->stream()) == cudaSuccess);
+        }
+        CHECK(counter_value() == 0);
+        const Tensor got_logits = gpu->Download(logits);
+        Tensor want_logits = Tensor::Empty({tokens, experts}, DType::kF32);
+        cpu.Linear(x, router, want_logits);
+        float err = 0.0f;
+        for (int64_t i = 0; i < want_logits.numel(); ++i) {
+          err = std::max(err, std::fabs(got_logits.data<float>()[i] - want_logits.data<float>()[i]));
+        }
+        CHECK(err < 1e-4f);
+        for (int64_t t = 0; t < tokens; ++t) {  // identical rows 0 and 3: identical logits
+          if (experts > 5)
+            CHECK(got_logits.data<float>()[t * experts] ==
+                  got_logits.data<float>()[t * experts + 3]);
+        }
+        // The top-k half: exactly LaunchMoeTopK on the same logits.
+        Tensor ids2 = gpu->Empty({tokens, k}, DType::kI32), w2 = gpu->Empty({tokens, k}, DType::kF32);
+        REQUIRE(kernels::LaunchMoeTopK(static_cast<const float*>(logits.raw()), tokens,
+                                       static_cast<int>(experts), static_cast<int>(k), renorm,
+                                       static_cast<int32_t*>(ids2.raw()),
+                                       static_cast<float*>(w2.raw()), gpu->stream()) == cudaSuccess);
+        ExpectIdentical(gpu->Download(ids), gpu->Download(ids2));
+        ExpectIdentical(gpu->Download(w), gpu->Download(w2));
+        // And the CPU's routing of those logits (ties: lower index).
+        Tensor want_ids = Tensor::Empty({tokens, k}, DType::kI32);
+        Tensor want_w = Tensor::Empty({tokens, k}, DType::kF32);
+        cpu.MoeRoute(got_logits, Identity(experts), k,
+                     renorm ? MoeTopKWeights::kRenormalized : MoeTopKWeights::kSoftmax, want_ids,
+                     want_w);
+        CheckIds(gpu->Download(ids), want_ids, want_w, k);
+      }
+    }
+  }
+  // Graph replays (the backend's own counter, through MoeRoute): equal to eager, counter kept.
+  const int64_t E = 128, k = 8, H = 2048;
+  Tensor router = UploadBf16(*gpu, FastRandom({E, H}, ++seed, 1.0f / std::sqrt(float(H))));
+  for (int64_t tokens : {1, 2, 8}) {
+    INFO("graph T " << tokens);
+    Tensor x = UploadBf16(*gpu, FastRandom({tokens, H}, ++seed, 1.0f));
+    Tensor ids = gpu->Empty({tokens, k}, DType::kI32), w = gpu->Empty({tokens, k}, DType::kF32);
+    Tensor ids_e = gpu->Empty({tokens, k}, DType::kI32),
+           w_e = gpu->Empty({tokens, k}, DType::kF32);
+    gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids_e, w_e);  // warm-up
+    auto arena = cuda::DeviceBuffer::Allocate(1 << 20);
+    REQUIRE(arena.ok());
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamBeginCapture(gpu->stream(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    gpu->BeginArena(arena->data(), arena->size());
+    for (int layer = 0; layer < 3; ++layer)  // several MoE layers share the counter
+      gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids, w);
+    gpu->EndArena();
+    REQUIRE(cudaStreamEndCapture(gpu->stream(), &graph) == cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int round = 0; round < 3; ++round) {
+      Tensor fresh = ToBf16Host(FastRandom({tokens, H}, ++seed, 1.0f));
+      gpu->UploadBytes(x, 0, fresh.raw(), fresh.nbytes());
+      REQUIRE(cudaGraphLaunch(exec, gpu->stream()) == cudaSuccess);
+      const Tensor got_ids = gpu->Download(ids), got_w = gpu->Download(w);
+      gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids_e, w_e);
+      ExpectIdentical(got_ids, gpu->Download(ids_e));
+      ExpectIdentical(got_w, gpu->Download(w_e));
+      // The unfused route (router GEMV + top-k) agrees wherever no near-tie decides.
+      Tensor ids_u = gpu->Empty({tokens, k}, DType::kI32),
+             w_u = gpu->Empty({tokens, k}, DType::kF32);
+      gpu->set_moe_path(CudaBackend::MoePath::kUnfused);
+      gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids_u, w_u);
+      gpu->set_moe_path(CudaBackend::MoePath::kAuto);
+      ExpectClose(gpu->Download(w_u), got_w, 1e-3, 1e-2);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
 TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit for bit",
           "[gpu][moe]") {
   // LaunchMoeGemvDownCombine keeps the dot products' and the slots' summation orders: exact

@@ -1,5 +1,6 @@
 // CudaBackend: the mixture-of-experts ops (docs/moe.md) on kernels/moe.h. Routing: the router
-// GEMM through Linear into float logits, then the top-k kernel. Experts: the grouped GEMV for
+// GEMM through Linear into float logits, then the top-k kernel (one fused kernel for a few
+// tokens). Experts: the grouped GEMV for
 // small batches (down and combine fused for the smallest), the permutation plan + grouped GEMMs
 // for large ones, then the slot-order combine.
 // Every launch is on stream() with device-side sizes only: graph-capturable. Scratch comes from
@@ -61,6 +62,17 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
       << " for " << tokens << " tokens, k " << k;
   if (tokens == 0) return;
   Tensor logits = Empty({tokens, experts}, DType::kF32);
+  if (moe_path_ != MoePath::kUnfused &&
+      kernels::MoeFusedRouteSupported(tokens, hidden, experts, k, x.raw(), router.raw())) {
+    // Decode: the router GEMV and the top-k in one launch (the backend's arrival counter;
+    // every launch of this backend is ordered on stream()).
+    OASIS_CUDA_CHECK(kernels::LaunchMoeRouteFused(
+        Ptr(x), Ptr(router), tokens, static_cast<int>(experts), hidden, static_cast<int>(k),
+        weights == MoeTopKWeights::kRenormalized, Ptr<float>(logits),
+        static_cast<int*>(moe_route_counter_.data()), Ptr<int32_t>(expert_ids),
+        Ptr<float>(expert_weights), stream()));
+    return;
+  }
   Linear(x.Reshape({tokens, hidden}), router, logits);
   OASIS_CUDA_CHECK(
       kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),

@@ -85,6 +85,21 @@ cudaError_t LaunchMoeGemvDown(const __nv_bfloat16* h,     // [tokens * k, inter]
                               int64_t tokens, int k, int experts, int64_t hidden, int64_t inter,
                               cudaStream_t stream);
 
+// Gate/up for the fewest pairs (pairs <= kMoeGemvPairGateUpPairs by default): h exactly as
+// LaunchMoeGemvGateUp computes it (bit-identical), one CTA per (pair, block of 8 intermediate
+// rows), without the grouped kernel's expert-finding prologue; an expert chosen by several pairs
+// is read once per pair. The threshold is a guess until bench_moe's "gemvp" rows set it.
+inline constexpr int64_t kMoeGemvPairGateUpPairs = 16;
+inline bool MoeUsePairGateUp(int64_t tokens, int64_t k) {
+  return tokens * k <= kMoeGemvPairGateUpPairs;
+}
+cudaError_t LaunchMoeGemvGateUpPairs(const __nv_bfloat16* x,        // [tokens, hidden]
+                                     const int32_t* ids,            // [tokens * k]
+                                     const __nv_bfloat16* gate_up,  // [experts, 2 * inter, hidden]
+                                     __nv_bfloat16* h,              // [tokens * k, inter]
+                                     int64_t tokens, int k, int experts, int64_t hidden,
+                                     int64_t inter, cudaStream_t stream);
+
 // The fused down + combine (small batches, LaunchMoeGemvDownCombine) for at most this many pairs.
 inline constexpr int64_t kMoeFusedDownPairs = 64;
 inline bool MoeUseFusedDown(int64_t tokens, int64_t k) { return tokens * k <= kMoeFusedDownPairs; }

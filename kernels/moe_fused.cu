@@ -1,11 +1,62 @@
 // The fused small-batch MoE kernels (docs/moe.md, "Fused decode launches"): the down projection
-// with the weighted combine folded in (token-major, no float y round trip, one launch fewer), and
+// with the weighted combine folded in (token-major, no float y round trip, one launch fewer), the
+// gate/up GEMV with one CTA per pair (no expert-finding prologue), and
 // the router GEMV with the top-k folded in (the last CTA to finish routes every token).
 #include "kernels/moe.h"
 #include "kernels/moe_common.cuh"
 
 namespace oasis::kernels {
 namespace {
+
+// ---- gate/up, one CTA per pair (the fewest pairs) ----------------------------------------------
+
+constexpr int kGuWarps = 8;
+constexpr int kGuThreads = kGuWarps * 32;
+constexpr int kGuSteps = 4;  // K-steps of both rows (and x) loaded at once
+
+// CTA (pair p, block of kGuWarps intermediate rows): warp w computes row i = blockIdx.y ·
+// kGuWarps + w of expert e = ids[p] — the gate row i and the up row inter + i — with x[p / k],
+// exactly as MoeGemvGateUpKernel does (lane l: vectors l, l + 32, ... ascending, Dot8, WarpSum,
+// SiluMulRounded): bit-identical h. No expert-finding prologue or shared tables (more CTAs
+// resident, weight loads issued right after the PDL wait and one read of ids[p]); an expert
+// chosen by several pairs is read once per pair, hence only for the fewest pairs.
+__global__ void __launch_bounds__(kGuThreads, 4)  // 64 registers (68 unbounded): 4 CTAs per SM
+    MoeGemvGateUpPairsKernel(const bf16* __restrict__ x, const int32_t* __restrict__ ids,
+                             const bf16* __restrict__ gate_up, bf16* __restrict__ h, int k,
+                             int experts, int64_t hidden, int64_t inter) {
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t p = blockIdx.x;
+  const int64_t i = int64_t{blockIdx.y} * kGuWarps + warp;
+  const int e = ids[p];
+  if (e < 0 || e >= experts || i >= inter) return;  // warp-uniform; no barrier follows
+  const int64_t vecs = hidden / 8;
+  const uint4* wg = reinterpret_cast<const uint4*>(gate_up + (int64_t{e} * 2 * inter + i) * hidden);
+  const uint4* wu = wg + inter * vecs;  // row inter + i
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (p / k) * hidden);
+  float ag = 0.0f, au = 0.0f;
+  for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kGuSteps) {
+    uint4 g[kGuSteps], u[kGuSteps], xv[kGuSteps];
+#pragma unroll
+    for (int q = 0; q < kGuSteps; ++q) {
+      if (v0 + 32 * q < vecs) {
+        g[q] = __ldcs(wg + v0 + 32 * q);
+        u[q] = __ldcs(wu + v0 + 32 * q);
+        xv[q] = __ldg(xr + v0 + 32 * q);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kGuSteps; ++q) {
+      if (v0 + 32 * q < vecs) {
+        Dot8(g[q], xv[q], ag);
+        Dot8(u[q], xv[q], au);
+      }
+    }
+  }
+  const float sg = WarpSum(ag), su = WarpSum(au);
+  if (lane == 0) h[p * inter + i] = SiluMulRounded(sg, su);
+}
 
 // ---- down + combine, token-major ----------------------------------------------------------------
 
@@ -169,6 +220,20 @@ __global__ void __launch_bounds__(kRtThreads)
 }
 
 }  // namespace
+
+cudaError_t LaunchMoeGemvGateUpPairs(const bf16* x, const int32_t* ids, const bf16* gate_up,
+                                     bf16* h, int64_t tokens, int k, int experts, int64_t hidden,
+                                     int64_t inter, cudaStream_t stream) {
+  const int64_t pairs = tokens * k;
+  if (pairs == 0) return cudaSuccess;
+  if (pairs > kMoeGemvMaxPairs || !MoeSupported(hidden, inter, experts, k) ||
+      CeilDiv(inter, kGuWarps) > 65535u) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>(pairs), CeilDiv(inter, kGuWarps));
+  return LaunchPdl(MoeGemvGateUpPairsKernel, grid, dim3(kGuThreads), 0, stream, x, ids, gate_up, h,
+                   k, experts, hidden, inter);
+}
 
 cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const float* weights,
                                      const bf16* down, bf16* out, int64_t tokens, int k,

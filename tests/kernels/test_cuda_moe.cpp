@@ -561,6 +561,51 @@ TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit f
   }
 }
 
+TEST_CASE("MoE gate/up per pair equals the grouped gate/up GEMV bit for bit", "[gpu][moe]") {
+  // LaunchMoeGemvGateUpPairs (one CTA per pair, the backend's choice up to
+  // kMoeGemvPairGateUpPairs) keeps MoeGemvGateUpKernel's summation order and roundings: the same
+  // h at every pair count it takes, shared (skewed) and distinct experts; ids outside
+  // [0, experts) leave their rows alone in both.
+  auto gpu = MakeBackend();
+  uint64_t seed = Seed() * 61 + 8;
+  const Shape shapes[] = {{8, 2, 32, 64},      {32, 4, 40, 72},     {24, 24, 16, 64},
+                          {128, 8, 768, 2048}, {16, 8, 1536, 4096}, {60, 1, 1544, 264},
+                          {16, 3, 24, 8},      {8, 2, 16, 1000}};
+  for (const Shape& s : shapes) {
+    const int64_t E = s.experts, k = s.k, I = s.inter, H = s.hidden;
+    Tensor d_gate_up = UploadBf16(*gpu, FastRandom({E, 2 * I, H}, ++seed, 1.7f / std::sqrt(float(H))));
+    for (int64_t tokens : {1, 2, 3, 8, 64, 128}) {
+      if (tokens * k > kernels::kMoeGemvMaxPairs) continue;
+      for (bool skewed : {false, true}) {
+        std::mt19937 rng(static_cast<uint32_t>(++seed));
+        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::iota(perm.begin(), perm.end(), 0);
+          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
+          for (int64_t j = 0; j < k; ++j) ids[t * k + j] = perm[j];
+        }
+        if (tokens == 3) ids[1] = -1;  // an unused slot: its h row is not written
+        INFO("E " << E << " k " << k << " I " << I << " H " << H << " T " << tokens
+                  << (skewed ? " skewed" : ""));
+        Tensor d_ids = gpu->Upload(HostInts({tokens, k}, ids));
+        Tensor x = UploadBf16(*gpu, FastRandom({tokens, H}, ++seed, 1.0f));
+        Tensor want = PoisonedBf16(*gpu, {tokens * k, I}), got = PoisonedBf16(*gpu, {tokens * k, I});
+        const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
+        const auto* gp = static_cast<const __nv_bfloat16*>(d_gate_up.raw());
+        const auto* ip = static_cast<const int32_t*>(d_ids.raw());
+        REQUIRE(kernels::LaunchMoeGemvGateUp(xp, ip, gp, static_cast<__nv_bfloat16*>(want.raw()),
+                                             tokens, static_cast<int>(k), static_cast<int>(E), H,
+                                             I, gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeGemvGateUpPairs(xp, ip, gp, static_cast<__nv_bfloat16*>(got.raw()),
+                                                  tokens, static_cast<int>(k), static_cast<int>(E),
+                                                  H, I, gpu->stream()) == cudaSuccess);
+        ExpectIdentical(gpu->Download(got), gpu->Download(want));  // poison included
+      }
+    }
+  }
+}
+
 TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit",
           "[gpu][moe]") {
   // DecoderLM's MoE layers fold the residual add into the post-attention norm (one kernel,

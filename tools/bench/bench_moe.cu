@@ -5,7 +5,9 @@
 //    experts the batch touched (uniform random routing, counted on the host) at 4.56 TB/s and
 //    against bf16 peak on the active FLOPs (2 · T · k · 3 · I · hidden) at 788 TFLOP/s;
 //  - for T * k <= kMoeFusedDownPairs, the grouped gate/up then down + combine in one kernel
-//    ("gemvf": what the backend runs) beside the three launches ("gemv"); for T <= 8 the
+//    ("gemvf") beside the three launches ("gemv"); for T <= 8 the gate/up with one CTA per pair
+//    then down + combine ("gemvp": what the backend runs up to kMoeGemvPairGateUpPairs pairs,
+//    "gemvf" above; these rows set that threshold and kMoeFusedDownPairs); for T <= 8 the
 //    routing, router GEMV (cuBLAS above 4 rows) + top-k ("route") against the fused kernel
 //    ("routf"), on the router's bytes (E x hidden bf16);
 //  - for large T, a cuBLAS peer: one cublasGemmEx per expert on rows already grouped by expert
@@ -186,6 +188,16 @@ int main(int argc, char** argv) {
                                                           stream));
                  },
                  static_cast<int>(iters), stream));
+    }
+    if (T <= 8) {  // gate/up one CTA per pair (the backend's up to kMoeGemvPairGateUpPairs)
+      report("gemvp", TimeMs(
+                          [&] {
+                            CHECK_CUDA(k::LaunchMoeGemvGateUpPairs(x, ids, gate_up, h, T, K, E, H,
+                                                                   I, stream));
+                            CHECK_CUDA(k::LaunchMoeGemvDownCombine(h, ids, weights, down, out, T, K,
+                                                                   E, H, I, stream));
+                          },
+                          static_cast<int>(iters), stream));
     }
     if (T <= k::kMoeFusedRouteTokens) {  // routing: router GEMV + top-k vs the fused kernel
       const double route_bytes = double(E) * H * 2;

@@ -113,8 +113,15 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
       << "MoeExperts: the grouped GEMV takes at most " << kernels::kMoeGemvMaxPairs << " pairs";
   if (gemv) {
     Tensor h = Empty({pairs, inter}, DType::kBF16);
-    OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUp(Ptr(x), Ptr<int32_t>(expert_ids), Ptr(gate_up),
-                                                  Ptr(h), tokens, kk, e, hidden, inter, stream()));
+    if (moe_path_ != MoePath::kUnfused && kernels::MoeUsePairGateUp(tokens, k)) {
+      OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUpPairs(Ptr(x), Ptr<int32_t>(expert_ids),
+                                                         Ptr(gate_up), Ptr(h), tokens, kk, e,
+                                                         hidden, inter, stream()));
+    } else {
+      OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUp(Ptr(x), Ptr<int32_t>(expert_ids), Ptr(gate_up),
+                                                    Ptr(h), tokens, kk, e, hidden, inter,
+                                                    stream()));
+    }
     if (moe_path_ != MoePath::kUnfused && kernels::MoeUseFusedDown(tokens, k)) {
       OASIS_CUDA_CHECK(kernels::LaunchMoeGemvDownCombine(
           Ptr(h), Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), Ptr(down), Ptr(out), tokens,

@@ -1,8 +1,8 @@
 // CudaBackend: the mixture-of-experts ops (docs/moe.md) on kernels/moe.h. Routing: the router
 // GEMM through Linear into float logits, then the top-k kernel (one fused kernel for a few
-// tokens). Experts: the grouped GEMV for
-// small batches (down and combine fused for the smallest), the permutation plan + grouped GEMMs
-// for large ones, then the slot-order combine.
+// tokens). Experts: the grouped GEMV for small batches (gate/up per pair and down + combine fused
+// for the smallest), the permutation plan + grouped GEMMs for large ones, then the slot-order
+// combine.
 // Every launch is on stream() with device-side sizes only: graph-capturable. Scratch comes from
 // Empty(), so inside a graph capture from the runner's arena (MoeScratchBytes sizes it).
 #include <algorithm>

@@ -20,57 +20,20 @@ constexpr unsigned kFull = 0xffffffffu;
 
 constexpr int kTopKWarps = 4;  // tokens per CTA
 
-// One warp per token. The logits go to shared memory; k rounds of a warp argmax under the order
-// (logit descending, expert ascending) pick the experts; lane l owns experts l + 32 i (bit i of
-// `taken`). Softmax is monotone, so this is CpuBackend::MoeRoute's order of the probabilities
-// (exactly, unless float rounding makes two distinct logits' probabilities equal, where the CPU
-// then prefers the lower index; docs/moe.md).
+// One warp per token (MoeTopKWarp).
 __global__ void __launch_bounds__(kTopKWarps * 32)
     MoeTopKKernel(const float* __restrict__ logits, int64_t tokens, int experts, int k,
                   bool renormalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
   extern __shared__ float topk_smem[];  // [kTopKWarps][experts] logits, then [..] chosen ids
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   float* s = topk_smem + warp * experts;
   int* chosen = reinterpret_cast<int*>(topk_smem + kTopKWarps * experts) + warp * experts;
   GridDependencyWait();
   AllowDependentLaunch();
   const int64_t t = int64_t{blockIdx.x} * kTopKWarps + warp;
   if (t >= tokens) return;  // warp-uniform; no block barrier follows
-  const float* l = logits + t * experts;
-  for (int e = lane; e < experts; e += 32) s[e] = l[e];
-  __syncwarp();
-  uint32_t taken = 0;
-  for (int j = 0; j < k; ++j) {
-    float bv = 0.0f;
-    int be = -1;
-    for (int i = 0, e = lane; e < experts; ++i, e += 32) {
-      if ((taken >> i) & 1u) continue;
-      const float v = s[e];
-      if (be < 0 || v > bv) bv = v, be = e;  // e ascends: an equal logit keeps the lower index
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFull, bv, o);
-      const int oe = __shfl_xor_sync(kFull, be, o);
-      if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
-    }
-    be = __shfl_sync(kFull, be, 0);  // one decision for the warp (NaN logits compare unordered)
-    if ((be & 31) == lane) taken |= 1u << (be >> 5);
-    if (lane == 0) chosen[j] = be;
-  }
-  __syncwarp();
-  const float mx = s[chosen[0]];  // the largest logit
-  float sum = 0.0f;
-  for (int e = lane; e < experts; e += 32) sum += expf(s[e] - mx);
-  sum = WarpSum(sum);
-  if (lane != 0) return;
-  float chosen_sum = 0.0f;
-  for (int j = 0; j < k; ++j) chosen_sum += expf(s[chosen[j]] - mx) / sum;
-  for (int j = 0; j < k; ++j) {
-    const float p = expf(s[chosen[j]] - mx) / sum;
-    ids[t * k + j] = chosen[j];
-    weights[t * k + j] = renormalize ? p / chosen_sum : p;
-  }
+  MoeTopKWarp(logits + t * experts, experts, k, renormalize, s, chosen, ids + t * k,
+              weights + t * k);
 }
 
 // ---- grouped GEMV (small batches) -------------------------------------------------------------
@@ -127,18 +90,6 @@ __device__ int FindGroup(const int32_t* __restrict__ ids, int pairs, int experts
   }
   __syncthreads();
   return sm.expert;
-}
-
-__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(w2[i]);
-    const float2 b = __bfloat1622float2(x2[i]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
 }
 
 // CTA (slot, row block): warp w computes intermediate row i = blockIdx.y · 8 + w of its group's
@@ -386,8 +337,8 @@ __global__ void __launch_bounds__(256)
     if (row < 0) continue;
     const float w = weights[pair];
     const float2 v = Load2(y + row * hidden + c);
-    a0 += w * v.x;
-    a1 += w * v.y;
+    a0 = fmaf(w, v.x, a0);  // explicit: the fused down + combine sums exactly so
+    a1 = fmaf(w, v.y, a1);
   }
   *reinterpret_cast<__nv_bfloat162*>(out + t * hidden + c) = __floats2bfloat162_rn(a0, a1);
 }

@@ -48,6 +48,25 @@ cudaError_t LaunchMoeTopK(const float* logits,  // [tokens, experts]
                           float* weights,  // [tokens, k]
                           cudaStream_t stream);
 
+// The router GEMV and the top-k in one launch, for batches of at most kMoeFusedRouteTokens
+// tokens (decode): CTAs compute the float logits of kRtWarps experts each into `logits`, and
+// the last CTA to finish (an arrival counter it resets) routes every token exactly as
+// LaunchMoeTopK. `counter` must be zero at the first launch; it is zero again after each
+// (graph-capturable; launches sharing a counter must be stream-ordered). The logits are those
+// of the router GEMM up to float summation order.
+inline constexpr int kMoeFusedRouteTokens = 8;
+bool MoeFusedRouteSupported(int64_t tokens, int64_t hidden, int64_t experts, int64_t k,
+                            const void* x, const void* router);  // 16-byte aligned rows
+cudaError_t LaunchMoeRouteFused(const __nv_bfloat16* x,          // [tokens, hidden]
+                                const __nv_bfloat16* router,     // [experts, hidden]
+                                int64_t tokens, int experts, int64_t hidden, int k,
+                                bool renormalize,
+                                float* logits,   // [tokens, experts] scratch
+                                int* counter,    // [1], zero between launches
+                                int32_t* ids,    // [tokens, k]
+                                float* weights,  // [tokens, k]
+                                cudaStream_t stream);
+
 // ---- small batches: grouped GEMV (pairs = tokens · k <= kMoeGemvMaxPairs) ----
 
 // h[p, i] = bf16(silu(bf16(gate_e[i] · x[p / k])) rounded to bf16 · bf16(up_e[i] · x[p / k]))
@@ -65,6 +84,39 @@ cudaError_t LaunchMoeGemvDown(const __nv_bfloat16* h,     // [tokens * k, inter]
                               float* y,                   // [tokens * k, hidden]
                               int64_t tokens, int k, int experts, int64_t hidden, int64_t inter,
                               cudaStream_t stream);
+
+// Gate/up for the fewest pairs (pairs <= kMoeGemvPairGateUpPairs by default): h exactly as
+// LaunchMoeGemvGateUp computes it (bit-identical), one CTA per (pair, block of 8 intermediate
+// rows), without the grouped kernel's expert-finding prologue; an expert chosen by several pairs
+// is read once per pair. The threshold is a guess until bench_moe's "gemvp" rows set it.
+inline constexpr int64_t kMoeGemvPairGateUpPairs = 16;
+inline bool MoeUsePairGateUp(int64_t tokens, int64_t k) {
+  return tokens * k <= kMoeGemvPairGateUpPairs;
+}
+cudaError_t LaunchMoeGemvGateUpPairs(const __nv_bfloat16* x,        // [tokens, hidden]
+                                     const int32_t* ids,            // [tokens * k]
+                                     const __nv_bfloat16* gate_up,  // [experts, 2 * inter, hidden]
+                                     __nv_bfloat16* h,              // [tokens * k, inter]
+                                     int64_t tokens, int k, int experts, int64_t hidden,
+                                     int64_t inter, cudaStream_t stream);
+
+// The fused down + combine (small batches, LaunchMoeGemvDownCombine) for at most this many pairs.
+inline constexpr int64_t kMoeFusedDownPairs = 64;
+inline bool MoeUseFusedDown(int64_t tokens, int64_t k) { return tokens * k <= kMoeFusedDownPairs; }
+
+// out[t, :] = bf16(Σ_{j ascending} weights[t, j] · (down_e · h[t·k + j])) with e = ids[t·k + j],
+// in float: LaunchMoeGemvDown followed by LaunchMoeCombineF32 in one launch, bit-identical to
+// them (the same dot-product and slot orders; ids outside [0, experts) contribute nothing).
+// Token-major: a CTA takes one token and a block of hidden rows and reads the rows of that
+// token's k experts, so an expert chosen by several tokens is read once per token — meant for
+// pairs <= kMoeFusedDownPairs (takes up to kMoeGemvMaxPairs).
+cudaError_t LaunchMoeGemvDownCombine(const __nv_bfloat16* h,     // [tokens * k, inter]
+                                     const int32_t* ids,         // [tokens * k]
+                                     const float* weights,       // [tokens, k]
+                                     const __nv_bfloat16* down,  // [experts, hidden, inter]
+                                     __nv_bfloat16* out,         // [tokens, hidden]
+                                     int64_t tokens, int k, int experts, int64_t hidden,
+                                     int64_t inter, cudaStream_t stream);
 
 // ---- large batches: permutation by expert + grouped GEMM ----
 

@@ -412,9 +412,11 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
     if (tp_.comm != nullptr)
       tp_.comm->AllReduceSum(hidden);  // row-parallel o_proj: sum the partials
     if (L.moe) {
-      B.Add(hidden, residual[cur], residual[1 - cur]);
-      cur = 1 - cur;
-      B.RmsNorm(residual[cur], L.post_norm, eps, normed);
+      // residual[cur] += hidden in place, normed = RmsNorm of it: one kernel, the same bf16
+      // roundings as Add + RmsNorm. In place is safe here (each row is read and written by
+      // the one CTA that normalises it; the router and the experts read `normed`), so the
+      // stream stays in residual[cur] for the next layer's ping-pong.
+      B.AddRmsNorm(hidden, residual[cur], L.post_norm, eps, normed);
       B.MoeRoute(normed, L.router, k, topk_weights, expert_ids, expert_weights);
       B.MoeExperts(normed, expert_ids, expert_weights, L.experts_gate_up, L.experts_down, hidden);
     } else {

@@ -362,6 +362,274 @@ TEST_CASE("MoE routing and experts captured in a CUDA graph equal eager executio
   }
 }
 
+TEST_CASE("MoE fused router GEMV + top-k: logits as the router GEMM, routing as MoeTopK",
+          "[gpu][moe]") {
+  // LaunchMoeRouteFused's logits against the CPU's (float summation order only), and its ids and
+  // weights bit-identical to LaunchMoeTopK run on the logits it wrote; the arrival counter is
+  // zero after every launch, launched back to back and replayed from a CUDA graph.
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  uint64_t seed = Seed() * 59 + 7;
+  auto counter_buf = cuda::DeviceBuffer::Allocate(sizeof(int));
+  REQUIRE(counter_buf.ok());
+  int* counter = static_cast<int*>(counter_buf->data());
+  REQUIRE(cudaMemsetAsync(counter, 0, sizeof(int), gpu->stream()) == cudaSuccess);
+  const auto counter_value = [&] {
+    int v = -1;
+    REQUIRE(cudaMemcpyAsync(&v, counter, sizeof(int), cudaMemcpyDeviceToHost, gpu->stream()) ==
+            cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(gpu->stream()) == cudaSuccess);
+    return v;
+  };
+  for (auto [experts, k, hidden] :
+       {std::tuple{128, 8, 2048}, std::tuple{128, 8, 4096}, std::tuple{8, 2, 64},
+        std::tuple{60, 4, 72}, std::tuple{1024, 8, 256}, std::tuple{33, 33, 8},
+        std::tuple{3, 1, 2056}}) {
+    for (int64_t tokens = 1; tokens <= kernels::kMoeFusedRouteTokens; ++tokens) {
+      for (bool renorm : {true, false}) {
+        INFO("E " << experts << " k " << k << " H " << hidden << " T " << tokens
+                  << (renorm ? " renormalized" : ""));
+        Tensor x = FastRandom({tokens, hidden}, ++seed, 1.0f);
+        Tensor router = FastRandom({experts, hidden}, ++seed, 1.0f / std::sqrt(float(hidden)));
+        if (experts > 5) {  // identical rows: exact ties, the lower index first
+          std::copy(router.data<float>(), router.data<float>() + hidden,
+                    router.data<float>() + 3 * hidden);
+        }
+        Tensor d_x = UploadBf16(*gpu, x), d_router = UploadBf16(*gpu, router);
+        REQUIRE(kernels::MoeFusedRouteSupported(tokens, hidden, experts, k, d_x.raw(),
+                                                d_router.raw()));
+        Tensor logits = gpu->Empty({tokens, experts}, DType::kF32);
+        Tensor ids = gpu->Empty({tokens, k}, DType::kI32), w = gpu->Empty({tokens, k}, DType::kF32);
+        for (int rep = 0; rep < 2; ++rep) {  // back to back: the counter resets itself
+          REQUIRE(kernels::LaunchMoeRouteFused(
+                      static_cast<const __nv_bfloat16*>(d_x.raw()),
+                      static_cast<const __nv_bfloat16*>(d_router.raw()), tokens,
+                      static_cast<int>(experts), hidden, static_cast<int>(k), renorm,
+                      static_cast<float*>(logits.raw()), counter, static_cast<int32_t*>(ids.raw()),
+                      static_cast<float*>(w.raw()), gpu->stream()) == cudaSuccess);
+        }
+        CHECK(counter_value() == 0);
+        const Tensor got_logits = gpu->Download(logits);
+        Tensor want_logits = Tensor::Empty({tokens, experts}, DType::kF32);
+        cpu.Linear(x, router, want_logits);
+        float err = 0.0f;
+        for (int64_t i = 0; i < want_logits.numel(); ++i) {
+          err = std::max(err, std::fabs(got_logits.data<float>()[i] - want_logits.data<float>()[i]));
+        }
+        CHECK(err < 1e-4f);
+        for (int64_t t = 0; t < tokens; ++t) {  // identical rows 0 and 3: identical logits
+          if (experts > 5)
+            CHECK(got_logits.data<float>()[t * experts] ==
+                  got_logits.data<float>()[t * experts + 3]);
+        }
+        // The top-k half: exactly LaunchMoeTopK on the same logits.
+        Tensor ids2 = gpu->Empty({tokens, k}, DType::kI32), w2 = gpu->Empty({tokens, k}, DType::kF32);
+        REQUIRE(kernels::LaunchMoeTopK(static_cast<const float*>(logits.raw()), tokens,
+                                       static_cast<int>(experts), static_cast<int>(k), renorm,
+                                       static_cast<int32_t*>(ids2.raw()),
+                                       static_cast<float*>(w2.raw()), gpu->stream()) == cudaSuccess);
+        ExpectIdentical(gpu->Download(ids), gpu->Download(ids2));
+        ExpectIdentical(gpu->Download(w), gpu->Download(w2));
+        // And the CPU's routing of those logits (ties: lower index).
+        Tensor want_ids = Tensor::Empty({tokens, k}, DType::kI32);
+        Tensor want_w = Tensor::Empty({tokens, k}, DType::kF32);
+        cpu.MoeRoute(got_logits, Identity(experts), k,
+                     renorm ? MoeTopKWeights::kRenormalized : MoeTopKWeights::kSoftmax, want_ids,
+                     want_w);
+        CheckIds(gpu->Download(ids), want_ids, want_w, k);
+      }
+    }
+  }
+  // Graph replays (the backend's own counter, through MoeRoute): equal to eager, counter kept.
+  const int64_t E = 128, k = 8, H = 2048;
+  Tensor router = UploadBf16(*gpu, FastRandom({E, H}, ++seed, 1.0f / std::sqrt(float(H))));
+  for (int64_t tokens : {1, 2, 8}) {
+    INFO("graph T " << tokens);
+    Tensor x = UploadBf16(*gpu, FastRandom({tokens, H}, ++seed, 1.0f));
+    Tensor ids = gpu->Empty({tokens, k}, DType::kI32), w = gpu->Empty({tokens, k}, DType::kF32);
+    Tensor ids_e = gpu->Empty({tokens, k}, DType::kI32),
+           w_e = gpu->Empty({tokens, k}, DType::kF32);
+    gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids_e, w_e);  // warm-up
+    auto arena = cuda::DeviceBuffer::Allocate(1 << 20);
+    REQUIRE(arena.ok());
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamBeginCapture(gpu->stream(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    gpu->BeginArena(arena->data(), arena->size());
+    for (int layer = 0; layer < 3; ++layer)  // several MoE layers share the counter
+      gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids, w);
+    gpu->EndArena();
+    REQUIRE(cudaStreamEndCapture(gpu->stream(), &graph) == cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    for (int round = 0; round < 3; ++round) {
+      Tensor fresh = ToBf16Host(FastRandom({tokens, H}, ++seed, 1.0f));
+      gpu->UploadBytes(x, 0, fresh.raw(), fresh.nbytes());
+      REQUIRE(cudaGraphLaunch(exec, gpu->stream()) == cudaSuccess);
+      const Tensor got_ids = gpu->Download(ids), got_w = gpu->Download(w);
+      gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids_e, w_e);
+      ExpectIdentical(got_ids, gpu->Download(ids_e));
+      ExpectIdentical(got_w, gpu->Download(w_e));
+      // The unfused route (router GEMV + top-k) agrees wherever no near-tie decides.
+      Tensor ids_u = gpu->Empty({tokens, k}, DType::kI32),
+             w_u = gpu->Empty({tokens, k}, DType::kF32);
+      gpu->set_moe_path(CudaBackend::MoePath::kUnfused);
+      gpu->MoeRoute(x, router, k, MoeTopKWeights::kRenormalized, ids_u, w_u);
+      gpu->set_moe_path(CudaBackend::MoePath::kAuto);
+      ExpectClose(gpu->Download(w_u), got_w, 1e-3, 1e-2);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+}
+
+TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit for bit",
+          "[gpu][moe]") {
+  // LaunchMoeGemvDownCombine keeps the dot products' and the slots' summation orders: exact
+  // equality with the two launches it replaces, at every pair count it takes (the backend uses it
+  // up to kMoeFusedDownPairs), shared and distinct experts, and through MoeExperts (kGemv against
+  // kUnfused, both starting with the same gate/up kernel).
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  uint64_t seed = Seed() * 53 + 6;
+  const Shape shapes[] = {{8, 2, 32, 64},       {32, 4, 40, 72},    {24, 24, 16, 64},
+                          {128, 8, 384, 2048},  {128, 8, 768, 2048}, {60, 1, 1544, 264},
+                          {16, 8, 1536, 4096}, {16, 3, 24, 8}};  // 235B-A22B's I and hidden
+  for (const Shape& s : shapes) {
+    const int64_t E = s.experts, k = s.k, I = s.inter, H = s.hidden;
+    Tensor gate_up = FastRandom({E, 2 * I, H}, ++seed, 1.7f / std::sqrt(float(H)));
+    Tensor down = FastRandom({E, H, I}, ++seed, 1.7f / std::sqrt(float(I)));
+    Tensor d_gate_up = UploadBf16(*gpu, gate_up), d_down = UploadBf16(*gpu, down);
+    for (int64_t tokens : {1, 2, 3, 8, 16, 64, 128}) {
+      if (tokens * k > kernels::kMoeGemvMaxPairs) continue;
+      for (bool skewed : {false, true}) {
+        std::mt19937 rng(static_cast<uint32_t>(++seed));
+        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+        std::vector<float> w(ids.size());
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::iota(perm.begin(), perm.end(), 0);
+          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
+          for (int64_t j = 0; j < k; ++j) {
+            ids[t * k + j] = perm[j];
+            w[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
+          }
+        }
+        INFO("E " << E << " k " << k << " I " << I << " H " << H << " T " << tokens
+                  << (skewed ? " skewed" : ""));
+        Tensor h_ids = HostInts({tokens, k}, ids);
+        Tensor h_w = Tensor::FromFloats(w, {tokens, k});
+        Tensor d_ids = gpu->Upload(h_ids), d_w = gpu->Upload(h_w);
+        // Kernel level, on random h (bf16): the fused kernel against down + combine.
+        Tensor h = UploadBf16(*gpu, FastRandom({tokens * k, I}, ++seed, 1.0f));
+        Tensor y = gpu->Empty({tokens * k, H}, DType::kF32);
+        Tensor want = PoisonedBf16(*gpu, {tokens, H}), got = PoisonedBf16(*gpu, {tokens, H});
+        const auto* hp = static_cast<const __nv_bfloat16*>(h.raw());
+        const auto* dp = static_cast<const __nv_bfloat16*>(d_down.raw());
+        const auto* ip = static_cast<const int32_t*>(d_ids.raw());
+        const auto* wp = static_cast<const float*>(d_w.raw());
+        const int ke = static_cast<int>(k), ee = static_cast<int>(E);
+        REQUIRE(kernels::LaunchMoeGemvDown(hp, ip, dp, static_cast<float*>(y.raw()), tokens, ke,
+                                           ee, H, I, gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeCombineF32(static_cast<const float*>(y.raw()), nullptr, wp,
+                                             static_cast<__nv_bfloat16*>(want.raw()), tokens, ke,
+                                             H, gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeGemvDownCombine(hp, ip, wp, dp,
+                                                  static_cast<__nv_bfloat16*>(got.raw()), tokens,
+                                                  ke, ee, H, I, gpu->stream()) == cudaSuccess);
+        ExpectIdentical(DownloadF32(*gpu, got), DownloadF32(*gpu, want));
+        if (!kernels::MoeUseFusedDown(tokens, k)) continue;
+        // The backend: kGemv (fused) against kUnfused (the GEMV path, unfused), and the CPU.
+        REQUIRE(kernels::MoeUseGemv(tokens, k));
+        Tensor x = FastRandom({tokens, H}, ++seed, 1.0f);
+        Tensor d_x = UploadBf16(*gpu, x);
+        Tensor fused = PoisonedBf16(*gpu, {tokens, H}), unfused = PoisonedBf16(*gpu, {tokens, H});
+        gpu->set_moe_path(CudaBackend::MoePath::kGemv);
+        gpu->MoeExperts(d_x, d_ids, d_w, d_gate_up, d_down, fused);
+        gpu->set_moe_path(CudaBackend::MoePath::kUnfused);
+        gpu->MoeExperts(d_x, d_ids, d_w, d_gate_up, d_down, unfused);
+        gpu->set_moe_path(CudaBackend::MoePath::kAuto);
+        const Tensor got_fused = DownloadF32(*gpu, fused);
+        ExpectIdentical(got_fused, DownloadF32(*gpu, unfused));
+        if (E * I * H <= (int64_t{1} << 26) || tokens <= 8) {  // the CPU's time
+          Tensor ref = Tensor::Empty({tokens, H}, DType::kF32);
+          cpu.MoeExperts(x, h_ids, h_w, gate_up, down, ref);
+          ExpectClose(got_fused, ref, 6e-2 * Rms(ref), 1e-2);
+          CHECK(NormalizedErrorOf(got_fused, ref) < 1.2e-2);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("MoE gate/up per pair equals the grouped gate/up GEMV bit for bit", "[gpu][moe]") {
+  // LaunchMoeGemvGateUpPairs (one CTA per pair, the backend's choice up to
+  // kMoeGemvPairGateUpPairs) keeps MoeGemvGateUpKernel's summation order and roundings: the same
+  // h at every pair count it takes, shared (skewed) and distinct experts; ids outside
+  // [0, experts) leave their rows alone in both.
+  auto gpu = MakeBackend();
+  uint64_t seed = Seed() * 61 + 8;
+  const Shape shapes[] = {{8, 2, 32, 64},      {32, 4, 40, 72},     {24, 24, 16, 64},
+                          {128, 8, 768, 2048}, {16, 8, 1536, 4096}, {60, 1, 1544, 264},
+                          {16, 3, 24, 8},      {8, 2, 16, 1000}};
+  for (const Shape& s : shapes) {
+    const int64_t E = s.experts, k = s.k, I = s.inter, H = s.hidden;
+    Tensor d_gate_up = UploadBf16(*gpu, FastRandom({E, 2 * I, H}, ++seed, 1.7f / std::sqrt(float(H))));
+    for (int64_t tokens : {1, 2, 3, 8, 64, 128}) {
+      if (tokens * k > kernels::kMoeGemvMaxPairs) continue;
+      for (bool skewed : {false, true}) {
+        std::mt19937 rng(static_cast<uint32_t>(++seed));
+        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::iota(perm.begin(), perm.end(), 0);
+          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
+          for (int64_t j = 0; j < k; ++j) ids[t * k + j] = perm[j];
+        }
+        if (tokens == 3) ids[1] = -1;  // an unused slot: its h row is not written
+        INFO("E " << E << " k " << k << " I " << I << " H " << H << " T " << tokens
+                  << (skewed ? " skewed" : ""));
+        Tensor d_ids = gpu->Upload(HostInts({tokens, k}, ids));
+        Tensor x = UploadBf16(*gpu, FastRandom({tokens, H}, ++seed, 1.0f));
+        Tensor want = PoisonedBf16(*gpu, {tokens * k, I}), got = PoisonedBf16(*gpu, {tokens * k, I});
+        const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
+        const auto* gp = static_cast<const __nv_bfloat16*>(d_gate_up.raw());
+        const auto* ip = static_cast<const int32_t*>(d_ids.raw());
+        REQUIRE(kernels::LaunchMoeGemvGateUp(xp, ip, gp, static_cast<__nv_bfloat16*>(want.raw()),
+                                             tokens, static_cast<int>(k), static_cast<int>(E), H,
+                                             I, gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeGemvGateUpPairs(xp, ip, gp, static_cast<__nv_bfloat16*>(got.raw()),
+                                                  tokens, static_cast<int>(k), static_cast<int>(E),
+                                                  H, I, gpu->stream()) == cudaSuccess);
+        ExpectIdentical(gpu->Download(got), gpu->Download(want));  // poison included
+      }
+    }
+  }
+}
+
+TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit",
+          "[gpu][moe]") {
+  // DecoderLM's MoE layers fold the residual add into the post-attention norm (one kernel,
+  // residual updated in place); the sum's and the norm's bf16 roundings must not change.
+  auto gpu = MakeBackend();
+  uint64_t seed = Seed() * 47 + 5;
+  for (int64_t hidden : {2048, 4096, 72, 60}) {  // 60: not 8-aligned, the scalar kernel
+    for (int64_t tokens : {1, 3, 8, 64, 257}) {
+      INFO("H " << hidden << " T " << tokens);
+      Tensor x = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 1.0f));
+      Tensor res = ToBf16Host(FastRandom({tokens, hidden}, ++seed, 4.0f));
+      Tensor weight = UploadBf16(*gpu, FastRandom({hidden}, ++seed, 1.0f));
+      Tensor res_a = gpu->Upload(res), res_b = gpu->Upload(res);
+      Tensor sum = PoisonedBf16(*gpu, {tokens, hidden});
+      Tensor want = PoisonedBf16(*gpu, {tokens, hidden}), got = PoisonedBf16(*gpu, {tokens, hidden});
+      gpu->Add(x, res_a, sum);
+      gpu->RmsNorm(sum, weight, 1e-6f, want);
+      gpu->AddRmsNorm(x, res_b, weight, 1e-6f, got);
+      ExpectIdentical(DownloadF32(*gpu, res_b), DownloadF32(*gpu, sum));
+      ExpectIdentical(DownloadF32(*gpu, got), DownloadF32(*gpu, want));
+    }
+  }
+}
+
 namespace {
 
 constexpr const char* kMoeFixtures[] = {"qwen3-moe-tiny", "qwen3-moe-tiny-raw",

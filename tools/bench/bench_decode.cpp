@@ -22,7 +22,8 @@
 // experts a step reads, per MoE layer the distinct experts of the batch's tokens — k for one
 // token, E·(1 − (1 − k/E)^T) expected for T tokens routed uniformly (dummy weights route close
 // to uniformly) — and prefill's FLOPs only the k active experts per token. --moe-path gemv|gemm
-// forces the expert path (one GPU).
+// forces the expert path, --moe-path unfused chooses it as auto but without the fused decode
+// kernels (router GEMV + top-k, gate/up, grouped down, combine as separate launches; one GPU).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -162,10 +163,11 @@ Status Run(int argc, char** argv) {
                "split the model over GPUs 0..N-1 (NCCL all-reduces captured in the graphs); "
                "host-timed steps");
   flags.AddString("moe-path", &moe_path,
-                  "MoE expert path: auto (by batch size), gemv or gemm (one GPU only)");
+                  "MoE expert path: auto (by batch size), gemv, gemm, or unfused (auto without "
+                  "the fused decode kernels of routing and experts; one GPU only)");
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
-  if (moe_path != "auto" && moe_path != "gemv" && moe_path != "gemm")
-    return InvalidArgument("--moe-path must be auto, gemv or gemm");
+  if (moe_path != "auto" && moe_path != "gemv" && moe_path != "gemm" && moe_path != "unfused")
+    return InvalidArgument("--moe-path must be auto, gemv, gemm or unfused");
   if (moe_path != "auto" && tensor_parallel != 1)
     return InvalidArgument("--moe-path needs --tensor-parallel-size 1");
   if (queries < 1 || queries > 4) return InvalidArgument("--queries must be 1 to 4");
@@ -216,8 +218,9 @@ Status Run(int argc, char** argv) {
   } else {
     OASIS_ASSIGN_OR_RETURN(backend, CudaBackend::Create());
     if (moe_path != "auto") {
-      backend->set_moe_path(moe_path == "gemv" ? CudaBackend::MoePath::kGemv
-                                               : CudaBackend::MoePath::kGemm);
+      backend->set_moe_path(moe_path == "gemv"   ? CudaBackend::MoePath::kGemv
+                            : moe_path == "gemm" ? CudaBackend::MoePath::kGemm
+                                                 : CudaBackend::MoePath::kUnfused);
     }
     if (weights == nullptr) {
       OASIS_ASSIGN_OR_RETURN(model, DecoderLM::CreateDummy(config, *backend, 1));

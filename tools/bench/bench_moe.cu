@@ -4,6 +4,12 @@
 //    path (plan, gate/up + SiLU, down, combine), against the read roofline of the distinct
 //    experts the batch touched (uniform random routing, counted on the host) at 4.56 TB/s and
 //    against bf16 peak on the active FLOPs (2 · T · k · 3 · I · hidden) at 788 TFLOP/s;
+//  - for T * k <= kMoeFusedDownPairs, the grouped gate/up then down + combine in one kernel
+//    ("gemvf") beside the three launches ("gemv"); for T <= 8 the gate/up with one CTA per pair
+//    then down + combine ("gemvp": what the backend runs up to kMoeGemvPairGateUpPairs pairs,
+//    "gemvf" above; these rows set that threshold and kMoeFusedDownPairs); for T <= 8 the
+//    routing, router GEMV (cuBLAS above 4 rows) + top-k ("route") against the fused kernel
+//    ("routf"), on the router's bytes (E x hidden bf16);
 //  - for large T, a cuBLAS peer: one cublasGemmEx per expert on rows already grouped by expert
 //    (sizes known on the host, no permutation or combine: an optimistic bound of a cuBLAS path).
 // Prints measured, ceiling and ratio per row and a final RESULT line (tools/gpu_suite.sh).
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "kernels/elementwise.h"
+#include "kernels/gemv.h"
 #include "kernels/moe.h"
 
 namespace {
@@ -120,6 +127,13 @@ int main(int argc, char** argv) {
   bf16* out = DeviceAlloc<bf16>(max_t * H);
   int32_t* plan_buf = DeviceAlloc<int32_t>(k::MoePlanInts(max_pairs, E));
   bf16* gu_out = DeviceAlloc<bf16>(max_pairs * 2 * I);  // cuBLAS peer's [gate | up]
+  bf16* router = DeviceAlloc<bf16>(E * H);
+  FillRandom(router, E * H, 0.02f, 4);
+  float* logits = DeviceAlloc<float>(k::kMoeFusedRouteTokens * E);
+  int32_t* ids_r = DeviceAlloc<int32_t>(k::kMoeFusedRouteTokens * K);  // routing outputs (unused)
+  float* w_r = DeviceAlloc<float>(k::kMoeFusedRouteTokens * K);
+  int* counter = DeviceAlloc<int>(1);
+  CHECK_CUDA(cudaMemset(counter, 0, sizeof(int)));
   cublasHandle_t cublas;
   cublasCreate(&cublas);
   cublasSetStream(cublas, stream);
@@ -164,6 +178,59 @@ int main(int argc, char** argv) {
                    CHECK_CUDA(k::LaunchMoeCombineF32(y32, nullptr, weights, out, T, K, H, stream));
                  },
                  static_cast<int>(iters), stream));
+    }
+    if (k::MoeUseFusedDown(T, K)) {  // grouped gate/up + fused down-combine
+      report("gemvf",
+             TimeMs(
+                 [&] {
+                   CHECK_CUDA(k::LaunchMoeGemvGateUp(x, ids, gate_up, h, T, K, E, H, I, stream));
+                   CHECK_CUDA(k::LaunchMoeGemvDownCombine(h, ids, weights, down, out, T, K, E, H, I,
+                                                          stream));
+                 },
+                 static_cast<int>(iters), stream));
+    }
+    if (T <= 8) {  // gate/up one CTA per pair (the backend's up to kMoeGemvPairGateUpPairs)
+      report("gemvp", TimeMs(
+                          [&] {
+                            CHECK_CUDA(k::LaunchMoeGemvGateUpPairs(x, ids, gate_up, h, T, K, E, H,
+                                                                   I, stream));
+                            CHECK_CUDA(k::LaunchMoeGemvDownCombine(h, ids, weights, down, out, T, K,
+                                                                   E, H, I, stream));
+                          },
+                          static_cast<int>(iters), stream));
+    }
+    if (T <= k::kMoeFusedRouteTokens) {  // routing: router GEMV + top-k vs the fused kernel
+      const double route_bytes = double(E) * H * 2;
+      const auto report_route = [&](const char* path, double ms) {
+        const double tbs = route_bytes / (ms * 1e-3) / 1e12;
+        std::printf("%7lld %5s %9.1f %9s %8.2f %9.2f\n", (long long)T, path, ms * 1e3, "router",
+                    tbs, tbs / kReadTBs);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "; T=%lld %s %.1f us", (long long)T, path, ms * 1e3);
+        if (T == 1) result += buf;
+      };
+      report_route("route",
+                   TimeMs(
+                       [&] {
+                         if (T <= k::kGemvMaxRows) {  // CudaBackend::Linear's choice
+                           CHECK_CUDA(k::LaunchGemv(x, router, nullptr, logits, T, H, E, stream));
+                         } else {
+                           const float one = 1.0f, zero = 0.0f;
+                           cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, int(E), int(T), int(H),
+                                        &one, router, CUDA_R_16BF, int(H), x, CUDA_R_16BF, int(H),
+                                        &zero, logits, CUDA_R_32F, int(E), CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT);
+                         }
+                         CHECK_CUDA(k::LaunchMoeTopK(logits, T, E, K, true, ids_r, w_r, stream));
+                       },
+                       static_cast<int>(iters), stream));
+      report_route("routf",
+                   TimeMs(
+                       [&] {
+                         CHECK_CUDA(k::LaunchMoeRouteFused(x, router, T, E, H, K, true, logits,
+                                                           counter, ids_r, w_r, stream));
+                       },
+                       static_cast<int>(iters), stream));
     }
     const k::MoePlan plan = k::MoePlanIn(plan_buf, pairs, E);
     report("gemm",

@@ -94,6 +94,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
   OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
   OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream()));
+  OASIS_ASSIGN_OR_RETURN(b->moe_route_counter_, cuda::DeviceBuffer::Allocate(sizeof(int)));
+  OASIS_CUDA_CHECK(cudaMemsetAsync(b->moe_route_counter_.data(), 0, sizeof(int), b->stream()));
   return b;
 }
 

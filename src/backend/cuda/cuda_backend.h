@@ -95,16 +95,20 @@ class CudaBackend final : public Backend {
   void ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void Copy(const Tensor& src, Tensor& dst) override;
   // Mixture of experts (cuda_moe.cpp, kernels/moe.h): the router GEMM into float logits and
-  // the top-k kernel; the experts by the grouped GEMV (batches of at most
-  // kernels::kMoeGemvAutoPairs token-expert pairs) or the permuted grouped GEMM (larger), then the
-  // combine in slot order. Graph-capturable; scratch from Empty() (the arena while capturing).
+  // the top-k kernel (one fused launch up to kernels::kMoeFusedRouteTokens tokens); the experts by
+  // the grouped GEMV (batches of at most kernels::kMoeGemvAutoPairs token-expert pairs) or the
+  // permuted grouped GEMM (larger), then the combine in slot order. Graph-capturable; scratch from
+  // Empty() (the arena while capturing).
   void MoeRoute(const Tensor& x, const Tensor& router, int64_t k, MoeTopKWeights weights,
                 Tensor& expert_ids, Tensor& expert_weights) override;
   void MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                   const Tensor& gate_up, const Tensor& down, Tensor& out) override;
   // Which expert path MoeExperts takes: by the batch size (kAuto), or forced (tests, benchmarks;
-  // kGemv needs tokens · k <= kernels::kMoeGemvMaxPairs).
-  enum class MoePath : uint8_t { kAuto, kGemv, kGemm };
+  // kGemv needs tokens · k <= kernels::kMoeGemvMaxPairs). The GEMV path fuses the down
+  // projection with the combine up to kernels::kMoeFusedDownPairs pairs. kUnfused chooses the
+  // path as kAuto but without the fused decode kernels — MoeRoute's router GEMM and top-k, the
+  // GEMV's gate/up, grouped down and combine, each its own launch — for comparisons.
+  enum class MoePath : uint8_t { kAuto, kGemv, kGemm, kUnfused };
   void set_moe_path(MoePath path) { moe_path_ = path; }
   // Device scratch one MoE layer takes from Empty() for a batch of `tokens` tokens of a model of
   // `config` (its local sizes): the router logits and the larger path's buffers. The CUDA graph
@@ -189,6 +193,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
   cuda::DeviceBuffer qkv_counters_;  // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
+  cuda::DeviceBuffer moe_route_counter_;  // [1] int32, zero between fused MoE route launches
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];

@@ -1,6 +1,8 @@
 // CudaBackend: the mixture-of-experts ops (docs/moe.md) on kernels/moe.h. Routing: the router
-// GEMM through Linear into float logits, then the top-k kernel. Experts: the grouped GEMV for
-// small batches, the permutation plan + grouped GEMMs for large ones, then the slot-order combine.
+// GEMM through Linear into float logits, then the top-k kernel (one fused kernel for a few
+// tokens). Experts: the grouped GEMV for small batches (gate/up per pair and down + combine fused
+// for the smallest), the permutation plan + grouped GEMMs for large ones, then the slot-order
+// combine.
 // Every launch is on stream() with device-side sizes only: graph-capturable. Scratch comes from
 // Empty(), so inside a graph capture from the runner's arena (MoeScratchBytes sizes it).
 #include <algorithm>
@@ -60,6 +62,17 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
       << " for " << tokens << " tokens, k " << k;
   if (tokens == 0) return;
   Tensor logits = Empty({tokens, experts}, DType::kF32);
+  if (moe_path_ != MoePath::kUnfused &&
+      kernels::MoeFusedRouteSupported(tokens, hidden, experts, k, x.raw(), router.raw())) {
+    // Decode: the router GEMV and the top-k in one launch (the backend's arrival counter;
+    // every launch of this backend is ordered on stream()).
+    OASIS_CUDA_CHECK(kernels::LaunchMoeRouteFused(
+        Ptr(x), Ptr(router), tokens, static_cast<int>(experts), hidden, static_cast<int>(k),
+        weights == MoeTopKWeights::kRenormalized, Ptr<float>(logits),
+        static_cast<int*>(moe_route_counter_.data()), Ptr<int32_t>(expert_ids),
+        Ptr<float>(expert_weights), stream()));
+    return;
+  }
   Linear(x.Reshape({tokens, hidden}), router, logits);
   OASIS_CUDA_CHECK(
       kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),
@@ -94,14 +107,28 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
   const int e = static_cast<int>(experts), kk = static_cast<int>(k);
   const int64_t pairs = tokens * k;
   const bool gemv = moe_path_ == MoePath::kGemv ||
-                    (moe_path_ == MoePath::kAuto && kernels::MoeUseGemv(tokens, k));
+                    ((moe_path_ == MoePath::kAuto || moe_path_ == MoePath::kUnfused) &&
+                     kernels::MoeUseGemv(tokens, k));
   OASIS_CHECK(!gemv || pairs <= kernels::kMoeGemvMaxPairs)
       << "MoeExperts: the grouped GEMV takes at most " << kernels::kMoeGemvMaxPairs << " pairs";
   if (gemv) {
     Tensor h = Empty({pairs, inter}, DType::kBF16);
+    if (moe_path_ != MoePath::kUnfused && kernels::MoeUsePairGateUp(tokens, k)) {
+      OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUpPairs(Ptr(x), Ptr<int32_t>(expert_ids),
+                                                         Ptr(gate_up), Ptr(h), tokens, kk, e,
+                                                         hidden, inter, stream()));
+    } else {
+      OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUp(Ptr(x), Ptr<int32_t>(expert_ids), Ptr(gate_up),
+                                                    Ptr(h), tokens, kk, e, hidden, inter,
+                                                    stream()));
+    }
+    if (moe_path_ != MoePath::kUnfused && kernels::MoeUseFusedDown(tokens, k)) {
+      OASIS_CUDA_CHECK(kernels::LaunchMoeGemvDownCombine(
+          Ptr(h), Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), Ptr(down), Ptr(out), tokens,
+          kk, e, hidden, inter, stream()));
+      return;
+    }
     Tensor y = Empty({pairs, hidden}, DType::kF32);
-    OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUp(Ptr(x), Ptr<int32_t>(expert_ids), Ptr(gate_up),
-                                                  Ptr(h), tokens, kk, e, hidden, inter, stream()));
     OASIS_CUDA_CHECK(kernels::LaunchMoeGemvDown(Ptr(h), Ptr<int32_t>(expert_ids), Ptr(down),
                                                 Ptr<float>(y), tokens, kk, e, hidden, inter,
                                                 stream()));

@@ -1,0 +1,274 @@
+// The fused small-batch MoE kernels (docs/moe.md, "Fused decode launches"): the down projection
+// with the weighted combine folded in (token-major, no float y round trip, one launch fewer), the
+// gate/up GEMV with one CTA per pair (no expert-finding prologue), and
+// the router GEMV with the top-k folded in (the last CTA to finish routes every token).
+#include "kernels/moe.h"
+#include "kernels/moe_common.cuh"
+
+namespace oasis::kernels {
+namespace {
+
+// ---- gate/up, one CTA per pair (the fewest pairs) ----------------------------------------------
+
+constexpr int kGuWarps = 8;
+constexpr int kGuThreads = kGuWarps * 32;
+constexpr int kGuSteps = 4;  // K-steps of both rows (and x) loaded at once
+
+// CTA (pair p, block of kGuWarps intermediate rows): warp w computes row i = blockIdx.y ·
+// kGuWarps + w of expert e = ids[p] — the gate row i and the up row inter + i — with x[p / k],
+// exactly as MoeGemvGateUpKernel does (lane l: vectors l, l + 32, ... ascending, Dot8, WarpSum,
+// SiluMulRounded): bit-identical h. No expert-finding prologue or shared tables (more CTAs
+// resident, weight loads issued right after the PDL wait and one read of ids[p]); an expert
+// chosen by several pairs is read once per pair, hence only for the fewest pairs.
+__global__ void __launch_bounds__(kGuThreads, 4)  // 64 registers (68 unbounded): 4 CTAs per SM
+    MoeGemvGateUpPairsKernel(const bf16* __restrict__ x, const int32_t* __restrict__ ids,
+                             const bf16* __restrict__ gate_up, bf16* __restrict__ h, int k,
+                             int experts, int64_t hidden, int64_t inter) {
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t p = blockIdx.x;
+  const int64_t i = int64_t{blockIdx.y} * kGuWarps + warp;
+  const int e = ids[p];
+  if (e < 0 || e >= experts || i >= inter) return;  // warp-uniform; no barrier follows
+  const int64_t vecs = hidden / 8;
+  const uint4* wg = reinterpret_cast<const uint4*>(gate_up + (int64_t{e} * 2 * inter + i) * hidden);
+  const uint4* wu = wg + inter * vecs;  // row inter + i
+  const uint4* xr = reinterpret_cast<const uint4*>(x + (p / k) * hidden);
+  float ag = 0.0f, au = 0.0f;
+  for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kGuSteps) {
+    uint4 g[kGuSteps], u[kGuSteps], xv[kGuSteps];
+#pragma unroll
+    for (int q = 0; q < kGuSteps; ++q) {
+      if (v0 + 32 * q < vecs) {
+        g[q] = __ldcs(wg + v0 + 32 * q);
+        u[q] = __ldcs(wu + v0 + 32 * q);
+        xv[q] = __ldg(xr + v0 + 32 * q);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kGuSteps; ++q) {
+      if (v0 + 32 * q < vecs) {
+        Dot8(g[q], xv[q], ag);
+        Dot8(u[q], xv[q], au);
+      }
+    }
+  }
+  const float sg = WarpSum(ag), su = WarpSum(au);
+  if (lane == 0) h[p * inter + i] = SiluMulRounded(sg, su);
+}
+
+// ---- down + combine, token-major ----------------------------------------------------------------
+
+constexpr int kDcWarps = 8;
+constexpr int kDcThreads = kDcWarps * 32;
+constexpr int kDcGroupRows = 4;  // down rows of one slot a warp computes at once
+constexpr int kDcSteps = 3;      // K-steps (16-byte vectors per lane and row) loaded at once
+
+// Down rows per CTA: kDcGroupRows per warp item, enough row groups that k slots give every warp
+// an item (k >= kDcWarps: one group).
+int DcRowsPerCta(int k) { return kDcGroupRows * (k >= kDcWarps ? 1 : kDcWarps / k); }
+
+// CTA (token t, block of `rows_per_cta` hidden rows). A warp item is (slot j, group of
+// kDcGroupRows rows): the dot products of those rows of down_e (e = ids[t·k + j]) with
+// h[t·k + j], exactly as MoeGemvDownKernel computes them (lane l takes the 16-byte vectors
+// l, l + 32, ... in ascending order, Dot8 each, then WarpSum), into shared memory. Then thread r
+// sums its row over the slots in ascending order, fmaf(w[t, j], dot, acc) as MoeCombineKernel,
+// and rounds once to bf16: bit-identical to the grouped down GEMV followed by the combine.
+// Slots with an id outside [0, experts) contribute nothing. Each chosen expert's rows are read
+// once per token (tokens sharing an expert read it again, mostly from L2: blockIdx.x is the
+// token, so the CTAs of one row block run side by side).
+__global__ void __launch_bounds__(kDcThreads)
+    MoeGemvDownCombineKernel(const bf16* __restrict__ h, const int32_t* __restrict__ ids,
+                             const float* __restrict__ weights, const bf16* __restrict__ down,
+                             bf16* __restrict__ out, int k, int experts, int64_t hidden,
+                             int64_t inter, int rows_per_cta) {
+  extern __shared__ float dc_dots[];  // [rows_per_cta][k]
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x;
+  const int64_t row0 = int64_t{blockIdx.y} * rows_per_cta;
+  const int groups = rows_per_cta / kDcGroupRows;
+  const int64_t vecs = inter / 8;
+  for (int item = warp; item < k * groups; item += kDcWarps) {  // warp-uniform
+    const int j = item % k, g = item / k;
+    const int e = ids[t * k + j];
+    if (e < 0 || e >= experts) continue;  // skipped by the sum below as well
+    const uint4* w[kDcGroupRows];
+#pragma unroll
+    for (int r = 0; r < kDcGroupRows; ++r) {
+      const int64_t row = min(row0 + g * kDcGroupRows + r, hidden - 1);  // clamped: not written
+      w[r] = reinterpret_cast<const uint4*>(down + (int64_t{e} * hidden + row) * inter);
+    }
+    const uint4* hr = reinterpret_cast<const uint4*>(h + (t * k + j) * inter);
+    float acc[kDcGroupRows];
+#pragma unroll
+    for (int r = 0; r < kDcGroupRows; ++r) acc[r] = 0.0f;
+    for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kDcSteps) {
+      uint4 wv[kDcSteps][kDcGroupRows], hv[kDcSteps];
+#pragma unroll
+      for (int u = 0; u < kDcSteps; ++u) {
+        if (v0 + 32 * u < vecs) {
+          hv[u] = __ldg(hr + v0 + 32 * u);
+#pragma unroll
+          for (int r = 0; r < kDcGroupRows; ++r) wv[u][r] = __ldcs(w[r] + v0 + 32 * u);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kDcSteps; ++u) {
+        if (v0 + 32 * u < vecs) {
+#pragma unroll
+          for (int r = 0; r < kDcGroupRows; ++r) Dot8(wv[u][r], hv[u], acc[r]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kDcGroupRows; ++r) {
+      const float s = WarpSum(acc[r]);
+      if (lane == 0) dc_dots[(g * kDcGroupRows + r) * k + j] = s;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x >= rows_per_cta) return;
+  const int64_t row = row0 + threadIdx.x;
+  if (row >= hidden) return;
+  float a = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const int e = ids[t * k + j];
+    if (e < 0 || e >= experts) continue;
+    a = fmaf(weights[t * k + j], dc_dots[threadIdx.x * k + j], a);
+  }
+  out[t * hidden + row] = ToBf16(a);
+}
+
+// ---- router GEMV + top-k ------------------------------------------------------------------------
+
+constexpr int kRtWarps = 4;  // expert rows per CTA; also the top-k warps of the last CTA
+constexpr int kRtThreads = kRtWarps * 32;
+constexpr int kRtSteps = 8;  // K-steps of the row loaded at once (hidden 2048: the whole row)
+
+// CTA c: warp w computes the logits of expert e = c·kRtWarps + w for every token — lanes split
+// hidden in 16-byte vectors, float accumulation — into `logits` (float, like the router GEMM).
+// The first kRtSteps vectors of the row are loaded before waiting for the kernel that wrote x
+// (router weights are never written on the device; gemv.cu's GemvKernel does the same). Each CTA
+// then fences and counts its arrival; the last to arrive resets the counter (every other CTA
+// has arrived, so the next launch finds it zero: graph replays too), fences, and runs
+// MoeTopKWarp for every token on its kRtWarps warps, reading the logits through L2.
+__global__ void __launch_bounds__(kRtThreads)
+    MoeRouteKernel(const bf16* __restrict__ x, const bf16* __restrict__ router, int tokens,
+                   int experts, int64_t hidden, int k, bool renormalize, float* logits,
+                   int* counter, int32_t* __restrict__ ids, float* __restrict__ weights) {
+  extern __shared__ float rt_smem[];  // [kRtWarps][experts] logits, then [..] chosen ids
+  __shared__ int s_last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = blockIdx.x * kRtWarps + warp;
+  const int64_t vecs = hidden / 8;
+  const uint4* wr = reinterpret_cast<const uint4*>(router + int64_t{min(e, experts - 1)} * hidden);
+  uint4 wv[kRtSteps];
+#pragma unroll
+  for (int u = 0; u < kRtSteps; ++u) {
+    if (lane + 32 * u < vecs) wv[u] = __ldcs(wr + lane + 32 * u);
+  }
+  GridDependencyWait();
+  AllowDependentLaunch();
+  float acc[kMoeFusedRouteTokens];
+#pragma unroll
+  for (int t = 0; t < kMoeFusedRouteTokens; ++t) acc[t] = 0.0f;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kRtSteps) {
+    if (v0 != lane) {  // the first K-steps were loaded above
+#pragma unroll
+      for (int u = 0; u < kRtSteps; ++u) {
+        if (v0 + 32 * u < vecs) wv[u] = __ldcs(wr + v0 + 32 * u);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRtSteps; ++u) {
+      if (v0 + 32 * u < vecs) {
+#pragma unroll
+        for (int t = 0; t < kMoeFusedRouteTokens; ++t) {
+          if (t < tokens) Dot8(wv[u], __ldg(xv + t * vecs + v0 + 32 * u), acc[t]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMoeFusedRouteTokens; ++t) {
+    if (t < tokens) {
+      const float sum = WarpSum(acc[t]);
+      if (lane == 0 && e < experts) logits[int64_t{t} * experts + e] = sum;
+    }
+  }
+  __threadfence();  // this thread's logits before the CTA's arrival
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const int prev = atomicAdd(counter, 1);
+    s_last = prev == static_cast<int>(gridDim.x) - 1;
+    if (s_last) *counter = 0;  // every other CTA has arrived
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  float* s = rt_smem + warp * experts;
+  int* chosen = reinterpret_cast<int*>(rt_smem + kRtWarps * experts) + warp * experts;
+  for (int t = warp; t < tokens; t += kRtWarps) {  // warp-uniform
+    MoeTopKWarp(logits + int64_t{t} * experts, experts, k, renormalize, s, chosen, ids + t * k,
+                weights + t * k);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeGemvGateUpPairs(const bf16* x, const int32_t* ids, const bf16* gate_up,
+                                     bf16* h, int64_t tokens, int k, int experts, int64_t hidden,
+                                     int64_t inter, cudaStream_t stream) {
+  const int64_t pairs = tokens * k;
+  if (pairs == 0) return cudaSuccess;
+  if (pairs > kMoeGemvMaxPairs || !MoeSupported(hidden, inter, experts, k) ||
+      CeilDiv(inter, kGuWarps) > 65535u) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>(pairs), CeilDiv(inter, kGuWarps));
+  return LaunchPdl(MoeGemvGateUpPairsKernel, grid, dim3(kGuThreads), 0, stream, x, ids, gate_up, h,
+                   k, experts, hidden, inter);
+}
+
+cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const float* weights,
+                                     const bf16* down, bf16* out, int64_t tokens, int k,
+                                     int experts, int64_t hidden, int64_t inter,
+                                     cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  const int rows = DcRowsPerCta(k);
+  if (tokens * k > kMoeGemvMaxPairs || !MoeSupported(hidden, inter, experts, k) ||
+      CeilDiv(hidden, rows) > 65535u) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t smem = sizeof(float) * rows * k;  // <= 16 KiB (k <= kMoeMaxExperts)
+  const dim3 grid(static_cast<unsigned>(tokens), CeilDiv(hidden, rows));
+  return LaunchPdl(MoeGemvDownCombineKernel, grid, dim3(kDcThreads), smem, stream, h, ids, weights,
+                   down, out, k, experts, hidden, inter, rows);
+}
+
+bool MoeFusedRouteSupported(int64_t tokens, int64_t hidden, int64_t experts, int64_t k,
+                            const void* x, const void* router) {
+  return tokens >= 1 && tokens <= kMoeFusedRouteTokens && hidden > 0 &&
+         hidden % kMoeDimMultiple == 0 && experts >= 1 && experts <= kMoeMaxExperts && k >= 1 &&
+         k <= experts && Aligned16(x) && Aligned16(router);
+}
+
+cudaError_t LaunchMoeRouteFused(const bf16* x, const bf16* router, int64_t tokens, int experts,
+                                int64_t hidden, int k, bool renormalize, float* logits,
+                                int* counter, int32_t* ids, float* weights, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  if (!MoeFusedRouteSupported(tokens, hidden, experts, k, x, router) || counter == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t smem = size_t{kRtWarps} * experts * (sizeof(float) + sizeof(int));  // <= 32 KiB
+  return LaunchPdl(MoeRouteKernel, dim3(CeilDiv(experts, kRtWarps)), dim3(kRtThreads), smem, stream,
+                   x, router, static_cast<int>(tokens), experts, hidden, k, renormalize, logits,
+                   counter, ids, weights);
+}
+
+}  // namespace oasis::kernels

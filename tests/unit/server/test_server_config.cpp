@@ -179,7 +179,7 @@ TEST_CASE("lookahead settings: draft model, dummy heads, modes") {
   CHECK(p->config.ToJson()["lookahead"] == "speculate");
 }
 
-TEST_CASE("--num-speculative-tokens: 1..4, needs speculate, auto resolves to it") {
+TEST_CASE("num-speculative-tokens flag: 1..4, needs speculate, auto resolves to it") {
   auto p = Parse({});
   REQUIRE(p.ok());
   CHECK(p->config.num_speculative_tokens == 1);

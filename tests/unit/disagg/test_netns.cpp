@@ -58,6 +58,14 @@ TEST_CASE("two namespaces: a remote pool's blocks byte-exact over veth, and its 
   RemoteReaderOptions ro;
   ro.secret = kSecret;
   auto reader = RemoteReader::Connect(*ctx, words[1], ro);
+  if (!reader.ok()) {
+    // Seen twice on a loaded 2-core CI machine with UCX's default transports (a failed
+    // endpoint within 2 s, the status not recorded then): say why, and try once more — a
+    // second failure fails the test.
+    WARN("first connect failed: " << reader.status().ToString());
+    reader = RemoteReader::Connect(*ctx, words[1], ro);
+  }
+  INFO((reader.ok() ? std::string("connected") : reader.status().ToString()));
   REQUIRE(reader.ok());
   std::mt19937_64 rng(11);
   const size_t n = 1000;

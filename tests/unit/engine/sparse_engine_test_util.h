@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -45,6 +46,10 @@ struct SparseStepLog {
   // SparseKvManager::KvEnd) are the min / max of the keys the host store holds for them.
   bool host_summaries_consistent = true;
   int64_t summaries_checked = 0;  // blocks checked
+  // Every (row, layer, head) changed at most the fetch cap its layer had at the step
+  // (SparseKvManager::fetch_caps: C, or the adaptive budget's), and the smallest cap seen.
+  bool within_fetch_caps = true;
+  int32_t min_fetch_cap = INT32_MAX;
 };
 
 // Host-home requests' final blocks: summaries equal the min / max over the host store's keys
@@ -104,6 +109,9 @@ class RecordingRunner final : public ModelRunner {
     std::vector<Tensor> before;
     for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l)
       before.push_back(st.layer(l).ws_blocks.Clone());
+    const std::vector<int32_t> caps = m.fetch_caps();  // set between steps
+    for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l)
+      log.min_fetch_cap = std::min(log.min_fetch_cap, caps[static_cast<size_t>(l)]);
     auto out = ModelRunner::Run(step);
     ++log.sparse_steps;
     const int64_t S = plan.seq_rows.numel();
@@ -125,6 +133,7 @@ class RecordingRunner final : public ModelRunner {
             if (a[x] != b[x] && b[x] >= 0) ++changed;
           }
           log.max_new_per_head = std::max(log.max_new_per_head, changed);
+          if (changed > caps[static_cast<size_t>(l)]) log.within_fetch_caps = false;
           log.new_blocks += changed;
         }
       }

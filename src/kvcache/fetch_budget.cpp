@@ -40,7 +40,7 @@ bool FetchBudgetController::Update(const FetchBudgetInput& in) {
     if (unserved > rule_.unserved_target) {
       c = std::min(max_cap_, c + 1);
     } else if (unserved < rule_.unserved_target / 2) {
-      c = std::max(1, c - 1);
+      c = std::max(1, c * 3 / 4);  // multiplicative: 16 -> 12 -> 9 -> 6 -> 4 -> 3 -> 2 -> 1
     }
   }
   return caps_ != before;

@@ -5,14 +5,15 @@
 // interval (a few steps). It only decides how much to fetch: a miss it does not admit is
 // handled exactly as one above the fixed cap C (the step attends to the resident set).
 //
-// The rule (AIMD on the interval's counter deltas; deterministic, a pure function of them):
+// The rule (AIMD — additive increase, multiplicative decrease — on the interval's counter
+// deltas; deterministic, a pure function of them):
 //   pressure = transfer-wait seconds / interval seconds (how much of the steps the transfers
 //              did not hide: CUDA measures it at each step's closing join; 0 on the CPU)
 //   if pressure > pressure_limit:       c_l = max(1, c_l / 2) for every layer   (back off)
 //   else, per layer with misses m and fetched f in the interval:
 //     unserved u = (m - f) / m            (the share of predicted blocks left out; 0 if m = 0)
 //     u > unserved_target:                c_l = min(C, c_l + 1)                 (grow)
-//     u < unserved_target / 2:            c_l = max(1, c_l - 1)                 (shrink)
+//     u < unserved_target / 2:            c_l = max(1, floor(3 c_l / 4))        (shrink)
 //     otherwise:                          c_l unchanged                         (dead band)
 // Caps start at C, so the first interval is the fixed budget's. A miss left out now is a miss
 // again next step if it is still predicted (best-scored misses are admitted first), so a cap

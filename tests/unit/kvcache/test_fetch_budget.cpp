@@ -1,6 +1,7 @@
 // FetchBudgetController (--sparse-budget adaptive, docs/sparse.md §13): per-layer caps stay in
-// [1, C], start at C, grow while misses go unfetched, shrink while they are all served, hold in
-// the dead band, halve under transfer pressure, and are a pure function of their inputs.
+// [1, C], start at C, grow by one while misses go unfetched, shrink by a quarter while they are
+// served, hold in the dead band, halve under transfer pressure, and are a pure function of their
+// inputs.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -33,9 +34,13 @@ TEST_CASE("fetch budget: caps start at C on sparse layers, 0 on dense ones", "[k
 TEST_CASE("fetch budget: shrinks to 1 while every miss is fetched, grows back to C under misses",
           "[kvcache][budget]") {
   FetchBudgetController c(3, 0, 5);
-  // No unserved misses: one block less per interval, never below 1.
-  for (int i = 0; i < 4; ++i) REQUIRE(c.Update(Uniform(3, 10, 10)));
-  REQUIRE(c.caps() == std::vector<int32_t>{1, 1, 1});
+  // No unserved misses: a quarter less per interval (at least one block), never below 1.
+  const std::vector<int32_t> down = {3, 2, 1};
+  for (int32_t want : down) {
+    REQUIRE(c.Update(Uniform(3, 10, 10)));
+    REQUIRE(c.caps() == std::vector<int32_t>{want, want, want});
+  }
+  REQUIRE_FALSE(c.Update(Uniform(3, 10, 10)));
   REQUIRE_FALSE(c.Update(Uniform(3, 0, 0)));  // no misses at all: stays at the floor
   REQUIRE(c.caps() == std::vector<int32_t>{1, 1, 1});
   // Most misses left out (90% unserved > the 50% target): one more per interval, up to C.
@@ -43,6 +48,13 @@ TEST_CASE("fetch budget: shrinks to 1 while every miss is fetched, grows back to
   REQUIRE(c.caps() == std::vector<int32_t>{5, 5, 5});
   REQUIRE_FALSE(c.Update(Uniform(3, 100, 10)));  // at the bound
   REQUIRE(c.caps() == std::vector<int32_t>{5, 5, 5});
+}
+
+TEST_CASE("fetch budget: from C = 16 to 1 in seven intervals of served misses", "[kvcache][budget]") {
+  FetchBudgetController c(1, 0, 16);
+  std::vector<int32_t> seen;
+  while (c.Update(Uniform(1, 4, 4))) seen.push_back(c.caps()[0]);
+  REQUIRE(seen == std::vector<int32_t>{12, 9, 6, 4, 3, 2, 1});
 }
 
 TEST_CASE("fetch budget: layers move independently; the dead band holds", "[kvcache][budget]") {

@@ -84,6 +84,20 @@ inline void CheckHostSummariesOf(SparseKvManager& m, SparseStepLog& log) {
   }
 }
 
+// Simulated PCIe pressure for the adaptive fetch budget (docs/sparse.md §13): a stage sync that
+// orders nothing (the CPU runs every op in order) and reports `seconds` of transfer wait at
+// every metrics collection, as a CUDA step whose transfers outlast it would.
+class WaitingStageSync final : public SparseStageSync {
+ public:
+  explicit WaitingStageSync(double seconds) : seconds_(seconds) {}
+  void Enter(SparseStage, int64_t) override {}
+  void Exit(SparseStage, int64_t) override {}
+  double TakeTransferWaitSeconds() override { return seconds_; }
+
+ private:
+  double seconds_;
+};
+
 // The plain runner plus checks around every sparse step: how many working-set blocks per
 // (row, layer, KV head) changed (at most C may: those are the fetches), the GPU slots the
 // sparse requests hold, the tokens a sparse sequence feeds. CPU backend only (reads the
@@ -93,6 +107,9 @@ class RecordingRunner final : public ModelRunner {
   RecordingRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots)
       : ModelRunner(model, backend, num_kv_slots) {}
   SparseStepLog log;
+  // Set before the engine attaches sparse KV: the pipeline's stage sync (null: none).
+  std::unique_ptr<SparseStageSync> simulated_sync;
+  SparseStageSync* sparse_stage_sync() override { return simulated_sync.get(); }
 
   std::vector<SampleResult> Run(const StepInputs& step) override {
     if (!step.sparse) return ModelRunner::Run(step);

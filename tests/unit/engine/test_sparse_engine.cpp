@@ -562,6 +562,34 @@ TEST_CASE("adaptive fetch budget: dense outputs with K >= blocks, fewer bytes wh
     CHECK(stats[1].sparse.h2d_bytes_total < stats[0].sparse.h2d_bytes_total);
     CHECK(stats[1].sparse.misses_total > 0);
   }
+  SECTION("simulated transfer pressure: every cap backs off to 1") {
+    const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);
+    TinyModel tm(kSlots);
+    RecordingRunner runner(*tm.model, tm.backend, kSlots);
+    // 10 s of transfer wait per interval of a few milliseconds: far over the 5% limit.
+    runner.simulated_sync = std::make_unique<WaitingStageSync>(10.0);
+    auto head = FixtureHead(tm);
+    EngineOptions opt;
+    opt.lookahead = LookaheadMode::kReject;
+    opt.sparse = TinySparse(4, 1.0, SparsePredictor::kDraft);  // C = 4
+    opt.sparse->budget = SparseBudget::kAdaptive;
+    opt.sparse_metrics_interval = 2;
+    auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
+    const SparseRun run = RunEngine(runner, draft.get(), opt, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      INFO(reqs[i].id);
+      CHECK(run.out[i].error.ok());
+      if (reqs[i].ignore_eos) CHECK(run.out[i].reason == FinishReasonKind::kLength);
+    }
+    CHECK(runner.log.sync_is_runners);
+    CHECK(runner.log.within_fetch_caps);
+    CHECK(run.stats.sparse.fetch_budget_backoffs_total > 2);
+    CHECK(run.stats.sparse.fetch_caps == std::vector<int32_t>{1, 1, 1});
+    // From the third interval on at most one block per head and step: under two thirds of the
+    // fixed budget's blocks on this workload (2,097; measured 1,297).
+    CHECK(run.stats.sparse.blocks_fetched_total * 3 < 2097 * 2);
+    CHECK(run.stats.sparse.blocks_fetched_total == runner.log.new_blocks);
+  }
 }
 
 TEST_CASE("sparse KV with a threshold no request reaches is dense decoding", "[engine][sparse]") {

@@ -71,6 +71,7 @@ struct SelectBlocksParams {
   const uint8_t* remote =
       nullptr;                    // [R, Hkv, max_blocks] or null: blocks not in the host store yet
   int32_t* remote_out = nullptr;  // [R, Hkv, cr]: remote misses in topk order, -1 padded
+  const int32_t* fetch_cap = nullptr;  // [Hkv] or null: per-head admission cap, clamped to [0, c]
   int rows_count = 0, num_kv_heads = 0, k = 0, c = 0, max_blocks = 0, cr = 0;
   int32_t in_place_base = INT32_MAX;  // host_tables entries >= it: GPU slot + in_place_base
 };

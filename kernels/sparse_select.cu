@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(kSelectThreads) SelectBlocksKernel(SelectBlock
   }
   __syncthreads();
   // 5: admit n = min(misses, C, victims), best-scored misses first.
-  const int n = min(min(s_local, C), s_victims);
+  const int cap =
+      p.fetch_cap != nullptr ? max(0, min(C, p.fetch_cap[blockIdx.x % p.num_kv_heads])) : C;
+  const int n = min(min(s_local, cap), s_victims);
   for (int i = threadIdx.x; i < K; i += blockDim.x) {
     const int m = miss_rank[i];
     if (m < 0 || m >= n) continue;

@@ -381,6 +381,9 @@ class Backend {
   // lists the in-place predicted blocks' GPU slots together with the working slots' — the
   // predicted and fetched ones all, the others (stale) in ascending j while fewer than K are
   // listed — by ascending logical block. in_place_base = INT32_MAX: no block is in place.
+  // Adaptive budget (docs/sparse.md §13), when `fetch_cap` is given: step 5 admits
+  // n = min(#misses, clamp(fetch_cap[h], 0, C), #victims) for head h; null = C (bit-identical
+  // to passing C everywhere).
   virtual void SelectBlocks(const Tensor& topk,         // [R, Hkv, K] int32
                             const Tensor& rows,         // [R] int32, -1 = inactive
                             const Tensor& host_tables,  // [R, Hkv, MB] int32
@@ -394,7 +397,8 @@ class Backend {
                             Tensor& stats,           // [R, Hkv, 3] int32, accumulated
                             const Tensor* remote = nullptr,  // [R, Hkv, MB] u8 or null
                             Tensor* remote_out = nullptr,    // [R, Hkv, CR] int32 (with remote)
-                            int32_t in_place_base = INT32_MAX) = 0;
+                            int32_t in_place_base = INT32_MAX,
+                            const Tensor* fetch_cap = nullptr) = 0;  // [Hkv] int32 or null
 
   // Copies whole head-blocks (K and V, kBlockSize x D each): dst[dst_slots[i]] =
   // src[src_slots[i]] for every i where both are >= 0. Either pool may be a device pool or a

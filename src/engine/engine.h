@@ -278,6 +278,10 @@ struct EngineStats {
     int64_t blocks_fetched_total = 0;     // misses fetched host -> GPU (<= C per head per step)
     int64_t h2d_bytes_total = 0;          // their bytes (K and V)
     double transfer_wait_seconds_total = 0;  // attention waiting on transfers (CUDA)
+    // Per-layer fetch caps in use (blocks per KV head per step; 0 = dense layer): C everywhere
+    // with --sparse-budget fixed, the controller's with adaptive (docs/sparse.md §13).
+    std::vector<int32_t> fetch_caps;
+    int64_t fetch_budget_backoffs_total = 0;  // adaptive: intervals that halved every cap
     std::vector<int64_t> agree_overlap;  // [num_layers] sampled |predicted top-K & actual top-K|
     std::vector<int64_t> agree_total;    // [num_layers] sampled |actual top-K|
     double host_kv_usage() const {

@@ -63,6 +63,14 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                         manager_.host_store().num_summary_rows())
           : std::string(),
       config.max_sparse_seqs, KvHomeName(config.home));
+  if (config.budget == SparseBudget::kAdaptive) {
+    budget_.emplace(runner.model().config().num_hidden_layers, config.dense_layers,
+                    config.max_fetch());
+    spdlog::info(
+        "sparse KV: adaptive fetch budget: per-layer caps in [1, {}], updated every {} sparse "
+        "steps",
+        config.max_fetch(), metrics_interval_);
+  }
   if (config.switch_on_pressure)
     spdlog::info(
         "sparse KV: pressure policy: dense decodes past the threshold run dense while the pool has "
@@ -447,11 +455,24 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.move_seconds_total = move_seconds_;
   stats.sparse.move_copy_seconds_total = move_copy_seconds_;
   stats.sparse.admission_waits_total = admission_waits_;
+  stats.sparse.fetch_caps = manager_.fetch_caps();
   if (steps_uncollected_ == 0) return;
   if (steps_uncollected_ < metrics_interval_ && manager_.num_sparse() > 0) return;
   steps_uncollected_ = 0;
   // Each rank's counters (its own KV heads), summed; steps are the same on every rank.
   const SparseMetrics m = runner_.CollectSparseMetrics();
+  const auto now = std::chrono::steady_clock::now();
+  if (budget_) {  // the adaptive budget: this interval's counters -> the next caps
+    FetchBudgetInput in;
+    in.layers.reserve(m.layers.size());
+    for (const SparseLayerMetrics& l : m.layers) in.layers.push_back({l.hits, l.misses, l.fetched});
+    in.transfer_wait_seconds = m.transfer_wait_seconds;
+    in.interval_seconds = std::chrono::duration<double>(now - interval_start_).count();
+    if (budget_->Update(in)) manager_.SetFetchCaps(budget_->caps());
+    stats.sparse.fetch_caps = manager_.fetch_caps();
+    stats.sparse.fetch_budget_backoffs_total = budget_->backoffs();
+  }
+  interval_start_ = now;
   const SparseLayerMetrics total = m.Total();
   stats.sparse.steps_total += m.steps;
   stats.sparse.seq_steps_total += m.sparse_seq_steps;

@@ -21,15 +21,18 @@
 // fixed at construction and may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "engine/scheduler.h"
 #include "kvcache/block_allocator.h"
+#include "kvcache/fetch_budget.h"
 #include "kvcache/sparse_config.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "kvcache/sparse_pipeline.h"
@@ -158,7 +161,11 @@ class SparseDecoding final : public SequenceKvHooks {
   // Whether `seq` goes to the HBM home (SparseKvManager::ReserveInPlace) rather than the host.
   bool AdmitInPlace(const Sequence& seq) const;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
-  int64_t admission_waits_ = 0;    // requests that had to wait for host room (once each)
+  // --sparse-budget adaptive: per-layer fetch caps from each collection's counters
+  // (docs/sparse.md §13); nullopt with the fixed budget.
+  std::optional<FetchBudgetController> budget_;
+  std::chrono::steady_clock::time_point interval_start_ = std::chrono::steady_clock::now();
+  int64_t admission_waits_ = 0;  // requests that had to wait for host room (once each)
   std::unordered_set<uint64_t> waiting_for_host_;
   int64_t switch_failures_ = 0;
   int64_t in_place_blocks_ = 0;    // head-blocks in-place requests' tables hold (each step)

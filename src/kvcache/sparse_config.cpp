@@ -37,6 +37,24 @@ Status SparseConfig::Validate(int64_t num_layers) const {
   return Status::Ok();
 }
 
+std::string_view SparseBudgetName(SparseBudget b) {
+  switch (b) {
+    case SparseBudget::kFixed:
+      return "fixed";
+    case SparseBudget::kAdaptive:
+      return "adaptive";
+  }
+  return "?";
+}
+
+StatusOr<SparseBudget> ParseSparseBudget(std::string_view name) {
+  for (SparseBudget b : {SparseBudget::kFixed, SparseBudget::kAdaptive}) {
+    if (name == SparseBudgetName(b)) return b;
+  }
+  return InvalidArgument("--sparse-budget must be one of fixed, adaptive; got '" +
+                         std::string(name) + "'");
+}
+
 std::string_view KvHomeName(KvHome h) {
   switch (h) {
     case KvHome::kHost:

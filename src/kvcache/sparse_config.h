@@ -1,6 +1,6 @@
 // SparseConfig: the knobs of lookahead sparse KV (docs/sparse.md), as the server flags set them
 // (--topk-blocks, --fetch-ratio, --sparse-threshold, --dense-layers, --host-kv-gib,
-// --sparse-predictor, --sparse-group-reduce). Plain values; thread-compatible.
+// --sparse-predictor, --sparse-group-reduce, --sparse-budget). Plain values; thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,13 @@ enum class KvHome : uint8_t {
   kHost,  // the host KV store: each step fetches its working set's misses over PCIe
   kHbm,   // the GPU pool (in place): each step reads its selected blocks where they are
   kAuto,  // HBM while the GPU pool has room for the whole request, else the host store
+};
+
+// How many misses a (layer, KV head) may fetch per step (docs/sparse.md §13).
+enum class SparseBudget : uint8_t {
+  kFixed,     // every sparse layer admits up to C = ceil(fetch_ratio * K) misses per head per step
+  kAdaptive,  // FetchBudgetController sets a cap per layer in [1, C] from measured misses,
+              // fetches and transfer waits (kvcache/fetch_budget.h)
 };
 
 struct SparseConfig {
@@ -74,6 +81,9 @@ struct SparseConfig {
   // of KV together before the longest switch to sparse in place. 0: as many tokens as make the
   // model's weight bytes (their attention then reads at most as much as the weights per step).
   int64_t dense_read_tokens = 0;
+  // --sparse-budget: fixed caps C, or per-layer caps in [1, C] that follow the measured misses
+  // and transfer waits (adaptive). Bounds are always C and K.
+  SparseBudget budget = SparseBudget::kFixed;
 
   // C = ceil(fetch_ratio * K), at least 1.
   int32_t max_fetch() const;
@@ -87,6 +97,8 @@ std::string_view SparsePredictorName(SparsePredictor p);
 StatusOr<SparsePredictor> ParseSparsePredictor(
     std::string_view name);                                     // draft|previous-query|oracle
 StatusOr<GroupReduce> ParseGroupReduce(std::string_view name);  // sum|max
+std::string_view SparseBudgetName(SparseBudget b);
+StatusOr<SparseBudget> ParseSparseBudget(std::string_view name);  // fixed|adaptive
 std::string_view KvHomeName(KvHome h);
 StatusOr<KvHome> ParseKvHome(std::string_view name);  // host|hbm|auto
 

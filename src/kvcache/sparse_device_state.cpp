@@ -45,6 +45,7 @@ SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads,
     s.fetch_dst = Filled(b, {rows, kv_heads, max_fetch}, -1);
     s.select_stats = Filled(b, {rows, kv_heads, 3}, 0);
     s.agree_stats = Filled(b, {rows, kv_heads, 2}, 0);
+    s.fetch_cap = Filled(b, {kv_heads}, static_cast<int32_t>(max_fetch));
     if (remote_cap > 0) {
       s.remote = b.EmptyHost({rows, kv_heads, max_blocks}, DType::kU8);
       std::fill(s.remote.data<uint8_t>(), s.remote.data<uint8_t>() + s.remote.numel(), uint8_t{0});
@@ -75,6 +76,12 @@ void SparseDeviceState::WriteRow(Tensor& t, int64_t r, const std::vector<int32_t
       << "WriteRow size for " << t.ToString();
   backend_.UploadBytes(t, static_cast<size_t>(r * row_elems) * sizeof(int32_t), values.data(),
                        values.size() * sizeof(int32_t));
+}
+
+void SparseDeviceState::SetFetchCap(int64_t l, int32_t cap) {
+  Tensor& t = layer(l).fetch_cap;
+  const std::vector<int32_t> values(static_cast<size_t>(kv_heads_), cap);
+  backend_.UploadBytes(t, 0, values.data(), values.size() * sizeof(int32_t));
 }
 
 void SparseDeviceState::ZeroStats() {

@@ -75,6 +75,9 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
         << "sparse KV: sides of unequal host stores";
   }
   for (int32_t r = config.max_sparse_seqs - 1; r >= 0; --r) free_rows_.push_back(r);
+  fetch_caps_.assign(static_cast<size_t>(shape.num_layers), 0);
+  for (int64_t l = config.dense_layers; l < shape.num_layers; ++l)
+    fetch_caps_[static_cast<size_t>(l)] = config.max_fetch();
 }
 
 SparseKvManager::~SparseKvManager() {
@@ -249,6 +252,22 @@ int64_t SparseKvManager::CopySome(
   run_sides_([&](int side) { sides_.at(static_cast<size_t>(side)).backend->EndBackground(); });
   req.copied = std::max(req.copied, to);
   return n;
+}
+
+void SparseKvManager::SetFetchCaps(const std::vector<int32_t>& caps) {
+  OASIS_CHECK_EQ(caps.size(), fetch_caps_.size()) << "SetFetchCaps: one cap per layer";
+  std::vector<int64_t> changed;
+  for (int64_t l = config_.dense_layers; l < shape_.num_layers; ++l) {
+    const size_t i = static_cast<size_t>(l);
+    const int32_t c = std::clamp(caps[i], 1, config_.max_fetch());
+    if (c == fetch_caps_[i]) continue;
+    fetch_caps_[i] = c;
+    changed.push_back(l);
+  }
+  if (changed.empty()) return;
+  run_sides_([&](int side) {
+    for (int64_t l : changed) state(side).SetFetchCap(l, fetch_caps_[static_cast<size_t>(l)]);
+  });
 }
 
 void SparseKvManager::JoinMoves() {

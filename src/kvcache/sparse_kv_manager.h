@@ -109,6 +109,12 @@ class SparseKvManager {
   const SparseConfig& config() const { return config_; }
   // Measurement only (bench_sparse_decode): switches SparseConfig::transfers between steps.
   void SetTransfers(bool on) { config_.transfers = on; }
+  // The adaptive budget (--sparse-budget adaptive, docs/sparse.md §13): each sparse layer's
+  // admission cap (caps[l], [num_layers], clamped to [1, C]) on every side, written between
+  // steps; only layers whose cap changed are written. fetch_caps(): the caps in use ([num_layers],
+  // 0 for dense layers; C everywhere with the fixed budget).
+  void SetFetchCaps(const std::vector<int32_t>& caps);
+  const std::vector<int32_t>& fetch_caps() const { return fetch_caps_; }
   const SparseModelShape& shape() const { return shape_; }
   int num_sides() const { return static_cast<int>(sides_.size()); }
   // Side 0's (its free list is the host store's); host_store(r) / state(r): side r's.
@@ -318,6 +324,7 @@ class SparseKvManager {
   SparseModelShape shape_;
   BlockAllocator& gpu_allocator_;
   SparseSideRunner run_sides_;
+  std::vector<int32_t> fetch_caps_;  // [num_layers] the caps the device states hold
   std::vector<DeviceSide> sides_;
   std::unordered_map<uint64_t, Request> requests_;
   std::vector<int32_t> free_rows_;  // LIFO

@@ -301,7 +301,8 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
     b.SelectBlocks(ls.topk, current_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age,
                    ls.fetch_src, ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
                    st.remote_cap() > 0 ? &ls.remote : nullptr,
-                   st.remote_cap() > 0 ? &ls.remote_out : nullptr, store.in_place_base());
+                   st.remote_cap() > 0 ? &ls.remote_out : nullptr, store.in_place_base(),
+                   cfg.budget == SparseBudget::kAdaptive ? &ls.fetch_cap : nullptr);
     if (cfg.transfers) {
       b.CopyBlocks(store.pool(layer), ls.fetch_src.Reshape({ls.fetch_src.numel()}), pool,
                    ls.fetch_dst.Reshape({ls.fetch_dst.numel()}));
@@ -359,7 +360,8 @@ void SparseAttentionPipeline::AfterAttention(int layer, const Tensor& q, LayerKv
   b.SelectBlocks(ls.topk, predict_rows_, ls.host_tables, st.ws_slots, ls.ws_blocks, ls.ws_age,
                  ls.fetch_src, ls.fetch_dst, ls.resident_slots, ls.num_resident, ls.select_stats,
                  st.remote_cap() > 0 ? &ls.remote : nullptr,
-                 st.remote_cap() > 0 ? &ls.remote_out : nullptr, store.in_place_base());
+                 st.remote_cap() > 0 ? &ls.remote_out : nullptr, store.in_place_base(),
+                 cfg.budget == SparseBudget::kAdaptive ? &ls.fetch_cap : nullptr);
   Exit(SparseStage::kSelect, layer);
 
   if (!cfg.transfers) return;  // measurement mode: nothing crosses PCIe

@@ -222,6 +222,21 @@ constexpr Row kEngineMetrics[] = {
     {"oasis:sparse_transfer_wait_seconds_total", kCounter,
      "Time sparse steps' ends waited for the transfers, predict and select the step did not hide (CUDA).",
      [](const EngineStats& s) -> double { return s.sparse.transfer_wait_seconds_total; }},
+    {"oasis:sparse_fetch_cap", kGauge,
+     "Fetch cap in use per sparse layer: blocks a KV head may fetch per step (C with "
+     "--sparse-budget fixed; the adaptive controller's cap in [1, C] with adaptive).",
+     [](const EngineStats& s) {
+       Samples out;
+       for (size_t l = 0; l < s.sparse.fetch_caps.size(); ++l) {
+         if (s.sparse.fetch_caps[l] <= 0) continue;  // a dense layer
+         out.push_back({"layer=\"" + std::to_string(l) + "\"", s.sparse.fetch_caps[l]});
+       }
+       return out;
+     }},
+    {"oasis:sparse_fetch_budget_backoffs_total", kCounter,
+     "Adaptive budget updates that halved every layer's fetch cap (transfer waits over 5% of the "
+     "steps' time).",
+     [](const EngineStats& s) -> double { return s.sparse.fetch_budget_backoffs_total; }},
     {"oasis:sparse_topk_agreement", kGauge,
      "Sampled agreement of the predicted top-K with the real query's top-K.",
      [](const EngineStats& s) -> double { return s.sparse.topk_agreement(); }},

@@ -35,6 +35,7 @@ nlohmann::ordered_json SparseJson(ModelHost& host) {
   return {{"threshold", s.sparse_threshold},
           {"topk_blocks", s.topk_blocks},
           {"max_fetch_per_head", s.max_fetch()},
+          {"budget", SparseBudgetName(s.budget)},
           {"dense_layers", s.dense_layers},
           {"predictor", SparsePredictorName(s.predictor)},
           {"group_reduce", s.group_reduce == GroupReduce::kSum ? "sum" : "max"},

@@ -475,6 +475,7 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   OASIS_ASSIGN_OR_RETURN(s.predictor, ParseSparsePredictor(sc.ResolvedSparsePredictor()));
   OASIS_ASSIGN_OR_RETURN(s.group_reduce, ParseGroupReduce(sc.sparse_group_reduce));
   OASIS_ASSIGN_OR_RETURN(s.home, ParseKvHome(sc.kv_home));
+  OASIS_ASSIGN_OR_RETURN(s.budget, ParseSparseBudget(sc.sparse_budget));
   s.switch_on_pressure = sc.ResolvedSparseSwitch() == "pressure";
   s.max_sparse_seqs = static_cast<int32_t>(
       std::min<int64_t>(sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, 1 << 16));

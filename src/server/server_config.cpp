@@ -98,6 +98,10 @@ const std::vector<Setting>& Settings() {
          "fetched over PCIe), hbm (the GPU pool: selected blocks read in place), auto (the "
          "default: hbm while the GPU pool has room for the whole request, else host; under "
          "pressure in-place requests move to the host store)"},
+        {"sparse-budget", &ServerConfig::sparse_budget,
+         "sparse: fetch caps per head and step: fixed (C = ceil(--fetch-ratio x K) in every "
+         "layer), adaptive (per layer in [1, C], following the measured misses and backing off "
+         "when transfers stall the steps)"},
         {"sparse-group-reduce", &ServerConfig::sparse_group_reduce,
          "sparse: GQA reduction of block scores: sum or max"},
         {"max-sparse-seqs", &ServerConfig::max_sparse_seqs,
@@ -283,6 +287,7 @@ Status ServerConfig::Validate() const {
       one_of("sparse-predictor", sparse_predictor, {"auto", "draft", "previous-query", "oracle"}));
   OASIS_RETURN_IF_ERROR(one_of("sparse-group-reduce", sparse_group_reduce, {"sum", "max"}));
   OASIS_RETURN_IF_ERROR(one_of("kv-home", kv_home, {"host", "hbm", "auto"}));
+  OASIS_RETURN_IF_ERROR(one_of("sparse-budget", sparse_budget, {"fixed", "adaptive"}));
   OASIS_RETURN_IF_ERROR(one_of("sparse-switch", sparse_switch, {"auto", "threshold", "pressure"}));
   if (sparse_switch == "pressure" && dense_layers > 0) {
     return InvalidArgument("--sparse-switch pressure needs --dense-layers 0, got " +

@@ -197,11 +197,17 @@ TEST_CASE("SelectBlocks on the GPU follows the CPU step by step (in-place blocks
         }
         g_table = gpu->Upload(c_table);
       }
+      // The adaptive budget's per-head caps (docs/sparse.md §13) at steps 4 and 5: 0, 1, above C
+      // (clamped) and about C / 2.
+      const bool capped = step >= 4;
+      const Tensor c_cap = Ints({H}, {0, 1, c + 5, std::max(1, c / 2)}), g_cap = gpu->Upload(c_cap);
       cpu.SelectBlocks(c_topk, c_rows, c_table, c_slots, c_blocks, c_age, c_src, c_dst, c_res, c_nres, c_stats,
-                       with_remote ? &remote : nullptr, with_remote ? &c_rout : nullptr, in_place_base);
+                       with_remote ? &remote : nullptr, with_remote ? &c_rout : nullptr, in_place_base,
+                       capped ? &c_cap : nullptr);
       Tensor g_topk = gpu->Upload(c_topk);
       gpu->SelectBlocks(g_topk, g_rows, g_table, g_slots, g_blocks, g_age, g_src, g_dst, g_res, g_nres, g_stats,
-                        with_remote ? &remote : nullptr, with_remote ? &g_rout : nullptr, in_place_base);
+                        with_remote ? &remote : nullptr, with_remote ? &g_rout : nullptr, in_place_base,
+                        capped ? &g_cap : nullptr);
       for (auto [g, w] : {std::pair{&g_blocks, &c_blocks}, {&g_age, &c_age}, {&g_src, &c_src}, {&g_dst, &c_dst},
                           {&g_res, &c_res}, {&g_nres, &c_nres}, {&g_stats, &c_stats}, {&g_rout, &c_rout}}) {
         ExpectSameInts(gpu->Download(*g), *w);

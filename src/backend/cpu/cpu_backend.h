@@ -60,7 +60,7 @@ class CpuBackend final : public Backend {
                     const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
                     Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
                     const Tensor* remote = nullptr, Tensor* remote_out = nullptr,
-                    int32_t in_place_base = INT32_MAX) override;
+                    int32_t in_place_base = INT32_MAX, const Tensor* fetch_cap = nullptr) override;
   void CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, LayerKvPool& dst,
                   const Tensor& dst_slots) override;
   void CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,

@@ -168,7 +168,7 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
                               const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age,
                               Tensor& fetch_src, Tensor& fetch_dst, Tensor& resident_slots,
                               Tensor& num_resident, Tensor& stats, const Tensor* remote,
-                              Tensor* remote_out, int32_t in_place_base) {
+                              Tensor* remote_out, int32_t in_place_base, const Tensor* fetch_cap) {
   CheckInt(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
@@ -195,6 +195,10 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
     OASIS_CHECK(remote_out != nullptr) << "SelectBlocks: remote without remote_out";
     CheckState(*remote_out, R, hkv, "SelectBlocks remote_out");
     cr = remote_out->dim(2);
+  }
+  if (fetch_cap != nullptr) {
+    CheckInt(*fetch_cap, DType::kI32, "SelectBlocks fetch_cap");
+    OASIS_CHECK_EQ(fetch_cap->numel(), hkv) << "SelectBlocks fetch_cap " << fetch_cap->ToString();
   }
   std::vector<char> predicted_slot(static_cast<size_t>(k));
   std::vector<int32_t> misses, victims, in_place;
@@ -268,9 +272,11 @@ void CpuBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Tens
       }
       std::stable_sort(victims.begin() + static_cast<std::ptrdiff_t>(num_empty), victims.end(),
                        [age](int32_t a, int32_t b) { return age[a] > age[b]; });
-      // 5: admit at most C misses, best first.
+      // 5: admit at most C misses (or the head's adaptive cap), best first.
+      const int64_t cap =
+          fetch_cap != nullptr ? std::clamp<int64_t>(fetch_cap->data<int32_t>()[h], 0, c) : c;
       const int64_t n = std::min<int64_t>(
-          {static_cast<int64_t>(misses.size()), c, static_cast<int64_t>(victims.size())});
+          {static_cast<int64_t>(misses.size()), cap, static_cast<int64_t>(victims.size())});
       for (int64_t i = 0; i < n; ++i) {
         const int32_t j = victims[static_cast<size_t>(i)], b = misses[static_cast<size_t>(i)];
         OASIS_CHECK(b < mb && table[b] >= 0) << "SelectBlocks: block " << b << " has no host slot";

@@ -146,7 +146,7 @@ class CudaBackend final : public Backend {
                     const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age, Tensor& fetch_src,
                     Tensor& fetch_dst, Tensor& resident_slots, Tensor& num_resident, Tensor& stats,
                     const Tensor* remote = nullptr, Tensor* remote_out = nullptr,
-                    int32_t in_place_base = INT32_MAX) override;
+                    int32_t in_place_base = INT32_MAX, const Tensor* fetch_cap = nullptr) override;
   // CTAs of the UVA gather (CopyBlocks): OASIS_GATHER_CTAS, else kDefaultGatherCtas (GetTuning()).
   static constexpr int kDefaultGatherCtas = oasis::kDefaultGatherCtas;
   static int GatherCtas();

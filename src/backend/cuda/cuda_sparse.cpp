@@ -224,7 +224,7 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
                                const Tensor& ws_slots, Tensor& ws_blocks, Tensor& ws_age,
                                Tensor& fetch_src, Tensor& fetch_dst, Tensor& resident_slots,
                                Tensor& num_resident, Tensor& stats, const Tensor* remote,
-                               Tensor* remote_out, int32_t in_place_base) {
+                               Tensor* remote_out, int32_t in_place_base, const Tensor* fetch_cap) {
   CheckDev(rows, DType::kI32, "SelectBlocks rows");
   const int64_t R = rows.numel(), hkv = topk.dim(1), k = topk.dim(2);
   CheckState(topk, R, hkv, "SelectBlocks topk");
@@ -271,6 +271,11 @@ void CudaBackend::SelectBlocks(const Tensor& topk, const Tensor& rows, const Ten
     p.remote = remote->data<uint8_t>();
     p.remote_out = remote_out->data<int32_t>();
     p.cr = static_cast<int>(remote_out->dim(2));
+  }
+  if (fetch_cap != nullptr) {
+    CheckDev(*fetch_cap, DType::kI32, "SelectBlocks fetch_cap");
+    OASIS_CHECK_EQ(fetch_cap->numel(), hkv) << "SelectBlocks fetch_cap " << fetch_cap->ToString();
+    p.fetch_cap = Ptr<int32_t>(*fetch_cap);
   }
   OASIS_CHECK(k <= kernels::kSelectMaxK && p.c <= k)
       << "SelectBlocks: K " << k << " (at most " << kernels::kSelectMaxK << "), C " << p.c;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -224,6 +225,74 @@ TEST_CASE("SelectBlocks: hits stay, misses fill empty slots first, capped per st
   f.Run(b);  // all hits: no traffic
   REQUIRE(Row(f.fetch_src, 0) == std::vector<int32_t>{-1, -1});
   REQUIRE(Row(f.stats, 0) == std::vector<int32_t>{6, 6, 4});
+}
+
+TEST_CASE("SelectBlocks with an adaptive cap per head: at most min(cap, C) admitted, null = C",
+          "[backend][sparse]") {
+  CpuBackend b(1);
+  // Two heads, caps 1 and 9 (clamped to C = 3): the same misses, 1 and 3 admitted best-first.
+  const int64_t hkv = 2, k = 4, c = 3, mb = 16;
+  auto state = [&] {
+    struct S {
+      Tensor topk, rows, host_tables, ws_slots, ws_blocks, ws_age, src, dst, resident, num_res, stats;
+    } s;
+    s.topk = I32({9, 3, 5, 1, 9, 3, 5, 1}, {1, hkv, k});
+    s.rows = I32({0}, {1});
+    s.host_tables = Tensor::Empty({1, hkv, mb}, DType::kI32);
+    for (int64_t i = 0; i < hkv * mb; ++i) s.host_tables.data<int32_t>()[i] = static_cast<int32_t>(1000 + i);
+    s.ws_slots = I32({500, 501, 502, 503, 600, 601, 602, 603}, {1, hkv, k});
+    s.ws_blocks = FilledI32({1, hkv, k}, -1);
+    s.ws_age = FilledI32({1, hkv, k}, 0);
+    s.src = FilledI32({1, hkv, c}, 7);
+    s.dst = FilledI32({1, hkv, c}, 7);
+    s.resident = FilledI32({1, hkv, k}, 7);
+    s.num_res = FilledI32({1, hkv}, 7);
+    s.stats = FilledI32({1, hkv, 3}, 0);
+    return s;
+  };
+  auto capped = state();
+  const Tensor caps = I32({1, 9}, {hkv});
+  b.SelectBlocks(capped.topk, capped.rows, capped.host_tables, capped.ws_slots, capped.ws_blocks, capped.ws_age,
+                 capped.src, capped.dst, capped.resident, capped.num_res, capped.stats, nullptr, nullptr, INT32_MAX,
+                 &caps);
+  REQUIRE(Row(capped.src, 0) == std::vector<int32_t>{1009, -1, -1});
+  REQUIRE(Row(capped.src, 1) == std::vector<int32_t>{1016 + 9, 1016 + 3, 1016 + 5});
+  REQUIRE(Row(capped.stats, 0) == std::vector<int32_t>{0, 4, 1});
+  REQUIRE(Row(capped.stats, 1) == std::vector<int32_t>{0, 4, 3});
+  REQUIRE(capped.num_res.data<int32_t>()[0] == 1);
+  // A cap of 0 admits nothing (the misses are still counted).
+  const Tensor zero = I32({0, 0}, {hkv});
+  auto none = state();
+  b.SelectBlocks(none.topk, none.rows, none.host_tables, none.ws_slots, none.ws_blocks, none.ws_age, none.src,
+                 none.dst, none.resident, none.num_res, none.stats, nullptr, nullptr, INT32_MAX, &zero);
+  REQUIRE(Row(none.src, 0) == std::vector<int32_t>{-1, -1, -1});
+  REQUIRE(Row(none.stats, 1) == std::vector<int32_t>{0, 4, 0});
+  // Caps of C everywhere are bit-identical to no cap tensor, step after step.
+  std::mt19937 rng(std::random_device{}());
+  auto with_c = state(), without = state();
+  const Tensor full = I32({3, 3}, {hkv});
+  for (int step = 0; step < 50; ++step) {
+    std::vector<int32_t> blocks(mb);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    for (int64_t h = 0; h < hkv; ++h) {
+      std::shuffle(blocks.begin(), blocks.begin() + 10, rng);
+      std::copy_n(blocks.begin(), k, with_c.topk.data<int32_t>() + h * k);
+    }
+    std::copy_n(with_c.topk.data<int32_t>(), hkv * k, without.topk.data<int32_t>());
+    b.SelectBlocks(with_c.topk, with_c.rows, with_c.host_tables, with_c.ws_slots, with_c.ws_blocks, with_c.ws_age,
+                   with_c.src, with_c.dst, with_c.resident, with_c.num_res, with_c.stats, nullptr, nullptr,
+                   INT32_MAX, &full);
+    b.SelectBlocks(without.topk, without.rows, without.host_tables, without.ws_slots, without.ws_blocks,
+                   without.ws_age, without.src, without.dst, without.resident, without.num_res, without.stats);
+    using Pair = std::pair<const Tensor*, const Tensor*>;
+    for (const Pair& p : std::initializer_list<Pair>{{&with_c.src, &without.src},
+                                                     {&with_c.ws_blocks, &without.ws_blocks},
+                                                     {&with_c.ws_age, &without.ws_age},
+                                                     {&with_c.resident, &without.resident},
+                                                     {&with_c.stats, &without.stats}}) {
+      for (int64_t h = 0; h < hkv; ++h) REQUIRE(Row(*p.first, h) == Row(*p.second, h));
+    }
+  }
 }
 
 TEST_CASE("SelectBlocks with remote blocks: listed in score order, never fetched, counted as misses",

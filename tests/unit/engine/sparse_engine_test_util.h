@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -45,6 +46,10 @@ struct SparseStepLog {
   // SparseKvManager::KvEnd) are the min / max of the keys the host store holds for them.
   bool host_summaries_consistent = true;
   int64_t summaries_checked = 0;  // blocks checked
+  // Every (row, layer, head) changed at most the fetch cap its layer had at the step
+  // (SparseKvManager::fetch_caps: C, or the adaptive budget's), and the smallest cap seen.
+  bool within_fetch_caps = true;
+  int32_t min_fetch_cap = INT32_MAX;
 };
 
 // Host-home requests' final blocks: summaries equal the min / max over the host store's keys
@@ -79,6 +84,20 @@ inline void CheckHostSummariesOf(SparseKvManager& m, SparseStepLog& log) {
   }
 }
 
+// Simulated PCIe pressure for the adaptive fetch budget (docs/sparse.md §13): a stage sync that
+// orders nothing (the CPU runs every op in order) and reports `seconds` of transfer wait at
+// every metrics collection, as a CUDA step whose transfers outlast it would.
+class WaitingStageSync final : public SparseStageSync {
+ public:
+  explicit WaitingStageSync(double seconds) : seconds_(seconds) {}
+  void Enter(SparseStage, int64_t) override {}
+  void Exit(SparseStage, int64_t) override {}
+  double TakeTransferWaitSeconds() override { return seconds_; }
+
+ private:
+  double seconds_;
+};
+
 // The plain runner plus checks around every sparse step: how many working-set blocks per
 // (row, layer, KV head) changed (at most C may: those are the fetches), the GPU slots the
 // sparse requests hold, the tokens a sparse sequence feeds. CPU backend only (reads the
@@ -88,6 +107,9 @@ class RecordingRunner final : public ModelRunner {
   RecordingRunner(DecoderLM& model, Backend& backend, int64_t num_kv_slots)
       : ModelRunner(model, backend, num_kv_slots) {}
   SparseStepLog log;
+  // Set before the engine attaches sparse KV: the pipeline's stage sync (null: none).
+  std::unique_ptr<SparseStageSync> simulated_sync;
+  SparseStageSync* sparse_stage_sync() override { return simulated_sync.get(); }
 
   std::vector<SampleResult> Run(const StepInputs& step) override {
     if (!step.sparse) return ModelRunner::Run(step);
@@ -104,6 +126,9 @@ class RecordingRunner final : public ModelRunner {
     std::vector<Tensor> before;
     for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l)
       before.push_back(st.layer(l).ws_blocks.Clone());
+    const std::vector<int32_t> caps = m.fetch_caps();  // set between steps
+    for (int64_t l = cfg.dense_layers; l < m.shape().num_layers; ++l)
+      log.min_fetch_cap = std::min(log.min_fetch_cap, caps[static_cast<size_t>(l)]);
     auto out = ModelRunner::Run(step);
     ++log.sparse_steps;
     const int64_t S = plan.seq_rows.numel();
@@ -125,6 +150,7 @@ class RecordingRunner final : public ModelRunner {
             if (a[x] != b[x] && b[x] >= 0) ++changed;
           }
           log.max_new_per_head = std::max(log.max_new_per_head, changed);
+          if (changed > caps[static_cast<size_t>(l)]) log.within_fetch_caps = false;
           log.new_blocks += changed;
         }
       }

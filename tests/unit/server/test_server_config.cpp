@@ -245,6 +245,11 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(p->config.fetch_ratio == 0.1);
   CHECK(p->config.sparse_agreement_interval == 4);
   CHECK(p->config.sparse_transfers == "on");
+  CHECK(p->config.sparse_budget == "fixed");  // the default
+  p = Parse({"--sparse", "on", "--sparse-budget", "adaptive", "--fetch-ratio", "1"});
+  REQUIRE(p.ok());
+  CHECK(p->config.sparse_budget == "adaptive");
+  CHECK(p->config.fetch_ratio == 1.0);  // the adaptive caps' bound
   p = Parse({"--sparse", "on", "--sparse-transfers", "off"});
   REQUIRE(p.ok());
   CHECK(p->config.sparse_transfers == "off");
@@ -269,6 +274,12 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
             .find("--sparse-switch pressure needs --dense-layers 0") != std::string::npos);
   CHECK(error({"--sparse", "on", "--dense-layers", "1", "--sparse-switch", "threshold"}) == "OK");
   CHECK(error({"--sparse", "on", "--sparse-switch", "threshold"}) == "OK");
+  CHECK(error({"--sparse-budget", "dynamic"}).find("--sparse-budget must be one of fixed, adaptive") !=
+        std::string::npos);
+  CHECK(error({"--sparse-budget", ""}).find("--sparse-budget must be one of fixed, adaptive") !=
+        std::string::npos);
+  CHECK(error({"--sparse-budget", "Adaptive"}).find("--sparse-budget") != std::string::npos);  // exact
+  CHECK(error({"--sparse-budget", "fixed"}) == "OK");
   CHECK(error({"--sparse-group-reduce", "mean"}).find("--sparse-group-reduce") != std::string::npos);
   CHECK(error({"--fetch-ratio", "1.5"}).find("--fetch-ratio") != std::string::npos);
   CHECK(error({"--topk-blocks", "0"}).find("--topk-blocks") != std::string::npos);
@@ -284,7 +295,8 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   // The config file keys.
   ServerConfig c;
   REQUIRE(ApplyConfigJson(nlohmann::json::parse(R"({"sparse": "on", "host_kv_gib": 8, "topk-blocks": 32,
-      "sparse_threshold": 1000, "sparse_predictor": "previous-query"})"), "test", &c).ok());
+      "sparse_threshold": 1000, "sparse_predictor": "previous-query", "sparse_budget": "adaptive"})"), "test", &c).ok());
+  CHECK(c.sparse_budget == "adaptive");
   CHECK(c.SparseEnabled());
   CHECK(c.host_kv_gib == 8.0);
   CHECK(c.topk_blocks == 32);

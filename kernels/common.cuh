@@ -61,6 +61,20 @@ cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size
 // Whether a pointer is 16-byte aligned (what 16-byte vector loads and cp.async need).
 inline bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// acc += the dot product of 8 bf16 pairs, in element order (the dense and MoE GEMVs' summation
+// order).
+__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
+  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
+  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(w2[i]);
+    const float2 b = __bfloat1622float2(x2[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+}
+
 inline unsigned CeilDiv(long long a, long long b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace oasis::kernels

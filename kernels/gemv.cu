@@ -9,18 +9,6 @@
 namespace oasis::kernels {
 namespace {
 
-__device__ __forceinline__ void Accumulate(const uint4& wv, const uint4& xv, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(w2[i]);
-    const float2 b = __bfloat1622float2(x2[i]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
-}
-
 // The weight rows of group g (features past `out` are clamped: computed, never written). With
 // kPair the weights are [gate | up] halves and group g holds F/2 gate rows and the F/2 up rows
 // with the same indices (the SiLU·mul epilogue combines them).
@@ -94,7 +82,7 @@ __device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs,
       for (int u = 0; u < U; ++u) {
         const uint4 xr = x_at(r * vecs + v + u * T);
 #pragma unroll
-        for (int f = 0; f < F; ++f) Accumulate(wv[u][f], xr, acc[f][r]);
+        for (int f = 0; f < F; ++f) Dot8(wv[u][f], xr, acc[f][r]);
       }
     }
   }
@@ -103,7 +91,7 @@ __device__ __forceinline__ void GemvGroup(const uint4* xv, int64_t vecs,
     for (int f = 0; f < F; ++f) {
       const uint4 w1 = __ldcs(wrow[f] + v);
 #pragma unroll
-      for (int r = 0; r < R; ++r) Accumulate(w1, x_at(r * vecs + v), acc[f][r]);
+      for (int r = 0; r < R; ++r) Dot8(w1, x_at(r * vecs + v), acc[f][r]);
     }
   }
   if (prefetch && threadIdx.x + (U - 1) * T < vecs) LoadWeights<F, T, U>(next, threadIdx.x, wv);

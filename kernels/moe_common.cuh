@@ -14,19 +14,6 @@ __device__ __forceinline__ bf16 SiluMulRounded(float gate, float up) {
   return ToBf16(ToFloat(ToBf16(silu)) * ToFloat(ToBf16(up)));
 }
 
-// acc += the dot product of 8 bf16 pairs, in element order (the GEMV kernels' summation order).
-__device__ __forceinline__ void Dot8(const uint4& wv, const uint4& xv, float& acc) {
-  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
-  const __nv_bfloat162* x2 = reinterpret_cast<const __nv_bfloat162*>(&xv);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(w2[i]);
-    const float2 b = __bfloat1622float2(x2[i]);
-    acc = fmaf(a.x, b.x, acc);
-    acc = fmaf(a.y, b.y, acc);
-  }
-}
-
 // Top-k routing of one token by one warp (every lane calls it; it ends converged). The logits
 // (read through L2: the fused route reads other CTAs' values) go to the warp's shared `s`; k
 // rounds of a warp argmax under the order (logit descending, expert ascending) pick the experts;

@@ -48,25 +48,6 @@ cudaError_t LaunchMoeTopK(const float* logits,  // [tokens, experts]
                           float* weights,  // [tokens, k]
                           cudaStream_t stream);
 
-// The router GEMV and the top-k in one launch, for batches of at most kMoeFusedRouteTokens
-// tokens (decode): CTAs compute the float logits of kRtWarps experts each into `logits`, and
-// the last CTA to finish (an arrival counter it resets) routes every token exactly as
-// LaunchMoeTopK. `counter` must be zero at the first launch; it is zero again after each
-// (graph-capturable; launches sharing a counter must be stream-ordered). The logits are those
-// of the router GEMM up to float summation order.
-inline constexpr int kMoeFusedRouteTokens = 8;
-bool MoeFusedRouteSupported(int64_t tokens, int64_t hidden, int64_t experts, int64_t k,
-                            const void* x, const void* router);  // 16-byte aligned rows
-cudaError_t LaunchMoeRouteFused(const __nv_bfloat16* x,          // [tokens, hidden]
-                                const __nv_bfloat16* router,     // [experts, hidden]
-                                int64_t tokens, int experts, int64_t hidden, int k,
-                                bool renormalize,
-                                float* logits,   // [tokens, experts] scratch
-                                int* counter,    // [1], zero between launches
-                                int32_t* ids,    // [tokens, k]
-                                float* weights,  // [tokens, k]
-                                cudaStream_t stream);
-
 // ---- small batches: grouped GEMV (pairs = tokens · k <= kMoeGemvMaxPairs) ----
 
 // h[p, i] = bf16(silu(bf16(gate_e[i] · x[p / k])) rounded to bf16 · bf16(up_e[i] · x[p / k]))

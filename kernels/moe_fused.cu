@@ -1,7 +1,6 @@
 // The fused small-batch MoE kernels (docs/moe.md, "Fused decode launches"): the down projection
 // with the weighted combine folded in (token-major, no float y round trip, one launch fewer), the
-// gate/up GEMV with one CTA per pair (no expert-finding prologue), and
-// the router GEMV with the top-k folded in (the last CTA to finish routes every token).
+// gate/up GEMV with one CTA per pair (no expert-finding prologue).
 #include "kernels/moe.h"
 #include "kernels/moe_common.cuh"
 
@@ -142,83 +141,6 @@ __global__ void __launch_bounds__(kDcThreads)
   out[t * hidden + row] = ToBf16(a);
 }
 
-// ---- router GEMV + top-k ------------------------------------------------------------------------
-
-constexpr int kRtWarps = 4;  // expert rows per CTA; also the top-k warps of the last CTA
-constexpr int kRtThreads = kRtWarps * 32;
-constexpr int kRtSteps = 8;  // K-steps of the row loaded at once (hidden 2048: the whole row)
-
-// CTA c: warp w computes the logits of expert e = c·kRtWarps + w for every token — lanes split
-// hidden in 16-byte vectors, float accumulation — into `logits` (float, like the router GEMM).
-// The first kRtSteps vectors of the row are loaded before waiting for the kernel that wrote x
-// (router weights are never written on the device; gemv.cu's GemvKernel does the same). Each CTA
-// then fences and counts its arrival; the last to arrive resets the counter (every other CTA
-// has arrived, so the next launch finds it zero: graph replays too), fences, and runs
-// MoeTopKWarp for every token on its kRtWarps warps, reading the logits through L2.
-__global__ void __launch_bounds__(kRtThreads)
-    MoeRouteKernel(const bf16* __restrict__ x, const bf16* __restrict__ router, int tokens,
-                   int experts, int64_t hidden, int k, bool renormalize, float* logits,
-                   int* counter, int32_t* __restrict__ ids, float* __restrict__ weights) {
-  extern __shared__ float rt_smem[];  // [kRtWarps][experts] logits, then [..] chosen ids
-  __shared__ int s_last;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int e = blockIdx.x * kRtWarps + warp;
-  const int64_t vecs = hidden / 8;
-  const uint4* wr = reinterpret_cast<const uint4*>(router + int64_t{min(e, experts - 1)} * hidden);
-  uint4 wv[kRtSteps];
-#pragma unroll
-  for (int u = 0; u < kRtSteps; ++u) {
-    if (lane + 32 * u < vecs) wv[u] = __ldcs(wr + lane + 32 * u);
-  }
-  GridDependencyWait();
-  AllowDependentLaunch();
-  float acc[kMoeFusedRouteTokens];
-#pragma unroll
-  for (int t = 0; t < kMoeFusedRouteTokens; ++t) acc[t] = 0.0f;
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
-  for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kRtSteps) {
-    if (v0 != lane) {  // the first K-steps were loaded above
-#pragma unroll
-      for (int u = 0; u < kRtSteps; ++u) {
-        if (v0 + 32 * u < vecs) wv[u] = __ldcs(wr + v0 + 32 * u);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kRtSteps; ++u) {
-      if (v0 + 32 * u < vecs) {
-#pragma unroll
-        for (int t = 0; t < kMoeFusedRouteTokens; ++t) {
-          if (t < tokens) Dot8(wv[u], __ldg(xv + t * vecs + v0 + 32 * u), acc[t]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kMoeFusedRouteTokens; ++t) {
-    if (t < tokens) {
-      const float sum = WarpSum(acc[t]);
-      if (lane == 0 && e < experts) logits[int64_t{t} * experts + e] = sum;
-    }
-  }
-  __threadfence();  // this thread's logits before the CTA's arrival
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const int prev = atomicAdd(counter, 1);
-    s_last = prev == static_cast<int>(gridDim.x) - 1;
-    if (s_last) *counter = 0;  // every other CTA has arrived
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  float* s = rt_smem + warp * experts;
-  int* chosen = reinterpret_cast<int*>(rt_smem + kRtWarps * experts) + warp * experts;
-  for (int t = warp; t < tokens; t += kRtWarps) {  // warp-uniform
-    MoeTopKWarp(logits + int64_t{t} * experts, experts, k, renormalize, s, chosen, ids + t * k,
-                weights + t * k);
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchMoeGemvGateUpPairs(const bf16* x, const int32_t* ids, const bf16* gate_up,
@@ -249,26 +171,6 @@ cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const fl
   const dim3 grid(static_cast<unsigned>(tokens), CeilDiv(hidden, rows));
   return LaunchPdl(MoeGemvDownCombineKernel, grid, dim3(kDcThreads), smem, stream, h, ids, weights,
                    down, out, k, experts, hidden, inter, rows);
-}
-
-bool MoeFusedRouteSupported(int64_t tokens, int64_t hidden, int64_t experts, int64_t k,
-                            const void* x, const void* router) {
-  return tokens >= 1 && tokens <= kMoeFusedRouteTokens && hidden > 0 &&
-         hidden % kMoeDimMultiple == 0 && experts >= 1 && experts <= kMoeMaxExperts && k >= 1 &&
-         k <= experts && Aligned16(x) && Aligned16(router);
-}
-
-cudaError_t LaunchMoeRouteFused(const bf16* x, const bf16* router, int64_t tokens, int experts,
-                                int64_t hidden, int k, bool renormalize, float* logits,
-                                int* counter, int32_t* ids, float* weights, cudaStream_t stream) {
-  if (tokens == 0) return cudaSuccess;
-  if (!MoeFusedRouteSupported(tokens, hidden, experts, k, x, router) || counter == nullptr) {
-    return cudaErrorInvalidValue;
-  }
-  const size_t smem = size_t{kRtWarps} * experts * (sizeof(float) + sizeof(int));  // <= 32 KiB
-  return LaunchPdl(MoeRouteKernel, dim3(CeilDiv(experts, kRtWarps)), dim3(kRtThreads), smem, stream,
-                   x, router, static_cast<int>(tokens), experts, hidden, k, renormalize, logits,
-                   counter, ids, weights);
 }
 
 }  // namespace oasis::kernels

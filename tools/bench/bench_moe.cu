@@ -8,8 +8,8 @@
 //    ("gemvf") beside the three launches ("gemv"); for T <= 8 the gate/up with one CTA per pair
 //    then down + combine ("gemvp": what the backend runs up to kMoeGemvPairGateUpPairs pairs,
 //    "gemvf" above; these rows set that threshold and kMoeFusedDownPairs); for T <= 8 the
-//    routing, router GEMV (cuBLAS above 4 rows) + top-k ("route") against the fused kernel
-//    ("routf"), on the router's bytes (E x hidden bf16);
+//    routing, router GEMV (cuBLAS above 4 rows) + top-k ("route"), on the router's bytes
+//    (E x hidden bf16);
 //  - for large T, a cuBLAS peer: one cublasGemmEx per expert on rows already grouped by expert
 //    (sizes known on the host, no permutation or combine: an optimistic bound of a cuBLAS path).
 // Prints measured, ceiling and ratio per row and a final RESULT line (tools/gpu_suite.sh).
@@ -40,6 +40,7 @@ namespace k = oasis::kernels;
 
 constexpr double kReadTBs = 4.56;    // DESIGN.md §5: read-only streaming kernel
 constexpr double kPeakTflops = 788;  // DESIGN.md §5: bf16 8192³ through cuBLAS
+constexpr int64_t kRouteTokens = 8;  // routing timed up to this many tokens (decode batches)
 
 #define CHECK_CUDA(x)                                                                         \
   do {                                                                                        \
@@ -129,11 +130,9 @@ int main(int argc, char** argv) {
   bf16* gu_out = DeviceAlloc<bf16>(max_pairs * 2 * I);  // cuBLAS peer's [gate | up]
   bf16* router = DeviceAlloc<bf16>(E * H);
   FillRandom(router, E * H, 0.02f, 4);
-  float* logits = DeviceAlloc<float>(k::kMoeFusedRouteTokens * E);
-  int32_t* ids_r = DeviceAlloc<int32_t>(k::kMoeFusedRouteTokens * K);  // routing outputs (unused)
-  float* w_r = DeviceAlloc<float>(k::kMoeFusedRouteTokens * K);
-  int* counter = DeviceAlloc<int>(1);
-  CHECK_CUDA(cudaMemset(counter, 0, sizeof(int)));
+  float* logits = DeviceAlloc<float>(kRouteTokens * E);
+  int32_t* ids_r = DeviceAlloc<int32_t>(kRouteTokens * K);  // routing outputs (unused)
+  float* w_r = DeviceAlloc<float>(kRouteTokens * K);
   cublasHandle_t cublas;
   cublasCreate(&cublas);
   cublasSetStream(cublas, stream);
@@ -199,7 +198,7 @@ int main(int argc, char** argv) {
                           },
                           static_cast<int>(iters), stream));
     }
-    if (T <= k::kMoeFusedRouteTokens) {  // routing: router GEMV + top-k vs the fused kernel
+    if (T <= kRouteTokens) {  // routing: router GEMV + top-k
       const double route_bytes = double(E) * H * 2;
       const auto report_route = [&](const char* path, double ms) {
         const double tbs = route_bytes / (ms * 1e-3) / 1e12;
@@ -222,13 +221,6 @@ int main(int argc, char** argv) {
                                         CUBLAS_GEMM_DEFAULT);
                          }
                          CHECK_CUDA(k::LaunchMoeTopK(logits, T, E, K, true, ids_r, w_r, stream));
-                       },
-                       static_cast<int>(iters), stream));
-      report_route("routf",
-                   TimeMs(
-                       [&] {
-                         CHECK_CUDA(k::LaunchMoeRouteFused(x, router, T, E, H, K, true, logits,
-                                                           counter, ids_r, w_r, stream));
                        },
                        static_cast<int>(iters), stream));
     }

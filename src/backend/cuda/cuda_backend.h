@@ -95,7 +95,7 @@ class CudaBackend final : public Backend {
   void ScatterRows(const Tensor& x, const Tensor& rows, Tensor& out) override;
   void Copy(const Tensor& src, Tensor& dst) override;
   // Mixture of experts (cuda_moe.cpp, kernels/moe.h): the router GEMM into float logits and
-  // the top-k kernel (one fused launch up to kernels::kMoeFusedRouteTokens tokens); the experts by
+  // the top-k kernel; the experts by
   // the grouped GEMV (batches of at most kernels::kMoeGemvAutoPairs token-expert pairs) or the
   // permuted grouped GEMM (larger), then the combine in slot order. Graph-capturable; scratch from
   // Empty() (the arena while capturing).
@@ -193,7 +193,6 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
   cuda::DeviceBuffer qkv_counters_;  // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
-  cuda::DeviceBuffer moe_route_counter_;  // [1] int32, zero between fused MoE route launches
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];

@@ -62,10 +62,9 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
       << " for " << tokens << " tokens, k " << k;
   if (tokens == 0) return;
   Tensor logits = Empty({tokens, experts}, DType::kF32);
-  // kernels::LaunchMoeRouteFused (router GEMV + top-k in one launch, last CTA does the top-k)
-  // measured slower on the H200 than these two launches at every decode size (bench_moe: 1
-  // token 12.1 vs 7.7 us, 8 tokens 27.6 vs 17.4 us): its one-warp-per-expert GEMV and the
-  // serial tail lose more than the launch saves. It stays tested and benchmarked, not used.
+  // A one-launch router GEMV + top-k (the last CTA routing) measured slower on the H200 than
+  // these two launches at every decode size (1 token 12.1 vs 7.7 us, 8 tokens 27.6 vs 17.4 us):
+  // its one-warp-per-expert GEMV and serial tail lose more than the launch saves (removed).
   Linear(x.Reshape({tokens, hidden}), router, logits);
   OASIS_CUDA_CHECK(
       kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),

@@ -30,6 +30,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_decode.h"
+#include "kernels/attention_prefill.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 
@@ -132,6 +133,14 @@ int main(int argc, char** argv) {
       {"batch 48 x 2064 (sparse set), q_len 2", 48, 2064, 2, 4},
       {"batch 32 x 1K, graph bound 16K", 32, 1024, 1, -1, 16384},
       {"batch 1 x 2K, graph bound 16K", 1, 2048, 1, -1, 16384},
+      // Speculation chains of k drafts verify 1 + k query tokens (k = 4: 5); each also runs
+      // the prefill kernel on the same inputs (the backend's choice past its decode bound).
+      {"batch 32 x 16K, q_len 4", 32, 16384, 4, -1},
+      {"batch 32 x 16K, q_len 5", 32, 16384, 5, -1},
+      {"batch 32 x 16K, q_len 8", 32, 16384, 8, -1},
+      {"batch 1 x 16K, q_len 5", 1, 16384, 5, -1},
+      {"batch 64 x 4K, q_len 5", 64, 4096, 5, -1},
+      {"batch 64 x 4K, q_len 8", 64, 4096, 8, -1},
   };
   int max_slots = 0, max_tokens = 0, max_blocks = 0, max_seqs = 0;
   for (const Case& c : cases) {
@@ -257,6 +266,19 @@ int main(int argc, char** argv) {
     std::printf("%-40s %6d %10.1f %9.3f %10.0f %9.0f %8.3f %9s\n", c.name,
                 oasis::kernels::DecodeAttentionNumSplits(p), st.median_ms * 1e3, kv_gb, gbs,
                 kCeilingGBs, gbs / kCeilingGBs, vs);
+    if (c.q_len >= 4) {  // the prefill kernel on the same inputs
+      oasis::kernels::PrefillAttentionParams f;
+      f.q = p.q, f.k_pool = p.k_pool, f.v_pool = p.v_pool, f.query_start = p.query_start;
+      f.kv_lens = p.kv_lens, f.block_tables = p.block_tables, f.out = p.out, f.tokens = p.tokens;
+      f.num_seqs = p.num_seqs, f.num_q_heads = kHq, f.num_kv_heads = kHkv, f.head_dim = kHeadDim;
+      f.max_blocks = pages, f.max_query_len = c.q_len, f.scale = p.scale;
+      const Stats pf = Time([&] { return oasis::kernels::LaunchPrefillAttention(f, stream); }, buf,
+                            stream, runs);
+      std::printf("%-40s %6s %10.1f %9.3f %10.0f %9.0f %8.3f  decode/prefill time %.2f\n",
+                  "  (prefill kernel, same case)", "-", pf.median_ms * 1e3, kv_gb,
+                  kv_gb / (pf.median_ms * 1e-3), kCeilingGBs,
+                  kv_gb / (pf.median_ms * 1e-3) / kCeilingGBs, st.median_ms / pf.median_ms);
+    }
     if (c.random_slots) random_gbs = gbs;  // the main shape's random-slot case
     if (&c == &cases.front()) {
       main_gbs = gbs;

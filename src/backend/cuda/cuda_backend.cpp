@@ -94,8 +94,6 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
   OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
   OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream()));
-  OASIS_ASSIGN_OR_RETURN(b->moe_route_counter_, cuda::DeviceBuffer::Allocate(sizeof(int)));
-  OASIS_CUDA_CHECK(cudaMemsetAsync(b->moe_route_counter_.data(), 0, sizeof(int), b->stream()));
   return b;
 }
 
@@ -537,6 +535,10 @@ void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_
 
 namespace {
 
+// Longest query run per sequence given to the split-K decode kernel at head_dim 64 / 128;
+// longer ones (prefill chunks) go to the tensor-core prefill kernel.
+constexpr int kDecodeKernelQueryLen = 8;
+
 // The fields the three attention kernels' parameter structs share (same names in each).
 template <typename Params>
 Params AttentionParams(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta,
@@ -566,7 +568,12 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   CheckDevice(q, DType::kBF16, "Attention q");
   CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
   const int head_dim = static_cast<int>(q.dim(2));
-  const bool decode_kernel = meta.max_query_len >= 1 && meta.max_query_len <= 4 &&
+  // The decode kernel reads each K/V byte once per GQA group and query chunk, so it wins while
+  // the query tokens are few: up to kDecodeKernelQueryLen (speculation chains of up to 4 drafts
+  // verify 5; bench_decode_attention times both kernels at 4, 5 and 8), and at head_dim 256 up
+  // to its limit (the prefill kernel does not take 256; the reference kernel would run).
+  const int decode_bound = head_dim == 256 ? kernels::kDecodeMaxQueryLen : kDecodeKernelQueryLen;
+  const bool decode_kernel = meta.max_query_len >= 1 && meta.max_query_len <= decode_bound &&
                              (head_dim == 64 || head_dim == 128 || head_dim == 256);
   if (decode_kernel) {  // split-K flash decoding, K/V read once per GQA group
     auto p = AttentionParams<kernels::DecodeAttentionParams>(q, pool, meta, scale, out);

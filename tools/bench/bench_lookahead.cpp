@@ -166,12 +166,14 @@ struct Snapshot {
   int64_t steps;
   double model_s, draft_s, step_s, host_s;  // host_s: schedule + build + emit
   int64_t sparse_requests;                  // requests decoding sparse
+  int64_t finished;                         // requests finished
 };
 
 // Sparse mode: moves *t0 to the first snapshot in (t0, t1] that comes kSparseWarmSteps engine
 // steps after one where every request decodes sparse (a snapshot may trail the last switch by
 // a step, and the first sparse steps capture their CUDA graphs), and checks that every request
-// stays sparse to t1; an error says why the requests were not sparse in the window.
+// stays sparse to t1 (or to the first finish: a reader may stamp t1 late); an error says why
+// the requests were not sparse in the window.
 constexpr int64_t kSparseWarmSteps = 2;
 Status StartSparseWindow(const std::vector<Snapshot>& snapshots, int64_t batch,
                          std::chrono::steady_clock::time_point* t0,
@@ -180,7 +182,7 @@ Status StartSparseWindow(const std::vector<Snapshot>& snapshots, int64_t batch,
   const Snapshot* start = nullptr;  // kSparseWarmSteps steps later
   int64_t most = 0;
   for (const Snapshot& s : snapshots) {
-    if (s.t <= *t0 || s.t > t1) continue;
+    if (s.t <= *t0 || s.t > t1 || s.finished > 0) continue;
     most = std::max(most, s.sparse_requests);
     if (first == nullptr) {
       if (s.sparse_requests == batch) first = &s;
@@ -263,7 +265,7 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
                                s.loop.draft_step_seconds_total, s.loop.step_seconds_total,
                                s.loop.schedule_seconds_total + s.loop.build_seconds_total +
                                    s.loop.emit_seconds_total,
-                               s.sparse.num_requests});
+                               s.sparse.num_requests, s.requests.finished_total});
         }
         if (ev->finished) {
           if (ev->finish_reason != FinishReasonKind::kLength)

@@ -47,6 +47,7 @@ BENCHMARKS=(
   "bench_lookahead|--batch 64 --context 4096 --tokens 128"
   "bench_lookahead|--batch 1 --context 128 --tokens 128 --repeat"
   "bench_lookahead|--head-only --batch 64 --context 4096 --tokens 20"
+  "bench_lookahead|--batch 32 --context 16384 --tokens 256 --repeat --sparse --num-speculative-tokens 3"
   "bench_disagg_fetch|.bundle/bin/disagg_peer --tls default --batch 512 --seconds 2"
   "bench_disagg_fetch|.bundle/bin/disagg_peer --tls default --batch 512 --seconds 2 --spin-us 100000"
   "bench_disagg_fetch|.bundle/bin/disagg_peer --tls tcp --batch 4096 --seconds 2 --spin-us 100000"

@@ -1,6 +1,7 @@
 #include "kvcache/sparse_pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "common/check.h"
@@ -58,10 +59,22 @@ Tensor TableIndexOf(const SparseStepPlan& plan);
 Tensor LagOf(const SparseStepPlan& plan, const Tensor& lag);
 }  // namespace
 
+namespace {
+uint64_t NextPipelineSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
 SparseAttentionPipeline::SparseAttentionPipeline(SparseKvManager& manager, Backend& backend,
                                                  int64_t num_q_heads, SparseStageSync* sync,
                                                  int side)
-    : manager_(manager), backend_(backend), num_q_heads_(num_q_heads), sync_(sync), side_(side) {
+    : manager_(manager),
+      backend_(backend),
+      num_q_heads_(num_q_heads),
+      sync_(sync),
+      side_(side),
+      serial_(NextPipelineSerial()) {
   const SparseModelShape& shape = manager.shape();
   OASIS_CHECK(side >= 0 && side < manager.num_sides()) << "sparse pipeline side " << side;
   OASIS_CHECK(num_q_heads > 0 && num_q_heads % shape.num_kv_heads == 0)

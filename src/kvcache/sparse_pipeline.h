@@ -103,6 +103,9 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   SparseKvManager& manager() { return manager_; }
   SparseStageSync* stage_sync() const { return sync_; }
   int side() const { return side_; }
+  // Unique over the process's pipelines (never reused, unlike an address): what a CUDA graph
+  // captured over this pipeline's buffers is keyed by.
+  uint64_t serial() const { return serial_; }
 
  private:
   bool Active(int layer) const;
@@ -121,6 +124,7 @@ class SparseAttentionPipeline final : public AttentionLayerHook {
   int64_t num_q_heads_;
   SparseStageSync* sync_;
   int side_;
+  uint64_t serial_;
   bool in_step_ = false;
   int64_t num_sparse_ = 0, num_predicting_ = 0;
   bool measure_agreement_ = false;

@@ -321,7 +321,19 @@ std::vector<SampleResult> CudaGraphRunner::RunSparse(const StepInputs& step) {
   }
   if (!key) return ModelRunner::Run(step);
   SparseAttentionPipeline& pipeline = sparse_pipeline();
+  if (pipeline.serial() != sparse_serial_) {  // graphs over an earlier engine's pipeline
+    for (auto it = graphs_.begin(); it != graphs_.end();) {
+      if (it->first.sparse_serial != 0) {
+        OASIS_CUDA_CHECK(cudaGraphExecDestroy(it->second.exec));
+        it = graphs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    sparse_serial_ = pipeline.serial();
+  }
   key->sparse = &pipeline;
+  key->sparse_serial = pipeline.serial();
   key->sparse_transfers = step.sparse->transfers;
   // Fixed addresses for every bucket before the first capture (never grown afterwards).
   pipeline.ReservePlan(options_.max_batch, options_.max_batch * options_.max_query_len);

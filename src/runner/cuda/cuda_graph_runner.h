@@ -90,11 +90,12 @@ class CudaGraphRunner final : public ModelRunner {
                                           // decode attention plans its split-K cut for it
     std::vector<int64_t> capture_layers;  // residual capture ids (empty: none)
     const SparseAttentionPipeline* sparse = nullptr;  // a sparse step's pipeline (its buffers)
-    bool sparse_transfers = true;                     // SparseStepInputs::transfers when captured
+    uint64_t sparse_serial = 0;  // its serial(): an address a later pipeline may reuse is not a key
+    bool sparse_transfers = true;  // SparseStepInputs::transfers when captured
     bool operator<(const GraphKey& o) const {
-      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse,
+      return std::tie(bucket, query_len, rows_per_seq, kv_bound, capture_layers, sparse_serial,
                       sparse_transfers) < std::tie(o.bucket, o.query_len, o.rows_per_seq,
-                                                   o.kv_bound, o.capture_layers, o.sparse,
+                                                   o.kv_bound, o.capture_layers, o.sparse_serial,
                                                    o.sparse_transfers);
     }
   };
@@ -136,6 +137,9 @@ class CudaGraphRunner final : public ModelRunner {
   cuda::PinnedBuffer
       host_logits_;  // [max_batch · max_query_len, vocab] f32, the decode steps' output
   std::map<GraphKey, Graph> graphs_;
+  // The pipeline the sparse graphs in graphs_ were captured over (0: none): an engine's
+  // pipeline dies with it, so a new one drops the old one's graphs (they name freed buffers).
+  uint64_t sparse_serial_ = 0;
   CudaSampler sampler_;
   CudaSparseStageSync sparse_sync_;
 };

@@ -87,6 +87,11 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
           allocator, sparse.get()),
       rng(o.seed) {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+  if (draft != nullptr && o.lookahead == LookaheadMode::kSpeculate &&
+      o.speculative_depth == SpeculativeDepth::kAdaptive) {
+    depth_controller = std::make_unique<SpeculativeDepthController>(
+        static_cast<int32_t>(o.num_speculative_tokens), o.speculative_depth_rule);
+  }
   stats.kv.num_slots = r.num_kv_slots();
   stats.kv.num_free_slots = r.num_kv_slots();
   stats.kv.num_draft_slots = draft_allocator.num_slots();

@@ -23,6 +23,7 @@
 #include "common/histogram.h"
 #include "engine/kv_handoff.h"
 #include "engine/lookahead.h"
+#include "engine/speculative_depth.h"
 #include "engine/stop_checker.h"
 #include "kvcache/sparse_config.h"
 #include "oasis/sampling.h"
@@ -150,6 +151,13 @@ struct EngineOptions {
   // head proposes a chain of this many, the target verifies them in one stacked step and
   // emits 1 + the accepted prefix. kReject always stacks one (only its query is read).
   int64_t num_speculative_tokens = 1;
+  // How long the chains are under kSpeculate (--speculative-depth): kFixed, num_speculative_tokens
+  // at every step; kAdaptive, the depth in 1..num_speculative_tokens that a
+  // SpeculativeDepthController (engine/speculative_depth.h) picks per step from the measured
+  // acceptance by position and step times (`speculative_depth_rule` its constants). Only the
+  // number of drafts changes, never the output. Ignored outside kSpeculate.
+  SpeculativeDepth speculative_depth = SpeculativeDepth::kFixed;
+  SpeculativeDepthRule speculative_depth_rule;
   // Lookahead sparse KV (docs/sparse.md): requests whose context exceeds
   // sparse->sparse_threshold decode over a per-head working set of top-K blocks, the full KV
   // in the host store. nullopt: off, the engine is exactly the dense one. max_seq_len is
@@ -234,6 +242,13 @@ struct EngineStats {
     // verified at j (the tokens before it accepted and not ending the request) and accepted.
     std::array<int64_t, kMaxDraftTokens> position_drafts_total{};
     std::array<int64_t, kMaxDraftTokens> position_accepted_total{};
+    // Speculate: engine steps whose draft head proposed chains, by the chain depth chosen for
+    // them (index depth - 1; --speculative-depth fixed: always k, adaptive: the controller's,
+    // explorations included), the explorations among them, and the depth chosen last (0
+    // before any). A request's own chain may still end earlier (room, head pool).
+    std::array<int64_t, kMaxDraftTokens> depth_steps_total{};
+    int64_t depth_explorations_total = 0;
+    int32_t depth = 0;
     double acceptance_rate() const {
       return draft_tokens_total > 0 ? static_cast<double>(draft_accepted_total) / draft_tokens_total
                                     : 0.0;

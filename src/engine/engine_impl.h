@@ -86,6 +86,12 @@ struct StepBatch {
   bool chained = false;
   std::vector<DraftHeadWork> head_work;
   std::vector<uint64_t> handoffs;  // handoff requests that sampled x2 this step
+  // Speculate: the chain depth the head proposes this step (for the next one), whether the
+  // adaptive controller explored with it, and the head step's wall time.
+  int32_t chain_depth = 1;
+  bool depth_explored = false;
+  double head_seconds = 0.0;
+  bool head_failed = false;
 };
 
 struct Engine::Impl {
@@ -132,9 +138,17 @@ struct Engine::Impl {
             RequestOutput& out);
   // Whether a request of `num_tokens` tokens gets a draft for its next step.
   bool WantsDraft(const RequestState& s, int64_t num_tokens, bool is_sparse) const;
-  // w.wants_draft and the chain length w.num_drafts for such a request.
-  void SetDraftsWanted(DraftHeadWork& w, const RequestState& s, int64_t num_tokens,
-                       bool is_sparse) const;
+  // w.wants_draft and the chain length w.num_drafts (at most `depth`) for such a request.
+  void SetDraftsWanted(DraftHeadWork& w, const RequestState& s, int64_t num_tokens, bool is_sparse,
+                       int32_t depth) const;
+  // Speculate: the chain depth this step's head proposes (b.chain_depth): k, or the adaptive
+  // controller's choice for the batch. Before RunBatch (the head's batch is prepared in it).
+  void ChooseChainDepth(StepBatch& b);
+  // EngineStats::lookahead's depth counters after a head step that proposed chains.
+  void CountChainDepth(const StepBatch& b);
+  // Adaptive depth: a decode-only step's wall time (`step_seconds`), split into the head's
+  // part and the rest, for the controller.
+  void ObserveChainDepthCost(const StepBatch& b, double step_seconds);
   // Releases the request's draft-head KV (finish, preemption).
   void ReleaseDraftHead(RequestState& s);
   void Admit(std::unique_ptr<RequestState> state);
@@ -205,6 +219,8 @@ struct Engine::Impl {
   BlockAllocator allocator;
   BlockAllocator draft_allocator;          // the draft head's KV pool (empty when lookahead is off)
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
+  // Speculate with --speculative-depth adaptive (null otherwise).
+  std::unique_ptr<SpeculativeDepthController> depth_controller;
   Scheduler scheduler;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;  // by key
   OutputDelivery delivery;  // request events to their streams, off the loop's critical path

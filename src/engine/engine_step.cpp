@@ -15,6 +15,9 @@
 namespace oasis {
 namespace {
 
+static_assert(SpeculativeDepthController::kMaxDepth == kMaxDraftTokens,
+              "the adaptive depth chooses among every chain length");
+
 // Adds the whole step's wall time to the stats however Step returns.
 struct StepClock {
   EngineStats& stats;
@@ -47,6 +50,7 @@ void Engine::Impl::Step() {
   stats.loop.schedule_seconds_total += Seconds(t_scheduled - clock.begin);
   if (!HandleScheduled(b.plan)) return;
   BuildBatch(b);
+  ChooseChainDepth(b);
   const auto step_start = EngineClock::now();
   stats.loop.build_seconds_total += Seconds(step_start - t_scheduled);
   const Status failure = RunBatch(b);
@@ -71,6 +75,33 @@ void Engine::Impl::Step() {
     sparse->SwitchReady(scheduler.running());  // (counted in stats.sparse.switches_total)
     sparse->Rebalance(scheduler.running(), PoolShortfall(b.plan), allocator.num_free());
   }
+  if (decode_only) ObserveChainDepthCost(b, Seconds(EngineClock::now() - clock.begin));
+}
+
+void Engine::Impl::ChooseChainDepth(StepBatch& b) {
+  b.chain_depth = static_cast<int32_t>(options.num_speculative_tokens);
+  if (depth_controller == nullptr) return;
+  const SpeculativeDepthController::Choice c =
+      depth_controller->Choose(static_cast<int64_t>(b.plan.chunks.size()), b.sparse_step);
+  b.chain_depth = c.depth;
+  b.depth_explored = c.explored;
+}
+
+void Engine::Impl::ObserveChainDepthCost(const StepBatch& b, double step_seconds) {
+  if (depth_controller == nullptr || b.head_failed) return;
+  // The target verified chains of the step's longest stacked chain (the query rows per
+  // sequence of its graph); the head proposed chains of the longest wanted.
+  int64_t verified = 0;
+  for (size_t i = 0; i < b.num_draft.size(); ++i) {
+    if (b.draft_logits[i]) verified = std::max(verified, b.num_draft[i]);
+  }
+  int32_t proposed = 0;
+  for (const DraftHeadWork& w : b.head_work) {
+    if (w.wants_draft) proposed = std::max(proposed, w.num_drafts);
+  }
+  depth_controller->ObserveStep(static_cast<int64_t>(b.plan.chunks.size()), b.sparse_step,
+                                static_cast<int32_t>(verified), step_seconds - b.head_seconds,
+                                proposed, b.head_seconds);
 }
 
 int64_t Engine::Impl::PoolShortfall(const SchedulerOutput& plan) const {
@@ -254,7 +285,8 @@ void Engine::Impl::PrepareDraftHead(StepBatch& b) {
     RequestState& s = *requests.at(c.seq->id);
     DraftHeadWork w{c.seq, &s.draft_head, b.first_row[i], false};
     if (c.samples) {  // counting the token this step samples
-      SetDraftsWanted(w, s, c.seq->num_tokens() + 1, c.seq->kv != SequenceKv::kDense);
+      SetDraftsWanted(w, s, c.seq->num_tokens() + 1, c.seq->kv != SequenceKv::kDense,
+                      b.chain_depth);
     }
     work.push_back(w);
     ends.push_back(c.seq->num_computed + c.num_tokens);
@@ -309,7 +341,7 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
     delivery.Add(s.stream, std::move(out));
     if (s.request.handoff && c.seq->num_generated() == 2) b.handoffs.push_back(c.seq->id);
     if (draft != nullptr) {
-      SetDraftsWanted(work, s, c.seq->num_tokens(), is_sparse);
+      SetDraftsWanted(work, s, c.seq->num_tokens(), is_sparse, b.chain_depth);
       b.head_work.push_back(work);
     }
   }
@@ -335,6 +367,8 @@ bool Engine::Impl::VerifyDrafts(StepBatch& b, size_t i, RequestState& s,
   for (size_t j = 0; j < drafted.size(); ++j) {
     ++la.draft_tokens_total;
     ++la.position_drafts_total[j];
+    if (depth_controller != nullptr && b.draft_logits[i])
+      depth_controller->ObserveDraft(static_cast<int32_t>(j), sampled == drafted[j]);
     if (sampled != drafted[j]) return true;
     ++la.draft_accepted_total;
     ++la.position_accepted_total[j];
@@ -360,23 +394,40 @@ void Engine::Impl::RunDraftHead(StepBatch& b, EngineClock::time_point head_start
                                              b.have_prepared ? &b.prepared : nullptr, b.head_work,
                                              b.capture.out);
     if (chain_used) ++stats.lookahead.draft_chained_steps_total;
-    stats.loop.draft_step_seconds_total += Seconds(EngineClock::now() - head_start);
+    b.head_seconds = Seconds(EngineClock::now() - head_start);
+    stats.loop.draft_step_seconds_total += b.head_seconds;
+    CountChainDepth(b);
   } catch (const std::exception& e) {
+    b.head_failed = true;
     const Status error = Internal(std::string("draft head step failed: ") + e.what());
     for (const DraftHeadWork& w : b.head_work) Fail(*requests.at(w.seq->id), error);
   }
 }
 
+void Engine::Impl::CountChainDepth(const StepBatch& b) {
+  // Speculate steps whose head proposed chains, by the depth chosen for them.
+  if (options.lookahead != LookaheadMode::kSpeculate ||
+      std::none_of(b.head_work.begin(), b.head_work.end(),
+                   [](const DraftHeadWork& w) { return w.wants_draft; })) {
+    return;
+  }
+  EngineStats::Lookahead& la = stats.lookahead;
+  ++la.depth_steps_total.at(static_cast<size_t>(b.chain_depth - 1));
+  if (b.depth_explored) ++la.depth_explorations_total;
+  la.depth = b.chain_depth;
+}
+
 void Engine::Impl::SetDraftsWanted(DraftHeadWork& w, const RequestState& s, int64_t num_tokens,
-                                   bool is_sparse) const {
-  // A chain of k drafts under speculate, cut so that all of it and the token after it fit
-  // (prompt + generated <= max_total_tokens); one draft otherwise.
+                                   bool is_sparse, int32_t depth) const {
+  // A chain of `depth` drafts under speculate (k, or the adaptive controller's choice), cut so
+  // that all of it and the token after it fit (prompt + generated <= max_total_tokens); one
+  // draft otherwise.
   w.wants_draft = WantsDraft(s, num_tokens, is_sparse);
   w.num_drafts = 1;
   if (w.wants_draft && options.lookahead == LookaheadMode::kSpeculate && !s.request.handoff) {
     const int64_t room = s.stop_checker.conditions().max_total_tokens - num_tokens - 1;
     w.num_drafts = static_cast<int32_t>(
-        std::clamp<int64_t>(std::min(options.num_speculative_tokens, room), 1, kMaxDraftTokens));
+        std::clamp<int64_t>(std::min<int64_t>(depth, room), 1, kMaxDraftTokens));
   }
 }
 

@@ -95,6 +95,15 @@ Status CheckLookaheadOptions(const EngineOptions& options, const ModelRunner& ru
                            std::to_string(kMaxDraftTokens) + ", got " +
                            std::to_string(options.num_speculative_tokens));
   }
+  const SpeculativeDepthRule& r = options.speculative_depth_rule;
+  if (options.speculative_depth == SpeculativeDepth::kAdaptive &&
+      !(r.acceptance_decay > 0 && r.acceptance_decay <= 1 && r.prior_weight > 0 &&
+        r.level_smoothing > 0 && r.level_smoothing <= 1 && r.ratio_smoothing > 0 &&
+        r.ratio_smoothing <= 1 && r.explore_interval > 0)) {
+    return InvalidArgument(
+        "the adaptive speculative depth's rule needs acceptance_decay, level_smoothing and "
+        "ratio_smoothing in (0, 1] and prior_weight, explore_interval > 0");
+  }
   if (options.lookahead == LookaheadMode::kOff) return Status::Ok();
   const std::string mode = LookaheadModeName(options.lookahead);
   if (draft == nullptr) {

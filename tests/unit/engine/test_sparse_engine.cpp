@@ -36,6 +36,7 @@ struct Variant {
   int64_t slots, max_seqs;
   bool expect_preemption;
   int64_t num_speculative_tokens = 1;
+  SpeculativeDepth depth = SpeculativeDepth::kFixed;
 };
 
 const Variant kVariants[] = {
@@ -69,6 +70,13 @@ const Variant kVariants[] = {
      LookaheadMode::kSpeculate, Head::kCopy, 1, kSlots, 256, false, 3},
     {"draft, speculate k 3, copy head, small pool: preemptions", SparsePredictor::kDraft,
      LookaheadMode::kSpeculate, Head::kCopy, 0, 260, 12, true, 3},
+    // The adaptive chain depth (made to change often): chains shorter than the Q queries the
+    // prediction reads repeat their last one.
+    {"draft, speculate k 4 adaptive depth, copy head", SparsePredictor::kDraft,
+     LookaheadMode::kSpeculate, Head::kCopy, 0, kSlots, 256, false, 4, SpeculativeDepth::kAdaptive},
+    {"draft, speculate k 3 adaptive depth, copy head, small pool: preemptions",
+     SparsePredictor::kDraft, LookaheadMode::kSpeculate, Head::kCopy, 0, 260, 12, true, 3,
+     SpeculativeDepth::kAdaptive},
 };
 
 }  // namespace
@@ -85,6 +93,9 @@ TEST_CASE(
       EngineOptions opt;
       opt.lookahead = v.lookahead;
       opt.num_speculative_tokens = v.num_speculative_tokens;
+      opt.speculative_depth = v.depth;
+      opt.speculative_depth_rule.explore_interval = 2;
+      const bool adaptive = v.depth == SpeculativeDepth::kAdaptive;
       opt.max_num_seqs = v.max_seqs;
       // K = 24 blocks >= the longest context (330 tokens = 21 blocks): every block stays resident.
       opt.sparse = TinySparse(24, 0.05, v.predictor, 4096, v.dense_layers);
@@ -112,7 +123,15 @@ TEST_CASE(
       CHECK(log.summaries_checked > 0);
       const bool stacks = v.predictor == SparsePredictor::kDraft ||
                           v.lookahead == LookaheadMode::kSpeculate;
-      CHECK(log.max_tokens_sparse == (stacks ? 1 + v.num_speculative_tokens : 1));
+      if (adaptive) {
+        CHECK(log.max_tokens_sparse >= 2);
+        CHECK(log.max_tokens_sparse <= 1 + v.num_speculative_tokens);
+        int used = 0;
+        for (int64_t n : st.lookahead.depth_steps_total) used += n > 0 ? 1 : 0;
+        CHECK(used >= 2);
+      } else {
+        CHECK(log.max_tokens_sparse == (stacks ? 1 + v.num_speculative_tokens : 1));
+      }
       // Metrics: collected when the last sparse request went.
       CHECK(st.sparse.steps_total == log.sparse_steps);
       CHECK(st.sparse.blocks_fetched_total == log.new_blocks);
@@ -133,7 +152,7 @@ TEST_CASE(
       if (v.num_speculative_tokens > 1) {
         // Deeper drafts are verified and accepted in sparse steps too.
         CHECK(st.lookahead.position_accepted_total[1] > 0);
-        CHECK(st.lookahead.sparse_tokens_per_step() > 1.8);
+        if (!adaptive) CHECK(st.lookahead.sparse_tokens_per_step() > 1.8);
       }
       if (v.lookahead == LookaheadMode::kSpeculate) {
         CHECK(st.lookahead.draft_accepted_total > 0);
@@ -461,14 +480,24 @@ TEST_CASE("small K: at most C new blocks per head per step, counted by the metri
 TEST_CASE("small K with draft chains: one scored prediction per step under the same cap",
           "[engine][sparse]") {
   const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);
-  for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
-    DYNAMIC_SECTION((reduce == GroupReduce::kSum ? "sum" : "max")) {
+  struct Case {
+    GroupReduce reduce;
+    SpeculativeDepth depth;
+  };
+  for (Case c : {Case{GroupReduce::kSum, SpeculativeDepth::kFixed},
+                 Case{GroupReduce::kMax, SpeculativeDepth::kFixed},
+                 Case{GroupReduce::kSum, SpeculativeDepth::kAdaptive}}) {
+    const GroupReduce reduce = c.reduce;
+    const bool adaptive = c.depth == SpeculativeDepth::kAdaptive;
+    DYNAMIC_SECTION((reduce == GroupReduce::kSum ? "sum" : "max") << (adaptive ? ", adaptive depth" : "")) {
       TinyModel tm(kSlots);
       RecordingRunner runner(*tm.model, tm.backend, kSlots);
       auto head = CopyHead(tm);
       EngineOptions opt;
       opt.lookahead = LookaheadMode::kSpeculate;
       opt.num_speculative_tokens = 3;
+      opt.speculative_depth = c.depth;  // adaptive: chains of 1..3, shorter ones repeat a query
+      opt.speculative_depth_rule.explore_interval = 2;
       opt.sparse = TinySparse(4, 0.25, SparsePredictor::kDraft);  // C = 1
       opt.sparse->group_reduce = reduce;
       auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
@@ -480,7 +509,13 @@ TEST_CASE("small K with draft chains: one scored prediction per step under the s
       }
       const EngineStats& st = run.stats;
       const SparseStepLog& log = runner.log;
-      CHECK(log.max_tokens_sparse == 4);
+      if (adaptive) {
+        CHECK(log.max_tokens_sparse >= 2);
+        CHECK(log.max_tokens_sparse <= 4);
+        CHECK(st.lookahead.depth_steps_total[0] + st.lookahead.depth_steps_total[1] > 0);
+      } else {
+        CHECK(log.max_tokens_sparse == 4);
+      }
       CHECK(log.max_new_per_head == 1);
       CHECK(log.slots_as_expected);
       CHECK(log.host_summaries_consistent);

@@ -64,6 +64,15 @@ Samples PerDraftPosition(const Counts& counts) {
   return out;
 }
 
+// Speculate steps by the chain depth chosen (depth="1".."4").
+Samples ChainDepthSteps(const EngineStats& st) {
+  Samples out;
+  const auto& steps = st.lookahead.depth_steps_total;
+  for (size_t d = 0; d < steps.size(); ++d)
+    out.push_back({"depth=\"" + std::to_string(d + 1) + "\"", static_cast<double>(steps[d])});
+  return out;
+}
+
 Samples FinishedByReason(const EngineStats& st) {
   return {{"finished_reason=\"stop\"", st.requests.stop_total},
           {"finished_reason=\"length\"", st.requests.length_total},
@@ -145,6 +154,15 @@ constexpr Row kEngineMetrics[] = {
     {"oasis:spec_decode_num_accepted_tokens_per_pos", kCounter,
      "Drafts accepted by their position in the chain.",
      [](const EngineStats& s) { return PerDraftPosition(s.lookahead.position_accepted_total); }},
+    {"oasis:spec_decode_chain_depth_steps_total", kCounter,
+     "Engine steps whose draft head proposed chains, by the chain depth chosen for them "
+     "(--speculative-depth fixed: always --num-speculative-tokens; adaptive: the controller's).",
+     ChainDepthSteps},
+    {"oasis:spec_decode_chain_depth_explorations_total", kCounter,
+     "Of those steps, the adaptive depth's explorations (a depth other than its best estimate).",
+     [](const EngineStats& s) -> double { return s.lookahead.depth_explorations_total; }},
+    {"oasis:spec_decode_chain_depth", kGauge, "The chain depth chosen at the last such step.",
+     [](const EngineStats& s) -> double { return s.lookahead.depth; }},
 
     // Lookahead sparse KV (docs/sparse.md); zero when it is off.
     {"oasis:sparse_requests", kGauge, "Running requests decoding with sparse KV.",

@@ -79,6 +79,8 @@ Status CheckConfig(const ServerConfig& config) {
       {"lookahead", LookaheadModeName(host->lookahead)},
       {"num_speculative_tokens",
        host->lookahead == LookaheadMode::kSpeculate ? config.num_speculative_tokens : 1},
+      {"speculative_depth",
+       host->lookahead == LookaheadMode::kSpeculate ? config.speculative_depth : "fixed"},
       {"draft_head", host->draft_head != nullptr},
       {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
       {"sparse", SparseJson(*host)},

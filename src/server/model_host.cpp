@@ -574,6 +574,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   options.lookahead = host->lookahead;
   options.num_speculative_tokens =
       host->lookahead == LookaheadMode::kSpeculate ? sc.num_speculative_tokens : 1;
+  OASIS_ASSIGN_OR_RETURN(options.speculative_depth, ParseSpeculativeDepth(sc.speculative_depth));
   options.max_num_seqs = sc.max_num_seqs;
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
   options.max_waiting = sc.max_waiting;

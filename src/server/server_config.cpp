@@ -70,6 +70,11 @@ const std::vector<Setting>& Settings() {
         {"num-speculative-tokens", &ServerConfig::num_speculative_tokens,
          "speculate: draft tokens per step, a chain of 1 to 4 from the EAGLE-3 head, verified in "
          "one stacked target step (> 1 needs --lookahead speculate; auto resolves to it)"},
+        {"speculative-depth", &ServerConfig::speculative_depth,
+         "speculate: fixed (chains of --num-speculative-tokens drafts at every step) or adaptive "
+         "(per step the chain length in 1..--num-speculative-tokens with the most tokens per "
+         "second of step time, from the measured acceptance by position and step times; needs "
+         "--num-speculative-tokens >= 2); outputs are the same either way"},
         {"sparse", &ServerConfig::sparse,
          "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
         {"host-kv-gib", &ServerConfig::host_kv_gib,
@@ -271,6 +276,13 @@ Status ServerConfig::Validate() const {
         "--num-speculative-tokens " + std::to_string(num_speculative_tokens) +
         " needs --lookahead speculate with an EAGLE-3 draft head (--draft-model DIR or "
         "--draft-load-format dummy); --lookahead reject stacks one draft");
+  }
+  OASIS_RETURN_IF_ERROR(one_of("speculative-depth", speculative_depth, {"fixed", "adaptive"}));
+  if (speculative_depth == "adaptive" && num_speculative_tokens < 2) {
+    return InvalidArgument(
+        "--speculative-depth adaptive picks the chain length in 1..--num-speculative-tokens: it "
+        "needs --num-speculative-tokens 2 to 4 (and --lookahead speculate), got " +
+        std::to_string(num_speculative_tokens));
   }
   OASIS_RETURN_IF_ERROR(one_of("sparse", sparse, {"auto", "on", "off"}));
   OASIS_RETURN_IF_ERROR(ParseToolParserKind(tool_call_parser).status());

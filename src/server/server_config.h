@@ -51,6 +51,9 @@ struct ServerConfig : HttpFrontSettings {
   // Draft chain length under speculate (vLLM's name), 1..4; > 1 needs speculate (auto
   // resolves to it).
   int64_t num_speculative_tokens = 1;
+  // Chain depth under speculate: fixed (num_speculative_tokens every step) or adaptive (the
+  // engine picks 1..num_speculative_tokens per step; needs speculate and k >= 2).
+  std::string speculative_depth = "fixed";
 
   // Lookahead sparse KV (docs/sparse.md): long requests decode over a per-head working set
   // of top-K blocks; their full KV lives in a host store.

@@ -70,6 +70,24 @@ TEST_CASE("spec-decode metrics of lookahead decoding") {
   CHECK(idle.find("oasis:spec_decode_tokens_per_step" + l + "0\n") != std::string::npos);
 }
 
+TEST_CASE("spec-decode chain depth metrics") {
+  EngineStats st;
+  st.lookahead.depth_steps_total = {40, 3, 2, 0};
+  st.lookahead.depth_explorations_total = 5;
+  st.lookahead.depth = 1;
+  const std::string text = RenderEngineMetrics(st, "m");
+  CHECK(text.find("# TYPE oasis:spec_decode_chain_depth_steps_total counter\n") != std::string::npos);
+  CHECK(text.find("oasis:spec_decode_chain_depth_steps_total{model_name=\"m\",depth=\"1\"} 40\n") !=
+        std::string::npos);
+  CHECK(text.find("oasis:spec_decode_chain_depth_steps_total{model_name=\"m\",depth=\"3\"} 2\n") !=
+        std::string::npos);
+  CHECK(text.find("oasis:spec_decode_chain_depth_steps_total{model_name=\"m\",depth=\"4\"} 0\n") !=
+        std::string::npos);
+  CHECK(text.find("oasis:spec_decode_chain_depth_explorations_total{model_name=\"m\"} 5\n") != std::string::npos);
+  CHECK(text.find("# TYPE oasis:spec_decode_chain_depth gauge\noasis:spec_decode_chain_depth{model_name=\"m\"} 1\n") !=
+        std::string::npos);
+}
+
 TEST_CASE("HTTP request counters") {
   HttpMetrics m;
   m.Count("POST", "/v1/completions", 200);

@@ -212,6 +212,42 @@ TEST_CASE("num-speculative-tokens flag: 1..4, needs speculate, auto resolves to 
   CHECK(p.status().message().find("needs --lookahead speculate") != std::string::npos);
 }
 
+TEST_CASE("speculative-depth flag: fixed by default, adaptive needs a chain to choose from") {
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->config.speculative_depth == "fixed");
+  CHECK(p->config.ToJson()["speculative-depth"] == "fixed");
+  p = Parse({"--draft-load-format", "dummy", "--num-speculative-tokens", "3", "--speculative-depth", "adaptive"});
+  REQUIRE(p.ok());
+  CHECK(p->config.speculative_depth == "adaptive");
+  CHECK(p->config.ResolvedLookahead() == "speculate");
+  CHECK(p->config.ToJson()["speculative-depth"] == "adaptive");
+  p = Parse({"--draft-load-format", "dummy", "--lookahead", "speculate", "--num-speculative-tokens", "4",
+             "--speculative-depth", "fixed"});
+  REQUIRE(p.ok());
+  // Unknown values, in any case or spelling, are refused naming the choices.
+  for (const char* v : {"auto", "Adaptive", "", "3", "dynamic"}) {
+    p = Parse({"--draft-load-format", "dummy", "--num-speculative-tokens", "3", "--speculative-depth", v});
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == StatusCode::kInvalidArgument);
+    CHECK(p.status().message() ==
+          std::string("--speculative-depth must be one of fixed, adaptive, got '") + v + "'");
+  }
+  // Adaptive picks the depth in 1..k: k = 1 leaves nothing to pick, and k > 1 needs speculate.
+  p = Parse({"--draft-load-format", "dummy", "--lookahead", "speculate", "--speculative-depth", "adaptive"});
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().message().find("--speculative-depth adaptive") != std::string::npos);
+  CHECK(p.status().message().find("--num-speculative-tokens 2 to 4") != std::string::npos);
+  p = Parse({"--speculative-depth", "adaptive"});  // no head at all
+  REQUIRE_FALSE(p.ok());
+  p = Parse({"--draft-load-format", "dummy", "--lookahead", "reject", "--num-speculative-tokens", "3",
+             "--speculative-depth", "adaptive"});
+  REQUIRE_FALSE(p.ok());
+  CHECK(p.status().message().find("needs --lookahead speculate") != std::string::npos);
+  p = Parse({"--draft-load-format", "dummy", "--num-speculative-tokens", "3", "--speculative-depth"});
+  REQUIRE_FALSE(p.ok());  // a value is required
+}
+
 TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshold, errors") {
   auto p = Parse({});
   REQUIRE(p.ok());

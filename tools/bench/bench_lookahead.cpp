@@ -10,6 +10,8 @@
 //   bench_lookahead --batch 64 --context 4096 --tokens 64
 //   bench_lookahead --batch 1  --context 128  --tokens 128 --repeat
 //   bench_lookahead --batch 1  --context 128  --tokens 128 --repeat --num-speculative-tokens 3
+//   bench_lookahead --batch 64 --context 4096 --tokens 128 --num-speculative-tokens 3
+//                   --speculative-depth adaptive     (chain depth 1..3 picked per step)
 // --repeat builds a target whose greedy continuation repeats the last prompt token (o_proj and
 // down_proj zeroed — still read every step, so the cost is the real one — and a tied
 // lm_head) and a "copy" head that proposes the target's own prediction (fc selects the stream
@@ -31,6 +33,7 @@
 // sparse: checked, the run fails otherwise) and the sparse counters; the RESULT line compares
 // speculate with reject.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -158,6 +161,7 @@ struct ModeResult {
   double out_tok_s = 0;  // output tokens per second over the decode window, all requests
   EngineStats::Sparse sparse;
   double sparse_tokens_per_step = 0;  // tokens per sparse request-step that verified drafts
+  std::array<int64_t, kMaxDraftTokens> depth_steps{};  // speculate: steps by chain depth chosen
 };
 
 // Engine counters at a moment (reader 0 samples them at each of its events).
@@ -207,11 +211,12 @@ Status StartSparseWindow(const std::vector<Snapshot>& snapshots, int64_t batch,
 
 StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, LookaheadMode mode,
                              int64_t batch, int64_t context, int64_t tokens, int64_t vocab,
-                             int64_t num_speculative_tokens,
+                             int64_t num_speculative_tokens, SpeculativeDepth depth,
                              const std::optional<SparseConfig>& sparse) {
   EngineOptions o;
   o.lookahead = mode;
   o.num_speculative_tokens = mode == LookaheadMode::kSpeculate ? num_speculative_tokens : 1;
+  o.speculative_depth = depth;
   o.max_num_seqs = batch;
   o.max_num_batched_tokens =
       std::max<int64_t>(16384, 2 * batch);  // short prefill phase: a long decode window
@@ -309,6 +314,7 @@ StatusOr<ModeResult> RunMode(CudaGraphRunner& runner, CudaDraftRunner& draft, Lo
   m.acceptance = st.lookahead.acceptance_rate();
   m.tokens_per_step = mode == LookaheadMode::kOff ? 1.0 : st.lookahead.tokens_per_step();
   m.steps = st.loop.steps_total;
+  m.depth_steps = st.lookahead.depth_steps_total;
   // The first and last snapshots inside the window.
   const Snapshot* a = nullptr;
   const Snapshot* b = nullptr;
@@ -369,6 +375,7 @@ Status Run(int argc, char** argv) {
   int64_t batch = 1, context = 128, tokens = 128, draft_vocab = 32000, spec_tokens = 1;
   bool repeat = false, head_only = false;
   SparseFlags sf;
+  std::string depth_name = "fixed";
   FlagParser flags(
       "bench_lookahead: TPOT of lookahead decoding (reject / speculate) vs plain, via the engine");
   flags.AddString("config", &config_path,
@@ -380,6 +387,8 @@ Status Run(int argc, char** argv) {
   flags.AddBool("repeat", &repeat, "repeating target + copy head: drafts right by construction");
   flags.AddInt("num-speculative-tokens", &spec_tokens,
                "speculate: chains of this many drafts (1..4; graphs of 1 + k query tokens)");
+  flags.AddString("speculative-depth", &depth_name,
+                  "speculate: fixed (chains of k) or adaptive (the engine picks 1..k per step)");
   flags.AddBool("head-only", &head_only,
                 "time the draft head's decode step alone (no engine, no prefill)");
   flags.AddBool("sparse", &sf.on,
@@ -404,6 +413,7 @@ Status Run(int argc, char** argv) {
     return InvalidArgument("batch, context >= 1 and tokens >= 2");
   if (spec_tokens < 1 || spec_tokens > kMaxDraftTokens)
     return InvalidArgument("--num-speculative-tokens must be 1 to 4");
+  OASIS_ASSIGN_OR_RETURN(const SpeculativeDepth depth, ParseSpeculativeDepth(depth_name));
   OASIS_RETURN_IF_ERROR(InitLogging("warn"));
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(config_path));
   if (repeat) config.tie_word_embeddings = true;
@@ -481,7 +491,7 @@ Status Run(int argc, char** argv) {
     // engine: a later engine's pipeline at the same address would replay them. A fresh runner.
     if (sparse && mode != LookaheadMode::kOff) OASIS_RETURN_IF_ERROR(make_runner());
     OASIS_ASSIGN_OR_RETURN(ModeResult m, RunMode(*runner, draft, mode, batch, context, tokens,
-                                                 config.vocab_size, spec_tokens, sparse));
+                                                 config.vocab_size, spec_tokens, depth, sparse));
     if (mode == LookaheadMode::kOff) base = m.tpot_ms;
     std::printf("%-10s %10.3f %10.1f %12.3f %12.3f %8lld %14.3f %13.3f %13.3f %13.3f\n",
                 LookaheadModeName(mode), m.tpot_ms, m.ttft_ms, m.acceptance, m.tokens_per_step,
@@ -495,6 +505,11 @@ Status Run(int argc, char** argv) {
           m.out_tok_s, static_cast<long long>(batch), m.sparse_tokens_per_step,
           static_cast<long long>(s.switches_total), s.hit_rate(), s.fetched_per_step(),
           s.h2d_bytes_per_step() / 1e6, s.topk_agreement());
+      if (mode == LookaheadMode::kSpeculate && depth == SpeculativeDepth::kAdaptive) {
+        std::printf("  steps by chain depth chosen:");
+        for (int64_t n : m.depth_steps) std::printf(" %lld", static_cast<long long>(n));
+        std::printf("\n");
+      }
       if (mode == LookaheadMode::kOff) off_tok_s = m.out_tok_s;
       if (mode == LookaheadMode::kReject) reject_tok_s = m.out_tok_s;
       if (mode == LookaheadMode::kSpeculate) {
@@ -503,28 +518,35 @@ Status Run(int argc, char** argv) {
       }
       continue;
     }
-    char part[160];
-    std::snprintf(
-        part, sizeof part, "%s%s TPOT %.3f ms (%.2fx plain)%s", summary.empty() ? "" : "; ",
-        LookaheadModeName(mode), m.tpot_ms, m.tpot_ms / base,
-        mode == LookaheadMode::kSpeculate
-            ? (", " + std::to_string(m.tokens_per_step).substr(0, 4) + " tok/step").c_str()
-            : "");
+    std::string extra;
+    if (mode == LookaheadMode::kSpeculate) {
+      extra = ", " + std::to_string(m.tokens_per_step).substr(0, 4) + " tok/step";
+      if (depth == SpeculativeDepth::kAdaptive) {
+        extra += ", steps by depth";
+        for (int64_t n : m.depth_steps) extra += " " + std::to_string(n);
+      }
+    }
+    char part[200];
+    std::snprintf(part, sizeof part, "%s%s TPOT %.3f ms (%.2fx plain)%s",
+                  summary.empty() ? "" : "; ", LookaheadModeName(mode), m.tpot_ms, m.tpot_ms / base,
+                  extra.c_str());
     summary += part;
   }
   if (sparse) {
     std::printf(
-        "RESULT lookahead sparse b=%lld ctx=%lld%s k=%lld home=%s: reject %.1f tok/s; speculate "
-        "%.1f tok/s (%.2fx reject), %.2f tok/step; off (previous-query) %.1f tok/s\n",
+        "RESULT lookahead sparse b=%lld ctx=%lld%s k=%lld%s home=%s: reject %.1f tok/s; "
+        "speculate %.1f tok/s (%.2fx reject), %.2f tok/step; off (previous-query) %.1f tok/s\n",
         static_cast<long long>(batch), static_cast<long long>(context), repeat ? " repeat" : "",
-        static_cast<long long>(spec_tokens), std::string(KvHomeName(sparse->home)).c_str(),
-        reject_tok_s, speculate_tok_s, speculate_tok_s / reject_tok_s, speculate_tok_step,
-        off_tok_s);
+        static_cast<long long>(spec_tokens),
+        depth == SpeculativeDepth::kAdaptive ? " adaptive" : "",
+        std::string(KvHomeName(sparse->home)).c_str(), reject_tok_s, speculate_tok_s,
+        speculate_tok_s / reject_tok_s, speculate_tok_step, off_tok_s);
     return Status::Ok();
   }
-  std::printf("RESULT lookahead b=%lld ctx=%lld%s k=%lld: %s\n", static_cast<long long>(batch),
+  std::printf("RESULT lookahead b=%lld ctx=%lld%s k=%lld%s: %s\n", static_cast<long long>(batch),
               static_cast<long long>(context), repeat ? " repeat" : "",
-              static_cast<long long>(spec_tokens), summary.c_str());
+              static_cast<long long>(spec_tokens),
+              depth == SpeculativeDepth::kAdaptive ? " adaptive" : "", summary.c_str());
   return Status::Ok();
 }
 

@@ -171,7 +171,38 @@ else
 fi
 stop_server || fail=1
 
+# ---- adaptive chain depth: --speculative-depth adaptive --------------------------------
+# The engine picks the depth in 1..3 per step: every answer still equals the plain server's,
+# and the steps by depth chosen are exported.
+start_server "$TMP/server-adaptive.log" --backend cpu --draft-model "$TMP/copy-head" --lookahead speculate \
+  --num-speculative-tokens 3 --speculative-depth adaptive || exit 1
+run_all adaptive
+same=1
+for f in "$TMP"/plain.*; do
+  suffix=${f##*/plain.}
+  cmp -s "$f" "$TMP/adaptive.$suffix" || { same=0; bad "adaptive: answer $suffix differs" "$(cat "$f"; echo; cat "$TMP/adaptive.$suffix")"; }
+done
+[[ $same == 1 ]] && ok "--speculative-depth adaptive (copy head, k 3): every answer equals the plain server's"
+depth_steps=$(curl -s "$BASE/metrics" | grep '^oasis:spec_decode_chain_depth_steps_total{' | awk '{s += $2} END {print s + 0}')
+depth4=$(curl -s "$BASE/metrics" | grep '^oasis:spec_decode_chain_depth_steps_total{.*depth="4"}' | awk '{print $2}')
+depth_now=$(metric 'oasis:spec_decode_chain_depth')
+if [[ $depth_steps -gt 0 && $depth4 == 0 && $depth_now -ge 1 && $depth_now -le 3 ]]; then
+  ok "adaptive: $depth_steps steps by depth chosen exported (none past k), last depth $depth_now"
+else
+  bad "adaptive: steps by depth $depth_steps, depth 4 '$depth4', last '$depth_now'" "$(curl -s "$BASE/metrics" | grep chain_depth)"
+fi
+stop_server || fail=1
+
 # ---- bad settings ---------------------------------------------------------------------
+for v in sometimes Adaptive ""; do
+  out=$("$SERVER" --port 0 --draft-load-format dummy --num-speculative-tokens 3 --speculative-depth "$v" 2>&1)
+  [[ $? == 2 ]] && grep -q "speculative-depth must be one of fixed, adaptive" <<<"$out" && ok "--speculative-depth '$v' -> exit 2 naming the choices" || bad "--speculative-depth '$v'" "$out"
+done
+out=$("$SERVER" --port 0 --draft-load-format dummy --lookahead speculate --speculative-depth adaptive 2>&1)
+[[ $? == 2 ]] && grep -q "needs --num-speculative-tokens 2 to 4" <<<"$out" && ok "--speculative-depth adaptive with k 1 -> exit 2" || bad "adaptive with k 1" "$out"
+out=$("$SERVER" --backend cpu --check-config --draft-load-format dummy --num-speculative-tokens 3 --speculative-depth adaptive 2>&1)
+grep -q '"speculative-depth": "adaptive"' <<<"$out" && grep -q '"speculative_depth": "adaptive"' <<<"$out" &&
+  grep -q "^config ok$" <<<"$out" && ok "--check-config shows --speculative-depth adaptive" || bad "check-config adaptive" "$out"
 for v in 0 5 -1 three 2.5 ""; do
   out=$("$SERVER" --port 0 --draft-load-format dummy --lookahead speculate --num-speculative-tokens "$v" 2>&1)
   [[ $? == 2 ]] && grep -q "num-speculative-tokens" <<<"$out" && ok "--num-speculative-tokens '$v' -> exit 2 naming the flag" || bad "--num-speculative-tokens '$v'" "$out"

@@ -62,8 +62,13 @@ void SpeculativeDepthController::Record(PartCost& part, int32_t depth, double se
     part.ratio[d] = 1.0;
   } else {
     if (depth != part.previous) {  // a switch: against the level of the moment
+      double sample = seconds / part.level;
+      if (n > kMinSamples) {  // one stalled step must not make a depth look much dearer
+        sample =
+            std::clamp(sample, part.ratio[d] / kRatioStepLimit, part.ratio[d] * kRatioStepLimit);
+      }
       const double alpha = std::max(rule_.ratio_smoothing, 1.0 / static_cast<double>(n));
-      part.ratio[d] += alpha * (seconds / part.level - part.ratio[d]);  // n = 1: the sample
+      part.ratio[d] += alpha * (sample - part.ratio[d]);  // n = 1: the sample
     }
     part.level += rule_.level_smoothing * (seconds / part.ratio[d] - part.level);
   }

@@ -25,8 +25,10 @@
 //     longest ago. The level follows every sample quickly (EWMA level_smoothing of
 //     sample / ratio[d]). Ratios are learnt only where they are observable: from a sample whose
 //     depth differs from the part's previous sample's (a switch: an exploration and the return
-//     from it), as the sample over the level of that moment (weight max(ratio_smoothing, 1/n));
-//     a run of samples at one depth moves the level alone. A depth not yet measured in
+//     from it), as the sample over the level of that moment (weight max(ratio_smoothing, 1/n);
+//     past kMinSamples clamped to kRatioStepLimit of the ratio, so that one stalled step does
+//     not keep a depth away for an exploration interval); a run of samples at one depth moves
+//     the level alone. A depth not yet measured in
 //     its bucket takes the nearest shorter depth's cost (optimistic: a deeper chain is never
 //     cheaper), else the nearest longer one's; with nothing measured in the bucket, the nearest
 //     bucket's; with nothing at all, every depth costs the same.
@@ -73,6 +75,8 @@ class SpeculativeDepthController {
   static constexpr int32_t kMaxDepth = 4;  // = kMaxDraftTokens (engine/lookahead.h)
   static constexpr int64_t kUnmeasuredExploreInterval = 4;
   static constexpr int64_t kMinSamples = 3;
+  // Past kMinSamples, a switch sample counts as at most this factor off its depth's ratio.
+  static constexpr double kRatioStepLimit = 1.25;
   static constexpr int kBatchBuckets = 12;  // floor(log2(batch)) capped at 11 (2048+)
 
   // Depths 1..max_depth (1..kMaxDepth).

@@ -64,17 +64,13 @@ def main(argv):
         dense = ev.forced_run(s.base, wins)
     finally:
         s.stop()
-    nll = [-lp for w in dense for lp, _ in w]
-    report["dense_ppl"] = math.exp(sum(nll) / len(nll))
-    print(f"dense: ppl {report['dense_ppl']:.4f} over {len(nll)} forced tokens ({a.windows} windows of "
+    report["dense_ppl"], n = etm.perplexity(dense)
+    print(f"dense: ppl {report['dense_ppl']:.4f} over {n} forced tokens ({a.windows} windows of "
           f"{a.context})", flush=True)
     for f in ratios:
         for budget in budgets:
-            flags = ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--sparse-switch", "threshold",
-                     "--topk-blocks", str(a.topk), "--fetch-ratio", str(f), "--sparse-predictor", a.predictor,
-                     "--sparse-agreement-interval", "0", "--host-kv-gib", str(a.host_kv_gib), "--kv-home", "host",
-                     "--draft-model", a.draft_model, "--lookahead", "reject", "--sparse-budget", budget]
-            s = ev.server(flags)
+            s = ev.server(etm.sparse_flags(a, a.predictor, a.topk, f, 0,
+                                           ["--kv-home", "host", "--sparse-budget", budget]))
             try:
                 before = s.quiet_metrics()
                 got = ev.forced_run(s.base, wins)

@@ -71,6 +71,21 @@ def layer_counts(metrics, name):
     return out
 
 
+def perplexity(runs):
+    """exp(mean NLL) over forced_run's windows: ([(logprob, top-1)], ...)."""
+    nll = [-lp for w in runs for lp, _ in w]
+    return math.exp(sum(nll) / len(nll)), len(nll)
+
+
+def sparse_flags(a, predictor, topk, fetch_ratio, agreement_interval, extra=()):
+    """The server flags of a sparse run: every request switches at --threshold, drafts stacked
+    (reject) so the draft predictor has its query; `extra` adds to them."""
+    return ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--sparse-switch", "threshold",
+            "--topk-blocks", str(topk), "--fetch-ratio", str(fetch_ratio), "--sparse-predictor", predictor,
+            "--sparse-agreement-interval", str(agreement_interval), "--host-kv-gib", str(a.host_kv_gib),
+            "--draft-model", a.draft_model, "--lookahead", "reject", *extra]
+
+
 class Eval:
     def __init__(self, a):
         self.a = a
@@ -136,9 +151,8 @@ class Eval:
         finally:
             s.stop()
         for ctx in a.contexts:
-            nll = [-lp for w in dense[ctx] for lp, _ in w]
-            report["contexts"][str(ctx)] = {"dense": {"ppl": math.exp(sum(nll) / len(nll)), "tokens": len(nll)},
-                                            "sparse": []}
+            ppl, n = perplexity(dense[ctx])
+            report["contexts"][str(ctx)] = {"dense": {"ppl": ppl, "tokens": n}, "sparse": []}
         # ---- the head's acceptance (dense, --lookahead speculate)
         s = self.server(["--draft-model", a.draft_model, "--lookahead", "speculate"])
         try:
@@ -168,11 +182,7 @@ class Eval:
             if a.budget_s and time.time() - self.t0 > a.budget_s:
                 print(f"eval_trained_model: --budget-s reached, {predictor} K {k} fetch {f} and later not run", flush=True)
                 break
-            flags = ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--sparse-switch", "threshold", "--topk-blocks", str(k),
-                     "--fetch-ratio", str(f), "--sparse-predictor", predictor, "--sparse-agreement-interval", "1",
-                     "--host-kv-gib", str(a.host_kv_gib), "--draft-model", a.draft_model, "--lookahead", "reject",
-                     "--dense-layers", str(dense_layers)]
-            s = self.server(flags)
+            s = self.server(sparse_flags(a, predictor, k, f, 1, ["--dense-layers", str(dense_layers)]))
             try:
                 for ctx in a.contexts:
                     before = s.quiet_metrics()
@@ -205,13 +215,12 @@ class Eval:
         ov = layer_deltas("oasis:sparse_topk_agreement_overlap_total")
         tot = layer_deltas("oasis:sparse_topk_agreement_sampled_total")
         by_layer = {l: ov[l] / tot[l] for l in sorted(tot) if tot[l] > 0}
-        nll = [-lp for w in got for lp, _ in w]
         pairs = [(g, r) for gw, rw in zip(got, dense) for g, r in zip(gw, rw)]
         hits, misses = d("oasis:sparse_hits_total"), d("oasis:sparse_misses_total")
         steps = d("oasis:sparse_steps_total")
         return {"predictor": predictor, "topk": k, "fetch_ratio": f, "blocks": ctx // 16,
                 "agreement": sum(ov.values()) / sum(tot.values()) if sum(tot.values()) else None,
-                "agreement_by_layer": by_layer, "ppl": math.exp(sum(nll) / len(nll)),
+                "agreement_by_layer": by_layer, "ppl": perplexity(got)[0],
                 "top1_agreement": sum(g[1] == r[1] for g, r in pairs) / len(pairs),
                 "mean_abs_logprob_diff": sum(abs(g[0] - r[0]) for g, r in pairs) / len(pairs),
                 "hit_rate": hits / (hits + misses) if hits + misses else None,

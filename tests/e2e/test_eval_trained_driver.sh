@@ -4,7 +4,7 @@
 # speculate and sparse (draft, previous-query, oracle predictors), sends teacher-forced windows
 # of a committed text (every forced token after the first is a sparse decode step), and must leave an eval.json whose every number is measured (sparse steps
 # ran, agreement sampled on every layer, log-probs finite); the gnuplot plots from it; a text
-# shorter than a window is a clear error.
+# shorter than a window is a clear error. Then tools/eval_fetch_budget.py at small sizes.
 # Usage: test_eval_trained_driver.sh <oasis-server's directory> <repo root>
 set -uo pipefail
 BIN=$1
@@ -59,6 +59,23 @@ if command -v gnuplot >/dev/null; then
 else
   echo "note: gnuplot not installed, plots not checked (apt-get install gnuplot-nox)"
 fi
+# tools/eval_fetch_budget.py (fixed vs adaptive fetch budget) through the same helpers.
+python3 "$ROOT/tools/eval_fetch_budget.py" --bin-dir "$BIN" --backend cpu --text "$TMP/text.txt" --context 384 \
+  --windows 2 --forced 16 --threshold 128 --topk 4 --fetch-ratios 0.25,1 --out-dir "$TMP/fb" >"$TMP/fb.out" 2>&1 ||
+  { tail -20 "$TMP/fb.out"; bad "eval_fetch_budget exit"; }
+python3 - "$TMP/fb/fetch_budget.json" <<'PY' || bad "fetch_budget.json"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+runs = {(x["fetch_ratio"], x["budget"]): x for x in r["runs"]}
+assert set(runs) == {(f, b) for f in (0.25, 1.0) for b in ("fixed", "adaptive")}, sorted(runs)
+assert math.isfinite(r["dense_ppl"]) and r["dense_ppl"] > 1
+for key, x in runs.items():
+    assert x["sparse_steps"] >= 30 and x["h2d_bytes"] > 0 and math.isfinite(x["ppl_ratio"]), (key, x)
+    assert len(x["fetch_caps"]) == 6 and all(v >= 1 for v in x["fetch_caps"].values()), (key, x["fetch_caps"])
+# C = ceil(f K): 1 block at 0.25, 4 at 1 (K 4); more blocks fetched per step at the larger cap
+assert runs[(1.0, "fixed")]["fetched_per_step"] > runs[(0.25, "fixed")]["fetched_per_step"]
+print("ok: fetch_budget.json complete")
+PY
 head -c 3000 "$TMP/text.txt" > "$TMP/short.txt"
 out=$(python3 "$ROOT/tools/eval_trained_model.py" --bin-dir "$BIN" --backend cpu --text "$TMP/short.txt" \
   --contexts 2048 --forced 16 --out-dir "$TMP/short" 2>&1)

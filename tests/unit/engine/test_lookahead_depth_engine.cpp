@@ -141,17 +141,20 @@ int64_t DepthSteps(const EngineStats& st) {
 }
 
 // Four greedy requests decoding `tokens` each on the repeating target, with the copy head
-// shifted by `shift` (0: every draft right; 1: none), a 3 ms wait per target step and 1 ms per
-// head step; speculate k = 3, fixed or adaptive. Plain decoding's tokens to compare with.
-DepthRun RunRepeating(int32_t shift, SpeculativeDepth depth, int64_t tokens) {
+// shifted by `shift` (0: every draft right; 1: none), a wait per target step (default 3 ms) and
+// per head step (default 1 ms); speculate k = 3, fixed or adaptive. Plain decoding's tokens to
+// compare with.
+DepthRun RunRepeating(int32_t shift, SpeculativeDepth depth, int64_t tokens,
+                      std::chrono::microseconds target_wait = std::chrono::microseconds(3000),
+                      std::chrono::microseconds head_wait = std::chrono::microseconds(1000)) {
   constexpr int64_t kSlots = 512;
   TinyModel tm(kSlots);
   MakeRepeatingTarget(tm, kSlots);
   auto head = CopyHead(tm);
   const int64_t head_slots = DraftKvSlotsFor(kSlots, tm.config.num_key_value_heads,
                                              head->config().num_key_value_heads);
-  WaitingRunner runner(*tm.model, tm.backend, kSlots, std::chrono::microseconds(3000));
-  WaitingDraftRunner draft(*head, tm.backend, head_slots, std::chrono::microseconds(1000), shift,
+  WaitingRunner runner(*tm.model, tm.backend, kSlots, target_wait);
+  WaitingDraftRunner draft(*head, tm.backend, head_slots, head_wait, shift,
                            static_cast<int32_t>(tm.config.vocab_size));
   std::vector<EngineRequest> reqs;
   for (int i = 0; i < 4; ++i) {
@@ -201,7 +204,13 @@ TEST_CASE("adaptive depth settles at 1 when no draft is accepted while fixed k =
 }
 
 TEST_CASE("adaptive depth uses the full k when every draft is accepted", "[engine][lookahead][depth]") {
-  const DepthRun adaptive = RunRepeating(0, SpeculativeDepth::kAdaptive, 400);
+  // A step dominated by the target (10 ms) and a cheap head step (0.3 ms), as an 8B model's
+  // decode on a GPU: depth 3 is worth ~30% more tokens per second than depth 2. On the CPU
+  // the verify rows' compute grows with the depth, so with 3 ms / 1 ms a loaded 2-core CI
+  // machine left depth 3 only a few percent ahead, and its noise once kept the controller at 2.
+  const DepthRun adaptive = RunRepeating(0, SpeculativeDepth::kAdaptive, 400,
+                                         std::chrono::microseconds(10000),
+                                         std::chrono::microseconds(300));
   const EngineStats::Lookahead& a = adaptive.stats.lookahead;
   CHECK(a.draft_accepted_total == a.draft_tokens_total);
   const int64_t n = DepthSteps(adaptive.stats);

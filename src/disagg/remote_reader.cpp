@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -11,6 +12,9 @@ namespace {
 // Forced closes complete every outstanding request locally; waiting longer than this means
 // UCX broke its promise.
 constexpr std::chrono::seconds kForcedCloseLimit{1};
+// Connect's attempts after transport failures, and the pause between them.
+constexpr int kConnectAttempts = 3;
+constexpr std::chrono::milliseconds kConnectRetryPause{100};
 }  // namespace
 
 StatusOr<std::unique_ptr<RemoteReader>> RemoteReader::Connect(std::shared_ptr<UcxContext> context,
@@ -21,12 +25,31 @@ StatusOr<std::unique_ptr<RemoteReader>> RemoteReader::Connect(std::shared_ptr<Uc
     return InvalidArgument("staging secret of " + std::to_string(options.secret.size()) +
                            " bytes, at most " + std::to_string(kMaxSecretBytes));
   }
-  OASIS_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> worker, UcxWorker::Create(std::move(context)));
-  std::unique_ptr<RemoteReader> reader(
-      new RemoteReader(std::move(worker), std::string(peer_address), options));
-  Status s = reader->Open(addr);
-  if (!s.ok()) return s.WithContext("staging pool at " + std::string(peer_address));
-  return reader;
+  // A transport failure while connecting (kUnavailable: the endpoint reset or failed before
+  // the pool answered — seen with UCX's default transports between two processes of a loaded
+  // host) is retried with a fresh worker and endpoint, at most kConnectAttempts in all and
+  // within connect_timeout; a refusal (secret, version: kFailedPrecondition) or a bad
+  // descriptor is final.
+  const auto deadline = Clock::now() + options.connect_timeout;
+  for (int attempt = 1;; ++attempt) {
+    RemoteReaderOptions mine = options;
+    mine.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(deadline - Clock::now(), Clock::duration(std::chrono::milliseconds(1))));
+    OASIS_ASSIGN_OR_RETURN(std::unique_ptr<UcxWorker> worker, UcxWorker::Create(context));
+    std::unique_ptr<RemoteReader> reader(
+        new RemoteReader(std::move(worker), std::string(peer_address), mine));
+    Status s = reader->Open(addr);
+    if (s.ok()) return reader;
+    s = s.WithContext("staging pool at " + std::string(peer_address));
+    if (s.code() != StatusCode::kUnavailable || attempt >= kConnectAttempts ||
+        Clock::now() + kConnectRetryPause >= deadline) {
+      return s;
+    }
+    spdlog::warn("{} (attempt {} of {}): connecting again", s.ToString(), attempt,
+                 kConnectAttempts);
+    reader.reset();
+    std::this_thread::sleep_for(kConnectRetryPause);
+  }
 }
 
 RemoteReader::RemoteReader(std::unique_ptr<UcxWorker> worker, std::string peer,

@@ -3,7 +3,9 @@
 // Connect() opens a UCX client endpoint to the server's "host:port", says kHello (with the
 // shared secret of the options), receives the pool's StagingDescriptor and unpacks its remote
 // key; a server that refuses the hello (kHelloRefused) makes Connect fail with
-// kFailedPrecondition saying why (wrong or missing secret, another protocol version). Fetch() then
+// kFailedPrecondition saying why (wrong or missing secret, another protocol version); a
+// transport failure before the pool answers is retried (3 attempts within connect_timeout).
+// Fetch() then
 // copies staging-pool blocks into local memory with RMA gets (ucp_get_nbx): runs of consecutive
 // remote blocks that land in consecutive local memory become one get, every get of a call is in
 // flight at once, and the call waits for all of them until its deadline. Renew/Complete/Abort send

@@ -414,7 +414,8 @@ class Engine {
   // holding fewer tokens than the target's are InvalidArgument, naming the values.
   // Sparse KV: an invalid SparseConfig, the draft predictor without lookahead and a draft
   // runner, a threshold below one block, a pool smaller than one working set ((K+2)*Hkv
-  // head-blocks) or a host store too small for one request past the threshold.
+  // head-blocks) or a host store too small for one request past the threshold. Prefix
+  // caching with sparse KV, lookahead, a handoff exporter or more than one rank (not yet).
   static Status CheckOptions(const EngineOptions& options, const ModelRunner& runner,
                              const DraftRunner* draft);
   ~Engine();  // Stop()s

@@ -183,6 +183,7 @@ void FillResponse(const RequestOutput& out, size_t choice, const std::string& id
   usage->set_prompt_tokens(out.prompt_tokens);
   usage->set_completion_tokens(out.completion_tokens);
   usage->set_total_tokens(out.prompt_tokens + out.completion_tokens);
+  usage->set_cached_tokens(out.cached_tokens);
 }
 
 // A Generate call that ends before it starts (refused, invalid): its status is sent as soon

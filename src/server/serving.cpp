@@ -110,7 +110,10 @@ void GenerationJob::SetWakeup(const std::function<void()>& wakeup) {
 Usage GenerationJob::usage() const {
   Usage u;
   u.prompt_tokens = prompt_tokens_;
-  for (const ChoiceState& c : choices_) u.completion_tokens += c.completion_tokens;
+  for (const ChoiceState& c : choices_) {
+    u.completion_tokens += c.completion_tokens;
+    u.cached_tokens = std::max(u.cached_tokens, c.cached_tokens);  // the choices share the prompt
+  }
   return u;
 }
 

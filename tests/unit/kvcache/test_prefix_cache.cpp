@@ -134,6 +134,7 @@ TEST_CASE("prefix cache fuzz: operations match a reference model", "[kvcache][pr
   std::map<int, int64_t> cached_content;
   std::list<int> lru;  // evictable patterns, least recently released first
   int64_t next_content = 0;
+  int64_t hits = 0, full = 0;
 
   auto pattern_of = [&](int32_t slot) {
     for (auto& [p, s] : cached)
@@ -160,7 +161,10 @@ TEST_CASE("prefix cache fuzz: operations match a reference model", "[kvcache][pr
       const int64_t free_before = model_free();
       auto s = a.Allocate(kHeads);
       REQUIRE(s.has_value() == (free_before >= kHeads));
-      if (!s) continue;
+      if (!s) {
+        ++full;
+        continue;
+      }
       // What the allocator had to evict: the model's LRU front, in order.
       const int64_t plain = free_before - static_cast<int64_t>(lru.size()) * kHeads;
       for (int64_t short_by = kHeads - plain; short_by > 0; short_by -= kHeads) {
@@ -205,6 +209,7 @@ TEST_CASE("prefix cache fuzz: operations match a reference model", "[kvcache][pr
       REQUIRE((found != nullptr) == (cached.count(p) > 0));
       if (found == nullptr) continue;
       REQUIRE(*found == cached[p]);
+      ++hits;
       const std::vector<int32_t> slots = *found;
       a.Share(slots);
       for (int32_t s : slots) {
@@ -225,4 +230,8 @@ TEST_CASE("prefix cache fuzz: operations match a reference model", "[kvcache][pr
   for (const auto& h : holders)
     for (const Block& b : h) a.Free(b.slots);
   CHECK(a.num_free() == kSlots);
+  // The budget exercised every path: hits, evictions, a full pool.
+  CHECK(hits > 100);
+  CHECK(cache.evictions_total() > 100);
+  CHECK(full > 10);
 }

@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "common/check.h"
@@ -139,8 +140,10 @@ void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
   s.seed = s.request.sampling.seed ? *s.request.sampling.seed : rng();
   s.seq.always_sparse = s.request.handoff;
   // Prompt logprobs need a logits row at every prompt position; a handoff's KV is staged whole.
-  if (options.enable_prefix_caching && !s.request.handoff && s.request.prompt_logprobs < 0)
+  if (options.enable_prefix_caching && !s.request.handoff && s.request.prompt_logprobs < 0) {
     s.seq.prefix_caching = PrefixCaching::kOn;
+    s.seq.prefix_root = PrefixCacheRoot(std::hash<std::string>{}(s.request.cache_salt));
+  }
   if (s.request.prompt_logprobs >= 0 && s.request.prompt.size() > 1)
     s.prompt_logprobs.resize(s.request.prompt.size() - 1);
   scheduler.Add(&s.seq);

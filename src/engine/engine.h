@@ -56,6 +56,9 @@ struct EngineRequest {
   // vLLM's spaces_between_special_tokens (tokenizer::SpacesBetweenSpecialTokens).
   bool spaces_between_special_tokens = true;
   bool ignore_eos = false;
+  // Prefix caching: only requests with the same salt share cached blocks (vLLM's cache_salt:
+  // tenants that must not learn from each other's cache timing use different salts).
+  std::string cache_salt;
   bool logprobs = false;     // report the chosen token's log-probability
   int num_top_logprobs = 0;  // 0..kMaxTopLogprobs
   bool detokenize = true;    // fill RequestOutput::text (needs the tokenizer)

@@ -18,7 +18,7 @@ std::span<const int32_t> BlockTokens(const Sequence& seq, int64_t block) {
 }
 
 uint64_t ParentHash(const Sequence& seq, int64_t block) {
-  return block == 0 ? PrefixCacheRoot(0) : seq.block_hashes[static_cast<size_t>(block - 1)];
+  return block == 0 ? seq.prefix_root : seq.block_hashes[static_cast<size_t>(block - 1)];
 }
 
 // seq.block_hashes covers its first `num_blocks` full blocks.

@@ -89,6 +89,7 @@ struct Sequence {
   // the leading full blocks of `tokens` computed so far, the leading table blocks adopted from
   // or registered in the cache, and the tokens found cached at its latest admission.
   PrefixCaching prefix_caching = PrefixCaching::kOff;
+  uint64_t prefix_root = 0;  // the chain's root (PrefixCacheRoot of the request's cache salt)
   std::vector<uint64_t> block_hashes;
   int64_t num_blocks_cached = 0;
   int64_t num_cached_tokens = 0;

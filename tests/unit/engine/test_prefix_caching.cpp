@@ -187,7 +187,7 @@ TEST_CASE("prefix caching: an abort racing a hit leaves the cache consistent",
   CHECK(st.kv.prefix_cache_hits_total > 0);
 }
 
-TEST_CASE("prefix caching: prompt logprobs bypass it; unsupported options are refused",
+TEST_CASE("prefix caching: prompt logprobs bypass it, cache salts separate it; unsupported options are refused",
           "[engine][prefix]") {
   TinyModel tm(256);
   {
@@ -208,6 +208,16 @@ TEST_CASE("prefix caching: prompt logprobs bypass it; unsupported options are re
     auto c = engine.Submit(Request("c", prompt, 3));
     REQUIRE(c.ok());
     CHECK(Drain(**c).cached_tokens == 32);  // 2 full blocks; the 8 after them are computed
+    // Another cache salt: another cache.
+    EngineRequest d = Request("d", prompt, 3);
+    d.cache_salt = "tenant-b";
+    auto sd = engine.Submit(d);
+    REQUIRE(sd.ok());
+    CHECK(Drain(**sd).cached_tokens == 0);
+    d.id = "e";
+    auto se = engine.Submit(d);
+    REQUIRE(se.ok());
+    CHECK(Drain(**se).cached_tokens == 32);
   }
   EngineOptions o = Caching(true);
   o.lookahead = LookaheadMode::kReject;

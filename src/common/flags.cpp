@@ -75,6 +75,14 @@ Status FlagParser::Parse(int argc, char** argv) {
       has_value = true;
     }
     auto it = flags_.find(name);
+    if (it == flags_.end() && !has_value && name.rfind("no-", 0) == 0) {
+      // --no-NAME: a boolean flag's false (as vLLM's --no-enable-prefix-caching).
+      auto positive = flags_.find(name.substr(3));
+      if (positive != flags_.end() && positive->second.kind == Kind::kBool) {
+        OASIS_RETURN_IF_ERROR(Assign(positive->first, positive->second, "false"));
+        continue;
+      }
+    }
     if (it == flags_.end()) return InvalidArgument("unknown flag --" + name + " (see --help)");
     if (!has_value) {
       if (it->second.kind == Kind::kBool) {

@@ -1,6 +1,7 @@
 // A small command-line flag parser for the project's programs: `--name value`,
-// `--name=value` and boolean `--name`. Unknown flags, missing values and malformed numbers
-// are InvalidArgument errors naming the flag. Not thread-safe; used once in main().
+// `--name=value`, boolean `--name` and `--no-name` (false). Unknown flags, missing values and
+// malformed numbers are InvalidArgument errors naming the flag. Not thread-safe; used once in
+// main().
 #pragma once
 
 #include <cstdint>

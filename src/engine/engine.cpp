@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include "common/check.h"
@@ -87,6 +88,7 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
           allocator, sparse.get()),
       rng(o.seed) {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+  if (o.enable_prefix_caching) allocator.EnablePrefixCache(num_kv_heads);  // before any allocation
   if (draft != nullptr && o.lookahead == LookaheadMode::kSpeculate &&
       o.speculative_depth == SpeculativeDepth::kAdaptive) {
     depth_controller = std::make_unique<SpeculativeDepthController>(
@@ -137,6 +139,11 @@ void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
   RequestState& s = *state;
   s.seed = s.request.sampling.seed ? *s.request.sampling.seed : rng();
   s.seq.always_sparse = s.request.handoff;
+  // Prompt logprobs need a logits row at every prompt position; a handoff's KV is staged whole.
+  if (options.enable_prefix_caching && !s.request.handoff && s.request.prompt_logprobs < 0) {
+    s.seq.prefix_caching = PrefixCaching::kOn;
+    s.seq.prefix_root = PrefixCacheRoot(std::hash<std::string>{}(s.request.cache_salt));
+  }
   if (s.request.prompt_logprobs >= 0 && s.request.prompt.size() > 1)
     s.prompt_logprobs.resize(s.request.prompt.size() - 1);
   scheduler.Add(&s.seq);
@@ -204,6 +211,7 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
   out.finish_reason = reason;
   out.prompt_tokens = s.seq.num_prompt_tokens;
   out.completion_tokens = s.seq.num_generated();
+  out.cached_tokens = s.seq.num_cached_tokens;
   {
     std::lock_guard<std::mutex> lock(mu);
     live.erase(s.request.id);  // the id may be reused once the finished event is visible
@@ -260,6 +268,12 @@ void Engine::Impl::Publish() {
   }
   stats.kv.num_free_slots = allocator.num_free();
   stats.kv.num_free_draft_slots = draft_allocator.num_free();
+  if (const PrefixCache* cache = allocator.prefix_cache()) {
+    stats.kv.num_cached_free_slots = cache->num_evictable_slots();
+    stats.kv.prefix_cache_queries_total = cache->queries_tokens_total();
+    stats.kv.prefix_cache_hits_total = cache->hits_tokens_total();
+    stats.kv.prefix_cache_evictions_total = cache->evictions_total();
+  }
   stats.kv.usage =
       stats.kv.num_slots > 0
           ? static_cast<double>(stats.kv.num_slots - stats.kv.num_free_slots) / stats.kv.num_slots

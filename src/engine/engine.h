@@ -56,6 +56,9 @@ struct EngineRequest {
   // vLLM's spaces_between_special_tokens (tokenizer::SpacesBetweenSpecialTokens).
   bool spaces_between_special_tokens = true;
   bool ignore_eos = false;
+  // Prefix caching: only requests with the same salt share cached blocks (vLLM's cache_salt:
+  // tenants that must not learn from each other's cache timing use different salts).
+  std::string cache_salt;
   bool logprobs = false;     // report the chosen token's log-probability
   int num_top_logprobs = 0;  // 0..kMaxTopLogprobs
   bool detokenize = true;    // fill RequestOutput::text (needs the tokenizer)
@@ -105,6 +108,8 @@ struct RequestOutput {
   Status error = Status::Ok();  // set with kError
   int64_t prompt_tokens = 0;    // usage, counted at every event
   int64_t completion_tokens = 0;
+  // Prompt tokens whose KV came from the prefix cache (usage.prompt_tokens_details).
+  int64_t cached_tokens = 0;
   std::string handoff_ticket;  // kHandoff: the encoded handoff ticket
   // With EngineRequest::prompt_logprobs, on the event of the first generated token: one entry
   // per prompt token after the first (prompt[1..P)).
@@ -170,6 +175,13 @@ struct EngineOptions {
   // Prefill role of disaggregation: where handoff requests' KV goes (must outlive the
   // engine; needs sparse KV with dense_layers 0 on one GPU). null: handoff requests refused.
   KvHandoffExporter* handoff_exporter = nullptr;
+  // Automatic prefix caching (issue 33, engine/prefix_reuse.h): a prompt reuses the KV of
+  // every leading full block some earlier request computed (read-only, reference-counted),
+  // computing only the rest; unreferenced cached blocks stay until the pool needs them (LRU).
+  // Dense requests only for now: CheckOptions refuses it with sparse KV, lookahead decoding,
+  // disaggregation's prefill role and tensor parallelism; requests asking for prompt logprobs
+  // and imported requests bypass it.
+  bool enable_prefix_caching = false;
 };
 
 // The engine's latency histograms (common/histogram.h).
@@ -198,6 +210,13 @@ struct EngineStats {
     int64_t num_free_slots = 0;
     int64_t num_draft_slots = 0;  // the draft head's KV pool (head-blocks)
     int64_t num_free_draft_slots = 0;
+    // Automatic prefix caching (zero when off): head-blocks held only by the cache (counted
+    // in num_free_slots: evicted when the pool needs them), prompt tokens looked up at
+    // admission and found cached (vLLM's prefix_cache_queries / _hits), cached blocks evicted.
+    int64_t num_cached_free_slots = 0;
+    int64_t prefix_cache_queries_total = 0;
+    int64_t prefix_cache_hits_total = 0;
+    int64_t prefix_cache_evictions_total = 0;
   };
   // The loop's steps and where their wall time goes.
   struct Loop {
@@ -398,7 +417,8 @@ class Engine {
   // holding fewer tokens than the target's are InvalidArgument, naming the values.
   // Sparse KV: an invalid SparseConfig, the draft predictor without lookahead and a draft
   // runner, a threshold below one block, a pool smaller than one working set ((K+2)*Hkv
-  // head-blocks) or a host store too small for one request past the threshold.
+  // head-blocks) or a host store too small for one request past the threshold. Prefix
+  // caching with sparse KV, lookahead, a handoff exporter or more than one rank (not yet).
   static Status CheckOptions(const EngineOptions& options, const ModelRunner& runner,
                              const DraftRunner* draft);
   ~Engine();  // Stop()s

@@ -338,6 +338,7 @@ void Engine::Impl::CommitAndEmit(StepBatch& b, EngineClock::time_point now) {
     if (num_draft > 0 && !VerifyDrafts(b, i, s, drafted, is_sparse, now, out)) continue;
     out.prompt_tokens = c.seq->num_prompt_tokens;
     out.completion_tokens = c.seq->num_generated();
+    out.cached_tokens = c.seq->num_cached_tokens;
     delivery.Add(s.stream, std::move(out));
     if (s.request.handoff && c.seq->num_generated() == 2) b.handoffs.push_back(c.seq->id);
     if (draft != nullptr) {

@@ -52,6 +52,7 @@ void RequestStream::Push(RequestOutput out) {
       back.error = std::move(out.error);
       back.prompt_tokens = out.prompt_tokens;
       back.completion_tokens = out.completion_tokens;
+      back.cached_tokens = out.cached_tokens;
       back.handoff_ticket = std::move(out.handoff_ticket);
       if (!out.prompt_logprobs.empty()) back.prompt_logprobs = std::move(out.prompt_logprobs);
     } else {

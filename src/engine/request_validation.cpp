@@ -205,11 +205,26 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
   return Status::Ok();
 }
 
+// Prefix caching covers dense, single-GPU KV without a draft head so far (issue 33).
+Status CheckPrefixCachingOptions(const EngineOptions& options, const ModelRunner& runner) {
+  if (!options.enable_prefix_caching) return Status::Ok();
+  const auto refuse = [](const std::string& what) {
+    return InvalidArgument("--enable-prefix-caching does not support " + what +
+                           " yet; use --no-enable-prefix-caching");
+  };
+  if (options.sparse) return refuse("sparse KV");
+  if (options.lookahead != LookaheadMode::kOff) return refuse("lookahead decoding");
+  if (options.handoff_exporter != nullptr) return refuse("disaggregated prefill");
+  if (runner.num_ranks() > 1) return refuse("tensor parallelism");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner,
                             const DraftRunner* draft) {
   OASIS_RETURN_IF_ERROR(CheckLookaheadOptions(options, runner, draft));
+  OASIS_RETURN_IF_ERROR(CheckPrefixCachingOptions(options, runner));
   return CheckSparseOptions(options, runner, draft);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "engine/prefix_reuse.h"
 
 namespace oasis {
 
@@ -48,7 +49,9 @@ void Scheduler::Preempt(Sequence* seq, SchedulerOutput* out) {
   auto it = std::find(running_.begin(), running_.end(), seq);
   OASIS_CHECK(it != running_.end()) << "preempting a sequence that is not running";
   running_.erase(it);
+  CacheComputedBlocks(*seq, allocator_);  // a later admission (its own too) reuses them
   seq->table.Release(allocator_);
+  seq->num_blocks_cached = 0;
   if (hooks_ != nullptr) hooks_->Release(*seq);  // sparse: working set, host room, row
   seq->kv = SequenceKv::kDense;
   seq->always_sparse = false;
@@ -63,6 +66,7 @@ void Scheduler::Preempt(Sequence* seq, SchedulerOutput* out) {
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput out;
   int64_t budget = options_.max_num_batched_tokens;
+  for (Sequence* s : running_) CacheComputedBlocks(*s, allocator_);  // last step's full blocks
 
   // 1. Decodes, oldest first; a missing block preempts the newest running sequence. Draft
   // tokens only take budget no decode needs, and never preempt.
@@ -119,9 +123,16 @@ SchedulerOutput Scheduler::Schedule() {
         if (a == SequenceKvHooks::Admission::kRefuse) out.refused.push_back(s);
         if (a != SequenceKvHooks::Admission::kAdmit) break;  // FCFS: nothing behind it either
       }
+      const int64_t cached = AdoptCachedPrefix(*s, allocator_);
       if (!s->table.Reserve(s->num_tokens(), allocator_).ok()) {  // whole context, or wait
+        if (cached > 0) DropCachedPrefix(*s, allocator_);
         if (hooks_ != nullptr) hooks_->Release(*s);
         break;
+      }
+      if (PrefixCache* cache = allocator_.prefix_cache();
+          cache != nullptr && s->prefix_caching == PrefixCaching::kOn) {
+        cache->CountLookup(s->num_tokens(), cached);
+        if (s->num_preemptions == 0) s->num_cached_tokens = cached;  // usage: the first admission's
       }
       waiting_.pop_front();
       s->status = SequenceStatus::kRunning;
@@ -150,7 +161,9 @@ void Scheduler::Finish(Sequence* seq) {
         << "waiting sequence " << seq->id << " not in the waiting queue";
     waiting_.erase(it);
   }
+  CacheComputedBlocks(*seq, allocator_);
   seq->table.Release(allocator_);
+  seq->num_blocks_cached = 0;
   if (hooks_ != nullptr) hooks_->Release(*seq);
   seq->kv = SequenceKv::kDense;
   seq->status = SequenceStatus::kFinished;

@@ -19,7 +19,10 @@
 //   3. Admission, strictly FCFS: the waiting queue's front is admitted while budget is left,
 //      fewer than max_num_seqs run, no sequence was preempted this step, and the pool can
 //      hold its whole current context (prompt + tokens generated before a preemption); its
-//      blocks are reserved at once and its first chunk runs this step.
+//      blocks are reserved at once and its first chunk runs this step. With prefix caching
+//      (engine/prefix_reuse.h) it first adopts its longest cached prefix of full blocks and
+//      reserves (and computes) only the rest; running sequences register their computed full
+//      blocks at the start of each step and before their blocks are released.
 // max_num_seqs is clamped to max_num_batched_tokens so every running decode fits a step.
 //
 // State machine of a Sequence: kWaiting → (admitted) kRunning → kFinished (Finish());
@@ -54,6 +57,9 @@ enum class SequenceStatus { kWaiting, kRunning, kFinished };
 // layers (--dense-layers > 0) and grows as a dense sequence's does.
 enum class SequenceKv : uint8_t { kDense, kSparse, kSparseDenseTable };
 
+// Whether a sequence reuses and feeds the automatic prefix cache (engine/prefix_reuse.h).
+enum class PrefixCaching : uint8_t { kOff, kOn };
+
 // The scheduling state of one request: its tokens (prompt, then generated), how many of
 // them have KV in the cache, and its block table. Owned by the caller (the engine's
 // RequestState); mutated by the scheduler (status, table, num_computed on preemption) and by
@@ -79,6 +85,14 @@ struct Sequence {
   // Sparse whatever its length (disaggregation: a handoff or an imported request); cleared
   // on preemption (it recomputes as a plain request).
   bool always_sparse = false;
+  // Automatic prefix caching (engine/prefix_reuse.h; set by the engine): the chained hashes of
+  // the leading full blocks of `tokens` computed so far, the leading table blocks adopted from
+  // or registered in the cache, and the tokens found cached at its latest admission.
+  PrefixCaching prefix_caching = PrefixCaching::kOff;
+  uint64_t prefix_root = 0;  // the chain's root (PrefixCacheRoot of the request's cache salt)
+  std::vector<uint64_t> block_hashes;
+  int64_t num_blocks_cached = 0;
+  int64_t num_cached_tokens = 0;
 
   bool grows_table() const { return kv != SequenceKv::kSparse; }
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

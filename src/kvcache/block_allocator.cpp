@@ -4,20 +4,39 @@
 
 namespace oasis {
 
-BlockAllocator::BlockAllocator(int32_t num_slots) : in_use_(static_cast<size_t>(num_slots), false) {
+BlockAllocator::BlockAllocator(int32_t num_slots) : refs_(static_cast<size_t>(num_slots), 0) {
   OASIS_CHECK_GE(num_slots, 0) << "negative KV pool size";
   free_.reserve(static_cast<size_t>(num_slots));
   for (int32_t s = num_slots - 1; s >= 0; --s) free_.push_back(s);
 }
 
+void BlockAllocator::EnablePrefixCache(int32_t num_kv_heads) {
+  OASIS_CHECK(cache_ == nullptr) << "prefix caching enabled twice";
+  OASIS_CHECK_EQ(num_free(), num_slots()) << "prefix caching enabled after allocations";
+  cache_ = std::make_unique<PrefixCache>(num_slots(), num_kv_heads);
+}
+
+int32_t BlockAllocator::num_free() const {
+  const int64_t evictable = cache_ != nullptr ? cache_->num_evictable_slots() : 0;
+  return static_cast<int32_t>(static_cast<int64_t>(free_.size()) + evictable);
+}
+
 std::optional<std::vector<int32_t>> BlockAllocator::Allocate(int32_t count) {
   OASIS_CHECK_GE(count, 0) << "negative allocation";
   if (count > num_free()) return std::nullopt;
+  while (static_cast<int32_t>(free_.size()) < count) {
+    const std::vector<int32_t> evicted = cache_->EvictOne();
+    OASIS_CHECK(!evicted.empty()) << "free count includes blocks that cannot be evicted";
+    for (auto it = evicted.rbegin(); it != evicted.rend(); ++it) free_.push_back(*it);
+  }
   // The free list's tail, last in first: ascending slots from a fresh pool, and a freed run
   // comes back in its own order (Free pushes it reversed), so a reservation gets contiguous runs.
   std::vector<int32_t> out(free_.rbegin(), free_.rbegin() + count);
   free_.resize(free_.size() - static_cast<size_t>(count));
-  for (int32_t s : out) in_use_[static_cast<size_t>(s)] = true;
+  for (int32_t s : out) {
+    OASIS_CHECK_EQ(refs_[static_cast<size_t>(s)], 0) << "free slot " << s << " is referenced";
+    refs_[static_cast<size_t>(s)] = 1;
+  }
   return out;
 }
 
@@ -25,9 +44,26 @@ void BlockAllocator::Free(const std::vector<int32_t>& slots) {
   for (auto it = slots.rbegin(); it != slots.rend(); ++it) {
     const int32_t s = *it;
     OASIS_CHECK(s >= 0 && s < num_slots()) << "freeing slot " << s << " outside the pool";
-    OASIS_CHECK(in_use_[static_cast<size_t>(s)]) << "double free of slot " << s;
-    in_use_[static_cast<size_t>(s)] = false;
-    free_.push_back(s);
+    int32_t& refs = refs_[static_cast<size_t>(s)];
+    OASIS_CHECK_GT(refs, 0) << "double free of slot " << s;
+    if (--refs > 0) continue;
+    if (cache_ != nullptr && cache_->IsCached(s)) {
+      cache_->Park(s);
+    } else {
+      free_.push_back(s);
+    }
+  }
+}
+
+void BlockAllocator::Share(const std::vector<int32_t>& slots) {
+  for (int32_t s : slots) {
+    OASIS_CHECK(s >= 0 && s < num_slots()) << "sharing slot " << s << " outside the pool";
+    int32_t& refs = refs_[static_cast<size_t>(s)];
+    if (refs == 0) {
+      OASIS_CHECK(cache_ != nullptr && cache_->IsCached(s)) << "sharing free slot " << s;
+      cache_->Unpark(s);
+    }
+    ++refs;
   }
 }
 

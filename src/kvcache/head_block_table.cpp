@@ -41,6 +41,19 @@ Status HeadBlockTable::Reserve(int64_t num_tokens, BlockAllocator& allocator) {
   return Status::Ok();
 }
 
+void HeadBlockTable::AdoptShared(const std::vector<std::vector<int32_t>>& blocks,
+                                 BlockAllocator& allocator) {
+  OASIS_CHECK(owner_ == nullptr || owner_ == &allocator) << "one table, one allocator";
+  OASIS_CHECK_EQ(num_blocks(), 0) << "cached blocks are adopted by an empty table";
+  if (blocks.empty()) return;
+  owner_ = &allocator;
+  for (const std::vector<int32_t>& block : blocks) {
+    OASIS_CHECK_EQ(block.size(), slots_.size()) << "a cached block has one slot per KV head";
+    allocator.Share(block);
+    for (size_t h = 0; h < slots_.size(); ++h) slots_[h].push_back(block[h]);
+  }
+}
+
 void HeadBlockTable::Release(BlockAllocator& allocator) {
   OASIS_CHECK(owner_ == nullptr || owner_ == &allocator) << "released to a different allocator";
   for (auto& head : slots_) {

@@ -23,7 +23,10 @@ class HeadBlockTable {
   // Grows capacity to hold `num_tokens` tokens for every head. ResourceExhausted (and no
   // change) when the allocator has too few free slots.
   Status Reserve(int64_t num_tokens, BlockAllocator& allocator);
-  // Returns every slot to the allocator.
+  // Appends cached blocks to an empty table: blocks[b][head] are the slots of its logical
+  // block b, shared read-only with the prefix cache (one more reference each).
+  void AdoptShared(const std::vector<std::vector<int32_t>>& blocks, BlockAllocator& allocator);
+  // Returns every slot to the allocator (drops one reference of each).
   void Release(BlockAllocator& allocator);
   // Hands every slot over to the caller ([head][logical block]), who now owns them (the
   // sparse switch keeps some and frees the rest); the table is left empty.

@@ -144,6 +144,7 @@ std::optional<Json> ToRequestJson(const v1::GenerateRequest& r, ApiError* err) {
     body["stop_token_ids"] = ids;
   }
   body["ignore_eos"] = r.ignore_eos();
+  if (!r.cache_salt().empty()) body["cache_salt"] = r.cache_salt();
   body["include_stop_str_in_output"] = r.include_stop_str_in_output();
   if (chat) {  // chat's logprobs are a boolean and top_logprobs a count
     if (r.logprobs() || r.top_logprobs() != 0) body["logprobs"] = true;
@@ -183,6 +184,7 @@ void FillResponse(const RequestOutput& out, size_t choice, const std::string& id
   usage->set_prompt_tokens(out.prompt_tokens);
   usage->set_completion_tokens(out.completion_tokens);
   usage->set_total_tokens(out.prompt_tokens + out.completion_tokens);
+  usage->set_cached_tokens(out.cached_tokens);
 }
 
 // A Generate call that ends before it starts (refused, invalid): its status is sent as soon

@@ -577,6 +577,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   OASIS_ASSIGN_OR_RETURN(options.speculative_depth, ParseSpeculativeDepth(sc.speculative_depth));
   options.max_num_seqs = sc.max_num_seqs;
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
+  options.enable_prefix_caching = sc.enable_prefix_caching;
   options.max_waiting = sc.max_waiting;
   options.seed = static_cast<uint64_t>(sc.seed);
   options.sparse = host->sparse;

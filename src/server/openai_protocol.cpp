@@ -232,6 +232,11 @@ bool ParseLogitsProcessing(Reader& r, const ProtocolLimits& limits, GenerateSpec
 bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.String("model", &spec->model)) return false;
   if (!r.String("oasis_ticket", &spec->oasis_ticket)) return false;
+  if (const Json* salt = r.Get("cache_salt")) {  // vLLM's: prefix caching shares only within a salt
+    if (!salt->is_string() || salt->get<std::string>().empty())
+      return r.Fail("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.");
+    spec->cache_salt = salt->get<std::string>();
+  }
   if (!r.Int("n", 1, limits.max_n, &spec->n)) return false;
   if (!r.Bool("stream", &spec->stream)) return false;
   if (const Json* so = r.Get("stream_options")) {

@@ -92,6 +92,7 @@ struct GenerateSpec {
   // generated tokens are these ids; their log-probs are the model's (EngineRequest::forced_output).
   std::vector<int32_t> forced_output_ids;
   bool ignore_eos = false;
+  std::string cache_salt;  // vLLM's cache_salt: prefix caching shares blocks only within one
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;  // vLLM's (EngineRequest's)

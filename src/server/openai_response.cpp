@@ -22,6 +22,7 @@ void ChoiceState::Add(const RequestOutput& out) {
   tokens.insert(tokens.end(), out.tokens.begin(), out.tokens.end());
   prompt_tokens = out.prompt_tokens;
   completion_tokens = out.completion_tokens;
+  cached_tokens = out.cached_tokens;
   if (!out.prompt_logprobs.empty()) prompt_logprobs = out.prompt_logprobs;
   if (out.finished) {
     finished = true;
@@ -33,9 +34,11 @@ void ChoiceState::Add(const RequestOutput& out) {
 }
 
 OrderedJson Usage::ToJson() const {
-  return {{"prompt_tokens", prompt_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"completion_tokens", completion_tokens}};
+  OrderedJson j = {{"prompt_tokens", prompt_tokens},
+                   {"total_tokens", prompt_tokens + completion_tokens},
+                   {"completion_tokens", completion_tokens}};
+  if (cached_tokens > 0) j["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  return j;
 }
 
 ResponseBuilder::ResponseBuilder(const GenerateSpec& spec, std::string id, std::string model,

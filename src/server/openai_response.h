@@ -33,6 +33,7 @@ struct ChoiceState {
   FinishReasonKind finish_reason = FinishReasonKind::kNone;
   std::string stop_reason;
   Status error = Status::Ok();
+  int64_t cached_tokens = 0;  // prompt tokens from the prefix cache
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   bool finished = false;
@@ -51,6 +52,7 @@ struct ChoiceState {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // > 0: usage.prompt_tokens_details.cached_tokens (prefix cache)
   OrderedJson ToJson() const;
 };
 

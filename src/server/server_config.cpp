@@ -159,6 +159,10 @@ const std::vector<Setting>& Settings() {
         {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
         {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens,
          "tokens per engine step (decode + prefill chunks)"},
+        {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
+         "automatic prefix caching: prompts reuse the KV of cached full blocks (dense requests; "
+         "not with sparse KV, lookahead, disaggregation or TP yet); --no-enable-prefix-caching "
+         "turns it off"},
         {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
         {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
          "fraction of GPU memory for weights + KV cache"},

@@ -36,9 +36,11 @@ struct ServerConfig : HttpFrontSettings {
   std::string generation_config = "auto";
 
   // Chat output parsing (vLLM's flags; docs/server.md "Tool calls and reasoning").
-  bool enable_auto_tool_choice = false;  // tool_choice "auto" parses tool calls
-  std::string tool_call_parser;          // "", hermes, llama3_json
-  std::string reasoning_parser;          // "", qwen3, deepseek_r1
+  bool enable_auto_tool_choice = false;
+  bool enable_prefix_caching =
+      false;  // automatic prefix caching (EngineOptions)  // tool_choice "auto" parses tool calls
+  std::string tool_call_parser;  // "", hermes, llama3_json
+  std::string reasoning_parser;  // "", qwen3, deepseek_r1
 
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
   std::string draft_model;  // EAGLE-3 head directory (config.json + *.safetensors)

@@ -110,7 +110,10 @@ void GenerationJob::SetWakeup(const std::function<void()>& wakeup) {
 Usage GenerationJob::usage() const {
   Usage u;
   u.prompt_tokens = prompt_tokens_;
-  for (const ChoiceState& c : choices_) u.completion_tokens += c.completion_tokens;
+  for (const ChoiceState& c : choices_) {
+    u.completion_tokens += c.completion_tokens;
+    u.cached_tokens = std::max(u.cached_tokens, c.cached_tokens);  // the choices share the prompt
+  }
   return u;
 }
 
@@ -385,6 +388,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       r.skip_special_tokens = spec.skip_special_tokens;
       r.spaces_between_special_tokens = spec.spaces_between_special_tokens;
       r.ignore_eos = spec.ignore_eos;
+      r.cache_salt = spec.cache_salt;
       r.logprobs = spec.logprobs;
       r.num_top_logprobs = spec.top_logprobs;
       r.prompt_logprobs = spec.prompt_logprobs.value_or(-1);

@@ -39,3 +39,19 @@ TEST_CASE("flags parse values, defaults and errors", "[flags]") {
   CHECK_THAT(ParseArgs(q, {"positional"}).message(), Catch::Contains("unexpected argument"));
   CHECK_THAT(ParseArgs(q, {"--x=maybe"}).message(), Catch::Contains("true or false"));
 }
+
+TEST_CASE("--no-NAME turns a boolean flag off; other kinds have no --no- form", "[flags]") {
+  bool on = true;
+  int64_t n = 1;
+  FlagParser p("test");
+  p.AddBool("enable-prefix-caching", &on, "b");
+  p.AddInt("n", &n, "n");
+  REQUIRE(ParseArgs(p, {"--no-enable-prefix-caching"}).ok());
+  CHECK_FALSE(on);
+  CHECK(p.WasSet("enable-prefix-caching"));
+  REQUIRE(ParseArgs(p, {"--no-enable-prefix-caching", "--enable-prefix-caching"}).ok());
+  CHECK(on);  // the last one wins
+  CHECK_THAT(ParseArgs(p, {"--no-n"}).message(), Catch::Contains("unknown flag --no-n"));
+  CHECK_THAT(ParseArgs(p, {"--no-enable-prefix-caching=1"}).message(),
+             Catch::Contains("unknown flag"));
+}

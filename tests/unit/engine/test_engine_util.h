@@ -58,6 +58,7 @@ struct Collected {
   std::string stop_reason;
   Status error;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens from the prefix cache (usage)
   std::string handoff_ticket;  // kHandoff: the encoded ticket
   std::vector<PromptTokenLogprob> prompt_logprobs;  // EngineRequest::prompt_logprobs
   int prompt_logprob_events = 0;                    // events that carried them (at most 1)
@@ -92,6 +93,7 @@ inline Collected Collect(RequestStream& stream) {
     c.text += ev->text;
     c.prompt_tokens = ev->prompt_tokens;
     c.completion_tokens = ev->completion_tokens;
+    c.cached_tokens = ev->cached_tokens;
     if (ev->finished) {
       c.reason = ev->finish_reason;
       c.stop_reason = ev->stop_reason;

@@ -529,3 +529,72 @@ TEST_CASE("a missing block is relieved by the hooks before anyone is preempted",
   }
   CHECK(alloc.num_free() == 4);
 }
+
+TEST_CASE("prefix caching: admission adopts cached full blocks and computes the rest",
+          "[scheduler][prefix]") {
+  BlockAllocator alloc(64);
+  alloc.EnablePrefixCache(2);
+  Scheduler sched({.max_num_seqs = 8, .max_num_batched_tokens = 256}, alloc);
+  std::vector<int32_t> tokens(45);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(100 + i);
+  auto seq = [&](uint64_t id, size_t len) {
+    auto s = std::make_unique<Sequence>(
+        id, std::vector<int32_t>(tokens.begin(), tokens.begin() + static_cast<long>(len)), 2);
+    s->prefix_caching = PrefixCaching::kOn;
+    return s;
+  };
+  auto a = seq(1, 40);
+  sched.Add(a.get());
+  SchedulerOutput out = sched.Schedule();
+  REQUIRE(out.chunks.size() == 1);
+  CHECK(out.chunks[0].start == 0);
+  CHECK(a->num_cached_tokens == 0);
+  RunStep(out);  // 40 computed: blocks 0 and 1 are full
+  CHECK(alloc.prefix_cache()->num_entries() == 0);
+  out = sched.Schedule();  // registers them
+  CHECK(alloc.prefix_cache()->num_entries() == 2);
+  RunStep(out);
+
+  // A prompt of exactly two blocks adopts one (its last token needs logits).
+  auto b = seq(2, 32);
+  sched.Add(b.get());
+  out = sched.Schedule();
+  REQUIRE(out.chunks.size() == 2);
+  CHECK(out.chunks[1].seq == b.get());
+  CHECK(out.chunks[1].start == 16);
+  CHECK(out.chunks[1].num_tokens == 16);
+  CHECK(b->num_cached_tokens == 16);
+  CHECK(b->table.head_slots(0)[0] == a->table.head_slots(0)[0]);
+  CHECK(b->table.head_slots(1)[0] == a->table.head_slots(1)[0]);
+  CHECK(b->table.head_slots(0)[1] != a->table.head_slots(0)[1]);
+  CHECK(alloc.ref_count(a->table.head_slots(1)[0]) == 2);
+  RunStep(out);
+
+  // A finished sequence's blocks stay cached and free (evictable); a longer prompt takes both.
+  sched.Finish(a.get());
+  sched.Finish(b.get());
+  CHECK(alloc.num_free() == 64);
+  CHECK(alloc.prefix_cache()->num_evictable_slots() > 0);
+  auto c = seq(3, 45);
+  sched.Add(c.get());
+  out = sched.Schedule();
+  REQUIRE(out.chunks.size() == 1);
+  CHECK(out.chunks[0].start == 32);  // blocks 0, 1 cached (a's 40 computed tokens: 2 blocks)
+  CHECK(out.chunks[0].num_tokens == 13);
+  CHECK(alloc.prefix_cache()->queries_tokens_total() == 40 + 32 + 45);
+  CHECK(alloc.prefix_cache()->hits_tokens_total() == 16 + 32);
+  RunStep(out);
+  sched.Finish(c.get());
+  CHECK(alloc.num_free() == 64);
+
+  // Off for a sequence: no lookup.
+  auto d = seq(4, 45);
+  d->prefix_caching = PrefixCaching::kOff;
+  sched.Add(d.get());
+  out = sched.Schedule();
+  REQUIRE(out.chunks.size() == 1);
+  CHECK(out.chunks[0].start == 0);
+  RunStep(out);
+  sched.Finish(d.get());
+  CHECK(alloc.num_free() == 64);
+}

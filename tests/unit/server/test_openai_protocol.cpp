@@ -453,3 +453,14 @@ TEST_CASE("prompt_logprobs is read") {
   REQUIRE(s);
   CHECK(s->prompt_logprobs == 0);
 }
+
+TEST_CASE("cache_salt: a non-empty string, as vLLM's") {
+  ApiError err;
+  auto spec = Completion(R"({"prompt": "x", "cache_salt": "tenant-a"})", &err);
+  REQUIRE(spec.has_value());
+  CHECK(spec->cache_salt == "tenant-a");
+  CHECK(Completion(R"({"prompt": "x"})", &err)->cache_salt.empty());
+  ExpectBad(R"({"prompt": "x", "cache_salt": ""})", "cache_salt");
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "cache_salt": 3})", "cache_salt",
+            true);
+}

@@ -225,3 +225,10 @@ TEST_CASE("prompt_logprobs in completion and chat responses") {
   const Json nj = Json::parse(DumpJson(none.Final({c}, Usage{3, 2}, {""})));
   CHECK(nj.find("prompt_logprobs") == nj.end());
 }
+
+TEST_CASE("usage reports the prefix cache's tokens as prompt_tokens_details.cached_tokens") {
+  CHECK_FALSE(Json::parse(DumpJson(Usage{4, 2}.ToJson())).contains("prompt_tokens_details"));
+  const Json j = Json::parse(DumpJson(Usage{40, 2, 32}.ToJson()));
+  CHECK(j["prompt_tokens"] == 40);
+  CHECK(j["prompt_tokens_details"]["cached_tokens"] == 32);
+}

@@ -556,3 +556,9 @@ TEST_CASE("tool-call and reasoning parser settings (flags and config file)") {
   CHECK(Parse({"--config", (dir / "bad.json").string()}).status().code() ==
         StatusCode::kInvalidArgument);
 }
+
+TEST_CASE("--enable-prefix-caching / --no-enable-prefix-caching (off by default)") {
+  CHECK_FALSE(Parse({})->config.enable_prefix_caching);
+  CHECK(Parse({"--enable-prefix-caching"})->config.enable_prefix_caching);
+  CHECK_FALSE(Parse({"--no-enable-prefix-caching"})->config.enable_prefix_caching);
+}

@@ -1,0 +1,75 @@
+#include "engine/prefix_reuse.h"
+
+#include <span>
+
+#include "common/check.h"
+
+namespace oasis {
+namespace {
+
+bool Takes(const Sequence& seq, const BlockAllocator& allocator) {
+  return allocator.prefix_cache() != nullptr && seq.prefix_caching == PrefixCaching::kOn &&
+         seq.kv == SequenceKv::kDense;
+}
+
+std::span<const int32_t> BlockTokens(const Sequence& seq, int64_t block) {
+  return std::span<const int32_t>(seq.tokens)
+      .subspan(static_cast<size_t>(block * kBlockSize), kBlockSize);
+}
+
+uint64_t ParentHash(const Sequence& seq, int64_t block) {
+  return block == 0 ? seq.prefix_root : seq.block_hashes[static_cast<size_t>(block - 1)];
+}
+
+// seq.block_hashes covers its first `num_blocks` full blocks.
+void EnsureHashes(Sequence& seq, int64_t num_blocks) {
+  OASIS_CHECK_LE(num_blocks * kBlockSize, seq.num_tokens()) << "hashing past the tokens";
+  for (int64_t b = static_cast<int64_t>(seq.block_hashes.size()); b < num_blocks; ++b)
+    seq.block_hashes.push_back(HashPrefixBlock(ParentHash(seq, b), BlockTokens(seq, b)));
+}
+
+}  // namespace
+
+int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator) {
+  if (!Takes(seq, allocator) || seq.num_computed != 0) return 0;
+  OASIS_CHECK_EQ(seq.table.num_blocks(), 0) << "adopting into a table that holds blocks";
+  const PrefixCache& cache = *allocator.prefix_cache();
+  const int64_t max_blocks = (seq.num_tokens() - 1) / kBlockSize;  // one token left to compute
+  EnsureHashes(seq, max_blocks);
+  std::vector<std::vector<int32_t>> blocks;
+  for (int64_t b = 0; b < max_blocks; ++b) {
+    const std::vector<int32_t>* slots = cache.Find(seq.block_hashes[static_cast<size_t>(b)],
+                                                   ParentHash(seq, b), BlockTokens(seq, b));
+    if (slots == nullptr) break;
+    blocks.push_back(*slots);
+  }
+  seq.table.AdoptShared(blocks, allocator);
+  seq.num_blocks_cached = static_cast<int64_t>(blocks.size());
+  seq.num_computed = seq.num_blocks_cached * kBlockSize;
+  return seq.num_computed;
+}
+
+void DropCachedPrefix(Sequence& seq, BlockAllocator& allocator) {
+  seq.table.Release(allocator);
+  seq.num_computed = 0;
+  seq.num_blocks_cached = 0;
+}
+
+void CacheComputedBlocks(Sequence& seq, BlockAllocator& allocator) {
+  if (!Takes(seq, allocator)) return;
+  PrefixCache& cache = *allocator.prefix_cache();
+  const int64_t full = std::min(seq.num_computed / kBlockSize, seq.table.num_blocks());
+  if (seq.num_blocks_cached >= full) return;
+  EnsureHashes(seq, full);
+  std::vector<int32_t> slots(static_cast<size_t>(seq.table.num_kv_heads()));
+  for (int64_t b = seq.num_blocks_cached; b < full; ++b) {
+    for (int32_t h = 0; h < seq.table.num_kv_heads(); ++h)
+      slots[static_cast<size_t>(h)] = seq.table.head_slots(h)[static_cast<size_t>(b)];
+    // False: another sequence cached the same block first; this copy stays private.
+    cache.Insert(seq.block_hashes[static_cast<size_t>(b)], ParentHash(seq, b), BlockTokens(seq, b),
+                 slots);
+  }
+  seq.num_blocks_cached = full;
+}
+
+}  // namespace oasis

@@ -1,0 +1,29 @@
+// Automatic prefix caching for a dense Sequence (issue 33; the index: kvcache/prefix_cache.h).
+// The scheduler calls these on its thread: AdoptCachedPrefix when it admits a sequence
+// (before reserving the rest of its context), CacheComputedBlocks at the start of each step
+// for running sequences and before a sequence's blocks are released (preemption, finish).
+//
+// A sequence takes part only when its prefix_caching is kOn (the engine turns it off for
+// requests that must compute every prompt position: prompt logprobs, disaggregation) and only
+// while its KV is dense (kv == kDense); its cached blocks are read-only: it writes KV only at
+// positions >= num_computed, past every adopted or registered block.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/scheduler.h"
+#include "kvcache/block_allocator.h"
+
+namespace oasis {
+
+// Adopts the longest cached prefix of full blocks of seq.tokens into its (empty) table,
+// leaving at least one token to compute (its logits sample the next token), and sets
+// num_computed past it. Returns the adopted tokens (0 with caching off or no hit).
+int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator);
+// Undoes an adoption whose admission did not go through (the pool could not hold the rest).
+void DropCachedPrefix(Sequence& seq, BlockAllocator& allocator);
+// Registers seq's full blocks whose KV is computed (tokens [0, num_computed)) and not yet
+// registered: later prompts with the same prefix reuse them.
+void CacheComputedBlocks(Sequence& seq, BlockAllocator& allocator);
+
+}  // namespace oasis

@@ -1,0 +1,101 @@
+#include "kvcache/prefix_cache.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace oasis {
+namespace {
+
+// splitmix64's finalizer: a bijective mix of 64 bits.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// Hashes are 63-bit: the all-ones value marks "no entry" in PrefixCache.
+constexpr uint64_t kHashMask = ~(uint64_t{1} << 63);
+
+}  // namespace
+
+uint64_t PrefixCacheRoot(uint64_t salt) { return Mix(salt ^ 0x6f617369734b5621ULL) & kHashMask; }
+
+uint64_t HashPrefixBlock(uint64_t parent, std::span<const int32_t> tokens) {
+  OASIS_CHECK_EQ(tokens.size(), static_cast<size_t>(kBlockSize)) << "hashing a partial block";
+  uint64_t h = Mix(parent + 0x9e3779b97f4a7c15ULL);
+  for (int32_t t : tokens) h = Mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 1));
+  return h & kHashMask;
+}
+
+PrefixCache::PrefixCache(int32_t num_slots, int32_t num_kv_heads)
+    : num_kv_heads_(num_kv_heads), entry_of_(static_cast<size_t>(num_slots), kNone) {
+  OASIS_CHECK_GT(num_kv_heads, 0) << "a prefix cache needs at least one KV head";
+}
+
+const std::vector<int32_t>* PrefixCache::Find(uint64_t hash, uint64_t parent,
+                                              std::span<const int32_t> tokens) const {
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) return nullptr;
+  const Entry& e = it->second;
+  if (e.parent != parent ||
+      !std::equal(tokens.begin(), tokens.end(), e.tokens.begin(), e.tokens.end()))
+    return nullptr;
+  return &e.slots;
+}
+
+bool PrefixCache::Insert(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens,
+                         const std::vector<int32_t>& slots) {
+  OASIS_CHECK_EQ(slots.size(), static_cast<size_t>(num_kv_heads_)) << "one slot per KV head";
+  OASIS_CHECK_EQ(tokens.size(), static_cast<size_t>(kBlockSize)) << "caching a partial block";
+  OASIS_CHECK_NE(hash, kNone) << "reserved hash value";
+  if (entries_.count(hash)) return false;
+  for (int32_t s : slots) OASIS_CHECK(!IsCached(s)) << "slot " << s << " cached twice";
+  Entry& e = entries_[hash];
+  e.parent = parent;
+  std::copy(tokens.begin(), tokens.end(), e.tokens.begin());
+  e.slots = slots;
+  for (int32_t s : slots) entry_of_[static_cast<size_t>(s)] = hash;
+  return true;
+}
+
+void PrefixCache::Park(int32_t slot) {
+  OASIS_CHECK(IsCached(slot)) << "parking uncached slot " << slot;
+  Entry& e = entries_.at(entry_of_[static_cast<size_t>(slot)]);
+  OASIS_CHECK_LT(e.num_parked, static_cast<int32_t>(e.slots.size())) << "slot parked twice";
+  if (++e.num_parked < static_cast<int32_t>(e.slots.size())) return;
+  e.evictable = true;
+  e.lru_pos = lru_.insert(lru_.end(), entry_of_[static_cast<size_t>(slot)]);
+  num_evictable_slots_ += static_cast<int64_t>(e.slots.size());
+}
+
+void PrefixCache::Unpark(int32_t slot) {
+  OASIS_CHECK(IsCached(slot)) << "unparking uncached slot " << slot;
+  Entry& e = entries_.at(entry_of_[static_cast<size_t>(slot)]);
+  OASIS_CHECK_GT(e.num_parked, 0) << "unparking slot " << slot << " of an entry in use";
+  if (e.evictable) {
+    lru_.erase(e.lru_pos);
+    e.evictable = false;
+    num_evictable_slots_ -= static_cast<int64_t>(e.slots.size());
+  }
+  --e.num_parked;
+}
+
+std::vector<int32_t> PrefixCache::EvictOne() {
+  if (lru_.empty()) return {};
+  const uint64_t hash = lru_.front();
+  lru_.pop_front();
+  auto it = entries_.find(hash);
+  OASIS_CHECK(it != entries_.end() && it->second.evictable) << "LRU names a missing entry";
+  std::vector<int32_t> slots = std::move(it->second.slots);
+  entries_.erase(it);
+  for (int32_t s : slots) entry_of_[static_cast<size_t>(s)] = kNone;
+  num_evictable_slots_ -= static_cast<int64_t>(slots.size());
+  ++evictions_total_;
+  return slots;
+}
+
+}  // namespace oasis

@@ -1,0 +1,228 @@
+// Automatic prefix caching on the CPU backend (issue 33, engine/prefix_reuse.h): with caching
+// on every output equals caching off exactly — greedy and seeded sampling, requests sharing
+// prefixes, chunked prefill across the cached boundary, preemption, aborts racing a hit —
+// the stats and usage count the cached tokens, and every block is back in the pool (cached
+// ones as evictable) when the requests end.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "test_engine_util.h"
+
+using namespace oasis;
+using namespace oasis::engine_test;
+
+namespace {
+
+// `n` requests sharing prefixes: a system prompt of 37 tokens, then one of three "documents"
+// of 20..50 tokens, then a question of 1..20; some identical prompts, a third seeded sampling.
+std::vector<EngineRequest> SharedPrefixWorkload(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto random_tokens = [&](size_t len) {
+    std::vector<int32_t> t(len);
+    for (auto& x : t) x = static_cast<int32_t>(3 + rng() % 500);
+    return t;
+  };
+  const std::vector<int32_t> system = random_tokens(37);
+  std::vector<std::vector<int32_t>> docs;
+  for (int d = 0; d < 3; ++d) docs.push_back(random_tokens(20 + rng() % 31));
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> prompt = system;
+    const auto& doc = docs[rng() % docs.size()];
+    prompt.insert(prompt.end(), doc.begin(), doc.end());
+    if (i % 5 != 4) {  // every fifth prompt ends with its document (repeats)
+      const auto q = random_tokens(1 + rng() % 20);
+      prompt.insert(prompt.end(), q.begin(), q.end());
+    }
+    EngineRequest r = Request("r" + std::to_string(i), std::move(prompt),
+                              1 + static_cast<int64_t>(rng() % 30));
+    r.ignore_eos = true;
+    if (i % 3 == 1) {
+      r.sampling.temperature = 20.0f;  // the random tiny model is very peaked at T = 1
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 500 + static_cast<uint64_t>(i);
+    }
+    if (i % 7 == 0) r.num_top_logprobs = 2;
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+// Runs `reqs` one after another on a fresh engine (each sees the cache the earlier ones left).
+std::vector<Collected> RunInOrder(const EngineOptions& o, int64_t slots,
+                                  const std::vector<EngineRequest>& reqs, EngineStats* stats) {
+  TinyModel tm(slots);
+  Engine engine(*tm.runner, nullptr, o);
+  engine.Start();
+  std::vector<Collected> out;
+  for (const EngineRequest& r : reqs) {
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    out.push_back(Drain(**s));
+  }
+  *stats = WaitIdle(engine);
+  return out;
+}
+
+std::vector<Collected> RunTogether(const EngineOptions& o, int64_t slots,
+                                   const std::vector<EngineRequest>& reqs, EngineStats* stats) {
+  TinyModel tm(slots);
+  Engine engine(*tm.runner, nullptr, o);
+  engine.Start();
+  std::vector<Collected> out = SubmitConcurrently(engine, reqs);
+  *stats = WaitIdle(engine);
+  return out;
+}
+
+void CheckSame(const std::vector<Collected>& on, const std::vector<Collected>& off) {
+  REQUIRE(on.size() == off.size());
+  for (size_t i = 0; i < on.size(); ++i) {
+    INFO("request " << i);
+    CHECK(on[i].tokens == off[i].tokens);
+    CHECK(on[i].logprobs == off[i].logprobs);
+    CHECK(on[i].reason == off[i].reason);
+    CHECK(on[i].prompt_tokens == off[i].prompt_tokens);
+  }
+}
+
+EngineOptions Caching(bool on, int64_t budget = 2048) {
+  EngineOptions o;
+  o.enable_prefix_caching = on;
+  o.max_num_batched_tokens = budget;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("prefix caching: requests in turn reuse cached prefixes and answer as without",
+          "[engine][prefix]") {
+  const auto reqs = SharedPrefixWorkload(15, 33);
+  for (int64_t budget : {2048, 24}) {  // 24: chunked prefill, chunks crossing the cached boundary
+    INFO("budget " << budget);
+    EngineStats off_stats, on_stats;
+    const auto off = RunInOrder(Caching(false, budget), 512, reqs, &off_stats);
+    const auto on = RunInOrder(Caching(true, budget), 512, reqs, &on_stats);
+    CheckSame(on, off);
+    CHECK(off_stats.kv.prefix_cache_queries_total == 0);
+    CHECK(on_stats.kv.prefix_cache_hits_total > 0);
+    CHECK(on_stats.kv.prefix_cache_hits_total % kBlockSize == 0);
+    int64_t prompt_total = 0, cached_total = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      prompt_total += static_cast<int64_t>(reqs[i].prompt.size());
+      cached_total += on[i].cached_tokens;
+      CHECK(on[i].cached_tokens < static_cast<int64_t>(reqs[i].prompt.size()));
+      CHECK(off[i].cached_tokens == 0);
+    }
+    CHECK(on[0].cached_tokens == 0);
+    CHECK(on[1].cached_tokens >= 32);  // the system prompt's two full blocks at least
+    CHECK(cached_total == on_stats.kv.prefix_cache_hits_total);
+    CHECK(on_stats.kv.prefix_cache_queries_total == prompt_total);
+    // Every block is back: the cached ones as evictable.
+    CHECK(on_stats.kv.num_free_slots == on_stats.kv.num_slots);
+    CHECK(on_stats.kv.num_cached_free_slots > 0);
+    CHECK(on_stats.kv.usage == 0.0);
+    CHECK(on_stats.requests.prompt_tokens_total == off_stats.requests.prompt_tokens_total);
+  }
+}
+
+TEST_CASE("prefix caching: concurrent requests, a pool small enough to evict and preempt",
+          "[engine][prefix]") {
+  const auto reqs = SharedPrefixWorkload(24, 7);
+  // 48 head-blocks = 24 blocks of 2 heads = 384 tokens: a few requests at a time.
+  for (int64_t slots : {512, 48}) {
+    INFO("pool " << slots);
+    EngineStats off_stats, on_stats;
+    const auto off = RunTogether(Caching(false, 40), slots, reqs, &off_stats);
+    const auto on = RunTogether(Caching(true, 40), slots, reqs, &on_stats);
+    CheckSame(on, off);
+    CHECK(on_stats.kv.num_free_slots == on_stats.kv.num_slots);
+    CHECK(on_stats.kv.prefix_cache_hits_total > 0);
+    if (slots == 48) {
+      CHECK(on_stats.requests.preemptions_total > 0);
+      CHECK(on_stats.kv.prefix_cache_evictions_total > 0);
+    }
+  }
+}
+
+TEST_CASE("prefix caching: an abort racing a hit leaves the cache consistent",
+          "[engine][prefix]") {
+  const auto reqs = SharedPrefixWorkload(12, 99);
+  EngineStats off_stats;
+  const auto off = RunInOrder(Caching(false), 512, reqs, &off_stats);
+
+  TinyModel tm(96);
+  Engine engine(*tm.runner, nullptr, Caching(true, 24));
+  engine.Start();
+  auto first = engine.Submit(reqs[0]);
+  REQUIRE(first.ok());
+  Drain(**first);  // its blocks are cached now
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 1; i < reqs.size(); ++i) {
+      EngineRequest r = reqs[i];
+      r.id += "-" + std::to_string(round);
+      auto s = engine.Submit(r);
+      REQUIRE(s.ok());
+      streams.push_back(*s);
+      // Abort every third request at once (before or right after its admission adopts
+      // cached blocks), or a bit later while it runs.
+      if (i % 3 == static_cast<size_t>(round)) engine.Abort(r.id);
+    }
+    for (size_t i = 1; i < reqs.size(); ++i) {
+      Collected c = Drain(*streams[i - 1]);
+      if (c.reason == FinishReasonKind::kAbort) {
+        // A prefix of the answer, never a different one.
+        REQUIRE(c.tokens.size() <= off[i].tokens.size());
+        CHECK(std::equal(c.tokens.begin(), c.tokens.end(), off[i].tokens.begin()));
+      } else {
+        CHECK(c.tokens == off[i].tokens);
+      }
+    }
+  }
+  const EngineStats st = WaitIdle(engine);
+  CHECK(st.kv.num_free_slots == st.kv.num_slots);
+  CHECK(st.kv.prefix_cache_hits_total > 0);
+}
+
+TEST_CASE("prefix caching: prompt logprobs bypass it, cache salts separate it; unsupported options are refused",
+          "[engine][prefix]") {
+  TinyModel tm(256);
+  {
+    Engine engine(*tm.runner, nullptr, Caching(true));
+    engine.Start();
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(10 + i);
+    auto a = engine.Submit(Request("a", prompt, 3));
+    REQUIRE(a.ok());
+    CHECK(Drain(**a).cached_tokens == 0);
+    EngineRequest b = Request("b", prompt, 3);
+    b.prompt_logprobs = 1;
+    auto sb = engine.Submit(b);
+    REQUIRE(sb.ok());
+    const Collected cb = Drain(**sb);
+    CHECK(cb.cached_tokens == 0);
+    CHECK(cb.prompt_logprobs.size() == prompt.size() - 1);
+    auto c = engine.Submit(Request("c", prompt, 3));
+    REQUIRE(c.ok());
+    CHECK(Drain(**c).cached_tokens == 32);  // 2 full blocks; the 8 after them are computed
+    // Another cache salt: another cache.
+    EngineRequest d = Request("d", prompt, 3);
+    d.cache_salt = "tenant-b";
+    auto sd = engine.Submit(d);
+    REQUIRE(sd.ok());
+    CHECK(Drain(**sd).cached_tokens == 0);
+    d.id = "e";
+    auto se = engine.Submit(d);
+    REQUIRE(se.ok());
+    CHECK(Drain(**se).cached_tokens == 32);
+  }
+  EngineOptions o = Caching(true);
+  o.lookahead = LookaheadMode::kReject;
+  CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
+  o.lookahead = LookaheadMode::kOff;
+  o.sparse = SparseConfig{};
+  CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
+}

@@ -40,7 +40,7 @@ TEST_CASE("flags parse values, defaults and errors", "[flags]") {
   CHECK_THAT(ParseArgs(q, {"--x=maybe"}).message(), Catch::Contains("true or false"));
 }
 
-TEST_CASE("--no-NAME turns a boolean flag off; other kinds have no --no- form", "[flags]") {
+TEST_CASE("boolean flags: --no-NAME turns one off; other kinds have no --no- form", "[flags]") {
   bool on = true;
   int64_t n = 1;
   FlagParser p("test");

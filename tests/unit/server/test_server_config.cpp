@@ -557,7 +557,7 @@ TEST_CASE("tool-call and reasoning parser settings (flags and config file)") {
         StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("--enable-prefix-caching / --no-enable-prefix-caching (off by default)") {
+TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-caching (off by default)") {
   CHECK_FALSE(Parse({})->config.enable_prefix_caching);
   CHECK(Parse({"--enable-prefix-caching"})->config.enable_prefix_caching);
   CHECK_FALSE(Parse({"--no-enable-prefix-caching"})->config.enable_prefix_caching);

@@ -11,6 +11,11 @@ cd "$(dirname "$0")/.."
 ./tools/fetch_test_data.sh
 ./tools/check_layers.sh
 ./tools/check_format.sh
+# ctest hands a test name to Catch as its filter: a name starting with "-" reads as a flag.
+if grep -rnE 'TEST_CASE\("-' tests; then
+  echo "test.sh: a TEST_CASE name starts with '-' (ctest would pass it to Catch as a flag)" >&2
+  exit 1
+fi
 cmake -S . -B build -G Ninja
 cmake --build build
 ctest --test-dir build --output-on-failure -j "$(nproc)"

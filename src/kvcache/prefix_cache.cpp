@@ -3,31 +3,22 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "oasis/sampling_noise.h"  // Mix64
 
 namespace oasis {
 namespace {
-
-// splitmix64's finalizer: a bijective mix of 64 bits.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
 
 // Hashes are 63-bit: the all-ones value marks "no entry" in PrefixCache.
 constexpr uint64_t kHashMask = ~(uint64_t{1} << 63);
 
 }  // namespace
 
-uint64_t PrefixCacheRoot(uint64_t salt) { return Mix(salt ^ 0x6f617369734b5621ULL) & kHashMask; }
+uint64_t PrefixCacheRoot(uint64_t salt) { return Mix64(salt ^ 0x6f617369734b5621ULL) & kHashMask; }
 
 uint64_t HashPrefixBlock(uint64_t parent, std::span<const int32_t> tokens) {
   OASIS_CHECK_EQ(tokens.size(), static_cast<size_t>(kBlockSize)) << "hashing a partial block";
-  uint64_t h = Mix(parent + 0x9e3779b97f4a7c15ULL);
-  for (int32_t t : tokens) h = Mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 1));
+  uint64_t h = Mix64(parent + 0x9e3779b97f4a7c15ULL);
+  for (int32_t t : tokens) h = Mix64(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(t)) + 1));
   return h & kHashMask;
 }
 

@@ -12,9 +12,10 @@ namespace {
 // Forced closes complete every outstanding request locally; waiting longer than this means
 // UCX broke its promise.
 constexpr std::chrono::seconds kForcedCloseLimit{1};
-// Connect's attempts after transport failures, and the pause between them.
-constexpr int kConnectAttempts = 3;
-constexpr std::chrono::milliseconds kConnectRetryPause{100};
+// Connect's attempts after transport failures, and the first pause between them (doubled
+// after each failed attempt: 0.1, 0.2, 0.4, 0.8, 1.6 s).
+constexpr int kConnectAttempts = 6;
+constexpr std::chrono::milliseconds kConnectFirstPause{100};
 }  // namespace
 
 StatusOr<std::unique_ptr<RemoteReader>> RemoteReader::Connect(std::shared_ptr<UcxContext> context,
@@ -27,10 +28,11 @@ StatusOr<std::unique_ptr<RemoteReader>> RemoteReader::Connect(std::shared_ptr<Uc
   }
   // A transport failure while connecting (kUnavailable: the endpoint reset or failed before
   // the pool answered — seen with UCX's default transports between two processes of a loaded
-  // host) is retried with a fresh worker and endpoint, at most kConnectAttempts in all and
-  // within connect_timeout; a refusal (secret, version: kFailedPrecondition) or a bad
-  // descriptor is final.
+  // host, for as long as a third of a second) is retried with a fresh worker and endpoint after a
+  // growing pause, at most kConnectAttempts in all and within connect_timeout; a refusal (secret,
+  // version: kFailedPrecondition) or a bad descriptor is final.
   const auto deadline = Clock::now() + options.connect_timeout;
+  std::chrono::milliseconds pause = kConnectFirstPause;
   for (int attempt = 1;; ++attempt) {
     RemoteReaderOptions mine = options;
     mine.connect_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -42,13 +44,14 @@ StatusOr<std::unique_ptr<RemoteReader>> RemoteReader::Connect(std::shared_ptr<Uc
     if (s.ok()) return reader;
     s = s.WithContext("staging pool at " + std::string(peer_address));
     if (s.code() != StatusCode::kUnavailable || attempt >= kConnectAttempts ||
-        Clock::now() + kConnectRetryPause >= deadline) {
+        Clock::now() + pause >= deadline) {
       return s;
     }
     spdlog::warn("{} (attempt {} of {}): connecting again", s.ToString(), attempt,
                  kConnectAttempts);
     reader.reset();
-    std::this_thread::sleep_for(kConnectRetryPause);
+    std::this_thread::sleep_for(pause);
+    pause *= 2;
   }
 }
 

@@ -4,12 +4,12 @@
 // shared secret of the options), receives the pool's StagingDescriptor and unpacks its remote
 // key; a server that refuses the hello (kHelloRefused) makes Connect fail with
 // kFailedPrecondition saying why (wrong or missing secret, another protocol version); a
-// transport failure before the pool answers is retried (3 attempts within connect_timeout).
-// Fetch() then
-// copies staging-pool blocks into local memory with RMA gets (ucp_get_nbx): runs of consecutive
-// remote blocks that land in consecutive local memory become one get, every get of a call is in
-// flight at once, and the call waits for all of them until its deadline. Renew/Complete/Abort send
-// the lease messages that keep a request's staged KV alive and end it.
+// transport failure before the pool answers is retried (6 attempts, pauses doubling from 0.1 s,
+// within connect_timeout). Fetch() then copies staging-pool blocks into local memory with RMA gets
+// (ucp_get_nbx): runs of consecutive remote blocks that land in consecutive local memory become one
+// get, every get of a call is in flight at once, and the call waits for all of them until its
+// deadline. Renew/Complete/Abort send the lease messages that keep a request's staged KV alive and
+// end it.
 //
 // Failure: a dead peer, a timeout or a bad argument comes back as a Status, never a crash or
 // an unbounded wait. After a transport failure or a timeout the endpoint is force-closed (so

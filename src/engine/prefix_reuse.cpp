@@ -72,4 +72,27 @@ void CacheComputedBlocks(Sequence& seq, BlockAllocator& allocator) {
   seq.num_blocks_cached = full;
 }
 
+void AddPendingBlocks(Sequence& seq, const BlockAllocator& allocator,
+                      std::unordered_set<uint64_t>* pending) {
+  if (!Takes(seq, allocator)) return;
+  const int64_t full = seq.num_tokens() / kBlockSize;
+  EnsureHashes(seq, full);
+  for (int64_t b = seq.num_blocks_cached; b < full; ++b)
+    pending->insert(seq.block_hashes[static_cast<size_t>(b)]);
+}
+
+bool AwaitsPendingBlock(Sequence& seq, const BlockAllocator& allocator,
+                        const std::unordered_set<uint64_t>& pending) {
+  if (pending.empty() || !Takes(seq, allocator) || seq.num_computed != 0) return false;
+  const PrefixCache& cache = *allocator.prefix_cache();
+  const int64_t max_blocks = (seq.num_tokens() - 1) / kBlockSize;  // as AdoptCachedPrefix
+  EnsureHashes(seq, max_blocks);
+  for (int64_t b = 0; b < max_blocks; ++b) {
+    const uint64_t hash = seq.block_hashes[static_cast<size_t>(b)];
+    if (cache.Find(hash, ParentHash(seq, b), BlockTokens(seq, b)) == nullptr)
+      return pending.contains(hash);
+  }
+  return false;
+}
+
 }  // namespace oasis

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_set>
 
 #include "engine/scheduler.h"
 #include "kvcache/block_allocator.h"
@@ -25,5 +26,17 @@ void DropCachedPrefix(Sequence& seq, BlockAllocator& allocator);
 // Registers seq's full blocks whose KV is computed (tokens [0, num_computed)) and not yet
 // registered: later prompts with the same prefix reuse them.
 void CacheComputedBlocks(Sequence& seq, BlockAllocator& allocator);
+
+// In-flight sharing (SGLang's in-batch prefix rule): the hashes of the full blocks of seq's
+// tokens that are not registered yet — blocks a running sequence is computing or will compute
+// in its prefill — go into `pending`.
+void AddPendingBlocks(Sequence& seq, const BlockAllocator& allocator,
+                      std::unordered_set<uint64_t>* pending);
+// True when a waiting sequence's first full block past its cached prefix is in `pending`: a
+// running sequence (a sibling of n > 1, or another request with the same prompt start) is
+// computing it, so admitting seq now would compute the same blocks twice; one step later
+// they are cached and seq adopts them.
+bool AwaitsPendingBlock(Sequence& seq, const BlockAllocator& allocator,
+                        const std::unordered_set<uint64_t>& pending);
 
 }  // namespace oasis

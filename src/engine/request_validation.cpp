@@ -205,8 +205,9 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
   return Status::Ok();
 }
 
-// Prefix caching covers dense, single-GPU KV without a draft head so far (issue 33).
-Status CheckPrefixCachingOptions(const EngineOptions& options, const ModelRunner& runner) {
+// Prefix caching covers dense KV without a draft head so far (issue 33); under TP the
+// allocator is shared logically, so a cached entry holds every rank's heads.
+Status CheckPrefixCachingOptions(const EngineOptions& options) {
   if (!options.enable_prefix_caching) return Status::Ok();
   const auto refuse = [](const std::string& what) {
     return InvalidArgument("--enable-prefix-caching does not support " + what +
@@ -215,7 +216,6 @@ Status CheckPrefixCachingOptions(const EngineOptions& options, const ModelRunner
   if (options.sparse) return refuse("sparse KV");
   if (options.lookahead != LookaheadMode::kOff) return refuse("lookahead decoding");
   if (options.handoff_exporter != nullptr) return refuse("disaggregated prefill");
-  if (runner.num_ranks() > 1) return refuse("tensor parallelism");
   return Status::Ok();
 }
 
@@ -224,7 +224,7 @@ Status CheckPrefixCachingOptions(const EngineOptions& options, const ModelRunner
 Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner,
                             const DraftRunner* draft) {
   OASIS_RETURN_IF_ERROR(CheckLookaheadOptions(options, runner, draft));
-  OASIS_RETURN_IF_ERROR(CheckPrefixCachingOptions(options, runner));
+  OASIS_RETURN_IF_ERROR(CheckPrefixCachingOptions(options));
   return CheckSparseOptions(options, runner, draft);
 }
 

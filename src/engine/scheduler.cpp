@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "common/check.h"
 #include "engine/prefix_reuse.h"
@@ -114,10 +115,23 @@ SchedulerOutput Scheduler::Schedule() {
     budget -= n;
   }
 
-  // 3. FCFS admission of waiting sequences; none in a step that had to preempt.
+  // 3. FCFS admission of waiting sequences; none in a step that had to preempt. A sequence
+  // whose next uncached block a running sequence is computing (prefix caching: n > 1
+  // siblings, a shared prompt start) waits a step and adopts it then; the ones behind it may
+  // go first.
   if (out.preempted.empty()) {
-    while (!waiting_.empty() && budget > 0 && num_running() < options_.max_num_seqs) {
-      Sequence* s = waiting_.front();
+    std::unordered_set<uint64_t> pending;
+    if (allocator_.prefix_cache() != nullptr) {
+      for (Sequence* s : running_) AddPendingBlocks(*s, allocator_, &pending);
+    }
+    size_t next = 0;
+    while (next < waiting_.size() && budget > 0 && num_running() < options_.max_num_seqs) {
+      Sequence* s = waiting_[next];
+      if (AwaitsPendingBlock(*s, allocator_, pending)) {
+        ++next;
+        ++out.num_awaiting_prefix;
+        continue;
+      }
       if (hooks_ != nullptr) {
         const SequenceKvHooks::Admission a = hooks_->Admit(*s);
         if (a == SequenceKvHooks::Admission::kRefuse) out.refused.push_back(s);
@@ -134,9 +148,10 @@ SchedulerOutput Scheduler::Schedule() {
         cache->CountLookup(s->num_tokens(), cached);
         if (s->num_preemptions == 0) s->num_cached_tokens = cached;  // usage: the first admission's
       }
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       s->status = SequenceStatus::kRunning;
       running_.push_back(s);
+      AddPendingBlocks(*s, allocator_, &pending);
       const int64_t n = std::min(s->num_pending(), budget);
       out.chunks.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
       budget -= n;

@@ -22,7 +22,10 @@
 //      blocks are reserved at once and its first chunk runs this step. With prefix caching
 //      (engine/prefix_reuse.h) it first adopts its longest cached prefix of full blocks and
 //      reserves (and computes) only the rest; running sequences register their computed full
-//      blocks at the start of each step and before their blocks are released.
+//      blocks at the start of each step and before their blocks are released. One exception
+//      to FCFS: a waiting sequence whose next uncached full block a running sequence is
+//      computing (n > 1 siblings, prompts that start alike) is passed over until that block
+//      is cached, so it is computed once (SGLang's in-batch prefix rule).
 // max_num_seqs is clamped to max_num_batched_tokens so every running decode fits a step.
 //
 // State machine of a Sequence: kWaiting → (admitted) kRunning → kFinished (Finish());
@@ -150,6 +153,9 @@ struct SchedulerOutput {
   std::vector<Sequence*> refused;      // waiting sequences the hooks refused (fail them)
   int64_t num_batched_tokens = 0;      // including draft tokens
   int64_t num_admitted = 0;
+  // Waiting sequences left for a later step because a running sequence is computing their
+  // next uncached prefix block (prefix caching: prefix_reuse.h AwaitsPendingBlock).
+  int64_t num_awaiting_prefix = 0;
   bool empty() const { return chunks.empty(); }
 };
 

@@ -161,7 +161,7 @@ const std::vector<Setting>& Settings() {
          "tokens per engine step (decode + prefill chunks)"},
         {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
          "automatic prefix caching: prompts reuse the KV of cached full blocks (dense requests; "
-         "not with sparse KV, lookahead, disaggregation or TP yet); --no-enable-prefix-caching "
+         "not with sparse KV, lookahead or disaggregated prefill yet); --no-enable-prefix-caching "
          "turns it off"},
         {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
         {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,

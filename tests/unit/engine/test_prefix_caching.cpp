@@ -226,3 +226,53 @@ TEST_CASE("prefix caching: prompt logprobs bypass it, cache salts separate it; u
   o.sparse = SparseConfig{};
   CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
 }
+
+// n > 1 siblings (the server submits n requests with one prompt) and requests whose prompts
+// start alike, all queued before the engine starts: the first is admitted, the others wait a
+// step for its blocks instead of computing them again, and then adopt them — every output as
+// without caching.
+TEST_CASE("prefix caching: siblings queued together compute their shared prompt once",
+          "[engine][prefix]") {
+  std::mt19937_64 rng(99);
+  std::vector<int32_t> prompt(90);  // 5 full blocks + 10
+  for (auto& t : prompt) t = static_cast<int32_t>(3 + rng() % 500);
+  std::vector<EngineRequest> reqs;
+  for (int j = 0; j < 4; ++j) {  // n = 4, seeded as the server seeds siblings (seed + j)
+    EngineRequest r = Request("sib" + std::to_string(j), prompt, 8);
+    r.ignore_eos = true;
+    r.sampling.temperature = 20.0f;
+    r.sampling.seed = 1000 + static_cast<uint64_t>(j);
+    reqs.push_back(std::move(r));
+  }
+  std::vector<int32_t> other(prompt.begin(), prompt.begin() + 40);  // 2 blocks shared + own
+  for (int i = 0; i < 30; ++i) other.push_back(static_cast<int32_t>(460 + i));
+  reqs.push_back(Request("other", other, 5));
+  reqs.back().ignore_eos = true;
+  for (int64_t budget : {2048, 40}) {  // 40: the first sibling's prompt takes three steps
+    INFO("budget " << budget);
+    auto run = [&](bool caching, EngineStats* stats) {
+      TinyModel tm(256);
+      Engine engine(*tm.runner, nullptr, Caching(caching, budget));
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (const EngineRequest& r : reqs) {  // all queued before the loop runs
+        auto s = engine.Submit(r);
+        INFO(s.status().ToString());
+        REQUIRE(s.ok());
+        streams.push_back(*s);
+      }
+      engine.Start();
+      std::vector<Collected> out;
+      for (auto& s : streams) out.push_back(Drain(*s));
+      *stats = WaitIdle(engine);
+      return out;
+    };
+    EngineStats off_stats, on_stats;
+    const auto off = run(false, &off_stats);
+    const auto on = run(true, &on_stats);
+    CheckSame(on, off);
+    CHECK(on[0].cached_tokens == 0);
+    for (int j = 1; j < 4; ++j) CHECK(on[static_cast<size_t>(j)].cached_tokens == 80);
+    CHECK(on[4].cached_tokens == 32);
+    CHECK(on_stats.kv.num_free_slots == on_stats.kv.num_slots);
+  }
+}

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "runner/batch_builder.h"
@@ -307,4 +309,90 @@ TEST_CASE("prompt logprobs on TP=2 CPU ranks equal TP=1", "[parallel][engine]") 
     REQUIRE(got[p].top_logprobs.size() == 4);
     for (size_t k = 0; k < 4; ++k) CHECK(got[p].top_logprobs[k].token == want[p].top_logprobs[k].token);
   }
+}
+
+// Prefix caching under TP (issue 33): the block allocator is shared logically (one slot id
+// names the same block on every rank), so a cached entry holds every rank's heads of that
+// position and a hit adopts them on all ranks at once. With caching on, TP=2 answers exactly
+// as TP=2 without it, the later requests reuse the earlier ones' blocks, and every slot is
+// back in the pool.
+TEST_CASE("prefix caching on TP=2 CPU ranks equals no caching", "[parallel][engine][prefix]") {
+  Checkpoint ck = Open("qwen3-tiny");
+  std::mt19937_64 rng(2033);
+  auto tokens = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(3 + rng() % 400);
+    return t;
+  };
+  const std::vector<int32_t> system = tokens(40);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = system;
+    const auto own = tokens(3 + rng() % 30);
+    p.insert(p.end(), own.begin(), own.end());
+    prompts.push_back(std::move(p));
+  }
+  prompts.push_back(prompts[2]);  // a repeat: every full block of it is cached
+  struct Out {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<int64_t> cached;
+    int64_t free_slots = 0, total_slots = 0, hits = 0;
+  };
+  auto run = [&](bool caching) {
+    auto tp = MakeTp(ck, 2, 256);
+    EngineOptions o;
+    o.enable_prefix_caching = caching;
+    o.max_num_batched_tokens = 24;  // chunked prefill across the cached boundary
+    REQUIRE(Engine::CheckOptions(o, *tp, nullptr).ok());
+    Engine engine(*tp, nullptr, o);
+    engine.Start();
+    Out out;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EngineRequest r;
+      r.id = "tp" + std::to_string(i);
+      r.prompt = prompts[i];
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      r.detokenize = false;
+      r.sampling.temperature = i % 2 == 0 ? 0.0f : 5.0f;
+      r.sampling.seed = 70 + i;
+      auto s = engine.Submit(r);
+      REQUIRE(s.ok());
+      std::vector<int32_t> got;
+      int64_t cached = -1;
+      while (auto ev = (*s)->Next(std::chrono::seconds(60))) {
+        for (const GeneratedToken& g : ev->tokens) got.push_back(g.token);
+        if (ev->finished) {
+          cached = ev->cached_tokens;
+          break;
+        }
+      }
+      out.tokens.push_back(got);
+      out.cached.push_back(cached);
+    }
+    EngineStats st = engine.Stats();
+    for (int i = 0; i < 200 && st.kv.num_free_slots != st.kv.num_slots; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      st = engine.Stats();
+    }
+    out.free_slots = st.kv.num_free_slots;
+    out.total_slots = st.kv.num_slots;
+    out.hits = st.kv.prefix_cache_hits_total;
+    engine.Stop();
+    return out;
+  };
+  const Out off = run(false), on = run(true);
+  REQUIRE(on.tokens.size() == off.tokens.size());
+  for (size_t i = 0; i < on.tokens.size(); ++i) {
+    INFO("request " << i);
+    CHECK(on.tokens[i].size() == 6);
+    CHECK(on.tokens[i] == off.tokens[i]);
+    CHECK(off.cached[i] == 0);
+    CHECK(on.cached[i] == (i == 0 ? 0 : i + 1 == prompts.size()
+                                            ? static_cast<int64_t>(prompts[i].size() - 1) / 16 * 16
+                                            : 32));
+  }
+  CHECK(on.hits > 0);
+  CHECK(on.free_slots == on.total_slots);
+  CHECK(off.free_slots == off.total_slots);
 }

@@ -88,7 +88,17 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
           allocator, sparse.get()),
       rng(o.seed) {
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
-  if (o.enable_prefix_caching) allocator.EnablePrefixCache(num_kv_heads);  // before any allocation
+  if (o.enable_prefix_caching) {  // before any allocation
+    allocator.EnablePrefixCache(num_kv_heads);
+    if (draft != nullptr) {
+      draft_allocator.EnablePrefixCache(draft_kv_heads);
+      draft_prefix = std::make_unique<DraftPrefixCache>(
+          draft_allocator, [this](const Sequence& seq) -> DraftHeadState& {
+            return requests.at(seq.id)->draft_head;
+          });
+      scheduler.set_prefix_companion(draft_prefix.get());
+    }
+  }
   if (draft != nullptr && o.lookahead == LookaheadMode::kSpeculate &&
       o.speculative_depth == SpeculativeDepth::kAdaptive) {
     depth_controller = std::make_unique<SpeculativeDepthController>(
@@ -152,8 +162,10 @@ void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
 
 void Engine::Impl::ReleaseDraftHead(RequestState& s) {
   if (draft == nullptr) return;
+  if (draft_prefix != nullptr) draft_prefix->Register(s.seq, s.draft_head);  // before release
   s.draft_head.table.Release(draft_allocator);
   s.draft_head.num_computed = 0;
+  DraftPrefixCache::Reset(s.draft_head);
 }
 
 void Engine::Impl::ObserveFinished(const RequestState& s) {

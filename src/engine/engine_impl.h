@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "disagg/kv_import.h"
+#include "engine/draft_prefix_cache.h"
 #include "engine/engine.h"
 #include "engine/output_delivery.h"
 #include "engine/request_state.h"
@@ -217,7 +218,9 @@ struct Engine::Impl {
 
   // Engine-loop state.
   BlockAllocator allocator;
-  BlockAllocator draft_allocator;          // the draft head's KV pool (empty when lookahead is off)
+  BlockAllocator draft_allocator;  // the draft head's KV pool (empty when lookahead is off)
+  // Prefix caching with lookahead: the head's blocks cached along (null otherwise).
+  std::unique_ptr<DraftPrefixCache> draft_prefix;
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
   // Speculate with --speculative-depth adaptive (null otherwise).
   std::unique_ptr<SpeculativeDepthController> depth_controller;

@@ -45,6 +45,11 @@ bool DecodeOnly(const SchedulerOutput& plan) {
 void Engine::Impl::Step() {
   StepClock clock{stats, EngineClock::now()};
   StepBatch b;
+  if (draft_prefix !=
+      nullptr) {  // the head's full blocks of last step, as Schedule does the target's
+    for (Sequence* seq : scheduler.running())
+      draft_prefix->Register(*seq, requests.at(seq->id)->draft_head);
+  }
   b.plan = scheduler.Schedule();
   const auto t_scheduled = EngineClock::now();
   stats.loop.schedule_seconds_total += Seconds(t_scheduled - clock.begin);

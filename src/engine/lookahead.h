@@ -40,10 +40,15 @@ StatusOr<LookaheadMode> ParseLookaheadMode(std::string_view name);
 // pool and how many head rows (target positions 0..num_computed-1) have K/V there. Owned by
 // the request's RequestState; the engine loop keeps num_computed equal to the target's
 // Sequence::num_computed after every step and releases the table on preemption and finish.
+// With prefix caching (engine/draft_prefix_cache.h) the head's full blocks are cached as the
+// target's are: block_hashes covers its leading full blocks, num_blocks_cached of them are
+// adopted from or registered in the head pool's cache (read-only).
 struct DraftHeadState {
   explicit DraftHeadState(int32_t num_kv_heads) : table(num_kv_heads) {}
   HeadBlockTable table;
   int64_t num_computed = 0;
+  std::vector<uint64_t> block_hashes;
+  int64_t num_blocks_cached = 0;
 };
 
 // The target input of one step: BuildHostForwardInput over `seqs` (each StepSequence's

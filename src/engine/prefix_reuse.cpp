@@ -30,7 +30,7 @@ void EnsureHashes(Sequence& seq, int64_t num_blocks) {
 
 }  // namespace
 
-int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator) {
+int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator, PrefixCompanion* companion) {
   if (!Takes(seq, allocator) || seq.num_computed != 0) return 0;
   OASIS_CHECK_EQ(seq.table.num_blocks(), 0) << "adopting into a table that holds blocks";
   const PrefixCache& cache = *allocator.prefix_cache();
@@ -43,13 +43,21 @@ int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator) {
     if (slots == nullptr) break;
     blocks.push_back(*slots);
   }
+  if (companion != nullptr && !blocks.empty()) {
+    const int64_t both = companion->NumCached(seq, static_cast<int64_t>(blocks.size()));
+    OASIS_CHECK(both >= 0 && both <= static_cast<int64_t>(blocks.size()))
+        << "the companion holds " << both << " of " << blocks.size() << " blocks";
+    blocks.resize(static_cast<size_t>(both));
+    if (both > 0) companion->Adopt(seq, both);
+  }
   seq.table.AdoptShared(blocks, allocator);
   seq.num_blocks_cached = static_cast<int64_t>(blocks.size());
   seq.num_computed = seq.num_blocks_cached * kBlockSize;
   return seq.num_computed;
 }
 
-void DropCachedPrefix(Sequence& seq, BlockAllocator& allocator) {
+void DropCachedPrefix(Sequence& seq, BlockAllocator& allocator, PrefixCompanion* companion) {
+  if (companion != nullptr && seq.num_blocks_cached > 0) companion->Drop(seq);
   seq.table.Release(allocator);
   seq.num_computed = 0;
   seq.num_blocks_cached = 0;

@@ -17,12 +17,29 @@
 
 namespace oasis {
 
+// Another KV pool whose blocks of the same positions a hit must bring along: the EAGLE-3
+// draft head's under lookahead (engine/draft_prefix_cache.h). The target adopts only as many
+// leading blocks as the companion holds too.
+class PrefixCompanion {
+ public:
+  virtual ~PrefixCompanion() = default;
+  // How many of seq's first `blocks` full blocks the companion holds cached (a leading run).
+  virtual int64_t NumCached(Sequence& seq, int64_t blocks) = 0;
+  // Adopts its cached blocks [0, blocks) for seq (blocks <= NumCached's answer).
+  virtual void Adopt(Sequence& seq, int64_t blocks) = 0;
+  // Undoes Adopt.
+  virtual void Drop(Sequence& seq) = 0;
+};
+
 // Adopts the longest cached prefix of full blocks of seq.tokens into its (empty) table,
 // leaving at least one token to compute (its logits sample the next token), and sets
-// num_computed past it. Returns the adopted tokens (0 with caching off or no hit).
-int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator);
+// num_computed past it; with a companion, only the leading blocks it holds too, which it
+// adopts as well. Returns the adopted tokens (0 with caching off or no hit).
+int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator,
+                          PrefixCompanion* companion = nullptr);
 // Undoes an adoption whose admission did not go through (the pool could not hold the rest).
-void DropCachedPrefix(Sequence& seq, BlockAllocator& allocator);
+void DropCachedPrefix(Sequence& seq, BlockAllocator& allocator,
+                      PrefixCompanion* companion = nullptr);
 // Registers seq's full blocks whose KV is computed (tokens [0, num_computed)) and not yet
 // registered: later prompts with the same prefix reuse them.
 void CacheComputedBlocks(Sequence& seq, BlockAllocator& allocator);

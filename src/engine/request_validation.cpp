@@ -205,8 +205,9 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
   return Status::Ok();
 }
 
-// Prefix caching covers dense KV without a draft head so far (issue 33); under TP the
-// allocator is shared logically, so a cached entry holds every rank's heads.
+// Prefix caching covers dense KV so far (issue 33); under TP the allocator is shared
+// logically, so a cached entry holds every rank's heads; under lookahead the draft head's
+// blocks are cached along (engine/draft_prefix_cache.h).
 Status CheckPrefixCachingOptions(const EngineOptions& options) {
   if (!options.enable_prefix_caching) return Status::Ok();
   const auto refuse = [](const std::string& what) {
@@ -214,7 +215,6 @@ Status CheckPrefixCachingOptions(const EngineOptions& options) {
                            " yet; use --no-enable-prefix-caching");
   };
   if (options.sparse) return refuse("sparse KV");
-  if (options.lookahead != LookaheadMode::kOff) return refuse("lookahead decoding");
   if (options.handoff_exporter != nullptr) return refuse("disaggregated prefill");
   return Status::Ok();
 }

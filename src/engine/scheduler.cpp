@@ -137,9 +137,9 @@ SchedulerOutput Scheduler::Schedule() {
         if (a == SequenceKvHooks::Admission::kRefuse) out.refused.push_back(s);
         if (a != SequenceKvHooks::Admission::kAdmit) break;  // FCFS: nothing behind it either
       }
-      const int64_t cached = AdoptCachedPrefix(*s, allocator_);
+      const int64_t cached = AdoptCachedPrefix(*s, allocator_, companion_);
       if (!s->table.Reserve(s->num_tokens(), allocator_).ok()) {  // whole context, or wait
-        if (cached > 0) DropCachedPrefix(*s, allocator_);
+        if (cached > 0) DropCachedPrefix(*s, allocator_, companion_);
         if (hooks_ != nullptr) hooks_->Release(*s);
         break;
       }

@@ -159,10 +159,15 @@ struct SchedulerOutput {
   bool empty() const { return chunks.empty(); }
 };
 
+class PrefixCompanion;  // engine/prefix_reuse.h
+
 class Scheduler {
  public:
   // `hooks` (optional) must outlive the scheduler.
   Scheduler(SchedulerOptions options, BlockAllocator& allocator, SequenceKvHooks* hooks = nullptr);
+  // Prefix caching: another pool whose cached blocks admission adopts along (the draft
+  // head's; prefix_reuse.h). Must outlive the scheduler; set before the first Schedule.
+  void set_prefix_companion(PrefixCompanion* companion) { companion_ = companion; }
 
   // Appends a new kWaiting sequence to the back of the waiting queue.
   void Add(Sequence* seq);
@@ -191,6 +196,7 @@ class Scheduler {
   SchedulerOptions options_;
   BlockAllocator& allocator_;
   SequenceKvHooks* hooks_;
+  PrefixCompanion* companion_ = nullptr;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
 };

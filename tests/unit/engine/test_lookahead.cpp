@@ -781,3 +781,93 @@ TEST_CASE("stop strings cut two-token steps exactly like plain decoding", "[engi
     CHECK(WaitIdle(engine).lookahead.draft_accepted_total > 0);
   }
 }
+
+// Prefix caching under lookahead (engine/draft_prefix_cache.h): a prompt that adopts cached
+// target blocks adopts the head's blocks of those positions too, so its drafts are still the
+// head's over the true sequence. Requests run one after another sharing prefixes (a system
+// prompt, repeats, one that extends an earlier prompt by exactly a block), in a pool small
+// enough to evict; every draft equals the offline head's, the outputs equal plain decoding's.
+TEST_CASE("prefix caching under lookahead: drafts equal the head run offline", "[engine][lookahead][prefix]") {
+  std::vector<int32_t> system;
+  for (int i = 0; i < 35; ++i) system.push_back(20 + (i * 53) % 450);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    EngineRequest r = Request("p" + std::to_string(i), system, 12);
+    for (int j = 0; j < 4 + 5 * i; ++j) r.prompt.push_back(30 + (i * 31 + j * 7) % 400);
+    r.ignore_eos = true;
+    if (i % 2 == 1) {
+      r.sampling.temperature = 2.0f;
+      r.sampling.seed = 40 + static_cast<uint64_t>(i);
+    }
+    reqs.push_back(std::move(r));
+  }
+  reqs.push_back(reqs[5]);  // a repeat: its full blocks cached, target and head, but the last
+  reqs.back().id = "repeat";
+  // Its first 48 tokens, then another token 48: the target holds blocks 0..2, but head block 2
+  // (rows 32..47) embeds tokens 33..48, so only 2 blocks are adopted.
+  reqs.push_back(reqs[5]);
+  reqs.back().id = "fork";
+  reqs.back().prompt.resize(48);
+  for (int j = 0; j < 9; ++j) reqs.back().prompt.push_back(449 - j);
+  for (HeadKind kind : {HeadKind::kFixture, HeadKind::kCopy}) {
+    for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+      DYNAMIC_SECTION((kind == HeadKind::kFixture ? "reference head, " : "copy head, ") << LookaheadModeName(mode)) {
+        std::vector<Collected> plain;
+        {
+          TinyModel tm0(64);
+          Engine engine(*tm0.runner, nullptr, EngineOptions{});
+          engine.Start();
+          for (const EngineRequest& q : reqs) {
+            auto s = engine.Submit(q);
+            REQUIRE(s.ok());
+            plain.push_back(Collect(**s));
+          }
+          engine.Stop();
+        }
+        TinyModel tm(24);  // 12 blocks of 2 heads: the cache evicts
+        auto head = kind == HeadKind::kFixture ? FixtureHead(tm) : CopyHead(tm);
+        const int64_t slots = DraftKvSlotsFor(24, tm.config.num_key_value_heads, head->config().num_key_value_heads);
+        RecordingDraftRunner draft(*head, tm.backend, slots);
+        EngineOptions opt;
+        opt.lookahead = mode;
+        opt.enable_prefix_caching = true;
+        opt.max_num_batched_tokens = 16;  // chunks crossing the cached boundary
+        REQUIRE(Engine::CheckOptions(opt, *tm.runner, &draft).ok());
+        Engine engine(*tm.runner, nullptr, opt, &draft);
+        engine.Start();
+        int64_t cached_total = 0;
+        for (size_t i = 0; i < reqs.size(); ++i) {
+          INFO("request " << reqs[i].id);
+          const size_t first_record = draft.records.size();
+          auto s = engine.Submit(reqs[i]);
+          REQUIRE(s.ok());
+          const Collected c = Collect(**s);
+          CheckCollected(c);
+          CHECK(c.tokens == plain[i].tokens);
+          CHECK(c.logprobs == plain[i].logprobs);
+          cached_total += c.cached_tokens;
+          // 64 tokens: 3 blocks adopted, the fourth computed for the last token's logits.
+          if (reqs[i].id == "repeat") CHECK(c.cached_tokens == 48);
+          if (reqs[i].id == "fork") CHECK(c.cached_tokens == 32);
+          std::vector<int32_t> seq = reqs[i].prompt;
+          seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
+          const std::vector<int32_t> ref = OfflineDrafts(tm, *head, seq);
+          REQUIRE(draft.records.size() > first_record);
+          for (size_t k = first_record; k < draft.records.size(); ++k) {
+            const auto& rec = draft.records[k];
+            INFO("position " << rec.position);
+            REQUIRE(rec.position + 1 < static_cast<int32_t>(seq.size()));
+            CHECK(rec.token == seq[static_cast<size_t>(rec.position) + 1]);
+            CHECK(rec.draft == ref[static_cast<size_t>(rec.position)]);
+          }
+        }
+        CHECK(cached_total >= 6 * 32);
+        const EngineStats st = WaitIdle(engine);
+        CHECK(st.kv.num_free_slots == st.kv.num_slots);
+        CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+        CHECK(st.kv.prefix_cache_evictions_total > 0);
+        engine.Stop();
+      }
+    }
+  }
+}

@@ -220,9 +220,6 @@ TEST_CASE("prefix caching: prompt logprobs bypass it, cache salts separate it; u
     CHECK(Drain(**se).cached_tokens == 32);
   }
   EngineOptions o = Caching(true);
-  o.lookahead = LookaheadMode::kReject;
-  CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
-  o.lookahead = LookaheadMode::kOff;
   o.sparse = SparseConfig{};
   CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
 }

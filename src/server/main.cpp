@@ -81,6 +81,7 @@ Status CheckConfig(const ServerConfig& config) {
        host->lookahead == LookaheadMode::kSpeculate ? config.num_speculative_tokens : 1},
       {"speculative_depth",
        host->lookahead == LookaheadMode::kSpeculate ? config.speculative_depth : "fixed"},
+      {"enable_prefix_caching", config.ResolvedPrefixCaching()},
       {"draft_head", host->draft_head != nullptr},
       {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},
       {"sparse", SparseJson(*host)},

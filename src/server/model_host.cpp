@@ -577,7 +577,9 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   OASIS_ASSIGN_OR_RETURN(options.speculative_depth, ParseSpeculativeDepth(sc.speculative_depth));
   options.max_num_seqs = sc.max_num_seqs;
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
-  options.enable_prefix_caching = sc.enable_prefix_caching;
+  options.enable_prefix_caching = sc.ResolvedPrefixCaching();
+  if (sc.enable_prefix_caching && !options.enable_prefix_caching)
+    spdlog::info("prefix caching: off (it does not cover sparse KV yet)");
   options.max_waiting = sc.max_waiting;
   options.seed = static_cast<uint64_t>(sc.seed);
   options.sparse = host->sparse;

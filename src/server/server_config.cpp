@@ -160,9 +160,9 @@ const std::vector<Setting>& Settings() {
         {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens,
          "tokens per engine step (decode + prefill chunks)"},
         {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
-         "automatic prefix caching: prompts reuse the KV of cached full blocks (dense requests; "
-         "not with sparse KV, lookahead or disaggregated prefill yet); --no-enable-prefix-caching "
-         "turns it off"},
+         "automatic prefix caching: prompts reuse the KV of cached full blocks (on by default; "
+         "off by itself with sparse KV or a prefill/decode role, which refuse it given "
+         "explicitly); --no-enable-prefix-caching turns it off"},
         {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
         {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
          "fraction of GPU memory for weights + KV cache"},
@@ -380,6 +380,11 @@ Status ServerConfig::Validate() const {
   if (host.empty()) return InvalidArgument("--host must not be empty");
   OASIS_RETURN_IF_ERROR(one_of("role", role, {"both", "prefill", "decode"}));
   OASIS_RETURN_IF_ERROR(one_of("rpf", rpf, {"on", "off"}));
+  if (prefix_caching_given && enable_prefix_caching && SparseEnabled()) {
+    return InvalidArgument(
+        "--enable-prefix-caching does not support sparse KV yet (--sparse, --sparse-threshold or "
+        "a prefill/decode --role); use --no-enable-prefix-caching");
+  }
   if (role != "both") {
     if (sparse == "off")
       return InvalidArgument("--role " + role + " needs sparse KV (not --sparse off)");
@@ -429,7 +434,13 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   ParsedCommandLine out;
   // Pass 1: the config file, so that flags given on the command line override it.
   OASIS_ASSIGN_OR_RETURN(const std::vector<std::string> paths, ConfigPaths(argc, argv));
-  for (const std::string& path : paths) OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.config));
+  for (const std::string& path : paths) {
+    OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.config));
+    OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadConfigJson(path));
+    if (json.is_object() &&
+        (json.contains("enable-prefix-caching") || json.contains("enable_prefix_caching")))
+      out.config.prefix_caching_given = true;
+  }
   // Pass 2: flags, bound to the fields (their defaults now being the file's values).
   FlagParser flags(
       "oasis-server: OpenAI-compatible HTTP (and gRPC) server for Qwen3 / Llama 3.x models.\n"
@@ -441,6 +452,7 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   ServerConfig& c = out.config;
   AddSettingFlags(flags, Settings(), &c);
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
+  if (flags.WasSet("enable-prefix-caching")) c.prefix_caching_given = true;
   out.help = flags.help_requested();
   out.usage = flags.Usage();
   if (!out.help) OASIS_RETURN_IF_ERROR(c.Validate());

@@ -37,10 +37,13 @@ struct ServerConfig : HttpFrontSettings {
 
   // Chat output parsing (vLLM's flags; docs/server.md "Tool calls and reasoning").
   bool enable_auto_tool_choice = false;
-  bool enable_prefix_caching =
-      false;  // automatic prefix caching (EngineOptions)  // tool_choice "auto" parses tool calls
-  std::string tool_call_parser;  // "", hermes, llama3_json
-  std::string reasoning_parser;  // "", qwen3, deepseek_r1
+  // Automatic prefix caching (EngineOptions), on by default as vLLM's; off by itself where it
+  // does not reach yet (sparse KV, disaggregation roles) unless given explicitly, which those
+  // refuse. prefix_caching_given: set by the command line or a config file (not a setting).
+  bool enable_prefix_caching = true;
+  bool prefix_caching_given = false;  // tool_choice "auto" parses tool calls
+  std::string tool_call_parser;       // "", hermes, llama3_json
+  std::string reasoning_parser;       // "", qwen3, deepseek_r1
 
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
   std::string draft_model;  // EAGLE-3 head directory (config.json + *.safetensors)
@@ -138,6 +141,9 @@ struct ServerConfig : HttpFrontSettings {
   bool SparseEnabled() const {
     return sparse == "on" || (sparse == "auto" && (sparse_threshold > 0 || role != "both"));
   }
+  // Whether prefix caching runs: --enable-prefix-caching (default on) where it reaches —
+  // not with sparse KV yet (Validate refuses it given explicitly there).
+  bool ResolvedPrefixCaching() const { return enable_prefix_caching && !SparseEnabled(); }
   // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
   std::string ResolvedSparsePredictor() const;
   // auto: pressure, or threshold with --dense-layers > 0 (the pressure policy switches whole

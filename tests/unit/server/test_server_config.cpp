@@ -557,8 +557,38 @@ TEST_CASE("tool-call and reasoning parser settings (flags and config file)") {
         StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-caching (off by default)") {
-  CHECK_FALSE(Parse({})->config.enable_prefix_caching);
-  CHECK(Parse({"--enable-prefix-caching"})->config.enable_prefix_caching);
-  CHECK_FALSE(Parse({"--no-enable-prefix-caching"})->config.enable_prefix_caching);
+TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-caching (on by default where it reaches)") {
+  auto resolved = [](std::vector<std::string> args) {
+    auto p = Parse(std::move(args));
+    REQUIRE(p.ok());
+    return p->config.ResolvedPrefixCaching();
+  };
+  CHECK(Parse({})->config.enable_prefix_caching);
+  CHECK(resolved({}));
+  CHECK(resolved({"--enable-prefix-caching"}));
+  CHECK_FALSE(resolved({"--no-enable-prefix-caching"}));
+  CHECK(resolved({"--lookahead", "reject", "--draft-load-format", "dummy"}));
+  CHECK(resolved({"--tensor-parallel-size", "2"}));
+  // Sparse KV: off by itself by default; given explicitly, refused.
+  CHECK_FALSE(resolved({"--sparse", "on"}));
+  CHECK_FALSE(resolved({"--sparse-threshold", "4096"}));
+  CHECK_FALSE(resolved({"--sparse", "on", "--no-enable-prefix-caching"}));
+  for (const auto& sparse : std::vector<std::vector<std::string>>{
+           {"--sparse", "on"}, {"--sparse-threshold", "4096"}, {"--role", "prefill"}}) {
+    std::vector<std::string> args = sparse;
+    args.push_back("--enable-prefix-caching");
+    auto p = Parse(args);
+    INFO(args[0]);
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(p.status().message()), Catch::Contains("--no-enable-prefix-caching"));
+  }
+  // A config file saying it explicitly is as explicit as the flag; the flag still wins.
+  const auto dir = oasis::testing::MakeTempDir("server_config_prefix");
+  std::ofstream(dir / "on.json") << R"({"enable_prefix_caching": true, "sparse": "on"})";
+  std::ofstream(dir / "off.json") << R"({"enable-prefix-caching": false, "sparse": "on"})";
+  CHECK(Parse({"--config", (dir / "on.json").string()}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK_FALSE(resolved({"--config", (dir / "off.json").string()}));
+  CHECK_FALSE(resolved({"--config", (dir / "on.json").string(), "--no-enable-prefix-caching"}));
 }

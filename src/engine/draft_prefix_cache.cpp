@@ -30,7 +30,8 @@ uint64_t DraftPrefixCache::Parent(const Sequence& seq, const DraftHeadState& hea
                                   int64_t block) const {
   if (block > 0) return head.block_hashes[static_cast<size_t>(block - 1)];
   // The root: the request's salt and token 0 (which the shifted chain does not cover).
-  return Mix64(seq.prefix_root ^ Mix64(0x9e3779b97f4a7c15ULL + static_cast<uint32_t>(seq.tokens[0])));
+  return Mix64(seq.prefix_root ^
+               Mix64(0x9e3779b97f4a7c15ULL + static_cast<uint32_t>(seq.tokens[0])));
 }
 
 void DraftPrefixCache::EnsureHashes(const Sequence& seq, DraftHeadState& head,

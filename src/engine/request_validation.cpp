@@ -205,16 +205,16 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
   return Status::Ok();
 }
 
-// Prefix caching covers dense KV so far (issue 33); under TP the allocator is shared
-// logically, so a cached entry holds every rank's heads; under lookahead the draft head's
-// blocks are cached along (engine/draft_prefix_cache.h).
+// Prefix caching (issue 33) covers requests while their KV is dense — a sparse switch never
+// writes a shared block (SharedSlots in kvcache/sparse_switch_plan.h); under TP the allocator
+// is shared logically, so a cached entry holds every rank's heads; under lookahead the draft
+// head's blocks are cached along (engine/draft_prefix_cache.h). Not for a handoff exporter.
 Status CheckPrefixCachingOptions(const EngineOptions& options) {
   if (!options.enable_prefix_caching) return Status::Ok();
   const auto refuse = [](const std::string& what) {
     return InvalidArgument("--enable-prefix-caching does not support " + what +
                            " yet; use --no-enable-prefix-caching");
   };
-  if (options.sparse) return refuse("sparse KV");
   if (options.handoff_exporter != nullptr) return refuse("disaggregated prefill");
   return Status::Ok();
 }

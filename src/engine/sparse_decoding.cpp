@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "disagg/kv_import.h"
 #include "engine/engine.h"
+#include "engine/prefix_reuse.h"
 
 namespace oasis {
 namespace {
@@ -35,6 +36,7 @@ int64_t DenseReadBudgetTokens(const ModelConfig& c) {
 SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
                                BlockAllocator& allocator, int64_t metrics_interval)
     : runner_(runner),
+      allocator_(allocator),
       manager_(config, ShapeOf(runner), RankBackends(runner), allocator,
                RankSideRunner(runner, &tearing_down_)),
       rank_pools_(RankKvPools(runner)),
@@ -218,6 +220,7 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
         !manager_.ShouldSwitch(s->id, s->num_computed)) {
       continue;
     }
+    CacheComputedBlocks(*s, allocator_);  // prefix caching: its dense blocks stay reusable
     const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed, PoolsOf());
     if (!st.ok()) {  // no sparse row or GPU slot now: stays dense, retried next step
       if (switch_failures_++ % 1000 == 0)
@@ -274,13 +277,15 @@ bool SparseDecoding::SwitchableUnderPressure(const Sequence& s) const {
   return DenseDecodePastThreshold(s) && config().dense_layers == 0 &&
          // it frees blocks: its table is larger than the working set and tails it would keep
          BlocksFor(s.num_computed) > static_cast<int64_t>(config().topk_blocks) + 2 &&
-         manager_.CheckAdmission(s.max_total_tokens) == HostAdmission::kFits;
+         manager_.CheckAdmission(s.max_total_tokens) == HostAdmission::kFits &&
+         ReleasableSlots(s) > WorkingSetSlots();
 }
 
 bool SparseDecoding::SwitchNow(Sequence& s, bool in_place) {
   const Status reserved = in_place ? manager_.ReserveInPlace(s.id, s.max_total_tokens)
                                    : manager_.Reserve(s.id, s.max_total_tokens);
   if (!reserved.ok()) return false;
+  CacheComputedBlocks(s, allocator_);  // prefix caching: its dense blocks stay reusable
   if (!manager_.SwitchToSparse(s.id, s.table, s.num_computed, PoolsOf()).ok()) {
     manager_.Release(s.id);  // no sparse row or GPU slot now (nothing else was taken)
     return false;
@@ -403,7 +408,7 @@ void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t sh
       if (manager_.BlocksToCopy(s->id, s->num_computed) == 0 && FinishMoveOf(*s)) continue;
     }
     ++moving;
-    freeing += s->table.num_blocks() * num_kv_heads_ - kept;
+    freeing += ReleasableSlots(*s) - kept;
   }
   // Under pressure, more moves begin (the longest first) until those under way free what the
   // pool is short of, at most kMaxMoves at once.
@@ -415,13 +420,21 @@ void SparseDecoding::Rebalance(const std::vector<Sequence*>& running, int64_t sh
     if (longest == nullptr || !manager_.BeginMove(longest->id).ok()) break;
     ++moves_started_;
     ++moving;
-    freeing += longest->table.num_blocks() * num_kv_heads_ - kept;
+    freeing += ReleasableSlots(*longest) - kept;
     any = true;
     spdlog::debug("request {} moves to the host store ({} tokens)", longest->id,
                   longest->num_computed);
   }
   if (any)
     move_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t SparseDecoding::ReleasableSlots(const Sequence& s) const {
+  int64_t n = 0;
+  for (int32_t h = 0; h < s.table.num_kv_heads(); ++h) {
+    for (int32_t slot : s.table.head_slots(h)) n += allocator_.ref_count(slot) == 1 ? 1 : 0;
+  }
+  return n;
 }
 
 SparseCapacity SparseDecoding::CapacityAt(int64_t tokens) const {

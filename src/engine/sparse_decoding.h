@@ -133,6 +133,7 @@ class SparseDecoding final : public SequenceKvHooks {
 
  private:
   ModelRunner& runner_;
+  BlockAllocator& allocator_;  // the engine's GPU pool
   bool tearing_down_ = false;  // (before manager_: its side runner reads it)
   SparseKvManager manager_;
   std::vector<std::vector<LayerKvPool>*> rank_pools_;  // each rank's KV pools
@@ -158,6 +159,9 @@ class SparseDecoding final : public SequenceKvHooks {
   // switches.
   void SwitchInPlaceOverBudget(const std::vector<Sequence*>& running);
   static bool AnySparse(const std::vector<Sequence*>& running);
+  // Head-blocks of s's table that releasing it would free (prefix caching: blocks another
+  // sequence also reads stay allocated).
+  int64_t ReleasableSlots(const Sequence& s) const;
   // Whether `seq` goes to the HBM home (SparseKvManager::ReserveInPlace) rather than the host.
   bool AdmitInPlace(const Sequence& seq) const;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics

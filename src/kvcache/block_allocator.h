@@ -41,6 +41,11 @@ class BlockAllocator {
   int32_t num_slots() const { return static_cast<int32_t>(refs_.size()); }
   int32_t num_free() const;
   int32_t ref_count(int32_t slot) const { return refs_[static_cast<size_t>(slot)]; }
+  // Whether the one holder of `slot` may write it: referenced once and not in the prefix
+  // cache (a cached block is read by later hits, a shared one by its other holders).
+  bool Overwritable(int32_t slot) const {
+    return refs_[static_cast<size_t>(slot)] == 1 && (cache_ == nullptr || !cache_->IsCached(slot));
+  }
 
  private:
   std::vector<int32_t> free_;  // LIFO: recently freed slots are reused first

@@ -295,8 +295,13 @@ Status SparseKvManager::FinishMove(
   OASIS_CHECK(table.num_blocks() >= BlocksFor(num_tokens) &&
               BlocksFor(num_tokens) <= req.reserved_blocks)
       << "move of " << num_tokens << " tokens";
-  // Its working and tail slots come from the pool once the table's slots are back in it.
-  const int64_t table_slots = table.num_blocks() * hkv;
+  // Its working and tail slots come from the pool once the table's slots are back in it
+  // (those the prefix cache holds count as free; those another sequence reads do not).
+  int64_t table_slots = 0;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int32_t slot : table.head_slots(static_cast<int32_t>(h)))
+      table_slots += gpu_allocator_.ref_count(slot) == 1 ? 1 : 0;
+  }
   if ((k + 2) * hkv > gpu_allocator_.num_free() + table_slots) {
     return ResourceExhausted("no GPU slots for the working set of a move: need " +
                              std::to_string((k + 2) * hkv) + ", the table holds " +
@@ -456,7 +461,18 @@ Status SparseKvManager::SwitchToSparse(
     return ResourceExhausted("all " + std::to_string(config_.max_sparse_seqs) +
                              " sparse rows in use");
   const SparseSwitchShape shape{hkv, config_.topk_blocks, num_tokens, config_.dense_layers == 0};
-  const int64_t fresh_per_head = SwitchFreshSlotsPerHead(shape, table.num_blocks());
+  // Blocks the prefix cache holds or another sequence reads are never overwritten.
+  SharedSlots shared(static_cast<size_t>(hkv));
+  bool any_shared = false;
+  for (int64_t h = 0; h < hkv; ++h) {
+    for (int32_t slot : table.head_slots(static_cast<int32_t>(h))) {
+      const bool sh = !gpu_allocator_.Overwritable(slot);
+      shared[static_cast<size_t>(h)].push_back(sh ? 1 : 0);
+      any_shared = any_shared || sh;
+    }
+  }
+  if (!any_shared) shared.clear();
+  const int64_t fresh_per_head = SwitchFreshSlotsPerHead(shape, table.num_blocks(), shared);
   std::vector<int32_t> fresh;
   if (fresh_per_head > 0) {
     auto got = gpu_allocator_.Allocate(static_cast<int32_t>(fresh_per_head * hkv));
@@ -471,7 +487,7 @@ Status SparseKvManager::SwitchToSparse(
   for (int64_t h = 0; h < hkv; ++h)
     table_slots.push_back(table.head_slots(static_cast<int32_t>(h)));
   SparseSwitchPlan plan =
-      PlanSparseSwitch(shape, table_slots, req.host_slots, req.reserved_blocks, fresh);
+      PlanSparseSwitch(shape, table_slots, req.host_slots, req.reserved_blocks, fresh, shared);
   req.row = free_rows_.back();
   free_rows_.pop_back();
   req.has_prediction = false;

@@ -37,8 +37,16 @@ struct SparseSwitchPlan {
 // sink) and the most recent complete blocks, at most `k`, ascending.
 std::vector<int64_t> InitialWorkingBlocks(int64_t complete, int64_t k);
 
+// Table slots the switch must not write ([Hkv][table blocks], 1 = shared): blocks the prefix
+// cache holds or another sequence reads (docs/prefix_caching.md). Such a slot never becomes a
+// working or tail slot: a chosen shared block is copied into a slot of the request's own, and
+// every shared slot goes to free_later (which drops only the request's reference). Empty:
+// nothing shared.
+using SharedSlots = std::vector<std::vector<char>>;
+
 // Fresh GPU slots per head a switch needs besides the table's own (`table_blocks` per head).
-int64_t SwitchFreshSlotsPerHead(const SparseSwitchShape& s, int64_t table_blocks);
+int64_t SwitchFreshSlotsPerHead(const SparseSwitchShape& s, int64_t table_blocks,
+                                const SharedSlots& shared = {});
 
 // table_slots: [Hkv][table blocks] the dense table's GPU slots (at least ceil(num_tokens / 16)
 // blocks); host_slots: [Hkv * reserved_blocks] the request's whole host slots, head-major;
@@ -46,6 +54,7 @@ int64_t SwitchFreshSlotsPerHead(const SparseSwitchShape& s, int64_t table_blocks
 SparseSwitchPlan PlanSparseSwitch(const SparseSwitchShape& s,
                                   const std::vector<std::vector<int32_t>>& table_slots,
                                   const std::vector<int32_t>& host_slots, int64_t reserved_blocks,
-                                  const std::vector<int32_t>& fresh);
+                                  const std::vector<int32_t>& fresh,
+                                  const SharedSlots& shared = {});
 
 }  // namespace oasis

@@ -161,8 +161,8 @@ const std::vector<Setting>& Settings() {
          "tokens per engine step (decode + prefill chunks)"},
         {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
          "automatic prefix caching: prompts reuse the KV of cached full blocks (on by default; "
-         "off by itself with sparse KV or a prefill/decode role, which refuse it given "
-         "explicitly); --no-enable-prefix-caching turns it off"},
+         "off by itself on a prefill/decode --role, which refuses it given explicitly); "
+         "--no-enable-prefix-caching turns it off"},
         {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
         {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
          "fraction of GPU memory for weights + KV cache"},
@@ -380,10 +380,9 @@ Status ServerConfig::Validate() const {
   if (host.empty()) return InvalidArgument("--host must not be empty");
   OASIS_RETURN_IF_ERROR(one_of("role", role, {"both", "prefill", "decode"}));
   OASIS_RETURN_IF_ERROR(one_of("rpf", rpf, {"on", "off"}));
-  if (prefix_caching_given && enable_prefix_caching && SparseEnabled()) {
-    return InvalidArgument(
-        "--enable-prefix-caching does not support sparse KV yet (--sparse, --sparse-threshold or "
-        "a prefill/decode --role); use --no-enable-prefix-caching");
+  if (prefix_caching_given && enable_prefix_caching && role != "both") {
+    return InvalidArgument("--enable-prefix-caching does not support --role " + role +
+                           " (disaggregated prefill/decode) yet; use --no-enable-prefix-caching");
   }
   if (role != "both") {
     if (sparse == "off")

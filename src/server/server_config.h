@@ -38,8 +38,8 @@ struct ServerConfig : HttpFrontSettings {
   // Chat output parsing (vLLM's flags; docs/server.md "Tool calls and reasoning").
   bool enable_auto_tool_choice = false;
   // Automatic prefix caching (EngineOptions), on by default as vLLM's; off by itself where it
-  // does not reach yet (sparse KV, disaggregation roles) unless given explicitly, which those
-  // refuse. prefix_caching_given: set by the command line or a config file (not a setting).
+  // does not reach yet (disaggregation roles) unless given explicitly, which those refuse.
+  // prefix_caching_given: set by the command line or a config file (not a setting).
   bool enable_prefix_caching = true;
   bool prefix_caching_given = false;  // tool_choice "auto" parses tool calls
   std::string tool_call_parser;       // "", hermes, llama3_json
@@ -142,8 +142,8 @@ struct ServerConfig : HttpFrontSettings {
     return sparse == "on" || (sparse == "auto" && (sparse_threshold > 0 || role != "both"));
   }
   // Whether prefix caching runs: --enable-prefix-caching (default on) where it reaches —
-  // not with sparse KV yet (Validate refuses it given explicitly there).
-  bool ResolvedPrefixCaching() const { return enable_prefix_caching && !SparseEnabled(); }
+  // not on a prefill/decode instance yet (Validate refuses it given explicitly there).
+  bool ResolvedPrefixCaching() const { return enable_prefix_caching && role == "both"; }
   // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
   std::string ResolvedSparsePredictor() const;
   // auto: pressure, or threshold with --dense-layers > 0 (the pressure policy switches whole

@@ -44,6 +44,7 @@ async function metrics() {
       .map((r) => get(`oasis:request_success_total{model_name="oasis-embedded",finished_reason="${r}"}`))
       .reduce((a, b) => a + b, 0),
     e2eCount: get('oasis:e2e_request_latency_seconds_count{'),
+    hits: get('oasis:prefix_cache_hits_total{'),
   };
 }
 
@@ -342,8 +343,51 @@ async function openaiVllmExtras() {
   }
 }
 
+// Automatic prefix caching (on by default): a prompt that repeats an earlier one's start reuses
+// its full 16-token blocks, and every client sees it — the openai client as
+// usage.prompt_tokens_details.cached_tokens, the gRPC client as usage.cachedTokens — with the
+// same greedy tokens as the cold request and /metrics counting the hits.
+async function prefixCaching() {
+  const before = await metrics();
+  const prefix = Array.from({ length: 600 }, (_, i) => ((i * 7919 + 17) % 500) + 3);
+  const body = { model: 'oasis-embedded', max_tokens: 6, temperature: 0, ignore_eos: true };
+  const cold = await client.completions.create({ ...body, prompt: [...prefix, 11] });
+  const warm = await client.completions.create({ ...body, prompt: [...prefix, 11] });
+  check(!cold.usage.prompt_tokens_details, 'prefix cache: a cold prompt has no prompt_tokens_details', cold.usage);
+  check(warm.usage.prompt_tokens_details?.cached_tokens === 592 && warm.choices[0].text === cold.choices[0].text,
+    'prefix cache: the repeated 601-token prompt reuses 592 cached tokens, same greedy text', { cold: cold.usage, warm: warm.usage });
+  const other = await client.completions.create({ ...body, prompt: [...prefix.slice(0, 100), 42, 43, 44] });
+  check(other.usage.prompt_tokens_details?.cached_tokens === 96, 'prefix cache: a prompt sharing 100 tokens reuses 6 blocks', other.usage);
+  const salted = await client.completions.create({ ...body, prompt: [...prefix, 11], cache_salt: 'tenant-b' });
+  check(!salted.usage.prompt_tokens_details && salted.choices[0].text === cold.choices[0].text,
+    'prefix cache: another cache_salt shares nothing', salted.usage);
+  const stream = await client.completions.create({ ...body, prompt: [...prefix, 11], stream: true, stream_options: { include_usage: true } });
+  let usage = null;
+  for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
+  check(usage?.prompt_tokens_details?.cached_tokens === 592, 'prefix cache: the streamed usage chunk carries cached_tokens', usage);
+  const system = 'You are a careful assistant. '.repeat(40);
+  const chat = (q) => client.chat.completions.create({ model: 'oasis-embedded', max_tokens: 4, temperature: 0,
+    messages: [{ role: 'system', content: system }, { role: 'user', content: q }] });
+  const c1 = await chat('What is 2+2?');
+  const c2 = await chat('Name a colour.');
+  check((c2.usage.prompt_tokens_details?.cached_tokens ?? 0) >= 160 && c2.usage.prompt_tokens_details.cached_tokens < c2.usage.prompt_tokens,
+    'prefix cache: a chat sharing a long system prompt reuses its blocks', { first: c1.usage, second: c2.usage });
+  const c = grpcClient();
+  const g = await generate(c, { tokenIds: { ids: [...prefix, 11] }, maxTokens: 6, ignoreEos: true, sampling: { temperature: 0 } });
+  const last = g.responses[g.responses.length - 1];
+  const ids = g.responses.flatMap((r) => r.tokenIds);
+  const textIds = await client.completions.create({ ...body, prompt: [...prefix, 11], logprobs: 0 });
+  check(!g.error && last.usage.cachedTokens === 592 && ids.length === 6, 'prefix cache: gRPC usage.cachedTokens', { error: g.error?.message, usage: last?.usage });
+  check(textIds.usage.prompt_tokens_details?.cached_tokens === 592, 'prefix cache: HTTP again after gRPC', textIds.usage);
+  c.close();
+  const m = await idle();
+  check(m.hits - before.hits >= 592 * 4 + 96 + 160, 'metrics: oasis:prefix_cache_hits_total counts the cached tokens', { before: before.hits, after: m.hits });
+  check(m.kv === 0 && m.running === 0, 'prefix cache: with cached blocks parked, KV usage is back to 0 (they count as free)', { before, m });
+}
+
 try {
   await openaiBasics();
+  await prefixCaching();
   await openaiVllmExtras();
   await concurrency();
   await aborts();

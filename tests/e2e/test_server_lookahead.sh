@@ -25,7 +25,7 @@ BODIES=(
 run_all() {
   local i=0
   for b in "${BODIES[@]}"; do
-    post /v1/completions "$b" | python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("id",None); d.pop("created",None); print(json.dumps(d, sort_keys=True))' >"$TMP/$1.$i"
+    post /v1/completions "$b" | python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("id",None); d.pop("created",None); d.get("usage",{}).pop("prompt_tokens_details",None); print(json.dumps(d, sort_keys=True))' >"$TMP/$1.$i"
     i=$((i + 1))
   done
   curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \

@@ -27,9 +27,9 @@ BODIES=(
   "{\"prompt\": $(ids 20 5), \"max_tokens\": 30, \"temperature\": 0, \"ignore_eos\": true}"
   "{\"prompt\": \"$(python3 -c 'print("The quick brown fox jumps over the lazy dog. " * 6)')\", \"max_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true}"
 )
-# run_all <tag>: each body's answer (minus id/created) sequentially into $TMP/<tag>.<i>, then
+# run_all <tag>: each body's answer (minus id/created and usage.prompt_tokens_details: cache hits depend on arrival order) sequentially into $TMP/<tag>.<i>, then
 # all of them again at once into $TMP/<tag>.c<i>, plus one stream.
-strip() { python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("id",None); d.pop("created",None); print(json.dumps(d, sort_keys=True))'; }
+strip() { python3 -c 'import json,sys; d=json.load(sys.stdin); d.pop("id",None); d.pop("created",None); d.get("usage",{}).pop("prompt_tokens_details",None); print(json.dumps(d, sort_keys=True))'; }
 run_all() {
   local i=0
   for b in "${BODIES[@]}"; do
@@ -229,6 +229,13 @@ out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 100000 2>&1)
 [[ $? == 2 ]] && grep -q -- "--host-kv-gib 100000.00: this machine has .* GiB of memory available now" <<<"$out" && ok "--host-kv-gib past the memory available -> exit 2 naming it" || bad "--host-kv-gib 100000" "$out"
 out=$("$SERVER" --backend cpu --sparse on --sparse-switch sometimes 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse-switch must be one of" <<<"$out" && ok "--sparse-switch sometimes -> exit 2" || bad "--sparse-switch sometimes" "$out"
+# Prefix caching (on by default) covers sparse KV's dense phase; not a prefill/decode role yet.
+out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"enable_prefix_caching": true' <<<"$out" && ok "--sparse on: prefix caching resolved on" || bad "--sparse on: prefix caching not on" "$out"
+out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --no-enable-prefix-caching --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"enable_prefix_caching": false' <<<"$out" && ok "--no-enable-prefix-caching resolved off" || bad "--no-enable-prefix-caching not off" "$out"
+out=$("$SERVER" --backend cpu --role decode --enable-prefix-caching 2>&1)
+[[ $? == 2 ]] && grep -q -- "--enable-prefix-caching does not support --role decode" <<<"$out" && ok "--role decode --enable-prefix-caching -> exit 2" || bad "--role decode --enable-prefix-caching" "$out"
 out=$("$SERVER" --backend cpu --sparse maybe 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse must be one of" <<<"$out" && ok "--sparse maybe -> exit 2" || bad "--sparse maybe" "$out"
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --num-kv-slots 600 --topk-blocks 400 --host-kv-gib 0.01 --check-config 2>&1)

@@ -724,3 +724,104 @@ TEST_CASE("sparse KV under tensor parallelism (2 CPU ranks) equals dense TP deco
     }
   }
 }
+
+// Prefix caching with sparse KV (docs/prefix_caching.md): requests adopt a shared system
+// prompt's cached blocks, then switch to sparse. A switch never writes a block the cache or
+// another request holds (kvcache/sparse_switch_plan.h SharedSlots): a shared block chosen for
+// the working set is copied into a slot of the request's own. So the outputs equal caching
+// off, and a second round of the same prompts — hitting blocks that sat in switched requests'
+// tables — still equals a fresh engine's. Host home (threshold switches) and HBM home (in
+// place) with a small K; and the pressure policy in a short pool, in-place switches over a
+// small read budget and moves to the host, with K >= every request's blocks, where sparse
+// decoding is exact and every output must equal plain dense decoding's whatever the timing.
+TEST_CASE("prefix caching with sparse KV: switches never write a shared block", "[engine][sparse][prefix]") {
+  std::mt19937_64 rng(2025);
+  std::vector<int32_t> system(120);  // 7 full blocks and 8 tokens
+  for (auto& t : system) t = static_cast<int32_t>(3 + rng() % 500);
+  std::vector<EngineRequest> reqs;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> prompt = system;
+    const int64_t own = 5 + static_cast<int64_t>(rng() % 90);
+    for (int64_t j = 0; j < own; ++j) prompt.push_back(static_cast<int32_t>(3 + rng() % 500));
+    EngineRequest r = Request("pc-" + std::to_string(i), std::move(prompt), 20 + static_cast<int64_t>(rng() % 40));
+    r.ignore_eos = true;
+    r.logprobs = true;
+    if (i % 3 == 1) {
+      r.sampling.temperature = 5.0f;
+      r.sampling.seed = 900 + static_cast<uint64_t>(i);
+    }
+    reqs.push_back(std::move(r));
+  }
+  struct Home {
+    const char* name;
+    KvHome home;
+    bool pressure;
+    int64_t slots;
+    int32_t k;
+  };
+  for (const Home& h : {Home{"host home, threshold", KvHome::kHost, false, kSlots, 4},
+                        Home{"HBM home, threshold", KvHome::kHbm, false, kSlots, 4},
+                        Home{"auto homes, pressure, short pool", KvHome::kAuto, true, 200, 20}}) {
+    DYNAMIC_SECTION(h.name) {
+      auto options = [&](bool caching) {
+        EngineOptions opt;
+        opt.sparse = TinySparse(h.k, 0.5, SparsePredictor::kPreviousQuery);
+        opt.sparse->home = h.home;
+        opt.sparse->switch_on_pressure = h.pressure;
+        if (h.pressure) opt.sparse->dense_read_tokens = 300;
+        opt.enable_prefix_caching = caching;
+        return opt;
+      };
+      // Round 1 together (siblings of one system prompt), round 2 the same prompts one by one.
+      auto run = [&](bool caching, EngineStats* stats) {
+        TinyModel tm(h.slots);
+        const EngineOptions opt = options(caching);
+        REQUIRE(Engine::CheckOptions(opt, *tm.runner, nullptr).ok());
+        Engine engine(*tm.runner, nullptr, opt);
+        std::vector<std::shared_ptr<RequestStream>> streams;
+        for (const EngineRequest& q : reqs) {
+          auto s = engine.Submit(q);
+          REQUIRE(s.ok());
+          streams.push_back(*s);
+        }
+        engine.Start();
+        std::vector<Collected> out;
+        for (const auto& s : streams) out.push_back(Collect(*s));
+        for (EngineRequest q : reqs) {
+          q.id += "-again";
+          auto s = engine.Submit(q);
+          REQUIRE(s.ok());
+          out.push_back(Collect(**s));
+        }
+        for (const Collected& c : out) CheckCollected(c);
+        *stats = WaitSparseIdle(engine);
+        engine.Stop();
+        return out;
+      };
+      EngineStats off_stats, on_stats;
+      const std::vector<Collected> off = run(false, &off_stats), on = run(true, &on_stats);
+      std::vector<EngineRequest> both = reqs;
+      both.insert(both.end(), reqs.begin(), reqs.end());
+      if (h.pressure) {  // K >= blocks: exact, so both equal plain dense decoding
+        std::vector<EngineRequest> again = reqs;
+        for (EngineRequest& q : again) q.id += "-again";
+        std::vector<Collected> dense = DenseOutputs(reqs), dense_again = DenseOutputs(again);
+        dense.insert(dense.end(), dense_again.begin(), dense_again.end());
+        CheckSameOutputs(both, off, dense);
+        CheckSameOutputs(both, on, dense);
+        CHECK(on_stats.sparse.in_place_switches_total + on_stats.sparse.moves_total > 0);
+      } else {
+        CheckSameOutputs(both, on, off);
+      }
+      CHECK(on_stats.sparse.switches_total > 0);
+      CHECK(on_stats.kv.prefix_cache_hits_total >= 9 * 112);  // round 1: the system prompt's 7 blocks
+      int64_t again = 0;
+      for (size_t i = reqs.size(); i < on.size(); ++i) again += on[i].cached_tokens > 112 ? 1 : 0;
+      if (!h.pressure) CHECK(again > 0);  // round 2 hit blocks past the system prompt
+      if (h.home == KvHome::kHbm) CHECK(on_stats.sparse.in_place_switches_total > 0);
+      if (h.pressure) CHECK(on_stats.sparse.pressure_switches_total + on_stats.sparse.in_place_switches_total > 0);
+      CHECK(on_stats.kv.num_free_slots == on_stats.kv.num_slots);
+      CHECK(on_stats.sparse.num_free_host_kv_slots == on_stats.sparse.num_host_kv_slots);
+    }
+  }
+}

@@ -92,3 +92,39 @@ TEST_CASE("switch plan with dense layers: fresh working slots filled by GPU copi
   CHECK(p.tail_slots.empty());
   CHECK(p.free_later.empty());
 }
+
+// Prefix caching: table slots the cache or another sequence holds are never working or tail
+// slots. A chosen shared block is copied into a slot of the request's own (a spare table slot
+// or a fresh one); every shared slot goes to free_later (only the request's reference goes).
+TEST_CASE("switch plan with shared blocks: they are copied, never written", "[kvcache][sparse][prefix]") {
+  // 2 heads, K = 3, 6 complete blocks + 5 tokens = 7 table blocks; blocks 0..3 shared (a
+  // cached system prompt): chosen {0, 4, 5} -> block 0 needs a slot of its own; spares were
+  // {1, 2, 3}, now none of them.
+  const SparseSwitchShape s{2, 3, 6 * kBlockSize + 5, true};
+  SharedSlots shared(2, std::vector<char>(7, 0));
+  for (auto& head : shared) std::fill(head.begin(), head.begin() + 4, 1);
+  // Needs per head: block 0's copy + the second tail slot = 2; spares: none.
+  REQUIRE(SwitchFreshSlotsPerHead(s, 7, shared) == 2);
+  CHECK(SwitchFreshSlotsPerHead(s, 7) == 0);
+  const std::vector<int32_t> fresh = {70, 71, 170, 171};
+  const SparseSwitchPlan p = PlanSparseSwitch(s, Table(2, 7), Host(2, 10), 10, fresh, shared);
+  CHECK(p.chosen == std::vector<int64_t>{0, 4, 5});
+  CHECK(p.src.size() == 14);  // every block still goes to the host store
+  CHECK(p.ws_slots == std::vector<int32_t>{70, 4, 5, 170, 104, 105});
+  CHECK(p.ws_src == std::vector<int32_t>{0, 100});
+  CHECK(p.ws_dst == std::vector<int32_t>{70, 170});
+  CHECK(p.tail_slots == std::vector<int32_t>{6, 71, 106, 171});
+  std::vector<int32_t> freed = p.free_later;
+  std::sort(freed.begin(), freed.end());
+  CHECK(freed == std::vector<int32_t>{0, 1, 2, 3, 100, 101, 102, 103});
+  // No shared slot is kept as a working or tail slot.
+  for (int32_t slot : p.ws_slots) CHECK((slot % 100 >= 4 || slot >= 70));
+  for (int32_t slot : p.tail_slots) CHECK((slot % 100 >= 4 || slot >= 70));
+  // Every table and fresh slot is accounted for exactly once: kept or freed.
+  std::vector<int32_t> all = p.ws_slots;
+  all.insert(all.end(), p.tail_slots.begin(), p.tail_slots.end());
+  all.insert(all.end(), p.free_later.begin(), p.free_later.end());
+  std::sort(all.begin(), all.end());
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  CHECK(all.size() == 14 + fresh.size());
+}

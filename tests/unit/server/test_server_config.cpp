@@ -569,13 +569,15 @@ TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-ca
   CHECK_FALSE(resolved({"--no-enable-prefix-caching"}));
   CHECK(resolved({"--lookahead", "reject", "--draft-load-format", "dummy"}));
   CHECK(resolved({"--tensor-parallel-size", "2"}));
-  // Sparse KV: off by itself by default; given explicitly, refused.
-  CHECK_FALSE(resolved({"--sparse", "on"}));
-  CHECK_FALSE(resolved({"--sparse-threshold", "4096"}));
+  CHECK(resolved({"--sparse", "on"}));
+  CHECK(resolved({"--sparse-threshold", "4096", "--enable-prefix-caching"}));
   CHECK_FALSE(resolved({"--sparse", "on", "--no-enable-prefix-caching"}));
-  for (const auto& sparse : std::vector<std::vector<std::string>>{
-           {"--sparse", "on"}, {"--sparse-threshold", "4096"}, {"--role", "prefill"}}) {
-    std::vector<std::string> args = sparse;
+  // A prefill/decode instance: off by itself by default; given explicitly, refused.
+  CHECK_FALSE(resolved({"--role", "prefill"}));
+  CHECK_FALSE(resolved({"--role", "decode"}));
+  for (const auto& role : std::vector<std::vector<std::string>>{{"--role", "prefill"},
+                                                                {"--role", "decode"}}) {
+    std::vector<std::string> args = role;
     args.push_back("--enable-prefix-caching");
     auto p = Parse(args);
     INFO(args[0]);
@@ -585,8 +587,8 @@ TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-ca
   }
   // A config file saying it explicitly is as explicit as the flag; the flag still wins.
   const auto dir = oasis::testing::MakeTempDir("server_config_prefix");
-  std::ofstream(dir / "on.json") << R"({"enable_prefix_caching": true, "sparse": "on"})";
-  std::ofstream(dir / "off.json") << R"({"enable-prefix-caching": false, "sparse": "on"})";
+  std::ofstream(dir / "on.json") << R"({"enable_prefix_caching": true, "role": "decode"})";
+  std::ofstream(dir / "off.json") << R"({"enable-prefix-caching": false, "role": "decode"})";
   CHECK(Parse({"--config", (dir / "on.json").string()}).status().code() ==
         StatusCode::kInvalidArgument);
   CHECK_FALSE(resolved({"--config", (dir / "off.json").string()}));

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 
 namespace oasis::loadgen {
 
@@ -70,7 +71,7 @@ void DeclareBenchFlags(FlagParser& p, BenchFlags& f) {
               "vLLM's: the model name sent in requests, when it differs from --model");
   p.AddString("api-key", &f.api_key,
               "sent as 'Authorization: Bearer KEY' (default: $OPENAI_API_KEY)");
-  p.AddString("dataset", &f.dataset, "random, jsonl, sharegpt, sonnet or custom");
+  p.AddString("dataset", &f.dataset, "random, multi-turn, jsonl, sharegpt, sonnet or custom");
   p.AddString("dataset-name", &f.dataset_name, "vLLM's name for --dataset");
   p.AddString("dataset-path", &f.dataset_path,
               "the dataset file (jsonl/custom: {\"prompt\": text|[ids], \"output_len\"?: n} a "
@@ -82,7 +83,8 @@ void DeclareBenchFlags(FlagParser& p, BenchFlags& f) {
            "requests to measure (jsonl, custom, sharegpt: 0 = every usable entry once)");
   p.AddInt("random-input-len", &f.random_input_len,
            "random: prompt tokens after the shared prefix");
-  p.AddInt("random-output-len", &f.random_output_len, "random: output tokens (max_tokens)");
+  p.AddInt("random-output-len", &f.random_output_len,
+           "random, multi-turn: output tokens (max_tokens)");
   p.AddDouble("random-range-ratio", &f.random_range_ratio,
               "random: lengths uniform in [len*(1-r), len*(1+r)], 0 <= r < 1");
   p.AddInt("random-prefix-len", &f.random_prefix_len,
@@ -100,6 +102,25 @@ void DeclareBenchFlags(FlagParser& p, BenchFlags& f) {
   p.AddInt("sonnet-input-len", &f.sonnet_input_len, "sonnet: most prompt tokens");
   p.AddInt("sonnet-output-len", &f.sonnet_output_len, "sonnet: output tokens");
   p.AddInt("sonnet-prefix-len", &f.sonnet_prefix_len, "sonnet: tokens of the shared prefix");
+  p.AddInt("prefix-len", &f.prefix_len,
+           "general shared-prefix length: --random-, --sonnet-, --multi-turn-prefix-len when not "
+           "given");
+  p.AddInt("multi-turn-conversations", &f.multi_turn_conversations,
+           "multi-turn: conversations, run concurrently (at most "
+           "--max-concurrency at once)");
+  p.AddInt("multi-turn-turns", &f.multi_turn_turns,
+           "multi-turn: turns of each conversation; a turn is sent when the previous "
+           "one's response has ended");
+  p.AddInt("multi-turn-first-len", &f.multi_turn_first_len,
+           "multi-turn: tokens of turn 1's prompt, the shared system prompt included");
+  p.AddInt("multi-turn-increment-len", &f.multi_turn_increment_len,
+           "multi-turn: tokens each later turn appends to the previous prompt: the previous "
+           "reply (output length) + a new user message (>= the output length)");
+  p.AddInt("multi-turn-prefix-len", &f.multi_turn_prefix_len,
+           "multi-turn: tokens of a system prompt shared by all conversations, part of "
+           "--multi-turn-first-len (--prefix-len sets it too)");
+  p.AddDouble("multi-turn-think-ms", &f.multi_turn_think_ms,
+              "multi-turn: pause between a turn's response and the next turn");
   p.AddInt("custom-output-len", &f.custom_output_len,
            "custom: output tokens for lines without output_len");
   p.AddBool("skip-chat-template", &f.skip_chat_template,
@@ -233,6 +254,12 @@ Status ResolveVllmAliases(const FlagParser& parser, BenchFlags* f, nlohmann::jso
     if (!parser.WasSet("sharegpt-output-len")) f->sharegpt_output_len = f->output_len;
     if (!parser.WasSet("custom-output-len")) f->custom_output_len = f->output_len;
   }
+  if (parser.WasSet("prefix-len")) {
+    if (f->prefix_len < 0) return InvalidArgument("--prefix-len must be >= 0");
+    if (!parser.WasSet("random-prefix-len")) f->random_prefix_len = f->prefix_len;
+    if (!parser.WasSet("sonnet-prefix-len")) f->sonnet_prefix_len = f->prefix_len;
+    if (!parser.WasSet("multi-turn-prefix-len")) f->multi_turn_prefix_len = f->prefix_len;
+  }
   // vLLM's sampling flags go into the body (before --extra-body, which is merged last).
   for (const char* name : {"top-p", "min-p", "frequency-penalty", "presence-penalty",
                            "repetition-penalty", "top-k", "temperature"}) {
@@ -259,6 +286,42 @@ Status ResolveVllmAliases(const FlagParser& parser, BenchFlags* f, nlohmann::jso
   if (f->save_result && !f->result_file.empty()) {
     return InvalidArgument("--save-result and --result-file both name the result file: use one");
   }
+  return Status::Ok();
+}
+
+Status CheckDatasetFlags(const FlagParser& parser, const BenchFlags& f) {
+  constexpr const char* kMultiTurnFlags[] = {"multi-turn-conversations", "multi-turn-turns",
+                                             "multi-turn-first-len",     "multi-turn-increment-len",
+                                             "multi-turn-prefix-len",    "multi-turn-think-ms"};
+  if (f.dataset != "multi-turn") {
+    for (const char* name : kMultiTurnFlags) {
+      if (parser.WasSet(name)) {
+        return InvalidArgument(std::string("--") + name +
+                               " applies to --dataset-name multi-turn only (the dataset is " +
+                               f.dataset + ")");
+      }
+    }
+    return Status::Ok();
+  }
+  // Another dataset's flag with multi-turn: name what takes its place.
+  const std::pair<const char*, const char*> kInstead[] = {
+      {"num-prompts", "--multi-turn-conversations x --multi-turn-turns requests are sent"},
+      {"input-len", "use --multi-turn-first-len and --multi-turn-increment-len"},
+      {"random-input-len", "use --multi-turn-first-len and --multi-turn-increment-len"},
+      {"random-prefix-len", "use --multi-turn-prefix-len (or --prefix-len)"},
+      {"random-range-ratio", "every turn has exactly its lengths"},
+      {"dataset-path", "multi-turn prompts are generated from --seed"},
+  };
+  for (const auto& [name, instead] : kInstead) {
+    if (parser.WasSet(name)) {
+      return InvalidArgument(std::string("--") + name +
+                             " does not apply to --dataset-name multi-turn: " + instead);
+    }
+  }
+  if (!(f.multi_turn_think_ms >= 0) || !std::isfinite(f.multi_turn_think_ms)) {
+    return InvalidArgument("--multi-turn-think-ms must be a finite number >= 0");
+  }
+  if (f.multi_turn_prefix_len < 0) return InvalidArgument("--multi-turn-prefix-len must be >= 0");
   return Status::Ok();
 }
 

@@ -33,6 +33,10 @@ struct BenchFlags {
   double random_range_ratio = 0.0;
   int64_t sharegpt_output_len = 0, custom_output_len = 256;
   int64_t sonnet_input_len = 550, sonnet_output_len = 150, sonnet_prefix_len = 200;
+  int64_t prefix_len = 0;  // general: fills --random-, --sonnet-, --multi-turn-prefix-len
+  int64_t multi_turn_conversations = 8, multi_turn_turns = 4, multi_turn_first_len = 1024;
+  int64_t multi_turn_increment_len = 256, multi_turn_prefix_len = 0;
+  double multi_turn_think_ms = 0;
   bool disable_shuffle = false, no_oversample = false, skip_chat_template = false;
   int64_t seed = 0, num_warmups = 0, max_concurrency = 0;
   // The load and the requests.
@@ -58,8 +62,14 @@ StatusOr<std::vector<std::string>> NormalizeVllmArgs(const std::vector<std::stri
 
 // After parsing: vLLM's names into ours (both given and different: an error), the sampling
 // flags (--top-p, --top-k, ...) into `*extra_body` (a JSON object), the general --input-len /
-// --output-len into each dataset's length unless that was given.
+// --output-len / --prefix-len into each dataset's length unless that was given.
 Status ResolveVllmAliases(const FlagParser& parser, BenchFlags* f, nlohmann::json* extra_body);
+
+// After ResolveVllmAliases: flags that contradict the dataset are errors — another dataset's
+// length flags with multi-turn (--num-prompts, --random-input-len, ...: it has its own), a
+// --multi-turn-* flag with another dataset, a negative --multi-turn-think-ms. (The multi-turn
+// counts and lengths themselves are checked by MakeMultiTurnWorkload.)
+Status CheckDatasetFlags(const FlagParser& parser, const BenchFlags& f);
 
 // Where the result goes: --result-file, or with --save-result vLLM's
 // "[--result-dir/]{--result-filename or LABEL-RATEqps[-concurrencyN]-MODEL-DATETIME.json}"

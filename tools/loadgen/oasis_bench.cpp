@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   }
   nlohmann::json extra_body = nlohmann::json::object();  // vLLM's sampling flags, then --extra-body
   if (Status s = ResolveVllmAliases(parser, &f, &extra_body); !s.ok()) return Fail(s);
+  if (Status s = CheckDatasetFlags(parser, f); !s.ok()) return Fail(s);
 
   RaiseOpenFileLimit();
 
@@ -185,14 +186,27 @@ int main(int argc, char** argv) {
   if (type == EndpointType::kChat && !parser.WasSet("endpoint"))
     f.endpoint = "/v1/chat/completions";
   if (f.endpoint.empty() || f.endpoint.front() != '/') f.endpoint = "/" + f.endpoint;
-  if (f.dataset != "random" && f.dataset != "jsonl" && !IsTextDataset(f.dataset)) {
+  const bool multi_turn = f.dataset == "multi-turn";
+  const bool synthetic = f.dataset == "random" || multi_turn;  // made from the seed, no file
+  MultiTurnWorkloadOptions multi;  // checked before the server is asked anything
+  multi.num_conversations = f.multi_turn_conversations;
+  multi.num_turns = f.multi_turn_turns;
+  multi.first_len = f.multi_turn_first_len;
+  multi.increment_len = f.multi_turn_increment_len;
+  multi.output_len = f.random_output_len;
+  multi.prefix_len = f.multi_turn_prefix_len;
+  multi.seed = static_cast<uint64_t>(f.seed);
+  if (multi_turn) {
+    if (Status s = CheckMultiTurnOptions(multi); !s.ok()) return Fail(s);
+  }
+  if (!synthetic && f.dataset != "jsonl" && !IsTextDataset(f.dataset)) {
     return Fail(InvalidArgument("dataset '" + f.dataset +
                                 "' is not implemented: --dataset(-name) random, sharegpt, sonnet, "
-                                "custom (vLLM's) or jsonl (oasis-bench's)"));
+                                "custom (vLLM's), multi-turn or jsonl (oasis-bench's)"));
   }
-  if (f.dataset != "random" && f.dataset_path.empty())
+  if (!synthetic && f.dataset_path.empty())
     return Fail(InvalidArgument("--dataset-name " + f.dataset + " needs --dataset-path"));
-  if (f.dataset != "random" && !parser.WasSet("ignore-eos")) f.ignore_eos = false;
+  if (!synthetic && !parser.WasSet("ignore-eos")) f.ignore_eos = false;
   if (!(f.request_rate > 0))
     return Fail(InvalidArgument("--request-rate must be positive (or inf)"));
   if (!(f.burstiness > 0)) return Fail(InvalidArgument("--burstiness must be positive"));
@@ -242,7 +256,7 @@ int main(int argc, char** argv) {
   int64_t vocab = f.random_vocab_size > 0 ? f.random_vocab_size : server_vocab;
   if (vocab <= 0) {
     vocab = 32000;
-    if (f.dataset == "random" && type == EndpointType::kCompletions) {
+    if (synthetic && type == EndpointType::kCompletions) {
       std::fprintf(stderr,
                    "oasis-bench: the server does not report its vocab_size: random token ids from "
                    "[0, 32000); pass --random-vocab-size for a smaller vocabulary\n");
@@ -262,9 +276,17 @@ int main(int argc, char** argv) {
   random.vocab_size = vocab;
   random.seed = static_cast<uint64_t>(f.seed);
   random.form = type == EndpointType::kChat ? PromptForm::kText : PromptForm::kTokenIds;
+  multi.vocab_size = vocab;
+  multi.form = random.form;
+  std::vector<MultiTurnConversation> conversations;
   StatusOr<std::vector<Prompt>> prompts = InvalidArgument("no workload");
   if (f.dataset == "random") {
     prompts = MakeRandomWorkload(random);
+  } else if (multi_turn) {
+    auto made = MakeMultiTurnWorkload(multi);
+    if (!made.ok()) return Fail(made.status());
+    conversations = std::move(*made);
+    prompts = std::vector<Prompt>();  // each turn's prompt is made from its conversation when sent
   } else if (f.dataset == "jsonl") {
     prompts =
         ReadJsonlWorkload(f.dataset_path, f.num_prompts, f.output_len > 0 ? f.output_len : 128);
@@ -286,6 +308,16 @@ int main(int argc, char** argv) {
       auto made = MakeRandomWorkload(w);
       if (!made.ok()) return Fail(made.status());
       warmups = std::move(*made);
+    } else if (multi_turn) {
+      // Turn 1 of conversations of a seed of their own: their system prompt differs too, so
+      // the measured run's turn 1 finds nothing of its own in the server's prefix cache.
+      MultiTurnWorkloadOptions w = multi;
+      w.num_conversations = f.num_warmups;
+      w.num_turns = 1;
+      w.seed = multi.seed ^ 0x9E3779B97F4A7C15ull;
+      auto made = MakeMultiTurnWorkload(w);
+      if (!made.ok()) return Fail(made.status());
+      for (const MultiTurnConversation& c : *made) warmups.push_back(TurnPrompt(c, 0));
     } else {
       for (int64_t i = 0; i < f.num_warmups; ++i)
         warmups.push_back((*prompts)[i % prompts->size()]);
@@ -314,6 +346,7 @@ int main(int argc, char** argv) {
   run.seed = static_cast<uint64_t>(f.seed);
   run.timeout_s = f.request_timeout;
   run.save_text = f.save_text;
+  run.think_time_s = f.multi_turn_think_ms / 1e3;
 
   ordered_json config;
   config["date"] = NowFormatted("%Y-%m-%dT%H:%M:%SZ", /*utc=*/true);
@@ -323,13 +356,26 @@ int main(int argc, char** argv) {
   config["endpoint_type"] = f.endpoint_type;
   config["model_id"] = f.model;
   config["dataset"] = f.dataset;
-  if (f.dataset != "random") config["dataset_path"] = f.dataset_path;
-  config["num_prompts"] = prompts->size();
+  if (!synthetic) config["dataset_path"] = f.dataset_path;
+  const size_t num_requests =
+      multi_turn ? static_cast<size_t>(f.multi_turn_conversations * f.multi_turn_turns)
+                 : prompts->size();
+  config["num_prompts"] = num_requests;
   if (f.dataset == "random") {
     config["random_input_len"] = f.random_input_len;
     config["random_output_len"] = f.random_output_len;
     config["random_range_ratio"] = f.random_range_ratio;
     config["random_prefix_len"] = f.random_prefix_len;
+    config["random_vocab_size"] = vocab;
+  }
+  if (multi_turn) {
+    config["multi_turn_conversations"] = f.multi_turn_conversations;
+    config["multi_turn_turns"] = f.multi_turn_turns;
+    config["multi_turn_first_len"] = f.multi_turn_first_len;
+    config["multi_turn_increment_len"] = f.multi_turn_increment_len;
+    config["multi_turn_prefix_len"] = f.multi_turn_prefix_len;
+    config["multi_turn_think_ms"] = f.multi_turn_think_ms;
+    config["random_output_len"] = f.random_output_len;
     config["random_vocab_size"] = vocab;
   }
   config.update(dataset_config);
@@ -361,8 +407,12 @@ int main(int argc, char** argv) {
   if (!extra_body.empty()) config["extra_body"] = extra_body;
 
   const ProgressStyle style = f.no_progress ? ProgressStyle::kOff : DefaultProgressStyle(stderr);
-  std::fprintf(stderr, "oasis-bench: %s %s, model %s, %zu prompts, rate %s, max concurrency %s\n",
-               f.base_url.c_str(), f.endpoint.c_str(), f.model.c_str(), prompts->size(),
+  const std::string what = multi_turn
+                               ? std::to_string(f.multi_turn_conversations) + " conversations x " +
+                                     std::to_string(f.multi_turn_turns) + " turns"
+                               : std::to_string(num_requests) + " prompts";
+  std::fprintf(stderr, "oasis-bench: %s %s, model %s, %s, rate %s, max concurrency %s\n",
+               f.base_url.c_str(), f.endpoint.c_str(), f.model.c_str(), what.c_str(),
                std::isfinite(f.request_rate) ? ConfigNumber(f.request_rate).c_str() : "inf",
                f.max_concurrency > 0 ? std::to_string(f.max_concurrency).c_str() : "unlimited");
 
@@ -383,8 +433,9 @@ int main(int argc, char** argv) {
                        .c_str());
     }
   }
-  Progress progress("benchmark", static_cast<int64_t>(prompts->size()), style);
-  const RunResult result = RunBenchmark(run, *prompts, &progress);
+  Progress progress("benchmark", static_cast<int64_t>(num_requests), style);
+  const RunResult result = multi_turn ? RunConversations(run, conversations, &progress)
+                                      : RunBenchmark(run, *prompts, &progress);
   Summary summary = Summarize(result.records, result.duration_s, *percentiles);
   summary.reported_metrics = reported_metrics;
   if (!goodput.empty()) AddGoodput(result.records, goodput, &summary);

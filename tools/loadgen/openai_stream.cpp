@@ -12,7 +12,16 @@ StatusOr<json> BuildRequestBody(const RequestOptions& options, const Prompt& pro
     if (!prompt.token_ids.empty()) {
       return InvalidArgument("token-id prompts cannot be sent to a chat endpoint");
     }
-    body["messages"] = json::array({{{"role", "user"}, {"content", prompt.text}}});
+    if (prompt.messages.empty()) {
+      body["messages"] = json::array({{{"role", "user"}, {"content", prompt.text}}});
+    } else {
+      body["messages"] = json::array();
+      for (const ChatMessage& m : prompt.messages) {
+        body["messages"].push_back({{"role", m.role}, {"content", m.content}});
+      }
+    }
+  } else if (!prompt.messages.empty()) {
+    return InvalidArgument("chat-message prompts need a chat endpoint (--endpoint-type chat)");
   } else if (!prompt.token_ids.empty()) {
     body["prompt"] = prompt.token_ids;
   } else {
@@ -85,6 +94,14 @@ void StreamAccumulator::OnEvent(const SseEvent& event, double now_s) {
       record_.prompt_tokens = prompt->get<int64_t>();
       record_.output_tokens = completion->get<int64_t>();
       record_.usage_reported = true;
+      // Prompt tokens served from the server's prefix cache (OpenAI's field; absent: none).
+      record_.cached_tokens = 0;
+      if (const auto details = usage->find("prompt_tokens_details");
+          details != usage->end() && details->is_object()) {
+        const auto cached = details->find("cached_tokens");
+        if (cached != details->end() && cached->is_number_integer() && cached->get<int64_t>() > 0)
+          record_.cached_tokens = cached->get<int64_t>();
+      }
     }
   }
   const auto choices = chunk.find("choices");

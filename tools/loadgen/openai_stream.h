@@ -7,7 +7,8 @@
 // counts too (a token whose bytes do not yet form a whole UTF-8 character), except on a chunk
 // that only reports a finish_reason, or on the chat role chunk. TTFT is the first event's
 // time, ITL every later gap. Output tokens come from the usage chunk
-// (stream_options.include_usage) when the server sends one, otherwise from the event count.
+// (stream_options.include_usage) when the server sends one, otherwise from the event count;
+// so do the cached prompt tokens (usage.prompt_tokens_details.cached_tokens, absent: 0).
 //
 // StreamAccumulator owns the parser state of one response. Not thread-safe.
 #pragma once
@@ -38,8 +39,9 @@ struct RequestOptions {
   nlohmann::json extra_body = nlohmann::json::object();  // merged last (--extra-body)
 };
 
-// The request JSON for `prompt` (stream with usage, max_tokens = prompt.output_len).
-// Token-id prompts are an error for chat (returned as InvalidArgument).
+// The request JSON for `prompt` (stream with usage, max_tokens = prompt.output_len). Chat
+// sends the prompt's messages, or its text as one user message. Token-id prompts are an error
+// for chat, chat messages one for completions (returned as InvalidArgument).
 StatusOr<nlohmann::json> BuildRequestBody(const RequestOptions& options, const Prompt& prompt);
 
 // The message of an error response body: {"error": {"message"}} (OpenAI), {"error": "..."},

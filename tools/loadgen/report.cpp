@@ -70,6 +70,8 @@ std::string FormatSummary(const Summary& s, const ordered_json& config) {
   Line(&out, "Benchmark duration (s):", Fixed(s.duration_s, 2));
   Line(&out, "Total input tokens:", std::to_string(s.total_input_tokens));
   Line(&out, "Total generated tokens:", std::to_string(s.total_output_tokens));
+  Line(&out, "Total cached prompt tokens:", std::to_string(s.total_cached_tokens));
+  Line(&out, "Cached / total prompt tokens:", Fixed(s.cached_token_ratio, 4));
   Line(&out, "Request throughput (req/s):", Fixed(s.request_throughput, 2));
   if (s.request_goodput) Line(&out, "Request goodput (req/s):", Fixed(*s.request_goodput, 2));
   Line(&out, "Output token throughput (tok/s):", Fixed(s.output_throughput, 2));
@@ -81,6 +83,23 @@ std::string FormatSummary(const Summary& s, const ordered_json& config) {
     if (m == "tpot") Metric(&out, "Time per Output Token (excl. 1st token)", "TPOT", s.tpot_ms);
     if (m == "itl") Metric(&out, "Inter-token Latency", "ITL", s.itl_ms);
     if (m == "e2el") Metric(&out, "End-to-end Latency", "E2EL", s.e2el_ms);
+  }
+  if (!s.per_turn.empty()) {
+    out += Banner("Per Turn (TTFT, cached prompt tokens)", '-');
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%-5s %6s %6s %12s %12s %12s %12s\n", "Turn", "OK", "Failed",
+                  "Median TTFT", "P90 TTFT", "Mean cached", "Mean prompt");
+    out += buf;
+    std::snprintf(buf, sizeof(buf), "%-5s %6s %6s %12s %12s %12s %12s\n", "", "", "", "(ms)",
+                  "(ms)", "tokens", "tokens");
+    out += buf;
+    for (const TurnSummary& t : s.per_turn) {
+      std::snprintf(buf, sizeof(buf), "%-5lld %6lld %6lld %12.2f %12.2f %12.1f %12.1f\n",
+                    static_cast<long long>(t.turn), static_cast<long long>(t.completed),
+                    static_cast<long long>(t.failed), t.median_ttft_ms, t.p90_ttft_ms,
+                    t.mean_cached_tokens, t.mean_prompt_tokens);
+      out += buf;
+    }
   }
   if (!s.failure_reasons.empty()) {
     out += Banner("Failure reasons", '-');
@@ -101,6 +120,8 @@ ordered_json SummaryJson(const Summary& s) {
   j["duration"] = s.duration_s;
   j["total_input_tokens"] = s.total_input_tokens;
   j["total_output_tokens"] = s.total_output_tokens;
+  j["total_cached_tokens"] = s.total_cached_tokens;
+  j["cached_token_ratio"] = s.cached_token_ratio;
   j["request_throughput"] = s.request_throughput;
   if (s.request_goodput) {
     j["request_goodput"] = *s.request_goodput;
@@ -118,18 +139,37 @@ ordered_json SummaryJson(const Summary& s) {
     if (m == "itl") MetricJson(&j, "itl", s.itl_ms);
     if (m == "e2el") MetricJson(&j, "e2el", s.e2el_ms);
   }
+  if (!s.per_turn.empty()) {
+    ordered_json turns = ordered_json::array();
+    for (const TurnSummary& t : s.per_turn) {
+      turns.push_back({{"turn", t.turn},
+                       {"completed", t.completed},
+                       {"failed", t.failed},
+                       {"mean_ttft_ms", t.mean_ttft_ms},
+                       {"median_ttft_ms", t.median_ttft_ms},
+                       {"p90_ttft_ms", t.p90_ttft_ms},
+                       {"mean_prompt_tokens", t.mean_prompt_tokens},
+                       {"mean_cached_tokens", t.mean_cached_tokens}});
+    }
+    j["per_turn"] = std::move(turns);
+  }
   return j;
 }
 
 ordered_json RecordJson(const RequestRecord& r) {
   ordered_json j;
   j["index"] = r.index;
+  if (r.turn > 0) {
+    j["conversation"] = r.conversation;
+    j["turn"] = r.turn;
+  }
   j["success"] = r.success;
   j["start_s"] = r.start_s;
   j["prompt_tokens"] = r.prompt_tokens;
   j["output_tokens"] = r.output_tokens;
   j["expected_output_tokens"] = r.expected_output_tokens;
   j["usage_reported"] = r.usage_reported;
+  j["cached_tokens"] = r.cached_tokens;
   j["ttft_ms"] = r.ttft_s * 1e3;
   j["e2el_ms"] = r.e2el_s * 1e3;
   if (r.output_tokens > 1 && r.success) {

@@ -18,8 +18,11 @@ namespace oasis::loadgen {
 std::string FormatSummary(const Summary& summary, const nlohmann::ordered_json& config);
 
 // Flat keys like vllm's result file: completed, failed, duration, total_input_tokens,
-// total_output_tokens, request_throughput, output_throughput, total_token_throughput,
-// mean_ttft_ms, median_ttft_ms, std_ttft_ms, p99_ttft_ms (one pNN per percentile), ...
+// total_output_tokens, total_cached_tokens, cached_token_ratio, request_throughput,
+// output_throughput, total_token_throughput, mean_ttft_ms, median_ttft_ms, std_ttft_ms,
+// p99_ttft_ms (one pNN per percentile), ...; multi-turn runs add "per_turn": [{"turn",
+// "completed", "failed", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms",
+// "mean_prompt_tokens", "mean_cached_tokens"}].
 nlohmann::ordered_json SummaryJson(const Summary& summary);
 
 nlohmann::ordered_json RecordJson(const RequestRecord& record);

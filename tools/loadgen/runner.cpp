@@ -4,6 +4,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -65,44 +66,27 @@ class WorkQueue {
   bool closed_ = false;
 };
 
-}  // namespace
-
-RunResult RunBenchmark(const RunOptions& options, const std::vector<Prompt>& prompts,
-                       Progress* progress) {
-  RunResult result;
-  result.records.resize(prompts.size());
-  if (prompts.empty()) return result;
+// Releases units 0..num_units-1 at their arrival times into a queue that `workers` threads
+// (max_concurrency, or one per unit when unlimited) drain, each with its own BenchClient;
+// `run_unit(unit, client)` does a unit's requests. Returns when every unit is done.
+void RunUnits(const RunOptions& options, size_t num_units, BenchClock::time_point epoch,
+              const std::function<void(size_t, BenchClient&)>& run_unit) {
   const std::vector<double> arrivals = ArrivalTimes(
-      static_cast<int64_t>(prompts.size()), options.request_rate, options.burstiness, options.seed);
-  int64_t workers = static_cast<int64_t>(prompts.size());
+      static_cast<int64_t>(num_units), options.request_rate, options.burstiness, options.seed);
+  int64_t workers = static_cast<int64_t>(num_units);
   if (options.max_concurrency > 0) workers = std::min(workers, options.max_concurrency);
 
   WorkQueue queue;
-  std::mutex end_mu;
-  double last_end_s = 0;
-  const BenchClock::time_point epoch = BenchClock::now();
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(workers));
   for (int64_t w = 0; w < workers; ++w) {
     threads.emplace_back([&] {
       BenchClient client(options.address, options.api_key, options.timeout_s);
       size_t i;
-      while (queue.Pop(&i)) {
-        RequestRecord record =
-            client.Send(options.path, options.request, prompts[i], epoch, options.save_text);
-        record.index = static_cast<int64_t>(i);
-        const double end = record.start_s + record.e2el_s;
-        const bool success = record.success;
-        result.records[i] = std::move(record);
-        {
-          std::lock_guard<std::mutex> lock(end_mu);
-          last_end_s = std::max(last_end_s, end);
-        }
-        if (progress != nullptr) progress->Completed(success);
-      }
+      while (queue.Pop(&i)) run_unit(i, client);
     });
   }
-  for (size_t i = 0; i < prompts.size(); ++i) {
+  for (size_t i = 0; i < num_units; ++i) {
     const auto due = epoch + std::chrono::duration_cast<BenchClock::duration>(
                                  std::chrono::duration<double>(arrivals[i]));
     std::this_thread::sleep_until(due);
@@ -110,8 +94,82 @@ RunResult RunBenchmark(const RunOptions& options, const std::vector<Prompt>& pro
   }
   queue.Close();
   for (std::thread& t : threads) t.join();
+}
+
+// The latest completion time of the run so far. Thread-safe.
+class LastEnd {
+ public:
+  void Update(const RequestRecord& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_end_s_ = std::max(last_end_s_, r.start_s + r.e2el_s);
+  }
+  double get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_end_s_;
+  }
+
+ private:
+  std::mutex mu_;
+  double last_end_s_ = 0;
+};
+
+}  // namespace
+
+RunResult RunBenchmark(const RunOptions& options, const std::vector<Prompt>& prompts,
+                       Progress* progress) {
+  RunResult result;
+  result.records.resize(prompts.size());
+  if (prompts.empty()) return result;
+  LastEnd last_end;
+  const BenchClock::time_point epoch = BenchClock::now();
+  RunUnits(options, prompts.size(), epoch, [&](size_t i, BenchClient& client) {
+    RequestRecord record =
+        client.Send(options.path, options.request, prompts[i], epoch, options.save_text);
+    record.index = static_cast<int64_t>(i);
+    last_end.Update(record);
+    const bool success = record.success;
+    result.records[i] = std::move(record);
+    if (progress != nullptr) progress->Completed(success);
+  });
   if (progress != nullptr) progress->Finish();
-  result.duration_s = last_end_s;
+  result.duration_s = last_end.get();
+  return result;
+}
+
+RunResult RunConversations(const RunOptions& options,
+                           const std::vector<MultiTurnConversation>& conversations,
+                           Progress* progress) {
+  RunResult result;
+  std::vector<size_t> first_record(conversations.size());
+  size_t total = 0;
+  for (size_t c = 0; c < conversations.size(); ++c) {
+    first_record[c] = total;
+    total += static_cast<size_t>(conversations[c].num_turns());
+  }
+  result.records.resize(total);
+  if (total == 0) return result;
+  LastEnd last_end;
+  const BenchClock::time_point epoch = BenchClock::now();
+  const auto think = std::chrono::duration_cast<BenchClock::duration>(
+      std::chrono::duration<double>(std::max(0.0, options.think_time_s)));
+  RunUnits(options, conversations.size(), epoch, [&](size_t c, BenchClient& client) {
+    const MultiTurnConversation& conversation = conversations[c];
+    for (int64_t t = 0; t < conversation.num_turns(); ++t) {
+      if (t > 0 && think.count() > 0) std::this_thread::sleep_for(think);
+      RequestRecord record = client.Send(options.path, options.request, TurnPrompt(conversation, t),
+                                         epoch, options.save_text);
+      const size_t i = first_record[c] + static_cast<size_t>(t);
+      record.index = static_cast<int64_t>(i);
+      record.conversation = static_cast<int64_t>(c);
+      record.turn = t + 1;
+      last_end.Update(record);
+      const bool success = record.success;
+      result.records[i] = std::move(record);
+      if (progress != nullptr) progress->Completed(success);
+    }
+  });
+  if (progress != nullptr) progress->Finish();
+  result.duration_s = last_end.get();
   return result;
 }
 

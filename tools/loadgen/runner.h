@@ -8,6 +8,12 @@
 // a request that arrives while all are busy waits its turn (its latency is counted from
 // when it is sent, as vllm bench serve does).
 //
+// RunConversations (multi-turn): the units released are conversations instead of prompts. A
+// worker sends a conversation's turns in order, turn t+1 only after turn t's response ended
+// (and `think_time_s` more), so at most max_concurrency conversations — and so requests — are
+// in flight, and a finite request rate paces the conversation starts. A failed turn does not
+// stop its conversation: the next turn's prompt does not depend on the response.
+//
 // Owns its threads for the duration of the call. Thread-safe in the sense that it is one
 // blocking call; the options and prompts are read-only during it.
 #pragma once
@@ -36,6 +42,7 @@ struct RunOptions {
   uint64_t seed = 0;
   double timeout_s = 600;
   bool save_text = false;
+  double think_time_s = 0;  // RunConversations: pause between a response and the next turn
 };
 
 struct RunResult {
@@ -45,6 +52,12 @@ struct RunResult {
 
 RunResult RunBenchmark(const RunOptions& options, const std::vector<Prompt>& prompts,
                        Progress* progress);
+
+// records[] holds conversation 0's turns in order, then conversation 1's, ...; each record has
+// its conversation (0-based) and turn (1-based).
+RunResult RunConversations(const RunOptions& options,
+                           const std::vector<MultiTurnConversation>& conversations,
+                           Progress* progress);
 
 // The arrival times (seconds from the start) of `n` requests; all 0 for an infinite rate.
 std::vector<double> ArrivalTimes(int64_t n, double request_rate, double burstiness, uint64_t seed);

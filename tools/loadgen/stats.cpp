@@ -124,6 +124,38 @@ int64_t PeakConcurrency(const std::vector<RequestRecord>& records) {
   return peak;
 }
 
+std::vector<TurnSummary> PerTurn(const std::vector<RequestRecord>& records) {
+  int64_t turns = 0;
+  for (const RequestRecord& r : records) turns = std::max(turns, r.turn);
+  std::vector<TurnSummary> out(static_cast<size_t>(turns));
+  std::vector<std::vector<double>> ttft(out.size());
+  std::vector<double> prompt(out.size(), 0.0), cached(out.size(), 0.0);
+  for (const RequestRecord& r : records) {
+    if (r.turn <= 0) continue;
+    const auto t = static_cast<size_t>(r.turn - 1);
+    if (!r.success) {
+      ++out[t].failed;
+      continue;
+    }
+    ++out[t].completed;
+    ttft[t].push_back(r.ttft_s * 1e3);
+    prompt[t] += static_cast<double>(r.prompt_tokens);
+    cached[t] += static_cast<double>(r.cached_tokens);
+  }
+  for (size_t t = 0; t < out.size(); ++t) {
+    TurnSummary& ts = out[t];
+    ts.turn = static_cast<int64_t>(t) + 1;
+    if (ts.completed == 0) continue;
+    const double n = static_cast<double>(ts.completed);
+    ts.mean_ttft_ms = std::accumulate(ttft[t].begin(), ttft[t].end(), 0.0) / n;
+    ts.median_ttft_ms = Percentile(ttft[t], 50);
+    ts.p90_ttft_ms = Percentile(ttft[t], 90);
+    ts.mean_prompt_tokens = prompt[t] / n;
+    ts.mean_cached_tokens = cached[t] / n;
+  }
+  return out;
+}
+
 }  // namespace
 
 Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
@@ -141,6 +173,7 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
     ++s.completed;
     s.total_input_tokens += r.prompt_tokens;
     s.total_output_tokens += r.output_tokens;
+    s.total_cached_tokens += r.cached_tokens;
     ttft.push_back(r.ttft_s * 1e3);
     e2el.push_back(r.e2el_s * 1e3);
     if (r.output_tokens > 1) {
@@ -154,6 +187,11 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
     s.total_token_throughput =
         static_cast<double>(s.total_input_tokens + s.total_output_tokens) / duration_s;
   }
+  if (s.total_input_tokens > 0) {
+    s.cached_token_ratio =
+        static_cast<double>(s.total_cached_tokens) / static_cast<double>(s.total_input_tokens);
+  }
+  s.per_turn = PerTurn(records);
   s.peak_output_throughput = PeakOutputThroughput(records);
   s.peak_concurrency = PeakConcurrency(records);
   s.ttft_ms = Describe(ttft, percentiles);

@@ -23,6 +23,14 @@ struct Distribution {
 };
 Distribution Describe(const std::vector<double>& values, const std::vector<double>& percentiles);
 
+// One turn index of a multi-turn run, over the requests of that turn in every conversation.
+struct TurnSummary {
+  int64_t turn = 0;  // 1-based
+  int64_t completed = 0, failed = 0;
+  double mean_ttft_ms = 0, median_ttft_ms = 0, p90_ttft_ms = 0;  // successful requests
+  double mean_prompt_tokens = 0, mean_cached_tokens = 0;         // successful requests
+};
+
 struct Summary {
   int64_t completed = 0;
   int64_t failed = 0;
@@ -34,6 +42,10 @@ struct Summary {
   double duration_s = 0;
   int64_t total_input_tokens = 0;
   int64_t total_output_tokens = 0;
+  // Prompt tokens the server served from its prefix cache (usage.prompt_tokens_details.
+  // cached_tokens), and their share of total_input_tokens (0 when there are none).
+  int64_t total_cached_tokens = 0;
+  double cached_token_ratio = 0;
   double request_throughput = 0;      // completed requests / s
   double output_throughput = 0;       // output tokens / s
   double total_token_throughput = 0;  // (input + output) tokens / s
@@ -43,6 +55,8 @@ struct Summary {
   Distribution ttft_ms, tpot_ms, itl_ms, e2el_ms;
   // The metrics the report shows (--percentile-metrics): "ttft", "tpot", "itl", "e2el".
   std::vector<std::string> reported_metrics = {"ttft", "tpot", "itl", "e2el"};
+  // Multi-turn runs (records with a turn): one entry per turn index, turn 1 first.
+  std::vector<TurnSummary> per_turn;
   // With --goodput: successful requests meeting every SLO, and those per second.
   std::optional<double> request_goodput;
   int64_t good_completed = 0;
@@ -50,7 +64,8 @@ struct Summary {
 
 // Successful requests feed the latency distributions and token totals; failures are only
 // counted (with their reasons). TPOT of a request = (e2el - ttft) / (output_tokens - 1),
-// defined for output_tokens > 1. ITL pools every gap of every successful request.
+// defined for output_tokens > 1. ITL pools every gap of every successful request. Records
+// with a turn (multi-turn) are also summarised per turn index.
 Summary Summarize(const std::vector<RequestRecord>& records, double duration_s,
                   const std::vector<double>& percentiles);
 

@@ -40,10 +40,10 @@ int64_t UpperBound(int64_t len, double ratio) {
   return static_cast<int64_t>(std::ceil(static_cast<double>(len) * (1.0 + ratio)));
 }
 
-void AppendRandomTokens(std::mt19937_64& rng, int64_t n, const RandomWorkloadOptions& o,
+void AppendRandomTokens(std::mt19937_64& rng, int64_t n, PromptForm form, int64_t vocab_size,
                         Prompt* p) {
-  if (o.form == PromptForm::kTokenIds) {
-    for (int64_t i = 0; i < n; ++i) p->token_ids.push_back(UniformInt(rng, 0, o.vocab_size - 1));
+  if (form == PromptForm::kTokenIds) {
+    for (int64_t i = 0; i < n; ++i) p->token_ids.push_back(UniformInt(rng, 0, vocab_size - 1));
   } else {
     for (int64_t i = 0; i < n; ++i) {
       if (!p->text.empty()) p->text.push_back(' ');
@@ -52,6 +52,20 @@ void AppendRandomTokens(std::mt19937_64& rng, int64_t n, const RandomWorkloadOpt
   }
   p->prompt_len += n;
 }
+void AppendRandomTokens(std::mt19937_64& rng, int64_t n, const RandomWorkloadOptions& o,
+                        Prompt* p) {
+  AppendRandomTokens(rng, n, o.form, o.vocab_size, p);
+}
+
+// `n` random words (the chat form of n tokens), separated by spaces.
+std::string RandomWords(std::mt19937_64& rng, int64_t n) {
+  Prompt p;
+  AppendRandomTokens(rng, n, PromptForm::kText, 0, &p);
+  return std::move(p.text);
+}
+
+// The most tokens (ids or words) a multi-turn workload may hold in memory: 2 GiB of ids.
+constexpr int64_t kMaxMultiTurnTokens = int64_t{1} << 28;
 
 }  // namespace
 
@@ -105,6 +119,115 @@ StatusOr<std::vector<Prompt>> MakeRandomWorkload(const RandomWorkloadOptions& o)
     prompts.push_back(std::move(p));
   }
   return prompts;
+}
+
+Status CheckMultiTurnOptions(const MultiTurnWorkloadOptions& o) {
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (o.num_conversations <= 0) {
+    return InvalidArgument("--multi-turn-conversations must be positive (got " +
+                           n(o.num_conversations) + ")");
+  }
+  if (o.num_turns <= 0) {
+    return InvalidArgument("--multi-turn-turns must be positive (got " + n(o.num_turns) + ")");
+  }
+  if (o.first_len <= 0) {
+    return InvalidArgument("--multi-turn-first-len must be positive (got " + n(o.first_len) + ")");
+  }
+  if (o.output_len <= 0) {
+    return InvalidArgument(
+        "the output length (--random-output-len / --output-len) must be positive (got " +
+        n(o.output_len) + ")");
+  }
+  if (o.prefix_len < 0) {
+    return InvalidArgument("--multi-turn-prefix-len must be >= 0 (got " + n(o.prefix_len) + ")");
+  }
+  if (o.prefix_len >= o.first_len) {
+    return InvalidArgument(
+        "--multi-turn-prefix-len (--prefix-len) " + n(o.prefix_len) +
+        " must be less than --multi-turn-first-len " + n(o.first_len) +
+        ": turn 1's prompt is the shared system prompt and at least one token of the "
+        "conversation's own");
+  }
+  if (o.increment_len <= 0) {
+    return InvalidArgument("--multi-turn-increment-len must be positive (got " +
+                           n(o.increment_len) + ")");
+  }
+  if (o.num_turns > 1 && o.increment_len < o.output_len) {
+    return InvalidArgument(
+        "--multi-turn-increment-len " + n(o.increment_len) + " is less than the output length " +
+        n(o.output_len) + ": each later turn appends the previous turn's reply (" +
+        n(o.output_len) + " tokens) and a new user message, so it must be >= the output length");
+  }
+  if (o.form == PromptForm::kTokenIds && o.vocab_size <= 0) {
+    return InvalidArgument("--random-vocab-size must be positive");
+  }
+  // The last turn's prompt, first_len + (num_turns - 1) * increment_len, without overflow.
+  const int64_t later = o.num_turns - 1;
+  const bool too_long = later > 0 && later > (kMaxMultiTurnTokens - o.first_len) / o.increment_len;
+  const int64_t last_len = too_long ? kMaxMultiTurnTokens : o.first_len + later * o.increment_len;
+  if (too_long || last_len > kMaxMultiTurnTokens / o.num_conversations) {
+    return InvalidArgument(
+        "the multi-turn workload is too large: " + n(o.num_conversations) +
+        " conversations whose last turn is --multi-turn-first-len + (--multi-turn-turns - 1) * "
+        "--multi-turn-increment-len tokens would hold more than 2^28 tokens; ask for fewer or "
+        "shorter conversations");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<MultiTurnConversation>> MakeMultiTurnWorkload(
+    const MultiTurnWorkloadOptions& o) {
+  OASIS_RETURN_IF_ERROR(CheckMultiTurnOptions(o));
+  const int64_t last_len = o.first_len + (o.num_turns - 1) * o.increment_len;
+  std::mt19937_64 rng(o.seed);
+  const bool chat = o.form == PromptForm::kText;
+  Prompt system;  // the shared system prompt
+  if (chat) {
+    if (o.prefix_len > 0) system.messages.push_back({"system", RandomWords(rng, o.prefix_len)});
+    system.prompt_len = o.prefix_len;
+  } else {
+    AppendRandomTokens(rng, o.prefix_len, o.form, o.vocab_size, &system);
+  }
+  std::vector<MultiTurnConversation> conversations(static_cast<size_t>(o.num_conversations));
+  for (MultiTurnConversation& c : conversations) {
+    Prompt& p = c.last;
+    p = system;
+    p.output_len = o.output_len;
+    if (!chat) p.token_ids.reserve(static_cast<size_t>(last_len));
+    const auto append = [&](const char* role, int64_t tokens) {
+      if (chat) {
+        p.messages.push_back({role, RandomWords(rng, tokens)});
+        p.prompt_len += tokens;
+      } else {
+        AppendRandomTokens(rng, tokens, o.form, o.vocab_size, &p);
+      }
+    };
+    append("user", o.first_len - o.prefix_len);
+    c.turn_lens.push_back(p.prompt_len);
+    c.turn_messages.push_back(p.messages.size());
+    for (int64_t t = 1; t < o.num_turns; ++t) {
+      append("assistant", o.output_len);  // the previous turn's reply, as long as it was asked
+      append("user", o.increment_len - o.output_len);
+      c.turn_lens.push_back(p.prompt_len);
+      c.turn_messages.push_back(p.messages.size());
+    }
+  }
+  return conversations;
+}
+
+Prompt TurnPrompt(const MultiTurnConversation& c, int64_t turn) {
+  const auto t = static_cast<size_t>(turn);
+  Prompt p;
+  p.output_len = c.last.output_len;
+  p.prompt_len = c.turn_lens.at(t);
+  if (!c.last.messages.empty()) {
+    p.messages.assign(c.last.messages.begin(),
+                      c.last.messages.begin() + static_cast<std::ptrdiff_t>(c.turn_messages.at(t)));
+  } else if (!c.last.token_ids.empty()) {
+    p.token_ids.assign(c.last.token_ids.begin(),
+                       c.last.token_ids.begin() + static_cast<std::ptrdiff_t>(p.prompt_len));
+  }
+  return p;
 }
 
 StatusOr<std::vector<Prompt>> ReadJsonlWorkload(const std::filesystem::path& path,

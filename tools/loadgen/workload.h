@@ -6,6 +6,13 @@
 //   are token-id lists (for /v1/completions), or random English words for endpoints that
 //   take text (chat); a word is about one token. The same options and seed give the same
 //   workload on every platform (mt19937_64 with our own range reduction).
+// - Multi-turn (like vLLM's benchmarks/multi_turn): conversations whose every turn resends the
+//   whole history. Turn 1's prompt is `first_len` tokens: a system prompt of `prefix_len`
+//   tokens shared by all conversations, then the conversation's own tokens; every later turn
+//   appends `increment_len` tokens — a synthetic assistant reply of the previous turn's output
+//   length, then a new user message filling the rest — so turn t's prompt begins with turn
+//   t-1's prompt exactly. Token ids for /v1/completions, or chat messages of random words
+//   (system, user, assistant, user, ...) for chat, from the random generator above.
 // - JSONL: one JSON object a line, {"prompt": "text" | [ids], "output_len"?: n} ("max_tokens"
 //   is accepted for "output_len"); lines are used in order and reused cyclically when more
 //   prompts are asked for than the file has.
@@ -23,11 +30,18 @@
 
 namespace oasis::loadgen {
 
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+  bool operator==(const ChatMessage&) const = default;
+};
+
 struct Prompt {
-  std::vector<int64_t> token_ids;  // the prompt as token ids, when it is one
-  std::string text;                // the prompt as text, when it is one (token_ids empty)
-  int64_t prompt_len = 0;          // its length in tokens: exact for ids, estimated for text
-  int64_t output_len = 0;          // max_tokens to ask for
+  std::vector<int64_t> token_ids;     // the prompt as token ids, when it is one
+  std::string text;                   // the prompt as text, when it is one (token_ids empty)
+  std::vector<ChatMessage> messages;  // the prompt as chat messages (chat only; text empty)
+  int64_t prompt_len = 0;             // its length in tokens: exact for ids, estimated for text
+  int64_t output_len = 0;             // max_tokens to ask for
 };
 
 enum class PromptForm { kTokenIds, kText };
@@ -44,6 +58,38 @@ struct RandomWorkloadOptions {
 };
 
 StatusOr<std::vector<Prompt>> MakeRandomWorkload(const RandomWorkloadOptions& options);
+
+struct MultiTurnWorkloadOptions {
+  int64_t num_conversations = 8;
+  int64_t num_turns = 4;
+  int64_t first_len = 1024;     // turn 1's prompt tokens, the shared system prompt included
+  int64_t increment_len = 256;  // tokens each later turn appends (>= output_len)
+  int64_t output_len = 128;     // max_tokens of every turn
+  int64_t prefix_len = 0;       // the system prompt shared by all conversations (< first_len)
+  int64_t vocab_size = 32000;
+  uint64_t seed = 0;
+  PromptForm form = PromptForm::kTokenIds;
+};
+
+// One conversation, stored as its last turn's prompt (every earlier turn's is a prefix of it)
+// and where each turn's prompt ends in it.
+struct MultiTurnConversation {
+  Prompt last;
+  std::vector<int64_t> turn_lens;     // prompt tokens of turn 1, 2, ...
+  std::vector<size_t> turn_messages;  // chat form: messages of turn 1, 2, ...
+  int64_t num_turns() const { return static_cast<int64_t>(turn_lens.size()); }
+};
+
+// InvalidArgument naming the flag at fault when `options` are out of range or contradict
+// each other; checked by MakeMultiTurnWorkload too.
+Status CheckMultiTurnOptions(const MultiTurnWorkloadOptions& options);
+
+// Every conversation of the workload, or CheckMultiTurnOptions's error.
+StatusOr<std::vector<MultiTurnConversation>> MakeMultiTurnWorkload(
+    const MultiTurnWorkloadOptions& options);
+
+// The prompt of turn `turn` (0-based) of `c`.
+Prompt TurnPrompt(const MultiTurnConversation& c, int64_t turn);
 
 // Reads `path`; prompts without an output length get `default_output_len`. num_prompts <= 0
 // takes every line once.

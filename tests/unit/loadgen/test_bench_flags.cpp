@@ -28,6 +28,7 @@ bool Parse(const Args& args, BenchFlags* f, nlohmann::json* body, std::string* e
   for (std::string& a : *normalized) argv.push_back(a.data());
   Status s = parser.Parse(static_cast<int>(argv.size()), argv.data());
   if (s.ok()) s = ResolveVllmAliases(parser, f, body);
+  if (s.ok()) s = CheckDatasetFlags(parser, *f);
   *error = s.message();
   return s.ok();
 }
@@ -122,6 +123,74 @@ TEST_CASE("vLLM's general --input-len / --output-len fill each dataset's own len
   CHECK(d.sharegpt_output_len == 0);
   CHECK(ParseError({"--output-len", "0"}) == "--output-len must be positive");
   CHECK(ParseError({"--input-len", "-3"}) == "--input-len must be positive");
+}
+
+TEST_CASE("multi-turn flags: defaults, --prefix-len, --output-len, contradictions refused") {
+  BenchFlags d = ParseOk({"--dataset-name", "multi-turn"});
+  CHECK(d.multi_turn_conversations == 8);
+  CHECK(d.multi_turn_turns == 4);
+  CHECK(d.multi_turn_first_len == 1024);
+  CHECK(d.multi_turn_increment_len == 256);
+  CHECK(d.multi_turn_prefix_len == 0);
+  CHECK(d.multi_turn_think_ms == 0);
+  BenchFlags f = ParseOk({"--dataset-name",
+                          "multi-turn",
+                          "--multi-turn-conversations",
+                          "3",
+                          "--multi_turn_turns",
+                          "5",
+                          "--multi-turn-first-len",
+                          "800",
+                          "--multi-turn-increment-len",
+                          "90",
+                          "--prefix-len",
+                          "100",
+                          "--output-len",
+                          "60",
+                          "--multi-turn-think-ms",
+                          "250",
+                          "--request-rate",
+                          "2",
+                          "--max-concurrency",
+                          "2"});
+  CHECK(f.multi_turn_conversations == 3);
+  CHECK(f.multi_turn_turns == 5);
+  CHECK(f.multi_turn_first_len == 800);
+  CHECK(f.multi_turn_increment_len == 90);
+  CHECK(f.multi_turn_prefix_len == 100);  // from --prefix-len
+  CHECK(f.random_output_len == 60);       // the output length multi-turn uses
+  CHECK(f.multi_turn_think_ms == 250);
+  // --prefix-len is general: it fills the random and sonnet prefixes too, unless given.
+  BenchFlags g = ParseOk({"--prefix-len", "30", "--sonnet-prefix-len", "70"});
+  CHECK(g.random_prefix_len == 30);
+  CHECK(g.sonnet_prefix_len == 70);
+  CHECK(
+      ParseOk({"--dataset-name", "multi-turn", "--prefix-len", "5", "--multi-turn-prefix-len", "9"})
+          .multi_turn_prefix_len == 9);
+  CHECK(ParseError({"--prefix-len", "-1"}) == "--prefix-len must be >= 0");
+
+  // Another dataset's flags with multi-turn, and multi-turn flags with another dataset.
+  const std::string mt = "multi-turn";
+  CHECK(ParseError({"--dataset-name", mt, "--num-prompts", "10"})
+            .rfind("--num-prompts does not apply to --dataset-name multi-turn", 0) == 0);
+  CHECK(ParseError({"--dataset-name", mt, "--random-input-len", "10"})
+            .find("use --multi-turn-first-len") != std::string::npos);
+  CHECK(ParseError({"--dataset-name", mt, "--input-len", "10"})
+            .rfind("--input-len does not apply", 0) == 0);
+  CHECK(ParseError({"--dataset-name", mt, "--random-prefix-len", "10"})
+            .find("use --multi-turn-prefix-len") != std::string::npos);
+  CHECK(ParseError({"--dataset-name", mt, "--random-range-ratio", "0.5"})
+            .rfind("--random-range-ratio does not apply", 0) == 0);
+  CHECK(ParseError({"--dataset-name", mt, "--dataset-path", "x.json"})
+            .rfind("--dataset-path does not apply", 0) == 0);
+  CHECK(ParseError({"--dataset-name", mt, "--multi-turn-think-ms", "-1"}) ==
+        "--multi-turn-think-ms must be a finite number >= 0");
+  CHECK(ParseError({"--dataset-name", mt, "--multi-turn-prefix-len", "-2"}) ==
+        "--multi-turn-prefix-len must be >= 0");
+  CHECK(ParseError({"--multi-turn-turns", "3"}) ==
+        "--multi-turn-turns applies to --dataset-name multi-turn only (the dataset is random)");
+  CHECK(ParseError({"--dataset-name", "sharegpt", "--multi-turn-think-ms", "5"})
+            .rfind("--multi-turn-think-ms applies to --dataset-name multi-turn only", 0) == 0);
 }
 
 TEST_CASE("vLLM's sampling flags go into the request body") {

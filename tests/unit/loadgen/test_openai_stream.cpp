@@ -69,6 +69,46 @@ TEST_CASE("request body: chat takes text, rejects ids") {
   CHECK_FALSE(BuildRequestBody(o, IdsPrompt(2, 2)).ok());
 }
 
+TEST_CASE("request body: chat messages go out in order, not on completions") {
+  RequestOptions o;
+  o.type = EndpointType::kChat;
+  Prompt p;
+  p.messages = {{"system", "be brief"}, {"user", "hi"}, {"assistant", "hello"}, {"user", "and"}};
+  p.output_len = 3;
+  auto body = BuildRequestBody(o, p);
+  REQUIRE(body.ok());
+  CHECK((*body)["messages"] == json::array({{{"role", "system"}, {"content", "be brief"}},
+                                            {{"role", "user"}, {"content", "hi"}},
+                                            {{"role", "assistant"}, {"content", "hello"}},
+                                            {{"role", "user"}, {"content", "and"}}}));
+  CHECK((*body)["stream_options"]["include_usage"] == true);  // usage carries cached_tokens
+  o.type = EndpointType::kCompletions;
+  CHECK_FALSE(BuildRequestBody(o, p).ok());
+}
+
+TEST_CASE("stream: cached prompt tokens from usage.prompt_tokens_details, absent = 0") {
+  const auto run = [](const json& usage) {
+    StreamAccumulator acc(EndpointType::kCompletions, IdsPrompt(40, 2), 0.0, false);
+    acc.OnBytes(TextChunk("a") + TextChunk("b", "length"), 0.1);
+    acc.OnBytes(Chunk({{"choices", json::array()}, {"usage", usage}}) + "data: [DONE]\n\n", 0.2);
+    return acc.Finish(0.3);
+  };
+  const json base = {{"prompt_tokens", 40}, {"completion_tokens", 2}, {"total_tokens", 42}};
+  json with = base;
+  with["prompt_tokens_details"] = {{"cached_tokens", 32}};
+  const RequestRecord hit = run(with);
+  REQUIRE(hit.success);
+  CHECK(hit.cached_tokens == 32);
+  CHECK(hit.prompt_tokens == 40);
+  CHECK(run(base).cached_tokens == 0);  // oasis-server omits the details when nothing was cached
+  json null_details = base;
+  null_details["prompt_tokens_details"] = nullptr;  // some servers send null
+  CHECK(run(null_details).cached_tokens == 0);
+  json zero = base;
+  zero["prompt_tokens_details"] = {{"cached_tokens", 0}};
+  CHECK(run(zero).cached_tokens == 0);
+}
+
 TEST_CASE("stream: TTFT, ITL, E2EL from arrival times, usage wins over counted tokens") {
   StreamAccumulator acc(EndpointType::kCompletions, IdsPrompt(5, 4), /*start_s=*/10.0, true);
   acc.OnBytes(TextChunk("a"), 10.5);
@@ -129,7 +169,8 @@ TEST_CASE("stream: chat role chunk is not the first token") {
   CHECK(r.generated_text == "thinkHi");
 }
 
-TEST_CASE("stream: tokens whose text is empty count by the usage; the finishing chunk is the first") {
+TEST_CASE(
+    "stream: tokens whose text is empty count by the usage; the finishing chunk is the first") {
   // Two special tokens (text skipped) merged into the finishing chunk: a success, not "no token".
   StreamAccumulator acc(EndpointType::kCompletions, IdsPrompt(3, 2), /*start_s=*/1.0, false);
   acc.OnBytes(TextChunk("", "length"), 1.4);

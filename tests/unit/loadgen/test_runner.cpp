@@ -1,7 +1,8 @@
-// BenchClient and RunBenchmark over real HTTP against an in-process cpp-httplib server that
-// streams like an OpenAI completions endpoint: the concurrency cap holds, every request is
-// recorded, HTTP errors / refused connections / timeouts become failures with reasons, and
-// Poisson arrival times have the asked rate.
+// BenchClient, RunBenchmark and RunConversations over real HTTP against an in-process
+// cpp-httplib server that streams like an OpenAI completions endpoint: the concurrency cap
+// holds, every request is recorded, HTTP errors / refused connections / timeouts become
+// failures with reasons, Poisson arrival times have the asked rate; multi-turn conversations
+// send their turns in order, one at a time, and the server's cached_tokens reach the records.
 #include <catch2/catch.hpp>
 
 #include <httplib.h>
@@ -9,23 +10,36 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "tools/loadgen/runner.h"
+#include "tools/loadgen/stats.h"
 
 using namespace oasis::loadgen;
 using nlohmann::json;
 
 namespace {
 
-// A streaming server on a free loopback port, stopped and joined on destruction.
+// A streaming server on a free loopback port, stopped and joined on destruction. It plays a
+// prefix cache: a prompt's cached_tokens (usage.prompt_tokens_details) is the length of the
+// longest prompt answered before that begins it. It logs every request with its server-side
+// start and end, keyed by the prompt's first token id (a conversation in the multi-turn tests).
 class StreamingServer {
  public:
+  struct Logged {
+    int64_t key = 0;  // the prompt's first token id
+    int prompt_tokens = 0;
+    BenchClock::time_point start, end;
+  };
+
   StreamingServer() {
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       const json body = json::parse(req.body);
       const int max_tokens = body.at("max_tokens").get<int>();
-      const int prompt_tokens = static_cast<int>(body.at("prompt").size());
+      const auto prompt = body.at("prompt").get<std::vector<int64_t>>();
+      const int prompt_tokens = static_cast<int>(prompt.size());
       if (max_tokens > 100) {
         res.status = 400;
         res.set_content(
@@ -37,11 +51,39 @@ class StreamingServer {
       int seen = max_in_flight_.load();
       while (now > seen && !max_in_flight_.compare_exchange_weak(seen, now)) {
       }
+      int cached = 0;
+      size_t log_index;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto& done : answered_) {
+          if (done.size() <= prompt.size() && std::equal(done.begin(), done.end(), prompt.begin()))
+            cached = std::max(cached, static_cast<int>(done.size()));
+        }
+        const int64_t key = prompt.empty() ? -1 : prompt[0];
+        max_per_key_[key] = std::max(max_per_key_[key], ++in_flight_per_key_[key]);
+        log_.push_back({key, prompt_tokens, BenchClock::now(), {}});
+        log_index = log_.size() - 1;
+      }
+      // The request is over for the bookkeeping just before its last chunk is written: the
+      // client may send its next request as soon as it reads that chunk, on a new connection
+      // (httplib's server closes one after 5 requests) whose thread does not wait for this
+      // one's releaser. Called again by the releaser (for a stream cut short): once only.
+      auto finished = std::make_shared<std::atomic<bool>>(false);
+      auto finish = [this, prompt, log_index, finished] {
+        if (finished->exchange(true)) return;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          answered_.push_back(prompt);
+          --in_flight_per_key_[prompt.empty() ? -1 : prompt[0]];
+          log_[log_index].end = BenchClock::now();
+        }
+        --in_flight_;
+      };
       const int delay_ms = max_tokens == 99 ? 1500 : 2;  // 99 tokens: a stalled server
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, max_tokens, prompt_tokens, delay_ms, sent = 0](size_t,
-                                                                httplib::DataSink& sink) mutable {
+          [max_tokens, prompt_tokens, cached, delay_ms, finish, sent = 0](
+              size_t, httplib::DataSink& sink) mutable {
             std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
             std::string out;
             if (sent < max_tokens) {
@@ -53,17 +95,16 @@ class StreamingServer {
               sink.write(out.data(), out.size());
               return true;
             }
-            out = "data: " +
-                  json({{"choices", json::array()},
-                        {"usage",
-                         {{"prompt_tokens", prompt_tokens}, {"completion_tokens", max_tokens}}}})
-                      .dump() +
+            json usage = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", max_tokens}};
+            if (cached > 0) usage["prompt_tokens_details"] = {{"cached_tokens", cached}};
+            out = "data: " + json({{"choices", json::array()}, {"usage", usage}}).dump() +
                   "\n\ndata: [DONE]\n\n";
+            finish();
             sink.write(out.data(), out.size());
             sink.done();
             return true;
           },
-          [this](bool) { --in_flight_; });
+          [finish](bool) { finish(); });
     });
     server_.set_tcp_nodelay(true);  // like oasis-server: each SSE chunk leaves at once
     port_ = server_.bind_to_any_port("127.0.0.1");
@@ -77,6 +118,15 @@ class StreamingServer {
   }
   int port() const { return port_; }
   int max_in_flight() const { return max_in_flight_.load(); }
+  // The most requests in flight at once with `key` as their first token id.
+  int max_in_flight_of(int64_t key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_per_key_[key];
+  }
+  std::vector<Logged> log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
 
  private:
   httplib::Server server_;
@@ -84,6 +134,10 @@ class StreamingServer {
   int port_ = -1;
   std::atomic<int> in_flight_{0};
   std::atomic<int> max_in_flight_{0};
+  std::mutex mu_;
+  std::vector<std::vector<int64_t>> answered_;  // prompts whose response ended
+  std::map<int64_t, int> in_flight_per_key_, max_per_key_;
+  std::vector<Logged> log_;
 };
 
 std::vector<Prompt> Prompts(int n, int input, int output) {
@@ -233,4 +287,122 @@ TEST_CASE("run: a reused keep-alive connection adds no Nagle delay to TTFT") {
   }
   std::sort(ttft.begin(), ttft.end());
   CHECK(ttft[5] < 0.025);
+}
+
+namespace {
+
+// `n` conversations of `turns` turns (first_len + (t - 1) * inc tokens, output `out`) whose
+// first token id is 1000 + the conversation's index, so the server can tell them apart.
+std::vector<MultiTurnConversation> Conversations(int64_t n, int64_t turns, int64_t first_len,
+                                                 int64_t inc, int64_t out) {
+  MultiTurnWorkloadOptions o;
+  o.num_conversations = n;
+  o.num_turns = turns;
+  o.first_len = first_len;
+  o.increment_len = inc;
+  o.output_len = out;
+  o.vocab_size = 1000;
+  o.seed = 5;
+  auto made = MakeMultiTurnWorkload(o);
+  REQUIRE(made.ok());
+  for (int64_t c = 0; c < n; ++c) (*made)[c].last.token_ids[0] = 1000 + c;
+  return std::move(*made);
+}
+
+}  // namespace
+
+TEST_CASE("multi-turn run: turns in order, one at a time per conversation, concurrency capped") {
+  StreamingServer server;
+  RunOptions o = Options(server.port());
+  o.max_concurrency = 2;
+  const auto conversations = Conversations(5, 3, 20, 10, 6);
+  const RunResult result = RunConversations(o, conversations, nullptr);
+  REQUIRE(result.records.size() == 15);
+  for (int64_t c = 0; c < 5; ++c) {
+    for (int64_t t = 0; t < 3; ++t) {
+      const RequestRecord& r = result.records[c * 3 + t];
+      CAPTURE(c, t, r.error);
+      REQUIRE(r.success);
+      CHECK(r.index == c * 3 + t);
+      CHECK(r.conversation == c);
+      CHECK(r.turn == t + 1);
+      CHECK(r.prompt_tokens == 20 + 10 * t);
+      CHECK(r.output_tokens == 6);
+      // The server's cache held the previous turn's prompt, and only that.
+      CHECK(r.cached_tokens == (t == 0 ? 0 : 20 + 10 * (t - 1)));
+      if (t > 0) {  // sent only after the previous turn's response ended
+        const RequestRecord& prev = result.records[c * 3 + t - 1];
+        CHECK(r.start_s >= prev.start_s + prev.e2el_s);
+      }
+    }
+    CHECK(server.max_in_flight_of(1000 + c) == 1);  // never two turns of one at once
+  }
+  // Server side: each conversation's requests arrive in turn order, each after the last ended.
+  std::map<int64_t, std::vector<StreamingServer::Logged>> by_conversation;
+  for (const auto& l : server.log()) by_conversation[l.key].push_back(l);
+  REQUIRE(by_conversation.size() == 5);
+  for (auto& [key, requests] : by_conversation) {
+    CAPTURE(key);
+    std::sort(requests.begin(), requests.end(),
+              [](const auto& a, const auto& b) { return a.start < b.start; });
+    REQUIRE(requests.size() == 3);
+    for (size_t t = 0; t < 3; ++t) {
+      CHECK(requests[t].prompt_tokens == 20 + 10 * static_cast<int>(t));
+      if (t > 0) CHECK(requests[t].start >= requests[t - 1].end);
+    }
+  }
+  CHECK(server.max_in_flight() == 2);  // five conversations, two at a time: reached, not passed
+  CHECK(result.duration_s > 0);
+
+  Summary s = Summarize(result.records, result.duration_s, {99});
+  REQUIRE(s.per_turn.size() == 3);
+  CHECK(s.per_turn[0].mean_cached_tokens == 0);
+  CHECK(s.per_turn[1].mean_cached_tokens == 20);
+  CHECK(s.per_turn[2].mean_cached_tokens == 30);
+  CHECK(s.cached_token_ratio == Approx(50.0 / 90.0));
+}
+
+TEST_CASE("multi-turn run: without a cap every conversation starts at once") {
+  StreamingServer server;
+  RunOptions o = Options(server.port());
+  const auto conversations = Conversations(4, 2, 8, 50, 50);  // 50 tokens: about 100 ms a turn
+  const RunResult result = RunConversations(o, conversations, nullptr);
+  REQUIRE(result.records.size() == 8);
+  for (const RequestRecord& r : result.records) REQUIRE(r.success);
+  CHECK(server.max_in_flight() == 4);
+  for (int64_t c = 0; c < 4; ++c) CHECK(server.max_in_flight_of(1000 + c) == 1);
+}
+
+TEST_CASE("multi-turn run: think time between a response and the next turn") {
+  StreamingServer server;
+  RunOptions o = Options(server.port());
+  o.think_time_s = 0.08;
+  const auto conversations = Conversations(2, 3, 8, 4, 2);
+  const RunResult result = RunConversations(o, conversations, nullptr);
+  REQUIRE(result.records.size() == 6);
+  for (size_t i = 0; i < 6; ++i) {
+    const RequestRecord& r = result.records[i];
+    REQUIRE(r.success);
+    if (r.turn == 1) continue;
+    const RequestRecord& prev = result.records[i - 1];
+    CHECK(r.start_s - (prev.start_s + prev.e2el_s) >= 0.08);
+  }
+}
+
+TEST_CASE("multi-turn run: a request rate paces the conversation starts") {
+  StreamingServer server;
+  RunOptions o = Options(server.port());
+  o.request_rate = 20;
+  o.seed = 2;
+  const auto conversations = Conversations(6, 2, 4, 4, 2);
+  const RunResult result = RunConversations(o, conversations, nullptr);
+  const auto arrivals = ArrivalTimes(6, 20, 1.0, 2);
+  CHECK(arrivals.back() > 0.05);  // the pacing is visible
+  for (size_t c = 0; c < 6; ++c) {
+    const RequestRecord& first = result.records[c * 2];
+    REQUIRE(first.success);
+    CHECK(first.turn == 1);
+    CHECK(first.start_s >= arrivals[c] - 1e-3);
+    CHECK(first.start_s < arrivals[c] + 0.2);
+  }
 }

@@ -268,3 +268,73 @@ TEST_CASE("percentile metrics: only the chosen metrics are reported") {
   CHECK_FALSE(j.contains("mean_tpot_ms"));
   CHECK_FALSE(j.contains("p50_itl_ms"));
 }
+
+TEST_CASE("summary: cached prompt tokens and their ratio, per-turn TTFT and cache (multi-turn)") {
+  // Two conversations of three turns; conversation 1's turn 3 failed.
+  std::vector<RequestRecord> r;
+  const double ttft_ms[2][3] = {{100, 20, 30}, {200, 40, 50}};
+  const int64_t prompt[3] = {64, 96, 128}, cached[3] = {0, 64, 96};
+  for (int c = 0; c < 2; ++c) {
+    for (int t = 0; t < 3; ++t) {
+      RequestRecord x = Done(ttft_ms[c][t], ttft_ms[c][t] + 10, 2);
+      x.conversation = c;
+      x.turn = t + 1;
+      x.prompt_tokens = prompt[t];
+      x.cached_tokens = cached[t];
+      r.push_back(x);
+    }
+  }
+  r.back().success = false;
+  r.back().failure = FailureKind::kHttpStatus;
+  r.back().http_status = 500;
+  const Summary s = Summarize(r, 1.0, {99});
+  CHECK(s.total_input_tokens == 64 + 96 + 128 + 64 + 96);
+  CHECK(s.total_cached_tokens == 0 + 64 + 96 + 0 + 64);
+  CHECK(s.cached_token_ratio == Approx(224.0 / 448.0));
+  REQUIRE(s.per_turn.size() == 3);
+  CHECK(s.per_turn[0].turn == 1);
+  CHECK(s.per_turn[0].completed == 2);
+  CHECK(s.per_turn[0].median_ttft_ms == Approx(150));
+  CHECK(s.per_turn[0].p90_ttft_ms == Approx(190));  // 100 + 0.9 * 100
+  CHECK(s.per_turn[0].mean_cached_tokens == 0);
+  CHECK(s.per_turn[1].mean_cached_tokens == 64);
+  CHECK(s.per_turn[1].mean_prompt_tokens == 96);
+  CHECK(s.per_turn[1].median_ttft_ms == Approx(30));
+  CHECK(s.per_turn[2].completed == 1);
+  CHECK(s.per_turn[2].failed == 1);
+  CHECK(s.per_turn[2].median_ttft_ms == Approx(30));
+  CHECK(s.per_turn[2].mean_cached_tokens == 96);
+
+  // The text with runs of spaces squashed, so the checks do not count columns.
+  std::string text;
+  for (char ch : FormatSummary(s, {})) {
+    if (ch != ' ' || text.empty() || text.back() != ' ') text += ch;
+  }
+  CHECK(text.find("\nTotal cached prompt tokens: 224 \n") != std::string::npos);
+  CHECK(text.find("\nCached / total prompt tokens: 0.5000 \n") != std::string::npos);
+  CHECK(text.find("Per Turn (TTFT, cached prompt tokens)") != std::string::npos);
+  CHECK(text.find("\n1 2 0 150.00 190.00 0.0 64.0\n") != std::string::npos);
+  CHECK(text.find("\n2 2 0 30.00 38.00 64.0 96.0\n") != std::string::npos);
+  CHECK(text.find("\n3 1 1 30.00 30.00 96.0 128.0\n") != std::string::npos);
+  const auto j = SummaryJson(s);
+  CHECK(j["total_cached_tokens"] == 224);
+  CHECK(j["cached_token_ratio"].get<double>() == Approx(0.5));
+  REQUIRE(j["per_turn"].size() == 3);
+  CHECK(j["per_turn"][1]["turn"] == 2);
+  CHECK(j["per_turn"][1]["mean_cached_tokens"].get<double>() == 64);
+  CHECK(j["per_turn"][0]["p90_ttft_ms"].get<double>() == Approx(190));
+  CHECK(j["per_turn"][2]["failed"] == 1);
+  const auto rec = RecordJson(r[4]);
+  CHECK(rec["conversation"] == 1);
+  CHECK(rec["turn"] == 2);
+  CHECK(rec["cached_tokens"] == 64);
+
+  // Other datasets: the ratio is there (0 without cache hits), no per-turn part.
+  const Summary plain = Summarize({Done(10, 20, 2)}, 1.0, {99});
+  CHECK(plain.per_turn.empty());
+  CHECK(plain.cached_token_ratio == 0);
+  CHECK(FormatSummary(plain, {}).find("Per Turn") == std::string::npos);
+  CHECK(FormatSummary(plain, {}).find("Cached / total prompt tokens:") != std::string::npos);
+  CHECK_FALSE(SummaryJson(plain).contains("per_turn"));
+  CHECK_FALSE(RecordJson(Done(10, 20, 2)).contains("turn"));
+}

@@ -61,6 +61,12 @@ PANELS = [
     ("Lookahead drafts", "timeseries", "none", [
         (f"oasis:spec_decode_draft_acceptance_rate{SEL}", "Acceptance rate"),
         (f"oasis:spec_decode_tokens_per_step{SEL}", "Tokens per step")]),
+    ("Prefix cache", "timeseries", "none", [
+        (f"rate(oasis:prefix_cache_hits_total{SEL}{RATE}) / rate(oasis:prefix_cache_queries_total{SEL}{RATE})",
+         "Hit rate (tokens)"),
+        (f"rate(oasis:prefix_cache_hits_total{SEL}{RATE})", "Cached prompt tokens/s"),
+        (f"rate(oasis:prefix_cache_evictions_total{SEL}{RATE})", "Evicted blocks/s"),
+        (f"oasis:num_cached_free_kv_blocks{SEL}", "Cached free blocks")]),
     ("HTTP front", "timeseries", "none", [
         (f"oasis:http_connections_open{SEL}", "Open connections"),
         (f"sum by(status) (rate(oasis:http_requests_total{SEL}{RATE}))", "HTTP {{status}}/s")]),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <unordered_set>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -473,14 +474,38 @@ Status SparseKvManager::SwitchToSparse(
   }
   if (!any_shared) shared.clear();
   const int64_t fresh_per_head = SwitchFreshSlotsPerHead(shape, table.num_blocks(), shared);
-  std::vector<int32_t> fresh;
-  if (fresh_per_head > 0) {
-    auto got = gpu_allocator_.Allocate(static_cast<int32_t>(fresh_per_head * hkv));
-    if (!got) {
-      return ResourceExhausted("no GPU slots for the sparse working set: need " +
-                               std::to_string(fresh_per_head * hkv) + ", " +
-                               std::to_string(gpu_allocator_.num_free()) + " free");
+  // Shared slots outside the initial working set are only released (free_later): release them
+  // before taking fresh slots, so that the cached ones among them (parked, evictable) can
+  // serve as fresh slots when the pool is short. Safe: per layer, the host copy of every block
+  // runs before the working-set copies write fresh slots, and tails are written by later steps.
+  std::vector<int32_t> early;
+  if (!shared.empty() && shape.own_tail) {
+    const int64_t complete = num_tokens / kBlockSize;
+    std::vector<char> kept(static_cast<size_t>(table.num_blocks()), 0);
+    for (int64_t b : InitialWorkingBlocks(complete, config_.topk_blocks))
+      kept[static_cast<size_t>(b)] = 1;
+    if (num_tokens % kBlockSize != 0) kept[static_cast<size_t>(complete)] = 1;
+    for (int64_t h = 0; h < hkv; ++h) {
+      const auto& slots = table.head_slots(static_cast<int32_t>(h));
+      for (size_t b = 0; b < slots.size(); ++b) {
+        if (shared[static_cast<size_t>(h)][b] != 0 && !kept[b]) early.push_back(slots[b]);
+      }
     }
+  }
+  const int64_t need = fresh_per_head * hkv;
+  int64_t early_freed =
+      0;  // early slots this request alone holds: free (or evictable) once released
+  for (int32_t slot : early) early_freed += gpu_allocator_.ref_count(slot) == 1 ? 1 : 0;
+  if (need > gpu_allocator_.num_free() + early_freed) {
+    return ResourceExhausted("no GPU slots for the sparse working set: need " +
+                             std::to_string(need) + ", " +
+                             std::to_string(gpu_allocator_.num_free()) + " free");
+  }
+  gpu_allocator_.Free(early);
+  std::vector<int32_t> fresh;
+  if (need > 0) {
+    auto got = gpu_allocator_.Allocate(static_cast<int32_t>(need));
+    OASIS_CHECK(got.has_value()) << "switch: fresh GPU slots counted";
     fresh = std::move(*got);
   }
   std::vector<std::vector<int32_t>> table_slots;
@@ -496,7 +521,11 @@ Status SparseKvManager::SwitchToSparse(
   req.tail_slots = plan.tail_slots;
   RunSwitchCopies(plan, req, pools_of);
   if (shape.own_tail)
-    table.TakeSlots();  // ours now: working + tail slots kept, the rest freed below
+    table.TakeSlots();   // ours now: working + tail slots kept, the rest freed below
+  if (!early.empty()) {  // released already
+    const std::unordered_set<int32_t> released(early.begin(), early.end());
+    std::erase_if(plan.free_later, [&](int32_t slot) { return released.contains(slot); });
+  }
   gpu_allocator_.Free(plan.free_later);
   return Status::Ok();
 }

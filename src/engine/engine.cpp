@@ -149,8 +149,10 @@ void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
   RequestState& s = *state;
   s.seed = s.request.sampling.seed ? *s.request.sampling.seed : rng();
   s.seq.always_sparse = s.request.handoff;
-  // Prompt logprobs need a logits row at every prompt position; a handoff's KV is staged whole.
-  if (options.enable_prefix_caching && !s.request.handoff && s.request.prompt_logprobs < 0) {
+  // Prompt logprobs need a logits row at every prompt position. A handoff (prefill instance)
+  // adopts cached blocks too: its KV is staged from the host store after its switch, which
+  // copies every block there, adopted or computed.
+  if (options.enable_prefix_caching && s.request.prompt_logprobs < 0) {
     s.seq.prefix_caching = PrefixCaching::kOn;
     s.seq.prefix_root = PrefixCacheRoot(std::hash<std::string>{}(s.request.cache_salt));
   }

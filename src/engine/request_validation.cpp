@@ -205,26 +205,11 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
   return Status::Ok();
 }
 
-// Prefix caching (issue 33) covers requests while their KV is dense — a sparse switch never
-// writes a shared block (SharedSlots in kvcache/sparse_switch_plan.h); under TP the allocator
-// is shared logically, so a cached entry holds every rank's heads; under lookahead the draft
-// head's blocks are cached along (engine/draft_prefix_cache.h). Not for a handoff exporter.
-Status CheckPrefixCachingOptions(const EngineOptions& options) {
-  if (!options.enable_prefix_caching) return Status::Ok();
-  const auto refuse = [](const std::string& what) {
-    return InvalidArgument("--enable-prefix-caching does not support " + what +
-                           " yet; use --no-enable-prefix-caching");
-  };
-  if (options.handoff_exporter != nullptr) return refuse("disaggregated prefill");
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner,
                             const DraftRunner* draft) {
   OASIS_RETURN_IF_ERROR(CheckLookaheadOptions(options, runner, draft));
-  OASIS_RETURN_IF_ERROR(CheckPrefixCachingOptions(options));
   return CheckSparseOptions(options, runner, draft);
 }
 

@@ -579,7 +579,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
   options.enable_prefix_caching = sc.ResolvedPrefixCaching();
   if (sc.enable_prefix_caching && !options.enable_prefix_caching)
-    spdlog::info("prefix caching: off (it does not cover a --role {} instance yet)", sc.role);
+    spdlog::info("prefix caching: off (it does not cover a --role decode instance yet)");
   options.max_waiting = sc.max_waiting;
   options.seed = static_cast<uint64_t>(sc.seed);
   options.sparse = host->sparse;

@@ -161,7 +161,7 @@ const std::vector<Setting>& Settings() {
          "tokens per engine step (decode + prefill chunks)"},
         {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
          "automatic prefix caching: prompts reuse the KV of cached full blocks (on by default; "
-         "off by itself on a prefill/decode --role, which refuses it given explicitly); "
+         "off by itself on a --role decode instance, which refuses it given explicitly); "
          "--no-enable-prefix-caching turns it off"},
         {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
         {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
@@ -380,9 +380,10 @@ Status ServerConfig::Validate() const {
   if (host.empty()) return InvalidArgument("--host must not be empty");
   OASIS_RETURN_IF_ERROR(one_of("role", role, {"both", "prefill", "decode"}));
   OASIS_RETURN_IF_ERROR(one_of("rpf", rpf, {"on", "off"}));
-  if (prefix_caching_given && enable_prefix_caching && role != "both") {
-    return InvalidArgument("--enable-prefix-caching does not support --role " + role +
-                           " (disaggregated prefill/decode) yet; use --no-enable-prefix-caching");
+  if (prefix_caching_given && enable_prefix_caching && role == "decode") {
+    return InvalidArgument(
+        "--enable-prefix-caching does not support --role decode (imported KV) yet; use "
+        "--no-enable-prefix-caching");
   }
   if (role != "both") {
     if (sparse == "off")

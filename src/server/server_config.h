@@ -38,7 +38,7 @@ struct ServerConfig : HttpFrontSettings {
   // Chat output parsing (vLLM's flags; docs/server.md "Tool calls and reasoning").
   bool enable_auto_tool_choice = false;
   // Automatic prefix caching (EngineOptions), on by default as vLLM's; off by itself where it
-  // does not reach yet (disaggregation roles) unless given explicitly, which those refuse.
+  // does not reach yet (a decode instance) unless given explicitly, which that refuses.
   // prefix_caching_given: set by the command line or a config file (not a setting).
   bool enable_prefix_caching = true;
   bool prefix_caching_given = false;  // tool_choice "auto" parses tool calls
@@ -142,8 +142,8 @@ struct ServerConfig : HttpFrontSettings {
     return sparse == "on" || (sparse == "auto" && (sparse_threshold > 0 || role != "both"));
   }
   // Whether prefix caching runs: --enable-prefix-caching (default on) where it reaches —
-  // not on a prefill/decode instance yet (Validate refuses it given explicitly there).
-  bool ResolvedPrefixCaching() const { return enable_prefix_caching && role == "both"; }
+  // not on a decode instance yet (Validate refuses it given explicitly there).
+  bool ResolvedPrefixCaching() const { return enable_prefix_caching && role != "decode"; }
   // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
   std::string ResolvedSparsePredictor() const;
   // auto: pressure, or threshold with --dense-layers > 0 (the pressure policy switches whole

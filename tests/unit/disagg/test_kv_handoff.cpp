@@ -238,6 +238,56 @@ TEST_CASE("a request handed off by a prefill engine and imported by a decode eng
   }
 }
 
+// Prefix caching on the prefill instance (issue 33): handoffs adopt the blocks earlier
+// prompts left cached (a shared 100-token prefix, one repeated prompt) and compute only the
+// rest; the staged KV (every block, adopted or computed, through the host store) decodes on
+// the decode instance exactly as one engine without caching does.
+TEST_CASE("a prefill instance reuses its prefix cache; the decode side decodes as one engine does",
+          "[disagg][engine][prefix]") {
+  const auto ctx = Context();
+  for (bool with_head : {false, true}) {
+    DYNAMIC_SECTION((with_head ? "EAGLE-3 draft predictor" : "previous-query predictor")) {
+      std::vector<EngineRequest> reqs = LongWorkload(6, 17, 200);
+      std::vector<int32_t> prefix(100);
+      for (size_t j = 0; j < prefix.size(); ++j) prefix[j] = static_cast<int32_t>(5 + (j * 37) % 480);
+      for (auto& r : reqs) {
+        r.prompt.insert(r.prompt.begin(), prefix.begin(), prefix.end());
+        r.max_tokens = std::max<int64_t>(r.max_tokens, 3);
+      }
+      reqs.push_back(reqs[2]);
+      reqs.back().id = "repeat";
+      Instance ref(with_head), pre(with_head), dec(with_head);
+      const std::vector<Collected> want = RunEngine(*ref.tm.runner, ref.draft.get(), ref.Options(24), reqs).out;
+      PrefillSide side(ctx, 1 << 16, 30s);
+      EngineOptions po = pre.Options(24);
+      po.handoff_exporter = side.exporter.get();
+      po.enable_prefix_caching = true;
+      REQUIRE(Engine::CheckOptions(po, *pre.tm.runner, pre.draft.get()).ok());
+      Engine prefill(*pre.tm.runner, nullptr, po, pre.draft.get());
+      Engine decode(*dec.tm.runner, nullptr, dec.Options(24), dec.draft.get());
+      auto importer = RemoteKvImporter::Create(ctx);
+      prefill.Start();
+      decode.Start();
+      int handed_off = 0;
+      const std::vector<Collected> got = RunDisaggregated(prefill, decode, *importer, reqs, true, &handed_off);
+      CHECK(handed_off >= 5);
+      CheckSameOutputs(reqs, got, want);
+      const EngineStats pst = WaitSparseIdle(prefill), dst = WaitSparseIdle(decode);
+      CHECK(pst.kv.prefix_cache_hits_total >= static_cast<int64_t>(reqs.size() - 1) * 96);
+      CHECK(pst.disagg.handoffs_total == handed_off);
+      CHECK(dst.disagg.import_failures_total == 0);
+      for (const EngineStats* st : {&pst, &dst}) {
+        CHECK(st->kv.num_free_slots == st->kv.num_slots);
+        CHECK(st->sparse.num_free_host_kv_slots == st->sparse.num_host_kv_slots);
+        CHECK(st->kv.num_free_draft_slots == st->kv.num_draft_slots);
+      }
+      CHECK(WaitFor([&] { return side.pool->Stats().requests_held == 0; }));
+      prefill.Stop();
+      decode.Stop();
+    }
+  }
+}
+
 TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and never attended before they land",
           "[disagg][engine]") {
   const auto ctx = Context();

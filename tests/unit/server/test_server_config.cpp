@@ -572,11 +572,12 @@ TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-ca
   CHECK(resolved({"--sparse", "on"}));
   CHECK(resolved({"--sparse-threshold", "4096", "--enable-prefix-caching"}));
   CHECK_FALSE(resolved({"--sparse", "on", "--no-enable-prefix-caching"}));
-  // A prefill/decode instance: off by itself by default; given explicitly, refused.
-  CHECK_FALSE(resolved({"--role", "prefill"}));
+  // A prefill instance reuses its cache; a decode instance: off by itself by default, given
+  // explicitly, refused.
+  CHECK(resolved({"--role", "prefill"}));
+  CHECK(resolved({"--role", "prefill", "--enable-prefix-caching"}));
   CHECK_FALSE(resolved({"--role", "decode"}));
-  for (const auto& role : std::vector<std::vector<std::string>>{{"--role", "prefill"},
-                                                                {"--role", "decode"}}) {
+  for (const auto& role : std::vector<std::vector<std::string>>{{"--role", "decode"}}) {
     std::vector<std::string> args = role;
     args.push_back("--enable-prefix-caching");
     auto p = Parse(args);

@@ -97,6 +97,12 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
             return requests.at(seq.id)->draft_head;
           });
       scheduler.set_prefix_companion(draft_prefix.get());
+      if (sparse !=
+          nullptr) {  // the head's rows so far are dense ones: cache them before the switch
+        sparse->set_before_switch([this](Sequence& seq) {
+          draft_prefix->Register(seq, requests.at(seq.id)->draft_head);
+        });
+      }
     }
   }
   if (draft != nullptr && o.lookahead == LookaheadMode::kSpeculate &&
@@ -164,7 +170,9 @@ void Engine::Impl::Admit(std::unique_ptr<RequestState> state) {
 
 void Engine::Impl::ReleaseDraftHead(RequestState& s) {
   if (draft == nullptr) return;
-  if (draft_prefix != nullptr) draft_prefix->Register(s.seq, s.draft_head);  // before release
+  // (Its head blocks were registered before: each step's start for running requests, Finish
+  // before the scheduler forgets whether the request went sparse — rows of sparse steps read
+  // approximate target states and are never cached.)
   s.draft_head.table.Release(draft_allocator);
   s.draft_head.num_computed = 0;
   DraftPrefixCache::Reset(s.draft_head);
@@ -194,6 +202,7 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
     ++stats.disagg.imports_finished_total;
   }
   if (s.import_phase == RequestState::ImportPhase::kNone) {
+    if (draft_prefix != nullptr) draft_prefix->Register(s.seq, s.draft_head);  // while kv tells
     scheduler.Finish(&s.seq);
   } else if (sparse) {  // an import not yet running: only its host room (and draft KV) is held
     sparse->manager().Release(s.seq.id);

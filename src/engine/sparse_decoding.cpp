@@ -221,6 +221,7 @@ int64_t SparseDecoding::SwitchReady(const std::vector<Sequence*>& running) {
       continue;
     }
     CacheComputedBlocks(*s, allocator_);  // prefix caching: its dense blocks stay reusable
+    if (before_switch_) before_switch_(*s);
     const Status st = manager_.SwitchToSparse(s->id, s->table, s->num_computed, PoolsOf());
     if (!st.ok()) {  // no sparse row or GPU slot now: stays dense, retried next step
       if (switch_failures_++ % 1000 == 0)
@@ -286,6 +287,7 @@ bool SparseDecoding::SwitchNow(Sequence& s, bool in_place) {
                                    : manager_.Reserve(s.id, s.max_total_tokens);
   if (!reserved.ok()) return false;
   CacheComputedBlocks(s, allocator_);  // prefix caching: its dense blocks stay reusable
+  if (before_switch_) before_switch_(s);
   if (!manager_.SwitchToSparse(s.id, s.table, s.num_computed, PoolsOf()).ok()) {
     manager_.Release(s.id);  // no sparse row or GPU slot now (nothing else was taken)
     return false;

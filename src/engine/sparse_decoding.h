@@ -130,10 +130,14 @@ class SparseDecoding final : public SequenceKvHooks {
 
   // Publishes gauges and, when due, the collected counters into `stats`.
   void UpdateStats(EngineStats& stats);
+  // Called with a dense request just before it switches to sparse, after its computed blocks
+  // are registered in the prefix cache (the engine registers the draft head's blocks then).
+  void set_before_switch(std::function<void(Sequence&)> f) { before_switch_ = std::move(f); }
 
  private:
   ModelRunner& runner_;
   BlockAllocator& allocator_;  // the engine's GPU pool
+  std::function<void(Sequence&)> before_switch_;
   bool tearing_down_ = false;  // (before manager_: its side runner reads it)
   SparseKvManager manager_;
   std::vector<std::vector<LayerKvPool>*> rank_pools_;  // each rank's KV pools

@@ -28,6 +28,21 @@ void EnsureHashes(Sequence& seq, int64_t num_blocks) {
     seq.block_hashes.push_back(HashPrefixBlock(ParentHash(seq, b), BlockTokens(seq, b)));
 }
 
+// How many of seq's first `max_blocks` full blocks are cached, as a leading run (hashes
+// ensured); their slots go to `slots` when it is given.
+int64_t LeadingCachedBlocks(Sequence& seq, const PrefixCache& cache, int64_t max_blocks,
+                            std::vector<std::vector<int32_t>>* slots = nullptr) {
+  EnsureHashes(seq, max_blocks);
+  int64_t n = 0;
+  for (; n < max_blocks; ++n) {
+    const std::vector<int32_t>* found = cache.Find(seq.block_hashes[static_cast<size_t>(n)],
+                                                   ParentHash(seq, n), BlockTokens(seq, n));
+    if (found == nullptr) break;
+    if (slots != nullptr) slots->push_back(*found);
+  }
+  return n;
+}
+
 }  // namespace
 
 int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator, PrefixCompanion* companion) {
@@ -35,14 +50,8 @@ int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator, PrefixCompan
   OASIS_CHECK_EQ(seq.table.num_blocks(), 0) << "adopting into a table that holds blocks";
   const PrefixCache& cache = *allocator.prefix_cache();
   const int64_t max_blocks = (seq.num_tokens() - 1) / kBlockSize;  // one token left to compute
-  EnsureHashes(seq, max_blocks);
   std::vector<std::vector<int32_t>> blocks;
-  for (int64_t b = 0; b < max_blocks; ++b) {
-    const std::vector<int32_t>* slots = cache.Find(seq.block_hashes[static_cast<size_t>(b)],
-                                                   ParentHash(seq, b), BlockTokens(seq, b));
-    if (slots == nullptr) break;
-    blocks.push_back(*slots);
-  }
+  LeadingCachedBlocks(seq, cache, max_blocks, &blocks);
   if (companion != nullptr && !blocks.empty()) {
     const int64_t both = companion->NumCached(seq, static_cast<int64_t>(blocks.size()));
     OASIS_CHECK(both >= 0 && both <= static_cast<int64_t>(blocks.size()))
@@ -92,15 +101,9 @@ void AddPendingBlocks(Sequence& seq, const BlockAllocator& allocator,
 bool AwaitsPendingBlock(Sequence& seq, const BlockAllocator& allocator,
                         const std::unordered_set<uint64_t>& pending) {
   if (pending.empty() || !Takes(seq, allocator) || seq.num_computed != 0) return false;
-  const PrefixCache& cache = *allocator.prefix_cache();
   const int64_t max_blocks = (seq.num_tokens() - 1) / kBlockSize;  // as AdoptCachedPrefix
-  EnsureHashes(seq, max_blocks);
-  for (int64_t b = 0; b < max_blocks; ++b) {
-    const uint64_t hash = seq.block_hashes[static_cast<size_t>(b)];
-    if (cache.Find(hash, ParentHash(seq, b), BlockTokens(seq, b)) == nullptr)
-      return pending.contains(hash);
-  }
-  return false;
+  const int64_t hits = LeadingCachedBlocks(seq, *allocator.prefix_cache(), max_blocks);
+  return hits < max_blocks && pending.contains(seq.block_hashes[static_cast<size_t>(hits)]);
 }
 
 }  // namespace oasis

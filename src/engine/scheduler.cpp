@@ -121,7 +121,7 @@ SchedulerOutput Scheduler::Schedule() {
   // go first.
   if (out.preempted.empty()) {
     std::unordered_set<uint64_t> pending;
-    if (allocator_.prefix_cache() != nullptr) {
+    if (allocator_.prefix_cache() != nullptr && !waiting_.empty()) {
       for (Sequence* s : running_) AddPendingBlocks(*s, allocator_, &pending);
     }
     size_t next = 0;

@@ -435,8 +435,8 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   // Pass 1: the config file, so that flags given on the command line override it.
   OASIS_ASSIGN_OR_RETURN(const std::vector<std::string> paths, ConfigPaths(argc, argv));
   for (const std::string& path : paths) {
-    OASIS_RETURN_IF_ERROR(LoadConfigFile(path, &out.config));
     OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadConfigJson(path));
+    OASIS_RETURN_IF_ERROR(ApplyConfigJson(json, path, &out.config));
     if (json.is_object() &&
         (json.contains("enable-prefix-caching") || json.contains("enable_prefix_caching")))
       out.config.prefix_caching_given = true;

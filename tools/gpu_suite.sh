@@ -9,7 +9,8 @@
 # Parts: OASIS_GPU_TESTS="test_a test_b" runs only those tests; OASIS_BENCH=0 skips the
 # benchmarks, the tokenizer speed and the PyTorch peers; OASIS_LOAD_BENCH=0 the checkpoint
 # load; OASIS_SANITIZE=1 adds compute-sanitizer runs; OASIS_EVAL_TRAINED=1 adds the trained
-# default's measurements (tools/eval_trained_model.py; carry .cache/train/corpus too).
+# default's measurements (tools/eval_trained_model.py; carry .cache/train/corpus too);
+# OASIS_PREFIX_CACHE_BENCH=1 the multi-turn prefix-caching runs (tools/bench_prefix_cache.py).
 # OASIS_BASE_BUNDLE=FILE.tar.xz (a bundle of an earlier commit, packed by --bundle-base) runs
 # every benchmark of that build right after ours, with the same arguments, and puts its RESULT
 # line under ours in the table: a before/after comparison from one call. OASIS_BENCH_ONLY="a b"
@@ -209,6 +210,18 @@ if [[ ${OASIS_EVAL_TRAINED:-0} == 1 ]]; then
   cat /tmp/eval.out
   rows+=("$(printf '%-20s rc %s, %s' "eval trained" "$rc" \
             "$(grep -E '^ +4096 +(draft|previous-query) +16 +0.05 +[0-9]+ ' /tmp/eval.out | awk '{print $2 " dl " $5 " agree " $6 " ppl/dense " $(NF-2)}' | paste -sd';')")")
+fi
+# Multi-turn serving with prefix caching on vs off (issue 33): two servers on dummy Qwen3-8B
+# weights, one after the other in this call (about 3 minutes for both presets).
+# OASIS_PREFIX_CACHE_BENCH=1 turns it on; OASIS_PREFIX_CACHE_WORKLOADS picks the presets.
+if [[ ${OASIS_PREFIX_CACHE_BENCH:-0} == 1 ]]; then
+  ws=()
+  for w in ${OASIS_PREFIX_CACHE_WORKLOADS:-8k 24k}; do ws+=(--workload "$w"); done
+  echo "=== tools/bench_prefix_cache.py ${ws[*]}"
+  PYTHONUNBUFFERED=1 python3 tools/bench_prefix_cache.py "${ws[@]}" > /tmp/pc.out 2>&1
+  tail -12 /tmp/pc.out
+  while read -r line; do rows+=("$(printf '%-20s %s' "prefix cache" "${line#RESULT prefix_cache }")"); done \
+    < <(grep -E '^RESULT prefix_cache' /tmp/pc.out)
 fi
 echo
 echo "---------------- GPU suite summary ----------------"

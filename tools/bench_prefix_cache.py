@@ -71,6 +71,8 @@ def parse_args(argv):
     ap.add_argument("--prefix-len", type=int, default=1000, help="system prompt shared by all conversations")
     ap.add_argument("--out-dir", default=os.path.join(os.environ.get("OUT", "/tmp"), "prefix-cache"))
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, ".bundle/bin"))
+    ap.add_argument("--server-bin", help="oasis-server (default: found under --bin-dir)")
+    ap.add_argument("--bench-bin", help="oasis-bench (default: found under --bin-dir)")
     ap.add_argument("--model-config", default=os.path.join(ROOT, "tools/bench/model_configs/qwen3-8b.json"))
     ap.add_argument("--tokenizer", default=os.path.join(ROOT, ".cache/test-data/qwen3"))
     ap.add_argument("--max-model-len", type=int, default=40960)
@@ -154,9 +156,9 @@ def main(argv=None):
         return 0
     t0 = time.time()
     lc.unpack_bundle(a.bin_dir)
-    server_bin = lc.find_binary(a.bin_dir, "oasis-server", ("src/server",))
-    bench_bin = lc.find_binary(a.bin_dir, "oasis-bench", ("tools/loadgen",))
-    env = lc.binary_env(a.bin_dir)
+    server_bin = a.server_bin or lc.find_binary(a.bin_dir, "oasis-server", ("src/server",))
+    bench_bin = a.bench_bin or lc.find_binary(a.bin_dir, "oasis-bench", ("tools/loadgen",))
+    env = lc.binary_env(os.path.dirname(server_bin) if a.server_bin else a.bin_dir)
     with open(a.model_config) as f:
         cfg = json.load(f)
     vocab = a.vocab_size or cfg["vocab_size"]

@@ -67,6 +67,9 @@ PANELS = [
         (f"rate(oasis:prefix_cache_hits_total{SEL}{RATE})", "Cached prompt tokens/s"),
         (f"rate(oasis:prefix_cache_evictions_total{SEL}{RATE})", "Evicted blocks/s"),
         (f"oasis:num_cached_free_kv_blocks{SEL}", "Cached free blocks")]),
+    ("Prefix cache: host tier", "timeseries", "Bps", [
+        (f"rate(oasis:prefix_cache_host_spilled_bytes_total{SEL}{RATE})", "Spilled bytes/s"),
+        (f"rate(oasis:prefix_cache_host_reloaded_bytes_total{SEL}{RATE})", "Reloaded bytes/s")]),
     ("HTTP front", "timeseries", "none", [
         (f"oasis:http_connections_open{SEL}", "Open connections"),
         (f"sum by(status) (rate(oasis:http_requests_total{SEL}{RATE}))", "HTTP {{status}}/s")]),

@@ -90,6 +90,11 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
   for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
   if (o.enable_prefix_caching) {  // before any allocation
     allocator.EnablePrefixCache(num_kv_heads);
+    if (o.prefix_cache_host_bytes > 0) {
+      host_tier = std::make_unique<HostPrefixTier>(r.backend(), r.kv_pools(), num_kv_heads,
+                                                   static_cast<size_t>(o.prefix_cache_host_bytes));
+      allocator.set_host_tier(host_tier.get(), host_tier.get());
+    }
     if (draft != nullptr) {
       draft_allocator.EnablePrefixCache(draft_kv_heads);
       draft_prefix = std::make_unique<DraftPrefixCache>(
@@ -114,6 +119,8 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
   stats.kv.num_free_slots = r.num_kv_slots();
   stats.kv.num_draft_slots = draft_allocator.num_slots();
   stats.kv.num_free_draft_slots = draft_allocator.num_free();
+  if (host_tier != nullptr)
+    stats.kv.prefix_cache_host_capacity_blocks = host_tier->num_blocks_capacity();
   stats.ttft = LatencyHistogram::WithBounds(kTtftBounds);
   stats.itl = LatencyHistogram::WithBounds(kItlBounds);
   stats.e2e = LatencyHistogram::WithBounds(kE2eBounds);
@@ -296,6 +303,14 @@ void Engine::Impl::Publish() {
     stats.kv.prefix_cache_queries_total = cache->queries_tokens_total();
     stats.kv.prefix_cache_hits_total = cache->hits_tokens_total();
     stats.kv.prefix_cache_evictions_total = cache->evictions_total();
+  }
+  if (host_tier != nullptr) {
+    stats.kv.prefix_cache_host_capacity_blocks = host_tier->num_blocks_capacity();
+    stats.kv.prefix_cache_host_blocks = host_tier->num_entries();
+    stats.kv.prefix_cache_host_hits_total = host_tier->hits_tokens_total();
+    stats.kv.prefix_cache_host_spilled_bytes_total = host_tier->spilled_bytes_total();
+    stats.kv.prefix_cache_host_reloaded_bytes_total = host_tier->reloaded_bytes_total();
+    stats.kv.prefix_cache_host_evictions_total = host_tier->evictions_total();
   }
   stats.kv.usage =
       stats.kv.num_slots > 0

@@ -178,10 +178,12 @@ struct EngineOptions {
   // Automatic prefix caching (issue 33, engine/prefix_reuse.h): a prompt reuses the KV of
   // every leading full block some earlier request computed (read-only, reference-counted),
   // computing only the rest; unreferenced cached blocks stay until the pool needs them (LRU).
-  // Dense requests only for now: CheckOptions refuses it with sparse KV, lookahead decoding,
-  // disaggregation's prefill role and tensor parallelism; requests asking for prompt logprobs
-  // and imported requests bypass it.
+  // Requests asking for prompt logprobs and imported requests bypass it.
   bool enable_prefix_caching = false;
+  // The host tier of prefix caching (kvcache/host_prefix_tier.h): bytes of page-locked host
+  // memory that cached blocks evicted from the GPU pool spill to and reload from. 0: none.
+  // Needs enable_prefix_caching, one rank (CheckOptions), and at least one block's worth.
+  double prefix_cache_host_bytes = 0;
 };
 
 // The engine's latency histograms (common/histogram.h).
@@ -217,6 +219,15 @@ struct EngineStats {
     int64_t prefix_cache_queries_total = 0;
     int64_t prefix_cache_hits_total = 0;
     int64_t prefix_cache_evictions_total = 0;
+    // Its host tier (zero without one): blocks it can hold and holds, prompt tokens reloaded
+    // from it at admission (also counted in prefix_cache_hits_total), bytes spilled to it
+    // and reloaded from it, entries it evicted.
+    int64_t prefix_cache_host_capacity_blocks = 0;
+    int64_t prefix_cache_host_blocks = 0;
+    int64_t prefix_cache_host_hits_total = 0;
+    int64_t prefix_cache_host_spilled_bytes_total = 0;
+    int64_t prefix_cache_host_reloaded_bytes_total = 0;
+    int64_t prefix_cache_host_evictions_total = 0;
   };
   // The loop's steps and where their wall time goes.
   struct Loop {

@@ -23,6 +23,7 @@
 #include "engine/request_state.h"
 #include "engine/scheduler.h"
 #include "engine/sparse_decoding.h"
+#include "kvcache/host_prefix_tier.h"
 
 namespace oasis {
 
@@ -221,6 +222,8 @@ struct Engine::Impl {
   BlockAllocator draft_allocator;  // the draft head's KV pool (empty when lookahead is off)
   // Prefix caching with lookahead: the head's blocks cached along (null otherwise).
   std::unique_ptr<DraftPrefixCache> draft_prefix;
+  // The prefix cache's host tier (EngineOptions::prefix_cache_host_bytes; null: none).
+  std::unique_ptr<HostPrefixTier> host_tier;
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
   // Speculate with --speculative-depth adaptive (null otherwise).
   std::unique_ptr<SpeculativeDepthController> depth_controller;

@@ -1,8 +1,10 @@
 #include "engine/request_validation.h"
 
+#include <cstdio>
 #include <string>
 
 #include "kvcache/host_kv_store.h"
+#include "kvcache/host_prefix_tier.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "runner/sampler.h"
 
@@ -205,11 +207,37 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
   return Status::Ok();
 }
 
+Status CheckPrefixCacheHostTier(const EngineOptions& o, const ModelRunner& r) {
+  if (o.prefix_cache_host_bytes == 0) return Status::Ok();
+  if (!(o.prefix_cache_host_bytes > 0))
+    return InvalidArgument("the prefix cache's host tier size must not be negative");
+  if (!o.enable_prefix_caching)
+    return InvalidArgument("a host tier for the prefix cache needs prefix caching on");
+  if (r.num_ranks() > 1)
+    return InvalidArgument(
+        "the prefix cache's host tier does not support tensor parallelism yet "
+        "(--tensor-parallel-size > 1)");
+  const ModelConfig& m = r.model().config();
+  const size_t per_block = HostPrefixTier::BytesPerSlot(m.num_hidden_layers, m.head_dim,
+                                                        r.backend().activation_dtype()) *
+                           static_cast<size_t>(m.num_key_value_heads);
+  if (o.prefix_cache_host_bytes < static_cast<double>(per_block)) {
+    char msg[200];
+    std::snprintf(msg, sizeof msg,
+                  "the prefix cache's host tier of %.0f bytes holds no block (one block of %d "
+                  "tokens takes %zu bytes)",
+                  o.prefix_cache_host_bytes, kBlockSize, per_block);
+    return InvalidArgument(msg);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Engine::CheckOptions(const EngineOptions& options, const ModelRunner& runner,
                             const DraftRunner* draft) {
   OASIS_RETURN_IF_ERROR(CheckLookaheadOptions(options, runner, draft));
+  OASIS_RETURN_IF_ERROR(CheckPrefixCacheHostTier(options, runner));
   return CheckSparseOptions(options, runner, draft);
 }
 

@@ -24,11 +24,16 @@ int32_t BlockAllocator::num_free() const {
 std::optional<std::vector<int32_t>> BlockAllocator::Allocate(int32_t count) {
   OASIS_CHECK_GE(count, 0) << "negative allocation";
   if (count > num_free()) return std::nullopt;
+  bool evicted_any = false;
   while (static_cast<int32_t>(free_.size()) < count) {
-    const std::vector<int32_t> evicted = cache_->EvictOne();
-    OASIS_CHECK(!evicted.empty()) << "free count includes blocks that cannot be evicted";
-    for (auto it = evicted.rbegin(); it != evicted.rend(); ++it) free_.push_back(*it);
+    std::optional<PrefixCache::Evicted> evicted = cache_->EvictEntry();
+    OASIS_CHECK(evicted.has_value() && !evicted->slots.empty())
+        << "free count includes blocks that cannot be evicted";
+    if (sink_ != nullptr) sink_->Evicted(*evicted);
+    evicted_any = true;
+    for (auto it = evicted->slots.rbegin(); it != evicted->slots.rend(); ++it) free_.push_back(*it);
   }
+  if (evicted_any && sink_ != nullptr) sink_->EndEvictions();
   // The free list's tail, last in first: ascending slots from a fresh pool, and a freed run
   // comes back in its own order (Free pushes it reversed), so a reservation gets contiguous runs.
   std::vector<int32_t> out(free_.rbegin(), free_.rbegin() + count);

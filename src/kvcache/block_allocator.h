@@ -16,6 +16,20 @@
 
 namespace oasis {
 
+class HostPrefixTier;
+
+// Learns of cached blocks the allocator evicts, before their slots are handed out again (the
+// host tier of prefix caching copies them to host memory: kvcache/host_prefix_tier.h).
+class EvictionSink {
+ public:
+  virtual ~EvictionSink() = default;
+  // Cached block `e` is evicted; its slots go to the allocation under way once EndEvictions
+  // returns, and nothing writes them before.
+  virtual void Evicted(const PrefixCache::Evicted& e) = 0;
+  // The allocation that evicted is done evicting (once per such allocation).
+  virtual void EndEvictions() = 0;
+};
+
 class BlockAllocator {
  public:
   explicit BlockAllocator(int32_t num_slots);
@@ -25,6 +39,15 @@ class BlockAllocator {
   void EnablePrefixCache(int32_t num_kv_heads);
   PrefixCache* prefix_cache() { return cache_.get(); }
   const PrefixCache* prefix_cache() const { return cache_.get(); }
+  // The host tier of the prefix cache (null: none): evicted cached blocks go to it (its
+  // EvictionSink) and prefix_reuse reloads hits from it. Not owned; set after
+  // EnablePrefixCache, before allocations.
+  void set_host_tier(HostPrefixTier* tier, EvictionSink* sink) {
+    host_tier_ = tier;
+    sink_ = sink;
+  }
+  HostPrefixTier* host_tier() { return host_tier_; }
+  const HostPrefixTier* host_tier() const { return host_tier_; }
 
   // `count` slots (one reference each), or nullopt (nothing taken) when fewer are free.
   // Most recently freed first; a fresh pool gives ascending slots and a vector freed together
@@ -51,6 +74,8 @@ class BlockAllocator {
   std::vector<int32_t> free_;  // LIFO: recently freed slots are reused first
   std::vector<int32_t> refs_;  // [slot] references (0: free or cached-evictable)
   std::unique_ptr<PrefixCache> cache_;
+  HostPrefixTier* host_tier_ = nullptr;
+  EvictionSink* sink_ = nullptr;
 };
 
 }  // namespace oasis

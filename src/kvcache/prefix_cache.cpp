@@ -53,6 +53,11 @@ bool PrefixCache::Insert(uint64_t hash, uint64_t parent, std::span<const int32_t
   return true;
 }
 
+bool PrefixCache::IsParked(int32_t slot) const {
+  OASIS_CHECK(IsCached(slot)) << "slot " << slot << " is not cached";
+  return entries_.at(entry_of_[static_cast<size_t>(slot)]).evictable;
+}
+
 void PrefixCache::Park(int32_t slot) {
   OASIS_CHECK(IsCached(slot)) << "parking uncached slot " << slot;
   Entry& e = entries_.at(entry_of_[static_cast<size_t>(slot)]);
@@ -75,18 +80,26 @@ void PrefixCache::Unpark(int32_t slot) {
   --e.num_parked;
 }
 
-std::vector<int32_t> PrefixCache::EvictOne() {
-  if (lru_.empty()) return {};
+std::optional<PrefixCache::Evicted> PrefixCache::EvictEntry() {
+  if (lru_.empty()) return std::nullopt;
   const uint64_t hash = lru_.front();
   lru_.pop_front();
   auto it = entries_.find(hash);
   OASIS_CHECK(it != entries_.end() && it->second.evictable) << "LRU names a missing entry";
-  std::vector<int32_t> slots = std::move(it->second.slots);
+  Evicted out{.hash = hash,
+              .parent = it->second.parent,
+              .tokens = it->second.tokens,
+              .slots = std::move(it->second.slots)};
   entries_.erase(it);
-  for (int32_t s : slots) entry_of_[static_cast<size_t>(s)] = kNone;
-  num_evictable_slots_ -= static_cast<int64_t>(slots.size());
+  for (int32_t s : out.slots) entry_of_[static_cast<size_t>(s)] = kNone;
+  num_evictable_slots_ -= static_cast<int64_t>(out.slots.size());
   ++evictions_total_;
-  return slots;
+  return out;
+}
+
+std::vector<int32_t> PrefixCache::EvictOne() {
+  std::optional<Evicted> e = EvictEntry();
+  return e ? std::move(e->slots) : std::vector<int32_t>{};
 }
 
 }  // namespace oasis

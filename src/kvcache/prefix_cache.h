@@ -21,6 +21,7 @@
 #include <array>
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -47,13 +48,23 @@ class PrefixCache {
   bool Insert(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens,
               const std::vector<int32_t>& slots);
   bool IsCached(int32_t slot) const { return entry_of_[static_cast<size_t>(slot)] != kNone; }
+  // Whether cached `slot`'s entry is evictable (all its slots parked).
+  bool IsParked(int32_t slot) const;
   // Cached `slot` lost its last reference: the cache keeps it (its entry becomes evictable
   // once all its slots are parked).
   void Park(int32_t slot);
   // Parked cached `slot` is referenced again: its entry is no longer evictable.
   void Unpark(int32_t slot);
-  // Drops the least recently released evictable entry; returns its slots (the caller frees
-  // them). Empty when nothing is evictable.
+  // An entry dropped by EvictEntry: its key and slots (the caller frees them).
+  struct Evicted {
+    uint64_t hash = 0;
+    uint64_t parent = 0;
+    std::array<int32_t, kBlockSize> tokens{};
+    std::vector<int32_t> slots;  // [head]
+  };
+  // Drops the least recently released evictable entry; nullopt when nothing is evictable.
+  std::optional<Evicted> EvictEntry();
+  // EvictEntry's slots only (empty when nothing is evictable).
   std::vector<int32_t> EvictOne();
 
   int64_t num_entries() const { return static_cast<int64_t>(entries_.size()); }

@@ -471,6 +471,9 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
   if (s.host_kv_gib <= 0) {  // auto: half the memory available now (a quarter of RAM if unknown)
     const std::optional<double> avail = AvailableHostMemoryGiB();
     s.host_kv_gib = avail ? kHostKvDefaultShare * *avail : PhysicalHostMemoryGiB() / 4.0;
+    // The prefix cache's host tier comes out of the same memory.
+    if (sc.prefix_cache_host_gib > 0)
+      s.host_kv_gib = std::max(s.host_kv_gib / 4.0, s.host_kv_gib - sc.prefix_cache_host_gib);
   }
   OASIS_ASSIGN_OR_RETURN(s.predictor, ParseSparsePredictor(sc.ResolvedSparsePredictor()));
   OASIS_ASSIGN_OR_RETURN(s.group_reduce, ParseGroupReduce(sc.sparse_group_reduce));
@@ -578,6 +581,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   options.max_num_seqs = sc.max_num_seqs;
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
   options.enable_prefix_caching = sc.ResolvedPrefixCaching();
+  options.prefix_cache_host_bytes = sc.prefix_cache_host_gib * 1024.0 * 1024.0 * 1024.0;
   if (sc.enable_prefix_caching && !options.enable_prefix_caching)
     spdlog::info("prefix caching: off (it does not cover a --role decode instance yet)");
   options.max_waiting = sc.max_waiting;
@@ -593,6 +597,11 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
     return e.status();
   } catch (const std::runtime_error& e) {  // TP: a rank's failure, rethrown naming the rank
     return Internal(std::string("starting the engine: ") + e.what());
+  }
+  if (options.prefix_cache_host_bytes > 0) {
+    const int64_t blocks = host->engine->Stats().kv.prefix_cache_host_capacity_blocks;
+    spdlog::info("prefix cache host tier: {:.4g} GiB pinned, {} blocks ({} tokens)",
+                 sc.prefix_cache_host_gib, blocks, blocks * kBlockSize);
   }
   for (int64_t tokens : CapacityLengths(*host)) {
     const KvCapacity k = host->engine->CapacityAt(tokens);

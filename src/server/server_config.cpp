@@ -163,6 +163,10 @@ const std::vector<Setting>& Settings() {
          "automatic prefix caching: prompts reuse the KV of cached full blocks (on by default; "
          "off by itself on a --role decode instance, which refuses it given explicitly); "
          "--no-enable-prefix-caching turns it off"},
+        {"prefix-cache-host-gib", &ServerConfig::prefix_cache_host_gib,
+         "the prefix cache's host tier: GiB of pinned host memory that cached blocks evicted "
+         "from the GPU pool spill to, reloaded when a later prompt hits them (0 = none; one "
+         "GPU; at most 90% of the memory available with --host-kv-gib)"},
         {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
         {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
          "fraction of GPU memory for weights + KV cache"},
@@ -196,6 +200,13 @@ const std::vector<Setting>& Settings() {
 }  // namespace
 
 namespace {
+
+std::string FormatGib(double gib) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", gib);
+  return b;
+}
+
 // `path` lexically normalised, without a trailing separator ("a/./b/" -> "a/b").
 std::filesystem::path NormalPath(const std::string& path) {
   std::filesystem::path p = std::filesystem::path(path).lexically_normal();
@@ -380,6 +391,18 @@ Status ServerConfig::Validate() const {
   if (host.empty()) return InvalidArgument("--host must not be empty");
   OASIS_RETURN_IF_ERROR(one_of("role", role, {"both", "prefill", "decode"}));
   OASIS_RETURN_IF_ERROR(one_of("rpf", rpf, {"on", "off"}));
+  if (!(prefix_cache_host_gib >= 0) || !std::isfinite(prefix_cache_host_gib))
+    return InvalidArgument("--prefix-cache-host-gib must be >= 0, got " +
+                           std::to_string(prefix_cache_host_gib));
+  if (prefix_cache_host_gib > 0) {
+    if (!ResolvedPrefixCaching())
+      return InvalidArgument(
+          "--prefix-cache-host-gib needs prefix caching (it is off: --no-enable-prefix-caching "
+          "or --role decode)");
+    if (tensor_parallel_size != 1)
+      return InvalidArgument(
+          "--prefix-cache-host-gib does not support --tensor-parallel-size > 1 yet");
+  }
   if (prefix_caching_given && enable_prefix_caching && role == "decode") {
     return InvalidArgument(
         "--enable-prefix-caching does not support --role decode (imported KV) yet; use "
@@ -539,18 +562,26 @@ Status CheckStagingSecurity(const ServerConfig& c) {
 
 Status CheckHostMemory(const ServerConfig& c) {
   // A store the machine cannot hold is refused at start, not discovered under load (or as a
-  // failed allocation): at most kHostKvShareOfAvailable of the memory available.
-  if (!c.SparseEnabled() || c.host_kv_gib <= 0) return Status::Ok();
+  // failed allocation): at most kHostKvShareOfAvailable of the memory available, for the
+  // sparse host store (when given) and the prefix cache's host tier together.
+  const double sparse_gib = c.SparseEnabled() ? c.host_kv_gib : 0.0;
+  const double total = sparse_gib + c.prefix_cache_host_gib;
+  if (total <= 0) return Status::Ok();
   const std::optional<double> avail = AvailableHostMemoryGiB();
-  if (!avail || c.host_kv_gib <= kHostKvShareOfAvailable * *avail) return Status::Ok();
+  if (!avail || total <= kHostKvShareOfAvailable * *avail) return Status::Ok();
+  std::string what;
+  if (sparse_gib > 0) what = "--host-kv-gib " + FormatGib(sparse_gib);
+  if (c.prefix_cache_host_gib > 0)
+    what += (what.empty() ? "" : " + ") +
+            ("--prefix-cache-host-gib " + FormatGib(c.prefix_cache_host_gib));
   char msg[320];
   std::snprintf(msg, sizeof msg,
-                "--host-kv-gib %.2f: this machine has %.2f GiB of memory available now "
-                "(MemAvailable and the memory cgroup, of %.2f GiB); a host KV store may take at "
+                ": this machine has %.2f GiB of memory available now "
+                "(MemAvailable and the memory cgroup, of %.2f GiB); host KV memory may take at "
                 "most %.0f%% of it, %.2f GiB",
-                c.host_kv_gib, *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
+                *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
                 kHostKvShareOfAvailable * *avail);
-  return InvalidArgument(msg);
+  return InvalidArgument(what + msg);
 }
 
 }  // namespace oasis::server

@@ -36,14 +36,17 @@ struct ServerConfig : HttpFrontSettings {
   std::string generation_config = "auto";
 
   // Chat output parsing (vLLM's flags; docs/server.md "Tool calls and reasoning").
-  bool enable_auto_tool_choice = false;
+  bool enable_auto_tool_choice = false;  // tool_choice "auto" parses tool calls
   // Automatic prefix caching (EngineOptions), on by default as vLLM's; off by itself where it
   // does not reach yet (a decode instance) unless given explicitly, which that refuses.
   // prefix_caching_given: set by the command line or a config file (not a setting).
   bool enable_prefix_caching = true;
-  bool prefix_caching_given = false;  // tool_choice "auto" parses tool calls
-  std::string tool_call_parser;       // "", hermes, llama3_json
-  std::string reasoning_parser;       // "", qwen3, deepseek_r1
+  bool prefix_caching_given = false;
+  // The prefix cache's host tier (docs/prefix_caching.md): GiB of page-locked host memory
+  // that cached blocks evicted from the GPU pool spill to and reload from. 0 = none.
+  double prefix_cache_host_gib = 0;
+  std::string tool_call_parser;  // "", hermes, llama3_json
+  std::string reasoning_parser;  // "", qwen3, deepseek_r1
 
   // Lookahead decoding with an EAGLE-3 draft head (docs/lookahead.md).
   std::string draft_model;  // EAGLE-3 head directory (config.json + *.safetensors)

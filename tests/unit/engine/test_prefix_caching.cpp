@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "kvcache/host_prefix_tier.h"
 #include "test_engine_util.h"
 
 using namespace oasis;
@@ -269,4 +270,111 @@ TEST_CASE("prefix caching: siblings queued together compute their shared prompt 
     CHECK(on[4].cached_tokens == 32);
     CHECK(on_stats.kv.num_free_slots == on_stats.kv.num_slots);
   }
+}
+
+namespace {
+
+// Bytes of `blocks` blocks in the tiny model's host tier.
+double HostTierBytes(int64_t blocks) {
+  TinyModel tm(16);
+  return static_cast<double>(blocks) *
+         static_cast<double>(HostPrefixTier::BytesPerSlot(tm.config.num_hidden_layers,
+                                                          tm.config.head_dim,
+                                                          tm.backend.activation_dtype())) *
+         static_cast<double>(tm.config.num_key_value_heads);
+}
+
+EngineOptions WithHostTier(int64_t blocks, int64_t budget = 2048) {
+  EngineOptions o = Caching(true, budget);
+  o.prefix_cache_host_bytes = HostTierBytes(blocks);
+  return o;
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937_64& rng, size_t len) {
+  std::vector<int32_t> t(len);
+  for (auto& x : t) x = static_cast<int32_t>(3 + rng() % 500);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("prefix caching: the host tier keeps evicted prefixes; hits reload them",
+          "[engine][prefix][host]") {
+  // A pool of 48 head-blocks (24 blocks, 384 tokens): the second prompt evicts the first
+  // one's blocks; its follow-up (the first prompt + a new question) finds them only in the
+  // host tier.
+  std::mt19937_64 rng(5);
+  const std::vector<int32_t> first = RandomTokens(rng, 170);
+  std::vector<EngineRequest> reqs;
+  reqs.push_back(Request("a", first, 6));
+  reqs.push_back(Request("b", RandomTokens(rng, 330), 6));
+  std::vector<int32_t> follow = first;
+  for (int32_t t : RandomTokens(rng, 21)) follow.push_back(t);
+  reqs.push_back(Request("a2", follow, 8));
+  for (auto& r : reqs) r.ignore_eos = true;
+  reqs[2].sampling.temperature = 20.0f;
+  reqs[2].sampling.seed = 9;
+
+  for (int64_t budget : {2048, 24}) {
+    INFO("budget " << budget);
+    EngineStats off_stats, gpu_stats, host_stats;
+    const auto off = RunInOrder(Caching(false, budget), 48, reqs, &off_stats);
+    const auto gpu_only = RunInOrder(Caching(true, budget), 48, reqs, &gpu_stats);
+    const auto host = RunInOrder(WithHostTier(64, budget), 48, reqs, &host_stats);
+    CheckSame(gpu_only, off);
+    CheckSame(host, off);
+    // Without the tier the follow-up finds only the blocks "b" left in the pool (its first
+    // ones: a released table parks its last blocks first, so they are evicted first); with
+    // it, the first prompt's ten full blocks are all back, the evicted ones from host memory.
+    const int64_t in_pool = gpu_only[2].cached_tokens;
+    CHECK(in_pool < 160);
+    CHECK(host[2].cached_tokens == 160);
+    CHECK(host_stats.kv.prefix_cache_host_hits_total == 160 - in_pool);
+    CHECK(host_stats.kv.prefix_cache_hits_total == 160);
+    const int64_t block_bytes = static_cast<int64_t>(HostTierBytes(1));
+    CHECK(host_stats.kv.prefix_cache_host_reloaded_bytes_total ==
+          (160 - in_pool) / kBlockSize * block_bytes);
+    CHECK(host_stats.kv.prefix_cache_host_spilled_bytes_total >= 10 * block_bytes);
+    CHECK(host_stats.kv.prefix_cache_host_spilled_bytes_total % block_bytes == 0);
+    CHECK(host_stats.kv.prefix_cache_host_capacity_blocks == 64);
+    CHECK(host_stats.kv.prefix_cache_host_blocks > 0);
+    CHECK(host_stats.kv.prefix_cache_host_blocks <= 64);
+    CHECK(gpu_stats.kv.prefix_cache_host_capacity_blocks == 0);
+    CHECK(host_stats.kv.num_free_slots == host_stats.kv.num_slots);
+  }
+}
+
+TEST_CASE("prefix caching: a host tier under churn answers as caching off",
+          "[engine][prefix][host]") {
+  // The shared-prefix workload in a pool that evicts all the time, with tiers from one block
+  // (constant host eviction) to room for everything, in turn and concurrently (preemption).
+  const auto reqs = SharedPrefixWorkload(24, 11);
+  EngineStats off_stats;
+  // 24 head-blocks: 12 blocks, 192 tokens (the longest request takes 9 blocks).
+  const auto off_in_order = RunInOrder(Caching(false, 40), 24, reqs, &off_stats);
+  const auto off_together = RunTogether(Caching(false, 40), 24, reqs, &off_stats);
+  for (int64_t blocks : {1, 6, 200}) {
+    INFO("tier " << blocks << " blocks");
+    EngineStats st;
+    CheckSame(RunInOrder(WithHostTier(blocks, 40), 24, reqs, &st), off_in_order);
+    CHECK(st.kv.prefix_cache_host_spilled_bytes_total > 0);
+    CHECK(st.kv.prefix_cache_host_blocks <= blocks);
+    if (blocks == 200) CHECK(st.kv.prefix_cache_host_hits_total > 0);
+    CHECK(st.kv.num_free_slots == st.kv.num_slots);
+    CheckSame(RunTogether(WithHostTier(blocks, 40), 24, reqs, &st), off_together);
+    CHECK(st.kv.num_free_slots == st.kv.num_slots);
+  }
+}
+
+TEST_CASE("prefix caching: host tier options are checked", "[engine][prefix][host]") {
+  TinyModel tm(64);
+  EngineOptions o = WithHostTier(4);
+  CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).ok());
+  o.prefix_cache_host_bytes = HostTierBytes(1) - 1;  // less than one block
+  CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
+  o.prefix_cache_host_bytes = -1;
+  CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
+  o = WithHostTier(4);
+  o.enable_prefix_caching = false;
+  CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
 }

@@ -1,0 +1,133 @@
+#include "kvcache/host_prefix_tier.h"
+
+#include <algorithm>
+#include <climits>
+#include <unordered_set>
+
+#include "common/check.h"
+
+namespace oasis {
+namespace {
+
+int32_t SlotsFor(size_t bytes, size_t per_slot) {
+  const size_t n = per_slot == 0 ? 0 : bytes / per_slot;
+  return static_cast<int32_t>(std::min<size_t>(n, INT32_MAX / kBlockSize));
+}
+
+}  // namespace
+
+size_t HostPrefixTier::BytesPerSlot(int64_t num_layers, int64_t head_dim, DType dtype) {
+  return static_cast<size_t>(2 * kBlockSize * head_dim * num_layers) * DTypeSize(dtype);
+}
+
+HostPrefixTier::HostPrefixTier(Backend& backend, std::vector<LayerKvPool>& gpu_pools,
+                               int32_t num_kv_heads, size_t bytes)
+    : backend_(backend),
+      gpu_(gpu_pools),
+      num_kv_heads_(num_kv_heads),
+      bytes_per_slot_(gpu_pools.empty() ? 0
+                                        : BytesPerSlot(static_cast<int64_t>(gpu_pools.size()),
+                                                       gpu_pools[0].k.dim(2),
+                                                       gpu_pools[0].k.dtype())),
+      slots_(gpu_pools.empty() ? 0 : SlotsFor(bytes, bytes_per_slot_)),
+      index_(std::max<int32_t>(1, slots_.num_slots()), num_kv_heads) {
+  OASIS_CHECK(!gpu_pools.empty()) << "a host prefix tier needs the GPU pools";
+  OASIS_CHECK_GE(slots_.num_slots(), num_kv_heads) << "a host prefix tier of less than one block";
+  const int64_t n = slots_.num_slots(), d = gpu_pools[0].k.dim(2);
+  const DType dt = gpu_pools[0].k.dtype();
+  for (size_t l = 0; l < gpu_pools.size(); ++l) {
+    host_.push_back(
+        {backend.EmptyHost({n, kBlockSize, d}, dt), backend.EmptyHost({n, kBlockSize, d}, dt)});
+  }
+}
+
+void HostPrefixTier::Evicted(const PrefixCache::Evicted& e) {
+  OASIS_CHECK_EQ(e.slots.size(), static_cast<size_t>(num_kv_heads_)) << "one slot per KV head";
+  if (const std::vector<int32_t>* held = index_.Find(e.hash, e.parent, e.tokens)) {
+    // Already here (a reloaded block evicted again): the same KV. Most recently used now,
+    // unless a reload pins it.
+    const std::vector<int32_t> slots = *held;
+    bool pinned = false;
+    for (int32_t s : slots) pinned = pinned || !index_.IsParked(s);
+    if (!pinned) {
+      Pin(slots);
+      Unpin(slots);
+    }
+    return;
+  }
+  std::optional<std::vector<int32_t>> host = slots_.Allocate(num_kv_heads_);
+  while (!host) {
+    std::optional<PrefixCache::Evicted> old = index_.EvictEntry();
+    if (!old) {  // every entry is pinned by a reload under way
+      ++dropped_blocks_total_;
+      return;
+    }
+    slots_.Free(old->slots);
+    host = slots_.Allocate(num_kv_heads_);
+  }
+  OASIS_CHECK(index_.Insert(e.hash, e.parent, e.tokens, *host)) << "host entry inserted twice";
+  for (int32_t s : *host) index_.Park(s);
+  pending_gpu_.insert(pending_gpu_.end(), e.slots.begin(), e.slots.end());
+  pending_host_.insert(pending_host_.end(), host->begin(), host->end());
+  ++spilled_blocks_total_;
+}
+
+void HostPrefixTier::EndEvictions() {
+  if (pending_gpu_.empty()) return;
+  // A host slot spilled into twice in one allocation (its first entry evicted for room):
+  // the last copy is the one its entry names; destinations must be distinct in one copy.
+  std::vector<int32_t> src, dst;
+  std::unordered_set<int32_t> seen;
+  for (size_t i = pending_host_.size(); i-- > 0;) {
+    if (!seen.insert(pending_host_[i]).second) continue;
+    src.push_back(pending_gpu_[i]);
+    dst.push_back(pending_host_[i]);
+  }
+  pending_gpu_.clear();
+  pending_host_.clear();
+  CopyAll(/*to_host=*/true, src, dst);
+}
+
+const std::vector<int32_t>* HostPrefixTier::Find(uint64_t hash, uint64_t parent,
+                                                 std::span<const int32_t> tokens) const {
+  return index_.Find(hash, parent, tokens);
+}
+
+void HostPrefixTier::Pin(const std::vector<int32_t>& host_slots) {
+  for (int32_t s : host_slots) index_.Unpark(s);
+}
+
+void HostPrefixTier::Unpin(const std::vector<int32_t>& host_slots) {
+  for (int32_t s : host_slots) index_.Park(s);
+}
+
+void HostPrefixTier::Reload(const std::vector<std::vector<int32_t>>& host,
+                            const std::vector<std::vector<int32_t>>& gpu) {
+  OASIS_CHECK_EQ(host.size(), gpu.size()) << "reload: one GPU block per host block";
+  if (host.empty()) return;
+  std::vector<int32_t> src, dst;
+  for (size_t i = 0; i < host.size(); ++i) {
+    OASIS_CHECK(host[i].size() == static_cast<size_t>(num_kv_heads_) &&
+                gpu[i].size() == static_cast<size_t>(num_kv_heads_))
+        << "reload: one slot per KV head";
+    src.insert(src.end(), host[i].begin(), host[i].end());
+    dst.insert(dst.end(), gpu[i].begin(), gpu[i].end());
+  }
+  CopyAll(/*to_host=*/false, src, dst);
+  reloaded_blocks_total_ += static_cast<int64_t>(host.size());
+}
+
+void HostPrefixTier::CopyAll(bool to_host, const std::vector<int32_t>& src_slots,
+                             const std::vector<int32_t>& dst_slots) {
+  const Tensor src_t = backend_.UploadAsync(Tensor::FromInts(src_slots));
+  const Tensor dst_t = backend_.UploadAsync(Tensor::FromInts(dst_slots));
+  for (size_t l = 0; l < gpu_.size(); ++l) {
+    if (to_host) {
+      backend_.CopyBlocks(gpu_[l], src_t, host_[l], dst_t);
+    } else {
+      backend_.CopyBlocks(host_[l], src_t, gpu_[l], dst_t);
+    }
+  }
+}
+
+}  // namespace oasis

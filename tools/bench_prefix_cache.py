@@ -13,11 +13,17 @@ or one of the presets):
   8k   turn 1 8,000 tokens, +800 a turn (every later turn shares >= 90% with the one before),
        8 turns (8.0K -> 13.6K), 16 conversations, 8 at once
   24k  turn 1 24,000 tokens, +2,400 a turn, 4 turns (24K -> 31.2K), 8 conversations, 4 at once
+  agents  turn 1 8,000 tokens, +800 a turn, 6 turns, 32 conversations all at once: with
+       --think-ms the histories of idle conversations outgrow a small GPU pool (--server-args
+       "--gpu-memory-utilization 0.35"); --modes on,host compares recomputing evicted
+       prefixes with reloading them from the host tier (--host-tier-gib)
 The system prompt shared by all conversations is --prefix-len tokens (default 1,000).
 
 On the GPU machine, from the bundle (here: cmake --build build && tools/gpu_suite.sh --bundle;
 the device call carries [".bundle-pack"] and runs in the repository root):
   tools/bench_prefix_cache.py --workload 8k --workload 24k --budget-s 540
+  tools/bench_prefix_cache.py --workload agents --think-ms 3000 --modes on,host \
+    --server-args "--gpu-memory-utilization 0.35" --budget-s 540
 writes $OUT/prefix-cache/summary.json and runs.tar.xz (each run's oasis-bench output and result
 file, the server logs: the device tool brings back only so many files).
   tools/bench_prefix_cache.py --report DIR ...      prints the table of earlier summary.json files.
@@ -41,9 +47,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_long_context as lc  # noqa: E402
 
 ROOT = lc.ROOT
-PRESETS = {"8k": (8000, 800, 8, 16, 8), "24k": (24000, 2400, 4, 8, 4)}
+PRESETS = {"8k": (8000, 800, 8, 16, 8), "24k": (24000, 2400, 4, 8, 4), "agents": (8000, 800, 6, 32, 32)}
 COUNTERS = ("oasis:prefix_cache_queries_total", "oasis:prefix_cache_hits_total",
-            "oasis:prefix_cache_evictions_total", "oasis:prompt_tokens_total", "oasis:num_preemptions_total")
+            "oasis:prefix_cache_evictions_total", "oasis:prompt_tokens_total", "oasis:num_preemptions_total",
+            "oasis:prefix_cache_host_hits_total", "oasis:prefix_cache_host_spilled_bytes_total",
+            "oasis:prefix_cache_host_reloaded_bytes_total")
 
 
 def workload(text):
@@ -69,6 +77,12 @@ def parse_args(argv):
                     "NAME:first_len:increment_len:turns:conversations:concurrency (repeatable; default 8k)")
     ap.add_argument("--output-len", type=int, default=128, help="tokens generated per turn")
     ap.add_argument("--prefix-len", type=int, default=1000, help="system prompt shared by all conversations")
+    ap.add_argument("--think-ms", type=float, default=0, help="pause between a turn's response and the next "
+                    "turn (oasis-bench --multi-turn-think-ms): the conversation's blocks sit unreferenced meanwhile")
+    ap.add_argument("--modes", default="on,off", help="servers to run, in this order: on (prefix caching, GPU "
+                    "pool only), off (--no-enable-prefix-caching), host (caching with a host tier of "
+                    "--host-tier-gib)")
+    ap.add_argument("--host-tier-gib", type=float, default=64, help="--prefix-cache-host-gib of the host mode")
     ap.add_argument("--out-dir", default=os.path.join(os.environ.get("OUT", "/tmp"), "prefix-cache"))
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, ".bundle/bin"))
     ap.add_argument("--server-bin", help="oasis-server (default: found under --bin-dir)")
@@ -86,6 +100,9 @@ def parse_args(argv):
     ap.add_argument("--report", nargs="+", metavar="DIR")
     a = ap.parse_args(argv)
     a.workload = a.workload or [workload("8k")]
+    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if not a.modes or any(m not in ("on", "off", "host") for m in a.modes):
+        ap.error("--modes takes on, off and host, comma-separated")
     return a
 
 
@@ -115,6 +132,9 @@ def summarize(result, before, after):
                 input_tokens=s.get("total_input_tokens"),
                 hit_rate=(delta["oasis:prefix_cache_hits_total"] / q) if q else None,
                 evictions=delta["oasis:prefix_cache_evictions_total"],
+                host_hits=delta["oasis:prefix_cache_host_hits_total"],
+                host_spilled_gb=delta["oasis:prefix_cache_host_spilled_bytes_total"] / 1e9,
+                host_reloaded_gb=delta["oasis:prefix_cache_host_reloaded_bytes_total"] / 1e9,
                 preemptions=delta["oasis:num_preemptions_total"], per_turn=s.get("per_turn"))
 
 
@@ -123,8 +143,8 @@ def fmt(v, spec="{:.1f}"):
 
 
 def print_table(records, out=sys.stdout):
-    print("\nworkload  caching  done  out tok/s  TTFT p50  later TTFT p50/p90 ms  TPOT p50  cached  hit rate  evict",
-          file=out)
+    print("\nworkload  caching  done  out tok/s  TTFT p50  later TTFT p50/p90 ms  TPOT p50  cached  hit rate  evict"
+          "  host hits  spill/reload GB", file=out)
     by = {}
     for r in records:
         by.setdefault(r["workload"], {})[r["caching"]] = r
@@ -134,9 +154,18 @@ def print_table(records, out=sys.stdout):
               f"{fmt(m.get('later_ttft_p50_ms')):>10} / {fmt(m.get('later_ttft_p90_ms')):<9} "
               f"{fmt(m.get('tpot_p50_ms'), '{:.2f}'):>9}  {fmt(m.get('cached_ratio'), '{:.2f}'):>6}  "
               f"{fmt(m.get('hit_rate'), '{:.2f}'):>8}  {fmt(m.get('evictions'), '{:.0f}'):>5}"
+              f"  {fmt(m.get('host_hits'), '{:.0f}'):>9}  {fmt(m.get('host_spilled_gb'), '{:.2f}')}/"
+              f"{fmt(m.get('host_reloaded_gb'), '{:.2f}')}"
               + ("" if r["status"] == "ok" else f"  [{r['status']}: {r.get('error', '')}]"), file=out)
     for name, pair in by.items():
-        on, off = (pair.get(k, {}).get("summary") or {} for k in ("on", "off"))
+        on, off, host = (pair.get(k, {}).get("summary") or {} for k in ("on", "off", "host"))
+        if host.get("later_ttft_p50_ms") and on.get("later_ttft_p50_ms") and on.get("output_tok_s"):
+            print(f"RESULT prefix_cache {name} host tier: later-turn TTFT p50 {on['later_ttft_p50_ms']:.0f} (GPU "
+                  f"pool only) -> {host['later_ttft_p50_ms']:.0f} ms "
+                  f"({on['later_ttft_p50_ms'] / host['later_ttft_p50_ms']:.2f}x lower), output "
+                  f"{on['output_tok_s']:.0f} -> {host['output_tok_s']:.0f} tok/s, cached "
+                  f"{on.get('cached_ratio') or 0:.2f} -> {host.get('cached_ratio') or 0:.2f}, reloaded "
+                  f"{host.get('host_reloaded_gb') or 0:.1f} GB", file=out)
         if on.get("later_ttft_p50_ms") and off.get("later_ttft_p50_ms") and on.get("output_tok_s"):
             print(f"RESULT prefix_cache {name}: later-turn TTFT p50 {off['later_ttft_p50_ms']:.0f} -> "
                   f"{on['later_ttft_p50_ms']:.0f} ms ({off['later_ttft_p50_ms'] / on['later_ttft_p50_ms']:.2f}x "
@@ -186,7 +215,7 @@ def main(argv=None):
             os.remove(n)
 
     try:
-        for caching in ("on", "off"):
+        for caching in a.modes:
             if a.budget_s and time.time() - t0 > a.budget_s - 30:
                 break
             nserver += 1
@@ -195,7 +224,8 @@ def main(argv=None):
                     "--max-model-len", str(a.max_model_len), "--max-num-seqs", str(a.max_num_seqs)]
             if a.tokenizer:
                 args += ["--tokenizer", a.tokenizer]
-            args += (["--enable-prefix-caching"] if caching == "on" else ["--no-enable-prefix-caching"])
+            args += {"on": ["--enable-prefix-caching"], "off": ["--no-enable-prefix-caching"],
+                     "host": ["--enable-prefix-caching", "--prefix-cache-host-gib", f"{a.host_tier_gib:g}"]}[caching]
             args += a.server_args.split()
             with open(log, "w") as f:
                 f.write("# " + " ".join([server_bin] + args) + "\n")
@@ -231,6 +261,7 @@ def main(argv=None):
                             "--multi-turn-first-len", str(w["first_len"]),
                             "--multi-turn-increment-len", str(w["increment_len"]),
                             "--prefix-len", str(a.prefix_len), "--output-len", str(a.output_len),
+                            "--multi-turn-think-ms", f"{a.think_ms:g}",
                             "--max-concurrency", str(w["concurrency"]), "--random-vocab-size", str(vocab),
                             "--seed", str(a.seed), "--label", rid, "--result-file", result_path]
                     before = server.quiet_metrics()

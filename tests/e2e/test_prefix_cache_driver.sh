@@ -60,5 +60,33 @@ if problems:
 PY
 python3 "$ROOT/tools/bench_prefix_cache.py" --report "$TMP/pc" >"$TMP/report.out" 2>&1 || bad "--report failed"
 grep -q '^RESULT prefix_cache tiny' "$TMP/report.out" || bad "--report printed no RESULT line"
+
+# The host tier: eight conversations with think time in a pool of 96 head-blocks (the
+# histories of idle conversations do not fit): caching with the tier serves more from cache
+# than caching without, its reloads counted, and the host RESULT line.
+python3 "$ROOT/tools/bench_prefix_cache.py" --server-bin "$SERVER" --bench-bin "$BENCH" \
+  --model-config "$ROOT/tests/fixtures/tiny-default/config.json" --tokenizer "$ROOT/tests/fixtures/tiny-default" \
+  --workload tiny:256:48:3:8:8 --output-len 16 --prefix-len 32 --max-model-len 1024 --think-ms 200 \
+  --modes on,host --host-tier-gib 0.01 --server-args "--num-kv-slots 96" \
+  --run-timeout 120 --startup-timeout 120 --out-dir "$TMP/host" >"$TMP/host.out" 2>&1 || bad "host-tier driver exit $?"
+tail -5 "$TMP/host.out"
+grep -qE '^RESULT prefix_cache tiny host tier: later-turn TTFT p50' "$TMP/host.out" || bad "no host-tier RESULT line"
+python3 - "$TMP/host/summary.json" <<'PY' || fail=1
+import json, sys
+runs = {r["caching"]: r for r in json.load(open(sys.argv[1]))["runs"]}
+on, host = runs["on"]["summary"], runs["host"]["summary"]
+problems = []
+if runs["on"]["status"] != "ok" or runs["host"]["status"] != "ok" or on["completed"] != 24 or host["completed"] != 24:
+    problems.append(f"runs: {runs['on']['status']} {runs['host']['status']}")
+if on["host_hits"]:
+    problems.append(f"caching without a tier reports {on['host_hits']} host hits")
+if not host["host_hits"] or host["host_hits"] % 16:
+    problems.append(f"host tier: {host['host_hits']} host hits (whole blocks expected)")
+if not host["cached_ratio"] > on["cached_ratio"]:
+    problems.append(f"cached share with the tier {host['cached_ratio']} vs without {on['cached_ratio']}")
+if problems:
+    print("FAILED: " + "; ".join(problems))
+    sys.exit(1)
+PY
 [[ $fail -eq 0 ]] && echo "prefix cache driver: OK"
 exit $fail

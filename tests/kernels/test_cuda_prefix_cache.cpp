@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "kvcache/host_prefix_tier.h"
 #include "loader/weights.h"
 #include "models/eagle3.h"
 #include "runner/cuda/cuda_draft_runner.h"
@@ -40,9 +41,11 @@ std::vector<int32_t> Prompt(int i) {
 
 // Half the requests one after another (each sees the cache the earlier ones left), then the
 // rest together (siblings of one prefix admitted in one step).
-std::vector<Out> Run(ModelRunner& runner, DraftRunner* draft, bool caching, int n, EngineStats* stats) {
+std::vector<Out> Run(ModelRunner& runner, DraftRunner* draft, bool caching, int n, EngineStats* stats,
+                     double host_tier_bytes = 0) {
   EngineOptions o;
   o.enable_prefix_caching = caching;
+  o.prefix_cache_host_bytes = host_tier_bytes;
   o.lookahead = draft != nullptr ? LookaheadMode::kReject : LookaheadMode::kOff;
   o.max_num_batched_tokens = 256;
   Engine engine(runner, nullptr, o, draft);
@@ -140,4 +143,51 @@ TEST_CASE("prefix caching on CUDA keeps greedy decoding's tokens", "[gpu][prefix
     CHECK(on_stats.kv.num_free_slots == on_stats.kv.num_slots);
     CHECK(on_stats.kv.num_free_draft_slots == on_stats.kv.num_draft_slots);
   }
+}
+
+TEST_CASE("prefix caching on CUDA: the host tier reloads evicted prefixes", "[gpu][prefix][host]") {
+  // A pool of 96 head-blocks: the requests evict each other's cached blocks, which spill to
+  // the host tier and come back from it.
+  auto dir = testing::FixturePath("models/qwen3-tiny");
+  auto config = LoadModelConfig(dir);
+  REQUIRE(config.ok());
+  auto weights = OpenSafetensorsWeights(dir);
+  REQUIRE(weights.ok());
+  auto backend = CudaBackend::Create();
+  REQUIRE(backend.ok());
+  auto model = DecoderLM::Create(*config, **weights, **backend);
+  REQUIRE(model.ok());
+  CudaGraphOptions go{.num_kv_slots = 96, .max_batch = 16, .max_context = 512};
+  auto runner = CudaGraphRunner::Create(**model, **backend, go);
+  REQUIRE(runner.ok());
+  const double tier_bytes =
+      256.0 * static_cast<double>(HostPrefixTier::BytesPerSlot(config->num_hidden_layers, config->head_dim,
+                                                               (*backend)->activation_dtype())) *
+      static_cast<double>(config->num_key_value_heads);
+  const int n = 12;
+  EngineStats off_stats, gpu_stats, host_stats;
+  const std::vector<Out> off = Run(**runner, nullptr, false, n, &off_stats);
+  const std::vector<Out> gpu = Run(**runner, nullptr, true, n, &gpu_stats);
+  const std::vector<Out> host = Run(**runner, nullptr, true, n, &host_stats, tier_bytes);
+  int diverged = 0;
+  int64_t cached_gpu = 0, cached_host = 0;
+  for (int i = 0; i < n; ++i) {
+    const Out &a = off[static_cast<size_t>(i)], &b = host[static_cast<size_t>(i)];
+    REQUIRE(b.tokens.size() == a.tokens.size());
+    cached_gpu += gpu[static_cast<size_t>(i)].cached;
+    cached_host += b.cached;
+    size_t same = 0;
+    while (same < a.tokens.size() && a.tokens[same] == b.tokens[same]) ++same;
+    if (same < a.tokens.size()) {
+      ++diverged;
+      INFO("request " << i << " diverges at " << same << " with margin " << a.margin[same]);
+      CHECK(a.margin[same] < 0.05f);
+    }
+  }
+  CHECK(diverged <= n / 4);
+  CHECK(host_stats.kv.prefix_cache_host_hits_total > 0);
+  CHECK(host_stats.kv.prefix_cache_host_reloaded_bytes_total > 0);
+  CHECK(cached_host >= cached_gpu);
+  CHECK(host_stats.kv.prefix_cache_hits_total == cached_host);
+  CHECK(host_stats.kv.num_free_slots == host_stats.kv.num_slots);
 }

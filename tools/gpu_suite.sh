@@ -44,6 +44,7 @@ BENCHMARKS=(
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20 --moe-path gemm"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --prefill 8192 --steps 5 --warmup 1"
   "bench_moe|"
+  "bench_prefix_tier|"
   "bench_lookahead|--batch 1 --context 128 --tokens 128"
   "bench_lookahead|--batch 64 --context 4096 --tokens 128"
   "bench_lookahead|--batch 1 --context 128 --tokens 128 --repeat"

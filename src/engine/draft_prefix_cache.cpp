@@ -41,34 +41,34 @@ void DraftPrefixCache::EnsureHashes(const Sequence& seq, DraftHeadState& head,
     head.block_hashes.push_back(HashPrefixBlock(Parent(seq, head, b), HeadBlockTokens(seq, b)));
 }
 
+std::vector<PrefixBlockKey> DraftPrefixCache::Keys(const Sequence& seq, DraftHeadState& head,
+                                                   int64_t blocks) const {
+  EnsureHashes(seq, head, blocks);
+  std::vector<PrefixBlockKey> keys;
+  for (int64_t b = 0; b < blocks; ++b)
+    keys.push_back(
+        {head.block_hashes[static_cast<size_t>(b)], Parent(seq, head, b), HeadBlockTokens(seq, b)});
+  return keys;
+}
+
 int64_t DraftPrefixCache::NumCached(Sequence& seq, int64_t blocks) {
   DraftHeadState& head = head_of_(seq);
   // Block b needs token 16b + 16: the target adopts at most (num_tokens - 1) / 16 blocks.
   blocks = std::min(blocks, (seq.num_tokens() - 1) / kBlockSize);
-  EnsureHashes(seq, head, blocks);
-  const PrefixCache& cache = *allocator_.prefix_cache();
-  int64_t n = 0;
-  while (n < blocks && cache.Find(head.block_hashes[static_cast<size_t>(n)], Parent(seq, head, n),
-                                  HeadBlockTokens(seq, n)) != nullptr)
-    ++n;
-  return n;
+  return CountCachedRun(allocator_, Keys(seq, head, blocks));
 }
 
-void DraftPrefixCache::Adopt(Sequence& seq, int64_t blocks) {
+int64_t DraftPrefixCache::Adopt(Sequence& seq, int64_t blocks) {
   DraftHeadState& head = head_of_(seq);
   OASIS_CHECK_EQ(head.table.num_blocks(), 0) << "adopting into a head table that holds blocks";
-  EnsureHashes(seq, head, blocks);
-  const PrefixCache& cache = *allocator_.prefix_cache();
-  std::vector<std::vector<int32_t>> found;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const std::vector<int32_t>* slots = cache.Find(head.block_hashes[static_cast<size_t>(b)],
-                                                   Parent(seq, head, b), HeadBlockTokens(seq, b));
-    OASIS_CHECK(slots != nullptr) << "head block " << b << " left the cache during admission";
-    found.push_back(*slots);
-  }
-  head.table.AdoptShared(found, allocator_);
-  head.num_blocks_cached = blocks;
-  head.num_computed = blocks * kBlockSize;
+  const std::vector<PrefixBlockKey> keys = Keys(seq, head, blocks);
+  CachedRun run = TakeCachedRun(allocator_, head.table.num_kv_heads(), keys);
+  head.table.AdoptShared(run.blocks, allocator_);
+  ReleaseCachedRun(allocator_, run);
+  const auto m = static_cast<int64_t>(run.blocks.size());
+  head.num_blocks_cached = m;
+  head.num_computed = m * kBlockSize;
+  return m;
 }
 
 void DraftPrefixCache::Drop(Sequence& seq) {

@@ -32,7 +32,7 @@ class DraftPrefixCache final : public PrefixCompanion {
                    std::function<DraftHeadState&(const Sequence&)> head_of);
 
   int64_t NumCached(Sequence& seq, int64_t blocks) override;
-  void Adopt(Sequence& seq, int64_t blocks) override;
+  int64_t Adopt(Sequence& seq, int64_t blocks) override;
   void Drop(Sequence& seq) override;
 
   // Registers the head's full blocks whose rows are computed and final and not yet cached
@@ -43,6 +43,8 @@ class DraftPrefixCache final : public PrefixCompanion {
   static void Reset(DraftHeadState& head);
 
  private:
+  // The keys of head blocks [0, blocks) (hashes ensured).
+  std::vector<PrefixBlockKey> Keys(const Sequence& seq, DraftHeadState& head, int64_t blocks) const;
   // head.block_hashes covers blocks [0, num_blocks) (needs tokens [0, 16 num_blocks + 1)).
   void EnsureHashes(const Sequence& seq, DraftHeadState& head, int64_t num_blocks) const;
   uint64_t Parent(const Sequence& seq, const DraftHeadState& head, int64_t block) const;

@@ -97,6 +97,16 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
     }
     if (draft != nullptr) {
       draft_allocator.EnablePrefixCache(draft_kv_heads);
+      if (host_tier != nullptr) {  // the head's blocks spill and reload with the target's
+        draft_pools.push_back(draft->kv_pool());
+        const LayerKvPool& p = draft_pools.front();
+        const size_t per_block = HostPrefixTier::BytesPerSlot(1, p.k.dim(2), p.k.dtype()) *
+                                 static_cast<size_t>(draft_kv_heads);
+        draft_host_tier = std::make_unique<HostPrefixTier>(
+            draft->backend(), draft_pools, draft_kv_heads,
+            per_block * static_cast<size_t>(host_tier->num_blocks_capacity()));
+        draft_allocator.set_host_tier(draft_host_tier.get(), draft_host_tier.get());
+      }
       draft_prefix = std::make_unique<DraftPrefixCache>(
           draft_allocator, [this](const Sequence& seq) -> DraftHeadState& {
             return requests.at(seq.id)->draft_head;

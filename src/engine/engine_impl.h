@@ -224,6 +224,9 @@ struct Engine::Impl {
   std::unique_ptr<DraftPrefixCache> draft_prefix;
   // The prefix cache's host tier (EngineOptions::prefix_cache_host_bytes; null: none).
   std::unique_ptr<HostPrefixTier> host_tier;
+  // The draft head's (lookahead), holding as many blocks: its pool, as a one-layer list.
+  std::vector<LayerKvPool> draft_pools;
+  std::unique_ptr<HostPrefixTier> draft_host_tier;
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
   // Speculate with --speculative-depth adaptive (null otherwise).
   std::unique_ptr<SpeculativeDepthController> depth_controller;

@@ -31,101 +31,116 @@ void EnsureHashes(Sequence& seq, int64_t num_blocks) {
     seq.block_hashes.push_back(HashPrefixBlock(ParentHash(seq, b), BlockTokens(seq, b)));
 }
 
-// How many of seq's first `max_blocks` full blocks are cached, as a leading run (hashes
-// ensured); their slots go to `slots` when it is given.
-int64_t LeadingCachedBlocks(Sequence& seq, const PrefixCache& cache, int64_t max_blocks,
-                            std::vector<std::vector<int32_t>>* slots = nullptr) {
+// How many of seq's first `max_blocks` full blocks the GPU cache holds, as a leading run
+// (hashes ensured).
+int64_t LeadingCachedBlocks(Sequence& seq, const PrefixCache& cache, int64_t max_blocks) {
   EnsureHashes(seq, max_blocks);
   int64_t n = 0;
-  for (; n < max_blocks; ++n) {
-    const std::vector<int32_t>* found = cache.Find(seq.block_hashes[static_cast<size_t>(n)],
-                                                   ParentHash(seq, n), BlockTokens(seq, n));
-    if (found == nullptr) break;
-    if (slots != nullptr) slots->push_back(*found);
-  }
+  while (n < max_blocks && cache.Find(seq.block_hashes[static_cast<size_t>(n)], ParentHash(seq, n),
+                                      BlockTokens(seq, n)) != nullptr)
+    ++n;
   return n;
 }
 
 }  // namespace
 
+int64_t CountCachedRun(const BlockAllocator& allocator, std::span<const PrefixBlockKey> keys) {
+  const PrefixCache& cache = *allocator.prefix_cache();
+  const HostPrefixTier* tier = allocator.host_tier();
+  int64_t n = 0;
+  for (const PrefixBlockKey& k : keys) {
+    if (cache.Find(k.hash, k.parent, k.tokens) == nullptr &&
+        (tier == nullptr || tier->Find(k.hash, k.parent, k.tokens) == nullptr))
+      break;
+    ++n;
+  }
+  return n;
+}
+
+CachedRun TakeCachedRun(BlockAllocator& allocator, int32_t num_kv_heads,
+                        std::span<const PrefixBlockKey> keys) {
+  PrefixCache& cache = *allocator.prefix_cache();
+  HostPrefixTier* tier = allocator.host_tier();
+  CachedRun run;
+  // The GPU hits are held (an allocation below may evict parked blocks) and the host-tier
+  // entries pinned (an allocation may spill into the tier) before any slot is allocated.
+  std::vector<std::vector<int32_t>> pinned;  // copies: the tier's entries may move meanwhile
+  std::vector<int32_t> from_host;            // run index of each pinned block
+  for (const PrefixBlockKey& k : keys) {
+    if (const std::vector<int32_t>* gpu = cache.Find(k.hash, k.parent, k.tokens)) {
+      run.blocks.push_back(*gpu);
+      allocator.Share(*gpu);
+      run.held.insert(run.held.end(), gpu->begin(), gpu->end());
+      continue;
+    }
+    const std::vector<int32_t>* host =
+        tier != nullptr ? tier->Find(k.hash, k.parent, k.tokens) : nullptr;
+    if (host == nullptr) break;
+    pinned.push_back(*host);
+    tier->Pin(pinned.back());
+    from_host.push_back(static_cast<int32_t>(run.blocks.size()));
+    run.blocks.emplace_back();
+  }
+  if (pinned.empty()) return run;
+  std::vector<std::vector<int32_t>> reload_host, reload_gpu;
+  size_t end = run.blocks.size();
+  for (size_t p = 0; p < pinned.size(); ++p) {
+    std::optional<std::vector<int32_t>> fresh = allocator.Allocate(num_kv_heads);
+    if (!fresh) {
+      end = static_cast<size_t>(from_host[p]);
+      break;
+    }
+    run.blocks[static_cast<size_t>(from_host[p])] = *fresh;
+    run.held.insert(run.held.end(), fresh->begin(), fresh->end());
+    reload_host.push_back(pinned[p]);
+    reload_gpu.push_back(std::move(*fresh));
+  }
+  tier->Reload(reload_host, reload_gpu);
+  tier->CountHit(static_cast<int64_t>(reload_gpu.size()) * kBlockSize);
+  for (const auto& h : pinned) tier->Unpin(h);
+  // The reloaded blocks are cached on the GPU again, as if computed here.
+  for (size_t p = 0; p < reload_gpu.size(); ++p) {
+    const PrefixBlockKey& k = keys[static_cast<size_t>(from_host[p])];
+    cache.Insert(k.hash, k.parent, k.tokens, reload_gpu[p]);
+  }
+  run.blocks.resize(end);  // past a block the pool could not take, the run ends
+  return run;
+}
+
+void ReleaseCachedRun(BlockAllocator& allocator, CachedRun& run) {
+  allocator.Free(run.held);
+  run.held.clear();
+}
+
 int64_t AdoptCachedPrefix(Sequence& seq, BlockAllocator& allocator, PrefixCompanion* companion) {
   if (!Takes(seq, allocator) || seq.num_computed != 0) return 0;
   OASIS_CHECK_EQ(seq.table.num_blocks(), 0) << "adopting into a table that holds blocks";
-  const PrefixCache& cache = *allocator.prefix_cache();
-  HostPrefixTier* tier = allocator.host_tier();
   const int64_t max_blocks = (seq.num_tokens() - 1) / kBlockSize;  // one token left to compute
   EnsureHashes(seq, max_blocks);
-  // The leading run of cached blocks: each in the GPU cache, else in the host tier (whose
-  // blocks are reloaded into fresh GPU slots below).
-  std::vector<std::vector<int32_t>> blocks;       // GPU slots ([head]; empty: to reload)
-  std::vector<const std::vector<int32_t>*> host;  // host slots of the blocks to reload
-  for (int64_t n = 0; n < max_blocks; ++n) {
-    const uint64_t hash = seq.block_hashes[static_cast<size_t>(n)];
-    if (const std::vector<int32_t>* found =
-            cache.Find(hash, ParentHash(seq, n), BlockTokens(seq, n))) {
-      blocks.push_back(*found);
-      host.push_back(nullptr);
-      continue;
-    }
-    const std::vector<int32_t>* in_host =
-        tier != nullptr ? tier->Find(hash, ParentHash(seq, n), BlockTokens(seq, n)) : nullptr;
-    if (in_host == nullptr) break;
-    blocks.emplace_back();
-    host.push_back(in_host);
+  std::vector<PrefixBlockKey> keys;
+  for (int64_t b = 0; b < max_blocks; ++b)
+    keys.push_back(
+        {seq.block_hashes[static_cast<size_t>(b)], ParentHash(seq, b), BlockTokens(seq, b)});
+  int64_t n = CountCachedRun(allocator, keys);
+  if (companion != nullptr && n > 0) {
+    const int64_t both = companion->NumCached(seq, n);
+    OASIS_CHECK(both >= 0 && both <= n)
+        << "the companion holds " << both << " of " << n << " blocks";
+    n = both;
   }
-  if (companion != nullptr && !blocks.empty()) {
-    const int64_t both = companion->NumCached(seq, static_cast<int64_t>(blocks.size()));
-    OASIS_CHECK(both >= 0 && both <= static_cast<int64_t>(blocks.size()))
-        << "the companion holds " << both << " of " << blocks.size() << " blocks";
-    blocks.resize(static_cast<size_t>(both));
-    host.resize(static_cast<size_t>(both));
+  if (n == 0) return 0;
+  CachedRun run =
+      TakeCachedRun(allocator, seq.table.num_kv_heads(),
+                    std::span<const PrefixBlockKey>(keys).first(static_cast<size_t>(n)));
+  if (companion != nullptr && !run.blocks.empty()) {
+    const int64_t m = companion->Adopt(seq, static_cast<int64_t>(run.blocks.size()));
+    OASIS_CHECK(m >= 0 && m <= static_cast<int64_t>(run.blocks.size()))
+        << "the companion adopted " << m << " of " << run.blocks.size() << " blocks";
+    run.blocks.resize(static_cast<size_t>(m));
   }
-  if (std::any_of(host.begin(), host.end(), [](const auto* h) { return h != nullptr; })) {
-    // Reload: hold the GPU hits (an allocation may evict parked blocks) and pin the host
-    // entries (an allocation may spill into the tier), then take fresh slots block by block;
-    // where the pool runs out, the run ends.
-    std::vector<int32_t> held;
-    for (const auto& b : blocks) held.insert(held.end(), b.begin(), b.end());
-    allocator.Share(held);
-    std::vector<std::vector<int32_t>> pinned;
-    for (const auto* h : host) {
-      if (h == nullptr) continue;
-      pinned.push_back(*h);  // a copy: the tier's entries may move while allocating
-      tier->Pin(pinned.back());
-    }
-    std::vector<std::vector<int32_t>> reload_host, reload_gpu;
-    size_t n = 0;
-    for (; n < blocks.size(); ++n) {
-      if (host[n] == nullptr) continue;
-      std::optional<std::vector<int32_t>> fresh =
-          allocator.Allocate(static_cast<int32_t>(seq.table.num_kv_heads()));
-      if (!fresh) break;
-      blocks[n] = *fresh;
-      held.insert(held.end(), fresh->begin(), fresh->end());
-      reload_host.push_back(pinned[reload_host.size()]);
-      reload_gpu.push_back(*fresh);
-    }
-    blocks.resize(n);
-    tier->Reload(reload_host, reload_gpu);
-    tier->CountHit(static_cast<int64_t>(reload_gpu.size()) * kBlockSize);
-    for (const auto& h : pinned) tier->Unpin(h);
-    // The reloaded blocks are cached on the GPU again, as if computed here.
-    PrefixCache& gpu_cache = *allocator.prefix_cache();
-    size_t r = 0;
-    for (size_t b = 0; b < n; ++b) {
-      if (host[b] == nullptr) continue;
-      const auto i = static_cast<int64_t>(b);
-      gpu_cache.Insert(seq.block_hashes[b], ParentHash(seq, i), BlockTokens(seq, i),
-                       reload_gpu[r++]);
-    }
-    seq.table.AdoptShared(blocks, allocator);
-    allocator.Free(held);  // the table holds its own references now
-  } else {
-    seq.table.AdoptShared(blocks, allocator);
-  }
-  if (companion != nullptr && !blocks.empty())
-    companion->Adopt(seq, static_cast<int64_t>(blocks.size()));
-  seq.num_blocks_cached = static_cast<int64_t>(blocks.size());
+  seq.table.AdoptShared(run.blocks, allocator);
+  ReleaseCachedRun(allocator, run);  // the table holds its own references now
+  seq.num_blocks_cached = static_cast<int64_t>(run.blocks.size());
   seq.num_computed = seq.num_blocks_cached * kBlockSize;
   return seq.num_computed;
 }

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <unordered_set>
+#include <vector>
 
 #include "engine/scheduler.h"
 #include "kvcache/block_allocator.h"
@@ -23,13 +25,37 @@ namespace oasis {
 class PrefixCompanion {
  public:
   virtual ~PrefixCompanion() = default;
-  // How many of seq's first `blocks` full blocks the companion holds cached (a leading run).
   virtual int64_t NumCached(Sequence& seq, int64_t blocks) = 0;
-  // Adopts its cached blocks [0, blocks) for seq (blocks <= NumCached's answer).
-  virtual void Adopt(Sequence& seq, int64_t blocks) = 0;
+  // How many of seq's first `blocks` full blocks the companion holds cached, in its GPU pool
+  // or its host tier (a leading run).
+  // Adopts its cached blocks [0, m) for seq and returns m <= blocks (blocks <= NumCached's
+  // answer; m < blocks only where its pool could not take a block reloaded from its host
+  // tier).
+  virtual int64_t Adopt(Sequence& seq, int64_t blocks) = 0;
   // Undoes Adopt.
   virtual void Drop(Sequence& seq) = 0;
 };
+
+// The key of one full block of a chain (PrefixCache::Find's arguments).
+struct PrefixBlockKey {
+  uint64_t hash = 0;
+  uint64_t parent = 0;
+  std::span<const int32_t> tokens;
+};
+// How many leading blocks of `keys` the allocator's prefix cache holds, in its GPU pool or in
+// its host tier.
+int64_t CountCachedRun(const BlockAllocator& allocator, std::span<const PrefixBlockKey> keys);
+// The slots ([block][head]) of the leading run of `keys` found in the GPU cache or the host
+// tier; host-tier blocks are reloaded into fresh slots (and cached on the GPU again). The run
+// ends at the first block in neither, or where the pool cannot take a reloaded block. Each
+// slot of the run carries one extra reference, listed in `held`, until ReleaseCachedRun.
+struct CachedRun {
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<int32_t> held;
+};
+CachedRun TakeCachedRun(BlockAllocator& allocator, int32_t num_kv_heads,
+                        std::span<const PrefixBlockKey> keys);
+void ReleaseCachedRun(BlockAllocator& allocator, CachedRun& run);
 
 // Adopts the longest cached prefix of full blocks of seq.tokens into its (empty) table,
 // leaving at least one token to compute (its logits sample the next token), and sets

@@ -25,10 +25,10 @@ HostPrefixTier::HostPrefixTier(Backend& backend, std::vector<LayerKvPool>& gpu_p
     : backend_(backend),
       gpu_(gpu_pools),
       num_kv_heads_(num_kv_heads),
-      bytes_per_slot_(gpu_pools.empty() ? 0
-                                        : BytesPerSlot(static_cast<int64_t>(gpu_pools.size()),
-                                                       gpu_pools[0].k.dim(2),
-                                                       gpu_pools[0].k.dtype())),
+      bytes_per_slot_(gpu_pools.empty()
+                          ? 0
+                          : BytesPerSlot(static_cast<int64_t>(gpu_pools.size()),
+                                         gpu_pools[0].k.dim(2), gpu_pools[0].k.dtype())),
       slots_(gpu_pools.empty() ? 0 : SlotsFor(bytes, bytes_per_slot_)),
       index_(std::max<int32_t>(1, slots_.num_slots()), num_kv_heads) {
   OASIS_CHECK(!gpu_pools.empty()) << "a host prefix tier needs the GPU pools";

@@ -85,7 +85,7 @@ class HostPrefixTier : public EvictionSink {
   size_t bytes_per_slot_;
   BlockAllocator slots_;  // host slots (no cache of its own)
   PrefixCache index_;     // entries over host slots; unpinned entries are "parked" (evictable)
-  std::vector<LayerKvPool> host_;  // [layer]
+  std::vector<LayerKvPool> host_;                    // [layer]
   std::vector<int32_t> pending_gpu_, pending_host_;  // copies EndEvictions enqueues
   int64_t hits_tokens_total_ = 0;
   int64_t spilled_blocks_total_ = 0;

@@ -61,7 +61,8 @@ void Check(cudaError_t e, const char* what) {
 
 // The bytes of slot `s` in a downloaded pool tensor [slots, 16, D].
 const char* SlotBytes(const Tensor& host, int32_t s) {
-  return static_cast<const char*>(host.raw()) + static_cast<size_t>(s) * (host.nbytes() / host.dim(0));
+  return static_cast<const char*>(host.raw()) +
+         static_cast<size_t>(s) * (host.nbytes() / host.dim(0));
 }
 
 }  // namespace
@@ -70,11 +71,16 @@ int main(int argc, char** argv) {
   int64_t blocks = 1024, rounds = 5, layers = 36, heads = 8, head_dim = 128;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--blocks") blocks = Arg(argc, argv, i);
-    else if (a == "--rounds") rounds = Arg(argc, argv, i);
-    else if (a == "--layers") layers = Arg(argc, argv, i);
-    else if (a == "--kv-heads") heads = Arg(argc, argv, i);
-    else if (a == "--head-dim") head_dim = Arg(argc, argv, i);
+    if (a == "--blocks")
+      blocks = Arg(argc, argv, i);
+    else if (a == "--rounds")
+      rounds = Arg(argc, argv, i);
+    else if (a == "--layers")
+      layers = Arg(argc, argv, i);
+    else if (a == "--kv-heads")
+      heads = Arg(argc, argv, i);
+    else if (a == "--head-dim")
+      head_dim = Arg(argc, argv, i);
     else {
       std::fprintf(stderr, "bench_prefix_tier: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -101,11 +107,12 @@ int main(int argc, char** argv) {
   HostPrefixTier tier(b, pools, H, per_block * static_cast<size_t>(blocks));
   alloc.set_host_tier(&tier, &tier);
   const double gb = static_cast<double>(per_block) * static_cast<double>(blocks) / 1e9;
-  std::printf("bench_prefix_tier: %lld blocks of %lld tokens x %lld KV heads x %lld layers, "
-              "head_dim %lld, bf16: %.3f GB each way per round\n",
-              static_cast<long long>(blocks), static_cast<long long>(kBlockSize),
-              static_cast<long long>(heads), static_cast<long long>(layers),
-              static_cast<long long>(head_dim), gb);
+  std::printf(
+      "bench_prefix_tier: %lld blocks of %lld tokens x %lld KV heads x %lld layers, "
+      "head_dim %lld, bf16: %.3f GB each way per round\n",
+      static_cast<long long>(blocks), static_cast<long long>(kBlockSize),
+      static_cast<long long>(heads), static_cast<long long>(layers),
+      static_cast<long long>(head_dim), gb);
 
   cudaEvent_t e0, e1;
   Check(cudaEventCreate(&e0), "event");
@@ -180,15 +187,17 @@ int main(int argc, char** argv) {
   const double spill = gb / (Median(spill_ms) / 1e3), reload = gb / (Median(reload_ms) / 1e3);
   std::printf("spill  (GPU -> host): median %.3f ms, %.1f GB/s, ceiling %.0f GB/s, ratio %.2f\n",
               Median(spill_ms), spill, kPcieCeilingGBs, spill / kPcieCeilingGBs);
-  std::printf("reload (host -> GPU): median %.3f ms, %.1f GB/s, ceiling %.0f GB/s, ratio %.2f; "
-              "target >= %.0f GB/s: %s\n",
-              Median(reload_ms), reload, kPcieCeilingGBs, reload / kPcieCeilingGBs, kTargetGBs,
-              reload >= kTargetGBs ? "met" : "NOT met");
+  std::printf(
+      "reload (host -> GPU): median %.3f ms, %.1f GB/s, ceiling %.0f GB/s, ratio %.2f; "
+      "target >= %.0f GB/s: %s\n",
+      Median(reload_ms), reload, kPcieCeilingGBs, reload / kPcieCeilingGBs, kTargetGBs,
+      reload >= kTargetGBs ? "met" : "NOT met");
   std::printf("reloaded K/V equal to the spilled ones bit for bit: %s\n", exact ? "yes" : "NO");
-  std::printf("RESULT prefix_tier %lld blocks (%lld tokens, %.2f GB): reload %.1f GB/s (%.2f of "
-              "%.0f), spill %.1f GB/s, %.1f ms per %lld tokens reloaded%s\n",
-              static_cast<long long>(blocks), static_cast<long long>(blocks * kBlockSize), gb, reload,
-              reload / kPcieCeilingGBs, kPcieCeilingGBs, spill, Median(reload_ms),
-              static_cast<long long>(blocks * kBlockSize), exact ? "" : " MISMATCH");
+  std::printf(
+      "RESULT prefix_tier %lld blocks (%lld tokens, %.2f GB): reload %.1f GB/s (%.2f of "
+      "%.0f), spill %.1f GB/s, %.1f ms per %lld tokens reloaded%s\n",
+      static_cast<long long>(blocks), static_cast<long long>(blocks * kBlockSize), gb, reload,
+      reload / kPcieCeilingGBs, kPcieCeilingGBs, spill, Median(reload_ms),
+      static_cast<long long>(blocks * kBlockSize), exact ? "" : " MISMATCH");
   return exact ? 0 : 1;
 }

@@ -19,6 +19,7 @@
 
 #include "runner/batch_builder.h"
 #include "engine/engine.h"
+#include "kvcache/host_prefix_tier.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
 #include "lookahead_test_util.h"
@@ -809,9 +810,19 @@ TEST_CASE("prefix caching under lookahead: drafts equal the head run offline", "
   reqs.back().id = "fork";
   reqs.back().prompt.resize(48);
   for (int j = 0; j < 9; ++j) reqs.back().prompt.push_back(449 - j);
+  // A long prompt that evicts nearly everything, then p4 again: its three full blocks (target
+  // and head) come back from the host tier when there is one.
+  EngineRequest big = Request("big", {}, 12);
+  for (int j = 0; j < 150; ++j) big.prompt.push_back(5 + (j * 37) % 440);
+  big.ignore_eos = true;
+  reqs.push_back(big);
+  reqs.push_back(reqs[4]);
+  reqs.back().id = "again";
   for (HeadKind kind : {HeadKind::kFixture, HeadKind::kCopy}) {
     for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
-      DYNAMIC_SECTION((kind == HeadKind::kFixture ? "reference head, " : "copy head, ") << LookaheadModeName(mode)) {
+     for (bool tier : {false, true}) {
+      DYNAMIC_SECTION((kind == HeadKind::kFixture ? "reference head, " : "copy head, ") << LookaheadModeName(mode)
+                      << (tier ? ", host tier" : "")) {
         std::vector<Collected> plain;
         {
           TinyModel tm0(64);
@@ -832,6 +843,12 @@ TEST_CASE("prefix caching under lookahead: drafts equal the head run offline", "
         opt.lookahead = mode;
         opt.enable_prefix_caching = true;
         opt.max_num_batched_tokens = 16;  // chunks crossing the cached boundary
+        if (tier) {
+          opt.prefix_cache_host_bytes =
+              64.0 * static_cast<double>(HostPrefixTier::BytesPerSlot(tm.config.num_hidden_layers, tm.config.head_dim,
+                                                                      tm.backend.activation_dtype()) *
+                                         static_cast<size_t>(tm.config.num_key_value_heads));
+        }
         REQUIRE(Engine::CheckOptions(opt, *tm.runner, &draft).ok());
         Engine engine(*tm.runner, nullptr, opt, &draft);
         engine.Start();
@@ -849,6 +866,9 @@ TEST_CASE("prefix caching under lookahead: drafts equal the head run offline", "
           // 64 tokens: 3 blocks adopted, the fourth computed for the last token's logits.
           if (reqs[i].id == "repeat") CHECK(c.cached_tokens == 48);
           if (reqs[i].id == "fork") CHECK(c.cached_tokens == 32);
+          // p4's 59 tokens: 3 full blocks adoptable; "big" evicted them from the pools.
+          if (reqs[i].id == "again" && tier) CHECK(c.cached_tokens == 48);
+          if (reqs[i].id == "again" && !tier) CHECK(c.cached_tokens < 48);
           std::vector<int32_t> seq = reqs[i].prompt;
           seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
           const std::vector<int32_t> ref = OfflineDrafts(tm, *head, seq);
@@ -866,8 +886,10 @@ TEST_CASE("prefix caching under lookahead: drafts equal the head run offline", "
         CHECK(st.kv.num_free_slots == st.kv.num_slots);
         CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
         CHECK(st.kv.prefix_cache_evictions_total > 0);
+        if (tier) CHECK(st.kv.prefix_cache_host_hits_total > 0);
         engine.Stop();
       }
+     }
     }
   }
 }

@@ -5,10 +5,13 @@
 // ones as evictable) when the requests end.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
 #include "engine/engine.h"
+#include "backend/cpu/cpu_backend.h"
+#include "engine/prefix_reuse.h"
 #include "kvcache/host_prefix_tier.h"
 #include "test_engine_util.h"
 
@@ -377,4 +380,103 @@ TEST_CASE("prefix caching: host tier options are checked", "[engine][prefix][hos
   o = WithHostTier(4);
   o.enable_prefix_caching = false;
   CHECK(Engine::CheckOptions(o, *tm.runner, nullptr).code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("prefix cache fuzz: runs through a host tier always read the KV of their key",
+          "[engine][prefix][host]") {
+  // Random chains of blocks are looked up (TakeCachedRun: GPU hits and host-tier reloads),
+  // computed where missing (fresh slots written with the key's value and registered) and
+  // released, in a pool and a tier both much smaller than the keys: every block a run
+  // returns, and every block a holder keeps, must hold its key's value in every layer.
+  constexpr int32_t kSlots = 24, kHeads = 2, kPatterns = 6, kIterations = 4000;
+  constexpr int64_t kLayers = 2, kDim = 2;
+  CpuBackend backend(1);
+  std::vector<LayerKvPool> pools;
+  for (int64_t l = 0; l < kLayers; ++l)
+    pools.push_back({Tensor::Zeros({kSlots, kBlockSize, kDim}, DType::kF32),
+                     Tensor::Zeros({kSlots, kBlockSize, kDim}, DType::kF32)});
+  BlockAllocator a(kSlots);
+  a.EnablePrefixCache(kHeads);
+  const size_t per_block = HostPrefixTier::BytesPerSlot(kLayers, kDim, DType::kF32) * kHeads;
+  HostPrefixTier tier(backend, pools, kHeads, per_block * 5);
+  a.set_host_tier(&tier, &tier);
+  const uint64_t root = PrefixCacheRoot(0);
+  std::vector<std::vector<int32_t>> token_blocks;
+  for (int p = 0; p < kPatterns; ++p) token_blocks.push_back(std::vector<int32_t>(kBlockSize, p));
+  auto value = [](uint64_t hash, int32_t h, int64_t l) {
+    return static_cast<float>((hash % 9973) * 10 + static_cast<uint64_t>(h) * 3 + static_cast<uint64_t>(l));
+  };
+  auto write = [&](const std::vector<int32_t>& slots, uint64_t hash) {
+    for (int64_t l = 0; l < kLayers; ++l)
+      for (Tensor* t : {&pools[l].k, &pools[l].v})
+        for (int32_t h = 0; h < kHeads; ++h)
+          std::fill_n(t->data<float>() + slots[h] * kBlockSize * kDim, kBlockSize * kDim, value(hash, h, l));
+  };
+  auto holds = [&](const std::vector<int32_t>& slots, uint64_t hash) {
+    for (int64_t l = 0; l < kLayers; ++l)
+      for (const Tensor* t : {&pools[l].k, &pools[l].v})
+        for (int32_t h = 0; h < kHeads; ++h) {
+          const float* p = t->data<float>() + slots[h] * kBlockSize * kDim;
+          if (!std::all_of(p, p + kBlockSize * kDim, [&](float x) { return x == value(hash, h, l); }))
+            return false;
+        }
+    return true;
+  };
+  struct Held {
+    std::vector<int32_t> slots;
+    uint64_t hash;
+  };
+  std::vector<std::vector<Held>> holders;
+  std::mt19937 rng(33);
+  int64_t reloaded_runs = 0;
+  for (int it = 0; it < kIterations; ++it) {
+    if (rng() % 3 != 0 || holders.empty()) {  // a prompt of 1..4 blocks
+      std::vector<PrefixBlockKey> keys;
+      uint64_t parent = root;
+      const int len = 1 + static_cast<int>(rng() % 4);
+      for (int b = 0; b < len; ++b) {
+        const auto& toks = token_blocks[rng() % kPatterns];
+        const uint64_t hash = HashPrefixBlock(parent, toks);
+        keys.push_back({hash, parent, toks});
+        parent = hash;
+      }
+      const int64_t reloads_before = tier.reloaded_blocks_total();
+      const int64_t counted = CountCachedRun(a, keys);
+      CachedRun run = TakeCachedRun(a, kHeads, keys);
+      REQUIRE(static_cast<int64_t>(run.blocks.size()) <= counted);
+      if (tier.reloaded_blocks_total() > reloads_before) ++reloaded_runs;
+      std::vector<Held> mine;
+      for (size_t b = 0; b < run.blocks.size(); ++b) {
+        REQUIRE(holds(run.blocks[b], keys[b].hash));
+        a.Share(run.blocks[b]);
+        mine.push_back({run.blocks[b], keys[b].hash});
+      }
+      ReleaseCachedRun(a, run);
+      for (size_t b = mine.size(); b < keys.size(); ++b) {  // compute the rest
+        auto fresh = a.Allocate(kHeads);
+        if (!fresh) break;
+        write(*fresh, keys[b].hash);
+        a.prefix_cache()->Insert(keys[b].hash, keys[b].parent, keys[b].tokens, *fresh);
+        mine.push_back({*fresh, keys[b].hash});
+      }
+      holders.push_back(std::move(mine));
+    } else {  // a holder releases everything
+      const size_t i = rng() % holders.size();
+      for (const Held& h : holders[i]) a.Free(h.slots);
+      holders.erase(holders.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (holders.size() > 3) {  // keep the pool from filling up with holders
+      for (const Held& h : holders.front()) a.Free(h.slots);
+      holders.erase(holders.begin());
+    }
+    for (const auto& hs : holders)
+      for (const Held& h : hs) REQUIRE(holds(h.slots, h.hash));
+    REQUIRE(tier.num_entries() <= tier.num_blocks_capacity());
+  }
+  for (const auto& hs : holders)
+    for (const Held& h : hs) a.Free(h.slots);
+  CHECK(a.num_free() == kSlots);
+  CHECK(reloaded_runs > 50);
+  CHECK(tier.evictions_total() > 50);
+  CHECK(a.prefix_cache()->evictions_total() > 100);
 }

@@ -91,8 +91,18 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
   if (o.enable_prefix_caching) {  // before any allocation
     allocator.EnablePrefixCache(num_kv_heads);
     if (o.prefix_cache_host_bytes > 0) {
-      host_tier = std::make_unique<HostPrefixTier>(r.backend(), r.kv_pools(), num_kv_heads,
-                                                   static_cast<size_t>(o.prefix_cache_host_bytes));
+      // One side per rank (tensor parallelism: each rank's pools hold its own heads under the
+      // same slot ids), each used on its rank's thread.
+      std::vector<HostPrefixTier::Side> sides(static_cast<size_t>(r.num_ranks()));
+      r.ForEachRank([&](int rank, ModelRunner& rr) {
+        sides[static_cast<size_t>(rank)] = {&rr.backend(), &rr.kv_pools()};
+      });
+      host_tier = std::make_unique<HostPrefixTier>(
+          std::move(sides),
+          [&r](const std::function<void(int)>& fn) {
+            r.ForEachRank([&](int rank, ModelRunner&) { fn(rank); });
+          },
+          num_kv_heads, static_cast<size_t>(o.prefix_cache_host_bytes));
       allocator.set_host_tier(host_tier.get(), host_tier.get());
     }
     if (draft != nullptr) {

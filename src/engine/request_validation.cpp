@@ -213,14 +213,12 @@ Status CheckPrefixCacheHostTier(const EngineOptions& o, const ModelRunner& r) {
     return InvalidArgument("the prefix cache's host tier size must not be negative");
   if (!o.enable_prefix_caching)
     return InvalidArgument("a host tier for the prefix cache needs prefix caching on");
-  if (r.num_ranks() > 1)
-    return InvalidArgument(
-        "the prefix cache's host tier does not support tensor parallelism yet "
-        "(--tensor-parallel-size > 1)");
+  // Under tensor parallelism the model's config has one rank's heads; a block spans every rank.
   const ModelConfig& m = r.model().config();
   const size_t per_block = HostPrefixTier::BytesPerSlot(m.num_hidden_layers, m.head_dim,
                                                         r.backend().activation_dtype()) *
-                           static_cast<size_t>(m.num_key_value_heads);
+                           static_cast<size_t>(m.num_key_value_heads) *
+                           static_cast<size_t>(r.num_ranks());
   if (o.prefix_cache_host_bytes < static_cast<double>(per_block)) {
     char msg[200];
     std::snprintf(msg, sizeof msg,

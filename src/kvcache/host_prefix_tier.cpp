@@ -20,26 +20,45 @@ size_t HostPrefixTier::BytesPerSlot(int64_t num_layers, int64_t head_dim, DType 
   return static_cast<size_t>(2 * kBlockSize * head_dim * num_layers) * DTypeSize(dtype);
 }
 
+namespace {
+
+size_t SlotBytes(const std::vector<HostPrefixTier::Side>& sides) {
+  OASIS_CHECK(!sides.empty() && sides[0].gpu != nullptr && !sides[0].gpu->empty())
+      << "a host prefix tier needs the GPU pools";
+  const LayerKvPool& p = sides[0].gpu->front();
+  return HostPrefixTier::BytesPerSlot(static_cast<int64_t>(sides[0].gpu->size()), p.k.dim(2),
+                                      p.k.dtype());
+}
+
+}  // namespace
+
+HostPrefixTier::HostPrefixTier(std::vector<Side> sides, RunSides run_sides, int32_t num_kv_heads,
+                               size_t bytes)
+    : sides_(std::move(sides)),
+      run_sides_(std::move(run_sides)),
+      num_kv_heads_(num_kv_heads),
+      bytes_per_slot_(SlotBytes(sides_)),
+      slots_(SlotsFor(bytes / sides_.size(), bytes_per_slot_)),
+      index_(std::max<int32_t>(1, slots_.num_slots()), num_kv_heads) {
+  OASIS_CHECK_GE(slots_.num_slots(), num_kv_heads) << "a host prefix tier of less than one block";
+  host_.resize(sides_.size());
+  run_sides_([&](int side) {
+    const Side& sd = sides_.at(static_cast<size_t>(side));
+    const int64_t n = slots_.num_slots(), d = sd.gpu->front().k.dim(2);
+    const DType dt = sd.gpu->front().k.dtype();
+    std::vector<LayerKvPool>& host = host_[static_cast<size_t>(side)];
+    for (size_t l = 0; l < sd.gpu->size(); ++l) {
+      host.push_back({sd.backend->EmptyHost({n, kBlockSize, d}, dt),
+                      sd.backend->EmptyHost({n, kBlockSize, d}, dt)});
+    }
+  });
+}
+
 HostPrefixTier::HostPrefixTier(Backend& backend, std::vector<LayerKvPool>& gpu_pools,
                                int32_t num_kv_heads, size_t bytes)
-    : backend_(backend),
-      gpu_(gpu_pools),
-      num_kv_heads_(num_kv_heads),
-      bytes_per_slot_(gpu_pools.empty()
-                          ? 0
-                          : BytesPerSlot(static_cast<int64_t>(gpu_pools.size()),
-                                         gpu_pools[0].k.dim(2), gpu_pools[0].k.dtype())),
-      slots_(gpu_pools.empty() ? 0 : SlotsFor(bytes, bytes_per_slot_)),
-      index_(std::max<int32_t>(1, slots_.num_slots()), num_kv_heads) {
-  OASIS_CHECK(!gpu_pools.empty()) << "a host prefix tier needs the GPU pools";
-  OASIS_CHECK_GE(slots_.num_slots(), num_kv_heads) << "a host prefix tier of less than one block";
-  const int64_t n = slots_.num_slots(), d = gpu_pools[0].k.dim(2);
-  const DType dt = gpu_pools[0].k.dtype();
-  for (size_t l = 0; l < gpu_pools.size(); ++l) {
-    host_.push_back(
-        {backend.EmptyHost({n, kBlockSize, d}, dt), backend.EmptyHost({n, kBlockSize, d}, dt)});
-  }
-}
+    : HostPrefixTier(
+          {Side{&backend, &gpu_pools}}, [](const std::function<void(int)>& fn) { fn(0); },
+          num_kv_heads, bytes) {}
 
 void HostPrefixTier::Evicted(const PrefixCache::Evicted& e) {
   OASIS_CHECK_EQ(e.slots.size(), static_cast<size_t>(num_kv_heads_)) << "one slot per KV head";
@@ -119,15 +138,21 @@ void HostPrefixTier::Reload(const std::vector<std::vector<int32_t>>& host,
 
 void HostPrefixTier::CopyAll(bool to_host, const std::vector<int32_t>& src_slots,
                              const std::vector<int32_t>& dst_slots) {
-  const Tensor src_t = backend_.UploadAsync(Tensor::FromInts(src_slots));
-  const Tensor dst_t = backend_.UploadAsync(Tensor::FromInts(dst_slots));
-  for (size_t l = 0; l < gpu_.size(); ++l) {
-    if (to_host) {
-      backend_.CopyBlocks(gpu_[l], src_t, host_[l], dst_t);
-    } else {
-      backend_.CopyBlocks(host_[l], src_t, gpu_[l], dst_t);
+  run_sides_([&](int side) {
+    const Side& sd = sides_.at(static_cast<size_t>(side));
+    Backend& b = *sd.backend;
+    std::vector<LayerKvPool>& gpu = *sd.gpu;
+    std::vector<LayerKvPool>& host = host_.at(static_cast<size_t>(side));
+    const Tensor src_t = b.UploadAsync(Tensor::FromInts(src_slots));
+    const Tensor dst_t = b.UploadAsync(Tensor::FromInts(dst_slots));
+    for (size_t l = 0; l < gpu.size(); ++l) {
+      if (to_host) {
+        b.CopyBlocks(gpu[l], src_t, host[l], dst_t);
+      } else {
+        b.CopyBlocks(host[l], src_t, gpu[l], dst_t);
+      }
     }
-  }
+  });
 }
 
 }  // namespace oasis

@@ -14,12 +14,18 @@
 // allocation ends evicting (EndEvictions), before the allocated slots can be written; a reload
 // is enqueued before the step that reads it. Both run on the backend's current stream, in
 // order with each other, so a host slot reused by a later spill is read by earlier reloads
-// first. One backend and its pools (tensor parallelism: not yet).
+// first.
+//
+// Tensor parallelism: one slot id names the same (sequence, local head, block) in every rank's
+// pool (runner/tp/tp_model_runner.h), so the tier has one index and one slot allocator and a
+// host pool per rank ("side"); every copy runs on every side with the same slot lists, each
+// on its rank's thread (`run_sides`).
 //
 // Not thread-safe: used by the engine loop thread (through the BlockAllocator).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -31,13 +37,25 @@ namespace oasis {
 
 class HostPrefixTier : public EvictionSink {
  public:
-  // A tier of `bytes` (rounded down to whole slots) for blocks of `num_kv_heads` head-slots
-  // of `gpu_pools` (one per layer, all the same head_dim and dtype; the caller keeps them
-  // alive). Holds at least one block: smaller sizes are refused by the caller.
+  // One rank's backend and GPU pools (one per layer, all the same head_dim and dtype; the
+  // caller keeps them alive).
+  struct Side {
+    Backend* backend = nullptr;
+    std::vector<LayerKvPool>* gpu = nullptr;
+  };
+  // Runs fn(side) for every side, each where that side's backend may be used; returns when
+  // all have returned.
+  using RunSides = std::function<void(const std::function<void(int side)>& fn)>;
+
+  // A tier of `bytes` in all (split evenly over the sides, rounded down to whole slots) for
+  // blocks of `num_kv_heads` head-slots. Holds at least one block: smaller sizes are refused
+  // by the caller.
+  HostPrefixTier(std::vector<Side> sides, RunSides run_sides, int32_t num_kv_heads, size_t bytes);
+  // One side, used on the caller's thread.
   HostPrefixTier(Backend& backend, std::vector<LayerKvPool>& gpu_pools, int32_t num_kv_heads,
                  size_t bytes);
 
-  // Host bytes of one slot (K and V, every layer).
+  // Host bytes of one slot of one side (K and V, every layer).
   static size_t BytesPerSlot(int64_t num_layers, int64_t head_dim, DType dtype);
 
   int32_t num_slots() const { return slots_.num_slots(); }
@@ -74,18 +92,21 @@ class HostPrefixTier : public EvictionSink {
   int64_t dropped_blocks_total() const { return dropped_blocks_total_; }
 
  private:
-  int64_t BlockBytes() const { return static_cast<int64_t>(bytes_per_slot_) * num_kv_heads_; }
+  int64_t BlockBytes() const {
+    return static_cast<int64_t>(bytes_per_slot_) * num_kv_heads_ *
+           static_cast<int64_t>(sides_.size());
+  }
   // Copies per layer: dst[dst_slots[i]] = src[src_slots[i]].
   void CopyAll(bool to_host, const std::vector<int32_t>& src_slots,
                const std::vector<int32_t>& dst_slots);
 
-  Backend& backend_;
-  std::vector<LayerKvPool>& gpu_;
+  std::vector<Side> sides_;
+  RunSides run_sides_;
   int32_t num_kv_heads_;
   size_t bytes_per_slot_;
   BlockAllocator slots_;  // host slots (no cache of its own)
   PrefixCache index_;     // entries over host slots; unpinned entries are "parked" (evictable)
-  std::vector<LayerKvPool> host_;                    // [layer]
+  std::vector<std::vector<LayerKvPool>> host_;       // [side][layer]
   std::vector<int32_t> pending_gpu_, pending_host_;  // copies EndEvictions enqueues
   int64_t hits_tokens_total_ = 0;
   int64_t spilled_blocks_total_ = 0;

@@ -165,8 +165,9 @@ const std::vector<Setting>& Settings() {
          "--no-enable-prefix-caching turns it off"},
         {"prefix-cache-host-gib", &ServerConfig::prefix_cache_host_gib,
          "the prefix cache's host tier: GiB of pinned host memory that cached blocks evicted "
-         "from the GPU pool spill to, reloaded when a later prompt hits them (0 = none; one "
-         "GPU; at most 90% of the memory available with --host-kv-gib)"},
+         "from the GPU pool spill to, reloaded when a later prompt hits them (0 = none; split "
+         "over the tensor-parallel ranks; at most 90% of the memory available with "
+         "--host-kv-gib)"},
         {"max-waiting", &ServerConfig::max_waiting, "queued requests at most (more get HTTP 429)"},
         {"gpu-memory-utilization", &ServerConfig::gpu_memory_utilization,
          "fraction of GPU memory for weights + KV cache"},
@@ -399,9 +400,6 @@ Status ServerConfig::Validate() const {
       return InvalidArgument(
           "--prefix-cache-host-gib needs prefix caching (it is off: --no-enable-prefix-caching "
           "or --role decode)");
-    if (tensor_parallel_size != 1)
-      return InvalidArgument(
-          "--prefix-cache-host-gib does not support --tensor-parallel-size > 1 yet");
   }
   if (prefix_caching_given && enable_prefix_caching && role == "decode") {
     return InvalidArgument(

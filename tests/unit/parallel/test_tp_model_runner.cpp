@@ -18,6 +18,7 @@
 #include "engine/generator.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
+#include "kvcache/host_prefix_tier.h"
 #include "loader/weights.h"
 #include "runner/tp/cpu_tp_runner.h"
 #include "parallel/thread_communicator.h"
@@ -395,4 +396,82 @@ TEST_CASE("prefix caching on TP=2 CPU ranks equals no caching", "[parallel][engi
   CHECK(on.hits > 0);
   CHECK(on.free_slots == on.total_slots);
   CHECK(off.free_slots == off.total_slots);
+}
+
+TEST_CASE("the prefix cache's host tier on TP=2 CPU ranks: evicted blocks come back",
+          "[parallel][engine][prefix][host]") {
+  // 24 slots (blocks of one local head per rank): "b" evicts what "a" left cached; "a2" (= "a"
+  // + a question) reloads it from every rank's host pool.
+  Checkpoint ck = Open("qwen3-tiny");
+  std::mt19937_64 rng(91);
+  auto tokens = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(3 + rng() % 400);
+    return t;
+  };
+  const std::vector<int32_t> a = tokens(170), b = tokens(330);
+  std::vector<int32_t> a2 = a;
+  for (int32_t t : tokens(21)) a2.push_back(t);
+  const std::vector<std::vector<int32_t>> prompts = {a, b, a2};
+  struct Out {
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<int64_t> cached;
+    EngineStats stats;
+  };
+  auto run = [&](bool caching, double tier_blocks) {
+    auto tp = MakeTp(ck, 2, 24);
+    EngineOptions o;
+    o.enable_prefix_caching = caching;
+    o.max_num_batched_tokens = 64;
+    const ModelConfig& c = tp->model().config();  // one rank's heads
+    o.prefix_cache_host_bytes =
+        tier_blocks * static_cast<double>(HostPrefixTier::BytesPerSlot(c.num_hidden_layers, c.head_dim,
+                                                                       tp->backend().activation_dtype()) *
+                                          static_cast<size_t>(c.num_key_value_heads) * 2);
+    REQUIRE(Engine::CheckOptions(o, *tp, nullptr).ok());
+    Engine engine(*tp, nullptr, o);
+    engine.Start();
+    Out out;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EngineRequest r;
+      r.id = "h" + std::to_string(i);
+      r.prompt = prompts[i];
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      r.detokenize = false;
+      r.sampling.temperature = i == 2 ? 5.0f : 0.0f;
+      r.sampling.seed = 3;
+      auto s = engine.Submit(r);
+      REQUIRE(s.ok());
+      std::vector<int32_t> got;
+      int64_t cached = -1;
+      while (auto ev = (*s)->Next(std::chrono::seconds(60))) {
+        for (const GeneratedToken& g : ev->tokens) got.push_back(g.token);
+        if (ev->finished) {
+          cached = ev->cached_tokens;
+          break;
+        }
+      }
+      out.tokens.push_back(got);
+      out.cached.push_back(cached);
+    }
+    out.stats = engine.Stats();
+    for (int i = 0; i < 200 && out.stats.kv.num_free_slots != out.stats.kv.num_slots; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      out.stats = engine.Stats();
+    }
+    engine.Stop();
+    return out;
+  };
+  const Out off = run(false, 0), gpu = run(true, 0), host = run(true, 32);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    INFO("request " << i);
+    CHECK(gpu.tokens[i] == off.tokens[i]);
+    CHECK(host.tokens[i] == off.tokens[i]);
+  }
+  CHECK(gpu.cached[2] < 160);
+  CHECK(host.cached[2] == 160);
+  CHECK(host.stats.kv.prefix_cache_host_hits_total == 160 - gpu.cached[2]);
+  CHECK(host.stats.kv.prefix_cache_host_capacity_blocks == 32);
+  CHECK(host.stats.kv.num_free_slots == host.stats.kv.num_slots);
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <optional>
 
+#include "common/host_memory.h"
 #include "server/server_config.h"
 #include "test_support.h"
 
@@ -594,4 +595,51 @@ TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-ca
         StatusCode::kInvalidArgument);
   CHECK_FALSE(resolved({"--config", (dir / "off.json").string()}));
   CHECK_FALSE(resolved({"--config", (dir / "on.json").string(), "--no-enable-prefix-caching"}));
+}
+
+TEST_CASE("prefix cache host tier flag: edges, prefix caching required, host memory counted") {
+  auto parse = [](std::vector<std::string> args) { return Parse(std::move(args)); };
+  CHECK(parse({})->config.prefix_cache_host_gib == 0);
+  auto p = parse({"--prefix-cache-host-gib", "1.5"});
+  REQUIRE(p.ok());
+  CHECK(p->config.prefix_cache_host_gib == 1.5);
+  CHECK(parse({"--prefix-cache-host-gib", "0"}).ok());
+  CHECK(parse({"--prefix-cache-host-gib", "1", "--tensor-parallel-size", "2"}).ok());
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--prefix-cache-host-gib", "-1"},
+        {"--prefix-cache-host-gib", "nan"},
+        {"--prefix-cache-host-gib", "inf"},
+        {"--prefix-cache-host-gib", "x"},
+        {"--prefix-cache-host-gib", "1", "--no-enable-prefix-caching"},
+        {"--prefix-cache-host-gib", "1", "--role", "decode"}}) {
+    INFO(bad[1] << (bad.size() > 2 ? " " + bad[2] : ""));
+    auto q = parse(bad);
+    REQUIRE_FALSE(q.ok());
+    CHECK(q.status().code() == StatusCode::kInvalidArgument);
+  }
+  // A config file key works as the flag does.
+  const auto dir = oasis::testing::MakeTempDir("server_config_host_tier");
+  std::ofstream(dir / "tier.json") << R"({"prefix-cache-host-gib": 2})";
+  auto f = parse({"--config", (dir / "tier.json").string()});
+  REQUIRE(f.ok());
+  CHECK(f->config.prefix_cache_host_gib == 2);
+  // More than the machine can hold is refused at start, the tier counted with the sparse store.
+  ServerConfig c;
+  c.prefix_cache_host_gib = 1e9;
+  const Status st = CheckHostMemory(c);
+  if (AvailableHostMemoryGiB()) {
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(st.message()), Catch::Contains("--prefix-cache-host-gib"));
+  }
+  c.prefix_cache_host_gib = 0.001;
+  CHECK(CheckHostMemory(c).ok());
+  if (const auto avail = AvailableHostMemoryGiB()) {
+    c.sparse = "on";
+    c.host_kv_gib = *avail * 0.6;
+    c.prefix_cache_host_gib = *avail * 0.6;  // each fits alone, not both
+    const Status both = CheckHostMemory(c);
+    CHECK(both.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(both.message()), Catch::Contains("--host-kv-gib"));
+    CHECK_THAT(std::string(both.message()), Catch::Contains("--prefix-cache-host-gib"));
+  }
 }

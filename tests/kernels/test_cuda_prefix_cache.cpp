@@ -145,12 +145,14 @@ TEST_CASE("prefix caching on CUDA keeps greedy decoding's tokens", "[gpu][prefix
 
 // Runs `prompts` one after another (greedy, 10 tokens each) on a fresh engine.
 std::vector<Out> RunInTurn(ModelRunner& runner, bool caching, double host_tier_bytes,
-                           const std::vector<std::vector<int32_t>>& prompts, EngineStats* stats) {
+                           const std::vector<std::vector<int32_t>>& prompts, EngineStats* stats,
+                           DraftRunner* draft = nullptr) {
   EngineOptions o;
   o.enable_prefix_caching = caching;
   o.prefix_cache_host_bytes = host_tier_bytes;
   o.max_num_batched_tokens = 256;
-  Engine engine(runner, nullptr, o);
+  o.lookahead = draft != nullptr ? LookaheadMode::kReject : LookaheadMode::kOff;
+  Engine engine(runner, nullptr, o, draft);
   engine.Start();
   std::vector<Out> outs;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -215,10 +217,16 @@ TEST_CASE("prefix caching on CUDA: the host tier reloads evicted prefixes", "[gp
   std::vector<int32_t> a2 = a;
   for (int j = 0; j < 21; ++j) a2.push_back((13 * j + 2) % 250 + 1);
   const std::vector<std::vector<int32_t>> prompts = {a, b, a2};
+  auto head = Eagle3Head::Load(testing::FixturePath("eagle3/qwen3-tiny"), **model, **backend);
+  REQUIRE(head.ok());
+  CudaDraftRunner draft_runner(**head, **backend, 64);
+  const bool lookahead = GENERATE(false, true);  // with the draft head: its blocks reload too
+  INFO((lookahead ? "lookahead reject" : "plain"));
+  DraftRunner* draft = lookahead ? &draft_runner : nullptr;
   EngineStats off_stats, gpu_stats, host_stats;
-  const std::vector<Out> off = RunInTurn(**runner, false, 0, prompts, &off_stats);
-  const std::vector<Out> gpu = RunInTurn(**runner, true, 0, prompts, &gpu_stats);
-  const std::vector<Out> host = RunInTurn(**runner, true, tier_bytes, prompts, &host_stats);
+  const std::vector<Out> off = RunInTurn(**runner, false, 0, prompts, &off_stats, draft);
+  const std::vector<Out> gpu = RunInTurn(**runner, true, 0, prompts, &gpu_stats, draft);
+  const std::vector<Out> host = RunInTurn(**runner, true, tier_bytes, prompts, &host_stats, draft);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Out &x = off[i], &y = host[i];
     REQUIRE(y.tokens.size() == x.tokens.size());
@@ -235,4 +243,5 @@ TEST_CASE("prefix caching on CUDA: the host tier reloads evicted prefixes", "[gp
   CHECK(host_stats.kv.prefix_cache_host_hits_total == 160 - in_pool);
   CHECK(host_stats.kv.prefix_cache_host_reloaded_bytes_total > 0);
   CHECK(host_stats.kv.num_free_slots == host_stats.kv.num_slots);
+  CHECK(host_stats.kv.num_free_draft_slots == host_stats.kv.num_draft_slots);
 }

@@ -6,14 +6,10 @@
 #include "common/check.h"
 
 namespace oasis {
-namespace {
-
-int32_t SlotsFor(size_t bytes, size_t per_slot) {
+int32_t HostKvStore::SlotsFor(size_t bytes, size_t per_slot) {
   const size_t n = per_slot == 0 ? 0 : bytes / per_slot;
   return static_cast<int32_t>(std::min<size_t>(n, INT32_MAX / kBlockSize));
 }
-
-}  // namespace
 
 size_t HostKvStore::BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DType dtype) {
   return static_cast<size_t>(2 * kBlockSize * head_dim * num_sparse_layers) * DTypeSize(dtype);

@@ -44,6 +44,9 @@ class HostKvStore {
 
   // K and V of one host slot in every sparse layer.
   static size_t BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DType dtype);
+  // Whole slots of `per_slot` bytes in `bytes` (at most INT32_MAX / kBlockSize: token rows
+  // stay int32).
+  static int32_t SlotsFor(size_t bytes, size_t per_slot);
 
   int64_t num_layers() const { return num_layers_; }
   int64_t first_sparse_layer() const { return first_sparse_layer_; }

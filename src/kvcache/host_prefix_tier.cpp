@@ -1,23 +1,14 @@
 #include "kvcache/host_prefix_tier.h"
 
 #include <algorithm>
-#include <climits>
 #include <unordered_set>
 
 #include "common/check.h"
+#include "kvcache/host_kv_store.h"
 
 namespace oasis {
-namespace {
-
-int32_t SlotsFor(size_t bytes, size_t per_slot) {
-  const size_t n = per_slot == 0 ? 0 : bytes / per_slot;
-  return static_cast<int32_t>(std::min<size_t>(n, INT32_MAX / kBlockSize));
-}
-
-}  // namespace
-
 size_t HostPrefixTier::BytesPerSlot(int64_t num_layers, int64_t head_dim, DType dtype) {
-  return static_cast<size_t>(2 * kBlockSize * head_dim * num_layers) * DTypeSize(dtype);
+  return HostKvStore::BytesPerSlot(num_layers, head_dim, dtype);  // the same layout, all layers
 }
 
 namespace {
@@ -38,7 +29,7 @@ HostPrefixTier::HostPrefixTier(std::vector<Side> sides, RunSides run_sides, int3
       run_sides_(std::move(run_sides)),
       num_kv_heads_(num_kv_heads),
       bytes_per_slot_(SlotBytes(sides_)),
-      slots_(SlotsFor(bytes / sides_.size(), bytes_per_slot_)),
+      slots_(HostKvStore::SlotsFor(bytes / sides_.size(), bytes_per_slot_)),
       index_(std::max<int32_t>(1, slots_.num_slots()), num_kv_heads) {
   OASIS_CHECK_GE(slots_.num_slots(), num_kv_heads) << "a host prefix tier of less than one block";
   host_.resize(sides_.size());
@@ -66,9 +57,7 @@ void HostPrefixTier::Evicted(const PrefixCache::Evicted& e) {
     // Already here (a reloaded block evicted again): the same KV. Most recently used now,
     // unless a reload pins it.
     const std::vector<int32_t> slots = *held;
-    bool pinned = false;
-    for (int32_t s : slots) pinned = pinned || !index_.IsParked(s);
-    if (!pinned) {
+    if (index_.IsParked(slots.front())) {  // an entry is parked (or pinned) as a whole
       Pin(slots);
       Unpin(slots);
     }

@@ -39,6 +39,73 @@ std::vector<int32_t> Prompt(int i) {
   return p;
 }
 
+// The qwen3-tiny fixture on a CUDA backend.
+struct TinyCuda {
+  TinyCuda() {
+    const auto dir = testing::FixturePath("models/qwen3-tiny");
+    auto c = LoadModelConfig(dir);
+    REQUIRE(c.ok());
+    config = *c;
+    auto w = OpenSafetensorsWeights(dir);
+    REQUIRE(w.ok());
+    weights = std::move(*w);
+    auto b = CudaBackend::Create();
+    REQUIRE(b.ok());
+    backend = std::move(*b);
+    auto m = DecoderLM::Create(config, *weights, *backend);
+    REQUIRE(m.ok());
+    model = std::move(*m);
+  }
+  ModelConfig config;
+  std::unique_ptr<WeightSource> weights;
+  std::unique_ptr<CudaBackend> backend;
+  std::unique_ptr<DecoderLM> model;
+};
+
+// A greedy request with two top log-probabilities per token (the margins of Out).
+EngineRequest GreedyRequest(std::string id, std::vector<int32_t> prompt, int64_t max_tokens) {
+  EngineRequest r;
+  r.id = std::move(id);
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  r.detokenize = false;
+  r.logprobs = true;
+  r.num_top_logprobs = 2;
+  return r;
+}
+
+// Reads a request's stream to its end.
+Out Collect(RequestStream& s, FinishReasonKind* reason) {
+  Out out;
+  while (true) {
+    auto ev = s.Next(60s);
+    REQUIRE(ev.has_value());
+    for (const GeneratedToken& t : ev->tokens) {
+      out.tokens.push_back(t.token);
+      out.margin.push_back(t.top_logprobs.size() == 2 ? t.top_logprobs[0].logprob - t.top_logprobs[1].logprob
+                                                      : 1e9f);
+    }
+    if (ev->finished) {
+      *reason = ev->finish_reason;
+      out.cached = ev->cached_tokens;
+      return out;
+    }
+  }
+}
+
+// The engine's stats once every request has ended and every block is back.
+EngineStats IdleStats(Engine& engine) {
+  EngineStats st;
+  for (int i = 0; i < 200; ++i) {
+    st = engine.Stats();
+    if (st.kv.num_free_slots == st.kv.num_slots && st.requests.num_running == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return st;
+}
+
 // Half the requests one after another (each sees the cache the earlier ones left), then the
 // rest together (siblings of one prefix admitted in one step).
 std::vector<Out> Run(ModelRunner& runner, DraftRunner* draft, bool caching, int n, EngineStats* stats) {
@@ -49,46 +116,22 @@ std::vector<Out> Run(ModelRunner& runner, DraftRunner* draft, bool caching, int 
   Engine engine(runner, nullptr, o, draft);
   engine.Start();
   auto submit = [&](int i) {
-    EngineRequest r;
-    r.id = "p" + std::to_string(i);
-    r.prompt = Prompt(i);
-    r.max_tokens = 20;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    r.detokenize = false;
-    r.logprobs = true;
-    r.num_top_logprobs = 2;
-    auto s = engine.Submit(r);
+    auto s = engine.Submit(GreedyRequest("p" + std::to_string(i), Prompt(i), 20));
     REQUIRE(s.ok());
     return *s;
   };
   auto collect = [](RequestStream& s) {
-    Out out;
-    while (true) {
-      auto ev = s.Next(60s);
-      REQUIRE(ev.has_value());
-      for (const GeneratedToken& t : ev->tokens) {
-        out.tokens.push_back(t.token);
-        out.margin.push_back(t.top_logprobs.size() == 2 ? t.top_logprobs[0].logprob - t.top_logprobs[1].logprob
-                                                        : 1e9f);
-      }
-      if (ev->finished) {
-        REQUIRE(ev->finish_reason == FinishReasonKind::kLength);
-        out.cached = ev->cached_tokens;
-        return out;
-      }
-    }
+    FinishReasonKind reason = FinishReasonKind::kNone;
+    Out out = Collect(s, &reason);
+    REQUIRE(reason == FinishReasonKind::kLength);
+    return out;
   };
   std::vector<Out> outs;
   for (int i = 0; i < n / 2; ++i) outs.push_back(collect(*submit(i)));
   std::vector<std::shared_ptr<RequestStream>> together;
   for (int i = n / 2; i < n; ++i) together.push_back(submit(i));
   for (auto& s : together) outs.push_back(collect(*s));
-  for (int i = 0; i < 200; ++i) {
-    *stats = engine.Stats();
-    if (stats->kv.num_free_slots == stats->kv.num_slots && stats->requests.num_running == 0) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  *stats = IdleStats(engine);
   engine.Stop();
   return outs;
 }
@@ -96,21 +139,13 @@ std::vector<Out> Run(ModelRunner& runner, DraftRunner* draft, bool caching, int 
 }  // namespace
 
 TEST_CASE("prefix caching on CUDA keeps greedy decoding's tokens", "[gpu][prefix]") {
-  auto dir = testing::FixturePath("models/qwen3-tiny");
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
-  auto backend = CudaBackend::Create();
-  REQUIRE(backend.ok());
-  auto model = DecoderLM::Create(*config, **weights, **backend);
-  REQUIRE(model.ok());
-  auto head = Eagle3Head::Load(testing::FixturePath("eagle3/qwen3-tiny"), **model, **backend);
+  TinyCuda tiny;
+  auto head = Eagle3Head::Load(testing::FixturePath("eagle3/qwen3-tiny"), *tiny.model, *tiny.backend);
   REQUIRE(head.ok());
   CudaGraphOptions go{.num_kv_slots = 2048, .max_batch = 16, .max_context = 512};
-  auto runner = CudaGraphRunner::Create(**model, **backend, go);
+  auto runner = CudaGraphRunner::Create(*tiny.model, *tiny.backend, go);
   REQUIRE(runner.ok());
-  CudaDraftRunner draft(**head, **backend, 2048);
+  CudaDraftRunner draft(**head, *tiny.backend, 2048);
 
   const int n = 12;
   for (bool lookahead : {false, true}) {
@@ -156,38 +191,12 @@ std::vector<Out> RunInTurn(ModelRunner& runner, bool caching, double host_tier_b
   engine.Start();
   std::vector<Out> outs;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    EngineRequest r;
-    r.id = "h" + std::to_string(i);
-    r.prompt = prompts[i];
-    r.max_tokens = 10;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    r.detokenize = false;
-    r.logprobs = true;
-    r.num_top_logprobs = 2;
-    auto st = engine.Submit(r);
+    auto st = engine.Submit(GreedyRequest("h" + std::to_string(i), prompts[i], 10));
     REQUIRE(st.ok());
-    Out out;
-    while (true) {
-      auto ev = (*st)->Next(60s);
-      REQUIRE(ev.has_value());
-      for (const GeneratedToken& t : ev->tokens) {
-        out.tokens.push_back(t.token);
-        out.margin.push_back(t.top_logprobs.size() == 2 ? t.top_logprobs[0].logprob - t.top_logprobs[1].logprob
-                                                        : 1e9f);
-      }
-      if (ev->finished) {
-        out.cached = ev->cached_tokens;
-        break;
-      }
-    }
-    outs.push_back(std::move(out));
+    FinishReasonKind reason = FinishReasonKind::kNone;
+    outs.push_back(Collect(**st, &reason));
   }
-  for (int i = 0; i < 200; ++i) {
-    *stats = engine.Stats();
-    if (stats->kv.num_free_slots == stats->kv.num_slots && stats->requests.num_running == 0) break;
-    std::this_thread::sleep_for(10ms);
-  }
+  *stats = IdleStats(engine);
   engine.Stop();
   return outs;
 }
@@ -195,31 +204,23 @@ std::vector<Out> RunInTurn(ModelRunner& runner, bool caching, double host_tier_b
 TEST_CASE("prefix caching on CUDA: the host tier reloads evicted prefixes", "[gpu][prefix][host]") {
   // A pool of 64 head-blocks (32 blocks of 2 KV heads, 512 tokens): prompt "b" evicts the
   // blocks prompt "a" left cached; "a2" (= "a" + a question) finds them only in the host tier.
-  auto dir = testing::FixturePath("models/qwen3-tiny");
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
-  auto backend = CudaBackend::Create();
-  REQUIRE(backend.ok());
-  auto model = DecoderLM::Create(*config, **weights, **backend);
-  REQUIRE(model.ok());
+  TinyCuda tiny;
   CudaGraphOptions go{.num_kv_slots = 64, .max_batch = 16, .max_context = 512};
-  auto runner = CudaGraphRunner::Create(**model, **backend, go);
+  auto runner = CudaGraphRunner::Create(*tiny.model, *tiny.backend, go);
   REQUIRE(runner.ok());
   const double tier_bytes =
-      64.0 * static_cast<double>(HostPrefixTier::BytesPerSlot(config->num_hidden_layers, config->head_dim,
-                                                              (*backend)->activation_dtype())) *
-      static_cast<double>(config->num_key_value_heads);
+      64.0 * static_cast<double>(HostPrefixTier::BytesPerSlot(tiny.config.num_hidden_layers, tiny.config.head_dim,
+                                                              tiny.backend->activation_dtype())) *
+      static_cast<double>(tiny.config.num_key_value_heads);
   std::vector<int32_t> a, b;
   for (int j = 0; j < 170; ++j) a.push_back((37 * j + 5) % 250 + 1);
   for (int j = 0; j < 480; ++j) b.push_back((41 * j + 9) % 250 + 1);
   std::vector<int32_t> a2 = a;
   for (int j = 0; j < 21; ++j) a2.push_back((13 * j + 2) % 250 + 1);
   const std::vector<std::vector<int32_t>> prompts = {a, b, a2};
-  auto head = Eagle3Head::Load(testing::FixturePath("eagle3/qwen3-tiny"), **model, **backend);
+  auto head = Eagle3Head::Load(testing::FixturePath("eagle3/qwen3-tiny"), *tiny.model, *tiny.backend);
   REQUIRE(head.ok());
-  CudaDraftRunner draft_runner(**head, **backend, 64);
+  CudaDraftRunner draft_runner(**head, *tiny.backend, 64);
   const bool lookahead = GENERATE(false, true);  // with the draft head: its blocks reload too
   INFO((lookahead ? "lookahead reject" : "plain"));
   DraftRunner* draft = lookahead ? &draft_runner : nullptr;

@@ -18,10 +18,10 @@
 #include <cstring>
 #include <numeric>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "common/flags.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/host_prefix_tier.h"
 
@@ -35,21 +35,6 @@ constexpr double kTargetGBs = 40.0;       // issue 33
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-int64_t Arg(int argc, char** argv, int& i) {
-  if (i + 1 >= argc) {
-    std::fprintf(stderr, "bench_prefix_tier: %s needs a value\n", argv[i]);
-    std::exit(2);
-  }
-  char* end = nullptr;
-  const long long v = std::strtoll(argv[++i], &end, 10);
-  if (end == argv[i] || *end != '\0' || v <= 0) {
-    std::fprintf(stderr, "bench_prefix_tier: %s wants a positive integer, got '%s'\n", argv[i - 1],
-                 argv[i]);
-    std::exit(2);
-  }
-  return v;
 }
 
 void Check(cudaError_t e, const char* what) {
@@ -69,20 +54,23 @@ const char* SlotBytes(const Tensor& host, int32_t s) {
 
 int main(int argc, char** argv) {
   int64_t blocks = 1024, rounds = 5, layers = 36, heads = 8, head_dim = 128;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--blocks")
-      blocks = Arg(argc, argv, i);
-    else if (a == "--rounds")
-      rounds = Arg(argc, argv, i);
-    else if (a == "--layers")
-      layers = Arg(argc, argv, i);
-    else if (a == "--kv-heads")
-      heads = Arg(argc, argv, i);
-    else if (a == "--head-dim")
-      head_dim = Arg(argc, argv, i);
-    else {
-      std::fprintf(stderr, "bench_prefix_tier: unknown argument '%s'\n", argv[i]);
+  FlagParser flags("bench_prefix_tier: spill and reload bandwidth of the prefix cache's host tier");
+  flags.AddInt("blocks", &blocks, "blocks cached, spilled and reloaded per round");
+  flags.AddInt("rounds", &rounds, "timed rounds (after one warm-up round)");
+  flags.AddInt("layers", &layers, "layers of the KV shape");
+  flags.AddInt("kv-heads", &heads, "KV heads of the KV shape");
+  flags.AddInt("head-dim", &head_dim, "head_dim of the KV shape");
+  if (Status st = flags.Parse(argc, argv); !st.ok()) {
+    std::fprintf(stderr, "bench_prefix_tier: %s\n%s", st.ToString().c_str(), flags.Usage().c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Usage().c_str());
+    return 0;
+  }
+  for (int64_t v : {blocks, rounds, layers, heads, head_dim}) {
+    if (v <= 0) {
+      std::fprintf(stderr, "bench_prefix_tier: every flag wants a positive integer\n");
       return 2;
     }
   }

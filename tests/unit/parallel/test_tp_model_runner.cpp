@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -43,6 +44,49 @@ std::unique_ptr<TpModelRunner> MakeTp(const Checkpoint& ck, int size, int64_t sl
 }
 
 const std::vector<int32_t> kPrompt = {1, 17, 42, 99, 3, 250, 7, 7, 128, 64, 5, 300, 11};
+
+// Submits `prompts` one after another (6 tokens each, ignoring EOS; temperature `temperature(i)`,
+// seed `seed(i)`), returning each one's tokens and cached prompt tokens, then waits for every
+// block to be back and returns the engine's stats.
+struct InTurn {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<int64_t> cached;
+  EngineStats stats;
+};
+InTurn RunInTurn(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                 const std::function<float(size_t)>& temperature, const std::function<uint64_t(size_t)>& seed,
+                 const std::string& id_prefix) {
+  InTurn out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EngineRequest r;
+    r.id = id_prefix + std::to_string(i);
+    r.prompt = prompts[i];
+    r.max_tokens = 6;
+    r.ignore_eos = true;
+    r.detokenize = false;
+    r.sampling.temperature = temperature(i);
+    r.sampling.seed = seed(i);
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    std::vector<int32_t> got;
+    int64_t cached = -1;
+    while (auto ev = (*s)->Next(std::chrono::seconds(60))) {
+      for (const GeneratedToken& g : ev->tokens) got.push_back(g.token);
+      if (ev->finished) {
+        cached = ev->cached_tokens;
+        break;
+      }
+    }
+    out.tokens.push_back(got);
+    out.cached.push_back(cached);
+  }
+  out.stats = engine.Stats();
+  for (int i = 0; i < 200 && out.stats.kv.num_free_slots != out.stats.kv.num_slots; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    out.stats = engine.Stats();
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -334,11 +378,6 @@ TEST_CASE("prefix caching on TP=2 CPU ranks equals no caching", "[parallel][engi
     prompts.push_back(std::move(p));
   }
   prompts.push_back(prompts[2]);  // a repeat: every full block of it is cached
-  struct Out {
-    std::vector<std::vector<int32_t>> tokens;
-    std::vector<int64_t> cached;
-    int64_t free_slots = 0, total_slots = 0, hits = 0;
-  };
   auto run = [&](bool caching) {
     auto tp = MakeTp(ck, 2, 256);
     EngineOptions o;
@@ -347,42 +386,13 @@ TEST_CASE("prefix caching on TP=2 CPU ranks equals no caching", "[parallel][engi
     REQUIRE(Engine::CheckOptions(o, *tp, nullptr).ok());
     Engine engine(*tp, nullptr, o);
     engine.Start();
-    Out out;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      EngineRequest r;
-      r.id = "tp" + std::to_string(i);
-      r.prompt = prompts[i];
-      r.max_tokens = 6;
-      r.ignore_eos = true;
-      r.detokenize = false;
-      r.sampling.temperature = i % 2 == 0 ? 0.0f : 5.0f;
-      r.sampling.seed = 70 + i;
-      auto s = engine.Submit(r);
-      REQUIRE(s.ok());
-      std::vector<int32_t> got;
-      int64_t cached = -1;
-      while (auto ev = (*s)->Next(std::chrono::seconds(60))) {
-        for (const GeneratedToken& g : ev->tokens) got.push_back(g.token);
-        if (ev->finished) {
-          cached = ev->cached_tokens;
-          break;
-        }
-      }
-      out.tokens.push_back(got);
-      out.cached.push_back(cached);
-    }
-    EngineStats st = engine.Stats();
-    for (int i = 0; i < 200 && st.kv.num_free_slots != st.kv.num_slots; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      st = engine.Stats();
-    }
-    out.free_slots = st.kv.num_free_slots;
-    out.total_slots = st.kv.num_slots;
-    out.hits = st.kv.prefix_cache_hits_total;
+    InTurn out = RunInTurn(
+        engine, prompts, [](size_t i) { return i % 2 == 0 ? 0.0f : 5.0f; },
+        [](size_t i) { return 70 + static_cast<uint64_t>(i); }, "tp");
     engine.Stop();
     return out;
   };
-  const Out off = run(false), on = run(true);
+  const InTurn off = run(false), on = run(true);
   REQUIRE(on.tokens.size() == off.tokens.size());
   for (size_t i = 0; i < on.tokens.size(); ++i) {
     INFO("request " << i);
@@ -393,9 +403,9 @@ TEST_CASE("prefix caching on TP=2 CPU ranks equals no caching", "[parallel][engi
                                             ? static_cast<int64_t>(prompts[i].size() - 1) / 16 * 16
                                             : 32));
   }
-  CHECK(on.hits > 0);
-  CHECK(on.free_slots == on.total_slots);
-  CHECK(off.free_slots == off.total_slots);
+  CHECK(on.stats.kv.prefix_cache_hits_total > 0);
+  CHECK(on.stats.kv.num_free_slots == on.stats.kv.num_slots);
+  CHECK(off.stats.kv.num_free_slots == off.stats.kv.num_slots);
 }
 
 TEST_CASE("the prefix cache's host tier on TP=2 CPU ranks: evicted blocks come back",
@@ -413,11 +423,6 @@ TEST_CASE("the prefix cache's host tier on TP=2 CPU ranks: evicted blocks come b
   std::vector<int32_t> a2 = a;
   for (int32_t t : tokens(21)) a2.push_back(t);
   const std::vector<std::vector<int32_t>> prompts = {a, b, a2};
-  struct Out {
-    std::vector<std::vector<int32_t>> tokens;
-    std::vector<int64_t> cached;
-    EngineStats stats;
-  };
   auto run = [&](bool caching, double tier_blocks) {
     auto tp = MakeTp(ck, 2, 24);
     EngineOptions o;
@@ -431,39 +436,13 @@ TEST_CASE("the prefix cache's host tier on TP=2 CPU ranks: evicted blocks come b
     REQUIRE(Engine::CheckOptions(o, *tp, nullptr).ok());
     Engine engine(*tp, nullptr, o);
     engine.Start();
-    Out out;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      EngineRequest r;
-      r.id = "h" + std::to_string(i);
-      r.prompt = prompts[i];
-      r.max_tokens = 6;
-      r.ignore_eos = true;
-      r.detokenize = false;
-      r.sampling.temperature = i == 2 ? 5.0f : 0.0f;
-      r.sampling.seed = 3;
-      auto s = engine.Submit(r);
-      REQUIRE(s.ok());
-      std::vector<int32_t> got;
-      int64_t cached = -1;
-      while (auto ev = (*s)->Next(std::chrono::seconds(60))) {
-        for (const GeneratedToken& g : ev->tokens) got.push_back(g.token);
-        if (ev->finished) {
-          cached = ev->cached_tokens;
-          break;
-        }
-      }
-      out.tokens.push_back(got);
-      out.cached.push_back(cached);
-    }
-    out.stats = engine.Stats();
-    for (int i = 0; i < 200 && out.stats.kv.num_free_slots != out.stats.kv.num_slots; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      out.stats = engine.Stats();
-    }
+    InTurn out = RunInTurn(
+        engine, prompts, [](size_t i) { return i == 2 ? 5.0f : 0.0f; }, [](size_t) { return uint64_t{3}; },
+        "h");
     engine.Stop();
     return out;
   };
-  const Out off = run(false, 0), gpu = run(true, 0), host = run(true, 32);
+  const InTurn off = run(false, 0), gpu = run(true, 0), host = run(true, 32);
   for (size_t i = 0; i < prompts.size(); ++i) {
     INFO("request " << i);
     CHECK(gpu.tokens[i] == off.tokens[i]);

@@ -54,6 +54,10 @@ void SpeculativeDepthController::ObserveDraft(int32_t position, bool accepted) {
 
 void SpeculativeDepthController::Record(PartCost& part, int32_t depth, double seconds) {
   const auto d = static_cast<size_t>(depth - 1);
+  if (!part.seen[d]) {    // one-time costs (graph capture): not the depth's cost
+    part.seen[d] = true;  // (the next sample at this depth is still a switch if it was one)
+    return;
+  }
   seconds = std::max(seconds, 1e-9);
   const int64_t n = ++part.samples[d];
   part.last_observed[d] = observations_;
@@ -175,8 +179,10 @@ SpeculativeDepthController::Choice SpeculativeDepthController::Choose(int64_t ba
   bool all_measured = true;
   for (int32_t d = 1; d <= max_depth_; ++d) all_measured = all_measured && MeasuredIn(bucket, d);
   const int64_t interval = all_measured ? rule_.explore_interval : kUnmeasuredExploreInterval;
-  const bool explore = max_depth_ > 1 && b.choices % interval == 0;
-  ++b.choices;
+  // Explorations start once the best depth itself is measured; the count of choices starts
+  // there too, so the first exploration comes `interval` choices later.
+  if (!MeasuredIn(bucket, best)) return {best, false};
+  const bool explore = max_depth_ > 1 && ++b.choices % interval == 0;
   if (!explore) return {best, false};
   // The depth other than the best with the fewest samples (below kMinSamples), else measured
   // longest ago; nearest the best.

@@ -32,12 +32,18 @@
 //     its bucket takes the nearest shorter depth's cost (optimistic: a deeper chain is never
 //     cheaper), else the nearest longer one's; with nothing measured in the bucket, the nearest
 //     bucket's; with nothing at all, every depth costs the same.
+// The first sample of each depth in each part and bucket is dropped: the first step at a depth
+// pays its one-time costs (the capture of its CUDA graph, lazy allocations), tens of times a
+// step, which would make that depth look dear until many samples wash it out.
 // The choice is the shortest depth whose value is within shorter_margin of the best (noise in
-// the costs never buys a longer chain for nothing). Every explore_interval choices in a bucket
-// (every kUnmeasuredExploreInterval while some depth there has fewer than kMinSamples samples
-// of either part, the first choice included: a single noisy sample must not keep a depth away)
-// one choice explores instead: the depth other than the best with the fewest samples below
-// kMinSamples, else measured longest ago, nearest the best — so the controller cannot lock
+// the costs never buys a longer chain for nothing). A bucket starts at the best depth (with
+// nothing measured, the bound: every depth costs the same and deeper chains carry more
+// expected tokens) and explores only once that depth is measured (kMinSamples samples of both
+// parts), so the warm-up runs the chains the user asked for and backs off from there. Then,
+// every explore_interval choices in a bucket (every kUnmeasuredExploreInterval while some depth
+// there has fewer than kMinSamples samples of either part: a single noisy sample must not keep
+// a depth away) one choice explores instead: the depth other than the best with the fewest samples
+// below kMinSamples, else measured longest ago, nearest the best — so the controller cannot lock
 // itself at a bad depth when the costs drift (contexts grow) or the deeper drafts get better.
 //
 // The choice only decides how many drafts are proposed and verified; acceptance stays the
@@ -120,6 +126,7 @@ class SpeculativeDepthController {
     std::array<double, kMaxDepth> ratio{};
     std::array<int64_t, kMaxDepth> samples{};
     std::array<int64_t, kMaxDepth> last_observed{};  // observation counter when last sampled
+    std::array<bool, kMaxDepth> seen{};  // the depth's first sample came (and was dropped)
   };
   struct Bucket {
     PartCost verify, propose;

@@ -156,17 +156,24 @@ TEST_CASE("depth controller: unmeasured depths, priors and exploration", "[looka
   // Nothing measured: every depth costs the same; with the prior acceptance the deepest wins.
   CHECK(c.EstimatedCost(8, false, 1) == c.EstimatedCost(8, false, 3));
   CHECK(c.BestDepth(8, false) == 3);
+  // A depth's first sample carries one-time costs (its graph's capture): it is dropped.
+  c.ObserveStep(8, false, 1, 50.0, 1, 20.0);
+  CHECK(c.EstimatedCost(8, false, 1) == c.EstimatedCost(8, false, 3));
+  CHECK(c.EstimatedCost(8, false, 1) == Approx(1.0));  // still the unmeasured prior
   // Depth 1 measured: deeper ones are guessed no costlier (optimistic), so they get tried.
   c.ObserveStep(8, false, 1, 2.0, 1, 0.5);
+  CHECK(c.EstimatedCost(8, false, 1) == Approx(2.5));
   CHECK(c.EstimatedCost(8, false, 3) == Approx(2.5));
   CHECK_FALSE(c.Measured(8, false, 3));
   // Only depth 3 measured elsewhere: a shorter depth takes the nearest longer one's cost.
+  c.ObserveStep(256, true, 3, 40.0, 3, 10.0);
   c.ObserveStep(256, true, 3, 4.0, 3, 1.0);
   CHECK(c.EstimatedCost(256, true, 1) == Approx(5.0));
 
-  // Exploration: the first choice in a bucket, then every kUnmeasuredExploreInterval-th while
-  // a depth has fewer than kMinSamples samples, then every explore_interval-th; each explores
-  // the depth other than the best with the fewest samples, else measured longest ago.
+  // Exploration: none until the best depth is measured (the warm-up runs it), then every
+  // kUnmeasuredExploreInterval-th choice while a depth has fewer than kMinSamples samples, then
+  // every explore_interval-th; each explores the depth other than the best with the fewest
+  // samples, else measured longest ago.
   SpeculativeDepthRule rule;
   rule.explore_interval = 10;
   Controller e(3, rule);
@@ -181,7 +188,14 @@ TEST_CASE("depth controller: unmeasured depths, priors and exploration", "[looka
                   costs.propose[ch.depth - 1]);
     verifying = ch.depth;
   }
-  CHECK(choices[0].explored);
+  // The best (depth 1: nothing is accepted) runs until measured: its first sample dropped,
+  // then kMinSamples of each part (the verify part one step behind the proposal).
+  const int64_t warm_up = 1 + Controller::kMinSamples + 1;
+  for (int64_t t = 0; t < warm_up; ++t) {
+    CHECK_FALSE(choices[static_cast<size_t>(t)].explored);
+    CHECK(choices[static_cast<size_t>(t)].depth == 1);
+  }
+  CHECK(choices[static_cast<size_t>(warm_up - 1 + Controller::kUnmeasuredExploreInterval)].explored);
   for (int32_t d = 1; d <= 3; ++d) CHECK(e.Measured(4, false, d));
   int explorations = 0;
   std::vector<int32_t> explored_depths;

@@ -47,6 +47,69 @@ HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_spa
   cell_free_.assign(ls, std::vector<char>(static_cast<size_t>(slots), 0));
   free_cells_.resize(ls);
   num_free_cells_.assign(ls, 0);
+  cell_parked_.assign(ls, std::vector<char>(static_cast<size_t>(slots), 0));
+  parked_in_slot_.assign(static_cast<size_t>(slots), 0);
+}
+
+template <typename F>
+void HostKvStore::EvictUntil(F enough) {
+  while (!enough() && evictor_ != nullptr && parked_cells_ > 0 && evictor_->EvictOldest()) {
+  }
+}
+
+std::optional<std::vector<int32_t>> HostKvStore::Allocate(int32_t count) {
+  if (count < 0 || count > num_free()) return std::nullopt;
+  EvictUntil([&] { return allocator_.num_free() >= count; });
+  return allocator_.Allocate(count);
+}
+
+bool HostKvStore::Evictable(size_t s) const {
+  return parked_in_slot_[s] > 0 && parked_in_slot_[s] == cells_used_[s];
+}
+
+void HostKvStore::EvictableChanged(size_t s, bool was) {
+  const bool now = Evictable(s);
+  if (now == was) return;
+  evictable_slots_ += now ? 1 : -1;
+  // Its free cells leave the counts while it is evictable (they come with the slot), and come
+  // back (onto the stacks too) when it is not.
+  for (size_t l = 0; l < free_cells_.size(); ++l) {
+    if (!cell_free_[l][s]) continue;
+    num_free_cells_[l] += now ? -1 : 1;
+    if (!now) free_cells_[l].push_back(static_cast<int32_t>(s));
+  }
+}
+
+void HostKvStore::ParkCells(int64_t layer, std::span<const int32_t> cells) {
+  const size_t li = LayerIndex(layer);
+  for (int32_t id : cells) {
+    const auto s = static_cast<size_t>(id);
+    OASIS_CHECK(IsSlot(id) && split_[s] && !cell_free_[li][s] && !cell_parked_[li][s])
+        << "host store: park cell " << id << " of layer " << layer << ": not a used cell";
+    const bool was = Evictable(s);
+    cell_parked_[li][s] = 1;
+    ++parked_cells_;
+    ++parked_in_slot_[s];
+    EvictableChanged(s, was);
+  }
+}
+
+void HostKvStore::UnparkCells(int64_t layer, std::span<const int32_t> cells) {
+  const size_t li = LayerIndex(layer);
+  for (int32_t id : cells) {
+    const auto s = static_cast<size_t>(id);
+    OASIS_CHECK(IsSlot(id) && cell_parked_[li][s])
+        << "host store: unpark cell " << id << " of layer " << layer << ": not parked";
+    const bool was = Evictable(s);
+    cell_parked_[li][s] = 0;
+    --parked_cells_;
+    --parked_in_slot_[s];
+    EvictableChanged(s, was);
+  }
+}
+
+bool HostKvStore::IsParked(int64_t layer, int32_t cell) const {
+  return IsSlot(cell) && cell_parked_[LayerIndex(layer)][static_cast<size_t>(cell)] != 0;
 }
 
 size_t HostKvStore::LayerIndex(int64_t layer) const {
@@ -69,8 +132,12 @@ int32_t HostKvStore::FreshSlotsForCells(int64_t layer, int32_t count) const {
 
 std::optional<std::vector<int32_t>> HostKvStore::AllocateCells(int64_t layer, int32_t count) {
   const size_t li = LayerIndex(layer);
+  if (count < 0 || FreshSlotsForCells(layer, count) > num_free()) return std::nullopt;
+  // Evicting parked cells frees cells of this layer or whole slots: until the fresh slots the
+  // rest needs are free.
+  EvictUntil([&] { return FreshSlotsForCells(layer, count) <= allocator_.num_free(); });
   const int32_t fresh = FreshSlotsForCells(layer, count);
-  if (count < 0 || fresh > allocator_.num_free()) return std::nullopt;
+  if (fresh > allocator_.num_free()) return std::nullopt;
   if (fresh > 0) {
     auto got = allocator_.Allocate(fresh);
     OASIS_CHECK(got.has_value()) << "host store: free slots counted";
@@ -94,6 +161,9 @@ std::optional<std::vector<int32_t>> HostKvStore::AllocateCells(int64_t layer, in
     const int32_t s = stack.back();
     stack.pop_back();
     if (!split_[static_cast<size_t>(s)] || !flags[static_cast<size_t>(s)]) continue;  // stale
+    // An evictable slot's free cells are not counted (the slot counts as a free slot): they go
+    // back on the stacks when it stops being evictable.
+    if (Evictable(static_cast<size_t>(s))) continue;
     flags[static_cast<size_t>(s)] = 0;
     --num_free_cells_[li];
     ++cells_used_[static_cast<size_t>(s)];
@@ -123,10 +193,15 @@ void HostKvStore::FreeCells(int64_t layer, const std::vector<int32_t>& ids) {
     const auto s = static_cast<size_t>(id);
     OASIS_CHECK(split_[s] && !cell_free_[li][s])
         << "host store: cell " << id << " of layer " << layer << " not in use";
+    OASIS_CHECK(!cell_parked_[li][s])
+        << "host store: cell " << id << " of layer " << layer << " is parked (unpark it first)";
     cell_free_[li][s] = 1;
     free_cells_[li].push_back(id);
     ++num_free_cells_[li];
-    if (--cells_used_[s] > 0) continue;
+    if (--cells_used_[s] > 0) {
+      EvictableChanged(s, false);  // only parked cells left: evictable now
+      continue;
+    }
     // Its last cell: the slot is whole again (its ids left on the stacks are stale now).
     split_[s] = 0;
     --cell_slots_;
@@ -145,7 +220,7 @@ void HostKvStore::FreeCells(int64_t layer, const std::vector<int32_t>& ids) {
     if (stack.size() <= 2 * static_cast<size_t>(num_free_cells_[l]) + 1024) continue;
     stack.clear();
     for (size_t s = 0; s < split_.size(); ++s) {
-      if (split_[s] && cell_free_[l][s]) stack.push_back(static_cast<int32_t>(s));
+      if (split_[s] && cell_free_[l][s] && !Evictable(s)) stack.push_back(static_cast<int32_t>(s));
     }
   }
 }

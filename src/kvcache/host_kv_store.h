@@ -18,6 +18,13 @@
 // prefill instance) holds one, so scoring sees it while it costs no host memory; when its K/V
 // arrives it moves to a cell.
 //
+// Parked cells (disaggregation's decode side reusing a prefix, kvcache/import_prefix_cache.h):
+// cells no request holds that a cache keeps for a later import of the same prompt prefix.
+// They stay in use (never free cells); a slot whose every used cell is parked is *evictable*:
+// num_free() counts it, and Allocate / AllocateCells that find too few free slots ask the
+// CellEvictor to drop parked cells (its oldest first) until they have them. So admission sees
+// parked cells as room, as the GPU pool sees cached blocks (kvcache/prefix_cache.h).
+//
 // Owns the host pools, the device summary tensors and the free lists. Not thread-safe: owned
 // by the engine loop thread (through SparseKvManager).
 #pragma once
@@ -25,6 +32,7 @@
 #include <climits>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -34,6 +42,14 @@ namespace oasis {
 
 class HostKvStore {
  public:
+  // Drops parked cells when the store needs room (ImportPrefixCache).
+  class CellEvictor {
+   public:
+    virtual ~CellEvictor() = default;
+    // Unparks and frees the cells of the oldest parked entry; false when none is left.
+    virtual bool EvictOldest() = 0;
+  };
+
   // Sizes the store to `bytes` (rounded down to whole slots) over layers
   // [first_sparse_layer, num_layers) of `head_dim` and the backend's activation dtype, with
   // `summary_rows` summary-only rows per layer after the slots and then `in_place_rows`
@@ -52,7 +68,8 @@ class HostKvStore {
   int64_t first_sparse_layer() const { return first_sparse_layer_; }
   int64_t num_sparse_layers() const { return num_layers_ - first_sparse_layer_; }
   int32_t num_slots() const { return allocator_.num_slots(); }
-  int32_t num_free() const { return allocator_.num_free(); }  // slots with no cell in use
+  // Slots with no cell in use, plus the evictable ones (every used cell parked).
+  int32_t num_free() const { return allocator_.num_free() + evictable_slots_; }
   size_t bytes_per_slot() const { return bytes_per_slot_; }
   size_t bytes_per_cell() const {
     return bytes_per_slot_ / static_cast<size_t>(num_sparse_layers());
@@ -69,11 +86,12 @@ class HostKvStore {
   // A host slot (K/V storage), not a summary-only row.
   bool IsSlot(int32_t id) const { return id >= 0 && id < num_slots(); }
 
-  // `count` whole slots, or nullopt (nothing taken).
-  std::optional<std::vector<int32_t>> Allocate(int32_t count) { return allocator_.Allocate(count); }
+  // `count` whole slots (evicting parked cells when short), or nullopt (nothing taken).
+  std::optional<std::vector<int32_t>> Allocate(int32_t count);
   void Free(const std::vector<int32_t>& slots) { allocator_.Free(slots); }
 
-  // Cells of layer `layer` free in slots already split into cells.
+  // Cells of layer `layer` free in slots already split into cells (not evictable ones: their
+  // free cells come with the slot, which num_free() counts).
   int32_t num_free_cells(int64_t layer) const;
   // Fresh slots AllocateCells(layer, count) would take.
   int32_t FreshSlotsForCells(int64_t layer, int32_t count) const;
@@ -85,6 +103,15 @@ class HostKvStore {
   void FreeCells(int64_t layer, const std::vector<int32_t>& ids);
   // Slots split into cells now.
   int32_t num_cell_slots() const { return cell_slots_; }
+
+  // Parking: `cells` of `layer` (in use) are kept by a cache, not a request; UnparkCells gives
+  // them back to a request (still in use). A cell is freed only unparked (FreeCells).
+  void set_cell_evictor(CellEvictor* evictor) { evictor_ = evictor; }
+  void ParkCells(int64_t layer, std::span<const int32_t> cells);
+  void UnparkCells(int64_t layer, std::span<const int32_t> cells);
+  bool IsParked(int64_t layer, int32_t cell) const;
+  int64_t num_parked_cells() const { return parked_cells_; }
+  int32_t num_evictable_slots() const { return evictable_slots_; }
 
   // Layer `layer` (>= first_sparse_layer): host pool [num_slots, kBlockSize, head_dim] (host
   // memory) and summaries [num_slots + num_summary_rows, head_dim] (device memory).
@@ -110,6 +137,18 @@ class HostKvStore {
   std::vector<std::vector<int32_t>> free_cells_;
   std::vector<int32_t> num_free_cells_;
   int32_t cell_slots_ = 0;
+  // Parked cells: per layer and slot a flag; per slot how many of its used cells are parked.
+  std::vector<std::vector<char>> cell_parked_;
+  std::vector<int32_t> parked_in_slot_;
+  int64_t parked_cells_ = 0;
+  int32_t evictable_slots_ = 0;  // slots with cells_used_ == parked_in_slot_ > 0
+  CellEvictor* evictor_ = nullptr;
+  bool Evictable(size_t slot) const;
+  // After a change of slot's parked or used cells, `was`: whether it was evictable before.
+  void EvictableChanged(size_t slot, bool was);
+  // Evicts parked cells until `enough()` or nothing is parked.
+  template <typename F>
+  void EvictUntil(F enough);
   std::vector<LayerKvPool> pools_;  // [num_layers - first_sparse_layer]
   std::vector<Tensor> kmin_, kmax_;
 };

@@ -14,6 +14,14 @@ imported requests together.
   tools/bench_disagg.py --inputs 32768 --output-len 2048 --rates 0.25 --modes rpf,full \\
       --fetch-ratios 0.05 --num-prompts 8 --budget-s 500 --pack
 
+Prefix caching on the decode instance (docs/prefix_caching.md, "The decode side"): with
+--prefix-lens every prompt starts with a shared prefix of that many tokens (of --inputs in
+all; oasis-bench --random-prefix-len), and --decode-prefix-caching on,off runs the decode
+instance with and without it; the report gains the prompt tokens per request the decode
+instance held already (not fetched):
+
+  tools/bench_disagg.py --inputs 16384 --prefix-lens 0,8192,12288 --decode-prefix-caching on,off ...
+
 On a machine with one GPU (or the CPU, --server-args "--backend cpu") both instances share it.
 Results: <out-dir>/summary.json and runs/ (oasis-bench's files, server logs), like
 tools/bench_long_context.py, whose process and metrics helpers this reuses.
@@ -102,7 +110,7 @@ class Bench:
             p.stop(30)
         self.live = []
 
-    def instance_args(self, role, input_len, fetch_ratio, mode):
+    def instance_args(self, role, input_len, fetch_ratio, mode, caching="on"):
         a = self.a
         args = ["--model", self.model_dir, "--load-format", "dummy", "--served-model-name", "m", "--port", "0",
                 "--max-model-len", str(input_len + a.output_len + 64), "--max-num-seqs", str(a.max_num_seqs),
@@ -115,24 +123,29 @@ class Bench:
                      "--host-kv-gib", f"{a.prefill_host_kv_gib:g}"]
         else:
             args += ["--host-kv-gib", f"{a.host_kv_gib:g}", "--rpf", "on" if mode == "rpf" else "off"]
+            if caching == "off":
+                args.append("--no-enable-prefix-caching")
+            args += a.server_args.split() + a.decode_server_args.split()
+            return args
         return args + a.server_args.split()
 
-    def group(self, input_len, fetch_ratio, mode):
+    def group(self, input_len, fetch_ratio, mode, caching="on"):
         a = self.a
         pre, err = self.start(self.server_bin, self.instance_args("prefill", input_len, fetch_ratio, mode), a.prefill_gpu,
                               "prefill")
         dec = rtr = None
         if pre:
-            dec, err = self.start(self.server_bin, self.instance_args("decode", input_len, fetch_ratio, mode),
+            dec, err = self.start(self.server_bin, self.instance_args("decode", input_len, fetch_ratio, mode, caching),
                                   a.decode_gpu, f"decode-{mode}")
         if dec:
             host = lambda s: s.base.replace("http://", "")
             rtr, err = self.start(self.router_bin, ["--port", "0", "--prefill", host(pre), "--decode", host(dec)], None,
                                   "router")
-        for rate in a.rates:
-            rid = f"{mode}-in{input_len}-out{a.output_len}-f{fetch_ratio:g}-r{rate:g}-n{a.num_prompts}"
+        for rate, prefix in [(r, p) for p in a.prefix_lens for r in a.rates]:
+            rid = (f"{mode}-in{input_len}-out{a.output_len}-f{fetch_ratio:g}-r{rate:g}-n{a.num_prompts}"
+                   + (f"-p{prefix}" if prefix else "") + ("-nocache" if caching == "off" else ""))
             base = dict(id=rid, mode=mode, input_len=input_len, output_len=a.output_len, fetch_ratio=fetch_ratio,
-                        rate=rate, num_prompts=a.num_prompts)
+                        rate=rate, num_prompts=a.num_prompts, prefix_len=prefix, decode_prefix_caching=caching)
             if err:
                 self.records.append(dict(base, status="server-failed", error=err))
                 self.save()
@@ -142,15 +155,16 @@ class Bench:
                 self.records.append(dict(base, status="skipped", error="--budget-s spent"))
                 self.save()
                 continue
-            self.records.append(self.measure(pre, dec, rtr, rid, base, input_len, rate))
+            self.records.append(self.measure(pre, dec, rtr, rid, base, input_len, rate, prefix))
             self.save()
         self.stop_all()
 
-    def measure(self, pre, dec, rtr, rid, base, input_len, rate):
+    def measure(self, pre, dec, rtr, rid, base, input_len, rate, prefix=0):
         a = self.a
         timeout = a.run_timeout if self.remaining() is None else max(1.0, min(a.run_timeout, self.remaining() - 10))
         bench_json = os.path.join(a.out_dir, "runs", rid + ".bench.json")
-        argv = ["--base-url", rtr.base, "--model", "m", "--dataset", "random", "--random-input-len", str(input_len),
+        argv = ["--base-url", rtr.base, "--model", "m", "--dataset", "random", "--random-input-len",
+                str(input_len - prefix), "--random-prefix-len", str(prefix),
                 "--random-output-len", str(a.output_len), "--random-vocab-size", str(self.vocab), "--num-prompts",
                 str(a.num_prompts), "--request-rate", f"{rate:g}", "--seed", str(a.seed), "--request-timeout",
                 str(int(timeout) + 1), "--label", rid, "--no-progress", "--result-file", bench_json]
@@ -197,6 +211,9 @@ class Bench:
                    handoff_s_per_request=(delta(P, D, "oasis:handoff_seconds_total") / handoffs if handoffs else None),
                    leases_ended=staged_lease_total(D, P), leases_held_after=D.get("oasis:staging_pool_requests_held"),
                    failures=delta(d0, d1, "oasis:rpf_import_failures_total"),
+                   decode_cached_tokens_per_request=(delta(d0, d1, "oasis:rpf_prefix_cache_hit_tokens_total") / imports
+                                                     if imports else None),
+                   decode_cache_evictions=delta(d0, d1, "oasis:rpf_prefix_cache_evictions_total"),
                    metrics={"before": before, "after": after})
         lc.write_json(os.path.join(a.out_dir, "runs", rid + ".json"), dict(rec, bench_full=result))
         rec.pop("metrics")
@@ -206,18 +223,21 @@ class Bench:
         return rec
 
     def table(self):
-        cols = ("mode", "in", "out", "f", "rate", "ok/n", "tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT ms",
-                "staged GiB", "adm GiB", "drift GiB", "moved GiB", "host GiB", "host peak GiB", "adm s", "handoff s")
+        cols = ("mode", "in", "prefix", "dcache", "out", "f", "rate", "ok/n", "tok/s", "TTFT p50 ms", "TTFT p99 ms",
+                "TPOT ms", "staged GiB", "adm GiB", "drift GiB", "moved GiB", "held tok", "host GiB", "host peak GiB",
+                "adm s", "handoff s")
         rows = []
         for r in self.records:
             b = r.get("bench") or {}
             f = lambda v, s="{:.3f}": lc.fmt(v, s)
-            rows.append((r["mode"], str(r["input_len"]), str(r["output_len"]), f"{r['fetch_ratio']:g}", f"{r['rate']:g}",
+            rows.append((r["mode"], str(r["input_len"]), str(r.get("prefix_len", 0)), r.get("decode_prefix_caching", "on"),
+                         str(r["output_len"]), f"{r['fetch_ratio']:g}", f"{r['rate']:g}",
                          f"{b.get('completed') or 0}/{r['num_prompts']}", f(b.get("output_throughput"), "{:.1f}"),
                          f(b.get("median_ttft_ms"), "{:.0f}"), f(b.get("p99_ttft_ms"), "{:.0f}"),
                          f(b.get("median_tpot_ms"), "{:.2f}"), f(r.get("staged_gib_per_request")),
                          f(r.get("admission_gib_per_request")), f(r.get("drift_gib_per_request")),
-                         f(r.get("moved_gib_per_request")), f(r.get("decode_host_gib_per_request")),
+                         f(r.get("moved_gib_per_request")), f(r.get("decode_cached_tokens_per_request"), "{:.0f}"),
+                         f(r.get("decode_host_gib_per_request")),
                          f(r.get("decode_host_peak_gib"), "{:.2f}"),
                          f(r.get("admission_fetch_s_per_request")), f(r.get("handoff_s_per_request"))))
         widths = [max(len(c), *(len(x[i]) for x in rows)) if rows else len(c) for i, c in enumerate(cols)]
@@ -225,7 +245,9 @@ class Bench:
         for x in rows:
             print("  ".join(v.rjust(w) for v, w in zip(x, widths)))
         print("per request: staged = bytes the prefill instance staged (KV, summaries, draft KV); adm = read at "
-              "admission; drift = remote blocks read later; moved = adm + drift; host = decode host KV a request held "
+              "admission; drift = remote blocks read later; moved = adm + drift; held tok = prompt tokens the decode "
+              "instance held already (its prefix cache, dcache on); prefix = shared prompt prefix; "
+              "host = decode host KV a request held "
               "at its end; host peak = all imported requests' host KV at its highest (decode instance, since "
               "start); adm s = admission fetch time; handoff s = the prefill loop's staging time")
 
@@ -237,6 +259,10 @@ def parse_args(argv):
     ap.add_argument("--rates", type=lc.floats, default=[0.25, 0.5], help="requests per second (oasis-bench --request-rate)")
     ap.add_argument("--modes", default="rpf,full", help="rpf (remote partial fetch) and/or full (transfer at admission)")
     ap.add_argument("--fetch-ratios", type=lc.floats, default=[0.05, 0.1])
+    ap.add_argument("--prefix-lens", type=lc.ints, default=[0],
+                    help="tokens of a prefix every prompt shares (of --inputs; oasis-bench --random-prefix-len)")
+    ap.add_argument("--decode-prefix-caching", default="on",
+                    help="on and/or off: the decode instance with and without prefix caching")
     ap.add_argument("--num-prompts", type=int, default=8)
     ap.add_argument("--topk", type=int, default=128)
     ap.add_argument("--max-num-seqs", type=int, default=64)
@@ -256,6 +282,9 @@ def parse_args(argv):
     ap.add_argument("--tokenizer", default=os.path.join(lc.ROOT, ".cache/test-data/qwen3"))
     ap.add_argument("--vocab-size", type=int, default=0)
     ap.add_argument("--server-args", default="", help="extra flags for both instances")
+    ap.add_argument("--decode-server-args", default="",
+                    help="extra flags for the decode instance only, after --server-args (both on one GPU: "
+                         "its --gpu-memory-utilization counts the prefill instance's memory too)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run-timeout", type=float, default=600)
     ap.add_argument("--startup-timeout", type=float, default=600)
@@ -270,6 +299,11 @@ def parse_args(argv):
     a.modes = [m for m in a.modes.split(",") if m]
     if not a.modes or any(m not in ("rpf", "full") for m in a.modes):
         ap.error("--modes: rpf and/or full")
+    a.decode_prefix_caching = [c for c in a.decode_prefix_caching.split(",") if c]
+    if not a.decode_prefix_caching or any(c not in ("on", "off") for c in a.decode_prefix_caching):
+        ap.error("--decode-prefix-caching: on and/or off")
+    if any(p < 0 or p >= min(a.inputs) for p in a.prefix_lens):
+        ap.error("--prefix-lens: each in [0, the smallest --inputs)")
     if a.tokenizer and not os.path.exists(a.tokenizer):
         a.tokenizer = ""
     return a
@@ -282,7 +316,8 @@ def main(argv=None):
         for input_len in a.inputs:
             for fr in a.fetch_ratios:
                 for mode in a.modes:
-                    b.group(input_len, fr, mode)
+                    for caching in a.decode_prefix_caching:
+                        b.group(input_len, fr, mode, caching)
     finally:
         b.stop_all()
         shutil.rmtree(b.model_dir, ignore_errors=True)

@@ -70,6 +70,11 @@ PANELS = [
     ("Prefix cache: host tier", "timeseries", "Bps", [
         (f"rate(oasis:prefix_cache_host_spilled_bytes_total{SEL}{RATE})", "Spilled bytes/s"),
         (f"rate(oasis:prefix_cache_host_reloaded_bytes_total{SEL}{RATE})", "Reloaded bytes/s")]),
+    ("Prefix cache: decode instance (disaggregation)", "timeseries", "none", [
+        (f"rate(oasis:rpf_prefix_cache_hit_tokens_total{SEL}{RATE})", "Imported prompt tokens held already/s"),
+        (f"rate(oasis:rpf_admission_bytes_total{SEL}{RATE})", "Admission bytes fetched/s"),
+        (f"oasis:rpf_prefix_cache_blocks{SEL}", "Cached prompt blocks"),
+        (f"rate(oasis:rpf_prefix_cache_evictions_total{SEL}{RATE})", "Evicted blocks/s")]),
     ("HTTP front", "timeseries", "none", [
         (f"oasis:http_connections_open{SEL}", "Open connections"),
         (f"sum by(status) (rate(oasis:http_requests_total{SEL}{RATE}))", "HTTP {{status}}/s")]),

@@ -51,7 +51,8 @@ StatusOr<std::vector<std::vector<int32_t>>> HandoffBlocks(const SparseKvManager&
 }
 
 LayeredHold PlanImportHold(const SparseKvManager& m, int64_t max_total_tokens, int64_t layer_blocks,
-                           const std::vector<std::vector<int32_t>>* local) {
+                           const std::vector<std::vector<int32_t>>* local,
+                           const AdoptedPrefix* adopted) {
   const HostKvStore& store = m.host_store();
   const int64_t first = m.config().dense_layers;
   const int64_t hkv = m.shape().num_kv_heads, ls = m.shape().num_layers - first;
@@ -65,8 +66,10 @@ LayeredHold PlanImportHold(const SparseKvManager& m, int64_t max_total_tokens, i
   n.num_local.assign(static_cast<size_t>(ls), 0);
   n.local.assign(static_cast<size_t>(ls * hkv),
                  std::vector<char>(static_cast<size_t>(layer_blocks), local == nullptr));
+  const int64_t adopted_blocks =
+      adopted == nullptr ? 0 : std::min<int64_t>(adopted->blocks, layer_blocks);
   for (int64_t i = 0; i < ls; ++i) {
-    int64_t here = 0;
+    int64_t here = 0, kept = 0;
     for (int64_t h = 0; h < hkv; ++h) {
       auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
       if (local != nullptr && static_cast<size_t>(i * hkv + h) < local->size()) {
@@ -74,12 +77,17 @@ LayeredHold PlanImportHold(const SparseKvManager& m, int64_t max_total_tokens, i
           if (b >= 0 && b < layer_blocks) flags[static_cast<size_t>(b)] = 1;
         }
       }
+      for (int64_t b = 0; b < adopted_blocks; ++b) {
+        if (adopted->Cell(b, i, h, ls, hkv) < 0) continue;
+        flags[static_cast<size_t>(b)] = 1;
+        ++kept;
+      }
       here += std::count(flags.begin(), flags.end(), char{1});
     }
     const int64_t remote = hkv * layer_blocks - here;
     const int64_t rows = std::min<int64_t>(remote, store.num_free_summary_rows(first + i));
     n.rows[static_cast<size_t>(i)] = rows;
-    n.cells[static_cast<size_t>(i)] = here + remote - rows;
+    n.cells[static_cast<size_t>(i)] = here - kept + remote - rows;
     n.num_local[static_cast<size_t>(i)] = here;
   }
   return n;
@@ -102,9 +110,10 @@ HostAdmission ImportAdmission(const SparseKvManager& m, const LayeredHold& n) {
 
 HostAdmission CheckImportAdmission(const SparseKvManager& m, int64_t max_total_tokens,
                                    int64_t layer_blocks,
-                                   const std::vector<std::vector<int32_t>>* local) {
+                                   const std::vector<std::vector<int32_t>>* local,
+                                   const AdoptedPrefix* adopted) {
   if (max_total_tokens > m.config().max_seq_len) return HostAdmission::kNever;
-  return ImportAdmission(m, PlanImportHold(m, max_total_tokens, layer_blocks, local));
+  return ImportAdmission(m, PlanImportHold(m, max_total_tokens, layer_blocks, local, adopted));
 }
 
 std::vector<RemoteBlock> RemoteMisses(const SparseKvManager& m, uint64_t id) {

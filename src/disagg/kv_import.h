@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "kvcache/import_prefix_cache.h"
 #include "kvcache/sparse_kv_manager.h"
 #include "oasis/status.h"
 
@@ -29,6 +31,21 @@ struct LayeredHold {
   std::vector<int64_t> cells, rows;      // [Ls]: cells and summary-only rows of layer i
   std::vector<int64_t> num_local;        // [Ls]: local blocks of layer i, all heads
   std::vector<std::vector<char>> local;  // [Ls * Hkv][layer_blocks]: 1 = local
+};
+
+// The leading full prompt blocks [0, blocks) an import acquires from the decode side's prefix
+// cache (kvcache/import_prefix_cache.h) instead of fetching them: per block, the cell of each
+// sparse layer i and KV head h, cells[(b * Ls + i) * Hkv + h], -1 where the cache has no local
+// copy of that head-block (it is then held like any other staged block).
+struct AdoptedPrefix {
+  int64_t blocks = 0;
+  std::vector<int32_t> cells;
+  int32_t Cell(int64_t block, int64_t layer_index, int64_t head, int64_t num_layers,
+               int64_t num_kv_heads) const {
+    return block < blocks ? cells[static_cast<size_t>(
+                                (block * num_layers + layer_index) * num_kv_heads + head)]
+                          : -1;
+  }
 };
 
 // A block of a sparse layer and KV head whose K/V is not in the host store (remote).
@@ -50,22 +67,44 @@ StatusOr<std::vector<std::vector<int32_t>>> HandoffBlocks(const SparseKvManager&
 // layer_blocks) per layer: the blocks of `local[(l - dense_layers) * Hkv + h]` take a cell of
 // layer l, the others (remote: their K/V stays on the prefill instance) a summary-only row
 // while the layer has free ones, a cell otherwise. local == nullptr: every staged block is
-// local (full transfer).
+// local (full transfer). Head-blocks `adopted` holds (adopted->blocks <= layer_blocks) are local
+// and keep their cells: no new cell for them.
 LayeredHold PlanImportHold(const SparseKvManager& m, int64_t max_total_tokens, int64_t layer_blocks,
-                           const std::vector<std::vector<int32_t>>* local);
+                           const std::vector<std::vector<int32_t>>* local,
+                           const AdoptedPrefix* adopted = nullptr);
 // Whether a hold fits the manager's host store now (kFits), later (kWait) or never.
 HostAdmission ImportAdmission(const SparseKvManager& m, const LayeredHold& hold);
 // The decode side's admission: like SparseKvManager::CheckAdmission / Reserve with
 // always_sparse, with the staged blocks held as PlanImportHold says.
 HostAdmission CheckImportAdmission(const SparseKvManager& m, int64_t max_total_tokens,
                                    int64_t layer_blocks,
-                                   const std::vector<std::vector<int32_t>>* local);
+                                   const std::vector<std::vector<int32_t>>* local,
+                                   const AdoptedPrefix* adopted = nullptr);
 // Reserves the import's host room (SparseKvManager::ReserveWith with the layout of
 // PlanImportHold): blocks [0, layer_blocks) per sparse layer i and head h a summary-only row
 // where the block is remote while the layer's rows last, else a cell; the others whole slots.
-// ResourceExhausted (nothing taken) unless CheckImportAdmission says kFits.
+// ResourceExhausted (nothing taken) unless CheckImportAdmission says kFits. `adopted`'s cells
+// (acquired from the import cache, shared with other imports) join the reservation; call
+// ParkImportPrefix before its release, which must not free them.
 Status ReserveImport(SparseKvManager& m, uint64_t id, int64_t max_total_tokens,
-                     int64_t layer_blocks, const std::vector<std::vector<int32_t>>* local);
+                     int64_t layer_blocks, const std::vector<std::vector<int32_t>>* local,
+                     const AdoptedPrefix* adopted = nullptr);
+// Before an import's release (SparseKvManager::Release), for its blocks [0, keys.size()): ends
+// its hold of the blocks it adopted (their shared cells leave its reservation) and gives the
+// cache the cells of its own whose K/V is in the host store — with `landed` (its fetch landed
+// and it ran sparse) those the remote mask says are local, else none (an import whose fetch did
+// not complete). Returns the cells it gave. The caller passes full prompt blocks only: their
+// K/V is the prefill instance's dense prefill, the same for every prompt with that prefix.
+// Nothing happens for a request without an import reservation.
+// After an import's fetch landed (it is sparse): publishes its full prompt blocks past
+// `adopted` that the cache lacks (ImportPrefixCache::Publish: its local cells, held by it),
+// extending `adopted` while they run on from it, so imports of the same prefix arriving while
+// it decodes share them. Returns the blocks published.
+int64_t PublishImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+                            std::span<const PrefixBlockKey> keys, AdoptedPrefix& adopted);
+int64_t ParkImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+                         std::span<const PrefixBlockKey> keys, const AdoptedPrefix& adopted,
+                         bool landed);
 
 // Makes a reserved import sparse (SparseKvManager::SwitchFromHost: `num_tokens` tokens have
 // K/V and summaries in the host store, `working` its initial working sets). `local` (indexed

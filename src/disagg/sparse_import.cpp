@@ -2,6 +2,7 @@
 // staged blocks per layer, its reservation, the switch and the remote blocks that land later.
 #include <algorithm>
 #include <atomic>
+#include <iterator>
 
 #include "common/check.h"
 #include "disagg/kv_import.h"
@@ -36,8 +37,10 @@ class ImportLayout final : public HostLayout {
     const int64_t per_layer = hkv_ * layer_blocks_;
     const auto layers = per_layer > 0 ? static_cast<int64_t>(ids_.size()) / per_layer : 0;
     for (int64_t i = 0; i < layers; ++i) {
-      store.FreeCells(first_ + i, std::vector<int32_t>(ids_.begin() + i * per_layer,
-                                                       ids_.begin() + (i + 1) * per_layer));
+      std::vector<int32_t> held;  // (-1: parked by ParkImportPrefix)
+      std::copy_if(ids_.begin() + i * per_layer, ids_.begin() + (i + 1) * per_layer,
+                   std::back_inserter(held), [](int32_t id) { return id >= 0; });
+      store.FreeCells(first_ + i, held);
     }
     ids_.clear();
     cells_held_ = 0;
@@ -92,10 +95,11 @@ void MarkRemote(SparseKvManager& m, ImportLayout& layout, int64_t row, int64_t n
 }  // namespace
 
 Status ReserveImport(SparseKvManager& m, uint64_t id, int64_t max_total_tokens,
-                     int64_t layer_blocks, const std::vector<std::vector<int32_t>>* local) {
+                     int64_t layer_blocks, const std::vector<std::vector<int32_t>>* local,
+                     const AdoptedPrefix* adopted) {
   OASIS_RETURN_IF_ERROR(m.CanReserve(id, max_total_tokens));
   OASIS_RETURN_IF_ERROR(CheckDisaggregation(m));
-  const LayeredHold n = PlanImportHold(m, max_total_tokens, layer_blocks, local);
+  const LayeredHold n = PlanImportHold(m, max_total_tokens, layer_blocks, local, adopted);
   HostKvStore& store = m.host_store();
   if (ImportAdmission(m, n) != HostAdmission::kFits) {
     return ResourceExhausted("host KV store full: " + std::to_string(store.num_free()) + " of " +
@@ -113,14 +117,23 @@ Status ReserveImport(SparseKvManager& m, uint64_t id, int64_t max_total_tokens,
         store.AllocateSummaryRows(first + i, static_cast<int32_t>(n.rows[static_cast<size_t>(i)]));
     OASIS_CHECK(cells.has_value() && rows.has_value()) << "host store: cells and rows counted";
     size_t ci = 0, ri = 0;
+    int64_t kept = 0;
     for (int64_t h = 0; h < hkv; ++h) {
       const auto& flags = n.local[static_cast<size_t>(i * hkv + h)];
       for (int64_t b = 0; b < lb; ++b) {
-        const bool on_row = !flags[static_cast<size_t>(b)] && ri < rows->size();
-        ids[static_cast<size_t>((i * hkv + h) * lb + b)] = on_row ? (*rows)[ri++] : (*cells)[ci++];
+        int32_t& at = ids[static_cast<size_t>((i * hkv + h) * lb + b)];
+        const int32_t own = adopted == nullptr ? -1 : adopted->Cell(b, i, h, ls, hkv);
+        if (own >= 0) {
+          at = own;
+          ++kept;
+        } else if (!flags[static_cast<size_t>(b)] && ri < rows->size()) {
+          at = (*rows)[ri++];
+        } else {
+          at = (*cells)[ci++];
+        }
       }
     }
-    cells_held += static_cast<int64_t>(cells->size());
+    cells_held += static_cast<int64_t>(cells->size()) + kept;
   }
   // The admission counted the whole slots with the cells: ReserveWith cannot run short.
   return m.ReserveWith(id, max_total_tokens,
@@ -150,6 +163,93 @@ Status ImportSparse(SparseKvManager& m, uint64_t id, int64_t num_tokens,
   if (layout != nullptr) layout->remote_left_ = 0;
   if (local != nullptr) MarkRemote(m, *layout, m.SparseRow(id), num_tokens, *local);
   return Status::Ok();
+}
+
+namespace {
+
+// The cells of block b (below the layout's layer blocks) whose K/V is in the store, per
+// (sparse layer, head), -1 elsewhere; with `skip` (may be null) cells equal to its entries are
+// left out. The request is sparse (its remote mask tells which blocks are local).
+std::vector<int32_t> LocalCells(const SparseKvManager& m, const ImportLayout& layout, int64_t row,
+                                int64_t b, const std::vector<int32_t>* skip) {
+  const HostKvStore& store = m.host_store();
+  const int64_t hkv = m.shape().num_kv_heads, first = m.config().dense_layers;
+  const int64_t ls = m.shape().num_layers - first, mb = m.state(0).max_blocks();
+  std::vector<int32_t> own(static_cast<size_t>(ls * hkv), -1);
+  for (int64_t i = 0; i < ls; ++i) {
+    const uint8_t* mask =
+        layout.remote_left_ > 0 ? m.state(0).layer(first + i).remote.data<uint8_t>() : nullptr;
+    for (int64_t h = 0; h < hkv; ++h) {
+      const int32_t at = layout.Slot(first + i, h, b);
+      if (!store.IsSlot(at)) continue;
+      if (skip != nullptr && (*skip)[static_cast<size_t>(i * hkv + h)] == at) continue;
+      if (mask != nullptr && (b >= mb || mask[(row * hkv + h) * mb + b] != 0)) continue;
+      own[static_cast<size_t>(i * hkv + h)] = at;
+    }
+  }
+  return own;
+}
+
+}  // namespace
+
+int64_t PublishImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+                            std::span<const PrefixBlockKey> keys, AdoptedPrefix& adopted) {
+  ImportLayout* layout = LayoutOf(m, id);
+  const int64_t row = m.SparseRow(id);
+  if (layout == nullptr || row < 0) return 0;
+  const int64_t blocks =
+      std::min<int64_t>(static_cast<int64_t>(keys.size()), layout->layer_blocks());
+  int64_t published = 0;
+  for (int64_t b = adopted.blocks; b < blocks; ++b) {
+    const std::vector<int32_t> own = LocalCells(m, *layout, row, b, nullptr);
+    if (!cache.Publish(keys[static_cast<size_t>(b)], own)) break;
+    adopted.cells.insert(adopted.cells.end(), own.begin(), own.end());
+    ++adopted.blocks;
+    ++published;
+  }
+  return published;
+}
+
+int64_t ParkImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+                         std::span<const PrefixBlockKey> keys, const AdoptedPrefix& adopted,
+                         bool landed) {
+  ImportLayout* layout = LayoutOf(m, id);
+  if (layout == nullptr) return 0;
+  const int64_t hkv = m.shape().num_kv_heads, first = m.config().dense_layers;
+  const int64_t ls = m.shape().num_layers - first, per = ls * hkv;
+  const int64_t blocks =
+      std::min<int64_t>(static_cast<int64_t>(keys.size()), layout->layer_blocks());
+  const int64_t row = m.SparseRow(id);
+  landed = landed && row >= 0;
+  int64_t given = 0;
+  for (int64_t b = 0; b < std::max(blocks, adopted.blocks); ++b) {
+    const bool held = b < adopted.blocks;
+    if (b >= blocks) {  // (adopted blocks are full prompt blocks: never past the layer blocks)
+      cache.Release(keys[static_cast<size_t>(b)], {}, held);
+      continue;
+    }
+    std::vector<int32_t> shared;
+    if (held) shared.assign(adopted.cells.begin() + b * per, adopted.cells.begin() + (b + 1) * per);
+    std::vector<int32_t> own = landed ? LocalCells(m, *layout, row, b, held ? &shared : nullptr)
+                                      : std::vector<int32_t>(static_cast<size_t>(per), -1);
+    // Shared cells and the ones given leave the reservation (its release frees the rest).
+    int64_t n = 0;
+    for (int64_t i = 0; i < ls; ++i) {
+      for (int64_t h = 0; h < hkv; ++h) {
+        int32_t& at = layout->At(first + i, h, b);
+        const auto j = static_cast<size_t>(i * hkv + h);
+        if (at < 0 || !((held && shared[j] == at) || own[j] == at)) continue;
+        n += own[j] == at ? 1 : 0;
+        at = -1;
+        --layout->cells_held_;
+      }
+    }
+    if (!held && n == 0) continue;
+    cache.Release(keys[static_cast<size_t>(b)],
+                  n > 0 ? std::span<const int32_t>(own) : std::span<const int32_t>(), held);
+    given += n;
+  }
+  return given;
 }
 
 std::vector<int32_t> LandingSlots(SparseKvManager& m, uint64_t id,

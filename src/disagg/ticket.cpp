@@ -98,7 +98,8 @@ bool HandoffTicket::operator==(const HandoffTicket& o) const {
   return staging_address == o.staging_address && pool_id == o.pool_id && lease_id == o.lease_id &&
          lease_ttl_ms == o.lease_ttl_ms && GeometryEqual(geometry, o.geometry) &&
          prompt_length == o.prompt_length && position == o.position && tokens == o.tokens &&
-         sampling_state == o.sampling_state && extents == o.extents && admission == o.admission;
+         sampling_state == o.sampling_state && extents == o.extents && admission == o.admission &&
+         prompt_block_hashes == o.prompt_block_hashes;
 }
 
 std::string EncodeHandoffTicket(const HandoffTicket& t) {
@@ -107,6 +108,7 @@ std::string EncodeHandoffTicket(const HandoffTicket& t) {
   size_t n = 4 + 2 + 2 + t.staging_address.size() + 8 + 8 + 4 + 7 * 4 + 4 + 4 + 4 +
              4 * t.tokens.size() + 2 + t.sampling_state.size() + 4 + 8 * t.extents.size();
   for (const auto& list : t.admission) n += 2 + 2 * list.size();
+  n += 4 + 8 * t.prompt_block_hashes.size();
   std::string out;
   out.reserve(n);
   out.append(kTicketMagic, 4);
@@ -133,6 +135,8 @@ std::string EncodeHandoffTicket(const HandoffTicket& t) {
     AppendU16(out, static_cast<uint16_t>(list.size()));
     for (uint16_t id : list) AppendU16(out, id);
   }
+  AppendU32(out, static_cast<uint32_t>(t.prompt_block_hashes.size()));
+  for (uint64_t h : t.prompt_block_hashes) AppendU64(out, h);
   return out;
 }
 
@@ -285,10 +289,24 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
       list[j] = id;
     }
   }
+  // The prompt's full blocks' hashes: exactly P / 16.
+  auto hashes = r.U32("prompt block hashes count");
+  if (!hashes.ok()) return Bad("prompt block hashes: truncated count");
+  if (*hashes != t.prompt_length / kStagedBlockTokens) {
+    return Bad("prompt block hashes: " + std::to_string(*hashes) + " for prompt length " +
+               std::to_string(t.prompt_length) +
+               " (its full blocks: " + std::to_string(t.prompt_length / kStagedBlockTokens) + ")");
+  }
+  auto hash_bytes = r.Bytes(8 * size_t{*hashes}, "prompt block hashes");
+  if (!hash_bytes.ok()) {
+    return Bad("prompt block hashes: " + std::to_string(*hashes) + " run past the end (" +
+               std::to_string(r.left()) + " bytes left)");
+  }
+  t.prompt_block_hashes.resize(*hashes);
+  for (size_t i = 0; i < *hashes; ++i)
+    t.prompt_block_hashes[i] = LoadU64(hash_bytes->data() + 8 * i);
   if (r.left() != 0) {
-    return Bad("trailing bytes: " + std::to_string(r.left()) +
-               " after the last of the geometry's " + std::to_string(g.num_layers) + " × " +
-               std::to_string(g.num_kv_heads) + " admission lists");
+    return Bad("trailing bytes: " + std::to_string(r.left()) + " after the prompt block hashes");
   }
   return t;
 }

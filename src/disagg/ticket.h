@@ -43,7 +43,7 @@
 
 namespace oasis::disagg {
 
-inline constexpr uint16_t kHandoffTicketVersion = 1;
+inline constexpr uint16_t kHandoffTicketVersion = 2;
 inline constexpr size_t kMaxTicketAddressBytes = 1024;
 inline constexpr size_t kMaxSamplingStateBytes = 4096;
 inline constexpr uint32_t kMaxTicketBlocks = 65536;  // admission ids are u16
@@ -62,6 +62,11 @@ struct HandoffTicket {
   std::vector<SlotExtent> extents;
   // admission[l * num_kv_heads + h]: logical block ids of the admission set of (l, h).
   std::vector<std::vector<uint16_t>> admission;
+  // The chained hashes of the prompt's full blocks (exactly prompt_length / 16 of them; the
+  // prefix cache's keys, kvcache/prefix_cache.h, with the request's cache salt): the staged
+  // KV of those blocks is the prompt's dense prefill, which a decode instance may already hold
+  // from an earlier import of the same prefix and then does not fetch.
+  std::vector<uint64_t> prompt_block_hashes;
 
   bool operator==(const HandoffTicket& o) const;
 };

@@ -130,6 +130,16 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
       }
     }
   }
+  if (o.enable_prefix_caching && sparse != nullptr &&
+      disagg::CheckDisaggregation(sparse->manager()).ok()) {
+    // Imported prompt blocks stay in the host store for later imports of the same prefix.
+    import_cache =
+        std::make_unique<ImportPrefixCache>(sparse->manager().host_store(), num_kv_heads);
+    sparse->set_before_release([this](Sequence& seq) {
+      auto it = requests.find(seq.id);
+      if (it != requests.end()) ParkImportPrefix(*it->second);
+    });
+  }
   if (draft != nullptr && o.lookahead == LookaheadMode::kSpeculate &&
       o.speculative_depth == SpeculativeDepth::kAdaptive) {
     depth_controller = std::make_unique<SpeculativeDepthController>(
@@ -231,7 +241,8 @@ void Engine::Impl::Finish(RequestState& s, RequestOutput out, FinishReasonKind r
   if (s.import_phase == RequestState::ImportPhase::kNone) {
     if (draft_prefix != nullptr) draft_prefix->Register(s.seq, s.draft_head);  // while kv tells
     scheduler.Finish(&s.seq);
-  } else if (sparse) {  // an import not yet running: only its host room (and draft KV) is held
+  } else if (sparse) {    // an import not yet running: only its host room (and draft KV) is held
+    ParkImportPrefix(s);  // what it took from the import cache goes back
     sparse->manager().Release(s.seq.id);
   }
   ReleaseImport(s, reason == FinishReasonKind::kStop || reason == FinishReasonKind::kLength);
@@ -337,6 +348,12 @@ void Engine::Impl::Publish() {
           ? static_cast<double>(stats.kv.num_slots - stats.kv.num_free_slots) / stats.kv.num_slots
           : 0.0;
   if (sparse) sparse->UpdateStats(stats);
+  if (import_cache != nullptr) {
+    stats.disagg.import_prefix_blocks = import_cache->num_blocks();
+    stats.disagg.import_prefix_held_blocks = import_cache->num_held_blocks();
+    stats.disagg.import_prefix_cells = import_cache->num_cells();
+    stats.disagg.import_prefix_evictions_total = import_cache->evictions_total();
+  }
   num_waiting_engine.store(stats.requests.num_waiting, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(stats_mu);
   published = stats;

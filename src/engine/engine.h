@@ -384,6 +384,20 @@ struct EngineStats {
     int64_t num_summary_rows =
         0;  // summary-only rows of the host store, all layers (--remote-kv-gib)
     int64_t num_free_summary_rows = 0;
+    // Decode side's prefix cache (kvcache/import_prefix_cache.h): imports that looked up their
+    // prompt, the prompt tokens of the leading blocks they took from it (not fetched), the
+    // head-block cells taken and the ones ended imports gave it, the cache's blocks (those
+    // running imports hold among them) and cells now, its evictions.
+    int64_t import_prefix_queries_total = 0;
+    int64_t import_prefix_hit_tokens_total = 0;
+    int64_t import_prefix_cells_adopted_total = 0;
+    int64_t import_prefix_cells_cached_total = 0;
+    int64_t import_prefix_blocks = 0;
+    int64_t import_prefix_held_blocks = 0;
+    int64_t import_prefix_cells = 0;
+    int64_t import_prefix_evictions_total = 0;
+    int64_t import_prefix_mismatches_total = 0;        // prompt hashes differ from the ticket's
+    int64_t import_prefix_blocks_published_total = 0;  // shared as soon as their fetch landed
   };
 
   Requests requests;

@@ -169,6 +169,9 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
       ids.push_back(static_cast<uint16_t>(tail));
     t.admission.push_back(std::move(ids));
   }
+  t.prompt_block_hashes =
+      HashPrefixBlocks(PrefixCacheRoot(std::hash<std::string>{}(s.request.cache_salt)),
+                       std::span<const int32_t>(s.seq.tokens.data(), static_cast<size_t>(P)));
   auto ticket = L.Commit(std::move(t));
   if (ticket.ok())
     stats.disagg.handoff_staged_bytes_total +=
@@ -188,6 +191,25 @@ void Engine::Impl::QueueImport(std::unique_ptr<RequestState> state) {
   s.import_sampling = std::move(*sampling);
   s.import_layout = *layout;
   s.seed = s.import_sampling.seed;
+  if (import_cache != nullptr) {
+    // The chain of the full prompt blocks (the prompt's own K/V, computed densely by the
+    // prefill instance; the block holding x1, written by its sparse step, never counts), as
+    // this instance hashes the prompt it was sent. It must be the ticket's (the prefill side's
+    // hashes of the prompt it staged), else this import neither takes nor leaves blocks.
+    const disagg::HandoffTicket& t = s.request.import->ticket();
+    std::vector<uint64_t> hashes =
+        HashPrefixBlocks(PrefixCacheRoot(std::hash<std::string>{}(s.request.cache_salt)),
+                         std::span<const int32_t>(s.seq.tokens.data(), t.prompt_length));
+    if (hashes == t.prompt_block_hashes) {
+      s.import_block_hashes = std::move(hashes);
+    } else {
+      ++stats.disagg.import_prefix_mismatches_total;
+      spdlog::warn(
+          "request {}: its prompt's block hashes differ from its ticket's (another "
+          "tokenizer or cache salt on the prefill instance?): no prefix reuse",
+          s.request.id);
+    }
+  }
   s.import_phase = RequestState::ImportPhase::kQueued;
   import_queue.push_back(s.seq.id);
   requests.emplace(s.seq.id, std::move(state));
@@ -216,29 +238,64 @@ void Engine::Impl::StartImports() {
       for (const auto& list : t.admission) local.emplace_back(list.begin(), list.end());
     }
     const int64_t layer_blocks = staged / kBlockSize;
+    // Prompt blocks this instance holds from an earlier import: taken out of the cache first,
+    // so the admission counts them as held, not as room.
+    AdoptImportPrefix(s);
+    const disagg::AdoptedPrefix* adopted =
+        s.import_adopted.blocks > 0 ? &s.import_adopted : nullptr;
     const HostAdmission a = disagg::CheckImportAdmission(m, s.seq.max_total_tokens, layer_blocks,
-                                                         full ? nullptr : &local);
+                                                         full ? nullptr : &local, adopted);
     if (a == HostAdmission::kNever) {
+      ReturnImportPrefix(s);
       import_queue.pop_front();
       Fail(s, sparse->RefusalStatus(s.seq));
       continue;
     }
-    if (a != HostAdmission::kFits || !disagg::ReserveImport(m, key, s.seq.max_total_tokens,
-                                                            layer_blocks, full ? nullptr : &local)
-                                          .ok()) {
+    if (a != HostAdmission::kFits ||
+        !disagg::ReserveImport(m, key, s.seq.max_total_tokens, layer_blocks,
+                               full ? nullptr : &local, adopted)
+             .ok()) {
+      ReturnImportPrefix(s);
       return;  // wait for room
     }
     if (draft != nullptr && !s.draft_head.table.Reserve(staged, draft_allocator).ok()) {
+      ParkImportPrefix(s);
       m.Release(key);
       return;
     }
-    // What to read and where: KV blocks straight into the host store, the summaries and the
-    // draft KV into the unpacker's buffers (uploaded by FinalizeImport).
+    s.seq.num_cached_tokens = s.import_adopted.blocks * kBlockSize;
+    if (import_cache != nullptr && !s.import_block_hashes.empty()) {
+      ++stats.disagg.import_prefix_queries_total;
+      stats.disagg.import_prefix_hit_tokens_total += s.seq.num_cached_tokens;
+      stats.disagg.import_prefix_cells_adopted_total +=
+          std::count_if(s.import_adopted.cells.begin(), s.import_adopted.cells.end(),
+                        [](int32_t c) { return c >= 0; });
+    }
+    // What to read and where: KV blocks straight into the host store (not the adopted ones),
+    // the summaries and the draft KV into the unpacker's buffers (uploaded by FinalizeImport).
+    std::vector<std::vector<uint16_t>> to_fetch;
+    if (adopted != nullptr) {
+      const int64_t hkv = t.geometry.num_kv_heads, ls = t.geometry.num_layers;
+      to_fetch.resize(static_cast<size_t>(ls * hkv));
+      for (int64_t i = 0; i < ls; ++i) {
+        for (int64_t h = 0; h < hkv; ++h) {
+          auto& list = to_fetch[static_cast<size_t>(i * hkv + h)];
+          auto keep = [&](int64_t b) {
+            if (adopted->Cell(b, i, h, ls, hkv) < 0) list.push_back(static_cast<uint16_t>(b));
+          };
+          if (full) {
+            for (int64_t b = 0; b < t.geometry.num_blocks; ++b) keep(b);
+          } else {
+            for (uint16_t b : t.admission[static_cast<size_t>(i * hkv + h)]) keep(b);
+          }
+        }
+      }
+    }
     disagg::StagedKvUnpacker& unpacker =
         import_unpackers.insert_or_assign(key, disagg::StagedKvUnpacker(*s.import_layout))
             .first->second;
-    std::vector<KvFetchItem> items =
-        unpacker.Destinations(StagedHome(s), full ? nullptr : &t.admission);
+    std::vector<KvFetchItem> items = unpacker.Destinations(
+        StagedHome(s), adopted != nullptr ? &to_fetch : (full ? nullptr : &t.admission));
     stats.disagg.import_admission_bytes_total +=
         static_cast<int64_t>(items.size() * s.import_layout->slot_bytes());
     import_queue.pop_front();
@@ -409,13 +466,32 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   working.reserve(t.admission.size());
   for (const auto& list : t.admission) working.emplace_back(list.begin(), list.end());
   const bool partial = !s.request.import->full_transfer() && sparse->config().remote_fetch_cap > 0;
-  const Status st = sparse->Import(s.seq, staged, working, partial ? &working : nullptr);
+  // Local: the fetched admission set and the blocks adopted from the import cache.
+  std::vector<std::vector<int32_t>> local = working;
+  const disagg::AdoptedPrefix& adopted = s.import_adopted;
+  const int64_t hkv = t.geometry.num_kv_heads, ls = t.geometry.num_layers;
+  for (int64_t j = 0; partial && adopted.blocks > 0 && j < ls * hkv; ++j) {
+    auto& list = local[static_cast<size_t>(j)];
+    for (int64_t b = 0; b < adopted.blocks; ++b) {
+      if (adopted.Cell(b, j / hkv, j % hkv, ls, hkv) >= 0 &&
+          std::find(list.begin(), list.end(), b) == list.end()) {
+        list.push_back(static_cast<int32_t>(b));
+      }
+    }
+  }
+  const Status st = sparse->Import(s.seq, staged, working, partial ? &local : nullptr);
   if (!st.ok()) {
     // No sparse row or GPU slots now: the KV is fetched already; fail rather than hold it.
     Fail(s, st);
     return;
   }
   s.seq.always_sparse = true;
+  if (import_cache != nullptr && !s.import_block_hashes.empty()) {
+    // Its prompt blocks the cache lacks are shared from now on: imports of the same prefix
+    // arriving while this one decodes hold them too instead of fetching them.
+    stats.disagg.import_prefix_blocks_published_total += disagg::PublishImportPrefix(
+        sparse->manager(), key, *import_cache, ImportKeys(s), s.import_adopted);
+  }
   s.import_generation = next_import_generation++;
   s.drift_requested.clear();
   // x1 and x2 as the prefill node sampled them, then decoding from x2 on.
@@ -442,6 +518,50 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   scheduler.AddRunning(&s.seq);
   s.import_phase = RequestState::ImportPhase::kNone;
   ++stats.disagg.imports_total;
+}
+
+std::vector<PrefixBlockKey> Engine::Impl::ImportKeys(const RequestState& s) const {
+  std::vector<PrefixBlockKey> keys;
+  const auto& hashes = s.import_block_hashes;
+  keys.reserve(hashes.size());
+  for (size_t b = 0; b < hashes.size(); ++b) {
+    keys.push_back(
+        {hashes[b],
+         b == 0 ? PrefixCacheRoot(std::hash<std::string>{}(s.request.cache_salt)) : hashes[b - 1],
+         std::span<const int32_t>(s.seq.tokens.data() + b * kBlockSize, kBlockSize)});
+  }
+  return keys;
+}
+
+void Engine::Impl::AdoptImportPrefix(RequestState& s) {
+  s.import_adopted = {};
+  if (import_cache == nullptr || s.import_block_hashes.empty()) return;
+  for (const PrefixBlockKey& key : ImportKeys(s)) {
+    auto cells = import_cache->Acquire(key);
+    if (!cells) break;
+    s.import_adopted.cells.insert(s.import_adopted.cells.end(), cells->begin(), cells->end());
+    ++s.import_adopted.blocks;
+  }
+}
+
+void Engine::Impl::ReturnImportPrefix(RequestState& s) {
+  if (import_cache == nullptr || s.import_adopted.blocks == 0) return;
+  const std::vector<PrefixBlockKey> keys = ImportKeys(s);
+  for (int64_t b = 0; b < s.import_adopted.blocks; ++b)
+    import_cache->Release(keys[static_cast<size_t>(b)], {}, /*held=*/true);
+  s.import_adopted = {};
+}
+
+void Engine::Impl::ParkImportPrefix(RequestState& s) {
+  if (import_cache == nullptr || !s.request.import || s.import_block_hashes.empty()) return;
+  const std::vector<PrefixBlockKey> keys = ImportKeys(s);
+  // Running sparse, its fetch landed: its local blocks go to the cache; otherwise it only
+  // ends its hold of what it adopted.
+  const bool ran =
+      s.import_phase == RequestState::ImportPhase::kNone && s.seq.kv == SequenceKv::kSparse;
+  stats.disagg.import_prefix_cells_cached_total += disagg::ParkImportPrefix(
+      sparse->manager(), s.seq.id, *import_cache, keys, s.import_adopted, ran);
+  s.import_adopted = {};
 }
 
 void Engine::Impl::ReleaseImport(RequestState& s, bool completed) {

@@ -24,6 +24,7 @@
 #include "engine/scheduler.h"
 #include "engine/sparse_decoding.h"
 #include "kvcache/host_prefix_tier.h"
+#include "kvcache/import_prefix_cache.h"
 
 namespace oasis {
 
@@ -228,6 +229,9 @@ struct Engine::Impl {
   std::vector<LayerKvPool> draft_pools;
   std::unique_ptr<HostPrefixTier> draft_host_tier;
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
+  // Decode side of disaggregation with prefix caching: imported prompt blocks kept in the host
+  // store for later imports of the same prefix (null: caching off, or no import path).
+  std::unique_ptr<ImportPrefixCache> import_cache;
   // Speculate with --speculative-depth adaptive (null otherwise).
   std::unique_ptr<SpeculativeDepthController> depth_controller;
   Scheduler scheduler;
@@ -248,6 +252,15 @@ struct Engine::Impl {
   uint64_t next_import_generation = 1;
   // Per fetching request: its unpacker (the summaries' and draft KV's landing buffers).
   std::unordered_map<uint64_t, disagg::StagedKvUnpacker> import_unpackers;
+  // The keys of an import's full prompt blocks (its import_block_hashes over seq.tokens).
+  std::vector<PrefixBlockKey> ImportKeys(const RequestState& s) const;
+  // Takes the leading run of s's prompt blocks the import cache holds (s.import_adopted).
+  void AdoptImportPrefix(RequestState& s);
+  // Gives s's adopted blocks back to the cache (an admission that did not go through).
+  void ReturnImportPrefix(RequestState& s);
+  // Before s's host room is released: parks its prompt blocks (every local one when it ran
+  // sparse, else what it adopted).
+  void ParkImportPrefix(RequestState& s);
   std::mt19937_64 rng;
   EngineStats stats;
 };

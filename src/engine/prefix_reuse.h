@@ -16,6 +16,7 @@
 
 #include "engine/scheduler.h"
 #include "kvcache/block_allocator.h"
+#include "kvcache/prefix_cache.h"
 
 namespace oasis {
 
@@ -36,12 +37,6 @@ class PrefixCompanion {
   virtual void Drop(Sequence& seq) = 0;
 };
 
-// The key of one full block of a chain (PrefixCache::Find's arguments).
-struct PrefixBlockKey {
-  uint64_t hash = 0;
-  uint64_t parent = 0;
-  std::span<const int32_t> tokens;
-};
 // How many leading blocks of `keys` the allocator's prefix cache holds, in its GPU pool or in
 // its host tier.
 int64_t CountCachedRun(const BlockAllocator& allocator, std::span<const PrefixBlockKey> keys);

@@ -13,6 +13,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "disagg/kv_import.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "engine/stop_checker.h"
@@ -65,6 +66,10 @@ struct RequestState {
   // generation names this import (a preemption ends it: results of older fetches are dropped).
   std::unordered_set<uint64_t> drift_requested;
   uint64_t import_generation = 0;
+  // Decode side's prefix cache (kvcache/import_prefix_cache.h): the chain hashes of the full
+  // prompt blocks (computed when queued), and the leading blocks taken from the cache.
+  std::vector<uint64_t> import_block_hashes;
+  disagg::AdoptedPrefix import_adopted;
 };
 
 }  // namespace oasis

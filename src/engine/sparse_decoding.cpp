@@ -179,6 +179,7 @@ Status SparseDecoding::Import(Sequence& seq, int64_t num_tokens,
 }
 
 void SparseDecoding::Release(Sequence& seq) {
+  if (before_release_) before_release_(seq);
   manager_.Release(seq.id);
   waiting_for_host_.erase(seq.id);
 }

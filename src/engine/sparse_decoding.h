@@ -133,11 +133,15 @@ class SparseDecoding final : public SequenceKvHooks {
   // Called with a dense request just before it switches to sparse, after its computed blocks
   // are registered in the prefix cache (the engine registers the draft head's blocks then).
   void set_before_switch(std::function<void(Sequence&)> f) { before_switch_ = std::move(f); }
+  // Called with a request just before its host room and sparse row are released (finish,
+  // abort, preemption): the engine parks an import's prompt blocks in its prefix cache then.
+  void set_before_release(std::function<void(Sequence&)> f) { before_release_ = std::move(f); }
 
  private:
   ModelRunner& runner_;
   BlockAllocator& allocator_;  // the engine's GPU pool
   std::function<void(Sequence&)> before_switch_;
+  std::function<void(Sequence&)> before_release_;
   bool tearing_down_ = false;  // (before manager_: its side runner reads it)
   SparseKvManager manager_;
   std::vector<std::vector<LayerKvPool>*> rank_pools_;  // each rank's KV pools

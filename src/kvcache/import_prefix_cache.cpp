@@ -17,10 +17,9 @@ ImportPrefixCache::ImportPrefixCache(HostKvStore& store, int64_t num_kv_heads)
 
 ImportPrefixCache::~ImportPrefixCache() { store_.set_cell_evictor(nullptr); }
 
-bool ImportPrefixCache::Matches(const Entry& e, uint64_t parent,
-                                std::span<const int32_t> tokens) const {
-  return e.parent == parent && std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin(),
-                                          tokens.end());
+bool ImportPrefixCache::Matches(const Entry& e, const PrefixBlockKey& key) const {
+  return e.parent == key.parent &&
+         std::equal(e.tokens.begin(), e.tokens.end(), key.tokens.begin(), key.tokens.end());
 }
 
 std::vector<std::vector<int32_t>> ImportPrefixCache::ByLayer(std::span<const int32_t> cells) const {
@@ -34,6 +33,22 @@ std::vector<std::vector<int32_t>> ImportPrefixCache::ByLayer(std::span<const int
   return out;
 }
 
+void ImportPrefixCache::ParkAll(std::span<const int32_t> cells) {
+  const auto by_layer = ByLayer(cells);
+  for (int64_t i = 0; i < num_sparse_layers_; ++i) {
+    if (!by_layer[static_cast<size_t>(i)].empty())
+      store_.ParkCells(first_layer_ + i, by_layer[static_cast<size_t>(i)]);
+  }
+}
+
+void ImportPrefixCache::UnparkAll(std::span<const int32_t> cells) {
+  const auto by_layer = ByLayer(cells);
+  for (int64_t i = 0; i < num_sparse_layers_; ++i) {
+    if (!by_layer[static_cast<size_t>(i)].empty())
+      store_.UnparkCells(first_layer_ + i, by_layer[static_cast<size_t>(i)]);
+  }
+}
+
 void ImportPrefixCache::FreeAll(std::span<const int32_t> cells) {
   const auto by_layer = ByLayer(cells);
   for (int64_t i = 0; i < num_sparse_layers_; ++i) {
@@ -42,79 +57,93 @@ void ImportPrefixCache::FreeAll(std::span<const int32_t> cells) {
   }
 }
 
-void ImportPrefixCache::Park(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens,
-                             std::span<const int32_t> cells) {
-  OASIS_CHECK_EQ(static_cast<int64_t>(cells.size()), cells_per_block())
+std::optional<std::vector<int32_t>> ImportPrefixCache::Acquire(const PrefixBlockKey& key) {
+  auto it = entries_.find(key.hash);
+  if (it == entries_.end() || !Matches(it->second, key)) return std::nullopt;
+  Entry& e = it->second;
+  if (e.holders++ == 0) {  // parked until now: in use again, not room
+    UnparkAll(e.cells);
+    lru_.erase(e.lru);
+  }
+  return e.cells;
+}
+
+void ImportPrefixCache::Release(const PrefixBlockKey& key, std::span<const int32_t> own,
+                                bool held) {
+  OASIS_CHECK(own.empty() || static_cast<int64_t>(own.size()) == cells_per_block())
       << "import prefix cache: cells of one block";
-  auto it = entries_.find(hash);
-  if (it != entries_.end() && !Matches(it->second, parent, tokens)) {
-    FreeAll(cells);  // a hash collision with another prefix: the entry there stays
+  auto it = entries_.find(key.hash);
+  if (it != entries_.end() && !Matches(it->second, key)) {
+    OASIS_CHECK(!held) << "import prefix cache: releasing a block it does not hold";
+    if (!own.empty()) FreeAll(own);  // a hash collision with another prefix: that entry stays
     return;
   }
   if (it == entries_.end()) {
+    OASIS_CHECK(!held) << "import prefix cache: releasing a block it does not hold";
     Entry e;
-    e.parent = parent;
-    e.tokens.assign(tokens.begin(), tokens.end());
+    e.parent = key.parent;
+    e.tokens.assign(key.tokens.begin(), key.tokens.end());
     e.cells.assign(static_cast<size_t>(cells_per_block()), -1);
-    lru_.push_back(hash);
-    e.lru = std::prev(lru_.end());
-    it = entries_.emplace(hash, std::move(e)).first;
-  } else {
-    lru_.splice(lru_.end(), lru_, it->second.lru);  // most recently parked
+    it = entries_.emplace(key.hash, std::move(e)).first;
+  } else if (it->second.holders == 0) {
+    lru_.erase(it->second.lru);  // parked: goes back to the end below
   }
   Entry& e = it->second;
-  std::vector<int32_t> parked(static_cast<size_t>(cells_per_block()), -1);
+  OASIS_CHECK(!held || e.holders > 0) << "import prefix cache: a release without a holder";
+  // The cells the entry lacks join it (in use, like the entry's own while held); the rest go.
+  std::vector<int32_t> added(static_cast<size_t>(cells_per_block()), -1);
   std::vector<int32_t> extra(static_cast<size_t>(cells_per_block()), -1);
-  for (size_t j = 0; j < e.cells.size(); ++j) {
-    if (cells[j] < 0) continue;
+  for (size_t j = 0; j < own.size(); ++j) {
+    if (own[j] < 0) continue;
     if (e.cells[j] < 0) {
-      e.cells[j] = parked[j] = cells[j];
-    } else {
-      extra[j] = cells[j];  // the entry holds this head-block already
+      e.cells[j] = added[j] = own[j];
+      ++num_cells_;
+    } else if (e.cells[j] != own[j]) {
+      extra[j] = own[j];
     }
   }
   FreeAll(extra);
-  const auto by_layer = ByLayer(parked);
-  for (int64_t i = 0; i < num_sparse_layers_; ++i) {
-    if (!by_layer[static_cast<size_t>(i)].empty())
-      store_.ParkCells(first_layer_ + i, by_layer[static_cast<size_t>(i)]);
-  }
-  num_cells_ += std::count_if(parked.begin(), parked.end(), [](int32_t c) { return c >= 0; });
+  if (held) --e.holders;
+  if (e.holders > 0) return;
+  // No holder: parked (the cells that were held now, and the new ones).
   if (std::all_of(e.cells.begin(), e.cells.end(), [](int32_t c) { return c < 0; })) {
-    lru_.erase(e.lru);
     entries_.erase(it);  // nothing local: not worth an entry
+    return;
   }
+  ParkAll(held ? std::span<const int32_t>(e.cells) : std::span<const int32_t>(added));
+  lru_.push_back(key.hash);
+  e.lru = std::prev(lru_.end());
 }
 
-std::vector<int32_t> ImportPrefixCache::Remove(std::unordered_map<uint64_t, Entry>::iterator it) {
-  std::vector<int32_t> cells = std::move(it->second.cells);
-  const auto by_layer = ByLayer(cells);
-  for (int64_t i = 0; i < num_sparse_layers_; ++i) {
-    if (!by_layer[static_cast<size_t>(i)].empty())
-      store_.UnparkCells(first_layer_ + i, by_layer[static_cast<size_t>(i)]);
-  }
-  num_cells_ -= std::count_if(cells.begin(), cells.end(), [](int32_t c) { return c >= 0; });
-  lru_.erase(it->second.lru);
-  entries_.erase(it);
-  return cells;
+bool ImportPrefixCache::Publish(const PrefixBlockKey& key, std::span<const int32_t> own) {
+  OASIS_CHECK_EQ(static_cast<int64_t>(own.size()), cells_per_block())
+      << "import prefix cache: cells of one block";
+  const auto n = std::count_if(own.begin(), own.end(), [](int32_t c) { return c >= 0; });
+  if (n == 0 || entries_.count(key.hash)) return false;
+  Entry e;
+  e.parent = key.parent;
+  e.tokens.assign(key.tokens.begin(), key.tokens.end());
+  e.cells.assign(own.begin(), own.end());
+  e.holders = 1;
+  entries_.emplace(key.hash, std::move(e));
+  num_cells_ += n;
+  return true;
 }
 
-std::optional<std::vector<int32_t>> ImportPrefixCache::Take(uint64_t hash, uint64_t parent,
-                                                            std::span<const int32_t> tokens) {
-  auto it = entries_.find(hash);
-  if (it == entries_.end() || !Matches(it->second, parent, tokens)) return std::nullopt;
-  return Remove(it);
-}
-
-bool ImportPrefixCache::Contains(uint64_t hash, uint64_t parent,
-                                 std::span<const int32_t> tokens) const {
-  auto it = entries_.find(hash);
-  return it != entries_.end() && Matches(it->second, parent, tokens);
+bool ImportPrefixCache::Contains(const PrefixBlockKey& key) const {
+  auto it = entries_.find(key.hash);
+  return it != entries_.end() && Matches(it->second, key);
 }
 
 bool ImportPrefixCache::EvictOldest() {
   if (lru_.empty()) return false;
-  FreeAll(Remove(entries_.find(lru_.front())));
+  auto it = entries_.find(lru_.front());
+  lru_.pop_front();
+  std::vector<int32_t> cells = std::move(it->second.cells);
+  entries_.erase(it);
+  UnparkAll(cells);
+  FreeAll(cells);
+  num_cells_ -= std::count_if(cells.begin(), cells.end(), [](int32_t c) { return c >= 0; });
   ++evictions_total_;
   return true;
 }

@@ -1,17 +1,19 @@
 // ImportPrefixCache: disaggregation's decode side reusing a prompt prefix it already holds
 // (issue 33; docs/prefix_caching.md "The decode side"). When an imported request ends, the
 // cells of its full prompt blocks whose K/V is in the host store (its admission set and what
-// drifted in, per sparse layer and KV head) are parked here under the block's chain hash
+// drifted in, per sparse layer and KV head) go to this cache under the block's chain hash
 // (kvcache/prefix_cache.h: hash(parent, the block's 16 token ids)); a later import of a prompt
-// with the same leading blocks takes them back and fetches only the rest from the prefill
+// with the same leading blocks holds them too and fetches only the rest from the prefill
 // instance's staging pool.
 //
 // An entry is one block: per sparse layer i and KV head h (index i * Hkv + h) a cell of layer
-// first_sparse_layer + i, or -1 where that head-block was not local. Taking an entry is
-// exclusive (the entry leaves the cache and its cells go to the import that took it, which
-// parks them again when it ends), so a cell always has one owner and is never written by two.
-// Parked cells count as room (HostKvStore::num_free): the store evicts entries, least recently
-// parked first, when it needs their slots.
+// first_sparse_layer + i, or -1 where no import had that head-block locally. Entries are
+// shared: Acquire counts a holder (imports running with the block, reading its cells; prompt
+// blocks are never written once their K/V is in), Release ends one and gives the entry the
+// cells it lacks that the releasing import fetched itself. An entry no import holds is
+// *parked*: its cells count as room (HostKvStore::num_free), and the store evicts parked
+// entries, least recently released first, when it needs their slots. A held entry is never
+// evicted.
 //
 // Not thread-safe: the engine loop thread, like the store.
 #pragma once
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "kvcache/host_kv_store.h"
+#include "kvcache/prefix_cache.h"
 
 namespace oasis {
 
@@ -38,43 +41,49 @@ class ImportPrefixCache final : public HostKvStore::CellEvictor {
   // Cells per entry: sparse layers × KV heads.
   int64_t cells_per_block() const { return num_sparse_layers_ * num_kv_heads_; }
 
-  // Parks `cells` ([cells_per_block()]: cells in use that no request holds any more, or -1) as
-  // block `hash` (whose parent hash and token ids are these). If the block is cached already,
-  // the entry takes the cells it lacks and the others are freed.
-  void Park(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens,
-            std::span<const int32_t> cells);
-  // Takes block `hash` out of the cache: its cells ([cells_per_block()], -1 where none),
-  // unparked (in use, the caller's now); nullopt on a miss (also when the parent or the
-  // tokens differ: a hash collision).
-  std::optional<std::vector<int32_t>> Take(uint64_t hash, uint64_t parent,
-                                           std::span<const int32_t> tokens);
-  bool Contains(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) const;
+  // The cells ([cells_per_block()], -1 where none) of the block of `key`, now held by one more
+  // import (unparked if it was parked); nullopt on a miss (also when the parent or the tokens
+  // differ: a hash collision).
+  std::optional<std::vector<int32_t>> Acquire(const PrefixBlockKey& key);
+  // An import is done with the block of `key`: `held` when it had acquired the entry; `own`
+  // (empty, or [cells_per_block()]): cells of the block it holds itself (in use) whose K/V is
+  // in the store, -1 elsewhere. The entry (made if there is none) takes the ones it lacks; the
+  // others are freed. With no holder left the entry is parked (room, evictable).
+  void Release(const PrefixBlockKey& key, std::span<const int32_t> own, bool held);
+  // An import whose fetch landed publishes a block the cache lacks: an entry of `own` (its
+  // cells, in use, with their K/V; -1 elsewhere), held by that import (Release(key, ..., true)
+  // when it ends), so imports arriving meanwhile share it. False (nothing changes) when the
+  // block is cached already or `own` has no cell.
+  bool Publish(const PrefixBlockKey& key, std::span<const int32_t> own);
+  bool Contains(const PrefixBlockKey& key) const;
 
   bool EvictOldest() override;
 
   int64_t num_blocks() const { return static_cast<int64_t>(entries_.size()); }
   int64_t num_cells() const { return num_cells_; }
+  int64_t num_held_blocks() const { return num_blocks() - static_cast<int64_t>(lru_.size()); }
   int64_t evictions_total() const { return evictions_total_; }
 
  private:
   struct Entry {
     uint64_t parent = 0;
     std::vector<int32_t> tokens;
-    std::vector<int32_t> cells;       // [cells_per_block()]
-    std::list<uint64_t>::iterator lru;  // position in lru_ (front: least recently parked)
+    std::vector<int32_t> cells;  // [cells_per_block()]
+    int64_t holders = 0;
+    std::list<uint64_t>::iterator lru;  // in lru_ (front: least recently parked) iff holders 0
   };
-  bool Matches(const Entry& e, uint64_t parent, std::span<const int32_t> tokens) const;
-  // Unparks an entry's cells (they stay in use) and forgets the entry.
-  std::vector<int32_t> Remove(std::unordered_map<uint64_t, Entry>::iterator it);
+  bool Matches(const Entry& e, const PrefixBlockKey& key) const;
   // An entry's cells per sparse layer (the ones >= 0).
   std::vector<std::vector<int32_t>> ByLayer(std::span<const int32_t> cells) const;
+  void ParkAll(std::span<const int32_t> cells);
+  void UnparkAll(std::span<const int32_t> cells);
   // Frees cells in use that are not parked.
   void FreeAll(std::span<const int32_t> cells);
 
   HostKvStore& store_;
   int64_t first_layer_, num_sparse_layers_, num_kv_heads_;
   std::unordered_map<uint64_t, Entry> entries_;
-  std::list<uint64_t> lru_;
+  std::list<uint64_t> lru_;  // parked entries
   int64_t num_cells_ = 0;
   int64_t evictions_total_ = 0;
 };

@@ -22,6 +22,16 @@ uint64_t HashPrefixBlock(uint64_t parent, std::span<const int32_t> tokens) {
   return h & kHashMask;
 }
 
+std::vector<uint64_t> HashPrefixBlocks(uint64_t root, std::span<const int32_t> tokens) {
+  std::vector<uint64_t> out;
+  out.reserve(tokens.size() / kBlockSize);
+  for (size_t b = 0; (b + 1) * kBlockSize <= tokens.size(); ++b) {
+    root = HashPrefixBlock(root, tokens.subspan(b * kBlockSize, kBlockSize));
+    out.push_back(root);
+  }
+  return out;
+}
+
 PrefixCache::PrefixCache(int32_t num_slots, int32_t num_kv_heads)
     : num_kv_heads_(num_kv_heads), entry_of_(static_cast<size_t>(num_slots), kNone) {
   OASIS_CHECK_GT(num_kv_heads, 0) << "a prefix cache needs at least one KV head";

@@ -34,6 +34,15 @@ namespace oasis {
 uint64_t PrefixCacheRoot(uint64_t salt);
 // The hash of a full block of `tokens` (kBlockSize ids) following a block hashed `parent`.
 uint64_t HashPrefixBlock(uint64_t parent, std::span<const int32_t> tokens);
+// The chain of hashes of the full blocks of `tokens` from `root`.
+std::vector<uint64_t> HashPrefixBlocks(uint64_t root, std::span<const int32_t> tokens);
+
+// The key of one full block of a chain (PrefixCache::Find's arguments).
+struct PrefixBlockKey {
+  uint64_t hash = 0;
+  uint64_t parent = 0;
+  std::span<const int32_t> tokens;
+};
 
 class PrefixCache {
  public:

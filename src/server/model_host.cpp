@@ -582,8 +582,10 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   options.max_num_batched_tokens = sc.max_num_batched_tokens;
   options.enable_prefix_caching = sc.ResolvedPrefixCaching();
   options.prefix_cache_host_bytes = sc.prefix_cache_host_gib * 1024.0 * 1024.0 * 1024.0;
-  if (sc.enable_prefix_caching && !options.enable_prefix_caching)
-    spdlog::info("prefix caching: off (it does not cover a --role decode instance yet)");
+  if (options.enable_prefix_caching && sc.role == "decode")
+    spdlog::info(
+        "prefix caching: imported prompt blocks stay in the host KV store for later "
+        "imports of the same prefix");
   options.max_waiting = sc.max_waiting;
   options.seed = static_cast<uint64_t>(sc.seed);
   options.sparse = host->sparse;

@@ -398,13 +398,11 @@ Status ServerConfig::Validate() const {
   if (prefix_cache_host_gib > 0) {
     if (!ResolvedPrefixCaching())
       return InvalidArgument(
-          "--prefix-cache-host-gib needs prefix caching (it is off: --no-enable-prefix-caching "
-          "or --role decode)");
-  }
-  if (prefix_caching_given && enable_prefix_caching && role == "decode") {
-    return InvalidArgument(
-        "--enable-prefix-caching does not support --role decode (imported KV) yet; use "
-        "--no-enable-prefix-caching");
+          "--prefix-cache-host-gib needs prefix caching (it is off: --no-enable-prefix-caching)");
+    if (role == "decode")
+      return InvalidArgument(
+          "--prefix-cache-host-gib does not apply to --role decode: a decode instance caches "
+          "imported prompt blocks in its host KV store (--host-kv-gib)");
   }
   if (role != "both") {
     if (sparse == "off")

@@ -144,9 +144,10 @@ struct ServerConfig : HttpFrontSettings {
   bool SparseEnabled() const {
     return sparse == "on" || (sparse == "auto" && (sparse_threshold > 0 || role != "both"));
   }
-  // Whether prefix caching runs: --enable-prefix-caching (default on) where it reaches —
-  // not on a decode instance yet (Validate refuses it given explicitly there).
-  bool ResolvedPrefixCaching() const { return enable_prefix_caching && role != "decode"; }
+  // Whether prefix caching runs: --enable-prefix-caching (default on). On a decode instance it
+  // keeps imported prompt blocks in the host KV store for later imports of the same prefix
+  // (docs/prefix_caching.md "The decode side").
+  bool ResolvedPrefixCaching() const { return enable_prefix_caching; }
   // --sparse-predictor with "auto" resolved: "draft" when lookahead is on, else "previous-query".
   std::string ResolvedSparsePredictor() const;
   // auto: pressure, or threshold with --dense-layers > 0 (the pressure policy switches whole

@@ -95,6 +95,25 @@ print(json.dumps({'text': text, 'done': done, 'completion_tokens': usage and usa
 [[ $(py "$joined" "d['done'] and d['completion_tokens'] == 40") == True && $(py "$joined" "d['text']") == $(py "$want" "d['choices'][0]['text']") ]] &&
   ok "SSE through the router: same text, usage, [DONE]" || bad "SSE through the router" "$joined | want $want"
 
+# ---- prefix caching on the decode side: a prompt sent again fetches only what it lacks -----------
+# The router alternates between the two decode instances, so sends 3 and 4 meet a prompt each
+# instance imported before: they take its blocks from the host store (usage says so, metrics
+# count it) and answer as one instance does.
+rbody=$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 16, 'temperature': 0}))" "$(prompt_text 31 150)")
+want=$(post "$one_PORT" /v1/completions "$rbody")
+hits0=$(( $(pmetric "$decode_PORT" oasis:rpf_prefix_cache_hit_tokens_total | cut -d. -f1) + $(pmetric "$full_PORT" oasis:rpf_prefix_cache_hit_tokens_total | cut -d. -f1) ))
+cached=()
+for i in 1 2 3 4; do
+  got=$(post "$router_PORT" /v1/completions "$rbody")
+  [[ $(py "$got" "d['choices'][0]['text']") == $(py "$want" "d['choices'][0]['text']") ]] || bad "repeat $i through the router differs from one instance" "$got | want $want"
+  cached+=("$(py "$got" "(d['usage'].get('prompt_tokens_details') or {}).get('cached_tokens', 0)")")
+done
+ptok=$(py "$want" "d['usage']['prompt_tokens']")
+hits=$(( $(pmetric "$decode_PORT" oasis:rpf_prefix_cache_hit_tokens_total | cut -d. -f1) + $(pmetric "$full_PORT" oasis:rpf_prefix_cache_hit_tokens_total | cut -d. -f1) ))
+[[ ${cached[2]} == $((ptok / 16 * 16)) && ${cached[3]} == $((ptok / 16 * 16)) && $((hits - hits0)) -ge $((2 * (ptok / 16 * 16))) ]] &&
+  ok "decode-side prefix cache: repeats 3 and 4 took ${cached[2]} and ${cached[3]} of $ptok prompt tokens from the host store (metrics +$((hits - hits0)))" ||
+  bad "decode-side prefix cache: cached ${cached[*]} of $ptok, metric +$((hits - hits0))"
+
 # ---- leases end; both decode modes ran ---------------------------------------------------------
 v=$(pwait "$prefill_PORT" oasis:staging_pool_requests_held "v == 0") && ok "staging pool empty after the requests ($v held)" || bad "staging leases still held" "$v"
 completed=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="completed"} \(.*\)$/\1/p')

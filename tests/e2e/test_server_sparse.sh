@@ -229,13 +229,15 @@ out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 100000 2>&1)
 [[ $? == 2 ]] && grep -q -- "--host-kv-gib 100000.00: this machine has .* GiB of memory available now" <<<"$out" && ok "--host-kv-gib past the memory available -> exit 2 naming it" || bad "--host-kv-gib 100000" "$out"
 out=$("$SERVER" --backend cpu --sparse on --sparse-switch sometimes 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse-switch must be one of" <<<"$out" && ok "--sparse-switch sometimes -> exit 2" || bad "--sparse-switch sometimes" "$out"
-# Prefix caching (on by default) covers sparse KV's dense phase; not a prefill/decode role yet.
+# Prefix caching (on by default) covers sparse KV's dense phase and both roles of disaggregation.
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --check-config 2>&1)
 [[ $? == 0 ]] && grep -q '"enable_prefix_caching": true' <<<"$out" && ok "--sparse on: prefix caching resolved on" || bad "--sparse on: prefix caching not on" "$out"
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --no-enable-prefix-caching --check-config 2>&1)
 [[ $? == 0 ]] && grep -q '"enable_prefix_caching": false' <<<"$out" && ok "--no-enable-prefix-caching resolved off" || bad "--no-enable-prefix-caching not off" "$out"
-out=$("$SERVER" --backend cpu --role decode --enable-prefix-caching 2>&1)
-[[ $? == 2 ]] && grep -q -- "--enable-prefix-caching does not support --role decode" <<<"$out" && ok "--role decode --enable-prefix-caching -> exit 2" || bad "--role decode --enable-prefix-caching" "$out"
+out=$("$SERVER" --backend cpu --role decode --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"enable_prefix_caching": true' <<<"$out" && ok "--role decode: prefix caching resolved on" || bad "--role decode: prefix caching not on" "$out"
+out=$("$SERVER" --backend cpu --role decode --prefix-cache-host-gib 1 2>&1)
+[[ $? == 2 ]] && grep -q -- "--prefix-cache-host-gib does not apply to --role decode" <<<"$out" && ok "--role decode --prefix-cache-host-gib -> exit 2" || bad "--role decode --prefix-cache-host-gib" "$out"
 out=$("$SERVER" --backend cpu --sparse maybe 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse must be one of" <<<"$out" && ok "--sparse maybe -> exit 2" || bad "--sparse maybe" "$out"
 out=$("$SERVER" --backend cpu --sparse-threshold 64 --num-kv-slots 600 --topk-blocks 400 --host-kv-gib 0.01 --check-config 2>&1)

@@ -288,6 +288,166 @@ TEST_CASE("a prefill instance reuses its prefix cache; the decode side decodes a
   }
 }
 
+// Prefix caching on the decode instance (issue 33): an import's prompt blocks stay in the
+// host store when it ends (kvcache/import_prefix_cache.h); a later import whose prompt starts
+// with them takes them instead of fetching them. Conversations resend their history, so every
+// later turn's admission fetches only what is new: the bytes saved are exactly two lease slots
+// (K and V) per head-block taken. Outputs equal one engine without caching, in full-transfer
+// and partial mode, with a roomy store and with one so small that parked blocks are evicted
+// for the imports that need room.
+TEST_CASE("a decode instance reuses the prompt blocks it holds; later imports fetch only the rest",
+          "[disagg][engine][prefix]") {
+  const auto ctx = Context();
+  for (bool full : {true, false}) {
+    for (int64_t host_slots : {int64_t{4096}, int64_t{40}}) {
+      DYNAMIC_SECTION((full ? "full transfer" : "partial (admission lists)")
+                      << ", host store of " << host_slots << " head-blocks") {
+        // Three conversations of three turns (each turn: the history plus 40 new tokens), then
+        // a repeat of a first turn, then an unrelated prompt, all one after the other.
+        std::mt19937_64 rng(91);
+        std::vector<EngineRequest> reqs;
+        for (int c = 0; c < 3; ++c) {
+          std::vector<int32_t> history;
+          for (int turn = 0; turn < 3; ++turn) {
+            for (int j = 0; j < 40 + 30 * (turn == 0); ++j)
+              history.push_back(static_cast<int32_t>(3 + rng() % 500));
+            EngineRequest r = Request("c" + std::to_string(c) + "t" + std::to_string(turn), history, 6);
+            r.ignore_eos = true;
+            reqs.push_back(r);
+          }
+        }
+        reqs.push_back(reqs[0]);
+        reqs.back().id = "repeat";
+        reqs.push_back(LongWorkload(2, 4)[1]);
+        reqs.back().max_tokens = 6;
+        Instance ref(false), pre(false), dec(false), plain(false);
+        const std::vector<Collected> want = RunEngine(*ref.tm.runner, nullptr, ref.Options(24), reqs).out;
+        PrefillSide side(ctx, 1 << 16, 30s);
+        EngineOptions po = pre.Options(24);
+        po.handoff_exporter = side.exporter.get();
+        Engine prefill(*pre.tm.runner, nullptr, po, nullptr);
+        EngineOptions doo = dec.Options(24);
+        doo.sparse->host_kv_gib = TinySparse(24, 0.05, SparsePredictor::kPreviousQuery, host_slots).host_kv_gib;
+        doo.enable_prefix_caching = true;
+        REQUIRE(Engine::CheckOptions(doo, *dec.tm.runner, nullptr).ok());
+        EngineOptions no = doo;
+        no.enable_prefix_caching = false;
+        Engine decode(*dec.tm.runner, nullptr, doo, nullptr);
+        Engine uncached(*plain.tm.runner, nullptr, no, nullptr);
+        auto importer = RemoteKvImporter::Create(ctx);
+        prefill.Start();
+        decode.Start();
+        uncached.Start();
+        int handed_off = 0, handed_off_again = 0;
+        const std::vector<Collected> got = RunDisaggregated(prefill, decode, *importer, reqs, full, &handed_off);
+        const std::vector<Collected> again =
+            RunDisaggregated(prefill, uncached, *importer, reqs, full, &handed_off_again);
+        REQUIRE(handed_off == static_cast<int>(reqs.size()));
+        CheckSameOutputs(reqs, got, want);
+        CheckSameOutputs(reqs, again, want);
+        const EngineStats dst = WaitSparseIdle(decode), ust = WaitSparseIdle(uncached);
+        CHECK(dst.disagg.import_failures_total == 0);
+        CHECK(dst.disagg.import_prefix_queries_total == handed_off);
+        CHECK(ust.disagg.import_prefix_queries_total == 0);
+        // Later turns and the repeat take blocks; the bytes fetched drop by exactly the K and V
+        // slots of every head-block taken.
+        CHECK(dst.disagg.import_prefix_hit_tokens_total > 0);
+        CHECK(dst.disagg.import_prefix_cells_adopted_total > 0);
+        const int64_t slot_bytes = 16 * 32 * 4;  // qwen3-tiny's head-block (K or V), float32
+        CHECK(ust.disagg.import_admission_bytes_total - dst.disagg.import_admission_bytes_total ==
+              2 * slot_bytes * dst.disagg.import_prefix_cells_adopted_total);
+        int64_t cached = 0;
+        for (const Collected& c : got) cached += c.cached_tokens;
+        CHECK(cached == dst.disagg.import_prefix_hit_tokens_total);
+        CHECK(got[0].cached_tokens == 0);  // a first turn
+        if (host_slots > 1000) {
+          // Roomy: turn t + 1 takes every full block of turn t's prompt, and the repeat all of
+          // its own.
+          CHECK(got[1].cached_tokens == static_cast<int64_t>(reqs[0].prompt.size()) / 16 * 16);
+          CHECK(got[9].cached_tokens == static_cast<int64_t>(reqs[9].prompt.size()) / 16 * 16);
+          CHECK(dst.disagg.import_prefix_evictions_total == 0);
+        } else {
+          CHECK(dst.disagg.import_prefix_evictions_total > 0);
+        }
+        // Parked cells count as room: an idle store is all free, and the cache holds blocks.
+        CHECK(dst.sparse.num_free_host_kv_slots == dst.sparse.num_host_kv_slots);
+        CHECK(dst.disagg.import_prefix_cells > 0);
+        CHECK(dst.kv.num_free_slots == dst.kv.num_slots);
+        // Three imports of one prompt at once share its cached blocks (read-only): each takes
+        // every full block of the prompt.
+        std::vector<HandoffTicket> tickets;
+        for (int i = 0; i < 3; ++i) tickets.push_back(HandOff(prefill, reqs[2]));
+        std::vector<std::shared_ptr<RequestStream>> streams;
+        for (int i = 0; i < 3; ++i) {
+          EngineRequest d = reqs[2];
+          d.id = "shared-" + std::to_string(i);
+          d.max_tokens = 40;  // long enough to overlap
+          d.import = importer->Source(tickets[static_cast<size_t>(i)], full);
+          auto ds = decode.Submit(d);
+          REQUIRE(ds.ok());
+          streams.push_back(*ds);
+        }
+        int64_t peak_held = 0;
+        for (int i = 0; i < 200 && peak_held == 0; ++i) {
+          peak_held = std::max(peak_held, decode.Stats().disagg.import_prefix_held_blocks);
+          std::this_thread::sleep_for(1ms);
+        }
+        std::vector<int32_t> first_tokens;
+        for (const auto& st : streams) {
+          const Collected c = Collect(*st);
+          CHECK(c.error.ok());
+          CHECK(c.completion_tokens == 40);
+          // Greedy: its first tokens are the 6-token run's, and the three agree.
+          REQUIRE(c.tokens.size() >= want[2].tokens.size());
+          CHECK(std::equal(want[2].tokens.begin(), want[2].tokens.end(), c.tokens.begin()));
+          if (st != streams.front()) CHECK(c.tokens == first_tokens);
+          first_tokens = c.tokens;
+          if (host_slots > 1000) CHECK(c.cached_tokens == static_cast<int64_t>(reqs[2].prompt.size()) / 16 * 16);
+        }
+        CHECK(peak_held > 0);
+        // A prompt no import brought before: the first import shares its blocks as soon as
+        // its fetch landed, so a second one arriving while it decodes holds them too.
+        std::vector<int32_t> fresh_prompt(150);
+        for (auto& t : fresh_prompt) t = static_cast<int32_t>(3 + rng() % 500);
+        EngineRequest fresh = Request("fresh", fresh_prompt, 40);
+        fresh.ignore_eos = true;
+        const HandoffTicket t1 = HandOff(prefill, fresh), t2 = HandOff(prefill, fresh);
+        EngineRequest d1 = fresh, d2 = fresh;
+        d1.id = "fresh-1";
+        d2.id = "fresh-2";
+        d1.import = importer->Source(t1, full);
+        d2.import = importer->Source(t2, full);
+        auto s1 = decode.Submit(d1);
+        REQUIRE(s1.ok());
+        auto first = (*s1)->Next(30s);  // x1 and x2: its fetch landed
+        REQUIRE(first);
+        CHECK_FALSE(first->finished);
+        auto s2 = decode.Submit(d2);
+        REQUIRE(s2.ok());
+        const Collected c2 = Collect(**s2);
+        Collect(**s1);
+        CHECK(c2.error.ok());
+        if (host_slots > 1000)
+          CHECK(c2.cached_tokens == static_cast<int64_t>(fresh.prompt.size()) / 16 * 16);
+        const EngineStats after = WaitSparseIdle(decode);
+        CHECK(after.disagg.import_prefix_blocks_published_total > 0);
+        CHECK(after.disagg.import_prefix_queries_total == handed_off + 5);
+        CHECK(after.disagg.import_prefix_held_blocks == 0);
+        CHECK(after.disagg.import_failures_total == 0);
+        if (host_slots > 1000) {
+          CHECK(after.disagg.import_prefix_hit_tokens_total - dst.disagg.import_prefix_hit_tokens_total ==
+                3 * (static_cast<int64_t>(reqs[2].prompt.size()) / 16 * 16) + c2.cached_tokens);
+        }
+        CHECK(after.sparse.num_free_host_kv_slots == after.sparse.num_host_kv_slots);
+        CHECK(WaitFor([&] { return side.pool->Stats().requests_held == 0; }));
+        prefill.Stop();
+        decode.Stop();
+        uncached.Stop();
+      }
+    }
+  }
+}
+
 TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and never attended before they land",
           "[disagg][engine]") {
   const auto ctx = Context();

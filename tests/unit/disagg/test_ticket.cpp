@@ -70,6 +70,7 @@ HandoffTicket RandomTicket(std::mt19937_64& rng, StagedKvGeometry g, uint32_t pr
     }
     list.assign(all.begin(), all.begin() + count);
   }
+  for (uint32_t b = 0; b < prompt_length / kStagedBlockTokens; ++b) t.prompt_block_hashes.push_back(rng());
   return t;
 }
 
@@ -109,6 +110,7 @@ HandoffTicket FixedTicket(bool draft) {
   const uint32_t slots = draft ? 34 : 28;
   t.extents = {{100, 10}, {0, slots - 10}};
   t.admission = {{0, 2}, {2}, {1, 0, 2}, {}};
+  t.prompt_block_hashes = {0x0102030405060708ull, 0xa1a2a3a4a5a6a7a8ull};  // 40 / 16 full blocks
   return t;
 }
 
@@ -152,8 +154,9 @@ TEST_CASE("handoff ticket: random round trips, small and Qwen3-8B geometry", "[d
   REQUIRE(t.geometry.num_blocks == 2048);
   REQUIRE(t.admission.size() == 288);
   const std::string bytes = EncodeHandoffTicket(t);
-  CHECK(bytes.size() > 288 * 260);       // 74,880 bytes of admission lists
-  CHECK(bytes.size() < 288 * 260 + 300);  // plus a small header
+  // 74,880 bytes of admission lists and 2,047 prompt block hashes (16 KB), plus a small header.
+  CHECK(bytes.size() > 288 * 260 + 4 + 8 * 2047);
+  CHECK(bytes.size() < 288 * 260 + 4 + 8 * 2047 + 300);
   CHECK(bytes.substr(0, 4) == "OKHT");
   auto parsed = ParseHandoffTicket(bytes);
   REQUIRE(parsed.ok());
@@ -165,7 +168,7 @@ TEST_CASE("handoff ticket: layout as documented", "[disagg][ticket]") {
   const HandoffTicket t = FixedTicket(true);
   const std::string b = EncodeHandoffTicket(t);
   CHECK(b.substr(0, 4) == "OKHT");
-  CHECK(LoadU16(b.data() + 4) == 1);
+  CHECK(LoadU16(b.data() + 4) == 2);
   CHECK(LoadU16(b.data() + 6) == 13);
   CHECK(b.substr(8, 13) == "10.0.0.2:5000");
   CHECK(LoadU64(b.data() + 21) == t.pool_id);
@@ -180,7 +183,11 @@ TEST_CASE("handoff ticket: layout as documented", "[disagg][ticket]") {
   CHECK(LoadU16(b.data() + 93) == 8);  // sampling state
   CHECK(b.substr(103, 20) == EncodeSlotExtents(t.extents));
   CHECK(LoadU16(b.data() + 123) == 2);  // admission (0, 0): 2 ids
-  CHECK(b.size() == 123 + (2 + 4) + (2 + 2) + (2 + 6) + 2);
+  const size_t hashes = 123 + (2 + 4) + (2 + 2) + (2 + 6) + 2;
+  CHECK(LoadU32(b.data() + hashes) == 2);  // prompt block hashes
+  CHECK(LoadU64(b.data() + hashes + 4) == 0x0102030405060708ull);
+  CHECK(LoadU64(b.data() + hashes + 12) == 0xa1a2a3a4a5a6a7a8ull);
+  CHECK(b.size() == hashes + 4 + 16);
 }
 
 TEST_CASE("handoff ticket: every truncation and any trailing byte rejected", "[disagg][ticket]") {
@@ -194,7 +201,7 @@ TEST_CASE("handoff ticket: every truncation and any trailing byte rejected", "[d
       CHECK(r.status().code() == StatusCode::kInvalidArgument);
     }
     Rejects(good + '\0', "trailing bytes");
-    Rejects(good + std::string("\x00\x00", 2), "after the last of the geometry's 2 × 2 admission lists");
+    Rejects(good + std::string("\x00\x00", 2), "trailing bytes: 2 after the prompt block hashes");
   }
   // The 75 KB ticket: every 61st prefix and the last 600.
   std::mt19937_64 rng(7);
@@ -213,7 +220,8 @@ TEST_CASE("handoff ticket: each field corrupted is rejected, naming it", "[disag
   auto with_char = [&](size_t at, char c) { std::string b = good; b[at] = c; return b; };
 
   Rejects(with_char(0, 'X'), "magic");
-  Rejects(with16(4, 2), "version: 2");
+  Rejects(with16(4, 1), "version: 1, this build reads version 2");
+  Rejects(with16(4, 3), "version: 3");
   Rejects(with16(6, 0), "staging address: empty");
   Rejects(with16(6, 0xffff), "staging address: truncated");
   Rejects(with_char(8 + 8, 'x'), "staging address: \"10.0.0.2x5000\" is not host:port");
@@ -255,9 +263,15 @@ TEST_CASE("handoff ticket: each field corrupted is rejected, naming it", "[disag
   Rejects(with16(123, 3), "admission list (0, 1): block id 3");  // (0, 0) eats the next count
   Rejects(with16(125, 3), "admission list (0, 0): block id 3 not below the geometry's 3 blocks");
   Rejects(with16(127, 0), "admission list (0, 0): block id 0 twice");
-  Rejects(with16(good.size() - 2, 1), "admission list (1, 1): 1 ids run past the end");
-  Rejects(good.substr(0, good.size() - 1), "admission list (1, 1): truncated count");
+  const size_t hashes = good.size() - 4 - 16;  // after the admission lists
+  // (1, 1) then eats half the hashes' count (its id 2 is valid), so the count read is garbage.
+  Rejects(with16(hashes - 2, 1), "prompt block hashes: 117964800 for prompt length 40");
+  Rejects(good.substr(0, hashes - 1), "admission list (1, 1): truncated count");
   Rejects(good.substr(0, 123 + 5), "admission lists: truncated (the geometry has 4 lists");
+  Rejects(good.substr(0, hashes + 3), "prompt block hashes: truncated count");
+  Rejects(with32(hashes, 3), "prompt block hashes: 3 for prompt length 40 (its full blocks: 2)");
+  Rejects(with32(hashes, 0), "prompt block hashes: 0 for prompt length 40");
+  Rejects(good.substr(0, good.size() - 1), "prompt block hashes: 2 run past the end (15 bytes left)");
 }
 
 TEST_CASE("handoff ticket: geometry mismatches rejected", "[disagg][ticket]") {
@@ -270,7 +284,8 @@ TEST_CASE("handoff ticket: geometry mismatches rejected", "[disagg][ticket]") {
   }
   SECTION("more admission lists than layers × heads") {
     t.admission.push_back({1});
-    Rejects(EncodeHandoffTicket(t), "trailing bytes: 4 after the last of the geometry's 2 × 2");
+    // (Its 4 bytes, count 1 and id 1, are read as the prompt block hashes' count.)
+    Rejects(EncodeHandoffTicket(t), "prompt block hashes: 65537 for prompt length 40");
   }
   SECTION("a layer more: the lease's slots no longer match") {
     t.geometry.num_layers = 3;

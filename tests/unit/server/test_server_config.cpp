@@ -573,28 +573,21 @@ TEST_CASE("prefix caching flags: --enable-prefix-caching / --no-enable-prefix-ca
   CHECK(resolved({"--sparse", "on"}));
   CHECK(resolved({"--sparse-threshold", "4096", "--enable-prefix-caching"}));
   CHECK_FALSE(resolved({"--sparse", "on", "--no-enable-prefix-caching"}));
-  // A prefill instance reuses its cache; a decode instance: off by itself by default, given
-  // explicitly, refused.
+  // Both roles of disaggregation reuse: a prefill instance its GPU cache, a decode instance
+  // the prompt blocks earlier imports left in its host store.
   CHECK(resolved({"--role", "prefill"}));
   CHECK(resolved({"--role", "prefill", "--enable-prefix-caching"}));
-  CHECK_FALSE(resolved({"--role", "decode"}));
-  for (const auto& role : std::vector<std::vector<std::string>>{{"--role", "decode"}}) {
-    std::vector<std::string> args = role;
-    args.push_back("--enable-prefix-caching");
-    auto p = Parse(args);
-    INFO(args[0]);
-    REQUIRE_FALSE(p.ok());
-    CHECK(p.status().code() == StatusCode::kInvalidArgument);
-    CHECK_THAT(std::string(p.status().message()), Catch::Contains("--no-enable-prefix-caching"));
-  }
-  // A config file saying it explicitly is as explicit as the flag; the flag still wins.
+  CHECK(resolved({"--role", "decode"}));
+  CHECK(resolved({"--role", "decode", "--enable-prefix-caching"}));
+  CHECK_FALSE(resolved({"--role", "decode", "--no-enable-prefix-caching"}));
+  // A config file key works as the flag does; the flag wins.
   const auto dir = oasis::testing::MakeTempDir("server_config_prefix");
   std::ofstream(dir / "on.json") << R"({"enable_prefix_caching": true, "role": "decode"})";
   std::ofstream(dir / "off.json") << R"({"enable-prefix-caching": false, "role": "decode"})";
-  CHECK(Parse({"--config", (dir / "on.json").string()}).status().code() ==
-        StatusCode::kInvalidArgument);
+  CHECK(resolved({"--config", (dir / "on.json").string()}));
   CHECK_FALSE(resolved({"--config", (dir / "off.json").string()}));
   CHECK_FALSE(resolved({"--config", (dir / "on.json").string(), "--no-enable-prefix-caching"}));
+  CHECK(resolved({"--config", (dir / "off.json").string(), "--enable-prefix-caching"}));
 }
 
 TEST_CASE("prefix cache host tier flag: edges, prefix caching required, host memory counted") {
@@ -617,6 +610,8 @@ TEST_CASE("prefix cache host tier flag: edges, prefix caching required, host mem
     REQUIRE_FALSE(q.ok());
     CHECK(q.status().code() == StatusCode::kInvalidArgument);
   }
+  CHECK_THAT(std::string(parse({"--prefix-cache-host-gib", "1", "--role", "decode"}).status().message()),
+             Catch::Contains("--host-kv-gib"));
   // A config file key works as the flag does.
   const auto dir = oasis::testing::MakeTempDir("server_config_host_tier");
   std::ofstream(dir / "tier.json") << R"({"prefix-cache-host-gib": 2})";

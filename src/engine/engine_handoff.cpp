@@ -216,6 +216,14 @@ void Engine::Impl::QueueImport(std::unique_ptr<RequestState> state) {
 }
 
 void Engine::Impl::StartImports() {
+  // Imports passed over this pass (their next prompt block is being fetched by another import:
+  // they wait to hold it instead of fetching it too) go back to the queue's front, in order.
+  std::deque<uint64_t> deferred;
+  struct Requeue {
+    std::deque<uint64_t>& from;
+    std::deque<uint64_t>& to;
+    ~Requeue() { to.insert(to.begin(), from.begin(), from.end()); }
+  } requeue{deferred, import_queue};
   while (!import_queue.empty()) {
     const uint64_t key = import_queue.front();
     auto it = requests.find(key);
@@ -225,6 +233,11 @@ void Engine::Impl::StartImports() {
     }
     if (scheduler.num_running() + num_fetching >= options.max_num_seqs) return;
     RequestState& s = *it->second;
+    if (AwaitsImportedBlock(s)) {
+      import_queue.pop_front();
+      deferred.push_back(key);
+      continue;
+    }
     const disagg::HandoffTicket& t = s.request.import->ticket();
     const int64_t P = t.prompt_length, staged = P + 1;
     SparseKvManager& m = sparse->manager();
@@ -263,6 +276,12 @@ void Engine::Impl::StartImports() {
       m.Release(key);
       return;
     }
+    // The prompt blocks past those it holds are in flight now: a later import of the same
+    // prefix waits for them (AwaitsImportedBlock) rather than fetching them too.
+    s.import_pending_from = s.import_adopted.blocks;
+    for (size_t b = static_cast<size_t>(s.import_pending_from); b < s.import_block_hashes.size();
+         ++b)
+      ++pending_import_blocks[s.import_block_hashes[b]];
     s.seq.num_cached_tokens = s.import_adopted.blocks * kBlockSize;
     if (import_cache != nullptr && !s.import_block_hashes.empty()) {
       ++stats.disagg.import_prefix_queries_total;
@@ -492,6 +511,7 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
     stats.disagg.import_prefix_blocks_published_total += disagg::PublishImportPrefix(
         sparse->manager(), key, *import_cache, ImportKeys(s), s.import_adopted);
   }
+  EndPendingImport(s);  // (imports that waited for these blocks find them cached now)
   s.import_generation = next_import_generation++;
   s.drift_requested.clear();
   // x1 and x2 as the prefill node sampled them, then decoding from x2 on.
@@ -518,6 +538,27 @@ void Engine::Impl::FinalizeImport(RequestState& s) {
   scheduler.AddRunning(&s.seq);
   s.import_phase = RequestState::ImportPhase::kNone;
   ++stats.disagg.imports_total;
+}
+
+bool Engine::Impl::AwaitsImportedBlock(const RequestState& s) const {
+  if (import_cache == nullptr || pending_import_blocks.empty() || s.import_block_hashes.empty())
+    return false;
+  // Its first prompt block the cache lacks: another import is fetching it.
+  for (const PrefixBlockKey& key : ImportKeys(s)) {
+    if (import_cache->Contains(key)) continue;
+    return pending_import_blocks.count(key.hash) > 0;
+  }
+  return false;
+}
+
+void Engine::Impl::EndPendingImport(RequestState& s) {
+  if (s.import_pending_from < 0) return;
+  const auto from = static_cast<size_t>(s.import_pending_from);
+  s.import_pending_from = -1;
+  for (size_t b = from; b < s.import_block_hashes.size(); ++b) {
+    auto it = pending_import_blocks.find(s.import_block_hashes[b]);
+    if (it != pending_import_blocks.end() && --it->second == 0) pending_import_blocks.erase(it);
+  }
 }
 
 std::vector<PrefixBlockKey> Engine::Impl::ImportKeys(const RequestState& s) const {
@@ -553,6 +594,7 @@ void Engine::Impl::ReturnImportPrefix(RequestState& s) {
 }
 
 void Engine::Impl::ParkImportPrefix(RequestState& s) {
+  EndPendingImport(s);  // an import that ends before its fetch landed: others stop waiting
   if (import_cache == nullptr || !s.request.import || s.import_block_hashes.empty()) return;
   const std::vector<PrefixBlockKey> keys = ImportKeys(s);
   // Running sparse, its fetch landed: its local blocks go to the cache; otherwise it only

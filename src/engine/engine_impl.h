@@ -256,6 +256,12 @@ struct Engine::Impl {
   std::vector<PrefixBlockKey> ImportKeys(const RequestState& s) const;
   // Takes the leading run of s's prompt blocks the import cache holds (s.import_adopted).
   void AdoptImportPrefix(RequestState& s);
+  // Prompt blocks imports are fetching now (hash -> imports), until their fetch lands.
+  std::unordered_map<uint64_t, int32_t> pending_import_blocks;
+  // Whether s's first prompt block the import cache lacks is being fetched by another import:
+  // s then waits to hold it (SGLang's in-batch prefix rule, for imports).
+  bool AwaitsImportedBlock(const RequestState& s) const;
+  void EndPendingImport(RequestState& s);
   // Gives s's adopted blocks back to the cache (an admission that did not go through).
   void ReturnImportPrefix(RequestState& s);
   // Before s's host room is released: parks its prompt blocks (every local one when it ran

@@ -70,6 +70,9 @@ struct RequestState {
   // prompt blocks (computed when queued), and the leading blocks taken from the cache.
   std::vector<uint64_t> import_block_hashes;
   disagg::AdoptedPrefix import_adopted;
+  // From admission until its fetch lands: its prompt blocks from this one on are in flight
+  // (Engine::Impl::pending_import_blocks); -1 otherwise.
+  int64_t import_pending_from = -1;
 };
 
 }  // namespace oasis

@@ -19,6 +19,28 @@ uint64_t DriftCode(const disagg::RemoteBlock& b) {
          static_cast<uint32_t>(b.block);
 }
 
+// Per staged layer and KV head, the blocks an import reads at admission: its admission list
+// (every staged block with a full transfer) less the head-blocks it holds from the import cache.
+std::vector<std::vector<uint16_t>> BlocksToFetch(const disagg::HandoffTicket& t, bool full,
+                                                 const disagg::AdoptedPrefix& adopted) {
+  const int64_t hkv = t.geometry.num_kv_heads, ls = t.geometry.num_layers;
+  std::vector<std::vector<uint16_t>> out(static_cast<size_t>(ls * hkv));
+  for (int64_t i = 0; i < ls; ++i) {
+    for (int64_t h = 0; h < hkv; ++h) {
+      auto& list = out[static_cast<size_t>(i * hkv + h)];
+      auto keep = [&](int64_t b) {
+        if (adopted.Cell(b, i, h, ls, hkv) < 0) list.push_back(static_cast<uint16_t>(b));
+      };
+      if (full) {
+        for (int64_t b = 0; b < t.geometry.num_blocks; ++b) keep(b);
+      } else {
+        for (uint16_t b : t.admission[static_cast<size_t>(i * hkv + h)]) keep(b);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 disagg::StagedKvHome Engine::Impl::StagedHome(RequestState& s) {
@@ -251,8 +273,8 @@ void Engine::Impl::StartImports() {
       for (const auto& list : t.admission) local.emplace_back(list.begin(), list.end());
     }
     const int64_t layer_blocks = staged / kBlockSize;
-    // Prompt blocks this instance holds from an earlier import: taken out of the cache first,
-    // so the admission counts them as held, not as room.
+    // Prompt blocks this instance holds from earlier imports: acquired first, so the
+    // admission counts them as held, not as room.
     AdoptImportPrefix(s);
     const disagg::AdoptedPrefix* adopted =
         s.import_adopted.blocks > 0 ? &s.import_adopted : nullptr;
@@ -293,23 +315,7 @@ void Engine::Impl::StartImports() {
     // What to read and where: KV blocks straight into the host store (not the adopted ones),
     // the summaries and the draft KV into the unpacker's buffers (uploaded by FinalizeImport).
     std::vector<std::vector<uint16_t>> to_fetch;
-    if (adopted != nullptr) {
-      const int64_t hkv = t.geometry.num_kv_heads, ls = t.geometry.num_layers;
-      to_fetch.resize(static_cast<size_t>(ls * hkv));
-      for (int64_t i = 0; i < ls; ++i) {
-        for (int64_t h = 0; h < hkv; ++h) {
-          auto& list = to_fetch[static_cast<size_t>(i * hkv + h)];
-          auto keep = [&](int64_t b) {
-            if (adopted->Cell(b, i, h, ls, hkv) < 0) list.push_back(static_cast<uint16_t>(b));
-          };
-          if (full) {
-            for (int64_t b = 0; b < t.geometry.num_blocks; ++b) keep(b);
-          } else {
-            for (uint16_t b : t.admission[static_cast<size_t>(i * hkv + h)]) keep(b);
-          }
-        }
-      }
-    }
+    if (adopted != nullptr) to_fetch = BlocksToFetch(t, full, *adopted);
     disagg::StagedKvUnpacker& unpacker =
         import_unpackers.insert_or_assign(key, disagg::StagedKvUnpacker(*s.import_layout))
             .first->second;

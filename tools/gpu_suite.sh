@@ -10,7 +10,9 @@
 # benchmarks, the tokenizer speed and the PyTorch peers; OASIS_LOAD_BENCH=0 the checkpoint
 # load; OASIS_SANITIZE=1 adds compute-sanitizer runs; OASIS_EVAL_TRAINED=1 adds the trained
 # default's measurements (tools/eval_trained_model.py; carry .cache/train/corpus too);
-# OASIS_PREFIX_CACHE_BENCH=1 the multi-turn prefix-caching runs (tools/bench_prefix_cache.py).
+# OASIS_PREFIX_CACHE_BENCH=1 the multi-turn prefix-caching runs (tools/bench_prefix_cache.py);
+# OASIS_DISAGG_PREFIX_BENCH=1 the decode side's prefix caching (tools/bench_disagg.py with
+# shared prefixes: both instances on GPU 0 unless there are two GPUs).
 # OASIS_BASE_BUNDLE=FILE.tar.xz (a bundle of an earlier commit, packed by --bundle-base) runs
 # every benchmark of that build right after ours, with the same arguments, and puts its RESULT
 # line under ours in the table: a before/after comparison from one call. OASIS_BENCH_ONLY="a b"
@@ -223,6 +225,27 @@ if [[ ${OASIS_PREFIX_CACHE_BENCH:-0} == 1 ]]; then
   tail -12 /tmp/pc.out
   while read -r line; do rows+=("$(printf '%-20s %s' "prefix cache" "${line#RESULT prefix_cache }")"); done \
     < <(grep -E '^RESULT prefix_cache' /tmp/pc.out)
+fi
+# Prefix caching on a disaggregated decode instance (issue 33): 16K prompts sharing a prefix of
+# 0, 8K and 12K tokens; the admission bytes per request should fall in proportion (~3 minutes).
+if [[ ${OASIS_DISAGG_PREFIX_BENCH:-0} == 1 ]]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  dgpu=$((gpus > 1 ? 1 : 0))
+  util=$([[ $dgpu == 1 ]] && echo 0.9 || echo 0.88)  # on one GPU it counts the prefill instance's
+  echo "=== tools/bench_disagg.py --prefix-lens 0,8192,12288 (decode on GPU $dgpu)"
+  PYTHONUNBUFFERED=1 python3 tools/bench_disagg.py --inputs 16384 --output-len 128 --rates 0.5 --num-prompts 8 \
+    --prefix-lens 0,8192,12288 --modes full,rpf --fetch-ratios 0.05 --prefill-gpu 0 --decode-gpu "$dgpu" \
+    --host-kv-gib 40 --prefill-host-kv-gib 8 --staging-pool-gib 24 --out-dir /tmp/disagg-prefix \
+    --server-args "--gpu-memory-utilization $([[ $dgpu == 1 ]] && echo 0.9 || echo 0.42)" \
+    --decode-server-args "--gpu-memory-utilization $util" > /tmp/dp.out 2>&1
+  tail -9 /tmp/dp.out
+  while read -r line; do rows+=("$(printf '%-20s %s' "disagg prefix" "$line")"); done < <(python3 - <<'PY'
+import json
+for r in json.load(open("/tmp/disagg-prefix/summary.json"))["runs"]:
+    print(f"{r['mode']} prefix {r.get('prefix_len', 0)}: {r.get('status')}, admission "
+          f"{r.get('admission_gib_per_request') or 0:.3f} GiB/req, held {r.get('decode_cached_tokens_per_request') or 0:.0f} tok/req")
+PY
+)
 fi
 echo
 echo "---------------- GPU suite summary ----------------"

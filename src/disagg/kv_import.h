@@ -13,8 +13,8 @@
 #include <span>
 #include <vector>
 
-#include "kvcache/import_prefix_cache.h"
 #include "kvcache/sparse_kv_manager.h"
+#include "kvcache/store_prefix_cache.h"
 #include "oasis/status.h"
 
 namespace oasis::disagg {
@@ -34,7 +34,7 @@ struct LayeredHold {
 };
 
 // The leading full prompt blocks [0, blocks) an import acquires from the decode side's prefix
-// cache (kvcache/import_prefix_cache.h) instead of fetching them: per block, the cell of each
+// cache (kvcache/store_prefix_cache.h) instead of fetching them: per block, the cell of each
 // sparse layer i and KV head h, cells[(b * Ls + i) * Hkv + h], -1 where the cache has no local
 // copy of that head-block (it is then held like any other staged block).
 struct AdoptedPrefix {
@@ -97,12 +97,12 @@ Status ReserveImport(SparseKvManager& m, uint64_t id, int64_t max_total_tokens,
 // K/V is the prefill instance's dense prefill, the same for every prompt with that prefix.
 // Nothing happens for a request without an import reservation.
 // After an import's fetch landed (it is sparse): publishes its full prompt blocks past
-// `adopted` that the cache lacks (ImportPrefixCache::Publish: its local cells, held by it),
+// `adopted` that the cache lacks (StorePrefixCache::Publish: its local cells, held by it),
 // extending `adopted` while they run on from it, so imports of the same prefix arriving while
 // it decodes share them. Returns the blocks published.
-int64_t PublishImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+int64_t PublishImportPrefix(SparseKvManager& m, uint64_t id, StorePrefixCache& cache,
                             std::span<const PrefixBlockKey> keys, AdoptedPrefix& adopted);
-int64_t ParkImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+int64_t ParkImportPrefix(SparseKvManager& m, uint64_t id, StorePrefixCache& cache,
                          std::span<const PrefixBlockKey> keys, const AdoptedPrefix& adopted,
                          bool landed);
 

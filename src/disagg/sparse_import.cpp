@@ -192,7 +192,7 @@ std::vector<int32_t> LocalCells(const SparseKvManager& m, const ImportLayout& la
 
 }  // namespace
 
-int64_t PublishImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+int64_t PublishImportPrefix(SparseKvManager& m, uint64_t id, StorePrefixCache& cache,
                             std::span<const PrefixBlockKey> keys, AdoptedPrefix& adopted) {
   ImportLayout* layout = LayoutOf(m, id);
   const int64_t row = m.SparseRow(id);
@@ -210,7 +210,7 @@ int64_t PublishImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& 
   return published;
 }
 
-int64_t ParkImportPrefix(SparseKvManager& m, uint64_t id, ImportPrefixCache& cache,
+int64_t ParkImportPrefix(SparseKvManager& m, uint64_t id, StorePrefixCache& cache,
                          std::span<const PrefixBlockKey> keys, const AdoptedPrefix& adopted,
                          bool landed) {
   ImportLayout* layout = LayoutOf(m, id);

@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "engine/engine_impl.h"
+#include "engine/prefix_reuse.h"
 #include "engine/request_validation.h"
 
 namespace oasis {
@@ -122,22 +123,29 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
             return requests.at(seq.id)->draft_head;
           });
       scheduler.set_prefix_companion(draft_prefix.get());
-      if (sparse !=
-          nullptr) {  // the head's rows so far are dense ones: cache them before the switch
-        sparse->set_before_switch([this](Sequence& seq) {
-          draft_prefix->Register(seq, requests.at(seq.id)->draft_head);
-        });
-      }
     }
   }
   if (o.enable_prefix_caching && sparse != nullptr &&
       disagg::CheckDisaggregation(sparse->manager()).ok()) {
-    // Imported prompt blocks stay in the host store for later imports of the same prefix.
-    import_cache =
-        std::make_unique<ImportPrefixCache>(sparse->manager().host_store(), num_kv_heads);
+    // Imported prompt blocks stay in the host store for later imports of the same prefix, and
+    // so do the blocks local host-home requests computed while dense, for later switches.
+    HostKvStore& store = sparse->manager().host_store();
+    import_cache = std::make_unique<StorePrefixCache>(store, num_kv_heads);
+    host_store_cache =
+        std::make_unique<StorePrefixCache>(store, num_kv_heads, StorePrefixCache::Unit::kSlots);
     sparse->set_before_release([this](Sequence& seq) {
       auto it = requests.find(seq.id);
-      if (it != requests.end()) ParkImportPrefix(*it->second);
+      if (it == requests.end()) return;
+      ParkImportPrefix(*it->second);
+      GiveHostStorePrefix(*it->second);
+    });
+  }
+  if (sparse != nullptr && (draft_prefix != nullptr || host_store_cache != nullptr)) {
+    sparse->set_before_switch([this](Sequence& seq) {
+      RequestState& s = *requests.at(seq.id);
+      // The head's rows so far are dense ones: cache them before the switch.
+      if (draft_prefix != nullptr) draft_prefix->Register(seq, s.draft_head);
+      AdoptHostStorePrefix(s);
     });
   }
   if (draft != nullptr && o.lookahead == LookaheadMode::kSpeculate &&
@@ -348,6 +356,7 @@ void Engine::Impl::Publish() {
           ? static_cast<double>(stats.kv.num_slots - stats.kv.num_free_slots) / stats.kv.num_slots
           : 0.0;
   if (sparse) sparse->UpdateStats(stats);
+  if (host_store_cache != nullptr) stats.sparse.host_prefix_blocks = host_store_cache->num_blocks();
   if (import_cache != nullptr) {
     stats.disagg.import_prefix_blocks = import_cache->num_blocks();
     stats.disagg.import_prefix_held_blocks = import_cache->num_held_blocks();
@@ -546,5 +555,54 @@ EngineStats Engine::Stats() const {
 const ModelConfig& Engine::model_config() const { return impl_->config; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 int64_t Engine::max_context_tokens() const { return impl_->context_tokens; }
+
+void Engine::Impl::AdoptHostStorePrefix(RequestState& s) {
+  Sequence& seq = s.seq;
+  if (host_store_cache == nullptr || s.host_prefix_tried || s.request.import ||
+      seq.prefix_caching != PrefixCaching::kOn || seq.block_hashes.empty())
+    return;
+  SparseKvManager& m = sparse->manager();
+  if (!m.HasReservation(seq.id) || m.InPlace(seq.id)) return;
+  s.host_prefix_tried = true;  // (a switch that fails now is retried with what it adopted)
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(seq.block_hashes.size()),
+                                      seq.num_computed / kBlockSize);
+  std::vector<int32_t> slots;
+  int64_t blocks = 0;
+  for (; blocks < n; ++blocks) {
+    auto got = host_store_cache->Acquire(SequenceBlockKey(seq, blocks));
+    if (!got) break;
+    slots.insert(slots.end(), got->begin(), got->end());
+  }
+  if (blocks == 0) return;
+  if (!m.AdoptHostPrefix(seq.id, blocks, slots).ok()) {
+    for (int64_t b = 0; b < blocks; ++b)
+      host_store_cache->Release(SequenceBlockKey(seq, b), {}, /*held=*/true);
+    return;
+  }
+  stats.sparse.host_prefix_adopted_blocks_total += blocks;
+}
+
+void Engine::Impl::GiveHostStorePrefix(RequestState& s) {
+  Sequence& seq = s.seq;
+  if (host_store_cache == nullptr || s.request.import) return;
+  SparseKvManager& m = sparse->manager();
+  const int64_t adopted = m.AdoptedHostBlocks(seq.id);
+  // Only blocks computed while dense (their hashes): rows of sparse steps are approximate.
+  const std::vector<int32_t> slots =
+      m.DetachHostPrefix(seq.id, static_cast<int64_t>(seq.block_hashes.size()));
+  const int64_t hkv = host_store_cache->cells_per_block();
+  const int64_t n = static_cast<int64_t>(slots.size()) / hkv;
+  for (int64_t b = 0; b < n; ++b) {
+    const PrefixBlockKey key = SequenceBlockKey(seq, b);
+    if (b < adopted) {
+      host_store_cache->Release(key, {}, /*held=*/true);
+    } else {
+      host_store_cache->Release(
+          key, std::span<const int32_t>(slots.data() + b * hkv, static_cast<size_t>(hkv)), false);
+      ++stats.sparse.host_prefix_given_blocks_total;
+    }
+  }
+  s.host_prefix_tried = false;
+}
 
 }  // namespace oasis

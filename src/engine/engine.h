@@ -312,16 +312,21 @@ struct EngineStats {
     int64_t in_place_switches_total = 0;  // switches that kept the KV in the GPU pool
     int64_t pressure_switches_total = 0;  // dense -> sparse switches made by the pressure policy
     int64_t moves_started_total = 0;      // in-place requests that began moving to the host
-    int64_t moves_total = 0;              // ... and finished (their GPU blocks freed)
-    int64_t move_bytes_total = 0;         // K/V bytes copied GPU -> host by moves
-    double move_seconds_total = 0;        // engine-loop time spent issuing moves
-    double move_copy_seconds_total = 0;   // device time of their background copies
-    int64_t steps_total = 0;              // engine steps that ran sparse sequences
-    int64_t seq_steps_total = 0;          // sum of sparse sequences over those steps
-    int64_t hits_total = 0;               // predicted blocks already resident (per layer and head)
-    int64_t misses_total = 0;             // predicted blocks not resident
-    int64_t blocks_fetched_total = 0;     // misses fetched host -> GPU (<= C per head per step)
-    int64_t h2d_bytes_total = 0;          // their bytes (K and V)
+    // Prefix caching in the host store (local host-home requests): blocks switches took from
+    // the cache (not copied, not summarised), blocks ended requests gave it, its blocks now.
+    int64_t host_prefix_adopted_blocks_total = 0;
+    int64_t host_prefix_given_blocks_total = 0;
+    int64_t host_prefix_blocks = 0;
+    int64_t moves_total = 0;             // ... and finished (their GPU blocks freed)
+    int64_t move_bytes_total = 0;        // K/V bytes copied GPU -> host by moves
+    double move_seconds_total = 0;       // engine-loop time spent issuing moves
+    double move_copy_seconds_total = 0;  // device time of their background copies
+    int64_t steps_total = 0;             // engine steps that ran sparse sequences
+    int64_t seq_steps_total = 0;         // sum of sparse sequences over those steps
+    int64_t hits_total = 0;              // predicted blocks already resident (per layer and head)
+    int64_t misses_total = 0;            // predicted blocks not resident
+    int64_t blocks_fetched_total = 0;    // misses fetched host -> GPU (<= C per head per step)
+    int64_t h2d_bytes_total = 0;         // their bytes (K and V)
     double transfer_wait_seconds_total = 0;  // attention waiting on transfers (CUDA)
     // Per-layer fetch caps in use (blocks per KV head per step; 0 = dense layer): C everywhere
     // with --sparse-budget fixed, the controller's with adaptive (docs/sparse.md §13).
@@ -384,7 +389,7 @@ struct EngineStats {
     int64_t num_summary_rows =
         0;  // summary-only rows of the host store, all layers (--remote-kv-gib)
     int64_t num_free_summary_rows = 0;
-    // Decode side's prefix cache (kvcache/import_prefix_cache.h): imports that looked up their
+    // Decode side's prefix cache (kvcache/store_prefix_cache.h): imports that looked up their
     // prompt, the prompt tokens of the leading blocks they took from it (not fetched), the
     // head-block cells taken and the ones ended imports gave it, the cache's blocks (those
     // running imports hold among them) and cells now, its evictions.

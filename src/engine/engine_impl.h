@@ -24,7 +24,7 @@
 #include "engine/scheduler.h"
 #include "engine/sparse_decoding.h"
 #include "kvcache/host_prefix_tier.h"
-#include "kvcache/import_prefix_cache.h"
+#include "kvcache/store_prefix_cache.h"
 
 namespace oasis {
 
@@ -231,7 +231,14 @@ struct Engine::Impl {
   std::unique_ptr<SparseDecoding> sparse;  // null: sparse KV off
   // Decode side of disaggregation with prefix caching: imported prompt blocks kept in the host
   // store for later imports of the same prefix (null: caching off, or no import path).
-  std::unique_ptr<ImportPrefixCache> import_cache;
+  std::unique_ptr<StorePrefixCache> import_cache;
+  // Local host-home sparse requests with prefix caching: the whole host-store slots of blocks
+  // they computed while dense, for later switches of the same prefix (null: off).
+  std::unique_ptr<StorePrefixCache> host_store_cache;
+  // Before s switches to a host home: takes the leading blocks the host-store cache holds.
+  void AdoptHostStorePrefix(RequestState& s);
+  // Before s's host room is released: its dense-computed blocks' host slots to the cache.
+  void GiveHostStorePrefix(RequestState& s);
   // Speculate with --speculative-depth adaptive (null otherwise).
   std::unique_ptr<SpeculativeDepthController> depth_controller;
   Scheduler scheduler;

@@ -44,6 +44,11 @@ int64_t LeadingCachedBlocks(Sequence& seq, const PrefixCache& cache, int64_t max
 
 }  // namespace
 
+PrefixBlockKey SequenceBlockKey(const Sequence& seq, int64_t block) {
+  return {seq.block_hashes[static_cast<size_t>(block)], ParentHash(seq, block),
+          BlockTokens(seq, block)};
+}
+
 int64_t CountCachedRun(const BlockAllocator& allocator, std::span<const PrefixBlockKey> keys) {
   const PrefixCache& cache = *allocator.prefix_cache();
   const HostPrefixTier* tier = allocator.host_tier();

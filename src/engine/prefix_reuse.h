@@ -37,6 +37,8 @@ class PrefixCompanion {
   virtual void Drop(Sequence& seq) = 0;
 };
 
+// The key of seq's full block `block` (< seq.block_hashes.size()).
+PrefixBlockKey SequenceBlockKey(const Sequence& seq, int64_t block);
 // How many leading blocks of `keys` the allocator's prefix cache holds, in its GPU pool or in
 // its host tier.
 int64_t CountCachedRun(const BlockAllocator& allocator, std::span<const PrefixBlockKey> keys);

@@ -66,13 +66,15 @@ struct RequestState {
   // generation names this import (a preemption ends it: results of older fetches are dropped).
   std::unordered_set<uint64_t> drift_requested;
   uint64_t import_generation = 0;
-  // Decode side's prefix cache (kvcache/import_prefix_cache.h): the chain hashes of the full
+  // Decode side's prefix cache (kvcache/store_prefix_cache.h): the chain hashes of the full
   // prompt blocks (computed when queued), and the leading blocks taken from the cache.
   std::vector<uint64_t> import_block_hashes;
   disagg::AdoptedPrefix import_adopted;
   // From admission until its fetch lands: its prompt blocks from this one on are in flight
   // (Engine::Impl::pending_import_blocks); -1 otherwise.
   int64_t import_pending_from = -1;
+  // Local host-home sparse requests: whether the switch looked up the host-store prefix cache.
+  bool host_prefix_tried = false;
 };
 
 }  // namespace oasis

@@ -290,7 +290,7 @@ bool SparseDecoding::SwitchNow(Sequence& s, bool in_place) {
   CacheComputedBlocks(s, allocator_);  // prefix caching: its dense blocks stay reusable
   if (before_switch_) before_switch_(s);
   if (!manager_.SwitchToSparse(s.id, s.table, s.num_computed, PoolsOf()).ok()) {
-    manager_.Release(s.id);  // no sparse row or GPU slot now (nothing else was taken)
+    Release(s);  // no sparse row or GPU slot now (nothing else taken; adopted slots go back)
     return false;
   }
   s.kv = in_place ? SequenceKv::kSparseDenseTable : SequenceKv::kSparse;

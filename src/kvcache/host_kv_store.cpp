@@ -49,12 +49,47 @@ HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_spa
   num_free_cells_.assign(ls, 0);
   cell_parked_.assign(ls, std::vector<char>(static_cast<size_t>(slots), 0));
   parked_in_slot_.assign(static_cast<size_t>(slots), 0);
+  slot_parked_.assign(static_cast<size_t>(slots), 0);
 }
 
 template <typename F>
 void HostKvStore::EvictUntil(F enough) {
-  while (!enough() && evictor_ != nullptr && parked_cells_ > 0 && evictor_->EvictOldest()) {
+  while (!enough() && (parked_cells_ > 0 || parked_slots_ > 0)) {
+    bool evicted = false;
+    for (CellEvictor* e : evictors_) {
+      if (!enough() && e->EvictOldest()) evicted = true;
+    }
+    if (!evicted) return;
   }
+}
+
+void HostKvStore::Free(const std::vector<int32_t>& slots) {
+  for (int32_t s : slots) {
+    OASIS_CHECK(!IsSlotParked(s)) << "host store: slot " << s << " is parked (unpark it first)";
+  }
+  allocator_.Free(slots);
+}
+
+void HostKvStore::ParkSlots(std::span<const int32_t> slots) {
+  for (int32_t s : slots) {
+    OASIS_CHECK(IsSlot(s) && !split_[static_cast<size_t>(s)] &&
+                !slot_parked_[static_cast<size_t>(s)])
+        << "host store: park slot " << s << ": not a whole slot in use";
+    slot_parked_[static_cast<size_t>(s)] = 1;
+    ++parked_slots_;
+  }
+}
+
+void HostKvStore::UnparkSlots(std::span<const int32_t> slots) {
+  for (int32_t s : slots) {
+    OASIS_CHECK(IsSlotParked(s)) << "host store: unpark slot " << s << ": not parked";
+    slot_parked_[static_cast<size_t>(s)] = 0;
+    --parked_slots_;
+  }
+}
+
+bool HostKvStore::IsSlotParked(int32_t slot) const {
+  return IsSlot(slot) && slot_parked_[static_cast<size_t>(slot)] != 0;
 }
 
 std::optional<std::vector<int32_t>> HostKvStore::Allocate(int32_t count) {

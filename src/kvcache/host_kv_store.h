@@ -18,7 +18,7 @@
 // prefill instance) holds one, so scoring sees it while it costs no host memory; when its K/V
 // arrives it moves to a cell.
 //
-// Parked cells (disaggregation's decode side reusing a prefix, kvcache/import_prefix_cache.h):
+// Parked cells (disaggregation's decode side reusing a prefix, kvcache/store_prefix_cache.h):
 // cells no request holds that a cache keeps for a later import of the same prompt prefix.
 // They stay in use (never free cells); a slot whose every used cell is parked is *evictable*:
 // num_free() counts it, and Allocate / AllocateCells that find too few free slots ask the
@@ -42,7 +42,7 @@ namespace oasis {
 
 class HostKvStore {
  public:
-  // Drops parked cells when the store needs room (ImportPrefixCache).
+  // Drops parked cells or slots when the store needs room (StorePrefixCache).
   class CellEvictor {
    public:
     virtual ~CellEvictor() = default;
@@ -69,7 +69,7 @@ class HostKvStore {
   int64_t num_sparse_layers() const { return num_layers_ - first_sparse_layer_; }
   int32_t num_slots() const { return allocator_.num_slots(); }
   // Slots with no cell in use, plus the evictable ones (every used cell parked).
-  int32_t num_free() const { return allocator_.num_free() + evictable_slots_; }
+  int32_t num_free() const { return allocator_.num_free() + evictable_slots_ + parked_slots_; }
   size_t bytes_per_slot() const { return bytes_per_slot_; }
   size_t bytes_per_cell() const {
     return bytes_per_slot_ / static_cast<size_t>(num_sparse_layers());
@@ -88,7 +88,7 @@ class HostKvStore {
 
   // `count` whole slots (evicting parked cells when short), or nullopt (nothing taken).
   std::optional<std::vector<int32_t>> Allocate(int32_t count);
-  void Free(const std::vector<int32_t>& slots) { allocator_.Free(slots); }
+  void Free(const std::vector<int32_t>& slots);
 
   // Cells of layer `layer` free in slots already split into cells (not evictable ones: their
   // free cells come with the slot, which num_free() counts).
@@ -106,12 +106,18 @@ class HostKvStore {
 
   // Parking: `cells` of `layer` (in use) are kept by a cache, not a request; UnparkCells gives
   // them back to a request (still in use). A cell is freed only unparked (FreeCells).
-  void set_cell_evictor(CellEvictor* evictor) { evictor_ = evictor; }
+  void add_evictor(CellEvictor* evictor) { evictors_.push_back(evictor); }
+  void remove_evictor(CellEvictor* evictor) { std::erase(evictors_, evictor); }
   void ParkCells(int64_t layer, std::span<const int32_t> cells);
   void UnparkCells(int64_t layer, std::span<const int32_t> cells);
   bool IsParked(int64_t layer, int32_t cell) const;
   int64_t num_parked_cells() const { return parked_cells_; }
-  int32_t num_evictable_slots() const { return evictable_slots_; }
+  int32_t num_evictable_slots() const { return evictable_slots_ + parked_slots_; }
+  // Whole slots (not split into cells) parked the same way: num_free() counts them, the
+  // evictors free them. Free() takes a whole slot only unparked.
+  void ParkSlots(std::span<const int32_t> slots);
+  void UnparkSlots(std::span<const int32_t> slots);
+  bool IsSlotParked(int32_t slot) const;
 
   // Layer `layer` (>= first_sparse_layer): host pool [num_slots, kBlockSize, head_dim] (host
   // memory) and summaries [num_slots + num_summary_rows, head_dim] (device memory).
@@ -141,8 +147,10 @@ class HostKvStore {
   std::vector<std::vector<char>> cell_parked_;
   std::vector<int32_t> parked_in_slot_;
   int64_t parked_cells_ = 0;
-  int32_t evictable_slots_ = 0;  // slots with cells_used_ == parked_in_slot_ > 0
-  CellEvictor* evictor_ = nullptr;
+  int32_t evictable_slots_ = 0;    // slots with cells_used_ == parked_in_slot_ > 0
+  std::vector<char> slot_parked_;  // whole slots parked
+  int32_t parked_slots_ = 0;
+  std::vector<CellEvictor*> evictors_;
   bool Evictable(size_t slot) const;
   // After a change of slot's parked or used cells, `was`: whether it was evictable before.
   void EvictableChanged(size_t slot, bool was);

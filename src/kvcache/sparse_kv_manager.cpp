@@ -513,6 +513,26 @@ Status SparseKvManager::SwitchToSparse(
     table_slots.push_back(table.head_slots(static_cast<int32_t>(h)));
   SparseSwitchPlan plan =
       PlanSparseSwitch(shape, table_slots, req.host_slots, req.reserved_blocks, fresh, shared);
+  if (req.adopted_blocks > 0) {
+    // Blocks whose host slots a prefix cache holds: their K/V and summaries are there already
+    // (and other requests read them): no copy, no summary.
+    std::unordered_set<int32_t> adopted;
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t b = 0; b < req.adopted_blocks; ++b)
+        adopted.insert(req.host_slots[static_cast<size_t>(h * req.reserved_blocks + b)]);
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < plan.dst.size(); ++i) {
+      if (adopted.count(plan.dst[i])) continue;
+      plan.src[n] = plan.src[i];
+      plan.dst[n] = plan.dst[i];
+      plan.len[n] = plan.len[i];
+      ++n;
+    }
+    plan.src.resize(n);
+    plan.dst.resize(n);
+    plan.len.resize(n);
+  }
   req.row = free_rows_.back();
   free_rows_.pop_back();
   req.has_prediction = false;
@@ -838,6 +858,58 @@ std::vector<uint64_t> SparseKvManager::SparseIds() const {
     if (r.row >= 0) ids.push_back(id);
   }
   return ids;
+}
+
+Status SparseKvManager::AdoptHostPrefix(uint64_t id, int64_t blocks,
+                                        std::span<const int32_t> slots) {
+  auto it = requests_.find(id);
+  if (it == requests_.end())
+    return FailedPrecondition("request " + std::to_string(id) + " has no host KV reservation");
+  Request& r = it->second;
+  const int64_t hkv = shape_.num_kv_heads;
+  if (r.in_place || r.row >= 0 || r.layer_blocks > 0 || r.adopted_blocks > 0 ||
+      config_.dense_layers != 0 || num_sides() != 1 || blocks < 0 || blocks > r.reserved_blocks ||
+      static_cast<int64_t>(slots.size()) != blocks * hkv) {
+    return FailedPrecondition("request " + std::to_string(id) + " cannot adopt host slots now");
+  }
+  std::vector<int32_t> own;
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t h = 0; h < hkv; ++h) {
+      int32_t& at = r.host_slots[static_cast<size_t>(h * r.reserved_blocks + b)];
+      own.push_back(at);
+      at = slots[static_cast<size_t>(b * hkv + h)];
+    }
+  }
+  host_store().Free(own);
+  r.adopted_blocks = blocks;
+  return Status::Ok();
+}
+
+std::vector<int32_t> SparseKvManager::DetachHostPrefix(uint64_t id, int64_t blocks) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return {};
+  Request& r = it->second;
+  // Whole host slots with every block's K/V: a host-home request that switched (or finished
+  // its move); not an in-place one, a layered import or one that never switched — those give
+  // back only the slots they adopted.
+  const bool complete = !r.in_place && !r.moving && r.row >= 0 && r.layer_blocks == 0;
+  if (r.host_slots.empty() || (!complete && r.adopted_blocks == 0)) return {};
+  const int64_t hkv = shape_.num_kv_heads;
+  blocks = std::min(complete ? blocks : r.adopted_blocks, r.reserved_blocks);
+  std::vector<int32_t> out(static_cast<size_t>(blocks * hkv), -1);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t h = 0; h < hkv; ++h) {
+      int32_t& at = r.host_slots[static_cast<size_t>(h * r.reserved_blocks + b)];
+      out[static_cast<size_t>(b * hkv + h)] = at;
+      at = -1;  // (Release frees only the others)
+    }
+  }
+  return out;
+}
+
+int64_t SparseKvManager::AdoptedHostBlocks(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? 0 : it->second.adopted_blocks;
 }
 
 void SparseKvManager::Release(uint64_t id) {

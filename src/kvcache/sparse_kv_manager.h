@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -249,6 +250,18 @@ class SparseKvManager {
   // ---- Finish. Returns every host slot, GPU slot and the sparse row of the request (a
   // request never switched returns its reservation). Unknown ids are ignored.
   void Release(uint64_t id);
+  // Prefix reuse in the host store (kvcache/store_prefix_cache.h, Unit::kSlots): before a
+  // host-home request's switch, its first `blocks` blocks take `slots` ([blocks][Hkv],
+  // block-major: whole slots whose K/V and summaries are those blocks', held by a cache) in
+  // place of the reservation's own, which go back to the store; the switch then does not copy
+  // or summarise them. Needs a host reservation, no sparse row yet, no dense layers, one side.
+  Status AdoptHostPrefix(uint64_t id, int64_t blocks, std::span<const int32_t> slots);
+  // Before a release: the whole host slots of blocks [0, blocks) ([n][Hkv], block-major),
+  // taken out of the request's reservation (its Release skips them). A request whose host
+  // slots do not hold its K/V (not switched, a move not finished, in place, a layered import)
+  // gives only the blocks it adopted (n = AdoptedHostBlocks), or nothing.
+  std::vector<int32_t> DetachHostPrefix(uint64_t id, int64_t blocks);
+  int64_t AdoptedHostBlocks(uint64_t id) const;
 
   // Accounting (tests, metrics).
   int64_t num_sparse() const;
@@ -275,6 +288,9 @@ class SparseKvManager {
     // the host store (host home) and summarised. The tokens from kv_end to the next step's
     // position are drafts its previous step accepted; they are still only in the tail.
     int64_t kv_end = 0;
+    // Blocks [0, adopted_blocks) take whole host slots a prefix cache holds (AdoptHostPrefix):
+    // the switch neither copies nor summarises them, and nothing writes them.
+    int64_t adopted_blocks = 0;
   };
   // Copies logical blocks [from, to) of every head (GPU slots of `table`), whole, to the
   // request's host slots in every sparse layer: K/V and summary rows.

@@ -289,7 +289,7 @@ TEST_CASE("a prefill instance reuses its prefix cache; the decode side decodes a
 }
 
 // Prefix caching on the decode instance (issue 33): an import's prompt blocks stay in the
-// host store when it ends (kvcache/import_prefix_cache.h); a later import whose prompt starts
+// host store when it ends (kvcache/store_prefix_cache.h); a later import whose prompt starts
 // with them takes them instead of fetching them. Conversations resend their history, so every
 // later turn's admission fetches only what is new: the bytes saved are exactly two lease slots
 // (K and V) per head-block taken. Outputs equal one engine without caching, in full-transfer

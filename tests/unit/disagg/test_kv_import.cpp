@@ -156,7 +156,7 @@ TEST_CASE(
   CHECK(rig.alloc.num_free() == kGpuSlots);
 }
 
-// Prefix reuse on the decode side (kvcache/import_prefix_cache.h): when an import ends, the
+// Prefix reuse on the decode side (kvcache/store_prefix_cache.h): when an import ends, the
 // cells of its full prompt blocks whose K/V is in the store (admitted, or drifted in and
 // marked local) are parked, never a remote block's (a cell not written yet); the next import
 // of the same prefix takes the leading run and holds those cells, data and all.
@@ -167,7 +167,7 @@ TEST_CASE("decode side: an ended import parks its local prompt blocks, the next 
   Rig rig(c);
   SparseKvManager& m = *rig.manager;
   HostKvStore& store = m.host_store();
-  ImportPrefixCache cache(store, kHeads);
+  StorePrefixCache cache(store, kHeads);
   // Local: head 1 blocks 0-4 in every layer, head 0 blocks 15-19; layer 2 also head 0 block 3.
   std::vector<std::vector<int32_t>> local(static_cast<size_t>(kLayers * kHeads));
   for (int64_t l = 0; l < kLayers; ++l) {

@@ -820,6 +820,13 @@ TEST_CASE("prefix caching with sparse KV: switches never write a shared block", 
       if (!h.pressure) CHECK(again > 0);  // round 2 hit blocks past the system prompt
       if (h.home == KvHome::kHbm) CHECK(on_stats.sparse.in_place_switches_total > 0);
       if (h.pressure) CHECK(on_stats.sparse.pressure_switches_total + on_stats.sparse.in_place_switches_total > 0);
+      if (h.home == KvHome::kHost) {
+        // One host store: round 1's switches left their dense blocks' host slots cached; round
+        // 2's switches took them instead of copying and summarising those blocks again.
+        CHECK(on_stats.sparse.host_prefix_given_blocks_total > 0);
+        CHECK(on_stats.sparse.host_prefix_adopted_blocks_total > 0);
+        CHECK(off_stats.sparse.host_prefix_adopted_blocks_total == 0);
+      }
       CHECK(on_stats.kv.num_free_slots == on_stats.kv.num_slots);
       CHECK(on_stats.sparse.num_free_host_kv_slots == on_stats.sparse.num_host_kv_slots);
     }

@@ -1,5 +1,5 @@
 // Parked cells of the host store and the decode side's prefix cache over them
-// (kvcache/import_prefix_cache.h): parked cells count as room, the store evicts them (least
+// (kvcache/store_prefix_cache.h): parked cells count as room, the store evicts them (least
 // recently parked first) when it needs their slots, a taken entry leaves the cache, and random
 // use against a plain model of the store leaves every count right.
 #include <catch2/catch.hpp>
@@ -10,7 +10,7 @@
 #include <set>
 
 #include "backend/cpu/cpu_backend.h"
-#include "kvcache/import_prefix_cache.h"
+#include "kvcache/store_prefix_cache.h"
 
 using namespace oasis;
 
@@ -65,7 +65,7 @@ TEST_CASE("host store: parked cells count as room and are evicted for it", "[kvc
 TEST_CASE("import prefix cache: release, acquire by several imports, merge, collisions", "[kvcache][import_cache]") {
   CpuBackend backend{1};
   HostKvStore store = MakeStore(backend, 2, 8);
-  ImportPrefixCache cache(store, /*num_kv_heads=*/2);
+  StorePrefixCache cache(store, /*num_kv_heads=*/2);
   REQUIRE(cache.cells_per_block() == 4);
   auto l0 = store.AllocateCells(0, 2);  // heads 0 and 1 of layer 0
   auto l1 = store.AllocateCells(1, 1);  // head 1 of layer 1; head 0 was remote
@@ -155,7 +155,7 @@ TEST_CASE("import prefix cache: release, acquire by several imports, merge, coll
 TEST_CASE("import prefix cache: the store evicts the least recently released for room", "[kvcache][import_cache]") {
   CpuBackend backend{1};
   HostKvStore store = MakeStore(backend, 1, 6);
-  ImportPrefixCache cache(store, 1);
+  StorePrefixCache cache(store, 1);
   // Three blocks of one head in one layer: 3 cells, each its own slot.
   for (uint64_t b = 0; b < 3; ++b) {
     auto c = store.AllocateCells(0, 1);
@@ -196,7 +196,7 @@ TEST_CASE("import prefix cache: random use against a model of the store", "[kvca
   const int64_t layers = 3, heads = 2, per = layers * heads;
   const int32_t slots = 24;
   HostKvStore store = MakeStore(backend, layers, slots);
-  ImportPrefixCache cache(store, heads);
+  StorePrefixCache cache(store, heads);
   std::mt19937_64 rng(33);
   // Imports hold a block: acquired from the cache (its cells shared) and/or cells of their own
   // ([layers * heads], -1: none). The model mirrors the cache's entries (cells, holders).
@@ -323,4 +323,39 @@ TEST_CASE("import prefix cache: random use against a model of the store", "[kvca
   CHECK(store.num_free() == slots);
   CHECK(store.num_cell_slots() == 0);
   CHECK(cache.num_blocks() == 0);
+}
+
+TEST_CASE("store prefix cache, whole slots: parked slots are room, held ones stay", "[kvcache][import_cache]") {
+  CpuBackend backend{1};
+  HostKvStore store = MakeStore(backend, 2, 6);
+  StorePrefixCache cache(store, /*num_kv_heads=*/2, StorePrefixCache::Unit::kSlots);
+  REQUIRE(cache.cells_per_block() == 2);
+  auto a = store.Allocate(2);  // block 0: one whole slot per head (every layer)
+  auto b = store.Allocate(2);  // block 1
+  REQUIRE(a);
+  REQUIRE(b);
+  const std::vector<int32_t> t0 = Tokens(0), t1 = Tokens(16);
+  cache.Release({10, 0, t0}, *a, false);
+  cache.Release({11, 10, t1}, *b, false);
+  CHECK(store.num_evictable_slots() == 4);
+  CHECK(store.num_free() == 6);
+  CHECK(store.IsSlotParked((*a)[0]));
+  // A request holds block 0: its slots are in use again.
+  auto got = cache.Acquire({10, 0, t0});
+  REQUIRE(got);
+  CHECK(*got == *a);
+  CHECK(store.num_free() == 4);
+  // Four slots: block 1 is evicted for them; block 0, held, is not.
+  auto four = store.Allocate(4);
+  REQUIRE(four);
+  CHECK(cache.evictions_total() == 1);
+  CHECK(cache.Contains({10, 0, t0}));
+  CHECK_FALSE(store.Allocate(1).has_value());
+  cache.Release({10, 0, t0}, {}, true);
+  CHECK(store.num_free() == 2);
+  store.Free(*four);
+  while (cache.EvictOldest()) {
+  }
+  CHECK(store.num_free() == 6);
+  CHECK(store.num_evictable_slots() == 0);
 }

@@ -1,19 +1,24 @@
-// ImportPrefixCache: disaggregation's decode side reusing a prompt prefix it already holds
-// (issue 33; docs/prefix_caching.md "The decode side"). When an imported request ends, the
-// cells of its full prompt blocks whose K/V is in the host store (its admission set and what
-// drifted in, per sparse layer and KV head) go to this cache under the block's chain hash
-// (kvcache/prefix_cache.h: hash(parent, the block's 16 token ids)); a later import of a prompt
-// with the same leading blocks holds them too and fetches only the rest from the prefill
-// instance's staging pool.
+// StorePrefixCache: prompt blocks kept in the host KV store for later requests with the same
+// prefix (issue 33; docs/prefix_caching.md "The decode side", "One host store"). Two users:
+//  - disaggregation's decode side (Unit::kCells): when an imported request ends, the cells of
+//    its full prompt blocks whose K/V is in the store (its admission set and what drifted in,
+//    per sparse layer and KV head) stay here; a later import of the same leading blocks holds
+//    them too and fetches only the rest from the prefill instance's staging pool;
+//  - local host-home sparse requests (Unit::kSlots): the whole store slots (a head-block in
+//    every layer, with its summaries) of the blocks a request computed while dense stay here;
+//    a later request switching to sparse with the same prefix takes them instead of copying
+//    those blocks to the store and summarising them again.
+// Keys are the prefix cache's chained hashes (kvcache/prefix_cache.h: hash(parent, the
+// block's 16 token ids), with the request's cache salt).
 //
-// An entry is one block: per sparse layer i and KV head h (index i * Hkv + h) a cell of layer
-// first_sparse_layer + i, or -1 where no import had that head-block locally. Entries are
-// shared: Acquire counts a holder (imports running with the block, reading its cells; prompt
-// blocks are never written once their K/V is in), Release ends one and gives the entry the
-// cells it lacks that the releasing import fetched itself. An entry no import holds is
-// *parked*: its cells count as room (HostKvStore::num_free), and the store evicts parked
-// entries, least recently released first, when it needs their slots. A held entry is never
-// evicted.
+// An entry is one block: kCells: per sparse layer i and KV head h (index i * Hkv + h) a cell of
+// layer first_sparse_layer + i, or -1 where nobody had that head-block locally; kSlots: per KV
+// head a whole slot. Entries are shared: Acquire counts a holder (requests reading its
+// storage; the blocks are never written once their K/V is in), Release ends one and gives the
+// entry what it lacks of the releasing request's own; Publish shares a request's blocks while
+// it runs. An entry no request holds is *parked*: its storage counts as room
+// (HostKvStore::num_free), and the store evicts parked entries, least recently released first,
+// when it needs the room. A held entry is never evicted.
 //
 // Not thread-safe: the engine loop thread, like the store.
 #pragma once
@@ -30,16 +35,19 @@
 
 namespace oasis {
 
-class ImportPrefixCache final : public HostKvStore::CellEvictor {
+class StorePrefixCache final : public HostKvStore::CellEvictor {
  public:
-  // Becomes `store`'s evictor until destroyed.
-  ImportPrefixCache(HostKvStore& store, int64_t num_kv_heads);
-  ~ImportPrefixCache() override;
-  ImportPrefixCache(const ImportPrefixCache&) = delete;
-  ImportPrefixCache& operator=(const ImportPrefixCache&) = delete;
+  enum class Unit { kCells, kSlots };
+  // One of `store`'s evictors until destroyed.
+  StorePrefixCache(HostKvStore& store, int64_t num_kv_heads, Unit unit = Unit::kCells);
+  ~StorePrefixCache() override;
+  StorePrefixCache(const StorePrefixCache&) = delete;
+  StorePrefixCache& operator=(const StorePrefixCache&) = delete;
 
-  // Cells per entry: sparse layers × KV heads.
-  int64_t cells_per_block() const { return num_sparse_layers_ * num_kv_heads_; }
+  // Storage ids per entry: sparse layers × KV heads (cells), or KV heads (whole slots).
+  int64_t cells_per_block() const {
+    return unit_ == Unit::kCells ? num_sparse_layers_ * num_kv_heads_ : num_kv_heads_;
+  }
 
   // The cells ([cells_per_block()], -1 where none) of the block of `key`, now held by one more
   // import (unparked if it was parked); nullopt on a miss (also when the parent or the tokens
@@ -73,6 +81,8 @@ class ImportPrefixCache final : public HostKvStore::CellEvictor {
     std::list<uint64_t>::iterator lru;  // in lru_ (front: least recently parked) iff holders 0
   };
   bool Matches(const Entry& e, const PrefixBlockKey& key) const;
+  // The ids >= 0 of an entry.
+  static std::vector<int32_t> Present(std::span<const int32_t> cells);
   // An entry's cells per sparse layer (the ones >= 0).
   std::vector<std::vector<int32_t>> ByLayer(std::span<const int32_t> cells) const;
   void ParkAll(std::span<const int32_t> cells);
@@ -81,6 +91,7 @@ class ImportPrefixCache final : public HostKvStore::CellEvictor {
   void FreeAll(std::span<const int32_t> cells);
 
   HostKvStore& store_;
+  Unit unit_;
   int64_t first_layer_, num_sparse_layers_, num_kv_heads_;
   std::unordered_map<uint64_t, Entry> entries_;
   std::list<uint64_t> lru_;  // parked entries

@@ -1,28 +1,37 @@
-#include "kvcache/import_prefix_cache.h"
+#include "kvcache/store_prefix_cache.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "common/check.h"
 
 namespace oasis {
 
-ImportPrefixCache::ImportPrefixCache(HostKvStore& store, int64_t num_kv_heads)
+StorePrefixCache::StorePrefixCache(HostKvStore& store, int64_t num_kv_heads, Unit unit)
     : store_(store),
+      unit_(unit),
       first_layer_(store.first_sparse_layer()),
       num_sparse_layers_(store.num_sparse_layers()),
       num_kv_heads_(num_kv_heads) {
-  OASIS_CHECK_GT(num_kv_heads, 0) << "import prefix cache: KV heads";
-  store_.set_cell_evictor(this);
+  OASIS_CHECK_GT(num_kv_heads, 0) << "store prefix cache: KV heads";
+  store_.add_evictor(this);
 }
 
-ImportPrefixCache::~ImportPrefixCache() { store_.set_cell_evictor(nullptr); }
+StorePrefixCache::~StorePrefixCache() { store_.remove_evictor(this); }
 
-bool ImportPrefixCache::Matches(const Entry& e, const PrefixBlockKey& key) const {
+bool StorePrefixCache::Matches(const Entry& e, const PrefixBlockKey& key) const {
   return e.parent == key.parent &&
          std::equal(e.tokens.begin(), e.tokens.end(), key.tokens.begin(), key.tokens.end());
 }
 
-std::vector<std::vector<int32_t>> ImportPrefixCache::ByLayer(std::span<const int32_t> cells) const {
+std::vector<int32_t> StorePrefixCache::Present(std::span<const int32_t> cells) {
+  std::vector<int32_t> out;
+  std::copy_if(cells.begin(), cells.end(), std::back_inserter(out),
+               [](int32_t c) { return c >= 0; });
+  return out;
+}
+
+std::vector<std::vector<int32_t>> StorePrefixCache::ByLayer(std::span<const int32_t> cells) const {
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(num_sparse_layers_));
   for (int64_t i = 0; i < num_sparse_layers_; ++i) {
     for (int64_t h = 0; h < num_kv_heads_; ++h) {
@@ -33,7 +42,11 @@ std::vector<std::vector<int32_t>> ImportPrefixCache::ByLayer(std::span<const int
   return out;
 }
 
-void ImportPrefixCache::ParkAll(std::span<const int32_t> cells) {
+void StorePrefixCache::ParkAll(std::span<const int32_t> cells) {
+  if (unit_ == Unit::kSlots) {
+    store_.ParkSlots(Present(cells));
+    return;
+  }
   const auto by_layer = ByLayer(cells);
   for (int64_t i = 0; i < num_sparse_layers_; ++i) {
     if (!by_layer[static_cast<size_t>(i)].empty())
@@ -41,7 +54,11 @@ void ImportPrefixCache::ParkAll(std::span<const int32_t> cells) {
   }
 }
 
-void ImportPrefixCache::UnparkAll(std::span<const int32_t> cells) {
+void StorePrefixCache::UnparkAll(std::span<const int32_t> cells) {
+  if (unit_ == Unit::kSlots) {
+    store_.UnparkSlots(Present(cells));
+    return;
+  }
   const auto by_layer = ByLayer(cells);
   for (int64_t i = 0; i < num_sparse_layers_; ++i) {
     if (!by_layer[static_cast<size_t>(i)].empty())
@@ -49,7 +66,11 @@ void ImportPrefixCache::UnparkAll(std::span<const int32_t> cells) {
   }
 }
 
-void ImportPrefixCache::FreeAll(std::span<const int32_t> cells) {
+void StorePrefixCache::FreeAll(std::span<const int32_t> cells) {
+  if (unit_ == Unit::kSlots) {
+    store_.Free(Present(cells));
+    return;
+  }
   const auto by_layer = ByLayer(cells);
   for (int64_t i = 0; i < num_sparse_layers_; ++i) {
     if (!by_layer[static_cast<size_t>(i)].empty())
@@ -57,7 +78,7 @@ void ImportPrefixCache::FreeAll(std::span<const int32_t> cells) {
   }
 }
 
-std::optional<std::vector<int32_t>> ImportPrefixCache::Acquire(const PrefixBlockKey& key) {
+std::optional<std::vector<int32_t>> StorePrefixCache::Acquire(const PrefixBlockKey& key) {
   auto it = entries_.find(key.hash);
   if (it == entries_.end() || !Matches(it->second, key)) return std::nullopt;
   Entry& e = it->second;
@@ -68,18 +89,17 @@ std::optional<std::vector<int32_t>> ImportPrefixCache::Acquire(const PrefixBlock
   return e.cells;
 }
 
-void ImportPrefixCache::Release(const PrefixBlockKey& key, std::span<const int32_t> own,
-                                bool held) {
+void StorePrefixCache::Release(const PrefixBlockKey& key, std::span<const int32_t> own, bool held) {
   OASIS_CHECK(own.empty() || static_cast<int64_t>(own.size()) == cells_per_block())
-      << "import prefix cache: cells of one block";
+      << "store prefix cache: cells of one block";
   auto it = entries_.find(key.hash);
   if (it != entries_.end() && !Matches(it->second, key)) {
-    OASIS_CHECK(!held) << "import prefix cache: releasing a block it does not hold";
+    OASIS_CHECK(!held) << "store prefix cache: releasing a block it does not hold";
     if (!own.empty()) FreeAll(own);  // a hash collision with another prefix: that entry stays
     return;
   }
   if (it == entries_.end()) {
-    OASIS_CHECK(!held) << "import prefix cache: releasing a block it does not hold";
+    OASIS_CHECK(!held) << "store prefix cache: releasing a block it does not hold";
     Entry e;
     e.parent = key.parent;
     e.tokens.assign(key.tokens.begin(), key.tokens.end());
@@ -89,7 +109,7 @@ void ImportPrefixCache::Release(const PrefixBlockKey& key, std::span<const int32
     lru_.erase(it->second.lru);  // parked: goes back to the end below
   }
   Entry& e = it->second;
-  OASIS_CHECK(!held || e.holders > 0) << "import prefix cache: a release without a holder";
+  OASIS_CHECK(!held || e.holders > 0) << "store prefix cache: a release without a holder";
   // The cells the entry lacks join it (in use, like the entry's own while held); the rest go.
   std::vector<int32_t> added(static_cast<size_t>(cells_per_block()), -1);
   std::vector<int32_t> extra(static_cast<size_t>(cells_per_block()), -1);
@@ -115,9 +135,9 @@ void ImportPrefixCache::Release(const PrefixBlockKey& key, std::span<const int32
   e.lru = std::prev(lru_.end());
 }
 
-bool ImportPrefixCache::Publish(const PrefixBlockKey& key, std::span<const int32_t> own) {
+bool StorePrefixCache::Publish(const PrefixBlockKey& key, std::span<const int32_t> own) {
   OASIS_CHECK_EQ(static_cast<int64_t>(own.size()), cells_per_block())
-      << "import prefix cache: cells of one block";
+      << "store prefix cache: cells of one block";
   const auto n = std::count_if(own.begin(), own.end(), [](int32_t c) { return c >= 0; });
   if (n == 0 || entries_.count(key.hash)) return false;
   Entry e;
@@ -130,12 +150,12 @@ bool ImportPrefixCache::Publish(const PrefixBlockKey& key, std::span<const int32
   return true;
 }
 
-bool ImportPrefixCache::Contains(const PrefixBlockKey& key) const {
+bool StorePrefixCache::Contains(const PrefixBlockKey& key) const {
   auto it = entries_.find(key.hash);
   return it != entries_.end() && Matches(it->second, key);
 }
 
-bool ImportPrefixCache::EvictOldest() {
+bool StorePrefixCache::EvictOldest() {
   if (lru_.empty()) return false;
   auto it = entries_.find(lru_.front());
   lru_.pop_front();

@@ -20,6 +20,7 @@
 #include "runner/sparse_ranks.h"
 #include "engine/lookahead.h"
 #include "kvcache/sparse_kv_manager.h"
+#include "kvcache/store_prefix_cache.h"
 #include "kvcache/sparse_pipeline.h"
 #include "loader/weights.h"
 #include "models/decoder_lm.h"
@@ -200,6 +201,94 @@ TEST_CASE("sparse decoding on CUDA: K >= blocks matches dense, small K keeps the
      }
     }
   }
+}
+
+// One host store (docs/prefix_caching.md): a host-home switch that adopts the host slots an
+// earlier request with the same prompt left in the store's prefix cache (no copy, no summary)
+// decodes as the switch that copied them: same K/V, same summaries, the same logits on CUDA.
+TEST_CASE("sparse decoding on CUDA: a switch that adopts cached host slots equals one that copies",
+          "[gpu][sparse][prefix]") {
+  TinyGpuModel tiny;
+  CudaBackend& b = *tiny.backend;
+  auto& lm = tiny.lm;
+  const ModelConfig& c = tiny.config;
+  const int32_t hkv = static_cast<int32_t>(c.num_key_value_heads);
+  const std::vector<int32_t> prompt = RandomPrompt(c, 150);
+  const int64_t n = static_cast<int64_t>(prompt.size()), full = n / kBlockSize;
+  const int steps = 20;
+  SparseConfig cfg = SmallSparseConfig(4, SparsePredictor::kPreviousQuery, 3);
+  cfg.home = KvHome::kHost;
+  BlockAllocator alloc(kSlots);
+  std::vector<LayerKvPool> kv = lm->AllocateKvCache(kSlots);
+  SparseKvManager manager(cfg, {c.num_hidden_layers, hkv, c.head_dim}, b, alloc);
+  CudaSparseStageSync sync(b, c.num_hidden_layers);
+  SparseAttentionPipeline pipe(manager, b, c.num_attention_heads, &sync);
+  StorePrefixCache cache(manager.host_store(), hkv, StorePrefixCache::Unit::kSlots);
+  std::vector<uint64_t> hashes = HashPrefixBlocks(PrefixCacheRoot(0), prompt);
+  auto key = [&](int64_t blk) {
+    return PrefixBlockKey{hashes[static_cast<size_t>(blk)], blk == 0 ? PrefixCacheRoot(0) : hashes[static_cast<size_t>(blk - 1)],
+                          std::span<const int32_t>(prompt).subspan(static_cast<size_t>(blk * kBlockSize), kBlockSize)};
+  };
+  // Request id: prefill, switch (adopting what the cache holds), `steps` greedy sparse steps
+  // from the same tokens; its logits, then its dense blocks' slots to the cache.
+  auto run = [&](uint64_t id, int64_t* adopted) {
+    REQUIRE(manager.Reserve(id, n + steps + 2).ok());
+    HeadBlockTable table(hkv);
+    REQUIRE(table.Reserve(n, alloc).ok());
+    Tensor logits = Step(*lm, b, kv, {StepSequence{&table, 0, prompt}});
+    int32_t next = Argmax(Row(logits, n - 1));
+    std::vector<int32_t> slots;
+    *adopted = 0;
+    for (int64_t blk = 0; blk < full; ++blk) {
+      auto got = cache.Acquire(key(blk));
+      if (!got) break;
+      slots.insert(slots.end(), got->begin(), got->end());
+      ++*adopted;
+    }
+    if (*adopted > 0) REQUIRE(manager.AdoptHostPrefix(id, *adopted, slots).ok());
+    REQUIRE(manager.SwitchToSparse(id, table, n, kv).ok());
+    std::vector<std::vector<float>> out;
+    for (int i = 0; i < steps; ++i) {
+      SparseStepPlan plan = manager.BuildStepPlan({{id, n + i, 1, nullptr}});
+      std::vector<StepSequence> seqs = {StepSequence{nullptr, n + i, {next}, &plan.slots[0]}};
+      logits = Step(*lm, b, kv, seqs, &pipe, &plan, &sync);
+      out.push_back(Row(logits, 0));
+      next = Argmax(out.back());
+    }
+    const std::vector<int32_t> mine = manager.DetachHostPrefix(id, full);
+    for (int64_t blk = 0; blk < static_cast<int64_t>(mine.size()) / hkv; ++blk) {
+      if (blk < *adopted) {
+        cache.Release(key(blk), {}, true);
+      } else {
+        cache.Release(key(blk), std::span<const int32_t>(mine).subspan(static_cast<size_t>(blk * hkv), static_cast<size_t>(hkv)),
+                      false);
+      }
+    }
+    manager.Release(id);
+    table.Release(alloc);
+    return out;
+  };
+  int64_t adopted_first = 0, adopted_second = 0;
+  const std::vector<std::vector<float>> first = run(1, &adopted_first), second = run(2, &adopted_second);
+  CHECK(adopted_first == 0);
+  CHECK(adopted_second == full);
+  REQUIRE(first.size() == second.size());
+  // The same K/V and summaries: equal up to the kernels' own run-to-run differences (none
+  // expected; a wrong adopted slot moves the logits by tens of percent).
+  double worst = 0;
+  for (size_t i = 0; i < first.size(); ++i) {
+    float scale = 0;
+    for (float x : first[i]) scale = std::max(scale, std::fabs(x));
+    for (size_t j = 0; j < first[i].size(); ++j)
+      worst = std::max(worst, double(std::fabs(first[i][j] - second[i][j]) / scale));
+    CHECK(Argmax(first[i]) == Argmax(second[i]));
+  }
+  INFO("worst relative difference " << worst);
+  CHECK(worst < 1e-3);
+  while (cache.EvictOldest()) {
+  }
+  CHECK(manager.host_store().num_free() == manager.host_store().num_slots());
+  CHECK(alloc.num_free() == kSlots);
 }
 
 TEST_CASE("CudaSparseStageSync makes the next step's attention wait for the layer's transfer",

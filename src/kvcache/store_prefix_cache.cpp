@@ -31,51 +31,38 @@ std::vector<int32_t> StorePrefixCache::Present(std::span<const int32_t> cells) {
   return out;
 }
 
-std::vector<std::vector<int32_t>> StorePrefixCache::ByLayer(std::span<const int32_t> cells) const {
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(num_sparse_layers_));
+template <typename OnSlots, typename OnLayer>
+void StorePrefixCache::Apply(std::span<const int32_t> cells, OnSlots on_slots, OnLayer on_layer) {
+  if (unit_ == Unit::kSlots) {
+    on_slots(Present(cells));
+    return;
+  }
   for (int64_t i = 0; i < num_sparse_layers_; ++i) {
+    std::vector<int32_t> layer;
     for (int64_t h = 0; h < num_kv_heads_; ++h) {
       const int32_t c = cells[static_cast<size_t>(i * num_kv_heads_ + h)];
-      if (c >= 0) out[static_cast<size_t>(i)].push_back(c);
+      if (c >= 0) layer.push_back(c);
     }
+    if (!layer.empty()) on_layer(first_layer_ + i, layer);
   }
-  return out;
 }
 
 void StorePrefixCache::ParkAll(std::span<const int32_t> cells) {
-  if (unit_ == Unit::kSlots) {
-    store_.ParkSlots(Present(cells));
-    return;
-  }
-  const auto by_layer = ByLayer(cells);
-  for (int64_t i = 0; i < num_sparse_layers_; ++i) {
-    if (!by_layer[static_cast<size_t>(i)].empty())
-      store_.ParkCells(first_layer_ + i, by_layer[static_cast<size_t>(i)]);
-  }
+  Apply(
+      cells, [&](const std::vector<int32_t>& ids) { store_.ParkSlots(ids); },
+      [&](int64_t l, const std::vector<int32_t>& ids) { store_.ParkCells(l, ids); });
 }
 
 void StorePrefixCache::UnparkAll(std::span<const int32_t> cells) {
-  if (unit_ == Unit::kSlots) {
-    store_.UnparkSlots(Present(cells));
-    return;
-  }
-  const auto by_layer = ByLayer(cells);
-  for (int64_t i = 0; i < num_sparse_layers_; ++i) {
-    if (!by_layer[static_cast<size_t>(i)].empty())
-      store_.UnparkCells(first_layer_ + i, by_layer[static_cast<size_t>(i)]);
-  }
+  Apply(
+      cells, [&](const std::vector<int32_t>& ids) { store_.UnparkSlots(ids); },
+      [&](int64_t l, const std::vector<int32_t>& ids) { store_.UnparkCells(l, ids); });
 }
 
 void StorePrefixCache::FreeAll(std::span<const int32_t> cells) {
-  if (unit_ == Unit::kSlots) {
-    store_.Free(Present(cells));
-    return;
-  }
-  const auto by_layer = ByLayer(cells);
-  for (int64_t i = 0; i < num_sparse_layers_; ++i) {
-    if (!by_layer[static_cast<size_t>(i)].empty())
-      store_.FreeCells(first_layer_ + i, by_layer[static_cast<size_t>(i)]);
-  }
+  Apply(
+      cells, [&](const std::vector<int32_t>& ids) { store_.Free(ids); },
+      [&](int64_t l, const std::vector<int32_t>& ids) { store_.FreeCells(l, ids); });
 }
 
 std::optional<std::vector<int32_t>> StorePrefixCache::Acquire(const PrefixBlockKey& key) {

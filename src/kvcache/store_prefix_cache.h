@@ -83,8 +83,10 @@ class StorePrefixCache final : public HostKvStore::CellEvictor {
   bool Matches(const Entry& e, const PrefixBlockKey& key) const;
   // The ids >= 0 of an entry.
   static std::vector<int32_t> Present(std::span<const int32_t> cells);
-  // An entry's cells per sparse layer (the ones >= 0).
-  std::vector<std::vector<int32_t>> ByLayer(std::span<const int32_t> cells) const;
+  // Calls on_slots(ids) (whole slots) or on_layer(layer, ids) for each sparse layer with ids,
+  // over an entry's ids >= 0.
+  template <typename OnSlots, typename OnLayer>
+  void Apply(std::span<const int32_t> cells, OnSlots on_slots, OnLayer on_layer);
   void ParkAll(std::span<const int32_t> cells);
   void UnparkAll(std::span<const int32_t> cells);
   // Frees cells in use that are not parked.

@@ -2,6 +2,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 
 namespace oasis::kernels {
 namespace {
@@ -20,6 +21,31 @@ __global__ void KvAppendKernel(const bf16* k, const bf16* v, const int64_t* slot
   }
 }
 
+// One CTA per (token, head): quantized K and V rows, and the head's amax raised (one atomic per
+// warp).
+__global__ void KvAppendFp8Kernel(const bf16* k, const bf16* v, const int64_t* slot_mapping,
+                                  uint8_t* k_pool, uint8_t* v_pool, const float* k_scale,
+                                  const float* v_scale, float* k_amax, float* v_amax,
+                                  int num_kv_heads, int head_dim) {
+  const int64_t item = blockIdx.x;  // (token, head)
+  const int64_t dst = slot_mapping[item];
+  if (dst < 0) return;
+  const int h = static_cast<int>(item % num_kv_heads);
+  const float ks = k_scale[h], vs = v_scale[h];
+  float ka = 0.0f, va = 0.0f;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    const float kx = ToFloat(k[item * head_dim + i]), vx = ToFloat(v[item * head_dim + i]);
+    k_pool[dst * head_dim + i] = QuantizeE4M3(kx, ks);
+    v_pool[dst * head_dim + i] = QuantizeE4M3(vx, vs);
+    ka = fmaxf(ka, fabsf(kx));
+    va = fmaxf(va, fabsf(vx));
+  }
+  WarpRaiseAmax(k_amax + h, ka);
+  WarpRaiseAmax(v_amax + h, va);
+}
+
+// kFp8: the pools hold e4m3 bytes, read as x · scale[h] (PagedAttentionParams).
+template <bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(PagedAttentionParams p) {
   const int64_t row = blockIdx.x;
   const int qh = blockIdx.y;
@@ -42,6 +68,20 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(PagedAttenti
   const int64_t visible = kv_len - q_len + i + 1;
   const int32_t* table =
       p.block_tables + (static_cast<int64_t>(s) * p.num_kv_heads + h) * p.max_blocks;
+  float ks = 1.0f, vs = 1.0f;
+  if constexpr (kFp8) ks = p.k_scale[h], vs = p.v_scale[h];
+  auto key = [&](int64_t i) {
+    if constexpr (kFp8)
+      return E4M3ToFloat(p.k_pool_fp8[i]) * ks;
+    else
+      return ToFloat(p.k_pool[i]);
+  };
+  auto value = [&](int64_t i) {
+    if constexpr (kFp8)
+      return E4M3ToFloat(p.v_pool_fp8[i]) * vs;
+    else
+      return ToFloat(p.v_pool[i]);
+  };
 
   float qv[kMaxDimPerLane], acc[kMaxDimPerLane];
   const bf16* qp = p.q + (row * p.num_q_heads + qh) * p.head_dim;
@@ -59,7 +99,7 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(PagedAttenti
 #pragma unroll
     for (int j = 0; j < kMaxDimPerLane; ++j) {
       const int d = lane + 32 * j;
-      if (d < p.head_dim) dot += qv[j] * ToFloat(p.k_pool[base + d]);
+      if (d < p.head_dim) dot += qv[j] * key(base + d);
     }
     dot = WarpSum(dot);
     const float m_new = fmaxf(m, dot);
@@ -68,7 +108,7 @@ __global__ void __launch_bounds__(kWarps * 32) PagedAttentionKernel(PagedAttenti
 #pragma unroll
     for (int j = 0; j < kMaxDimPerLane; ++j) {
       const int d = lane + 32 * j;
-      if (d < p.head_dim) acc[j] = acc[j] * correction + w * ToFloat(p.v_pool[base + d]);
+      if (d < p.head_dim) acc[j] = acc[j] * correction + w * value(base + d);
     }
     m = m_new;
   }
@@ -114,12 +154,32 @@ cudaError_t LaunchKvAppend(const bf16* k, const bf16* v, const int64_t* slot_map
   return cudaGetLastError();
 }
 
+cudaError_t LaunchKvAppendFp8(const bf16* k, const bf16* v, const int64_t* slot_mapping,
+                              uint8_t* k_pool, uint8_t* v_pool, const float* k_scale,
+                              const float* v_scale, float* k_amax, float* v_amax, int64_t tokens,
+                              int num_kv_heads, int head_dim, cudaStream_t stream) {
+  if (tokens == 0) return cudaSuccess;
+  if (k_scale == nullptr || v_scale == nullptr || k_amax == nullptr || v_amax == nullptr ||
+      num_kv_heads <= 0)
+    return cudaErrorInvalidValue;
+  KvAppendFp8Kernel<<<static_cast<unsigned>(tokens * num_kv_heads), 128, 0, stream>>>(
+      k, v, slot_mapping, k_pool, v_pool, k_scale, v_scale, k_amax, v_amax, num_kv_heads, head_dim);
+  return cudaGetLastError();
+}
+
 cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return cudaSuccess;
   if (p.head_dim > 32 * kMaxDimPerLane || p.num_q_heads % p.num_kv_heads != 0)
     return cudaErrorInvalidValue;
   dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.num_q_heads));
-  PagedAttentionKernel<<<grid, kWarps * 32, 0, stream>>>(p);
+  if (p.kv_dtype == KvDtype::kFp8E4M3) {
+    if (p.k_pool_fp8 == nullptr || p.v_pool_fp8 == nullptr || p.k_scale == nullptr ||
+        p.v_scale == nullptr)
+      return cudaErrorInvalidValue;
+    PagedAttentionKernel<true><<<grid, kWarps * 32, 0, stream>>>(p);
+  } else {
+    PagedAttentionKernel<false><<<grid, kWarps * 32, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

@@ -35,6 +35,7 @@
 
 #include "kernels/attention_decode.h"
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 
 namespace oasis::kernels {
 namespace {
@@ -69,32 +70,52 @@ __host__ __device__ inline int UsedSplits(int pages, const SplitPlan& plan) {
 }
 
 // Ring depth in head-blocks per warp: 16 KB (12 KB at head_dim 64, 32 KB at 256) per warp, 3 CTAs
-// (4 at 64, 1 at 256) per SM.
-constexpr int StagesFor(int head_dim) { return head_dim == 64 ? 3 : 2; }
-constexpr int RingBytes(int head_dim, int stages) { return kWarps * stages * head_dim * 64; }
-constexpr int CtasPerSmFor(int head_dim,
-                           int stages) {  // by shared memory (227 KB, 1 KB reserved per CTA)
-  const int n = 232448 / (RingBytes(head_dim, stages) + 1024);
+// (4 at 64, 1 at 256) per SM. FP8 head-blocks are half the bytes: twice the depth in the same
+// bytes (4, 6 at head_dim 64), so as many bytes stay in flight per SM.
+constexpr int StagesFor(int head_dim, bool fp8) {
+  return fp8 ? (head_dim == 64 ? 6 : 4) : (head_dim == 64 ? 3 : 2);
+}
+// Bytes of one head-block's K and V.
+constexpr int PageBytes(int head_dim, bool fp8) { return head_dim * (fp8 ? 32 : 64); }
+constexpr int RingBytes(int head_dim, int stages, bool fp8) {
+  return kWarps * stages * PageBytes(head_dim, fp8);
+}
+constexpr int CtasPerSmFor(int ring_bytes) {  // by shared memory (227 KB, 1 KB reserved per CTA)
+  const int n = 232448 / (ring_bytes + 1024);
   return n < 1 ? 1 : n > 4 ? 4 : n;
 }
 
-template <int D>
+template <int D, bool kFp8 = false>
 struct Shape {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim");
-  static constexpr int kKB = D / 32;      // 16-byte K pieces per token row per lane
+  static constexpr int kKB = D / 32;      // 16-byte K pieces per token row per lane (bf16)
   static constexpr int kGroups = D / 64;  // 64-column groups of V and of the output
-  static constexpr int kPieces = D / 8;   // 16-byte units per lane per head-block (K then V)
-  static constexpr int kU = D / 8;        // 16-byte units per token row
+  static constexpr int kU = kFp8 ? D / 16 : D / 8;  // 16-byte units per token row
+  static constexpr int kPieces = kU;      // 16-byte units per lane per head-block (K then V)
   static constexpr int kMTiles = D / 16;  // P·V m-tiles
-  static constexpr int kStages = StagesFor(D);
-  static constexpr int kRingBytes = RingBytes(D, kStages);
-  static constexpr int kMinCtasPerSm = CtasPerSmFor(D, kStages);
+  static constexpr int kStages = StagesFor(D, kFp8);
+  static constexpr int kRingBytes = RingBytes(D, kStages, kFp8);
+  static constexpr int kMinCtasPerSm = CtasPerSmFor(kRingBytes);
 };
 
 // Swizzle of a token row's 16-byte units in the coalesced layout: the K reads (tokens r, r+1 of a
 // quarter-warp, units 4b + c) and the V reads (tokens 2c + δ, units 8g + r) hit 8 distinct
 // 16-byte bank groups per quarter-warp.
 __device__ __forceinline__ int Swz(int t) { return (t & 6) ^ ((t & 1) << 2); }
+
+// FP8 head-blocks: a token row is kU = D/16 units; unit L = t·kU + u of the K (or V) region sits
+// at L ^ SwzFp8(t). The XOR reads only bits of L above bit 2 (t >> 1 at head_dim 64, where two
+// rows share 128 bytes) and writes bits 0-2, so it permutes each 8-unit line. The K reads
+// (16 bytes: tokens r, r+1 of a quarter-warp, units 4b + c) and the V reads (8 bytes: tokens
+// 2c + δ, unit 4g + r/2, half r & 1) then hit distinct banks per phase.
+template <int kU>
+__device__ __forceinline__ int SwzFp8(int t) {
+  return (kU >= 8 ? (t & 1) << 2 : 0) ^ (((t >> 1) & 3) << 1);
+}
+template <int kU>
+__device__ __forceinline__ int PosFp8(int t, int u) {
+  return (t * kU + u) ^ SwzFp8<kU>(t);
+}
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -107,12 +128,14 @@ __device__ __forceinline__ constexpr int VTok(int i) { return (i & 1) + 8 * (i >
 // group's G·q_len query rows, head-blocks of split `sp`, every kWarps-th one per warp.
 // The warps' states are combined in shared memory; the CTA writes the output (when it is the
 // pair's only split) or its normalised partial output and log2-sum-exp.
-template <int D, int NT>
-__global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
+// kFp8: e4m3 pools; the ring holds the bytes, fragments are widened to f16 when read (f16 MMAs,
+// q converted to f16 once), k_scale[h] scales the scores and v_scale[h] the output.
+template <int D, int NT, bool kFp8>
+__global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
     DecodeSplitKernel(const DecodeAttentionParams p, const SplitPlan plan,
                       float* __restrict__ part_o,      // [tokens, num_q_heads, splits, D]
                       float* __restrict__ part_lse) {  // [tokens, num_q_heads, splits]
-  using S = Shape<D>;
+  using S = Shape<D, kFp8>;
   constexpr int kRows = 8 * NT;
   extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
   GridDependencyWait();            // q and the new K/V come from the kernel before (PDL launch)
@@ -141,16 +164,35 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
   const int wb = pb + warp;
 
   // Q^T's B fragments (row r of each n-tile), with the head_dim order of the K pieces.
-  uint4 qf[NT][S::kKB];
+  // bf16: qf[j][b] = Q[32b + 8c .. +8] (k-steps 2b, 2b+1). FP8: qh[j][8b + w] = f16x2 of
+  // Q[64b + 16c + 2w, +1] (k-step 4b + w/2 takes words 2f, 2f+1 as its B registers).
+  uint4 qf[kFp8 ? 1 : NT][kFp8 ? 1 : S::kKB];
+  uint32_t qh[kFp8 ? NT : 1][kFp8 ? D / 8 : 1];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int m = chunk * kRows + 8 * j + r;
     const bf16* qrow =
         p.q + (static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group) * D;
+    if constexpr (kFp8) {
 #pragma unroll
-    for (int b = 0; b < S::kKB; ++b)
-      qf[j][b] = m < rows ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c))
-                          : make_uint4(0, 0, 0, 0);
+      for (int b = 0; b < D / 64; ++b) {
+        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+        if (m < rows) {
+          x0 = __ldg(reinterpret_cast<const uint4*>(qrow + 64 * b + 16 * c));
+          x1 = __ldg(reinterpret_cast<const uint4*>(qrow + 64 * b + 16 * c + 8));
+        }
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          qh[j][8 * b + w] = Bf16x2ToF16x2(Word(x0, w));
+          qh[j][8 * b + 4 + w] = Bf16x2ToF16x2(Word(x1, w));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int b = 0; b < S::kKB; ++b)
+        qf[j][b] = m < rows ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c))
+                            : make_uint4(0, 0, 0, 0);
+    }
   }
   // Visible keys of this lane's softmax rows 8j + 2c + e; padding rows act like the last token.
   int vis[NT][2];
@@ -185,15 +227,27 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
                    int stage) {  // head-block `page` into `stage`; always one commit group
     if (page < pe) {
       const int64_t slot = slot_of(page);
-      const bf16* kb = p.k_pool + slot * (kPage * D) + 8 * lane;
-      const bf16* vb = p.v_pool + slot * (kPage * D) + 8 * lane;
       const uint32_t dst = warp_ring_s + stage * (S::kPieces * 32 * 16);
+      if constexpr (kFp8) {
+        const uint8_t* kb = p.k_pool_fp8 + slot * (kPage * D) + 16 * lane;
+        const uint8_t* vb = p.v_pool_fp8 + slot * (kPage * D) + 16 * lane;
 #pragma unroll
-      for (int i = 0; i < S::kU / 2; ++i) {  // unit n = 32i + lane of the 16·U units of K (and V)
-        const int n = 32 * i + lane, t = n / S::kU, u = n % S::kU;
-        const uint32_t off = 16u * static_cast<uint32_t>(t * S::kU + (u ^ Swz(t)));
-        CpAsync16(dst + off, kb + 256 * i);
-        CpAsync16(dst + kPage * S::kU * 16 + off, vb + 256 * i);
+        for (int i = 0; i < S::kU / 2; ++i) {  // unit n = 32i + lane of the 16·U units of K, V
+          const int n = 32 * i + lane;
+          const uint32_t off = 16u * static_cast<uint32_t>(n ^ SwzFp8<S::kU>(n / S::kU));
+          CpAsync16(dst + off, kb + 512 * i);
+          CpAsync16(dst + kPage * S::kU * 16 + off, vb + 512 * i);
+        }
+      } else {
+        const bf16* kb = p.k_pool + slot * (kPage * D) + 8 * lane;
+        const bf16* vb = p.v_pool + slot * (kPage * D) + 8 * lane;
+#pragma unroll
+        for (int i = 0; i < S::kU / 2; ++i) {  // unit n = 32i + lane of the 16·U units of K, V
+          const int n = 32 * i + lane, t = n / S::kU, u = n % S::kU;
+          const uint32_t off = 16u * static_cast<uint32_t>(t * S::kU + (u ^ Swz(t)));
+          CpAsync16(dst + off, kb + 256 * i);
+          CpAsync16(dst + kPage * S::kU * 16 + off, vb + 256 * i);
+        }
       }
     }
     CpAsyncCommit();
@@ -208,7 +262,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
 #pragma unroll
   for (int j = 0; j < NT; ++j)
     m_run[j][0] = m_run[j][1] = -INFINITY, l_run[j][0] = l_run[j][1] = 0.0f;
-  const float scale_log2 = p.scale * kLog2e;
+  float scale_log2 = p.scale * kLog2e, out_scale = 1.0f;
+  if constexpr (kFp8) scale_log2 = p.scale * p.k_scale[h] * kLog2e, out_scale = p.v_scale[h];
 
 #pragma unroll
   for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i * kWarps, i);
@@ -229,15 +284,35 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sc[j][i] = sc2[j][i] = 0.0f;
+    if constexpr (kFp8) {
+      // Lane (r, c): 16 bytes of tokens r and r + 8 at head_dim 64b + 16c; word f is k-step
+      // 4b + f (positions +4f, +4f+1 as k 2c, 2c+1; +4f+2, +4f+3 as k 2c+8, 2c+9).
 #pragma unroll
-    for (int b = 0; b < S::kKB; ++b) {
-      uint4 kw, ku;  // tokens r and r + 8
-      const int u = (4 * b) ^ k_sw;
-      kw = stw[k_unit0 + u], ku = stw[k_unit0 + 8 * S::kU + u];
+      for (int b = 0; b < D / 64; ++b) {
+        const uint4 kw = stw[PosFp8<S::kU>(r, 4 * b + c)];
+        const uint4 ku = stw[PosFp8<S::kU>(r + 8, 4 * b + c)];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        Mma(sc[j], kw.x, ku.x, kw.y, ku.y, qf[j][b].x, qf[j][b].y);
-        Mma(sc2[j], kw.z, ku.z, kw.w, ku.w, qf[j][b].z, qf[j][b].w);
+        for (int f = 0; f < 4; ++f) {
+          uint32_t a0, a1, a2, a3;
+          E4M3x4ToF16x2(Word(kw, f), a0, a2);
+          E4M3x4ToF16x2(Word(ku, f), a1, a3);
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            MmaF16(f & 1 ? sc2[j] : sc[j], a0, a1, a2, a3, qh[j][8 * b + 2 * f],
+                   qh[j][8 * b + 2 * f + 1]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int b = 0; b < S::kKB; ++b) {
+        uint4 kw, ku;  // tokens r and r + 8
+        const int u = (4 * b) ^ k_sw;
+        kw = stw[k_unit0 + u], ku = stw[k_unit0 + 8 * S::kU + u];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          Mma(sc[j], kw.x, ku.x, kw.y, ku.y, qf[j][b].x, qf[j][b].y);
+          Mma(sc2[j], kw.z, ku.z, kw.w, ku.w, qf[j][b].z, qf[j][b].w);
+        }
       }
     }
 
@@ -272,14 +347,52 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
 #pragma unroll
         for (int t = 0; t < S::kMTiles; ++t) o[j][t][e] *= alpha, o[j][t][e + 2] *= alpha;
       }
-      pb0[j] = Transpose8x8(PackBf16(pr[0], pr[1]));  // tokens 2c, 2c+1 of row r
-      pb1[j] = Transpose8x8(PackBf16(pr[2], pr[3]));  // tokens 2c+8, 2c+9
+      if constexpr (kFp8) {
+        pb0[j] = Transpose8x8(PackF16(pr[0], pr[1]));
+        pb1[j] = Transpose8x8(PackF16(pr[2], pr[3]));
+      } else {
+        pb0[j] = Transpose8x8(PackBf16(pr[0], pr[1]));  // tokens 2c, 2c+1 of row r
+        pb1[j] = Transpose8x8(PackBf16(pr[2], pr[3]));  // tokens 2c+8, 2c+9
+      }
     }
 
     // O^T += V^T·P^T. Tokens past kv_len may hold anything (NaN): zero their V so 0·V stays 0.
     const bool tail = tok0 + kPage > kv_len;
+    if constexpr (kFp8) {
+      // Lane (r, c): 8 bytes V[token 2c + VTok(i)][64g + 8r .. +8]; byte e of word hh is column
+      // d = 64g + 8r + 4hh + e. m-tile 4g + 2hh (+1) takes columns e = 0, 1 (2, 3) as its rows
+      // r, r + 8, as in the bf16 path, so the output layout is the same. The bytes of the token
+      // pairs are interleaved first (byte_perm), then widened pairwise.
+      const unsigned char* vring = reinterpret_cast<const unsigned char*>(stw) + kPage * S::kU * 16;
 #pragma unroll
-    for (int g = 0; g < S::kGroups; ++g) {
+      for (int g = 0; g < S::kGroups; ++g) {
+        uint2 v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int t = 2 * c + VTok(i);
+          v[i] = *reinterpret_cast<const uint2*>(vring + 16 * PosFp8<S::kU>(t, 4 * g + (r >> 1)) +
+                                                 8 * (r & 1));
+          if (tail && tok0 + t >= kv_len) v[i] = make_uint2(0, 0);
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const uint32_t w0 = hh ? v[0].y : v[0].x, w1 = hh ? v[1].y : v[1].x;
+          const uint32_t w2 = hh ? v[2].y : v[2].x, w3 = hh ? v[3].y : v[3].x;
+          uint32_t a0, a1, a2, a3;
+          E4M3x4ToF16x2(__byte_perm(w0, w1, 0x5140), a0, a1);
+          E4M3x4ToF16x2(__byte_perm(w2, w3, 0x5140), a2, a3);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) MmaF16(o[j][4 * g + 2 * hh], a0, a1, a2, a3, pb0[j], pb1[j]);
+          E4M3x4ToF16x2(__byte_perm(w0, w1, 0x7362), a0, a1);
+          E4M3x4ToF16x2(__byte_perm(w2, w3, 0x7362), a2, a3);
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            MmaF16(o[j][4 * g + 2 * hh + 1], a0, a1, a2, a3, pb0[j], pb1[j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < (kFp8 ? 0 : S::kGroups); ++g) {
       uint4 v[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -350,7 +463,8 @@ __global__ void __launch_bounds__(kThreads, Shape<D>::kMinCtasPerSm)
       wt[w] = mx == -INFINITY ? 0.0f : Ex2(m_s[w * kRows + row] - mx);
       l += wt[w] * l_s[w * kRows + row];
     }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    if constexpr (kFp8) inv *= out_scale;
     float v[8] = {};
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
@@ -448,7 +562,7 @@ struct DeviceFacts {
   int ctas_per_sm = 0;
 };
 
-template <int D, int NT>
+template <int D, int NT, bool kFp8>
 DeviceFacts FactsFor() {
   static std::array<std::atomic<int>, kMaxDevices> packed{};  // sms << 8 | ctas_per_sm; 0: not yet
   static std::mutex mu;
@@ -463,8 +577,8 @@ DeviceFacts FactsFor() {
     v = packed[dev].load(std::memory_order_relaxed);
     if (v == 0) {
       int sms = 0, per_sm = 0;
-      const auto kernel = DecodeSplitKernel<D, NT>;
-      constexpr int kBytes = Shape<D>::kRingBytes;
+      const auto kernel = DecodeSplitKernel<D, NT, kFp8>;
+      constexpr int kBytes = Shape<D, kFp8>::kRingBytes;
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) !=
               cudaSuccess ||
           cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
@@ -480,32 +594,39 @@ DeviceFacts FactsFor() {
   return {v >> 8, v & 255};
 }
 
-// Calls f.template operator()<D, NT>() for the plan's kernel instance.
-template <typename F>
-auto Dispatch(int head_dim, int row_tiles, F&& f) {
+// Calls f.template operator()<D, NT, kFp8>() for the plan's kernel instance.
+template <bool kFp8, typename F>
+auto DispatchShape(int head_dim, int row_tiles, F&& f) {
   switch (head_dim * 2 + row_tiles) {
     case 64 * 2 + 1:
-      return f.template operator()<64, 1>();
+      return f.template operator()<64, 1, kFp8>();
     case 64 * 2 + 2:
-      return f.template operator()<64, 2>();
+      return f.template operator()<64, 2, kFp8>();
     case 128 * 2 + 1:
-      return f.template operator()<128, 1>();
+      return f.template operator()<128, 1, kFp8>();
     case 128 * 2 + 2:
-      return f.template operator()<128, 2>();
+      return f.template operator()<128, 2, kFp8>();
     default:
-      return f.template operator()<256, 1>();
+      return f.template operator()<256, 1, kFp8>();
   }
 }
+template <typename F>
+auto Dispatch(int head_dim, int row_tiles, bool fp8, F&& f) {
+  return fp8 ? DispatchShape<true>(head_dim, row_tiles, f)
+             : DispatchShape<false>(head_dim, row_tiles, f);
+}
+
+bool IsFp8(const DecodeAttentionParams& p) { return p.kv_dtype == KvDtype::kFp8E4M3; }
 
 struct FactsOp {
-  template <int D, int NT>
+  template <int D, int NT, bool kFp8>
   DeviceFacts operator()() const {
-    return FactsFor<D, NT>();
+    return FactsFor<D, NT, kFp8>();
   }
 };
 
-DeviceFacts FactsFor(int head_dim, int row_tiles) {
-  return Dispatch(head_dim, row_tiles, FactsOp{});
+DeviceFacts FactsFor(int head_dim, int row_tiles, bool fp8) {
+  return Dispatch(head_dim, row_tiles, fp8, FactsOp{});
 }
 
 // Estimated microseconds for a split count (host-known shapes only). The KV stream runs at
@@ -521,8 +642,8 @@ constexpr double kMergeUs = 2.0;
 
 double EstimateUs(const DecodeAttentionParams& p, const SplitPlan& plan, int max_pages,
                   double pairs, const DeviceFacts& facts) {
-  const int stages = StagesFor(p.head_dim);
-  const double page_bytes = 64.0 * p.head_dim;
+  const int stages = StagesFor(p.head_dim, IsFp8(p));
+  const double page_bytes = PageBytes(p.head_dim, IsFp8(p));
   const double pages_per_us = kStreamBytesPerUs / page_bytes;
   const int pps = PagesPerSplit(max_pages, plan), used = UsedSplits(max_pages, plan);
   const double ctas = pairs * used, resident = double(facts.sms) * facts.ctas_per_sm;
@@ -555,7 +676,7 @@ SplitPlan MakePlan(const DecodeAttentionParams& p) {
     return plan;
   }
   plan.min_pages = kMinPagesPerSplit;
-  const DeviceFacts facts = FactsFor(p.head_dim, plan.row_tiles);
+  const DeviceFacts facts = FactsFor(p.head_dim, plan.row_tiles, IsFp8(p));
   const double pairs = double(p.num_seqs) * p.num_kv_heads * plan.row_chunks;
   // More splits than two waves of CTAs cannot help (and this runs on every eager launch).
   const double resident = double(facts.sms) * facts.ctas_per_sm;
@@ -578,27 +699,29 @@ bool Supported(const DecodeAttentionParams& p) {
   return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.num_kv_heads > 0 &&
          p.num_q_heads > 0 && p.num_q_heads % p.num_kv_heads == 0 && p.max_query_len >= 1 &&
          p.max_query_len <= kDecodeMaxQueryLen && p.num_seqs >= 0 && p.max_blocks >= 0 &&
-         p.tokens >= 0;
+         p.tokens >= 0 &&
+         (!IsFp8(p) || (p.k_pool_fp8 != nullptr && p.v_pool_fp8 != nullptr &&
+                        p.k_scale != nullptr && p.v_scale != nullptr));
 }
 
 size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan) {
   return static_cast<size_t>(p.tokens) * p.num_q_heads * plan.splits * p.head_dim * sizeof(float);
 }
 
-template <int D, int NT>
+template <int D, int NT, bool kFp8>
 cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* workspace,
                    cudaStream_t stream) {
   const int64_t ctas = int64_t{p.num_seqs} * p.num_kv_heads * plan.splits * plan.row_chunks;
   if (ctas > INT_MAX) return cudaErrorInvalidValue;
-  (void)FactsFor<D, NT>();  // raises the shared-memory limit on this device
+  (void)FactsFor<D, NT, kFp8>();  // raises the shared-memory limit on this device
   float* part_o = static_cast<float*>(workspace);
   float* part_lse =
       plan.splits > 1
           ? reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutputBytes(p, plan))
           : nullptr;
   const cudaError_t split_err =
-      LaunchPdl(DecodeSplitKernel<D, NT>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
-                Shape<D>::kRingBytes, stream, p, plan, part_o, part_lse);
+      LaunchPdl(DecodeSplitKernel<D, NT, kFp8>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                Shape<D, kFp8>::kRingBytes, stream, p, plan, part_o, part_lse);
   if (split_err != cudaSuccess) return split_err;
   if (plan.splits > 1) {
     const int64_t items = int64_t{p.num_seqs} * p.max_query_len * p.num_q_heads;
@@ -625,9 +748,9 @@ struct LaunchOp {
   const SplitPlan& plan;
   void* workspace;
   cudaStream_t stream;
-  template <int D, int NT>
+  template <int D, int NT, bool kFp8>
   cudaError_t operator()() const {
-    return Launch<D, NT>(p, plan, workspace, stream);
+    return Launch<D, NT, kFp8>(p, plan, workspace, stream);
   }
 };
 
@@ -649,13 +772,15 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspac
                                   size_t workspace_bytes, cudaStream_t stream) {
   if (!Supported(p)) return cudaErrorInvalidValue;
   if (p.tokens == 0 || p.num_seqs == 0) return cudaSuccess;
-  if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out))
+  const void* k_pool = IsFp8(p) ? static_cast<const void*>(p.k_pool_fp8) : p.k_pool;
+  const void* v_pool = IsFp8(p) ? static_cast<const void*>(p.v_pool_fp8) : p.v_pool;
+  if (!Aligned16(p.q) || !Aligned16(k_pool) || !Aligned16(v_pool) || !Aligned16(p.out))
     return cudaErrorInvalidValue;
   const SplitPlan plan = MakePlan(p);
   if (plan.splits > 1 && (workspace == nullptr || !Aligned16(workspace) ||
                           workspace_bytes < DecodeAttentionWorkspaceBytes(p)))
     return cudaErrorInvalidValue;
-  return Dispatch(p.head_dim, plan.row_tiles, LaunchOp{p, plan, workspace, stream});
+  return Dispatch(p.head_dim, plan.row_tiles, IsFp8(p), LaunchOp{p, plan, workspace, stream});
 }
 
 }  // namespace oasis::kernels

@@ -34,6 +34,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/kv_dtype.h"
+
 namespace oasis::kernels {
 
 // Largest query tokens per sequence the decode kernel accepts (the backend gives it up to 8 at
@@ -64,6 +66,15 @@ struct DecodeAttentionParams {
   // min(n, head-blocks of the bound), each real length then cut into n pieces of >= 1 head-block
   // (tests, tuning). DecodeAttentionNumSplits says how many a launch will use.
   int num_splits = 0;
+  // FP8 pools (kv_dtype kFp8E4M3): k_pool / v_pool are unused; these hold the e4m3 bytes
+  // (16-byte aligned) and the per-KV-head scales. The kernel streams the bytes (half of bf16's),
+  // widens them exactly to f16 in registers and runs f16 MMAs (q converted to f16 once, P in
+  // f16), with k_scale[h] folded into the softmax scale and v_scale[h] into the output.
+  KvDtype kv_dtype = KvDtype::kBf16;
+  const uint8_t* k_pool_fp8 = nullptr;  // [num_slots, 16, head_dim]
+  const uint8_t* v_pool_fp8 = nullptr;  // [num_slots, 16, head_dim]
+  const float* k_scale = nullptr;       // [num_kv_heads]
+  const float* v_scale = nullptr;       // [num_kv_heads]
 };
 
 // The number of KV splits a launch with these params uses (1: no merge, no workspace).
@@ -73,14 +84,16 @@ int DecodeAttentionNumSplits(const DecodeAttentionParams& p);
 // Workspace bytes a launch with these params needs for the splits' partial results (0 when
 // one split is used): tokens × num_q_heads × splits × (head_dim + 1) × 4 bytes, where splits
 // never exceed ceil(2 × resident CTAs / (num_seqs × num_kv_heads × row chunks)) (nor
-// max_kv_len / 128) unless num_splits forces more. A function of the params only: size a CUDA
-// graph's workspace with the params it captures.
+// max_kv_len / 128) unless num_splits forces more. A function of the params only (kv_dtype
+// included: the FP8 kernel plans its own split count): size a CUDA graph's workspace with the
+// params it captures.
 size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionParams& p);
 
 // Decode attention (see above). `workspace` must hold DecodeAttentionWorkspaceBytes(p) bytes
 // (may be null when that is 0), 16-byte aligned. Returns cudaErrorInvalidValue for shapes it
 // does not support (head_dim not 64/128/256, num_q_heads % num_kv_heads != 0, max_query_len out
-// of range, misaligned pointers, workspace too small), else the launch error. Enqueues on
+// of range, misaligned pointers, workspace too small, an FP8 launch without its pools or
+// scales), else the launch error. Enqueues on
 // `stream` only; no host synchronisation.
 cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace,
                                   size_t workspace_bytes, cudaStream_t stream);

@@ -14,6 +14,12 @@
 //
 // Shared tiles are row-major [rows][head_dim] bf16 with the 16-byte chunks of row r XOR-ed by
 // (r & 7): the 8 rows an ldmatrix phase reads hit 8 distinct bank groups.
+//
+// FP8 pools (kFp8): K/V tile j's e4m3 bytes are gathered (cp.async, zero-filled past kv_len) into
+// staging buffer j%2, one tile ahead as above; at the top of iteration j each thread waits for its
+// own copies and widens exactly those pieces to f16 into the swizzled tile buffer j%2 (Q is
+// converted bf16 -> f16 in place the same way before the first tile), and the existing
+// __syncthreads publishes them. The MMAs then run on f16 operands (P packed to f16).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -21,6 +27,7 @@
 
 #include "kernels/attention_prefill.h"
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 #include "kernels/prefill_tiles.cuh"
 
 namespace oasis::kernels {
@@ -33,7 +40,7 @@ static_assert(kBlocksPerKvTile == 4, "the slot ring below holds 4 table entries 
 constexpr int kSlotRingBytes = 2 * kBlocksPerKvTile * 4;
 
 // ---- tile shapes ------------------------------------------------------------------------------
-template <int D, int kWarps, int kMTiles>
+template <int D, int kWarps, int kMTiles, bool kFp8 = false>
 struct Tile {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowsPerWarp = 16 * kMTiles;
@@ -42,13 +49,18 @@ struct Tile {
   static constexpr int kRowBytes = D * 2;
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kKvBytes = kKvTile * kRowBytes;  // one K or one V tile
+  // FP8 staging: [2][K, V][kKvTile][D] e4m3 bytes, after the slot ring.
+  static constexpr int kStageBytes = kFp8 ? 2 * 2 * kKvTile * D : 0;
   static constexpr int kSmemBytes =
-      kQBytes + 4 * kKvBytes + kSlotRingBytes;  // Q, K[2], V[2], slots
+      kQBytes + 4 * kKvBytes + kSlotRingBytes + kStageBytes;  // Q, K[2], V[2], slots, staging
+  static constexpr int kChunks8 = D / 16;                     // 16-byte chunks per FP8 row
+  static constexpr int kKv8ChunksPerThread = kFp8 ? kKvTile * kChunks8 / kThreads : 0;
   static constexpr bool kQInRegs = kMTiles == 1;
   static constexpr int kKvChunksPerThread = kKvTile * kChunks / kThreads;
   static constexpr int kMinBlocks = kThreads == 128 ? 2 : 1;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(kKvTile * kChunks % kThreads == 0, "KV tile chunks split evenly over threads");
+  static_assert(!kFp8 || kKvTile * kChunks8 % kThreads == 0, "FP8 chunks split evenly");
 };
 
 // Byte offset of 16-byte chunk c of row r in a swizzled [rows][D] bf16 tile.
@@ -57,10 +69,10 @@ __device__ __forceinline__ uint32_t Swz(int r, int c) {
   return static_cast<uint32_t>(r * (D * 2) + ((c ^ (r & 7)) << 4));
 }
 
-template <int D, int kWarps, int kMTiles>
-__global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBlocks))
+template <int D, int kWarps, int kMTiles, bool kFp8>
+__global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles, kFp8>::kMinBlocks))
     PrefillAttentionKernel(const PrefillAttentionParams p, int num_tiles_per_head) {
-  using T = Tile<D, kWarps, kMTiles>;
+  using T = Tile<D, kWarps, kMTiles, kFp8>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -99,7 +111,10 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
   // The 4 slots of KV tile j sit in shared ring entry j % 2: copied (cp.async) one tile ahead,
   // in the same group as the previous KV tile, so the table's latency is never exposed.
   const uint32_t s_slots = sV + 2 * T::kKvBytes;
-  const int* slot_ring = reinterpret_cast<const int*>(smem + T::kSmemBytes - kSlotRingBytes);
+  const int* slot_ring = reinterpret_cast<const int*>(smem + T::kQBytes + 4 * T::kKvBytes);
+  // FP8 staging buffers: K of buffer b at b * 2 * kKvTile * D, V kKvTile * D after it.
+  constexpr int kStageBuf = 2 * kKvTile * D;
+  const int stage_off = T::kQBytes + 4 * T::kKvBytes + kSlotRingBytes;
   auto copy_slots = [&](int j) {  // warp 0's lanes 0..3
     if (tid < kBlocksPerKvTile) {
       const int idx = j * kBlocksPerKvTile + tid;
@@ -109,6 +124,22 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
     }
   };
   auto load_kv = [&](int j, const int(&slots)[kBlocksPerKvTile]) {
+    if constexpr (kFp8) {
+      const uint32_t sk8 = sQ + stage_off + (j & 1) * kStageBuf, sv8 = sk8 + kKvTile * D;
+#pragma unroll
+      for (int it = 0; it < T::kKv8ChunksPerThread; ++it) {
+        const int i = tid + it * T::kThreads;
+        const int tok = i / T::kChunks8, c = i % T::kChunks8;
+        const int blk = tok / kHeadBlock;
+        const int slot = blk == 0 ? slots[0] : blk == 1 ? slots[1] : blk == 2 ? slots[2] : slots[3];
+        const bool valid = j * kKvTile + tok < kv_len;
+        const int64_t off =
+            valid ? (static_cast<int64_t>(slot) * kHeadBlock + (tok % kHeadBlock)) * D + c * 16 : 0;
+        CpAsync16(sk8 + i * 16, p.k_pool_fp8 + off, valid ? 16 : 0);
+        CpAsync16(sv8 + i * 16, p.v_pool_fp8 + off, valid ? 16 : 0);
+      }
+      return;
+    }
     const uint32_t buf = (j & 1) * T::kKvBytes;
 #pragma unroll
     for (int it = 0; it < T::kKvChunksPerThread; ++it) {
@@ -139,7 +170,42 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
   if (num_kv_tiles > 1) copy_slots(1);
   CpAsyncCommit();
 
-  const float scale_log2 = p.scale * 1.4426950408889634f;
+  float scale_log2 = p.scale * 1.4426950408889634f, out_scale = 1.0f;
+  if constexpr (kFp8) {
+    scale_log2 = p.scale * p.k_scale[h] * 1.4426950408889634f;
+    out_scale = p.v_scale[h];
+  }
+  // FP8: this thread's staged pieces of tile j -> f16 K/V tiles j % 2 (16 e4m3 -> two 16-byte
+  // f16 chunks of the same row); before the first tile, its Q chunks bf16 -> f16 in place.
+  auto widen_kv = [&](int j) {
+#pragma unroll
+    for (int it = 0; it < T::kKv8ChunksPerThread; ++it) {
+      const int i = tid + it * T::kThreads;
+      const int tok = i / T::kChunks8, c = i % T::kChunks8;
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv) {
+        const uint4 x = *reinterpret_cast<const uint4*>(smem + stage_off + (j & 1) * kStageBuf +
+                                                        kv * kKvTile * D + i * 16);
+        uint4 lo, hi;
+        E4M3x4ToF16x2(x.x, lo.x, lo.y);
+        E4M3x4ToF16x2(x.y, lo.z, lo.w);
+        E4M3x4ToF16x2(x.z, hi.x, hi.y);
+        E4M3x4ToF16x2(x.w, hi.z, hi.w);
+        unsigned char* tile = smem + T::kQBytes + (2 * kv + (j & 1)) * T::kKvBytes;
+        *reinterpret_cast<uint4*>(tile + Swz<D>(tok, 2 * c)) = lo;
+        *reinterpret_cast<uint4*>(tile + Swz<D>(tok, 2 * c + 1)) = hi;
+      }
+    }
+  };
+  auto widen_q = [&] {
+    for (int i = tid; i < T::kBlockM * T::kChunks; i += T::kThreads) {
+      uint4* q = reinterpret_cast<uint4*>(smem + Swz<D>(i / T::kChunks, i % T::kChunks));
+      uint4 x = *q;
+      x.x = Bf16x2ToF16x2(x.x), x.y = Bf16x2ToF16x2(x.y);
+      x.z = Bf16x2ToF16x2(x.z), x.w = Bf16x2ToF16x2(x.w);
+      *q = x;
+    }
+  };
   const int warp_row0 = warp * T::kRowsPerWarp;
   const int diag0 = ctx + q0 + warp_row0;  // last key the warp's first row sees
   const int g = lane >> 2, t4 = lane & 3;  // mma fragment coordinates
@@ -169,6 +235,12 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
 
   for (int j = 0; j < num_kv_tiles; ++j) {
     CpAsyncWait<0>();
+    if constexpr (kFp8) {
+      // Buffer j % 2 was last read in iteration j - 2; every warp passed iteration j - 1's
+      // barrier after that. Staging j % 2 holds only this thread's own landed copies.
+      if (j == 0) widen_q();
+      widen_kv(j);
+    }
     __syncthreads();  // tile j visible to all; every warp is done with buffer (j + 1) % 2
     if (j + 1 < num_kv_tiles) load_kv_from_ring(j + 1);
     if (j + 2 < num_kv_tiles) copy_slots(j + 2);
@@ -214,8 +286,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
         Ldmatrix4(k_buf + np * 16 * T::kRowBytes + (k_off ^ (kk << 5)), b);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma(s[mt][2 * np], a[mt], b[0], b[1]);
-          Mma(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          MmaT<kFp8>(s[mt][2 * np], a[mt], b[0], b[1]);
+          MmaT<kFp8>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
         }
       }
     }
@@ -269,10 +341,10 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
       uint32_t a[kMTiles][4];
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = PackBf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = PackBf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = PackBf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = PackBf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        a[mt][0] = PackT<kFp8>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = PackT<kFp8>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = PackT<kFp8>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = PackT<kFp8>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
@@ -280,8 +352,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
         Ldmatrix4Trans(v_buf + kk * 16 * T::kRowBytes + (a_off ^ (dp << 5)), b);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          Mma(o[mt][2 * dp], a[mt], b[0], b[1]);
-          Mma(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          MmaT<kFp8>(o[mt][2 * dp], a[mt], b[0], b[1]);
+          MmaT<kFp8>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
       }
     }
@@ -297,7 +369,8 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
       float sum = row_sum[mt][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      if constexpr (kFp8) inv *= out_scale;
       const int row = warp_row0 + mt * 16 + g + 8 * r;
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
@@ -320,8 +393,13 @@ __global__ void __launch_bounds__(kWarps * 32, (Tile<D, kWarps, kMTiles>::kMinBl
 
 template <int D, int kWarps, int kMTiles>
 cudaError_t LaunchConfig(const PrefillAttentionParams& p, cudaStream_t stream) {
-  using T = Tile<D, kWarps, kMTiles>;
-  return prefill::LaunchTiles<PrefillAttentionKernel<D, kWarps, kMTiles>>(
+  if (p.kv_dtype == KvDtype::kFp8E4M3) {
+    using T = Tile<D, kWarps, kMTiles, true>;
+    return prefill::LaunchTiles<PrefillAttentionKernel<D, kWarps, kMTiles, true>>(
+        p, T::kBlockM, T::kThreads, T::kSmemBytes, stream);
+  }
+  using T = Tile<D, kWarps, kMTiles, false>;
+  return prefill::LaunchTiles<PrefillAttentionKernel<D, kWarps, kMTiles, false>>(
       p, T::kBlockM, T::kThreads, T::kSmemBytes, stream);
 }
 
@@ -374,13 +452,23 @@ cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t
       p.max_blocks <= 0) {
     return cudaErrorInvalidValue;
   }
-  if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out)) {
+  const bool fp8 = p.kv_dtype == KvDtype::kFp8E4M3;
+  if (fp8 && (p.k_pool_fp8 == nullptr || p.v_pool_fp8 == nullptr || p.k_scale == nullptr ||
+              p.v_scale == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  const void* k_pool = fp8 ? static_cast<const void*>(p.k_pool_fp8) : p.k_pool;
+  const void* v_pool = fp8 ? static_cast<const void*>(p.v_pool_fp8) : p.v_pool;
+  if (!Aligned16(p.q) || !Aligned16(k_pool) || !Aligned16(v_pool) || !Aligned16(p.out)) {
     return cudaErrorInvalidValue;
   }
   if (!PrefillAttentionSupportsHeadDim(p.head_dim)) return cudaErrorInvalidValue;
   const bool sm90 = PrefillAttentionSm90Available();
+  if (fp8 && (p.tile == PrefillTileConfig::kSm90 || p.tile == PrefillTileConfig::kSm90S2)) {
+    return cudaErrorInvalidValue;  // the wgmma kernel reads bf16 pools only
+  }
   if (p.tile == PrefillTileConfig::kSm90 || p.tile == PrefillTileConfig::kSm90S2 ||
-      (p.tile == PrefillTileConfig::kAuto && sm90)) {
+      (p.tile == PrefillTileConfig::kAuto && sm90 && !fp8)) {
     if (!sm90) return cudaErrorInvalidValue;
     return detail::LaunchPrefillAttentionSm90(p, p.tile == PrefillTileConfig::kSm90S2 ? 2 : 0,
                                               stream);

@@ -28,6 +28,8 @@
 
 #include <cstdint>
 
+#include "kernels/kv_dtype.h"
+
 namespace oasis::kernels {
 
 // Kernel and tile shape. kAuto: kSm90 on a compute capability 9.0 device; elsewhere kM64W4
@@ -59,11 +61,23 @@ struct PrefillAttentionParams {
   int max_query_len = 0;  // upper bound on any q_len; 0 = unknown (only sizes the grid)
   float scale = 1.0f;     // softmax scale applied to q·k
   PrefillTileConfig tile = PrefillTileConfig::kAuto;
+  // FP8 pools (kv_dtype kFp8E4M3): k_pool / v_pool are unused; these hold the e4m3 bytes
+  // (16-byte aligned) and the per-KV-head scales. Only the mma.sync kernel reads FP8 (kAuto
+  // picks it on every GPU, the sm_90a tiles are refused): each thread gathers K/V bytes with
+  // cp.async into a staging buffer, widens its own pieces exactly to f16 into the swizzled
+  // tiles, and the MMAs run in f16 (Q converted to f16 in shared memory, P in f16), k_scale[h]
+  // folded into the softmax scale and v_scale[h] into the output.
+  KvDtype kv_dtype = KvDtype::kBf16;
+  const uint8_t* k_pool_fp8 = nullptr;  // [num_slots, 16, head_dim]
+  const uint8_t* v_pool_fp8 = nullptr;  // [num_slots, 16, head_dim]
+  const float* k_scale = nullptr;       // [num_kv_heads]
+  const float* v_scale = nullptr;       // [num_kv_heads]
 };
 
 // Returns cudaErrorInvalidValue for an unsupported head_dim (not 64 or 128), a GQA ratio
-// that does not divide, misaligned pointers (q, pools and out need 16-byte alignment), or a
-// kSm90* tile on a device that is not compute capability 9.0. Launches nothing when
+// that does not divide, misaligned pointers (q, pools and out need 16-byte alignment), a
+// kSm90* tile on a device that is not compute capability 9.0 or with FP8 pools, or an FP8
+// launch without its pools or scales. Launches nothing when
 // tokens == 0. Queued on `stream`; no host synchronisation.
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 

@@ -48,8 +48,9 @@ inline constexpr bool kCrossGroupPrefetch = R > 1;
 
 // What a GEMV writes: the dot products (kPlain), or SiLU(gate)·up of paired gate/up rows
 // (kSiluPair: out has half the weight's features), or the dot products followed by the QKV
-// heads' norm/RoPE/KV append (kQkvRope; see QkvHeadEpilogue).
-enum Epilogue : int { kPlain = 0, kSiluPair = 1, kQkvRope = 2 };
+// heads' norm/RoPE/KV append (kQkvRope into bf16 pools, kQkvRopeFp8 into FP8 pools; see
+// QkvHeadEpilogue).
+enum Epilogue : int { kPlain = 0, kSiluPair = 1, kQkvRope = 2, kQkvRopeFp8 = 3 };
 
 // One group: the F·R dot products of the weight rows with the R rows of x ([R][vecs] 16-byte
 // vectors, in shared memory when kSharedX), reduced over the CTA and written out. `wv`
@@ -253,7 +254,7 @@ struct GemvQkvEpilogue {
   int* counters;             // [num_q_heads + 2 * num_kv_heads] zero between launches
 };
 
-template <int R, int F, int T>
+template <int R, int F, int T, bool kFp8>
 __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64_t f0, int64_t out,
                                                 bf16 (&stage)[R][kQkvEpilogueMaxHeadDim],
                                                 int& s_last) {
@@ -277,10 +278,14 @@ __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64
     for (int i = lane; i < d; i += 32) stage[r][i] = __ldcg(src + i);
     __syncwarp();
     if (head >= p.num_q_heads + p.num_kv_heads) {  // v
-      const int64_t dst =
-          p.slot_mapping[r * p.num_kv_heads + (head - p.num_q_heads - p.num_kv_heads)];
-      if (dst >= 0)
-        for (int i = lane; i < d; i += 32) p.v_pool[dst * d + i] = stage[r][i];
+      const int kv = head - p.num_q_heads - p.num_kv_heads;
+      const int64_t dst = p.slot_mapping[r * p.num_kv_heads + kv];
+      if (dst >= 0) {
+        if constexpr (kFp8)
+          StoreHeadFp8(stage[r], p.v_pool_fp8 + dst * d, d, lane, p.v_scale[kv], p.v_amax + kv);
+        else
+          for (int i = lane; i < d; i += 32) p.v_pool[dst * d + i] = stage[r][i];
+      }
       continue;
     }
     const bool is_q = head < p.num_q_heads;
@@ -288,8 +293,15 @@ __device__ __forceinline__ void QkvHeadEpilogue(const GemvQkvEpilogue& ep, int64
     if (is_q) {
       dst = p.q + (static_cast<int64_t>(r) * p.num_q_heads + head) * d;
     } else {
-      const int64_t slot = p.slot_mapping[r * p.num_kv_heads + (head - p.num_q_heads)];
+      const int kv = head - p.num_q_heads;
+      const int64_t slot = p.slot_mapping[r * p.num_kv_heads + kv];
       if (slot < 0) continue;
+      if constexpr (kFp8) {
+        NormRopeHeadFp8(stage[r], p.k_pool_fp8 + slot * d, p.k_norm,
+                        static_cast<float>(p.positions[r]), p.inv_freq, p.attention_scaling, p.eps,
+                        d, lane, p.k_scale[kv], p.k_amax + kv);
+        continue;
+      }
       dst = p.k_pool + slot * d;
     }
     NormRopeHead(stage[r], dst, is_q ? p.q_norm : p.k_norm, static_cast<float>(p.positions[r]),
@@ -373,7 +385,8 @@ __global__ void __launch_bounds__(T)
     }
     __syncthreads();  // red is reused by the next row; xs complete
   }
-  constexpr int kStageRows = kEpi == kQkvRope ? R : 1;
+  constexpr bool kQkv = kEpi == kQkvRope || kEpi == kQkvRopeFp8;
+  constexpr int kStageRows = kQkv ? R : 1;
   __shared__ bf16 stage[kStageRows][kQkvEpilogueMaxHeadDim];
   __shared__ int s_last;
   for (int64_t g = g0; g < groups; g += gridDim.x) {
@@ -384,7 +397,7 @@ __global__ void __launch_bounds__(T)
     constexpr bool kPrefetch = kCrossGroupPrefetch<R>;
     GemvGroup<R, F, T, U, true, kEpi>(xs_raw, vecs, wrow, wv, loaded, partial, f0, out, out_bf16,
                                       out_f32, next, kPrefetch && gn < groups);
-    if constexpr (kEpi == kQkvRope) QkvHeadEpilogue<R, F, T>(ep, f0, out, stage, s_last);
+    if constexpr (kQkv) QkvHeadEpilogue<R, F, T, kEpi == kQkvRopeFp8>(ep, f0, out, stage, s_last);
     loaded = kPrefetch && gn < groups && threadIdx.x + (U - 1) * T < vecs;
 #pragma unroll
     for (int f = 0; f < F; ++f) wrow[f] = next[f];
@@ -534,10 +547,14 @@ cudaError_t LaunchGemvRmsNormQkvRope(const bf16* x, const bf16* residual, bf16* 
   const int heads = rope.num_q_heads + 2 * rope.num_kv_heads;
   if (!NormArgsValid(x, residual, residual_out, norm_w, w, rope.tokens, in) ||
       !GemvQkvRopeSupported(rope.tokens, in, heads, rope.head_dim, residual, w) ||
-      counters == nullptr || rope.qkv == nullptr) {
+      counters == nullptr || rope.qkv == nullptr || !QkvRopeAppendFp8Ready(rope)) {
     return cudaErrorInvalidValue;
   }
   GemvQkvEpilogue ep{rope, counters};
+  if (rope.kv_dtype == KvDtype::kFp8E4M3)
+    return LaunchNormRows<kQkvRopeFp8>(x, residual, residual_out, norm_w, eps, w,
+                                       const_cast<bf16*>(rope.qkv), nullptr, rope.tokens, in,
+                                       int64_t{heads} * rope.head_dim, ep, stream);
   return LaunchNormRows<kQkvRope>(x, residual, residual_out, norm_w, eps, w,
                                   const_cast<bf16*>(rope.qkv), nullptr, rope.tokens, in,
                                   int64_t{heads} * rope.head_dim, ep, stream);

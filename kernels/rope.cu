@@ -20,6 +20,7 @@ __global__ void QkNormRopeKernel(QkNormRopeParams p) {
                p.attention_scaling, p.eps, p.head_dim, lane);
 }
 
+template <bool kFp8>
 __global__ void QkvRopeAppendKernel(QkvRopeAppendParams p) {
   GridDependencyWait();
   AllowDependentLaunch();
@@ -34,7 +35,12 @@ __global__ void QkvRopeAppendKernel(QkvRopeAppendParams p) {
     const int kv = h - p.num_q_heads - p.num_kv_heads;
     const int64_t dst = p.slot_mapping[t * p.num_kv_heads + kv];
     if (dst < 0) return;
-    for (int i = lane; i < p.head_dim; i += 32) p.v_pool[dst * p.head_dim + i] = src[i];
+    if constexpr (kFp8) {
+      StoreHeadFp8(src, p.v_pool_fp8 + dst * p.head_dim, p.head_dim, lane, p.v_scale[kv],
+                   p.v_amax + kv);
+    } else {
+      for (int i = lane; i < p.head_dim; i += 32) p.v_pool[dst * p.head_dim + i] = src[i];
+    }
     return;
   }
   const bool is_q = h < p.num_q_heads;
@@ -42,8 +48,15 @@ __global__ void QkvRopeAppendKernel(QkvRopeAppendParams p) {
   if (is_q) {
     dst = p.q + (t * p.num_q_heads + h) * p.head_dim;
   } else {
-    const int64_t slot = p.slot_mapping[t * p.num_kv_heads + (h - p.num_q_heads)];
+    const int kv = h - p.num_q_heads;
+    const int64_t slot = p.slot_mapping[t * p.num_kv_heads + kv];
     if (slot < 0) return;
+    if constexpr (kFp8) {
+      NormRopeHeadFp8(src, p.k_pool_fp8 + slot * p.head_dim, p.k_norm,
+                      static_cast<float>(p.positions[t]), p.inv_freq, p.attention_scaling, p.eps,
+                      p.head_dim, lane, p.k_scale[kv], p.k_amax + kv);
+      return;
+    }
     dst = p.k_pool + slot * p.head_dim;
   }
   NormRopeHead(src, dst, is_q ? p.q_norm : p.k_norm, static_cast<float>(p.positions[t]), p.inv_freq,
@@ -57,7 +70,12 @@ cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t strea
   if (p.head_dim % 2 != 0 || p.head_dim > 2 * 32 * kMaxPairsPerLane) return cudaErrorInvalidValue;
   const int warps_per_block = 8;
   const int64_t items = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads);
-  return LaunchPdl(QkvRopeAppendKernel, dim3(CeilDiv(items, warps_per_block)),
+  if (p.kv_dtype == KvDtype::kFp8E4M3) {
+    if (!QkvRopeAppendFp8Ready(p)) return cudaErrorInvalidValue;
+    return LaunchPdl(QkvRopeAppendKernel<true>, dim3(CeilDiv(items, warps_per_block)),
+                     dim3(warps_per_block * 32), 0, stream, p);
+  }
+  return LaunchPdl(QkvRopeAppendKernel<false>, dim3(CeilDiv(items, warps_per_block)),
                    dim3(warps_per_block * 32), 0, stream, p);
 }
 

@@ -2,18 +2,22 @@
 #pragma once
 
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 
 namespace oasis::kernels {
 
 constexpr int kMaxPairsPerLane = 8;  // head_dim <= 2 * 32 * 8 = 512
 
 // One warp: src (one head of head_dim values) -> optional RMSNorm with `norm` -> RoPE at
-// `pos` -> dst (src and dst may alias). Rounds like Hugging Face's bf16 path: the normalised
-// value to bf16, times the weight to bf16; cos/sin cast to bf16 before the products.
-__device__ __forceinline__ void NormRopeHead(const bf16* src, bf16* dst, const bf16* norm,
-                                             float pos, const float* inv_freq,
-                                             float attention_scaling, float eps, int head_dim,
-                                             int lane) {
+// `pos` -> store(i, value) for every element i (each lane its own elements, once each; every
+// read of src comes before the first store, so src may be the store's destination). Rounds like
+// Hugging Face's bf16 path: the normalised value to bf16, times the weight to bf16; cos/sin cast
+// to bf16 before the products. The value given to `store` is the float before the final
+// rounding (NormRopeHead rounds it to bf16).
+template <typename Store>
+__device__ __forceinline__ void NormRopeHeadTo(const bf16* src, const bf16* norm, float pos,
+                                               const float* inv_freq, float attention_scaling,
+                                               float eps, int head_dim, int lane, Store&& store) {
   const int half = head_dim / 2;
   float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
   float sum = 0.0f;
@@ -43,10 +47,48 @@ __device__ __forceinline__ void NormRopeHead(const bf16* src, bf16* dst, const b
       sincosf(pos * inv_freq[i], &sn, &c);
       c = ToFloat(ToBf16(c * attention_scaling));
       sn = ToFloat(ToBf16(sn * attention_scaling));
-      dst[i] = ToBf16(a[j] * c - b[j] * sn);
-      dst[i + half] = ToBf16(b[j] * c + a[j] * sn);
+      store(i, a[j] * c - b[j] * sn);
+      store(i + half, b[j] * c + a[j] * sn);
     }
   }
+}
+
+// NormRopeHeadTo into a bf16 head `dst` (src and dst may alias).
+__device__ __forceinline__ void NormRopeHead(const bf16* src, bf16* dst, const bf16* norm,
+                                             float pos, const float* inv_freq,
+                                             float attention_scaling, float eps, int head_dim,
+                                             int lane) {
+  NormRopeHeadTo(src, norm, pos, inv_freq, attention_scaling, eps, head_dim, lane,
+                 [&](int i, float x) { dst[i] = ToBf16(x); });
+}
+
+// NormRopeHeadTo into one FP8 head-row `dst` (head_dim e4m3 bytes): the value rounded to bf16
+// (what the bf16 pool would hold) is stored as e4m3(value / scale) and the head's amax raised
+// to its largest |value|. Every lane of the warp calls it.
+__device__ __forceinline__ void NormRopeHeadFp8(const bf16* src, uint8_t* dst, const bf16* norm,
+                                                float pos, const float* inv_freq,
+                                                float attention_scaling, float eps, int head_dim,
+                                                int lane, float scale, float* amax) {
+  float m = 0.0f;
+  NormRopeHeadTo(src, norm, pos, inv_freq, attention_scaling, eps, head_dim, lane,
+                 [&](int i, float x) {
+                   const float r = ToFloat(ToBf16(x));
+                   dst[i] = QuantizeE4M3(r, scale);
+                   m = fmaxf(m, fabsf(r));
+                 });
+  WarpRaiseAmax(amax, m);
+}
+
+// One warp: a V head-row of bf16 values into an FP8 head-row (e4m3(value / scale)), amax raised.
+__device__ __forceinline__ void StoreHeadFp8(const bf16* src, uint8_t* dst, int head_dim, int lane,
+                                             float scale, float* amax) {
+  float m = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) {
+    const float x = ToFloat(src[i]);
+    dst[i] = QuantizeE4M3(x, scale);
+    m = fmaxf(m, fabsf(x));
+  }
+  WarpRaiseAmax(amax, m);
 }
 
 }  // namespace oasis::kernels

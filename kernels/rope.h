@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/kv_dtype.h"
+
 namespace oasis::kernels {
 
 struct QkNormRopeParams {
@@ -45,7 +47,21 @@ struct QkvRopeAppendParams {
   int num_q_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;  // even, <= 512
+  KvDtype kv_dtype = KvDtype::kBf16;
+  uint8_t* k_pool_fp8 = nullptr;   // [num_slots, 16, head_dim] e4m3 (kFp8E4M3 only)
+  uint8_t* v_pool_fp8 = nullptr;   // [num_slots, 16, head_dim] e4m3
+  const float* k_scale = nullptr;  // [num_kv_heads]
+  const float* v_scale = nullptr;  // [num_kv_heads]
+  float* k_amax = nullptr;         // [num_kv_heads], raised
+  float* v_amax = nullptr;         // [num_kv_heads], raised
 };
+
+// Whether the FP8 fields a kFp8E4M3 launch reads are set (always true for kBf16).
+inline bool QkvRopeAppendFp8Ready(const QkvRopeAppendParams& p) {
+  return p.kv_dtype != KvDtype::kFp8E4M3 ||
+         (p.k_pool_fp8 != nullptr && p.v_pool_fp8 != nullptr && p.k_scale != nullptr &&
+          p.v_scale != nullptr && p.k_amax != nullptr && p.v_amax != nullptr);
+}
 
 cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t stream);
 

@@ -15,10 +15,12 @@ namespace {
 constexpr int kCopyThreads = 256;
 constexpr int kCopyUnroll = 4;
 
+// Pools are moved as bytes: `row_vecs` 16-byte vectors per token row (head_dim · element size /
+// 16).
 __global__ void __launch_bounds__(kCopyThreads)
-    CopyBlocksKernel(const bf16* src_k, const bf16* src_v, const int32_t* src_slots, bf16* dst_k,
-                     bf16* dst_v, const int32_t* dst_slots, int64_t n, int head_dim) {
-  const int64_t vecs = int64_t{kHeadBlockTokens} * head_dim / 8;  // 16-byte vectors per block
+    CopyBlocksKernel(const void* src_k, const void* src_v, const int32_t* src_slots, void* dst_k,
+                     void* dst_v, const int32_t* dst_slots, int64_t n, int row_vecs) {
+  const int64_t vecs = int64_t{kHeadBlockTokens} * row_vecs;  // 16-byte vectors per block
   const int64_t total = n * vecs;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const uint4* sk = reinterpret_cast<const uint4*>(src_k);
@@ -109,10 +111,10 @@ __global__ void __launch_bounds__(32)
   BulkWait();
 }
 
-__global__ void CopyTokensKernel(const bf16* src_k, const bf16* src_v, const int64_t* src_index,
-                                 bf16* dst_k, bf16* dst_v, const int64_t* dst_index, int64_t n,
-                                 int head_dim) {
-  const int vecs = head_dim / 8;
+__global__ void CopyTokensKernel(const void* src_k, const void* src_v, const int64_t* src_index,
+                                 void* dst_k, void* dst_v, const int64_t* dst_index, int64_t n,
+                                 int row_vecs) {
+  const int vecs = row_vecs;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= n * vecs) return;
   const int64_t i = item / vecs, v = item % vecs;
@@ -129,8 +131,17 @@ __global__ void CopyTokensKernel(const bf16* src_k, const bf16* src_v, const int
 cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t* src_slots,
                              bf16* dst_k, bf16* dst_v, const int32_t* dst_slots, int64_t n,
                              int head_dim, int max_ctas, cudaStream_t stream, GatherKernel kernel) {
-  if (head_dim % 8 != 0 || !Aligned16(src_k) || !Aligned16(src_v) || !Aligned16(dst_k) ||
-      !Aligned16(dst_v) || max_ctas < 1) {
+  if (head_dim % 8 != 0) return cudaErrorInvalidValue;
+  return LaunchCopyBlockBytes(src_k, src_v, src_slots, dst_k, dst_v, dst_slots, n, head_dim * 2,
+                              max_ctas, stream, kernel);
+}
+
+cudaError_t LaunchCopyBlockBytes(const void* src_k, const void* src_v, const int32_t* src_slots,
+                                 void* dst_k, void* dst_v, const int32_t* dst_slots, int64_t n,
+                                 int row_bytes, int max_ctas, cudaStream_t stream,
+                                 GatherKernel kernel) {
+  if (row_bytes <= 0 || row_bytes % 16 != 0 || !Aligned16(src_k) || !Aligned16(src_v) ||
+      !Aligned16(dst_k) || !Aligned16(dst_v) || max_ctas < 1) {
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
@@ -148,8 +159,7 @@ cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t
   cfg.numAttrs = 1;
   cudaError_t err;
   if (kernel == GatherKernel::kTma) {
-    const int block_bytes =
-        kHeadBlockTokens * head_dim * 2;  // a multiple of 16 (head_dim % 8 == 0)
+    const int block_bytes = kHeadBlockTokens * row_bytes;  // a multiple of 16
     cfg.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(n, max_ctas)));
     cfg.blockDim = dim3(32);
     cfg.dynamicSmemBytes =
@@ -159,13 +169,13 @@ cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t
                              reinterpret_cast<char*>(dst_k), reinterpret_cast<char*>(dst_v),
                              dst_slots, n, block_bytes);
   } else {
-    const int64_t vecs = int64_t{kHeadBlockTokens} * head_dim / 8;
+    const int64_t vecs = int64_t{kHeadBlockTokens} * (row_bytes / 16);
     const int64_t per_cta = int64_t{kCopyThreads} * kCopyUnroll;  // items one CTA has in flight
     const int64_t needed = (n * vecs + per_cta - 1) / per_cta;
     cfg.gridDim = dim3(static_cast<unsigned>(needed < max_ctas ? needed : max_ctas));
     cfg.blockDim = dim3(kCopyThreads);
     err = cudaLaunchKernelEx(&cfg, CopyBlocksKernel, src_k, src_v, src_slots, dst_k, dst_v,
-                             dst_slots, n, head_dim);
+                             dst_slots, n, row_bytes / 16);
   }
   return err != cudaSuccess ? err : cudaGetLastError();
 }
@@ -173,14 +183,22 @@ cudaError_t LaunchCopyBlocks(const bf16* src_k, const bf16* src_v, const int32_t
 cudaError_t LaunchCopyTokens(const bf16* src_k, const bf16* src_v, const int64_t* src_index,
                              bf16* dst_k, bf16* dst_v, const int64_t* dst_index, int64_t n,
                              int head_dim, cudaStream_t stream) {
-  if (head_dim % 8 != 0 || !Aligned16(src_k) || !Aligned16(src_v) || !Aligned16(dst_k) ||
-      !Aligned16(dst_v)) {
+  if (head_dim % 8 != 0) return cudaErrorInvalidValue;
+  return LaunchCopyTokenBytes(src_k, src_v, src_index, dst_k, dst_v, dst_index, n, head_dim * 2,
+                              stream);
+}
+
+cudaError_t LaunchCopyTokenBytes(const void* src_k, const void* src_v, const int64_t* src_index,
+                                 void* dst_k, void* dst_v, const int64_t* dst_index, int64_t n,
+                                 int row_bytes, cudaStream_t stream) {
+  if (row_bytes <= 0 || row_bytes % 16 != 0 || !Aligned16(src_k) || !Aligned16(src_v) ||
+      !Aligned16(dst_k) || !Aligned16(dst_v)) {
     return cudaErrorInvalidValue;
   }
   if (n == 0) return cudaSuccess;
-  const int64_t items = n * (head_dim / 8);
+  const int64_t items = n * (row_bytes / 16);
   CopyTokensKernel<<<CeilDiv(items, 256), 256, 0, stream>>>(src_k, src_v, src_index, dst_k, dst_v,
-                                                            dst_index, n, head_dim);
+                                                            dst_index, n, row_bytes / 16);
   return cudaGetLastError();
 }
 

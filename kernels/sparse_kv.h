@@ -32,6 +32,15 @@ cudaError_t LaunchBlockSummaries(const __nv_bfloat16* k_pool,  // [slots, 16, he
                                  __nv_bfloat16* kmax,          // [rows, head_dim]
                                  int64_t n, int head_dim, cudaStream_t stream);
 
+// The same over an FP8 pool (e4m3 bytes): the stored values as numbers, unscaled (exact in bf16).
+cudaError_t LaunchBlockSummariesFp8(const uint8_t* k_pool,      // [slots, 16, head_dim] e4m3
+                                    const int32_t* src_slots,   // [n]
+                                    const int32_t* num_tokens,  // [n]
+                                    const int32_t* dst_rows,    // [n]
+                                    __nv_bfloat16* kmin,        // [rows, head_dim]
+                                    __nv_bfloat16* kmax,        // [rows, head_dim]
+                                    int64_t n, int head_dim, cudaStream_t stream);
+
 struct ScoreBlocksParams {
   const __nv_bfloat16* q;      // [T, num_q_heads, head_dim]
   const int32_t* query_rows;   // [R] batch row, -1 = inactive
@@ -95,6 +104,15 @@ cudaError_t LaunchCopyBlocks(const __nv_bfloat16* src_k,
                              int64_t n, int head_dim, int max_ctas, cudaStream_t stream,
                              GatherKernel kernel = GatherKernel::kTma);
 
+// The same for pools of any element type, moved as bytes: `row_bytes` per token row (head_dim ·
+// element size, a multiple of 16; FP8 pools: head_dim).
+cudaError_t LaunchCopyBlockBytes(const void* src_k, const void* src_v,  // [src slots, 16, row]
+                                 const int32_t* src_slots,              // [n]
+                                 void* dst_k, void* dst_v,              // [dst slots, 16, row]
+                                 const int32_t* dst_slots,              // [n]
+                                 int64_t n, int row_bytes, int max_ctas, cudaStream_t stream,
+                                 GatherKernel kernel = GatherKernel::kTma);
+
 // Copies single token rows (K and V): dst row dst_index[i] = src row src_index[i] (both >= 0).
 cudaError_t LaunchCopyTokens(const __nv_bfloat16* src_k,
                              const __nv_bfloat16* src_v,  // [.., head_dim] rows
@@ -102,6 +120,13 @@ cudaError_t LaunchCopyTokens(const __nv_bfloat16* src_k,
                              __nv_bfloat16* dst_k, __nv_bfloat16* dst_v,
                              const int64_t* dst_index,  // [n]
                              int64_t n, int head_dim, cudaStream_t stream);
+
+// The same for pools of any element type, moved as bytes (`row_bytes` a multiple of 16).
+cudaError_t LaunchCopyTokenBytes(const void* src_k, const void* src_v,  // [.., row_bytes] rows
+                                 const int64_t* src_index,              // [n]
+                                 void* dst_k, void* dst_v,
+                                 const int64_t* dst_index,  // [n]
+                                 int64_t n, int row_bytes, cudaStream_t stream);
 
 struct AssembleTablesParams {
   const int32_t* seq_rows;        // [S], -1 = dense

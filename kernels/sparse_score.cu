@@ -4,23 +4,29 @@
 #include <climits>
 
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 #include "kernels/sparse_kv.h"
 
 namespace oasis::kernels {
 namespace {
 
-// ---- Block summaries: one CTA per entry, threads over head_dim.
-__global__ void BlockSummariesKernel(const bf16* k_pool, const int32_t* src_slots,
+// ---- Block summaries: one CTA per entry, threads over head_dim. Kv is bf16, or uint8_t (e4m3
+// bytes, summarised as the stored numbers, unscaled: every e4m3 value is a bf16 value).
+__device__ __forceinline__ float KeyValue(bf16 x) { return ToFloat(x); }
+__device__ __forceinline__ float KeyValue(uint8_t x) { return E4M3ToFloat(x); }
+
+template <typename Kv>
+__global__ void BlockSummariesKernel(const Kv* k_pool, const int32_t* src_slots,
                                      const int32_t* num_tokens, const int32_t* dst_rows, bf16* kmin,
                                      bf16* kmax, int head_dim) {
   const int64_t i = blockIdx.x;
   const int count = num_tokens[i], dst = dst_rows[i];
   if (count <= 0 || dst < 0) return;
-  const bf16* k = k_pool + static_cast<int64_t>(src_slots[i]) * kHeadBlockTokens * head_dim;
+  const Kv* k = k_pool + static_cast<int64_t>(src_slots[i]) * kHeadBlockTokens * head_dim;
   for (int x = threadIdx.x; x < head_dim; x += blockDim.x) {
-    float lo = ToFloat(k[x]), hi = lo;
+    float lo = KeyValue(k[x]), hi = lo;
     for (int j = 1; j < count && j < kHeadBlockTokens; ++j) {
-      const float v = ToFloat(k[j * head_dim + x]);
+      const float v = KeyValue(k[j * head_dim + x]);
       lo = fminf(lo, v);
       hi = fmaxf(hi, v);
     }
@@ -234,6 +240,16 @@ __global__ void __launch_bounds__(32 * ScoreShape<D>::kWarps)
 cudaError_t LaunchBlockSummaries(const bf16* k_pool, const int32_t* src_slots,
                                  const int32_t* num_tokens, const int32_t* dst_rows, bf16* kmin,
                                  bf16* kmax, int64_t n, int head_dim, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (n > INT_MAX || head_dim <= 0) return cudaErrorInvalidValue;
+  BlockSummariesKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(
+      k_pool, src_slots, num_tokens, dst_rows, kmin, kmax, head_dim);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBlockSummariesFp8(const uint8_t* k_pool, const int32_t* src_slots,
+                                    const int32_t* num_tokens, const int32_t* dst_rows, bf16* kmin,
+                                    bf16* kmax, int64_t n, int head_dim, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (n > INT_MAX || head_dim <= 0) return cudaErrorInvalidValue;
   BlockSummariesKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(

@@ -36,6 +36,25 @@ T* Ptr(const Tensor& t) {
   return static_cast<T*>(t.raw());
 }
 
+// A device KV pool: bf16, or FP8 (e4m3) with its per-KV-head F32 scales and maxima on the
+// device (backend.h, LayerKvPool). Returns whether it is FP8.
+bool CheckKvPool(const LayerKvPool& pool, int64_t num_kv_heads, const char* what) {
+  const bool fp8 = pool.fp8();
+  OASIS_CHECK(pool.k.device() == Device::kCuda && pool.v.device() == Device::kCuda &&
+              pool.v.dtype() == pool.k.dtype() && (fp8 || pool.k.dtype() == DType::kBF16))
+      << what << ": expected device BF16 or F8_E4M3 K/V pools of one dtype, got K "
+      << pool.k.ToString() << ", V " << pool.v.ToString();
+  if (fp8) {
+    for (const Tensor* t : {&pool.k_scale, &pool.v_scale, &pool.k_amax, &pool.v_amax}) {
+      OASIS_CHECK(t->defined() && t->device() == Device::kCuda && t->dtype() == DType::kF32 &&
+                  t->numel() >= num_kv_heads)
+          << what << ": an FP8 KV pool needs device F32 k_scale, v_scale, k_amax, v_amax of "
+          << num_kv_heads << " KV heads, got " << (t->defined() ? t->ToString() : "none");
+    }
+  }
+  return fp8;
+}
+
 // Device allocations whose last owner let go while their stream was capturing a graph. Inside
 // a capture cudaFreeAsync may only free the graph's own allocations (anything else returns
 // cudaErrorInvalidValue, which the next launch then reports), so these wait until the stream
@@ -528,6 +547,14 @@ void CudaBackend::KvAppend(const Tensor& k, const Tensor& v, const Tensor& slot_
                            LayerKvPool& pool) {
   CheckDevice(k, DType::kBF16, "KvAppend k");
   CheckDevice(slot_mapping, DType::kI64, "KvAppend slot_mapping");
+  if (CheckKvPool(pool, k.dim(1), "KvAppend")) {
+    OASIS_CUDA_CHECK(kernels::LaunchKvAppendFp8(
+        Ptr(k), Ptr(v), Ptr<int64_t>(slot_mapping), Ptr<uint8_t>(pool.k), Ptr<uint8_t>(pool.v),
+        Ptr<float>(pool.k_scale), Ptr<float>(pool.v_scale), Ptr<float>(pool.k_amax),
+        Ptr<float>(pool.v_amax), k.dim(0), static_cast<int>(k.dim(1)), static_cast<int>(k.dim(2)),
+        stream()));
+    return;
+  }
   OASIS_CUDA_CHECK(kernels::LaunchKvAppend(Ptr(k), Ptr(v), Ptr<int64_t>(slot_mapping), Ptr(pool.k),
                                            Ptr(pool.v), k.dim(0), static_cast<int>(k.dim(1)),
                                            static_cast<int>(k.dim(2)), stream()));
@@ -558,6 +585,14 @@ Params AttentionParams(const Tensor& q, const LayerKvPool& pool, const Attention
   p.head_dim = static_cast<int>(q.dim(2));
   p.max_blocks = static_cast<int>(meta.block_tables.dim(2));
   p.scale = scale;
+  if (pool.fp8()) {  // checked by the caller (CheckKvPool)
+    p.k_pool = p.v_pool = nullptr;
+    p.kv_dtype = kernels::KvDtype::kFp8E4M3;
+    p.k_pool_fp8 = Ptr<uint8_t>(pool.k);
+    p.v_pool_fp8 = Ptr<uint8_t>(pool.v);
+    p.k_scale = Ptr<float>(pool.k_scale);
+    p.v_scale = Ptr<float>(pool.v_scale);
+  }
   return p;
 }
 
@@ -567,7 +602,10 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
                             float scale, Tensor& out) {
   CheckDevice(q, DType::kBF16, "Attention q");
   CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
+  const bool fp8 = CheckKvPool(pool, meta.kv_lens.dim(1), "Attention");
   const int head_dim = static_cast<int>(q.dim(2));
+  OASIS_CHECK(!fp8 || head_dim <= 256)
+      << "Attention: FP8 KV pools are read for head_dim <= 256, got " << head_dim;
   // The decode kernel reads each K/V byte once per GQA group and query chunk, so it wins while
   // the query tokens are few: up to kDecodeKernelQueryLen (speculation chains of up to 4 drafts
   // verify 5; bench_decode_attention times both kernels at 4, 5 and 8), and at head_dim 256 up
@@ -602,8 +640,6 @@ kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q
   kernels::QkvRopeAppendParams p;
   p.qkv = Ptr(qkv);
   p.q = Ptr(q);
-  p.k_pool = Ptr(pool.k);
-  p.v_pool = Ptr(pool.v);
   p.slot_mapping = Ptr<int64_t>(slot_mapping);
   p.q_norm = q_norm ? Ptr(*q_norm) : nullptr;
   p.k_norm = k_norm ? Ptr(*k_norm) : nullptr;
@@ -617,6 +653,18 @@ kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q
   p.head_dim = static_cast<int>(q.dim(2));
   OASIS_CHECK_EQ(qkv.dim(1), (p.num_q_heads + 2 * p.num_kv_heads) * p.head_dim)
       << "QkvRopeAppend widths";
+  if (CheckKvPool(pool, p.num_kv_heads, "QkvRopeAppend")) {
+    p.kv_dtype = kernels::KvDtype::kFp8E4M3;
+    p.k_pool_fp8 = Ptr<uint8_t>(pool.k);
+    p.v_pool_fp8 = Ptr<uint8_t>(pool.v);
+    p.k_scale = Ptr<float>(pool.k_scale);
+    p.v_scale = Ptr<float>(pool.v_scale);
+    p.k_amax = Ptr<float>(pool.k_amax);
+    p.v_amax = Ptr<float>(pool.v_amax);
+  } else {
+    p.k_pool = Ptr(pool.k);
+    p.v_pool = Ptr(pool.v);
+  }
   return p;
 }
 

@@ -35,12 +35,22 @@ void CheckDev(const Tensor& t, DType dtype, const char* what) {
       << what << ": expected a device " << DTypeName(dtype) << " tensor, got " << t.ToString();
 }
 
-// A pool may live on the device or in mapped pinned host memory (EmptyHost).
+// A pool may live on the device or in mapped pinned host memory (EmptyHost); bf16 or FP8
+// (e4m3: copies move its bytes, summaries read its stored values).
 void CheckPool(const LayerKvPool& p, const char* what) {
-  OASIS_CHECK(p.k.dtype() == DType::kBF16 && p.v.dtype() == DType::kBF16 &&
-              p.k.shape() == p.v.shape() && p.k.ndim() == 3 && p.k.dim(1) == kBlockSize)
-      << what << ": expected bf16 pools [slots, " << kBlockSize << ", head_dim], got "
-      << p.k.ToString();
+  OASIS_CHECK((p.k.dtype() == DType::kBF16 || p.k.dtype() == DType::kF8E4M3) &&
+              p.v.dtype() == p.k.dtype() && p.k.shape() == p.v.shape() && p.k.ndim() == 3 &&
+              p.k.dim(1) == kBlockSize)
+      << what << ": expected BF16 or F8_E4M3 pools [slots, " << kBlockSize << ", head_dim], got K "
+      << p.k.ToString() << ", V " << p.v.ToString();
+}
+
+// Bytes of one token row of a pool (16-byte multiples: what the copy kernels move).
+int RowBytes(const LayerKvPool& p, const char* what) {
+  const int64_t bytes = p.k.dim(2) * static_cast<int64_t>(DTypeSize(p.k.dtype()));
+  OASIS_CHECK(bytes % 16 == 0) << what << ": a token row of " << p.k.ToString() << " is " << bytes
+                               << " bytes, not a multiple of 16";
+  return static_cast<int>(bytes);
 }
 
 void CheckState(const Tensor& t, int64_t rows, int64_t heads, const char* what) {
@@ -154,6 +164,12 @@ void CudaBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slot
       << "BlockSummaries: entry counts differ";
   OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d)
       << "BlockSummaries kmin " << kmin.ToString();
+  if (pool.fp8()) {  // min/max of the stored e4m3 values (unscaled), exact in bf16
+    OASIS_CUDA_CHECK(kernels::LaunchBlockSummariesFp8(
+        Ptr<uint8_t>(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens),
+        Ptr<int32_t>(dst_rows), Ptr(kmin), Ptr(kmax), n, static_cast<int>(d), stream()));
+    return;
+  }
   OASIS_CUDA_CHECK(kernels::LaunchBlockSummaries(
       Ptr(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens), Ptr<int32_t>(dst_rows),
       Ptr(kmin), Ptr(kmax), n, static_cast<int>(d), stream()));
@@ -304,10 +320,13 @@ void CudaBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, La
   CheckDev(dst_slots, DType::kI32, "CopyBlocks dst_slots");
   OASIS_CHECK_EQ(src_slots.numel(), dst_slots.numel()) << "CopyBlocks entry counts";
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyBlocks head_dim";
-  OASIS_CUDA_CHECK(kernels::LaunchCopyBlocks(Ptr(src.k), Ptr(src.v), Ptr<int32_t>(src_slots),
-                                             Ptr(dst.k), Ptr(dst.v), Ptr<int32_t>(dst_slots),
-                                             src_slots.numel(), static_cast<int>(src.k.dim(2)),
-                                             GatherCtas(), stream(), GatherKernelChoice()));
+  OASIS_CHECK(src.k.dtype() == dst.k.dtype())
+      << "CopyBlocks between pools of different dtypes: " << src.k.ToString() << " -> "
+      << dst.k.ToString();
+  OASIS_CUDA_CHECK(kernels::LaunchCopyBlockBytes(src.k.raw(), src.v.raw(), Ptr<int32_t>(src_slots),
+                                                 dst.k.raw(), dst.v.raw(), Ptr<int32_t>(dst_slots),
+                                                 src_slots.numel(), RowBytes(src, "CopyBlocks"),
+                                                 GatherCtas(), stream(), GatherKernelChoice()));
 }
 
 void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, LayerKvPool& dst,
@@ -318,9 +337,12 @@ void CudaBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, La
   CheckDev(dst_index, DType::kI64, "CopyTokens dst_index");
   OASIS_CHECK_EQ(src_index.numel(), dst_index.numel()) << "CopyTokens entry counts";
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyTokens head_dim";
-  OASIS_CUDA_CHECK(kernels::LaunchCopyTokens(
-      Ptr(src.k), Ptr(src.v), Ptr<int64_t>(src_index), Ptr(dst.k), Ptr(dst.v),
-      Ptr<int64_t>(dst_index), src_index.numel(), static_cast<int>(src.k.dim(2)), stream()));
+  OASIS_CHECK(src.k.dtype() == dst.k.dtype())
+      << "CopyTokens between pools of different dtypes: " << src.k.ToString() << " -> "
+      << dst.k.ToString();
+  OASIS_CUDA_CHECK(kernels::LaunchCopyTokenBytes(
+      src.k.raw(), src.v.raw(), Ptr<int64_t>(src_index), dst.k.raw(), dst.v.raw(),
+      Ptr<int64_t>(dst_index), src_index.numel(), RowBytes(src, "CopyTokens"), stream()));
 }
 
 void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resident_slots,

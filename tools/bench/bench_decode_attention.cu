@@ -13,7 +13,12 @@
 // but a table as wide as, and a max_kv_len hint of, 16K tokens, as CUDA graphs capture it.
 // The last line starts with RESULT (collected by tools/gpu_suite.sh).
 //
-//   bench_decode_attention [--runs N] [--sweep] [--torch-gbs G1,G2,...]
+// --kv-dtype fp8: the pools hold e4m3 bytes (random numbers, per-head scales) and every kernel
+// runs its FP8 variant; GB/s are over the bytes actually read (head_dim × 1 byte × 2 per token),
+// half of bf16's, against the same ceiling. The PyTorch peer still reads bf16: "vs torch" is the
+// ratio of step times (PyTorch's bf16 time / ours), which for bf16 equals the GB/s ratio.
+//
+//   bench_decode_attention [--runs N] [--sweep] [--torch-gbs G1,G2,...] [--kv-dtype bf16|fp8]
 //     --sweep: also every forced split count; --torch-gbs: PyTorch's GB/s per case of
 //     bench_decode_attention_torch.py, in its order (its PEER_GBS line)
 #include <cuda_bf16.h>
@@ -59,6 +64,21 @@ __global__ void FillRandomBf16(bf16* p, size_t n, uint32_t seed) {
   }
 }
 
+// Random e4m3 numbers (never the NaN encodings 0x7f / 0xff), magnitudes up to 448.
+__global__ void FillRandomFp8(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    x ^= x >> 15, x *= 2246822519u, x ^= x >> 13, x *= 3266489917u, x ^= x >> 16;
+    const uint8_t b = static_cast<uint8_t>(x);
+    p[i] = (b & 0x7f) == 0x7f ? static_cast<uint8_t>(b ^ 1) : b;
+  }
+}
+
+__global__ void FillFloat(float* p, int n, float value) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) p[i] = value;
+}
+
 struct Case {
   const char* name;
   int batch, context, q_len;
@@ -72,7 +92,9 @@ struct Case {
 
 // Device buffers shared by all cases (sized for the largest).
 struct Buffers {
-  bf16 *k = nullptr, *v = nullptr, *q = nullptr, *out = nullptr;
+  void *k = nullptr, *v = nullptr;  // bf16 or e4m3 pools
+  float *k_scale = nullptr, *v_scale = nullptr;
+  bf16 *q = nullptr, *out = nullptr;
   int32_t *qstart = nullptr, *lens = nullptr, *tables = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -113,7 +135,16 @@ int main(int argc, char** argv) {
   int runs = 30;
   bool sweep = false;
   std::vector<double> torch_gbs;  // PyTorch SDPA's GB/s per peer case, measured in the same call
+  bool fp8 = false;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--kv-dtype") && i + 1 < argc) {
+      const char* d = argv[++i];
+      if (std::strcmp(d, "fp8") && std::strcmp(d, "bf16")) {
+        std::fprintf(stderr, "--kv-dtype: bf16 or fp8, got %s\n", d);
+        return 2;
+      }
+      fp8 = !std::strcmp(d, "fp8");
+    }
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) runs = std::max(20, std::atoi(argv[++i]));
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--torch-gbs") && i + 1 < argc) {
@@ -156,17 +187,20 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20);
   std::printf(
-      "decode attention: GQA %d/%d, head_dim %d, bf16, the engine's slot order (random where "
+      "decode attention: GQA %d/%d, head_dim %d, %s KV, the engine's slot order (random where "
       "named); median of "
       "%d runs, L2 flushed\n",
-      kHq, kHkv, kHeadDim, runs);
+      kHq, kHkv, kHeadDim, fp8 ? "fp8 (e4m3)" : "bf16", runs);
 
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Buffers buf;
   const size_t pool_elems = size_t{static_cast<size_t>(max_slots)} * kPage * kHeadDim;
-  BENCH_CHECK(cudaMalloc(&buf.k, pool_elems * sizeof(bf16)));
-  BENCH_CHECK(cudaMalloc(&buf.v, pool_elems * sizeof(bf16)));
+  const size_t kv_elem_bytes = fp8 ? 1 : sizeof(bf16);
+  BENCH_CHECK(cudaMalloc(&buf.k, pool_elems * kv_elem_bytes));
+  BENCH_CHECK(cudaMalloc(&buf.v, pool_elems * kv_elem_bytes));
+  BENCH_CHECK(cudaMalloc(&buf.k_scale, kHkv * sizeof(float)));
+  BENCH_CHECK(cudaMalloc(&buf.v_scale, kHkv * sizeof(float)));
   BENCH_CHECK(
       cudaMalloc(&buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim * sizeof(bf16)));
   BENCH_CHECK(cudaMalloc(&buf.out,
@@ -177,8 +211,15 @@ int main(int argc, char** argv) {
   BENCH_CHECK(cudaMalloc(
       &buf.tables, size_t{static_cast<size_t>(max_seqs)} * kHkv * max_blocks * sizeof(int32_t)));
   BENCH_CHECK(cudaMalloc(&buf.flush, buf.flush_bytes));
-  FillRandomBf16<<<1024, 256, 0, stream>>>(buf.k, pool_elems, 1);
-  FillRandomBf16<<<1024, 256, 0, stream>>>(buf.v, pool_elems, 2);
+  if (fp8) {
+    FillRandomFp8<<<1024, 256, 0, stream>>>(static_cast<uint8_t*>(buf.k), pool_elems, 1);
+    FillRandomFp8<<<1024, 256, 0, stream>>>(static_cast<uint8_t*>(buf.v), pool_elems, 2);
+  } else {
+    FillRandomBf16<<<1024, 256, 0, stream>>>(static_cast<bf16*>(buf.k), pool_elems, 1);
+    FillRandomBf16<<<1024, 256, 0, stream>>>(static_cast<bf16*>(buf.v), pool_elems, 2);
+  }
+  FillFloat<<<1, 32, 0, stream>>>(buf.k_scale, kHkv, 1.0f / 256);
+  FillFloat<<<1, 32, 0, stream>>>(buf.v_scale, kHkv, 1.0f / 256);
   FillRandomBf16<<<1024, 256, 0, stream>>>(
       buf.q, size_t{static_cast<size_t>(max_tokens)} * kHq * kHeadDim, 3);
   BENCH_CHECK(cudaGetLastError());
@@ -186,7 +227,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1234);
   std::vector<int32_t> all_slots(static_cast<size_t>(max_slots));
   std::iota(all_slots.begin(), all_slots.end(), 0);
-  double main_gbs = 0, random_gbs = 0;
+  double main_gbs = 0, random_gbs = 0, main_us = 0, main_bf16_gb = 0;
   std::printf("\n%-40s %6s %10s %9s %10s %9s %8s %9s\n", "case", "splits", "median us", "KV GB",
               "GB/s", "ceiling", "ratio", "vs torch");
   for (const Case& c : cases) {
@@ -220,7 +261,15 @@ int main(int argc, char** argv) {
                                 cudaMemcpyHostToDevice, stream));
 
     oasis::kernels::DecodeAttentionParams p;
-    p.q = buf.q, p.k_pool = buf.k, p.v_pool = buf.v, p.out = buf.out;
+    p.q = buf.q, p.out = buf.out;
+    if (fp8) {
+      p.kv_dtype = oasis::kernels::KvDtype::kFp8E4M3;
+      p.k_pool_fp8 = static_cast<const uint8_t*>(buf.k);
+      p.v_pool_fp8 = static_cast<const uint8_t*>(buf.v);
+      p.k_scale = buf.k_scale, p.v_scale = buf.v_scale;
+    } else {
+      p.k_pool = static_cast<const bf16*>(buf.k), p.v_pool = static_cast<const bf16*>(buf.v);
+    }
     p.query_start = buf.qstart, p.kv_lens = buf.lens, p.block_tables = buf.tables;
     p.tokens = int64_t{c.batch} * c.q_len;
     p.num_seqs = c.batch, p.num_q_heads = kHq, p.num_kv_heads = kHkv, p.head_dim = kHeadDim;
@@ -237,7 +286,9 @@ int main(int argc, char** argv) {
           [&] { return oasis::kernels::LaunchDecodeAttention(q, buf.workspace, ws, stream); }, buf,
           stream, runs);
     };
-    const double kv_gb = double(c.batch) * kHkv * c.context * kHeadDim * 2 * 2 / 1e9;
+    // Bytes the step reads: K and V of every visible token (fp8: one byte per value).
+    const double kv_gb = double(c.batch) * kHkv * c.context * kHeadDim * kv_elem_bytes * 2 / 1e9;
+    const double bf16_gb = double(c.batch) * kHkv * c.context * kHeadDim * 2 * 2 / 1e9;
     if (sweep) {
       for (int forced : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}) {
         oasis::kernels::DecodeAttentionParams q = p;
@@ -262,13 +313,17 @@ int main(int argc, char** argv) {
     char vs[32] = "-";
     const double peer_gbs =
         c.peer >= 0 && c.peer < static_cast<int>(torch_gbs.size()) ? torch_gbs[c.peer] : 0.0;
-    if (peer_gbs > 0) std::snprintf(vs, sizeof(vs), "%.2fx", gbs / peer_gbs);
+    // PyTorch's (bf16) step time over ours (= the GB/s ratio when both read bf16).
+    if (peer_gbs > 0)
+      std::snprintf(vs, sizeof(vs), "%.2fx", bf16_gb / peer_gbs / (st.median_ms * 1e-3));
     std::printf("%-40s %6d %10.1f %9.3f %10.0f %9.0f %8.3f %9s\n", c.name,
                 oasis::kernels::DecodeAttentionNumSplits(p), st.median_ms * 1e3, kv_gb, gbs,
                 kCeilingGBs, gbs / kCeilingGBs, vs);
     if (c.q_len >= 4) {  // the prefill kernel on the same inputs
       oasis::kernels::PrefillAttentionParams f;
       f.q = p.q, f.k_pool = p.k_pool, f.v_pool = p.v_pool, f.query_start = p.query_start;
+      f.kv_dtype = p.kv_dtype, f.k_pool_fp8 = p.k_pool_fp8, f.v_pool_fp8 = p.v_pool_fp8;
+      f.k_scale = p.k_scale, f.v_scale = p.v_scale;
       f.kv_lens = p.kv_lens, f.block_tables = p.block_tables, f.out = p.out, f.tokens = p.tokens;
       f.num_seqs = p.num_seqs, f.num_q_heads = kHq, f.num_kv_heads = kHkv, f.head_dim = kHeadDim;
       f.max_blocks = pages, f.max_query_len = c.q_len, f.scale = p.scale;
@@ -282,10 +337,14 @@ int main(int argc, char** argv) {
     if (c.random_slots) random_gbs = gbs;  // the main shape's random-slot case
     if (&c == &cases.front()) {
       main_gbs = gbs;
+      main_us = st.median_ms * 1e3;
+      main_bf16_gb = bf16_gb;
       // The reference-grade kernel (one CTA per row and query head) on the same inputs, for scale.
       oasis::kernels::PagedAttentionParams r;
       r.q = p.q, r.k_pool = p.k_pool, r.v_pool = p.v_pool, r.query_start = p.query_start,
       r.kv_lens = p.kv_lens;
+      r.kv_dtype = p.kv_dtype, r.k_pool_fp8 = p.k_pool_fp8, r.v_pool_fp8 = p.v_pool_fp8;
+      r.k_scale = p.k_scale, r.v_scale = p.v_scale;
       r.block_tables = p.block_tables, r.out = p.out, r.tokens = p.tokens, r.num_seqs = p.num_seqs;
       r.num_q_heads = kHq, r.num_kv_heads = kHkv, r.head_dim = kHeadDim, r.max_blocks = pages,
       r.scale = p.scale;
@@ -296,15 +355,21 @@ int main(int argc, char** argv) {
                   kv_gb / (ref.median_ms * 1e-3) / kCeilingGBs);
     }
   }
-  char peer[96] = "no peer measured";
+  char peer[128] = "no peer measured";
   if (!torch_gbs.empty() && torch_gbs[0] > 0) {
-    std::snprintf(peer, sizeof(peer), "vs PyTorch SDPA %.0f GB/s (same call): %.2fx", torch_gbs[0],
-                  main_gbs / torch_gbs[0]);
+    if (fp8) {
+      std::snprintf(peer, sizeof(peer),
+                    "vs PyTorch SDPA bf16 %.0f GB/s (same call): %.2fx its speed", torch_gbs[0],
+                    main_bf16_gb / torch_gbs[0] / (main_us * 1e-6));
+    } else {
+      std::snprintf(peer, sizeof(peer), "vs PyTorch SDPA %.0f GB/s (same call): %.2fx",
+                    torch_gbs[0], main_gbs / torch_gbs[0]);
+    }
   }
   std::printf(
-      "\nRESULT decode_attention b32x16K GQA32/8 d128: %.0f GB/s of KV (random slots %.0f), "
+      "\nRESULT decode_attention b32x16K GQA32/8 d128%s: %.0f GB/s of KV (random slots %.0f), "
       "ceiling %.0f GB/s, "
       "ratio %.3f; %s\n",
-      main_gbs, random_gbs, kCeilingGBs, main_gbs / kCeilingGBs, peer);
+      fp8 ? " fp8" : "", main_gbs, random_gbs, kCeilingGBs, main_gbs / kCeilingGBs, peer);
   return 0;
 }

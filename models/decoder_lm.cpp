@@ -326,9 +326,23 @@ Tensor* DecoderLM::FindWeight(const std::string& name) {
 
 std::vector<LayerKvPool> DecoderLM::AllocateKvCache(int64_t num_slots) const {
   std::vector<LayerKvPool> pools(static_cast<size_t>(config_.num_hidden_layers));
+  const DType dt = KvCacheDtype(backend_, config_.kv_cache_fp8);
+  const int64_t hkv = config_.num_key_value_heads;  // this rank's
   for (auto& p : pools) {
-    p.k = backend_.Empty({num_slots, kBlockSize, config_.head_dim}, backend_.activation_dtype());
-    p.v = backend_.Empty({num_slots, kBlockSize, config_.head_dim}, backend_.activation_dtype());
+    p.k = backend_.Empty({num_slots, kBlockSize, config_.head_dim}, dt);
+    p.v = backend_.Empty({num_slots, kBlockSize, config_.head_dim}, dt);
+    if (config_.kv_cache_fp8) {
+      // Unit scales until calibration (ModelRunner::CalibrateKvScales) sets them; each its
+      // own tensor (the CPU backend's Upload returns the host tensor itself).
+      auto filled = [&](float value) {
+        return backend_.Upload(
+            Tensor::FromFloats(std::vector<float>(static_cast<size_t>(hkv), value), {hkv}));
+      };
+      p.k_scale = filled(1.0f);
+      p.v_scale = filled(1.0f);
+      p.k_amax = filled(0.0f);
+      p.v_amax = filled(0.0f);
+    }
   }
   return pools;
 }

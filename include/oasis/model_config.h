@@ -94,6 +94,11 @@ struct ModelConfig {
   // (`speculators`), as found in the checkpoint.
   std::string head_layer_prefix = "midlayer.";
 
+  // Not from config.json: the server's `--kv-cache-dtype fp8` (docs/fp8.md). The KV pools, the
+  // host KV store and the prefix cache's host tier hold e4m3 with per-KV-head scales
+  // (LayerKvPool); activations and summaries keep the activation dtype.
+  bool kv_cache_fp8 = false;
+
   int64_t q_size() const { return num_attention_heads * head_dim; }
   // transformers' rule (Qwen3MoeDecoderLayer): layer l has a sparse MoE block iff l is not in
   // mlp_only_layers, num_experts > 0 and (l + 1) % decoder_sparse_step == 0.

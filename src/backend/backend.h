@@ -29,9 +29,26 @@ inline constexpr int64_t BlocksFor(int64_t tokens) {
 
 // The paged KV cache of one layer: pools of head-blocks. Slot s holds kBlockSize tokens of
 // one KV head: k[s, i, :] is the key of the i-th token of that head-block.
+//
+// Element type: the activation dtype, or F8E4M3 (`--kv-cache-dtype fp8`, docs/fp8.md). In an
+// FP8 pool a stored e4m3 value x of KV head h stands for x · k_scale[h] (keys) or
+// x · v_scale[h] (values). Ops that write K/V (KvAppend, QkvRopeAppend,
+// AddRmsNormQkvRopeAppend) store FloatToFp8E4M3(value / scale[h]) (round to nearest even,
+// saturating at ±448) and raise k_amax[h] / v_amax[h] to the largest |value| they were given
+// (before quantization: start-up calibration and the saturation metric read it). Attention
+// reads x · scale[h]. A slot does not know its head: ops that read stored values as numbers
+// take h from their slot mapping or block tables. BlockSummaries of an FP8 pool are in stored
+// units (min/max of x, unscaled): a head's scores are then its bounds divided by k_scale[h],
+// which orders that head's blocks exactly as the scaled bounds do (TopK is per KV head and a
+// GQA group shares its KV head's scale). Copies of blocks and tokens move stored bytes.
 struct LayerKvPool {
   Tensor k;  // [num_slots, kBlockSize, head_dim]
   Tensor v;  // [num_slots, kBlockSize, head_dim]
+  // FP8 pools only (empty otherwise): [num_kv_heads] F32 on the pool's device. Host-store
+  // pools (EmptyHost) carry none: nothing reads their values as numbers.
+  Tensor k_scale, v_scale;
+  Tensor k_amax, v_amax;
+  bool fp8() const { return k.dtype() == DType::kF8E4M3; }
 };
 
 // Where the tokens of a batch attend, with head-level block tables. Sequence s owns query
@@ -92,7 +109,8 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual Device device() const = 0;
-  // Activations and KV dtype: F32 on the CPU reference, BF16 on CUDA.
+  // Activations and (unless the KV cache is FP8) KV dtype: F32 on the CPU reference, BF16 on
+  // CUDA.
   virtual DType activation_dtype() const = 0;
   // Whether this backend's kernels compute a model (or draft head) of `config`'s shapes on one
   // of `tp_size` tensor-parallel ranks; an error naming the value and the limit if not. Models
@@ -324,8 +342,8 @@ class Backend {
                               const Tensor& src_slots,   // [N] int32 slot in pool
                               const Tensor& num_tokens,  // [N] int32 valid leading tokens
                               const Tensor& dst_rows,    // [N] int32 summary row, < 0 = skip
-                              Tensor& kmin,              // [num_rows, D] pool dtype
-                              Tensor& kmax) = 0;         // [num_rows, D] pool dtype
+                              Tensor& kmin,              // [num_rows, D] activation dtype
+                              Tensor& kmax) = 0;         // [num_rows, D] activation dtype
 
   // Block scores of a query against every candidate block's summary. For each active row r
   // (query_rows[r] >= 0), KV head h and block b < num_blocks[r]: with m = host_tables[r, h, b]
@@ -439,5 +457,11 @@ class Backend {
                            const Tensor& rows,       // [R] int32, -1 = inactive
                            Tensor& counts) = 0;      // [R, Hkv, 2] int32, accumulated
 };
+
+// The element type of a model's KV pools on `backend`: F8E4M3 for an FP8 KV cache
+// (ModelConfig::kv_cache_fp8), else the activation dtype.
+inline DType KvCacheDtype(const Backend& backend, bool fp8) {
+  return fp8 ? DType::kF8E4M3 : backend.activation_dtype();
+}
 
 }  // namespace oasis

@@ -21,6 +21,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kI8:
     case DType::kU8:
     case DType::kBool:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
       return 1;
   }
   OASIS_CHECK(false) << "unknown dtype " << static_cast<int>(dtype);
@@ -49,14 +51,18 @@ std::string_view DTypeName(DType dtype) {
       return "U8";
     case DType::kBool:
       return "BOOL";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kF8E5M2:
+      return "F8_E5M2";
   }
   return "?";
 }
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  static constexpr DType kAll[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64,
-                                   DType::kI64, DType::kI32, DType::kI16,  DType::kI8,
-                                   DType::kU8,  DType::kBool};
+  static constexpr DType kAll[] = {DType::kF32, DType::kF16,  DType::kBF16,   DType::kF64,
+                                   DType::kI64, DType::kI32,  DType::kI16,    DType::kI8,
+                                   DType::kU8,  DType::kBool, DType::kF8E4M3, DType::kF8E5M2};
   for (DType d : kAll) {
     if (DTypeName(d) == name) return d;
   }
@@ -115,6 +121,51 @@ uint16_t FloatToF16Bits(float f) {
   return static_cast<uint16_t>(sign | half);
 }
 
+float Fp8E4M3ToFloat(uint8_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x80u) << 24;
+  const uint32_t exp = (bits >> 3) & 0xfu, mant = bits & 0x7u;
+  float f;
+  if (exp == 0xf && mant == 0x7) {  // e4m3fn has only NaN at the top (no infinities)
+    const uint32_t u = sign | 0x7fc00000u;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  if (exp == 0) {  // zero or subnormal: mant * 2^-9
+    f = static_cast<float>(mant) * (1.0f / 512.0f);
+  } else {
+    const uint32_t u = ((exp + 127 - 7) << 23) | (mant << 20);
+    std::memcpy(&f, &u, sizeof f);
+  }
+  return sign ? -f : f;
+}
+
+uint8_t FloatToFp8E4M3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);  // NaN
+  float af;
+  std::memcpy(&af, &abs, sizeof af);
+  if (af >= kFp8E4M3Max) return static_cast<uint8_t>(sign | 0x7eu);  // saturate (inf too)
+  if (af < 0.015625f) {  // below 2^-6: subnormal unit 2^-9, round half to even
+    const float r = std::nearbyint(af * 512.0f);  // 0..8 (8 = the smallest normal, 0x08)
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(r));
+  }
+  const uint32_t exp = (abs >> 23) - 127 + 7;  // 1..15
+  const uint32_t mant = abs & 0x7fffffu;
+  uint32_t q = (exp << 3) | (mant >> 20);
+  const uint32_t rest = mant & 0xfffffu;
+  if (rest > 0x80000u || (rest == 0x80000u && (q & 1u))) ++q;  // may carry into the exponent
+  if (q > 0x7eu) q = 0x7eu;                                    // 464 and above round to 448
+  return static_cast<uint8_t>(sign | q);
+}
+
+float Fp8E5M2ToFloat(uint8_t bits) {
+  // e5m2 is the top byte of an IEEE f16.
+  return F16BitsToFloat(static_cast<uint16_t>(bits) << 8);
+}
+
 namespace {
 template <typename T>
 void IntToFloat(const void* src, float* dst, size_t n) {
@@ -157,6 +208,16 @@ void ConvertToFloat(const void* src, DType src_dtype, float* dst, size_t n) {
     case DType::kBool:
       IntToFloat<uint8_t>(src, dst, n);
       return;
+    case DType::kF8E4M3: {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToFloat(s[i]);
+      return;
+    }
+    case DType::kF8E5M2: {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = Fp8E5M2ToFloat(s[i]);
+      return;
+    }
   }
   OASIS_CHECK(false) << "ConvertToFloat: unsupported dtype";
 }
@@ -174,6 +235,11 @@ void ConvertFromFloat(const float* src, void* dst, DType dst_dtype, size_t n) {
     case DType::kF16: {
       uint16_t* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = FloatToF16Bits(src[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      uint8_t* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = FloatToFp8E4M3(src[i]);
       return;
     }
     default:

@@ -61,7 +61,8 @@ disagg::StagedKvGeometry Engine::Impl::HandoffGeometry(int64_t staged_tokens) co
                                        (sparse ? sparse->config().dense_layers : 0));
   g.num_kv_heads = static_cast<uint32_t>(config.num_key_value_heads);
   g.head_dim = static_cast<uint32_t>(config.head_dim);
-  g.dtype_bytes = static_cast<uint32_t>(DTypeSize(runner.backend().activation_dtype()));
+  g.dtype_bytes =
+      static_cast<uint32_t>(DTypeSize(KvCacheDtype(runner.backend(), config.kv_cache_fp8)));
   g.num_blocks = static_cast<uint32_t>(BlocksFor(staged_tokens));
   if (draft != nullptr) {
     g.draft_kv_heads = static_cast<uint32_t>(draft->num_kv_heads());

@@ -177,7 +177,7 @@ Status CheckSparseOptions(const EngineOptions& options, const ModelRunner& runne
                            " KV heads); the pool has " + std::to_string(runner.num_kv_slots()));
   }
   // The host store must hold at least one request just past the threshold.
-  const DType dtype = runner.backend().activation_dtype();
+  const DType dtype = KvCacheDtype(runner.backend(), c.kv_cache_fp8);
   const size_t per_slot =
       HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, dtype);
   const HostKvSlots host =
@@ -216,7 +216,7 @@ Status CheckPrefixCacheHostTier(const EngineOptions& o, const ModelRunner& r) {
   // Under tensor parallelism the model's config has one rank's heads; a block spans every rank.
   const ModelConfig& m = r.model().config();
   const size_t per_block = HostPrefixTier::BytesPerSlot(m.num_hidden_layers, m.head_dim,
-                                                        r.backend().activation_dtype()) *
+                                                        KvCacheDtype(r.backend(), m.kv_cache_fp8)) *
                            static_cast<size_t>(m.num_key_value_heads) *
                            static_cast<size_t>(r.num_ranks());
   if (o.prefix_cache_host_bytes < static_cast<double>(per_block)) {

@@ -16,7 +16,7 @@ namespace {
 
 SparseModelShape ShapeOf(ModelRunner& runner) {
   const ModelConfig& c = runner.model().config();
-  return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim};
+  return {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, c.kv_cache_fp8};
 }
 
 }  // namespace

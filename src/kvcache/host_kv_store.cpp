@@ -17,11 +17,11 @@ size_t HostKvStore::BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DT
 
 HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer,
                          int64_t head_dim, size_t bytes, int32_t summary_rows,
-                         int32_t in_place_rows)
+                         int32_t in_place_rows, std::optional<DType> kv_dtype)
     : num_layers_(num_layers),
       first_sparse_layer_(first_sparse_layer),
-      bytes_per_slot_(
-          BytesPerSlot(num_layers - first_sparse_layer, head_dim, backend.activation_dtype())),
+      bytes_per_slot_(BytesPerSlot(num_layers - first_sparse_layer, head_dim,
+                                   kv_dtype.value_or(backend.activation_dtype()))),
       allocator_(SlotsFor(bytes, bytes_per_slot_)),
       summary_rows_(std::max<int32_t>(
           0, std::min<int32_t>(summary_rows, INT32_MAX / kBlockSize - allocator_.num_slots()))),
@@ -34,10 +34,10 @@ HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_spa
   const int64_t slots = allocator_.num_slots();
   const int64_t rows = slots + summary_rows_ + in_place_rows_;
   const auto ls = static_cast<size_t>(num_layers - first_sparse_layer);
-  const DType dt = backend.activation_dtype();
+  const DType dt = backend.activation_dtype(), kv = kv_dtype.value_or(dt);
   for (int64_t l = first_sparse_layer; l < num_layers; ++l) {
-    pools_.push_back({backend.EmptyHost({slots, kBlockSize, head_dim}, dt),
-                      backend.EmptyHost({slots, kBlockSize, head_dim}, dt)});
+    pools_.push_back({backend.EmptyHost({slots, kBlockSize, head_dim}, kv),
+                      backend.EmptyHost({slots, kBlockSize, head_dim}, kv)});
     kmin_.push_back(backend.Empty({rows, head_dim}, dt));
     kmax_.push_back(backend.Empty({rows, head_dim}, dt));
     rows_allocators_.emplace_back(summary_rows_);

@@ -51,12 +51,14 @@ class HostKvStore {
   };
 
   // Sizes the store to `bytes` (rounded down to whole slots) over layers
-  // [first_sparse_layer, num_layers) of `head_dim` and the backend's activation dtype, with
-  // `summary_rows` summary-only rows per layer after the slots and then `in_place_rows`
-  // summary rows for the GPU pool's slots (in_place_base() + GPU slot: the summaries of
-  // sparse requests whose KV stays in HBM, docs/sparse.md §12).
+  // [first_sparse_layer, num_layers) of `head_dim` K/V of `kv_dtype` (the GPU pools' element
+  // type; default the backend's activation dtype), with `summary_rows` summary-only rows per
+  // layer after the slots and then `in_place_rows` summary rows for the GPU pool's slots
+  // (in_place_base() + GPU slot: the summaries of sparse requests whose KV stays in HBM,
+  // docs/sparse.md §12). Summaries keep the activation dtype.
   HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer, int64_t head_dim,
-              size_t bytes, int32_t summary_rows = 0, int32_t in_place_rows = 0);
+              size_t bytes, int32_t summary_rows = 0, int32_t in_place_rows = 0,
+              std::optional<DType> kv_dtype = std::nullopt);
 
   // K and V of one host slot in every sparse layer.
   static size_t BytesPerSlot(int64_t num_sparse_layers, int64_t head_dim, DType dtype);

@@ -55,7 +55,7 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
   for (size_t i = 0; i < backends.size(); ++i) sides_[i].backend = backends[i];
   run_sides_([&](int side) {
     DeviceSide& d = sides_.at(static_cast<size_t>(side));
-    const DType dtype = d.backend->activation_dtype();
+    const DType dtype = KvCacheDtype(*d.backend, shape.kv_fp8);
     const HostKvSlots n =
         HostKvSlotsFor(config, shape, dtype, static_cast<int64_t>(backends.size()));
     const size_t per_slot =
@@ -64,7 +64,7 @@ SparseKvManager::SparseKvManager(const SparseConfig& config, const SparseModelSh
     const int32_t in_place_rows = config.home != KvHome::kHost ? gpu_allocator.num_slots() : 0;
     d.store = std::make_unique<HostKvStore>(*d.backend, shape.num_layers, config.dense_layers,
                                             shape.head_dim, per_slot * static_cast<size_t>(n.slots),
-                                            n.summary_rows, in_place_rows);
+                                            n.summary_rows, in_place_rows, dtype);
     d.state = std::make_unique<SparseDeviceState>(
         *d.backend, config.max_sparse_seqs, shape.num_kv_heads, config.topk_blocks,
         config.max_fetch(), config.max_blocks_per_seq(), shape.num_layers, config.dense_layers,

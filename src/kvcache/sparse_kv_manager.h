@@ -55,6 +55,7 @@ struct SparseModelShape {
   int64_t num_layers = 0;
   int64_t num_kv_heads = 0;  // KV heads on this device (TP: the local ones)
   int64_t head_dim = 0;
+  bool kv_fp8 = false;  // FP8 KV pools (ModelConfig::kv_cache_fp8): the host store holds e4m3
 };
 
 // Whether a request needs host-store room, and whether it has it.

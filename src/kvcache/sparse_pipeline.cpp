@@ -392,7 +392,7 @@ SparseMetrics SparseAttentionPipeline::CollectMetrics() {
   m.sparse_seq_steps = metric_seq_steps_;
   m.layers.resize(static_cast<size_t>(shape.num_layers));
   m.bytes_per_block = static_cast<int64_t>(2 * kBlockSize * shape.head_dim) *
-                      static_cast<int64_t>(DTypeSize(backend_.activation_dtype()));
+                      static_cast<int64_t>(DTypeSize(KvCacheDtype(backend_, shape.kv_fp8)));
   m.transfer_wait_seconds = sync_ ? sync_->TakeTransferWaitSeconds() : 0.0;
   for (int64_t l = manager_.config().dense_layers; l < shape.num_layers; ++l) {
     SparseLayerState& ls = st.layer(l);

@@ -45,8 +45,11 @@ void StoreFloats(const float* src, void* dst, DType dtype, size_t n) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
+    case DType::kF8E4M3:
       ConvertFromFloat(src, dst, dtype, n);
       return;
+    case DType::kF8E5M2:
+      break;
     case DType::kF64:
       for (size_t i = 0; i < n; ++i) static_cast<double*>(dst)[i] = src[i];
       return;

@@ -54,6 +54,8 @@ ncclDataType_t NcclType(DType d) {
       return ncclInt8;
     case DType::kU8:
     case DType::kBool:
+    case DType::kF8E4M3:  // moved as bytes, never reduced
+    case DType::kF8E5M2:
       return ncclUint8;
     case DType::kI16:
       break;

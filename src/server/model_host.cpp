@@ -15,6 +15,7 @@
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
 #include "kvcache/sparse_kv_manager.h"
+#include "runner/kv_calibration.h"
 #include "runner/tp/cpu_tp_runner.h"
 #include "runner/tp/tp_model_runner.h"
 
@@ -142,8 +143,8 @@ int64_t HostKvHeadBlocks(const ModelHost& host, const ModelConfig& local, DType 
 void MakeDraftRunner(ModelHost* host) {
   Backend& backend = host->runner->backend();
   const ModelConfig& local = host->runner->model().config();
-  const int64_t host_blocks =
-      HostKvHeadBlocks(*host, local, backend.activation_dtype(), host->runner->num_ranks());
+  const int64_t host_blocks = HostKvHeadBlocks(
+      *host, local, KvCacheDtype(backend, local.kv_cache_fp8), host->runner->num_ranks());
   const int64_t slots =
       DraftKvSlotsFor(host->runner->num_kv_slots() + host_blocks, local.num_key_value_heads,
                       host->draft_head->config().num_key_value_heads);
@@ -164,9 +165,9 @@ void MakeDraftRunner(ModelHost* host) {
 #if OASIS_HAVE_CUDA
 // Device memory of sparse KV outside the KV pool: block summaries (1/16 of the host store),
 // the per-row state (SparseDeviceState) and the pipeline's query snapshots.
-size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType dtype) {
+size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType kv_dtype, DType dtype) {
   const size_t per_slot =
-      HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, dtype);
+      HostKvStore::BytesPerSlot(c.num_hidden_layers - s.dense_layers, c.head_dim, kv_dtype);
   const double host_bytes = s.host_kv_gib * 1024.0 * 1024.0 * 1024.0;
   const double remote_bytes = s.remote_kv_gib * 1024.0 * 1024.0 * 1024.0;  // summary-only rows
   const size_t slots =
@@ -210,6 +211,9 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
   OASIS_RETURN_IF_ERROR(
       cuda::ToStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
   const ModelConfig& c = model.config();
+  const DType kv_dtype = KvCacheDtype(backend, c.kv_cache_fp8);
+  const int64_t kv_bytes = static_cast<int64_t>(DTypeSize(kv_dtype)),
+                act_bytes = static_cast<int64_t>(DTypeSize(backend.activation_dtype()));
   // Activations of the largest step (residual, QKV, MLP, logits in f32) plus runtime slack.
   const size_t step_bytes =
       static_cast<size_t>(sc.max_num_batched_tokens) *
@@ -235,7 +239,7 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
       mine.chain_queries = static_cast<int32_t>(
           std::clamp<int64_t>(std::min(sc.num_speculative_tokens, 16 / group), 1, 4));
     }
-    const size_t sparse_bytes = SparseDeviceBytes(mine, c, backend.activation_dtype());
+    const size_t sparse_bytes = SparseDeviceBytes(mine, c, kv_dtype, backend.activation_dtype());
     spdlog::info("sparse KV: {:.2f} GiB of device memory for summaries and state",
                  sparse_bytes / double(1 << 30));
     reserve += sparse_bytes;
@@ -246,16 +250,20 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
   ModelConfig plan_config = c;
   if (host->sparse && host->sparse->home != KvHome::kHost) {
     // In-place summaries: min and max of each GPU slot's keys in every sparse layer (1/16 of
-    // its K/V there), so as many more layers per slot.
+    // its K/V there, 1/8 with FP8 KV: the summaries keep the activation dtype), so as many
+    // more layers per slot.
     const int64_t ls = c.num_hidden_layers - host->sparse->dense_layers;
-    plan_config.num_hidden_layers += (ls + kBlockSize - 1) / kBlockSize;
+    plan_config.num_hidden_layers +=
+        (ls * act_bytes + kBlockSize * kv_bytes - 1) / (kBlockSize * kv_bytes);
   }
   if (with_draft_head && host->draft_head) {
     const ModelConfig& h = host->draft_head->config();
-    const int64_t width = c.num_key_value_heads * c.head_dim;
-    plan_config.num_hidden_layers += (h.num_key_value_heads * h.head_dim + width - 1) / width;
-    const int64_t host_blocks = HostKvHeadBlocks(*host, c, backend.activation_dtype(),
-                                                 std::max<int64_t>(1, sc.tensor_parallel_size));
+    // (The head's KV keeps the activation dtype.)
+    const int64_t width = c.num_key_value_heads * c.head_dim * kv_bytes;
+    plan_config.num_hidden_layers +=
+        (h.num_key_value_heads * h.head_dim * act_bytes + width - 1) / width;
+    const int64_t host_blocks =
+        HostKvHeadBlocks(*host, c, kv_dtype, std::max<int64_t>(1, sc.tensor_parallel_size));
     const size_t head_bytes =
         static_cast<size_t>(
             DraftKvSlotsFor(host_blocks, c.num_key_value_heads, h.num_key_value_heads) + 1) *
@@ -266,8 +274,9 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
       reserve += head_bytes;
     }
   }
-  OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan, PlanKvCache(plan_config, 2, sc.gpu_memory_utilization,
-                                                        total_bytes, free_bytes, reserve));
+  OASIS_ASSIGN_OR_RETURN(KvMemoryPlan plan,
+                         PlanKvCache(plan_config, static_cast<size_t>(kv_bytes),
+                                     sc.gpu_memory_utilization, total_bytes, free_bytes, reserve));
   spdlog::info("KV cache{}: {} head-blocks per layer ({:.2f} GiB, {} tokens per KV-head group)",
                who, plan.num_slots, plan.budget_bytes / double(1 << 30),
                plan.max_tokens_per_kv_head_group);
@@ -336,7 +345,8 @@ Status LoadCpuTensorParallel(const ServerConfig& sc, ModelHost* host) {
   options.size = n;
   options.threads_per_rank =
       sc.threads > 0 ? static_cast<int>(std::max<int64_t>(1, sc.threads / n)) : 0;
-  options.num_kv_slots = CpuKvSlots(sc, LocalConfig(c, TensorParallel{0, n, nullptr}), DType::kF32);
+  options.num_kv_slots = CpuKvSlots(sc, LocalConfig(c, TensorParallel{0, n, nullptr}),
+                                    c.kv_cache_fp8 ? DType::kF8E4M3 : DType::kF32);
   OASIS_ASSIGN_OR_RETURN(
       std::unique_ptr<TpModelRunner> runner,
       CreateCpuTpRunner(
@@ -517,12 +527,36 @@ std::string AutoBackend() {
   return "cpu";
 }
 
+// --kv-cache-dtype fp8: the per-KV-head scales from the built-in calibration text (or, without
+// a tokenizer, pseudo-random ids), before the engine owns the pools (kv_calibration.h).
+Status CalibrateFp8Kv(const ServerConfig& sc, ModelHost* host) {
+  const ModelConfig& c = host->config;
+  std::vector<int32_t> text;
+  if (host->tokenizer)
+    text = host->tokenizer->Encode(KvCalibrationText(), tokenizer::AddSpecialTokens::kNo);
+  std::vector<int32_t> tokens = KvCalibrationTokens(std::move(text), c.vocab_size, 1024);
+  // Within the context, and ids the model has (a tokenizer larger than the model).
+  if (static_cast<int64_t>(tokens.size()) > c.max_position_embeddings)
+    tokens.resize(static_cast<size_t>(c.max_position_embeddings));
+  for (int32_t& id : tokens)
+    if (id >= c.vocab_size) id = static_cast<int32_t>(id % c.vocab_size);
+  auto cal = CalibrateKvScales(*host->runner, tokens, sc.max_num_batched_tokens);
+  if (!cal.ok()) return cal.status();
+  spdlog::info(
+      "KV cache: fp8 e4m3, per-KV-head scales from {} calibration tokens ({}): max |K| {:.4g}, "
+      "max |V| {:.4g}; K scales {:.4g}..{:.4g}, V scales {:.4g}..{:.4g}",
+      cal->tokens, host->tokenizer ? "the built-in text" : "pseudo-random ids", cal->max_k_amax,
+      cal->max_v_amax, cal->min_k_scale, cal->max_k_scale, cal->min_v_scale, cal->max_v_scale);
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
   auto host = std::make_unique<ModelHost>();
   host->model_path = sc.model.empty() ? EmbeddedModelDir() : sc.model;
   host->model_dir = ModelNameFromPath(host->model_path);
   OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_path));
   ModelConfig& c = host->config;
+  c.kv_cache_fp8 = sc.KvCacheFp8();
   OASIS_RETURN_IF_ERROR(ApplyGenerationConfig(sc, host.get()));
   if (sc.max_model_len > 0) {
     if (sc.max_model_len > c.max_position_embeddings) {
@@ -567,11 +601,12 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
     OASIS_RETURN_IF_ERROR(LoadWeights(sc, host.get()));
     if (sc.HasDraftModel())
       OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host.get(), *host->model, *host->backend));
-    const int64_t slots = CpuKvSlots(sc, c, host->backend->activation_dtype());
+    const int64_t slots = CpuKvSlots(sc, c, KvCacheDtype(*host->backend, c.kv_cache_fp8));
     spdlog::info("KV cache: {} head-blocks per layer (CPU)", slots);
     host->runner = std::make_unique<ModelRunner>(*host->model, *host->backend, slots);
   }
   if (host->draft_head) MakeDraftRunner(host.get());
+  if (c.kv_cache_fp8) OASIS_RETURN_IF_ERROR(CalibrateFp8Kv(sc, host.get()));
   OASIS_ASSIGN_OR_RETURN(host->lookahead, ParseLookaheadMode(sc.ResolvedLookahead()));
   EngineOptions options;
   options.lookahead = host->lookahead;

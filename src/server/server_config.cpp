@@ -75,6 +75,11 @@ const std::vector<Setting>& Settings() {
          "(per step the chain length in 1..--num-speculative-tokens with the most tokens per "
          "second of step time, from the measured acceptance by position and step times; needs "
          "--num-speculative-tokens >= 2); outputs are the same either way"},
+        {"kv-cache-dtype", &ServerConfig::kv_cache_dtype,
+         "KV cache element type: auto (the activation dtype: bf16 on CUDA, f32 on the CPU "
+         "reference) or fp8 (= fp8_e4m3: e4m3 with per-KV-head scales calibrated at start-up; "
+         "half the bytes of bf16 in the KV pool, the host KV store, every sparse fetch and the "
+         "prefix cache's host tier; docs/fp8.md)"},
         {"sparse", &ServerConfig::sparse,
          "lookahead sparse KV for long requests: auto (on when --sparse-threshold > 0), on, off"},
         {"host-kv-gib", &ServerConfig::host_kv_gib,
@@ -294,6 +299,12 @@ Status ServerConfig::Validate() const {
         "--draft-load-format dummy); --lookahead reject stacks one draft");
   }
   OASIS_RETURN_IF_ERROR(one_of("speculative-depth", speculative_depth, {"fixed", "adaptive"}));
+  if (kv_cache_dtype == "fp8_e5m2") {
+    return InvalidArgument(
+        "--kv-cache-dtype fp8_e5m2 is not supported: use fp8 (= fp8_e4m3, with per-KV-head "
+        "scales)");
+  }
+  OASIS_RETURN_IF_ERROR(one_of("kv-cache-dtype", kv_cache_dtype, {"auto", "fp8", "fp8_e4m3"}));
   if (speculative_depth == "adaptive" && num_speculative_tokens < 2) {
     return InvalidArgument(
         "--speculative-depth adaptive picks the chain length in 1..--num-speculative-tokens: it "
@@ -405,6 +416,12 @@ Status ServerConfig::Validate() const {
           "imported prompt blocks in its host KV store (--host-kv-gib)");
   }
   if (role != "both") {
+    if (KvCacheFp8()) {
+      return InvalidArgument(
+          "--role " + role +
+          " with --kv-cache-dtype fp8 is not supported yet: the staged KV and the tickets of "
+          "disaggregation move bf16 (use --kv-cache-dtype auto)");
+    }
     if (sparse == "off")
       return InvalidArgument("--role " + role + " needs sparse KV (not --sparse off)");
     if (tensor_parallel_size != 1)

@@ -63,6 +63,12 @@ struct ServerConfig : HttpFrontSettings {
   // engine picks 1..num_speculative_tokens per step; needs speculate and k >= 2).
   std::string speculative_depth = "fixed";
 
+  // KV cache element type (vLLM's --kv-cache-dtype): auto (the activation dtype: bf16 on
+  // CUDA, f32 on the CPU reference) or fp8 / fp8_e4m3 (e4m3 with per-KV-head scales
+  // calibrated at start-up; docs/fp8.md).
+  std::string kv_cache_dtype = "auto";
+  bool KvCacheFp8() const { return kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3"; }
+
   // Lookahead sparse KV (docs/sparse.md): long requests decode over a per-head working set
   // of top-K blocks; their full KV lives in a host store.
   std::string sparse = "auto";   // auto (on when sparse_threshold > 0), on, off

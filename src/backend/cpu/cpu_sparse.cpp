@@ -29,10 +29,17 @@ void CheckState(const Tensor& t, int64_t rows, int64_t heads, const char* what) 
       << what << " " << t.ToString() << ", expected [" << rows << ", " << heads << ", *]";
 }
 
-// A float pool's head-block slot as a pointer to its first K (or V) element.
-const float* BlockPtr(const Tensor& t, int64_t slot) {
+// A pool's head-block slot as a pointer to its first K (or V) element's bytes.
+uint8_t* BlockBytes(const Tensor& t, int64_t slot) {
   OASIS_CHECK(slot >= 0 && slot < t.dim(0)) << "slot " << slot << " outside pool " << t.ToString();
-  return t.data<float>() + slot * kBlockSize * t.dim(2);
+  return t.data<uint8_t>() +
+         slot * kBlockSize * t.dim(2) * static_cast<int64_t>(DTypeSize(t.dtype()));
+}
+
+// A pool's K or V values as numbers: F32 as stored, FP8 as stored e4m3 values (unscaled).
+void CheckPoolDtype(const Tensor& t, const char* what) {
+  OASIS_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF8E4M3)
+      << what << ": a CPU KV pool is F32 or F8E4M3, got " << t.ToString();
 }
 
 }  // namespace
@@ -52,12 +59,18 @@ void CpuBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots
       << "BlockSummaries: entry counts differ";
   OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d && kmin.dtype() == DType::kF32)
       << "BlockSummaries kmin " << kmin.ToString() << " kmax " << kmax.ToString();
+  CheckPoolDtype(pool.k, "BlockSummaries");
+  std::vector<float> kbuf;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t count = num_tokens.data<int32_t>()[i], dst = dst_rows.data<int32_t>()[i];
     if (count <= 0 || dst < 0) continue;
     OASIS_CHECK_LE(count, kBlockSize) << "BlockSummaries num_tokens";
     OASIS_CHECK_LT(dst, kmin.dim(0)) << "BlockSummaries dst row";
-    const float* k = BlockPtr(pool.k, src_slots.data<int32_t>()[i]);
+    const uint8_t* bytes = BlockBytes(pool.k, src_slots.data<int32_t>()[i]);
+    const int64_t values = static_cast<int64_t>(count) * d;
+    kbuf.resize(static_cast<size_t>(values));
+    ConvertToFloat(bytes, pool.k.dtype(), kbuf.data(), static_cast<size_t>(values));
+    const float* k = kbuf.data();
     float* lo = kmin.data<float>() + dst * d;
     float* hi = kmax.data<float>() + dst * d;
     std::memcpy(lo, k, static_cast<size_t>(d) * sizeof(float));
@@ -318,12 +331,16 @@ void CpuBackend::CopyBlocks(const LayerKvPool& src, const Tensor& src_slots, Lay
   CheckInt(dst_slots, DType::kI32, "CopyBlocks dst_slots");
   OASIS_CHECK_EQ(src_slots.numel(), dst_slots.numel()) << "CopyBlocks entry counts";
   OASIS_CHECK_EQ(src.k.dim(2), dst.k.dim(2)) << "CopyBlocks head_dim";
-  const size_t bytes = static_cast<size_t>(kBlockSize * src.k.dim(2)) * sizeof(float);
+  CheckPoolDtype(src.k, "CopyBlocks");
+  OASIS_CHECK(src.k.dtype() == dst.k.dtype() && src.v.dtype() == dst.v.dtype())
+      << "CopyBlocks between pools of different dtypes: " << src.k.ToString() << " -> "
+      << dst.k.ToString();
+  const size_t bytes = static_cast<size_t>(kBlockSize * src.k.dim(2)) * DTypeSize(src.k.dtype());
   for (int64_t i = 0; i < src_slots.numel(); ++i) {
     const int32_t s = src_slots.data<int32_t>()[i], d = dst_slots.data<int32_t>()[i];
     if (s < 0 || d < 0) continue;
-    std::memcpy(const_cast<float*>(BlockPtr(dst.k, d)), BlockPtr(src.k, s), bytes);
-    std::memcpy(const_cast<float*>(BlockPtr(dst.v, d)), BlockPtr(src.v, s), bytes);
+    std::memcpy(BlockBytes(dst.k, d), BlockBytes(src.k, s), bytes);
+    std::memcpy(BlockBytes(dst.v, d), BlockBytes(src.v, s), bytes);
   }
 }
 
@@ -334,15 +351,21 @@ void CpuBackend::CopyTokens(const LayerKvPool& src, const Tensor& src_index, Lay
   OASIS_CHECK_EQ(src_index.numel(), dst_index.numel()) << "CopyTokens entry counts";
   const int64_t d = src.k.dim(2);
   OASIS_CHECK_EQ(dst.k.dim(2), d) << "CopyTokens head_dim";
+  CheckPoolDtype(src.k, "CopyTokens");
+  OASIS_CHECK(src.k.dtype() == dst.k.dtype() && src.v.dtype() == dst.v.dtype())
+      << "CopyTokens between pools of different dtypes: " << src.k.ToString() << " -> "
+      << dst.k.ToString();
   const int64_t src_rows = src.k.dim(0) * kBlockSize, dst_rows = dst.k.dim(0) * kBlockSize;
-  const size_t bytes = static_cast<size_t>(d) * sizeof(float);
+  const int64_t bytes = d * static_cast<int64_t>(DTypeSize(src.k.dtype()));
   for (int64_t i = 0; i < src_index.numel(); ++i) {
     const int64_t s = src_index.data<int64_t>()[i], t = dst_index.data<int64_t>()[i];
     if (s < 0 || t < 0) continue;
     OASIS_CHECK(s < src_rows && t < dst_rows)
         << "CopyTokens index outside a pool: " << s << " -> " << t;
-    std::memcpy(dst.k.data<float>() + t * d, src.k.data<float>() + s * d, bytes);
-    std::memcpy(dst.v.data<float>() + t * d, src.v.data<float>() + s * d, bytes);
+    std::memcpy(dst.k.data<uint8_t>() + t * bytes, src.k.data<uint8_t>() + s * bytes,
+                static_cast<size_t>(bytes));
+    std::memcpy(dst.v.data<uint8_t>() + t * bytes, src.v.data<uint8_t>() + s * bytes,
+                static_cast<size_t>(bytes));
   }
 }
 

@@ -699,9 +699,7 @@ bool Supported(const DecodeAttentionParams& p) {
   return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && p.num_kv_heads > 0 &&
          p.num_q_heads > 0 && p.num_q_heads % p.num_kv_heads == 0 && p.max_query_len >= 1 &&
          p.max_query_len <= kDecodeMaxQueryLen && p.num_seqs >= 0 && p.max_blocks >= 0 &&
-         p.tokens >= 0 &&
-         (!IsFp8(p) || (p.k_pool_fp8 != nullptr && p.v_pool_fp8 != nullptr &&
-                        p.k_scale != nullptr && p.v_scale != nullptr));
+         p.tokens >= 0;
 }
 
 size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan) {
@@ -771,6 +769,11 @@ size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionParams& p) {
 cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace,
                                   size_t workspace_bytes, cudaStream_t stream) {
   if (!Supported(p)) return cudaErrorInvalidValue;
+  // (Not in Supported: the split count and workspace size follow from the shapes and kv_dtype
+  // alone, so a CUDA graph can size its workspace before it has pools.)
+  if (IsFp8(p) && (p.k_pool_fp8 == nullptr || p.v_pool_fp8 == nullptr || p.k_scale == nullptr ||
+                   p.v_scale == nullptr))
+    return cudaErrorInvalidValue;
   if (p.tokens == 0 || p.num_seqs == 0) return cudaSuccess;
   const void* k_pool = IsFp8(p) ? static_cast<const void*>(p.k_pool_fp8) : p.k_pool;
   const void* v_pool = IsFp8(p) ? static_cast<const void*>(p.v_pool_fp8) : p.v_pool;

@@ -155,6 +155,10 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
   }
   stats.kv.num_slots = r.num_kv_slots();
   stats.kv.num_free_slots = r.num_kv_slots();
+  const DType kv_dtype = KvCacheDtype(r.backend(), r.model().config().kv_cache_fp8);
+  stats.kv.dtype = kv_dtype == DType::kF8E4M3 ? "fp8_e4m3"
+                   : kv_dtype == DType::kBF16 ? "bfloat16"
+                                              : "float32";
   stats.kv.num_draft_slots = draft_allocator.num_slots();
   stats.kv.num_free_draft_slots = draft_allocator.num_free();
   if (host_tier != nullptr)

@@ -210,6 +210,9 @@ struct EngineStats {
     double usage = 0.0;  // used / total head-block slots, in [0, 1]
     int64_t num_slots = 0;
     int64_t num_free_slots = 0;
+    // The KV pools' element type as vLLM names it: "bfloat16" / "float32" (auto) or
+    // "fp8_e4m3" (--kv-cache-dtype fp8).
+    std::string dtype;
     int64_t num_draft_slots = 0;  // the draft head's KV pool (head-blocks)
     int64_t num_free_draft_slots = 0;
     // Automatic prefix caching (zero when off): head-blocks held only by the cache (counted

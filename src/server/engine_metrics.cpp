@@ -198,6 +198,11 @@ constexpr Row kEngineMetrics[] = {
     {"oasis:sparse_admission_waits_total", kCounter,
      "Admissions (first or after a preemption) that had to wait for host KV store room.",
      [](const EngineStats& s) -> double { return s.sparse.admission_waits_total; }},
+    {"oasis:kv_cache_dtype_info", kGauge,
+     "The KV cache's element type (--kv-cache-dtype): 1 for the dtype label in use.",
+     [](const EngineStats& s) -> std::vector<MetricSample> {
+       return {{"dtype=\"" + s.kv.dtype + "\"", 1.0}};
+     }},
     {"oasis:host_kv_usage", kGauge, "Fraction of the host KV store reserved by requests (1 = 100%).",
      [](const EngineStats& s) -> double { return s.sparse.host_kv_usage(); }},
     {"oasis:num_host_kv_blocks", kGauge, "Host KV store head-blocks (each holds every sparse layer).",

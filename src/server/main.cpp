@@ -82,6 +82,7 @@ Status CheckConfig(const ServerConfig& config) {
       {"speculative_depth",
        host->lookahead == LookaheadMode::kSpeculate ? config.speculative_depth : "fixed"},
       {"enable_prefix_caching", config.ResolvedPrefixCaching()},
+      {"kv_cache_dtype", host->engine->Stats().kv.dtype},
       {"prefix_cache_host_blocks", host->engine->Stats().kv.prefix_cache_host_capacity_blocks},
       {"draft_head", host->draft_head != nullptr},
       {"draft_kv_slots", host->draft_runner ? host->draft_runner->num_kv_slots() : 0},

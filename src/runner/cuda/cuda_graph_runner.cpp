@@ -72,6 +72,8 @@ StatusOr<std::unique_ptr<CudaGraphRunner>> CudaGraphRunner::Create(DecoderLM& mo
     p.max_blocks = static_cast<int>(r->max_blocks_);
     p.max_query_len = static_cast<int>(max_q);
     p.max_kv_len = static_cast<int>(r->max_blocks_ * kBlockSize);
+    // The FP8 kernel plans its own split count (another page size and ring depth).
+    if (c.kv_cache_fp8) p.kv_dtype = kernels::KvDtype::kFp8E4M3;
     workspace = std::max(workspace, kernels::DecodeAttentionWorkspaceBytes(p));
   }
   // The arena never frees inside a forward pass, so per-layer temporaries add up: the decode

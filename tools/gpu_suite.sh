@@ -248,6 +248,27 @@ for r in json.load(open("/tmp/disagg-prefix/summary.json"))["runs"]:
 PY
 )
 fi
+# FP8 KV capacity (issue 34): --check-config of dummy Qwen3-8B with the KV cache in bf16 and
+# in fp8, dense and sparse (the H200 box's host store): requests held at 16K and 32K
+# (seconds each). OASIS_FP8_CAPACITY=1 turns it on.
+if [[ ${OASIS_FP8_CAPACITY:-0} == 1 ]]; then
+  mkdir -p /tmp/q8 && cp tools/bench/model_configs/qwen3-8b.json /tmp/q8/config.json
+  for dtype in auto fp8; do
+    echo "=== oasis-server --check-config --kv-cache-dtype $dtype"
+    .bundle/bin/oasis-server --model /tmp/q8 --load-format dummy --backend cuda --max-model-len 40960 \
+      --max-num-seqs 256 --kv-cache-dtype "$dtype" --draft-load-format dummy --draft-vocab-size 32000 \
+      --lookahead reject --sparse on --sparse-threshold 4096 --host-kv-gib 104 --check-config \
+      > /tmp/cap.out 2>/tmp/cap.err
+    rc=$?
+    grep -E "KV cache|capacity|fp8" /tmp/cap.err | cut -c1-220
+    rows+=("$(printf '%-20s %s' "fp8 capacity" "kv $dtype (rc $rc): $(python3 -c '
+import json, sys
+t = open("/tmp/cap.out").read()
+d = json.loads(t[:t.rindex("}") + 1])
+print("; ".join(f"{c[\"tokens\"]} tok: dense {c[\"dense\"]} sparse {c.get(\"sparse\")}" for c in d["resolved"]["capacity"]))
+' 2>&1 | tail -1)")")
+  done
+fi
 echo
 echo "---------------- GPU suite summary ----------------"
 printf '%s\n' "${rows[@]}"

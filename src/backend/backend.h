@@ -338,12 +338,15 @@ class Backend {
   // n <= 0 or dst < 0 are skipped. Destination rows must be distinct within one call. `pool`
   // may be a device pool or a host (EmptyHost) pool. Used at the dense->sparse switch (every
   // block) and every step (the block the step's real token was appended to).
+  // Summary dtype: the activation dtype, or for an FP8 pool also F8E4M3 (the min and max of
+  // stored e4m3 values are e4m3 values: still exact, half the bytes; what the sparse KV
+  // manager allocates for FP8 pools).
   virtual void BlockSummaries(const LayerKvPool& pool,   // k: [num_slots, kBlockSize, D]
                               const Tensor& src_slots,   // [N] int32 slot in pool
                               const Tensor& num_tokens,  // [N] int32 valid leading tokens
                               const Tensor& dst_rows,    // [N] int32 summary row, < 0 = skip
-                              Tensor& kmin,              // [num_rows, D] activation dtype
-                              Tensor& kmax) = 0;         // [num_rows, D] activation dtype
+                              Tensor& kmin,              // [num_rows, D] summary dtype
+                              Tensor& kmax) = 0;         // [num_rows, D] summary dtype
 
   // Block scores of a query against every candidate block's summary. For each active row r
   // (query_rows[r] >= 0), KV head h and block b < num_blocks[r]: with m = host_tables[r, h, b]
@@ -356,8 +359,8 @@ class Backend {
                            const Tensor& query_rows,   // [R] int32 batch row, -1 = inactive
                            const Tensor& num_blocks,   // [R] int32 candidate blocks, <= MB
                            const Tensor& host_tables,  // [R, Hkv, MB] int32 summary row per block
-                           const Tensor& kmin,         // [num_rows, D]
-                           const Tensor& kmax,         // [num_rows, D]
+                           const Tensor& kmin,         // [num_rows, D] summary dtype
+                           const Tensor& kmax,         // [num_rows, D] summary dtype
                            GroupReduce reduce,
                            Tensor& scores) = 0;  // [R, Hkv, MB] f32
 

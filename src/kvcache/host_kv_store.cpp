@@ -38,8 +38,10 @@ HostKvStore::HostKvStore(Backend& backend, int64_t num_layers, int64_t first_spa
   for (int64_t l = first_sparse_layer; l < num_layers; ++l) {
     pools_.push_back({backend.EmptyHost({slots, kBlockSize, head_dim}, kv),
                       backend.EmptyHost({slots, kBlockSize, head_dim}, kv)});
-    kmin_.push_back(backend.Empty({rows, head_dim}, dt));
-    kmax_.push_back(backend.Empty({rows, head_dim}, dt));
+    // FP8 pools: e4m3 summaries (the min and max of stored e4m3 values are e4m3 values).
+    const DType sdt = kv == DType::kF8E4M3 ? kv : dt;
+    kmin_.push_back(backend.Empty({rows, head_dim}, sdt));
+    kmax_.push_back(backend.Empty({rows, head_dim}, sdt));
     rows_allocators_.emplace_back(summary_rows_);
   }
   cells_used_.assign(static_cast<size_t>(slots), 0);

@@ -55,7 +55,8 @@ class HostKvStore {
   // type; default the backend's activation dtype), with `summary_rows` summary-only rows per
   // layer after the slots and then `in_place_rows` summary rows for the GPU pool's slots
   // (in_place_base() + GPU slot: the summaries of sparse requests whose KV stays in HBM,
-  // docs/sparse.md §12). Summaries keep the activation dtype.
+  // docs/sparse.md §12). Summaries have the activation dtype, or e4m3 for FP8 pools (exact:
+  // the min and max of stored e4m3 values).
   HostKvStore(Backend& backend, int64_t num_layers, int64_t first_sparse_layer, int64_t head_dim,
               size_t bytes, int32_t summary_rows = 0, int32_t in_place_rows = 0,
               std::optional<DType> kv_dtype = std::nullopt);

@@ -175,7 +175,9 @@ size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType kv_d
           ? 0
           : static_cast<size_t>((host_bytes + remote_bytes) / static_cast<double>(per_slot));
   const size_t layers = static_cast<size_t>(c.num_hidden_layers - s.dense_layers);
-  const size_t summaries = slots * layers * 2 * static_cast<size_t>(c.head_dim) * DTypeSize(dtype);
+  // Summaries: e4m3 with FP8 KV (HostKvStore), else the activation dtype.
+  const size_t summaries = slots * layers * 2 * static_cast<size_t>(c.head_dim) *
+                           DTypeSize(kv_dtype == DType::kF8E4M3 ? kv_dtype : dtype);
   const size_t rows =
       static_cast<size_t>(s.max_sparse_seqs) * static_cast<size_t>(c.num_key_value_heads);
   const size_t mb = static_cast<size_t>((c.max_position_embeddings + kBlockSize - 1) / kBlockSize);
@@ -250,11 +252,9 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
   ModelConfig plan_config = c;
   if (host->sparse && host->sparse->home != KvHome::kHost) {
     // In-place summaries: min and max of each GPU slot's keys in every sparse layer (1/16 of
-    // its K/V there, 1/8 with FP8 KV: the summaries keep the activation dtype), so as many
-    // more layers per slot.
+    // its K/V there: summaries of FP8 pools are e4m3 too), so as many more layers per slot.
     const int64_t ls = c.num_hidden_layers - host->sparse->dense_layers;
-    plan_config.num_hidden_layers +=
-        (ls * act_bytes + kBlockSize * kv_bytes - 1) / (kBlockSize * kv_bytes);
+    plan_config.num_hidden_layers += (ls + kBlockSize - 1) / kBlockSize;
   }
   if (with_draft_head && host->draft_head) {
     const ModelConfig& h = host->draft_head->config();

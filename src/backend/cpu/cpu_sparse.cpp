@@ -57,9 +57,13 @@ void CpuBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots
   const int64_t n = src_slots.numel(), d = pool.k.dim(2);
   OASIS_CHECK(num_tokens.numel() == n && dst_rows.numel() == n)
       << "BlockSummaries: entry counts differ";
-  OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d && kmin.dtype() == DType::kF32)
-      << "BlockSummaries kmin " << kmin.ToString() << " kmax " << kmax.ToString();
+  const bool fp8_rows = kmin.dtype() == DType::kF8E4M3;
+  OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d && kmin.dtype() == kmax.dtype() &&
+              (kmin.dtype() == DType::kF32 || (fp8_rows && pool.fp8())))
+      << "BlockSummaries kmin " << kmin.ToString() << " kmax " << kmax.ToString()
+      << " (F32, or F8E4M3 for an FP8 pool)";
   CheckPoolDtype(pool.k, "BlockSummaries");
+  std::vector<float> lo_row(static_cast<size_t>(d)), hi_row(lo_row.size());
   std::vector<float> kbuf;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t count = num_tokens.data<int32_t>()[i], dst = dst_rows.data<int32_t>()[i];
@@ -71,8 +75,8 @@ void CpuBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots
     kbuf.resize(static_cast<size_t>(values));
     ConvertToFloat(bytes, pool.k.dtype(), kbuf.data(), static_cast<size_t>(values));
     const float* k = kbuf.data();
-    float* lo = kmin.data<float>() + dst * d;
-    float* hi = kmax.data<float>() + dst * d;
+    float* lo = fp8_rows ? lo_row.data() : kmin.data<float>() + dst * d;
+    float* hi = fp8_rows ? hi_row.data() : kmax.data<float>() + dst * d;
     std::memcpy(lo, k, static_cast<size_t>(d) * sizeof(float));
     std::memcpy(hi, k, static_cast<size_t>(d) * sizeof(float));
     for (int32_t j = 1; j < count; ++j) {
@@ -80,6 +84,10 @@ void CpuBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slots
         lo[x] = std::min(lo[x], k[j * d + x]);
         hi[x] = std::max(hi[x], k[j * d + x]);
       }
+    }
+    if (fp8_rows) {  // e4m3 values: exact
+      ConvertFromFloat(lo, kmin.data<uint8_t>() + dst * d, DType::kF8E4M3, static_cast<size_t>(d));
+      ConvertFromFloat(hi, kmax.data<uint8_t>() + dst * d, DType::kF8E4M3, static_cast<size_t>(d));
     }
   }
 }
@@ -99,8 +107,11 @@ void CpuBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Te
   OASIS_CHECK(scores.dtype() == DType::kF32 && scores.shape() == host_tables.shape())
       << "ScoreBlocks scores " << scores.ToString();
   OASIS_CHECK(hq % hkv == 0) << "ScoreBlocks: " << hq << " query heads, " << hkv << " KV heads";
-  OASIS_CHECK(kmin.dim(1) == d && kmax.shape() == kmin.shape())
+  OASIS_CHECK(kmin.dim(1) == d && kmax.shape() == kmin.shape() && kmin.dtype() == kmax.dtype() &&
+              (kmin.dtype() == DType::kF32 || kmin.dtype() == DType::kF8E4M3))
       << "ScoreBlocks summaries " << kmin.ToString();
+  const bool fp8_rows = kmin.dtype() == DType::kF8E4M3;
+  std::vector<float> lo_row(static_cast<size_t>(d)), hi_row(lo_row.size());
   const int64_t group = hq / hkv;
   for (int64_t r = 0; r < R; ++r) {
     const int32_t row = query_rows.data<int32_t>()[r];
@@ -116,8 +127,14 @@ void CpuBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const Te
         const int32_t m = table[b];
         OASIS_CHECK(m >= 0 && m < kmin.dim(0)) << "ScoreBlocks: block " << b << " of row " << r
                                                << " head " << h << " has summary row " << m;
-        const float* lo = kmin.data<float>() + m * d;
-        const float* hi = kmax.data<float>() + m * d;
+        if (fp8_rows) {
+          ConvertToFloat(kmin.data<uint8_t>() + m * d, DType::kF8E4M3, lo_row.data(),
+                         static_cast<size_t>(d));
+          ConvertToFloat(kmax.data<uint8_t>() + m * d, DType::kF8E4M3, hi_row.data(),
+                         static_cast<size_t>(d));
+        }
+        const float* lo = fp8_rows ? lo_row.data() : kmin.data<float>() + m * d;
+        const float* hi = fp8_rows ? hi_row.data() : kmax.data<float>() + m * d;
         float acc = 0;
         for (int64_t j = h * group; j < (h + 1) * group; ++j) {
           const float* qv = q.data<float>() + (row * hq + j) * d;

@@ -145,3 +145,44 @@ TEST_CASE("FP8 KV append quantizes per KV head; attention reads the dequantized 
                    pool.k.data<uint8_t>() + (to.data<int64_t>()[0] + 1) * d,
                    host.k.data<uint8_t>() + from.data<int64_t>()[0] * d));
 }
+
+TEST_CASE("FP8 summaries: e4m3 rows hold the stored min/max exactly and score like F32 rows",
+          "[backend][sparse][fp8]") {
+  std::mt19937 rng(std::random_device{}());
+  CpuBackend backend;
+  const int hq = 4, hkv = 2, d = 16, slots = 12;
+  LayerKvPool pool = Fp8Pool(slots, d, {0.01f, 0.02f}, {1.0f, 1.0f});
+  for (int64_t i = 0; i < pool.k.numel(); ++i) {
+    pool.k.data<uint8_t>()[i] = FloatToFp8E4M3(std::normal_distribution<float>(0, 3)(rng));
+  }
+  std::vector<int32_t> src(slots), len(slots), dst(slots);
+  std::iota(src.begin(), src.end(), 0);
+  std::iota(dst.begin(), dst.end(), 0);
+  std::shuffle(dst.begin(), dst.end(), rng);
+  for (int32_t& n : len) n = std::uniform_int_distribution<int>(1, kBlockSize)(rng);
+  Tensor lo8 = Tensor::Empty({slots, d}, DType::kF8E4M3),
+         hi8 = Tensor::Empty({slots, d}, DType::kF8E4M3);
+  Tensor lo = Tensor::Empty({slots, d}, DType::kF32), hi = Tensor::Empty({slots, d}, DType::kF32);
+  backend.BlockSummaries(pool, Tensor::FromInts(src), Tensor::FromInts(len), Tensor::FromInts(dst),
+                         lo8, hi8);
+  backend.BlockSummaries(pool, Tensor::FromInts(src), Tensor::FromInts(len), Tensor::FromInts(dst),
+                         lo, hi);
+  for (int64_t i = 0; i < lo.numel(); ++i) {
+    REQUIRE(Fp8E4M3ToFloat(lo8.data<uint8_t>()[i]) == lo.data<float>()[i]);
+    REQUIRE(Fp8E4M3ToFloat(hi8.data<uint8_t>()[i]) == hi.data<float>()[i]);
+  }
+  // Two rows of 6 blocks each over the summary rows in a shuffled order.
+  const int R = 2, mb = 6;
+  Tensor q = Tensor::FromFloats(Random(size_t{3} * hq * d, rng, 1.0f), {3, hq, d});
+  Tensor tables = Tensor::Empty({R, hkv, mb}, DType::kI32);
+  for (int64_t i = 0; i < tables.numel(); ++i)
+    tables.data<int32_t>()[i] = dst[static_cast<size_t>(i % slots)];
+  for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
+    Tensor s8 = Tensor::Zeros({R, hkv, mb}, DType::kF32),
+           s32 = Tensor::Zeros({R, hkv, mb}, DType::kF32);
+    const Tensor rows = Tensor::FromInts({2, 0}), nb = Tensor::FromInts({mb, mb - 2});
+    backend.ScoreBlocks(q, rows, nb, tables, lo8, hi8, reduce, s8);
+    backend.ScoreBlocks(q, rows, nb, tables, lo, hi, reduce, s32);
+    for (int64_t i = 0; i < s8.numel(); ++i) REQUIRE(s8.data<float>()[i] == s32.data<float>()[i]);
+  }
+}

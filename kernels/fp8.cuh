@@ -40,6 +40,25 @@ __device__ __forceinline__ void E4M3x4ToF16x2(uint32_t w, uint32_t& lo, uint32_t
       : "r"(w));
 }
 
+// Four e4m3 bytes (byte i = element i) -> two bf16x2 words holding the values times 2^-112,
+// exactly (lo = elements 0, 1; hi = 2, 3). Widened to f16 first (cvt.rn.f16x2.e4m3x2): every
+// e4m3 value is zero or a normal f16 whose mantissa uses only its top 3 bits, so moving the f16's
+// exponent and mantissa right by 3 bits gives the bf16 with the same exponent field and mantissa,
+// whose value is the f16's times 2^(15 - 127) (a normal bf16: |x| >= 2^-9 gives >= 2^-121; zeros
+// stay zeros, signs are kept). Two integer ops and the conversion per word, no multiply: the caller
+// folds 2^112 into its other operand or its result (ScoreBlocks: q · 2^64, scores · 2^48).
+// NaN bytes give garbage (not NaN).
+inline constexpr float kE4M3ToBf16Tiny = 0x1p-112f;  // what the words hold, per unit of value
+__device__ __forceinline__ uint32_t E4M3F16x2ToBf16x2Tiny(uint32_t h) {
+  return ((h & 0x7fff7fffu) >> 3) | (h & 0x80008000u);
+}
+__device__ __forceinline__ void E4M3x4ToBf16x2Tiny(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  uint32_t a, b;
+  E4M3x4ToF16x2(w, a, b);
+  lo = E4M3F16x2ToBf16x2Tiny(a);
+  hi = E4M3F16x2ToBf16x2Tiny(b);
+}
+
 // A bf16x2 word -> an f16x2 word (round to nearest; exact for |x| in [2^-14, 65504]).
 __device__ __forceinline__ uint32_t Bf16x2ToF16x2(uint32_t w) {
   const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));

@@ -32,7 +32,9 @@ cudaError_t LaunchBlockSummaries(const __nv_bfloat16* k_pool,  // [slots, 16, he
                                  __nv_bfloat16* kmax,          // [rows, head_dim]
                                  int64_t n, int head_dim, cudaStream_t stream);
 
-// The same over an FP8 pool (e4m3 bytes): the stored values as numbers, unscaled (exact in bf16).
+// The same over an FP8 pool (e4m3 bytes): the stored values as numbers, unscaled, into bf16
+// summaries (exact: every e4m3 value is a bf16 value) or e4m3 summaries (the chosen stored bytes).
+// Equal values keep the earlier token's (as the CPU's std::min / std::max: ±0 bit-exact too).
 cudaError_t LaunchBlockSummariesFp8(const uint8_t* k_pool,      // [slots, 16, head_dim] e4m3
                                     const int32_t* src_slots,   // [n]
                                     const int32_t* num_tokens,  // [n]
@@ -40,19 +42,30 @@ cudaError_t LaunchBlockSummariesFp8(const uint8_t* k_pool,      // [slots, 16, h
                                     __nv_bfloat16* kmin,        // [rows, head_dim]
                                     __nv_bfloat16* kmax,        // [rows, head_dim]
                                     int64_t n, int head_dim, cudaStream_t stream);
+cudaError_t LaunchBlockSummariesFp8(const uint8_t* k_pool,      // [slots, 16, head_dim] e4m3
+                                    const int32_t* src_slots,   // [n]
+                                    const int32_t* num_tokens,  // [n]
+                                    const int32_t* dst_rows,    // [n]
+                                    uint8_t* kmin,              // [rows, head_dim] e4m3
+                                    uint8_t* kmax,              // [rows, head_dim] e4m3
+                                    int64_t n, int head_dim, cudaStream_t stream);
 
 struct ScoreBlocksParams {
   const __nv_bfloat16* q;      // [T, num_q_heads, head_dim]
   const int32_t* query_rows;   // [R] batch row, -1 = inactive
   const int32_t* num_blocks;   // [R]
   const int32_t* host_tables;  // [R, num_kv_heads, max_blocks] summary row per block
-  const __nv_bfloat16* kmin;   // [summary rows, head_dim]
-  const __nv_bfloat16* kmax;
+  // The summaries: bf16 (kmin, kmax), or e4m3 (kmin_fp8, kmax_fp8 below: FP8 pools' summaries,
+  // in stored units); exactly one pair is given (16-byte aligned), the other null.
+  const __nv_bfloat16* kmin = nullptr;  // [summary rows, head_dim]
+  const __nv_bfloat16* kmax = nullptr;
   float* scores;                                        // [R, num_kv_heads, max_blocks]
   int rows = 0;                                         // R
   int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;  // head_dim in {32, 64, 128, 256}
   int max_blocks = 0;
-  bool reduce_max = false;  // GQA group: max instead of sum
+  bool reduce_max = false;            // GQA group: max instead of sum
+  const uint8_t* kmin_fp8 = nullptr;  // [summary rows, head_dim] e4m3 (instead of kmin, kmax)
+  const uint8_t* kmax_fp8 = nullptr;
 };
 bool ScoreBlocksSupported(int head_dim, int group);
 cudaError_t LaunchScoreBlocks(const ScoreBlocksParams& p, cudaStream_t stream);

@@ -157,13 +157,27 @@ void CudaBackend::BlockSummaries(const LayerKvPool& pool, const Tensor& src_slot
   CheckDev(src_slots, DType::kI32, "BlockSummaries src_slots");
   CheckDev(num_tokens, DType::kI32, "BlockSummaries num_tokens");
   CheckDev(dst_rows, DType::kI32, "BlockSummaries dst_rows");
-  CheckDev(kmin, DType::kBF16, "BlockSummaries kmin");
-  CheckDev(kmax, DType::kBF16, "BlockSummaries kmax");
+  // Summaries: BF16, or for an FP8 pool also F8E4M3 (the min/max of stored e4m3 values are e4m3
+  // values: exact).
+  const bool fp8_rows = kmin.dtype() == DType::kF8E4M3;
+  OASIS_CHECK(!fp8_rows || pool.fp8())
+      << "BlockSummaries: F8_E4M3 summaries are for FP8 pools only, the pool is "
+      << pool.k.ToString() << " (use BF16 kmin/kmax)";
+  CheckDev(kmin, fp8_rows ? DType::kF8E4M3 : DType::kBF16, "BlockSummaries kmin");
+  CheckDev(kmax, kmin.dtype(), "BlockSummaries kmax (the dtype of kmin)");
   const int64_t n = src_slots.numel(), d = pool.k.dim(2);
   OASIS_CHECK(num_tokens.numel() == n && dst_rows.numel() == n)
       << "BlockSummaries: entry counts differ";
-  OASIS_CHECK(kmin.shape() == kmax.shape() && kmin.dim(1) == d)
-      << "BlockSummaries kmin " << kmin.ToString();
+  OASIS_CHECK(kmin.ndim() == 2 && kmin.shape() == kmax.shape() && kmin.dim(1) == d)
+      << "BlockSummaries kmin " << kmin.ToString() << " kmax " << kmax.ToString()
+      << ", expected [rows, " << d << "]";
+  if (fp8_rows) {  // the stored e4m3 bytes of the min/max
+    OASIS_CUDA_CHECK(kernels::LaunchBlockSummariesFp8(
+        Ptr<uint8_t>(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens),
+        Ptr<int32_t>(dst_rows), Ptr<uint8_t>(kmin), Ptr<uint8_t>(kmax), n, static_cast<int>(d),
+        stream()));
+    return;
+  }
   if (pool.fp8()) {  // min/max of the stored e4m3 values (unscaled), exact in bf16
     OASIS_CUDA_CHECK(kernels::LaunchBlockSummariesFp8(
         Ptr<uint8_t>(pool.k), Ptr<int32_t>(src_slots), Ptr<int32_t>(num_tokens),
@@ -181,22 +195,32 @@ void CudaBackend::ScoreBlocks(const Tensor& q, const Tensor& query_rows, const T
   CheckDev(q, DType::kBF16, "ScoreBlocks q");
   CheckDev(query_rows, DType::kI32, "ScoreBlocks query_rows");
   CheckDev(num_blocks, DType::kI32, "ScoreBlocks num_blocks");
-  CheckDev(kmin, DType::kBF16, "ScoreBlocks kmin");
-  CheckDev(kmax, DType::kBF16, "ScoreBlocks kmax");
+  // Summaries: BF16, or F8E4M3 (FP8 pools' summaries, in stored units); kmax as kmin.
+  OASIS_CHECK(kmin.dtype() == DType::kBF16 || kmin.dtype() == DType::kF8E4M3)
+      << "ScoreBlocks kmin: expected BF16 or F8_E4M3 summaries, got " << kmin.ToString();
+  const bool fp8_rows = kmin.dtype() == DType::kF8E4M3;
+  CheckDev(kmin, kmin.dtype(), "ScoreBlocks kmin");
+  CheckDev(kmax, kmin.dtype(), "ScoreBlocks kmax (the dtype of kmin)");
   CheckDev(scores, DType::kF32, "ScoreBlocks scores");
   const int64_t R = query_rows.numel();
   CheckState(host_tables, R, host_tables.dim(1), "ScoreBlocks host_tables");
   OASIS_CHECK(q.ndim() == 3 && scores.shape() == host_tables.shape() && num_blocks.numel() == R &&
-              kmin.dim(1) == q.dim(2) && kmax.shape() == kmin.shape())
+              kmin.ndim() == 2 && kmin.dim(1) == q.dim(2) && kmax.shape() == kmin.shape())
       << "ScoreBlocks shapes: q " << q.ToString() << " tables " << host_tables.ToString()
-      << " scores " << scores.ToString();
+      << " scores " << scores.ToString() << " kmin " << kmin.ToString() << " kmax "
+      << kmax.ToString();
   kernels::ScoreBlocksParams p;
   p.q = Ptr(q);
   p.query_rows = Ptr<int32_t>(query_rows);
   p.num_blocks = Ptr<int32_t>(num_blocks);
   p.host_tables = Ptr<int32_t>(host_tables);
-  p.kmin = Ptr(kmin);
-  p.kmax = Ptr(kmax);
+  if (fp8_rows) {
+    p.kmin_fp8 = Ptr<uint8_t>(kmin);
+    p.kmax_fp8 = Ptr<uint8_t>(kmax);
+  } else {
+    p.kmin = Ptr(kmin);
+    p.kmax = Ptr(kmax);
+  }
   p.scores = Ptr<float>(scores);
   p.rows = static_cast<int>(R);
   p.num_q_heads = static_cast<int>(q.dim(1));

@@ -27,6 +27,7 @@ BENCHMARKS=(
   "bench_decode_attention|"
   "bench_decode_attention|--kv-dtype fp8"
   "bench_sparse_kv|"
+  "bench_sparse_kv|--only gather --kv-dtype fp8"
   "bench_sparse_decode|--batch 16 --context 16384 --transfers both"
   "bench_sparse_decode|--batch 16 --context 16384 --kv-home hbm"
   "bench_sparse_decode|--batch 32 --context 16384 --transfers both --tensor-parallel-size 2"
@@ -249,24 +250,29 @@ PY
 )
 fi
 # FP8 KV capacity (issue 34): --check-config of dummy Qwen3-8B with the KV cache in bf16 and
-# in fp8, dense and sparse (the H200 box's host store): requests held at 16K and 32K
-# (seconds each). OASIS_FP8_CAPACITY=1 turns it on.
+# in fp8, dense only (no draft head) and with sparse KV (the H200 box's 104 GiB host store):
+# requests held at 16K and 32K (seconds each). OASIS_FP8_CAPACITY=1 turns it on.
 if [[ ${OASIS_FP8_CAPACITY:-0} == 1 ]]; then
   mkdir -p /tmp/q8 && cp tools/bench/model_configs/qwen3-8b.json /tmp/q8/config.json
-  for dtype in auto fp8; do
-    echo "=== oasis-server --check-config --kv-cache-dtype $dtype"
-    .bundle/bin/oasis-server --model /tmp/q8 --load-format dummy --backend cuda --max-model-len 40960 \
-      --max-num-seqs 256 --kv-cache-dtype "$dtype" --draft-load-format dummy --draft-vocab-size 32000 \
-      --lookahead reject --sparse on --sparse-threshold 4096 --host-kv-gib 104 --check-config \
-      > /tmp/cap.out 2>/tmp/cap.err
-    rc=$?
-    grep -E "KV cache|capacity|fp8" /tmp/cap.err | cut -c1-220
-    rows+=("$(printf '%-20s %s' "fp8 capacity" "kv $dtype (rc $rc): $(python3 -c '
+  cat > /tmp/cap.py <<'PY'
 import json, sys
-t = open("/tmp/cap.out").read()
+t = open(sys.argv[1]).read()
 d = json.loads(t[:t.rindex("}") + 1])
-print("; ".join(f"{c[\"tokens\"]} tok: dense {c[\"dense\"]} sparse {c.get(\"sparse\")}" for c in d["resolved"]["capacity"]))
-' 2>&1 | tail -1)")")
+print("; ".join(f"{c['tokens']} tok: dense {c['dense']}" + (f" sparse {c['sparse']} ({c['sparse_hbm']} + {c['sparse_host']})" if "sparse" in c else "")
+                for c in d["resolved"]["capacity"]))
+PY
+  for mode in dense sparse; do
+    for dtype in auto fp8; do
+      extra=(--sparse off)
+      [[ $mode == sparse ]] && extra=(--draft-load-format dummy --draft-vocab-size 32000 --lookahead reject --sparse on \
+                                      --sparse-threshold 4096 --host-kv-gib 104)
+      echo "=== oasis-server --check-config --kv-cache-dtype $dtype ($mode)"
+      .bundle/bin/oasis-server --model /tmp/q8 --load-format dummy --backend cuda --max-model-len 40960 \
+        --max-num-seqs 256 --kv-cache-dtype "$dtype" "${extra[@]}" --check-config > /tmp/cap.out 2>/tmp/cap.err
+      rc=$?
+      grep -E "KV cache|capacity|fp8|summaries" /tmp/cap.err | cut -c1-220
+      rows+=("$(printf '%-20s %s' "fp8 capacity" "$mode kv $dtype (rc $rc): $(python3 /tmp/cap.py /tmp/cap.out 2>&1 | tail -1)")")
+    done
   done
 fi
 echo

@@ -436,9 +436,12 @@ struct GatherResult {
   double gbs = 0, memcpy_gbs = 0, loaded_gbs = 0, hbm_slowdown = 0, equal_priority_gbs = 0;
 };
 
-std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
-  constexpr int64_t kHostSlots = (int64_t{512} << 20) / kBlockBytes;  // 512 MiB of K + 512 MiB of V
-  constexpr int64_t kDevSlots = 65536;                                // 256 MiB of K + 256 MiB of V
+// `elem`: bytes per value (2: bf16 pools; 1: FP8 pools, --kv-dtype fp8: 2 KiB head-blocks moved
+// by LaunchCopyBlockBytes as CudaBackend::CopyBlocks moves them).
+std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full, int elem) {
+  const int64_t kBlockBytes = int64_t{kBlock} * kHeadDim * elem;  // one head-block of K (or V)
+  const int64_t kHostSlots = (int64_t{512} << 20) / kBlockBytes;  // 512 MiB of K + 512 MiB of V
+  const int64_t kDevSlots = (int64_t{256} << 20) / kBlockBytes;   // 256 MiB of K + 256 MiB of V
   // As CudaBackend::CopyBlocks launches it: OASIS_GATHER_CTAS and OASIS_GATHER_KERNEL over the
   // defaults.
   const oasis::Tuning& tuning = oasis::GetTuning();
@@ -452,14 +455,14 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   cudaStream_t s = timer.stream;
   std::mt19937 rng(8002);
 
-  bf16 *host_k = nullptr, *host_v = nullptr;
+  uint8_t *host_k = nullptr, *host_v = nullptr;
   BENCH_CHECK(cudaHostAlloc(&host_k, kHostSlots * kBlockBytes,
                             cudaHostAllocMapped | cudaHostAllocPortable));
   BENCH_CHECK(cudaHostAlloc(&host_v, kHostSlots * kBlockBytes,
                             cudaHostAllocMapped | cudaHostAllocPortable));
   {
     uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (bf16* pool : {host_k, host_v}) {
+    for (uint8_t* pool : {host_k, host_v}) {
       uint64_t* w = reinterpret_cast<uint64_t*>(pool);
       for (int64_t i = 0; i < kHostSlots * kBlockBytes / 8; ++i) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -467,11 +470,11 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
       }
     }
   }
-  bf16 *map_k = nullptr, *map_v = nullptr;  // the device's view (the same address under UVA)
+  uint8_t *map_k = nullptr, *map_v = nullptr;  // the device's view (the same address under UVA)
   BENCH_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&map_k), host_k, 0));
   BENCH_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&map_v), host_v, 0));
-  bf16* dev_k = DeviceAlloc<bf16>(kDevSlots * kBlockBytes / 2);
-  bf16* dev_v = DeviceAlloc<bf16>(kDevSlots * kBlockBytes / 2);
+  uint8_t* dev_k = DeviceAlloc<uint8_t>(kDevSlots * kBlockBytes);
+  uint8_t* dev_v = DeviceAlloc<uint8_t>(kDevSlots * kBlockBytes);
 
   // The HBM-bound load: a 2 GiB buffer streamed by ReadKernel on its own stream.
   const size_t read_bytes = size_t{2} << 30;
@@ -506,9 +509,10 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
   const double pass_ms = st_pass.median_ms;
 
   std::printf(
-      "\n2. gather: CopyBlocks of random 4 KiB head-blocks (K and V of blocks/2 entries), %s "
-      "kernel, %d CTAs, "
+      "\n2. gather: CopyBlocks of random %lld KiB head-blocks (%s; K and V of blocks/2 entries), "
+      "%s kernel, %d CTAs, "
       "from a %lld MiB pinned mapped host pool into random slots of a %lld MiB device pool\n",
+      static_cast<long long>(kBlockBytes >> 10), elem == 1 ? "fp8" : "bf16",
       registers ? "register" : "TMA", kGatherCtas,
       static_cast<long long>(2 * kHostSlots * kBlockBytes >> 20),
       static_cast<long long>(2 * kDevSlots * kBlockBytes >> 20));
@@ -536,8 +540,8 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     int32_t* d_dst = Upload(dst, s);
     const double bytes = double(blocks) * kBlockBytes;
     auto gather = [&](int ctas, cudaStream_t st) {
-      return k::LaunchCopyBlocks(map_k, map_v, d_src, dev_k, dev_v, d_dst, n, kHeadDim, ctas, st,
-                                 kernel);
+      return k::LaunchCopyBlockBytes(map_k, map_v, d_src, dev_k, dev_v, d_dst, n, kHeadDim * elem,
+                                     ctas, st, kernel);
     };
     const Stats st_gather = timer.Time([&] { return gather(kGatherCtas, s); });
     const Stats st_memcpy = timer.Time([&] {
@@ -547,10 +551,10 @@ std::vector<GatherResult> RunGather(Timer& timer, bool sweep, bool hbm_full) {
     BENCH_CHECK(gather(kGatherCtas, s));
     BENCH_CHECK(cudaStreamSynchronize(s));
     for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 64)) {
-      const std::vector<bf16> gk = Download(dev_k + dst[i] * kBlockBytes / 2, kBlockBytes / 2);
-      const std::vector<bf16> gv = Download(dev_v + dst[i] * kBlockBytes / 2, kBlockBytes / 2);
-      if (std::memcmp(gk.data(), host_k + src[i] * kBlockBytes / 2, kBlockBytes) != 0 ||
-          std::memcmp(gv.data(), host_v + src[i] * kBlockBytes / 2, kBlockBytes) != 0) {
+      const std::vector<uint8_t> gk = Download(dev_k + dst[i] * kBlockBytes, kBlockBytes);
+      const std::vector<uint8_t> gv = Download(dev_v + dst[i] * kBlockBytes, kBlockBytes);
+      if (std::memcmp(gk.data(), host_k + src[i] * kBlockBytes, kBlockBytes) != 0 ||
+          std::memcmp(gv.data(), host_v + src[i] * kBlockBytes, kBlockBytes) != 0) {
         Fail("gathered blocks differ from the host pool");
       }
     }
@@ -773,6 +777,7 @@ std::vector<AttentionResult> RunAttention(Timer& timer, bool sweep) {
 int main(int argc, char** argv) {
   int runs = 30;
   bool sweep = false, hbm_full = false, memset_flush = false;
+  int elem = 2;  // --kv-dtype: bf16 (2) or fp8 (1) head-blocks in the gather
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
@@ -785,11 +790,19 @@ int main(int argc, char** argv) {
       hbm_full = true;
     } else if (!std::strcmp(argv[i], "--memset-flush")) {
       memset_flush = true;
+    } else if (!std::strcmp(argv[i], "--kv-dtype") && i + 1 < argc) {
+      const std::string d = argv[++i];
+      if (d != "bf16" && d != "fp8") {
+        std::fprintf(stderr, "bench_sparse_kv: --kv-dtype takes bf16 or fp8, not '%s'\n",
+                     d.c_str());
+        return 2;
+      }
+      elem = d == "fp8" ? 1 : 2;
     } else {
       std::fprintf(stderr,
                    "usage: bench_sparse_kv [--runs N] [--only predict|gather|attention] [--sweep] "
                    "[--hbm-full] "
-                   "[--memset-flush]\n");
+                   "[--memset-flush] [--kv-dtype bf16|fp8]\n");
       return 2;
     }
   }
@@ -840,14 +853,15 @@ int main(int argc, char** argv) {
     result += buf;
   }
   if (only.empty() || only == "gather") {
-    const std::vector<GatherResult> rs = RunGather(timer, sweep, hbm_full);
+    const std::vector<GatherResult> rs = RunGather(timer, sweep, hbm_full, elem);
     for (const GatherResult& r : rs) {
-      std::snprintf(buf, sizeof(buf),
-                    " gather %d blocks: %.1f GB/s (memcpy %.1f, ratio %.3f, target %.0f), beside "
-                    "HBM read %.1f "
-                    "GB/s at high priority (HBM kernel %+.1f%%), %.1f GB/s at equal priority;",
-                    r.blocks, r.gbs, r.memcpy_gbs, r.gbs / r.memcpy_gbs, kGatherTargetGBs,
-                    r.loaded_gbs, r.hbm_slowdown * 100, r.equal_priority_gbs);
+      std::snprintf(
+          buf, sizeof(buf),
+          " gather %d %s blocks: %.1f GB/s (memcpy %.1f, ratio %.3f, target %.0f), beside "
+          "HBM read %.1f "
+          "GB/s at high priority (HBM kernel %+.1f%%), %.1f GB/s at equal priority;",
+          r.blocks, elem == 1 ? "fp8" : "bf16", r.gbs, r.memcpy_gbs, r.gbs / r.memcpy_gbs,
+          kGatherTargetGBs, r.loaded_gbs, r.hbm_slowdown * 100, r.equal_priority_gbs);
       result += buf;
     }
   }

@@ -2,17 +2,28 @@
 // on fresh random inputs: appends store the CPU's bytes and raise the same per-head amax (KvAppend,
 // QkvRopeAppend, the fused decode input side); attention over FP8 pools (the split-K decode
 // kernel, the mma.sync prefill kernel, the reference kernel, and CudaBackend::Attention's choice
-// among them) within bf16 tolerance of the CPU's FP8 attention; block summaries exact; block and
-// token copies byte-exact (device and mapped host pools, both gather kernels). Unwritten pool
-// entries are e4m3 NaN (0x7f) and outputs NaN-poisoned, so reads past kv_len and unwritten rows
-// show.
+// among them) within bf16 tolerance of the CPU's FP8 attention; block summaries exact (bf16, and
+// e4m3 summaries bit for bit); ScoreBlocks over e4m3 summaries within the bf16 ScoreBlocks test's
+// tolerance and TopKBlocks on its scores identical (fresh seeds, printed on failure); mismatched
+// summary dtypes refused; block and token copies byte-exact (device and mapped host pools, both
+// gather kernels). Unwritten pool entries are e4m3 NaN (0x7f) and outputs NaN-poisoned, so reads
+// past kv_len and unwritten rows show.
 #include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "backend/cpu/cpu_backend.h"
@@ -801,6 +812,373 @@ TEST_CASE(
         auto [gk, gv] = fetch(dst);
         ExpectSameBytes(gk, want_tok.k, "CopyTokens K");
         ExpectSameBytes(gv, want_tok.v, "CopyTokens V");
+      }
+    }
+  }
+}
+
+// ---- e4m3 summaries and scoring over them --------------------------------------------------
+
+namespace {
+
+// A fresh seed per test case; callers INFO it, so that a failure prints it.
+uint32_t FreshSeed() { return std::random_device{}(); }
+
+void ExpectSameInts(const Tensor& got, const Tensor& want, const char* what) {
+  REQUIRE(got.numel() == want.numel());
+  int64_t first = -1, count = 0;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    if (got.data<int32_t>()[i] != want.data<int32_t>()[i] && count++ == 0) first = i;
+  INFO(what << ": " << count << " differences; first at " << first << ": got "
+            << (first >= 0 ? got.data<int32_t>()[first] : 0) << " want "
+            << (first >= 0 ? want.data<int32_t>()[first] : 0));
+  CHECK(count == 0);
+}
+
+// Runs `fn` in a forked child and expects it to fail an OASIS_CHECK (abort) with `text` in its
+// message. The child only checks arguments: it makes no CUDA call before the check fails.
+void ExpectCheckFails(const std::function<void()>& fn, const std::string& text) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const rlimit no_core{0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    std::signal(SIGABRT, SIG_DFL);  // not Catch's handler: no report from the child
+    const int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    fn();
+    _exit(0);  // no check failed
+  }
+  close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t got; (got = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, got);
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("expected a failed check naming \"" << text << "\"; the child's stderr: " << message);
+  CHECK(WIFSIGNALED(status));
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT));
+  CHECK(message.find(text) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "FP8 BlockSummaries into e4m3 summaries are the CPU's bytes (device and host pools, partial "
+    "blocks, ties of +0 and -0)",
+    "[gpu][fp8][sparse]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  const uint32_t seed = FreshSeed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  for (int d : {32, 64, 96, 128, 256}) {
+    const int64_t slots = 48, rows = 64, n = 44;
+    Tensor k = RandomFp8({slots, kBlockSize, d}, rng), v = RandomFp8({slots, kBlockSize, d}, rng);
+    // Slots 0-7: a few values (many ties, +0 against -0, subnormals); 8-11: non-negative values
+    // with both zeros (the min is +0 or -0: whichever token came first); 12-13: any bytes (NaN).
+    const uint8_t few[] = {0x00, 0x80, 0x01, 0x81, 0x08, 0x88, 0x38, 0xb8};
+    const uint8_t zeros[] = {0x00, 0x80, 0x00, 0x80, 0x01, 0x30};
+    uint8_t* kb = k.data<uint8_t>();
+    const int64_t per_slot = int64_t{kBlockSize} * d;
+    for (int64_t i = 0; i < 8 * per_slot; ++i) kb[i] = few[RandInt(rng, 0, 7)];
+    for (int64_t i = 8 * per_slot; i < 12 * per_slot; ++i) kb[i] = zeros[RandInt(rng, 0, 5)];
+    for (int64_t i = 12 * per_slot; i < 14 * per_slot; ++i)
+      kb[i] = static_cast<uint8_t>(RandInt(rng, 0, 255));
+    std::vector<int32_t> src(n), cnt(n), dst(n), perm(rows);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t i = 0; i < n; ++i) {
+      src[i] = i < 14 ? static_cast<int32_t>(i) : RandInt(rng, 0, slots - 1);
+      cnt[i] = i % 5 == 0 ? kBlockSize : RandInt(rng, -1, kBlockSize);  // partial blocks
+      dst[i] = i % 7 == 3 ? -1 : perm[i];
+    }
+    cnt[1] = 1, cnt[2] = 0, dst[1] = perm[1], dst[2] = perm[2];  // one token; none (row unchanged)
+    // Rows no entry writes keep their bytes.
+    const Tensor init_min = RandomFp8({rows, d}, rng, Bytes::kAny),
+                 init_max = RandomFp8({rows, d}, rng, Bytes::kAny);
+    Tensor want_min = init_min.Clone(), want_max = init_max.Clone();
+    cpu.BlockSummaries(KvOnly(k, v), Ints({n}, src), Ints({n}, cnt), Ints({n}, dst), want_min,
+                       want_max);
+    LayerKvPool hpool = KvOnly(gpu->EmptyHost({slots, kBlockSize, d}, DType::kF8E4M3),
+                               gpu->EmptyHost({slots, kBlockSize, d}, DType::kF8E4M3));
+    std::memcpy(hpool.k.raw(), k.raw(), k.nbytes());
+    std::memcpy(hpool.v.raw(), v.raw(), v.nbytes());
+    for (bool host : {false, true}) {
+      INFO("head_dim " << d << (host ? " mapped host pool" : " device pool"));
+      const LayerKvPool pool = host ? hpool : KvOnly(gpu->Upload(k), gpu->Upload(v));
+      Tensor gmin = gpu->Upload(init_min), gmax = gpu->Upload(init_max);
+      REQUIRE(gmin.dtype() == DType::kF8E4M3);
+      gpu->BlockSummaries(pool, gpu->Upload(Ints({n}, src)), gpu->Upload(Ints({n}, cnt)),
+                          gpu->Upload(Ints({n}, dst)), gmin, gmax);
+      const Tensor got_min = gpu->Download(gmin), got_max = gpu->Download(gmax);
+      // Bit for bit (+0 and -0 differ); NaN bytes (the any-bytes slots) pair with NaN bytes.
+      ExpectSameBytes(got_min, want_min, "kmin");
+      ExpectSameBytes(got_max, want_max, "kmax");
+    }
+    // The bf16 summaries of the same pool are those bytes' values.
+    Tensor bmin = UploadBf16(*gpu, Tensor::Zeros({rows, d}, DType::kF32)),
+           bmax = UploadBf16(*gpu, Tensor::Zeros({rows, d}, DType::kF32));
+    Tensor fmin = Tensor::Zeros({rows, d}, DType::kF32),
+           fmax = Tensor::Zeros({rows, d}, DType::kF32);
+    cpu.BlockSummaries(KvOnly(k, v), Ints({n}, src), Ints({n}, cnt), Ints({n}, dst), fmin, fmax);
+    gpu->BlockSummaries(KvOnly(gpu->Upload(k), gpu->Upload(v)), gpu->Upload(Ints({n}, src)),
+                        gpu->Upload(Ints({n}, cnt)), gpu->Upload(Ints({n}, dst)), bmin, bmax);
+    const Tensor gfmin = DownloadF32(*gpu, bmin), gfmax = DownloadF32(*gpu, bmax);
+    for (int64_t i = 0; i < rows * d; ++i) {  // NaN == NaN here (the any-bytes slots)
+      const float a = gfmin.data<float>()[i], b = fmin.data<float>()[i];
+      const float c = gfmax.data<float>()[i], e = fmax.data<float>()[i];
+      if (!((a == b || (std::isnan(a) && std::isnan(b))) &&
+            (c == e || (std::isnan(c) && std::isnan(e))))) {
+        INFO("bf16 summaries of the FP8 pool, head_dim " << d << " element " << i << ": min " << a
+                                                         << " vs " << b << ", max " << c << " vs "
+                                                         << e);
+        CHECK(false);
+        break;
+      }
+    }
+  }
+}
+
+TEST_CASE("Summary dtypes that do not fit are refused (BlockSummaries, ScoreBlocks, the launcher)",
+          "[gpu][fp8][sparse]") {
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  const int d = 64, slots = 4, rows = 8;
+  const Tensor idx = gpu->Upload(Ints({2}, {0, 1})), cnt = gpu->Upload(Ints({2}, {16, 3}));
+  const LayerKvPool fp8 = KvOnly(gpu->Upload(RandomFp8({slots, kBlockSize, d}, rng)),
+                                 gpu->Upload(RandomFp8({slots, kBlockSize, d}, rng)));
+  const LayerKvPool bf = KvOnly(UploadBf16(*gpu, RandomBf16Exact({slots, kBlockSize, d}, rng)),
+                                UploadBf16(*gpu, RandomBf16Exact({slots, kBlockSize, d}, rng)));
+  Tensor smin8 = gpu->Upload(RandomFp8({rows, d}, rng)),
+         smax8 = gpu->Upload(RandomFp8({rows, d}, rng));
+  Tensor smin16 = UploadBf16(*gpu, RandomBf16Exact({rows, d}, rng)),
+         smax16 = UploadBf16(*gpu, RandomBf16Exact({rows, d}, rng));
+  Tensor smin32 = gpu->Upload(RandomBf16Exact({rows, d}, rng)),
+         smax32 = gpu->Upload(RandomBf16Exact({rows, d}, rng));
+  ExpectCheckFails([&] { gpu->BlockSummaries(bf, idx, cnt, idx, smin8, smax8); },
+                   "F8_E4M3 summaries are for FP8 pools only");
+  ExpectCheckFails([&] { gpu->BlockSummaries(fp8, idx, cnt, idx, smin8, smax16); },
+                   "BlockSummaries kmax (the dtype of kmin)");
+  ExpectCheckFails([&] { gpu->BlockSummaries(fp8, idx, cnt, idx, smin16, smax8); },
+                   "BlockSummaries kmax (the dtype of kmin)");
+  ExpectCheckFails([&] { gpu->BlockSummaries(fp8, idx, cnt, idx, smin32, smax32); },
+                   "BlockSummaries kmin");
+
+  const int hq = 4, hkv = 2, R = 2, mb = 5;
+  const Tensor q = UploadBf16(*gpu, RandomBf16Exact({3, hq, d}, rng));
+  const Tensor qr = gpu->Upload(Ints({R}, {0, 2})), nb = gpu->Upload(Ints({R}, {mb, 2}));
+  const Tensor tb = gpu->Upload(Ints({R, hkv, mb}, std::vector<int32_t>(R * hkv * mb, 3)));
+  Tensor scores = gpu->Upload(Tensor::Zeros({R, hkv, mb}, DType::kF32));
+  ExpectCheckFails(
+      [&] { gpu->ScoreBlocks(q, qr, nb, tb, smin8, smax16, GroupReduce::kSum, scores); },
+      "ScoreBlocks kmax (the dtype of kmin)");
+  ExpectCheckFails(
+      [&] { gpu->ScoreBlocks(q, qr, nb, tb, smin16, smax8, GroupReduce::kSum, scores); },
+      "ScoreBlocks kmax (the dtype of kmin)");
+  ExpectCheckFails(
+      [&] { gpu->ScoreBlocks(q, qr, nb, tb, smin32, smax32, GroupReduce::kSum, scores); },
+      "expected BF16 or F8_E4M3 summaries");
+
+  // The launcher: exactly one pair of summaries, 16-byte aligned.
+  kernels::ScoreBlocksParams p;
+  p.q = static_cast<const __nv_bfloat16*>(q.raw());
+  p.query_rows = qr.data<int32_t>();
+  p.num_blocks = nb.data<int32_t>();
+  p.host_tables = tb.data<int32_t>();
+  p.scores = scores.data<float>();
+  p.rows = R, p.num_q_heads = hq, p.num_kv_heads = hkv, p.head_dim = d, p.max_blocks = mb;
+  const auto* b16min = static_cast<const __nv_bfloat16*>(smin16.raw());
+  const auto* b16max = static_cast<const __nv_bfloat16*>(smax16.raw());
+  const auto* f8min = static_cast<const uint8_t*>(smin8.raw());
+  const auto* f8max = static_cast<const uint8_t*>(smax8.raw());
+  auto launch = [&](const __nv_bfloat16* a, const __nv_bfloat16* b, const uint8_t* c,
+                    const uint8_t* e) {
+    kernels::ScoreBlocksParams x = p;
+    x.kmin = a, x.kmax = b, x.kmin_fp8 = c, x.kmax_fp8 = e;
+    return kernels::LaunchScoreBlocks(x, gpu->stream());
+  };
+  CHECK(launch(b16min, b16max, nullptr, nullptr) == cudaSuccess);
+  CHECK(launch(nullptr, nullptr, f8min, f8max) == cudaSuccess);
+  CHECK(launch(b16min, b16max, f8min, f8max) == cudaErrorInvalidValue);
+  CHECK(launch(nullptr, nullptr, f8min, nullptr) == cudaErrorInvalidValue);
+  CHECK(launch(nullptr, b16max, f8min, f8max) == cudaErrorInvalidValue);
+  CHECK(launch(nullptr, nullptr, nullptr, nullptr) == cudaErrorInvalidValue);
+  CHECK(launch(nullptr, nullptr, f8min + 8, f8max) == cudaErrorInvalidValue);
+  CHECK(cudaStreamSynchronize(gpu->stream()) == cudaSuccess);
+}
+
+namespace {
+
+// Summaries of a ScoreBlocks test (host F8E4M3 [rows, d]) and the unit of the tolerance.
+enum class SummaryKind {
+  kNormal,      // e4m3(N(0, 1)), kmin and kmax independent (either may be the larger)
+  kCalibrated,  // e4m3(N(0, 1) · 64) (saturating now and then), kmin <= kmax element-wise
+  kAnyFinite,   // every finite byte (subnormals, ±0, ±448), independent
+  kExact,       // quarter-integers in [-8, 8]; with integer q every sum is exact in float32
+};
+const char* Name(SummaryKind k) {
+  switch (k) {
+    case SummaryKind::kNormal:
+      return "N(0,1)";
+    case SummaryKind::kCalibrated:
+      return "N(0,1)*64 ordered";
+    case SummaryKind::kAnyFinite:
+      return "any finite byte";
+    default:
+      return "exact quarter-integers";
+  }
+}
+
+std::pair<Tensor, Tensor> MakeSummaries(SummaryKind kind, int64_t rows, int d, std::mt19937& rng) {
+  Tensor lo = Tensor::Empty({rows, d}, DType::kF8E4M3),
+         hi = Tensor::Empty({rows, d}, DType::kF8E4M3);
+  uint8_t* a = lo.data<uint8_t>();
+  uint8_t* b = hi.data<uint8_t>();
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < lo.numel(); ++i) {
+    switch (kind) {
+      case SummaryKind::kNormal:
+        a[i] = FloatToFp8E4M3(normal(rng)), b[i] = FloatToFp8E4M3(normal(rng));
+        break;
+      case SummaryKind::kCalibrated: {
+        const float x = Fp8E4M3ToFloat(FloatToFp8E4M3(64.0f * normal(rng)));
+        const float y = Fp8E4M3ToFloat(FloatToFp8E4M3(64.0f * normal(rng)));
+        a[i] = FloatToFp8E4M3(std::min(x, y)), b[i] = FloatToFp8E4M3(std::max(x, y));
+        break;
+      }
+      case SummaryKind::kAnyFinite:
+        for (uint8_t* p : {a + i, b + i}) {
+          *p = static_cast<uint8_t>(RandInt(rng, 0, 255));
+          if ((*p & 0x7f) == 0x7f) *p ^= 0x01;  // NaN -> ±448
+        }
+        break;
+      case SummaryKind::kExact:
+        a[i] = FloatToFp8E4M3(0.25f * static_cast<float>(RandInt(rng, -32, 32)));
+        b[i] = FloatToFp8E4M3(0.25f * static_cast<float>(RandInt(rng, -32, 32)));
+        break;
+    }
+  }
+  return {lo, hi};
+}
+
+// RMS of the summaries' values (at least 1): the tolerance's unit.
+double SummaryRms(const Tensor& lo, const Tensor& hi) {
+  double s = 0;
+  for (const Tensor* t : {&lo, &hi})
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      const double x = Fp8E4M3ToFloat(t->data<uint8_t>()[i]);
+      s += x * x;
+    }
+  return std::max(1.0, std::sqrt(s / static_cast<double>(2 * lo.numel())));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "ScoreBlocks over e4m3 summaries matches the CPU (head_dim 32-256, GQA groups 1-16, sum and "
+    "max, inactive rows, partial candidate lists, shuffled tables); TopKBlocks on its scores "
+    "equals "
+    "the CPU's",
+    "[gpu][fp8][sparse]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  const uint32_t seed = FreshSeed();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  struct Shape {
+    int hq, hkv, d, mb, k, rows;
+  };
+  for (const Shape& sh :
+       {Shape{32, 8, 128, 300, 128, 3}, Shape{8, 2, 64, 1100, 64, 3}, Shape{16, 2, 256, 90, 32, 3},
+        Shape{4, 4, 128, 2048, 256, 3}, Shape{4, 2, 32, 40, 16, 3}, Shape{12, 4, 64, 200, 32, 3},
+        Shape{48, 4, 128, 700, 64, 3}, Shape{16, 1, 32, 500, 64, 3}, Shape{32, 2, 256, 333, 64, 2},
+        Shape{9, 1, 64, 100, 16, 2},
+        // several steps per warp (the launcher's one-wave grid), each head_dim
+        Shape{32, 8, 128, 4096, 128, 4}, Shape{8, 8, 32, 5000, 256, 4},
+        Shape{16, 8, 64, 4000, 128, 4}, Shape{8, 2, 256, 3000, 128, 4}}) {
+    const int group = sh.hq / sh.hkv;
+    INFO("heads " << sh.hq << "/" << sh.hkv << " (group " << group << ") d " << sh.d << " MB "
+                  << sh.mb << " K " << sh.k << " rows " << sh.rows);
+    REQUIRE(kernels::ScoreBlocksSupported(sh.d, group));
+    const int64_t R = sh.rows, T = 7;
+    // Rows: 0 all MB candidates, 1 inactive, 2 a partial list (not a multiple of 16), 3 short.
+    std::vector<int32_t> qrows(R), nblocks(R);
+    for (int64_t r = 0; r < R; ++r) qrows[r] = RandInt(rng, 0, T - 1);
+    qrows[1] = -1;
+    nblocks[0] = sh.mb;
+    nblocks[1] = RandInt(rng, 1, sh.mb);
+    if (R > 2) nblocks[2] = std::max(1, RandInt(rng, sh.mb / 3, sh.mb - 1) | 1);
+    if (R > 3) nblocks[3] = RandInt(rng, 0, 40);
+    // Summary rows: a shuffled permutation of fewer rows than table entries (some repeat).
+    const int64_t entries = R * sh.hkv * sh.mb, srows = std::max<int64_t>(16, entries * 3 / 4);
+    std::vector<int32_t> perm(static_cast<size_t>(srows)), tables(static_cast<size_t>(entries));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t i = 0; i < entries; ++i) tables[i] = perm[i % srows];
+    std::shuffle(tables.begin(), tables.end(), rng);
+    const Tensor qr = Ints({R}, qrows), nb = Ints({R}, nblocks),
+                 tb = Ints({R, sh.hkv, sh.mb}, tables);
+    const Tensor d_qr = gpu->Upload(qr), d_nb = gpu->Upload(nb), d_tb = gpu->Upload(tb);
+    for (SummaryKind kind : {SummaryKind::kNormal, SummaryKind::kCalibrated,
+                             SummaryKind::kAnyFinite, SummaryKind::kExact}) {
+      const auto [lo, hi] = MakeSummaries(kind, srows, sh.d, rng);
+      Tensor q = RandomBf16Exact({T, sh.hq, sh.d}, rng);
+      float* qv = q.data<float>();
+      if (kind == SummaryKind::kExact) {
+        for (int64_t i = 0; i < q.numel(); ++i) qv[i] = static_cast<float>(RandInt(rng, -3, 3));
+      } else {  // zeros and tiny components (their products are negligible, never NaN)
+        for (int64_t i = 0; i < q.numel(); i += RandInt(rng, 1, 40))
+          qv[i] = RandInt(rng, 0, 1) ? 0.0f : Bf16BitsToFloat(FloatToBf16Bits(qv[i] * 1e-30f));
+      }
+      const double unit = SummaryRms(lo, hi);
+      const double atol = kind == SummaryKind::kExact ? 1e-3 : 1e-3 * sh.d * unit;
+      const double rtol = kind == SummaryKind::kExact ? 0.0 : 1e-4;
+      const Tensor d_q = UploadBf16(*gpu, q), d_lo = gpu->Upload(lo), d_hi = gpu->Upload(hi);
+      for (GroupReduce reduce : {GroupReduce::kSum, GroupReduce::kMax}) {
+        INFO(Name(kind) << (reduce == GroupReduce::kSum ? " sum" : " max") << ", tolerance " << atol
+                        << " + " << rtol << "·|want|");
+        constexpr float kUnwritten = -7.25f;
+        Tensor init = Tensor::Empty({R, sh.hkv, sh.mb}, DType::kF32);
+        std::fill(init.data<float>(), init.data<float>() + init.numel(), kUnwritten);
+        Tensor want = init.Clone(), got = gpu->Upload(init);
+        cpu.ScoreBlocks(q, qr, nb, tb, lo, hi, reduce, want);
+        gpu->ScoreBlocks(d_q, d_qr, d_nb, d_tb, d_lo, d_hi, reduce, got);
+        Tensor got_host = gpu->Download(got);
+        ExpectClose(got_host, want, atol, rtol);
+        // Inactive rows and blocks past num_blocks are left as they were, exactly.
+        int64_t touched = 0;
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t h = 0; h < sh.hkv; ++h)
+            for (int64_t b = 0; b < sh.mb; ++b) {
+              const bool written = qrows[r] >= 0 && b < nblocks[r];
+              const float g = got_host.data<float>()[(r * sh.hkv + h) * sh.mb + b];
+              touched += !written && g != kUnwritten;
+            }
+        CHECK(touched == 0);
+
+        // Top-K from identical scores: as computed, and quantised so that ties must break by id.
+        for (bool quantised : {false, true}) {
+          INFO((quantised ? "quantised scores" : "the GPU's scores"));
+          Tensor s = got_host.Clone();
+          if (quantised)
+            for (int64_t i = 0; i < s.numel(); ++i)
+              s.data<float>()[i] =
+                  static_cast<float>(std::round(s.data<float>()[i] * 2.0 / unit) * unit / 2.0);
+          const int k = std::min(sh.k, sh.mb);
+          const Tensor init_topk = Ints({R, sh.hkv, k}, std::vector<int32_t>(R * sh.hkv * k, -7));
+          Tensor want_topk = init_topk.Clone(), got_topk = gpu->Upload(init_topk);
+          cpu.TopKBlocks(s, qr, nb, want_topk);
+          gpu->TopKBlocks(gpu->Upload(s), d_qr, d_nb, got_topk);
+          ExpectSameInts(gpu->Download(got_topk), want_topk, "TopKBlocks");
+        }
       }
     }
   }

@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "loader/expert_weights.h"
+#include "loader/fp8_weights.h"
 
 namespace oasis {
 namespace {
@@ -125,12 +126,21 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   if (config.hidden_act != "silu")
     return Unimplemented("hidden_act '" + config.hidden_act + "' (only silu)");
   if (config.head_dim % 2 != 0) return InvalidArgument("head_dim must be even for RoPE");
+  // FP8 checkpoints: F8_E4M3 weights read as float, dequantized with their block scales
+  // (every FP8 tensor and scale is checked here, before anything is uploaded).
+  std::unique_ptr<WeightSource> dequantized;
+  if (config.quantization.fp8()) {
+    OASIS_ASSIGN_OR_RETURN(dequantized, DequantizeFp8Weights(checkpoint, config.quantization));
+  } else {
+    OASIS_RETURN_IF_ERROR(CheckNoFp8Weights(checkpoint));
+  }
+  const WeightSource& stored = dequantized != nullptr ? *dequantized : checkpoint;
   // transformers 5's fused expert tensors are read through their per-expert names.
   std::unique_ptr<WeightSource> split_experts;
-  if (HasFusedExperts(checkpoint)) {
-    OASIS_ASSIGN_OR_RETURN(split_experts, SplitFusedExperts(checkpoint));
+  if (HasFusedExperts(stored)) {
+    OASIS_ASSIGN_OR_RETURN(split_experts, SplitFusedExperts(stored));
   }
-  const WeightSource& weights = split_experts != nullptr ? *split_experts : checkpoint;
+  const WeightSource& weights = split_experts != nullptr ? *split_experts : stored;
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   const DType dt = backend.activation_dtype();
   const bool tied_without_head = config.tie_word_embeddings && !weights.Has("lm_head.weight");

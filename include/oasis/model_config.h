@@ -44,6 +44,27 @@ struct RopeScaling {
 // "default", "llama3", "linear", "dynamic" or "yarn".
 const char* RopeTypeName(RopeScalingType type);
 
+// config.json's "quantization_config" (docs/loader.md#fp8-checkpoints). Only block-scaled FP8
+// weights are read: quant_method "fp8", fmt e4m3, dynamic activations — the layout of
+// Qwen3-8B-FP8 and DeepSeek-V3 (transformers' FineGrainedFP8). Every other method is refused
+// when the config is parsed.
+enum class WeightQuantization {
+  kNone,      // no quantization_config: weights are bf16 / f16 / f32
+  kFp8Block,  // a quantized `X.weight` is F8_E4M3 [out, in] with `X.weight_scale_inv` F32/BF16
+              // [ceil(out / block_out), ceil(in / block_in)]; real = weight * scale_inv
+};
+
+struct QuantizationConfig {
+  WeightQuantization method = WeightQuantization::kNone;
+  int64_t block_out = 0;  // weight_block_size[0]: rows of one scale block
+  int64_t block_in = 0;   // weight_block_size[1]: columns of one scale block
+  // As written in config.json. Informational: the loader decides per tensor by its stored
+  // dtype (an F8_E4M3 weight is dequantized, anything else is read as it is).
+  std::vector<std::string> modules_to_not_convert;
+
+  bool fp8() const { return method == WeightQuantization::kFp8Block; }
+};
+
 struct ModelConfig {
   Architecture architecture = Architecture::kQwen3;
   std::string architecture_name;  // as written in config.json, e.g. "Qwen3ForCausalLM"
@@ -69,6 +90,8 @@ struct ModelConfig {
   bool qk_norm = false;  // per-head RMSNorm on q and k before RoPE (Qwen3)
   std::string hidden_act = "silu";
   DType dtype = DType::kBF16;  // `torch_dtype` / `dtype`
+  // FP8 checkpoints: dequantized when loaded (the activation dtype is still `dtype`).
+  QuantizationConfig quantization;
 
   std::vector<int64_t> bos_token_ids;
   std::vector<int64_t> eos_token_ids;

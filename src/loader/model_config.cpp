@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/json_depth.h"
+#include "loader/quantization_config.h"
 #include "oasis/model_config.h"
 
 namespace oasis {
@@ -385,6 +386,7 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
                          "\" is not supported (only silu)");
   }
   OASIS_RETURN_IF_ERROR(ParseDType(f, &c));
+  OASIS_RETURN_IF_ERROR(ParseQuantizationConfig(root, source, &c.quantization));
   OASIS_RETURN_IF_ERROR(f.IntList("bos_token_id", &c.bos_token_ids));
   OASIS_RETURN_IF_ERROR(f.IntList("eos_token_id", &c.eos_token_ids));
   c.qk_norm = c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe;

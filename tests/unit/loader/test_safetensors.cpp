@@ -142,8 +142,8 @@ TEST_CASE("safetensors: structural damage is DataLoss", "[loader][safetensors]")
 TEST_CASE("safetensors: bad entries are InvalidArgument naming the tensor", "[loader][safetensors]") {
   const std::string four(4, '\0');
   SECTION("unknown dtype") {
-    ExpectError(RawImage(OneTensor("F8_E4M3", "[4]", "[0,4]"), four), StatusCode::kInvalidArgument,
-                "unknown dtype \"F8_E4M3\"");
+    ExpectError(RawImage(OneTensor("F6_E3M2", "[4]", "[0,4]"), four), StatusCode::kInvalidArgument,
+                "unknown dtype \"F6_E3M2\"");
   }
   SECTION("shape and byte count disagree") {
     ExpectError(RawImage(OneTensor("F32", "[2,3]", "[0,20]"), std::string(24, '\0')),

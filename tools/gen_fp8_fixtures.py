@@ -174,12 +174,29 @@ def main():
     prompts = make_prompts(gen)
     tensors = reference_outputs(ref, prompts, "cpu")
 
-    # 3b. transformers' FP8 path: the checkpoint as written, on cuda.
-    fp8_model = Qwen3ForCausalLM.from_pretrained(out_dir, device_map="cuda",
-                                                 dtype=torch.bfloat16).eval()
-    fp8_class = type(fp8_model.model.layers[0].self_attn.q_proj).__name__
-    if "FP8" not in fp8_class.upper():
-        raise SystemExit(f"transformers loaded q_proj as {fp8_class}, not an FP8 linear layer")
+    # 3b. transformers' FP8 path: the checkpoint as written, on cuda. Its block-FP8 matmul
+    # comes from the `kernels` package (fetched from the hub); where that is missing (the GPU
+    # machine is offline) transformers' own dequantizing load of the same checkpoint
+    # (FineGrainedFP8Config(dequantize=True): weight * weight_scale_inv per block, bf16 math on
+    # cuda) is the reference instead, and the manifest says which ran.
+    fp8_path = "fp8-matmul"
+    try:
+        fp8_model = Qwen3ForCausalLM.from_pretrained(out_dir, device_map="cuda",
+                                                     dtype=torch.bfloat16).eval()
+        fp8_class = type(fp8_model.model.layers[0].self_attn.q_proj).__name__
+        if "FP8" not in fp8_class.upper():
+            raise SystemExit(f"transformers loaded q_proj as {fp8_class}, not an FP8 linear layer")
+        with torch.no_grad():
+            fp8_model(input_ids=prompts[0][None].to("cuda"))
+    except ImportError as e:
+        print(f"transformers' FP8 matmul unavailable ({str(e)[:160]}): using its dequantizing load",
+              flush=True)
+        from transformers import FineGrainedFP8Config
+        fp8_path = "dequantize"
+        fp8_model = Qwen3ForCausalLM.from_pretrained(
+            out_dir, device_map="cuda", dtype=torch.bfloat16,
+            quantization_config=FineGrainedFP8Config(dequantize=True)).eval()
+        fp8_class = type(fp8_model.model.layers[0].self_attn.q_proj).__name__
     tensors.update(reference_outputs(fp8_model, prompts, "cuda", prefix="fp8."))
     save_file(tensors, os.path.join(out_dir, "reference.safetensors"),
               metadata={"generator": GENERATOR, "transformers": transformers.__version__})
@@ -202,7 +219,7 @@ def main():
         "gpu": torch.cuda.get_device_name(0), "seed": args.seed,
         "params": sum(p.numel() for p in model.parameters()),
         "prompt_lengths": PROMPT_LENGTHS, "weight_block_size": list(BLOCK),
-        "fp8_module": fp8_class,
+        "fp8_module": fp8_class, "fp8_path": fp8_path,
         "min_greedy_margin": min(float(tensors[f"prompt{i}.greedy_margin"].min())
                                  for i in range(len(prompts))),
         "fp8_min_greedy_margin": min(float(tensors[f"fp8.prompt{i}.greedy_margin"].min())

@@ -47,6 +47,9 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
   t.pdl = OnUnlessZero(env("OASIS_PDL"), true);
   const char* radix = env("OASIS_TOPK_RADIX");
   t.topk_radix = radix != nullptr && std::string(radix) == "1";
+  const char* fp8_prefill = env("OASIS_FP8_PREFILL");
+  if (fp8_prefill != nullptr && std::string(fp8_prefill) == "wgmma") t.fp8_prefill_wgmma = true;
+  if (fp8_prefill != nullptr && std::string(fp8_prefill) == "mma") t.fp8_prefill_wgmma = false;
   if (const char* v = env("OASIS_GEMV_NORM_CTAS_PER_SM"); v != nullptr && std::atoi(v) >= 1) {
     t.gemv_norm_ctas_per_sm = std::atoi(v);
   }

@@ -623,6 +623,9 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   } else if (kernels::PrefillAttentionSupportsHeadDim(head_dim)) {  // tensor-core flash attention
     auto p = AttentionParams<kernels::PrefillAttentionParams>(q, pool, meta, scale, out);
     p.max_query_len = meta.max_query_len;
+    // FP8 pools: the wgmma kernel's FP8 variant where OASIS_FP8_PREFILL=wgmma asks for it.
+    if (pool.fp8() && GetTuning().fp8_prefill_wgmma && kernels::PrefillAttentionSm90Available())
+      p.tile = kernels::PrefillTileConfig::kSm90;
     OASIS_CUDA_CHECK(kernels::LaunchPrefillAttention(p, stream()));
   } else {  // other head sizes: the reference-grade kernel
     auto p = AttentionParams<kernels::PagedAttentionParams>(q, pool, meta, scale, out);

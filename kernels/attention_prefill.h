@@ -40,7 +40,8 @@ enum class PrefillTileConfig {
   kM128W4,  // mma.sync: 128 query rows, 4 warps of 32 rows (FA2's layout; Q re-read from shared)
   kM128W8,  // mma.sync: 128 query rows, 8 warps of 16 rows (Q fragments held in registers)
   kM64W4,   // mma.sync: 64 query rows, 4 warps of 16 rows (short chunks; Q in registers)
-  kSm90,    // wgmma (CC 9.0 only): 128 rows, K/V ring of 3 stages (head_dim 128) or 4 (64)
+  kSm90,    // wgmma (CC 9.0 only): 128 rows, K/V ring of 3 stages (head_dim 128) or 4 (64);
+            // FP8 pools: 2 widened stages at head_dim 128
   kSm90S2,  // wgmma (CC 9.0 only): the same with a 2-stage K/V ring
 };
 
@@ -62,11 +63,13 @@ struct PrefillAttentionParams {
   float scale = 1.0f;     // softmax scale applied to q·k
   PrefillTileConfig tile = PrefillTileConfig::kAuto;
   // FP8 pools (kv_dtype kFp8E4M3): k_pool / v_pool are unused; these hold the e4m3 bytes
-  // (16-byte aligned) and the per-KV-head scales. Only the mma.sync kernel reads FP8 (kAuto
-  // picks it on every GPU, the sm_90a tiles are refused): each thread gathers K/V bytes with
-  // cp.async into a staging buffer, widens its own pieces exactly to f16 into the swizzled
-  // tiles, and the MMAs run in f16 (Q converted to f16 in shared memory, P in f16), k_scale[h]
-  // folded into the softmax scale and v_scale[h] into the output.
+  // (16-byte aligned) and the per-KV-head scales. Both kernels read FP8: kAuto picks the
+  // mma.sync kernel on every GPU (each thread gathers K/V bytes with cp.async into a staging
+  // buffer and widens its own pieces exactly to f16 into the swizzled tiles); an explicit
+  // kSm90 / kSm90S2 tile runs the wgmma kernel, whose producer warpgroup widens the bytes into
+  // its f16 K/V ring (2 widened stages at head_dim 128 for both tiles). Either way the MMAs run
+  // in f16 (Q converted to f16 in shared memory, P in f16), k_scale[h] folded into the softmax
+  // scale and v_scale[h] into the output.
   KvDtype kv_dtype = KvDtype::kBf16;
   const uint8_t* k_pool_fp8 = nullptr;  // [num_slots, 16, head_dim]
   const uint8_t* v_pool_fp8 = nullptr;  // [num_slots, 16, head_dim]
@@ -76,8 +79,8 @@ struct PrefillAttentionParams {
 
 // Returns cudaErrorInvalidValue for an unsupported head_dim (not 64 or 128), a GQA ratio
 // that does not divide, misaligned pointers (q, pools and out need 16-byte alignment), a
-// kSm90* tile on a device that is not compute capability 9.0 or with FP8 pools, or an FP8
-// launch without its pools or scales. Launches nothing when
+// kSm90* tile on a device that is not compute capability 9.0, or an FP8 launch without its
+// pools or scales. Launches nothing when
 // tokens == 0. Queued on `stream`; no host synchronisation.
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 

@@ -18,6 +18,15 @@
 //     overlaps the other's tensor-core work (inter-warpgroup ping-pong).
 // KV tiles are visited from the last (the ones the causal mask cuts) to the first.
 //
+// FP8 pools (kFp8, explicit kSm90 / kSm90S2 tiles): each producer chain cp.asyncs the e4m3 bytes
+// of the next KV tile into a 2-stage raw ring (thread-private layout: every thread later reads
+// only the pieces it copied), then, once the widened stage is empty, widens its own pieces
+// exactly to f16 (cvt.rn.f16x2.e4m3x2) into the same swizzled K/V ring the bf16 path fills, and
+// fences/arrives as above. The K chain converts its Q chunks bf16 -> f16 in place before
+// arriving on full_q. The consumers run the same schedule with f16 wgmma (P packed to f16);
+// k_scale[h] joins the softmax scale, v_scale[h] the final 1/l. Ring: 2 widened stages at
+// head_dim 128 (224 KiB with Q and the raw ring), 4 (kSm90) or 2 (kSm90S2) at 64.
+//
 // Shared layout: every tile (Q [128][D], K and V [128][D]) is stored as D/64 column panels of
 // [rows][64] bf16, 128-byte rows, the 16-byte chunk c of row r at chunk c ^ (r & 7) inside each
 // 1024-byte group of 8 rows: the canonical 128-byte-swizzle layout of wgmma. Q and K are read
@@ -31,6 +40,7 @@
 
 #include "kernels/attention_prefill.h"
 #include "kernels/common.cuh"
+#include "kernels/fp8.cuh"
 #include "kernels/prefill_tiles.cuh"
 
 namespace oasis::kernels::detail {
@@ -45,16 +55,20 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;  // 128 * 40 + 256 * 232 <= 65536
 static_assert(kBlocksPerTile <= 32, "one lane per table entry of a tile");
 
-template <int D, int kStages>
+template <int D, int kStages, bool kFp8 = false>
 struct Sm90Shape {
   static constexpr int kQPanelBytes = kBlockM * 128;
   static constexpr int kKvPanelBytes = kBlockN * 128;
   static constexpr int kQBytes = kBlockM * D * 2;
   static constexpr int kKvBytes = kBlockN * D * 2;  // one K or one V stage
+  // FP8: a ring of raw e4m3 tiles per chain (K, V), between the V ring and the barriers.
+  static constexpr int kRawStages = kFp8 ? 2 : 0;
+  static constexpr int kRawBytes = kBlockN * D;  // one raw K or V stage
   // mbarriers: full_q, full_k[S], full_v[S], empty_k[S], empty_v[S]
   static constexpr int kBarriers = 1 + 4 * kStages;
   // + 1024: the dynamic shared window is aligned up to the 1024-byte swizzle atom at run time.
-  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKvBytes + 8 * kBarriers;
+  static constexpr int kSmemBytes =
+      1024 + kQBytes + 2 * kStages * kKvBytes + 2 * kRawStages * kRawBytes + 8 * kBarriers;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one CTA");
 };
@@ -179,6 +193,155 @@ __device__ __forceinline__ void Producer(const PrefillAttentionParams& p, const 
   }
 }
 
+// ---- FP8 producer ------------------------------------------------------------------------------
+__device__ __forceinline__ uint4 LdShared16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void StShared16(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
+                                           uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c),
+               "r"(d)
+               : "memory");
+}
+
+// The chains of Producer, over e4m3 pools. Per KV tile a thread copies kPasses 16-byte pieces
+// (16 e4m3 values: columns 16 c8 .. 16 c8 + 15 of key r0 + m kRowsPerPass, m < kPasses) into
+// raw stage i % 2 at (m * 64 + ct) * 16 (thread-private and linear: conflict-free copies and
+// reads), one tile ahead of the one it widens. Widening tile i: wait for its own copies of tile i
+// (the copies of tile i + 1 stay in flight), wait for the widened stage to be empty, write each
+// piece as f16 chunks 2 c8 and 2 c8 + 1 of its key in the swizzled layout, fence into the async
+// proxy, arrive on full. The 8 threads of a quarter warp hold 8 consecutive keys of one c8, so
+// their stores hit 8 distinct 16-byte bank groups. Raw stage (i + 1) % 2 is refilled only after
+// this thread has read its pieces of tile i - 1 from it (program order: the copy is issued later).
+template <int D, int kStages>
+__device__ __forceinline__ void ProducerFp8(const PrefillAttentionParams& p, const Work& w,
+                                            uint32_t sQ, uint32_t sK, uint32_t sV, uint32_t sRaw,
+                                            const Barriers<kStages>& bar) {
+  using Shape = Sm90Shape<D, kStages, true>;
+  constexpr int kChunks = D / 8;                                  // 16-byte bf16 chunks per row
+  constexpr int kQRowsPerPass = kProducerChainThreads / kChunks;  // Q rows a chain covers per pass
+  constexpr int kChunks8 = D / 16;                                // 16-byte e4m3 chunks per row
+  constexpr int kRowsPerPass = kProducerChainThreads / kChunks8;  // keys per pass: 8 or 16
+  constexpr int kPassesPerBlock = kHeadBlock / kRowsPerPass;      // 2 or 1
+  constexpr int kPasses = kBlockN / kRowsPerPass;                 // pieces per thread per tile
+  static_assert(kRowsPerPass % 8 == 0 && kHeadBlock % kRowsPerPass == 0, "pass shape");
+  const int tid = threadIdx.x;  // 0 .. 127
+  const bool k_chain = tid < kProducerChainThreads;
+  const int lane = tid & 31;
+  const int ct = tid & (kProducerChainThreads - 1);
+
+  if (k_chain) {  // Q tile (bf16), rows past q_len zero-filled; converted to f16 once it lands
+    const int c = ct % kChunks, r0 = ct / kChunks;
+    const int64_t row_stride = static_cast<int64_t>(p.num_q_heads) * D;
+    const bf16* q_tile =
+        p.q + (w.q_begin + w.q0) * row_stride + static_cast<int64_t>(w.qh) * D + c * 8;
+#pragma unroll 4
+    for (int it = 0; it < kBlockM / kQRowsPerPass; ++it) {
+      const int r = r0 + it * kQRowsPerPass;
+      const bool valid = w.q0 + r < w.q_len;
+      CpAsync16(sQ + SwzOffset<kBlockM>(r, c), valid ? q_tile + r * row_stride : p.q,
+                valid ? 16 : 0);
+    }
+    CpAsyncCommit();
+  }
+  auto convert_q = [&] {  // this thread's own Q chunks, bf16 -> f16 in place (exact in range)
+    const int c = ct % kChunks, r0 = ct / kChunks;
+#pragma unroll 4
+    for (int it = 0; it < kBlockM / kQRowsPerPass; ++it) {
+      const uint32_t a = sQ + SwzOffset<kBlockM>(r0 + it * kQRowsPerPass, c);
+      const uint4 x = LdShared16(a);
+      StShared16(a, Bf16x2ToF16x2(x.x), Bf16x2ToF16x2(x.y), Bf16x2ToF16x2(x.z), Bf16x2ToF16x2(x.w));
+    }
+  };
+
+  const int c8 = ct / kRowsPerPass, r0 = ct % kRowsPerPass;
+  const uint8_t* pool = k_chain ? p.k_pool_fp8 : p.v_pool_fp8;
+  const uint32_t ring = k_chain ? sK : sV;
+  const uint32_t raw = sRaw + (k_chain ? 0 : Shape::kRawStages * Shape::kRawBytes) + ct * 16;
+  const int n = w.num_kv_tiles;
+  const int key_end = min(w.kv_len, p.max_blocks * kHeadBlock);
+  const int num_blocks = (key_end + kHeadBlock - 1) / kHeadBlock;
+  auto read_slots = [&](int t) {
+    const int idx = t * kBlocksPerTile + lane;
+    return lane < kBlocksPerTile && idx < num_blocks ? __ldg(w.table + idx) : 0;
+  };
+  // Copies tile t's pieces into raw stage `rs` and commits them as one group.
+  auto issue = [&](int t, int slots, int rs) {
+    const uint32_t dst = raw + rs * Shape::kRawBytes;
+    const int key0 = t * kBlockN;
+#pragma unroll 1
+    for (int b = 0; b < kBlocksPerTile; ++b) {
+      const int slot = __shfl_sync(0xffffffffu, slots, b);
+      const uint8_t* src = pool + static_cast<int64_t>(slot) * (kHeadBlock * D) + c8 * 16;
+#pragma unroll
+      for (int k = 0; k < kPassesPerBlock; ++k) {
+        const int rb = r0 + k * kRowsPerPass;
+        const bool valid = key0 + b * kHeadBlock + rb < key_end;
+        CpAsync16(dst + (b * kPassesPerBlock + k) * (kProducerChainThreads * 16),
+                  valid ? src + rb * D : pool, valid ? 16 : 0);
+      }
+    }
+    CpAsyncCommit();
+  };
+  // Widens this thread's pieces in raw stage `rs` into widened stage `stage`.
+  const uint32_t swz0 = SwzOffset<kBlockN>(r0, 2 * c8);  // key r0, chunk 2 c8; chunk 2 c8 + 1: ^16
+  auto widen = [&](int rs, int stage) {
+    const uint32_t src = raw + rs * Shape::kRawBytes;
+    const uint32_t dst = ring + stage * Shape::kKvBytes + swz0;
+#pragma unroll 2
+    for (int m = 0; m < kPasses; ++m) {
+      const uint4 x = LdShared16(src + m * (kProducerChainThreads * 16));
+      uint32_t a0, a1, a2, a3;
+      E4M3x4ToF16x2(x.x, a0, a1);
+      E4M3x4ToF16x2(x.y, a2, a3);
+      const uint32_t d = dst + m * (kRowsPerPass * 128);
+      StShared16(d, a0, a1, a2, a3);
+      E4M3x4ToF16x2(x.z, a0, a1);
+      E4M3x4ToF16x2(x.w, a2, a3);
+      StShared16(d ^ 16u, a0, a1, a2, a3);
+    }
+  };
+
+  int next_slots = n > 0 ? read_slots(n - 1) : 0;
+  if (n > 0) issue(n - 1, next_slots, 0);
+  if (n > 1) next_slots = read_slots(n - 2);
+  if (k_chain) {  // Q was committed first
+    if (n > 0) {
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();  // nothing to attend to (kv_len < 1): Q still completes its barrier
+    }
+    convert_q();
+    FenceProxyAsync();
+    MbarArrive(bar.FullQ());
+  }
+  int stage = 0;
+  uint32_t phase = 0;
+#pragma unroll 1
+  for (int i = 0; i < n; ++i) {
+    if (i + 1 < n) {
+      issue(n - 2 - i, next_slots, (i + 1) & 1);
+      if (i + 2 < n) next_slots = read_slots(n - 3 - i);
+      CpAsyncWait<1>();  // tile i's copies landed; tile i + 1's stay in flight
+    } else {
+      CpAsyncWait<0>();
+    }
+    MbarWait(k_chain ? bar.EmptyK(stage) : bar.EmptyV(stage), phase ^ 1);
+    widen(i & 1, stage);
+    FenceProxyAsync();
+    MbarArrive(k_chain ? bar.FullK(stage) : bar.FullV(stage));
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
+
 // ---- consumer: softmax pieces -------------------------------------------------------------------
 // S fragment of wgmma m64n128 (per thread, 64 floats): s[4j + e] is row g + 8 (e >> 1) of the
 // warp's 16 rows, key 8 j + 2 t4 + (e & 1) of the tile (g = lane / 4, t4 = lane % 4).
@@ -222,9 +385,11 @@ __device__ __forceinline__ void OnlineSoftmax(float (&s)[64], float (&m)[2], flo
 // P (fp32 accumulator layout) -> bf16 A fragments of the P·V wgmma: for key step kk (16 keys)
 // the 4 registers are rows (g, g+8) x keys (2 t4, 2 t4 + 8) of that step, which is exactly
 // s[8 kk .. 8 kk + 8) of the accumulator layout.
+// FP8 (kF16): f16 words instead.
+template <bool kF16 = false>
 __device__ __forceinline__ void ConvertP(const float (&s)[64], uint32_t (&pf)[32]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) pf[i] = PackBf16(s[2 * i], s[2 * i + 1]);
+  for (int i = 0; i < 32; ++i) pf[i] = PackT<kF16>(s[2 * i], s[2 * i + 1]);
 }
 
 template <int N>
@@ -234,23 +399,98 @@ __device__ __forceinline__ void Rescale(float (&o)[N], const float (&rescale)[2]
 }
 
 // ---- consumer ---------------------------------------------------------------------------------
-template <int D>
+// The wgmma shapes of kernels/ptx.cuh with f16 operands (the FP8 path: K/V widened to f16,
+// Q converted to f16, P packed to f16).
+__device__ __forceinline__ void WgmmaSS_N128F16(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void WgmmaRS_N128F16(float (&d)[64], const uint32_t* a,
+                                                uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+      "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, "
+      "%63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+__device__ __forceinline__ void WgmmaRS_N64F16(float (&d)[32], const uint32_t* a, uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+template <int D, bool kF16 = false>
 __device__ __forceinline__ void WgmmaPV(float (&o)[D / 2], const uint32_t* a, uint64_t desc_b) {
-  if constexpr (D == 128) {
+  if constexpr (kF16) {
+    if constexpr (D == 128) {
+      WgmmaRS_N128F16(o, a, desc_b);
+    } else {
+      WgmmaRS_N64F16(o, a, desc_b);
+    }
+  } else if constexpr (D == 128) {
     WgmmaRS_N128(o, a, desc_b);
   } else {
     WgmmaRS_N64(o, a, desc_b);
+  }
+}
+template <bool kF16>
+__device__ __forceinline__ void WgmmaQK(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                        int scale_d) {
+  if constexpr (kF16) {
+    WgmmaSS_N128F16(d, desc_a, desc_b, scale_d);
+  } else {
+    WgmmaSS_N128(d, desc_a, desc_b, scale_d);
   }
 }
 
 // Warpgroups 1 and 2: 64 query rows each. Named barriers 1 and 2 pass the right to issue
 // GEMMs back and forth (warpgroup w waits on barrier 1 + w and releases the other one);
 // barriers 3 and 4 order each warpgroup's epilogue.
-template <int D, int kStages>
+template <int D, int kStages, bool kFp8>
 __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const Work& w,
                                          uint32_t sQ, uint32_t sK, uint32_t sV,
                                          const Barriers<kStages>& bar, unsigned char* q_tile_smem) {
-  using Shape = Sm90Shape<D, kStages>;
+  using Shape = Sm90Shape<D, kStages, kFp8>;
   constexpr int kPairThreads = 256;  // both consumer warpgroups
   const int wg = static_cast<int>(threadIdx.x) / 128 - 1;
   const int wt = threadIdx.x & 127;
@@ -272,7 +512,8 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
   MbarWait(bar.FullQ(), 0);
 
   if (n > 0) {
-    const float scale_log2 = p.scale * 1.4426950408889634f;
+    float scale_log2 = p.scale * 1.4426950408889634f;
+    if constexpr (kFp8) scale_log2 = p.scale * p.k_scale[w.h] * 1.4426950408889634f;
     const uint64_t q_desc = MakeDesc(sQ + wg * 64 * 128, 16, 1024);
     const uint64_t k_desc = MakeDesc(sK, 16, 1024);
     const uint64_t v_desc = MakeDesc(sV, Shape::kKvPanelBytes, 1024);
@@ -286,7 +527,7 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
         const uint32_t col = (kk >> 2) * Shape::kQPanelBytes + (kk & 3) * 32;
         const uint32_t kcol =
             stage * Shape::kKvBytes + (kk >> 2) * Shape::kKvPanelBytes + (kk & 3) * 32;
-        WgmmaSS_N128(s, DescAt(q_desc, col), DescAt(k_desc, kcol), kk > 0 ? 1 : 0);
+        WgmmaQK<kFp8>(s, DescAt(q_desc, col), DescAt(k_desc, kcol), kk > 0 ? 1 : 0);
       }
       WgmmaCommit();
       FenceRegs(s);
@@ -297,7 +538,7 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        WgmmaPV<D>(o, pf + 4 * kk, DescAt(v_desc, stage * Shape::kKvBytes + kk * 16 * 128));
+        WgmmaPV<D, kFp8>(o, pf + 4 * kk, DescAt(v_desc, stage * Shape::kKvBytes + kk * 16 * 128));
       }
       WgmmaCommit();
       FenceRegs(o);
@@ -320,7 +561,7 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
     FenceRegs(s);
     if (lane == 0) MbarArrive(bar.EmptyK(0));
     softmax(n - 1);
-    ConvertP(s, pf);
+    ConvertP<kFp8>(s, pf);
 
 #pragma unroll 1
     for (int i = 1; i < n; ++i) {
@@ -345,7 +586,7 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
       FenceRegs(o);
       FenceRegs(pf);
       if (lane == 0) MbarArrive(bar.EmptyV(prev_stage));
-      ConvertP(s, pf);
+      ConvertP<kFp8>(s, pf);
     }
     Rescale(o, rescale);
     MbarWait(bar.FullV(stage), phase);
@@ -363,6 +604,7 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
     float sum = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if constexpr (kFp8) inv[r] *= p.v_scale[w.h];
   }
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) {
@@ -386,17 +628,18 @@ __device__ __forceinline__ void Consumer(const PrefillAttentionParams& p, const 
   }
 }
 
-template <int D, int kStages>
+template <int D, int kStages, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     PrefillAttentionSm90Kernel(const PrefillAttentionParams p, int num_tiles_per_head) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Shape = Sm90Shape<D, kStages>;
+  using Shape = Sm90Shape<D, kStages, kFp8>;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = SmemAddr(smem_raw);
   const uint32_t sQ = (raw + 1023) & ~1023u;  // swizzle atoms are 1024-byte aligned
   const uint32_t sK = sQ + Shape::kQBytes;
   const uint32_t sV = sK + kStages * Shape::kKvBytes;
-  const Barriers<kStages> bar{sV + kStages * Shape::kKvBytes};
+  const uint32_t sRaw = sV + kStages * Shape::kKvBytes;  // FP8 only: raw K ring, raw V ring
+  const Barriers<kStages> bar{sRaw + 2 * Shape::kRawStages * Shape::kRawBytes};
 
   Work w;
   int seq = 0, q_tile = 0;
@@ -426,27 +669,44 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < 128) {
     SetMaxNRegDec<kProducerRegs>();
-    Producer<D, kStages>(p, w, sQ, sK, sV, bar);
+    if constexpr (kFp8) {
+      ProducerFp8<D, kStages>(p, w, sQ, sK, sV, sRaw, bar);
+    } else {
+      Producer<D, kStages>(p, w, sQ, sK, sV, bar);
+    }
   } else {
     SetMaxNRegInc<kConsumerRegs>();
-    Consumer<D, kStages>(p, w, sQ, sK, sV, bar, smem_raw + (sQ - raw));
+    Consumer<D, kStages, kFp8>(p, w, sQ, sK, sV, bar, smem_raw + (sQ - raw));
   }
 #else
   __trap();  // built without sm_90a code: LaunchPrefillAttention only selects this kernel on CC 9.0
 #endif
 }
 
-template <int D, int kStages>
+template <int D, int kStages, bool kFp8 = false>
 cudaError_t LaunchSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
-  using Shape = Sm90Shape<D, kStages>;
-  return prefill::LaunchTiles<PrefillAttentionSm90Kernel<D, kStages>>(p, kBlockM, kThreads,
-                                                                      Shape::kSmemBytes, stream);
+  using Shape = Sm90Shape<D, kStages, kFp8>;
+  return prefill::LaunchTiles<PrefillAttentionSm90Kernel<D, kStages, kFp8>>(
+      p, kBlockM, kThreads, Shape::kSmemBytes, stream);
 }
 
 }  // namespace
 
 cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages,
                                        cudaStream_t stream) {
+  if (p.kv_dtype == KvDtype::kFp8E4M3) {
+    // Widened stages (plus the 2-stage raw ring): 2 at head_dim 128 whatever `stages` says (a
+    // third does not fit: 32 KiB Q + 2 x 64 KiB + 2 x 32 KiB raw = 224 KiB); 4 or 2 at 64.
+    switch (p.head_dim) {
+      case 128:
+        return LaunchSm90<128, 2, true>(p, stream);
+      case 64:
+        return stages == 2 ? LaunchSm90<64, 2, true>(p, stream)
+                           : LaunchSm90<64, 4, true>(p, stream);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  }
   // stages 0 = the deepest ring that fits: 3 at head_dim 128 (225 KiB), 4 at 64 (145 KiB).
   switch (p.head_dim) {
     case 128:

@@ -1,13 +1,14 @@
 // The FP8 (e4m3) KV cache on the CUDA backend against the CPU reference (backend.h, LayerKvPool)
 // on fresh random inputs: appends store the CPU's bytes and raise the same per-head amax (KvAppend,
 // QkvRopeAppend, the fused decode input side); attention over FP8 pools (the split-K decode
-// kernel, the mma.sync prefill kernel, the reference kernel, and CudaBackend::Attention's choice
-// among them) within bf16 tolerance of the CPU's FP8 attention; block summaries exact (bf16, and
-// e4m3 summaries bit for bit); ScoreBlocks over e4m3 summaries within the bf16 ScoreBlocks test's
-// tolerance and TopKBlocks on its scores identical (fresh seeds, printed on failure); mismatched
-// summary dtypes refused; block and token copies byte-exact (device and mapped host pools, both
-// gather kernels). Unwritten pool entries are e4m3 NaN (0x7f) and outputs NaN-poisoned, so reads
-// past kv_len and unwritten rows show.
+// kernel, the mma.sync prefill kernel, the sm_90a wgmma prefill kernel through its explicit tiles,
+// the reference kernel, and CudaBackend::Attention's choice among them) within bf16 tolerance of
+// the CPU's FP8 attention; block summaries exact (bf16, and e4m3 summaries bit for bit);
+// ScoreBlocks over e4m3 summaries within the bf16 ScoreBlocks test's tolerance and TopKBlocks on
+// its scores identical (fresh seeds, printed on failure); mismatched summary dtypes refused; block
+// and token copies byte-exact (device and mapped host pools, both gather kernels). Unwritten pool
+// entries are e4m3 NaN (0x7f) and outputs NaN-poisoned, so reads past kv_len and unwritten rows
+// show.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -630,6 +632,119 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+// ‖got − want‖ ≤ rtol·‖want‖ + 1e-3 over every output row (head_dim values): the element
+// tolerance is loose on long rows of small values, where a wrong fragment, descriptor or swizzle
+// would still be O(1) in relative norm.
+void ExpectRowsClose(const Tensor& got, const Tensor& want, int head_dim, double rtol) {
+  REQUIRE(got.numel() == want.numel());
+  double worst = 0;
+  int64_t worst_row = -1;
+  for (int64_t r = 0; r < got.numel() / head_dim; ++r) {
+    double diff = 0, norm = 0;
+    for (int d = 0; d < head_dim; ++d) {
+      const double g = got.data<float>()[r * head_dim + d],
+                   w = want.data<float>()[r * head_dim + d];
+      diff += (g - w) * (g - w);
+      norm += w * w;
+    }
+    const double excess =
+        std::isfinite(diff) ? std::sqrt(diff) - (rtol * std::sqrt(norm) + 1e-3) : INFINITY;
+    if (excess > worst) worst = excess, worst_row = r;
+  }
+  INFO("worst row (token * num_q_heads + head) " << worst_row << ": |got - want| exceeds " << rtol
+                                                 << " |want| + 1e-3 by " << worst);
+  CHECK(worst_row == -1);
+}
+
+// One problem through both wgmma tiles against the CPU (element and row tolerances).
+void CheckSm90Prefill(CudaBackend& gpu, const Fp8Problem& pr) {
+  const Tensor want = Reference(pr);
+  for (kernels::PrefillTileConfig tile :
+       {kernels::PrefillTileConfig::kSm90, kernels::PrefillTileConfig::kSm90S2}) {
+    const Tensor got = RunPrefill(gpu, pr, tile);
+    INFO("tile " << (tile == kernels::PrefillTileConfig::kSm90 ? "kSm90" : "kSm90S2"));
+    ExpectClose(got, want, kAtol, kRtol);
+    ExpectRowsClose(got, want, pr.head_dim, 2e-2);
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "FP8 prefill attention on the sm_90a wgmma kernel (explicit kSm90 / kSm90S2) matches the CPU: "
+    "GQA groups 1/4/8, head_dim 64/128, chunks over long cached contexts, per-head lengths",
+    "[gpu][fp8][attention]") {
+  auto gpu = MakeBackend();
+  if (!kernels::PrefillAttentionSm90Available()) {
+    WARN("not a compute capability 9.0 device: the wgmma kernel does not run here");
+    return;
+  }
+  const uint32_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  for (auto [hq, hkv] : {std::pair{8, 8}, std::pair{16, 4}, std::pair{16, 2}}) {
+    for (int head_dim : {64, 128}) {
+      // A chunk of 129..240 rows (two query tiles) after 300..2000 cached tokens (the K/V rings
+      // wrap many times), a short chunk (one consumer warpgroup has no real row), a chunk of
+      // 64..128 rows over a shorter context, and one whose heads have their own lengths (its
+      // queries are the last q_len of each head's keys). (The CPU reference is the slow part.)
+      const std::vector<int> q_lens = {RandInt(rng, 129, 240), RandInt(rng, 1, 64),
+                                       RandInt(rng, 64, 128), RandInt(rng, 100, 200)};
+      std::vector<std::vector<int>> lens;
+      const int ctx[3] = {RandInt(rng, 300, 2000), RandInt(rng, 0, 700), RandInt(rng, 0, 400)};
+      for (size_t s = 0; s < q_lens.size(); ++s) {
+        std::vector<int> row;
+        for (int h = 0; h < hkv; ++h)
+          row.push_back(q_lens[s] + (s == 3 ? RandInt(rng, 0, 1200) : ctx[s]));
+        lens.push_back(row);
+      }
+      const float q_std = RandInt(rng, 0, 1) == 1 ? 3.0f : 1.0f;
+      INFO("hq " << hq << " hkv " << hkv << " head_dim " << head_dim << " q_std " << q_std
+                 << " q_lens " << q_lens[0] << "," << q_lens[1] << "," << q_lens[2] << ","
+                 << q_lens[3] << " ctx " << ctx[0] << "," << ctx[1] << "," << ctx[2]);
+      CheckSm90Prefill(*gpu, MakeFp8Problem(rng, hq, hkv, head_dim, q_lens, lens, q_std));
+    }
+  }
+}
+
+TEST_CASE(
+    "FP8 prefill attention on the sm_90a wgmma kernel: causal edges, fresh prompts and wide "
+    "tables",
+    "[gpu][fp8][attention]") {
+  auto gpu = MakeBackend();
+  if (!kernels::PrefillAttentionSm90Available()) {
+    WARN("not a compute capability 9.0 device: the wgmma kernel does not run here");
+    return;
+  }
+  const uint32_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  for (int head_dim : {64, 128}) {
+    // Context offsets around the 128-key tile and the 64-row warpgroup split, with 1, 64, 65 or
+    // 129 new rows: a fully masked tile for the first warpgroup, the diagonal across two KV tiles,
+    // a second warpgroup with no real row; and fresh prompts (kv_len == q_len) around 128.
+    std::vector<int> q_lens;
+    std::vector<std::vector<int>> lens;
+    for (int ctx : {1, 63, 64, 65, 127, 128, 200}) {
+      const int q = std::array<int, 4>{1, 64, 65, 129}[RandInt(rng, 0, 3)];
+      q_lens.push_back(q);
+      lens.emplace_back(4, q + ctx);
+    }
+    for (int q : {127, 128, 129, 255, 256, 257}) {
+      q_lens.push_back(q);
+      lens.emplace_back(4, q);
+    }
+    INFO("head_dim " << head_dim);
+    CheckSm90Prefill(*gpu, MakeFp8Problem(rng, 16, 4, head_dim, q_lens, lens, 1.0f));
+    // Long peaky prompts through 1024-entry tables (unused entries -1).
+    const int q = RandInt(rng, 200, 280);
+    CheckSm90Prefill(*gpu, MakeFp8Problem(rng, 8, 1, head_dim, {q, 17},
+                                          {{q + RandInt(rng, 1500, 2500)}, {17 + 3}}, 4.0f, 1024));
+  }
+}
+
 TEST_CASE("FP8 reference attention kernel matches the CPU (head_dim 64, 96, 128, 256)",
           "[gpu][fp8][attention]") {
   auto gpu = MakeBackend();
@@ -682,8 +797,12 @@ TEST_CASE("FP8 attention launches without their pools or scales are refused",
   auto f2 = f;
   f2.v_scale = nullptr;
   CHECK(kernels::LaunchPrefillAttention(f2, gpu->stream()) == cudaErrorInvalidValue);
-  f2 = f, f2.tile = kernels::PrefillTileConfig::kSm90;  // the wgmma kernel reads bf16 only
+  f2 = f, f2.k_pool_fp8 = nullptr, f2.tile = kernels::PrefillTileConfig::kSm90;
   CHECK(kernels::LaunchPrefillAttention(f2, gpu->stream()) == cudaErrorInvalidValue);
+  if (!kernels::PrefillAttentionSm90Available()) {  // the wgmma kernel runs on CC 9.0 only
+    f2 = f, f2.tile = kernels::PrefillTileConfig::kSm90S2;
+    CHECK(kernels::LaunchPrefillAttention(f2, gpu->stream()) == cudaErrorInvalidValue);
+  }
   auto r = dp.Fill<kernels::PagedAttentionParams>(pr);
   r.k_scale = nullptr;
   CHECK(kernels::LaunchPagedAttention(r, gpu->stream()) == cudaErrorInvalidValue);

@@ -371,8 +371,10 @@ int main(int argc, char** argv) {
     return configs;
   };
 
-  std::printf("%-8s %-5s %-7s %10s %10s %9s %9s %11s %12s %8s\n", "shape", "kv", "config",
-              "median ms", "min ms", "TFLOP/s", "of ceil", "tokens/s", "max |err|", "bad");
+  // Without --kv-dtype fp8 the table is the one tools/bench/bench_prefill_attention_torch.py
+  // parses (shape, config, median ms, ...); with it the config reads "bf16:sm90", "fp8:auto", ...
+  std::printf("%-8s %-11s %10s %10s %9s %9s %11s %12s %8s\n", "shape", "config", "median ms",
+              "min ms", "TFLOP/s", "of ceil", "tokens/s", "max |err|", "bad");
   Best best_8k, best_4x2k, best_8k_fp8, best_4x2k_fp8;
   double sm90_8k = 0, sm90_4x2k = 0;  // bf16 sm90 TFLOP/s: the base of the FP8 ratio
   bool all_valid = true;
@@ -388,9 +390,10 @@ int main(int argc, char** argv) {
       for (PrefillTileConfig c : configs_for(fp8_run)) {
         const Timing t = Run(params, c, want, iters, stream);
         const double tflops = b.flops / (t.median_ms * 1e-3) / 1e12;
-        std::printf("%-8s %-5s %-7s %10.3f %10.3f %9.1f %8.1f%% %11.3g %12.3g %8lld\n",
-                    name.c_str(), fp8_run ? "fp8" : "bf16", ConfigName(c), t.median_ms, t.min_ms,
-                    tflops, 100.0 * tflops / kCeilingTflops,
+        const std::string config =
+            fp8 ? std::string(fp8_run ? "fp8:" : "bf16:") + ConfigName(c) : ConfigName(c);
+        std::printf("%-8s %-11s %10.3f %10.3f %9.1f %8.1f%% %11.3g %12.3g %8lld\n", name.c_str(),
+                    config.c_str(), t.median_ms, t.min_ms, tflops, 100.0 * tflops / kCeilingTflops,
                     static_cast<double>(b.tokens) / (t.median_ms * 1e-3), t.max_abs_err,
                     static_cast<long long>(t.bad));
         all_valid = all_valid && t.bad == 0;

@@ -695,8 +695,9 @@ cudaError_t LaunchSm90(const PrefillAttentionParams& p, cudaStream_t stream) {
 cudaError_t LaunchPrefillAttentionSm90(const PrefillAttentionParams& p, int stages,
                                        cudaStream_t stream) {
   if (p.kv_dtype == KvDtype::kFp8E4M3) {
-    // Widened stages (plus the 2-stage raw ring): 2 at head_dim 128 whatever `stages` says (a
-    // third does not fit: 32 KiB Q + 2 x 64 KiB + 2 x 32 KiB raw = 224 KiB); 4 or 2 at 64.
+    // Widened stages (plus the 2-stage raw ring): 2 at head_dim 128 whatever `stages` says
+    // (32 KiB Q + 2 x 64 KiB + 2 x 32 KiB raw = 224 KiB; a third widened stage does not fit);
+    // 4 or 2 at 64.
     switch (p.head_dim) {
       case 128:
         return LaunchSm90<128, 2, true>(p, stream);

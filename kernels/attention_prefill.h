@@ -63,11 +63,11 @@ struct PrefillAttentionParams {
   float scale = 1.0f;     // softmax scale applied to q·k
   PrefillTileConfig tile = PrefillTileConfig::kAuto;
   // FP8 pools (kv_dtype kFp8E4M3): k_pool / v_pool are unused; these hold the e4m3 bytes
-  // (16-byte aligned) and the per-KV-head scales. Both kernels read FP8: kAuto picks the
-  // mma.sync kernel on every GPU (each thread gathers K/V bytes with cp.async into a staging
-  // buffer and widens its own pieces exactly to f16 into the swizzled tiles); an explicit
-  // kSm90 / kSm90S2 tile runs the wgmma kernel, whose producer warpgroup widens the bytes into
-  // its f16 K/V ring (2 widened stages at head_dim 128 for both tiles). Either way the MMAs run
+  // (16-byte aligned) and the per-KV-head scales. Both kernels read FP8, and kAuto picks as for
+  // bf16: on CC 9.0 the wgmma kernel, whose producer warpgroup widens the bytes into its f16
+  // K/V ring (2 widened stages at head_dim 128 for both tiles); elsewhere (or an mma.sync tile)
+  // the mma.sync kernel (each thread gathers K/V bytes with cp.async into a staging buffer and
+  // widens its own pieces exactly to f16 into the swizzled tiles). Either way the MMAs run
   // in f16 (Q converted to f16 in shared memory, P in f16), k_scale[h] folded into the softmax
   // scale and v_scale[h] into the output.
   KvDtype kv_dtype = KvDtype::kBf16;

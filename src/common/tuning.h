@@ -38,9 +38,10 @@ struct Tuning {
   bool pdl = true;
   // OASIS_TOPK_RADIX ("1": on). Every sparse top-K through the radix select (comparisons).
   bool topk_radix = false;
-  // OASIS_FP8_PREFILL (wgmma or mma). Prefill chunks over FP8 KV pools: the sm_90a wgmma kernel
-  // (its FP8 variant) or the mma.sync kernel (docs/fp8.md).
-  bool fp8_prefill_wgmma = false;
+  // OASIS_FP8_PREFILL (wgmma or mma). Prefill chunks over FP8 KV pools on CC 9.0: the sm_90a
+  // wgmma kernel's FP8 variant (the default: 1.6x the mma.sync kernel's TFLOP/s at 1x8192 on
+  // the H200) or the mma.sync kernel (docs/fp8.md).
+  bool fp8_prefill_wgmma = true;
   // OASIS_GEMV_NORM_CTAS_PER_SM (an integer >= 1; else 0). Caps the CTAs per SM of the persistent
   // norm-fused GEMVs below what fits (0: what fits), so the next kernel's CTAs become resident
   // early under PDL.

@@ -623,9 +623,14 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   } else if (kernels::PrefillAttentionSupportsHeadDim(head_dim)) {  // tensor-core flash attention
     auto p = AttentionParams<kernels::PrefillAttentionParams>(q, pool, meta, scale, out);
     p.max_query_len = meta.max_query_len;
-    // FP8 pools: the wgmma kernel's FP8 variant where OASIS_FP8_PREFILL=wgmma asks for it.
-    if (pool.fp8() && GetTuning().fp8_prefill_wgmma && kernels::PrefillAttentionSm90Available())
-      p.tile = kernels::PrefillTileConfig::kSm90;
+    // FP8 pools: kAuto takes the wgmma kernel's FP8 variant on CC 9.0; OASIS_FP8_PREFILL=mma
+    // asks for the mma.sync kernel (its tile as kAuto picks it elsewhere).
+    if (pool.fp8() && !GetTuning().fp8_prefill_wgmma) {
+      p.tile = meta.max_query_len > 0 && meta.max_query_len <= 64
+                   ? kernels::PrefillTileConfig::kM64W4
+               : head_dim == 128 ? kernels::PrefillTileConfig::kM128W8
+                                 : kernels::PrefillTileConfig::kM128W4;
+    }
     OASIS_CUDA_CHECK(kernels::LaunchPrefillAttention(p, stream()));
   } else {  // other head sizes: the reference-grade kernel
     auto p = AttentionParams<kernels::PagedAttentionParams>(q, pool, meta, scale, out);

@@ -42,10 +42,10 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   CHECK_FALSE(Parse({{"OASIS_PDL", "0"}}).pdl);
   CHECK(Parse({{"OASIS_TOPK_RADIX", "1"}}).topk_radix);
   CHECK_FALSE(Parse({{"OASIS_TOPK_RADIX", "yes"}}).topk_radix);
-  CHECK_FALSE(Parse({}).fp8_prefill_wgmma);
+  CHECK(Parse({}).fp8_prefill_wgmma);
   CHECK(Parse({{"OASIS_FP8_PREFILL", "wgmma"}}).fp8_prefill_wgmma);
   CHECK_FALSE(Parse({{"OASIS_FP8_PREFILL", "mma"}}).fp8_prefill_wgmma);
-  CHECK_FALSE(Parse({{"OASIS_FP8_PREFILL", "fast"}}).fp8_prefill_wgmma);
+  CHECK(Parse({{"OASIS_FP8_PREFILL", "fast"}}).fp8_prefill_wgmma);
   CHECK(Parse({{"OASIS_GEMV_NORM_CTAS_PER_SM", "3"}}).gemv_norm_ctas_per_sm == 3);
   CHECK(Parse({{"OASIS_GEMV_NORM_CTAS_PER_SM", "0"}}).gemv_norm_ctas_per_sm == 0);
   CHECK(Parse({{"OASIS_GEMV_NORM_CTAS_PER_SM", "x"}}).gemv_norm_ctas_per_sm == 0);

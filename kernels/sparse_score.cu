@@ -127,6 +127,29 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, float b) {  // exact f
 }
 
 // NT: n-tiles of 8 query heads (group ≤ 8: 1, ≤ 16: 2); Sum: bf16 or uint8_t (e4m3 summaries).
+// One chunk of two blocks' bf16 summary words (l0/u0: block g, l1/u1: block g + 8) against the
+// query's positive and negative parts: acc += max(q+·hi, q+·lo) + min(...) as the MMAs of the
+// bf16 and the widened e4m3 rows alike.
+template <int NT>
+__device__ __forceinline__ void ScoreChunk(float (&acc)[NT][4], const uint32_t* l0,
+                                           const uint32_t* l1, const uint32_t* u0,
+                                           const uint32_t* u1, const uint32_t (&qp)[NT][4],
+                                           const uint32_t (&qn)[NT][4]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i0 = 2 * half, i1 = 2 * half + 1;
+    const uint32_t x0 = MaxBf16x2(u0[i0], l0[i0]), x1 = MaxBf16x2(u1[i0], l1[i0]);
+    const uint32_t x2 = MaxBf16x2(u0[i1], l0[i1]), x3 = MaxBf16x2(u1[i1], l1[i1]);
+    const uint32_t y0 = MinBf16x2(u0[i0], l0[i0]), y1 = MinBf16x2(u1[i0], l1[i0]);
+    const uint32_t y2 = MinBf16x2(u0[i1], l0[i1]), y3 = MinBf16x2(u1[i1], l1[i1]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      Mma(acc[nt], x0, x1, x2, x3, qp[nt][i0], qp[nt][i1]);
+      Mma(acc[nt], y0, y1, y2, y3, qn[nt][i0], qn[nt][i1]);
+    }
+  }
+}
+
 template <int D, int NT, typename Sum>
 __global__ void __launch_bounds__(32 * ScoreShape<D, Sum>::kWarps)
     ScoreBlocksKernel(ScoreBlocksParams p, int steps) {
@@ -241,19 +264,7 @@ __global__ void __launch_bounds__(32 * ScoreShape<D, Sum>::kWarps)
           const uint32_t* l1 = reinterpret_cast<const uint32_t*>(&vl1);  // block g + 8
           const uint32_t* u0 = reinterpret_cast<const uint32_t*>(&vh0);
           const uint32_t* u1 = reinterpret_cast<const uint32_t*>(&vh1);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int i0 = 2 * half, i1 = 2 * half + 1;
-            const uint32_t x0 = MaxBf16x2(u0[i0], l0[i0]), x1 = MaxBf16x2(u1[i0], l1[i0]);
-            const uint32_t x2 = MaxBf16x2(u0[i1], l0[i1]), x3 = MaxBf16x2(u1[i1], l1[i1]);
-            const uint32_t y0 = MinBf16x2(u0[i0], l0[i0]), y1 = MinBf16x2(u1[i0], l1[i0]);
-            const uint32_t y2 = MinBf16x2(u0[i1], l0[i1]), y3 = MinBf16x2(u1[i1], l1[i1]);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              Mma(acc[tau][nt], x0, x1, x2, x3, qp[c][nt][i0], qp[c][nt][i1]);
-              Mma(acc[tau][nt], y0, y1, y2, y3, qn[c][nt][i0], qn[c][nt][i1]);
-            }
-          }
+          ScoreChunk<NT>(acc[tau], l0, l1, u0, u1, qp[c], qn[c]);
         }
       }
     } else {  // e4m3 rows: 8-byte halves, widened exactly
@@ -276,19 +287,7 @@ __global__ void __launch_bounds__(32 * ScoreShape<D, Sum>::kWarps)
           E4M3x4ToBf16x2Tiny(vh0.y, u0[2], u0[3]);
           E4M3x4ToBf16x2Tiny(vh1.x, u1[0], u1[1]);
           E4M3x4ToBf16x2Tiny(vh1.y, u1[2], u1[3]);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int i0 = 2 * half, i1 = 2 * half + 1;
-            const uint32_t x0 = MaxBf16x2(u0[i0], l0[i0]), x1 = MaxBf16x2(u1[i0], l1[i0]);
-            const uint32_t x2 = MaxBf16x2(u0[i1], l0[i1]), x3 = MaxBf16x2(u1[i1], l1[i1]);
-            const uint32_t y0 = MinBf16x2(u0[i0], l0[i0]), y1 = MinBf16x2(u1[i0], l1[i0]);
-            const uint32_t y2 = MinBf16x2(u0[i1], l0[i1]), y3 = MinBf16x2(u1[i1], l1[i1]);
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              Mma(acc[tau][nt], x0, x1, x2, x3, qp[c][nt][i0], qp[c][nt][i1]);
-              Mma(acc[tau][nt], y0, y1, y2, y3, qn[c][nt][i0], qn[c][nt][i1]);
-            }
-          }
+          ScoreChunk<NT>(acc[tau], l0, l1, u0, u1, qp[c], qn[c]);
         }
       }
     }

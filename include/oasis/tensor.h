@@ -61,12 +61,25 @@ class Tensor {
   // "[2, 3, 4] BF16"
   std::string ToString() const;
 
+  // Block scales of a block-quantized linear weight (an F8E4M3 weight [out, in] of an FP8
+  // checkpoint kept in e4m3, docs/fp8.md "FP8 weights"): an F32 tensor
+  // [ceil(out / block_rows), ceil(in / block_cols)] on the weight's device; the real weight is
+  // w[o, i] * scales[o / block_rows, i / block_cols]. nullptr for every other tensor.
+  // Copies of the Tensor keep them; views (Reshape, Slice) and Clone drop them.
+  const Tensor* block_scales() const { return block_scales_.get(); }
+  int scale_block_rows() const { return scale_block_rows_; }
+  int scale_block_cols() const { return scale_block_cols_; }
+  // This view with `scales` attached (a 2-D tensor with the shape above, checked).
+  Tensor WithBlockScales(Tensor scales, int block_rows, int block_cols) const;
+
  private:
   void* data_ = nullptr;
   DType dtype_ = DType::kF32;
   Device device_ = Device::kCpu;
   std::vector<int64_t> shape_;
   std::shared_ptr<void> owner_;
+  std::shared_ptr<const Tensor> block_scales_;
+  int scale_block_rows_ = 0, scale_block_cols_ = 0;
 };
 
 std::string ShapeToString(const std::vector<int64_t>& shape);

@@ -151,7 +151,8 @@ class Backend {
   virtual void JoinBackground() {}
   virtual double TakeBackgroundSeconds() { return 0.0; }
 
-  // Fills a float tensor (F32/BF16) with N(0, stddev) values, deterministic in `seed`.
+  // Fills a float tensor (F32/BF16) with N(0, stddev) values, deterministic in `seed`. An
+  // F8E4M3 tensor gets FloatToFp8E4M3 of those values (saturating): dummy FP8 weights.
   virtual void FillNormal(Tensor& t, uint64_t seed, float stddev) = 0;
   // Fills a float tensor (F32/BF16) with `value`.
   virtual void Fill(Tensor& t, float value) = 0;
@@ -174,6 +175,21 @@ class Backend {
 
   // out = a + b
   virtual void Add(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // Whether Linear and the ops that take a linear weight (SiluMulLinear, AddRmsNormLinear,
+  // AddRmsNormGateUpSilu, AddRmsNormQkvRopeAppend) compute with a weight [out, in] of dtype
+  // F8E4M3 carrying block scales of block_out × block_in (Tensor::block_scales: an FP8
+  // checkpoint's weight kept in e4m3 on the device, docs/fp8.md "FP8 weights"). The model
+  // keeps a weight in e4m3 when this is true for its (per-rank) shape and dequantizes it at
+  // load otherwise. Such a weight computes as its dequantized value w · scale up to the
+  // backend's stated tolerance (the CPU reference: exactly). Default: false.
+  virtual bool Fp8WeightSupported(int64_t out, int64_t in, int block_out, int block_in) const {
+    (void)out;
+    (void)in;
+    (void)block_out;
+    (void)block_in;
+    return false;
+  }
 
   // out = x · weightᵀ
   virtual void Linear(const Tensor& x,       // [T, in]

@@ -100,6 +100,20 @@ Tensor Tensor::Slice(int64_t begin, int64_t end) const {
   return Tensor(p, dtype_, std::move(s), device_, owner_);
 }
 
+Tensor Tensor::WithBlockScales(Tensor scales, int block_rows, int block_cols) const {
+  OASIS_CHECK(ndim() == 2 && block_rows > 0 && block_cols > 0 && scales.ndim() == 2 &&
+              scales.dtype() == DType::kF32 && scales.device() == device_ &&
+              scales.dim(0) == (shape_[0] + block_rows - 1) / block_rows &&
+              scales.dim(1) == (shape_[1] + block_cols - 1) / block_cols)
+      << "WithBlockScales: scales " << scales.ToString() << " for " << ToString() << " in "
+      << block_rows << "x" << block_cols << " blocks";
+  Tensor t = *this;
+  t.block_scales_ = std::make_shared<const Tensor>(std::move(scales));
+  t.scale_block_rows_ = block_rows;
+  t.scale_block_cols_ = block_cols;
+  return t;
+}
+
 Tensor Tensor::Clone() const {
   OASIS_CHECK(device_ == Device::kCpu) << "Clone of a device tensor";
   Tensor t = Empty(shape_, dtype_);

@@ -16,6 +16,7 @@
 #include "kernels/attention_decode.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/elementwise.h"
+#include "kernels/fp8_linear.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -108,6 +109,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   OASIS_CUBLAS_CHECK(cublasSetStream(b->cublas_, b->stream()));
   OASIS_CUBLAS_CHECK(cublasSetMathMode(b->cublas_, CUBLAS_DEFAULT_MATH));
   OASIS_ASSIGN_OR_RETURN(b->cublas_workspace_, cuda::DeviceBuffer::Allocate(size_t{32} << 20));
+  b->fp8_linear_ = std::make_unique<CudaFp8Linear>();
   OASIS_CUBLAS_CHECK(
       cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
   const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
@@ -190,6 +192,7 @@ CudaBackend::~CudaBackend() {
   if (background_) background_->stream.Synchronize();
   inv_freq_.clear();
   stream_.Synchronize();
+  fp8_linear_.reset();
   if (cublas_) cublasDestroy(cublas_);
 }
 
@@ -337,6 +340,9 @@ void CudaBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
   if (t.dtype() == DType::kF32) {
     OASIS_CUDA_CHECK(
         kernels::LaunchFillNormalF32(Ptr<float>(t), t.numel(), seed, stddev, stream()));
+  } else if (t.dtype() == DType::kF8E4M3) {
+    OASIS_CUDA_CHECK(
+        kernels::LaunchFillNormalFp8(Ptr<uint8_t>(t), t.numel(), seed, stddev, stream()));
   } else {
     CheckDevice(t, DType::kBF16, "FillNormal");
     OASIS_CUDA_CHECK(kernels::LaunchFillNormal(Ptr(t), t.numel(), seed, stddev, stream()));
@@ -383,6 +389,10 @@ void CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
 
 void CudaBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
   CheckDevice(x, DType::kBF16, "Linear x");
+  if (weight.dtype() == DType::kF8E4M3) {  // an FP8 checkpoint's weight (checks its scales)
+    fp8_linear_->Linear(x, weight, out, stream());
+    return;
+  }
   CheckDevice(weight, DType::kBF16, "Linear weight");
   const int64_t in = weight.dim(1), outf = weight.dim(0), rows = x.numel() / in;
   OASIS_CHECK_EQ(x.dim(-1), in) << "Linear: x " << x.ToString() << " weight " << weight.ToString();
@@ -448,6 +458,7 @@ void CudaBackend::AddRmsNormLinear(const Tensor* x, const Tensor& residual, Tens
   OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw())
       << "AddRmsNormLinear: aliasing";
   OASIS_CHECK_EQ(out.numel(), rows * outf) << "AddRmsNormLinear out";
+  CheckDevice(weight, DType::kBF16, "AddRmsNormLinear weight (fused GEMV)");
   const bool f32 = out.dtype() == DType::kF32;
   OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(
       x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
@@ -471,6 +482,7 @@ void CudaBackend::AddRmsNormGateUpSilu(const Tensor* x, const Tensor& residual,
   OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw())
       << "AddRmsNormGateUpSilu: aliasing";
   OASIS_CHECK_EQ(out.numel(), rows * inter) << "AddRmsNormGateUpSilu out";
+  CheckDevice(gate_up_weight, DType::kBF16, "AddRmsNormGateUpSilu weight (fused GEMV)");
   OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormSiluMul(
       x ? Ptr(*x) : nullptr, Ptr(residual), residual_out ? Ptr(*residual_out) : nullptr,
       Ptr(norm_weight), eps, Ptr(gate_up_weight), Ptr(out), rows, in, inter, stream()));
@@ -498,6 +510,7 @@ void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residua
   OASIS_CHECK(residual_out == nullptr || residual_out->raw() != residual.raw())
       << "AddRmsNormQkvRopeAppend: aliasing";
   OASIS_CHECK_EQ(qkv.numel(), rows * qkv_weight.dim(0)) << "AddRmsNormQkvRopeAppend qkv";
+  CheckDevice(qkv_weight, DType::kBF16, "AddRmsNormQkvRopeAppend weight (fused GEMV)");
   const kernels::QkvRopeAppendParams p =
       QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
   OASIS_CHECK_EQ(p.tokens, rows) << "AddRmsNormQkvRopeAppend rows";

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_fp8_linear.h"
 #include "backend/cuda/kernel_shapes.h"
 #include "common/cuda_rt.h"
 #include "kernels/rope.h"
@@ -71,6 +72,7 @@ class CudaBackend final : public Backend {
   void UploadAsyncInto(Tensor& dst, const Tensor& host) override;
   void UploadBytes(Tensor& dst, size_t offset, const void* src, size_t bytes) override;
 
+  // F32, BF16, or F8E4M3 (the F32 values converted, RNE saturating).
   void FillNormal(Tensor& t, uint64_t seed, float stddev) override;
   void Fill(Tensor& t, float value) override;
   void Embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
@@ -78,8 +80,18 @@ class CudaBackend final : public Backend {
   void AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
                   Tensor& out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
-  // bf16 inputs; `out` may be BF16 or F32 (float logits).
+  // bf16 inputs; `out` may be BF16 or F32 (float logits). An F8E4M3 weight with 128×128 block
+  // scales (Fp8WeightSupported) goes to CudaFp8Linear (cuda_fp8_linear.h): the FP8 GEMV for
+  // decode rows, cuBLASLt's block-scaled FP8 GEMM with per-token activation quantization beyond.
   void Linear(const Tensor& x, const Tensor& weight, Tensor& out) override;
+  // Block 128×128, out % 128 == 0, in % 512 == 0 and cuBLASLt's block-scaled FP8 GEMM available
+  // for the shape on this GPU (CudaFp8Linear::Supported; probed once per shape). The fused ops
+  // run their unfused composition (norm kernels + Linear) with such weights.
+  bool Fp8WeightSupported(int64_t out, int64_t in, int block_out, int block_in) const override {
+    return fp8_linear_->Supported(out, in, block_out, block_in, stream());
+  }
+  // The FP8-weight Linear's implementation (tests and benchmarks force its paths).
+  CudaFp8Linear& fp8_linear() { return *fp8_linear_; }
   void QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm, float eps,
                   const Tensor& positions, const RopeParams& rope) override;
   void SiluMul(const Tensor& gate_up, Tensor& out) override;
@@ -191,7 +203,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Background> background_;
   void BackgroundUpload(Tensor& dst, const Tensor& host);
   cublasHandle_t cublas_ = nullptr;
-  cuda::DeviceBuffer cublas_workspace_;  // fixed, so cuBLAS never allocates inside a graph
+  std::unique_ptr<CudaFp8Linear> fp8_linear_;  // FP8-weight Linear (cuBLASLt handle, scratch)
+  cuda::DeviceBuffer cublas_workspace_;        // fixed, so cuBLAS never allocates inside a graph
   cuda::DeviceBuffer qkv_counters_;  // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];

@@ -190,6 +190,18 @@ Status RemoteKvImporter::Fetch(const HandoffTicket& ticket, const std::vector<Kv
                               std::to_string(reader.descriptor().pool_id) +
                               " (the prefill instance restarted)");
   }
+  // The pool's slots must be the ticket's head-blocks (its KV dtype): a get moves a whole slot
+  // into a destination of the layout's slot size.
+  auto layout = StagedKvLayout::Create(ticket.geometry);
+  if (!layout.ok()) return layout.status();
+  if (reader.descriptor().block_bytes != layout->slot_bytes()) {
+    return FailedPrecondition("staging pool " + ticket.staging_address + " has slots of " +
+                              std::to_string(reader.descriptor().block_bytes) +
+                              " bytes, the ticket's " +
+                              StagedKvDtypeName(ticket.geometry.kv_dtype) + " head-blocks are " +
+                              std::to_string(layout->slot_bytes()) +
+                              " (the prefill instance runs another --kv-cache-dtype?)");
+  }
   // Ordinal -> pool slot through the extents' running totals (a lease has a few extents but
   // up to millions of slots: a drift read of a few hundred must not expand them all).
   std::vector<uint64_t> ends;  // ordinal just past each extent

@@ -122,22 +122,36 @@ std::vector<int32_t> DraftRows(const StagedKvLayout& layout, const StagedKvHome&
   return rows;
 }
 
-// K (kv 0) or V of the draft KV between the lease and rows [draft heads * nb, 16 * draft_head_dim].
+// K (kv 0) or V of the draft KV between the lease and rows [draft heads * nb, 16 *
+// draft_head_dim] of the draft dtype: each block over its draft_slots_per_block() slots.
 void MoveDraft(const StagedKvLayout& layout, uint32_t kv, const SlotMemory& slot, char* rows,
                Direction dir) {
   const StagedKvGeometry& g = layout.geometry();
-  const size_t dbb = static_cast<size_t>(kStagedBlockTokens) * g.draft_head_dim * g.dtype_bytes;
+  const size_t dbb = layout.draft_block_bytes(), sb = layout.slot_bytes();
   for (uint32_t h = 0; h < g.draft_kv_heads; ++h) {
     for (uint32_t b = 0; b < g.num_blocks; ++b) {
-      char* packed = slot(layout.DraftKvSlot(h, b, kv));
+      const uint64_t first = layout.DraftKvSlot(h, b, kv);
       char* local = rows + (static_cast<size_t>(h) * g.num_blocks + b) * dbb;
-      if (dir == Direction::kPack) {
-        std::memcpy(packed, local, dbb);
-      } else {
-        std::memcpy(local, packed, dbb);
+      for (size_t at = 0, j = 0; at < dbb; at += sb, ++j) {
+        char* packed = slot(first + j);
+        const size_t n = std::min(sb, dbb - at);
+        if (dir == Direction::kPack) {
+          std::memcpy(packed, local + at, n);
+        } else {
+          std::memcpy(local + at, packed, n);
+        }
       }
     }
   }
+}
+
+// The element type of staged layer rows: the host store's summaries (KV dtype: e4m3 for an FP8
+// pool) or the draft pool's KV (activation dtype), checked against the layout's sizes.
+DType Checked(const Tensor& t, uint32_t bytes, const char* what) {
+  OASIS_CHECK_EQ(DTypeSize(t.dtype()), size_t{bytes})
+      << "staged " << what << ": " << DTypeName(t.dtype()) << " elements, the layout has " << bytes
+      << "-byte ones";
+  return t.dtype();
 }
 
 }  // namespace
@@ -155,8 +169,8 @@ void PackStagedKv(const StagedKvLayout& layout, const StagedKvHome& home,
                 D = g.head_dim;
   for (uint32_t i = 0; i < g.num_layers; ++i) {
     const Tensor rows_dev = be.Upload(Tensor::FromInts(SummaryRows(layout, home, i)));
-    Tensor kmin = be.Empty({rows, D}, be.activation_dtype()),
-           kmax = be.Empty({rows, D}, be.activation_dtype());
+    const DType sdt = Checked(store.kmin(first + i), g.dtype_bytes, "summaries");
+    Tensor kmin = be.Empty({rows, D}, sdt), kmax = be.Empty({rows, D}, sdt);
     be.GatherRows(store.kmin(first + i), rows_dev, kmin);
     be.GatherRows(store.kmax(first + i), rows_dev, kmax);
     Tensor kmin_h = be.Download(kmin), kmax_h = be.Download(kmax);
@@ -169,7 +183,8 @@ void PackStagedKv(const StagedKvLayout& layout, const StagedKvHome& home,
   const Tensor drows_dev = be.Upload(Tensor::FromInts(DraftRows(layout, home)));
   for (uint32_t kv = 0; kv < 2; ++kv) {
     const Tensor& src = kv == 0 ? home.draft_pool->k : home.draft_pool->v;
-    Tensor out = be.Empty({int64_t{g.draft_kv_heads} * g.num_blocks, dw}, be.activation_dtype());
+    Tensor out = be.Empty({int64_t{g.draft_kv_heads} * g.num_blocks, dw},
+                          Checked(src, g.draft_dtype_bytes, "draft KV"));
     be.GatherRows(src.Reshape({src.dim(0), dw}), drows_dev, out);
     Tensor host = be.Download(out);
     MoveDraft(layout, kv, lease, static_cast<char*>(host.raw()), Direction::kPack);
@@ -209,8 +224,8 @@ void StagedKvUnpacker::Finish(const StagedKvHome& home) {
                 D = g.head_dim;
   for (uint32_t i = 0; i < g.num_layers; ++i) {
     const Tensor rows_dev = be.Upload(Tensor::FromInts(SummaryRows(layout_, home, i)));
-    Tensor kmin = Tensor::Empty({rows, D}, be.activation_dtype()),
-           kmax = Tensor::Empty({rows, D}, be.activation_dtype());
+    const DType sdt = Checked(store.kmin(first + i), g.dtype_bytes, "summaries");
+    Tensor kmin = Tensor::Empty({rows, D}, sdt), kmax = Tensor::Empty({rows, D}, sdt);
     MoveSummaries(layout_, i, landed, static_cast<char*>(kmin.raw()),
                   static_cast<char*>(kmax.raw()), Direction::kUnpack);
     be.ScatterRows(be.Upload(kmin), rows_dev, store.kmin(first + i));
@@ -222,10 +237,10 @@ void StagedKvUnpacker::Finish(const StagedKvHome& home) {
   const int64_t dw = int64_t{kStagedBlockTokens} * g.draft_head_dim;
   const Tensor drows_dev = be.Upload(Tensor::FromInts(DraftRows(layout_, home)));
   for (uint32_t kv = 0; kv < 2; ++kv) {
-    Tensor host =
-        Tensor::Empty({int64_t{g.draft_kv_heads} * g.num_blocks, dw}, be.activation_dtype());
-    MoveDraft(layout_, kv, landed, static_cast<char*>(host.raw()), Direction::kUnpack);
     Tensor& dst = kv == 0 ? home.draft_pool->k : home.draft_pool->v;
+    Tensor host = Tensor::Empty({int64_t{g.draft_kv_heads} * g.num_blocks, dw},
+                                Checked(dst, g.draft_dtype_bytes, "draft KV"));
+    MoveDraft(layout_, kv, landed, static_cast<char*>(host.raw()), Direction::kUnpack);
     Tensor view = dst.Reshape({dst.dim(0), dw});
     be.ScatterRows(be.Upload(host), drows_dev, view);
   }

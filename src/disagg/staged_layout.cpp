@@ -18,6 +18,10 @@ StatusOr<StagedKvLayout> StagedKvLayout::Create(const StagedKvGeometry& g) {
     return InvalidArgument("staged KV layout: dtype of " + std::to_string(g.dtype_bytes) +
                            " bytes; 1, 2 or 4 are supported");
   }
+  if (StagedKvDtypeBytes(g.kv_dtype) != g.dtype_bytes) {
+    return InvalidArgument("staged KV layout: KV dtype " + StagedKvDtypeName(g.kv_dtype) +
+                           " with elements of " + std::to_string(g.dtype_bytes) + " bytes");
+  }
   if (g.head_dim > kMaxStagedHeadDim || g.num_layers > kMaxStagedLayers ||
       g.num_kv_heads > kMaxStagedKvHeads || g.draft_kv_heads > kMaxStagedKvHeads) {
     return InvalidArgument(
@@ -28,8 +32,15 @@ StatusOr<StagedKvLayout> StagedKvLayout::Create(const StagedKvGeometry& g) {
         std::to_string(kMaxStagedHeadDim) + ", layers <= " + std::to_string(kMaxStagedLayers) +
         ", KV heads <= " + std::to_string(kMaxStagedKvHeads) + ")");
   }
-  if ((g.draft_kv_heads == 0) != (g.draft_head_dim == 0)) {
-    return InvalidArgument("staged KV layout: draft KV heads and draft head_dim go together");
+  if ((g.draft_kv_heads == 0) != (g.draft_head_dim == 0) ||
+      (g.draft_kv_heads == 0) != (g.draft_dtype_bytes == 0)) {
+    return InvalidArgument(
+        "staged KV layout: draft KV heads, draft head_dim and draft dtype go together");
+  }
+  if (g.draft_dtype_bytes != 0 && g.draft_dtype_bytes != 1 && g.draft_dtype_bytes != 2 &&
+      g.draft_dtype_bytes != 4) {
+    return InvalidArgument("staged KV layout: draft dtype of " +
+                           std::to_string(g.draft_dtype_bytes) + " bytes; 1, 2 or 4 are supported");
   }
   if (g.draft_head_dim > g.head_dim) {
     return InvalidArgument("staged KV layout: a draft head-block of head_dim " +
@@ -46,12 +57,14 @@ StatusOr<StagedKvLayout> StagedKvLayout::Create(const StagedKvGeometry& g) {
 
 StagedKvLayout::StagedKvLayout(const StagedKvGeometry& g) : g_(g) {
   slot_bytes_ = uint64_t{kStagedBlockTokens} * g.head_dim * g.dtype_bytes;
+  // (≤ 4: draft_head_dim ≤ head_dim, draft dtype ≤ 4 bytes, KV dtype ≥ 1 byte.)
+  draft_slots_per_block_ = (draft_block_bytes() + slot_bytes_ - 1) / slot_bytes_;
   const uint64_t heads = uint64_t{g.num_layers} * g.num_kv_heads;
   kv_slots_ = heads * 2 * g.num_blocks;
   const uint64_t per_slot = summaries_per_slot();  // 8 = 16 tokens · D / (2 · D)
   summary_slots_per_head_ = (g.num_blocks + per_slot - 1) / per_slot;
   summary_slots_ = heads * summary_slots_per_head_;
-  draft_slots_ = uint64_t{g.draft_kv_heads} * 2 * g.num_blocks;
+  draft_slots_ = uint64_t{g.draft_kv_heads} * 2 * g.num_blocks * draft_slots_per_block_;
 }
 
 uint64_t StagedKvLayout::KvSlot(uint32_t layer, uint32_t head, uint32_t block, uint32_t kv) const {
@@ -72,7 +85,35 @@ SummarySlot StagedKvLayout::Summary(uint32_t layer, uint32_t head, uint32_t bloc
 uint64_t StagedKvLayout::DraftKvSlot(uint32_t head, uint32_t block, uint32_t kv) const {
   OASIS_CHECK(head < g_.draft_kv_heads && block < g_.num_blocks && kv < 2)
       << "staged draft KV slot (" << head << ", " << block << ", " << kv << ")";
-  return kv_slots_ + summary_slots_ + (uint64_t{head} * 2 + kv) * g_.num_blocks + block;
+  return kv_slots_ + summary_slots_ +
+         ((uint64_t{head} * 2 + kv) * g_.num_blocks + block) * draft_slots_per_block_;
+}
+
+uint32_t StagedKvDtypeBytes(uint32_t code) {
+  switch (static_cast<StagedKvDtype>(code)) {
+    case StagedKvDtype::kF32:
+      return 4;
+    case StagedKvDtype::kBF16:
+    case StagedKvDtype::kF16:
+      return 2;
+    case StagedKvDtype::kF8E4M3:
+      return 1;
+  }
+  return 0;
+}
+
+std::string StagedKvDtypeName(uint32_t code) {
+  switch (static_cast<StagedKvDtype>(code)) {
+    case StagedKvDtype::kF32:
+      return "f32";
+    case StagedKvDtype::kBF16:
+      return "bf16";
+    case StagedKvDtype::kF16:
+      return "f16";
+    case StagedKvDtype::kF8E4M3:
+      return "fp8_e4m3";
+  }
+  return "unknown (" + std::to_string(code) + ")";
 }
 
 }  // namespace oasis::disagg

@@ -1,6 +1,8 @@
 #include "disagg/ticket.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/check.h"
@@ -14,7 +16,14 @@ bool GeometryEqual(const StagedKvGeometry& a, const StagedKvGeometry& b) {
   return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads &&
          a.head_dim == b.head_dim && a.dtype_bytes == b.dtype_bytes &&
          a.num_blocks == b.num_blocks && a.draft_kv_heads == b.draft_kv_heads &&
-         a.draft_head_dim == b.draft_head_dim;
+         a.draft_head_dim == b.draft_head_dim && a.kv_dtype == b.kv_dtype &&
+         a.draft_dtype_bytes == b.draft_dtype_bytes;
+}
+
+// Scales compare by their bits (an exact match is what lets imported bytes stay as they are).
+bool BitsEqual(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 Status Bad(const std::string& what) { return InvalidArgument("handoff ticket: " + what); }
@@ -99,16 +108,18 @@ bool HandoffTicket::operator==(const HandoffTicket& o) const {
          lease_ttl_ms == o.lease_ttl_ms && GeometryEqual(geometry, o.geometry) &&
          prompt_length == o.prompt_length && position == o.position && tokens == o.tokens &&
          sampling_state == o.sampling_state && extents == o.extents && admission == o.admission &&
-         prompt_block_hashes == o.prompt_block_hashes;
+         prompt_block_hashes == o.prompt_block_hashes && BitsEqual(k_scales, o.k_scales) &&
+         BitsEqual(v_scales, o.v_scales);
 }
 
 std::string EncodeHandoffTicket(const HandoffTicket& t) {
   OASIS_CHECK_LE(t.staging_address.size(), size_t{UINT16_MAX});
   OASIS_CHECK_LE(t.sampling_state.size(), size_t{UINT16_MAX});
-  size_t n = 4 + 2 + 2 + t.staging_address.size() + 8 + 8 + 4 + 7 * 4 + 4 + 4 + 4 +
+  OASIS_CHECK_EQ(t.k_scales.size(), t.v_scales.size()) << "handoff ticket: K and V scales";
+  size_t n = 4 + 2 + 2 + t.staging_address.size() + 8 + 8 + 4 + 9 * 4 + 4 + 4 + 4 +
              4 * t.tokens.size() + 2 + t.sampling_state.size() + 4 + 8 * t.extents.size();
   for (const auto& list : t.admission) n += 2 + 2 * list.size();
-  n += 4 + 8 * t.prompt_block_hashes.size();
+  n += 4 + 8 * t.prompt_block_hashes.size() + 4 + 8 * t.k_scales.size();
   std::string out;
   out.reserve(n);
   out.append(kTicketMagic, 4);
@@ -120,7 +131,7 @@ std::string EncodeHandoffTicket(const HandoffTicket& t) {
   AppendU32(out, t.lease_ttl_ms);
   const StagedKvGeometry& g = t.geometry;
   for (uint32_t v : {g.num_layers, g.num_kv_heads, g.head_dim, g.dtype_bytes, g.num_blocks,
-                     g.draft_kv_heads, g.draft_head_dim}) {
+                     g.draft_kv_heads, g.draft_head_dim, g.kv_dtype, g.draft_dtype_bytes}) {
     AppendU32(out, v);
   }
   AppendU32(out, t.prompt_length);
@@ -137,6 +148,14 @@ std::string EncodeHandoffTicket(const HandoffTicket& t) {
   }
   AppendU32(out, static_cast<uint32_t>(t.prompt_block_hashes.size()));
   for (uint64_t h : t.prompt_block_hashes) AppendU64(out, h);
+  AppendU32(out, static_cast<uint32_t>(t.k_scales.size()));
+  for (const auto* scales : {&t.k_scales, &t.v_scales}) {
+    for (float f : *scales) {
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      AppendU32(out, bits);
+    }
+  }
   return out;
 }
 
@@ -151,7 +170,8 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
   OASIS_ASSIGN_OR_RETURN(uint16_t version, r.U16("version"));
   if (version != kHandoffTicketVersion) {
     return Bad("version: " + std::to_string(version) + ", this build reads version " +
-               std::to_string(kHandoffTicketVersion));
+               std::to_string(kHandoffTicketVersion) +
+               " (run the same OasisKV build on the prefill and decode instances)");
   }
 
   OASIS_ASSIGN_OR_RETURN(uint16_t address_len, r.U16("staging address length"));
@@ -172,6 +192,8 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
   OASIS_ASSIGN_OR_RETURN(g.num_blocks, r.U32("geometry blocks"));
   OASIS_ASSIGN_OR_RETURN(g.draft_kv_heads, r.U32("geometry draft KV heads"));
   OASIS_ASSIGN_OR_RETURN(g.draft_head_dim, r.U32("geometry draft head_dim"));
+  OASIS_ASSIGN_OR_RETURN(g.kv_dtype, r.U32("geometry KV dtype"));
+  OASIS_ASSIGN_OR_RETURN(g.draft_dtype_bytes, r.U32("geometry draft dtype bytes"));
   if (g.num_blocks > kMaxTicketBlocks) {
     return Bad("geometry blocks: " + std::to_string(g.num_blocks) + ", at most " +
                std::to_string(kMaxTicketBlocks) + " (admission ids are u16)");
@@ -305,8 +327,36 @@ StatusOr<HandoffTicket> ParseHandoffTicket(std::string_view bytes) {
   t.prompt_block_hashes.resize(*hashes);
   for (size_t i = 0; i < *hashes; ++i)
     t.prompt_block_hashes[i] = LoadU64(hash_bytes->data() + 8 * i);
+  // The KV scales: layers × heads of each for an FP8 KV dtype, none otherwise.
+  auto scales = r.U32("KV scales count");
+  if (!scales.ok()) return Bad("KV scales: truncated count");
+  const bool fp8 = g.kv_dtype == static_cast<uint32_t>(StagedKvDtype::kF8E4M3);
+  if (*scales != (fp8 ? num_lists : 0)) {
+    return Bad("KV scales: " + std::to_string(*scales) + " for a " + StagedKvDtypeName(g.kv_dtype) +
+               " KV dtype of " + std::to_string(num_lists) + " (layer, KV head) pairs (" +
+               (fp8 ? "one K and one V scale each" : "none") + ")");
+  }
+  auto scale_bytes = r.Bytes(8 * size_t{*scales}, "KV scales");
+  if (!scale_bytes.ok()) {
+    return Bad("KV scales: " + std::to_string(*scales) + " K and V scales run past the end (" +
+               std::to_string(r.left()) + " bytes left)");
+  }
+  for (int kv = 0; kv < 2; ++kv) {
+    std::vector<float>& out = kv == 0 ? t.k_scales : t.v_scales;
+    out.resize(*scales);
+    for (size_t i = 0; i < *scales; ++i) {
+      const uint32_t bits = LoadU32(scale_bytes->data() + 4 * (kv * size_t{*scales} + i));
+      std::memcpy(&out[i], &bits, 4);
+      if (!std::isfinite(out[i]) || !(out[i] > 0)) {
+        return Bad("KV scales: the " + std::string(kv == 0 ? "K" : "V") + " scale of (layer " +
+                   std::to_string(i / g.num_kv_heads) + ", KV head " +
+                   std::to_string(i % g.num_kv_heads) + ") is " + std::to_string(out[i]) +
+                   ", not finite and positive");
+      }
+    }
+  }
   if (r.left() != 0) {
-    return Bad("trailing bytes: " + std::to_string(r.left()) + " after the prompt block hashes");
+    return Bad("trailing bytes: " + std::to_string(r.left()) + " after the KV scales");
   }
   return t;
 }
@@ -318,6 +368,12 @@ Status CheckTicketForDecode(const HandoffTicket& t, const DecodeSideModel& m) {
   };
   const StagedKvGeometry& g = t.geometry;
   const StagedKvGeometry& e = m.geometry;
+  if (g.kv_dtype != e.kv_dtype) {
+    return InvalidArgument(
+        "handoff ticket for this model: KV cache dtype differs (ticket " +
+        StagedKvDtypeName(g.kv_dtype) + ", this instance " + StagedKvDtypeName(e.kv_dtype) +
+        "): the prefill and decode instances of a pair need the same --kv-cache-dtype");
+  }
   if (g.num_layers != e.num_layers) return mismatch("staged layers", g.num_layers, e.num_layers);
   if (g.num_kv_heads != e.num_kv_heads) return mismatch("KV heads", g.num_kv_heads, e.num_kv_heads);
   if (g.head_dim != e.head_dim) return mismatch("head_dim", g.head_dim, e.head_dim);
@@ -326,6 +382,9 @@ Status CheckTicketForDecode(const HandoffTicket& t, const DecodeSideModel& m) {
     return mismatch("draft head KV heads", g.draft_kv_heads, e.draft_kv_heads);
   if (g.draft_kv_heads > 0 && g.draft_head_dim != e.draft_head_dim) {
     return mismatch("draft head_dim", g.draft_head_dim, e.draft_head_dim);
+  }
+  if (g.draft_kv_heads > 0 && g.draft_dtype_bytes != e.draft_dtype_bytes) {
+    return mismatch("draft dtype bytes", g.draft_dtype_bytes, e.draft_dtype_bytes);
   }
   if (m.pool_id != 0 && t.pool_id != m.pool_id)
     return mismatch("staging pool id", t.pool_id, m.pool_id);

@@ -3,11 +3,15 @@
 // request from its ticket (queue → reserve → fetch on the import thread → finalize → run).
 #include <algorithm>
 #include <exception>
+#include <mutex>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "common/check.h"
 #include "common/logging.h"
 #include "disagg/kv_import.h"
+#include "disagg/kv_requantize.h"
 #include "engine/engine_impl.h"
 
 namespace oasis {
@@ -41,6 +45,40 @@ std::vector<std::vector<uint16_t>> BlocksToFetch(const disagg::HandoffTicket& t,
   return out;
 }
 
+// The wire code of a KV cache (or draft KV) element type.
+uint32_t StagedDtypeCode(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<uint32_t>(disagg::StagedKvDtype::kF32);
+    case DType::kBF16:
+      return static_cast<uint32_t>(disagg::StagedKvDtype::kBF16);
+    case DType::kF16:
+      return static_cast<uint32_t>(disagg::StagedKvDtype::kF16);
+    case DType::kF8E4M3:
+      return static_cast<uint32_t>(disagg::StagedKvDtype::kF8E4M3);
+    default:
+      OASIS_CHECK(false) << "no staged KV dtype for " << DTypeName(dtype);
+  }
+  return 0;
+}
+
+// This instance's FP8 scales of staged layers [first, first + layers): K and V, [layers × KV
+// heads] each, l-major, as HandoffTicket carries them (downloads: a few bytes per layer).
+std::pair<std::vector<float>, std::vector<float>> StagedKvScales(ModelRunner& runner, int64_t first,
+                                                                 int64_t layers) {
+  std::pair<std::vector<float>, std::vector<float>> out;
+  Backend& be = runner.backend();
+  for (int64_t l = first; l < first + layers; ++l) {
+    const LayerKvPool& pool = runner.kv_pools().at(static_cast<size_t>(l));
+    OASIS_CHECK(pool.fp8()) << "FP8 scales of a KV pool that is not FP8 (layer " << l << ")";
+    for (auto [from, to] : {std::pair{&pool.k_scale, &out.first}, {&pool.v_scale, &out.second}}) {
+      const Tensor host = be.Download(*from);
+      to->insert(to->end(), host.data<float>(), host.data<float>() + host.numel());
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 disagg::StagedKvHome Engine::Impl::StagedHome(RequestState& s) {
@@ -61,12 +99,16 @@ disagg::StagedKvGeometry Engine::Impl::HandoffGeometry(int64_t staged_tokens) co
                                        (sparse ? sparse->config().dense_layers : 0));
   g.num_kv_heads = static_cast<uint32_t>(config.num_key_value_heads);
   g.head_dim = static_cast<uint32_t>(config.head_dim);
-  g.dtype_bytes =
-      static_cast<uint32_t>(DTypeSize(KvCacheDtype(runner.backend(), config.kv_cache_fp8)));
+  // KV and summaries in the KV cache's dtype (e4m3 with --kv-cache-dtype fp8); the draft
+  // head's KV in its pool's (the activation dtype).
+  const DType kv = KvCacheDtype(runner.backend(), config.kv_cache_fp8);
+  g.kv_dtype = StagedDtypeCode(kv);
+  g.dtype_bytes = static_cast<uint32_t>(DTypeSize(kv));
   g.num_blocks = static_cast<uint32_t>(BlocksFor(staged_tokens));
   if (draft != nullptr) {
     g.draft_kv_heads = static_cast<uint32_t>(draft->num_kv_heads());
     g.draft_head_dim = static_cast<uint32_t>(draft->head().config().head_dim);
+    g.draft_dtype_bytes = static_cast<uint32_t>(DTypeSize(draft->kv_pool().k.dtype()));
   }
   return g;
 }
@@ -168,6 +210,11 @@ StatusOr<std::string> Engine::Impl::ExportHandoff(RequestState& s) {
   // The ticket's contents.
   disagg::HandoffTicket t;
   t.geometry = g;
+  if (g.kv_dtype == static_cast<uint32_t>(disagg::StagedKvDtype::kF8E4M3)) {
+    // The staged bytes mean x · this instance's scales: the decode side maps them into its own.
+    std::tie(t.k_scales, t.v_scales) =
+        StagedKvScales(runner, sparse->config().dense_layers, g.num_layers);
+  }
   t.prompt_length = static_cast<uint32_t>(P);
   t.position = static_cast<uint32_t>(P + 1);
   t.tokens = {static_cast<uint32_t>(s.seq.tokens[static_cast<size_t>(P)]),
@@ -234,8 +281,35 @@ void Engine::Impl::QueueImport(std::unique_ptr<RequestState> state) {
     }
   }
   s.import_phase = RequestState::ImportPhase::kQueued;
-  import_queue.push_back(s.seq.id);
   requests.emplace(s.seq.id, std::move(state));
+  const disagg::HandoffTicket& t = s.request.import->ticket();
+  if (t.geometry.kv_dtype == static_cast<uint32_t>(disagg::StagedKvDtype::kF8E4M3)) {
+    // FP8: the staged bytes are in the prefill instance's scales. Equal to ours (bitwise): the
+    // bytes stay as they are; within kMaxImportScaleRatio: every fetch maps them into ours;
+    // further apart: refused (another model or checkpoint).
+    auto [k, v] = StagedKvScales(runner, sparse->config().dense_layers, t.geometry.num_layers);
+    auto q = disagg::KvRequantizer::Create(t.geometry.num_kv_heads, t.k_scales, t.v_scales, k, v);
+    if (!q.ok()) {
+      Fail(s, q.status());
+      return;
+    }
+    if (!q->identity()) {
+      static std::once_flag said;  // (the first time only: then per request at debug level)
+      std::call_once(said, [&] {
+        spdlog::warn(
+            "request {}: the prefill instance's FP8 KV scales differ from this instance's (up to "
+            "{:.4f}x; another GPU or build calibrated them): imported KV is requantized into this "
+            "instance's scales, one extra e4m3 rounding per value",
+            s.request.id, q->max_ratio());
+      });
+      spdlog::debug(
+          "request {}: the prefill instance's FP8 KV scales differ from this instance's (up to "
+          "{:.4f}x): its KV is requantized on import",
+          s.request.id, q->max_ratio());
+    }
+    s.request.import->set_requantizer(std::move(*q));
+  }
+  import_queue.push_back(s.seq.id);
 }
 
 void Engine::Impl::StartImports() {
@@ -647,6 +721,14 @@ void FetchWorker::Push(FetchJob job) {
           const auto t0 = EngineClock::now();
           try {
             j.status = j.source->Fetch(j.items);
+            // FP8 bytes in other scales than this instance's: mapped into ours here, off the
+            // loop thread (the identity otherwise: nothing touched).
+            const disagg::KvRequantizer& q = j.source->requantizer();
+            if (j.status.ok() && !q.identity()) {
+              auto layout = disagg::StagedKvLayout::Create(j.source->ticket().geometry);
+              OASIS_CHECK(layout.ok()) << "import layout (checked at Submit)";
+              q.ApplyLanded(*layout, j.items);
+            }
           } catch (const std::exception& e) {
             j.status = Internal(std::string("fetching handed-off KV: ") + e.what());
           }

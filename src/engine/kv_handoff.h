@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "disagg/kv_requantize.h"
 #include "disagg/staged_kv.h"
 #include "disagg/staged_layout.h"
 #include "disagg/ticket.h"
@@ -77,6 +78,15 @@ class KvImportSource {
   // The request no longer needs the lease: it finished (`completed`) or was aborted or
   // failed. Called once, on the engine loop thread; must not block for long.
   virtual void Release(bool completed) = 0;
+
+  // FP8 KV: how the fetched bytes map from the ticket's scales into this instance's (the
+  // identity when they are equal, and for other dtypes). Set by the engine on its loop thread
+  // before the request's first fetch; read by its fetch threads after each fetch.
+  void set_requantizer(disagg::KvRequantizer q) { requantizer_ = std::move(q); }
+  const disagg::KvRequantizer& requantizer() const { return requantizer_; }
+
+ private:
+  disagg::KvRequantizer requantizer_;
 };
 
 // x1's and x2's sampling results as the prefill node computed them, and the seed, carried in

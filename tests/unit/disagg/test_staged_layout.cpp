@@ -9,9 +9,15 @@
 using namespace oasis;
 using namespace oasis::disagg;
 
+namespace {
+constexpr auto kF32 = static_cast<uint32_t>(StagedKvDtype::kF32);
+constexpr auto kBf16 = static_cast<uint32_t>(StagedKvDtype::kBF16);
+constexpr auto kFp8 = static_cast<uint32_t>(StagedKvDtype::kF8E4M3);
+}  // namespace
+
 TEST_CASE("staged layout of a Qwen3-8B request at 32K", "[disagg][layout]") {
   // 36 layers, 8 KV heads, head_dim 128, bf16, 32,768 tokens; an EAGLE-3 head with 8 KV heads.
-  auto layout = StagedKvLayout::Create({36, 8, 128, 2, 2048, 8, 128});
+  auto layout = StagedKvLayout::Create({36, 8, 128, 2, 2048, 8, 128, kBf16, 2});
   REQUIRE(layout.ok());
   CHECK(layout->slot_bytes() == 4096);
   CHECK(layout->summaries_per_slot() == 8);
@@ -33,8 +39,53 @@ TEST_CASE("staged layout of a Qwen3-8B request at 32K", "[disagg][layout]") {
   CHECK(layout->DraftKvSlot(7, 2047, 1) == layout->num_slots() - 1);
 }
 
+TEST_CASE("staged layout of a Qwen3-8B request at 32K with an FP8 KV cache", "[disagg][layout]") {
+  // e4m3 KV and summaries (1 byte), the EAGLE-3 head's KV in bf16: two slots per draft block.
+  auto layout = StagedKvLayout::Create({36, 8, 128, 1, 2048, 8, 128, kFp8, 2});
+  REQUIRE(layout.ok());
+  CHECK(layout->slot_bytes() == 2048);
+  CHECK(layout->summary_bytes() == 256);
+  CHECK(layout->summaries_per_slot() == 8);
+  CHECK(layout->num_kv_slots() == 36ull * 8 * 2 * 2048);
+  // The full KV: 2.25 GiB, half of bf16's; summaries 1/16 of it, as with bf16.
+  CHECK(layout->num_kv_slots() * layout->slot_bytes() == 2304ull << 20);
+  CHECK(layout->num_summary_slots() * 16 == layout->num_kv_slots());
+  CHECK(layout->draft_block_bytes() == 4096);
+  CHECK(layout->draft_slots_per_block() == 2);
+  CHECK(layout->num_draft_slots() == 8ull * 2 * 2048 * 2);
+  // The draft KV's bytes equal bf16's (128 MiB).
+  CHECK(layout->num_draft_slots() * layout->slot_bytes() == 128ull << 20);
+  CHECK(layout->DraftKvSlot(0, 0, 0) == layout->num_kv_slots() + layout->num_summary_slots());
+  CHECK(layout->DraftKvSlot(0, 1, 0) == layout->DraftKvSlot(0, 0, 0) + 2);
+  CHECK(layout->DraftKvSlot(7, 2047, 1) + 2 == layout->num_slots());
+  // The same geometry with bf16 KV stages twice the KV bytes.
+  auto bf16 = StagedKvLayout::Create({36, 8, 128, 2, 2048, 8, 128, kBf16, 2});
+  REQUIRE(bf16.ok());
+  CHECK(bf16->num_kv_slots() * bf16->slot_bytes() ==
+        2 * layout->num_kv_slots() * layout->slot_bytes());
+  CHECK(bf16->draft_slots_per_block() == 1);
+  // f32 draft KV (the CPU reference) of head_dim 8 over 1-byte KV slots: 4 slots a block.
+  auto cpu = StagedKvLayout::Create({2, 2, 8, 1, 5, 1, 8, kFp8, 4});
+  REQUIRE(cpu.ok());
+  CHECK(cpu->draft_slots_per_block() == 4);
+  CHECK(cpu->num_draft_slots() == 1u * 2 * 5 * 4);
+}
+
+TEST_CASE("staged KV dtype names and sizes", "[disagg][layout]") {
+  CHECK(StagedKvDtypeBytes(kF32) == 4);
+  CHECK(StagedKvDtypeBytes(kBf16) == 2);
+  CHECK(StagedKvDtypeBytes(static_cast<uint32_t>(StagedKvDtype::kF16)) == 2);
+  CHECK(StagedKvDtypeBytes(kFp8) == 1);
+  CHECK(StagedKvDtypeBytes(0) == 0);
+  CHECK(StagedKvDtypeBytes(5) == 0);
+  CHECK(StagedKvDtypeName(kFp8) == "fp8_e4m3");
+  CHECK(StagedKvDtypeName(kBf16) == "bf16");
+  CHECK(StagedKvDtypeName(7) == "unknown (7)");
+}
+
 TEST_CASE("staged layout ordinals are distinct and dense", "[disagg][layout]") {
-  const StagedKvGeometry g{3, 2, 8, 2, 13, 1, 8};  // 13 blocks: summaries fill 2 slots per head
+  const StagedKvGeometry g{3, 2, 8,     2, 13,
+                           1, 8, kBf16, 2};  // 13 blocks: summaries fill 2 slots per head
   auto layout = StagedKvLayout::Create(g);
   REQUIRE(layout.ok());
   std::set<uint64_t> kv;
@@ -77,7 +128,23 @@ TEST_CASE("staged layout rejects impossible geometries", "[disagg][layout]") {
         StatusCode::kInvalidArgument);
   CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 8, 0}).status().code() ==
         StatusCode::kInvalidArgument);
-  CHECK(StagedKvLayout::Create({36, 8, 64, 2, 10, 8, 128}).status().code() ==
+  CHECK(StagedKvLayout::Create({36, 8, 64, 2, 10, 8, 128, kBf16, 2}).status().code() ==
+        StatusCode::kInvalidArgument);
+  // Draft heads need a draft dtype, and no draft heads none.
+  CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 8, 128, kBf16, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 0, 0, kBf16, 2}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 8, 128, kBf16, 3}).status().code() ==
+        StatusCode::kInvalidArgument);
+  // The KV dtype's code names its size.
+  CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 0, 0, kFp8, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({36, 8, 128, 1, 10, 0, 0, kBf16, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 0, 0, 0, 0}).status().code() ==
+        StatusCode::kInvalidArgument);
+  CHECK(StagedKvLayout::Create({36, 8, 128, 2, 10, 0, 0, 99, 0}).status().code() ==
         StatusCode::kInvalidArgument);
   // 2^31 slots is the most a pool addresses.
   CHECK(StagedKvLayout::Create({1024, 64, 128, 2, 1 << 16, 0, 0}).status().code() ==
@@ -99,10 +166,12 @@ TEST_CASE("staged layout refuses sizes whose slot arithmetic would wrap", "[disa
         StatusCode::kInvalidArgument);
   CHECK(StagedKvLayout::Create({2, big, 128, 2, 64, 0, 0}).status().code() ==
         StatusCode::kInvalidArgument);
-  CHECK(StagedKvLayout::Create({2, 2, 128, 2, 64, big, 64}).status().code() ==
+  CHECK(StagedKvLayout::Create({2, 2, 128, 2, 64, big, 64, kBf16, 2}).status().code() ==
         StatusCode::kInvalidArgument);
-  for (uint32_t dtype : {1u, 2u, 4u}) {
-    auto layout = StagedKvLayout::Create({2, 2, kMaxStagedHeadDim, dtype, 64, 0, 0});
+  CHECK(StagedKvLayout::Create({2, 2, 128, 2, 64, 1, 64, kBf16, big}).status().code() ==
+        StatusCode::kInvalidArgument);
+  for (auto [dtype, code] : {std::pair{1u, kFp8}, {2u, kBf16}, {4u, kF32}}) {
+    auto layout = StagedKvLayout::Create({2, 2, kMaxStagedHeadDim, dtype, 64, 0, 0, code, 0});
     REQUIRE(layout.ok());
     CHECK(layout->summaries_per_slot() == 8);
   }

@@ -385,8 +385,9 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
     return Status::Ok();
   }
   const ModelConfig& c = host->config;
+  // One K or V head-block in the KV cache's dtype (e4m3 with --kv-cache-dtype fp8).
   const uint64_t block_bytes = uint64_t{kBlockSize} * static_cast<uint64_t>(c.head_dim) *
-                               DTypeSize(host->runner->backend().activation_dtype());
+                               DTypeSize(KvCacheDtype(host->runner->backend(), c.kv_cache_fp8));
   double gib = sc.staging_pool_gib;
   if (gib <= 0) {
     const double ram =

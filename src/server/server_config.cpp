@@ -416,12 +416,6 @@ Status ServerConfig::Validate() const {
           "imported prompt blocks in its host KV store (--host-kv-gib)");
   }
   if (role != "both") {
-    if (KvCacheFp8()) {
-      return InvalidArgument(
-          "--role " + role +
-          " with --kv-cache-dtype fp8 is not supported yet: the staged KV and the tickets of "
-          "disaggregation move bf16 (use --kv-cache-dtype auto)");
-    }
     if (sparse == "off")
       return InvalidArgument("--role " + role + " needs sparse KV (not --sparse off)");
     if (tensor_parallel_size != 1)

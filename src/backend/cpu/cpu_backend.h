@@ -1,17 +1,23 @@
 // CpuBackend: the reference implementation of the Backend op set, plain float32 C++.
 // It is the ground truth the CUDA backend is tested against and the CI path. Clarity
 // first; loops are ordered for contiguous access and Linear is split over a few threads.
-// Owns nothing but its thread count; used by one thread at a time.
+// Owns nothing but its settings; used by one thread at a time.
 #pragma once
 
 #include "backend/backend.h"
 
 namespace oasis {
 
+// Whether the CPU backend computes with e4m3 weights (Fp8WeightSupported): kCompute (the
+// default) for every shape and block size; kDequantizeAtLoad answers false, so models
+// dequantize FP8 checkpoints when loading, as for a backend without e4m3 GEMMs (tests compare
+// the two; they give bit-identical results).
+enum class CpuFp8Weights { kCompute, kDequantizeAtLoad };
+
 class CpuBackend final : public Backend {
  public:
   // num_threads <= 0: use the hardware concurrency (at most 8).
-  explicit CpuBackend(int num_threads = 0);
+  explicit CpuBackend(int num_threads = 0, CpuFp8Weights fp8_weights = CpuFp8Weights::kCompute);
 
   Device device() const override { return Device::kCpu; }
   DType activation_dtype() const override { return DType::kF32; }
@@ -27,6 +33,9 @@ class CpuBackend final : public Backend {
   void AddRmsNorm(const Tensor& x, Tensor& residual, const Tensor& weight, float eps,
                   Tensor& out) override;
   void Add(const Tensor& a, const Tensor& b, Tensor& out) override;
+  // Linear takes F32 weights, or F8E4M3 weights with block scales (an FP8 checkpoint's weights
+  // kept in e4m3): those compute exactly as their dequantized F32 copy (float(e4m3) * scale).
+  bool Fp8WeightSupported(int64_t out, int64_t in, int block_out, int block_in) const override;
   void Linear(const Tensor& x, const Tensor& weight, Tensor& out) override;
   void QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm, float eps,
                   const Tensor& positions, const RopeParams& rope) override;
@@ -72,7 +81,11 @@ class CpuBackend final : public Backend {
                    Tensor& counts) override;
 
  private:
+  // Linear with an F8E4M3 weight: dequantizes a tile of weight rows at a time.
+  void LinearFp8(const Tensor& x, const Tensor& weight, Tensor& out);
+
   int num_threads_;
+  CpuFp8Weights fp8_weights_;
 };
 
 }  // namespace oasis

@@ -29,9 +29,49 @@ void NormRow(const float* x, const float* w, float eps, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
 }
 
+// sum over i of x[i] * w[i]: eight float lanes, then their pairwise sum and the tail. The f32
+// and the e4m3 Linear both use it, so an e4m3 weight computes exactly as its dequantized copy.
+inline float Dot(const float* x, const float* w, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += x[i + j] * w[i + j];
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += x[i] * w[i];
+  return s;
+}
+
+// Runs work(begin, end) over [0, n) split across up to `threads` threads (inline when 1).
+template <typename Work>
+void ParallelFor(int64_t n, int threads, const Work& work) {
+  if (threads <= 1 || n <= 1) {
+    work(int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t chunk = (n + threads - 1) / threads;
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = t * chunk, e = std::min(n, b + chunk);
+    if (b < e) pool.emplace_back(work, b, e);
+  }
+  for (auto& th : pool) th.join();
+}
+
+// All 256 e4m3fn codes as floats (exact).
+const float* E4M3Table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(256);
+    for (int b = 0; b < 256; ++b)
+      t[static_cast<size_t>(b)] = Fp8E4M3ToFloat(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table.data();
+}
+
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads) {
+CpuBackend::CpuBackend(int num_threads, CpuFp8Weights fp8_weights) : fp8_weights_(fp8_weights) {
   if (num_threads <= 0) {
     num_threads = static_cast<int>(std::min(8u, std::max(1u, std::thread::hardware_concurrency())));
   }
@@ -48,6 +88,13 @@ void CpuBackend::UploadBytes(Tensor& dst, size_t offset, const void* src, size_t
 }
 
 void CpuBackend::FillNormal(Tensor& t, uint64_t seed, float stddev) {
+  if (t.dtype() == DType::kF8E4M3) {  // dummy FP8 weights: the same values, quantized
+    OASIS_CHECK(t.device() == Device::kCpu) << "FillNormal of " << t.ToString();
+    auto* q = t.data<uint8_t>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      q[i] = FloatToFp8E4M3(stddev * HashNormal(seed, static_cast<uint64_t>(i)));
+    return;
+  }
   CheckF32(t, "FillNormal");
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i)
@@ -101,7 +148,16 @@ void CpuBackend::Add(const Tensor& a, const Tensor& b, Tensor& out) {
     out.data<float>()[i] = a.data<float>()[i] + b.data<float>()[i];
 }
 
+bool CpuBackend::Fp8WeightSupported(int64_t out, int64_t in, int block_out, int block_in) const {
+  return fp8_weights_ == CpuFp8Weights::kCompute && out >= 0 && in >= 0 && block_out > 0 &&
+         block_in > 0;  // any shape, any blocks
+}
+
 void CpuBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
+  if (weight.dtype() == DType::kF8E4M3) {
+    LinearFp8(x, weight, out);
+    return;
+  }
   CheckF32(x, "Linear x");
   CheckF32(weight, "Linear weight");
   CheckF32(out, "Linear out");
@@ -117,34 +173,57 @@ void CpuBackend::Linear(const Tensor& x, const Tensor& weight, Tensor& out) {
       const int64_t rn = std::min<int64_t>(4, rows - r0);
       for (int64_t f = f_begin; f < f_end; ++f) {
         const float* w = wp + f * in;
-        for (int64_t r = 0; r < rn; ++r) {
-          const float* xr = xp + (r0 + r) * in;
-          float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          int64_t i = 0;
-          for (; i + 8 <= in; i += 8) {
-            for (int j = 0; j < 8; ++j) acc[j] += xr[i + j] * w[i + j];
-          }
-          float s =
-              ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-          for (; i < in; ++i) s += xr[i] * w[i];
-          op[(r0 + r) * outf + f] = s;
-        }
+        for (int64_t r = 0; r < rn; ++r) op[(r0 + r) * outf + f] = Dot(xp + (r0 + r) * in, w, in);
       }
     }
   };
-  const int64_t flops = rows * outf * in;
-  int threads = flops < (1 << 20) ? 1 : num_threads_;
-  if (threads <= 1) {
-    work(0, outf);
-    return;
-  }
-  std::vector<std::thread> pool;
-  const int64_t chunk = (outf + threads - 1) / threads;
-  for (int t = 0; t < threads; ++t) {
-    int64_t b = t * chunk, e = std::min(outf, b + chunk);
-    if (b < e) pool.emplace_back(work, b, e);
-  }
-  for (auto& th : pool) th.join();
+  ParallelFor(outf, rows * outf * in < (1 << 20) ? 1 : num_threads_, work);
+}
+
+void CpuBackend::LinearFp8(const Tensor& x, const Tensor& weight, Tensor& out) {
+  CheckF32(x, "Linear x");
+  CheckF32(out, "Linear out");
+  OASIS_CHECK(weight.device() == Device::kCpu && weight.ndim() == 2)
+      << "Linear: e4m3 weight " << weight.ToString();
+  const Tensor* scales = weight.block_scales();
+  OASIS_CHECK(scales != nullptr) << "Linear: e4m3 weight " << weight.ToString()
+                                 << " without block scales (Tensor::WithBlockScales)";
+  const int64_t in = weight.dim(1), outf = weight.dim(0), rows = x.numel() / in;
+  OASIS_CHECK_EQ(x.dim(-1), in) << "Linear: x " << x.ToString() << " weight " << weight.ToString();
+  OASIS_CHECK_EQ(out.numel(), rows * outf) << "Linear out " << out.ToString();
+  const int64_t br = weight.scale_block_rows(), bc = weight.scale_block_cols();
+  const int64_t scale_cols = scales->dim(1);
+  const float* table = E4M3Table();
+  const auto* codes = weight.data<uint8_t>();
+  const float* sp = scales->data<float>();
+  const float* xp = x.data<float>();
+  float* op = out.data<float>();
+  // Each worker owns a range of output features and walks it a tile of kTile weight rows at a
+  // time: the tile is dequantized once (float(e4m3) * scale in f32, the value the loader's
+  // DequantizeFp8Weights gives) into a buffer, then every row of x is multiplied with it by the
+  // f32 Linear's Dot. Weight bytes are read once per call, a quarter of the f32 weight's.
+  constexpr int64_t kTile = 8;
+  auto work = [&](int64_t f_begin, int64_t f_end) {
+    std::vector<float> tile(static_cast<size_t>(kTile * in));
+    for (int64_t f0 = f_begin; f0 < f_end; f0 += kTile) {
+      const int64_t fn = std::min(kTile, f_end - f0);
+      for (int64_t f = 0; f < fn; ++f) {
+        const uint8_t* c = codes + (f0 + f) * in;
+        const float* s = sp + ((f0 + f) / br) * scale_cols;
+        float* w = tile.data() + f * in;
+        for (int64_t b = 0; b * bc < in; ++b) {
+          const float scale = s[b];
+          const int64_t end = std::min(in, (b + 1) * bc);
+          for (int64_t i = b * bc; i < end; ++i) w[i] = table[c[i]] * scale;
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = xp + r * in;
+        for (int64_t f = 0; f < fn; ++f) op[r * outf + f0 + f] = Dot(xr, tile.data() + f * in, in);
+      }
+    }
+  };
+  ParallelFor(outf, rows * outf * in < (1 << 20) ? 1 : num_threads_, work);
 }
 
 void CpuBackend::QkNormRope(Tensor& q, Tensor& k, const Tensor* q_norm, const Tensor* k_norm,

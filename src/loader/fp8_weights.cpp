@@ -183,6 +183,59 @@ StatusOr<std::unique_ptr<WeightSource>> DequantizeFp8Weights(const WeightSource&
   return std::unique_ptr<WeightSource>(new Fp8Weights(base, quant, std::move(fp8)));
 }
 
+bool Fp8SliceOnBlocks(const std::vector<int64_t>& shape, int dim, int64_t begin, int64_t end,
+                      const QuantizationConfig& quant) {
+  if (dim < 0) return true;
+  OASIS_CHECK(dim < static_cast<int>(shape.size()) && quant.block_out > 0 && quant.block_in > 0)
+      << "Fp8SliceOnBlocks: dim " << dim << " of " << ShapeToString(shape);
+  const int64_t block = dim == 0 ? quant.block_out : quant.block_in;
+  return begin % block == 0 && (end % block == 0 || end == shape[static_cast<size_t>(dim)]);
+}
+
+StatusOr<Fp8Slice> LoadFp8Slice(const WeightSource& checkpoint, const std::string& name, int dim,
+                                int64_t begin, int64_t end, const QuantizationConfig& quant) {
+  OASIS_CHECK(quant.fp8() && quant.block_out > 0 && quant.block_in > 0)
+      << "LoadFp8Slice needs an fp8 quantization config";
+  if (!checkpoint.Has(name)) {
+    return NotFound("weight '" + name + "' missing from " + checkpoint.Describe());
+  }
+  OASIS_ASSIGN_OR_RETURN(TensorInfo info, checkpoint.Info(name));
+  if (!IsFp8(info.dtype)) {
+    return InvalidArgument(checkpoint.Describe() + ": '" + name + "' is " +
+                           std::string(DTypeName(info.dtype)) + ", not an FP8 weight");
+  }
+  OASIS_ASSIGN_OR_RETURN(Fp8Weight w, ReadScales(checkpoint, info, quant));
+  if (dim < 0) {
+    dim = 0;
+    begin = 0;
+    end = info.shape[0];
+  }
+  OASIS_RETURN_IF_ERROR(CheckSlice(info, dim, begin, end, checkpoint.Describe()));
+  if (!Fp8SliceOnBlocks(info.shape, dim, begin, end, quant)) {
+    return InvalidArgument(checkpoint.Describe() + ": " + (dim == 0 ? "rows" : "columns") + " [" +
+                           std::to_string(begin) + ", " + std::to_string(end) +
+                           ") of FP8 weight '" + name + "' " + ShapeToString(info.shape) +
+                           " are not whole blocks of weight_block_size [" +
+                           std::to_string(quant.block_out) + ", " + std::to_string(quant.block_in) +
+                           "]; such a slice can only be dequantized");
+  }
+  Fp8Slice slice;
+  OASIS_ASSIGN_OR_RETURN(slice.codes, checkpoint.LoadSlice(name, dim, begin, end, DType::kF8E4M3));
+  // The scale blocks covering the slice: rows [begin / bo, ceil(end / bo)) of the grid, or
+  // those columns.
+  const int64_t grid_rows = CeilDiv(info.shape[0], quant.block_out);
+  const int64_t block = dim == 0 ? quant.block_out : quant.block_in;
+  const int64_t b0 = begin / block, b1 = CeilDiv(end, block);
+  const int64_t r0 = dim == 0 ? b0 : 0, r1 = dim == 0 ? b1 : grid_rows;
+  const int64_t c0 = dim == 1 ? b0 : 0, c1 = dim == 1 ? b1 : w.scale_cols;
+  slice.scales = Tensor::Empty({r1 - r0, c1 - c0}, DType::kF32);
+  float* dst = slice.scales.data<float>();
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t c = c0; c < c1; ++c) *dst++ = w.scales[static_cast<size_t>(r * w.scale_cols + c)];
+  }
+  return slice;
+}
+
 Status CheckNoFp8Weights(const WeightSource& weights) {
   for (const std::string& name : weights.Names()) {
     OASIS_ASSIGN_OR_RETURN(TensorInfo info, weights.Info(name));

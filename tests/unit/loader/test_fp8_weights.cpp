@@ -1,10 +1,12 @@
 // Block-scaled FP8 weights (DequantizeFp8Weights): exact dequantized values against a float
-// reference, blocks that do not divide the shape, tensor-parallel slices, and every refusal.
+// reference, blocks that do not divide the shape, tensor-parallel slices, and every refusal;
+// and read as stored (LoadFp8Slice): whole-block slices of the codes with their scales.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "loader/fp8_weights.h"
 #include "loader/weights.h"
@@ -276,4 +278,124 @@ TEST_CASE("FP8 weights in a checkpoint without an fp8 quantization_config are re
   CHECK_FALSE(fp8->Load("a.weight", DType::kF32).ok());
   auto plain = Checkpoint("fp8-none", {{"b.weight", "BF16", {2}, Bf16BytesOf({1, 2})}});
   CHECK(CheckNoFp8Weights(*plain).ok());
+}
+
+namespace {
+
+std::vector<uint8_t> Codes(const Tensor& t) {
+  REQUIRE(t.dtype() == DType::kF8E4M3);
+  const auto* p = t.data<uint8_t>();
+  return std::vector<uint8_t>(p, p + t.numel());
+}
+
+// Rows [r0, r1) x columns [c0, c1) of a row-major [*, cols] matrix of codes.
+std::vector<uint8_t> CodeBlock(const std::vector<uint8_t>& m, int64_t cols, int64_t r0, int64_t r1,
+                               int64_t c0, int64_t c1) {
+  std::vector<uint8_t> out;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = c0; c < c1; ++c) out.push_back(m[static_cast<size_t>(r * cols + c)]);
+  return out;
+}
+
+// The slice's codes and scales against the case; and its real values (code * scale of its
+// block within the slice) against the dequantized weight's same part.
+void CheckSlice(const Fp8Slice& s, const Fp8Case& c, int dim, int64_t begin, int64_t end) {
+  const int64_t r0 = dim == 0 ? begin : 0, r1 = dim == 0 ? end : c.rows;
+  const int64_t c0 = dim == 1 ? begin : 0, c1 = dim == 1 ? end : c.cols;
+  REQUIRE(s.codes.shape() == std::vector<int64_t>{r1 - r0, c1 - c0});
+  CHECK(Codes(s.codes) == CodeBlock(c.codes, c.cols, r0, r1, c0, c1));
+  const int64_t sr0 = r0 / c.b0, sr1 = (r1 + c.b0 - 1) / c.b0;
+  const int64_t sc0 = c0 / c.b1, sc1 = (c1 + c.b1 - 1) / c.b1;
+  REQUIRE(s.scales.dtype() == DType::kF32);
+  REQUIRE(s.scales.shape() == std::vector<int64_t>{sr1 - sr0, sc1 - sc0});
+  CHECK(Floats(s.scales) == Block(c.scales, c.scale_cols(), sr0, sr1, sc0, sc1));
+  std::vector<float> real;
+  const int64_t cols = c1 - c0, scale_cols = sc1 - sc0;
+  for (int64_t r = 0; r < r1 - r0; ++r) {
+    for (int64_t col = 0; col < cols; ++col) {
+      const float scale = s.scales.data<float>()[(r / c.b0) * scale_cols + col / c.b1];
+      real.push_back(Fp8E4M3ToFloat(s.codes.data<uint8_t>()[r * cols + col]) * scale);
+    }
+  }
+  CHECK(real == Block(c.real, c.cols, r0, r1, c0, c1));
+}
+
+}  // namespace
+
+TEST_CASE("FP8 weights as stored: whole-block row and column slices with their scales",
+          "[loader][fp8]") {
+  // 300 x 520 in 128 x 128 blocks: scales [3, 5], the last row and column blocks partial.
+  for (bool bf16 : {false, true}) {
+    INFO("BF16 scales " << bf16);
+    const Fp8Case c = MakeCase(300, 520, 128, 128, 7, bf16);
+    auto base = Checkpoint("fp8-raw", {WeightOf("p.weight", c), ScaleOf("p.weight", c, bf16)});
+    const auto q = Fp8Blocks(128, 128);
+    auto whole = LoadFp8Slice(*base, "p.weight", -1, 0, 0, q);
+    INFO(whole.status().ToString());
+    REQUIRE(whole.ok());
+    CheckSlice(*whole, c, 0, 0, c.rows);
+    // Rows: [0, 128), [128, 300) (to the end, partial), [128, 256), [0, 256); empty [256, 256).
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 128},
+                        {128, 300},
+                        {128, 256},
+                        {0, 256},
+                        {256, 256},
+                        {0, 300}}) {
+      INFO("rows [" << b << ", " << e << ")");
+      auto s = LoadFp8Slice(*base, "p.weight", 0, b, e, q);
+      REQUIRE(s.ok());
+      CheckSlice(*s, c, 0, b, e);
+    }
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 256}, {256, 520}, {384, 512}, {512, 520}}) {
+      INFO("columns [" << b << ", " << e << ")");
+      auto s = LoadFp8Slice(*base, "p.weight", 1, b, e, q);
+      REQUIRE(s.ok());
+      CheckSlice(*s, c, 1, b, e);
+    }
+  }
+}
+
+TEST_CASE("FP8 weights as stored: slices off the blocks and non-FP8 tensors are refused",
+          "[loader][fp8]") {
+  const Fp8Case c = MakeCase(300, 520, 128, 128, 8);
+  const std::vector<float> norm = {1.0f, 2.0f};
+  auto base = Checkpoint("fp8-raw-bad", {WeightOf("p.weight", c),
+                                         ScaleOf("p.weight", c),
+                                         {"n.weight", "BF16", {2}, Bf16BytesOf(norm)}});
+  const auto q = Fp8Blocks(128, 128);
+  // Starts or ends inside a block (not at the end of the dimension): TP 2 of 300 rows is 150.
+  for (auto [dim, b, e] : {std::tuple<int, int64_t, int64_t>{0, 0, 150},
+                           {0, 150, 300},
+                           {0, 64, 128},
+                           {1, 0, 260},
+                           {1, 260, 520},
+                           {1, 128, 200}}) {
+    INFO("dim " << dim << " [" << b << ", " << e << ")");
+    CHECK_FALSE(Fp8SliceOnBlocks({300, 520}, dim, b, e, q));
+    auto s = LoadFp8Slice(*base, "p.weight", dim, b, e, q);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.status().message(),
+               Contains("'p.weight'") &&
+                   Contains("not whole blocks of weight_block_size [128, 128]") &&
+                   Contains("can only be dequantized"));
+  }
+  CHECK(Fp8SliceOnBlocks({300, 520}, 0, 256, 300, q));
+  CHECK(Fp8SliceOnBlocks({300, 520}, 1, 512, 520, q));
+  CHECK(Fp8SliceOnBlocks({300, 520}, -1, 0, 0, q));
+  CHECK_FALSE(Fp8SliceOnBlocks({300, 520}, 0, 256, 299, q));
+  auto out = LoadFp8Slice(*base, "p.weight", 0, 256, 384, q);
+  REQUIRE_FALSE(out.ok());
+  CHECK(out.status().code() == StatusCode::kOutOfRange);
+  auto plain = LoadFp8Slice(*base, "n.weight", -1, 0, 0, q);
+  REQUIRE_FALSE(plain.ok());
+  CHECK_THAT(plain.status().message(), Contains("'n.weight' is BF16, not an FP8 weight"));
+  auto missing = LoadFp8Slice(*base, "x.weight", -1, 0, 0, q);
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kNotFound);
+  // Scales are checked as DequantizeFp8Weights checks them.
+  auto noscale = Checkpoint("fp8-raw-noscale", {WeightOf("p.weight", c)});
+  auto s = LoadFp8Slice(*noscale, "p.weight", -1, 0, 0, q);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.status().message(), Contains("no 'p.weight_scale_inv'"));
 }

@@ -92,7 +92,7 @@ for line in sys.argv[1].splitlines():
     for c in d.get('choices', []): text += c.get('text') or ''
     usage = d.get('usage') or usage
 print(json.dumps({'text': text, 'done': done, 'completion_tokens': usage and usage['completion_tokens']}))" "$stream")
-[[ $(py "$joined" "d['done'] and d['completion_tokens'] == 40") == True && $(py "$joined" "d['text']") == $(py "$want" "d['choices'][0]['text']") ]] &&
+[[ $(py "$joined" "d['done'] and d['completion_tokens'] == $(py "$want" "d['usage']['completion_tokens']")") == True && $(py "$joined" "d['text']") == $(py "$want" "d['choices'][0]['text']") ]] &&
   ok "SSE through the router: same text, usage, [DONE]" || bad "SSE through the router" "$joined | want $want"
 
 # ---- prefix caching on the decode side: a prompt sent again fetches only what it lacks -----------

@@ -70,6 +70,52 @@ StatusOr<Tensor> LoadPart(const WeightSource& w, const WeightPart& part, DType d
   return w.LoadSlice(part.name, part.dim, part.begin, part.end, dtype);
 }
 
+// This rank's parts of an FP8 checkpoint's linear weight as stored (parts that passed
+// ChooseFp8): the e4m3 codes stacked along dimension 0 on the backend's device, with the
+// stacked scale grids of the parts attached.
+StatusOr<Tensor> LoadFp8Parts(const WeightSource& checkpoint, const std::vector<WeightPart>& parts,
+                              const QuantizationConfig& q, Backend& backend) {
+  std::vector<int64_t> fused = parts[0].LocalShape();
+  for (size_t i = 1; i < parts.size(); ++i) fused[0] += parts[i].LocalShape()[0];
+  Tensor codes;
+  if (parts.size() > 1) codes = backend.Empty(fused, DType::kF8E4M3);
+  std::vector<Tensor> grids;
+  size_t offset = 0;
+  for (const WeightPart& part : parts) {
+    OASIS_ASSIGN_OR_RETURN(Fp8Slice slice,
+                           LoadFp8Slice(checkpoint, part.name, part.dim, part.begin, part.end, q));
+    if (parts.size() == 1) {
+      codes = backend.Upload(slice.codes);
+    } else {
+      backend.UploadBytes(codes, offset, slice.codes.raw(), slice.codes.nbytes());
+      offset += slice.codes.nbytes();
+    }
+    grids.push_back(std::move(slice.scales));
+  }
+  Tensor scales = backend.Upload(grids.size() == 1 ? grids[0] : Tensor::ConcatRows(grids));
+  return codes.WithBlockScales(std::move(scales), static_cast<int>(q.block_out),
+                               static_cast<int>(q.block_in));
+}
+
+// Stored e4m3 values of dummy FP8 weights: FillNormal(F8E4M3) of N(0, 64), saturating at
+// 448 (7 sigma), so that most values are normal e4m3 numbers.
+constexpr float kDummyFp8Stddev = 64.0f;
+
+// Block scales of a dummy FP8 weight [out, in]: 0.02 / 64 times a factor in [0.75, 1.25] per
+// block (deterministic in `seed`), so the real weights are about normal(0, 0.02) and a scale
+// read from the wrong block changes the result.
+Tensor DummyFp8Scales(const std::vector<int64_t>& shape, const QuantizationConfig& q,
+                      uint64_t seed) {
+  Tensor s = Tensor::Empty(
+      {(shape[0] + q.block_out - 1) / q.block_out, (shape[1] + q.block_in - 1) / q.block_in},
+      DType::kF32);
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const float z = std::clamp(HashNormal(seed, static_cast<uint64_t>(i)), -2.0f, 2.0f);
+    s.data<float>()[i] = (0.02f / kDummyFp8Stddev) * (1.0f + 0.125f * z);
+  }
+  return s;
+}
+
 }  // namespace
 
 std::vector<WeightSpec> DecoderLM::ExpectedWeights(const ModelConfig& c) {
@@ -147,21 +193,53 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
   if (!tied_without_head && config.tie_word_embeddings) {
     spdlog::warn("config ties word embeddings; ignoring the checkpoint's lm_head.weight");
   }
+  // FP8 checkpoints: which linear weights stay in e4m3 (read from the stored tensors).
+  const QuantizationConfig& quant = config.quantization;
+  const auto keep_fp8 = [&](const std::vector<WeightPart>& parts, WeightUse use) {
+    return quant.fp8() && use == WeightUse::kLinear &&
+           model->ChooseFp8(parts, &checkpoint) == Fp8Choice::kKeep;
+  };
   // Progress for large checkpoints: one log line per tenth of this rank's bytes (counted by
-  // a dry run of the loading plan that allocates nothing).
+  // a dry run of the loading plan that allocates nothing; e4m3 weights count 1 byte each).
   double total_bytes = 0, loaded_bytes = 0;
   int reported_tenths = 0;
-  OASIS_RETURN_IF_ERROR(
-      model->LoadWeights([&](const std::vector<WeightPart>& parts, DummyInit) -> StatusOr<Tensor> {
+  OASIS_RETURN_IF_ERROR(model->LoadWeights(
+      [&](const std::vector<WeightPart>& parts, DummyInit, WeightUse use) -> StatusOr<Tensor> {
+        const DType stored = keep_fp8(parts, use) ? DType::kF8E4M3 : dt;
         for (const WeightPart& part : parts) {
-          double n = static_cast<double>(DTypeSize(dt));
+          double n = static_cast<double>(DTypeSize(stored));
           for (int64_t d : part.LocalShape()) n *= static_cast<double>(d);
           total_bytes += n;
         }
         return Tensor();
       }));
-  WeightProvider from_checkpoint = [&](const std::vector<WeightPart>& wanted,
-                                       DummyInit) -> StatusOr<Tensor> {
+  const auto progress = [&](const Tensor& uploaded) {
+    loaded_bytes += static_cast<double>(uploaded.nbytes());
+    const int tenths = static_cast<int>(10 * loaded_bytes / std::max(total_bytes, 1.0));
+    if (total_bytes > 1e9 && tenths > reported_tenths) {
+      reported_tenths = tenths;
+      spdlog::info("loading weights: {:3d}% ({:.1f} / {:.1f} GB)", std::min(100, tenths * 10),
+                   loaded_bytes / 1e9, total_bytes / 1e9);
+    }
+  };
+  WeightProvider from_checkpoint = [&](const std::vector<WeightPart>& wanted, DummyInit,
+                                       WeightUse use) -> StatusOr<Tensor> {
+    if (quant.fp8() && use == WeightUse::kLinear) {
+      const Fp8Choice choice = model->ChooseFp8(wanted, &checkpoint);
+      if (choice == Fp8Choice::kKeep) {
+        OASIS_ASSIGN_OR_RETURN(Tensor kept, LoadFp8Parts(checkpoint, wanted, quant, backend));
+        model->CountFp8(choice, static_cast<double>(kept.nbytes() + kept.block_scales()->nbytes()));
+        progress(kept);
+        return kept;
+      }
+      model->CountFp8(choice, 0);
+    }
+    if (quant.fp8() && use == WeightUse::kExperts) {
+      for (const WeightPart& part : wanted) {
+        auto info = checkpoint.Info(part.name);
+        if (info.ok() && info->dtype == DType::kF8E4M3) ++model->fp8_counts_.expert_tensors;
+      }
+    }
     // Fast path: every part whole, stored in the backend's dtype and mapped in memory goes
     // from the mapping straight to its rows of the device tensor (no host copy, no concat).
     bool direct = true;
@@ -189,16 +267,11 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
       }
       uploaded = backend.Upload(parts.size() == 1 ? parts[0] : Tensor::ConcatRows(parts));
     }
-    loaded_bytes += static_cast<double>(uploaded.nbytes());
-    const int tenths = static_cast<int>(10 * loaded_bytes / std::max(total_bytes, 1.0));
-    if (total_bytes > 1e9 && tenths > reported_tenths) {
-      reported_tenths = tenths;
-      spdlog::info("loading weights: {:3d}% ({:.1f} / {:.1f} GB)", std::min(100, tenths * 10),
-                   loaded_bytes / 1e9, total_bytes / 1e9);
-    }
+    progress(uploaded);
     return uploaded;
   };
   OASIS_RETURN_IF_ERROR(model->LoadWeights(from_checkpoint));
+  if (quant.fp8()) model->LogFp8Weights();
   return model;
 }
 
@@ -210,10 +283,24 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& c
   OASIS_RETURN_IF_ERROR(backend.CheckModelShapes(config, tp.size));
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   uint64_t counter = seed * 0x9E3779B97F4A7C15ULL;
-  WeightProvider fill = [&](const std::vector<WeightPart>& parts,
-                            DummyInit init) -> StatusOr<Tensor> {
+  const QuantizationConfig& quant = config.quantization;
+  WeightProvider fill = [&](const std::vector<WeightPart>& parts, DummyInit init,
+                            WeightUse use) -> StatusOr<Tensor> {
     std::vector<int64_t> shape = parts[0].LocalShape();
     for (size_t i = 1; i < parts.size(); ++i) shape[0] += parts[i].LocalShape()[0];
+    if (quant.fp8() && use == WeightUse::kLinear) {  // e4m3 where a checkpoint's would be
+      const Fp8Choice choice = model->ChooseFp8(parts, nullptr);
+      if (choice == Fp8Choice::kKeep) {
+        Tensor codes = backend.Empty(shape, DType::kF8E4M3);
+        backend.FillNormal(codes, ++counter, kDummyFp8Stddev);
+        Tensor scales = backend.Upload(DummyFp8Scales(shape, quant, ++counter));
+        const double bytes = static_cast<double>(codes.nbytes() + scales.nbytes());
+        model->CountFp8(choice, bytes);
+        return codes.WithBlockScales(std::move(scales), static_cast<int>(quant.block_out),
+                                     static_cast<int>(quant.block_in));
+      }
+      model->CountFp8(choice, 0);
+    }
     Tensor t = backend.Empty(shape, backend.activation_dtype());
     if (init == DummyInit::kNormal) {
       backend.FillNormal(t, ++counter, 0.02f);
@@ -223,6 +310,7 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::CreateDummy(const ModelConfig& c
     return t;
   };
   OASIS_RETURN_IF_ERROR(model->LoadWeights(fill));
+  if (quant.fp8()) model->LogFp8Weights();
   return model;
 }
 
@@ -242,35 +330,35 @@ Status DecoderLM::LoadWeights(const WeightProvider& get) {
                         std::vector<int64_t> shape) {  // row-parallel
     return Shard(LayerName(i, leaf), std::move(shape), 1, tp);
   };
-  OASIS_ASSIGN_OR_RETURN(
-      embed_tokens_,
-      get(Parts{Replicated("model.embed_tokens.weight", {c.vocab_size, h})}, DummyInit::kNormal));
-  OASIS_ASSIGN_OR_RETURN(final_norm_,
-                         get(Parts{Replicated("model.norm.weight", {h})}, DummyInit::kOnes));
+  OASIS_ASSIGN_OR_RETURN(embed_tokens_,
+                         get(Parts{Replicated("model.embed_tokens.weight", {c.vocab_size, h})},
+                             DummyInit::kNormal, WeightUse::kOther));
+  OASIS_ASSIGN_OR_RETURN(final_norm_, get(Parts{Replicated("model.norm.weight", {h})},
+                                          DummyInit::kOnes, WeightUse::kOther));
   if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
-    OASIS_ASSIGN_OR_RETURN(
-        lm_head_, get(Parts{Replicated("lm_head.weight", {c.vocab_size, h})}, DummyInit::kNormal));
+    OASIS_ASSIGN_OR_RETURN(lm_head_, get(Parts{Replicated("lm_head.weight", {c.vocab_size, h})},
+                                         DummyInit::kNormal, WeightUse::kOther));
   }
   layers_.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer& L = layers_[static_cast<size_t>(i)];
-    OASIS_ASSIGN_OR_RETURN(L.input_norm,
-                           get(Parts{whole(i, "input_layernorm.weight", {h})}, DummyInit::kOnes));
+    OASIS_ASSIGN_OR_RETURN(L.input_norm, get(Parts{whole(i, "input_layernorm.weight", {h})},
+                                             DummyInit::kOnes, WeightUse::kOther));
     OASIS_ASSIGN_OR_RETURN(L.post_norm, get(Parts{whole(i, "post_attention_layernorm.weight", {h})},
-                                            DummyInit::kOnes));
+                                            DummyInit::kOnes, WeightUse::kOther));
     OASIS_ASSIGN_OR_RETURN(L.qkv, get(Parts{rows(i, "self_attn.q_proj.weight", {c.q_size(), h}),
                                             rows(i, "self_attn.k_proj.weight", {c.kv_size(), h}),
                                             rows(i, "self_attn.v_proj.weight", {c.kv_size(), h})},
-                                      DummyInit::kNormal));
+                                      DummyInit::kNormal, WeightUse::kLinear));
     OASIS_ASSIGN_OR_RETURN(L.o_proj, get(Parts{cols(i, "self_attn.o_proj.weight", {h, c.q_size()})},
-                                         DummyInit::kNormal));
+                                         DummyInit::kNormal, WeightUse::kLinear));
     if (c.qk_norm) {
       OASIS_ASSIGN_OR_RETURN(L.q_norm, get(Parts{whole(i, "self_attn.q_norm.weight", {c.head_dim})},
-                                           DummyInit::kOnes));
+                                           DummyInit::kOnes, WeightUse::kOther));
       OASIS_ASSIGN_OR_RETURN(L.k_norm, get(Parts{whole(i, "self_attn.k_norm.weight", {c.head_dim})},
-                                           DummyInit::kOnes));
+                                           DummyInit::kOnes, WeightUse::kOther));
     }
     if (c.IsMoeLayer(i)) {
       OASIS_RETURN_IF_ERROR(LoadExperts(get, i, L));
@@ -279,10 +367,10 @@ Status DecoderLM::LoadWeights(const WeightProvider& get) {
     OASIS_ASSIGN_OR_RETURN(L.gate_up,
                            get(Parts{rows(i, "mlp.gate_proj.weight", {c.intermediate_size, h}),
                                      rows(i, "mlp.up_proj.weight", {c.intermediate_size, h})},
-                               DummyInit::kNormal));
-    OASIS_ASSIGN_OR_RETURN(
-        L.down,
-        get(Parts{cols(i, "mlp.down_proj.weight", {h, c.intermediate_size})}, DummyInit::kNormal));
+                               DummyInit::kNormal, WeightUse::kLinear));
+    OASIS_ASSIGN_OR_RETURN(L.down,
+                           get(Parts{cols(i, "mlp.down_proj.weight", {h, c.intermediate_size})},
+                               DummyInit::kNormal, WeightUse::kLinear));
   }
   return Status::Ok();
 }
@@ -297,7 +385,7 @@ Status DecoderLM::LoadExperts(const WeightProvider& get, int64_t i, Layer& L) {
   OASIS_ASSIGN_OR_RETURN(
       L.router,
       get(std::vector<WeightPart>{Replicated(LayerName(i, "mlp.gate.weight"), {experts, h})},
-          DummyInit::kNormal));
+          DummyInit::kNormal, WeightUse::kOther));
   std::vector<WeightPart> gate_up, down;
   for (int64_t e = 0; e < experts; ++e) {
     gate_up.push_back(Shard(LayerName(i, ExpertLeaf(e, "gate_proj")), {mi, h}, 0, tp_));
@@ -309,11 +397,69 @@ Status DecoderLM::LoadExperts(const WeightProvider& get, int64_t i, Layer& L) {
   const auto as3d = [](Tensor t, std::vector<int64_t> shape) {
     return t.raw() == nullptr ? t : t.Reshape(std::move(shape));
   };
-  OASIS_ASSIGN_OR_RETURN(Tensor gu, get(gate_up, DummyInit::kNormal));
+  OASIS_ASSIGN_OR_RETURN(Tensor gu, get(gate_up, DummyInit::kNormal, WeightUse::kExperts));
   L.experts_gate_up = as3d(std::move(gu), {experts, 2 * local_mi, h});
-  OASIS_ASSIGN_OR_RETURN(Tensor dn, get(down, DummyInit::kNormal));
+  OASIS_ASSIGN_OR_RETURN(Tensor dn, get(down, DummyInit::kNormal, WeightUse::kExperts));
   L.experts_down = as3d(std::move(dn), {experts, h, local_mi});
   return Status::Ok();
+}
+
+DecoderLM::Fp8Choice DecoderLM::ChooseFp8(const std::vector<WeightPart>& parts,
+                                          const WeightSource* checkpoint) const {
+  const QuantizationConfig& q = full_config_.quantization;
+  if (checkpoint != nullptr) {
+    for (const WeightPart& part : parts) {
+      // Missing or misshapen parts take the float path, which reports them.
+      auto info = checkpoint->Info(part.name);
+      if (!info.ok() || info->dtype != DType::kF8E4M3 || info->shape != part.shape) {
+        return Fp8Choice::kNotFp8;
+      }
+    }
+  }
+  if (!PartsOnFp8Blocks(parts, q.block_out, q.block_in)) return Fp8Choice::kOffBlocks;
+  int64_t out = 0;
+  for (const WeightPart& part : parts) out += part.LocalShape()[0];
+  const int64_t in = parts[0].LocalShape()[1];
+  if (!backend_.Fp8WeightSupported(out, in, static_cast<int>(q.block_out),
+                                   static_cast<int>(q.block_in))) {
+    return Fp8Choice::kUnsupported;
+  }
+  return Fp8Choice::kKeep;
+}
+
+void DecoderLM::CountFp8(Fp8Choice choice, double bytes) {
+  switch (choice) {
+    case Fp8Choice::kKeep:
+      ++fp8_counts_.kept;
+      fp8_counts_.kept_bytes += bytes;
+      break;
+    case Fp8Choice::kOffBlocks:
+      ++fp8_counts_.off_blocks;
+      break;
+    case Fp8Choice::kUnsupported:
+      ++fp8_counts_.unsupported;
+      break;
+    case Fp8Choice::kNotFp8:
+      ++fp8_counts_.not_fp8;
+      break;
+  }
+}
+
+void DecoderLM::LogFp8Weights() const {
+  if (tp_.rank != 0) return;
+  const Fp8WeightCounts& n = fp8_counts_;
+  const QuantizationConfig& q = full_config_.quantization;
+  const int64_t total = n.kept + n.dequantized() + n.not_fp8;
+  spdlog::info(
+      "FP8 weights{}: {} of {} linear weights kept in e4m3 ({:.3g} GB with their scales); {} "
+      "dequantized at load to {} (off the {}x{} blocks in their parts or rank slice: {}, shape "
+      "not supported by the backend: {}); {} not F8 in the checkpoint{}",
+      tp_.size > 1 ? fmt::format(" (rank 0 of {})", tp_.size) : std::string(), n.kept, total,
+      n.kept_bytes / 1e9, n.dequantized(), DTypeName(backend_.activation_dtype()), q.block_out,
+      q.block_in, n.off_blocks, n.unsupported, n.not_fp8,
+      n.expert_tensors > 0
+          ? fmt::format("; {} F8 MoE expert tensors dequantized at load", n.expert_tensors)
+          : std::string());
 }
 
 Tensor* DecoderLM::FindWeight(const std::string& name) {

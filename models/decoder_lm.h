@@ -41,6 +41,21 @@ struct ResidualCapture {
   Tensor out;                      // [layer_ids.size(), T, hidden] activation dtype, device
 };
 
+// How the linear weights of an FP8 checkpoint (or of dummy weights for an FP8 config) were
+// loaded: kept in e4m3 with their block scales, or not, and why (docs/fp8.md "FP8 weights").
+// One count per device weight (qkv, o_proj, gate_up, down of each layer). All zero for a
+// checkpoint without FP8 quantization.
+struct Fp8WeightCounts {
+  int64_t kept = 0;         // F8E4M3 on the device, with block scales
+  int64_t off_blocks = 0;   // dequantized at load: a part or this rank's slice not on whole blocks
+  int64_t unsupported = 0;  // dequantized at load: Backend::Fp8WeightSupported is false
+  int64_t not_fp8 = 0;      // a part is not F8 in the checkpoint: loaded as stored (float)
+  int64_t expert_tensors = 0;  // F8 MoE expert tensors: always dequantized at load
+  double kept_bytes = 0;       // device bytes of the kept weights and their scales
+
+  int64_t dequantized() const { return off_blocks + unsupported; }
+};
+
 class DecoderLM {
  public:
   // Checks the config and loads every weight the architecture needs from `weights`
@@ -56,7 +71,17 @@ class DecoderLM {
                                                      const TensorParallel& tp = {});
   // Random weights at the config's real shapes (this rank's shard of them), generated on the
   // backend's device (`--load-format dummy`, for benchmarks): normal(0, 0.02) matrices, unit
-  // norms. Shards of different tp sizes are not slices of one dummy model.
+  // norms. Shards of different tp sizes are not slices of one dummy model. With an FP8
+  // quantization config, the linear weights that Create would keep in e4m3 are e4m3 too:
+  // FillNormal(F8E4M3, stddev 64) codes with deterministic per-block scales of about 0.02 / 64
+  // (real weights about normal(0, 0.02)).
+  //
+  // FP8 checkpoints (config.quantization.fp8()): each linear weight (qkv, o_proj, gate_up,
+  // down) is kept in e4m3 with its block scales (Tensor::block_scales) when every part is
+  // F8 in the checkpoint, its parts and this rank's slices are whole blocks
+  // (PartsOnFp8Blocks) and backend.Fp8WeightSupported(local out, local in, blocks); else it
+  // is dequantized at load to the activation dtype. Embeddings, norms, lm_head, routers and
+  // MoE experts are float (experts dequantized). fp8_weights() counts the outcomes.
   static StatusOr<std::unique_ptr<DecoderLM>> CreateDummy(const ModelConfig& config,
                                                           Backend& backend, uint64_t seed,
                                                           const TensorParallel& tp = {});
@@ -72,13 +97,16 @@ class DecoderLM {
   const TensorParallel& tensor_parallel() const { return tp_; }
   // The input embedding [vocab, hidden] on the backend's device (EAGLE-3 heads share it).
   const Tensor& embed_tokens() const { return embed_tokens_; }
+  // How an FP8 checkpoint's linear weights were loaded (all zero for other checkpoints).
+  const Fp8WeightCounts& fp8_weights() const { return fp8_counts_; }
 
   // The device tensor behind a checkpoint name that maps to one unfused weight
   // ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight" (the embedding when
   // tied), "model.layers.{i}.input_layernorm.weight", ".post_attention_layernorm.weight",
   // ".self_attn.o_proj.weight", ".mlp.down_proj.weight"), or nullptr. For tools that shape
   // dummy weights (benchmarks of constructed behaviour); the model does not notice changes.
-  // Under tensor parallelism o_proj and down_proj are this rank's column slices.
+  // Under tensor parallelism o_proj and down_proj are this rank's column slices. An FP8
+  // checkpoint's o_proj / down_proj may be F8E4M3 with block scales (fp8_weights()).
   Tensor* FindWeight(const std::string& name);
 
   // KV pools for `num_slots` head-blocks per layer, on the backend's device.
@@ -110,10 +138,21 @@ class DecoderLM {
     Tensor experts_down;     // [num_experts, hidden, moe_intermediate]
   };
 
+  // What a weight is for: a Linear-op weight (qkv, o_proj, gate_up, down) may be kept in
+  // e4m3 with block scales; MoE expert stacks and everything else are float.
+  enum class WeightUse { kOther, kLinear, kExperts };
   // Produces one device weight: this rank's parts of the named checkpoint tensors stacked
   // along dimension 0, or a dummy fill of that shape.
-  using WeightProvider =
-      std::function<StatusOr<Tensor>(const std::vector<WeightPart>& parts, DummyInit init)>;
+  using WeightProvider = std::function<StatusOr<Tensor>(const std::vector<WeightPart>& parts,
+                                                        DummyInit init, WeightUse use)>;
+  // For an FP8 config: whether a kLinear weight of these parts stays in e4m3, or why not.
+  // `checkpoint` (the stored tensors) null = dummy weights (all F8).
+  enum class Fp8Choice { kKeep, kOffBlocks, kUnsupported, kNotFp8 };
+  Fp8Choice ChooseFp8(const std::vector<WeightPart>& parts, const WeightSource* checkpoint) const;
+  // Counts a kLinear weight's outcome in fp8_counts_ (`bytes`: its device bytes when kept).
+  void CountFp8(Fp8Choice choice, double bytes);
+  // One log line (rank 0) summing fp8_counts_.
+  void LogFp8Weights() const;
   DecoderLM(const ModelConfig& config, Backend& backend, const TensorParallel& tp);
   Status LoadWeights(const WeightProvider& get);
   // Layer i's router and experts (an MoE layer).
@@ -128,6 +167,7 @@ class DecoderLM {
   Tensor final_norm_;    // [hidden]
   Tensor lm_head_;       // [vocab, hidden] (the embedding when tied)
   std::vector<Layer> layers_;
+  Fp8WeightCounts fp8_counts_;
 };
 
 }  // namespace oasis

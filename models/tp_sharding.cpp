@@ -47,6 +47,23 @@ ModelConfig LocalConfig(const ModelConfig& c, const TensorParallel& tp) {
   return local;
 }
 
+bool PartsOnFp8Blocks(const std::vector<WeightPart>& parts, int64_t block_out, int64_t block_in) {
+  OASIS_CHECK(block_out > 0 && block_in > 0) << "FP8 blocks " << block_out << "x" << block_in;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const WeightPart& p = parts[i];
+    if (p.shape.size() != 2) return false;
+    const std::vector<int64_t> local = p.LocalShape();
+    if (local[1] != parts[0].LocalShape()[1]) return false;
+    if (p.dim >= 0) {
+      const int64_t block = p.dim == 0 ? block_out : block_in;
+      const int64_t full = p.shape[static_cast<size_t>(p.dim)];
+      if (p.begin % block != 0 || (p.end % block != 0 && p.end != full)) return false;
+    }
+    if (i + 1 < parts.size() && local[0] % block_out != 0) return false;
+  }
+  return !parts.empty();
+}
+
 WeightPart Replicated(std::string name, std::vector<int64_t> shape) {
   return WeightPart{std::move(name), std::move(shape), -1, 0, 0};
 }

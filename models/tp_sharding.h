@@ -50,6 +50,14 @@ Status CheckTensorParallel(const ModelConfig& config, const TensorParallel& tp);
 // hidden size and vocab included, unchanged). Requires CheckTensorParallel to pass.
 ModelConfig LocalConfig(const ModelConfig& config, const TensorParallel& tp);
 
+// Whether the parts of one weight stacked along dimension 0 (q|k|v, gate|up, or one part),
+// each this rank's slice, are whole blocks of an FP8 checkpoint's block_out x block_in scale
+// grid, so that the stacked weight has a well-defined stacked grid (docs/fp8.md "FP8
+// weights"): every slice begins on a block boundary of its dimension and ends on one or at
+// the end of the dimension, every part but the last holds a whole number of block rows, and
+// all parts have the same local column count.
+bool PartsOnFp8Blocks(const std::vector<WeightPart>& parts, int64_t block_out, int64_t block_in);
+
 // Whole tensor (replicated).
 WeightPart Replicated(std::string name, std::vector<int64_t> shape);
 // Rank tp.rank's 1/tp.size of dimension `dim` (which must divide by tp.size, CHECK).

@@ -19,7 +19,7 @@
 # runs only the benchmarks whose binary is named (with OASIS_GPU_TESTS=" " for no tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_prefix_cache test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe test_gpu_fp8_kv)
+ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_prefix_cache test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe test_gpu_fp8_kv test_gpu_fp8_linear)
 # shellcheck disable=SC2206
 GPU_TESTS=(${OASIS_GPU_TESTS:-${ALL_GPU_TESTS[@]}})
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
@@ -33,6 +33,7 @@ BENCHMARKS=(
   "bench_sparse_decode|--batch 32 --context 16384 --transfers both --tensor-parallel-size 2"
   "bench_gemv|--rows 1"
   "bench_gemv|--rows 4"
+  "bench_fp8_gemm|"
   "bench_prefill_attention|"
   "bench_decode|--batch 1 --context 128"
   "bench_decode|--batch 1 --context 128 --no-graphs --steps 10"

@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
   using oasis::DType;
   using oasis::Tensor;
   std::vector<int64_t> row_list = {1, 4, 16, 64, 256, 2048, 8192};
+  bool probe = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--probe") probe = true;
     if (std::string(argv[i]) == "--rows" && i + 1 < argc) {
       row_list.clear();
       std::stringstream ss(argv[++i]);
@@ -92,6 +94,18 @@ int main(int argc, char** argv) {
   if (cublasCreate(&cublas) != CUBLAS_STATUS_SUCCESS) return 1;
   cublasSetStream(cublas, stream);
   CudaFp8Linear fp8;
+  if (probe) {  // which row counts / output types cuBLASLt has a block-scaled algorithm for
+    if (!fp8.Supported(4096, 4096, 128, 128, stream)) return 1;
+    for (bool f32 : {false, true}) {
+      std::printf("GEMM algorithms, %s out, 4096x4096, rows:", f32 ? "f32" : "bf16");
+      for (int64_t n :
+           {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17, 20, 24, 32, 64, 100, 128, 300, 301, 4096})
+        std::printf(" %lld:%s", static_cast<long long>(n),
+                    n % 4 == 0 && fp8.GemmAvailable(4096, n, 4096, f32) ? "yes" : "no");
+      std::printf("\n");
+    }
+    return 0;
+  }
   const int64_t max_rows = *std::max_element(row_list.begin(), row_list.end());
   std::printf(
       "ceilings: HBM read %.0f GB/s, bf16 dense %.0f TFLOP/s (DESIGN.md), FP8 dense %.0f "
@@ -139,7 +153,10 @@ int main(int argc, char** argv) {
       auto fp8_call = [&](CudaFp8Linear::Path p) {
         return [&, p](int i) { fp8.Linear(xt, wt[i % kCopies], yt, stream, p); };
       };
-      const double gemm8 = TimeUs(stream, iters, fp8_call(CudaFp8Linear::Path::kGemm));
+      // The GEMM takes multiples of 4 rows (others: the GEMV for the rest).
+      const bool gemm_ok = T % 4 == 0 && fp8.GemmAvailable(s.out, T, s.in, false);
+      const double gemm8 =
+          gemm_ok ? TimeUs(stream, iters, fp8_call(CudaFp8Linear::Path::kGemm)) : 0;
       const double gemv8 =
           T <= 16 ? TimeUs(stream, iters, fp8_call(CudaFp8Linear::Path::kGemv)) : 0;
       const float alpha = 1.0f, beta = 0.0f;
@@ -160,12 +177,13 @@ int main(int argc, char** argv) {
                        })
               : 0;
       CHECK_CUDA(cudaStreamSynchronize(stream));
-      const double best8 = gemv8 > 0 ? std::min(gemv8, gemm8) : gemm8;
+      const double best8 = gemv8 > 0 && gemm8 > 0 ? std::min(gemv8, gemm8) : gemv8 + gemm8;
       const double best16 = gemv16 > 0 ? std::min(gemv16, gemm16) : gemm16;
       const double w8_gbs = wn / best8 / 1e3, w16_gbs = 2.0 * wn / best16 / 1e3;
-      std::printf("%-20s T=%-5lld fp8: gemm %8.1fus %6.1f TFLOP/s (%.2f of fp8 peak)", s.name,
-                  static_cast<long long>(T), gemm8, flop / gemm8 / 1e6,
-                  flop / gemm8 / 1e6 / kFp8PeakTflops);
+      std::printf("%-20s T=%-5lld fp8:", s.name, static_cast<long long>(T));
+      if (gemm8 > 0)
+        std::printf(" gemm %8.1fus %6.1f TFLOP/s (%.2f of fp8 peak)", gemm8, flop / gemm8 / 1e6,
+                    flop / gemm8 / 1e6 / kFp8PeakTflops);
       if (gemv8 > 0) std::printf(" gemv %7.1fus", gemv8);
       std::printf(" %6.0f GB/s (%.2f of HBM) | bf16: gemm %8.1fus %6.1f TFLOP/s", w8_gbs,
                   w8_gbs / kReadCeilingGBs, gemm16, flop / gemm16 / 1e6);

@@ -1,7 +1,6 @@
 #include "backend/cuda/cuda_fp8_linear.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include <spdlog/spdlog.h>
 
@@ -19,23 +18,12 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kScratchBytes = size_t{64} << 20;
 constexpr int64_t kMaxDim = int64_t{1} << 30;
 
-// The activation scales' leading dimension for `rows` tokens: cuBLASLt's VEC128 layout for the B
-// operand is token-major ([in / 128][ld] floats). OASIS_FP8_SCALE_LD_PAD4=1 pads it to a multiple
-// of 4 (what some callers do; the GPU test checks rows % 4 != 0 either way).
-int64_t ScaleLd(int64_t rows) {
-  static const bool pad4 = [] {
-    const char* e = std::getenv("OASIS_FP8_SCALE_LD_PAD4");
-    return e != nullptr && e[0] == '1';
-  }();
-  return pad4 ? (rows + 3) / 4 * 4 : rows;
-}
-
 size_t QBytes(int64_t rows, int64_t in) {
   return (static_cast<size_t>(rows * in) + 255) / 256 * 256;
 }
 
 size_t ScratchBytes(int64_t rows, int64_t in) {
-  return QBytes(rows, in) + static_cast<size_t>(in / kernels::kFp8Block * ScaleLd(rows)) * 4;
+  return QBytes(rows, in) + static_cast<size_t>(in / kernels::kFp8Block * rows) * 4;
 }
 
 // The largest power of two (at most 256) dividing every address.
@@ -193,13 +181,14 @@ bool CudaFp8Linear::Gemm(const void* x, const uint8_t* w, const float* w_scales,
                          bool out_f32, int64_t rows, int64_t in, int64_t outf,
                          cudaStream_t stream) {
   OASIS_CHECK(init_ok_) << "CudaFp8Linear::Gemm before a successful Supported()";
+  if (rows <= 0 || rows % 4 != 0) return false;  // cuBLASLt's VEC128 operand: 4 | rows
   OASIS_CHECK_LE(ScratchBytes(rows, in), kScratchBytes) << "FP8 GEMM chunk of " << rows << " rows";
   auto* q = static_cast<uint8_t*>(scratch_.data());
   auto* scales = reinterpret_cast<float*>(static_cast<char*>(scratch_.data()) + QBytes(rows, in));
   const Plan& plan = GetPlan(outf, rows, in, out_f32, CommonAlignment({w, q, out}));
   if (!plan.ok) return false;
   OASIS_CUDA_CHECK(kernels::LaunchQuantizeFp8Groups(static_cast<const bf16*>(x), q, scales, rows,
-                                                    rows, in, ScaleLd(rows), stream));
+                                                    rows, in, rows, stream));
   OASIS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                              &w_scales, sizeof w_scales) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
@@ -250,24 +239,33 @@ void CudaFp8Linear::Linear(const Tensor& x, const Tensor& weight, Tensor& out, c
         f32 ? static_cast<float*>(out.raw()) + r0 * outf : nullptr, n, in, outf, stream));
   };
   const bool gemv_ok = kernels::GemvFp8Supported(rows, in, outf, x.raw(), w, ws);
-  if (path == Path::kGemv || (path == Path::kAuto && rows <= kernels::kGemvFp8MaxRows)) {
+  if (path == Path::kGemv || (path == Path::kAuto && rows <= kAutoGemvRows)) {
     OASIS_CHECK(gemv_ok) << "Linear (FP8 GEMV): unaligned operands, x " << x.ToString();
     gemv(0, rows);
     return;
   }
+  // The GEMM takes row counts that are multiples of 4 (cuBLASLt has no block-scaled algorithm
+  // otherwise: H200, cuBLAS 13.1); the last rows % 4 rows go to the GEMV.
   const int64_t chunk = GemmChunkRows(in);
   const size_t elem = f32 ? 4 : 2;
-  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int64_t n = std::min(chunk, rows - r0);
+  for (int64_t r0 = 0; r0 < rows;) {
+    const int64_t n = std::min(chunk, (rows - r0) / 4 * 4);
     const void* xr = static_cast<const bf16*>(x.raw()) + r0 * in;
     void* o = static_cast<char*>(out.raw()) + static_cast<size_t>(r0 * outf) * elem;
     const bool x_aligned = (reinterpret_cast<uintptr_t>(xr) & 7) == 0;
-    if (x_aligned && Gemm(xr, w, ws, o, f32, n, in, outf, stream)) continue;
-    // No cuBLASLt algorithm for this case (logged once): the GEMV, kGemvFp8MaxRows rows a launch.
-    OASIS_CHECK(path != Path::kGemm) << "Linear: the FP8 GEMM was forced and is unavailable";
-    OASIS_CHECK(gemv_ok) << "Linear (FP8): no GEMM algorithm and unaligned operands";
-    gemv(r0, n);
+    if (n > 0 && x_aligned && Gemm(xr, w, ws, o, f32, n, in, outf, stream)) {
+      r0 += n;
+      continue;
+    }
+    // The tail, or no cuBLASLt algorithm (logged once): the GEMV, kGemvFp8MaxRows rows a launch.
+    OASIS_CHECK(gemv_ok) << "Linear (FP8): unaligned operands for the GEMV, x " << x.ToString();
+    gemv(r0, rows - r0);
+    r0 = rows;
   }
+}
+
+bool CudaFp8Linear::GemmAvailable(int64_t outf, int64_t rows, int64_t in, bool out_f32) {
+  return init_ok_ && rows % 4 == 0 && GetPlan(outf, rows, in, out_f32, 256).ok;
 }
 
 }  // namespace oasis

@@ -1,8 +1,8 @@
 // CudaFp8Linear: Linear with an FP8 (e4m3) weight of 128×128 block scales on one GPU
 // (docs/kernels/fp8_linear.md). Decode batches (rows <= kernels::kGemvFp8MaxRows) go to the
 // FP8-weight GEMV (kernels/fp8_linear.h: bf16 activations, weights dequantized in registers);
-// larger ones to cuBLASLt's block-scaled FP8 GEMM: the activations quantized per token and
-// 128-column group (1×128, dynamic amax / 448) into a preallocated scratch, then
+// from 4 rows on (kAutoGemvRows) to cuBLASLt's block-scaled FP8 GEMM: the activations quantized per
+// token and 128-column group (1×128, dynamic amax / 448) into a preallocated scratch, then
 //   D[out, T] (column-major) = op(A = W, TRANSA = T, BLK128x128 scales) · (B = Xq, VEC128 scales)
 // with f32 accumulation and a bf16 or f32 D.
 //
@@ -46,16 +46,23 @@ class CudaFp8Linear {
 
   // out = x · (w · scales)ᵀ. x: device bf16 [rows, in]; weight: device F8E4M3 [outf, in] with
   // block scales for which Supported() said yes (CHECKed); out: bf16 or f32 [rows, outf].
-  // `path`: kAuto picks by rows; kGemv / kGemm force one (tests, benchmarks).
+  // Rows up to which kAuto takes the GEMV: the GEMM needs multiples of 4 rows, and at 4 rows it
+  // was as fast or faster on 3 of Qwen3-8B's 4 shapes (bench_fp8_gemm, H200, 2026-12-03).
+  static constexpr int64_t kAutoGemvRows = 3;
+  // `path`: kAuto picks by rows; kGemv forces the GEMV, kGemm the GEMM for every row it takes
+  // (multiples of 4 rows; the last rows % 4 rows always run in the GEMV).
   enum class Path : uint8_t { kAuto, kGemv, kGemm };
   void Linear(const Tensor& x, const Tensor& weight, Tensor& out, cudaStream_t stream,
               Path path = Path::kAuto);
 
   // The GEMM's two steps on raw pointers (the benchmark times them like Linear does):
   // quantization into the scratch, then the cuBLASLt call. Returns false when cuBLASLt has no
-  // algorithm for the shape (nothing enqueued).
+  // algorithm for the shape or rows % 4 != 0 (nothing enqueued).
   bool Gemm(const void* x, const uint8_t* w, const float* w_scales, void* out, bool out_f32,
             int64_t rows, int64_t in, int64_t outf, cudaStream_t stream);
+
+  // Whether cuBLASLt has a block-scaled algorithm for this case (256-byte aligned operands).
+  bool GemmAvailable(int64_t outf, int64_t rows, int64_t in, bool out_f32);
 
   // Rows one GEMM takes at `in` columns (the scratch's capacity; more rows run as several).
   int64_t GemmChunkRows(int64_t in) const;

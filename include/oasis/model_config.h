@@ -59,7 +59,7 @@ struct QuantizationConfig {
   int64_t block_out = 0;  // weight_block_size[0]: rows of one scale block
   int64_t block_in = 0;   // weight_block_size[1]: columns of one scale block
   // As written in config.json. Informational: the loader decides per tensor by its stored
-  // dtype (an F8_E4M3 weight is dequantized, anything else is read as it is).
+  // dtype (an F8_E4M3 weight is kept in e4m3 or dequantized, anything else is read as it is).
   std::vector<std::string> modules_to_not_convert;
 
   bool fp8() const { return method == WeightQuantization::kFp8Block; }
@@ -90,7 +90,8 @@ struct ModelConfig {
   bool qk_norm = false;  // per-head RMSNorm on q and k before RoPE (Qwen3)
   std::string hidden_act = "silu";
   DType dtype = DType::kBF16;  // `torch_dtype` / `dtype`
-  // FP8 checkpoints: dequantized when loaded (the activation dtype is still `dtype`).
+  // FP8 checkpoints: linear weights kept in e4m3 where the backend computes with them, else
+  // dequantized when loaded (the activation dtype is still `dtype`; docs/fp8.md).
   QuantizationConfig quantization;
 
   std::vector<int64_t> bos_token_ids;

@@ -15,7 +15,7 @@ source "$ROOT/tests/e2e/server_lib.sh"
 server_test_init
 
 # ---- refused settings (exit 2, a message naming the flag)
-for bad_args in "--kv-cache-dtype fp8_e5m2" "--kv-cache-dtype int8" "--kv-cache-dtype fp8 --role prefill --sparse on"; do
+for bad_args in "--kv-cache-dtype fp8_e5m2" "--kv-cache-dtype int8"; do
   # shellcheck disable=SC2086
   out=$("$SERVER" --backend cpu $bad_args --check-config 2>&1)
   rc=$?

@@ -21,7 +21,7 @@ SparseModelShape ShapeOf(ModelRunner& runner) {
 
 }  // namespace
 
-int64_t DenseReadBudgetTokens(const ModelConfig& c) {
+int64_t DenseReadBudgetTokens(const ModelConfig& c, double fp8_kept_bytes) {
   int64_t weight_bytes = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(c)) {
     int64_t bytes = w.numel() * static_cast<int64_t>(DTypeSize(w.dtype));
@@ -29,7 +29,10 @@ int64_t DenseReadBudgetTokens(const ModelConfig& c) {
       bytes = bytes * c.num_experts_per_tok / c.num_experts;
     weight_bytes += bytes;
   }
-  const int64_t kv_per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2;
+  weight_bytes -= static_cast<int64_t>(fp8_kept_bytes);  // counted as bf16 above
+  const int64_t kv_bytes = c.kv_cache_fp8 ? 1 : 2;
+  const int64_t kv_per_token =
+      2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * kv_bytes;
   return kv_per_token > 0 ? weight_bytes / kv_per_token : 0;
 }
 
@@ -50,9 +53,12 @@ SparseDecoding::SparseDecoding(const SparseConfig& config, ModelRunner& runner,
       num_sides_(manager_.num_sides()),
       pool_slots_(allocator.num_slots()),
       home_(config.home),
-      dense_read_budget_tokens_(config.dense_read_tokens > 0
-                                    ? config.dense_read_tokens
-                                    : DenseReadBudgetTokens(runner.model().full_config())) {
+      dense_read_budget_tokens_(
+          config.dense_read_tokens > 0
+              ? config.dense_read_tokens
+              : DenseReadBudgetTokens(
+                    runner.model().full_config(),
+                    runner.model().fp8_weights().kept_bytes * runner.num_ranks())) {
   spdlog::info(
       "sparse KV: threshold {} tokens, K {} blocks, C {} blocks per head per step, predictor {}, "
       "{} dense layers, host store {} head-blocks ({:.2f} GiB{}){}, {} sparse rows, KV home {}",

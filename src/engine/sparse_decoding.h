@@ -50,11 +50,14 @@ struct SparseCapacity {
   int64_t hbm = 0, host = 0;
 };
 
-// Tokens of KV (K and V, every layer and KV head, bf16) whose bytes equal the weights a
-// decode step reads: the pressure policy's read budget for dense decodes. Both scale by 1 / TP,
-// so the full model's figures give the ratio. An MoE layer's experts count k of E (what one
-// token reads; a batch touches more, so the budget errs towards switching early).
-int64_t DenseReadBudgetTokens(const ModelConfig& c);
+// Tokens of KV (K and V, every layer and KV head, in the KV dtype: bf16, or one byte with
+// c.kv_cache_fp8) whose bytes equal the weights a decode step reads: the pressure policy's read
+// budget for dense decodes. Both scale by 1 / TP, so the full model's figures give the ratio.
+// An MoE layer's experts count k of E (what one token reads; a batch touches more, so the
+// budget errs towards switching early). Weights count as bf16 except `fp8_kept_bytes`: the
+// device bytes of the linear weights an FP8 checkpoint keeps in e4m3 (over all ranks), which
+// count once instead of twice.
+int64_t DenseReadBudgetTokens(const ModelConfig& c, double fp8_kept_bytes = 0);
 
 class SparseDecoding final : public SequenceKvHooks {
  public:

@@ -66,6 +66,11 @@ namespace {
 
 Status Zero(Backend& b, Tensor* t, const std::string& name) {
   if (t == nullptr) return Internal("no weight " + name);
+  if (t->block_scales() != nullptr) {  // an FP8 weight kept in e4m3: zero scales, zero weight
+    Tensor scales = *t->block_scales();
+    b.Fill(scales, 0.0f);
+    return Status::Ok();
+  }
   b.Fill(*t, 0.0f);
   return Status::Ok();
 }

@@ -245,4 +245,9 @@ TEST_CASE("MoE: the pressure policy's read budget counts the k experts a token r
   int64_t dense_bytes = 0;
   for (const WeightSpec& w : DecoderLM::ExpectedWeights(dense)) dense_bytes += w.numel() * 2;
   CHECK(DenseReadBudgetTokens(dense) == dense_bytes / kv_per_token);
+  // An FP8 KV cache halves a token's bytes; weights kept in e4m3 count once.
+  ModelConfig fp8_kv = dense;
+  fp8_kv.kv_cache_fp8 = true;
+  CHECK(DenseReadBudgetTokens(fp8_kv) == dense_bytes / (kv_per_token / 2));
+  CHECK(DenseReadBudgetTokens(fp8_kv, 1000.0) == (dense_bytes - 1000) / (kv_per_token / 2));
 }

@@ -19,7 +19,7 @@
 # runs only the benchmarks whose binary is named (with OASIS_GPU_TESTS=" " for no tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_prefix_cache test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe test_gpu_fp8_kv test_gpu_fp8_linear)
+ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_prefix_cache test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe test_gpu_fp8_kv test_gpu_fp8_linear test_gpu_fp8_transformers)
 # shellcheck disable=SC2206
 GPU_TESTS=(${OASIS_GPU_TESTS:-${ALL_GPU_TESTS[@]}})
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
@@ -44,6 +44,8 @@ BENCHMARKS=(
   "bench_decode|--batch 1 --context 128 --tensor-parallel-size 2"
   "bench_decode|--batch 64 --context 4096 --steps 20 --tensor-parallel-size 2"
   "bench_decode|--prefill 8192 --steps 5 --warmup 1"
+  "bench_decode|--config tools/bench/model_configs/qwen3-8b-fp8.json --batch 1 --context 128"
+  "bench_decode|--config tools/bench/model_configs/qwen3-8b-fp8.json --prefill 8192 --steps 5 --warmup 1"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20 --moe-path gemm"
@@ -88,7 +90,10 @@ if [[ ${1:-} == --bundle ]]; then
   # OASIS_GPU_TESTS="a b" packs only those tests (a smaller pack: the device call's working
   # tree and carry share 64 MiB).
   exes=()
-  for t in "${GPU_TESTS[@]}"; do [[ -n $t ]] && exes+=("build/tests/kernels/$t"); done
+  for t in "${GPU_TESTS[@]}"; do  # tests/kernels/, or tests/models/ (test_gpu_fp8_transformers)
+    [[ -n $t ]] || continue
+    if [[ -x build/tests/kernels/$t ]]; then exes+=("build/tests/kernels/$t"); else exes+=("build/tests/models/$t"); fi
+  done
   for b in "${BENCHMARKS[@]}"; do
     [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
   done

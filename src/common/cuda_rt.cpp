@@ -1,5 +1,6 @@
 #include "common/cuda_rt.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace oasis::cuda {
@@ -11,6 +12,19 @@ int DeviceCount() {
     return 0;
   }
   return n;
+}
+
+size_t MinDeviceTotalMemory(int count) {
+  size_t least = 0;
+  for (int d = 0; d < std::min(count, DeviceCount()); ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    least = d == 0 ? prop.totalGlobalMem : std::min(least, prop.totalGlobalMem);
+  }
+  return least;
 }
 
 Status ToStatus(cudaError_t err, const std::string& what) {

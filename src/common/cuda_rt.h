@@ -27,6 +27,9 @@ namespace oasis::cuda {
 // Number of CUDA devices visible, 0 when there is no driver or no device.
 int DeviceCount();
 
+// The smallest total memory of devices 0..count-1 (bytes), 0 when none can be queried.
+size_t MinDeviceTotalMemory(int count);
+
 // Converts a CUDA error to a Status (for recoverable failures such as out of memory).
 Status ToStatus(cudaError_t err, const std::string& what);
 

@@ -69,6 +69,7 @@ Status CheckConfig(const ServerConfig& config) {
       {"model_dir", host->model_path},
       {"served_model_name", config.ResolvedModelName()},
       {"backend", host->backend_name},
+      {"max_num_batched_tokens", host->max_num_batched_tokens},
       {"architecture", host->config.architecture_name},
       {"max_model_len", host->max_model_len()},
       {"rope_type", RopeTypeName(host->config.rope_scaling.type)},

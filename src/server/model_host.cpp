@@ -551,8 +551,11 @@ Status CalibrateFp8Kv(const ServerConfig& sc, ModelHost* host) {
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
+StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& given) {
   auto host = std::make_unique<ModelHost>();
+  // The settings with their "auto" values resolved once the backend is known.
+  ServerConfig resolved = given;
+  const ServerConfig& sc = resolved;
   host->model_path = sc.model.empty() ? EmbeddedModelDir() : sc.model;
   host->model_dir = ModelNameFromPath(host->model_path);
   OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_path));
@@ -573,6 +576,22 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& sc) {
                  c.max_position_embeddings);
   }
   host->backend_name = sc.backend == "auto" ? AutoBackend() : sc.backend;
+  size_t min_device_bytes = 0;
+#if OASIS_HAVE_CUDA
+  if (host->backend_name == "cuda")
+    min_device_bytes =
+        cuda::MinDeviceTotalMemory(static_cast<int>(std::max<int64_t>(1, sc.tensor_parallel_size)));
+#endif
+  resolved.max_num_batched_tokens =
+      sc.ResolvedMaxNumBatchedTokens(host->backend_name, min_device_bytes);
+  host->max_num_batched_tokens = sc.max_num_batched_tokens;
+  if (given.max_num_batched_tokens == 0)
+    spdlog::info("engine steps: up to {} tokens (--max-num-batched-tokens auto, {})",
+                 sc.max_num_batched_tokens,
+                 min_device_bytes > 0
+                     ? fmt::format("{:.0f} GiB GPU", static_cast<double>(min_device_bytes) /
+                                                         static_cast<double>(size_t{1} << 30))
+                     : host->backend_name + " backend");
   OASIS_ASSIGN_OR_RETURN(host->sparse, ResolveSparseConfig(sc, c));
   OASIS_RETURN_IF_ERROR(LoadTokenizerAndTemplate(sc, host.get()));
   if (host->tokenizer && host->tokenizer->vocab_size() > c.vocab_size) {

@@ -39,9 +39,10 @@ struct ModelHost {
   // path, which would reveal the server's filesystem layout.
   std::string model_path;
   std::string model_dir;
-  std::string backend_name;  // "cpu" or "cuda"
-  ModelConfig config;        // max_position_embeddings = the served context length; eos_token_ids
-                             // = config.json's and generation_config.json's
+  std::string backend_name;            // "cpu" or "cuda"
+  int64_t max_num_batched_tokens = 0;  // the resolved --max-num-batched-tokens
+  ModelConfig config;  // max_position_embeddings = the served context length; eos_token_ids
+                       // = config.json's and generation_config.json's
   GenerationDefaults
       generation;  // request defaults from generation_config.json (--generation-config)
   std::unique_ptr<Backend> backend;

@@ -163,7 +163,8 @@ const std::vector<Setting>& Settings() {
         {"threads", &ServerConfig::threads, "CPU backend threads (0 = auto)"},
         {"max-num-seqs", &ServerConfig::max_num_seqs, "running requests at most"},
         {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens,
-         "tokens per engine step (decode + prefill chunks)"},
+         "tokens per engine step (decode + prefill chunks); 0 = auto: 8192 on GPUs with at "
+         "least 70 GiB, else 2048"},
         {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
          "automatic prefix caching: prompts reuse the KV of cached full blocks (on by default; "
          "off by itself on a --role decode instance, which refuses it given explicitly); "
@@ -243,6 +244,13 @@ bool ServerConfig::ServesModelName(const std::string& requested) const {
   if (requested.empty() || requested == ResolvedModelName()) return true;
   if (!served_model_name.empty() || model.empty()) return false;
   return requested == model || NormalPath(requested) == NormalPath(model);
+}
+
+int64_t ServerConfig::ResolvedMaxNumBatchedTokens(const std::string& resolved_backend,
+                                                  size_t min_device_bytes) const {
+  if (max_num_batched_tokens > 0) return max_num_batched_tokens;
+  constexpr size_t kLargeGpuBytes = size_t{70} << 30;
+  return resolved_backend == "cuda" && min_device_bytes >= kLargeGpuBytes ? 8192 : 2048;
 }
 
 std::string ServerConfig::ResolvedStagingListen() const {
@@ -356,7 +364,7 @@ Status ServerConfig::Validate() const {
                                     std::to_string(v));
   };
   OASIS_RETURN_IF_ERROR(positive("max-num-seqs", max_num_seqs));
-  OASIS_RETURN_IF_ERROR(positive("max-num-batched-tokens", max_num_batched_tokens));
+  OASIS_RETURN_IF_ERROR(non_negative("max-num-batched-tokens", max_num_batched_tokens));
   OASIS_RETURN_IF_ERROR(positive("max-waiting", max_waiting));
   OASIS_RETURN_IF_ERROR(positive("max-body-bytes", max_body_bytes));
   OASIS_RETURN_IF_ERROR(positive("max-n", max_n));

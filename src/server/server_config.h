@@ -112,7 +112,8 @@ struct ServerConfig : HttpFrontSettings {
   std::string backend = "auto";  // auto (cuda when built with CUDA and a GPU is present), cpu, cuda
   int64_t threads = 0;           // CPU backend threads (0 = auto)
   int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;
+  // Tokens per engine step (0 = auto: ResolvedMaxNumBatchedTokens).
+  int64_t max_num_batched_tokens = 0;
   int64_t max_waiting = 4096;  // queued requests beyond this get 429
   double gpu_memory_utilization = 0.9;
   int64_t num_kv_slots = 0;  // CPU backend head-blocks per layer (0 = auto)
@@ -163,6 +164,13 @@ struct ServerConfig : HttpFrontSettings {
   int64_t ResolvedSparseThreshold() const {
     return sparse_threshold > 0 ? sparse_threshold : (topk_blocks + 1) * 16;
   }
+
+  // --max-num-batched-tokens with 0 (auto) resolved as vLLM does for its API server: 8192
+  // on the CUDA backend when every GPU it uses has at least 70 GiB (H100, H200: the
+  // prefill chunks of long prompts run near the GEMM peak, at the cost of longer steps for
+  // the decodes that share them), else 2048. `backend` is the resolved backend ("cpu" or
+  // "cuda"); `min_device_bytes` the smallest total memory of the GPUs used (0: unknown).
+  int64_t ResolvedMaxNumBatchedTokens(const std::string& backend, size_t min_device_bytes) const;
 
   // Range checks that need no model (ports, fractions, positive limits, enum values).
   Status Validate() const;

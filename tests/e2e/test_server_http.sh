@@ -402,6 +402,15 @@ for cfg in "$ROOT"/configs/*.json; do
 done
 out=$("$SERVER" --config "$ROOT/configs/embedded-cpu.json" --max-num-seqs 0 2>&1)
 [[ $? == 2 ]] && grep -q "max-num-seqs" <<<"$out" && ok "bad setting -> exit 2 naming it" || bad "bad setting accepted" "$out"
+# --max-num-batched-tokens: auto (0, the default) is 2048 on the CPU; given values are kept.
+for given in "" 0 4096; do
+  out=$("$SERVER" --backend cpu --check-config ${given:+--max-num-batched-tokens $given} 2>/dev/null)
+  want=${given:-0}; want=${want/#0/2048}
+  got=$(python3 -c 'import json,sys; t=sys.stdin.read(); print(json.loads(t[:t.rindex("}") + 1])["resolved"]["max_num_batched_tokens"])' <<<"$out" 2>&1)
+  [[ $got == "$want" ]] && ok "--max-num-batched-tokens '${given:-default}' resolves to $got" || bad "--max-num-batched-tokens '${given}' resolved to '$got', not $want" "$out"
+done
+out=$("$SERVER" --config "$ROOT/configs/embedded-cpu.json" --max-num-batched-tokens -1 2>&1)
+[[ $? == 2 ]] && grep -q "max-num-batched-tokens" <<<"$out" && ok "--max-num-batched-tokens -1 -> exit 2 naming it" || bad "--max-num-batched-tokens -1 accepted" "$out"
 out=$("$SERVER" --model /nonexistent --port 0 2>&1)
 [[ $? == 1 ]] && grep -q "NOT_FOUND" <<<"$out" && ok "missing model -> exit 1, NOT_FOUND" || bad "missing model" "$out"
 

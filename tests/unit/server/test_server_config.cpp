@@ -81,6 +81,30 @@ TEST_CASE("bad settings are InvalidArgument naming them") {
   CHECK(Parse({"--no-such-flag"}).status().code() == StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("max-num-batched-tokens: auto resolves by backend and GPU memory, explicit wins") {
+  constexpr size_t kGiB = size_t{1} << 30;
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  const ServerConfig& c = p->config;
+  CHECK(c.max_num_batched_tokens == 0);  // auto
+  CHECK(c.ResolvedMaxNumBatchedTokens("cpu", 0) == 2048);
+  CHECK(c.ResolvedMaxNumBatchedTokens("cpu", 141 * kGiB) == 2048);  // memory of no GPU used
+  CHECK(c.ResolvedMaxNumBatchedTokens("cuda", 0) == 2048);          // unknown: the small value
+  CHECK(c.ResolvedMaxNumBatchedTokens("cuda", 70 * kGiB - 1) == 2048);
+  CHECK(c.ResolvedMaxNumBatchedTokens("cuda", 70 * kGiB) == 8192);
+  CHECK(c.ResolvedMaxNumBatchedTokens("cuda", 139 * kGiB) == 8192);  // H200 as the driver reports
+  auto given = Parse({"--max-num-batched-tokens", "1"});
+  REQUIRE(given.ok());
+  CHECK(given->config.ResolvedMaxNumBatchedTokens("cuda", 139 * kGiB) == 1);
+  CHECK(Parse({"--max-num-batched-tokens", "4096"})->config.ResolvedMaxNumBatchedTokens("cpu", 0) ==
+        4096);
+  CHECK(Parse({"--max-num-batched-tokens", "0"}).ok());
+  auto bad = Parse({"--max-num-batched-tokens", "-1"});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bad.status().message().find("max-num-batched-tokens") != std::string::npos);
+}
+
 TEST_CASE("HTTP front settings: defaults and edges") {
   auto p = Parse({});
   REQUIRE(p.ok());

@@ -182,7 +182,8 @@ class Eval:
             if a.budget_s and time.time() - self.t0 > a.budget_s:
                 print(f"eval_trained_model: --budget-s reached, {predictor} K {k} fetch {f} and later not run", flush=True)
                 break
-            s = self.server(sparse_flags(a, predictor, k, f, 1, ["--dense-layers", str(dense_layers)]))
+            home = ["--kv-home", a.kv_home] if a.kv_home else []
+            s = self.server(sparse_flags(a, predictor, k, f, 1, ["--dense-layers", str(dense_layers), *home]))
             try:
                 for ctx in a.contexts:
                     before = s.quiet_metrics()
@@ -283,6 +284,10 @@ def parse_args(argv):
                     help="--dense-layers values; each N > 0 adds a run of the first predictor at the middle K")
     ap.add_argument("--threshold", type=int, default=256, help="--sparse-threshold (below every window's prompt)")
     ap.add_argument("--host-kv-gib", type=float, default=1.0)
+    ap.add_argument("--kv-home", default="", choices=["", "host", "hbm", "auto"],
+                    help="the sparse runs' --kv-home (default: the server's, auto: in place while the pool has "
+                         "room, every predicted block a hit); host: every miss a fetch under --fetch-ratio's cap, "
+                         "as every run before --kv-home existed (eval_h200.json, 2026-11-30)")
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting sparse configurations after this")
     ap.add_argument("--plot", action="store_true")
     a = ap.parse_args(argv)

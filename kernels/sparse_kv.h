@@ -159,4 +159,13 @@ cudaError_t LaunchTopKOverlap(const int32_t* predicted, const int32_t* actual,  
                               int32_t* counts,                                  // [R, Hkv, 2]
                               int num_rows, int num_kv_heads, int k, cudaStream_t stream);
 
+// counts[r, h] += {|fetched blocks ∩ actual|, |fetched|}: the blocks of the working slots whose
+// GPU slot (ws_slots) a non-negative fetch_dst entry names (CpuBackend::FetchOverlap).
+cudaError_t LaunchFetchOverlap(const int32_t* fetch_dst,  // [R, Hkv, C]
+                               const int32_t* ws_slots, const int32_t* ws_blocks,
+                               const int32_t* actual,  // [R, Hkv, K] each
+                               const int32_t* rows,    // [R]
+                               int32_t* counts,        // [R, Hkv, 2]
+                               int num_rows, int num_kv_heads, int k, int c, cudaStream_t stream);
+
 }  // namespace oasis::kernels

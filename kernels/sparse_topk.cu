@@ -298,6 +298,44 @@ __global__ void TopKOverlapKernel(const int32_t* predicted, const int32_t* actua
   }
 }
 
+// One CTA per (row, head), a thread per fetch entry (C <= K is small): find the working slot the
+// entry filled, then look its block up in the real top-K.
+__global__ void FetchOverlapKernel(const int32_t* fetch_dst, const int32_t* ws_slots,
+                                   const int32_t* ws_blocks, const int32_t* actual,
+                                   const int32_t* rows, int32_t* counts, int num_kv_heads, int k,
+                                   int c) {
+  const int r = blockIdx.x / num_kv_heads;
+  if (rows[r] < 0) return;
+  const int64_t rh = blockIdx.x;
+  const int32_t* dst = fetch_dst + rh * c;
+  const int32_t* slots = ws_slots + rh * k;
+  const int32_t* blocks = ws_blocks + rh * k;
+  const int32_t* ac = actual + rh * k;
+  int used = 0, fetched = 0;
+  for (int i = threadIdx.x; i < c; i += blockDim.x) {
+    if (dst[i] < 0) continue;
+    ++fetched;
+    int32_t block = -1;
+    for (int j = 0; j < k; ++j) {
+      if (slots[j] == dst[i]) block = blocks[j];
+    }
+    if (block < 0) continue;
+    for (int j = 0; j < k; ++j) {
+      if (ac[j] == block) {
+        ++used;
+        break;
+      }
+    }
+  }
+  __shared__ float scratch[32];
+  const float u = BlockSum(static_cast<float>(used), scratch);
+  const float f = BlockSum(static_cast<float>(fetched), scratch);
+  if (threadIdx.x == 0) {
+    counts[rh * 2] += static_cast<int32_t>(u);
+    counts[rh * 2 + 1] += static_cast<int32_t>(f);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchTopKBlocks(const float* scores, const int32_t* rows, const int32_t* num_blocks,
@@ -331,6 +369,17 @@ cudaError_t LaunchTopKOverlap(const int32_t* predicted, const int32_t* actual, c
   if (num_rows == 0 || num_kv_heads == 0) return cudaSuccess;
   TopKOverlapKernel<<<static_cast<unsigned>(num_rows * num_kv_heads), 128, 0, stream>>>(
       predicted, actual, rows, counts, num_kv_heads, k);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFetchOverlap(const int32_t* fetch_dst, const int32_t* ws_slots,
+                               const int32_t* ws_blocks, const int32_t* actual, const int32_t* rows,
+                               int32_t* counts, int num_rows, int num_kv_heads, int k, int c,
+                               cudaStream_t stream) {
+  if (k < 1 || c < 0) return cudaErrorInvalidValue;
+  if (num_rows == 0 || num_kv_heads == 0 || c == 0) return cudaSuccess;
+  FetchOverlapKernel<<<static_cast<unsigned>(num_rows * num_kv_heads), 32, 0, stream>>>(
+      fetch_dst, ws_slots, ws_blocks, actual, rows, counts, num_kv_heads, k, c);
   return cudaGetLastError();
 }
 

@@ -47,6 +47,9 @@ def main(argv):
     ap.add_argument("--predictor", default="draft")
     ap.add_argument("--threshold", type=int, default=256)
     ap.add_argument("--host-kv-gib", type=float, default=1.0)
+    ap.add_argument("--agreement-interval", type=int, default=0,
+                    help="--sparse-agreement-interval of the sparse runs: sample agreement and the fetched "
+                         "blocks' use every N steps (0 = never)")
     a = ap.parse_args(argv)
     ratios = [float(x) for x in a.fetch_ratios.split(",")]
     budgets = a.budgets.split(",")
@@ -69,7 +72,7 @@ def main(argv):
           f"{a.context})", flush=True)
     for f in ratios:
         for budget in budgets:
-            s = ev.server(etm.sparse_flags(a, a.predictor, a.topk, f, 0,
+            s = ev.server(etm.sparse_flags(a, a.predictor, a.topk, f, a.agreement_interval,
                                            ["--kv-home", "host", "--sparse-budget", budget]))
             try:
                 before = s.quiet_metrics()
@@ -84,12 +87,22 @@ def main(argv):
             rec["blocks_fetched"] = d("oasis:sparse_blocks_fetched_total")
             rec["misses"] = d("oasis:sparse_misses_total")
             rec["fetch_caps"] = etm.layer_counts(after, "oasis:sparse_fetch_cap")
+            # Sampled: of the blocks fetched for a step, the share in its real top-K (per layer).
+            used = {l: v - etm.layer_counts(before, "oasis:sparse_fetch_used_total").get(l, 0)
+                    for l, v in etm.layer_counts(after, "oasis:sparse_fetch_used_total").items()}
+            sampled = {l: v - etm.layer_counts(before, "oasis:sparse_fetch_sampled_total").get(l, 0)
+                       for l, v in etm.layer_counts(after, "oasis:sparse_fetch_sampled_total").items()}
+            rec["fetch_used"], rec["fetch_sampled"] = sum(used.values()), sum(sampled.values())
+            rec["fetch_use_by_layer"] = {l: (used.get(l, 0) / n if n else None) for l, n in sorted(sampled.items())}
             rec["ppl_ratio"] = rec["ppl"] / report["dense_ppl"]
             report["runs"].append(rec)
             print(f"  f {f:<7} {budget:8s} ppl {rec['ppl']:.4f} ({rec['ppl_ratio']:.4f} x dense) "
                   f"bytes {rec['h2d_bytes'] / 1e6:9.2f} MB  fetched/step {rec['fetched_per_step']:.2f} "
                   f"hit {etm.fmt(rec['hit_rate'], '{:.3f}')} top-1 {rec['top1_agreement']:.4f} "
-                  f"caps {[int(v) for _, v in sorted(rec['fetch_caps'].items())]}", flush=True)
+                  f"caps {[int(v) for _, v in sorted(rec['fetch_caps'].items())]}"
+                  + (f" fetched-used {rec['fetch_used'] / rec['fetch_sampled']:.3f} by layer "
+                     f"{[round(v, 3) if v is not None else None for v in rec['fetch_use_by_layer'].values()]}"
+                     if rec["fetch_sampled"] else ""), flush=True)
     report["seconds"] = round(time.time() - t0, 1)
     os.makedirs(a.out_dir, exist_ok=True)
     with open(os.path.join(a.out_dir, "fetch_budget.json"), "w") as fp:

@@ -475,6 +475,18 @@ class Backend {
                            const Tensor& actual,     // [R, Hkv, K] int32
                            const Tensor& rows,       // [R] int32, -1 = inactive
                            Tensor& counts) = 0;      // [R, Hkv, 2] int32, accumulated
+
+  // Measurement of the fetches (the adaptive budget's "fetched block used" signal, docs/sparse.md
+  // §13): for each active row r and head h, the blocks the last SelectBlocks fetched — working
+  // slot j with ws_slots[r, h, j] == fetch_dst[r, h, i] >= 0 holds block ws_blocks[r, h, j] —
+  // counts[r, h, 0] += |{those blocks} ∩ {non-negative entries of actual[r, h]}|,
+  // counts[r, h, 1] += |{i : fetch_dst[r, h, i] >= 0}|.
+  virtual void FetchOverlap(const Tensor& fetch_dst,  // [R, Hkv, C] int32, -1 = none
+                            const Tensor& ws_slots,   // [R, Hkv, K] int32
+                            const Tensor& ws_blocks,  // [R, Hkv, K] int32
+                            const Tensor& actual,     // [R, Hkv, K] int32
+                            const Tensor& rows,       // [R] int32, -1 = inactive
+                            Tensor& counts) = 0;      // [R, Hkv, 2] int32, accumulated
 };
 
 // The element type of a model's KV pools on `backend`: F8E4M3 for an FP8 KV cache

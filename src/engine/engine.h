@@ -337,6 +337,10 @@ struct EngineStats {
     int64_t fetch_budget_backoffs_total = 0;  // adaptive: intervals that halved every cap
     std::vector<int64_t> agree_overlap;  // [num_layers] sampled |predicted top-K & actual top-K|
     std::vector<int64_t> agree_total;    // [num_layers] sampled |actual top-K|
+    // [num_layers] sampled at the same steps: blocks fetched for the step that are in its real
+    // top-K when attention reads them, and blocks fetched (docs/sparse.md §13).
+    std::vector<int64_t> fetch_used;
+    std::vector<int64_t> fetch_sampled;
     double host_kv_usage() const {
       return num_host_kv_slots > 0
                  ? 1.0 - static_cast<double>(num_free_host_kv_slots) / num_host_kv_slots

@@ -487,7 +487,8 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   if (budget_) {  // the adaptive budget: this interval's counters -> the next caps
     FetchBudgetInput in;
     in.layers.reserve(m.layers.size());
-    for (const SparseLayerMetrics& l : m.layers) in.layers.push_back({l.hits, l.misses, l.fetched});
+    for (const SparseLayerMetrics& l : m.layers)
+      in.layers.push_back({l.hits, l.misses, l.fetched, l.fetch_used, l.fetch_sampled});
     in.transfer_wait_seconds = m.transfer_wait_seconds;
     in.interval_seconds = std::chrono::duration<double>(now - interval_start_).count();
     if (budget_->Update(in)) manager_.SetFetchCaps(budget_->caps());
@@ -507,9 +508,13 @@ void SparseDecoding::UpdateStats(EngineStats& stats) {
   stats.sparse.transfer_wait_seconds_total += m.transfer_wait_seconds;
   stats.sparse.agree_overlap.resize(m.layers.size(), 0);
   stats.sparse.agree_total.resize(m.layers.size(), 0);
+  stats.sparse.fetch_used.resize(m.layers.size(), 0);
+  stats.sparse.fetch_sampled.resize(m.layers.size(), 0);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     stats.sparse.agree_overlap[l] += m.layers[l].agree_overlap;
     stats.sparse.agree_total[l] += m.layers[l].agree_total;
+    stats.sparse.fetch_used[l] += m.layers[l].fetch_used;
+    stats.sparse.fetch_sampled[l] += m.layers[l].fetch_sampled;
   }
 }
 

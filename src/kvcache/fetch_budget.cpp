@@ -13,10 +13,14 @@ FetchBudgetController::FetchBudgetController(int64_t num_layers, int64_t first_s
               max_cap >= 1)
       << "fetch budget: layers " << num_layers << ", first sparse " << first_sparse_layer
       << ", cap " << max_cap;
-  OASIS_CHECK(rule.unserved_target > 0 && rule.unserved_target < 1 && rule.pressure_limit > 0)
+  OASIS_CHECK(rule.unserved_target > 0 && rule.unserved_target < 1 && rule.pressure_limit > 0 &&
+              rule.use_target >= 0 && rule.use_target <= 1 && rule.use_min_samples >= 1)
       << "fetch budget rule: unserved target " << rule.unserved_target << ", pressure limit "
-      << rule.pressure_limit;
+      << rule.pressure_limit << ", use target " << rule.use_target << " after "
+      << rule.use_min_samples;
   caps_.assign(static_cast<size_t>(num_layers), 0);
+  used_.assign(static_cast<size_t>(num_layers), 0);
+  sampled_.assign(static_cast<size_t>(num_layers), 0);
   for (int64_t l = first_sparse_layer; l < num_layers; ++l) caps_[static_cast<size_t>(l)] = max_cap;
 }
 
@@ -34,6 +38,21 @@ bool FetchBudgetController::Update(const FetchBudgetInput& in) {
     }
     if (l >= static_cast<int64_t>(in.layers.size())) continue;
     const FetchLayerCounts& k = in.layers[static_cast<size_t>(l)];
+    int64_t& used = used_[static_cast<size_t>(l)];
+    int64_t& sampled = sampled_[static_cast<size_t>(l)];
+    used += k.fetch_used;
+    sampled += k.fetch_sampled;
+    if (sampled >= rule_.use_min_samples) {
+      const bool wasted =
+          static_cast<double>(used) < rule_.use_target * static_cast<double>(sampled);
+      used = sampled = 0;
+      if (wasted) {
+        const int32_t was = c;
+        c = std::max(1, c * 3 / 4);
+        if (c != was) ++use_shrinks_;
+        continue;
+      }
+    }
     const double unserved =
         k.misses > 0 ? static_cast<double>(k.misses - k.fetched) / static_cast<double>(k.misses)
                      : 0.0;

@@ -45,6 +45,7 @@ SparseDeviceState::SparseDeviceState(Backend& b, int64_t rows, int64_t kv_heads,
     s.fetch_dst = Filled(b, {rows, kv_heads, max_fetch}, -1);
     s.select_stats = Filled(b, {rows, kv_heads, 3}, 0);
     s.agree_stats = Filled(b, {rows, kv_heads, 2}, 0);
+    s.fetch_use_stats = Filled(b, {rows, kv_heads, 2}, 0);
     s.fetch_cap = Filled(b, {kv_heads}, static_cast<int32_t>(max_fetch));
     if (remote_cap > 0) {
       s.remote = b.EmptyHost({rows, kv_heads, max_blocks}, DType::kU8);
@@ -90,6 +91,7 @@ void SparseDeviceState::ZeroStats() {
     backend_.UploadBytes(s.select_stats, 0, zeros.data(), zeros.size() * sizeof(int32_t));
     zeros.assign(static_cast<size_t>(s.agree_stats.numel()), 0);
     backend_.UploadBytes(s.agree_stats, 0, zeros.data(), zeros.size() * sizeof(int32_t));
+    backend_.UploadBytes(s.fetch_use_stats, 0, zeros.data(), zeros.size() * sizeof(int32_t));
   }
 }
 

@@ -27,8 +27,9 @@ struct SparseLayerState {
   Tensor fetch_dst;       // [R, Hkv, C] int32: GPU slots they go to
   Tensor select_stats;    // [R, Hkv, 3] int32: accumulated hits, misses, fetched
   Tensor agree_stats;     // [R, Hkv, 2] int32: accumulated overlap, actual set size
-  Tensor fetch_cap;       // [Hkv] int32: the adaptive budget's admission cap per head (<= C;
-                          //   starts at C; read by select only with --sparse-budget adaptive)
+  Tensor fetch_use_stats;  // [R, Hkv, 2] int32: sampled fetched blocks in the real top-K, fetched
+  Tensor fetch_cap;        // [Hkv] int32: the adaptive budget's admission cap per head (<= C;
+                           //   starts at C; read by select only with --sparse-budget adaptive)
   // Remote blocks (remote_cap > 0 only; host memory the device reads, so the host flips a
   // block to local without a device op once its K/V has landed in the host store):
   Tensor remote;      // [R, Hkv, MB] u8: 1 = the block's K/V is not in the host store yet
@@ -58,7 +59,7 @@ class SparseDeviceState {
 
   // Writes row r of an int32 state tensor [R, ...] (values.size() == the row's size).
   void WriteRow(Tensor& t, int64_t r, const std::vector<int32_t>& values);
-  // Zeroes every layer's select_stats and agree_stats.
+  // Zeroes every layer's select_stats, agree_stats and fetch_use_stats.
   void ZeroStats();
   // Sets layer l's fetch_cap to `cap` for every head (between steps; the cap is clamped to C
   // by select).

@@ -16,6 +16,8 @@ SparseLayerMetrics SparseMetrics::Total() const {
     t.fetched += l.fetched;
     t.agree_overlap += l.agree_overlap;
     t.agree_total += l.agree_total;
+    t.fetch_used += l.fetch_used;
+    t.fetch_sampled += l.fetch_sampled;
   }
   return t;
 }
@@ -34,6 +36,13 @@ double SparseMetrics::agreement() const {
              : static_cast<double>(t.agree_overlap) / static_cast<double>(t.agree_total);
 }
 
+double SparseMetrics::fetch_use() const {
+  const SparseLayerMetrics t = Total();
+  return t.fetch_sampled == 0
+             ? 0.0
+             : static_cast<double>(t.fetch_used) / static_cast<double>(t.fetch_sampled);
+}
+
 double SparseMetrics::fetched_per_step() const {
   return steps == 0 ? 0.0 : static_cast<double>(Total().fetched) / static_cast<double>(steps);
 }
@@ -46,6 +55,8 @@ void SparseMetrics::MergeRank(const SparseMetrics& other) {
     layers[l].fetched += other.layers[l].fetched;
     layers[l].agree_overlap += other.layers[l].agree_overlap;
     layers[l].agree_total += other.layers[l].agree_total;
+    layers[l].fetch_used += other.layers[l].fetch_used;
+    layers[l].fetch_sampled += other.layers[l].fetch_sampled;
   }
   transfer_wait_seconds = std::max(transfer_wait_seconds, other.transfer_wait_seconds);
 }
@@ -325,6 +336,10 @@ const AttentionMetadata& SparseAttentionPipeline::BeforeAttention(int layer, con
                   store.kmax(layer), cfg.group_reduce, st.scores_actual);
     b.TopKBlocks(st.scores_actual, current_rows_, current_num_blocks_, ls.topk_actual);
     b.TopKOverlap(ls.topk, ls.topk_actual, current_rows_, ls.agree_stats);
+    // The blocks the previous select fetched for this step (its fetch list and working set
+    // are not rewritten before this layer's next select): in the real top-K or not.
+    b.FetchOverlap(ls.fetch_dst, st.ws_slots, ls.ws_blocks, ls.topk_actual, current_rows_,
+                   ls.fetch_use_stats);
   }
   b.AssembleSparseTables(seq_rows_, ls.resident_slots, ls.num_resident, tail_slots_, tail_lens_,
                          meta_);
@@ -397,7 +412,8 @@ SparseMetrics SparseAttentionPipeline::CollectMetrics() {
   for (int64_t l = manager_.config().dense_layers; l < shape.num_layers; ++l) {
     SparseLayerState& ls = st.layer(l);
     const Tensor sel = backend_.Download(ls.select_stats),
-                 agree = backend_.Download(ls.agree_stats);
+                 agree = backend_.Download(ls.agree_stats),
+                 use = backend_.Download(ls.fetch_use_stats);
     SparseLayerMetrics& out = m.layers[static_cast<size_t>(l)];
     for (int64_t i = 0; i < sel.numel(); i += 3) {
       out.hits += sel.data<int32_t>()[i];
@@ -407,6 +423,10 @@ SparseMetrics SparseAttentionPipeline::CollectMetrics() {
     for (int64_t i = 0; i < agree.numel(); i += 2) {
       out.agree_overlap += agree.data<int32_t>()[i];
       out.agree_total += agree.data<int32_t>()[i + 1];
+    }
+    for (int64_t i = 0; i < use.numel(); i += 2) {
+      out.fetch_used += use.data<int32_t>()[i];
+      out.fetch_sampled += use.data<int32_t>()[i + 1];
     }
   }
   st.ZeroStats();

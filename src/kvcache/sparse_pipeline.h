@@ -9,6 +9,7 @@
 //     BlockSummaries            min/max of the blocks those tokens went to
 //     oracle:   ScoreBlocks + TopKBlocks + SelectBlocks + CopyBlocks with the step's own query
 //     sampled:  ScoreBlocks + TopKBlocks (real query) + TopKOverlap with the prediction of t-1
+//               + FetchOverlap with the blocks the select of t-1 fetched
 //     AssembleSparseTables      layer l's resident blocks + tail into the step's tables (in place)
 //   attention
 //   AfterAttention(l)   [draft / previous-query predictors]
@@ -42,6 +43,10 @@ struct SparseLayerMetrics {
   int64_t fetched = 0;        // misses admitted (<= C per head per step)
   int64_t agree_overlap = 0;  // sampled: |predicted top-K ∩ real query's top-K|
   int64_t agree_total = 0;    // sampled: |real query's top-K|
+  // Sampled at the same steps: of the blocks the previous select fetched for this step, how
+  // many are in the step's real top-K when attention reads them ("fetched block used").
+  int64_t fetch_used = 0;
+  int64_t fetch_sampled = 0;
 };
 
 // Counters since the previous CollectMetrics().
@@ -58,6 +63,7 @@ struct SparseMetrics {
   void MergeRank(const SparseMetrics& other);
   double hit_rate() const;          // hits / (hits + misses)
   double agreement() const;         // agree_overlap / agree_total
+  double fetch_use() const;         // fetch_used / fetch_sampled (0 when nothing was sampled)
   double fetched_per_step() const;  // blocks fetched per step, all requests, layers and heads
   double h2d_bytes_per_step() const;
 };

@@ -303,6 +303,19 @@ constexpr Row kEngineMetrics[] = {
      [](const EngineStats& s) {
        return PerSampledLayer(s, [&s](size_t l) -> int64_t { return s.sparse.agree_total[l]; });
      }},
+    {"oasis:sparse_fetch_used_total", kCounter,
+     "Sampled blocks fetched for a step that were in its real query's top-K, per layer.",
+     [](const EngineStats& s) {
+       return PerSampledLayer(
+           s, [&s](size_t l) -> int64_t { return l < s.sparse.fetch_used.size() ? s.sparse.fetch_used[l] : 0; });
+     }},
+    {"oasis:sparse_fetch_sampled_total", kCounter,
+     "Blocks fetched for the steps whose agreement was sampled, per layer.",
+     [](const EngineStats& s) {
+       return PerSampledLayer(s, [&s](size_t l) -> int64_t {
+         return l < s.sparse.fetch_sampled.size() ? s.sparse.fetch_sampled[l] : 0;
+       });
+     }},
 
     // Disaggregation's engine side (docs/disaggregation.md §7); zero on a single instance.
     {"oasis:handoffs_total", kCounter, "Requests this prefill instance handed to a decode instance.",

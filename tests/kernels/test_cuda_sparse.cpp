@@ -122,7 +122,7 @@ TEST_CASE("ScoreBlocks on the GPU matches the CPU; TopKBlocks picks the same blo
   }
 }
 
-TEST_CASE("SelectBlocks on the GPU follows the CPU step by step (in-place blocks too); AssembleSparseTables and TopKOverlap agree",
+TEST_CASE("SelectBlocks on the GPU follows the CPU step by step (in-place blocks too); AssembleSparseTables, TopKOverlap and FetchOverlap agree",
           "[gpu][sparse]") {
   auto gpu = MakeBackend();
   CpuBackend cpu;
@@ -151,10 +151,11 @@ TEST_CASE("SelectBlocks on the GPU follows the CPU step by step (in-place blocks
     Tensor c_src = Tensor::Zeros({R, H, c}, DType::kI32), c_dst = Tensor::Zeros({R, H, c}, DType::kI32);
     Tensor c_res = Tensor::Zeros({R, H, k}, DType::kI32), c_nres = Tensor::Zeros({R, H}, DType::kI32);
     Tensor c_stats = Tensor::Zeros({R, H, 3}, DType::kI32), c_overlap = Tensor::Zeros({R, H, 2}, DType::kI32);
+    Tensor c_fetch_use = Tensor::Zeros({R, H, 2}, DType::kI32);
     Tensor g_rows = gpu->Upload(c_rows), g_table = gpu->Upload(c_table), g_slots = gpu->Upload(c_slots);
     Tensor g_blocks = gpu->Upload(c_blocks), g_age = gpu->Upload(c_age), g_src = gpu->Upload(c_src),
            g_dst = gpu->Upload(c_dst), g_res = gpu->Upload(c_res), g_nres = gpu->Upload(c_nres),
-           g_stats = gpu->Upload(c_stats), g_overlap = gpu->Upload(c_overlap);
+           g_stats = gpu->Upload(c_stats), g_overlap = gpu->Upload(c_overlap), g_fetch_use = gpu->Upload(c_fetch_use);
     // Remote blocks (disaggregation): a random fifth of every row's blocks, in host memory the
     // GPU reads, some turning local between steps; CR = C.
     Tensor remote = gpu->EmptyHost({R, H, mb}, DType::kU8);
@@ -216,6 +217,11 @@ TEST_CASE("SelectBlocks on the GPU follows the CPU step by step (in-place blocks
         cpu.TopKOverlap(prev_topk, c_topk, c_rows, c_overlap);
         gpu->TopKOverlap(gpu->Upload(prev_topk), g_topk, g_rows, g_overlap);
         ExpectSameInts(gpu->Download(g_overlap), c_overlap);
+        // The blocks this select fetched, looked up in another set (the previous prediction:
+        // some of them are in it, some not).
+        cpu.FetchOverlap(c_dst, c_slots, c_blocks, prev_topk, c_rows, c_fetch_use);
+        gpu->FetchOverlap(g_dst, g_slots, g_blocks, gpu->Upload(prev_topk), g_rows, g_fetch_use);
+        ExpectSameInts(gpu->Download(g_fetch_use), c_fetch_use);
       }
       prev_topk = c_topk;
     }

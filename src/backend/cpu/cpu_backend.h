@@ -79,6 +79,8 @@ class CpuBackend final : public Backend {
                             const Tensor& tail_lens, AttentionMetadata& meta) override;
   void TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
                    Tensor& counts) override;
+  void FetchOverlap(const Tensor& fetch_dst, const Tensor& ws_slots, const Tensor& ws_blocks,
+                    const Tensor& actual, const Tensor& rows, Tensor& counts) override;
 
  private:
   // Linear with an F8E4M3 weight: dequantizes a tile of weight rows at a time.

@@ -419,6 +419,49 @@ void CpuBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& resi
   }
 }
 
+void CpuBackend::FetchOverlap(const Tensor& fetch_dst, const Tensor& ws_slots,
+                              const Tensor& ws_blocks, const Tensor& actual, const Tensor& rows,
+                              Tensor& counts) {
+  CheckInt(rows, DType::kI32, "FetchOverlap rows");
+  const int64_t R = rows.numel(), hkv = ws_slots.dim(1), k = ws_slots.dim(2);
+  CheckState(fetch_dst, R, hkv, "FetchOverlap fetch_dst");
+  CheckState(ws_slots, R, hkv, "FetchOverlap ws_slots");
+  CheckState(ws_blocks, R, hkv, "FetchOverlap ws_blocks");
+  CheckState(actual, R, hkv, "FetchOverlap actual");
+  OASIS_CHECK(ws_blocks.dim(2) == k && actual.dim(2) == k) << "FetchOverlap widths";
+  CheckState(counts, R, hkv, "FetchOverlap counts");
+  OASIS_CHECK_EQ(counts.dim(2), 2) << "FetchOverlap counts";
+  const int64_t c = fetch_dst.dim(2);
+  for (int64_t r = 0; r < R; ++r) {
+    if (rows.data<int32_t>()[r] < 0) continue;
+    for (int64_t h = 0; h < hkv; ++h) {
+      const int64_t base = r * hkv + h;
+      const int32_t* dst = fetch_dst.data<int32_t>() + base * c;
+      const int32_t* slots = ws_slots.data<int32_t>() + base * k;
+      const int32_t* blocks = ws_blocks.data<int32_t>() + base * k;
+      const int32_t* a = actual.data<int32_t>() + base * k;
+      int32_t used = 0, fetched = 0;
+      for (int64_t i = 0; i < c; ++i) {
+        if (dst[i] < 0) continue;
+        ++fetched;
+        int32_t block = -1;
+        for (int64_t j = 0; j < k; ++j) {
+          if (slots[j] == dst[i]) block = blocks[j];
+        }
+        if (block < 0) continue;
+        for (int64_t j = 0; j < k; ++j) {
+          if (a[j] == block) {
+            ++used;
+            break;
+          }
+        }
+      }
+      counts.data<int32_t>()[base * 2] += used;
+      counts.data<int32_t>()[base * 2 + 1] += fetched;
+    }
+  }
+}
+
 void CpuBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
                              Tensor& counts) {
   CheckInt(rows, DType::kI32, "TopKOverlap rows");

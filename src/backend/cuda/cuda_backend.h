@@ -173,6 +173,8 @@ class CudaBackend final : public Backend {
                             const Tensor& tail_lens, AttentionMetadata& meta) override;
   void TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
                    Tensor& counts) override;
+  void FetchOverlap(const Tensor& fetch_dst, const Tensor& ws_slots, const Tensor& ws_blocks,
+                    const Tensor& actual, const Tensor& rows, Tensor& counts) override;
 
  private:
   CudaBackend() = default;

@@ -400,6 +400,24 @@ void CudaBackend::AssembleSparseTables(const Tensor& seq_rows, const Tensor& res
   OASIS_CUDA_CHECK(kernels::LaunchAssembleSparseTables(p, stream()));
 }
 
+void CudaBackend::FetchOverlap(const Tensor& fetch_dst, const Tensor& ws_slots,
+                               const Tensor& ws_blocks, const Tensor& actual, const Tensor& rows,
+                               Tensor& counts) {
+  CheckDev(rows, DType::kI32, "FetchOverlap rows");
+  const int64_t R = rows.numel(), hkv = ws_slots.dim(1), k = ws_slots.dim(2);
+  CheckState(fetch_dst, R, hkv, "FetchOverlap fetch_dst");
+  CheckState(ws_slots, R, hkv, "FetchOverlap ws_slots");
+  CheckState(ws_blocks, R, hkv, "FetchOverlap ws_blocks");
+  CheckState(actual, R, hkv, "FetchOverlap actual");
+  OASIS_CHECK(ws_blocks.dim(2) == k && actual.dim(2) == k) << "FetchOverlap widths";
+  CheckState(counts, R, hkv, "FetchOverlap counts");
+  OASIS_CHECK_EQ(counts.dim(2), 2) << "FetchOverlap counts";
+  OASIS_CUDA_CHECK(kernels::LaunchFetchOverlap(
+      Ptr<int32_t>(fetch_dst), Ptr<int32_t>(ws_slots), Ptr<int32_t>(ws_blocks),
+      Ptr<int32_t>(actual), Ptr<int32_t>(rows), Ptr<int32_t>(counts), static_cast<int>(R),
+      static_cast<int>(hkv), static_cast<int>(k), static_cast<int>(fetch_dst.dim(2)), stream()));
+}
+
 void CudaBackend::TopKOverlap(const Tensor& predicted, const Tensor& actual, const Tensor& rows,
                               Tensor& counts) {
   CheckDev(rows, DType::kI32, "TopKOverlap rows");

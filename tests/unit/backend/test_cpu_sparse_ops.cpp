@@ -510,6 +510,30 @@ TEST_CASE("AssembleSparseTables writes resident blocks then the tail, only for s
   REQUIRE(Row(meta.kv_lens.Reshape({6}), 0) == std::vector<int32_t>{5, 5, 4 * 16 + 17, 4 * 16 + 17, 3 * 16 + 5, 2 * 16 + 5});
 }
 
+TEST_CASE("FetchOverlap counts the fetched blocks found in the real top-K", "[backend][sparse]") {
+  CpuBackend b(1);
+  // Two rows, one head, K = 4, C = 3. Working slots at GPU slots 100..103 / 200..203.
+  Tensor slots = I32({100, 101, 102, 103, 200, 201, 202, 203}, {2, 1, 4});
+  Tensor blocks = I32({7, 8, 9, -1, 30, 31, 32, 33}, {2, 1, 4});
+  // Row 0 fetched into slots 102 (block 9) and 100 (block 7); row 1 into 203 (block 33),
+  // 201 (block 31) and 202 (block 32).
+  Tensor dst = I32({102, 100, -1, 203, 201, 202}, {2, 1, 3});
+  Tensor actual = I32({9, 1, 2, -1, 33, 5, 32, 31}, {2, 1, 4});
+  Tensor counts = FilledI32({2, 1, 2}, 1);
+  b.FetchOverlap(dst, slots, blocks, actual, I32({0, 3}, {2}), counts);
+  REQUIRE(Row(counts, 0) == std::vector<int32_t>{1 + 1, 1 + 2});  // 9 used, 7 not
+  REQUIRE(Row(counts, 1) == std::vector<int32_t>{1 + 3, 1 + 3});  // 33, 31, 32 all used
+  // Inactive rows are left alone; nothing fetched counts nothing.
+  b.FetchOverlap(I32({-1, -1, -1, 203, -1, -1}, {2, 1, 3}), slots, blocks, actual, I32({-1, 0}, {2}),
+                 counts);
+  REQUIRE(Row(counts, 0) == std::vector<int32_t>{2, 3});
+  REQUIRE(Row(counts, 1) == std::vector<int32_t>{5, 5});
+  // A -1 in the real top-K never matches an empty working slot's -1.
+  Tensor empty_slot_fetch = I32({103, -1, -1, -1, -1, -1}, {2, 1, 3});
+  b.FetchOverlap(empty_slot_fetch, slots, blocks, actual, I32({0, -1}, {2}), counts);
+  REQUIRE(Row(counts, 0) == std::vector<int32_t>{2, 4});
+}
+
 TEST_CASE("TopKOverlap counts the shared blocks of two top-K sets", "[backend][sparse]") {
   CpuBackend b(1);
   Tensor predicted = I32({1, 2, 3, -1, 4, 5, 6, 7}, {2, 1, 4});

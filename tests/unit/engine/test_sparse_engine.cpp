@@ -8,6 +8,8 @@
 // GPU and host head-block; the same under tensor parallelism over two CPU ranks.
 #include <catch2/catch.hpp>
 
+#include <numeric>
+
 #include "lookahead_test_util.h"
 #include "runner/tp/cpu_tp_runner.h"
 #include "sparse_engine_test_util.h"
@@ -555,6 +557,11 @@ TEST_CASE("adaptive fetch budget: dense outputs with K >= blocks, fewer bytes wh
     CHECK(runner.log.min_fetch_cap == 1);
     CHECK(run.stats.sparse.blocks_fetched_total == runner.log.new_blocks);
     CHECK(run.stats.sparse.fetch_budget_backoffs_total == 0);  // the CPU never waits on transfers
+    // The real top-K is every block, so every fetched block is read by it (agreement sampled
+    // every second step): the "fetched block used" signal counts all of them.
+    const auto sum = [](const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); };
+    CHECK(sum(run.stats.sparse.fetch_sampled) > 0);
+    CHECK(sum(run.stats.sparse.fetch_used) == sum(run.stats.sparse.fetch_sampled));
   }
   SECTION("C = K = 4: fewer bytes than the fixed budget") {
     const std::vector<EngineRequest> reqs = LongWorkload(10, 9, 400);
@@ -591,6 +598,15 @@ TEST_CASE("adaptive fetch budget: dense outputs with K >= blocks, fewer bytes wh
     CHECK(logs[0].min_fetch_cap == 4);
     CHECK(stats[0].sparse.fetch_caps == std::vector<int32_t>{4, 4, 4});
     CHECK(logs[1].min_fetch_cap < 4);  // the controller lowered caps
+    // K = 4 of up to 25 blocks: some fetched blocks are not in the real top-K when read.
+    for (const EngineStats& s : stats) {
+      const int64_t used = std::accumulate(s.sparse.fetch_used.begin(), s.sparse.fetch_used.end(), int64_t{0}),
+                    sampled = std::accumulate(s.sparse.fetch_sampled.begin(), s.sparse.fetch_sampled.end(), int64_t{0});
+      INFO("fetched blocks used " << used << " of " << sampled << " sampled");
+      CHECK(sampled > 0);
+      CHECK(used > 0);
+      CHECK(used < sampled);
+    }
     INFO("blocks fetched: fixed " << stats[0].sparse.blocks_fetched_total << ", adaptive "
                                   << stats[1].sparse.blocks_fetched_total);
     CHECK(stats[1].sparse.blocks_fetched_total < stats[0].sparse.blocks_fetched_total);

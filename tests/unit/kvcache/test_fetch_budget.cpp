@@ -93,6 +93,40 @@ TEST_CASE("fetch budget: backs off under transfer pressure instead of growing", 
   REQUIRE(c.backoffs() == 7);
 }
 
+TEST_CASE("fetch budget: shrinks when most sampled fetches go unused, judged once enough are sampled",
+          "[kvcache][budget]") {
+  FetchBudgetController c(2, 0, 8);  // use target 0.5 after 32 sampled fetches
+  FetchBudgetInput in;
+  in.interval_seconds = 1;
+  // Most misses unserved (90%): the unserved rule grows (at C: holds) unless the fetches that
+  // were made go unused. Layer 0: 10 of 20 sampled used (not yet 32: not judged); layer 1: 20
+  // of 20 used.
+  in.layers = {{50, 100, 10, 10, 20}, {50, 100, 10, 20, 20}};
+  REQUIRE_FALSE(c.Update(in));
+  REQUIRE(c.caps() == std::vector<int32_t>{8, 8});
+  // Next interval: layer 0 reaches 40 sampled with 15 used (0.375 < 0.5): shrinks by a quarter
+  // although its misses go unserved; layer 1 reaches 40 with 40 used: the unserved rule (at C).
+  in.layers = {{50, 100, 10, 5, 20}, {50, 100, 10, 20, 20}};
+  REQUIRE(c.Update(in));
+  REQUIRE(c.caps() == std::vector<int32_t>{6, 8});
+  REQUIRE(c.use_shrinks() == 1);
+  // Judged: the counts start again. Half used (16 of 32) is not below the target: layer 0
+  // grows again under its unserved misses.
+  in.layers = {{50, 100, 10, 16, 32}, {50, 100, 10, 0, 0}};
+  REQUIRE(c.Update(in));
+  REQUIRE(c.caps() == std::vector<int32_t>{7, 8});
+  // Nothing sampled (sampling off): the unserved rule alone, as without the signal.
+  in.layers = {{50, 100, 100, 0, 0}, {50, 100, 100, 0, 0}};
+  REQUIRE(c.Update(in));
+  REQUIRE(c.caps() == std::vector<int32_t>{5, 6});
+  // Unused fetches drive a layer to the floor, never below it.
+  for (int i = 0; i < 10; ++i) {
+    in.layers = {{50, 100, 10, 0, 64}, {50, 100, 10, 64, 64}};
+    c.Update(in);
+  }
+  REQUIRE(c.caps() == std::vector<int32_t>{1, 8});
+}
+
 TEST_CASE("fetch budget: random signals keep every cap in [1, C]; equal inputs, equal caps",
           "[kvcache][budget]") {
   std::mt19937 rng(std::random_device{}());
@@ -104,8 +138,10 @@ TEST_CASE("fetch budget: random signals keep every cap in [1, C]; equal inputs, 
     in.transfer_wait_seconds = 0.001 * static_cast<double>(rng() % 20);
     for (int l = 0; l < 6; ++l) {
       const int64_t misses = static_cast<int64_t>(rng() % 50);
-      in.layers.push_back({static_cast<int64_t>(rng() % 100), misses,
-                           misses > 0 ? static_cast<int64_t>(rng() % (misses + 1)) : 0});
+      const int64_t fetched = misses > 0 ? static_cast<int64_t>(rng() % (misses + 1)) : 0;
+      const int64_t sampled = fetched > 0 ? static_cast<int64_t>(rng() % (fetched + 1)) : 0;
+      in.layers.push_back({static_cast<int64_t>(rng() % 100), misses, fetched,
+                           sampled > 0 ? static_cast<int64_t>(rng() % (sampled + 1)) : 0, sampled});
     }
     a.Update(in);
     b.Update(in);

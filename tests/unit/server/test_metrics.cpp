@@ -123,6 +123,8 @@ TEST_CASE("sparse KV metrics in Prometheus text") {
   st.loop.decode_model_step_seconds_total = 0.125;
   st.loop.model_step_seconds_total = 0.5;
   st.sparse.agree_total = {0, 4, 4};
+  st.sparse.fetch_used = {0, 5, 2};
+  st.sparse.fetch_sampled = {0, 9, 6};
   const std::string text = RenderEngineMetrics(st, "m");
   const std::string l = "{model_name=\"m\"}";
   CHECK(text.find("# TYPE oasis:sparse_requests gauge\noasis:sparse_requests" + l + " 3\n") != std::string::npos);
@@ -150,6 +152,11 @@ TEST_CASE("sparse KV metrics in Prometheus text") {
                   "oasis:sparse_topk_agreement_overlap_total{model_name=\"m\",layer=\"1\"} 3\n"
                   "oasis:sparse_topk_agreement_overlap_total{model_name=\"m\",layer=\"2\"} 1\n") != std::string::npos);
   CHECK(text.find("oasis:sparse_topk_agreement_sampled_total{model_name=\"m\",layer=\"2\"} 4\n") != std::string::npos);
+  CHECK(text.find("# TYPE oasis:sparse_fetch_used_total counter\n"
+                  "oasis:sparse_fetch_used_total{model_name=\"m\",layer=\"1\"} 5\n"
+                  "oasis:sparse_fetch_used_total{model_name=\"m\",layer=\"2\"} 2\n") != std::string::npos);
+  CHECK(text.find("oasis:sparse_fetch_sampled_total{model_name=\"m\",layer=\"1\"} 9\n"
+                  "oasis:sparse_fetch_sampled_total{model_name=\"m\",layer=\"2\"} 6\n") != std::string::npos);
   CHECK(text.find("layer=\"0\"") == std::string::npos);
   CHECK(text.find("oasis:engine_decode_steps_total" + l + " 7\n") != std::string::npos);
   CHECK(text.find("oasis:engine_decode_step_seconds_total" + l + " 0.25\n") != std::string::npos);

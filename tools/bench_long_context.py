@@ -355,13 +355,18 @@ class Server:
     def start(self, timeout_s):
         t0 = time.time()
         self.log = open(self.log_path, "ab")
+        # The log is appended to (a rerun into the same --out-dir): only this start's lines name
+        # its port.
+        since = self.log.tell()
         self.proc = subprocess.Popen([self.binary] + self.args, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=self.env)
         while time.time() - t0 < timeout_s:
             if self.proc.poll() is not None:
                 return f"oasis-server exited with {self.proc.returncode} while starting"
             if self.base is None:
-                m = re.search(rb"listening on (http://\S+)", open(self.log_path, "rb").read())
+                with open(self.log_path, "rb") as f:
+                    f.seek(since)
+                    m = re.search(rb"listening on (http://\S+)", f.read())
                 self.base = m.group(1).decode() if m else None
             if self.base:
                 try:
@@ -371,6 +376,7 @@ class Server:
                 except (OSError, urllib.error.URLError):
                     pass
             time.sleep(0.5)
+        self.stop(grace_s=10.0)  # not left running behind a failed start
         return f"oasis-server not healthy after {timeout_s:.0f} s"
 
     def alive(self):

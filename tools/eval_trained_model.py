@@ -27,6 +27,10 @@ Writes --out-dir/eval.json (everything) and prints tables; --plot runs tools/plo
   tools/eval_trained_model.py --bin-dir build/src/server --out-dir .cache/eval-trained \\
       [--backend cuda] [--contexts 1024,2048,4096] [--windows 4] [--forced 128] [--plot]
 
+The servers run with --max-model-len max(4096, the largest context) (--max-model-len overrides):
+contexts past 4096 need a model trained for them, e.g. the 16K variant (--model, --draft-model,
+--text; tools/train/run_long_context.sh).
+
 On the GPU machine from the bundle: --bin-dir .bundle/bin (unpacked from .bundle-pack).
 The text: --text .cache/train/corpus/val.txt.xz (default; made by tools/train/make_corpus.py).
 """
@@ -99,12 +103,16 @@ class Eval:
 
     def server(self, extra):
         self.n_servers += 1
-        args = ["--port", "0", "--log-level", "warn", "--model", self.a.model, "--max-model-len", "4096",
+        # tools like eval_fetch_budget.py build their own arguments: 4096 and the server's threads there
+        max_len, threads = getattr(self.a, "max_model_len", 0) or 4096, getattr(self.a, "threads", 0)
+        args = ["--port", "0", "--log-level", "warn", "--model", self.a.model, "--max-model-len", str(max_len),
                 "--max-num-seqs", "8", "--max-num-batched-tokens", "4096"]
         if self.a.backend != "auto":
             args += ["--backend", self.a.backend]
         if self.a.backend == "cuda":
             args += ["--num-kv-slots", "16384"]
+        if threads:
+            args += ["--threads", str(threads)]
         s = blc.Server(self.binary, args + extra, self.env, os.path.join(self.a.out_dir, f"server-{self.n_servers}.log"))
         err = s.start(300)
         if err:
@@ -289,6 +297,10 @@ def parse_args(argv):
                          "room, every predicted block a hit); host: every miss a fetch under --fetch-ratio's cap, "
                          "as every run before --kv-home existed (eval_h200.json, 2026-11-30)")
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting sparse configurations after this")
+    ap.add_argument("--max-model-len", type=int, default=0,
+                    help="the servers' --max-model-len (0 = the largest of 4096 and --contexts; at most the model's "
+                         "max_position_embeddings)")
+    ap.add_argument("--threads", type=int, default=0, help="the servers' --threads (0 = the server's default)")
     ap.add_argument("--plot", action="store_true")
     a = ap.parse_args(argv)
     a.contexts = [int(x) for x in a.contexts.split(",")]
@@ -296,6 +308,9 @@ def parse_args(argv):
     a.fetch_ratios = [float(x) for x in a.fetch_ratios.split(",")]
     a.predictors = a.predictors.split(",")
     a.dense_layers = [int(x) for x in a.dense_layers.split(",")]
+    a.max_model_len = a.max_model_len or max(4096, max(a.contexts))
+    if max(a.contexts) > a.max_model_len:
+        ap.error(f"--max-model-len {a.max_model_len} is below the largest context {max(a.contexts)}")
     if min(a.contexts) - a.forced <= a.threshold:
         ap.error("every window's prompt (context - forced) must exceed --threshold, so all forced tokens decode sparse")
     return a

@@ -28,6 +28,14 @@ def die(msg, tool=None):
     sys.exit(f"{tool}: error: {msg}")
 
 
+def given_dests(parser, argv=None):
+    """The argparse dests named on the command line (e.g. {"hidden", "seq_len"}): --smoke fills in
+    only the settings not given, so a scaled-down test of other shapes or windows can run."""
+    argv = sys.argv[1:] if argv is None else argv
+    named = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    return {act.dest for act in parser._actions if named.intersection(act.option_strings)}
+
+
 def require_file(path, hint):
     if not os.path.exists(path):
         die(f"{path} not found ({hint})")

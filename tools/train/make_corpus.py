@@ -11,7 +11,9 @@ reader) and writes
 
 Units and documents, per source:
   kjv      a chapter ("Genesis 1", then one numbered verse a line); a document is a run of
-           consecutive chapters of one book, at most --max-doc-chars.
+           consecutive chapters of one book, at most --max-doc-chars (--kjv-max-doc-chars);
+           with --kjv-book-runs, a run of whole consecutive books up to that size (a longer
+           book is split into chapter runs of at most that size), for long-context training.
   gcide    a dictionary entry: pronunciations (\\Co*ag"u*late\\), source tags ([1913 Webster],
   jargon   [WordNet 1.5], [PJC], ...) and cross-reference braces ({Cogent}) stripped, GCIDE's
   devil    character codes ([ae], ['e], [=a], ...) mapped to Unicode, hard-wrapped prose
@@ -25,6 +27,9 @@ then documents are shuffled with --seed and split per source into train / val
 
 Usage: python3 tools/train/make_corpus.py [--sources kjv,jargon,devil]   (the default: public domain
        only; gcide (GPL-2+) and fortunes (no public-domain statement) on request)
+  The long-document corpus of the 16K-context variant (docs/trained_model.md):
+       python3 tools/train/make_corpus.py --kjv-max-doc-chars 240000 --kjv-book-runs \
+           --out-dir .cache/corpus/out16k --carry-dir .cache/train16k/corpus
 """
 import argparse
 import base64
@@ -260,8 +265,13 @@ def build_documents(args):
                 if dedup.keep(chapter):
                     by_book.setdefault(book, []).append(chapter)
                     units_kept += 1
-            for book in by_book:
-                source_docs += group(by_book[book], args.max_doc_chars, "\n\n")
+            limit = args.kjv_max_doc_chars or args.max_doc_chars
+            if args.kjv_book_runs:  # whole books (a longer one in chapter runs), then runs of books
+                pieces = [p for book in by_book for p in group(by_book[book], limit, "\n\n")]
+                source_docs += group(pieces, limit, "\n\n")
+            else:
+                for book in by_book:
+                    source_docs += group(by_book[book], limit, "\n\n")
         elif source in ("gcide", "jargon", "devil"):
             clean = {"gcide": clean_gcide, "jargon": clean_jargon, "devil": clean_devil}[source]
             units = []
@@ -309,6 +319,11 @@ def main():
     ap.add_argument("--seed", type=int, default=20261130)
     ap.add_argument("--val-fraction", type=float, default=0.02)
     ap.add_argument("--max-doc-chars", type=int, default=24000)
+    ap.add_argument("--kjv-max-doc-chars", type=int, default=0,
+                    help="the KJV's documents at most this long (0 = --max-doc-chars); e.g. 240000 for 16K-token windows")
+    ap.add_argument("--kjv-book-runs", action="store_true",
+                    help="a KJV document may hold several consecutive whole books (default: one book's chapters)")
+    ap.add_argument("--out-dir", default="", help="where train.txt, val.txt, manifest.json go (default: CACHE/out)")
     ap.add_argument("--xz-preset", type=int, default=6)
     args = ap.parse_args()
     args.sources = [s for s in args.sources.split(",") if s]
@@ -326,10 +341,13 @@ def main():
         else:
             train.append(d)
 
-    out_dir = os.path.join(args.cache, "out")
+    out_dir = args.out_dir or os.path.join(args.cache, "out")
     os.makedirs(out_dir, exist_ok=True)
     manifest = {"seed": args.seed, "val_fraction": args.val_fraction, "max_doc_chars": args.max_doc_chars,
                 "separator": "a line holding only <|endoftext|>", "sources": stats, "files": {}}
+    if args.kjv_max_doc_chars or args.kjv_book_runs:  # only then: the default manifest stays as it was
+        manifest["kjv_max_doc_chars"] = args.kjv_max_doc_chars or args.max_doc_chars
+        manifest["kjv_book_runs"] = args.kjv_book_runs
     versions = os.path.join(args.cache, "debs", "VERSIONS")
     if os.path.exists(versions):
         with open(versions) as f:

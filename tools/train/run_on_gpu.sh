@@ -22,8 +22,10 @@
 #
 # Environment: TRAIN_CALL_BUDGET_S (default 540: the whole call, well inside the 600 s device
 # limit), TRAIN_EXTRA_ARGS_MODEL / TRAIN_EXTRA_ARGS_EAGLE (extra flags, e.g. "--compile" or
-# "--total-tokens 2e8"), TRAIN_FRESH=1, PYTHON (default python3), TRAIN_SMOKE=1 (a CPU test of the
-# driver itself: --smoke everywhere, only torch + numpy required; see docs/trained_model.md).
+# "--total-tokens 2e8"), TRAIN_BUDGET_S_MODEL / TRAIN_BUDGET_S_EAGLE (a training phase's seconds
+# instead of its equal share of what is left; model covers resume too), TRAIN_FRESH=1, PYTHON
+# (default python3), TRAIN_SMOKE=1 (a CPU test of the driver itself: --smoke everywhere, only
+# torch + numpy required; see docs/trained_model.md).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -126,15 +128,15 @@ run_phase() {
       if [ -f "$STATE/model/trainer_state.json" ] && [ "${TRAIN_FRESH:-0}" != 1 ]; then
         die "$STATE/model holds a trained model: use phase 'resume', or TRAIN_FRESH=1 to start over"
       fi
-      budget=$(share model) || exit 2
+      budget=${TRAIN_BUDGET_S_MODEL:-$(share model)} || exit 2
       "$PY" tools/train/train_model.py --fresh --corpus "$CORPUS" --tokenizer "$STATE/tokenizer" \
         --out "$STATE/model" --work "$WORK" --time-budget-s "$budget" $SMOKE ${TRAIN_EXTRA_ARGS_MODEL:-} ;;
     resume)
-      budget=$(share resume) || exit 2
+      budget=${TRAIN_BUDGET_S_MODEL:-$(share resume)} || exit 2
       "$PY" tools/train/train_model.py --resume --corpus "$CORPUS" --tokenizer "$STATE/tokenizer" \
         --out "$STATE/model" --work "$WORK" --time-budget-s "$budget" $SMOKE ${TRAIN_EXTRA_ARGS_MODEL:-} ;;
     eagle)
-      budget=$(share eagle) || exit 2
+      budget=${TRAIN_BUDGET_S_EAGLE:-$(share eagle)} || exit 2
       local mode=--fresh
       [ -f "$STATE/eagle/trainer_state.json" ] && mode=--resume
       "$PY" tools/train/train_eagle3.py $mode --target "$STATE/model" --corpus "$CORPUS" \

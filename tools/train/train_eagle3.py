@@ -41,9 +41,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, SPECIALS, Deadline, JsonlLog, KeepBest, TokenPlan,  # noqa: E402
-                    die, load_safetensors, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
+                    die, given_dests, load_safetensors, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
 
-POSITION_BUCKETS = [0, 128, 512, 1024, 2048, 4096, 8192]
+POSITION_BUCKETS = [0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 
 
 def parse_args():
@@ -85,12 +85,15 @@ def parse_args():
     ap.add_argument("--no-keep-best", dest="keep_best", action="store_false",
                     help="export the last weights even when an earlier eval had a higher greedy acceptance")
     args = ap.parse_args()
-    if args.smoke:
-        args.seq_len, args.tokens_per_step = 128, 1024
+    if args.smoke:  # tiny settings, except those given on the command line (a scaled-down test of others)
+        given = given_dests(ap)
+        smoke = dict(seq_len=128, tokens_per_step=1024, eval_tokens=1024, eval_every_s=3, checkpoint_every_s=3,
+                     export_reserve_s=3, warmup_steps=5, rewarm_steps=3, lr=3e-3)
+        for k, v in smoke.items():
+            if k not in given:
+                setattr(args, k, v)
         args.total_tokens = args.total_tokens or str(30 * 1024)
         args.draft_vocab = min(args.draft_vocab, 256)
-        args.eval_tokens, args.eval_every_s, args.checkpoint_every_s = 1024, 3, 3
-        args.export_reserve_s, args.warmup_steps, args.rewarm_steps, args.lr = 3, 5, 3, 3e-3
         args.max_train_mb = args.max_train_mb or 1.0
         args.time_budget_s = min(args.time_budget_s, 120)
     if args.tokens_per_step % args.seq_len:

@@ -34,10 +34,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (DEFAULT_CORPUS, DEFAULT_STATE, DEFAULT_WORK, Deadline, JsonlLog, KeepBest, TokenPlan, die,  # noqa: E402
-                    load_model_weights, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
+                    given_dests, load_model_weights, lr_at, planned_tokens_arg, save_safetensors, token_stream, write_json)
 
 SAMPLE_PROMPTS = ["In the beginning", "Wedlock, n.", "HACKER, n.", "And the LORD said unto Moses,"]
-POSITION_BUCKETS = [0, 128, 512, 1024, 2048, 4096, 8192]
+POSITION_BUCKETS = [0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 
 
 def parse_args():
@@ -95,13 +95,15 @@ def parse_args():
                     help="export the last weights even when an earlier eval had a lower val loss (the default "
                          "restores the best-eval weights at the end: the small corpus is seen many times over)")
     args = ap.parse_args()
-    if args.smoke:
-        args.hidden, args.layers, args.heads, args.kv_heads, args.head_dim = 64, 4, 4, 2, 16
-        args.intermediate, args.max_positions = 128, 1024
-        args.curriculum, args.tokens_per_step = "64@0,128@0.5", 1024
+    if args.smoke:  # tiny settings, except those given on the command line (a scaled-down test of others)
+        given = given_dests(ap)
+        smoke = dict(hidden=64, layers=4, heads=4, kv_heads=2, head_dim=16, intermediate=128, max_positions=1024,
+                     curriculum="64@0,128@0.5", tokens_per_step=1024, eval_tokens=1024, eval_every_s=3,
+                     checkpoint_every_s=3, export_reserve_s=3, warmup_steps=5, rewarm_steps=3, lr=3e-3)
+        for k, v in smoke.items():
+            if k not in given:
+                setattr(args, k, v)
         args.total_tokens = args.total_tokens or str(40 * 1024)
-        args.eval_tokens, args.eval_every_s, args.checkpoint_every_s = 1024, 3, 3
-        args.export_reserve_s, args.warmup_steps, args.rewarm_steps, args.lr = 3, 5, 3, 3e-3
         args.max_train_mb = args.max_train_mb or 1.0
         args.time_budget_s = min(args.time_budget_s, 120)
     args.curriculum = [(int(a), float(b)) for a, b in (s.split("@") for s in args.curriculum.split(","))]
@@ -210,6 +212,11 @@ def export(model, c, args, state, use_hf):
         "do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20})
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(args.tokenizer, name), os.path.join(tmp, name))
+    with open(os.path.join(tmp, "tokenizer_config.json")) as f:
+        tc = json.load(f)
+    if tc.get("model_max_length") not in (None, c["max_position_embeddings"]):  # a longer-context variant
+        tc["model_max_length"] = c["max_position_embeddings"]
+        write_json(os.path.join(tmp, "tokenizer_config.json"), tc)
     write_json(os.path.join(tmp, "trainer_state.json"), state)
     old = args.out.rstrip("/") + ".old"
     shutil.rmtree(old, ignore_errors=True)

@@ -12,7 +12,8 @@
 # default's measurements (tools/eval_trained_model.py; carry .cache/train/corpus too);
 # OASIS_PREFIX_CACHE_BENCH=1 the multi-turn prefix-caching runs (tools/bench_prefix_cache.py);
 # OASIS_DISAGG_PREFIX_BENCH=1 the decode side's prefix caching (tools/bench_disagg.py with
-# shared prefixes: both instances on GPU 0 unless there are two GPUs).
+# shared prefixes: both instances on GPU 0 unless there are two GPUs); OASIS_FETCH_BUDGET_BENCH=1
+# the adaptive fetch budget against the fixed one (16K/1K x 32, host home).
 # OASIS_BASE_BUNDLE=FILE.tar.xz (a bundle of an earlier commit, packed by --bundle-base) runs
 # every benchmark of that build right after ours, with the same arguments, and puts its RESULT
 # line under ours in the table: a before/after comparison from one call. OASIS_BENCH_ONLY="a b"
@@ -279,6 +280,36 @@ PY
       grep -E "KV cache|capacity|fp8|summaries" /tmp/cap.err | cut -c1-220
       rows+=("$(printf '%-20s %s' "fp8 capacity" "$mode kv $dtype (rc $rc): $(python3 /tmp/cap.py /tmp/cap.out 2>&1 | tail -1)")")
     done
+  done
+fi
+# The adaptive fetch budget against the fixed one (issue 31, docs/sparse.md §13): 16K/1K x 32,
+# every request sparse after 4K tokens (--sparse-switch threshold: under the pressure policy
+# these requests fit the GPU pool and never switch) with its KV in the host store, so every
+# admitted miss crosses PCIe. Reports tok/s, bytes per step, transfer waits, the caps and the
+# fetched blocks' use at the end (~2 minutes). OASIS_FETCH_BUDGET_BENCH=1 turns it on.
+if [[ ${OASIS_FETCH_BUDGET_BENCH:-0} == 1 ]]; then
+  for budget in fixed adaptive; do
+    echo "=== tools/bench_long_context.py 16K/1K x 32 sparse --sparse-budget $budget"
+    PYTHONUNBUFFERED=1 python3 tools/bench_long_context.py --sweep fig11 --inputs 16384 --output-len 1024 \
+      --modes sparse --concurrencies 32 --tokenizer "" --out-dir "/tmp/fb-$budget" \
+      --server-args "--sparse-switch threshold --sparse-threshold 4096 --kv-home host --sparse-budget $budget" \
+      > "/tmp/fb-$budget.out" 2>&1
+    grep -E "^fig11" "/tmp/fb-$budget.out" | tail -1
+    line=$(python3 - "/tmp/fb-$budget" <<'PY'
+import glob, json, sys
+r = json.load(open(sys.argv[1] + "/summary.json"))["runs"][0]
+m, d = json.load(open(glob.glob(sys.argv[1] + "/runs/*.json")[0])).get("metrics_after") or {}, r.get("derived") or {}
+caps = [int(v) for k, v in sorted(m.items()) if k.startswith("oasis:sparse_fetch_cap{")]
+used = sum(v for k, v in m.items() if k.startswith("oasis:sparse_fetch_used_total{"))
+sampled = sum(v for k, v in m.items() if k.startswith("oasis:sparse_fetch_sampled_total{"))
+tok = (r.get("bench") or {}).get("output_throughput") or 0
+print(f"{r['status']}, {tok:.1f} tok/s, H2D {(d.get('h2d_bytes_per_step') or 0) / 1e6:.1f} MB/step, "
+      f"wait {d.get('transfer_wait_ms_per_step') or 0:.2f} ms/step, caps {min(caps or [0])}..{max(caps or [0])}, "
+      f"backoffs {m.get('oasis:sparse_fetch_budget_backoffs_total', 0):.0f}, "
+      f"fetched used {used / sampled if sampled else 0:.3f}")
+PY
+)
+    rows+=("$(printf '%-20s %s' "fetch budget $budget" "$line")")
   done
 fi
 echo

@@ -88,10 +88,10 @@ def main(argv):
             rec["misses"] = d("oasis:sparse_misses_total")
             rec["fetch_caps"] = etm.layer_counts(after, "oasis:sparse_fetch_cap")
             # Sampled: of the blocks fetched for a step, the share in its real top-K (per layer).
-            used = {l: v - etm.layer_counts(before, "oasis:sparse_fetch_used_total").get(l, 0)
-                    for l, v in etm.layer_counts(after, "oasis:sparse_fetch_used_total").items()}
-            sampled = {l: v - etm.layer_counts(before, "oasis:sparse_fetch_sampled_total").get(l, 0)
-                       for l, v in etm.layer_counts(after, "oasis:sparse_fetch_sampled_total").items()}
+            def layer_delta(name):
+                was = etm.layer_counts(before, name)
+                return {l: v - was.get(l, 0) for l, v in etm.layer_counts(after, name).items()}
+            used, sampled = layer_delta("oasis:sparse_fetch_used_total"), layer_delta("oasis:sparse_fetch_sampled_total")
             rec["fetch_used"], rec["fetch_sampled"] = sum(used.values()), sum(sampled.values())
             rec["fetch_use_by_layer"] = {l: (used.get(l, 0) / n if n else None) for l, n in sorted(sampled.items())}
             rec["ppl_ratio"] = rec["ppl"] / report["dense_ppl"]

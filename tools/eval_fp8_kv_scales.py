@@ -95,12 +95,15 @@ class Model:
     def norm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):  # x [T, heads, D]: rotate-half RoPE
+    def rope_tables(self, T):  # cos, sin [T, 1, D] of positions 0..T-1 (once per forward)
         half = self.D // 2
         inv = 1.0 / (self.theta ** (np.arange(half, dtype=np.float64) * 2.0 / self.D))
-        ang = np.outer(pos, inv)
-        cos = np.cos(np.concatenate([ang, ang], axis=1)).astype(np.float32)[:, None, :]
-        sin = np.sin(np.concatenate([ang, ang], axis=1)).astype(np.float32)[:, None, :]
+        ang = np.outer(np.arange(T), inv)
+        ang = np.concatenate([ang, ang], axis=1)
+        return np.cos(ang).astype(np.float32)[:, None, :], np.sin(ang).astype(np.float32)[:, None, :]
+
+    def rope(self, x, cos, sin):  # x [T, heads, D]: rotate-half RoPE
+        half = self.D // 2
         rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
         return x * cos + rot * sin
 
@@ -108,7 +111,7 @@ class Model:
         """Log-probabilities [T, vocab] of the next token after each position. kv_quant(l, k, v)
         returns the stored (rounded) K and V; amax, a [L, 2, Hkv] array, collects max |K|, |V|."""
         T = len(ids)
-        pos = np.arange(T)
+        cos, sin = self.rope_tables(T)
         x = self.w["model.embed_tokens.weight"][np.asarray(ids)]
         mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
         g = self.H // self.Hkv
@@ -118,8 +121,8 @@ class Model:
             q = (h @ self.w[p + "self_attn.q_proj.weight"].T).reshape(T, self.H, self.D)
             k = (h @ self.w[p + "self_attn.k_proj.weight"].T).reshape(T, self.Hkv, self.D)
             v = (h @ self.w[p + "self_attn.v_proj.weight"].T).reshape(T, self.Hkv, self.D)
-            q = self.rope(self.norm(q, self.w[p + "self_attn.q_norm.weight"]), pos)
-            k = self.rope(self.norm(k, self.w[p + "self_attn.k_norm.weight"]), pos)
+            q = self.rope(self.norm(q, self.w[p + "self_attn.q_norm.weight"]), cos, sin)
+            k = self.rope(self.norm(k, self.w[p + "self_attn.k_norm.weight"]), cos, sin)
             if amax is not None:
                 amax[l, 0] = np.maximum(amax[l, 0], np.abs(k).max(axis=(0, 2)))
                 amax[l, 1] = np.maximum(amax[l, 1], np.abs(v).max(axis=(0, 2)))

@@ -26,7 +26,8 @@ StatusOr<KvMemoryPlan> PlanKvCache(const ModelConfig& c, size_t kv_dtype_bytes, 
         "no room for the KV cache: " + gib(allowed) + " allowed (utilization " +
         std::to_string(utilization) + " of " + gib(static_cast<double>(total)) + "), " + gib(used) +
         " already in use, " + gib(static_cast<double>(activation_reserve)) +
-        " reserved for activations; raise --gpu-memory-utilization or use a smaller model");
+        " reserved for activations; raise --gpu-memory-utilization, lower --max-num-batched-tokens "
+        "or use a smaller model");
   }
   plan.budget_bytes = static_cast<size_t>(budget);
   plan.num_slots = static_cast<int64_t>(plan.budget_bytes / plan.bytes_per_slot);

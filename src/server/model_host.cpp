@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <unistd.h>
@@ -216,11 +217,18 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
   const DType kv_dtype = KvCacheDtype(backend, c.kv_cache_fp8);
   const int64_t kv_bytes = static_cast<int64_t>(DTypeSize(kv_dtype)),
                 act_bytes = static_cast<int64_t>(DTypeSize(backend.activation_dtype()));
-  // Activations of the largest step (residual, QKV, MLP, logits in f32) plus runtime slack.
-  const size_t step_bytes =
-      static_cast<size_t>(sc.max_num_batched_tokens) *
-      static_cast<size_t>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4;
-  size_t reserve = (size_t{1} << 30) + step_bytes;
+  // Activations of the largest step (residual, QKV, MLP, logits in f32) plus runtime slack. A
+  // step never holds more tokens than every running sequence's whole context, whatever
+  // --max-num-batched-tokens says; a reserve beyond the device is refused by PlanKvCache.
+  const int64_t context = std::max<int64_t>(1, c.max_position_embeddings);
+  const int64_t step_tokens = sc.max_num_seqs > std::numeric_limits<int64_t>::max() / context
+                                  ? sc.max_num_batched_tokens
+                                  : std::min(sc.max_num_batched_tokens, sc.max_num_seqs * context);
+  const double step_bytes =
+      static_cast<double>(step_tokens) *
+      static_cast<double>(4 * c.hidden_size + 3 * c.intermediate_size + c.vocab_size) * 4.0;
+  size_t reserve = (size_t{1} << 30) +
+                   static_cast<size_t>(std::min(step_bytes, static_cast<double>(total_bytes)));
   // Decode graphs of speculate chains (1 + k query tokens) need a larger activation arena.
   const CudaGraphOptions go = GraphOptions(sc, c);
   if (go.max_query_len > 2) {

@@ -83,11 +83,13 @@ def perplexity(runs):
 
 def sparse_flags(a, predictor, topk, fetch_ratio, agreement_interval, extra=()):
     """The server flags of a sparse run: every request switches at --threshold, drafts stacked
-    (reject) so the draft predictor has its query; `extra` adds to them."""
+    (reject) so the draft predictor has its query; the fixed fetch budget unless `extra` names one
+    (a.sparse_budget where the tool has that option); `extra` adds to them."""
+    budget = [] if "--sparse-budget" in extra else ["--sparse-budget", getattr(a, "sparse_budget", "fixed")]
     return ["--sparse", "on", "--sparse-threshold", str(a.threshold), "--sparse-switch", "threshold",
             "--topk-blocks", str(topk), "--fetch-ratio", str(fetch_ratio), "--sparse-predictor", predictor,
             "--sparse-agreement-interval", str(agreement_interval), "--host-kv-gib", str(a.host_kv_gib),
-            "--draft-model", a.draft_model, "--lookahead", "reject", *extra]
+            "--draft-model", a.draft_model, "--lookahead", "reject", *budget, *extra]
 
 
 class Eval:
@@ -296,6 +298,10 @@ def parse_args(argv):
                     help="the sparse runs' --kv-home (default: the server's, auto: in place while the pool has "
                          "room, every predicted block a hit); host: every miss a fetch under --fetch-ratio's cap, "
                          "as every run before --kv-home existed (eval_h200.json, 2026-11-30)")
+    ap.add_argument("--sparse-budget", default="fixed", choices=["fixed", "adaptive"],
+                    help="the sparse runs' --sparse-budget (default fixed: every layer fetches up to C, so the "
+                         "predictors and K are compared at the same caps; the server's default is adaptive, "
+                         "tools/eval_fetch_budget.py compares the two)")
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting sparse configurations after this")
     ap.add_argument("--max-model-len", type=int, default=0,
                     help="the servers' --max-model-len (0 = the largest of 4096 and --contexts; at most the model's "

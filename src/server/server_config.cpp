@@ -109,9 +109,9 @@ const std::vector<Setting>& Settings() {
          "default: hbm while the GPU pool has room for the whole request, else host; under "
          "pressure in-place requests move to the host store)"},
         {"sparse-budget", &ServerConfig::sparse_budget,
-         "sparse: fetch caps per head and step: fixed (C = ceil(--fetch-ratio x K) in every "
-         "layer), adaptive (per layer in [1, C], following the measured misses and backing off "
-         "when transfers stall the steps)"},
+         "sparse: fetch caps per head and step: adaptive (the default: per layer in [1, C], "
+         "following the measured misses and the fetched blocks' use, backing off when transfers "
+         "stall the steps), fixed (C = ceil(--fetch-ratio x K) in every layer)"},
         {"sparse-group-reduce", &ServerConfig::sparse_group_reduce,
          "sparse: GQA reduction of block scores: sum or max"},
         {"max-sparse-seqs", &ServerConfig::max_sparse_seqs,

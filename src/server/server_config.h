@@ -80,7 +80,7 @@ struct ServerConfig : HttpFrontSettings {
   int64_t dense_layers = 0;      // the first N layers stay dense
   std::string kv_home = "auto";  // sparse KV home: host | hbm | auto
   std::string sparse_switch = "auto";   // auto | threshold | pressure
-  std::string sparse_budget = "fixed";  // fetch caps: fixed (C) | adaptive (per layer, in [1, C])
+  std::string sparse_budget = "adaptive";  // fetch caps: adaptive (per layer, in [1, C]) | fixed (C)
   std::string sparse_predictor =
       "auto";  // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
   std::string sparse_group_reduce = "sum";  // GQA reduction of block scores: sum, max

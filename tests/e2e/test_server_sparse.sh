@@ -223,6 +223,10 @@ out=$("$SERVER" --backend cpu --sparse on --kv-home gpu 2>&1)
 [[ $? == 2 ]] && grep -q -- "--kv-home must be one of host, hbm, auto" <<<"$out" && ok "--kv-home gpu -> exit 2" || bad "--kv-home gpu" "$out"
 out=$("$SERVER" --backend cpu --sparse on --sparse-budget elastic 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse-budget must be one of fixed, adaptive" <<<"$out" && ok "--sparse-budget elastic -> exit 2" || bad "--sparse-budget elastic" "$out"
+out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"budget": "adaptive"' <<<"$out" && ok "the default --sparse-budget is adaptive" || bad "default --sparse-budget" "$out"
+out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --sparse-budget fixed --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"budget": "fixed"' <<<"$out" && ok "--sparse-budget fixed in the resolved config" || bad "--sparse-budget fixed" "$out"
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --sparse-budget adaptive --check-config 2>&1)
 [[ $? == 0 ]] && grep -q '"budget": "adaptive"' <<<"$out" && ok "--sparse-budget adaptive in the resolved config" || bad "--sparse-budget adaptive" "$out"
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 100000 2>&1)
@@ -248,8 +252,8 @@ out=$("$SERVER" --backend cpu --sparse-threshold 64 --dense-layers 2 --host-kv-g
 [[ $? == 1 ]] && grep -q -- "--dense-layers 2 must be below" <<<"$out" && ok "--dense-layers >= layers -> exit 1" || bad "--dense-layers 2" "$out"
 out=$("$SERVER" --backend cpu --sparse on --host-kv-gib 0.01 --check-config 2>&1)
 [[ $? == 0 ]] && grep -q '"threshold": 2064' <<<"$out" && grep -q '"predictor": "previous-query"' <<<"$out" &&
-  grep -q '"kv_home": "auto"' <<<"$out" && grep -q '"switch": "pressure"' <<<"$out" && grep -q '"budget": "fixed"' <<<"$out" &&
-  ok "--sparse on: threshold (K + 1) x 16, previous-query without a head, both KV homes, switch by pressure" || bad "--sparse on defaults" "$out"
+  grep -q '"kv_home": "auto"' <<<"$out" && grep -q '"switch": "pressure"' <<<"$out" && grep -q '"budget": "adaptive"' <<<"$out" &&
+  ok "--sparse on: threshold (K + 1) x 16, previous-query without a head, both KV homes, switch by pressure, adaptive budget" || bad "--sparse on defaults" "$out"
 out=$("$SERVER" --backend cpu --sparse on --dense-layers 1 --host-kv-gib 0.01 --check-config 2>&1)
 [[ $? == 0 ]] && grep -q '"switch": "threshold"' <<<"$out" && ok "--dense-layers 1: the switch defaults to the threshold" || bad "--dense-layers 1 default switch" "$out"
 out=$("$SERVER" --backend cpu --sparse on --dense-layers 1 --sparse-switch pressure 2>&1)

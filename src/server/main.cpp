@@ -83,6 +83,7 @@ Status CheckConfig(const ServerConfig& config) {
       {"speculative_depth",
        host->lookahead == LookaheadMode::kSpeculate ? config.speculative_depth : "fixed"},
       {"enable_prefix_caching", config.ResolvedPrefixCaching()},
+      {"enforce_eager", config.enforce_eager},
       {"kv_cache_dtype", host->engine->Stats().kv.dtype},
       {"prefix_cache_host_blocks", host->engine->Stats().kv.prefix_cache_host_capacity_blocks},
       {"draft_head", host->draft_head != nullptr},

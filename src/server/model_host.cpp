@@ -195,6 +195,7 @@ size_t SparseDeviceBytes(const SparseConfig& s, const ModelConfig& c, DType kv_d
 
 CudaGraphOptions GraphOptions(const ServerConfig& sc, const ModelConfig& c) {
   CudaGraphOptions go;
+  go.enabled = !sc.enforce_eager;  // eager: sparse steps too (the runner checks `enabled` first)
   go.max_batch = std::min<int64_t>(sc.max_num_seqs, 256);
   go.max_context = c.max_position_embeddings;
   // Speculate chains stack 1 + k query tokens per sequence: graphs for them too.

@@ -165,6 +165,9 @@ const std::vector<Setting>& Settings() {
         {"max-num-batched-tokens", &ServerConfig::max_num_batched_tokens,
          "tokens per engine step (decode + prefill chunks); 0 = auto: 8192 on GPUs with at "
          "least 70 GiB, else 2048"},
+        {"enforce-eager", &ServerConfig::enforce_eager,
+         "CUDA: run every step eagerly, without CUDA graphs (slower decode steps; for "
+         "comparisons; the CPU backend has no graphs)"},
         {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
          "automatic prefix caching: prompts reuse the KV of cached full blocks (on by default; "
          "off by itself on a --role decode instance, which refuses it given explicitly); "

@@ -42,6 +42,9 @@ struct ServerConfig : HttpFrontSettings {
   // prefix_caching_given: set by the command line or a config file (not a setting).
   bool enable_prefix_caching = true;
   bool prefix_caching_given = false;
+  // CUDA: run every step eagerly, no CUDA graphs (vLLM's --enforce-eager; for comparisons and
+  // debugging: decode steps are slower). No effect on the CPU backend, which has no graphs.
+  bool enforce_eager = false;
   // The prefix cache's host tier (docs/prefix_caching.md): GiB of page-locked host memory
   // that cached blocks evicted from the GPU pool spill to and reload from. 0 = none.
   double prefix_cache_host_gib = 0;
@@ -79,8 +82,9 @@ struct ServerConfig : HttpFrontSettings {
   int64_t sparse_threshold = 0;  // switch past this context; 0 with --sparse on: (K + 1) * 16
   int64_t dense_layers = 0;      // the first N layers stay dense
   std::string kv_home = "auto";  // sparse KV home: host | hbm | auto
-  std::string sparse_switch = "auto";   // auto | threshold | pressure
-  std::string sparse_budget = "adaptive";  // fetch caps: adaptive (per layer, in [1, C]) | fixed (C)
+  std::string sparse_switch = "auto";  // auto | threshold | pressure
+  std::string sparse_budget =
+      "adaptive";  // fetch caps: adaptive (per layer, in [1, C]) | fixed (C)
   std::string sparse_predictor =
       "auto";  // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
   std::string sparse_group_reduce = "sum";  // GQA reduction of block scores: sum, max

@@ -409,6 +409,15 @@ for given in "" 0 4096; do
   got=$(python3 -c 'import json,sys; t=sys.stdin.read(); print(json.loads(t[:t.rindex("}") + 1])["resolved"]["max_num_batched_tokens"])' <<<"$out" 2>&1)
   [[ $got == "$want" ]] && ok "--max-num-batched-tokens '${given:-default}' resolves to $got" || bad "--max-num-batched-tokens '${given}' resolved to '$got', not $want" "$out"
 done
+# --enforce-eager: off by default, on when given (the CPU backend has no graphs: accepted as is).
+for given in "" --enforce-eager --no-enforce-eager; do
+  out=$("$SERVER" --backend cpu --check-config $given 2>/dev/null)
+  want=False; [[ $given == --enforce-eager ]] && want=True
+  got=$(python3 -c 'import json,sys; t=sys.stdin.read(); print(json.loads(t[:t.rindex("}") + 1])["resolved"]["enforce_eager"])' <<<"$out" 2>&1)
+  [[ $got == "$want" ]] && ok "'${given:-no flag}': enforce_eager $got" || bad "'${given}': enforce_eager '$got', not $want" "$out"
+done
+out=$("$SERVER" --backend cpu --enforce-eager=maybe --check-config 2>&1)
+[[ $? == 2 ]] && grep -q "enforce-eager" <<<"$out" && ok "--enforce-eager=maybe -> exit 2 naming it" || bad "--enforce-eager=maybe accepted" "$out"
 out=$("$SERVER" --config "$ROOT/configs/embedded-cpu.json" --max-num-batched-tokens -1 2>&1)
 [[ $? == 2 ]] && grep -q "max-num-batched-tokens" <<<"$out" && ok "--max-num-batched-tokens -1 -> exit 2 naming it" || bad "--max-num-batched-tokens -1 accepted" "$out"
 out=$("$SERVER" --model /nonexistent --port 0 2>&1)

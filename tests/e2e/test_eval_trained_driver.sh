@@ -4,7 +4,8 @@
 # speculate and sparse (draft, previous-query, oracle predictors), sends teacher-forced windows
 # of a committed text (every forced token after the first is a sparse decode step), and must leave an eval.json whose every number is measured (sparse steps
 # ran, agreement sampled on every layer, log-probs finite); the gnuplot plots from it; a text
-# shorter than a window is a clear error. Then tools/eval_fetch_budget.py at small sizes.
+# shorter than a window is a clear error. Then tools/eval_fetch_budget.py and
+# tools/eval_speculation.py at small sizes.
 # Usage: test_eval_trained_driver.sh <oasis-server's directory> <repo root>
 set -uo pipefail
 BIN=$1
@@ -76,6 +77,31 @@ for key, x in runs.items():
 assert runs[(1.0, "fixed")]["fetched_per_step"] > runs[(0.25, "fixed")]["fetched_per_step"]
 print("ok: fetch_budget.json complete")
 PY
+# tools/eval_speculation.py (tokens per step and TPOT by k through oasis-server + oasis-bench):
+# dense plain vs speculate k = 1, 2 and sparse reject vs speculate k = 1 on the trained default,
+# held-out text prompts; every row measured, speculation emitting more than one token a step.
+python3 "$ROOT/tools/eval_speculation.py" --bin-dir "$BIN" --backend cpu --text "$TMP/text.txt" --prompts 2 \
+  --prompt-len 256 --output-len 24 --ks 0,1,2 --kv dense,sparse --temperatures 0 --threshold 128 --topk 8 \
+  --out-dir "$TMP/spec" >"$TMP/spec.out" 2>&1 || { tail -20 "$TMP/spec.out"; bad "eval_speculation exit"; }
+python3 - "$TMP/spec/speculation.json" <<'PY' || bad "speculation.json"
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = {(x["kv"], x["k"]): x for x in r["rows"]}
+assert set(rows) == {(kv, k) for kv in ("dense", "sparse") for k in (0, 1, 2)}, sorted(rows)
+for key, x in rows.items():
+    assert x["rc"] == 0 and x["completed"] == 2 and not x["failed"] and x["median_tpot_ms"] > 0, (key, x)
+assert rows[("dense", 0)]["steps_by_kv"] == {"dense": 0, "sparse": 0}  # plain: no drafts verified
+assert rows[("sparse", 0)]["tokens_per_step"]["sparse"] == 1.0  # reject: drafts verified, never emitted
+for kv in ("dense", "sparse"):
+    for k in (1, 2):
+        x = rows[(kv, k)]
+        assert x["tokens_per_step"][kv] > 1.0 and x["steps_by_kv"][kv] > 0, (kv, k, x)
+        assert len(x["accepted_by_position"]) == k and x["accepted_by_position"][0][0] > 0, (kv, k, x)
+        assert x["sparse_steps"] > 0 if kv == "sparse" else x["sparse_steps"] == 0, (kv, k, x)
+print("ok: speculation.json complete")
+PY
+out=$(python3 "$ROOT/tools/eval_speculation.py" --bin-dir "$BIN" --ks 0,5 2>&1)
+[[ $? -eq 2 && $out == *"--ks 0..4"* ]] && echo "ok: --ks 5 is refused" || bad "--ks 5: $out"
 head -c 3000 "$TMP/text.txt" > "$TMP/short.txt"
 out=$(python3 "$ROOT/tools/eval_trained_model.py" --bin-dir "$BIN" --backend cpu --text "$TMP/short.txt" \
   --contexts 2048 --forced 16 --out-dir "$TMP/short" 2>&1)

@@ -87,10 +87,12 @@ def run_one(a, ev, bench_bin, kv, k, prompts_path):
             res_path = os.path.join(a.out_dir, tag + ".bench.json")
             argv = ["--base-url", s.base, "--dataset", "jsonl", "--dataset-path", prompts_path,
                     "--num-prompts", str(a.prompts), "--max-concurrency", str(a.concurrency), "--temperature", f"{t:g}",
-                    "--ignore-eos", "--no-progress", "--seed", "0", "--result-file", res_path] + a.bench_args.split()
+                    "--ignore-eos", "--no-progress", "--seed", "0", "--save-text", "--result-file", res_path] + a.bench_args.split()
             rc, secs = blc.run_bench(bench_bin, ev.env, argv, os.path.join(a.out_dir, tag + ".bench.txt"), a.run_timeout)
             after = s.quiet_metrics()
-            summary = blc.summarize_bench(json.load(open(res_path))) if rc == 0 and os.path.exists(res_path) else {}
+            result = json.load(open(res_path)) if rc == 0 and os.path.exists(res_path) else {}
+            summary = blc.summarize_bench(result) if result else {}
+            texts = {str(q.get("index")): q.get("generated_text") for q in result.get("requests", [])}
             steps = {x: delta(before, after, f"oasis:spec_decode_num_steps_by_kv_total{{kv={x}}}") for x in ("dense", "sparse")}
             tokens = {x: delta(before, after, f"oasis:spec_decode_num_emitted_tokens_by_kv_total{{kv={x}}}")
                       for x in ("dense", "sparse")}
@@ -107,7 +109,7 @@ def run_one(a, ev, bench_bin, kv, k, prompts_path):
                    "tokens_per_step": {x: tokens[x] / steps[x] if steps[x] else None for x in steps},
                    "acceptance": accepted / drafts if drafts else None,
                    "accepted_by_position": [[int(x), int(y)] for x, y in per_pos],
-                   "sparse_steps": delta(before, after, "oasis:sparse_steps_total")}
+                   "sparse_steps": delta(before, after, "oasis:sparse_steps_total"), "texts": texts}
             rows.append(row)
             print(f"eval_speculation: {tag}: {json.dumps({x: row[x] for x in ('median_tpot_ms', 'output_throughput', 'tokens_per_step', 'acceptance', 'accepted_by_position')})}",
                   flush=True)
@@ -116,17 +118,29 @@ def run_one(a, ev, bench_bin, kv, k, prompts_path):
     return rows
 
 
+def same_outputs(rows):
+    """Greedy rows: how many requests' texts equal the k = 0 server's in the same KV mode
+    (dense speculation is lossless, so all of them up to bf16 near-ties; sparse k = 0 is reject,
+    whose working sets follow another path, so there it is a comparison, not a check)."""
+    base = {r["kv"]: r.get("texts") or {} for r in rows if r["k"] == 0 and r["temperature"] == 0}
+    for r in rows:
+        b, t = base.get(r["kv"]), r.get("texts") or {}
+        if r["k"] > 0 and r["temperature"] == 0 and b:
+            r["same_text_as_k0"] = [sum(1 for i, x in t.items() if b.get(i) == x), len(t)]
+
+
 def print_table(rows):
     base = {(r["kv"], r["temperature"]): r.get("median_tpot_ms") for r in rows if r["k"] == 0}
-    print("\nkv      k     T  TPOT ms  x k=0   tok/s  tok/step (dense/sparse)  accept  accepted by position")
+    print("\nkv      k     T  TPOT ms  x k=0   tok/s  tok/step (dense/sparse)  accept  same text as k=0  accepted by position")
     for r in rows:
         b, tp = base.get((r["kv"], r["temperature"])), r.get("median_tpot_ms")
         ratio = f"{tp / b:5.2f}" if tp and b else "    -"
         tps = "/".join(f"{v:.2f}" if v else "-" for v in r["tokens_per_step"].values())
         acc = f"{r['acceptance']:.3f}" if r["acceptance"] is not None else "-"
         pos = " ".join(f"{x}/{y}" for x, y in r["accepted_by_position"]) if r["k"] else "-"
+        same = "{}/{}".format(*r["same_text_as_k0"]) if "same_text_as_k0" in r else "-"
         print(f"{r['kv']:<7} {r['k']:>1} {r['temperature']:>5g} {blc.fmt(tp, '{:8.3f}'):>8} {ratio}  "
-              f"{blc.fmt(r.get('output_throughput'), '{:7.1f}'):>7}  {tps:>23}  {acc:>6}  {pos}")
+              f"{blc.fmt(r.get('output_throughput'), '{:7.1f}'):>7}  {tps:>23}  {acc:>6}  {same:>16}  {pos}")
 
 
 def parse_args(argv):
@@ -181,6 +195,7 @@ def main(argv):
     for kv in a.kv_modes:
         for k in a.k_list:
             rows += run_one(a, ev, bench_bin, kv, k, prompts_path)
+    same_outputs(rows)
     report = {"config": {x: v for x, v in vars(a).items()}, "text_tokens": n, "seconds": time.time() - t0, "rows": rows}
     etm.blc.write_json(os.path.join(a.out_dir, "speculation.json"), report)
     print_table(rows)

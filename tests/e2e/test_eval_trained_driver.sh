@@ -98,6 +98,8 @@ for kv in ("dense", "sparse"):
         assert x["tokens_per_step"][kv] > 1.0 and x["steps_by_kv"][kv] > 0, (kv, k, x)
         assert len(x["accepted_by_position"]) == k and x["accepted_by_position"][0][0] > 0, (kv, k, x)
         assert x["sparse_steps"] > 0 if kv == "sparse" else x["sparse_steps"] == 0, (kv, k, x)
+        if kv == "dense":  # lossless: the same text as plain decoding (float32 on the CPU)
+            assert x["same_text_as_k0"] == [2, 2], (k, x["same_text_as_k0"])
 print("ok: speculation.json complete")
 PY
 out=$(python3 "$ROOT/tools/eval_speculation.py" --bin-dir "$BIN" --ks 0,5 2>&1)

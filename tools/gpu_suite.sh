@@ -10,6 +10,7 @@
 # benchmarks, the tokenizer speed and the PyTorch peers; OASIS_LOAD_BENCH=0 the checkpoint
 # load; OASIS_SANITIZE=1 adds compute-sanitizer runs; OASIS_EVAL_TRAINED=1 adds the trained
 # default's measurements (tools/eval_trained_model.py; carry .cache/train/corpus too);
+# OASIS_SPECULATION_EVAL=1 speculation by k on it (tools/eval_speculation.py);
 # OASIS_PREFIX_CACHE_BENCH=1 the multi-turn prefix-caching runs (tools/bench_prefix_cache.py);
 # OASIS_DISAGG_PREFIX_BENCH=1 the decode side's prefix caching (tools/bench_disagg.py with
 # shared prefixes: both instances on GPU 0 unless there are two GPUs); OASIS_FETCH_BUDGET_BENCH=1
@@ -222,6 +223,22 @@ if [[ ${OASIS_EVAL_TRAINED:-0} == 1 ]]; then
   cat /tmp/eval.out
   rows+=("$(printf '%-20s rc %s, %s' "eval trained" "$rc" \
             "$(grep -E '^ +4096 +(draft|previous-query) +16 +0.05 +[0-9]+ ' /tmp/eval.out | awk '{print $2 " dl " $5 " agree " $6 " ppl/dense " $(NF-2)}' | paste -sd';')")")
+fi
+# Speculation with real acceptance (issue 31): tokens per step, TPOT and first-draft acceptance by
+# k on the trained default through oasis-server + oasis-bench (tools/eval_speculation.py; ~1
+# minute). OASIS_SPECULATION_EVAL=1 turns it on; the held-out text as for OASIS_EVAL_TRAINED
+# (.cache/train/corpus/val.txt.xz, or .bundle-pack/corpus/val.txt.xz when carried there).
+if [[ ${OASIS_SPECULATION_EVAL:-0} == 1 ]]; then
+  text=.cache/train/corpus/val.txt.xz
+  [[ -f $text ]] || text=.bundle-pack/corpus/val.txt.xz
+  echo "=== tools/eval_speculation.py ($text)"
+  PYTHONUNBUFFERED=1 python3 tools/eval_speculation.py --bin-dir .bundle/bin --backend cuda --text "$text" \
+    --prompts 8 --prompt-len 1024 --output-len 256 --concurrency 1 --temperatures 0 \
+    --out-dir "${OUT:-/tmp}/speculation" > /tmp/spec.out 2>&1
+  rc=$?
+  tail -14 /tmp/spec.out
+  rows+=("$(printf '%-20s rc %s, %s' "speculation" "$rc" "$(awk '$1 ~ /^(dense|sparse)$/ && NF >= 8 \
+            {printf "%s k%s TPOT x%s tok/step %s accept %s; ", $1, $2, $5, $7, $8}' /tmp/spec.out)")")
 fi
 # Multi-turn serving with prefix caching on vs off (issue 33): two servers on dummy Qwen3-8B
 # weights, one after the other in this call (about 3 minutes for both presets).

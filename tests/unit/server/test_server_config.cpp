@@ -306,7 +306,7 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(p->config.fetch_ratio == 0.1);
   CHECK(p->config.sparse_agreement_interval == 4);
   CHECK(p->config.sparse_transfers == "on");
-  CHECK(p->config.sparse_budget == "fixed");  // the default
+  CHECK(p->config.sparse_budget == "adaptive");  // the default
   p = Parse({"--sparse", "on", "--sparse-budget", "adaptive", "--fetch-ratio", "1"});
   REQUIRE(p.ok());
   CHECK(p->config.sparse_budget == "adaptive");

@@ -356,8 +356,8 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   // The config file keys.
   ServerConfig c;
   REQUIRE(ApplyConfigJson(nlohmann::json::parse(R"({"sparse": "on", "host_kv_gib": 8, "topk-blocks": 32,
-      "sparse_threshold": 1000, "sparse_predictor": "previous-query", "sparse_budget": "adaptive"})"), "test", &c).ok());
-  CHECK(c.sparse_budget == "adaptive");
+      "sparse_threshold": 1000, "sparse_predictor": "previous-query", "sparse_budget": "fixed"})"), "test", &c).ok());
+  CHECK(c.sparse_budget == "fixed");  // not the default (adaptive)
   CHECK(c.SparseEnabled());
   CHECK(c.host_kv_gib == 8.0);
   CHECK(c.topk_blocks == 32);

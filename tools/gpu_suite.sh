@@ -21,7 +21,7 @@
 # runs only the benchmarks whose binary is named (with OASIS_GPU_TESTS=" " for no tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_prefix_cache test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe test_gpu_fp8_kv test_gpu_fp8_linear test_gpu_fp8_transformers)
+ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_prefix_cache test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe test_gpu_fp8_kv test_gpu_fp8_linear test_gpu_fp8_transformers test_gpu_server_speculate)
 # shellcheck disable=SC2206
 GPU_TESTS=(${OASIS_GPU_TESTS:-${ALL_GPU_TESTS[@]}})
 # name|arguments: each runs from the bundle; its RESULT line goes into the table.
@@ -92,9 +92,11 @@ if [[ ${1:-} == --bundle ]]; then
   # OASIS_GPU_TESTS="a b" packs only those tests (a smaller pack: the device call's working
   # tree and carry share 64 MiB).
   exes=()
-  for t in "${GPU_TESTS[@]}"; do  # tests/kernels/, or tests/models/ (test_gpu_fp8_transformers)
+  for t in "${GPU_TESTS[@]}"; do  # tests/kernels/, tests/models/ or tests/unit/server/
     [[ -n $t ]] || continue
-    if [[ -x build/tests/kernels/$t ]]; then exes+=("build/tests/kernels/$t"); else exes+=("build/tests/models/$t"); fi
+    for d in kernels models unit/server; do  # (test_gpu_server_speculate: tests/unit/server)
+      if [[ -x build/tests/$d/$t ]]; then exes+=("build/tests/$d/$t"); break; fi
+    done
   done
   for b in "${BENCHMARKS[@]}"; do
     [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")

@@ -31,7 +31,10 @@ struct Acceptance {
   std::vector<std::vector<int32_t>> tokens;
 };
 
-Acceptance Run(int64_t k, bool warm_up) {
+// http_like: the request fields as the HTTP front end fills them for tools/eval_speculation.py's
+// requests (serving.cpp): detokenized, the model's EOS ids as stop ids, min_tokens = max_tokens
+// (oasis-bench with ignore_eos), the generation config's top_k 20 / top_p 0.8 beside temperature 0.
+Acceptance Run(int64_t k, bool warm_up, bool http_like) {
   const std::string model = (testing::SourceDir() / "models" / "embedded").string();
   const std::string head = (testing::SourceDir() / "models" / "embedded-eagle3").string();
   std::vector<std::string> args = {"oasis-server", "--model", model, "--max-model-len", "4096",
@@ -59,6 +62,13 @@ Acceptance Run(int64_t k, bool warm_up) {
     r.sampling.temperature = 0;
     r.ignore_eos = true;
     r.detokenize = false;
+    if (http_like) {
+      r.detokenize = true;
+      r.stop_token_ids = {8191, 8189};
+      r.min_tokens = r.max_tokens;
+      r.sampling.top_k = 20;
+      r.sampling.top_p = 0.8f;
+    }
     auto s = engine.Submit(r);
     REQUIRE(s.ok());
     std::vector<int32_t> got;
@@ -89,8 +99,8 @@ Acceptance Run(int64_t k, bool warm_up) {
   out.accepted = after.lookahead.position_accepted_total[0] - before.lookahead.position_accepted_total[0];
   out.drafted = after.lookahead.position_drafts_total[0] - before.lookahead.position_drafts_total[0];
   out.first = out.drafted ? static_cast<double>(out.accepted) / static_cast<double>(out.drafted) : 0.0;
-  std::printf("server set-up, k %lld%s: first-draft acceptance %.3f (%llu / %llu)\n", static_cast<long long>(k),
-              warm_up ? ", after a warm-up request" : "", out.first, static_cast<unsigned long long>(out.accepted),
+  std::printf("server set-up, k %lld%s%s: first-draft acceptance %.3f (%llu / %llu)\n", static_cast<long long>(k),
+              warm_up ? ", after a warm-up request" : "", http_like ? ", fields as over HTTP" : "", out.first, static_cast<unsigned long long>(out.accepted),
               static_cast<unsigned long long>(out.drafted));
   return out;
 }
@@ -99,9 +109,10 @@ Acceptance Run(int64_t k, bool warm_up) {
 
 TEST_CASE("speculate through the server's set-up: the first draft's acceptance does not depend on k",
           "[gpu][lookahead][server]") {
-  for (bool warm_up : {false, true}) {
-    INFO((warm_up ? "after a warm-up request" : "no warm-up request"));
-    const Acceptance plain = Run(0, warm_up), k1 = Run(1, warm_up), k2 = Run(2, warm_up), k3 = Run(3, warm_up);
+  for (const auto& [warm_up, http_like] : {std::pair{false, false}, {true, false}, {true, true}}) {
+    INFO((warm_up ? "after a warm-up request" : "no warm-up request") << (http_like ? ", fields as over HTTP" : ""));
+    const Acceptance plain = Run(0, warm_up, http_like), k1 = Run(1, warm_up, http_like),
+                     k2 = Run(2, warm_up, http_like), k3 = Run(3, warm_up, http_like);
     REQUIRE(k1.drafted > 100);
     CHECK(k1.first > 0.15);
     for (const Acceptance* a : {&k2, &k3}) CHECK(a->first > 0.75 * k1.first);

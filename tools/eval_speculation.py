@@ -197,7 +197,7 @@ def main(argv):
             rows += run_one(a, ev, bench_bin, kv, k, prompts_path)
     same_outputs(rows)
     report = {"config": {x: v for x, v in vars(a).items()}, "text_tokens": n, "seconds": time.time() - t0, "rows": rows}
-    etm.blc.write_json(os.path.join(a.out_dir, "speculation.json"), report)
+    blc.write_json(os.path.join(a.out_dir, "speculation.json"), report)
     print_table(rows)
     bad = [r for r in rows if r["rc"] != 0 or r.get("failed")]
     return 1 if bad else 0

@@ -82,9 +82,8 @@ struct ServerConfig : HttpFrontSettings {
   int64_t sparse_threshold = 0;  // switch past this context; 0 with --sparse on: (K + 1) * 16
   int64_t dense_layers = 0;      // the first N layers stay dense
   std::string kv_home = "auto";  // sparse KV home: host | hbm | auto
-  std::string sparse_switch = "auto";  // auto | threshold | pressure
-  std::string sparse_budget =
-      "adaptive";  // fetch caps: adaptive (per layer, in [1, C]) | fixed (C)
+  std::string sparse_switch = "auto";      // auto | threshold | pressure
+  std::string sparse_budget = "adaptive";  // fetch caps: adaptive (per layer, [1, C]) | fixed
   std::string sparse_predictor =
       "auto";  // auto (draft with lookahead, else previous-query), draft, previous-query, oracle
   std::string sparse_group_reduce = "sum";  // GQA reduction of block scores: sum, max

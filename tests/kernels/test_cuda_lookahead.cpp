@@ -16,6 +16,7 @@
 #include "kvcache/sparse_kv_manager.h"
 #include "loader/weights.h"
 #include "models/eagle3.h"
+#include "fixture_model.h"
 #include "test_support.h"
 
 using namespace oasis;
@@ -294,14 +295,10 @@ TEST_CASE("sparse requests accept drafts and chains on CUDA", "[gpu][lookahead][
 // fifth (a short request first, as that tool sends, and max_num_seqs 8) has not run yet.
 TEST_CASE("speculate on the trained default: the first draft's acceptance does not depend on k or graphs",
           "[gpu][lookahead]") {
-  const auto dir = testing::SourceDir() / "models" / "embedded";
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
+  auto ckpt = testing::OpenFixtureDir(testing::SourceDir() / "models" / "embedded");
   auto backend = CudaBackend::Create();
   REQUIRE(backend.ok());
-  auto model = DecoderLM::Create(*config, **weights, **backend);
+  auto model = DecoderLM::Create(ckpt.config, *ckpt.weights, **backend);
   REQUIRE(model.ok());
   auto head = Eagle3Head::Load(testing::SourceDir() / "models" / "embedded-eagle3", **model, **backend);
   REQUIRE(head.ok());

@@ -39,12 +39,8 @@ Acceptance Run(int64_t k, bool warm_up, bool http_like) {
   const std::string head = (testing::SourceDir() / "models" / "embedded-eagle3").string();
   std::vector<std::string> args = {"oasis-server", "--model", model, "--max-model-len", "4096",
                                    "--max-num-seqs", "8", "--max-num-batched-tokens", "4096",
-                                   "--no-enable-prefix-caching"};
-#ifdef OASIS_SPECULATE_TEST_ON_CPU  // (a check of this test itself on the CPU backend)
-  for (const char* a : {"--backend", "cpu"}) args.emplace_back(a);
-#else
-  for (const char* a : {"--gpu-memory-utilization", "0.05", "--backend", "cuda"}) args.emplace_back(a);
-#endif
+                                   "--no-enable-prefix-caching", "--gpu-memory-utilization", "0.05",
+                                   "--backend", "cuda"};
   if (k > 0) {
     for (const char* a : {"--draft-model", head.c_str(), "--lookahead", "speculate"}) args.emplace_back(a);
     args.emplace_back("--num-speculative-tokens");

@@ -115,7 +115,9 @@ DecoderLM::DecoderLM(const ModelConfig& config, Backend& backend, const TensorPa
       full_config_(config),
       tp_(tp),
       backend_(backend),
-      rope_(ComputeRopeParams(config)) {}
+      rope_(ComputeRopeParams(config)) {
+  backend_.PrepareRope(rope_);  // its device copy now, never first inside a graph's arena
+}
 
 StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config,
                                                        const WeightSource& checkpoint,

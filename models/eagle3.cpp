@@ -161,6 +161,7 @@ StatusOr<std::unique_ptr<Eagle3Head>> Eagle3Head::Create(const ModelConfig& conf
   head->aux_layer_ids_ = aux_ids;
   head->target_hidden_ = tc.hidden_size;
   head->rope_ = ComputeRopeParams(config);
+  backend.PrepareRope(head->rope_);  // as DecoderLM: before any step
   const ModelConfig& c = config;
   const int64_t h = c.hidden_size, th = tc.hidden_size;
   const DType dt = backend.activation_dtype();

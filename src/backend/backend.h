@@ -123,6 +123,10 @@ class Backend {
 
   // A new uninitialised tensor on this backend's device.
   virtual Tensor Empty(std::vector<int64_t> shape, DType dtype) = 0;
+  // Makes the device copy of a RoPE table ahead of the first step (models call it as they
+  // load): a copy first made by a step inside a decode graph's activation arena would live
+  // in the arena and be overwritten by the next graph (the CPU backend reads the host table).
+  virtual void PrepareRope(const RopeParams& rope) { (void)rope; }
   // Copies a host tensor to this device (a no-op view on the CPU backend) and back.
   virtual Tensor Upload(const Tensor& host) = 0;
   // Like Upload, but the copy is only ordered on the backend's current stream: ops enqueued

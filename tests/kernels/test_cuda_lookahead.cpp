@@ -289,10 +289,10 @@ TEST_CASE("sparse requests accept drafts and chains on CUDA", "[gpu][lookahead][
 // starts with are the head's first draft, whatever k is, so the first position's acceptance
 // must not depend on k nor on whether the decode steps replay graphs. Through oasis-server
 // (tools/eval_speculation.py on the H200, 2026-12-04) it did: 0.62 at k = 1 and 0.09 at
-// k = 2..4 with graphs, 0.58 at k = 2 with the sparse steps eager (OASIS_SPARSE_GRAPHS=0),
-// whatever the pool size, logits processing or generation defaults; the CPU server keeps 0.6.
-// The first four cases here (the engine without the server) passed on the H200 that day; the
-// fifth (a short request first, as that tool sends, and max_num_seqs 8) has not run yet.
+// k = 2..4, because the server's first request ran as a decode graph and left the RoPE table
+// in the graphs' arena (test_gpu_server_speculate, test_gpu_graphs). This engine shares its
+// model and backend across runs, so it never met a first step; these cases keep the rest
+// (k, graphs on and off, batch 1 and 8, a short request first) and all pass on the H200.
 TEST_CASE("speculate on the trained default: the first draft's acceptance does not depend on k or graphs",
           "[gpu][lookahead]") {
   auto ckpt = testing::OpenFixtureDir(testing::SourceDir() / "models" / "embedded");

@@ -520,11 +520,27 @@ void CudaBackend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residua
       stream()));
 }
 
+void CudaBackend::PrepareRope(const RopeParams& rope) {
+  if (inv_freq_.count(rope.inv_freq) != 0) return;
+  // Never inside a capture (the synchronous upload would break it) and never in an activation
+  // arena: the table outlives the step, and the arena is every decode graph's scratch. Made
+  // there by a graph's first step, the next graph overwrote it: every later step computed
+  // RoPE from garbage (found as k >= 2 speculation accepting 0.09 of drafts after a short
+  // first request ran as a decode graph; tests/unit/server/test_cuda_server_speculate.cpp).
+  OASIS_CHECK(!Capturing(stream()))
+      << "RoPE table first needed inside a graph capture: models prepare it as they load";
+  char* arena = std::exchange(arena_base_, nullptr);
+  Tensor host = Tensor::FromFloats(rope.inv_freq, {static_cast<int64_t>(rope.inv_freq.size())});
+  Tensor device = Upload(host);
+  arena_base_ = arena;
+  inv_freq_.emplace(rope.inv_freq, std::move(device));
+}
+
 const float* CudaBackend::DeviceInvFreq(const RopeParams& rope) {
   auto it = inv_freq_.find(rope.inv_freq);
   if (it == inv_freq_.end()) {
-    Tensor host = Tensor::FromFloats(rope.inv_freq, {static_cast<int64_t>(rope.inv_freq.size())});
-    it = inv_freq_.emplace(rope.inv_freq, Upload(host)).first;
+    PrepareRope(rope);  // (a table a caller did not prepare: made outside the arena all the same)
+    it = inv_freq_.find(rope.inv_freq);
   }
   return Ptr<float>(it->second);
 }

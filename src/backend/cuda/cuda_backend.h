@@ -175,6 +175,7 @@ class CudaBackend final : public Backend {
                    Tensor& counts) override;
   void FetchOverlap(const Tensor& fetch_dst, const Tensor& ws_slots, const Tensor& ws_blocks,
                     const Tensor& actual, const Tensor& rows, Tensor& counts) override;
+  void PrepareRope(const RopeParams& rope) override;
 
  private:
   CudaBackend() = default;

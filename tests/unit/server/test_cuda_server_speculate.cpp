@@ -2,10 +2,13 @@
 // oasis-server builds its engine, runner and draft head), requests submitted to the engine
 // directly (no HTTP). On the H200 on 2026-12-04, tools/eval_speculation.py through the HTTP
 // server found the chain's first draft accepted 0.62 of the time at k = 1 and 0.09 at k = 2 on
-// the trained default (docs/benchmarks.md, thirty-first session), while the engine built by
-// hand (test_gpu_lookahead) does not show it. This test bisects between the two: the same
-// flags as that tool's servers, the same synthetic prompts, with and without a short request
-// first. The first draft is the same head step whatever k is, so its acceptance must not drop.
+// the trained default, with outputs no longer plain decoding's. This test found the cause:
+// a short first request (the tool's warm-up) whose prompt of 1 + k tokens has the shape of a
+// decode step ran as the server's very first step from a CUDA graph, and the RoPE table's
+// device copy, made lazily there, lived in the graphs' activation arena until the next graph
+// overwrote it (fixed by CudaBackend::PrepareRope at model load). So each k runs here with no
+// warm-up and behind a warm-up prompt of exactly 1 + k tokens (a 1-token one for plain
+// decoding), and every run's tokens are compared with plain decoding's without a warm-up.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -35,6 +38,7 @@ struct Acceptance {
 // requests (serving.cpp): detokenized, the model's EOS ids as stop ids, min_tokens = max_tokens
 // (oasis-bench with ignore_eos), the generation config's top_k 20 / top_p 0.8 beside temperature 0.
 Acceptance Run(int64_t k, bool warm_up, bool http_like) {
+  // The warm-up prompt: 1 + k tokens, one decode-graph step of this server's widest shape.
   const std::string model = (testing::SourceDir() / "models" / "embedded").string();
   const std::string head = (testing::SourceDir() / "models" / "embedded-eagle3").string();
   std::vector<std::string> args = {"oasis-server", "--model", model, "--max-model-len", "4096",
@@ -79,7 +83,8 @@ Acceptance Run(int64_t k, bool warm_up, bool http_like) {
   if (warm_up) {
     EngineRequest r;
     r.id = "warm-up";
-    r.prompt = {818, 262, 3726, 286};
+    r.prompt = {818, 262, 3726, 286, 13};
+    r.prompt.resize(static_cast<size_t>(1 + k));
     r.max_tokens = 16;
     run(r, false);
   }
@@ -105,19 +110,24 @@ Acceptance Run(int64_t k, bool warm_up, bool http_like) {
 
 TEST_CASE("speculate through the server's set-up: the first draft's acceptance does not depend on k",
           "[gpu][lookahead][server]") {
+  const Acceptance reference = Run(0, false, false);  // plain decoding, nothing before
   for (const auto& [warm_up, http_like] : {std::pair{false, false}, {true, false}, {true, true}}) {
-    INFO((warm_up ? "after a warm-up request" : "no warm-up request") << (http_like ? ", fields as over HTTP" : ""));
+    INFO((warm_up ? "after a warm-up request of 1 + k tokens" : "no warm-up request")
+         << (http_like ? ", fields as over HTTP" : ""));
     const Acceptance plain = Run(0, warm_up, http_like), k1 = Run(1, warm_up, http_like),
-                     k2 = Run(2, warm_up, http_like), k3 = Run(3, warm_up, http_like);
+                     k2 = Run(2, warm_up, http_like), k3 = Run(3, warm_up, http_like),
+                     k4 = Run(4, warm_up, http_like);
     REQUIRE(k1.drafted > 100);
     CHECK(k1.first > 0.15);
-    for (const Acceptance* a : {&k2, &k3}) CHECK(a->first > 0.75 * k1.first);
+    for (const Acceptance* a : {&k2, &k3, &k4}) CHECK(a->first > 0.75 * k1.first);
+    // Plain decoding behind a warm-up is plain decoding (the same path: bitwise).
+    CHECK(plain.tokens == reference.tokens);
     // Dense speculation is lossless: plain decoding's tokens (bf16 near-ties aside; counted).
-    for (const Acceptance* a : {&k1, &k2, &k3}) {
+    for (const Acceptance* a : {&k1, &k2, &k3, &k4}) {
       int same = 0;
-      for (size_t i = 0; i < plain.tokens.size(); ++i) same += a->tokens[i] == plain.tokens[i];
-      std::printf("  %d of %zu requests equal plain decoding's\n", same, plain.tokens.size());
-      CHECK(same >= 2);
+      for (size_t i = 0; i < reference.tokens.size(); ++i) same += a->tokens[i] == reference.tokens[i];
+      std::printf("  %d of %zu requests equal plain decoding's\n", same, reference.tokens.size());
+      CHECK(same >= 3);
     }
   }
 }

@@ -458,6 +458,9 @@ cudaError_t LaunchNormRows(const bf16* x, const bf16* residual, bf16* residual_o
                            cudaStream_t stream) {
   switch (rows) {
     case 1:
+      if (in < GetTuning().gemv_narrow_below)  // (see LaunchGemvWith)
+        return LaunchNormConfig<1, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob,
+                                                    of, in, out, ep, stream);
       return LaunchNormConfig<1, 4, 256, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
                                                   in, out, ep, stream);
     case 2:
@@ -493,8 +496,13 @@ cudaError_t LaunchGemvWith(GemvConfig config, const bf16* x, const bf16* w, bf16
                            int64_t rows, int64_t in, int64_t out, cudaStream_t stream) {
   if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr))
     return cudaErrorInvalidValue;
+  // One row: 4 features × 256 threads streams at 0.98 of the read ceiling from 4,096 input
+  // features up, but below that each thread holds a single 16-byte vector per feature and no
+  // K-step is in flight (Qwen3-30B-A3B's hidden 2,048: the QKV projection, the router and the
+  // lm_head); 8 features × 128 threads keep two K-steps of 8 rows in flight there.
   if (config == GemvConfig::kAuto)
-    config = rows == 1 ? GemvConfig::kPerGroup : GemvConfig::kPersistent;
+    config = rows == 1 && in >= GetTuning().gemv_narrow_below ? GemvConfig::kPerGroup
+                                                              : GemvConfig::kPersistent;
   switch (rows) {
     case 1:
       return LaunchGemvConfig<1>(config, x, w, ob, of, in, out, stream);

@@ -50,6 +50,9 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
   const char* fp8_prefill = env("OASIS_FP8_PREFILL");
   if (fp8_prefill != nullptr && std::string(fp8_prefill) == "wgmma") t.fp8_prefill_wgmma = true;
   if (fp8_prefill != nullptr && std::string(fp8_prefill) == "mma") t.fp8_prefill_wgmma = false;
+  if (const char* v = env("OASIS_GEMV_NARROW_K"); v != nullptr && std::atoll(v) >= 1) {
+    t.gemv_narrow_below = std::atoll(v);
+  }
   if (const char* v = env("OASIS_GEMV_NORM_CTAS_PER_SM"); v != nullptr && std::atoi(v) >= 1) {
     t.gemv_norm_ctas_per_sm = std::atoi(v);
   }

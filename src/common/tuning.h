@@ -46,6 +46,10 @@ struct Tuning {
   // norm-fused GEMVs below what fits (0: what fits), so the next kernel's CTAs become resident
   // early under PDL.
   int gemv_norm_ctas_per_sm = 0;
+  // OASIS_GEMV_NARROW_K (>= 1). One-row GEMVs (plain and norm-fused) over fewer input features
+  // than this take the 8-feature × 128-thread configuration: the 4 × 256 one loads a single
+  // 16-byte vector per feature and thread below 4,096 (no K-steps in flight).
+  int64_t gemv_narrow_below = 4096;
   // OASIS_GATHER_CTAS (1 to 1024). CTAs of the UVA gather.
   int gather_ctas = kDefaultGatherCtas;
   // OASIS_GATHER_KERNEL (tma or registers). The UVA gather's kernel.

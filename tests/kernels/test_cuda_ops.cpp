@@ -55,7 +55,7 @@ TEST_CASE("Linear (cuBLAS bf16) matches the CPU", "[gpu][linear]") {
   // Rows 1..4 with in % 8 == 0 take the GEMV kernel; the others cuBLAS.
   for (auto [rows, in, outf] : {std::tuple{1, 64, 96}, std::tuple{7, 200, 130}, std::tuple{256, 1024, 512},
                                 std::tuple{1, 4096, 1000}, std::tuple{3, 1032, 17}, std::tuple{4, 12288, 515}, std::tuple{8, 4096, 300},
-                                std::tuple{5, 24, 3}}) {
+                                std::tuple{5, 24, 3}, std::tuple{1, 2048, 5120}}) {
     INFO("rows " << rows << " in " << in << " out " << outf);
     Tensor x = RandomBf16Exact({rows, in}, rng), w = RandomBf16Exact({outf, in}, rng, 0.05f);
     Tensor want = Tensor::Empty({rows, outf}, DType::kF32);
@@ -97,7 +97,7 @@ TEST_CASE("fused pre-norm + projection matches the CPU composition", "[gpu][line
   CpuBackend cpu;
   auto rng = FreshRng();
   // 1..4 rows take the fused GEMV; more rows the add+norm kernel and a cuBLAS GEMM.
-  for (auto [rows, in, outf] : {std::tuple{1, 4096, 1000}, std::tuple{2, 1024, 777}, std::tuple{3, 256, 64},
+  for (auto [rows, in, outf] : {std::tuple{1, 4096, 1000}, std::tuple{1, 2048, 515}, std::tuple{2, 1024, 777}, std::tuple{3, 256, 64},
                                 std::tuple{4, 2048, 515}, std::tuple{6, 512, 300}, std::tuple{64, 4096, 300}}) {
     for (bool with_x : {true, false}) {
       INFO("rows " << rows << " in " << in << " out " << outf << " with x " << with_x);

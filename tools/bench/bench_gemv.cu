@@ -2,7 +2,7 @@
 // configurations (kernels/gemv.h GemvConfig) per shape, time per call from CUDA events over
 // back-to-back launches after warm-up (median of 5 runs), bytes = weights + x + out; ceiling = the
 // read-only streaming figure of DESIGN.md §5.
-//   bench_gemv [--rows R]
+//   bench_gemv [--rows R] [--shapes qwen3-8b|qwen3-30b-a3b]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -33,18 +33,29 @@ constexpr const char* kConfigNames[kConfigs + 1] = {"auto", "per-group", "persis
 
 int main(int argc, char** argv) {
   int rows = 1;
+  std::string model = "qwen3-8b";
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--rows" && i + 1 < argc) rows = std::atoi(argv[++i]);
+    if (std::string(argv[i]) == "--shapes" && i + 1 < argc) model = argv[++i];
   }
   struct Shape {
     const char* name;
     int64_t in, out;
   };
-  const Shape shapes[] = {{"qkv 4096->6144", 4096, 6144},
-                          {"o 4096->4096", 4096, 4096},
-                          {"gate_up 4096->24576", 4096, 24576},
-                          {"down 12288->4096", 12288, 4096},
-                          {"lm_head 4096->151936", 4096, 151936}};
+  std::vector<Shape> shapes = {{"qkv 4096->6144", 4096, 6144},
+                               {"o 4096->4096", 4096, 4096},
+                               {"gate_up 4096->24576", 4096, 24576},
+                               {"down 12288->4096", 12288, 4096},
+                               {"lm_head 4096->151936", 4096, 151936}};
+  if (model == "qwen3-30b-a3b") {  // the attention half, the router and the lm_head (hidden 2,048)
+    shapes = {{"qkv 2048->5120", 2048, 5120},
+              {"o 4096->2048", 4096, 2048},
+              {"router 2048->128", 2048, 128},
+              {"lm_head 2048->151936", 2048, 151936}};
+  } else if (model != "qwen3-8b") {
+    std::fprintf(stderr, "bench_gemv: --shapes qwen3-8b | qwen3-30b-a3b\n");
+    return 2;
+  }
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
   // Several weight copies, rotated, so that no call finds its weights in the 60 MB L2.
@@ -105,10 +116,10 @@ int main(int argc, char** argv) {
     cudaFree(y);
   }
   std::printf(
-      "RESULT gemv rows=%d Qwen3-8B layer+lm_head shapes: default %.0f GB/s, best-per-shape %.0f "
+      "RESULT gemv rows=%d %s layer+lm_head shapes: default %.0f GB/s, best-per-shape %.0f "
       "GB/s, "
       "ceiling %.0f GB/s, ratio %.2f (best %.2f)\n",
-      rows, total_bytes / total_default_us / 1e3, total_bytes / total_best_us / 1e3,
+      rows, model.c_str(), total_bytes / total_default_us / 1e3, total_bytes / total_best_us / 1e3,
       kReadCeilingGBs, total_bytes / total_default_us / 1e3 / kReadCeilingGBs,
       total_bytes / total_best_us / 1e3 / kReadCeilingGBs);
   return 0;

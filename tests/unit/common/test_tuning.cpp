@@ -49,6 +49,12 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   CHECK(Parse({{"OASIS_GEMV_NORM_CTAS_PER_SM", "3"}}).gemv_norm_ctas_per_sm == 3);
   CHECK(Parse({{"OASIS_GEMV_NORM_CTAS_PER_SM", "0"}}).gemv_norm_ctas_per_sm == 0);
   CHECK(Parse({{"OASIS_GEMV_NORM_CTAS_PER_SM", "x"}}).gemv_norm_ctas_per_sm == 0);
+  CHECK(Parse({}).gemv_narrow_below == 4096);
+  CHECK(Parse({{"OASIS_GEMV_NARROW_K", "1"}}).gemv_narrow_below == 1);
+  CHECK(Parse({{"OASIS_GEMV_NARROW_K", "8192"}}).gemv_narrow_below == 8192);
+  CHECK(Parse({{"OASIS_GEMV_NARROW_K", "0"}}).gemv_narrow_below == 4096);
+  CHECK(Parse({{"OASIS_GEMV_NARROW_K", "-5"}}).gemv_narrow_below == 4096);
+  CHECK(Parse({{"OASIS_GEMV_NARROW_K", "x"}}).gemv_narrow_below == 4096);
   const Tuning g = Parse({{"OASIS_GATHER_CTAS", "32"}, {"OASIS_GATHER_KERNEL", "registers"}});
   CHECK(g.gather_ctas == 32);
   CHECK(g.gather_kernel == GatherKernel::kRegisters);

@@ -281,7 +281,8 @@ TEST_CASE("gRPC: a cancelled call or a passed deadline aborts the engine request
   long_request.set_max_tokens(4000);
   SECTION("cancelled by the client") {
     OpenStream s(*rig.stall_stub, long_request);
-    CHECK(rig.EngineRequests() == 1);
+    // (The engine publishes its counts after the step whose token the client may read first.)
+    CHECK(WaitFor([&] { return rig.EngineRequests() == 1; }));
     s.ctx.TryCancel();
     const grpc::Status st = s.Drain();
     CHECK(st.error_code() == grpc::StatusCode::CANCELLED);

@@ -237,6 +237,13 @@ cudaError_t LaunchGemvConfig(GemvConfig config, const bf16* x, const bf16* w, bf
 
 // CTAs per SM of the persistent norm-fused GEMVs: what fits, or fewer (OASIS_GEMV_NORM_CTAS_PER_SM,
 // for tuning runs) so the next kernel's CTAs can become resident early under PDL.
+// One row over fewer input features than OASIS_GEMV_NARROW_K (4,096): 4 features × 256
+// threads stream at 0.98 of the read ceiling from 4,096 up, but below that each thread holds a
+// single 16-byte vector per feature and no K-step is in flight (Qwen3-30B-A3B's hidden 2,048:
+// the QKV projection, the router and the lm_head); 8 features × 128 threads keep two K-steps
+// of 8 rows in flight there. Plain and norm-fused GEMVs alike.
+bool NarrowRow(int64_t in) { return in < GetTuning().gemv_narrow_below; }
+
 int NormCtasPerSm(int fits) {
   const int cap = GetTuning().gemv_norm_ctas_per_sm;
   return cap > 0 && cap < fits ? cap : fits;
@@ -458,7 +465,7 @@ cudaError_t LaunchNormRows(const bf16* x, const bf16* residual, bf16* residual_o
                            cudaStream_t stream) {
   switch (rows) {
     case 1:
-      if (in < GetTuning().gemv_narrow_below)  // (see LaunchGemvWith)
+      if (NarrowRow(in))
         return LaunchNormConfig<1, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob,
                                                     of, in, out, ep, stream);
       return LaunchNormConfig<1, 4, 256, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
@@ -496,13 +503,8 @@ cudaError_t LaunchGemvWith(GemvConfig config, const bf16* x, const bf16* w, bf16
                            int64_t rows, int64_t in, int64_t out, cudaStream_t stream) {
   if (!GemvSupported(rows, in, x, w) || (ob == nullptr) == (of == nullptr))
     return cudaErrorInvalidValue;
-  // One row: 4 features × 256 threads streams at 0.98 of the read ceiling from 4,096 input
-  // features up, but below that each thread holds a single 16-byte vector per feature and no
-  // K-step is in flight (Qwen3-30B-A3B's hidden 2,048: the QKV projection, the router and the
-  // lm_head); 8 features × 128 threads keep two K-steps of 8 rows in flight there.
   if (config == GemvConfig::kAuto)
-    config = rows == 1 && in >= GetTuning().gemv_narrow_below ? GemvConfig::kPerGroup
-                                                              : GemvConfig::kPersistent;
+    config = rows == 1 && !NarrowRow(in) ? GemvConfig::kPerGroup : GemvConfig::kPersistent;
   switch (rows) {
     case 1:
       return LaunchGemvConfig<1>(config, x, w, ob, of, in, out, stream);

@@ -16,6 +16,24 @@
 
 using namespace oasis;
 
+namespace {
+
+// A graph run and an eager run of the same greedy request: the same kernels, but cuBLAS may
+// pick another algorithm for a padded bucket, so the log-probabilities of the chosen tokens
+// agree closely rather than bitwise, and the tokens only diverge at a near-tie. Returns how
+// many leading tokens are the same.
+size_t AgreeUntilNearTie(const GenerationResult& graph, const GenerationResult& eager) {
+  size_t same = 0;
+  while (same < graph.tokens.size() && graph.tokens[same] == eager.tokens[same]) ++same;
+  for (size_t i = 0; i < same; ++i)
+    CHECK(std::fabs(graph.samples[i].logprob - eager.samples[i].logprob) < 5e-2);
+  if (same < graph.tokens.size())
+    CHECK(std::fabs(eager.samples[same].logprob - graph.samples[same].logprob) < 0.1);
+  return same;
+}
+
+}  // namespace
+
 TEST_CASE("graph replay equals eager execution", "[gpu][graphs]") {
   auto dir = testing::FixturePath("models/qwen3-tiny");
   auto config = LoadModelConfig(dir);
@@ -51,17 +69,7 @@ TEST_CASE("graph replay equals eager execution", "[gpu][graphs]") {
       REQUIRE(a.ok());
       REQUIRE(b.ok());
       for (int64_t s = 0; s < batch; ++s) {
-        // Same kernels, but cuBLAS may pick another algorithm for a padded bucket: compare
-        // the log-probabilities of the chosen tokens rather than demanding bitwise equality.
-        const auto& x = (*a)[s];
-        const auto& y = (*b)[s];
-        size_t same = 0;
-        while (same < x.tokens.size() && x.tokens[same] == y.tokens[same]) ++same;
-        for (size_t i = 0; i < same; ++i) CHECK(std::fabs(x.samples[i].logprob - y.samples[i].logprob) < 5e-2);
-        if (same < x.tokens.size()) {
-          // Divergence is only acceptable at a near-tie.
-          CHECK(std::fabs(y.samples[same].logprob - x.samples[same].logprob) < 0.1);
-        }
+        (void)AgreeUntilNearTie((*a)[s], (*b)[s]);
       }
       CHECK((*graphs)->num_graphs() == 1);  // bucket 1, 4 (3 padded) or 16
       CHECK((*eager)->num_graphs() == 0);
@@ -76,15 +84,11 @@ TEST_CASE("graph replay equals eager execution", "[gpu][graphs]") {
 // every later step computed garbage (speculation with k >= 2 accepted 0.09 of its drafts
 // behind a short first request). Each side gets its own backend, so nothing is made before.
 TEST_CASE("a decode graph as a fresh backend's first step leaves later steps right", "[gpu][graphs]") {
-  auto dir = testing::FixturePath("models/qwen3-tiny");
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
+  auto ckpt = testing::OpenFixtureModel("qwen3-tiny");
   auto run = [&](bool graphs, int64_t* num_graphs) {
     auto backend = CudaBackend::Create();
     REQUIRE(backend.ok());
-    auto model = DecoderLM::Create(*config, **weights, **backend);
+    auto model = DecoderLM::Create(ckpt.config, *ckpt.weights, **backend);
     REQUIRE(model.ok());
     CudaGraphOptions go{.num_kv_slots = 1024, .max_batch = 16, .max_context = 256};
     go.enabled = graphs;
@@ -117,17 +121,7 @@ TEST_CASE("a decode graph as a fresh backend's first step leaves later steps rig
   CHECK(with_graphs >= 2);
   CHECK(eager_graphs == 0);
   REQUIRE(a.size() == b.size());
-  for (size_t s = 0; s < a.size(); ++s) {
-    const auto& x = a[s];
-    const auto& y = b[s];
-    size_t same = 0;
-    while (same < x.tokens.size() && x.tokens[same] == y.tokens[same]) ++same;
-    for (size_t i = 0; i < same; ++i) CHECK(std::fabs(x.samples[i].logprob - y.samples[i].logprob) < 5e-2);
-    if (same < x.tokens.size()) {  // divergence only at a near-tie
-      CHECK(std::fabs(y.samples[same].logprob - x.samples[same].logprob) < 0.1);
-    }
-    CHECK(same >= x.tokens.size() / 2);
-  }
+  for (size_t s = 0; s < a.size(); ++s) CHECK(AgreeUntilNearTie(a[s], b[s]) >= a[s].tokens.size() / 2);
 }
 
 // Logits processing through graph-replayed decode steps: the CudaGraphRunner (graphs on,

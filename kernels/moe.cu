@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kPlanWarps * 32)
     for (int base = 0; base < experts; base += 32) {
       const int e = base + lane;
       const int rows = e < experts ? offs[e] : 0;
-      const int t = (rows + kMoeGemmTileRows - 1) / kMoeGemmTileRows;
+      const int t = (rows + plan.tile_rows - 1) / plan.tile_rows;
       int inc_rows = rows, inc_tiles = t;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -396,8 +396,28 @@ cudaError_t LaunchMoeGemvDown(const bf16* h, const int32_t* ids, const bf16* dow
                    static_cast<int>(pairs), experts, hidden, inter);
 }
 
-MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts) {
+bool MoeGemmTileRowsValid(int tile_rows) {
+  for (int c : kMoeGemmTileRowChoices) {
+    if (c == tile_rows) return true;
+  }
+  return false;
+}
+
+int MoeGemmTileRowsFor(int64_t pairs, int experts) {
+  if (const int forced = GetTuning().moe_gemm_tile_rows; MoeGemmTileRowsValid(forced)) {
+    return forced;
+  }
+  const int64_t touched = std::max<int64_t>(1, std::min<int64_t>(experts, pairs));
+  const int64_t want = (pairs + touched - 1) / touched * kMoeGemmTileRowsSlack;
+  for (int c : kMoeGemmTileRowChoices) {
+    if (c >= want) return c;
+  }
+  return kMoeGemmTileRows;
+}
+
+MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts, int tile_rows) {
   MoePlan p;
+  p.tile_rows = tile_rows;
   p.offsets = buffer;
   p.tile_start = buffer + (experts + 1);
   p.sorted = buffer + 2 * (experts + 1);
@@ -407,7 +427,8 @@ MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts) {
 
 cudaError_t LaunchMoePlan(const int32_t* ids, int64_t pairs, int experts, const MoePlan& plan,
                           cudaStream_t stream) {
-  if (experts < 1 || experts > kMoeMaxExperts || pairs < 0 || pairs > 0x3fffffff) {
+  if (experts < 1 || experts > kMoeMaxExperts || pairs < 0 || pairs > 0x3fffffff ||
+      !MoeGemmTileRowsValid(plan.tile_rows)) {
     return cudaErrorInvalidValue;
   }
   return LaunchPdl(MoePlanKernel, dim3(1), dim3(kPlanWarps * 32), 0, stream, ids,

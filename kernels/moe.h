@@ -22,15 +22,25 @@ namespace oasis::kernels {
 
 inline constexpr int kMoeMaxExperts = 1024;  // shared-memory tables of the plan and GEMV prologue
 inline constexpr int kMoeDimMultiple = 8;    // hidden and I: rows of 16-byte vectors
-// Batches of at most this many token-expert pairs take the grouped GEMV by default; larger ones
-// the permuted grouped GEMM. Measured on the H200 (bench_moe, 30B-A3B's experts: 128 x 8, I 768,
-// hidden 2048): 1 token GEMV 35 us vs GEMM 52 us; 8 tokens 191 vs 183; 64 tokens 882 vs 410 —
-// the GEMV re-reads a weight row per 8 tokens of a group, so it pays off only near one token per
-// touched expert.
+// Batches of at most this many token-expert pairs take the GEMV path by default (per-pair
+// gate/up + fused down-combine); larger ones the permuted grouped GEMM. Measured on the H200
+// (bench_moe, 30B-A3B's experts: 128 x 8, I 768, hidden 2048; 2026-12-04): 1 token 23 us
+// (per-pair GEMVs) vs 33 us (GEMM, 16-row tile); 8 tokens 121 vs 129; 16 tokens: grouped GEMV
+// 345 us vs GEMM 207 — the GEMVs re-read a weight row per pair (per 8 tokens of a group), so
+// they pay off only near one token per touched expert.
 inline constexpr int64_t kMoeGemvAutoPairs = 64;
 inline constexpr int64_t kMoeGemvMaxPairs = 1024;  // the GEMV prologue's pair list (4 KiB)
-// The grouped GEMM's row tile (rows of one expert per CTA tile).
-inline constexpr int kMoeGemmTileRows = 128;
+// The grouped GEMM's row tiles (rows of one expert per CTA tile): 128 for prefill-sized groups,
+// 16 / 32 / 64 for decode batches, where an expert has a few rows and the weights stream.
+inline constexpr int kMoeGemmTileRowChoices[] = {16, 32, 64, 128};
+inline constexpr int kMoeGemmTileRows = 128;  // the largest
+bool MoeGemmTileRowsValid(int tile_rows);
+// The tile for `pairs` pairs over `experts` experts: the smallest choice holding the mean rows
+// of a touched expert (pairs / min(experts, pairs)) times kMoeGemmTileRowsSlack, so a skewed
+// expert spills into a second tile rarely. OASIS_MOE_GEMM_TILE_ROWS (a valid choice) overrides it
+// (comparisons; the result does not depend on the tile).
+inline constexpr int kMoeGemmTileRowsSlack = 2;
+int MoeGemmTileRowsFor(int64_t pairs, int experts);
 
 // Whether the MoE kernels compute these sizes (hidden and I multiples of 8, 1 <= k <= E <=
 // kMoeMaxExperts).
@@ -69,8 +79,9 @@ cudaError_t LaunchMoeGemvDown(const __nv_bfloat16* h,     // [tokens * k, inter]
 // Gate/up for the fewest pairs (pairs <= kMoeGemvPairGateUpPairs by default): h exactly as
 // LaunchMoeGemvGateUp computes it (bit-identical), one CTA per (pair, block of 8 intermediate
 // rows), without the grouped kernel's expert-finding prologue; an expert chosen by several pairs
-// is read once per pair. The threshold is a guess until bench_moe's "gemvp" rows set it.
-inline constexpr int64_t kMoeGemvPairGateUpPairs = 16;
+// is read once per pair. bench_moe's "gemvp" rows against "gemvf" (grouped gate/up + fused
+// down): 1 token 23 vs 31 us, 8 tokens 121 vs 167 us (H200) — so every GEMV-path batch takes it.
+inline constexpr int64_t kMoeGemvPairGateUpPairs = kMoeGemvAutoPairs;
 inline bool MoeUsePairGateUp(int64_t tokens, int64_t k) {
   return tokens * k <= kMoeGemvPairGateUpPairs;
 }
@@ -103,17 +114,18 @@ cudaError_t LaunchMoeGemvDownCombine(const __nv_bfloat16* h,     // [tokens * k,
 
 // The permutation of the pairs by expert, a stable counting sort (one CTA): offsets[e] = first
 // permuted row of expert e (offsets[experts] = pairs), tile_start[e] = its first row tile of
-// kMoeGemmTileRows rows (tile_start[experts] = tiles), sorted[row] = pair, pos[pair] = row.
-// Pairs with an id outside [0, experts) get no row (pos = -1).
+// tile_rows rows (tile_start[experts] = tiles), sorted[row] = pair, pos[pair] = row.
+// Pairs with an id outside [0, experts) get no row (pos = -1). The GEMMs run the plan's tile.
 struct MoePlan {
-  int32_t* offsets = nullptr;     // [experts + 1]
-  int32_t* tile_start = nullptr;  // [experts + 1]
-  int32_t* sorted = nullptr;      // [pairs]
-  int32_t* pos = nullptr;         // [pairs]
+  int32_t* offsets = nullptr;        // [experts + 1]
+  int32_t* tile_start = nullptr;     // [experts + 1]
+  int32_t* sorted = nullptr;         // [pairs]
+  int32_t* pos = nullptr;            // [pairs]
+  int tile_rows = kMoeGemmTileRows;  // one of kMoeGemmTileRowChoices
 };
 // The int32 elements of a plan for `pairs` pairs (one buffer: offsets, tile_start, sorted, pos).
 inline int64_t MoePlanInts(int64_t pairs, int experts) { return 2 * (experts + 1) + 2 * pairs; }
-MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts);
+MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts, int tile_rows);
 cudaError_t LaunchMoePlan(const int32_t* ids,  // [pairs]
                           int64_t pairs, int experts, const MoePlan& plan, cudaStream_t stream);
 

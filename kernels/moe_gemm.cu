@@ -1,13 +1,18 @@
 // The MoE grouped GEMM (large batches): C[rows of expert e] = A[rows] · W_eᵀ over the permuted
 // rows of MoePlan, bf16 tensor cores (mma.sync m16n8k16, float accumulation).
 //
-// Tiles: 128 rows × 128 weight rows × 64 K, 8 warps (2 × 4, a warp 64 × 32), a 3-stage cp.async
-// pipeline through XOR-swizzled shared memory (16-byte chunk c of row r at c ^ (r & 7): ldmatrix
-// reads 8 rows of one chunk from 8 distinct bank groups). The grid's y dimension is an upper
-// bound of the row tiles, ceil(pairs / 128) + min(experts, pairs) (every expert adds at most one
-// partial tile); a CTA finds its expert by a binary search of the plan's tile_start on the device
-// and leaves when it is past the last tile. So no size goes back to the host and the launch is
-// graph-capturable.
+// Tiles: BM rows × 128 weight rows × 64 K, BM the plan's tile_rows (kMoeGemmTileRowChoices):
+// 128 rows take 8 warps (2 × 4, a warp 64 × 32) and a 3-stage pipeline, two CTAs per SM (the
+// prefill tile); 16, 32 and 64 rows take 4 warps (1 × 4, a warp BM × 32) and 4 stages — the
+// decode-batch tiles, where an expert has a few rows and a 128-row tile would spend most of its
+// tensor work on zero rows while the weights stream. cp.async through XOR-swizzled shared memory
+// (16-byte chunk c of row r at c ^ (r & 7): ldmatrix reads 8 rows of one chunk from 8 distinct
+// bank groups). Every tile size runs the same MMAs over K in the same order for an output
+// element, so the result does not depend on the tile (test_cuda_moe checks it bit for bit).
+// The grid's y dimension is an upper bound of the row tiles, ceil(pairs / BM) + min(experts,
+// pairs) (every expert adds at most one partial tile); a CTA finds its expert by a binary search
+// of the plan's tile_start on the device and leaves when it is past the last tile. So no size
+// goes back to the host and the launch is graph-capturable.
 //
 // Gate/up: the CTA covers 64 intermediate indices; each warp's 32 weight rows are 16 gate rows
 // and the 16 up rows of the same indices, so a thread holds the gate and up products of the same
@@ -22,15 +27,26 @@
 namespace oasis::kernels {
 namespace {
 
-constexpr int kBM = kMoeGemmTileRows;  // 128
 constexpr int kBN = 128;
 constexpr int kBK = 64;  // 8 chunks of 16 bytes: rows of 128 bytes
-constexpr int kStages = 3;
-constexpr int kThreads = 256;
-constexpr int kTileBytes = kBM * kBK * 2;  // A (and B: kBN == kBM) per stage
-constexpr int kStageBytes = 2 * kTileBytes;
-constexpr int kSmemBytes = kStages * kStageBytes;  // 96 KiB: two CTAs per SM
-static_assert(kBN == kBM, "A and B tiles share the load mapping");
+
+template <int BM>
+struct Tile {
+  static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128, "a tile of kMoeGemmTileRowChoices");
+  static constexpr int kWarpsM = BM == 128 ? 2 : 1;
+  static constexpr int kThreads = kWarpsM * 4 * 32;
+  static constexpr int kWarpRows = BM / kWarpsM;
+  static constexpr int kMI = kWarpRows / 16;  // 16-row MMA tiles per warp
+  static constexpr int kStages = BM == 128 ? 3 : 4;
+  static constexpr int kRowStep = kThreads / 8;   // tile rows one pass of the copies covers
+  static constexpr int kACopies = BM / kRowStep;  // 16-byte copies per thread and stage
+  static constexpr int kBCopies = kBN / kRowStep;
+  static constexpr int kATileBytes = BM * kBK * 2;
+  static constexpr int kStageBytes = kATileBytes + kBN * kBK * 2;
+  static constexpr int kSmemBytes = kStages * kStageBytes;  // 96, 96, 80, 72 KiB
+  static constexpr int kMinBlocks = BM == 16 ? 3 : 2;
+  static_assert(kACopies >= 1, "every thread copies A");
+};
 
 struct GemmArgs {
   const bf16* a;          // gate/up: x [tokens, K]; down: hp [pairs, K] (permuted rows)
@@ -49,8 +65,10 @@ __device__ __forceinline__ uint32_t Swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * (kBK * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-template <bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 2) MoeGemmKernel(GemmArgs args) {
+template <bool kGateUp, int BM>
+__global__ void __launch_bounds__(Tile<BM>::kThreads, Tile<BM>::kMinBlocks)
+    MoeGemmKernel(GemmArgs args) {
+  using T = Tile<BM>;
   extern __shared__ __align__(128) char gemm_smem[];
   GridDependencyWait();
   const int mt = blockIdx.y;
@@ -66,26 +84,30 @@ __global__ void __launch_bounds__(kThreads, 2) MoeGemmKernel(GemmArgs args) {
     }
   }
   const int e = lo;
-  const int row_begin = args.offsets[e] + (mt - ts[e]) * kBM;
-  const int rows = min(kBM, args.offsets[e + 1] - row_begin);
+  const int row_begin = args.offsets[e] + (mt - ts[e]) * BM;
+  const int rows = min(BM, args.offsets[e + 1] - row_begin);
   const int64_t K = args.K, n_out = args.n_out;
   const int64_t w_rows = kGateUp ? 2 * n_out : n_out;
   const int64_t n_base = int64_t{blockIdx.x} * (kGateUp ? kBN / 2 : kBN);
 
-  // This thread's copies: chunk `chunk` of rows r0 + 32 i of the A and B tiles.
+  // This thread's copies: chunk `chunk` of rows r0 + kRowStep i of the A and B tiles.
   const int tid = threadIdx.x, chunk = tid & 7, r0 = tid >> 3;
-  const bf16* a_src[4];
-  const bf16* b_src[4];
-  bool a_ok[4], b_ok[4];
+  const bf16* a_src[T::kACopies];
+  const bf16* b_src[T::kBCopies];
+  bool a_ok[T::kACopies], b_ok[T::kBCopies];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int r = r0 + 32 * i;
+  for (int i = 0; i < T::kACopies; ++i) {
+    const int r = r0 + T::kRowStep * i;
     a_ok[i] = r < rows;
     if constexpr (kGateUp) {
       a_src[i] = a_ok[i] ? args.a + int64_t{args.sorted[row_begin + r] / args.top_k} * K : args.a;
     } else {
       a_src[i] = a_ok[i] ? args.a + int64_t{row_begin + r} * K : args.a;
     }
+  }
+#pragma unroll
+  for (int i = 0; i < T::kBCopies; ++i) {
+    const int r = r0 + T::kRowStep * i;
     int64_t wrow;
     if constexpr (kGateUp) {
       const int64_t idx = n_base + (r >> 5) * 16 + (r & 15);  // the intermediate index
@@ -99,46 +121,50 @@ __global__ void __launch_bounds__(kThreads, 2) MoeGemmKernel(GemmArgs args) {
   }
   const uint32_t smem0 = SmemAddr(gemm_smem);
   auto load_stage = [&](int stage, int kt) {
-    const uint32_t sa = smem0 + stage * kStageBytes, sb = sa + kTileBytes;
+    const uint32_t sa = smem0 + stage * T::kStageBytes, sb = sa + T::kATileBytes;
     const int64_t kcol = int64_t{kt} * kBK + chunk * 8;
     const bool k_ok = kcol < K;
     const int64_t kc = k_ok ? kcol : 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t off = Swizzled(r0 + 32 * i, chunk);
-      CpAsync16(sa + off, a_src[i] + kc, a_ok[i] && k_ok ? 16 : 0);
-      CpAsync16(sb + off, b_src[i] + kc, b_ok[i] && k_ok ? 16 : 0);
+    for (int i = 0; i < T::kBCopies; ++i) {  // the weights first: they are what streams
+      CpAsync16(sb + Swizzled(r0 + T::kRowStep * i, chunk), b_src[i] + kc,
+                b_ok[i] && k_ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < T::kACopies; ++i) {
+      CpAsync16(sa + Swizzled(r0 + T::kRowStep * i, chunk), a_src[i] + kc,
+                a_ok[i] && k_ok ? 16 : 0);
     }
   };
 
   const int k_tiles = static_cast<int>((K + kBK - 1) / kBK);
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < T::kStages - 1; ++s) {
     if (s < k_tiles) load_stage(s, s);
     CpAsyncCommit();
   }
   const int warp = tid >> 5, lane = tid & 31, wm = warp >> 2, wn = warp & 3;
-  float acc[4][4][4];
+  float acc[T::kMI][4][4];
 #pragma unroll
-  for (int mi = 0; mi < 4; ++mi)
+  for (int mi = 0; mi < T::kMI; ++mi)
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
 
   for (int kt = 0; kt < k_tiles; ++kt) {
-    CpAsyncWait<kStages - 2>();  // k-tile kt has landed (for this thread) ...
-    __syncthreads();             // ... for every thread; stage (kt - 1) % kStages is free
-    const int next = kt + kStages - 1;
-    if (next < k_tiles) load_stage(next % kStages, next);
+    CpAsyncWait<T::kStages - 2>();  // k-tile kt has landed (for this thread) ...
+    __syncthreads();                // ... for every thread; stage (kt - 1) % kStages is free
+    const int next = kt + T::kStages - 1;
+    if (next < k_tiles) load_stage(next % T::kStages, next);
     CpAsyncCommit();
-    const uint32_t sa = smem0 + (kt % kStages) * kStageBytes, sb = sa + kTileBytes;
+    const uint32_t sa = smem0 + (kt % T::kStages) * T::kStageBytes, sb = sa + T::kATileBytes;
 #pragma unroll
     for (int ks = 0; ks < kBK / 16; ++ks) {
-      uint32_t af[4][4], bfr[2][4];
+      uint32_t af[T::kMI][4], bfr[2][4];
 #pragma unroll
-      for (int mi = 0; mi < 4; ++mi) {
-        const int row = wm * 64 + mi * 16 + (lane & 15);
+      for (int mi = 0; mi < T::kMI; ++mi) {
+        const int row = wm * T::kWarpRows + mi * 16 + (lane & 15);
         Ldmatrix4(sa + Swizzled(row, ks * 2 + (lane >> 4)), af[mi]);
       }
 #pragma unroll
@@ -147,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 2) MoeGemmKernel(GemmArgs args) {
         Ldmatrix4(sb + Swizzled(row, ks * 2 + ((lane >> 3) & 1)), bfr[nj]);
       }
 #pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
+      for (int mi = 0; mi < T::kMI; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
           Mma(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2], bfr[ni >> 1][(ni & 1) * 2 + 1]);
@@ -161,10 +187,10 @@ __global__ void __launch_bounds__(kThreads, 2) MoeGemmKernel(GemmArgs args) {
   // of each 8-column tile.
   const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
-  for (int mi = 0; mi < 4; ++mi)
+  for (int mi = 0; mi < T::kMI; ++mi)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int r = wm * 64 + mi * 16 + g + half * 8;
+      const int r = wm * T::kWarpRows + mi * 16 + g + half * 8;
       if (r >= rows) continue;
       bf16* out_row = args.out + int64_t{row_begin + r} * n_out;
       if constexpr (kGateUp) {
@@ -191,22 +217,40 @@ __global__ void __launch_bounds__(kThreads, 2) MoeGemmKernel(GemmArgs args) {
     }
 }
 
-template <bool kGateUp>
-cudaError_t Launch(const GemmArgs& args, int64_t pairs, cudaStream_t stream) {
-  if (pairs == 0) return cudaSuccess;
-  const int64_t hidden = kGateUp ? args.K : args.n_out, inter = kGateUp ? args.n_out : args.K;
-  if (!MoeSupported(hidden, inter, args.experts, 1)) return cudaErrorInvalidValue;
-  const int64_t tile_bound = (pairs + kBM - 1) / kBM + std::min<int64_t>(args.experts, pairs);
+template <bool kGateUp, int BM>
+cudaError_t LaunchTile(const GemmArgs& args, int64_t pairs, cudaStream_t stream) {
+  using T = Tile<BM>;
+  const int64_t tile_bound = (pairs + BM - 1) / BM + std::min<int64_t>(args.experts, pairs);
   if (tile_bound > 65535) return cudaErrorInvalidValue;
   static std::once_flag once;
   static cudaError_t attr = cudaSuccess;
   std::call_once(once, [] {
-    attr = cudaFuncSetAttribute(MoeGemmKernel<kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                kSmemBytes);
+    attr = cudaFuncSetAttribute(MoeGemmKernel<kGateUp, BM>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
   });
   if (attr != cudaSuccess) return attr;
   const dim3 grid(CeilDiv(args.n_out, kGateUp ? kBN / 2 : kBN), static_cast<unsigned>(tile_bound));
-  return LaunchPdl(MoeGemmKernel<kGateUp>, grid, dim3(kThreads), kSmemBytes, stream, args);
+  return LaunchPdl(MoeGemmKernel<kGateUp, BM>, grid, dim3(T::kThreads), T::kSmemBytes, stream,
+                   args);
+}
+
+template <bool kGateUp>
+cudaError_t Launch(const GemmArgs& args, int tile_rows, int64_t pairs, cudaStream_t stream) {
+  if (pairs == 0) return cudaSuccess;
+  const int64_t hidden = kGateUp ? args.K : args.n_out, inter = kGateUp ? args.n_out : args.K;
+  if (!MoeSupported(hidden, inter, args.experts, 1)) return cudaErrorInvalidValue;
+  switch (tile_rows) {
+    case 16:
+      return LaunchTile<kGateUp, 16>(args, pairs, stream);
+    case 32:
+      return LaunchTile<kGateUp, 32>(args, pairs, stream);
+    case 64:
+      return LaunchTile<kGateUp, 64>(args, pairs, stream);
+    case 128:
+      return LaunchTile<kGateUp, 128>(args, pairs, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace
@@ -225,7 +269,7 @@ cudaError_t LaunchMoeGemmGateUp(const bf16* x, const MoePlan& plan, int k, const
   a.K = hidden;
   a.n_out = inter;
   a.experts = experts;
-  return Launch<true>(a, pairs, stream);
+  return Launch<true>(a, plan.tile_rows, pairs, stream);
 }
 
 cudaError_t LaunchMoeGemmDown(const bf16* hp, const MoePlan& plan, const bf16* down, bf16* yp,
@@ -242,7 +286,7 @@ cudaError_t LaunchMoeGemmDown(const bf16* hp, const MoePlan& plan, const bf16* d
   a.K = inter;
   a.n_out = hidden;
   a.experts = experts;
-  return Launch<false>(a, pairs, stream);
+  return Launch<false>(a, plan.tile_rows, pairs, stream);
 }
 
 }  // namespace oasis::kernels

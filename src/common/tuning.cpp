@@ -56,6 +56,10 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
   if (const char* v = env("OASIS_GEMV_NORM_CTAS_PER_SM"); v != nullptr && std::atoi(v) >= 1) {
     t.gemv_norm_ctas_per_sm = std::atoi(v);
   }
+  if (const char* v = env("OASIS_MOE_GEMM_TILE_ROWS"); v != nullptr) {
+    const int rows = std::atoi(v);
+    if (rows == 16 || rows == 32 || rows == 64 || rows == 128) t.moe_gemm_tile_rows = rows;
+  }
   ParseGather(env, t);
   return t;
 }

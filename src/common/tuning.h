@@ -50,6 +50,9 @@ struct Tuning {
   // than this take the 8-feature × 128-thread configuration: the 4 × 256 one loads a single
   // 16-byte vector per feature and thread below 4,096 (no K-steps in flight).
   int64_t gemv_narrow_below = 4096;
+  // OASIS_MOE_GEMM_TILE_ROWS (16, 32, 64 or 128; else 0: chosen by the rows per touched expert,
+  // kernels::MoeGemmTileRowsFor). The MoE grouped GEMM's row tile, for comparisons.
+  int moe_gemm_tile_rows = 0;
   // OASIS_GATHER_CTAS (1 to 1024). CTAs of the UVA gather.
   int gather_ctas = kDefaultGatherCtas;
   // OASIS_GATHER_KERNEL (tma or registers). The UVA gather's kernel.

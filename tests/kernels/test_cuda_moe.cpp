@@ -14,8 +14,10 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <random>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/tuning.h"
 #include "engine/generator.h"
 #include "gpu_test_util.h"
 #include "kernels/moe.h"
@@ -304,6 +306,78 @@ TEST_CASE("MoeExperts matches the CPU on both paths at every batch size", "[gpu]
   }
 }
 
+TEST_CASE("The MoE grouped GEMM's row tile: the choice, and the same bits with every tile",
+          "[gpu][moe]") {
+  // The rule: the smallest tile holding twice the mean rows of a touched expert.
+  CHECK(kernels::MoeGemmTileRowsFor(8, 128) == 16);     // batch 1 at k 8
+  CHECK(kernels::MoeGemmTileRowsFor(512, 128) == 16);   // batch 64: 4 rows an expert
+  CHECK(kernels::MoeGemmTileRowsFor(1024, 128) == 16);  // 8 rows
+  CHECK(kernels::MoeGemmTileRowsFor(1032, 128) == 32);  // 9 rows (rounded up)
+  CHECK(kernels::MoeGemmTileRowsFor(4096, 128) == 64);  // 32 rows
+  CHECK(kernels::MoeGemmTileRowsFor(4097, 128) == 128);
+  CHECK(kernels::MoeGemmTileRowsFor(65536, 128) == 128);  // prefill 8K
+  CHECK(kernels::MoeGemmTileRowsFor(3, 128) == 16);       // fewer pairs than experts
+  CHECK(kernels::MoeGemmTileRowsFor(1 << 20, 8) == 128);
+  for (int bad : {0, 8, 48, 256}) CHECK_FALSE(kernels::MoeGemmTileRowsValid(bad));
+  {
+    const Tuning saved = GetTuning();
+    Tuning forced = saved;
+    forced.moe_gemm_tile_rows = 32;
+    SetTuningForTesting(forced);
+    CHECK(kernels::MoeGemmTileRowsFor(65536, 128) == 32);
+    SetTuningForTesting(saved);
+  }
+  auto gpu = MakeBackend();
+  uint64_t seed = Seed() * 47 + 5;
+  const Shape shapes[] = {{8, 2, 32, 64}, {32, 4, 40, 72}, {128, 8, 768, 2048}};
+  for (const Shape& s : shapes) {
+    const int64_t E = s.experts, k = s.k, I = s.inter, H = s.hidden;
+    Tensor gate_up =
+        UploadBf16(*gpu, FastRandom({E, 2 * I, H}, ++seed, 1.7f / std::sqrt(float(H))));
+    Tensor down = UploadBf16(*gpu, FastRandom({E, H, I}, ++seed, 1.7f / std::sqrt(float(I))));
+    for (int64_t tokens : {1, 5, 64, 300}) {
+      for (bool skewed : {false, true}) {  // skewed: every token picks experts 0..k-1
+        std::mt19937 rng(static_cast<uint32_t>(++seed));
+        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+        std::vector<float> w(ids.size());
+        std::vector<int32_t> perm(static_cast<size_t>(E));
+        for (int64_t t = 0; t < tokens; ++t) {
+          std::iota(perm.begin(), perm.end(), 0);
+          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
+          for (int64_t j = 0; j < k; ++j) {
+            ids[t * k + j] = perm[j];
+            w[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
+          }
+        }
+        Tensor d_x = UploadBf16(*gpu, FastRandom({tokens, H}, ++seed, 1.0f));
+        Tensor d_ids = gpu->Upload(HostInts({tokens, k}, ids));
+        Tensor d_w = gpu->Upload(Tensor::FromFloats(w, {tokens, k}));
+        gpu->set_moe_path(CudaBackend::MoePath::kGemm);
+        const Tuning saved = GetTuning();
+        Tensor first;
+        for (int tile : kernels::kMoeGemmTileRowChoices) {
+          INFO("E " << E << " k " << k << " I " << I << " H " << H << " T " << tokens
+                    << (skewed ? " skewed" : "") << " tile " << tile);
+          Tuning forced = saved;
+          forced.moe_gemm_tile_rows = tile;
+          SetTuningForTesting(forced);
+          Tensor out = PoisonedBf16(*gpu, {tokens, H});
+          gpu->MoeExperts(d_x, d_ids, d_w, gate_up, down, out);
+          Tensor got = DownloadF32(*gpu, out);
+          if (tile == kernels::kMoeGemmTileRowChoices[0]) {
+            for (int64_t i = 0; i < got.numel(); ++i) REQUIRE(std::isfinite(got.data<float>()[i]));
+            first = std::move(got);
+          } else {
+            ExpectIdentical(got, first);
+          }
+        }
+        SetTuningForTesting(saved);
+        gpu->set_moe_path(CudaBackend::MoePath::kAuto);
+      }
+    }
+  }
+}
+
 TEST_CASE("MoE routing and experts captured in a CUDA graph equal eager execution",
           "[gpu][moe][graphs]") {
   auto gpu = MakeBackend();
@@ -371,8 +445,8 @@ TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit f
   auto gpu = MakeBackend();
   CpuBackend cpu;
   uint64_t seed = Seed() * 53 + 6;
-  const Shape shapes[] = {{8, 2, 32, 64},       {32, 4, 40, 72},    {24, 24, 16, 64},
-                          {128, 8, 384, 2048},  {128, 8, 768, 2048}, {60, 1, 1544, 264},
+  const Shape shapes[] = {{8, 2, 32, 64},      {32, 4, 40, 72},     {24, 24, 16, 64},
+                          {128, 8, 384, 2048}, {128, 8, 768, 2048}, {60, 1, 1544, 264},
                           {16, 8, 1536, 4096}, {16, 3, 24, 8}};  // 235B-A22B's I and hidden
   for (const Shape& s : shapes) {
     const int64_t E = s.experts, k = s.k, I = s.inter, H = s.hidden;
@@ -408,11 +482,11 @@ TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit f
         const auto* ip = static_cast<const int32_t*>(d_ids.raw());
         const auto* wp = static_cast<const float*>(d_w.raw());
         const int ke = static_cast<int>(k), ee = static_cast<int>(E);
-        REQUIRE(kernels::LaunchMoeGemvDown(hp, ip, dp, static_cast<float*>(y.raw()), tokens, ke,
-                                           ee, H, I, gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeGemvDown(hp, ip, dp, static_cast<float*>(y.raw()), tokens, ke, ee,
+                                           H, I, gpu->stream()) == cudaSuccess);
         REQUIRE(kernels::LaunchMoeCombineF32(static_cast<const float*>(y.raw()), nullptr, wp,
-                                             static_cast<__nv_bfloat16*>(want.raw()), tokens, ke,
-                                             H, gpu->stream()) == cudaSuccess);
+                                             static_cast<__nv_bfloat16*>(want.raw()), tokens, ke, H,
+                                             gpu->stream()) == cudaSuccess);
         REQUIRE(kernels::LaunchMoeGemvDownCombine(hp, ip, wp, dp,
                                                   static_cast<__nv_bfloat16*>(got.raw()), tokens,
                                                   ke, ee, H, I, gpu->stream()) == cudaSuccess);
@@ -453,7 +527,8 @@ TEST_CASE("MoE gate/up per pair equals the grouped gate/up GEMV bit for bit", "[
                           {16, 3, 24, 8},      {8, 2, 16, 1000}};
   for (const Shape& s : shapes) {
     const int64_t E = s.experts, k = s.k, I = s.inter, H = s.hidden;
-    Tensor d_gate_up = UploadBf16(*gpu, FastRandom({E, 2 * I, H}, ++seed, 1.7f / std::sqrt(float(H))));
+    Tensor d_gate_up =
+        UploadBf16(*gpu, FastRandom({E, 2 * I, H}, ++seed, 1.7f / std::sqrt(float(H))));
     for (int64_t tokens : {1, 2, 3, 8, 64, 128}) {
       if (tokens * k > kernels::kMoeGemvMaxPairs) continue;
       for (bool skewed : {false, true}) {
@@ -470,24 +545,24 @@ TEST_CASE("MoE gate/up per pair equals the grouped gate/up GEMV bit for bit", "[
                   << (skewed ? " skewed" : ""));
         Tensor d_ids = gpu->Upload(HostInts({tokens, k}, ids));
         Tensor x = UploadBf16(*gpu, FastRandom({tokens, H}, ++seed, 1.0f));
-        Tensor want = PoisonedBf16(*gpu, {tokens * k, I}), got = PoisonedBf16(*gpu, {tokens * k, I});
+        Tensor want = PoisonedBf16(*gpu, {tokens * k, I}),
+               got = PoisonedBf16(*gpu, {tokens * k, I});
         const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
         const auto* gp = static_cast<const __nv_bfloat16*>(d_gate_up.raw());
         const auto* ip = static_cast<const int32_t*>(d_ids.raw());
         REQUIRE(kernels::LaunchMoeGemvGateUp(xp, ip, gp, static_cast<__nv_bfloat16*>(want.raw()),
-                                             tokens, static_cast<int>(k), static_cast<int>(E), H,
-                                             I, gpu->stream()) == cudaSuccess);
-        REQUIRE(kernels::LaunchMoeGemvGateUpPairs(xp, ip, gp, static_cast<__nv_bfloat16*>(got.raw()),
-                                                  tokens, static_cast<int>(k), static_cast<int>(E),
-                                                  H, I, gpu->stream()) == cudaSuccess);
+                                             tokens, static_cast<int>(k), static_cast<int>(E), H, I,
+                                             gpu->stream()) == cudaSuccess);
+        REQUIRE(kernels::LaunchMoeGemvGateUpPairs(
+                    xp, ip, gp, static_cast<__nv_bfloat16*>(got.raw()), tokens, static_cast<int>(k),
+                    static_cast<int>(E), H, I, gpu->stream()) == cudaSuccess);
         ExpectIdentical(gpu->Download(got), gpu->Download(want));  // poison included
       }
     }
   }
 }
 
-TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit",
-          "[gpu][moe]") {
+TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit", "[gpu][moe]") {
   // DecoderLM's MoE layers fold the residual add into the post-attention norm (one kernel,
   // residual updated in place); the sum's and the norm's bf16 roundings must not change.
   auto gpu = MakeBackend();
@@ -500,7 +575,8 @@ TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit"
       Tensor weight = UploadBf16(*gpu, FastRandom({hidden}, ++seed, 1.0f));
       Tensor res_a = gpu->Upload(res), res_b = gpu->Upload(res);
       Tensor sum = PoisonedBf16(*gpu, {tokens, hidden});
-      Tensor want = PoisonedBf16(*gpu, {tokens, hidden}), got = PoisonedBf16(*gpu, {tokens, hidden});
+      Tensor want = PoisonedBf16(*gpu, {tokens, hidden}),
+             got = PoisonedBf16(*gpu, {tokens, hidden});
       gpu->Add(x, res_a, sum);
       gpu->RmsNorm(sum, weight, 1e-6f, want);
       gpu->AddRmsNorm(x, res_b, weight, 1e-6f, got);
@@ -548,7 +624,8 @@ void CheckSameGreedy(const GenerationResult& a, const GenerationResult& b) {
     CHECK(d < 0.3f);
     if (d >= 5e-2f) ++flipped;
   }
-  if (flipped > 0) WARN(flipped << " of " << same << " positions differ by >= 5e-2 (a router flip)");
+  if (flipped > 0)
+    WARN(flipped << " of " << same << " positions differ by >= 5e-2 (a router flip)");
   CHECK(flipped <= std::max<size_t>(2, same / 8));
   if (same < a.tokens.size()) {
     WARN("greedy runs diverge at step " << same);
@@ -594,7 +671,8 @@ TEST_CASE("Qwen3-MoE fixtures on CUDA: logits within bf16 tolerance of transform
         // over the prompt (worst position 0.82, median 0.023) and a greedy flip at a token
         // margin of 5.4 — reported, not failed (its routing, not its arithmetic).
         const bool top1 = config->num_experts_per_tok == 1;
-        const int64_t vocab = config->vocab_size, positions = static_cast<int64_t>(want.size()) / vocab;
+        const int64_t vocab = config->vocab_size,
+                      positions = static_cast<int64_t>(want.size()) / vocab;
         double num = 0, den = 0;
         std::vector<double> per_position;
         for (int64_t p = 0; p < positions; ++p) {
@@ -611,8 +689,9 @@ TEST_CASE("Qwen3-MoE fixtures on CUDA: logits within bf16 tolerance of transform
         }
         std::sort(per_position.begin(), per_position.end());
         const double median = per_position[per_position.size() / 2];
-        INFO("normalized error vs transformers (f32) " << std::sqrt(num / den) << ", median position "
-                                                        << median << ", worst " << per_position.back());
+        INFO("normalized error vs transformers (f32) "
+             << std::sqrt(num / den) << ", median position " << median << ", worst "
+             << per_position.back());
         CHECK(median < 3e-2);
         if (!top1) {
           CHECK(std::sqrt(num / den) < 6e-2);

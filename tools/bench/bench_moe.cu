@@ -10,6 +10,7 @@
 //    "gemvf" above; these rows set that threshold and kMoeFusedDownPairs); for T <= 8 the
 //    routing, router GEMV (cuBLAS above 4 rows) + top-k ("route"), on the router's bytes
 //    (E x hidden bf16);
+//  - the GEMM path with the backend's row tile ("gemm") and with each tile ("g16" ... "g128");
 //  - for large T, a cuBLAS peer: one cublasGemmEx per expert on rows already grouped by expert
 //    (sizes known on the host, no permutation or combine: an optimistic bound of a cuBLAS path).
 // Prints measured, ceiling and ratio per row and a final RESULT line (tools/gpu_suite.sh).
@@ -166,7 +167,8 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "%sT=%lld %s %.1f us (%.2f roof, %.2f peak)",
                     result.empty() ? "" : "; ", (long long)T, path, ms * 1e3, tbs / kReadTBs,
                     tf / kPeakTflops);
-      if (T == 1 || T == 64 || T == 8192) result += buf;
+      const bool tile_row = path[0] == 'g' && path[1] >= '0' && path[1] <= '9';  // "g16" ...
+      if ((T == 1 || T == 64 || T == 8192) && !tile_row) result += buf;
     };
     if (pairs <= k::kMoeGemvMaxPairs) {
       report("gemv",
@@ -224,16 +226,25 @@ int main(int argc, char** argv) {
                        },
                        static_cast<int>(iters), stream));
     }
-    const k::MoePlan plan = k::MoePlanIn(plan_buf, pairs, E);
-    report("gemm",
-           TimeMs(
-               [&] {
-                 CHECK_CUDA(k::LaunchMoePlan(ids, pairs, E, plan, stream));
-                 CHECK_CUDA(k::LaunchMoeGemmGateUp(x, plan, K, gate_up, h, pairs, E, H, I, stream));
-                 CHECK_CUDA(k::LaunchMoeGemmDown(h, plan, down, y16, pairs, E, H, I, stream));
-                 CHECK_CUDA(k::LaunchMoeCombineBf16(y16, plan.pos, weights, out, T, K, H, stream));
-               },
-               static_cast<int>(iters), stream));
+    // The permuted GEMM path with the row tile the backend chooses ("gemm"), then every tile
+    // ("g16" ... "g128": they set kernels::MoeGemmTileRowsFor).
+    const int auto_tile = k::MoeGemmTileRowsFor(pairs, static_cast<int>(E));
+    for (int tile : {0, 16, 32, 64, 128}) {
+      const k::MoePlan plan = k::MoePlanIn(plan_buf, pairs, E, tile == 0 ? auto_tile : tile);
+      char name[16];
+      std::snprintf(name, sizeof name, tile == 0 ? "gemm" : "g%d", tile);
+      report(
+          name,
+          TimeMs(
+              [&] {
+                CHECK_CUDA(k::LaunchMoePlan(ids, pairs, E, plan, stream));
+                CHECK_CUDA(k::LaunchMoeGemmGateUp(x, plan, K, gate_up, h, pairs, E, H, I, stream));
+                CHECK_CUDA(k::LaunchMoeGemmDown(h, plan, down, y16, pairs, E, H, I, stream));
+                CHECK_CUDA(k::LaunchMoeCombineBf16(y16, plan.pos, weights, out, T, K, H, stream));
+              },
+              static_cast<int>(iters), stream));
+      if (tile == 0) std::printf("        (gemm: tile rows %d)\n", auto_tile);
+    }
     if (T >= 512) {  // the cuBLAS peer: per-expert GEMMs on pre-grouped rows
       std::vector<int64_t> count(E, 0);
       for (int32_t e : hid) ++count[e];

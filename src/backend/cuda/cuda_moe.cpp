@@ -130,7 +130,8 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
     return;
   }
   Tensor plan_buf = Empty({kernels::MoePlanInts(pairs, e)}, DType::kI32);
-  const kernels::MoePlan plan = kernels::MoePlanIn(Ptr<int32_t>(plan_buf), pairs, e);
+  const kernels::MoePlan plan =
+      kernels::MoePlanIn(Ptr<int32_t>(plan_buf), pairs, e, kernels::MoeGemmTileRowsFor(pairs, e));
   OASIS_CUDA_CHECK(kernels::LaunchMoePlan(Ptr<int32_t>(expert_ids), pairs, e, plan, stream()));
   Tensor hp = Empty({pairs, inter}, DType::kBF16);
   OASIS_CUDA_CHECK(kernels::LaunchMoeGemmGateUp(Ptr(x), plan, kk, Ptr(gate_up), Ptr(hp), pairs, e,

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -53,6 +54,13 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "1"}}).gemv_narrow_below == 1);
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "8192"}}).gemv_narrow_below == 8192);
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "0"}}).gemv_narrow_below == 4096);
+  CHECK(Parse({}).moe_gemm_tile_rows == 0);
+  for (const char* rows : {"16", "32", "64", "128"}) {
+    CHECK(Parse({{"OASIS_MOE_GEMM_TILE_ROWS", rows}}).moe_gemm_tile_rows == std::atoi(rows));
+  }
+  for (const char* bad : {"0", "8", "48", "256", "-16", "x", ""}) {
+    CHECK(Parse({{"OASIS_MOE_GEMM_TILE_ROWS", bad}}).moe_gemm_tile_rows == 0);
+  }
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "-5"}}).gemv_narrow_below == 4096);
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "x"}}).gemv_narrow_below == 4096);
   const Tuning g = Parse({{"OASIS_GATHER_CTAS", "32"}, {"OASIS_GATHER_KERNEL", "registers"}});

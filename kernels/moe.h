@@ -41,6 +41,9 @@ bool MoeGemmTileRowsValid(int tile_rows);
 // (comparisons; the result does not depend on the tile).
 inline constexpr int kMoeGemmTileRowsSlack = 2;
 int MoeGemmTileRowsFor(int64_t pairs, int experts);
+// Whether the 128-row tile runs the sm_90a wgmma kernel (an sm_90 device, OASIS_MOE_GEMM_WGMMA
+// not "0") rather than mma.sync.
+bool MoeGemmWgmma();
 
 // Whether the MoE kernels compute these sizes (hidden and I multiples of 8, 1 <= k <= E <=
 // kMoeMaxExperts).

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "kernels/attention_prefill.h"
 #include "kernels/moe.h"
 #include "kernels/moe_common.cuh"
 
@@ -234,6 +235,170 @@ cudaError_t LaunchTile(const GemmArgs& args, int64_t pairs, cudaStream_t stream)
                    args);
 }
 
+// ---- the sm_90a prefill tile: 128 rows × 128 weight rows through wgmma
+// --------------------------- The same copies, swizzle and edge handling as MoeGemmKernel<128> (the
+// XOR swizzle over 128-byte rows in 1024-byte groups of 8 rows is wgmma's canonical
+// 128-byte-swizzle K-major layout, so the tiles need a 1024-byte aligned base and nothing else);
+// the two warpgroups each run m64n128k16 wgmma over their 64 rows, A and B from shared memory. A
+// k-tile's wgmmas complete before the next barrier, so the stage the copies refill after it is
+// free. Gate/up interleaves the weight rows by 8 (rows 16 m .. 16 m + 7: gate of indices 8 m .. 8 m
+// + 7, the next 8: their up rows), so a thread's accumulator columns j (even, gate) and j + 1 (up)
+// hold the same (row, index). The float sums differ from the mma.sync tiles' only in accumulation
+// order.
+constexpr int kWgStages = 3;
+constexpr int kWgThreads = 256;
+constexpr int kWgTileBytes = 128 * kBK * 2;  // A or B, 16 KiB
+constexpr int kWgStageBytes = 2 * kWgTileBytes;
+constexpr int kWgSmemBytes = 1024 + kWgStages * kWgStageBytes;  // + run-time 1024-byte alignment
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kWgThreads, 2) MoeGemmWgmmaKernel(GemmArgs args) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = 128;
+  extern __shared__ unsigned char wg_smem[];
+  GridDependencyWait();
+  const int mt = blockIdx.y;
+  const int32_t* ts = args.tile_start;
+  if (mt >= ts[args.experts]) return;
+  int lo = 0, hi = args.experts;  // ts[lo] <= mt < ts[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (ts[mid] <= mt) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int e = lo;
+  const int row_begin = args.offsets[e] + (mt - ts[e]) * BM;
+  const int rows = min(BM, args.offsets[e + 1] - row_begin);
+  const int64_t K = args.K, n_out = args.n_out;
+  const int64_t w_rows = kGateUp ? 2 * n_out : n_out;
+  const int64_t n_base = int64_t{blockIdx.x} * (kGateUp ? kBN / 2 : kBN);
+
+  const int tid = threadIdx.x, chunk = tid & 7, r0 = tid >> 3;  // rows r0 + 32 i
+  const bf16* a_src[4];
+  const bf16* b_src[4];
+  bool a_ok[4], b_ok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = r0 + 32 * i;
+    a_ok[i] = r < rows;
+    if constexpr (kGateUp) {
+      a_src[i] = a_ok[i] ? args.a + int64_t{args.sorted[row_begin + r] / args.top_k} * K : args.a;
+    } else {
+      a_src[i] = a_ok[i] ? args.a + int64_t{row_begin + r} * K : args.a;
+    }
+    int64_t wrow;
+    if constexpr (kGateUp) {
+      const int64_t idx = n_base + (r >> 4) * 8 + (r & 7);  // the intermediate index
+      b_ok[i] = idx < n_out;
+      wrow = (r & 15) < 8 ? idx : n_out + idx;
+    } else {
+      wrow = n_base + r;
+      b_ok[i] = wrow < n_out;
+    }
+    b_src[i] = args.w + (int64_t{e} * w_rows + (b_ok[i] ? wrow : 0)) * K;
+  }
+  const uint32_t smem0 = (SmemAddr(wg_smem) + 1023) & ~1023u;
+  auto load_stage = [&](int stage, int kt) {
+    const uint32_t sa = smem0 + stage * kWgStageBytes, sb = sa + kWgTileBytes;
+    const int64_t kcol = int64_t{kt} * kBK + chunk * 8;
+    const bool k_ok = kcol < K;
+    const int64_t kc = k_ok ? kcol : 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t off = Swizzled(r0 + 32 * i, chunk);
+      CpAsync16(sb + off, b_src[i] + kc, b_ok[i] && k_ok ? 16 : 0);
+      CpAsync16(sa + off, a_src[i] + kc, a_ok[i] && k_ok ? 16 : 0);
+    }
+  };
+
+  const int k_tiles = static_cast<int>((K + kBK - 1) / kBK);
+#pragma unroll
+  for (int s = 0; s < kWgStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s);
+    CpAsyncCommit();
+  }
+  const int wg = tid >> 7;
+  const uint64_t a_desc = MakeDesc(smem0 + wg * 64 * 128, 16, 1024);
+  const uint64_t b_desc = MakeDesc(smem0 + kWgTileBytes, 16, 1024);
+  float d[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    CpAsyncWait<kWgStages - 2>();  // k-tile kt has landed (for this thread) ...
+    FenceProxyAsync();             // ... is visible to the async proxy (wgmma) ...
+    __syncthreads();               // ... for every thread; k-tile kt - 1's wgmmas are complete
+    const int next = kt + kWgStages - 1;
+    if (next < k_tiles) load_stage(next % kWgStages, next);
+    CpAsyncCommit();
+    const uint32_t so = (kt % kWgStages) * kWgStageBytes;
+    FenceRegs(d);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      WgmmaSS_N128(d, DescAt(a_desc, so + kk * 32), DescAt(b_desc, so + kk * 32), 1);
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    FenceRegs(d);
+  }
+  CpAsyncWait<0>();
+  AllowDependentLaunch();
+
+  // Epilogue: d[4 j + c] of thread (warp w of the warpgroup, lane g·4 + tq) is row
+  // 16 w + g (+ 8 for c >= 2), column 8 j + 2 tq (+ 1 for odd c).
+  const int lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int wrow0 = wg * 64 + ((tid >> 5) & 3) * 16 + g;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = wrow0 + half * 8;
+    if (r >= rows) continue;
+    bf16* out_row = args.out + int64_t{row_begin + r} * n_out;
+    if constexpr (kGateUp) {
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const int64_t idx = n_base + m * 8 + tq * 2;
+        if (idx >= n_out) continue;  // n_out % 8 == 0: idx + 1 < n_out too
+        const float* gate = d + (2 * m) * 4 + half * 2;
+        const float* up = d + (2 * m + 1) * 4 + half * 2;
+        __nv_bfloat162 v;
+        v.x = SiluMulRounded(gate[0], up[0]);
+        v.y = SiluMulRounded(gate[1], up[1]);
+        *reinterpret_cast<__nv_bfloat162*>(out_row + idx) = v;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int64_t col = n_base + j * 8 + tq * 2;
+        if (col >= n_out) continue;
+        *reinterpret_cast<__nv_bfloat162*>(out_row + col) =
+            __floats2bfloat162_rn(d[j * 4 + half * 2], d[j * 4 + half * 2 + 1]);
+      }
+    }
+  }
+#else
+  __trap();  // launched only where PrefillAttentionSm90Available() (an sm_90 device)
+#endif
+}
+
+template <bool kGateUp>
+cudaError_t LaunchWgmma(const GemmArgs& args, int64_t pairs, cudaStream_t stream) {
+  const int64_t tile_bound = (pairs + 127) / 128 + std::min<int64_t>(args.experts, pairs);
+  if (tile_bound > 65535) return cudaErrorInvalidValue;
+  static std::once_flag once;
+  static cudaError_t attr = cudaSuccess;
+  std::call_once(once, [] {
+    attr = cudaFuncSetAttribute(MoeGemmWgmmaKernel<kGateUp>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kWgSmemBytes);
+  });
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(CeilDiv(args.n_out, kGateUp ? kBN / 2 : kBN), static_cast<unsigned>(tile_bound));
+  return LaunchPdl(MoeGemmWgmmaKernel<kGateUp>, grid, dim3(kWgThreads), kWgSmemBytes, stream, args);
+}
+
 template <bool kGateUp>
 cudaError_t Launch(const GemmArgs& args, int tile_rows, int64_t pairs, cudaStream_t stream) {
   if (pairs == 0) return cudaSuccess;
@@ -247,6 +412,7 @@ cudaError_t Launch(const GemmArgs& args, int tile_rows, int64_t pairs, cudaStrea
     case 64:
       return LaunchTile<kGateUp, 64>(args, pairs, stream);
     case 128:
+      if (MoeGemmWgmma()) return LaunchWgmma<kGateUp>(args, pairs, stream);
       return LaunchTile<kGateUp, 128>(args, pairs, stream);
     default:
       return cudaErrorInvalidValue;
@@ -254,6 +420,8 @@ cudaError_t Launch(const GemmArgs& args, int tile_rows, int64_t pairs, cudaStrea
 }
 
 }  // namespace
+
+bool MoeGemmWgmma() { return GetTuning().moe_gemm_wgmma && PrefillAttentionSm90Available(); }
 
 cudaError_t LaunchMoeGemmGateUp(const bf16* x, const MoePlan& plan, int k, const bf16* gate_up,
                                 bf16* hp, int64_t pairs, int experts, int64_t hidden, int64_t inter,

@@ -45,6 +45,7 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
   t.sparse_graphs = OnUnlessZero(env("OASIS_SPARSE_GRAPHS"), true);
   t.profile_draft = env("OASIS_PROFILE_DRAFT") != nullptr;
   t.pdl = OnUnlessZero(env("OASIS_PDL"), true);
+  t.moe_gemm_wgmma = OnUnlessZero(env("OASIS_MOE_GEMM_WGMMA"), true);
   const char* radix = env("OASIS_TOPK_RADIX");
   t.topk_radix = radix != nullptr && std::string(radix) == "1";
   const char* fp8_prefill = env("OASIS_FP8_PREFILL");

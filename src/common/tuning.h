@@ -53,6 +53,9 @@ struct Tuning {
   // OASIS_MOE_GEMM_TILE_ROWS (16, 32, 64 or 128; else 0: chosen by the rows per touched expert,
   // kernels::MoeGemmTileRowsFor). The MoE grouped GEMM's row tile, for comparisons.
   int moe_gemm_tile_rows = 0;
+  // OASIS_MOE_GEMM_WGMMA ("0": off). The MoE grouped GEMM's 128-row tile through sm_90a wgmma
+  // (else mma.sync, as the smaller tiles).
+  bool moe_gemm_wgmma = true;
   // OASIS_GATHER_CTAS (1 to 1024). CTAs of the UVA gather.
   int gather_ctas = kDefaultGatherCtas;
   // OASIS_GATHER_KERNEL (tma or registers). The UVA gather's kernel.

@@ -355,20 +355,28 @@ TEST_CASE("The MoE grouped GEMM's row tile: the choice, and the same bits with e
         gpu->set_moe_path(CudaBackend::MoePath::kGemm);
         const Tuning saved = GetTuning();
         Tensor first;
-        for (int tile : kernels::kMoeGemmTileRowChoices) {
+        // Every mma.sync tile gives the same bits; the 128-row wgmma tile (sm_90a) sums in
+        // another order: within bf16 rounding of them.
+        for (int tile : {16, 32, 64, 128, -128}) {
           INFO("E " << E << " k " << k << " I " << I << " H " << H << " T " << tokens
                     << (skewed ? " skewed" : "") << " tile " << tile);
           Tuning forced = saved;
-          forced.moe_gemm_tile_rows = tile;
+          forced.moe_gemm_tile_rows = std::abs(tile);
+          forced.moe_gemm_wgmma = tile < 0;
           SetTuningForTesting(forced);
           Tensor out = PoisonedBf16(*gpu, {tokens, H});
           gpu->MoeExperts(d_x, d_ids, d_w, gate_up, down, out);
           Tensor got = DownloadF32(*gpu, out);
-          if (tile == kernels::kMoeGemmTileRowChoices[0]) {
+          if (tile == 16) {
             for (int64_t i = 0; i < got.numel(); ++i) REQUIRE(std::isfinite(got.data<float>()[i]));
             first = std::move(got);
-          } else {
+          } else if (tile > 0) {
             ExpectIdentical(got, first);
+          } else {
+            // Another float order flips an intermediate bf16 rounding now and then: a few
+            // output ulps, nothing like a wrong row (O(1)).
+            ExpectClose(got, first, 2e-2 * Rms(first), 2e-2);
+            CHECK(NormalizedErrorOf(got, first) < 4e-3);
           }
         }
         SetTuningForTesting(saved);

@@ -10,7 +10,8 @@
 //    "gemvf" above; these rows set that threshold and kMoeFusedDownPairs); for T <= 8 the
 //    routing, router GEMV (cuBLAS above 4 rows) + top-k ("route"), on the router's bytes
 //    (E x hidden bf16);
-//  - the GEMM path with the backend's row tile ("gemm") and with each tile ("g16" ... "g128");
+//  - the GEMM path with the backend's row tile ("gemm") and with each tile ("g16" ... "g128"; the
+//    128-row tile is the sm_90a wgmma kernel, "m128" the same tile through mma.sync);
 //  - for large T, a cuBLAS peer: one cublasGemmEx per expert on rows already grouped by expert
 //    (sizes known on the host, no permutation or combine: an optimistic bound of a cuBLAS path).
 // Prints measured, ceiling and ratio per row and a final RESULT line (tools/gpu_suite.sh).
@@ -30,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tuning.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemv.h"
 #include "kernels/moe.h"
@@ -229,10 +231,15 @@ int main(int argc, char** argv) {
     // The permuted GEMM path with the row tile the backend chooses ("gemm"), then every tile
     // ("g16" ... "g128": they set kernels::MoeGemmTileRowsFor).
     const int auto_tile = k::MoeGemmTileRowsFor(pairs, static_cast<int>(E));
-    for (int tile : {0, 16, 32, 64, 128}) {
-      const k::MoePlan plan = k::MoePlanIn(plan_buf, pairs, E, tile == 0 ? auto_tile : tile);
+    const oasis::Tuning tuning = oasis::GetTuning();
+    for (int tile : {0, 16, 32, 64, 128, -128}) {  // -128: the 128-row tile through mma.sync
+      oasis::Tuning t = tuning;
+      if (tile == -128) t.moe_gemm_wgmma = false;
+      oasis::SetTuningForTesting(t);
+      const k::MoePlan plan =
+          k::MoePlanIn(plan_buf, pairs, E, tile == 0 ? auto_tile : std::abs(tile));
       char name[16];
-      std::snprintf(name, sizeof name, tile == 0 ? "gemm" : "g%d", tile);
+      std::snprintf(name, sizeof name, tile == 0 ? "gemm" : tile == -128 ? "m128" : "g%d", tile);
       report(
           name,
           TimeMs(
@@ -244,6 +251,7 @@ int main(int argc, char** argv) {
               },
               static_cast<int>(iters), stream));
       if (tile == 0) std::printf("        (gemm: tile rows %d)\n", auto_tile);
+      oasis::SetTuningForTesting(tuning);
     }
     if (T >= 512) {  // the cuBLAS peer: per-expert GEMMs on pre-grouped rows
       std::vector<int64_t> count(E, 0);

@@ -55,6 +55,9 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "8192"}}).gemv_narrow_below == 8192);
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "0"}}).gemv_narrow_below == 4096);
   CHECK(Parse({}).moe_gemm_tile_rows == 0);
+  CHECK(Parse({}).moe_gemm_wgmma);
+  CHECK_FALSE(Parse({{"OASIS_MOE_GEMM_WGMMA", "0"}}).moe_gemm_wgmma);
+  CHECK(Parse({{"OASIS_MOE_GEMM_WGMMA", "1"}}).moe_gemm_wgmma);
   for (const char* rows : {"16", "32", "64", "128"}) {
     CHECK(Parse({{"OASIS_MOE_GEMM_TILE_ROWS", rows}}).moe_gemm_tile_rows == std::atoi(rows));
   }

@@ -224,33 +224,69 @@ __global__ void __launch_bounds__(kGemvThreads)
 
 constexpr int kPlanWarps = 8;
 
-// One CTA. Warp w counts, then places, the pairs of its contiguous segment; the rows of expert e
-// are its pairs in ascending order (segments in order, a warp's 32-pair chunks in order, lanes
-// ranked by __match_any_sync), so the permutation is deterministic.
+// Chunk c of the pairs (kMoePlanChunk pairs from c · kMoePlanChunk): its count per expert into
+// counts[c, :] (the place kernel turns them into each chunk's first row per expert).
 __global__ void __launch_bounds__(kPlanWarps * 32)
-    MoePlanKernel(const int32_t* __restrict__ ids, int pairs, int experts, MoePlan plan) {
+    MoePlanCountKernel(const int32_t* __restrict__ ids, int pairs, int experts, int32_t* counts) {
+  __shared__ int cnt[kMoeMaxExperts];
+  GridDependencyWait();
+  AllowDependentLaunch();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  const int begin = blockIdx.x * kMoePlanChunk, end = min(pairs, begin + kMoePlanChunk);
+  for (int p = begin + threadIdx.x; p < end; p += blockDim.x) {
+    const int e = ids[p];
+    if (e >= 0 && e < experts) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    counts[int64_t{blockIdx.x} * experts + e] = cnt[e];
+  }
+}
+
+// One CTA per chunk of kMoePlanChunk pairs. Warp w counts, then places, the pairs of its
+// contiguous segment of the chunk; the rows of expert e are its pairs in ascending order (chunks
+// in order, then segments, a warp's 32-pair chunks, lanes ranked by __match_any_sync), so the
+// permutation is deterministic and the same for every chunking. With several chunks the rows
+// before this chunk's come from MoePlanCountKernel's counts; CTA 0 writes offsets and
+// tile_start.
+__global__ void __launch_bounds__(kPlanWarps * 32)
+    MoePlanKernel(const int32_t* __restrict__ ids, int pairs, int experts,
+                  const int32_t* __restrict__ counts, MoePlan plan) {
   __shared__ int cnt[kPlanWarps][kMoeMaxExperts];  // counts, then each warp's next row
-  __shared__ int offs[kMoeMaxExperts + 1];
+  __shared__ int offs[kMoeMaxExperts + 1];         // experts' first rows
+  __shared__ int before[kMoeMaxExperts];           // rows of each expert in earlier chunks
   __shared__ int tiles[kMoeMaxExperts + 1];
   GridDependencyWait();
   AllowDependentLaunch();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int chunk = blockIdx.x, chunks = gridDim.x;
   for (int i = threadIdx.x; i < kPlanWarps * experts; i += blockDim.x) {
     cnt[i / experts][i % experts] = 0;
   }
   __syncthreads();
-  const int seg = (pairs + kPlanWarps - 1) / kPlanWarps;
-  const int begin = min(pairs, warp * seg), end = min(pairs, begin + seg);
+  const int c_begin = chunk * kMoePlanChunk, c_end = min(pairs, c_begin + kMoePlanChunk);
+  const int seg = (c_end - c_begin + kPlanWarps - 1) / kPlanWarps;
+  const int begin = min(c_end, c_begin + warp * seg), end = min(c_end, begin + seg);
   for (int p = begin + lane; p < end; p += 32) {
     const int e = ids[p];
     if (e >= 0 && e < experts) atomicAdd(&cnt[warp][e], 1);
   }
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int s = 0;
+    int total = 0, earlier = 0;
+    if (chunks == 1) {
 #pragma unroll
-    for (int w = 0; w < kPlanWarps; ++w) s += cnt[w][e];
-    offs[e] = s;
+      for (int w = 0; w < kPlanWarps; ++w) total += cnt[w][e];
+    } else {
+      for (int c = 0; c < chunks; ++c) {
+        const int n = counts[int64_t{c} * experts + e];
+        total += n;
+        if (c < chunk) earlier += n;
+      }
+    }
+    offs[e] = total;
+    before[e] = earlier;
   }
   __syncthreads();
   if (warp == 0) {  // exclusive scans of the rows and the row tiles per expert
@@ -275,12 +311,14 @@ __global__ void __launch_bounds__(kPlanWarps * 32)
     if (lane == 0) offs[experts] = run_rows, tiles[experts] = run_tiles;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e <= experts; e += blockDim.x) {
-    plan.offsets[e] = offs[e];
-    plan.tile_start[e] = tiles[e];
+  if (chunk == 0) {
+    for (int e = threadIdx.x; e <= experts; e += blockDim.x) {
+      plan.offsets[e] = offs[e];
+      plan.tile_start[e] = tiles[e];
+    }
   }
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    int run = offs[e];
+    int run = offs[e] + before[e];
 #pragma unroll
     for (int w = 0; w < kPlanWarps; ++w) {
       const int c = cnt[w][e];
@@ -422,6 +460,7 @@ MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts, int tile_rows) {
   p.tile_start = buffer + (experts + 1);
   p.sorted = buffer + 2 * (experts + 1);
   p.pos = p.sorted + pairs;
+  p.chunk_counts = p.pos + pairs;
   return p;
 }
 
@@ -431,8 +470,18 @@ cudaError_t LaunchMoePlan(const int32_t* ids, int64_t pairs, int experts, const 
       !MoeGemmTileRowsValid(plan.tile_rows)) {
     return cudaErrorInvalidValue;
   }
-  return LaunchPdl(MoePlanKernel, dim3(1), dim3(kPlanWarps * 32), 0, stream, ids,
-                   static_cast<int>(pairs), experts, plan);
+  const int64_t chunks = std::max<int64_t>(1, (pairs + kMoePlanChunk - 1) / kMoePlanChunk);
+  if (chunks > 1) {
+    if (const cudaError_t err = LaunchPdl(MoePlanCountKernel, dim3(static_cast<unsigned>(chunks)),
+                                          dim3(kPlanWarps * 32), 0, stream, ids,
+                                          static_cast<int>(pairs), experts, plan.chunk_counts);
+        err != cudaSuccess) {
+      return err;
+    }
+  }
+  return LaunchPdl(MoePlanKernel, dim3(static_cast<unsigned>(chunks)), dim3(kPlanWarps * 32), 0,
+                   stream, ids, static_cast<int>(pairs), experts,
+                   static_cast<const int32_t*>(plan.chunk_counts), plan);
 }
 
 cudaError_t LaunchMoeCombineF32(const float* y, const int32_t* pos, const float* weights, bf16* out,

@@ -115,7 +115,8 @@ cudaError_t LaunchMoeGemvDownCombine(const __nv_bfloat16* h,     // [tokens * k,
 
 // ---- large batches: permutation by expert + grouped GEMM ----
 
-// The permutation of the pairs by expert, a stable counting sort (one CTA): offsets[e] = first
+// The permutation of the pairs by expert, a stable counting sort (a CTA per kMoePlanChunk pairs,
+// after a count launch when there are several): offsets[e] = first
 // permuted row of expert e (offsets[experts] = pairs), tile_start[e] = its first row tile of
 // tile_rows rows (tile_start[experts] = tiles), sorted[row] = pair, pos[pair] = row.
 // Pairs with an id outside [0, experts) get no row (pos = -1). The GEMMs run the plan's tile.
@@ -124,10 +125,16 @@ struct MoePlan {
   int32_t* tile_start = nullptr;     // [experts + 1]
   int32_t* sorted = nullptr;         // [pairs]
   int32_t* pos = nullptr;            // [pairs]
+  int32_t* chunk_counts = nullptr;   // [chunks, experts] scratch (pairs per chunk and expert)
   int tile_rows = kMoeGemmTileRows;  // one of kMoeGemmTileRowChoices
 };
-// The int32 elements of a plan for `pairs` pairs (one buffer: offsets, tile_start, sorted, pos).
-inline int64_t MoePlanInts(int64_t pairs, int experts) { return 2 * (experts + 1) + 2 * pairs; }
+inline constexpr int kMoePlanChunk = 2048;  // pairs per CTA of the plan
+// The int32 elements of a plan for `pairs` pairs (one buffer: offsets, tile_start, sorted, pos,
+// chunk_counts).
+inline int64_t MoePlanInts(int64_t pairs, int experts) {
+  const int64_t chunks = (pairs + kMoePlanChunk - 1) / kMoePlanChunk;
+  return 2 * (experts + 1) + 2 * pairs + (chunks > 1 ? chunks * experts : 0);
+}
 MoePlan MoePlanIn(int32_t* buffer, int64_t pairs, int experts, int tile_rows);
 cudaError_t LaunchMoePlan(const int32_t* ids,  // [pairs]
                           int64_t pairs, int experts, const MoePlan& plan, cudaStream_t stream);

@@ -63,6 +63,96 @@ __global__ void QkvRopeAppendKernel(QkvRopeAppendParams p) {
                p.attention_scaling, p.eps, p.head_dim, lane);
 }
 
+// Prefill-sized launches (more than kRopeVecMinTokens tokens, bf16 KV, head_dim 32..256 a
+// multiple of 16, 16-byte aligned rows): L = head_dim / 16 lanes per head instead of a warp, each
+// lane loading the 8 elements i = 8 sl .. 8 sl + 7 of the first half and their RoPE partners
+// i + head_dim / 2 as 16-byte vectors and storing them so. The same roundings as NormRopeHead; the
+// head's sum of squares is added in another order (so a few values can differ from the warp
+// kernel's by a bf16 ulp), which is why the fused QKV GEMV epilogue's row counts (<= 4) keep the
+// warp kernel it is bit-identical to.
+template <int D>
+__global__ void __launch_bounds__(256) QkvRopeAppendVecKernel(QkvRopeAppendParams p) {
+  constexpr int L = D / 16, kHalf = D / 2;
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const int heads = p.num_q_heads + 2 * p.num_kv_heads;
+  const int64_t item = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / L;
+  const int sl = static_cast<int>(threadIdx.x % L);
+  const bool valid = item < p.tokens * heads;
+  const int64_t t = valid ? item / heads : 0;
+  const int h = valid ? static_cast<int>(item % heads) : 0;
+  const bf16* src = p.qkv + (t * heads + h) * D;
+  uint4 va = make_uint4(0, 0, 0, 0), vb = va;
+  if (valid) {
+    va = *reinterpret_cast<const uint4*>(src + 8 * sl);
+    vb = *reinterpret_cast<const uint4*>(src + kHalf + 8 * sl);
+  }
+  float a[8], b[8];
+  const bf16* ha = reinterpret_cast<const bf16*>(&va);
+  const bf16* hb = reinterpret_cast<const bf16*>(&vb);
+  float sum = 0.0f;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    a[m] = ToFloat(ha[m]);
+    b[m] = ToFloat(hb[m]);
+    sum += a[m] * a[m] + b[m] * b[m];
+  }
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (!valid) return;
+  if (h >= p.num_q_heads + p.num_kv_heads) {  // V: straight into the pool
+    const int64_t slot = p.slot_mapping[t * p.num_kv_heads + (h - p.num_q_heads - p.num_kv_heads)];
+    if (slot < 0) return;
+    bf16* dst = p.v_pool + slot * D;
+    *reinterpret_cast<uint4*>(dst + 8 * sl) = va;
+    *reinterpret_cast<uint4*>(dst + kHalf + 8 * sl) = vb;
+    return;
+  }
+  const bool is_q = h < p.num_q_heads;
+  bf16* dst;
+  if (is_q) {
+    dst = p.q + (t * p.num_q_heads + h) * D;
+  } else {
+    const int64_t slot = p.slot_mapping[t * p.num_kv_heads + (h - p.num_q_heads)];
+    if (slot < 0) return;
+    dst = p.k_pool + slot * D;
+  }
+  const bf16* norm = is_q ? p.q_norm : p.k_norm;
+  if (norm) {
+    const float inv = rsqrtf(sum / static_cast<float>(D) + p.eps);
+    const uint4 na = *reinterpret_cast<const uint4*>(norm + 8 * sl);
+    const uint4 nb = *reinterpret_cast<const uint4*>(norm + kHalf + 8 * sl);
+    const bf16* wa = reinterpret_cast<const bf16*>(&na);
+    const bf16* wb = reinterpret_cast<const bf16*>(&nb);
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      a[m] = ToFloat(ToBf16(ToFloat(wa[m]) * ToFloat(ToBf16(a[m] * inv))));
+      b[m] = ToFloat(ToBf16(ToFloat(wb[m]) * ToFloat(ToBf16(b[m] * inv))));
+    }
+  }
+  const float pos = static_cast<float>(p.positions[t]);
+  uint4 oa, ob;
+  bf16* out_a = reinterpret_cast<bf16*>(&oa);
+  bf16* out_b = reinterpret_cast<bf16*>(&ob);
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    float sn, c;
+    sincosf(pos * p.inv_freq[8 * sl + m], &sn, &c);
+    c = ToFloat(ToBf16(c * p.attention_scaling));
+    sn = ToFloat(ToBf16(sn * p.attention_scaling));
+    out_a[m] = ToBf16(a[m] * c - b[m] * sn);
+    out_b[m] = ToBf16(b[m] * c + a[m] * sn);
+  }
+  *reinterpret_cast<uint4*>(dst + 8 * sl) = oa;
+  *reinterpret_cast<uint4*>(dst + kHalf + 8 * sl) = ob;
+}
+
+template <int D>
+cudaError_t LaunchVec(const QkvRopeAppendParams& p, cudaStream_t stream) {
+  const int64_t threads = p.tokens * (p.num_q_heads + 2 * p.num_kv_heads) * (D / 16);
+  return LaunchPdl(QkvRopeAppendVecKernel<D>, dim3(CeilDiv(threads, 256)), dim3(256), 0, stream, p);
+}
+
 }  // namespace
 
 cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t stream) {
@@ -74,6 +164,24 @@ cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t strea
     if (!QkvRopeAppendFp8Ready(p)) return cudaErrorInvalidValue;
     return LaunchPdl(QkvRopeAppendKernel<true>, dim3(CeilDiv(items, warps_per_block)),
                      dim3(warps_per_block * 32), 0, stream, p);
+  }
+  const bool vec = p.tokens > kRopeVecMinTokens && p.head_dim % 16 == 0 && p.head_dim >= 32 &&
+                   p.head_dim <= 256 && Aligned16(p.qkv) && Aligned16(p.q) && Aligned16(p.k_pool) &&
+                   Aligned16(p.v_pool) && (p.q_norm == nullptr || Aligned16(p.q_norm)) &&
+                   (p.k_norm == nullptr || Aligned16(p.k_norm));
+  if (vec) {
+    switch (p.head_dim) {
+      case 32:
+        return LaunchVec<32>(p, stream);
+      case 64:
+        return LaunchVec<64>(p, stream);
+      case 128:
+        return LaunchVec<128>(p, stream);
+      case 256:
+        return LaunchVec<256>(p, stream);
+      default:
+        break;  // 48, 80, ...: the warp kernel
+    }
   }
   return LaunchPdl(QkvRopeAppendKernel<false>, dim3(CeilDiv(items, warps_per_block)),
                    dim3(warps_per_block * 32), 0, stream, p);

@@ -63,6 +63,11 @@ inline bool QkvRopeAppendFp8Ready(const QkvRopeAppendParams& p) {
           p.v_scale != nullptr && p.k_amax != nullptr && p.v_amax != nullptr);
 }
 
+// Launches of more tokens than this (bf16 KV, head_dim 32/64/128/256) take a vectorised kernel
+// (head_dim / 16 lanes a head); fewer keep the warp-per-head kernel, bit-identical to the fused
+// QKV GEMV epilogue (kernels/gemv.cu, at most kGemvMaxRows rows). The two differ only in the
+// order of a head's sum of squares.
+inline constexpr int64_t kRopeVecMinTokens = 8;
 cudaError_t LaunchQkvRopeAppend(const QkvRopeAppendParams& p, cudaStream_t stream);
 
 }  // namespace oasis::kernels

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <random>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/rope.h"
@@ -18,7 +20,18 @@ using namespace oasis;
 using namespace oasis::testing;
 
 namespace {
-std::mt19937 FreshRng() { return std::mt19937(std::random_device{}()); }
+// Fresh random inputs every run; the run's seed is printed and OASIS_TEST_SEED=N repeats it (each
+// call draws the next generator of that run).
+std::mt19937 FreshRng() {
+  static const uint32_t base = [] {
+    const char* env = std::getenv("OASIS_TEST_SEED");
+    const uint32_t s = env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : std::random_device{}();
+    std::printf("test_gpu_ops: seed %u (OASIS_TEST_SEED=%u repeats it)\n", s, s);
+    return s;
+  }();
+  static uint32_t calls = 0;
+  return std::mt19937(base + 7919u * calls++);
+}
 
 Tensor IntTensor(const std::vector<int32_t>& v) {
   Tensor t = Tensor::Empty({static_cast<int64_t>(v.size())}, DType::kI32);
@@ -368,6 +381,53 @@ TEST_CASE("fused QkvRopeAppend and SiluMulLinear match the composed ops", "[gpu]
     Tensor out = PoisonedBf16(*gpu, {tokens, outf});
     gpu->SiluMulLinear(UploadBf16(*gpu, gu), UploadBf16(*gpu, w), out);
     ExpectClose(DownloadF32(*gpu, out), want, 3e-2, 2e-2);
+  }
+}
+
+TEST_CASE("QkvRopeAppend at prefill sizes (the vectorised kernel) matches the CPU at every head_dim", "[gpu][rope]") {
+  auto gpu = MakeBackend();
+  CpuBackend cpu;
+  auto rng = FreshRng();
+  struct Case {
+    int64_t tokens;
+    int hq, hkv, d;
+    bool qk_norm;
+  };
+  // More than kRopeVecMinTokens tokens: head_dim 32/64/128/256 take the vectorised kernel, 80 the
+  // warp kernel; exactly kRopeVecMinTokens tokens the warp kernel too.
+  for (const Case& k : {Case{9, 4, 2, 32, true}, Case{37, 8, 2, 64, false}, Case{300, 16, 4, 128, true},
+                        Case{65, 4, 1, 256, true}, Case{40, 4, 2, 80, true}, Case{8, 8, 2, 128, true}}) {
+    INFO("tokens " << k.tokens << " heads " << k.hq << "/" << k.hkv << " d " << k.d);
+    ModelConfig c;
+    c.head_dim = k.d;
+    c.rope_theta = 1e6;
+    if (k.d == 64) c.rope_scaling = YarnScaling();
+    RopeParams rope = ComputeRopeParams(c);
+    Tensor qkv = RandomBf16Exact({k.tokens, (k.hq + 2 * k.hkv) * k.d}, rng);
+    Tensor qn = RandomBf16Exact({k.d}, rng), kn = RandomBf16Exact({k.d}, rng);
+    std::vector<int32_t> pos(static_cast<size_t>(k.tokens));
+    for (auto& v : pos) v = std::uniform_int_distribution<int32_t>(0, 40000)(rng);
+    Tensor positions = IntTensor(pos);
+    const int64_t slots = (k.tokens + 15) / 16 * k.hkv + 3;
+    Tensor mapping = Tensor::Empty({k.tokens, k.hkv}, DType::kI64);
+    for (int64_t t = 0; t < k.tokens; ++t)
+      for (int h = 0; h < k.hkv; ++h)
+        mapping.data<int64_t>()[t * k.hkv + h] = (t / 16 * k.hkv + h + 3) * 16 + t % 16;
+    mapping.data<int64_t>()[1] = -1;  // rows that are not stored
+    mapping.data<int64_t>()[k.tokens * k.hkv - 1] = -1;
+    LayerKvPool cpu_pool{Tensor::Zeros({slots, 16, k.d}, DType::kF32), Tensor::Zeros({slots, 16, k.d}, DType::kF32)};
+    Tensor q_want = Tensor::Empty({k.tokens, k.hq, k.d}, DType::kF32);
+    const Tensor* cqn = k.qk_norm ? &qn : nullptr;
+    const Tensor* ckn = k.qk_norm ? &kn : nullptr;
+    cpu.QkvRopeAppend(qkv, q_want, cqn, ckn, 1e-6f, positions, rope, mapping, cpu_pool);
+    LayerKvPool gpu_pool{gpu->Upload(ToBf16Host(cpu_pool.k)), gpu->Upload(ToBf16Host(cpu_pool.v))};
+    Tensor gq = PoisonedBf16(*gpu, {k.tokens, k.hq, k.d});
+    Tensor gqn = UploadBf16(*gpu, qn), gkn = UploadBf16(*gpu, kn);
+    gpu->QkvRopeAppend(UploadBf16(*gpu, qkv), gq, k.qk_norm ? &gqn : nullptr, k.qk_norm ? &gkn : nullptr, 1e-6f,
+                       gpu->Upload(positions), rope, gpu->Upload(mapping), gpu_pool);
+    ExpectClose(DownloadF32(*gpu, gq), q_want, 3e-2, 3e-2);
+    ExpectClose(DownloadF32(*gpu, gpu_pool.k), cpu_pool.k, 3e-2, 3e-2);  // unstored rows stay 0
+    ExpectClose(DownloadF32(*gpu, gpu_pool.v), cpu_pool.v, 0, 0);
   }
 }
 

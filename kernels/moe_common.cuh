@@ -29,25 +29,30 @@ __device__ __forceinline__ void MoeTopKWarp(const float* l,  // [experts]
                                             int32_t* ids,      // [k]
                                             float* weights) {  // [k]
   constexpr unsigned kFull = 0xffffffffu;
+  constexpr int kNone = 0x7fffffff;
   const int lane = threadIdx.x & 31;
   for (int e = lane; e < experts; e += 32) s[e] = __ldcg(l + e);
   __syncwarp();
+  // A logit's key orders as the float does (-0 as +0; NaN below everything, so it is chosen
+  // only when nothing else is left); a round is two warp reductions: the largest key, then the
+  // lowest expert holding it.
+  auto key = [](float v) -> unsigned {
+    if (v != v) return 0u;
+    const unsigned b = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  };
   uint32_t taken = 0;
   for (int j = 0; j < k; ++j) {
-    float bv = 0.0f;
-    int be = -1;
+    unsigned bk = 0;
+    int be = kNone;
     for (int i = 0, e = lane; e < experts; ++i, e += 32) {
       if ((taken >> i) & 1u) continue;
-      const float v = s[e];
-      if (be < 0 || v > bv) bv = v, be = e;  // e ascends: an equal logit keeps the lower index
+      const unsigned kv = key(s[e]);
+      if (be == kNone || kv > bk) bk = kv, be = e;  // e ascends: an equal logit keeps the lower
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFull, bv, o);
-      const int oe = __shfl_xor_sync(kFull, be, o);
-      if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) bv = ov, be = oe;
-    }
-    be = __shfl_sync(kFull, be, 0);  // one decision for the warp (NaN logits compare unordered)
+    const unsigned mx = __reduce_max_sync(kFull, bk);
+    be = static_cast<int>(
+        __reduce_min_sync(kFull, static_cast<unsigned>(be != kNone && bk == mx ? be : kNone)));
     if ((be & 31) == lane) taken |= 1u << (be >> 5);
     if (lane == 0) chosen[j] = be;
   }
@@ -56,10 +61,15 @@ __device__ __forceinline__ void MoeTopKWarp(const float* l,  // [experts]
   float sum = 0.0f;
   for (int e = lane; e < experts; e += 32) sum += expf(s[e] - mx);
   sum = WarpSum(sum);
-  if (lane == 0) {
-    float chosen_sum = 0.0f;
-    for (int j = 0; j < k; ++j) chosen_sum += expf(s[chosen[j]] - mx) / sum;
-    for (int j = 0; j < k; ++j) {
+  // p_j on lane j % 32; their sum in slot order (j ascending) on lane 0, as the reference adds.
+  float chosen_sum = 0.0f;
+  for (int j0 = 0; j0 < k; j0 += 32) {
+    const float p = j0 + lane < k ? expf(s[chosen[j0 + lane]] - mx) / sum : 0.0f;
+    for (int j = 0; j < 32 && j0 + j < k; ++j) chosen_sum += __shfl_sync(kFull, p, j);
+  }
+  for (int j0 = 0; j0 < k; j0 += 32) {
+    const int j = j0 + lane;
+    if (j < k) {
       const float p = expf(s[chosen[j]] - mx) / sum;
       ids[j] = chosen[j];
       weights[j] = renormalize ? p / chosen_sum : p;

@@ -66,15 +66,16 @@ __device__ __forceinline__ uint32_t Swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * (kBK * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-template <bool kGateUp, int BM>
-__global__ void __launch_bounds__(Tile<BM>::kThreads, Tile<BM>::kMinBlocks)
-    MoeGemmKernel(GemmArgs args) {
-  using T = Tile<BM>;
-  extern __shared__ __align__(128) char gemm_smem[];
-  GridDependencyWait();
+// The CTA's row tile (blockIdx.y) of BM rows: its expert (a binary search of the plan's
+// tile_start), first permuted row and row count; false past the last tile.
+struct RowTile {
+  int expert, row_begin, rows;
+};
+template <int BM>
+__device__ __forceinline__ bool FindRowTile(const GemmArgs& args, RowTile& t) {
   const int mt = blockIdx.y;
   const int32_t* ts = args.tile_start;
-  if (mt >= ts[args.experts]) return;
+  if (mt >= ts[args.experts]) return false;
   int lo = 0, hi = args.experts;  // ts[lo] <= mt < ts[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;
@@ -84,11 +85,52 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, Tile<BM>::kMinBlocks)
       hi = mid;
     }
   }
-  const int e = lo;
-  const int row_begin = args.offsets[e] + (mt - ts[e]) * BM;
-  const int rows = min(BM, args.offsets[e + 1] - row_begin);
+  t.expert = lo;
+  t.row_begin = args.offsets[lo] + (mt - ts[lo]) * BM;
+  t.rows = min(BM, args.offsets[lo + 1] - t.row_begin);
+  return true;
+}
+
+// Where tile row r of A is read from (args.a itself, with ok = false, past the tile's rows):
+// gate/up gathers the token of the permuted pair, down reads the permuted row.
+template <bool kGateUp>
+__device__ __forceinline__ const bf16* ARow(const GemmArgs& args, const RowTile& t, int r,
+                                            bool& ok) {
+  ok = r < t.rows;
+  if (!ok) return args.a;
+  const int64_t row = kGateUp ? args.sorted[t.row_begin + r] / args.top_k : t.row_begin + r;
+  return args.a + row * args.K;
+}
+
+// Where tile row r of B (the expert's weights) is read from, ok = false past the weight's rows.
+// Gate/up interleaves the gate and up rows in groups of kHalf: rows 2·kHalf·m + j (j < kHalf) are
+// gate rows of intermediate index n_base + kHalf·m + j, the next kHalf their up rows.
+template <bool kGateUp, int kHalf>
+__device__ __forceinline__ const bf16* BRow(const GemmArgs& args, int expert, int64_t n_base, int r,
+                                            bool& ok) {
+  const int64_t n_out = args.n_out, w_rows = kGateUp ? 2 * n_out : n_out;
+  int64_t wrow;
+  if constexpr (kGateUp) {
+    const int64_t idx = n_base + (r / (2 * kHalf)) * kHalf + (r % kHalf);  // intermediate index
+    ok = idx < n_out;
+    wrow = (r % (2 * kHalf)) < kHalf ? idx : n_out + idx;
+  } else {
+    wrow = n_base + r;
+    ok = wrow < n_out;
+  }
+  return args.w + (int64_t{expert} * w_rows + (ok ? wrow : 0)) * args.K;
+}
+
+template <bool kGateUp, int BM>
+__global__ void __launch_bounds__(Tile<BM>::kThreads, Tile<BM>::kMinBlocks)
+    MoeGemmKernel(GemmArgs args) {
+  using T = Tile<BM>;
+  extern __shared__ __align__(128) char gemm_smem[];
+  GridDependencyWait();
+  RowTile tile;
+  if (!FindRowTile<BM>(args, tile)) return;
+  const int row_begin = tile.row_begin, rows = tile.rows;
   const int64_t K = args.K, n_out = args.n_out;
-  const int64_t w_rows = kGateUp ? 2 * n_out : n_out;
   const int64_t n_base = int64_t{blockIdx.x} * (kGateUp ? kBN / 2 : kBN);
 
   // This thread's copies: chunk `chunk` of rows r0 + kRowStep i of the A and B tiles.
@@ -98,27 +140,11 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, Tile<BM>::kMinBlocks)
   bool a_ok[T::kACopies], b_ok[T::kBCopies];
 #pragma unroll
   for (int i = 0; i < T::kACopies; ++i) {
-    const int r = r0 + T::kRowStep * i;
-    a_ok[i] = r < rows;
-    if constexpr (kGateUp) {
-      a_src[i] = a_ok[i] ? args.a + int64_t{args.sorted[row_begin + r] / args.top_k} * K : args.a;
-    } else {
-      a_src[i] = a_ok[i] ? args.a + int64_t{row_begin + r} * K : args.a;
-    }
+    a_src[i] = ARow<kGateUp>(args, tile, r0 + T::kRowStep * i, a_ok[i]);
   }
 #pragma unroll
-  for (int i = 0; i < T::kBCopies; ++i) {
-    const int r = r0 + T::kRowStep * i;
-    int64_t wrow;
-    if constexpr (kGateUp) {
-      const int64_t idx = n_base + (r >> 5) * 16 + (r & 15);  // the intermediate index
-      b_ok[i] = idx < n_out;
-      wrow = (r & 31) < 16 ? idx : n_out + idx;
-    } else {
-      wrow = n_base + r;
-      b_ok[i] = wrow < n_out;
-    }
-    b_src[i] = args.w + (int64_t{e} * w_rows + (b_ok[i] ? wrow : 0)) * K;
+  for (int i = 0; i < T::kBCopies; ++i) {  // a warp's 32 weight rows: 16 gate + their 16 up
+    b_src[i] = BRow<kGateUp, 16>(args, tile.expert, n_base, r0 + T::kRowStep * i, b_ok[i]);
   }
   const uint32_t smem0 = SmemAddr(gemm_smem);
   auto load_stage = [&](int stage, int kt) {
@@ -257,23 +283,10 @@ __global__ void __launch_bounds__(kWgThreads, 2) MoeGemmWgmmaKernel(GemmArgs arg
   constexpr int BM = 128;
   extern __shared__ unsigned char wg_smem[];
   GridDependencyWait();
-  const int mt = blockIdx.y;
-  const int32_t* ts = args.tile_start;
-  if (mt >= ts[args.experts]) return;
-  int lo = 0, hi = args.experts;  // ts[lo] <= mt < ts[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (ts[mid] <= mt) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int e = lo;
-  const int row_begin = args.offsets[e] + (mt - ts[e]) * BM;
-  const int rows = min(BM, args.offsets[e + 1] - row_begin);
+  RowTile tile;
+  if (!FindRowTile<BM>(args, tile)) return;
+  const int row_begin = tile.row_begin, rows = tile.rows;
   const int64_t K = args.K, n_out = args.n_out;
-  const int64_t w_rows = kGateUp ? 2 * n_out : n_out;
   const int64_t n_base = int64_t{blockIdx.x} * (kGateUp ? kBN / 2 : kBN);
 
   const int tid = threadIdx.x, chunk = tid & 7, r0 = tid >> 3;  // rows r0 + 32 i
@@ -282,23 +295,8 @@ __global__ void __launch_bounds__(kWgThreads, 2) MoeGemmWgmmaKernel(GemmArgs arg
   bool a_ok[4], b_ok[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const int r = r0 + 32 * i;
-    a_ok[i] = r < rows;
-    if constexpr (kGateUp) {
-      a_src[i] = a_ok[i] ? args.a + int64_t{args.sorted[row_begin + r] / args.top_k} * K : args.a;
-    } else {
-      a_src[i] = a_ok[i] ? args.a + int64_t{row_begin + r} * K : args.a;
-    }
-    int64_t wrow;
-    if constexpr (kGateUp) {
-      const int64_t idx = n_base + (r >> 4) * 8 + (r & 7);  // the intermediate index
-      b_ok[i] = idx < n_out;
-      wrow = (r & 15) < 8 ? idx : n_out + idx;
-    } else {
-      wrow = n_base + r;
-      b_ok[i] = wrow < n_out;
-    }
-    b_src[i] = args.w + (int64_t{e} * w_rows + (b_ok[i] ? wrow : 0)) * K;
+    a_src[i] = ARow<kGateUp>(args, tile, r0 + 32 * i, a_ok[i]);
+    b_src[i] = BRow<kGateUp, 8>(args, tile.expert, n_base, r0 + 32 * i, b_ok[i]);
   }
   const uint32_t smem0 = (SmemAddr(wg_smem) + 1023) & ~1023u;
   auto load_stage = [&](int stage, int kt) {

@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(256) QkvRopeAppendVecKernel(QkvRopeAppendParam
     const bf16* wb = reinterpret_cast<const bf16*>(&nb);
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
-      a[m] = ToFloat(ToBf16(ToFloat(wa[m]) * ToFloat(ToBf16(a[m] * inv))));
-      b[m] = ToFloat(ToBf16(ToFloat(wb[m]) * ToFloat(ToBf16(b[m] * inv))));
+      a[m] = NormElement(a[m], inv, ToFloat(wa[m]));
+      b[m] = NormElement(b[m], inv, ToFloat(wb[m]));
     }
   }
   const float pos = static_cast<float>(p.positions[t]);
@@ -136,12 +136,10 @@ __global__ void __launch_bounds__(256) QkvRopeAppendVecKernel(QkvRopeAppendParam
   bf16* out_b = reinterpret_cast<bf16*>(&ob);
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
-    float sn, c;
-    sincosf(pos * p.inv_freq[8 * sl + m], &sn, &c);
-    c = ToFloat(ToBf16(c * p.attention_scaling));
-    sn = ToFloat(ToBf16(sn * p.attention_scaling));
-    out_a[m] = ToBf16(a[m] * c - b[m] * sn);
-    out_b[m] = ToBf16(b[m] * c + a[m] * sn);
+    float ra, rb;
+    RopePair(a[m], b[m], pos, p.inv_freq[8 * sl + m], p.attention_scaling, ra, rb);
+    out_a[m] = ToBf16(ra);
+    out_b[m] = ToBf16(rb);
   }
   *reinterpret_cast<uint4*>(dst + 8 * sl) = oa;
   *reinterpret_cast<uint4*>(dst + kHalf + 8 * sl) = ob;

@@ -8,6 +8,23 @@ namespace oasis::kernels {
 
 constexpr int kMaxPairsPerLane = 8;  // head_dim <= 2 * 32 * 8 = 512
 
+// One element of a normalised head: bf16(weight · bf16(v · inv)) (Hugging Face's rounding).
+__device__ __forceinline__ float NormElement(float v, float inv, float weight) {
+  return ToFloat(ToBf16(weight * ToFloat(ToBf16(v * inv))));
+}
+
+// RoPE of the pair (a, b) = (x[i], x[i + head_dim / 2]) at `pos`: cos/sin at pos · inv_freq
+// scaled and cast to bf16 before the products; the results before the final rounding.
+__device__ __forceinline__ void RopePair(float a, float b, float pos, float inv_freq,
+                                         float attention_scaling, float& out_a, float& out_b) {
+  float sn, c;
+  sincosf(pos * inv_freq, &sn, &c);
+  c = ToFloat(ToBf16(c * attention_scaling));
+  sn = ToFloat(ToBf16(sn * attention_scaling));
+  out_a = a * c - b * sn;
+  out_b = b * c + a * sn;
+}
+
 // One warp: src (one head of head_dim values) -> optional RMSNorm with `norm` -> RoPE at
 // `pos` -> store(i, value) for every element i (each lane its own elements, once each; every
 // read of src comes before the first store, so src may be the store's destination). Rounds like
@@ -34,8 +51,8 @@ __device__ __forceinline__ void NormRopeHeadTo(const bf16* src, const bf16* norm
     for (int j = 0; j < kMaxPairsPerLane; ++j) {
       const int i = lane + 32 * j;
       if (i < half) {
-        a[j] = ToFloat(ToBf16(ToFloat(norm[i]) * ToFloat(ToBf16(a[j] * inv))));
-        b[j] = ToFloat(ToBf16(ToFloat(norm[i + half]) * ToFloat(ToBf16(b[j] * inv))));
+        a[j] = NormElement(a[j], inv, ToFloat(norm[i]));
+        b[j] = NormElement(b[j], inv, ToFloat(norm[i + half]));
       }
     }
   }
@@ -43,12 +60,10 @@ __device__ __forceinline__ void NormRopeHeadTo(const bf16* src, const bf16* norm
   for (int j = 0; j < kMaxPairsPerLane; ++j) {
     const int i = lane + 32 * j;
     if (i < half) {
-      float sn, c;
-      sincosf(pos * inv_freq[i], &sn, &c);
-      c = ToFloat(ToBf16(c * attention_scaling));
-      sn = ToFloat(ToBf16(sn * attention_scaling));
-      store(i, a[j] * c - b[j] * sn);
-      store(i + half, b[j] * c + a[j] * sn);
+      float ra, rb;
+      RopePair(a[j], b[j], pos, inv_freq[i], attention_scaling, ra, rb);
+      store(i, ra);
+      store(i + half, rb);
     }
   }
 }

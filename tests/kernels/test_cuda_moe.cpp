@@ -78,6 +78,26 @@ Tensor Identity(int64_t n) {
   return t;
 }
 
+// Each token's k distinct experts (a random permutation's first k; skewed: experts 0..k-1 for
+// every token) and routing weights in [0.05, 1).
+std::pair<std::vector<int32_t>, std::vector<float>> RandomRouting(int64_t tokens, int64_t E,
+                                                                  int64_t k, bool skewed,
+                                                                  uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+  std::vector<float> w(ids.size());
+  std::vector<int32_t> perm(static_cast<size_t>(E));
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::iota(perm.begin(), perm.end(), 0);
+    if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t j = 0; j < k; ++j) {
+      ids[t * k + j] = perm[j];
+      w[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
+    }
+  }
+  return {std::move(ids), std::move(w)};
+}
+
 double Rms(const Tensor& t) {
   double s = 0;
   for (int64_t i = 0; i < t.numel(); ++i) s += double(t.data<float>()[i]) * t.data<float>()[i];
@@ -264,18 +284,7 @@ TEST_CASE("MoeExperts matches the CPU on both paths at every batch size", "[gpu]
     for (int64_t tokens : {1, 3, 16, 64, 257, 2048}) {
       if (big && tokens == 2048 && I == 384) continue;  // the CPU's time: 30B-A3B alone at 2048
       for (bool skewed : {false, true}) {               // skewed: every token picks experts 0..k-1
-        std::mt19937 rng(static_cast<uint32_t>(++seed));
-        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-        std::vector<float> w(ids.size());
-        std::vector<int32_t> perm(static_cast<size_t>(E));
-        for (int64_t t = 0; t < tokens; ++t) {
-          std::iota(perm.begin(), perm.end(), 0);
-          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
-          for (int64_t j = 0; j < k; ++j) {
-            ids[t * k + j] = perm[j];
-            w[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
-          }
-        }
+        const auto [ids, w] = RandomRouting(tokens, E, k, skewed, static_cast<uint32_t>(++seed));
         Tensor h_ids = HostInts({tokens, k}, ids);
         Tensor h_w = Tensor::FromFloats(w, {tokens, k});
         Tensor x = FastRandom({tokens, H}, ++seed, 1.0f);
@@ -337,18 +346,7 @@ TEST_CASE("The MoE grouped GEMM's row tile: the choice, and the same bits with e
     Tensor down = UploadBf16(*gpu, FastRandom({E, H, I}, ++seed, 1.7f / std::sqrt(float(I))));
     for (int64_t tokens : {1, 5, 64, 300}) {
       for (bool skewed : {false, true}) {  // skewed: every token picks experts 0..k-1
-        std::mt19937 rng(static_cast<uint32_t>(++seed));
-        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-        std::vector<float> w(ids.size());
-        std::vector<int32_t> perm(static_cast<size_t>(E));
-        for (int64_t t = 0; t < tokens; ++t) {
-          std::iota(perm.begin(), perm.end(), 0);
-          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
-          for (int64_t j = 0; j < k; ++j) {
-            ids[t * k + j] = perm[j];
-            w[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
-          }
-        }
+        const auto [ids, w] = RandomRouting(tokens, E, k, skewed, static_cast<uint32_t>(++seed));
         Tensor d_x = UploadBf16(*gpu, FastRandom({tokens, H}, ++seed, 1.0f));
         Tensor d_ids = gpu->Upload(HostInts({tokens, k}, ids));
         Tensor d_w = gpu->Upload(Tensor::FromFloats(w, {tokens, k}));
@@ -464,18 +462,7 @@ TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit f
     for (int64_t tokens : {1, 2, 3, 8, 16, 64, 128}) {
       if (tokens * k > kernels::kMoeGemvMaxPairs) continue;
       for (bool skewed : {false, true}) {
-        std::mt19937 rng(static_cast<uint32_t>(++seed));
-        std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-        std::vector<float> w(ids.size());
-        std::vector<int32_t> perm(static_cast<size_t>(E));
-        for (int64_t t = 0; t < tokens; ++t) {
-          std::iota(perm.begin(), perm.end(), 0);
-          if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);
-          for (int64_t j = 0; j < k; ++j) {
-            ids[t * k + j] = perm[j];
-            w[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.0f)(rng);
-          }
-        }
+        const auto [ids, w] = RandomRouting(tokens, E, k, skewed, static_cast<uint32_t>(++seed));
         INFO("E " << E << " k " << k << " I " << I << " H " << H << " T " << tokens
                   << (skewed ? " skewed" : ""));
         Tensor h_ids = HostInts({tokens, k}, ids);

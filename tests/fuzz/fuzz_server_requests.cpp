@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -111,7 +112,23 @@ std::pair<std::string, bool> Exchange(int port, const std::string& request, bool
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) Die("connect");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    // libFuzzer's timeout alarm (SIGALRM, no SA_RESTART) interrupts a connect that waits for
+    // room in the server's accept queue (a busy 2-core CI machine): the handshake goes on in the
+    // kernel, so wait for it rather than taking EINTR for a refused connection.
+    if (errno != EINTR) Die(std::string("connect: ") + std::strerror(errno));
+    const Clock::time_point until = Clock::now() + kSettleDeadline;
+    pollfd p{fd, POLLOUT, 0};
+    int ready = 0;
+    while (Clock::now() < until && (ready = ::poll(&p, 1, 100)) <= 0) {
+      if (ready < 0 && errno != EINTR) Die(std::string("connect: poll: ") + std::strerror(errno));
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (ready <= 0) Die("connect: not accepted within the settle deadline");
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)
+      Die(std::string("connect: ") + std::strerror(err));
+  }
   const Clock::time_point deadline = Clock::now() + kRequestDeadline;
   size_t sent = 0;
   bool ended = false;

@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(T)
     GemvNormKernel(const bf16* __restrict__ x, const bf16* __restrict__ residual,
                    bf16* residual_out, const bf16* __restrict__ norm_w, float eps,
                    const bf16* __restrict__ w, bf16* out_bf16, float* out_f32, int64_t in,
-                   int64_t out, int64_t groups, GemvQkvEpilogue ep) {
+                   int64_t out, int64_t groups, GemvQkvEpilogue ep, bf16* normed_out) {
   extern __shared__ uint4 xs_raw[];  // [R][in] bf16
   bf16* xs = reinterpret_cast<bf16*>(xs_raw);
   __shared__ float partial[T / 32][F * R];
@@ -389,6 +389,8 @@ __global__ void __launch_bounds__(T)
         a2[i] = __floats2bfloat162_rn(fg.x * n0, fg.y * n1);
       }
       xsr[v] = a;
+      if (normed_out != nullptr && blockIdx.x == 0)
+        reinterpret_cast<uint4*>(normed_out + r * in)[v] = a;
     }
     __syncthreads();  // red is reused by the next row; xs complete
   }
@@ -416,7 +418,7 @@ __global__ void __launch_bounds__(T)
 template <int R, int F, int T, int U, int kEpi>
 cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual_out,
                              const bf16* norm_w, float eps, const bf16* w, bf16* ob, float* of,
-                             int64_t in, int64_t out, const GemvQkvEpilogue& ep,
+                             int64_t in, int64_t out, const GemvQkvEpilogue& ep, bf16* normed_out,
                              cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(R) * in * 2;
   // The dynamic shared-memory limit is a per-device attribute (tensor parallelism launches
@@ -453,7 +455,7 @@ cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual
   const int64_t grid = groups < resident ? groups : resident;
   return LaunchPdl(GemvNormKernel<R, F, T, U, kEpi>, dim3(static_cast<unsigned>(grid)), dim3(T),
                    smem, stream, x, residual, residual_out, norm_w, eps, w, ob, of, in, out, groups,
-                   ep);
+                   ep, normed_out);
 }
 
 // The norm-fused configurations by row count (H200: 4 × 256 streams one row best; 2–4 rows
@@ -462,23 +464,23 @@ template <int kEpi>
 cudaError_t LaunchNormRows(const bf16* x, const bf16* residual, bf16* residual_out,
                            const bf16* norm_w, float eps, const bf16* w, bf16* ob, float* of,
                            int64_t rows, int64_t in, int64_t out, const GemvQkvEpilogue& ep,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bf16* normed_out = nullptr) {
   switch (rows) {
     case 1:
       if (NarrowRow(in))
         return LaunchNormConfig<1, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob,
-                                                    of, in, out, ep, stream);
+                                                    of, in, out, ep, normed_out, stream);
       return LaunchNormConfig<1, 4, 256, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
-                                                  in, out, ep, stream);
+                                                  in, out, ep, normed_out, stream);
     case 2:
       return LaunchNormConfig<2, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
-                                                  in, out, ep, stream);
+                                                  in, out, ep, normed_out, stream);
     case 3:
       return LaunchNormConfig<3, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
-                                                  in, out, ep, stream);
+                                                  in, out, ep, normed_out, stream);
     default:
       return LaunchNormConfig<4, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob, of,
-                                                  in, out, ep, stream);
+                                                  in, out, ep, normed_out, stream);
   }
 }
 
@@ -524,13 +526,15 @@ bool GemvNormSupported(int64_t rows, int64_t in, const void* residual, const voi
 
 cudaError_t LaunchGemvRmsNorm(const bf16* x, const bf16* residual, bf16* residual_out,
                               const bf16* norm_w, float eps, const bf16* w, bf16* ob, float* of,
-                              int64_t rows, int64_t in, int64_t out, cudaStream_t stream) {
+                              int64_t rows, int64_t in, int64_t out, cudaStream_t stream,
+                              bf16* normed_out) {
   if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) ||
-      (ob == nullptr) == (of == nullptr)) {
+      (ob == nullptr) == (of == nullptr) ||
+      (normed_out != nullptr && reinterpret_cast<uintptr_t>(normed_out) % 16 != 0)) {
     return cudaErrorInvalidValue;
   }
   return LaunchNormRows<kPlain>(x, residual, residual_out, norm_w, eps, w, ob, of, rows, in, out,
-                                GemvQkvEpilogue{}, stream);
+                                GemvQkvEpilogue{}, stream, normed_out);
 }
 
 cudaError_t LaunchGemvRmsNormSiluMul(const bf16* x, const bf16* residual, bf16* residual_out,

@@ -37,7 +37,8 @@ cudaError_t LaunchGemvWith(GemvConfig config, const __nv_bfloat16* x, const __nv
 //   v = x ? bf16(residual + x) : residual          (written to residual_out when given)
 //   n = bf16(norm_w · bf16(v · rsqrt(mean(v²) + eps)))   (RMSNorm's rounding)
 //   out = n · wᵀ
-// residual_out must differ from residual (other CTAs still read it) and needs x.
+// residual_out must differ from residual (other CTAs still read it) and needs x. normed_out,
+// when given, receives n (16-byte aligned; the MoE layer's experts read it after the router).
 inline constexpr size_t kGemvNormMaxSmem = 96 * 1024;  // rows × in × 2 bytes of normalised rows
 bool GemvNormSupported(int64_t rows, int64_t in, const void* residual, const void* w);
 cudaError_t LaunchGemvRmsNorm(const __nv_bfloat16* x,         // [rows, in] or nullptr
@@ -46,7 +47,8 @@ cudaError_t LaunchGemvRmsNorm(const __nv_bfloat16* x,         // [rows, in] or n
                               const __nv_bfloat16* norm_w,    // [in]
                               float eps, const __nv_bfloat16* w, __nv_bfloat16* out_bf16,
                               float* out_f32, int64_t rows, int64_t in, int64_t out,
-                              cudaStream_t stream);
+                              cudaStream_t stream,
+                              __nv_bfloat16* normed_out = nullptr);  // [rows, in] or nullptr
 
 // The same GEMV with SiLU·mul folded in: w is the fused [gate | up] weight [2·inter, in];
 // out[r, j] = bf16(silu(bf16(n·gate_j)) rounded to bf16 × bf16(n·up_j)) — exactly the GEMV to

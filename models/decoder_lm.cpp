@@ -481,12 +481,12 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
     if (tp_.comm != nullptr)
       tp_.comm->AllReduceSum(hidden);  // row-parallel o_proj: sum the partials
     if (L.moe) {
-      // residual[cur] += hidden in place, normed = RmsNorm of it: one kernel, the same bf16
-      // roundings as Add + RmsNorm. In place is safe here (each row is read and written by
-      // the one CTA that normalises it; the router and the experts read `normed`), so the
-      // stream stays in residual[cur] for the next layer's ping-pong.
-      B.AddRmsNorm(hidden, residual[cur], L.post_norm, eps, normed);
-      B.MoeRoute(normed, L.router, k, topk_weights, expert_ids, expert_weights);
+      // residual[1 - cur] = residual[cur] + hidden, normed = RmsNorm of it, the routing of
+      // `normed`: decode batches run the norm inside the router's GEMV (its CTAs all read
+      // residual[cur], hence the ping-pong), larger ones the add + norm kernel first.
+      B.AddRmsNormMoeRoute(hidden, residual[cur], residual[1 - cur], L.post_norm, eps, L.router, k,
+                           topk_weights, normed, expert_ids, expert_weights);
+      cur = 1 - cur;
       B.MoeExperts(normed, expert_ids, expert_weights, L.experts_gate_up, L.experts_down, hidden);
     } else {
       B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps,

@@ -71,4 +71,15 @@ void Backend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, T
   QkvRopeAppend(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
 }
 
+void Backend::AddRmsNormMoeRoute(const Tensor& x, const Tensor& residual, Tensor& residual_out,
+                                 const Tensor& norm_weight, float eps, const Tensor& router,
+                                 int64_t k, MoeTopKWeights weights, Tensor& normed,
+                                 Tensor& expert_ids, Tensor& expert_weights) {
+  OASIS_CHECK(residual_out.raw() != residual.raw())
+      << "AddRmsNormMoeRoute: residual_out aliases residual";
+  Add(residual, x, residual_out);
+  RmsNorm(residual_out, norm_weight, eps, normed);
+  MoeRoute(normed, router, k, weights, expert_ids, expert_weights);
+}
+
 }  // namespace oasis

@@ -325,6 +325,21 @@ class Backend {
                         Tensor& expert_ids,           // [T, k] int32
                         Tensor& expert_weights) = 0;  // [T, k] f32
 
+  // A Qwen3-MoE layer's post-attention norm and routing: residual_out = residual + x and
+  // normed = RmsNorm(residual_out) with AddRmsNorm's roundings, then MoeRoute(normed, ...).
+  // residual_out must not alias residual (a device backend may fold the norm into the router's
+  // GEMV, whose CTAs all read residual); `normed` is what the experts read. The default runs
+  // Add, RmsNorm and MoeRoute.
+  virtual void AddRmsNormMoeRoute(const Tensor& x,                  // [T, hidden]
+                                  const Tensor& residual,           // [T, hidden]
+                                  Tensor& residual_out,             // [T, hidden]
+                                  const Tensor& norm_weight,        // [hidden]
+                                  float eps, const Tensor& router,  // [E, hidden]
+                                  int64_t k, MoeTopKWeights weights,
+                                  Tensor& normed,           // [T, hidden]
+                                  Tensor& expert_ids,       // [T, k] int32
+                                  Tensor& expert_weights);  // [T, k] f32
+
   // The experts of every token, weighted:
   //   out[t] = Σ_j expert_weights[t, j] · down[e] · (SiLU(g) ⊙ u), e = expert_ids[t, j],
   //   [g | u] = gate_up[e] · x[t]

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
+#include <tuple>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
@@ -579,6 +580,48 @@ TEST_CASE("The MoE layer's AddRmsNorm in place equals Add + RmsNorm bit for bit"
       ExpectIdentical(DownloadF32(*gpu, got), DownloadF32(*gpu, want));
     }
   }
+}
+
+TEST_CASE("AddRmsNormMoeRoute: the norm inside the router GEMV, consistent with MoeRoute",
+          "[gpu][moe]") {
+  // Decode batches (up to kGemvMaxRows tokens) fold the add + norm into the router's GEMV,
+  // which writes the normed rows too; larger batches run the add + norm kernel then MoeRoute.
+  // Either way: residual_out = bf16(residual + x) exactly; normed within a bf16 ulp of
+  // Add + RmsNorm (the fused norm sums v² in another order); and the routing equals MoeRoute's
+  // of the returned normed rows bit for bit (the same GEMV order for the logits).
+  auto gpu = MakeBackend();
+  uint64_t seed = Seed() * 53 + 9;
+  for (auto [experts, k, hidden] : {std::tuple{128, 8, 2048}, std::tuple{32, 4, 72},
+                                    std::tuple{8, 2, 64}}) {
+    for (int64_t tokens : {1, 2, 3, 4, 5, 33}) {
+      for (bool unfused : {false, true}) {
+        INFO("E " << experts << " k " << k << " H " << hidden << " T " << tokens
+                  << (unfused ? " kUnfused" : ""));
+        gpu->set_moe_path(unfused ? CudaBackend::MoePath::kUnfused : CudaBackend::MoePath::kAuto);
+        Tensor x = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 1.0f));
+        Tensor res = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 4.0f));
+        Tensor nw = UploadBf16(*gpu, FastRandom({hidden}, ++seed, 1.0f));
+        Tensor router =
+            UploadBf16(*gpu, FastRandom({experts, hidden}, ++seed, 1.0f / std::sqrt(float(hidden))));
+        Tensor res_out = PoisonedBf16(*gpu, {tokens, hidden}),
+               normed = PoisonedBf16(*gpu, {tokens, hidden});
+        Tensor ids = gpu->Empty({tokens, k}, DType::kI32), w = gpu->Empty({tokens, k}, DType::kF32);
+        gpu->AddRmsNormMoeRoute(x, res, res_out, nw, 1e-6f, router, k,
+                                MoeTopKWeights::kRenormalized, normed, ids, w);
+        Tensor sum = PoisonedBf16(*gpu, {tokens, hidden}), want = PoisonedBf16(*gpu, {tokens, hidden});
+        gpu->Add(res, x, sum);
+        gpu->RmsNorm(sum, nw, 1e-6f, want);
+        ExpectIdentical(DownloadF32(*gpu, res_out), DownloadF32(*gpu, sum));
+        Tensor got_normed = DownloadF32(*gpu, normed), want_normed = DownloadF32(*gpu, want);
+        ExpectClose(got_normed, want_normed, 1e-6, 1.0 / 64);  // a bf16 ulp or two
+        Tensor ids2 = gpu->Empty({tokens, k}, DType::kI32), w2 = gpu->Empty({tokens, k}, DType::kF32);
+        gpu->MoeRoute(normed, router, k, MoeTopKWeights::kRenormalized, ids2, w2);
+        ExpectIdentical(gpu->Download(ids), gpu->Download(ids2));
+        ExpectIdentical(gpu->Download(w), gpu->Download(w2));
+      }
+    }
+  }
+  gpu->set_moe_path(CudaBackend::MoePath::kAuto);
 }
 
 namespace {

@@ -113,6 +113,12 @@ class CudaBackend final : public Backend {
   // Empty() (the arena while capturing).
   void MoeRoute(const Tensor& x, const Tensor& router, int64_t k, MoeTopKWeights weights,
                 Tensor& expert_ids, Tensor& expert_weights) override;
+  // Decode batches (up to kGemvMaxRows tokens): the add + norm inside the router's GEMV (it
+  // writes `normed` too), then the top-k; larger ones the add + norm kernel, then MoeRoute.
+  void AddRmsNormMoeRoute(const Tensor& x, const Tensor& residual, Tensor& residual_out,
+                          const Tensor& norm_weight, float eps, const Tensor& router, int64_t k,
+                          MoeTopKWeights weights, Tensor& normed, Tensor& expert_ids,
+                          Tensor& expert_weights) override;
   void MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                   const Tensor& gate_up, const Tensor& down, Tensor& out) override;
   // Which expert path MoeExperts takes: by the batch size (kAuto), or forced (tests, benchmarks;

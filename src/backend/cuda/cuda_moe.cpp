@@ -9,7 +9,9 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "common/check.h"
+#include "kernels/gemv.h"
 #include "kernels/moe.h"
+#include "kernels/norm.h"
 
 namespace oasis {
 namespace {
@@ -70,6 +72,49 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
       kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),
                              static_cast<int>(k), weights == MoeTopKWeights::kRenormalized,
                              Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), stream()));
+}
+
+void CudaBackend::AddRmsNormMoeRoute(const Tensor& x, const Tensor& residual, Tensor& residual_out,
+                                     const Tensor& norm_weight, float eps, const Tensor& router,
+                                     int64_t k, MoeTopKWeights weights, Tensor& normed,
+                                     Tensor& expert_ids, Tensor& expert_weights) {
+  CheckDevice(x, DType::kBF16, "AddRmsNormMoeRoute x");
+  CheckDevice(residual, DType::kBF16, "AddRmsNormMoeRoute residual");
+  CheckDevice(residual_out, DType::kBF16, "AddRmsNormMoeRoute residual_out");
+  CheckDevice(norm_weight, DType::kBF16, "AddRmsNormMoeRoute norm_weight");
+  CheckDevice(normed, DType::kBF16, "AddRmsNormMoeRoute normed");
+  CheckDevice(router, DType::kBF16, "AddRmsNormMoeRoute router");
+  OASIS_CHECK_EQ(router.ndim(), 2) << "AddRmsNormMoeRoute router " << router.ToString();
+  const int64_t experts = router.dim(0), hidden = router.dim(1);
+  const int64_t tokens = residual.numel() / hidden;
+  OASIS_CHECK(x.numel() == residual.numel() && residual_out.numel() == residual.numel() &&
+              normed.numel() == residual.numel() && residual.dim(-1) == hidden)
+      << "AddRmsNormMoeRoute x " << x.ToString() << ", residual " << residual.ToString()
+      << ", residual_out " << residual_out.ToString() << ", normed " << normed.ToString();
+  OASIS_CHECK(residual_out.raw() != residual.raw() && residual_out.raw() != x.raw())
+      << "AddRmsNormMoeRoute: residual_out aliases an input";
+  OASIS_CHECK(k >= 1 && k <= experts && experts <= kernels::kMoeMaxExperts)
+      << "AddRmsNormMoeRoute k " << k << " of " << experts << " experts";
+  OASIS_CHECK(expert_ids.numel() == tokens * k && expert_weights.numel() == tokens * k)
+      << "AddRmsNormMoeRoute outputs " << expert_ids.ToString() << ", "
+      << expert_weights.ToString();
+  if (tokens == 0) return;
+  if (moe_path_ != MoePath::kUnfused && reinterpret_cast<uintptr_t>(normed.raw()) % 16 == 0 &&
+      NormGemvFusable(&x, residual, &residual_out, norm_weight, router)) {
+    Tensor logits = Empty({tokens, experts}, DType::kF32);
+    OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(
+        Ptr(x), Ptr(residual), Ptr(residual_out), Ptr(norm_weight), eps, Ptr(router), nullptr,
+        Ptr<float>(logits), tokens, hidden, experts, stream(), Ptr(normed)));
+    OASIS_CUDA_CHECK(
+        kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),
+                               static_cast<int>(k), weights == MoeTopKWeights::kRenormalized,
+                               Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), stream()));
+    return;
+  }
+  OASIS_CUDA_CHECK(kernels::LaunchAddRmsNorm(Ptr(x), Ptr(residual), Ptr(residual_out),
+                                             Ptr(norm_weight), Ptr(normed), tokens, hidden, eps,
+                                             stream()));
+  MoeRoute(normed, router, k, weights, expert_ids, expert_weights);
 }
 
 void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,

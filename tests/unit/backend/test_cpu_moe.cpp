@@ -109,6 +109,37 @@ TEST_CASE("MoeRoute matches a naive router on random tokens", "[backend][moe]") 
   }
 }
 
+TEST_CASE("AddRmsNormMoeRoute equals AddRmsNorm then MoeRoute bit for bit", "[backend][moe]") {
+  CpuBackend b(2);
+  std::mt19937 rng(std::random_device{}());
+  const int64_t T = 5, H = 32, E = 8, k = 3;
+  Tensor x = Tensor::FromFloats(Random(T * H, rng), {T, H});
+  const std::vector<float> res = Random(T * H, rng);
+  Tensor nw = Tensor::FromFloats(Random(H, rng, 0.5f), {H});
+  Tensor router = Tensor::FromFloats(Random(E * H, rng, 0.5f), {E, H});
+  for (MoeTopKWeights mode : {MoeTopKWeights::kSoftmax, MoeTopKWeights::kRenormalized}) {
+    // The layer's previous form: the residual updated in place, then routing of the norm.
+    Tensor in_place = Tensor::FromFloats(res, {T, H});
+    Tensor want_normed = Tensor::Empty({T, H}, DType::kF32);
+    b.AddRmsNorm(x, in_place, nw, 1e-6f, want_normed);
+    Tensor want_ids = Tensor::Empty({T, k}, DType::kI32),
+           want_w = Tensor::Empty({T, k}, DType::kF32);
+    b.MoeRoute(want_normed, router, k, mode, want_ids, want_w);
+
+    Tensor residual = Tensor::FromFloats(res, {T, H}),
+           residual_out = Tensor::Empty({T, H}, DType::kF32);
+    Tensor normed = Tensor::Empty({T, H}, DType::kF32);
+    Tensor ids = Tensor::Empty({T, k}, DType::kI32), w = Tensor::Empty({T, k}, DType::kF32);
+    b.AddRmsNormMoeRoute(x, residual, residual_out, nw, 1e-6f, router, k, mode, normed, ids, w);
+    CHECK(std::memcmp(residual_out.raw(), in_place.raw(), in_place.nbytes()) == 0);
+    CHECK(std::memcmp(residual.data<float>(), res.data(), res.size() * sizeof(float)) ==
+          0);  // unchanged
+    CHECK(std::memcmp(normed.raw(), want_normed.raw(), normed.nbytes()) == 0);
+    CHECK(std::memcmp(ids.raw(), want_ids.raw(), ids.nbytes()) == 0);
+    CHECK(std::memcmp(w.raw(), want_w.raw(), w.nbytes()) == 0);
+  }
+}
+
 TEST_CASE("MoeExperts matches a naive per-token loop; tokens are independent", "[backend][moe]") {
   CpuBackend b(2);
   std::mt19937 rng(std::random_device{}());

@@ -275,8 +275,8 @@ TEST_CASE("QkNormRope matches the CPU, with and without q/k norm, llama3 and yar
       gpu->QkNormRope(gq, gk, qk_norm ? &gqn : nullptr, qk_norm ? &gkn : nullptr, 1e-6f, gpu->Upload(positions), rope);
       cpu.QkNormRope(q, k, qk_norm ? &qn : nullptr, qk_norm ? &kn : nullptr, 1e-6f, positions, rope);
       INFO("head_dim " << head_dim << " " << variant);
-      ExpectClose(DownloadF32(*gpu, gq), q, 3e-2, 3e-2);
-      ExpectClose(DownloadF32(*gpu, gk), k, 3e-2, 3e-2);
+      ExpectRopeClose(DownloadF32(*gpu, gq), q, head_dim);
+      ExpectRopeClose(DownloadF32(*gpu, gk), k, head_dim);
     }
   }
 }
@@ -370,8 +370,8 @@ TEST_CASE("fused QkvRopeAppend and SiluMulLinear match the composed ops", "[gpu]
     Tensor gqn = UploadBf16(*gpu, qn), gkn = UploadBf16(*gpu, kn);
     gpu->QkvRopeAppend(UploadBf16(*gpu, qkv), gq, &gqn, &gkn, 1e-6f, gpu->Upload(positions), rope, gpu->Upload(mapping),
                        gpu_pool);
-    ExpectClose(DownloadF32(*gpu, gq), q_want, 3e-2, 3e-2);
-    ExpectClose(DownloadF32(*gpu, gpu_pool.k), cpu_pool.k, 3e-2, 3e-2);
+    ExpectRopeClose(DownloadF32(*gpu, gq), q_want, d);
+    ExpectRopeClose(DownloadF32(*gpu, gpu_pool.k), cpu_pool.k, d);
     ExpectClose(DownloadF32(*gpu, gpu_pool.v), cpu_pool.v, 0, 0);
 
     const int64_t inter = 1536, outf = 520;
@@ -425,8 +425,8 @@ TEST_CASE("QkvRopeAppend at prefill sizes (the vectorised kernel) matches the CP
     Tensor gqn = UploadBf16(*gpu, qn), gkn = UploadBf16(*gpu, kn);
     gpu->QkvRopeAppend(UploadBf16(*gpu, qkv), gq, k.qk_norm ? &gqn : nullptr, k.qk_norm ? &gkn : nullptr, 1e-6f,
                        gpu->Upload(positions), rope, gpu->Upload(mapping), gpu_pool);
-    ExpectClose(DownloadF32(*gpu, gq), q_want, 3e-2, 3e-2);
-    ExpectClose(DownloadF32(*gpu, gpu_pool.k), cpu_pool.k, 3e-2, 3e-2);  // unstored rows stay 0
+    ExpectRopeClose(DownloadF32(*gpu, gq), q_want, k.d);
+    ExpectRopeClose(DownloadF32(*gpu, gpu_pool.k), cpu_pool.k, k.d);  // unstored rows stay 0
     ExpectClose(DownloadF32(*gpu, gpu_pool.v), cpu_pool.v, 0, 0);
   }
 }

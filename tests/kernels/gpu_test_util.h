@@ -45,14 +45,16 @@ inline Tensor PoisonedBf16(CudaBackend& backend, std::vector<int64_t> shape) {
   return backend.Upload(host);
 }
 
-// Every |got - want| <= atol + rtol * |want|; fails naming the worst index.
-inline void ExpectClose(const Tensor& got, const Tensor& want, double atol, double rtol) {
+// Every |got - want| <= atol[i] + rtol * |want|, atol[i] = atol_of(i); fails naming the worst
+// index (non-finite got values fail).
+template <typename Atol>
+void ExpectCloseBy(const Tensor& got, const Tensor& want, Atol&& atol_of, double rtol) {
   REQUIRE(got.numel() == want.numel());
   double worst = 0;
   int64_t worst_i = -1;
   for (int64_t i = 0; i < got.numel(); ++i) {
     const double g = got.data<float>()[i], w = want.data<float>()[i];
-    const double excess = std::isfinite(g) ? std::fabs(g - w) - (atol + rtol * std::fabs(w)) : INFINITY;
+    const double excess = std::isfinite(g) ? std::fabs(g - w) - (atol_of(i) + rtol * std::fabs(w)) : INFINITY;
     if (excess > worst) {
       worst = excess;
       worst_i = i;
@@ -63,32 +65,24 @@ inline void ExpectClose(const Tensor& got, const Tensor& want, double atol, doub
   CHECK(worst_i == -1);
 }
 
+// Every |got - want| <= atol + rtol * |want|; fails naming the worst index.
+inline void ExpectClose(const Tensor& got, const Tensor& want, double atol, double rtol) {
+  ExpectCloseBy(got, want, [atol](int64_t) { return atol; }, rtol);
+}
+
 // RoPE outputs against the float32 reference, head by head (rows of `head_dim` values): every
 // |got - want| <= 2^-6 · max|want| over the head + 2e-2 · |want|. The device rounds the normed
 // values and cos/sin to bf16 before the rotation (HF's bf16 path), so an output that cancels two
 // large products (a·cos - b·sin) carries an error of a few bf16 ulps of the head's largest
 // values, not of its own magnitude; a wrong angle or pairing errs by the head's scale.
 inline void ExpectRopeClose(const Tensor& got, const Tensor& want, int64_t head_dim) {
-  REQUIRE(got.numel() == want.numel());
   REQUIRE(want.numel() % head_dim == 0);
-  double worst = 0;
-  int64_t worst_i = -1;
-  for (int64_t h0 = 0; h0 < want.numel(); h0 += head_dim) {
-    double scale = 0;
-    for (int64_t i = h0; i < h0 + head_dim; ++i) scale = std::max(scale, std::fabs(double(want.data<float>()[i])));
-    for (int64_t i = h0; i < h0 + head_dim; ++i) {
-      const double g = got.data<float>()[i], w = want.data<float>()[i];
-      const double excess =
-          std::isfinite(g) ? std::fabs(g - w) - (scale / 64.0 + 2e-2 * std::fabs(w)) : INFINITY;
-      if (excess > worst) {
-        worst = excess;
-        worst_i = i;
-      }
-    }
+  std::vector<double> head_scale(static_cast<size_t>(want.numel() / head_dim), 0.0);
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double& m = head_scale[static_cast<size_t>(i / head_dim)];
+    m = std::max(m, std::fabs(double(want.data<float>()[i])));
   }
-  INFO("worst element " << worst_i << ": got " << (worst_i >= 0 ? got.data<float>()[worst_i] : 0.f) << " want "
-                        << (worst_i >= 0 ? want.data<float>()[worst_i] : 0.f));
-  CHECK(worst_i == -1);
+  ExpectCloseBy(got, want, [&](int64_t i) { return head_scale[static_cast<size_t>(i / head_dim)] / 64.0; }, 2e-2);
 }
 
 // `n` random token ids (a fresh seed each run).

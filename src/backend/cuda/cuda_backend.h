@@ -186,6 +186,10 @@ class CudaBackend final : public Backend {
  private:
   CudaBackend() = default;
   const float* DeviceInvFreq(const RopeParams& rope);
+  // The top-k of float router logits [tokens, experts] into the routing tensors (MoeRoute's
+  // second launch, shared by AddRmsNormMoeRoute's fused path).
+  void MoeTopKFromLogits(const Tensor& logits, int64_t k, MoeTopKWeights weights,
+                         Tensor& expert_ids, Tensor& expert_weights);
   // Whether the norm-fused GEMV kernels take these operands (bf16, aligned, 1..4 rows).
   bool NormGemvFusable(const Tensor* x, const Tensor& residual, const Tensor* residual_out,
                        const Tensor& norm_weight, const Tensor& weight) const;

@@ -50,8 +50,6 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
                            Tensor& expert_ids, Tensor& expert_weights) {
   CheckDevice(x, DType::kBF16, "MoeRoute x");
   CheckDevice(router, DType::kBF16, "MoeRoute router");
-  CheckDevice(expert_ids, DType::kI32, "MoeRoute expert_ids");
-  CheckDevice(expert_weights, DType::kF32, "MoeRoute expert_weights");
   OASIS_CHECK_EQ(router.ndim(), 2) << "MoeRoute router " << router.ToString();
   const int64_t experts = router.dim(0), hidden = router.dim(1);
   OASIS_CHECK(k >= 1 && k <= experts && experts <= kernels::kMoeMaxExperts)
@@ -68,8 +66,15 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
   // these two launches at every decode size (1 token 12.1 vs 7.7 us, 8 tokens 27.6 vs 17.4 us):
   // its one-warp-per-expert GEMV and serial tail lose more than the launch saves (removed).
   Linear(x.Reshape({tokens, hidden}), router, logits);
+  MoeTopKFromLogits(logits, k, weights, expert_ids, expert_weights);
+}
+
+void CudaBackend::MoeTopKFromLogits(const Tensor& logits, int64_t k, MoeTopKWeights weights,
+                                    Tensor& expert_ids, Tensor& expert_weights) {
+  CheckDevice(expert_ids, DType::kI32, "MoeRoute expert_ids");
+  CheckDevice(expert_weights, DType::kF32, "MoeRoute expert_weights");
   OASIS_CUDA_CHECK(
-      kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),
+      kernels::LaunchMoeTopK(Ptr<float>(logits), logits.dim(0), static_cast<int>(logits.dim(1)),
                              static_cast<int>(k), weights == MoeTopKWeights::kRenormalized,
                              Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), stream()));
 }
@@ -105,10 +110,7 @@ void CudaBackend::AddRmsNormMoeRoute(const Tensor& x, const Tensor& residual, Te
     OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(
         Ptr(x), Ptr(residual), Ptr(residual_out), Ptr(norm_weight), eps, Ptr(router), nullptr,
         Ptr<float>(logits), tokens, hidden, experts, stream(), Ptr(normed)));
-    OASIS_CUDA_CHECK(
-        kernels::LaunchMoeTopK(Ptr<float>(logits), tokens, static_cast<int>(experts),
-                               static_cast<int>(k), weights == MoeTopKWeights::kRenormalized,
-                               Ptr<int32_t>(expert_ids), Ptr<float>(expert_weights), stream()));
+    MoeTopKFromLogits(logits, k, weights, expert_ids, expert_weights);
     return;
   }
   OASIS_CUDA_CHECK(kernels::LaunchAddRmsNorm(Ptr(x), Ptr(residual), Ptr(residual_out),

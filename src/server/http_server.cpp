@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <ctime>
+#include <limits>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -75,7 +77,8 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
     if (spec.stream) {
       ex_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
       if (spec.endpoint == Endpoint::kChatCompletions) {
-        for (const ChoiceState& c : job->choices()) Write(WithUsage(builder->RoleChunk(c.index)));
+        for (const ChoiceState& c : job->choices())
+          Write(WithUsage(builder->RoleChunk(c.index), c));
       }
     }
     std::weak_ptr<GenerationPump> weak = weak_from_this();
@@ -114,9 +117,16 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
     }
   }
   void Write(const OrderedJson& j) { ex_->Write("data: " + DumpJson(j) + "\n\n"); }
-  // stream_options.continuous_usage_stats: every chunk carries the usage so far (vLLM's).
-  OrderedJson WithUsage(OrderedJson chunk) const {
-    if (spec.continuous_usage) chunk["usage"] = job->usage().ToJson();
+  // stream_options.continuous_usage_stats: every chunk carries its choice's usage so far — its
+  // prompt and its completion tokens (vLLM's, also for n > 1 and lists of prompts).
+  OrderedJson WithUsage(OrderedJson chunk, const ChoiceState& state) const {
+    if (spec.continuous_usage) {
+      Usage u;
+      u.prompt_tokens = state.prompt_tokens;
+      u.completion_tokens = state.completion_tokens;
+      u.cached_tokens = state.cached_tokens;
+      chunk["usage"] = u.ToJson();
+    }
     return chunk;
   }
   void Drain() {
@@ -139,7 +149,7 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
         echo_sent[ev->choice] = 1;
       }
       OrderedJson chunk = builder->Chunk(state, ev->out, prefix);
-      if (!chunk.is_null()) Write(WithUsage(std::move(chunk)));
+      if (!chunk.is_null()) Write(WithUsage(std::move(chunk), state));
     }
     if (!job->finished()) return;
     if (spec.stream) {
@@ -278,6 +288,19 @@ std::optional<T> OptionalField(const Json& body, const char* name, T fallback, A
   return f->get<T>();
 }
 
+// A 400 naming the first field of `body` that is not in `known` (the tokenizer routes, like the
+// generation routes, honour every field they accept); true when all are known.
+bool OnlyKnownFields(const Json& body, std::initializer_list<std::string_view> known,
+                     ApiError* err) {
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      *err = BadRequest("unknown parameter '" + key + "' for this endpoint", key);
+      return false;
+    }
+  }
+  return true;
+}
+
 // The text /tokenize encodes (a prompt, or chat messages rendered) and whether special tokens
 // are added; nullopt with `*err` on a bad request.
 std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Json& body,
@@ -299,6 +322,8 @@ std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Js
     text = *rendered;
     add_special = false;
   } else {
+    if (!OnlyKnownFields(body, {"model", "prompt", "add_special_tokens", "return_token_strs"}, err))
+      return std::nullopt;
     auto p = body.find("prompt");
     if (p == body.end() || !p->is_string()) {
       *err = BadRequest("'prompt' must be a string", "prompt");
@@ -355,6 +380,7 @@ void HandleDetokenize(Service& svc, const HttpRequest& req, HttpExchange& res) {
   if (!body) return;
   const ModelHost* h = svc.host();
   ApiError err;
+  if (!OnlyKnownFields(*body, {"model", "tokens"}, &err)) return SendError(res, err);
   const std::optional<std::string> model = OptionalField(*body, "model", std::string(), &err);
   if (!model) return SendError(res, err);
   if (auto e = svc.CheckModel(*model)) return SendError(res, *e);
@@ -363,7 +389,11 @@ void HandleDetokenize(Service& svc, const HttpRequest& req, HttpExchange& res) {
     return SendError(res, BadRequest("'tokens' must be a list of token ids", "tokens"));
   std::vector<int32_t> ids;
   for (const Json& id : *t) {
+    // The range first: an id of 2^32 + 5 must not wrap onto token 5.
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        (id.is_number_unsigned() &&
+         id.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}) ||
+        id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
         !h->tokenizer->IsKnown(static_cast<int32_t>(id.get<int64_t>()))) {
       std::string shown = id.dump();
       if (shown.size() > 40) shown = shown.substr(0, 37) + "...";

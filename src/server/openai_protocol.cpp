@@ -339,6 +339,9 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (!ids->is_array())
       return r.Fail("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     if (!ParseTokenIds(r, *ids, "stop_token_ids", &spec->stop_token_ids)) return false;
+    for (int32_t id : spec->stop_token_ids) {
+      if (!CheckVocab(r, limits, "stop_token_ids", id)) return false;
+    }
   }
   if (const Json* ids = r.Get("forced_output_ids")) {
     if (!ids->is_array())
@@ -429,7 +432,9 @@ bool NormaliseContent(Reader& r, OrderedJson& message, size_t index) {
   if (it == message.end() || it->is_null() || it->is_string()) return true;
   if (!it->is_array())
     return r.Fail(param, "'content' must be a string or a list of content parts");
+  // The parts' texts joined with "\n", as vLLM gives them to a template that takes a string.
   std::string text;
+  bool first = true;
   for (const OrderedJson& part : *it) {
     if (!part.is_object()) return r.Fail(param, "content parts must be objects");
     auto type = part.find("type");
@@ -442,6 +447,8 @@ bool NormaliseContent(Reader& r, OrderedJson& message, size_t index) {
     auto t = part.find("text");
     if (t == part.end() || !t->is_string())
       return r.Fail(param, "a text content part needs a string 'text'");
+    if (!first) text += '\n';
+    first = false;
     text += t->get<std::string>();
   }
   *it = text;
@@ -734,10 +741,11 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
   }
   if (!ParseCommon(r, limits, &spec)) return std::nullopt;
   int64_t max_tokens = 0;
-  // max_completion_tokens wins when both are given (vLLM); max_tokens counts as read then.
-  r.MarkRead("max_tokens");
+  // max_completion_tokens wins when both are given (vLLM); max_tokens must still be valid then.
   const char* max_param =
       r.Get("max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  if (r.Get("max_tokens") != nullptr && !r.Int("max_tokens", 1, kInt64Max, &max_tokens))
+    return std::nullopt;
   if (r.Get(max_param) != nullptr) {
     if (!r.Int(max_param, 1, kInt64Max, &max_tokens)) return std::nullopt;
     spec.max_tokens = max_tokens;

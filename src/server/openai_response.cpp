@@ -62,6 +62,17 @@ OrderedJson ResponseBuilder::TokenBytes(int32_t id) const {
   return bytes;
 }
 
+namespace {
+
+// text_offset counts characters (code points of the UTF-8 text), as OpenAI's and vLLM's do.
+size_t Chars(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
 OrderedJson ResponseBuilder::Logprobs(const std::vector<GeneratedToken>& tokens,
                                       size_t* text_offset) const {
   if (!spec_.logprobs) return nullptr;
@@ -101,7 +112,7 @@ OrderedJson ResponseBuilder::CompletionLogprobs(const std::vector<GeneratedToken
     token_logprobs.push_back(nullptr);
     top_logprobs.push_back(nullptr);
     text_offsets.push_back(*text_offset);
-    *text_offset += spec_.return_tokens_as_token_ids ? TokenString(first).size() : s.size();
+    *text_offset += Chars(spec_.return_tokens_as_token_ids ? TokenString(first) : s);
     for (const PromptTokenLogprob& e : echo->prompt_logprobs) {
       GeneratedToken g;
       g.token = e.token;
@@ -117,15 +128,14 @@ OrderedJson ResponseBuilder::CompletionLogprobs(const std::vector<GeneratedToken
       strings.push_back(s);
       token_logprobs.push_back(JsonLogprob(t.logprob));
       text_offsets.push_back(*text_offset);
-      *text_offset += spec_.return_tokens_as_token_ids ? TokenString(t.token).size() : s.size();
+      *text_offset += Chars(spec_.return_tokens_as_token_ids ? TokenString(t.token) : s);
       OrderedJson top = OrderedJson::object();
       for (size_t k = 0; k < t.top_logprobs.size() && static_cast<int>(k) < spec_.top_logprobs;
            ++k) {
         top[TokenLabel(t.top_logprobs[k].token)] = JsonLogprob(t.top_logprobs[k].logprob);
       }
-      if (spec_.top_logprobs > 0)
-        top[s] = JsonLogprob(t.logprob);  // the sampled token too (as vLLM)
-      top_logprobs.push_back(spec_.top_logprobs > 0 ? top : OrderedJson(nullptr));
+      top[s] = JsonLogprob(t.logprob);  // the sampled token too, also for logprobs=0 (as vLLM)
+      top_logprobs.push_back(top);
     }
   }
   return {{"text_offset", text_offsets},
@@ -253,7 +263,7 @@ OrderedJson ResponseBuilder::Final(const std::vector<ChoiceState>& choices, cons
           static_cast<size_t>(c.index) < echo_prefixes.size() ? echo_prefixes[c.index] : "";
       choice["text"] = prefix + c.text;
       if (c.echo_prompt.empty()) {
-        offset = prefix.size();
+        offset = Chars(prefix);
         choice["logprobs"] = Logprobs(c.tokens, &offset);
       } else {  // echo with logprobs: the prompt's tokens lead (offsets from 0)
         choice["logprobs"] = CompletionLogprobs(c.tokens, &c, &offset);
@@ -294,7 +304,7 @@ OrderedJson ResponseBuilder::Chunk(ChoiceState& state, const RequestOutput& out,
     // The echoed prompt's tokens lead the first chunk's logprobs (as vLLM's stream).
     choice["logprobs"] = CompletionLogprobs(out.tokens, &state, &state.text_offset);
   } else {
-    state.text_offset += prefix.size();
+    state.text_offset += Chars(prefix);
     choice["logprobs"] = Logprobs(out.tokens, &state.text_offset);
   }
   const int tool_calls = state.parser ? state.parser->tool_calls() : 0;

@@ -414,6 +414,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       streams.push_back(std::move(stream).value());
       ChoiceState c;
       c.index = static_cast<int>(index);
+      c.prompt_tokens = static_cast<int64_t>(prompts[p].size());  // the engine's outputs re-set it
       if (spec.echo && spec.logprobs) c.echo_prompt = prompts[p];
       choices.push_back(std::move(c));
     }

@@ -122,6 +122,27 @@ last=$(awk '{print $NF}' <<<"$counts")
 python3 -c 'import sys; c=[int(x) for x in sys.argv[1].split()]; sys.exit(0 if len(c) >= 1 and c == sorted(c) and c[-1] == 5 and c[0] >= 1 else 1)' "$counts" \
   && ok "continuous_usage_stats: usage in every chunk, growing to 5 ($counts)" || bad "continuous usage counts: '$counts' (last $last)" "$cu"
 
+# ... and with n = 2 over two prompts, each chunk its own choice's: that prompt's tokens and that
+# choice's completion tokens so far (vLLM's), ending at 3 for every choice.
+cu=$(curl -sN -X POST "$BASE/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"prompt": ["In the beginning", "And"], "n": 2, "max_tokens": 3, "temperature": 0, "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}}')
+pt0=$(py "$(post /tokenize '{"prompt": "In the beginning"}')" "d['count']")
+pt1=$(py "$(post /tokenize '{"prompt": "And"}')" "d['count']")
+grep '^data: {' <<<"$cu" | cut -c7- | python3 -c '
+import json, sys
+pt = [int(sys.argv[1])] * 2 + [int(sys.argv[2])] * 2
+seen = {}
+for line in sys.stdin:
+    d = json.loads(line)
+    if not d["choices"]:
+        continue
+    i, u = d["choices"][0]["index"], d["usage"]
+    assert u["prompt_tokens"] == pt[i], (i, u)
+    assert u["completion_tokens"] >= seen.get(i, 0), (i, u)
+    seen[i] = u["completion_tokens"]
+assert seen == {0: 3, 1: 3, 2: 3, 3: 3}, seen
+' "$pt0" "$pt1" && ok "continuous_usage_stats per choice (n 2 x 2 prompts)" || bad "continuous usage per choice" "$cu"
+
 cs=$(curl -sN -X POST "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": true}')
 first=$(echo "$cs" | grep '^data: {' | head -1 | cut -c7-)
@@ -272,6 +293,13 @@ expect "chat with another chat_template_kwargs key still answers" \
   "$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "chat_template_kwargs": {"enable_thinking": false}}')" \
   "d['object'] == 'chat.completion' and d['usage']['completion_tokens'] >= 1"
 expect_error "detokenize with a bad id" 400 /detokenize '{"tokens": [1, -5]}'
+expect_error "detokenize: 2^32 + 5 does not wrap onto token 5" 400 /detokenize '{"tokens": [4294967301]}'
+expect_error "detokenize: 2^64 - 1" 400 /detokenize '{"tokens": [18446744073709551615]}'
+expect_error "detokenize: an unknown field" 400 /detokenize '{"tokens": [1], "skip_special_tokens": true}'
+expect_error "tokenize: an unknown field" 400 /tokenize '{"prompt": "x", "foo": 1}'
+expect_error "tokenize: a chat-only field with a prompt" 400 /tokenize '{"prompt": "x", "add_generation_prompt": false}'
+expect_error "chat: a bad max_tokens beside max_completion_tokens" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 2, "max_tokens": "abc"}'
+expect_error "stop_token_ids outside the vocabulary" 400 /v1/completions '{"prompt": "x", "max_tokens": 2, "stop_token_ids": [99999]}'
 # ---- tools on a server without --tool-call-parser (vLLM's answers) ----------------------
 TOOLS='[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
 ASK='{"role": "user", "content": "Weather in Paris?"}'

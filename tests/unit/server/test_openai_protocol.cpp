@@ -167,7 +167,7 @@ TEST_CASE("chat requests: messages, content parts, max_completion_tokens, logpro
                 &err);
   REQUIRE(s);
   REQUIRE(s->messages.size() == 2);
-  CHECK(s->messages[1]["content"] == "hi there");
+  CHECK(s->messages[1]["content"] == "hi \nthere");  // parts joined with "\n", as vLLM
   CHECK(s->max_tokens == 9);
   CHECK(s->logprobs);
   CHECK(s->top_logprobs == 2);
@@ -190,6 +190,11 @@ TEST_CASE("bad chat requests are 400s") {
   ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", true);
   ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})", "max_completion_tokens",
             true);
+  // max_completion_tokens wins over max_tokens, but a bad max_tokens is still a 400.
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 3, "max_tokens": "abc"})",
+            "max_tokens", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 3, "max_tokens": -5})",
+            "max_tokens", true);
 }
 
 TEST_CASE("chat_template_kwargs cannot set the template variables the server sets") {
@@ -382,7 +387,9 @@ TEST_CASE("logits processing parameters are read and checked") {
   };
   bad_vocab(R"({"prompt": "x", "logit_bias": {"1000": 1}})", "logit_bias");
   bad_vocab(R"({"prompt": "x", "allowed_token_ids": [999, 1000]})", "allowed_token_ids");
-  CHECK(ParseCompletionRequest(Json::parse(R"({"prompt": "x", "logit_bias": {"999": 1}, "allowed_token_ids": [999]})"),
+  bad_vocab(R"({"prompt": "x", "stop_token_ids": [5, 1000]})", "stop_token_ids");
+  bad_vocab(R"({"prompt": "x", "stop_token_ids": [2147483647]})", "stop_token_ids");
+  CHECK(ParseCompletionRequest(Json::parse(R"({"prompt": "x", "logit_bias": {"999": 1}, "allowed_token_ids": [999], "stop_token_ids": [999]})"),
                                l, &err));
 }
 

@@ -98,6 +98,21 @@ TEST_CASE("completion response with logprobs, usage and echo") {
   CHECK(j["usage"]["total_tokens"] == 6);
 }
 
+TEST_CASE("completion logprobs=0: the sampled token alone; text_offset counts characters") {
+  GenerateSpec spec = LogprobSpec();
+  spec.top_logprobs = 0;
+  ResponseBuilder b(spec, "cmpl-0", "m", 1, &Tok());
+  const ChoiceState c = HiChoice(FinishReasonKind::kLength);
+  // "\xc3\xa9" is two bytes, one character: "H" starts at character 5 of "caf\xc3\xa9:Hi" (byte 6).
+  Json j = Json::parse(DumpJson(b.Final({c}, Usage{4, 2}, {"caf\xc3\xa9:"})));
+  const Json& lp = j["choices"][0]["logprobs"];
+  CHECK(lp["text_offset"] == Json::array({5, 6}));
+  REQUIRE(lp["top_logprobs"].size() == 2);
+  CHECK(lp["top_logprobs"][0] == Json{{"H", -0.25}});  // vLLM: {sampled: logprob}, not null
+  CHECK(lp["top_logprobs"][1].size() == 1);
+  CHECK(lp["top_logprobs"][1]["i"] == Approx(-2.0));
+}
+
 TEST_CASE("return_tokens_as_token_ids names tokens token_id:<id>; offsets stay the text's") {
   GenerateSpec spec = LogprobSpec();
   spec.return_tokens_as_token_ids = true;

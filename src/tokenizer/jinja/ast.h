@@ -45,6 +45,9 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;  // comparison operators
   bool negated = false;
+  // 1 + the tallest child's height (the parser's Adopt keeps it): evaluating and destroying an
+  // expression recurse this deep, so the parser refuses trees taller than its nesting limit.
+  int height = 1;
 };
 
 enum class StmtKind {

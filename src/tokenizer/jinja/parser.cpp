@@ -234,9 +234,10 @@ StatusOr<StmtPtr> Parser::ParseFilterBlock(const Token& at) {
     OASIS_ASSIGN_OR_RETURN(std::string n, ExpectName());
     ExprPtr f = Node(ExprKind::kFilter, at);
     f->name = std::move(n);
-    f->args.push_back(std::move(node));
+    Adopt(*f, std::move(node));
     if (IsOp("(")) OASIS_RETURN_IF_ERROR(ParseCallArgs(*f));
     node = std::move(f);
+    OASIS_RETURN_IF_ERROR(CheckHeight(*node));
   } while (SkipOp("|"));
   s->filter = std::move(node);
   OASIS_RETURN_IF_ERROR(ExpectBlockEnd());

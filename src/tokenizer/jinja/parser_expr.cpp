@@ -39,6 +39,7 @@ StatusOr<ExprPtr> Parser::ParseCondExpr() {
   OASIS_RETURN_IF_ERROR(CheckDepth());
   OASIS_ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
   while (IsName("if")) {
+    OASIS_RETURN_IF_ERROR(CheckHeight(*expr));
     const Token at = Cur();
     Next();
     ExprPtr e = Node(ExprKind::kCondExpr, at);
@@ -47,9 +48,9 @@ StatusOr<ExprPtr> Parser::ParseCondExpr() {
     if (SkipName("else")) {
       OASIS_ASSIGN_OR_RETURN(otherwise, ParseCondExpr());
     }
-    e->args.push_back(std::move(expr));
-    e->args.push_back(std::move(cond));
-    e->args.push_back(std::move(otherwise));
+    Adopt(*e, std::move(expr));
+    Adopt(*e, std::move(cond));
+    Adopt(*e, std::move(otherwise));
     expr = std::move(e);
   }
   return expr;
@@ -58,12 +59,13 @@ StatusOr<ExprPtr> Parser::ParseCondExpr() {
 StatusOr<ExprPtr> Parser::ParseOr() {
   OASIS_ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
   while (IsName("or")) {
+    OASIS_RETURN_IF_ERROR(CheckHeight(*left));
     ExprPtr e = Node(ExprKind::kBinary, Cur());
     Next();
     e->name = "or";
     OASIS_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
-    e->args.push_back(std::move(left));
-    e->args.push_back(std::move(right));
+    Adopt(*e, std::move(left));
+    Adopt(*e, std::move(right));
     left = std::move(e);
   }
   return left;
@@ -72,12 +74,13 @@ StatusOr<ExprPtr> Parser::ParseOr() {
 StatusOr<ExprPtr> Parser::ParseAnd() {
   OASIS_ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
   while (IsName("and")) {
+    OASIS_RETURN_IF_ERROR(CheckHeight(*left));
     ExprPtr e = Node(ExprKind::kBinary, Cur());
     Next();
     e->name = "and";
     OASIS_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
-    e->args.push_back(std::move(left));
-    e->args.push_back(std::move(right));
+    Adopt(*e, std::move(left));
+    Adopt(*e, std::move(right));
     left = std::move(e);
   }
   return left;
@@ -91,7 +94,7 @@ StatusOr<ExprPtr> Parser::ParseNot() {
     Next();
     e->name = "not";
     OASIS_ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
-    e->args.push_back(std::move(operand));
+    Adopt(*e, std::move(operand));
     return e;
   }
   return ParseCompare();
@@ -120,11 +123,11 @@ StatusOr<ExprPtr> Parser::ParseCompare() {
     }
     if (!cmp) {
       cmp = Node(ExprKind::kCompare, at);
-      cmp->args.push_back(std::move(first));
+      Adopt(*cmp, std::move(first));
     }
     OASIS_ASSIGN_OR_RETURN(ExprPtr operand, ParseBinary(0));
     cmp->ops.push_back(op);
-    cmp->args.push_back(std::move(operand));
+    Adopt(*cmp, std::move(operand));
   }
   return cmp ? std::move(cmp) : std::move(first);
 }
@@ -138,12 +141,13 @@ StatusOr<ExprPtr> Parser::ParseBinary(int level) {
   while (Cur().kind == TokenKind::kOperator) {
     const auto& ops = kLevels[level];
     if (std::find(ops.begin(), ops.end(), Cur().text) == ops.end()) break;
+    OASIS_RETURN_IF_ERROR(CheckHeight(*left));
     ExprPtr e = Node(ExprKind::kBinary, Cur());
     e->name = Cur().text;
     Next();
     OASIS_ASSIGN_OR_RETURN(ExprPtr right, ParseBinary(level + 1));
-    e->args.push_back(std::move(left));
-    e->args.push_back(std::move(right));
+    Adopt(*e, std::move(left));
+    Adopt(*e, std::move(right));
     left = std::move(e);
   }
   return left;
@@ -158,7 +162,7 @@ StatusOr<ExprPtr> Parser::ParseUnary(bool with_filter) {
     node->name = Cur().text;
     Next();
     OASIS_ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
-    node->args.push_back(std::move(operand));
+    Adopt(*node, std::move(operand));
   } else {
     OASIS_ASSIGN_OR_RETURN(node, ParsePrimary());
   }
@@ -216,7 +220,7 @@ StatusOr<ExprPtr> Parser::ParsePrimary() {
       if (!e->args.empty()) OASIS_RETURN_IF_ERROR(ExpectOp(","));
       if (IsOp("]")) break;
       OASIS_ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
-      e->args.push_back(std::move(item));
+      Adopt(*e, std::move(item));
     }
     Next();
     return e;
@@ -229,8 +233,8 @@ StatusOr<ExprPtr> Parser::ParsePrimary() {
       OASIS_ASSIGN_OR_RETURN(ExprPtr key, ParseExpression());
       OASIS_RETURN_IF_ERROR(ExpectOp(":"));
       OASIS_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
-      e->args.push_back(std::move(key));
-      e->args.push_back(std::move(value));
+      Adopt(*e, std::move(key));
+      Adopt(*e, std::move(value));
     }
     Next();
     return e;
@@ -240,19 +244,20 @@ StatusOr<ExprPtr> Parser::ParsePrimary() {
 
 StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
   while (true) {
+    OASIS_RETURN_IF_ERROR(CheckHeight(*node));
     const Token at = Cur();
     if (SkipOp(".")) {
       if (Cur().kind == TokenKind::kName) {
         ExprPtr e = Node(ExprKind::kGetAttr, at);
         e->name = Cur().text;
-        e->args.push_back(std::move(node));
+        Adopt(*e, std::move(node));
         node = std::move(e);
       } else if (Cur().kind == TokenKind::kInteger) {
         ExprPtr e = Node(ExprKind::kGetItem, at);
         ExprPtr index = Node(ExprKind::kLiteral, Cur());
         index->literal = Value(Cur().integer);
-        e->args.push_back(std::move(node));
-        e->args.push_back(std::move(index));
+        Adopt(*e, std::move(node));
+        Adopt(*e, std::move(index));
         node = std::move(e);
       } else {
         return Unexpected("a name or number after '.'");
@@ -263,17 +268,18 @@ StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
       OASIS_RETURN_IF_ERROR(ExpectOp("]"));
       if (sub->kind == ExprKind::kSlice && sub->args.size() == 3 && sub->name == "slice") {
         sub->name.clear();
+        sub->height = std::max(sub->height, node->height + 1);
         sub->args.insert(sub->args.begin(), std::move(node));
         node = std::move(sub);
       } else {
         ExprPtr e = Node(ExprKind::kGetItem, at);
-        e->args.push_back(std::move(node));
-        e->args.push_back(std::move(sub));
+        Adopt(*e, std::move(node));
+        Adopt(*e, std::move(sub));
         node = std::move(e);
       }
     } else if (IsOp("(")) {
       ExprPtr e = Node(ExprKind::kCall, at);
-      e->args.push_back(std::move(node));
+      Adopt(*e, std::move(node));
       OASIS_RETURN_IF_ERROR(ParseCallArgs(*e));
       node = std::move(e);
     } else {
@@ -299,9 +305,9 @@ StatusOr<ExprPtr> Parser::ParseSubscribed() {
   if (SkipOp(":") && !IsOp("]")) {
     OASIS_ASSIGN_OR_RETURN(step, ParseExpression());
   }
-  slice->args.push_back(std::move(start));
-  slice->args.push_back(std::move(stop));
-  slice->args.push_back(std::move(step));
+  Adopt(*slice, std::move(start));
+  Adopt(*slice, std::move(stop));
+  Adopt(*slice, std::move(step));
   return slice;
 }
 
@@ -322,11 +328,11 @@ Status Parser::ParseCallArgs(Expr& call) {
       Next();
       Next();
       OASIS_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
-      call.kwargs.emplace_back(std::move(key), std::move(value));
+      AdoptKwarg(call, std::move(key), std::move(value));
     } else {
       if (!call.kwargs.empty()) return Error(Cur(), "invalid syntax for function call expression");
       OASIS_ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
-      call.args.push_back(std::move(value));
+      Adopt(call, std::move(value));
     }
   }
   Next();
@@ -335,6 +341,7 @@ Status Parser::ParseCallArgs(Expr& call) {
 
 StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
   while (true) {
+    OASIS_RETURN_IF_ERROR(CheckHeight(*node));
     if (IsOp("|")) {
       OASIS_ASSIGN_OR_RETURN(node, ParseFilter(std::move(node)));
     } else if (IsName("is")) {
@@ -347,7 +354,7 @@ StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
         OASIS_ASSIGN_OR_RETURN(std::string part, ExpectName());
         e->name += "." + part;
       }
-      e->args.push_back(std::move(node));
+      Adopt(*e, std::move(node));
       if (IsOp("(")) {
         OASIS_RETURN_IF_ERROR(ParseCallArgs(*e));
       } else if ((Cur().kind == TokenKind::kName || Cur().kind == TokenKind::kString ||
@@ -357,12 +364,12 @@ StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
         if (IsName("is")) return Error(Cur(), "You cannot chain multiple tests with is");
         OASIS_ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
         OASIS_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
-        e->args.push_back(std::move(arg));
+        Adopt(*e, std::move(arg));
       }
       node = std::move(e);
     } else if (IsOp("(")) {
       ExprPtr e = Node(ExprKind::kCall, Cur());
-      e->args.push_back(std::move(node));
+      Adopt(*e, std::move(node));
       OASIS_RETURN_IF_ERROR(ParseCallArgs(*e));
       node = std::move(e);
     } else {
@@ -373,6 +380,7 @@ StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
 
 StatusOr<ExprPtr> Parser::ParseFilter(ExprPtr node) {
   while (SkipOp("|")) {
+    OASIS_RETURN_IF_ERROR(CheckHeight(*node));
     ExprPtr e = Node(ExprKind::kFilter, Cur());
     OASIS_ASSIGN_OR_RETURN(e->name, ExpectName());
     while (IsOp(".")) {
@@ -380,7 +388,7 @@ StatusOr<ExprPtr> Parser::ParseFilter(ExprPtr node) {
       OASIS_ASSIGN_OR_RETURN(std::string part, ExpectName());
       e->name += "." + part;
     }
-    e->args.push_back(std::move(node));
+    Adopt(*e, std::move(node));
     if (IsOp("(")) OASIS_RETURN_IF_ERROR(ParseCallArgs(*e));
     node = std::move(e);
   }

@@ -102,6 +102,21 @@ class Parser {
     if (depth_ > opt_.max_nesting) return Error(Cur(), "template nested too deeply");
     return Status::Ok();
   }
+  // `child` becomes the last argument of `parent` (null: an omitted one), whose height follows.
+  static void Adopt(Expr& parent, ExprPtr child) {
+    if (child) parent.height = std::max(parent.height, child->height + 1);
+    parent.args.push_back(std::move(child));
+  }
+  static void AdoptKwarg(Expr& parent, std::string key, ExprPtr value) {
+    parent.height = std::max(parent.height, value->height + 1);
+    parent.kwargs.emplace_back(std::move(key), std::move(value));
+  }
+  // Chains built in a loop (a + b + c, x.y.z, x|f|g, x if c else y ...) grow the tree without
+  // recursing, so the depth guard does not see them: their height is checked instead.
+  Status CheckHeight(const Expr& e) const {
+    if (e.height > opt_.max_nesting) return Error(Cur(), "template nested too deeply");
+    return Status::Ok();
+  }
 
   StatusOr<Body> ParseBody(std::initializer_list<std::string_view> ends, std::string* matched);
   StatusOr<StmtPtr> ParseStatement();
@@ -114,7 +129,9 @@ class Parser {
 
   StatusOr<ExprPtr> ParseTuple(bool with_condexpr, bool explicit_parens);
   StatusOr<ExprPtr> ParseExpression(bool with_condexpr = true) {
-    return with_condexpr ? ParseCondExpr() : ParseOr();
+    OASIS_ASSIGN_OR_RETURN(ExprPtr e, with_condexpr ? ParseCondExpr() : ParseOr());
+    OASIS_RETURN_IF_ERROR(CheckHeight(*e));
+    return e;
   }
   StatusOr<ExprPtr> ParseCondExpr();
   StatusOr<ExprPtr> ParseOr();

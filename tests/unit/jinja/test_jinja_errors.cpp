@@ -71,6 +71,28 @@ TEST_CASE("sandbox: iteration, output, value size and depth limits", "[jinja][er
   CHECK(Has(ParseError("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"), "nested too deeply"));
   CHECK(Has(ParseError("{{ " + std::string(5000, '[') + std::string(5000, ']') + " }}"), "nested too deeply"));
   CHECK(Has(ParseError("{{ " + std::string(3000, '-') + "1 }}"), "nested too deeply"));
+  // Chains built in a loop (left-deep trees) count too: 100,000 links of each kind are refused
+  // (they overflowed the stack when evaluated or destroyed), 100 links render.
+  auto chain = [](const std::string& head, const std::string& link, int n) {
+    std::string t = "{{ " + head;
+    for (int i = 0; i < n; ++i) t += link;
+    return t + " }}";
+  };
+  const std::vector<std::pair<std::string, std::string>> chains = {
+      {"1", "|string"}, {"x", ".y"}, {"x", "[0]"}, {"range", "(1)"}, {"1", " + 1"}, {"'a'", " ~ 'a'"},
+      {"1", " and 1"},  {"0", " or 0"}, {"2", " * 1"}, {"1", " if 1 else 0"}};
+  for (const auto& [head, link] : chains) {
+    INFO(head << link);
+    CHECK(Has(ParseError(chain(head, link, 100000)), "nested too deeply"));
+  }
+  CHECK(oasis::jinja_test::TryRender(chain("1", "|string", 100), json::object()).ok());
+  CHECK(oasis::jinja_test::TryRender(chain("1", " + 1", 100), json::object()).ok());
+  CHECK(Has(ParseError("{% filter " + std::string("upper|") + [] {
+              std::string f;
+              for (int i = 0; i < 100000; ++i) f += "lower|";
+              return f;
+            }() + "upper %}x{% endfilter %}"),
+            "nested too deeply"));
   std::string ifs;
   for (int i = 0; i < 300; ++i) ifs += "{% if true %}";
   CHECK(Has(ParseError(ifs), "nested too deeply"));

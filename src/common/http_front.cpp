@@ -2,12 +2,14 @@
 
 #include "common/http_util.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 
@@ -506,8 +508,27 @@ asio::awaitable<bool> HttpFront::Impl::Connection::Serve() {
   auto& msg = parser.get();
   http11_ = msg.version() >= 11;
   keep_alive_ = msg.keep_alive() && http11_ && !front_.stopping_;
-  // Request framing is Content-Length or chunked, nothing else (RFC 9112 §6.3).
-  if (msg.find(http::field::transfer_encoding) != msg.end() && !parser.chunked()) {
+  // Request framing is Content-Length or chunked, nothing else (RFC 9112 §6.3): one coding,
+  // "chunked" — "gzip, chunked" would leave a coding the server never applies.
+  int codings = 0;
+  bool only_chunked = true;
+  const auto [te_begin, te_end] = msg.equal_range(http::field::transfer_encoding);
+  for (auto field = te_begin; field != te_end; ++field) {
+    const std::string_view v = field->value();
+    for (size_t at = 0; at <= v.size();) {
+      const size_t comma = std::min(v.find(',', at), v.size());
+      const std::string coding = Trim(v.substr(at, comma - at));
+      if (!coding.empty()) {
+        ++codings;
+        std::string lower = coding;
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        only_chunked &= lower == "chunked";
+      }
+      at = comma + 1;
+    }
+  }
+  if (msg.find(http::field::transfer_encoding) != msg.end() &&
+      (!parser.chunked() || codings != 1 || !only_chunked)) {
     co_return co_await fail(400, "bad_request",
                             "Transfer-Encoding other than chunked is not supported");
   }

@@ -11,6 +11,13 @@ std::string Trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
+std::string Clip(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return std::string(s);
+  size_t n = max_bytes > 3 ? max_bytes - 3 : 0;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not mid-character
+  return std::string(s.substr(0, n)) + "...";
+}
+
 bool KeyMatches(const std::string& presented, const std::string& key) {
   // Every presented byte is compared (against the key, repeated): the time depends on the
   // presented length only, never on the key's length or on where the two differ.

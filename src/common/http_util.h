@@ -12,6 +12,10 @@ namespace oasis {
 bool KeyMatches(const std::string& presented, const std::string& key);
 // `s` without the blanks around it (a header value, an entry of a comma-separated list).
 std::string Trim(std::string_view s);
+// A client's string as an error message quotes it: at most `max_bytes` bytes, cut at a UTF-8
+// character boundary and marked "..." when cut (a 100 KB model name must not make a 100 KB
+// error: a gRPC status that large never reaches the client).
+std::string Clip(std::string_view s, size_t max_bytes);
 // Escapes a Prometheus label value (backslash, quote, newline).
 std::string EscapeLabel(const std::string& value);
 

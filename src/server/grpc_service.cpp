@@ -62,7 +62,9 @@ grpc::Status Error(grpc::StatusCode code, std::string message) {
         break;
     }
   }
-  return grpc::Status(code, std::move(message));
+  // Bounded: a status message travels in a header (grpc-message), and one of 100 KB never
+  // reached the client and stalled its connection.
+  return grpc::Status(code, Clip(message, 2048));
 }
 
 grpc::Status ToGrpc(const ApiError& e) {

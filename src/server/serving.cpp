@@ -1,6 +1,7 @@
 #include "server/serving.h"
 
 #include "common/base64.h"
+#include "common/http_util.h"
 
 #include <spdlog/spdlog.h>
 
@@ -159,8 +160,8 @@ std::optional<ApiError> Service::CheckModel(const std::string& requested) const 
   e.type = "not_found_error";
   e.param = "model";
   e.code = "model_not_found";
-  e.message =
-      "The model `" + requested + "` does not exist (this server serves `" + model_name_ + "`).";
+  e.message = "The model `" + Clip(requested, 256) + "` does not exist (this server serves `" +
+              model_name_ + "`).";
   return e;
 }
 

@@ -213,6 +213,15 @@ def probe_framing(max_body):
     expect("chunked with Content-Length",
            head + b"Transfer-Encoding: chunked\r\nContent-Length: " + n + b"\r\n\r\n" + body, 400)
     expect("Transfer-Encoding gzip", head + b"Transfer-Encoding: gzip\r\n\r\n" + body, 400)
+    chunked = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    expect("Transfer-Encoding gzip, chunked (a coding never applied)",
+           head + b"Transfer-Encoding: gzip, chunked\r\n\r\n" + chunked, 400)
+    expect("Transfer-Encoding gzip then chunked in two fields",
+           head + b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked, 400)
+    expect("Transfer-Encoding chunked, chunked",
+           head + b"Transfer-Encoding: chunked, chunked\r\n\r\n" + chunked, 400)
+    expect("Transfer-Encoding Chunked (any case) frames the body",
+           head + b"Transfer-Encoding: Chunked\r\n\r\n" + chunked, 200)
     # A chunked body larger than the limit, sent in 64 KiB chunks: 413 without reading it all.
     s = connect()
     s.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")

@@ -34,6 +34,21 @@ const status = await new Promise((resolve) => health.Check({ service: '' }, dead
   (err, res) => resolve(err ? `error ${err.code}` : res.status)));
 check(status === 'SERVING', 'grpc.health.v1 Check says SERVING', status);
 
+// An error that quotes a 100 KB model name stays small (a status that large never reached the
+// client and stalled its whole connection), and the channel goes on serving.
+const unary = (req) => new Promise((resolve) => {
+  const call = oasis.Generate(req, deadline(10000));
+  let got = 0;
+  call.on('data', () => got++);
+  call.on('error', (e) => resolve({ code: e.code, len: e.details.length, got }));
+  call.on('end', () => resolve({ code: 0, got }));
+});
+const big = await unary({ model: 'm'.repeat(100000), tokenIds: { ids: [1, 2, 3] }, maxTokens: 2 });
+check(big.code === grpc.status.NOT_FOUND && big.len > 0 && big.len <= 2048,
+  'a 100 KB model name -> NOT_FOUND with a bounded message', big);
+const after = await unary({ tokenIds: { ids: [1, 2, 3] }, maxTokens: 2 });
+check(after.code === 0 && after.got > 0, 'the same channel then serves a request', after);
+
 // A whole-context request with 20 logprobs a token: far more than the client buffers unread.
 const long = { tokenIds: { ids: [5, 17, 42, 99] }, maxTokens: 4000, ignoreEos: true, logprobs: true, topLogprobs: 20 };
 function openStream() {

@@ -24,3 +24,14 @@ TEST_CASE("KeyMatches: only the exact key matches, whatever the lengths", "[comm
   CHECK_FALSE(KeyMatches("x", ""));
   CHECK_FALSE(KeyMatches(std::string("s3cret-ke\0", 10), key));
 }
+
+TEST_CASE("Clip: bounded quotes of client strings, cut between UTF-8 characters", "[common][http]") {
+  CHECK(Clip("short", 10) == "short");
+  CHECK(Clip("exactly10!", 10) == "exactly10!");
+  CHECK(Clip("0123456789ab", 10) == "0123456...");
+  CHECK(Clip(std::string(100000, 'm'), 256).size() == 256);
+  // "\xc3\xa9" (two bytes) would be split at byte 7: the cut moves before it.
+  CHECK(Clip("abcdef\xc3\xa9xyz", 10) == "abcdef...");
+  CHECK(Clip("abcdefg\xc3\xa9xyz", 10) == "abcdefg...");
+  CHECK(Clip("abcdef", 2) == "...");
+}

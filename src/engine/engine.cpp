@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <set>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -465,49 +466,83 @@ void Engine::Stop() {
 }
 
 StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest request) {
-  OASIS_RETURN_IF_ERROR(impl_->Validate(request));
-  OASIS_RETURN_IF_ERROR(impl_->ValidateDisaggregation(request));
-  StopConditions stop = impl_->MakeStopConditions(request);
-  // A handoff request stops at x2 here: host room for its prompt, x1 and x2.
-  const int64_t max_total_tokens =
-      request.handoff ? std::min<int64_t>(stop.max_total_tokens,
-                                          static_cast<int64_t>(request.prompt.size()) + 2)
-                      : stop.max_total_tokens;
-  if (impl_->sparse) OASIS_RETURN_IF_ERROR(impl_->sparse->CheckFits(max_total_tokens));
-  // min_tokens keeps the stop tokens from being drawn (vLLM masks them), not only from
-  // stopping.
-  std::vector<int32_t> min_tokens_stops = stop.eos_token_ids;
-  min_tokens_stops.insert(min_tokens_stops.end(), stop.stop_token_ids.begin(),
-                          stop.stop_token_ids.end());
-  std::shared_ptr<const LogitsProcessing> processing =
-      LogitsProcessing::For(request.sampling, request.min_tokens, std::move(min_tokens_stops));
-  std::shared_ptr<RequestStream> stream;
+  std::vector<EngineRequest> one;
+  one.push_back(std::move(request));
+  OASIS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams,
+                         SubmitGroup(std::move(one)));
+  return std::move(streams.front());
+}
+
+StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGroup(
+    std::vector<EngineRequest> requests) {
+  // Everything that can refuse one request is checked for all of them before any is queued.
+  struct Prepared {
+    EngineRequest request;
+    StopConditions stop;
+    int64_t max_total_tokens = 0;
+    std::shared_ptr<const LogitsProcessing> processing;
+  };
+  std::vector<Prepared> group;
+  group.reserve(requests.size());
+  std::set<std::string> ids;
+  for (EngineRequest& request : requests) {
+    OASIS_RETURN_IF_ERROR(impl_->Validate(request));
+    OASIS_RETURN_IF_ERROR(impl_->ValidateDisaggregation(request));
+    if (!ids.insert(request.id).second)
+      return InvalidArgument("request id '" + request.id + "' is given twice");
+    StopConditions stop = impl_->MakeStopConditions(request);
+    // A handoff request stops at x2 here: host room for its prompt, x1 and x2.
+    const int64_t max_total_tokens =
+        request.handoff ? std::min<int64_t>(stop.max_total_tokens,
+                                            static_cast<int64_t>(request.prompt.size()) + 2)
+                        : stop.max_total_tokens;
+    if (impl_->sparse) OASIS_RETURN_IF_ERROR(impl_->sparse->CheckFits(max_total_tokens));
+    // min_tokens keeps the stop tokens from being drawn (vLLM masks them), not only from
+    // stopping.
+    std::vector<int32_t> min_tokens_stops = stop.eos_token_ids;
+    min_tokens_stops.insert(min_tokens_stops.end(), stop.stop_token_ids.begin(),
+                            stop.stop_token_ids.end());
+    std::shared_ptr<const LogitsProcessing> processing =
+        LogitsProcessing::For(request.sampling, request.min_tokens, std::move(min_tokens_stops));
+    group.push_back({std::move(request), std::move(stop), max_total_tokens, std::move(processing)});
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (impl_->stopped || impl_->stop_requested) return Unavailable("the engine is shutting down");
-    if (impl_->live.count(request.id))
-      return InvalidArgument("request id '" + request.id + "' is already in use");
+    for (const Prepared& p : group) {
+      if (impl_->live.count(p.request.id))
+        return InvalidArgument("request id '" + p.request.id + "' is already in use");
+    }
     const int64_t waiting = static_cast<int64_t>(impl_->inbox.size()) +
                             impl_->num_waiting_engine.load(std::memory_order_relaxed);
-    if (waiting >= impl_->options.max_waiting) {
+    const int64_t n = static_cast<int64_t>(group.size());
+    if (n > impl_->options.max_waiting) {
+      return ResourceExhausted("a request of " + std::to_string(n) +
+                               " sequences (prompts x n) is more than the waiting queue holds (" +
+                               std::to_string(impl_->options.max_waiting) + ")");
+    }
+    if (waiting + n > impl_->options.max_waiting) {
       return ResourceExhausted("too many waiting requests (" + std::to_string(waiting) + ")");
     }
-    const uint64_t key = impl_->next_key++;
-    auto state =
-        std::make_unique<RequestState>(key, std::move(request), std::move(stop), impl_->tok,
-                                       impl_->num_kv_heads, impl_->draft_kv_heads);
-    state->seq.max_total_tokens = max_total_tokens;
-    state->logits_processing = std::move(processing);
-    state->row_sampling = state->request.sampling;
-    state->row_sampling.logit_bias.clear();
-    state->row_sampling.allowed_token_ids.clear();
-    state->row_sampling.bad_words_token_ids.clear();
-    stream = state->stream;
-    impl_->live.emplace(state->request.id, key);
-    impl_->inbox.push_back(std::move(state));
+    for (Prepared& p : group) {
+      const uint64_t key = impl_->next_key++;
+      auto state =
+          std::make_unique<RequestState>(key, std::move(p.request), std::move(p.stop), impl_->tok,
+                                         impl_->num_kv_heads, impl_->draft_kv_heads);
+      state->seq.max_total_tokens = p.max_total_tokens;
+      state->logits_processing = std::move(p.processing);
+      state->row_sampling = state->request.sampling;
+      state->row_sampling.logit_bias.clear();
+      state->row_sampling.allowed_token_ids.clear();
+      state->row_sampling.bad_words_token_ids.clear();
+      streams.push_back(state->stream);
+      impl_->live.emplace(state->request.id, key);
+      impl_->inbox.push_back(std::move(state));
+    }
   }
   impl_->cv.notify_all();
-  return stream;
+  return streams;
 }
 
 Status Engine::CheckHostKvRoom(int64_t prompt_tokens, int64_t max_tokens) const {

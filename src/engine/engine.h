@@ -468,6 +468,11 @@ class Engine {
   // more KV than the whole pool, duplicate id) and enqueues. The stream's first event
   // comes after the first token.
   StatusOr<std::shared_ptr<RequestStream>> Submit(EngineRequest request);
+  // Submit for a request's sequences together (prompts x n): all are queued, or none — any
+  // refusal (one invalid, the waiting queue without room for all of them) queues nothing, so a
+  // refused request never takes queue places from others.
+  StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGroup(
+      std::vector<EngineRequest> requests);
   // Sparse KV: ResourceExhausted (naming the sizes and --host-kv-gib) when a request with
   // this prompt length and max_tokens (-1: the rest of the context) could never fit the
   // host KV store; OK when it can, or when sparse KV is off. Submit refuses such requests

@@ -322,12 +322,9 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
     *error = std::move(*e);
     return nullptr;
   }
-  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<EngineRequest> group;
   std::vector<ChoiceState> choices;
   int64_t prompt_tokens = 0;
-  auto abort_submitted = [&] {
-    for (const auto& s : streams) h->engine->Abort(s->id());
-  };
   // Disaggregation: a prefill instance hands every request off; a decode instance takes only
   // requests with a ticket (from oasis-router).
   std::shared_ptr<KvImportSource> import;
@@ -400,19 +397,10 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       if (Status room =
               h->engine->CheckHostKvRoom(static_cast<int64_t>(r.prompt.size()), r.max_tokens);
           !room.ok()) {
-        abort_submitted();
         *error = HostKvTooLarge(room);
         return nullptr;
       }
-      StatusOr<std::shared_ptr<RequestStream>> stream = h->engine->Submit(std::move(r));
-      if (!stream.ok()) {
-        abort_submitted();
-        *error =
-            FromStatus(stream.status(),
-                       stream.status().code() == StatusCode::kResourceExhausted ? "" : "prompt");
-        return nullptr;
-      }
-      streams.push_back(std::move(stream).value());
+      group.push_back(std::move(r));
       ChoiceState c;
       c.index = static_cast<int>(index);
       c.prompt_tokens = static_cast<int64_t>(prompts[p].size());  // the engine's outputs re-set it
@@ -420,7 +408,16 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       choices.push_back(std::move(c));
     }
   }
-  return std::make_unique<GenerationJob>(*h->engine, std::move(streams), std::move(choices),
+  // All sequences at once: a refused request (say, more prompts than the waiting queue has
+  // room for) queues none of them.
+  StatusOr<std::vector<std::shared_ptr<RequestStream>>> streams =
+      h->engine->SubmitGroup(std::move(group));
+  if (!streams.ok()) {
+    *error = FromStatus(streams.status(),
+                        streams.status().code() == StatusCode::kResourceExhausted ? "" : "prompt");
+    return nullptr;
+  }
+  return std::make_unique<GenerationJob>(*h->engine, std::move(streams).value(), std::move(choices),
                                          prompt_tokens);
 }
 

@@ -408,6 +408,42 @@ TEST_CASE("the waiting queue is bounded", "[engine]") {
   for (auto& s : streams) CHECK(Drain(*s).reason == FinishReasonKind::kAbort);
 }
 
+TEST_CASE("SubmitGroup queues all of a request's sequences or none", "[engine]") {
+  TinyModel tm(64);
+  EngineOptions opt;
+  opt.max_waiting = 4;
+  Engine engine(*tm.runner, nullptr, opt);  // not started: everything stays queued
+  auto group = [](const std::string& prefix, int n) {
+    std::vector<EngineRequest> g;
+    for (int i = 0; i < n; ++i) g.push_back(Request(prefix + std::to_string(i), {1}, 1));
+    return g;
+  };
+  // More sequences than the queue holds at all: refused, nothing queued.
+  auto big = engine.SubmitGroup(group("big", 5));
+  CHECK(big.status().code() == StatusCode::kResourceExhausted);
+  CHECK(engine.Stats().requests.num_waiting == 0);
+  auto first = engine.SubmitGroup(group("a", 3));
+  REQUIRE(first.ok());
+  CHECK(first->size() == 3);
+  CHECK(engine.Stats().requests.num_waiting == 3);
+  // Two more do not fit beside the three: refused whole (not one queued and one refused).
+  CHECK(engine.SubmitGroup(group("b", 2)).status().code() == StatusCode::kResourceExhausted);
+  CHECK(engine.Stats().requests.num_waiting == 3);
+  // One invalid sequence (an empty prompt) or a repeated id refuses the whole group.
+  std::vector<EngineRequest> bad = group("c", 1);
+  bad.push_back(Request("c1", {}, 1));
+  CHECK(engine.SubmitGroup(std::move(bad)).status().code() == StatusCode::kInvalidArgument);
+  std::vector<EngineRequest> twice = group("d", 1);
+  twice.push_back(Request("d0", {1}, 1));
+  CHECK(engine.SubmitGroup(std::move(twice)).status().code() == StatusCode::kInvalidArgument);
+  CHECK(engine.Stats().requests.num_waiting == 3);
+  auto last = engine.SubmitGroup(group("e", 1));
+  REQUIRE(last.ok());
+  CHECK(engine.Stats().requests.num_waiting == 4);
+  engine.Stop();
+  for (auto& s : *first) CHECK(Drain(*s).reason == FinishReasonKind::kAbort);
+}
+
 namespace {
 // A runner whose steps fail from the `fail_from`-th call until `fail_until`.
 class FailingRunner : public ModelRunner {

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <spdlog/spdlog.h>
 
 namespace oasis {
@@ -22,6 +25,24 @@ int ShutdownSignals::Wait() const {
 }
 
 void ShutdownSignals::Raise() { kill(getpid(), SIGTERM); }
+
+ExitOnShutdownSignal::ExitOnShutdownSignal(const ShutdownSignals& signals, std::string what)
+    : thread_([this, set = signals.set(), what = std::move(what)] {
+        const timespec poll{0, 100'000'000};  // 100 ms
+        while (!done_.load(std::memory_order_acquire)) {
+          const int sig = sigtimedwait(&set, nullptr, &poll);
+          if (sig > 0) {
+            std::fprintf(stderr, "signal %d while %s: exiting\n", sig, what.c_str());
+            std::fflush(stdout);
+            std::_Exit(128 + sig);
+          }
+        }
+      }) {}
+
+ExitOnShutdownSignal::~ExitOnShutdownSignal() {
+  done_.store(true, std::memory_order_release);
+  thread_.join();
+}
 
 int ExitWithError(const char* program, const Status& status, int exit_code) {
   std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());

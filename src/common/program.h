@@ -5,9 +5,11 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "common/logging.h"
 #include "oasis/status.h"
@@ -24,9 +26,26 @@ class ShutdownSignals {
   int Wait() const;
   // Sends SIGTERM to this process (wakes Wait() from another thread). Thread-safe.
   static void Raise();
+  const sigset_t& set() const { return set_; }
 
  private:
   sigset_t set_;
+};
+
+// While it lives, SIGINT or SIGTERM ends the process at once (exit status 128 + the signal),
+// for the phase before a program can shut down in order: loading a model takes minutes, and
+// Ctrl-C or `timeout` must work then too. Its watcher thread polls, so a signal after it is
+// gone waits for ShutdownSignals::Wait().
+class ExitOnShutdownSignal {
+ public:
+  explicit ExitOnShutdownSignal(const ShutdownSignals& signals, std::string what);
+  ~ExitOnShutdownSignal();
+  ExitOnShutdownSignal(const ExitOnShutdownSignal&) = delete;
+  ExitOnShutdownSignal& operator=(const ExitOnShutdownSignal&) = delete;
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
 };
 
 // Prints "PROGRAM: STATUS" to stderr and returns `exit_code`.

@@ -14,6 +14,14 @@
 namespace oasis {
 namespace {
 
+// Bounds on config.json's sizes, far above any real model's: past them an integer field is
+// a broken file, and sizes computed from it (per-layer tables, KV pools) would overflow or
+// run for minutes before the weights were ever checked.
+constexpr int64_t kMaxLayers = 1 << 16;
+constexpr int64_t kMaxHeads = 1 << 16;
+constexpr int64_t kMaxWidth = 1 << 24;
+constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;  // token ids and positions are int32
+
 using json = nlohmann::json;
 
 struct ArchitectureName {
@@ -47,7 +55,8 @@ class FieldReader {
   }
 
   // Integer >= min_value. Leaves *out unchanged when optional and absent.
-  Status Int(const char* key, Presence presence, int64_t min_value, int64_t* out) const {
+  Status Int(const char* key, Presence presence, int64_t min_value, int64_t* out,
+             int64_t max_value = INT64_MAX) const {
     const json* v = Find(key);
     if (v == nullptr) return Missing(key, presence);
     if (!v->is_number_integer()) return Bad(key, "must be an integer, got " + v->dump());
@@ -60,6 +69,10 @@ class FieldReader {
                  "must be " +
                      std::string(min_value == 1 ? "positive" : ">= " + std::to_string(min_value)) +
                      ", got " + std::to_string(value));
+    }
+    if (value > max_value) {
+      return Bad(key,
+                 "must be at most " + std::to_string(max_value) + ", got " + std::to_string(value));
     }
     *out = value;
     return Status::Ok();
@@ -264,7 +277,7 @@ Status ParseRope(const json& root, const std::string& source, ModelConfig* confi
     scaled *= rs.factor;
   if (rs.type == RopeScalingType::kYarn)
     scaled = static_cast<double>(rs.original_max_position_embeddings) * rs.factor;
-  if (!(scaled >= 1 && scaled <= static_cast<double>(int64_t{1} << 40)))
+  if (!(scaled >= 1 && scaled <= static_cast<double>(kMaxTokens)))
     return fields.Bad("factor",
                       "gives a context length out of range (" + std::to_string(scaled) + ")");
   config->max_position_embeddings = static_cast<int64_t>(scaled);
@@ -298,7 +311,7 @@ Status ParseMoe(const FieldReader& f, ModelConfig* c) {
   if (f.Find("num_experts") == nullptr && f.Find("num_local_experts") != nullptr) {
     OASIS_RETURN_IF_ERROR(f.Int("num_local_experts", Presence::kRequired, 0, &c->num_experts));
   } else {
-    OASIS_RETURN_IF_ERROR(f.Int("num_experts", Presence::kRequired, 0, &c->num_experts));
+    OASIS_RETURN_IF_ERROR(f.Int("num_experts", Presence::kRequired, 0, &c->num_experts, kMaxHeads));
     int64_t local = c->num_experts;
     OASIS_RETURN_IF_ERROR(f.Int("num_local_experts", Presence::kOptional, 0, &local));
     if (local != c->num_experts) {
@@ -310,7 +323,7 @@ Status ParseMoe(const FieldReader& f, ModelConfig* c) {
   OASIS_RETURN_IF_ERROR(
       f.Int("num_experts_per_tok", Presence::kRequired, 1, &c->num_experts_per_tok));
   OASIS_RETURN_IF_ERROR(
-      f.Int("moe_intermediate_size", Presence::kRequired, 1, &c->moe_intermediate_size));
+      f.Int("moe_intermediate_size", Presence::kRequired, 1, &c->moe_intermediate_size, kMaxWidth));
   OASIS_RETURN_IF_ERROR(f.Bool("norm_topk_prob", &c->norm_topk_prob));
   OASIS_RETURN_IF_ERROR(
       f.Int("decoder_sparse_step", Presence::kOptional, 1, &c->decoder_sparse_step));
@@ -343,20 +356,21 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   OASIS_RETURN_IF_ERROR(ParseArchitecture(root, source, &c));
   FieldReader f(root, source);
   OASIS_RETURN_IF_ERROR(f.String("model_type", Presence::kOptional, &c.model_type));
-  OASIS_RETURN_IF_ERROR(f.Int("hidden_size", Presence::kRequired, 1, &c.hidden_size));
-  OASIS_RETURN_IF_ERROR(f.Int("num_hidden_layers", Presence::kRequired, 1, &c.num_hidden_layers));
+  OASIS_RETURN_IF_ERROR(f.Int("hidden_size", Presence::kRequired, 1, &c.hidden_size, kMaxWidth));
   OASIS_RETURN_IF_ERROR(
-      f.Int("num_attention_heads", Presence::kRequired, 1, &c.num_attention_heads));
+      f.Int("num_hidden_layers", Presence::kRequired, 1, &c.num_hidden_layers, kMaxLayers));
+  OASIS_RETURN_IF_ERROR(
+      f.Int("num_attention_heads", Presence::kRequired, 1, &c.num_attention_heads, kMaxHeads));
   c.num_key_value_heads = c.num_attention_heads;
   OASIS_RETURN_IF_ERROR(
-      f.Int("num_key_value_heads", Presence::kOptional, 1, &c.num_key_value_heads));
+      f.Int("num_key_value_heads", Presence::kOptional, 1, &c.num_key_value_heads, kMaxHeads));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return f.Bad("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
                                             ") must divide num_attention_heads (" +
                                             std::to_string(c.num_attention_heads) + ")");
   }
   if (f.Find("head_dim") != nullptr) {
-    OASIS_RETURN_IF_ERROR(f.Int("head_dim", Presence::kRequired, 1, &c.head_dim));
+    OASIS_RETURN_IF_ERROR(f.Int("head_dim", Presence::kRequired, 1, &c.head_dim, kMaxWidth));
   } else if (c.hidden_size % c.num_attention_heads != 0) {
     return f.Bad("num_attention_heads",
                  "(" + std::to_string(c.num_attention_heads) + ") must divide hidden_size (" +
@@ -364,10 +378,11 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
   } else {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  OASIS_RETURN_IF_ERROR(f.Int("intermediate_size", Presence::kRequired, 1, &c.intermediate_size));
-  OASIS_RETURN_IF_ERROR(f.Int("vocab_size", Presence::kRequired, 1, &c.vocab_size));
   OASIS_RETURN_IF_ERROR(
-      f.Int("max_position_embeddings", Presence::kRequired, 1, &c.max_position_embeddings));
+      f.Int("intermediate_size", Presence::kRequired, 1, &c.intermediate_size, kMaxWidth));
+  OASIS_RETURN_IF_ERROR(f.Int("vocab_size", Presence::kRequired, 1, &c.vocab_size, kMaxTokens));
+  OASIS_RETURN_IF_ERROR(f.Int("max_position_embeddings", Presence::kRequired, 1,
+                              &c.max_position_embeddings, kMaxTokens));
   OASIS_RETURN_IF_ERROR(f.PositiveNumber("rms_norm_eps", Presence::kOptional, &c.rms_norm_eps));
   OASIS_RETURN_IF_ERROR(ParseRope(root, source, &c));
   OASIS_RETURN_IF_ERROR(f.Bool("tie_word_embeddings", &c.tie_word_embeddings));

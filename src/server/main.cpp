@@ -117,7 +117,10 @@ Status Serve(const ServerConfig& config, const ShutdownSignals& signals) {
   if (status.ok()) {
     spdlog::info("loading {} ...",
                  config.model.empty() ? EmbeddedModelDir() + " (embedded default)" : config.model);
-    StatusOr<std::unique_ptr<ModelHost>> host = LoadModelHost(config);
+    StatusOr<std::unique_ptr<ModelHost>> host = [&] {
+      const ExitOnShutdownSignal interruptible(signals, "loading the model");
+      return LoadModelHost(config);
+    }();
     if (host.ok()) {
       spdlog::info("serving '{}' on the {} backend, context {} tokens", service.model_name(),
                    (*host)->backend_name, (*host)->max_model_len());
@@ -157,7 +160,13 @@ int main(int argc, char** argv) {
   // A staging listener other machines can reach needs a secret: refused before anything starts.
   if (Status staging = CheckStagingSecurity(cmd->config); !staging.ok())
     return ExitWithError("oasis-server", staging, 2);
-  Status st = cmd->check_config ? CheckConfig(cmd->config) : Serve(cmd->config, signals);
+  Status st = Status::Ok();
+  if (cmd->check_config) {
+    const ExitOnShutdownSignal interruptible(signals, "checking the configuration");
+    st = CheckConfig(cmd->config);
+  } else {
+    st = Serve(cmd->config, signals);
+  }
   // More than this machine can hold (e.g. a host KV store it cannot pin) is a setting to
   // change, like the bad flags that exit 2; other failures exit 1.
   if (!st.ok())

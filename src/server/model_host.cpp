@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -38,15 +39,45 @@ namespace {
 constexpr size_t kCpuKvBudgetBytes = size_t{256} << 20;  // default CPU pool: at most 256 MiB
 
 // KV head-blocks per layer for the CPU backend: --num-kv-slots, or enough for max_num_seqs
-// full-length sequences within kCpuKvBudgetBytes (at least one full-length sequence).
-int64_t CpuKvSlots(const ServerConfig& sc, const ModelConfig& c, DType dtype) {
-  if (sc.num_kv_slots > 0) return sc.num_kv_slots;
-  const int64_t per_seq = HeadBlockTable::SlotsFor(c.max_position_embeddings,
-                                                   static_cast<int32_t>(c.num_key_value_heads));
-  const size_t bytes_per_slot =
-      2ull * kBlockSize * c.head_dim * c.num_hidden_layers * DTypeSize(dtype);
-  const int64_t budget = static_cast<int64_t>(kCpuKvBudgetBytes / bytes_per_slot);
-  return std::max(per_seq, std::min(per_seq * sc.max_num_seqs, budget));
+// full-length sequences within kCpuKvBudgetBytes, but at least one full-length sequence (a
+// request of the whole context must fit). Refused: a pool without one block per KV head, or one
+// larger than the memory available now (instead of a failed allocation).
+StatusOr<int64_t> CpuKvSlots(const ServerConfig& sc, const ModelConfig& c, DType dtype) {
+  const int64_t heads = c.num_key_value_heads;
+  const int64_t per_seq =
+      HeadBlockTable::SlotsFor(c.max_position_embeddings, static_cast<int32_t>(heads));
+  const double bytes_per_slot = 2.0 * kBlockSize * static_cast<double>(c.head_dim) *
+                                static_cast<double>(c.num_hidden_layers) *
+                                static_cast<double>(DTypeSize(dtype));
+  int64_t slots = sc.num_kv_slots;
+  if (slots == 0) {
+    const int64_t budget =
+        static_cast<int64_t>(static_cast<double>(kCpuKvBudgetBytes) / bytes_per_slot);
+    // per_seq * max_num_seqs, saturating at the budget (the product can overflow).
+    const int64_t many = per_seq > budget / std::max<int64_t>(1, sc.max_num_seqs)
+                             ? budget
+                             : per_seq * sc.max_num_seqs;
+    slots = std::max(per_seq, std::min(many, budget));
+  }
+  if (slots < heads) {
+    return InvalidArgument("--num-kv-slots " + std::to_string(slots) +
+                           " holds no KV block for each of the model's " + std::to_string(heads) +
+                           " KV heads (at least " + std::to_string(heads) +
+                           "; 0 sizes the pool by itself)");
+  }
+  const double gib = static_cast<double>(slots) * bytes_per_slot / double(1 << 30);
+  const std::optional<double> avail = AvailableHostMemoryGiB();
+  if (avail && gib > *avail) {
+    char msg[400];
+    std::snprintf(msg, sizeof msg,
+                  "the CPU KV cache of %lld head-blocks per layer (%s) needs %.2f GiB, more than "
+                  "the %.2f GiB this machine has available: lower %s",
+                  static_cast<long long>(slots),
+                  sc.num_kv_slots > 0 ? "--num-kv-slots" : "one sequence of the whole context", gib,
+                  *avail, sc.num_kv_slots > 0 ? "--num-kv-slots" : "--max-model-len");
+    return InvalidArgument(msg);
+  }
+  return slots;
 }
 
 StatusOr<std::string> ReadFile(const fs::path& path, const std::string& what) {
@@ -354,8 +385,9 @@ Status LoadCpuTensorParallel(const ServerConfig& sc, ModelHost* host) {
   options.size = n;
   options.threads_per_rank =
       sc.threads > 0 ? static_cast<int>(std::max<int64_t>(1, sc.threads / n)) : 0;
-  options.num_kv_slots = CpuKvSlots(sc, LocalConfig(c, TensorParallel{0, n, nullptr}),
-                                    c.kv_cache_fp8 ? DType::kF8E4M3 : DType::kF32);
+  OASIS_ASSIGN_OR_RETURN(options.num_kv_slots,
+                         CpuKvSlots(sc, LocalConfig(c, TensorParallel{0, n, nullptr}),
+                                    c.kv_cache_fp8 ? DType::kF8E4M3 : DType::kF32));
   OASIS_ASSIGN_OR_RETURN(
       std::unique_ptr<TpModelRunner> runner,
       CreateCpuTpRunner(
@@ -630,7 +662,8 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& given) {
     OASIS_RETURN_IF_ERROR(LoadWeights(sc, host.get()));
     if (sc.HasDraftModel())
       OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host.get(), *host->model, *host->backend));
-    const int64_t slots = CpuKvSlots(sc, c, KvCacheDtype(*host->backend, c.kv_cache_fp8));
+    OASIS_ASSIGN_OR_RETURN(const int64_t slots,
+                           CpuKvSlots(sc, c, KvCacheDtype(*host->backend, c.kv_cache_fp8)));
     spdlog::info("KV cache: {} head-blocks per layer (CPU)", slots);
     host->runner = std::make_unique<ModelRunner>(*host->model, *host->backend, slots);
   }

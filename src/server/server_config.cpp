@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <variant>
 #include <vector>
@@ -170,7 +171,7 @@ const std::vector<Setting>& Settings() {
          "comparisons; the CPU backend has no graphs)"},
         {"enable-prefix-caching", &ServerConfig::enable_prefix_caching,
          "automatic prefix caching: prompts reuse the KV of cached full blocks (on by default; "
-         "off by itself on a --role decode instance, which refuses it given explicitly); "
+         "on a --role decode instance imported prompt blocks stay in the host KV store); "
          "--no-enable-prefix-caching turns it off"},
         {"prefix-cache-host-gib", &ServerConfig::prefix_cache_host_gib,
          "the prefix cache's host tier: GiB of pinned host memory that cached blocks evicted "
@@ -354,7 +355,7 @@ Status ServerConfig::Validate() const {
   if (!(fetch_ratio > 0.0 && fetch_ratio <= 1.0)) {
     return InvalidArgument("--fetch-ratio must be in (0, 1], got " + std::to_string(fetch_ratio));
   }
-  if (host_kv_gib < 0)
+  if (!(host_kv_gib >= 0) || !std::isfinite(host_kv_gib))
     return InvalidArgument("--host-kv-gib must be >= 0, got " + std::to_string(host_kv_gib));
   auto positive = [](const char* name, int64_t v) {
     return v >= 1 ? Status::Ok()
@@ -366,7 +367,19 @@ Status ServerConfig::Validate() const {
                   : InvalidArgument(std::string("--") + name + " must be >= 0, got " +
                                     std::to_string(v));
   };
+  // Upper bounds: past them a count overflows what sizes are computed from, or asks for more
+  // threads than any machine runs (a value is refused, never cut to 32 bits).
+  auto at_most = [](const char* name, int64_t v, int64_t most) {
+    return v <= most ? Status::Ok()
+                     : InvalidArgument(std::string("--") + name + " must be at most " +
+                                       std::to_string(most) + ", got " + std::to_string(v));
+  };
   OASIS_RETURN_IF_ERROR(positive("max-num-seqs", max_num_seqs));
+  OASIS_RETURN_IF_ERROR(at_most("max-num-seqs", max_num_seqs, int64_t{1} << 20));
+  OASIS_RETURN_IF_ERROR(at_most("threads", threads, 1024));
+  OASIS_RETURN_IF_ERROR(at_most("num-kv-slots", num_kv_slots, std::numeric_limits<int32_t>::max()));
+  OASIS_RETURN_IF_ERROR(
+      at_most("max-model-len", max_model_len, std::numeric_limits<int32_t>::max()));
   OASIS_RETURN_IF_ERROR(non_negative("max-num-batched-tokens", max_num_batched_tokens));
   OASIS_RETURN_IF_ERROR(positive("max-waiting", max_waiting));
   OASIS_RETURN_IF_ERROR(positive("max-body-bytes", max_body_bytes));
@@ -433,7 +446,10 @@ Status ServerConfig::Validate() const {
       return InvalidArgument("--role " + role + " runs on one GPU (--tensor-parallel-size 1)");
     if (dense_layers != 0) return InvalidArgument("--role " + role + " needs --dense-layers 0");
   }
-  if (staging_pool_gib < 0) return InvalidArgument("--staging-pool-gib must be >= 0");
+  if (!(staging_pool_gib >= 0) || !std::isfinite(staging_pool_gib)) {
+    return InvalidArgument("--staging-pool-gib must be >= 0 (0: a quarter of the memory), got " +
+                           std::to_string(staging_pool_gib));
+  }
   if (!staging_secret.empty() && !staging_secret_file.empty()) {
     return InvalidArgument("--staging-secret and --staging-secret-file exclude each other");
   }
@@ -443,9 +459,16 @@ Status ServerConfig::Validate() const {
   }
   OASIS_RETURN_IF_ERROR(positive("staging-lease-ttl-ms", staging_lease_ttl_ms));
   OASIS_RETURN_IF_ERROR(non_negative("remote-fetch-cap", remote_fetch_cap));
-  if (remote_kv_gib < 0 && remote_kv_gib != -1) {
+  if (!std::isfinite(remote_kv_gib) || (remote_kv_gib < 0 && remote_kv_gib != -1)) {
     return InvalidArgument("--remote-kv-gib must be >= 0 or -1 (as much as --host-kv-gib), got " +
                            std::to_string(remote_kv_gib));
+  }
+  // The decode instance keeps a summary row for every remote block: 1/16 of the remote KV's
+  // size, which must fit this machine (in device memory on a GPU; host memory here at least).
+  if (remote_kv_gib > 16.0 * PhysicalHostMemoryGiB()) {
+    return InvalidArgument("--remote-kv-gib " + FormatGib(remote_kv_gib) +
+                           " GiB needs block summaries larger than this machine's memory (" +
+                           FormatGib(PhysicalHostMemoryGiB()) + " GiB): at most 16 times it");
   }
   return Status::Ok();
 }

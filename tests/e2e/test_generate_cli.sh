@@ -20,6 +20,13 @@ out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny" --prompt-ids 1,999
 check "out-of-vocabulary id is an error" "$out" "INVALID_ARGUMENT.*outside the vocabulary"
 out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny" --prompt-ids 1 --top-p 0 --temperature 1 2>&1)
 check "bad top_p is an error" "$out" "INVALID_ARGUMENT.*top_p"
+# Ranges are checked before anything is sized from them (a huge --n threw std::length_error;
+# a huge --max-tokens wrapped past the context check).
+for bad in "--n 0" "--n 1025" "--n 9223372036854775807" "--max-tokens 0" "--max-tokens 9223372036854775807" \
+           "--threads -1" "--threads 4294967297"; do
+  out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny" --prompt-ids 1,2 $bad 2>&1)
+  check "$bad is refused" "$out" "INVALID_ARGUMENT.*${bad%% *}"
+done
 out=$("$GEN" --model /nonexistent --prompt-ids 1 2>&1)
 check "missing model is an error" "$out" "NOT_FOUND"
 out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny" --prompt "hi" 2>&1)

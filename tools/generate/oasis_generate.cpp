@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -117,7 +118,18 @@ Status Run(int argc, char** argv) {
   const int prompt_kinds = !prompt_ids.empty() + !prompt_text.empty() + !chat.empty();
   if (prompt_kinds != 1)
     return InvalidArgument("give exactly one of --prompt-ids, --prompt and --chat");
-  if (n < 1) return InvalidArgument("--n must be >= 1");
+  // Ranges first (a value is refused, never wrapped): n and max_tokens size the batch and
+  // its KV pool.
+  if (n < 1 || n > 1024)
+    return InvalidArgument("--n must be in [1, 1024], got " + std::to_string(n));
+  if (max_tokens < 1 || max_tokens > std::numeric_limits<int32_t>::max()) {
+    return InvalidArgument("--max-tokens must be in [1, 2^31 - 1], got " +
+                           std::to_string(max_tokens));
+  }
+  if (threads < 0 || threads > 1024) {
+    return InvalidArgument("--threads must be in [0, 1024] (0: auto), got " +
+                           std::to_string(threads));
+  }
 
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   std::unique_ptr<WeightSource> weights;

@@ -431,6 +431,16 @@ TEST_CASE("model config: errors name the field and the file", "[loader][config]"
   ExpectLlamaError([](json& j) { j["hidden_size"] = "4096"; }, SC::kInvalidArgument, "'hidden_size' must be an integer");
   ExpectLlamaError([](json& j) { j["hidden_size"] = 4096.5; }, SC::kInvalidArgument, "'hidden_size'");
   ExpectLlamaError([](json& j) { j["num_hidden_layers"] = 0; }, SC::kInvalidArgument, "'num_hidden_layers' must be positive");
+  // Upper bounds: a broken file, not a model (1e12 layers ran for minutes, then bad_alloc; 2^62
+  // positions overflowed the KV sizing).
+  ExpectLlamaError([](json& j) { j["num_hidden_layers"] = int64_t{1000000000000}; }, SC::kInvalidArgument,
+                   "'num_hidden_layers' must be at most 65536");
+  ExpectLlamaError([](json& j) { j["max_position_embeddings"] = int64_t{1} << 62; }, SC::kInvalidArgument,
+                   "'max_position_embeddings' must be at most 2147483647");
+  ExpectLlamaError([](json& j) { j["vocab_size"] = int64_t{1} << 31; }, SC::kInvalidArgument, "'vocab_size' must be at most");
+  ExpectLlamaError([](json& j) { j["hidden_size"] = int64_t{1} << 40; }, SC::kInvalidArgument, "'hidden_size' must be at most");
+  ExpectLlamaError([](json& j) { j["num_attention_heads"] = int64_t{1} << 20; }, SC::kInvalidArgument,
+                   "'num_attention_heads' must be at most");
   ExpectLlamaError([](json& j) { j["vocab_size"] = -5; }, SC::kInvalidArgument, "'vocab_size'");
   ExpectLlamaError([](json& j) { j["num_key_value_heads"] = 6; }, SC::kInvalidArgument, "'num_key_value_heads'");
   ExpectLlamaError([](json& j) { j["num_attention_heads"] = 24; }, SC::kInvalidArgument, "'num_attention_heads'");

@@ -146,6 +146,36 @@ TEST_CASE("HTTP front settings: defaults and edges") {
   CHECK(Parse({"--http-threads", "1024"}).ok());
 }
 
+TEST_CASE("engine and memory settings: upper bounds and non-finite sizes are refused") {
+  auto bad = [](std::vector<std::string> args) {
+    auto r = Parse(args);
+    INFO(args[0] << " " << args[1]);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message().find(args[0]) != std::string::npos);
+  };
+  // Counts past their bounds (they overflowed sizes, or were cut to 32 bits).
+  bad({"--threads", "1025"});
+  bad({"--threads", "4295067296"});
+  bad({"--max-num-seqs", "1048577"});
+  bad({"--max-num-seqs", "9223372036854775807"});
+  bad({"--num-kv-slots", "2147483648"});
+  bad({"--max-model-len", "4294967296"});
+  CHECK(Parse({"--threads", "1024"}).ok());
+  CHECK(Parse({"--max-num-seqs", "1048576"}).ok());
+  CHECK(Parse({"--num-kv-slots", "2147483647"}).ok());  // refused later if the memory lacks
+  CHECK(Parse({"--max-model-len", "2147483647"}).ok());
+  // GiB sizes: finite (nan and inf passed before; one message had no flag name).
+  for (const char* flag : {"--host-kv-gib", "--staging-pool-gib", "--remote-kv-gib"}) {
+    bad({flag, "nan"});
+    bad({flag, "inf"});
+    bad({flag, "-0.5"});
+  }
+  bad({"--remote-kv-gib", "1e9"});  // summaries larger than any machine's memory
+  CHECK(Parse({"--remote-kv-gib", "-1"}).ok());
+  CHECK(Parse({"--staging-pool-gib", "0"}).ok());
+}
+
 TEST_CASE("every committed configs/*.json parses and validates") {
   const auto dir = oasis::testing::SourceDir() / "configs";
   int n = 0;

@@ -161,7 +161,7 @@ class HttpFront::Impl {
   asio::awaitable<void> Accept();
   asio::awaitable<void> Refuse(tcp::socket socket);
   // Closes the longest-idle keep-alive connection; false when none is idle.
-  bool EvictIdle();
+  bool EvictForNew();
   void Register(Connection* c) {
     std::lock_guard<std::mutex> lock(mu_);
     connections_.insert(c);
@@ -195,7 +195,7 @@ class HttpFront::Impl {
   std::condition_variable drained_;
   std::unordered_set<Connection*> connections_;
   std::atomic<uint64_t> stats_open_{0}, stats_accepted_{0}, stats_refused_{0}, stats_evicted_{0},
-      stats_timeouts_{0}, stats_bad_{0}, stats_disconnects_{0};
+      stats_evicted_slow_{0}, stats_timeouts_{0}, stats_bad_{0}, stats_disconnects_{0};
   asio::io_context io_;
   asio::thread_pool workers_;
   tcp::acceptor acceptor_;
@@ -234,6 +234,7 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
   }
   Phase phase() const { return phase_.load(); }
   std::chrono::steady_clock::time_point idle_since() const { return idle_since_.load(); }
+  std::chrono::steady_clock::time_point reading_since() const { return reading_since_.load(); }
 
   // Strand: queue bytes of the current exchange and wake the writer.
   void Queue(uint64_t exchange, std::string bytes, bool last) {
@@ -349,6 +350,8 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
   bool timed_out_ = false;
   std::atomic<Phase> phase_{Phase::kIdle};
   std::atomic<std::chrono::steady_clock::time_point> idle_since_{std::chrono::steady_clock::now()};
+  std::atomic<std::chrono::steady_clock::time_point> reading_since_{
+      std::chrono::steady_clock::now()};
   uint64_t exchange_id_ = 0;
   std::deque<std::string> out_;
   bool done_ = false;    // the current response is complete (queued)
@@ -455,6 +458,7 @@ asio::awaitable<bool> HttpFront::Impl::Connection::Serve() {
     if (ec) co_return false;  // idle timeout, close or reset: end quietly
     buffer_.commit(n);
   }
+  reading_since_ = std::chrono::steady_clock::now();
   phase_ = Phase::kReading;
   if (front_.stopping_) co_return false;
 
@@ -677,7 +681,7 @@ asio::awaitable<void> HttpFront::Impl::Accept() {
       continue;
     }
     ++stats_accepted_;
-    if (stats_open_.load() >= options_.max_connections && !EvictIdle()) {
+    if (stats_open_.load() >= options_.max_connections && !EvictForNew()) {
       ++stats_refused_;
       auto ex = socket.get_executor();
       asio::co_spawn(ex, Refuse(std::move(socket)), asio::detached);
@@ -701,21 +705,39 @@ asio::awaitable<void> HttpFront::Impl::Refuse(tcp::socket socket) {
   stream.socket().close(ec);
 }
 
-bool HttpFront::Impl::EvictIdle() {
+bool HttpFront::Impl::EvictForNew() {
+  // The longest-idle keep-alive connection; with none idle, the one that has been sending its
+  // request longest, if for more than kSlowRequest: connections trickling their headers or
+  // body must not hold every place (a new one — /health — gets it instead). Connections
+  // being answered are never cut.
+  constexpr auto kSlowRequest = std::chrono::seconds(1);
   std::shared_ptr<Connection> victim;
+  bool idle = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto oldest = std::chrono::steady_clock::time_point::max();
+    const auto now = std::chrono::steady_clock::now();
+    auto oldest_idle = std::chrono::steady_clock::time_point::max();
+    auto oldest_reading = now - kSlowRequest;
+    std::shared_ptr<Connection> slow;
     for (Connection* c : connections_) {
-      if (c->phase() != Connection::Phase::kIdle || c->idle_since() >= oldest) continue;
-      std::shared_ptr<Connection> s = c->weak_from_this().lock();
-      if (!s) continue;
-      oldest = c->idle_since();
-      victim = std::move(s);
+      const Connection::Phase phase = c->phase();
+      if (phase == Connection::Phase::kIdle && c->idle_since() < oldest_idle) {
+        std::shared_ptr<Connection> s = c->weak_from_this().lock();
+        if (!s) continue;
+        oldest_idle = c->idle_since();
+        victim = std::move(s);
+      } else if (phase == Connection::Phase::kReading && c->reading_since() < oldest_reading) {
+        std::shared_ptr<Connection> s = c->weak_from_this().lock();
+        if (!s) continue;
+        oldest_reading = c->reading_since();
+        slow = std::move(s);
+      }
     }
+    idle = victim != nullptr;
+    if (!victim) victim = std::move(slow);
   }
   if (!victim) return false;
-  ++stats_evicted_;
+  ++(idle ? stats_evicted_ : stats_evicted_slow_);
   victim->Cut();
   return true;
 }
@@ -781,6 +803,7 @@ HttpFrontStats HttpFront::Stats() const {
   s.connections_accepted = impl_->stats_accepted_;
   s.refused_over_limit = impl_->stats_refused_;
   s.idle_evicted = impl_->stats_evicted_;
+  s.slow_evicted = impl_->stats_evicted_slow_;
   s.timeouts = impl_->stats_timeouts_;
   s.bad_requests = impl_->stats_bad_;
   s.client_disconnects = impl_->stats_disconnects_;

@@ -116,6 +116,7 @@ struct HttpFrontStats {
   uint64_t connections_accepted = 0;
   uint64_t refused_over_limit = 0;  // 503 at accept
   uint64_t idle_evicted = 0;        // idle keep-alive closed to make room
+  uint64_t slow_evicted = 0;        // still sending its request after 1 s, closed to make room
   uint64_t timeouts = 0;            // header, body, idle-in-request or write deadlines
   uint64_t bad_requests = 0;        // framing, header or body limits
   uint64_t client_disconnects = 0;  // closed before the response ended

@@ -145,6 +145,10 @@ std::string RouterMetrics::Render(const std::string& instance_metrics,
                 "Connections answered 503 at --max-connections.", front.refused_over_limit);
   front_counter("oasis:router_http_idle_connections_closed_total",
                 "Idle keep-alive connections closed to make room.", front.idle_evicted);
+  front_counter("oasis:router_http_slow_connections_closed_total",
+                "Connections still sending their request after 1 s, closed to make room (none "
+                "idle).",
+                front.slow_evicted);
   front_counter("oasis:router_http_timeouts_total",
                 "Requests or responses cut by a header, body or write timeout.", front.timeouts);
   front_counter("oasis:router_http_bad_requests_total",

@@ -58,6 +58,8 @@ const std::set<std::string>& KnownRoutes() {
 // Owned by the wakeup closure its streams hold, until it ends.
 class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
  public:
+  static constexpr size_t kMaxStreamBacklog = size_t{8} << 20;  // 8 MiB unread by the client
+
   GenerationPump(HttpFront& front, Exchange ex, HttpMetrics& metrics)
       : front_(front), ex_(std::move(ex)), metrics_(metrics) {}
 
@@ -134,6 +136,14 @@ class GenerationPump : public std::enable_shared_from_this<GenerationPump> {
     if (client_gone_ || ex_->closed()) {
       metrics_.CountClientDisconnect();
       return End();  // destroying the job aborts its engine requests
+    }
+    // A stream whose client has stopped reading: more than kMaxStreamBacklog bytes it has not
+    // taken. The generation would otherwise run on and pile its events up in memory until the
+    // write timeout: the request is aborted and the connection cut (as a disconnect).
+    if (spec.stream && ex_->pending_bytes() > kMaxStreamBacklog) {
+      metrics_.CountClientDisconnect();
+      ex_->Abort();
+      return End();
     }
     while (std::optional<JobEvent> ev = job->Poll()) {
       if (!spec.stream) continue;

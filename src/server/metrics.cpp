@@ -41,6 +41,8 @@ constexpr FrontRow kFrontMetrics[] = {
      [](const HttpFrontStats& s) -> double { return s.refused_over_limit; }},
     {"oasis:http_idle_connections_closed_total", MetricType::kCounter, "Idle keep-alive connections closed to make room.",
      [](const HttpFrontStats& s) -> double { return s.idle_evicted; }},
+    {"oasis:http_slow_connections_closed_total", MetricType::kCounter, "Connections still sending their request after 1 s, closed to make room (none idle).",
+     [](const HttpFrontStats& s) -> double { return s.slow_evicted; }},
     {"oasis:http_timeouts_total", MetricType::kCounter, "Requests or responses cut by a header, body or write timeout.",
      [](const HttpFrontStats& s) -> double { return s.timeouts; }},
     {"oasis:http_bad_requests_total", MetricType::kCounter, "Requests refused for framing or size (400, 413, 431) before routing.",

@@ -186,6 +186,55 @@ def probe_busy(n):
         s.close()
 
 
+def probe_trickle(n):
+    """n connections (the whole --max-connections) send a request head promising a body, then
+    one body byte at a time: after a second of that, a new connection (/health) must get a place
+    (the slowest sender is closed for it), not a 503."""
+    socks = []
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n{")
+    for _ in range(n):
+        s = connect()
+        s.sendall(head)
+        socks.append(s)
+    time.sleep(1.2)
+    for s in socks:
+        try:
+            s.sendall(b" ")
+        except OSError:
+            pass
+    statuses = []
+    for _ in range(3):
+        status, dt = health_latency()
+        statuses.append((status, round(dt, 3)))
+    if all(st == 200 and dt < 0.5 for st, dt in statuses):
+        ok(f"/health past {n} connections trickling their bodies: {statuses}")
+    else:
+        bad(f"/health past {n} trickling connections: {statuses}")
+    for s in socks:
+        s.close()
+
+
+def probe_noread(max_tokens):
+    """A stream whose client never reads (a small receive buffer, no recv): once 8 MiB of it
+    are waiting unsent, the server aborts the request and cuts the connection instead of
+    generating on and keeping the whole answer in memory. Prints the seconds it took."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", PORT))
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens,
+                       "n": 4, "ignore_eos": True, "stream": True, "logprobs": True,
+                       "top_logprobs": 20}).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    t = time.monotonic()
+    print("streaming", flush=True)
+    time.sleep(float(os.environ.get("NOREAD_HOLD_S", "120")))  # the caller kills us sooner
+    s.close()
+    print(f"held {time.monotonic() - t:.1f} s")
+
+
 def expect(name, raw, want, timeout=10.0):
     s = connect()
     t = time.monotonic()
@@ -501,6 +550,10 @@ elif probe == "idle":
     probe_idle(int(args[0]), float(args[1]))
 elif probe == "busy":
     probe_busy(int(args[0]))
+elif probe == "noread":
+    probe_noread(int(args[0]))
+elif probe == "trickle":
+    probe_trickle(int(args[0]))
 elif probe == "framing":
     probe_framing(int(args[0]))
 elif probe == "reset":

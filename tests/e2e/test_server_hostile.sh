@@ -2,7 +2,9 @@
 # oasis-server against hostile clients on loopback (tests/e2e/hostile_client.py, raw sockets):
 # conflicting framing, chunked bodies over the limit or never ending, oversized headers,
 # slowloris, idle floods past --max-connections, a fast 503 when every connection is busy,
-# clients that reset their connection mid-generation (the request is aborted at once), a flood
+# slow request bodies filling --max-connections (the slowest is closed for /health),
+# clients that reset their connection mid-generation (the request is aborted at once), a stream
+# its client never reads (aborted past 8 MiB unsent), a flood
 # of streams past --max-waiting (429s, /health answering throughout), and SIGTERM with a live
 # stream and slow clients (the stream ends with "abort" and [DONE]; exit 0 within
 # --shutdown-timeout-s). CPU backend, embedded model.
@@ -24,6 +26,8 @@ probe slowloris 30 4
 probe idle 200 3
 probe busy 48
 sleep 2.5  # the busy probe's half requests time out (--header-timeout-s 2)
+probe trickle 48
+sleep 2.5  # the trickling bodies time out (--body-timeout-s 2)
 
 # A client that resets its connection: the generation is aborted at once, not run to the end
 # (4000 tokens take ~30 s here).
@@ -41,6 +45,29 @@ for stream in 0 1; do
 done
 d=$(curl -s "$BASE/metrics" | sed -n 's/^oasis:client_disconnects_total{.*} \(.*\)$/\1/p')
 [[ $d -ge 2 ]] && ok "client disconnects counted ($d)" || bad "client disconnects: $d"
+
+# A stream whose client never reads: past 8 MiB unsent the request is aborted (not generated
+# to its end, 4 x 4000 tokens, and held in memory until the write timeout).
+abort_total() { curl -s "$BASE/metrics" | sed -n 's/^oasis:request_success_total{.*finished_reason="abort"} \(.*\)$/\1/p'; }
+a0=$(abort_total)
+NOREAD_HOLD_S=120 $HOSTILE "$PORT" noread 4000 >"$TMP/noread.out" 2>&1 &
+noread=$!
+for _ in $(seq 1 100); do grep -q streaming "$TMP/noread.out" && break; sleep 0.05; done
+t0=$(date +%s)
+sleep 1
+for _ in $(seq 1 180); do
+  [[ $(metric 'oasis:num_requests_running') == 0* ]] && break
+  sleep 0.5
+done
+if v=$(wait_metric 'oasis:num_requests_running' 'v == 0'); then
+  a1=$(abort_total)
+  [[ $((a1 - a0)) == 4 ]] && ok "an unread stream: its 4 choices aborted after $(( $(date +%s) - t0 )) s" \
+    || bad "an unread stream: abort total $a0 -> $a1"
+else
+  bad "an unread stream is still running ($v)"
+fi
+kill "$noread" 2>/dev/null
+wait "$noread" 2>/dev/null
 
 # 40 streams at once with 4 running and 12 waiting: the rest get 429, /health keeps answering.
 probe flood 40 24

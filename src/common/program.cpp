@@ -1,5 +1,6 @@
 #include "common/program.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -42,6 +43,17 @@ ExitOnShutdownSignal::ExitOnShutdownSignal(const ShutdownSignals& signals, std::
 ExitOnShutdownSignal::~ExitOnShutdownSignal() {
   done_.store(true, std::memory_order_release);
   thread_.join();
+}
+
+uint64_t RaiseOpenFileLimit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return static_cast<uint64_t>(lim.rlim_cur);
 }
 
 int ExitWithError(const char* program, const Status& status, int exit_code) {

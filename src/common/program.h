@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -47,6 +48,11 @@ class ExitOnShutdownSignal {
   std::atomic<bool> done_{false};
   std::thread thread_;
 };
+
+// Raises this process's soft limit of open files to its hard limit (as vLLM does): every
+// connection is a descriptor, and the common soft limit of 1,024 let a few thousand idle
+// connections to one port take the ones /health needed. Returns the limit now in force.
+uint64_t RaiseOpenFileLimit();
 
 // Prints "PROGRAM: STATUS" to stderr and returns `exit_code`.
 int ExitWithError(const char* program, const Status& status, int exit_code);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
           "oasis-router", cmd, [](const RouterCommandLine& c) { return c.settings.log_level; })) {
     return *exit_code;
   }
+  RaiseOpenFileLimit();
   Router router(cmd->options);
   StatusOr<int> port = router.Bind(cmd->settings.host, static_cast<int>(cmd->settings.port));
   if (!port.ok()) return ExitWithError("oasis-router", port.status(), 1);

@@ -637,6 +637,10 @@ GrpcFrontend::~GrpcFrontend() { Shutdown(); }
 
 int64_t GrpcFrontend::live_calls() const { return impl_->live_calls(); }
 
+namespace {
+constexpr int kGrpcIdleMs = 30'000;
+}  // namespace
+
 StatusOr<int> GrpcFrontend::Start(const std::string& host, int port) {
   // grpc.health.v1.Health, served by grpc++ itself (it starts SERVING: set right below).
   grpc::EnableDefaultHealthCheckService(true);
@@ -648,6 +652,14 @@ StatusOr<int> GrpcFrontend::Start(const std::string& host, int port) {
   builder.RegisterService(impl_.get());
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<int64_t>(service_.config().max_body_bytes, INT32_MAX)));
+  // A connection with no call for kGrpcIdle is sent GOAWAY and closed (clients reconnect when
+  // they next call): idle HTTP/2 connections must not pile up and take the descriptors the
+  // HTTP front needs (grpc++ 1.51 has no cap on connections).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kGrpcIdleMs);
+  // A connection must finish its HTTP/2 handshake within the HTTP front's header timeout.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::clamp<double>(
+                                 service_.config().header_timeout_s * 1000.0, 1.0, INT32_MAX)));
   server_ = builder.BuildAndStart();
   if (!server_ || bound == 0) {
     server_.reset();

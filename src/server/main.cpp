@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
           "oasis-server", cmd, [](const ParsedCommandLine& c) { return c.config.log_level; })) {
     return *exit_code;
   }
+  spdlog::debug("open files: up to {}", RaiseOpenFileLimit());
   if (Status mem = CheckHostMemory(cmd->config); !mem.ok())
     return ExitWithError("oasis-server", mem, 2);
   // A staging listener other machines can reach needs a secret: refused before anything starts.

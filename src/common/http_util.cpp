@@ -1,5 +1,7 @@
 #include "common/http_util.h"
 
+#include <arpa/inet.h>
+
 #include <cctype>
 
 namespace oasis {
@@ -16,6 +18,12 @@ std::string Clip(std::string_view s, size_t max_bytes) {
   size_t n = max_bytes > 3 ? max_bytes - 3 : 0;
   while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // not mid-character
   return std::string(s.substr(0, n)) + "...";
+}
+
+bool IsListenAddress(const std::string& host) {
+  if (host == "localhost") return true;
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
 bool KeyMatches(const std::string& presented, const std::string& key) {

@@ -160,6 +160,10 @@ StatusOr<RouterOptions> RouterSettings::ToOptions() const {
         "in --config");
   }
   if (host.empty()) return InvalidArgument("--host must not be empty");
+  if (!IsListenAddress(host)) {
+    return InvalidArgument("--host must be an IP address (IPv4 or IPv6) or localhost, got '" +
+                           host + "'");
+  }
   if (port < 0 || port > 65535)
     return InvalidArgument("--port must be in [0, 65535], got " + std::to_string(port));
   for (const auto& [name, value] :

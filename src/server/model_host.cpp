@@ -104,8 +104,14 @@ Status LoadTokenizerAndTemplate(const ServerConfig& sc, ModelHost* host) {
                            ChatTemplate::LoadFromTokenizerConfig(config_path));
   }
   if (!sc.chat_template.empty()) {
+    // Given explicitly, it must be a template: a directory or an empty file is refused (they
+    // silently turned chat off).
+    if (fs::is_directory(sc.chat_template))
+      return InvalidArgument("--chat-template " + sc.chat_template + " is a directory, not a file");
     OASIS_ASSIGN_OR_RETURN(host->template_files.chat_template,
                            ReadFile(sc.chat_template, "--chat-template"));
+    if (host->template_files.chat_template.find_first_not_of(" \t\r\n") == std::string::npos)
+      return InvalidArgument("--chat-template " + sc.chat_template + " is empty");
   }
   if (!host->template_files.chat_template.empty()) {
     auto parsed = ChatTemplate::Parse(host->template_files.chat_template);
@@ -598,6 +604,11 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& given) {
   ServerConfig resolved = given;
   const ServerConfig& sc = resolved;
   host->model_path = sc.model.empty() ? EmbeddedModelDir() : sc.model;
+  if (fs::exists(host->model_path) && !fs::is_directory(host->model_path)) {
+    return InvalidArgument("--model " + host->model_path +
+                           " is a file: give the model's directory (config.json, *.safetensors, "
+                           "tokenizer.json)");
+  }
   host->model_dir = ModelNameFromPath(host->model_path);
   OASIS_ASSIGN_OR_RETURN(host->config, LoadModelConfig(host->model_path));
   ModelConfig& c = host->config;

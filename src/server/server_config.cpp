@@ -14,6 +14,7 @@
 
 #include "common/flags.h"
 #include "common/host_memory.h"
+#include "common/http_util.h"
 #include "common/settings.h"
 #include "disagg/net_address.h"
 #include "disagg/wire.h"
@@ -425,6 +426,10 @@ Status ServerConfig::Validate() const {
                            std::to_string(gpu_memory_utilization));
   }
   if (host.empty()) return InvalidArgument("--host must not be empty");
+  if (!IsListenAddress(host)) {
+    return InvalidArgument("--host must be an IP address (IPv4 or IPv6) or localhost, got '" +
+                           host + "'");
+  }
   OASIS_RETURN_IF_ERROR(one_of("role", role, {"both", "prefill", "decode"}));
   OASIS_RETURN_IF_ERROR(one_of("rpf", rpf, {"on", "off"}));
   if (!(prefix_cache_host_gib >= 0) || !std::isfinite(prefix_cache_host_gib))

@@ -214,7 +214,11 @@ StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
   }
   StatusOr<std::string> rendered = tmpl.Render(ctx);
   if (!rendered.ok()) {
-    return request_template ? RequestTemplateError(rendered.status()) : rendered.status();
+    if (request_template) return RequestTemplateError(rendered.status());
+    // The model's template failed on these messages (raise_exception, a loop or recursion
+    // past its bounds): the request cannot be rendered — a 400, never a retryable 429.
+    if (rendered.status().code() == StatusCode::kInvalidArgument) return rendered.status();
+    return InvalidArgument(std::string(rendered.status().message()));
   }
   std::string text = std::move(rendered).value();
   if (spec.continue_final_message) {

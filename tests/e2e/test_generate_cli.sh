@@ -27,6 +27,8 @@ for bad in "--n 0" "--n 1025" "--n 9223372036854775807" "--max-tokens 0" "--max-
   out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny" --prompt-ids 1,2 $bad 2>&1)
   check "$bad is refused" "$out" "INVALID_ARGUMENT.*${bad%% *}"
 done
+out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny/config.json" --prompt-ids 1 2>&1)
+check "--model naming a file is refused as such" "$out" "INVALID_ARGUMENT.*is a file"
 out=$("$GEN" --model /nonexistent --prompt-ids 1 2>&1)
 check "missing model is an error" "$out" "NOT_FOUND"
 out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny" --prompt "hi" 2>&1)

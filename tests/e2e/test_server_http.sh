@@ -365,7 +365,12 @@ expect "with the key, completions work" "$r" "len(d['choices']) == 1"
 stop_server || fail=1
 
 # ---- a full queue: 429 -------------------------------------------------------------
-start_server "$TMP/queue.log" --backend cpu --max-num-seqs 1 --max-waiting 1 || exit 1
+# (Its --chat-template, the model's template here, recurses without end: a chat request gets 400,
+# not a retryable 429.)
+echo '{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}' >"$TMP/recursive.jinja"
+start_server "$TMP/queue.log" --backend cpu --max-num-seqs 1 --max-waiting 1 --chat-template "$TMP/recursive.jinja" || exit 1
+expect_error "the model's template recursing past its bound" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}'
+
 long='{"prompt": "x", "max_tokens": 4000, "temperature": 0, "ignore_eos": true}'
 curl -s -o /dev/null -X POST "$BASE/v1/completions" -d "$long" &
 c1=$!
@@ -450,5 +455,40 @@ out=$("$SERVER" --config "$ROOT/configs/embedded-cpu.json" --max-num-batched-tok
 [[ $? == 2 ]] && grep -q "max-num-batched-tokens" <<<"$out" && ok "--max-num-batched-tokens -1 -> exit 2 naming it" || bad "--max-num-batched-tokens -1 accepted" "$out"
 out=$("$SERVER" --model /nonexistent --port 0 2>&1)
 [[ $? == 1 ]] && grep -q "NOT_FOUND" <<<"$out" && ok "missing model -> exit 1, NOT_FOUND" || bad "missing model" "$out"
+# Settings that only prove wrong while the model loads: exit 1, the message naming the setting.
+# (The embedded model has 2 KV heads; its 4,096-token context fits any machine.)
+expect_exit() {  # expect_exit <description> <code> <pattern> <args...>
+  local desc=$1 code=$2 pattern=$3
+  shift 3
+  local out rc
+  out=$(timeout 60 "$SERVER" --backend cpu --check-config "$@" 2>&1)
+  rc=$?
+  [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out" && ok "$desc -> exit $code" || bad "$desc: exit $rc" "$out"
+}
+expect_exit "--num-kv-slots 1 (no block per KV head)" 1 "num-kv-slots 1 holds no KV block" --num-kv-slots 1
+expect_exit "--num-kv-slots 2 (one block per KV head)" 0 "^config ok$" --num-kv-slots 2
+expect_exit "--num-kv-slots past the memory" 1 "needs [0-9.]+ GiB, more than" --num-kv-slots 2147483647
+expect_exit "--model naming a file" 1 "is a file" --model "$ROOT/tests/fixtures/tiny-default/config.json"
+expect_exit "--chat-template naming a directory" 1 "chat-template .* is a directory" --chat-template "$ROOT/tests"
+: >"$TMP/empty.jinja"
+expect_exit "--chat-template naming an empty file" 1 "chat-template .* is empty" --chat-template "$TMP/empty.jinja"
+expect_exit "--host not an address" 2 "host must be an IP address" --host 999.1.1.1
+expect_exit "--host ::1" 0 "^config ok$" --host ::1
+expect_exit "--threads past 1024" 2 "threads must be at most 1024" --threads 4294967297
+expect_exit "--host-kv-gib nan" 2 "host-kv-gib must be" --host-kv-gib nan
+# SIGINT while the model loads ends the process at once (a 60,000-layer dummy takes a while).
+mkdir -p "$TMP/slow"
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=60000; json.dump(c, open(sys.argv[2], "w"))' \
+  "$ROOT/tests/fixtures/tiny-default/config.json" "$TMP/slow/config.json"
+"$SERVER" --backend cpu --port 0 --model "$TMP/slow" --load-format dummy >"$TMP/slow.log" 2>&1 &
+slow=$!
+sleep 1.5
+kill -INT $slow
+t0=$(date +%s.%N)
+wait $slow
+rc=$?
+dt=$(python3 -c "import time; print(round(time.time() - $t0, 2))")
+[[ $rc == 130 ]] && grep -q "while loading the model" "$TMP/slow.log" && python3 -c "import sys; sys.exit(0 if $dt < 2 else 1)" \
+  && ok "SIGINT while loading: exit 130 after ${dt} s" || bad "SIGINT while loading: exit $rc after ${dt} s" "$(tail -3 "$TMP/slow.log")"
 
 exit $fail

@@ -131,6 +131,10 @@ Status Run(int argc, char** argv) {
                            std::to_string(threads));
   }
 
+  if (std::filesystem::exists(model_dir) && !std::filesystem::is_directory(model_dir)) {
+    return InvalidArgument("--model " + model_dir +
+                           " is a file: give the model's directory (config.json, *.safetensors)");
+  }
   OASIS_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   std::unique_ptr<WeightSource> weights;
   if (load_format == "dummy") {

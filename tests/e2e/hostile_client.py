@@ -159,12 +159,18 @@ def probe_idle(n, seconds):
         s.close()
 
 
-def probe_busy(n):
+def open_partial(n, head):
+    """n connections, each having sent `head`: the start of a request and nothing more."""
     socks = []
     for _ in range(n):
         s = connect()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # half a request
+        s.sendall(head)
         socks.append(s)
+    return socks
+
+
+def probe_busy(n):
+    socks = open_partial(n, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # half a request
     time.sleep(0.5)
     t = time.monotonic()
     s = connect()
@@ -190,13 +196,8 @@ def probe_trickle(n):
     """n connections (the whole --max-connections) send a request head promising a body, then
     one body byte at a time: after a second of that, a new connection (/health) must get a place
     (the slowest sender is closed for it), not a 503."""
-    socks = []
-    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 100000\r\n\r\n{")
-    for _ in range(n):
-        s = connect()
-        s.sendall(head)
-        socks.append(s)
+    socks = open_partial(n, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: 100000\r\n\r\n{")
     time.sleep(1.2)
     for s in socks:
         try:

@@ -23,6 +23,15 @@ StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args) {
   return ParseCommandLine(static_cast<int>(argv.size()), argv.data());
 }
 
+// `args` (a flag and its value) is refused: InvalidArgument naming the flag.
+void ExpectBadFlag(const std::vector<std::string>& args) {
+  auto r = Parse(args);
+  INFO(args[0] << " " << args[1]);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kInvalidArgument);
+  CHECK(r.status().message().find(args[0]) != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("server settings: defaults") {
@@ -115,13 +124,7 @@ TEST_CASE("HTTP front settings: defaults and edges") {
   CHECK(p->config.write_timeout_s == 30);
   CHECK(p->config.shutdown_timeout_s == 10);
   CHECK(p->config.http_threads == 0);
-  auto bad = [](std::vector<std::string> args) {
-    auto r = Parse(args);
-    INFO(args[0] << " " << args[1]);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == StatusCode::kInvalidArgument);
-    CHECK(r.status().message().find(args[0]) != std::string::npos);
-  };
+  const auto bad = ExpectBadFlag;
   bad({"--max-connections", "0"});
   bad({"--max-connections", "-5"});
   bad({"--max-connections", "1000001"});
@@ -147,13 +150,7 @@ TEST_CASE("HTTP front settings: defaults and edges") {
 }
 
 TEST_CASE("engine and memory settings: upper bounds and non-finite sizes are refused") {
-  auto bad = [](std::vector<std::string> args) {
-    auto r = Parse(args);
-    INFO(args[0] << " " << args[1]);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == StatusCode::kInvalidArgument);
-    CHECK(r.status().message().find(args[0]) != std::string::npos);
-  };
+  const auto bad = ExpectBadFlag;
   // Counts past their bounds (they overflowed sizes, or were cut to 32 bits).
   bad({"--threads", "1025"});
   bad({"--threads", "4295067296"});

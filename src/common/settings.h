@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <variant>
@@ -51,6 +52,11 @@ Status ApplyJsonSetting(const SettingField<Config>& s, const nlohmann::json& val
     config->** str = value.get<std::string>();
   } else if (auto* i = std::get_if<int64_t Config::*>(&s.field)) {
     if (!value.is_number_integer()) return InvalidArgument(where + " must be an integer");
+    // A value past int64 must not wrap into another (18446744073709551615 became -1).
+    if (value.is_number_unsigned() &&
+        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return InvalidArgument(where + " is too large: " + value.dump());
+    }
     config->** i = value.get<int64_t>();
   } else if (auto* d = std::get_if<double Config::*>(&s.field)) {
     if (!value.is_number()) return InvalidArgument(where + " must be a number");

@@ -2,9 +2,11 @@
 #include "tools/loadgen/bench_flags.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 #include <utility>
 
 namespace oasis::loadgen {
@@ -260,23 +262,34 @@ Status ResolveVllmAliases(const FlagParser& parser, BenchFlags* f, nlohmann::jso
     if (!parser.WasSet("sonnet-prefix-len")) f->sonnet_prefix_len = f->prefix_len;
     if (!parser.WasSet("multi-turn-prefix-len")) f->multi_turn_prefix_len = f->prefix_len;
   }
-  // vLLM's sampling flags go into the body (before --extra-body, which is merged last).
+  // A value the client would not send as given is refused here, not replaced: nan (no JSON
+  // number) or a negative vocabulary.
+  if (parser.WasSet("random-vocab-size") && f->random_vocab_size < 0)
+    return InvalidArgument("--random-vocab-size must be >= 0 (0: the server's vocabulary)");
+  // vLLM's sampling flags go into the body (before --extra-body, which is merged last); a
+  // value that is no finite number (nan passed before, and the server default was used) is
+  // refused.
+  const auto number = [f](std::string_view name) {
+    return name == "top-p"               ? f->top_p
+           : name == "min-p"             ? f->min_p
+           : name == "frequency-penalty" ? f->frequency_penalty
+           : name == "presence-penalty"  ? f->presence_penalty
+           : name == "temperature"       ? f->temperature
+                                         : f->repetition_penalty;
+  };
   for (const char* name : {"top-p", "min-p", "frequency-penalty", "presence-penalty",
                            "repetition-penalty", "top-k", "temperature"}) {
     if (!parser.WasSet(name)) continue;
     std::string key = name;
     std::replace(key.begin(), key.end(), '-', '_');
-    if (key == "temperature") continue;  // sent by RequestOptions::temperature
     if (key == "top_k") {
       (*extra_body)[key] = f->top_k;
-    } else {
-      const double v = key == "top_p"               ? f->top_p
-                       : key == "min_p"             ? f->min_p
-                       : key == "frequency_penalty" ? f->frequency_penalty
-                       : key == "presence_penalty"  ? f->presence_penalty
-                                                    : f->repetition_penalty;
-      (*extra_body)[key] = v;
+      continue;
     }
+    const double v = number(name);
+    if (!std::isfinite(v))
+      return InvalidArgument(std::string("--") + name + " must be a finite number");
+    if (key != "temperature") (*extra_body)[key] = v;  // temperature: RequestOptions
   }
   if (!f->save_result && (parser.WasSet("result-dir") || parser.WasSet("result-filename"))) {
     return InvalidArgument(

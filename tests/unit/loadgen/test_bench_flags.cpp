@@ -205,6 +205,15 @@ TEST_CASE("vLLM's sampling flags go into the request body") {
   nlohmann::json none = nlohmann::json::object();
   ParseOk({"--seed", "1"}, &none);
   CHECK(none.empty());
+  // Values that cannot be sent as given are refused (nan was dropped, and the server's default
+  // used; a negative vocabulary became the server's).
+  for (const char* flag : {"--temperature", "--top-p", "--min-p", "--frequency-penalty",
+                           "--presence-penalty", "--repetition-penalty"}) {
+    INFO(flag);
+    CHECK(ParseError({flag, "nan"}) == std::string(flag) + " must be a finite number");
+    CHECK(ParseError({flag, "inf"}) == std::string(flag) + " must be a finite number");
+  }
+  CHECK(ParseError({"--random-vocab-size", "-1"}).find("--random-vocab-size must be >= 0") == 0);
 }
 
 TEST_CASE("result file: --result-file, or vLLM's --save-result naming") {

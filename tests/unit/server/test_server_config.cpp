@@ -390,6 +390,12 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(c.topk_blocks == 32);
   CHECK(c.ResolvedSparseThreshold() == 1000);
   CHECK_FALSE(ApplyConfigJson(nlohmann::json::parse(R"({"host_kv_gib": "8"})"), "test", &c).ok());
+  // An integer past int64 is refused, not wrapped (18446744073709551615 read as -1).
+  const Status big =
+      ApplyConfigJson(nlohmann::json::parse(R"({"max_num_seqs": 18446744073709551615})"), "test", &c);
+  CHECK_FALSE(big.ok());
+  CHECK(big.message().find("too large") != std::string::npos);
+  CHECK(big.message().find("18446744073709551615") != std::string::npos);
 }
 
 TEST_CASE("the served model name: the model directory's name, never its path") {

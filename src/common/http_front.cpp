@@ -134,7 +134,8 @@ class HttpFront::Impl {
 
   StatusOr<int> Bind(const std::string& host, int port) {
     error_code ec;
-    const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+    const auto address =
+        asio::ip::make_address(host == "localhost" ? "127.0.0.1" : UnbracketHost(host), ec);
     if (ec) return InvalidArgument("cannot bind HTTP: '" + host + "' is not an IP address");
     tcp::endpoint ep(address, static_cast<unsigned short>(port));
     acceptor_.open(ep.protocol(), ec);

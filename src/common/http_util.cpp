@@ -20,9 +20,17 @@ std::string Clip(std::string_view s, size_t max_bytes) {
   return std::string(s.substr(0, n)) + "...";
 }
 
+std::string UnbracketHost(const std::string& host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    return host.substr(1, host.size() - 2);
+  return host;
+}
+
 bool IsListenAddress(const std::string& host) {
   if (host == "localhost") return true;
+  const std::string bare = UnbracketHost(host);
   unsigned char buf[sizeof(in6_addr)];
+  if (bare != host) return inet_pton(AF_INET6, bare.c_str(), buf) == 1;  // [v6] only
   return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 

@@ -16,8 +16,11 @@ std::string Trim(std::string_view s);
 // character boundary and marked "..." when cut (a 100 KB model name must not make a 100 KB
 // error: a gRPC status that large never reaches the client).
 std::string Clip(std::string_view s, size_t max_bytes);
-// A listening address the front ends can bind: an IPv4 or IPv6 literal, or "localhost".
+// A listening address the front ends can bind: an IPv4 or IPv6 literal (IPv6 also in
+// brackets, "[::1]"), or "localhost".
 bool IsListenAddress(const std::string& host);
+// `host` without the brackets around an IPv6 literal ("[::1]" -> "::1"); others as they are.
+std::string UnbracketHost(const std::string& host);
 // Escapes a Prometheus label value (backslash, quote, newline).
 std::string EscapeLabel(const std::string& value);
 

@@ -646,8 +646,9 @@ StatusOr<int> GrpcFrontend::Start(const std::string& host, int port) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int bound = 0;
+  const std::string bare = UnbracketHost(host);
   const std::string address =
-      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+      (bare.find(':') != std::string::npos ? "[" + bare + "]" : bare) + ":" + std::to_string(port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound);
   builder.RegisterService(impl_.get());
   builder.SetMaxReceiveMessageSize(

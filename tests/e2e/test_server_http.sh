@@ -474,6 +474,7 @@ expect_exit "--chat-template naming a directory" 1 "chat-template .* is a direct
 expect_exit "--chat-template naming an empty file" 1 "chat-template .* is empty" --chat-template "$TMP/empty.jinja"
 expect_exit "--host not an address" 2 "host must be an IP address" --host 999.1.1.1
 expect_exit "--host ::1" 0 "^config ok$" --host ::1
+expect_exit "--host [::1]" 0 "^config ok$" --host "[::1]"
 expect_exit "--threads past 1024" 2 "threads must be at most 1024" --threads 4294967297
 expect_exit "--host-kv-gib nan" 2 "host-kv-gib must be" --host-kv-gib nan
 # SIGINT while the model loads ends the process at once (a 60,000-layer dummy takes a while).

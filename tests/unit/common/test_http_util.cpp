@@ -35,3 +35,17 @@ TEST_CASE("Clip: bounded quotes of client strings, cut between UTF-8 characters"
   CHECK(Clip("abcdefg\xc3\xa9xyz", 10) == "abcdefg...");
   CHECK(Clip("abcdef", 2) == "...");
 }
+
+TEST_CASE("IsListenAddress: IP literals (IPv6 also bracketed) and localhost", "[common][http]") {
+  for (const char* ok : {"127.0.0.1", "0.0.0.0", "::", "::1", "[::1]", "fe80::1", "localhost"}) {
+    INFO(ok);
+    CHECK(IsListenAddress(ok));
+  }
+  for (const char* bad : {"999.1.1.1", "", "example.com", "[127.0.0.1]", "[::1", "1.2.3", "::1]"}) {
+    INFO(bad);
+    CHECK_FALSE(IsListenAddress(bad));
+  }
+  CHECK(UnbracketHost("[::1]") == "::1");
+  CHECK(UnbracketHost("::1") == "::1");
+  CHECK(UnbracketHost("127.0.0.1") == "127.0.0.1");
+}

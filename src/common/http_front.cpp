@@ -525,15 +525,12 @@ asio::awaitable<bool> HttpFront::Impl::Connection::Serve() {
       const std::string coding = Trim(v.substr(at, comma - at));
       if (!coding.empty()) {
         ++codings;
-        std::string lower = coding;
-        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        only_chunked &= lower == "chunked";
+        only_chunked &= IEquals(coding, "chunked");
       }
       at = comma + 1;
     }
   }
-  if (msg.find(http::field::transfer_encoding) != msg.end() &&
-      (!parser.chunked() || codings != 1 || !only_chunked)) {
+  if (te_begin != te_end && (!parser.chunked() || codings != 1 || !only_chunked)) {
     co_return co_await fail(400, "bad_request",
                             "Transfer-Encoding other than chunked is not supported");
   }

@@ -399,17 +399,14 @@ void HandleDetokenize(Service& svc, const HttpRequest& req, HttpExchange& res) {
     return SendError(res, BadRequest("'tokens' must be a list of token ids", "tokens"));
   std::vector<int32_t> ids;
   for (const Json& id : *t) {
-    // The range first: an id of 2^32 + 5 must not wrap onto token 5.
+    // The range first: an id of 2^32 + 5 must not wrap onto token 5 (past int64 it reads as
+    // negative).
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        (id.is_number_unsigned() &&
-         id.get<uint64_t>() > uint64_t{std::numeric_limits<int32_t>::max()}) ||
         id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
         !h->tokenizer->IsKnown(static_cast<int32_t>(id.get<int64_t>()))) {
-      std::string shown = id.dump();
-      if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
-      return SendError(
-          res,
-          BadRequest("'tokens' holds " + shown + ", not a token id of this tokenizer", "tokens"));
+      return SendError(res, BadRequest("'tokens' holds " + Clip(id.dump(), 40) +
+                                           ", not a token id of this tokenizer",
+                                       "tokens"));
     }
     ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
   }

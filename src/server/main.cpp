@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
     return *exit_code;
   }
   spdlog::debug("open files: up to {}", RaiseOpenFileLimit());
+  for (const std::string& ignored : cmd->ignored) spdlog::warn("{}", ignored);
   if (Status mem = CheckHostMemory(cmd->config); !mem.ok())
     return ExitWithError("oasis-server", mem, 2);
   // A staging listener other machines can reach needs a secret: refused before anything starts.

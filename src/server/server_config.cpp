@@ -499,13 +499,56 @@ Status LoadConfigFile(const std::string& path, ServerConfig* config) {
   return ApplyConfigJson(json, path, config);
 }
 
+std::vector<std::string> ServerConfig::IgnoredSettings(const std::set<std::string>& given) const {
+  std::vector<std::string> out;
+  auto ignored = [&](std::initializer_list<const char*> names, const std::string& why) {
+    for (const char* name : names) {
+      if (given.count(name) != 0)
+        out.push_back("--" + std::string(name) + " has no effect: " + why);
+    }
+  };
+  if (!SparseEnabled()) {
+    ignored({"host-kv-gib", "topk-blocks", "fetch-ratio", "dense-layers", "sparse-predictor",
+             "sparse-switch", "kv-home", "sparse-budget", "sparse-group-reduce", "max-sparse-seqs",
+             "sparse-transfers", "sparse-agreement-interval"},
+            sparse == "off" ? "sparse KV is off (--sparse off)"
+                            : "sparse KV is off (--sparse auto turns it on only with "
+                              "--sparse-threshold > 0 or a prefill/decode --role; or pass "
+                              "--sparse on)");
+    if (sparse == "off") ignored({"sparse-threshold"}, "sparse KV is off (--sparse off)");
+  }
+  if (role != "prefill") {
+    ignored({"staging-pool-gib", "staging-listen", "staging-advertise", "staging-lease-ttl-ms"},
+            "it applies to a --role prefill instance (this is --role " + role + ")");
+  }
+  if (role != "decode") {
+    ignored({"rpf", "remote-fetch-cap", "remote-kv-gib"},
+            "it applies to a --role decode instance (this is --role " + role + ")");
+  }
+  if (role == "both") {
+    ignored({"staging-secret", "staging-secret-file", "ucx-tls"},
+            "it applies to prefill and decode instances (this is --role both)");
+  }
+  if (backend == "cuda") {
+    ignored({"threads", "num-kv-slots"},
+            "it applies to the CPU backend (this is --backend cuda: the GPU's KV cache is sized by "
+            "--gpu-memory-utilization)");
+  }
+  if (backend == "cpu") ignored({"enforce-eager"}, "the CPU backend has no CUDA graphs");
+  return out;
+}
+
 StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   ParsedCommandLine out;
+  std::set<std::string> given;  // flag names set by a config file or the command line
   // Pass 1: the config file, so that flags given on the command line override it.
   OASIS_ASSIGN_OR_RETURN(const std::vector<std::string> paths, ConfigPaths(argc, argv));
   for (const std::string& path : paths) {
     OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadConfigJson(path));
     OASIS_RETURN_IF_ERROR(ApplyConfigJson(json, path, &out.config));
+    if (json.is_object()) {
+      for (const auto& item : json.items()) given.insert(FlagName(item.key()));
+    }
     if (json.is_object() &&
         (json.contains("enable-prefix-caching") || json.contains("enable_prefix_caching")))
       out.config.prefix_caching_given = true;
@@ -525,6 +568,10 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   out.help = flags.help_requested();
   out.usage = flags.Usage();
   if (!out.help) OASIS_RETURN_IF_ERROR(c.Validate());
+  for (const Setting& setting : Settings()) {
+    if (flags.WasSet(setting.name)) given.insert(setting.name);
+  }
+  out.ignored = c.IgnoredSettings(given);
   return out;
 }
 

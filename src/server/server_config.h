@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -177,6 +179,11 @@ struct ServerConfig : HttpFrontSettings {
 
   // Range checks that need no model (ports, fractions, positive limits, enum values).
   Status Validate() const;
+  // The settings in `given` (flag names, from the command line or the config file) that the
+  // chosen mode never reads, one line each with the reason ("--sparse-budget has no effect:
+  // sparse KV is off (--sparse off)"): sparse settings without sparse KV, a prefill or decode
+  // instance's settings on another role, the CPU backend's with --backend cuda.
+  std::vector<std::string> IgnoredSettings(const std::set<std::string>& given) const;
   nlohmann::ordered_json ToJson() const;
 };
 
@@ -185,6 +192,9 @@ struct ParsedCommandLine {
   bool help = false;          // --help was given; `usage` holds the text
   bool check_config = false;  // --check-config: load the model, validate, exit
   std::string usage;
+  // Settings given that the chosen mode ignores (ServerConfig::IgnoredSettings): logged as
+  // warnings at start.
+  std::vector<std::string> ignored;
 };
 
 // Reads --config FILE (when given) then applies the other flags on top.

@@ -183,9 +183,63 @@ TEST_CASE("every committed configs/*.json parses and validates") {
     Status st = LoadConfigFile(entry.path().string(), &c);
     CHECK(st.ok());
     CHECK(c.Validate().ok());
+    // No committed config sets what its own mode ignores.
+    auto p = Parse({"--config", entry.path().string()});
+    REQUIRE(p.ok());
+    for (const std::string& line : p->ignored) FAIL_CHECK(line);
     ++n;
   }
   CHECK(n >= 2);
+}
+
+TEST_CASE("settings the chosen mode ignores are reported, from flags and the config file") {
+  auto p = Parse({});
+  REQUIRE(p.ok());
+  CHECK(p->ignored.empty());
+  // Sparse settings without sparse KV (auto with no threshold is off).
+  p = Parse({"--topk-blocks", "64", "--sparse-budget", "fixed"});
+  REQUIRE(p.ok());
+  REQUIRE(p->ignored.size() == 2);
+  CHECK(p->ignored[0].find("--topk-blocks has no effect: sparse KV is off (--sparse auto") == 0);
+  CHECK(p->ignored[1].find("--sparse-budget has no effect") == 0);
+  p = Parse({"--sparse", "off", "--sparse-threshold", "4096", "--kv-home", "hbm"});
+  REQUIRE(p.ok());
+  REQUIRE(p->ignored.size() == 2);
+  CHECK(p->ignored[0] == "--kv-home has no effect: sparse KV is off (--sparse off)");
+  CHECK(p->ignored[1] == "--sparse-threshold has no effect: sparse KV is off (--sparse off)");
+  // The same settings with sparse KV on: nothing to report.
+  CHECK(Parse({"--sparse-threshold", "4096", "--topk-blocks", "64", "--kv-home", "hbm"})
+            ->ignored.empty());
+  CHECK(Parse({"--sparse", "on", "--sparse-budget", "fixed"})->ignored.empty());
+  // Another role's settings.
+  p = Parse({"--staging-pool-gib", "4", "--rpf", "off", "--ucx-tls", "tcp"});
+  REQUIRE(p.ok());
+  REQUIRE(p->ignored.size() == 3);
+  CHECK(p->ignored[0].find("--staging-pool-gib has no effect: it applies to a --role prefill") == 0);
+  CHECK(p->ignored[1].find("--rpf has no effect: it applies to a --role decode") == 0);
+  CHECK(p->ignored[2].find("--ucx-tls has no effect") == 0);
+  p = Parse({"--role", "prefill", "--staging-pool-gib", "4", "--rpf", "off"});
+  REQUIRE(p.ok());
+  REQUIRE(p->ignored.size() == 1);
+  CHECK(p->ignored[0].find("--rpf has no effect") == 0);
+  // The CPU backend's settings on CUDA and the other way round.
+  p = Parse({"--backend", "cuda", "--threads", "8"});
+  REQUIRE(p.ok());
+  REQUIRE(p->ignored.size() == 1);
+  CHECK(p->ignored[0].find("--threads has no effect: it applies to the CPU backend") == 0);
+  CHECK(Parse({"--backend", "cpu", "--threads", "8"})->ignored.empty());
+  CHECK(Parse({"--backend", "cpu", "--enforce-eager"})->ignored.size() == 1);
+  // From a config file (keys with '_' too).
+  const auto dir = oasis::testing::MakeTempDir("server_config_ignored");
+  const auto file = dir / "c.json";
+  std::ofstream(file) << R"({"sparse_budget": "fixed", "max-sparse-seqs": 8})";
+  p = Parse({"--config", file.string()});
+  REQUIRE(p.ok());
+  REQUIRE(p->ignored.size() == 2);
+  CHECK(p->ignored[0].find("--sparse-budget has no effect") == 0);
+  CHECK(p->ignored[1].find("--max-sparse-seqs has no effect") == 0);
+  // ... and turned on by a flag: nothing left to report.
+  CHECK(Parse({"--config", file.string(), "--sparse", "on"})->ignored.empty());
 }
 
 TEST_CASE("lookahead settings: draft model, dummy heads, modes") {

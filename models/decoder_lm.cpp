@@ -1,8 +1,10 @@
 #include "models/decoder_lm.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "backend/rope.h"
 #include "common/check.h"
@@ -119,6 +121,37 @@ DecoderLM::DecoderLM(const ModelConfig& config, Backend& backend, const TensorPa
   backend_.PrepareRope(rope_);  // its device copy now, never first inside a graph's arena
 }
 
+namespace {
+
+// A checkpoint with layers past config.json's num_hidden_layers loads its first layers only (a
+// config from a smaller model of the family, or a checkpoint cut short on purpose): said once,
+// as transformers warns of checkpoint weights it did not use.
+void WarnExtraLayers(const ModelConfig& config, const WeightSource& checkpoint) {
+  constexpr std::string_view kLayers = "model.layers.";
+  int64_t last = -1, tensors = 0;
+  for (const std::string& name : checkpoint.Names()) {
+    if (name.compare(0, kLayers.size(), kLayers) != 0) continue;
+    int64_t layer = 0;
+    size_t i = kLayers.size();
+    if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) continue;
+    for (;
+         i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && layer < (1 << 30);
+         ++i)
+      layer = layer * 10 + (name[i] - '0');
+    if (layer < config.num_hidden_layers) continue;
+    last = std::max(last, layer);
+    ++tensors;
+  }
+  if (last < 0) return;
+  spdlog::warn(
+      "{} holds layers up to {} but config.json's num_hidden_layers is {}: layers {}..{} ({} "
+      "tensors) are not used",
+      checkpoint.Describe(), last, config.num_hidden_layers, config.num_hidden_layers, last,
+      tensors);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config,
                                                        const WeightSource& checkpoint,
                                                        Backend& backend, const TensorParallel& tp) {
@@ -144,6 +177,7 @@ StatusOr<std::unique_ptr<DecoderLM>> DecoderLM::Create(const ModelConfig& config
     OASIS_ASSIGN_OR_RETURN(split_experts, SplitFusedExperts(stored));
   }
   const WeightSource& weights = split_experts != nullptr ? *split_experts : stored;
+  WarnExtraLayers(config, checkpoint);
   std::unique_ptr<DecoderLM> model(new DecoderLM(config, backend, tp));
   const DType dt = backend.activation_dtype();
   const bool tied_without_head = config.tie_word_embeddings && !weights.Has("lm_head.weight");

@@ -477,6 +477,14 @@ expect_exit "--host ::1" 0 "^config ok$" --host ::1
 expect_exit "--host [::1]" 0 "^config ok$" --host "[::1]"
 expect_exit "--threads past 1024" 2 "threads must be at most 1024" --threads 4294967297
 expect_exit "--host-kv-gib nan" 2 "host-kv-gib must be" --host-kv-gib nan
+# Warned, not refused: settings the mode ignores; a checkpoint with more layers than config.json.
+expect_exit "--kv-home with --sparse off" 0 "kv-home has no effect: sparse KV is off" --sparse off --kv-home hbm
+mkdir -p "$TMP/fewer"
+for f in "$ROOT"/tests/fixtures/tiny-default/*; do ln -sf "$f" "$TMP/fewer/"; done
+rm "$TMP/fewer/config.json"
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]-=1; json.dump(c, open(sys.argv[2], "w"))' \
+  "$ROOT/tests/fixtures/tiny-default/config.json" "$TMP/fewer/config.json"
+expect_exit "a checkpoint with a layer past config.json's" 0 "holds layers up to [0-9]+ but config.json's num_hidden_layers is [0-9]+" --model "$TMP/fewer"
 # SIGINT while the model loads ends the process at once (a 60,000-layer dummy takes a while).
 mkdir -p "$TMP/slow"
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]=60000; json.dump(c, open(sys.argv[2], "w"))' \

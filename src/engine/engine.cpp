@@ -89,7 +89,10 @@ Engine::Impl::Impl(ModelRunner& r, const tokenizer::Tokenizer* t, EngineOptions 
           {.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_num_batched_tokens},
           allocator, sparse.get()),
       rng(o.seed) {
-  for (int64_t id : config.eos_token_ids) eos_ids.push_back(static_cast<int32_t>(id));
+  // An id outside the vocabulary is never sampled (and must not wrap onto one that is).
+  for (int64_t id : config.eos_token_ids) {
+    if (id >= 0 && id < config.vocab_size) eos_ids.push_back(static_cast<int32_t>(id));
+  }
   if (o.enable_prefix_caching) {  // before any allocation
     allocator.EnablePrefixCache(num_kv_heads);
     if (o.prefix_cache_host_bytes > 0) {

@@ -484,6 +484,12 @@ for f in "$ROOT"/tests/fixtures/tiny-default/*; do ln -sf "$f" "$TMP/fewer/"; do
 rm "$TMP/fewer/config.json"
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]-=1; json.dump(c, open(sys.argv[2], "w"))' \
   "$ROOT/tests/fixtures/tiny-default/config.json" "$TMP/fewer/config.json"
+mkdir -p "$TMP/eos"
+for f in "$ROOT"/tests/fixtures/tiny-default/*; do ln -sf "$f" "$TMP/eos/"; done
+rm "$TMP/eos/config.json"
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["eos_token_id"]=[2**32 + 5]; json.dump(c, open(sys.argv[2], "w"))' \
+  "$ROOT/tests/fixtures/tiny-default/config.json" "$TMP/eos/config.json"
+expect_exit "an EOS id past the vocabulary" 0 "EOS token ids \[4294967301\] are outside the vocabulary" --model "$TMP/eos"
 expect_exit "a checkpoint with a layer past config.json's" 0 "holds layers up to [0-9]+ but config.json's num_hidden_layers is [0-9]+" --model "$TMP/fewer"
 # SIGINT while the model loads ends the process at once (a 60,000-layer dummy takes a while).
 mkdir -p "$TMP/slow"

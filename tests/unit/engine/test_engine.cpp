@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <random>
@@ -17,6 +19,7 @@
 
 #include "engine/engine.h"
 #include "engine/generator.h"
+#include <nlohmann/json.hpp>
 #include "test_engine_util.h"
 
 using namespace oasis;
@@ -299,6 +302,42 @@ TEST_CASE("stop token ids, min_tokens, EOS and the context limit", "[engine]") {
   Collected full = run(ctx);
   CHECK(full.reason == FinishReasonKind::kLength);
   CHECK(full.tokens.size() == 24);
+}
+
+TEST_CASE("an EOS id outside the vocabulary never stops a generation (no int32 wrap)",
+          "[engine]") {
+  EngineRequest r = Request("x", {11, 12, 13}, 30);
+  r.sampling.temperature = 20.0f;
+  r.sampling.seed = 5;
+  std::vector<int32_t> free_tokens;
+  {
+    TinyModel tm(256);
+    Engine engine(*tm.runner, nullptr, {});
+    engine.Start();
+    EngineRequest free_run = r;
+    free_run.ignore_eos = true;
+    auto s = engine.Submit(free_run);
+    REQUIRE(s.ok());
+    free_tokens = Drain(**s).tokens;
+  }
+  REQUIRE(free_tokens.size() == 30);
+  // config.json's EOS 2^32 + (the 6th token): read as int32 it was that token, and the request
+  // stopped there.
+  const auto dir = testing::MakeTempDir("engine_eos_outside");
+  const auto fixture = testing::FixturePath("models/qwen3-tiny");
+  std::ifstream in(fixture / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["eos_token_id"] = (int64_t{1} << 32) + free_tokens[5];
+  std::ofstream(dir / "config.json") << config.dump();
+  std::filesystem::create_symlink(fixture / "model.safetensors", dir / "model.safetensors");
+  TinyModel tm(dir, 256);
+  Engine engine(*tm.runner, nullptr, {});
+  engine.Start();
+  auto s = engine.Submit(r);
+  REQUIRE(s.ok());
+  const Collected out = Drain(**s);
+  CHECK(out.reason == FinishReasonKind::kLength);
+  CHECK(out.tokens == free_tokens);
 }
 
 TEST_CASE("forced output: the given tokens come out with the model's log-probs", "[engine]") {

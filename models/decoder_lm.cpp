@@ -1,7 +1,7 @@
 #include "models/decoder_lm.h"
 
 #include <algorithm>
-#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <string_view>
@@ -132,12 +132,8 @@ void WarnExtraLayers(const ModelConfig& config, const WeightSource& checkpoint) 
   for (const std::string& name : checkpoint.Names()) {
     if (name.compare(0, kLayers.size(), kLayers) != 0) continue;
     int64_t layer = 0;
-    size_t i = kLayers.size();
-    if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) continue;
-    for (;
-         i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])) && layer < (1 << 30);
-         ++i)
-      layer = layer * 10 + (name[i] - '0');
+    const char* digits = name.data() + kLayers.size();
+    if (std::from_chars(digits, name.data() + name.size(), layer).ec != std::errc()) continue;
     if (layer < config.num_hidden_layers) continue;
     last = std::max(last, layer);
     ++tensors;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -491,17 +492,14 @@ Status ApplyGenerationConfig(const ServerConfig& sc, ModelHost* host) {
                          ResolveGenerationDefaults(sc.generation_config, host->model_path));
   const GenerationDefaults& g = host->generation;
   ModelConfig& c = host->config;
-  std::vector<int64_t> eos = MergeTokenIds(c.eos_token_ids, g.eos_token_ids);
+  const std::vector<int64_t> eos = MergeTokenIds(c.eos_token_ids, g.eos_token_ids);
   if (eos.size() > c.eos_token_ids.size()) {
     spdlog::info("EOS token ids {} (config.json and {})", nlohmann::json(eos).dump(), g.source);
   }
-  // An EOS id the model cannot produce never ends a generation: said, and left out.
+  // An EOS id the model cannot produce never ends a generation (the engine skips it): said.
   std::vector<int64_t> outside;
-  std::erase_if(eos, [&](int64_t id) {
-    const bool out = id < 0 || id >= c.vocab_size;
-    if (out) outside.push_back(id);
-    return out;
-  });
+  std::copy_if(eos.begin(), eos.end(), std::back_inserter(outside),
+               [&](int64_t id) { return id < 0 || id >= c.vocab_size; });
   if (!outside.empty()) {
     spdlog::warn(
         "EOS token ids {} are outside the vocabulary (vocab_size {}): they never end a "

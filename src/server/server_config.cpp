@@ -549,9 +549,6 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
     if (json.is_object()) {
       for (const auto& item : json.items()) given.insert(FlagName(item.key()));
     }
-    if (json.is_object() &&
-        (json.contains("enable-prefix-caching") || json.contains("enable_prefix_caching")))
-      out.config.prefix_caching_given = true;
   }
   // Pass 2: flags, bound to the fields (their defaults now being the file's values).
   FlagParser flags(
@@ -564,13 +561,13 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   ServerConfig& c = out.config;
   AddSettingFlags(flags, Settings(), &c);
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
-  if (flags.WasSet("enable-prefix-caching")) c.prefix_caching_given = true;
   out.help = flags.help_requested();
   out.usage = flags.Usage();
   if (!out.help) OASIS_RETURN_IF_ERROR(c.Validate());
   for (const Setting& setting : Settings()) {
     if (flags.WasSet(setting.name)) given.insert(setting.name);
   }
+  c.prefix_caching_given = given.count("enable-prefix-caching") != 0;
   out.ignored = c.IgnoredSettings(given);
   return out;
 }

@@ -10,6 +10,7 @@
 // refused with a clear error.
 #include <catch2/catch.hpp>
 
+#include <functional>
 #include <chrono>
 #include <thread>
 
@@ -33,6 +34,10 @@ class RemoteCheckingRunner final : public ModelRunner {
   using ModelRunner::ModelRunner;
   int64_t remote_resident = 0;  // violations
   int64_t steps_with_remote = 0;
+  // Set by a test that needs drift to land: until it says so, a step with remote blocks takes
+  // 10 ms longer, so that a loaded machine's fetch worker gets its turn before the request ends
+  // (the fetch runs on its own thread; the engine lands it between steps).
+  std::function<bool()> drift_landed;
   std::vector<SampleResult> Run(const StepInputs& step) override {
     auto out = ModelRunner::Run(step);
     if (!step.sparse) return out;
@@ -55,6 +60,7 @@ class RemoteCheckingRunner final : public ModelRunner {
       }
     }
     steps_with_remote += any ? 1 : 0;
+    if (any && drift_landed && !drift_landed()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return out;
   }
 };
@@ -471,6 +477,9 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       EngineOptions dopt = dec.Options(4);
       if (rows) dopt.sparse->remote_kv_gib = dopt.sparse->host_kv_gib;
       Engine decode(dec.checking, nullptr, dopt, dec.draft.get());
+      // (Once in a CI run no drifted block landed before its request's last token: the fetch
+      // thread had not run. Steps with remote blocks wait a little until the first one lands.)
+      dec.checking.drift_landed = [&decode] { return decode.Stats().disagg.drift_blocks_total > 0; };
       auto importer = RemoteKvImporter::Create(ctx);
       prefill.Start();
       decode.Start();
@@ -513,6 +522,8 @@ TEST_CASE("partial mode with a small K: drifted blocks are fetched once each and
       }
       CHECK(remote_at_admission > 100);
       const EngineStats dst = WaitSparseIdle(decode);
+      INFO("drift fetches " << dst.disagg.drift_fetches_total << " in " << dst.disagg.drift_fetch_seconds_total
+                            << " s, steps with remote blocks " << dec.checking.steps_with_remote);
       CHECK(dst.disagg.drift_blocks_total > 0);                      // drift happened
       CHECK(dst.disagg.drift_blocks_total <= remote_at_admission);   // each block crossed at most once
       CHECK(dst.disagg.drift_bytes_total == dst.disagg.drift_blocks_total * 2 * 16 * 32 * 4);

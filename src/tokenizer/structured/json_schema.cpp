@@ -1,0 +1,365 @@
+#include "tokenizer/structured/json_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <string_view>
+
+namespace oasis::structured {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Keywords that only annotate (JSON Schema's meta-data and format-annotation vocabularies,
+// OpenAPI's and pydantic's extras): they constrain nothing.
+const std::set<std::string_view> kAnnotations = {
+    "title",     "description", "default",         "examples",         "example",
+    "$schema",   "$id",         "$comment",        "deprecated",       "readOnly",
+    "writeOnly", "format",      "contentEncoding", "contentMediaType", "discriminator",
+    "strict",    "$defs",       "definitions"};
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::strict); }
+
+class Compiler {
+ public:
+  explicit Compiler(const Json& root) : root_(root) {}
+
+  StatusOr<std::shared_ptr<const Grammar>> Run() {
+    auto g = std::make_shared<Grammar>();
+    g_ = g.get();
+    const int32_t ws = g_->Ws();
+    auto value = Compile(root_, "#");
+    if (!value.ok()) return value.status();
+    g_->root = g_->Seq({ws, *value, ws});
+    if (g_->size() > kMaxGrammarNodes) {
+      return InvalidArgument("the JSON schema is too large (more than " +
+                             std::to_string(kMaxGrammarNodes) + " grammar nodes)");
+    }
+    if (g_->LeftRecursive()) {
+      return InvalidArgument(
+          "the JSON schema refers to itself without any JSON in between ($ref or anyOf cycle)");
+    }
+    return std::shared_ptr<const Grammar>(std::move(g));
+  }
+
+ private:
+  Status Refuse(const std::string& where, const std::string& what) {
+    return InvalidArgument("JSON schema at " + where + ": " + what);
+  }
+
+  StatusOr<int32_t> Compile(const Json& s, const std::string& where) {
+    if (g_->size() > kMaxGrammarNodes) {
+      return InvalidArgument("the JSON schema is too large (more than " +
+                             std::to_string(kMaxGrammarNodes) + " grammar nodes)");
+    }
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return g_->AnyValue();
+      return Refuse(where, "the schema false matches nothing");
+    }
+    if (!s.is_object()) return Refuse(where, "a schema must be an object or a boolean");
+    static const std::set<std::string_view> kKnown = {
+        "type",  "properties", "required",  "additionalProperties",
+        "items", "minItems",   "maxItems",  "enum",
+        "const", "anyOf",      "oneOf",     "allOf",
+        "$ref",  "minLength",  "maxLength", "nullable"};
+    for (const auto& [key, v] : s.items()) {
+      if (kAnnotations.count(key) != 0 || kKnown.count(key) != 0) continue;
+      if (key == "uniqueItems" && v.is_boolean() && !v.get<bool>()) continue;
+      return Refuse(where, "'" + key + "' is not supported by this server's structured output");
+    }
+    auto value = CompileValue(s, where);
+    if (!value.ok()) return value;
+    if (s.contains("nullable")) {
+      if (!s["nullable"].is_boolean()) return Refuse(where, "'nullable' must be a boolean");
+      if (s["nullable"].get<bool>()) return g_->Alt({*value, g_->Literal("null")});
+    }
+    return value;
+  }
+
+  // The keywords of `s` that assert something, besides `except`.
+  static std::vector<std::string> Assertions(const Json& s, std::set<std::string_view> except) {
+    std::vector<std::string> out;
+    for (const auto& [key, v] : s.items()) {
+      if (kAnnotations.count(key) == 0 && except.count(key) == 0 && key != "nullable") {
+        out.push_back(key);
+      }
+    }
+    return out;
+  }
+
+  StatusOr<int32_t> CompileValue(const Json& s, const std::string& where) {
+    if (s.contains("$ref")) {
+      const auto others = Assertions(s, {"$ref"});
+      if (!others.empty()) {
+        return Refuse(where, "'$ref' together with '" + others[0] + "' is not supported");
+      }
+      if (!s["$ref"].is_string()) return Refuse(where, "'$ref' must be a string");
+      return Ref(s["$ref"].get<std::string>(), where);
+    }
+    for (const char* combinator : {"anyOf", "oneOf", "allOf"}) {
+      if (!s.contains(combinator)) continue;
+      const auto others = Assertions(s, {combinator});
+      if (!others.empty()) {
+        return Refuse(where, std::string("'") + combinator + "' together with '" + others[0] +
+                                 "' is not supported");
+      }
+      const Json& list = s[combinator];
+      if (!list.is_array() || list.empty()) {
+        return Refuse(where, std::string("'") + combinator + "' must be a non-empty list");
+      }
+      if (std::string_view(combinator) == "allOf") {
+        if (list.size() != 1)
+          return Refuse(where, "'allOf' of more than one schema is not supported");
+        return Compile(list[0], where + "/allOf/0");
+      }
+      std::vector<int32_t> alts;
+      for (size_t i = 0; i < list.size(); ++i) {
+        auto n = Compile(list[i], where + "/" + combinator + "/" + std::to_string(i));
+        if (!n.ok()) return n;
+        alts.push_back(*n);
+      }
+      return alts.size() == 1 ? alts[0] : g_->Alt(std::move(alts));
+    }
+    if (s.contains("const")) return g_->Literal(Dump(s["const"]));
+    if (s.contains("enum")) {
+      const Json& list = s["enum"];
+      if (!list.is_array() || list.empty()) return Refuse(where, "'enum' must be a non-empty list");
+      std::vector<int32_t> alts;
+      std::set<std::string> seen;
+      for (const Json& v : list) {
+        std::string text = Dump(v);
+        if (seen.insert(text).second) alts.push_back(g_->Literal(std::move(text)));
+      }
+      return alts.size() == 1 ? alts[0] : g_->Alt(std::move(alts));
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const Json& x : t) {
+          if (!x.is_string()) return Refuse(where, "'type' must be a string or a list of strings");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return Refuse(where, "'type' must be a string or a list of strings");
+      }
+    } else if (s.contains("properties") || s.contains("required") ||
+               s.contains("additionalProperties")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+      types.push_back("array");
+    } else if (s.contains("minLength") || s.contains("maxLength")) {
+      types.push_back("string");
+    } else {
+      return g_->AnyValue();
+    }
+    std::vector<int32_t> alts;
+    for (const std::string& type : types) {
+      auto n = Typed(s, type, where);
+      if (!n.ok()) return n;
+      alts.push_back(*n);
+    }
+    return alts.size() == 1 ? alts[0] : g_->Alt(std::move(alts));
+  }
+
+  StatusOr<int32_t> Count(const Json& s, const char* key, const std::string& where, int32_t* out) {
+    if (!s.contains(key)) return 0;
+    const Json& v = s[key];
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && v.get<double>() == std::floor(v.get<double>()))) {
+      return Refuse(where, std::string("'") + key + "' must be a non-negative integer");
+    }
+    const double d = v.get<double>();
+    if (d < 0 || d > 1e6) {
+      return Refuse(where, std::string("'") + key + "' must be an integer in [0, 1000000]");
+    }
+    *out = static_cast<int32_t>(d);
+    return 0;
+  }
+
+  StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& where) {
+    if (type == "null") return g_->Literal("null");
+    if (type == "boolean") return g_->Alt({g_->Literal("true"), g_->Literal("false")});
+    if (type == "integer") return g_->Number(true);
+    if (type == "number") return g_->Number(false);
+    if (type == "string") {
+      int32_t lo = 0, hi = -1;
+      if (auto st = Count(s, "minLength", where, &lo); !st.ok()) return st;
+      if (s.contains("maxLength")) {
+        if (auto st = Count(s, "maxLength", where, &hi); !st.ok()) return st;
+        if (hi < lo) return Refuse(where, "'maxLength' is below 'minLength'");
+      }
+      return g_->String(lo, hi);
+    }
+    if (type == "array") {
+      int32_t lo = 0, hi = -1;
+      if (auto st = Count(s, "minItems", where, &lo); !st.ok()) return st;
+      if (s.contains("maxItems")) {
+        if (auto st = Count(s, "maxItems", where, &hi); !st.ok()) return st;
+        if (hi < lo) return Refuse(where, "'maxItems' is below 'minItems'");
+      }
+      int32_t item = -1;
+      if (s.contains("items")) {
+        const Json& items = s["items"];
+        if (items.is_boolean() && !items.get<bool>()) {
+          if (lo > 0) return Refuse(where, "'items' false with 'minItems' above 0 matches nothing");
+          hi = 0;
+          item = g_->AnyValue();
+        } else {
+          if (items.is_array()) return Refuse(where, "'items' as a list (tuples) is not supported");
+          auto n = Compile(items, where + "/items");
+          if (!n.ok()) return n;
+          item = *n;
+        }
+      } else {
+        item = g_->AnyValue();
+      }
+      return g_->Array(item, lo, hi);
+    }
+    if (type == "object") return Object(s, where);
+    return Refuse(where, "unknown type '" + type + "'");
+  }
+
+  StatusOr<int32_t> Object(const Json& s, const std::string& where) {
+    const int32_t object = g_->Object();
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      const Json& r = s["required"];
+      if (!r.is_array()) return Refuse(where, "'required' must be a list of strings");
+      for (const Json& name : r) {
+        if (!name.is_string()) return Refuse(where, "'required' must be a list of strings");
+        required.insert(name.get<std::string>());
+      }
+    }
+    std::vector<ObjectMember> members;
+    std::set<std::string> listed;
+    if (s.contains("properties")) {
+      const Json& props = s["properties"];
+      if (!props.is_object()) return Refuse(where, "'properties' must be an object");
+      for (const auto& [name, sub] : props.items()) {
+        auto value = Compile(sub, where + "/properties/" + name);
+        if (!value.ok()) return value;
+        members.push_back({g_->Member(Dump(Json(name)), *value), required.count(name) != 0});
+        listed.insert(name);
+      }
+    }
+    for (const std::string& name : required) {
+      if (listed.count(name) == 0) {
+        return Refuse(where, "required property '" + name + "' is not in 'properties'");
+      }
+    }
+    int32_t additional = -1;
+    if (s.contains("additionalProperties")) {
+      const Json& a = s["additionalProperties"];
+      if (a.is_boolean()) {
+        if (a.get<bool>()) additional = g_->AnyValue();
+      } else {
+        auto n = Compile(a, where + "/additionalProperties");
+        if (!n.ok()) return n;
+        additional = *n;
+      }
+    } else if (!s.contains("properties")) {
+      additional = g_->AnyValue();  // {"type": "object"}: any object
+    }
+    Node& node = g_->node(object);
+    node.members = std::move(members);
+    if (additional >= 0) {
+      const int32_t ws = g_->Ws();
+      const int32_t key = g_->String();
+      const int32_t colon = g_->Literal(":");
+      g_->node(object).additional = g_->Seq({key, ws, colon, ws, additional});
+    }
+    return object;
+  }
+
+  // A JSON pointer into the root ("#", "#/$defs/Name"); references already being compiled
+  // become cycles in the grammar.
+  StatusOr<int32_t> Ref(const std::string& ref, const std::string& where) {
+    if (ref.empty() || ref[0] != '#') {
+      return Refuse(where, "'$ref' '" + ref +
+                               "' is not supported (only references inside the schema, '#...')");
+    }
+    auto known = refs_.find(ref);
+    if (known != refs_.end()) return known->second;
+    const Json* target = &root_;
+    std::string_view rest = std::string_view(ref).substr(1);
+    while (!rest.empty()) {
+      if (rest[0] != '/') return Refuse(where, "'$ref' '" + ref + "' is not a JSON pointer");
+      rest.remove_prefix(1);
+      const size_t end = std::min(rest.find('/'), rest.size());
+      std::string token(rest.substr(0, end));
+      rest.remove_prefix(end);
+      std::string unescaped;
+      for (size_t i = 0; i < token.size(); ++i) {
+        if (token[i] == '~' && i + 1 < token.size() &&
+            (token[i + 1] == '0' || token[i + 1] == '1')) {
+          unescaped += token[i + 1] == '0' ? '~' : '/';
+          ++i;
+        } else {
+          unescaped += token[i];
+        }
+      }
+      if (target->is_object() && target->contains(unescaped)) {
+        target = &(*target)[unescaped];
+      } else if (target->is_array() && !unescaped.empty() &&
+                 std::all_of(unescaped.begin(), unescaped.end(), ::isdigit) &&
+                 unescaped.size() < 9 && std::stoul(unescaped) < target->size()) {
+        target = &(*target)[std::stoul(unescaped)];
+      } else {
+        return Refuse(where, "'$ref' '" + ref + "' points at nothing");
+      }
+    }
+    // A placeholder alternative of one child, filled once the target is compiled.
+    const int32_t slot = g_->Alt({});
+    refs_[ref] = slot;
+    auto n = Compile(*target, ref);
+    if (!n.ok()) return n;
+    g_->node(slot).children = {*n};
+    return slot;
+  }
+
+  const Json& root_;
+  Grammar* g_ = nullptr;
+  std::map<std::string, int32_t> refs_;
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema) {
+  try {
+    return Compiler(schema).Run();
+  } catch (const nlohmann::ordered_json::exception& e) {
+    return InvalidArgument(std::string("JSON schema: ") + e.what());
+  }
+}
+
+std::shared_ptr<const Grammar> JsonObjectGrammar() {
+  auto g = std::make_shared<Grammar>();
+  const int32_t any = g->AnyValue();
+  (void)any;
+  // The object alternative of AnyValue: '{' any members '}'.
+  const int32_t object = g->node(any).children[0];
+  const int32_t ws = g->Ws();
+  g->root = g->Seq({ws, object, ws});
+  return g;
+}
+
+StatusOr<std::shared_ptr<const Grammar>> ChoiceGrammar(const std::vector<std::string>& choices) {
+  if (choices.empty()) return InvalidArgument("the list of choices is empty");
+  auto g = std::make_shared<Grammar>();
+  std::vector<int32_t> alts;
+  std::set<std::string> seen;
+  for (const std::string& c : choices) {
+    if (c.empty()) return InvalidArgument("a choice is the empty string");
+    if (seen.insert(c).second) alts.push_back(g->Literal(c));
+  }
+  g->root = alts.size() == 1 ? alts[0] : g->Alt(std::move(alts));
+  return std::shared_ptr<const Grammar>(std::move(g));
+}
+
+}  // namespace oasis::structured

@@ -1,0 +1,34 @@
+// Grammars of structured output (docs/structured_output.md): a JSON schema, any JSON object,
+// a choice of strings.
+//
+// The JSON schema subset: type (one or a list), properties / required / additionalProperties,
+// items / minItems / maxItems, enum, const, anyOf / oneOf (as anyOf), allOf of one schema,
+// $ref to "#" or a JSON pointer into the schema ($defs, definitions), minLength / maxLength,
+// OpenAPI's nullable. Annotations (title, description, default, examples, format, ...) do not
+// constrain. Properties appear in the order the schema lists them; optional ones may be left
+// out; without additionalProperties no other member is generated (vLLM's default).
+// Assertions outside the subset (pattern, minimum, uniqueItems, ...) and unknown keywords are
+// refused (InvalidArgument naming the keyword and where it is) rather than ignored.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oasis/status.h"
+#include "tokenizer/structured/grammar.h"
+
+namespace oasis::structured {
+
+inline constexpr int32_t kMaxGrammarNodes = 200000;
+
+// (ordered_json: the properties keep the order the request wrote them in.)
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema);
+// Any JSON object (response_format {"type": "json_object"}).
+std::shared_ptr<const Grammar> JsonObjectGrammar();
+// Exactly one of `choices` (vLLM's guided_choice); InvalidArgument for an empty list.
+StatusOr<std::shared_ptr<const Grammar>> ChoiceGrammar(const std::vector<std::string>& choices);
+
+}  // namespace oasis::structured

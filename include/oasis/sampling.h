@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "oasis/status.h"
+#include "oasis/token_constraint.h"
 
 namespace oasis {
 
@@ -31,6 +33,9 @@ struct SamplingParams {
   // Token sequences never generated (vLLM's tokenization of bad_words, done by the server):
   // a sequence's last token is masked when the generated tokens end with the rest of it.
   std::vector<std::vector<int32_t>> bad_words_token_ids;
+  // Structured output (the server's response_format / guided_json / guided_choice): the
+  // tokens the constraint refuses after the generated ones are masked, first of all.
+  std::shared_ptr<const TokenConstraint> constraint;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
   bool has_penalties() const {
@@ -39,7 +44,7 @@ struct SamplingParams {
   // Whether any of the logits processing above is asked for.
   bool processes_logits() const {
     return has_penalties() || !logit_bias.empty() || !allowed_token_ids.empty() ||
-           !bad_words_token_ids.empty();
+           !bad_words_token_ids.empty() || constraint != nullptr;
   }
   // InvalidArgument naming the parameter when a value is out of range; `vocab_size` > 0 also
   // checks the token ids of logit_bias, allowed_token_ids and bad words against it.

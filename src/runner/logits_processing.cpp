@@ -33,6 +33,7 @@ std::shared_ptr<const LogitsProcessing> LogitsProcessing::For(const SamplingPara
   for (const std::vector<int32_t>& word : params.bad_words_token_ids) {
     if (!word.empty()) p->bad_words.push_back(word);
   }
+  p->constraint = params.constraint;
   if (min_tokens_mask) {
     p->min_tokens = min_tokens;
     std::sort(stop_ids.begin(), stop_ids.end());
@@ -76,7 +77,26 @@ std::vector<LogitsEntry> RowEntries(const LogitsProcessing& p, std::span<const i
     }
   }
   entries.resize(out);
-  return entries;
+  if (p.constraint == nullptr) return entries;
+  // The constraint's masks (sorted), merged in: a row in a JSON structure masks most of the
+  // vocabulary.
+  std::vector<int32_t> masked;
+  p.constraint->Masked(output, draft, &masked);
+  if (masked.empty()) return entries;
+  std::vector<LogitsEntry> merged;
+  merged.reserve(entries.size() + masked.size());
+  size_t e = 0;
+  for (int32_t token : masked) {
+    while (e < entries.size() && entries[e].token < token) merged.push_back(entries[e++]);
+    if (e < entries.size() && entries[e].token == token) {
+      merged.push_back(entries[e++]);
+      merged.back().masked = true;
+    } else {
+      merged.push_back({token, 0.0f, true});
+    }
+  }
+  while (e < entries.size()) merged.push_back(entries[e++]);
+  return merged;
 }
 
 void ApplyLogitsProcessing(const float* logits, int64_t vocab, const LogitsProcessing& p,

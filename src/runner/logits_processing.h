@@ -40,7 +40,8 @@ struct LogitsProcessing {
   std::vector<int32_t> allowed_token_ids;             // sorted, unique; empty: every token
   std::vector<std::vector<int32_t>> bad_words;        // non-empty token sequences
   int64_t min_tokens = 0;
-  std::vector<int32_t> min_tokens_stop_ids;  // sorted, unique: masked before min_tokens
+  std::vector<int32_t> min_tokens_stop_ids;           // sorted, unique: masked before min_tokens
+  std::shared_ptr<const TokenConstraint> constraint;  // structured output; null: none
 
   bool has_penalties() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;

@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "oasis/token_constraint.h"
 #include "runner/logits_processing.h"
 #include "runner/sampler.h"
 
@@ -232,6 +233,47 @@ TEST_CASE("RowEntries: one sorted entry per token, masks and bias merged", "[sam
   REQUIRE(later.size() == 2);
   CHECK((later[0].token == 3 && !later[0].masked));
   CHECK((later[1].token == 9 && later[1].masked));
+}
+
+// A constraint that masks the ids below the number of tokens generated so far, plus 20 when a
+// draft row follows token 5 (structured output's interface; its grammars are tested with the
+// tokenizer).
+class CountingConstraint final : public TokenConstraint {
+ public:
+  void Masked(std::span<const int32_t> output, std::span<const int32_t> draft,
+              std::vector<int32_t>* masked) const override {
+    const size_t n = output.size() + draft.size();
+    for (int32_t id = 0; id < static_cast<int32_t>(n); ++id) masked->push_back(id);
+    if (!draft.empty() && draft.back() == 5) masked->push_back(20);
+  }
+};
+
+TEST_CASE("RowEntries: a constraint's masks merged with the other entries", "[sampler][logits]") {
+  SamplingParams p;
+  p.logit_bias = {{1, 2.0f}, {9, -1.0f}};
+  p.constraint = std::make_shared<CountingConstraint>();
+  REQUIRE(p.processes_logits());
+  auto lp = LogitsProcessing::For(p, 0, {});
+  const std::vector<int32_t> output = {4, 4, 4};
+  const std::vector<int32_t> draft = {5};
+  const std::vector<LogitsEntry> e = RowEntries(*lp, output, draft);
+  REQUIRE(e.size() == 6);  // 0..3 masked (bias kept on 1), 9 biased, 20 masked
+  for (int i = 0; i < 4; ++i) CHECK((e[i].token == i && e[i].masked));
+  CHECK(e[1].bias == 2.0f);
+  CHECK((e[4].token == 9 && !e[4].masked && e[4].bias == -1.0f));
+  CHECK((e[5].token == 20 && e[5].masked));
+  // The processed logits: masked tokens at -inf, the rest biased; the draw avoids them.
+  const std::vector<float> logits(24, 1.0f);
+  const auto out = Process(logits, p, {}, output, draft);
+  for (int i = 0; i < 4; ++i) CHECK(out[i] == -kInf);
+  CHECK(out[9] == 0.0f);
+  CHECK(out[20] == -kInf);
+  CHECK(out[21] == 1.0f);
+  p.temperature = 0.0f;
+  std::vector<float> greedy(24, 0.0f);
+  greedy[2] = 5.0f;  // the raw argmax, masked after two tokens
+  CHECK(SampleToken(greedy.data(), 24, Row(p, {}, {})).token == 2);
+  CHECK(SampleToken(greedy.data(), 24, Row(p, {}, {7, 7, 7})).token == 3);
 }
 
 TEST_CASE("logits processing parameters are validated, naming them", "[sampler][logits]") {

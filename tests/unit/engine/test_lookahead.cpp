@@ -19,6 +19,8 @@
 
 #include "runner/batch_builder.h"
 #include "engine/engine.h"
+#include "tokenizer/structured/json_schema.h"
+#include "tokenizer/structured/token_constraint.h"
 #include "kvcache/host_prefix_tier.h"
 #include "kvcache/block_allocator.h"
 #include "kvcache/head_block_table.h"
@@ -417,6 +419,75 @@ TEST_CASE("logits processing under reject and speculate equals plain decoding", 
       if (i % 6 == 5) CHECK((out[k] >= 3 && out[k] < 200 && out[k] % 2 == 1));
       if (i % 6 == 4) CHECK(out[k] != reqs[i].prompt.back());
       if (i % 6 == 4 && k > 0) CHECK(out[k] != out[k - 1]);
+    }
+  }
+}
+
+// Structured output on the engine: every request's tokens stay inside its grammar (a JSON
+// schema over a made-up byte vocabulary of the tiny model's 512 ids), those that end with EOS
+// complete it, and reject / speculate (drafts the grammar refuses included) give plain
+// decoding's tokens.
+TEST_CASE("structured output under reject and speculate equals plain decoding and keeps the grammar",
+          "[engine][lookahead][structured]") {
+  std::vector<std::string> bytes(512);
+  for (int c = 32; c < 127; ++c) bytes[static_cast<size_t>(c)] = std::string(1, static_cast<char>(c));
+  bytes['\n'] = "\n";
+  const char* pieces[] = {"{\"", "\":", "\",\"", "\"}", "true", "false", "null", "12", "0.", "e-", "\": [", "], ",
+                          " {", "}}", "ab", "\xc3\xa9", "\"\"", "  ", ", \""};
+  for (size_t i = 0; i < std::size(pieces); ++i) bytes[300 + i] = pieces[i];
+  auto vocab = structured::TokenVocabulary::FromBytes(bytes, 512);
+  const auto schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+      "a":{"type":"string","maxLength":6},"b":{"type":"array","items":{"type":"boolean"},"maxItems":3},
+      "c":{"anyOf":[{"type":"integer"},{"type":"null"}]},"d":{"enum":["x","é",1.5]}},"required":["a","d"]})");
+  auto grammar = structured::JsonSchemaGrammar(schema);
+  REQUIRE(grammar.ok());
+  std::vector<EngineRequest> reqs = Workload(11);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EngineRequest& r = reqs[i];
+    r.ignore_eos = false;
+    r.stop_token_ids.clear();  // (EOS alone ends them: a stop id would cut the structure)
+    r.max_tokens = 160;
+    r.sampling.temperature = i % 3 == 0 ? 0.0f : 1.5f;  // the tiny model's logits: near-random picks
+    r.sampling.seed = 77 + i;
+    if (i % 4 == 1) r.sampling.frequency_penalty = 0.3f;  // with other processing too
+    r.sampling.constraint = std::make_shared<structured::GrammarConstraint>(*grammar, vocab, std::vector<int32_t>{2});
+  }
+  TinyModel tm0(512);
+  const RunResult plain = Run(tm0, nullptr, LookaheadMode::kOff, {}, reqs);
+  int complete = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto& c = dynamic_cast<const structured::GrammarConstraint&>(*reqs[i].sampling.constraint);
+    std::string text;
+    for (int32_t t : plain.out[i].tokens) {
+      if (t != 2) text += std::string(vocab->bytes(t));
+    }
+    INFO(reqs[i].id << ": " << text);
+    CHECK(plain.out[i].error.ok());
+    // Every token is allowed after the ones before it.
+    for (size_t k = 0; k < plain.out[i].tokens.size(); ++k) {
+      const std::vector<int32_t> allowed =
+          c.Allowed(std::span<const int32_t>(plain.out[i].tokens).first(k));
+      CHECK(std::binary_search(allowed.begin(), allowed.end(), plain.out[i].tokens[k]));
+    }
+    if (plain.out[i].reason == FinishReasonKind::kStop) {
+      ++complete;
+      CHECK(c.Complete(plain.out[i].tokens));
+      const auto v = nlohmann::ordered_json::parse(text, nullptr, false);
+      REQUIRE(!v.is_discarded());
+      CHECK(v.contains("a"));
+      CHECK(v.contains("d"));
+    }
+  }
+  CHECK(complete >= 12);  // (22 of 24 with these seeds)
+  for (LookaheadMode mode : {LookaheadMode::kReject, LookaheadMode::kSpeculate}) {
+    DYNAMIC_SECTION("lookahead " << LookaheadModeName(mode)) {
+      TinyModel tm(512);
+      auto head = CopyHead(tm);
+      auto draft = MakeDraftRunner(tm, *head);
+      EngineOptions opt;
+      opt.num_speculative_tokens = mode == LookaheadMode::kSpeculate ? 3 : 1;
+      const RunResult r = Run(tm, draft.get(), mode, opt, reqs);
+      CheckSame(reqs, r.out, plain.out);
     }
   }
 }

@@ -661,6 +661,9 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& given) {
     spdlog::warn("tokenizer has {} ids but the model only {}: larger ids are rejected",
                  host->tokenizer->vocab_size(), c.vocab_size);
   }
+  // Structured output's token masks walk every token's bytes: sorted once here.
+  if (host->tokenizer)
+    host->grammar_vocab = structured::TokenVocabulary::Build(*host->tokenizer, c.vocab_size);
   const bool tensor_parallel = sc.tensor_parallel_size > 1;
   if (tensor_parallel) {
     OASIS_RETURN_IF_ERROR(CheckTensorParallelSize(c, static_cast<int>(sc.tensor_parallel_size)));

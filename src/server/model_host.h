@@ -28,6 +28,7 @@
 #include "server/generation_defaults.h"
 #include "server/server_config.h"
 #include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/structured/token_constraint.h"
 #include "tokenizer/tokenizer.h"
 
 namespace oasis::server {
@@ -54,7 +55,9 @@ struct ModelHost {
   LookaheadMode lookahead = LookaheadMode::kOff;
   std::optional<SparseConfig> sparse;               // null: sparse KV off (as given to the engine)
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null: token ids only
-  std::optional<ChatTemplate> chat_template;        // null: /v1/chat/completions answers 400
+  // The tokenizer's tokens as bytes for structured output's masks (null without a tokenizer).
+  std::shared_ptr<const structured::TokenVocabulary> grammar_vocab;
+  std::optional<ChatTemplate> chat_template;  // null: /v1/chat/completions answers 400
   ChatTemplateFiles template_files;
   // Disaggregation (--role prefill / decode; null otherwise). Declared before the engine:
   // the engine stops first, then the staging server and pool go.

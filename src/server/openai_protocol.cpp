@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/json_depth.h"
+#include "tokenizer/structured/json_schema.h"
 
 namespace oasis::server {
 namespace {
@@ -229,6 +230,129 @@ bool ParseLogitsProcessing(Reader& r, const ProtocolLimits& limits, GenerateSpec
 }
 
 // The fields both endpoints share: sampling, stop conditions, n, streaming.
+// Structured output (docs/structured_output.md): OpenAI's response_format, vLLM's guided_json /
+// guided_choice and structured_outputs {json, choice, json_object}. One kind per request; what
+// the server cannot constrain (regular expressions, grammars, structural tags) is refused.
+bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
+  // structured_outputs.disable_any_whitespace: compact JSON, no whitespace between tokens.
+  bool compact = false;
+  if (const Json* so = r.Get("structured_outputs")) {
+    if (so->is_object() && so->contains("disable_any_whitespace")) {
+      const Json& v = (*so)["disable_any_whitespace"];
+      if (!v.is_boolean() && !v.is_null()) {
+        return r.Fail("structured_outputs.disable_any_whitespace",
+                      "'structured_outputs.disable_any_whitespace' must be a boolean");
+      }
+      compact = v.is_boolean() && v.get<bool>();
+    }
+  }
+  auto set = [&](const std::string& param,
+                 StatusOr<std::shared_ptr<const structured::Grammar>> g) -> bool {
+    if (spec->grammar != nullptr) {
+      return r.Fail(param, "only one kind of structured output per request: '" +
+                               spec->grammar_param + "' and '" + param + "' were given");
+    }
+    if (!g.ok()) return r.Fail(param, "'" + param + "': " + std::string(g.status().message()));
+    spec->grammar = *std::move(g);
+    spec->grammar_param = param;
+    return true;
+  };
+  // A schema given as JSON, or as JSON text (vLLM takes both).
+  auto schema = [&](const std::string& param, const Json& v) -> bool {
+    if (v.is_string()) {
+      const std::string& text = v.get<std::string>();
+      if (JsonNestedDeeperThan(text)) {
+        return r.Fail(param, "'" + param + "' is nested deeper than " +
+                                 std::to_string(kMaxJsonDepth) + " levels");
+      }
+      const Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded()) {
+        return r.Fail(param, "'" + param + "' is not a valid JSON schema (malformed JSON)");
+      }
+      return set(param, structured::JsonSchemaGrammar(parsed, compact));
+    }
+    if (!v.is_object() && !v.is_boolean()) {
+      return r.Fail(param, "'" + param + "' must be a JSON schema (an object)");
+    }
+    return set(param, structured::JsonSchemaGrammar(v, compact));
+  };
+  auto choice = [&](const std::string& param, const Json& v) -> bool {
+    std::vector<std::string> choices;
+    if (v.is_array()) {
+      for (const Json& c : v) {
+        if (!c.is_string()) break;
+        choices.push_back(c.get<std::string>());
+      }
+    }
+    if (!v.is_array() || choices.size() != v.size() || choices.empty()) {
+      return r.Fail(param, "'" + param + "' must be a non-empty list of strings");
+    }
+    return set(param, structured::ChoiceGrammar(choices));
+  };
+  if (const Json* format = r.Get("response_format")) {
+    const Json* type =
+        format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      return r.Fail("response_format", "'response_format' must be an object with a string 'type'");
+    }
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      if (!set("response_format", structured::JsonObjectGrammar(compact))) return false;
+    } else if (t == "json_schema") {
+      const Json* js = format->contains("json_schema") ? &(*format)["json_schema"] : nullptr;
+      if (js == nullptr || !js->is_object() || !js->contains("schema") ||
+          (*js)["schema"].is_null()) {
+        return r.Fail("response_format",
+                      "'response_format' of type 'json_schema' needs 'json_schema': {'name', "
+                      "'schema'}");
+      }
+      if (!schema("response_format", (*js)["schema"])) return false;
+    } else if (t != "text") {
+      return r.Fail("response_format", "'response_format' of type '" + t +
+                                           "' is not supported (text, json_object, json_schema)");
+    }
+  }
+  if (const Json* v = r.Get("guided_json")) {
+    if (!schema("guided_json", *v)) return false;
+  }
+  if (const Json* v = r.Get("guided_choice")) {
+    if (!choice("guided_choice", *v)) return false;
+  }
+  for (const char* param : {"guided_regex", "guided_grammar"}) {
+    if (r.Get(param) != nullptr) {
+      return r.Fail(param, std::string("'") + param +
+                               "' is not supported (structured output: JSON schemas, JSON objects "
+                               "and choices)");
+    }
+  }
+  if (const Json* so = r.Get("structured_outputs")) {
+    if (!so->is_object())
+      return r.Fail("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, v] : so->items()) {
+      if (v.is_null()) continue;
+      const std::string param = "structured_outputs." + key;
+      if (key == "json") {
+        if (!schema(param, v)) return false;
+      } else if (key == "choice") {
+        if (!choice(param, v)) return false;
+      } else if (key == "json_object") {
+        if (!v.is_boolean()) return r.Fail(param, "'" + param + "' must be a boolean");
+        if (v.get<bool>() && !set(param, structured::JsonObjectGrammar(compact))) return false;
+      } else if (key == "disable_any_whitespace" ||
+                 ((key == "disable_fallback" || key == "disable_additional_properties") &&
+                  v.is_boolean())) {
+        // (Read above.) No fallback backend to disable; without additionalProperties no other
+        // member is generated anyway.
+      } else {
+        return r.Fail(
+            param,
+            "'" + param + "' is not supported (structured output: json, choice, json_object)");
+      }
+    }
+  }
+  return true;
+}
+
 bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.String("model", &spec->model)) return false;
   if (!r.String("oasis_ticket", &spec->oasis_ticket)) return false;
@@ -300,26 +424,7 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (!r.IntValue(*best_of, "best_of", 1, limits.max_n, &v)) return false;
     if (v != spec->n) return r.Fail("best_of", "'best_of' other than n is not supported");
   }
-  // Structured output cannot be honoured (no constrained decoding): refused, not ignored.
-  if (const Json* format = r.Get("response_format")) {
-    const Json* type =
-        format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      return r.Fail("response_format", "'response_format' must be an object with a string 'type'");
-    }
-    if (type->get<std::string>() != "text") {
-      return r.Fail("response_format",
-                    "'response_format' of type '" + type->get<std::string>() +
-                        "' is not supported (only text: no constrained decoding)");
-    }
-  }
-  for (const char* guided :
-       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
-    if (r.Get(guided) != nullptr) {
-      return r.Fail(guided,
-                    std::string("'") + guided + "' is not supported (no constrained decoding)");
-    }
-  }
+  if (!ParseStructuredOutput(r, spec)) return false;
   if (const Json* stop = r.Get("stop")) {
     if (stop->is_string()) {
       spec->stop.push_back(stop->get<std::string>());
@@ -372,6 +477,21 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (spec->stream)
       return r.Fail("prompt_logprobs", "'prompt_logprobs' are not available when stream=true");
     spec->prompt_logprobs = static_cast<int>(k);
+  }
+  if (spec->grammar != nullptr) {
+    // Combinations that would generate outside the structure.
+    const std::string what = "'" + spec->grammar_param + "'";
+    if (spec->ignore_eos) {
+      return r.Fail("ignore_eos", "'ignore_eos' cannot be combined with " + what +
+                                      " (generation would go on past the end of the structure)");
+    }
+    if (spec->min_tokens > 0) {
+      return r.Fail("min_tokens", "'min_tokens' cannot be combined with " + what +
+                                      " (the structure may be complete before it)");
+    }
+    if (!spec->forced_output_ids.empty()) {
+      return r.Fail("forced_output_ids", "'forced_output_ids' cannot be combined with " + what);
+    }
   }
   return true;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "oasis/sampling.h"
 #include "oasis/status.h"
 #include "server/chat_output.h"
+#include "tokenizer/structured/grammar.h"
 
 namespace oasis::server {
 
@@ -88,6 +90,11 @@ struct GenerateSpec {
   // vLLM's bad_words: tokenized by the server (TokenizeBadWords) into
   // sampling.bad_words_token_ids.
   std::vector<std::string> bad_words;
+  // Structured output (response_format json_object / json_schema, guided_json, guided_choice,
+  // structured_outputs): the grammar the text must follow, and the parameter that asked for
+  // it; null: free text. The Service turns it into each sequence's sampling.constraint.
+  std::shared_ptr<const structured::Grammar> grammar;
+  std::string grammar_param;
   // Teacher forcing ("forced_output_ids", an OasisKV extension for evaluation): the first
   // generated tokens are these ids; their log-probs are the model's (EngineRequest::forced_output).
   std::vector<int32_t> forced_output_ids;

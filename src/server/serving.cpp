@@ -370,6 +370,34 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
     }
     import = h->importer->Source(std::move(*ticket), h->full_transfer);
   }
+  // Structured output: a constraint per sequence (each keeps its own matcher states).
+  std::vector<int32_t> grammar_eos;
+  structured::ReasoningGate gate;
+  if (spec.grammar != nullptr) {
+    if (h->grammar_vocab == nullptr) {
+      *error = BadRequest("'" + spec.grammar_param +
+                              "' needs the model's tokenizer (this server serves token ids only)",
+                          spec.grammar_param);
+      return nullptr;
+    }
+    for (int64_t id : h->config.eos_token_ids) {
+      if (id >= 0 && id < h->config.vocab_size) grammar_eos.push_back(static_cast<int32_t>(id));
+    }
+    // With a reasoning parser the structure is the answer's: it starts after the thinking
+    // block (vLLM's behaviour).
+    if (spec.endpoint == Endpoint::kChatCompletions &&
+        spec.output.reasoning != ReasoningParserKind::kNone && h->tokenizer != nullptr) {
+      const auto start = h->tokenizer->TokenToId("<think>");
+      const auto end = h->tokenizer->TokenToId("</think>");
+      if (start && end) {
+        gate.enabled = true;
+        gate.think_start = *start;
+        gate.think_end = *end;
+        gate.open_at_start = spec.output.reasoning_open_at_start ||
+                             spec.output.reasoning == ReasoningParserKind::kDeepSeekR1;
+      }
+    }
+  }
   for (size_t p = 0; p < prompts.size(); ++p) {
     prompt_tokens += static_cast<int64_t>(prompts[p].size());
     for (int64_t j = 0; j < spec.n; ++j) {
@@ -382,6 +410,10 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       r.min_tokens = spec.min_tokens;
       r.sampling = spec.sampling;
       r.sampling.bad_words_token_ids = bad_words;
+      if (spec.grammar != nullptr) {
+        r.sampling.constraint = std::make_shared<structured::GrammarConstraint>(
+            spec.grammar, h->grammar_vocab, grammar_eos, gate);
+      }
       if (spec.sampling.seed) r.sampling.seed = *spec.sampling.seed + static_cast<uint64_t>(j);
       r.stop_token_ids = spec.stop_token_ids;
       r.forced_output = spec.forced_output_ids;

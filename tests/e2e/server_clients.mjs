@@ -385,10 +385,98 @@ async function prefixCaching() {
   check(m.kv === 0 && m.running === 0, 'prefix cache: with cached blocks parked, KV usage is back to 0 (they count as free)', { before, m });
 }
 
+// Structured output through the openai package (docs/structured_output.md): the answers parse
+// and follow the schema whatever the sampled tokens (the embedded model knows no JSON; the
+// masks make it), streamed or not; what cannot be honoured is a 400 naming the parameter.
+async function structuredOutput() {
+  const schema = {
+    type: 'object',
+    properties: {
+      name: { type: 'string', maxLength: 16 },
+      age: { type: 'integer' },
+      colour: { enum: ['red', 'green', 'blue'] },
+      tags: { type: 'array', items: { type: 'string', maxLength: 6 }, maxItems: 2 },
+      nick: { anyOf: [{ type: 'string', maxLength: 8 }, { type: 'null' }] },
+    },
+    required: ['name', 'age', 'colour'],
+    additionalProperties: false,
+  };
+  const follows = (v) =>
+    v && typeof v === 'object' && !Array.isArray(v) && typeof v.name === 'string' && [...v.name].length <= 16 &&
+    Number.isInteger(v.age) && ['red', 'green', 'blue'].includes(v.colour) &&
+    Object.keys(v).every((k) => k in schema.properties) &&
+    (v.tags === undefined || (Array.isArray(v.tags) && v.tags.length <= 2 && v.tags.every((t) => typeof t === 'string'))) &&
+    (v.nick === undefined || v.nick === null || typeof v.nick === 'string');
+  const format = { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } };
+  let stopped = 0;
+  for (let seed = 0; seed < 6; seed++) {
+    const r = await client.chat.completions.create({
+      model: 'oasis-embedded', messages: [{ role: 'user', content: 'Describe a person as JSON.' }],
+      max_tokens: 400, temperature: 1.0, seed, response_format: format,
+      structured_outputs: seed % 2 === 0 ? { disable_any_whitespace: true } : undefined,
+    });
+    const choice = r.choices[0];
+    if (choice.finish_reason !== 'stop') continue;
+    stopped++;
+    let v = null;
+    try { v = JSON.parse(choice.message.content); } catch (e) { /* checked below */ }
+    check(follows(v), `structured: response_format json_schema, seed ${seed}: the answer parses and follows the schema`, choice.message.content);
+    if (seed % 2 === 0) check(!/\s(?=(?:[^"]*"[^"]*")*[^"]*$)/.test(choice.message.content), 'structured: disable_any_whitespace gives compact JSON', choice.message.content);
+  }
+  check(stopped >= 3, 'structured: most answers end with EOS within max_tokens', stopped);
+  // Streamed: the deltas join into the same kind of answer.
+  const stream = await client.chat.completions.create({
+    model: 'oasis-embedded', messages: [{ role: 'user', content: 'Another person.' }], max_tokens: 400,
+    temperature: 0.8, seed: 11, stream: true, response_format: format, structured_outputs: { disable_any_whitespace: true } });
+  let text = '', finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  let sv = null;
+  try { sv = JSON.parse(text); } catch (e) { /* checked below */ }
+  check(finish !== 'stop' || follows(sv), 'structured: a streamed json_schema answer parses and follows the schema', { finish, text });
+  // json_object, completions with guided_choice and n.
+  const obj = await client.chat.completions.create({
+    model: 'oasis-embedded', messages: [{ role: 'user', content: 'Any JSON object.' }], max_tokens: 300, temperature: 0.9,
+    seed: 5, response_format: { type: 'json_object' }, structured_outputs: undefined });
+  const objText = obj.choices[0].message.content;
+  let ov = null;
+  try { ov = JSON.parse(objText); } catch (e) { /* checked below */ }
+  check(obj.choices[0].finish_reason !== 'stop' || (ov && typeof ov === 'object' && !Array.isArray(ov)),
+    'structured: response_format json_object gives an object', objText);
+  const choices = ['yes', 'no', 'it depends'];
+  const pick = await client.completions.create({ model: 'oasis-embedded', prompt: 'Will it rain?', max_tokens: 10, n: 4,
+    temperature: 1.5, guided_choice: choices });
+  check(pick.choices.length === 4 && pick.choices.every((c) => choices.includes(c.text) && c.finish_reason === 'stop'),
+    'structured: guided_choice, n = 4: each answer is one of the choices', pick.choices.map((c) => c.text));
+  // Refusals.
+  const refused = async (body, param, words, what) => {
+    try {
+      await client.chat.completions.create({ model: 'oasis-embedded', messages: [{ role: 'user', content: 'x' }], max_tokens: 5, ...body });
+      check(false, what);
+    } catch (e) {
+      check(e.status === 400 && e.error?.param === param && e.error?.message?.includes(words), what, e.error);
+    }
+  };
+  await refused({ response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '^a$' } } } },
+    'response_format', "'pattern'", 'structured: a schema keyword it cannot honour is a 400 naming it');
+  await refused({ guided_regex: 'a+' }, 'guided_regex', 'not supported', 'structured: guided_regex is refused');
+  await refused({ response_format: { type: 'json_object' }, guided_json: { type: 'object' } }, 'guided_json', 'only one kind',
+    'structured: two kinds at once are refused');
+  await refused({ response_format: { type: 'json_object' }, ignore_eos: true }, 'ignore_eos', 'cannot be combined',
+    'structured: ignore_eos with a structure is refused');
+  await refused({ guided_json: '{"type": "object"' }, 'guided_json', 'malformed', 'structured: a schema string that is not JSON is refused');
+  await refused({ response_format: { type: 'json_schema' } }, 'response_format', "'json_schema'", 'structured: json_schema without a schema is refused');
+  const m = await idle();
+  check(m.kv === 0 && m.running === 0, 'structured: KV usage back to 0', m);
+}
+
 try {
   await openaiBasics();
   await prefixCaching();
   await openaiVllmExtras();
+  await structuredOutput();
   await concurrency();
   await aborts();
   await grpcTests();

@@ -351,9 +351,10 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
       }
       return;
     case NodeKind::kWs:
-      if (IsWs(c) && f.a < kMaxWhitespace) {
+      if (IsWs(c) && !g_->compact && f.a < kMaxWhitespace && (c != '\n' || f.b < kMaxNewlines)) {
         Stack s = st;
         ++s.back().a;
+        if (c == '\n') ++s.back().b;
         out.push_back(std::move(s));
       }
       FinishTop(std::move(st), c, out);
@@ -582,6 +583,10 @@ int32_t GrammarMatcher::Intern(std::vector<Stack> stacks) {
     const uint32_t size = static_cast<uint32_t>(s.size());
     key.append(reinterpret_cast<const char*>(&size), sizeof(size));
     key.append(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(Frame));
+  }
+  if (states_.size() >= kMaxStates) {
+    auto known = ids_.find(key);
+    return known != ids_.end() ? known->second : kDead;
   }
   auto [it, fresh] = ids_.emplace(std::move(key), static_cast<int32_t>(states_.size()));
   if (!fresh) return it->second;

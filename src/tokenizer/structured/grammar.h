@@ -10,7 +10,8 @@
 // generated.
 //
 // Bounds that keep the state space finite and the output from running away: whitespace runs
-// of at most kMaxWhitespace bytes, numbers of at most kMaxNumberBytes bytes, stacks of at most
+// of at most kMaxWhitespace bytes with at most kMaxNewlines line breaks (none at all in a
+// compact grammar), numbers of at most kMaxNumberBytes bytes, stacks of at most
 // kMaxDepth frames (deeper nesting is refused at its opening bracket).
 #pragma once
 
@@ -23,7 +24,8 @@
 
 namespace oasis::structured {
 
-inline constexpr int32_t kMaxWhitespace = 24;
+inline constexpr int32_t kMaxWhitespace = 20;
+inline constexpr int32_t kMaxNewlines = 2;
 inline constexpr int32_t kMaxNumberBytes = 32;
 inline constexpr int32_t kMaxDepth = 160;
 
@@ -31,7 +33,7 @@ enum class NodeKind : uint8_t {
   kLiteral,  // exactly `text`
   kSeq,      // `children` one after the other
   kAlt,      // one of `children`
-  kWs,       // 0..kMaxWhitespace of ' ', '\t', '\n', '\r'
+  kWs,       // 0..kMaxWhitespace of ' ', '\t', '\n', '\r' (at most kMaxNewlines '\n')
   kString,   // a JSON string of min_count..max_count characters (max -1: unbounded)
   kNumber,   // a JSON number (`integer`: -?(0|[1-9][0-9]*))
   kObject,   // '{' members '}' (see ObjectMember)
@@ -85,6 +87,7 @@ class Grammar {
   bool LeftRecursive() const;
 
   int32_t root = -1;
+  bool compact = false;  // no whitespace between tokens (vLLM's disable_any_whitespace)
 
  private:
   std::vector<Node> nodes_;
@@ -118,8 +121,11 @@ class GrammarMatcher {
   bool CanContinue(int32_t state);
   size_t num_states() const { return states_.size(); }
   // At most this many stacks a state (ambiguous grammars: the rest are dropped, which only
-  // narrows what may follow).
-  static constexpr size_t kMaxStacks = 2048;
+  // narrows what may follow), and this many states a matcher (a request's text past them is
+  // dead: only the end of the sequence may follow). Together they bound a request's memory
+  // (~60 MB) and the time of a step's mask.
+  static constexpr size_t kMaxStacks = 256;
+  static constexpr size_t kMaxStates = 50000;
 
  private:
   int32_t Intern(std::vector<Stack> stacks);

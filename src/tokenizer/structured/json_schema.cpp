@@ -27,8 +27,9 @@ class Compiler {
  public:
   explicit Compiler(const Json& root) : root_(root) {}
 
-  StatusOr<std::shared_ptr<const Grammar>> Run() {
+  StatusOr<std::shared_ptr<const Grammar>> Run(bool compact) {
     auto g = std::make_shared<Grammar>();
+    g->compact = compact;
     g_ = g.get();
     const int32_t ws = g_->Ws();
     auto value = Compile(root_, "#");
@@ -51,6 +52,16 @@ class Compiler {
   }
 
   StatusOr<int32_t> Compile(const Json& s, const std::string& where) {
+    // (References nest compiles beyond the document's own depth: bounded too.)
+    struct Depth {
+      explicit Depth(int& d) : d(d) { ++d; }
+      ~Depth() { --d; }
+      int& d;
+    } depth(depth_);
+    if (depth_ > kMaxSchemaNesting) {
+      return InvalidArgument("the JSON schema nests deeper than " +
+                             std::to_string(kMaxSchemaNesting) + " levels (with its references)");
+    }
     if (g_->size() > kMaxGrammarNodes) {
       return InvalidArgument("the JSON schema is too large (more than " +
                              std::to_string(kMaxGrammarNodes) + " grammar nodes)");
@@ -326,20 +337,23 @@ class Compiler {
   const Json& root_;
   Grammar* g_ = nullptr;
   std::map<std::string, int32_t> refs_;
+  int depth_ = 0;
 };
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema) {
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
+                                                           bool compact) {
   try {
-    return Compiler(schema).Run();
+    return Compiler(schema).Run(compact);
   } catch (const nlohmann::ordered_json::exception& e) {
     return InvalidArgument(std::string("JSON schema: ") + e.what());
   }
 }
 
-std::shared_ptr<const Grammar> JsonObjectGrammar() {
+std::shared_ptr<const Grammar> JsonObjectGrammar(bool compact) {
   auto g = std::make_shared<Grammar>();
+  g->compact = compact;
   const int32_t any = g->AnyValue();
   (void)any;
   // The object alternative of AnyValue: '{' any members '}'.

@@ -23,11 +23,14 @@
 namespace oasis::structured {
 
 inline constexpr int32_t kMaxGrammarNodes = 200000;
+inline constexpr int kMaxSchemaNesting = 300;  // schemas within schemas, references included
 
 // (ordered_json: the properties keep the order the request wrote them in.)
-StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema);
+// `compact`: no whitespace between tokens.
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
+                                                           bool compact = false);
 // Any JSON object (response_format {"type": "json_object"}).
-std::shared_ptr<const Grammar> JsonObjectGrammar();
+std::shared_ptr<const Grammar> JsonObjectGrammar(bool compact = false);
 // Exactly one of `choices` (vLLM's guided_choice); InvalidArgument for an empty list.
 StatusOr<std::shared_ptr<const Grammar>> ChoiceGrammar(const std::vector<std::string>& choices);
 

@@ -135,16 +135,65 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": "x", "min_tokens": 20, "max_tokens": 10})", "min_tokens");
   ExpectBad(R"({"prompt": "x", "min_tokens": -1})", "min_tokens");
   ExpectBad(R"({"prompt": "x", "seed": "s"})", "seed");
-  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format");
   ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format");
   ExpectBad(R"({"prompt": "x", "response_format": "json"})", "response_format");
-  ExpectBad(R"({"prompt": "x", "guided_json": {"type": "object"}})", "guided_json");
-  ExpectBad(R"({"prompt": "x", "guided_choice": ["a", "b"]})", "guided_choice");
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+  ExpectBad(R"({"prompt": "x", "response_format": {"type": "structural_tag"}})", "response_format");
+  ExpectBad(R"({"prompt": "x", "guided_json": 3})", "guided_json");
+  ExpectBad(R"({"prompt": "x", "guided_json": "{\"type\": "})", "guided_json");
+  ExpectBad(R"({"prompt": "x", "guided_json": {"type": "string", "format": "email", "pattern": "@"}})", "guided_json");
+  ExpectBad(R"({"prompt": "x", "guided_choice": []})", "guided_choice");
+  ExpectBad(R"({"prompt": "x", "guided_choice": ["a", 1]})", "guided_choice");
+  ExpectBad(R"({"prompt": "x", "guided_choice": "a"})", "guided_choice");
+  ExpectBad(R"({"prompt": "x", "guided_regex": "a+"})", "guided_regex");
+  ExpectBad(R"({"prompt": "x", "guided_grammar": "root ::= x"})", "guided_grammar");
+  ExpectBad(R"({"prompt": "x", "guided_whitespace_pattern": " "})", "guided_whitespace_pattern");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": {"regex": "a"}})", "structured_outputs.regex");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": {"json_object": 1}})", "structured_outputs.json_object");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": {"disable_any_whitespace": "yes", "json_object": true}})",
+            "structured_outputs.disable_any_whitespace");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": []})", "structured_outputs");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": {"json": {"type": "object"}, "choice": ["a"]}})",
+            "structured_outputs.choice");
+  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}, "guided_choice": ["a"]})", "guided_choice");
+  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}, "ignore_eos": true})", "ignore_eos");
+  ExpectBad(R"({"prompt": "x", "guided_choice": ["a"], "min_tokens": 1})", "min_tokens");
+  ExpectBad(R"({"prompt": "x", "guided_choice": ["a"], "forced_output_ids": [1]})", "forced_output_ids");
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+               "json_schema": {"name": "n", "schema": {"type": "object", "minProperties": 1}}}})",
             "response_format", true);
+  // A schema string nested past the JSON depth limit is refused before it is parsed.
+  const std::string deep = std::string(300, '[') + std::string(300, ']');
+  ExpectBad(Json{{"prompt", "x"}, {"guided_json", deep}}.dump(), "guided_json");
   // Plain text, and null structured-output fields, are what the server does anyway.
   ApiError err;
-  CHECK(Completion(R"({"prompt": "x", "response_format": {"type": "text"}, "guided_json": null})", &err));
+  auto plain = Completion(R"({"prompt": "x", "response_format": {"type": "text"}, "guided_json": null})", &err);
+  REQUIRE(plain);
+  CHECK(plain->grammar == nullptr);
+  // The accepted forms each set a grammar, naming the parameter that asked for it.
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
+           {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+               "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}})", "response_format"},
+           {R"({"prompt": "x", "guided_json": {"type": "object"}})", "guided_json"},
+           {R"({"prompt": "x", "guided_json": "{\"type\": \"array\"}"})", "guided_json"},
+           {R"({"prompt": "x", "guided_choice": ["a", "b"]})", "guided_choice"},
+           {R"({"prompt": "x", "structured_outputs": {"json": {"type": "integer"}, "disable_any_whitespace": true}})",
+            "structured_outputs.json"},
+           {R"({"prompt": "x", "structured_outputs": {"choice": ["x"], "disable_fallback": true}})", "structured_outputs.choice"},
+           {R"({"prompt": "x", "structured_outputs": {"json_object": true}})", "structured_outputs.json_object"}}) {
+    INFO(body);
+    auto spec = Completion(body, &err);
+    INFO(err.message);
+    REQUIRE(spec);
+    CHECK(spec->grammar != nullptr);
+    CHECK(spec->grammar_param == param);
+  }
+  auto compact = Completion(R"({"prompt": "x", "structured_outputs": {"json_object": true, "disable_any_whitespace": true}})", &err);
+  REQUIRE(compact);
+  CHECK(compact->grammar->compact);
+  auto chat = Chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", &err);
+  REQUIRE(chat);
+  CHECK((chat->grammar != nullptr && !chat->grammar->compact));
 }
 
 TEST_CASE("an integer out of range names the side it left") {

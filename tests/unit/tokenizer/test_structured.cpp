@@ -161,6 +161,15 @@ TEST_CASE("structured: any JSON object, against nlohmann's parser", "[structured
   // Bounds: whitespace runs, number lengths.
   CHECK(Matches(m, "{" + std::string(kMaxWhitespace, ' ') + "}"));
   CHECK_FALSE(Alive(m, "{" + std::string(kMaxWhitespace + 1, ' ')));
+  CHECK(Matches(m, "{\n  \"a\": 1\n}"));
+  CHECK(Matches(m, "{\n\n  \"a\": 1}"));
+  CHECK_FALSE(Alive(m, "{\n\n\n"));
+  // Compact: no whitespace at all.
+  GrammarMatcher compact(JsonObjectGrammar(true));
+  CHECK(Matches(compact, "{\"a\":[1,{\"b\":\" x \"}]}"));
+  CHECK_FALSE(Alive(compact, "{ "));
+  CHECK_FALSE(Alive(compact, "{\"a\": "));
+  CHECK_FALSE(Alive(compact, " {"));
   CHECK(Matches(m, "{\"a\":" + std::string(kMaxNumberBytes, '1') + "}"));
   CHECK_FALSE(Alive(m, "{\"a\":" + std::string(kMaxNumberBytes + 1, '1')));
   // Nesting deeper than the matcher keeps is refused at its bracket, not crashed on.

@@ -1,5 +1,6 @@
 #include "server/openai_protocol.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -353,6 +354,24 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
   return true;
 }
 
+// Structured output (a format or forced tool calls) with what would generate outside it.
+bool CheckStructuredCombinations(Reader& r, const GenerateSpec& spec) {
+  if (spec.grammar == nullptr) return true;
+  const std::string what = "'" + spec.grammar_param + "'";
+  if (spec.ignore_eos) {
+    return r.Fail("ignore_eos", "'ignore_eos' cannot be combined with " + what +
+                                    " (generation would go on past the end of the structure)");
+  }
+  if (spec.min_tokens > 0) {
+    return r.Fail("min_tokens", "'min_tokens' cannot be combined with " + what +
+                                    " (the structure may be complete before it)");
+  }
+  if (!spec.forced_output_ids.empty()) {
+    return r.Fail("forced_output_ids", "'forced_output_ids' cannot be combined with " + what);
+  }
+  return true;
+}
+
 bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (!r.String("model", &spec->model)) return false;
   if (!r.String("oasis_ticket", &spec->oasis_ticket)) return false;
@@ -477,21 +496,6 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (spec->stream)
       return r.Fail("prompt_logprobs", "'prompt_logprobs' are not available when stream=true");
     spec->prompt_logprobs = static_cast<int>(k);
-  }
-  if (spec->grammar != nullptr) {
-    // Combinations that would generate outside the structure.
-    const std::string what = "'" + spec->grammar_param + "'";
-    if (spec->ignore_eos) {
-      return r.Fail("ignore_eos", "'ignore_eos' cannot be combined with " + what +
-                                      " (generation would go on past the end of the structure)");
-    }
-    if (spec->min_tokens > 0) {
-      return r.Fail("min_tokens", "'min_tokens' cannot be combined with " + what +
-                                      " (the structure may be complete before it)");
-    }
-    if (!spec->forced_output_ids.empty()) {
-      return r.Fail("forced_output_ids", "'forced_output_ids' cannot be combined with " + what);
-    }
   }
   return true;
 }
@@ -641,10 +645,52 @@ bool NormaliseMessage(Reader& r, OrderedJson& message, size_t index) {
   return true;
 }
 
+// tool_choice "required" or naming a function, as vLLM: the answer is forced to tool calls
+// by constrained decoding (one or more of the tools, or the named one once; each call's
+// parameters follow its schema).
+bool ForceToolCalls(Reader& r, const Json& choice, bool parallel, GenerateSpec* spec) {
+  if (spec->grammar != nullptr) {
+    return r.Fail("tool_choice", "a forced 'tool_choice' cannot be combined with '" +
+                                     spec->grammar_param + "' (one structure per request)");
+  }
+  std::vector<structured::ToolSchema> tools;
+  for (const Json& t : spec->tools) {
+    const Json& fn = t["function"];
+    const Json* params = fn.contains("parameters") ? &fn["parameters"] : nullptr;
+    tools.push_back({fn["name"].get<std::string>(), params});
+  }
+  int max_calls = parallel ? INT_MAX : 1;
+  if (choice.is_object()) {
+    const Json* fn = choice.contains("function") ? &choice["function"] : nullptr;
+    if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      return r.Fail("tool_choice",
+                    "'tool_choice' naming a function must be {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}");
+    }
+    const std::string name = (*fn)["name"].get<std::string>();
+    auto it = std::find_if(tools.begin(), tools.end(),
+                           [&](const structured::ToolSchema& s) { return s.name == name; });
+    if (it == tools.end()) {
+      return r.Fail("tool_choice",
+                    "'tool_choice' names the function '" + name + "', which is not among 'tools'");
+    }
+    tools = {*it};
+    max_calls = 1;
+  }
+  auto g = structured::ToolCallsGrammar(tools, max_calls);
+  if (!g.ok()) return r.Fail("tool_choice", "'tool_choice': " + std::string(g.status().message()));
+  spec->grammar = *std::move(g);
+  spec->grammar_param = "tool_choice";
+  // Forced calls are generated in the llama3_json format: its parser reads them back.
+  spec->output.tools = ToolParserKind::kLlama3Json;
+  spec->output.max_tool_calls = max_calls;
+  return true;
+}
+
 // tools, tool_choice and parallel_tool_calls → spec->tools and spec->output.tools, as vLLM:
 // "auto" (the default when tools are given and --enable-auto-tool-choice is on) parses tool calls
 // out of the answer; "none" (the default otherwise) renders the tools but parses nothing;
-// "required" and a named function need constrained decoding, which this server does not do.
+// "required" and a named function force calls by constrained decoding (ForceToolCalls).
 bool ParseTools(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   if (const Json* tools = r.Get("tools")) {
     if (!tools->is_array()) return r.Fail("tools", "'tools' must be a list");
@@ -665,6 +711,8 @@ bool ParseTools(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   const bool can_auto =
       limits.enable_auto_tool_choice && limits.tool_parser != ToolParserKind::kNone;
   bool parse_calls = has_tools && can_auto;  // tool_choice absent
+  bool parallel = true;
+  if (!r.Bool("parallel_tool_calls", &parallel)) return false;
   if (const Json* choice = r.Get("tool_choice")) {
     const std::string value = choice->is_string() ? choice->get<std::string>() : "";
     if (value == "none") {
@@ -679,13 +727,7 @@ bool ParseTools(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
                       "\"auto\" tool choice requires --enable-auto-tool-choice and "
                       "--tool-call-parser to be set");
       }
-      if (value != "auto") {
-        return r.Fail("tool_choice",
-                      std::string("'tool_choice' ") +
-                          (choice->is_object() ? "naming a function" : "\"required\"") +
-                          " is not supported: forcing a tool call needs constrained decoding, "
-                          "which this server does not implement (use \"auto\" or \"none\")");
-      }
+      if (value != "auto" && !ForceToolCalls(r, *choice, parallel, spec)) return false;
       parse_calls = true;
     } else {
       return r.Fail("tool_choice",
@@ -693,8 +735,7 @@ bool ParseTools(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
                     "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
   }
-  bool parallel = true;
-  if (!r.Bool("parallel_tool_calls", &parallel)) return false;
+  if (spec->grammar != nullptr && spec->grammar_param == "tool_choice") return true;  // forced
   spec->output.tools = parse_calls ? limits.tool_parser : ToolParserKind::kNone;
   // Some models mark <tool_call> as a special token: the hermes parser must see it (vLLM turns
   // skip_special_tokens off for it too).
@@ -826,6 +867,7 @@ std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const Proto
       return r.Fail("suffix", "'suffix' is not supported"), std::nullopt;
     }
   }
+  if (!CheckStructuredCombinations(r, spec)) return std::nullopt;
   if (!r.RejectUnread()) return std::nullopt;
   return spec;
 }
@@ -912,6 +954,7 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
   const bool thinking_off = thinking != spec.chat_template_kwargs.end() && thinking->is_boolean() &&
                             !thinking->get<bool>();
   spec.output.reasoning = thinking_off ? ReasoningParserKind::kNone : limits.reasoning_parser;
+  if (!CheckStructuredCombinations(r, spec)) return std::nullopt;
   if (!r.RejectUnread()) return std::nullopt;
   return spec;
 }

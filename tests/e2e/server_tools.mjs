@@ -148,12 +148,61 @@ async function toolCalls() {
   check(b.choices[0].message.content === broken && b.choices[0].message.tool_calls.length === 0 && b.choices[0].finish_reason === 'length',
     'a call whose JSON does not parse stays content', b.choices[0].message);
 
-  for (const [choice, words] of [['required', 'constrained decoding'], [{ type: 'function', function: { name: 'get_weather' } }, 'constrained decoding']]) {
+  // Forced calls (tool_choice "required" / a named function): constrained decoding makes even the
+  // embedded model call the tools; the arguments parse and follow the tool's schema.
+  const bounded = [{
+    type: 'function',
+    function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['C', 'F'] } }, required: ['city', 'unit'] } },
+  }, {
+    type: 'function',
+    function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string', maxLength: 8 } }, required: ['zone'] } },
+  }];
+  const validCall = (c) => {
+    let a = null;
+    try { a = JSON.parse(c.function.arguments); } catch (e) { return false; }
+    if (!idPattern.test(c.id) || c.type !== 'function') return false;
+    if (c.function.name === 'get_weather') return typeof a.city === 'string' && [...a.city].length <= 10 && ['C', 'F'].includes(a.unit) && Object.keys(a).length === 2;
+    if (c.function.name === 'get_time') return typeof a.zone === 'string' && Object.keys(a).length === 1;
+    return false;
+  };
+  for (const choice of ['required', { type: 'function', function: { name: 'get_time' } }]) {
+    let complete = 0;
+    for (let seed = 0; seed < 5; seed++) {
+      const r = await client.chat.completions.create({ model, messages: [ask], tools: bounded, tool_choice: choice, max_tokens: 300, temperature: 0.8, seed,
+        parallel_tool_calls: seed % 2 === 0 });
+      const ch = r.choices[0];
+      if (ch.finish_reason === 'length') continue;
+      complete++;
+      const calls = ch.message.tool_calls ?? [];
+      check(ch.finish_reason === 'tool_calls' && ch.message.content === null && calls.length >= 1 && calls.every(validCall),
+        `tool_choice ${JSON.stringify(choice)}, seed ${seed}: tool calls that follow the schemas`, ch);
+      if (typeof choice === 'object' || seed % 2 === 1) check(calls.length === 1, `tool_choice ${JSON.stringify(choice)}, seed ${seed}: one call`, calls);
+      if (typeof choice === 'object') check(calls.every((c) => c.function.name === 'get_time'), 'a named function: only it is called', calls);
+    }
+    check(complete >= 2, `tool_choice ${JSON.stringify(choice)}: most answers complete within max_tokens`, complete);
+  }
+  // Streamed: the call's deltas join into a valid call.
+  const stream = await client.chat.completions.create({ model, messages: [ask], tools: bounded, max_tokens: 300, temperature: 0.8, seed: 3,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, stream: true });
+  let sid = null, sname = null, sargs = '', sfinish = null;
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta;
+    for (const tc of d?.tool_calls ?? []) {
+      sid ??= tc.id;
+      sname ??= tc.function?.name;
+      sargs += tc.function?.arguments ?? '';
+    }
+    sfinish = chunk.choices[0]?.finish_reason ?? sfinish;
+  }
+  check(sfinish !== 'tool_calls' || validCall({ id: sid, type: 'function', function: { name: sname, arguments: sargs } }),
+    'a streamed forced call: its deltas join into a valid call', { sfinish, sname, sargs });
+  for (const [choice, param, words] of [[{ type: 'function', function: { name: 'nope' } }, 'tool_choice', 'not among'],
+    ['required', 'ignore_eos', 'cannot be combined']]) {
     try {
-      await client.chat.completions.create({ model, messages: [ask], tools, tool_choice: choice, max_tokens: 2 });
+      await client.chat.completions.create({ model, messages: [ask], tools, tool_choice: choice, max_tokens: 2, ignore_eos: param === 'ignore_eos' ? true : undefined });
       check(false, `tool_choice ${JSON.stringify(choice)} refused`);
     } catch (e) {
-      check(e.status === 400 && e.error?.param === 'tool_choice' && String(e.message).includes(words), `tool_choice ${JSON.stringify(choice)} -> 400`, { status: e.status, error: e.error });
+      check(e.status === 400 && e.error?.param === param && String(e.message).includes(words), `tool_choice ${JSON.stringify(choice)} -> 400 (${param})`, { status: e.status, error: e.error });
     }
   }
 }

@@ -305,9 +305,13 @@ TOOLS='[{"type": "function", "function": {"name": "get_weather", "parameters": {
 ASK='{"role": "user", "content": "Weather in Paris?"}'
 error400 "tool_choice auto without --enable-auto-tool-choice" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": \"auto\"}" \
   tool_choice "requires --enable-auto-tool-choice and --tool-call-parser"
-error400 "tool_choice required" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": \"required\"}" tool_choice "constrained decoding"
-error400 "tool_choice naming a function" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}}" \
-  tool_choice "constrained decoding"
+# Forced calls need no flags (constrained decoding, as vLLM): the answer is a call or, cut by
+# max_tokens, its text so far.
+forced=$(curl -s "$BASE/v1/chat/completions" -H 'Content-Type: application/json' -d "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}, \"max_tokens\": 60}")
+expect "tool_choice naming a function: the answer is its forced call (or the call's text so far)" "$forced" \
+  "(d['choices'][0]['finish_reason'] == 'length' and d['choices'][0]['message']['content'].startswith('{\"name\": \"get_weather\", \"parameters\": ')) or (d['choices'][0]['finish_reason'] == 'tool_calls' and d['choices'][0]['message']['tool_calls'][0]['function']['name'] == 'get_weather')"
+error400 "tool_choice naming a function not among the tools" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"nope\"}}}" \
+  tool_choice "not among"
 error400 "tool_choice without tools" "{\"messages\": [$ASK], \"tool_choice\": \"auto\"}" tool_choice "needs"
 error400 "parallel_tool_calls not a boolean" "{\"messages\": [$ASK], \"tools\": $TOOLS, \"parallel_tool_calls\": 1}" parallel_tool_calls "boolean"
 error400 "a tool call's arguments that are no JSON" "{\"messages\": [$ASK, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{city: Paris\"}}]}]}" \

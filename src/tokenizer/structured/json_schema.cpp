@@ -25,26 +25,10 @@ std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_hand
 
 class Compiler {
  public:
-  explicit Compiler(const Json& root) : root_(root) {}
+  // Compiles `root` (the document its "#" references point into) into `g`.
+  Compiler(const Json& root, Grammar* g) : root_(root), g_(g) {}
 
-  StatusOr<std::shared_ptr<const Grammar>> Run(bool compact) {
-    auto g = std::make_shared<Grammar>();
-    g->compact = compact;
-    g_ = g.get();
-    const int32_t ws = g_->Ws();
-    auto value = Compile(root_, "#");
-    if (!value.ok()) return value.status();
-    g_->root = g_->Seq({ws, *value, ws});
-    if (g_->size() > kMaxGrammarNodes) {
-      return InvalidArgument("the JSON schema is too large (more than " +
-                             std::to_string(kMaxGrammarNodes) + " grammar nodes)");
-    }
-    if (g_->LeftRecursive()) {
-      return InvalidArgument(
-          "the JSON schema refers to itself without any JSON in between ($ref or anyOf cycle)");
-    }
-    return std::shared_ptr<const Grammar>(std::move(g));
-  }
+  StatusOr<int32_t> CompileRoot() { return Compile(root_, "#"); }
 
  private:
   Status Refuse(const std::string& where, const std::string& what) {
@@ -335,17 +319,36 @@ class Compiler {
   }
 
   const Json& root_;
-  Grammar* g_ = nullptr;
+  Grammar* g_;
   std::map<std::string, int32_t> refs_;
   int depth_ = 0;
 };
+
+// The checks every finished grammar passes.
+StatusOr<std::shared_ptr<const Grammar>> Finish(std::shared_ptr<Grammar> g) {
+  if (g->size() > kMaxGrammarNodes) {
+    return InvalidArgument("the JSON schema is too large (more than " +
+                           std::to_string(kMaxGrammarNodes) + " grammar nodes)");
+  }
+  if (g->LeftRecursive()) {
+    return InvalidArgument(
+        "the JSON schema refers to itself without any JSON in between ($ref or anyOf cycle)");
+  }
+  return std::shared_ptr<const Grammar>(std::move(g));
+}
 
 }  // namespace
 
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
                                                            bool compact) {
   try {
-    return Compiler(schema).Run(compact);
+    auto g = std::make_shared<Grammar>();
+    g->compact = compact;
+    const int32_t ws = g->Ws();
+    auto value = Compiler(schema, g.get()).CompileRoot();
+    if (!value.ok()) return value.status();
+    g->root = g->Seq({ws, *value, ws});
+    return Finish(std::move(g));
   } catch (const nlohmann::ordered_json::exception& e) {
     return InvalidArgument(std::string("JSON schema: ") + e.what());
   }
@@ -374,6 +377,51 @@ StatusOr<std::shared_ptr<const Grammar>> ChoiceGrammar(const std::vector<std::st
   }
   g->root = alts.size() == 1 ? alts[0] : g->Alt(std::move(alts));
   return std::shared_ptr<const Grammar>(std::move(g));
+}
+
+StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<ToolSchema>& tools,
+                                                          int max_calls, bool compact) {
+  if (tools.empty()) return InvalidArgument("no tools to call");
+  if (max_calls < 1) return InvalidArgument("max_calls must be at least 1");
+  try {
+    auto g = std::make_shared<Grammar>();
+    g->compact = compact;
+    const int32_t ws = g->Ws();
+    std::vector<int32_t> calls;
+    for (const ToolSchema& tool : tools) {
+      int32_t params = -1;
+      if (tool.parameters == nullptr || tool.parameters->is_null()) {
+        params = g->node(g->AnyValue()).children[0];  // (no schema: any object)
+      } else {
+        auto value = Compiler(*tool.parameters, g.get()).CompileRoot();
+        if (!value.ok()) {
+          return InvalidArgument("tool '" + tool.name +
+                                 "': " + std::string(value.status().message()));
+        }
+        params = *value;
+      }
+      calls.push_back(
+          g->Seq({g->Literal("{\"name\": " + Dump(Json(tool.name)) + ", \"parameters\": "), params,
+                  g->Literal("}")}));
+    }
+    const int32_t call = calls.size() == 1 ? calls[0] : g->Alt(calls);
+    // call (";" ws call){0, max_calls - 1}, right-recursive (a byte before each recursion).
+    int32_t rest = g->Literal("");
+    const int32_t bounded = std::min(max_calls, 64);
+    if (max_calls > 1 && max_calls == bounded) {
+      for (int k = 1; k < bounded; ++k) {
+        rest = g->Alt({g->Literal(""), g->Seq({g->Literal(";"), ws, call, rest})});
+      }
+    } else if (max_calls > 1) {
+      rest = g->Alt({g->Literal("")});
+      g->node(rest).children.push_back(g->Seq({g->Literal(";"), ws, call, rest}));
+    }
+    g->root =
+        g->Seq({call, rest, ws});  // (no leading whitespace: the parser reads calls at the start)
+    return Finish(std::move(g));
+  } catch (const nlohmann::ordered_json::exception& e) {
+    return InvalidArgument(std::string("JSON schema: ") + e.what());
+  }
 }
 
 }  // namespace oasis::structured

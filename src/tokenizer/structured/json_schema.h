@@ -34,4 +34,15 @@ std::shared_ptr<const Grammar> JsonObjectGrammar(bool compact = false);
 // Exactly one of `choices` (vLLM's guided_choice); InvalidArgument for an empty list.
 StatusOr<std::shared_ptr<const Grammar>> ChoiceGrammar(const std::vector<std::string>& choices);
 
+// Forced tool calls (tool_choice "required" or naming a function): one to `max_calls` calls
+// `{"name": "<tool>", "parameters": <its schema>}` separated by `;` (the llama3_json tool-call
+// format, which the server's tool-call parser reads back into tool_calls). A tool without
+// parameters takes any object.
+struct ToolSchema {
+  std::string name;
+  const nlohmann::ordered_json* parameters = nullptr;  // null: any object
+};
+StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<ToolSchema>& tools,
+                                                          int max_calls, bool compact = false);
+
 }  // namespace oasis::structured

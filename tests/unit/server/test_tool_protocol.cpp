@@ -10,6 +10,7 @@
 
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
+#include "tokenizer/structured/grammar.h"
 #include "test_support.h"
 #include "tokenizer/jinja/chat_template.h"
 
@@ -115,12 +116,36 @@ TEST_CASE("tool_choice against the server's flags", "[tools]") {
     ExpectBad(ChatBody(R"("tool_choice": "auto")"), l, "tool_choice",
               "requires --enable-auto-tool-choice and --tool-call-parser");
   }
-  // Forcing a call needs constrained decoding: refused, never ignored.
+  // Forced calls ("required", a named function): by constrained decoding, with or without the
+  // flags; the answer is parsed as llama3_json calls (the format the grammar generates).
   for (const ProtocolLimits& l : {on, off}) {
-    ExpectBad(ChatBody(R"("tool_choice": "required")"), l, "tool_choice", "constrained decoding");
-    ExpectBad(
+    auto required = Parse(ChatBody(R"("tool_choice": "required")"), l, &err);
+    INFO(err.message);
+    REQUIRE(required);
+    CHECK(required->grammar != nullptr);
+    CHECK(required->grammar_param == "tool_choice");
+    CHECK(required->output.tools == ToolParserKind::kLlama3Json);
+    CHECK(required->output.max_tool_calls > 1);
+    auto named = Parse(
         ChatBody(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})"), l,
-        "tool_choice", "constrained decoding");
+        &err);
+    REQUIRE(named);
+    CHECK(named->grammar != nullptr);
+    CHECK(named->output.max_tool_calls == 1);
+    CHECK(Parse(ChatBody(R"("tool_choice": "required", "parallel_tool_calls": false)"), l, &err)
+              ->output.max_tool_calls == 1);
+    ExpectBad(ChatBody(R"("tool_choice": {"type": "function", "function": {"name": "other"}})"), l,
+              "tool_choice", "not among 'tools'");
+    ExpectBad(ChatBody(R"("tool_choice": {"type": "function", "function": {}})"), l, "tool_choice",
+              "naming a function");
+    ExpectBad(ChatBody(R"("tool_choice": "required", "response_format": {"type": "json_object"})"),
+              l, "tool_choice", "cannot be combined");
+    ExpectBad(ChatBody(R"("tool_choice": "required", "ignore_eos": true)"), l, "ignore_eos",
+              "cannot be combined with 'tool_choice'");
+    ExpectBad(
+        R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required", "tools": [{"type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "string", "pattern": "x"}}}}}]})",
+        l, "tool_choice", "tool 'f': JSON schema at #/properties/a: 'pattern'");
   }
   ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", on,
             "tool_choice", "needs 'tools'");
@@ -291,4 +316,39 @@ TEST_CASE("hermes parsing keeps special tokens in the text (vLLM's adjust_reques
   CHECK(Parse(ChatBody(R"("tool_choice": "none")"), on, &err)->skip_special_tokens);
   CHECK(Parse(ChatBody(""), ToolLimits(true, ToolParserKind::kLlama3Json), &err)
             ->skip_special_tokens);
+}
+
+TEST_CASE("forced tool calls: the grammar's text comes back as tool_calls", "[tools][structured]") {
+  ApiError err;
+  auto spec = Parse(ChatBody(R"("tool_choice": "required")"), ToolLimits(false, ToolParserKind::kNone), &err);
+  REQUIRE(spec);
+  structured::GrammarMatcher m(spec->grammar);
+  const std::string two =
+      R"({"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "get_weather", "parameters": {}})";
+  const int32_t s = m.Next(m.start(), two);
+  REQUIRE(s >= 0);
+  CHECK(m.Accepting(s));
+  CHECK(m.Next(m.start(), std::string(R"({"name": "other", )")) < 0);
+  CHECK(m.Next(m.start(), std::string(" {")) < 0);  // the call comes first
+  ResponseBuilder b(*spec, "chatcmpl-3", "m", 1, nullptr);
+  ChoiceState c;
+  c.text = two;
+  c.finished = true;
+  c.finish_reason = FinishReasonKind::kStop;
+  Json j = Json::parse(DumpJson(b.Final({c}, Usage{3, 9}, {})));
+  const Json& msg = j["choices"][0]["message"];
+  CHECK(msg["content"].is_null());
+  REQUIRE(msg["tool_calls"].size() == 2);
+  CHECK(msg["tool_calls"][0]["function"]["name"] == "get_weather");
+  CHECK(msg["tool_calls"][0]["function"]["arguments"] == R"({"city": "Paris"})");
+  CHECK(msg["tool_calls"][1]["function"]["arguments"] == "{}");
+  CHECK(j["choices"][0]["finish_reason"] == "tool_calls");
+  // A named function: exactly one call of it.
+  auto named = Parse(ChatBody(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})"),
+                     ToolLimits(false, ToolParserKind::kNone), &err);
+  REQUIRE(named);
+  structured::GrammarMatcher n(named->grammar);
+  const std::string one = R"({"name": "get_weather", "parameters": {"city": "Rome"}})";
+  CHECK(n.Accepting(n.Next(n.start(), one)));
+  CHECK(n.Next(n.start(), one + ";") < 0);
 }

@@ -63,6 +63,11 @@ size_t GrammarConstraint::num_states() const {
   return matcher_.num_states();
 }
 
+size_t GrammarConstraint::num_walks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return walks_;
+}
+
 int32_t GrammarConstraint::Feed(int32_t state, int32_t token) const {
   const std::string_view b = vocab_->bytes(token);
   if (b.empty()) return GrammarMatcher::kDead;  // an added token, EOS: not grammar text
@@ -120,6 +125,7 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
     return bits_.front().second;
   }
   const TokenVocabulary& v = *vocab_;
+  ++walks_;
   Bits bits(static_cast<size_t>((v.vocab_size_ + 63) / 64), 0);
   walk_.assign(1, state);
   size_t computed = 0;  // walk_[0..computed] hold the states after the previous token's bytes

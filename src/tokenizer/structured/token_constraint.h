@@ -71,6 +71,8 @@ class GrammarConstraint final : public TokenConstraint {
   // The allowed ids after `tokens` (tests).
   std::vector<int32_t> Allowed(std::span<const int32_t> tokens) const;
   size_t num_states() const;
+  // Allowed sets computed by walking the vocabulary (the others came from the cache).
+  size_t num_walks() const;
 
  private:
   using Bits = std::vector<uint64_t>;
@@ -97,6 +99,7 @@ class GrammarConstraint final : public TokenConstraint {
   mutable std::unordered_map<int32_t, std::list<std::pair<int32_t, Bits>>::iterator> bits_index_;
   mutable std::list<std::pair<int32_t, Bits>> bits_;  // most recently used first
   mutable std::vector<int32_t> walk_;                 // scratch: states by prefix length
+  mutable size_t walks_ = 0;
 };
 
 }  // namespace oasis::structured

@@ -57,26 +57,17 @@ int32_t LeadPhase(uint8_t c) {
   if (c == 0xF4) return 16;
   return 0;
 }
+struct Continuation {
+  uint8_t lo, hi;  // the byte range allowed
+  int32_t next;    // the phase after it
+};
+constexpr Continuation kContinuations[] = {  // phases 10..16
+    {0x80, 0xBF, 1},  {0x80, 0xBF, 10}, {0xA0, 0xBF, 10}, {0x80, 0x9F, 10},
+    {0x90, 0xBF, 11}, {0x80, 0xBF, 11}, {0x80, 0x8F, 11}};
 int32_t ContinuationPhase(int32_t phase, uint8_t c) {
-  auto in = [c](int lo, int hi) { return c >= lo && c <= hi; };
-  switch (phase) {
-    case 10:
-      return in(0x80, 0xBF) ? 1 : -1;
-    case 11:
-      return in(0x80, 0xBF) ? 10 : -1;
-    case 12:
-      return in(0xA0, 0xBF) ? 10 : -1;
-    case 13:
-      return in(0x80, 0x9F) ? 10 : -1;
-    case 14:
-      return in(0x90, 0xBF) ? 11 : -1;
-    case 15:
-      return in(0x80, 0xBF) ? 11 : -1;
-    case 16:
-      return in(0x80, 0x8F) ? 11 : -1;
-    default:
-      return -1;
-  }
+  if (phase < 10 || phase > 16) return -1;
+  const Continuation& k = kContinuations[phase - 10];
+  return c >= k.lo && c <= k.hi ? k.next : -1;
 }
 
 // A count kept only as far as the bounds need it: exact below max, else up to min (and 1).
@@ -321,6 +312,25 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
     Push(s, child);
     Feed(std::move(s), c, out);
   };
+  // The phases objects and arrays share: 0 their opening bracket (refused past the depth
+  // bound), 1 and 3 the whitespace before a member / after a comma. Whether it was one of them.
+  auto bracket_phase = [&](char open) {
+    switch (f.a) {
+      case 0:
+        if (c == open && st.size() + 8 <= static_cast<size_t>(kMaxDepth)) {
+          f.a = 1;
+          emit(std::move(st));
+        }
+        return true;
+      case 1:
+      case 3:
+        ++f.a;
+        descend(std::move(st), g_->ws_node());
+        return true;
+      default:
+        return false;
+    }
+  };
   switch (n.kind) {
     case NodeKind::kLiteral:
       if (f.a < static_cast<int32_t>(n.text.size()) && static_cast<uint8_t>(n.text[f.a]) == c) {
@@ -446,16 +456,8 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
           descend(std::move(s), n.additional);
         }
       };
+      if (bracket_phase('{')) return;
       switch (f.a) {
-        case 0:
-          if (c != '{' || st.size() + 8 > static_cast<size_t>(kMaxDepth)) return;
-          f.a = 1;
-          emit(std::move(st));
-          return;
-        case 1:
-          f.a = 2;
-          descend(std::move(st), g_->ws_node());
-          return;
         case 2:
           if (c == '}' && !required_left(f.b)) {
             Stack s = st;
@@ -471,10 +473,6 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
             member_start(st);
           }
           return;
-        case 3:
-          f.a = 4;
-          descend(std::move(st), g_->ws_node());
-          return;
         case 4:
           member_start(st);
           return;
@@ -483,16 +481,8 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
       }
     }
     case NodeKind::kArray:
+      if (bracket_phase('[')) return;
       switch (f.a) {
-        case 0:
-          if (c != '[' || st.size() + 8 > static_cast<size_t>(kMaxDepth)) return;
-          f.a = 1;
-          emit(std::move(st));
-          return;
-        case 1:
-          f.a = 2;
-          descend(std::move(st), g_->ws_node());
-          return;
         case 2:
           if (c == ']' && f.b >= n.min_count) {
             Stack s = st;
@@ -509,10 +499,6 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
             f.a = 3;
             emit(std::move(st));
           }
-          return;
-        case 3:
-          f.a = 4;
-          descend(std::move(st), g_->ws_node());
           return;
         case 4:
           f.a = 1;

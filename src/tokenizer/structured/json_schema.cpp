@@ -177,6 +177,18 @@ class Compiler {
     return 0;
   }
 
+  // A minimum (default 0) and a maximum (default -1: none) count, the maximum not below.
+  StatusOr<int32_t> Bounds(const Json& s, const char* min_key, const char* max_key,
+                           const std::string& where, int32_t* lo, int32_t* hi) {
+    if (auto st = Count(s, min_key, where, lo); !st.ok()) return st;
+    if (!s.contains(max_key)) return 0;
+    if (auto st = Count(s, max_key, where, hi); !st.ok()) return st;
+    if (*hi < *lo) {
+      return Refuse(where, std::string("'") + max_key + "' is below '" + min_key + "'");
+    }
+    return 0;
+  }
+
   StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& where) {
     if (type == "null") return g_->Literal("null");
     if (type == "boolean") return g_->Alt({g_->Literal("true"), g_->Literal("false")});
@@ -184,20 +196,12 @@ class Compiler {
     if (type == "number") return g_->Number(false);
     if (type == "string") {
       int32_t lo = 0, hi = -1;
-      if (auto st = Count(s, "minLength", where, &lo); !st.ok()) return st;
-      if (s.contains("maxLength")) {
-        if (auto st = Count(s, "maxLength", where, &hi); !st.ok()) return st;
-        if (hi < lo) return Refuse(where, "'maxLength' is below 'minLength'");
-      }
+      if (auto st = Bounds(s, "minLength", "maxLength", where, &lo, &hi); !st.ok()) return st;
       return g_->String(lo, hi);
     }
     if (type == "array") {
       int32_t lo = 0, hi = -1;
-      if (auto st = Count(s, "minItems", where, &lo); !st.ok()) return st;
-      if (s.contains("maxItems")) {
-        if (auto st = Count(s, "maxItems", where, &hi); !st.ok()) return st;
-        if (hi < lo) return Refuse(where, "'maxItems' is below 'minItems'");
-      }
+      if (auto st = Bounds(s, "minItems", "maxItems", where, &lo, &hi); !st.ok()) return st;
       int32_t item = -1;
       if (s.contains("items")) {
         const Json& items = s["items"];

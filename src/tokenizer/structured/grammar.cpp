@@ -415,7 +415,45 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
         }
       } else if (f.a >= 3 && f.a <= 6) {
         if (!IsHex(c)) return;
-        f.a = f.a == 6 ? 1 : f.a + 1;
+        // \uD800-\uDBFF must be followed by \uDC00-\uDFFF; a lone low surrogate is refused
+        // (strict parsers reject both).
+        f.a = f.a == 3 && (c == 'd' || c == 'D') ? 20 : f.a == 6 ? 1 : f.a + 1;
+      } else if (f.a >= 20 && f.a <= 28) {
+        const bool hex = IsHex(c);
+        const bool high = c == '8' || c == '9' || c == 'a' || c == 'b' || c == 'A' || c == 'B';
+        const bool low = (c >= 'c' && c <= 'f') || (c >= 'C' && c <= 'F');
+        switch (f.a) {
+          case 20:  // \uD?: 0-7 plain, 8-B a high surrogate, C-F refused
+            if (!hex || low) return;
+            f.a = high ? 21 : 5;
+            break;
+          case 21:
+          case 22:
+          case 27:
+            if (!hex) return;
+            ++f.a;
+            break;
+          case 23:
+            if (c != '\\') return;
+            f.a = 24;
+            break;
+          case 24:
+            if (c != 'u') return;
+            f.a = 25;
+            break;
+          case 25:
+            if (c != 'd' && c != 'D') return;
+            f.a = 26;
+            break;
+          case 26:
+            if (!low) return;
+            f.a = 27;
+            break;
+          default:  // 28: the pair's last digit
+            if (!hex) return;
+            f.a = 1;
+            break;
+        }
       } else {
         const int32_t to = ContinuationPhase(f.a, c);
         if (to < 0) return;

@@ -143,14 +143,15 @@ TEST_CASE("structured: any JSON object, against nlohmann's parser", "[structured
   GrammarMatcher m(JsonObjectGrammar());
   for (const char* good : {"{}", "{ }", "{\"a\":1}", "{\"a\": [1, 2.5e-3, -0, true, null, \"x\"]}",
                            "\n{\"k\": {\"n\": {\"m\": []}}}\n", "{\"\\u00e9\\n\": \"caf\xc3\xa9\"}",
-                           "{\"a\":{},\"b\":[{}],\"c\":-12.5E+7}"}) {
+                           "{\"a\":{},\"b\":[{}],\"c\":-12.5E+7}", "{\"s\":\"\\ud83d\\ude00 \\uD7FF \\u00e9\"}"}) {
     INFO(good);
     CHECK(Matches(m, good));
     CHECK(OJson::accept(good));
   }
   for (const char* bad : {"[]", "1", "\"x\"", "{\"a\"}", "{\"a\":}", "{,}", "{\"a\":1,}", "{\"a\":01}",
                           "{\"a\":1.}", "{\"a\":\"\\x\"}", "{\"a\":tru}", "{'a':1}", "{\"a\":1}}",
-                          "{\"a\":\"\x01\"}", "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}"}) {
+                          "{\"a\":\"\x01\"}", "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}",
+                          "{\"a\":\"\\ud888A\"}", "{\"a\":\"\\udc00\"}", "{\"a\":\"\\ud83d\\u0041\"}"}) {
     INFO(bad);
     CHECK_FALSE(Matches(m, bad));
   }

@@ -90,8 +90,7 @@ int64_t GrammarConstraint::GrammarBegin(std::span<const int32_t> output,
   return -1;
 }
 
-int32_t GrammarConstraint::StateAfter(std::span<const int32_t> output,
-                                      std::span<const int32_t> draft, size_t begin) const {
+int32_t GrammarConstraint::StateAfter(std::span<const int32_t> output, size_t begin) const {
   // The committed part, through the cached path.
   const size_t committed_begin = std::min(begin, output.size());
   if (path_begin_ != committed_begin) {
@@ -113,8 +112,6 @@ int32_t GrammarConstraint::StateAfter(std::span<const int32_t> output,
     path_tokens_.push_back(committed[i]);
     path_states_.push_back(state);
   }
-  const size_t draft_begin = begin > output.size() ? begin - output.size() : 0;
-  for (size_t i = draft_begin; i < draft.size() && state >= 0; ++i) state = Feed(state, draft[i]);
   return state;
 }
 
@@ -163,7 +160,7 @@ void GrammarConstraint::Masked(std::span<const int32_t> output, std::span<const 
   const int64_t begin = GrammarBegin(output, draft);
   if (begin < 0) return;  // thinking: free text
   const int64_t vocab = vocab_->vocab_size_;
-  const int32_t committed = StateAfter(output, {}, static_cast<size_t>(begin));
+  const int32_t committed = StateAfter(output, static_cast<size_t>(begin));
   if (committed < 0) {
     // Committed tokens outside the grammar (not generated under this constraint): only the
     // end of the sequence may follow.
@@ -173,8 +170,11 @@ void GrammarConstraint::Masked(std::span<const int32_t> output, std::span<const 
     }
     return;
   }
-  const int32_t state =
-      draft.empty() ? committed : StateAfter(output, draft, static_cast<size_t>(begin));
+  // The draft tokens from the committed state (the grammar may start inside them).
+  int32_t state = committed;
+  const size_t draft_begin =
+      static_cast<size_t>(begin) > output.size() ? static_cast<size_t>(begin) - output.size() : 0;
+  for (size_t i = draft_begin; i < draft.size() && state >= 0; ++i) state = Feed(state, draft[i]);
   if (state < 0) return;  // a refused draft token: this row's result is not used
   const Bits& bits = AllowedBits(state);
   const bool think_first = gate_.enabled && !gate_.open_at_start && output.empty() && draft.empty();

@@ -76,10 +76,9 @@ class GrammarConstraint final : public TokenConstraint {
 
  private:
   using Bits = std::vector<uint64_t>;
-  // The matcher state after tokens [begin, end) of `seq`, from the cached committed path
-  // where it applies. kDead when they break the grammar.
-  int32_t StateAfter(std::span<const int32_t> output, std::span<const int32_t> draft,
-                     size_t begin) const;
+  // The matcher state after the committed `output` from `begin` on (none when begin is past
+  // it), through the cached path. kDead when they break the grammar.
+  int32_t StateAfter(std::span<const int32_t> output, size_t begin) const;
   int32_t Feed(int32_t state, int32_t token) const;
   const Bits& AllowedBits(int32_t state) const;
   // -1: nothing is masked (thinking); else where in output ++ draft the grammar starts.

@@ -34,6 +34,49 @@ curl -sN $B/v1/chat/completions -H 'Content-Type: application/json' \
   -d '{"model":"qwen3-8b-dummy","messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}' | tail -4
 echo "=== bad input (curl): temperature -1"
 curl -s $B/v1/completions -H 'Content-Type: application/json' -d '{"model":"qwen3-8b-dummy","prompt":"x","temperature":-1}'; echo
+echo "=== structured output: json_schema, tool_choice required, guided_choice (the CUDA logits processor masks)"
+python3 - "$B" <<'PY'
+import json, sys, time, urllib.request
+from concurrent.futures import ThreadPoolExecutor
+B = sys.argv[1]
+def post(body):
+    req = urllib.request.Request(B + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+          "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}}, "required": ["name", "age"]}
+def structured(i):
+    return post({"model": "qwen3-8b-dummy", "messages": msgs, "max_tokens": 256, "temperature": 1.0, "seed": i,
+                 "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}})
+def plain(i):
+    return post({"model": "qwen3-8b-dummy", "messages": msgs, "max_tokens": 64, "temperature": 1.0, "seed": i, "ignore_eos": True})
+for name, fn in (("plain", plain), ("json_schema", structured)):
+    for conc in (1, 8):
+        t = time.perf_counter()
+        with ThreadPoolExecutor(conc) as ex:
+            res = list(ex.map(fn, range(conc)))
+        wall = time.perf_counter() - t
+        toks = sum(r["usage"]["completion_tokens"] for r in res)
+        ok = stop = 0
+        for r in res:
+            c = r["choices"][0]
+            if name == "json_schema" and c["finish_reason"] == "stop":
+                stop += 1
+                v = json.loads(c["message"]["content"])
+                ok += isinstance(v, dict) and "name" in v and "age" in v
+        extra = f" finished {stop}/{conc}, valid {ok}/{stop}" if name == "json_schema" else ""
+        print(f"{name} x{conc}: {toks} tokens in {wall:.2f} s, {1000 * wall / max(1, toks / conc):.2f} ms a token a request{extra}")
+print("sample:", res[0]["choices"][0]["message"]["content"][:200])
+tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+          "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"]}}}]
+r = post({"model": "qwen3-8b-dummy", "messages": [{"role": "user", "content": "Weather?"}], "max_tokens": 200,
+          "tools": tools, "tool_choice": "required", "seed": 3})
+c = r["choices"][0]
+print("tool_choice required:", c["finish_reason"], json.dumps(c["message"].get("tool_calls"))[:300])
+r = post({"model": "qwen3-8b-dummy", "messages": msgs, "max_tokens": 20, "guided_choice": ["yes", "no", "maybe"]})
+print("guided_choice:", repr(r["choices"][0]["message"]["content"]), r["choices"][0]["finish_reason"])
+PY
 if python3 -c "import openai" 2>/dev/null; then
   echo "=== openai python client"
   python3 - "$B" <<'PY'

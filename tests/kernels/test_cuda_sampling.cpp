@@ -8,10 +8,14 @@
 #include <cstring>
 #include <random>
 
-#include "runner/cuda/cuda_sampler.h"
+#include <nlohmann/json.hpp>
+
 #include "common/cuda_rt.h"
-#include "runner/sampler.h"
 #include "kernels/sampling.h"
+#include "runner/cuda/cuda_sampler.h"
+#include "runner/sampler.h"
+#include "tokenizer/structured/json_schema.h"
+#include "tokenizer/structured/token_constraint.h"
 
 using namespace oasis;
 
@@ -49,8 +53,9 @@ std::vector<Case> ParamGrid(std::mt19937& rng) {
   add(0.8f, 20, 0.8f, 0.05f, 4);
   std::uniform_real_distribution<float> u(0, 1);
   for (int i = 0; i < 8; ++i) {
-    add(0.2f + 1.5f * u(rng), u(rng) < 0.5f ? -1 : 1 + static_cast<int>(u(rng) * 100), u(rng) < 0.5f ? 1.0f : 0.05f + 0.95f * u(rng),
-        u(rng) < 0.5f ? 0.0f : 0.3f * u(rng), static_cast<int>(u(rng) * 21));
+    add(0.2f + 1.5f * u(rng), u(rng) < 0.5f ? -1 : 1 + static_cast<int>(u(rng) * 100),
+        u(rng) < 0.5f ? 1.0f : 0.05f + 0.95f * u(rng), u(rng) < 0.5f ? 0.0f : 0.3f * u(rng),
+        static_cast<int>(u(rng) * 21));
   }
   return cases;
 }
@@ -72,36 +77,48 @@ TEST_CASE("GPU sampling draws the CPU sampler's tokens", "[gpu][sampling]") {
       const uint64_t seed = rng();
       for (int64_t r = 0; r < rows; ++r) {
         const Case& c = cases[static_cast<size_t>(r)];
-        params[static_cast<size_t>(r)] = {c.params.temperature, c.params.top_p, c.params.min_p, c.params.top_k,
-                                          seed + static_cast<uint64_t>(r), static_cast<uint64_t>(r * 7), c.num_top, 1};
+        params[static_cast<size_t>(r)] = {c.params.temperature,
+                                          c.params.top_p,
+                                          c.params.min_p,
+                                          c.params.top_k,
+                                          seed + static_cast<uint64_t>(r),
+                                          static_cast<uint64_t>(r * 7),
+                                          c.num_top,
+                                          1};
         // Teacher forcing on every fifth row: the forced id is the token, log-probs the model's.
-        if (r % 5 == 4) params[static_cast<size_t>(r)].forced = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+        if (r % 5 == 4)
+          params[static_cast<size_t>(r)].forced =
+              static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
       }
       auto d_logits = cuda::DeviceBuffer::Allocate(logits.size() * 4).value();
       auto d_params = cuda::DeviceBuffer::Allocate(params.size() * sizeof(params[0])).value();
-      auto d_out = cuda::DeviceBuffer::Allocate(params.size() * sizeof(kernels::SampleOutputDevice)).value();
-      REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-      REQUIRE(cudaMemcpy(d_params.data(), params.data(), params.size() * sizeof(params[0]), cudaMemcpyHostToDevice) ==
+      auto d_out =
+          cuda::DeviceBuffer::Allocate(params.size() * sizeof(kernels::SampleOutputDevice)).value();
+      REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4,
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+      REQUIRE(cudaMemcpy(d_params.data(), params.data(), params.size() * sizeof(params[0]),
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+      REQUIRE(cudaMemset(d_out.data(), 0xff, params.size() * sizeof(kernels::SampleOutputDevice)) ==
               cudaSuccess);
-      REQUIRE(cudaMemset(d_out.data(), 0xff, params.size() * sizeof(kernels::SampleOutputDevice)) == cudaSuccess);
       auto d_ws = cuda::DeviceBuffer::Allocate(kernels::SampleWorkspaceBytes(rows)).value();
       const uint32_t stages = kernels::SampleStagesFor(params.data(), rows, vocab);
       REQUIRE(kernels::LaunchSample(static_cast<float*>(d_logits.data()), rows, vocab, vocab,
                                     static_cast<kernels::SampleParamsDevice*>(d_params.data()),
-                                    static_cast<kernels::SampleOutputDevice*>(d_out.data()), stages, d_ws.data(),
-                                    d_ws.size(), stream.get()) == cudaSuccess);
+                                    static_cast<kernels::SampleOutputDevice*>(d_out.data()), stages,
+                                    d_ws.data(), d_ws.size(), stream.get()) == cudaSuccess);
       std::vector<kernels::SampleOutputDevice> out(params.size());
-      REQUIRE(cudaMemcpyAsync(out.data(), d_out.data(), out.size() * sizeof(out[0]), cudaMemcpyDeviceToHost,
-                              stream.get()) == cudaSuccess);
+      REQUIRE(cudaMemcpyAsync(out.data(), d_out.data(), out.size() * sizeof(out[0]),
+                              cudaMemcpyDeviceToHost, stream.get()) == cudaSuccess);
       REQUIRE(cudaStreamSynchronize(stream.get()) == cudaSuccess);
       int top_p_mismatches = 0;
       for (int64_t r = 0; r < rows; ++r) {
         const Case& c = cases[static_cast<size_t>(r)];
         const auto& p = params[static_cast<size_t>(r)];
-        INFO("vocab " << vocab << " dist " << dist << " row " << r << " T " << c.params.temperature << " k "
-                      << c.params.top_k << " p " << c.params.top_p << " min_p " << c.params.min_p);
-        const SampleResult want =
-            SampleToken(logits.data() + r * vocab, vocab, c.params, p.seed, p.counter, c.num_top, p.forced);
+        INFO("vocab " << vocab << " dist " << dist << " row " << r << " T " << c.params.temperature
+                      << " k " << c.params.top_k << " p " << c.params.top_p << " min_p "
+                      << c.params.min_p);
+        const SampleResult want = SampleToken(logits.data() + r * vocab, vocab, c.params, p.seed,
+                                              p.counter, c.num_top, p.forced);
         const auto& got = out[static_cast<size_t>(r)];
         REQUIRE(got.token >= 0);
         REQUIRE(got.token < vocab);
@@ -113,7 +130,8 @@ TEST_CASE("GPU sampling draws the CPU sampler's tokens", "[gpu][sampling]") {
         } else {
           CHECK(std::fabs(got.logprob - want.logprob) < 2e-3f);
         }
-        REQUIRE(static_cast<int64_t>(want.top_logprobs.size()) == std::min<int64_t>(c.num_top, vocab));
+        REQUIRE(static_cast<int64_t>(want.top_logprobs.size()) ==
+                std::min<int64_t>(c.num_top, vocab));
         for (size_t i = 0; i < want.top_logprobs.size(); ++i) {
           CHECK(got.top_tokens[i] == want.top_logprobs[i].token);
           CHECK(std::fabs(got.top_logprobs[i] - want.top_logprobs[i].logprob) < 2e-3f);
@@ -132,7 +150,8 @@ TEST_CASE("CudaSampler samples only the needed rows", "[gpu][sampling]") {
   std::normal_distribution<float> n(0.0f, 3.0f);
   for (float& x : logits) x = n(rng);
   auto d_logits = cuda::DeviceBuffer::Allocate(logits.size() * 4).value();
-  REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice) ==
+          cudaSuccess);
   Tensor t(d_logits.data(), DType::kF32, {rows, vocab}, Device::kCuda);
   std::vector<SampleRow> sample_rows(rows);
   for (int64_t r = 0; r < rows; ++r) {
@@ -186,10 +205,18 @@ ProcRequest MakeProcRequest(int kind, int64_t vocab, std::mt19937& rng) {
   q.params.min_p = kind % 7 == 3 ? 0.05f : 0.0f;
   SamplingParams& p = q.params;
   switch (kind % 10) {
-    case 0: p.presence_penalty = 1.5f; break;
-    case 1: p.frequency_penalty = 0.7f; break;
-    case 2: p.repetition_penalty = 1.8f; break;
-    case 3: p.repetition_penalty = 0.6f, p.presence_penalty = -0.5f; break;
+    case 0:
+      p.presence_penalty = 1.5f;
+      break;
+    case 1:
+      p.frequency_penalty = 0.7f;
+      break;
+    case 2:
+      p.repetition_penalty = 1.8f;
+      break;
+    case 3:
+      p.repetition_penalty = 0.6f, p.presence_penalty = -0.5f;
+      break;
     case 4:
       for (int i = 0; i < 20; ++i) p.logit_bias.emplace_back(id(), -100.0f + 200.0f * u(rng));
       p.logit_bias.emplace_back(id(), 100.0f);
@@ -213,7 +240,8 @@ ProcRequest MakeProcRequest(int kind, int64_t vocab, std::mt19937& rng) {
       q.min_tokens = 3;
       q.stops = {id(), id()};
       break;
-    default: break;  // no processing: a plain row in the same batch
+    default:
+      break;  // no processing: a plain row in the same batch
   }
   q.processing = LogitsProcessing::For(p, q.min_tokens, q.stops);
   q.speculative = kind % 3 == 1;
@@ -258,7 +286,8 @@ TEST_CASE("CudaSampler's logits processing equals the CPU sampler's", "[gpu][sam
           owner.push_back(i);
           if (q.speculative) {
             // A draft: often the previous token (penalised), else a random one.
-            row.draft_tokens = {q.output.empty() || rng() % 2 ? static_cast<int32_t>(rng() % vocab) : q.output.back()};
+            row.draft_tokens = {q.output.empty() || rng() % 2 ? static_cast<int32_t>(rng() % vocab)
+                                                              : q.output.back()};
             ++row.counter;
             rows.push_back(row);
             owner.push_back(i);
@@ -275,7 +304,8 @@ TEST_CASE("CudaSampler's logits processing equals the CPU sampler's", "[gpu][sam
         std::normal_distribution<float> n(0.0f, step % 2 ? 4.0f : 2.0f);
         for (float& x : logits) x = step == 3 ? std::round(n(rng) * 2.0f) / 2.0f : n(rng);
         auto d_logits = cuda::DeviceBuffer::Allocate(logits.size() * 4).value();
-        REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4,
+                           cudaMemcpyHostToDevice) == cudaSuccess);
         const Tensor t(d_logits.data(), DType::kF32, {R, vocab}, Device::kCuda);
         const std::vector<SampleResult> got = sampler.Sample(t, rows, stream.get());
         REQUIRE(got.size() == rows.size());
@@ -283,7 +313,8 @@ TEST_CASE("CudaSampler's logits processing equals the CPU sampler's", "[gpu][sam
         for (int64_t r = 0; r < R; ++r) {
           const SampleRow& row = rows[static_cast<size_t>(r)];
           const float* raw = logits.data() + r * vocab;
-          INFO("vocab " << vocab << " step " << step << " row " << r << " kind of request " << owner[r]);
+          INFO("vocab " << vocab << " step " << step << " row " << r << " kind of request "
+                        << owner[r]);
           if (!row.needed) {
             CHECK(proc.processed_index(static_cast<size_t>(r)) == -1);
             continue;
@@ -296,8 +327,8 @@ TEST_CASE("CudaSampler's logits processing equals the CPU sampler's", "[gpu][sam
                                   row.draft_tokens, want.data());
             if (pi >= 0) {
               ++processed_rows;
-              REQUIRE(cudaMemcpy(dev.data(), proc.processed() + pi * vocab, vocab * 4, cudaMemcpyDeviceToHost) ==
-                      cudaSuccess);
+              REQUIRE(cudaMemcpy(dev.data(), proc.processed() + pi * vocab, vocab * 4,
+                                 cudaMemcpyDeviceToHost) == cudaSuccess);
               int differ = 0;
               for (int64_t i = 0; i < vocab; ++i) differ += std::memcmp(&dev[i], &want[i], 4) != 0;
               CHECK(differ == 0);
@@ -340,28 +371,176 @@ TEST_CASE("CudaSampler's logits processing equals the CPU sampler's", "[gpu][sam
           if (q.speculative) break;  // (drafts were committed as given)
           const int32_t t = q.output[k];
           if (!q.params.allowed_token_ids.empty()) {
-            CHECK(std::count(q.params.allowed_token_ids.begin(), q.params.allowed_token_ids.end(), t) >= 1);  // (the random list may repeat an id)
+            CHECK(std::count(q.params.allowed_token_ids.begin(), q.params.allowed_token_ids.end(),
+                             t) >= 1);  // (the random list may repeat an id)
           }
           for (const auto& w : q.params.bad_words_token_ids) {
             if (w.size() == 1) CHECK(t != w[0]);
           }
-          if (static_cast<int64_t>(k) < q.min_tokens) CHECK(std::count(q.stops.begin(), q.stops.end(), t) == 0);
+          if (static_cast<int64_t>(k) < q.min_tokens)
+            CHECK(std::count(q.stops.begin(), q.stops.end(), t) == 0);
         }
       }
       // Every request still alive holds a slot iff it has penalties or allowed ids; dropping
       // them all releases every slot at the next step.
       size_t stateful = 0;
       for (const ProcRequest& q : reqs) {
-        stateful += q.processing && (q.processing->has_penalties() || !q.processing->allowed_token_ids.empty());
+        stateful += q.processing &&
+                    (q.processing->has_penalties() || !q.processing->allowed_token_ids.empty());
       }
       CHECK(sampler.logits_processor().num_slots() == stateful);
       reqs.clear();
       std::vector<SampleRow> plain(1);
       std::vector<float> one(static_cast<size_t>(vocab), 0.0f);
       auto d_one = cuda::DeviceBuffer::Allocate(one.size() * 4).value();
-      REQUIRE(cudaMemcpy(d_one.data(), one.data(), one.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-      sampler.Sample(Tensor(d_one.data(), DType::kF32, {1, vocab}, Device::kCuda), plain, stream.get());
+      REQUIRE(cudaMemcpy(d_one.data(), one.data(), one.size() * 4, cudaMemcpyHostToDevice) ==
+              cudaSuccess);
+      sampler.Sample(Tensor(d_one.data(), DType::kF32, {1, vocab}, Device::kCuda), plain,
+                     stream.get());
       CHECK(sampler.logits_processor().num_slots() == 0);
     }
   }
+}
+
+// Structured output on the device: rows whose processing carries a grammar constraint (a JSON
+// schema over a made-up byte vocabulary of Qwen3's 151,936 ids, next to penalties, speculative
+// rows with drafts the grammar may refuse) — the device's processed logits are the CPU's bit for
+// bit, its draws the CPU sampler's, every committed draw is allowed by the grammar, and the
+// generations that end with EOS complete it and parse.
+TEST_CASE("CudaSampler keeps structured output's grammar", "[gpu][sampling][structured]") {
+  auto rng = FreshRng();
+  const int64_t vocab = 151936;
+  const int32_t eos = 151645;
+  const std::string alphabet = "{}[]\":,. -+0123456789abcdeEflnrstu\\\n\"\"";
+  std::vector<std::string> bytes(static_cast<size_t>(vocab));
+  for (int c = 32; c < 127; ++c)
+    bytes[static_cast<size_t>(c)] = std::string(1, static_cast<char>(c));
+  bytes['\n'] = "\n";
+  for (int64_t i = 256; i < 151643; ++i) {  // (the ids above are special: no bytes)
+    std::string& s = bytes[static_cast<size_t>(i)];
+    for (size_t n = 1 + rng() % 5; n > 0; --n) s += alphabet[rng() % alphabet.size()];
+  }
+  auto vocabulary = structured::TokenVocabulary::FromBytes(bytes, vocab);
+  const auto schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":8},"n":{"type":"integer"},"ok":{"type":"boolean"},
+      "tags":{"type":"array","items":{"enum":["a","b",1.5]},"maxItems":3}},"required":["name","ok"]})");
+  auto grammar = structured::JsonSchemaGrammar(schema);
+  REQUIRE(grammar.ok());
+  struct Req {
+    SamplingParams params;
+    std::shared_ptr<const structured::GrammarConstraint> constraint;
+    std::shared_ptr<const LogitsProcessing> processing;
+    std::vector<int32_t> prompt, output;
+    uint64_t seed = 0;
+    bool speculative = false, done = false;
+  };
+  std::vector<Req> reqs(12);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Req& q = reqs[i];
+    q.params.temperature = i % 3 == 0 ? 0.0f : 1.0f;
+    if (i % 4 == 1) q.params.frequency_penalty = 0.5f;
+    if (i % 4 == 2) q.params.top_p = 0.9f;
+    q.constraint = std::make_shared<structured::GrammarConstraint>(*grammar, vocabulary,
+                                                                   std::vector<int32_t>{eos});
+    q.params.constraint = q.constraint;
+    q.processing = LogitsProcessing::For(q.params, 0, {});
+    REQUIRE(q.processing != nullptr);
+    q.prompt.resize(1 + rng() % 100);
+    for (int32_t& t : q.prompt) t = static_cast<int32_t>(rng() % 151643);
+    q.seed = rng();
+    q.speculative = i % 2 == 1;
+  }
+  cuda::Stream stream;
+  CudaSampler sampler;
+  int compared = 0, mismatches = 0;
+  for (int step = 0; step < 96; ++step) {
+    std::vector<SampleRow> rows;
+    std::vector<size_t> owner;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Req& q = reqs[i];
+      if (q.done) continue;
+      SampleRow row;
+      row.params = q.params;
+      row.seed = q.seed;
+      row.counter = q.output.size();
+      row.processing = q.processing;
+      row.prompt_tokens = q.prompt;
+      row.output_tokens = q.output;
+      rows.push_back(row);
+      owner.push_back(i);
+      if (q.speculative) {  // a draft the grammar allows (even steps) or a random one
+        const std::vector<int32_t> allowed = q.constraint->Allowed(q.output);
+        REQUIRE(!allowed.empty());
+        row.draft_tokens = {step % 2 == 0 ? allowed[rng() % allowed.size()]
+                                          : static_cast<int32_t>(rng() % vocab)};
+        ++row.counter;
+        rows.push_back(row);
+        owner.push_back(i);
+      }
+    }
+    if (rows.empty()) break;
+    const int64_t R = static_cast<int64_t>(rows.size());
+    std::vector<float> logits(static_cast<size_t>(R * vocab));
+    std::normal_distribution<float> n(0.0f, 2.0f);
+    for (float& x : logits) x = n(rng);
+    for (int64_t r = 0; r < R; ++r)
+      logits[static_cast<size_t>(r * vocab + eos)] += 6.0f;  // (ends when it may)
+    auto d_logits = cuda::DeviceBuffer::Allocate(logits.size() * 4).value();
+    REQUIRE(cudaMemcpy(d_logits.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice) ==
+            cudaSuccess);
+    const std::vector<SampleResult> got = sampler.Sample(
+        Tensor(d_logits.data(), DType::kF32, {R, vocab}, Device::kCuda), rows, stream.get());
+    REQUIRE(got.size() == rows.size());
+    const CudaLogitsProcessor& proc = sampler.logits_processor();
+    for (int64_t r = 0; r < R; ++r) {
+      const SampleRow& row = rows[static_cast<size_t>(r)];
+      INFO("step " << step << " row " << r << " request " << owner[static_cast<size_t>(r)]);
+      const float* raw = logits.data() + r * vocab;
+      std::vector<float> want(static_cast<size_t>(vocab)), dev(static_cast<size_t>(vocab));
+      ApplyLogitsProcessing(raw, vocab, *row.processing, row.prompt_tokens, row.output_tokens,
+                            row.draft_tokens, want.data());
+      const int32_t pi = proc.processed_index(static_cast<size_t>(r));
+      REQUIRE(pi >= 0);
+      REQUIRE(cudaMemcpy(dev.data(), proc.processed() + pi * vocab, vocab * 4,
+                         cudaMemcpyDeviceToHost) == cudaSuccess);
+      int differ = 0;
+      for (int64_t i = 0; i < vocab; ++i) differ += std::memcmp(&dev[i], &want[i], 4) != 0;
+      CHECK(differ == 0);
+      const SampleResult w = SampleToken(raw, vocab, row);
+      ++compared;
+      if (got[static_cast<size_t>(r)].token != w.token) {
+        REQUIRE(row.params.top_p < 1.0f);  // only the float top-p mass boundary may differ
+        ++mismatches;
+      }
+    }
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (r > 0 && owner[r] == owner[r - 1]) continue;  // (drafts are not committed)
+      Req& q = reqs[owner[r]];
+      const int32_t t = got[r].token;
+      const std::vector<int32_t> allowed = q.constraint->Allowed(q.output);
+      INFO("request " << owner[r] << " step " << step << " token " << t);
+      REQUIRE(std::binary_search(allowed.begin(), allowed.end(), t));
+      q.output.push_back(t);
+      q.done = t == eos;
+    }
+  }
+  CHECK(mismatches <= 3);
+  int complete = 0;
+  for (const Req& q : reqs) {
+    if (!q.done) continue;
+    ++complete;
+    CHECK(q.constraint->Complete(q.output));
+    std::string text;
+    for (int32_t t : q.output) {
+      if (t != eos) text += std::string(vocabulary->bytes(t));
+    }
+    INFO(text);
+    const auto v = nlohmann::ordered_json::parse(text, nullptr, false);
+    REQUIRE(!v.is_discarded());
+    CHECK(v.contains("name"));
+    CHECK(v.contains("ok"));
+  }
+  CHECK(complete >= 6);
+  INFO("compared " << compared);
+  CHECK(compared > 200);
 }

@@ -9,6 +9,7 @@
 
 #include "common/json_depth.h"
 #include "tokenizer/structured/json_schema.h"
+#include "tokenizer/structured/regex.h"
 
 namespace oasis::server {
 namespace {
@@ -290,6 +291,11 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
     }
     return set(param, structured::ChoiceGrammar(choices));
   };
+  auto regex = [&](const std::string& param, const Json& v) -> bool {
+    if (!v.is_string())
+      return r.Fail(param, "'" + param + "' must be a string (a regular expression)");
+    return set(param, structured::RegexGrammar(v.get<std::string>()));
+  };
   if (const Json* format = r.Get("response_format")) {
     const Json* type =
         format->is_object() && format->contains("type") ? &(*format)["type"] : nullptr;
@@ -319,12 +325,13 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
   if (const Json* v = r.Get("guided_choice")) {
     if (!choice("guided_choice", *v)) return false;
   }
-  for (const char* param : {"guided_regex", "guided_grammar"}) {
-    if (r.Get(param) != nullptr) {
-      return r.Fail(param, std::string("'") + param +
-                               "' is not supported (structured output: JSON schemas, JSON objects "
-                               "and choices)");
-    }
+  if (const Json* v = r.Get("guided_regex")) {
+    if (!regex("guided_regex", *v)) return false;
+  }
+  if (r.Get("guided_grammar") != nullptr) {
+    return r.Fail("guided_grammar",
+                  "'guided_grammar' is not supported (structured output: JSON schemas, JSON "
+                  "objects, choices and regular expressions)");
   }
   if (const Json* so = r.Get("structured_outputs")) {
     if (!so->is_object())
@@ -336,6 +343,8 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
         if (!schema(param, v)) return false;
       } else if (key == "choice") {
         if (!choice(param, v)) return false;
+      } else if (key == "regex") {
+        if (!regex(param, v)) return false;
       } else if (key == "json_object") {
         if (!v.is_boolean()) return r.Fail(param, "'" + param + "' must be a boolean");
         if (v.get<bool>() && !set(param, structured::JsonObjectGrammar(compact))) return false;
@@ -346,8 +355,8 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
         // member is generated anyway.
       } else {
         return r.Fail(
-            param,
-            "'" + param + "' is not supported (structured output: json, choice, json_object)");
+            param, "'" + param +
+                       "' is not supported (structured output: json, choice, regex, json_object)");
       }
     }
   }

@@ -1,9 +1,12 @@
 // Structured output's grammars: the first line is a JSON schema (or "object" for any JSON
-// object, "choice:a|b|c" for choices); the rest is fed to the matcher byte by byte, and as
-// token ids (two bytes each) to a constraint over a small vocabulary. Nothing may crash, and
-// what the matcher accepts must be JSON nlohmann parses (for the JSON grammars).
+// object, "choice:a|b|c" for choices, "regex:PATTERN" for a regular expression, "tools:SCHEMA"
+// for forced tool calls with those parameters, one call or many); the rest is fed to the
+// matcher byte by byte, and as token ids (two bytes each) to a constraint over a small
+// vocabulary. Nothing may crash; what the matcher accepts must be JSON nlohmann parses (for the
+// JSON grammars) and UTF-8 (for all but choices).
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -12,6 +15,7 @@
 
 #include "common/json_depth.h"
 #include "tokenizer/structured/json_schema.h"
+#include "tokenizer/structured/regex.h"
 #include "tokenizer/structured/token_constraint.h"
 
 using namespace oasis::structured;
@@ -22,8 +26,8 @@ std::shared_ptr<const TokenVocabulary> Vocabulary() {
   static const std::shared_ptr<const TokenVocabulary> v = [] {
     std::vector<std::string> bytes;
     for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
-    for (const char* t : {"{\"", "\":", "\",\"", "\"}", "true", "false", "null", "12", "0.", "e-", "[{", "}]",
-                          "  ", "\n ", "\\u00", "\xc3\xa9", "ab", "\":\""}) {
+    for (const char* t : {"{\"", "\":", "\",\"", "\"}", "true", "false", "null", "12", "0.", "e-",
+                          "[{", "}]", "  ", "\n ", "\\u00", "\xc3\xa9", "ab", "\":\""}) {
       bytes.emplace_back(t);
     }
     bytes.emplace_back();  // EOS
@@ -38,9 +42,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   const size_t nl = in.find('\n');
   const std::string_view head = in.substr(0, nl);
-  const std::string_view rest = nl == std::string_view::npos ? std::string_view() : in.substr(nl + 1);
+  const std::string_view rest =
+      nl == std::string_view::npos ? std::string_view() : in.substr(nl + 1);
   std::shared_ptr<const Grammar> g;
   bool json = true;
+  bool utf8 = true;  // (choices are the request's own bytes)
   if (head == "object") {
     g = JsonObjectGrammar(rest.size() % 2 == 1);
   } else if (head.substr(0, 7) == "choice:") {
@@ -52,6 +58,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       list = bar == std::string_view::npos ? std::string_view() : list.substr(bar + 1);
     }
     auto c = ChoiceGrammar(choices);
+    if (!c.ok()) return 0;
+    g = *c;
+    json = false;
+    utf8 = false;
+  } else if (head.substr(0, 6) == "regex:") {
+    auto c = RegexGrammar(head.substr(6));
+    if (!c.ok()) return 0;
+    g = *c;
+    json = false;
+  } else if (head.substr(0, 6) == "tools:") {
+    if (oasis::JsonNestedDeeperThan(head.substr(6))) return 0;
+    const auto schema = nlohmann::ordered_json::parse(head.substr(6), nullptr, false);
+    if (schema.is_discarded()) return 0;
+    const std::vector<ToolSchema> tools = {{"f", &schema}, {"g", nullptr}};
+    auto c = ToolCallsGrammar(
+        tools, rest.size() % 2 == 0 ? INT_MAX : 1 + static_cast<int>(rest.size() % 80),
+        rest.size() % 3 == 0);
     if (!c.ok()) return 0;
     g = *c;
     json = false;
@@ -77,6 +100,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (nlohmann::json::parse(text, nullptr, false).is_discarded()) {
       // Numbers past double's range are JSON that nlohmann refuses; the rest is a bug.
       if (text.find_first_of("eE") == std::string::npos) std::abort();
+    }
+  }
+  if (utf8 && m.Accepting(s)) {
+    try {
+      (void)nlohmann::json(std::string(rest.substr(0, fed))).dump();  // (throws on bytes not UTF-8)
+    } catch (const nlohmann::json::exception&) {
+      std::abort();
     }
   }
   auto vocab = Vocabulary();

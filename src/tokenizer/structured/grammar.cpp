@@ -161,7 +161,22 @@ int32_t Grammar::AnyValue() {
   return any_value_;
 }
 
-bool Grammar::LeftRecursive() const {
+int32_t Grammar::Bytes(uint8_t lo, uint8_t hi) {
+  Node n;
+  n.kind = NodeKind::kBytes;
+  for (int b = lo; b <= hi; ++b) n.bytes[static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
+  return Add(std::move(n));
+}
+int32_t Grammar::Repeat(int32_t child, int32_t min_count, int32_t max_count) {
+  Node n;
+  n.kind = NodeKind::kRepeat;
+  n.children = {child};
+  n.min_count = min_count;
+  n.max_count = max_count;
+  return Add(std::move(n));
+}
+
+std::vector<uint8_t> Grammar::NullableNodes() const {
   const auto n = static_cast<size_t>(size());
   std::vector<uint8_t> nullable(n, 0);
   for (bool changed = true; changed;) {
@@ -172,18 +187,25 @@ bool Grammar::LeftRecursive() const {
       const bool v =
           nd.kind == NodeKind::kWs || (nd.kind == NodeKind::kLiteral && nd.text.empty()) ||
           (nd.kind == NodeKind::kSeq && std::all_of(nd.children.begin(), nd.children.end(), is)) ||
-          (nd.kind == NodeKind::kAlt && std::any_of(nd.children.begin(), nd.children.end(), is));
+          (nd.kind == NodeKind::kAlt && std::any_of(nd.children.begin(), nd.children.end(), is)) ||
+          (nd.kind == NodeKind::kRepeat && (nd.min_count == 0 || is(nd.children[0])));
       if (v && !nullable[i]) {
         nullable[i] = 1;
         changed = true;
       }
     }
   }
+  return nullable;
+}
+
+bool Grammar::LeftRecursive() const {
+  const auto n = static_cast<size_t>(size());
+  const std::vector<uint8_t> nullable = NullableNodes();
   // The nodes a node pushes before it matches a byte of its own.
   auto firsts = [&](size_t i) {
     std::vector<int32_t> out;
     const Node& nd = nodes_[i];
-    if (nd.kind == NodeKind::kAlt) return nd.children;
+    if (nd.kind == NodeKind::kAlt || nd.kind == NodeKind::kRepeat) return nd.children;
     if (nd.kind == NodeKind::kSeq) {
       for (int32_t c : nd.children) {
         out.push_back(c);
@@ -219,38 +241,7 @@ bool Grammar::LeftRecursive() const {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) {
   const Grammar& g = *g_;
-  const auto n = static_cast<size_t>(g.size());
-  nullable_.assign(n, 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (nullable_[i]) continue;
-      const Node& nd = g.node(static_cast<int32_t>(i));
-      bool v = false;
-      switch (nd.kind) {
-        case NodeKind::kLiteral:
-          v = nd.text.empty();
-          break;
-        case NodeKind::kWs:
-          v = true;
-          break;
-        case NodeKind::kSeq:
-          v = std::all_of(nd.children.begin(), nd.children.end(),
-                          [&](int32_t c) { return nullable_[static_cast<size_t>(c)] != 0; });
-          break;
-        case NodeKind::kAlt:
-          v = std::any_of(nd.children.begin(), nd.children.end(),
-                          [&](int32_t c) { return nullable_[static_cast<size_t>(c)] != 0; });
-          break;
-        default:
-          break;
-      }
-      if (v) {
-        nullable_[i] = 1;
-        changed = true;
-      }
-    }
-  }
+  nullable_ = g.NullableNodes();
   Stack st;
   Push(st, g.root);
   start_ = Intern({st});
@@ -284,6 +275,12 @@ void GrammarMatcher::Settle(Stack& st) const {
       case NodeKind::kArray:
         done = f.a == kClosed;
         break;
+      case NodeKind::kBytes:
+        done = f.a == 1;
+        break;
+      case NodeKind::kRepeat:
+        done = n.max_count >= 0 && f.a >= n.max_count;
+        break;
       default:
         break;
     }
@@ -303,7 +300,11 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
   if (st.size() > static_cast<size_t>(kMaxDepth)) return;
   Frame& f = st.back();
   const Node& n = g_->node(f.node);
+  // A byte was matched: every repetition on the stack is in an iteration that matched one.
   auto emit = [&](Stack s) {
+    for (Frame& fr : s) {
+      if (g_->node(fr.node).kind == NodeKind::kRepeat) fr.c = 0;
+    }
     Settle(s);
     out.push_back(std::move(s));
   };
@@ -365,7 +366,7 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
         Stack s = st;
         ++s.back().a;
         if (c == '\n') ++s.back().b;
-        out.push_back(std::move(s));
+        emit(std::move(s));
       }
       FinishTop(std::move(st), c, out);
       return;
@@ -375,9 +376,33 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
         Stack s = st;
         s.back().a = to;
         ++s.back().b;
-        out.push_back(std::move(s));
+        emit(std::move(s));
       }
       if (NumberAccepting(f.a)) FinishTop(std::move(st), c, out);
+      return;
+    }
+    case NodeKind::kBytes:
+      if (f.a == 0) {
+        if ((n.bytes[c >> 6] >> (c & 63)) & 1) {
+          f.a = 1;
+          emit(std::move(st));
+        }
+      } else {
+        FinishTop(std::move(st), c, out);
+      }
+      return;
+    case NodeKind::kRepeat: {
+      // Between iterations (a: the ones begun, capped as strings count; c: the last one began
+      // with this very byte, so it matched nothing: no other begins, which would loop, and the
+      // remaining ones may match nothing too).
+      const bool empty_iteration = f.c != 0;
+      if (!empty_iteration && (n.max_count < 0 || f.a < n.max_count)) {
+        Stack s = st;
+        s.back().a = CapCount(f.a + 1, n.min_count, n.max_count);
+        s.back().c = 1;
+        descend(std::move(s), n.children[0]);
+      }
+      if (f.a >= n.min_count || empty_iteration) FinishTop(std::move(st), c, out);
       return;
     }
     case NodeKind::kString: {
@@ -559,6 +584,8 @@ bool GrammarMatcher::RestNullable(const Frame& f) const {
       return true;
     case NodeKind::kAlt:
       return true;
+    case NodeKind::kRepeat:
+      return f.a >= n.min_count || Nullable(n.children[0]);
     default:
       return false;
   }
@@ -585,6 +612,12 @@ bool GrammarMatcher::CanFinish(const Stack& st) const {
       break;
     case NodeKind::kNumber:
       ok = NumberAccepting(top.a);
+      break;
+    case NodeKind::kBytes:
+      ok = top.a == 1;
+      break;
+    case NodeKind::kRepeat:
+      ok = RestNullable(top);
       break;
     default:
       ok = top.a == kClosed;

@@ -38,6 +38,8 @@ enum class NodeKind : uint8_t {
   kNumber,   // a JSON number (`integer`: -?(0|[1-9][0-9]*))
   kObject,   // '{' members '}' (see ObjectMember)
   kArray,    // '[' items ']' of `item`, min_count..max_count of them
+  kBytes,    // one byte of the set `bytes` (regular expressions' classes, as UTF-8)
+  kRepeat,   // `children[0]`, min_count..max_count times (max -1: unbounded)
 };
 
 // An object's listed property: `member` is the node Seq('"name"', ws, ':', ws, value).
@@ -58,7 +60,8 @@ struct Node {
   // number of further members.
   std::vector<ObjectMember> members;
   int32_t additional = -1;
-  int32_t item = -1;  // arrays
+  int32_t item = -1;                // arrays
+  std::array<uint64_t, 4> bytes{};  // kBytes: bit b of bytes[b / 64] is byte b
 };
 
 class Grammar {
@@ -77,6 +80,9 @@ class Grammar {
   int32_t Member(const std::string& json_name, int32_t value);
   // Any JSON value (made once per grammar).
   int32_t AnyValue();
+  // One byte in lo..hi.
+  int32_t Bytes(uint8_t lo, uint8_t hi);
+  int32_t Repeat(int32_t child, int32_t min_count, int32_t max_count);
 
   Node& node(int32_t id) { return nodes_[static_cast<size_t>(id)]; }
   const Node& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
@@ -85,6 +91,8 @@ class Grammar {
   // Whether a node can reach itself without a byte matched in between (the matcher would
   // recurse without end): such grammars are refused by whoever builds them.
   bool LeftRecursive() const;
+  // For each node, whether it matches the empty text.
+  std::vector<uint8_t> NullableNodes() const;
 
   int32_t root = -1;
   bool compact = false;  // no whitespace between tokens (vLLM's disable_any_whitespace)

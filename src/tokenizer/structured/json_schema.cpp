@@ -1,5 +1,7 @@
 #include "tokenizer/structured/json_schema.h"
 
+#include "tokenizer/structured/regex.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -56,10 +58,11 @@ class Compiler {
     }
     if (!s.is_object()) return Refuse(where, "a schema must be an object or a boolean");
     static const std::set<std::string_view> kKnown = {
-        "type",  "properties", "required",  "additionalProperties",
-        "items", "minItems",   "maxItems",  "enum",
-        "const", "anyOf",      "oneOf",     "allOf",
-        "$ref",  "minLength",  "maxLength", "nullable"};
+        "type",   "properties", "required",  "additionalProperties",
+        "items",  "minItems",   "maxItems",  "enum",
+        "const",  "anyOf",      "oneOf",     "allOf",
+        "$ref",   "minLength",  "maxLength", "nullable",
+        "pattern"};
     for (const auto& [key, v] : s.items()) {
       if (kAnnotations.count(key) != 0 || kKnown.count(key) != 0) continue;
       if (key == "uniqueItems" && v.is_boolean() && !v.get<bool>()) continue;
@@ -148,7 +151,7 @@ class Compiler {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
-    } else if (s.contains("minLength") || s.contains("maxLength")) {
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
       types.push_back("string");
     } else {
       return g_->AnyValue();
@@ -194,6 +197,17 @@ class Compiler {
     if (type == "boolean") return g_->Alt({g_->Literal("true"), g_->Literal("false")});
     if (type == "integer") return g_->Number(true);
     if (type == "number") return g_->Number(false);
+    if (type == "string" && s.contains("pattern")) {
+      // The pattern matches the whole value (as vLLM's backends read it), written inside the
+      // string with JSON's escapes.
+      if (!s["pattern"].is_string()) return Refuse(where, "'pattern' must be a string");
+      if (s.contains("minLength") || s.contains("maxLength")) {
+        return Refuse(where, "'pattern' together with 'minLength' or 'maxLength' is not supported");
+      }
+      auto body = CompileRegex(s["pattern"].get<std::string>(), g_, true);
+      if (!body.ok()) return Refuse(where + "/pattern", std::string(body.status().message()));
+      return g_->Seq({g_->Literal("\""), *body, g_->Literal("\"")});
+    }
     if (type == "string") {
       int32_t lo = 0, hi = -1;
       if (auto st = Bounds(s, "minLength", "maxLength", where, &lo, &hi); !st.ok()) return st;
@@ -418,7 +432,10 @@ StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<Tool
       }
     } else if (max_calls > 1) {
       rest = g->Alt({g->Literal("")});
-      g->node(rest).children.push_back(g->Seq({g->Literal(";"), ws, call, rest}));
+      // (The node is looked up after Seq() adds its own: a reference taken before would dangle
+      // when the node table grows.)
+      const int32_t more = g->Seq({g->Literal(";"), ws, call, rest});
+      g->node(rest).children.push_back(more);
     }
     g->root =
         g->Seq({call, rest, ws});  // (no leading whitespace: the parser reads calls at the start)

@@ -66,10 +66,11 @@ TEST_CASE("completion prompts: string, strings, ids, lists of ids") {
 
 TEST_CASE("sampling and stop parameters are read") {
   ApiError err;
-  auto s = Completion(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+  auto s =
+      Completion(R"({"prompt": "x", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
     "min_p": 0.1, "seed": 42, "n": 3, "stop": ["a", "bc"], "stop_token_ids": [5], "ignore_eos": true,
     "min_tokens": 2, "forced_output_ids": [9, 8, 7], "return_tokens_as_token_ids": true, "logprobs": 3, "stream": true, "stream_options": {"include_usage": true}})",
-                      &err);
+                 &err);
   REQUIRE(s);
   CHECK(s->max_tokens == 7);
   CHECK(s->sampling.temperature == Approx(0.5f));
@@ -127,60 +128,88 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
             "stream_options.include_usage");
   ExpectBad(R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": "y"}})",
             "stream_options.continuous_usage_stats");
-  ExpectBad(R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": true, "every": 1}})",
-            "stream_options.every");
+  ExpectBad(
+      R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": true, "every": 1}})",
+      "stream_options.every");
   ExpectBad(R"({"prompt": "x", "logprobs": 21})", "logprobs");
   ExpectBad(R"({"prompt": "x", "model": 3})", "model");
   ExpectBad(R"({"prompt": "x", "presence_penalty": 2.5})", "presence_penalty");
   ExpectBad(R"({"prompt": "x", "min_tokens": 20, "max_tokens": 10})", "min_tokens");
   ExpectBad(R"({"prompt": "x", "min_tokens": -1})", "min_tokens");
   ExpectBad(R"({"prompt": "x", "seed": "s"})", "seed");
-  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})", "response_format");
+  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {}}})",
+            "response_format");
   ExpectBad(R"({"prompt": "x", "response_format": "json"})", "response_format");
   ExpectBad(R"({"prompt": "x", "response_format": {"type": "structural_tag"}})", "response_format");
   ExpectBad(R"({"prompt": "x", "guided_json": 3})", "guided_json");
   ExpectBad(R"({"prompt": "x", "guided_json": "{\"type\": "})", "guided_json");
-  ExpectBad(R"({"prompt": "x", "guided_json": {"type": "string", "format": "email", "pattern": "@"}})", "guided_json");
+  ExpectBad(
+      R"({"prompt": "x", "guided_json": {"type": "string", "format": "email", "pattern": "[z-a]"}})",
+      "guided_json");
   ExpectBad(R"({"prompt": "x", "guided_choice": []})", "guided_choice");
   ExpectBad(R"({"prompt": "x", "guided_choice": ["a", 1]})", "guided_choice");
   ExpectBad(R"({"prompt": "x", "guided_choice": "a"})", "guided_choice");
-  ExpectBad(R"({"prompt": "x", "guided_regex": "a+"})", "guided_regex");
+  ExpectBad(R"({"prompt": "x", "guided_regex": "(a+"})", "guided_regex");
+  ExpectBad(R"({"prompt": "x", "guided_regex": "(a)\\1"})", "guided_regex");
+  ExpectBad(R"({"prompt": "x", "guided_regex": 5})", "guided_regex");
+  ExpectBad(R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})", "guided_regex");
   ExpectBad(R"({"prompt": "x", "guided_grammar": "root ::= x"})", "guided_grammar");
   ExpectBad(R"({"prompt": "x", "guided_whitespace_pattern": " "})", "guided_whitespace_pattern");
-  ExpectBad(R"({"prompt": "x", "structured_outputs": {"regex": "a"}})", "structured_outputs.regex");
-  ExpectBad(R"({"prompt": "x", "structured_outputs": {"json_object": 1}})", "structured_outputs.json_object");
-  ExpectBad(R"({"prompt": "x", "structured_outputs": {"disable_any_whitespace": "yes", "json_object": true}})",
-            "structured_outputs.disable_any_whitespace");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": {"regex": "[z-a]"}})",
+            "structured_outputs.regex");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= x"}})",
+            "structured_outputs.grammar");
+  ExpectBad(R"({"prompt": "x", "structured_outputs": {"json_object": 1}})",
+            "structured_outputs.json_object");
+  ExpectBad(
+      R"({"prompt": "x", "structured_outputs": {"disable_any_whitespace": "yes", "json_object": true}})",
+      "structured_outputs.disable_any_whitespace");
   ExpectBad(R"({"prompt": "x", "structured_outputs": []})", "structured_outputs");
-  ExpectBad(R"({"prompt": "x", "structured_outputs": {"json": {"type": "object"}, "choice": ["a"]}})",
-            "structured_outputs.choice");
-  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}, "guided_choice": ["a"]})", "guided_choice");
-  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}, "ignore_eos": true})", "ignore_eos");
+  ExpectBad(
+      R"({"prompt": "x", "structured_outputs": {"json": {"type": "object"}, "choice": ["a"]}})",
+      "structured_outputs.choice");
+  ExpectBad(
+      R"({"prompt": "x", "response_format": {"type": "json_object"}, "guided_choice": ["a"]})",
+      "guided_choice");
+  ExpectBad(R"({"prompt": "x", "response_format": {"type": "json_object"}, "ignore_eos": true})",
+            "ignore_eos");
   ExpectBad(R"({"prompt": "x", "guided_choice": ["a"], "min_tokens": 1})", "min_tokens");
-  ExpectBad(R"({"prompt": "x", "guided_choice": ["a"], "forced_output_ids": [1]})", "forced_output_ids");
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
+  ExpectBad(R"({"prompt": "x", "guided_choice": ["a"], "forced_output_ids": [1]})",
+            "forced_output_ids");
+  ExpectBad(
+      R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema",
                "json_schema": {"name": "n", "schema": {"type": "object", "minProperties": 1}}}})",
-            "response_format", true);
+      "response_format", true);
   // A schema string nested past the JSON depth limit is refused before it is parsed.
   const std::string deep = std::string(300, '[') + std::string(300, ']');
   ExpectBad(Json{{"prompt", "x"}, {"guided_json", deep}}.dump(), "guided_json");
   // Plain text, and null structured-output fields, are what the server does anyway.
   ApiError err;
-  auto plain = Completion(R"({"prompt": "x", "response_format": {"type": "text"}, "guided_json": null})", &err);
+  auto plain = Completion(
+      R"({"prompt": "x", "response_format": {"type": "text"}, "guided_json": null})", &err);
   REQUIRE(plain);
   CHECK(plain->grammar == nullptr);
   // The accepted forms each set a grammar, naming the parameter that asked for it.
-  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
-           {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
-               "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}})", "response_format"},
-           {R"({"prompt": "x", "guided_json": {"type": "object"}})", "guided_json"},
-           {R"({"prompt": "x", "guided_json": "{\"type\": \"array\"}"})", "guided_json"},
-           {R"({"prompt": "x", "guided_choice": ["a", "b"]})", "guided_choice"},
-           {R"({"prompt": "x", "structured_outputs": {"json": {"type": "integer"}, "disable_any_whitespace": true}})",
-            "structured_outputs.json"},
-           {R"({"prompt": "x", "structured_outputs": {"choice": ["x"], "disable_fallback": true}})", "structured_outputs.choice"},
-           {R"({"prompt": "x", "structured_outputs": {"json_object": true}})", "structured_outputs.json_object"}}) {
+  for (
+      const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+          {R"({"prompt": "x", "response_format": {"type": "json_object"}})", "response_format"},
+          {R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": true,
+               "schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}})",
+           "response_format"},
+          {R"({"prompt": "x", "guided_json": {"type": "object"}})", "guided_json"},
+          {R"({"prompt": "x", "guided_json": "{\"type\": \"array\"}"})", "guided_json"},
+          {R"({"prompt": "x", "guided_choice": ["a", "b"]})", "guided_choice"},
+          {R"({"prompt": "x", "structured_outputs": {"json": {"type": "integer"}, "disable_any_whitespace": true}})",
+           "structured_outputs.json"},
+          {R"({"prompt": "x", "structured_outputs": {"choice": ["x"], "disable_fallback": true}})",
+           "structured_outputs.choice"},
+          {R"({"prompt": "x", "structured_outputs": {"json_object": true}})",
+           "structured_outputs.json_object"},
+          {R"({"prompt": "x", "guided_regex": "^\\d{3}-[a-z]+$"})", "guided_regex"},
+          {R"({"prompt": "x", "structured_outputs": {"regex": "(yes|no)!?"}})",
+           "structured_outputs.regex"},
+          {R"({"prompt": "x", "guided_json": {"type": "string", "pattern": "^[A-Z]{2}\\d+$"}})",
+           "guided_json"}}) {
     INFO(body);
     auto spec = Completion(body, &err);
     INFO(err.message);
@@ -188,10 +217,14 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
     CHECK(spec->grammar != nullptr);
     CHECK(spec->grammar_param == param);
   }
-  auto compact = Completion(R"({"prompt": "x", "structured_outputs": {"json_object": true, "disable_any_whitespace": true}})", &err);
+  auto compact = Completion(
+      R"({"prompt": "x", "structured_outputs": {"json_object": true, "disable_any_whitespace": true}})",
+      &err);
   REQUIRE(compact);
   CHECK(compact->grammar->compact);
-  auto chat = Chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", &err);
+  auto chat = Chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+      &err);
   REQUIRE(chat);
   CHECK((chat->grammar != nullptr && !chat->grammar->compact));
 }
@@ -234,24 +267,28 @@ TEST_CASE("bad chat requests are 400s") {
   ExpectBad(R"({"messages": "hi"})", "messages", true);
   ExpectBad(R"({"messages": [{"content": "x"}]})", "messages[0].role", true);
   ExpectBad(R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content", true);
-  ExpectBad(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content", true);
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+            "messages[0].content", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
+            "top_logprobs", true);
   ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs", true);
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})", "max_completion_tokens",
-            true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -5})",
+            "max_completion_tokens", true);
   // max_completion_tokens wins over max_tokens, but a bad max_tokens is still a 400.
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 3, "max_tokens": "abc"})",
-            "max_tokens", true);
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 3, "max_tokens": -5})",
-            "max_tokens", true);
+  ExpectBad(
+      R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 3, "max_tokens": "abc"})",
+      "max_tokens", true);
+  ExpectBad(
+      R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 3, "max_tokens": -5})",
+      "max_tokens", true);
 }
 
 TEST_CASE("chat_template_kwargs cannot set the template variables the server sets") {
   // Each key the server puts in the template context (serving.cpp, RenderChat) is refused with
   // a 400 naming it, even when the request does not use the field itself.
-  const std::vector<std::string> reserved = {"messages",          "tools",
-                                             "add_generation_prompt", "continue_final_message",
-                                             "bos_token",         "eos_token"};
+  const std::vector<std::string> reserved = {
+      "messages",  "tools",    "add_generation_prompt", "continue_final_message",
+      "bos_token", "eos_token"};
   CHECK(std::size(kServerChatTemplateKeys) == reserved.size());
   for (const std::string& key : reserved) {
     INFO(key);
@@ -264,9 +301,9 @@ TEST_CASE("chat_template_kwargs cannot set the template variables the server set
     CHECK_FALSE(ParseChatRequest(body, Limits(), &err).has_value());
     CHECK(err.http_status == 400);
     CHECK(err.param == "chat_template_kwargs");
-    CHECK(err.message ==
-          "'chat_template_kwargs' may not set '" + key + "': the server sets that template "
-          "variable itself");
+    CHECK(err.message == "'chat_template_kwargs' may not set '" + key +
+                             "': the server sets that template "
+                             "variable itself");
   }
   // Other names pass, including near misses (Jinja names are case-sensitive) and the reserved
   // names nested inside a value.
@@ -281,9 +318,11 @@ TEST_CASE("chat_template_kwargs cannot set the template variables the server set
   CHECK_FALSE(IsServerChatTemplateKey("Messages"));
   CHECK_FALSE(IsServerChatTemplateKey(""));
   // An empty object is fine; a non-object is still the old error.
-  CHECK(Chat(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {}})", &err));
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": ["messages"]})",
-            "chat_template_kwargs", true);
+  CHECK(Chat(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {}})",
+             &err));
+  ExpectBad(
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": ["messages"]})",
+      "chat_template_kwargs", true);
 }
 
 TEST_CASE("bodies that are not JSON objects") {
@@ -320,49 +359,85 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
   };
   const Case cases[] = {
       // honoured on both endpoints
-      {R"("model": "m")", false, true}, {R"("n": 2)", false, true}, {R"("stream": true)", false, true},
-      {R"("temperature": 0.5)", false, true}, {R"("top_p": 0.9)", false, true}, {R"("top_k": 5)", false, true},
-      {R"("min_p": 0.1)", false, true}, {R"("seed": 3)", false, true}, {R"("stop": ["x"])", false, true},
-      {R"("stop_token_ids": [3])", false, true}, {R"("ignore_eos": true)", false, true},
-      {R"("min_tokens": 2)", false, true}, {R"("include_stop_str_in_output": true)", false, true},
-      {R"("skip_special_tokens": false)", false, true}, {R"("return_tokens_as_token_ids": true)", false, true},
-      {R"("presence_penalty": 0)", false, true}, {R"("frequency_penalty": 0)", false, true},
-      {R"("repetition_penalty": 1)", false, true}, {R"("logit_bias": {})", false, true},
-      {R"("presence_penalty": 1.5)", true, true}, {R"("frequency_penalty": -0.5)", false, true},
-      {R"("repetition_penalty": 1.2)", true, true}, {R"("logit_bias": {"5": -100})", true, true},
-      {R"("allowed_token_ids": [1, 2])", false, true}, {R"("bad_words": ["x"])", true, true},
-      {R"("best_of": 1)", false, true}, {R"("response_format": {"type": "text"})", false, true},
-      {R"("user": "u-1")", false, true}, {R"("user": "u-1")", true, true}, {R"("unused": null)", false, true},
+      {R"("model": "m")", false, true},
+      {R"("n": 2)", false, true},
+      {R"("stream": true)", false, true},
+      {R"("temperature": 0.5)", false, true},
+      {R"("top_p": 0.9)", false, true},
+      {R"("top_k": 5)", false, true},
+      {R"("min_p": 0.1)", false, true},
+      {R"("seed": 3)", false, true},
+      {R"("stop": ["x"])", false, true},
+      {R"("stop_token_ids": [3])", false, true},
+      {R"("ignore_eos": true)", false, true},
+      {R"("min_tokens": 2)", false, true},
+      {R"("include_stop_str_in_output": true)", false, true},
+      {R"("skip_special_tokens": false)", false, true},
+      {R"("return_tokens_as_token_ids": true)", false, true},
+      {R"("presence_penalty": 0)", false, true},
+      {R"("frequency_penalty": 0)", false, true},
+      {R"("repetition_penalty": 1)", false, true},
+      {R"("logit_bias": {})", false, true},
+      {R"("presence_penalty": 1.5)", true, true},
+      {R"("frequency_penalty": -0.5)", false, true},
+      {R"("repetition_penalty": 1.2)", true, true},
+      {R"("logit_bias": {"5": -100})", true, true},
+      {R"("allowed_token_ids": [1, 2])", false, true},
+      {R"("bad_words": ["x"])", true, true},
+      {R"("best_of": 1)", false, true},
+      {R"("response_format": {"type": "text"})", false, true},
+      {R"("user": "u-1")", false, true},
+      {R"("user": "u-1")", true, true},
+      {R"("unused": null)", false, true},
       {R"("stream": true, "stream_options": {"include_usage": true})", true, true},
       // endpoint-specific
-      {R"("echo": true)", false, true}, {R"("logprobs": 2)", false, true}, {R"("suffix": "")", false, true},
-      {R"("max_completion_tokens": 4)", true, true}, {R"("max_tokens": 4, "max_completion_tokens": 5)", true, true},
-      {R"("logprobs": true, "top_logprobs": 2)", true, true}, {R"("add_generation_prompt": false)", true, true},
+      {R"("echo": true)", false, true},
+      {R"("logprobs": 2)", false, true},
+      {R"("suffix": "")", false, true},
+      {R"("max_completion_tokens": 4)", true, true},
+      {R"("max_tokens": 4, "max_completion_tokens": 5)", true, true},
+      {R"("logprobs": true, "top_logprobs": 2)", true, true},
+      {R"("add_generation_prompt": false)", true, true},
       {R"("chat_template_kwargs": {"enable_thinking": false})", true, true},
       {R"("spaces_between_special_tokens": false)", true, true},
-      {R"("chat_template": "{{x}}")", true, true}, {R"("chat_template": 5)", true, false},
-      {R"("prompt_logprobs": 1)", false, true}, {R"("prompt_logprobs": 0)", true, true},
-      {R"("prompt_logprobs": 20)", true, true}, {R"("prompt_logprobs": 21)", false, false},
-      {R"("prompt_logprobs": -1)", true, false}, {R"("prompt_logprobs": -2)", false, false},
-      {R"("prompt_logprobs": "3")", false, false}, {R"("prompt_logprobs": 2, "stream": true)", true, false},
+      {R"("chat_template": "{{x}}")", true, true},
+      {R"("chat_template": 5)", true, false},
+      {R"("prompt_logprobs": 1)", false, true},
+      {R"("prompt_logprobs": 0)", true, true},
+      {R"("prompt_logprobs": 20)", true, true},
+      {R"("prompt_logprobs": 21)", false, false},
+      {R"("prompt_logprobs": -1)", true, false},
+      {R"("prompt_logprobs": -2)", false, false},
+      {R"("prompt_logprobs": "3")", false, false},
+      {R"("prompt_logprobs": 2, "stream": true)", true, false},
       {R"("chat_template": "{{x}}")", false, false},
       {R"("spaces_between_special_tokens": true)", false, true},
       {R"("spaces_between_special_tokens": 1)", false, false},
       {R"("tools": [], "tool_choice": "none")", true, true},
       // the other endpoint's parameters
-      {R"("echo": true)", true, false}, {R"("suffix": "")", true, false},
-      {R"("max_completion_tokens": 4)", false, false}, {R"("top_logprobs": 2)", false, false},
+      {R"("echo": true)", true, false},
+      {R"("suffix": "")", true, false},
+      {R"("max_completion_tokens": 4)", false, false},
+      {R"("top_logprobs": 2)", false, false},
       {R"("messages": [{"role": "user", "content": "x"}])", false, false},
       // vLLM / OpenAI parameters not implemented
       {R"("truncate_prompt_tokens": 0)", false, false},
-      {R"("truncate_prompt_tokens": 5)", false, true}, {R"("truncate_prompt_tokens": -1)", true, true},
-      {R"("priority": 1)", false, false}, {R"("use_beam_search": true)", false, false},
-      {R"("documents": [])", true, false}, {R"("reasoning_effort": "low")", true, false},
-      {R"("store": true)", true, false}, {R"("metadata": {})", true, false}, {R"("functions": [])", true, false},
-      {R"("user": 7)", false, false}, {R"("frobnicate": 1)", false, false}, {R"("frobnicate": 1)", true, false},
+      {R"("truncate_prompt_tokens": 5)", false, true},
+      {R"("truncate_prompt_tokens": -1)", true, true},
+      {R"("priority": 1)", false, false},
+      {R"("use_beam_search": true)", false, false},
+      {R"("documents": [])", true, false},
+      {R"("reasoning_effort": "low")", true, false},
+      {R"("store": true)", true, false},
+      {R"("metadata": {})", true, false},
+      {R"("functions": [])", true, false},
+      {R"("user": 7)", false, false},
+      {R"("frobnicate": 1)", false, false},
+      {R"("frobnicate": 1)", true, false},
   };
   for (const Case& c : cases) {
-    const std::string base = c.chat ? R"("messages": [{"role": "user", "content": "hi"}])" : R"("prompt": "hi")";
+    const std::string base =
+        c.chat ? R"("messages": [{"role": "user", "content": "hi"}])" : R"("prompt": "hi")";
     const std::string body = "{" + base + ", " + c.field + "}";
     INFO((c.chat ? "chat " : "completions ") << body);
     ApiError err;
@@ -387,14 +462,16 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
 // field.
 TEST_CASE("logits processing parameters are read and checked") {
   ApiError err;
-  auto s = Completion(R"({"prompt": "x", "presence_penalty": -2, "frequency_penalty": 2, "repetition_penalty": 1.3,
+  auto s = Completion(
+      R"({"prompt": "x", "presence_penalty": -2, "frequency_penalty": 2, "repetition_penalty": 1.3,
     "logit_bias": {"5": 100, "17": -2.5, "0": 0}, "allowed_token_ids": [3, 4, 5], "bad_words": ["foo", " bar baz"]})",
-                      &err);
+      &err);
   REQUIRE(s);
   CHECK(s->sampling.presence_penalty == -2.0f);
   CHECK(s->sampling.frequency_penalty == 2.0f);
   CHECK(s->sampling.repetition_penalty == 1.3f);
-  CHECK(s->sampling.logit_bias == std::vector<std::pair<int32_t, float>>{{5, 100.0f}, {17, -2.5f}, {0, 0.0f}});
+  CHECK(s->sampling.logit_bias ==
+        std::vector<std::pair<int32_t, float>>{{5, 100.0f}, {17, -2.5f}, {0, 0.0f}});
   CHECK(s->sampling.allowed_token_ids == std::vector<int32_t>{3, 4, 5});
   CHECK(s->bad_words == std::vector<std::string>{"foo", " bar baz"});
   CHECK(s->sampling.bad_words_token_ids.empty());  // tokenized by the server (TokenizeBadWords)
@@ -438,15 +515,19 @@ TEST_CASE("logits processing parameters are read and checked") {
   bad_vocab(R"({"prompt": "x", "allowed_token_ids": [999, 1000]})", "allowed_token_ids");
   bad_vocab(R"({"prompt": "x", "stop_token_ids": [5, 1000]})", "stop_token_ids");
   bad_vocab(R"({"prompt": "x", "stop_token_ids": [2147483647]})", "stop_token_ids");
-  CHECK(ParseCompletionRequest(Json::parse(R"({"prompt": "x", "logit_bias": {"999": 1}, "allowed_token_ids": [999], "stop_token_ids": [999]})"),
-                               l, &err));
+  CHECK(ParseCompletionRequest(
+      Json::parse(
+          R"({"prompt": "x", "logit_bias": {"999": 1}, "allowed_token_ids": [999], "stop_token_ids": [999]})"),
+      l, &err));
 }
 
 // vLLM's per-request chat_template: a string, kept for the Service to parse; empty means the
 // model's.
 TEST_CASE("chat_template is read") {
   ApiError err;
-  auto s = Chat(R"({"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ messages[0].content }}"})", &err);
+  auto s = Chat(
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ messages[0].content }}"})",
+      &err);
   REQUIRE(s);
   REQUIRE(s->chat_template);
   CHECK(*s->chat_template == "{{ messages[0].content }}");
@@ -457,11 +538,13 @@ TEST_CASE("chat_template is read") {
   REQUIRE(s);
   CHECK_FALSE(s->chat_template);
   CHECK(s->spaces_between_special_tokens);
-  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "chat_template": ["a"]})", "chat_template", true);
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "chat_template": ["a"]})",
+            "chat_template", true);
   s = Completion(R"({"prompt": "x", "spaces_between_special_tokens": false})", &err);
   REQUIRE(s);
   CHECK_FALSE(s->spaces_between_special_tokens);
-  ExpectBad(R"({"prompt": "x", "spaces_between_special_tokens": "no"})", "spaces_between_special_tokens");
+  ExpectBad(R"({"prompt": "x", "spaces_between_special_tokens": "no"})",
+            "spaces_between_special_tokens");
 }
 
 TEST_CASE("ChatTemplateCache parses once, keeps a bounded number, refuses bad templates") {

@@ -285,7 +285,9 @@ TEST_CASE("structured: random walks of schemas end in instances of them", "[stru
 
 TEST_CASE("structured: schemas it cannot honour are refused, naming the keyword", "[structured]") {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"type":"string","pattern":"^a+$"})", "'pattern'"},
+      {R"({"type":"string","pattern":"(?=a)a"})", "#/pattern: regex: lookaround"},
+      {R"({"type":"string","pattern":"a+","minLength":2})", "'pattern' together with 'minLength'"},
+      {R"({"type":"string","pattern":5})", "'pattern' must be a string"},
       {R"({"type":"integer","minimum":3})", "'minimum'"},
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems'"},
       {R"({"type":"object","properties":{"a":{"type":"string","x-custom":1}}})", "'x-custom'"},

@@ -1,0 +1,385 @@
+// Structured output's regular expressions (guided_regex, JSON Schema's "pattern"): the
+// grammar's full matches against std::regex (ECMAScript, the same language on the common
+// subset) on random patterns and texts, random walks that never dead-end and end in matches,
+// UTF-8 classes over every kind of code point, the JSON-string form, and the refusals.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tokenizer/structured/json_schema.h"
+#include "tokenizer/structured/regex.h"
+
+using namespace oasis;
+using namespace oasis::structured;
+
+namespace {
+
+std::shared_ptr<const Grammar> Re(const std::string& pattern) {
+  auto g = RegexGrammar(pattern);
+  INFO(pattern << ": " << g.status().ToString());
+  REQUIRE(g.ok());
+  return *g;
+}
+
+bool Matches(GrammarMatcher& m, const std::string& text) {
+  const int32_t s = m.Next(m.start(), text);
+  return s >= 0 && m.Accepting(s);
+}
+
+std::string Utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A random pattern over the subset std::regex (ECMAScript) and Python agree on.
+std::string RandomPattern(std::mt19937_64& rng, int depth) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  std::string out;
+  const int items = 1 + pick(4);
+  for (int i = 0; i < items; ++i) {
+    std::string atom;
+    switch (pick(depth < 3 ? 9 : 7)) {
+      case 0:
+        atom = "a";
+        break;
+      case 1:
+        atom = "b";
+        break;
+      case 2:
+        atom = ".";
+        break;
+      case 3:
+        atom = std::vector<std::string>{"[ab]", "[^a]", "[a-c]", "[^b-c\\n]",
+                                        "\\d",  "\\w",  "\\s",   "\\S"}[pick(8)];
+        break;
+      case 4:
+        atom = "\\.";
+        break;
+      case 5:
+        atom = "c";
+        break;
+      case 6:
+        atom = "1";
+        break;
+      default:
+        atom = (pick(2) ? "(" : "(?:") + RandomPattern(rng, depth + 1) +
+               (pick(3) == 0 ? "|" + RandomPattern(rng, depth + 1) : "") + ")";
+        break;
+    }
+    switch (pick(8)) {
+      case 0:
+        atom += "*";
+        break;
+      case 1:
+        atom += "+";
+        break;
+      case 2:
+        atom += "?";
+        break;
+      case 3:
+        atom += "{" + std::to_string(pick(3)) + "," + std::to_string(2 + pick(3)) + "}";
+        break;
+      case 4:
+        atom += "{" + std::to_string(pick(3)) + "}";
+        break;
+      case 5:
+        atom += "{1,}";
+        break;
+      default:
+        break;
+    }
+    if (pick(6) == 0 && atom.back() != '}' &&
+        (atom.back() == '*' || atom.back() == '+' || atom.back() == '?'))
+      atom += "?";
+    out += atom;
+  }
+  if (pick(5) == 0) out += "|" + RandomPattern(rng, depth + 1);
+  return out;
+}
+
+// A walk over the bytes the matcher allows; nullopt past `limit` bytes.
+std::optional<std::string> Walk(GrammarMatcher& m, std::mt19937_64& rng, int limit, double stop) {
+  std::string text;
+  int32_t s = m.start();
+  for (int i = 0; i < limit; ++i) {
+    std::vector<int> next;
+    for (int b = 0; b < 256; ++b) {
+      if (m.Next(s, static_cast<uint8_t>(b)) >= 0) next.push_back(b);
+    }
+    INFO(text);
+    REQUIRE((m.Accepting(s) || !next.empty()));  // no dead end
+    if (m.Accepting(s) && (next.empty() || std::uniform_real_distribution<>(0, 1)(rng) < stop))
+      return text;
+    const int b = next[std::uniform_int_distribution<size_t>(0, next.size() - 1)(rng)];
+    text += static_cast<char>(b);
+    s = m.Next(s, static_cast<uint8_t>(b));
+    REQUIRE(s >= 0);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("structured regex: full matches of known patterns", "[structured][regex]") {
+  struct Case {
+    const char* pattern;
+    std::vector<std::string> in, out;
+  };
+  const std::vector<Case> cases = {
+      {"abc", {"abc"}, {"", "ab", "abcd", "xabc"}},
+      {"^abc$", {"abc"}, {"ab", "abc$", "^abc"}},
+      {"\\^a\\$", {"^a$"}, {"a"}},
+      {"a|bc|", {"a", "bc", ""}, {"b", "abc"}},
+      {"(ab)+", {"ab", "abab"}, {"", "aba"}},
+      {"(?:a|b)*c", {"c", "abbac"}, {"ab", "cc"}},
+      {"(?P<year>\\d{4})-(?<month>\\d{2})", {"2026-12"}, {"26-12", "2026-1"}},
+      {"x{2,3}", {"xx", "xxx"}, {"x", "xxxx"}},
+      {"x{,2}y", {"y", "xy", "xxy"}, {"xxxy"}},
+      {"x{2,}", {"xx", "xxxxxxxx"}, {"x"}},
+      {"x{0}y", {"y"}, {"xy"}},
+      {"a{,}", {"a{,}"}, {"a"}},  // (not a quantifier: literal, as Python reads it)
+      {"a{x}", {"a{x}"}, {"a"}},
+      {"[a-c]+", {"abcabc"}, {"d", "abcd"}},
+      {"[]a]", {"]", "a"}, {"b"}},
+      {"[-a]", {"-", "a"}, {"b"}},
+      {"[a-]", {"-", "a"}, {"b"}},
+      {"[^a-c]", {"d", "\n", "é", "😀"}, {"a", "b", "c", "dd"}},
+      {".", {"a", "é", "中", "😀", "\r"}, {"\n", "", "ab"}},
+      {"\\d\\D\\w\\W\\s\\S", {"1a_ \tx", "9x0!\nb"}, {"aa_ \tx"}},
+      {"\\x41\\u00e9\\U0001F600\\u{4e2d}", {"Aé😀中"}, {"A"}},
+      {"[\\x00-\\x1f]", {"\x01", "\x1f"}, {" "}},
+      {"\\n\\t\\0", {std::string("\n\t") + '\0'}, {"\n\t0"}},
+      {"é+", {"é", "éé"}, {"e", ""}},
+      {"[éa-c]{2}", {"éa", "cé"}, {"é", "ée"}},
+      {"\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\\\\\/", {".*+?()[]{}|\\/"}, {}},
+      {"a*?b+?c??", {"b", "aabbc"}, {"c"}},
+      {"((a|b)*)*c", {"c", "abababc"}, {"ab"}},
+      {"(a?)*b", {"b", "aab"}, {"a"}},
+      {"(a*|b)+c", {"c", "ac", "abbaac"}, {"a"}},
+      {"(?:(?:a{0,2}){2})c", {"c", "aaaac"}, {"aaaaac"}},
+  };
+  for (const Case& c : cases) {
+    GrammarMatcher m(Re(c.pattern));
+    for (const std::string& t : c.in) {
+      INFO(c.pattern << " should match '" << t << "'");
+      CHECK(Matches(m, t));
+    }
+    for (const std::string& t : c.out) {
+      INFO(c.pattern << " should not match '" << t << "'");
+      CHECK_FALSE(Matches(m, t));
+    }
+  }
+}
+
+TEST_CASE("structured regex: patterns it cannot honour are refused, saying why",
+          "[structured][regex]") {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"(a)\\1", "backreferences"},
+      {"(?P<x>a)(?P=x)", "backreferences"},
+      {"a(?=b)", "lookaround"},
+      {"a(?!b)", "lookaround"},
+      {"(?<=a)b", "lookaround"},
+      {"(?<!a)b", "lookaround"},
+      {"\\bword\\b", "word boundaries"},
+      {"a\\B", "\\B"},
+      {"(?i)abc", "inline flags"},
+      {"a^b", "anchors"},
+      {"a$b", "anchors"},
+      {"a**", "multiple repeat"},
+      {"a{2}{3}", "multiple repeat"},
+      {"a*+", "possessive"},
+      {"*a", "nothing to repeat"},
+      {"a|?", "nothing to repeat"},
+      {"{2}", "nothing to repeat"},
+      {"a{1001}", "above 1000"},
+      {"a{3,2}", "out of order"},
+      {"(ab", "missing ')'"},
+      {"ab)", "unbalanced"},
+      {"[ab", "unterminated"},
+      {"[z-a]", "out of order"},
+      {"[\\d-z]", "bad character range"},
+      {"[^\\x00-\\U0010FFFF]", "matches no character"},
+      {"\\p{L}", "bad escape"},
+      {"\\q", "bad escape"},
+      {"a\\", "backslash"},
+      {"\\x4", "two hex digits"},
+      {"\\ud800", "not a character"},
+      {"(?P<1x>a)", "bad group name"},
+      {std::string("\xff"), "UTF-8"},
+      {std::string(kMaxRegexBytes + 1, 'a'), "longer than"},
+      {std::string(300, '(') + std::string(300, ')'), "nest deeper"},
+  };
+  for (const auto& [pattern, why] : refused) {
+    auto g = RegexGrammar(pattern);
+    INFO(pattern.substr(0, 60) << " -> " << g.status().ToString());
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().message().find(why) != std::string::npos);
+  }
+}
+
+TEST_CASE("structured regex: random patterns and texts agree with std::regex",
+          "[structured][regex]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 11);
+  const std::string alphabet = "abc1.\n _";
+  int matched = 0, compared = 0;
+  for (int p = 0; p < 300; ++p) {
+    const std::string pattern = RandomPattern(rng, 0);
+    INFO("pattern " << pattern);
+    GrammarMatcher m(Re(pattern));
+    // (__polynomial: libstdc++'s automaton executor, not its exponential backtracking.)
+    const std::regex reference(pattern,
+                               std::regex::ECMAScript | std::regex_constants::__polynomial);
+    // Random texts, and texts the grammar itself produced.
+    for (int t = 0; t < 60; ++t) {
+      std::string text;
+      if (t % 3 == 0) {
+        auto w = Walk(m, rng, 40, 0.3);
+        if (!w) continue;
+        text = *w;
+      } else {
+        for (size_t n = rng() % 8; n > 0; --n) text += alphabet[rng() % alphabet.size()];
+      }
+      INFO("text '" << text << "'");
+      // (std::regex reads bytes, and its '.' refuses '\r': walks past ASCII or through '\r'
+      // are checked to match, not compared.)
+      const bool plain =
+          std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0 && ch != '\r'; }) ||
+          text.empty();
+      if (!plain) {
+        CHECK(Matches(m, text));
+        continue;
+      }
+      const bool want = std::regex_match(text, reference);
+      CHECK(Matches(m, text) == want);
+      matched += want;
+      ++compared;
+    }
+  }
+  CHECK(matched > compared / 5);
+}
+
+TEST_CASE("structured regex: classes over UTF-8 take exactly their code points",
+          "[structured][regex]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 12);
+  std::vector<uint32_t> probes = {0,       0x7F,     0x80,     0x7FF,  0x800,   0xFFF,   0x1000,
+                                  0xD7FF,  0xE000,   0xFFFD,   0xFFFF, 0x10000, 0x3FFFF, 0x40000,
+                                  0xFFFFF, 0x100000, 0x10FFFF, 'a',    0xE9,    0x4E2D,  0x1F600};
+  for (int i = 0; i < 200; ++i) {
+    uint32_t cp = static_cast<uint32_t>(rng() % 0x110000);
+    if (cp >= 0xD800 && cp <= 0xDFFF) cp = 0xE000;
+    probes.push_back(cp);
+  }
+  for (int k = 0; k < 40; ++k) {
+    // A class of random ranges, plain and negated.
+    std::vector<std::pair<uint32_t, uint32_t>> ranges;
+    std::string cls;
+    for (size_t r = 1 + rng() % 3; r > 0; --r) {
+      uint32_t lo = probes[rng() % probes.size()], hi = probes[rng() % probes.size()];
+      if (lo > hi) std::swap(lo, hi);
+      if (lo == 0) lo = 1;  // (\x00 written as \u0000 below works too; keep the pattern short)
+      ranges.emplace_back(lo, hi);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "\\U%08x-\\U%08x", lo, hi);
+      cls += buf;
+    }
+    for (bool negated : {false, true}) {
+      const std::string pattern = std::string("[") + (negated ? "^" : "") + cls + "]";
+      GrammarMatcher m(Re(pattern));
+      for (uint32_t cp : probes) {
+        bool in = false;
+        for (auto [lo, hi] : ranges) in = in || (cp >= lo && cp <= hi);
+        INFO(pattern << " code point " << cp);
+        CHECK(Matches(m, Utf8(cp)) == (in != negated));
+      }
+      // Bytes that are not UTF-8 never match: surrogates, overlong forms, stray continuations.
+      for (const char* bad :
+           {"\xED\xA0\x80", "\xC0\x80", "\xE0\x80\x80", "\x80", "\xF4\x90\x80\x80", "\xFF"}) {
+        CHECK_FALSE(Matches(m, bad));
+      }
+    }
+  }
+}
+
+TEST_CASE("structured regex: random walks never dead-end and end in matches",
+          "[structured][regex]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 13);
+  for (const char* pattern :
+       {"[^\"]{3,8}", "(\\d{3}-)?\\d{4}", "[a-zé😀]+@[a-z]+\\.(com|org)", ".{0,12}",
+        "(foo|bar|baz)(, (foo|bar|baz)){0,3}", "[\\u0400-\\u04ff\\s]{1,20}"}) {
+    GrammarMatcher m(Re(pattern));
+    int finished = 0;
+    for (int i = 0; i < 100; ++i) {
+      auto text = Walk(m, rng, 200, 0.2);
+      if (!text) continue;
+      ++finished;
+      INFO(pattern << ": '" << *text << "'");
+      CHECK(Matches(m, *text));
+      CHECK_NOTHROW(nlohmann::json(*text).dump());  // valid UTF-8 (dump throws on anything else)
+    }
+    CHECK(finished > 50);
+  }
+}
+
+TEST_CASE("structured regex: JSON Schema's pattern, written inside a JSON string",
+          "[structured][regex]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 14);
+  for (const char* pattern :
+       {"[^x]{0,6}", "a\"b\\\\c", "[\\x00-\\x1f\"\\\\]{1,4}", "\\d+(\\.\\d+)?", "(é|\\n|/)*z"}) {
+    const nlohmann::ordered_json schema = {
+        {"type", "object"},
+        {"properties", {{"s", {{"type", "string"}, {"pattern", pattern}}}}},
+        {"required", {"s"}}};
+    auto g = JsonSchemaGrammar(schema);
+    INFO(pattern << ": " << g.status().ToString());
+    REQUIRE(g.ok());
+    GrammarMatcher m(*g);
+    // (__polynomial: libstdc++'s automaton executor, not its exponential backtracking.)
+    const std::regex reference(pattern,
+                               std::regex::ECMAScript | std::regex_constants::__polynomial);
+    int finished = 0;
+    for (int i = 0; i < 100; ++i) {
+      auto text = Walk(m, rng, 300, 0.3);
+      if (!text) continue;
+      ++finished;
+      INFO(*text);
+      const auto v = nlohmann::json::parse(*text, nullptr, false);
+      REQUIRE(v.is_object());
+      const std::string s = v["s"].get<std::string>();
+      // (std::regex reads bytes: strings past ASCII are checked by the walk's grammar only.)
+      if (std::all_of(s.begin(), s.end(), [](char ch) { return ch >= 0; }))
+        CHECK(std::regex_match(s, reference));
+    }
+    CHECK(finished > 50);
+  }
+  // Its bounds with minLength / maxLength are not honoured together: refused.
+  auto both = JsonSchemaGrammar(
+      nlohmann::ordered_json::parse(R"({"type":"string","pattern":"a+","maxLength":3})"));
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.status().message().find("pattern") != std::string::npos);
+  auto bad =
+      JsonSchemaGrammar(nlohmann::ordered_json::parse(R"({"type":"string","pattern":"(a"})"));
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("/pattern") != std::string::npos);
+}

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/json_depth.h"
+#include "tokenizer/structured/gbnf.h"
 #include "tokenizer/structured/json_schema.h"
 #include "tokenizer/structured/regex.h"
 
@@ -291,6 +292,10 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
     }
     return set(param, structured::ChoiceGrammar(choices));
   };
+  auto grammar = [&](const std::string& param, const Json& v) -> bool {
+    if (!v.is_string()) return r.Fail(param, "'" + param + "' must be a string (a GBNF grammar)");
+    return set(param, structured::GbnfGrammar(v.get<std::string>()));
+  };
   auto regex = [&](const std::string& param, const Json& v) -> bool {
     if (!v.is_string())
       return r.Fail(param, "'" + param + "' must be a string (a regular expression)");
@@ -328,10 +333,8 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
   if (const Json* v = r.Get("guided_regex")) {
     if (!regex("guided_regex", *v)) return false;
   }
-  if (r.Get("guided_grammar") != nullptr) {
-    return r.Fail("guided_grammar",
-                  "'guided_grammar' is not supported (structured output: JSON schemas, JSON "
-                  "objects, choices and regular expressions)");
+  if (const Json* v = r.Get("guided_grammar")) {
+    if (!grammar("guided_grammar", *v)) return false;
   }
   if (const Json* so = r.Get("structured_outputs")) {
     if (!so->is_object())
@@ -345,6 +348,8 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
         if (!choice(param, v)) return false;
       } else if (key == "regex") {
         if (!regex(param, v)) return false;
+      } else if (key == "grammar") {
+        if (!grammar(param, v)) return false;
       } else if (key == "json_object") {
         if (!v.is_boolean()) return r.Fail(param, "'" + param + "' must be a boolean");
         if (v.get<bool>() && !set(param, structured::JsonObjectGrammar(compact))) return false;
@@ -354,9 +359,9 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
         // (Read above.) No fallback backend to disable; without additionalProperties no other
         // member is generated anyway.
       } else {
-        return r.Fail(
-            param, "'" + param +
-                       "' is not supported (structured output: json, choice, regex, json_object)");
+        return r.Fail(param, "'" + param +
+                                 "' is not supported (structured output: json, choice, regex, "
+                                 "grammar, json_object)");
       }
     }
   }

@@ -466,6 +466,14 @@ async function structuredOutput() {
   try { pv = JSON.parse(pat.choices[0].message.content); } catch (e) { /* checked below */ }
   check(pat.choices[0].finish_reason !== 'stop' || (pv && /^[A-Z]{3}"?\d{2,4}$/.test(pv.code)),
     'structured: a JSON schema\'s pattern holds in the parsed value', pat.choices[0].message.content);
+  // A GBNF grammar (rules, groups, classes, bounded repeats: every answer must end), n = 3.
+  const arith = 'root ::= term (op term){0,3}\nop ::= "+" | "-"\nterm ::= num | "(" num ("*" num){0,2} ")"\n' +
+    'num ::= [0-9]{1,3}  # up to three digits';
+  const arithRe = /^(\d{1,3}|\(\d{1,3}(\*\d{1,3}){0,2}\))([+-](\d{1,3}|\(\d{1,3}(\*\d{1,3}){0,2}\))){0,3}$/;
+  const gr = await client.completions.create({ model: 'oasis-embedded', prompt: 'Some arithmetic:', max_tokens: 80, n: 3,
+    temperature: 1.0, seed: 21, guided_grammar: arith });
+  check(gr.choices.every((c) => c.finish_reason === 'stop' && arithRe.test(c.text)),
+    'structured: guided_grammar (GBNF), n = 3: each answer is in the language', gr.choices.map((c) => [c.text, c.finish_reason]));
   // Refusals.
   const refused = async (body, param, words, what) => {
     try {
@@ -478,7 +486,8 @@ async function structuredOutput() {
   await refused({ response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'integer', minimum: 3 } } } },
     'response_format', "'minimum'", 'structured: a schema keyword it cannot honour is a 400 naming it');
   await refused({ guided_regex: '(a)\\1' }, 'guided_regex', 'backreferences', 'structured: a regex it cannot honour is a 400 saying why');
-  await refused({ guided_grammar: 'root ::= "a"' }, 'guided_grammar', 'not supported', 'structured: guided_grammar is refused');
+  await refused({ guided_grammar: 'root ::= a\na ::= "x" a' }, 'guided_grammar', 'can never end',
+    'structured: a grammar that cannot end is a 400 saying why');
   await refused({ response_format: { type: 'json_object' }, guided_json: { type: 'object' } }, 'guided_json', 'only one kind',
     'structured: two kinds at once are refused');
   await refused({ response_format: { type: 'json_object' }, ignore_eos: true }, 'ignore_eos', 'cannot be combined',

@@ -1,9 +1,9 @@
 // Structured output's grammars: the first line is a JSON schema (or "object" for any JSON
-// object, "choice:a|b|c" for choices, "regex:PATTERN" for a regular expression, "tools:SCHEMA"
-// for forced tool calls with those parameters, one call or many); the rest is fed to the
-// matcher byte by byte, and as token ids (two bytes each) to a constraint over a small
-// vocabulary. Nothing may crash; what the matcher accepts must be JSON nlohmann parses (for the
-// JSON grammars) and UTF-8 (for all but choices).
+// object, "choice:a|b|c" for choices, "regex:PATTERN" for a regular expression, "gbnf:RULES" for a
+// GBNF grammar, "tools:SCHEMA" for forced tool calls with those parameters, one call or many); the
+// rest is fed to the matcher byte by byte, and as token ids (two bytes each) to a constraint over a
+// small vocabulary. Nothing may crash; what the matcher accepts must be JSON nlohmann parses (for
+// the JSON grammars) and UTF-8 (for all but choices).
 #include <nlohmann/json.hpp>
 
 #include <climits>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/json_depth.h"
+#include "tokenizer/structured/gbnf.h"
 #include "tokenizer/structured/json_schema.h"
 #include "tokenizer/structured/regex.h"
 #include "tokenizer/structured/token_constraint.h"
@@ -64,6 +65,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     utf8 = false;
   } else if (head.substr(0, 6) == "regex:") {
     auto c = RegexGrammar(head.substr(6));
+    if (!c.ok()) return 0;
+    g = *c;
+    json = false;
+  } else if (head.substr(0, 5) == "gbnf:") {
+    auto c = GbnfGrammar(head.substr(5));
     if (!c.ok()) return 0;
     g = *c;
     json = false;

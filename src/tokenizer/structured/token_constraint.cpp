@@ -126,6 +126,7 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
   Bits bits(static_cast<size_t>((v.vocab_size_ + 63) / 64), 0);
   walk_.assign(1, state);
   size_t computed = 0;  // walk_[0..computed] hold the states after the previous token's bytes
+  bool any = false;
   for (size_t i = 0; i < v.sorted_.size(); ++i) {
     const int32_t id = v.sorted_[i];
     const std::string& b = v.bytes_[static_cast<size_t>(id)];
@@ -137,9 +138,15 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
       walk_[++at] = s;
     }
     computed = at;
-    if (s >= 0) bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    if (s >= 0) {
+      bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+      any = true;
+    }
   }
-  if (matcher_.Accepting(state)) {
+  // EOS where the text is complete — and where no token can go on (the matcher's bounds cut
+  // the grammar there: 50,000 states, 160 frames deep): a request is never left without a
+  // token, and its text ends where it must.
+  if (matcher_.Accepting(state) || !any) {
     for (int32_t id : eos_) {
       if (id >= 0 && id < v.vocab_size_)
         bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);

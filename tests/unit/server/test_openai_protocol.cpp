@@ -154,6 +154,8 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": "x", "guided_regex": 5})", "guided_regex");
   ExpectBad(R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["a"]})", "guided_regex");
   ExpectBad(R"({"prompt": "x", "guided_grammar": "root ::= x"})", "guided_grammar");
+  ExpectBad(R"({"prompt": "x", "guided_grammar": "?start: \"a\""})", "guided_grammar");
+  ExpectBad(R"({"prompt": "x", "guided_grammar": ["root ::= \"a\""]})", "guided_grammar");
   ExpectBad(R"({"prompt": "x", "guided_whitespace_pattern": " "})", "guided_whitespace_pattern");
   ExpectBad(R"({"prompt": "x", "structured_outputs": {"regex": "[z-a]"}})",
             "structured_outputs.regex");
@@ -208,6 +210,10 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
           {R"({"prompt": "x", "guided_regex": "^\\d{3}-[a-z]+$"})", "guided_regex"},
           {R"({"prompt": "x", "structured_outputs": {"regex": "(yes|no)!?"}})",
            "structured_outputs.regex"},
+          {R"({"prompt": "x", "guided_grammar": "root ::= \"a\" b*\nb ::= [0-9]"})",
+           "guided_grammar"},
+          {R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= [a-z]+"}})",
+           "structured_outputs.grammar"},
           {R"({"prompt": "x", "guided_json": {"type": "string", "pattern": "^[A-Z]{2}\\d+$"}})",
            "guided_json"}}) {
     INFO(body);

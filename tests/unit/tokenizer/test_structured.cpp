@@ -11,14 +11,19 @@
 #include <vector>
 
 #include "real_tokenizers.h"
+#include "structured_walk.h"
 #include "tokenizer/structured/json_schema.h"
 #include "tokenizer/structured/token_constraint.h"
 
 using namespace oasis;
 using namespace oasis::structured;
+using namespace oasis::structured::testing;
 using OJson = nlohmann::ordered_json;
 
 namespace {
+
+// Bytes the walks prefer half the time: closing brackets, quotes and digits, so that they end.
+constexpr std::string_view kClosing = "}]\"0123456789";
 
 std::shared_ptr<const Grammar> Schema(const std::string& text) {
   auto g = JsonSchemaGrammar(OJson::parse(text));
@@ -27,13 +32,6 @@ std::shared_ptr<const Grammar> Schema(const std::string& text) {
   return *g;
 }
 
-// Whether the whole text is a match.
-bool Matches(GrammarMatcher& m, const std::string& text) {
-  const int32_t s = m.Next(m.start(), text);
-  return s >= 0 && m.Accepting(s);
-}
-// Whether the text can still be continued into a match.
-bool Alive(GrammarMatcher& m, const std::string& text) { return m.Next(m.start(), text) >= 0; }
 
 // The subset's semantics, written plainly: whether `v` is an instance of `s` (properties in
 // order, as the grammar generates them).
@@ -108,34 +106,6 @@ bool Valid(const OJson& v, const OJson& s, const OJson& root) {
   return false;
 }
 
-// A random walk over the bytes the grammar allows: every state reached must be completable
-// (accepting or with a byte that continues it). Returns the text when it stopped at an
-// accepting state within `limit` bytes, else nullopt.
-std::optional<std::string> Walk(GrammarMatcher& m, std::mt19937_64& rng, int limit, double stop) {
-  std::string text;
-  int32_t s = m.start();
-  for (int i = 0; i < limit; ++i) {
-    std::vector<int> next;
-    for (int b = 0; b < 256; ++b) {
-      if (m.Next(s, static_cast<uint8_t>(b)) >= 0) next.push_back(b);
-    }
-    INFO(text);
-    REQUIRE((m.Accepting(s) || !next.empty()));  // no dead end
-    if (m.Accepting(s) && (next.empty() || std::uniform_real_distribution<>(0, 1)(rng) < stop)) return text;
-    // Prefer closing brackets and quotes now and then, so that walks end.
-    std::vector<int> closing;
-    for (int b : next) {
-      if (b == '}' || b == ']' || b == '"' || (b >= '0' && b <= '9')) closing.push_back(b);
-    }
-    const bool close = !closing.empty() && std::uniform_real_distribution<>(0, 1)(rng) < 0.5;
-    const auto& from = close ? closing : next;
-    const int b = from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
-    text += static_cast<char>(b);
-    s = m.Next(s, static_cast<uint8_t>(b));
-    REQUIRE(s >= 0);
-  }
-  return std::nullopt;
-}
 
 }  // namespace
 
@@ -190,7 +160,7 @@ TEST_CASE("structured: random walks of any JSON object never dead-end and end in
   GrammarMatcher m(JsonObjectGrammar());
   int finished = 0;
   for (int i = 0; i < 300; ++i) {
-    auto text = Walk(m, rng, 400, 0.5);
+    auto text = Walk(m, rng, 400, 0.5, kClosing);
     if (!text) continue;
     ++finished;
     INFO(*text);
@@ -270,7 +240,7 @@ TEST_CASE("structured: random walks of schemas end in instances of them", "[stru
     GrammarMatcher m(Schema(text));
     int finished = 0;
     for (int i = 0; i < 150; ++i) {
-      auto out = Walk(m, rng, 300, 0.6);
+      auto out = Walk(m, rng, 300, 0.6, kClosing);
       if (!out) continue;
       ++finished;
       INFO(text << "\n" << *out);

@@ -10,12 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "structured_walk.h"
 #include "tokenizer/structured/gbnf.h"
 #include "tokenizer/structured/json_schema.h"
 #include "tokenizer/structured/token_constraint.h"
 
 using namespace oasis;
 using namespace oasis::structured;
+using namespace oasis::structured::testing;
 
 namespace {
 
@@ -24,31 +26,6 @@ std::shared_ptr<const Grammar> Gbnf(const std::string& text) {
   INFO(text << "\n-> " << g.status().ToString());
   REQUIRE(g.ok());
   return *g;
-}
-
-bool Matches(GrammarMatcher& m, const std::string& text) {
-  const int32_t s = m.Next(m.start(), text);
-  return s >= 0 && m.Accepting(s);
-}
-
-std::optional<std::string> Walk(GrammarMatcher& m, std::mt19937_64& rng, int limit, double stop) {
-  std::string text;
-  int32_t s = m.start();
-  for (int i = 0; i < limit; ++i) {
-    std::vector<int> next;
-    for (int b = 0; b < 256; ++b) {
-      if (m.Next(s, static_cast<uint8_t>(b)) >= 0) next.push_back(b);
-    }
-    INFO(text);
-    REQUIRE((m.Accepting(s) || !next.empty()));  // no dead end
-    if (m.Accepting(s) && (next.empty() || std::uniform_real_distribution<>(0, 1)(rng) < stop))
-      return text;
-    const int b = next[std::uniform_int_distribution<size_t>(0, next.size() - 1)(rng)];
-    text += static_cast<char>(b);
-    s = m.Next(s, static_cast<uint8_t>(b));
-    REQUIRE(s >= 0);
-  }
-  return std::nullopt;
 }
 
 // Arithmetic, written plainly: expr ::= term (("+"|"-") term)*, term ::= factor ("*" factor)*,

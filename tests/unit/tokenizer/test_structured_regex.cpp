@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "structured_walk.h"
 #include "tokenizer/structured/json_schema.h"
 #include "tokenizer/structured/regex.h"
 
 using namespace oasis;
 using namespace oasis::structured;
+using namespace oasis::structured::testing;
 
 namespace {
 
@@ -26,11 +28,6 @@ std::shared_ptr<const Grammar> Re(const std::string& pattern) {
   INFO(pattern << ": " << g.status().ToString());
   REQUIRE(g.ok());
   return *g;
-}
-
-bool Matches(GrammarMatcher& m, const std::string& text) {
-  const int32_t s = m.Next(m.start(), text);
-  return s >= 0 && m.Accepting(s);
 }
 
 std::string Utf8(uint32_t cp) {
@@ -117,27 +114,6 @@ std::string RandomPattern(std::mt19937_64& rng, int depth) {
   }
   if (pick(5) == 0) out += "|" + RandomPattern(rng, depth + 1);
   return out;
-}
-
-// A walk over the bytes the matcher allows; nullopt past `limit` bytes.
-std::optional<std::string> Walk(GrammarMatcher& m, std::mt19937_64& rng, int limit, double stop) {
-  std::string text;
-  int32_t s = m.start();
-  for (int i = 0; i < limit; ++i) {
-    std::vector<int> next;
-    for (int b = 0; b < 256; ++b) {
-      if (m.Next(s, static_cast<uint8_t>(b)) >= 0) next.push_back(b);
-    }
-    INFO(text);
-    REQUIRE((m.Accepting(s) || !next.empty()));  // no dead end
-    if (m.Accepting(s) && (next.empty() || std::uniform_real_distribution<>(0, 1)(rng) < stop))
-      return text;
-    const int b = next[std::uniform_int_distribution<size_t>(0, next.size() - 1)(rng)];
-    text += static_cast<char>(b);
-    s = m.Next(s, static_cast<uint8_t>(b));
-    REQUIRE(s >= 0);
-  }
-  return std::nullopt;
 }
 
 }  // namespace

@@ -461,11 +461,13 @@ async function structuredOutput() {
     'structured: structured_outputs.regex', reChat.choices[0].message.content);
   const pat = await client.chat.completions.create({ model: 'oasis-embedded', messages: [{ role: 'user', content: 'A flight.' }],
     max_tokens: 120, temperature: 1.0, seed: 4, response_format: { type: 'json_schema', json_schema: { name: 'f', schema: {
-      type: 'object', properties: { code: { type: 'string', pattern: '^[A-Z]{3}"?\\d{2,4}$' } }, required: ['code'] } } } });
+      type: 'object', properties: { code: { type: 'string', pattern: '^[A-Z]{3}"?\\d{2,4}$' },
+        n: { type: 'integer', minimum: -5, exclusiveMaximum: 50 } }, required: ['code', 'n'] } } } });
   let pv = null;
   try { pv = JSON.parse(pat.choices[0].message.content); } catch (e) { /* checked below */ }
-  check(pat.choices[0].finish_reason !== 'stop' || (pv && /^[A-Z]{3}"?\d{2,4}$/.test(pv.code)),
-    'structured: a JSON schema\'s pattern holds in the parsed value', pat.choices[0].message.content);
+  check(pat.choices[0].finish_reason !== 'stop' || (pv && /^[A-Z]{3}"?\d{2,4}$/.test(pv.code) && Number.isInteger(pv.n) &&
+    pv.n >= -5 && pv.n < 50), 'structured: a JSON schema\'s pattern and integer bounds hold in the parsed value',
+    pat.choices[0].message.content);
   // A GBNF grammar (rules, groups, classes, bounded repeats: every answer must end), n = 3.
   const arith = 'root ::= term (op term){0,3}\nop ::= "+" | "-"\nterm ::= num | "(" num ("*" num){0,2} ")"\n' +
     'num ::= [0-9]{1,3}  # up to three digits';
@@ -483,8 +485,8 @@ async function structuredOutput() {
       check(e.status === 400 && e.error?.param === param && e.error?.message?.includes(words), what, e.error);
     }
   };
-  await refused({ response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'integer', minimum: 3 } } } },
-    'response_format', "'minimum'", 'structured: a schema keyword it cannot honour is a 400 naming it');
+  await refused({ response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'integer', multipleOf: 3 } } } },
+    'response_format', "'multipleOf'", 'structured: a schema keyword it cannot honour is a 400 naming it');
   await refused({ guided_regex: '(a)\\1' }, 'guided_regex', 'backreferences', 'structured: a regex it cannot honour is a 400 saying why');
   await refused({ guided_grammar: 'root ::= a\na ::= "x" a' }, 'guided_grammar', 'can never end',
     'structured: a grammar that cannot end is a 400 saying why');

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -24,6 +25,66 @@ const std::set<std::string_view> kAnnotations = {
     "strict",    "$defs",       "definitions"};
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::strict); }
+
+// Integer bounds: as regular expressions over decimal digits (no leading zeros).
+constexpr int kMaxIntegerDigits = 31;  // (with a sign: the grammar's 32-byte numbers)
+
+// The digit strings of a's length from a to b (a <= b, as text), each alternative appended.
+void SameLength(const std::string& a, const std::string& b, const std::string& prefix,
+                std::vector<std::string>* out) {
+  if (a.empty()) {
+    out->push_back(prefix);
+    return;
+  }
+  if (a[0] == b[0]) {
+    SameLength(a.substr(1), b.substr(1), prefix + a[0], out);
+    return;
+  }
+  const size_t n = a.size() - 1;
+  const std::string any = n > 0 ? "[0-9]{" + std::to_string(n) + "}" : "";
+  if (a.substr(1) == std::string(n, '0') && b.substr(1) == std::string(n, '9')) {
+    out->push_back(prefix + "[" + a[0] + "-" + b[0] + "]" + any);
+    return;
+  }
+  SameLength(a.substr(1), std::string(n, '9'), prefix + a[0], out);
+  if (b[0] - a[0] > 1) {
+    out->push_back(prefix + "[" + static_cast<char>(a[0] + 1) + "-" + static_cast<char>(b[0] - 1) +
+                   "]" + any);
+  }
+  SameLength(std::string(n, '0'), b.substr(1), prefix + b[0], out);
+}
+
+// The largest integer of d digits (saturated past int64).
+int64_t MaxOfDigits(size_t d) {
+  int64_t v = 0;
+  for (size_t i = 0; i < d; ++i) {
+    if (v > (std::numeric_limits<int64_t>::max() - 9) / 10)
+      return std::numeric_limits<int64_t>::max();
+    v = v * 10 + 9;
+  }
+  return v;
+}
+
+// The integers a..b (b < 0: no upper bound) for 0 <= a <= 10^18.
+void NonNegative(int64_t a, int64_t b, std::vector<std::string>* out) {
+  const std::string as = std::to_string(a);
+  const int64_t top = b >= 0 ? b : MaxOfDigits(as.size());
+  for (size_t d = as.size(); d <= std::to_string(top).size(); ++d) {
+    const int64_t lo = std::max(a, d == 1 ? int64_t{0} : MaxOfDigits(d - 1) + 1);
+    const int64_t hi = std::min(top, MaxOfDigits(d));
+    if (lo <= hi) SameLength(std::to_string(lo), std::to_string(hi), "", out);
+  }
+  if (b < 0) {  // every longer number
+    out->push_back("[1-9][0-9]{" + std::to_string(as.size()) + "," +
+                   std::to_string(kMaxIntegerDigits - 1) + "}");
+  }
+}
+
+std::string Join(const std::vector<std::string>& alts) {
+  std::string out;
+  for (const std::string& a : alts) out += (out.empty() ? "" : "|") + a;
+  return out;
+}
 
 class Compiler {
  public:
@@ -57,12 +118,27 @@ class Compiler {
       return Refuse(where, "the schema false matches nothing");
     }
     if (!s.is_object()) return Refuse(where, "a schema must be an object or a boolean");
-    static const std::set<std::string_view> kKnown = {
-        "type",   "properties", "required",  "additionalProperties",
-        "items",  "minItems",   "maxItems",  "enum",
-        "const",  "anyOf",      "oneOf",     "allOf",
-        "$ref",   "minLength",  "maxLength", "nullable",
-        "pattern"};
+    static const std::set<std::string_view> kKnown = {"type",
+                                                      "properties",
+                                                      "required",
+                                                      "additionalProperties",
+                                                      "items",
+                                                      "minItems",
+                                                      "maxItems",
+                                                      "enum",
+                                                      "const",
+                                                      "anyOf",
+                                                      "oneOf",
+                                                      "allOf",
+                                                      "$ref",
+                                                      "minLength",
+                                                      "maxLength",
+                                                      "nullable",
+                                                      "pattern",
+                                                      "minimum",
+                                                      "maximum",
+                                                      "exclusiveMinimum",
+                                                      "exclusiveMaximum"};
     for (const auto& [key, v] : s.items()) {
       if (kAnnotations.count(key) != 0 || kKnown.count(key) != 0) continue;
       if (key == "uniqueItems" && v.is_boolean() && !v.get<bool>()) continue;
@@ -153,6 +229,9 @@ class Compiler {
       types.push_back("array");
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
       types.push_back("string");
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      return Refuse(where, "numeric bounds without a 'type' are not supported (say 'integer')");
     } else {
       return g_->AnyValue();
     }
@@ -192,11 +271,67 @@ class Compiler {
     return 0;
   }
 
+  // An integer within minimum / maximum / exclusiveMinimum / exclusiveMaximum (2020-12's
+  // numeric forms), as a regular expression over its digits.
+  StatusOr<int32_t> Integer(const Json& s, const std::string& where) {
+    constexpr double kLimit = 1e18;
+    std::optional<int64_t> lo, hi;
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      if (!s.contains(k)) continue;
+      const Json& v = s[k];
+      if (!v.is_number()) {
+        return Refuse(where, std::string("'") + k + "' must be a number (JSON Schema 2020-12)");
+      }
+      const double d = v.get<double>();
+      if (!(std::fabs(d) <= kLimit)) {
+        return Refuse(where, std::string("'") + k + "' beyond ±10^18 is not supported");
+      }
+      // (Integers exactly: a double rounds past 2^53.)
+      const bool exact = v.is_number_integer();
+      const int64_t whole = exact ? v.get<int64_t>() : 0;
+      const std::string_view key = k;
+      if (key == "minimum" || key == "exclusiveMinimum") {
+        const int64_t b = key == "minimum"
+                              ? (exact ? whole : static_cast<int64_t>(std::ceil(d)))
+                              : (exact ? whole + 1 : static_cast<int64_t>(std::floor(d)) + 1);
+        lo = lo ? std::max(*lo, b) : b;
+      } else {
+        const int64_t b = key == "maximum"
+                              ? (exact ? whole : static_cast<int64_t>(std::floor(d)))
+                              : (exact ? whole - 1 : static_cast<int64_t>(std::ceil(d)) - 1);
+        hi = hi ? std::min(*hi, b) : b;
+      }
+    }
+    if (!lo && !hi) return g_->Number(true);
+    if (lo && hi && *lo > *hi) return Refuse(where, "the bounds leave no integer");
+    std::vector<std::string> alts;
+    if (!hi || *hi >= 0) {  // 0.. (or lo..) up to hi
+      NonNegative(lo ? std::max<int64_t>(*lo, 0) : 0, hi ? *hi : -1, &alts);
+    }
+    if (!lo || *lo <= -1) {  // -(1.. or -hi..) down to lo
+      std::vector<std::string> neg;
+      NonNegative(hi ? std::max<int64_t>(-*hi, 1) : 1, lo ? -*lo : -1, &neg);
+      alts.push_back("-(" + Join(neg) + ")");
+    }
+    auto n = CompileRegex(Join(alts), g_, false);
+    if (!n.ok()) return Refuse(where, std::string(n.status().message()));
+    return *n;
+  }
+
   StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& where) {
     if (type == "null") return g_->Literal("null");
     if (type == "boolean") return g_->Alt({g_->Literal("true"), g_->Literal("false")});
-    if (type == "integer") return g_->Number(true);
-    if (type == "number") return g_->Number(false);
+    if (type == "integer") return Integer(s, where);
+    if (type == "number") {
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (s.contains(k)) {
+          return Refuse(where, std::string("'") + k +
+                                   "' is supported on integers only (a number's bounds are not "
+                                   "enforced)");
+        }
+      }
+      return g_->Number(false);
+    }
     if (type == "string" && s.contains("pattern")) {
       // The pattern matches the whole value (as vLLM's backends read it), written inside the
       // string with JSON's escapes.

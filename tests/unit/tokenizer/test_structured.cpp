@@ -258,7 +258,7 @@ TEST_CASE("structured: schemas it cannot honour are refused, naming the keyword"
       {R"({"type":"string","pattern":"(?=a)a"})", "#/pattern: regex: lookaround"},
       {R"({"type":"string","pattern":"a+","minLength":2})", "'pattern' together with 'minLength'"},
       {R"({"type":"string","pattern":5})", "'pattern' must be a string"},
-      {R"({"type":"integer","minimum":3})", "'minimum'"},
+      {R"({"type":"integer","multipleOf":3})", "'multipleOf'"},
       {R"({"type":"array","uniqueItems":true})", "'uniqueItems'"},
       {R"({"type":"object","properties":{"a":{"type":"string","x-custom":1}}})", "'x-custom'"},
       {R"({"type":"object","properties":{"a":{"not":{}}}})", "#/properties/a"},

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <regex>
@@ -358,4 +360,103 @@ TEST_CASE("structured regex: JSON Schema's pattern, written inside a JSON string
       JsonSchemaGrammar(nlohmann::ordered_json::parse(R"({"type":"string","pattern":"(a"})"));
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("/pattern") != std::string::npos);
+}
+
+// Integer bounds (minimum / maximum / exclusive*, compiled to digit patterns): every integer in
+// a window around the bounds and at random magnitudes matches exactly when it is inside them,
+// and walks end inside them.
+TEST_CASE("structured: integer bounds take exactly the integers inside them",
+          "[structured][regex]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 15);
+  auto random_bound = [&]() -> int64_t {
+    const int digits = 1 + static_cast<int>(rng() % 18);
+    int64_t v = static_cast<int64_t>(rng() % 10);
+    for (int i = 1; i < digits; ++i) v = v * 10 + static_cast<int64_t>(rng() % 10);
+    return rng() % 3 == 0 ? -v : v;
+  };
+  std::vector<std::pair<std::optional<int64_t>, std::optional<int64_t>>> cases = {
+      {0, std::nullopt},
+      {std::nullopt, 0},
+      {1, 1},
+      {-5, 5},
+      {-1000, -999},
+      {7, 100},
+      {99, 1000},
+      {-123456, -1},
+      {10, 10000},
+      {0, 9},
+      {1000000000000000000, std::nullopt},
+      {std::nullopt, -1000000000000000000},
+      {-1000000000000000000, 1000000000000000000}};
+  for (int i = 0; i < 60; ++i) {
+    std::optional<int64_t> lo, hi;
+    if (rng() % 4 != 0) lo = random_bound();
+    if (rng() % 4 != 0) hi = random_bound();
+    if (lo && hi && *lo > *hi) std::swap(lo, hi);
+    cases.emplace_back(lo, hi);
+  }
+  for (const auto& [lo, hi] : cases) {
+    nlohmann::ordered_json schema = {{"type", "integer"}};
+    // Written as the four keywords in turn (exclusive ones one step out; floats rounded in).
+    const int form = static_cast<int>(rng() % 3);
+    if (lo) {
+      if (form == 0) schema["minimum"] = *lo;
+      if (form == 1) schema["exclusiveMinimum"] = *lo - 1;
+      if (form == 2) schema["minimum"] = static_cast<double>(*lo) - 0.5;  // (ceil: lo)
+    }
+    if (hi) {
+      if (form == 0) schema["maximum"] = *hi;
+      if (form == 1) schema["exclusiveMaximum"] = *hi + 1;
+      if (form == 2) schema["maximum"] = static_cast<double>(*hi) + 0.5;
+    }
+    if (form == 2 && ((lo && std::llabs(*lo) > (int64_t{1} << 52)) ||
+                      (hi && std::llabs(*hi) > (int64_t{1} << 52)))) {
+      continue;  // (a double does not hold the half past these)
+    }
+    auto g = JsonSchemaGrammar(schema);
+    INFO(schema.dump() << " -> " << g.status().ToString());
+    REQUIRE(g.ok());
+    GrammarMatcher m(*g);
+    std::vector<int64_t> probes = {0,  1,   -1,    9,      10,        -10,
+                                   99, 100, 12345, -12345, INT64_MAX, INT64_MIN + 1};
+    for (auto b : {lo, hi}) {
+      if (!b) continue;
+      for (int64_t d = -12; d <= 12; ++d) {
+        if ((d < 0 && *b >= INT64_MIN - d) || (d >= 0 && *b <= INT64_MAX - d))
+          probes.push_back(*b + d);
+      }
+      probes.push_back(*b * 10);
+      probes.push_back(*b / 10);
+    }
+    for (int i = 0; i < 40; ++i) probes.push_back(random_bound());
+    for (int64_t x : probes) {
+      const bool in = (!lo || x >= *lo) && (!hi || x <= *hi);
+      INFO("x = " << x);
+      CHECK(Matches(m, std::to_string(x)) == in);
+    }
+    CHECK_FALSE(Matches(m, "01"));
+    if (lo || hi) CHECK_FALSE(Matches(m, "-0"));  // (a plain integer is JSON's: -0 too)
+    for (int i = 0; i < 20; ++i) {
+      auto text = Walk(m, rng, 40, 0.2);
+      if (!text) continue;
+      INFO(*text);
+      // (Past int64 without an upper bound: compared as long doubles, far from the bounds.)
+      const long double x = std::stold(*text);
+      CHECK(((!lo || x >= static_cast<long double>(*lo)) &&
+             (!hi || x <= static_cast<long double>(*hi))));
+    }
+  }
+  for (const auto& [schema, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"type":"number","minimum":0})", "integers only"},
+           {R"({"type":"integer","minimum":"3"})", "must be a number"},
+           {R"({"type":"integer","exclusiveMinimum":true})", "must be a number"},
+           {R"({"type":"integer","minimum":5,"maximum":4})", "no integer"},
+           {R"({"type":"integer","exclusiveMinimum":4,"exclusiveMaximum":5})", "no integer"},
+           {R"({"type":"integer","maximum":1e19})", "10^18"},
+           {R"({"minimum":1})", "without a 'type'"}}) {
+    auto g = JsonSchemaGrammar(nlohmann::ordered_json::parse(schema));
+    INFO(schema << " -> " << g.status().ToString());
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().message().find(why) != std::string::npos);
+  }
 }

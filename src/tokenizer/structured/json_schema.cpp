@@ -118,27 +118,13 @@ class Compiler {
       return Refuse(where, "the schema false matches nothing");
     }
     if (!s.is_object()) return Refuse(where, "a schema must be an object or a boolean");
-    static const std::set<std::string_view> kKnown = {"type",
-                                                      "properties",
-                                                      "required",
-                                                      "additionalProperties",
-                                                      "items",
-                                                      "minItems",
-                                                      "maxItems",
-                                                      "enum",
-                                                      "const",
-                                                      "anyOf",
-                                                      "oneOf",
-                                                      "allOf",
-                                                      "$ref",
-                                                      "minLength",
-                                                      "maxLength",
-                                                      "nullable",
-                                                      "pattern",
-                                                      "minimum",
-                                                      "maximum",
-                                                      "exclusiveMinimum",
-                                                      "exclusiveMaximum"};
+    // clang-format off
+    static const std::set<std::string_view> kKnown = {
+        "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+        "prefixItems", "additionalItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+        "minLength", "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
+        "exclusiveMaximum", "nullable"};
+    // clang-format on
     for (const auto& [key, v] : s.items()) {
       if (kAnnotations.count(key) != 0 || kKnown.count(key) != 0) continue;
       if (key == "uniqueItems" && v.is_boolean() && !v.get<bool>()) continue;
@@ -225,7 +211,8 @@ class Compiler {
     } else if (s.contains("properties") || s.contains("required") ||
                s.contains("additionalProperties")) {
       types.push_back("object");
-    } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+    } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems") ||
+               s.contains("prefixItems")) {
       types.push_back("array");
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
       types.push_back("string");
@@ -318,6 +305,56 @@ class Compiler {
     return *n;
   }
 
+  // A tuple: the listed item schemas in order (as many as minItems / maxItems ask; the array may
+  // end after any item at or past minItems), then further items of `rest` (absent or true: any
+  // value; false: none).
+  StatusOr<int32_t> Tuple(const Json& list, const std::string& list_where, const Json* rest,
+                          const std::string& rest_where, int32_t lo, int32_t hi,
+                          const std::string& where) {
+    if (!list.is_array()) return Refuse(list_where, "a list of schemas is expected");
+    std::vector<int32_t> items;
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto n = Compile(list[i], list_where + "/" + std::to_string(i));
+      if (!n.ok()) return n;
+      items.push_back(*n);
+    }
+    int32_t more = g_->AnyValue();  // -1: no further items
+    if (rest != nullptr && rest->is_boolean()) {
+      if (!rest->get<bool>()) more = -1;
+    } else if (rest != nullptr) {
+      auto n = Compile(*rest, rest_where);
+      if (!n.ok()) return n;
+      more = *n;
+    }
+    const auto k = static_cast<int32_t>(items.size());
+    if (more < 0 && lo > k) {
+      return Refuse(where,
+                    "'minItems' past the tuple's items, with no further items, matches nothing");
+    }
+    if (k == 0) return more < 0 ? g_->Array(g_->AnyValue(), 0, 0) : g_->Array(more, lo, hi);
+    const int32_t ws = g_->Ws();
+    // after: what may follow once i items are written, built from the end.
+    int32_t after = g_->Literal("");
+    if (more >= 0 && (hi < 0 || hi > k)) {
+      after = g_->Repeat(g_->Seq({ws, g_->Literal(","), ws, more}), std::max(0, lo - k),
+                         hi < 0 ? -1 : hi - k);
+    }
+    for (int32_t i = k - 1; i >= 1; --i) {
+      if (hi >= 0 && i >= hi) {
+        after = g_->Literal("");
+        continue;
+      }
+      const int32_t next =
+          g_->Seq({ws, g_->Literal(","), ws, items[static_cast<size_t>(i)], after});
+      after = i < lo ? next : g_->Alt({g_->Literal(""), next});
+    }
+    const int32_t first = g_->Seq({items[0], after});
+    const int32_t body = hi == 0   ? g_->Literal("")
+                         : lo >= 1 ? first
+                                   : g_->Alt({g_->Literal(""), first});
+    return g_->Seq({g_->Literal("["), ws, body, ws, g_->Literal("]")});
+  }
+
   StatusOr<int32_t> Typed(const Json& s, const std::string& type, const std::string& where) {
     if (type == "null") return g_->Literal("null");
     if (type == "boolean") return g_->Alt({g_->Literal("true"), g_->Literal("false")});
@@ -351,6 +388,24 @@ class Compiler {
     if (type == "array") {
       int32_t lo = 0, hi = -1;
       if (auto st = Bounds(s, "minItems", "maxItems", where, &lo, &hi); !st.ok()) return st;
+      // Tuples: 2020-12's prefixItems (then items for the rest), or 2019's list of items (then
+      // additionalItems).
+      if (s.contains("prefixItems")) {
+        if (s.contains("additionalItems")) {
+          return Refuse(where,
+                        "'additionalItems' with 'prefixItems' is not supported (say 'items')");
+        }
+        return Tuple(s["prefixItems"], where + "/prefixItems",
+                     s.contains("items") ? &s["items"] : nullptr, where + "/items", lo, hi, where);
+      }
+      if (s.contains("items") && s["items"].is_array()) {
+        return Tuple(s["items"], where + "/items",
+                     s.contains("additionalItems") ? &s["additionalItems"] : nullptr,
+                     where + "/additionalItems", lo, hi, where);
+      }
+      if (s.contains("additionalItems")) {
+        return Refuse(where, "'additionalItems' applies to a list of 'items' only");
+      }
       int32_t item = -1;
       if (s.contains("items")) {
         const Json& items = s["items"];
@@ -359,7 +414,6 @@ class Compiler {
           hi = 0;
           item = g_->AnyValue();
         } else {
-          if (items.is_array()) return Refuse(where, "'items' as a list (tuples) is not supported");
           auto n = Compile(items, where + "/items");
           if (!n.ok()) return n;
           item = *n;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <random>
@@ -458,5 +459,105 @@ TEST_CASE("structured: integer bounds take exactly the integers inside them",
     INFO(schema << " -> " << g.status().ToString());
     REQUIRE_FALSE(g.ok());
     CHECK(g.status().message().find(why) != std::string::npos);
+  }
+}
+
+// Tuples (prefixItems, pydantic's Tuple[...]; 2019's list of items with additionalItems): walks
+// end in arrays whose items have their position's type and whose length keeps the bounds;
+// instances in and out.
+TEST_CASE("structured: tuples take their items in order, within the bounds", "[structured]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 16);
+  struct Case {
+    const char* schema;
+    std::vector<std::string> types;  // by position; past them: `rest` ("" none, "any")
+    std::string rest;
+    size_t lo, hi;  // hi: SIZE_MAX none
+    std::vector<std::string> in, out;
+  };
+  const std::vector<Case> cases = {
+      {R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],"minItems":2,"maxItems":2})",
+       {"integer", "string"},
+       "any",
+       2,
+       2,
+       {"[1, \"a\"]", "[-3,\"\"]"},
+       {"[1]", "[1, \"a\", 2]", "[\"a\", 1]", "[]"}},
+      {R"({"type":"array","prefixItems":[{"type":"boolean"},{"type":"integer"}],"items":false})",
+       {"boolean", "integer"},
+       "",
+       0,
+       2,
+       {"[]", "[true]", "[false, 7]"},
+       {"[true, 7, 8]", "[7]"}},
+      {R"({"type":"array","prefixItems":[{"type":"string"}],"items":{"type":"integer"},"minItems":3,"maxItems":5})",
+       {"string"},
+       "integer",
+       3,
+       5,
+       {"[\"a\", 1, 2]", "[\"a\",1,2,3,4]"},
+       {"[\"a\", 1]", "[\"a\",1,2,3,4,5]", "[\"a\", \"b\", 1]"}},
+      {R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"integer"},{"type":"integer"}],"maxItems":2})",
+       {"integer", "integer", "integer"},
+       "any",
+       0,
+       2,
+       {"[]", "[1]", "[1, 2]"},
+       {"[1, 2, 3]"}},
+      {R"({"type":"array","items":[{"type":"string"},{"type":"boolean"}],"additionalItems":{"type":"null"}})",
+       {"string", "boolean"},
+       "null",
+       0,
+       SIZE_MAX,
+       {"[\"x\", true, null, null]", "[\"x\"]"},
+       {"[\"x\", true, 1]"}},
+      {R"({"type":"array","prefixItems":[{"type":"integer"}],"minItems":1})",
+       {"integer"},
+       "any",
+       1,
+       SIZE_MAX,
+       {"[1, \"any\", {\"a\": [null]}]"},
+       {"[]", "[\"a\"]"}},
+  };
+  auto has_type = [](const nlohmann::json& v, const std::string& t) {
+    return t == "any" ||
+           (t == "integer" &&
+            (v.is_number_integer() ||  // (past 64 bits nlohmann holds a double)
+             (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))) ||
+           (t == "string" && v.is_string()) || (t == "boolean" && v.is_boolean()) ||
+           (t == "null" && v.is_null());
+  };
+  for (const Case& c : cases) {
+    auto g = JsonSchemaGrammar(nlohmann::ordered_json::parse(c.schema));
+    INFO(c.schema << " -> " << g.status().ToString());
+    REQUIRE(g.ok());
+    GrammarMatcher m(*g);
+    for (const std::string& t : c.in) {
+      INFO("should match " << t);
+      CHECK(Matches(m, t));
+    }
+    for (const std::string& t : c.out) {
+      INFO("should not match " << t);
+      CHECK_FALSE(Matches(m, t));
+    }
+    int finished = 0;
+    for (int i = 0; i < 150; ++i) {
+      auto text = Walk(m, rng, 300, 0.3, "]\"0123456789");
+      if (!text) continue;
+      ++finished;
+      INFO(*text);
+      const auto v = nlohmann::json::parse(*text, nullptr, false);
+      REQUIRE(v.is_array());
+      CHECK(v.size() >= c.lo);
+      CHECK(v.size() <= c.hi);
+      for (size_t k = 0; k < v.size(); ++k) {
+        if (k < c.types.size()) {
+          CHECK(has_type(v[k], c.types[k]));
+        } else {
+          REQUIRE_FALSE(c.rest.empty());
+          CHECK(has_type(v[k], c.rest));
+        }
+      }
+    }
+    CHECK(finished > 50);
   }
 }

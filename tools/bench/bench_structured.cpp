@@ -4,11 +4,12 @@
 // logits processing hands the device). CPU only.
 //
 //   bench_structured --tokenizer .cache/test-data/qwen3/tokenizer.json [--vocab 151936]
-//                    [--steps 400] [--seed 1]
+//                    [--steps 400] [--seed 1] [--kind json|regex|gbnf]
 //
 // A generation is simulated: each step draws a random allowed token (short ones preferred, as a
-// model's would be) until EOS may follow and 40 steps passed. The schema is a typical
-// function-call one (strings, an enum, numbers, an array). Prints medians and p90 per kind of
+// model's would be) until EOS may follow and 40 steps passed. The structure (--kind): a typical
+// function-call JSON schema (strings, an enum, numbers, an array), an address-line regular
+// expression, or a GBNF expression language (names, calls, lists, numbers). Prints medians and p90 per kind of
 // step, the share of steps that met a cached state, and the vocabulary walk's rate.
 #include <algorithm>
 #include <chrono>
@@ -19,7 +20,9 @@
 
 #include "common/flags.h"
 #include "runner/logits_processing.h"
+#include "tokenizer/structured/gbnf.h"
 #include "tokenizer/structured/json_schema.h"
+#include "tokenizer/structured/regex.h"
 #include "tokenizer/structured/token_constraint.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,7 +44,9 @@ double Quantile(std::vector<double> v, double q) {
 int main(int argc, char** argv) {
   std::string tokenizer_path = ".cache/test-data/qwen3/tokenizer.json";
   int64_t vocab = 151936, steps = 400, seed = 1;
+  std::string kind = "json";
   FlagParser flags("bench_structured");
+  flags.AddString("kind", &kind, "the structure: json (a JSON schema), regex or gbnf");
   flags.AddString("tokenizer", &tokenizer_path, "tokenizer.json");
   flags.AddInt("vocab", &vocab, "the model's logits width");
   flags.AddInt("steps", &steps, "steps simulated in all (several generations)");
@@ -67,9 +72,24 @@ int main(int argc, char** argv) {
       "days": {"type": "integer"}, "hours": {"type": "array", "items": {"type": "number"}, "maxItems": 8},
       "note": {"anyOf": [{"type": "string", "maxLength": 30}, {"type": "null"}]}},
       "required": ["city", "unit", "days"], "additionalProperties": false})");
+  // (An address line; a small expression language with identifiers, calls and lists.)
+  const char* regex =
+      R"([A-Z][a-z]{2,15}( [A-Z][a-z]{2,15})?, [A-Z]{2} \d{5}(-\d{4})?( \(.{0,40}\))?)";
+  const char* gbnf = R"G(root ::= expr (";" ws expr){0,4}
+expr ::= term (ws ("+" | "-" | "*" | "/") ws term)*
+term ::= number | name ("(" ws (expr ("," ws expr)*)? ")")? | "[" ws (expr ("," ws expr)*)? "]" | "(" expr ")"
+number ::= "-"? [0-9]{1,6} ("." [0-9]{1,4})?
+name ::= [a-z_] [a-z0-9_]{0,11}
+ws ::= " "?)G";
   t0 = Clock::now();
-  auto grammar = structured::JsonSchemaGrammar(schema);
+  auto grammar = kind == "regex"  ? structured::RegexGrammar(regex)
+                 : kind == "gbnf" ? structured::GbnfGrammar(gbnf)
+                                  : structured::JsonSchemaGrammar(schema);
   const double compile_ms = Ms(Clock::now() - t0);
+  if (kind != "json" && kind != "regex" && kind != "gbnf") {
+    std::fprintf(stderr, "--kind must be json, regex or gbnf\n");
+    return 2;
+  }
   if (!grammar.ok()) return 1;
   std::vector<int32_t> eos;
   for (const char* e : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"}) {
@@ -117,8 +137,9 @@ int main(int argc, char** argv) {
       out.push_back(t);
     }
   }
-  std::printf("vocabulary %lld ids (%s): built in %.1f ms; schema compiled in %.3f ms\n",
-              static_cast<long long>(vocab), tokenizer_path.c_str(), build_ms, compile_ms);
+  std::printf("vocabulary %lld ids (%s): built in %.1f ms; %s grammar compiled in %.3f ms\n",
+              static_cast<long long>(vocab), tokenizer_path.c_str(), build_ms, kind.c_str(),
+              compile_ms);
   std::printf("%lld steps over %lld generations\n", static_cast<long long>(done),
               static_cast<long long>(generations));
   std::printf("| step | steps | median ms | p90 ms | max ms |\n|---|---:|---:|---:|---:|\n");
@@ -131,8 +152,9 @@ int main(int argc, char** argv) {
   row("row entries (mask + merge, as the sampler builds them)", entries_ms);
   const double walk = Quantile(fresh, 0.5);
   std::printf(
-      "RESULT structured_mask_new_ms=%.3f cached_ms=%.3f entries_ms=%.3f walk_rate=%.1f Mtok/s\n",
-      walk, Quantile(cached, 0.5), Quantile(entries_ms, 0.5),
+      "RESULT structured_%s_mask_new_ms=%.3f cached_ms=%.3f entries_ms=%.3f walk_rate=%.1f "
+      "Mtok/s\n",
+      kind.c_str(), walk, Quantile(cached, 0.5), Quantile(entries_ms, 0.5),
       walk > 0 ? static_cast<double>(vocab) / walk / 1e3 : 0.0);
   return 0;
 }

@@ -80,6 +80,31 @@ void NonNegative(int64_t a, int64_t b, std::vector<std::string>* out) {
   }
 }
 
+// The string formats enforced (the others stay annotations, as JSON Schema has them): their
+// values as regular expressions (RFC 3339 dates and times, RFC 4122 UUIDs, dotted IPv4, e-mail
+// addresses and host names as their RFCs' common forms). Null for any other format.
+const char* FormatRegex(const std::string& format) {
+  static const std::map<std::string, std::string> kFormats = [] {
+    const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+    const std::string time =
+        R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
+    const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
+    const std::string label = R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
+    return std::map<std::string, std::string>{
+        {"date", date},
+        {"time", time},
+        {"date-time", date + "T" + time},
+        {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
+        {"ipv4", "(" + octet + R"(\.){3})" + octet},
+        {"hostname", label + R"((\.)" + label + ")*"},
+        {"email", R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)" +
+                      label + R"((\.)" + label + ")+"},
+    };
+  }();
+  auto it = kFormats.find(format);
+  return it == kFormats.end() ? nullptr : it->second.c_str();
+}
+
 std::string Join(const std::vector<std::string>& alts) {
   std::string out;
   for (const std::string& a : alts) out += (out.empty() ? "" : "|") + a;
@@ -214,7 +239,9 @@ class Compiler {
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems") ||
                s.contains("prefixItems")) {
       types.push_back("array");
-    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
+               (s.contains("format") && s["format"].is_string() &&
+                FormatRegex(s["format"].get<std::string>()) != nullptr)) {
       types.push_back("string");
     } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
                s.contains("exclusiveMaximum")) {
@@ -369,15 +396,27 @@ class Compiler {
       }
       return g_->Number(false);
     }
-    if (type == "string" && s.contains("pattern")) {
-      // The pattern matches the whole value (as vLLM's backends read it), written inside the
-      // string with JSON's escapes.
-      if (!s["pattern"].is_string()) return Refuse(where, "'pattern' must be a string");
-      if (s.contains("minLength") || s.contains("maxLength")) {
-        return Refuse(where, "'pattern' together with 'minLength' or 'maxLength' is not supported");
+    const std::string format =
+        s.contains("format") && s["format"].is_string() ? s["format"].get<std::string>() : "";
+    const char* format_regex = FormatRegex(format);
+    if (type == "string" && (s.contains("pattern") || format_regex != nullptr)) {
+      // The pattern (or the format's) matches the whole value (as vLLM's backends read it),
+      // written inside the string with JSON's escapes.
+      const char* key = s.contains("pattern") ? "pattern" : "format";
+      if (s.contains("pattern") && !s["pattern"].is_string()) {
+        return Refuse(where, "'pattern' must be a string");
       }
-      auto body = CompileRegex(s["pattern"].get<std::string>(), g_, true);
-      if (!body.ok()) return Refuse(where + "/pattern", std::string(body.status().message()));
+      if (s.contains("pattern") && format_regex != nullptr) {
+        return Refuse(where, "'pattern' together with 'format' '" + format + "' is not supported");
+      }
+      if (s.contains("minLength") || s.contains("maxLength")) {
+        return Refuse(where, std::string("'") + key +
+                                 "' together with 'minLength' or 'maxLength' is not supported");
+      }
+      auto body = CompileRegex(
+          format_regex != nullptr ? std::string(format_regex) : s["pattern"].get<std::string>(), g_,
+          true);
+      if (!body.ok()) return Refuse(where + "/" + key, std::string(body.status().message()));
       return g_->Seq({g_->Literal("\""), *body, g_->Literal("\"")});
     }
     if (type == "string") {

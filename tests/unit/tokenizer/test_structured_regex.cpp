@@ -561,3 +561,80 @@ TEST_CASE("structured: tuples take their items in order, within the bounds", "[s
     CHECK(finished > 50);
   }
 }
+
+// The string formats enforced (date, time, date-time, uuid, ipv4, hostname, email): values in
+// and out, and walks that end in values of the format; other formats stay annotations.
+TEST_CASE("structured: string formats are enforced where known", "[structured][regex]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 17);
+  struct Case {
+    const char* format;
+    std::vector<std::string> in, out;
+    const char* check;  // ECMAScript, over the value
+  };
+  const std::vector<Case> cases = {
+      {"date",
+       {"2026-12-05", "1999-02-31"},
+       {"2026-13-01", "26-12-05", "2026-12-5", "2026-12-00"},
+       R"(^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$)"},
+      {"time",
+       {"23:59:60Z", "08:30:00.123+02:00"},
+       {"24:00:00Z", "08:30:00", "8:30:00Z"},
+       R"(^([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$)"},
+      {"date-time",
+       {"2026-12-05T10:12:15Z"},
+       {"2026-12-05 10:12:15Z", "2026-12-05T10:12:15"},
+       R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$)"},
+      {"uuid",
+       {"123e4567-e89b-12d3-a456-426614174000"},
+       {"123e4567e89b12d3a456426614174000", "g23e4567-e89b-12d3-a456-426614174000"},
+       R"(^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$)"},
+      {"ipv4",
+       {"0.0.0.0", "255.255.255.255", "10.1.20.199"},
+       {"256.1.1.1", "1.2.3", "01.2.3.4"},
+       R"(^((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$)"},
+      {"hostname",
+       {"example.com", "a", "x-1.y"},
+       {"-a.com", "a..b", "a_b"},
+       R"(^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$)"},
+      {"email",
+       {"a.b+c@example.com", "x@y.z"},
+       {"a@b", "@b.com", "a@@b.com", "a b@c.com"},
+       R"(^[^@ ]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$)"},
+  };
+  for (const Case& c : cases) {
+    const nlohmann::ordered_json schema = {{"type", "string"}, {"format", c.format}};
+    auto g = JsonSchemaGrammar(schema);
+    INFO(schema.dump() << " -> " << g.status().ToString());
+    REQUIRE(g.ok());
+    GrammarMatcher m(*g);
+    for (const std::string& v : c.in) {
+      INFO("should match " << v);
+      CHECK(Matches(m, nlohmann::json(v).dump()));
+    }
+    for (const std::string& v : c.out) {
+      INFO("should not match " << v);
+      CHECK_FALSE(Matches(m, nlohmann::json(v).dump()));
+    }
+    const std::regex check(c.check, std::regex::ECMAScript | std::regex_constants::__polynomial);
+    int finished = 0;
+    for (int i = 0; i < 100; ++i) {
+      auto text = Walk(m, rng, 200, 0.3);
+      if (!text) continue;
+      ++finished;
+      INFO(*text);
+      const auto v = nlohmann::json::parse(*text, nullptr, false);
+      REQUIRE(v.is_string());
+      CHECK(std::regex_match(v.get<std::string>(), check));
+    }
+    CHECK(finished > 50);
+  }
+  // Another format is an annotation (any string); a known one with a pattern or bounds is refused.
+  CHECK(
+      JsonSchemaGrammar(nlohmann::ordered_json::parse(R"({"type":"string","format":"uri"})")).ok());
+  CHECK_FALSE(JsonSchemaGrammar(nlohmann::ordered_json::parse(
+                                    R"({"type":"string","format":"date","pattern":"a"})"))
+                  .ok());
+  CHECK_FALSE(JsonSchemaGrammar(nlohmann::ordered_json::parse(
+                                    R"({"type":"string","format":"uuid","maxLength":5})"))
+                  .ok());
+}

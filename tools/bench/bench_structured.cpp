@@ -9,8 +9,8 @@
 // A generation is simulated: each step draws a random allowed token (short ones preferred, as a
 // model's would be) until EOS may follow and 40 steps passed. The structure (--kind): a typical
 // function-call JSON schema (strings, an enum, numbers, an array), an address-line regular
-// expression, or a GBNF expression language (names, calls, lists, numbers). Prints medians and p90 per kind of
-// step, the share of steps that met a cached state, and the vocabulary walk's rate.
+// expression, or a GBNF expression language (names, calls, lists, numbers). Prints medians and p90
+// per kind of step, the share of steps that met a cached state, and the vocabulary walk's rate.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -23,7 +23,6 @@ constexpr std::string_view kKnownUnsupported[] = {"priority",
                                                   "documents",
                                                   "mm_processor_kwargs",
                                                   "guided_decoding_backend",
-                                                  "guided_whitespace_pattern",
                                                   "kv_transfer_params",
                                                   "cache_salt",
                                                   "vllm_xargs",
@@ -237,8 +236,10 @@ bool ParseLogitsProcessing(Reader& r, const ProtocolLimits& limits, GenerateSpec
 // guided_choice and structured_outputs {json, choice, json_object}. One kind per request; what
 // the server cannot constrain (regular expressions, grammars, structural tags) is refused.
 bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
-  // structured_outputs.disable_any_whitespace: compact JSON, no whitespace between tokens.
+  // structured_outputs.disable_any_whitespace: compact JSON, no whitespace between tokens;
+  // structured_outputs.whitespace_pattern / guided_whitespace_pattern: a regex for it.
   bool compact = false;
+  std::string ws_pattern, ws_param;
   if (const Json* so = r.Get("structured_outputs")) {
     if (so->is_object() && so->contains("disable_any_whitespace")) {
       const Json& v = (*so)["disable_any_whitespace"];
@@ -248,6 +249,33 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
       }
       compact = v.is_boolean() && v.get<bool>();
     }
+    if (so->is_object() && so->contains("whitespace_pattern") &&
+        !(*so)["whitespace_pattern"].is_null()) {
+      ws_param = "structured_outputs.whitespace_pattern";
+      if (!(*so)["whitespace_pattern"].is_string()) {
+        return r.Fail(ws_param, "'" + ws_param + "' must be a string (a regular expression)");
+      }
+      ws_pattern = (*so)["whitespace_pattern"].get<std::string>();
+    }
+  }
+  if (const Json* v = r.Get("guided_whitespace_pattern")) {
+    if (!ws_param.empty()) {
+      return r.Fail("guided_whitespace_pattern",
+                    "'guided_whitespace_pattern' and '" + ws_param + "' were both given");
+    }
+    ws_param = "guided_whitespace_pattern";
+    if (!v->is_string())
+      return r.Fail(ws_param, "'" + ws_param + "' must be a string (a regular expression)");
+    ws_pattern = v->get<std::string>();
+  }
+  if (!ws_param.empty() && ws_pattern.empty()) {
+    return r.Fail(ws_param,
+                  "'" + ws_param + "' is empty (disable_any_whitespace says no whitespace)");
+  }
+  if (!ws_param.empty() && compact) {
+    return r.Fail(
+        ws_param,
+        "'" + ws_param + "' and 'structured_outputs.disable_any_whitespace' contradict each other");
   }
   auto set = [&](const std::string& param,
                  StatusOr<std::shared_ptr<const structured::Grammar>> g) -> bool {
@@ -272,12 +300,12 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
       if (parsed.is_discarded()) {
         return r.Fail(param, "'" + param + "' is not a valid JSON schema (malformed JSON)");
       }
-      return set(param, structured::JsonSchemaGrammar(parsed, compact));
+      return set(param, structured::JsonSchemaGrammar(parsed, compact, ws_pattern));
     }
     if (!v.is_object() && !v.is_boolean()) {
       return r.Fail(param, "'" + param + "' must be a JSON schema (an object)");
     }
-    return set(param, structured::JsonSchemaGrammar(v, compact));
+    return set(param, structured::JsonSchemaGrammar(v, compact, ws_pattern));
   };
   auto choice = [&](const std::string& param, const Json& v) -> bool {
     std::vector<std::string> choices;
@@ -309,7 +337,7 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
     }
     const std::string t = type->get<std::string>();
     if (t == "json_object") {
-      if (!set("response_format", structured::JsonObjectGrammar(compact))) return false;
+      if (!set("response_format", structured::JsonObjectGrammar(compact, ws_pattern))) return false;
     } else if (t == "json_schema") {
       const Json* js = format->contains("json_schema") ? &(*format)["json_schema"] : nullptr;
       if (js == nullptr || !js->is_object() || !js->contains("schema") ||
@@ -352,8 +380,10 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
         if (!grammar(param, v)) return false;
       } else if (key == "json_object") {
         if (!v.is_boolean()) return r.Fail(param, "'" + param + "' must be a boolean");
-        if (v.get<bool>() && !set(param, structured::JsonObjectGrammar(compact))) return false;
-      } else if (key == "disable_any_whitespace" ||
+        if (v.get<bool>() && !set(param, structured::JsonObjectGrammar(compact, ws_pattern))) {
+          return false;
+        }
+      } else if (key == "disable_any_whitespace" || key == "whitespace_pattern" ||
                  ((key == "disable_fallback" || key == "disable_additional_properties") &&
                   v.is_boolean())) {
         // (Read above.) No fallback backend to disable; without additionalProperties no other
@@ -363,6 +393,17 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
                                  "' is not supported (structured output: json, choice, regex, "
                                  "grammar, json_object)");
       }
+    }
+  }
+  if (!ws_param.empty()) {
+    const std::string& g = spec->grammar_param;
+    const bool json = g == "response_format" || g == "guided_json" ||
+                      g == "structured_outputs.json" || g == "structured_outputs.json_object";
+    if (!json) {
+      return r.Fail(ws_param,
+                    "'" + ws_param +
+                        "' applies to JSON structures only (response_format json_object / "
+                        "json_schema, guided_json, structured_outputs.json / json_object)");
     }
   }
   return true;

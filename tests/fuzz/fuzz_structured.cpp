@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool json = true;
   bool utf8 = true;  // (choices are the request's own bytes)
   if (head == "object") {
-    g = JsonObjectGrammar(rest.size() % 2 == 1);
+    g = *JsonObjectGrammar(rest.size() % 2 == 1);
   } else if (head.substr(0, 7) == "choice:") {
     std::vector<std::string> choices;
     std::string_view list = head.substr(7);

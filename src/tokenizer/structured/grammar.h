@@ -88,6 +88,8 @@ class Grammar {
   const Node& node(int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
   int32_t ws_node() const { return ws_; }
+  // The whitespace between JSON tokens from now on (a whitespace pattern's node; set first).
+  void SetWs(int32_t node) { ws_ = node; }
   // Whether a node can reach itself without a byte matched in between (the matcher would
   // recurse without end): such grammars are refused by whoever builds them.
   bool LeftRecursive() const;

@@ -585,11 +585,47 @@ StatusOr<std::shared_ptr<const Grammar>> Finish(std::shared_ptr<Grammar> g) {
 
 }  // namespace
 
+// Makes `pattern` the whitespace between g's tokens, once checked to match whitespace only.
+Status UseWhitespacePattern(Grammar* g, std::string_view pattern) {
+  if (pattern.empty()) return Status::Ok();
+  auto alone = RegexGrammar(pattern);
+  if (!alone.ok())
+    return InvalidArgument("whitespace pattern: " + std::string(alone.status().message()));
+  // Every byte any text of the pattern holds (its states, breadth first): whitespace only.
+  GrammarMatcher m(*alone);
+  std::vector<int32_t> todo = {m.start()};
+  std::set<int32_t> seen = {m.start()};
+  while (!todo.empty()) {
+    const int32_t state = todo.back();
+    todo.pop_back();
+    for (int b = 0; b < 256; ++b) {
+      const int32_t to = m.Next(state, static_cast<uint8_t>(b));
+      if (to < 0) continue;
+      if (b != ' ' && b != '\t' && b != '\n' && b != '\r') {
+        return InvalidArgument(
+            "whitespace pattern: it matches more than JSON's whitespace (' ', '\\t', '\\n', "
+            "'\\r')");
+      }
+      if (seen.insert(to).second) {
+        if (seen.size() > 4096)
+          return InvalidArgument("whitespace pattern: too complex (over 4096 states)");
+        todo.push_back(to);
+      }
+    }
+  }
+  auto node = CompileRegex(pattern, g, false);
+  if (!node.ok()) return node.status();
+  g->SetWs(*node);
+  return Status::Ok();
+}
+
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
-                                                           bool compact) {
+                                                           bool compact,
+                                                           std::string_view whitespace_pattern) {
   try {
     auto g = std::make_shared<Grammar>();
     g->compact = compact;
+    if (Status st = UseWhitespacePattern(g.get(), whitespace_pattern); !st.ok()) return st;
     const int32_t ws = g->Ws();
     auto value = Compiler(schema, g.get()).CompileRoot();
     if (!value.ok()) return value.status();
@@ -600,16 +636,18 @@ StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::order
   }
 }
 
-std::shared_ptr<const Grammar> JsonObjectGrammar(bool compact) {
+StatusOr<std::shared_ptr<const Grammar>> JsonObjectGrammar(bool compact,
+                                                           std::string_view whitespace_pattern) {
   auto g = std::make_shared<Grammar>();
   g->compact = compact;
+  if (Status st = UseWhitespacePattern(g.get(), whitespace_pattern); !st.ok()) return st;
   const int32_t any = g->AnyValue();
   (void)any;
   // The object alternative of AnyValue: '{' any members '}'.
   const int32_t object = g->node(any).children[0];
   const int32_t ws = g->Ws();
   g->root = g->Seq({ws, object, ws});
-  return g;
+  return std::shared_ptr<const Grammar>(std::move(g));
 }
 
 StatusOr<std::shared_ptr<const Grammar>> ChoiceGrammar(const std::vector<std::string>& choices) {

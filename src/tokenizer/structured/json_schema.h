@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oasis/status.h"
@@ -26,11 +27,15 @@ inline constexpr int32_t kMaxGrammarNodes = 200000;
 inline constexpr int kMaxSchemaNesting = 300;  // schemas within schemas, references included
 
 // (ordered_json: the properties keep the order the request wrote them in.)
-// `compact`: no whitespace between tokens.
-StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
-                                                           bool compact = false);
+// `compact`: no whitespace between tokens. `whitespace_pattern` (non-empty): a regular
+// expression (regex.h) for the whitespace between tokens instead of the bounded default
+// (vLLM's whitespace_pattern); refused unless it can only match ' ', '\t', '\n', '\r'.
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(
+    const nlohmann::ordered_json& schema, bool compact = false,
+    std::string_view whitespace_pattern = {});
 // Any JSON object (response_format {"type": "json_object"}).
-std::shared_ptr<const Grammar> JsonObjectGrammar(bool compact = false);
+StatusOr<std::shared_ptr<const Grammar>> JsonObjectGrammar(
+    bool compact = false, std::string_view whitespace_pattern = {});
 // Exactly one of `choices` (vLLM's guided_choice); InvalidArgument for an empty list.
 StatusOr<std::shared_ptr<const Grammar>> ChoiceGrammar(const std::vector<std::string>& choices);
 

@@ -157,6 +157,24 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
   ExpectBad(R"({"prompt": "x", "guided_grammar": "?start: \"a\""})", "guided_grammar");
   ExpectBad(R"({"prompt": "x", "guided_grammar": ["root ::= \"a\""]})", "guided_grammar");
   ExpectBad(R"({"prompt": "x", "guided_whitespace_pattern": " "})", "guided_whitespace_pattern");
+  ExpectBad(R"({"prompt": "x", "guided_choice": ["a"], "guided_whitespace_pattern": " "})",
+            "guided_whitespace_pattern");
+  ExpectBad(
+      R"({"prompt": "x", "guided_json": {"type": "object"}, "guided_whitespace_pattern": "x*"})",
+      "guided_json");
+  ExpectBad(R"({"prompt": "x", "guided_json": {"type": "object"}, "guided_whitespace_pattern": 3})",
+            "guided_whitespace_pattern");
+  ExpectBad(
+      R"({"prompt": "x", "guided_json": {"type": "object"}, "guided_whitespace_pattern": ""})",
+      "guided_whitespace_pattern");
+  ExpectBad(
+      R"({"prompt": "x", "structured_outputs": {"json_object": true, "whitespace_pattern": " ",
+               "disable_any_whitespace": true}})",
+      "structured_outputs.whitespace_pattern");
+  ExpectBad(
+      R"({"prompt": "x", "structured_outputs": {"json_object": true, "whitespace_pattern": " "},
+               "guided_whitespace_pattern": " "})",
+      "guided_whitespace_pattern");
   ExpectBad(R"({"prompt": "x", "structured_outputs": {"regex": "[z-a]"}})",
             "structured_outputs.regex");
   ExpectBad(R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= x"}})",
@@ -210,6 +228,10 @@ TEST_CASE("bad completion requests are 400s naming the parameter") {
           {R"({"prompt": "x", "guided_regex": "^\\d{3}-[a-z]+$"})", "guided_regex"},
           {R"({"prompt": "x", "structured_outputs": {"regex": "(yes|no)!?"}})",
            "structured_outputs.regex"},
+          {R"({"prompt": "x", "guided_json": {"type": "object"}, "guided_whitespace_pattern": "[ ]?"})",
+           "guided_json"},
+          {R"({"prompt": "x", "structured_outputs": {"json_object": true, "whitespace_pattern": "\n?"}})",
+           "structured_outputs.json_object"},
           {R"({"prompt": "x", "guided_grammar": "root ::= \"a\" b*\nb ::= [0-9]"})",
            "guided_grammar"},
           {R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= [a-z]+"}})",

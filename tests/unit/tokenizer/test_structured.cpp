@@ -110,7 +110,7 @@ bool Valid(const OJson& v, const OJson& s, const OJson& root) {
 }  // namespace
 
 TEST_CASE("structured: any JSON object, against nlohmann's parser", "[structured]") {
-  GrammarMatcher m(JsonObjectGrammar());
+  GrammarMatcher m(*JsonObjectGrammar());
   for (const char* good : {"{}", "{ }", "{\"a\":1}", "{\"a\": [1, 2.5e-3, -0, true, null, \"x\"]}",
                            "\n{\"k\": {\"n\": {\"m\": []}}}\n", "{\"\\u00e9\\n\": \"caf\xc3\xa9\"}",
                            "{\"a\":{},\"b\":[{}],\"c\":-12.5E+7}", "{\"s\":\"\\ud83d\\ude00 \\uD7FF \\u00e9\"}"}) {
@@ -136,7 +136,7 @@ TEST_CASE("structured: any JSON object, against nlohmann's parser", "[structured
   CHECK(Matches(m, "{\n\n  \"a\": 1}"));
   CHECK_FALSE(Alive(m, "{\n\n\n"));
   // Compact: no whitespace at all.
-  GrammarMatcher compact(JsonObjectGrammar(true));
+  GrammarMatcher compact(*JsonObjectGrammar(true));
   CHECK(Matches(compact, "{\"a\":[1,{\"b\":\" x \"}]}"));
   CHECK_FALSE(Alive(compact, "{ "));
   CHECK_FALSE(Alive(compact, "{\"a\": "));
@@ -157,7 +157,7 @@ TEST_CASE("structured: any JSON object, against nlohmann's parser", "[structured
 TEST_CASE("structured: random walks of any JSON object never dead-end and end in valid JSON",
           "[structured]") {
   std::mt19937_64 rng(Catch::rngSeed() + 1);
-  GrammarMatcher m(JsonObjectGrammar());
+  GrammarMatcher m(*JsonObjectGrammar());
   int finished = 0;
   for (int i = 0; i < 300; ++i) {
     auto text = Walk(m, rng, 400, 0.5, kClosing);

@@ -638,3 +638,40 @@ TEST_CASE("structured: string formats are enforced where known", "[structured][r
                                     R"({"type":"string","format":"uuid","maxLength":5})"))
                   .ok());
 }
+
+// A whitespace pattern (vLLM's whitespace_pattern) replaces the bounded default between JSON
+// tokens; one that could match anything but JSON's whitespace is refused.
+TEST_CASE("structured: a whitespace pattern sets the whitespace between JSON tokens",
+          "[structured][regex]") {
+  std::mt19937_64 rng(Catch::rngSeed() + 18);
+  const auto schema = nlohmann::ordered_json::parse(
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"]})");
+  auto g = JsonSchemaGrammar(schema, false, "\\n?");  // at most one newline, nothing else
+  REQUIRE(g.ok());
+  GrammarMatcher m(*g);
+  CHECK(Matches(m, "{\"a\":[1,2]}"));
+  CHECK(Matches(m, "{\n\"a\"\n:\n[\n1\n,2]}"));
+  CHECK_FALSE(Matches(m, "{ \"a\":[1]}"));
+  CHECK_FALSE(Matches(m, "{\n\n\"a\":[1]}"));
+  auto spaced = JsonObjectGrammar(false, " {1,4}");  // one to four spaces, always
+  REQUIRE(spaced.ok());
+  GrammarMatcher s(*spaced);
+  CHECK(Matches(s, " { \"k\" : 1 } "));
+  CHECK_FALSE(Matches(s, "{\"k\":1}"));
+  for (int i = 0; i < 50; ++i) {
+    auto text = Walk(s, rng, 300, 0.3, "}]\"0123456789");
+    if (!text) continue;
+    INFO(*text);
+    CHECK_FALSE(nlohmann::json::parse(*text, nullptr, false).is_discarded());
+  }
+  for (const auto& [pattern, why] : std::vector<std::pair<std::string, std::string>>{
+           {"[ a]*", "more than JSON's whitespace"},
+           {".?", "more than JSON's whitespace"},
+           {"\\s*", "more than JSON's whitespace"},  // (\s takes \v and \f too)
+           {"(a", "missing ')'"}}) {
+    auto bad = JsonSchemaGrammar(schema, false, pattern);
+    INFO(pattern << " -> " << bad.status().ToString());
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message().find(why) != std::string::npos);
+  }
+}

@@ -277,8 +277,9 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
         ws_param,
         "'" + ws_param + "' and 'structured_outputs.disable_any_whitespace' contradict each other");
   }
-  auto set = [&](const std::string& param,
-                 StatusOr<std::shared_ptr<const structured::Grammar>> g) -> bool {
+  bool json_structure = false;  // (what a whitespace pattern applies to)
+  auto set = [&](const std::string& param, StatusOr<std::shared_ptr<const structured::Grammar>> g,
+                 bool json = false) -> bool {
     if (spec->grammar != nullptr) {
       return r.Fail(param, "only one kind of structured output per request: '" +
                                spec->grammar_param + "' and '" + param + "' were given");
@@ -286,6 +287,7 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
     if (!g.ok()) return r.Fail(param, "'" + param + "': " + std::string(g.status().message()));
     spec->grammar = *std::move(g);
     spec->grammar_param = param;
+    json_structure = json;
     return true;
   };
   // A schema given as JSON, or as JSON text (vLLM takes both).
@@ -300,12 +302,12 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
       if (parsed.is_discarded()) {
         return r.Fail(param, "'" + param + "' is not a valid JSON schema (malformed JSON)");
       }
-      return set(param, structured::JsonSchemaGrammar(parsed, compact, ws_pattern));
+      return set(param, structured::JsonSchemaGrammar(parsed, compact, ws_pattern), true);
     }
     if (!v.is_object() && !v.is_boolean()) {
       return r.Fail(param, "'" + param + "' must be a JSON schema (an object)");
     }
-    return set(param, structured::JsonSchemaGrammar(v, compact, ws_pattern));
+    return set(param, structured::JsonSchemaGrammar(v, compact, ws_pattern), true);
   };
   auto choice = [&](const std::string& param, const Json& v) -> bool {
     std::vector<std::string> choices;
@@ -337,7 +339,8 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
     }
     const std::string t = type->get<std::string>();
     if (t == "json_object") {
-      if (!set("response_format", structured::JsonObjectGrammar(compact, ws_pattern))) return false;
+      if (!set("response_format", structured::JsonObjectGrammar(compact, ws_pattern), true))
+        return false;
     } else if (t == "json_schema") {
       const Json* js = format->contains("json_schema") ? &(*format)["json_schema"] : nullptr;
       if (js == nullptr || !js->is_object() || !js->contains("schema") ||
@@ -380,7 +383,8 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
         if (!grammar(param, v)) return false;
       } else if (key == "json_object") {
         if (!v.is_boolean()) return r.Fail(param, "'" + param + "' must be a boolean");
-        if (v.get<bool>() && !set(param, structured::JsonObjectGrammar(compact, ws_pattern))) {
+        if (v.get<bool>() &&
+            !set(param, structured::JsonObjectGrammar(compact, ws_pattern), true)) {
           return false;
         }
       } else if (key == "disable_any_whitespace" || key == "whitespace_pattern" ||
@@ -395,16 +399,10 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
       }
     }
   }
-  if (!ws_param.empty()) {
-    const std::string& g = spec->grammar_param;
-    const bool json = g == "response_format" || g == "guided_json" ||
-                      g == "structured_outputs.json" || g == "structured_outputs.json_object";
-    if (!json) {
-      return r.Fail(ws_param,
-                    "'" + ws_param +
-                        "' applies to JSON structures only (response_format json_object / "
-                        "json_schema, guided_json, structured_outputs.json / json_object)");
-    }
+  if (!ws_param.empty() && !json_structure) {
+    return r.Fail(ws_param, "'" + ws_param +
+                                "' applies to JSON structures only (response_format json_object / "
+                                "json_schema, guided_json, structured_outputs.json / json_object)");
   }
   return true;
 }

@@ -147,7 +147,7 @@ bool DecodeUtf8(std::string_view s, std::vector<uint32_t>* out) {
       cp = (cp << 6) | (c & 0x3F);
     }
     static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > kMaxCodePoint || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    if (cp < kMin[n] || !IsScalarValue(cp)) return false;
     out->push_back(cp);
     i += static_cast<size_t>(n);
   }

@@ -18,8 +18,21 @@ inline constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 using CodePoints = std::vector<std::pair<uint32_t, uint32_t>>;
 
 CodePoints NormalizeCodePoints(const CodePoints& in);
+inline CodePoints SingleCodePoint(uint32_t cp) { return {{cp, cp}}; }
 // Every other code point (surrogates aside).
 CodePoints NegateCodePoints(const CodePoints& set);
+
+// Whether `cp` is a Unicode scalar value (in range, not a surrogate): what escapes may name.
+inline bool IsScalarValue(uint32_t cp) {
+  return cp <= kMaxCodePoint && (cp < 0xD800 || cp > 0xDFFF);
+}
+// A hex digit's value; -1 for anything else.
+inline int HexDigit(uint32_t c) {
+  return c >= '0' && c <= '9'   ? static_cast<int>(c - '0')
+         : c >= 'a' && c <= 'f' ? static_cast<int>(c - 'a' + 10)
+         : c >= 'A' && c <= 'F' ? static_cast<int>(c - 'A' + 10)
+                                : -1;
+}
 
 std::string EncodeUtf8(uint32_t cp);
 // The code points of `s`; false for bytes that are not UTF-8 (overlong forms and surrogates

@@ -269,18 +269,12 @@ class GbnfParser {
     auto hex = [&](int digits) -> Status {
       *cp = 0;
       for (int i = 0; i < digits; ++i) {
-        const uint32_t h = Peek();
-        const int d = h >= '0' && h <= '9'   ? static_cast<int>(h - '0')
-                      : h >= 'a' && h <= 'f' ? static_cast<int>(h - 'a' + 10)
-                      : h >= 'A' && h <= 'F' ? static_cast<int>(h - 'A' + 10)
-                                             : -1;
+        const int d = HexDigit(Peek());
         if (d < 0) return Fail("\\" + Char(e) + " takes " + std::to_string(digits) + " hex digits");
         Take();
         *cp = *cp * 16 + static_cast<uint32_t>(d);
       }
-      if (*cp > kMaxCodePoint || (*cp >= 0xD800 && *cp <= 0xDFFF)) {
-        return Fail("the escape is not a character");
-      }
+      if (!IsScalarValue(*cp)) return Fail("the escape is not a character");
       return Status::Ok();
     };
     switch (e) {
@@ -349,34 +343,7 @@ StatusOr<std::shared_ptr<const Grammar>> GbnfGrammar(std::string_view text) {
   // Every rule reachable from root must be able to end: a rule that cannot would leave the
   // matcher in a state no text completes.
   const auto n = static_cast<size_t>(g->size());
-  std::vector<uint8_t> ends(n, 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (ends[i]) continue;
-      const Node& nd = g->node(static_cast<int32_t>(i));
-      auto is = [&](int32_t c) { return ends[static_cast<size_t>(c)] != 0; };
-      bool v = false;
-      switch (nd.kind) {
-        case NodeKind::kSeq:
-          v = std::all_of(nd.children.begin(), nd.children.end(), is);
-          break;
-        case NodeKind::kAlt:
-          v = std::any_of(nd.children.begin(), nd.children.end(), is);
-          break;
-        case NodeKind::kRepeat:
-          v = nd.min_count == 0 || is(nd.children[0]);
-          break;
-        default:
-          v = true;
-          break;
-      }
-      if (v) {
-        ends[i] = 1;
-        changed = true;
-      }
-    }
-  }
+  const std::vector<uint8_t> ends = g->EndingNodes();
   // The reachable rules that cannot end; named: one that needs itself (the cause), else any.
   auto reach = [&](int32_t from, std::vector<uint8_t>& seen) {
     std::vector<int32_t> todo = {from};

@@ -176,26 +176,47 @@ int32_t Grammar::Repeat(int32_t child, int32_t min_count, int32_t max_count) {
   return Add(std::move(n));
 }
 
-std::vector<uint8_t> Grammar::NullableNodes() const {
+std::vector<uint8_t> Grammar::Closure(bool (*leaf)(const Node&)) const {
   const auto n = static_cast<size_t>(size());
-  std::vector<uint8_t> nullable(n, 0);
+  std::vector<uint8_t> holds(n, 0);
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t i = 0; i < n; ++i) {
+      if (holds[i]) continue;
       const Node& nd = nodes_[i];
-      auto is = [&](int32_t c) { return nullable[static_cast<size_t>(c)] != 0; };
-      const bool v =
-          nd.kind == NodeKind::kWs || (nd.kind == NodeKind::kLiteral && nd.text.empty()) ||
-          (nd.kind == NodeKind::kSeq && std::all_of(nd.children.begin(), nd.children.end(), is)) ||
-          (nd.kind == NodeKind::kAlt && std::any_of(nd.children.begin(), nd.children.end(), is)) ||
-          (nd.kind == NodeKind::kRepeat && (nd.min_count == 0 || is(nd.children[0])));
-      if (v && !nullable[i]) {
-        nullable[i] = 1;
+      auto is = [&](int32_t c) { return holds[static_cast<size_t>(c)] != 0; };
+      bool v = false;
+      switch (nd.kind) {
+        case NodeKind::kSeq:
+          v = std::all_of(nd.children.begin(), nd.children.end(), is);
+          break;
+        case NodeKind::kAlt:
+          v = std::any_of(nd.children.begin(), nd.children.end(), is);
+          break;
+        case NodeKind::kRepeat:
+          v = nd.min_count == 0 || is(nd.children[0]);
+          break;
+        default:
+          v = leaf(nd);
+          break;
+      }
+      if (v) {
+        holds[i] = 1;
         changed = true;
       }
     }
   }
-  return nullable;
+  return holds;
+}
+
+std::vector<uint8_t> Grammar::NullableNodes() const {
+  return Closure([](const Node& nd) {
+    return nd.kind == NodeKind::kWs || (nd.kind == NodeKind::kLiteral && nd.text.empty());
+  });
+}
+
+std::vector<uint8_t> Grammar::EndingNodes() const {
+  return Closure([](const Node&) { return true; });
 }
 
 bool Grammar::LeftRecursive() const {
@@ -242,6 +263,8 @@ bool Grammar::LeftRecursive() const {
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) {
   const Grammar& g = *g_;
   nullable_ = g.NullableNodes();
+  for (int32_t i = 0; i < g.size(); ++i)
+    has_repeat_ = has_repeat_ || g.node(i).kind == NodeKind::kRepeat;
   Stack st;
   Push(st, g.root);
   start_ = Intern({st});
@@ -302,8 +325,10 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
   const Node& n = g_->node(f.node);
   // A byte was matched: every repetition on the stack is in an iteration that matched one.
   auto emit = [&](Stack s) {
-    for (Frame& fr : s) {
-      if (g_->node(fr.node).kind == NodeKind::kRepeat) fr.c = 0;
+    if (has_repeat_) {
+      for (Frame& fr : s) {
+        if (g_->node(fr.node).kind == NodeKind::kRepeat) fr.c = 0;
+      }
     }
     Settle(s);
     out.push_back(std::move(s));

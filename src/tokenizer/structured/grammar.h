@@ -95,11 +95,18 @@ class Grammar {
   bool LeftRecursive() const;
   // For each node, whether it matches the empty text.
   std::vector<uint8_t> NullableNodes() const;
+  // For each node, whether some finite text completes it (false: every way through it needs
+  // itself again, as a rule with no way out).
+  std::vector<uint8_t> EndingNodes() const;
 
   int32_t root = -1;
   bool compact = false;  // no whitespace between tokens (vLLM's disable_any_whitespace)
 
  private:
+  // For each node: `leaf` of a node without children, else a sequence's all, alternatives'
+  // any, a repetition of at least zero or of a child it holds for (a least fixed point).
+  std::vector<uint8_t> Closure(bool (*leaf)(const Node&)) const;
+
   std::vector<Node> nodes_;
   int32_t any_value_ = -1;
   int32_t ws_ = -1;
@@ -151,6 +158,7 @@ class GrammarMatcher {
 
   std::shared_ptr<const Grammar> g_;
   std::vector<uint8_t> nullable_;
+  bool has_repeat_ = false;  // (JSON grammars have none: no repetition flags to clear)
   std::vector<std::vector<Stack>> states_;
   std::vector<uint8_t> accepting_;
   std::vector<std::unique_ptr<std::array<int32_t, 256>>> next_;

@@ -588,33 +588,19 @@ StatusOr<std::shared_ptr<const Grammar>> Finish(std::shared_ptr<Grammar> g) {
 // Makes `pattern` the whitespace between g's tokens, once checked to match whitespace only.
 Status UseWhitespacePattern(Grammar* g, std::string_view pattern) {
   if (pattern.empty()) return Status::Ok();
-  auto alone = RegexGrammar(pattern);
-  if (!alone.ok())
-    return InvalidArgument("whitespace pattern: " + std::string(alone.status().message()));
-  // Every byte any text of the pattern holds (its states, breadth first): whitespace only.
-  GrammarMatcher m(*alone);
-  std::vector<int32_t> todo = {m.start()};
-  std::set<int32_t> seen = {m.start()};
-  while (!todo.empty()) {
-    const int32_t state = todo.back();
-    todo.pop_back();
-    for (int b = 0; b < 256; ++b) {
-      const int32_t to = m.Next(state, static_cast<uint8_t>(b));
-      if (to < 0) continue;
-      if (b != ' ' && b != '\t' && b != '\n' && b != '\r') {
+  CodePoints matched;
+  auto node = CompileRegex(pattern, g, false, &matched);
+  if (!node.ok())
+    return InvalidArgument("whitespace pattern: " + std::string(node.status().message()));
+  for (const auto& [lo, hi] : matched) {
+    for (uint64_t c = lo; c <= hi; ++c) {
+      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
         return InvalidArgument(
             "whitespace pattern: it matches more than JSON's whitespace (' ', '\\t', '\\n', "
             "'\\r')");
       }
-      if (seen.insert(to).second) {
-        if (seen.size() > 4096)
-          return InvalidArgument("whitespace pattern: too complex (over 4096 states)");
-        todo.push_back(to);
-      }
     }
   }
-  auto node = CompileRegex(pattern, g, false);
-  if (!node.ok()) return node.status();
   g->SetWs(*node);
   return Status::Ok();
 }

@@ -15,9 +15,6 @@ namespace {
 constexpr int kMaxRegexNesting = 200;
 
 using Ranges = CodePoints;
-Ranges Normalize(const Ranges& in) { return NormalizeCodePoints(in); }
-Ranges Negate(const Ranges& set) { return NegateCodePoints(set); }
-Ranges Single(uint32_t cp) { return {{cp, cp}}; }
 
 struct Ast {
   enum Kind { kSet, kSeq, kAlt, kRepeat } kind = kSeq;
@@ -195,7 +192,7 @@ class Parser {
     }
     if (c == '.') {
       ++pos_;
-      out->set = Negate(Single('\n'));
+      out->set = NegateCodePoints(SingleCodePoint('\n'));
       return Status::Ok();
     }
     if (c == '^' || c == '$') return Fail("anchors are supported only at the pattern's ends");
@@ -214,7 +211,7 @@ class Parser {
       return ParseEscape(false, &out->set);
     }
     ++pos_;
-    out->set = Single(c);
+    out->set = SingleCodePoint(c);
     return Status::Ok();
   }
 
@@ -226,39 +223,36 @@ class Parser {
     auto hex = [&](size_t digits, uint32_t* v) {
       *v = 0;
       for (size_t i = 0; i < digits; ++i) {
-        const uint32_t h = Peek();
-        int d = h >= '0' && h <= '9'   ? static_cast<int>(h - '0')
-                : h >= 'a' && h <= 'f' ? static_cast<int>(h - 'a' + 10)
-                : h >= 'A' && h <= 'F' ? static_cast<int>(h - 'A' + 10)
-                                       : -1;
+        const int d = HexDigit(Peek());
         if (d < 0) return false;
         *v = *v * 16 + static_cast<uint32_t>(d);
         ++pos_;
       }
       return true;
     };
-    const Ranges digit = {{'0', '9'}};
-    const Ranges word = Normalize({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
-    const Ranges space = {{'\t', '\r'}, {' ', ' '}};
+    static const Ranges digit = {{'0', '9'}};
+    static const Ranges word =
+        NormalizeCodePoints({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
+    static const Ranges space = {{'\t', '\r'}, {' ', ' '}};
     uint32_t v = 0;
     switch (c) {
       case 'd':
         *set = digit;
         return Status::Ok();
       case 'D':
-        *set = Negate(digit);
+        *set = NegateCodePoints(digit);
         return Status::Ok();
       case 'w':
         *set = word;
         return Status::Ok();
       case 'W':
-        *set = Negate(word);
+        *set = NegateCodePoints(word);
         return Status::Ok();
       case 's':
         *set = space;
         return Status::Ok();
       case 'S':
-        *set = Negate(space);
+        *set = NegateCodePoints(space);
         return Status::Ok();
       case 'n':
         v = '\n';
@@ -318,9 +312,8 @@ class Parser {
         v = c;  // an escaped punctuation mark or non-ASCII character: itself
         break;
     }
-    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF))
-      return Fail("the escape is not a character");
-    *set = Single(v);
+    if (!IsScalarValue(v)) return Fail("the escape is not a character");
+    *set = SingleCodePoint(v);
     return Status::Ok();
   }
 
@@ -342,7 +335,7 @@ class Parser {
       Ranges item;
       auto one = [&](Ranges* r) -> Status {
         if (Eat('\\')) return ParseEscape(true, r);
-        *r = Single(Peek());
+        *r = SingleCodePoint(Peek());
         ++pos_;
         return Status::Ok();
       };
@@ -361,7 +354,7 @@ class Parser {
       items.insert(items.end(), item.begin(), item.end());
     }
     out->kind = Ast::kSet;
-    out->set = negated ? Negate(items) : Normalize(items);
+    out->set = negated ? NegateCodePoints(items) : NormalizeCodePoints(items);
     if (out->set.empty()) {
       pos_ = start;
       return Fail("the character class matches no character");
@@ -376,7 +369,7 @@ class Parser {
 
 class Emitter {
  public:
-  Emitter(Grammar* g, bool json) : g_(g), json_(json) {}
+  Emitter(Grammar* g, bool json, CodePoints* matched) : g_(g), json_(json), matched_(matched) {}
 
   StatusOr<int32_t> Emit(const Ast& a) {
     if (g_->size() > kMaxGrammarNodes) {
@@ -385,9 +378,12 @@ class Emitter {
     }
     switch (a.kind) {
       case Ast::kSet:
+        Note(a.set);
         return CodePointsNode(g_, a.set, json_);
       case Ast::kRepeat: {
+        dead_ += a.max == 0;  // (x{0}: its characters never appear)
         auto child = Emit(a.kids[0]);
+        dead_ -= a.max == 0;
         if (!child.ok()) return child;
         return g_->Repeat(*child, a.min, a.max);
       }
@@ -408,6 +404,7 @@ class Emitter {
     std::string text;
     for (const Ast& k : a.kids) {
       if (k.kind == Ast::kSet && k.set.size() == 1 && k.set[0].first == k.set[0].second) {
+        Note(k.set);
         text += Text(k.set[0].first);
         continue;
       }
@@ -423,14 +420,21 @@ class Emitter {
 
  private:
   std::string Text(uint32_t cp) const { return json_ ? JsonEscaped(cp) : EncodeUtf8(cp); }
+  void Note(const CodePoints& set) {
+    if (matched_ != nullptr && dead_ == 0)
+      matched_->insert(matched_->end(), set.begin(), set.end());
+  }
 
   Grammar* g_;
   bool json_;
+  CodePoints* matched_;
+  int dead_ = 0;  // inside repetitions of at most zero
 };
 
 }  // namespace
 
-StatusOr<int32_t> CompileRegex(std::string_view pattern, Grammar* g, bool json_string) {
+StatusOr<int32_t> CompileRegex(std::string_view pattern, Grammar* g, bool json_string,
+                               CodePoints* matched) {
   if (pattern.size() > kMaxRegexBytes) {
     return InvalidArgument("regex: patterns longer than " + std::to_string(kMaxRegexBytes) +
                            " bytes are not supported");
@@ -440,7 +444,9 @@ StatusOr<int32_t> CompileRegex(std::string_view pattern, Grammar* g, bool json_s
   Parser parser(std::move(cps));
   auto ast = parser.Parse();
   if (!ast.ok()) return ast.status();
-  return Emitter(g, json_string).Emit(*ast);
+  auto root = Emitter(g, json_string, matched).Emit(*ast);
+  if (matched != nullptr) *matched = NormalizeCodePoints(*matched);
+  return root;
 }
 
 StatusOr<std::shared_ptr<const Grammar>> RegexGrammar(std::string_view pattern) {

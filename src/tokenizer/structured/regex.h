@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "oasis/status.h"
+#include "tokenizer/structured/charset.h"
 #include "tokenizer/structured/grammar.h"
 
 namespace oasis::structured {
@@ -28,7 +29,9 @@ inline constexpr int32_t kMaxRegexRepeat = 1000;
 // Adds the nodes matching `pattern` to `g` and returns the top one. `json_string`: they match
 // the text a JSON string holds between its quotes for a value that matches the pattern ('"',
 // '\' and control characters written as their escapes: \" \\ \n \t \r \b \f, else \u00XX).
-StatusOr<int32_t> CompileRegex(std::string_view pattern, Grammar* g, bool json_string);
+// `matched` (optional) gets every character a text of the pattern may hold.
+StatusOr<int32_t> CompileRegex(std::string_view pattern, Grammar* g, bool json_string,
+                               CodePoints* matched = nullptr);
 
 // A grammar of exactly the texts `pattern` matches.
 StatusOr<std::shared_ptr<const Grammar>> RegexGrammar(std::string_view pattern);

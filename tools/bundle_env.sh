@@ -10,3 +10,9 @@ if [[ ! -d .cache/test-data && -f .bundle-pack/tok.tar.xz ]]; then
 fi
 CUDA_LIB=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublas.so.* 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH="$PWD/.bundle/lib:${CUDA_LIB}:${LD_LIBRARY_PATH:-}"
+# The test binaries were built in another checkout: their committed fixtures, models/embedded
+# and the test tokenizers are read from this one (tests/support/test_support.cpp, SourceDir).
+export OASIS_SOURCE_DIR=$PWD
+if [[ -d .cache/test-data ]]; then
+  export OASIS_TEST_CACHE=${OASIS_TEST_CACHE:-$PWD/.cache/test-data}
+fi

@@ -11,7 +11,8 @@
 
 namespace oasis::testing {
 
-// The repository root (committed fixtures live under tests/fixtures/).
+// The repository root (committed fixtures live under tests/fixtures/): the checkout the test
+// was built from, or the one env OASIS_SOURCE_DIR names (a bundle run elsewhere).
 std::filesystem::path SourceDir();
 // `../shared` beside the checkout (env OASIS_SHARED_DIR overrides); nullopt when absent.
 std::optional<std::filesystem::path> SharedDir();

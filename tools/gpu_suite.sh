@@ -113,6 +113,12 @@ if [[ ${1:-} == --bundle ]]; then
   fi
   tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
   strip --strip-all .bundle/bin/*  # symbols are not needed there (~0.7 MB a binary)
+  # OASIS_TRACE_LIB=1: the CUPTI kernel timeline (tools/profile/cupti_trace.cpp) and libcupti
+  # (~1.5 MiB packed), for CUDA_INJECTION64_PATH=$PWD/.bundle/lib/liboasis_cupti_trace.so there.
+  if [[ ${OASIS_TRACE_LIB:-0} == 1 && -f build/tools/liboasis_cupti_trace.so ]]; then
+    cp build/tools/liboasis_cupti_trace.so .bundle/lib/
+    cp -L "$(ldd build/tools/liboasis_cupti_trace.so | awk '/libcupti/ {print $3}')" .bundle/lib/
+  fi
   # UCX loads its transports as plugins (ldd does not see them): UCX_MODULE_DIR points there.
   mkdir -p .bundle/lib/ucx && cp /usr/lib/x86_64-linux-gnu/ucx/*.so.0 .bundle/lib/ucx/
   # The kernels' fat binaries make .bundle large: carry it compressed (.bundle-pack, ignored).

@@ -240,6 +240,17 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
   // structured_outputs.whitespace_pattern / guided_whitespace_pattern: a regex for it.
   bool compact = false;
   std::string ws_pattern, ws_param;
+  // A whitespace pattern from either parameter (at most one of them).
+  auto whitespace = [&](const std::string& param, const Json& v) -> bool {
+    if (!ws_param.empty()) {
+      return r.Fail(param, "'" + param + "' and '" + ws_param + "' were both given");
+    }
+    ws_param = param;
+    if (!v.is_string())
+      return r.Fail(param, "'" + param + "' must be a string (a regular expression)");
+    ws_pattern = v.get<std::string>();
+    return true;
+  };
   if (const Json* so = r.Get("structured_outputs")) {
     if (so->is_object() && so->contains("disable_any_whitespace")) {
       const Json& v = (*so)["disable_any_whitespace"];
@@ -250,23 +261,14 @@ bool ParseStructuredOutput(Reader& r, GenerateSpec* spec) {
       compact = v.is_boolean() && v.get<bool>();
     }
     if (so->is_object() && so->contains("whitespace_pattern") &&
-        !(*so)["whitespace_pattern"].is_null()) {
-      ws_param = "structured_outputs.whitespace_pattern";
-      if (!(*so)["whitespace_pattern"].is_string()) {
-        return r.Fail(ws_param, "'" + ws_param + "' must be a string (a regular expression)");
-      }
-      ws_pattern = (*so)["whitespace_pattern"].get<std::string>();
+        !(*so)["whitespace_pattern"].is_null() &&
+        !whitespace("structured_outputs.whitespace_pattern", (*so)["whitespace_pattern"])) {
+      return false;
     }
   }
-  if (const Json* v = r.Get("guided_whitespace_pattern")) {
-    if (!ws_param.empty()) {
-      return r.Fail("guided_whitespace_pattern",
-                    "'guided_whitespace_pattern' and '" + ws_param + "' were both given");
-    }
-    ws_param = "guided_whitespace_pattern";
-    if (!v->is_string())
-      return r.Fail(ws_param, "'" + ws_param + "' must be a string (a regular expression)");
-    ws_pattern = v->get<std::string>();
+  if (const Json* v = r.Get("guided_whitespace_pattern");
+      v != nullptr && !whitespace("guided_whitespace_pattern", *v)) {
+    return false;
   }
   if (!ws_param.empty() && ws_pattern.empty()) {
     return r.Fail(ws_param,

@@ -27,8 +27,8 @@ def main():
     ap.add_argument("--show", type=int, default=24, help="kernels of the step's middle to list")
     a = ap.parse_args()
     # A kernel is its name and grid (the same GEMV for two weights shows as two rows).
-    ks = sorted((int(r["start_ns"]), int(r["end_ns"]), f'{short(r["name"])} x{r["grid"]}',
-                 int(r["grid"])) for r in csv.DictReader(open(a.trace)))
+    ks = sorted((int(r["start_ns"]), int(r["end_ns"]), f'{short(r["name"])} x{r["grid"]}')
+                for r in csv.DictReader(open(a.trace)))
     steps, cur = [], [ks[0]]
     for prev, k in zip(ks, ks[1:]):
         if k[0] - max(prev[1], cur[-1][1]) > a.gap_us * 1000:
@@ -39,7 +39,7 @@ def main():
     step = max(steps[-3:], key=len)
     t0, t1 = step[0][0], max(k[1] for k in step)
     busy, end = 0, t0
-    for s, e, _, _ in step:  # union of kernel intervals
+    for s, e, _ in step:  # union of kernel intervals
         if e > end:
             busy += e - max(s, end)
             end = e
@@ -48,14 +48,12 @@ def main():
     # "adds": this kernel's end minus the latest end before it (the time it adds to the step:
     # under PDL a kernel starts, and waits, while the one before runs).
     dur, gap, adds = (collections.defaultdict(list) for _ in range(3))
-    grid = {}
     latest = step[0][1]
     for prev, k in zip(step, step[1:]):
         dur[k[2]].append((k[1] - k[0]) / 1e3)
         gap[k[2]].append((k[0] - prev[1]) / 1e3)
         adds[k[2]].append(max(0, k[1] - latest) / 1e3)
         latest = max(latest, k[1])
-        grid[k[2]] = k[3]
     print(f"{'kernel x grid':64s} {'n':>4s} {'us':>7s} {'gap':>7s} {'adds':>7s} {'Σadds':>8s}")
     for name in sorted(dur, key=lambda n: -sum(adds[n])):
         print(f"{name:64s} {len(dur[name]):4d} {statistics.median(dur[name]):7.2f} "

@@ -105,6 +105,11 @@ const char* FormatRegex(const std::string& format) {
   return it == kFormats.end() ? nullptr : it->second.c_str();
 }
 
+// The schema's string format ("" when it names none).
+std::string FormatOf(const Json& s) {
+  return s.contains("format") && s["format"].is_string() ? s["format"].get<std::string>() : "";
+}
+
 std::string Join(const std::vector<std::string>& alts) {
   std::string out;
   for (const std::string& a : alts) out += (out.empty() ? "" : "|") + a;
@@ -240,8 +245,7 @@ class Compiler {
                s.contains("prefixItems")) {
       types.push_back("array");
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
-               (s.contains("format") && s["format"].is_string() &&
-                FormatRegex(s["format"].get<std::string>()) != nullptr)) {
+               FormatRegex(FormatOf(s)) != nullptr) {
       types.push_back("string");
     } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
                s.contains("exclusiveMaximum")) {
@@ -396,8 +400,7 @@ class Compiler {
       }
       return g_->Number(false);
     }
-    const std::string format =
-        s.contains("format") && s["format"].is_string() ? s["format"].get<std::string>() : "";
+    const std::string format = FormatOf(s);
     const char* format_regex = FormatRegex(format);
     if (type == "string" && (s.contains("pattern") || format_regex != nullptr)) {
       // The pattern (or the format's) matches the whole value (as vLLM's backends read it),

@@ -259,6 +259,7 @@ class GbnfParser {
 
   // One character of a literal or a class, escapes read.
   Status Character(uint32_t* cp) {
+    if (!More()) return Fail("the grammar ends inside a literal or a character class");
     const uint32_t c = Take();
     if (c != '\\') {
       *cp = c;

@@ -180,6 +180,8 @@ TEST_CASE("structured gbnf: grammars it cannot honour are refused, saying why an
       {"root ::= \"a\" loop\nloop ::= \"b\" loop", "rule 'loop' can never end"},
       {"root ::= \"a", "line 1: unterminated string"},
       {"root ::= \"a\"\nb ::= [a", "line 2: unterminated character class"},
+      {"root ::= [a-", "line 1: the grammar ends inside a literal or a character class"},
+      {"root ::= [\\", "may not end with a backslash"},
       {"root ::= [z-a]", "out of order"},
       {"root ::= [^\\x00-\\U0010FFFF]", "matches no character"},
       {"root ::= \"a\"{1001}", "above 1000"},

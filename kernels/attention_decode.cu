@@ -669,10 +669,11 @@ SplitPlan MakePlan(const DecodeAttentionParams& p) {
                                ? std::min<int64_t>(p.max_kv_len, int64_t{p.max_blocks} * kPage)
                                : int64_t{p.max_blocks} * kPage;
   const int max_pages = static_cast<int>(std::max<int64_t>(1, (kv_bound + kPage - 1) / kPage));
-  if (p.num_splits >
-      0) {  // forced: exactly this cut of the bound, down to one head-block per split
+  // Forced by the caller, else by OASIS_DECODE_SPLITS (comparisons): exactly this cut of the
+  // bound, down to one head-block per split.
+  if (const int forced = p.num_splits > 0 ? p.num_splits : GetTuning().decode_splits; forced > 0) {
     plan.min_pages = 1;
-    plan.splits = std::min(p.num_splits, max_pages);
+    plan.splits = std::min(forced, max_pages);
     return plan;
   }
   plan.min_pages = kMinPagesPerSplit;

@@ -62,7 +62,12 @@ __global__ void __launch_bounds__(kGuThreads, 4)  // 64 registers (68 unbounded)
 constexpr int kDcWarps = 8;
 constexpr int kDcThreads = kDcWarps * 32;
 constexpr int kDcGroupRows = 4;  // down rows of one slot a warp computes at once
-constexpr int kDcSteps = 3;      // K-steps (16-byte vectors per lane and row) loaded at once
+// K-steps (16-byte vectors per lane and row) loaded at once, and the CTAs per SM the register
+// bound asks for: 3 steps unbounded (98-104 registers, 2 CTAs per SM), or 2 steps in 64
+// registers (4 CTAs per SM: Qwen3-30B-A3B's 512 row blocks in one wave; OASIS_MOE_DOWN_ONE_WAVE).
+// The step count does not change a lane's order of vectors: the results are bit-identical.
+constexpr int kDcSteps = 3;
+constexpr int kDcStepsOneWave = 2;
 
 // Down rows per CTA: kDcGroupRows per warp item, enough row groups that k slots give every warp
 // an item (k >= kDcWarps: one group).
@@ -77,7 +82,8 @@ int DcRowsPerCta(int k) { return kDcGroupRows * (k >= kDcWarps ? 1 : kDcWarps / 
 // Slots with an id outside [0, experts) contribute nothing. Each chosen expert's rows are read
 // once per token (tokens sharing an expert read it again, mostly from L2: blockIdx.x is the
 // token, so the CTAs of one row block run side by side).
-__global__ void __launch_bounds__(kDcThreads)
+template <int kDcSteps, int kMinCtas>
+__global__ void __launch_bounds__(kDcThreads, kMinCtas)
     MoeGemvDownCombineKernel(const bf16* __restrict__ h, const int32_t* __restrict__ ids,
                              const float* __restrict__ weights, const bf16* __restrict__ down,
                              bf16* __restrict__ out, int k, int experts, int64_t hidden,
@@ -169,8 +175,10 @@ cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const fl
   }
   const size_t smem = sizeof(float) * rows * k;  // <= 16 KiB (k <= kMoeMaxExperts)
   const dim3 grid(static_cast<unsigned>(tokens), CeilDiv(hidden, rows));
-  return LaunchPdl(MoeGemvDownCombineKernel, grid, dim3(kDcThreads), smem, stream, h, ids, weights,
-                   down, out, k, experts, hidden, inter, rows);
+  const auto kernel = GetTuning().moe_down_one_wave ? MoeGemvDownCombineKernel<kDcStepsOneWave, 4>
+                                                    : MoeGemvDownCombineKernel<kDcSteps, 1>;
+  return LaunchPdl(kernel, grid, dim3(kDcThreads), smem, stream, h, ids, weights, down, out, k,
+                   experts, hidden, inter, rows);
 }
 
 }  // namespace oasis::kernels

@@ -56,6 +56,14 @@ struct Tuning {
   // OASIS_MOE_GEMM_WGMMA ("0": off). The MoE grouped GEMM's 128-row tile through sm_90a wgmma
   // (else mma.sync, as the smaller tiles).
   bool moe_gemm_wgmma = true;
+  // OASIS_MOE_DOWN_ONE_WAVE ("1": on). The fused down + combine GEMV bounded to 64 registers
+  // (4 CTAs per SM) with 2 K-steps in flight instead of 3: Qwen3-30B-A3B's 512 row blocks in one
+  // wave instead of 1.94 (bit-identical; for comparisons until measured).
+  bool moe_down_one_wave = false;
+  // OASIS_DECODE_SPLITS (1 to 1024; else 0: chosen by the cost model). Every decode attention
+  // launch that does not force its own split count cuts each (sequence, KV head) into this many
+  // splits (at most one per head-block), for comparisons.
+  int decode_splits = 0;
   // OASIS_GATHER_CTAS (1 to 1024). CTAs of the UVA gather.
   int gather_ctas = kDefaultGatherCtas;
   // OASIS_GATHER_KERNEL (tma or registers). The UVA gather's kernel.

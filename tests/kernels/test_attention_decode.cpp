@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/tuning.h"
 #include "gpu_test_util.h"
 #include "kernels/attention_decode.h"
 
@@ -242,6 +243,22 @@ TEST_CASE("Decode attention gives the same answer for every split count", "[gpu]
       const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), opt, &splits);
       INFO("q_std " << q_std << " forced " << opt.num_splits << " hint " << opt.max_kv_len << " -> splits " << splits);
       ExpectClose(got, want, 1e-2, 2e-2);
+    }
+    // OASIS_DECODE_SPLITS forces the count where the caller does not; the caller's count wins.
+    const Tuning saved = GetTuning();
+    for (int knob : {1, 3, 16}) {
+      Tuning t = saved;
+      t.decode_splits = knob;
+      SetTuningForTesting(t);
+      int splits = 0, caller = 0;
+      const Tensor got = RunDecode(*gpu, pr, ScaleFor(head_dim), {0, 0}, &splits);
+      const Tensor got2 = RunDecode(*gpu, pr, ScaleFor(head_dim), {2, 0}, &caller);
+      SetTuningForTesting(saved);
+      INFO("q_std " << q_std << " knob " << knob << " -> splits " << splits);
+      CHECK(splits == std::min(knob, (4999 + 15) / 16));
+      CHECK(caller == 2);
+      ExpectClose(got, want, 1e-2, 2e-2);
+      ExpectClose(got2, want, 1e-2, 2e-2);
     }
   }
 }

@@ -487,6 +487,19 @@ TEST_CASE("MoE fused down + combine equals the grouped down GEMV + combine bit f
                                                   static_cast<__nv_bfloat16*>(got.raw()), tokens,
                                                   ke, ee, H, I, gpu->stream()) == cudaSuccess);
         ExpectIdentical(DownloadF32(*gpu, got), DownloadF32(*gpu, want));
+        {  // OASIS_MOE_DOWN_ONE_WAVE's instance (2 K-steps, 4 CTAs per SM): the same bits
+          const Tuning saved = GetTuning();
+          Tuning one_wave = saved;
+          one_wave.moe_down_one_wave = true;
+          SetTuningForTesting(one_wave);
+          Tensor got1 = PoisonedBf16(*gpu, {tokens, H});
+          const cudaError_t err = kernels::LaunchMoeGemvDownCombine(
+              hp, ip, wp, dp, static_cast<__nv_bfloat16*>(got1.raw()), tokens, ke, ee, H, I,
+              gpu->stream());
+          SetTuningForTesting(saved);
+          REQUIRE(err == cudaSuccess);
+          ExpectIdentical(DownloadF32(*gpu, got1), DownloadF32(*gpu, want));
+        }
         if (!kernels::MoeUseFusedDown(tokens, k)) continue;
         // The backend: kGemv (fused) against kUnfused (the GEMV path, unfused), and the CPU.
         REQUIRE(kernels::MoeUseGemv(tokens, k));

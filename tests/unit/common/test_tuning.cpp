@@ -64,6 +64,16 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   for (const char* bad : {"0", "8", "48", "256", "-16", "x", ""}) {
     CHECK(Parse({{"OASIS_MOE_GEMM_TILE_ROWS", bad}}).moe_gemm_tile_rows == 0);
   }
+  CHECK_FALSE(Parse({}).moe_down_one_wave);
+  CHECK(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "1"}}).moe_down_one_wave);
+  CHECK_FALSE(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "0"}}).moe_down_one_wave);
+  CHECK(Parse({}).decode_splits == 0);
+  CHECK(Parse({{"OASIS_DECODE_SPLITS", "1"}}).decode_splits == 1);
+  CHECK(Parse({{"OASIS_DECODE_SPLITS", "4"}}).decode_splits == 4);
+  CHECK(Parse({{"OASIS_DECODE_SPLITS", "1024"}}).decode_splits == 1024);
+  for (const char* bad : {"0", "-2", "1025", "x", ""}) {
+    CHECK(Parse({{"OASIS_DECODE_SPLITS", bad}}).decode_splits == 0);
+  }
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "-5"}}).gemv_narrow_below == 4096);
   CHECK(Parse({{"OASIS_GEMV_NARROW_K", "x"}}).gemv_narrow_below == 4096);
   const Tuning g = Parse({{"OASIS_GATHER_CTAS", "32"}, {"OASIS_GATHER_KERNEL", "registers"}});

@@ -4,7 +4,7 @@
 // logits processing hands the device). CPU only.
 //
 //   bench_structured --tokenizer .cache/test-data/qwen3/tokenizer.json [--vocab 151936]
-//                    [--steps 400] [--seed 1] [--kind json|regex|gbnf]
+//                    [--steps 400] [--seed 1] [--kind json|regex|gbnf] [--gbnf-file FILE]
 //
 // A generation is simulated: each step draws a random allowed token (short ones preferred, as a
 // model's would be) until EOS may follow and 40 steps passed. The structure (--kind): a typical
@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,6 +49,8 @@ int main(int argc, char** argv) {
   std::string kind = "json";
   FlagParser flags("bench_structured");
   flags.AddString("kind", &kind, "the structure: json (a JSON schema), regex or gbnf");
+  std::string gbnf_file;
+  flags.AddString("gbnf-file", &gbnf_file, "a GBNF grammar to time instead of the built-in one");
   flags.AddString("tokenizer", &tokenizer_path, "tokenizer.json");
   flags.AddInt("vocab", &vocab, "the model's logits width");
   flags.AddInt("steps", &steps, "steps simulated in all (several generations)");
@@ -81,22 +85,35 @@ term ::= number | name ("(" ws (expr ("," ws expr)*)? ")")? | "[" ws (expr ("," 
 number ::= "-"? [0-9]{1,6} ("." [0-9]{1,4})?
 name ::= [a-z_] [a-z0-9_]{0,11}
 ws ::= " "?)G";
+  std::string gbnf_text = gbnf;
+  if (!gbnf_file.empty()) {
+    std::ifstream f(gbnf_file, std::ios::binary);
+    if (!f) {
+      std::fprintf(stderr, "cannot read %s\n", gbnf_file.c_str());
+      return 2;
+    }
+    gbnf_text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    kind = "gbnf";
+  }
   t0 = Clock::now();
   auto grammar = kind == "regex"  ? structured::RegexGrammar(regex)
-                 : kind == "gbnf" ? structured::GbnfGrammar(gbnf)
+                 : kind == "gbnf" ? structured::GbnfGrammar(gbnf_text)
                                   : structured::JsonSchemaGrammar(schema);
   const double compile_ms = Ms(Clock::now() - t0);
   if (kind != "json" && kind != "regex" && kind != "gbnf") {
     std::fprintf(stderr, "--kind must be json, regex or gbnf\n");
     return 2;
   }
-  if (!grammar.ok()) return 1;
+  if (!grammar.ok()) {
+    std::fprintf(stderr, "%s\n", grammar.status().ToString().c_str());
+    return 1;
+  }
   std::vector<int32_t> eos;
   for (const char* e : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>"}) {
     if (auto id = (*tok)->TokenToId(e)) eos.push_back(*id);
   }
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
-  std::vector<double> fresh, cached, entries_ms;
+  std::vector<double> fresh, cached, entries_ms, walk_work;
   int64_t done = 0, generations = 0;
   while (done < steps) {
     auto c = std::make_shared<structured::GrammarConstraint>(*grammar, v, eos);
@@ -107,11 +124,13 @@ ws ::= " "?)G";
     ++generations;
     for (int step = 0; step < 400 && done < steps; ++step, ++done) {
       const size_t walks = c->num_walks();
+      const uint64_t work0 = c->work();
       std::vector<int32_t> masked;
       t0 = Clock::now();
       c->Masked(out, {}, &masked);
       const double ms = Ms(Clock::now() - t0);
       (c->num_walks() > walks ? fresh : cached).push_back(ms);
+      if (c->num_walks() > walks) walk_work.push_back(static_cast<double>(c->work() - work0));
       t0 = Clock::now();
       const std::vector<LogitsEntry> e = RowEntries(*processing, out, {});
       entries_ms.push_back(Ms(Clock::now() - t0));
@@ -150,6 +169,7 @@ ws ::= " "?)G";
   row("mask, vocabulary walked (a state not seen before)", fresh);
   row("mask, allowed set cached", cached);
   row("row entries (mask + merge, as the sampler builds them)", entries_ms);
+  row("matcher work of a walk (frames produced)", walk_work);
   const double walk = Quantile(fresh, 0.5);
   std::printf(
       "RESULT structured_%s_mask_new_ms=%.3f cached_ms=%.3f entries_ms=%.3f walk_rate=%.1f "

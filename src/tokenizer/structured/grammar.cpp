@@ -333,8 +333,13 @@ void GrammarMatcher::Feed(Stack st, uint8_t c, std::vector<Stack>& out) const {
     Settle(s);
     out.push_back(std::move(s));
   };
-  // Pushes `child` over the top frame (already updated) and feeds it the byte.
+  // Pushes `child` over the top frame (already updated) and feeds it the byte. Frames with
+  // nothing left once the child is done (a sequence at its last item, an alternative chosen, a
+  // repetition's last iteration) are popped first, as Settle would pop them after the child:
+  // the same matches, and right recursion (`list ::= item ("," list)?`) does not deepen the
+  // stacks.
   auto descend = [&](Stack s, int32_t child) {
+    Settle(s);
     Push(s, child);
     Feed(std::move(s), c, out);
   };
@@ -666,7 +671,9 @@ int32_t GrammarMatcher::Intern(std::vector<Stack> stacks) {
     key.append(reinterpret_cast<const char*>(&size), sizeof(size));
     key.append(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(Frame));
   }
-  if (states_.size() >= kMaxStates) {
+  size_t frames = 0;
+  for (const Stack& s : stacks) frames += s.size();
+  if (states_.size() >= kMaxStates || stored_frames_ + frames > kMaxStoredFrames) {
     auto known = ids_.find(key);
     return known != ids_.end() ? known->second : kDead;
   }
@@ -674,6 +681,7 @@ int32_t GrammarMatcher::Intern(std::vector<Stack> stacks) {
   if (!fresh) return it->second;
   bool accepting = false;
   for (const Stack& s : stacks) accepting = accepting || CanFinish(s);
+  stored_frames_ += frames;
   states_.push_back(std::move(stacks));
   accepting_.push_back(accepting ? 1 : 0);
   next_.push_back(nullptr);
@@ -691,6 +699,7 @@ int32_t GrammarMatcher::Next(int32_t state, uint8_t byte) {
   if (slot != -2) return slot;
   std::vector<Stack> out;
   for (const Stack& s : states_[static_cast<size_t>(state)]) Feed(s, byte, out);
+  for (const Stack& s : out) work_ += s.size() + 1;
   const int32_t to = Intern(std::move(out));
   // (Intern may have grown next_: look the slot up again.)
   (*next_[static_cast<size_t>(state)])[byte] = to;

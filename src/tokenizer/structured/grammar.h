@@ -137,12 +137,18 @@ class GrammarMatcher {
   // Whether any byte may follow.
   bool CanContinue(int32_t state);
   size_t num_states() const { return states_.size(); }
+  // Frames the matcher has produced in all (its work: what feeding, sorting and keying cost),
+  // and the frames its states hold.
+  uint64_t work() const { return work_; }
+  size_t stored_frames() const { return stored_frames_; }
   // At most this many stacks a state (ambiguous grammars: the rest are dropped, which only
-  // narrows what may follow), and this many states a matcher (a request's text past them is
-  // dead: only the end of the sequence may follow). Together they bound a request's memory
-  // (~60 MB) and the time of a step's mask.
+  // narrows what may follow), and this many states and frames in them a matcher (a request's
+  // text past them is dead: only the end of the sequence may follow). Together they bound a
+  // request's memory (~120 MB: the frames, their keys, the transition tables); the time of a
+  // step's mask is bounded by GrammarConstraint::kMaxWalkWork.
   static constexpr size_t kMaxStacks = 256;
   static constexpr size_t kMaxStates = 50000;
+  static constexpr size_t kMaxStoredFrames = size_t{1} << 21;
 
  private:
   int32_t Intern(std::vector<Stack> stacks);
@@ -164,6 +170,8 @@ class GrammarMatcher {
   std::vector<std::unique_ptr<std::array<int32_t, 256>>> next_;
   std::unordered_map<std::string, int32_t> ids_;
   int32_t start_ = kDead;
+  uint64_t work_ = 0;
+  size_t stored_frames_ = 0;
 };
 
 }  // namespace oasis::structured

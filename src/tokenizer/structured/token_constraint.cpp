@@ -63,9 +63,19 @@ size_t GrammarConstraint::num_states() const {
   return matcher_.num_states();
 }
 
+uint64_t GrammarConstraint::work() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return matcher_.work();
+}
+
 size_t GrammarConstraint::num_walks() const {
   std::lock_guard<std::mutex> lock(mu_);
   return walks_;
+}
+
+size_t GrammarConstraint::num_cut_walks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cut_walks_;
 }
 
 int32_t GrammarConstraint::Feed(int32_t state, int32_t token) const {
@@ -127,7 +137,12 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
   walk_.assign(1, state);
   size_t computed = 0;  // walk_[0..computed] hold the states after the previous token's bytes
   bool any = false;
+  const uint64_t work_end = matcher_.work() + kMaxWalkWork;
   for (size_t i = 0; i < v.sorted_.size(); ++i) {
+    if (matcher_.work() > work_end) {  // the rest stay masked
+      ++cut_walks_;
+      break;
+    }
     const int32_t id = v.sorted_[i];
     const std::string& b = v.bytes_[static_cast<size_t>(id)];
     size_t at = std::min(static_cast<size_t>(v.shared_[i]), computed);
@@ -144,8 +159,8 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
     }
   }
   // EOS where the text is complete — and where no token can go on (the matcher's bounds cut
-  // the grammar there: 50,000 states, 160 frames deep): a request is never left without a
-  // token, and its text ends where it must.
+  // the grammar there: its states and frames, 160 frames deep, the walk's work): a request is
+  // never left without a token, and its text ends where it must.
   if (matcher_.Accepting(state) || !any) {
     for (int32_t id : eos_) {
       if (id >= 0 && id < v.vocab_size_)

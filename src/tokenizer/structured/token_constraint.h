@@ -66,13 +66,24 @@ class GrammarConstraint final : public TokenConstraint {
   void Masked(std::span<const int32_t> output, std::span<const int32_t> draft,
               std::vector<int32_t>* masked) const override;
 
+  // The matcher work (GrammarMatcher::work, frames produced) one walk of the vocabulary may do:
+  // ~30-60 ms of the engine thread. A grammar that needs more (ambiguous recursion: thousands of
+  // times what JSON schemas and usual grammars need) has the walk cut there — the tokens not
+  // reached are masked, so what is allowed stays valid, and EOS is allowed where nothing else
+  // is — instead of stalling every request's step for seconds.
+  static constexpr uint64_t kMaxWalkWork = uint64_t{1} << 20;
+
   // Whether `tokens` (a whole generation) leave the grammar complete (tests).
   bool Complete(std::span<const int32_t> tokens) const;
   // The allowed ids after `tokens` (tests).
   std::vector<int32_t> Allowed(std::span<const int32_t> tokens) const;
   size_t num_states() const;
-  // Allowed sets computed by walking the vocabulary (the others came from the cache).
+  // The matcher's work so far (GrammarMatcher::work).
+  uint64_t work() const;
+  // Allowed sets computed by walking the vocabulary (the others came from the cache), and the
+  // walks cut by kMaxWalkWork.
   size_t num_walks() const;
+  size_t num_cut_walks() const;
 
  private:
   using Bits = std::vector<uint64_t>;
@@ -99,6 +110,7 @@ class GrammarConstraint final : public TokenConstraint {
   mutable std::list<std::pair<int32_t, Bits>> bits_;  // most recently used first
   mutable std::vector<int32_t> walk_;                 // scratch: states by prefix length
   mutable size_t walks_ = 0;
+  mutable size_t cut_walks_ = 0;
 };
 
 }  // namespace oasis::structured

@@ -230,3 +230,70 @@ TEST_CASE("structured: where no token can go on, EOS may", "[structured]") {
   CHECK(cut);
   CHECK(out.size() > 40000);
 }
+
+// Right recursion in tail position (a list as `list ::= item ("," list)?`, a rule ending in a
+// reference) does not deepen the matcher's stacks: lists far longer than the 160-frame bound
+// match, while nesting (`"(" e ")"`) still counts against it.
+TEST_CASE("structured gbnf: tail recursion is not bounded by the stack depth", "[structured][gbnf]") {
+  GrammarMatcher m(Gbnf("root ::= \"[\" list \"]\"\nlist ::= [0-9]+ (\",\" list)?\n"));
+  std::string text = "[";
+  for (int i = 0; i < 2000; ++i) text += std::to_string(i) + (i + 1 < 2000 ? "," : "]");
+  const int32_t s = m.Next(m.start(), text);
+  REQUIRE(s >= 0);
+  CHECK(m.Accepting(s));
+  CHECK(m.num_states() < 200);  // the same few states over and over
+  GrammarMatcher nest(Gbnf("root ::= e\ne ::= \"(\" e \")\" | \"x\"\n"));
+  CHECK(nest.Next(nest.start(), std::string(100, '(') + "x" + std::string(100, ')')) >= 0);
+  CHECK(nest.Next(nest.start(), std::string(400, '(')) == GrammarMatcher::kDead);
+}
+
+// An ambiguous, centre-embedding grammar makes every state hold hundreds of deep stacks: a
+// vocabulary walk would do millions of frames of work (seconds of the engine thread, for every
+// request's step). The walk stops at kMaxWalkWork: the masks stay valid (every allowed token
+// goes on in the grammar), never empty, the matcher's frames stay under its bound, and usual
+// grammars are never cut.
+TEST_CASE("structured: a grammar too costly to walk has its walks cut, and stays valid",
+          "[structured][gbnf]") {
+  std::vector<std::string> bytes;
+  for (char a = 'a'; a <= 'z'; ++a) {
+    bytes.emplace_back(1, a);
+    for (char b = 'a'; b <= 'z'; ++b) {
+      bytes.push_back(std::string{a, b});
+      for (char c = 'a'; c <= 'z'; c += 2) bytes.push_back(std::string{a, b, c});
+    }
+  }
+  bytes.emplace_back();  // EOS
+  const int32_t eos = static_cast<int32_t>(bytes.size()) - 1;
+  auto vocab = TokenVocabulary::FromBytes(bytes, static_cast<int64_t>(bytes.size()));
+  auto hostile = Gbnf("root ::= w\nw ::= [a-z] w ([a-z] | [a-m] | \"\") | [a-z] w [a-z] [a-z]? | [a-z]\n");
+  GrammarConstraint c(hostile, vocab, {eos});
+  std::vector<int32_t> out;
+  std::mt19937 rng(7);
+  for (int step = 0; step < 40; ++step) {
+    const uint64_t work0 = c.work();
+    const std::vector<int32_t> allowed = c.Allowed(out);
+    // The budget, plus what the last token of the walk and the committed token fed (each byte
+    // at most a few times 256 stacks of 160 frames before they are deduplicated): without the
+    // cut a walk here does tens of millions.
+    CHECK(c.work() - work0 <= 2 * GrammarConstraint::kMaxWalkWork);
+    REQUIRE_FALSE(allowed.empty());
+    if (allowed.back() == eos && allowed.size() == 1) break;
+    // Every allowed token goes on from here, by a matcher of its own.
+    GrammarMatcher check(hostile);
+    int32_t s = check.start();
+    for (int32_t t : out) s = check.Next(s, vocab->bytes(t));
+    REQUIRE(s >= 0);
+    for (size_t i = 0; i < allowed.size(); i += 17) {
+      if (allowed[i] != eos) CHECK(check.Next(s, vocab->bytes(allowed[i])) >= 0);
+    }
+    int32_t pick = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+    if (pick == eos) pick = allowed.front();
+    if (pick == eos) break;
+    out.push_back(pick);
+  }
+  CHECK(c.num_cut_walks() > 0);
+  // The built-in arithmetic grammar over the same vocabulary: never cut.
+  GrammarConstraint plain(Gbnf(kArith), vocab, {eos});
+  for (int i = 0; i < 5; ++i) (void)plain.Allowed({});
+  CHECK(plain.num_cut_walks() == 0);
+}

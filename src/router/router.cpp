@@ -393,10 +393,10 @@ void Router::Routes() {
   });
   for (const auto& [path, endpoint] : {std::pair{"/v1/completions", Endpoint::kCompletions},
                                        {"/v1/chat/completions", Endpoint::kChatCompletions}}) {
-    f.Route("POST", path, D::kInline, [this, endpoint](HttpRequest& req, Exchange ex) {
-      Launch(req, ex, [this, endpoint](const HttpRequest& r, const Exchange& e) {
-        HandleGenerate(r, e, endpoint);
-      });
+    // (A copy: clang before 16 cannot capture a structured binding.)
+    f.Route("POST", path, D::kInline, [this, ep = endpoint](HttpRequest& req, Exchange ex) {
+      Launch(req, ex,
+             [this, ep](const HttpRequest& r, const Exchange& e) { HandleGenerate(r, e, ep); });
     });
   }
 }

@@ -24,7 +24,8 @@ cd "$(dirname "$0")/.."
 ALL_GPU_TESTS=(test_gpu_runtime test_gpu_pdl test_gpu_ops test_gpu_sampling test_attention_decode test_attention_prefill test_gpu_models test_gpu_graphs test_gpu_eagle3 test_gpu_sparse test_gpu_lookahead test_gpu_prefix_cache test_gpu_sparse_decode test_gpu_nccl test_gpu_tp test_gpu_shapes test_gpu_rope test_gpu_prompt_logprobs test_gpu_moe test_gpu_fp8_kv test_gpu_fp8_linear test_gpu_fp8_transformers test_gpu_server_speculate)
 # shellcheck disable=SC2206
 GPU_TESTS=(${OASIS_GPU_TESTS:-${ALL_GPU_TESTS[@]}})
-# name|arguments: each runs from the bundle; its RESULT line goes into the table.
+# [VAR=value ...] name|arguments: each runs from the bundle (with those tuning knobs set, for
+# A/Bs against the same line without them); its RESULT line goes into the table.
 BENCHMARKS=(
   "bench_decode_attention|"
   "bench_decode_attention|--kv-dtype fp8"
@@ -49,6 +50,9 @@ BENCHMARKS=(
   "bench_decode|--config tools/bench/model_configs/qwen3-8b-fp8.json --batch 1 --context 128"
   "bench_decode|--config tools/bench/model_configs/qwen3-8b-fp8.json --prefill 8192 --steps 5 --warmup 1"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
+  "OASIS_MOE_DOWN_ONE_WAVE=1 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
+  "OASIS_DECODE_SPLITS=2 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
+  "OASIS_DECODE_SPLITS=4 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20 --moe-path gemm"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --prefill 8192 --steps 5 --warmup 1"
@@ -78,7 +82,9 @@ if [[ ${1:-} == --bundle-base ]]; then
   # to a later build's .bundle/): tools/gpu_suite.sh --bundle-base OUT.tar.xz
   exes=(build/tests/unit/disagg/bench_disagg_fetch build/tests/unit/disagg/disagg_peer)
   for b in "${BENCHMARKS[@]}"; do
-    [[ ${b%%|*} == bench_disagg_fetch ]] || exes+=("build/tools/bench/${b%%|*}")
+    name=${b%%|*}
+    name=${name##* }  # (after any VAR=value words)
+    [[ $name == bench_disagg_fetch ]] || exes+=("build/tools/bench/$name")
   done
   tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
   mkdir -p .bundle/lib/ucx && cp /usr/lib/x86_64-linux-gnu/ucx/*.so.0 .bundle/lib/ucx/
@@ -103,6 +109,7 @@ if [[ ${1:-} == --bundle ]]; then
   if [[ ${OASIS_BENCH:-1} == 1 ]]; then
     for b in "${BENCHMARKS[@]}"; do
       name=${b%%|*}
+      name=${name##* }  # (after any VAR=value words)
       [[ -n ${OASIS_BENCH_ONLY:-} && " $OASIS_BENCH_ONLY " != *" $name "* ]] && continue
       [[ $name == bench_disagg_fetch ]] || exes+=("build/tools/bench/$name")
     done
@@ -162,6 +169,9 @@ done
 for b in "${BENCHMARKS[@]}"; do
   name=${b%%|*}
   args=${b#*|}
+  knobs=()  # leading VAR=value words of the name
+  read -r -a words <<<"$name"
+  for w in "${words[@]}"; do [[ $w == *=* ]] && knobs+=("$w") || name=$w; done
   if [[ $name == bench_decode_attention && -n $DECODE_ATTENTION_PEER ]]; then
     echo "=== $DECODE_ATTENTION_PEER"
     PYTHONUNBUFFERED=1 python3 $DECODE_ATTENTION_PEER > /tmp/peer.out 2>&1
@@ -175,19 +185,19 @@ for b in "${BENCHMARKS[@]}"; do
     rows+=("$(printf '%-20s %s' "$name" "$args: skipped, one GPU")")
     continue
   fi
-  echo "=== $name $args"
+  echo "=== ${knobs[*]} $name $args"
   # shellcheck disable=SC2086
-  ".bundle/bin/$name" $args > /tmp/bench.out 2>&1
+  env "${knobs[@]}" ".bundle/bin/$name" $args > /tmp/bench.out 2>&1
   cat /tmp/bench.out
-  rows+=("$(printf '%-20s %s' "$name" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
+  rows+=("$(printf '%-20s %s' "$name" "${knobs[*]:+${knobs[*]} }$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
   if [[ -n ${OASIS_BASE_BUNDLE:-} ]]; then
     [[ -d .bundle-base/bin ]] || python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall()" "$OASIS_BASE_BUNDLE"
     base_args=${b#*|}  # without --torch-gbs: an earlier build may not take it
     base_args=${base_args//.bundle\//.bundle-base/}
     echo "=== base: $name $base_args"
     # shellcheck disable=SC2086
-    LD_LIBRARY_PATH=".bundle-base/lib:${CUDA_LIB}" UCX_MODULE_DIR=$PWD/.bundle-base/lib/ucx \
-      ".bundle-base/bin/$name" $base_args > /tmp/bench.out 2>&1
+    env "${knobs[@]}" LD_LIBRARY_PATH=".bundle-base/lib:${CUDA_LIB}" \
+      UCX_MODULE_DIR=$PWD/.bundle-base/lib/ucx ".bundle-base/bin/$name" $base_args > /tmp/bench.out 2>&1
     cat /tmp/bench.out
     rows+=("$(printf '%-20s %s' "  base" "$(grep -E '^RESULT' /tmp/bench.out | tail -1 | cut -c8-)")")
   fi

@@ -467,6 +467,12 @@ cudaError_t LaunchNormRows(const bf16* x, const bf16* residual, bf16* residual_o
                            cudaStream_t stream, bf16* normed_out = nullptr) {
   switch (rows) {
     case 1:
+      // OASIS_GEMV_NARROW_NORM: 4 × 256 with one K-step (the whole row of 2,048 features loaded
+      // before the PDL wait, twice the CTAs); its sums are the plain kPerGroup GEMV's
+      // (GemvConfigMatchingNorm).
+      if (NarrowRow(in) && GetTuning().gemv_narrow_norm)
+        return LaunchNormConfig<1, 4, 256, 1, kEpi>(x, residual, residual_out, norm_w, eps, w, ob,
+                                                    of, in, out, ep, normed_out, stream);
       if (NarrowRow(in))
         return LaunchNormConfig<1, 8, 128, 2, kEpi>(x, residual, residual_out, norm_w, eps, w, ob,
                                                     of, in, out, ep, normed_out, stream);
@@ -517,6 +523,13 @@ cudaError_t LaunchGemvWith(GemvConfig config, const bf16* x, const bf16* w, bf16
     default:
       return LaunchGemvConfig<4>(config, x, w, ob, of, in, out, stream);
   }
+}
+
+GemvConfig GemvConfigMatchingNorm(int64_t rows, int64_t in) {
+  // (U, the K-steps in flight, does not change a thread's order of vectors: 4 × 256 × 1 sums as
+  // 4 × 256 × 2 does.)
+  return rows == 1 && NarrowRow(in) && GetTuning().gemv_narrow_norm ? GemvConfig::kPerGroup
+                                                                    : GemvConfig::kAuto;
 }
 
 bool GemvNormSupported(int64_t rows, int64_t in, const void* residual, const void* w) {

@@ -33,6 +33,12 @@ cudaError_t LaunchGemvWith(GemvConfig config, const __nv_bfloat16* x, const __nv
                            __nv_bfloat16* out_bf16, float* out_f32, int64_t rows, int64_t in,
                            int64_t out, cudaStream_t stream);
 
+// The configuration of a plain GEMV whose sums equal the norm-fused GEMV's (LaunchGemvRmsNorm)
+// at these sizes, for callers that must agree with it bit for bit (MoeRoute's router against
+// AddRmsNormMoeRoute's): kPerGroup for one row under OASIS_GEMV_NARROW_NORM below
+// OASIS_GEMV_NARROW_K features, else kAuto (the plain GEMV's choice already agrees).
+GemvConfig GemvConfigMatchingNorm(int64_t rows, int64_t in);
+
 // RMSNorm (+ residual add) fused into the GEMV that consumes it (decode, 1..4 rows):
 //   v = x ? bf16(residual + x) : residual          (written to residual_out when given)
 //   n = bf16(norm_w · bf16(v · rsqrt(mean(v²) + eps)))   (RMSNorm's rounding)

@@ -50,6 +50,7 @@ BENCHMARKS=(
   "bench_decode|--config tools/bench/model_configs/qwen3-8b-fp8.json --batch 1 --context 128"
   "bench_decode|--config tools/bench/model_configs/qwen3-8b-fp8.json --prefill 8192 --steps 5 --warmup 1"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
+  "OASIS_GEMV_NARROW_NORM=1 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
   "OASIS_MOE_DOWN_ONE_WAVE=1 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
   "OASIS_DECODE_SPLITS=2 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
   "OASIS_DECODE_SPLITS=4 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"

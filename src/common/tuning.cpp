@@ -62,6 +62,7 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
     if (rows == 16 || rows == 32 || rows == 64 || rows == 128) t.moe_gemm_tile_rows = rows;
   }
   t.moe_down_one_wave = OnUnlessZero(env("OASIS_MOE_DOWN_ONE_WAVE"), false);
+  t.gemv_narrow_norm = OnUnlessZero(env("OASIS_GEMV_NARROW_NORM"), false);
   if (const char* v = env("OASIS_DECODE_SPLITS"); v != nullptr) {
     const int n = std::atoi(v);
     if (n >= 1 && n <= 1024) t.decode_splits = n;

@@ -50,6 +50,11 @@ struct Tuning {
   // than this take the 8-feature × 128-thread configuration: the 4 × 256 one loads a single
   // 16-byte vector per feature and thread below 4,096 (no K-steps in flight).
   int64_t gemv_narrow_below = 4096;
+  // OASIS_GEMV_NARROW_NORM ("1": on). One-row norm-fused GEMVs below gemv_narrow_below take 4
+  // features × 256 threads × 1 K-step (the whole row loaded before the PDL wait) instead of
+  // 8 × 128 × 2 (H200, the thirty-fourth session's branch: 30B-A3B batch 1 -1.5%); for
+  // comparisons until measured again.
+  bool gemv_narrow_norm = false;
   // OASIS_MOE_GEMM_TILE_ROWS (16, 32, 64 or 128; else 0: chosen by the rows per touched expert,
   // kernels::MoeGemmTileRowsFor). The MoE grouped GEMM's row tile, for comparisons.
   int moe_gemm_tile_rows = 0;

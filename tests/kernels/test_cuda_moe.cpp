@@ -607,9 +607,16 @@ TEST_CASE("AddRmsNormMoeRoute: the norm inside the router GEMV, consistent with 
   for (auto [experts, k, hidden] : {std::tuple{128, 8, 2048}, std::tuple{32, 4, 72},
                                     std::tuple{8, 2, 64}}) {
     for (int64_t tokens : {1, 2, 3, 4, 5, 33}) {
-      for (bool unfused : {false, true}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        // kAuto, kUnfused, and kAuto with OASIS_GEMV_NARROW_NORM (the one-row router GEMVs of
+        // both paths change configuration together).
+        const bool unfused = variant == 1;
+        Tuning narrow = GetTuning();
+        narrow.gemv_narrow_norm = variant == 2;
+        const Tuning saved = GetTuning();
+        SetTuningForTesting(narrow);
         INFO("E " << experts << " k " << k << " H " << hidden << " T " << tokens
-                  << (unfused ? " kUnfused" : ""));
+                  << (unfused ? " kUnfused" : "") << (variant == 2 ? " narrow-norm" : ""));
         gpu->set_moe_path(unfused ? CudaBackend::MoePath::kUnfused : CudaBackend::MoePath::kAuto);
         Tensor x = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 1.0f));
         Tensor res = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 4.0f));
@@ -629,6 +636,7 @@ TEST_CASE("AddRmsNormMoeRoute: the norm inside the router GEMV, consistent with 
         ExpectClose(got_normed, want_normed, 1e-6, 1.0 / 64);  // a bf16 ulp or two
         Tensor ids2 = gpu->Empty({tokens, k}, DType::kI32), w2 = gpu->Empty({tokens, k}, DType::kF32);
         gpu->MoeRoute(normed, router, k, MoeTopKWeights::kRenormalized, ids2, w2);
+        SetTuningForTesting(saved);
         ExpectIdentical(gpu->Download(ids), gpu->Download(ids2));
         ExpectIdentical(gpu->Download(w), gpu->Download(w2));
       }

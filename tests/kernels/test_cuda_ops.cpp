@@ -109,11 +109,17 @@ TEST_CASE("fused pre-norm + projection matches the CPU composition", "[gpu][line
   auto gpu = MakeBackend();
   CpuBackend cpu;
   auto rng = FreshRng();
-  // 1..4 rows take the fused GEMV; more rows the add+norm kernel and a cuBLAS GEMM.
+  // 1..4 rows take the fused GEMV; more rows the add+norm kernel and a cuBLAS GEMM. Both
+  // one-row configurations below 4,096 features (OASIS_GEMV_NARROW_NORM off and on).
+  const Tuning saved = GetTuning();
   for (auto [rows, in, outf] : {std::tuple{1, 4096, 1000}, std::tuple{1, 2048, 515}, std::tuple{2, 1024, 777}, std::tuple{3, 256, 64},
                                 std::tuple{4, 2048, 515}, std::tuple{6, 512, 300}, std::tuple{64, 4096, 300}}) {
-    for (bool with_x : {true, false}) {
-      INFO("rows " << rows << " in " << in << " out " << outf << " with x " << with_x);
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool with_x = variant != 1;
+      Tuning t = saved;
+      t.gemv_narrow_norm = variant == 2;
+      SetTuningForTesting(t);
+      INFO("rows " << rows << " in " << in << " out " << outf << " with x " << with_x << " narrow-norm " << t.gemv_narrow_norm);
       Tensor x = RandomBf16Exact({rows, in}, rng), res = RandomBf16Exact({rows, in}, rng);
       Tensor nw = RandomBf16Exact({in}, rng, 0.5f), w = RandomBf16Exact({outf, in}, rng, 0.05f);
       Tensor want = Tensor::Empty({rows, outf}, DType::kF32), want_res = Tensor::Empty({rows, in}, DType::kF32);
@@ -131,6 +137,7 @@ TEST_CASE("fused pre-norm + projection matches the CPU composition", "[gpu][line
       Tensor out = gpu->Empty({rows, outf}, DType::kF32);
       gpu->AddRmsNormLinear(with_x ? &d_x : nullptr, d_res, with_x ? &d_res_out : nullptr, UploadBf16(*gpu, nw), 1e-6f,
                             UploadBf16(*gpu, w), out);
+      SetTuningForTesting(saved);
       ExpectClose(DownloadF32(*gpu, out), want, 3e-2, 2e-2);
       if (with_x) ExpectClose(DownloadF32(*gpu, d_res_out), res_ref, 0, 0);
     }

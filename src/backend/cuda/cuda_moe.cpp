@@ -65,7 +65,17 @@ void CudaBackend::MoeRoute(const Tensor& x, const Tensor& router, int64_t k, Moe
   // A one-launch router GEMV + top-k (the last CTA routing) measured slower on the H200 than
   // these two launches at every decode size (1 token 12.1 vs 7.7 us, 8 tokens 27.6 vs 17.4 us):
   // its one-warp-per-expert GEMV and serial tail lose more than the launch saves (removed).
-  Linear(x.Reshape({tokens, hidden}), router, logits);
+  // The plain GEMV whose sums equal the norm-fused router GEMV's (AddRmsNormMoeRoute), where
+  // a tuning knob makes them differ from Linear's choice.
+  if (const kernels::GemvConfig config = kernels::GemvConfigMatchingNorm(tokens, hidden);
+      config != kernels::GemvConfig::kAuto &&
+      kernels::GemvSupported(tokens, hidden, x.raw(), router.raw())) {
+    OASIS_CUDA_CHECK(kernels::LaunchGemvWith(config, Ptr(x), Ptr(router), nullptr,
+                                             Ptr<float>(logits), tokens, hidden, experts,
+                                             stream()));
+  } else {
+    Linear(x.Reshape({tokens, hidden}), router, logits);
+  }
   MoeTopKFromLogits(logits, k, weights, expert_ids, expert_weights);
 }
 

@@ -64,6 +64,9 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   for (const char* bad : {"0", "8", "48", "256", "-16", "x", ""}) {
     CHECK(Parse({{"OASIS_MOE_GEMM_TILE_ROWS", bad}}).moe_gemm_tile_rows == 0);
   }
+  CHECK_FALSE(Parse({}).gemv_narrow_norm);
+  CHECK(Parse({{"OASIS_GEMV_NARROW_NORM", "1"}}).gemv_narrow_norm);
+  CHECK_FALSE(Parse({{"OASIS_GEMV_NARROW_NORM", "0"}}).gemv_narrow_norm);
   CHECK_FALSE(Parse({}).moe_down_one_wave);
   CHECK(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "1"}}).moe_down_one_wave);
   CHECK_FALSE(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "0"}}).moe_down_one_wave);

@@ -48,11 +48,13 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::Build(const tokenizer::T
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const TokenVocabulary> vocabulary,
-                                     std::vector<int32_t> eos_ids, ReasoningGate gate)
+                                     std::vector<int32_t> eos_ids, ReasoningGate gate,
+                                     uint64_t max_walk_work)
     : grammar_(grammar),
       vocab_(std::move(vocabulary)),
       eos_(std::move(eos_ids)),
       gate_(gate),
+      max_walk_work_(max_walk_work),
       matcher_(std::move(grammar)) {
   std::sort(eos_.begin(), eos_.end());
   eos_.erase(std::unique(eos_.begin(), eos_.end()), eos_.end());
@@ -137,7 +139,7 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
   walk_.assign(1, state);
   size_t computed = 0;  // walk_[0..computed] hold the states after the previous token's bytes
   bool any = false;
-  const uint64_t work_end = matcher_.work() + kMaxWalkWork;
+  const uint64_t work_end = matcher_.work() + max_walk_work_;
   for (size_t i = 0; i < v.sorted_.size(); ++i) {
     if (matcher_.work() > work_end) {  // the rest stay masked
       ++cut_walks_;

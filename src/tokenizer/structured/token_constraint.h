@@ -61,7 +61,7 @@ class GrammarConstraint final : public TokenConstraint {
  public:
   GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                     std::shared_ptr<const TokenVocabulary> vocabulary, std::vector<int32_t> eos_ids,
-                    ReasoningGate gate = {});
+                    ReasoningGate gate = {}, uint64_t max_walk_work = kMaxWalkWork);
 
   void Masked(std::span<const int32_t> output, std::span<const int32_t> draft,
               std::vector<int32_t>* masked) const override;
@@ -70,7 +70,8 @@ class GrammarConstraint final : public TokenConstraint {
   // ~30-60 ms of the engine thread. A grammar that needs more (ambiguous recursion: thousands of
   // times what JSON schemas and usual grammars need) has the walk cut there — the tokens not
   // reached are masked, so what is allowed stays valid, and EOS is allowed where nothing else
-  // is — instead of stalling every request's step for seconds.
+  // is — instead of stalling every request's step for seconds. (The constructor takes another
+  // budget: the fuzzer's, smaller, keeps its units fast under the sanitizers.)
   static constexpr uint64_t kMaxWalkWork = uint64_t{1} << 20;
 
   // Whether `tokens` (a whole generation) leave the grammar complete (tests).
@@ -99,6 +100,7 @@ class GrammarConstraint final : public TokenConstraint {
   std::shared_ptr<const TokenVocabulary> vocab_;
   std::vector<int32_t> eos_;
   ReasoningGate gate_;
+  uint64_t max_walk_work_;
 
   mutable std::mutex mu_;
   mutable GrammarMatcher matcher_;

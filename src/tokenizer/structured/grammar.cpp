@@ -76,14 +76,26 @@ int32_t CapCount(int32_t count, int32_t min_count, int32_t max_count) {
   return std::min(count, std::max(min_count, 1));
 }
 
+bool FrameLess(const Frame& p, const Frame& q) {
+  if (p.node != q.node) return p.node < q.node;
+  if (p.a != q.a) return p.a < q.a;
+  if (p.b != q.b) return p.b < q.b;
+  return p.c < q.c;
+}
+
+// A state's canonical order of its stacks (any total order would do): shallower first, then
+// from the top frame down — stacks of one state mostly share their bottom frames and differ near
+// the top, so this decides in a frame or two where comparing from the bottom walked the shared
+// part every time (half of an ambiguous grammar's matcher time went to sorting).
 bool StackLess(const Stack& x, const Stack& y) {
-  return std::lexicographical_compare(x.begin(), x.end(), y.begin(), y.end(),
-                                      [](const Frame& p, const Frame& q) {
-                                        if (p.node != q.node) return p.node < q.node;
-                                        if (p.a != q.a) return p.a < q.a;
-                                        if (p.b != q.b) return p.b < q.b;
-                                        return p.c < q.c;
-                                      });
+  if (x.size() != y.size()) return x.size() < y.size();
+  return std::lexicographical_compare(x.rbegin(), x.rend(), y.rbegin(), y.rend(), FrameLess);
+}
+
+// Which stacks a state keeps when it has more than kMaxStacks: the first ones in this order
+// (from the bottom frame up), as the matcher always kept them.
+bool StackKeptFirst(const Stack& x, const Stack& y) {
+  return std::lexicographical_compare(x.begin(), x.end(), y.begin(), y.end(), FrameLess);
 }
 
 }  // namespace
@@ -664,7 +676,11 @@ int32_t GrammarMatcher::Intern(std::vector<Stack> stacks) {
   if (stacks.empty()) return kDead;
   std::sort(stacks.begin(), stacks.end(), StackLess);
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-  if (stacks.size() > kMaxStacks) stacks.resize(kMaxStacks);
+  if (stacks.size() > kMaxStacks) {
+    std::nth_element(stacks.begin(), stacks.begin() + kMaxStacks, stacks.end(), StackKeptFirst);
+    stacks.resize(kMaxStacks);
+    std::sort(stacks.begin(), stacks.end(), StackLess);
+  }
   std::string key;
   for (const Stack& s : stacks) {
     const uint32_t size = static_cast<uint32_t>(s.size());

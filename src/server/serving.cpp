@@ -398,6 +398,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       }
     }
   }
+  std::shared_ptr<structured::GrammarConstraint> first_constraint;
   for (size_t p = 0; p < prompts.size(); ++p) {
     prompt_tokens += static_cast<int64_t>(prompts[p].size());
     for (int64_t j = 0; j < spec.n; ++j) {
@@ -411,8 +412,15 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
       r.sampling = spec.sampling;
       r.sampling.bad_words_token_ids = bad_words;
       if (spec.grammar != nullptr) {
-        r.sampling.constraint = std::make_shared<structured::GrammarConstraint>(
-            spec.grammar, h->grammar_vocab, grammar_eos, gate);
+        // One matcher for the request's sequences (n, several prompts): states and allowed sets
+        // computed once, one memory bound.
+        if (first_constraint == nullptr) {
+          first_constraint = std::make_shared<structured::GrammarConstraint>(
+              spec.grammar, h->grammar_vocab, grammar_eos, gate);
+          r.sampling.constraint = first_constraint;
+        } else {
+          r.sampling.constraint = first_constraint->Sibling();
+        }
       }
       if (spec.sampling.seed) r.sampling.seed = *spec.sampling.seed + static_cast<uint64_t>(j);
       r.stop_token_ids = spec.stop_token_ids;

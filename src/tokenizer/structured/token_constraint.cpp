@@ -6,7 +6,7 @@
 namespace oasis::structured {
 namespace {
 
-constexpr size_t kCachedMasks = 32;  // allowed sets kept per request
+constexpr size_t kCachedMasks = 32;  // allowed sets kept per sequence
 
 }  // namespace
 
@@ -55,35 +55,45 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
       eos_(std::move(eos_ids)),
       gate_(gate),
       max_walk_work_(max_walk_work),
-      matcher_(std::move(grammar)) {
+      shared_(std::make_shared<Shared>(std::move(grammar))) {
   std::sort(eos_.begin(), eos_.end());
   eos_.erase(std::unique(eos_.begin(), eos_.end()), eos_.end());
 }
 
 size_t GrammarConstraint::num_states() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return matcher_.num_states();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->matcher.num_states();
+}
+
+std::shared_ptr<GrammarConstraint> GrammarConstraint::Sibling() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);  // (this one's path is copied, then dropped)
+  std::shared_ptr<GrammarConstraint> c(new GrammarConstraint(*this));
+  c->path_tokens_.clear();
+  c->path_states_.clear();
+  c->path_begin_ = 0;
+  ++shared_->siblings;
+  return c;
 }
 
 uint64_t GrammarConstraint::work() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return matcher_.work();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->matcher.work();
 }
 
 size_t GrammarConstraint::num_walks() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return walks_;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->walks;
 }
 
 size_t GrammarConstraint::num_cut_walks() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cut_walks_;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->cut_walks;
 }
 
 int32_t GrammarConstraint::Feed(int32_t state, int32_t token) const {
   const std::string_view b = vocab_->bytes(token);
   if (b.empty()) return GrammarMatcher::kDead;  // an added token, EOS: not grammar text
-  return matcher_.Next(state, b);
+  return shared_->matcher.Next(state, b);
 }
 
 int64_t GrammarConstraint::GrammarBegin(std::span<const int32_t> output,
@@ -118,7 +128,7 @@ int32_t GrammarConstraint::StateAfter(std::span<const int32_t> output, size_t be
   }
   path_tokens_.resize(same);
   path_states_.resize(same);
-  int32_t state = same == 0 ? matcher_.start() : path_states_.back();
+  int32_t state = same == 0 ? shared_->matcher.start() : path_states_.back();
   for (size_t i = same; i < committed.size(); ++i) {
     state = state < 0 ? GrammarMatcher::kDead : Feed(state, committed[i]);
     path_tokens_.push_back(committed[i]);
@@ -128,31 +138,33 @@ int32_t GrammarConstraint::StateAfter(std::span<const int32_t> output, size_t be
 }
 
 const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) const {
-  auto hit = bits_index_.find(state);
-  if (hit != bits_index_.end()) {
-    bits_.splice(bits_.begin(), bits_, hit->second);
-    return bits_.front().second;
+  auto hit = shared_->bits_index.find(state);
+  if (hit != shared_->bits_index.end()) {
+    shared_->bits.splice(shared_->bits.begin(), shared_->bits, hit->second);
+    return shared_->bits.front().second;
   }
   const TokenVocabulary& v = *vocab_;
-  ++walks_;
+  ++shared_->walks;
   Bits bits(static_cast<size_t>((v.vocab_size_ + 63) / 64), 0);
-  walk_.assign(1, state);
-  size_t computed = 0;  // walk_[0..computed] hold the states after the previous token's bytes
+  shared_->walk.assign(1, state);
+  size_t computed =
+      0;  // shared_->walk[0..computed] hold the states after the previous token's bytes
   bool any = false;
-  const uint64_t work_end = matcher_.work() + max_walk_work_;
+  const uint64_t work_end = shared_->matcher.work() + max_walk_work_;
   for (size_t i = 0; i < v.sorted_.size(); ++i) {
-    if (matcher_.work() > work_end) {  // the rest stay masked
-      ++cut_walks_;
+    if (shared_->matcher.work() > work_end) {  // the rest stay masked
+      ++shared_->cut_walks;
       break;
     }
     const int32_t id = v.sorted_[i];
     const std::string& b = v.bytes_[static_cast<size_t>(id)];
     size_t at = std::min(static_cast<size_t>(v.shared_[i]), computed);
-    if (walk_.size() < b.size() + 1) walk_.resize(b.size() + 1, GrammarMatcher::kDead);
-    int32_t s = walk_[at];
+    if (shared_->walk.size() < b.size() + 1)
+      shared_->walk.resize(b.size() + 1, GrammarMatcher::kDead);
+    int32_t s = shared_->walk[at];
     while (s >= 0 && at < b.size()) {
-      s = matcher_.Next(s, static_cast<uint8_t>(b[at]));
-      walk_[++at] = s;
+      s = shared_->matcher.Next(s, static_cast<uint8_t>(b[at]));
+      shared_->walk[++at] = s;
     }
     computed = at;
     if (s >= 0) {
@@ -163,24 +175,24 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
   // EOS where the text is complete — and where no token can go on (the matcher's bounds cut
   // the grammar there: its states and frames, 160 frames deep, the walk's work): a request is
   // never left without a token, and its text ends where it must.
-  if (matcher_.Accepting(state) || !any) {
+  if (shared_->matcher.Accepting(state) || !any) {
     for (int32_t id : eos_) {
       if (id >= 0 && id < v.vocab_size_)
         bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
     }
   }
-  bits_.emplace_front(state, std::move(bits));
-  bits_index_[state] = bits_.begin();
-  if (bits_.size() > kCachedMasks) {
-    bits_index_.erase(bits_.back().first);
-    bits_.pop_back();
+  shared_->bits.emplace_front(state, std::move(bits));
+  shared_->bits_index[state] = shared_->bits.begin();
+  if (shared_->bits.size() > kCachedMasks * shared_->siblings) {
+    shared_->bits_index.erase(shared_->bits.back().first);
+    shared_->bits.pop_back();
   }
-  return bits_.front().second;
+  return shared_->bits.front().second;
 }
 
 void GrammarConstraint::Masked(std::span<const int32_t> output, std::span<const int32_t> draft,
                                std::vector<int32_t>* masked) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(shared_->mu);
   const int64_t begin = GrammarBegin(output, draft);
   if (begin < 0) return;  // thinking: free text
   const int64_t vocab = vocab_->vocab_size_;
@@ -211,7 +223,7 @@ void GrammarConstraint::Masked(std::span<const int32_t> output, std::span<const 
 }
 
 bool GrammarConstraint::Complete(std::span<const int32_t> tokens) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(shared_->mu);
   const int64_t begin = GrammarBegin(tokens, {});
   if (begin < 0) return false;
   std::span<const int32_t> rest = tokens;
@@ -220,9 +232,9 @@ bool GrammarConstraint::Complete(std::span<const int32_t> tokens) const {
     rest = rest.first(rest.size() - 1);
   }
   if (static_cast<size_t>(begin) > rest.size()) return false;
-  int32_t s = matcher_.start();
+  int32_t s = shared_->matcher.start();
   for (size_t i = static_cast<size_t>(begin); i < rest.size() && s >= 0; ++i) s = Feed(s, rest[i]);
-  return s >= 0 && matcher_.Accepting(s);
+  return s >= 0 && shared_->matcher.Accepting(s);
 }
 
 std::vector<int32_t> GrammarConstraint::Allowed(std::span<const int32_t> tokens) const {

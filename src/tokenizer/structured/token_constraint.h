@@ -74,6 +74,12 @@ class GrammarConstraint final : public TokenConstraint {
   // budget: the fuzzer's, smaller, keeps its units fast under the sanitizers.)
   static constexpr uint64_t kMaxWalkWork = uint64_t{1} << 20;
 
+  // Another sequence of the same request (n > 1, several prompts): the same grammar, vocabulary,
+  // EOS ids, gate and budget, and the same matcher and allowed sets by state — computed once for
+  // all the siblings (a state one reached is a table lookup for the others), under one memory
+  // bound per request instead of one per sequence. Calls on siblings serialise on one lock.
+  std::shared_ptr<GrammarConstraint> Sibling() const;
+
   // Whether `tokens` (a whole generation) leave the grammar complete (tests).
   bool Complete(std::span<const int32_t> tokens) const;
   // The allowed ids after `tokens` (tests).
@@ -102,17 +108,26 @@ class GrammarConstraint final : public TokenConstraint {
   ReasoningGate gate_;
   uint64_t max_walk_work_;
 
-  mutable std::mutex mu_;
-  mutable GrammarMatcher matcher_;
-  // The committed tokens the path was fed (from the grammar's start) and the state after each.
+  // What a request's siblings share: the matcher, the allowed sets by matcher state (most
+  // recently used first, kCachedMasks per sibling), the walk's scratch, the counters, and the
+  // lock over all of it and over each sibling's path.
+  struct Shared {
+    explicit Shared(std::shared_ptr<const Grammar> grammar) : matcher(std::move(grammar)) {}
+    std::mutex mu;
+    GrammarMatcher matcher;
+    std::unordered_map<int32_t, std::list<std::pair<int32_t, Bits>>::iterator> bits_index;
+    std::list<std::pair<int32_t, Bits>> bits;
+    std::vector<int32_t> walk;  // states by prefix length
+    size_t walks = 0;
+    size_t cut_walks = 0;
+    size_t siblings = 1;
+  };
+  std::shared_ptr<Shared> shared_;
+  // This sequence's committed tokens the path was fed (from the grammar's start) and the state
+  // after each (under shared_->mu).
   mutable std::vector<int32_t> path_tokens_;
   mutable std::vector<int32_t> path_states_;
   mutable size_t path_begin_ = 0;
-  mutable std::unordered_map<int32_t, std::list<std::pair<int32_t, Bits>>::iterator> bits_index_;
-  mutable std::list<std::pair<int32_t, Bits>> bits_;  // most recently used first
-  mutable std::vector<int32_t> walk_;                 // scratch: states by prefix length
-  mutable size_t walks_ = 0;
-  mutable size_t cut_walks_ = 0;
 };
 
 }  // namespace oasis::structured

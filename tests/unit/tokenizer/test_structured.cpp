@@ -362,6 +362,45 @@ TEST_CASE("structured: token masks over a small vocabulary equal brute force", "
   CHECK(!std::binary_search(masked.begin(), masked.end(), eos));
 }
 
+TEST_CASE("structured: siblings share the matcher and mask exactly as separate constraints", "[structured]") {
+  // A request's sequences (n > 1) run interleaved, each through its own sibling; every mask must
+  // equal an independent constraint's over the same tokens, while states and allowed sets are
+  // computed once: the siblings' walks together are fewer than the independent ones'.
+  std::vector<std::string> bytes;
+  for (int b = 32; b < 127; ++b) bytes.emplace_back(1, static_cast<char>(b));
+  for (const char* t : {"{\"", "\":", "\"}", "true", "false", "12", "\"a\"", "ab", ", \""}) bytes.emplace_back(t);
+  const auto eos = static_cast<int32_t>(bytes.size());
+  bytes.emplace_back();
+  auto v = TokenVocabulary::FromBytes(bytes, static_cast<int64_t>(bytes.size()));
+  auto g = Schema(R"({"type":"object","properties":{"a":{"type":"string","maxLength":6},"b":{"type":"boolean"}},"required":["a","b"]})");
+  auto first = std::make_shared<GrammarConstraint>(g, v, std::vector<int32_t>{eos});
+  std::vector<std::shared_ptr<GrammarConstraint>> siblings = {first, first->Sibling(), first->Sibling(), first->Sibling()};
+  std::vector<std::unique_ptr<GrammarConstraint>> alone;
+  for (size_t i = 0; i < siblings.size(); ++i) alone.push_back(std::make_unique<GrammarConstraint>(g, v, std::vector<int32_t>{eos}));
+  std::vector<std::vector<int32_t>> outs(siblings.size());
+  std::vector<bool> done(siblings.size(), false);
+  std::mt19937_64 rng(Catch::rngSeed() + 11);
+  for (int step = 0; step < 60; ++step) {
+    for (size_t i = 0; i < siblings.size(); ++i) {  // interleaved, as the engine's rows
+      if (done[i]) continue;
+      const std::vector<int32_t> got = siblings[i]->Allowed(outs[i]);
+      REQUIRE(got == alone[i]->Allowed(outs[i]));
+      REQUIRE(!got.empty());
+      const int32_t t = got[std::uniform_int_distribution<size_t>(0, got.size() - 1)(rng)];
+      outs[i].push_back(t);
+      done[i] = t == eos;
+    }
+  }
+  size_t alone_walks = 0;
+  for (const auto& c : alone) alone_walks += c->num_walks();
+  CHECK(first->num_walks() == siblings[3]->num_walks());  // one count: the shared walks
+  CHECK(first->num_walks() < alone_walks);
+  CHECK(first->num_states() == siblings[2]->num_states());
+  for (size_t i = 0; i < siblings.size(); ++i) {
+    if (done[i]) CHECK(siblings[i]->Complete(outs[i]));
+  }
+}
+
 TEST_CASE("structured: the reasoning gate frees the thinking block", "[structured]") {
   std::vector<std::string> bytes;
   for (int b = 0; b < 128; ++b) bytes.emplace_back(1, static_cast<char>(b));

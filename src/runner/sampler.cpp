@@ -1,9 +1,11 @@
 #include "runner/sampler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <thread>
 
 #include "common/check.h"
 #include "oasis/sampling_noise.h"
@@ -173,6 +175,32 @@ SampleResult SampleToken(const float* raw_logits, const float* logits, int64_t v
     }
   }
   return result;
+}
+
+std::vector<std::vector<LogitsEntry>> RowEntriesOf(const std::vector<SampleRow>& rows,
+                                                   size_t max_threads) {
+  std::vector<std::vector<LogitsEntry>> out(rows.size());
+  std::vector<size_t> todo;
+  size_t constrained = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (!rows[r].needed || rows[r].processing == nullptr) continue;
+    todo.push_back(r);
+    if (rows[r].processing->constraint != nullptr) ++constrained;
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) {
+      const SampleRow& row = rows[todo[i]];
+      out[todo[i]] = RowEntries(*row.processing, row.output_tokens, row.draft_tokens);
+    }
+  };
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min({constrained, max_threads, cores});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  return out;
 }
 
 SampleResult SampleToken(const float* logits, int64_t vocab, const SampleRow& row) {

@@ -64,6 +64,13 @@ struct SampleRow {
   std::vector<int32_t> draft_tokens;
 };
 
+// RowEntries of every needed row with processing (empty for the others). Rows with a
+// constraint build their masks on up to `max_threads` threads (this one among them) when there
+// are two or more: a structured row's mask is 0.2-3 ms of host time (the vocabulary walked, or
+// a cached set turned into masked ids). Each constraint locks itself (siblings share one lock).
+std::vector<std::vector<LogitsEntry>> RowEntriesOf(const std::vector<SampleRow>& rows,
+                                                   size_t max_threads);
+
 // Largest num_top_logprobs supported (OpenAI allows 20).
 inline constexpr int kMaxTopLogprobs = 20;
 

@@ -5,12 +5,15 @@
 //
 //   bench_structured --tokenizer .cache/test-data/qwen3/tokenizer.json [--vocab 151936]
 //                    [--steps 400] [--seed 1] [--kind json|regex|gbnf] [--gbnf-file FILE]
+//                    [--rows N --threads T]
 //
 // A generation is simulated: each step draws a random allowed token (short ones preferred, as a
 // model's would be) until EOS may follow and 40 steps passed. The structure (--kind): a typical
 // function-call JSON schema (strings, an enum, numbers, an array), an address-line regular
 // expression, or a GBNF expression language (names, calls, lists, numbers). Prints medians and p90
 // per kind of step, the share of steps that met a cached state, and the vocabulary walk's rate.
+// --rows N: N independent sequences in lockstep instead, each step's masks built by RowEntriesOf
+// (what the CUDA logits processor runs) on 1 and on T threads; prints the step's host time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +25,7 @@
 
 #include "common/flags.h"
 #include "runner/logits_processing.h"
+#include "runner/sampler.h"
 #include "tokenizer/structured/gbnf.h"
 #include "tokenizer/structured/json_schema.h"
 #include "tokenizer/structured/regex.h"
@@ -55,6 +59,9 @@ int main(int argc, char** argv) {
   flags.AddInt("vocab", &vocab, "the model's logits width");
   flags.AddInt("steps", &steps, "steps simulated in all (several generations)");
   flags.AddInt("seed", &seed, "random seed");
+  int64_t rows_n = 1, threads = 8;
+  flags.AddInt("rows", &rows_n, "sequences in lockstep (> 1: time a step's masks of them all)");
+  flags.AddInt("threads", &threads, "--rows: the threads RowEntriesOf may use");
   if (Status st = flags.Parse(argc, argv); !st.ok() || flags.help_requested()) {
     if (flags.help_requested()) {
       std::printf("%s", flags.Usage().c_str());
@@ -113,6 +120,51 @@ ws ::= " "?)G";
     if (auto id = (*tok)->TokenToId(e)) eos.push_back(*id);
   }
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
+  if (rows_n > 1) {
+    // Lockstep: every step builds all rows' entries at once, as a batch's sampler does.
+    std::printf(
+        "| rows | threads | steps | median step ms | p90 step ms |\n|---:|---:|---:|---:|---:|\n");
+    for (const size_t t : {size_t{1}, static_cast<size_t>(std::max<int64_t>(threads, 1))}) {
+      std::mt19937_64 r_rng(static_cast<uint64_t>(seed));
+      std::vector<std::vector<int32_t>> outs(static_cast<size_t>(rows_n));
+      std::vector<SampleRow> rows(static_cast<size_t>(rows_n));
+      for (SampleRow& row : rows) {
+        SamplingParams params;
+        params.constraint = std::make_shared<structured::GrammarConstraint>(*grammar, v, eos);
+        row.processing = LogitsProcessing::For(params, 0, {});
+      }
+      std::vector<double> step_ms;
+      for (int64_t step = 0; step < steps; ++step) {
+        for (size_t i = 0; i < rows.size(); ++i) rows[i].output_tokens = outs[i];
+        t0 = Clock::now();
+        const std::vector<std::vector<LogitsEntry>> all = RowEntriesOf(rows, t);
+        step_ms.push_back(Ms(Clock::now() - t0));
+        for (size_t i = 0; i < rows.size(); ++i) {  // a random allowed token, EOS restarts
+          std::vector<int32_t> allowed;
+          size_t m = 0;
+          for (int32_t id = 0; id < vocab && allowed.size() < 4096; ++id) {
+            if (m < all[i].size() && all[i][m].token == id) {
+              ++m;
+            } else {
+              allowed.push_back(id);
+            }
+          }
+          const int32_t tok =
+              allowed.empty()
+                  ? eos.front()
+                  : allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(r_rng)];
+          if (std::find(eos.begin(), eos.end(), tok) != eos.end() || outs[i].size() > 300) {
+            outs[i].clear();
+          } else {
+            outs[i].push_back(tok);
+          }
+        }
+      }
+      std::printf("| %lld | %zu | %zu | %.3f | %.3f |\n", static_cast<long long>(rows_n), t,
+                  step_ms.size(), Quantile(step_ms, 0.5), Quantile(step_ms, 0.9));
+    }
+    return 0;
+  }
   std::vector<double> fresh, cached, entries_ms, walk_work;
   int64_t done = 0, generations = 0;
   while (done < steps) {

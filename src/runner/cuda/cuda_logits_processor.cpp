@@ -1,9 +1,7 @@
 #include "runner/cuda/cuda_logits_processor.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <thread>
 
 #include "common/check.h"
 #include "kernels/logits_processing.h"
@@ -15,37 +13,8 @@ constexpr size_t kKeepFreeSlots = 16;  // released slots whose device memory is 
 
 size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
-// Threads that build structured rows' masks at once (a mask is 0.2-3 ms of host time: the
-// vocabulary walked or a cached set turned into masked ids, docs/structured_output.md).
+// Threads that build structured rows' masks at once (RowEntriesOf).
 constexpr size_t kMaxMaskThreads = 8;
-
-// RowEntries of every needed row with processing; rows with a constraint on up to
-// kMaxMaskThreads threads (this one among them) when there are two or more. Each row's
-// constraint locks itself (siblings share one lock), so rows are independent.
-std::vector<std::vector<LogitsEntry>> AllRowEntries(const std::vector<SampleRow>& rows) {
-  std::vector<std::vector<LogitsEntry>> out(rows.size());
-  std::vector<size_t> todo;
-  size_t constrained = 0;
-  for (size_t r = 0; r < rows.size(); ++r) {
-    if (!rows[r].needed || rows[r].processing == nullptr) continue;
-    todo.push_back(r);
-    if (rows[r].processing->constraint != nullptr) ++constrained;
-  }
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) {
-      const SampleRow& row = rows[todo[i]];
-      out[todo[i]] = RowEntries(*row.processing, row.output_tokens, row.draft_tokens);
-    }
-  };
-  const size_t threads = std::min(
-      {constrained, kMaxMaskThreads, size_t{std::max(1u, std::thread::hardware_concurrency())}});
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  return out;
-}
 
 }  // namespace
 
@@ -121,7 +90,7 @@ bool CudaLogitsProcessor::Enqueue(const float* logits, int64_t vocab, int64_t st
   rows_.clear();
   entries_.clear();
   updates_.clear();
-  const std::vector<std::vector<LogitsEntry>> all_entries = AllRowEntries(rows);
+  const std::vector<std::vector<LogitsEntry>> all_entries = RowEntriesOf(rows, kMaxMaskThreads);
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleRow& row = rows[r];
     if (!row.needed || row.processing == nullptr) continue;

@@ -276,6 +276,44 @@ TEST_CASE("RowEntries: a constraint's masks merged with the other entries", "[sa
   CHECK(SampleToken(greedy.data(), 24, Row(p, {}, {7, 7, 7})).token == 3);
 }
 
+TEST_CASE("RowEntriesOf: every row's entries, structured rows on several threads", "[sampler][logits]") {
+  // Rows with a constraint, with a bias only, with nothing, not needed, speculative: the same
+  // entries as RowEntries row by row, whatever the thread count.
+  auto constraint = std::make_shared<CountingConstraint>();
+  std::vector<std::vector<int32_t>> outputs(40);
+  std::vector<SampleRow> rows(40);
+  for (int r = 0; r < 40; ++r) {
+    outputs[r].assign(static_cast<size_t>(r % 7), 4);
+    SamplingParams p;
+    if (r % 3 != 2) p.constraint = constraint;
+    if (r % 4 == 0) p.logit_bias = {{r, 1.0f}};
+    rows[r].params = p;
+    rows[r].processing = LogitsProcessing::For(p, 0, {});
+    rows[r].output_tokens = outputs[r];
+    rows[r].needed = r % 5 != 4;
+    if (r % 6 == 1) rows[r].draft_tokens = {5};
+  }
+  for (size_t threads : {size_t{1}, size_t{2}, size_t{8}}) {
+    const std::vector<std::vector<LogitsEntry>> all = RowEntriesOf(rows, threads);
+    REQUIRE(all.size() == rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      INFO("threads " << threads << " row " << r);
+      if (!rows[r].needed || rows[r].processing == nullptr) {
+        CHECK(all[r].empty());
+        continue;
+      }
+      const std::vector<LogitsEntry> want =
+          RowEntries(*rows[r].processing, rows[r].output_tokens, rows[r].draft_tokens);
+      REQUIRE(all[r].size() == want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        CHECK(all[r][i].token == want[i].token);
+        CHECK(all[r][i].bias == want[i].bias);
+        CHECK(all[r][i].masked == want[i].masked);
+      }
+    }
+  }
+}
+
 TEST_CASE("logits processing parameters are validated, naming them", "[sampler][logits]") {
   auto message = [](const SamplingParams& p, int64_t vocab = 0) {
     return std::string(p.Validate(vocab).message());

@@ -117,6 +117,7 @@ if [[ ${1:-} == --bundle ]]; then
     if [[ -z ${OASIS_BENCH_ONLY:-} ]]; then
       exes+=(build/tests/unit/disagg/bench_disagg_fetch build/tests/unit/disagg/disagg_peer)
       exes+=(build/tools/tokenizer/bench_tokenizer build/src/server/oasis-server build/src/router/oasis-router build/tools/loadgen/oasis-bench)
+      exes+=(build/tools/bench/bench_structured)
     fi
   fi
   tools/make_bundle.sh $(printf '%s\n' "${exes[@]}" | sort -u)
@@ -241,6 +242,17 @@ if [[ ${OASIS_BENCH:-1} == 1 && -f .cache/test-data/qwen3/tokenizer.json ]]; the
     rows+=("$(printf '%-20s %s | %s' "tokenizer $t" "$(echo "$hf" | grep -E '^hf +whole' | head -1)" \
               "$(echo "$ours" | grep -E '^oasis +whole' | head -1)")")
   done
+fi
+
+# Structured rows' masks at a batch's step, on 1 and on 8 of the host's cores (RowEntriesOf, what
+# the CUDA logits processor runs): 64 JSON-schema rows in lockstep.
+if [[ ${OASIS_BENCH:-1} == 1 && -f .cache/test-data/qwen3/tokenizer.json && -x .bundle/bin/bench_structured ]]; then
+  echo "=== bench_structured --rows 64 --threads 8"
+  .bundle/bin/bench_structured --tokenizer .cache/test-data/qwen3/tokenizer.json --kind json \
+    --rows 64 --threads 8 --steps 40 > /tmp/bench.out 2>&1
+  cat /tmp/bench.out
+  rows+=("$(printf '%-20s %s' "structured 64 rows" \
+            "$(grep -E '^\| 64 \|' /tmp/bench.out | awk -F'|' '{printf "%s threads: %s ms; ", $3, $5}')")")
 fi
 
 # Peers on the same machine in the same run (PyTorch), for the ratios in docs/benchmarks.md.

@@ -221,7 +221,7 @@ ws ::= " "?)G";
   row("mask, vocabulary walked (a state not seen before)", fresh);
   row("mask, allowed set cached", cached);
   row("row entries (mask + merge, as the sampler builds them)", entries_ms);
-  row("matcher work of a walk (frames produced)", walk_work);
+  row("matcher work of a walk (frames fed and produced)", walk_work);
   const double walk = Quantile(fresh, 0.5);
   std::printf(
       "RESULT structured_%s_mask_new_ms=%.3f cached_ms=%.3f entries_ms=%.3f walk_rate=%.1f "

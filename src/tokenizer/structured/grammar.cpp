@@ -714,7 +714,11 @@ int32_t GrammarMatcher::Next(int32_t state, uint8_t byte) {
   int32_t& slot = (*table)[byte];
   if (slot != -2) return slot;
   std::vector<Stack> out;
-  for (const Stack& s : states_[static_cast<size_t>(state)]) Feed(s, byte, out);
+  // Work: the frames copied in (each stack is fed a copy, whether or not it survives) and out.
+  for (const Stack& s : states_[static_cast<size_t>(state)]) {
+    work_ += s.size() + 1;
+    Feed(s, byte, out);
+  }
   for (const Stack& s : out) work_ += s.size() + 1;
   const int32_t to = Intern(std::move(out));
   // (Intern may have grown next_: look the slot up again.)

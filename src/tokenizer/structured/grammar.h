@@ -137,8 +137,8 @@ class GrammarMatcher {
   // Whether any byte may follow.
   bool CanContinue(int32_t state);
   size_t num_states() const { return states_.size(); }
-  // Frames the matcher has produced in all (its work: what feeding, sorting and keying cost),
-  // and the frames its states hold.
+  // Frames the matcher has fed and produced in all (its work: what copying, feeding, sorting
+  // and keying cost), and the frames its states hold.
   uint64_t work() const { return work_; }
   size_t stored_frames() const { return stored_frames_; }
   // At most this many stacks a state (ambiguous grammars: the rest are dropped, which only

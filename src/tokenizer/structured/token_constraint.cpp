@@ -7,6 +7,7 @@ namespace oasis::structured {
 namespace {
 
 constexpr size_t kCachedMasks = 32;  // allowed sets kept per sequence
+constexpr size_t kCutsBeforeSmallBudget = 4;
 
 }  // namespace
 
@@ -147,10 +148,15 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
   ++shared_->walks;
   Bits bits(static_cast<size_t>((v.vocab_size_ + 63) / 64), 0);
   shared_->walk.assign(1, state);
-  size_t computed =
-      0;  // shared_->walk[0..computed] hold the states after the previous token's bytes
+  size_t computed = 0;  // walk[0..computed] hold the states after the previous token's bytes
   bool any = false;
-  const uint64_t work_end = shared_->matcher.work() + max_walk_work_;
+  // A request whose walks were cut kCutsBeforeSmallBudget times has a grammar this walk cannot
+  // cover anyway (its answers follow the walk's byte order): a 32nd of the budget from then on,
+  // so it costs the other requests' steps a few milliseconds, not a hundred, for the rest of its
+  // answer.
+  const uint64_t budget =
+      shared_->cut_walks >= kCutsBeforeSmallBudget ? max_walk_work_ / 32 : max_walk_work_;
+  const uint64_t work_end = shared_->matcher.work() + budget;
   for (size_t i = 0; i < v.sorted_.size(); ++i) {
     if (shared_->matcher.work() > work_end) {  // the rest stay masked
       ++shared_->cut_walks;

@@ -66,13 +66,15 @@ class GrammarConstraint final : public TokenConstraint {
   void Masked(std::span<const int32_t> output, std::span<const int32_t> draft,
               std::vector<int32_t>* masked) const override;
 
-  // The matcher work (GrammarMatcher::work, frames produced) one walk of the vocabulary may do:
-  // ~30-60 ms of the engine thread. A grammar that needs more (ambiguous recursion: thousands of
-  // times what JSON schemas and usual grammars need) has the walk cut there — the tokens not
-  // reached are masked, so what is allowed stays valid, and EOS is allowed where nothing else
-  // is — instead of stalling every request's step for seconds. (The constructor takes another
-  // budget: the fuzzer's, smaller, keeps its units fast under the sanitizers.)
-  static constexpr uint64_t kMaxWalkWork = uint64_t{1} << 20;
+  // The matcher work (GrammarMatcher::work, frames fed and produced) one walk of the vocabulary
+  // may do: ~50-70 ms of the engine thread, five times the most a JSON schema, a regex or the
+  // benchmark's GBNF language needed (bench_structured). A grammar that needs more (ambiguous
+  // recursion: fifty times that) has the walk cut there — the tokens not reached are masked, so
+  // what is allowed stays valid, and EOS is allowed where nothing else is — instead of stalling
+  // every request's step for seconds. After four cut walks a request (its siblings included)
+  // walks with a 32nd of it (a few ms). (The constructor takes another budget: the fuzzer's,
+  // smaller, keeps its units fast under the sanitizers.)
+  static constexpr uint64_t kMaxWalkWork = uint64_t{1} << 21;
 
   // Another sequence of the same request (n > 1, several prompts): the same grammar, vocabulary,
   // EOS ids, gate and budget, and the same matcher and allowed sets by state — computed once for

@@ -16,7 +16,9 @@ class TokenConstraint {
   // Appends to `masked`, ascending and without repeats, the ids in [0, vocab) that may not
   // follow the request's committed `output` then the `draft` tokens stacked before the row.
   // When the tokens themselves break the constraint (a draft token it refuses: the row's
-  // result is discarded anyway) nothing is masked.
+  // result is discarded anyway) nothing is masked. Called from several threads at once for a
+  // batch's rows (RowEntriesOf), the same constraint included (a request's speculative rows):
+  // implementations are thread-safe.
   virtual void Masked(std::span<const int32_t> output, std::span<const int32_t> draft,
                       std::vector<int32_t>* masked) const = 0;
 };

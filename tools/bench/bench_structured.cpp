@@ -39,6 +39,22 @@ namespace {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// The ids in [0, vocab) that the ascending masked ids (token_at(0..n)) leave, at most `limit`.
+template <typename TokenAt>
+std::vector<int32_t> Unmasked(int64_t vocab, size_t n, TokenAt token_at,
+                              size_t limit = static_cast<size_t>(-1)) {
+  std::vector<int32_t> allowed;
+  size_t m = 0;
+  for (int32_t id = 0; id < vocab && allowed.size() < limit; ++id) {
+    if (m < n && token_at(m) == id) {
+      ++m;
+    } else {
+      allowed.push_back(id);
+    }
+  }
+  return allowed;
+}
+
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -140,15 +156,8 @@ ws ::= " "?)G";
         const std::vector<std::vector<LogitsEntry>> all = RowEntriesOf(rows, t);
         step_ms.push_back(Ms(Clock::now() - t0));
         for (size_t i = 0; i < rows.size(); ++i) {  // a random allowed token, EOS restarts
-          std::vector<int32_t> allowed;
-          size_t m = 0;
-          for (int32_t id = 0; id < vocab && allowed.size() < 4096; ++id) {
-            if (m < all[i].size() && all[i][m].token == id) {
-              ++m;
-            } else {
-              allowed.push_back(id);
-            }
-          }
+          const std::vector<int32_t> allowed = Unmasked(
+              vocab, all[i].size(), [&](size_t k) { return all[i][k].token; }, 4096);
           const int32_t tok =
               allowed.empty()
                   ? eos.front()
@@ -186,15 +195,8 @@ ws ::= " "?)G";
       t0 = Clock::now();
       const std::vector<LogitsEntry> e = RowEntries(*processing, out, {});
       entries_ms.push_back(Ms(Clock::now() - t0));
-      std::vector<int32_t> allowed;
-      size_t m = 0;
-      for (int32_t id = 0; id < vocab; ++id) {
-        if (m < masked.size() && masked[m] == id) {
-          ++m;
-        } else {
-          allowed.push_back(id);
-        }
-      }
+      const std::vector<int32_t> allowed =
+          Unmasked(vocab, masked.size(), [&](size_t k) { return masked[k]; });
       if (allowed.empty()) break;
       const bool can_end = std::any_of(eos.begin(), eos.end(), [&](int32_t id) {
         return std::binary_search(allowed.begin(), allowed.end(), id);

@@ -682,13 +682,13 @@ int32_t GrammarMatcher::Intern(std::vector<Stack> stacks) {
     std::sort(stacks.begin(), stacks.end(), StackLess);
   }
   std::string key;
+  size_t frames = 0;
   for (const Stack& s : stacks) {
     const uint32_t size = static_cast<uint32_t>(s.size());
     key.append(reinterpret_cast<const char*>(&size), sizeof(size));
     key.append(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(Frame));
+    frames += s.size();
   }
-  size_t frames = 0;
-  for (const Stack& s : stacks) frames += s.size();
   if (states_.size() >= kMaxStates || stored_frames_ + frames > kMaxStoredFrames) {
     auto known = ids_.find(key);
     return known != ids_.end() ? known->second : kDead;

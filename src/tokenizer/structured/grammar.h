@@ -138,9 +138,8 @@ class GrammarMatcher {
   bool CanContinue(int32_t state);
   size_t num_states() const { return states_.size(); }
   // Frames the matcher has fed and produced in all (its work: what copying, feeding, sorting
-  // and keying cost), and the frames its states hold.
+  // and keying cost).
   uint64_t work() const { return work_; }
-  size_t stored_frames() const { return stored_frames_; }
   // At most this many stacks a state (ambiguous grammars: the rest are dropped, which only
   // narrows what may follow), and this many states and frames in them a matcher (a request's
   // text past them is dead: only the end of the sequence may follow). Together they bound a

@@ -51,8 +51,7 @@ GrammarConstraint::GrammarConstraint(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const TokenVocabulary> vocabulary,
                                      std::vector<int32_t> eos_ids, ReasoningGate gate,
                                      uint64_t max_walk_work)
-    : grammar_(grammar),
-      vocab_(std::move(vocabulary)),
+    : vocab_(std::move(vocabulary)),
       eos_(std::move(eos_ids)),
       gate_(gate),
       max_walk_work_(max_walk_work),
@@ -139,15 +138,16 @@ int32_t GrammarConstraint::StateAfter(std::span<const int32_t> output, size_t be
 }
 
 const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) const {
-  auto hit = shared_->bits_index.find(state);
-  if (hit != shared_->bits_index.end()) {
-    shared_->bits.splice(shared_->bits.begin(), shared_->bits, hit->second);
-    return shared_->bits.front().second;
+  Shared& sh = *shared_;
+  auto hit = sh.bits_index.find(state);
+  if (hit != sh.bits_index.end()) {
+    sh.bits.splice(sh.bits.begin(), sh.bits, hit->second);
+    return sh.bits.front().second;
   }
   const TokenVocabulary& v = *vocab_;
-  ++shared_->walks;
+  ++sh.walks;
   Bits bits(static_cast<size_t>((v.vocab_size_ + 63) / 64), 0);
-  shared_->walk.assign(1, state);
+  sh.walk.assign(1, state);
   size_t computed = 0;  // walk[0..computed] hold the states after the previous token's bytes
   bool any = false;
   // A request whose walks were cut kCutsBeforeSmallBudget times has a grammar this walk cannot
@@ -155,22 +155,21 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
   // so it costs the other requests' steps a few milliseconds, not a hundred, for the rest of its
   // answer.
   const uint64_t budget =
-      shared_->cut_walks >= kCutsBeforeSmallBudget ? max_walk_work_ / 32 : max_walk_work_;
-  const uint64_t work_end = shared_->matcher.work() + budget;
+      sh.cut_walks >= kCutsBeforeSmallBudget ? max_walk_work_ / 32 : max_walk_work_;
+  const uint64_t work_end = sh.matcher.work() + budget;
   for (size_t i = 0; i < v.sorted_.size(); ++i) {
-    if (shared_->matcher.work() > work_end) {  // the rest stay masked
-      ++shared_->cut_walks;
+    if (sh.matcher.work() > work_end) {  // the rest stay masked
+      ++sh.cut_walks;
       break;
     }
     const int32_t id = v.sorted_[i];
     const std::string& b = v.bytes_[static_cast<size_t>(id)];
     size_t at = std::min(static_cast<size_t>(v.shared_[i]), computed);
-    if (shared_->walk.size() < b.size() + 1)
-      shared_->walk.resize(b.size() + 1, GrammarMatcher::kDead);
-    int32_t s = shared_->walk[at];
+    if (sh.walk.size() < b.size() + 1) sh.walk.resize(b.size() + 1, GrammarMatcher::kDead);
+    int32_t s = sh.walk[at];
     while (s >= 0 && at < b.size()) {
-      s = shared_->matcher.Next(s, static_cast<uint8_t>(b[at]));
-      shared_->walk[++at] = s;
+      s = sh.matcher.Next(s, static_cast<uint8_t>(b[at]));
+      sh.walk[++at] = s;
     }
     computed = at;
     if (s >= 0) {
@@ -181,19 +180,19 @@ const GrammarConstraint::Bits& GrammarConstraint::AllowedBits(int32_t state) con
   // EOS where the text is complete — and where no token can go on (the matcher's bounds cut
   // the grammar there: its states and frames, 160 frames deep, the walk's work): a request is
   // never left without a token, and its text ends where it must.
-  if (shared_->matcher.Accepting(state) || !any) {
+  if (sh.matcher.Accepting(state) || !any) {
     for (int32_t id : eos_) {
       if (id >= 0 && id < v.vocab_size_)
         bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
     }
   }
-  shared_->bits.emplace_front(state, std::move(bits));
-  shared_->bits_index[state] = shared_->bits.begin();
-  if (shared_->bits.size() > kCachedMasks * shared_->siblings) {
-    shared_->bits_index.erase(shared_->bits.back().first);
-    shared_->bits.pop_back();
+  sh.bits.emplace_front(state, std::move(bits));
+  sh.bits_index[state] = sh.bits.begin();
+  if (sh.bits.size() > kCachedMasks * sh.siblings) {
+    sh.bits_index.erase(sh.bits.back().first);
+    sh.bits.pop_back();
   }
-  return shared_->bits.front().second;
+  return sh.bits.front().second;
 }
 
 void GrammarConstraint::Masked(std::span<const int32_t> output, std::span<const int32_t> draft,

@@ -104,7 +104,6 @@ class GrammarConstraint final : public TokenConstraint {
   // -1: nothing is masked (thinking); else where in output ++ draft the grammar starts.
   int64_t GrammarBegin(std::span<const int32_t> output, std::span<const int32_t> draft) const;
 
-  std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
   std::vector<int32_t> eos_;
   ReasoningGate gate_;

@@ -138,7 +138,10 @@ __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
   using S = Shape<D, kFp8>;
   constexpr int kRows = 8 * NT;
   extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
-  GridDependencyWait();            // q and the new K/V come from the kernel before (PDL launch)
+  // q and the query tokens' K/V come from the kernel before (PDL launch). With p.after_append
+  // everything else was written before that kernel: the tables are read and the first
+  // head-blocks of older tokens requested before the wait (below); otherwise it waits here.
+  if (!p.after_append) GridDependencyWait();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
   int64_t cta = blockIdx.x;
@@ -163,37 +166,6 @@ __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
   // together (one contiguous stream per head when the slots are a run; see HeadBlockTable).
   const int wb = pb + warp;
 
-  // Q^T's B fragments (row r of each n-tile), with the head_dim order of the K pieces.
-  // bf16: qf[j][b] = Q[32b + 8c .. +8] (k-steps 2b, 2b+1). FP8: qh[j][8b + w] = f16x2 of
-  // Q[64b + 16c + 2w, +1] (k-step 4b + w/2 takes words 2f, 2f+1 as its B registers).
-  uint4 qf[kFp8 ? 1 : NT][kFp8 ? 1 : S::kKB];
-  uint32_t qh[kFp8 ? NT : 1][kFp8 ? D / 8 : 1];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int m = chunk * kRows + 8 * j + r;
-    const bf16* qrow =
-        p.q + (static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group) * D;
-    if constexpr (kFp8) {
-#pragma unroll
-      for (int b = 0; b < D / 64; ++b) {
-        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
-        if (m < rows) {
-          x0 = __ldg(reinterpret_cast<const uint4*>(qrow + 64 * b + 16 * c));
-          x1 = __ldg(reinterpret_cast<const uint4*>(qrow + 64 * b + 16 * c + 8));
-        }
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          qh[j][8 * b + w] = Bf16x2ToF16x2(Word(x0, w));
-          qh[j][8 * b + 4 + w] = Bf16x2ToF16x2(Word(x1, w));
-        }
-      }
-    } else {
-#pragma unroll
-      for (int b = 0; b < S::kKB; ++b)
-        qf[j][b] = m < rows ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c))
-                            : make_uint4(0, 0, 0, 0);
-    }
-  }
   // Visible keys of this lane's softmax rows 8j + 2c + e; padding rows act like the last token.
   int vis[NT][2];
 #pragma unroll
@@ -262,11 +234,55 @@ __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
 #pragma unroll
   for (int j = 0; j < NT; ++j)
     m_run[j][0] = m_run[j][1] = -INFINITY, l_run[j][0] = l_run[j][1] = 0.0f;
+  // The ring's first head-blocks. After an append (p.after_append), those holding only tokens
+  // before the query run (older steps' K/V) are requested before the wait, in order.
+  int first_late = 0;
+  if (p.after_append) {
+    const int settled_pages = (kv_len - q_len) / kPage;
+    while (first_late < S::kStages - 1 && wb + first_late * kWarps < settled_pages) {
+      issue(wb + first_late * kWarps, first_late);
+      ++first_late;
+    }
+    GridDependencyWait();
+  }
+#pragma unroll
+  for (int i = 0; i < S::kStages - 1; ++i) {
+    if (i >= first_late) issue(wb + i * kWarps, i);
+  }
+  // Q^T's B fragments (row r of each n-tile), with the head_dim order of the K pieces.
+  // bf16: qf[j][b] = Q[32b + 8c .. +8] (k-steps 2b, 2b+1). FP8: qh[j][8b + w] = f16x2 of
+  // Q[64b + 16c + 2w, +1] (k-step 4b + w/2 takes words 2f, 2f+1 as its B registers).
+  uint4 qf[kFp8 ? 1 : NT][kFp8 ? 1 : S::kKB];
+  uint32_t qh[kFp8 ? NT : 1][kFp8 ? D / 8 : 1];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int m = chunk * kRows + 8 * j + r;
+    const bf16* qrow =
+        p.q + (static_cast<int64_t>(q0 + m / group) * p.num_q_heads + h * group + m % group) * D;
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) {
+        uint4 x0 = make_uint4(0, 0, 0, 0), x1 = x0;
+        if (m < rows) {
+          x0 = __ldg(reinterpret_cast<const uint4*>(qrow + 64 * b + 16 * c));
+          x1 = __ldg(reinterpret_cast<const uint4*>(qrow + 64 * b + 16 * c + 8));
+        }
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          qh[j][8 * b + w] = Bf16x2ToF16x2(Word(x0, w));
+          qh[j][8 * b + 4 + w] = Bf16x2ToF16x2(Word(x1, w));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int b = 0; b < S::kKB; ++b)
+        qf[j][b] = m < rows ? __ldg(reinterpret_cast<const uint4*>(qrow + 32 * b + 8 * c))
+                            : make_uint4(0, 0, 0, 0);
+    }
+  }
   float scale_log2 = p.scale * kLog2e, out_scale = 1.0f;
   if constexpr (kFp8) scale_log2 = p.scale * p.k_scale[h] * kLog2e, out_scale = p.v_scale[h];
 
-#pragma unroll
-  for (int i = 0; i < S::kStages - 1; ++i) issue(wb + i * kWarps, i);
   int stage = 0;
   // This lane's K units (token r (+8), unit (4b + c) ^ Swz(r)) and V units.
   const int k_unit0 = r * S::kU, k_sw = c ^ Swz(r);

@@ -75,6 +75,12 @@ struct DecodeAttentionParams {
   const uint8_t* v_pool_fp8 = nullptr;  // [num_slots, 16, head_dim]
   const float* k_scale = nullptr;       // [num_kv_heads]
   const float* v_scale = nullptr;       // [num_kv_heads]
+  // The launch right before this one (PDL) is the step's KV append: it wrote q and the K/V of
+  // the query tokens, and nothing this kernel reads besides was written by it (query_start,
+  // kv_lens, block_tables and the K/V of every token before a sequence's query run were
+  // written earlier). The kernel then reads the tables and requests its first head-blocks of
+  // older tokens before it waits on the append. False: it waits before reading anything.
+  bool after_append = false;
 };
 
 // The number of KV splits a launch with these params uses (1: no merge, no workspace).

@@ -68,6 +68,7 @@ constexpr int kDcGroupRows = 4;  // down rows of one slot a warp computes at onc
 // The step count does not change a lane's order of vectors: the results are bit-identical.
 constexpr int kDcSteps = 3;
 constexpr int kDcStepsOneWave = 2;
+constexpr int kDcOneWaveCtasPerSm = 4;
 
 // Down rows per CTA: kDcGroupRows per warp item, enough row groups that k slots give every warp
 // an item (k >= kDcWarps: one group).
@@ -89,36 +90,61 @@ __global__ void __launch_bounds__(kDcThreads, kMinCtas)
                              bf16* __restrict__ out, int k, int experts, int64_t hidden,
                              int64_t inter, int rows_per_cta) {
   extern __shared__ float dc_dots[];  // [rows_per_cta][k]
-  GridDependencyWait();
-  AllowDependentLaunch();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x;
   const int64_t row0 = int64_t{blockIdx.y} * rows_per_cta;
   const int groups = rows_per_cta / kDcGroupRows;
   const int64_t vecs = inter / 8;
-  for (int item = warp; item < k * groups; item += kDcWarps) {  // warp-uniform
-    const int j = item % k, g = item / k;
-    const int e = ids[t * k + j];
-    if (e < 0 || e >= experts) continue;  // skipped by the sum below as well
-    const uint4* w[kDcGroupRows];
+  const uint4* w[kDcGroupRows];
+  uint4 wv[kDcSteps][kDcGroupRows];
+  // The item's expert, its rows' pointers and the weight vectors of the K-steps from v0.
+  auto expert_of = [&](int item) { return __ldcg(ids + t * k + item % k); };
+  auto rows_of = [&](int item, int e) {
 #pragma unroll
     for (int r = 0; r < kDcGroupRows; ++r) {
-      const int64_t row = min(row0 + g * kDcGroupRows + r, hidden - 1);  // clamped: not written
+      const int64_t row = min(row0 + (item / k) * kDcGroupRows + r, hidden - 1);  // clamped
       w[r] = reinterpret_cast<const uint4*>(down + (int64_t{e} * hidden + row) * inter);
     }
+  };
+  auto load = [&](int64_t v0) {
+#pragma unroll
+    for (int u = 0; u < kDcSteps; ++u) {
+      if (v0 + 32 * u < vecs) {
+#pragma unroll
+        for (int r = 0; r < kDcGroupRows; ++r) wv[u][r] = __ldcs(w[r] + v0 + 32 * u);
+      }
+    }
+  };
+  // PDL: the first item's first weight vectors stream while the gate/up kernel finishes. Its
+  // expert id was written two kernels back (the top-k): every kernel allows its dependents only
+  // after its own wait (kernels/ptx.cuh), so that kernel has completed once this one runs; read
+  // through L2. h (the gate/up output) is read after the wait.
+  int e_first = -1;
+  if (warp < k * groups) {
+    e_first = expert_of(warp);
+    if (e_first >= 0 && e_first < experts) {
+      rows_of(warp, e_first);
+      load(lane);
+    }
+  }
+  GridDependencyWait();
+  AllowDependentLaunch();
+  for (int item = warp; item < k * groups; item += kDcWarps) {  // warp-uniform
+    const int j = item % k, g = item / k;
+    const bool first = item == warp;
+    const int e = first ? e_first : expert_of(item);
+    if (e < 0 || e >= experts) continue;  // skipped by the sum below as well
+    if (!first) rows_of(item, e);
     const uint4* hr = reinterpret_cast<const uint4*>(h + (t * k + j) * inter);
     float acc[kDcGroupRows];
 #pragma unroll
     for (int r = 0; r < kDcGroupRows; ++r) acc[r] = 0.0f;
     for (int64_t v0 = lane; v0 < vecs; v0 += 32 * kDcSteps) {
-      uint4 wv[kDcSteps][kDcGroupRows], hv[kDcSteps];
+      if (!first || v0 != lane) load(v0);
+      uint4 hv[kDcSteps];
 #pragma unroll
       for (int u = 0; u < kDcSteps; ++u) {
-        if (v0 + 32 * u < vecs) {
-          hv[u] = __ldg(hr + v0 + 32 * u);
-#pragma unroll
-          for (int r = 0; r < kDcGroupRows; ++r) wv[u][r] = __ldcs(w[r] + v0 + 32 * u);
-        }
+        if (v0 + 32 * u < vecs) hv[u] = __ldg(hr + v0 + 32 * u);
       }
 #pragma unroll
       for (int u = 0; u < kDcSteps; ++u) {
@@ -175,8 +201,17 @@ cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const fl
   }
   const size_t smem = sizeof(float) * rows * k;  // <= 16 KiB (k <= kMoeMaxExperts)
   const dim3 grid(static_cast<unsigned>(tokens), CeilDiv(hidden, rows));
-  const auto kernel = GetTuning().moe_down_one_wave ? MoeGemvDownCombineKernel<kDcStepsOneWave, 4>
-                                                    : MoeGemvDownCombineKernel<kDcSteps, 1>;
+  // The 64-register instance where it makes the grid one wave (4 CTAs per SM: batch 1 of
+  // Qwen3-30B-A3B); past that its 2 K-steps in flight lose (batch 8: 7.98 -> 8.17 ms a step).
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    return cudaErrorInvalidDevice;
+  }
+  const bool one_wave = GetTuning().moe_down_one_wave &&
+                        int64_t{grid.x} * grid.y <= int64_t{kDcOneWaveCtasPerSm} * sms;
+  const auto kernel = one_wave ? MoeGemvDownCombineKernel<kDcStepsOneWave, kDcOneWaveCtasPerSm>
+                               : MoeGemvDownCombineKernel<kDcSteps, 1>;
   return LaunchPdl(kernel, grid, dim3(kDcThreads), smem, stream, h, ids, weights, down, out, k,
                    experts, hidden, inter, rows);
 }

@@ -481,6 +481,10 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
     }
   };
 
+  // Without a hook, each layer's attention runs right after its KV append.
+  AttentionMetadata after_append = in.attention;
+  after_append.after_append = true;
+
   B.Embedding(in.token_ids, embed_tokens_, residual[cur]);
   capture_stream(0, residual[cur]);
   bool first = true;
@@ -501,7 +505,7 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
       capture_stream(static_cast<int64_t>(i), residual[cur]);  // the stream entering layer i
     }
     if (hook == nullptr) {
-      B.Attention(q, kv[i], in.attention, scale, attn);
+      B.Attention(q, kv[i], after_append, scale, attn);
     } else {
       const int layer = static_cast<int>(i);
       B.Attention(q, kv[i], hook->BeforeAttention(layer, q, kv[i], in.attention), scale, attn);

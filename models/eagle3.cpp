@@ -341,7 +341,9 @@ Tensor Eagle3Head::Run(const ForwardInput& in, const Tensor& aux, const Tensor* 
     return Tensor::Empty({0, c.draft_vocab_size}, DType::kF32);
   }
   Tensor attn = B.Empty({T, c.num_attention_heads, c.head_dim}, dt);
-  B.Attention(q, kv, in.attention, scale, attn);
+  AttentionMetadata after_append = in.attention;  // the append was the launch before
+  after_append.after_append = true;
+  B.Attention(q, kv, after_append, scale, attn);
   Tensor o = B.Empty({T, h}, dt);
   B.Linear(attn.Reshape({T, c.q_size()}), o_proj_, o);
 

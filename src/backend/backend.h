@@ -62,6 +62,12 @@ struct AttentionMetadata {
   Tensor block_tables;        // [num_seqs, num_kv_heads, max_blocks_per_seq] int32 slot ids
   int32_t max_query_len = 0;  // host-known bound of the query tokens per sequence
   int32_t max_kv_len = 0;     // host-known bound of kv_lens (0 = table width × kBlockSize)
+  // Set (on a copy, never on a step's shared metadata) by a caller whose launch right before
+  // Attention is the append of the query tokens' K/V, with nothing launched since the tables,
+  // lengths and older tokens' K/V were written: the CUDA decode kernel then reads those before
+  // it waits on the append (PDL). Hooks that launch work before attention return metadata
+  // without it.
+  bool after_append = false;
 };
 
 // The routing weights MoeRoute returns for the k chosen experts: their softmax probabilities

@@ -61,8 +61,9 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
     const int rows = std::atoi(v);
     if (rows == 16 || rows == 32 || rows == 64 || rows == 128) t.moe_gemm_tile_rows = rows;
   }
-  t.moe_down_one_wave = OnUnlessZero(env("OASIS_MOE_DOWN_ONE_WAVE"), false);
-  t.gemv_narrow_norm = OnUnlessZero(env("OASIS_GEMV_NARROW_NORM"), false);
+  t.pdl_max_shared = OnUnlessZero(env("OASIS_PDL_MAX_SHARED"), false);
+  t.moe_down_one_wave = OnUnlessZero(env("OASIS_MOE_DOWN_ONE_WAVE"), true);
+  t.gemv_narrow_norm = OnUnlessZero(env("OASIS_GEMV_NARROW_NORM"), true);
   if (const char* v = env("OASIS_DECODE_SPLITS"); v != nullptr) {
     const int n = std::atoi(v);
     if (n >= 1 && n <= 1024) t.decode_splits = n;

@@ -36,6 +36,10 @@ struct Tuning {
   bool profile_draft = false;
   // OASIS_PDL ("0": off). Programmatic dependent launch for the kernels launched with LaunchPdl.
   bool pdl = true;
+  // OASIS_PDL_MAX_SHARED ("1": on). Every kernel launched with LaunchPdl asks for the largest
+  // shared-memory carveout (kernels::PreferMaxSharedCarveout), so a next kernel whose CTAs need
+  // shared memory can become resident beside it early; for comparisons until measured.
+  bool pdl_max_shared = false;
   // OASIS_TOPK_RADIX ("1": on). Every sparse top-K through the radix select (comparisons).
   bool topk_radix = false;
   // OASIS_FP8_PREFILL (wgmma or mma). Prefill chunks over FP8 KV pools on CC 9.0: the sm_90a
@@ -50,21 +54,21 @@ struct Tuning {
   // than this take the 8-feature × 128-thread configuration: the 4 × 256 one loads a single
   // 16-byte vector per feature and thread below 4,096 (no K-steps in flight).
   int64_t gemv_narrow_below = 4096;
-  // OASIS_GEMV_NARROW_NORM ("1": on). One-row norm-fused GEMVs below gemv_narrow_below take 4
+  // OASIS_GEMV_NARROW_NORM ("0": off). One-row norm-fused GEMVs below gemv_narrow_below take 4
   // features × 256 threads × 1 K-step (the whole row loaded before the PDL wait) instead of
-  // 8 × 128 × 2 (H200, the thirty-fourth session's branch: 30B-A3B batch 1 -1.5%); for
-  // comparisons until measured again.
-  bool gemv_narrow_norm = false;
+  // 8 × 128 × 2 (H200, forty-first session: 30B-A3B batch 1 2.680 -> 2.608 ms a step).
+  bool gemv_narrow_norm = true;
   // OASIS_MOE_GEMM_TILE_ROWS (16, 32, 64 or 128; else 0: chosen by the rows per touched expert,
   // kernels::MoeGemmTileRowsFor). The MoE grouped GEMM's row tile, for comparisons.
   int moe_gemm_tile_rows = 0;
   // OASIS_MOE_GEMM_WGMMA ("0": off). The MoE grouped GEMM's 128-row tile through sm_90a wgmma
   // (else mma.sync, as the smaller tiles).
   bool moe_gemm_wgmma = true;
-  // OASIS_MOE_DOWN_ONE_WAVE ("1": on). The fused down + combine GEMV bounded to 64 registers
-  // (4 CTAs per SM) with 2 K-steps in flight instead of 3: Qwen3-30B-A3B's 512 row blocks in one
-  // wave instead of 1.94 (bit-identical; for comparisons until measured).
-  bool moe_down_one_wave = false;
+  // OASIS_MOE_DOWN_ONE_WAVE ("0": off). The fused down + combine GEMV bounded to 64 registers
+  // (4 CTAs per SM) with 2 K-steps in flight instead of 3 where that makes its grid one wave:
+  // Qwen3-30B-A3B's 512 row blocks at batch 1 (bit-identical; H200, forty-first session: batch
+  // 1 -0.5%, -0.6% with the narrow norm; batch 8, 8 waves either way, +2.4%, so not there).
+  bool moe_down_one_wave = true;
   // OASIS_DECODE_SPLITS (1 to 1024; else 0: chosen by the cost model). Every decode attention
   // launch that does not force its own split count cuts each (sequence, KV head) into this many
   // splits (at most one per head-block), for comparisons.

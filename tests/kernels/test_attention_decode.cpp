@@ -13,6 +13,7 @@
 #include "common/tuning.h"
 #include "gpu_test_util.h"
 #include "kernels/attention_decode.h"
+#include "slow_scatter.h"
 
 using namespace oasis;
 using namespace oasis::testing;
@@ -155,6 +156,96 @@ Tensor RunDecode(CudaBackend& gpu, const Problem& pr, float scale, RunOptions op
   return DownloadF32(gpu, out);  // synchronises: a kernel fault shows up here
 }
 
+// The kernel with after_append, right behind a slow stand-in for the step's append
+// (LaunchSlowScatter): the pools hold NaN in the query tokens' rows and q is NaN until the
+// stand-in writes them, after letting the kernel launch. Anything the kernel reads before its
+// wait that it should have read after shows as NaN in the output.
+// `older_row` >= 0 adds a row of an older token (slot · 16 + offset) to what the stand-in
+// writes late, which the caller promises not to do: the kernel may read it early (the test of
+// the test: it shows that the stand-in does let the kernel start before it writes).
+Tensor RunDecodeAfterAppend(CudaBackend& gpu, const Problem& pr, float scale, int num_splits,
+                            int64_t older_row = -1) {
+  const int units_per_row = pr.head_dim / 8;  // 16-byte units of a token row
+  Tensor k_host = pr.k_gpu.Clone(), v_host = pr.v_gpu.Clone();
+  std::vector<int64_t> dst_units;
+  std::vector<uint16_t> k_rows, v_rows;
+  const int S = static_cast<int>(pr.qstart.numel() - 1);
+  const int64_t row_elems = pr.head_dim;
+  std::vector<int64_t> done_rows;  // rows of heads that share a table are written once
+  for (int s = 0; s < S; ++s) {
+    const int q_len = pr.qstart.data<int32_t>()[s + 1] - pr.qstart.data<int32_t>()[s];
+    for (int h = 0; h < pr.hkv; ++h) {
+      const int len = pr.lens.data<int32_t>()[s * pr.hkv + h];
+      const int32_t* table = pr.tables.data<int32_t>() + (int64_t{s} * pr.hkv + h) * pr.max_blocks;
+      for (int t = len - q_len; t < len; ++t) {
+        const int64_t row = int64_t{table[t / 16]} * 16 + t % 16;
+        if (std::find(done_rows.begin(), done_rows.end(), row) != done_rows.end()) continue;
+        done_rows.push_back(row);
+        uint16_t* kr = k_host.data<uint16_t>() + row * row_elems;
+        uint16_t* vr = v_host.data<uint16_t>() + row * row_elems;
+        k_rows.insert(k_rows.end(), kr, kr + row_elems);
+        v_rows.insert(v_rows.end(), vr, vr + row_elems);
+        std::fill_n(kr, row_elems, kNanBf16);
+        std::fill_n(vr, row_elems, kNanBf16);
+        for (int u = 0; u < units_per_row; ++u) dst_units.push_back(row * units_per_row + u);
+      }
+    }
+  }
+  if (older_row >= 0) {
+    uint16_t* kr = k_host.data<uint16_t>() + older_row * row_elems;
+    k_rows.insert(k_rows.end(), kr, kr + row_elems);
+    v_rows.insert(v_rows.end(), v_host.data<uint16_t>() + older_row * row_elems,
+                  v_host.data<uint16_t>() + (older_row + 1) * row_elems);
+    std::fill_n(kr, row_elems, kNanBf16);
+    for (int u = 0; u < units_per_row; ++u) dst_units.push_back(older_row * units_per_row + u);
+  }
+  const int64_t n_units = static_cast<int64_t>(dst_units.size());
+  auto host_u16 = [](const std::vector<uint16_t>& v) {
+    Tensor t = Tensor::Empty({static_cast<int64_t>(std::max<size_t>(v.size(), 8))}, DType::kBF16);
+    std::copy(v.begin(), v.end(), t.data<uint16_t>());
+    return t;
+  };
+  Tensor units_host = Tensor::Empty({std::max<int64_t>(n_units, 1)}, DType::kI64);
+  std::copy(dst_units.begin(), dst_units.end(), units_host.data<int64_t>());
+  const Tensor k = gpu.Upload(k_host), v = gpu.Upload(v_host);
+  const Tensor k_src = gpu.Upload(host_u16(k_rows)), v_src = gpu.Upload(host_u16(v_rows));
+  const Tensor units = gpu.Upload(units_host);
+  const Tensor q_src = UploadBf16(gpu, pr.q);
+  Tensor q = PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim});
+  const Tensor qstart = gpu.Upload(pr.qstart), lens = gpu.Upload(pr.lens), tables = gpu.Upload(pr.tables);
+  Tensor out = PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim});
+  DecodeAttentionParams p;
+  p.q = static_cast<const __nv_bfloat16*>(q.raw());
+  p.k_pool = static_cast<const __nv_bfloat16*>(k.raw());
+  p.v_pool = static_cast<const __nv_bfloat16*>(v.raw());
+  p.query_start = qstart.data<int32_t>();
+  p.kv_lens = lens.data<int32_t>();
+  p.block_tables = tables.data<int32_t>();
+  p.out = static_cast<__nv_bfloat16*>(out.raw());
+  p.tokens = pr.tokens;
+  p.num_seqs = S;
+  p.num_q_heads = pr.hq;
+  p.num_kv_heads = pr.hkv;
+  p.head_dim = pr.head_dim;
+  p.max_blocks = pr.max_blocks;
+  p.max_query_len = pr.max_query_len;
+  p.scale = scale;
+  p.num_splits = num_splits;
+  p.after_append = true;
+  const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
+  Tensor workspace = gpu.Empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, DType::kU8);
+  using testing::SlowScatterJob;
+  const SlowScatterJob jk{static_cast<const uint4*>(k_src.raw()), static_cast<uint4*>(k.raw()),
+                          units.data<int64_t>(), n_units};
+  const SlowScatterJob jv{static_cast<const uint4*>(v_src.raw()), static_cast<uint4*>(v.raw()),
+                          units.data<int64_t>(), n_units};
+  const SlowScatterJob jq{static_cast<const uint4*>(q_src.raw()), static_cast<uint4*>(q.raw()), nullptr,
+                          pr.tokens * pr.hq * pr.head_dim / 8};
+  REQUIRE(testing::LaunchSlowScatter(400000, jk, jv, jq, gpu.stream()) == cudaSuccess);  // ~0.2 ms
+  REQUIRE(kernels::LaunchDecodeAttention(p, bytes ? workspace.raw() : nullptr, bytes, gpu.stream()) == cudaSuccess);
+  return DownloadF32(gpu, out);
+}
+
 Tensor RunReference(const Problem& pr, float scale) {
   CpuBackend cpu;
   Tensor want = Tensor::Empty({pr.tokens, pr.hq, pr.head_dim}, DType::kF32);
@@ -203,6 +294,45 @@ TEST_CASE("Decode attention matches the CPU: GQA 32/8, 8/2, 4/1 and MHA, q_len 1
       ExpectClose(got, want, 1e-2, 2e-2);
     }
   }
+}
+
+TEST_CASE("Decode attention after an append (PDL): older tokens read before the wait, the query's after",
+          "[gpu][attention][decode]") {
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  const std::vector<std::pair<int, int>> heads = {{32, 4}, {8, 2}, {4, 4}};
+  for (int round = 0; round < 12; ++round) {
+    const auto [hq, hkv] = heads[static_cast<size_t>(round) % heads.size()];
+    const int head_dim = round % 4 == 3 ? 64 : 128;
+    const int batch = RandInt(rng, 1, 4);
+    std::vector<int> q_lens, ctx;
+    for (int s = 0; s < batch; ++s) {
+      q_lens.push_back(RandInt(rng, 1, 4));
+      // The query run at a head-block's start, end or middle; a context of the query alone.
+      const int pick = RandInt(rng, 0, 4);
+      ctx.push_back(pick == 0   ? q_lens.back()
+                    : pick == 1 ? 16 * RandInt(rng, 1, 20) + q_lens.back() - 1
+                    : pick == 2 ? 16 * RandInt(rng, 1, 20)
+                                : RandInt(rng, q_lens.back(), 3000));
+    }
+    const bool shared = round % 2 == 0;
+    const Problem pr = MakeProblem(rng, hq, hkv, head_dim, q_lens, DenseLens(ctx, hkv), 1.0f, shared);
+    const Tensor want = RunReference(pr, ScaleFor(head_dim));
+    for (int splits : {0, 1, 3}) {
+      INFO("hq " << hq << " hkv " << hkv << " head_dim " << head_dim << " batch " << batch << " splits " << splits
+                 << " shared tables " << shared);
+      ExpectClose(RunDecodeAfterAppend(*gpu, pr, ScaleFor(head_dim), splits), want, 1e-2, 2e-2);
+    }
+  }
+  // The test can see an early read: an older token's row (the first of the first head-block,
+  // which warp 0 requests before its wait) written late by the stand-in reaches the output as
+  // NaN — the kernel did start while the stand-in spun.
+  const Problem pr = MakeProblem(rng, 8, 2, 128, {1}, DenseLens({200}, 2), 1.0f);
+  const int64_t row = int64_t{pr.tables.data<int32_t>()[0]} * 16;  // sequence 0, KV head 0, token 0
+  const Tensor got = RunDecodeAfterAppend(*gpu, pr, ScaleFor(128), 1, row);
+  int non_finite = 0;
+  for (int64_t i = 0; i < 4 * 128; ++i) non_finite += !std::isfinite(got.data<float>()[i]);  // q heads 0-3
+  CHECK(non_finite == 4 * 128);
 }
 
 TEST_CASE("Decode attention over sparse heads: each KV head its own length and table", "[gpu][attention][decode]") {

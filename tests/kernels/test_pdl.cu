@@ -76,3 +76,66 @@ TEST_CASE("a PDL kernel sees a preceding host-to-device copy before its wait", "
   cudaFree(sink);
   cudaStreamDestroy(stream);
 }
+
+namespace {
+
+__device__ __forceinline__ unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Allows its dependents at its start (after its own wait when PDL-launched), spins, then
+// records when it ended.
+__global__ void TimedSlowKernel(long long cycles, unsigned long long* end) {
+  GridDependencyWait();
+  AllowDependentLaunch();
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(end, GlobalTimer());
+}
+
+// Records when its first thread started, before waiting.
+__global__ void TimedReaderKernel(unsigned long long* start) {
+  if (threadIdx.x == 0) atomicMin(start, GlobalTimer());
+  GridDependencyWait();
+}
+
+}  // namespace
+
+TEST_CASE("a PDL kernel starts while the kernel ahead of it, which allowed it, still runs", "[gpu][pdl]") {
+  // What the kernels that read ahead of their wait (and their tests' stand-ins) rely on: with
+  // the attribute, the next kernel's CTAs run before the one ahead ends — whether that one was
+  // launched plainly or as a PDL kernel itself.
+  unsigned long long *times, host[2];
+  REQUIRE(cudaMalloc(&times, 2 * sizeof(unsigned long long)) == cudaSuccess);
+  cudaStream_t stream;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  // Each kernel launched once first: a kernel's first launch loads its module (lazy loading),
+  // which does not overlap.
+  TimedSlowKernel<<<1, 32, 0, stream>>>(1LL, times);
+  TimedReaderKernel<<<1, 32, 0, stream>>>(times + 1);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  for (int pdl_ahead = 0; pdl_ahead < 2; ++pdl_ahead) {
+    int early = 0;
+    for (int iter = 0; iter < 10; ++iter) {
+      host[0] = 0, host[1] = ~0ull;
+      REQUIRE(cudaMemcpy(times, host, sizeof(host), cudaMemcpyHostToDevice) == cudaSuccess);
+      if (pdl_ahead) {
+        REQUIRE(LaunchPdl(TimedSlowKernel, dim3(132), dim3(256), 0, stream, 400000LL, times) == cudaSuccess);
+      } else {
+        TimedSlowKernel<<<132, 256, 0, stream>>>(400000LL, times);
+      }
+      REQUIRE(LaunchPdl(TimedReaderKernel, dim3(4), dim3(128), 0, stream, times + 1) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+      REQUIRE(cudaMemcpy(host, times, sizeof(host), cudaMemcpyDeviceToHost) == cudaSuccess);
+      early += host[1] < host[0];
+    }
+    INFO("kernel ahead launched " << (pdl_ahead ? "as a PDL kernel" : "plainly"));
+    CHECK(early == 10);
+  }
+  cudaFree(times);
+  cudaStreamDestroy(stream);
+}

@@ -646,6 +646,7 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
     auto p = AttentionParams<kernels::DecodeAttentionParams>(q, pool, meta, scale, out);
     p.max_query_len = meta.max_query_len;
     p.max_kv_len = meta.max_kv_len;
+    p.after_append = meta.after_append;
     const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
     Tensor workspace = bytes ? Empty({static_cast<int64_t>(bytes)}, DType::kU8) : Tensor();
     OASIS_CUDA_CHECK(kernels::LaunchDecodeAttention(p, workspace.raw(), bytes, stream()));

@@ -64,10 +64,13 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   for (const char* bad : {"0", "8", "48", "256", "-16", "x", ""}) {
     CHECK(Parse({{"OASIS_MOE_GEMM_TILE_ROWS", bad}}).moe_gemm_tile_rows == 0);
   }
-  CHECK_FALSE(Parse({}).gemv_narrow_norm);
+  CHECK(Parse({}).gemv_narrow_norm);
   CHECK(Parse({{"OASIS_GEMV_NARROW_NORM", "1"}}).gemv_narrow_norm);
   CHECK_FALSE(Parse({{"OASIS_GEMV_NARROW_NORM", "0"}}).gemv_narrow_norm);
-  CHECK_FALSE(Parse({}).moe_down_one_wave);
+  CHECK(Parse({}).moe_down_one_wave);
+  CHECK_FALSE(Parse({}).pdl_max_shared);
+  CHECK(Parse({{"OASIS_PDL_MAX_SHARED", "1"}}).pdl_max_shared);
+  CHECK_FALSE(Parse({{"OASIS_PDL_MAX_SHARED", "0"}}).pdl_max_shared);
   CHECK(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "1"}}).moe_down_one_wave);
   CHECK_FALSE(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "0"}}).moe_down_one_wave);
   CHECK(Parse({}).decode_splits == 0);

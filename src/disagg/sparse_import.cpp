@@ -17,11 +17,11 @@ class ImportLayout final : public HostLayout {
  public:
   ImportLayout(int64_t first_layer, int64_t num_kv_heads, int64_t layer_blocks,
                std::vector<int32_t> ids, int64_t cells_held)
-      : first_(first_layer),
+      : cells_held_(cells_held),
+        first_(first_layer),
         hkv_(num_kv_heads),
         layer_blocks_(layer_blocks),
-        ids_(std::move(ids)),
-        cells_held_(cells_held) {}
+        ids_(std::move(ids)) {}
 
   int64_t layer_blocks() const override { return layer_blocks_; }
   int32_t Slot(int64_t layer, int64_t head, int64_t block) const override {

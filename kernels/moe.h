@@ -104,7 +104,9 @@ inline bool MoeUseFusedDown(int64_t tokens, int64_t k) { return tokens * k <= kM
 // them (the same dot-product and slot orders; ids outside [0, experts) contribute nothing).
 // Token-major: a CTA takes one token and a block of hidden rows and reads the rows of that
 // token's k experts, so an expert chosen by several tokens is read once per token — meant for
-// pairs <= kMoeFusedDownPairs (takes up to kMoeGemvMaxPairs).
+// pairs <= kMoeFusedDownPairs (takes up to kMoeGemvMaxPairs). A PDL launch that reads ids (and
+// loads the weights they choose) before it waits: ids must not be written by the kernel launched
+// right before it (the gate/up GEMV that comes before it in a MoE layer writes only h).
 cudaError_t LaunchMoeGemvDownCombine(const __nv_bfloat16* h,     // [tokens * k, inter]
                                      const int32_t* ids,         // [tokens * k]
                                      const float* weights,       // [tokens, k]

@@ -122,20 +122,19 @@ struct RunOptions {
   int max_kv_len = 0;  // split-count hint, 0: none
 };
 
-// Runs the decode kernel on a NaN-poisoned output; returns it as float, and the split count used.
-Tensor RunDecode(CudaBackend& gpu, const Problem& pr, float scale, RunOptions opt, int* splits_used = nullptr) {
-  const Tensor q = UploadBf16(gpu, pr.q);
-  const Tensor k = gpu.Upload(pr.k_gpu), v = gpu.Upload(pr.v_gpu);
-  const Tensor qstart = gpu.Upload(pr.qstart), lens = gpu.Upload(pr.lens), tables = gpu.Upload(pr.tables);
-  Tensor out = PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim});
+// The launch parameters of a problem over device copies of its tensors.
+struct DeviceProblem {
+  Tensor q, k, v, qstart, lens, tables, out;
+};
+DecodeAttentionParams ParamsOf(const Problem& pr, const DeviceProblem& d, float scale) {
   DecodeAttentionParams p;
-  p.q = static_cast<const __nv_bfloat16*>(q.raw());
-  p.k_pool = static_cast<const __nv_bfloat16*>(k.raw());
-  p.v_pool = static_cast<const __nv_bfloat16*>(v.raw());
-  p.query_start = qstart.data<int32_t>();
-  p.kv_lens = lens.data<int32_t>();
-  p.block_tables = tables.data<int32_t>();
-  p.out = static_cast<__nv_bfloat16*>(out.raw());
+  p.q = static_cast<const __nv_bfloat16*>(d.q.raw());
+  p.k_pool = static_cast<const __nv_bfloat16*>(d.k.raw());
+  p.v_pool = static_cast<const __nv_bfloat16*>(d.v.raw());
+  p.query_start = d.qstart.data<int32_t>();
+  p.kv_lens = d.lens.data<int32_t>();
+  p.block_tables = d.tables.data<int32_t>();
+  p.out = static_cast<__nv_bfloat16*>(d.out.raw());
   p.tokens = pr.tokens;
   p.num_seqs = static_cast<int>(pr.qstart.numel() - 1);
   p.num_q_heads = pr.hq;
@@ -144,6 +143,15 @@ Tensor RunDecode(CudaBackend& gpu, const Problem& pr, float scale, RunOptions op
   p.max_blocks = pr.max_blocks;
   p.max_query_len = pr.max_query_len;
   p.scale = scale;
+  return p;
+}
+
+// Runs the decode kernel on a NaN-poisoned output; returns it as float, and the split count used.
+Tensor RunDecode(CudaBackend& gpu, const Problem& pr, float scale, RunOptions opt, int* splits_used = nullptr) {
+  const DeviceProblem d{UploadBf16(gpu, pr.q),          gpu.Upload(pr.k_gpu),  gpu.Upload(pr.v_gpu),
+                        gpu.Upload(pr.qstart),          gpu.Upload(pr.lens),   gpu.Upload(pr.tables),
+                        PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim})};
+  DecodeAttentionParams p = ParamsOf(pr, d, scale);
   p.max_kv_len = opt.max_kv_len;
   p.num_splits = opt.num_splits;
   const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
@@ -153,7 +161,7 @@ Tensor RunDecode(CudaBackend& gpu, const Problem& pr, float scale, RunOptions op
   Tensor workspace = gpu.Empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, DType::kU8);
   if (bytes > 0) REQUIRE(kernels::LaunchDecodeAttention(p, workspace.raw(), bytes - 1, gpu.stream()) == cudaErrorInvalidValue);
   REQUIRE(kernels::LaunchDecodeAttention(p, bytes ? workspace.raw() : nullptr, bytes, gpu.stream()) == cudaSuccess);
-  return DownloadF32(gpu, out);  // synchronises: a kernel fault shows up here
+  return DownloadF32(gpu, d.out);  // synchronises: a kernel fault shows up here
 }
 
 // The kernel with after_append, right behind a slow stand-in for the step's append
@@ -207,43 +215,31 @@ Tensor RunDecodeAfterAppend(CudaBackend& gpu, const Problem& pr, float scale, in
   };
   Tensor units_host = Tensor::Empty({std::max<int64_t>(n_units, 1)}, DType::kI64);
   std::copy(dst_units.begin(), dst_units.end(), units_host.data<int64_t>());
-  const Tensor k = gpu.Upload(k_host), v = gpu.Upload(v_host);
+  const DeviceProblem d{PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim}),
+                        gpu.Upload(k_host),
+                        gpu.Upload(v_host),
+                        gpu.Upload(pr.qstart),
+                        gpu.Upload(pr.lens),
+                        gpu.Upload(pr.tables),
+                        PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim})};
   const Tensor k_src = gpu.Upload(host_u16(k_rows)), v_src = gpu.Upload(host_u16(v_rows));
   const Tensor units = gpu.Upload(units_host);
   const Tensor q_src = UploadBf16(gpu, pr.q);
-  Tensor q = PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim});
-  const Tensor qstart = gpu.Upload(pr.qstart), lens = gpu.Upload(pr.lens), tables = gpu.Upload(pr.tables);
-  Tensor out = PoisonedBf16(gpu, {pr.tokens, pr.hq, pr.head_dim});
-  DecodeAttentionParams p;
-  p.q = static_cast<const __nv_bfloat16*>(q.raw());
-  p.k_pool = static_cast<const __nv_bfloat16*>(k.raw());
-  p.v_pool = static_cast<const __nv_bfloat16*>(v.raw());
-  p.query_start = qstart.data<int32_t>();
-  p.kv_lens = lens.data<int32_t>();
-  p.block_tables = tables.data<int32_t>();
-  p.out = static_cast<__nv_bfloat16*>(out.raw());
-  p.tokens = pr.tokens;
-  p.num_seqs = S;
-  p.num_q_heads = pr.hq;
-  p.num_kv_heads = pr.hkv;
-  p.head_dim = pr.head_dim;
-  p.max_blocks = pr.max_blocks;
-  p.max_query_len = pr.max_query_len;
-  p.scale = scale;
+  DecodeAttentionParams p = ParamsOf(pr, d, scale);
   p.num_splits = num_splits;
   p.after_append = true;
   const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
   Tensor workspace = gpu.Empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, DType::kU8);
   using testing::SlowScatterJob;
-  const SlowScatterJob jk{static_cast<const uint4*>(k_src.raw()), static_cast<uint4*>(k.raw()),
+  const SlowScatterJob jk{static_cast<const uint4*>(k_src.raw()), static_cast<uint4*>(d.k.raw()),
                           units.data<int64_t>(), n_units};
-  const SlowScatterJob jv{static_cast<const uint4*>(v_src.raw()), static_cast<uint4*>(v.raw()),
+  const SlowScatterJob jv{static_cast<const uint4*>(v_src.raw()), static_cast<uint4*>(d.v.raw()),
                           units.data<int64_t>(), n_units};
-  const SlowScatterJob jq{static_cast<const uint4*>(q_src.raw()), static_cast<uint4*>(q.raw()), nullptr,
+  const SlowScatterJob jq{static_cast<const uint4*>(q_src.raw()), static_cast<uint4*>(d.q.raw()), nullptr,
                           pr.tokens * pr.hq * pr.head_dim / 8};
   REQUIRE(testing::LaunchSlowScatter(400000, jk, jv, jq, gpu.stream()) == cudaSuccess);  // ~0.2 ms
   REQUIRE(kernels::LaunchDecodeAttention(p, bytes ? workspace.raw() : nullptr, bytes, gpu.stream()) == cudaSuccess);
-  return DownloadF32(gpu, out);
+  return DownloadF32(gpu, d.out);
 }
 
 Tensor RunReference(const Problem& pr, float scale) {

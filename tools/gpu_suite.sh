@@ -54,6 +54,8 @@ BENCHMARKS=(
   "OASIS_MOE_DOWN_ONE_WAVE=0 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
   "OASIS_PDL_MAX_SHARED=1 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
   "OASIS_PDL_MAX_SHARED=1 bench_decode|--batch 1 --context 128"
+  "OASIS_FUSE_ROPE_ATTENTION=1 bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 1 --context 128"
+  "OASIS_FUSE_ROPE_ATTENTION=1 bench_decode|--batch 1 --context 128"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --batch 64 --context 4096 --steps 20 --moe-path gemm"
   "bench_decode|--config tools/bench/model_configs/qwen3-30b-a3b.json --prefill 8192 --steps 5 --warmup 1"

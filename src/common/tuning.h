@@ -23,6 +23,11 @@ struct Tuning {
   // OASIS_FUSE_QKV (set and not "0": on). The QKV GEMV with the norm/RoPE/append epilogue; off:
   // its per-group arrival (fence + atomic + barrier) made a batch-1 step 0.45 ms slower.
   bool fuse_qkv = false;
+  // OASIS_FUSE_ROPE_ATTENTION ("1": on). A decode layer without a hook runs the QKV RoPE/append
+  // inside the decode attention (kernels::LaunchDecodeAttentionRope) where that kernel takes the
+  // step (bf16 pools, one query token per sequence, one split): one launch fewer a layer; for
+  // comparisons until measured.
+  bool fuse_rope_attention = false;
   // OASIS_FUSE_SILU ("0": off). SiLU·mul folded into the gate/up GEMV (4.23 -> 4.18 ms per
   // Qwen3-8B batch-1 step on the H200).
   bool fuse_silu = true;

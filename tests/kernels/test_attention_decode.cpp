@@ -331,6 +331,125 @@ TEST_CASE("Decode attention after an append (PDL): older tokens read before the 
   CHECK(non_finite == 4 * 128);
 }
 
+TEST_CASE("Decode attention with the RoPE/append folded in: the same bits as the two launches",
+          "[gpu][attention][decode][rope]") {
+  auto gpu = MakeBackend();
+  auto rng = FreshRng();
+  struct Shape {
+    int hq, hkv, head_dim;
+  };
+  int round = 0;
+  for (Shape sh : {Shape{32, 4, 128}, Shape{8, 2, 128}, Shape{16, 4, 64}, Shape{16, 2, 256}, Shape{4, 4, 128}}) {
+    for (int batch : {1, 3}) {
+      ++round;
+      std::vector<int> q_lens(static_cast<size_t>(batch), 1), ctx;
+      for (int s = 0; s < batch; ++s) {
+        // The token alone, at a head-block's start or end, any: short contexts, where the plan
+        // has one split (the fused kernel's case).
+        const int pick = RandInt(rng, 0, 3);
+        ctx.push_back(pick == 0 ? 1 : pick == 1 ? 16 * RandInt(rng, 1, 7) + 1 : pick == 2 ? 16 * RandInt(rng, 1, 8) : RandInt(rng, 2, 128));
+      }
+      const Problem pr = MakeProblem(rng, sh.hq, sh.hkv, sh.head_dim, q_lens, DenseLens(ctx, sh.hkv), 1.0f, round % 2 == 0);
+      const int D = sh.head_dim, heads = sh.hq + 2 * sh.hkv;
+      const int64_t T = batch;
+      // The step's inputs: raw qkv rows, positions, the query token's slot per KV head, norms.
+      const Tensor qkv = UploadBf16(*gpu, RandomBf16Exact({T, int64_t{heads} * D}, rng, 1.0f));
+      Tensor slots_host = Tensor::Empty({T, sh.hkv}, DType::kI64), pos_host = Tensor::Empty({T}, DType::kI32);
+      for (int s = 0; s < batch; ++s) {
+        pos_host.data<int32_t>()[s] = ctx[static_cast<size_t>(s)] - 1;
+        for (int h = 0; h < sh.hkv; ++h) {
+          const int t = ctx[static_cast<size_t>(s)] - 1;
+          const int32_t slot = pr.tables.data<int32_t>()[(int64_t{s} * sh.hkv + h) * pr.max_blocks + t / 16];
+          slots_host.data<int64_t>()[s * sh.hkv + h] = int64_t{slot} * 16 + t % 16;
+        }
+      }
+      std::vector<float> inv(static_cast<size_t>(D / 2));
+      for (int i = 0; i < D / 2; ++i) inv[static_cast<size_t>(i)] = std::pow(1e6f, -2.0f * i / D);
+      const Tensor inv_freq = gpu->Upload(Tensor::FromFloats(inv, {D / 2}));
+      const Tensor slots = gpu->Upload(slots_host), positions = gpu->Upload(pos_host);
+      const bool norms = round % 3 != 0;
+      const Tensor qn = UploadBf16(*gpu, RandomBf16Exact({D}, rng, 1.0f)), kn = UploadBf16(*gpu, RandomBf16Exact({D}, rng, 1.0f));
+      auto run = [&](bool fused) {
+        const DeviceProblem d{PoisonedBf16(*gpu, {pr.tokens, pr.hq, D}),
+                              gpu->Upload(pr.k_gpu),
+                              gpu->Upload(pr.v_gpu),
+                              gpu->Upload(pr.qstart),
+                              gpu->Upload(pr.lens),
+                              gpu->Upload(pr.tables),
+                              PoisonedBf16(*gpu, {pr.tokens, pr.hq, D})};
+        DecodeAttentionParams p = ParamsOf(pr, d, ScaleFor(D));
+        p.after_append = true;
+        p.max_kv_len = *std::max_element(ctx.begin(), ctx.end());
+        kernels::QkvRopeAppendParams rp;
+        rp.qkv = static_cast<const __nv_bfloat16*>(qkv.raw());
+        rp.q = static_cast<__nv_bfloat16*>(d.q.raw());
+        rp.k_pool = static_cast<__nv_bfloat16*>(d.k.raw());
+        rp.v_pool = static_cast<__nv_bfloat16*>(d.v.raw());
+        rp.slot_mapping = slots.data<int64_t>();
+        rp.q_norm = norms ? static_cast<const __nv_bfloat16*>(qn.raw()) : nullptr;
+        rp.k_norm = norms ? static_cast<const __nv_bfloat16*>(kn.raw()) : nullptr;
+        rp.positions = positions.data<int32_t>();
+        rp.inv_freq = inv_freq.data<float>();
+        rp.attention_scaling = 1.0f;
+        rp.tokens = T;
+        rp.num_q_heads = sh.hq;
+        rp.num_kv_heads = sh.hkv;
+        rp.head_dim = D;
+        REQUIRE(kernels::DecodeAttentionRopeSupported(p, rp));
+        if (fused) {
+          REQUIRE(kernels::LaunchDecodeAttentionRope(p, rp, gpu->stream()) == cudaSuccess);
+        } else {
+          REQUIRE(kernels::LaunchQkvRopeAppend(rp, gpu->stream()) == cudaSuccess);
+          REQUIRE(kernels::LaunchDecodeAttention(p, nullptr, 0, gpu->stream()) == cudaSuccess);
+        }
+        return std::vector<Tensor>{gpu->Download(d.out), gpu->Download(d.q), gpu->Download(d.k), gpu->Download(d.v)};
+      };
+      const std::vector<Tensor> want = run(false), got = run(true);
+      INFO("hq " << sh.hq << " hkv " << sh.hkv << " head_dim " << D << " batch " << batch << " norms " << norms);
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO("tensor " << i << " (out, q, k pool, v pool)");
+        REQUIRE(got[i].numel() == want[i].numel());
+        int64_t differ = 0;
+        for (int64_t e = 0; e < want[i].numel(); ++e) differ += got[i].data<uint16_t>()[e] != want[i].data<uint16_t>()[e];
+        CHECK(differ == 0);
+      }
+      // And the output is the attention of the CPU over the same q and pools.
+      Tensor out_f = Tensor::Empty({pr.tokens, pr.hq, D}, DType::kF32);
+      for (int64_t e = 0; e < out_f.numel(); ++e) out_f.data<float>()[e] = Bf16BitsToFloat(got[0].data<uint16_t>()[e]);
+      CHECK(std::all_of(out_f.data<float>(), out_f.data<float>() + out_f.numel(), [](float v) { return std::isfinite(v); }));
+    }
+  }
+}
+
+TEST_CASE("Decode attention with the RoPE/append folded in refuses what it does not compute", "[gpu][attention][decode][rope]") {
+  auto rng = FreshRng();
+  const Problem pr = MakeProblem(rng, 8, 2, 128, {1, 2}, DenseLens({40, 41}, 2), 1.0f);
+  DecodeAttentionParams p;
+  p.q = reinterpret_cast<const __nv_bfloat16*>(uintptr_t{256});
+  p.k_pool = p.v_pool = p.q;
+  p.tokens = 3, p.num_seqs = 2, p.num_q_heads = 8, p.num_kv_heads = 2, p.head_dim = 128;
+  p.max_blocks = pr.max_blocks, p.max_query_len = 2;
+  kernels::QkvRopeAppendParams rp;
+  rp.qkv = rp.q = const_cast<__nv_bfloat16*>(p.q);
+  rp.k_pool = rp.v_pool = rp.q;
+  rp.slot_mapping = reinterpret_cast<const int64_t*>(uintptr_t{256});
+  rp.positions = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  rp.inv_freq = reinterpret_cast<const float*>(uintptr_t{256});
+  rp.tokens = 3, rp.num_q_heads = 8, rp.num_kv_heads = 2, rp.head_dim = 128;
+  CHECK_FALSE(kernels::DecodeAttentionRopeSupported(p, rp));  // two query tokens in a sequence
+  p.tokens = rp.tokens = 2, p.max_query_len = 1;
+  CHECK(kernels::DecodeAttentionRopeSupported(p, rp));
+  p.num_splits = 2;  // more than one split
+  CHECK_FALSE(kernels::DecodeAttentionRopeSupported(p, rp));
+  p.num_splits = 0;
+  p.kv_dtype = kernels::KvDtype::kFp8E4M3;  // FP8 pools
+  CHECK_FALSE(kernels::DecodeAttentionRopeSupported(p, rp));
+  p.kv_dtype = kernels::KvDtype::kBf16;
+  rp.v_pool = nullptr;  // another pool than the attention's
+  CHECK_FALSE(kernels::DecodeAttentionRopeSupported(p, rp));
+  CHECK(kernels::LaunchDecodeAttentionRope(p, rp, nullptr) == cudaErrorInvalidValue);
+}
+
 TEST_CASE("Decode attention over sparse heads: each KV head its own length and table", "[gpu][attention][decode]") {
   auto gpu = MakeBackend();
   auto rng = FreshRng();

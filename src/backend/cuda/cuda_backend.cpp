@@ -668,6 +668,35 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   }
 }
 
+void CudaBackend::AddRmsNormQkvRopeAppendAttention(
+    const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,
+    float eps, const Tensor& qkv_weight, Tensor& qkv, Tensor& q, const Tensor* q_norm,
+    const Tensor* k_norm, const Tensor& positions, const RopeParams& rope,
+    const Tensor& slot_mapping, LayerKvPool& pool, const AttentionMetadata& meta, float scale,
+    Tensor& out) {
+  if (GetTuning().fuse_rope_attention && meta.max_query_len == 1) {
+    CheckDevice(q, DType::kBF16, "Attention q");
+    CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
+    if (!CheckKvPool(pool, meta.kv_lens.dim(1), "Attention")) {  // bf16 pools only
+      auto p = AttentionParams<kernels::DecodeAttentionParams>(q, pool, meta, scale, out);
+      p.max_query_len = meta.max_query_len;
+      p.max_kv_len = meta.max_kv_len;
+      p.after_append = true;
+      const kernels::QkvRopeAppendParams rp =
+          QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
+      if (kernels::DecodeAttentionRopeSupported(p, rp)) {
+        AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv);
+        OASIS_CUDA_CHECK(kernels::LaunchDecodeAttentionRope(p, rp, stream()));
+        ++rope_attention_fusions_;
+        return;
+      }
+    }
+  }
+  Backend::AddRmsNormQkvRopeAppendAttention(x, residual, residual_out, norm_weight, eps, qkv_weight,
+                                            qkv, q, q_norm, k_norm, positions, rope, slot_mapping,
+                                            pool, meta, scale, out);
+}
+
 kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q,
                                                     const Tensor* q_norm, const Tensor* k_norm,
                                                     float eps, const Tensor& positions,

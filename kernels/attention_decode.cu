@@ -150,7 +150,8 @@ __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
   // q and the query tokens' K/V come from the kernel before (PDL launch). With p.after_append
   // everything else was written before that kernel: the tables are read and the first
   // head-blocks of older tokens requested before the wait (below); otherwise it waits here.
-  if (!p.after_append && !kRope) GridDependencyWait();
+  const bool read_ahead = p.after_append || kRope;
+  if (!read_ahead) GridDependencyWait();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
   int64_t cta = blockIdx.x;
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
   // The ring's first head-blocks. After an append (p.after_append), those holding only tokens
   // before the query run (older steps' K/V) are requested before the wait, in order.
   int first_late = 0;
-  if (p.after_append || kRope) {
+  if (read_ahead) {
     const int settled_pages = (kv_len - q_len) / kPage;
     while (first_late < S::kStages - 1 && wb + first_late * kWarps < settled_pages) {
       issue(wb + first_late * kWarps, first_late);
@@ -879,25 +880,32 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspac
   return Dispatch(p.head_dim, plan.row_tiles, IsFp8(p), LaunchOp{p, plan, workspace, stream});
 }
 
+namespace {
+
+// DecodeAttentionRopeSupported without the plan's part.
+bool RopeShapesSupported(const DecodeAttentionParams& p, const QkvRopeAppendParams& rp) {
+  return Supported(p) && !IsFp8(p) && rp.kv_dtype == KvDtype::kBf16 && p.max_query_len == 1 &&
+         p.tokens == p.num_seqs && rp.tokens == p.tokens && rp.head_dim == p.head_dim &&
+         rp.num_q_heads == p.num_q_heads && rp.num_kv_heads == p.num_kv_heads && rp.q == p.q &&
+         rp.k_pool == p.k_pool && rp.v_pool == p.v_pool && rp.qkv != nullptr &&
+         rp.slot_mapping != nullptr && rp.positions != nullptr && rp.inv_freq != nullptr;
+}
+bool RopePlanSupported(const SplitPlan& plan) { return plan.splits == 1 && plan.row_chunks == 1; }
+
+}  // namespace
+
 bool DecodeAttentionRopeSupported(const DecodeAttentionParams& p, const QkvRopeAppendParams& rp) {
-  if (!Supported(p) || IsFp8(p) || rp.kv_dtype != KvDtype::kBf16 || p.max_query_len != 1 ||
-      p.tokens != p.num_seqs || rp.tokens != p.tokens || rp.head_dim != p.head_dim ||
-      rp.num_q_heads != p.num_q_heads || rp.num_kv_heads != p.num_kv_heads || rp.q != p.q ||
-      rp.k_pool != p.k_pool || rp.v_pool != p.v_pool || rp.qkv == nullptr ||
-      rp.slot_mapping == nullptr || rp.positions == nullptr || rp.inv_freq == nullptr) {
-    return false;
-  }
-  const SplitPlan plan = MakePlan(p);
-  return plan.splits == 1 && plan.row_chunks == 1;
+  return RopeShapesSupported(p, rp) && RopePlanSupported(MakePlan(p));
 }
 
 cudaError_t LaunchDecodeAttentionRope(const DecodeAttentionParams& p, const QkvRopeAppendParams& rp,
                                       cudaStream_t stream) {
-  if (!DecodeAttentionRopeSupported(p, rp)) return cudaErrorInvalidValue;
+  if (!RopeShapesSupported(p, rp)) return cudaErrorInvalidValue;
+  const SplitPlan plan = MakePlan(p);
+  if (!RopePlanSupported(plan)) return cudaErrorInvalidValue;
   if (p.tokens == 0 || p.num_seqs == 0) return cudaSuccess;
   if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out))
     return cudaErrorInvalidValue;
-  const SplitPlan plan = MakePlan(p);
   return Dispatch(p.head_dim, plan.row_tiles, false, LaunchRopeOp{p, plan, rp, stream});
 }
 

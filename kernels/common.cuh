@@ -41,6 +41,9 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
   return WarpSum(v);
 }
 
+// The current device's SM count, queried once per device (host; 0 when there is no device).
+int DeviceSmCount();
+
 // Asks for the largest shared-memory carveout for `kernel` on the current device, once per
 // (device, kernel): an SM holding CTAs configured for less shared memory than the next kernel's
 // CTAs need cannot take those until it drains, whatever PDL allows (OASIS_PDL_MAX_SHARED).

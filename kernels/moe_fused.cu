@@ -203,11 +203,8 @@ cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const fl
   const dim3 grid(static_cast<unsigned>(tokens), CeilDiv(hidden, rows));
   // The 64-register instance where it makes the grid one wave (4 CTAs per SM: batch 1 of
   // Qwen3-30B-A3B); past that its 2 K-steps in flight lose (batch 8: 7.98 -> 8.17 ms a step).
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-    return cudaErrorInvalidDevice;
-  }
+  const int sms = DeviceSmCount();
+  if (sms == 0) return cudaErrorInvalidDevice;
   const bool one_wave = GetTuning().moe_down_one_wave &&
                         int64_t{grid.x} * grid.y <= int64_t{kDcOneWaveCtasPerSm} * sms;
   const auto kernel = one_wave ? MoeGemvDownCombineKernel<kDcStepsOneWave, kDcOneWaveCtasPerSm>

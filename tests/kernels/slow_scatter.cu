@@ -31,8 +31,7 @@ cudaError_t LaunchSlowScatter(long long cycles, const SlowScatterJob& a, const S
   // Its SMs configured for the most shared memory: a CTA of the next kernel that needs more
   // than an SM's current configuration waits until the SM is empty, so it would not start early.
   const cudaError_t err =
-      cudaFuncSetAttribute(SlowScatterKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared);
+      kernels::PreferMaxSharedCarveout(reinterpret_cast<const void*>(SlowScatterKernel));
   if (err != cudaSuccess) return err;
   // A programmatic dependent launch, as the kernels it stands in for are.
   return kernels::LaunchPdl(SlowScatterKernel, dim3(132), dim3(256), 0, stream, cycles, a, b, c);

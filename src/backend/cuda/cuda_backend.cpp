@@ -625,6 +625,17 @@ Params AttentionParams(const Tensor& q, const LayerKvPool& pool, const Attention
   return p;
 }
 
+// The decode kernel's params: the shared fields, the host-known bounds and after_append.
+kernels::DecodeAttentionParams DecodeParams(const Tensor& q, const LayerKvPool& pool,
+                                            const AttentionMetadata& meta, float scale,
+                                            Tensor& out) {
+  auto p = AttentionParams<kernels::DecodeAttentionParams>(q, pool, meta, scale, out);
+  p.max_query_len = meta.max_query_len;
+  p.max_kv_len = meta.max_kv_len;
+  p.after_append = meta.after_append;
+  return p;
+}
+
 }  // namespace
 
 void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const AttentionMetadata& meta,
@@ -643,10 +654,7 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
   const bool decode_kernel = meta.max_query_len >= 1 && meta.max_query_len <= decode_bound &&
                              (head_dim == 64 || head_dim == 128 || head_dim == 256);
   if (decode_kernel) {  // split-K flash decoding, K/V read once per GQA group
-    auto p = AttentionParams<kernels::DecodeAttentionParams>(q, pool, meta, scale, out);
-    p.max_query_len = meta.max_query_len;
-    p.max_kv_len = meta.max_kv_len;
-    p.after_append = meta.after_append;
+    const kernels::DecodeAttentionParams p = DecodeParams(q, pool, meta, scale, out);
     const size_t bytes = kernels::DecodeAttentionWorkspaceBytes(p);
     Tensor workspace = bytes ? Empty({static_cast<int64_t>(bytes)}, DType::kU8) : Tensor();
     OASIS_CUDA_CHECK(kernels::LaunchDecodeAttention(p, workspace.raw(), bytes, stream()));
@@ -678,10 +686,8 @@ void CudaBackend::AddRmsNormQkvRopeAppendAttention(
     CheckDevice(q, DType::kBF16, "Attention q");
     CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
     if (!CheckKvPool(pool, meta.kv_lens.dim(1), "Attention")) {  // bf16 pools only
-      auto p = AttentionParams<kernels::DecodeAttentionParams>(q, pool, meta, scale, out);
-      p.max_query_len = meta.max_query_len;
-      p.max_kv_len = meta.max_kv_len;
-      p.after_append = true;
+      kernels::DecodeAttentionParams p = DecodeParams(q, pool, meta, scale, out);
+      p.after_append = true;  // (the fused kernel reads ahead either way)
       const kernels::QkvRopeAppendParams rp =
           QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
       if (kernels::DecodeAttentionRopeSupported(p, rp)) {

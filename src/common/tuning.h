@@ -28,6 +28,10 @@ struct Tuning {
   // step (bf16 pools, one query token per sequence, one split): one launch fewer a layer; for
   // comparisons until measured.
   bool fuse_rope_attention = false;
+  // OASIS_FUSE_ROUTER_TOPK (set and not "0": on). An MoE layer's norm-fused router GEMV routes
+  // its rows itself (the last CTA to finish runs the top-k): one launch fewer a decode layer;
+  // for comparisons until measured.
+  bool fuse_router_topk = false;
   // OASIS_FUSE_SILU ("0": off). SiLU·mul folded into the gate/up GEMV (4.23 -> 4.18 ms per
   // Qwen3-8B batch-1 step on the H200).
   bool fuse_silu = true;

@@ -112,7 +112,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   b->fp8_linear_ = std::make_unique<CudaFp8Linear>();
   OASIS_CUBLAS_CHECK(
       cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
-  const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
+  // The fused QKV's per-head counters, then the router's one (LaunchGemvRmsNormRouterTopK).
+  const size_t counter_bytes = sizeof(int) * (kernels::kGemvQkvMaxHeads + 1);
   OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
   OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream()));
   return b;

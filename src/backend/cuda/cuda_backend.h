@@ -160,6 +160,8 @@ class CudaBackend final : public Backend {
                                         Tensor& out) override;
   // Layers whose RoPE/append ran inside the attention so far (tests).
   int64_t rope_attention_fusions() const { return rope_attention_fusions_; }
+  // MoE layers routed by the router GEMV's own last CTA so far (tests).
+  int64_t router_topk_fusions() const { return router_topk_fusions_; }
 
   // Sparse KV ops (cuda_sparse.cpp, kernels/sparse_kv.h): the semantics of backend.h; pools,
   // summaries and queries are bf16; EmptyHost is mapped pinned memory kernels read over PCIe.
@@ -230,8 +232,11 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CudaFp8Linear> fp8_linear_;  // FP8-weight Linear (cuBLASLt handle, scratch)
   cuda::DeviceBuffer cublas_workspace_;        // fixed, so cuBLAS never allocates inside a graph
-  cuda::DeviceBuffer qkv_counters_;  // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
+  // [kGemvQkvMaxHeads + 1] int32, zero between launches: the fused QKV's per-head counters,
+  // then the fused router + top-k's
+  cuda::DeviceBuffer qkv_counters_;
   int64_t rope_attention_fusions_ = 0;
+  int64_t router_topk_fusions_ = 0;
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];

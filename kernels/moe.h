@@ -88,18 +88,12 @@ inline constexpr int64_t kMoeGemvPairGateUpPairs = kMoeGemvAutoPairs;
 inline bool MoeUsePairGateUp(int64_t tokens, int64_t k) {
   return tokens * k <= kMoeGemvPairGateUpPairs;
 }
-// `prefetch` / `prefetch_bytes` (optional; 16-byte aligned, bytes a multiple of 16): device
-// memory read soon after this kernel (the next layer's weights). The CTAs of the first wave
-// split it and issue L2 prefetches (cp.async.bulk.prefetch.L2) before their PDL wait, while the
-// routing ahead of them runs and HBM is otherwise idle; the experts' weights are read
-// evict-first, so the prefetched lines tend to stay. A hint: h does not depend on it.
 cudaError_t LaunchMoeGemvGateUpPairs(const __nv_bfloat16* x,        // [tokens, hidden]
                                      const int32_t* ids,            // [tokens * k]
                                      const __nv_bfloat16* gate_up,  // [experts, 2 * inter, hidden]
                                      __nv_bfloat16* h,              // [tokens * k, inter]
                                      int64_t tokens, int k, int experts, int64_t hidden,
-                                     int64_t inter, cudaStream_t stream,
-                                     const void* prefetch = nullptr, size_t prefetch_bytes = 0);
+                                     int64_t inter, cudaStream_t stream);
 
 // The fused down + combine (small batches, LaunchMoeGemvDownCombine) for at most this many pairs.
 inline constexpr int64_t kMoeFusedDownPairs = 64;

@@ -1,8 +1,6 @@
 // The fused small-batch MoE kernels (docs/moe.md, "Fused decode launches"): the down projection
 // with the weighted combine folded in (token-major, no float y round trip, one launch fewer), the
 // gate/up GEMV with one CTA per pair (no expert-finding prologue).
-#include <algorithm>
-
 #include "kernels/moe.h"
 #include "kernels/moe_common.cuh"
 
@@ -13,8 +11,7 @@ namespace {
 
 constexpr int kGuWarps = 8;
 constexpr int kGuThreads = kGuWarps * 32;
-constexpr int kGuSteps = 4;                    // K-steps of both rows (and x) loaded at once
-constexpr uint64_t kPrefetchPiece = 1u << 16;  // bytes of one L2 bulk prefetch instruction
+constexpr int kGuSteps = 4;  // K-steps of both rows (and x) loaded at once
 
 // CTA (pair p, block of kGuWarps intermediate rows): warp w computes row i = blockIdx.y ·
 // kGuWarps + w of expert e = ids[p] — the gate row i and the up row inter + i — with x[p / k],
@@ -25,23 +22,7 @@ constexpr uint64_t kPrefetchPiece = 1u << 16;  // bytes of one L2 bulk prefetch 
 __global__ void __launch_bounds__(kGuThreads, 4)  // 64 registers (68 unbounded): 4 CTAs per SM
     MoeGemvGateUpPairsKernel(const bf16* __restrict__ x, const int32_t* __restrict__ ids,
                              const bf16* __restrict__ gate_up, bf16* __restrict__ h, int k,
-                             int experts, int64_t hidden, int64_t inter, const char* prefetch,
-                             uint64_t prefetch_chunk, uint64_t prefetch_bytes) {
-  // Constant data first (PDL): this CTA's share of the prefetch range, into L2.
-  if (prefetch != nullptr && threadIdx.x == 0) {
-    const uint64_t cta = uint64_t{blockIdx.y} * gridDim.x + blockIdx.x;
-    const uint64_t lo = cta * prefetch_chunk;
-    if (lo < prefetch_bytes) {
-      const uint64_t end =
-          lo + prefetch_chunk < prefetch_bytes ? lo + prefetch_chunk : prefetch_bytes;
-      for (uint64_t a = lo; a < end; a += kPrefetchPiece) {
-        const uint32_t n =
-            static_cast<uint32_t>(end - a < kPrefetchPiece ? end - a : kPrefetchPiece);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(prefetch + a), "r"(n)
-                     : "memory");
-      }
-    }
-  }
+                             int experts, int64_t hidden, int64_t inter) {
   GridDependencyWait();
   AllowDependentLaunch();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -196,31 +177,16 @@ __global__ void __launch_bounds__(kDcThreads, kMinCtas)
 
 cudaError_t LaunchMoeGemvGateUpPairs(const bf16* x, const int32_t* ids, const bf16* gate_up,
                                      bf16* h, int64_t tokens, int k, int experts, int64_t hidden,
-                                     int64_t inter, cudaStream_t stream, const void* prefetch,
-                                     size_t prefetch_bytes) {
+                                     int64_t inter, cudaStream_t stream) {
   const int64_t pairs = tokens * k;
   if (pairs == 0) return cudaSuccess;
   if (pairs > kMoeGemvMaxPairs || !MoeSupported(hidden, inter, experts, k) ||
-      CeilDiv(inter, kGuWarps) > 65535u ||
-      (prefetch != nullptr &&
-       (reinterpret_cast<uintptr_t>(prefetch) % 16 != 0 || prefetch_bytes % 16 != 0))) {
+      CeilDiv(inter, kGuWarps) > 65535u) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned>(pairs), CeilDiv(inter, kGuWarps));
-  // The prefetch is split over the first wave's CTAs (4 an SM: the register bound), each
-  // share a multiple of 16 bytes; later CTAs start after the routing, too late to help.
-  uint64_t chunk = 0;
-  if (prefetch != nullptr && prefetch_bytes > 0) {
-    const int sms = DeviceSmCount();
-    if (sms == 0) return cudaErrorInvalidDevice;
-    const uint64_t ctas = std::min<uint64_t>(uint64_t{grid.x} * grid.y, uint64_t(sms) * 4);
-    chunk = (prefetch_bytes + ctas * 16 - 1) / (ctas * 16) * 16;
-  } else {
-    prefetch = nullptr;
-  }
   return LaunchPdl(MoeGemvGateUpPairsKernel, grid, dim3(kGuThreads), 0, stream, x, ids, gate_up, h,
-                   k, experts, hidden, inter, static_cast<const char*>(prefetch), chunk,
-                   uint64_t{prefetch_bytes});
+                   k, experts, hidden, inter);
 }
 
 cudaError_t LaunchMoeGemvDownCombine(const bf16* h, const int32_t* ids, const float* weights,

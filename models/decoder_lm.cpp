@@ -521,9 +521,6 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
       B.AddRmsNormMoeRoute(hidden, residual[cur], residual[1 - cur], L.post_norm, eps, L.router, k,
                            topk_weights, normed, expert_ids, expert_weights);
       cur = 1 - cur;
-      // The next layer's QKV weight is the next big read: a backend may fetch it into a cache
-      // while the experts wait on the routing.
-      if (i + 1 < layers_.size()) B.PrefetchAfterNextExperts(layers_[i + 1].qkv);
       B.MoeExperts(normed, expert_ids, expert_weights, L.experts_gate_up, L.experts_down, hidden);
     } else {
       B.AddRmsNormGateUpSilu(&hidden, residual[cur], &residual[1 - cur], L.post_norm, eps,

@@ -368,12 +368,6 @@ class Backend {
                           const Tensor& down,            // [E, hidden, I]
                           Tensor& out) = 0;              // [T, hidden]
 
-  // A latency hint: `w` (a device weight of this backend) is read soon after the next
-  // MoeExperts call, which consumes the hint. A backend may bring it into a cache while that
-  // call waits on its routing (CUDA, OASIS_MOE_PREFETCH_NEXT: the gate/up kernel's first CTAs
-  // issue L2 prefetches of it before their PDL wait). Results never depend on it.
-  virtual void PrefetchAfterNextExperts(const Tensor& w) { (void)w; }
-
   // ---- Sparse KV (docs/sparse.md). Integer outputs of these ops are exact: a backend must
   // produce bit-identical int32 tensors to the CPU reference given the same inputs (for
   // TopKBlocks: the same float scores). ScoreBlocks' float scores match within the usual

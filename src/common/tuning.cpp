@@ -42,7 +42,6 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
   t.fuse_qkv = OnUnlessZero(env("OASIS_FUSE_QKV"), false);
   t.fuse_rope_attention = OnUnlessZero(env("OASIS_FUSE_ROPE_ATTENTION"), false);
   t.fuse_router_topk = OnUnlessZero(env("OASIS_FUSE_ROUTER_TOPK"), false);
-  t.moe_prefetch_next = OnUnlessZero(env("OASIS_MOE_PREFETCH_NEXT"), false);
   t.fuse_silu = OnUnlessZero(env("OASIS_FUSE_SILU"), true);
   t.host_register = OnUnlessZero(env("OASIS_HOST_REGISTER"), true);
   t.sparse_graphs = OnUnlessZero(env("OASIS_SPARSE_GRAPHS"), true);

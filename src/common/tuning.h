@@ -32,10 +32,6 @@ struct Tuning {
   // its rows itself (the last CTA to finish runs the top-k): one launch fewer a decode layer;
   // for comparisons until measured.
   bool fuse_router_topk = false;
-  // OASIS_MOE_PREFETCH_NEXT (set and not "0": on). An MoE decode layer's per-pair gate/up
-  // kernel prefetches the next layer's QKV weight into L2 before its PDL wait (while the routing
-  // runs and HBM is otherwise idle); for comparisons until measured.
-  bool moe_prefetch_next = false;
   // OASIS_FUSE_SILU ("0": off). SiLU·mul folded into the gate/up GEMV (4.23 -> 4.18 ms per
   // Qwen3-8B batch-1 step on the H200).
   bool fuse_silu = true;

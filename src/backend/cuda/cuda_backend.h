@@ -121,9 +121,6 @@ class CudaBackend final : public Backend {
                           Tensor& expert_weights) override;
   void MoeExperts(const Tensor& x, const Tensor& expert_ids, const Tensor& expert_weights,
                   const Tensor& gate_up, const Tensor& down, Tensor& out) override;
-  // Kept for the next MoeExperts (OASIS_MOE_PREFETCH_NEXT: its per-pair gate/up kernel
-  // prefetches these bytes into L2 before its PDL wait).
-  void PrefetchAfterNextExperts(const Tensor& w) override;
   // Which expert path MoeExperts takes: by the batch size (kAuto), or forced (tests, benchmarks;
   // kGemv needs tokens · k <= kernels::kMoeGemvMaxPairs). The GEMV path fuses the down
   // projection with the combine up to kernels::kMoeFusedDownPairs pairs. kUnfused chooses the
@@ -165,8 +162,6 @@ class CudaBackend final : public Backend {
   int64_t rope_attention_fusions() const { return rope_attention_fusions_; }
   // MoE layers routed by the router GEMV's own last CTA so far (tests).
   int64_t router_topk_fusions() const { return router_topk_fusions_; }
-  // MoE gate/up launches that prefetched a PrefetchAfterNextExperts range so far (tests).
-  int64_t experts_prefetches() const { return experts_prefetches_; }
 
   // Sparse KV ops (cuda_sparse.cpp, kernels/sparse_kv.h): the semantics of backend.h; pools,
   // summaries and queries are bf16; EmptyHost is mapped pinned memory kernels read over PCIe.
@@ -242,10 +237,6 @@ class CudaBackend final : public Backend {
   cuda::DeviceBuffer qkv_counters_;
   int64_t rope_attention_fusions_ = 0;
   int64_t router_topk_fusions_ = 0;
-  // PrefetchAfterNextExperts' range, until the next MoeExperts.
-  const void* experts_prefetch_ = nullptr;
-  size_t experts_prefetch_bytes_ = 0;
-  int64_t experts_prefetches_ = 0;
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];

@@ -144,18 +144,6 @@ void CudaBackend::AddRmsNormMoeRoute(const Tensor& x, const Tensor& residual, Te
   MoeRoute(normed, router, k, weights, expert_ids, expert_weights);
 }
 
-void CudaBackend::PrefetchAfterNextExperts(const Tensor& w) {
-  experts_prefetch_ = nullptr;
-  experts_prefetch_bytes_ = 0;
-  // Whole 16-byte pieces of a device tensor (the bulk prefetch's unit); a hint, so anything
-  // else is dropped.
-  if (!GetTuning().moe_prefetch_next || w.device() != Device::kCuda || w.raw() == nullptr ||
-      reinterpret_cast<uintptr_t>(w.raw()) % 16 != 0)
-    return;
-  experts_prefetch_ = w.raw();
-  experts_prefetch_bytes_ = w.nbytes() / 16 * 16;
-}
-
 void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
                              const Tensor& expert_weights, const Tensor& gate_up,
                              const Tensor& down, Tensor& out) {
@@ -173,10 +161,6 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
   const int64_t tokens = x.numel() / hidden;
   OASIS_CHECK(x.dim(-1) == hidden && out.numel() == tokens * hidden)
       << "MoeExperts x " << x.ToString() << " out " << out.ToString();
-  const void* prefetch = experts_prefetch_;  // the hint is this call's alone
-  const size_t prefetch_bytes = experts_prefetch_bytes_;
-  experts_prefetch_ = nullptr;
-  experts_prefetch_bytes_ = 0;
   if (tokens == 0) return;
   const int64_t k = expert_ids.numel() / tokens;
   OASIS_CHECK(expert_ids.numel() == tokens * k && expert_weights.numel() == tokens * k)
@@ -194,10 +178,9 @@ void CudaBackend::MoeExperts(const Tensor& x, const Tensor& expert_ids,
   if (gemv) {
     Tensor h = Empty({pairs, inter}, DType::kBF16);
     if (moe_path_ != MoePath::kUnfused && kernels::MoeUsePairGateUp(tokens, k)) {
-      OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUpPairs(
-          Ptr(x), Ptr<int32_t>(expert_ids), Ptr(gate_up), Ptr(h), tokens, kk, e, hidden, inter,
-          stream(), prefetch, prefetch_bytes));
-      if (prefetch != nullptr) ++experts_prefetches_;
+      OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUpPairs(Ptr(x), Ptr<int32_t>(expert_ids),
+                                                         Ptr(gate_up), Ptr(h), tokens, kk, e,
+                                                         hidden, inter, stream()));
     } else {
       OASIS_CUDA_CHECK(kernels::LaunchMoeGemvGateUp(Ptr(x), Ptr<int32_t>(expert_ids), Ptr(gate_up),
                                                     Ptr(h), tokens, kk, e, hidden, inter,

@@ -75,9 +75,6 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   CHECK_FALSE(Parse({}).fuse_router_topk);
   CHECK(Parse({{"OASIS_FUSE_ROUTER_TOPK", "1"}}).fuse_router_topk);
   CHECK_FALSE(Parse({{"OASIS_FUSE_ROUTER_TOPK", "0"}}).fuse_router_topk);
-  CHECK_FALSE(Parse({}).moe_prefetch_next);
-  CHECK(Parse({{"OASIS_MOE_PREFETCH_NEXT", "1"}}).moe_prefetch_next);
-  CHECK_FALSE(Parse({{"OASIS_MOE_PREFETCH_NEXT", "0"}}).moe_prefetch_next);
   CHECK(Parse({{"OASIS_PDL_MAX_SHARED", "1"}}).pdl_max_shared);
   CHECK_FALSE(Parse({{"OASIS_PDL_MAX_SHARED", "0"}}).pdl_max_shared);
   CHECK(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "1"}}).moe_down_one_wave);

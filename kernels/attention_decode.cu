@@ -36,7 +36,6 @@
 #include "kernels/attention_decode.h"
 #include "kernels/common.cuh"
 #include "kernels/fp8.cuh"
-#include "kernels/rope.cuh"
 
 namespace oasis::kernels {
 namespace {
@@ -131,27 +130,18 @@ __device__ __forceinline__ constexpr int VTok(int i) { return (i & 1) + 8 * (i >
 // pair's only split) or its normalised partial output and log2-sum-exp.
 // kFp8: e4m3 pools; the ring holds the bytes, fragments are widened to f16 when read (f16 MMAs,
 // q converted to f16 once), k_scale[h] scales the scores and v_scale[h] the output.
-// kRope (bf16 pools; one query token per sequence, one CTA per (sequence, KV head): the host
-// checks, DecodeAttentionRopeSupported): the CTA also does the step's QkvRopeAppend for its KV
-// head — after the wait it norms and rotates its group's query heads from rp.qkv (into shared
-// memory, and rp.q) and its K head, writes K and V into the pools, and only then requests the
-// head-block of the query token (every other head-block holds older tokens).
-template <int D, int NT, bool kFp8, bool kRope>
+template <int D, int NT, bool kFp8>
 __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
     DecodeSplitKernel(const DecodeAttentionParams p, const SplitPlan plan,
-                      float* __restrict__ part_o,    // [tokens, num_q_heads, splits, D]
-                      float* __restrict__ part_lse,  // [tokens, num_q_heads, splits]
-                      const QkvRopeAppendParams rp) {
-  static_assert(!(kRope && kFp8), "the fused RoPE/append writes bf16 pools");
+                      float* __restrict__ part_o,      // [tokens, num_q_heads, splits, D]
+                      float* __restrict__ part_lse) {  // [tokens, num_q_heads, splits]
   using S = Shape<D, kFp8>;
   constexpr int kRows = 8 * NT;
   extern __shared__ uint4 ring[];  // [kWarps][kStages][kPieces][32]; reused by the combine
-  __shared__ __align__(16) bf16 q_stage[kRope ? kRows : 1][kRope ? D : 8];  // kRope: roped q
   // q and the query tokens' K/V come from the kernel before (PDL launch). With p.after_append
   // everything else was written before that kernel: the tables are read and the first
   // head-blocks of older tokens requested before the wait (below); otherwise it waits here.
-  const bool read_ahead = p.after_append || kRope;
-  if (!read_ahead) GridDependencyWait();
+  if (!p.after_append) GridDependencyWait();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
   int64_t cta = blockIdx.x;
@@ -247,41 +237,13 @@ __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
   // The ring's first head-blocks. After an append (p.after_append), those holding only tokens
   // before the query run (older steps' K/V) are requested before the wait, in order.
   int first_late = 0;
-  if (read_ahead) {
+  if (p.after_append) {
     const int settled_pages = (kv_len - q_len) / kPage;
     while (first_late < S::kStages - 1 && wb + first_late * kWarps < settled_pages) {
       issue(wb + first_late * kWarps, first_late);
       ++first_late;
     }
     GridDependencyWait();
-  }
-  if constexpr (kRope) {
-    // The query token t = q0 (q_len 1): items 0..group-1 are its query heads h·group + i, then
-    // its K head and its V head; warp w takes items w, w + kWarps, ...
-    const int64_t t = q0;
-    const int heads = rp.num_q_heads + 2 * rp.num_kv_heads;
-    const float pos = static_cast<float>(rp.positions[t]);
-    const int64_t row = rp.slot_mapping[t * rp.num_kv_heads + h];  // slot · 16 + offset
-    for (int it = warp; it < group + 2; it += kWarps) {
-      if (it < group) {
-        const int head = h * group + it;
-        bf16* q_out = rp.q + (t * rp.num_q_heads + head) * D;
-        NormRopeHeadTo(rp.qkv + (t * heads + head) * D, rp.q_norm, pos, rp.inv_freq,
-                       rp.attention_scaling, rp.eps, D, lane, [&](int i, float x) {
-                         const bf16 b = ToBf16(x);
-                         q_stage[it][i] = b;
-                         q_out[i] = b;
-                       });
-      } else if (row >= 0 && it == group) {
-        NormRopeHead(rp.qkv + (t * heads + rp.num_q_heads + h) * D, rp.k_pool + row * D, rp.k_norm,
-                     pos, rp.inv_freq, rp.attention_scaling, rp.eps, D, lane);
-      } else if (row >= 0) {
-        const bf16* src = rp.qkv + (t * heads + rp.num_q_heads + rp.num_kv_heads + h) * D;
-        for (int i = lane; i < D; i += 32) rp.v_pool[row * D + i] = src[i];
-      }
-    }
-    __threadfence_block();  // the K/V rows before the cp.async that reads them back
-    __syncthreads();
   }
 #pragma unroll
   for (int i = 0; i < S::kStages - 1; ++i) {
@@ -311,11 +273,6 @@ __global__ void __launch_bounds__(kThreads, (Shape<D, kFp8>::kMinCtasPerSm))
           qh[j][8 * b + 4 + w] = Bf16x2ToF16x2(Word(x1, w));
         }
       }
-    } else if constexpr (kRope) {
-#pragma unroll
-      for (int b = 0; b < S::kKB; ++b)
-        qf[j][b] = m < rows ? *reinterpret_cast<const uint4*>(&q_stage[m][32 * b + 8 * c])
-                            : make_uint4(0, 0, 0, 0);
     } else {
 #pragma unroll
       for (int b = 0; b < S::kKB; ++b)
@@ -636,7 +593,7 @@ DeviceFacts FactsFor() {
     v = packed[dev].load(std::memory_order_relaxed);
     if (v == 0) {
       int sms = 0, per_sm = 0;
-      const auto kernel = DecodeSplitKernel<D, NT, kFp8, false>;
+      const auto kernel = DecodeSplitKernel<D, NT, kFp8>;
       constexpr int kBytes = Shape<D, kFp8>::kRingBytes;
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes) !=
               cudaSuccess ||
@@ -766,39 +723,20 @@ size_t PartialOutputBytes(const DecodeAttentionParams& p, const SplitPlan& plan)
   return static_cast<size_t>(p.tokens) * p.num_q_heads * plan.splits * p.head_dim * sizeof(float);
 }
 
-// The fused RoPE/append instance's shared-memory limit, raised once per device.
-template <int D, int NT>
-cudaError_t PrepareRopeInstance() {
-  static std::array<std::atomic<bool>, kMaxDevices> done{};
-  int dev = 0;
-  if (const cudaError_t err = cudaGetDevice(&dev); err != cudaSuccess) return err;
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (done[dev].load(std::memory_order_acquire)) return cudaSuccess;
-  const cudaError_t err =
-      cudaFuncSetAttribute(DecodeSplitKernel<D, NT, false, true>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, Shape<D>::kRingBytes);
-  if (err == cudaSuccess) done[dev].store(true, std::memory_order_release);
-  return err;
-}
-
-template <int D, int NT, bool kFp8, bool kRope = false>
+template <int D, int NT, bool kFp8>
 cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* workspace,
-                   cudaStream_t stream, const QkvRopeAppendParams& rp = {}) {
+                   cudaStream_t stream) {
   const int64_t ctas = int64_t{p.num_seqs} * p.num_kv_heads * plan.splits * plan.row_chunks;
   if (ctas > INT_MAX) return cudaErrorInvalidValue;
-  if constexpr (kRope) {
-    if (const cudaError_t err = PrepareRopeInstance<D, NT>(); err != cudaSuccess) return err;
-  } else {
-    (void)FactsFor<D, NT, kFp8>();  // raises the shared-memory limit on this device
-  }
+  (void)FactsFor<D, NT, kFp8>();  // raises the shared-memory limit on this device
   float* part_o = static_cast<float*>(workspace);
   float* part_lse =
       plan.splits > 1
           ? reinterpret_cast<float*>(static_cast<char*>(workspace) + PartialOutputBytes(p, plan))
           : nullptr;
   const cudaError_t split_err =
-      LaunchPdl(DecodeSplitKernel<D, NT, kFp8, kRope>, dim3(static_cast<unsigned>(ctas)),
-                dim3(kThreads), Shape<D, kFp8>::kRingBytes, stream, p, plan, part_o, part_lse, rp);
+      LaunchPdl(DecodeSplitKernel<D, NT, kFp8>, dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                Shape<D, kFp8>::kRingBytes, stream, p, plan, part_o, part_lse);
   if (split_err != cudaSuccess) return split_err;
   if (plan.splits > 1) {
     const int64_t items = int64_t{p.num_seqs} * p.max_query_len * p.num_q_heads;
@@ -819,21 +757,6 @@ cudaError_t Launch(const DecodeAttentionParams& p, const SplitPlan& plan, void* 
   }
   return cudaGetLastError();
 }
-
-struct LaunchRopeOp {
-  const DecodeAttentionParams& p;
-  const SplitPlan& plan;
-  const QkvRopeAppendParams& rp;
-  cudaStream_t stream;
-  template <int D, int NT, bool kFp8>
-  cudaError_t operator()() const {
-    if constexpr (kFp8) {
-      return cudaErrorInvalidValue;  // (not reached: DecodeAttentionRopeSupported)
-    } else {
-      return Launch<D, NT, false, true>(p, plan, nullptr, stream, rp);
-    }
-  }
-};
 
 struct LaunchOp {
   const DecodeAttentionParams& p;
@@ -878,35 +801,6 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspac
                           workspace_bytes < DecodeAttentionWorkspaceBytes(p)))
     return cudaErrorInvalidValue;
   return Dispatch(p.head_dim, plan.row_tiles, IsFp8(p), LaunchOp{p, plan, workspace, stream});
-}
-
-namespace {
-
-// DecodeAttentionRopeSupported without the plan's part.
-bool RopeShapesSupported(const DecodeAttentionParams& p, const QkvRopeAppendParams& rp) {
-  return Supported(p) && !IsFp8(p) && rp.kv_dtype == KvDtype::kBf16 && p.max_query_len == 1 &&
-         p.tokens == p.num_seqs && rp.tokens == p.tokens && rp.head_dim == p.head_dim &&
-         rp.num_q_heads == p.num_q_heads && rp.num_kv_heads == p.num_kv_heads && rp.q == p.q &&
-         rp.k_pool == p.k_pool && rp.v_pool == p.v_pool && rp.qkv != nullptr &&
-         rp.slot_mapping != nullptr && rp.positions != nullptr && rp.inv_freq != nullptr;
-}
-bool RopePlanSupported(const SplitPlan& plan) { return plan.splits == 1 && plan.row_chunks == 1; }
-
-}  // namespace
-
-bool DecodeAttentionRopeSupported(const DecodeAttentionParams& p, const QkvRopeAppendParams& rp) {
-  return RopeShapesSupported(p, rp) && RopePlanSupported(MakePlan(p));
-}
-
-cudaError_t LaunchDecodeAttentionRope(const DecodeAttentionParams& p, const QkvRopeAppendParams& rp,
-                                      cudaStream_t stream) {
-  if (!RopeShapesSupported(p, rp)) return cudaErrorInvalidValue;
-  const SplitPlan plan = MakePlan(p);
-  if (!RopePlanSupported(plan)) return cudaErrorInvalidValue;
-  if (p.tokens == 0 || p.num_seqs == 0) return cudaSuccess;
-  if (!Aligned16(p.q) || !Aligned16(p.k_pool) || !Aligned16(p.v_pool) || !Aligned16(p.out))
-    return cudaErrorInvalidValue;
-  return Dispatch(p.head_dim, plan.row_tiles, false, LaunchRopeOp{p, plan, rp, stream});
 }
 
 }  // namespace oasis::kernels

@@ -35,7 +35,6 @@
 #include <cstdint>
 
 #include "kernels/kv_dtype.h"
-#include "kernels/rope.h"
 
 namespace oasis::kernels {
 
@@ -104,17 +103,5 @@ size_t DecodeAttentionWorkspaceBytes(const DecodeAttentionParams& p);
 // `stream` only; no host synchronisation.
 cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, void* workspace,
                                   size_t workspace_bytes, cudaStream_t stream);
-
-// The step's QkvRopeAppend (rope: its params, over the same q and pools) fused into the decode
-// attention: each (sequence, KV head) CTA norms and rotates its query heads and K head from
-// rope.qkv, writes q, K and V as LaunchQkvRopeAppend does (the same device function, the same
-// bits), then attends — one launch fewer. The attention reads ahead of its PDL wait as with
-// after_append (what it reads besides rope.qkv was written before the launch right before it).
-// Supported when the pools are bf16, every sequence has one query token, and the plan has one
-// split and one row chunk (short contexts, small batches); else LaunchDecodeAttentionRope
-// returns cudaErrorInvalidValue (run the two launches). No workspace.
-bool DecodeAttentionRopeSupported(const DecodeAttentionParams& p, const QkvRopeAppendParams& rope);
-cudaError_t LaunchDecodeAttentionRope(const DecodeAttentionParams& p,
-                                      const QkvRopeAppendParams& rope, cudaStream_t stream);
 
 }  // namespace oasis::kernels

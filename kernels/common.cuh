@@ -46,7 +46,9 @@ int DeviceSmCount();
 
 // Asks for the largest shared-memory carveout for `kernel` on the current device, once per
 // (device, kernel): an SM holding CTAs configured for less shared memory than the next kernel's
-// CTAs need cannot take those until it drains, whatever PDL allows (OASIS_PDL_MAX_SHARED).
+// CTAs need cannot take those until it drains, whatever PDL allows. (Asked for every LaunchPdl
+// kernel it made Qwen3-30B-A3B's batch-1 step 4% slower on an H100: tests only;
+// docs/benchmarks.md.)
 cudaError_t PreferMaxSharedCarveout(const void* kernel);
 
 template <typename... KernelArgs, typename... Args>
@@ -62,10 +64,6 @@ cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = GetTuning().pdl ? 1 : 0;  // OASIS_PDL=0 turns PDL off, for comparisons
-  if (GetTuning().pdl_max_shared) {
-    const cudaError_t carveout = PreferMaxSharedCarveout(reinterpret_cast<const void*>(kernel));
-    if (carveout != cudaSuccess) return carveout;
-  }
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, static_cast<KernelArgs>(args)...);
   return err != cudaSuccess ? err : cudaGetLastError();
 }

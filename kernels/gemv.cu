@@ -1,12 +1,9 @@
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <mutex>
 
 #include "kernels/common.cuh"
 #include "kernels/gemv.h"
-#include "kernels/moe.h"
-#include "kernels/moe_common.cuh"
 #include "kernels/rope.cuh"
 
 namespace oasis::kernels {
@@ -53,7 +50,7 @@ inline constexpr bool kCrossGroupPrefetch = R > 1;
 // (kSiluPair: out has half the weight's features), or the dot products followed by the QKV
 // heads' norm/RoPE/KV append (kQkvRope into bf16 pools, kQkvRopeFp8 into FP8 pools; see
 // QkvHeadEpilogue).
-enum Epilogue : int { kPlain = 0, kSiluPair = 1, kQkvRope = 2, kQkvRopeFp8 = 3, kRouterTopK = 4 };
+enum Epilogue : int { kPlain = 0, kSiluPair = 1, kQkvRope = 2, kQkvRopeFp8 = 3 };
 
 // One group: the F·R dot products of the weight rows with the R rows of x ([R][vecs] 16-byte
 // vectors, in shared memory when kSharedX), reduced over the CTA and written out. `wv`
@@ -262,12 +259,6 @@ inline constexpr int kQkvEpilogueMaxHeadDim = 256;
 struct GemvQkvEpilogue {
   QkvRopeAppendParams rope;  // rope.qkv is the GEMV's bf16 output
   int* counters;             // [num_q_heads + 2 * num_kv_heads] zero between launches
-  // kRouterTopK (counters[0] counts the CTAs done): the last CTA routes every row of the float
-  // logits the GEMV wrote, as LaunchMoeTopK does.
-  int topk_k = 0;
-  bool topk_renormalize = false;
-  int32_t* topk_ids = nullptr;    // [rows, topk_k]
-  float* topk_weights = nullptr;  // [rows, topk_k]
 };
 
 template <int R, int F, int T, bool kFp8>
@@ -420,26 +411,6 @@ __global__ void __launch_bounds__(T)
 #pragma unroll
     for (int f = 0; f < F; ++f) wrow[f] = next[f];
   }
-  if constexpr (kEpi == kRouterTopK) {
-    // Every group's logits were written before the __syncthreads ending GemvGroup; thread 0's
-    // (cumulative) fence publishes them before the CTA's arrival. The last CTA to arrive routes
-    // all rows, in the shared memory of the normalised rows (no thread reads them any more).
-    if (threadIdx.x == 0) {
-      __threadfence();
-      s_last = atomicAdd(ep.counters, 1) == static_cast<int>(gridDim.x) - 1;
-      if (s_last) ep.counters[0] = 0;  // every other CTA has arrived
-    }
-    __syncthreads();
-    if (s_last) {
-      __threadfence();
-      float* s = reinterpret_cast<float*>(xs_raw);  // [R][out] logits, then [R][k] chosen ids
-      int* chosen = reinterpret_cast<int*>(s + R * out);
-      const int experts = static_cast<int>(out), k = ep.topk_k;
-      for (int r = warp; r < R; r += T / 32)
-        MoeTopKWarp(out_f32 + r * out, experts, k, ep.topk_renormalize, s + r * out, chosen + r * k,
-                    ep.topk_ids + r * k, ep.topk_weights + r * k);
-    }
-  }
   (void)stage;
   (void)s_last;
 }
@@ -449,10 +420,7 @@ cudaError_t LaunchNormConfig(const bf16* x, const bf16* residual, bf16* residual
                              const bf16* norm_w, float eps, const bf16* w, bf16* ob, float* of,
                              int64_t in, int64_t out, const GemvQkvEpilogue& ep, bf16* normed_out,
                              cudaStream_t stream) {
-  // kRouterTopK reuses the normalised rows' shared memory for its logits and chosen ids.
-  const size_t smem = kEpi == kRouterTopK ? std::max(static_cast<size_t>(R) * in * 2,
-                                                     static_cast<size_t>(R) * (out + ep.topk_k) * 4)
-                                          : static_cast<size_t>(R) * in * 2;
+  const size_t smem = static_cast<size_t>(R) * in * 2;
   // The dynamic shared-memory limit is a per-device attribute (tensor parallelism launches
   // on several GPUs from one process), so it and the occupancy are cached per device.
   constexpr int kMaxDevices = 64;
@@ -617,34 +585,6 @@ cudaError_t LaunchGemvRmsNormQkvRope(const bf16* x, const bf16* residual, bf16* 
   return LaunchNormRows<kQkvRope>(x, residual, residual_out, norm_w, eps, w,
                                   const_cast<bf16*>(rope.qkv), nullptr, rope.tokens, in,
                                   int64_t{heads} * rope.head_dim, ep, stream);
-}
-
-bool GemvRouterTopKSupported(int64_t rows, int64_t in, int experts, int k, const void* residual,
-                             const void* w) {
-  return GemvNormSupported(rows, in, residual, w) && experts >= 1 && experts <= kMoeMaxExperts &&
-         k >= 1 && k <= experts &&
-         static_cast<size_t>(rows) * (experts + k) * 4 <= kGemvNormMaxSmem;
-}
-
-cudaError_t LaunchGemvRmsNormRouterTopK(const bf16* x, const bf16* residual, bf16* residual_out,
-                                        const bf16* norm_w, float eps, const bf16* w, float* logits,
-                                        int64_t rows, int64_t in, int experts, bf16* normed_out,
-                                        int k, bool renormalize, int32_t* ids, float* weights,
-                                        int* counter, cudaStream_t stream) {
-  if (!NormArgsValid(x, residual, residual_out, norm_w, w, rows, in) ||
-      !GemvRouterTopKSupported(rows, in, experts, k, residual, w) || logits == nullptr ||
-      ids == nullptr || weights == nullptr || counter == nullptr ||
-      (normed_out != nullptr && reinterpret_cast<uintptr_t>(normed_out) % 16 != 0)) {
-    return cudaErrorInvalidValue;
-  }
-  GemvQkvEpilogue ep{};
-  ep.counters = counter;
-  ep.topk_k = k;
-  ep.topk_renormalize = renormalize;
-  ep.topk_ids = ids;
-  ep.topk_weights = weights;
-  return LaunchNormRows<kRouterTopK>(x, residual, residual_out, norm_w, eps, w, nullptr, logits,
-                                     rows, in, experts, ep, stream, normed_out);
 }
 
 cudaError_t LaunchGemv(const bf16* x, const bf16* w, bf16* ob, float* of, int64_t rows, int64_t in,

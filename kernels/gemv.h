@@ -84,25 +84,4 @@ cudaError_t LaunchGemvRmsNormQkvRope(const __nv_bfloat16* x,         // [rows, i
                                      int64_t in, const QkvRopeAppendParams& rope, int* counters,
                                      cudaStream_t stream);
 
-// An MoE layer's router with its top-k folded in (decode, 1..4 rows): LaunchGemvRmsNorm into
-// float `logits` [rows, experts], then the last CTA to finish runs LaunchMoeTopK's work on
-// them (MoeTopKWarp: the same ids and weights, bit for bit) — one launch instead of two.
-// `counter` is one int32 of device memory, zero before the first launch; every launch leaves
-// it zero. Launches sharing it must not run concurrently.
-bool GemvRouterTopKSupported(int64_t rows, int64_t in, int experts, int k, const void* residual,
-                             const void* w);
-cudaError_t LaunchGemvRmsNormRouterTopK(const __nv_bfloat16* x,         // [rows, in] or nullptr
-                                        const __nv_bfloat16* residual,  // [rows, in]
-                                        __nv_bfloat16* residual_out,    // [rows, in] or nullptr
-                                        const __nv_bfloat16* norm_w,    // [in]
-                                        float eps,
-                                        const __nv_bfloat16* w,  // [experts, in] router
-                                        float* logits,           // [rows, experts]
-                                        int64_t rows, int64_t in, int experts,
-                                        __nv_bfloat16* normed_out,  // [rows, in] or nullptr
-                                        int k, bool renormalize,
-                                        int32_t* ids,    // [rows, k]
-                                        float* weights,  // [rows, k]
-                                        int* counter, cudaStream_t stream);
-
 }  // namespace oasis::kernels

@@ -481,6 +481,10 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
     }
   };
 
+  // Without a hook, each layer's attention runs right after its KV append.
+  AttentionMetadata after_append = in.attention;
+  after_append.after_append = true;
+
   B.Embedding(in.token_ids, embed_tokens_, residual[cur]);
   capture_stream(0, residual[cur]);
   bool first = true;
@@ -489,24 +493,20 @@ Tensor DecoderLM::Forward(const ForwardInput& in, std::vector<LayerKvPool>& kv,
     // hidden holds the previous sub-layer's output; residual[cur] the running stream.
     const Tensor* q_norm = c.qk_norm ? &L.q_norm : nullptr;
     const Tensor* k_norm = c.qk_norm ? &L.k_norm : nullptr;
-    // The first layer norms the embeddings alone; later ones add the previous sub-layer's output
-    // into the stream (residual ping-pong).
-    const Tensor* x = first ? nullptr : &hidden;
-    Tensor* residual_out = first ? nullptr : &residual[1 - cur];
-    if (hook == nullptr) {  // the backend may fold the RoPE/append into the attention
-      B.AddRmsNormQkvRopeAppendAttention(x, residual[cur], residual_out, L.input_norm, eps, L.qkv,
-                                         qkv, q, q_norm, k_norm, in.positions, rope_,
-                                         in.slot_mapping, kv[i], in.attention, scale, attn);
-    } else {
-      B.AddRmsNormQkvRopeAppend(x, residual[cur], residual_out, L.input_norm, eps, L.qkv, qkv, q,
+    if (first) {
+      B.AddRmsNormQkvRopeAppend(nullptr, residual[cur], nullptr, L.input_norm, eps, L.qkv, qkv, q,
                                 q_norm, k_norm, in.positions, rope_, in.slot_mapping, kv[i]);
-    }
-    if (!first) {
+      first = false;
+    } else {
+      B.AddRmsNormQkvRopeAppend(&hidden, residual[cur], &residual[1 - cur], L.input_norm, eps,
+                                L.qkv, qkv, q, q_norm, k_norm, in.positions, rope_, in.slot_mapping,
+                                kv[i]);
       cur = 1 - cur;
       capture_stream(static_cast<int64_t>(i), residual[cur]);  // the stream entering layer i
     }
-    first = false;
-    if (hook != nullptr) {
+    if (hook == nullptr) {
+      B.Attention(q, kv[i], after_append, scale, attn);
+    } else {
       const int layer = static_cast<int>(i);
       B.Attention(q, kv[i], hook->BeforeAttention(layer, q, kv[i], in.attention), scale, attn);
       hook->AfterAttention(layer, q, kv[i]);

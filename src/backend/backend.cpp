@@ -71,21 +71,6 @@ void Backend::AddRmsNormQkvRopeAppend(const Tensor* x, const Tensor& residual, T
   QkvRopeAppend(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
 }
 
-void Backend::AddRmsNormQkvRopeAppendAttention(const Tensor* x, const Tensor& residual,
-                                               Tensor* residual_out, const Tensor& norm_weight,
-                                               float eps, const Tensor& qkv_weight, Tensor& qkv,
-                                               Tensor& q, const Tensor* q_norm,
-                                               const Tensor* k_norm, const Tensor& positions,
-                                               const RopeParams& rope, const Tensor& slot_mapping,
-                                               LayerKvPool& pool, const AttentionMetadata& meta,
-                                               float scale, Tensor& out) {
-  AddRmsNormQkvRopeAppend(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv, q, q_norm,
-                          k_norm, positions, rope, slot_mapping, pool);
-  AttentionMetadata after_append = meta;
-  after_append.after_append = true;
-  Attention(q, pool, after_append, scale, out);
-}
-
 void Backend::AddRmsNormMoeRoute(const Tensor& x, const Tensor& residual, Tensor& residual_out,
                                  const Tensor& norm_weight, float eps, const Tensor& router,
                                  int64_t k, MoeTopKWeights weights, Tensor& normed,

@@ -294,16 +294,6 @@ class Backend {
       const Tensor& slot_mapping,  // [T, Hkv] int64
       LayerKvPool& pool);
 
-  // A layer's attention without a hook: AddRmsNormQkvRopeAppend(...), then
-  // Attention(q, pool, meta, scale, out) with after_append set (the append is the launch right
-  // before it). Default: exactly those; backends may fold the RoPE/append into the attention.
-  virtual void AddRmsNormQkvRopeAppendAttention(
-      const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,
-      float eps, const Tensor& qkv_weight, Tensor& qkv, Tensor& q, const Tensor* q_norm,
-      const Tensor* k_norm, const Tensor& positions, const RopeParams& rope,
-      const Tensor& slot_mapping, LayerKvPool& pool, const AttentionMetadata& meta, float scale,
-      Tensor& out);  // [T, Hq, head_dim]
-
   // dst = src (same dtype and element count; both on this backend's device).
   virtual void Copy(const Tensor& src, Tensor& dst) = 0;
 

@@ -40,8 +40,6 @@ Tuning& ProcessTuning() {
 Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
   Tuning t;
   t.fuse_qkv = OnUnlessZero(env("OASIS_FUSE_QKV"), false);
-  t.fuse_rope_attention = OnUnlessZero(env("OASIS_FUSE_ROPE_ATTENTION"), false);
-  t.fuse_router_topk = OnUnlessZero(env("OASIS_FUSE_ROUTER_TOPK"), false);
   t.fuse_silu = OnUnlessZero(env("OASIS_FUSE_SILU"), true);
   t.host_register = OnUnlessZero(env("OASIS_HOST_REGISTER"), true);
   t.sparse_graphs = OnUnlessZero(env("OASIS_SPARSE_GRAPHS"), true);
@@ -63,7 +61,6 @@ Tuning ParseTuning(const std::function<const char*(const char*)>& env) {
     const int rows = std::atoi(v);
     if (rows == 16 || rows == 32 || rows == 64 || rows == 128) t.moe_gemm_tile_rows = rows;
   }
-  t.pdl_max_shared = OnUnlessZero(env("OASIS_PDL_MAX_SHARED"), false);
   t.moe_down_one_wave = OnUnlessZero(env("OASIS_MOE_DOWN_ONE_WAVE"), true);
   t.gemv_narrow_norm = OnUnlessZero(env("OASIS_GEMV_NARROW_NORM"), true);
   if (const char* v = env("OASIS_DECODE_SPLITS"); v != nullptr) {

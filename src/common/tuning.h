@@ -23,15 +23,6 @@ struct Tuning {
   // OASIS_FUSE_QKV (set and not "0": on). The QKV GEMV with the norm/RoPE/append epilogue; off:
   // its per-group arrival (fence + atomic + barrier) made a batch-1 step 0.45 ms slower.
   bool fuse_qkv = false;
-  // OASIS_FUSE_ROPE_ATTENTION ("1": on). A decode layer without a hook runs the QKV RoPE/append
-  // inside the decode attention (kernels::LaunchDecodeAttentionRope) where that kernel takes the
-  // step (bf16 pools, one query token per sequence, one split): one launch fewer a layer; for
-  // comparisons until measured.
-  bool fuse_rope_attention = false;
-  // OASIS_FUSE_ROUTER_TOPK (set and not "0": on). An MoE layer's norm-fused router GEMV routes
-  // its rows itself (the last CTA to finish runs the top-k): one launch fewer a decode layer;
-  // for comparisons until measured.
-  bool fuse_router_topk = false;
   // OASIS_FUSE_SILU ("0": off). SiLU·mul folded into the gate/up GEMV (4.23 -> 4.18 ms per
   // Qwen3-8B batch-1 step on the H200).
   bool fuse_silu = true;
@@ -45,10 +36,6 @@ struct Tuning {
   bool profile_draft = false;
   // OASIS_PDL ("0": off). Programmatic dependent launch for the kernels launched with LaunchPdl.
   bool pdl = true;
-  // OASIS_PDL_MAX_SHARED ("1": on). Every kernel launched with LaunchPdl asks for the largest
-  // shared-memory carveout (kernels::PreferMaxSharedCarveout), so a next kernel whose CTAs need
-  // shared memory can become resident beside it early; for comparisons until measured.
-  bool pdl_max_shared = false;
   // OASIS_TOPK_RADIX ("1": on). Every sparse top-K through the radix select (comparisons).
   bool topk_radix = false;
   // OASIS_FP8_PREFILL (wgmma or mma). Prefill chunks over FP8 KV pools on CC 9.0: the sm_90a

@@ -14,8 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <numeric>
-#include <random>
 #include <tuple>
+#include <random>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/tuning.h"
@@ -604,52 +604,38 @@ TEST_CASE("AddRmsNormMoeRoute: the norm inside the router GEMV, consistent with 
   // of the returned normed rows bit for bit (the same GEMV order for the logits).
   auto gpu = MakeBackend();
   uint64_t seed = Seed() * 53 + 9;
-  for (auto [experts, k, hidden] :
-       {std::tuple{128, 8, 2048}, std::tuple{32, 4, 72}, std::tuple{8, 2, 64}}) {
+  for (auto [experts, k, hidden] : {std::tuple{128, 8, 2048}, std::tuple{32, 4, 72},
+                                    std::tuple{8, 2, 64}}) {
     for (int64_t tokens : {1, 2, 3, 4, 5, 33}) {
-      for (int variant = 0; variant < 5; ++variant) {
-        // kAuto, kUnfused, kAuto with OASIS_GEMV_NARROW_NORM (the one-row router GEMVs of
-        // both paths change configuration together), and kAuto with OASIS_FUSE_ROUTER_TOPK
-        // (the router GEMV's last CTA routes; decode batches only), renormalised and not.
-        const bool unfused = variant == 1, fused_topk = variant >= 3;
-        const MoeTopKWeights weighting =
-            variant == 4 ? MoeTopKWeights::kSoftmax : MoeTopKWeights::kRenormalized;
+      for (int variant = 0; variant < 3; ++variant) {
+        // kAuto, kUnfused, and kAuto with OASIS_GEMV_NARROW_NORM (the one-row router GEMVs of
+        // both paths change configuration together).
+        const bool unfused = variant == 1;
         Tuning narrow = GetTuning();
         narrow.gemv_narrow_norm = variant == 2;
-        narrow.fuse_router_topk = fused_topk;
         const Tuning saved = GetTuning();
         SetTuningForTesting(narrow);
         INFO("E " << experts << " k " << k << " H " << hidden << " T " << tokens
-                  << (unfused ? " kUnfused" : "") << (variant == 2 ? " narrow-norm" : "")
-                  << (fused_topk ? " router+top-k" : "") << (variant == 4 ? " softmax" : ""));
+                  << (unfused ? " kUnfused" : "") << (variant == 2 ? " narrow-norm" : ""));
         gpu->set_moe_path(unfused ? CudaBackend::MoePath::kUnfused : CudaBackend::MoePath::kAuto);
         Tensor x = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 1.0f));
         Tensor res = UploadBf16(*gpu, FastRandom({tokens, hidden}, ++seed, 4.0f));
         Tensor nw = UploadBf16(*gpu, FastRandom({hidden}, ++seed, 1.0f));
-        Tensor router = UploadBf16(
-            *gpu, FastRandom({experts, hidden}, ++seed, 1.0f / std::sqrt(float(hidden))));
+        Tensor router =
+            UploadBf16(*gpu, FastRandom({experts, hidden}, ++seed, 1.0f / std::sqrt(float(hidden))));
         Tensor res_out = PoisonedBf16(*gpu, {tokens, hidden}),
                normed = PoisonedBf16(*gpu, {tokens, hidden});
-        // Outputs poisoned (-1 ids, NaN weights): a launch that routes nothing cannot pass.
-        Tensor host_ids = Tensor::Empty({tokens, k}, DType::kI32);
-        std::fill_n(host_ids.data<int32_t>(), host_ids.numel(), -1);
-        Tensor host_w = Tensor::Empty({tokens, k}, DType::kF32);
-        std::fill_n(host_w.data<float>(), host_w.numel(), std::nanf(""));
-        Tensor ids = gpu->Upload(host_ids), w = gpu->Upload(host_w);
-        const int64_t fusions = gpu->router_topk_fusions();
-        gpu->AddRmsNormMoeRoute(x, res, res_out, nw, 1e-6f, router, k, weighting, normed, ids, w);
-        // The fused launch takes every decode batch of the router GEMV (at most 4 rows).
-        CHECK(gpu->router_topk_fusions() - fusions == (fused_topk && tokens <= 4 ? 1 : 0));
-        Tensor sum = PoisonedBf16(*gpu, {tokens, hidden}),
-               want = PoisonedBf16(*gpu, {tokens, hidden});
+        Tensor ids = gpu->Empty({tokens, k}, DType::kI32), w = gpu->Empty({tokens, k}, DType::kF32);
+        gpu->AddRmsNormMoeRoute(x, res, res_out, nw, 1e-6f, router, k,
+                                MoeTopKWeights::kRenormalized, normed, ids, w);
+        Tensor sum = PoisonedBf16(*gpu, {tokens, hidden}), want = PoisonedBf16(*gpu, {tokens, hidden});
         gpu->Add(res, x, sum);
         gpu->RmsNorm(sum, nw, 1e-6f, want);
         ExpectIdentical(DownloadF32(*gpu, res_out), DownloadF32(*gpu, sum));
         Tensor got_normed = DownloadF32(*gpu, normed), want_normed = DownloadF32(*gpu, want);
         ExpectClose(got_normed, want_normed, 1e-6, 1.0 / 64);  // a bf16 ulp or two
-        Tensor ids2 = gpu->Empty({tokens, k}, DType::kI32),
-               w2 = gpu->Empty({tokens, k}, DType::kF32);
-        gpu->MoeRoute(normed, router, k, weighting, ids2, w2);
+        Tensor ids2 = gpu->Empty({tokens, k}, DType::kI32), w2 = gpu->Empty({tokens, k}, DType::kF32);
+        gpu->MoeRoute(normed, router, k, MoeTopKWeights::kRenormalized, ids2, w2);
         SetTuningForTesting(saved);
         ExpectIdentical(gpu->Download(ids), gpu->Download(ids2));
         ExpectIdentical(gpu->Download(w), gpu->Download(w2));
@@ -827,58 +813,6 @@ TEST_CASE("Qwen3-MoE through the CUDA graph runner: batched equals alone, graphs
       auto alone = batched.Generate({reqs[s]});
       REQUIRE(alone.ok());
       CheckSameGreedy((*alone)[0], (*a)[s]);
-    }
-  }
-}
-
-TEST_CASE("Qwen3-MoE with the router's own top-k (OASIS_FUSE_ROUTER_TOPK) decodes identically",
-          "[gpu][moe][graphs]") {
-  // The fused router + top-k computes the same logits and routing bit for bit, so greedy
-  // decoding through the graph runner (graphs and eager) gives the same tokens and
-  // log-probabilities with the knob on and off; the fused launch must have run.
-  const auto dir = FixturePath("models/qwen3-moe-tiny-many");
-  auto config = LoadModelConfig(dir);
-  REQUIRE(config.ok());
-  auto weights = OpenSafetensorsWeights(dir);
-  REQUIRE(weights.ok());
-  auto gpu = MakeBackend();
-  auto model = DecoderLM::Create(*config, **weights, *gpu);
-  REQUIRE(model.ok());
-  std::mt19937 rng(static_cast<uint32_t>(Seed() + 17));
-  std::vector<GenerationRequest> reqs;
-  for (int s = 0; s < 6; ++s) {
-    std::vector<int32_t> prompt(static_cast<size_t>(4 + s % 5));
-    for (auto& t : prompt) t = static_cast<int32_t>(rng() % config->vocab_size);
-    reqs.push_back(Greedy(prompt, 16 + s % 3));
-  }
-  for (const bool graphs : {true, false}) {
-    INFO((graphs ? "graphs" : "eager"));
-    std::vector<GenerationResult> results[2];
-    const Tuning saved = GetTuning();
-    for (int fused = 0; fused < 2; ++fused) {
-      Tuning t = saved;
-      t.fuse_router_topk = fused == 1;
-      SetTuningForTesting(t);
-      CudaGraphOptions go{.num_kv_slots = 2048, .max_batch = 8, .max_context = 256};
-      go.enabled = graphs;
-      auto runner = CudaGraphRunner::Create(**model, *gpu, go);
-      REQUIRE(runner.ok());
-      Generator g(**runner, {.max_step_tokens = 512});
-      const int64_t fusions = gpu->router_topk_fusions();
-      auto out = g.Generate(reqs);
-      SetTuningForTesting(saved);
-      REQUIRE(out.ok());
-      if (fused == 1)
-        CHECK(gpu->router_topk_fusions() > fusions);
-      else
-        CHECK(gpu->router_topk_fusions() == fusions);
-      results[fused] = std::move(*out);
-    }
-    for (size_t s = 0; s < reqs.size(); ++s) {
-      INFO("sequence " << s);
-      REQUIRE(results[0][s].tokens == results[1][s].tokens);
-      for (size_t i = 0; i < results[0][s].samples.size(); ++i)
-        CHECK(results[0][s].samples[i].logprob == results[1][s].samples[i].logprob);
     }
   }
 }

@@ -112,8 +112,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create() {
   b->fp8_linear_ = std::make_unique<CudaFp8Linear>();
   OASIS_CUBLAS_CHECK(
       cublasSetWorkspace(b->cublas_, b->cublas_workspace_.data(), b->cublas_workspace_.size()));
-  // The fused QKV's per-head counters, then the router's one (LaunchGemvRmsNormRouterTopK).
-  const size_t counter_bytes = sizeof(int) * (kernels::kGemvQkvMaxHeads + 1);
+  const size_t counter_bytes = sizeof(int) * kernels::kGemvQkvMaxHeads;
   OASIS_ASSIGN_OR_RETURN(b->qkv_counters_, cuda::DeviceBuffer::Allocate(counter_bytes));
   OASIS_CUDA_CHECK(cudaMemsetAsync(b->qkv_counters_.data(), 0, counter_bytes, b->stream()));
   return b;
@@ -675,33 +674,6 @@ void CudaBackend::Attention(const Tensor& q, const LayerKvPool& pool, const Atte
     auto p = AttentionParams<kernels::PagedAttentionParams>(q, pool, meta, scale, out);
     OASIS_CUDA_CHECK(kernels::LaunchPagedAttention(p, stream()));
   }
-}
-
-void CudaBackend::AddRmsNormQkvRopeAppendAttention(
-    const Tensor* x, const Tensor& residual, Tensor* residual_out, const Tensor& norm_weight,
-    float eps, const Tensor& qkv_weight, Tensor& qkv, Tensor& q, const Tensor* q_norm,
-    const Tensor* k_norm, const Tensor& positions, const RopeParams& rope,
-    const Tensor& slot_mapping, LayerKvPool& pool, const AttentionMetadata& meta, float scale,
-    Tensor& out) {
-  if (GetTuning().fuse_rope_attention && meta.max_query_len == 1) {
-    CheckDevice(q, DType::kBF16, "Attention q");
-    CheckDevice(meta.block_tables, DType::kI32, "Attention block_tables");
-    if (!CheckKvPool(pool, meta.kv_lens.dim(1), "Attention")) {  // bf16 pools only
-      kernels::DecodeAttentionParams p = DecodeParams(q, pool, meta, scale, out);
-      p.after_append = true;  // (the fused kernel reads ahead either way)
-      const kernels::QkvRopeAppendParams rp =
-          QkvParams(qkv, q, q_norm, k_norm, eps, positions, rope, slot_mapping, pool);
-      if (kernels::DecodeAttentionRopeSupported(p, rp)) {
-        AddRmsNormLinear(x, residual, residual_out, norm_weight, eps, qkv_weight, qkv);
-        OASIS_CUDA_CHECK(kernels::LaunchDecodeAttentionRope(p, rp, stream()));
-        ++rope_attention_fusions_;
-        return;
-      }
-    }
-  }
-  Backend::AddRmsNormQkvRopeAppendAttention(x, residual, residual_out, norm_weight, eps, qkv_weight,
-                                            qkv, q, q_norm, k_norm, positions, rope, slot_mapping,
-                                            pool, meta, scale, out);
 }
 
 kernels::QkvRopeAppendParams CudaBackend::QkvParams(const Tensor& qkv, Tensor& q,

@@ -148,20 +148,6 @@ class CudaBackend final : public Backend {
                                Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
                                const Tensor& positions, const RopeParams& rope,
                                const Tensor& slot_mapping, LayerKvPool& pool) override;
-  // OASIS_FUSE_ROPE_ATTENTION and kernels::DecodeAttentionRopeSupported: the norm-fused QKV GEMV,
-  // then the decode attention that does the RoPE/append itself; else the default.
-  void AddRmsNormQkvRopeAppendAttention(const Tensor* x, const Tensor& residual,
-                                        Tensor* residual_out, const Tensor& norm_weight, float eps,
-                                        const Tensor& qkv_weight, Tensor& qkv, Tensor& q,
-                                        const Tensor* q_norm, const Tensor* k_norm,
-                                        const Tensor& positions, const RopeParams& rope,
-                                        const Tensor& slot_mapping, LayerKvPool& pool,
-                                        const AttentionMetadata& meta, float scale,
-                                        Tensor& out) override;
-  // Layers whose RoPE/append ran inside the attention so far (tests).
-  int64_t rope_attention_fusions() const { return rope_attention_fusions_; }
-  // MoE layers routed by the router GEMV's own last CTA so far (tests).
-  int64_t router_topk_fusions() const { return router_topk_fusions_; }
 
   // Sparse KV ops (cuda_sparse.cpp, kernels/sparse_kv.h): the semantics of backend.h; pools,
   // summaries and queries are bf16; EmptyHost is mapped pinned memory kernels read over PCIe.
@@ -232,11 +218,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CudaFp8Linear> fp8_linear_;  // FP8-weight Linear (cuBLASLt handle, scratch)
   cuda::DeviceBuffer cublas_workspace_;        // fixed, so cuBLAS never allocates inside a graph
-  // [kGemvQkvMaxHeads + 1] int32, zero between launches: the fused QKV's per-head counters,
-  // then the fused router + top-k's
-  cuda::DeviceBuffer qkv_counters_;
-  int64_t rope_attention_fusions_ = 0;
-  int64_t router_topk_fusions_ = 0;
+  cuda::DeviceBuffer qkv_counters_;  // [kGemvQkvMaxHeads] int32, zero between fused QKV launches
   // Double-buffered pinned staging for large uploads (weights): allocated on first use.
   cuda::PinnedBuffer staging_[2];
   cuda::Event staging_free_[2];

@@ -9,7 +9,6 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "common/check.h"
-#include "common/tuning.h"
 #include "kernels/gemv.h"
 #include "kernels/moe.h"
 #include "kernels/norm.h"
@@ -118,20 +117,6 @@ void CudaBackend::AddRmsNormMoeRoute(const Tensor& x, const Tensor& residual, Te
   if (moe_path_ != MoePath::kUnfused && reinterpret_cast<uintptr_t>(normed.raw()) % 16 == 0 &&
       NormGemvFusable(&x, residual, &residual_out, norm_weight, router)) {
     Tensor logits = Empty({tokens, experts}, DType::kF32);
-    if (GetTuning().fuse_router_topk &&
-        kernels::GemvRouterTopKSupported(tokens, hidden, static_cast<int>(experts),
-                                         static_cast<int>(k), residual.raw(), router.raw())) {
-      CheckDevice(expert_ids, DType::kI32, "AddRmsNormMoeRoute expert_ids");
-      CheckDevice(expert_weights, DType::kF32, "AddRmsNormMoeRoute expert_weights");
-      OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNormRouterTopK(
-          Ptr(x), Ptr(residual), Ptr(residual_out), Ptr(norm_weight), eps, Ptr(router),
-          Ptr<float>(logits), tokens, hidden, static_cast<int>(experts), Ptr(normed),
-          static_cast<int>(k), weights == MoeTopKWeights::kRenormalized, Ptr<int32_t>(expert_ids),
-          Ptr<float>(expert_weights),
-          static_cast<int*>(qkv_counters_.data()) + kernels::kGemvQkvMaxHeads, stream()));
-      ++router_topk_fusions_;
-      return;
-    }
     OASIS_CUDA_CHECK(kernels::LaunchGemvRmsNorm(
         Ptr(x), Ptr(residual), Ptr(residual_out), Ptr(norm_weight), eps, Ptr(router), nullptr,
         Ptr<float>(logits), tokens, hidden, experts, stream(), Ptr(normed)));

@@ -68,15 +68,6 @@ TEST_CASE("tuning knobs: each variable's values", "[tuning]") {
   CHECK(Parse({{"OASIS_GEMV_NARROW_NORM", "1"}}).gemv_narrow_norm);
   CHECK_FALSE(Parse({{"OASIS_GEMV_NARROW_NORM", "0"}}).gemv_narrow_norm);
   CHECK(Parse({}).moe_down_one_wave);
-  CHECK_FALSE(Parse({}).pdl_max_shared);
-  CHECK_FALSE(Parse({}).fuse_rope_attention);
-  CHECK(Parse({{"OASIS_FUSE_ROPE_ATTENTION", "1"}}).fuse_rope_attention);
-  CHECK_FALSE(Parse({{"OASIS_FUSE_ROPE_ATTENTION", "0"}}).fuse_rope_attention);
-  CHECK_FALSE(Parse({}).fuse_router_topk);
-  CHECK(Parse({{"OASIS_FUSE_ROUTER_TOPK", "1"}}).fuse_router_topk);
-  CHECK_FALSE(Parse({{"OASIS_FUSE_ROUTER_TOPK", "0"}}).fuse_router_topk);
-  CHECK(Parse({{"OASIS_PDL_MAX_SHARED", "1"}}).pdl_max_shared);
-  CHECK_FALSE(Parse({{"OASIS_PDL_MAX_SHARED", "0"}}).pdl_max_shared);
   CHECK(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "1"}}).moe_down_one_wave);
   CHECK_FALSE(Parse({{"OASIS_MOE_DOWN_ONE_WAVE", "0"}}).moe_down_one_wave);
   CHECK(Parse({}).decode_splits == 0);

@@ -44,13 +44,6 @@ __device__ __forceinline__ float BlockSum(float v, float* scratch) {
 // The current device's SM count, queried once per device (host; 0 when there is no device).
 int DeviceSmCount();
 
-// Asks for the largest shared-memory carveout for `kernel` on the current device, once per
-// (device, kernel): an SM holding CTAs configured for less shared memory than the next kernel's
-// CTAs need cannot take those until it drains, whatever PDL allows. (Asked for every LaunchPdl
-// kernel it made Qwen3-30B-A3B's batch-1 step 4% slower on an H100: tests only;
-// docs/benchmarks.md.)
-cudaError_t PreferMaxSharedCarveout(const void* kernel);
-
 template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchPdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, Args... args) {

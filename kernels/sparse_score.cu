@@ -379,11 +379,8 @@ cudaError_t LaunchScoreBlocks(const ScoreBlocksParams& p, cudaStream_t stream) {
   }
   if (p.rows == 0 || p.max_blocks == 0) return cudaSuccess;
   const bool two_tiles = p.num_q_heads / p.num_kv_heads > 8;
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return cudaGetLastError();
-  }
+  const int sms = DeviceSmCount();  // cached per device
+  if (sms == 0) return cudaErrorInvalidDevice;
   auto launch = [&](auto kernel, auto shape) {
     using S = decltype(shape);
     // One wave: 4 CTAs per SM (48 KB of shared memory each), each warp as many steps as that takes.

@@ -30,8 +30,11 @@ cudaError_t LaunchSlowScatter(long long cycles, const SlowScatterJob& a, const S
                               const SlowScatterJob& c, cudaStream_t stream) {
   // Its SMs configured for the most shared memory: a CTA of the next kernel that needs more
   // than an SM's current configuration waits until the SM is empty, so it would not start early.
+  // (Asked for every kernel of a step, the same carveout made Qwen3-30B-A3B's batch-1 step 4%
+  // slower on an H100: docs/benchmarks.md, forty-second session.)
   const cudaError_t err =
-      kernels::PreferMaxSharedCarveout(reinterpret_cast<const void*>(SlowScatterKernel));
+      cudaFuncSetAttribute(SlowScatterKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
   if (err != cudaSuccess) return err;
   // A programmatic dependent launch, as the kernels it stands in for are.
   return kernels::LaunchPdl(SlowScatterKernel, dim3(132), dim3(256), 0, stream, cycles, a, b, c);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/json_depth.h"
+#include "loader/small_file.h"
 
 namespace oasis {
 namespace {
@@ -107,11 +108,9 @@ StatusOr<std::optional<GenerationConfig>> LoadGenerationConfig(const std::filesy
   const std::filesystem::path path = dir / kGenerationConfigFile;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::optional<GenerationConfig>();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path.string() + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  OASIS_ASSIGN_OR_RETURN(GenerationConfig g, ParseGenerationConfig(text.str(), path.string()));
+  OASIS_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile(path, "generation config", kMaxConfigJsonBytes));
+  OASIS_ASSIGN_OR_RETURN(GenerationConfig g, ParseGenerationConfig(text, path.string()));
   return std::optional<GenerationConfig>(std::move(g));
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/json_depth.h"
 #include "loader/quantization_config.h"
+#include "loader/small_file.h"
 #include "oasis/model_config.h"
 
 namespace oasis {
@@ -49,6 +50,8 @@ class FieldReader {
     auto it = obj_.find(key);
     return it == obj_.end() || it->is_null() ? nullptr : &*it;
   }
+
+  const std::string& source() const { return source_; }
 
   Status Bad(const char* key, const std::string& what) const {
     return InvalidArgument(source_ + ": field '" + prefix_ + key + "' " + what);
@@ -175,8 +178,9 @@ Status ParseDType(const FieldReader& fields, ModelConfig* config) {
 }
 
 // The fields of one rope_type beyond rope_type/rope_theta, read from `fields`; `max_positions`
-// is config.json's max_position_embeddings.
-Status ParseRopeScalingFields(const FieldReader& fields, int64_t max_positions, RopeScaling* rs) {
+// is config.json's max_position_embeddings, `head_dim` the head width RoPE rotates.
+Status ParseRopeScalingFields(const FieldReader& fields, int64_t max_positions, int64_t head_dim,
+                              RopeScaling* rs) {
   OASIS_RETURN_IF_ERROR(fields.PositiveNumber("factor", Presence::kRequired, &rs->factor));
   switch (rs->type) {
     case RopeScalingType::kLlama3:
@@ -194,6 +198,11 @@ Status ParseRopeScalingFields(const FieldReader& fields, int64_t max_positions, 
     case RopeScalingType::kDynamic:
       if (fields.Find("alpha") != nullptr)
         return fields.Bad("alpha", "(dynamic NTK-alpha scaling) is not supported");
+      // The NTK base is theta * (...)^(head_dim / (head_dim - 2)) (src/backend/rope.cpp).
+      if (head_dim <= 2) {
+        return InvalidArgument(fields.source() + ": dynamic RoPE scaling needs head_dim > 2, got " +
+                               std::to_string(head_dim));
+      }
       rs->original_max_position_embeddings = max_positions;
       return Status::Ok();
     case RopeScalingType::kYarn:
@@ -270,7 +279,8 @@ Status ParseRope(const json& root, const std::string& source, ModelConfig* confi
     return Unimplemented(source + ": " + scaling_key + " type \"" + type +
                          "\" is not supported (supported: default, llama3, linear, dynamic, yarn)");
   }
-  OASIS_RETURN_IF_ERROR(ParseRopeScalingFields(fields, config->max_position_embeddings, &rs));
+  OASIS_RETURN_IF_ERROR(
+      ParseRopeScalingFields(fields, config->max_position_embeddings, config->head_dim, &rs));
   // vLLM's derived max_model_len (_get_and_verify_max_len): llama3 keeps the configured length.
   double scaled = static_cast<double>(config->max_position_embeddings);
   if (rs.type == RopeScalingType::kLinear || rs.type == RopeScalingType::kDynamic)
@@ -309,11 +319,12 @@ Status ParseEagle3(const json& root, const std::string& source, ModelConfig* con
 // Qwen3-MoE releases say num_experts); either is read, and both must agree.
 Status ParseMoe(const FieldReader& f, ModelConfig* c) {
   if (f.Find("num_experts") == nullptr && f.Find("num_local_experts") != nullptr) {
-    OASIS_RETURN_IF_ERROR(f.Int("num_local_experts", Presence::kRequired, 0, &c->num_experts));
+    OASIS_RETURN_IF_ERROR(
+        f.Int("num_local_experts", Presence::kRequired, 0, &c->num_experts, kMaxHeads));
   } else {
     OASIS_RETURN_IF_ERROR(f.Int("num_experts", Presence::kRequired, 0, &c->num_experts, kMaxHeads));
     int64_t local = c->num_experts;
-    OASIS_RETURN_IF_ERROR(f.Int("num_local_experts", Presence::kOptional, 0, &local));
+    OASIS_RETURN_IF_ERROR(f.Int("num_local_experts", Presence::kOptional, 0, &local, kMaxHeads));
     if (local != c->num_experts) {
       return f.Bad("num_local_experts", "(" + std::to_string(local) +
                                             ") disagrees with num_experts (" +
@@ -377,6 +388,12 @@ StatusOr<ModelConfig> Parse(const json& root, const std::string& source) {
                      std::to_string(c.hidden_size) + ") when head_dim is absent");
   } else {
     c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  // RoPE rotates pairs of a head's dimensions (every rope type; src/backend/rope.cpp).
+  if (c.head_dim % 2 != 0) {
+    return f.Bad(
+        f.Find("head_dim") != nullptr ? "head_dim" : "hidden_size",
+        "gives an odd head_dim (" + std::to_string(c.head_dim) + "): RoPE needs an even head_dim");
   }
   OASIS_RETURN_IF_ERROR(
       f.Int("intermediate_size", Presence::kRequired, 1, &c.intermediate_size, kMaxWidth));
@@ -505,11 +522,9 @@ StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& dir_or_file) 
   std::error_code ec;
   std::filesystem::path path = dir_or_file;
   if (std::filesystem::is_directory(path, ec)) path /= "config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path.string() + ": cannot open model config");
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseModelConfig(text.str(), path.string());
+  OASIS_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile(path, "model config", kMaxConfigJsonBytes));
+  return ParseModelConfig(text, path.string());
 }
 
 }  // namespace oasis

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/json_depth.h"
 #include "loader/safetensors.h"
+#include "loader/small_file.h"
 #include "loader/tensor_copy.h"
 #include "loader/weights.h"
 
@@ -123,13 +124,11 @@ StatusOr<std::unique_ptr<WeightSource>> OpenFiles(const std::vector<fs::path>& p
 
 StatusOr<std::unique_ptr<WeightSource>> OpenIndexed(const fs::path& index_path) {
   const std::string src = index_path.string();
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return NotFound(src + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (JsonNestedDeeperThan(text.str()))
+  OASIS_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile(index_path, "safetensors index", kMaxIndexJsonBytes));
+  if (JsonNestedDeeperThan(text))
     return DataLoss(src + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  json root = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return DataLoss(src + ": not valid JSON");
   if (!root.is_object()) return InvalidArgument(src + ": not a JSON object");
   auto map_it = root.find("weight_map");

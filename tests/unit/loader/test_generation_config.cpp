@@ -2,6 +2,7 @@
 // nulls, the rest ignored; a missing file, malformed JSON and bad values are clear errors.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 
 #include "loader/generation_config.h"
@@ -95,6 +96,17 @@ TEST_CASE("generation config: files on disk", "[loader][generation]") {
     auto g = LoadGenerationConfig(dir);
     REQUIRE_FALSE(g.ok());
     CHECK_THAT(g.status().message(), Contains((dir / "generation_config.json").string()));
+  }
+  SECTION("/dev/zero or a directory is an error, not an endless read") {
+    std::filesystem::create_symlink("/dev/zero", dir / "generation_config.json");
+    auto g = LoadGenerationConfig(dir);
+    REQUIRE_FALSE(g.ok());
+    CHECK_THAT(g.status().message(), Contains("is not a regular file"));
+    std::filesystem::remove(dir / "generation_config.json");
+    std::filesystem::create_directory(dir / "generation_config.json");
+    auto d = LoadGenerationConfig(dir);
+    REQUIRE_FALSE(d.ok());
+    CHECK_THAT(d.status().message(), Contains("is a directory"));
   }
   SECTION("the committed files: the embedded default and a transformers fixture") {
     auto embedded = LoadGenerationConfig(testing::SourceDir() / "models" / "embedded");

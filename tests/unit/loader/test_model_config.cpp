@@ -1,6 +1,10 @@
 // config.json -> ModelConfig for Qwen3, Llama 3.x and EAGLE-3 draft heads.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "oasis/model_config.h"
@@ -481,6 +485,28 @@ TEST_CASE("model config: errors name the field and the file", "[loader][config]"
                    "'partial_rotary_factor' other than 1");
   ExpectLlamaError([](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}, {"extrapolation_factor", 2}}; },
                    SC::kInvalidArgument, "'rope_scaling.extrapolation_factor'");
+  // head_dim preconditions of RoPE (src/backend/rope.cpp CHECKs them): refused at parse, not
+  // an abort when the model is built (head_dim 2 with dynamic scaling hit a CHECK).
+  ExpectLlamaError([](json& j) { j["head_dim"] = 15; }, SC::kInvalidArgument,
+                   "'head_dim' gives an odd head_dim (15)");
+  ExpectLlamaError(
+      [](json& j) {
+        j["head_dim"] = 2;
+        j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+      },
+      SC::kInvalidArgument, "dynamic RoPE scaling needs head_dim > 2, got 2");
+  ExpectLlamaError(
+      [](json& j) {
+        j["head_dim"] = 2;
+        j["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 2.0}, {"rope_theta", 1e4}};
+      },
+      SC::kInvalidArgument, "dynamic RoPE scaling needs head_dim > 2");
+  for (const char* type : {"linear", "yarn"}) {  // no such limit: head_dim 2 is fine
+    json j = json::parse(kLlama31_8B);
+    j["head_dim"] = 2;
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}};
+    CHECK(ParseModelConfig(j.dump(), "config.json").ok());
+  }
   ExpectLlamaError([](json& j) { j["hidden_act"] = "gelu"; }, SC::kUnimplemented, "'hidden_act'");
   ExpectLlamaError([](json& j) { j["mlp_bias"] = true; }, SC::kUnimplemented, "'mlp_bias'");
 
@@ -506,6 +532,49 @@ TEST_CASE("model config: LoadModelConfig from a directory or a file", "[loader][
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().code() == StatusCode::kNotFound);
   CHECK_THAT(missing.status().message(), Contains("absent"));
+}
+
+// Only a regular file of at most 16 MiB is read: /dev/zero (endless: bad_alloc), a FIFO
+// (blocked forever) and a directory are errors naming what they are.
+TEST_CASE("model config: config.json that is no regular file", "[loader][config]") {
+  namespace fs = std::filesystem;
+  const auto dir = MakeTempDir("config-special");
+  fs::create_directories(dir / "as_dir" / "config.json");
+  auto as_dir = LoadModelConfig(dir / "as_dir");
+  REQUIRE_FALSE(as_dir.ok());
+  CHECK(as_dir.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(as_dir.status().message(), Contains("config.json: model config is a directory"));
+
+  fs::create_directories(dir / "zero");
+  fs::create_symlink("/dev/zero", dir / "zero" / "config.json");
+  auto zero = LoadModelConfig(dir / "zero");
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(zero.status().message(), Contains("is not a regular file"));
+
+  fs::create_directories(dir / "fifo");
+  REQUIRE(mkfifo((dir / "fifo" / "config.json").c_str(), 0600) == 0);
+  auto fifo = LoadModelConfig(dir / "fifo");  // returns: no reader waits for a writer
+  REQUIRE_FALSE(fifo.ok());
+  CHECK_THAT(fifo.status().message(), Contains("is not a regular file"));
+
+  fs::create_directories(dir / "big");
+  {
+    std::ofstream big(dir / "big" / "config.json", std::ios::binary);
+    big << "{\"architectures\": [\"LlamaForCausalLM\"], \"pad\": \"";
+    big << std::string((size_t{16} << 20) + 1, 'x') << "\"}";
+  }
+  auto too_big = LoadModelConfig(dir / "big");
+  REQUIRE_FALSE(too_big.ok());
+  CHECK_THAT(too_big.status().message(), Contains("more than the 16 MiB"));
+
+  // A symlink to a regular file is read as the file.
+  fs::create_directories(dir / "link");
+  WriteBinaryFile(dir / "real.json", kQwen3_8B);
+  fs::create_symlink(dir / "real.json", dir / "link" / "config.json");
+  auto linked = LoadModelConfig(dir / "link");
+  INFO(linked.status().ToString());
+  CHECK(linked.ok());
 }
 
 TEST_CASE("model config: the committed transformers-5 fixtures", "[loader][config]") {

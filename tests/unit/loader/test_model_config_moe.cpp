@@ -116,6 +116,15 @@ TEST_CASE("moe config: transformers 5's num_local_experts names the expert count
   });
   CHECK(c.num_experts == 16);
   CHECK(ParseEditedOk([](json& j) { j["num_local_experts"] = 128; }).num_experts == 128);
+  // The alias has num_experts' bound (2^40 experts ran for 20 s, then bad_alloc).
+  ExpectError(
+      [](json& j) {
+        j.erase("num_experts");
+        j["num_local_experts"] = int64_t{1} << 40;
+      },
+      "'num_local_experts' must be at most 65536");
+  ExpectError([](json& j) { j["num_local_experts"] = int64_t{1} << 40; },
+              "'num_local_experts' must be at most 65536");
 }
 
 TEST_CASE("moe config: optional fields default as in Qwen3MoeConfig", "[loader][config][moe]") {

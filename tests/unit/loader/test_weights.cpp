@@ -244,6 +244,10 @@ TEST_CASE("weights: sharded checkpoint through the index", "[loader][weights]") 
     CHECK_FALSE((*opened)->Has("ids"));
     CHECK((*opened)->Names().size() == 3);
   }
+  SECTION("an index that is /dev/zero is an error, not an endless read") {
+    std::filesystem::create_symlink("/dev/zero", dir / "model.safetensors.index.json");
+    ExpectOpenError(dir, StatusCode::kInvalidArgument, {"index.json", "is not a regular file"});
+  }
   SECTION("missing shard") {
     nlohmann::json index = ShardedIndex();
     index["weight_map"]["proj"] = "model-00003-of-00002.safetensors";

@@ -1,7 +1,9 @@
 #include "oasis/tensor.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <sstream>
 
 #include "common/check.h"
@@ -20,13 +22,20 @@ Tensor::Tensor(void* data, DType dtype, std::vector<int64_t> shape, Device devic
 }
 
 Tensor Tensor::Empty(std::vector<int64_t> shape, DType dtype) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  // Out of host memory (or a size past size_t) throws std::bad_alloc, as `new` does: programs
+  // catch it around model loading and exit with an error instead of aborting.
+  size_t n = 1;
+  for (int64_t d : shape) {
+    OASIS_CHECK_GE(d, 0) << "negative dimension in " << ShapeToString(shape);
+    if (__builtin_mul_overflow(n, static_cast<size_t>(d), &n)) throw std::bad_alloc();
+  }
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(n, DTypeSize(dtype), &bytes) || bytes > SIZE_MAX - 63)
+    throw std::bad_alloc();
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
-  OASIS_CHECK(p != nullptr) << "host allocation of " << alloc << " bytes failed";
+  if (p == nullptr) throw std::bad_alloc();
   std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
   return Tensor(p, dtype, std::move(shape), Device::kCpu, std::move(owner));
 }

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "common/check.h"
+#include "common/host_memory.h"
 #include "loader/tensor_copy.h"
 #include "loader/weights.h"
 
@@ -225,6 +228,32 @@ class DummyWeights final : public WeightSource {
 
 std::unique_ptr<WeightSource> MakeDummyWeights(std::vector<WeightSpec> specs, uint64_t seed) {
   return std::make_unique<DummyWeights>(std::move(specs), seed);
+}
+
+double WeightBytes(const std::vector<WeightSpec>& specs, size_t bytes_per_element,
+                   bool at_most_spec_dtype) {
+  double total = 0;
+  for (const WeightSpec& s : specs) {
+    double n = 1;
+    for (int64_t d : s.shape) n *= static_cast<double>(d);
+    const size_t per =
+        at_most_spec_dtype ? std::min(bytes_per_element, DTypeSize(s.dtype)) : bytes_per_element;
+    total += n * static_cast<double>(per);
+  }
+  return total;
+}
+
+Status CheckHostMemoryForWeights(double bytes, const std::string& what) {
+  const std::optional<double> avail_gib = AvailableHostMemoryGiB();
+  const double gib = bytes / (1024.0 * 1024.0 * 1024.0);
+  if (!avail_gib || gib <= *avail_gib) return Status::Ok();
+  char msg[400];
+  std::snprintf(msg, sizeof msg,
+                "%s need %.2f GiB of host memory, more than the %.2f GiB this machine has "
+                "available now (MemAvailable and the memory cgroup): use a smaller model (or "
+                "config.json for --load-format dummy) or a machine with more memory",
+                what.c_str(), gib, *avail_gib);
+  return ResourceExhausted(msg);
 }
 
 }  // namespace oasis

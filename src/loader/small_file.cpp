@@ -55,4 +55,28 @@ StatusOr<std::string> ReadSmallFile(const fs::path& path, const std::string& wha
   return text;
 }
 
+StatusOr<fs::path> ResolveTokenizerFile(const fs::path& model_dir, const std::string& flag_value) {
+  std::error_code ec;
+  fs::path path = flag_value.empty() ? model_dir : fs::path(flag_value);
+  if (fs::is_directory(path, ec)) path /= "tokenizer.json";
+  if (!fs::exists(path, ec) && !fs::is_symlink(path, ec)) {
+    if (!flag_value.empty()) return NotFound("--tokenizer: no " + path.string());
+    return fs::path();
+  }
+  OASIS_RETURN_IF_ERROR(CheckSmallFile(path, "tokenizer", kMaxTokenizerJsonBytes));
+  return path;
+}
+
+StatusOr<std::string> ReadChatTemplateFile(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    return InvalidArgument("--chat-template " + path + " is a directory, not a file");
+  if (!fs::exists(path, ec)) return NotFound("cannot open --chat-template " + path);
+  StatusOr<std::string> text = ReadSmallFile(path, "chat template", kMaxConfigJsonBytes);
+  if (!text.ok()) return text.status().WithContext("--chat-template");
+  if (text->find_first_not_of(" \t\r\n") == std::string::npos)
+    return InvalidArgument("--chat-template " + path + " is empty");
+  return text;
+}
+
 }  // namespace oasis

@@ -31,4 +31,17 @@ Status CheckSmallFile(const std::filesystem::path& path, const std::string& what
 StatusOr<std::string> ReadSmallFile(const std::filesystem::path& path, const std::string& what,
                                     uint64_t max_bytes);
 
+// The tokenizer file a --tokenizer flag names (oasis-server, oasis-generate): `flag_value` when
+// given (a directory means its tokenizer.json), else `model_dir`/tokenizer.json. A given path
+// that does not exist is NotFound ("--tokenizer: no PATH"); the file found is checked as
+// CheckSmallFile does (at most kMaxTokenizerJsonBytes). Returns "" when nothing was given and
+// the model directory has no tokenizer.json (token ids only).
+StatusOr<std::filesystem::path> ResolveTokenizerFile(const std::filesystem::path& model_dir,
+                                                     const std::string& flag_value);
+
+// A --chat-template FILE (oasis-server, oasis-generate): InvalidArgument when it is a
+// directory, not a regular file or empty (blank), NotFound when it cannot be opened; at most
+// kMaxConfigJsonBytes.
+StatusOr<std::string> ReadChatTemplateFile(const std::string& path);
+
 }  // namespace oasis

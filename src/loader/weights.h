@@ -83,4 +83,17 @@ struct WeightSpec {
 // names and non-negative dims; kNormal needs a float dtype (broken specs are CHECK failures).
 std::unique_ptr<WeightSource> MakeDummyWeights(std::vector<WeightSpec> specs, uint64_t seed);
 
+// Bytes the weights of `specs` take once loaded: each element at `bytes_per_element`, or at
+// its spec's own dtype where that is smaller and `at_most_spec_dtype` (e4m3 weights kept as
+// such on a GPU). A double: no overflow for any config the parser accepts.
+double WeightBytes(const std::vector<WeightSpec>& specs, size_t bytes_per_element,
+                   bool at_most_spec_dtype = false);
+
+// Refuses, before anything is allocated, `bytes` of weights that must live in host memory when
+// they exceed what this machine has available now (MemAvailable and the memory cgroup; no
+// check where neither is known): ResourceExhausted naming `what` ("the model's weights"), both
+// sizes in GiB and what to change. (Tensor::Empty would fail the allocation, or the kernel's
+// OOM killer end the process, part-way through loading.)
+Status CheckHostMemoryForWeights(double bytes, const std::string& what);
+
 }  // namespace oasis

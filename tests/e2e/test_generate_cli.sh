@@ -34,12 +34,73 @@ check "missing model is an error" "$out" "NOT_FOUND"
 out=$("$GEN" --model "$ROOT/tests/fixtures/models/qwen3-tiny" --prompt "hi" 2>&1)
 check "text without a tokenizer is an error" "$out" "NOT_FOUND.*tokenizer.json"
 
+# QA round 3: every bad input is an error exit (rc 1), never an abort, a hang or a wrap.
+TINY=$ROOT/tests/fixtures/tiny-default  # has tokenizer.json and a chat template
+qa=$(mktemp -d)
+trap 'rm -rf "$qa"' EXIT
+gen() { timeout 60 "$GEN" "$@" 2>&1; echo "rc=$?"; }
+out=$(gen --model "$TINY" --prompt-ids 1,2,3 --max-tokens 500000000)
+check "--max-tokens past the context: OUT_OF_RANGE before the KV pool is sized (was SIGABRT)" "$out" \
+  "OUT_OF_RANGE: prompt \(3 tokens\) \+ max_tokens \(500000000\) exceeds the context length"
+out=$(gen --model "$TINY" --prompt-ids 1 --top-k 4294967297)
+check "--top-k past int32 is refused (wrapped to 1)" "$out" "INVALID_ARGUMENT: --top-k must be in \[-1"
+out=$(gen --model "$TINY" --prompt-ids 1 --top-k -2)
+check "--top-k -2 is refused" "$out" "INVALID_ARGUMENT: --top-k"
+out=$(gen --model "$TINY" --prompt-ids 1,2 --seed 9223372036854775807 --n 2 --temperature 1 --max-tokens 2)
+check "--seed INT64_MAX with --n 2 runs (seed + i modulo 2^64)" "$out" "^output 1 ids:"
+for ids in "1,2," ",1" "1,,2"; do
+  out=$(gen --model "$TINY" --prompt-ids "$ids")
+  check "--prompt-ids '$ids' (empty item) is refused" "$out" "INVALID_ARGUMENT: --prompt-ids.*empty item"
+done
+out=$(gen --model "$TINY" --prompt-ids 1 --tokenizer /nonexistent)
+check "--tokenizer that does not exist is an error with --prompt-ids too" "$out" "NOT_FOUND: --tokenizer: no /nonexistent"
+out=$(gen --model "$TINY" --prompt hello --tokenizer "$TINY" --max-tokens 2)
+check "--tokenizer DIR means DIR/tokenizer.json (as oasis-server)" "$out" "^output 0 ids:"
+mkdir "$qa/tpl_dir"; : > "$qa/empty.jinja"
+out=$(gen --model "$TINY" --chat hi --chat-template "$qa/tpl_dir")
+check "--chat-template DIR is refused as a directory" "$out" "INVALID_ARGUMENT: --chat-template .* is a directory"
+out=$(gen --model "$TINY" --chat hi --chat-template "$qa/empty.jinja")
+check "--chat-template of an empty file is refused as empty" "$out" "INVALID_ARGUMENT: --chat-template .* is empty"
+for kind in zero fifo dir tokzero; do
+  mkdir "$qa/$kind"; cp "$TINY"/* "$qa/$kind/"
+done
+ln -sf /dev/zero "$qa/zero/config.json"
+rm "$qa/fifo/config.json"; mkfifo "$qa/fifo/config.json"
+rm "$qa/dir/config.json"; mkdir "$qa/dir/config.json"
+ln -sf /dev/zero "$qa/tokzero/tokenizer.json"
+out=$(gen --model "$qa/zero" --prompt-ids 1)
+check "config.json -> /dev/zero is refused (was bad_alloc)" "$out" "INVALID_ARGUMENT: .*config.json: model config is not a regular file"
+out=$(gen --model "$qa/fifo" --prompt-ids 1)
+check "config.json as a FIFO is refused (hung)" "$out" "INVALID_ARGUMENT: .*config.json: model config is not a regular file"
+out=$(gen --model "$qa/dir" --prompt-ids 1)
+check "config.json as a directory says so" "$out" "INVALID_ARGUMENT: .*config.json: model config is a directory"
+out=$(gen --model "$qa/tokzero" --prompt-ids 1)
+check "tokenizer.json -> /dev/zero is refused (was bad_alloc)" "$out" "INVALID_ARGUMENT: .*tokenizer.json: tokenizer is not a regular file"
+mkdir "$qa/big"
+python3 - "$TINY/config.json" "$qa/big/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c.update(vocab_size=2147483647, hidden_size=16777216)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+out=$(gen --model "$qa/big" --load-format dummy --prompt-ids 1)
+check "dummy weights larger than the machine's memory: RESOURCE_EXHAUSTED (was SIGABRT)" "$out" \
+  "RESOURCE_EXHAUSTED: the model's weights need .* GiB of host memory"
+mkdir "$qa/hd2"; cp "$TINY"/* "$qa/hd2/"
+python3 - "$TINY/config.json" "$qa/hd2/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c.update(head_dim=2, rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+json.dump(c, open(sys.argv[2], "w"))
+PY
+out=$(gen --model "$qa/hd2" --prompt-ids 1)
+check "dynamic RoPE with head_dim 2 is a config error (was a CHECK abort)" "$out" \
+  "INVALID_ARGUMENT: .*config.json: dynamic RoPE scaling needs head_dim > 2"
+
 if [[ ! -f $CACHE/qwen3/tokenizer.json ]]; then
   echo "skipping text/chat checks: no $CACHE/qwen3 (run tools/fetch_test_data.sh)"
   [[ $fail == 0 ]] && exit 77 || exit 1
 fi
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+trap 'rm -rf "$dir" "$qa"' EXIT
 cp "$CACHE/qwen3/tokenizer.json" "$CACHE/qwen3/tokenizer_config.json" "$dir/"
 cat > "$dir/config.json" <<'JSON'
 {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,

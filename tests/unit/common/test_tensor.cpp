@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <new>
+
 #include "oasis/tensor.h"
 
 using namespace oasis;
@@ -40,4 +42,13 @@ TEST_CASE("Tensor ToFloat converts bf16", "[tensor]") {
   CHECK(f.dtype() == DType::kF32);
   CHECK(f.data<float>()[0] == 1.5f);
   CHECK(f.data<float>()[1] == -0.25f);
+}
+
+// A host allocation that cannot succeed throws std::bad_alloc (programs catch it around model
+// loading and exit with an error) instead of aborting on a CHECK.
+TEST_CASE("Tensor::Empty: an impossible host allocation throws bad_alloc", "[tensor]") {
+  CHECK_THROWS_AS(Tensor::Empty({int64_t{1} << 62}, DType::kF32), std::bad_alloc);  // > size_t
+  CHECK_THROWS_AS(Tensor::Empty({int64_t{1} << 40, int64_t{1} << 40}, DType::kBF16),
+                  std::bad_alloc);  // the element count overflows
+  CHECK_THROWS_AS(Tensor::Empty({int64_t{1} << 56}, DType::kU8), std::bad_alloc);  // 64 PiB
 }

@@ -162,3 +162,18 @@ TEST_CASE("dummy weights: large tensors split across threads give the same value
     REQUIRE(Bf16BitsToFloat(wide->data<uint16_t>()[i]) == f[100 * 2048 + i]);
   }
 }
+
+TEST_CASE("dummy weights: bytes from the specs and the host-memory check", "[loader][dummy]") {
+  CHECK(WeightBytes(Specs(), 4) == 4.0 * (64000 + 105 + 64 + 8 + 16 + 4));
+  // At most the spec's dtype: bf16 (2), f32 -> 2, bf16, f16, i64 -> 2, bool (1).
+  CHECK(WeightBytes(Specs(), 2, true) == 2.0 * 64000 + 2 * 105 + 2 * 64 + 2 * 8 + 2 * 16 + 4);
+  // No overflow for shapes far past memory.
+  CHECK(WeightBytes({{"huge", {int64_t{1} << 31, int64_t{1} << 24}}}, 4) ==
+        4.0 * 36028797018963968.0);
+  CHECK(CheckHostMemoryForWeights(1024, "tiny weights").ok());
+  const Status too_big = CheckHostMemoryForWeights(1e21, "the model's weights");
+  REQUIRE_FALSE(too_big.ok());  // a zettabyte: more than any machine has available
+  CHECK(too_big.code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(too_big.message(), Contains("the model's weights need"));
+  CHECK_THAT(too_big.message(), Contains("GiB this machine has available"));
+}

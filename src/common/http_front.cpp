@@ -225,6 +225,7 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
 
   // From any thread: cut the connection (idle eviction, shutdown).
   void Cut() {
+    evicting_ = true;
     asio::post(stream_.get_executor(), [self = shared_from_this()] { self->CutNow(); });
   }
   // From any thread, while stopping: cut it unless it is writing a response.
@@ -234,6 +235,9 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
     });
   }
   Phase phase() const { return phase_.load(); }
+  // Cut already asked for: the connection is closing and stays registered only until its
+  // coroutine unwinds, so it is no longer a candidate to make room.
+  bool evicting() const { return evicting_.load(); }
   std::chrono::steady_clock::time_point idle_since() const { return idle_since_.load(); }
   std::chrono::steady_clock::time_point reading_since() const { return reading_since_.load(); }
 
@@ -306,9 +310,11 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
     deadline_.cancel();
   }
   // A read that watches for the client closing while the response is written; data (a
-  // pipelined request) stays in the buffer for the next parse.
+  // pipelined request) stays in the buffer for the next parse. Past the header limit of
+  // buffered data it reads no more (the rest waits in the socket, as TCP flow control lets
+  // it): a client sending while its answer is generated cannot grow the buffer without bound.
   void Watch() {
-    if (watching_ || closed_) return;
+    if (watching_ || closed_ || buffer_.size() >= front_.options_.max_header_bytes) return;
     watching_ = true;
     auto buf = buffer_.prepare(4096);
     stream_.socket().async_read_some(
@@ -350,6 +356,7 @@ class HttpFront::Impl::Connection : public std::enable_shared_from_this<Connecti
   uint64_t deadline_gen_ = 0;
   bool timed_out_ = false;
   std::atomic<Phase> phase_{Phase::kIdle};
+  std::atomic<bool> evicting_{false};
   std::atomic<std::chrono::steady_clock::time_point> idle_since_{std::chrono::steady_clock::now()};
   std::atomic<std::chrono::steady_clock::time_point> reading_since_{
       std::chrono::steady_clock::now()};
@@ -371,19 +378,27 @@ class HttpFront::Impl::Exchange : public HttpExchange {
         method_(std::move(method)),
         path_(std::move(path)),
         keep_alive_(conn_->keep_alive_),
-        http11_(conn_->http11_) {}
+        http11_(conn_->http11_),
+        head_only_(method_ == "HEAD") {}
 
+  // A HEAD request (served by the GET route) gets the head the GET would have, no body.
   void Reply(int status, std::string content_type, std::string body, HttpHeaders extra) override {
     if (started_.exchange(true)) return;
     Log(status);
     std::string bytes =
         Head(status, content_type, static_cast<int64_t>(body.size()), false, keep_alive_, extra);
-    bytes += body;
+    if (!head_only_) bytes += body;
     Post(std::move(bytes), true);
   }
   void StartStream(int status, std::string content_type, HttpHeaders extra) override {
     if (started_.exchange(true)) return;
     Log(status);
+    if (head_only_) {  // the head only: the stream's writes and end are not sent
+      ended_ = true;
+      streaming_ = true;
+      Post(Head(status, content_type, -1, http11_, keep_alive_ && http11_, extra), true);
+      return;
+    }
     streaming_ = true;
     Post(Head(status, content_type, -1, http11_, keep_alive_ && http11_, extra), false);
   }
@@ -424,7 +439,7 @@ class HttpFront::Impl::Exchange : public HttpExchange {
   std::shared_ptr<Connection> conn_;
   uint64_t id_;
   std::string method_, path_;
-  bool keep_alive_, http11_;
+  bool keep_alive_, http11_, head_only_;
   std::atomic<bool> started_{false}, ended_{false};
   std::atomic<bool> streaming_{false};
 };
@@ -452,12 +467,26 @@ asio::awaitable<bool> HttpFront::Impl::Connection::Serve() {
   phase_ = Phase::kIdle;
   idle_since_ = std::chrono::steady_clock::now();
   if (front_.stopping_) co_return false;
-  if (buffer_.size() == 0) {
-    stream_.expires_after(o.idle_timeout);
-    const size_t n = co_await stream_.async_read_some(
-        buffer_.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return false;  // idle timeout, close or reset: end quietly
-    buffer_.commit(n);
+  // Empty lines before a request line are skipped (RFC 9112 §2.2: clients may send a CRLF
+  // after a body), a bounded number of them.
+  constexpr size_t kMaxEmptyLineBytes = 64;
+  for (size_t skipped = 0;;) {
+    if (buffer_.size() == 0) {
+      stream_.expires_after(o.idle_timeout);
+      const size_t n = co_await stream_.async_read_some(
+          buffer_.prepare(4096), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return false;  // idle timeout, close or reset: end quietly
+      buffer_.commit(n);
+    }
+    const auto data = buffer_.data();
+    const char* p = static_cast<const char*>(data.data());
+    size_t k = 0;
+    while (k < data.size() && skipped + k < kMaxEmptyLineBytes && (p[k] == '\r' || p[k] == '\n')) {
+      ++k;
+    }
+    buffer_.consume(k);
+    skipped += k;
+    if (buffer_.size() > 0 || skipped >= kMaxEmptyLineBytes) break;
   }
   reading_since_ = std::chrono::steady_clock::now();
   phase_ = Phase::kReading;
@@ -533,6 +562,14 @@ asio::awaitable<bool> HttpFront::Impl::Connection::Serve() {
   if (te_begin != te_end && (!parser.chunked() || codings != 1 || !only_chunked)) {
     co_return co_await fail(400, "bad_request",
                             "Transfer-Encoding other than chunked is not supported");
+  }
+  // HTTP/1.0 has no transfer codings: its framing would be faulty (RFC 9112 §6.1).
+  if (te_begin != te_end && !http11_) {
+    co_return co_await fail(400, "bad_request", "Transfer-Encoding in an HTTP/1.0 request");
+  }
+  // Every HTTP/1.1 request carries a Host header (RFC 9112 §3.2).
+  if (http11_ && msg.find(http::field::host) == msg.end()) {
+    co_return co_await fail(400, "bad_request", "an HTTP/1.1 request needs a Host header");
   }
   if (const auto cl = parser.content_length(); cl && *cl > o.max_body_bytes) {
     co_return co_await fail(413, "request_too_large",
@@ -628,16 +665,26 @@ asio::awaitable<bool> HttpFront::Impl::Connection::Serve() {
 void HttpFront::Impl::Connection::Dispatch(HttpRequest req) {
   auto ex =
       std::make_shared<Exchange>(front_, shared_from_this(), exchange_id_, req.method, req.path);
-  const auto it = front_.routes_.find({req.method, req.path});
+  auto it = front_.routes_.find({req.method, req.path});
+  // HEAD is served wherever GET is (RFC 9110 §9.3.2): the GET route runs, the body is not sent.
+  if (it == front_.routes_.end() && req.method == "HEAD")
+    it = front_.routes_.find({"GET", req.path});
   if (it == front_.routes_.end()) {
-    bool path_known = false;
-    for (const auto& [key, route] : front_.routes_) path_known |= key.second == req.path;
+    std::string allow;  // the path's methods, for 405's Allow header
+    for (const auto& [key, route] : front_.routes_) {
+      if (key.second != req.path) continue;
+      allow += (allow.empty() ? "" : ", ") + key.first;
+      if (key.first == "GET") allow += ", HEAD";
+    }
+    const bool path_known = !allow.empty();
     const int status = path_known ? 405 : 404;
     auto [type, body] = front_.ErrorBody(status, path_known ? "method_not_allowed" : "not_found",
                                          (path_known ? "method " + req.method + " not allowed for "
                                                      : "no route " + req.method + " ") +
                                              req.path);
-    ex->Reply(status, type, body, {});
+    HttpHeaders extra;
+    if (path_known) extra.push_back({"Allow", allow});
+    ex->Reply(status, type, body, extra);
     return;
   }
   if (front_.hooks_.before && front_.hooks_.before(req, *ex)) return;
@@ -718,6 +765,7 @@ bool HttpFront::Impl::EvictForNew() {
     auto oldest_reading = now - kSlowRequest;
     std::shared_ptr<Connection> slow;
     for (Connection* c : connections_) {
+      if (c->evicting()) continue;  // one new connection, one victim (not the same one again)
       const Connection::Phase phase = c->phase();
       if (phase == Connection::Phase::kIdle && c->idle_since() < oldest_idle) {
         std::shared_ptr<Connection> s = c->weak_from_this().lock();

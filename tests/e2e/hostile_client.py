@@ -7,7 +7,10 @@ Each probe prints "ok: ..." or "FAILED: ..." lines and exits 1 on any failure. P
   slowloris N SECONDS     N connections trickle request headers one byte per 0.5 s; /health
                           must answer within 1 s throughout; each trickler must get 408 (or be
                           closed) once the server's header timeout passes
-  idle N SECONDS          N connections open and send nothing; /health must answer within 1 s
+  idle N SECONDS [LIMIT]  N connections open and send nothing; /health must answer within 1 s;
+                          with LIMIT (--max-connections), at most LIMIT of them stay open
+  pipeflood SECONDS       a generation whose client sends bytes nonstop meanwhile: the server
+                          accepts no more than socket buffers hold
   busy N                  N connections each hold a half-sent request (a slot); then one more
                           connection must get a fast 503 with Retry-After
   framing MAXBODY         conflicting Content-Length / Transfer-Encoding → 400; a chunked body
@@ -152,11 +155,78 @@ def probe_slowloris(n, seconds):
         s.close()
 
 
-def probe_idle(n, seconds):
+def closed_by_server(s):
+    """True when the server closed `s` (EOF or reset), without blocking."""
+    r, _, _ = select.select([s], [], [], 0)
+    if not r:
+        return False
+    try:
+        return s.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
+def probe_idle(n, seconds, limit=None):
     socks = [connect() for _ in range(n)]
     watch_health(seconds, f"{n} idle connections")
+    if limit is not None:
+        # Each connection past the limit closed one longest-idle connection (not the same one
+        # again while it was closing): at most `limit` of ours are open.
+        time.sleep(0.5)
+        alive = sum(not closed_by_server(s) for s in socks)
+        if alive <= limit:
+            ok(f"{alive} of {n} idle connections still open (--max-connections {limit})")
+        else:
+            bad(f"{alive} of {n} idle connections still open, over --max-connections {limit}")
     for s in socks:
         s.close()
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) >> 10
+    return 0
+
+
+def probe_pipeflood(seconds):
+    """A long generation whose client sends bytes nonstop while it is answered: the server
+    must not read (and buffer) them without bound. With OASIS_SERVER_PID its resident memory
+    must not grow by more than 64 MiB."""
+    pid = os.environ.get("OASIS_SERVER_PID")
+    rss0 = rss_mib(pid) if pid else 0
+    peak = rss0
+    body = json.dumps({"prompt": "once upon a time", "max_tokens": 4000, "temperature": 1.0,
+                       "ignore_eos": True}).encode()
+    s = connect()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s.setblocking(False)
+    junk = b"A" * 65536
+    sent = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            sent += s.send(junk)
+        except BlockingIOError:
+            time.sleep(0.01)
+        except OSError:
+            break
+        if pid:
+            peak = max(peak, rss_mib(pid))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()  # a reset: the generation is aborted
+    # Loopback socket buffers hold a few MiB; an unbounded read takes hundreds a second.
+    if sent < 64 << 20 and peak - rss0 < 64:
+        ok(f"{sent >> 20} MiB accepted, RSS {rss0} -> {peak} MiB, from a client sending while "
+           f"answered ({seconds} s)")
+    else:
+        bad(f"{sent >> 20} MiB accepted, RSS {rss0} -> {peak} MiB, from a client sending while "
+            f"answered ({seconds} s)")
+    status, _ = health_latency()
+    if status != 200:
+        bad(f"/health after the pipelined flood: {status}")
 
 
 def open_partial(n, head):
@@ -298,6 +368,45 @@ def probe_framing(max_body):
     # A header section over the limit: 431.
     expect("headers over the limit",
            b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (200 << 10) + b"\r\n\r\n", 431)
+    # HTTP/1.0 has no transfer codings; HTTP/1.1 needs a Host header; empty lines before a
+    # request line are skipped.
+    expect("HTTP/1.0 with Transfer-Encoding chunked",
+           head.replace(b"HTTP/1.1", b"HTTP/1.0") + b"Transfer-Encoding: chunked\r\n\r\n" + chunked, 400)
+    expect("HTTP/1.1 without Host", b"GET /health HTTP/1.1\r\n\r\n", 400)
+    expect("HTTP/1.0 without Host", b"GET /health HTTP/1.0\r\n\r\n", 200)
+    expect("empty lines before the request line",
+           b"\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n", 200)
+    # HEAD is served where GET is: the GET's head, no body; 405 names the allowed methods.
+    s = connect()
+    s.sendall(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n"
+              b"Connection: close\r\n\r\n")
+    s.settimeout(10)
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    parts = data.split(b"HTTP/1.1 ")
+    heads = [p.split(b"\r\n\r\n", 1) for p in parts[1:]]
+    if (len(heads) == 2 and heads[0][0].startswith(b"200") and heads[0][1] == b""
+            and b"content-length:" in heads[0][0].lower() and heads[1][0].startswith(b"200")
+            and heads[1][1].startswith(b"{")):
+        ok("HEAD /health: 200, no body (the pipelined GET after it answered with one)")
+    else:
+        bad(f"HEAD /health then GET: {data[:400]!r}")
+    s = connect()
+    s.sendall(b"DELETE /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, _ = read_response(s)
+    s.close()
+    if status == 405 and headers.get("allow") == "POST":
+        ok("405 with Allow: POST")
+    else:
+        bad(f"DELETE /v1/completions: {status} {headers}")
     # The server still serves after all that.
     status, dt = health_latency()
     if status == 200:
@@ -548,7 +657,9 @@ args = sys.argv[3:]
 if probe == "slowloris":
     probe_slowloris(int(args[0]), float(args[1]))
 elif probe == "idle":
-    probe_idle(int(args[0]), float(args[1]))
+    probe_idle(int(args[0]), float(args[1]), int(args[2]) if len(args) > 2 else None)
+elif probe == "pipeflood":
+    probe_pipeflood(float(args[0]))
 elif probe == "busy":
     probe_busy(int(args[0]))
 elif probe == "noread":

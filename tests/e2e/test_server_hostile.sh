@@ -23,7 +23,8 @@ start_server "$TMP/hostile.log" --backend cpu --max-connections 48 --header-time
   --max-waiting 12 --shutdown-timeout-s 3 || exit 1
 probe framing 65536
 probe slowloris 30 4
-probe idle 200 3
+probe idle 200 3 48
+OASIS_SERVER_PID=$SERVER_PID probe pipeflood 2
 probe busy 48
 sleep 2.5  # the busy probe's half requests time out (--header-timeout-s 2)
 probe trickle 48

@@ -520,10 +520,13 @@ StatusOr<std::vector<std::shared_ptr<RequestStream>>> Engine::SubmitGroup(
     const int64_t waiting = static_cast<int64_t>(impl_->inbox.size()) +
                             impl_->num_waiting_engine.load(std::memory_order_relaxed);
     const int64_t n = static_cast<int64_t>(group.size());
+    // More sequences than the queue ever holds can never be queued: the request's own fault
+    // (InvalidArgument, a 400), not a full queue to retry later (ResourceExhausted, a 429).
     if (n > impl_->options.max_waiting) {
-      return ResourceExhausted("a request of " + std::to_string(n) +
-                               " sequences (prompts x n) is more than the waiting queue holds (" +
-                               std::to_string(impl_->options.max_waiting) + ")");
+      return InvalidArgument("a request of " + std::to_string(n) +
+                             " sequences (prompts x n) is more than the waiting queue holds (" +
+                             std::to_string(impl_->options.max_waiting) +
+                             "), so it can never be queued: send fewer prompts or a smaller n");
     }
     if (waiting + n > impl_->options.max_waiting) {
       return ResourceExhausted("too many waiting requests (" + std::to_string(waiting) + ")");

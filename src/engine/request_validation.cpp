@@ -75,15 +75,27 @@ Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool h
     return OutOfRange("prompt (" + std::to_string(P) +
                       " tokens) leaves no room in the context length " + std::to_string(ctx));
   }
-  // The whole pool holds pool_tokens tokens of one sequence (all heads dense).
+  if (r.max_tokens == -1 && ctx > 0 && r.min_tokens > ctx - P) {
+    return InvalidArgument("min_tokens (" + std::to_string(r.min_tokens) +
+                           ") exceeds the room the prompt leaves in the context (" +
+                           std::to_string(ctx - P) + " tokens)");
+  }
+  // The whole pool holds pool_tokens tokens of one sequence (all heads dense). A request that
+  // needs more can never run, however long it waits: InvalidArgument (a 400, not a retryable
+  // 429).
   const int64_t pool_tokens = num_kv_slots / num_kv_heads * kBlockSize;
   const int64_t needed = r.max_tokens == -1 ? 1 : r.max_tokens;
   if (needed > pool_tokens - P) {
-    return ResourceExhausted(
-        "prompt (" + std::to_string(P) + " tokens) + max_tokens (" + std::to_string(needed) +
-        ") needs more KV cache than the whole pool (" + std::to_string(num_kv_slots) +
-        " head-blocks = " + std::to_string(pool_tokens) + " tokens of " +
-        std::to_string(num_kv_heads) + " KV heads)");
+    const std::string what = r.max_tokens == -1
+                                 ? "the prompt (" + std::to_string(P) + " tokens) and a token"
+                                 : "the prompt (" + std::to_string(P) + " tokens) + max_tokens (" +
+                                       std::to_string(needed) + ")";
+    return InvalidArgument(what + " need more KV cache than the server's whole pool holds (" +
+                           std::to_string(num_kv_slots) +
+                           " head-blocks = " + std::to_string(pool_tokens) + " tokens of " +
+                           std::to_string(num_kv_heads) +
+                           " KV heads), so the request can never run: lower max_tokens or the "
+                           "prompt");
   }
   return Status::Ok();
 }

@@ -12,8 +12,8 @@
 namespace oasis {
 
 // Empty id or prompt, ids outside the vocabulary, bad max/min_tokens, top_logprobs, sampling
-// values, text options without a tokenizer → InvalidArgument; context overflow → OutOfRange;
-// more KV than the whole pool of `num_kv_slots` head-blocks → ResourceExhausted.
+// values, text options without a tokenizer, more KV than the whole pool of `num_kv_slots`
+// head-blocks (it could never run) → InvalidArgument; context overflow → OutOfRange.
 Status ValidateRequest(const EngineRequest& r, const ModelConfig& config, bool has_tokenizer,
                        int64_t num_kv_slots, int32_t num_kv_heads);
 

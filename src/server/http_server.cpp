@@ -27,8 +27,12 @@ void SendJson(HttpExchange& ex, const OrderedJson& body, int status = 200) {
   ex.Reply(status, "application/json", DumpJson(body));
 }
 
+// A 429 (the waiting queue is full for now) says when to retry, as the front's own 503 does;
+// a request that can never be served is a 400, never a 429 a client would retry forever.
 void SendError(HttpExchange& ex, const ApiError& error) {
-  SendJson(ex, error.ToJson(), error.http_status);
+  HttpHeaders extra;
+  if (error.http_status == 429) extra.push_back({"Retry-After", "1"});
+  ex.Reply(error.http_status, "application/json", DumpJson(error.ToJson()), std::move(extra));
 }
 
 ApiError Unauthorized() {
@@ -299,11 +303,12 @@ std::optional<T> OptionalField(const Json& body, const char* name, T fallback, A
 }
 
 // A 400 naming the first field of `body` that is not in `known` (the tokenizer routes, like the
-// generation routes, honour every field they accept); true when all are known.
+// generation routes, honour every field they accept; null counts as absent); true when all are
+// known.
 bool OnlyKnownFields(const Json& body, std::initializer_list<std::string_view> known,
                      ApiError* err) {
   for (const auto& [key, value] : body.items()) {
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
+    if (!value.is_null() && std::find(known.begin(), known.end(), key) == known.end()) {
       *err = BadRequest("unknown parameter '" + key + "' for this endpoint", key);
       return false;
     }
@@ -311,39 +316,40 @@ bool OnlyKnownFields(const Json& body, std::initializer_list<std::string_view> k
   return true;
 }
 
-// The text /tokenize encodes (a prompt, or chat messages rendered) and whether special tokens
-// are added; nullopt with `*err` on a bad request.
+// The text /tokenize encodes (a prompt, or chat messages rendered as the chat route renders
+// them) and whether special tokens are added; nullopt with `*err` on a bad request. A null
+// field counts as absent.
 std::optional<std::pair<std::string, bool>> TokenizeInput(Service& svc, const Json& body,
                                                           ApiError* err) {
-  std::string text;
-  bool add_special = true;
-  if (body.contains("messages")) {
-    // The chat fields are a chat request's; /tokenize's own ones are read below.
+  auto messages = body.find("messages");
+  if (messages != body.end() && !messages->is_null()) {
+    // A chat request's fields (add_special_tokens included: default false, the template writes
+    // the special tokens); /tokenize's own return_token_strs is read by the caller.
     Json chat = body;
-    chat.erase("add_special_tokens");
     chat.erase("return_token_strs");
     std::optional<GenerateSpec> spec = ParseChatRequest(chat, svc.limits(), err);
     if (!spec) return std::nullopt;
-    StatusOr<std::string> rendered = svc.RenderChat(*spec);
-    if (!rendered.ok()) {
-      *err = FromStatus(rendered.status(), Service::ChatTemplateParam(*spec));
+    std::string text;
+    if (std::optional<ApiError> e = svc.RenderChatPrompt(*spec, &text)) {
+      *err = std::move(*e);
       return std::nullopt;
     }
-    text = *rendered;
-    add_special = false;
-  } else {
-    if (!OnlyKnownFields(body, {"model", "prompt", "add_special_tokens", "return_token_strs"}, err))
-      return std::nullopt;
-    auto p = body.find("prompt");
-    if (p == body.end() || !p->is_string()) {
-      *err = BadRequest("'prompt' must be a string", "prompt");
-      return std::nullopt;
-    }
-    text = p->get<std::string>();
+    return std::pair{std::move(text), spec->add_special_tokens.value_or(false)};
   }
-  std::optional<bool> a = OptionalField(body, "add_special_tokens", add_special, err);
-  if (!a) return std::nullopt;
-  return std::pair{text, *a};
+  if (!OnlyKnownFields(body, {"model", "prompt", "add_special_tokens", "return_token_strs"}, err))
+    return std::nullopt;
+  auto p = body.find("prompt");
+  if (p == body.end() || p->is_null()) {
+    *err = BadRequest("'prompt' or 'messages' is required", "prompt");
+    return std::nullopt;
+  }
+  if (!p->is_string()) {
+    *err = BadRequest("'prompt' must be a string", "prompt");
+    return std::nullopt;
+  }
+  std::optional<bool> add_special = OptionalField(body, "add_special_tokens", true, err);
+  if (!add_special) return std::nullopt;
+  return std::pair{p->get<std::string>(), *add_special};
 }
 
 // The tokenizer routes' common start: a loaded model with a tokenizer, and a JSON body. Sends
@@ -399,16 +405,15 @@ void HandleDetokenize(Service& svc, const HttpRequest& req, HttpExchange& res) {
     return SendError(res, BadRequest("'tokens' must be a list of token ids", "tokens"));
   std::vector<int32_t> ids;
   for (const Json& id : *t) {
-    // The range first: an id of 2^32 + 5 must not wrap onto token 5 (past int64 it reads as
-    // negative).
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() > std::numeric_limits<int32_t>::max() ||
-        !h->tokenizer->IsKnown(static_cast<int32_t>(id.get<int64_t>()))) {
+    // As every token id of the API (JsonTokenId): an exact integer (5 or 5.0) in range, so
+    // that 2^32 + 5 does not wrap onto token 5 nor 1.5 round to 1.
+    const std::optional<int32_t> v = JsonTokenId(id);
+    if (!v || !h->tokenizer->IsKnown(*v)) {
       return SendError(res, BadRequest("'tokens' holds " + Clip(id.dump(), 40) +
                                            ", not a token id of this tokenizer",
                                        "tokens"));
     }
-    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    ids.push_back(*v);
   }
   SendJson(res, {{"prompt", h->tokenizer->Decode(ids, tokenizer::SkipSpecialTokens::kNo)}});
 }

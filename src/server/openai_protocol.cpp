@@ -1,12 +1,15 @@
 #include "server/openai_protocol.h"
 
 #include <algorithm>
+#include <cfloat>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <limits>
 #include <set>
 #include <string_view>
 
+#include "common/http_util.h"
 #include "common/json_depth.h"
 #include "tokenizer/structured/gbnf.h"
 #include "tokenizer/structured/json_schema.h"
@@ -29,7 +32,6 @@ constexpr std::string_view kKnownUnsupported[] = {"priority",
                                                   "request_id",
                                                   "return_token_ids",
                                                   "logits_processors",
-                                                  "add_special_tokens",
                                                   "reasoning_effort",
                                                   "functions",
                                                   "function_call",
@@ -40,6 +42,13 @@ constexpr std::string_view kKnownUnsupported[] = {"priority",
                                                   "audio",
                                                   "prediction",
                                                   "web_search_options"};
+
+// A float as its shortest round-trip text ("3.4028235e+38", not the double's digits).
+std::string FloatText(float v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
 
 // Typed access to the request's fields; each failure records a 400 naming the parameter.
 // Absent and null fields leave the output untouched.
@@ -97,6 +106,23 @@ class Reader {
     *out = v->get<double>();
     return true;
   }
+  // A value that passed its range check as a double, narrowed to the float the engine samples
+  // with: one that overflows (1e39 -> inf), or a nonzero one that underflows to 0 or a denormal
+  // when `zero_allowed` is false (top_p 1e-46 -> 0), is a 400 naming `key` with the value sent.
+  bool Narrow(const std::string& key, double v, bool zero_allowed, float* out) {
+    const float f = static_cast<float>(v);
+    if (!std::isfinite(f)) {
+      return Fail(key, "'" + key + "' is too large: got " + FormatNumber(v) +
+                           ", the largest value is " + FloatText(FLT_MAX) + " (a 32-bit float)");
+    }
+    if (!zero_allowed && v != 0 && std::fabs(f) < FLT_MIN) {
+      return Fail(key, "'" + key + "' is too small: got " + FormatNumber(v) +
+                           ", the smallest value above 0 is " + FloatText(FLT_MIN) +
+                           " (a 32-bit float)");
+    }
+    *out = f;
+    return true;
+  }
   bool String(const char* key, std::string* out) {
     const Json* v = Get(key);
     if (v == nullptr) return true;
@@ -145,10 +171,12 @@ constexpr int64_t kTokenIdMax = std::numeric_limits<int32_t>::max();
 bool ParseTokenIds(Reader& r, const Json& list, const std::string& param,
                    std::vector<int32_t>* out) {
   for (const Json& id : list) {
-    int64_t v = 0;
-    if (!r.IntValue(id, param, 0, kTokenIdMax, &v))
-      return r.Fail(param, "'" + param + "' token ids must be integers >= 0");
-    out->push_back(static_cast<int32_t>(v));
+    const std::optional<int32_t> v = JsonTokenId(id);
+    if (!v) {
+      return r.Fail(param, "'" + param + "' token ids must be integers in [0, " +
+                               std::to_string(kTokenIdMax) + "], got " + Clip(id.dump(), 40));
+    }
+    out->push_back(*v);
   }
   return true;
 }
@@ -168,19 +196,20 @@ bool ParseLogitsProcessing(Reader& r, const ProtocolLimits& limits, GenerateSpec
     double v = 0;
     if (!r.Number(name, &v)) return false;
     if (!(v >= -2.0 && v <= 2.0)) {
-      return r.Fail(name,
-                    std::string("'") + name + "' must be in [-2, 2], got " + std::to_string(v));
+      return r.Fail(name, std::string("'") + name + "' must be in [-2, 2], got " + FormatNumber(v));
     }
-    (std::string_view(name) == "presence_penalty" ? sp.presence_penalty : sp.frequency_penalty) =
-        static_cast<float>(v);
+    float* field =
+        std::string_view(name) == "presence_penalty" ? &sp.presence_penalty : &sp.frequency_penalty;
+    if (!r.Narrow(name, v, /*zero_allowed=*/true, field)) return false;
   }
   double repetition = limits.default_sampling.repetition_penalty;  // generation_config's
   if (!r.Number("repetition_penalty", &repetition)) return false;
   if (!(repetition > 0.0 && repetition <= 2.0)) {
     return r.Fail("repetition_penalty",
-                  "'repetition_penalty' must be in (0, 2], got " + std::to_string(repetition));
+                  "'repetition_penalty' must be in (0, 2], got " + FormatNumber(repetition));
   }
-  sp.repetition_penalty = static_cast<float>(repetition);
+  if (!r.Narrow("repetition_penalty", repetition, /*zero_allowed=*/false, &sp.repetition_penalty))
+    return false;
   if (const Json* bias = r.Get("logit_bias")) {
     if (!bias->is_object()) {
       return r.Fail("logit_bias", "'logit_bias' must be an object of token ids to biases");
@@ -203,9 +232,11 @@ bool ParseLogitsProcessing(Reader& r, const ProtocolLimits& limits, GenerateSpec
       const double b = value.get<double>();
       if (!(b >= -100.0 && b <= 100.0)) {
         return r.Fail("logit_bias", "'logit_bias' values must be in [-100, 100], got " +
-                                        std::to_string(b) + " for token " + key);
+                                        FormatNumber(b) + " for token " + key);
       }
-      sp.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+      float bias = 0;
+      if (!r.Narrow("logit_bias", b, /*zero_allowed=*/true, &bias)) return false;
+      sp.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
     }
   }
   if (const Json* ids = r.Get("allowed_token_ids")) {
@@ -471,20 +502,22 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
   }
   const SamplingParams& defaults = limits.default_sampling;
   double temperature = defaults.temperature, top_p = defaults.top_p, min_p = defaults.min_p;
+  // Checked as doubles, then as the floats the engine samples with (Reader::Narrow).
   if (!r.Number("temperature", &temperature)) return false;
   if (temperature < 0)
-    return r.Fail("temperature", "'temperature' must be >= 0, got " + std::to_string(temperature));
+    return r.Fail("temperature", "'temperature' must be >= 0, got " + FormatNumber(temperature));
+  if (!r.Narrow("temperature", temperature, /*zero_allowed=*/true, &spec->sampling.temperature))
+    return false;
   if (!r.Number("top_p", &top_p)) return false;
   if (!(top_p > 0 && top_p <= 1))
-    return r.Fail("top_p", "'top_p' must be in (0, 1], got " + std::to_string(top_p));
+    return r.Fail("top_p", "'top_p' must be in (0, 1], got " + FormatNumber(top_p));
+  if (!r.Narrow("top_p", top_p, /*zero_allowed=*/false, &spec->sampling.top_p)) return false;
   if (!r.Number("min_p", &min_p)) return false;
   if (!(min_p >= 0 && min_p <= 1))
-    return r.Fail("min_p", "'min_p' must be in [0, 1], got " + std::to_string(min_p));
+    return r.Fail("min_p", "'min_p' must be in [0, 1], got " + FormatNumber(min_p));
+  if (!r.Narrow("min_p", min_p, /*zero_allowed=*/true, &spec->sampling.min_p)) return false;
   int64_t top_k = defaults.top_k;
   if (!r.Int("top_k", -1, kTokenIdMax, &top_k)) return false;
-  spec->sampling.temperature = static_cast<float>(temperature);
-  spec->sampling.top_p = static_cast<float>(top_p);
-  spec->sampling.min_p = static_cast<float>(min_p);
   spec->sampling.top_k = static_cast<int32_t>(top_k);
   if (const Json* seed = r.Get("seed")) {
     int64_t v = 0;
@@ -526,6 +559,9 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
     if (!ids->is_array())
       return r.Fail("forced_output_ids", "'forced_output_ids' must be a list of token ids");
     if (!ParseTokenIds(r, *ids, "forced_output_ids", &spec->forced_output_ids)) return false;
+    for (int32_t id : spec->forced_output_ids) {
+      if (!CheckVocab(r, limits, "forced_output_ids", id)) return false;
+    }
   }
   if (!r.Bool("ignore_eos", &spec->ignore_eos)) return false;
   if (!r.Bool("return_tokens_as_token_ids", &spec->return_tokens_as_token_ids)) return false;
@@ -552,6 +588,15 @@ bool ParseCommon(Reader& r, const ProtocolLimits& limits, GenerateSpec* spec) {
       return r.Fail("prompt_logprobs", "'prompt_logprobs' are not available when stream=true");
     spec->prompt_logprobs = static_cast<int>(k);
   }
+  return true;
+}
+
+// vLLM's add_special_tokens (both routes; the default is the endpoint's, GenerateSpec).
+bool ParseAddSpecialTokens(Reader& r, GenerateSpec* spec) {
+  if (r.Get("add_special_tokens") == nullptr) return true;
+  bool add = false;
+  if (!r.Bool("add_special_tokens", &add)) return false;
+  spec->add_special_tokens = add;
   return true;
 }
 
@@ -876,6 +921,32 @@ ApiError HostKvTooLarge(const Status& status) {
   return e;
 }
 
+std::string FormatNumber(double v) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+std::optional<int32_t> JsonTokenId(const Json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(kTokenIdMax)) return std::nullopt;
+    return static_cast<int32_t>(u);
+  }
+  if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if (i < 0 || i > kTokenIdMax) return std::nullopt;
+    return static_cast<int32_t>(i);
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!(d >= 0 && d <= static_cast<double>(kTokenIdMax)) || d != std::floor(d))
+      return std::nullopt;
+    return static_cast<int32_t>(d);
+  }
+  return std::nullopt;
+}
+
 std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error) {
   if (JsonNestedDeeperThan(body)) {
     *error = BadRequest("the request body nests arrays and objects deeper than " +
@@ -908,6 +979,7 @@ std::optional<GenerateSpec> ParseCompletionRequest(const Json& body, const Proto
   spec.max_tokens = max_tokens;
   if (!CheckMaxTokens(r, limits, "max_tokens", &spec)) return std::nullopt;
   if (!r.Bool("echo", &spec.echo)) return std::nullopt;
+  if (!ParseAddSpecialTokens(r, &spec)) return std::nullopt;
   if (const Json* lp = r.Get("logprobs")) {
     int64_t k = 0;
     if (!r.IntValue(*lp, "logprobs", 0, limits.max_top_logprobs, &k)) return std::nullopt;
@@ -966,6 +1038,7 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
   if (r.Get(max_param) != nullptr) {
     if (!r.Int(max_param, 1, kInt64Max, &max_tokens)) return std::nullopt;
     spec.max_tokens = max_tokens;
+    spec.max_tokens_param = max_param;
   }
   if (!CheckMaxTokens(r, limits, max_param, &spec)) return std::nullopt;
   if (!r.Bool("logprobs", &spec.logprobs)) return std::nullopt;
@@ -975,6 +1048,7 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
     return r.Fail("top_logprobs", "'top_logprobs' needs logprobs=true"), std::nullopt;
   spec.top_logprobs = static_cast<int>(top);
   if (!r.Bool("add_generation_prompt", &spec.add_generation_prompt)) return std::nullopt;
+  if (!ParseAddSpecialTokens(r, &spec)) return std::nullopt;
   if (!r.Bool("continue_final_message", &spec.continue_final_message)) return std::nullopt;
   if (spec.continue_final_message && spec.add_generation_prompt &&
       r.Get("add_generation_prompt") != nullptr) {

@@ -74,12 +74,19 @@ struct GenerateSpec {
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool echo = false;  // completions: prepend the prompt to the text
+  // vLLM's add_special_tokens: whether the tokenizer adds its special tokens (e.g. Llama 3's
+  // <|begin_of_text|>) to a text prompt or the rendered chat. Unset: the endpoint's default
+  // (completions: yes; chat: no, the template writes them). Token-id prompts are left as sent.
+  std::optional<bool> add_special_tokens;
 
   int64_t n = 1;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   bool continuous_usage = false;      // stream_options.continuous_usage_stats (with include_usage)
   std::optional<int64_t> max_tokens;  // unset: until the context is full
+  // The field max_tokens came from (chat: "max_completion_tokens" when that was sent), for the
+  // errors about it.
+  std::string max_tokens_param = "max_tokens";
   // vLLM's truncate_prompt_tokens: each prompt keeps its last N tokens (-1: max_model_len);
   // 0: no truncation (Service::BuildPrompts applies it after tokenization and the template).
   int64_t truncate_prompt_tokens = 0;
@@ -149,5 +156,15 @@ std::optional<GenerateSpec> ParseChatRequest(const Json& body, const ProtocolLim
 
 // Parses a body string as a JSON object (400 "malformed JSON" otherwise).
 std::optional<Json> ParseJsonBody(const std::string& body, ApiError* error);
+
+// A number as error messages write it: the shortest text that reads back as the same double
+// ("0.5", "1e+300", "inf"), never std::to_string's fixed 6 decimals or 300 digits.
+std::string FormatNumber(double v);
+
+// A token id in a request (prompt ids, stop_token_ids, allowed_token_ids, forced_output_ids,
+// /detokenize's tokens): a JSON number that is an exact integer in [0, 2^31 - 1] — 5, and as
+// pydantic's lax mode (vLLM) 5.0 or 5e0 too; nullopt for anything else (1.5, -1, 2^32 + 5, "5",
+// true).
+std::optional<int32_t> JsonTokenId(const Json& v);
 
 }  // namespace oasis::server

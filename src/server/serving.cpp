@@ -180,7 +180,72 @@ Status RequestTemplateError(const Status& s) {
   return InvalidArgument("'chat_template': " + std::string(s.message()));
 }
 
+constexpr const char* kSpaces = " \t\n\r\f\v";
+
+// continue_final_message, as Hugging Face's apply_chat_template: the rendered text is cut right
+// after the final message's content (whatever the template appended — its end-of-turn marker —
+// goes). A template may trim the content (`| trim`): the content stripped of surrounding
+// whitespace is looked for, and its trailing whitespace is kept only where the template kept it.
+// A content the rendered text does not hold is an error (the cut would be a guess).
+std::optional<ApiError> CutAfterFinalMessage(const OrderedJson& messages, std::string* text) {
+  const OrderedJson& last = messages.back();
+  auto content = last.find("content");
+  if (content == last.end() || !content->is_string()) return std::nullopt;
+  const std::string& full = content->get_ref<const std::string&>();
+  const size_t first = full.find_first_not_of(kSpaces);
+  if (first == std::string::npos) return std::nullopt;  // empty: found at the end, nothing cut
+  const std::string lstripped = full.substr(first);
+  const std::string stripped = lstripped.substr(0, lstripped.find_last_not_of(kSpaces) + 1);
+  const size_t at = text->rfind(stripped);
+  if (at == std::string::npos) {
+    return BadRequest(
+        "continue_final_message is set but the final message does not appear in the rendered "
+        "chat (the chat template changed its content), so the prompt cannot end with it",
+        "continue_final_message");
+  }
+  const bool spacing_kept = text->compare(at, lstripped.size(), lstripped) == 0;
+  text->resize(at + (spacing_kept ? lstripped.size() : stripped.size()));
+  return std::nullopt;
+}
+
+// The request field an engine refusal is about: its message starts with the field's name (as
+// SamplingParams::Validate and ValidateRequest write them). Empty (null) when none fits: the
+// request as a whole (say, more KV than the whole pool).
+std::string EngineErrorParam(const Status& s, const GenerateSpec& spec) {
+  const std::string_view m = s.message();
+  auto starts = [&](std::string_view word) {
+    return m.substr(0, word.size()) == word &&
+           (m.size() == word.size() || m[word.size()] == ' ' || m[word.size()] == ':');
+  };
+  if (starts("prompt token id"))
+    return spec.endpoint == Endpoint::kChatCompletions ? "messages" : "prompt";
+  if (starts("forced output")) return "forced_output_ids";
+  if (starts("max_tokens")) return spec.max_tokens_param;
+  if (starts("top_logprobs"))
+    return spec.endpoint == Endpoint::kChatCompletions ? "top_logprobs" : "logprobs";
+  if (starts("a stop string") || starts("stop strings")) return "stop";
+  for (const char* field : {"temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                            "frequency_penalty", "repetition_penalty", "logit_bias",
+                            "allowed_token_ids", "bad_words", "min_tokens", "prompt_logprobs"}) {
+    if (starts(field)) return field;
+  }
+  return "";
+}
+
 }  // namespace
+
+std::optional<ApiError> Service::RenderChatPrompt(const GenerateSpec& spec,
+                                                  std::string* text) const {
+  StatusOr<std::string> rendered = RenderChat(spec);
+  if (!rendered.ok()) {
+    return FromStatus(
+        spec.chat_template ? rendered.status() : rendered.status().WithContext("chat template"),
+        ChatTemplateParam(spec));
+  }
+  *text = std::move(rendered).value();
+  if (spec.continue_final_message) return CutAfterFinalMessage(spec.messages, text);
+  return std::nullopt;
+}
 
 StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
   const ModelHost* h = host();
@@ -220,17 +285,7 @@ StatusOr<std::string> Service::RenderChat(const GenerateSpec& spec) const {
     if (rendered.status().code() == StatusCode::kInvalidArgument) return rendered.status();
     return InvalidArgument(std::string(rendered.status().message()));
   }
-  std::string text = std::move(rendered).value();
-  if (spec.continue_final_message) {
-    // Cut whatever the template appended after the last message (its end-of-turn marker).
-    const OrderedJson& last = spec.messages.back();
-    auto content = last.find("content");
-    if (content != last.end() && content->is_string() && !content->get<std::string>().empty()) {
-      const size_t at = text.rfind(content->get<std::string>());
-      if (at != std::string::npos) text.resize(at + content->get<std::string>().size());
-    }
-  }
-  return text;
+  return rendered;
 }
 
 std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
@@ -244,20 +299,22 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
   if (spec.endpoint == Endpoint::kChatCompletions) {
     if (tok == nullptr)
       return BadRequest("this model has no tokenizer: chat needs one", "messages");
-    StatusOr<std::string> text = RenderChat(spec);
-    if (!text.ok())
-      return FromStatus(
-          spec.chat_template ? text.status() : text.status().WithContext("chat template"),
-          ChatTemplateParam(spec));
-    prompts->push_back(
-        tok->Encode(*text, tokenizer::AddSpecialTokens::kNo));  // the template adds them
-    if (chat_text != nullptr) *chat_text = std::move(*text);
+    std::string text;
+    if (std::optional<ApiError> e = RenderChatPrompt(spec, &text)) return e;
+    // The template writes the special tokens; add_special_tokens (vLLM's, default false) adds
+    // the tokenizer's on top.
+    prompts->push_back(tok->Encode(text, spec.add_special_tokens.value_or(false)
+                                             ? tokenizer::AddSpecialTokens::kYes
+                                             : tokenizer::AddSpecialTokens::kNo));
+    if (chat_text != nullptr) *chat_text = std::move(text);
   } else {
     for (const PromptInput& p : spec.prompts) {
       if (p.text) {
         if (tok == nullptr)
           return BadRequest("this model has no tokenizer: send token ids", "prompt");
-        prompts->push_back(tok->Encode(*p.text, tokenizer::AddSpecialTokens::kYes));
+        prompts->push_back(tok->Encode(*p.text, spec.add_special_tokens.value_or(true)
+                                                    ? tokenizer::AddSpecialTokens::kYes
+                                                    : tokenizer::AddSpecialTokens::kNo));
         if (spec.echo) echo_texts->push_back(*p.text);
       } else {
         prompts->push_back(p.ids);
@@ -299,13 +356,31 @@ std::optional<ApiError> Service::BuildPrompts(const GenerateSpec& spec,
                         param);
     }
     if (spec.max_tokens && len + *spec.max_tokens > context) {
-      return BadRequest("This model's maximum context length is " + std::to_string(context) +
-                            " tokens. However, you requested " +
-                            std::to_string(len + *spec.max_tokens) + " tokens (" +
-                            std::to_string(len) + " in the prompt, " +
-                            std::to_string(*spec.max_tokens) +
-                            " for the completion). Please reduce the prompt or max_tokens.",
-                        spec.endpoint == Endpoint::kChatCompletions ? "max_tokens" : "max_tokens");
+      return BadRequest(
+          "This model's maximum context length is " + std::to_string(context) +
+              " tokens. However, you requested " + std::to_string(len + *spec.max_tokens) +
+              " tokens (" + std::to_string(len) + " in the prompt, " +
+              std::to_string(*spec.max_tokens) +
+              " for the completion). Please reduce the prompt or " + spec.max_tokens_param + ".",
+          spec.max_tokens_param);
+    }
+    // min_tokens against the tokens the request may generate, as vLLM: max_tokens, or when it
+    // is left out the room the prompt leaves in the context (or the generation config's
+    // max_new_tokens), which the parser could not know.
+    const int64_t room = context - len;
+    const int64_t resolved = h->generation.ResolveMaxTokens(spec.max_tokens, len, context);
+    const int64_t most = resolved == -1 ? room : resolved;
+    if (spec.min_tokens > most) {
+      const std::string n = std::to_string(most);
+      const std::string max =
+          spec.max_tokens && most == *spec.max_tokens ? " (" + n + ")"
+          : spec.max_tokens ? ", which the generation config's max_new_tokens caps at " + n
+          : most == room
+              ? ", which defaults to the room the prompt leaves in the context (" + n + " tokens)"
+              : ", which defaults to the generation config's max_new_tokens (" + n + ")";
+      return BadRequest(
+          "min_tokens (" + std::to_string(spec.min_tokens) + ") must be <= max_tokens" + max,
+          "min_tokens");
     }
   }
   return std::nullopt;
@@ -457,8 +532,7 @@ std::unique_ptr<GenerationJob> Service::Start(const GenerateSpec& spec,
   StatusOr<std::vector<std::shared_ptr<RequestStream>>> streams =
       h->engine->SubmitGroup(std::move(group));
   if (!streams.ok()) {
-    *error = FromStatus(streams.status(),
-                        streams.status().code() == StatusCode::kResourceExhausted ? "" : "prompt");
+    *error = FromStatus(streams.status(), EngineErrorParam(streams.status(), spec));
     return nullptr;
   }
   return std::make_unique<GenerationJob>(*h->engine, std::move(streams).value(), std::move(choices),

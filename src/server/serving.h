@@ -118,13 +118,19 @@ class Service {
   // A fresh id: "<prefix>-<32 hex digits>".
   std::string NewRequestId(const char* prefix);
   // Renders chat messages into the prompt text: with the request's chat_template when it has
-  // one, else the model's. ChatTemplateParam(spec) names the parameter its errors are about.
-  StatusOr<std::string> RenderChat(const GenerateSpec& spec) const;
+  // one, else the model's; with continue_final_message the text ends right after the final
+  // message's content (HF's apply_chat_template: a 400 naming continue_final_message when the
+  // template changed that content beyond its surrounding whitespace). Template errors are 400s
+  // naming ChatTemplateParam(spec).
+  std::optional<ApiError> RenderChatPrompt(const GenerateSpec& spec, std::string* text) const;
   static const char* ChatTemplateParam(const GenerateSpec& spec) {
     return spec.chat_template ? "chat_template" : "messages";
   }
 
  private:
+  // The template rendered as it is (RenderChatPrompt's first step).
+  StatusOr<std::string> RenderChat(const GenerateSpec& spec) const;
+
   ServerConfig config_;
   std::string model_name_;
   HttpMetrics http_metrics_;

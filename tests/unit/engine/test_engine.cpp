@@ -17,9 +17,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include "engine/engine.h"
 #include "engine/generator.h"
-#include <nlohmann/json.hpp>
 #include "test_engine_util.h"
 
 using namespace oasis;
@@ -304,8 +304,7 @@ TEST_CASE("stop token ids, min_tokens, EOS and the context limit", "[engine]") {
   CHECK(full.tokens.size() == 24);
 }
 
-TEST_CASE("an EOS id outside the vocabulary never stops a generation (no int32 wrap)",
-          "[engine]") {
+TEST_CASE("an EOS id outside the vocabulary never stops a generation (no int32 wrap)", "[engine]") {
   EngineRequest r = Request("x", {11, 12, 13}, 30);
   r.sampling.temperature = 20.0f;
   r.sampling.seed = 5;
@@ -359,7 +358,8 @@ TEST_CASE("forced output: the given tokens come out with the model's log-probs",
   REQUIRE(s.ok());
   const Collected c = Drain(**s);
   REQUIRE(c.tokens.size() == 26);
-  CHECK(std::vector<int32_t>(c.tokens.begin(), c.tokens.begin() + 20) == forced);  // then sampled freely
+  CHECK(std::vector<int32_t>(c.tokens.begin(), c.tokens.begin() + 20) ==
+        forced);  // then sampled freely
   // Each forced token's log-prob: the log-softmax of the dense logits over prompt + forced.
   Generator gen(*tm.model, tm.backend, {.num_kv_slots = 128, .max_step_tokens = 64});
   std::vector<int32_t> all = prompt;
@@ -396,9 +396,10 @@ TEST_CASE("Submit validates requests", "[engine]") {
   CHECK(code(Request("a", std::vector<int32_t>(1000, 1), 25)) == StatusCode::kOutOfRange);
   CHECK(code(Request("a", std::vector<int32_t>(1024, 1), -1)) == StatusCode::kOutOfRange);
   CHECK(code(Request("a", {1}, std::numeric_limits<int64_t>::max())) == StatusCode::kOutOfRange);
-  // The pool holds 512 tokens.
-  CHECK(code(Request("a", std::vector<int32_t>(500, 1), 13)) == StatusCode::kResourceExhausted);
-  CHECK(code(Request("a", std::vector<int32_t>(512, 1), -1)) == StatusCode::kResourceExhausted);
+  // The pool holds 512 tokens: a request needing more can never run (InvalidArgument, a 400,
+  // never ResourceExhausted, a retryable 429).
+  CHECK(code(Request("a", std::vector<int32_t>(500, 1), 13)) == StatusCode::kInvalidArgument);
+  CHECK(code(Request("a", std::vector<int32_t>(512, 1), -1)) == StatusCode::kInvalidArgument);
   auto fits = engine.Submit(Request("fits", std::vector<int32_t>(500, 1), 12));
   REQUIRE(fits.ok());
   CHECK(Drain(**fits).error.ok());
@@ -413,6 +414,10 @@ TEST_CASE("Submit validates requests", "[engine]") {
   CHECK(code(bad) == StatusCode::kInvalidArgument);
   bad = Request("a", {1}, 4);
   bad.min_tokens = 5;
+  CHECK(code(bad) == StatusCode::kInvalidArgument);
+  // Without max_tokens min_tokens is held against the room the prompt leaves (1024 - 24).
+  bad = Request("a", std::vector<int32_t>(24, 1), -1);
+  bad.min_tokens = 1001;
   CHECK(code(bad) == StatusCode::kInvalidArgument);
   bad = Request("a", {1}, 4);
   bad.detokenize = true;  // no tokenizer
@@ -457,9 +462,10 @@ TEST_CASE("SubmitGroup queues all of a request's sequences or none", "[engine]")
     for (int i = 0; i < n; ++i) g.push_back(Request(prefix + std::to_string(i), {1}, 1));
     return g;
   };
-  // More sequences than the queue holds at all: refused, nothing queued.
+  // More sequences than the queue holds at all: refused as never admissible (InvalidArgument,
+  // a 400 rather than a retryable 429), nothing queued.
   auto big = engine.SubmitGroup(group("big", 5));
-  CHECK(big.status().code() == StatusCode::kResourceExhausted);
+  CHECK(big.status().code() == StatusCode::kInvalidArgument);
   CHECK(engine.Stats().requests.num_waiting == 0);
   auto first = engine.SubmitGroup(group("a", 3));
   REQUIRE(first.ok());

@@ -1,6 +1,9 @@
 // Request parsing and validation of /v1/completions and /v1/chat/completions.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <tuple>
+
 #include "server/chat_template_cache.h"
 #include "server/openai_protocol.h"
 
@@ -442,6 +445,10 @@ TEST_CASE("every parameter is honoured or refused by name, never ignored") {
       {R"("spaces_between_special_tokens": true)", false, true},
       {R"("spaces_between_special_tokens": 1)", false, false},
       {R"("tools": [], "tool_choice": "none")", true, true},
+      {R"("add_special_tokens": false)", false, true},
+      {R"("add_special_tokens": true)", true, true},
+      {R"("add_special_tokens": "no")", false, false},
+      {R"("add_special_tokens": 1)", true, false},
       // the other endpoint's parameters
       {R"("echo": true)", true, false},
       {R"("suffix": "")", true, false},
@@ -543,6 +550,13 @@ TEST_CASE("logits processing parameters are read and checked") {
   bad_vocab(R"({"prompt": "x", "allowed_token_ids": [999, 1000]})", "allowed_token_ids");
   bad_vocab(R"({"prompt": "x", "stop_token_ids": [5, 1000]})", "stop_token_ids");
   bad_vocab(R"({"prompt": "x", "stop_token_ids": [2147483647]})", "stop_token_ids");
+  // forced_output_ids too, at parse time (the engine would refuse them naming no field).
+  bad_vocab(R"({"prompt": "x", "forced_output_ids": [5, 1000]})", "forced_output_ids");
+  CHECK_FALSE(ParseChatRequest(
+      Json::parse(
+          R"({"messages": [{"role": "user", "content": "x"}], "forced_output_ids": [1000]})"),
+      l, &err));
+  CHECK(err.param == "forced_output_ids");
   CHECK(ParseCompletionRequest(
       Json::parse(
           R"({"prompt": "x", "logit_bias": {"999": 1}, "allowed_token_ids": [999], "stop_token_ids": [999]})"),
@@ -630,4 +644,171 @@ TEST_CASE("cache_salt: a non-empty string, as vLLM's") {
   ExpectBad(R"({"prompt": "x", "cache_salt": ""})", "cache_salt");
   ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "cache_salt": 3})", "cache_salt",
             true);
+}
+
+// Values range-checked as doubles reach the engine as floats: one that overflows the float
+// (inf) or, where 0 is outside the range, underflows to 0 or a denormal is refused at parse time,
+// naming its field and the value sent (the engine's own refusal named no field).
+TEST_CASE("sampling values that do not survive narrowing to float are 400s naming the field") {
+  for (const bool chat : {false, true}) {
+    const std::string base =
+        chat ? R"("messages": [{"role": "user", "content": "x"}])" : R"("prompt": "x")";
+    for (const auto& [field, value, sent] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"temperature", "1e39", "got 1e+39"},
+             {"temperature", "1e308", "got 1e+308"},
+             {"top_p", "1e-46", "got 1e-46"},
+             {"top_p", "1e-40", "got 1e-40"},  // a denormal float
+             {"repetition_penalty", "1e-46", "got 1e-46"},
+             {"repetition_penalty", "1e-39", "got 1e-39"}}) {
+      const std::string body = "{" + base + ", \"" + field + "\": " + value + "}";
+      INFO(body);
+      ApiError err;
+      auto spec = chat ? Chat(body, &err) : Completion(body, &err);
+      CHECK_FALSE(spec.has_value());
+      CHECK(err.http_status == 400);
+      CHECK(err.param == field);
+      CHECK(err.message.find(sent) != std::string::npos);
+      CHECK(err.message.find("'" + field + "'") == 0);
+    }
+  }
+  // Where 0 is in the range an underflow is that value; the largest float passes.
+  ApiError err;
+  auto s = Completion(
+      R"({"prompt": "x", "temperature": 1e-46, "min_p": 1e-46, "presence_penalty": 1e-46,
+          "logit_bias": {"3": 1e-46}})",
+      &err);
+  REQUIRE(s);
+  CHECK(s->sampling.temperature == 0.0f);
+  CHECK(s->sampling.min_p == 0.0f);
+  CHECK(s->sampling.presence_penalty == 0.0f);
+  s = Completion(R"({"prompt": "x", "temperature": 3.4e38, "top_p": 1.2e-38})", &err);
+  REQUIRE(s);
+  CHECK(std::isfinite(s->sampling.temperature));
+  CHECK(s->sampling.top_p > 0.0f);
+  CHECK(s->sampling.Validate().ok());
+}
+
+// Error messages write numbers as their shortest round-trip text (never 300 digits, never
+// std::to_string's "0.000000").
+TEST_CASE("numbers in error messages are written compactly") {
+  CHECK(FormatNumber(1e300) == "1e+300");
+  CHECK(FormatNumber(0.5) == "0.5");
+  CHECK(FormatNumber(-2.01) == "-2.01");
+  CHECK(FormatNumber(1e-46) == "1e-46");
+  CHECK(FormatNumber(100) == "100");
+  ApiError err;
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "logit_bias": {"1": 1e300}})", &err));
+  CHECK(err.message == "'logit_bias' values must be in [-100, 100], got 1e+300 for token 1");
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "top_p": 1e308})", &err));
+  CHECK(err.message == "'top_p' must be in (0, 1], got 1e+308");
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "presence_penalty": 1e308})", &err));
+  CHECK(err.message == "'presence_penalty' must be in [-2, 2], got 1e+308");
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "frequency_penalty": -2.01})", &err));
+  CHECK(err.message == "'frequency_penalty' must be in [-2, 2], got -2.01");
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "repetition_penalty": 2.5})", &err));
+  CHECK(err.message == "'repetition_penalty' must be in (0, 2], got 2.5");
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "temperature": -0.1})", &err));
+  CHECK(err.message == "'temperature' must be >= 0, got -0.1");
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "min_p": 1e200})", &err));
+  CHECK(err.message == "'min_p' must be in [0, 1], got 1e+200");
+  REQUIRE_FALSE(Completion(R"({"prompt": "x", "temperature": 1e39})", &err));
+  CHECK(err.message ==
+        "'temperature' is too large: got 1e+39, the largest value is 3.4028235e+38 (a 32-bit "
+        "float)");
+}
+
+// Every list of token ids reads its ids alike (JsonTokenId, also /detokenize's): an exact
+// integer in [0, 2^31 - 1], written as an integer or as a float with no fraction (pydantic's lax
+// mode, as vLLM); anything else is a 400 naming the list and showing the value.
+TEST_CASE("token ids are exact integers, also when written as floats, in every list") {
+  CHECK(JsonTokenId(Json(5)) == 5);
+  CHECK(JsonTokenId(Json(5.0)) == 5);
+  CHECK(JsonTokenId(Json::parse("1e3")) == 1000);
+  CHECK(JsonTokenId(Json(-0.0)) == 0);
+  CHECK(JsonTokenId(Json(2147483647.0)) == 2147483647);
+  CHECK(JsonTokenId(Json::parse("2147483647")) == 2147483647);
+  CHECK_FALSE(JsonTokenId(Json(1.5)));
+  CHECK_FALSE(JsonTokenId(Json(-1)));
+  CHECK_FALSE(JsonTokenId(Json(-1.0)));
+  CHECK_FALSE(JsonTokenId(Json::parse("2147483648")));
+  CHECK_FALSE(JsonTokenId(Json::parse("4294967301")));  // never wraps onto token 5
+  CHECK_FALSE(JsonTokenId(Json::parse("18446744073709551615")));
+  CHECK_FALSE(JsonTokenId(Json::parse("1e300")));
+  CHECK_FALSE(JsonTokenId(Json("5")));
+  CHECK_FALSE(JsonTokenId(Json(true)));
+  CHECK_FALSE(JsonTokenId(Json(nullptr)));
+
+  ApiError err;
+  auto s = Completion(
+      R"({"prompt": [1.0, 2e0, 3], "stop_token_ids": [5.0], "allowed_token_ids": [1e1],
+          "forced_output_ids": [7.0, 8]})",
+      &err);
+  REQUIRE(s);
+  CHECK(s->prompts[0].ids == std::vector<int32_t>{1, 2, 3});
+  CHECK(s->stop_token_ids == std::vector<int32_t>{5});
+  CHECK(s->sampling.allowed_token_ids == std::vector<int32_t>{10});
+  CHECK(s->forced_output_ids == std::vector<int32_t>{7, 8});
+  s = Completion(R"({"prompt": [[4.0], [5]]})", &err);
+  REQUIRE(s);
+  CHECK(s->prompts[0].ids == std::vector<int32_t>{4});
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": [1.5]})", "prompt"},
+           {R"({"prompt": [[1], [2.5]]})", "prompt"},
+           {R"({"prompt": [4294967301]})", "prompt"},
+           {R"({"prompt": "x", "stop_token_ids": [5.5]})", "stop_token_ids"},
+           {R"({"prompt": "x", "allowed_token_ids": [1, 0.5]})", "allowed_token_ids"},
+           {R"({"prompt": "x", "forced_output_ids": [-1.0]})", "forced_output_ids"},
+           {R"({"prompt": "x", "forced_output_ids": [true]})", "forced_output_ids"}}) {
+    INFO(body);
+    ExpectBad(body, param);
+    Completion(body, &err);
+    CHECK(err.message.find("'" + param + "' token ids must be integers in [0, 2147483647], got ") ==
+          0);
+  }
+  REQUIRE_FALSE(Completion(R"({"prompt": [1.5]})", &err));
+  CHECK(err.message == "'prompt' token ids must be integers in [0, 2147483647], got 1.5");
+}
+
+// vLLM's add_special_tokens: read on both routes (left out: the endpoint's default, applied by
+// the Service — completions add the tokenizer's special tokens, chat does not).
+TEST_CASE("add_special_tokens is read on both routes") {
+  ApiError err;
+  auto s = Completion(R"({"prompt": "x"})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->add_special_tokens.has_value());
+  s = Completion(R"({"prompt": "x", "add_special_tokens": false})", &err);
+  REQUIRE(s);
+  CHECK(s->add_special_tokens == false);
+  s = Completion(R"({"prompt": "x", "add_special_tokens": null})", &err);
+  REQUIRE(s);
+  CHECK_FALSE(s->add_special_tokens.has_value());
+  s = Chat(R"({"messages": [{"role": "user", "content": "x"}], "add_special_tokens": true})", &err);
+  REQUIRE(s);
+  CHECK(s->add_special_tokens == true);
+  ExpectBad(R"({"prompt": "x", "add_special_tokens": "no"})", "add_special_tokens");
+  ExpectBad(R"({"messages": [{"role": "user", "content": "x"}], "add_special_tokens": 0})",
+            "add_special_tokens", true);
+}
+
+// The field max_tokens came from, for the Service's errors about it (the prompt + max_tokens
+// check, once the prompt is tokenized).
+TEST_CASE("chat remembers whether max_tokens came from max_completion_tokens") {
+  ApiError err;
+  auto s =
+      Chat(R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 9})", &err);
+  REQUIRE(s);
+  CHECK(s->max_tokens_param == "max_completion_tokens");
+  s = Chat(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9})", &err);
+  REQUIRE(s);
+  CHECK(s->max_tokens_param == "max_tokens");
+  s = Chat(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
+               "max_completion_tokens": 9})",
+           &err);
+  REQUIRE(s);
+  CHECK(s->max_tokens == 9);
+  CHECK(s->max_tokens_param == "max_completion_tokens");
+  s = Completion(R"({"prompt": "x", "max_tokens": 9})", &err);
+  REQUIRE(s);
+  CHECK(s->max_tokens_param == "max_tokens");
 }

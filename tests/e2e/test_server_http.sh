@@ -300,6 +300,60 @@ expect_error "tokenize: an unknown field" 400 /tokenize '{"prompt": "x", "foo": 
 expect_error "tokenize: a chat-only field with a prompt" 400 /tokenize '{"prompt": "x", "add_generation_prompt": false}'
 expect_error "chat: a bad max_tokens beside max_completion_tokens" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 2, "max_tokens": "abc"}'
 expect_error "stop_token_ids outside the vocabulary" 400 /v1/completions '{"prompt": "x", "max_tokens": 2, "stop_token_ids": [99999]}'
+# continue_final_message (HF's, as vLLM): the prompt ends right after the final message, also when
+# the template trims it; a template that changes it is a 400 naming continue_final_message.
+TRIM_JSON=$(python3 -c 'import json; print(json.dumps("{% for m in messages %}<|im_start|>{{m.role}}\n{{m.content|trim}}<|im_end|>\n{% endfor %}"))')
+STORY='[{"role": "user", "content": "Tell a story"}, {"role": "assistant", "content": "Once upon a time "}]'
+tk=$(post /tokenize "{\"messages\": $STORY, \"continue_final_message\": true, \"add_generation_prompt\": false, \"chat_template\": $TRIM_JSON}")
+want=$(post /tokenize '{"prompt": "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\nOnce upon a time", "add_special_tokens": false}')
+expect "continue_final_message with a trimming template: the prompt ends with the final message" "$tk" "d['tokens'] == $(py "$want" "d['tokens']")"
+r=$(post /v1/chat/completions "{\"messages\": $STORY, \"continue_final_message\": true, \"add_generation_prompt\": false, \"chat_template\": $TRIM_JSON, \"max_tokens\": 1}")
+expect "... and the chat route generates from that prompt" "$r" "d['usage']['prompt_tokens'] == $(py "$want" "d['count']")"
+error400 "continue_final_message with a template that changes the final message" \
+  "{\"messages\": $STORY, \"continue_final_message\": true, \"add_generation_prompt\": false, \"chat_template\": \"{% for m in messages %}{{ m.content | upper }}{% endfor %}\"}" \
+  continue_final_message "does not appear in the rendered chat"
+# Values that overflow (or underflow) the float the engine samples with are refused naming the
+# field and the value sent, not as the engine's "param": "prompt" with "got inf".
+error400 "temperature 1e39 (inf as a float)" '{"messages": [{"role": "user", "content": "Hi"}], "temperature": 1e39}' temperature "got 1e+39"
+error400 "top_p 1e-46 (0 as a float)" '{"messages": [{"role": "user", "content": "Hi"}], "top_p": 1e-46}' top_p "got 1e-46"
+error400 "repetition_penalty 1e-46 (0 as a float)" '{"messages": [{"role": "user", "content": "Hi"}], "repetition_penalty": 1e-46}' repetition_penalty "got 1e-46"
+error400 "forced_output_ids outside the vocabulary" '{"messages": [{"role": "user", "content": "Hi"}], "forced_output_ids": [1, 99999]}' forced_output_ids "vocabulary"
+# Numbers in messages are short (1e+300, not 300 digits).
+status_of /v1/completions '{"prompt": "x", "logit_bias": {"1": 1e300}}' >"$TMP/code"
+expect "logit_bias 1e300: a short message naming 1e+300" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+  "d['code'] == 400 and d['body']['error']['message'] == \"'logit_bias' values must be in [-100, 100], got 1e+300 for token 1\""
+status_of /v1/completions '{"prompt": "x", "presence_penalty": 1e308}' >"$TMP/code"
+expect "presence_penalty 1e308: a short message" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+  "d['code'] == 400 and d['body']['error']['message'].endswith('got 1e+308') and len(d['body']['error']['message']) < 80"
+# min_tokens without max_tokens is held against the room the prompt leaves (vLLM's default
+# max_tokens), on chat and on completions' explicit max_tokens alike.
+error400 "chat min_tokens beyond the room left in the context" '{"messages": [{"role": "user", "content": "Hi"}], "min_tokens": 100000}' min_tokens "must be <= max_tokens"
+expect_error "completions min_tokens above max_tokens" 400 /v1/completions '{"prompt": "x", "min_tokens": 20, "max_tokens": 10}'
+# The context check names the field that was sent.
+error400 "max_completion_tokens + prompt beyond the context" '{"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 4095}' max_completion_tokens "max_completion_tokens"
+error400 "max_tokens + prompt beyond the context" '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4095}' max_tokens "max_tokens"
+# /tokenize: a null field is an absent one.
+tk=$(post /tokenize '{"messages": null, "prompt": "Hello world"}')
+expect "tokenize: messages null with a prompt tokenizes the prompt" "$tk" "d['tokens'] == $(py "$(post /tokenize '{"prompt": "Hello world"}')" "d['tokens']")"
+expect "tokenize: prompt null with messages tokenizes the messages" \
+  "$(post /tokenize '{"messages": [{"role": "user", "content": "What is 2+2?"}], "prompt": null}')" "d['count'] > 5"
+expect_error "tokenize: neither prompt nor messages" 400 /tokenize '{"messages": null, "prompt": null}'
+# Token ids: exact integers, also written as floats (pydantic's lax mode, as vLLM), alike on
+# /detokenize and the generation routes; fractions are 400s on both.
+ids=$(py "$(post /tokenize '{"prompt": "Hello world", "add_special_tokens": false}')" "json.dumps(d['tokens'])")
+fids=$(py "$ids" "json.dumps([float(t) for t in d])")
+expect "detokenize takes ids written as floats ($fids)" "$(post /detokenize "{\"tokens\": $fids}")" "d['prompt'] == 'Hello world'"
+expect_error "detokenize: a fractional id" 400 /detokenize '{"tokens": [1.5]}'
+r=$(post /v1/completions "{\"prompt\": $fids, \"max_tokens\": 1, \"echo\": true}")
+expect "completions take prompt ids written as floats" "$r" "d['choices'][0]['text'].startswith('Hello world') and d['usage']['prompt_tokens'] == len($ids)"
+expect_error "completions: a fractional prompt id" 400 /v1/completions '{"prompt": [1, 2.5], "max_tokens": 1}'
+status_of /v1/completions '{"prompt": [1, 2.5], "max_tokens": 1}' >"$TMP/code"
+expect "... the message shows the value" "$(cat "$TMP/body")" "d['error']['param'] == 'prompt' and d['error']['message'].endswith('got 2.5')"
+# add_special_tokens (vLLM's) is honoured on completions and chat; this tokenizer adds no
+# special tokens, so the prompt is the same (a BOS tokenizer's is checked below).
+r=$(post /v1/completions '{"prompt": "Hello world", "max_tokens": 1, "add_special_tokens": false}')
+expect "completions: add_special_tokens false is accepted" "$r" "d['usage']['prompt_tokens'] == len($ids)"
+expect_error "completions: add_special_tokens not a boolean" 400 /v1/completions '{"prompt": "x", "add_special_tokens": "no"}'
 # ---- tools on a server without --tool-call-parser (vLLM's answers) ----------------------
 TOOLS='[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]'
 ASK='{"role": "user", "content": "Weather in Paris?"}'
@@ -374,6 +428,12 @@ stop_server || fail=1
 echo '{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}' >"$TMP/recursive.jinja"
 start_server "$TMP/queue.log" --backend cpu --max-num-seqs 1 --max-waiting 1 --chat-template "$TMP/recursive.jinja" || exit 1
 expect_error "the model's template recursing past its bound" 400 /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 2}'
+# More sequences (prompts x n) than the queue ever holds: a 400 saying so, not a 429 that a
+# client (the openai SDK) would retry forever.
+status_of /v1/completions '{"prompt": ["a", "b"], "max_tokens": 1}' -D "$TMP/h" >"$TMP/code"
+expect "prompts x n beyond --max-waiting -> 400, never queued" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+  "d['code'] == 400 and d['body']['error']['type'] == 'invalid_request_error' and d['body']['error']['param'] is None and 'can never be queued' in d['body']['error']['message']"
+grep -qi '^Retry-After' "$TMP/h" && bad "a 400 with Retry-After" "$(cat "$TMP/h")" || ok "... without Retry-After"
 
 long='{"prompt": "x", "max_tokens": 4000, "temperature": 0, "ignore_eos": true}'
 curl -s -o /dev/null -X POST "$BASE/v1/completions" -d "$long" &
@@ -382,10 +442,57 @@ sleep 0.2
 curl -s -o /dev/null -X POST "$BASE/v1/completions" -d "$long" &
 c2=$!
 sleep 0.3
-expect_error "a request beyond --max-waiting" 429 /v1/completions "$long"
+expect_error "a request beyond --max-waiting" 429 /v1/completions "$long" -D "$TMP/h"
+grep -qi '^Retry-After: 1' "$TMP/h" && ok "... with Retry-After: 1" || bad "429 without Retry-After" "$(cat "$TMP/h")"
 kill $c1 $c2 2>/dev/null
 wait $c1 $c2 2>/dev/null
 stop_server || fail=1
+
+# ---- a KV pool smaller than a request: 400 (it can never run), not 429 -----------------
+# (A server that refuses such a pool at start, as too small for the context, never meets one.)
+if "$SERVER" --backend cpu --num-kv-slots 2 --check-config >/dev/null 2>&1; then
+start_server "$TMP/pool.log" --backend cpu --num-kv-slots 2 || exit 1
+status_of /v1/completions '{"prompt": "hello", "max_tokens": 40}' -D "$TMP/h" >"$TMP/code"
+expect "a request needing more KV than the whole pool -> 400 saying why" "{\"code\": $(cat "$TMP/code"), \"body\": $(cat "$TMP/body")}" \
+  "d['code'] == 400 and d['body']['error']['type'] == 'invalid_request_error' and 'whole pool' in d['body']['error']['message'] and 'never run' in d['body']['error']['message']"
+expect "a request within the pool still answers" "$(post /v1/completions '{"prompt": "hello", "max_tokens": 4}')" "d['usage']['completion_tokens'] >= 1"
+stop_server || fail=1
+else
+  echo "note: --num-kv-slots 2 is refused at start here (smaller than the context): no request meets the pool bound"
+fi
+
+# ---- add_special_tokens with a tokenizer that adds a BOS (Llama 3's, from the test-data cache) --
+CACHE=${OASIS_TEST_CACHE:-$ROOT/.cache/test-data}
+if [[ -f $CACHE/llama3_1/tokenizer.json ]]; then
+  mkdir -p "$TMP/llama"
+  cp "$CACHE/llama3_1/tokenizer.json" "$CACHE/llama3_1/tokenizer_config.json" "$TMP/llama/"
+  cat >"$TMP/llama/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+ "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 128256,
+ "max_position_embeddings": 512, "rope_theta": 500000, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+ "bos_token_id": 128000, "eos_token_id": 128009, "torch_dtype": "bfloat16"}
+JSON
+  start_server "$TMP/llama.log" --backend cpu --model "$TMP/llama" --load-format dummy || exit 1
+  # "Hello world" is two tokens; the BOS makes three.
+  expect "tokenize: the BOS by default" "$(post /tokenize '{"prompt": "Hello world"}')" "d['tokens'][0] == 128000 and d['count'] == 3"
+  expect "completions add the BOS by default (as vLLM)" "$(post /v1/completions '{"prompt": "Hello world", "max_tokens": 1}')" \
+    "d['usage']['prompt_tokens'] == 3"
+  expect "completions with add_special_tokens false: no BOS" \
+    "$(post /v1/completions '{"prompt": "Hello world", "max_tokens": 1, "add_special_tokens": false}')" "d['usage']['prompt_tokens'] == 2"
+  expect "... the same prompt as /tokenize's add_special_tokens false" \
+    "$(post /tokenize '{"prompt": "Hello world", "add_special_tokens": false}')" "d['tokens'][0] != 128000 and d['count'] == 2"
+  chat=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}')
+  tkc=$(post /tokenize '{"messages": [{"role": "user", "content": "Hi"}]}')
+  expect "chat: the template's BOS only (add_special_tokens false by default, as vLLM)" "{\"c\": $chat, \"t\": $tkc}" \
+    "d['c']['usage']['prompt_tokens'] == d['t']['count'] and d['t']['tokens'][0] == 128000 and d['t']['tokens'][1] != 128000"
+  chat=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "add_special_tokens": true}')
+  tkc2=$(post /tokenize '{"messages": [{"role": "user", "content": "Hi"}], "add_special_tokens": true}')
+  expect "chat with add_special_tokens true: the tokenizer's BOS on top (chat and /tokenize alike)" "{\"c\": $chat, \"t\": $tkc, \"t2\": $tkc2}" \
+    "d['c']['usage']['prompt_tokens'] == d['t']['count'] + 1 == d['t2']['count'] and d['t2']['tokens'][:2] == [128000, 128000]"
+  stop_server || fail=1
+else
+  echo "note: no $CACHE/llama3_1 (tools/fetch_test_data.sh): the BOS checks of add_special_tokens are skipped"
+fi
 
 # ---- 503 while loading (dummy weights for a larger model take a moment on the CPU) -----
 mkdir -p "$TMP/big"
@@ -470,12 +577,37 @@ expect_exit() {  # expect_exit <description> <code> <pattern> <args...>
   [[ $rc == "$code" ]] && grep -qE -- "$pattern" <<<"$out" && ok "$desc -> exit $code" || bad "$desc: exit $rc" "$out"
 }
 expect_exit "--num-kv-slots 1 (no block per KV head)" 1 "num-kv-slots 1 holds no KV block" --num-kv-slots 1
-expect_exit "--num-kv-slots 2 (one block per KV head)" 0 "^config ok$" --num-kv-slots 2
+# A pool that cannot hold one request of the whole context is refused at start (it started, then
+# answered 429), naming the numbers and the flags; a --max-model-len it holds starts.
+expect_exit "--num-kv-slots 2 (one block per KV head: 16 of 4096 tokens)" 1 \
+  "context of 4096 tokens .* larger than the 16 tokens the KV cache can hold .*raise --num-kv-slots to at least 512.*lower --max-model-len to at most 16" \
+  --num-kv-slots 2
+expect_exit "--num-kv-slots 2 --max-model-len 16 (one block per KV head)" 0 "^config ok$" --num-kv-slots 2 --max-model-len 16
 expect_exit "--num-kv-slots past the memory" 1 "needs [0-9.]+ GiB, more than" --num-kv-slots 2147483647
 expect_exit "--model naming a file" 1 "is a file" --model "$ROOT/tests/fixtures/tiny-default/config.json"
 expect_exit "--chat-template naming a directory" 1 "chat-template .* is a directory" --chat-template "$ROOT/tests"
 : >"$TMP/empty.jinja"
 expect_exit "--chat-template naming an empty file" 1 "chat-template .* is empty" --chat-template "$TMP/empty.jinja"
+expect_exit "--config ''" 2 "--config needs a value" --config ""
+printf '{"port": 70000, "port": 18105}' >"$TMP/dup.json"
+expect_exit "a config file setting a key twice" 2 "dup.json: 'port' appears twice" --config "$TMP/dup.json"
+printf '{"port": -5}' >"$TMP/neg.json"
+expect_exit "a config file's bad value names the file" 2 "neg.json: port must be in \[0, 65535\], got -5" --config "$TMP/neg.json"
+expect_exit "--staging-pool-gib 1e30" 2 "staging-pool-gib must be at most 1048576" --staging-pool-gib 1e30 --role prefill
+mkdir -p "$TMP/zero-tok" "$TMP/huge"
+cp "$ROOT/tests/fixtures/tiny-default/"* "$TMP/zero-tok/"
+ln -sf /dev/zero "$TMP/zero-tok/tokenizer.json"
+expect_exit "tokenizer.json -> /dev/zero" 1 "tokenizer.json: tokenizer is not a regular file" --model "$TMP/zero-tok"
+python3 - "$ROOT/tests/fixtures/tiny-default/config.json" "$TMP/huge/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c.update(vocab_size=2147483647, hidden_size=16777216)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+expect_exit "dummy weights past the memory (was an abort)" 2 "RESOURCE_EXHAUSTED: the model's weights .*need .* GiB of host memory" \
+  --model "$TMP/huge" --load-format dummy
+printf '{{ x' >"$TMP/bad.jinja"
+out=$(timeout 60 "$SERVER" --backend cpu --check-config --chat-template "$TMP/bad.jinja" 2>&1)
+grep -q "chat template: chat template" <<<"$out" && bad "template error prefixed twice" "$out" || ok "template errors name the file once"
 expect_exit "--host not an address" 2 "host must be an IP address" --host 999.1.1.1
 expect_exit "--host ::1" 0 "^config ok$" --host ::1
 expect_exit "--host [::1]" 0 "^config ok$" --host "[::1]"

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -565,4 +566,158 @@ TEST_CASE("gRPC: chat prompts and n choices") {
   bad.mutable_chat()->clear_messages();
   refused(bad, "messages");
   CHECK(WaitFor([&] { return rig.EngineRequests() == 0; }));
+}
+
+namespace {
+
+// The Service alone (no front end) over the tiny fixture model, for what both front ends share.
+struct ServiceRig {
+  explicit ServiceRig(int64_t max_waiting = 4096, int64_t num_kv_slots = 0)
+      : service([&] {
+          ServerConfig c = TinyConfig(256, 8);
+          c.max_waiting = max_waiting;
+          c.num_kv_slots = num_kv_slots;
+          return c;
+        }()) {
+    StatusOr<std::unique_ptr<ModelHost>> host = LoadModelHost(service.config());
+    INFO(host.status().ToString());
+    REQUIRE(host.ok());
+    service.Publish(std::move(host).value());
+  }
+  ~ServiceRig() {
+    service.StopEngine();
+    service.TakeHost().reset();
+  }
+  GenerateSpec Parse(const std::string& body, bool chat = false) const {
+    ApiError err;
+    std::optional<GenerateSpec> spec =
+        chat ? ParseChatRequest(Json::parse(body), service.limits(), &err)
+             : ParseCompletionRequest(Json::parse(body), service.limits(), &err);
+    INFO(err.message);
+    REQUIRE(spec);
+    return *spec;
+  }
+  // Start's refusal of `spec` (prompt: a few ids; nothing may start).
+  ApiError Refusal(const GenerateSpec& spec, std::vector<std::vector<int32_t>> prompts = {{5, 6}}) {
+    ApiError err;
+    std::unique_ptr<GenerationJob> job = service.Start(spec, prompts, "r", &err);
+    CHECK(job == nullptr);
+    return err;
+  }
+  Service service;
+};
+
+}  // namespace
+
+// continue_final_message as Hugging Face's apply_chat_template (and vLLM): the prompt ends right
+// after the final message, also when the template trims its content; a template that changes
+// the content beyond its surrounding whitespace is a 400 naming continue_final_message (the old
+// code kept the whole text, end-of-turn marker included).
+TEST_CASE("Service: continue_final_message cuts after the final message, trimmed or not") {
+  ServiceRig rig;
+  auto render = [&](const std::string& tmpl, const std::string& last, std::string* text) {
+    Json body = Json::parse(R"({"messages": [{"role": "user", "content": "Tell a story"}],
+                                "continue_final_message": true, "add_generation_prompt": false})");
+    body["messages"].push_back({{"role", "assistant"}, {"content", last}});
+    body["chat_template"] = tmpl;
+    const GenerateSpec spec = rig.Parse(body.dump(), /*chat=*/true);
+    return rig.service.RenderChatPrompt(spec, text);
+  };
+  const std::string trim =
+      "{% for m in messages %}<|im_start|>{{m.role}}\n{{m.content|trim}}<|im_end|>\n{% endfor %}";
+  const std::string keep =
+      "{% for m in messages %}<|im_start|>{{m.role}}\n{{m.content}}<|im_end|>\n{% endfor %}";
+  std::string text;
+  REQUIRE_FALSE(render(trim, "Once upon a time ", &text));
+  CHECK(text ==
+        "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\nOnce upon a time");
+  REQUIRE_FALSE(render(trim, "\n  Once upon a time \t", &text));
+  CHECK(text ==
+        "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\nOnce upon a time");
+  // A template that keeps the spacing: the content's trailing whitespace stays.
+  REQUIRE_FALSE(render(keep, "Once upon a time ", &text));
+  CHECK(text ==
+        "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\nOnce upon a time ");
+  REQUIRE_FALSE(render(keep, "Once", &text));
+  CHECK(text == "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\nOnce");
+  // An empty final message: nothing to cut after (HF finds "" at the end).
+  REQUIRE_FALSE(render(keep, "", &text));
+  CHECK(text == "<|im_start|>user\nTell a story<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n");
+  // The template changed the content: refused, not silently left uncut.
+  std::optional<ApiError> e =
+      render("{% for m in messages %}{{m.content|upper}}\n{% endfor %}", "Once upon", &text);
+  REQUIRE(e);
+  CHECK(e->http_status == 400);
+  CHECK(e->param == "continue_final_message");
+  CHECK(e->message.find("does not appear in the rendered chat") != std::string::npos);
+  // The chat route refuses it the same way (BuildPrompts renders through RenderChatPrompt).
+  Json body = Json::parse(R"({"messages": [{"role": "user", "content": "a"},
+      {"role": "assistant", "content": "Once upon"}], "continue_final_message": true,
+      "add_generation_prompt": false,
+      "chat_template": "{% for m in messages %}{{m.content|upper}}{% endfor %}"})");
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo;
+  e = rig.service.BuildPrompts(rig.Parse(body.dump(), true), &prompts, &echo);
+  REQUIRE(e);
+  CHECK(e->param == "continue_final_message");
+}
+
+// An engine refusal names the request field it is about (it used to say "prompt" for all), and
+// a request that can never be admitted is a 400 saying why, not a 429 a client retries forever.
+TEST_CASE("Service: engine refusals name their field; never-admissible requests are 400s") {
+  {
+    ServiceRig rig(/*max_waiting=*/4);
+    const GenerateSpec base = rig.Parse(R"({"prompt": [5, 6], "max_tokens": 2})");
+    GenerateSpec s = base;
+    s.sampling.temperature = std::numeric_limits<float>::infinity();
+    ApiError e = rig.Refusal(s);
+    CHECK(e.http_status == 400);
+    CHECK(e.param == "temperature");
+    s = base;
+    s.sampling.top_p = 0;
+    CHECK(rig.Refusal(s).param == "top_p");
+    s = base;
+    s.sampling.repetition_penalty = 0;
+    CHECK(rig.Refusal(s).param == "repetition_penalty");
+    s = base;
+    s.forced_output_ids = {100000};
+    CHECK(rig.Refusal(s).param == "forced_output_ids");
+    s = base;
+    s.min_tokens = 3;
+    CHECK(rig.Refusal(s).param == "min_tokens");
+    s = base;
+    CHECK(rig.Refusal(s, {{5, 100000}}).param == "prompt");
+    // More sequences than the waiting queue ever holds (5 prompts x n 1 > 4): a 400 with no
+    // field, saying it can never be queued.
+    e = rig.Refusal(base, std::vector<std::vector<int32_t>>(5, {5, 6}));
+    CHECK(e.http_status == 400);
+    CHECK(e.type == "invalid_request_error");
+    CHECK(e.param.empty());
+    CHECK(e.message.find("can never be queued") != std::string::npos);
+  }
+  {
+    // Two head-blocks of 16 tokens for 2 KV heads: the whole pool holds 16 tokens of the
+    // 4,096-token context. (Where the server refuses such a pool at start, naming
+    // --num-kv-slots, no request meets it.)
+    ServerConfig c = TinyConfig(256, 8);
+    c.num_kv_slots = 2;
+    StatusOr<std::unique_ptr<ModelHost>> host = LoadModelHost(c);
+    if (!host.ok()) {
+      CHECK(host.status().message().find("--num-kv-slots") != std::string::npos);
+    } else {
+      Service service(c);
+      service.Publish(std::move(host).value());
+      ApiError err;
+      GenerateSpec spec;
+      spec.max_tokens = 40;
+      CHECK(service.Start(spec, {{5, 6}}, "r", &err) == nullptr);
+      CHECK(err.http_status == 400);
+      CHECK(err.type == "invalid_request_error");
+      CHECK(err.param.empty());
+      CHECK(err.message.find("whole pool") != std::string::npos);
+      CHECK(err.message.find("can never run") != std::string::npos);
+      service.StopEngine();
+      service.TakeHost().reset();
+    }
+  }
 }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <new>
 
 #include <spdlog/spdlog.h>
 
@@ -163,11 +164,15 @@ int main(int argc, char** argv) {
   if (Status staging = CheckStagingSecurity(cmd->config); !staging.ok())
     return ExitWithError("oasis-server", staging, 2);
   Status st = Status::Ok();
-  if (cmd->check_config) {
-    const ExitOnShutdownSignal interruptible(signals, "checking the configuration");
-    st = CheckConfig(cmd->config);
-  } else {
-    st = Serve(cmd->config, signals);
+  try {  // out of host memory on this thread is an error exit, never an abort
+    if (cmd->check_config) {
+      const ExitOnShutdownSignal interruptible(signals, "checking the configuration");
+      st = CheckConfig(cmd->config);
+    } else {
+      st = Serve(cmd->config, signals);
+    }
+  } catch (const std::bad_alloc&) {
+    st = ResourceExhausted("out of host memory while loading or serving the model");
   }
   // More than this machine can hold (e.g. a host KV store it cannot pin) is a setting to
   // change, like the bad flags that exit 2; other failures exit 1.

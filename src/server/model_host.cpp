@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <new>
 #include <sstream>
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "kvcache/head_block_table.h"
 #include "kvcache/host_kv_store.h"
 #include "kvcache/sparse_kv_manager.h"
+#include "loader/small_file.h"
 #include "runner/kv_calibration.h"
 #include "runner/tp/cpu_tp_runner.h"
 #include "runner/tp/tp_model_runner.h"
@@ -81,42 +83,36 @@ StatusOr<int64_t> CpuKvSlots(const ServerConfig& sc, const ModelConfig& c, DType
   return slots;
 }
 
-StatusOr<std::string> ReadFile(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + what + " " + path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 Status LoadTokenizerAndTemplate(const ServerConfig& sc, ModelHost* host) {
-  fs::path tok_path = sc.tokenizer.empty() ? fs::path(host->model_path) : fs::path(sc.tokenizer);
-  if (fs::is_directory(tok_path)) tok_path /= "tokenizer.json";
-  if (!fs::exists(tok_path)) {
-    if (!sc.tokenizer.empty()) return NotFound("--tokenizer: no " + tok_path.string());
+  // --tokenizer FILE or DIR (its tokenizer.json), checked as a regular file under a cap
+  // (loader/small_file.h; oasis-generate resolves it the same way).
+  OASIS_ASSIGN_OR_RETURN(const fs::path tok_path,
+                         ResolveTokenizerFile(host->model_path, sc.tokenizer));
+  if (tok_path.empty()) {
     spdlog::warn("no tokenizer at {}: serving token ids only (text prompts and chat answer 400)",
-                 tok_path.string());
+                 (fs::path(host->model_path) / "tokenizer.json").string());
     return Status::Ok();
   }
   OASIS_ASSIGN_OR_RETURN(host->tokenizer, tokenizer::Tokenizer::FromFile(tok_path));
   const fs::path config_path = tok_path.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config_path)) {
+  std::error_code ec;
+  if (fs::exists(config_path, ec)) {
+    OASIS_RETURN_IF_ERROR(CheckSmallFile(config_path, "tokenizer config", kMaxConfigJsonBytes));
     OASIS_ASSIGN_OR_RETURN(host->template_files,
                            ChatTemplate::LoadFromTokenizerConfig(config_path));
   }
+  std::string template_source = config_path.string();
   if (!sc.chat_template.empty()) {
     // Given explicitly, it must be a template: a directory or an empty file is refused (they
     // silently turned chat off).
-    if (fs::is_directory(sc.chat_template))
-      return InvalidArgument("--chat-template " + sc.chat_template + " is a directory, not a file");
     OASIS_ASSIGN_OR_RETURN(host->template_files.chat_template,
-                           ReadFile(sc.chat_template, "--chat-template"));
-    if (host->template_files.chat_template.find_first_not_of(" \t\r\n") == std::string::npos)
-      return InvalidArgument("--chat-template " + sc.chat_template + " is empty");
+                           ReadChatTemplateFile(sc.chat_template));
+    template_source = "--chat-template " + sc.chat_template;
   }
   if (!host->template_files.chat_template.empty()) {
     auto parsed = ChatTemplate::Parse(host->template_files.chat_template);
-    if (!parsed.ok()) return parsed.status().WithContext("chat template");
+    // (Parse's errors say "chat template: ..." already: the context names where it came from.)
+    if (!parsed.ok()) return parsed.status().WithContext(template_source);
     host->chat_template = std::move(parsed).value();
   } else {
     spdlog::warn(
@@ -124,6 +120,14 @@ Status LoadTokenizerAndTemplate(const ServerConfig& sc, ModelHost* host) {
         "400");
   }
   return Status::Ok();
+}
+
+// The model's weights must fit the memory they live in: refused before any is allocated (a
+// dummy config of vocab_size 2^31 - 1 aborted in an allocation). Host memory for the CPU
+// backend (its activation dtype, f32, for every weight).
+Status CheckHostWeights(const ServerConfig& sc, const ModelConfig& c) {
+  return CheckHostMemoryForWeights(WeightBytes(DecoderLM::ExpectedWeights(c), sizeof(float)),
+                                   "the model's weights (--load-format " + sc.load_format + ")");
 }
 
 Status LoadWeights(const ServerConfig& sc, ModelHost* host) {
@@ -330,10 +334,37 @@ StatusOr<int64_t> PlanDeviceKvSlots(const ServerConfig& sc, ModelHost* host, con
   return plan.num_slots;
 }
 
+// The weights (one rank's share of them) must fit the current device's free memory: refused
+// before any is allocated, for dummy and checkpoint loads alike (an allocation that fails
+// part-way is a CHECK abort in the backend). The bytes are a lower bound (the activation
+// dtype, or e4m3 where the config keeps FP8 weights): only a model that cannot fit is refused;
+// what remains is planned for the KV cache after loading (PlanDeviceKvSlots).
+Status CheckDeviceWeights(const ServerConfig& sc, const ModelConfig& c, CudaBackend& backend,
+                          const std::string& who) {
+  size_t free_bytes = 0, total_bytes = 0;
+  OASIS_RETURN_IF_ERROR(
+      cuda::ToStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  const double bytes =
+      WeightBytes(DecoderLM::ExpectedWeights(c), DTypeSize(backend.activation_dtype()),
+                  /*at_most_spec_dtype=*/true) /
+      static_cast<double>(std::max<int64_t>(1, sc.tensor_parallel_size));
+  if (bytes <= static_cast<double>(free_bytes)) return Status::Ok();
+  char msg[400];
+  std::snprintf(msg, sizeof msg,
+                "the model's weights (--load-format %s) need at least %.2f GiB of device memory%s, "
+                "more than the %.2f GiB free of %.2f GiB: use a smaller model or config, more "
+                "GPUs (--tensor-parallel-size) or GPUs with more memory",
+                sc.load_format.c_str(), bytes / double(1 << 30),
+                sc.tensor_parallel_size > 1 ? " per GPU" : "", free_bytes / double(1 << 30),
+                total_bytes / double(1 << 30));
+  return ResourceExhausted(std::string(msg) + who);
+}
+
 Status LoadCuda(const ServerConfig& sc, ModelHost* host) {
   OASIS_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create());
   CudaBackend& backend = *cuda;
   host->backend = std::move(cuda);
+  OASIS_RETURN_IF_ERROR(CheckDeviceWeights(sc, host->config, backend, ""));
   OASIS_RETURN_IF_ERROR(LoadWeights(sc, host));
   if (sc.HasDraftModel()) {  // its weights count as used
     OASIS_RETURN_IF_ERROR(LoadDraftHead(sc, host, *host->model, backend));
@@ -364,6 +395,8 @@ Status LoadCudaTensorParallel(const ServerConfig& sc, ModelHost* host) {
   CudaTpHooks hooks;
   hooks.load_shard = [&](CudaBackend& backend,
                          const TensorParallel& tp) -> StatusOr<std::unique_ptr<DecoderLM>> {
+    OASIS_RETURN_IF_ERROR(
+        CheckDeviceWeights(sc, c, backend, " (rank " + std::to_string(tp.rank) + ")"));
     if (sc.load_format == "dummy") return DecoderLM::CreateDummy(c, backend, 0, tp);
     return DecoderLM::Create(c, *host->weights, backend, tp);
   };
@@ -442,8 +475,11 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
         static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     gib = ram / 4.0 / (1024.0 * 1024.0 * 1024.0);
   }
-  const auto blocks =
-      static_cast<uint64_t>(gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(block_bytes));
+  // (--staging-pool-gib is at most kMaxGib (ServerConfig::Validate): the block count fits.)
+  const double block_count = gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(block_bytes);
+  if (!(block_count < 18446744073709551615.0))
+    return InvalidArgument("--staging-pool-gib " + std::to_string(gib) + " is too large");
+  const auto blocks = static_cast<uint64_t>(block_count);
   if (blocks == 0)
     return InvalidArgument("--staging-pool-gib " + std::to_string(gib) + " holds no head-block");
   const auto ttl = std::chrono::milliseconds(sc.staging_lease_ttl_ms);
@@ -575,6 +611,33 @@ std::vector<int64_t> CapacityLengths(const ModelHost& host) {
   return out;
 }
 
+// Refuses a KV cache that cannot hold one request of the whole context, as vLLM refuses to
+// start then: a request of that length could never run. Names the numbers and the flags.
+Status CheckFullContextFits(const ServerConfig& sc, const ModelHost& host) {
+  const int64_t context = host.max_model_len();
+  const KvCapacity k = host.engine->CapacityAt(context);
+  if (k.dense > 0 || (host.sparse && k.sparse > 0)) return Status::Ok();
+  // The longest request the GPU/CPU pool holds: its head-blocks per KV head, 16 tokens each.
+  const int64_t heads = std::max<int64_t>(1, host.runner->model().config().num_key_value_heads);
+  const int64_t slots = host.runner->num_kv_slots();
+  const int64_t fits = slots / heads * kBlockSize;
+  const bool cpu = host.backend_name == "cpu";
+  const int64_t need_slots = HeadBlockTable::SlotsFor(context, static_cast<int32_t>(heads));
+  std::string raise =
+      cpu ? "raise --num-kv-slots to at least " +
+                std::to_string(need_slots * std::max<int64_t>(1, sc.tensor_parallel_size)) +
+                " (0 sizes the pool by itself)"
+          : "raise --gpu-memory-utilization (now " + std::to_string(sc.gpu_memory_utilization) +
+                ")";
+  return InvalidArgument(
+      "the model's context of " + std::to_string(context) +
+      " tokens (--max-model-len, default the model's max_position_embeddings) is larger than the " +
+      std::to_string(fits) + " tokens the KV cache can hold for one request (" +
+      std::to_string(slots) + " head-blocks per layer" + (cpu ? ", --num-kv-slots" : "") +
+      (host.sparse ? "; the sparse host store holds none either" : "") + "): " + raise +
+      (fits > 0 ? ", or lower --max-model-len to at most " + std::to_string(fits) : ""));
+}
+
 ModelHost::~ModelHost() {
   if (engine) engine->Stop();
 }
@@ -585,6 +648,9 @@ std::string AutoBackend() {
 #endif
   return "cpu";
 }
+
+// LoadModelHost's work; std::bad_alloc escapes it.
+StatusOr<std::unique_ptr<ModelHost>> LoadModelHostOrThrow(const ServerConfig& given);
 
 // --kv-cache-dtype fp8: the per-KV-head scales from the built-in calibration text (or, without
 // a tokenizer, pseudo-random ids), before the engine owns the pools (kv_calibration.h).
@@ -610,6 +676,19 @@ Status CalibrateFp8Kv(const ServerConfig& sc, ModelHost* host) {
 }
 
 StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& given) {
+  // Out of host memory while loading is an error exit, never an abort (bad_alloc from a
+  // tensor, a table or the tokenizer on this thread).
+  try {
+    return LoadModelHostOrThrow(given);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(
+        "out of host memory while loading " +
+        (given.model.empty() ? EmbeddedModelDir() + " (the embedded model)" : given.model) +
+        " (--load-format " + given.load_format + ")");
+  }
+}
+
+StatusOr<std::unique_ptr<ModelHost>> LoadModelHostOrThrow(const ServerConfig& given) {
   auto host = std::make_unique<ModelHost>();
   // The settings with their "auto" values resolved once the backend is known.
   ServerConfig resolved = given;
@@ -681,8 +760,10 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& given) {
         "-DOASIS_CUDA=ON)");
 #endif
   } else if (tensor_parallel) {
+    OASIS_RETURN_IF_ERROR(CheckHostWeights(sc, c));  // the ranks' shards together
     OASIS_RETURN_IF_ERROR(LoadCpuTensorParallel(sc, host.get()));
   } else {
+    OASIS_RETURN_IF_ERROR(CheckHostWeights(sc, c));
     host->backend = std::make_unique<CpuBackend>(static_cast<int>(sc.threads));
     OASIS_RETURN_IF_ERROR(LoadWeights(sc, host.get()));
     if (sc.HasDraftModel())
@@ -727,6 +808,7 @@ StatusOr<std::unique_ptr<ModelHost>> LoadModelHost(const ServerConfig& given) {
     spdlog::info("prefix cache host tier: {:.4g} GiB pinned, {} blocks ({} tokens)",
                  sc.prefix_cache_host_gib, blocks, blocks * kBlockSize);
   }
+  OASIS_RETURN_IF_ERROR(CheckFullContextFits(sc, *host));
   for (int64_t tokens : CapacityLengths(*host)) {
     const KvCapacity k = host->engine->CapacityAt(tokens);
     if (host->sparse) {

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <set>
 #include <sstream>
 #include <variant>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "common/settings.h"
 #include "disagg/net_address.h"
 #include "disagg/wire.h"
+#include "loader/small_file.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
 
@@ -219,6 +222,61 @@ std::string FormatGib(double gib) {
   return b;
 }
 
+// A --config file's JSON as ReadConfigJson reads it, and more: only a regular file of at most
+// 16 MiB (a FIFO blocked, /dev/zero read forever), no key twice in one object (the last one
+// silently won) and no setting under both spellings ("max_num_seqs" and "max-num-seqs").
+StatusOr<nlohmann::json> ReadServerConfigJson(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) || std::filesystem::is_symlink(path, ec)) {
+    Status file = CheckSmallFile(path, "--config file", kMaxConfigJsonBytes);
+    if (!file.ok()) return file;
+  }
+  OASIS_ASSIGN_OR_RETURN(nlohmann::json json, ReadConfigJson(path));
+  OASIS_ASSIGN_OR_RETURN(const std::string text,
+                         ReadSmallFile(path, "--config file", kMaxConfigJsonBytes));
+  std::vector<std::set<std::string>> objects;   // the keys of each object being parsed
+  std::map<std::string, std::string> settings;  // top level: flag name -> the key naming it
+  std::string duplicate;
+  const auto seen = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start) objects.emplace_back();
+    if (event == E::object_end && !objects.empty()) objects.pop_back();
+    if (event == E::key && !objects.empty() && duplicate.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (!objects.back().insert(key).second) {
+        duplicate = "'" + key + "' appears twice";
+      } else if (objects.size() == 1 && !key.empty() && key[0] != '_') {
+        // Top level: settings, whose '-' and '_' spellings are one flag.
+        const auto [it, fresh] = settings.emplace(FlagName(key), key);
+        if (!fresh) {
+          duplicate = "'" + it->second + "' and '" + key + "' both set --" + it->first;
+        }
+      }
+    }
+    return true;
+  };
+  nlohmann::json::parse(text, seen, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  if (!duplicate.empty()) {
+    return InvalidArgument(path + ": " + duplicate +
+                           " (each setting may be given once in a config file)");
+  }
+  return json;
+}
+
+// A Validate error about a flag ("--port must be ...") set by a config file and not on the
+// command line names the file and its key instead ("configs/x.json: port must be ...").
+Status NameConfigFileInError(const Status& error,
+                             const std::map<std::string, std::string>& from_file,
+                             const FlagParser& flags) {
+  const std::string& m = error.message();
+  if (m.rfind("--", 0) != 0) return error;
+  const size_t end = m.find_first_of(" ,:=)", 2);
+  const std::string name = m.substr(2, end == std::string::npos ? std::string::npos : end - 2);
+  const auto it = from_file.find(name);
+  if (it == from_file.end() || flags.WasSet(name)) return error;
+  return Status(error.code(), it->second + m.substr(2 + name.size()));
+}
+
 // `path` lexically normalised, without a trailing separator ("a/./b/" -> "a/b").
 std::filesystem::path NormalPath(const std::string& path) {
   std::filesystem::path p = std::filesystem::path(path).lexically_normal();
@@ -358,6 +416,18 @@ Status ServerConfig::Validate() const {
   }
   if (!(host_kv_gib >= 0) || !std::isfinite(host_kv_gib))
     return InvalidArgument("--host-kv-gib must be >= 0, got " + std::to_string(host_kv_gib));
+  // GiB sizes become byte and block counts (uint64, size_t): past kMaxGib they overflowed (a
+  // staging pool of 1e30 GiB "held no head-block").
+  for (const auto& [name, gib] : {std::pair{"host-kv-gib", host_kv_gib},
+                                  std::pair{"prefix-cache-host-gib", prefix_cache_host_gib},
+                                  std::pair{"staging-pool-gib", staging_pool_gib},
+                                  std::pair{"remote-kv-gib", remote_kv_gib}}) {
+    if (gib > kMaxGib) {
+      return InvalidArgument(std::string("--") + name + " must be at most " +
+                             std::to_string(static_cast<int64_t>(kMaxGib)) + " (1 PiB), got " +
+                             FormatGib(gib));
+    }
+  }
   auto positive = [](const char* name, int64_t v) {
     return v >= 1 ? Status::Ok()
                   : InvalidArgument(std::string("--") + name + " must be >= 1, got " +
@@ -495,7 +565,7 @@ Status ApplyConfigJson(const nlohmann::json& json, const std::string& source,
 
 Status LoadConfigFile(const std::string& path, ServerConfig* config) {
   // Relative model paths in a config file are relative to the current directory (like flags).
-  OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadConfigJson(path));
+  OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadServerConfigJson(path));
   return ApplyConfigJson(json, path, config);
 }
 
@@ -542,12 +612,21 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   ParsedCommandLine out;
   std::set<std::string> given;  // flag names set by a config file or the command line
   // Pass 1: the config file, so that flags given on the command line override it.
+  for (int i = 1; i + 1 < argc; ++i) {  // "--config=" is refused by ConfigPaths
+    if (std::string(argv[i]) == "--config" && argv[i + 1][0] == '\0')
+      return InvalidArgument("--config needs a value (a JSON file), got an empty path");
+  }
   OASIS_ASSIGN_OR_RETURN(const std::vector<std::string> paths, ConfigPaths(argc, argv));
+  // Flag name -> where a config file set it ("FILE: KEY"), for errors about its value.
+  std::map<std::string, std::string> from_file;
   for (const std::string& path : paths) {
-    OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadConfigJson(path));
+    OASIS_ASSIGN_OR_RETURN(const nlohmann::json json, ReadServerConfigJson(path));
     OASIS_RETURN_IF_ERROR(ApplyConfigJson(json, path, &out.config));
     if (json.is_object()) {
-      for (const auto& item : json.items()) given.insert(FlagName(item.key()));
+      for (const auto& item : json.items()) {
+        given.insert(FlagName(item.key()));
+        from_file[FlagName(item.key())] = path + ": " + item.key();
+      }
     }
   }
   // Pass 2: flags, bound to the fields (their defaults now being the file's values).
@@ -563,7 +642,10 @@ StatusOr<ParsedCommandLine> ParseCommandLine(int argc, char** argv) {
   OASIS_RETURN_IF_ERROR(flags.Parse(argc, argv));
   out.help = flags.help_requested();
   out.usage = flags.Usage();
-  if (!out.help) OASIS_RETURN_IF_ERROR(c.Validate());
+  if (!out.help) {
+    Status valid = c.Validate();
+    if (!valid.ok()) return NameConfigFileInError(valid, from_file, flags);
+  }
   for (const Setting& setting : Settings()) {
     if (flags.WasSet(setting.name)) given.insert(setting.name);
   }

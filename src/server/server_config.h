@@ -19,6 +19,8 @@ namespace oasis::server {
 // The largest share of the memory available at start (/proc/meminfo MemAvailable) a host KV
 // store may take; the default takes kHostKvDefaultShare of it.
 inline constexpr double kHostKvShareOfAvailable = 0.9;
+// The largest value of a --*-gib flag (1 PiB): their byte and block counts then fit 64 bits.
+inline constexpr double kMaxGib = 1024.0 * 1024.0;
 inline constexpr double kHostKvDefaultShare = 0.5;
 // The largest --grpc-max-concurrent-calls (each live stream holds a GenerationJob, no thread).
 inline constexpr int64_t kMaxGrpcConcurrentCalls = 65536;

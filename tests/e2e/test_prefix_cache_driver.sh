@@ -62,11 +62,12 @@ python3 "$ROOT/tools/bench_prefix_cache.py" --report "$TMP/pc" >"$TMP/report.out
 grep -q '^RESULT prefix_cache tiny' "$TMP/report.out" || bad "--report printed no RESULT line"
 
 # The host tier: eight conversations with think time in a pool of 96 head-blocks (the
-# histories of idle conversations do not fit): caching with the tier serves more from cache
+# histories of idle conversations do not fit; 96 blocks over the 2 KV heads hold one request of
+# 768 tokens, the context the server must hold whole): caching with the tier serves more from cache
 # than caching without, its reloads counted, and the host RESULT line.
 python3 "$ROOT/tools/bench_prefix_cache.py" --server-bin "$SERVER" --bench-bin "$BENCH" \
   --model-config "$ROOT/tests/fixtures/tiny-default/config.json" --tokenizer "$ROOT/tests/fixtures/tiny-default" \
-  --workload tiny:256:48:3:8:8 --output-len 16 --prefix-len 32 --max-model-len 1024 --think-ms 200 \
+  --workload tiny:256:48:3:8:8 --output-len 16 --prefix-len 32 --max-model-len 768 --think-ms 200 \
   --modes on,host --host-tier-gib 0.01 --server-args "--num-kv-slots 96" \
   --run-timeout 120 --startup-timeout 120 --out-dir "$TMP/host" >"$TMP/host.out" 2>&1 || bad "host-tier driver exit $?"
 tail -5 "$TMP/host.out"

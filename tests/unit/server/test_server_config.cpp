@@ -749,3 +749,64 @@ TEST_CASE("prefix cache host tier flag: edges, prefix caching required, host mem
     CHECK_THAT(std::string(both.message()), Catch::Contains("--prefix-cache-host-gib"));
   }
 }
+
+// QA round 3: a --config file is read strictly and its errors name it.
+TEST_CASE("config files: empty path, duplicate keys, both spellings, errors naming the file") {
+  const auto dir = oasis::testing::MakeTempDir("server_config_strict");
+  auto write = [&](const char* name, const char* text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  // --config "" was silently ignored (--config= was refused).
+  auto empty = Parse({"--config", ""});
+  REQUIRE_FALSE(empty.ok());
+  CHECK(empty.status().message().find("--config needs a value") != std::string::npos);
+  CHECK_FALSE(Parse({"--config="}).ok());
+  // A key given twice kept the last value.
+  const std::string dup = write("dup.json", R"({"port": 70000, "port": 18105})");
+  auto d = Parse({"--config", dup});
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().code() == StatusCode::kInvalidArgument);
+  CHECK(d.status().message().find(dup + ": 'port' appears twice") != std::string::npos);
+  // Both spellings of one flag.
+  const std::string both = write("both.json", R"({"max_num_seqs": 3, "max-num-seqs": 0})");
+  auto b = Parse({"--config", both});
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.status().message().find("'max_num_seqs' and 'max-num-seqs' both set --max-num-seqs") !=
+        std::string::npos);
+  // Duplicates in nested objects are refused too; "_comment" keys are not settings.
+  CHECK_FALSE(Parse({"--config", write("nested.json", R"({"_x": {"a": 1, "a": 2}})")}).ok());
+  CHECK(Parse({"--config", write("comments.json", R"({"_comment": 1, "port": 9000})")}).ok());
+  // A value from the file that Validate refuses names the file and its key, not "--port".
+  const std::string neg = write("neg.json", R"({"port": -5})");
+  auto n = Parse({"--config", neg});
+  REQUIRE_FALSE(n.ok());
+  CHECK(n.status().message() == neg + ": port must be in [0, 65535], got -5");
+  const std::string seqs = write("seqs.json", R"({"max_num_seqs": 0})");
+  auto s = Parse({"--config", seqs});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.status().message() == seqs + ": max_num_seqs must be >= 1, got 0");
+  // ... unless the command line gave the flag: then it names the flag.
+  auto flag = Parse({"--config", neg, "--port", "-7"});
+  REQUIRE_FALSE(flag.ok());
+  CHECK(flag.status().message() == "--port must be in [0, 65535], got -7");
+  CHECK(Parse({"--config", neg, "--port", "5"}).ok());
+  // Only a regular file is read (/dev/zero was an endless read).
+  auto zero = Parse({"--config", "/dev/zero"});
+  REQUIRE_FALSE(zero.ok());
+  CHECK(zero.status().message().find("is not a regular file") != std::string::npos);
+}
+
+TEST_CASE("GiB settings are bounded (1 PiB) before they become byte or block counts") {
+  // --staging-pool-gib 1e30 overflowed its block count and "held no head-block".
+  for (const char* flag :
+       {"--host-kv-gib", "--staging-pool-gib", "--remote-kv-gib", "--prefix-cache-host-gib"}) {
+    ExpectBadFlag({flag, "1e30"});
+    ExpectBadFlag({flag, "1048577"});
+  }
+  auto r = Parse({"--staging-pool-gib", "1e30", "--role", "prefill"});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("--staging-pool-gib must be at most 1048576 (1 PiB)") !=
+        std::string::npos);
+  CHECK(Parse({"--staging-pool-gib", "1048576"}).ok());
+}

@@ -248,6 +248,23 @@ out=$("$BENCH" --base-url "$BASE" --goodput ttft:100 itl:5 2>&1)
 rc=$?
 [[ $rc == 2 ]] && grep -q "unknown metric 'itl'" <<<"$out" && ok "a bad --goodput: exit 2 with the reason" ||
   bad "bad goodput: exit $rc" "$out"
+# Sizes and durations that overflowed (std::bad_alloc, exit 134; a run that ended at once) and
+# an unwritable result file (found only after the run): exit 2 naming them, nothing sent.
+before=$(counters)
+for args in "--num-prompts 99999999999999|--num-prompts" "--random-input-len 9999999999999|at most 2\\^28 tokens" \
+            "--random-prefix-len 9999999999999|at most 2\\^28 tokens" "--num-warmups 99999999999|--num-warmups" \
+            "--request-rate 1e-30|--request-rate must be at least 1e-06" \
+            "--result-file $TMP/no/such/dir/r.json|cannot write the result to .*no directory"; do
+  flags=${args%%|*}
+  out=$(timeout 60 "$BENCH" --base-url "$BASE" --random-output-len 4 $flags 2>&1)
+  rc=$?
+  [[ $rc == 2 ]] && grep -qE -- "${args#*|}" <<<"$out" && ok "$flags: exit 2 naming it" || bad "$flags: exit $rc" "$out"
+done
+out=$(timeout 60 "$BENCH" --base-url "$BASE" --dataset-name multi-turn --multi-turn-think-ms 1e300 2>&1)
+rc=$?
+[[ $rc == 2 ]] && grep -q -- "--multi-turn-think-ms must be at most 3600000" <<<"$out" &&
+  ok "--multi-turn-think-ms 1e300: exit 2" || bad "--multi-turn-think-ms 1e300: exit $rc" "$out"
+[[ $(counters) == "$before" ]] && ok "refused runs sent nothing" || bad "a refused run sent requests"
 
 # ---- 5. rejected requests: counted with the server's reason, exit status 1 ------------------
 before=$(counters)

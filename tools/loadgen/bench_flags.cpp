@@ -1,13 +1,19 @@
 // oasis-bench's command line: see bench_flags.h.
 #include "tools/loadgen/bench_flags.h"
 
+#include <unistd.h>
 #include <algorithm>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 #include <utility>
+
+#include "tools/loadgen/workload.h"
 
 namespace oasis::loadgen {
 
@@ -334,7 +340,47 @@ Status CheckDatasetFlags(const FlagParser& parser, const BenchFlags& f) {
   if (!(f.multi_turn_think_ms >= 0) || !std::isfinite(f.multi_turn_think_ms)) {
     return InvalidArgument("--multi-turn-think-ms must be a finite number >= 0");
   }
+  if (f.multi_turn_think_ms > kMaxThinkMs) {  // 1e300 overflowed the pause into none at all
+    return InvalidArgument("--multi-turn-think-ms must be at most 3600000 (one hour), got " +
+                           PythonFloat(f.multi_turn_think_ms));
+  }
   if (f.multi_turn_prefix_len < 0) return InvalidArgument("--multi-turn-prefix-len must be >= 0");
+  return Status::Ok();
+}
+
+Status CheckLoadFlags(const BenchFlags& f) {
+  if (!(f.request_rate >= kMinRequestRate)) {  // 1e-30 overflowed the arrival times
+    return InvalidArgument(
+        "--request-rate must be at least 1e-06 requests per second (or inf), "
+        "got " +
+        PythonFloat(f.request_rate));
+  }
+  const auto count = [](const char* name, int64_t v, int64_t least) -> Status {
+    if (v >= least && v <= kMaxPrompts) return Status::Ok();
+    return InvalidArgument(std::string("--") + name + " must be in [" + std::to_string(least) +
+                           ", " + std::to_string(kMaxPrompts) + "], got " + std::to_string(v));
+  };
+  OASIS_RETURN_IF_ERROR(count("num-prompts", f.num_prompts, 0));
+  OASIS_RETURN_IF_ERROR(count("num-warmups", f.num_warmups, 0));
+  return Status::Ok();
+}
+
+Status CheckResultWritable(const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  namespace fs = std::filesystem;
+  const fs::path file(path);
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (fs::is_directory(file, ec))
+    return InvalidArgument("the result file " + path + " is a directory");
+  if (!fs::is_directory(dir, ec)) {
+    return InvalidArgument("cannot write the result to " + path + ": no directory " + dir.string());
+  }
+  const bool exists = fs::exists(file, ec);
+  if (access(exists ? file.c_str() : dir.c_str(), exists ? W_OK : (W_OK | X_OK)) != 0) {
+    return InvalidArgument("cannot write the result to " + path + ": " +
+                           (exists ? path : dir.string()) + ": " + std::strerror(errno));
+  }
   return Status::Ok();
 }
 

@@ -71,6 +71,19 @@ Status ResolveVllmAliases(const FlagParser& parser, BenchFlags* f, nlohmann::jso
 // counts and lengths themselves are checked by MakeMultiTurnWorkload.)
 Status CheckDatasetFlags(const FlagParser& parser, const BenchFlags& f);
 
+// The least --request-rate (requests per second; below it the arrival times overflow the
+// clock) and the longest --multi-turn-think-ms (one hour).
+inline constexpr double kMinRequestRate = 1e-6;
+inline constexpr double kMaxThinkMs = 3600.0 * 1000.0;
+// The load flags: --request-rate >= kMinRequestRate (or inf), --num-prompts and --num-warmups
+// in [0, kMaxPrompts] (workload.h); InvalidArgument naming the flag.
+Status CheckLoadFlags(const BenchFlags& f);
+
+// The result file `path` (ResultPath's; "" for none) can be written: its directory exists and
+// is writable, and it is no directory. Checked before the run, which otherwise ran to its end
+// and then lost its result.
+Status CheckResultWritable(const std::string& path);
+
 // Where the result goes: --result-file, or with --save-result vLLM's
 // "[--result-dir/]{--result-filename or LABEL-RATEqps[-concurrencyN]-MODEL-DATETIME.json}"
 // (LABEL: --label, else the backend; MODEL: after the last '/'); "" for none.

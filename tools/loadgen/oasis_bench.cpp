@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
   nlohmann::json extra_body = nlohmann::json::object();  // vLLM's sampling flags, then --extra-body
   if (Status s = ResolveVllmAliases(parser, &f, &extra_body); !s.ok()) return Fail(s);
   if (Status s = CheckDatasetFlags(parser, f); !s.ok()) return Fail(s);
+  if (Status s = CheckLoadFlags(f); !s.ok()) return Fail(s);
 
   RaiseOpenFileLimit();
 
@@ -199,6 +200,31 @@ int main(int argc, char** argv) {
   if (multi_turn) {
     if (Status s = CheckMultiTurnOptions(multi); !s.ok()) return Fail(s);
   }
+  RandomWorkloadOptions random;  // checked here too (the vocabulary comes from the server)
+  random.num_prompts = f.num_prompts;
+  random.input_len = f.random_input_len;
+  random.output_len = f.random_output_len;
+  random.range_ratio = f.random_range_ratio;
+  random.prefix_len = f.random_prefix_len;
+  random.seed = static_cast<uint64_t>(f.seed);
+  random.form = f.endpoint_type == "chat" ? PromptForm::kText : PromptForm::kTokenIds;
+  if (f.dataset == "random") {
+    RandomWorkloadOptions o = random;
+    o.vocab_size = 1;  // (any: the server's comes later)
+    if (Status s = CheckRandomWorkloadOptions(o); !s.ok()) return Fail(s);
+    o.num_prompts = f.num_warmups;
+    if (f.num_warmups > 0) {
+      if (Status s = CheckRandomWorkloadOptions(o); !s.ok())
+        return Fail(s.WithContext("the --num-warmups warm-up prompts"));
+    }
+  }
+  if (multi_turn && f.num_warmups > 0) {
+    MultiTurnWorkloadOptions w = multi;  // warm-ups: turn 1 of --num-warmups conversations
+    w.num_conversations = f.num_warmups;
+    w.num_turns = 1;
+    if (Status s = CheckMultiTurnOptions(w); !s.ok())
+      return Fail(s.WithContext("the --num-warmups warm-up conversations"));
+  }
   if (!synthetic && f.dataset != "jsonl" && !IsTextDataset(f.dataset)) {
     return Fail(InvalidArgument("dataset '" + f.dataset +
                                 "' is not implemented: --dataset(-name) random, sharegpt, sonnet, "
@@ -207,8 +233,6 @@ int main(int argc, char** argv) {
   if (!synthetic && f.dataset_path.empty())
     return Fail(InvalidArgument("--dataset-name " + f.dataset + " needs --dataset-path"));
   if (!synthetic && !parser.WasSet("ignore-eos")) f.ignore_eos = false;
-  if (!(f.request_rate > 0))
-    return Fail(InvalidArgument("--request-rate must be positive (or inf)"));
   if (!(f.burstiness > 0)) return Fail(InvalidArgument("--burstiness must be positive"));
   if (f.max_concurrency < 0 || f.num_warmups < 0) {
     return Fail(InvalidArgument("--max-concurrency and --num-warmups must be >= 0"));
@@ -264,18 +288,12 @@ int main(int argc, char** argv) {
   }
   auto result_path = ResultPath(f, f.model, NowFormatted("%Y%m%d-%H%M%S", /*utc=*/false));
   if (!result_path.ok()) return Fail(result_path.status());
+  // Before the run, not after it: a result that cannot be written would be lost.
+  if (Status s = CheckResultWritable(*result_path); !s.ok()) return Fail(s);
 
   // ---- workload ------------------------------------------------------------------------------
   ordered_json dataset_config = ordered_json::object();
-  RandomWorkloadOptions random;
-  random.num_prompts = f.num_prompts;
-  random.input_len = f.random_input_len;
-  random.output_len = f.random_output_len;
-  random.range_ratio = f.random_range_ratio;
-  random.prefix_len = f.random_prefix_len;
   random.vocab_size = vocab;
-  random.seed = static_cast<uint64_t>(f.seed);
-  random.form = type == EndpointType::kChat ? PromptForm::kText : PromptForm::kTokenIds;
   multi.vocab_size = vocab;
   multi.form = random.form;
   std::vector<MultiTurnConversation> conversations;

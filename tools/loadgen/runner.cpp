@@ -1,6 +1,7 @@
 // RunBenchmark: see runner.h.
 #include "tools/loadgen/runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -28,6 +29,14 @@ std::vector<double> ArrivalTimes(int64_t n, double request_rate, double burstine
     t += gap;
   }
   return times;
+}
+
+BenchClock::duration SecondsToDuration(double seconds) {
+  // Saturates (at kMaxBenchSeconds): a duration_cast of more seconds than int64 nanoseconds
+  // hold overflowed into the past, and a run of --request-rate 1e-30 finished at once.
+  if (!(seconds > 0)) return BenchClock::duration::zero();
+  return std::chrono::duration_cast<BenchClock::duration>(
+      std::chrono::duration<double>(std::min(seconds, kMaxBenchSeconds)));
 }
 
 namespace {
@@ -87,8 +96,7 @@ void RunUnits(const RunOptions& options, size_t num_units, BenchClock::time_poin
     });
   }
   for (size_t i = 0; i < num_units; ++i) {
-    const auto due = epoch + std::chrono::duration_cast<BenchClock::duration>(
-                                 std::chrono::duration<double>(arrivals[i]));
+    const auto due = epoch + SecondsToDuration(arrivals[i]);
     std::this_thread::sleep_until(due);
     queue.Push(i);
   }
@@ -150,8 +158,7 @@ RunResult RunConversations(const RunOptions& options,
   if (total == 0) return result;
   LastEnd last_end;
   const BenchClock::time_point epoch = BenchClock::now();
-  const auto think = std::chrono::duration_cast<BenchClock::duration>(
-      std::chrono::duration<double>(std::max(0.0, options.think_time_s)));
+  const auto think = SecondsToDuration(options.think_time_s);
   RunUnits(options, conversations.size(), epoch, [&](size_t c, BenchClient& client) {
     const MultiTurnConversation& conversation = conversations[c];
     for (int64_t t = 0; t < conversation.num_turns(); ++t) {

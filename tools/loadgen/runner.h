@@ -62,4 +62,10 @@ RunResult RunConversations(const RunOptions& options,
 // The arrival times (seconds from the start) of `n` requests; all 0 for an infinite rate.
 std::vector<double> ArrivalTimes(int64_t n, double request_rate, double burstiness, uint64_t seed);
 
+// The longest wait the runner schedules: 100 years (int64 nanoseconds hold 292).
+inline constexpr double kMaxBenchSeconds = 100.0 * 365.25 * 24 * 3600;
+// `seconds` as a clock duration, saturating at kMaxBenchSeconds (0 for <= 0 or nan): never the
+// overflow of a plain duration_cast.
+BenchClock::duration SecondsToDuration(double seconds);
+
 }  // namespace oasis::loadgen

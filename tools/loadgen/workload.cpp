@@ -65,7 +65,7 @@ std::string RandomWords(std::mt19937_64& rng, int64_t n) {
 }
 
 // The most tokens (ids or words) a multi-turn workload may hold in memory: 2 GiB of ids.
-constexpr int64_t kMaxMultiTurnTokens = int64_t{1} << 28;
+constexpr int64_t kMaxMultiTurnTokens = kMaxWorkloadTokens;
 
 }  // namespace
 
@@ -87,20 +87,7 @@ double UniformUnit(std::mt19937_64& rng) {
 }
 
 StatusOr<std::vector<Prompt>> MakeRandomWorkload(const RandomWorkloadOptions& o) {
-  if (o.num_prompts <= 0) return InvalidArgument("--num-prompts must be positive");
-  if (o.input_len < 0 || o.prefix_len < 0) {
-    return InvalidArgument("--random-input-len and --random-prefix-len must be >= 0");
-  }
-  if (o.output_len <= 0) return InvalidArgument("--random-output-len must be positive");
-  if (!(o.range_ratio >= 0 && o.range_ratio < 1)) {
-    return InvalidArgument("--random-range-ratio must be in [0, 1)");
-  }
-  if (o.form == PromptForm::kTokenIds && o.vocab_size <= 0) {
-    return InvalidArgument("--random-vocab-size must be positive");
-  }
-  if (o.prefix_len == 0 && o.input_len == 0) {
-    return InvalidArgument("random prompts would be empty: --random-input-len is 0");
-  }
+  OASIS_RETURN_IF_ERROR(CheckRandomWorkloadOptions(o));
   std::mt19937_64 rng(o.seed);
   Prompt prefix;
   AppendRandomTokens(rng, o.prefix_len, o, &prefix);
@@ -119,6 +106,45 @@ StatusOr<std::vector<Prompt>> MakeRandomWorkload(const RandomWorkloadOptions& o)
     prompts.push_back(std::move(p));
   }
   return prompts;
+}
+
+Status CheckRandomWorkloadOptions(const RandomWorkloadOptions& o) {
+  if (o.num_prompts <= 0) return InvalidArgument("--num-prompts must be positive");
+  if (o.input_len < 0 || o.prefix_len < 0) {
+    return InvalidArgument("--random-input-len and --random-prefix-len must be >= 0");
+  }
+  if (o.output_len <= 0) return InvalidArgument("--random-output-len must be positive");
+  if (!(o.range_ratio >= 0 && o.range_ratio < 1)) {
+    return InvalidArgument("--random-range-ratio must be in [0, 1)");
+  }
+  if (o.form == PromptForm::kTokenIds && o.vocab_size <= 0) {
+    return InvalidArgument("--random-vocab-size must be positive");
+  }
+  if (o.prefix_len == 0 && o.input_len == 0) {
+    return InvalidArgument("random prompts would be empty: --random-input-len is 0");
+  }
+  // Every prompt is held in memory (the prefix copied into each): at most kMaxWorkloadTokens in
+  // all (larger asks threw std::bad_alloc).
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  if (o.num_prompts > kMaxPrompts) {
+    return InvalidArgument("--num-prompts " + n(o.num_prompts) + " is too large: at most " +
+                           n(kMaxPrompts));
+  }
+  if (o.input_len > kMaxWorkloadTokens || o.prefix_len > kMaxWorkloadTokens ||
+      o.output_len > kMaxWorkloadTokens) {
+    return InvalidArgument(
+        "--random-input-len, --random-prefix-len and --random-output-len must be at most 2^28 "
+        "tokens (got " +
+        n(o.input_len) + ", " + n(o.prefix_len) + ", " + n(o.output_len) + ")");
+  }
+  const int64_t per_prompt = o.prefix_len + UpperBound(o.input_len, o.range_ratio);
+  if (per_prompt > kMaxWorkloadTokens / o.num_prompts) {
+    return InvalidArgument(
+        "the random workload is too large: " + n(o.num_prompts) +
+        " prompts of up to --random-prefix-len + --random-input-len = " + n(per_prompt) +
+        " tokens would hold more than 2^28 tokens; ask for fewer or shorter prompts");
+  }
+  return Status::Ok();
 }
 
 Status CheckMultiTurnOptions(const MultiTurnWorkloadOptions& o) {

@@ -46,6 +46,12 @@ struct Prompt {
 
 enum class PromptForm { kTokenIds, kText };
 
+// The most tokens (ids or words) a synthetic workload (random, multi-turn) may hold in memory
+// (2 GiB of ids), and the most prompts of any workload (--num-prompts, --num-warmups: past it
+// they no longer fit memory; 99999999999999 threw std::bad_alloc).
+inline constexpr int64_t kMaxWorkloadTokens = int64_t{1} << 28;
+inline constexpr int64_t kMaxPrompts = int64_t{1} << 24;
+
 struct RandomWorkloadOptions {
   int64_t num_prompts = 1000;
   int64_t input_len = 1024;
@@ -58,6 +64,9 @@ struct RandomWorkloadOptions {
 };
 
 StatusOr<std::vector<Prompt>> MakeRandomWorkload(const RandomWorkloadOptions& options);
+// MakeRandomWorkload's checks alone (before the server is asked anything): positive counts,
+// at most kMaxPrompts prompts and kMaxWorkloadTokens tokens in all.
+Status CheckRandomWorkloadOptions(const RandomWorkloadOptions& options);
 
 struct MultiTurnWorkloadOptions {
   int64_t num_conversations = 8;

@@ -3,10 +3,14 @@
 // conflicts, the general lengths, sampling flags into the body, vLLM's result file name.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "test_support.h"
 #include "tools/loadgen/bench_flags.h"
+#include "tools/loadgen/runner.h"
 
 using namespace oasis;
 using namespace oasis::loadgen;
@@ -29,6 +33,7 @@ bool Parse(const Args& args, BenchFlags* f, nlohmann::json* body, std::string* e
   Status s = parser.Parse(static_cast<int>(argv.size()), argv.data());
   if (s.ok()) s = ResolveVllmAliases(parser, f, body);
   if (s.ok()) s = CheckDatasetFlags(parser, *f);
+  if (s.ok()) s = CheckLoadFlags(*f);
   *error = s.message();
   return s.ok();
 }
@@ -239,6 +244,52 @@ TEST_CASE("result file: --result-file, or vLLM's --save-result naming") {
       ParseOk({"--save_result", "--result_dir", dir.string(), "--result-filename", "r.json"});
   CHECK(*ResultPath(placed, "m", "D") == (dir / "r.json").string());
   CHECK(std::filesystem::is_directory(dir));  // created, as vLLM does
+}
+
+// QA round 3: values whose sizes or durations overflow are refused with the flag's name.
+TEST_CASE("load flags: bounds on the rate, think time and counts") {
+  CHECK(ParseError({"--request-rate", "1e-30"}) ==
+        "--request-rate must be at least 1e-06 requests per second (or inf), got 1e-30");
+  CHECK(ParseError({"--request-rate", "0"}).find("--request-rate") != std::string::npos);
+  CHECK(ParseError({"--request-rate", "nan"}).find("--request-rate") != std::string::npos);
+  CHECK(ParseOk({"--request-rate", "1e-6"}).request_rate == 1e-6);
+  CHECK(std::isinf(ParseOk({"--request-rate", "inf"}).request_rate));
+  CHECK(ParseError({"--dataset-name", "multi-turn", "--multi-turn-think-ms", "1e300"}) ==
+        "--multi-turn-think-ms must be at most 3600000 (one hour), got 1e+300");
+  CHECK(ParseOk({"--dataset-name", "multi-turn", "--multi-turn-think-ms", "3600000"})
+            .multi_turn_think_ms == 3600000);
+  CHECK(ParseError({"--num-prompts", "99999999999999"}) ==
+        "--num-prompts must be in [0, 16777216], got 99999999999999");
+  CHECK(ParseError({"--num-warmups", "99999999999"}) ==
+        "--num-warmups must be in [0, 16777216], got 99999999999");
+  CHECK(ParseError({"--num-warmups", "-1"}).find("--num-warmups") != std::string::npos);
+}
+
+TEST_CASE("the result file is checked before the run") {
+  CHECK(CheckResultWritable("").ok());
+  const auto dir = oasis::testing::MakeTempDir("bench_flags_writable");
+  CHECK(CheckResultWritable((dir / "r.json").string()).ok());
+  CHECK(CheckResultWritable("r.json").ok());  // the current directory
+  const Status missing = CheckResultWritable((dir / "no" / "r.json").string());
+  CHECK(missing.code() == StatusCode::kInvalidArgument);
+  CHECK(missing.message().find("no directory") != std::string::npos);
+  const Status is_dir = CheckResultWritable(dir.string());
+  CHECK(is_dir.message().find("is a directory") != std::string::npos);
+  std::ofstream(dir / "file") << "x";  // a file where its directory should be
+  CHECK(CheckResultWritable((dir / "file" / "r.json").string()).message().find("no directory") !=
+        std::string::npos);
+}
+
+// Durations past int64 nanoseconds saturate (--request-rate 1e-30 finished at once).
+TEST_CASE("seconds to clock durations saturate") {
+  CHECK(SecondsToDuration(0) == BenchClock::duration::zero());
+  CHECK(SecondsToDuration(-5) == BenchClock::duration::zero());
+  CHECK(SecondsToDuration(std::nan("")) == BenchClock::duration::zero());
+  CHECK(SecondsToDuration(1.5) == std::chrono::milliseconds(1500));
+  const auto most = SecondsToDuration(kMaxBenchSeconds);
+  CHECK(most > std::chrono::hours(24 * 365 * 99));
+  CHECK(SecondsToDuration(1e30) == most);
+  CHECK(SecondsToDuration(INFINITY) == most);
 }
 
 TEST_CASE("Python's str(float) for vLLM's file names") {

@@ -145,6 +145,33 @@ TEST_CASE("random: invalid options") {
   CHECK_FALSE(MakeRandomWorkload(o).ok());
 }
 
+// Sizes past memory are refused before anything is allocated (they threw std::bad_alloc).
+TEST_CASE("random: workloads past 2^28 tokens or 2^24 prompts are refused") {
+  RandomWorkloadOptions o;
+  o.vocab_size = 10;
+  o.output_len = 4;
+  auto error = [&] {
+    const oasis::Status s = CheckRandomWorkloadOptions(o);
+    CHECK(s.code() == oasis::StatusCode::kInvalidArgument);
+    CHECK_FALSE(MakeRandomWorkload(o).ok());
+    return s.message();
+  };
+  o.num_prompts = 99999999999999;
+  CHECK(error() == "--num-prompts 99999999999999 is too large: at most 16777216");
+  o.num_prompts = 10;
+  o.input_len = 9999999999999;
+  CHECK(error().find("must be at most 2^28 tokens") != std::string::npos);
+  o.input_len = 16;
+  o.prefix_len = 9999999999999;
+  CHECK(error().find("must be at most 2^28 tokens") != std::string::npos);
+  o.prefix_len = 0;
+  o.num_prompts = 100000;
+  o.input_len = 100000;
+  CHECK(error().find("would hold more than 2^28 tokens") != std::string::npos);
+  o.input_len = 2000;  // 2e8 tokens: within the bound
+  CHECK(CheckRandomWorkloadOptions(o).ok());
+}
+
 namespace {
 std::filesystem::path WriteFile(const std::string& name, const std::string& text) {
   const auto path = oasis::testing::MakeTempDir("loadgen") / name;

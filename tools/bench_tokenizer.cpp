@@ -3,16 +3,22 @@
 //
 //   bench_tokenizer <tokenizer.json> <text file> [--reps N] [--mode whole|docs|both]
 //
+// Bad arguments (an unknown flag, --reps outside [1, 1000000], another --mode, a directory or
+// an empty file as the text) are errors (exit 2 for flags, 1 for files); --help prints usage.
+//
 // Modes: "whole" encodes the file as one string; "docs" splits it at blank lines ("\n\n") and
 // encodes each document separately (closer to serving many requests). One untimed warm-up pass,
 // then N timed passes; prints the median MB/s (1 MB = 10^6 bytes of UTF-8 input), the number of
 // ids and a checksum of them (FNV-1a 64 over the ids as little-endian uint32) that must equal the
 // Python script's when both tokenizers agree. No special tokens are added.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -75,34 +81,91 @@ void Bench(const Tokenizer& t, const std::string& mode, const std::vector<std::s
       static_cast<unsigned long long>(last.ids), static_cast<unsigned long long>(last.checksum));
 }
 
+constexpr const char* kUsage =
+    "usage: bench_tokenizer <tokenizer.json> <text file> [--reps N] [--mode whole|docs|both]\n"
+    "  encode MB/s of OasisKV's tokenizer, single thread (compare tools/bench_tokenizer.py)\n"
+    "  --reps N   timed passes after one warm-up, 1 to 1000000 (default 7)\n"
+    "  --mode M   whole (the file as one string), docs (split at blank lines) or both "
+    "(default)\n"
+    "  --help     this text\n";
+
+int Usage(const std::string& error) {
+  std::fprintf(stderr, "bench_tokenizer: %s\n%s", error.c_str(), kUsage);
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: %s <tokenizer.json> <text file> [--reps N] [--mode whole|docs|both]\n",
-                 argv[0]);
-    return 2;
-  }
   int reps = 7;
   std::string mode = "both";
-  for (int i = 3; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--mode") == 0) mode = argv[i + 1];
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      positional.push_back(arg);
+      continue;
+    }
+    std::string value;
+    const size_t eq = arg.find('=');
+    std::string name = arg.substr(0, eq);
+    if (name != "--reps" && name != "--mode") return Usage("unknown flag " + name);
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return Usage(name + " needs a value");
+    }
+    if (name == "--reps") {
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno != 0 || v < 1 || v > 1000000)
+        return Usage("--reps must be an integer in [1, 1000000], got '" + value + "'");
+      reps = static_cast<int>(v);
+    } else {
+      if (value != "whole" && value != "docs" && value != "both")
+        return Usage("--mode must be whole, docs or both, got '" + value + "'");
+      mode = value;
+    }
   }
-  auto tokenizer = Tokenizer::FromFile(argv[1]);
+  if (positional.size() != 2) {
+    return Usage("expected 2 arguments (<tokenizer.json> <text file>), got " +
+                 std::to_string(positional.size()));
+  }
+  auto tokenizer = Tokenizer::FromFile(positional[0]);
   if (!tokenizer.ok()) {
-    std::fprintf(stderr, "%s\n", tokenizer.status().ToString().c_str());
+    std::fprintf(stderr, "bench_tokenizer: %s\n", tokenizer.status().ToString().c_str());
     return 1;
   }
-  std::ifstream in(argv[2], std::ios::binary);
+  const std::string& text_path = positional[1];
+  std::error_code ec;
+  if (std::filesystem::is_directory(text_path, ec)) {
+    std::fprintf(stderr, "bench_tokenizer: %s is a directory, not a text file\n",
+                 text_path.c_str());
+    return 1;
+  }
+  if (std::filesystem::exists(text_path, ec) && !std::filesystem::is_regular_file(text_path, ec)) {
+    std::fprintf(stderr, "bench_tokenizer: %s is not a regular file\n", text_path.c_str());
+    return 1;
+  }
+  std::ifstream in(text_path, std::ios::binary);
   if (!in) {
-    std::fprintf(stderr, "cannot open %s\n", argv[2]);
+    std::fprintf(stderr, "bench_tokenizer: cannot open %s\n", text_path.c_str());
     return 1;
   }
   std::ostringstream contents;
   contents << in.rdbuf();
   const std::string text = contents.str();
+  if (text.empty()) {
+    std::fprintf(stderr, "bench_tokenizer: %s is empty: nothing to encode\n", text_path.c_str());
+    return 1;
+  }
 
   if (mode == "whole" || mode == "both") Bench(**tokenizer, "whole", {text}, text.size(), reps);
   if (mode == "docs" || mode == "both") {

@@ -176,7 +176,7 @@ stop_server || fail=1
 # store hold more tokens than the pool, and the draft head keeps all of them (its pool is sized
 # for the pool and the host store together; sized for the pool alone it ran out and a CHECK
 # killed the server with every request lost).
-start_server "$TMP/pool.log" --backend cpu --num-kv-slots 96 --sparse-threshold 64 --sparse-switch threshold --topk-blocks 4 --host-kv-gib 0.01 \
+start_server "$TMP/pool.log" --backend cpu --num-kv-slots 96 --max-model-len 768 --sparse-threshold 64 --sparse-switch threshold --topk-blocks 4 --host-kv-gib 0.01 \
   --kv-home host --lookahead reject --draft-load-format dummy || exit 1
 parallel_completions pool 8 20 150 120
 switches=$(wait_metric 'oasis:sparse_switches_total' 'v >= 8')
@@ -186,13 +186,14 @@ draft_blocks=$(metric 'oasis:num_draft_kv_blocks')
    $(wait_metric 'oasis:num_free_draft_kv_blocks' "v == $draft_blocks") == "$draft_blocks" ]] && ok "pool, draft pool ($draft_blocks head-blocks) and host store empty again" || bad "pool, draft pool or host store not empty"
 stop_server || fail=1
 
-# ---- both homes (--kv-home auto): a pool of 200 head-blocks (four requests of 400 tokens whole)
+# ---- both homes (--kv-home auto): a pool of 200 head-blocks (four requests of 400 tokens whole;
+# --max-model-len 1600, one request of which the pool holds whole, as the server requires)
 # beside a host store for fifty. Eight such requests run at once: some stay in the pool (read in
 # place), the rest live in the host store, a request the pool cannot grow moves there.
 run_eight() {  # tag, server flags...
   local tag=$1
   shift
-  start_server "$TMP/$tag.log" --backend cpu --num-kv-slots 200 "$@" || exit 1
+  start_server "$TMP/$tag.log" --backend cpu --num-kv-slots 200 --max-model-len 1600 "$@" || exit 1
   parallel_completions "$tag" 8 40 150 250
 }
 run_eight homes --sparse on --sparse-threshold 64 --sparse-switch threshold --topk-blocks 4 --host-kv-gib 0.01 --kv-home auto

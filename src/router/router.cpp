@@ -18,6 +18,9 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 // taking the instance's answer (which then waits in TCP) until the client catches up or the
 // front's write timeout cuts it.
 constexpr size_t kMaxClientBacklog = size_t{1} << 20;
+// The longest the router waits to abort a staged lease (connecting to the staging server
+// included); the request's thread waits, after the client was answered.
+constexpr double kMaxAbortWaitS = 2;
 
 void SendJson(HttpExchange& ex, const OrderedJson& body, int status, HttpHeaders extra = {}) {
   ex.Reply(status, "application/json", Dump(body), std::move(extra));
@@ -38,7 +41,12 @@ std::string HeaderOr(const HttpRequest& req, std::string_view name) {
 
 }  // namespace
 
-Router::Router(RouterOptions options) : options_(std::move(options)), pool_(options_, &metrics_) {
+Router::Router(RouterOptions options)
+    : options_(std::move(options)),
+      pool_(options_, &metrics_),
+      aborter_(options_.staging_secret,
+               std::chrono::milliseconds(static_cast<int64_t>(
+                   std::min(options_.connect_timeout_s, kMaxAbortWaitS) * 1000))) {
   HttpFrontOptions o;
   o.io_threads = 2;
   o.worker_threads = 1;  // nothing runs on it: generations and /v1/models have their threads
@@ -145,7 +153,8 @@ OrderedJson Router::HealthJson(bool* all_roles_healthy) const {
 }
 
 std::string Router::RenderMetrics() const {
-  return metrics_.Render(pool_.RenderInstanceMetrics(), front_->Stats());
+  return metrics_.Render(pool_.RenderInstanceMetrics(), front_->Stats(), aborter_.aborted(),
+                         aborter_.failed());
 }
 
 void Router::Relay(UpstreamCall& call, size_t index, HttpExchange& ex, bool sse, bool record_ttft,
@@ -299,10 +308,35 @@ void Router::HandleGenerate(const HttpRequest& req, const Exchange& ex, Endpoint
     return AnswerFinishedAtPrefill(*ex, *parsed, answer, std::move(prefill_body), prefill_type,
                                    endpoint, arrival);
   }
+  // The ticket is the prefill instance's: one no decode instance could take is its fault
+  // (502), not the client's.
+  const std::string ticket = handoff->get<std::string>();
+  StatusOr<TicketLease> lease = CheckHandoffTicket(ticket);
+  if (!lease.ok()) {
+    metrics_.CountBadTicket();
+    spdlog::warn("prefill instance {} returned a malformed ticket: {}", p.label,
+                 lease.status().message());
+    return SendError(*ex, 502,
+                     "prefill instance " + p.label +
+                         " returned a malformed ticket: " + std::string(lease.status().message()));
+  }
   metrics_.CountHandoff();
   prefill_body.clear();
-  // 2. Decode with the ticket.
-  RelayDecode(ex, &up, *parsed, handoff->get<std::string>(), arrival);
+  // 2. Decode with the ticket. A decode leg that refuses or fails before a decode instance
+  // took the request leaves the staged KV to nobody: its lease is aborted at once.
+  if (!RelayDecode(ex, &up, *parsed, ticket, arrival)) AbortLease(*lease, p.label);
+}
+
+void Router::AbortLease(const TicketLease& lease, const std::string& prefill_label) {
+  const Status st = aborter_.Abort(lease.staging_address, lease.lease_id);
+  if (st.ok()) {
+    spdlog::info("aborted lease {} of prefill instance {} (staging {}): its decode leg failed",
+                 lease.lease_id, prefill_label, lease.staging_address);
+  } else {
+    spdlog::warn(
+        "could not abort lease {} of prefill instance {} (staging {}; it ends at its TTL): {}",
+        lease.lease_id, prefill_label, lease.staging_address, st.ToString());
+  }
 }
 
 void Router::AnswerFinishedAtPrefill(HttpExchange& ex, const ClientRequest& request,
@@ -312,12 +346,13 @@ void Router::AnswerFinishedAtPrefill(HttpExchange& ex, const ClientRequest& requ
   // Finished on the prefill instance (it stopped within its first two tokens).
   metrics_.CountFinishedAtPrefill();
   if (!request.stream) return ex.Reply(200, content_type, std::move(body));
-  ex.Reply(200, "text/event-stream", SynthesizeSse(answer, endpoint, request.include_usage),
+  ex.Reply(200, "text/event-stream",
+           SynthesizeSse(answer, endpoint, request.include_usage, request.continuous_usage),
            {{"Cache-Control", "no-cache"}});
   metrics_.ObserveTtft(SecondsSince(arrival));
 }
 
-void Router::RelayDecode(const Exchange& ex, UpstreamRequest* up, const ClientRequest& request,
+bool Router::RelayDecode(const Exchange& ex, UpstreamRequest* up, const ClientRequest& request,
                          const std::string& ticket, Clock::time_point arrival) {
   up->body = Dump(DecodeBody(request.body, ticket));
   // Not streamed: the answer comes whole at the end of the generation (--timeout-s), and is
@@ -329,16 +364,28 @@ void Router::RelayDecode(const Exchange& ex, UpstreamRequest* up, const ClientRe
   if (how.buffered) how.first_byte_timeout_s = options_.timeout_s;
   UpstreamPool::Dispatched d =
       pool_.Dispatch(Role::kDecode, *up, how, [this, &ex] { return GiveUp(*ex); });
-  if (!d.call) return SendDispatchError(*ex, d, "no decode instance could take the request");
+  if (!d.call) {
+    SendDispatchError(*ex, d, "no decode instance could take the request");
+    // Every instance refused (429/503), could not be reached or had none healthy: none holds
+    // the lease. A timeout or a give-up cancelled a call an instance may be working on (it
+    // sees the connection closed and ends the lease itself).
+    return d.given_up || d.status == 504;
+  }
   const int status = d.call->status();
   std::string type = d.call->content_type();
   if (type.empty()) type = "application/json";
-  if (how.buffered) return ex->Reply(status, type, d.call->TakeBody());
+  // An answer other than 200 is a refusal (400, 413...) or a failure that ended the request
+  // there: the decode instance reads the lease no more.
+  if (how.buffered) {
+    ex->Reply(status, type, d.call->TakeBody());
+    return status == 200;
+  }
   const bool sse = type.rfind("text/event-stream", 0) == 0;
   HttpHeaders extra;
   if (sse) extra.push_back({"Cache-Control", "no-cache"});
   ex->StartStream(status, type, std::move(extra));
   Relay(*d.call, d.index, *ex, sse, /*record_ttft=*/status == 200, arrival);
+  return status == 200;
 }
 
 void Router::HandleModels(const HttpRequest& req, const Exchange& ex) {

@@ -87,6 +87,7 @@
 #include <thread>
 
 #include "oasis/status.h"
+#include "router/lease_aborter.h"
 #include "router/router_metrics.h"
 #include "router/router_protocol.h"
 #include "router/router_settings.h"
@@ -147,12 +148,16 @@ class Router {
                                const std::string& content_type, Endpoint endpoint,
                                Clock::time_point arrival);
   // Sends B'' with the ticket to a decode instance and relays its answer to the client.
-  void RelayDecode(const Exchange& ex, UpstreamRequest* up, const ClientRequest& request,
+  // False when no decode instance holds the lease any more: every one refused or failed
+  // before taking the request, or the one that answered did so with a status other than 200.
+  bool RelayDecode(const Exchange& ex, UpstreamRequest* up, const ClientRequest& request,
                    const std::string& ticket, Clock::time_point arrival);
   // A failed Dispatch as the client's answer: its status (503 with Retry-After) and a
   // message (`unavailable` starts a 503's). Nothing when the client went away.
   void SendDispatchError(HttpExchange& ex, const UpstreamPool::Dispatched& d,
                          const std::string& unavailable);
+  // Aborts the staged lease of a request whose decode leg failed (LeaseAborter); logged.
+  void AbortLease(const TicketLease& lease, const std::string& prefill_label);
   void HandleModels(const HttpRequest& req, const Exchange& ex);
   // Relays `call`'s body (decode instance `index`) to the client, whose response has started.
   void Relay(UpstreamCall& call, size_t index, HttpExchange& ex, bool sse, bool record_ttft,
@@ -161,6 +166,7 @@ class Router {
   RouterOptions options_;
   RouterMetrics metrics_;  // before pool_, which counts into it
   UpstreamPool pool_;
+  LeaseAborter aborter_;
   std::unique_ptr<HttpFront> front_;
   std::atomic<bool> stopping_{false};
 

@@ -64,6 +64,11 @@ void RouterMetrics::CountHandoff() {
   ++handoffs_;
 }
 
+void RouterMetrics::CountBadTicket() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++bad_tickets_;
+}
+
 void RouterMetrics::CountFinishedAtPrefill() {
   std::lock_guard<std::mutex> lock(mu_);
   ++finished_at_prefill_;
@@ -89,8 +94,8 @@ void RouterMetrics::CountBusy() {
   ++busy_;
 }
 
-std::string RouterMetrics::Render(const std::string& instance_metrics,
-                                  const HttpFrontStats& front) const {
+std::string RouterMetrics::Render(const std::string& instance_metrics, const HttpFrontStats& front,
+                                  uint64_t leases_aborted, uint64_t lease_abort_failures) const {
   std::ostringstream s;
   std::lock_guard<std::mutex> lock(mu_);
   s << "# HELP oasis:router_requests_total Requests answered by the router, by route and status.\n"
@@ -105,6 +110,14 @@ std::string RouterMetrics::Render(const std::string& instance_metrics,
   };
   counter("oasis:router_handoffs_total",
           "Requests handed from a prefill instance to a decode instance.", handoffs_);
+  counter("oasis:router_bad_tickets_total",
+          "Handoff tickets from a prefill instance that could not be parsed (502).", bad_tickets_);
+  counter("oasis:router_leases_aborted_total",
+          "Staged leases the router aborted because their decode leg failed.",
+          static_cast<int64_t>(leases_aborted));
+  counter("oasis:router_lease_abort_failures_total",
+          "Staged leases the router could not abort (they end at their TTL).",
+          static_cast<int64_t>(lease_abort_failures));
   counter("oasis:router_finished_at_prefill_total",
           "Requests that finished on the prefill instance (no handoff).", finished_at_prefill_);
   counter("oasis:router_client_disconnects_total",

@@ -24,6 +24,8 @@ class RouterMetrics {
   // `route`: the path of a known route, or "other" (RouteLabel).
   void CountRequest(const std::string& route, int status);
   void CountHandoff();
+  // A prefill instance's handoff ticket that could not be parsed.
+  void CountBadTicket();
   void CountFinishedAtPrefill();
   void CountClientDisconnect();
   // `role`: "prefill" or "decode"; `reason`: one of kUpstreamFailureReasons.
@@ -37,13 +39,15 @@ class RouterMetrics {
   void ObservePrefill(double seconds);
 
   // The exposition, with `instance_metrics` (UpstreamPool's) after the counters and the HTTP
-  // front's connection counters (oasis:router_http_*).
-  std::string Render(const std::string& instance_metrics, const HttpFrontStats& front) const;
+  // front's connection counters (oasis:router_http_*), and the LeaseAborter's counts.
+  std::string Render(const std::string& instance_metrics, const HttpFrontStats& front,
+                     uint64_t leases_aborted = 0, uint64_t lease_abort_failures = 0) const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::tuple<std::string, int>, int64_t> requests_;
   int64_t handoffs_ = 0;
+  int64_t bad_tickets_ = 0;
   int64_t finished_at_prefill_ = 0;
   int64_t client_disconnects_ = 0;
   std::map<std::tuple<std::string, std::string>, int64_t> upstream_failures_;

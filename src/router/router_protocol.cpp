@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <string_view>
 
+#include "common/base64.h"
 #include "common/http_util.h"
 #include "common/json_depth.h"
+#include "disagg/ticket.h"
 
 namespace oasis::router {
 
@@ -13,7 +15,10 @@ std::string Dump(const OrderedJson& j) {
 }
 
 OrderedJson ErrorJson(int status, const std::string& message) {
-  const char* type = status == 503   ? "service_unavailable"
+  // The types oasis-server gives these statuses (FromStatus in server/openai_protocol.cpp).
+  const char* type = status == 404   ? "not_found_error"
+                     : status == 429 ? "rate_limit_error"
+                     : status == 503 ? "service_unavailable_error"
                      : status >= 500 ? "server_error"
                                      : "invalid_request_error";
   return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
@@ -78,7 +83,7 @@ std::optional<ClientRequest> ParseClientRequest(const std::string& text, int* st
   for (const char* key : {"n", "best_of"}) {
     auto it = out.body.find(key);
     if (it != out.body.end() && it->is_number() && it->get<double>() > 1) {
-      *message = "n > 1 is not supported by the disaggregated router";
+      *message = std::string(key) + " > 1 is not supported by the disaggregated router";
       return std::nullopt;
     }
   }
@@ -90,12 +95,48 @@ std::optional<ClientRequest> ParseClientRequest(const std::string& text, int* st
     }
     out.stream = stream->get<bool>();
   }
+  // stream_options decide whether the decode instance takes the request, but the prefill
+  // instance never sees them (it answers stream=false): checked here by the instances' rules
+  // (server/openai_protocol.cpp, ParseCommon), with their messages, before anything is staged.
   auto options = out.body.find("stream_options");
-  if (options != out.body.end() && options->is_object()) {
-    auto usage = options->find("include_usage");
-    out.include_usage = usage != options->end() && usage->is_boolean() && usage->get<bool>();
+  if (options != out.body.end() && !options->is_null()) {
+    if (!options->is_object()) {
+      *message = "'stream_options' must be an object";
+      return std::nullopt;
+    }
+    if (!out.stream) {
+      *message = "'stream_options' is only allowed with stream=true";
+      return std::nullopt;
+    }
+    bool continuous = false;
+    for (const auto& [key, value] : options->items()) {
+      const std::string param = "stream_options." + key;
+      bool* flag = key == "include_usage"            ? &out.include_usage
+                   : key == "continuous_usage_stats" ? &continuous
+                                                     : nullptr;
+      if (flag == nullptr) {
+        *message = "unknown parameter '" + param + "'";
+        return std::nullopt;
+      }
+      if (value.is_null()) continue;
+      if (!value.is_boolean()) {
+        *message = "'" + param + "' must be a boolean";
+        return std::nullopt;
+      }
+      *flag = value.get<bool>();
+    }
+    out.continuous_usage = continuous && out.include_usage;
   }
   return out;
+}
+
+StatusOr<TicketLease> CheckHandoffTicket(const std::string& base64) {
+  if (base64.empty()) return InvalidArgument("the ticket is empty");
+  StatusOr<std::string> bytes = Base64Decode(base64);
+  if (!bytes.ok()) return bytes.status();
+  StatusOr<disagg::HandoffTicket> ticket = disagg::ParseHandoffTicket(*bytes);
+  if (!ticket.ok()) return ticket.status();
+  return TicketLease{ticket->staging_address, ticket->lease_id};
 }
 
 OrderedJson PrefillBody(const OrderedJson& client_body) {
@@ -111,8 +152,14 @@ OrderedJson DecodeBody(const OrderedJson& client_body, const std::string& ticket
   return b;
 }
 
-std::string SynthesizeSse(const OrderedJson& response, Endpoint endpoint, bool include_usage) {
+std::string SynthesizeSse(const OrderedJson& response, Endpoint endpoint, bool include_usage,
+                          bool continuous_usage) {
+  // The events of oasis-server's own stream (server/http_server.cpp, GenerationPump, and
+  // server/openai_response.cpp): chat's role chunk, the chunk with the text and the finish,
+  // the usage chunk; every choice chunk carries "usage": null with include_usage, or the usage
+  // so far with continuous_usage_stats.
   const bool chat = endpoint == Endpoint::kChatCompletions;
+  continuous_usage = continuous_usage && include_usage;
   auto member = [](const OrderedJson& j, const char* key) -> OrderedJson {
     if (!j.is_object()) return nullptr;
     auto it = j.find(key);
@@ -121,31 +168,74 @@ std::string SynthesizeSse(const OrderedJson& response, Endpoint endpoint, bool i
   OrderedJson choice = OrderedJson::object();
   const OrderedJson choices = member(response, "choices");
   if (choices.is_array() && !choices.empty()) choice = choices[0];
+  const OrderedJson usage = member(response, "usage");
   auto envelope = [&] {
     return OrderedJson{{"id", member(response, "id")},
                        {"object", chat ? "chat.completion.chunk" : "text_completion"},
                        {"created", member(response, "created")},
                        {"model", member(response, "model")}};
   };
-  OrderedJson out_choice = {{"index", 0}};
+  // The usage of a choice chunk; `completed`: the tokens so far are all of them.
+  auto with_usage = [&](OrderedJson chunk, bool completed) {
+    if (!include_usage) return chunk;
+    if (!continuous_usage || !usage.is_object()) {
+      chunk["usage"] = continuous_usage ? usage : OrderedJson(nullptr);
+      return chunk;
+    }
+    OrderedJson u = usage;
+    if (!completed) {  // the role chunk: the prompt only
+      const OrderedJson prompt = member(usage, "prompt_tokens");
+      u["completion_tokens"] = 0;
+      u["total_tokens"] = prompt.is_number() ? prompt : OrderedJson(0);
+    }
+    chunk["usage"] = std::move(u);
+    return chunk;
+  };
+  std::string sse;
+  auto emit = [&](const OrderedJson& j) { sse += "data: " + Dump(j) + "\n\n"; };
+  const OrderedJson index =
+      member(choice, "index").is_number() ? member(choice, "index") : OrderedJson(0);
+  OrderedJson out_choice = {{"index", index}};
   if (chat) {
-    OrderedJson content = member(member(choice, "message"), "content");
-    out_choice["delta"] = {{"role", "assistant"},
-                           {"content", content.is_null() ? OrderedJson("") : content}};
+    OrderedJson role = envelope();
+    role["choices"] = OrderedJson::array({{{"index", index},
+                                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", nullptr}}});
+    emit(with_usage(std::move(role), /*completed=*/false));
+    const OrderedJson message = member(choice, "message");
+    OrderedJson delta = OrderedJson::object();
+    const OrderedJson reasoning = member(message, "reasoning_content");
+    if (reasoning.is_string() && !reasoning.get<std::string>().empty())
+      delta["reasoning_content"] = reasoning;
+    const OrderedJson content = member(message, "content");
+    if (content.is_string() && !content.get<std::string>().empty()) delta["content"] = content;
+    const OrderedJson calls = member(message, "tool_calls");
+    if (calls.is_array() && !calls.empty()) {
+      OrderedJson list = OrderedJson::array();
+      for (size_t i = 0; i < calls.size(); ++i) {
+        OrderedJson call = {{"index", i}};
+        for (const char* key : {"id", "type", "function"}) call[key] = member(calls[i], key);
+        list.push_back(std::move(call));
+      }
+      delta["tool_calls"] = std::move(list);
+    }
+    out_choice["delta"] = std::move(delta);
   } else {
     OrderedJson text = member(choice, "text");
     out_choice["text"] = text.is_null() ? OrderedJson("") : text;
   }
   out_choice["logprobs"] = member(choice, "logprobs");
   out_choice["finish_reason"] = member(choice, "finish_reason");
+  out_choice["stop_reason"] = member(choice, "stop_reason");
   OrderedJson chunk = envelope();
   chunk["choices"] = OrderedJson::array({out_choice});
-  std::string sse = "data: " + Dump(chunk) + "\n\n";
+  emit(with_usage(std::move(chunk), /*completed=*/true));
   if (include_usage) {
-    OrderedJson usage = envelope();
-    usage["choices"] = OrderedJson::array();
-    usage["usage"] = member(response, "usage");
-    sse += "data: " + Dump(usage) + "\n\n";
+    OrderedJson last = envelope();
+    last["choices"] = OrderedJson::array();
+    last["usage"] = usage;
+    emit(last);
   }
   sse += "data: [DONE]\n\n";
   return sse;

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "common/flags.h"
 #include "common/http_util.h"
 #include "common/settings.h"
+#include "disagg/wire.h"
 
 namespace oasis::router {
 namespace {
@@ -46,6 +50,11 @@ const std::vector<Setting>& Settings() {
          "connections hold none); more get 503 with Retry-After"},
         {"max-body-bytes", &RouterSettings::max_body_bytes, "larger request bodies get 413"},
         {"log-level", &RouterSettings::log_level, "trace, debug, info, warn, error, off"},
+        {"staging-secret", &RouterSettings::staging_secret,
+         "the prefill instances' staging secret, for aborting the staged KV of a request whose "
+         "decode leg failed (default $OASIS_STAGING_SECRET; prefer --staging-secret-file)"},
+        {"staging-secret-file", &RouterSettings::staging_secret_file,
+         "a file holding the staging secret (trailing newlines ignored)"},
     };
     for (Setting& s : HttpFrontSettingFields<RouterSettings>()) table.push_back(s);
     return table;
@@ -138,6 +147,8 @@ StatusOr<std::vector<Address>> ParseAddressList(std::string_view text, const std
       return InvalidArgument(what + ": empty entry in '" + std::string(text) + "'");
     StatusOr<Address> a = ParseAddress(item);
     if (!a.ok()) return InvalidArgument(what + ": " + a.status().message());
+    if (std::find(out.begin(), out.end(), *a) != out.end())
+      return InvalidArgument(what + ": " + a->ToString() + " is listed twice");
     out.push_back(*a);
     if (comma == std::string_view::npos) break;
     start = comma + 1;
@@ -159,6 +170,14 @@ StatusOr<RouterOptions> RouterSettings::ToOptions() const {
         "at least one decode instance is required: --decode host:port[,host:port...] or \"decode\" "
         "in --config");
   }
+  for (const Address& a : o.prefill) {
+    if (std::find(o.decode.begin(), o.decode.end(), a) != o.decode.end()) {
+      return InvalidArgument(a.ToString() +
+                             " is listed both as a prefill and as a decode instance: an instance "
+                             "has one role (--role prefill or --role decode)");
+    }
+  }
+  OASIS_ASSIGN_OR_RETURN(o.staging_secret, ResolveSecret());
   if (host.empty()) return InvalidArgument("--host must not be empty");
   if (!IsListenAddress(host)) {
     return InvalidArgument("--host must be an IP address (IPv4 or IPv6) or localhost, got '" +
@@ -194,6 +213,43 @@ StatusOr<RouterOptions> RouterSettings::ToOptions() const {
   o.http_threads = http_threads;
   o.max_body_bytes = max_body_bytes;
   return o;
+}
+
+StatusOr<std::string> RouterSettings::ResolveSecret() const {
+  const size_t kMaxSecretBytes = disagg::kMaxSecretBytes;
+  std::string secret, source;
+  if (!staging_secret_file.empty()) {
+    if (!staging_secret.empty())
+      return InvalidArgument("--staging-secret and --staging-secret-file exclude each other");
+    std::error_code ec;
+    if (std::filesystem::is_directory(staging_secret_file, ec))
+      return InvalidArgument("--staging-secret-file " + staging_secret_file + " is a directory");
+    std::ifstream in(staging_secret_file, std::ios::binary);
+    std::string text;
+    char buf[4096];
+    while (in && text.size() <= kMaxSecretBytes + 2) {
+      in.read(buf, sizeof buf);
+      text.append(buf, static_cast<size_t>(in.gcount()));
+    }
+    if (!in.eof())
+      return InvalidArgument("--staging-secret-file " + staging_secret_file + ": cannot be read");
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    if (text.empty())
+      return InvalidArgument("--staging-secret-file " + staging_secret_file + " is empty");
+    secret = std::move(text);
+    source = "--staging-secret-file " + staging_secret_file;
+  } else if (!staging_secret.empty()) {
+    secret = staging_secret;
+    source = "--staging-secret";
+  } else if (const char* env = std::getenv("OASIS_STAGING_SECRET"); env != nullptr) {
+    secret = env;
+    source = "$OASIS_STAGING_SECRET";
+  }
+  if (secret.size() > kMaxSecretBytes) {
+    return InvalidArgument(source + ": the staging secret must be at most " +
+                           std::to_string(kMaxSecretBytes) + " bytes");
+  }
+  return secret;
 }
 
 Status ApplyRouterConfigJson(const nlohmann::json& json, const std::string& source,

@@ -25,8 +25,8 @@ struct Address {
 // "host:port", "[::1]:port" or "http://host:port[/]"; the port must be in [1, 65535].
 // Errors name the value.
 StatusOr<Address> ParseAddress(std::string_view text);
-// A comma-separated list of addresses (blanks around entries ignored; no empty entries).
-// `what` names the list in errors ("--prefill").
+// A comma-separated list of addresses (blanks around entries ignored; no empty entries, no
+// address twice). `what` names the list in errors ("--prefill").
 StatusOr<std::vector<Address>> ParseAddressList(std::string_view text, const std::string& what);
 
 // The longest any upstream timeout may be (one day): larger values, infinity and NaN are
@@ -47,6 +47,10 @@ struct RouterOptions {
   HttpFrontSettings front;        // the client side's connection limit and timeouts
   int health_interval_ms = 1000;  // GET /health of every instance this often
   int health_timeout_ms = 1000;
+  // The prefill instances' staging secret (--staging-secret-file, --staging-secret or
+  // $OASIS_STAGING_SECRET; empty: none), sent when the router aborts a staged lease whose
+  // decode leg failed (router.h §3).
+  std::string staging_secret;
 };
 
 // Everything the command line and --config give (the flag names, '-' or '_' in the file); the
@@ -64,9 +68,13 @@ struct RouterSettings : HttpFrontSettings {
   int64_t http_threads = 256;
   int64_t max_body_bytes = 32 << 20;
   std::string log_level = "info";
+  std::string staging_secret;       // as the instances' flags; $OASIS_STAGING_SECRET otherwise
+  std::string staging_secret_file;  // excludes staging_secret
 
   // Range checks and address parsing.
   StatusOr<RouterOptions> ToOptions() const;
+  // The staging secret from staging_secret_file, staging_secret or $OASIS_STAGING_SECRET.
+  StatusOr<std::string> ResolveSecret() const;
 };
 
 struct RouterCommandLine {

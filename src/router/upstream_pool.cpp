@@ -68,14 +68,38 @@ void UpstreamPool::HealthLoop(Instance* instance) {
       if (health_stop_) return;
     }
     httplib::Result r = client.Get("/health");
-    const bool ok = r && r->status == 200;
-    if (instance->healthy.exchange(ok) != ok) {
+    // Healthy: 200, and the role its /health names (oasis-server's "role") is the list's. An
+    // instance of another role (a decode instance given as --prefill, a --role both server)
+    // would refuse every request as if it were the client's fault.
+    std::string why;
+    if (!r) {
+      why = "GET /health failed (" + httplib::to_string(r.error()) + ")";
+    } else if (r->status != 200) {
+      why = "GET /health answered " + std::to_string(r->status);
+    } else {
+      const nlohmann::json body = nlohmann::json::parse(r->body, nullptr, false);
+      const auto role = body.is_object() ? body.find("role") : body.end();
+      if (body.is_object() && role != body.end() && role->is_string() &&
+          role->get<std::string>() != RoleName(instance->role)) {
+        why = "its /health says role '" + role->get<std::string>() + "', but it is listed as a " +
+              RoleName(instance->role) + " instance (--" + RoleName(instance->role) +
+              "): start it with --role " + RoleName(instance->role) + " or list it right";
+      }
+    }
+    const bool ok = why.empty();
+    std::string previous;
+    {
+      std::lock_guard<std::mutex> lock(instance->reason_mu);
+      previous = instance->reason;
+      instance->reason = why;
+    }
+    const bool was = instance->healthy.exchange(ok);
+    if (was != ok || (!ok && why != previous)) {
       if (ok) {
         spdlog::info("{} instance {} is healthy", RoleName(instance->role), instance->label);
       } else {
         spdlog::warn("{} instance {} is unhealthy: {}", RoleName(instance->role), instance->label,
-                     r ? "GET /health answered " + std::to_string(r->status)
-                       : "GET /health failed (" + httplib::to_string(r.error()) + ")");
+                     why);
       }
     }
     std::unique_lock<std::mutex> lock(health_mu_);
@@ -119,6 +143,10 @@ void UpstreamPool::CountFailure(Instance* instance, const std::string& why,
   instance->failures.fetch_add(1);
   if (connection_failure) {
     const bool newly = instance->healthy.exchange(false);
+    {
+      std::lock_guard<std::mutex> lock(instance->reason_mu);
+      instance->reason = why;
+    }
     spdlog::warn("{} instance {} failed: {}{}", RoleName(instance->role), instance->label, why,
                  newly ? " (marked unhealthy until its next good /health)" : "");
   } else {
@@ -245,7 +273,12 @@ OrderedJson UpstreamPool::HealthJson(bool* all_roles_healthy) const {
     for (const auto& inst : pool->instances) {
       const bool h = inst->healthy.load();
       any = any || h;
-      list.push_back({{"address", inst->label}, {"healthy", h}});
+      OrderedJson entry = {{"address", inst->label}, {"healthy", h}};
+      if (!h) {
+        std::lock_guard<std::mutex> lock(inst->reason_mu);
+        if (!inst->reason.empty()) entry["reason"] = inst->reason;
+      }
+      list.push_back(std::move(entry));
     }
     ok = ok && any;
     out[name] = std::move(list);

@@ -87,8 +87,9 @@ class UpstreamPool {
   bool AnyHealthy(Role role) const;
   // Retry-After for a 503 of Dispatch: the health interval in whole seconds (at least 1).
   int RetryAfterSeconds() const;
-  // {"prefill":[{"address","healthy"}...],"decode":[...]}; `*all_roles_healthy`: each role has
-  // a healthy instance.
+  // {"prefill":[{"address","healthy"[,"reason"]}...],"decode":[...]} ("reason": why an
+  // unhealthy instance is, e.g. its /health names another role); `*all_roles_healthy`: each
+  // role has a healthy instance.
   OrderedJson HealthJson(bool* all_roles_healthy) const;
   // oasis:router_instance_failures_total and oasis:router_instance_healthy, by instance.
   std::string RenderInstanceMetrics() const;
@@ -101,6 +102,8 @@ class UpstreamPool {
     std::atomic<bool> healthy{true};
     std::atomic<int64_t> failures{0};
     size_t index = 0;
+    std::mutex reason_mu;
+    std::string reason;  // guarded by reason_mu: why it is unhealthy (the last failure)
   };
   struct Pool {
     std::vector<std::unique_ptr<Instance>> instances;

@@ -21,6 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base64.h"
+#include "disagg/staging_pool.h"
+#include "disagg/staging_server.h"
+#include "disagg/ticket.h"
+#include "disagg/ucx.h"
 #include "router/router.h"
 #include "test_support.h"
 
@@ -37,7 +42,30 @@ const bool kIgnoreSigpipe = [] {
   return true;
 }();
 
-constexpr const char* kTicket = "T0tIVAEAdGlja2V0";
+// A well-formed handoff ticket (the router checks the tickets it passes on) for lease `lease_id`
+// of the staging server at `staging_address`, in base64 as a prefill instance answers it.
+std::string TicketFor(const std::string& staging_address, uint64_t lease_id) {
+  disagg::HandoffTicket t;
+  t.staging_address = staging_address;
+  t.pool_id = 7;
+  t.lease_id = lease_id;
+  t.lease_ttl_ms = 30000;
+  t.geometry = {
+      .num_layers = 1, .num_kv_heads = 1, .head_dim = 16, .dtype_bytes = 2, .num_blocks = 1};
+  t.prompt_length = 4;
+  t.position = 5;
+  t.tokens = {7, 8};
+  auto layout = disagg::StagedKvLayout::Create(t.geometry);  // (no REQUIRE: static init)
+  if (!layout.ok()) throw std::runtime_error(layout.status().ToString());
+  t.extents = {{0, static_cast<uint32_t>(layout->num_slots())}};
+  t.admission = {{0}};
+  const std::string bytes = disagg::EncodeHandoffTicket(t);
+  if (auto parsed = disagg::ParseHandoffTicket(bytes); !parsed.ok())
+    throw std::runtime_error(parsed.status().ToString());
+  return Base64Encode(bytes);
+}
+// Its staging address is a port nobody listens on: an abort fails quickly.
+const std::string kTicket = TicketFor("127.0.0.1:1", 1);
 
 // Polls `cond` every 5 ms until it holds or `timeout` passes.
 bool Eventually(const std::function<bool()>& cond,
@@ -75,11 +103,13 @@ class Fake {
     server_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       ++health_hits;
       res.status = health_status.load();
-      res.set_content("{}", "application/json");
+      std::lock_guard<std::mutex> lock(mu_);
+      res.set_content(health_body, "application/json");
     });
     server_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       Record(req, Json::object());
-      res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
+      res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})",
+                      "application/json");
     });
     auto gen = [this](const httplib::Request& req, httplib::Response& res) {
       Json body = Json::parse(req.body, nullptr, false);
@@ -121,8 +151,14 @@ class Fake {
     return paths_.at(i);
   }
 
+  void SetHealthBody(std::string body) {
+    std::lock_guard<std::mutex> lock(mu_);
+    health_body = std::move(body);
+  }
+
   int port = 0;
   std::atomic<int> health_status{200};
+  std::string health_body = "{}";  // guarded by mu_
   std::atomic<int> health_hits{0};
 
  private:
@@ -207,7 +243,7 @@ class Hostile {
       char b[4096];
       ssize_t n;
       while ((n = ::recv(c, b, sizeof b, MSG_DONTWAIT)) > 0) {
-      }  // the rest of the request
+      }                         // the rest of the request
       if (n == 0) return true;  // end of stream: closed by the peer
     }
     return false;
@@ -226,7 +262,8 @@ class Hostile {
         head.append(buf, static_cast<size_t>(n));
       }
       if (head.rfind("GET /health", 0) == 0) {
-        const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        const std::string ok =
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
         ::send(c, ok.data(), ok.size(), MSG_NOSIGNAL);
         ::close(c);
         continue;
@@ -238,7 +275,8 @@ class Hostile {
       }
       if (mode_ == Mode::kHeadersThenSilent) {
         const std::string h =
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: "
+            "chunked\r\n\r\n";
         ::send(c, h.data(), h.size(), MSG_NOSIGNAL);
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -255,14 +293,17 @@ class Hostile {
 };
 
 Json CompletionResponse(const std::string& text, const std::string& finish) {
-  return {
-      {"id", "cmpl-7"},
-      {"object", "text_completion"},
-      {"created", 1700000000},
-      {"model", "fake-model"},
-      {"choices",
-       {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish}, {"stop_reason", nullptr}}}},
-      {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 2}, {"total_tokens", 5}}}};
+  return {{"id", "cmpl-7"},
+          {"object", "text_completion"},
+          {"created", 1700000000},
+          {"model", "fake-model"},
+          {"choices",
+           {{{"index", 0},
+             {"text", text},
+             {"logprobs", nullptr},
+             {"finish_reason", finish},
+             {"stop_reason", nullptr}}}},
+          {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 2}, {"total_tokens", 5}}}};
 }
 
 Json ChatResponse(const std::string& content, const std::string& finish) {
@@ -292,8 +333,10 @@ Fake::Generate FinishedPrefill(Json response) {
 Fake::Generate StatusAnswer(int status, const std::string& message) {
   return [status, message](Fake&, const httplib::Request&, httplib::Response& res) {
     res.status = status;
-    res.set_content(Json{{"error", {{"message", message}, {"type", "x"}, {"param", nullptr}, {"code", status}}}}.dump(),
-                    "application/json");
+    res.set_content(
+        Json{{"error", {{"message", message}, {"type", "x"}, {"param", nullptr}, {"code", status}}}}
+            .dump(),
+        "application/json");
   };
 }
 
@@ -305,7 +348,8 @@ Json TextChunk(const std::string& text) {
           {"object", "text_completion"},
           {"created", 1},
           {"model", "fake-model"},
-          {"choices", {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}}};
+          {"choices",
+           {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}}};
 }
 
 // Decode: checks the ticket (400 without it); not streaming: a completion "decoded"; streaming:
@@ -365,7 +409,8 @@ class RouterUnderTest {
     c.set_read_timeout(5, 0);
     return c;
   }
-  httplib::Result Post(const std::string& path, const std::string& body, const httplib::Headers& headers = {}) const {
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       const httplib::Headers& headers = {}) const {
     return Client().Post(path, headers, body, "application/json");
   }
   std::string Metrics() const {
@@ -438,8 +483,8 @@ TEST_CASE("router: addresses parse, bad ones are errors naming the value", "[rou
   REQUIRE(v6.ok());
   CHECK(v6->host == "::1");
   CHECK(v6->ToString() == "[::1]:8000");
-  for (const char* bad :
-       {"", "host", "host:", ":80", "host:0", "host:65536", "host:80x", "::1:80", "a b:80", "[::1]80"}) {
+  for (const char* bad : {"", "host", "host:", ":80", "host:0", "host:65536", "host:80x", "::1:80",
+                          "a b:80", "[::1]80"}) {
     INFO(bad);
     StatusOr<Address> r = ParseAddress(bad);
     REQUIRE_FALSE(r.ok());
@@ -464,28 +509,56 @@ TEST_CASE("router: client bodies are checked and rewritten for prefill and decod
   CHECK(status == 400);
   CHECK_FALSE(ParseClientRequest("[1,2]", &status, &message));
   CHECK(message.find("JSON object") != std::string::npos);
-  const std::string deep = R"({"prompt":)" + std::string(60000, '[') + std::string(60000, ']') + "}";
+  const std::string deep =
+      R"({"prompt":)" + std::string(60000, '[') + std::string(60000, ']') + "}";
   CHECK_FALSE(ParseClientRequest(deep, &status, &message));
   CHECK(status == 400);
   CHECK(message.find("deeper than 256 levels") != std::string::npos);
   CHECK(ErrorMessageOf(R"({"error":{"message":)" + std::string(60000, '[') + "}}").size() <= 200);
-  for (const char* multi : {R"({"prompt":"x","n":2})", R"({"prompt":"x","best_of":3})", R"({"prompt":"x","n":1.5})"}) {
+  for (const char* multi : {R"({"prompt":"x","n":2})", R"({"prompt":"x","n":1.5})"}) {
     INFO(multi);
     CHECK_FALSE(ParseClientRequest(multi, &status, &message));
     CHECK(status == 400);
     CHECK(message == "n > 1 is not supported by the disaggregated router");
   }
+  CHECK_FALSE(ParseClientRequest(R"({"prompt":"x","best_of":3})", &status, &message));
+  CHECK(message == "best_of > 1 is not supported by the disaggregated router");
+  // stream_options by the instances' rules and messages (a decode instance would refuse them
+  // after the prefill staged the request's KV).
+  for (const auto& [body, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt":"x","stream_options":{"include_usage":true}})",
+            "'stream_options' is only allowed with stream=true"},
+           {R"({"prompt":"x","stream":false,"stream_options":{}})",
+            "'stream_options' is only allowed with stream=true"},
+           {R"({"prompt":"x","stream":true,"stream_options":[1]})",
+            "'stream_options' must be an object"},
+           {R"({"prompt":"x","stream":true,"stream_options":{"x":true}})",
+            "unknown parameter 'stream_options.x'"},
+           {R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})",
+            "'stream_options.include_usage' must be a boolean"}}) {
+    INFO(body);
+    CHECK_FALSE(ParseClientRequest(body, &status, &message));
+    CHECK(status == 400);
+    CHECK(message == want);
+  }
+  CHECK(ParseClientRequest(R"({"prompt":"x","stream_options":null})", &status, &message));
+  std::optional<ClientRequest> cont = ParseClientRequest(
+      R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}})",
+      &status, &message);
+  REQUIRE(cont);
+  CHECK(cont->continuous_usage);
   CHECK_FALSE(ParseClientRequest(R"({"prompt":"x","stream":"yes"})", &status, &message));
   CHECK(ParseClientRequest(R"({"prompt":"x","n":1,"best_of":1})", &status, &message));
 
   std::optional<ClientRequest> r = ParseClientRequest(
-      R"({"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true},"max_tokens":7})", &status,
-      &message);
+      R"({"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true},"max_tokens":7})",
+      &status, &message);
   REQUIRE(r);
   CHECK(r->stream);
   CHECK(r->include_usage);
   const OrderedJson pre = PrefillBody(r->body);
-  CHECK(pre.dump() == R"({"model":"m","prompt":"hi","stream":false,"max_tokens":7})");  // key order kept
+  CHECK(pre.dump() ==
+        R"({"model":"m","prompt":"hi","stream":false,"max_tokens":7})");  // key order kept
   const OrderedJson dec = DecodeBody(r->body, kTicket);
   CHECK(dec["stream"] == true);
   CHECK(dec["stream_options"]["include_usage"] == true);
@@ -499,57 +572,114 @@ TEST_CASE("router: client bodies are checked and rewritten for prefill and decod
   CHECK(PrefillBody(plain->body).dump() == R"({"prompt":"x","stream":false})");
 
   const OrderedJson e = ErrorJson(503, "down");
-  CHECK(e.dump() == R"({"error":{"message":"down","type":"service_unavailable","param":null,"code":503}})");
+  CHECK(
+      e.dump() ==
+      R"({"error":{"message":"down","type":"service_unavailable_error","param":null,"code":503}})");
   CHECK(ErrorJson(400, "x")["error"]["type"] == "invalid_request_error");
+  CHECK(ErrorJson(404, "x")["error"]["type"] == "not_found_error");
   CHECK(ErrorJson(500, "x")["error"]["type"] == "server_error");
 }
 
+// oasis-server's own stream format (server/http_server.cpp, openai_response.cpp), which the
+// synthesized stream must equal: chat's role chunk first, "stop_reason" in the choice,
+// "usage": null in the choice chunks with include_usage (the usage so far with
+// continuous_usage_stats), the usage chunk, [DONE]. e2e_disagg compares it with a real server.
 TEST_CASE("router: SSE synthesized from a finished response", "[router]") {
-  SECTION("completions, with usage") {
-    const OrderedJson response = CompletionResponse("Hi!", "stop");
-    const std::string sse = SynthesizeSse(response, Endpoint::kCompletions, true);
-    CHECK(sse.rfind("data: {", 0) == 0);
+  SECTION("completions, with usage and a stop string") {
+    Json response = CompletionResponse("Hi!", "stop");
+    response["choices"][0]["stop_reason"] = " a";
+    const std::string sse = SynthesizeSse(OrderedJson(response), Endpoint::kCompletions, true);
     CHECK(sse.size() >= 14);
     CHECK(sse.substr(sse.size() - 14) == "data: [DONE]\n\n");
     std::vector<Json> ev = Events(sse);
     REQUIRE(ev.size() == 3);
-    CHECK(
-        ev[0].dump() ==
-        R"({"choices":[{"finish_reason":"stop","index":0,"logprobs":null,"text":"Hi!"}],"created":1700000000,"id":"cmpl-7","model":"fake-model","object":"text_completion"})");
     CHECK(ev[1]["choices"] == Json::array());
     CHECK(ev[1]["usage"]["total_tokens"] == 5);
     CHECK(ev[1]["object"] == "text_completion");
     CHECK(ev[2] == "[DONE]");
-    // Field order as documented.
+    // Field order and keys as the server's.
     CHECK(
         sse.rfind(
-            R"(data: {"id":"cmpl-7","object":"text_completion","created":1700000000,"model":"fake-model","choices":[{"index":0,"text":"Hi!","logprobs":null,"finish_reason":"stop"}]})",
+            R"(data: {"id":"cmpl-7","object":"text_completion","created":1700000000,"model":"fake-model","choices":[{"index":0,"text":"Hi!","logprobs":null,"finish_reason":"stop","stop_reason":" a"}],"usage":null})"
+            "\n\n",
             0) == 0);
   }
-  SECTION("chat, without usage") {
-    const std::string sse = SynthesizeSse(ChatResponse("Hi", "length"), Endpoint::kChatCompletions, false);
-    std::vector<Json> ev = Events(sse);
+  SECTION("completions without usage: no usage key; a stop token id stays a number") {
+    Json response = CompletionResponse("Hi", "stop");
+    response["choices"][0]["stop_reason"] = 13;
+    std::vector<Json> ev =
+        Events(SynthesizeSse(OrderedJson(response), Endpoint::kCompletions, false));
     REQUIRE(ev.size() == 2);
-    CHECK(ev[0]["object"] == "chat.completion.chunk");
-    CHECK(ev[0]["id"] == "chatcmpl-7");
-    CHECK(ev[0]["choices"][0]["delta"] == Json{{"role", "assistant"}, {"content", "Hi"}});
-    CHECK(ev[0]["choices"][0]["logprobs"]["content"][0]["token"] == "Hi");
-    CHECK(ev[0]["choices"][0]["finish_reason"] == "length");
-    CHECK(ev[1] == "[DONE]");
+    CHECK_FALSE(ev[0].contains("usage"));
+    CHECK(ev[0]["choices"][0]["stop_reason"] == 13);
   }
-  SECTION("chat, with usage") {
-    std::vector<Json> ev = Events(SynthesizeSse(ChatResponse("Hi", "stop"), Endpoint::kChatCompletions, true));
+  SECTION("chat, without usage: a role chunk, then the content") {
+    const std::string sse =
+        SynthesizeSse(ChatResponse("Hi", "length"), Endpoint::kChatCompletions, false);
+    CHECK(
+        sse.rfind(
+            R"(data: {"id":"chatcmpl-7","object":"chat.completion.chunk","created":1700000001,"model":"fake-model","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})"
+            "\n\n",
+            0) == 0);
+    std::vector<Json> ev = Events(sse);
     REQUIRE(ev.size() == 3);
-    CHECK(ev[1]["choices"] == Json::array());
-    CHECK(ev[1]["usage"]["prompt_tokens"] == 4);
     CHECK(ev[1]["object"] == "chat.completion.chunk");
+    CHECK(ev[1]["id"] == "chatcmpl-7");
+    CHECK(ev[1]["choices"][0]["delta"] == Json{{"content", "Hi"}});
+    CHECK(ev[1]["choices"][0]["logprobs"]["content"][0]["token"] == "Hi");
+    CHECK(ev[1]["choices"][0]["finish_reason"] == "length");
+    CHECK(ev[1]["choices"][0].contains("stop_reason"));
+    CHECK(ev[2] == "[DONE]");
+  }
+  SECTION("chat, with usage; an empty answer has an empty delta") {
+    std::vector<Json> ev =
+        Events(SynthesizeSse(ChatResponse("", "stop"), Endpoint::kChatCompletions, true));
+    REQUIRE(ev.size() == 4);
+    CHECK(ev[0]["usage"].is_null());
+    CHECK(ev[0].contains("usage"));
+    CHECK(ev[1]["choices"][0]["delta"] == Json::object());
+    CHECK(ev[1]["usage"].is_null());
+    CHECK(ev[2]["choices"] == Json::array());
+    CHECK(ev[2]["usage"]["prompt_tokens"] == 4);
+    CHECK(ev[2]["object"] == "chat.completion.chunk");
+  }
+  SECTION("continuous usage: every choice chunk carries the usage so far") {
+    std::vector<Json> ev =
+        Events(SynthesizeSse(ChatResponse("Hi", "stop"), Endpoint::kChatCompletions, true, true));
+    REQUIRE(ev.size() == 4);
+    CHECK(ev[0]["usage"] ==
+          Json{{"prompt_tokens", 4}, {"completion_tokens", 0}, {"total_tokens", 4}});
+    CHECK(ev[1]["usage"] ==
+          Json{{"prompt_tokens", 4}, {"completion_tokens", 1}, {"total_tokens", 5}});
+    CHECK(ev[2]["usage"]["total_tokens"] == 5);
+  }
+  SECTION("chat with reasoning and tool calls: deltas as the server's") {
+    Json response = ChatResponse("", "tool_calls");
+    response["choices"][0]["message"] = {{"role", "assistant"},
+                                         {"content", nullptr},
+                                         {"reasoning_content", "think"},
+                                         {"tool_calls",
+                                          {{{"id", "call_1"},
+                                            {"type", "function"},
+                                            {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}};
+    std::vector<Json> ev =
+        Events(SynthesizeSse(OrderedJson(response), Endpoint::kChatCompletions, false));
+    REQUIRE(ev.size() == 3);
+    const Json delta = ev[1]["choices"][0]["delta"];
+    CHECK(delta["reasoning_content"] == "think");
+    CHECK_FALSE(delta.contains("content"));
+    CHECK(delta["tool_calls"][0] == Json{{"index", 0},
+                                         {"id", "call_1"},
+                                         {"type", "function"},
+                                         {"function", {{"name", "f"}, {"arguments", "{}"}}}});
   }
 }
 
 TEST_CASE("router: command line, config file and flag override", "[router]") {
   const auto dir = oasis::testing::MakeTempDir("router_config");
   const std::string path = (dir / "router.json").string();
-  std::ofstream(path) << R"({"prefill": ["10.0.0.1:8001", "10.0.0.2:8001"], "decode": "10.0.0.3:8002",
+  std::ofstream(path)
+      << R"({"prefill": ["10.0.0.1:8001", "10.0.0.2:8001"], "decode": "10.0.0.3:8002",
                             "port": 9000, "timeout_s": 12.5, "api-key": "k", "_comment": "ignored"})";
   auto parse = [](std::vector<std::string> args) {
     std::vector<char*> argv;
@@ -592,14 +722,19 @@ TEST_CASE("router: command line, config file and flag override", "[router]") {
   CHECK(error_of({"--decode", "h:2"}).find("prefill") != std::string::npos);
   CHECK(error_of({"--prefill", "h:1"}).find("decode") != std::string::npos);
   CHECK(error_of({"--prefill", "h:1", "--decode", "gpu7"}).find("'gpu7'") != std::string::npos);
-  CHECK(error_of({"--prefill", "h:1,h:70000", "--decode", "h:2"}).find("h:70000") != std::string::npos);
-  CHECK(error_of({"--prefill", "h:1", "--decode", "h:2", "--port", "70000"}).find("--port") != std::string::npos);
-  CHECK(error_of({"--prefill", "h:1", "--decode", "h:2", "--bogus", "1"}).find("--bogus") != std::string::npos);
-  CHECK(error_of({"--config", (dir / "missing.json").string()}).find("missing.json") != std::string::npos);
+  CHECK(error_of({"--prefill", "h:1,h:70000", "--decode", "h:2"}).find("h:70000") !=
+        std::string::npos);
+  CHECK(error_of({"--prefill", "h:1", "--decode", "h:2", "--port", "70000"}).find("--port") !=
+        std::string::npos);
+  CHECK(error_of({"--prefill", "h:1", "--decode", "h:2", "--bogus", "1"}).find("--bogus") !=
+        std::string::npos);
+  CHECK(error_of({"--config", (dir / "missing.json").string()}).find("missing.json") !=
+        std::string::npos);
   std::ofstream(dir / "bad.json") << R"({"prefill": ["h:1"], "decode": ["h:2"], "colour": 3})";
   CHECK(error_of({"--config", (dir / "bad.json").string()}).find("colour") != std::string::npos);
   std::ofstream(dir / "bad_type.json") << R"({"prefill": ["h:1"], "decode": [2]})";
-  CHECK(error_of({"--config", (dir / "bad_type.json").string()}).find("decode") != std::string::npos);
+  CHECK(error_of({"--config", (dir / "bad_type.json").string()}).find("decode") !=
+        std::string::npos);
   auto help = parse({"--help"});
   REQUIRE(help.ok());
   CHECK(help->help);
@@ -627,15 +762,15 @@ TEST_CASE("router: upstream timeouts, defaults and edges", "[router]") {
     CHECK(cmd->options.upstream_first_byte_timeout_s == 300);
     CHECK(cmd->options.upstream_idle_timeout_s == 60);
   }
-  for (const std::string flag :
-       {"--timeout-s", "--connect-timeout-s", "--upstream-first-byte-timeout-s", "--upstream-idle-timeout-s"}) {
+  for (const std::string flag : {"--timeout-s", "--connect-timeout-s",
+                                 "--upstream-first-byte-timeout-s", "--upstream-idle-timeout-s"}) {
     INFO(flag);
     for (const std::string bad : {"0", "-1", "-0", "nan", "inf", "-inf", "86400.5", "1e300"}) {
       INFO(bad);
       auto cmd = parse({flag, bad});
       REQUIRE_FALSE(cmd.ok());
-      CHECK(cmd.status().message().find(flag + " must be a number of seconds in (0, 86400], got ") !=
-            std::string::npos);
+      CHECK(cmd.status().message().find(
+                flag + " must be a number of seconds in (0, 86400], got ") != std::string::npos);
     }
     CHECK_FALSE(parse({flag, "ten"}).ok());  // not a number: the flag parser's error
     for (const std::string good : {"0.001", "86400", "2.5"}) {
@@ -646,8 +781,9 @@ TEST_CASE("router: upstream timeouts, defaults and edges", "[router]") {
       const RouterOptions& o = cmd->options;
       const double got = flag == "--timeout-s"           ? o.timeout_s
                          : flag == "--connect-timeout-s" ? o.connect_timeout_s
-                         : flag == "--upstream-first-byte-timeout-s" ? o.upstream_first_byte_timeout_s
-                                                                      : o.upstream_idle_timeout_s;
+                         : flag == "--upstream-first-byte-timeout-s"
+                             ? o.upstream_first_byte_timeout_s
+                             : o.upstream_idle_timeout_s;
       CHECK(got == want);
     }
   }
@@ -686,23 +822,23 @@ TEST_CASE("router: the client side's limits, defaults and edges", "[router]") {
     CHECK(cmd->options.front.shutdown_timeout_s == 10);
     CHECK(cmd->usage.find("--max-connections") != std::string::npos);
   }
-  auto cmd = parse({"--max-connections", "7", "--header-timeout-s", "0.5", "--shutdown-timeout-s", "0",
-                    "--http-threads", "4096"});
+  auto cmd = parse({"--max-connections", "7", "--header-timeout-s", "0.5", "--shutdown-timeout-s",
+                    "0", "--http-threads", "4096"});
   REQUIRE(cmd.ok());
   CHECK(cmd->options.front.max_connections == 7);
   CHECK(cmd->options.front.header_timeout_s == 0.5);
   CHECK(cmd->options.front.shutdown_timeout_s == 0);
   CHECK(cmd->options.http_threads == 4096);
-  for (const auto& [flag, bad] : std::vector<std::pair<std::string, std::string>>{
-           {"--max-connections", "0"},
-           {"--max-connections", "1000001"},
-           {"--http-threads", "0"},
-           {"--http-threads", "4097"},
-           {"--keep-alive-timeout-s", "0"},
-           {"--header-timeout-s", "nan"},
-           {"--body-timeout-s", "-1"},
-           {"--write-timeout-s", "86401"},
-           {"--shutdown-timeout-s", "-0.5"}}) {
+  for (const auto& [flag, bad] :
+       std::vector<std::pair<std::string, std::string>>{{"--max-connections", "0"},
+                                                        {"--max-connections", "1000001"},
+                                                        {"--http-threads", "0"},
+                                                        {"--http-threads", "4097"},
+                                                        {"--keep-alive-timeout-s", "0"},
+                                                        {"--header-timeout-s", "nan"},
+                                                        {"--body-timeout-s", "-1"},
+                                                        {"--write-timeout-s", "86401"},
+                                                        {"--shutdown-timeout-s", "-0.5"}}) {
     INFO(flag << " " << bad);
     auto r = parse({flag, bad});
     REQUIRE_FALSE(r.ok());
@@ -736,7 +872,8 @@ TEST_CASE("router: a client that hangs up during the prefill call cancels it at 
   }
 }
 
-TEST_CASE("router: past --http-threads requests in flight, a fast 503 with Retry-After", "[router]") {
+TEST_CASE("router: past --http-threads requests in flight, a fast 503 with Retry-After",
+          "[router]") {
   Hostile prefill(Hostile::Mode::kSilent);
   Fake decode(SimpleDecode());
   RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
@@ -777,7 +914,8 @@ TEST_CASE("router: past --http-threads requests in flight, a fast 503 with Retry
   again.join();
 }
 
-TEST_CASE("router: idle and trickling connections hold no thread and do not starve /health", "[router]") {
+TEST_CASE("router: idle and trickling connections hold no thread and do not starve /health",
+          "[router]") {
   Fake prefill(HandoffPrefill());
   Fake decode(SimpleDecode());
   RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
@@ -830,7 +968,7 @@ TEST_CASE("router: handoff, not streaming", "[router]") {
   Fake decode(SimpleDecode());
   RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
   auto res = r.Post("/v1/completions",
-                    R"({"model":"m","prompt":"hello","max_tokens":8,"stream_options":{"include_usage":true}})",
+                    R"({"model":"m","prompt":"hello","max_tokens":8,"stream_options":null})",
                     {{"Authorization", "Bearer abc"}});
   REQUIRE(res);
   CHECK(res->status == 200);
@@ -838,14 +976,15 @@ TEST_CASE("router: handoff, not streaming", "[router]") {
   CHECK(Json::parse(res->body) == CompletionResponse("decoded", "length"));
   REQUIRE(prefill.calls() == 1);
   CHECK(prefill.path(0) == "/v1/completions");
-  CHECK(prefill.body(0) == Json{{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 8}, {"stream", false}});
+  CHECK(prefill.body(0) ==
+        Json{{"model", "m"}, {"prompt", "hello"}, {"max_tokens", 8}, {"stream", false}});
   CHECK(prefill.auth(0) == "Bearer abc");
   REQUIRE(decode.calls() == 1);
   CHECK(decode.path(0) == "/v1/completions");
   CHECK(decode.body(0) == Json{{"model", "m"},
                                {"prompt", "hello"},
                                {"max_tokens", 8},
-                               {"stream_options", {{"include_usage", true}}},
+                               {"stream_options", nullptr},
                                {"oasis_ticket", kTicket}});
   CHECK(decode.auth(0) == "Bearer abc");
 }
@@ -856,7 +995,8 @@ TEST_CASE("router: handoff, streaming, relayed as it arrives", "[router]") {
   Fake prefill(HandoffPrefill());
   Fake decode([&](Fake&, const httplib::Request& req, httplib::Response& res) {
     Json body = Json::parse(req.body, nullptr, false);
-    decode_saw_ticket = body.is_object() && body.value("oasis_ticket", "") == kTicket && body.value("stream", false);
+    decode_saw_ticket = body.is_object() && body.value("oasis_ticket", "") == kTicket &&
+                        body.value("stream", false);
     res.set_chunked_content_provider("text/event-stream", [&](size_t, httplib::DataSink& sink) {
       const std::string first = Event(TextChunk("first"));
       if (!sink.write(first.data(), first.size())) return false;
@@ -871,15 +1011,15 @@ TEST_CASE("router: handoff, streaming, relayed as it arrives", "[router]") {
   });
   RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
   bool first_before_last = false, seen = false;
-  Streamed s =
-      PostStreamed(r.port, "/v1/completions", R"({"prompt":"hello","stream":true})", [&](const std::string& so_far) {
-        if (!seen && so_far.find("\"first\"") != std::string::npos) {
-          seen = true;
-          first_before_last = !last_sent.load();
-          client_saw_first.Open();
-        }
-        return true;
-      });
+  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"hello","stream":true})",
+                            [&](const std::string& so_far) {
+                              if (!seen && so_far.find("\"first\"") != std::string::npos) {
+                                seen = true;
+                                first_before_last = !last_sent.load();
+                                client_saw_first.Open();
+                              }
+                              return true;
+                            });
   CHECK(decode_saw_ticket);
   CHECK(s.error == httplib::Error::Success);
   CHECK(s.status == 200);
@@ -903,8 +1043,9 @@ TEST_CASE("router: finished at prefill, with and without stream", "[router]") {
     REQUIRE(res);
     CHECK(res->status == 200);
     CHECK(res->body == CompletionResponse("Hi", "stop").dump());  // as is
-    Streamed s = PostStreamed(r.port, "/v1/completions",
-                              R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})");
+    Streamed s =
+        PostStreamed(r.port, "/v1/completions",
+                     R"({"prompt":"x","stream":true,"stream_options":{"include_usage":true}})");
     CHECK(s.status == 200);
     CHECK(s.content_type == "text/event-stream");
     std::vector<Json> ev = Events(s.body);
@@ -923,16 +1064,16 @@ TEST_CASE("router: finished at prefill, with and without stream", "[router]") {
     Fake prefill(FinishedPrefill(ChatResponse("Yo", "length")));
     Fake decode(SimpleDecode());
     RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
-    Streamed s =
-        PostStreamed(r.port, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"stream":true})");
+    Streamed s = PostStreamed(r.port, "/v1/chat/completions",
+                              R"({"messages":[{"role":"user","content":"hi"}],"stream":true})");
     CHECK(s.status == 200);
     std::vector<Json> ev = Events(s.body);
-    REQUIRE(ev.size() == 2);
+    REQUIRE(ev.size() == 3);
     CHECK(ev[0]["object"] == "chat.completion.chunk");
-    CHECK(ev[0]["choices"][0]["delta"]["content"] == "Yo");
-    CHECK(ev[0]["choices"][0]["delta"]["role"] == "assistant");
-    CHECK(ev[0]["choices"][0]["finish_reason"] == "length");
-    CHECK(ev[1] == "[DONE]");
+    CHECK(ev[0]["choices"][0]["delta"] == Json{{"role", "assistant"}, {"content", ""}});
+    CHECK(ev[1]["choices"][0]["delta"] == Json{{"content", "Yo"}});
+    CHECK(ev[1]["choices"][0]["finish_reason"] == "length");
+    CHECK(ev[2] == "[DONE]");
     CHECK(prefill.path(0) == "/v1/chat/completions");
     CHECK(decode.calls() == 0);
   }
@@ -955,12 +1096,14 @@ TEST_CASE("router: bad client bodies are 400 OpenAI errors and reach no instance
   }
   auto multi = r.Post("/v1/chat/completions", R"({"messages":[],"n":3})");
   REQUIRE(multi);
-  CHECK(Json::parse(multi->body)["error"]["message"] == "n > 1 is not supported by the disaggregated router");
+  CHECK(Json::parse(multi->body)["error"]["message"] ==
+        "n > 1 is not supported by the disaggregated router");
   CHECK(prefill.calls() == 0);
   auto unknown = r.Client().Get("/v1/nothing");
   REQUIRE(unknown);
   CHECK(unknown->status == 404);
   CHECK(Json::parse(unknown->body)["error"]["code"] == 404);
+  CHECK(Json::parse(unknown->body)["error"]["type"] == "not_found_error");
 }
 
 TEST_CASE("router: prefill errors are relayed as they are", "[router]") {
@@ -989,11 +1132,13 @@ TEST_CASE("router: a busy (429/503) prefill instance sends the request to the ne
   CHECK(busy.calls() == 1);
   CHECK(good.calls() == 2);
   CHECK(r.router.InstanceHealthy(Router::Role::kPrefill, 0));  // busy is not down
-  CHECK(r.Metrics().find("oasis:router_instance_failures_total{role=\"prefill\",address=\"" + busy.address() +
-                         "\"} 1") != std::string::npos);
+  CHECK(r.Metrics().find("oasis:router_instance_failures_total{role=\"prefill\",address=\"" +
+                         busy.address() + "\"} 1") != std::string::npos);
 }
 
-TEST_CASE("router: a prefill instance that went down: the next one is used and it is marked unhealthy", "[router]") {
+TEST_CASE(
+    "router: a prefill instance that went down: the next one is used and it is marked unhealthy",
+    "[router]") {
   auto down = std::make_unique<Fake>(HandoffPrefill());
   const Address down_addr = down->addr();
   Fake good(HandoffPrefill());
@@ -1004,7 +1149,8 @@ TEST_CASE("router: a prefill instance that went down: the next one is used and i
   REQUIRE(Eventually([&] { return down->health_hits.load() > 0; }));
   down.reset();  // port closed: connection refused
   REQUIRE(r.router.InstanceHealthy(Router::Role::kPrefill, 0));
-  auto res = r.Post("/v1/completions", R"({"prompt":"x"})");  // round-robin starts at the first instance
+  auto res =
+      r.Post("/v1/completions", R"({"prompt":"x"})");  // round-robin starts at the first instance
   REQUIRE(res);
   CHECK(res->status == 200);
   CHECK(good.calls() == 1);
@@ -1021,7 +1167,7 @@ TEST_CASE("router: all prefill instances down is a 503 naming them", "[router]")
   CHECK(res->status == 503);
   Json e = Json::parse(res->body);
   CHECK(e["error"]["code"] == 503);
-  CHECK(e["error"]["type"] == "service_unavailable");
+  CHECK(e["error"]["type"] == "service_unavailable_error");
   const std::string message = e["error"]["message"];
   CHECK(message.find(a.address()) != std::string::npos);
   CHECK(message.find(b.address()) != std::string::npos);
@@ -1075,16 +1221,21 @@ TEST_CASE("router: a client that disconnects mid-stream closes the decode connec
     });
   });
   RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
-  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})",
-                            [](const std::string& so_far) { return so_far.find("\"t1\"") == std::string::npos; });
+  Streamed s = PostStreamed(
+      r.port, "/v1/completions", R"({"prompt":"x","stream":true})",
+      [](const std::string& so_far) { return so_far.find("\"t1\"") == std::string::npos; });
   CHECK(s.error == httplib::Error::Canceled);
   CHECK(Eventually([&] { return write_failed.load(); }));
   CHECK(written.load() < 60);
-  CHECK(Eventually([&] { return r.Metrics().find("oasis:router_client_disconnects_total 1") != std::string::npos; }));
+  CHECK(Eventually([&] {
+    return r.Metrics().find("oasis:router_client_disconnects_total 1") != std::string::npos;
+  }));
 }
 
-TEST_CASE("router: a decode answer that breaks off ends the client's stream with an error event and [DONE]",
-          "[router]") {
+TEST_CASE(
+    "router: a decode answer that breaks off ends the client's stream with an error event and "
+    "[DONE]",
+    "[router]") {
   Fake prefill(HandoffPrefill());
   Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
     res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
@@ -1113,12 +1264,15 @@ TEST_CASE("router: a decode answer that breaks off ends the client's stream with
   CHECK(decode.calls() == 1);
   CHECK(spare.calls() == 1);
   std::string m = r.Metrics();
-  CHECK(m.find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"closed\"} 1\n") != std::string::npos);
+  CHECK(m.find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"closed\"} 1\n") !=
+        std::string::npos);
   CHECK(m.find("oasis:router_stream_errors_total 1\n") != std::string::npos);
   CHECK(m.find("oasis:router_upstream_retries_total{role=\"decode\"} 0\n") != std::string::npos);
 }
 
-TEST_CASE("router: a stream whose [DONE] was relayed before the connection dropped gets no error event", "[router]") {
+TEST_CASE(
+    "router: a stream whose [DONE] was relayed before the connection dropped gets no error event",
+    "[router]") {
   Fake prefill(HandoffPrefill());
   Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
     res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
@@ -1136,7 +1290,8 @@ TEST_CASE("router: a stream whose [DONE] was relayed before the connection dropp
   CHECK(ev[1] == "[DONE]");
 }
 
-TEST_CASE("router: a stalled stream ends after the idle timeout with an error event and [DONE]", "[router]") {
+TEST_CASE("router: a stalled stream ends after the idle timeout with an error event and [DONE]",
+          "[router]") {
   std::atomic<bool> upstream_closed{false};
   Fake prefill(HandoffPrefill());
   Fake decode([&](Fake&, const httplib::Request&, httplib::Response& res) {
@@ -1173,28 +1328,32 @@ TEST_CASE("router: a stalled stream ends after the idle timeout with an error ev
   CHECK(took < std::chrono::seconds(5));
   CHECK(Eventually([&] { return upstream_closed.load(); }));  // the instance sees the request end
   CHECK_FALSE(r.router.InstanceHealthy(Router::Role::kDecode, 0));  // no poll undoes the mark
-  CHECK(r.Metrics().find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"idle_timeout\"} 1\n") !=
+  CHECK(r.Metrics().find(
+            "oasis:router_upstream_failures_total{role=\"decode\",reason=\"idle_timeout\"} 1\n") !=
         std::string::npos);
 }
 
-TEST_CASE("router: a stream cut by the router stopping ends with an error event and [DONE]", "[router]") {
+TEST_CASE("router: a stream cut by the router stopping ends with an error event and [DONE]",
+          "[router]") {
   Fake prefill(HandoffPrefill());
   Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
     res.set_chunked_content_provider("text/event-stream", [](size_t, httplib::DataSink& sink) {
       const std::string e = Event(TextChunk("one"));
       if (!sink.write(e.data(), e.size())) return false;
       const auto end = Clock::now() + std::chrono::seconds(3);
-      while (Clock::now() < end && sink.is_writable()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      while (Clock::now() < end && sink.is_writable())
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return false;
     });
   });
   RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
   std::thread stopper;
-  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})", [&](const std::string& so_far) {
-    if (!stopper.joinable() && so_far.find("\"one\"") != std::string::npos)
-      stopper = std::thread([&r] { r.router.Stop(); });
-    return true;
-  });
+  Streamed s = PostStreamed(
+      r.port, "/v1/completions", R"({"prompt":"x","stream":true})", [&](const std::string& so_far) {
+        if (!stopper.joinable() && so_far.find("\"one\"") != std::string::npos)
+          stopper = std::thread([&r] { r.router.Stop(); });
+        return true;
+      });
   if (stopper.joinable()) stopper.join();
   std::vector<Json> ev = Events(s.body);
   REQUIRE(ev.size() == 3);
@@ -1204,8 +1363,10 @@ TEST_CASE("router: a stream cut by the router stopping ends with an error event 
   CHECK(ev[2] == "[DONE]");
 }
 
-TEST_CASE("router: a stream whose instance sends headers and then nothing ends after the first-byte timeout",
-          "[router]") {
+TEST_CASE(
+    "router: a stream whose instance sends headers and then nothing ends after the first-byte "
+    "timeout",
+    "[router]") {
   Fake prefill(HandoffPrefill());
   Hostile decode(Hostile::Mode::kHeadersThenSilent);
   RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
@@ -1218,12 +1379,14 @@ TEST_CASE("router: a stream whose instance sends headers and then nothing ends a
   std::vector<Json> ev = Events(s.body);
   REQUIRE(ev.size() == 2);
   CHECK(ev[0]["error"]["code"] == 504);
-  CHECK(ev[0]["error"]["message"].get<std::string>().find("first-byte timeout") != std::string::npos);
+  CHECK(ev[0]["error"]["message"].get<std::string>().find("first-byte timeout") !=
+        std::string::npos);
   CHECK(ev[1] == "[DONE]");
   CHECK(Eventually([&] { return decode.PeerClosedHeld(); }));
 }
 
-TEST_CASE("router: a silent prefill instance is a 504 after the first-byte timeout, not retried", "[router]") {
+TEST_CASE("router: a silent prefill instance is a 504 after the first-byte timeout, not retried",
+          "[router]") {
   Hostile silent(Hostile::Mode::kSilent);
   Fake other(HandoffPrefill());
   Fake decode(SimpleDecode());
@@ -1250,15 +1413,19 @@ TEST_CASE("router: a silent prefill instance is a 504 after the first-byte timeo
   CHECK(silent.posts.load() == 1);
 }
 
-TEST_CASE("router: an instance that closes the connection before answering: the next one takes the request",
-          "[router]") {
+TEST_CASE(
+    "router: an instance that closes the connection before answering: the next one takes the "
+    "request",
+    "[router]") {
   Fake prefill(HandoffPrefill());
   Hostile closer(Hostile::Mode::kClose);
   Fake good(SimpleDecode());
   RouterOptions o = TestOptions({prefill.addr()}, {closer.addr(), good.addr()});
   o.health_interval_ms = 60000;
   RouterUnderTest r(o);
-  REQUIRE(Eventually([&] { return closer.posts.load() == 0 && r.router.InstanceHealthy(Router::Role::kDecode, 0); }));
+  REQUIRE(Eventually([&] {
+    return closer.posts.load() == 0 && r.router.InstanceHealthy(Router::Role::kDecode, 0);
+  }));
   for (int i = 0; i < 2; ++i) {
     Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})");
     CHECK(s.status == 200);
@@ -1271,18 +1438,22 @@ TEST_CASE("router: an instance that closes the connection before answering: the 
   CHECK_FALSE(r.router.InstanceHealthy(Router::Role::kDecode, 0));
   std::string m = r.Metrics();
   CHECK(m.find("oasis:router_upstream_retries_total{role=\"decode\"} 1\n") != std::string::npos);
-  CHECK(m.find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"closed\"} 1\n") != std::string::npos);
+  CHECK(m.find("oasis:router_upstream_failures_total{role=\"decode\",reason=\"closed\"} 1\n") !=
+        std::string::npos);
 }
 
-TEST_CASE("router: not streamed, a decode answer that breaks off or stalls is a 502 or 504 JSON error", "[router]") {
+TEST_CASE(
+    "router: not streamed, a decode answer that breaks off or stalls is a 502 or 504 JSON error",
+    "[router]") {
   Fake prefill(HandoffPrefill());
   SECTION("breaks off") {
     Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
-      res.set_content_provider(1000, "application/json", [](size_t, size_t, httplib::DataSink& sink) {
-        const std::string half = R"({"id":"cmpl-7","choices":[)";
-        sink.write(half.data(), half.size());
-        return false;  // 1000 bytes announced, fewer sent
-      });
+      res.set_content_provider(1000, "application/json",
+                               [](size_t, size_t, httplib::DataSink& sink) {
+                                 const std::string half = R"({"id":"cmpl-7","choices":[)";
+                                 sink.write(half.data(), half.size());
+                                 return false;  // 1000 bytes announced, fewer sent
+                               });
     });
     RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
     auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
@@ -1294,14 +1465,15 @@ TEST_CASE("router: not streamed, a decode answer that breaks off or stalls is a 
   }
   SECTION("stalls midway (the idle timeout)") {
     Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
-      res.set_content_provider(1000, "application/json", [](size_t offset, size_t, httplib::DataSink& sink) {
-        if (offset > 0) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-          return false;
-        }
-        const std::string half = R"({"id":"cmpl-7","choices":[)";
-        return sink.write(half.data(), half.size());
-      });
+      res.set_content_provider(1000, "application/json",
+                               [](size_t offset, size_t, httplib::DataSink& sink) {
+                                 if (offset > 0) {
+                                   std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+                                   return false;
+                                 }
+                                 const std::string half = R"({"id":"cmpl-7","choices":[)";
+                                 return sink.write(half.data(), half.size());
+                               });
     });
     RouterOptions o = TestOptions({prefill.addr()}, {decode.addr()});
     o.upstream_idle_timeout_s = 0.5;
@@ -1311,7 +1483,8 @@ TEST_CASE("router: not streamed, a decode answer that breaks off or stalls is a 
     REQUIRE(res);
     CHECK(Clock::now() - start < std::chrono::milliseconds(2500));
     CHECK(res->status == 504);
-    CHECK(Json::parse(res->body)["error"]["message"].get<std::string>().find("idle timeout") != std::string::npos);
+    CHECK(Json::parse(res->body)["error"]["message"].get<std::string>().find("idle timeout") !=
+          std::string::npos);
   }
   SECTION("stalls (--timeout-s bounds a whole non-streamed answer)") {
     Fake decode([](Fake&, const httplib::Request&, httplib::Response& res) {
@@ -1331,7 +1504,8 @@ TEST_CASE("router: not streamed, a decode answer that breaks off or stalls is a 
   }
 }
 
-TEST_CASE("router: no healthy instance is a quick 503 with Retry-After, and nothing is prefilled", "[router]") {
+TEST_CASE("router: no healthy instance is a quick 503 with Retry-After, and nothing is prefilled",
+          "[router]") {
   Fake prefill(HandoffPrefill());
   Fake decode(SimpleDecode());
   RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
@@ -1344,8 +1518,9 @@ TEST_CASE("router: no healthy instance is a quick 503 with Retry-After, and noth
     CHECK(res->status == 503);
     CHECK(res->get_header_value("Retry-After") == "1");
     Json e = Json::parse(res->body);
-    CHECK(e["error"]["type"] == "service_unavailable");
-    CHECK(e["error"]["message"].get<std::string>().find("no healthy decode instance") != std::string::npos);
+    CHECK(e["error"]["type"] == "service_unavailable_error");
+    CHECK(e["error"]["message"].get<std::string>().find("no healthy decode instance") !=
+          std::string::npos);
   }
   auto models = r.Client().Get("/v1/models");
   REQUIRE(models);
@@ -1354,7 +1529,8 @@ TEST_CASE("router: no healthy instance is a quick 503 with Retry-After, and noth
   CHECK(Clock::now() - start < std::chrono::seconds(2));
   CHECK(prefill.calls() == 0);
   CHECK(decode.calls() == 0);
-  CHECK(r.Metrics().find("oasis:router_no_healthy_instance_total{role=\"decode\"} 3\n") != std::string::npos);
+  CHECK(r.Metrics().find("oasis:router_no_healthy_instance_total{role=\"decode\"} 3\n") !=
+        std::string::npos);
   // Back: served again.
   decode.health_status = 200;
   REQUIRE(Eventually([&] { return r.router.InstanceHealthy(Router::Role::kDecode, 0); }));
@@ -1369,19 +1545,23 @@ TEST_CASE("router: no healthy instance is a quick 503 with Retry-After, and noth
   CHECK(prefill.calls() == 1);
 }
 
-TEST_CASE("router: a request waiting on an instance its health check marks unhealthy goes to the next", "[router]") {
+TEST_CASE(
+    "router: a request waiting on an instance its health check marks unhealthy goes to the next",
+    "[router]") {
   Gate release;
   std::atomic<bool> slow_entered{false};
   Fake slow([&](Fake& f, const httplib::Request& req, httplib::Response& res) {
     slow_entered = true;
-    release.WaitFor(std::chrono::milliseconds(4000));  // a stopped process, as far as the router sees
+    release.WaitFor(
+        std::chrono::milliseconds(4000));  // a stopped process, as far as the router sees
     HandoffPrefill()(f, req, res);
   });
   Fake good(HandoffPrefill());
   Fake decode(SimpleDecode());
   RouterUnderTest r(TestOptions({slow.addr(), good.addr()}, {decode.addr()}));
   std::thread flip([&] {
-    if (Eventually([&] { return slow_entered.load(); }, std::chrono::milliseconds(4000))) slow.health_status = 503;
+    if (Eventually([&] { return slow_entered.load(); }, std::chrono::milliseconds(4000)))
+      slow.health_status = 503;
   });
   int ok = 0;
   const auto start = Clock::now();
@@ -1397,7 +1577,8 @@ TEST_CASE("router: a request waiting on an instance its health check marks unhea
   CHECK(good.calls() == 2);
   CHECK(slow.calls() == 1);
   std::string m = r.Metrics();
-  CHECK(m.find("oasis:router_upstream_failures_total{role=\"prefill\",reason=\"unhealthy\"} 1\n") != std::string::npos);
+  CHECK(m.find("oasis:router_upstream_failures_total{role=\"prefill\",reason=\"unhealthy\"} 1\n") !=
+        std::string::npos);
   CHECK(m.find("oasis:router_upstream_retries_total{role=\"prefill\"} 1\n") != std::string::npos);
 }
 
@@ -1407,7 +1588,8 @@ TEST_CASE("router: /health is 200 with every role healthy, else 503", "[router]"
   DeadPort dead;
   {
     RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
-    REQUIRE(Eventually([&] { return prefill.health_hits.load() > 0 && decode.health_hits.load() > 0; }));
+    REQUIRE(Eventually(
+        [&] { return prefill.health_hits.load() > 0 && decode.health_hits.load() > 0; }));
     auto res = r.Client().Get("/health");
     REQUIRE(res);
     CHECK(res->status == 200);
@@ -1432,7 +1614,10 @@ TEST_CASE("router: /health is 200 with every role healthy, else 503", "[router]"
     auto res = r.Client().Get("/health");
     REQUIRE(res);
     CHECK(res->status == 200);  // one healthy decode instance is enough
-    CHECK(Json::parse(res->body)["decode"][1] == Json{{"address", dead.address()}, {"healthy", false}});
+    CHECK(Json::parse(res->body)["decode"][1] ==
+          Json{{"address", dead.address()},
+               {"healthy", false},
+               {"reason", "GET /health failed (Connection)"}});
   }
   {
     RouterUnderTest r(TestOptions({dead.addr()}, {decode.addr()}));
@@ -1463,15 +1648,17 @@ TEST_CASE("router: /metrics counts requests, handoffs and finishes at prefill", 
   std::string m;
   CHECK(Eventually([&] {
     m = r.Metrics();
-    return m.find("oasis:router_requests_total{route=\"/v1/completions\",status=\"200\"} 2") != std::string::npos &&
-           m.find("oasis:router_requests_total{route=\"/v1/completions\",status=\"400\"} 1") != std::string::npos;
+    return m.find("oasis:router_requests_total{route=\"/v1/completions\",status=\"200\"} 2") !=
+               std::string::npos &&
+           m.find("oasis:router_requests_total{route=\"/v1/completions\",status=\"400\"} 1") !=
+               std::string::npos;
   }));
   CHECK(m.find("oasis:router_handoffs_total 1\n") != std::string::npos);
   CHECK(m.find("oasis:router_finished_at_prefill_total 1\n") != std::string::npos);
-  CHECK(m.find("oasis:router_instance_failures_total{role=\"prefill\",address=\"" + prefill.address() + "\"} 0") !=
-        std::string::npos);
-  CHECK(m.find("oasis:router_instance_failures_total{role=\"decode\",address=\"" + decode.address() + "\"} 0") !=
-        std::string::npos);
+  CHECK(m.find("oasis:router_instance_failures_total{role=\"prefill\",address=\"" +
+               prefill.address() + "\"} 0") != std::string::npos);
+  CHECK(m.find("oasis:router_instance_failures_total{role=\"decode\",address=\"" +
+               decode.address() + "\"} 0") != std::string::npos);
   CHECK(m.find("# TYPE oasis:router_time_to_first_token_seconds histogram") != std::string::npos);
   CHECK(m.find("oasis:router_time_to_first_token_seconds_count 1\n") != std::string::npos);
   CHECK(m.find("oasis:router_prefill_seconds_count 2\n") != std::string::npos);
@@ -1515,7 +1702,8 @@ TEST_CASE("router: /v1/models comes from a decode instance", "[router]") {
   CHECK(prefill.calls() == 0);
 }
 
-TEST_CASE("router: a client that disconnects while the decode instance is silent closes it too", "[router]") {
+TEST_CASE("router: a client that disconnects while the decode instance is silent closes it too",
+          "[router]") {
   std::atomic<bool> upstream_closed{false};
   Fake prefill(HandoffPrefill());
   Fake decode([&](Fake&, const httplib::Request&, httplib::Response& res) {
@@ -1538,8 +1726,9 @@ TEST_CASE("router: a client that disconnects while the decode instance is silent
   });
   RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
   const auto start = Clock::now();
-  Streamed s = PostStreamed(r.port, "/v1/completions", R"({"prompt":"x","stream":true})",
-                            [](const std::string& so_far) { return so_far.find("\"only\"") == std::string::npos; });
+  Streamed s = PostStreamed(
+      r.port, "/v1/completions", R"({"prompt":"x","stream":true})",
+      [](const std::string& so_far) { return so_far.find("\"only\"") == std::string::npos; });
   CHECK(s.error == httplib::Error::Canceled);
   CHECK(Eventually([&] { return upstream_closed.load(); }, std::chrono::milliseconds(1400)));
   CHECK(Clock::now() - start < std::chrono::milliseconds(1400));
@@ -1560,10 +1749,167 @@ TEST_CASE("router: answers larger than the relay buffer pass through whole", "[r
   REQUIRE(at_prefill);
   CHECK(at_prefill->status == 200);
   CHECK(at_prefill->body.size() > big.size());
-  CHECK(Json::parse(at_prefill->body)["choices"][0]["text"].get<std::string>().size() == big.size());
+  CHECK(Json::parse(at_prefill->body)["choices"][0]["text"].get<std::string>().size() ==
+        big.size());
   finish = false;
   auto decoded = r.Post("/v1/completions", R"({"prompt":"x"})");
   REQUIRE(decoded);
   CHECK(decoded->status == 200);
-  CHECK(Json::parse(decoded->body)["choices"][0]["text"].get<std::string>().size() == big.size() + 1);
+  CHECK(Json::parse(decoded->body)["choices"][0]["text"].get<std::string>().size() ==
+        big.size() + 1);
+}
+
+// ------------------------------------------------------------------------------ QA fixes
+
+TEST_CASE("router: stream_options on a non-streamed request is refused before any prefill",
+          "[router]") {
+  Fake prefill(HandoffPrefill());
+  Fake decode(SimpleDecode());
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+  for (const char* body :
+       {R"({"prompt":"Hello there","max_tokens":8,"stream_options":{"include_usage":true}})",
+        R"({"prompt":"Hello there","max_tokens":2,"stream_options":{"include_usage":true}})",
+        R"({"prompt":"x","stream":true,"stream_options":{"bogus":true}})"}) {
+    INFO(body);
+    auto res = r.Post("/v1/completions", body);
+    REQUIRE(res);
+    CHECK(res->status == 400);
+    CHECK(Json::parse(res->body)["error"]["message"].get<std::string>().find("stream_options") !=
+          std::string::npos);
+  }
+  CHECK(prefill.calls() == 0);
+  CHECK(decode.calls() == 0);
+}
+
+TEST_CASE("router: a malformed ticket from a prefill instance is a 502 naming it", "[router]") {
+  for (const char* ticket : {"!!!notbase64", "", "T0tIVAMAAAAAAAAAAAAAAAAAAAAAAA=="}) {
+    INFO(ticket);
+    Fake prefill([ticket](Fake&, const httplib::Request&, httplib::Response& res) {
+      res.set_content(Json{{"oasis_handoff", ticket}}.dump(), "application/json");
+    });
+    Fake decode(SimpleDecode());
+    RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+    auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+    REQUIRE(res);
+    CHECK(res->status == 502);
+    const Json e = Json::parse(res->body);
+    CHECK(e["error"]["type"] == "server_error");
+    CHECK_THAT(e["error"]["message"].get<std::string>(),
+               Catch::StartsWith("prefill instance " + prefill.address() +
+                                 " returned a malformed ticket"));
+    CHECK(decode.calls() == 0);
+    CHECK(r.Metrics().find("oasis:router_bad_tickets_total 1") != std::string::npos);
+  }
+}
+
+// A real staging pool and server in this process (UCX on loopback), so that the router's abort
+// is seen where it lands.
+struct StagingUnderTest {
+  StagingUnderTest() {
+    auto ctx = disagg::UcxContext::Create({"tcp"});
+    REQUIRE(ctx.ok());
+    context = *ctx;
+    auto p = disagg::StagingPool::Create(context, {.block_bytes = 4096, .num_blocks = 8});
+    REQUIRE(p.ok());
+    pool = std::move(*p);
+    auto s = disagg::StagingServer::Start(context, pool.get(), {.listen_address = "127.0.0.1:0"});
+    REQUIRE(s.ok());
+    server = std::move(*s);
+  }
+  std::shared_ptr<disagg::UcxContext> context;
+  std::unique_ptr<disagg::StagingPool> pool;
+  std::unique_ptr<disagg::StagingServer> server;
+};
+
+TEST_CASE("router: a decode leg that refuses after the handoff aborts the staged lease at once",
+          "[router]") {
+  StagingUnderTest staging;
+  const int decode_status = GENERATE(400, 429, 503);
+  const bool stream = GENERATE(false, true);
+  INFO("decode answers " << decode_status << (stream ? ", streamed" : ""));
+  auto lease = staging.pool->Acquire(2);
+  REQUIRE(lease.ok());
+  const std::string ticket = TicketFor(staging.server->address(), lease->id);
+  Fake prefill([ticket](Fake&, const httplib::Request&, httplib::Response& res) {
+    res.set_content(Json{{"id", "cmpl-7"}, {"oasis_handoff", ticket}}.dump(), "application/json");
+  });
+  Fake decode(StatusAnswer(decode_status, "refused"));
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+  auto res =
+      r.Post("/v1/completions", stream ? R"({"prompt":"x","stream":true})" : R"({"prompt":"x"})");
+  REQUIRE(res);
+  CHECK(res->status == (decode_status == 400 ? 400 : 503));
+  CHECK(Eventually([&] { return staging.pool->Stats().leases_aborted == 1; },
+                   std::chrono::milliseconds(5000)));
+  CHECK(staging.pool->Stats().requests_held == 0);
+  CHECK(Eventually([&] {
+    return r.Metrics().find("oasis:router_leases_aborted_total 1") != std::string::npos;
+  }));
+}
+
+TEST_CASE(
+    "router: a decode instance that cannot be reached after the handoff: the lease is aborted",
+    "[router]") {
+  StagingUnderTest staging;
+  auto lease = staging.pool->Acquire(1);
+  REQUIRE(lease.ok());
+  const std::string ticket = TicketFor(staging.server->address(), lease->id);
+  Fake prefill([ticket](Fake&, const httplib::Request&, httplib::Response& res) {
+    res.set_content(Json{{"oasis_handoff", ticket}}.dump(), "application/json");
+  });
+  Fake decode(SimpleDecode());
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+  REQUIRE(Eventually([&] { return decode.health_hits.load() > 0; }));
+  decode.Stop();  // healthy until its next poll: the call fails to connect
+  auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+  REQUIRE(res);
+  CHECK(res->status == 503);
+  CHECK(Eventually([&] { return staging.pool->Stats().leases_aborted == 1; },
+                   std::chrono::milliseconds(5000)));
+}
+
+TEST_CASE("router: an instance whose /health names another role is unhealthy, saying why",
+          "[router]") {
+  Fake prefill(HandoffPrefill());
+  Fake decode(SimpleDecode());
+  prefill.SetHealthBody(R"({"status":"ok","role":"decode"})");
+  decode.SetHealthBody(R"({"status":"ok","role":"both"})");
+  RouterUnderTest r(TestOptions({prefill.addr()}, {decode.addr()}));
+  REQUIRE(Eventually([&] {
+    return !r.router.InstanceHealthy(Role::kPrefill, 0) &&
+           !r.router.InstanceHealthy(Role::kDecode, 0);
+  }));
+  auto health = r.Client().Get("/health");
+  REQUIRE(health);
+  CHECK(health->status == 503);
+  const Json h = Json::parse(health->body);
+  CHECK(h["prefill"][0]["healthy"] == false);
+  CHECK_THAT(h["prefill"][0]["reason"].get<std::string>(), Catch::Contains("role 'decode'"));
+  CHECK_THAT(h["decode"][0]["reason"].get<std::string>(), Catch::Contains("role 'both'"));
+  CHECK(r.Metrics().find("oasis:router_instance_healthy{role=\"prefill\",address=\"" +
+                         prefill.address() + "\"} 0") != std::string::npos);
+  auto res = r.Post("/v1/completions", R"({"prompt":"x"})");
+  REQUIRE(res);
+  CHECK(res->status == 503);  // not the client's 400
+  CHECK(prefill.calls() == 0);
+  // Fixed: healthy again, no reason shown.
+  prefill.SetHealthBody(R"({"role":"prefill"})");
+  decode.SetHealthBody(R"({"role":"decode"})");
+  REQUIRE(Eventually([&] {
+    return r.router.InstanceHealthy(Role::kPrefill, 0) &&
+           r.router.InstanceHealthy(Role::kDecode, 0);
+  }));
+  const Json ok = Json::parse(r.Client().Get("/health")->body);
+  CHECK_FALSE(ok["prefill"][0].contains("reason"));
+}
+
+TEST_CASE("router: an instance listed twice is refused", "[router]") {
+  auto dup = ParseWithInstances({"--prefill", "127.0.0.1:9001,127.0.0.1:9001"});
+  REQUIRE_FALSE(dup.ok());
+  CHECK_THAT(std::string(dup.status().message()),
+             Catch::Contains("127.0.0.1:9001 is listed twice"));
+  auto both = ParseWithInstances({"--prefill", "h:2"});
+  REQUIRE_FALSE(both.ok());
+  CHECK_THAT(std::string(both.status().message()),
+             Catch::Contains("both as a prefill and as a decode instance"));
 }

@@ -411,6 +411,13 @@ class OasisGrpcService final : public v1::Oasis::CallbackService {
                        std::unique_ptr<GenerationJob>* job, std::string* id, bool* logprobs) {
     if (grpc::Status st = Authorize(ctx); !st.ok()) return st;
     if (service_.host() == nullptr) return Error(grpc::StatusCode::UNAVAILABLE, NotReadyMessage());
+    // The label is echoed in every response: bounded, so that it cannot multiply a request's
+    // size into its answer's.
+    if (request.request_id().size() > GrpcFrontend::kMaxRequestIdBytes) {
+      return Error(grpc::StatusCode::INVALID_ARGUMENT,
+                   "'request_id' is at most " + std::to_string(GrpcFrontend::kMaxRequestIdBytes) +
+                       " bytes, got " + std::to_string(request.request_id().size()));
+    }
     if (service_.host()->role != "both") {
       return Error(
           grpc::StatusCode::FAILED_PRECONDITION,
@@ -576,8 +583,12 @@ class GenerateCall final : public grpc::ServerWriteReactor<v1::GenerateResponse>
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* OasisGrpcService::Generate(
     grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request) {
-  if (draining_.load(std::memory_order_acquire))
-    return new FinishedCall(Error(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+  // A server going away (or not there yet) says so before anything else: UNAVAILABLE, which
+  // clients retry elsewhere, never RESOURCE_EXHAUSTED from the slots of streams that are
+  // ending. State() covers the whole shutdown: Service::BeginShutdown (the HTTP side's 503)
+  // comes before BeginDrain here.
+  if (State() != HealthState::kServing)
+    return new FinishedCall(Error(grpc::StatusCode::UNAVAILABLE, NotReadyMessage()));
   // Reserve a slot first, so that a flood is refused before any parsing or tokenizing.
   const int64_t before = live_.fetch_add(1, std::memory_order_acq_rel);
   if (before >= max_calls_) {

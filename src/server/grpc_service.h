@@ -15,7 +15,8 @@
 // new streams), and polls every stream at least every 50 ms as a safety net. (Blocking in a
 // reactor callback would stall grpc's few callback threads.) Live
 // streams are bounded by --grpc-max-concurrent-calls: past it new Generate calls finish at once
-// with RESOURCE_EXHAUSTED.
+// with RESOURCE_EXHAUSTED. A server loading or shutting down answers every new Generate call
+// UNAVAILABLE before that check. request_id is at most kMaxRequestIdBytes.
 //
 // Start() once, Shutdown() once from any thread (the destructor calls it).
 #pragma once
@@ -44,6 +45,9 @@ class GrpcFrontend {
   // Pump threads that drive every live Generate stream, and their longest idle sleep.
   static constexpr int kPumpThreads = 2;
   static constexpr std::chrono::milliseconds kPumpIdleWait{20};
+  // GenerateRequest.request_id, a client's label echoed in every response: at most this many
+  // bytes (longer: INVALID_ARGUMENT).
+  static constexpr size_t kMaxRequestIdBytes = 256;
 
   explicit GrpcFrontend(Service& service);
   ~GrpcFrontend();

@@ -253,6 +253,19 @@ TEST_CASE(
   CHECK(RunCall(*rig.stub, Request(3)).status.ok());
 }
 
+TEST_CASE("gRPC: at the cap, a server shutting down says UNAVAILABLE, not RESOURCE_EXHAUSTED") {
+  Rig rig(/*max_calls=*/1);
+  OpenStream a(*rig.stall_stub, StallRequest(), /*read_first=*/false);
+  REQUIRE(WaitFor([&] { return rig.frontend.live_calls() == 1; }));
+  // The shutdown has begun (the HTTP side answers 503); the live stream still holds its slot.
+  rig.service.BeginShutdown();
+  Outcome late = RunCall(*rig.stub, Request(2));
+  CHECK(late.status.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(late.status.error_message() == "the server is shutting down");
+  a.ctx.TryCancel();
+  a.Drain();
+}
+
 TEST_CASE("gRPC errors always carry a message") {
   Rig rig;
   v1::GenerateRequest none;
@@ -269,6 +282,14 @@ TEST_CASE("gRPC errors always carry a message") {
   Outcome invalid = RunCall(*rig.stub, bad);
   CHECK(invalid.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(invalid.status.error_message().find("top_p") != std::string::npos);
+  // request_id is echoed in every response: at most 256 bytes.
+  v1::GenerateRequest long_id = Request(2);
+  long_id.set_request_id(std::string(GrpcFrontend::kMaxRequestIdBytes + 1, 'x'));
+  Outcome too_long = RunCall(*rig.stub, long_id);
+  CHECK(too_long.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(too_long.status.error_message() == "'request_id' is at most 256 bytes, got 257");
+  long_id.set_request_id(std::string(GrpcFrontend::kMaxRequestIdBytes, 'x'));
+  CHECK(RunCall(*rig.stub, long_id).status.ok());
 }
 
 TEST_CASE("gRPC: a cancelled call or a passed deadline aborts the engine request at once") {

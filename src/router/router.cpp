@@ -275,6 +275,10 @@ void Router::HandleGenerate(const HttpRequest& req, const Exchange& ex, Endpoint
     UpstreamPool::Dispatched none;
     none.no_healthy = true;
     none.failures = "no healthy decode instance";
+    if (!pool_.AnyHealthy(Role::kPrefill)) {
+      none.failures = "no healthy prefill instance and no healthy decode instance";
+      metrics_.CountNoHealthyInstance(RoleName(Role::kPrefill));
+    }
     metrics_.CountNoHealthyInstance(RoleName(Role::kDecode));
     return SendDispatchError(*ex, none, "no decode instance could take the request");
   }

@@ -5,7 +5,8 @@
 //
 // Protocol, per POST /v1/completions or /v1/chat/completions with JSON object body B:
 //   1. B must be a JSON object (else 400); `n` (when present) must be 1 and `best_of` at most 1
-//      (else 400 "n > 1 is not supported by the disaggregated router"); stream = B.stream.
+//      (else 400 "n > 1 ..." / "best_of > 1 is not supported by the disaggregated router");
+//      stream = B.stream; stream_options checked by the instances' rules (ParseClientRequest).
 //   2. Prefill: first, with no healthy decode instance: 503 with Retry-After at once (no prefill
 //      instance stages KV that no decode instance would take). POST {prefill}/v1/<same path>
 //      with B' = B, "stream": false, no stream_options, and the client's Authorization header.
@@ -14,7 +15,8 @@
 //        the instances tried and why (502 when one broke its answer off);
 //      - no answer within the first-byte timeout: 504, not retried (§7);
 //      - any other non-200: status and body relayed to the client as they are;
-//      - 200 with a string "oasis_handoff" (a base64 ticket): step 3;
+//      - 200 with a string "oasis_handoff" (a base64 ticket): step 3 (a ticket that does not
+//        parse: 502 "prefill instance HOST:PORT returned a malformed ticket");
 //      - 200 without it: the request finished on the prefill instance. Not streaming: that
 //        response as is. Streaming: the equivalent SSE stream (SynthesizeSse).
 //   3. Decode: POST {decode}/v1/<same path> with B'' = B + "oasis_ticket": <the ticket> and
@@ -33,16 +35,19 @@
 //        `data: {"error":{...}}` (code 502, 504 or 503) and `data: [DONE]` (unless [DONE] was
 //        relayed already), properly terminated: never silently truncated. No retry once
 //        the headers went to the client.
+//      A decode leg that refuses (an answer other than 200) or fails before an instance took
+//      the request (all refused 429/503 or unreachable) has its staged lease aborted on the
+//      prefill instance at once (LeaseAborter, kAbort over UCX), after the client's answer.
 //      A client that goes away at any moment (during the prefill call, before the decode
 //      answer's headers, while it is relayed) is noticed within 50 ms: the upstream call in
 //      progress is cancelled (the instance sees the connection closed and aborts the request).
 //   4. Instances: round-robin per role over the healthy ones; none healthy: nothing is tried
 //      (503 with Retry-After: the health interval, at least 1 s). A thread per instance polls
-//      GET /health every second (1 s timeout): 200 = healthy. A failed call (connection
-//      failure, closed, timed out) marks the instance unhealthy until the next successful poll;
-//      a call still waiting for its answer's headers from an instance marked unhealthy is given
-//      up and the next instance tried. Instances start healthy (optimistic) until their first
-//      poll.
+//      GET /health every second (1 s timeout): 200 with the list's "role" (if named) = healthy. A
+//      failed call (connection failure, closed, timed out) marks the instance unhealthy until the
+//      next successful poll; a call still waiting for its answer's headers from an instance marked
+//      unhealthy is given up and the next instance tried. Instances start healthy (optimistic)
+//      until their first poll.
 //   5. GET /v1/models: relayed from a healthy decode instance. GET /health: 200 (503 unless
 //      each role has a healthy instance) with {"prefill":[{"address","healthy"}...],
 //      "decode":[...]}. GET /metrics: Prometheus text, prefix oasis:router_. Others: 404.

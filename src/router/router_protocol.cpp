@@ -183,10 +183,11 @@ std::string SynthesizeSse(const OrderedJson& response, Endpoint endpoint, bool i
       return chunk;
     }
     OrderedJson u = usage;
-    if (!completed) {  // the role chunk: the prompt only
+    if (!completed) {  // the role chunk, before admission: the prompt only, nothing cached yet
       const OrderedJson prompt = member(usage, "prompt_tokens");
       u["completion_tokens"] = 0;
       u["total_tokens"] = prompt.is_number() ? prompt : OrderedJson(0);
+      u.erase("prompt_tokens_details");
     }
     chunk["usage"] = std::move(u);
     return chunk;

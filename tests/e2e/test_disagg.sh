@@ -10,7 +10,11 @@
 #   - every staging lease ends (completed) and the pool holds nothing after;
 #   - a client that disconnects mid-stream: its lease is aborted;
 #   - a decode instance killed mid-request: the prefill instance frees the lease by TTL;
-#   - errors: n > 1, a decode instance called without a ticket, a bad ticket;
+#   - errors: n > 1, a decode instance called without a ticket, a bad ticket; stream_options
+#     without stream refused before any prefill;
+#   - streams that finish on the prefill instance equal one instance's, event by event;
+#   - a decode side that refuses after the handoff: the lease is aborted at once;
+#   - instances of the wrong role: unhealthy with the reason in /health, clients get 503;
 #   - the staging secret: a listener beyond loopback without one is refused at start; decode
 #     instances with a wrong or no secret are refused, with the right one they serve.
 # Usage: test_disagg.sh OASIS_SERVER OASIS_ROUTER SOURCE_DIR
@@ -97,6 +101,114 @@ code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$decode_PORT/v1/c
 [[ $code == 400 && $(py "$(cat "$TMP/e")" "'oasis_ticket' in d['error']['message']") == True ]] && ok "a truncated ticket: 400" || bad "bad ticket: $code" "$(cat "$TMP/e")"
 code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$prefill_PORT/v1/completions" -H 'Content-Type: application/json' -d '{"prompt": "x", "max_tokens": 4, "stream": true}')
 [[ $code == 400 ]] && ok "a prefill instance refuses stream=true" || bad "prefill stream: $code" "$(cat "$TMP/e")"
+
+# ---- a request the decode side would refuse is refused before the prefill ---------------------
+h0=$(pmetric "$prefill_PORT" oasis:handoffs_total)
+for mt in 8 2; do
+  code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$router_PORT/v1/completions" -H 'Content-Type: application/json' \
+    -d "{\"prompt\":\"Hello there\",\"max_tokens\":$mt,\"temperature\":0,\"stream_options\":{\"include_usage\":true}}")
+  [[ $code == 400 ]] && grep -q "only allowed with stream=true" "$TMP/e" && ok "stream_options without stream (max_tokens $mt): 400 as one instance says" || bad "stream_options without stream (max_tokens $mt): $code" "$(cat "$TMP/e")"
+done
+[[ $(pmetric "$prefill_PORT" oasis:handoffs_total) == "$h0" ]] && ok "nothing staged for the refused requests" || bad "the refused requests were prefilled"
+
+# ---- streams finished on the prefill instance equal one instance's, event by event ----------
+# (ids and created ignored). max_tokens 1 and a stop string within the first two tokens finish
+# on the prefill instance; with include_usage and continuous_usage_stats, completions and chat.
+python3 - "$one_PORT" "$router_PORT" "$(prompt_text 5 40)" > "$TMP/cmp" 2>&1 <<'PY'
+import json, sys, urllib.request
+one, router, prompt = sys.argv[1], sys.argv[2], sys.argv[3]
+def post(port, path, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=60).read().decode()
+def events(port, path, body):
+    out = []
+    for line in post(port, path, body).split("\n"):
+        if line.startswith("data: "):
+            e = line[6:]
+            if e == "[DONE]":
+                out.append(e)
+                continue
+            j = json.loads(e)
+            j.pop("id", None); j.pop("created", None)
+            out.append(j)
+    return out
+two = json.loads(post(one, "/v1/completions", {"prompt": prompt, "max_tokens": 2, "temperature": 0}))["choices"][0]["text"]
+cases = []
+for opts in ({}, {"include_usage": True}, {"include_usage": True, "continuous_usage_stats": True}):
+    for path, base in (("/v1/completions", {"prompt": prompt}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}]})):
+        b = dict(base, max_tokens=1, temperature=0, stream=True)
+        if opts: b["stream_options"] = opts
+        cases.append((path, b))
+if len(two.strip()) >= 2:
+    cases.append(("/v1/completions", {"prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": True,
+                                      "stop": [two[:2]], "stream_options": {"include_usage": True}}))
+bad = 0
+for path, body in cases:
+    want, got = events(one, path, body), events(router, path, body)
+    if want != got:
+        bad += 1
+        print("DIFFERS", path, json.dumps(body)[:120])
+        for i in range(max(len(want), len(got))):
+            w = want[i] if i < len(want) else None
+            g = got[i] if i < len(got) else None
+            if w != g:
+                print(f" event {i}: one    {json.dumps(w)[:1500]}")
+                print(f" event {i}: router {json.dumps(g)[:1500]}")
+print(f"{len(cases) - bad} of {len(cases)} equal")
+sys.exit(1 if bad else 0)
+PY
+[[ $? == 0 ]] && ok "streams finished on the prefill instance equal one instance's ($(tail -1 "$TMP/cmp"))" || bad "synthesized streams differ from one instance's" "$(cat "$TMP/cmp")"
+
+# ---- a decode side that refuses after the handoff: the staged lease is aborted at once ----------
+cat > "$TMP/refuse.py" <<'PY'
+import sys
+from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def reply(self, code, body):
+        self.send_response(code); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def do_GET(self): self.reply(200, b'{"role":"decode"}')
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply(400, b'{"error":{"message":"refused by the test","type":"invalid_request_error","param":null,"code":null}}')
+s = ThreadingHTTPServer(("127.0.0.1", 0), H); print(s.server_address[1], flush=True); s.serve_forever()
+PY
+python3 "$TMP/refuse.py" > "$TMP/refuse.port" 2>&1 &
+PIDS+=("$!")
+for _ in $(seq 1 100); do [[ -s $TMP/refuse.port ]] && break; sleep 0.05; done
+start_router rrouter --prefill "127.0.0.1:$prefill_PORT" --decode "127.0.0.1:$(head -1 "$TMP/refuse.port")" || exit 1
+leases() { curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n "s/^oasis:staging_pool_leases_total{.*end=\"$1\"} \(.*\)\$/\1/p"; }
+ab0=$(leases aborted); ex0=$(leases expired)
+code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$rrouter_PORT/v1/completions" -H 'Content-Type: application/json' \
+  -d "$(python3 -c "import json,sys; print(json.dumps({'prompt': sys.argv[1], 'max_tokens': 8, 'temperature': 0}))" "$(prompt_text 9 60)")")
+[[ $code == 400 ]] && grep -q "refused by the test" "$TMP/e" && ok "the decode side's refusal relayed (400)" || bad "decode refusal: $code" "$(cat "$TMP/e")"
+# Well within the lease's TTL (4 s): aborted, not expired.
+v=$(BASE="http://127.0.0.1:$prefill_PORT" wait_metric oasis:staging_pool_requests_held "v == 0" 2>/dev/null) || v=$(pmetric "$prefill_PORT" oasis:staging_pool_requests_held)
+ab=$(leases aborted); ex=$(leases expired)
+[[ $v == 0 && $(python3 -c "print(${ab:-0} == ${ab0:-0} + 1 and ${ex:-0} == ${ex0:-0})") == True ]] &&
+  ok "refused after the handoff: the lease was aborted at once (aborted $ab0 -> $ab, none expired)" || bad "lease after a decode refusal: held $v, aborted $ab0 -> $ab, expired $ex0 -> $ex"
+grep -q '^oasis:router_leases_aborted_total 1$' <(curl -s "http://127.0.0.1:$rrouter_PORT/metrics") && ok "the router counts the abort" || bad "router abort metric" "$(curl -s "http://127.0.0.1:$rrouter_PORT/metrics" | grep lease)"
+
+# ---- instances of the wrong role: unhealthy, saying why; clients get 503, not 400 ---------------
+# (Not start_router: it waits for a healthy router.)
+"$ROUTER" --port 0 --log-level warn --prefill "127.0.0.1:$decode_PORT" --decode "127.0.0.1:$one_PORT" > "$TMP/wrong.log" 2>&1 &
+PIDS+=("$!")
+wrong_PORT=""
+for _ in $(seq 1 200); do
+  wrong_PORT=$(sed -n 's|^oasis-router listening on http://[^:]*:\([0-9]*\)$|\1|p' "$TMP/wrong.log" | head -1)
+  [[ -n $wrong_PORT ]] && break
+  sleep 0.05
+done
+for _ in $(seq 1 60); do [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$wrong_PORT/health") == 503 ]] && break; sleep 0.1; done
+grep -q "role 'decode', but it is listed as a prefill instance" "$TMP/wrong.log" && ok "the wrong role is logged" || bad "wrong role not logged" "$(cat "$TMP/wrong.log")"
+hb=$(curl -s "http://127.0.0.1:$wrong_PORT/health")
+[[ $(py "$hb" "'role \'decode\'' in d['prefill'][0].get('reason', '') and 'role \'both\'' in d['decode'][0].get('reason', '')") == True ]] &&
+  ok "a decode instance as --prefill and a --role both server as --decode: unhealthy, /health says why" || bad "wrong roles: /health" "$hb"
+code=$(curl -s -o "$TMP/e" -w '%{http_code}' "http://127.0.0.1:$wrong_PORT/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"x","max_tokens":4}')
+[[ $code == 503 ]] && ok "wrong roles: requests get 503 (the router's fault, not the client's)" || bad "wrong roles: $code" "$(cat "$TMP/e")"
 
 # ---- a client that disconnects mid-stream: the lease is aborted --------------------------------
 aborted0=$(curl -s "http://127.0.0.1:$prefill_PORT/metrics" | sed -n 's/^oasis:staging_pool_leases_total{.*end="aborted"} \(.*\)$/\1/p')

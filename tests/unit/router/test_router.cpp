@@ -644,13 +644,18 @@ TEST_CASE("router: SSE synthesized from a finished response", "[router]") {
     CHECK(ev[2]["object"] == "chat.completion.chunk");
   }
   SECTION("continuous usage: every choice chunk carries the usage so far") {
+    Json response = ChatResponse("Hi", "stop");
+    response["usage"]["prompt_tokens_details"] = {{"cached_tokens", 2}};
     std::vector<Json> ev =
-        Events(SynthesizeSse(ChatResponse("Hi", "stop"), Endpoint::kChatCompletions, true, true));
+        Events(SynthesizeSse(OrderedJson(response), Endpoint::kChatCompletions, true, true));
     REQUIRE(ev.size() == 4);
+    // The role chunk comes before admission in the server's stream: nothing cached yet.
     CHECK(ev[0]["usage"] ==
           Json{{"prompt_tokens", 4}, {"completion_tokens", 0}, {"total_tokens", 4}});
-    CHECK(ev[1]["usage"] ==
-          Json{{"prompt_tokens", 4}, {"completion_tokens", 1}, {"total_tokens", 5}});
+    CHECK(ev[1]["usage"] == Json{{"prompt_tokens", 4},
+                                 {"completion_tokens", 1},
+                                 {"total_tokens", 5},
+                                 {"prompt_tokens_details", {{"cached_tokens", 2}}}});
     CHECK(ev[2]["usage"]["total_tokens"] == 5);
   }
   SECTION("chat with reasoning and tool calls: deltas as the server's") {

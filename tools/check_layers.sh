@@ -2,7 +2,8 @@
 # Checks the dependency order of docs/architecture.md §1: each layer includes only headers of
 # the layers below it (and its own). Exits non-zero and prints every include that breaks it.
 #   common → loader / tokenizer / parallel → kernels → backend → kvcache → models → runner
-#   → disagg (wire, staged KV) → engine → disagg (transport: kv_transfer.*) → server; router → common
+#   → disagg (wire, staged KV) → engine → disagg (transport: kv_transfer.*) → server;
+#   router → common, disagg (wire, tickets, UCX; never the staged KV or the transport)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # layer folder | the include prefixes it may use
@@ -17,7 +18,7 @@ RULES=(
   "models|common oasis loader parallel kernels backend kvcache models"
   "src/runner|common oasis loader parallel kernels backend kvcache models runner"
   "src/engine|common oasis loader tokenizer parallel kernels backend kvcache models runner disagg engine"
-  "src/router|common oasis router"
+  "src/router|common oasis router disagg"
 )
 bad=0
 check() {  # folder, allowed prefixes, files (optional: all C++/CUDA files under the folder)
@@ -40,5 +41,11 @@ for rule in "${RULES[@]}"; do check "${rule%%|*}" "${rule#*|}"; done
 mapfile -t lower < <(find src/disagg -type f \( -name '*.h' -o -name '*.cpp' \) ! -name 'kv_transfer.*')
 check src/disagg "common oasis loader parallel kernels backend kvcache models runner disagg" "${lower[@]}"
 check src/disagg "common oasis loader parallel kernels backend kvcache models runner disagg engine" src/disagg/kv_transfer.*
+# The router: the disagg wire, tickets and UCX (oasis_disagg), never the staged KV or the
+# transport (they sit on kvcache and the engine).
+while IFS= read -r line; do
+  echo "check_layers: $line  (src/router may include only disagg's wire, tickets and UCX)" >&2
+  bad=1
+done < <(grep -rHnE '^#include "disagg/(staged_kv|kv_import|kv_requantize|kv_transfer)\.h"' src/router || true)
 if ((bad)); then exit 1; fi
 echo "check_layers: the dependency order holds"

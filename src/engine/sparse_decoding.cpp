@@ -134,6 +134,14 @@ bool SparseDecoding::AdmitInPlace(const Sequence& seq) const {
   return manager_.in_place_slots_committed() + manager_.gpu_slots_held() + need <= pool_slots_;
 }
 
+bool SparseDecoding::InPlaceCouldFit(const Sequence& seq) const {
+  if (seq.always_sparse || home_ != KvHome::kAuto || threshold_ <= 0 ||
+      seq.max_total_tokens <= threshold_ || seq.max_total_tokens > max_seq_len_) {
+    return false;
+  }
+  return BlocksFor(seq.max_total_tokens) * num_kv_heads_ <= pool_slots_;
+}
+
 SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
   if (manager_.HasReservation(seq.id)) return Admission::kAdmit;
   // The pressure policy: a request runs dense and takes host room only when the pool runs short
@@ -164,7 +172,9 @@ SequenceKvHooks::Admission SparseDecoding::Admit(Sequence& seq) {
       a = Admission::kWait;
       break;
     case HostAdmission::kNever:
-      a = Admission::kRefuse;
+      // The auto home: a request the pool could hold whole waits for the in-place requests
+      // ahead of it to end (the host store never will hold it).
+      a = InPlaceCouldFit(seq) ? Admission::kWait : Admission::kRefuse;
       break;
   }
   if (a == Admission::kWait) {

@@ -82,7 +82,15 @@ class SparseDecoding final : public SequenceKvHooks {
   // once (SparseKvManager BeginMove + FinishMove), returning its table's blocks to the pool.
   bool Relieve(const std::vector<Sequence*>& running) override;
   // Why Admit refused `seq` (ResourceExhausted).
-  Status RefusalStatus(const Sequence& seq) const { return CheckFits(seq.max_total_tokens); }
+  // Why Admit refused `seq`: CheckFits's error, never OK (a refusal CheckFits would pass is
+  // an internal inconsistency, named as such).
+  Status RefusalStatus(const Sequence& seq) const {
+    Status s = CheckFits(seq.max_total_tokens);
+    if (!s.ok()) return s;
+    return Internal("sparse admission refused a request of " +
+                    std::to_string(seq.max_total_tokens) +
+                    " tokens (prompt + max_tokens) that the KV pool and host store can hold");
+  }
   // An imported request (disaggregation): its host room is reserved and its first
   // `num_tokens` tokens' K/V and summaries are in the host store; takes the sparse row and
   // GPU slots and fills its working sets (disagg::ImportSparse), then marks it sparse.
@@ -175,6 +183,9 @@ class SparseDecoding final : public SequenceKvHooks {
   int64_t ReleasableSlots(const Sequence& s) const;
   // Whether `seq` goes to the HBM home (SparseKvManager::ReserveInPlace) rather than the host.
   bool AdmitInPlace(const Sequence& seq) const;
+  // The auto home: the GPU pool could hold `seq` whole once the in-place requests ahead of it
+  // end (whatever it holds now).
+  bool InPlaceCouldFit(const Sequence& seq) const;
   int64_t steps_uncollected_ = 0;  // sparse steps since the last CollectMetrics
   // --sparse-budget adaptive: per-layer fetch caps from each collection's counters
   // (docs/sparse.md §13); nullopt with the fixed budget.

@@ -83,62 +83,104 @@ TEST_CASE(
   CHECK(st.kv.num_free_slots == st.kv.num_slots);
 }
 
+TEST_CASE(
+    "with --kv-home auto, a request the pool could hold waits for it when the host store "
+    "cannot hold it",
+    "[engine][sparse]") {
+  // A pool of 100 head-blocks holds two of these requests in place (300 tokens: 19 blocks x 2
+  // KV heads = 38 each), the host store none of them (10 head-blocks). Submitted together, the
+  // third must wait for the pool, not be failed (it was: "request failed: OK", an HTTP 500).
+  constexpr int64_t kPool = 100;
+  TinyModel tm(kPool);
+  RecordingRunner runner(*tm.model, tm.backend, kPool);
+  EngineOptions opt;
+  // K = 24 blocks covers every block of these requests: their outputs equal dense decoding.
+  opt.sparse = TinySparse(24, 0.25, SparsePredictor::kPreviousQuery, 10);
+  opt.sparse->home = KvHome::kAuto;
+  std::vector<EngineRequest> reqs = {Long("a", 200, 100, 1), Long("b", 200, 100, 2),
+                                     Long("c", 200, 100, 3), Long("d", 150, 150, 4)};
+  const std::vector<Collected> dense = [&] {
+    TinyModel plain(kSlots);
+    return RunEngine(*plain.runner, nullptr, {}, reqs).out;
+  }();
+  Engine engine(runner, nullptr, opt);
+  engine.Start();
+  CHECK(engine.CheckHostKvRoom(200, 100).ok());  // the pool can hold one whole
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& r : reqs) {
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    streams.push_back(*s);
+  }
+  std::vector<Collected> got;
+  for (auto& s : streams) got.push_back(Drain(*s));
+  for (const Collected& c : got) {
+    INFO(c.error.ToString());
+    CHECK(c.reason == FinishReasonKind::kLength);
+  }
+  CheckSameOutputs(reqs, got, dense);
+  const EngineStats st = WaitSparseIdle(engine);
+  CHECK(st.kv.num_free_slots == st.kv.num_slots);
+  CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+}
+
 TEST_CASE("aborted sparse requests and the requests of a failing sparse step return all memory",
           "[engine][sparse]") {
   // Under reject, and under speculate with chains of 3 drafts in flight (the copy head's
   // drafts are mostly accepted: sparse steps advance by several tokens).
   for (const int64_t k : {0, 3}) {
-  DYNAMIC_SECTION((k == 0 ? "reject" : "speculate, chains of 3 drafts")) {
-  TinyModel tm(kSlots);
-  RecordingRunner runner(*tm.model, tm.backend, kSlots);
-  auto head = k == 0 ? FixtureHead(tm) : CopyHead(tm);
-  EngineOptions opt;
-  opt.lookahead = k == 0 ? LookaheadMode::kReject : LookaheadMode::kSpeculate;
-  opt.num_speculative_tokens = std::max<int64_t>(1, k);
-  opt.sparse = TinySparse(4, 0.25, SparsePredictor::kDraft);
-  auto draft = MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
-  Engine engine(runner, nullptr, opt, draft.get());
-  engine.Start();
+    DYNAMIC_SECTION((k == 0 ? "reject" : "speculate, chains of 3 drafts")) {
+      TinyModel tm(kSlots);
+      RecordingRunner runner(*tm.model, tm.backend, kSlots);
+      auto head = k == 0 ? FixtureHead(tm) : CopyHead(tm);
+      EngineOptions opt;
+      opt.lookahead = k == 0 ? LookaheadMode::kReject : LookaheadMode::kSpeculate;
+      opt.num_speculative_tokens = std::max<int64_t>(1, k);
+      opt.sparse = TinySparse(4, 0.25, SparsePredictor::kDraft);
+      auto draft =
+          MakeSparseDraftRunner(tm, *head, *opt.sparse, kSlots, tm.config.num_key_value_heads);
+      Engine engine(runner, nullptr, opt, draft.get());
+      engine.Start();
 
-  SECTION("abort") {
-    auto a = engine.Submit(Long("a", 200, 600, 1));
-    auto b = engine.Submit(Long("b", 30, 20, 2));
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    bool sparse_seen = false;
-    for (int i = 0; i < 4000 && !sparse_seen; ++i) {
-      const EngineStats s = engine.Stats();
-      sparse_seen = s.sparse.num_requests == 1 && s.sparse.gpu_slots == 6 * 2 &&
-                    s.sparse.num_free_host_kv_slots < s.sparse.num_host_kv_slots;
-      if (!sparse_seen) std::this_thread::sleep_for(2ms);
+      SECTION("abort") {
+        auto a = engine.Submit(Long("a", 200, 600, 1));
+        auto b = engine.Submit(Long("b", 30, 20, 2));
+        REQUIRE(a.ok());
+        REQUIRE(b.ok());
+        bool sparse_seen = false;
+        for (int i = 0; i < 4000 && !sparse_seen; ++i) {
+          const EngineStats s = engine.Stats();
+          sparse_seen = s.sparse.num_requests == 1 && s.sparse.gpu_slots == 6 * 2 &&
+                        s.sparse.num_free_host_kv_slots < s.sparse.num_host_kv_slots;
+          if (!sparse_seen) std::this_thread::sleep_for(2ms);
+        }
+        REQUIRE(sparse_seen);  // "a" runs sparse: (K + 2) x 2 GPU head-blocks, host room reserved
+        engine.Abort("a");
+        CHECK(Drain(**a).reason == FinishReasonKind::kAbort);
+        CHECK(Drain(**b).reason == FinishReasonKind::kLength);
+      }
+      SECTION("a failing sparse step") {
+        runner.log.throw_at_step = 3;
+        auto a = engine.Submit(Long("a", 100, 50, 1));
+        REQUIRE(a.ok());
+        const Collected c = Drain(**a);
+        CHECK(c.reason == FinishReasonKind::kError);
+        CHECK(c.error.code() == StatusCode::kInternal);
+        CHECK(c.error.message().find("injected sparse step failure") != std::string::npos);
+        // The engine serves on, sparse again.
+        auto b = engine.Submit(Long("b", 100, 30, 2));
+        REQUIRE(b.ok());
+        CHECK(Drain(**b).reason == FinishReasonKind::kLength);
+        CHECK(runner.log.sparse_steps > 4);
+      }
+      const EngineStats st = WaitSparseIdle(engine);
+      CHECK(st.kv.num_free_slots == st.kv.num_slots);
+      CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
+      CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
+      CHECK(st.sparse.gpu_slots == 0);
+      CHECK(st.sparse.num_requests == 0);
+      if (k > 0) CHECK(runner.log.max_tokens_sparse == 1 + k);
     }
-    REQUIRE(sparse_seen);  // "a" runs sparse: (K + 2) x 2 GPU head-blocks, host room reserved
-    engine.Abort("a");
-    CHECK(Drain(**a).reason == FinishReasonKind::kAbort);
-    CHECK(Drain(**b).reason == FinishReasonKind::kLength);
-  }
-  SECTION("a failing sparse step") {
-    runner.log.throw_at_step = 3;
-    auto a = engine.Submit(Long("a", 100, 50, 1));
-    REQUIRE(a.ok());
-    const Collected c = Drain(**a);
-    CHECK(c.reason == FinishReasonKind::kError);
-    CHECK(c.error.code() == StatusCode::kInternal);
-    CHECK(c.error.message().find("injected sparse step failure") != std::string::npos);
-    // The engine serves on, sparse again.
-    auto b = engine.Submit(Long("b", 100, 30, 2));
-    REQUIRE(b.ok());
-    CHECK(Drain(**b).reason == FinishReasonKind::kLength);
-    CHECK(runner.log.sparse_steps > 4);
-  }
-  const EngineStats st = WaitSparseIdle(engine);
-  CHECK(st.kv.num_free_slots == st.kv.num_slots);
-  CHECK(st.sparse.num_free_host_kv_slots == st.sparse.num_host_kv_slots);
-  CHECK(st.kv.num_free_draft_slots == st.kv.num_draft_slots);
-  CHECK(st.sparse.gpu_slots == 0);
-  CHECK(st.sparse.num_requests == 0);
-  if (k > 0) CHECK(runner.log.max_tokens_sparse == 1 + k);
-  }
   }
 }
 

@@ -561,6 +561,29 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
                                                           const ModelConfig& c) {
   if (!sc.SparseEnabled()) return std::optional<SparseConfig>();
   SparseConfig s;
+  // A request switches once its context exceeds the threshold: at or past the model's context
+  // none ever does. Asked for by --sparse on, that is an error; --sparse auto (a threshold given)
+  // turns sparse KV off instead, with no host store. (Prefill and decode instances run every
+  // request sparse whatever the threshold.)
+  const int64_t context = c.max_position_embeddings;
+  if (sc.role == "both" && sc.ResolvedSparseThreshold() >= context) {
+    const std::string threshold =
+        sc.sparse_threshold > 0
+            ? "--sparse-threshold " + std::to_string(sc.sparse_threshold)
+            : "--sparse-threshold 0 (with --sparse on: (--topk-blocks + 1) x 16 = " +
+                  std::to_string(sc.ResolvedSparseThreshold()) + ")";
+    const std::string why = threshold + " is not below the model's context of " +
+                            std::to_string(context) +
+                            " tokens (--max-model-len, default the model's "
+                            "max_position_embeddings): no request can pass it";
+    if (sc.sparse == "on") {
+      return InvalidArgument(why + ", so sparse KV (--sparse on) would never engage: give a " +
+                             "--sparse-threshold below " + std::to_string(context));
+    }
+    spdlog::warn("{}; sparse KV is off (no host KV store): give a --sparse-threshold below {}", why,
+                 context);
+    return std::optional<SparseConfig>();
+  }
   if (sc.topk_blocks > (int64_t{1} << 20))
     return InvalidArgument("--topk-blocks " + std::to_string(sc.topk_blocks) + " is too large");
   s.topk_blocks = static_cast<int32_t>(sc.topk_blocks);
@@ -572,21 +595,34 @@ StatusOr<std::optional<SparseConfig>> ResolveSparseConfig(const ServerConfig& sc
                            " layers");
   }
   s.dense_layers = static_cast<int32_t>(sc.dense_layers);
-  s.host_kv_gib = sc.host_kv_gib;
-  if (s.host_kv_gib <= 0) {  // auto: half the memory available now (a quarter of RAM if unknown)
-    const std::optional<double> avail = AvailableHostMemoryGiB();
-    s.host_kv_gib = avail ? kHostKvDefaultShare * *avail : PhysicalHostMemoryGiB() / 4.0;
-    // The prefix cache's host tier comes out of the same memory.
-    if (sc.prefix_cache_host_gib > 0)
-      s.host_kv_gib = std::max(s.host_kv_gib / 4.0, s.host_kv_gib - sc.prefix_cache_host_gib);
+  // Auto (0): half the memory available now (a quarter of RAM if unknown), less the prefix
+  // cache's host tier, at least a quarter of that half. The store as sized and the tier must
+  // fit together (exit 2 otherwise, as CheckHostMemory's refusals): on CUDA both are pinned.
+  const std::optional<double> avail = AvailableHostMemoryGiB();
+  s.host_kv_gib = ResolvedHostKvGib(sc, avail, PhysicalHostMemoryGiB());
+  if (Status fits = CheckHostKvFits(sc, s.host_kv_gib, avail, PhysicalHostMemoryGiB());
+      !fits.ok()) {
+    return ResourceExhausted(fits.message());
   }
   OASIS_ASSIGN_OR_RETURN(s.predictor, ParseSparsePredictor(sc.ResolvedSparsePredictor()));
   OASIS_ASSIGN_OR_RETURN(s.group_reduce, ParseGroupReduce(sc.sparse_group_reduce));
   OASIS_ASSIGN_OR_RETURN(s.home, ParseKvHome(sc.kv_home));
   OASIS_ASSIGN_OR_RETURN(s.budget, ParseSparseBudget(sc.sparse_budget));
   s.switch_on_pressure = sc.ResolvedSparseSwitch() == "pressure";
-  s.max_sparse_seqs = static_cast<int32_t>(
-      std::min<int64_t>(sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, 1 << 16));
+  // (--max-sparse-seqs is at most kMaxSparseSeqs: ServerConfig::Validate.)
+  s.max_sparse_seqs = static_cast<int32_t>(std::min<int64_t>(
+      sc.max_sparse_seqs > 0 ? sc.max_sparse_seqs : sc.max_num_seqs, kMaxSparseSeqs));
+  if (sc.max_sparse_seqs > sc.max_num_seqs) {
+    spdlog::info(
+        "--max-sparse-seqs {} exceeds --max-num-seqs {}: no more than {} requests run at once, "
+        "so no more than that many are sparse",
+        sc.max_sparse_seqs, sc.max_num_seqs, sc.max_num_seqs);
+  } else if (sc.max_sparse_seqs == 0 && sc.max_num_seqs > kMaxSparseSeqs) {
+    spdlog::info(
+        "sparse requests at once: {} (the most; --max-sparse-seqs 0 is --max-num-seqs {}): "
+        "more stay dense until a row frees",
+        kMaxSparseSeqs, sc.max_num_seqs);
+  }
   s.max_seq_len = c.max_position_embeddings;  // the engine sets its own context length
   s.agreement_interval =
       static_cast<int32_t>(std::min<int64_t>(sc.sparse_agreement_interval, 1 << 30));

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -364,10 +365,22 @@ Status ServerConfig::Validate() const {
                            std::to_string(num_speculative_tokens));
   }
   if (num_speculative_tokens > 1 && ResolvedLookahead() != "speculate") {
-    return InvalidArgument(
-        "--num-speculative-tokens " + std::to_string(num_speculative_tokens) +
-        " needs --lookahead speculate with an EAGLE-3 draft head (--draft-model DIR or "
-        "--draft-load-format dummy); --lookahead reject stacks one draft");
+    // The reason for each way of not speculating: lookahead off, reject, or no draft head.
+    const std::string k = "--num-speculative-tokens " + std::to_string(num_speculative_tokens);
+    const std::string head =
+        "an EAGLE-3 draft head (--draft-model DIR or --draft-load-format dummy)";
+    if (lookahead == "reject") {
+      return InvalidArgument(k +
+                             " needs --lookahead speculate: --lookahead reject verifies one draft "
+                             "per step and emits none (give speculate, or auto, which resolves "
+                             "to it with a draft head)");
+    }
+    if (lookahead == "off") {
+      return InvalidArgument(k + " needs --lookahead speculate: --lookahead off runs no drafts" +
+                             (HasDraftModel() ? "" : "; speculate also needs " + head));
+    }
+    return InvalidArgument(k + " needs --lookahead speculate, which needs " + head +
+                           ": there is none, so --lookahead auto resolves to off");
   }
   OASIS_RETURN_IF_ERROR(one_of("speculative-depth", speculative_depth, {"fixed", "adaptive"}));
   if (kv_cache_dtype == "fp8_e5m2") {
@@ -473,8 +486,18 @@ Status ServerConfig::Validate() const {
   OASIS_RETURN_IF_ERROR(non_negative("seed", seed));
   OASIS_RETURN_IF_ERROR(positive("topk-blocks", topk_blocks));
   OASIS_RETURN_IF_ERROR(non_negative("sparse-threshold", sparse_threshold));
+  OASIS_RETURN_IF_ERROR(at_most("sparse-threshold", sparse_threshold, kMaxSparseThreshold));
+  // A request switches once its context exceeds the threshold, in blocks of 16 tokens: below
+  // one block (but 0, the default) nothing is left dense. (A threshold at or past the model's
+  // context is checked as the model loads: ResolveSparseConfig.)
+  if (SparseEnabled() && sparse_threshold > 0 && sparse_threshold < 16) {
+    return InvalidArgument(
+        "--sparse-threshold must be at least one block (16 tokens) when sparse KV is on, got " +
+        std::to_string(sparse_threshold) + " (0 with --sparse on: (--topk-blocks + 1) x 16)");
+  }
   OASIS_RETURN_IF_ERROR(non_negative("dense-layers", dense_layers));
   OASIS_RETURN_IF_ERROR(non_negative("max-sparse-seqs", max_sparse_seqs));
+  OASIS_RETURN_IF_ERROR(at_most("max-sparse-seqs", max_sparse_seqs, kMaxSparseSeqs));
   OASIS_RETURN_IF_ERROR(non_negative("sparse-agreement-interval", sparse_agreement_interval));
   if (sparse_transfers != "on" && sparse_transfers != "off") {
     return InvalidArgument("--sparse-transfers must be on or off, got '" + sparse_transfers + "'");
@@ -734,26 +757,61 @@ Status CheckStagingSecurity(const ServerConfig& c) {
 
 Status CheckHostMemory(const ServerConfig& c) {
   // A store the machine cannot hold is refused at start, not discovered under load (or as a
-  // failed allocation): at most kHostKvShareOfAvailable of the memory available, for the
-  // sparse host store (when given) and the prefix cache's host tier together.
-  const double sparse_gib = c.SparseEnabled() ? c.host_kv_gib : 0.0;
-  const double total = sparse_gib + c.prefix_cache_host_gib;
-  if (total <= 0) return Status::Ok();
-  const std::optional<double> avail = AvailableHostMemoryGiB();
-  if (!avail || total <= kHostKvShareOfAvailable * *avail) return Status::Ok();
+  // failed allocation): the sizes given, before the model loads (a default store is checked
+  // once sized, CheckHostKvFits from ResolveSparseConfig).
+  return CheckHostKvFits(c, c.SparseEnabled() ? c.host_kv_gib : 0.0, AvailableHostMemoryGiB(),
+                         PhysicalHostMemoryGiB());
+}
+
+double ResolvedHostKvGib(const ServerConfig& c, std::optional<double> avail_gib,
+                         double physical_gib) {
+  if (c.host_kv_gib > 0) return c.host_kv_gib;
+  const double by_default = avail_gib ? kHostKvDefaultShare * *avail_gib : physical_gib / 4.0;
+  // The prefix cache's host tier comes out of the same memory.
+  return std::max(kHostKvDefaultFloor * by_default, by_default - c.prefix_cache_host_gib);
+}
+
+Status CheckHostKvFits(const ServerConfig& c, double host_kv_gib, std::optional<double> avail_gib,
+                       double physical_gib) {
+  // At most kHostKvShareOfAvailable of the memory available, for the sparse host store and the
+  // prefix cache's host tier together.
+  const double total = host_kv_gib + c.prefix_cache_host_gib;
+  if (total <= 0 || !avail_gib) return Status::Ok();
+  const double cap = kHostKvShareOfAvailable * *avail_gib;
+  if (total <= cap) return Status::Ok();
+  const bool auto_store = host_kv_gib > 0 && c.host_kv_gib <= 0;
   std::string what;
-  if (sparse_gib > 0) what = "--host-kv-gib " + FormatGib(sparse_gib);
+  if (host_kv_gib > 0) {
+    what = auto_store ? "--host-kv-gib 0 (the default store: " + FormatGib(host_kv_gib) +
+                            " GiB, half the memory available less --prefix-cache-host-gib, at "
+                            "least a quarter of that half)"
+                      : "--host-kv-gib " + FormatGib(host_kv_gib);
+  }
   if (c.prefix_cache_host_gib > 0)
     what += (what.empty() ? "" : " + ") +
             ("--prefix-cache-host-gib " + FormatGib(c.prefix_cache_host_gib));
-  char msg[320];
+  char msg[480];
   std::snprintf(msg, sizeof msg,
                 ": this machine has %.2f GiB of memory available now "
                 "(MemAvailable and the memory cgroup, of %.2f GiB); host KV memory may take at "
                 "most %.0f%% of it, %.2f GiB",
-                *avail, PhysicalHostMemoryGiB(), kHostKvShareOfAvailable * 100,
-                kHostKvShareOfAvailable * *avail);
-  return InvalidArgument(what + msg);
+                *avail_gib, physical_gib, kHostKvShareOfAvailable * 100, cap);
+  std::string out =
+      what +
+      (host_kv_gib > 0 && c.prefix_cache_host_gib > 0 ? " = " + FormatGib(total) + " GiB"
+                                                      : std::string()) +
+      msg;
+  if (auto_store && c.prefix_cache_host_gib > 0) {
+    // With the default store at its floor, the tier may take what the floor leaves.
+    const double most = cap - kHostKvDefaultFloor * kHostKvDefaultShare * *avail_gib;
+    char fix[240];
+    std::snprintf(fix, sizeof fix,
+                  ": lower --prefix-cache-host-gib to at most %.2f GiB, or give --host-kv-gib so "
+                  "that the two take at most %.2f GiB",
+                  std::max(0.0, most), cap);
+    out += fix;
+  }
+  return InvalidArgument(out);
 }
 
 }  // namespace oasis::server

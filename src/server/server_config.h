@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +23,11 @@ inline constexpr double kHostKvShareOfAvailable = 0.9;
 // The largest value of a --*-gib flag (1 PiB): their byte and block counts then fit 64 bits.
 inline constexpr double kMaxGib = 1024.0 * 1024.0;
 inline constexpr double kHostKvDefaultShare = 0.5;
+// The default store shrinks by --prefix-cache-host-gib down to this share of its default size.
+inline constexpr double kHostKvDefaultFloor = 0.25;
+// The largest --max-sparse-seqs (rows of the sparse device state) and --sparse-threshold.
+inline constexpr int64_t kMaxSparseSeqs = 65536;
+inline constexpr int64_t kMaxSparseThreshold = 2147483647;
 // The largest --grpc-max-concurrent-calls (each live stream holds a GenerationJob, no thread).
 inline constexpr int64_t kMaxGrpcConcurrentCalls = 65536;
 
@@ -228,7 +234,19 @@ std::string EmbeddedModelDir();
 
 // Whether this machine can hold what `c` asks of host memory now (--host-kv-gib against
 // MemAvailable): InvalidArgument naming the numbers. Not part of Validate (a config written for
-// another machine still validates); the server checks it at start (exit 2).
+// another machine still validates); the server checks it at start (exit 2). It counts the sizes
+// given; a default (0) --host-kv-gib is sized and checked with CheckHostKvFits as the model loads.
 Status CheckHostMemory(const ServerConfig& c);
+
+// The sparse host KV store's size in GiB: --host-kv-gib when given; when 0 (auto),
+// kHostKvDefaultShare of `avail_gib` (a quarter of `physical_gib` when unknown) less
+// --prefix-cache-host-gib, but at least kHostKvDefaultFloor of that default.
+double ResolvedHostKvGib(const ServerConfig& c, std::optional<double> avail_gib,
+                         double physical_gib);
+// Whether `avail_gib` holds the host store at `host_kv_gib` (as resolved; 0 without sparse KV)
+// and the prefix cache's host tier together: at most kHostKvShareOfAvailable of it (Ok when
+// unknown). InvalidArgument naming both flags, the numbers and what would fit otherwise.
+Status CheckHostKvFits(const ServerConfig& c, double host_kv_gib, std::optional<double> avail_gib,
+                       double physical_gib);
 
 }  // namespace oasis::server

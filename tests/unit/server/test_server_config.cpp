@@ -316,6 +316,24 @@ TEST_CASE("num-speculative-tokens flag: 1..4, needs speculate, auto resolves to 
   p = Parse({"--num-speculative-tokens", "2"});  // no head: auto resolves to off
   REQUIRE_FALSE(p.ok());
   CHECK(p.status().message().find("needs --lookahead speculate") != std::string::npos);
+  // QA round 5: each case gives its own reason (all of them said "--lookahead reject stacks one
+  // draft", which describes neither off nor a missing head).
+  auto reason = [](std::vector<std::string> args) {
+    auto r = Parse(std::move(args));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message().find("reject stacks one draft") == std::string::npos);
+    return std::string(r.status().message());
+  };
+  CHECK_THAT(reason({"--draft-load-format", "dummy", "--lookahead", "off", "--num-speculative-tokens", "2"}),
+             Catch::Contains("--lookahead off runs no drafts") && !Catch::Contains("draft head"));
+  CHECK_THAT(reason({"--lookahead", "off", "--num-speculative-tokens", "2"}),
+             Catch::Contains("--lookahead off runs no drafts") && Catch::Contains("EAGLE-3 draft head"));
+  CHECK_THAT(reason({"--draft-load-format", "dummy", "--lookahead", "reject", "--num-speculative-tokens", "3"}),
+             Catch::Contains("--lookahead reject verifies one draft per step"));
+  CHECK_THAT(reason({"--num-speculative-tokens", "2"}),
+             Catch::Contains("EAGLE-3 draft head") && Catch::Contains("there is none") &&
+                 Catch::Contains("--lookahead auto resolves to off"));
 }
 
 TEST_CASE("speculative-depth flag: fixed by default, adaptive needs a chain to choose from") {
@@ -431,6 +449,30 @@ TEST_CASE("sparse KV settings: on/off, defaults, resolved predictor and threshol
   CHECK(error({"--remote-kv-gib", "0"}) == "OK");
   CHECK(error({"--remote-kv-gib", "12.5"}) == "OK");
   CHECK(error({"--sparse-threshold", "-5"}).find("--sparse-threshold") != std::string::npos);
+  // QA round 5: the threshold's own range, checked without the model (exit 2): at least one block
+  // with sparse KV on (15 was refused as the model loaded, exit 1), at most 2^31 - 1 (2^31 was
+  // refused blaming --host-kv-gib).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--sparse-threshold", "15"}, {"--sparse-threshold", "1"},
+        {"--sparse", "on", "--sparse-threshold", "8"}, {"--role", "prefill", "--sparse-threshold", "15"}}) {
+    auto r = Parse(args);
+    INFO(args[0] << " " << args[1]);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(r.status().message()),
+               Catch::StartsWith("--sparse-threshold must be at least one block (16 tokens)"));
+  }
+  CHECK(error({"--sparse-threshold", "16"}) == "OK");
+  CHECK(error({"--sparse", "off", "--sparse-threshold", "15"}) == "OK");  // not read
+  CHECK(error({"--sparse-threshold", "2147483648"}) == "--sparse-threshold must be at most 2147483647, got 2147483648");
+  CHECK(error({"--sparse", "off", "--sparse-threshold", "2147483648"}).find("at most 2147483647") != std::string::npos);
+  CHECK(error({"--sparse-threshold", "2147483647"}) == "OK");  // the context is checked as the model loads
+  // --max-sparse-seqs: at most kMaxSparseSeqs (2^31 was cut to 65536 without a word).
+  CHECK(error({"--sparse", "on", "--max-sparse-seqs", "2147483648"}) ==
+        "--max-sparse-seqs must be at most 65536, got 2147483648");
+  CHECK(error({"--sparse", "on", "--max-sparse-seqs", "65537"}).find("at most 65536") != std::string::npos);
+  CHECK(error({"--sparse", "on", "--max-sparse-seqs", "65536"}) == "OK");
+  CHECK(error({"--sparse", "on", "--max-sparse-seqs", "1000"}) == "OK");  // past --max-num-seqs: logged
   CHECK(error({"--dense-layers", "-1"}).find("--dense-layers") != std::string::npos);
   CHECK(error({"--sparse-transfers", "maybe"}).find("--sparse-transfers must be on or off") != std::string::npos);
 
@@ -748,6 +790,49 @@ TEST_CASE("prefix cache host tier flag: edges, prefix caching required, host mem
     CHECK_THAT(std::string(both.message()), Catch::Contains("--host-kv-gib"));
     CHECK_THAT(std::string(both.message()), Catch::Contains("--prefix-cache-host-gib"));
   }
+}
+
+// QA round 5: with the default --host-kv-gib the store shrank by the tier only down to a quarter
+// of its default, and the sum was never checked: --prefix-cache-host-gib 19 on 22 GiB available
+// started with 2.83 + 19 GiB (99% of it).
+TEST_CASE("the default host store and the prefix tier: sized together, their sum at most 90%") {
+  ServerConfig c;
+  c.sparse = "on";
+  const std::optional<double> avail = 22.0;
+  CHECK(ResolvedHostKvGib(c, avail, 24.0) == 11.0);  // half the memory available
+  CHECK(ResolvedHostKvGib(c, std::nullopt, 24.0) == 6.0);  // unknown: a quarter of RAM
+  c.prefix_cache_host_gib = 5;
+  CHECK(ResolvedHostKvGib(c, avail, 24.0) == 6.0);  // shrunk by the tier
+  CHECK(CheckHostKvFits(c, 6.0, avail, 24.0).ok());
+  c.prefix_cache_host_gib = 19;
+  const double floor = ResolvedHostKvGib(c, avail, 24.0);
+  CHECK(floor == 2.75);  // a quarter of the default
+  const Status over = CheckHostKvFits(c, floor, avail, 24.0);
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.code() == StatusCode::kInvalidArgument);
+  const std::string m(over.message());
+  CHECK_THAT(m, Catch::StartsWith("--host-kv-gib 0 (the default store: 2.75 GiB"));
+  CHECK_THAT(m, Catch::Contains("--prefix-cache-host-gib 19.00 = 21.75 GiB"));
+  CHECK_THAT(m, Catch::Contains("22.00 GiB of memory available"));
+  CHECK_THAT(m, Catch::Contains("at most 90% of it, 19.80 GiB"));
+  CHECK_THAT(m, Catch::Contains("lower --prefix-cache-host-gib to at most 17.05 GiB"));  // 19.8 - 2.75
+  c.prefix_cache_host_gib = 17.0;  // within what the floor leaves room for
+  CHECK(CheckHostKvFits(c, ResolvedHostKvGib(c, avail, 24.0), avail, 24.0).ok());
+  c.prefix_cache_host_gib = 17.1;
+  CHECK_FALSE(CheckHostKvFits(c, ResolvedHostKvGib(c, avail, 24.0), avail, 24.0).ok());
+  // Given sizes are counted as given: the message names both flags.
+  c.host_kv_gib = 10;
+  c.prefix_cache_host_gib = 10;
+  CHECK(ResolvedHostKvGib(c, avail, 24.0) == 10.0);
+  const Status given = CheckHostKvFits(c, 10.0, avail, 24.0);
+  REQUIRE_FALSE(given.ok());
+  CHECK_THAT(std::string(given.message()),
+             Catch::StartsWith("--host-kv-gib 10.00 + --prefix-cache-host-gib 10.00 = 20.00 GiB: this machine"));
+  CHECK(CheckHostKvFits(c, 10.0, std::nullopt, 24.0).ok());  // unknown: not refused
+  c.prefix_cache_host_gib = 0;
+  CHECK(CheckHostKvFits(c, 19.8, avail, 24.0).ok());
+  CHECK_THAT(std::string(CheckHostKvFits(c, 20.0, avail, 24.0).message()),
+             Catch::StartsWith("--host-kv-gib 20.00: this machine has 22.00 GiB"));
 }
 
 // QA round 3: a --config file is read strictly and its errors name it.

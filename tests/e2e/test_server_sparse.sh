@@ -259,5 +259,31 @@ out=$("$SERVER" --backend cpu --sparse on --dense-layers 1 --host-kv-gib 0.01 --
 [[ $? == 0 ]] && grep -q '"switch": "threshold"' <<<"$out" && ok "--dense-layers 1: the switch defaults to the threshold" || bad "--dense-layers 1 default switch" "$out"
 out=$("$SERVER" --backend cpu --sparse on --dense-layers 1 --sparse-switch pressure 2>&1)
 [[ $? == 2 ]] && grep -q -- "--sparse-switch pressure needs --dense-layers 0" <<<"$out" && ok "--sparse-switch pressure with --dense-layers 1 -> exit 2" || bad "pressure with dense layers" "$out"
+# QA round 5: --sparse-threshold's own range is checked without the model (exit 2); one at or past
+# the context is refused with --sparse on (exit 1) and turns sparse KV off under auto (no host store).
+out=$("$SERVER" --backend cpu --sparse-threshold 15 2>&1)
+[[ $? == 2 ]] && grep -q -- "--sparse-threshold must be at least one block (16 tokens)" <<<"$out" && ok "--sparse-threshold 15 -> exit 2" || bad "--sparse-threshold 15" "$out"
+out=$("$SERVER" --backend cpu --sparse-threshold 2147483648 2>&1)
+[[ $? == 2 ]] && grep -q -- "--sparse-threshold must be at most 2147483647, got 2147483648" <<<"$out" && ! grep -q -- "--host-kv-gib" <<<"$out" &&
+  ok "--sparse-threshold 2^31 -> exit 2 naming it (not --host-kv-gib)" || bad "--sparse-threshold 2^31" "$out"
+out=$("$SERVER" --backend cpu --sparse on --sparse-threshold 5000 --host-kv-gib 0.01 --check-config 2>&1)
+[[ $? == 1 ]] && grep -q -- "--sparse-threshold 5000 is not below the model's context of 4096 tokens" <<<"$out" &&
+  ok "--sparse on --sparse-threshold 5000 (context 4096) -> exit 1 naming both" || bad "--sparse on, threshold past the context" "$out"
+out=$("$SERVER" --backend cpu --sparse-threshold 5000 --check-config 2>&1)
+[[ $? == 0 ]] && grep -q '"sparse": null' <<<"$out" && grep -q "sparse KV is off (no host KV store)" <<<"$out" && ! grep -q "host store" <<<"$out" &&
+  ok "--sparse-threshold 5000 under auto (context 4096): a warning, sparse off, no host store" || bad "auto, threshold past the context" "$out"
+# --max-sparse-seqs: at most 65536 (2^31 was cut to 65536 silently); past --max-num-seqs said.
+out=$("$SERVER" --backend cpu --sparse-threshold 64 --max-sparse-seqs 2147483648 2>&1)
+[[ $? == 2 ]] && grep -q -- "--max-sparse-seqs must be at most 65536, got 2147483648" <<<"$out" && ok "--max-sparse-seqs 2^31 -> exit 2" || bad "--max-sparse-seqs 2^31" "$out"
+out=$("$SERVER" --backend cpu --sparse-threshold 64 --host-kv-gib 0.01 --max-num-seqs 8 --max-sparse-seqs 1000 --check-config 2>&1)
+[[ $? == 0 ]] && grep -q -- "--max-sparse-seqs 1000 exceeds --max-num-seqs 8" <<<"$out" && ok "--max-sparse-seqs past --max-num-seqs: an info line" || bad "--max-sparse-seqs 1000 of 8" "$out"
+# The default host store shrinks by --prefix-cache-host-gib only to a quarter of its default: the
+# two together past 90% of the memory available exit 2 naming both (0.84 of it started: the sum was
+# never checked). The server's own figure for the memory available, from a refusal.
+avail=$("$SERVER" --backend cpu --sparse on --host-kv-gib 100000 2>&1 | sed -n 's/.*this machine has \([0-9.]*\) GiB of memory available.*/\1/p')
+tier=$(python3 -c "print(round(0.84 * float('${avail:-0}'), 2))")
+out=$("$SERVER" --backend cpu --sparse-threshold 64 --prefix-cache-host-gib "$tier" --check-config 2>&1)
+[[ $? == 2 ]] && grep -q -- "--host-kv-gib 0 (the default store: .* + --prefix-cache-host-gib $tier" <<<"$out" && ! grep -q "config ok" <<<"$out" &&
+  ok "default store + --prefix-cache-host-gib $tier of $avail GiB available -> exit 2 naming both" || bad "default store + prefix tier over 90%" "$out"
 
 exit $fail

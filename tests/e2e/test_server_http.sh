@@ -541,6 +541,10 @@ for cfg in "$ROOT"/configs/*.json; do
   extra=()
   # (and a sparse config's host KV store shrunk to fit this machine's RAM)
   if [[ -n $model && ! -e $model ]]; then extra=(--model "$ROOT/tests/fixtures/tiny-default" --backend cpu --max-model-len 0 --host-kv-gib 0.01); fi
+  # (and a sparse threshold below the fixture's context of 4096 tokens: one at or past the
+  # context is refused with --sparse on)
+  threshold=$(py "$(cat "$cfg")" "d.get('sparse_threshold', d.get('sparse-threshold', 0))")
+  if [[ ${#extra[@]} -gt 0 && $threshold -ge 4096 ]]; then extra+=(--sparse-threshold 1024); fi
   out=$("$SERVER" --config "$cfg" --check-config "${extra[@]}" 2>&1)
   if grep -q "^config ok$" <<<"$out"; then ok "config $(basename "$cfg") ${extra:+(model replaced)}"; else bad "config $cfg" "$out"; fi
 done

@@ -82,6 +82,20 @@ def read_response(s, timeout=10.0):
     return status, headers, body
 
 
+def read_to_close(s):
+    """Everything `s` receives until the peer closes it (or an error or timeout)."""
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def health_latency():
     t = time.monotonic()
     try:
@@ -401,15 +415,7 @@ def probe_framing(max_body):
     s.sendall(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n"
               b"Connection: close\r\n\r\n")
     s.settimeout(10)
-    data = b""
-    while True:
-        try:
-            chunk = s.recv(65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        data += chunk
+    data = read_to_close(s)
     s.close()
     parts = data.split(b"HTTP/1.1 ")
     heads = [p.split(b"\r\n\r\n", 1) for p in parts[1:]]
@@ -465,16 +471,8 @@ def probe_stream_abort(max_tokens):
     s = connect()
     s.sendall(generation(True, max_tokens))
     s.settimeout(60)
-    data = b""
     print("streaming", flush=True)
-    while True:
-        try:
-            chunk = s.recv(65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        data += chunk
+    data = read_to_close(s)
     text = data.decode("utf-8", "replace")
     reasons = [json.loads(line[6:])["choices"][0].get("finish_reason")
                for line in text.splitlines()

@@ -28,6 +28,19 @@ EngineRequest Long(const std::string& id, int64_t prompt_len, int64_t max_tokens
   return r;
 }
 
+// Submits every request at once, then collects each one's output.
+std::vector<Collected> SubmitAllAndDrain(Engine& engine, const std::vector<EngineRequest>& reqs) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const EngineRequest& r : reqs) {
+    auto s = engine.Submit(r);
+    REQUIRE(s.ok());
+    streams.push_back(*s);
+  }
+  std::vector<Collected> got;
+  for (auto& s : streams) got.push_back(Drain(*s));
+  return got;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -65,14 +78,7 @@ TEST_CASE(
   CHECK(engine.CheckHostKvRoom(20, 40).ok());   // never sparse: no host room needed
 
   // Three requests that each fill the store alone: they run one after the other.
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const EngineRequest& r : reqs) {
-    auto s = engine.Submit(r);
-    REQUIRE(s.ok());
-    streams.push_back(*s);
-  }
-  std::vector<Collected> got;
-  for (auto& s : streams) got.push_back(Drain(*s));
+  const std::vector<Collected> got = SubmitAllAndDrain(engine, reqs);
   CheckSameOutputs(reqs, got, dense);
   const EngineStats st = WaitSparseIdle(engine);
   CHECK(st.sparse.admission_waits_total == 2);  // b and c, once each
@@ -106,14 +112,7 @@ TEST_CASE(
   Engine engine(runner, nullptr, opt);
   engine.Start();
   CHECK(engine.CheckHostKvRoom(200, 100).ok());  // the pool can hold one whole
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (const EngineRequest& r : reqs) {
-    auto s = engine.Submit(r);
-    REQUIRE(s.ok());
-    streams.push_back(*s);
-  }
-  std::vector<Collected> got;
-  for (auto& s : streams) got.push_back(Drain(*s));
+  const std::vector<Collected> got = SubmitAllAndDrain(engine, reqs);
   for (const Collected& c : got) {
     INFO(c.error.ToString());
     CHECK(c.reason == FinishReasonKind::kLength);

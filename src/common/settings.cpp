@@ -35,10 +35,15 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::string& path) {
   if (!in) return NotFound("cannot open --config " + path);
   std::ostringstream text;
   text << in.rdbuf();
-  if (JsonNestedDeeperThan(text.str()))
+  return ParseConfigJson(text.str(), path);
+}
+
+StatusOr<nlohmann::json> ParseConfigJson(const std::string& text, const std::string& path,
+                                         const nlohmann::json::parser_callback_t& callback) {
+  if (JsonNestedDeeperThan(text))
     return InvalidArgument(path + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                            " levels");
-  nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false,
+  nlohmann::json json = nlohmann::json::parse(text, callback, /*allow_exceptions=*/false,
                                               /*ignore_comments=*/true);
   if (json.is_discarded()) return InvalidArgument(path + ": not valid JSON");
   return json;

@@ -31,6 +31,10 @@ std::string FlagName(std::string key);
 StatusOr<std::vector<std::string>> ConfigPaths(int argc, char** argv);
 // A --config file's JSON (comments allowed): NotFound / InvalidArgument naming the file.
 StatusOr<nlohmann::json> ReadConfigJson(const std::string& path);
+// The JSON of a --config file's `text` as ReadConfigJson parses it (`path` names it in errors);
+// `callback` (optional) sees every parse event.
+StatusOr<nlohmann::json> ParseConfigJson(const std::string& text, const std::string& path,
+                                         const nlohmann::json::parser_callback_t& callback = {});
 
 // The setting named `name` in `table`, or null.
 template <class Config>

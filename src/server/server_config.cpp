@@ -228,11 +228,8 @@ std::string FormatGib(double gib) {
 // silently won) and no setting under both spellings ("max_num_seqs" and "max-num-seqs").
 StatusOr<nlohmann::json> ReadServerConfigJson(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::exists(path, ec) || std::filesystem::is_symlink(path, ec)) {
-    Status file = CheckSmallFile(path, "--config file", kMaxConfigJsonBytes);
-    if (!file.ok()) return file;
-  }
-  OASIS_ASSIGN_OR_RETURN(nlohmann::json json, ReadConfigJson(path));
+  if (!std::filesystem::exists(path, ec) && !std::filesystem::is_symlink(path, ec))
+    return NotFound("cannot open --config " + path);
   OASIS_ASSIGN_OR_RETURN(const std::string text,
                          ReadSmallFile(path, "--config file", kMaxConfigJsonBytes));
   std::vector<std::set<std::string>> objects;   // the keys of each object being parsed
@@ -256,7 +253,7 @@ StatusOr<nlohmann::json> ReadServerConfigJson(const std::string& path) {
     }
     return true;
   };
-  nlohmann::json::parse(text, seen, /*allow_exceptions=*/false, /*ignore_comments=*/true);
+  OASIS_ASSIGN_OR_RETURN(nlohmann::json json, ParseConfigJson(text, path, seen));
   if (!duplicate.empty()) {
     return InvalidArgument(path + ": " + duplicate +
                            " (each setting may be given once in a config file)");

@@ -476,10 +476,8 @@ Status SetUpDisaggregation(const ServerConfig& sc, ModelHost* host) {
     gib = ram / 4.0 / (1024.0 * 1024.0 * 1024.0);
   }
   // (--staging-pool-gib is at most kMaxGib (ServerConfig::Validate): the block count fits.)
-  const double block_count = gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(block_bytes);
-  if (!(block_count < 18446744073709551615.0))
-    return InvalidArgument("--staging-pool-gib " + std::to_string(gib) + " is too large");
-  const auto blocks = static_cast<uint64_t>(block_count);
+  const auto blocks =
+      static_cast<uint64_t>(gib * 1024.0 * 1024.0 * 1024.0 / static_cast<double>(block_bytes));
   if (blocks == 0)
     return InvalidArgument("--staging-pool-gib " + std::to_string(gib) + " holds no head-block");
   const auto ttl = std::chrono::milliseconds(sc.staging_lease_ttl_ms);

@@ -75,7 +75,8 @@ StatusOr<std::string> RenderChat(const std::filesystem::path& tokenizer_dir,
   ChatTemplateFiles files;
   const auto config_path = tokenizer_dir / "tokenizer_config.json";
   std::error_code ec;
-  if (std::filesystem::exists(config_path, ec)) {
+  const bool has_config = std::filesystem::exists(config_path, ec);
+  if (has_config) {
     OASIS_RETURN_IF_ERROR(CheckSmallFile(config_path, "tokenizer config", kMaxConfigJsonBytes));
     OASIS_ASSIGN_OR_RETURN(files, ChatTemplate::LoadFromTokenizerConfig(config_path));
   }
@@ -84,8 +85,7 @@ StatusOr<std::string> RenderChat(const std::filesystem::path& tokenizer_dir,
   }
   if (files.chat_template.empty()) {
     return NotFound("no chat template: " + config_path.string() +
-                    (std::filesystem::exists(config_path, ec) ? " has none" : " does not exist") +
-                    "; pass --chat-template FILE");
+                    (has_config ? " has none" : " does not exist") + "; pass --chat-template FILE");
   }
   OASIS_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::Parse(files.chat_template));
   nlohmann::ordered_json ctx = {{"messages", {{{"role", "user"}, {"content", user_message}}}},
@@ -195,11 +195,12 @@ Status Run(int argc, char** argv) {
 
   // The weights live in host memory (the CPU backend: f32): refused up front when this machine
   // cannot hold them (a dummy config of vocab_size 2^31 - 1 aborted in an allocation).
-  OASIS_RETURN_IF_ERROR(CheckHostMemoryForWeights(
-      WeightBytes(DecoderLM::ExpectedWeights(config), sizeof(float)), "the model's weights"));
+  std::vector<WeightSpec> expected = DecoderLM::ExpectedWeights(config);
+  OASIS_RETURN_IF_ERROR(
+      CheckHostMemoryForWeights(WeightBytes(expected, sizeof(float)), "the model's weights"));
   std::unique_ptr<WeightSource> weights;
   if (load_format == "dummy") {
-    weights = MakeDummyWeights(DecoderLM::ExpectedWeights(config), 0);
+    weights = MakeDummyWeights(std::move(expected), 0);
   } else {
     OASIS_ASSIGN_OR_RETURN(weights, OpenSafetensorsWeights(model_dir));
   }

@@ -152,6 +152,22 @@ StatusOr<std::vector<Prompt>> MakeTextWorkload(const BenchFlags& f, EndpointType
   return MakeCustomWorkload(std::move(*lines), o, tokenizer);
 }
 
+// The warm-ups' workload: `n` prompts of the measured run's shape, or turn 1 of `n`
+// conversations, from a seed of their own (multi-turn: their system prompt differs too, so the
+// measured run's turn 1 finds nothing of its own in the server's prefix cache).
+constexpr uint64_t kWarmupSeedMix = 0x9E3779B97F4A7C15ull;
+RandomWorkloadOptions WarmupOptions(RandomWorkloadOptions o, int64_t n) {
+  o.num_prompts = n;
+  o.seed ^= kWarmupSeedMix;
+  return o;
+}
+MultiTurnWorkloadOptions WarmupOptions(MultiTurnWorkloadOptions o, int64_t n) {
+  o.num_conversations = n;
+  o.num_turns = 1;
+  o.seed ^= kWarmupSeedMix;
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -199,6 +215,10 @@ int main(int argc, char** argv) {
   multi.seed = static_cast<uint64_t>(f.seed);
   if (multi_turn) {
     if (Status s = CheckMultiTurnOptions(multi); !s.ok()) return Fail(s);
+    if (f.num_warmups > 0) {
+      if (Status s = CheckMultiTurnOptions(WarmupOptions(multi, f.num_warmups)); !s.ok())
+        return Fail(s.WithContext("the --num-warmups warm-up conversations"));
+    }
   }
   RandomWorkloadOptions random;  // checked here too (the vocabulary comes from the server)
   random.num_prompts = f.num_prompts;
@@ -207,23 +227,15 @@ int main(int argc, char** argv) {
   random.range_ratio = f.random_range_ratio;
   random.prefix_len = f.random_prefix_len;
   random.seed = static_cast<uint64_t>(f.seed);
-  random.form = f.endpoint_type == "chat" ? PromptForm::kText : PromptForm::kTokenIds;
+  random.form = type == EndpointType::kChat ? PromptForm::kText : PromptForm::kTokenIds;
   if (f.dataset == "random") {
     RandomWorkloadOptions o = random;
     o.vocab_size = 1;  // (any: the server's comes later)
     if (Status s = CheckRandomWorkloadOptions(o); !s.ok()) return Fail(s);
-    o.num_prompts = f.num_warmups;
     if (f.num_warmups > 0) {
-      if (Status s = CheckRandomWorkloadOptions(o); !s.ok())
+      if (Status s = CheckRandomWorkloadOptions(WarmupOptions(o, f.num_warmups)); !s.ok())
         return Fail(s.WithContext("the --num-warmups warm-up prompts"));
     }
-  }
-  if (multi_turn && f.num_warmups > 0) {
-    MultiTurnWorkloadOptions w = multi;  // warm-ups: turn 1 of --num-warmups conversations
-    w.num_conversations = f.num_warmups;
-    w.num_turns = 1;
-    if (Status s = CheckMultiTurnOptions(w); !s.ok())
-      return Fail(s.WithContext("the --num-warmups warm-up conversations"));
   }
   if (!synthetic && f.dataset != "jsonl" && !IsTextDataset(f.dataset)) {
     return Fail(InvalidArgument("dataset '" + f.dataset +
@@ -320,20 +332,11 @@ int main(int argc, char** argv) {
   std::vector<Prompt> warmups;
   if (f.num_warmups > 0) {
     if (f.dataset == "random") {
-      RandomWorkloadOptions w = random;  // different prompts (a seed of its own), same shape
-      w.num_prompts = f.num_warmups;
-      w.seed = random.seed ^ 0x9E3779B97F4A7C15ull;
-      auto made = MakeRandomWorkload(w);
+      auto made = MakeRandomWorkload(WarmupOptions(random, f.num_warmups));
       if (!made.ok()) return Fail(made.status());
       warmups = std::move(*made);
     } else if (multi_turn) {
-      // Turn 1 of conversations of a seed of their own: their system prompt differs too, so
-      // the measured run's turn 1 finds nothing of its own in the server's prefix cache.
-      MultiTurnWorkloadOptions w = multi;
-      w.num_conversations = f.num_warmups;
-      w.num_turns = 1;
-      w.seed = multi.seed ^ 0x9E3779B97F4A7C15ull;
-      auto made = MakeMultiTurnWorkload(w);
+      auto made = MakeMultiTurnWorkload(WarmupOptions(multi, f.num_warmups));
       if (!made.ok()) return Fail(made.status());
       for (const MultiTurnConversation& c : *made) warmups.push_back(TurnPrompt(c, 0));
     } else {

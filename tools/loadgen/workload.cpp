@@ -64,9 +64,6 @@ std::string RandomWords(std::mt19937_64& rng, int64_t n) {
   return std::move(p.text);
 }
 
-// The most tokens (ids or words) a multi-turn workload may hold in memory: 2 GiB of ids.
-constexpr int64_t kMaxMultiTurnTokens = kMaxWorkloadTokens;
-
 }  // namespace
 
 int64_t UniformInt(std::mt19937_64& rng, int64_t lo, int64_t hi) {
@@ -189,9 +186,9 @@ Status CheckMultiTurnOptions(const MultiTurnWorkloadOptions& o) {
   }
   // The last turn's prompt, first_len + (num_turns - 1) * increment_len, without overflow.
   const int64_t later = o.num_turns - 1;
-  const bool too_long = later > 0 && later > (kMaxMultiTurnTokens - o.first_len) / o.increment_len;
-  const int64_t last_len = too_long ? kMaxMultiTurnTokens : o.first_len + later * o.increment_len;
-  if (too_long || last_len > kMaxMultiTurnTokens / o.num_conversations) {
+  const bool too_long = later > 0 && later > (kMaxWorkloadTokens - o.first_len) / o.increment_len;
+  const int64_t last_len = too_long ? kMaxWorkloadTokens : o.first_len + later * o.increment_len;
+  if (too_long || last_len > kMaxWorkloadTokens / o.num_conversations) {
     return InvalidArgument(
         "the multi-turn workload is too large: " + n(o.num_conversations) +
         " conversations whose last turn is --multi-turn-first-len + (--multi-turn-turns - 1) * "
